@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Install shardcat with every extra into .venv and run the whole test suite:
+# ruff, then pytest against real SQLite, PostgreSQL, S3 (moto) and Dask.
+# Usage: bash scripts/test.sh [pytest args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet -e '.[dev]'
+
+# PostgreSQL for the catalog tests: start the local cluster if it is down.
+export SHARDCAT_TEST_POSTGRES_URL=${SHARDCAT_TEST_POSTGRES_URL:-postgresql+psycopg://postgres@127.0.0.1:5432/test}
+pg_up() {
+  .venv/bin/python - <<'PY' >/dev/null 2>&1
+import os, sqlalchemy as sa
+e = sa.create_engine(os.environ["SHARDCAT_TEST_POSTGRES_URL"], connect_args={"connect_timeout": 3})
+with e.connect() as c:
+    c.execute(sa.text("select 1"))
+PY
+}
+if ! pg_up; then
+  if command -v pg_ctlcluster >/dev/null 2>&1 && [ -d /etc/postgresql ]; then
+    echo "starting PostgreSQL..."
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n 1)" main start || true
+    for _ in $(seq 1 30); do pg_up && break; sleep 1; done
+  fi
+fi
+if ! pg_up; then
+  if [ "${CI:-}" = "true" ]; then
+    echo "error: PostgreSQL is not reachable at $SHARDCAT_TEST_POSTGRES_URL and could not be started" >&2
+    exit 1
+  fi
+  echo "warning: PostgreSQL is not reachable; its tests will be skipped (they never are in CI)" >&2
+fi
+
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+exec .venv/bin/python -m pytest -p no:cacheprovider "$@"

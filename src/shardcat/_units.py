@@ -1,0 +1,48 @@
+"""Human-readable sizes: parse "256MB", print 1.5 GiB."""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["format_bytes", "parse_size"]
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
+
+
+def parse_size(value: int | str) -> int:
+    """Bytes from an int or a string such as ``"256MB"``, ``"1.5GiB"``, ``"64 kib"``."""
+    if isinstance(value, int):
+        if value <= 0:
+            raise ValueError(f"size must be positive, not {value}")
+        return value
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", value)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ValueError(f"cannot read {value!r} as a size; write e.g. '256MB' or '1GiB'")
+    size = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    if size <= 0:
+        raise ValueError(f"size must be positive, not {value!r}")
+    return size
+
+
+def format_bytes(n: float) -> str:
+    """``1536`` → ``"1.5 KiB"``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"

@@ -1,0 +1,1 @@
+"""The ``shardcat`` command line: thin, it parses arguments and calls the library."""

@@ -1,0 +1,157 @@
+"""The one exception tree of shardcat.
+
+Every error a user can meet derives from :class:`ShardcatError`; where a
+builtin exception already means the same thing, it is mixed in, so
+``except FileNotFoundError`` or ``except KeyError`` keep working. Messages say
+what happened, where (file, byte offset, key) and what to do about it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CatalogError",
+    "CatalogLockedError",
+    "ChecksumError",
+    "CodecUnavailableError",
+    "CommitConflictError",
+    "DatasetExistsError",
+    "DatasetNotFoundError",
+    "DuplicateKeyError",
+    "FormatError",
+    "InvalidKeyError",
+    "KeyNotFoundError",
+    "NewerVersionWarning",
+    "RecordTooLargeError",
+    "SchemaVersionError",
+    "ShardNotFoundError",
+    "ShardcatError",
+    "StorageError",
+    "TruncatedError",
+    "VersionError",
+    "WriterClosedError",
+]
+
+
+class ShardcatError(Exception):
+    """Root of every error raised by shardcat."""
+
+
+# --- the shard file -------------------------------------------------------
+
+
+class FormatError(ShardcatError, ValueError):
+    """A file is not a valid shard, or a part of it is inconsistent.
+
+    Attributes
+    ----------
+    path:
+        The file (URL or path) the problem was found in, if known.
+    offset:
+        Byte offset of the problem inside that file, if known.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, offset: int | None = None) -> None:
+        self.path = path
+        self.offset = offset
+        if path and offset is not None:
+            where = f"{path} at offset {offset}: "
+        elif path:
+            where = f"{path}: "
+        elif offset is not None:
+            where = f"at offset {offset}: "
+        else:
+            where = ""
+        super().__init__(where + message)
+        self.detail = message
+
+
+class ChecksumError(FormatError):
+    """Stored and computed CRC32C disagree: the bytes changed after writing."""
+
+
+class TruncatedError(FormatError):
+    """The file ends before a structure it promises (an interrupted write or copy)."""
+
+
+class VersionError(FormatError):
+    """The file's format version cannot be read by this version of shardcat."""
+
+
+class NewerVersionWarning(UserWarning):
+    """A shard has a newer minor format version; unknown additions are ignored."""
+
+
+# --- writing --------------------------------------------------------------
+
+
+class InvalidKeyError(ShardcatError, ValueError):
+    """A key (or entry name) is empty, not valid UTF-8 or too long."""
+
+
+class RecordTooLargeError(ShardcatError, ValueError):
+    """A record or one of its fields exceeds a limit of the format."""
+
+
+class WriterClosedError(ShardcatError, ValueError):
+    """A record was added to a writer that is already closed."""
+
+
+class CodecUnavailableError(ShardcatError, ImportError):
+    """An entry uses a compression codec whose library is not installed."""
+
+
+class DuplicateKeyError(ShardcatError, ValueError):
+    """The same key was written twice into one shard or one dataset."""
+
+    def __init__(self, message: str, keys: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.keys = list(keys or [])
+
+
+# --- lookups and storage --------------------------------------------------
+
+
+class KeyNotFoundError(ShardcatError, KeyError):
+    """No record has this key."""
+
+    def __str__(self) -> str:
+        # KeyError quotes its argument; we want the message as written.
+        return str(self.args[0]) if self.args else ""
+
+
+class ShardNotFoundError(ShardcatError, FileNotFoundError):
+    """A shard file the catalog or the caller names does not exist."""
+
+
+class StorageError(ShardcatError, OSError):
+    """Reading or writing the object store failed."""
+
+
+# --- the catalog ----------------------------------------------------------
+
+
+class CatalogError(ShardcatError):
+    """The catalog database could not do what was asked."""
+
+
+class SchemaVersionError(CatalogError):
+    """The catalog's schema is older (or newer) than this version of shardcat."""
+
+
+class CatalogLockedError(CatalogError):
+    """Another process holds a lock on the catalog for longer than the busy timeout."""
+
+
+class DatasetNotFoundError(CatalogError, KeyError):
+    """No dataset of this name is registered in the catalog."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class DatasetExistsError(CatalogError):
+    """A dataset of this name exists already and the mode does not allow replacing it."""
+
+
+class CommitConflictError(CatalogError):
+    """Another writer changed the dataset between this job's start and its commit."""

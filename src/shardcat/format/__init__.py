@@ -1,0 +1,37 @@
+"""The shard file format: pure bytes in, bytes out. Knows nothing of SQL or Dask.
+
+See docs/FORMAT.md for the specification.
+"""
+
+from __future__ import annotations
+
+from .entries import Entry, Record, decode_value, encode_value
+from .footer import EntrySpec, Footer
+from .header import Header, Trailer
+from .info import ShardInfo
+from .reader import ShardReader, VerifyReport, iter_partial
+from .sources import BytesSource, FileSource
+from .spec import FORMAT_VERSION, HEADER_MAGIC, TRAILER_MAGIC, Codec
+from .writer import ShardWriter
+
+__all__ = [
+    "FORMAT_VERSION",
+    "HEADER_MAGIC",
+    "TRAILER_MAGIC",
+    "BytesSource",
+    "Codec",
+    "Entry",
+    "EntrySpec",
+    "FileSource",
+    "Footer",
+    "Header",
+    "Record",
+    "ShardInfo",
+    "ShardReader",
+    "ShardWriter",
+    "Trailer",
+    "VerifyReport",
+    "decode_value",
+    "encode_value",
+    "iter_partial",
+]

@@ -1,0 +1,266 @@
+"""Entries: the named parts of a record, and how Python values become bytes.
+
+A sample is a key plus entries such as ``{"jpg": b"...", "json": {...},
+"npy": np.ndarray}``. Each entry is stored with a content type and a codec,
+so a reader decodes it without guessing from a file extension.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import mimetypes
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .codecs import decompress
+from .spec import Codec
+
+__all__ = ["NPY_TYPE", "Entry", "Record", "decode_value", "encode_value"]
+
+NPY_TYPE = "application/x-npy"
+JSON_TYPE = "application/json"
+TEXT_TYPE = "text/plain; charset=utf-8"
+OCTET_TYPE = "application/octet-stream"
+
+# Names that mimetypes does not know, or knows differently on some systems.
+_EXTRA_TYPES = {
+    "npy": NPY_TYPE,
+    "npz": "application/x-npz",
+    "json": JSON_TYPE,
+    "txt": TEXT_TYPE,
+    "text": TEXT_TYPE,
+    "cls": TEXT_TYPE,
+    "jpg": "image/jpeg",
+    "jpeg": "image/jpeg",
+    "png": "image/png",
+    "webp": "image/webp",
+    "msgpack": "application/msgpack",
+    "flac": "audio/flac",
+    "wav": "audio/wav",
+    "mp3": "audio/mpeg",
+    "mp4": "video/mp4",
+}
+
+
+@functools.lru_cache(maxsize=4096)
+def guess_content_type(name: str) -> str:
+    """Content type of an entry from its name's extension (``"jpg"``, ``"left.jpg"``)."""
+    ext = name.rsplit(".", 1)[-1].lower()
+    known = _EXTRA_TYPES.get(ext)
+    if known is not None:
+        return known
+    guessed, _ = mimetypes.guess_type(f"x.{ext}", strict=False)
+    return guessed or OCTET_TYPE
+
+
+class Entry:
+    """One named entry of a record.
+
+    ``Entry(data, content_type)`` describes an entry to write; readers return
+    entries whose bytes are views of the shard's buffer (no copy until asked).
+
+    Parameters
+    ----------
+    data:
+        The entry's decoded bytes.
+    content_type:
+        A MIME type such as ``"image/jpeg"``; guessed from the entry name when
+        written through a plain value.
+    codec:
+        Force a compression for this entry (``"none"``, ``"zstd"``, ``"lz4"``);
+        ``None`` lets the writer decide.
+    """
+
+    __slots__ = ("_raw", "_stored", "codec", "content_type")
+
+    def __init__(
+        self,
+        data: bytes | bytearray | memoryview,
+        content_type: str = OCTET_TYPE,
+        codec: str | Codec | None = None,
+        *,
+        _stored: memoryview | None = None,
+    ) -> None:
+        self.content_type = content_type
+        self.codec: Codec | None = None if codec is None else Codec.parse(codec)
+        self._raw: bytes | bytearray | memoryview | None = data
+        self._stored = _stored
+
+    @staticmethod
+    def _from_stored(stored: memoryview, content_type: str, codec: Codec) -> Entry:
+        """An entry read from a shard: ``stored`` are its bytes as written (maybe compressed)."""
+        return _StoredEntry(stored, content_type, codec)
+
+    @property
+    def view(self) -> memoryview:
+        """The decoded bytes as a memoryview: zero-copy for uncompressed entries."""
+        raw = self._raw
+        if raw is None:
+            # Only entries read from a shard lack raw bytes; they have both of these.
+            raw = self._raw = decompress(self._stored, self.codec)  # type: ignore[arg-type]
+        return raw if isinstance(raw, memoryview) else memoryview(raw)
+
+    @property
+    def data(self) -> bytes:
+        """The decoded bytes."""
+        raw = self._raw
+        if isinstance(raw, bytes):
+            return raw
+        return bytes(self.view)
+
+    def __len__(self) -> int:
+        return self.view.nbytes
+
+    def decode(self) -> Any:
+        """The entry as a Python value, chosen by content type.
+
+        JSON → ``dict``/``list``…, text → ``str``, ``application/x-npy`` →
+        ``np.ndarray`` (a read-only view of the shard's bytes when it is
+        uncompressed), anything else → ``bytes``.
+        """
+        return decode_value(self.view, self.content_type)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Entry):
+            return NotImplemented
+        return self.content_type == other.content_type and self.view == other.view
+
+    def __repr__(self) -> str:
+        codec = "" if self.codec in (None, Codec.NONE) else f", stored {self.codec.label}"
+        return f"Entry({len(self)} bytes, {self.content_type!r}{codec})"
+
+
+class _StoredEntry(Entry):
+    """An entry read from a shard; a cheap constructor for the streaming hot path."""
+
+    __slots__ = ()
+
+    def __init__(self, stored: memoryview, content_type: str, codec: Codec) -> None:
+        self.content_type = content_type
+        self.codec = codec
+        self._stored = stored
+        self._raw = stored if codec is Codec.NONE else None
+
+
+def encode_value(name: str, value: Any) -> Entry:
+    """Turn a sample value into an :class:`Entry`.
+
+    bytes-like → as is (content type from the name); ``str`` → UTF-8 text;
+    ``dict``/``list``/numbers/bools/``None`` → JSON; ``np.ndarray`` → ``.npy``.
+    """
+    if isinstance(value, Entry):
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return Entry(value, guess_content_type(name))
+    if isinstance(value, str):
+        ctype = guess_content_type(name)
+        if ctype == OCTET_TYPE or not ctype.startswith(("text/", "application/json")):
+            ctype = TEXT_TYPE
+        return Entry(value.encode("utf-8"), ctype)
+    if isinstance(value, np.ndarray):
+        return Entry(_npy_bytes(value), NPY_TYPE)
+    if isinstance(value, np.generic):
+        return Entry(_npy_bytes(np.asarray(value)), NPY_TYPE)
+    if value is None or isinstance(value, (dict, list, tuple, int, float, bool)):
+        return Entry(
+            json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode(), JSON_TYPE
+        )
+    raise TypeError(
+        f"entry {name!r}: cannot store a {type(value).__name__}; pass bytes, str, "
+        "a JSON-serialisable value, a numpy array or shardcat.Entry(bytes, content_type)"
+    )
+
+
+def _npy_bytes(array: np.ndarray) -> bytes:
+    if array.dtype.hasobject:
+        raise TypeError("numpy arrays of Python objects cannot be stored; convert them first")
+    buf = io.BytesIO()
+    np.save(buf, array, allow_pickle=False)
+    return buf.getvalue()
+
+
+def decode_value(view: memoryview, content_type: str) -> Any:
+    base = content_type.split(";", 1)[0].strip()
+    if base == NPY_TYPE:
+        return _npy_view(view)
+    if base == JSON_TYPE or base.endswith("+json"):
+        return json.loads(bytes(view))
+    if base.startswith("text/"):
+        return str(view, "utf-8")
+    return bytes(view)
+
+
+def _npy_view(view: memoryview) -> np.ndarray:
+    # np.load needs a file and copies; parse the header and view the bytes.
+    stream = io.BytesIO(view)
+    version = np.lib.format.read_magic(stream)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(stream)
+    else:
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(stream)
+    count = 1
+    for dim in shape:
+        count *= dim
+    array = np.frombuffer(view, dtype=dtype, count=count, offset=stream.tell())
+    return array.reshape(shape, order="F" if fortran else "C")
+
+
+class Record:
+    """A record read back from a shard: its key and its entries, in write order."""
+
+    __slots__ = ("entries", "index", "key", "length", "offset")
+
+    def __init__(
+        self,
+        key: str,
+        entries: dict[str, Entry],
+        index: int = -1,
+        offset: int = -1,
+        length: int = 0,
+    ) -> None:
+        self.key = key
+        self.entries = entries
+        self.index = index
+        self.offset = offset
+        self.length = length
+
+    def __getitem__(self, name: str) -> Entry:
+        return self.entries[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.entries
+
+    def __iter__(self) -> Any:
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def decode(self) -> dict[str, Any]:
+        """The sample as a dict: ``{"__key__": key, name: decoded value, ...}``."""
+        out: dict[str, Any] = {"__key__": self.key}
+        for name, entry in self.entries.items():
+            out[name] = entry.decode()
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Record):
+            return NotImplemented
+        return self.key == other.key and self.entries == other.entries
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{n}: {e.content_type} {len(e)} B" for n, e in self.entries.items())
+        return f"Record({self.key!r}, {{{parts}}})"
+
+
+def as_entries(entries: Mapping[str, Any]) -> dict[str, Entry]:
+    """Encode every value of a sample mapping (skipping ``__key__``-style names)."""
+    return {
+        name: encode_value(name, value)
+        for name, value in entries.items()
+        if not name.startswith("__")
+    }

@@ -1,0 +1,93 @@
+"""ShardInfo: everything a catalog needs to register a shard, from writer or footer."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .footer import EntrySpec, Footer
+from .header import Header
+
+__all__ = ["ShardInfo"]
+
+
+@dataclass(frozen=True, slots=True)
+class ShardInfo:
+    """Summary of one complete shard.
+
+    The writer returns it from ``close()``; a reader builds the same from the
+    footer, which is how a catalog is rebuilt from shards alone. Per-record
+    columns are numpy arrays so that registering millions of rows stays fast.
+    """
+
+    path: str
+    header: Header
+    size: int
+    data_crc: int
+    footer_crc: int
+    metadata: dict[str, Any]
+    keys: list[str]
+    records: np.ndarray = field(repr=False)
+    """RECORD_ROW_DTYPE rows: offset, length, key_hash, key_length, entry_count."""
+    entries: np.ndarray = field(repr=False)
+    """ENTRY_ROW_DTYPE rows: offset (in record), size, crc, spec; concatenated per record."""
+    specs: list[EntrySpec] = field(default_factory=list)
+
+    @property
+    def record_count(self) -> int:
+        return len(self.records)
+
+    @property
+    def version(self) -> tuple[int, int]:
+        return self.header.version
+
+    @property
+    def header_crc(self) -> int:
+        return self.header.crc
+
+    @property
+    def created(self) -> dt.datetime:
+        return dt.datetime.fromtimestamp(self.header.created_us / 1e6, tz=dt.timezone.utc)
+
+    @property
+    def file_id(self) -> str:
+        return self.header.file_id.hex()
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return self.records["offset"]
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.records["length"]
+
+    @property
+    def key_hashes(self) -> np.ndarray:
+        return self.records["key_hash"]
+
+    def entry_starts(self) -> np.ndarray:
+        starts = np.zeros(len(self.records) + 1, dtype=np.int64)
+        np.cumsum(self.records["entry_count"], out=starts[1:])
+        return starts
+
+    def payload_bytes(self) -> int:
+        return int(self.entries["size"].sum()) if len(self.entries) else 0
+
+    @classmethod
+    def from_footer(cls, path: str, header: Header, footer: Footer) -> ShardInfo:
+        t = footer.trailer
+        return cls(
+            path=path,
+            header=header,
+            size=t.footer_offset + Footer.size_from(t),
+            data_crc=t.data_crc,
+            footer_crc=t.footer_crc,
+            metadata=footer.metadata,
+            keys=footer.keys(),
+            records=footer.records,
+            entries=footer.entries,
+            specs=footer.specs,
+        )

@@ -1,0 +1,260 @@
+"""Record framing: one self-contained, length-prefixed, CRC-checked block per sample.
+
+A record can be parsed from its own bytes alone: the head gives its length,
+its key and its entry descriptors; ``head_crc`` covers the head (and so every
+payload CRC), and each payload has its own CRC, so one entry can be read and
+checked without the others. Padding is zero and checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from crc32c import crc32c  # the C function itself: this module is the hot path
+
+from ..errors import ChecksumError, FormatError, TruncatedError
+from .entries import Entry, Record, _StoredEntry
+from .spec import (
+    ENTRY_DESC_STRUCT,
+    RECORD_HEAD_STRUCT,
+    RECORD_TAG,
+    Codec,
+    align_up,
+)
+
+__all__ = ["EncodedRecord", "PreparedEntry", "check_payload", "decode_record", "encode_record"]
+
+_HEAD = RECORD_HEAD_STRUCT.size
+_DESC = ENTRY_DESC_STRUCT.size
+_ZEROS = bytes(4096)
+_DESC_RESERVED = b"\0" * 7
+_unpack_head = RECORD_HEAD_STRUCT.unpack_from
+_unpack_desc = ENTRY_DESC_STRUCT.unpack_from
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedEntry:
+    """An entry ready to write: its payload is already compressed and checksummed."""
+
+    name: bytes
+    content_type: bytes
+    codec: Codec
+    payload: bytes | bytearray | memoryview
+    crc: int
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedRecord:
+    parts: list[bytes | bytearray | memoryview]
+    length: int
+    head_length: int
+    offsets: list[int]
+    """Payload offsets relative to the record start."""
+
+
+def encode_record(
+    key: bytes, key_hash: int, entries: Sequence[PreparedEntry], alignment: int
+) -> EncodedRecord:
+    """Lay a record out; the caller writes ``parts`` in order."""
+    strings = [key]
+    for e in entries:
+        strings.append(e.name)
+        strings.append(e.content_type)
+    strings_len = sum(len(s) for s in strings)
+    head_length = align_up(_HEAD + _DESC * len(entries) + strings_len, alignment)
+
+    offsets: list[int] = []
+    pos = head_length
+    for e in entries:
+        offsets.append(pos)
+        pos = align_up(pos + len(e.payload), alignment)
+    record_length = pos if entries else head_length
+
+    descs = b"".join(
+        ENTRY_DESC_STRUCT.pack(
+            off,
+            len(e.payload),
+            e.crc,
+            len(e.name),
+            len(e.content_type),
+            int(e.codec),
+            _DESC_RESERVED,
+        )
+        for off, e in zip(offsets, entries)
+    )
+    head_pad = head_length - _HEAD - len(descs) - strings_len
+    # Bytes 8.. of the head, everything head_crc covers.
+    rest = (
+        RECORD_HEAD_STRUCT.pack(
+            RECORD_TAG, 0, record_length, key_hash, head_length, len(key), len(entries)
+        )[8:]
+        + descs
+        + b"".join(strings)
+        + _ZEROS[:head_pad]
+    )
+    head = RECORD_TAG + crc32c(rest).to_bytes(4, "little") + rest
+
+    parts: list[bytes | bytearray | memoryview] = [head]
+    for off, e in zip(offsets, entries):
+        parts.append(e.payload)
+        pad = align_up(off + len(e.payload), alignment) - off - len(e.payload)
+        if pad:
+            parts.append(_ZEROS[:pad])
+    return EncodedRecord(parts, record_length, head_length, offsets)
+
+
+def decode_record(
+    view: memoryview,
+    *,
+    path: str | None,
+    offset: int,
+    alignment: int,
+    index: int = -1,
+    names: frozenset[str] | None = None,
+    text_cache: dict[object, tuple[str, str, Codec]] | None = None,
+    check_padding: bool = False,
+) -> Record:
+    """Decode one record from ``view`` (its bytes), checking every CRC.
+
+    Padding carries no data, so it is checked (``check_padding``) only by a
+    full verification, which also covers it with the data-region CRC.
+
+    This is the streaming hot path: one pass over the descriptors, and the
+    decoded (name, content type, codec) of each descriptor is memoised in
+    ``text_cache``, since records of a dataset repeat the same few.
+    """
+    if not view.readonly:  # entries must not change under the caller
+        view = memoryview(bytes(view))
+    size = len(view)
+    if size < _HEAD:
+        raise TruncatedError(
+            f"record head needs {_HEAD} bytes, only {size} remain", path=path, offset=offset
+        )
+    tag, head_crc, length, _, head_length, key_len, n_entries = _unpack_head(view)
+    if tag != RECORD_TAG:
+        raise FormatError(
+            f"expected a record tag {RECORD_TAG!r}, found {bytes(tag)!r}", path=path, offset=offset
+        )
+    strings_at = _HEAD + _DESC * n_entries
+    if (
+        head_length < strings_at + key_len
+        or head_length % alignment
+        or head_length > length
+        or length % alignment
+    ):
+        raise FormatError(
+            f"record head is inconsistent (head_length {head_length}, record_length {length}, "
+            f"alignment {alignment}, {n_entries} entries)",
+            path=path,
+            offset=offset,
+        )
+    if size < length:
+        raise TruncatedError(
+            f"record is {length} bytes, only {size} remain", path=path, offset=offset
+        )
+    actual = crc32c(view[8:head_length])
+    if actual != head_crc:
+        raise ChecksumError(
+            f"record head CRC32C mismatch (stored {head_crc:#010x}, computed {actual:#010x})",
+            path=path,
+            offset=offset,
+        )
+    cache = {} if text_cache is None else text_cache
+    entries: dict[str, Entry] = {}
+    pos = strings_at + key_len
+    expected = head_length
+    from_stored = _StoredEntry
+    for i in range(n_entries):
+        p_off, p_size, crc, name_len, type_len, codec, _ = _unpack_desc(view, _HEAD + _DESC * i)
+        end = p_off + p_size
+        if p_off != expected or end > length:
+            raise FormatError(
+                f"entry {i} payload at {p_off}+{p_size} does not follow the layout "
+                f"(expected at {expected}, record length {length})",
+                path=path,
+                offset=offset,
+            )
+        expected = (end + alignment - 1) & -alignment
+        strings_end = pos + name_len + type_len
+        if strings_end > head_length:
+            raise FormatError("record strings overrun the record head", path=path, offset=offset)
+        spec_key = (bytes(view[pos:strings_end]), name_len, codec)
+        spec = cache.get(spec_key)
+        if spec is None:
+            spec = cache[spec_key] = _decode_spec(
+                view, pos, name_len, type_len, codec, path, offset
+            )
+        pos = strings_end
+        if check_padding and expected != end and view[end:expected] != _ZEROS[: expected - end]:
+            raise FormatError(
+                "non-zero padding after an entry payload", path=path, offset=offset + end
+            )
+        name = spec[0]
+        if names is not None and name not in names:
+            continue
+        payload = view[p_off:end]
+        actual = crc32c(payload)
+        if actual != crc:
+            raise ChecksumError(
+                f"entry {name!r} payload CRC32C mismatch (stored {crc:#010x}, computed {actual:#010x})",
+                path=path,
+                offset=offset + p_off,
+            )
+        entries[name] = from_stored(payload, spec[1], spec[2])
+    if expected != length:
+        raise FormatError("record length does not match its payloads", path=path, offset=offset)
+    if (
+        check_padding
+        and pos != head_length
+        and view[pos:head_length] != _ZEROS[: head_length - pos]
+    ):
+        raise FormatError("non-zero padding after the record head", path=path, offset=offset + pos)
+    try:
+        key = str(view[strings_at : strings_at + key_len], "utf-8")
+    except UnicodeDecodeError as e:
+        raise FormatError(f"record key is not valid UTF-8: {e}", path=path, offset=offset) from e
+    return Record(key, entries, index, offset, length)
+
+
+def _decode_spec(
+    view: memoryview,
+    pos: int,
+    name_len: int,
+    type_len: int,
+    codec: int,
+    path: str | None,
+    offset: int,
+) -> tuple[str, str, Codec]:
+    try:
+        name = str(view[pos : pos + name_len], "utf-8")
+        ctype = str(view[pos + name_len : pos + name_len + type_len], "ascii")
+    except UnicodeDecodeError as e:
+        raise FormatError(
+            f"entry name or content type is not valid text: {e}", path=path, offset=offset
+        ) from e
+    return name, ctype, _codec(codec, path, offset)
+
+
+def _codec(value: int, path: str | None, offset: int) -> Codec:
+    try:
+        return Codec(value)
+    except ValueError:
+        raise FormatError(
+            f"entry uses codec {value}, unknown to this shardcat; upgrade shardcat",
+            path=path,
+            offset=offset,
+        ) from None
+
+
+def check_payload(
+    data: bytes | memoryview, crc: int, *, path: str | None, offset: int, name: str
+) -> None:
+    """Check one entry's payload read on its own (a single-entry read)."""
+    actual = crc32c(data)
+    if actual != crc:
+        raise ChecksumError(
+            f"entry {name!r} payload CRC32C mismatch (stored {crc:#010x}, computed {actual:#010x})",
+            path=path,
+            offset=offset,
+        )

@@ -1,0 +1,123 @@
+"""RangeSource implementations that need no IO library: bytes and open files."""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+from collections.abc import Sequence
+from typing import BinaryIO
+
+from .._types import ByteRange
+
+__all__ = ["BytesSource", "FileSource"]
+
+
+class BytesSource:
+    """A shard held in memory."""
+
+    def __init__(self, data: bytes | bytearray | memoryview, name: str = "<bytes>") -> None:
+        self._data = memoryview(data).cast("B") if not isinstance(data, bytes) else data
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def size(self) -> int:
+        return len(self._data)
+
+    def read(self, start: int, end: int) -> bytes:
+        return bytes(self._data[start:end])
+
+    def read_suffix(self, length: int) -> bytes:
+        return bytes(self._data[max(0, len(self._data) - length) :])
+
+    def read_ranges(self, ranges: Sequence[ByteRange]) -> list[bytes]:
+        return [bytes(self._data[r.start : r.end]) for r in ranges]
+
+    def open_stream(self, start: int = 0) -> BinaryIO:
+        stream = io.BytesIO(self._data)
+        stream.seek(start)
+        return stream
+
+    def close(self) -> None:
+        pass
+
+
+class FileSource:
+    """A seekable binary file object, shared under a lock; or a local path, read with pread."""
+
+    def __init__(self, file: BinaryIO | str | os.PathLike[str], name: str | None = None) -> None:
+        self._lock = threading.Lock()
+        if isinstance(file, (str, os.PathLike)):
+            self._path: str | None = os.fspath(file)
+            self._file: BinaryIO = open(self._path, "rb")  # noqa: SIM115 - closed in close()
+            self._owned = True
+        else:
+            self._path = None
+            self._file = file
+            self._owned = False
+        self._name = name or self._path or getattr(file, "name", None) or "<file>"
+        try:
+            self._fd: int | None = self._file.fileno()
+        except (OSError, AttributeError, io.UnsupportedOperation):
+            self._fd = None
+
+    @property
+    def name(self) -> str:
+        return str(self._name)
+
+    def size(self) -> int:
+        if self._fd is not None:
+            return os.fstat(self._fd).st_size
+        with self._lock:
+            here = self._file.tell()
+            end = self._file.seek(0, os.SEEK_END)
+            self._file.seek(here)
+            return end
+
+    def read(self, start: int, end: int) -> bytes:
+        if end <= start:
+            return b""
+        if self._fd is not None and hasattr(os, "pread"):
+            return os.pread(self._fd, end - start, start)
+        with self._lock:
+            self._file.seek(start)
+            return self._file.read(end - start)
+
+    def read_suffix(self, length: int) -> bytes:
+        size = self.size()
+        return self.read(max(0, size - length), size)
+
+    def read_ranges(self, ranges: Sequence[ByteRange]) -> list[bytes]:
+        return [self.read(r.start, r.end) for r in ranges]
+
+    def open_stream(self, start: int = 0) -> BinaryIO:
+        if self._path is not None:
+            stream: BinaryIO = open(self._path, "rb")  # noqa: SIM115 - caller closes
+            stream.seek(start)
+            return stream
+        return _SharedFileStream(self, start)
+
+    def close(self) -> None:
+        if self._owned:
+            self._file.close()
+
+
+class _SharedFileStream(io.RawIOBase):
+    """A sequential view of a FileSource that does not move other readers' position."""
+
+    def __init__(self, source: FileSource, start: int) -> None:
+        self._source = source
+        self._pos = start
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        data = self._source.read(self._pos, self._pos + len(buffer))
+        n = len(data)
+        memoryview(buffer)[:n] = data
+        self._pos += n
+        return n

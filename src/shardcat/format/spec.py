@@ -1,0 +1,256 @@
+"""The shard file layout, declared once. docs/FORMAT.md is the prose spec.
+
+::
+
+    offset 0                                                         EOF
+    ┌────────┬──────────┬──────────┬─────┬──────────┬────────────────┬─────────┐
+    │ header │ record 0 │ record 1 │ ... │ record   │ footer         │ trailer │
+    │  64 B  │          │          │     │   N-1    │ rows, entries, │  64 B   │
+    │        │          │          │     │          │ keys, metadata │         │
+    └────────┴──────────┴──────────┴─────┴──────────┴────────────────┴─────────┘
+             ▲ every record starts on an `alignment` boundary        ▲ ends in
+             └ data region [64, footer_offset): covered by data_crc    TRAILER_MAGIC
+
+    record:
+    ┌───────────┬───────────────────┬─────┬──────┬─────────┬─────┬─────────┬─────┐
+    │ head 32 B │ entry descriptors │ key │ names│ pad → A │ p0  │ pad → A │ p1 …│
+    │           │ 32 B × n          │     │types │         │     │         │     │
+    └───────────┴───────────────────┴─────┴──────┴─────────┴─────┴─────────┴─────┘
+    └──────────── head_crc covers bytes 8 .. head_length ────┘ each payload has
+                                                              its own CRC32C
+
+All integers are little-endian. CRCs are CRC32C (Castagnoli). Key hashes are
+xxHash64 (seed 0) of the key's UTF-8 bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+from enum import IntEnum
+
+import numpy as np
+
+__all__ = [
+    "ALIGNMENTS",
+    "DEFAULT_ALIGNMENT",
+    "ENTRY_DESC_DTYPE",
+    "ENTRY_DESC_STRUCT",
+    "ENTRY_ROW_DTYPE",
+    "FORMAT_VERSION",
+    "HEADER_DTYPE",
+    "HEADER_MAGIC",
+    "HEADER_SIZE",
+    "HEADER_STRUCT",
+    "MAX_ENTRIES",
+    "MAX_KEY_BYTES",
+    "MAX_NAME_BYTES",
+    "NO_SHARD_NUMBER",
+    "RECORD_HEAD_DTYPE",
+    "RECORD_HEAD_STRUCT",
+    "RECORD_ROW_DTYPE",
+    "RECORD_TAG",
+    "TAIL_READ_SIZE",
+    "TRAILER_DTYPE",
+    "TRAILER_MAGIC",
+    "TRAILER_SIZE",
+    "TRAILER_STRUCT",
+    "Codec",
+    "align_up",
+    "data_start",
+    "footer_layout",
+    "struct_of",
+]
+
+# PNG-style: a high-bit byte (not text), a readable name, CR LF (caught by
+# line-ending conversion), ^Z (stops DOS `type`), LF (caught by LF -> CRLF).
+HEADER_MAGIC = b"\x89SCT\r\n\x1a\n"
+TRAILER_MAGIC = b"\x89SCX\r\n\x1a\n"
+RECORD_TAG = b"REC\x00"
+
+FORMAT_VERSION = (1, 0)
+"""(major, minor) written by this library. Readers accept any minor of major 1."""
+
+HEADER_SIZE = 64
+TRAILER_SIZE = 64
+DEFAULT_ALIGNMENT = 64
+ALIGNMENTS = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+TAIL_READ_SIZE = 64 * 1024
+"""Bytes read speculatively from the end of a shard when opening it."""
+
+NO_SHARD_NUMBER = -1
+MAX_KEY_BYTES = 0xFFFF
+MAX_NAME_BYTES = 0xFFFF
+MAX_ENTRIES = 0xFFFF
+MAX_ENTRY_SPECS = 0xFFFF
+MAX_METADATA_BYTES = 0xFFFF_FFFF
+
+
+class Codec(IntEnum):
+    """How an entry's payload is encoded on disk."""
+
+    NONE = 0
+    ZSTD = 1
+    LZ4 = 2
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, value: str | int | Codec | None) -> Codec:
+        if value is None:
+            return cls.NONE
+        if isinstance(value, Codec):
+            return value
+        if isinstance(value, int):
+            return cls(value)
+        try:
+            return cls[value.upper()]
+        except KeyError:
+            choices = ", ".join(c.label for c in cls)
+            raise ValueError(f"unknown compression {value!r}; choose one of {choices}") from None
+
+
+# --- header: the first 64 bytes ------------------------------------------
+HEADER_DTYPE = np.dtype(
+    [
+        ("magic", "S8"),  # 0   HEADER_MAGIC
+        ("version_major", "<u2"),  # 8   incompatible layout changes
+        ("version_minor", "<u2"),  # 10  compatible additions
+        ("flags", "<u4"),  # 12  informational bits; unknown bits ignored
+        ("created_us", "<i8"),  # 16  writer's clock at open, µs since the Unix epoch (UTC)
+        ("file_id", "V16"),  # 24  random UUID; the trailer names it through header_crc
+        ("shard_number", "<i8"),  # 40  position in the dataset, NO_SHARD_NUMBER if none
+        ("alignment", "<u4"),  # 48  records and payloads start on multiples of this
+        ("default_codec", "u1"),  # 52  the writer's compression setting (Codec)
+        ("reserved", "V7"),  # 53  zero when written, ignored when read
+        ("header_crc", "<u4"),  # 60  CRC32C of bytes 0..60
+    ]
+)
+assert HEADER_DTYPE.itemsize == HEADER_SIZE
+
+# --- record head: the first 32 bytes of every record ---------------------
+RECORD_HEAD_DTYPE = np.dtype(
+    [
+        ("tag", "S4"),  # 0   RECORD_TAG
+        ("head_crc", "<u4"),  # 4   CRC32C of bytes 8..head_length of the record
+        ("record_length", "<u8"),  # 8   whole record incl. padding; a multiple of alignment
+        ("key_hash", "<u8"),  # 16  xxh64(key)
+        ("head_length", "<u4"),  # 24  bytes before the first payload; a multiple of alignment
+        ("key_length", "<u2"),  # 28  UTF-8 bytes of the key
+        ("entry_count", "<u2"),  # 30  number of entry descriptors that follow
+    ]
+)
+assert RECORD_HEAD_DTYPE.itemsize == 32
+
+# --- entry descriptor: one per entry, right after the record head --------
+ENTRY_DESC_DTYPE = np.dtype(
+    [
+        ("payload_offset", "<u8"),  # 0   from the record's first byte; aligned
+        ("stored_size", "<u8"),  # 8   payload bytes on disk (after compression)
+        ("payload_crc", "<u4"),  # 16  CRC32C of the stored payload
+        ("name_length", "<u2"),  # 20  UTF-8 bytes of the entry name
+        ("type_length", "<u2"),  # 22  ASCII bytes of the content type
+        ("codec", "u1"),  # 24  Codec
+        ("reserved", "V7"),  # 25  zero when written, ignored when read
+    ]
+)
+assert ENTRY_DESC_DTYPE.itemsize == 32
+
+# --- footer: record rows, then entry rows, keys, metadata JSON -----------
+RECORD_ROW_DTYPE = np.dtype(
+    [
+        ("offset", "<u8"),  # 0   record's first byte in the file
+        ("length", "<u8"),  # 8   record_length
+        ("key_hash", "<u8"),  # 16  xxh64(key)
+        ("key_length", "<u2"),  # 24  key bytes in the keys blob (keys are concatenated)
+        ("entry_count", "<u2"),  # 26  entry rows of this record (rows are concatenated)
+        ("reserved", "V4"),  # 28  zero when written, ignored when read
+    ]
+)
+assert RECORD_ROW_DTYPE.itemsize == 32
+
+ENTRY_ROW_DTYPE = np.dtype(
+    [
+        ("offset", "<u8"),  # 0   payload_offset (relative to the record)
+        ("size", "<u8"),  # 8   stored_size
+        ("crc", "<u4"),  # 16  payload_crc
+        ("spec", "<u2"),  # 20  index into metadata["entry_specs"]: [name, type, codec]
+        ("reserved", "V2"),  # 22  zero when written, ignored when read
+    ]
+)
+assert ENTRY_ROW_DTYPE.itemsize == 24
+
+# --- trailer: the last 64 bytes ------------------------------------------
+TRAILER_DTYPE = np.dtype(
+    [
+        ("footer_offset", "<u8"),  # 0   first byte after the last record
+        ("record_count", "<u8"),  # 8
+        ("entry_count", "<u8"),  # 16  total entry rows
+        ("keys_length", "<u8"),  # 24  bytes of the keys blob
+        ("metadata_length", "<u4"),  # 32  bytes of the metadata JSON
+        ("data_crc", "<u4"),  # 36  CRC32C of [HEADER_SIZE, footer_offset)
+        ("footer_crc", "<u4"),  # 40  CRC32C of [footer_offset, trailer start)
+        ("header_crc", "<u4"),  # 44  copy of the header's CRC: binds this footer to its header
+        ("version_major", "<u2"),  # 48  same as the header's
+        ("version_minor", "<u2"),  # 50
+        ("trailer_crc", "<u4"),  # 52  CRC32C of bytes 0..52 of the trailer
+        ("magic", "S8"),  # 56  TRAILER_MAGIC: the file's last 8 bytes
+    ]
+)
+assert TRAILER_DTYPE.itemsize == TRAILER_SIZE
+
+
+def struct_of(dtype: np.dtype) -> struct.Struct:
+    """The ``struct`` codec of a packed little-endian numpy record dtype.
+
+    The dtypes above are the single declaration of each layout; hot paths
+    that handle one structure at a time use this derived codec, which is
+    several times faster than a numpy scalar for a single record.
+    """
+    codes = {"u1": "B", "u2": "H", "u4": "I", "u8": "Q", "i1": "b", "i2": "h", "i4": "i", "i8": "q"}
+    fmt = ["<"]
+    at = 0
+    for name in dtype.names or ():
+        field, offset = dtype.fields[name][:2]
+        if offset != at:
+            raise TypeError(f"{name}: gap before offset {offset}")
+        if field.kind in "SV":
+            fmt.append(f"{field.itemsize}s")
+        else:
+            fmt.append(codes[f"{field.kind}{field.itemsize}"])
+        at += field.itemsize
+    codec = struct.Struct("".join(fmt))
+    if codec.size != dtype.itemsize:
+        raise TypeError(f"struct size {codec.size} != dtype size {dtype.itemsize}")
+    return codec
+
+
+HEADER_STRUCT = struct_of(HEADER_DTYPE)
+RECORD_HEAD_STRUCT = struct_of(RECORD_HEAD_DTYPE)
+ENTRY_DESC_STRUCT = struct_of(ENTRY_DESC_DTYPE)
+TRAILER_STRUCT = struct_of(TRAILER_DTYPE)
+
+
+def align_up(n: int, alignment: int) -> int:
+    """Round ``n`` up to a multiple of ``alignment`` (a power of two)."""
+    return (n + alignment - 1) & ~(alignment - 1)
+
+
+def data_start(alignment: int) -> int:
+    """Where the first record starts: right after the header, rounded up to the alignment."""
+    return align_up(HEADER_SIZE, alignment)
+
+
+MAX_DATA_START = align_up(HEADER_SIZE, ALIGNMENTS[-1])
+
+
+def footer_layout(
+    record_count: int, entry_count: int, keys_length: int, metadata_length: int
+) -> tuple[int, int, int, int, int]:
+    """Relative offsets (entries, keys, metadata, padding, total) of the footer's parts."""
+    entries_at = record_count * RECORD_ROW_DTYPE.itemsize
+    keys_at = entries_at + entry_count * ENTRY_ROW_DTYPE.itemsize
+    meta_at = keys_at + keys_length
+    pad_at = meta_at + metadata_length
+    return entries_at, keys_at, meta_at, pad_at, align_up(pad_at, 8)

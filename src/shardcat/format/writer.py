@@ -1,0 +1,411 @@
+"""ShardWriter: stream records into one shard in a single forward pass."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from .. import __version__
+from ..errors import DuplicateKeyError, InvalidKeyError, RecordTooLargeError, WriterClosedError
+from .checksums import crc32c, key_hash
+from .codecs import compress, should_compress
+from .entries import Entry, Record, encode_value, guess_content_type
+from .footer import EntrySpec, Footer
+from .header import Header
+from .info import ShardInfo
+from .records import PreparedEntry, encode_record
+from .spec import (
+    ALIGNMENTS,
+    DEFAULT_ALIGNMENT,
+    ENTRY_ROW_DTYPE,
+    HEADER_SIZE,
+    MAX_ENTRIES,
+    MAX_ENTRY_SPECS,
+    MAX_KEY_BYTES,
+    MAX_NAME_BYTES,
+    RECORD_ROW_DTYPE,
+    Codec,
+    data_start,
+)
+
+__all__ = ["ShardWriter"]
+
+log = logging.getLogger(__name__)
+
+# Below this, compression headers cost more than they save.
+_MIN_COMPRESS = 64
+# Records smaller than this are joined into one write call.
+_JOIN_LIMIT = 1 << 20
+
+
+class ShardWriter:
+    """Write records to one shard, streaming, in one forward pass.
+
+    Memory is bounded by the largest record plus the index (about 56 bytes
+    and the key per record); nothing is ever seeked back to, so the target can
+    be an object-store upload.
+
+    Parameters
+    ----------
+    file:
+        A writable binary stream. It is not closed unless ``close_file``.
+    path:
+        Name of the shard, used in error messages and in :class:`ShardInfo`.
+    metadata:
+        JSON-serialisable user metadata stored in the footer.
+    compression:
+        Default codec for entries: ``None``/``"none"``, ``"zstd"`` or ``"lz4"``.
+        Already-compressed media (JPEG, PNG, ...) are stored as they are.
+    alignment:
+        Records and payloads start on multiples of this (8 to 4096 bytes).
+    shard_number:
+        Position of the shard in its dataset, stored in the header.
+    clock:
+        Returns the time in nanoseconds (injectable for reproducible files).
+
+    Examples
+    --------
+    >>> import io
+    >>> buf = io.BytesIO()
+    >>> with ShardWriter(buf) as w:
+    ...     w.add("cat/0001", {"txt": "a cat", "json": {"label": 3}})
+    >>> w.info.record_count
+    1
+    """
+
+    def __init__(
+        self,
+        file: BinaryIO,
+        *,
+        path: str = "<stream>",
+        metadata: Mapping[str, Any] | None = None,
+        compression: str | Codec | None = None,
+        compression_level: int | None = None,
+        alignment: int = DEFAULT_ALIGNMENT,
+        shard_number: int | None = None,
+        clock: Callable[[], int] = time.time_ns,
+        file_id: bytes | None = None,
+        close_file: bool = False,
+    ) -> None:
+        if alignment not in ALIGNMENTS:
+            raise ValueError(f"alignment must be one of {ALIGNMENTS}, not {alignment}")
+        self.path = path
+        self._file = file
+        self._close_file = close_file
+        self._codec = Codec.parse(compression)
+        self._level = compression_level
+        self._alignment = alignment
+        self._user_metadata = dict(metadata or {})
+        self._header = Header.new(
+            created_us=clock() // 1000,
+            shard_number=shard_number,
+            alignment=alignment,
+            default_codec=self._codec,
+            file_id=file_id,
+        )
+        try:  # fail now, not at close after writing everything
+            json.dumps(self._user_metadata)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"{path}: shard metadata must be JSON-serialisable: {e}") from e
+        header = self._header.encode()
+        self._header = Header.decode(header, path=path)  # carries its CRC
+        # Zero padding up to the alignment, so payload offsets are aligned in the file.
+        pad = bytes(data_start(alignment) - HEADER_SIZE)
+        self._file.write(header + pad)
+        self._pos = HEADER_SIZE + len(pad)
+        self._data_crc = crc32c(pad)
+        self._seen: set[bytes] = set()
+        # Index rows, kept as tuples (cheap to append) and turned into arrays at close.
+        self._rows: list[
+            tuple[int, int, int, int, int]
+        ] = []  # offset, length, hash, key len, entries
+        self._entry_rows: list[tuple[int, int, int, int]] = []  # offset, size, crc, spec
+        self._keys: list[bytes] = []
+        self._names: dict[str, bytes] = {}
+        self._types: dict[str, bytes] = {}
+        self._specs: dict[tuple[bytes, bytes, Codec], int] = {}
+        self._spec_counts: list[int] = []
+        self._payload_bytes = 0
+        self._info: ShardInfo | None = None
+        self._failed = False
+
+    # --- state ---------------------------------------------------------------
+
+    @property
+    def record_count(self) -> int:
+        return len(self._rows)
+
+    @property
+    def bytes_written(self) -> int:
+        """Bytes written so far (header and records; the footer comes at close)."""
+        return self._pos
+
+    @property
+    def closed(self) -> bool:
+        return self._info is not None or self._failed
+
+    @property
+    def info(self) -> ShardInfo:
+        """The summary of the closed shard."""
+        if self._info is None:
+            raise WriterClosedError(
+                f"{self.path}: the writer is not closed yet; call close() first"
+            )
+        return self._info
+
+    # --- writing -------------------------------------------------------------
+
+    def write(self, sample: Mapping[str, Any]) -> int:
+        """Add a sample dict ``{"__key__": key, name: value, ...}``; see :meth:`add`."""
+        if "__key__" not in sample:
+            raise InvalidKeyError(
+                f"{self.path}: sample has no '__key__'; its names are {sorted(sample)[:8]}"
+            )
+        return self.add(sample["__key__"], sample)
+
+    def add(self, key: str, entries: Mapping[str, Any] | Record) -> int:
+        """Append a record and return its index in the shard.
+
+        ``entries`` maps entry names to bytes, str, JSON-able values, numpy
+        arrays or :class:`Entry` objects; names starting with ``__`` are skipped.
+
+        Raises
+        ------
+        InvalidKeyError
+            The key or an entry name is empty, not text, or too long.
+        DuplicateKeyError
+            The key is already in this shard.
+        WriterClosedError
+            The writer was closed.
+        """
+        if self._info is not None or self._failed:
+            raise WriterClosedError(f"{self.path}: cannot add {key!r}, the writer is closed")
+        raw_key = _encode_key(key, self.path)
+        if raw_key in self._seen:
+            raise DuplicateKeyError(f"{self.path}: key {key!r} is already in this shard", [key])
+        items = entries.entries if isinstance(entries, Record) else entries
+        prepared = [
+            self._prepare(name, value, key)
+            for name, value in items.items()
+            if not name.startswith("__")
+        ]
+        if len(prepared) > MAX_ENTRIES:
+            raise RecordTooLargeError(
+                f"{self.path}: record {key!r} has {len(prepared)} entries; the limit is {MAX_ENTRIES}"
+            )
+
+        h = key_hash(raw_key)
+        rec = encode_record(raw_key, h, prepared, self._alignment)
+        try:
+            self._emit(rec.parts, rec.length)
+        except BaseException:
+            self._failed = True
+            raise
+
+        self._seen.add(raw_key)
+        self._keys.append(raw_key)
+        pos = self._pos
+        self._rows.append((pos, rec.length, h, len(raw_key), len(prepared)))
+        add_entry = self._entry_rows.append
+        spec_id = self._spec_id
+        for off, p in zip(rec.offsets, prepared):
+            size = len(p.payload)
+            add_entry((off, size, p.crc, spec_id(p)))
+            self._payload_bytes += size
+        self._pos = pos + rec.length
+        return len(self._rows) - 1
+
+    def _prepare(self, name: str, value: Any, key: str) -> PreparedEntry:
+        raw_name = self._names.get(name)
+        if raw_name is None:
+            raw_name = self._names[name] = self._check_name(name, key)
+        forced: Codec | None
+        if type(value) is bytes:  # the common case, without an Entry object
+            data: bytes | memoryview = value
+            content_type = guess_content_type(name)
+            forced = None
+        else:
+            entry = value if isinstance(value, Entry) else encode_value(name, value)
+            data, content_type, forced = entry.view, entry.content_type, entry.codec
+        codec = forced
+        if codec is None:
+            use = self._codec is not Codec.NONE and len(data) >= _MIN_COMPRESS
+            codec = self._codec if use and should_compress(content_type) else Codec.NONE
+        payload = data
+        if codec is not Codec.NONE:
+            packed = compress(data, codec, self._level)
+            if len(packed) < len(data) or forced is not None:
+                payload = packed
+            else:
+                codec = Codec.NONE
+        ctype = self._types.get(content_type)
+        if ctype is None:
+            try:
+                ctype = self._types[content_type] = content_type.encode("ascii")
+            except UnicodeEncodeError:
+                raise InvalidKeyError(
+                    f"{self.path}: content type {content_type!r} of entry {name!r} is not ASCII"
+                ) from None
+        return PreparedEntry(raw_name, ctype, codec, payload, crc32c(payload))
+
+    def _check_name(self, name: Any, key: str) -> bytes:
+        if not isinstance(name, str) or not name:
+            raise InvalidKeyError(
+                f"{self.path}: record {key!r} has an entry name {name!r}; names are non-empty strings"
+            )
+        raw = (
+            name.encode("utf-8") if name.isascii() else _encode_text(name, "entry name", self.path)
+        )
+        if len(raw) > MAX_NAME_BYTES:
+            raise InvalidKeyError(
+                f"{self.path}: entry name {name[:40]!r}… is longer than {MAX_NAME_BYTES} bytes"
+            )
+        return raw
+
+    def _spec_id(self, p: PreparedEntry) -> int:
+        spec = (p.name, p.content_type, p.codec)
+        sid = self._specs.get(spec)
+        if sid is None:
+            if len(self._specs) >= MAX_ENTRY_SPECS:
+                raise RecordTooLargeError(
+                    f"{self.path}: more than {MAX_ENTRY_SPECS} distinct (name, type, codec) entry kinds in one shard"
+                )
+            sid = self._specs[spec] = len(self._specs)
+            self._spec_counts.append(0)
+        self._spec_counts[sid] += 1
+        return sid
+
+    def _emit(self, parts: list[bytes | bytearray | memoryview], length: int) -> None:
+        crc = self._data_crc
+        if length <= _JOIN_LIMIT:
+            blob = b"".join(parts)
+            self._file.write(blob)
+            crc = crc32c(blob, crc)
+        else:
+            for part in parts:
+                self._file.write(part)
+                crc = crc32c(part, crc)
+        self._data_crc = crc
+
+    # --- closing -------------------------------------------------------------
+
+    def _footer_metadata(self, specs: list[EntrySpec]) -> dict[str, Any]:
+        types: dict[str, int] = {}
+        for spec, count in zip(specs, self._spec_counts if specs else []):
+            types[spec.content_type] = types.get(spec.content_type, 0) + count
+        return {
+            "writer": f"shardcat {__version__}",
+            "user": self._user_metadata,
+            "entry_specs": [s.to_json() for s in specs],
+            "content_types": types,
+            "payload_bytes": getattr(self, "_payload_bytes", 0),
+            "compression": self._codec.label,
+        }
+
+    def close(self) -> ShardInfo:
+        """Write the footer and trailer and return the shard's summary (idempotent)."""
+        if self._info is not None:
+            return self._info
+        if self._failed:
+            raise WriterClosedError(
+                f"{self.path}: an earlier write failed; the shard is incomplete and must be rewritten"
+            )
+        n = len(self._rows)
+        records = np.zeros(n, dtype=RECORD_ROW_DTYPE)
+        entries = np.zeros(len(self._entry_rows), dtype=ENTRY_ROW_DTYPE)
+        if n:
+            cols = list(zip(*self._rows))
+            for field, col in zip(
+                ("offset", "length", "key_hash", "key_length", "entry_count"), cols
+            ):
+                records[field] = np.array(col, dtype=records.dtype[field])
+        if self._entry_rows:
+            cols = list(zip(*self._entry_rows))
+            for field, col in zip(("offset", "size", "crc", "spec"), cols):
+                entries[field] = np.array(col, dtype=entries.dtype[field])
+        specs = [EntrySpec(n.decode("utf-8"), t.decode("ascii"), c) for n, t, c in self._specs]
+        metadata = self._footer_metadata(specs)
+        keys_blob = b"".join(self._keys)
+        tail = Footer.encode(
+            records,
+            entries,
+            keys_blob,
+            metadata,
+            footer_offset=self._pos,
+            data_crc=self._data_crc,
+            header_crc=self._header.crc,
+        )
+        try:
+            self._file.write(tail)
+            self._file.flush()
+            if self._close_file:
+                self._file.close()
+        except BaseException:
+            self._failed = True
+            raise
+        info = ShardInfo(
+            path=self.path,
+            header=self._header,
+            size=self._pos + len(tail),
+            data_crc=self._data_crc,
+            footer_crc=int.from_bytes(tail[-24:-20], "little"),
+            metadata=metadata,
+            keys=[k.decode("utf-8") for k in self._keys],
+            records=records,
+            entries=entries,
+            specs=specs,
+        )
+        self._info = info
+        self._seen.clear()
+        log.debug("closed %s: %d records, %d bytes", self.path, n, info.size)
+        return info
+
+    def abort(self) -> None:
+        """Give up on the shard: no footer is written, so readers reject it."""
+        if self._info is not None:
+            return
+        self._failed = True
+        if self._close_file:
+            self._file.close()
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def _encode_text(text: str, what: str, path: str) -> bytes:
+    try:
+        return text.encode("utf-8", "strict")
+    except UnicodeEncodeError as e:
+        raise InvalidKeyError(
+            f"{path}: {what} {text!r} is not valid Unicode text ({e.reason})"
+        ) from None
+
+
+def _encode_key(key: Any, path: str) -> bytes:
+    if not isinstance(key, str):
+        raise InvalidKeyError(f"{path}: keys are strings, got {type(key).__name__} {key!r}")
+    if not key:
+        raise InvalidKeyError(f"{path}: empty key; every record needs a non-empty key")
+    raw = key.encode("utf-8") if key.isascii() else _encode_text(key, "key", path)
+    if len(raw) > MAX_KEY_BYTES:
+        raise InvalidKeyError(
+            f"{path}: key {key[:40]!r}… is {len(raw)} bytes; the limit is {MAX_KEY_BYTES}"
+        )
+    return raw

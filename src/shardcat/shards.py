@@ -1,0 +1,219 @@
+"""ShardWriter and ShardReader that also take URLs on any fsspec backend."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any, BinaryIO
+
+from ._types import RangeSource, StorageOptions
+from ._units import parse_size
+from .errors import InvalidKeyError
+from .format import reader as _reader
+from .format import writer as _writer
+from .format.info import ShardInfo
+from .storage import join, open_pending, open_source, redact
+
+__all__ = ["RollingShardWriter", "ShardReader", "ShardWriter", "open_shard"]
+
+
+class ShardWriter(_writer.ShardWriter):
+    """Write one shard to a file object or a URL (``s3://bucket/train-000000.shard``, a path, ...).
+
+    A URL target is published only when the writer closes successfully:
+    local files are renamed into place, object-store uploads complete at
+    close and are aborted on error. Accepts every option of
+    :class:`shardcat.format.ShardWriter`.
+
+    Parameters
+    ----------
+    target:
+        A URL or path, or a writable binary file object.
+    storage_options:
+        fsspec options for the URL's filesystem (credentials, endpoint, ...).
+    """
+
+    def __init__(
+        self,
+        target: str | os.PathLike[str] | BinaryIO,
+        *,
+        storage_options: StorageOptions | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._pending = None
+        if isinstance(target, (str, os.PathLike)):
+            url = os.fspath(target)
+            self._pending = open_pending(url, storage_options)
+            kwargs.setdefault("path", redact(url))
+            try:
+                super().__init__(self._pending.file, **kwargs)
+            except BaseException:
+                self._pending.discard()
+                raise
+        else:
+            super().__init__(target, **kwargs)
+
+    def close(self) -> ShardInfo:
+        # docstring inherited
+        try:
+            info = super().close()
+        except BaseException:
+            if self._pending is not None:
+                self._pending.discard()
+            raise
+        if self._pending is not None:
+            self._pending.commit()
+        return info
+
+    def abort(self) -> None:
+        # docstring inherited
+        super().abort()
+        if self._pending is not None:
+            self._pending.discard()
+
+
+class ShardReader(_reader.ShardReader):
+    """Read one shard from a URL, a path, a file object, bytes or a RangeSource.
+
+    Parameters
+    ----------
+    source:
+        Where the shard is. Local paths are read with ``os.pread``; other URLs
+        through fsspec with ranged requests.
+    storage_options:
+        fsspec options for the URL's filesystem.
+    """
+
+    def __init__(
+        self,
+        source: str | os.PathLike[str] | BinaryIO | bytes | bytearray | memoryview | RangeSource,
+        *,
+        storage_options: StorageOptions | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if isinstance(source, (str, os.PathLike)):
+            src = open_source(source, storage_options)
+            try:
+                super().__init__(src, **kwargs)
+            except BaseException:
+                src.close()
+                raise
+            self._owned = True
+        else:
+            super().__init__(source, **kwargs)
+
+
+def open_shard(
+    url: str | os.PathLike[str], storage_options: StorageOptions | None = None, **kwargs: Any
+) -> ShardReader:
+    """Open a shard for reading; the same as ``ShardReader(url, storage_options=...)``."""
+    return ShardReader(url, storage_options=storage_options, **kwargs)
+
+
+class RollingShardWriter:
+    """Write numbered shards into a folder, starting the next one when a shard is full.
+
+    Shards are named by ``pattern`` (``"train-{number:06d}.shard"``) under
+    ``root``; a shard is closed once it holds ``max_bytes`` or ``max_records``.
+
+    Parameters
+    ----------
+    root:
+        Folder URL the shards go to.
+    pattern:
+        Name of shard ``number``, as a ``str.format`` pattern.
+    max_bytes:
+        Close a shard once it has this many bytes (an int or ``"256MB"``).
+    max_records:
+        Close a shard once it has this many records.
+    start:
+        Number of the first shard.
+    on_shard_closed:
+        Called with each shard's :class:`ShardInfo` as soon as it is closed.
+    **writer_options:
+        Passed to every :class:`ShardWriter` (``compression``, ``metadata``, ...).
+    """
+
+    def __init__(
+        self,
+        root: str,
+        pattern: str = "shard-{number:06d}.shard",
+        *,
+        max_bytes: int | str = "256MB",
+        max_records: int | None = None,
+        start: int = 0,
+        storage_options: StorageOptions | None = None,
+        on_shard_closed: Callable[[ShardInfo], None] | None = None,
+        **writer_options: Any,
+    ) -> None:
+        self.root = root
+        self.pattern = pattern
+        self.max_bytes = parse_size(max_bytes)
+        self.max_records = max_records
+        self.next_number = start
+        self._storage_options = storage_options
+        self._on_closed = on_shard_closed
+        self._options = writer_options
+        self._current: ShardWriter | None = None
+        self.shards: list[ShardInfo] = []
+
+    def url_of(self, number: int) -> str:
+        return join(self.root, self.pattern.format(number=number))
+
+    def add(self, key: str, entries: Mapping[str, Any]) -> None:
+        """Add a record to the current shard, opening one if needed."""
+        w = self._current
+        if w is None:
+            number = self.next_number
+            self.next_number += 1
+            w = self._current = ShardWriter(
+                self.url_of(number),
+                storage_options=self._storage_options,
+                shard_number=number,
+                **self._options,
+            )
+        w.add(key, entries)
+        if w.bytes_written >= self.max_bytes or (
+            self.max_records is not None and w.record_count >= self.max_records
+        ):
+            self._close_current()
+
+    def write(self, sample: Mapping[str, Any]) -> None:
+        """Add a sample dict with a ``__key__``."""
+        if "__key__" not in sample:
+            raise InvalidKeyError(f"sample has no '__key__'; its names are {sorted(sample)[:8]}")
+        self.add(sample["__key__"], sample)
+
+    def _close_current(self) -> None:
+        w, self._current = self._current, None
+        if w is not None:
+            info = w.close()
+            self.shards.append(info)
+            if self._on_closed is not None:
+                self._on_closed(info)
+
+    def close(self) -> list[ShardInfo]:
+        """Close the open shard and return the summaries of all shards written."""
+        self._close_current()
+        return self.shards
+
+    def abort(self) -> None:
+        """Drop the shard being written (shards already closed stay)."""
+        w, self._current = self._current, None
+        if w is not None:
+            w.abort()
+
+    def __enter__(self) -> RollingShardWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()

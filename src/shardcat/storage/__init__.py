@@ -1,0 +1,22 @@
+"""The fsspec boundary: URLs, ranged reads and write-once puts."""
+
+from __future__ import annotations
+
+from .atomic import PendingFile, open_pending
+from .fs import brace_range, expand_braces, is_local, join, redact, resolve
+from .ranged import fetch_ranges
+from .sources import FsspecSource, open_source
+
+__all__ = [
+    "FsspecSource",
+    "PendingFile",
+    "brace_range",
+    "expand_braces",
+    "fetch_ranges",
+    "is_local",
+    "join",
+    "open_pending",
+    "open_source",
+    "redact",
+    "resolve",
+]

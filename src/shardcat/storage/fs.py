@@ -1,0 +1,140 @@
+"""URL → fsspec filesystem, with install hints, credential scrubbing and brace ranges."""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import fsspec
+from fsspec.core import url_to_fs
+
+from .._types import StorageOptions
+from ..errors import StorageError
+
+__all__ = ["expand_braces", "is_local", "join", "redact", "resolve"]
+
+# Scheme → (package to import, extra that installs it).
+_BACKENDS = {
+    "s3": ("s3fs", "s3"),
+    "s3a": ("s3fs", "s3"),
+    "gs": ("gcsfs", "gcs: pip install gcsfs"),
+    "gcs": ("gcsfs", "gcs: pip install gcsfs"),
+    "az": ("adlfs", "azure: pip install adlfs"),
+    "abfs": ("adlfs", "azure: pip install adlfs"),
+    "abfss": ("adlfs", "azure: pip install adlfs"),
+}
+
+_local = threading.local()
+
+
+def protocol_of(url: str) -> str:
+    if "://" not in url:
+        return "file"
+    return url.split("://", 1)[0].lower()
+
+
+def is_local(url: str) -> bool:
+    return protocol_of(url) in ("file", "local")
+
+
+def resolve(
+    url: str | os.PathLike[str], storage_options: StorageOptions | None = None
+) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The filesystem and the path inside it for ``url``.
+
+    Filesystems are cached per thread and per options, so Dask workers and
+    threads never share one (s3fs sessions are not fork- or thread-safe).
+    """
+    url = os.fspath(url)
+    options = dict(storage_options or {})
+    key = (protocol_of(url), _freeze(options))
+    cache: dict[Any, fsspec.AbstractFileSystem] | None = getattr(_local, "cache", None)
+    if cache is None:
+        cache = _local.cache = {}
+    fs = cache.get(key)
+    try:
+        if fs is None:
+            fs, path = url_to_fs(url, **options)
+            cache[key] = fs
+        else:
+            path = fs._strip_protocol(url)
+    except ImportError as e:
+        package, extra = _BACKENDS.get(key[0], (key[0], key[0]))
+        hint = f"pip install 'shardcat[{extra}]'" if ":" not in extra else extra.split(": ", 1)[1]
+        raise StorageError(f"URLs starting {key[0]}:// need the {package!r} package: {hint}") from e
+    except ValueError as e:
+        raise StorageError(f"cannot open {redact(url)}: {e}") from e
+    return fs, str(path)
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return value
+
+
+def redact(url: str) -> str:
+    """``url`` without user, password or query-string secrets, safe to log and store."""
+    if "://" not in url:
+        return url
+    parts = urlsplit(url)
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    query = "&".join(
+        q
+        for q in parts.query.split("&")
+        if q and not re.match(r"(?i)(sig|signature|token|key|secret|password|x-amz-[a-z-]*)=", q)
+    )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def join(base: str, *names: str) -> str:
+    """Join path segments onto a directory URL with ``/``."""
+    out = base.rstrip("/")
+    for name in names:
+        out = f"{out}/{name.lstrip('/')}"
+    return out
+
+
+_BRACE = re.compile(r"\{(\d+)\.\.(\d+)\}")
+
+
+def expand_braces(pattern: str) -> list[str]:
+    """Expand ``train-{000000..000099}.shard`` into 100 names (zero padding kept).
+
+    Several ranges multiply out; comma lists ``{a,b}`` are supported too.
+    """
+    m = _BRACE.search(pattern)
+    if m:
+        lo, hi = m.group(1), m.group(2)
+        width = len(lo) if lo.startswith("0") or len(lo) == len(hi) else 0
+        step = 1 if int(hi) >= int(lo) else -1
+        head, tail = pattern[: m.start()], pattern[m.end() :]
+        return [
+            name
+            for i in range(int(lo), int(hi) + step, step)
+            for name in expand_braces(f"{head}{i:0{width}d}{tail}")
+        ]
+    m = re.search(r"\{([^{}]*,[^{}]*)\}", pattern)
+    if m:
+        head, tail = pattern[: m.start()], pattern[m.end() :]
+        return [
+            name for alt in m.group(1).split(",") for name in expand_braces(f"{head}{alt}{tail}")
+        ]
+    return [pattern]
+
+
+def brace_range(prefix: str, first: int, last: int, suffix: str = ".shard", width: int = 6) -> str:
+    """The brace pattern naming shards ``first..last``: ``train-{000000..000009}.shard``."""
+    if first == last:
+        return f"{prefix}{first:0{width}d}{suffix}"
+    return f"{prefix}{{{first:0{width}d}..{last:0{width}d}}}{suffix}"

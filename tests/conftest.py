@@ -1,0 +1,128 @@
+"""Real parts for the tests: an S3 (moto) server on loopback and a PostgreSQL database.
+
+No mocks: s3fs talks HTTP to a moto server on 127.0.0.1, and catalog tests
+run against the real PostgreSQL named by SHARDCAT_TEST_POSTGRES_URL, each
+test in a schema of its own. In CI (CI=true) a missing PostgreSQL fails the
+run instead of skipping tests.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+POSTGRES_URL = os.environ.get(
+    "SHARDCAT_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+# --- S3 through moto ---------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1 (a free port), for the whole session."""
+    from moto.server import ThreadedMotoServer
+
+    for name in ("werkzeug", "moto", "botocore", "urllib3"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3(s3_endpoint: str) -> Iterator[dict[str, Any]]:
+    """A fresh bucket; yields ``{"bucket", "url", "storage_options", "endpoint"}``."""
+    import boto3
+    import s3fs
+
+    bucket = f"test-{uuid.uuid4().hex[:12]}"
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3_endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    client.create_bucket(Bucket=bucket)
+    options = {
+        "key": "testing",
+        "secret": "testing",
+        "client_kwargs": {"endpoint_url": s3_endpoint, "region_name": "us-east-1"},
+        "use_listings_cache": False,
+    }
+    s3fs.S3FileSystem.clear_instance_cache()
+    yield {
+        "bucket": bucket,
+        "url": f"s3://{bucket}",
+        "storage_options": options,
+        "endpoint": s3_endpoint,
+    }
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+# --- PostgreSQL --------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> str:
+    """The URL of the real PostgreSQL; fails in CI when it is unreachable."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(POSTGRES_URL)
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except Exception as e:  # any driver error means: no server
+        message = f"PostgreSQL at {POSTGRES_URL} is unreachable ({type(e).__name__}: {e})"
+        if IN_CI:
+            pytest.fail(message + "; .ci/run must start it")
+        pytest.skip(message + "; start it with pg_ctlcluster or set SHARDCAT_TEST_POSTGRES_URL")
+    finally:
+        engine.dispose()
+    return POSTGRES_URL
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> Iterator[str]:
+    """A catalog URL whose tables live in a schema of their own, dropped afterwards."""
+    import sqlalchemy as sa
+
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    admin = sa.create_engine(postgres_server)
+    with admin.begin() as conn:
+        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+    sep = "&" if "?" in postgres_server else "?"
+    try:
+        yield f"{postgres_server}{sep}options=-csearch_path%3D{schema}"
+    finally:
+        with admin.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        admin.dispose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Any) -> str:
+    return f"sqlite:///{tmp_path / 'catalog.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def catalog_url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
+    """Every catalog test runs on SQLite and on PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'catalog.db'}"
+    return str(request.getfixturevalue("postgres_url"))
