@@ -82,6 +82,11 @@ def compress(data: bytes | memoryview, codec: Codec, level: int | None = None) -
 
 
 def decompress(data: bytes | memoryview, codec: Codec) -> bytes:
+    if not codec.known:
+        raise CodecUnavailableError(
+            f"entry is compressed with {codec.label!r}, which this version of shardcat does not "
+            "know; upgrade shardcat to read it (the shard's other entries are readable)"
+        )
     if codec is Codec.ZSTD:
         # The writer uses one-shot compression, which records the content size.
         return _zstd_decompressor().decompress(data)  # type: ignore[no-any-return]

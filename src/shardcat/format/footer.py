@@ -44,7 +44,7 @@ class EntrySpec:
     @classmethod
     def from_json(cls, value: Any) -> EntrySpec:
         name, ctype, codec = value
-        return cls(str(name), str(ctype), Codec.parse(codec))
+        return cls(str(name), str(ctype), Codec.from_label(str(codec)))
 
 
 @dataclass(slots=True)
@@ -126,7 +126,7 @@ class Footer:
     ) -> bytes:
         """Footer plus trailer bytes, ready to append after the last record."""
         meta = json.dumps(
-            metadata, ensure_ascii=False, sort_keys=True, separators=(",", ":")
+            metadata, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
         ).encode()
         if len(meta) > MAX_METADATA_BYTES:
             raise FormatError(
@@ -188,10 +188,18 @@ class Footer:
         records = np.frombuffer(body, dtype=RECORD_ROW_DTYPE, count=t.record_count, offset=0)
         entries = np.frombuffer(body, dtype=ENTRY_ROW_DTYPE, count=t.entry_count, offset=entries_at)
         keys_blob = bytes(body[keys_at:meta_at])
+        if bytes(body[pad_at:total]) != bytes(total - pad_at):
+            raise FormatError(
+                "non-zero padding at the end of the footer",
+                path=path,
+                offset=t.footer_offset + pad_at,
+            )
         try:
             metadata = json.loads(bytes(body[meta_at:pad_at]))
+            if not isinstance(metadata, dict):
+                raise TypeError(f"expected a JSON object, found {type(metadata).__name__}")
             specs = [EntrySpec.from_json(s) for s in metadata.get("entry_specs", [])]
-        except (ValueError, TypeError) as e:
+        except (ValueError, TypeError, AttributeError) as e:
             raise FormatError(
                 f"footer metadata is not valid: {e}", path=path, offset=t.footer_offset + meta_at
             ) from e

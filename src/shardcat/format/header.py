@@ -86,7 +86,8 @@ class Header:
         return body + crc32c(body).to_bytes(4, "little")
 
     @classmethod
-    def decode(cls, data: bytes, *, path: str | None = None) -> Header:
+    def decode(cls, data: bytes, *, path: str | None = None, warn: bool = True) -> Header:
+        """Decode and check a header; ``warn=False`` when the trailer already warned."""
         if len(data) < HEADER_SIZE:
             if data[: len(HEADER_MAGIC)] == HEADER_MAGIC[: len(data)]:
                 raise TruncatedError(
@@ -104,7 +105,7 @@ class Header:
                 describe_bad_magic(magic, HEADER_MAGIC, "a shardcat shard"), path=path, offset=0
             )
         fields = HEADER_STRUCT.unpack_from(data)
-        check_version((fields[1], fields[2]), path=path, offset=8)
+        check_version((fields[1], fields[2]), path=path, offset=8, warn=warn)
         stored_crc = fields[10]
         actual = crc32c(data[:_HEADER_CRC_AT])
         if stored_crc != actual:
@@ -190,7 +191,11 @@ class Trailer:
                 offset=file_offset,
             )
         fields = TRAILER_STRUCT.unpack(raw)
-        check_version((fields[8], fields[9]), path=path, offset=file_offset)
+        check_version(
+            (fields[8], fields[9]),
+            path=path,
+            offset=None if file_offset is None else file_offset + 48,
+        )
         actual = crc32c(raw[:_TRAILER_CRC_AT])
         if fields[10] != actual:
             raise ChecksumError(
@@ -202,7 +207,9 @@ class Trailer:
         return cls(*fields[:8], version=(fields[8], fields[9]), crc=fields[10])
 
 
-def check_version(version: tuple[int, int], *, path: str | None, offset: int | None) -> None:
+def check_version(
+    version: tuple[int, int], *, path: str | None, offset: int | None, warn: bool = True
+) -> None:
     """Reject other major versions; warn about newer minor versions."""
     major, minor = version
     ours = FORMAT_VERSION
@@ -220,7 +227,7 @@ def check_version(version: tuple[int, int], *, path: str | None, offset: int | N
             path=path,
             offset=offset,
         )
-    if minor > ours[1]:
+    if minor > ours[1] and warn:
         where = f"{path}: " if path else ""
         warnings.warn(
             f"{where}shard format {major}.{minor} is newer than {ours[0]}.{ours[1]}; "

@@ -19,6 +19,7 @@ from .info import ShardInfo
 from .records import check_payload, decode_record
 from .sources import BytesSource, FileSource
 from .spec import (
+    ENTRY_DESC_STRUCT,
     HEADER_MAGIC,
     HEADER_SIZE,
     RECORD_HEAD_STRUCT,
@@ -160,7 +161,14 @@ class ShardReader:
         )
 
     def _set_header(self, data: bytes, trailer: Trailer) -> Header:
-        header = Header.decode(data, path=self.path)
+        header = Header.decode(data, path=self.path, warn=False)  # the trailer warned already
+        if header.version != trailer.version:
+            raise FormatError(
+                f"header says format {header.version[0]}.{header.version[1]}, the trailer "
+                f"{trailer.version[0]}.{trailer.version[1]}: parts of two shards were joined",
+                path=self.path,
+                offset=8,
+            )
         if header.crc != trailer.header_crc:
             raise FormatError(
                 f"header (CRC {header.crc:#010x}) does not belong to this footer (which names "
@@ -418,6 +426,7 @@ class ShardReader:
                 or int(row["length"]) != rec.length
                 or key != f.key_bytes(i)
                 or int(row["key_hash"]) != key_hash(key)
+                or RECORD_HEAD_STRUCT.unpack_from(view)[3] != int(row["key_hash"])
                 or int(row["entry_count"]) != len(rec.entries)
             ):
                 raise FormatError(
@@ -425,20 +434,20 @@ class ShardReader:
                     path=self.path,
                     offset=rec.offset,
                 )
+            first = int(starts[i])
             for j, (name, entry) in enumerate(rec.entries.items()):
-                e = f.entries[int(starts[i]) + j]
+                e = f.entries[first + j]
                 spec = f.specs[int(e["spec"])]
-                stored = entry._stored
-                assert stored is not None
+                # The descriptor's CRC was checked against the payload by decode_record.
+                p_off, p_size, p_crc = ENTRY_DESC_STRUCT.unpack_from(view, 32 + 32 * j)[:3]
                 if (
                     spec.name != name
                     or spec.content_type != entry.content_type
                     or spec.codec != entry.codec
-                    or int(e["size"]) != stored.nbytes
-                    or int(e["crc"]) != crc32c(stored)
+                    or (int(e["offset"]), int(e["size"]), int(e["crc"])) != (p_off, p_size, p_crc)
                 ):
                     raise FormatError(
-                        f"entry row {int(starts[i]) + j} disagrees with entry {name!r} of record {rec.key!r}",
+                        f"entry row {first + j} disagrees with entry {name!r} of record {rec.key!r}",
                         path=self.path,
                         offset=rec.offset,
                     )
@@ -483,13 +492,24 @@ def iter_partial(
 ) -> Iterator[Record]:
     """Stream the complete records of a shard whose write was interrupted.
 
-    Stops quietly at the first incomplete or damaged record; the records it
-    yields have all passed their CRCs. Use it to salvage a partial shard.
+    Stops quietly at the first incomplete or damaged record (or at the
+    footer of a complete shard); the records it yields have all passed their
+    CRCs. Use it to salvage a partial shard.
+
+    Raises
+    ------
+    FormatError, VersionError, TruncatedError
+        The file does not start with a valid shard header.
     """
     src, owned = as_source(source, name)
     try:
+        # A file that is not a shard at all (or of another major version) is an error,
+        # not an empty salvage.
+        Header.decode(src.read(0, HEADER_SIZE), path=src.name)
         try:
-            yield from _stream_records(src, src.name, None, None, None)
+            # The file size bounds every record length, so a damaged length cannot
+            # make the reader allocate absurd buffers.
+            yield from _stream_records(src, src.name, src.size(), None, None)
         except FormatError:
             return
     finally:
@@ -517,7 +537,7 @@ def _stream_records(
     try:
         buf = _StreamBuffer(stream)
         head = bytes(buf.take(HEADER_SIZE))
-        header = Header.decode(head, path=path)
+        header = Header.decode(head, path=path, warn=header_crc is None)
         if header_crc is not None and header.crc != header_crc:
             raise FormatError("header does not belong to this shard's footer", path=path, offset=0)
         alignment = header.alignment

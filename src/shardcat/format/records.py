@@ -237,14 +237,7 @@ def _decode_spec(
 
 
 def _codec(value: int, path: str | None, offset: int) -> Codec:
-    try:
-        return Codec(value)
-    except ValueError:
-        raise FormatError(
-            f"entry uses codec {value}, unknown to this shardcat; upgrade shardcat",
-            path=path,
-            offset=offset,
-        ) from None
+    return Codec(value)  # unknown codecs fail only when the entry is decoded
 
 
 def check_payload(

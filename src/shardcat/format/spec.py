@@ -94,7 +94,34 @@ class Codec(IntEnum):
 
     @property
     def label(self) -> str:
-        return self.name.lower()
+        return str(self.name).lower()
+
+    @property
+    def known(self) -> bool:
+        return self.value in self._value2member_map_
+
+    @classmethod
+    def _missing_(cls, value: object) -> Codec | None:
+        # A codec added by a newer minor version: entries using it fail to
+        # decode with a clear error, the rest of the shard stays readable.
+        if isinstance(value, int) and 0 <= value <= 255:
+            return cls._unknown(value, f"codec_{value}")
+        return None
+
+    @classmethod
+    def _unknown(cls, value: int, label: str) -> Codec:
+        member = int.__new__(cls, value)
+        member._name_ = label.upper()
+        member._value_ = value
+        return member
+
+    @classmethod
+    def from_label(cls, label: str) -> Codec:
+        """The codec stored under ``label`` in a footer; unknown labels are kept, not rejected."""
+        try:
+            return cls[label.upper()]
+        except KeyError:
+            return cls._unknown(255, label)
 
     @classmethod
     def parse(cls, value: str | int | Codec | None) -> Codec:

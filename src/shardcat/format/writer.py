@@ -109,8 +109,11 @@ class ShardWriter:
             default_codec=self._codec,
             file_id=file_id,
         )
+        if file_id is not None and len(file_id) != 16:
+            raise ValueError(f"file_id must be 16 bytes (a UUID), not {len(file_id)}")
+        self._payload_bytes = 0
         try:  # fail now, not at close after writing everything
-            json.dumps(self._user_metadata)
+            json.dumps(self._user_metadata, allow_nan=False)
         except (TypeError, ValueError) as e:
             raise TypeError(f"{path}: shard metadata must be JSON-serialisable: {e}") from e
         header = self._header.encode()
@@ -131,7 +134,6 @@ class ShardWriter:
         self._types: dict[str, bytes] = {}
         self._specs: dict[tuple[bytes, bytes, Codec], int] = {}
         self._spec_counts: list[int] = []
-        self._payload_bytes = 0
         self._info: ShardInfo | None = None
         self._failed = False
 
@@ -200,6 +202,8 @@ class ShardWriter:
                 f"{self.path}: record {key!r} has {len(prepared)} entries; the limit is {MAX_ENTRIES}"
             )
 
+        # Everything that can reject the record happens before its first byte is written.
+        spec_ids = [self._spec_id(p) for p in prepared]
         h = key_hash(raw_key)
         rec = encode_record(raw_key, h, prepared, self._alignment)
         try:
@@ -213,10 +217,11 @@ class ShardWriter:
         pos = self._pos
         self._rows.append((pos, rec.length, h, len(raw_key), len(prepared)))
         add_entry = self._entry_rows.append
-        spec_id = self._spec_id
-        for off, p in zip(rec.offsets, prepared):
+        counts = self._spec_counts
+        for off, p, sid in zip(rec.offsets, prepared, spec_ids):
             size = len(p.payload)
-            add_entry((off, size, p.crc, spec_id(p)))
+            add_entry((off, size, p.crc, sid))
+            counts[sid] += 1
             self._payload_bytes += size
         self._pos = pos + rec.length
         return len(self._rows) - 1
@@ -246,12 +251,12 @@ class ShardWriter:
                 codec = Codec.NONE
         ctype = self._types.get(content_type)
         if ctype is None:
-            try:
-                ctype = self._types[content_type] = content_type.encode("ascii")
-            except UnicodeEncodeError:
+            if not content_type.isascii() or not 0 < len(content_type) <= MAX_NAME_BYTES:
                 raise InvalidKeyError(
-                    f"{self.path}: content type {content_type!r} of entry {name!r} is not ASCII"
-                ) from None
+                    f"{self.path}: content type {content_type[:60]!r} of entry {name!r} must be "
+                    f"1 to {MAX_NAME_BYTES} ASCII characters"
+                )
+            ctype = self._types[content_type] = content_type.encode("ascii")
         return PreparedEntry(raw_name, ctype, codec, payload, crc32c(payload))
 
     def _check_name(self, name: Any, key: str) -> bytes:
@@ -278,7 +283,6 @@ class ShardWriter:
                 )
             sid = self._specs[spec] = len(self._specs)
             self._spec_counts.append(0)
-        self._spec_counts[sid] += 1
         return sid
 
     def _emit(self, parts: list[bytes | bytearray | memoryview], length: int) -> None:
@@ -304,7 +308,7 @@ class ShardWriter:
             "user": self._user_metadata,
             "entry_specs": [s.to_json() for s in specs],
             "content_types": types,
-            "payload_bytes": getattr(self, "_payload_bytes", 0),
+            "payload_bytes": self._payload_bytes,
             "compression": self._codec.label,
         }
 
