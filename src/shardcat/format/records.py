@@ -9,7 +9,7 @@ checked without the others. Padding is zero and checked.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from crc32c import crc32c  # the C function itself: this module is the hot path
 
@@ -20,7 +20,6 @@ from .spec import (
     RECORD_HEAD_STRUCT,
     RECORD_TAG,
     Codec,
-    align_up,
 )
 
 __all__ = ["EncodedRecord", "PreparedEntry", "check_payload", "decode_record", "encode_record"]
@@ -33,8 +32,7 @@ _unpack_head = RECORD_HEAD_STRUCT.unpack_from
 _unpack_desc = ENTRY_DESC_STRUCT.unpack_from
 
 
-@dataclass(frozen=True, slots=True)
-class PreparedEntry:
+class PreparedEntry(NamedTuple):
     """An entry ready to write: its payload is already compressed and checksummed."""
 
     name: bytes
@@ -44,8 +42,7 @@ class PreparedEntry:
     crc: int
 
 
-@dataclass(frozen=True, slots=True)
-class EncodedRecord:
+class EncodedRecord(NamedTuple):
     parts: list[bytes | bytearray | memoryview]
     length: int
     head_length: int
@@ -56,51 +53,51 @@ class EncodedRecord:
 def encode_record(
     key: bytes, key_hash: int, entries: Sequence[PreparedEntry], alignment: int
 ) -> EncodedRecord:
-    """Lay a record out; the caller writes ``parts`` in order."""
+    """Lay a record out; the caller writes ``parts`` in order.
+
+    Called once per record on the write path, so it is written for speed:
+    plain loops, tuples, one pack per structure.
+    """
+    mask = alignment - 1
     strings = [key]
+    strings_len = len(key)
     for e in entries:
         strings.append(e.name)
         strings.append(e.content_type)
-    strings_len = sum(len(s) for s in strings)
-    head_length = align_up(_HEAD + _DESC * len(entries) + strings_len, alignment)
+        strings_len += len(e.name) + len(e.content_type)
+    n = len(entries)
+    unpadded = _HEAD + _DESC * n + strings_len
+    head_length = (unpadded + mask) & ~mask
 
     offsets: list[int] = []
+    descs: list[bytes] = []
+    parts: list[bytes | bytearray | memoryview] = [b""]  # the head goes first
     pos = head_length
+    pack_desc = ENTRY_DESC_STRUCT.pack
     for e in entries:
+        size = len(e.payload)
         offsets.append(pos)
-        pos = align_up(pos + len(e.payload), alignment)
-    record_length = pos if entries else head_length
-
-    descs = b"".join(
-        ENTRY_DESC_STRUCT.pack(
-            off,
-            len(e.payload),
-            e.crc,
-            len(e.name),
-            len(e.content_type),
-            int(e.codec),
-            _DESC_RESERVED,
+        descs.append(
+            pack_desc(pos, size, e.crc, len(e.name), len(e.content_type), e.codec, _DESC_RESERVED)
         )
-        for off, e in zip(offsets, entries)
-    )
-    head_pad = head_length - _HEAD - len(descs) - strings_len
-    # Bytes 8.. of the head, everything head_crc covers.
-    rest = (
-        RECORD_HEAD_STRUCT.pack(
-            RECORD_TAG, 0, record_length, key_hash, head_length, len(key), len(entries)
-        )[8:]
-        + descs
-        + b"".join(strings)
-        + _ZEROS[:head_pad]
-    )
-    head = RECORD_TAG + crc32c(rest).to_bytes(4, "little") + rest
-
-    parts: list[bytes | bytearray | memoryview] = [head]
-    for off, e in zip(offsets, entries):
+        end = pos + size
+        pos = (end + mask) & ~mask
         parts.append(e.payload)
-        pad = align_up(off + len(e.payload), alignment) - off - len(e.payload)
-        if pad:
-            parts.append(_ZEROS[:pad])
+        if pos != end:
+            parts.append(_ZEROS[: pos - end])
+    record_length = pos
+    # Bytes 8.. of the head: everything head_crc covers.
+    rest = b"".join(
+        [
+            RECORD_HEAD_STRUCT.pack(
+                RECORD_TAG, 0, record_length, key_hash, head_length, len(key), n
+            )[8:],
+            *descs,
+            *strings,
+            _ZEROS[: head_length - unpadded],
+        ]
+    )
+    parts[0] = RECORD_TAG + crc32c(rest).to_bytes(4, "little") + rest
     return EncodedRecord(parts, record_length, head_length, offsets)
 
 

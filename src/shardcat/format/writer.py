@@ -132,6 +132,7 @@ class ShardWriter:
         self._keys: list[bytes] = []
         self._names: dict[str, bytes] = {}
         self._types: dict[str, bytes] = {}
+        self._guessed: dict[str, str] = {}
         self._specs: dict[tuple[bytes, bytes, Codec], int] = {}
         self._spec_counts: list[int] = []
         self._info: ShardInfo | None = None
@@ -233,7 +234,9 @@ class ShardWriter:
         forced: Codec | None
         if type(value) is bytes:  # the common case, without an Entry object
             data: bytes | memoryview = value
-            content_type = guess_content_type(name)
+            content_type = self._guessed.get(name) or self._guessed.setdefault(
+                name, guess_content_type(name)
+            )
             forced = None
         else:
             entry = value if isinstance(value, Entry) else encode_value(name, value)
