@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 import typer
@@ -72,7 +72,7 @@ def inspect(
             }
             for s, c, b in zip(f.specs, counts, sizes)
         ]
-        listed = []
+        listed: list[dict[str, Any]] = []
         if records:
             starts = f.entry_starts
             for i in range(min(records, len(r))):
@@ -95,7 +95,7 @@ def inspect(
             verified = r.verify()
 
     if out.as_json:
-        doc = {"shard": shard_fields, "entry_kinds": specs, "metadata": r.metadata}
+        doc: dict[str, Any] = {"shard": shard_fields, "entry_kinds": specs, "metadata": r.metadata}
         if records:
             doc["records"] = listed
         if verified is not None:

@@ -204,7 +204,18 @@ class Trailer:
                 path=path,
                 offset=file_offset,
             )
-        return cls(*fields[:8], version=(fields[8], fields[9]), crc=fields[10])
+        return cls(
+            footer_offset=fields[0],
+            record_count=fields[1],
+            entry_count=fields[2],
+            keys_length=fields[3],
+            metadata_length=fields[4],
+            data_crc=fields[5],
+            footer_crc=fields[6],
+            header_crc=fields[7],
+            version=(fields[8], fields[9]),
+            crc=fields[10],
+        )
 
 
 def check_version(

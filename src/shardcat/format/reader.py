@@ -368,7 +368,7 @@ class ShardReader:
         names = None if entries is None else frozenset(entries)
         end = self._footer.trailer.footer_offset
         count = 0
-        for rec in _stream_records(
+        for _, rec in _stream_records(
             self._source, self.path, end, names, self._footer.trailer.header_crc
         ):
             count += 1
@@ -406,12 +406,10 @@ class ShardReader:
         starts = f.entry_starts
         n_entries = 0
         i = -1
-        for i, rec in enumerate(
-            _stream_records(
-                self._source, self.path, t.footer_offset, None, t.header_crc, crc_out=True
-            )
-        ):
-            view, rec = rec  # type: ignore[misc]
+        records = _stream_records(
+            self._source, self.path, t.footer_offset, None, t.header_crc, verify=True
+        )
+        for i, (view, rec) in enumerate(records):
             data_crc = crc32c(view, data_crc)
             if i >= len(f.records):
                 raise FormatError(
@@ -509,7 +507,8 @@ def iter_partial(
         try:
             # The file size bounds every record length, so a damaged length cannot
             # make the reader allocate absurd buffers.
-            yield from _stream_records(src, src.name, src.size(), None, None)
+            for _, rec in _stream_records(src, src.name, src.size(), None, None):
+                yield rec
         except FormatError:
             return
     finally:
@@ -523,9 +522,11 @@ def _stream_records(
     end: int | None,
     names: frozenset[str] | None,
     header_crc: int | None,
-    crc_out: bool = False,
-) -> Iterator[Record]:
-    """Records in file order from a sequential stream, without the index.
+    verify: bool = False,
+) -> Iterator[tuple[memoryview, Record]]:
+    """``(bytes, record)`` pairs in file order from a sequential stream, without the index.
+
+    ``verify`` also checks padding, which carries no data.
 
     With ``end`` (the footer offset) every record before it must be whole;
     without it (salvage) streaming stops at the first thing that is not a
@@ -544,7 +545,7 @@ def _stream_records(
         cache: dict[object, tuple[str, str, Codec]] = {}
         pos = data_start(alignment)
         pad = buf.take(pos - HEADER_SIZE)
-        if crc_out and pad != bytes(len(pad)):
+        if verify and pad != bytes(len(pad)):
             raise FormatError("non-zero padding after the header", path=path, offset=HEADER_SIZE)
         index = 0
         # Without ``end`` (salvage), the first damaged or incomplete record
@@ -582,9 +583,9 @@ def _stream_records(
                 index=index,
                 names=names,
                 text_cache=cache,
-                check_padding=crc_out,
+                check_padding=verify,
             )
-            yield (view, rec) if crc_out else rec  # type: ignore[misc]
+            yield view, rec
             pos += length
             index += 1
     finally:

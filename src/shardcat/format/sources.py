@@ -98,7 +98,8 @@ class FileSource:
             stream: BinaryIO = open(self._path, "rb")  # noqa: SIM115 - caller closes
             stream.seek(start)
             return stream
-        return _SharedFileStream(self, start)
+        # Buffered, so sequential readers make few positional reads.
+        return io.BufferedReader(_SharedFileStream(self, start), 1 << 20)
 
     def close(self) -> None:
         if self._owned:

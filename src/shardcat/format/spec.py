@@ -26,7 +26,9 @@ xxHash64 (seed 0) of the key's UTF-8 bytes.
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from enum import IntEnum
+from typing import Any
 
 import numpy as np
 
@@ -98,7 +100,7 @@ class Codec(IntEnum):
 
     @property
     def known(self) -> bool:
-        return self.value in self._value2member_map_
+        return self.name in type(self).__members__
 
     @classmethod
     def _missing_(cls, value: object) -> Codec | None:
@@ -238,8 +240,9 @@ def struct_of(dtype: np.dtype) -> struct.Struct:
     codes = {"u1": "B", "u2": "H", "u4": "I", "u8": "Q", "i1": "b", "i2": "h", "i4": "i", "i8": "q"}
     fmt = ["<"]
     at = 0
+    fields: Mapping[str, Any] = dtype.fields or {}
     for name in dtype.names or ():
-        field, offset = dtype.fields[name][:2]
+        field, offset = fields[name][:2]
         if offset != at:
             raise TypeError(f"{name}: gap before offset {offset}")
         if field.kind in "SV":

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from .atomic import PendingFile, open_pending
-from .fs import brace_range, expand_braces, is_local, join, redact, resolve
+from .fs import brace_patterns, brace_range, expand_braces, is_local, join, redact, resolve
 from .ranged import fetch_ranges
 from .sources import FsspecSource, open_source
 
 __all__ = [
     "FsspecSource",
     "PendingFile",
+    "brace_patterns",
     "brace_range",
     "expand_braces",
     "fetch_ranges",

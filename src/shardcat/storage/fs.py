@@ -138,3 +138,69 @@ def brace_range(prefix: str, first: int, last: int, suffix: str = ".shard", widt
     if first == last:
         return f"{prefix}{first:0{width}d}{suffix}"
     return f"{prefix}{{{first:0{width}d}..{last:0{width}d}}}{suffix}"
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+def brace_patterns(urls: list[str]) -> list[str]:
+    """Compress shard URLs into brace ranges: ``t-000-0, t-001-0, t-002-0`` → ``t-{000..002}-0``.
+
+    A run of URLs that differ in one number, counting up by one with the same
+    width, joins one range; the result expands back (``expand_braces``) to
+    exactly ``urls``, in order.
+    """
+    out: list[str] = []
+    run: list[list[str]] = []  # each URL split into [text, digits, text, digits, ..., text]
+    varying = -1
+
+    def flush() -> None:
+        nonlocal varying
+        if run:
+            if len(run) == 1:
+                out.append("".join(run[0]))
+            else:
+                first, last = run[0], run[-1]
+                joined = [
+                    *first[:varying],
+                    "{" + first[varying] + ".." + last[varying] + "}",
+                    *first[varying + 1 :],
+                ]
+                out.append("".join(joined))
+        run.clear()
+        varying = -1
+
+    for url in urls:
+        cur = _interleave(url)
+        if run:
+            prev = run[-1]
+            diff = [i for i in range(1, len(cur), 2) if len(cur) == len(prev) and cur[i] != prev[i]]
+            same_text = len(cur) == len(prev) and all(
+                cur[i] == prev[i] for i in range(0, len(cur), 2)
+            )
+            if (
+                same_text
+                and len(diff) == 1
+                and (varying in (-1, diff[0]))
+                and len(cur[diff[0]]) == len(prev[diff[0]])
+                and int(cur[diff[0]]) == int(prev[diff[0]]) + 1
+            ):
+                varying = diff[0]
+                run.append(cur)
+                continue
+            flush()
+        run.append(cur)
+    flush()
+    return out
+
+
+def _interleave(url: str) -> list[str]:
+    """``"a12b3"`` → ``["a", "12", "b", "3", ""]``: text at even, digits at odd positions."""
+    out: list[str] = []
+    pos = 0
+    for m in _DIGITS.finditer(url):
+        out.append(url[pos : m.start()])
+        out.append(m.group())
+        pos = m.end()
+    out.append(url[pos:])
+    return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Any
 
 from .._ranges import DEFAULT_MAX_GAP, DEFAULT_MAX_SPAN, Coalesced, coalesce, split
 from .._types import ByteRange, StorageOptions
@@ -34,7 +35,7 @@ def fetch_ranges(
 
     out: list[memoryview | None] = [None] * len(requests)
     # One cat_ranges call per filesystem (normally there is just one).
-    remote: dict[int, tuple[object, list[tuple[str, list[int], list[Coalesced], str]]]] = {}
+    remote: dict[int, tuple[Any, list[tuple[str, list[int], list[Coalesced], str]]]] = {}
     for url, idxs in by_url.items():
         ranges = [requests[i][1] for i in idxs]
         merged = coalesce(ranges, max_gap, max_span)
@@ -56,7 +57,7 @@ def fetch_ranges(
         try:
             blobs = fs.cat_ranges(
                 paths, [r.start for r in flat], [r.end for r in flat], on_error="return"
-            )  # type: ignore[attr-defined]
+            )
         except OSError as e:
             raise StorageError(f"ranged reads failed: {e}") from e
         at = 0

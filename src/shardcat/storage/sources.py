@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import BinaryIO
 
 import fsspec
@@ -74,29 +75,17 @@ class FsspecSource:
         pass
 
 
-class _translate:
+@contextlib.contextmanager
+def _translate(name: str) -> Iterator[None]:
     """Turn backend errors into shardcat's, naming the file."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
-    ) -> bool:
-        if (
-            exc is None
-            or not isinstance(exc, OSError)
-            or isinstance(exc, (ShardNotFoundError, StorageError))
-        ):
-            return False
-        if isinstance(exc, FileNotFoundError):
-            raise ShardNotFoundError(
-                f"{self.name}: no such shard (was it deleted or moved?)"
-            ) from exc
-        raise StorageError(f"{self.name}: {exc}") from exc
+    try:
+        yield
+    except (ShardNotFoundError, StorageError):
+        raise
+    except FileNotFoundError as e:
+        raise ShardNotFoundError(f"{name}: no such shard (was it deleted or moved?)") from e
+    except OSError as e:
+        raise StorageError(f"{name}: {e}") from e
 
 
 def open_source(
