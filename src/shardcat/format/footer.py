@@ -63,6 +63,7 @@ class Footer:
     metadata: dict[str, Any]
     specs: list[EntrySpec]
     trailer: Trailer
+    path: str | None = None
     _key_starts: np.ndarray | None = field(default=None, repr=False)
     _entry_starts: np.ndarray | None = field(default=None, repr=False)
     _hash_order: np.ndarray | None = field(default=None, repr=False)
@@ -92,7 +93,20 @@ class Footer:
     def keys(self) -> list[str]:
         s = self.key_starts.tolist()
         blob = self.keys_blob
-        return [blob[a:b].decode("utf-8") for a, b in itertools.pairwise(s)]
+        try:
+            return [blob[a:b].decode("utf-8") for a, b in itertools.pairwise(s)]
+        except UnicodeDecodeError as e:
+            raise FormatError(
+                f"a key in the footer index is not valid UTF-8: {e}", path=self.path
+            ) from e
+
+    def key(self, i: int) -> str:
+        try:
+            return self.key_bytes(i).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise FormatError(
+                f"key {i} in the footer index is not valid UTF-8: {e}", path=self.path
+            ) from e
 
     def find(self, key: bytes, key_hash: int) -> int:
         """Index of the record with this exact key, or -1."""
@@ -203,7 +217,7 @@ class Footer:
             raise FormatError(
                 f"footer metadata is not valid: {e}", path=path, offset=t.footer_offset + meta_at
             ) from e
-        footer = cls(records, entries, keys_blob, metadata, specs, t)
+        footer = cls(records, entries, keys_blob, metadata, specs, t, path)
         footer._check(path)
         return footer
 

@@ -332,7 +332,7 @@ class ShardReader:
         )
         out = [
             Record(
-                f.key_bytes(i).decode("utf-8"),
+                f.key(i),
                 {},
                 index=i,
                 offset=int(f.records[i]["offset"]),
@@ -554,7 +554,7 @@ def _stream_records(
             # Inlined buffer bookkeeping: this loop runs once per record.
             at = buf.pos
             if buf.end - at < head_size:
-                buf.fill(head_size)
+                buf.ensure(head_size)
                 at = buf.pos
                 if buf.end - at < head_size:
                     raise TruncatedError("file ends inside a record head", path=path, offset=pos)
@@ -565,7 +565,7 @@ def _stream_records(
                     f"record length {length} is impossible here", path=path, offset=pos
                 )
             if buf.end - at < length:
-                buf.fill(length)
+                buf.ensure(length)
                 at, mv = buf.pos, buf.view
                 if buf.end - at < length:
                     raise TruncatedError(
@@ -593,46 +593,58 @@ def _stream_records(
 
 
 class _StreamBuffer:
-    """Large read-only buffers over a sequential stream, handed out as zero-copy views.
+    """Chunks of a sequential stream, handed out as zero-copy views.
 
-    Each refill allocates a new buffer (views given out earlier stay valid),
-    moves the unread tail to its front and reads straight into the rest.
+    The caller reads ``view[pos:end]`` directly while the current chunk has
+    what it needs (the fast path, inlined in the record loop) and calls
+    :meth:`ensure` otherwise. Only a record that straddles two chunks is
+    copied, into a small bridge buffer; chunks themselves are never copied
+    or reused, so views handed out earlier stay valid.
     """
 
-    __slots__ = ("end", "pos", "stream", "view")
+    __slots__ = ("end", "pending", "pos", "stream", "view")
 
     def __init__(self, stream: BinaryIO) -> None:
         self.stream = stream
         self.view = memoryview(b"")
         self.pos = 0
         self.end = 0
+        self.pending: list[memoryview] = []
 
-    def fill(self, need: int) -> None:
-        """Make at least ``need`` unread bytes available (fewer only at end of file)."""
-        rest = self.end - self.pos
-        size = max(_STREAM_CHUNK, need)
-        block = bytearray(size)
-        block[:rest] = self.view[self.pos : self.end]
-        target = memoryview(block)
-        filled = rest
-        readinto = getattr(self.stream, "readinto", None)
-        while filled < size:
-            if readinto is not None:
-                n = readinto(target[filled:])
-            else:
-                chunk = self.stream.read(size - filled)
-                n = len(chunk)
-                target[filled : filled + n] = chunk
-            if not n:
+    def _next_chunk(self, at_least: int) -> memoryview | None:
+        if self.pending:
+            return self.pending.pop(0)
+        data = self.stream.read(max(_STREAM_CHUNK, at_least))
+        return memoryview(data).toreadonly() if data else None
+
+    def ensure(self, n: int) -> None:
+        """Make the next ``n`` bytes contiguous at ``view[pos:]`` (fewer only at end of file)."""
+        have = self.end - self.pos
+        if have >= n:
+            return
+        parts = [self.view[self.pos : self.end]] if have else []
+        while have < n:
+            chunk = self._next_chunk(n - have)
+            if chunk is None:
                 break
-            filled += n
-        self.view = target.toreadonly()
-        self.pos = 0
-        self.end = filled
+            if not parts and len(chunk) >= n:
+                # Nothing left over: the new chunk becomes the view as it is.
+                self.view, self.pos, self.end = chunk, 0, len(chunk)
+                return
+            need = n - have
+            if len(chunk) > need:
+                parts.append(chunk[:need])
+                self.pending.insert(0, chunk[need:])
+                have = n
+            else:
+                parts.append(chunk)
+                have += len(chunk)
+        bridge = memoryview(b"".join(parts)).toreadonly()
+        self.view, self.pos, self.end = bridge, 0, len(bridge)
 
     def take(self, n: int) -> memoryview:
         if self.end - self.pos < n:
-            self.fill(n)
+            self.ensure(n)
         view = self.view[self.pos : min(self.pos + n, self.end)]
         self.pos += len(view)
         return view

@@ -40,8 +40,9 @@ log = logging.getLogger(__name__)
 
 # Below this, compression headers cost more than they save.
 _MIN_COMPRESS = 64
-# Records smaller than this are joined into one write call.
-_JOIN_LIMIT = 1 << 20
+# Records smaller than this are joined into one write call; larger ones are
+# written part by part, since copying them costs more than the extra calls.
+_JOIN_LIMIT = 64 << 10
 
 
 class ShardWriter:
