@@ -7,10 +7,13 @@ so a reader decodes it without guessing from a file extension.
 
 from __future__ import annotations
 
+import ast
+import codecs
 import functools
 import io
 import json
 import mimetypes
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,8 +56,12 @@ def guess_content_type(name: str) -> str:
     known = _EXTRA_TYPES.get(ext)
     if known is not None:
         return known
-    guessed, _ = mimetypes.guess_type(f"x.{ext}", strict=False)
+    guessed, _ = _MIMETYPES.guess_type(f"x.{ext}", strict=True)
     return guessed or OCTET_TYPE
+
+
+# Python's built-in table only: the host's /etc/mime.types must not change the bytes we write.
+_MIMETYPES = mimetypes.MimeTypes(filenames=())
 
 
 class Entry:
@@ -179,7 +186,10 @@ def _npy_bytes(array: np.ndarray) -> bytes:
     if array.dtype.hasobject:
         raise TypeError("numpy arrays of Python objects cannot be stored; convert them first")
     buf = io.BytesIO()
-    np.save(buf, array, allow_pickle=False)
+    with warnings.catch_warnings():
+        # Field names beyond Latin-1 need .npy 3.0; numpy warns that old numpy cannot read it.
+        warnings.simplefilter("ignore", UserWarning)
+        np.save(buf, array, allow_pickle=False)
     return buf.getvalue()
 
 
@@ -190,23 +200,48 @@ def decode_value(view: memoryview, content_type: str) -> Any:
     if base == JSON_TYPE or base.endswith("+json"):
         return json.loads(bytes(view))
     if base.startswith("text/"):
-        return str(view, "utf-8")
+        return str(view, _charset(content_type))
     return bytes(view)
 
 
+@functools.lru_cache(maxsize=256)
+def _charset(content_type: str) -> str:
+    """The ``charset=`` parameter of a content type, if Python knows it; else UTF-8."""
+    for param in content_type.split(";")[1:]:
+        name, _, value = param.strip().partition("=")
+        if name.strip().lower() == "charset":
+            try:
+                return codecs.lookup(value.strip().strip('"')).name
+            except LookupError:
+                break
+    return "utf-8"
+
+
 def _npy_view(view: memoryview) -> np.ndarray:
-    # np.load needs a file and copies; parse the header and view the bytes.
-    stream = io.BytesIO(view)
-    version = np.lib.format.read_magic(stream)
-    if version == (1, 0):
-        shape, fortran, dtype = np.lib.format.read_array_header_1_0(stream)
+    """A read-only array viewing the .npy bytes (np.load would need a file and copy).
+
+    .npy 1.0 and 2.0 headers are Latin-1, 3.0 headers UTF-8 (field names
+    beyond Latin-1); all are a Python dict literal after a length prefix.
+    """
+    data = bytes(view[:12])
+    if data[:6] != b"\x93NUMPY" or len(data) < 10:
+        raise ValueError("not a .npy array: bad magic")
+    major = data[6]
+    if major == 1:
+        size, start = int.from_bytes(data[8:10], "little"), 10
+    elif major in (2, 3):
+        size, start = int.from_bytes(data[8:12], "little"), 12
     else:
-        shape, fortran, dtype = np.lib.format.read_array_header_2_0(stream)
+        raise ValueError(f"unsupported .npy version {major}.{data[7]}")
+    text = str(view[start : start + size], "utf-8" if major == 3 else "latin-1")
+    header = ast.literal_eval(text)
+    dtype = np.lib.format.descr_to_dtype(header["descr"])
+    shape = tuple(header["shape"])
     count = 1
     for dim in shape:
         count *= dim
-    array = np.frombuffer(view, dtype=dtype, count=count, offset=stream.tell())
-    return array.reshape(shape, order="F" if fortran else "C")
+    array = np.frombuffer(view, dtype=dtype, count=count, offset=start + size)
+    return array.reshape(shape, order="F" if header["fortran_order"] else "C")
 
 
 class Record:

@@ -251,6 +251,14 @@ class Footer:
             raise FormatError(
                 "a shard without records must have its footer right after the header", path=path
             )
+        if len(self.entries):
+            # Every payload lies inside its record (checked without overflow).
+            lengths = np.repeat(recs["length"], recs["entry_count"].astype(np.int64))
+            offs, sizes = self.entries["offset"], self.entries["size"]
+            if np.any(offs > lengths) or np.any(sizes > lengths - np.minimum(offs, lengths)):
+                raise FormatError(
+                    "an entry row points outside its record", path=path, offset=t.footer_offset
+                )
         if len(self.entries) and int(self.entries["spec"].max()) >= len(self.specs):
             raise FormatError(
                 "an entry row names an unknown entry spec", path=path, offset=t.footer_offset

@@ -129,15 +129,16 @@ class ShardReader:
         if footer_size <= len(tail):
             body = memoryview(tail)[len(tail) - footer_size : len(tail) - TRAILER_SIZE]
         else:
-            body = memoryview(
-                self._source.read(trailer.footer_offset, expected_size - TRAILER_SIZE)
-            )
-            if len(body) != footer_size - TRAILER_SIZE:
-                raise TruncatedError(
-                    "footer is shorter than the trailer promises",
+            # A suffix read of the claimed size returns at most the whole file, so
+            # absurd sizes in a damaged trailer cannot make us allocate them.
+            tail = self._source.read_suffix(footer_size)
+            if len(tail) != footer_size:
+                raise FormatError(
+                    f"file is {len(tail)} bytes, shorter than the {footer_size}-byte footer its "
+                    "trailer describes; the shard was altered or cut short",
                     path=self.path,
-                    offset=trailer.footer_offset,
                 )
+            body = memoryview(tail)[: footer_size - TRAILER_SIZE]
         footer = Footer.decode(body, trailer, path=self.path)
         if whole_file:
             self._set_header(tail[:HEADER_SIZE], trailer)
@@ -231,6 +232,8 @@ class ShardReader:
 
     def index_of(self, key: str) -> int:
         """Index of the record with exactly this key; KeyNotFoundError if none."""
+        if not isinstance(key, str):
+            raise TypeError(f"keys are strings, not {type(key).__name__} ({key!r})")
         raw = key.encode("utf-8", "surrogatepass")
         i = self._footer.find(raw, key_hash(raw))
         if i < 0:
@@ -243,10 +246,7 @@ class ShardReader:
 
     def read(self, i: int, entries: Iterable[str] | None = None) -> Record:
         """Record number ``i`` (file order); with ``entries``, read only those entries' bytes."""
-        n = len(self._footer.records)
-        if not -n <= i < n:
-            raise IndexError(f"{self.path}: record {i} out of range; the shard has {n}")
-        i %= n
+        i = self._index(i)
         if entries is not None:
             return self._read_entries([i], frozenset(entries))[0]
         row = self._footer.records[i]
@@ -255,8 +255,16 @@ class ShardReader:
         data = self._source.read(start, start + length)
         return self._decode_checked(i, memoryview(data), start, length)
 
+    def _index(self, i: int) -> int:
+        n = len(self._footer.records)
+        if not -n <= i < n:
+            raise IndexError(f"{self.path}: record {i} out of range; the shard has {n}")
+        return int(i) % n
+
     def read_range(self, start: int, count: int) -> list[Record]:
         """``count`` consecutive records from index ``start``, in one read."""
+        if start < 0:
+            start = max(0, start + len(self._footer.records))
         rows = self._footer.records[start : start + count]
         if not len(rows):
             return []
@@ -274,7 +282,8 @@ class ShardReader:
         return out
 
     def take(self, indices: Sequence[int], entries: Iterable[str] | None = None) -> list[Record]:
-        """Records at ``indices`` (any order), with nearby reads merged."""
+        """Records at ``indices`` (any order, negative from the end), with nearby reads merged."""
+        indices = [self._index(i) for i in indices]
         if entries is not None:
             return self._read_entries(list(indices), frozenset(entries))
         recs = self._footer.records
@@ -536,7 +545,7 @@ def _stream_records(
     head_size = RECORD_HEAD_STRUCT.size
     unpack = RECORD_HEAD_STRUCT.unpack_from
     try:
-        buf = _StreamBuffer(stream)
+        buf = _StreamBuffer(stream, end)  # never read past the data region
         head = bytes(buf.take(HEADER_SIZE))
         header = Header.decode(head, path=path, warn=header_crc is None)
         if header_crc is not None and header.crc != header_crc:
@@ -602,10 +611,11 @@ class _StreamBuffer:
     or reused, so views handed out earlier stay valid.
     """
 
-    __slots__ = ("end", "pending", "pos", "stream", "view")
+    __slots__ = ("end", "pending", "pos", "remaining", "stream", "view")
 
-    def __init__(self, stream: BinaryIO) -> None:
+    def __init__(self, stream: BinaryIO, limit: int | None = None) -> None:
         self.stream = stream
+        self.remaining = limit  # bytes still to read from the stream; None: to its end
         self.view = memoryview(b"")
         self.pos = 0
         self.end = 0
@@ -614,7 +624,14 @@ class _StreamBuffer:
     def _next_chunk(self, at_least: int) -> memoryview | None:
         if self.pending:
             return self.pending.pop(0)
-        data = self.stream.read(max(_STREAM_CHUNK, at_least))
+        size = max(_STREAM_CHUNK, at_least)
+        if self.remaining is not None:
+            size = min(size, self.remaining)
+            if size <= 0:
+                return None
+        data = self.stream.read(size)
+        if self.remaining is not None:
+            self.remaining -= len(data)
         return memoryview(data).toreadonly() if data else None
 
     def ensure(self, n: int) -> None:

@@ -114,9 +114,11 @@ class ShardWriter:
             raise ValueError(f"file_id must be 16 bytes (a UUID), not {len(file_id)}")
         self._payload_bytes = 0
         try:  # fail now, not at close after writing everything
-            json.dumps(self._user_metadata, allow_nan=False)
+            text = json.dumps(self._user_metadata, allow_nan=False, sort_keys=True)
         except (TypeError, ValueError) as e:
             raise TypeError(f"{path}: shard metadata must be JSON-serialisable: {e}") from e
+        # Keep what a reader will see (tuples become lists, keys become strings).
+        self._user_metadata = json.loads(text)
         header = self._header.encode()
         self._header = Header.decode(header, path=path)  # carries its CRC
         # Zero padding up to the alignment, so payload offsets are aligned in the file.
@@ -197,7 +199,7 @@ class ShardWriter:
         prepared = [
             self._prepare(name, value, key)
             for name, value in items.items()
-            if not name.startswith("__")
+            if not (isinstance(name, str) and name.startswith("__"))
         ]
         if len(prepared) > MAX_ENTRIES:
             raise RecordTooLargeError(

@@ -7,7 +7,6 @@ import re
 import threading
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import fsspec
 from fsspec.core import url_to_fs
@@ -83,18 +82,25 @@ def _freeze(value: Any) -> Any:
     return value
 
 
+_SECRET_PARAM = re.compile(r"(?i)(sig|signature|token|key|secret|password|x-amz-[a-z-]*)=")
+
+
 def redact(url: str) -> str:
-    """``url`` without user, password or query-string secrets, safe to log and store."""
+    """``url`` without user, password or query-string secrets, safe to log and store.
+
+    Everything else is kept exactly (``memory:///a`` stays ``memory:///a``).
+    """
     if "://" not in url:
         return url
-    parts = urlsplit(url)
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    query = "&".join(
-        q
-        for q in parts.query.split("&")
-        if q and not re.match(r"(?i)(sig|signature|token|key|secret|password|x-amz-[a-z-]*)=", q)
-    )
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    scheme, rest = url.split("://", 1)
+    netloc, slash, path = rest.partition("/")
+    if "@" in netloc:
+        netloc = netloc.rsplit("@", 1)[-1]
+    if "?" in path:
+        path, query = path.split("?", 1)
+        kept = "&".join(q for q in query.split("&") if q and not _SECRET_PARAM.match(q))
+        path = f"{path}?{kept}" if kept else path
+    return f"{scheme}://{netloc}{slash}{path}"
 
 
 def join(base: str, *names: str) -> str:

@@ -1,0 +1,222 @@
+"""The catalog's tables as typed SQLAlchemy 2 models.
+
+docs/CATALOG.md describes every table and column, and why ``records`` looks
+the way it does. The Alembic migrations in the top-level ``migrations/``
+folder create exactly these tables; ``tests/catalog/test_migrations.py``
+checks that models and migrations never drift apart.
+
+Tables::
+
+    datasets ──< jobs ──< shards ──< records >── layouts ──< layout_entries
+        └──────────────────┴───────────┘  (dataset_id on every table)
+
+``records`` has no foreign-key constraints on purpose: PostgreSQL checks
+them row by row during COPY (three of them cut bulk registration by more
+than half on our machines), and the catalog code is its only writer. It
+deletes a shard's records before the shard itself.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    SmallInteger,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeEngine
+
+__all__ = [
+    "JOB_STATES",
+    "NAMING_CONVENTION",
+    "SHARD_STATES",
+    "Base",
+    "Dataset",
+    "Job",
+    "Layout",
+    "LayoutEntry",
+    "Record",
+    "Shard",
+]
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+"""Deterministic constraint names, so migrations can refer to them on every backend."""
+
+SHARD_STATES = ("staged", "committed", "deleted")
+"""``staged`` → ``committed`` (job commit); ``staged`` → ``deleted`` (job abort);
+``committed`` → ``deleted`` (shard removed). Only ``committed`` shards are visible."""
+
+JOB_STATES = ("open", "committed", "aborted")
+
+# JSONB on PostgreSQL (indexable, operators like ->> and @>), JSON elsewhere.
+JSONType: TypeEngine[Any] = JSON().with_variant(JSONB(), "postgresql")
+Timestamp = DateTime(timezone=True)
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    quoted = ", ".join(f"'{v}'" for v in values)
+    return f"{column} IN ({quoted})"
+
+
+class Base(DeclarativeBase):
+    """Declarative base: naming conventions and shared type mappings."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dict[str, Any]: JSONType, dt.datetime: Timestamp}
+
+
+class Dataset(Base):
+    """A named collection of shards whose keys are unique."""
+
+    __tablename__ = "datasets"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    root_url: Mapped[str] = mapped_column(Text)
+    """Where the dataset's shards live, without credentials."""
+    format_major: Mapped[int] = mapped_column(SmallInteger)
+    format_minor: Mapped[int] = mapped_column(SmallInteger)
+    version: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    """Bumped by every commit; the optimistic-concurrency token."""
+    properties: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    created_at: Mapped[dt.datetime] = mapped_column(Timestamp, server_default=func.now())
+
+
+class Job(Base):
+    """One unit of writing: its staged shards become visible together at commit."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (
+        CheckConstraint(_in("state", JOB_STATES), name="state"),
+        Index(None, "dataset_id", "state"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
+    state: Mapped[str] = mapped_column(String(16), server_default=text("'open'"))
+    description: Mapped[str | None] = mapped_column(Text)
+    properties: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    version: Mapped[int | None] = mapped_column(BigInteger)
+    """The dataset version this job's commit produced."""
+    created_at: Mapped[dt.datetime] = mapped_column(Timestamp, server_default=func.now())
+    finished_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)
+
+
+class Shard(Base):
+    """One shard file: what its header and footer say, and where it is in its life."""
+
+    __tablename__ = "shards"
+    __table_args__ = (
+        CheckConstraint(_in("state", SHARD_STATES), name="state"),
+        Index(None, "dataset_id", "state"),
+        Index(None, "dataset_id", "url"),
+        Index(None, "job_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+    url: Mapped[str] = mapped_column(Text)
+    """Full URL (or local path) without credentials."""
+    shard_number: Mapped[int | None] = mapped_column(BigInteger)
+    state: Mapped[str] = mapped_column(String(16))
+    # --- from the header -------------------------------------------------
+    file_id: Mapped[str] = mapped_column(String(32))
+    format_major: Mapped[int] = mapped_column(SmallInteger)
+    format_minor: Mapped[int] = mapped_column(SmallInteger)
+    flags: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[dt.datetime] = mapped_column(Timestamp)
+    """The writer's clock when it opened the shard (UTC)."""
+    alignment: Mapped[int] = mapped_column(Integer)
+    compression: Mapped[str] = mapped_column(String(16))
+    header_crc: Mapped[int] = mapped_column(BigInteger)
+    # --- from the footer -------------------------------------------------
+    record_count: Mapped[int] = mapped_column(BigInteger)
+    entry_count: Mapped[int] = mapped_column(BigInteger)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    payload_bytes: Mapped[int] = mapped_column(BigInteger)
+    data_crc: Mapped[int] = mapped_column(BigInteger)
+    footer_crc: Mapped[int] = mapped_column(BigInteger)
+    user_metadata: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    # --- catalog life ----------------------------------------------------
+    registered_at: Mapped[dt.datetime] = mapped_column(Timestamp, server_default=func.now())
+    committed_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)
+    deleted_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)
+
+
+class Layout(Base):
+    """A distinct sequence of entries (name, content type, codec) shared by many records."""
+
+    __tablename__ = "layouts"
+    __table_args__ = (UniqueConstraint("dataset_id", "digest"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
+    digest: Mapped[str] = mapped_column(String(64))
+    """SHA-256 (hex) of ``signature``: a short unique key for any number of entries."""
+    signature: Mapped[str] = mapped_column(Text)
+    """JSON ``[[name, content_type, codec], ...]`` in record order."""
+    entry_count: Mapped[int] = mapped_column(Integer)
+
+
+class LayoutEntry(Base):
+    """One entry of a layout: joins records to entry names for SQL filters."""
+
+    __tablename__ = "layout_entries"
+    __table_args__ = (PrimaryKeyConstraint("layout_id", "position"), Index(None, "name"))
+
+    layout_id: Mapped[int] = mapped_column(ForeignKey("layouts.id", ondelete="CASCADE"))
+    position: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(Text)
+    content_type: Mapped[str] = mapped_column(Text)
+    codec: Mapped[str] = mapped_column(String(16))
+
+
+class Record(Base):
+    """One sample: where its bytes are, and where each of its entries is inside them.
+
+    Clustered by (shard, offset) on SQLite (``WITHOUT ROWID``), so a shard's
+    records are stored together and deleted as one range.
+    """
+
+    __tablename__ = "records"
+    __table_args__ = (
+        PrimaryKeyConstraint("shard_id", "byte_offset"),
+        Index(None, "dataset_id", "key_hash"),
+        {"sqlite_with_rowid": False},
+    )
+
+    shard_id: Mapped[int] = mapped_column(Integer)
+    byte_offset: Mapped[int] = mapped_column(BigInteger)
+    """First byte of the record in its shard."""
+    dataset_id: Mapped[int] = mapped_column(Integer)
+    key_hash: Mapped[int] = mapped_column(BigInteger)
+    """xxHash64 (seed 0) of the key's UTF-8 bytes, as a signed 64-bit integer."""
+    key: Mapped[str] = mapped_column(Text)
+    byte_length: Mapped[int] = mapped_column(BigInteger)
+    layout_id: Mapped[int] = mapped_column(Integer)
+    spans: Mapped[bytes] = mapped_column(LargeBinary)
+    """Per entry, in layout order: offset in the record, stored size, CRC32C (see spans.py)."""

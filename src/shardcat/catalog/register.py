@@ -1,0 +1,269 @@
+"""Turning a ShardInfo into catalog rows, and writing them in bulk.
+
+:func:`prepare_shard` is pure numpy work on the footer arrays (no SQL);
+:func:`insert_records` writes the rows with the fastest path each backend
+has: ``executemany`` on SQLite, binary ``COPY`` on PostgreSQL. Rows are sent
+in key-hash order, which keeps the ``(dataset_id, key_hash)`` index insertions
+local (it doubles PostgreSQL's COPY rate on a non-empty table).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+from sqlalchemy import insert, select
+from sqlalchemy.orm import Session
+
+from ..errors import DuplicateKeyError, FormatError
+from ..format import ShardInfo
+from ..format.spec import NO_SHARD_NUMBER
+from ..storage import redact
+from .models import Layout, LayoutEntry, Record
+from .spans import pack_spans
+
+__all__ = ["LayoutSpec", "PreparedShard", "ensure_layouts", "insert_records", "prepare_shard"]
+
+MAX_LISTED_KEYS = 20
+"""Duplicate keys named in an error message (the exception holds up to 1000)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutSpec:
+    """A distinct sequence of entries, as stored in ``layouts``."""
+
+    entries: tuple[tuple[str, str, str], ...]
+    """``(name, content_type, codec)`` per entry, in record order."""
+
+    @property
+    def signature(self) -> str:
+        return json.dumps([list(e) for e in self.entries], ensure_ascii=False, separators=(",", ":"))
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.signature.encode("utf-8")).hexdigest()
+
+
+@dataclass(slots=True)
+class PreparedShard:
+    """Everything to insert for one shard, computed from its ShardInfo alone."""
+
+    url: str
+    columns: dict[str, Any]
+    """Values of the ``shards`` columns that come from the file."""
+    keys: list[str]
+    key_hashes: np.ndarray
+    """int64: xxh64 as signed (SQL BIGINT)."""
+    offsets: np.ndarray
+    lengths: np.ndarray
+    layouts: list[LayoutSpec]
+    layout_index: np.ndarray
+    """Per record: index into ``layouts``."""
+    spans: list[bytes]
+
+    @property
+    def record_count(self) -> int:
+        return len(self.keys)
+
+
+def prepare_shard(info: ShardInfo) -> PreparedShard:
+    """Compute a shard's catalog rows from its summary (no database access).
+
+    Raises
+    ------
+    DuplicateKeyError
+        If the shard holds the same key twice.
+    FormatError
+        If the summary's arrays disagree with each other.
+    """
+    url = redact(info.path)
+    recs = info.records
+    n = len(recs)
+    if len(info.keys) != n:
+        raise FormatError(f"summary lists {len(info.keys)} keys for {n} records", path=url)
+    counts = recs["entry_count"].astype(np.int64)
+    starts = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=starts[1:])
+    if int(starts[-1]) != len(info.entries):
+        raise FormatError(f"records name {int(starts[-1])} entries, the summary has {len(info.entries)}", path=url)
+    header = info.header
+    user = info.metadata.get("user", {})
+    columns: dict[str, Any] = {
+        "shard_number": None if header.shard_number == NO_SHARD_NUMBER else int(header.shard_number),
+        "file_id": info.file_id,
+        "format_major": int(header.version[0]),
+        "format_minor": int(header.version[1]),
+        "flags": int(header.flags),
+        "created_at": dt.datetime.fromtimestamp(header.created_us / 1e6, tz=dt.timezone.utc),
+        "alignment": int(header.alignment),
+        "compression": header.default_codec.label,
+        "header_crc": int(header.crc),
+        "record_count": n,
+        "entry_count": len(info.entries),
+        "size_bytes": int(info.size),
+        "payload_bytes": info.payload_bytes(),
+        "data_crc": int(info.data_crc),
+        "footer_crc": int(info.footer_crc),
+        "user_metadata": user if isinstance(user, dict) else {"value": user},
+    }
+    hashes = recs["key_hash"].astype(np.uint64).view(np.int64)
+    check_unique(info.keys, hashes, url)
+    layouts, layout_index = _layouts(info, counts, starts)
+    return PreparedShard(
+        url=url,
+        columns=columns,
+        keys=list(info.keys),
+        key_hashes=hashes,
+        offsets=recs["offset"].astype(np.int64),
+        lengths=recs["length"].astype(np.int64),
+        layouts=layouts,
+        layout_index=layout_index,
+        spans=pack_spans(info.entries, counts, starts),
+    )
+
+
+def check_unique(keys: list[str], hashes: np.ndarray, where: str) -> None:
+    """Raise DuplicateKeyError if ``keys`` repeat (equal hashes, then equal text)."""
+    if len(hashes) < 2:
+        return
+    order = np.argsort(hashes, kind="stable")
+    sorted_h = hashes[order]
+    same = np.flatnonzero(sorted_h[1:] == sorted_h[:-1])
+    if not len(same):
+        return
+    dups: set[str] = set()
+    for j in same.tolist():
+        a, b = keys[int(order[j])], keys[int(order[j + 1])]
+        if a == b:
+            dups.add(a)
+    if dups:
+        raise duplicate_error(sorted(dups), f"in {where}")
+
+
+def duplicate_error(keys: list[str], where: str) -> DuplicateKeyError:
+    listed = ", ".join(repr(k) for k in keys[:MAX_LISTED_KEYS])
+    more = f" and {len(keys) - MAX_LISTED_KEYS} more" if len(keys) > MAX_LISTED_KEYS else ""
+    return DuplicateKeyError(
+        f"{len(keys)} duplicate key(s) {where}: {listed}{more}; keys must be unique per dataset "
+        "(write each key once, or remove the shard that already holds it)",
+        keys=keys[:1000],
+    )
+
+
+def _layouts(info: ShardInfo, counts: np.ndarray, starts: np.ndarray) -> tuple[list[LayoutSpec], np.ndarray]:
+    """Distinct entry sequences of the shard's records, and each record's one."""
+    n = len(counts)
+    specs = [(s.name, s.content_type, s.codec.label) for s in info.specs]
+    spec_ids = info.entries["spec"].astype(np.int64)
+    if len(spec_ids) and int(spec_ids.max()) >= len(specs):
+        raise FormatError("an entry names an unknown entry spec", path=redact(info.path))
+    layouts: list[LayoutSpec] = []
+    index = np.zeros(n, dtype=np.int64)
+    for k in np.unique(counts).tolist():
+        which = np.flatnonzero(counts == k)
+        if k == 0:
+            index[which] = len(layouts)
+            layouts.append(LayoutSpec(()))
+            continue
+        matrix = spec_ids[starts[which][:, None] + np.arange(k)]
+        distinct, inverse = np.unique(matrix, axis=0, return_inverse=True)
+        index[which] = len(layouts) + inverse.reshape(-1)
+        layouts.extend(LayoutSpec(tuple(specs[s] for s in row)) for row in distinct.tolist())
+    return layouts, index
+
+
+def ensure_layouts(session: Session, dataset_id: int, layouts: list[LayoutSpec]) -> list[int]:
+    """Ids of ``layouts`` in the dataset, inserting the ones not seen before."""
+    if not layouts:
+        return []
+    digests = [lay.digest for lay in layouts]
+    rows = select(Layout.digest, Layout.id).where(Layout.dataset_id == dataset_id, Layout.digest.in_(set(digests)))
+    known = dict(session.execute(rows).tuples().all())
+    missing = [lay for lay in dict(zip(digests, layouts)).values() if lay.digest not in known]
+    for lay in missing:
+        # A concurrent writer may add the same layout: ON CONFLICT makes both win.
+        stmt = _insert_ignore(session, Layout).values(
+            dataset_id=dataset_id, digest=lay.digest, signature=lay.signature, entry_count=len(lay.entries)
+        )
+        session.execute(stmt)
+        layout_id = session.execute(
+            select(Layout.id).where(Layout.dataset_id == dataset_id, Layout.digest == lay.digest)
+        ).scalar_one()
+        if lay.entries:
+            session.execute(
+                _insert_ignore(session, LayoutEntry),
+                [
+                    {"layout_id": layout_id, "position": i, "name": e[0], "content_type": e[1], "codec": e[2]}
+                    for i, e in enumerate(lay.entries)
+                ],
+            )
+        known[lay.digest] = layout_id
+    return [known[d] for d in digests]
+
+
+def _insert_ignore(session: Session, model: type[Layout] | type[LayoutEntry]) -> Any:
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(model).on_conflict_do_nothing()
+    if dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        return sqlite_insert(model).on_conflict_do_nothing()
+    return insert(model)
+
+
+_COLUMNS = ("shard_id", "dataset_id", "byte_offset", "key_hash", "key", "byte_length", "layout_id", "spans")
+_PG_TYPES = ["int4", "int4", "int8", "int8", "text", "int8", "int4", "bytea"]
+
+
+def insert_records(session: Session, shard_id: int, dataset_id: int, prep: PreparedShard, layout_ids: list[int]) -> None:
+    """Insert the shard's records in the session's transaction, in bulk."""
+    n = prep.record_count
+    if n == 0:
+        return
+    order = np.argsort(prep.key_hashes, kind="stable")
+    pick = order.tolist()
+    keys = list(itemgetter(*pick)(prep.keys)) if n > 1 else [prep.keys[0]]
+    spans = list(itemgetter(*pick)(prep.spans)) if n > 1 else [prep.spans[0]]
+    offsets = prep.offsets[order].tolist()
+    hashes = prep.key_hashes[order].tolist()
+    lengths = prep.lengths[order].tolist()
+    lids = np.asarray(layout_ids, dtype=np.int64)[prep.layout_index][order].tolist()
+    conn = session.connection()
+    dialect = conn.dialect.name
+    dbapi = conn.connection.driver_connection
+    if dialect == "sqlite":
+        # Integers are inlined: fewer parameters to bind per row is measurably faster.
+        sql = (
+            f"INSERT INTO records ({', '.join(_COLUMNS)}) "
+            f"VALUES ({int(shard_id)}, {int(dataset_id)}, ?, ?, ?, ?, ?, ?)"
+        )
+        cur = dbapi.cursor()  # type: ignore[union-attr]
+        try:
+            cur.executemany(sql, zip(offsets, hashes, keys, lengths, lids, spans))
+        finally:
+            cur.close()
+    elif dialect == "postgresql":
+        with dbapi.cursor() as cur:  # type: ignore[union-attr]
+            with cur.copy(f"COPY records ({', '.join(_COLUMNS)}) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(_PG_TYPES)
+                write = copy.write_row
+                for row in zip(
+                    [shard_id] * n, [dataset_id] * n, offsets, hashes, keys, lengths, lids, spans
+                ):
+                    write(row)
+    else:  # any other SQLAlchemy backend: plain executemany through Core
+        session.execute(
+            insert(Record),
+            [
+                dict(zip(_COLUMNS, row))
+                for row in zip([shard_id] * n, [dataset_id] * n, offsets, hashes, keys, lengths, lids, spans)
+            ],
+        )
