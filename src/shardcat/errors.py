@@ -19,6 +19,7 @@ __all__ = [
     "DuplicateKeyError",
     "FormatError",
     "InvalidKeyError",
+    "JobNotFoundError",
     "KeyNotFoundError",
     "NewerVersionWarning",
     "RecordTooLargeError",
@@ -144,6 +145,13 @@ class CatalogLockedError(CatalogError):
 
 class DatasetNotFoundError(CatalogError, KeyError):
     """No dataset of this name is registered in the catalog."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class JobNotFoundError(CatalogError, KeyError):
+    """No job with this id is registered in the catalog."""
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""

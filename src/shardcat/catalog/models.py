@@ -85,13 +85,15 @@ class Base(DeclarativeBase):
     """Declarative base: naming conventions and shared type mappings."""
 
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
-    type_annotation_map = {dict[str, Any]: JSONType, dt.datetime: Timestamp}
+    type_annotation_map = {dict[str, Any]: JSONType, dt.datetime: Timestamp}  # noqa: RUF012
 
 
 class Dataset(Base):
     """A named collection of shards whose keys are unique."""
 
     __tablename__ = "datasets"
+    # Ids are never reused (SQLite would otherwise hand out a deleted maximum again).
+    __table_args__ = {"sqlite_autoincrement": True}  # noqa: RUF012
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(255), unique=True)
@@ -112,6 +114,7 @@ class Job(Base):
     __table_args__ = (
         CheckConstraint(_in("state", JOB_STATES), name="state"),
         Index(None, "dataset_id", "state"),
+        {"sqlite_autoincrement": True},
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -134,6 +137,7 @@ class Shard(Base):
         Index(None, "dataset_id", "state"),
         Index(None, "dataset_id", "url"),
         Index(None, "job_id"),
+        {"sqlite_autoincrement": True},
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)

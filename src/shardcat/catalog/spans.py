@@ -16,11 +16,14 @@ two apart: the layout gives the entry count ``n`` and ``12 n != 20 n``.
 
 from __future__ import annotations
 
+import itertools
 import struct
+from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
-__all__ = ["NARROW", "WIDE", "pack_spans", "unpack_spans"]
+__all__ = ["NARROW", "WIDE", "PackedSpans", "pack_spans", "unpack_spans"]
 
 NARROW = np.dtype([("offset", "<u4"), ("size", "<u4"), ("crc", "<u4")])
 WIDE = np.dtype([("offset", "<u8"), ("size", "<u8"), ("crc", "<u4")], align=False)
@@ -30,8 +33,40 @@ assert NARROW.itemsize == _NARROW.size == 12
 assert WIDE.itemsize == _WIDE.size == 20
 
 
-def pack_spans(entries: np.ndarray, counts: np.ndarray, starts: np.ndarray) -> list[bytes]:
-    """One packed value per record.
+@dataclass(frozen=True, slots=True)
+class PackedSpans:
+    """Every record's packed spans, back to back: record ``i`` is ``flat[starts[i]:starts[i + 1]]``."""
+
+    flat: np.ndarray
+    """uint8."""
+    starts: np.ndarray
+    """int64, one more than there are records."""
+
+    def __len__(self) -> int:
+        return len(self.starts) - 1
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.starts)
+
+    def tolist(self) -> list[bytes]:
+        """One ``bytes`` per record."""
+        n = len(self)
+        if n == 0:
+            return []
+        lengths = self.lengths()
+        width = int(lengths[0])
+        if not np.any(lengths != width):
+            if width == 0:
+                return [b""] * n
+            # Equal lengths: one fixed-size void per record, converted in C.
+            return cast("list[bytes]", self.flat.view(np.dtype((np.void, width))).tolist())
+        data = self.flat.tobytes()
+        bounds = self.starts.tolist()
+        return [data[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def pack_spans(entries: np.ndarray, counts: np.ndarray) -> PackedSpans:
+    """Pack the spans of every record.
 
     Parameters
     ----------
@@ -40,43 +75,19 @@ def pack_spans(entries: np.ndarray, counts: np.ndarray, starts: np.ndarray) -> l
         concatenated in record order, as in a shard's footer.
     counts:
         Entries per record.
-    starts:
-        First entry row of each record (``len(counts) + 1`` values).
-
-    Returns
-    -------
-    list of bytes
-        Record ``i``'s value, in record order.
     """
-    n = len(counts)
-    if n == 0:
-        return []
+    starts = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=starts[1:])
     if len(entries) == 0:
-        return [b""] * n
+        return PackedSpans(np.zeros(0, dtype=np.uint8), starts)
     ends = entries["offset"].astype(np.uint64) + entries["size"].astype(np.uint64)
     dtype = NARROW if int(ends.max()) < 1 << 32 else WIDE
     packed = np.empty(len(entries), dtype=dtype)
     packed["offset"] = entries["offset"]
     packed["size"] = entries["size"]
     packed["crc"] = entries["crc"]
-    width = dtype.itemsize
-    distinct = np.unique(counts)
-    if len(distinct) == 1:
-        k = int(distinct[0])
-        if k == 0:
-            return [b""] * n
-        # All records have k entries: one fixed-size void per record, in C.
-        return packed.view(np.dtype((np.void, k * width))).tolist()  # type: ignore[no-any-return]
-    out: list[bytes] = [b""] * n
-    for k in distinct.tolist():
-        if k == 0:
-            continue
-        which = np.flatnonzero(counts == k)
-        rows = starts[which][:, None] + np.arange(k)
-        blobs = np.ascontiguousarray(packed[rows]).view(np.dtype((np.void, k * width))).ravel().tolist()
-        for i, blob in zip(which.tolist(), blobs):
-            out[i] = blob
-    return out
+    # Entries are already in record order, so the packed rows are too.
+    return PackedSpans(packed.view(np.uint8), starts * dtype.itemsize)
 
 
 def unpack_spans(value: bytes, count: int) -> list[tuple[int, int, int]]:

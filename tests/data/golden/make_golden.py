@@ -23,7 +23,13 @@ FILE_ID = bytes(range(16))
 def golden_samples() -> list[tuple[str, dict]]:
     return [
         ("cat/0001", {"txt": "meow", "json": {"label": 3}}),
-        ("dog/0002", {"jpg": b"\xff\xd8\xff\xe0fake-jpeg\xff\xd9", "npy": np.arange(6, dtype="<i4").reshape(2, 3)}),
+        (
+            "dog/0002",
+            {
+                "jpg": b"\xff\xd8\xff\xe0fake-jpeg\xff\xd9",
+                "npy": np.arange(6, dtype="<i4").reshape(2, 3),
+            },
+        ),
         ("ключ/🐟", {"bin": Entry(bytes(range(200)) * 3, "application/octet-stream", "zstd")}),
         ("lz4/0004", {"log": Entry(b"line\n" * 100, "text/plain", "lz4")}),
         ("empty/0005", {}),

@@ -1,0 +1,1 @@
+"""shardcat's Alembic migrations (installed as the ``shardcat.migrations`` package)."""

@@ -1,0 +1,237 @@
+"""Schema versions: Alembic migrations from the top-level ``migrations/`` folder.
+
+The folder ships in the wheel as the ``shardcat.migrations`` package (in a
+checkout, ``src/shardcat/migrations`` links to it). ``shardcat catalog
+upgrade`` calls :func:`upgrade`; a :class:`~shardcat.catalog.Catalog` calls
+:func:`ensure_schema`, which creates an empty catalog at the newest revision
+and refuses, with a message naming the upgrade command, one at another.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, inspect, text
+
+from ..errors import CatalogError, SchemaVersionError
+from .models import Base
+from .session import create_catalog_engine, display_url, translate_errors
+
+__all__ = [
+    "VERSION_TABLE",
+    "alembic_config",
+    "check",
+    "current",
+    "downgrade",
+    "ensure_schema",
+    "head_revision",
+    "migrations_dir",
+    "upgrade",
+    "verify_schema",
+]
+
+VERSION_TABLE = "alembic_version"
+
+
+def migrations_dir() -> Path:
+    """The folder holding ``env.py`` and ``versions/``.
+
+    Raises
+    ------
+    CatalogError
+        If neither the installed package nor the checkout has it.
+    """
+    try:
+        found = Path(str(importlib.resources.files("shardcat.migrations")))
+        if (found / "env.py").is_file():
+            return found
+    except (ModuleNotFoundError, TypeError):
+        pass
+    checkout = Path(__file__).resolve().parents[3] / "migrations"
+    if (checkout / "env.py").is_file():
+        return checkout
+    raise CatalogError(
+        "shardcat's migration scripts are missing from this installation; reinstall shardcat"
+    )
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    """An Alembic Config built in code (no alembic.ini needed)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(migrations_dir()))
+    cfg.set_main_option("version_table", VERSION_TABLE)
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+@functools.lru_cache(maxsize=1)
+def head_revision() -> str:
+    """The newest revision this version of shardcat knows."""
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    if head is None:
+        raise CatalogError("shardcat's migration scripts define no revision; reinstall shardcat")
+    return head
+
+
+@functools.lru_cache(maxsize=1)
+def known_revisions() -> frozenset[str]:
+    script = ScriptDirectory.from_config(alembic_config())
+    return frozenset(s.revision for s in script.walk_revisions())
+
+
+@contextmanager
+def _engine(target: str | Engine) -> Iterator[Engine]:
+    if isinstance(target, Engine):
+        yield target
+        return
+    engine = create_catalog_engine(target)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+def upgrade(target: str | Engine, revision: str = "head") -> tuple[str | None, str | None]:
+    """Apply migrations up to ``revision``; returns (revision before, revision after).
+
+    Raises
+    ------
+    CatalogError
+        If a migration fails (the transaction is rolled back where the backend can).
+    """
+    with _engine(target) as engine, translate_errors(engine.url):
+        with engine.begin() as conn:
+            before = _current(conn)
+            command.upgrade(alembic_config(conn), revision)
+            after = _current(conn)
+        return before, after
+
+
+def downgrade(target: str | Engine, revision: str) -> tuple[str | None, str | None]:
+    """Revert migrations down to ``revision`` (``"base"`` drops every table).
+
+    Raises
+    ------
+    CatalogError
+        If a migration fails.
+    """
+    with _engine(target) as engine, translate_errors(engine.url):
+        with engine.begin() as conn:
+            before = _current(conn)
+            command.downgrade(alembic_config(conn), revision)
+            after = _current(conn)
+        return before, after
+
+
+def current(target: str | Engine) -> str | None:
+    """The catalog's revision, or None if it has never been migrated.
+
+    Raises
+    ------
+    CatalogError
+        If the database cannot be read.
+    """
+    with _engine(target) as engine, translate_errors(engine.url), engine.connect() as conn:
+        return _current(conn)
+
+
+def _current(conn: Connection) -> str | None:
+    ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+    return ctx.get_current_revision()
+
+
+def check(target: str | Engine) -> list[Any]:
+    """Differences between the models and the database (empty when they agree).
+
+    Uses Alembic's autogenerate comparison, with column types compared.
+    """
+    with _engine(target) as engine, translate_errors(engine.url), engine.connect() as conn:
+        ctx = MigrationContext.configure(
+            conn,
+            opts={"compare_type": True, "render_as_batch": True, "version_table": VERSION_TABLE},
+        )
+        return list(compare_metadata(ctx, Base.metadata))
+
+
+def verify_schema(engine: Engine) -> str:
+    """Check the catalog is at the revision this shardcat needs; return it.
+
+    Raises
+    ------
+    SchemaVersionError
+        If it is older (run ``shardcat catalog upgrade``), newer (upgrade
+        shardcat) or not a shardcat catalog at all.
+    """
+    with translate_errors(engine.url), engine.connect() as conn:
+        return _verify(conn, engine)
+
+
+def _verify(conn: Connection, engine: Engine) -> str:
+    where = display_url(engine.url)
+    head = head_revision()
+    rev = _current(conn)
+    if rev == head:
+        return rev
+    if rev is None:
+        tables = set(inspect(conn).get_table_names())
+        detail = "has no schema revision" if tables else "is empty"
+        raise SchemaVersionError(
+            f"catalog {where} {detail}; create or upgrade its tables with "
+            f"`shardcat catalog upgrade --catalog {where}`"
+        )
+    if rev not in known_revisions():
+        raise SchemaVersionError(
+            f"catalog {where} is at schema revision {rev!r}, which this shardcat does not know "
+            f"(its newest is {head!r}): it was upgraded by a newer shardcat; upgrade shardcat"
+        )
+    raise SchemaVersionError(
+        f"catalog {where} is at schema revision {rev!r}, this shardcat needs {head!r}: run "
+        f"`shardcat catalog upgrade --catalog {where}` (back up the catalog first)"
+    )
+
+
+def ensure_schema(engine: Engine, *, create: bool = True) -> str:
+    """Verify the schema; a catalog with no tables at all is first created at head.
+
+    Creation runs ``create_all`` and stamps the head revision in one
+    transaction (the Alembic cookbook's recipe); ``test_migrations.py`` checks
+    it yields the same schema as running every migration.
+
+    Raises
+    ------
+    SchemaVersionError
+        See :func:`verify_schema`.
+    """
+    with translate_errors(engine.url):
+        with engine.connect() as conn:
+            if _current(conn) == head_revision():
+                return head_revision()
+            empty = not inspect(conn).get_table_names()
+        if create and empty:
+            with engine.execution_options(shardcat_write=True).begin() as conn:
+                if conn.dialect.name == "postgresql":
+                    # Many processes may open a new catalog at once (a Dask job's
+                    # workers): one creates it, the others wait and find it made.
+                    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _CREATE_LOCK})
+                if not inspect(conn).get_table_names():  # still empty under the write lock
+                    Base.metadata.create_all(conn)
+                    _stamp(conn, head_revision())
+        return verify_schema(engine)
+
+
+_CREATE_LOCK = 0x73686172_64636174 & 0x7FFF_FFFF_FFFF_FFFF  # "shardcat"
+
+
+def _stamp(conn: Connection, revision: str) -> None:
+    command.stamp(alembic_config(conn), revision)

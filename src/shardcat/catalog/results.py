@@ -1,0 +1,186 @@
+"""Value objects the catalog returns: plain frozen dataclasses, no ORM objects."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import KeyNotFoundError
+from ..format import Record
+
+__all__ = [
+    "BatchResult",
+    "CatalogReport",
+    "DatasetInfo",
+    "JobInfo",
+    "Location",
+    "Problem",
+    "ShardRow",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetInfo:
+    """A dataset's row."""
+
+    id: int
+    name: str
+    root_url: str
+    format_version: tuple[int, int]
+    version: int
+    """Number of commits so far."""
+    properties: dict[str, Any]
+    created_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """A job's row."""
+
+    id: int
+    dataset: str
+    state: str
+    """``open``, ``committed`` or ``aborted``."""
+    version: int | None
+    """The dataset version its commit produced."""
+    description: str | None
+    properties: dict[str, Any] | None
+    created_at: dt.datetime
+    finished_at: dt.datetime | None
+    shard_count: int = 0
+    record_count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ShardRow:
+    """A shard's row (without its records)."""
+
+    id: int
+    dataset: str
+    url: str
+    state: str
+    job_id: int | None
+    shard_number: int | None
+    record_count: int
+    size_bytes: int
+    payload_bytes: int
+    file_id: str
+    format_version: tuple[int, int]
+    created_at: dt.datetime
+    header_crc: int
+    data_crc: int
+    footer_crc: int
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """Where a record's bytes are: ``url``, bytes ``[offset, offset + length)``."""
+
+    url: str
+    offset: int
+    length: int
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.length
+
+
+class BatchResult(Sequence["Record | None"]):
+    """Records of a :meth:`Catalog.get_many` call, in the order the keys were asked.
+
+    A missing key has ``None`` at its positions and is listed once in
+    :attr:`missing`; nothing is dropped silently.
+    """
+
+    __slots__ = ("keys", "missing", "records")
+
+    def __init__(self, keys: list[str], records: list[Record | None], missing: list[str]) -> None:
+        self.keys = keys
+        self.records = records
+        self.missing = missing
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self.records[i]
+
+    def __iter__(self) -> Iterator[Record | None]:
+        return iter(self.records)
+
+    @property
+    def ok(self) -> bool:
+        """True when every key was found."""
+        return not self.missing
+
+    def found(self) -> dict[str, Record]:
+        """Key → record for the keys that were found."""
+        return {k: r for k, r in zip(self.keys, self.records) if r is not None}
+
+    def raise_for_missing(self) -> None:
+        """Raise KeyNotFoundError naming the missing keys, if any.
+
+        Raises
+        ------
+        KeyNotFoundError
+            If at least one key was not found.
+        """
+        if self.missing:
+            shown = ", ".join(repr(k) for k in self.missing[:10])
+            more = f" and {len(self.missing) - 10} more" if len(self.missing) > 10 else ""
+            raise KeyNotFoundError(f"{len(self.missing)} key(s) not found: {shown}{more}")
+
+    def __repr__(self) -> str:
+        return f"BatchResult({len(self.records)} keys, {len(self.missing)} missing)"
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One disagreement :meth:`Catalog.verify` found."""
+
+    url: str
+    kind: str
+    """``missing``, ``unreadable``, ``shard-mismatch``, ``row-not-in-footer``,
+    ``record-not-in-catalog`` or ``corrupt``."""
+    message: str
+    keys: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return f"{self.url}: {self.kind}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogReport:
+    """What :meth:`Catalog.verify` checked and every disagreement it found."""
+
+    dataset: str
+    shards_checked: int
+    records_checked: int
+    bytes_checked: int
+    problems: list[Problem]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def by_shard(self) -> dict[str, list[Problem]]:
+        out: dict[str, list[Problem]] = {}
+        for p in self.problems:
+            out.setdefault(p.url, []).append(p)
+        return out
+
+    def __str__(self) -> str:
+        head = (
+            f"dataset {self.dataset!r}: {self.shards_checked} shards, {self.records_checked} records, "
+            f"{self.bytes_checked} bytes checked; "
+        )
+        if self.ok:
+            return head + "no problems"
+        return (
+            head
+            + f"{len(self.problems)} problem(s):\n"
+            + "\n".join(f"  {p}" for p in self.problems)
+        )

@@ -1,0 +1,1 @@
+"""Catalog tests: every one runs on SQLite and on PostgreSQL."""

@@ -1,0 +1,200 @@
+"""Catalog test helpers: shard factories, and counters of SQL statements and storage reads.
+
+The counters sit at the lowest level that still names each request:
+
+* ``QueryCounter`` hooks the DBAPI connections themselves (``sqlite3``'s
+  trace callback, a counting psycopg cursor class), on the lookup's raw
+  connection and on every connection the engine's pool hands out, so a
+  statement cannot slip past it whichever layer sends it;
+* ``ReadCounter`` wraps ``os.pread`` (local files), ``MemoryFileSystem.cat_file``
+  and ``S3FileSystem._call_s3`` (one HTTP request each).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+
+import shardcat
+from shardcat.catalog import Catalog
+
+KEYS_PER_SHARD = 40
+
+
+def sample(key: str) -> dict[str, Any]:
+    """A sample whose bytes depend on the key (sizes vary from 16 B to ~3 KiB)."""
+    n = 16 + (sum(key.encode()) * 37) % 3000
+    return {
+        "jpg": (key.encode() * (n // max(1, len(key)) + 1))[:n],
+        "json": {"key": key},
+        "txt": f"text of {key}",
+    }
+
+
+def write_shard(
+    url: str,
+    keys: list[str],
+    *,
+    storage_options: dict[str, Any] | None = None,
+    shard_number: int | None = None,
+    metadata: dict[str, Any] | None = None,
+    make: Any = sample,
+) -> shardcat.ShardInfo:
+    kwargs: dict[str, Any] = {}
+    if shard_number is not None:
+        kwargs["shard_number"] = shard_number
+    if metadata is not None:
+        kwargs["metadata"] = metadata
+    with shardcat.ShardWriter(url, storage_options=storage_options, **kwargs) as w:
+        for k in keys:
+            w.add(k, make(k))
+    return w.close()
+
+
+def shard_keys(i: int, n: int = KEYS_PER_SHARD) -> list[str]:
+    return [f"img/{i:03d}/{j:05d}" for j in range(n)]
+
+
+def make_dataset(
+    cat: Catalog, root: str, shards: int = 2, *, storage_options: Any = None, name: str = "train"
+) -> list[shardcat.ShardInfo]:
+    cat.create_dataset(name, root)
+    infos = []
+    for i in range(shards):
+        info = write_shard(
+            f"{root}/train-{i:06d}.shard",
+            shard_keys(i),
+            storage_options=storage_options,
+            shard_number=i,
+        )
+        cat.register_shard(name, info)
+        infos.append(info)
+    return infos
+
+
+# --- counting SQL statements -----------------------------------------------
+
+
+class QueryCounter:
+    """Every SQL statement sent while active, counted at the DBAPI connection."""
+
+    def __init__(self, cat: Catalog) -> None:
+        self.cat = cat
+        self.statements: list[str] = []
+        self._hooked: list[Any] = []
+
+    def _hook(self, dbapi_conn: Any) -> None:
+        if any(c is dbapi_conn for c in self._hooked):
+            return
+        if isinstance(dbapi_conn, sqlite3.Connection):
+            dbapi_conn.set_trace_callback(self.statements.append)
+        else:
+            import psycopg
+
+            statements = self.statements
+
+            class Counting(psycopg.Cursor):  # type: ignore[type-arg]
+                def execute(self, query: Any, params: Any = None, **kw: Any) -> Any:
+                    statements.append(str(query))
+                    return super().execute(query, params, **kw)
+
+                def executemany(self, query: Any, params_seq: Any, **kw: Any) -> Any:
+                    statements.append(str(query))
+                    return super().executemany(query, params_seq, **kw)
+
+                def copy(self, statement: Any, *args: Any, **kw: Any) -> Any:
+                    statements.append(str(statement))
+                    return super().copy(statement, *args, **kw)
+
+            dbapi_conn.cursor_factory = Counting
+        self._hooked.append(dbapi_conn)
+
+    def _on_checkout(self, dbapi_conn: Any, record: Any, proxy: Any) -> None:
+        self._hook(dbapi_conn)
+
+    def __enter__(self) -> QueryCounter:
+        self._hook(self.cat._lookup().conn)
+        event.listen(self.cat.engine, "checkout", self._on_checkout)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        event.remove(self.cat.engine, "checkout", self._on_checkout)
+        for conn in self._hooked:
+            if isinstance(conn, sqlite3.Connection):
+                conn.set_trace_callback(None)
+            else:
+                import psycopg
+
+                conn.cursor_factory = psycopg.Cursor
+        self._hooked.clear()
+
+    @property
+    def count(self) -> int:
+        return len(self.statements)
+
+
+# --- counting storage reads ------------------------------------------------
+
+
+class ReadCounter:
+    """Every read request to a shard store: ``(kind, start, end)``; other S3 requests by name."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.reads: list[tuple[str, int | None, int | None]] = []
+        self.other_requests: list[str] = []
+        reads = self.reads
+        real_pread = os.pread
+
+        def pread(fd: int, n: int, offset: int) -> bytes:
+            reads.append(("pread", offset, offset + n))
+            return real_pread(fd, n, offset)
+
+        monkeypatch.setattr(os, "pread", pread)
+
+        from fsspec.implementations.memory import MemoryFileSystem
+
+        real_cat = MemoryFileSystem.cat_file
+
+        def cat_file(
+            self: Any, path: str, start: int | None = None, end: int | None = None, **kw: Any
+        ) -> Any:
+            reads.append(("memory", start, end))
+            return real_cat(self, path, start=start, end=end, **kw)
+
+        monkeypatch.setattr(MemoryFileSystem, "cat_file", cat_file)
+        try:
+            import s3fs
+        except ImportError:  # pragma: no cover - s3fs is a test dependency
+            return
+        real_call = s3fs.S3FileSystem._call_s3
+        others = self.other_requests
+
+        async def call_s3(self: Any, method: str, *args: Any, **kw: Any) -> Any:
+            # One HTTP request each; the sync API's methods are bound per instance,
+            # so this private coroutine is the one place every request passes.
+            if method == "get_object" and "Range" in kw:
+                first, last = kw["Range"].split("=", 1)[1].split("-")
+                reads.append(("s3", int(first), int(last) + 1))
+            elif method == "get_object":
+                reads.append(("s3", None, None))
+            else:
+                others.append(method)
+            return await real_call(self, method, *args, **kw)
+
+        monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", call_s3)
+
+    @property
+    def count(self) -> int:
+        return len(self.reads)
+
+    @property
+    def nbytes(self) -> int:
+        return sum((e or 0) - (s or 0) for _, s, e in self.reads)
+
+    def clear(self) -> None:
+        self.reads.clear()
+        self.other_requests.clear()

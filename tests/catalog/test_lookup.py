@@ -1,0 +1,231 @@
+"""Lookups: one SQL query plus one ranged read, counted; batches; exact keys."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from shardcat.catalog import Catalog
+from shardcat.errors import DatasetNotFoundError, KeyNotFoundError
+
+from .helpers import QueryCounter, make_dataset, sample, shard_keys, write_shard
+
+
+def _entry_bytes(record, name):
+    return bytes(record[name].data)
+
+
+def test_get_returns_the_sample_with_one_query_and_one_read(cat, store, reads):
+    infos = make_dataset(cat, store["root"], 2, storage_options=store["storage_options"])
+    cat.storage_options = store["storage_options"] or {}
+    key = shard_keys(1)[7]
+    cat.get("train", shard_keys(0)[0])  # warm: opens the connection, prepares statements
+    reads.clear()
+    with QueryCounter(cat) as q:
+        record = cat.get("train", key)
+    assert q.count == 1, q.statements
+    assert reads.count == 1, reads.reads
+    assert reads.other_requests == []  # S3: no HEAD or listing either
+    loc = cat.locate("train", key)
+    assert reads.reads[0][1:] == (loc.offset, loc.end)
+    assert record.key == key
+    assert record.decode() == {"__key__": key, **sample(key)}
+    assert loc.url == infos[1].path
+
+
+def test_get_one_entry_reads_only_that_entry(cat, store, reads):
+    make_dataset(cat, store["root"], 1, storage_options=store["storage_options"])
+    cat.storage_options = store["storage_options"] or {}
+    key = shard_keys(0)[3]
+    cat.get("train", shard_keys(0)[0], entries=["txt"])  # warm
+    reads.clear()
+    with QueryCounter(cat) as q:
+        record = cat.get("train", key, entries=["json"])
+    assert q.count == 1, q.statements
+    assert list(record.entries) == ["json"]
+    assert record["json"].decode() == {"key": key}
+    payload = len(record["json"].data)
+    assert reads.count == 1
+    assert reads.nbytes == payload  # not one byte of the other entries or the record head
+    # Two entries of the same record: still one read, covering just them.
+    reads.clear()
+    record = cat.get("train", key, entries=["json", "txt"])
+    assert reads.count == 1
+    assert sorted(record.entries) == ["json", "txt"]
+    assert record["txt"].decode() == f"text of {key}"
+
+
+def test_get_many_in_input_order_with_duplicates_and_missing(cat, store, reads):
+    make_dataset(cat, store["root"], 3, storage_options=store["storage_options"])
+    cat.storage_options = store["storage_options"] or {}
+    all_keys = [k for i in range(3) for k in shard_keys(i)]
+    rng = random.Random(3)
+    asked = rng.sample(all_keys, 60)
+    asked[5:5] = ["nope/1"]
+    asked.append(asked[0])  # the same key twice
+    asked.append("nope/2")
+    cat.get_many("train", all_keys[:2])  # warm
+    reads.clear()
+    with QueryCounter(cat) as q:
+        result = cat.get_many("train", asked)
+    assert q.count == 1, q.statements
+    assert len(result) == len(asked)
+    assert result.missing == ["nope/1", "nope/2"]
+    assert not result.ok
+    for key, record in zip(asked, result):
+        if key.startswith("nope"):
+            assert record is None
+        else:
+            assert record.key == key
+            assert _entry_bytes(record, "jpg") == sample(key)["jpg"]
+    assert reads.count <= 60
+    # Adjacent records of a shard are coalesced: one read per shard.
+    reads.clear()
+    adjacent = [k for i in range(3) for k in shard_keys(i)[10:20]]
+    rng.shuffle(adjacent)
+    with QueryCounter(cat) as q:
+        together = cat.get_many("train", adjacent)
+    assert q.count == 1
+    assert [r.key for r in together] == adjacent
+    assert reads.count == 3, reads.reads
+    with pytest.raises(KeyNotFoundError, match="nope/1"):
+        result.raise_for_missing()
+    assert set(result.found()) == set(asked) - {"nope/1", "nope/2"}
+
+
+def test_get_many_entries_subset(cat, store, reads):
+    make_dataset(cat, store["root"], 2, storage_options=store["storage_options"])
+    cat.storage_options = store["storage_options"] or {}
+    asked = [shard_keys(0)[1], shard_keys(1)[2], shard_keys(0)[30]]
+    with QueryCounter(cat) as q:
+        result = cat.get_many("train", asked, entries=["txt"])
+    assert q.count == 1
+    assert [r.key for r in result] == asked
+    assert all(list(r.entries) == ["txt"] for r in result)
+    assert [r["txt"].decode() for r in result] == [f"text of {k}" for k in asked]
+    reads.clear()
+    cat.get_many("train", asked, entries=["txt"])
+    assert reads.nbytes < sum(len(f"text of {k}") for k in asked) + 2 * 64 * 1024
+
+
+def test_get_many_of_nothing_and_of_only_missing_keys(cat, local_root):
+    make_dataset(cat, local_root, 1)
+    assert len(cat.get_many("train", [])) == 0
+    result = cat.get_many("train", ["a", "b", "a"])
+    assert result.records == [None, None, None]
+    assert result.missing == ["a", "b"]
+
+
+def test_get_many_larger_than_sqlite_parameter_limits(cat, local_root):
+    cat.create_dataset("train", local_root)
+    keys = [f"k{i:06d}" for i in range(40_000)]
+    cat.register_shard(
+        "train", write_shard(f"{local_root}/big.shard", keys, make=lambda k: {"txt": k})
+    )
+    asked = keys[::-1]
+    with QueryCounter(cat) as q:
+        result = cat.get_many("train", asked)
+    assert q.count == 1
+    assert result.ok
+    assert [r.key for r in result] == asked
+
+
+def test_hash_collision_never_returns_the_wrong_sample(cat, local_root, monkeypatch):
+    """Two keys with the same xxh64: the catalog compares the key text too."""
+    import shardcat.catalog.lookup as lookup
+    import shardcat.format.writer as writer
+    from shardcat.format.checksums import key_hash, signed_key_hash
+
+    colliding = {b"cat/a", b"cat/b"}
+    fixed = key_hash(b"cat/a")
+    monkeypatch.setattr(writer, "key_hash", lambda kb: fixed if kb in colliding else key_hash(kb))
+    monkeypatch.setattr(
+        lookup,
+        "signed_key_hash",
+        lambda kb: signed_key_hash(b"cat/a") if kb in colliding else signed_key_hash(kb),
+    )
+    cat.create_dataset("train", local_root)
+    info = write_shard(f"{local_root}/a.shard", ["cat/a", "cat/b", "cat/c"])
+    assert info.records["key_hash"][0] == info.records["key_hash"][1]
+    cat.register_shard("train", info)
+    assert cat.get("train", "cat/b").decode()["json"] == {"key": "cat/b"}
+    assert cat.get("train", "cat/a").decode()["json"] == {"key": "cat/a"}
+    assert cat.get("train", "cat/b", entries=["txt"])["txt"].decode() == "text of cat/b"
+    result = cat.get_many("train", ["cat/b", "cat/a"])
+    assert [r.key for r in result] == ["cat/b", "cat/a"]
+    # A third key with the same hash that is not in the dataset is missing, not someone else's.
+    colliding.add(b"cat/z")
+    with pytest.raises(KeyNotFoundError):
+        cat.get("train", "cat/z")
+    assert cat.get_many("train", ["cat/z"]).missing == ["cat/z"]
+
+
+def test_missing_key_and_unknown_dataset(cat, local_root):
+    make_dataset(cat, local_root, 1)
+    cat.create_dataset("valid", local_root)
+    with pytest.raises(KeyNotFoundError, match=r"'img/none'.*'train'"):
+        cat.get("train", "img/none")
+    with pytest.raises(KeyError):  # KeyNotFoundError is a KeyError
+        cat.locate("train", "img/none")
+    with pytest.raises(DatasetNotFoundError, match=r"'tran'.*known datasets: 'train', 'valid'"):
+        cat.get("tran", "img/000/00001")
+    with pytest.raises(DatasetNotFoundError, match="'tran'"):
+        cat.get_many("tran", ["img/000/00001"])
+    with pytest.raises(DatasetNotFoundError):
+        cat.shards("tran")
+
+
+def test_lookups_from_several_threads(cat, local_root):
+    from concurrent.futures import ThreadPoolExecutor
+
+    make_dataset(cat, local_root, 2)
+    keys = shard_keys(0) + shard_keys(1)
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda k: cat.get("train", k).key, keys))
+    assert got == keys
+
+
+def test_in_memory_sqlite_catalog(local_root):
+    with Catalog("sqlite://") as cat:
+        make_dataset(cat, local_root, 1)
+        assert cat.get("train", shard_keys(0)[5]).key == shard_keys(0)[5]
+        assert cat.get_many("train", shard_keys(0)).ok
+
+
+def test_catalog_pickles_as_its_url(cat, local_root):
+    import pickle
+
+    make_dataset(cat, local_root, 1)
+    clone = pickle.loads(pickle.dumps(cat))
+    try:
+        assert clone.get("train", shard_keys(0)[1]).key == shard_keys(0)[1]
+    finally:
+        clone.close()
+
+
+def test_a_forked_child_opens_its_own_connections(cat, local_root):
+    import multiprocessing
+
+    make_dataset(cat, local_root, 1)
+    key = shard_keys(0)[3]
+    assert cat.get("train", key).key == key  # the parent's lookup connection exists now
+    parent_lookup = cat._lookup()
+
+    def child(queue):
+        try:
+            record = cat.get("train", key)
+            fresh = cat._lookup() is not parent_lookup
+            queue.put((record.key, cat.dataset("train").name, fresh))
+        except Exception as e:  # report, do not hang the parent
+            queue.put(repr(e))
+
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=child, args=(queue,))
+    proc.start()
+    got = queue.get(timeout=60)
+    proc.join(timeout=60)
+    assert got == (key, "train", True)
+    assert cat._lookup() is parent_lookup
+    assert cat.get("train", key).key == key  # the parent's connections still work

@@ -1,0 +1,145 @@
+"""Models and migrations agree; migrations go up, down and up; old schemas are refused."""
+
+from __future__ import annotations
+
+import importlib.resources
+
+import pytest
+import sqlalchemy as sa
+from typer.testing import CliRunner
+
+from shardcat.catalog import Catalog, check, current, downgrade, head_revision, migrate, upgrade
+from shardcat.cli.catalog import catalog_app
+from shardcat.errors import SchemaVersionError
+
+
+def _tables(url: str) -> set[str]:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return set(sa.inspect(conn).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def test_migrations_match_models(catalog_url):
+    assert current(catalog_url) is None
+    assert upgrade(catalog_url) == (None, head_revision())
+    assert check(catalog_url) == []
+
+
+def test_upgrade_downgrade_upgrade(catalog_url):
+    upgrade(catalog_url)
+    assert {"datasets", "jobs", "shards", "records", "layouts", "layout_entries"} <= _tables(
+        catalog_url
+    )
+    assert downgrade(catalog_url, "base") == (head_revision(), None)
+    assert _tables(catalog_url) <= {"alembic_version"}
+    assert upgrade(catalog_url)[1] == head_revision()
+    assert current(catalog_url) == head_revision()
+    assert check(catalog_url) == []
+
+
+def test_new_catalog_is_created_at_head_like_the_migrations(catalog_url):
+    with Catalog(catalog_url) as cat:
+        assert cat.revision == head_revision()
+    assert current(catalog_url) == head_revision()
+    assert check(catalog_url) == []
+
+
+def test_check_sees_drift(catalog_url):
+    """The agreement test is not vacuous: a missing index is a difference."""
+    upgrade(catalog_url)
+    engine = sa.create_engine(catalog_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("DROP INDEX ix_records_dataset_id_key_hash"))
+    engine.dispose()
+    diffs = check(catalog_url)
+    assert any("ix_records_dataset_id_key_hash" in str(d) for d in diffs)
+
+
+def test_older_revision_is_refused(catalog_url, monkeypatch):
+    upgrade(catalog_url)
+    # This shardcat is "newer": its head is a revision the catalog has not reached.
+    monkeypatch.setattr(migrate, "head_revision", lambda: "0002")
+    monkeypatch.setattr(migrate, "known_revisions", lambda: frozenset({"0001", "0002"}))
+    with pytest.raises(SchemaVersionError, match="shardcat catalog upgrade") as err:
+        Catalog(catalog_url)
+    assert "'0001'" in str(err.value) and "'0002'" in str(err.value)
+
+
+def test_downgraded_catalog_is_refused_not_recreated(catalog_url):
+    upgrade(catalog_url)
+    downgrade(catalog_url, "base")
+    with pytest.raises(SchemaVersionError, match="shardcat catalog upgrade"):
+        Catalog(catalog_url)
+
+
+def test_newer_unknown_revision_asks_to_upgrade_shardcat(catalog_url):
+    upgrade(catalog_url)
+    engine = sa.create_engine(catalog_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = '9999'"))
+    engine.dispose()
+    with pytest.raises(SchemaVersionError, match="upgrade shardcat"):
+        Catalog(catalog_url)
+
+
+def test_create_false_refuses_an_empty_catalog(catalog_url):
+    with pytest.raises(SchemaVersionError, match="shardcat catalog upgrade"):
+        Catalog(catalog_url, create=False)
+
+
+def test_missing_table_says_upgrade(catalog_url):
+    with Catalog(catalog_url) as cat:
+        cat.create_dataset("train", "/data")
+        engine = sa.create_engine(catalog_url)
+        with engine.begin() as conn:
+            conn.execute(sa.text("DROP TABLE records"))
+        engine.dispose()
+        with pytest.raises(SchemaVersionError, match="shardcat catalog upgrade"):
+            cat.get("train", "k")
+
+
+def test_migration_scripts_ship_as_a_package():
+    folder = migrate.migrations_dir()
+    assert (folder / "env.py").is_file()
+    assert (folder / "script.py.mako").is_file()
+    assert (folder / "versions" / "0001_initial.py").is_file()
+    package = importlib.resources.files("shardcat.migrations")
+    assert package.joinpath("env.py").is_file()
+
+
+# --- the CLI ----------------------------------------------------------------
+
+
+def test_cli_upgrade_and_current(catalog_url):
+    runner = CliRunner()
+    result = runner.invoke(catalog_app, ["current", "--catalog", catalog_url])
+    assert result.exit_code == 0, result.output
+    assert "none" in result.output.lower()
+    result = runner.invoke(catalog_app, ["upgrade", "--catalog", catalog_url])
+    assert result.exit_code == 0, result.output
+    assert head_revision() in result.output
+    result = runner.invoke(catalog_app, ["current", "--catalog", catalog_url])
+    assert result.exit_code == 0, result.output
+    assert head_revision() in result.output and "head" in result.output
+    # Upgrading a catalog at head is a no-op, not an error.
+    result = runner.invoke(catalog_app, ["upgrade", "--catalog", catalog_url])
+    assert result.exit_code == 0, result.output
+    assert check(catalog_url) == []
+
+
+def test_cli_takes_the_catalog_from_the_environment(sqlite_url, monkeypatch):
+    monkeypatch.setenv("SHARDCAT_CATALOG", sqlite_url)
+    result = CliRunner().invoke(catalog_app, ["upgrade"])
+    assert result.exit_code == 0, result.output
+    assert current(sqlite_url) == head_revision()
+
+
+def test_cli_default_is_shardcat_db_in_the_working_folder(tmp_path, monkeypatch):
+    monkeypatch.delenv("SHARDCAT_CATALOG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(catalog_app, ["upgrade"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "shardcat.db").is_file()
