@@ -26,6 +26,7 @@ from .format import Codec, Entry, Record, ShardInfo, VerifyReport
 from .shards import RollingShardWriter, ShardReader, ShardWriter, open_shard
 
 __all__ = [
+    "Catalog",
     "CatalogError",
     "ChecksumError",
     "Codec",
@@ -45,4 +46,20 @@ __all__ = [
     "VersionError",
     "__version__",
     "open_shard",
+    "read",
+    "write",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The catalog (SQLAlchemy) and Dask orchestration load on first use, so
+    # `import shardcat` stays fast for code that only reads shards.
+    if name == "Catalog":
+        from .catalog import Catalog
+
+        return Catalog
+    if name in ("write", "read"):
+        from . import orchestration
+
+        return getattr(orchestration, name)
+    raise AttributeError(f"module 'shardcat' has no attribute {name!r}")

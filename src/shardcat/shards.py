@@ -114,8 +114,10 @@ def open_shard(
 class RollingShardWriter:
     """Write numbered shards into a folder, starting the next one when a shard is full.
 
-    Shards are named by ``pattern`` (``"train-{number:06d}.shard"``) under
-    ``root``; a shard is closed once it holds ``max_bytes`` or ``max_records``.
+    Shards are named by ``pattern`` under ``root``: ``{number}`` is the shard
+    number (stored in its header), ``{index}`` its position in this writer
+    (``number - start``), e.g. ``"train-{number:06d}.shard"``. A shard is
+    closed once it holds ``max_bytes`` or ``max_records``.
 
     Parameters
     ----------
@@ -151,6 +153,7 @@ class RollingShardWriter:
         self.pattern = pattern
         self.max_bytes = parse_size(max_bytes)
         self.max_records = max_records
+        self.start = start
         self.next_number = start
         self._storage_options = storage_options
         self._on_closed = on_shard_closed
@@ -159,7 +162,7 @@ class RollingShardWriter:
         self.shards: list[ShardInfo] = []
 
     def url_of(self, number: int) -> str:
-        return join(self.root, self.pattern.format(number=number))
+        return join(self.root, self.pattern.format(number=number, index=number - self.start))
 
     def add(self, key: str, entries: Mapping[str, Any]) -> None:
         """Add a record to the current shard, opening one if needed."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..shards import RollingShardWriter
-from .plan import WritePlan
+from .plan import SHARDS_PER_PARTITION, WritePlan
 from .samples import validate_sample
 
 __all__ = ["PartitionResult", "write_partition"]
@@ -56,13 +56,16 @@ def write_partition(samples: Iterable[Any], plan: WritePlan, partition: int) -> 
     catalog = catalog_for(plan.catalog_url)
 
     def stage(info: Any) -> None:
-        catalog.register_shard(plan.dataset, info, job=plan.job_id, state="staged")
+        # Staged under the job: invisible to lookups until the client commits.
+        # A retried task registers the same URL again, which replaces these rows.
+        catalog.register_shard(plan.dataset, info, job=plan.job_id)
 
     writer = RollingShardWriter(
         plan.root,
         plan.pattern(partition),
         max_bytes=plan.shard_size,
         max_records=plan.max_records,
+        start=plan.first_shard_number(partition),
         storage_options=plan.storage_options,
         on_shard_closed=stage,
         compression=plan.compression,
@@ -76,15 +79,12 @@ def write_partition(samples: Iterable[Any], plan: WritePlan, partition: int) -> 
     with writer:
         for sample in samples:
             writer.write(validate_sample(sample))
+            if writer.next_number - writer.start > SHARDS_PER_PARTITION:
+                raise ValueError(
+                    f"partition {partition} needs more than {SHARDS_PER_PARTITION} shards of "
+                    f"{plan.shard_size:,} bytes; repartition the data into smaller partitions"
+                )
     infos = writer.shards
-    # A retry of a partition that once wrote more shards (its input changed)
-    # must not leave the extra ones staged under this job.
-    catalog.unstage_after(
-        plan.dataset,
-        plan.job_id,
-        prefix=_partition_prefix(plan, partition),
-        keep=[i.path for i in infos],
-    )
     result = PartitionResult(
         partition=partition,
         shards=tuple(i.path for i in infos),
@@ -95,9 +95,3 @@ def write_partition(samples: Iterable[Any], plan: WritePlan, partition: int) -> 
     )
     log.debug("partition %d: %d records in %d shards", partition, result.records, len(infos))
     return result
-
-
-def _partition_prefix(plan: WritePlan, partition: int) -> str:
-    from ..storage import redact
-
-    return redact(plan.shard_url(partition, 0)).rsplit("-", 1)[0] + "-"

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .._units import format_bytes, parse_size
-from ..storage import brace_patterns, redact
-from .plan import WritePlan
+from ..errors import DatasetExistsError
+from ..storage import brace_patterns, is_local, redact
+from .plan import SHARDS_PER_PARTITION, WritePlan
 from .samples import batched, rows_to_samples
 from .tasks import PartitionResult, write_partition
 
@@ -71,6 +73,7 @@ def write(
     prefix: str | None = None,
     client: Any = None,
     batch_size: int = 2048,
+    retries: int = 2,
     progress: bool = True,
 ) -> WriteSummary:
     """Write ``data`` as numbered shards under ``url`` and register every record.
@@ -99,6 +102,12 @@ def write(
     client:
         A ``distributed.Client``; by default the current one, or a local
         cluster started for this call.
+    retries:
+        How often Dask may retry a failed partition task. Retries rewrite the
+        same shard names and replace their staged rows (a task lost with its
+        worker is rescheduled by Dask in any case).
+    progress:
+        Show a progress bar (partitions, records, bytes, throughput).
 
     Returns
     -------
@@ -114,27 +123,49 @@ def write(
     from ..catalog import Catalog
 
     cat = catalog if isinstance(catalog, Catalog) else Catalog(str(catalog))
+    if mode not in ("create", "append", "overwrite"):
+        raise ValueError(f"mode must be 'create', 'append' or 'overwrite', not {mode!r}")
     size = parse_size(shard_size)
     opts = dict(storage_options or {})
+    if is_local(url):  # the catalog must not depend on the working folder
+        url = os.path.abspath(url.split("://", 1)[1] if "://" in url else url)
     t0 = time.perf_counter()
-    job = cat.begin_job(dataset, root_url=redact(url), mode=mode)
+    cat.create_dataset(dataset, redact(url), exist_ok=True)
+    existing = cat.shards(dataset, state=None)
+    if mode == "create" and any(s.state == "committed" for s in existing):
+        raise DatasetExistsError(
+            f"dataset {dataset!r} already has records; write with mode='append' to add to it "
+            "or mode='overwrite' to replace them"
+        )
+    # Number this job's partitions after every shard the dataset ever had, so a
+    # new job never overwrites the files of an earlier (even a failed) one.
+    numbers = [s.shard_number for s in existing if s.shard_number is not None]
+    partition_base = max(numbers) // SHARDS_PER_PARTITION + 1 if numbers else 0
+    job = cat.begin_job(
+        dataset,
+        description=f"shardcat.write ({mode})",
+        properties={"mode": mode, "root": redact(url)},
+    )
     plan = WritePlan(
         dataset=dataset,
         root=url.rstrip("/"),
         prefix=prefix or dataset.replace("/", "_"),
         job_id=job.id,
-        catalog_url=cat.url,
+        catalog_url=cat._url,  # with its password: workers must connect (never shown)
         shard_size=size,
         max_records=max_records_per_shard,
         compression=compression,
         metadata=dict(metadata or {}),
         storage_options=opts,
-        partition_base=job.partition_base,
+        partition_base=partition_base,
     )
     try:
         with _cluster(client, url) as dask_client:
-            results = _run(data, plan, dask_client, key_column, batch_size, progress)
-        cat.commit_job(job.id)
+            results = _run(data, plan, dask_client, key_column, batch_size, retries, progress)
+        if mode == "overwrite":
+            cat.commit_job(job.id, replace=True)
+        else:
+            cat.commit_job(job.id)
     except BaseException:
         with contextlib.suppress(Exception):
             cat.abort_job(job.id)
@@ -164,11 +195,17 @@ def _cluster(client: Any, url: str) -> Iterator[Any]:
     if client is not None:
         yield client
         return
-    with contextlib.suppress(ValueError):
-        yield default_client()
-        return
-    # memory:// lives in one process, so its cluster must be threads in this process.
+    # memory:// lives in one process, so its cluster must be threads in this process
+    # (never the current client's worker processes, which would write elsewhere).
     in_process = url.startswith("memory://")
+    if not in_process:
+        try:
+            current = default_client()
+        except ValueError:
+            current = None
+        if current is not None:
+            yield current
+            return
     with (
         LocalCluster(
             processes=not in_process,
@@ -183,7 +220,13 @@ def _cluster(client: Any, url: str) -> Iterator[Any]:
 
 
 def _run(
-    data: Any, plan: WritePlan, client: Any, key_column: str, batch_size: int, progress: bool
+    data: Any,
+    plan: WritePlan,
+    client: Any,
+    key_column: str,
+    batch_size: int,
+    retries: int,
+    progress: bool,
 ) -> list[PartitionResult]:
     import dask
     import dask.bag as db
@@ -194,22 +237,22 @@ def _run(
             dask.delayed(_write_frame_partition)(part, plan, i, key_column)
             for i, part in enumerate(parts)
         ]
-        futures = client.compute(tasks)
+        futures = client.compute(tasks, retries=retries)
         return _gather(client, futures, progress, len(tasks))
     if isinstance(data, db.Bag):
         parts = data.to_delayed()
         tasks = [dask.delayed(write_partition)(part, plan, i) for i, part in enumerate(parts)]
-        futures = client.compute(tasks)
+        futures = client.compute(tasks, retries=retries)
         return _gather(client, futures, progress, len(tasks))
     if isinstance(data, Iterable) and not isinstance(data, (str, bytes, Mapping)):
-        return _run_iterable(data, plan, client, batch_size, progress)
+        return _run_iterable(data, plan, client, batch_size, retries, progress)
     raise TypeError(
         f"cannot write a {type(data).__name__}: pass a Dask bag or dataframe, or an iterable of samples"
     )
 
 
 def _run_iterable(
-    data: Iterable[Any], plan: WritePlan, client: Any, batch_size: int, progress: bool
+    data: Iterable[Any], plan: WritePlan, client: Any, batch_size: int, retries: int, progress: bool
 ) -> list[PartitionResult]:
     """Stream batches to the cluster, keeping only a few in flight (bounded client memory)."""
     from distributed import wait
@@ -227,6 +270,7 @@ def _run_iterable(
                     plan,
                     i,
                     pure=False,
+                    retries=retries,
                     key=f"shardcat-write-{plan.job_id}-{i}",
                 )
             )

@@ -1,0 +1,81 @@
+"""shardcat gc: leftovers of failed and killed jobs are found and removed, nothing live is touched."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import dask
+import dask.bag as db
+import pytest
+
+import shardcat
+from shardcat.catalog import Catalog
+from shardcat.orchestration.gc import gc
+
+from .samples import AlwaysFail, make_samples, partition_with
+
+NOW = dt.timedelta(0)
+
+
+def test_gc_removes_the_shards_of_a_failed_job_and_orphans_but_not_live_data(
+    client, tmp_path, sqlite_url
+):
+    root = tmp_path / "ds"
+    shardcat.write(
+        db.from_delayed([dask.delayed(make_samples)(p, 100, "ok") for p in range(2)]),
+        str(root),
+        catalog=sqlite_url,
+        dataset="g",
+        client=client,
+        progress=False,
+    )
+    live = sorted(root.glob("*.shard"))
+    parts = [dask.delayed(make_samples)(p, 100, "bad") for p in range(2)]
+    parts.append(dask.delayed(partition_with)(2, 100, AlwaysFail, 10, str(tmp_path / "m")))
+    with pytest.raises(RuntimeError):
+        shardcat.write(
+            db.from_delayed(parts),
+            str(root),
+            catalog=sqlite_url,
+            dataset="g",
+            mode="append",
+            client=client,
+            retries=0,
+            progress=False,
+        )
+    failed = sorted(set(root.glob("*.shard")) - set(live))
+    assert failed  # the failed job's finished partitions left objects behind
+    (root / ".g-000099-000.shard.abcdef.partial").write_bytes(b"half a shard")  # a killed writer
+    (root / "notes.txt").write_text("not ours")
+
+    cat = Catalog(sqlite_url)
+    dry = gc(cat, "g", dry_run=True, grace=NOW)
+    assert sorted(dry.deleted_shards) == sorted(str(p) for p in failed)
+    assert [u.rsplit("/", 1)[1] for u in dry.orphans] == [".g-000099-000.shard.abcdef.partial"]
+    assert all(p.exists() for p in failed)  # a dry run changes nothing
+
+    report = gc(cat, "g", grace=NOW)
+    assert report.removed == len(failed) + 1
+    assert not any(p.exists() for p in failed)
+    assert not (root / ".g-000099-000.shard.abcdef.partial").exists()
+    assert (root / "notes.txt").exists()
+    assert all(p.exists() for p in live)
+    assert cat.shards("g", state="deleted") == []
+    assert sum(s.record_count for s in cat.shards("g")) == 200
+    assert cat.verify("g").ok
+    assert gc(cat, "g", grace=NOW).removed == 0  # idempotent
+
+
+def test_gc_aborts_stale_open_jobs_and_spares_young_files(tmp_path, sqlite_url):
+    cat = Catalog(sqlite_url)
+    cat.create_dataset("h", str(tmp_path / "h"))
+    job = cat.begin_job("h")  # a client that died before committing
+    (tmp_path / "h").mkdir()
+    (tmp_path / "h" / "h-000000-000.shard").write_bytes(b"written, never registered")
+    young = gc(cat, "h")  # default grace and staleness: too young to touch
+    assert young.aborted_jobs == []
+    assert young.orphans == []
+    old = gc(cat, "h", grace=NOW, stale_after=NOW)
+    assert old.aborted_jobs == [job.id]
+    assert cat.job(job.id).state == "aborted"
+    assert not (tmp_path / "h" / "h-000000-000.shard").exists()

@@ -1,0 +1,301 @@
+"""shardcat.write / shardcat.read on a real Dask LocalCluster with worker processes."""
+
+from __future__ import annotations
+
+import threading
+
+import dask
+import dask.bag as db
+import numpy as np
+import pandas as pd
+import pytest
+import sqlalchemy as sa
+
+import shardcat
+from shardcat.catalog import Catalog
+from shardcat.errors import DatasetExistsError, DuplicateKeyError, KeyNotFoundError
+
+from .samples import AlwaysFail, FailOnce, make_samples, partition_with
+
+
+def sample_bag(partitions: int, per_partition: int, prefix: str = "s") -> db.Bag:
+    return db.from_delayed(
+        [dask.delayed(make_samples)(p, per_partition, prefix) for p in range(partitions)]
+    )
+
+
+def test_bag_writes_numbered_shards_and_every_record_is_found(client, tmp_path, sqlite_url):
+    summary = shardcat.write(
+        sample_bag(4, 300),
+        str(tmp_path / "ds"),
+        catalog=sqlite_url,
+        dataset="train",
+        shard_size="150KB",
+        client=client,
+        progress=False,
+    )
+    assert summary.records == 1200
+    assert summary.partitions == 4
+    assert len(summary.shards) > 4  # size-based rollover inside partitions
+    names = sorted(p.name for p in (tmp_path / "ds").glob("*.shard"))
+    assert names[0] == "train-000000-000.shard"
+    assert [u.rsplit("/", 1)[1] for u in summary.shards] == names
+    expanded = [
+        u for pattern in summary.shard_patterns for u in shardcat.storage.expand_braces(pattern)
+    ]
+    assert expanded == summary.shards
+
+    cat = Catalog(sqlite_url)
+    rec = cat.get("train", "s/002/00123")
+    assert rec["json"].decode() == {"partition": 2, "i": 123}
+    np.testing.assert_array_equal(rec["npy"].decode(), np.full(3, 123, dtype=np.int32))
+    batch = cat.get_many("train", [f"s/{p:03d}/{i:05d}" for p in range(4) for i in range(300)])
+    assert batch.ok
+
+    bag = shardcat.read(cat, "train")
+    assert bag.npartitions == len(summary.shards)
+    keys = bag.pluck("__key__").compute()
+    assert len(keys) == len(set(keys)) == 1200
+    only_json = shardcat.read(cat, "train", entries=["json"]).take(1)[0]
+    assert set(only_json) == {"__key__", "json"}
+
+
+def test_dask_dataframe_rows_become_samples(client, tmp_path, sqlite_url):
+    import dask.dataframe as dd
+
+    frame = pd.DataFrame(
+        {
+            "id": [f"row/{i:04d}" for i in range(200)],
+            "caption": [f"caption {i}" for i in range(200)],
+            "label": list(range(200)),
+            "jpg": [bytes([i % 256]) * 50 for i in range(200)],
+        }
+    )
+    # Binary columns must stay Python objects: dask would turn them into Arrow strings.
+    with dask.config.set({"dataframe.convert-string": False}):
+        ddf = dd.from_pandas(frame, npartitions=3)
+    summary = shardcat.write(
+        ddf,
+        str(tmp_path / "df"),
+        catalog=sqlite_url,
+        dataset="frame",
+        key_column="id",
+        client=client,
+        progress=False,
+    )
+    assert summary.records == 200
+    rec = Catalog(sqlite_url).get("frame", "row/0042")
+    assert rec["caption"].decode() == "caption 42"
+    assert rec["label"].decode() == 42
+    assert rec["jpg"].content_type == "image/jpeg"
+    assert rec["jpg"].data == bytes([42]) * 50
+
+
+def test_plain_iterable_on_memory_backend_with_an_in_process_cluster(tmp_path):
+    catalog = f"sqlite:///{tmp_path / 'cat.db'}"
+    samples = (s for p in range(3) for s in make_samples(p, 150, "it"))
+    summary = shardcat.write(
+        samples,
+        "memory://shardcat-tests/iterable",
+        catalog=catalog,
+        dataset="it",
+        batch_size=100,
+        progress=False,
+    )
+    assert summary.records == 450
+    assert summary.partitions == 5  # 450 samples in batches of 100
+    cat = Catalog(catalog)
+    assert cat.get("it", "it/001/00007")["json"].decode() == {"partition": 1, "i": 7}
+    assert all(s.url.startswith("memory://") for s in cat.shards("it"))
+
+
+def test_s3_credentials_reach_workers_but_never_the_catalog(client, s3, sqlite_url):
+    url = f"{s3['url']}/datasets/train"
+    summary = shardcat.write(
+        sample_bag(2, 100, "s3"),
+        url,
+        catalog=sqlite_url,
+        dataset="s3train",
+        storage_options=s3["storage_options"],
+        client=client,
+        progress=False,
+    )
+    assert summary.records == 200
+    cat = Catalog(sqlite_url, storage_options=s3["storage_options"])
+    assert cat.get("s3train", "s3/001/00050")["json"].decode() == {"partition": 1, "i": 50}
+    assert (
+        shardcat.read(cat, "s3train", storage_options=s3["storage_options"]).count().compute()
+        == 200
+    )
+    # Nothing secret anywhere in the catalog.
+    engine = sa.create_engine(sqlite_url)
+    with engine.connect() as conn:
+        for table in ("datasets", "jobs", "shards"):
+            for row in conn.execute(sa.text(f"SELECT * FROM {table}")):
+                text = " ".join(str(v) for v in row)
+                assert "testing" not in text
+                assert s3["endpoint"] not in text
+    engine.dispose()
+
+
+def test_a_failing_partition_leaves_nothing_visible(client, tmp_path, sqlite_url):
+    marker = str(tmp_path / "never")
+    parts = [dask.delayed(make_samples)(p, 100) for p in range(3)]
+    parts.append(dask.delayed(partition_with)(3, 100, AlwaysFail, 50, marker))
+    with pytest.raises(RuntimeError, match="never succeeds"):
+        shardcat.write(
+            db.from_delayed(parts),
+            str(tmp_path / "ds"),
+            catalog=sqlite_url,
+            dataset="fail",
+            client=client,
+            retries=1,
+            progress=False,
+        )
+    cat = Catalog(sqlite_url)
+    with pytest.raises(KeyNotFoundError):
+        cat.get("fail", "s/000/00001")  # its partition succeeded and was staged, never committed
+    assert cat.shards("fail") == []
+    assert all(s.state == "deleted" for s in cat.shards("fail", state=None))
+
+
+def test_a_retried_task_rewrites_its_shards_and_records_stay_unique(client, tmp_path, sqlite_url):
+    marker = str(tmp_path / "failed-once")
+    parts = [dask.delayed(make_samples)(p, 200) for p in range(2)]
+    # Fails after its first shards were written and staged, then succeeds on retry.
+    parts.append(dask.delayed(partition_with)(2, 200, FailOnce, 150, marker))
+    summary = shardcat.write(
+        db.from_delayed(parts),
+        str(tmp_path / "ds"),
+        catalog=sqlite_url,
+        dataset="retry",
+        shard_size="60KB",
+        client=client,
+        retries=2,
+        progress=False,
+    )
+    assert summary.records == 600
+    cat = Catalog(sqlite_url)
+    keys = shardcat.read(cat, "retry").pluck("__key__").compute()
+    assert len(keys) == len(set(keys)) == 600
+    assert sum(s.record_count for s in cat.shards("retry")) == 600
+
+
+def test_duplicate_keys_within_a_job_are_reported_and_nothing_commits(client, tmp_path, sqlite_url):
+    parts = [dask.delayed(make_samples)(0, 50), dask.delayed(make_samples)(0, 50)]
+    with pytest.raises(DuplicateKeyError) as err:
+        shardcat.write(
+            db.from_delayed(parts),
+            str(tmp_path / "ds"),
+            catalog=sqlite_url,
+            dataset="dups",
+            client=client,
+            progress=False,
+        )
+    assert "s/000/00000" in err.value.keys
+    assert Catalog(sqlite_url).shards("dups") == []
+
+
+def test_modes_create_and_append(client, tmp_path, sqlite_url):
+    root = str(tmp_path / "ds")
+    shardcat.write(
+        sample_bag(1, 50, "a"), root, catalog=sqlite_url, dataset="m", client=client, progress=False
+    )
+    with pytest.raises(DatasetExistsError):
+        shardcat.write(
+            sample_bag(1, 50, "b"),
+            root,
+            catalog=sqlite_url,
+            dataset="m",
+            client=client,
+            progress=False,
+        )
+    second = shardcat.write(
+        sample_bag(2, 50, "b"),
+        root,
+        catalog=sqlite_url,
+        dataset="m",
+        mode="append",
+        client=client,
+        progress=False,
+    )
+    # The appended job numbers its partitions after the first job's.
+    assert second.shards[0].endswith("m-000001-000.shard")
+    cat = Catalog(sqlite_url)
+    assert sum(s.record_count for s in cat.shards("m")) == 150
+    assert cat.get("m", "a/000/00001") is not None
+    assert cat.get("m", "b/001/00049") is not None
+    with pytest.raises(DuplicateKeyError):
+        shardcat.write(
+            sample_bag(1, 5, "a"),
+            root,
+            catalog=sqlite_url,
+            dataset="m",
+            mode="append",
+            client=client,
+            progress=False,
+        )
+    assert sum(s.record_count for s in cat.shards("m")) == 150
+
+
+def test_four_concurrent_jobs_into_one_postgres_catalog(client, tmp_path, postgres_url):
+    errors: list[BaseException] = []
+    summaries = {}
+
+    def job(n: int) -> None:
+        try:
+            summaries[n] = shardcat.write(
+                sample_bag(3, 120, f"c{n}"),
+                str(tmp_path / f"ds{n}"),
+                catalog=postgres_url,
+                dataset=f"concurrent-{n}",
+                shard_size="100KB",
+                client=client,
+                progress=False,
+            )
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=job, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=240)
+    assert not errors, errors
+    cat = Catalog(postgres_url)
+    for n in range(4):
+        assert summaries[n].records == 360
+        assert sum(s.record_count for s in cat.shards(f"concurrent-{n}")) == 360
+        assert cat.get(f"concurrent-{n}", f"c{n}/002/00119")["json"].decode() == {
+            "partition": 2,
+            "i": 119,
+        }
+
+
+def test_overwrite_replaces_the_dataset_at_commit(client, tmp_path, sqlite_url):
+    root = str(tmp_path / "ds")
+    shardcat.write(
+        sample_bag(2, 40, "old"),
+        root,
+        catalog=sqlite_url,
+        dataset="o",
+        client=client,
+        progress=False,
+    )
+    summary = shardcat.write(
+        sample_bag(1, 30, "new"),
+        root,
+        catalog=sqlite_url,
+        dataset="o",
+        mode="overwrite",
+        client=client,
+        progress=False,
+    )
+    cat = Catalog(sqlite_url)
+    assert [s.url for s in cat.shards("o")] == summary.shards
+    assert sum(s.record_count for s in cat.shards("o")) == 30
+    with pytest.raises(KeyNotFoundError):
+        cat.get("o", "old/000/00001")
+    assert cat.get("o", "new/000/00001") is not None
+    # The replaced shards are tombstones until gc removes their files.
+    assert len(cat.shards("o", state="deleted")) == 2
