@@ -128,22 +128,44 @@ def inspect(
 def demo(
     ctx: typer.Context,
     out_dir: Annotated[
-        str, typer.Option("--out", help="Folder (or URL) for the demo shards.")
+        str, typer.Option("--out", help="Folder (or URL) for the demo dataset's shards.")
     ] = "shardcat-demo",
     samples: Annotated[int, typer.Option("--samples", help="How many samples to generate.")] = 4000,
     shard_size: Annotated[
         str, typer.Option("--shard-size", help="Roll over to a new shard at this size.")
     ] = "2MB",
+    workers: Annotated[
+        int, typer.Option("--workers", help="Worker processes of the local Dask cluster.")
+    ] = 2,
+    scheduler: Annotated[
+        str | None,
+        typer.Option("--scheduler", help="Use this Dask scheduler instead of a local cluster."),
+    ] = None,
 ) -> None:
-    """Write a demo dataset of shards, look samples up by key, stream and verify them."""
+    """Write a demo dataset with Dask and a SQL catalog, then look up, query, stream and verify it.
+
+    The catalog is the global --catalog when given, else a SQLite file in the
+    demo folder.
+    """
+    from ..catalog.session import DEFAULT_URL
     from ..demo import run_demo
 
-    report = run_demo(out_dir, samples, shard_size)
-    if ctx.obj.out.as_json:
-        ctx.obj.out.json(report.__dict__)
+    state = ctx.obj
+    chosen = getattr(state, "catalog_url", None)
+    catalog = chosen if chosen and chosen != DEFAULT_URL else None
+    report = run_demo(
+        out_dir,
+        samples,
+        shard_size,
+        catalog=catalog,
+        scheduler=scheduler,
+        workers=workers,
+        storage_options=state.storage_options,
+        progress=not state.out.as_json,
+    )
+    if state.out.as_json:
+        state.out.json(report.__dict__)
         return
     for line in report.lines():
-        ctx.obj.out.line(line)
-    ctx.obj.out.line(
-        f"shards are in {out_dir}/ ; try: shardcat inspect {report.shards[0]} --records 5"
-    )
+        state.out.line(line)
+    state.out.line(f"try: shardcat --catalog {report.catalog} ls demo")
