@@ -140,6 +140,9 @@ def test_cli_takes_the_catalog_from_the_environment(sqlite_url, monkeypatch):
 def test_cli_default_is_shardcat_db_in_the_working_folder(tmp_path, monkeypatch):
     monkeypatch.delenv("SHARDCAT_CATALOG", raising=False)
     monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(catalog_app, ["current"])
+    assert result.exit_code == 0, result.output
+    assert not (tmp_path / "shardcat.db").exists()  # looking does not create it
     result = CliRunner().invoke(catalog_app, ["upgrade"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "shardcat.db").is_file()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,7 +26,7 @@ from sqlalchemy import Connection, Engine, inspect, text
 
 from ..errors import CatalogError, SchemaVersionError
 from .models import Base
-from .session import create_catalog_engine, display_url, translate_errors
+from .session import create_catalog_engine, display_url, normalize_url, translate_errors
 
 __all__ = [
     "VERSION_TABLE",
@@ -142,6 +143,15 @@ def current(target: str | Engine) -> str | None:
     CatalogError
         If the database cannot be read.
     """
+    if isinstance(target, str):
+        url = normalize_url(target)
+        path = url.database
+        if (
+            url.get_backend_name() == "sqlite"
+            and path not in (None, "", ":memory:")
+            and not os.path.exists(path)
+        ):
+            return None  # do not create an empty file just to look
     with _engine(target) as engine, translate_errors(engine.url), engine.connect() as conn:
         return _current(conn)
 
