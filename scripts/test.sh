@@ -10,7 +10,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e '.[dev]'
+.venv/bin/python -m pip install --quiet -e '.[dev]' -c constraints/dev.txt
 
 # PostgreSQL for the catalog tests: start the local cluster if it is down.
 export SHARDCAT_TEST_POSTGRES_URL=${SHARDCAT_TEST_POSTGRES_URL:-postgresql+psycopg://postgres@127.0.0.1:5432/test}

@@ -146,7 +146,7 @@ def run_demo(
         cluster_cm: Any = None
     else:
         cluster_cm = LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0"
         )
         client_cm = Client(cluster_cm)
     try:

@@ -79,3 +79,24 @@ def test_gc_aborts_stale_open_jobs_and_spares_young_files(tmp_path, sqlite_url):
     assert old.aborted_jobs == [job.id]
     assert cat.job(job.id).state == "aborted"
     assert not (tmp_path / "h" / "h-000000-000.shard").exists()
+
+
+def test_gc_never_removes_the_shards_of_another_dataset_in_the_same_folder(
+    client, tmp_path, sqlite_url
+):
+    root = str(tmp_path / "shared")
+    for name in ("left", "right"):
+        shardcat.write(
+            db.from_delayed([dask.delayed(make_samples)(0, 30, name)]),
+            root,
+            catalog=sqlite_url,
+            dataset=name,
+            client=client,
+            progress=False,
+        )
+    cat = Catalog(sqlite_url)
+    before = sorted((tmp_path / "shared").glob("*.shard"))
+    assert len(before) == 2
+    for name in ("left", "right"):
+        assert gc(cat, name, grace=NOW).orphans == []
+    assert sorted((tmp_path / "shared").glob("*.shard")) == before

@@ -8,10 +8,12 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 __all__ = ["Output", "err_console"]
 
-err_console = Console(stderr=True, highlight=False)
+# soft_wrap: an error is one line, whatever the terminal width (logs, grep).
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 class Output:
@@ -25,11 +27,12 @@ class Output:
         if self.as_json:
             self.json([dict(zip(columns, row)) for row in rows])
             return
-        t = Table(title=title, title_justify="left", show_lines=False)
+        t = Table(title=Text(title, style="table.title"), title_justify="left", show_lines=False)
         for c in columns:
             t.add_column(c, overflow="fold")
         for row in rows:
-            t.add_row(*("" if v is None else str(v) for v in row))
+            # Text, not str: values are data (keys, URLs), never rich markup.
+            t.add_row(*(Text("" if v is None else str(v)) for v in row))
         self.console.print(t)
 
     def fields(self, title: str, values: dict[str, Any]) -> None:
@@ -37,18 +40,20 @@ class Output:
         if self.as_json:
             self.json(values)
             return
-        t = Table(title=title, title_justify="left", show_header=False)
+        t = Table(title=Text(title, style="table.title"), title_justify="left", show_header=False)
         t.add_column("field", style="bold")
         t.add_column("value", overflow="fold")
         for k, v in values.items():
             t.add_row(
-                k, json.dumps(v, ensure_ascii=False) if isinstance(v, (dict, list)) else str(v)
+                Text(k),
+                Text(json.dumps(v, ensure_ascii=False) if isinstance(v, (dict, list)) else str(v)),
             )
         self.console.print(t)
 
     def json(self, value: Any) -> None:
         print(json.dumps(value, indent=2, ensure_ascii=False, default=str))
 
-    def line(self, text: str) -> None:
+    def line(self, text: str, *, markup: bool = True) -> None:
+        """A line of text (nothing with ``--json``); ``markup=False`` for lines made of data."""
         if not self.as_json:
-            self.console.print(text)
+            self.console.print(text, markup=markup)

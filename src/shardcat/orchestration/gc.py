@@ -7,9 +7,11 @@ local writer leaves ``.partial`` files). ``gc`` finds and removes them:
 
 1. open jobs older than ``stale_after`` are aborted (their client is gone);
 2. objects of ``deleted`` shards are removed, then their catalog rows;
-3. files under the dataset's root that no catalog row names (shards written
-   but never registered, ``.partial`` temporaries) are removed once older
-   than ``grace``, so that a job still writing is never touched.
+3. files under the dataset's root that no catalog row of any dataset names
+   (shards written but never registered, ``.partial`` temporaries) are
+   removed once older than ``grace``, so that a job still writing is never
+   touched. A dataset's root belongs to one catalog: files another catalog
+   registered there would look like orphans.
 """
 
 from __future__ import annotations
@@ -92,7 +94,10 @@ def gc(
     cat = catalog if isinstance(catalog, Catalog) else Catalog(str(catalog))
     opts = dict(storage_options or cat.storage_options or {})
     report = GcReport(dry_run=dry_run)
-    names = [dataset] if dataset is not None else [d.name for d in cat.datasets()]
+    all_names = [d.name for d in cat.datasets()]
+    names = [dataset] if dataset is not None else all_names
+    if dataset is not None:
+        cat.dataset(dataset)  # DatasetNotFoundError for an unknown name
     now = dt.datetime.now(dt.timezone.utc)
     for name in names:
         for job in cat.jobs(name, state="open"):
@@ -108,7 +113,8 @@ def gc(
         if not dry_run and deleted:
             cat.purge_shards(name, [s.url for s in deleted])
         root = cat.dataset(name).root_url
-        known = {_key(s.url, opts) for s in cat.shards(name, state=None)}
+        # Every dataset's shards count as known: datasets may share a folder.
+        known = {_key(s.url, opts) for d in all_names for s in cat.shards(d, state=None)}
         for url, modified in _list_files(root, opts, report):
             if _key(url, opts) in known or now - modified < grace:
                 continue

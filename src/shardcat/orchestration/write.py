@@ -211,7 +211,7 @@ def _cluster(client: Any, url: str) -> Iterator[Any]:
             processes=not in_process,
             n_workers=1 if in_process else None,
             threads_per_worker=2 if in_process else 1,
-            dashboard_address=None,
+            dashboard_address="127.0.0.1:0",
             scheduler_port=0,
         ) as cluster,
         Client(cluster) as c,

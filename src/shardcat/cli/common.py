@@ -1,0 +1,190 @@
+"""What the commands share: the global state, the config file, opening the catalog, parsing."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from ..errors import CatalogError
+from .output import Output
+
+__all__ = [
+    "CONFIG_ENV",
+    "State",
+    "load_config",
+    "merge_options",
+    "open_catalog",
+    "parse_duration",
+    "require_catalog",
+    "resolve_catalog_url",
+    "state_of",
+    "timestamp",
+]
+
+CONFIG_ENV = "SHARDCAT_CONFIG"
+CATALOG_ENV = "SHARDCAT_CATALOG"
+DEFAULT_CATALOG = "sqlite:///shardcat.db"
+_CONFIG_KEYS = ("catalog", "storage_options")
+
+
+class State:
+    """What the global options chose, handed to every command as ``ctx.obj``.
+
+    ``storage_options`` may hold credentials: never print them, nor this object.
+    """
+
+    def __init__(
+        self,
+        as_json: bool = False,
+        verbose: int = 0,
+        storage_options: dict[str, Any] | None = None,
+        catalog_url: str | None = None,
+    ) -> None:
+        self.out = Output(as_json)
+        self.verbose = verbose
+        self.storage_options = dict(storage_options or {})
+        self.catalog_url = catalog_url or os.environ.get(CATALOG_ENV) or DEFAULT_CATALOG
+
+    def __repr__(self) -> str:
+        return f"State(json={self.out.as_json}, verbose={self.verbose}, options=<hidden>)"
+
+
+def state_of(ctx: typer.Context) -> State:
+    """The command's State (a default one when a sub-app runs on its own, as in tests)."""
+    obj = ctx.find_root().obj if ctx.obj is None else ctx.obj
+    return obj if isinstance(obj, State) else State()
+
+
+def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a TOML config file: ``catalog = "..."`` and a ``[storage_options]`` table.
+
+    Raises
+    ------
+    typer.BadParameter
+        If the file is missing, is not TOML, or has unknown keys.
+    """
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ModuleNotFoundError:
+            raise typer.BadParameter(
+                "reading a config file needs Python 3.11+ or `pip install tomli`",
+                param_hint="--config",
+            ) from None
+
+    p = Path(path)
+    try:
+        with p.open("rb") as f:
+            doc = tomllib.load(f)
+    except FileNotFoundError:
+        raise typer.BadParameter(f"no config file {p}", param_hint="--config") from None
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        # The decoder's message names a line and column, never the file's values.
+        raise typer.BadParameter(f"cannot read {p}: {e}", param_hint="--config") from None
+    unknown = sorted(set(doc) - set(_CONFIG_KEYS))
+    if unknown:
+        raise typer.BadParameter(
+            f"{p}: unknown key(s) {', '.join(unknown)}; known: {', '.join(_CONFIG_KEYS)}",
+            param_hint="--config",
+        )
+    if "catalog" in doc and not isinstance(doc["catalog"], str):
+        raise typer.BadParameter(f"{p}: catalog must be a string URL", param_hint="--config")
+    if not isinstance(doc.get("storage_options", {}), dict):
+        raise typer.BadParameter(f"{p}: storage_options must be a table", param_hint="--config")
+    return doc
+
+
+def merge_options(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` on top of ``base``; nested tables merge key by key."""
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = merge_options(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def resolve_catalog_url(flag: str | None, config: Mapping[str, Any]) -> str:
+    """Command line, then ``$SHARDCAT_CATALOG``, then the config file, then the default."""
+    return flag or os.environ.get(CATALOG_ENV) or config.get("catalog") or DEFAULT_CATALOG
+
+
+def require_catalog(url: str) -> None:
+    """Refuse a SQLite catalog file that does not exist (instead of creating an empty one).
+
+    Raises
+    ------
+    CatalogError
+        If ``url`` names a SQLite file that is not there.
+    """
+    from sqlalchemy.engine import make_url
+
+    from ..catalog.session import display_url
+
+    try:
+        parsed = make_url(url)
+    except Exception:  # the catalog reports malformed URLs itself
+        return
+    if parsed.get_backend_name() != "sqlite":
+        return
+    db = parsed.database or ""
+    if db not in ("", ":memory:") and not db.startswith("file:") and not Path(db).exists():
+        raise CatalogError(
+            f"no catalog at {display_url(url)}: write a dataset first, or name the catalog "
+            "with --catalog or $SHARDCAT_CATALOG"
+        )
+
+
+def open_catalog(state: State, *, create: bool = False) -> Any:
+    """The catalog the global options name, with their storage options.
+
+    Commands that only read create nothing: a SQLite file that does not
+    exist is an error, not a new empty catalog.
+
+    Raises
+    ------
+    CatalogError
+        If the catalog does not exist or cannot be opened.
+    """
+    from ..catalog import Catalog
+
+    if not create:
+        require_catalog(state.catalog_url)
+    return Catalog(state.catalog_url, storage_options=state.storage_options, create=create)
+
+
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d|w)?\s*", re.IGNORECASE)
+_SECONDS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(value: str) -> dt.timedelta:
+    """``"30m"``, ``"1h"``, ``"2d"``, ``"90s"``, ``"0"`` (a bare number is seconds).
+
+    Raises
+    ------
+    typer.BadParameter
+        If the text is not a duration.
+    """
+    m = _DURATION.fullmatch(value)
+    if m is None:
+        raise typer.BadParameter(f"cannot read {value!r} as a duration; write e.g. 30m, 1h, 2d, 0")
+    unit = (m.group(2) or "s").lower()
+    return dt.timedelta(seconds=float(m.group(1)) * _SECONDS[unit])
+
+
+def timestamp(value: dt.datetime | None) -> str | None:
+    """A UTC timestamp to the second, for tables."""
+    if value is None:
+        return None
+    if value.tzinfo is not None:
+        value = value.astimezone(dt.timezone.utc)
+    return value.strftime("%Y-%m-%d %H:%M:%S")

@@ -1,0 +1,254 @@
+"""Commands that check or change a dataset's shards: verify, reindex, gc, delete."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import sys
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from .._units import format_bytes
+from ..errors import StorageError
+from ..storage import expand_braces, redact, resolve
+from .common import open_catalog, parse_duration, state_of
+from .output import err_console
+
+__all__ = ["register"]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("verify")(verify)
+    app.command("reindex")(reindex)
+    app.command("gc")(gc)
+    app.command("delete")(delete)
+
+
+def verify(
+    ctx: typer.Context,
+    dataset: Annotated[str, typer.Argument(help="The dataset's name.", metavar="DATASET")],
+    workers: Annotated[int, typer.Option(min=1, help="Shards checked at once.")] = 4,
+) -> None:
+    """Read every committed shard, check every CRC and compare it with the catalog.
+
+    Prints every problem (shard, kind, detail); exits 1 if there is any.
+    """
+    state = state_of(ctx)
+    out = state.out
+    with open_catalog(state) as cat:
+        n = len(cat.shards(dataset))
+        with err_console.status(f"verifying {n} shard(s) of {escape(dataset)}…"):
+            report = cat.verify(dataset, workers=workers)
+    if out.as_json:
+        out.json(
+            {
+                "dataset": report.dataset,
+                "ok": report.ok,
+                "shards_checked": report.shards_checked,
+                "records_checked": report.records_checked,
+                "bytes_checked": report.bytes_checked,
+                "problems": [
+                    {"shard": p.url, "kind": p.kind, "detail": p.message, "keys": list(p.keys)}
+                    for p in report.problems
+                ],
+            }
+        )
+    else:
+        summary = (
+            f"{report.shards_checked} shard(s), {report.records_checked:,} records, "
+            f"{format_bytes(report.bytes_checked)} checked"
+        )
+        if report.ok:
+            out.line(f"[green]ok:[/green] dataset {escape(repr(dataset))}: {summary}, no problems")
+        else:
+            out.table(
+                f"Problems in {dataset}",
+                ["shard", "kind", "detail"],
+                [[p.url, p.kind, p.message] for p in report.problems],
+            )
+            bad = len(report.by_shard())
+            out.line(
+                f"dataset {dataset!r}: {summary}; {len(report.problems)} problem(s) in {bad} "
+                "shard(s)",
+                markup=False,
+            )
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def reindex(
+    ctx: typer.Context,
+    dataset: Annotated[str, typer.Argument(help="The dataset's name.", metavar="DATASET")],
+    urls: Annotated[
+        list[str],
+        typer.Argument(
+            help="Shard URLs; brace patterns like train-{000000..000099}.shard expand.",
+            metavar="URL",
+        ),
+    ],
+    workers: Annotated[int, typer.Option(min=1, help="Footers read at once.")] = 8,
+) -> None:
+    """Rebuild the catalog rows of these shards from their footers, committed together."""
+    state = state_of(ctx)
+    expanded = [u for pattern in urls for u in expand_braces(pattern)]
+    with open_catalog(state) as cat:
+        rows = cat.reindex(dataset, expanded, workers=workers)
+    out = state.out
+    if out.as_json:
+        out.json(
+            [
+                {
+                    "url": r.url,
+                    "shard_number": r.shard_number,
+                    "records": r.record_count,
+                    "bytes": r.size_bytes,
+                }
+                for r in rows
+            ]
+        )
+        return
+    out.table(
+        f"Reindexed shards of {dataset}",
+        ["url", "records", "bytes"],
+        [[r.url, f"{r.record_count:,}", format_bytes(r.size_bytes)] for r in rows],
+    )
+    out.line(
+        f"{len(rows)} shard(s), {sum(r.record_count for r in rows):,} records reindexed",
+        markup=False,
+    )
+
+
+def gc(
+    ctx: typer.Context,
+    dataset: Annotated[
+        str | None,
+        typer.Argument(help="Only this dataset (default: every dataset).", metavar="DATASET"),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", "-n", help="Only report what would be removed.")
+    ] = False,
+    grace: Annotated[
+        str,
+        typer.Option(
+            help="Leave unregistered files younger than this (30m, 1h, 2d, 0).", metavar="DURATION"
+        ),
+    ] = "1h",
+    stale_after: Annotated[
+        str,
+        typer.Option(
+            help="Abort jobs left open longer than this (their writer died).", metavar="DURATION"
+        ),
+    ] = "24h",
+) -> None:
+    """Remove what failed or killed write jobs left: stale jobs, deleted shards, orphan files."""
+    from ..orchestration.gc import gc as run_gc
+
+    state = state_of(ctx)
+    grace_td, stale_td = parse_duration(grace), parse_duration(stale_after)
+    with open_catalog(state) as cat:
+        shared = _shared_roots(cat, dataset)
+        if shared:
+            # gc takes every unregistered file under a dataset's root for an orphan, so
+            # another dataset's shards there would be deleted: leave orphans alone.
+            name, other, root = shared[0]
+            err_console.print(
+                f"warning: dataset {name!r} shares its folder {root} with {other!r}"
+                + (f" (and {len(shared) - 1} more overlaps)" if len(shared) > 1 else "")
+                + "; orphan files are left alone, since gc cannot tell whose they are",
+                markup=False,
+            )
+            grace_td = dt.timedelta.max
+        report = run_gc(
+            cat,
+            dataset,
+            dry_run=dry_run,
+            grace=grace_td,
+            stale_after=stale_td,
+            storage_options=state.storage_options,
+        )
+    out = state.out
+    if out.as_json:
+        out.json(dataclasses.asdict(report))
+    else:
+        rows: list[list[Any]] = [["aborted job", j] for j in report.aborted_jobs]
+        rows += [["deleted shard", u] for u in report.deleted_shards]
+        rows += [["orphan file", u] for u in report.orphans]
+        rows += [["error", e] for e in report.errors]
+        if rows:
+            out.table("Would remove" if dry_run else "Removed", ["what", "item"], rows)
+        out.line(str(report), markup=False)
+    if report.errors:
+        raise typer.Exit(1)
+
+
+def _shared_roots(cat: Any, dataset: str | None) -> list[tuple[str, str, str]]:
+    """(dataset, other dataset, root) where the other's root is the dataset's root or inside it."""
+    roots = {d.name: d.root_url.rstrip("/") for d in cat.datasets()}
+    names = [dataset] if dataset is not None else sorted(roots)
+    return [
+        (name, other, roots[name])
+        for name in names
+        if name in roots
+        for other, root in sorted(roots.items())
+        if other != name and (root == roots[name] or root.startswith(roots[name] + "/"))
+    ]
+
+
+def delete(
+    ctx: typer.Context,
+    dataset: Annotated[str, typer.Argument(help="The dataset's name.", metavar="DATASET")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete a dataset: every shard object (all states), then its catalog rows.
+
+    Asks first; without a terminal, --yes is required.
+    """
+    state = state_of(ctx)
+    out = state.out
+    with open_catalog(state) as cat:
+        info = cat.dataset(dataset)
+        shards = cat.shards(dataset, state=None)
+        size = sum(s.size_bytes for s in shards)
+        records = sum(s.record_count for s in shards if s.state == "committed")
+        what = (
+            f"dataset {dataset!r} (root {info.root_url}): {len(shards)} shard object(s), "
+            f"{format_bytes(size)}, {records:,} committed records"
+        )
+        if not yes:
+            if not sys.stdin.isatty():
+                err_console.print(
+                    f"error: would delete {what}; pass --yes to confirm without a terminal",
+                    markup=False,
+                )
+                raise typer.Exit(1)
+            err_console.print(f"This deletes {what}.", markup=False)
+            if not typer.confirm("Delete them?", default=False, err=True):
+                raise typer.Abort()
+        removed, errors = 0, []
+        for shard in shards:
+            try:
+                fs, path = resolve(shard.url, state.storage_options)
+                if fs.exists(path):
+                    fs.rm_file(path)
+                    removed += 1
+            except (OSError, StorageError) as e:
+                errors.append(f"{redact(shard.url)}: {e}")
+        if errors:
+            # Keep the rows: they name what is left, and running delete again finishes the job.
+            raise StorageError(
+                f"could not remove {len(errors)} shard object(s) of {dataset!r}, catalog rows "
+                f"kept (run delete again): {errors[0]}"
+            )
+        cat.delete_dataset(dataset)
+    if out.as_json:
+        out.json(
+            {"dataset": dataset, "shards": len(shards), "objects_removed": removed, "bytes": size}
+        )
+    else:
+        out.line(
+            f"deleted dataset {dataset!r}: {removed} shard object(s) removed "
+            f"({len(shards) - removed} already gone), {format_bytes(size)}",
+            markup=False,
+        )

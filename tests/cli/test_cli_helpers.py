@@ -1,0 +1,162 @@
+"""The CLI's pure helpers: sample grouping, the SQL guard, durations, safe output paths, config."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+import typer
+
+from shardcat.cli.common import load_config, merge_options, parse_duration
+from shardcat.cli.dataset_cmds import safe_path
+from shardcat.cli.sql_cmd import check_read_only
+from shardcat.cli.write_cmd import group_samples, iter_files, sample_parts
+from shardcat.errors import CatalogError, DuplicateKeyError, InvalidKeyError
+
+
+@pytest.mark.parametrize(
+    ("relpath", "expected"),
+    [
+        ("a/b/img001.jpg", ("a/b/img001", "jpg")),
+        ("a/b/img001.cls", ("a/b/img001", "cls")),
+        ("x.seg.png", ("x", "seg.png")),
+        ("d.v2/x.json", ("d.v2/x", "json")),
+        ("README", None),
+        ("a/noext", None),
+        ("a/trailing.", None),
+    ],
+)
+def test_sample_parts_follow_the_webdataset_convention(relpath, expected):
+    assert sample_parts(relpath) == expected
+
+
+def test_files_group_into_samples_lazily_and_skip_hidden_ones(tmp_path):
+    for rel, data in {
+        "a/b/img1.jpg": b"J1",
+        "a/b/img1.cls": b"3",
+        "a/b/img1-x.jpg": b"JX",  # sorts between img1.cls and img1.jpg's neighbours
+        "a/b/img2.jpg": b"J2",
+        "a/.hidden.jpg": b"H",
+        ".git/config.txt": b"G",
+        "top.seg.png": b"S",
+        "top.txt": b"T",
+    }.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(data)
+    files = list(iter_files(tmp_path))
+    assert ".git/config.txt" not in files and "a/.hidden.jpg" not in files
+    samples = group_samples(tmp_path, iter(files))
+    first = next(samples)  # a generator: one sample at a time
+    assert first == {"__key__": "top", "seg.png": b"S", "txt": b"T"}
+    rest = {s["__key__"]: s for s in samples}
+    assert rest["a/b/img1"] == {"__key__": "a/b/img1", "jpg": b"J1", "cls": b"3"}
+    assert set(rest) == {"a/b/img1", "a/b/img1-x", "a/b/img2"}
+
+
+def test_two_files_for_one_key_and_entry_are_an_error(tmp_path):
+    (tmp_path / "x.jpg").write_bytes(b"1")
+    (tmp_path / "y.jpg").write_bytes(b"2")
+    with pytest.raises(DuplicateKeyError, match=r"both map to key 'x', entry 'jpg'"):
+        list(group_samples(tmp_path, ["x.jpg", "x.jpg"]))
+    with pytest.raises(DuplicateKeyError, match="not listed together"):
+        list(group_samples(tmp_path, ["x.jpg", "y.jpg", "x.txt"]))
+
+
+@pytest.mark.parametrize(
+    ("query", "statement"),
+    [
+        ("SELECT 1", "SELECT 1"),
+        ("  select * from records;  ", "  select * from records"),
+        ("WITH x AS (SELECT 1) SELECT * FROM x;;", "WITH x AS (SELECT 1) SELECT * FROM x"),
+        ("(SELECT 1) UNION (SELECT 2)", "(SELECT 1) UNION (SELECT 2)"),
+        ("EXPLAIN SELECT 1", "EXPLAIN SELECT 1"),
+        ("VALUES (1, 2)", "VALUES (1, 2)"),
+        ("-- c\nSELECT 'a;b' AS \"x;y\" /* ; */", "-- c\nSELECT 'a;b' AS \"x;y\""),
+        ("SELECT 1; -- trailing comment", "SELECT 1"),
+        ("SELECT ':name', 'it''s'", "SELECT ':name', 'it''s'"),
+    ],
+)
+def test_read_only_statements_pass(query, statement):
+    assert check_read_only(query) == statement
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("DELETE FROM records", "DELETE statements are not allowed"),
+        ("  update shards set state = 'x'", "UPDATE statements are not allowed"),
+        ("SELECT 1; DELETE FROM records", "one statement at a time"),
+        ("SELECT 1;\nDROP TABLE records;", "one statement at a time"),
+        ("PRAGMA journal_mode = DELETE", "PRAGMA statements are not allowed"),
+        ("ATTACH 'x.db' AS x", "ATTACH statements are not allowed"),
+        ("/* SELECT */ INSERT INTO datasets VALUES (1)", "INSERT statements"),
+        ("'SELECT' ; DELETE FROM records", "one statement"),
+        ("SELECT 'unterminated", "unterminated quote"),
+        ("SELECT 1 /* unterminated", "unterminated /\\* comment"),
+        ("   ;  ", "empty"),
+    ],
+)
+def test_other_statements_are_refused(query, message):
+    with pytest.raises(CatalogError, match=message):
+        check_read_only(query)
+
+
+def test_postgres_dollar_quotes_cannot_hide_a_second_statement():
+    hidden = "SELECT $$'$$; DELETE FROM records; SELECT $$'$$"
+    with pytest.raises(CatalogError, match="one statement"):
+        check_read_only(hidden, "postgresql")
+    assert check_read_only("SELECT $tag$a;b$tag$", "postgresql") == "SELECT $tag$a;b$tag$"
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("0", 0),
+        ("90", 90),
+        ("90s", 90),
+        ("30m", 1800),
+        ("1h", 3600),
+        ("2d", 172800),
+        ("1.5h", 5400),
+    ],
+)
+def test_durations(text, seconds):
+    assert parse_duration(text) == dt.timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize("text", ["", "h", "-1h", "1y", "one hour"])
+def test_bad_durations_are_refused(text):
+    with pytest.raises(typer.BadParameter):
+        parse_duration(text)
+
+
+def test_safe_path_keeps_keys_inside_the_folder(tmp_path):
+    assert safe_path(tmp_path, "a/b/img1", "jpg") == tmp_path / "a" / "b" / "img1.jpg"
+    for key, entry in [
+        ("../x", "jpg"),
+        ("a/../../x", "jpg"),
+        ("/etc/passwd", "txt"),
+        ("a//b", "jpg"),
+        ("x", "../../y"),
+        ("../..", "jpg"),
+    ]:
+        with pytest.raises(InvalidKeyError):
+            safe_path(tmp_path, key, entry)
+
+
+def test_config_files_are_checked(tmp_path):
+    good = tmp_path / "ok.toml"
+    good.write_text('catalog = "sqlite:///x.db"\n[storage_options]\nanon = true\n')
+    assert load_config(good) == {"catalog": "sqlite:///x.db", "storage_options": {"anon": True}}
+    bad = tmp_path / "bad.toml"
+    bad.write_text('catalgo = "typo"\n')
+    with pytest.raises(typer.BadParameter, match="unknown key"):
+        load_config(bad)
+    with pytest.raises(typer.BadParameter, match="no config file"):
+        load_config(Path(tmp_path / "missing.toml"))
+    assert merge_options({"a": 1, "c": {"x": 1, "y": 2}}, {"b": 2, "c": {"y": 3}}) == {
+        "a": 1,
+        "b": 2,
+        "c": {"x": 1, "y": 3},
+    }
