@@ -39,4 +39,5 @@ fi
 
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+.venv/bin/mypy
 exec .venv/bin/python -m pytest -p no:cacheprovider "$@"

@@ -61,8 +61,8 @@ def read(
     DatasetNotFoundError
         No such dataset in the catalog.
     """
-    import dask
     import dask.bag as db
+    from dask.delayed import delayed
 
     from ..catalog import Catalog
 
@@ -71,9 +71,7 @@ def read(
     names = None if entries is None else list(entries)
     opts = dict(storage_options or {})
     parts = [
-        dask.delayed(_read_partition)(
-            url, names, opts, decode, dask_key_name=f"shardcat-read-{i}-{url}"
-        )
+        delayed(_read_partition)(url, names, opts, decode, dask_key_name=f"shardcat-read-{i}-{url}")
         for i, url in enumerate(urls)
     ]
     if not parts:

@@ -228,20 +228,20 @@ def _run(
     retries: int,
     progress: bool,
 ) -> list[PartitionResult]:
-    import dask
     import dask.bag as db
+    from dask.delayed import delayed
 
     if _is_dask_dataframe(data):
         parts = data.to_delayed()
         tasks = [
-            dask.delayed(_write_frame_partition)(part, plan, i, key_column)
+            delayed(_write_frame_partition)(part, plan, i, key_column)
             for i, part in enumerate(parts)
         ]
         futures = client.compute(tasks, retries=retries)
         return _gather(client, futures, progress, len(tasks))
     if isinstance(data, db.Bag):
         parts = data.to_delayed()
-        tasks = [dask.delayed(write_partition)(part, plan, i) for i, part in enumerate(parts)]
+        tasks = [delayed(write_partition)(part, plan, i) for i, part in enumerate(parts)]
         futures = client.compute(tasks, retries=retries)
         return _gather(client, futures, progress, len(tasks))
     if isinstance(data, Iterable) and not isinstance(data, (str, bytes, Mapping)):
