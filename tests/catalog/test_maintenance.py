@@ -198,3 +198,12 @@ def test_get_from_a_rewritten_shard_never_returns_another_record(cat, local_root
         f.truncate(200)
     with pytest.raises(FormatError, match="shard"):
         cat.get("train", shard_keys(0)[30])
+
+
+def test_verify_reports_progress_once_per_shard(cat, local_root):
+    urls = [info.path for info in make_dataset(cat, local_root, 3)]
+    seen: list[tuple[str, int]] = []
+    report = cat.verify("train", on_shard=lambda url, total: seen.append((url, total)))
+    assert report.ok
+    assert sorted(url for url, _ in seen) == sorted(urls)
+    assert {total for _, total in seen} == {3}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any
 
@@ -306,15 +306,24 @@ class Catalog(CatalogWrites):
         """
         return reindex_shards(self, dataset, urls, workers=workers)
 
-    def verify(self, dataset: str, *, workers: int = 4) -> CatalogReport:
+    def verify(
+        self,
+        dataset: str,
+        *,
+        workers: int = 4,
+        on_shard: Callable[[str, int], None] | None = None,
+    ) -> CatalogReport:
         """Check every committed shard against the catalog, and every CRC; report each disagreement.
+
+        ``on_shard(url, total)`` is called as each shard's check finishes
+        (from worker threads), for progress bars.
 
         Raises
         ------
         DatasetNotFoundError
             If there is no such dataset.
         """
-        return verify_dataset(self, dataset, workers=workers)
+        return verify_dataset(self, dataset, workers=workers, on_shard=on_shard)
 
     def analyze(self) -> None:
         """Refresh the database's planner statistics (after registering many records).

@@ -6,7 +6,7 @@ shard can be recomputed from its header and footer (:func:`prepare_shard`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -111,7 +111,13 @@ _CATALOG_ROWS = text(
 )
 
 
-def verify_dataset(cat: Catalog, dataset: str, *, workers: int) -> CatalogReport:
+def verify_dataset(
+    cat: Catalog,
+    dataset: str,
+    *,
+    workers: int,
+    on_shard: Callable[[str, int], None] | None = None,
+) -> CatalogReport:
     """See :meth:`Catalog.verify`."""
     with cat._uow() as s:
         ds = cat._dataset(s, dataset)
@@ -143,6 +149,8 @@ def verify_dataset(cat: Catalog, dataset: str, *, workers: int) -> CatalogReport
             return None, [Problem(url, "unreadable", str(e))], 0
         finally:
             reader.close()
+            if on_shard is not None:
+                on_shard(url, len(shards))
         return info, problems, checked
 
     if len(shards) > 1 and workers > 1:

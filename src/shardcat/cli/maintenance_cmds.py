@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .._units import format_bytes
 from ..errors import StorageError
@@ -39,8 +40,20 @@ def verify(
     out = state.out
     with open_catalog(state) as cat:
         n = len(cat.shards(dataset))
-        with err_console.status(f"verifying {n} shard(s) of {escape(dataset)}…"):
-            report = cat.verify(dataset, workers=workers)
+        with Progress(
+            TextColumn("verifying"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("shards"),
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=True,
+            disable=out.as_json,
+        ) as bar:
+            task = bar.add_task("verify", total=n)
+            report = cat.verify(
+                dataset, workers=workers, on_shard=lambda _url, _total: bar.advance(task)
+            )
     if out.as_json:
         out.json(
             {
