@@ -320,9 +320,7 @@ class CatalogWrites:
         """
         job_id = job.id if isinstance(job, JobInfo) else job
         with self._uow(write=True) as s:
-            row = s.get(Job, job_id)
-            if row is None:
-                raise JobNotFoundError(f"no job {job_id} in catalog {self.url}")
+            row = self._job_row(s, job_id)
             if row.state == "aborted":
                 raise CommitConflictError(
                     f"job {job_id} was aborted; it cannot be committed: start a new job"
@@ -344,9 +342,7 @@ class CatalogWrites:
         """
         job_id = job.id if isinstance(job, JobInfo) else job
         with self._uow(write=True) as s:
-            row = s.get(Job, job_id)
-            if row is None:
-                raise JobNotFoundError(f"no job {job_id} in catalog {self.url}")
+            row = self._job_row(s, job_id)
             if row.state == "committed":
                 raise CommitConflictError(
                     f"job {job_id} is committed; remove its shards with remove_shard() instead of aborting it"
@@ -371,6 +367,12 @@ class CatalogWrites:
                     execution_options=_NO_SYNC,
                 )
         return self.job(job_id)
+
+    def _job_row(self, s: Session, job_id: int) -> Job:
+        row = s.get(Job, job_id)
+        if row is None:
+            raise JobNotFoundError(f"no job {job_id} in catalog {self.url}")
+        return row
 
     def _open_job(self, s: Session, job_id: int, ds: Dataset) -> Job:
         row = s.get(Job, job_id)
