@@ -10,10 +10,11 @@ from types import TracebackType
 from typing import Any, BinaryIO
 
 import numpy as np
+from crc32c import crc32c  # the C function itself: add() is the write hot path
 
 from .. import __version__
 from ..errors import DuplicateKeyError, InvalidKeyError, RecordTooLargeError, WriterClosedError
-from .checksums import crc32c, key_hash
+from .checksums import key_hash
 from .codecs import compress, should_compress
 from .entries import Entry, Record, encode_value, guess_content_type
 from .footer import EntrySpec, Footer

@@ -55,7 +55,15 @@ def write_partition(samples: Iterable[Any], plan: WritePlan, partition: int) -> 
     t0 = time.perf_counter()
     catalog = catalog_for(plan.catalog_url)
 
+    first = plan.first_shard_number(partition)
+
     def stage(info: Any) -> None:
+        # Checked per shard, not per sample: the sample loop is the hot path.
+        if info.header.shard_number - first >= SHARDS_PER_PARTITION:
+            raise ValueError(
+                f"partition {partition} needs more than {SHARDS_PER_PARTITION} shards of "
+                f"{plan.shard_size:,} bytes; repartition the data into smaller partitions"
+            )
         # Staged under the job: invisible to lookups until the client commits.
         # A retried task registers the same URL again, which replaces these rows.
         catalog.register_shard(plan.dataset, info, job=plan.job_id)
@@ -65,7 +73,7 @@ def write_partition(samples: Iterable[Any], plan: WritePlan, partition: int) -> 
         plan.pattern(partition),
         max_bytes=plan.shard_size,
         max_records=plan.max_records,
-        start=plan.first_shard_number(partition),
+        start=first,
         storage_options=plan.storage_options,
         on_shard_closed=stage,
         compression=plan.compression,
@@ -79,11 +87,6 @@ def write_partition(samples: Iterable[Any], plan: WritePlan, partition: int) -> 
     with writer:
         for sample in samples:
             writer.write(validate_sample(sample))
-            if writer.next_number - writer.start > SHARDS_PER_PARTITION:
-                raise ValueError(
-                    f"partition {partition} needs more than {SHARDS_PER_PARTITION} shards of "
-                    f"{plan.shard_size:,} bytes; repartition the data into smaller partitions"
-                )
     infos = writer.shards
     result = PartitionResult(
         partition=partition,
