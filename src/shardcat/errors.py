@@ -16,12 +16,15 @@ __all__ = [
     "CommitConflictError",
     "DatasetExistsError",
     "DatasetNotFoundError",
+    "DecompressionLimitError",
     "DuplicateKeyError",
     "FormatError",
     "InvalidKeyError",
     "JobNotFoundError",
     "KeyNotFoundError",
     "NewerVersionWarning",
+    "ObjectExistsError",
+    "QueryTimeoutError",
     "RecordTooLargeError",
     "SchemaVersionError",
     "ShardNotFoundError",
@@ -72,6 +75,15 @@ class ChecksumError(FormatError):
 
 class TruncatedError(FormatError):
     """The file ends before a structure it promises (an interrupted write or copy)."""
+
+
+class DecompressionLimitError(FormatError):
+    """An entry declares a decompressed size above the limit this process allows.
+
+    The limit (1 GiB by default) guards against decompression bombs; raise it
+    with the ``SHARDCAT_MAX_DECOMPRESSED_BYTES`` environment variable to read
+    a trusted shard with larger entries.
+    """
 
 
 class VersionError(FormatError):
@@ -128,6 +140,10 @@ class StorageError(ShardcatError, OSError):
     """Reading or writing the object store failed."""
 
 
+class ObjectExistsError(StorageError, FileExistsError):
+    """Publication refused to replace an object that exists (shards are written once)."""
+
+
 # --- the catalog ----------------------------------------------------------
 
 
@@ -163,3 +179,7 @@ class DatasetExistsError(CatalogError):
 
 class CommitConflictError(CatalogError):
     """Another writer changed the dataset between this job's start and its commit."""
+
+
+class QueryTimeoutError(CatalogError, TimeoutError):
+    """A read-only query (``shardcat sql``) ran longer than its timeout and was cancelled."""

@@ -84,3 +84,60 @@ def test_demo_writes_reads_and_verifies(tmp_path):
     shards = sorted((tmp_path / "demo").glob("demo-*.shard"))
     assert len(shards) >= 2
     assert sum(len(shardcat.ShardReader(s)) for s in shards) == 300
+
+
+def _one_line_error(p: subprocess.CompletedProcess[str], *texts: str) -> None:
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "Traceback" not in p.stderr
+    assert "error:" in p.stderr and all(t in p.stderr for t in texts), p.stderr
+    assert len(p.stderr.strip().splitlines()) <= 3  # one message (rich may wrap it)
+
+
+def test_inspect_and_get_of_hostile_shards_exit_1_with_one_line(tmp_path):
+    # Shards with every CRC right (tests/format/hostile.py). Before: a RecursionError
+    # traceback from inspect, and `shardcat get` allocated 1.1 GB before a ZstdError.
+    from format.hostile import build_shard, with_metadata, zstd_frame
+    from shardcat.catalog import Catalog
+    from shardcat.format import Codec
+
+    fine = ("txt", "text/plain", Codec.NONE, b"fine")
+    lie = zstd_frame(os.urandom(32 << 10), 1_100_000_000)
+    data = build_shard(
+        [("ok", [fine]), ("bomb", [fine, ("bin", "application/json", Codec.ZSTD, lie)])]
+    )
+    shard = tmp_path / "hostile.shard"
+    shard.write_bytes(data)
+    deep = tmp_path / "deep.shard"
+    deep.write_bytes(with_metadata(data, b'{"user":' + b"[" * 100_000 + b"]" * 100_000 + b"}"))
+    catalog = f"sqlite:///{tmp_path / 'catalog.db'}"
+    with Catalog(catalog) as cat:  # the footer is sound: the shard registers
+        cat.create_dataset("d", str(tmp_path))
+        cat.reindex("d", [str(shard)])
+
+    _one_line_error(run("inspect", str(deep)), "deep.shard", "nested more than 64 levels")
+    _one_line_error(
+        run("inspect", "--verify", str(shard)), "'bin'", "SHARDCAT_MAX_DECOMPRESSED_BYTES"
+    )
+    for args in (("get", "d", "bomb"), ("--json", "get", "d", "bomb")):
+        _one_line_error(
+            run("--catalog", catalog, *args), "hostile.shard", "'bin'", "1,100,000,000 bytes"
+        )
+    # A single-entry lookup (catalog/lookup.py) does not pass the entry's name and place.
+    _one_line_error(run("--catalog", catalog, "get", "d", "bomb", "-e", "bin"), "1,100,000,000")
+    ok = run("--catalog", catalog, "get", "d", "ok")
+    assert ok.returncode == 0 and "fine" in ok.stdout, ok.stderr
+
+
+def test_inspect_of_a_shard_whose_clock_was_far_off_shows_a_clamped_date(tmp_path):
+    from format.hostile import build_shard
+    from shardcat.format import Codec
+
+    shard = tmp_path / "future.shard"
+    shard.write_bytes(
+        build_shard([("a", [("txt", "text/plain", Codec.NONE, b"x")])], created_us=2**62)
+    )
+    p = run("--json", "inspect", str(shard), "--verify")
+    assert p.returncode == 0, p.stderr  # before: ValueError: year 148108 is out of range
+    doc = json.loads(p.stdout)
+    assert doc["shard"]["created"] == "9999-12-30T23:59:59+00:00"
+    assert doc["verified"]["ok"]

@@ -11,8 +11,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select, text, update
+from sqlalchemy.exc import SQLAlchemyError
 
-from ..errors import DuplicateKeyError, FormatError, ShardcatError, ShardNotFoundError
+from ..errors import (
+    CatalogError,
+    DuplicateKeyError,
+    FormatError,
+    ShardcatError,
+    ShardNotFoundError,
+)
 from ..format import ShardInfo
 from ..shards import ShardReader
 from ..storage import expand_braces, redact
@@ -129,29 +136,36 @@ def verify_dataset(
             ).scalars()
         )
 
-    def check_file(shard: Shard) -> tuple[ShardInfo | None, list[Problem], int]:
-        url = shard.url
+    def read_and_verify(url: str) -> tuple[ShardInfo | None, list[Problem], int]:
         try:
             reader = ShardReader(url, storage_options=cat.storage_options)
         except ShardNotFoundError as e:
             return None, [Problem(url, "missing", f"the shard file does not exist: {e}")], 0
         except (ShardcatError, OSError) as e:
             return None, [Problem(url, "unreadable", str(e))], 0
-        problems: list[Problem] = []
-        checked = 0
-        try:
-            info = reader.info
+        with reader:
+            try:
+                info = reader.info
+            except (ShardcatError, OSError) as e:
+                return None, [Problem(url, "unreadable", str(e))], 0
             try:
                 checked = reader.verify().records
             except (FormatError, OSError) as e:
-                problems.append(Problem(url, "corrupt", str(e)))
-        except (ShardcatError, OSError) as e:
-            return None, [Problem(url, "unreadable", str(e))], 0
+                # The footer is still compared with the catalog.
+                return info, [Problem(url, "corrupt", str(e))], 0
+        return info, [], checked
+
+    def check_file(shard: Shard) -> tuple[ShardInfo | None, list[Problem], int]:
+        url = shard.url
+        try:
+            return read_and_verify(url)
+        except Exception as e:
+            # The last line of defence: whatever one shard does, it is reported and the
+            # others are still checked (a shard is data from outside, errors or not).
+            return None, [Problem(url, "unreadable", f"{type(e).__name__}: {e}")], 0
         finally:
-            reader.close()
             if on_shard is not None:
                 on_shard(url, len(shards))
-        return info, problems, checked
 
     if len(shards) > 1 and workers > 1:
         with ThreadPoolExecutor(max_workers=min(workers, len(shards))) as pool:
@@ -169,7 +183,18 @@ def verify_dataset(
             if info is None:
                 continue
             size += info.size
-            problems.extend(_compare(s, shard, info))
+            try:
+                problems.extend(_compare(s, shard, info))
+            except (CatalogError, SQLAlchemyError):
+                raise  # the catalog failed, not the shard
+            except Exception as e:  # as in check_file: report the shard, check the next
+                problems.append(
+                    Problem(
+                        shard.url,
+                        "unreadable",
+                        f"the footer cannot be compared with the catalog: {type(e).__name__}: {e}",
+                    )
+                )
     return CatalogReport(dataset, len(shards), records, size, problems)
 
 

@@ -9,7 +9,6 @@ local (it doubles PostgreSQL's COPY rate on a non-empty table).
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import json
 from dataclasses import dataclass
@@ -105,7 +104,7 @@ def prepare_shard(info: ShardInfo) -> PreparedShard:
         "format_major": int(header.version[0]),
         "format_minor": int(header.version[1]),
         "flags": int(header.flags),
-        "created_at": dt.datetime.fromtimestamp(header.created_us / 1e6, tz=dt.timezone.utc),
+        "created_at": info.created,  # clamped to a valid date, as every reader reports it
         "alignment": int(header.alignment),
         "compression": header.default_codec.label,
         "header_crc": int(header.crc),

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import FormatError
 from .codecs import decompress
 from .spec import Codec
 
@@ -98,18 +99,42 @@ class Entry:
         self._stored = _stored
 
     @staticmethod
-    def _from_stored(stored: memoryview, content_type: str, codec: Codec) -> Entry:
-        """An entry read from a shard: ``stored`` are its bytes as written (maybe compressed)."""
-        return _StoredEntry(stored, content_type, codec)
+    def _from_stored(
+        stored: memoryview,
+        content_type: str,
+        codec: Codec,
+        *,
+        name: str | None = None,
+        path: str | None = None,
+        offset: int | None = None,
+    ) -> Entry:
+        """An entry read from a shard: ``stored`` are its bytes as written (maybe compressed).
+
+        ``name``, ``path`` and ``offset`` (of the payload) name a compressed
+        entry in the errors of its decompression.
+        """
+        if codec is Codec.NONE:
+            return _StoredEntry(stored, content_type, codec)
+        return _CompressedEntry(stored, content_type, codec, name, path, offset)
 
     @property
     def view(self) -> memoryview:
-        """The decoded bytes as a memoryview: zero-copy for uncompressed entries."""
+        """The decoded bytes as a memoryview: zero-copy for uncompressed entries.
+
+        Raises
+        ------
+        FormatError
+            A compressed entry cannot be decompressed, or declares a size above
+            the limit (:class:`~shardcat.errors.DecompressionLimitError`).
+        """
         raw = self._raw
         if raw is None:
-            # Only entries read from a shard lack raw bytes; they have both of these.
-            raw = self._raw = decompress(self._stored, self.codec)  # type: ignore[arg-type]
+            raw = self._raw = self._decompressed()
         return raw if isinstance(raw, memoryview) else memoryview(raw)
+
+    def _decompressed(self) -> bytes:
+        # Only entries read from a shard lack raw bytes; they have both of these.
+        return decompress(self._stored, self.codec)  # type: ignore[arg-type]
 
     @property
     def data(self) -> bytes:
@@ -153,6 +178,38 @@ class _StoredEntry(Entry):
         self._raw = stored if codec is Codec.NONE else None
 
 
+class _CompressedEntry(_StoredEntry):
+    """A compressed entry read from a shard, decompressed on first use; knows where it came from."""
+
+    __slots__ = ("_name", "_offset", "_path")
+
+    def __init__(
+        self,
+        stored: memoryview,
+        content_type: str,
+        codec: Codec,
+        name: str | None,
+        path: str | None,
+        offset: int | None,
+    ) -> None:
+        self.content_type = content_type
+        self.codec = codec
+        self._stored = stored
+        self._raw = None
+        self._name = name
+        self._path = path
+        self._offset = offset
+
+    def _decompressed(self) -> bytes:
+        return decompress(
+            self._stored,  # type: ignore[arg-type]
+            self.codec,  # type: ignore[arg-type]
+            name=self._name,
+            path=self._path,
+            offset=self._offset,
+        )
+
+
 def encode_value(name: str, value: Any) -> Entry:
     """Turn a sample value into an :class:`Entry`.
 
@@ -194,11 +251,25 @@ def _npy_bytes(array: np.ndarray) -> bytes:
 
 
 def decode_value(view: memoryview, content_type: str) -> Any:
+    """An entry's bytes as a Python value, chosen by its content type.
+
+    Raises
+    ------
+    ValueError
+        The bytes are not what the content type says: invalid JSON or text
+        (``json.JSONDecodeError``, ``UnicodeDecodeError``), or a JSON value or
+        ``.npy`` array that cannot be decoded safely (``FormatError``).
+    """
     base = content_type.split(";", 1)[0].strip()
     if base == NPY_TYPE:
         return _npy_view(view)
     if base == JSON_TYPE or base.endswith("+json"):
-        return json.loads(bytes(view))
+        try:
+            return json.loads(bytes(view))
+        except RecursionError as e:  # json recurses once per level of nesting
+            raise FormatError(
+                "JSON entry is nested too deeply to decode; read its bytes instead"
+            ) from e
     if base.startswith("text/"):
         return str(view, _charset(content_type))
     return bytes(view)
@@ -222,26 +293,45 @@ def _npy_view(view: memoryview) -> np.ndarray:
 
     .npy 1.0 and 2.0 headers are Latin-1, 3.0 headers UTF-8 (field names
     beyond Latin-1); all are a Python dict literal after a length prefix.
+    Anything unexpected in it is a FormatError (a ValueError): the header is
+    data, and an array never views more bytes than the payload has.
     """
     data = bytes(view[:12])
     if data[:6] != b"\x93NUMPY" or len(data) < 10:
-        raise ValueError("not a .npy array: bad magic")
+        raise FormatError("not a .npy array: bad magic")
     major = data[6]
     if major == 1:
         size, start = int.from_bytes(data[8:10], "little"), 10
     elif major in (2, 3):
         size, start = int.from_bytes(data[8:12], "little"), 12
     else:
-        raise ValueError(f"unsupported .npy version {major}.{data[7]}")
-    text = str(view[start : start + size], "utf-8" if major == 3 else "latin-1")
-    header = ast.literal_eval(text)
-    dtype = np.lib.format.descr_to_dtype(header["descr"])
-    shape = tuple(header["shape"])
+        raise FormatError(f"unsupported .npy version {major}.{data[7]}")
+    if start + size > len(view):
+        raise FormatError(f".npy header of {size} bytes overruns the {len(view)}-byte entry")
+    try:
+        text = str(view[start : start + size], "utf-8" if major == 3 else "latin-1")
+        header = ast.literal_eval(text)
+        dtype = np.lib.format.descr_to_dtype(header["descr"])
+        shape = tuple(int(dim) for dim in header["shape"])
+        fortran = bool(header["fortran_order"])
+    except (SyntaxError, ValueError, TypeError, KeyError, MemoryError, RecursionError) as e:
+        raise FormatError(f"not a .npy array: its header is not valid ({e!r:.200})") from e
     count = 1
     for dim in shape:
+        if dim < 0:
+            raise FormatError(f"not a .npy array: negative dimension in shape {shape}")
         count *= dim
-    array = np.frombuffer(view, dtype=dtype, count=count, offset=start + size)
-    return array.reshape(shape, order="F" if header["fortran_order"] else "C")
+    available = len(view) - start - size
+    if count * dtype.itemsize > available:
+        raise FormatError(
+            f".npy array of shape {shape} and dtype {dtype} needs {count * dtype.itemsize} "
+            f"bytes, the entry holds {available}"
+        )
+    try:
+        array = np.frombuffer(view, dtype=dtype, count=count, offset=start + size)
+        return array.reshape(shape, order="F" if fortran else "C")
+    except (ValueError, TypeError) as e:
+        raise FormatError(f"not a .npy array: {e}") from e
 
 
 class Record:

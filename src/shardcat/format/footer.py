@@ -21,13 +21,14 @@ from .spec import (
     HEADER_SIZE,
     MAX_DATA_START,
     MAX_METADATA_BYTES,
+    MAX_METADATA_DEPTH,
     RECORD_ROW_DTYPE,
     TRAILER_SIZE,
     Codec,
     footer_layout,
 )
 
-__all__ = ["EntrySpec", "Footer"]
+__all__ = ["EntrySpec", "Footer", "nesting_exceeds"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +44,91 @@ class EntrySpec:
 
     @classmethod
     def from_json(cls, value: Any) -> EntrySpec:
+        """The spec stored as ``[name, content_type, codec]``; ValueError for anything else."""
+        if not (
+            isinstance(value, list) and len(value) == 3 and all(isinstance(v, str) for v in value)
+        ):
+            raise ValueError(
+                f"an entry spec must be a [name, content_type, codec] array of three strings, "
+                f"not {_short(value)}"
+            )
         name, ctype, codec = value
-        return cls(str(name), str(ctype), Codec.from_label(str(codec)))
+        return cls(name, ctype, Codec.from_label(codec))
+
+
+def nesting_exceeds(value: Any, limit: int) -> bool:
+    """Whether JSON-like ``value`` nests arrays and objects more than ``limit`` deep.
+
+    Iterative, so any depth is safe to check (``json`` itself recurses); a
+    container that holds itself counts as too deep.
+    """
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list, tuple)))
+    return False
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _no_constant(name: str) -> Any:
+    # The writer never writes NaN or Infinity (they are not JSON, and SQL JSON columns refuse them).
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def parse_metadata(
+    raw: bytes, *, path: str | None, offset: int
+) -> tuple[dict[str, Any], list[EntrySpec]]:
+    """The footer's metadata object and its entry specs; FormatError for anything unexpected."""
+    try:
+        metadata = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+    except RecursionError as e:  # json recurses: a few thousand '[' exhaust the stack
+        raise FormatError(
+            f"footer metadata JSON is nested more than {MAX_METADATA_DEPTH} levels deep; "
+            "the shard was altered or not written by shardcat",
+            path=path,
+            offset=offset,
+        ) from e
+    except ValueError as e:  # also UnicodeDecodeError and over-long integers
+        raise FormatError(
+            f"footer metadata is not valid JSON: {e}", path=path, offset=offset
+        ) from e
+    if not isinstance(metadata, dict):
+        raise FormatError(
+            f"footer metadata must be a JSON object, not a JSON {type(metadata).__name__}",
+            path=path,
+            offset=offset,
+        )
+    if nesting_exceeds(metadata, MAX_METADATA_DEPTH):
+        raise FormatError(
+            f"footer metadata JSON is nested more than {MAX_METADATA_DEPTH} levels deep; "
+            "the shard was altered or not written by shardcat",
+            path=path,
+            offset=offset,
+        )
+    specs_json = metadata.get("entry_specs", [])
+    if not isinstance(specs_json, list):
+        raise FormatError(
+            f"footer metadata 'entry_specs' must be an array, not {_short(specs_json)}",
+            path=path,
+            offset=offset,
+        )
+    try:
+        specs = [EntrySpec.from_json(s) for s in specs_json]
+    except ValueError as e:
+        raise FormatError(f"footer metadata is not valid: {e}", path=path, offset=offset) from e
+    return metadata, specs
 
 
 @dataclass(slots=True)
@@ -208,15 +292,9 @@ class Footer:
                 path=path,
                 offset=t.footer_offset + pad_at,
             )
-        try:
-            metadata = json.loads(bytes(body[meta_at:pad_at]))
-            if not isinstance(metadata, dict):
-                raise TypeError(f"expected a JSON object, found {type(metadata).__name__}")
-            specs = [EntrySpec.from_json(s) for s in metadata.get("entry_specs", [])]
-        except (ValueError, TypeError, AttributeError) as e:
-            raise FormatError(
-                f"footer metadata is not valid: {e}", path=path, offset=t.footer_offset + meta_at
-            ) from e
+        metadata, specs = parse_metadata(
+            bytes(body[meta_at:pad_at]), path=path, offset=t.footer_offset + meta_at
+        )
         footer = cls(records, entries, keys_blob, metadata, specs, t, path)
         footer._check(path)
         return footer

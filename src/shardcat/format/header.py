@@ -7,6 +7,7 @@ apart from a corrupted one before its CRC is trusted.
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 import warnings
 from dataclasses import dataclass
@@ -15,6 +16,8 @@ from ..errors import ChecksumError, FormatError, NewerVersionWarning, TruncatedE
 from .checksums import crc32c
 from .spec import (
     ALIGNMENTS,
+    CREATED_US_MAX,
+    CREATED_US_MIN,
     FORMAT_VERSION,
     HEADER_MAGIC,
     HEADER_SIZE,
@@ -26,10 +29,27 @@ from .spec import (
     Codec,
 )
 
-__all__ = ["Header", "Trailer", "check_version", "describe_bad_magic"]
+__all__ = ["Header", "Trailer", "check_version", "created_datetime", "describe_bad_magic"]
 
 _HEADER_CRC_AT = HEADER_SIZE - 4
 _TRAILER_CRC_AT = 52
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def clamp_created_us(value: int) -> int:
+    """``created_us`` limited to the range a reader reports (see ``spec.CREATED_US_MIN``)."""
+    return min(max(value, CREATED_US_MIN), CREATED_US_MAX)
+
+
+def created_datetime(created_us: int) -> dt.datetime:
+    """The UTC time of a ``created_us`` value, clamped to years 1 to 9999; never raises."""
+    us = clamp_created_us(created_us)
+    try:
+        # The conversion shardcat has always used (and `shardcat inspect` uses): catalog
+        # rows of existing shards keep their exact value.
+        return dt.datetime.fromtimestamp(us / 1e6, tz=dt.timezone.utc)
+    except (OverflowError, OSError, ValueError):  # platforms without negative timestamps
+        return _EPOCH + dt.timedelta(microseconds=us)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +88,11 @@ class Header:
     @property
     def file_uuid(self) -> uuid.UUID:
         return uuid.UUID(bytes=self.file_id)
+
+    @property
+    def created(self) -> dt.datetime:
+        """When the writer was opened (UTC), by the writer's clock."""
+        return created_datetime(self.created_us)
 
     def encode(self) -> bytes:
         body = HEADER_STRUCT.pack(
@@ -129,7 +154,10 @@ class Header:
         return cls(
             version=(fields[1], fields[2]),
             flags=fields[3],
-            created_us=fields[4],
+            # Informational, and only as good as the writer's clock: a value no
+            # calendar can show is clamped rather than rejected (the CRC above
+            # covers the stored bytes, which stay as they are).
+            created_us=clamp_created_us(fields[4]),
             file_id=fields[5],
             shard_number=fields[6],
             alignment=alignment,

@@ -50,7 +50,8 @@ class ShardInfo:
 
     @property
     def created(self) -> dt.datetime:
-        return dt.datetime.fromtimestamp(self.header.created_us / 1e6, tz=dt.timezone.utc)
+        """When the shard's writer was opened (UTC); clamped to years 1 to 9999, never raises."""
+        return self.header.created
 
     @property
     def file_id(self) -> str:

@@ -12,6 +12,7 @@ from .._ranges import coalesce, split
 from .._types import ByteRange, RangeSource
 from ..errors import ChecksumError, FormatError, KeyNotFoundError, TruncatedError
 from .checksums import crc32c, key_hash
+from .codecs import check_frame
 from .entries import Entry, Record
 from .footer import Footer
 from .header import Header, Trailer, describe_bad_magic
@@ -33,6 +34,8 @@ from .spec import (
 __all__ = ["ShardReader", "VerifyReport", "as_source"]
 
 _STREAM_CHUNK = 8 * 1024 * 1024
+_CHECK_BEFORE_READING = 64 * 1024 * 1024
+"""A footer larger than this is read only after the file's size is checked (one request)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +103,7 @@ class ShardReader:
         self._source, self._owned = as_source(source, name)
         self.path = self._source.name
         self._header: Header | None = None
+        self._size_checked = False
         try:
             self._footer = self._open(max(tail_size, TRAILER_SIZE))
         except BaseException:
@@ -130,7 +134,10 @@ class ShardReader:
             body = memoryview(tail)[len(tail) - footer_size : len(tail) - TRAILER_SIZE]
         else:
             # A suffix read of the claimed size returns at most the whole file, so
-            # absurd sizes in a damaged trailer cannot make us allocate them.
+            # absurd sizes in a damaged trailer cannot make us allocate them; but
+            # "the whole file" may be gigabytes, so a large claim is checked first.
+            if footer_size > _CHECK_BEFORE_READING:
+                self._check_size(expected_size)
             tail = self._source.read_suffix(footer_size)
             if len(tail) != footer_size:
                 raise FormatError(
@@ -142,7 +149,33 @@ class ShardReader:
         footer = Footer.decode(body, trailer, path=self.path)
         if whole_file:
             self._set_header(tail[:HEADER_SIZE], trailer)
+            self._size_checked = True  # the tail was the whole file, of the size described
         return footer
+
+    def _check_size(self, expected: int | None = None) -> None:
+        """Check once that the file is as large as its trailer says, before trusting its rows.
+
+        Opening reads only the tail, which cannot tell the file's size when the
+        file is larger than the tail read: a trailer that claims a longer data
+        region would otherwise let a stream read past the end of the file, and a
+        catalog register rows that do. Costs one size request, only for such
+        files, and only before streaming, :attr:`info`, or reading a footer
+        larger than 64 MiB. Ranged reads need no check: a source returns only
+        the bytes the file has (FileSource never allocates more), and a short
+        record is a TruncatedError.
+        """
+        if self._size_checked:
+            return
+        if expected is None:
+            expected = self.size
+        actual = self._source.size()
+        if actual != expected:
+            raise FormatError(
+                f"file is {actual:,} bytes but its trailer describes {expected:,}; the shard "
+                "was altered or cut short",
+                path=self.path,
+            )
+        self._size_checked = True
 
     def _raise_no_trailer(self, tail: bytes) -> None:
         head = self._source.read(0, 8)
@@ -185,9 +218,9 @@ class ShardReader:
     @property
     def header(self) -> Header:
         """The 64-byte header (read on first use when the tail read did not include it)."""
-        return self._header or self._set_header(
-            self._source.read(0, HEADER_SIZE), self._footer.trailer
-        )
+        if self._header is not None:
+            return self._header
+        return self._set_header(self._source.read(0, HEADER_SIZE), self._footer.trailer)
 
     @property
     def trailer(self) -> Trailer:
@@ -205,7 +238,12 @@ class ShardReader:
 
     @property
     def info(self) -> ShardInfo:
-        """Everything a catalog registers about this shard, from the footer."""
+        """Everything a catalog registers about this shard, from the footer.
+
+        The file's size is checked against the trailer first, so a catalog
+        never registers rows that point past the end of the file.
+        """
+        self._check_size()
         return ShardInfo.from_footer(self.path, self.header, self._footer)
 
     @property
@@ -360,7 +398,9 @@ class ShardReader:
             check_payload(
                 view, int(f.entries[row]["crc"]), path=self.path, offset=r.start, name=s.name
             )
-            out[pos].entries[s.name] = Entry._from_stored(view, s.content_type, s.codec)
+            out[pos].entries[s.name] = Entry._from_stored(
+                view, s.content_type, s.codec, name=s.name, path=self.path, offset=r.start
+            )
         return out
 
     # --- streaming ---------------------------------------------------------
@@ -375,6 +415,7 @@ class ShardReader:
         copy. With ``entries``, other entries are skipped (but still read).
         """
         names = None if entries is None else frozenset(entries)
+        self._check_size()  # the stream reads up to footer_offset
         end = self._footer.trailer.footer_offset
         count = 0
         for _, rec in _stream_records(
@@ -392,6 +433,10 @@ class ShardReader:
 
     def verify(self) -> VerifyReport:
         """Read every byte and check every CRC, padding and the index against the records.
+
+        Each compressed entry's frame header must also declare a decompressed
+        size within the limit (:func:`~shardcat.format.codecs.max_decompressed_bytes`);
+        frames are not decompressed.
 
         Returns a report on success; raises the first problem found as a
         :class:`~shardcat.errors.FormatError` subclass naming the offset.
@@ -457,6 +502,16 @@ class ShardReader:
                         f"entry row {first + j} disagrees with entry {name!r} of record {rec.key!r}",
                         path=self.path,
                         offset=rec.offset,
+                    )
+                if entry.codec is not Codec.NONE and entry.codec.known:
+                    # Its frame header must declare a size a reader will accept; the
+                    # frame itself is not decompressed (verification stays I/O-bound).
+                    check_frame(
+                        entry._stored,  # type: ignore[arg-type]
+                        entry.codec,
+                        name=name,
+                        path=self.path,
+                        offset=rec.offset + p_off,
                     )
             n_entries += len(rec.entries)
         if i + 1 != len(f.records):

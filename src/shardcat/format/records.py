@@ -8,13 +8,14 @@ checked without the others. Padding is zero and checked.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import struct
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from crc32c import crc32c  # the C function itself: this module is the hot path
 
 from ..errors import ChecksumError, FormatError, TruncatedError
-from .entries import Entry, Record, _StoredEntry
+from .entries import Entry, Record, _CompressedEntry, _StoredEntry
 from .spec import (
     ENTRY_DESC_STRUCT,
     RECORD_HEAD_STRUCT,
@@ -22,7 +23,14 @@ from .spec import (
     Codec,
 )
 
-__all__ = ["EncodedRecord", "PreparedEntry", "check_payload", "decode_record", "encode_record"]
+__all__ = [
+    "EncodedRecord",
+    "PreparedEntry",
+    "check_payload",
+    "decode_record",
+    "decode_registered",
+    "encode_record",
+]
 
 _HEAD = RECORD_HEAD_STRUCT.size
 _DESC = ENTRY_DESC_STRUCT.size
@@ -30,6 +38,9 @@ _ZEROS = bytes(4096)
 _DESC_RESERVED = b"\0" * 7
 _unpack_head = RECORD_HEAD_STRUCT.unpack_from
 _unpack_desc = ENTRY_DESC_STRUCT.unpack_from
+# (payload_offset, stored_size, payload_crc): the descriptor's first three fields.
+_unpack_payload = struct.Struct(ENTRY_DESC_STRUCT.format[:4]).unpack_from
+_NONE = Codec.NONE
 
 
 class PreparedEntry(NamedTuple):
@@ -198,7 +209,10 @@ def decode_record(
                 path=path,
                 offset=offset + p_off,
             )
-        entries[name] = from_stored(payload, spec[1], spec[2])
+        if spec[2] is _NONE:
+            entries[name] = from_stored(payload, spec[1], _NONE)
+        else:  # decompressed on first use: keep what its errors must name
+            entries[name] = _CompressedEntry(payload, spec[1], spec[2], name, path, offset + p_off)
     if expected != length:
         raise FormatError("record length does not match its payloads", path=path, offset=offset)
     if (
@@ -248,3 +262,66 @@ def check_payload(
             path=path,
             offset=offset,
         )
+
+
+def decode_registered(
+    view: memoryview,
+    *,
+    key: str,
+    length: int,
+    entries: Callable[[int], Sequence[tuple[int, int, int]]],
+    path: str | None,
+    offset: int,
+    alignment: int,
+) -> Record:
+    """Decode a record read at a place some index named, and check it is what was registered.
+
+    The index (a catalog row) says the record is ``length`` bytes and holds
+    ``key``; ``entries(n)`` gives its registered ``(payload offset, stored
+    size, CRC32C)`` per entry, for a record of ``n`` entries (raising
+    ValueError if it was registered with another count).
+    :func:`decode_record` proves the bytes are a sound record (the head CRC
+    covers every descriptor, each payload its own CRC); comparing its
+    descriptors with the registered ones then proves they are the bytes that
+    were registered, not another valid record written over them.
+
+    Raises
+    ------
+    TruncatedError
+        Fewer than ``length`` bytes were read.
+    FormatError
+        The bytes are not a record, or hold another key.
+    ChecksumError
+        A CRC fails, or the record's entries differ from the registered ones.
+    """
+    if len(view) != length:
+        raise TruncatedError(
+            f"the index names a {length}-byte record, the shard has {len(view)} bytes there",
+            path=path,
+            offset=offset,
+        )
+    record = decode_record(view, path=path, offset=offset, alignment=alignment)
+    if record.key != key:
+        raise FormatError(
+            f"holds key {record.key!r} where the index expects {key!r}", path=path, offset=offset
+        )
+    count = _unpack_head(view)[6]  # entry_count, covered by the head CRC just checked
+    try:
+        registered = entries(count)
+    except ValueError as e:
+        raise ChecksumError(
+            f"record {key!r} has {count} entries, not as registered ({e}): the shard was rewritten",
+            path=path,
+            offset=offset,
+        ) from e
+    stored = [_unpack_payload(view, _HEAD + _DESC * i) for i in range(count)]
+    if stored != registered:
+        i = next(i for i in range(count) if stored[i] != registered[i])
+        raise ChecksumError(
+            f"record {key!r} entry {i} is not the one registered (CRC32C {stored[i][2]:#010x}, "
+            f"{stored[i][1]} bytes at {stored[i][0]}; registered {registered[i][2]:#010x}, "
+            f"{registered[i][1]} bytes at {registered[i][0]}): the shard was rewritten",
+            path=path,
+            offset=offset,
+        )
+    return record

@@ -34,6 +34,8 @@ import numpy as np
 
 __all__ = [
     "ALIGNMENTS",
+    "CREATED_US_MAX",
+    "CREATED_US_MIN",
     "DEFAULT_ALIGNMENT",
     "ENTRY_DESC_DTYPE",
     "ENTRY_DESC_STRUCT",
@@ -45,6 +47,7 @@ __all__ = [
     "HEADER_STRUCT",
     "MAX_ENTRIES",
     "MAX_KEY_BYTES",
+    "MAX_METADATA_DEPTH",
     "MAX_NAME_BYTES",
     "NO_SHARD_NUMBER",
     "RECORD_HEAD_DTYPE",
@@ -85,6 +88,17 @@ MAX_NAME_BYTES = 0xFFFF
 MAX_ENTRIES = 0xFFFF
 MAX_ENTRY_SPECS = 0xFFFF
 MAX_METADATA_BYTES = 0xFFFF_FFFF
+MAX_METADATA_DEPTH = 64
+"""Deepest nesting of arrays and objects in the footer's metadata JSON (the top object is 1)."""
+
+# The range of ``created_us`` that readers report: 0001-01-02 to 9999-12-30 (UTC),
+# the calendar range of Python and SQL timestamps less a day at each end, so the
+# value stays a valid date in every time zone. Values outside are clamped. Both
+# ends are whole seconds, exact as floating-point seconds too.
+CREATED_US_MIN = -62_135_510_400_000_000
+"""0001-01-02T00:00:00Z in microseconds since the Unix epoch."""
+CREATED_US_MAX = 253_402_214_399_000_000
+"""9999-12-30T23:59:59Z in microseconds since the Unix epoch."""
 
 
 class Codec(IntEnum):

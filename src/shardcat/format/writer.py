@@ -15,9 +15,9 @@ from crc32c import crc32c  # the C function itself: add() is the write hot path
 from .. import __version__
 from ..errors import DuplicateKeyError, InvalidKeyError, RecordTooLargeError, WriterClosedError
 from .checksums import key_hash
-from .codecs import compress, should_compress
+from .codecs import compress, max_decompressed_bytes, should_compress
 from .entries import Entry, Record, encode_value, guess_content_type
-from .footer import EntrySpec, Footer
+from .footer import EntrySpec, Footer, nesting_exceeds
 from .header import Header
 from .info import ShardInfo
 from .records import PreparedEntry, encode_record
@@ -29,6 +29,7 @@ from .spec import (
     MAX_ENTRIES,
     MAX_ENTRY_SPECS,
     MAX_KEY_BYTES,
+    MAX_METADATA_DEPTH,
     MAX_NAME_BYTES,
     RECORD_ROW_DTYPE,
     Codec,
@@ -63,7 +64,10 @@ class ShardWriter:
         JSON-serialisable user metadata stored in the footer.
     compression:
         Default codec for entries: ``None``/``"none"``, ``"zstd"`` or ``"lz4"``.
-        Already-compressed media (JPEG, PNG, ...) are stored as they are.
+        Already-compressed media (JPEG, PNG, ...) are stored as they are, and so
+        is any entry larger than the decompression limit
+        (``SHARDCAT_MAX_DECOMPRESSED_BYTES``, 1 GiB by default), even one that
+        asks for a codec, so that readers can always decompress what is written.
     alignment:
         Records and payloads start on multiples of this (8 to 4096 bytes).
     shard_number:
@@ -114,6 +118,14 @@ class ShardWriter:
         if file_id is not None and len(file_id) != 16:
             raise ValueError(f"file_id must be 16 bytes (a UUID), not {len(file_id)}")
         self._payload_bytes = 0
+        # Readers refuse to decompress more than this: larger entries are stored as they are.
+        self._max_compress = max_decompressed_bytes()
+        if nesting_exceeds(self._user_metadata, MAX_METADATA_DEPTH - 1):
+            # Checked before json.dumps, which would recurse to the end of the stack.
+            raise ValueError(
+                f"{path}: shard metadata nests more than {MAX_METADATA_DEPTH - 1} levels of "
+                "objects and arrays (or contains itself); readers refuse deeper metadata"
+            )
         try:  # fail now, not at close after writing everything
             text = json.dumps(self._user_metadata, allow_nan=False, sort_keys=True)
         except (TypeError, ValueError) as e:
@@ -251,11 +263,15 @@ class ShardWriter:
             codec = self._codec if use and should_compress(content_type) else Codec.NONE
         payload = data
         if codec is not Codec.NONE:
-            packed = compress(data, codec, self._level)
-            if len(packed) < len(data) or forced is not None:
-                payload = packed
-            else:
+            if len(data) > self._max_compress:
+                # Even a requested codec: no reader would decompress this much.
                 codec = Codec.NONE
+            else:
+                packed = compress(data, codec, self._level)
+                if len(packed) < len(data) or forced is not None:
+                    payload = packed
+                else:
+                    codec = Codec.NONE
         ctype = self._types.get(content_type)
         if ctype is None:
             if not content_type.isascii() or not 0 < len(content_type) <= MAX_NAME_BYTES:
