@@ -32,6 +32,11 @@ class ShardWriter(_writer.ShardWriter):
         A URL or path, or a writable binary file object.
     storage_options:
         fsspec options for the URL's filesystem (credentials, endpoint, ...).
+    exclusive:
+        Never replace an existing object: ``close()`` raises
+        :class:`~shardcat.errors.ObjectExistsError` if the name is taken by
+        then (and nothing is published). By default a URL target is replaced,
+        like ``open(path, "wb")``.
     """
 
     def __init__(
@@ -39,12 +44,13 @@ class ShardWriter(_writer.ShardWriter):
         target: str | os.PathLike[str] | BinaryIO,
         *,
         storage_options: StorageOptions | None = None,
+        exclusive: bool = False,
         **kwargs: Any,
     ) -> None:
         self._pending = None
         if isinstance(target, (str, os.PathLike)):
             url = os.fspath(target)
-            self._pending = open_pending(url, storage_options)
+            self._pending = open_pending(url, storage_options, exclusive=exclusive)
             kwargs.setdefault("path", redact(url))
             try:
                 super().__init__(self._pending.file, **kwargs)
@@ -124,7 +130,8 @@ class RollingShardWriter:
     root:
         Folder URL the shards go to.
     pattern:
-        Name of shard ``number``, as a ``str.format`` pattern.
+        Name of shard ``number``, as a ``str.format`` pattern, or a function
+        of ``(number, index)`` returning the name (called as each shard opens).
     max_bytes:
         Close a shard once it has this many bytes (an int or ``"256MB"``).
     max_records:
@@ -140,7 +147,7 @@ class RollingShardWriter:
     def __init__(
         self,
         root: str,
-        pattern: str = "shard-{number:06d}.shard",
+        pattern: str | Callable[[int, int], str] = "shard-{number:06d}.shard",
         *,
         max_bytes: int | str = "256MB",
         max_records: int | None = None,
@@ -162,7 +169,10 @@ class RollingShardWriter:
         self.shards: list[ShardInfo] = []
 
     def url_of(self, number: int) -> str:
-        return join(self.root, self.pattern.format(number=number, index=number - self.start))
+        index = number - self.start
+        if callable(self.pattern):
+            return join(self.root, self.pattern(number, index))
+        return join(self.root, self.pattern.format(number=number, index=index))
 
     def add(self, key: str, entries: Mapping[str, Any]) -> None:
         """Add a record to the current shard, opening one if needed."""

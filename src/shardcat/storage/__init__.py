@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .atomic import PendingFile, open_pending
 from .fs import brace_patterns, brace_range, expand_braces, is_local, join, redact, resolve
+from .locations import dataset_prefix, first_free, shard_name
 from .ranged import fetch_ranges
 from .sources import FsspecSource, open_source
 
@@ -12,12 +13,15 @@ __all__ = [
     "PendingFile",
     "brace_patterns",
     "brace_range",
+    "dataset_prefix",
     "expand_braces",
     "fetch_ranges",
+    "first_free",
     "is_local",
     "join",
     "open_pending",
     "open_source",
     "redact",
     "resolve",
+    "shard_name",
 ]

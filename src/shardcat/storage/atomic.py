@@ -1,27 +1,58 @@
-"""Write-once targets: a shard becomes visible complete or not at all."""
+"""Write-once targets: a shard becomes visible complete or not at all, and, when
+asked, never over an object that exists.
+
+Publication modes:
+
+* ``exclusive=False`` (a plain file write): the new object replaces any old one.
+* ``exclusive=True`` (what ``shardcat.write`` uses): publication refuses to
+  replace an existing object and raises :class:`ObjectExistsError`, so a
+  committed shard can never be written again, by a late task or another job.
+
+  - local files: the data is synced, then hard-linked to its name (``link``
+    fails if the name exists, atomically), then the folder is synced;
+  - ``memory://``: created under the filesystem's lock (mode ``create``);
+  - object stores: opened with mode ``"xb"``; s3fs sends ``If-None-Match: *``
+    with the upload's last request, so S3 (and MinIO) refuse it atomically;
+    backends without exclusive writes get a check right before the upload
+    completes (a narrow race the catalog's unique shard URLs back up).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import os
 import uuid
 from typing import Any, BinaryIO
 
 from .._types import StorageOptions
-from ..errors import StorageError
+from ..errors import ObjectExistsError, StorageError
 from .fs import is_local, redact, resolve
 
 __all__ = ["PendingFile", "open_pending"]
+
+# link() is not supported everywhere (some FUSE, SMB and FAT mounts): fall back to a checked rename.
+_NO_LINK = {errno.EPERM, errno.EXDEV, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS}
 
 
 class PendingFile:
     """A file being written; :meth:`commit` publishes it, :meth:`discard` drops it.
 
-    Local files are written under a temporary name in the same folder and
-    renamed into place (atomic on POSIX). Object stores publish an object only
+    Local files are written under a temporary name in the same folder, synced,
+    and then linked or renamed into place. Object stores publish an object only
     when its upload completes, so they are written in place and a failed
     upload is aborted.
+
+    Parameters
+    ----------
+    url:
+        The final name.
+    storage_options:
+        fsspec options for ``url``.
+    exclusive:
+        Refuse to replace an object that exists at publication
+        (:class:`ObjectExistsError`).
     """
 
     def __init__(
@@ -30,9 +61,11 @@ class PendingFile:
         storage_options: StorageOptions | None = None,
         *,
         block_size: int | None = None,
+        exclusive: bool = False,
     ) -> None:
         self.url = url
         self.name = redact(url)
+        self.exclusive = exclusive
         self._done = False
         if is_local(url):
             self._final = url.split("://", 1)[1] if "://" in url else url
@@ -43,37 +76,93 @@ class PendingFile:
             )
             self.file: BinaryIO = open(self._temp, "wb", buffering=1 << 20)  # noqa: SIM115 - closed in commit/discard
             self._fs: Any = None
-        else:
-            self._temp = None
-            self._fs, self._path = resolve(url, storage_options)
-            parent = self._fs._parent(self._path)
-            with contextlib.suppress(Exception):  # object stores have no real folders
-                self._fs.makedirs(parent, exist_ok=True)
-            kwargs = {"block_size": block_size} if block_size else {}
-            self._buffered = getattr(self._fs, "protocol", None) in ("memory", ("memory",))
-            try:
+            return
+        self._temp = None
+        self._fs, self._path = resolve(url, storage_options)
+        parent = self._fs._parent(self._path)
+        with contextlib.suppress(Exception):  # object stores have no real folders
+            self._fs.makedirs(parent, exist_ok=True)
+        kwargs = {"block_size": block_size} if block_size else {}
+        self._buffered = getattr(self._fs, "protocol", None) in ("memory", ("memory",))
+        # Whether the backend checks "xb" itself when the upload completes.
+        self._checked_by_store = False
+        try:
+            if self._buffered:
                 # memory:// publishes a file as soon as it is opened: buffer, then put.
-                self.file = (
-                    io.BytesIO() if self._buffered else self._fs.open(self._path, "wb", **kwargs)
-                )
-            except OSError as e:
-                raise StorageError(f"cannot write {self.name}: {e}") from e
+                self.file = io.BytesIO()
+            else:
+                self.file = self._open_remote(kwargs)
+        except FileExistsError as e:
+            raise self._exists() from e
+        except OSError as e:
+            raise StorageError(f"cannot write {self.name}: {e}") from e
+
+    def _open_remote(self, kwargs: dict[str, Any]) -> BinaryIO:
+        if self.exclusive:
+            try:
+                f: BinaryIO = self._fs.open(self._path, "xb", **kwargs)
+                self._checked_by_store = True
+                return f
+            except (ValueError, NotImplementedError, TypeError):
+                pass  # this backend has no exclusive mode: check before completing instead
+        return self._fs.open(self._path, "wb", **kwargs)  # type: ignore[no-any-return]
+
+    def _exists(self) -> ObjectExistsError:
+        return ObjectExistsError(
+            f"{self.name} exists already and shardcat never replaces a published shard; "
+            "write under another name (shardcat.write picks a fresh one on retry)"
+        )
 
     def commit(self) -> None:
+        """Publish the file under its final name.
+
+        Raises
+        ------
+        ObjectExistsError
+            ``exclusive`` and an object exists under that name (nothing is replaced).
+        StorageError
+            The store failed; nothing was published.
+        """
         if self._done:
             return
         self._done = True
         try:
             if self._temp is not None:
-                self.file.close()
-                os.replace(self._temp, self._final)
+                self._publish_local(self._temp)
             elif self._buffered:
-                self._fs.pipe_file(self._path, self.file.getvalue())  # type: ignore[attr-defined]
+                mode = "create" if self.exclusive else "overwrite"
+                self._fs.pipe_file(self._path, self.file.getvalue(), mode=mode)  # type: ignore[attr-defined]
             else:
+                if self.exclusive and not self._checked_by_store and self._fs.exists(self._path):
+                    raise FileExistsError(self._path)
                 self.file.close()
+        except FileExistsError as e:
+            self._cleanup()
+            raise self._exists() from e
         except OSError as e:
             self._cleanup()
             raise StorageError(f"cannot publish {self.name}: {e}") from e
+
+    def _publish_local(self, temp: str) -> None:
+        self.file.flush()
+        # Sync the data before the name: after a power loss, a published name
+        # (and a committed catalog row) never points at an empty or torn file.
+        os.fsync(self.file.fileno())
+        self.file.close()
+        if not self.exclusive:
+            os.replace(temp, self._final)
+        else:
+            try:
+                os.link(temp, self._final)  # fails if the name exists, atomically
+            except OSError as e:
+                if e.errno not in _NO_LINK:
+                    raise
+                if os.path.lexists(self._final):
+                    raise FileExistsError(self._final) from e
+                os.replace(temp, self._final)
+            else:
+                os.unlink(temp)
+        _sync_folder(os.path.dirname(os.path.abspath(self._final)))
 
     def discard(self) -> None:
         if self._done:
@@ -94,5 +183,21 @@ class PendingFile:
                 discard()  # aborts a multipart upload; the object never appears
 
 
-def open_pending(url: str, storage_options: StorageOptions | None = None) -> PendingFile:
-    return PendingFile(url, storage_options)
+def _sync_folder(folder: str) -> None:
+    """Make a rename or link in ``folder`` durable (no-op where folders cannot be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems refuse fsync on a folder; the data itself is synced
+    finally:
+        os.close(fd)
+
+
+def open_pending(
+    url: str, storage_options: StorageOptions | None = None, *, exclusive: bool = False
+) -> PendingFile:
+    return PendingFile(url, storage_options, exclusive=exclusive)
