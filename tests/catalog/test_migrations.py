@@ -8,6 +8,7 @@ import pytest
 import sqlalchemy as sa
 from typer.testing import CliRunner
 
+import shardcat
 from shardcat.catalog import Catalog, check, current, downgrade, head_revision, migrate, upgrade
 from shardcat.cli.catalog import catalog_app
 from shardcat.errors import SchemaVersionError
@@ -58,14 +59,12 @@ def test_check_sees_drift(catalog_url):
     assert any("ix_records_dataset_id_key_hash" in str(d) for d in diffs)
 
 
-def test_older_revision_is_refused(catalog_url, monkeypatch):
-    upgrade(catalog_url)
-    # This shardcat is "newer": its head is a revision the catalog has not reached.
-    monkeypatch.setattr(migrate, "head_revision", lambda: "0002")
-    monkeypatch.setattr(migrate, "known_revisions", lambda: frozenset({"0001", "0002"}))
+def test_older_revision_is_refused(catalog_url):
+    # This shardcat is newer: its head (0002 or later) is a revision the catalog has not reached.
+    upgrade(catalog_url, "0001")
     with pytest.raises(SchemaVersionError, match="shardcat catalog upgrade") as err:
         Catalog(catalog_url)
-    assert "'0001'" in str(err.value) and "'0002'" in str(err.value)
+    assert "'0001'" in str(err.value) and f"'{head_revision()}'" in str(err.value)
 
 
 def test_downgraded_catalog_is_refused_not_recreated(catalog_url):
@@ -146,3 +145,48 @@ def test_cli_default_is_shardcat_db_in_the_working_folder(tmp_path, monkeypatch)
     result = CliRunner().invoke(catalog_app, ["upgrade"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "shardcat.db").is_file()
+
+
+def test_upgrade_from_0001_keeps_the_data_and_resolves_rows_that_share_a_file(
+    catalog_url, local_root
+):
+    """0002 adds one-live-row-per-file; a catalog written before it may hold such pairs."""
+    from .helpers import make_dataset, shard_keys
+
+    with Catalog(catalog_url) as cat:
+        infos = make_dataset(cat, local_root, 2)
+    downgrade(catalog_url, "0001")
+    engine = sa.create_engine(catalog_url)
+    with engine.begin() as conn:
+        # What 0001 allowed: another job's staged row naming a committed shard's file.
+        conn.execute(sa.text("INSERT INTO jobs (dataset_id, state) VALUES (1, 'open')"))
+        job = conn.execute(sa.text("SELECT max(id) FROM jobs")).scalar_one()
+        columns = [c["name"] for c in sa.inspect(conn).get_columns("shards") if c["name"] != "id"]
+        picked = ", ".join(columns).replace("job_id", ":job").replace("state", "'staged'")
+        conn.execute(
+            sa.text(
+                f"INSERT INTO shards ({', '.join(columns)}) SELECT {picked} FROM shards "
+                "WHERE url = :url"
+            ),
+            {"job": job, "url": infos[0].path},
+        )
+        assert conn.execute(sa.text("SELECT count(*) FROM shards")).scalar_one() == 3
+    engine.dispose()
+
+    assert upgrade(catalog_url) == ("0001", head_revision())
+    assert check(catalog_url) == []
+    engine = sa.create_engine(catalog_url)
+    with engine.connect() as conn:
+        states = conn.execute(
+            sa.text("SELECT state, job_id FROM shards WHERE url = :u ORDER BY id"),
+            {"u": infos[0].path},
+        ).all()
+        assert [s for s, _ in states] == ["committed", "deleted"]  # the committed row survives
+        indexes = {i["name"] for i in sa.inspect(conn).get_indexes("shards")}
+        assert "uq_shards_live_url" in indexes
+    engine.dispose()
+    with Catalog(catalog_url) as cat:
+        assert cat.get_many("train", shard_keys(0) + shard_keys(1)).ok
+        assert cat.verify("train").ok
+        with pytest.raises(shardcat.errors.DuplicateKeyError, match="already committed"):
+            cat.register_shard("train", infos[0])

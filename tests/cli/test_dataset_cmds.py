@@ -146,7 +146,7 @@ def test_ls_lists_datasets_then_a_datasets_shards(written):
         catalog=written["catalog"],
     )  # fmt: skip
     assert "pics" in ok(text).stdout and str(written["root"]) in text.stdout and "31" in text.stdout
-    assert "pics-000000-000.shard" in ok(shards).stdout and "committed" in shards.stdout
+    assert "pics-j1-000000-000.shard" in ok(shards).stdout and "committed" in shards.stdout
     datasets = json.loads(ok(as_json).stdout)
     assert datasets[0]["name"] == "pics" and datasets[0]["records"] == 31
     rows = json.loads(ok(all_json).stdout)
@@ -330,7 +330,7 @@ def test_reindex_verify_a_corrupted_shard_then_delete_files_and_rows(tmp_path):
     catalog = f"sqlite:///{tmp_path / 'c.db'}"
     ok(write(tmp_path / "src", str(tmp_path / "shards"), catalog))
     shards = sorted((tmp_path / "shards").glob("*.shard"))
-    pattern = str(tmp_path / "shards" / "pics-000000-{000..001}.shard")
+    pattern = str(tmp_path / "shards" / "pics-j1-000000-{000..001}.shard")
     rows = json.loads(ok(run("--json", "reindex", "pics", pattern, catalog=catalog)).stdout)
     assert [r["url"] for r in rows] == [str(s) for s in shards[:2]]
 
@@ -405,7 +405,7 @@ def test_write_and_get_on_s3_with_a_config_file_never_print_the_secret(s3, tmp_p
         (*conf, "inspect", f"{url}/missing.shard"),
     )
     listing, got, verified, no_key, no_shard = outputs[1:]
-    assert f"{url}/pics-000000-000.shard" in ok(listing).stdout
+    assert f"{url}/pics-j1-000000-000.shard" in ok(listing).stdout
     assert json.loads(ok(got).stdout)["entries"]["json"]["value"] == {"label": 1, "folder": "cats"}
     assert "no problems" in ok(verified).stdout
     assert no_key.returncode == 1 and "cats/img999" in no_key.stderr

@@ -74,9 +74,97 @@ class AlwaysFail(KillOnce):
         raise RuntimeError("injected failure: this partition never succeeds")
 
 
+class FailLate(KillOnce):
+    """Fails like AlwaysFail, after ``marker`` seconds: the job's other tasks finish first."""
+
+    def _maybe_die(self) -> None:
+        import time
+
+        time.sleep(float(self.marker))
+        raise RuntimeError("injected failure: this partition never succeeds")
+
+
 def partition_with(
     partition: int, count: int, kind: type[KillOnce], at: int, marker: str
 ) -> list[Any]:
     samples: list[Any] = make_samples(partition, count)
     samples[at] = kind(samples[at], marker)
     return samples
+
+
+def tagged_samples(tag: str, partition: int, count: int, prefix: str = "k") -> list[dict[str, Any]]:
+    """Samples whose keys depend on ``prefix`` and whose bytes depend on ``tag`` too.
+
+    Two jobs writing the same keys with different tags give the same record
+    sizes (so the same offsets) but different payloads: a lookup that returns
+    the wrong job's bytes is caught by comparing them.
+    """
+    return [
+        {
+            "__key__": f"{prefix}/{partition:03d}/{i:05d}",
+            "bin": tagged_payload(tag, prefix, partition, i),
+            "json": {"tag": tag, "partition": partition, "i": i},
+        }
+        for i in range(count)
+    ]
+
+
+def tagged_payload(tag: str, prefix: str, partition: int, i: int) -> bytes:
+    seed = f"{tag}|{prefix}|{partition}|{i}".encode()
+    size = 200 + (partition * 131 + i * 17) % 1800  # independent of the tag
+    return (seed * (size // len(seed) + 1))[:size]
+
+
+class Slow(KillOnce):
+    """Sleeps ``marker`` seconds (a float, as text) the first time the writer reads it."""
+
+    def _maybe_die(self) -> None:
+        import time
+
+        if not getattr(self, "_slept", False):
+            self._slept = True
+            time.sleep(float(self.marker))
+
+
+def slow_tagged(tag: str, partition: int, count: int, seconds: float) -> list[Any]:
+    samples: list[Any] = tagged_samples(tag, partition, count)
+    samples[0] = Slow(samples[0], str(seconds))
+    return samples
+
+
+def failing_tagged(tag: str, partition: int, count: int) -> list[Any]:
+    samples: list[Any] = tagged_samples(tag, partition, count)
+    samples[0] = AlwaysFail(samples[0], "")
+    return samples
+
+
+class ShrinkingPartition(list):  # type: ignore[type-arg]
+    """A partition iterated on the worker: the first attempt kills its worker part-way,
+    the retry (the marker file exists) yields fewer samples, or the same ones reversed.
+
+    Evaluated inside the write task itself, so the retry really sees other input
+    (a non-deterministic source), whichever worker the retry lands on. A list
+    (of one placeholder) only so that dask.bag passes it through unchanged.
+    """
+
+    def __init__(self, partition: int, marker: str, retry: str) -> None:
+        super().__init__([None])
+        self.partition = partition
+        self.marker = marker
+        self.retry = retry
+
+    def __iter__(self) -> Iterator[Any]:
+        first = not Path(self.marker).exists()
+        samples: list[Any] = tagged_samples("t", self.partition, 300)
+        if first:
+            # Bigger records than the retry's: the first attempt needs more shards.
+            samples = [{**s, "pad": bytes(1500)} for s in samples]
+            samples[250] = KillOnce(samples[250], self.marker)
+            return iter(samples)
+        if self.retry == "fewer":
+            return iter(samples[:60])
+        return iter(samples[::-1])  # the same keys, repacked into fewer shards
+
+
+def shrinking_partition(partition: int, marker: str, retry: str) -> ShrinkingPartition:
+    return ShrinkingPartition(partition, marker, retry)

@@ -12,7 +12,7 @@ import shardcat
 from shardcat.catalog import Catalog
 from shardcat.orchestration.gc import gc
 
-from .samples import AlwaysFail, make_samples, partition_with
+from .samples import FailLate, make_samples, partition_with
 
 NOW = dt.timedelta(0)
 
@@ -31,7 +31,8 @@ def test_gc_removes_the_shards_of_a_failed_job_and_orphans_but_not_live_data(
     )
     live = sorted(root.glob("*.shard"))
     parts = [dask.delayed(make_samples)(p, 100, "bad") for p in range(2)]
-    parts.append(dask.delayed(partition_with)(2, 100, AlwaysFail, 10, str(tmp_path / "m")))
+    # Fails once the other partitions have staged their shards (those stay behind).
+    parts.append(dask.delayed(partition_with)(2, 100, FailLate, 10, "3"))
     with pytest.raises(RuntimeError):
         shardcat.write(
             db.from_delayed(parts),

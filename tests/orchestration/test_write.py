@@ -38,7 +38,7 @@ def test_bag_writes_numbered_shards_and_every_record_is_found(client, tmp_path, 
     assert summary.partitions == 4
     assert len(summary.shards) > 4  # size-based rollover inside partitions
     names = sorted(p.name for p in (tmp_path / "ds").glob("*.shard"))
-    assert names[0] == "train-000000-000.shard"
+    assert names[0] == f"train-j{summary.job_id}-000000-000.shard"  # dataset, job, partition, index
     assert [u.rsplit("/", 1)[1] for u in summary.shards] == names
     expanded = [
         u for pattern in summary.shard_patterns for u in shardcat.storage.expand_braces(pattern)
@@ -219,8 +219,8 @@ def test_modes_create_and_append(client, tmp_path, sqlite_url):
         client=client,
         progress=False,
     )
-    # The appended job numbers its partitions after the first job's.
-    assert second.shards[0].endswith("m-000001-000.shard")
+    # The appended job numbers its partitions after the first job's; its names hold its id.
+    assert second.shards[0].endswith(f"m-j{second.job_id}-000001-000.shard")
     cat = Catalog(sqlite_url)
     assert sum(s.record_count for s in cat.shards("m")) == 150
     assert cat.get("m", "a/000/00001") is not None

@@ -8,6 +8,7 @@ from types import TracebackType
 from typing import Any
 
 from sqlalchemy import delete, select, text
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from .._types import StorageOptions
@@ -170,24 +171,31 @@ class Catalog(CatalogWrites):
             raise ValueError("a dataset name is 1 to 255 characters")
         with self._uow(write=True) as s:
             existing = s.execute(select(Dataset).where(Dataset.name == name)).scalar_one_or_none()
-            if existing is not None:
-                if exist_ok:
-                    return dataset_info(existing)
-                raise DatasetExistsError(
-                    f"dataset {name!r} exists already (root {existing.root_url}); pick another name, "
-                    "pass exist_ok=True, or delete it first"
+            if existing is None:
+                row = Dataset(
+                    name=name,
+                    root_url=redact(root_url),
+                    format_major=FORMAT_VERSION[0],
+                    format_minor=FORMAT_VERSION[1],
+                    properties=dict(properties or {}),
                 )
-            row = Dataset(
-                name=name,
-                root_url=redact(root_url),
-                format_major=FORMAT_VERSION[0],
-                format_minor=FORMAT_VERSION[1],
-                properties=dict(properties or {}),
+                try:
+                    # Another process may create the same name at the same moment
+                    # (PostgreSQL): the loser sees its row, as if it had come first.
+                    with s.begin_nested():
+                        s.add(row)
+                        s.flush()
+                except IntegrityError:  # the savepoint's rollback expunged the row
+                    existing = s.execute(select(Dataset).where(Dataset.name == name)).scalar_one()
+                else:
+                    s.refresh(row)
+                    return dataset_info(row)
+            if exist_ok:
+                return dataset_info(existing)
+            raise DatasetExistsError(
+                f"dataset {name!r} exists already (root {existing.root_url}); pick another name, "
+                "pass exist_ok=True, or delete it first"
             )
-            s.add(row)
-            s.flush()
-            s.refresh(row)
-            return dataset_info(row)
 
     def dataset(self, name: str) -> DatasetInfo:
         """The dataset's row.

@@ -7,24 +7,34 @@ transaction:
    RETURNING version``: takes the dataset's row lock (PostgreSQL) so
    concurrent commits to one dataset queue here; with ``expected`` it is
    the optimistic check of a writer that read the dataset at that version.
-2. Duplicate check: a key of the job's shards that appears again in the job
+2. With a manifest (the shard URLs the job's successful tasks reported),
+   staged shards it does not name are retired: a killed attempt's leftovers
+   are never committed, whatever names they have.
+3. Duplicate check: a key of the job's shards that appears again in the job
    or in a committed shard fails the commit with DuplicateKeyError.
-3. The job's staged shards flip to ``committed`` and the job records the
+4. The job's staged shards flip to ``committed`` and the job records the
    new version.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from sqlalchemy import delete, exists, func, select, text, update
 from sqlalchemy.orm import Session
 
-from ..errors import CommitConflictError
+from ..errors import CommitConflictError, DatasetExistsError
 from .models import Dataset, Job, Record, Shard
 from .register import duplicate_error
 
-__all__ = ["commit", "delete_records", "drop_shards", "duplicate_keys", "has_committed"]
+__all__ = [
+    "commit",
+    "delete_records",
+    "drop_shards",
+    "duplicate_keys",
+    "has_committed",
+    "retire",
+]
 
 _NO_SYNC = {"synchronize_session": False}
 
@@ -64,6 +74,8 @@ def commit(
     expected_version: int | None = None,
     check: bool | None = None,
     replace: bool = False,
+    shards: Collection[str] | None = None,
+    require_empty: bool = False,
 ) -> int:
     """Make the job's staged shards visible; returns the dataset's new version.
 
@@ -83,11 +95,22 @@ def commit(
     replace:
         First retire every committed shard of the dataset (``deleted``, records
         removed): the job's shards become the whole dataset.
+    shards:
+        The job's manifest: the URLs of exactly the shards to commit (what
+        the tasks that succeeded reported). Staged shards of the job that it
+        does not name — left by an attempt that was killed or lost — are
+        retired, not committed. ``None`` commits every staged shard.
+    require_empty:
+        Fail with DatasetExistsError if the dataset has committed shards
+        (``mode="create"``), decided under the lock.
 
     Raises
     ------
     CommitConflictError
-        If the dataset moved past ``expected_version`` or the job is no longer open.
+        If the dataset moved past ``expected_version``, the job is no longer
+        open, or a shard of the manifest is not staged in the job.
+    DatasetExistsError
+        ``require_empty`` and the dataset has committed shards.
     DuplicateKeyError
         If a key would appear twice in the dataset; nothing changes.
     """
@@ -99,26 +122,22 @@ def commit(
         execution_options=_NO_SYNC,
     ).scalar_one_or_none()
     if version is None:
-        current = session.execute(
-            select(Dataset.version).where(Dataset.id == dataset.id)
-        ).scalar_one()
-        raise CommitConflictError(
-            f"dataset {dataset.name!r} is at version {current}, not {expected_version}: another job "
-            f"committed meanwhile; job {job.id} was not committed (re-read the dataset and retry)"
+        raise _moved(session, dataset, job, expected_version, replace)
+    if require_empty and has_committed(session, dataset.id):
+        raise DatasetExistsError(
+            f"dataset {dataset.name!r} got records from another job while job {job.id} ran; "
+            f"job {job.id} was not committed: write with mode='append' to add to them "
+            "or mode='overwrite' to replace them"
         )
+    if shards is not None:
+        _keep_only(session, dataset, job, set(shards))
     if replace:
         retired = list(
             session.execute(
                 select(Shard.id).where(Shard.dataset_id == dataset.id, Shard.state == "committed")
             ).scalars()
         )
-        delete_records(session, retired)
-        session.execute(
-            update(Shard)
-            .where(Shard.dataset_id == dataset.id, Shard.state == "committed")
-            .values(state="deleted", deleted_at=func.now()),
-            execution_options=_NO_SYNC,
-        )
+        retire(session, retired)
     if check is None:
         staged = session.execute(
             select(func.count(Shard.id)).where(Shard.job_id == job.id, Shard.state == "staged")
@@ -148,6 +167,58 @@ def commit(
             f"job {job.id} of dataset {dataset.name!r} was committed or aborted by another process"
         )
     return int(version)
+
+
+def _moved(
+    session: Session, dataset: Dataset, job: Job, expected: int | None, replace: bool
+) -> CommitConflictError:
+    """The error for a dataset that moved past ``expected``: who moved it, and what to do."""
+    current = session.execute(select(Dataset.version).where(Dataset.id == dataset.id)).scalar_one()
+    last = session.execute(
+        select(Job.id)
+        .where(Job.dataset_id == dataset.id, Job.state == "committed")
+        .order_by(Job.version.desc())
+        .limit(1)
+    ).scalar_one_or_none()
+    by = f", last by job {last}" if last is not None else ""
+    what = (
+        "an overwrite replaces only the data it saw when it started, so it was not committed"
+        if replace
+        else "it was not committed"
+    )
+    return CommitConflictError(
+        f"dataset {dataset.name!r} changed while job {job.id} ran: another job committed "
+        f"meanwhile (version {current}{by}; expected {expected}); {what}: rerun it to apply it "
+        "to the current data"
+    )
+
+
+def _keep_only(session: Session, dataset: Dataset, job: Job, manifest: set[str]) -> None:
+    """Retire the job's staged shards the manifest does not name; fail on any it names but lacks."""
+    staged = session.execute(
+        select(Shard.id, Shard.url).where(Shard.job_id == job.id, Shard.state == "staged")
+    ).all()
+    retire(session, [row.id for row in staged if row.url not in manifest])
+    missing = manifest - {row.url for row in staged}
+    if missing:
+        shown = ", ".join(sorted(missing)[:5])
+        raise CommitConflictError(
+            f"job {job.id} of dataset {dataset.name!r}: {len(missing)} shard(s) its tasks reported "
+            f"are not staged in the catalog ({shown}); the job was not committed: rerun it"
+        )
+
+
+def retire(session: Session, shard_ids: Sequence[int]) -> None:
+    """Shards become ``deleted`` tombstones (their records go; gc removes their files)."""
+    ids = list(shard_ids)
+    delete_records(session, ids)
+    for i in range(0, len(ids), 500):
+        session.execute(
+            update(Shard)
+            .where(Shard.id.in_(ids[i : i + 500]))
+            .values(state="deleted", deleted_at=func.now()),
+            execution_options=_NO_SYNC,
+        )
 
 
 def has_committed(session: Session, dataset_id: int) -> bool:

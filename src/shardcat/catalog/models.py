@@ -45,6 +45,7 @@ from sqlalchemy.types import TypeEngine
 
 __all__ = [
     "JOB_STATES",
+    "LIVE_STATES",
     "NAMING_CONVENTION",
     "SHARD_STATES",
     "Base",
@@ -68,6 +69,9 @@ NAMING_CONVENTION = {
 SHARD_STATES = ("staged", "committed", "deleted")
 """``staged`` → ``committed`` (job commit); ``staged`` → ``deleted`` (job abort);
 ``committed`` → ``deleted`` (shard removed). Only ``committed`` shards are visible."""
+
+LIVE_STATES = ("staged", "committed")
+"""States in which a shard row still names its file: gc never deletes such a file."""
 
 JOB_STATES = ("open", "committed", "aborted")
 
@@ -137,6 +141,17 @@ class Shard(Base):
         Index(None, "dataset_id", "state"),
         Index(None, "dataset_id", "url"),
         Index(None, "job_id"),
+        # One live row per file and dataset: a URL another job staged or
+        # committed can never be registered again (two rows, one file, two
+        # truths). Deleted rows (tombstones) are outside the index.
+        Index(
+            "uq_shards_live_url",
+            "dataset_id",
+            "url",
+            unique=True,
+            sqlite_where=text(_in("state", LIVE_STATES)),
+            postgresql_where=text(_in("state", LIVE_STATES)),
+        ),
         {"sqlite_autoincrement": True},
     )
 

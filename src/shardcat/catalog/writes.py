@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, true, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from ..errors import CommitConflictError, DuplicateKeyError, JobNotFoundError, ShardNotFoundError
 from ..format import ShardInfo
 from ..storage import redact
 from . import jobs as _jobs
-from .models import Dataset, Job, Shard
+from .models import LIVE_STATES, Dataset, Job, Shard
 from .register import PreparedShard, ensure_layouts, insert_records, prepare_shard
 from .results import JobInfo, ShardRow
 from .rows import job_info, shard_row
@@ -52,6 +53,32 @@ class CatalogWrites:
                 q = q.where(Shard.state == state)
             q = q.order_by(Shard.shard_number, Shard.url, Shard.id)
             return [shard_row(r, ds.name) for r in s.execute(q).scalars()]
+
+    def shard_urls(
+        self,
+        *,
+        states: Collection[str] | None = None,
+        dataset: str | None = None,
+        url: str | None = None,
+    ) -> set[str]:
+        """URLs of shard rows of every dataset (or one), in these states (default: any).
+
+        One query; what gc and delete consult before removing a file.
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If ``dataset`` is given and there is no such dataset.
+        """
+        with self._uow() as s:
+            q = select(Shard.url).distinct()
+            if dataset is not None:
+                q = q.where(Shard.dataset_id == self._dataset(s, dataset).id)
+            if states is not None:
+                q = q.where(Shard.state.in_(list(states)))
+            if url is not None:
+                q = q.where(Shard.url == redact(url))
+            return set(s.execute(q).scalars())
 
     def register_shard(
         self,
@@ -129,26 +156,33 @@ class CatalogWrites:
     def _check_url_free(
         self, s: Session, ds: Dataset, prep: PreparedShard, job_id: int | None
     ) -> None:
+        """Refuse a URL that a live row of another job names (the unique index backs this up)."""
         taken = s.execute(
-            select(Shard.id, Shard.job_id).where(
-                Shard.dataset_id == ds.id, Shard.url == prep.url, Shard.state == "committed"
+            select(Shard.state, Shard.job_id).where(
+                Shard.dataset_id == ds.id,
+                Shard.url == prep.url,
+                Shard.state.in_(LIVE_STATES),
+                (Shard.job_id != job_id) | (Shard.state == "committed")
+                if job_id is not None
+                else true(),
             )
         ).first()
         if taken is not None:
-            raise DuplicateKeyError(
-                f"shard {prep.url} is already committed in dataset {ds.name!r} (job {taken.job_id}); "
-                "registering it again would duplicate its keys: refresh its rows with reindex(), or "
-                "remove_shard() it first",
-                keys=prep.keys[:1000],
-            )
+            raise _url_taken(prep, ds.name, taken.state, taken.job_id)
 
     def _insert(self, s: Session, dataset_id: int, job_id: int, prep: PreparedShard) -> int:
         layout_ids = ensure_layouts(s, dataset_id, prep.layouts)
         row = Shard(
             dataset_id=dataset_id, job_id=job_id, url=prep.url, state="staged", **prep.columns
         )
-        s.add(row)
-        s.flush()
+        try:
+            # A savepoint: losing the race for the URL must not abort the whole transaction.
+            with s.begin_nested():
+                s.add(row)
+                s.flush()
+        except IntegrityError as e:  # the savepoint's rollback expunged the row
+            name = s.execute(select(Dataset.name).where(Dataset.id == dataset_id)).scalar_one()
+            raise _url_taken(prep, name, "staged or committed", None) from e
         insert_records(s, row.id, dataset_id, prep, layout_ids)
         return row.id
 
@@ -172,13 +206,7 @@ class CatalogWrites:
                 raise ShardNotFoundError(
                     f"no committed shard {url} in dataset {dataset!r}; list them with Catalog.shards()"
                 )
-            _jobs.delete_records(s, [row.id])
-            s.execute(
-                update(Shard)
-                .where(Shard.id == row.id)
-                .values(state="deleted", deleted_at=func.now()),
-                execution_options=_NO_SYNC,
-            )
+            _jobs.retire(s, [row.id])
             s.execute(
                 update(Dataset).where(Dataset.id == ds.id).values(version=Dataset.version + 1),
                 execution_options=_NO_SYNC,
@@ -290,7 +318,13 @@ class CatalogWrites:
             return [job_info(r, ds.name, *counts.get(r.id, (0, 0))) for r in rows]
 
     def commit_job(
-        self, job: int | JobInfo, *, expected_version: int | None = None, replace: bool = False
+        self,
+        job: int | JobInfo,
+        *,
+        expected_version: int | None = None,
+        replace: bool = False,
+        shards: Collection[str] | None = None,
+        require_empty: bool = False,
     ) -> JobInfo:
         """Make every staged shard of the job visible, together, in one transaction.
 
@@ -307,6 +341,12 @@ class CatalogWrites:
             Overwrite: in the same transaction, every shard committed before
             becomes ``deleted`` (its records go), so the dataset is exactly
             this job's shards.
+        shards:
+            The manifest: URLs of exactly the shards to commit, as the job's
+            successful tasks reported them. Other staged shards of the job
+            (left by killed or lost attempts) are retired instead.
+        require_empty:
+            Commit only if the dataset has no committed shard yet.
 
         Raises
         ------
@@ -314,7 +354,10 @@ class CatalogWrites:
             If a key repeats within the job or exists among committed records;
             nothing becomes visible and the job stays open (abort it).
         CommitConflictError
-            If the job was aborted, or the dataset moved past ``expected_version``.
+            If the job was aborted, the dataset moved past ``expected_version``,
+            or a shard of the manifest is not staged.
+        DatasetExistsError
+            ``require_empty`` and another job committed records first.
         JobNotFoundError
             If there is no such job.
         """
@@ -327,7 +370,15 @@ class CatalogWrites:
                 )
             if row.state == "open":
                 ds = s.get_one(Dataset, row.dataset_id)
-                _jobs.commit(s, ds, row, expected_version=expected_version, replace=replace)
+                _jobs.commit(
+                    s,
+                    ds,
+                    row,
+                    expected_version=expected_version,
+                    replace=replace,
+                    shards=shards,
+                    require_empty=require_empty,
+                )
         return self.job(job_id)
 
     def abort_job(self, job: int | JobInfo) -> JobInfo:
@@ -353,13 +404,7 @@ class CatalogWrites:
                         select(Shard.id).where(Shard.job_id == job_id, Shard.state == "staged")
                     ).scalars()
                 )
-                _jobs.delete_records(s, staged)
-                s.execute(
-                    update(Shard)
-                    .where(Shard.job_id == job_id, Shard.state == "staged")
-                    .values(state="deleted", deleted_at=func.now()),
-                    execution_options=_NO_SYNC,
-                )
+                _jobs.retire(s, staged)
                 s.execute(
                     update(Job)
                     .where(Job.id == job_id)
@@ -385,3 +430,14 @@ class CatalogWrites:
                 f"job {job_id} is {row.state}; shards can only be added to an open job"
             )
         return row
+
+
+def _url_taken(
+    prep: PreparedShard, dataset: str, state: str, job_id: int | None
+) -> DuplicateKeyError:
+    by = f" by job {job_id}" if job_id is not None else ""
+    return DuplicateKeyError(
+        f"shard {prep.url} is already {state}{by} in dataset {dataset!r}; one file is registered "
+        "once per dataset: refresh its rows with reindex(), or remove_shard() it first",
+        keys=prep.keys[:1000],
+    )

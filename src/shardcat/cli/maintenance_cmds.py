@@ -12,8 +12,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .._units import format_bytes
-from ..errors import StorageError
-from ..storage import expand_braces, redact, resolve
+from ..storage import expand_braces
 from .common import open_catalog, parse_duration, state_of
 from .output import err_console
 
@@ -188,6 +187,7 @@ def gc(
         rows: list[list[Any]] = [["aborted job", j] for j in report.aborted_jobs]
         rows += [["deleted shard", u] for u in report.deleted_shards]
         rows += [["orphan file", u] for u in report.orphans]
+        rows += [["kept", k] for k in report.kept]
         rows += [["error", e] for e in report.errors]
         if rows:
             out.table("Would remove" if dry_run else "Removed", ["what", "item"], rows)
@@ -216,8 +216,11 @@ def delete(
 ) -> None:
     """Delete a dataset: every shard object (all states), then its catalog rows.
 
-    Asks first; without a terminal, --yes is required.
+    Asks first; without a terminal, --yes is required. Files another dataset's
+    rows name, or that lie outside the dataset's root, are left in place.
     """
+    from ..orchestration.gc import delete_dataset
+
     state = state_of(ctx)
     out = state.out
     with open_catalog(state) as cat:
@@ -239,29 +242,23 @@ def delete(
             err_console.print(f"This deletes {what}.", markup=False)
             if not typer.confirm("Delete them?", default=False, err=True):
                 raise typer.Abort()
-        removed, errors = 0, []
-        for shard in shards:
-            try:
-                fs, path = resolve(shard.url, state.storage_options)
-                if fs.exists(path):
-                    fs.rm_file(path)
-                    removed += 1
-            except (OSError, StorageError) as e:
-                errors.append(f"{redact(shard.url)}: {e}")
-        if errors:
-            # Keep the rows: they name what is left, and running delete again finishes the job.
-            raise StorageError(
-                f"could not remove {len(errors)} shard object(s) of {dataset!r}, catalog rows "
-                f"kept (run delete again): {errors[0]}"
-            )
-        cat.delete_dataset(dataset)
+        report = delete_dataset(cat, dataset, storage_options=state.storage_options)
+    removed = len(report.removed)
+    for line in report.kept:
+        err_console.print(f"kept {line}", markup=False)
     if out.as_json:
         out.json(
-            {"dataset": dataset, "shards": len(shards), "objects_removed": removed, "bytes": size}
+            {
+                "dataset": dataset,
+                "shards": len(shards),
+                "objects_removed": removed,
+                "bytes": size,
+                "kept": report.kept,
+            }
         )
     else:
         out.line(
             f"deleted dataset {dataset!r}: {removed} shard object(s) removed "
-            f"({len(shards) - removed} already gone), {format_bytes(size)}",
+            f"({len(report.missing)} already gone, {len(report.kept)} kept), {format_bytes(size)}",
             markup=False,
         )

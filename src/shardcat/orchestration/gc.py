@@ -12,6 +12,15 @@ local writer leaves ``.partial`` files). ``gc`` finds and removes them:
    removed once older than ``grace``, so that a job still writing is never
    touched. A dataset's root belongs to one catalog: files another catalog
    registered there would look like orphans.
+
+What gc never deletes, whatever the rows say:
+
+* a file that a live (staged or committed) row of any dataset names — a
+  tombstone may share its URL with a row registered again later;
+* a file outside the dataset's root folder — a row registered by hand may
+  name any file; gc forgets such a tombstone and leaves the file alone.
+
+Both are reported in :attr:`GcReport.kept`.
 """
 
 from __future__ import annotations
@@ -22,10 +31,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ShardcatError
+from ..catalog.models import LIVE_STATES
+from ..errors import ShardcatError, StorageError
 from ..storage import redact, resolve
 
-__all__ = ["GcReport", "gc"]
+__all__ = ["DeleteReport", "GcReport", "delete_dataset", "gc"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +52,8 @@ class GcReport:
     """Objects of shards in state ``deleted`` (and their catalog rows)."""
     orphans: list[str] = field(default_factory=list)
     """Files under a dataset root that no catalog row names."""
+    kept: list[str] = field(default_factory=list)
+    """Files of deleted shards left in place, each with the reason."""
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -53,6 +65,11 @@ class GcReport:
         return (
             f"gc {verb} {len(self.deleted_shards)} deleted shard(s) and {len(self.orphans)} orphan "
             f"file(s); aborted {len(self.aborted_jobs)} stale job(s)"
+            + (
+                f"; kept {len(self.kept)} file(s) still in use or outside the root"
+                if self.kept
+                else ""
+            )
             + (f"; {len(self.errors)} error(s)" if self.errors else "")
         )
 
@@ -94,8 +111,7 @@ def gc(
     cat = catalog if isinstance(catalog, Catalog) else Catalog(str(catalog))
     opts = dict(storage_options or cat.storage_options or {})
     report = GcReport(dry_run=dry_run)
-    all_names = [d.name for d in cat.datasets()]
-    names = [dataset] if dataset is not None else all_names
+    names = [dataset] if dataset is not None else [d.name for d in cat.datasets()]
     if dataset is not None:
         cat.dataset(dataset)  # DatasetNotFoundError for an unknown name
     now = dt.datetime.now(dt.timezone.utc)
@@ -105,16 +121,28 @@ def gc(
                 report.aborted_jobs.append(job.id)
                 if not dry_run:
                     cat.abort_job(job.id)
-        deleted = cat.shards(name, state="deleted")
-        for shard in deleted:
-            report.deleted_shards.append(shard.url)
-            if not dry_run:
-                _remove(shard.url, opts, report)
-        if not dry_run and deleted:
-            cat.purge_shards(name, [s.url for s in deleted])
         root = cat.dataset(name).root_url
+        deleted = cat.shards(name, state="deleted")
+        if deleted:
+            live = {_key(u, opts) for u in cat.shard_urls(states=LIVE_STATES)}
+            for shard in deleted:
+                reason = _keep_reason(shard.url, root, live, opts)
+                if (
+                    reason is None
+                    and not dry_run
+                    and cat.shard_urls(states=LIVE_STATES, url=shard.url)
+                ):
+                    reason = "registered again meanwhile"  # a race with a registration: re-checked
+                if reason is not None:
+                    report.kept.append(f"{shard.url}: {reason}")
+                    continue
+                report.deleted_shards.append(shard.url)
+                if not dry_run:
+                    _remove(shard.url, opts, report)
+            if not dry_run:
+                cat.purge_shards(name, [s.url for s in deleted])
         # Every dataset's shards count as known: datasets may share a folder.
-        known = {_key(s.url, opts) for d in all_names for s in cat.shards(d, state=None)}
+        known = {_key(u, opts) for u in cat.shard_urls()}
         for url, modified in _list_files(root, opts, report):
             if _key(url, opts) in known or now - modified < grace:
                 continue
@@ -123,6 +151,104 @@ def gc(
                 _remove(url, opts, report)
     log.info("%s", report)
     return report
+
+
+@dataclass
+class DeleteReport:
+    """What :func:`delete_dataset` removed (or, with ``dry_run``, would remove)."""
+
+    dataset: str
+    dry_run: bool
+    shards: int = 0
+    """Shard rows of the dataset, in every state."""
+    bytes: int = 0
+    removed: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    """Objects the rows named that were already gone."""
+    kept: list[str] = field(default_factory=list)
+    """Files left in place, each with the reason."""
+    errors: list[str] = field(default_factory=list)
+
+
+def delete_dataset(
+    catalog: Any,
+    dataset: str,
+    *,
+    dry_run: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+) -> DeleteReport:
+    """Remove a dataset's shard objects, then its catalog rows.
+
+    Like gc, it never deletes a file that a live row of another dataset names,
+    nor one outside the dataset's root folder (a shard registered in place,
+    such as an indexed tar): those are reported in ``kept`` and left alone.
+    If an object cannot be removed, the rows are kept (they name what is
+    left) and StorageError is raised: running it again finishes the job.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        No such dataset.
+    StorageError
+        Some objects could not be removed; the catalog rows are kept.
+    """
+    from ..catalog import Catalog
+
+    cat = catalog if isinstance(catalog, Catalog) else Catalog(str(catalog))
+    opts = dict(storage_options or cat.storage_options or {})
+    root = cat.dataset(dataset).root_url
+    shards = cat.shards(dataset, state=None)
+    report = DeleteReport(dataset, dry_run, len(shards), sum(s.size_bytes for s in shards))
+    mine = cat.shard_urls(dataset=dataset)
+    others = {
+        _key(u, opts)
+        for d in cat.datasets()
+        if d.name != dataset
+        for u in cat.shard_urls(states=LIVE_STATES, dataset=d.name)
+    }
+    for url in sorted(mine):
+        reason = _keep_reason(url, root, others, opts, "a shard row of another dataset names it")
+        if reason is not None:
+            report.kept.append(f"{url}: {reason}")
+            continue
+        try:
+            fs, path = resolve(url, opts)
+            if not fs.exists(path):
+                report.missing.append(url)
+                continue
+            report.removed.append(url)
+            if not dry_run:
+                fs.rm_file(path)
+        except (OSError, ShardcatError) as e:
+            report.errors.append(f"cannot remove {redact(url)}: {e}")
+    if report.errors:
+        raise StorageError(
+            f"could not remove {len(report.errors)} shard object(s) of {dataset!r}, catalog rows "
+            f"kept (run delete again): {report.errors[0]}"
+        )
+    if not dry_run:
+        cat.delete_dataset(dataset)
+    return report
+
+
+def _keep_reason(
+    url: str,
+    root: str,
+    live: set[tuple[str, str]],
+    opts: Mapping[str, Any],
+    named: str = "a staged or committed shard row names this file",
+) -> str | None:
+    """Why the file of a deleted shard must stay, or None if it may be removed."""
+    key = _key(url, opts)
+    if key in live:
+        return named
+    if not _under(key, _key(root, opts)):
+        return "outside the dataset's root folder (remove it yourself if it is yours)"
+    return None
+
+
+def _under(key: tuple[str, str], root: tuple[str, str]) -> bool:
+    return key[0] == root[0] and key[1].startswith(root[1].rstrip("/") + "/")
 
 
 def _list_files(

@@ -5,12 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..storage import join
+from ..storage import join, shard_name
 
-__all__ = ["SHARDS_PER_PARTITION", "WritePlan"]
+__all__ = ["MAX_ATTEMPTS", "SHARDS_PER_PARTITION", "WritePlan"]
 
 SHARDS_PER_PARTITION = 1000
 """Shard numbers are ``partition * 1000 + index``: a partition rolls over at most 1000 times."""
+
+MAX_ATTEMPTS = 100
+"""Names a shard may take across retries of its task (``-r1`` ... ``-r99``)."""
 
 
 @dataclass(frozen=True)
@@ -37,15 +40,20 @@ class WritePlan:
     def partition_number(self, partition: int) -> int:
         return self.partition_base + partition
 
-    def pattern(self, partition: int) -> str:
-        """Names of one partition's shards: ``train-000007-{index:03d}.shard``."""
-        return f"{self.prefix}-{self.partition_number(partition):06d}-{{index:03d}}.shard"
+    def names(self, partition: int, index: int) -> list[str]:
+        """The names shard ``index`` of ``partition`` may take, first choice first."""
+        number = self.partition_number(partition)
+        return [
+            shard_name(self.prefix, self.job_id, number, index, attempt)
+            for attempt in range(MAX_ATTEMPTS)
+        ]
 
     def first_shard_number(self, partition: int) -> int:
         return self.partition_number(partition) * SHARDS_PER_PARTITION
 
     def shard_url(self, partition: int, index: int) -> str:
-        return join(self.root, self.pattern(partition).format(index=index))
+        """The first-choice URL of a shard (a retried task may have had to take another)."""
+        return join(self.root, self.names(partition, index)[0])
 
     def __repr__(self) -> str:  # never show storage options
         return (

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from ..errors import ChecksumError
 from ..shards import ShardReader
+from ..storage import redact
 
 __all__ = ["iter_shard", "read"]
 
@@ -15,13 +17,24 @@ def iter_shard(
     entries: Iterable[str] | None = None,
     storage_options: Mapping[str, Any] | None = None,
     decode: bool = True,
+    expect: tuple[str, int] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Every sample of one shard in file order: ``{"__key__": ..., name: value, ...}``.
 
     With ``decode`` values are decoded by content type (JSON → dict, npy →
     array, text → str); otherwise entries are :class:`~shardcat.Entry` objects.
+    ``expect`` is the ``(file_id, footer_crc)`` the catalog registered: a
+    shard replaced since (even by a valid one) raises ChecksumError instead
+    of streaming other records.
     """
     with ShardReader(url, storage_options=dict(storage_options or {})) as r:
+        if expect is not None and (r.info.file_id, r.info.footer_crc) != expect:
+            raise ChecksumError(
+                f"the shard is not the one registered (file id {r.info.file_id}, footer CRC32C "
+                f"{r.info.footer_crc:#010x}; registered {expect[0]}, {expect[1]:#010x}): it was "
+                "replaced since; run `shardcat verify`, then restore it or reindex it",
+                path=redact(url),
+            )
         for rec in r.iter_records(entries):
             if decode:
                 yield rec.decode()
@@ -30,9 +43,13 @@ def iter_shard(
 
 
 def _read_partition(
-    url: str, entries: list[str] | None, storage_options: dict[str, Any], decode: bool
+    url: str,
+    entries: list[str] | None,
+    storage_options: dict[str, Any],
+    decode: bool,
+    expect: tuple[str, int],
 ) -> list[dict[str, Any]]:
-    return list(iter_shard(url, entries, storage_options, decode))
+    return list(iter_shard(url, entries, storage_options, decode, expect))
 
 
 def read(
@@ -67,12 +84,19 @@ def read(
     from ..catalog import Catalog
 
     cat = catalog if isinstance(catalog, Catalog) else Catalog(str(catalog))
-    urls = [s.url for s in cat.shards(dataset, state="committed")]
+    shards = cat.shards(dataset, state="committed")
     names = None if entries is None else list(entries)
     opts = dict(storage_options or {})
     parts = [
-        delayed(_read_partition)(url, names, opts, decode, dask_key_name=f"shardcat-read-{i}-{url}")
-        for i, url in enumerate(urls)
+        delayed(_read_partition)(
+            s.url,
+            names,
+            opts,
+            decode,
+            (s.file_id, s.footer_crc),
+            dask_key_name=f"shardcat-read-{i}-{s.url}",
+        )
+        for i, s in enumerate(shards)
     ]
     if not parts:
         return db.from_sequence([], npartitions=1)

@@ -1,9 +1,12 @@
 """The partition task: write one partition's samples as shards and stage them.
 
-Runs on Dask workers. Shard names depend only on the job's plan and the
-partition number, so a retried task (a worker died, ``retries=``) rewrites
-the same objects and replaces the same staged catalog rows: a record is
-never registered twice.
+Runs on Dask workers. Shard names hold the job id, so no two jobs ever
+write the same file; every shard is published exclusively (never over an
+existing object). A retried task (a worker died, ``retries=``) takes the
+next free name where an earlier attempt already published one, and the
+client commits exactly the shards the successful attempts reported: a
+record is never registered twice, and a killed attempt's leftovers are
+retired at commit and removed by gc.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import CommitConflictError
 from ..shards import RollingShardWriter
+from ..storage import first_free, redact, resolve
 from .plan import SHARDS_PER_PARTITION, WritePlan
 from .samples import validate_sample
 
@@ -51,32 +56,55 @@ class PartitionResult:
 
 
 def write_partition(samples: Iterable[Any], plan: WritePlan, partition: int) -> PartitionResult:
-    """Write ``samples`` to the partition's numbered shards and stage each in the catalog."""
+    """Write ``samples`` to the partition's numbered shards and stage each in the catalog.
+
+    Raises
+    ------
+    CommitConflictError
+        The job is no longer open (it failed and was aborted, or committed
+        without this task): the task stops, and removes any shard it
+        published that the catalog refused.
+    """
     t0 = time.perf_counter()
     catalog = catalog_for(plan.catalog_url)
+    _require_open(catalog, plan)
 
     first = plan.first_shard_number(partition)
 
-    def stage(info: Any) -> None:
-        # Checked per shard, not per sample: the sample loop is the hot path.
-        if info.header.shard_number - first >= SHARDS_PER_PARTITION:
+    def name(number: int, index: int) -> str:
+        if index >= SHARDS_PER_PARTITION:
             raise ValueError(
                 f"partition {partition} needs more than {SHARDS_PER_PARTITION} shards of "
                 f"{plan.shard_size:,} bytes; repartition the data into smaller partitions"
             )
+        # A late task of an aborted job stops at its next shard instead of writing on.
+        if index:
+            _require_open(catalog, plan)
+        # An earlier attempt of this task may have published the first choice.
+        return first_free(plan.root, plan.names(partition, index), plan.storage_options)
+
+    def stage(info: Any) -> None:
         # Staged under the job: invisible to lookups until the client commits.
-        # A retried task registers the same URL again, which replaces these rows.
-        catalog.register_shard(plan.dataset, info, job=plan.job_id)
+        # A retried task registers under fresh names; the commit's manifest
+        # keeps only what the successful attempts reported.
+        try:
+            catalog.register_shard(plan.dataset, info, job=plan.job_id)
+        except CommitConflictError:
+            # The job ended without us: the file is ours alone (published
+            # exclusively, under this job's name), so nothing else can need it.
+            _remove_quietly(info.path, plan)
+            raise
 
     writer = RollingShardWriter(
         plan.root,
-        plan.pattern(partition),
+        name,
         max_bytes=plan.shard_size,
         max_records=plan.max_records,
         start=first,
         storage_options=plan.storage_options,
         on_shard_closed=stage,
         compression=plan.compression,
+        exclusive=True,
         metadata={
             **plan.metadata,
             "dataset": plan.dataset,
@@ -98,3 +126,20 @@ def write_partition(samples: Iterable[Any], plan: WritePlan, partition: int) -> 
     )
     log.debug("partition %d: %d records in %d shards", partition, result.records, len(infos))
     return result
+
+
+def _require_open(catalog: Any, plan: WritePlan) -> None:
+    state = catalog.job(plan.job_id).state
+    if state != "open":
+        raise CommitConflictError(
+            f"job {plan.job_id} of dataset {plan.dataset!r} is {state}: this task of it stops "
+            "(the job failed or was cancelled; its client reported why)"
+        )
+
+
+def _remove_quietly(url: str, plan: WritePlan) -> None:
+    try:
+        fs, path = resolve(url, plan.storage_options)
+        fs.rm_file(path)
+    except Exception as e:  # gc removes it later; the task's own error is what matters
+        log.warning("could not remove %s after its job ended: %s", redact(url), e)

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from .._units import format_bytes, parse_size
 from ..errors import DatasetExistsError
-from ..storage import brace_patterns, is_local, redact
+from ..storage import brace_patterns, dataset_prefix, is_local, redact, resolve
 from .plan import SHARDS_PER_PARTITION, WritePlan
 from .samples import batched, rows_to_samples
 from .tasks import PartitionResult, write_partition
@@ -93,9 +93,12 @@ def write(
     shard_size:
         A shard is closed once it reaches this size (``"256MB"``, bytes).
     mode:
-        ``"create"`` (the dataset must not have records yet), ``"append"``
-        (add records; keys must be new) or ``"overwrite"`` (replace the
-        dataset's records when the job commits).
+        ``"create"`` (the dataset must not have records yet, also when the
+        job commits), ``"append"`` (add records; keys must be new; appends
+        may run concurrently) or ``"overwrite"`` (replace the dataset's
+        records when the job commits; if another job committed to the
+        dataset meanwhile, the overwrite fails with CommitConflictError
+        rather than drop data it never saw).
     storage_options:
         fsspec options (credentials, endpoint) handed to the workers; never
         stored in the catalog.
@@ -103,9 +106,10 @@ def write(
         A ``distributed.Client``; by default the current one, or a local
         cluster started for this call.
     retries:
-        How often Dask may retry a failed partition task. Retries rewrite the
-        same shard names and replace their staged rows (a task lost with its
-        worker is rescheduled by Dask in any case).
+        How often Dask may retry a failed partition task (a task lost with
+        its worker is rescheduled by Dask in any case). A retry writes under
+        fresh names where an earlier attempt published a shard, and only the
+        shards of the attempts that succeeded are committed.
     progress:
         Show a progress bar (partitions, records, bytes, throughput).
 
@@ -119,6 +123,13 @@ def write(
         ``mode="create"`` and the dataset already has records.
     DuplicateKeyError
         A key occurs twice in the job, or (``append``) is already in the dataset.
+    CommitConflictError
+        ``mode="overwrite"`` and another job committed to the dataset while
+        this one ran. Nothing of this job becomes visible.
+
+    Every failure aborts the job: its queued tasks are cancelled, running ones
+    stop at their next shard, nothing it staged becomes visible, and what it
+    wrote is removed by :func:`shardcat.orchestration.gc.gc`.
     """
     from ..catalog import Catalog
 
@@ -129,6 +140,7 @@ def write(
     opts = dict(storage_options or {})
     if is_local(url):  # the catalog must not depend on the working folder
         url = os.path.abspath(url.split("://", 1)[1] if "://" in url else url)
+    resolve(url, opts)  # a bad URL fails here, typed, before any worker sees it
     t0 = time.perf_counter()
     cat.create_dataset(dataset, redact(url), exist_ok=True)
     existing = cat.shards(dataset, state=None)
@@ -137,19 +149,22 @@ def write(
             f"dataset {dataset!r} already has records; write with mode='append' to add to it "
             "or mode='overwrite' to replace them"
         )
-    # Number this job's partitions after every shard the dataset ever had, so a
-    # new job never overwrites the files of an earlier (even a failed) one.
+    # What an overwrite replaces: the dataset as it is now. Another commit
+    # meanwhile makes this job's commit fail instead of dropping that data.
+    base_version = cat.dataset(dataset).version
+    # Number this job's partitions after every shard the dataset had (readable
+    # names in order); the job id in every name is what keeps jobs apart.
     numbers = [s.shard_number for s in existing if s.shard_number is not None]
     partition_base = max(numbers) // SHARDS_PER_PARTITION + 1 if numbers else 0
     job = cat.begin_job(
         dataset,
         description=f"shardcat.write ({mode})",
-        properties={"mode": mode, "root": redact(url)},
+        properties={"mode": mode, "root": redact(url), "base_version": base_version},
     )
     plan = WritePlan(
         dataset=dataset,
         root=url.rstrip("/"),
-        prefix=prefix or dataset.replace("/", "_"),
+        prefix=prefix or dataset_prefix(dataset),
         job_id=job.id,
         catalog_url=cat._url,  # with its password: workers must connect (never shown)
         shard_size=size,
@@ -161,11 +176,24 @@ def write(
     )
     try:
         with _cluster(client, url) as dask_client:
-            results = _run(data, plan, dask_client, key_column, batch_size, retries, progress)
-        if mode == "overwrite":
-            cat.commit_job(job.id, replace=True)
-        else:
-            cat.commit_job(job.id)
+            futures: list[Any] = []
+            try:
+                results = _run(
+                    data, plan, dask_client, key_column, batch_size, retries, progress, futures
+                )
+            except BaseException:
+                # Tasks still queued never start; running ones stop at their next
+                # shard, and the catalog refuses what they try to stage.
+                with contextlib.suppress(Exception):
+                    dask_client.cancel(futures)
+                raise
+        cat.commit_job(
+            job.id,
+            shards=[u for r in results for u in r.shards],
+            replace=mode == "overwrite",
+            expected_version=base_version if mode == "overwrite" else None,
+            require_empty=mode == "create",
+        )
     except BaseException:
         with contextlib.suppress(Exception):
             cat.abort_job(job.id)
@@ -227,7 +255,9 @@ def _run(
     batch_size: int,
     retries: int,
     progress: bool,
+    futures: list[Any],
 ) -> list[PartitionResult]:
+    """Run the partition tasks; every future submitted is appended to ``futures`` (to cancel)."""
     import dask.bag as db
     from dask.delayed import delayed
 
@@ -237,22 +267,28 @@ def _run(
             delayed(_write_frame_partition)(part, plan, i, key_column)
             for i, part in enumerate(parts)
         ]
-        futures = client.compute(tasks, retries=retries)
+        futures.extend(client.compute(tasks, retries=retries))
         return _gather(client, futures, progress, len(tasks))
     if isinstance(data, db.Bag):
         parts = data.to_delayed()
         tasks = [delayed(write_partition)(part, plan, i) for i, part in enumerate(parts)]
-        futures = client.compute(tasks, retries=retries)
+        futures.extend(client.compute(tasks, retries=retries))
         return _gather(client, futures, progress, len(tasks))
     if isinstance(data, Iterable) and not isinstance(data, (str, bytes, Mapping)):
-        return _run_iterable(data, plan, client, batch_size, retries, progress)
+        return _run_iterable(data, plan, client, batch_size, retries, progress, futures)
     raise TypeError(
         f"cannot write a {type(data).__name__}: pass a Dask bag or dataframe, or an iterable of samples"
     )
 
 
 def _run_iterable(
-    data: Iterable[Any], plan: WritePlan, client: Any, batch_size: int, retries: int, progress: bool
+    data: Iterable[Any],
+    plan: WritePlan,
+    client: Any,
+    batch_size: int,
+    retries: int,
+    progress: bool,
+    futures: list[Any],
 ) -> list[PartitionResult]:
     """Stream batches to the cluster, keeping only a few in flight (bounded client memory)."""
     from distributed import wait
@@ -263,17 +299,17 @@ def _run_iterable(
     done: list[PartitionResult] = []
     with _Progress(progress, None) as bar:
         for i, batch in enumerate(batched(data, batch_size)):
-            pending.append(
-                client.submit(
-                    write_partition,
-                    batch,
-                    plan,
-                    i,
-                    pure=False,
-                    retries=retries,
-                    key=f"shardcat-write-{plan.job_id}-{i}",
-                )
+            future = client.submit(
+                write_partition,
+                batch,
+                plan,
+                i,
+                pure=False,
+                retries=retries,
+                key=f"shardcat-write-{plan.job_id}-{i}",
             )
+            futures.append(future)
+            pending.append(future)
             if len(pending) >= in_flight_limit:
                 finished, rest = wait(pending, return_when="FIRST_COMPLETED")
                 for f in finished:
