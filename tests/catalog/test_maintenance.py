@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from shardcat.errors import ChecksumError, FormatError, ShardNotFoundError
 
-from .helpers import make_dataset, shard_keys, write_shard
+from .helpers import make_dataset, sample, shard_keys, write_shard
 
 _SHARD_COLUMNS = (
     "url, shard_number, state, job_id, file_id, format_major, format_minor, flags, created_at, alignment, "
@@ -200,6 +200,34 @@ def test_get_from_a_rewritten_shard_never_returns_another_record(cat, local_root
         cat.get("train", shard_keys(0)[30])
 
 
+def test_a_valid_rewrite_with_the_same_keys_and_offsets_is_never_served(cat, store):
+    """Every CRC of the new file is right and every key sits where the catalog says:
+    only the CRCs the catalog registered tell the bytes are not the ones it indexed."""
+    opts = store["storage_options"]
+    infos = make_dataset(cat, store["root"], 1, storage_options=opts)
+    cat.storage_options = opts or {}
+    keys = shard_keys(0)
+
+    def other(key: str) -> dict:
+        # Same entries and sizes as sample(key), other bytes: every offset stays the same.
+        return {
+            k: (bytes(b ^ 0x55 for b in v) if k == "jpg" else v) for k, v in sample(key).items()
+        }
+
+    assert cat.get("train", keys[0]).key == keys[0]  # the old file is open in the lookup's cache
+    rewritten = write_shard(infos[0].path, keys, storage_options=opts, make=other)
+    assert rewritten.records["offset"].tolist() == infos[0].records["offset"].tolist()
+    for key in keys[:10]:
+        with pytest.raises(ChecksumError, match="not the one registered"):
+            cat.get("train", key)
+    with pytest.raises(ChecksumError, match="shardcat verify"):
+        cat.get_many("train", keys)
+    with pytest.raises(ChecksumError):
+        cat.get("train", keys[3], entries=["jpg"])
+    # Entries whose bytes did not change are still served, checked against the catalog.
+    assert cat.get("train", keys[3], entries=["txt"])["txt"].decode() == f"text of {keys[3]}"
+
+
 def test_verify_reports_progress_once_per_shard(cat, local_root):
     urls = [info.path for info in make_dataset(cat, local_root, 3)]
     seen: list[tuple[str, int]] = []
@@ -207,3 +235,108 @@ def test_verify_reports_progress_once_per_shard(cat, local_root):
     assert report.ok
     assert sorted(url for url, _ in seen) == sorted(urls)
     assert {total for _, total in seen} == {3}
+
+
+# --- hostile shards: verify reports one and checks the others ----------------------------------
+
+HOSTILE_KINDS = [
+    "deep-metadata",
+    "created-us-2^62",
+    "zstd-damaged-blocks",
+    "lz4-not-a-frame",
+    "zstd-declares-1.1GB",
+    "lz4-declares-1.1GB",
+    "zstd-bomb-3GiB",
+    "no-declared-size",
+    "longer-than-the-file",
+]
+
+
+def _hostile_shard(kind: str, keys: list[str]) -> bytes:
+    """A shard of ``keys`` with every CRC right, made hostile in the way ``kind`` names."""
+    # tests/ is on sys.path (as for every test package): the builders live with the format tests.
+    from format.hostile import (
+        build_shard,
+        lz4_frame,
+        with_longer_last_record,
+        with_metadata,
+        zstd_frame,
+        zstd_rle_bomb,
+    )
+    from shardcat.format import Codec
+
+    content = bytes(range(256)) * 16
+    zstd_ok = zstd_frame(content, len(content))
+    entries = {
+        "zstd-damaged-blocks": (Codec.ZSTD, zstd_ok[:14] + bytes(b ^ 0xA5 for b in zstd_ok[14:])),
+        "lz4-not-a-frame": (Codec.LZ4, b"this is not an lz4 frame"),
+        "zstd-declares-1.1GB": (Codec.ZSTD, zstd_frame(os.urandom(32 << 10), 1_100_000_000)),
+        "lz4-declares-1.1GB": (Codec.LZ4, lz4_frame(os.urandom(32 << 10), 1_100_000_000)),
+        "zstd-bomb-3GiB": (Codec.ZSTD, zstd_rle_bomb(3 << 30, 3 << 30)),
+        "no-declared-size": (Codec.ZSTD, zstd_frame(content, None)),
+    }
+    filler = bytes(2048) if kind == "longer-than-the-file" else b"fine"  # > 64 KiB in all
+    records = [(k, [("txt", "text/plain", Codec.NONE, filler)]) for k in keys]
+    if kind in entries:
+        codec, payload = entries[kind]
+        records[3] = (
+            keys[3],
+            [*records[3][1], ("bin", "application/octet-stream", codec, payload)],
+        )
+    data = build_shard(records, created_us=2**62 if kind == "created-us-2^62" else 0)
+    if kind == "deep-metadata":
+        data = with_metadata(data, b'{"user":' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+    elif kind == "longer-than-the-file":
+        data = with_longer_last_record(data, 1_100_000_000)
+    return data
+
+
+@pytest.mark.parametrize("kind", HOSTILE_KINDS)
+def test_verify_reports_a_hostile_shard_and_checks_the_others(cat, local_root, kind):
+    # Before: a RecursionError (deep metadata) or ValueError (created_us) from the
+    # middle shard aborted the whole verify; the frames were never looked at.
+    infos = make_dataset(cat, local_root, 3)
+    hostile = infos[1].path
+    with open(hostile, "wb") as f:
+        f.write(_hostile_shard(kind, shard_keys(1)))
+    seen: list[str] = []
+    report = cat.verify("train", on_shard=lambda url, total: seen.append(url))
+    assert set(report.by_shard()) == {hostile}, str(report)
+    assert report.shards_checked == 3 and sorted(seen) == sorted(i.path for i in infos)
+    # The two intact shards were read and verified in full.
+    assert report.records_checked in (2 * len(shard_keys(0)), 3 * len(shard_keys(0)))
+    assert report.bytes_checked >= infos[0].size + infos[2].size
+    kinds = {p.kind for p in report.problems}
+    if kind in ("deep-metadata", "longer-than-the-file"):
+        assert kinds == {"unreadable"}  # the footer cannot be trusted at all
+    elif kind in ("zstd-declares-1.1GB", "lz4-declares-1.1GB", "zstd-bomb-3GiB"):
+        assert "corrupt" in kinds
+        assert "SHARDCAT_MAX_DECOMPRESSED_BYTES" in str(report)
+    elif kind in ("lz4-not-a-frame", "no-declared-size"):
+        assert "corrupt" in kinds
+    else:  # readable, but not the file the catalog registered
+        assert "shard-mismatch" in kinds
+    for p in report.problems:
+        assert "Traceback" not in p.message and p.message
+
+
+def test_a_shard_with_a_created_us_beyond_the_calendar_registers_and_verifies(cat, local_root):
+    import datetime as dt
+
+    from shardcat import ShardReader
+
+    cat.create_dataset("train", local_root)
+    paths = [f"{local_root}/train-{i:06d}.shard" for i in range(3)]
+    write_shard(paths[0], shard_keys(0))
+    write_shard(paths[2], shard_keys(2))
+    with open(paths[1], "wb") as f:
+        f.write(_hostile_shard("created-us-2^62", shard_keys(1)))
+    rows = cat.reindex("train", paths)  # before: ValueError: year 148108 is out of range
+    clamped = dt.datetime(9999, 12, 30, 23, 59, 59, tzinfo=dt.timezone.utc)
+    assert rows[1].created_at == clamped
+    with ShardReader(paths[1]) as r:
+        assert r.info.created == clamped
+    report = cat.verify("train")
+    assert report.ok, str(report)
+    assert report.records_checked == 3 * len(shard_keys(0))
+    assert cat.get("train", shard_keys(1)[5])["txt"].data == b"fine"

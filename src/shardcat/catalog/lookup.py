@@ -14,11 +14,13 @@ import json
 import os
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from functools import partial
 from typing import Any
 
 from sqlalchemy import Engine
 from sqlalchemy.pool import StaticPool
 
+from .._pread import pread_full
 from .._types import ByteRange, StorageOptions
 from ..errors import (
     DatasetNotFoundError,
@@ -31,7 +33,7 @@ from ..errors import (
 )
 from ..format import Entry, Record
 from ..format.checksums import signed_key_hash
-from ..format.records import check_payload, decode_record
+from ..format.records import check_payload, decode_registered
 from ..format.spec import Codec
 from ..storage import fetch_ranges, is_local, redact, resolve
 from .results import BatchResult, Location
@@ -40,13 +42,16 @@ from .spans import unpack_spans
 
 __all__ = ["LayoutCache", "Lookup"]
 
-_SELECT = "SELECT s.url, s.alignment, r.byte_offset, r.byte_length{extra} FROM records r JOIN shards s ON s.id = r.shard_id{join}"
+_SELECT = "SELECT s.url, s.alignment, r.byte_offset, r.byte_length, r.spans{extra} FROM records r JOIN shards s ON s.id = r.shard_id{join}"
 _DATASET = "r.dataset_id = (SELECT id FROM datasets WHERE name = {p})"
 _COMMITTED = "s.state = 'committed'"
 LOCAL_MAX_GAP = 8 * 1024
 """Local files: read through gaps up to this size rather than issue another pread."""
 
-_WITH_LAYOUT = (", r.spans, l.signature", " JOIN layouts l ON l.id = r.layout_id")
+# Rows: url, alignment, offset, length, spans[, key][, signature]. The spans
+# (each entry's offset, size and CRC) let every read be checked against what
+# was registered, not only against the shard's own CRCs.
+_WITH_LAYOUT = (", l.signature", " JOIN layouts l ON l.id = r.layout_id")
 
 
 def _point_sql(p: str, entries: bool) -> str:
@@ -120,7 +125,7 @@ class _LocalShard:
         if os.fstat(self.fd).st_nlink == 0:
             os.close(self.fd)
             self.fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-        return os.pread(self.fd, end - start, start)
+        return pread_full(self.fd, end - start, start)
 
     def close(self) -> None:
         os.close(self.fd)
@@ -175,18 +180,9 @@ class Lookup:
         self.layouts = layouts
         self.max_open = max_open
         self.generation = fork_generation()
-        try:
-            fairy = engine.raw_connection()
-        except Exception as e:
-            raise translate_exception(e, self.url) from e
-        conn: Any = fairy.driver_connection
-        self.conn = conn
-        self._fairy = fairy
+        self._engine = engine
         self._detached = not isinstance(engine.pool, StaticPool)
-        if self._detached:
-            fairy.detach()  # ours alone: autocommit, never returned to the pool
-        if self.dialect == "postgresql":
-            self.conn.autocommit = True
+        self._connect()
         p = "%s" if self.dialect == "postgresql" else "?"
         self._p = p
         self._point = _point_sql(p, False)
@@ -197,13 +193,50 @@ class Lookup:
 
     # --- SQL ---------------------------------------------------------------
 
-    def _query(self, sql: str, params: Sequence[Any]) -> list[Any]:
+    def _connect(self) -> None:
         try:
-            if self.dialect == "postgresql":
-                return self.conn.execute(sql, params, prepare=True).fetchall()  # type: ignore[no-any-return]
-            return self.conn.execute(sql, params).fetchall()  # type: ignore[no-any-return]
+            fairy = self._engine.raw_connection()
         except Exception as e:
             raise translate_exception(e, self.url) from e
+        conn: Any = fairy.driver_connection
+        self.conn = conn
+        self._fairy = fairy
+        if self._detached:
+            fairy.detach()  # ours alone: autocommit, never returned to the pool
+        if self.dialect == "postgresql":
+            self.conn.autocommit = True
+
+    def _query(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        try:
+            return self._execute(sql, params)
+        except Exception as e:
+            if not self._dropped():
+                raise translate_exception(e, self.url) from e
+        # The server dropped the connection (restart, failover, idle timeout):
+        # a lookup only reads, so reconnecting and asking again is safe. Once.
+        self._disconnect()
+        self._connect()
+        try:
+            return self._execute(sql, params)
+        except Exception as e:
+            raise translate_exception(e, self.url) from e
+
+    def _execute(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        if self.dialect == "postgresql":
+            return self.conn.execute(sql, params, prepare=True).fetchall()  # type: ignore[no-any-return]
+        return self.conn.execute(sql, params).fetchall()  # type: ignore[no-any-return]
+
+    def _dropped(self) -> bool:
+        """Whether the connection is gone (psycopg marks it broken or closed)."""
+        return bool(getattr(self.conn, "broken", False) or getattr(self.conn, "closed", False))
+
+    def _disconnect(self) -> None:
+        # A connection the server already dropped may fail to close: nothing to release then.
+        with contextlib.suppress(Exception):
+            if self._detached:
+                self.conn.close()
+            else:
+                self._fairy.close()
 
     def _missing(self, dataset: str, key: str | None) -> Exception:
         """The error for an empty result: unknown dataset or missing key (extra queries are fine here)."""
@@ -225,7 +258,7 @@ class Lookup:
         rows = self._query(self._point, (dataset, h, key))
         if not rows:
             raise self._missing(dataset, key)
-        url, _, offset, length = rows[0]
+        url, _, offset, length, _ = rows[0]
         return Location(url, int(offset), int(length))
 
     def get(self, dataset: str, key: str, entries: Iterable[str] | None = None) -> Record:
@@ -235,22 +268,18 @@ class Lookup:
         rows = self._query(self._point, (dataset, h, key))
         if not rows:
             raise self._missing(dataset, key)
-        url, alignment, offset, length = rows[0]
+        url, alignment, offset, length, spans = rows[0]
         try:
             data = self._read(url, offset, offset + length)
-            if len(data) != length:
-                raise TruncatedError(
-                    f"the catalog names a {length}-byte record, the shard has {len(data)} bytes there",
-                    path=url,
-                    offset=offset,
-                )
-            record = decode_record(memoryview(data), path=url, offset=offset, alignment=alignment)
-            if record.key != key:
-                raise FormatError(
-                    f"holds key {record.key!r} where the catalog expects {key!r}",
-                    path=url,
-                    offset=offset,
-                )
+            record = decode_registered(
+                memoryview(data),
+                key=key,
+                length=length,
+                entries=partial(unpack_spans, bytes(spans)),
+                path=url,
+                offset=offset,
+                alignment=alignment,
+            )
         except (OSError, FormatError) as e:
             raise self._read_failed(e, url, dataset) from e
         return record
@@ -277,7 +306,9 @@ class Lookup:
             for name, ctype, codec, e_off, size, crc in wanted:
                 view = data[e_off - lo : e_off - lo + size]
                 check_payload(view, crc, path=url, offset=offset + e_off, name=name)
-                record.entries[name] = Entry._from_stored(view, ctype, codec)
+                record.entries[name] = Entry._from_stored(
+                    view, ctype, codec, name=name, path=url, offset=offset + e_off
+                )
         except (OSError, FormatError) as e:
             raise self._read_failed(e, url, dataset) from e
         return record
@@ -319,8 +350,8 @@ class Lookup:
         found: dict[str, Any] = {}
         for row in rows:
             # Equal hashes, different key: a collision, never a match.
-            if row[4] in unique and row[4] not in found:
-                found[row[4]] = row
+            if row[5] in unique and row[5] not in found:
+                found[row[5]] = row
         records = self._read_batch(dataset, found, names)
         return BatchResult(
             asked, [records.get(k) for k in asked], [k for k in unique if k not in found]
@@ -337,7 +368,7 @@ class Lookup:
                 requests.append((url, ByteRange(offset, offset + length)))
                 plan.append((key, row, []))
             else:
-                wanted = self._wanted(url, offset, bytes(row[5]), row[6], names)
+                wanted = self._wanted(url, offset, bytes(row[4]), row[6], names)
                 for w in wanted:
                     requests.append((url, ByteRange(offset + w[3], offset + w[3] + w[4])))
                 plan.append((key, row, wanted))
@@ -355,19 +386,15 @@ class Lookup:
                 if names is None:
                     view = views[at]
                     at += 1
-                    if len(view) != length:
-                        raise TruncatedError(
-                            f"the catalog names a {length}-byte record, the shard has {len(view)} bytes there",
-                            path=url,
-                            offset=offset,
-                        )
-                    record = decode_record(view, path=url, offset=offset, alignment=alignment)
-                    if record.key != key:
-                        raise FormatError(
-                            f"holds key {record.key!r} where the catalog expects {key!r}",
-                            path=url,
-                            offset=offset,
-                        )
+                    record = decode_registered(
+                        view,
+                        key=key,
+                        length=length,
+                        entries=partial(unpack_spans, bytes(row[4])),
+                        path=url,
+                        offset=offset,
+                        alignment=alignment,
+                    )
                 else:
                     record = Record(key, {}, offset=offset, length=length)
                     for name, ctype, codec, e_off, size, crc in wanted:
@@ -380,7 +407,9 @@ class Lookup:
                                 offset=offset + e_off,
                             )
                         check_payload(view, crc, path=url, offset=offset + e_off, name=name)
-                        record.entries[name] = Entry._from_stored(view, ctype, codec)
+                        record.entries[name] = Entry._from_stored(
+                            view, ctype, codec, name=name, path=url, offset=offset + e_off
+                        )
             except FormatError as e:
                 raise self._read_failed(e, url, dataset) from e
             out[key] = record
@@ -458,12 +487,7 @@ class Lookup:
             _, src = self._sources.popitem()
             with contextlib.suppress(OSError):
                 src.close()
-        # A connection the server already dropped may fail to close: nothing to release then.
-        with contextlib.suppress(Exception):
-            if self._detached:
-                self.conn.close()
-            else:
-                self._fairy.close()
+        self._disconnect()
 
 
 def _url_in(e: BaseException, requests: list[tuple[str, ByteRange]]) -> str | None:

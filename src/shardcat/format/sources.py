@@ -8,9 +8,13 @@ import threading
 from collections.abc import Sequence
 from typing import BinaryIO
 
+from .._pread import pread_full
 from .._types import ByteRange
 
 __all__ = ["BytesSource", "FileSource"]
+
+_CLAMP_ABOVE = 16 << 20
+"""Reads larger than this are first clamped to the file's size (one fstat)."""
 
 
 class BytesSource:
@@ -80,8 +84,14 @@ class FileSource:
     def read(self, start: int, end: int) -> bytes:
         if end <= start:
             return b""
+        if end - start > _CLAMP_ABOVE:
+            # pread and read allocate the requested size before reading: never ask
+            # for more than the file has, whatever a damaged index claims.
+            end = min(end, max(start, self.size()))
+            if end <= start:
+                return b""
         if self._fd is not None and hasattr(os, "pread"):
-            return os.pread(self._fd, end - start, start)
+            return pread_full(self._fd, end - start, start)
         with self._lock:
             self._file.seek(start)
             return self._file.read(end - start)
