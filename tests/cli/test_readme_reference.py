@@ -46,7 +46,8 @@ def test_documented_options_exist():
         "write": ["--shard-size", "--compression", "--mode", "--workers", "--scheduler"],
         "get": ["--keys-from"],
         "gc": ["--grace", "--stale-after", "--dry-run"],
-        "sql": ["--limit"],
+        "sql": ["--limit", "--timeout", "--max-bytes", "--role"],
+        "catalog": ["upgrade", "current", "create-readonly-role"],
         "demo": ["--out", "--samples", "--workers", "--scheduler"],
     }.items():
         text = cli_help(command)

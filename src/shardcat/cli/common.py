@@ -16,6 +16,7 @@ from .output import Output
 
 __all__ = [
     "CONFIG_ENV",
+    "SQL_ROLE_ENV",
     "State",
     "load_config",
     "merge_options",
@@ -29,8 +30,9 @@ __all__ = [
 
 CONFIG_ENV = "SHARDCAT_CONFIG"
 CATALOG_ENV = "SHARDCAT_CATALOG"
+SQL_ROLE_ENV = "SHARDCAT_SQL_ROLE"
 DEFAULT_CATALOG = "sqlite:///shardcat.db"
-_CONFIG_KEYS = ("catalog", "storage_options")
+_CONFIG_KEYS = ("catalog", "sql_role", "storage_options")
 
 
 class State:
@@ -62,7 +64,7 @@ def state_of(ctx: typer.Context) -> State:
 
 
 def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a TOML config file: ``catalog = "..."`` and a ``[storage_options]`` table.
+    """Read a TOML config file: ``catalog = "..."``, ``sql_role = "..."``, ``[storage_options]``.
 
     Raises
     ------
@@ -97,6 +99,8 @@ def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
         )
     if "catalog" in doc and not isinstance(doc["catalog"], str):
         raise typer.BadParameter(f"{p}: catalog must be a string URL", param_hint="--config")
+    if "sql_role" in doc and not isinstance(doc["sql_role"], str):
+        raise typer.BadParameter(f"{p}: sql_role must be a string", param_hint="--config")
     if not isinstance(doc.get("storage_options", {}), dict):
         raise typer.BadParameter(f"{p}: storage_options must be a table", param_hint="--config")
     return doc
