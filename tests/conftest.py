@@ -12,6 +12,7 @@ import logging
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -97,22 +98,29 @@ def postgres_server() -> str:
     return POSTGRES_URL
 
 
-@pytest.fixture
-def postgres_url(postgres_server: str) -> Iterator[str]:
-    """A catalog URL whose tables live in a schema of their own, dropped afterwards."""
+@contextmanager
+def postgres_schema(server: str) -> Iterator[str]:
+    """A catalog URL on ``server`` whose tables live in a schema of their own, dropped afterwards."""
     import sqlalchemy as sa
 
     schema = f"t_{uuid.uuid4().hex[:16]}"
-    admin = sa.create_engine(postgres_server)
+    admin = sa.create_engine(server)
     with admin.begin() as conn:
         conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
-    sep = "&" if "?" in postgres_server else "?"
+    sep = "&" if "?" in server else "?"
     try:
-        yield f"{postgres_server}{sep}options=-csearch_path%3D{schema}"
+        yield f"{server}{sep}options=-csearch_path%3D{schema}"
     finally:
         with admin.begin() as conn:
             conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
         admin.dispose()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> Iterator[str]:
+    """A catalog URL whose tables live in a schema of their own, dropped afterwards."""
+    with postgres_schema(postgres_server) as url:
+        yield url
 
 
 @pytest.fixture

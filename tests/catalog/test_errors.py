@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
+import traceback
 
 import pytest
 import sqlalchemy as sa
 
 from shardcat.catalog import Catalog
+from shardcat.catalog.session import display_url, translate_exception
 from shardcat.errors import (
     CatalogError,
     CatalogLockedError,
@@ -16,6 +18,7 @@ from shardcat.errors import (
     DatasetNotFoundError,
     InvalidKeyError,
 )
+from shardcat.storage import redact
 
 from .helpers import make_dataset, shard_keys, write_shard
 
@@ -155,3 +158,109 @@ def test_errors_do_not_show_the_database_password():
         Catalog("postgresql+psycopg://user:topsecret@127.0.0.1:1/nodb")
     assert "topsecret" not in str(err.value)
     assert "***" in str(err.value)
+
+
+# --- no password in any message ------------------------------------------------
+
+PASSWORD = "Pw0rdZq7"
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (
+            f"postgresql+psycopg://postgres:{PASSWORD}@127.0.0.1:notaport/db",
+            "postgresql+psycopg://postgres:***@127.0.0.1:notaport/db",
+        ),
+        (
+            f"postgresql+psycopg://postgres:{PASSWORD}@[::1/x",
+            "postgresql+psycopg://postgres:***@[::1/x",
+        ),
+        (
+            f"postgresql+psycopg://postgres:{PASSWORD}-p%40ss:w/rd@127.0.0.1:x/db",
+            "postgresql+psycopg://postgres:***@127.0.0.1:x/db",
+        ),
+        (  # a raw '@' in the password: SQLAlchemy takes its tail for the host
+            f"postgresql+psycopg://postgres:{PASSWORD}@{PASSWORD}x@127.0.0.1:1/db",
+            "postgresql+psycopg://postgres:***@127.0.0.1:1/db",
+        ),
+        (f"postgresql+psycopg:/postgres:{PASSWORD}@127.0.0.1/db", "postgresql+psycopg:/***@127.0.0.1/db"),
+        (f"postgres:{PASSWORD}@127.0.0.1:5432/db", "postgres:***@127.0.0.1:5432/db"),
+        (
+            f"postgresql+psycopg://u@127.0.0.1/db?password={PASSWORD}&sslmode=require",
+            "postgresql+psycopg://u@127.0.0.1/db?password=***&sslmode=require",
+        ),
+        ("postgresql+psycopg://postgres@127.0.0.1:5432/test", "postgresql+psycopg://postgres@127.0.0.1:5432/test"),
+        ("sqlite:////tmp/catalog.db", "sqlite:////tmp/catalog.db"),
+        ("sqlite://", "sqlite://"),
+    ],
+)  # fmt: skip
+def test_display_url_hides_the_password_whatever_the_shape(url, shown):
+    assert display_url(url) == shown
+    if "://" in url and "@[" not in url and ":notaport" not in url and ":x/" not in url:
+        assert display_url(sa.engine.make_url(url)) == shown  # URL objects alike
+
+
+def _everything_printed(error: BaseException) -> str:
+    """What ``-v`` shows: the traceback with every chained exception."""
+    return "".join(traceback.format_exception(error))
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"postgresql+psycopg://postgres:{PASSWORD}@127.0.0.1:notaport/db",
+        f"postgresql+psycopg://postgres:{PASSWORD}@[::1/x",
+        f"postgresql+psycopg:/postgres:{PASSWORD}@127.0.0.1/db",
+        f"postgres:{PASSWORD}@127.0.0.1:5432/db",
+        f"postgresql+psycopg://u@127.0.0.1/db?password={PASSWORD}&port=x",
+    ],
+)
+def test_a_malformed_catalog_url_is_refused_without_its_password(url):
+    with pytest.raises(CatalogError) as err:
+        Catalog(url)
+    assert PASSWORD not in _everything_printed(err.value)
+    assert "catalog" in str(err.value)
+
+
+def test_bad_catalog_urls_keep_their_messages():
+    with pytest.raises(CatalogError, match=r"not a catalog URL: 'no-scheme-here' \(") as err:
+        Catalog("no-scheme-here")
+    assert err.value.__cause__ is None  # SQLAlchemy's ArgumentError would quote the URL
+    with pytest.raises(CatalogError, match=r"postgresql\+psycopg2://u:\*\*\*@127.0.0.1/db"):
+        Catalog(f"postgresql+psycopg2://u:{PASSWORD}@127.0.0.1/db")
+
+
+def test_driver_errors_quoting_the_host_or_the_uri_are_scrubbed():
+    pytest.importorskip("psycopg")
+    # An '@' in the password: psycopg cannot resolve the "host" that holds the password's tail.
+    url = f"postgresql+psycopg://postgres:{PASSWORD}@{PASSWORD}x@127.0.0.1:1/db"
+    with pytest.raises(CatalogError, match=r"resolve host|connection") as err:
+        Catalog(url)
+    assert PASSWORD not in _everything_printed(err.value)
+    # libpq's own URI parser quotes the URI it could not parse.
+    import psycopg
+
+    with pytest.raises(psycopg.Error) as raw:
+        psycopg.connect(f"postgresql://u:{PASSWORD}@[::1/db")
+    assert PASSWORD in str(raw.value)
+    translated = translate_exception(raw.value, f"postgresql://u:{PASSWORD}@[::1/db")
+    assert PASSWORD not in str(translated) and "u:***@" in str(translated)
+
+
+def test_storage_urls_lose_their_credentials_and_keep_everything_else():
+    assert redact(f"s3://AKIA:{PASSWORD}@bucket/x/a.shard") == "s3://bucket/x/a.shard"
+    assert redact(f"s3://AKIA:{PASSWORD}-p%40ss:w/rd@bucket/x") == "s3://bucket/x"
+    assert redact(f"memory://user:{PASSWORD}@/x") == "memory:///x"
+    signed = f"https://h/a.shard?X-Amz-Credential=AKIA&X-Amz-Signature={PASSWORD}&part=1"
+    assert redact(signed) == "https://h/a.shard?part=1"
+    for name in ("sig", "access_token", "sslpassword", "sas_token", "AWSAccessKeyId"):
+        assert redact(f"https://h/a?{name}={PASSWORD}&v=2") == "https://h/a?v=2", name
+    for kept in (
+        "s3://bucket/model@v2/a.shard",  # an '@' in the key is not a user
+        "https://host:8443/model@v2/a.shard",
+        "memory:///a",
+        "/local/path@x/a.shard",
+        "gs://b/a#1.shard?generation=3",
+    ):
+        assert redact(kept) == kept

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import typer
 
+from shardcat._redact import Scrubber, mask_url, scrub
 from shardcat.cli.common import load_config, merge_options, parse_duration
 from shardcat.cli.dataset_cmds import safe_path
 from shardcat.cli.sql_cmd import check_read_only
@@ -160,3 +161,55 @@ def test_config_files_are_checked(tmp_path):
         "b": 2,
         "c": {"x": 1, "y": 3},
     }
+
+
+# --- secrets -----------------------------------------------------------------
+
+
+def test_scrub_masks_urls_password_pairs_and_known_secrets_in_any_encoding():
+    text = (
+        "can't reach postgresql://u:hunter22@db/x; s3://AKIA:s3cr3t/with/slash@bucket/k "
+        "and 'https://h/a?X-Amz-Signature=abcd1234&part=1' (host=db password='two words' port=1); "
+        "decoded p@ss:w0rd, encoded p%40ss%3Aw0rd"
+    )
+    out = scrub(text, ["p%40ss:w0rd"])
+    for secret in ("hunter22", "s3cr3t", "abcd1234", "two words", "p@ss:w0rd", "p%40ss%3Aw0rd"):
+        assert secret not in out, secret
+    assert "postgresql://u:***@db/x" in out and "s3://AKIA:***@bucket/k" in out
+    assert "part=1" in out and "password=***" in out
+    assert scrub("s3://bucket/model@v2/a.shard: no such shard") == (
+        "s3://bucket/model@v2/a.shard: no such shard"
+    )
+
+
+def test_command_line_secrets_are_known_before_click_parses_anything():
+    from shardcat.cli.app import command_line_secrets
+
+    scrubber = command_line_secrets(
+        [
+            "-c", "postgres:catpass1@h/db",  # not even a URL
+            "-S", "secret=optsecret1",
+            "--storage-option=client_kwargs.aws_session_token=tok12345",
+            "-Stoken=inline99",
+            "-S", "lonelyvalue",  # a malformed pair
+            "-S", "client_kwargs.region_name=eu-west-1",  # not a secret
+            "inspect", "https://user:urlpass1@h/a.shard?sig=sig12345",
+        ],
+        {"SHARDCAT_CATALOG": "postgresql://u:envpass1@h/db"},
+    )  # fmt: skip
+    text = "catpass1 optsecret1 tok12345 inline99 lonelyvalue urlpass1 sig12345 envpass1 eu-west-1"
+    assert scrubber(text) == " ".join(["***"] * 8 + ["eu-west-1"])
+
+
+def test_scrubber_takes_secret_named_options_at_any_depth():
+    s = Scrubber()
+    s.add_options(
+        {
+            "key": "AKIAEXAMPLE",
+            "client_kwargs": {"endpoint_url": "http://u:endpass1@h:9000", "region_name": "eu"},
+            "credentials": {"client_id": "cid-1234"},  # everything under a secret name
+            "use_listings_cache": "false",
+        }
+    )
+    assert s.secrets == {"AKIAEXAMPLE", "endpass1", "cid-1234"}
+    assert mask_url("https://u:p4ss@h/x?token=t0k&a=1") == "https://u:***@h/x?token=***&a=1"

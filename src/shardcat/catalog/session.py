@@ -25,6 +25,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
+from .._redact import mask_url, mentions_secret, scrub, url_secrets
 from ..errors import CatalogError, CatalogLockedError, SchemaVersionError, ShardcatError
 
 __all__ = [
@@ -63,9 +64,11 @@ def normalize_url(url: str | URL) -> URL:
     try:
         parsed = make_url(url)
     except Exception as e:  # ArgumentError, ValueError: both mean a malformed URL
+        # No cause: SQLAlchemy's ArgumentError quotes the whole URL, password and all.
         raise CatalogError(
-            f"not a catalog URL: {url!r} ({e}); use e.g. sqlite:///shardcat.db"
-        ) from e
+            f"not a catalog URL: {display_url(url)!r} ({_scrubbed(e, url)}); "
+            "use e.g. sqlite:///shardcat.db"
+        ) from None
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     elif parsed.drivername.startswith("postgresql+") and parsed.drivername != "postgresql+psycopg":
@@ -77,11 +80,39 @@ def normalize_url(url: str | URL) -> URL:
 
 
 def display_url(url: str | URL) -> str:
-    """The URL with its password hidden, for messages."""
+    """The URL with its password and query-string secrets (``?password=``) hidden, for messages.
+
+    A URL that does not parse is masked as text: whatever stands between
+    ``://`` and the host's ``@`` becomes ``user:***``.
+    """
     try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # a URL that does not parse is shown as given
-        return str(url)
+        text = make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        text = url.render_as_string(hide_password=True) if isinstance(url, URL) else str(url)
+    # Also for parsed URLs: an '@' in the password makes SQLAlchemy take part of it for the host.
+    return mask_url(text)
+
+
+def _secrets(url: str | URL) -> list[str]:
+    """What must never appear in a message about ``url``."""
+    text = url.render_as_string(hide_password=False) if isinstance(url, URL) else str(url)
+    found = url_secrets(text)
+    if isinstance(url, URL) and url.password:
+        found.append(str(url.password))
+    return found
+
+
+def _scrubbed(e: BaseException, url: str | URL) -> str:
+    """``e``'s message without ``url``'s secrets (drivers may quote the host, DSN or URL)."""
+    return scrub(str(e), _secrets(url))
+
+
+def _safe_cause(e: BaseException, url: str | URL) -> BaseException | None:
+    """``e`` to chain as the cause, or None if its chain's messages show ``url``'s secrets.
+
+    With ``-v`` Python prints every chained exception's message, not only ours.
+    """
+    return None if mentions_secret(e, _secrets(url)) else e
 
 
 def create_catalog_engine(
@@ -116,18 +147,25 @@ def create_catalog_engine(
         try:
             engine = create_engine(parsed, connect_args=connect_args, **kwargs)
         except Exception as e:
-            raise CatalogError(f"cannot open catalog {display_url(parsed)}: {e}") from e
+            raise CatalogError(
+                f"cannot open catalog {display_url(parsed)}: {_scrubbed(e, parsed)}"
+            ) from _safe_cause(e, parsed)
         _configure_sqlite(engine, busy_timeout, memory)
         return engine
+    # A server restart, failover or idle timeout drops pooled connections:
+    # test each one as it is checked out (one round trip) instead of failing.
+    kwargs.setdefault("pool_pre_ping", True)
     try:
         return create_engine(parsed, **kwargs)
     except ImportError as e:
         raise CatalogError(
-            f"catalog {display_url(parsed)} needs a database driver that is not installed: {e}; "
-            "for PostgreSQL: pip install 'shardcat[postgres]'"
-        ) from e
+            f"catalog {display_url(parsed)} needs a database driver that is not installed: "
+            f"{_scrubbed(e, parsed)}; for PostgreSQL: pip install 'shardcat[postgres]'"
+        ) from _safe_cause(e, parsed)
     except Exception as e:
-        raise CatalogError(f"cannot open catalog {display_url(parsed)}: {e}") from e
+        raise CatalogError(
+            f"cannot open catalog {display_url(parsed)}: {_scrubbed(e, parsed)}"
+        ) from _safe_cause(e, parsed)
 
 
 def _configure_sqlite(engine: Engine, busy_timeout: float, memory: bool) -> None:
@@ -195,10 +233,10 @@ def translate_errors(url: str | URL, busy_timeout: float | None = None) -> Itera
     except ShardcatError:
         raise
     except (SQLAlchemyError, sqlite3.Error) as e:
-        raise translate_exception(e, url, busy_timeout) from e
+        raise translate_exception(e, url, busy_timeout) from _safe_cause(e, url)
     except Exception as e:
         if _is_psycopg_error(e):
-            raise translate_exception(e, url, busy_timeout) from e
+            raise translate_exception(e, url, busy_timeout) from _safe_cause(e, url)
         raise
 
 
@@ -210,10 +248,16 @@ def _is_psycopg_error(e: BaseException) -> bool:
 def translate_exception(
     e: BaseException, url: str | URL, busy_timeout: float | None = None
 ) -> CatalogError:
-    """The CatalogError that says what ``e`` means for the user and what to do."""
+    """The CatalogError that says what ``e`` means for the user and what to do.
+
+    The driver's message is scrubbed of ``url``'s secrets: psycopg quotes the
+    host it could not reach, which is where a password with a raw ``@`` in it
+    ends up.
+    """
     orig = e.orig if isinstance(e, DBAPIError) and e.orig is not None else e
     where = display_url(url)
-    text = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+    message = scrub(str(orig), _secrets(url)).strip()
+    text = message.splitlines()[0] if message else type(orig).__name__
     lowered = text.lower()
     sqlstate = getattr(orig, "sqlstate", None)
     if (

@@ -10,6 +10,7 @@ import typer
 
 from .._units import format_bytes
 from ..shards import ShardReader
+from ..storage import redact
 
 
 def register(app: typer.Typer) -> None:
@@ -164,7 +165,8 @@ def demo(
         progress=not state.out.as_json,
     )
     if state.out.as_json:
-        state.out.json(report.__dict__)
+        # The catalog is shown masked already; the folder is --out as given.
+        state.out.json({**report.__dict__, "root": redact(report.root)})
         return
     for line in report.lines():
         state.out.line(line)

@@ -11,6 +11,7 @@ from typing import Any
 import fsspec
 from fsspec.core import url_to_fs
 
+from .._redact import redact_url
 from .._types import StorageOptions
 from ..errors import StorageError
 
@@ -49,6 +50,7 @@ def resolve(
     threads never share one (s3fs sessions are not fork- or thread-safe).
     """
     url = os.fspath(url)
+    _refuse_credentials(url)
     options = dict(storage_options or {})
     key = (protocol_of(url), _freeze(options))
     cache: dict[Any, fsspec.AbstractFileSystem] | None = getattr(_local, "cache", None)
@@ -70,6 +72,34 @@ def resolve(
     return fs, str(path)
 
 
+# Object stores whose URLs have no user part: "s3://KEY:SECRET@bucket" would be
+# taken for a bucket named "KEY:SECRET@bucket" and quoted in the store's errors.
+_NO_USERINFO = frozenset({"s3", "s3a", "gs", "gcs"})
+# Azure's "abfs://container@account.dfs.core.windows.net" is an account, not a password.
+_NO_PASSWORD = frozenset({"az", "abfs", "abfss", "adl"})
+
+
+def _refuse_credentials(url: str) -> None:
+    protocol = protocol_of(url)
+    if protocol not in _NO_USERINFO and protocol not in _NO_PASSWORD:
+        return
+    netloc = url.split("://", 1)[1].split("/", 1)[0]
+    # A bucket name never holds ':' or '@': with them it is credentials (maybe
+    # with a '/' in the password, which ends the "bucket" early).
+    if protocol in _NO_USERINFO and (":" in netloc or "@" in netloc):
+        raise _credentials_error(url, protocol)
+    if "@" in netloc and ":" in netloc.rsplit("@", 1)[0]:
+        raise _credentials_error(url, protocol)
+
+
+def _credentials_error(url: str, protocol: str) -> StorageError:
+    return StorageError(
+        f"{redact(url)}: {protocol}:// URLs cannot carry credentials; pass them as storage "
+        "options instead (storage_options={'key': ..., 'secret': ...}, or shardcat "
+        "-S key=... -S secret=..., or the store's usual environment variables)"
+    )
+
+
 def _freeze(value: Any) -> Any:
     if isinstance(value, Mapping):
         return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
@@ -82,25 +112,14 @@ def _freeze(value: Any) -> Any:
     return value
 
 
-_SECRET_PARAM = re.compile(r"(?i)(sig|signature|token|key|secret|password|x-amz-[a-z-]*)=")
-
-
 def redact(url: str) -> str:
     """``url`` without user, password or query-string secrets, safe to log and store.
 
     Everything else is kept exactly (``memory:///a`` stays ``memory:///a``).
+    The one implementation is :func:`shardcat._redact.redact_url`, which the
+    catalog's messages share.
     """
-    if "://" not in url:
-        return url
-    scheme, rest = url.split("://", 1)
-    netloc, slash, path = rest.partition("/")
-    if "@" in netloc:
-        netloc = netloc.rsplit("@", 1)[-1]
-    if "?" in path:
-        path, query = path.split("?", 1)
-        kept = "&".join(q for q in query.split("&") if q and not _SECRET_PARAM.match(q))
-        path = f"{path}?{kept}" if kept else path
-    return f"{scheme}://{netloc}{slash}{path}"
+    return redact_url(url)
 
 
 def join(base: str, *names: str) -> str:
