@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import uuid
+from pathlib import Path
 from typing import Any
 
 import fsspec
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    initialize,
+    invariant,
+    rule,
+)
 
 import shardcat
 from shardcat.errors import ObjectExistsError
@@ -157,3 +167,89 @@ def test_look_alike_names_get_distinct_prefixes():
     assert dataset_prefix("imagenet/train") == "imagenet~2Ftrain"
     assert shard_name("train", 17, 3, 0) == "train-j17-000003-000.shard"
     assert shard_name("train", 17, 3, 0, attempt=2) == "train-j17-000003-000-r2.shard"
+
+
+class PublicationModel(RuleBasedStateMachine):
+    """Pending files opened, written, committed and discarded in any order and interleaving.
+
+    The model: a name holds the bytes of the first exclusive commit to it (or the
+    last plain one); an exclusive commit to a taken name raises and changes
+    nothing; nothing is visible before its commit, and no temporary file outlives
+    a commit or discard.
+    """
+
+    names = Bundle("names")
+    pendings = Bundle("pendings")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.root = f"/tmp/shardcat-pubmodel-{uuid.uuid4().hex[:10]}"
+        self.memory = f"memory://pubmodel-{uuid.uuid4().hex[:10]}"
+        self.published: dict[str, bytes] = {}
+        self.open: list[Any] = []
+
+    @initialize(target=names)
+    def first_name(self) -> str:
+        return "a.shard"
+
+    @rule(target=names, name=st.sampled_from(["b.shard", "c.shard", "sub/d.shard"]))
+    def another_name(self, name: str) -> str:
+        return name
+
+    @rule(
+        target=pendings,
+        name=names,
+        where=st.sampled_from(["local", "memory"]),
+        exclusive=st.booleans(),
+        data=st.binary(max_size=64),
+    )
+    def open_and_write(self, name: str, where: str, exclusive: bool, data: bytes) -> Any:
+        url = f"{self.root}/{name}" if where == "local" else f"{self.memory}/{name}"
+        pending = open_pending(url, exclusive=exclusive)
+        pending.file.write(data)
+        self.open.append(pending)
+        return (pending, url, exclusive, data)
+
+    @rule(item=consumes(pendings))
+    def commit(self, item: Any) -> None:
+        pending, url, exclusive, data = item
+        self.open.remove(pending)
+        if exclusive and url in self.published:
+            with pytest.raises(ObjectExistsError):
+                pending.commit()
+        else:
+            pending.commit()
+            self.published[url] = data
+
+    @rule(item=consumes(pendings))
+    def discard(self, item: Any) -> None:
+        pending, *_ = item
+        self.open.remove(pending)
+        pending.discard()
+
+    @invariant()
+    def names_hold_what_was_published(self) -> None:
+        for url, data in self.published.items():
+            fs, path = fsspec.core.url_to_fs(url)
+            assert fs.cat_file(path) == data, url
+        for name in ("a.shard", "b.shard", "c.shard", "sub/d.shard"):
+            for url in (f"{self.root}/{name}", f"{self.memory}/{name}"):
+                fs, path = fsspec.core.url_to_fs(url)
+                assert fs.exists(path) == (url in self.published), url
+
+    def teardown(self) -> None:
+        for pending in self.open:
+            pending.discard()
+        # Every temporary file is gone once its pending file is committed or discarded.
+        left = [p for p in Path(self.root).rglob(".*.partial")] if os.path.isdir(self.root) else []
+        assert left == []
+        shutil.rmtree(self.root, ignore_errors=True)
+        fs, path = fsspec.core.url_to_fs(self.memory)
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+
+
+PublicationModel.TestCase.settings = settings(
+    max_examples=40, stateful_step_count=20, deadline=None
+)
+test_publication_follows_the_write_once_model = PublicationModel.TestCase
