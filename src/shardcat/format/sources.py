@@ -1,4 +1,7 @@
-"""RangeSource implementations that need no IO library: bytes and open files."""
+"""RangeSource implementations that need no IO library: bytes and open files.
+
+Fsspec URLs are :mod:`shardcat.storage`'s: it builds on these for local files.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +12,9 @@ from collections.abc import Sequence
 from typing import BinaryIO
 
 from .._pread import pread_full
-from .._types import ByteRange
+from .._types import ByteRange, RangeSource
 
-__all__ = ["BytesSource", "FileSource"]
+__all__ = ["BytesSource", "FileSource", "as_source"]
 
 _CLAMP_ABOVE = 16 << 20
 """Reads larger than this are first clamped to the file's size (one fstat)."""
@@ -132,3 +135,19 @@ class _SharedFileStream(io.RawIOBase):
         memoryview(buffer)[:n] = data
         self._pos += n
         return n
+
+
+def as_source(
+    source: RangeSource | BinaryIO | bytes | bytearray | memoryview | str | os.PathLike[str],
+    name: str | None = None,
+) -> tuple[RangeSource, bool]:
+    """Wrap what the caller passed as a RangeSource; the flag says whether we own it."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return BytesSource(source, name or "<bytes>"), True
+    if isinstance(source, (str, os.PathLike)):
+        return FileSource(source, name), True
+    if isinstance(source, RangeSource):
+        return source, False
+    if hasattr(source, "read") and hasattr(source, "seek"):
+        return FileSource(source, name), False
+    raise TypeError(f"cannot read a shard from a {type(source).__name__}")
