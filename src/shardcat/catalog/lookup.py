@@ -29,11 +29,10 @@ from ..errors import (
     KeyNotFoundError,
     ShardNotFoundError,
     StorageError,
-    TruncatedError,
 )
-from ..format import Entry, Record
+from ..format import Record
 from ..format.checksums import signed_key_hash
-from ..format.records import check_payload, decode_registered
+from ..format.records import decode_entry, decode_indexed
 from ..format.spec import Codec
 from ..storage import fetch_ranges, is_local, redact, resolve
 from .results import BatchResult, Location
@@ -271,14 +270,14 @@ class Lookup:
         url, alignment, offset, length, spans = rows[0]
         try:
             data = self._read(url, offset, offset + length)
-            record = decode_registered(
+            record = decode_indexed(
                 memoryview(data),
                 key=key,
                 length=length,
-                entries=partial(unpack_spans, bytes(spans)),
                 path=url,
                 offset=offset,
                 alignment=alignment,
+                registered=partial(unpack_spans, bytes(spans)),
             )
         except (OSError, FormatError) as e:
             raise self._read_failed(e, url, dataset) from e
@@ -297,17 +296,16 @@ class Lookup:
         hi = max(w[3] + w[4] for w in wanted)
         try:
             data = memoryview(self._read(url, offset + lo, offset + hi))
-            if len(data) != hi - lo:
-                raise TruncatedError(
-                    f"entries need {hi - lo} bytes, the shard has {len(data)} there",
-                    path=url,
-                    offset=offset + lo,
-                )
             for name, ctype, codec, e_off, size, crc in wanted:
-                view = data[e_off - lo : e_off - lo + size]
-                check_payload(view, crc, path=url, offset=offset + e_off, name=name)
-                record.entries[name] = Entry._from_stored(
-                    view, ctype, codec, name=name, path=url, offset=offset + e_off
+                record.entries[name] = decode_entry(
+                    data[e_off - lo : e_off - lo + size],
+                    name=name,
+                    content_type=ctype,
+                    codec=codec,
+                    size=size,
+                    crc=crc,
+                    path=url,
+                    offset=offset + e_off,
                 )
         except (OSError, FormatError) as e:
             raise self._read_failed(e, url, dataset) from e
@@ -386,30 +384,29 @@ class Lookup:
                 if names is None:
                     view = views[at]
                     at += 1
-                    record = decode_registered(
+                    record = decode_indexed(
                         view,
                         key=key,
                         length=length,
-                        entries=partial(unpack_spans, bytes(row[4])),
                         path=url,
                         offset=offset,
                         alignment=alignment,
+                        registered=partial(unpack_spans, bytes(row[4])),
                     )
                 else:
                     record = Record(key, {}, offset=offset, length=length)
                     for name, ctype, codec, e_off, size, crc in wanted:
-                        view = views[at]
-                        at += 1
-                        if len(view) != size:
-                            raise TruncatedError(
-                                f"entry {name!r} needs {size} bytes, the shard has {len(view)} there",
-                                path=url,
-                                offset=offset + e_off,
-                            )
-                        check_payload(view, crc, path=url, offset=offset + e_off, name=name)
-                        record.entries[name] = Entry._from_stored(
-                            view, ctype, codec, name=name, path=url, offset=offset + e_off
+                        record.entries[name] = decode_entry(
+                            views[at],
+                            name=name,
+                            content_type=ctype,
+                            codec=codec,
+                            size=size,
+                            crc=crc,
+                            path=url,
+                            offset=offset + e_off,
                         )
+                        at += 1
             except FormatError as e:
                 raise self._read_failed(e, url, dataset) from e
             out[key] = record

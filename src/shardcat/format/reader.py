@@ -15,11 +15,11 @@ from .._ranges import coalesce, split
 from .._types import ByteRange, RangeSource
 from ..errors import FormatError, KeyNotFoundError, TruncatedError
 from .checksums import key_hash
-from .entries import Entry, Record
+from .entries import Record
 from .footer import Footer
 from .header import Header, Trailer, describe_bad_magic
 from .info import ShardInfo
-from .records import check_payload, decode_record
+from .records import decode_entry, decode_indexed
 from .sources import as_source
 from .spec import HEADER_MAGIC, HEADER_SIZE, TAIL_READ_SIZE, TRAILER_MAGIC, TRAILER_SIZE
 from .stream import stream_records
@@ -302,25 +302,15 @@ class ShardReader:
         ]
 
     def _decode_checked(self, i: int, view: memoryview, offset: int, length: int) -> Record:
-        if len(view) != length:
-            raise TruncatedError(
-                f"record {i} needs {length} bytes, the file has {len(view)}",
-                path=self.path,
-                offset=offset,
-            )
-        rec = decode_record(
-            view, path=self.path, offset=offset, alignment=self._alignment(), index=i
+        return decode_indexed(
+            view,
+            key=self._footer.key_bytes(i),
+            length=length,
+            path=self.path,
+            offset=offset,
+            alignment=self.header.alignment,
+            index=i,
         )
-        if rec.key.encode("utf-8") != self._footer.key_bytes(i):
-            raise FormatError(
-                f"record {i} holds key {rec.key!r} but the index names {self._footer.key_bytes(i)!r}",
-                path=self.path,
-                offset=offset,
-            )
-        return rec
-
-    def _alignment(self) -> int:
-        return self.header.alignment
 
     def _read_entries(self, indices: list[int], names: frozenset[str]) -> list[Record]:
         f = self._footer
@@ -355,17 +345,15 @@ class ShardReader:
         ]
         for (pos, row, spec), view, r in zip(wanted, views, ranges):
             s = specs[spec]
-            if len(view) != r.length:
-                raise TruncatedError(
-                    f"entry {s.name!r} needs {r.length} bytes, the file has {len(view)}",
-                    path=self.path,
-                    offset=r.start,
-                )
-            check_payload(
-                view, int(f.entries[row]["crc"]), path=self.path, offset=r.start, name=s.name
-            )
-            out[pos].entries[s.name] = Entry._from_stored(
-                view, s.content_type, s.codec, name=s.name, path=self.path, offset=r.start
+            out[pos].entries[s.name] = decode_entry(
+                view,
+                name=s.name,
+                content_type=s.content_type,
+                codec=s.codec,
+                size=r.length,
+                crc=int(f.entries[row]["crc"]),
+                path=self.path,
+                offset=r.start,
             )
         return out
 
