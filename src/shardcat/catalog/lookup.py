@@ -152,6 +152,7 @@ class Lookup:
         self._batch = _batch_sql(self.dialect, False)
         self._batch_entries = _batch_sql(self.dialect, True)
         self._sources = SourceCache(storage_options, max_open)
+        self._texts: dict[object, tuple[str, str, Codec]] = {}  # decode_record's text cache
 
     # --- SQL ---------------------------------------------------------------
 
@@ -241,6 +242,7 @@ class Lookup:
                 offset=offset,
                 alignment=alignment,
                 registered=partial(unpack_spans, bytes(spans)),
+                text_cache=self._texts,
             )
         except (OSError, FormatError) as e:
             raise self._read_failed(e, url, dataset) from e
@@ -353,6 +355,7 @@ class Lookup:
                         offset=offset,
                         alignment=alignment,
                         registered=partial(unpack_spans, bytes(row[4])),
+                        text_cache=self._texts,
                     )
                 else:
                     record = Record(key, {}, offset=offset, length=length)

@@ -21,7 +21,7 @@ from .header import Header, Trailer, describe_bad_magic
 from .info import ShardInfo
 from .records import decode_entry, decode_indexed
 from .sources import as_source
-from .spec import HEADER_MAGIC, HEADER_SIZE, TAIL_READ_SIZE, TRAILER_MAGIC, TRAILER_SIZE
+from .spec import HEADER_MAGIC, HEADER_SIZE, TAIL_READ_SIZE, TRAILER_MAGIC, TRAILER_SIZE, Codec
 from .stream import stream_records
 from .verify import VerifyReport, verify_shard
 
@@ -70,6 +70,7 @@ class ShardReader:
         self.path = self._source.name
         self._header: Header | None = None
         self._size_checked = False
+        self._texts: dict[object, tuple[str, str, Codec]] = {}  # decode_record's text cache
         try:
             self._footer = self._open(max(tail_size, TRAILER_SIZE))
         except BaseException:
@@ -310,6 +311,7 @@ class ShardReader:
             offset=offset,
             alignment=self.header.alignment,
             index=i,
+            text_cache=self._texts,
         )
 
     def _read_entries(self, indices: list[int], names: frozenset[str]) -> list[Record]:

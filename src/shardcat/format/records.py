@@ -41,6 +41,8 @@ _unpack_desc = ENTRY_DESC_STRUCT.unpack_from
 # (payload_offset, stored_size, payload_crc): the descriptor's first three fields.
 _unpack_payload = struct.Struct(ENTRY_DESC_STRUCT.format[:4]).unpack_from
 _NONE = Codec.NONE
+_TEXT_CACHE_MAX = 4096
+"""Decoded (name, content type, codec) triples a ``text_cache`` holds before it starts over."""
 
 
 class PreparedEntry(NamedTuple):
@@ -130,7 +132,8 @@ def decode_record(
 
     This is the streaming hot path: one pass over the descriptors, and the
     decoded (name, content type, codec) of each descriptor is memoised in
-    ``text_cache``, since records of a dataset repeat the same few.
+    ``text_cache``, since records of a dataset repeat the same few (a cache
+    that grows past a few thousand, as a hostile shard's could, starts over).
     """
     if not view.readonly:  # entries must not change under the caller
         view = memoryview(bytes(view))
@@ -190,6 +193,8 @@ def decode_record(
         spec_key = (bytes(view[pos:strings_end]), name_len, codec)
         spec = cache.get(spec_key)
         if spec is None:
+            if len(cache) >= _TEXT_CACHE_MAX:
+                cache.clear()
             spec = cache[spec_key] = _decode_spec(
                 view, pos, name_len, type_len, codec, path, offset
             )
@@ -261,6 +266,7 @@ def decode_indexed(
     alignment: int,
     index: int = -1,
     registered: Callable[[int], Sequence[tuple[int, int, int]]] | None = None,
+    text_cache: dict[object, tuple[str, str, Codec]] | None = None,
 ) -> Record:
     """Decode a record read where an index named it, and check it is the record named.
 
@@ -277,6 +283,9 @@ def decode_indexed(
     another count); comparing the record's descriptors with them proves the
     bytes are the ones registered, not another valid record written over them.
 
+    ``text_cache`` is :func:`decode_record`'s: a reader that decodes many
+    records keeps one, so entry names and types are decoded once, not per record.
+
     Raises
     ------
     TruncatedError
@@ -286,23 +295,29 @@ def decode_indexed(
     ChecksumError
         A CRC fails, or the record's entries differ from the registered ones.
     """
-    what = index if index >= 0 else repr(key)
     if len(view) != length:
         raise TruncatedError(
-            f"record {what} needs {length} bytes, the shard has {len(view)} there",
+            f"record {_name(index, key)} needs {length} bytes, the shard has {len(view)} there",
             path=path,
             offset=offset,
         )
-    record = decode_record(view, path=path, offset=offset, alignment=alignment, index=index)
+    record = decode_record(
+        view, path=path, offset=offset, alignment=alignment, index=index, text_cache=text_cache
+    )
     if (record.key if isinstance(key, str) else record.key.encode("utf-8")) != key:
         raise FormatError(
-            f"record {what} holds key {record.key!r} where the index expects {key!r}",
+            f"record {_name(index, key)} holds key {record.key!r} where the index expects {key!r}",
             path=path,
             offset=offset,
         )
     if registered is not None:
         _check_registered(view, record.key, registered, path, offset)
     return record
+
+
+def _name(index: int, key: str | bytes) -> str:
+    """How an error names the record: by index in its shard if known, else by key."""
+    return str(index) if index >= 0 else repr(key)
 
 
 def _check_registered(
