@@ -23,7 +23,7 @@ from .errors import (
     VersionError,
 )
 from .format import Codec, Entry, Record, ShardInfo, VerifyReport
-from .shards import RollingShardWriter, ShardReader, ShardWriter, open_shard
+from .storage.shards import RollingShardWriter, ShardReader, ShardWriter, open_shard
 
 __all__ = [
     "Catalog",

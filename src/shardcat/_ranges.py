@@ -7,10 +7,12 @@ from dataclasses import dataclass
 
 from ._types import ByteRange
 
-__all__ = ["DEFAULT_MAX_GAP", "DEFAULT_MAX_SPAN", "Coalesced", "coalesce"]
+__all__ = ["DEFAULT_MAX_GAP", "DEFAULT_MAX_SPAN", "LOCAL_MAX_GAP", "Coalesced", "coalesce", "split"]
 
 DEFAULT_MAX_GAP = 64 * 1024
 """Read through gaps up to this size rather than issue another request."""
+LOCAL_MAX_GAP = 8 * 1024
+"""Local files: another ``pread`` costs microseconds, reading through a gap costs bandwidth."""
 DEFAULT_MAX_SPAN = 16 * 1024 * 1024
 """Never merge into one request larger than this."""
 

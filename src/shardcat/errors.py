@@ -133,11 +133,31 @@ class KeyNotFoundError(ShardcatError, KeyError):
 
 
 class ShardNotFoundError(ShardcatError, FileNotFoundError):
-    """A shard file the catalog or the caller names does not exist."""
+    """A shard file the catalog or the caller names does not exist.
+
+    Attributes
+    ----------
+    path:
+        The shard's URL or path (never with credentials), if known.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class StorageError(ShardcatError, OSError):
-    """Reading or writing the object store failed."""
+    """Reading or writing the object store failed.
+
+    Attributes
+    ----------
+    path:
+        The file's URL or path (never with credentials), if known.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class ObjectExistsError(StorageError, FileExistsError):

@@ -76,6 +76,19 @@ def make_dataset(
     return infos
 
 
+def descriptors_of(path: str) -> list[int]:
+    """This process's open descriptors that name ``path`` (Linux: /proc/self/fd)."""
+    target = os.path.realpath(path)
+    out = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}") == target:
+                out.append(int(name))
+        except OSError:  # the descriptor listdir itself used, closed since
+            continue
+    return out
+
+
 # --- counting SQL statements -----------------------------------------------
 
 

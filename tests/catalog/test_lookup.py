@@ -1,15 +1,33 @@
-"""Lookups: one SQL query plus one ranged read, counted; batches; exact keys."""
+"""Lookups: one SQL query plus one ranged read, counted; batches; exact keys.
+
+Every test runs on a SQLite file, on in-memory SQLite (the StaticPool branch:
+one connection shared by the lookups and the units of work) and on PostgreSQL.
+"""
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
 
 from shardcat.catalog import Catalog
-from shardcat.errors import DatasetNotFoundError, KeyNotFoundError
+from shardcat.errors import DatasetNotFoundError, KeyNotFoundError, ShardNotFoundError
 
-from .helpers import QueryCounter, make_dataset, sample, shard_keys, write_shard
+from .helpers import QueryCounter, descriptors_of, make_dataset, sample, shard_keys, write_shard
+
+
+@pytest.fixture(params=["sqlite", "sqlite-memory", "postgresql"])
+def catalog_url(request: pytest.FixtureRequest, tmp_path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'catalog.db'}"
+    if request.param == "sqlite-memory":
+        return "sqlite://"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+# A catalog another process or a copy must open again cannot be in one process's memory.
+shared_catalogs = pytest.mark.parametrize("catalog_url", ["sqlite", "postgresql"], indirect=True)
 
 
 def _entry_bytes(record, name):
@@ -193,6 +211,7 @@ def test_in_memory_sqlite_catalog(local_root):
         assert cat.get_many("train", shard_keys(0)).ok
 
 
+@shared_catalogs
 def test_catalog_pickles_as_its_url(cat, local_root):
     import pickle
 
@@ -204,6 +223,7 @@ def test_catalog_pickles_as_its_url(cat, local_root):
         clone.close()
 
 
+@shared_catalogs
 def test_a_forked_child_opens_its_own_connections(cat, local_root):
     import multiprocessing
 
@@ -229,3 +249,83 @@ def test_a_forked_child_opens_its_own_connections(cat, local_root):
     assert got == (key, "train", True)
     assert cat._lookup() is parent_lookup
     assert cat.get("train", key).key == key  # the parent's connections still work
+
+
+# --- the shards a lookup keeps open ------------------------------------------
+
+needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+
+
+@needs_proc
+def test_local_shards_are_opened_once_and_closed_with_the_catalog(
+    catalog_url, local_root, monkeypatch
+):
+    import shardcat.storage.sources as sources
+
+    opened: list[str] = []
+
+    class CountingFileSource(sources.FileSource):
+        def __init__(self, file, name=None):
+            opened.append(str(file))
+            super().__init__(file, name)
+
+    monkeypatch.setattr(sources, "FileSource", CountingFileSource)
+    cat = Catalog(catalog_url)
+    infos = make_dataset(cat, local_root, 2)
+    keys = shard_keys(0)[:5] + shard_keys(1)[:5]
+    for _ in range(3):  # get and get_many read through the same open files: none reopened
+        assert cat.get("train", keys[0]).key == keys[0]
+        assert cat.get("train", keys[9], entries=["txt"]).key == keys[9]
+        assert cat.get_many("train", keys).ok
+        assert cat.get_many("train", keys, entries=["json"]).ok
+    assert sorted(opened) == sorted(info.path for info in infos)
+    assert [len(descriptors_of(info.path)) for info in infos] == [1, 1]
+    cat.close()
+    assert [descriptors_of(info.path) for info in infos] == [[], []]
+
+
+@needs_proc
+@shared_catalogs
+def test_a_forked_child_closes_the_shards_it_inherited(cat, local_root):
+    import multiprocessing
+
+    (info,) = make_dataset(cat, local_root, 1)
+    key = shard_keys(0)[3]
+    assert cat.get("train", key).key == key  # the parent's lookup has the shard open
+    assert len(descriptors_of(info.path)) == 1
+
+    def child(queue):
+        try:
+            inherited = descriptors_of(info.path)
+            record = cat.get("train", key)
+            queue.put((inherited, record.key, len(descriptors_of(info.path))))
+        except Exception as e:  # report, do not hang the parent
+            queue.put(repr(e))
+
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=child, args=(queue,))
+    proc.start()
+    got = queue.get(timeout=60)
+    proc.join(timeout=60)
+    assert got == ([], key, 1)
+    assert len(descriptors_of(info.path)) == 1  # the parent's stays open, and serves
+    assert cat.get("train", key).key == key
+
+
+def test_a_failed_batch_read_names_the_shard_as_data(cat, store):
+    infos = make_dataset(cat, store["root"], 2, storage_options=store["storage_options"])
+    cat.storage_options = store["storage_options"] or {}
+    keys = [shard_keys(0)[1], shard_keys(1)[2]]
+    assert cat.get_many("train", keys).ok
+    if store["kind"] == "local":
+        os.remove(infos[1].path)
+    else:
+        import fsspec
+
+        fs, path = fsspec.core.url_to_fs(infos[1].path, **(store["storage_options"] or {}))
+        fs.rm(path)
+    with pytest.raises(ShardNotFoundError, match="shardcat verify") as err:
+        cat.get_many("train", keys)
+    assert err.value.path == infos[1].path
+    assert cat.get_many("train", keys[:1]).ok  # the other shard still serves

@@ -858,6 +858,7 @@ def test_hash_collisions_still_find_the_exact_key(monkeypatch):
 
     monkeypatch.setattr(shardcat.format.writer, "key_hash", constant)
     monkeypatch.setattr(shardcat.format.reader, "key_hash", constant)
+    monkeypatch.setattr(shardcat.format.verify, "key_hash", constant)
     keys = ["a", "ab", "abc", "b", "a\x00", "\U0001f600", "z" * 1000]
     data = write_shard([{"__key__": k, "txt": f"value of {k!r}"} for k in reversed(keys)])
     r = ShardReader(data)

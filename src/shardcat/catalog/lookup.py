@@ -1,10 +1,14 @@
 """The lookup hot path: one SQL query, then one ranged read.
 
-Lookups run on a raw DBAPI connection (one per thread, autocommit, its
-statements prepared and cached by the driver): SQLAlchemy Core alone costs
-about three times a raw SQLite point query, and the whole lookup must stay
-within 1.2 × (raw query + raw read). Open local shards are kept in a small
-LRU of file descriptors and read with ``os.pread``.
+This module is the catalog's half: the statements, the raw connection, and
+what an empty result or a failed read means. Lookups run on a raw DBAPI
+connection (one per thread, autocommit, its statements prepared and cached
+by the driver): SQLAlchemy Core alone costs about three times a raw SQLite
+point query, and the whole lookup must stay within 1.2 × (raw query + raw
+read). The bytes come from the thread's
+:class:`~shardcat.storage.SourceCache` (local shards stay open and are read
+with ``os.pread``), and :func:`~shardcat.format.records.decode_indexed`
+checks them against the row.
 """
 
 from __future__ import annotations
@@ -12,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from functools import partial
 from typing import Any
@@ -20,7 +23,6 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.pool import StaticPool
 
-from .._pread import pread_full
 from .._types import ByteRange, StorageOptions
 from ..errors import (
     DatasetNotFoundError,
@@ -29,13 +31,12 @@ from ..errors import (
     KeyNotFoundError,
     ShardNotFoundError,
     StorageError,
-    TruncatedError,
 )
-from ..format import Entry, Record
+from ..format import Record
 from ..format.checksums import signed_key_hash
-from ..format.records import check_payload, decode_registered
+from ..format.records import decode_entry, decode_indexed
 from ..format.spec import Codec
-from ..storage import fetch_ranges, is_local, redact, resolve
+from ..storage import SourceCache, redact
 from .results import BatchResult, Location
 from .session import translate_exception
 from .spans import unpack_spans
@@ -45,8 +46,6 @@ __all__ = ["LayoutCache", "Lookup"]
 _SELECT = "SELECT s.url, s.alignment, r.byte_offset, r.byte_length, r.spans{extra} FROM records r JOIN shards s ON s.id = r.shard_id{join}"
 _DATASET = "r.dataset_id = (SELECT id FROM datasets WHERE name = {p})"
 _COMMITTED = "s.state = 'committed'"
-LOCAL_MAX_GAP = 8 * 1024
-"""Local files: read through gaps up to this size rather than issue another pread."""
 
 # Rows: url, alignment, offset, length, spans[, key][, signature]. The spans
 # (each entry's offset, size and CRC) let every read be checked against what
@@ -110,41 +109,6 @@ class LayoutCache:
         return parsed
 
 
-class _LocalShard:
-    """An open local shard; reopened when the file was deleted or replaced."""
-
-    __slots__ = ("fd", "path")
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-
-    def read(self, start: int, end: int) -> bytes:
-        # A deleted or renamed-over file stays readable through an open fd:
-        # st_nlink == 0 tells us to look at the path again.
-        if os.fstat(self.fd).st_nlink == 0:
-            os.close(self.fd)
-            self.fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-        return pread_full(self.fd, end - start, start)
-
-    def close(self) -> None:
-        os.close(self.fd)
-
-
-class _RemoteShard:
-    __slots__ = ("fs", "path")
-
-    def __init__(self, url: str, storage_options: StorageOptions | None) -> None:
-        self.fs, self.path = resolve(url, storage_options)
-
-    def read(self, start: int, end: int) -> bytes:
-        # Keywords: s3fs's second positional argument is a version id.
-        return bytes(self.fs.cat_file(self.path, start=start, end=end))
-
-    def close(self) -> None:
-        pass
-
-
 def _hash(key: str) -> tuple[int, str]:
     try:
         return signed_key_hash(key.encode("utf-8")), key
@@ -153,7 +117,7 @@ def _hash(key: str) -> tuple[int, str]:
 
 
 class Lookup:
-    """One thread's lookup state: a raw connection and open shards.
+    """One thread's lookup state: a raw connection and a cache of open shards.
 
     Parameters
     ----------
@@ -164,7 +128,7 @@ class Lookup:
     layouts:
         Shared cache of parsed layouts.
     max_open:
-        Local shard files kept open.
+        Shards kept open (local files stay open between lookups).
     """
 
     def __init__(
@@ -176,9 +140,7 @@ class Lookup:
     ) -> None:
         self.url = engine.url
         self.dialect = engine.dialect.name
-        self.storage_options = storage_options
         self.layouts = layouts
-        self.max_open = max_open
         self.generation = fork_generation()
         self._engine = engine
         self._detached = not isinstance(engine.pool, StaticPool)
@@ -189,7 +151,8 @@ class Lookup:
         self._point_entries = _point_sql(p, True)
         self._batch = _batch_sql(self.dialect, False)
         self._batch_entries = _batch_sql(self.dialect, True)
-        self._sources: OrderedDict[str, _LocalShard | _RemoteShard] = OrderedDict()
+        self._sources = SourceCache(storage_options, max_open)
+        self._texts: dict[object, tuple[str, str, Codec]] = {}  # decode_record's text cache
 
     # --- SQL ---------------------------------------------------------------
 
@@ -270,15 +233,16 @@ class Lookup:
             raise self._missing(dataset, key)
         url, alignment, offset, length, spans = rows[0]
         try:
-            data = self._read(url, offset, offset + length)
-            record = decode_registered(
+            data = self._sources.read(url, offset, offset + length)
+            record = decode_indexed(
                 memoryview(data),
                 key=key,
                 length=length,
-                entries=partial(unpack_spans, bytes(spans)),
                 path=url,
                 offset=offset,
                 alignment=alignment,
+                registered=partial(unpack_spans, bytes(spans)),
+                text_cache=self._texts,
             )
         except (OSError, FormatError) as e:
             raise self._read_failed(e, url, dataset) from e
@@ -296,18 +260,17 @@ class Lookup:
         lo = min(w[3] for w in wanted)
         hi = max(w[3] + w[4] for w in wanted)
         try:
-            data = memoryview(self._read(url, offset + lo, offset + hi))
-            if len(data) != hi - lo:
-                raise TruncatedError(
-                    f"entries need {hi - lo} bytes, the shard has {len(data)} there",
-                    path=url,
-                    offset=offset + lo,
-                )
+            data = memoryview(self._sources.read(url, offset + lo, offset + hi))
             for name, ctype, codec, e_off, size, crc in wanted:
-                view = data[e_off - lo : e_off - lo + size]
-                check_payload(view, crc, path=url, offset=offset + e_off, name=name)
-                record.entries[name] = Entry._from_stored(
-                    view, ctype, codec, name=name, path=url, offset=offset + e_off
+                record.entries[name] = decode_entry(
+                    data[e_off - lo : e_off - lo + size],
+                    name=name,
+                    content_type=ctype,
+                    codec=codec,
+                    size=size,
+                    crc=crc,
+                    path=url,
+                    offset=offset + e_off,
                 )
         except (OSError, FormatError) as e:
             raise self._read_failed(e, url, dataset) from e
@@ -373,11 +336,9 @@ class Lookup:
                     requests.append((url, ByteRange(offset + w[3], offset + w[3] + w[4])))
                 plan.append((key, row, wanted))
         try:
-            views = self._fetch(requests)
-        except (OSError, FormatError) as e:
-            raise self._read_failed(
-                e, getattr(e, "path", None) or _url_in(e, requests), dataset
-            ) from e
+            views = self._sources.read_batch(requests)
+        except (ShardNotFoundError, StorageError) as e:
+            raise self._read_failed(e, e.path, dataset) from e
         out: dict[str, Record] = {}
         at = 0
         for key, row, wanted in plan:
@@ -386,85 +347,41 @@ class Lookup:
                 if names is None:
                     view = views[at]
                     at += 1
-                    record = decode_registered(
+                    record = decode_indexed(
                         view,
                         key=key,
                         length=length,
-                        entries=partial(unpack_spans, bytes(row[4])),
                         path=url,
                         offset=offset,
                         alignment=alignment,
+                        registered=partial(unpack_spans, bytes(row[4])),
+                        text_cache=self._texts,
                     )
                 else:
                     record = Record(key, {}, offset=offset, length=length)
                     for name, ctype, codec, e_off, size, crc in wanted:
-                        view = views[at]
-                        at += 1
-                        if len(view) != size:
-                            raise TruncatedError(
-                                f"entry {name!r} needs {size} bytes, the shard has {len(view)} there",
-                                path=url,
-                                offset=offset + e_off,
-                            )
-                        check_payload(view, crc, path=url, offset=offset + e_off, name=name)
-                        record.entries[name] = Entry._from_stored(
-                            view, ctype, codec, name=name, path=url, offset=offset + e_off
+                        record.entries[name] = decode_entry(
+                            views[at],
+                            name=name,
+                            content_type=ctype,
+                            codec=codec,
+                            size=size,
+                            crc=crc,
+                            path=url,
+                            offset=offset + e_off,
                         )
+                        at += 1
             except FormatError as e:
                 raise self._read_failed(e, url, dataset) from e
             out[key] = record
         return out
 
-    # --- reading shards ----------------------------------------------------
-
-    def _fetch(self, requests: list[tuple[str, ByteRange]]) -> list[memoryview]:
-        """Bytes of each request, in order: remote ranges merged across 64 KiB gaps and
-        fetched concurrently in one ``cat_ranges``; local ones merged only across small
-        gaps (a ``pread`` costs microseconds, reading through a gap costs bandwidth)."""
-        local = [i for i, (url, _) in enumerate(requests) if is_local(url)]
-        if not local:
-            return fetch_ranges(requests, self.storage_options)
-        out: list[memoryview] = [memoryview(b"")] * len(requests)
-        views = fetch_ranges([requests[i] for i in local], max_gap=LOCAL_MAX_GAP)
-        for i, view in zip(local, views):
-            out[i] = view
-        if len(local) < len(requests):
-            remote = sorted(set(range(len(requests))) - set(local))
-            for i, view in zip(
-                remote, fetch_ranges([requests[i] for i in remote], self.storage_options)
-            ):
-                out[i] = view
-        return out
-
-    def _read(self, url: str, start: int, end: int) -> bytes:
-        src = self._sources.get(url)
-        if src is None:
-            src = self._open(url)
-        else:
-            self._sources.move_to_end(url)
-        return src.read(start, end)
-
-    def _open(self, url: str) -> _LocalShard | _RemoteShard:
-        src: _LocalShard | _RemoteShard
-        if is_local(url):
-            src = _LocalShard(url.split("://", 1)[1] if "://" in url else url)
-        else:
-            src = _RemoteShard(url, self.storage_options)
-        self._sources[url] = src
-        while len(self._sources) > self.max_open:
-            _, old = self._sources.popitem(last=False)
-            old.close()
-        return src
-
-    def _forget(self, url: str | None) -> None:
-        src = self._sources.pop(url, None) if url else None
-        if src is not None:
-            with contextlib.suppress(OSError):
-                src.close()
+    # --- errors ------------------------------------------------------------
 
     def _read_failed(self, e: BaseException, url: str | None, dataset: str) -> Exception:
         """A read error, restated: which shard, what it means, what to do."""
-        self._forget(url)
+        if url is not None:
+            self._sources.forget(url)  # reopened on next use
         shown = redact(url) if url else "a shard"
         fix = (
             f"run `shardcat verify` on dataset {dataset!r} to list the affected shards, then restore them "
@@ -478,24 +395,16 @@ class Lookup:
             )
         if isinstance(e, FileNotFoundError):
             return ShardNotFoundError(
-                f"{shown}: the catalog names this shard but it does not exist (deleted or moved?): {fix}"
+                f"{shown}: the catalog names this shard but it does not exist (deleted or moved?): {fix}",
+                path=shown,
             )
-        return StorageError(f"{shown}: reading the shard failed: {e}")
+        # The store's own error, not the storage layer's restatement of it (which names the file).
+        cause = e.__cause__ if isinstance(e, StorageError) and e.__cause__ is not None else e
+        return StorageError(f"{shown}: reading the shard failed: {cause}", path=shown)
 
     def close(self) -> None:
-        while self._sources:
-            _, src = self._sources.popitem()
-            with contextlib.suppress(OSError):
-                src.close()
+        self._sources.close()
         self._disconnect()
-
-
-def _url_in(e: BaseException, requests: list[tuple[str, ByteRange]]) -> str | None:
-    text = str(e)
-    for url, _ in requests:
-        if redact(url) in text:
-            return url
-    return None
 
 
 def unknown_dataset(name: str, known: list[str]) -> DatasetNotFoundError:

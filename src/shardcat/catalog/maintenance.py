@@ -21,8 +21,8 @@ from ..errors import (
     ShardNotFoundError,
 )
 from ..format import ShardInfo
-from ..shards import ShardReader
 from ..storage import expand_braces, redact
+from ..storage.shards import ShardReader
 from . import jobs as _jobs
 from .models import Job, Shard
 from .register import PreparedShard, prepare_shard

@@ -9,8 +9,8 @@ import numpy as np
 import typer
 
 from .._units import format_bytes
-from ..shards import ShardReader
 from ..storage import redact
+from ..storage.shards import ShardReader
 
 
 def register(app: typer.Typer) -> None:

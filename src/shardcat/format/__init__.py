@@ -9,9 +9,11 @@ from .entries import Entry, Record, decode_value, encode_value
 from .footer import EntrySpec, Footer
 from .header import Header, Trailer
 from .info import ShardInfo
-from .reader import ShardReader, VerifyReport, iter_partial
+from .reader import ShardReader
 from .sources import BytesSource, FileSource
 from .spec import FORMAT_VERSION, HEADER_MAGIC, TRAILER_MAGIC, Codec
+from .stream import iter_partial
+from .verify import VerifyReport
 from .writer import ShardWriter
 
 __all__ = [

@@ -1,68 +1,34 @@
-"""ShardReader: open a shard from its tail, stream it, or read records by index or key."""
+"""ShardReader: open a shard from its tail, then read records by index or key.
+
+Streaming in file order lives in :mod:`.stream`, full verification in
+:mod:`.verify`; the reader's ``iter_records`` and ``verify`` call them.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import BinaryIO
 
 from .._ranges import coalesce, split
 from .._types import ByteRange, RangeSource
-from ..errors import ChecksumError, FormatError, KeyNotFoundError, TruncatedError
-from .checksums import crc32c, key_hash
-from .codecs import check_frame
-from .entries import Entry, Record
+from ..errors import FormatError, KeyNotFoundError, TruncatedError
+from .checksums import key_hash
+from .entries import Record
 from .footer import Footer
 from .header import Header, Trailer, describe_bad_magic
 from .info import ShardInfo
-from .records import check_payload, decode_record
-from .sources import BytesSource, FileSource
-from .spec import (
-    ENTRY_DESC_STRUCT,
-    HEADER_MAGIC,
-    HEADER_SIZE,
-    RECORD_HEAD_STRUCT,
-    TAIL_READ_SIZE,
-    TRAILER_MAGIC,
-    TRAILER_SIZE,
-    Codec,
-    data_start,
-)
+from .records import decode_entry, decode_indexed
+from .sources import as_source
+from .spec import HEADER_MAGIC, HEADER_SIZE, TAIL_READ_SIZE, TRAILER_MAGIC, TRAILER_SIZE, Codec
+from .stream import stream_records
+from .verify import VerifyReport, verify_shard
 
-__all__ = ["ShardReader", "VerifyReport", "as_source"]
+__all__ = ["ShardReader"]
 
-_STREAM_CHUNK = 8 * 1024 * 1024
 _CHECK_BEFORE_READING = 64 * 1024 * 1024
 """A footer larger than this is read only after the file's size is checked (one request)."""
-
-
-@dataclass(frozen=True, slots=True)
-class VerifyReport:
-    """What a full verification checked."""
-
-    path: str
-    records: int
-    entries: int
-    bytes: int
-    data_crc: int
-
-
-def as_source(
-    source: RangeSource | BinaryIO | bytes | bytearray | memoryview | str | os.PathLike[str],
-    name: str | None = None,
-) -> tuple[RangeSource, bool]:
-    """Wrap what the caller passed as a RangeSource; the flag says whether we own it."""
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        return BytesSource(source, name or "<bytes>"), True
-    if isinstance(source, (str, os.PathLike)):
-        return FileSource(source, name), True
-    if isinstance(source, RangeSource):
-        return source, False
-    if hasattr(source, "read") and hasattr(source, "seek"):
-        return FileSource(source, name), False
-    raise TypeError(f"cannot read a shard from a {type(source).__name__}")
 
 
 class ShardReader:
@@ -104,6 +70,7 @@ class ShardReader:
         self.path = self._source.name
         self._header: Header | None = None
         self._size_checked = False
+        self._texts: dict[object, tuple[str, str, Codec]] = {}  # decode_record's text cache
         try:
             self._footer = self._open(max(tail_size, TRAILER_SIZE))
         except BaseException:
@@ -336,25 +303,16 @@ class ShardReader:
         ]
 
     def _decode_checked(self, i: int, view: memoryview, offset: int, length: int) -> Record:
-        if len(view) != length:
-            raise TruncatedError(
-                f"record {i} needs {length} bytes, the file has {len(view)}",
-                path=self.path,
-                offset=offset,
-            )
-        rec = decode_record(
-            view, path=self.path, offset=offset, alignment=self._alignment(), index=i
+        return decode_indexed(
+            view,
+            key=self._footer.key_bytes(i),
+            length=length,
+            path=self.path,
+            offset=offset,
+            alignment=self.header.alignment,
+            index=i,
+            text_cache=self._texts,
         )
-        if rec.key.encode("utf-8") != self._footer.key_bytes(i):
-            raise FormatError(
-                f"record {i} holds key {rec.key!r} but the index names {self._footer.key_bytes(i)!r}",
-                path=self.path,
-                offset=offset,
-            )
-        return rec
-
-    def _alignment(self) -> int:
-        return self.header.alignment
 
     def _read_entries(self, indices: list[int], names: frozenset[str]) -> list[Record]:
         f = self._footer
@@ -389,17 +347,15 @@ class ShardReader:
         ]
         for (pos, row, spec), view, r in zip(wanted, views, ranges):
             s = specs[spec]
-            if len(view) != r.length:
-                raise TruncatedError(
-                    f"entry {s.name!r} needs {r.length} bytes, the file has {len(view)}",
-                    path=self.path,
-                    offset=r.start,
-                )
-            check_payload(
-                view, int(f.entries[row]["crc"]), path=self.path, offset=r.start, name=s.name
-            )
-            out[pos].entries[s.name] = Entry._from_stored(
-                view, s.content_type, s.codec, name=s.name, path=self.path, offset=r.start
+            out[pos].entries[s.name] = decode_entry(
+                view,
+                name=s.name,
+                content_type=s.content_type,
+                codec=s.codec,
+                size=r.length,
+                crc=int(f.entries[row]["crc"]),
+                path=self.path,
+                offset=r.start,
             )
         return out
 
@@ -418,7 +374,7 @@ class ShardReader:
         self._check_size()  # the stream reads up to footer_offset
         end = self._footer.trailer.footer_offset
         count = 0
-        for _, rec in _stream_records(
+        for _, rec in stream_records(
             self._source, self.path, end, names, self._footer.trailer.header_crc
         ):
             count += 1
@@ -441,90 +397,8 @@ class ShardReader:
         Returns a report on success; raises the first problem found as a
         :class:`~shardcat.errors.FormatError` subclass naming the offset.
         """
-        f = self._footer
-        t = f.trailer
-        start = data_start(self.header.alignment)  # reads and checks the header too
-        first = int(f.records[0]["offset"]) if len(f.records) else t.footer_offset
-        if first != start:
-            raise FormatError(
-                f"data region should start at {start} for alignment {self.header.alignment}, "
-                f"the index starts it at {first}",
-                path=self.path,
-            )
-        actual_size = self._source.size()
-        if actual_size != self.size:
-            raise FormatError(
-                f"file is {actual_size} bytes, its trailer describes {self.size}", path=self.path
-            )
-        data_crc = crc32c(bytes(start - HEADER_SIZE))  # the padding after the header, checked zero
-        starts = f.entry_starts
-        n_entries = 0
-        i = -1
-        records = _stream_records(
-            self._source, self.path, t.footer_offset, None, t.header_crc, verify=True
-        )
-        for i, (view, rec) in enumerate(records):
-            data_crc = crc32c(view, data_crc)
-            if i >= len(f.records):
-                raise FormatError(
-                    f"more records in the data region than the footer's {len(f.records)}",
-                    path=self.path,
-                    offset=rec.offset,
-                )
-            row = f.records[i]
-            key = rec.key.encode("utf-8")
-            if (
-                int(row["offset"]) != rec.offset
-                or int(row["length"]) != rec.length
-                or key != f.key_bytes(i)
-                or int(row["key_hash"]) != key_hash(key)
-                or RECORD_HEAD_STRUCT.unpack_from(view)[3] != int(row["key_hash"])
-                or int(row["entry_count"]) != len(rec.entries)
-            ):
-                raise FormatError(
-                    f"index row {i} disagrees with the record it points at (key {rec.key!r})",
-                    path=self.path,
-                    offset=rec.offset,
-                )
-            first = int(starts[i])
-            for j, (name, entry) in enumerate(rec.entries.items()):
-                e = f.entries[first + j]
-                spec = f.specs[int(e["spec"])]
-                # The descriptor's CRC was checked against the payload by decode_record.
-                p_off, p_size, p_crc = ENTRY_DESC_STRUCT.unpack_from(view, 32 + 32 * j)[:3]
-                if (
-                    spec.name != name
-                    or spec.content_type != entry.content_type
-                    or spec.codec != entry.codec
-                    or (int(e["offset"]), int(e["size"]), int(e["crc"])) != (p_off, p_size, p_crc)
-                ):
-                    raise FormatError(
-                        f"entry row {first + j} disagrees with entry {name!r} of record {rec.key!r}",
-                        path=self.path,
-                        offset=rec.offset,
-                    )
-                if entry.codec is not Codec.NONE and entry.codec.known:
-                    # Its frame header must declare a size a reader will accept; the
-                    # frame itself is not decompressed (verification stays I/O-bound).
-                    check_frame(
-                        entry._stored,  # type: ignore[arg-type]
-                        entry.codec,
-                        name=name,
-                        path=self.path,
-                        offset=rec.offset + p_off,
-                    )
-            n_entries += len(rec.entries)
-        if i + 1 != len(f.records):
-            raise FormatError(
-                f"found {i + 1} records, the footer lists {len(f.records)}", path=self.path
-            )
-        if data_crc != t.data_crc:
-            raise ChecksumError(
-                f"data region CRC32C mismatch (stored {t.data_crc:#010x}, computed {data_crc:#010x})",
-                path=self.path,
-                offset=HEADER_SIZE,
-            )
-        return VerifyReport(self.path, len(f.records), n_entries, self.size, data_crc)
+        header = self.header  # reads and checks the header first
+        return verify_shard(self._source, header, self._footer, path=self.path, size=self.size)
 
     # --- lifetime ----------------------------------------------------------
 
@@ -547,176 +421,3 @@ class ShardReader:
 
     def __repr__(self) -> str:
         return f"ShardReader({self.path!r}, records={len(self)}, bytes={self.size})"
-
-
-def iter_partial(
-    source: RangeSource | BinaryIO | bytes | str | os.PathLike[str], name: str | None = None
-) -> Iterator[Record]:
-    """Stream the complete records of a shard whose write was interrupted.
-
-    Stops quietly at the first incomplete or damaged record (or at the
-    footer of a complete shard); the records it yields have all passed their
-    CRCs. Use it to salvage a partial shard.
-
-    Raises
-    ------
-    FormatError, VersionError, TruncatedError
-        The file does not start with a valid shard header.
-    """
-    src, owned = as_source(source, name)
-    try:
-        # A file that is not a shard at all (or of another major version) is an error,
-        # not an empty salvage.
-        Header.decode(src.read(0, HEADER_SIZE), path=src.name)
-        try:
-            # The file size bounds every record length, so a damaged length cannot
-            # make the reader allocate absurd buffers.
-            for _, rec in _stream_records(src, src.name, src.size(), None, None):
-                yield rec
-        except FormatError:
-            return
-    finally:
-        if owned:
-            src.close()
-
-
-def _stream_records(
-    source: RangeSource,
-    path: str,
-    end: int | None,
-    names: frozenset[str] | None,
-    header_crc: int | None,
-    verify: bool = False,
-) -> Iterator[tuple[memoryview, Record]]:
-    """``(bytes, record)`` pairs in file order from a sequential stream, without the index.
-
-    ``verify`` also checks padding, which carries no data.
-
-    With ``end`` (the footer offset) every record before it must be whole;
-    without it (salvage) streaming stops at the first thing that is not a
-    complete record. Records are views of large read buffers.
-    """
-    stream = source.open_stream(0)
-    head_size = RECORD_HEAD_STRUCT.size
-    unpack = RECORD_HEAD_STRUCT.unpack_from
-    try:
-        buf = _StreamBuffer(stream, end)  # never read past the data region
-        head = bytes(buf.take(HEADER_SIZE))
-        header = Header.decode(head, path=path, warn=header_crc is None)
-        if header_crc is not None and header.crc != header_crc:
-            raise FormatError("header does not belong to this shard's footer", path=path, offset=0)
-        alignment = header.alignment
-        cache: dict[object, tuple[str, str, Codec]] = {}
-        pos = data_start(alignment)
-        pad = buf.take(pos - HEADER_SIZE)
-        if verify and pad != bytes(len(pad)):
-            raise FormatError("non-zero padding after the header", path=path, offset=HEADER_SIZE)
-        index = 0
-        # Without ``end`` (salvage), the first damaged or incomplete record
-        # raises and the caller stops there.
-        while end is None or pos < end:
-            # Inlined buffer bookkeeping: this loop runs once per record.
-            at = buf.pos
-            if buf.end - at < head_size:
-                buf.ensure(head_size)
-                at = buf.pos
-                if buf.end - at < head_size:
-                    raise TruncatedError("file ends inside a record head", path=path, offset=pos)
-            mv = buf.view
-            length = unpack(mv, at)[2]
-            if length < head_size or length % alignment or (end is not None and length > end - pos):
-                raise FormatError(
-                    f"record length {length} is impossible here", path=path, offset=pos
-                )
-            if buf.end - at < length:
-                buf.ensure(length)
-                at, mv = buf.pos, buf.view
-                if buf.end - at < length:
-                    raise TruncatedError(
-                        f"record needs {length} bytes, only {buf.end - at} remain",
-                        path=path,
-                        offset=pos,
-                    )
-            view = mv[at : at + length]
-            buf.pos = at + length
-            rec = decode_record(
-                view,
-                path=path,
-                offset=pos,
-                alignment=alignment,
-                index=index,
-                names=names,
-                text_cache=cache,
-                check_padding=verify,
-            )
-            yield view, rec
-            pos += length
-            index += 1
-    finally:
-        stream.close()
-
-
-class _StreamBuffer:
-    """Chunks of a sequential stream, handed out as zero-copy views.
-
-    The caller reads ``view[pos:end]`` directly while the current chunk has
-    what it needs (the fast path, inlined in the record loop) and calls
-    :meth:`ensure` otherwise. Only a record that straddles two chunks is
-    copied, into a small bridge buffer; chunks themselves are never copied
-    or reused, so views handed out earlier stay valid.
-    """
-
-    __slots__ = ("end", "pending", "pos", "remaining", "stream", "view")
-
-    def __init__(self, stream: BinaryIO, limit: int | None = None) -> None:
-        self.stream = stream
-        self.remaining = limit  # bytes still to read from the stream; None: to its end
-        self.view = memoryview(b"")
-        self.pos = 0
-        self.end = 0
-        self.pending: list[memoryview] = []
-
-    def _next_chunk(self, at_least: int) -> memoryview | None:
-        if self.pending:
-            return self.pending.pop(0)
-        size = max(_STREAM_CHUNK, at_least)
-        if self.remaining is not None:
-            size = min(size, self.remaining)
-            if size <= 0:
-                return None
-        data = self.stream.read(size)
-        if self.remaining is not None:
-            self.remaining -= len(data)
-        return memoryview(data).toreadonly() if data else None
-
-    def ensure(self, n: int) -> None:
-        """Make the next ``n`` bytes contiguous at ``view[pos:]`` (fewer only at end of file)."""
-        have = self.end - self.pos
-        if have >= n:
-            return
-        parts = [self.view[self.pos : self.end]] if have else []
-        while have < n:
-            chunk = self._next_chunk(n - have)
-            if chunk is None:
-                break
-            if not parts and len(chunk) >= n:
-                # Nothing left over: the new chunk becomes the view as it is.
-                self.view, self.pos, self.end = chunk, 0, len(chunk)
-                return
-            need = n - have
-            if len(chunk) > need:
-                parts.append(chunk[:need])
-                self.pending.insert(0, chunk[need:])
-                have = n
-            else:
-                parts.append(chunk)
-                have += len(chunk)
-        bridge = memoryview(b"".join(parts)).toreadonly()
-        self.view, self.pos, self.end = bridge, 0, len(bridge)
-
-    def take(self, n: int) -> memoryview:
-        if self.end - self.pos < n:
-            self.ensure(n)
-        view = self.view[self.pos : min(self.pos + n, self.end)]
-        self.pos += len(view)
-        return view

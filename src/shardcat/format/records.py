@@ -26,9 +26,9 @@ from .spec import (
 __all__ = [
     "EncodedRecord",
     "PreparedEntry",
-    "check_payload",
+    "decode_entry",
+    "decode_indexed",
     "decode_record",
-    "decode_registered",
     "encode_record",
 ]
 
@@ -41,6 +41,8 @@ _unpack_desc = ENTRY_DESC_STRUCT.unpack_from
 # (payload_offset, stored_size, payload_crc): the descriptor's first three fields.
 _unpack_payload = struct.Struct(ENTRY_DESC_STRUCT.format[:4]).unpack_from
 _NONE = Codec.NONE
+_TEXT_CACHE_MAX = 4096
+"""Decoded (name, content type, codec) triples a ``text_cache`` holds before it starts over."""
 
 
 class PreparedEntry(NamedTuple):
@@ -130,7 +132,8 @@ def decode_record(
 
     This is the streaming hot path: one pass over the descriptors, and the
     decoded (name, content type, codec) of each descriptor is memoised in
-    ``text_cache``, since records of a dataset repeat the same few.
+    ``text_cache``, since records of a dataset repeat the same few (a cache
+    that grows past a few thousand, as a hostile shard's could, starts over).
     """
     if not view.readonly:  # entries must not change under the caller
         view = memoryview(bytes(view))
@@ -190,6 +193,8 @@ def decode_record(
         spec_key = (bytes(view[pos:strings_end]), name_len, codec)
         spec = cache.get(spec_key)
         if spec is None:
+            if len(cache) >= _TEXT_CACHE_MAX:
+                cache.clear()
             spec = cache[spec_key] = _decode_spec(
                 view, pos, name_len, type_len, codec, path, offset
             )
@@ -251,39 +256,35 @@ def _codec(value: int, path: str | None, offset: int) -> Codec:
     return Codec(value)  # unknown codecs fail only when the entry is decoded
 
 
-def check_payload(
-    data: bytes | memoryview, crc: int, *, path: str | None, offset: int, name: str
-) -> None:
-    """Check one entry's payload read on its own (a single-entry read)."""
-    actual = crc32c(data)
-    if actual != crc:
-        raise ChecksumError(
-            f"entry {name!r} payload CRC32C mismatch (stored {crc:#010x}, computed {actual:#010x})",
-            path=path,
-            offset=offset,
-        )
-
-
-def decode_registered(
+def decode_indexed(
     view: memoryview,
     *,
-    key: str,
+    key: str | bytes,
     length: int,
-    entries: Callable[[int], Sequence[tuple[int, int, int]]],
     path: str | None,
     offset: int,
     alignment: int,
+    index: int = -1,
+    registered: Callable[[int], Sequence[tuple[int, int, int]]] | None = None,
+    text_cache: dict[object, tuple[str, str, Codec]] | None = None,
 ) -> Record:
-    """Decode a record read at a place some index named, and check it is what was registered.
+    """Decode a record read where an index named it, and check it is the record named.
 
-    The index (a catalog row) says the record is ``length`` bytes and holds
-    ``key``; ``entries(n)`` gives its registered ``(payload offset, stored
-    size, CRC32C)`` per entry, for a record of ``n`` entries (raising
-    ValueError if it was registered with another count).
+    The one check of every random-access read, whoever holds the index: a
+    shard's own footer (:class:`~shardcat.format.ShardReader`) or a catalog
+    row (lookups). The index says the record is ``length`` bytes and holds
+    ``key`` (text, or its UTF-8 bytes as a footer stores them);
     :func:`decode_record` proves the bytes are a sound record (the head CRC
-    covers every descriptor, each payload its own CRC); comparing its
-    descriptors with the registered ones then proves they are the bytes that
-    were registered, not another valid record written over them.
+    covers every descriptor, each payload its own CRC).
+
+    With ``registered`` (a catalog's lookups), ``registered(n)`` gives the
+    ``(payload offset, stored size, CRC32C)`` registered for each entry of a
+    record of ``n`` entries (raising ValueError if it was registered with
+    another count); comparing the record's descriptors with them proves the
+    bytes are the ones registered, not another valid record written over them.
+
+    ``text_cache`` is :func:`decode_record`'s: a reader that decodes many
+    records keeps one, so entry names and types are decoded once, not per record.
 
     Raises
     ------
@@ -296,18 +297,39 @@ def decode_registered(
     """
     if len(view) != length:
         raise TruncatedError(
-            f"the index names a {length}-byte record, the shard has {len(view)} bytes there",
+            f"record {_name(index, key)} needs {length} bytes, the shard has {len(view)} there",
             path=path,
             offset=offset,
         )
-    record = decode_record(view, path=path, offset=offset, alignment=alignment)
-    if record.key != key:
+    record = decode_record(
+        view, path=path, offset=offset, alignment=alignment, index=index, text_cache=text_cache
+    )
+    if (record.key if isinstance(key, str) else record.key.encode("utf-8")) != key:
         raise FormatError(
-            f"holds key {record.key!r} where the index expects {key!r}", path=path, offset=offset
+            f"record {_name(index, key)} holds key {record.key!r} where the index expects {key!r}",
+            path=path,
+            offset=offset,
         )
-    count = _unpack_head(view)[6]  # entry_count, covered by the head CRC just checked
+    if registered is not None:
+        _check_registered(view, record.key, registered, path, offset)
+    return record
+
+
+def _name(index: int, key: str | bytes) -> str:
+    """How an error names the record: by index in its shard if known, else by key."""
+    return str(index) if index >= 0 else repr(key)
+
+
+def _check_registered(
+    view: memoryview,
+    key: str,
+    registered: Callable[[int], Sequence[tuple[int, int, int]]],
+    path: str | None,
+    offset: int,
+) -> None:
+    count = _unpack_head(view)[6]  # entry_count, covered by the head CRC decode_record checked
     try:
-        registered = entries(count)
+        expected = registered(count)
     except ValueError as e:
         raise ChecksumError(
             f"record {key!r} has {count} entries, not as registered ({e}): the shard was rewritten",
@@ -315,13 +337,51 @@ def decode_registered(
             offset=offset,
         ) from e
     stored = [_unpack_payload(view, _HEAD + _DESC * i) for i in range(count)]
-    if stored != registered:
-        i = next(i for i in range(count) if stored[i] != registered[i])
+    if stored != expected:
+        i = next(i for i in range(count) if stored[i] != expected[i])
         raise ChecksumError(
             f"record {key!r} entry {i} is not the one registered (CRC32C {stored[i][2]:#010x}, "
-            f"{stored[i][1]} bytes at {stored[i][0]}; registered {registered[i][2]:#010x}, "
-            f"{registered[i][1]} bytes at {registered[i][0]}): the shard was rewritten",
+            f"{stored[i][1]} bytes at {stored[i][0]}; registered {expected[i][2]:#010x}, "
+            f"{expected[i][1]} bytes at {expected[i][0]}): the shard was rewritten",
             path=path,
             offset=offset,
         )
-    return record
+
+
+def decode_entry(
+    view: memoryview,
+    *,
+    name: str,
+    content_type: str,
+    codec: Codec,
+    size: int,
+    crc: int,
+    path: str | None,
+    offset: int,
+) -> Entry:
+    """One entry's payload, read on its own where an index named it: length and CRC checked.
+
+    ``size`` and ``crc`` are what the index (footer or catalog) holds for the
+    payload; ``offset`` is the payload's place in the file, for errors.
+
+    Raises
+    ------
+    TruncatedError
+        Fewer than ``size`` bytes were read.
+    ChecksumError
+        The payload does not match ``crc``.
+    """
+    if len(view) != size:
+        raise TruncatedError(
+            f"entry {name!r} needs {size} bytes, the shard has {len(view)} there",
+            path=path,
+            offset=offset,
+        )
+    actual = crc32c(view)
+    if actual != crc:
+        raise ChecksumError(
+            f"entry {name!r} payload CRC32C mismatch (stored {crc:#010x}, computed {actual:#010x})",
+            path=path,
+            offset=offset,
+        )
+    return Entry._from_stored(view, content_type, codec, name=name, path=path, offset=offset)

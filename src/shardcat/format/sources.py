@@ -1,4 +1,7 @@
-"""RangeSource implementations that need no IO library: bytes and open files."""
+"""RangeSource implementations that need no IO library: bytes and open files.
+
+Fsspec URLs are :mod:`shardcat.storage`'s: it builds on these for local files.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +12,13 @@ from collections.abc import Sequence
 from typing import BinaryIO
 
 from .._pread import pread_full
-from .._types import ByteRange
+from .._types import ByteRange, RangeSource
 
-__all__ = ["BytesSource", "FileSource"]
+__all__ = ["BytesSource", "FileSource", "as_source"]
 
 _CLAMP_ABOVE = 16 << 20
 """Reads larger than this are first clamped to the file's size (one fstat)."""
+_HAS_PREAD = hasattr(os, "pread")
 
 
 class BytesSource:
@@ -50,13 +54,22 @@ class BytesSource:
 
 
 class FileSource:
-    """A seekable binary file object, shared under a lock; or a local path, read with pread."""
+    """A seekable binary file object, shared under a lock; or a local path, read with pread.
+
+    A path is opened unbuffered: every read is one positional ``os.pread``
+    (continued if short, :func:`~shardcat._pread.pread_full`), so one open
+    file serves any number of threads without a lock.
+    """
 
     def __init__(self, file: BinaryIO | str | os.PathLike[str], name: str | None = None) -> None:
         self._lock = threading.Lock()
         if isinstance(file, (str, os.PathLike)):
             self._path: str | None = os.fspath(file)
-            self._file: BinaryIO = open(self._path, "rb")  # noqa: SIM115 - closed in close()
+            # Unbuffered where reads are preads (they bypass the file object, and a
+            # raw file closes without a lock, safe in a forked child); buffered
+            # otherwise, since a raw read may return fewer bytes than asked.
+            buffering = 0 if _HAS_PREAD else -1
+            self._file: BinaryIO = open(self._path, "rb", buffering=buffering)  # noqa: SIM115 - closed in close()
             self._owned = True
         else:
             self._path = None
@@ -90,7 +103,7 @@ class FileSource:
             end = min(end, max(start, self.size()))
             if end <= start:
                 return b""
-        if self._fd is not None and hasattr(os, "pread"):
+        if self._fd is not None and _HAS_PREAD:
             return pread_full(self._fd, end - start, start)
         with self._lock:
             self._file.seek(start)
@@ -110,6 +123,14 @@ class FileSource:
             return stream
         # Buffered, so sequential readers make few positional reads.
         return io.BufferedReader(_SharedFileStream(self, start), 1 << 20)
+
+    def unlinked(self) -> bool:
+        """Whether the open file has no name left: deleted, or replaced by a rename over it.
+
+        Such a file stays readable through the open descriptor; a cache of
+        open sources asks this to reopen the path instead of serving it.
+        """
+        return self._fd is not None and os.fstat(self._fd).st_nlink == 0
 
     def close(self) -> None:
         if self._owned:
@@ -132,3 +153,19 @@ class _SharedFileStream(io.RawIOBase):
         memoryview(buffer)[:n] = data
         self._pos += n
         return n
+
+
+def as_source(
+    source: RangeSource | BinaryIO | bytes | bytearray | memoryview | str | os.PathLike[str],
+    name: str | None = None,
+) -> tuple[RangeSource, bool]:
+    """Wrap what the caller passed as a RangeSource; the flag says whether we own it."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return BytesSource(source, name or "<bytes>"), True
+    if isinstance(source, (str, os.PathLike)):
+        return FileSource(source, name), True
+    if isinstance(source, RangeSource):
+        return source, False
+    if hasattr(source, "read") and hasattr(source, "seek"):
+        return FileSource(source, name), False
+    raise TypeError(f"cannot read a shard from a {type(source).__name__}")

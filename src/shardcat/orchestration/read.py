@@ -6,8 +6,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ..errors import ChecksumError
-from ..shards import ShardReader
 from ..storage import redact
+from ..storage.shards import ShardReader
 
 __all__ = ["iter_shard", "read"]
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CommitConflictError
-from ..shards import RollingShardWriter
 from ..storage import first_free, redact, resolve
+from ..storage.shards import RollingShardWriter
 from .plan import SHARDS_PER_PARTITION, WritePlan
 from .samples import validate_sample
 

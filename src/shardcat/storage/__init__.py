@@ -1,16 +1,17 @@
-"""The fsspec boundary: URLs, ranged reads and write-once puts."""
+"""The fsspec boundary: URLs, open sources and batched reads, write-once puts, URL-aware shards."""
 
 from __future__ import annotations
 
 from .atomic import PendingFile, open_pending
+from .cache import SourceCache, fetch_ranges
 from .fs import brace_patterns, brace_range, expand_braces, is_local, join, redact, resolve
 from .locations import dataset_prefix, first_free, shard_name
-from .ranged import fetch_ranges
 from .sources import FsspecSource, open_source
 
 __all__ = [
     "FsspecSource",
     "PendingFile",
+    "SourceCache",
     "brace_patterns",
     "brace_range",
     "dataset_prefix",

@@ -1,4 +1,9 @@
-"""RangeSource over fsspec: ranged reads, suffix reads, batched reads, streams."""
+"""Opening one file as a RangeSource: local paths by ``os.pread``, other URLs through fsspec.
+
+Every read of a shard goes through :func:`open_source`, directly (readers,
+verify, reindex, streaming) or through a :class:`~shardcat.storage.cache.SourceCache`
+(lookups).
+"""
 
 from __future__ import annotations
 
@@ -83,9 +88,11 @@ def _translate(name: str) -> Iterator[None]:
     except (ShardNotFoundError, StorageError):
         raise
     except FileNotFoundError as e:
-        raise ShardNotFoundError(f"{name}: no such shard (was it deleted or moved?)") from e
+        raise ShardNotFoundError(
+            f"{name}: no such shard (was it deleted or moved?)", path=name
+        ) from e
     except OSError as e:
-        raise StorageError(f"{name}: {e}") from e
+        raise StorageError(f"{name}: {e}", path=name) from e
 
 
 def open_source(
@@ -98,6 +105,8 @@ def open_source(
         try:
             return FileSource(path)
         except FileNotFoundError as e:
-            raise ShardNotFoundError(f"{path}: no such shard (was it deleted or moved?)") from e
+            raise ShardNotFoundError(
+                f"{path}: no such shard (was it deleted or moved?)", path=path
+            ) from e
     fs, path = resolve(url, storage_options)
     return FsspecSource(fs, path, redact(url))

@@ -7,13 +7,15 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, BinaryIO
 
-from ._types import RangeSource, StorageOptions
-from ._units import parse_size
-from .errors import InvalidKeyError
-from .format import reader as _reader
-from .format import writer as _writer
-from .format.info import ShardInfo
-from .storage import join, open_pending, open_source, redact
+from .._types import RangeSource, StorageOptions
+from .._units import parse_size
+from ..errors import InvalidKeyError
+from ..format import reader as _reader
+from ..format import writer as _writer
+from ..format.info import ShardInfo
+from .atomic import open_pending
+from .fs import join, redact
+from .sources import open_source
 
 __all__ = ["RollingShardWriter", "ShardReader", "ShardWriter", "open_shard"]
 

@@ -1,0 +1,197 @@
+"""Streaming a shard in file order, without its index: the sequential decoder.
+
+Used by :meth:`ShardReader.iter_records <shardcat.format.ShardReader.iter_records>`,
+by full verification (:mod:`.verify`) and by :func:`iter_partial`, which
+salvages the complete records of a shard whose write was interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import BinaryIO
+
+from .._types import RangeSource
+from ..errors import FormatError, TruncatedError
+from .entries import Record
+from .header import Header
+from .records import decode_record
+from .sources import as_source
+from .spec import HEADER_SIZE, RECORD_HEAD_STRUCT, Codec, data_start
+
+__all__ = ["iter_partial", "stream_records"]
+
+_STREAM_CHUNK = 8 * 1024 * 1024
+
+
+def iter_partial(
+    source: RangeSource | BinaryIO | bytes | str | os.PathLike[str], name: str | None = None
+) -> Iterator[Record]:
+    """Stream the complete records of a shard whose write was interrupted.
+
+    Stops quietly at the first incomplete or damaged record (or at the
+    footer of a complete shard); the records it yields have all passed their
+    CRCs. Use it to salvage a partial shard.
+
+    Raises
+    ------
+    FormatError, VersionError, TruncatedError
+        The file does not start with a valid shard header.
+    """
+    src, owned = as_source(source, name)
+    try:
+        # A file that is not a shard at all (or of another major version) is an error,
+        # not an empty salvage.
+        Header.decode(src.read(0, HEADER_SIZE), path=src.name)
+        try:
+            # The file size bounds every record length, so a damaged length cannot
+            # make the reader allocate absurd buffers.
+            for _, rec in stream_records(src, src.name, src.size(), None, None):
+                yield rec
+        except FormatError:
+            return
+    finally:
+        if owned:
+            src.close()
+
+
+def stream_records(
+    source: RangeSource,
+    path: str,
+    end: int | None,
+    names: frozenset[str] | None,
+    header_crc: int | None,
+    verify: bool = False,
+) -> Iterator[tuple[memoryview, Record]]:
+    """``(bytes, record)`` pairs in file order from a sequential stream, without the index.
+
+    ``verify`` also checks padding, which carries no data.
+
+    With ``end`` (the footer offset) every record before it must be whole;
+    without it (salvage) streaming stops at the first thing that is not a
+    complete record. Records are views of large read buffers.
+    """
+    stream = source.open_stream(0)
+    head_size = RECORD_HEAD_STRUCT.size
+    unpack = RECORD_HEAD_STRUCT.unpack_from
+    try:
+        buf = _StreamBuffer(stream, end)  # never read past the data region
+        head = bytes(buf.take(HEADER_SIZE))
+        header = Header.decode(head, path=path, warn=header_crc is None)
+        if header_crc is not None and header.crc != header_crc:
+            raise FormatError("header does not belong to this shard's footer", path=path, offset=0)
+        alignment = header.alignment
+        cache: dict[object, tuple[str, str, Codec]] = {}
+        pos = data_start(alignment)
+        pad = buf.take(pos - HEADER_SIZE)
+        if verify and pad != bytes(len(pad)):
+            raise FormatError("non-zero padding after the header", path=path, offset=HEADER_SIZE)
+        index = 0
+        # Without ``end`` (salvage), the first damaged or incomplete record
+        # raises and the caller stops there.
+        while end is None or pos < end:
+            # Inlined buffer bookkeeping: this loop runs once per record.
+            at = buf.pos
+            if buf.end - at < head_size:
+                buf.ensure(head_size)
+                at = buf.pos
+                if buf.end - at < head_size:
+                    raise TruncatedError("file ends inside a record head", path=path, offset=pos)
+            mv = buf.view
+            length = unpack(mv, at)[2]
+            if length < head_size or length % alignment or (end is not None and length > end - pos):
+                raise FormatError(
+                    f"record length {length} is impossible here", path=path, offset=pos
+                )
+            if buf.end - at < length:
+                buf.ensure(length)
+                at, mv = buf.pos, buf.view
+                if buf.end - at < length:
+                    raise TruncatedError(
+                        f"record needs {length} bytes, only {buf.end - at} remain",
+                        path=path,
+                        offset=pos,
+                    )
+            view = mv[at : at + length]
+            buf.pos = at + length
+            rec = decode_record(
+                view,
+                path=path,
+                offset=pos,
+                alignment=alignment,
+                index=index,
+                names=names,
+                text_cache=cache,
+                check_padding=verify,
+            )
+            yield view, rec
+            pos += length
+            index += 1
+    finally:
+        stream.close()
+
+
+class _StreamBuffer:
+    """Chunks of a sequential stream, handed out as zero-copy views.
+
+    The caller reads ``view[pos:end]`` directly while the current chunk has
+    what it needs (the fast path, inlined in the record loop) and calls
+    :meth:`ensure` otherwise. Only a record that straddles two chunks is
+    copied, into a small bridge buffer; chunks themselves are never copied
+    or reused, so views handed out earlier stay valid.
+    """
+
+    __slots__ = ("end", "pending", "pos", "remaining", "stream", "view")
+
+    def __init__(self, stream: BinaryIO, limit: int | None = None) -> None:
+        self.stream = stream
+        self.remaining = limit  # bytes still to read from the stream; None: to its end
+        self.view = memoryview(b"")
+        self.pos = 0
+        self.end = 0
+        self.pending: list[memoryview] = []
+
+    def _next_chunk(self, at_least: int) -> memoryview | None:
+        if self.pending:
+            return self.pending.pop(0)
+        size = max(_STREAM_CHUNK, at_least)
+        if self.remaining is not None:
+            size = min(size, self.remaining)
+            if size <= 0:
+                return None
+        data = self.stream.read(size)
+        if self.remaining is not None:
+            self.remaining -= len(data)
+        return memoryview(data).toreadonly() if data else None
+
+    def ensure(self, n: int) -> None:
+        """Make the next ``n`` bytes contiguous at ``view[pos:]`` (fewer only at end of file)."""
+        have = self.end - self.pos
+        if have >= n:
+            return
+        parts = [self.view[self.pos : self.end]] if have else []
+        while have < n:
+            chunk = self._next_chunk(n - have)
+            if chunk is None:
+                break
+            if not parts and len(chunk) >= n:
+                # Nothing left over: the new chunk becomes the view as it is.
+                self.view, self.pos, self.end = chunk, 0, len(chunk)
+                return
+            need = n - have
+            if len(chunk) > need:
+                parts.append(chunk[:need])
+                self.pending.insert(0, chunk[need:])
+                have = n
+            else:
+                parts.append(chunk)
+                have += len(chunk)
+        bridge = memoryview(b"".join(parts)).toreadonly()
+        self.view, self.pos, self.end = bridge, 0, len(bridge)
+
+    def take(self, n: int) -> memoryview:
+        if self.end - self.pos < n:
+            self.ensure(n)
+        view = self.view[self.pos : min(self.pos + n, self.end)]
+        self.pos += len(view)
+        return view

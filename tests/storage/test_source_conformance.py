@@ -1,0 +1,82 @@
+"""shardcat.testing's conformance suites, run against every source and backend shardcat ships."""
+
+from __future__ import annotations
+
+import io
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+
+from shardcat._types import RangeSource
+from shardcat.format import BytesSource, FileSource
+from shardcat.testing import RangeSourceTests, StorageTests
+
+
+class TestLocalFiles(StorageTests):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> tuple[str, None]:
+        root = tmp_path / "store"
+        root.mkdir()
+        return str(root), None
+
+
+class TestLocalFileURLs(StorageTests):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> tuple[str, None]:
+        root = tmp_path / "store"
+        root.mkdir()
+        return f"file://{root}", None
+
+
+class TestMemory(StorageTests):
+    @pytest.fixture
+    def store(self) -> Iterator[tuple[str, None]]:
+        root = f"memory://shardcat-conformance-{uuid.uuid4().hex[:10]}"
+        yield root, None
+        fs = fsspec.filesystem("memory")
+        if fs.exists(root):
+            fs.rm(root, recursive=True)
+
+
+class TestS3(StorageTests):
+    @pytest.fixture
+    def store(self, s3: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        return f"{s3['url']}/conformance", s3["storage_options"]
+
+
+class TestBytesSource(RangeSourceTests):
+    @pytest.fixture
+    def make_source(self) -> Callable[[bytes], RangeSource]:
+        return lambda data: BytesSource(data, "memory.bin")
+
+
+class TestFileSourceOverAFileObject(RangeSourceTests):
+    """A caller's open file: positional reads on its descriptor, the file left where it was."""
+
+    @pytest.fixture
+    def make_source(self, tmp_path: Path) -> Iterator[Callable[[bytes], RangeSource]]:
+        opened: list[Any] = []
+
+        def make(data: bytes) -> RangeSource:
+            path = tmp_path / f"{uuid.uuid4().hex}.bin"
+            path.write_bytes(data)
+            f = open(path, "rb")  # noqa: SIM115 - closed below: the source never closes it
+            opened.append(f)
+            return FileSource(f)
+
+        yield make
+        for f in opened:
+            assert not f.closed, "a source does not close a file it did not open"
+            f.close()
+
+
+class TestFileSourceWithoutADescriptor(RangeSourceTests):
+    """A file object with no descriptor (BytesIO): seek and read under the source's lock."""
+
+    @pytest.fixture
+    def make_source(self) -> Callable[[bytes], RangeSource]:
+        return lambda data: FileSource(io.BytesIO(data), "bytesio.bin")
