@@ -12,7 +12,7 @@ from typing import Any, BinaryIO
 import numpy as np
 from crc32c import crc32c  # the C function itself: add() is the write hot path
 
-from .. import __version__
+from .._version import __version__
 from ..errors import DuplicateKeyError, InvalidKeyError, RecordTooLargeError, WriterClosedError
 from .checksums import key_hash
 from .codecs import compress, max_decompressed_bytes, should_compress
