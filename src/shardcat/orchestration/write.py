@@ -166,7 +166,7 @@ def write(
         root=url.rstrip("/"),
         prefix=prefix or dataset_prefix(dataset),
         job_id=job.id,
-        catalog_url=cat._url,  # with its password: workers must connect (never shown)
+        catalog=cat.handle(),  # with its password: workers must connect (never shown)
         shard_size=size,
         max_records=max_records_per_shard,
         compression=compression,
