@@ -12,8 +12,8 @@ ENV PIP_NO_CACHE_DIR=1 \
 
 WORKDIR /opt/shardcat
 COPY pyproject.toml README.md ./
+# migrations/ installs as the package shardcat.migrations (pyproject.toml's package-dir).
 COPY migrations ./migrations
-# src/shardcat/migrations is a symlink to ../../migrations: copied after it.
 COPY src ./src
 # The extras a cluster needs: S3, PostgreSQL, Dask, zstd/lz4; bokeh for the Dask dashboard.
 RUN pip install '.[compression,s3,postgres,dask]' 'bokeh>=3.1'

@@ -144,7 +144,7 @@ def writer_memory(root: str, shard_size: str, nbytes: int) -> tuple[float, float
         root=f"{root}/mem",
         prefix="mem",
         job_id=job.id,
-        catalog_url=catalog,
+        catalog=cat.handle(),
         shard_size=parse_size(shard_size),
     )
     tracemalloc.start()

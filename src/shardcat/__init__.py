@@ -9,8 +9,10 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
+from typing import TYPE_CHECKING
 
+from ._version import __version__
 from .errors import (
     CatalogError,
     ChecksumError,
@@ -23,7 +25,14 @@ from .errors import (
     VersionError,
 )
 from .format import Codec, Entry, Record, ShardInfo, VerifyReport
-from .storage.shards import RollingShardWriter, ShardReader, ShardWriter, open_shard
+
+if TYPE_CHECKING:
+    from . import catalog as catalog
+    from . import orchestration as orchestration
+    from . import storage as storage
+    from .catalog import Catalog
+    from .orchestration import read, write
+    from .storage.shards import RollingShardWriter, ShardReader, ShardWriter, open_shard
 
 __all__ = [
     "Catalog",
@@ -50,16 +59,31 @@ __all__ = [
     "write",
 ]
 
+# Names whose modules load on first use: the URL-aware readers and writers
+# (fsspec), the catalog (SQLAlchemy) and Dask orchestration. `import shardcat`
+# and `import shardcat.format` then load none of them, so code that only
+# encodes or decodes shard bytes stays light.
+_LAZY = {
+    "RollingShardWriter": ".storage.shards",
+    "ShardReader": ".storage.shards",
+    "ShardWriter": ".storage.shards",
+    "open_shard": ".storage.shards",
+    "Catalog": ".catalog",
+    "read": ".orchestration",
+    "write": ".orchestration",
+}
+_SUBPACKAGES = ("catalog", "orchestration", "storage")
+
 
 def __getattr__(name: str) -> object:
-    # The catalog (SQLAlchemy) and Dask orchestration load on first use, so
-    # `import shardcat` stays fast for code that only reads shards.
-    if name == "Catalog":
-        from .catalog import Catalog
-
-        return Catalog
-    if name in ("write", "read"):
-        from . import orchestration
-
-        return getattr(orchestration, name)
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value  # the next access skips this function
+        return value
+    if name in _SUBPACKAGES:  # `import shardcat; shardcat.storage.join(...)` keeps working
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'shardcat' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__, *_SUBPACKAGES})

@@ -18,6 +18,15 @@ from shardcat.errors import DatasetExistsError, DuplicateKeyError, KeyNotFoundEr
 from .samples import AlwaysFail, FailOnce, make_samples, partition_with
 
 
+def assert_holds(record, sample) -> None:
+    """The record read back is exactly the sample that was written: key, bytes and values."""
+    assert record.key == sample["__key__"]
+    assert set(record.entries) == {"bin", "json", "npy"}
+    assert record["bin"].data == sample["bin"]
+    assert record["json"].decode() == sample["json"]
+    np.testing.assert_array_equal(record["npy"].decode(), sample["npy"])
+
+
 def sample_bag(partitions: int, per_partition: int, prefix: str = "s") -> db.Bag:
     return db.from_delayed(
         [dask.delayed(make_samples)(p, per_partition, prefix) for p in range(partitions)]
@@ -223,8 +232,8 @@ def test_modes_create_and_append(client, tmp_path, sqlite_url):
     assert second.shards[0].endswith(f"m-j{second.job_id}-000001-000.shard")
     cat = Catalog(sqlite_url)
     assert sum(s.record_count for s in cat.shards("m")) == 150
-    assert cat.get("m", "a/000/00001") is not None
-    assert cat.get("m", "b/001/00049") is not None
+    assert_holds(cat.get("m", "a/000/00001"), make_samples(0, 50, "a")[1])
+    assert_holds(cat.get("m", "b/001/00049"), make_samples(1, 50, "b")[49])
     with pytest.raises(DuplicateKeyError):
         shardcat.write(
             sample_bag(1, 5, "a"),
@@ -296,6 +305,6 @@ def test_overwrite_replaces_the_dataset_at_commit(client, tmp_path, sqlite_url):
     assert sum(s.record_count for s in cat.shards("o")) == 30
     with pytest.raises(KeyNotFoundError):
         cat.get("o", "old/000/00001")
-    assert cat.get("o", "new/000/00001") is not None
+    assert_holds(cat.get("o", "new/000/00001"), make_samples(0, 30, "new")[1])
     # The replaced shards are tombstones until gc removes their files.
     assert len(cat.shards("o", state="deleted")) == 2

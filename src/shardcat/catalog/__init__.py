@@ -11,24 +11,39 @@ See docs/CATALOG.md for the schema, how lookups work and example queries.
 
 from __future__ import annotations
 
-from .catalog import Catalog
+from .catalog import Catalog, CatalogHandle
 from .migrate import check, current, downgrade, head_revision, upgrade, verify_schema
-from .results import BatchResult, CatalogReport, DatasetInfo, JobInfo, Location, Problem, ShardRow
-from .session import DEFAULT_URL, create_catalog_engine
+from .results import (
+    BatchResult,
+    CatalogReport,
+    DatasetInfo,
+    DatasetSummary,
+    EntryKind,
+    JobInfo,
+    Location,
+    Problem,
+    ShardRow,
+)
+from .session import DEFAULT_URL, catalog_exists, create_catalog_engine, display_url
 
 __all__ = [
     "DEFAULT_URL",
     "BatchResult",
     "Catalog",
+    "CatalogHandle",
     "CatalogReport",
     "DatasetInfo",
+    "DatasetSummary",
+    "EntryKind",
     "JobInfo",
     "Location",
     "Problem",
     "ShardRow",
+    "catalog_exists",
     "check",
     "create_catalog_engine",
     "current",
+    "display_url",
     "downgrade",
     "head_revision",
     "upgrade",

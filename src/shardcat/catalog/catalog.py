@@ -1,31 +1,44 @@
-"""The Catalog: datasets, shards, jobs and key lookups over one SQL database."""
+"""The Catalog: datasets, shards, jobs and key lookups over one SQL database.
+
+:class:`Catalog` is a facade. It owns the engine, the units of work and the
+per-thread lookups, and each public method opens one unit of work and hands
+its session to a module function that holds the SQL: ``datasets.py``,
+``shards.py``, ``jobs.py``, ``maintenance.py``; lookups go to ``lookup.py``.
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from sqlalchemy import delete, select, text
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from .._types import StorageOptions
-from ..errors import (
-    CatalogError,
-    DatasetExistsError,
-)
-from ..format import Record
-from ..format.spec import FORMAT_VERSION
-from ..storage import redact
-from .lookup import LayoutCache, Lookup, fork_generation, unknown_dataset
-from .maintenance import reindex_shards, verify_dataset
+from ..errors import CatalogError
+from ..format import Record, ShardInfo
+from ..storage import expand_braces
+from . import datasets as _datasets
+from . import jobs as _jobs
+from . import maintenance as _maintenance
+from . import shards as _shards
+from .lookup import LayoutCache, Lookup, fork_generation
 from .migrate import ensure_schema
-from .models import Dataset, Job, Layout, LayoutEntry, Shard
-from .models import Record as RecordRow
-from .results import BatchResult, CatalogReport, DatasetInfo, Location, ShardRow
-from .rows import dataset_info
+from .register import prepare_shard
+from .results import (
+    BatchResult,
+    CatalogReport,
+    DatasetInfo,
+    DatasetSummary,
+    EntryKind,
+    JobInfo,
+    Location,
+    ShardRow,
+)
 from .session import (
     DEFAULT_BUSY_TIMEOUT,
     create_catalog_engine,
@@ -33,14 +46,51 @@ from .session import (
     display_url,
     unit_of_work,
 )
-from .writes import CatalogWrites
 
-__all__ = ["Catalog"]
-
-_NO_SYNC = {"synchronize_session": False}
+__all__ = ["Catalog", "CatalogHandle"]
 
 
-class Catalog(CatalogWrites):
+@dataclass(frozen=True, slots=True)
+class CatalogHandle:
+    """What another process needs to open the same catalog: small and picklable.
+
+    Dask tasks get one instead of a :class:`Catalog` (whose engine and
+    connections cannot travel) and open it once per worker process. It
+    carries the URL with its password, since workers must connect, and the
+    storage options: neither is ever shown (``repr`` hides them).
+
+    Examples
+    --------
+    >>> handle = cat.handle()  # doctest: +SKIP
+    >>> with handle.open() as worker_cat:  # doctest: +SKIP
+    ...     worker_cat.register_shard("train", info, job=job_id)
+    """
+
+    url: str = field(repr=False)
+    storage_options: dict[str, Any] = field(default_factory=dict, repr=False, hash=False)
+    busy_timeout: float = DEFAULT_BUSY_TIMEOUT
+    max_open_shards: int = 64
+
+    def open(self) -> Catalog:
+        """A new :class:`Catalog` on this URL, with these options.
+
+        Raises
+        ------
+        SchemaVersionError, CatalogError
+            As :class:`Catalog` does.
+        """
+        return Catalog(
+            self.url,
+            storage_options=self.storage_options,
+            busy_timeout=self.busy_timeout,
+            max_open_shards=self.max_open_shards,
+        )
+
+    def __repr__(self) -> str:
+        return f"CatalogHandle({display_url(self.url)!r})"
+
+
+class Catalog:
     """A SQL catalog of datasets, their shards and every record's location.
 
     Parameters
@@ -105,12 +155,21 @@ class Catalog(CatalogWrites):
         """The catalog URL with any password hidden."""
         return display_url(self._url)
 
+    def handle(self) -> CatalogHandle:
+        """What a worker process needs to open this catalog (URL with password, options).
+
+        Pass it to Dask tasks instead of the Catalog; never log its ``url``.
+        """
+        return CatalogHandle(
+            self._url, dict(self.storage_options), self.busy_timeout, self.max_open_shards
+        )
+
     def __repr__(self) -> str:
         return f"Catalog({self.url!r})"
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Dask ships catalogs to workers: reconnect there instead of pickling connections.
-        return (_reopen, (self._url, self.storage_options, self.busy_timeout, self.max_open_shards))
+        return (_reopen, (self.handle(),))
 
     # --- units of work ---------------------------------------------------
 
@@ -124,7 +183,7 @@ class Catalog(CatalogWrites):
             self._lookups = []
             self._lock = threading.Lock()
 
-    def _uow(self, *, write: bool = False) -> Any:
+    def _uow(self, *, write: bool = False) -> AbstractContextManager[Session]:
         if self._closed:
             raise CatalogError(f"catalog {self.url} is closed")
         self._after_fork()
@@ -141,14 +200,6 @@ class Catalog(CatalogWrites):
             with self._lock:
                 self._lookups.append(lookup)
         return lookup
-
-    def _dataset(self, session: Session, name: str) -> Dataset:
-        row = session.execute(select(Dataset).where(Dataset.name == name)).scalar_one_or_none()
-        if row is None:
-            raise unknown_dataset(
-                name, list(session.execute(select(Dataset.name).order_by(Dataset.name)).scalars())
-            )
-        return row
 
     # --- datasets --------------------------------------------------------
 
@@ -167,35 +218,8 @@ class Catalog(CatalogWrites):
         DatasetExistsError
             If it exists and ``exist_ok`` is false.
         """
-        if not name or len(name) > 255:
-            raise ValueError("a dataset name is 1 to 255 characters")
         with self._uow(write=True) as s:
-            existing = s.execute(select(Dataset).where(Dataset.name == name)).scalar_one_or_none()
-            if existing is None:
-                row = Dataset(
-                    name=name,
-                    root_url=redact(root_url),
-                    format_major=FORMAT_VERSION[0],
-                    format_minor=FORMAT_VERSION[1],
-                    properties=dict(properties or {}),
-                )
-                try:
-                    # Another process may create the same name at the same moment
-                    # (PostgreSQL): the loser sees its row, as if it had come first.
-                    with s.begin_nested():
-                        s.add(row)
-                        s.flush()
-                except IntegrityError:  # the savepoint's rollback expunged the row
-                    existing = s.execute(select(Dataset).where(Dataset.name == name)).scalar_one()
-                else:
-                    s.refresh(row)
-                    return dataset_info(row)
-            if exist_ok:
-                return dataset_info(existing)
-            raise DatasetExistsError(
-                f"dataset {name!r} exists already (root {existing.root_url}); pick another name, "
-                "pass exist_ok=True, or delete it first"
-            )
+            return _datasets.create_dataset(s, name, root_url, properties, exist_ok=exist_ok)
 
     def dataset(self, name: str) -> DatasetInfo:
         """The dataset's row.
@@ -206,14 +230,30 @@ class Catalog(CatalogWrites):
             If there is no such dataset.
         """
         with self._uow() as s:
-            return dataset_info(self._dataset(s, name))
+            return _datasets.describe_dataset(s, name)
 
     def datasets(self) -> list[DatasetInfo]:
         """Every dataset, by name."""
         with self._uow() as s:
-            return [
-                dataset_info(d) for d in s.execute(select(Dataset).order_by(Dataset.name)).scalars()
-            ]
+            return _datasets.list_datasets(s)
+
+    def dataset_summaries(self) -> list[DatasetSummary]:
+        """Every dataset, by name, with its committed shard, record and byte counts (one query)."""
+        with self._uow() as s:
+            return _datasets.summarize_datasets(s)
+
+    def entry_kinds(self, dataset: str) -> list[EntryKind]:
+        """The dataset's kinds of entry (name, content type, codec) and the committed records holding each.
+
+        One query over the layout tables, not the records' bytes.
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If there is no such dataset.
+        """
+        with self._uow() as s:
+            return _datasets.entry_kinds(s, dataset)
 
     def delete_dataset(self, name: str, *, missing_ok: bool = False) -> None:
         """Remove a dataset and all its rows from the catalog (shard files are not touched).
@@ -224,23 +264,225 @@ class Catalog(CatalogWrites):
             If there is no such dataset and ``missing_ok`` is false.
         """
         with self._uow(write=True) as s:
-            row = s.execute(select(Dataset).where(Dataset.name == name)).scalar_one_or_none()
-            if row is None:
-                if missing_ok:
-                    return
-                self._dataset(s, name)
-                return
-            ds = row.id
-            layouts = select(Layout.id).where(Layout.dataset_id == ds)
-            for stmt in (
-                delete(RecordRow).where(RecordRow.dataset_id == ds),
-                delete(LayoutEntry).where(LayoutEntry.layout_id.in_(layouts)),
-                delete(Layout).where(Layout.dataset_id == ds),
-                delete(Shard).where(Shard.dataset_id == ds),
-                delete(Job).where(Job.dataset_id == ds),
-                delete(Dataset).where(Dataset.id == ds),
-            ):
-                s.execute(stmt, execution_options=_NO_SYNC)
+            _datasets.delete_dataset(s, name, missing_ok=missing_ok)
+
+    # --- shards ----------------------------------------------------------
+
+    def shards(self, dataset: str, state: str | None = "committed") -> list[ShardRow]:
+        """The dataset's shards in one state (``None``: all), by shard number then URL.
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If there is no such dataset.
+        """
+        with self._uow() as s:
+            return _shards.list_shards(s, dataset, state)
+
+    def shard_urls(
+        self,
+        *,
+        states: Collection[str] | None = None,
+        dataset: str | None = None,
+        url: str | None = None,
+    ) -> set[str]:
+        """URLs of shard rows of every dataset (or one), in these states (default: any).
+
+        One query; what gc and delete consult before removing a file.
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If ``dataset`` is given and there is no such dataset.
+        """
+        with self._uow() as s:
+            return _shards.shard_urls(s, states=states, dataset=dataset, url=url)
+
+    def register_shard(
+        self,
+        dataset: str,
+        info: ShardInfo,
+        *,
+        job: int | JobInfo | None = None,
+        state: str | None = None,
+    ) -> ShardRow:
+        """Register a shard and all its records in one transaction, in bulk.
+
+        Without ``job`` the shard is committed at once (visible to lookups on
+        return). With ``job`` it is staged: invisible until
+        :meth:`commit_job`; registering the same URL again in that job (a
+        retried task) replaces the earlier rows.
+
+        Parameters
+        ----------
+        dataset:
+            The dataset's name.
+        info:
+            The shard's summary: what ``ShardWriter.close()`` returns or
+            ``ShardReader(url).info`` rebuilds. Its ``path`` is stored
+            without credentials.
+        job:
+            A job from :meth:`begin_job`.
+        state:
+            ``"committed"`` (default without a job) or ``"staged"`` (with one).
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If there is no such dataset.
+        DuplicateKeyError
+            If a key of the shard is already committed in the dataset, or the
+            shard's URL is (nothing is registered).
+        CommitConflictError
+            If the job is not open.
+        CatalogLockedError
+            If another writer holds the SQLite catalog past the busy timeout.
+        """
+        job_id = job.id if isinstance(job, JobInfo) else job
+        state = _shards.registration_state(job_id, state)
+        prep = prepare_shard(info)  # numpy work on the footer: before taking the write lock
+        with self._uow(write=True) as s:
+            return _shards.register_shard(
+                s, dataset, prep, job_id=job_id, state=state, catalog=self.url
+            )
+
+    def remove_shard(self, dataset: str, url: str) -> ShardRow:
+        """Take a committed shard out of the dataset (state ``deleted``; the file is not touched).
+
+        Raises
+        ------
+        ShardNotFoundError
+            If no committed shard of the dataset has this URL.
+        """
+        with self._uow(write=True) as s:
+            return _shards.remove_shard(s, dataset, url)
+
+    def purge_shards(self, dataset: str, urls: Iterable[str]) -> int:
+        """Forget ``deleted`` shards (tombstones) once their files are gone; returns rows removed.
+
+        Shards in other states are never touched.
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If there is no such dataset.
+        """
+        with self._uow(write=True) as s:
+            return _shards.purge_shards(s, dataset, urls)
+
+    # --- jobs ------------------------------------------------------------
+
+    def begin_job(
+        self,
+        dataset: str,
+        *,
+        description: str | None = None,
+        properties: dict[str, Any] | None = None,
+    ) -> JobInfo:
+        """Open a job: shards registered with ``job=`` stay staged until :meth:`commit_job`.
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If there is no such dataset.
+        """
+        with self._uow(write=True) as s:
+            return _jobs.begin_job(s, dataset, description=description, properties=properties)
+
+    def job(self, job: int | JobInfo) -> JobInfo:
+        """A job's row, with its shard and record counts.
+
+        Raises
+        ------
+        JobNotFoundError
+            If there is no such job.
+        """
+        job_id = job.id if isinstance(job, JobInfo) else job
+        with self._uow() as s:
+            return _jobs.job_summary(s, job_id, catalog=self.url)
+
+    def jobs(self, dataset: str, state: str | None = None) -> list[JobInfo]:
+        """The dataset's jobs (in one state, or all), oldest first, with their counts.
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If there is no such dataset.
+        """
+        with self._uow() as s:
+            return _jobs.list_jobs(s, dataset, state)
+
+    def commit_job(
+        self,
+        job: int | JobInfo,
+        *,
+        expected_version: int | None = None,
+        replace: bool = False,
+        shards: Collection[str] | None = None,
+        require_empty: bool = False,
+    ) -> JobInfo:
+        """Make every staged shard of the job visible, together, in one transaction.
+
+        Committing a committed job again returns it unchanged (a retried
+        barrier task is harmless).
+
+        Parameters
+        ----------
+        job:
+            The job (or its id).
+        expected_version:
+            Commit only if the dataset is still at this version.
+        replace:
+            Overwrite: in the same transaction, every shard committed before
+            becomes ``deleted`` (its records go), so the dataset is exactly
+            this job's shards.
+        shards:
+            The manifest: URLs of exactly the shards to commit, as the job's
+            successful tasks reported them. Other staged shards of the job
+            (left by killed or lost attempts) are retired instead.
+        require_empty:
+            Commit only if the dataset has no committed shard yet.
+
+        Raises
+        ------
+        DuplicateKeyError
+            If a key repeats within the job or exists among committed records;
+            nothing becomes visible and the job stays open (abort it).
+        CommitConflictError
+            If the job was aborted, the dataset moved past ``expected_version``,
+            or a shard of the manifest is not staged.
+        DatasetExistsError
+            ``require_empty`` and another job committed records first.
+        JobNotFoundError
+            If there is no such job.
+        """
+        job_id = job.id if isinstance(job, JobInfo) else job
+        with self._uow(write=True) as s:
+            _jobs.commit_job(
+                s,
+                job_id,
+                catalog=self.url,
+                expected_version=expected_version,
+                replace=replace,
+                shards=shards,
+                require_empty=require_empty,
+            )
+        return self.job(job_id)
+
+    def abort_job(self, job: int | JobInfo) -> JobInfo:
+        """Discard the job: its staged shards become ``deleted``, their records go.
+
+        Raises
+        ------
+        CommitConflictError
+            If the job is already committed.
+        JobNotFoundError
+            If there is no such job.
+        """
+        job_id = job.id if isinstance(job, JobInfo) else job
+        with self._uow(write=True) as s:
+            _jobs.abort_job(s, job_id, catalog=self.url)
+        return self.job(job_id)
 
     # --- lookups ---------------------------------------------------------
 
@@ -312,7 +554,10 @@ class Catalog(CatalogWrites):
         DuplicateKeyError
             If the shards' keys collide with each other or with other committed shards.
         """
-        return reindex_shards(self, dataset, urls, workers=workers)
+        url_list = expand_braces(urls) if isinstance(urls, str) else list(urls)
+        preps = _maintenance.prepare_from_footers(url_list, self.storage_options, workers)
+        with self._uow(write=True) as s:
+            return _maintenance.reindex_shards(s, dataset, preps)
 
     def verify(
         self,
@@ -331,7 +576,14 @@ class Catalog(CatalogWrites):
         DatasetNotFoundError
             If there is no such dataset.
         """
-        return verify_dataset(self, dataset, workers=workers, on_shard=on_shard)
+        with self._uow() as s:
+            rows = _maintenance.committed_shards(s, dataset)
+        # The files are read outside any transaction: that takes as long as the data.
+        checks = _maintenance.check_files(
+            rows, self.storage_options, workers=workers, on_shard=on_shard
+        )
+        with self._uow() as s:
+            return _maintenance.compare_with_catalog(s, dataset, rows, checks)
 
     def analyze(self) -> None:
         """Refresh the database's planner statistics (after registering many records).
@@ -373,9 +625,5 @@ class Catalog(CatalogWrites):
         self.close()
 
 
-def _reopen(
-    url: str, storage_options: dict[str, Any], busy_timeout: float, max_open: int
-) -> Catalog:
-    return Catalog(
-        url, storage_options=storage_options, busy_timeout=busy_timeout, max_open_shards=max_open
-    )
+def _reopen(handle: CatalogHandle) -> Catalog:
+    return handle.open()

@@ -1,4 +1,11 @@
-"""Commits: how staged shards become visible, all at once or not at all.
+"""Jobs: open them, look them up, and commit or abort them, all at once or not at all.
+
+Each function takes the session of the caller's transaction; the
+:class:`~shardcat.catalog.Catalog` opens it and documents the public methods.
+A job is ``open`` until it ends ``committed`` or ``aborted``; one guard,
+:func:`unsettled_job`, decides what a commit or an abort of a job that
+already ended does (nothing, if it ended that way: a retried barrier task
+is harmless).
 
 Every change to what lookups see goes through :func:`commit`, inside one
 transaction:
@@ -19,24 +26,45 @@ transaction:
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from typing import Any, Literal
 
 from sqlalchemy import delete, exists, func, select, text, update
 from sqlalchemy.orm import Session
 
-from ..errors import CommitConflictError, DatasetExistsError
+from ..errors import CommitConflictError, DatasetExistsError, JobNotFoundError
+from .datasets import find_dataset
 from .models import Dataset, Job, Record, Shard
 from .register import duplicate_error
+from .results import JobInfo
+from .rows import job_info
+from .session import NO_SYNC
 
 __all__ = [
+    "abort_job",
+    "begin_job",
     "commit",
+    "commit_job",
     "delete_records",
     "drop_shards",
     "duplicate_keys",
+    "find_job",
     "has_committed",
+    "job_summary",
+    "list_jobs",
     "retire",
+    "stageable_job",
+    "unsettled_job",
 ]
 
-_NO_SYNC = {"synchronize_session": False}
+Ending = Literal["committed", "aborted"]
+
+# Why a job that ended one way cannot end the other: (asked, ended) -> what to do instead.
+_ENDED_OTHERWISE: dict[tuple[Ending, str], str] = {
+    ("committed", "aborted"): "was aborted; it cannot be committed: start a new job",
+    ("aborted", "committed"): (
+        "is committed; remove its shards with remove_shard() instead of aborting it"
+    ),
+}
 
 _NEW = "ns.job_id = :job AND ns.state = 'staged'"
 _OTHER = (
@@ -57,6 +85,153 @@ _DUPLICATES_PG = text(
     "CROSS JOIN LATERAL (SELECT 1 FROM records o JOIN shards s ON s.id = o.shard_id "
     f"WHERE {_OTHER} LIMIT 1) AS hit WHERE {_NEW} LIMIT 1001"
 )
+
+
+def begin_job(
+    session: Session,
+    dataset: str,
+    *,
+    description: str | None,
+    properties: dict[str, Any] | None,
+) -> JobInfo:
+    """See :meth:`Catalog.begin_job`."""
+    ds = find_dataset(session, dataset)
+    row = Job(dataset_id=ds.id, state="open", description=description, properties=properties)
+    session.add(row)
+    session.flush()
+    session.refresh(row)
+    return job_info(row, ds.name)
+
+
+def find_job(session: Session, job_id: int, *, catalog: str) -> Job:
+    """The job's row; ``catalog`` (its display URL) names the catalog in the error.
+
+    Raises
+    ------
+    JobNotFoundError
+        If there is no such job.
+    """
+    row = session.get(Job, job_id)
+    if row is None:
+        raise JobNotFoundError(f"no job {job_id} in catalog {catalog}")
+    return row
+
+
+def stageable_job(session: Session, job_id: int, dataset: Dataset, *, catalog: str) -> Job:
+    """The job's row, if shards of ``dataset`` may still be staged under it (it is open).
+
+    Raises
+    ------
+    JobNotFoundError
+        If there is no such job.
+    ValueError
+        If the job belongs to another dataset.
+    CommitConflictError
+        If the job has ended.
+    """
+    row = find_job(session, job_id, catalog=catalog)
+    if row.dataset_id != dataset.id:
+        raise ValueError(f"job {job_id} belongs to another dataset than {dataset.name!r}")
+    if row.state != "open":
+        raise CommitConflictError(
+            f"job {job_id} is {row.state}; shards can only be added to an open job"
+        )
+    return row
+
+
+def unsettled_job(session: Session, job_id: int, ending: Ending, *, catalog: str) -> Job | None:
+    """The job's row if it is open and may end as ``ending``; None if it already ended so.
+
+    A commit of a committed job, or an abort of an aborted one, is a retry
+    that changes nothing.
+
+    Raises
+    ------
+    JobNotFoundError
+        If there is no such job.
+    CommitConflictError
+        If the job already ended the other way.
+    """
+    row = find_job(session, job_id, catalog=catalog)
+    if row.state == "open":
+        return row
+    if row.state == ending:
+        return None
+    raise CommitConflictError(f"job {job_id} {_ENDED_OTHERWISE[ending, row.state]}")
+
+
+def job_summary(session: Session, job_id: int, *, catalog: str) -> JobInfo:
+    """See :meth:`Catalog.job`."""
+    row = find_job(session, job_id, catalog=catalog)
+    name = session.execute(select(Dataset.name).where(Dataset.id == row.dataset_id)).scalar_one()
+    shards, records = session.execute(
+        select(func.count(Shard.id), func.coalesce(func.sum(Shard.record_count), 0)).where(
+            Shard.job_id == job_id, Shard.state != "deleted"
+        )
+    ).one()
+    return job_info(row, name, int(shards), int(records))
+
+
+def list_jobs(session: Session, dataset: str, state: str | None) -> list[JobInfo]:
+    """See :meth:`Catalog.jobs`."""
+    ds = find_dataset(session, dataset)
+    q = select(Job).where(Job.dataset_id == ds.id)
+    if state is not None:
+        q = q.where(Job.state == state)
+    rows = list(session.execute(q.order_by(Job.id)).scalars())
+    counts = {
+        job_id: (int(n), int(records))
+        for job_id, n, records in session.execute(
+            select(
+                Shard.job_id,
+                func.count(Shard.id),
+                func.coalesce(func.sum(Shard.record_count), 0),
+            )
+            .where(Shard.dataset_id == ds.id, Shard.state != "deleted")
+            .group_by(Shard.job_id)
+        )
+    }
+    return [job_info(r, ds.name, *counts.get(r.id, (0, 0))) for r in rows]
+
+
+def commit_job(
+    session: Session,
+    job_id: int,
+    *,
+    catalog: str,
+    expected_version: int | None,
+    replace: bool,
+    shards: Collection[str] | None,
+    require_empty: bool,
+) -> None:
+    """See :meth:`Catalog.commit_job`: :func:`commit` unless the job is committed already."""
+    row = unsettled_job(session, job_id, "committed", catalog=catalog)
+    if row is not None:
+        commit(
+            session,
+            session.get_one(Dataset, row.dataset_id),
+            row,
+            expected_version=expected_version,
+            replace=replace,
+            shards=shards,
+            require_empty=require_empty,
+        )
+
+
+def abort_job(session: Session, job_id: int, *, catalog: str) -> None:
+    """See :meth:`Catalog.abort_job`: retire the job's staged shards and mark it aborted."""
+    if unsettled_job(session, job_id, "aborted", catalog=catalog) is None:
+        return
+    staged = list(
+        session.execute(
+            select(Shard.id).where(Shard.job_id == job_id, Shard.state == "staged")
+        ).scalars()
+    )
+    retire(session, staged)
+    session.execute(
+        update(Job).where(Job.id == job_id).values(state="aborted", finished_at=func.now()),
+        execution_options=NO_SYNC,
+    )
 
 
 def duplicate_keys(session: Session, job_id: int) -> list[str]:
@@ -119,7 +294,7 @@ def commit(
         stmt = stmt.where(Dataset.version == expected_version)
     version = session.execute(
         stmt.values(version=Dataset.version + 1).returning(Dataset.version),
-        execution_options=_NO_SYNC,
+        execution_options=NO_SYNC,
     ).scalar_one_or_none()
     if version is None:
         raise _moved(session, dataset, job, expected_version, replace)
@@ -154,13 +329,13 @@ def commit(
         update(Shard)
         .where(Shard.job_id == job.id, Shard.state == "staged")
         .values(state="committed", committed_at=func.now()),
-        execution_options=_NO_SYNC,
+        execution_options=NO_SYNC,
     )
     done = session.execute(
         update(Job)
         .where(Job.id == job.id, Job.state == "open")
         .values(state="committed", version=version, finished_at=func.now()),
-        execution_options=_NO_SYNC,
+        execution_options=NO_SYNC,
     )
     if done.rowcount != 1:  # type: ignore[attr-defined]
         raise CommitConflictError(
@@ -217,7 +392,7 @@ def retire(session: Session, shard_ids: Sequence[int]) -> None:
             update(Shard)
             .where(Shard.id.in_(ids[i : i + 500]))
             .values(state="deleted", deleted_at=func.now()),
-            execution_options=_NO_SYNC,
+            execution_options=NO_SYNC,
         )
 
 
@@ -235,7 +410,7 @@ def delete_records(session: Session, shard_ids: Sequence[int]) -> None:
     ids = list(shard_ids)
     for i in range(0, len(ids), 500):
         session.execute(
-            delete(Record).where(Record.shard_id.in_(ids[i : i + 500])), execution_options=_NO_SYNC
+            delete(Record).where(Record.shard_id.in_(ids[i : i + 500])), execution_options=NO_SYNC
         )
 
 
@@ -244,4 +419,4 @@ def drop_shards(s: Session, shard_ids: list[int]) -> None:
     if not shard_ids:
         return
     delete_records(s, shard_ids)
-    s.execute(delete(Shard).where(Shard.id.in_(shard_ids)), execution_options=_NO_SYNC)
+    s.execute(delete(Shard).where(Shard.id.in_(shard_ids)), execution_options=NO_SYNC)

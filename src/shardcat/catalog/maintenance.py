@@ -2,16 +2,21 @@
 
 The shards are the source of truth: everything the catalog stores about a
 shard can be recomputed from its header and footer (:func:`prepare_shard`).
+Reading files takes time, so it happens outside any transaction
+(:func:`prepare_from_footers`, :func:`check_files`); the functions taking a
+session then only run SQL, in the transaction the
+:class:`~shardcat.catalog.Catalog` opens.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import select, text, update
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from ..errors import (
     CatalogError,
@@ -21,18 +26,29 @@ from ..errors import (
     ShardNotFoundError,
 )
 from ..format import ShardInfo
-from ..storage import expand_braces, redact
+from ..storage import redact
 from ..storage.shards import ShardReader
-from . import jobs as _jobs
+from . import jobs
+from .datasets import find_dataset
 from .models import Job, Shard
 from .register import PreparedShard, prepare_shard
 from .results import CatalogReport, Problem, ShardRow
 from .rows import shard_row
+from .session import NO_SYNC
+from .shards import insert_shard
 
-if TYPE_CHECKING:
-    from .catalog import Catalog
+__all__ = [
+    "FileCheck",
+    "check_files",
+    "committed_shards",
+    "compare_with_catalog",
+    "prepare_from_footers",
+    "read_footers",
+    "reindex_shards",
+]
 
-__all__ = ["read_footers", "reindex_shards", "verify_dataset"]
+FileCheck = tuple[ShardInfo | None, list[Problem], int]
+"""What reading one shard found: its footer (if readable), problems, records checked."""
 
 _LISTED = 20
 _COMPARED = (
@@ -71,45 +87,55 @@ def read_footers(urls: list[str], storage_options: Any, workers: int) -> list[Sh
         return list(pool.map(one, urls))
 
 
-def reindex_shards(
-    cat: Catalog, dataset: str, urls: str | Iterable[str], *, workers: int
-) -> list[ShardRow]:
-    """See :meth:`Catalog.reindex`."""
-    url_list = expand_braces(urls) if isinstance(urls, str) else list(urls)
-    if len(set(url_list)) != len(url_list):
+def prepare_from_footers(
+    urls: list[str], storage_options: Any, workers: int
+) -> list[PreparedShard]:
+    """The catalog rows of each shard, rebuilt from its footer (no SQL: before the transaction).
+
+    Raises
+    ------
+    ValueError
+        If a URL is named twice.
+    ShardNotFoundError, FormatError
+        For the first shard that is missing or unreadable.
+    """
+    if len(set(urls)) != len(urls):
         raise ValueError("reindex() got the same shard URL twice")
-    infos = read_footers(url_list, cat.storage_options, workers)
     preps: list[PreparedShard] = []
-    for url, info in zip(url_list, infos):
+    for url, info in zip(urls, read_footers(urls, storage_options, workers)):
         prep = prepare_shard(info)
         prep.url = redact(url)  # as the caller names it, not as the reader resolved it
         preps.append(prep)
-    with cat._uow(write=True) as s:
-        ds = cat._dataset(s, dataset)
-        job = Job(dataset_id=ds.id, state="open", description="reindex")
-        s.add(job)
-        s.flush()
-        keep_job: dict[int, int | None] = {}
-        new_ids: list[int] = []
-        for prep in preps:
-            old = s.execute(
-                select(Shard.id, Shard.job_id).where(
-                    Shard.dataset_id == ds.id, Shard.url == prep.url, Shard.state == "committed"
-                )
-            ).all()
-            _jobs.drop_shards(s, [o.id for o in old])
-            shard_id = cat._insert(s, ds.id, job.id, prep)
-            new_ids.append(shard_id)
-            if old:
-                keep_job[shard_id] = old[0].job_id
-        _jobs.commit(s, ds, job)
-        for shard_id, old_job in keep_job.items():
-            # The shard is the same file: it stays attributed to the job that wrote it.
-            s.execute(
-                update(Shard).where(Shard.id == shard_id).values(job_id=old_job),
-                execution_options={"synchronize_session": False},
+    return preps
+
+
+def reindex_shards(session: Session, dataset: str, preps: list[PreparedShard]) -> list[ShardRow]:
+    """See :meth:`Catalog.reindex`: replace these shards' rows, committed as one job."""
+    ds = find_dataset(session, dataset)
+    job = Job(dataset_id=ds.id, state="open", description="reindex")
+    session.add(job)
+    session.flush()
+    keep_job: dict[int, int | None] = {}
+    new_ids: list[int] = []
+    for prep in preps:
+        old = session.execute(
+            select(Shard.id, Shard.job_id).where(
+                Shard.dataset_id == ds.id, Shard.url == prep.url, Shard.state == "committed"
             )
-        return [shard_row(s.get_one(Shard, i, populate_existing=True), ds.name) for i in new_ids]
+        ).all()
+        jobs.drop_shards(session, [o.id for o in old])
+        shard_id = insert_shard(session, ds.id, job.id, prep)
+        new_ids.append(shard_id)
+        if old:
+            keep_job[shard_id] = old[0].job_id
+    jobs.commit(session, ds, job)
+    for shard_id, old_job in keep_job.items():
+        # The shard is the same file: it stays attributed to the job that wrote it.
+        session.execute(
+            update(Shard).where(Shard.id == shard_id).values(job_id=old_job),
+            execution_options=NO_SYNC,
+        )
+    return [shard_row(session.get_one(Shard, i, populate_existing=True), ds.name) for i in new_ids]
 
 
 _CATALOG_ROWS = text(
@@ -118,27 +144,39 @@ _CATALOG_ROWS = text(
 )
 
 
-def verify_dataset(
-    cat: Catalog,
-    dataset: str,
+def committed_shards(session: Session, dataset: str) -> list[Shard]:
+    """The dataset's committed shard rows, in the order verify reports them.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        If there is no such dataset.
+    """
+    ds = find_dataset(session, dataset)
+    return list(
+        session.execute(
+            select(Shard)
+            .where(Shard.dataset_id == ds.id, Shard.state == "committed")
+            .order_by(Shard.shard_number, Shard.url, Shard.id)
+        ).scalars()
+    )
+
+
+def check_files(
+    shards: list[Shard],
+    storage_options: Any,
     *,
     workers: int,
     on_shard: Callable[[str, int], None] | None = None,
-) -> CatalogReport:
-    """See :meth:`Catalog.verify`."""
-    with cat._uow() as s:
-        ds = cat._dataset(s, dataset)
-        shards = list(
-            s.execute(
-                select(Shard)
-                .where(Shard.dataset_id == ds.id, Shard.state == "committed")
-                .order_by(Shard.shard_number, Shard.url, Shard.id)
-            ).scalars()
-        )
+) -> list[FileCheck]:
+    """Read every shard's footer and check every CRC (no SQL: outside any transaction).
 
-    def read_and_verify(url: str) -> tuple[ShardInfo | None, list[Problem], int]:
+    ``on_shard(url, total)`` is called as each shard's check finishes.
+    """
+
+    def read_and_verify(url: str) -> FileCheck:
         try:
-            reader = ShardReader(url, storage_options=cat.storage_options)
+            reader = ShardReader(url, storage_options=storage_options)
         except ShardNotFoundError as e:
             return None, [Problem(url, "missing", f"the shard file does not exist: {e}")], 0
         except (ShardcatError, OSError) as e:
@@ -155,7 +193,7 @@ def verify_dataset(
                 return info, [Problem(url, "corrupt", str(e))], 0
         return info, [], checked
 
-    def check_file(shard: Shard) -> tuple[ShardInfo | None, list[Problem], int]:
+    def check_file(shard: Shard) -> FileCheck:
         url = shard.url
         try:
             return read_and_verify(url)
@@ -169,36 +207,39 @@ def verify_dataset(
 
     if len(shards) > 1 and workers > 1:
         with ThreadPoolExecutor(max_workers=min(workers, len(shards))) as pool:
-            results = list(pool.map(check_file, shards))
-    else:
-        results = [check_file(sh) for sh in shards]
+            return list(pool.map(check_file, shards))
+    return [check_file(sh) for sh in shards]
 
+
+def compare_with_catalog(
+    session: Session, dataset: str, shards: list[Shard], checks: list[FileCheck]
+) -> CatalogReport:
+    """See :meth:`Catalog.verify`: each shard's footer against its catalog rows, and the report."""
     problems: list[Problem] = []
     records = 0
     size = 0
-    with cat._uow() as s:
-        for shard, (info, file_problems, checked) in zip(shards, results):
-            problems.extend(file_problems)
-            records += checked
-            if info is None:
-                continue
-            size += info.size
-            try:
-                problems.extend(_compare(s, shard, info))
-            except (CatalogError, SQLAlchemyError):
-                raise  # the catalog failed, not the shard
-            except Exception as e:  # as in check_file: report the shard, check the next
-                problems.append(
-                    Problem(
-                        shard.url,
-                        "unreadable",
-                        f"the footer cannot be compared with the catalog: {type(e).__name__}: {e}",
-                    )
+    for shard, (info, file_problems, checked) in zip(shards, checks):
+        problems.extend(file_problems)
+        records += checked
+        if info is None:
+            continue
+        size += info.size
+        try:
+            problems.extend(_compare(session, shard, info))
+        except (CatalogError, SQLAlchemyError):
+            raise  # the catalog failed, not the shard
+        except Exception as e:  # as in check_file: report the shard, check the next
+            problems.append(
+                Problem(
+                    shard.url,
+                    "unreadable",
+                    f"the footer cannot be compared with the catalog: {type(e).__name__}: {e}",
                 )
+            )
     return CatalogReport(dataset, len(shards), records, size, problems)
 
 
-def _compare(s: Any, shard: Shard, info: ShardInfo) -> list[Problem]:
+def _compare(s: Session, shard: Shard, info: ShardInfo) -> list[Problem]:
     """Disagreements between a shard's catalog rows and its footer."""
     url = shard.url
     try:

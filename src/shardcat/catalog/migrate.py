@@ -1,7 +1,7 @@
 """Schema versions: Alembic migrations from the top-level ``migrations/`` folder.
 
-The folder ships in the wheel as the ``shardcat.migrations`` package (in a
-checkout, ``src/shardcat/migrations`` links to it). ``shardcat catalog
+The folder ships in the wheel as the ``shardcat.migrations`` package
+(``pyproject.toml`` maps the package to the folder). ``shardcat catalog
 upgrade`` calls :func:`upgrade`; a :class:`~shardcat.catalog.Catalog` calls
 :func:`ensure_schema`, which creates an empty catalog at the newest revision
 and refuses, with a message naming the upgrade command, one at another.

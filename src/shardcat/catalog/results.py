@@ -14,6 +14,8 @@ __all__ = [
     "BatchResult",
     "CatalogReport",
     "DatasetInfo",
+    "DatasetSummary",
+    "EntryKind",
     "JobInfo",
     "Location",
     "Problem",
@@ -33,6 +35,29 @@ class DatasetInfo:
     """Number of commits so far."""
     properties: dict[str, Any]
     created_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetSummary:
+    """A dataset with the totals of its committed shards (what ``shardcat ls`` lists)."""
+
+    name: str
+    root_url: str
+    created_at: dt.datetime
+    shard_count: int
+    record_count: int
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class EntryKind:
+    """One kind of entry of a dataset, and how many committed records hold one."""
+
+    name: str
+    content_type: str
+    codec: str
+    """The codec's label: ``none``, ``zstd`` or ``lz4``."""
+    record_count: int
 
 
 @dataclass(frozen=True, slots=True)

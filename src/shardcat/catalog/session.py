@@ -17,6 +17,7 @@ import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
@@ -31,6 +32,8 @@ from ..errors import CatalogError, CatalogLockedError, SchemaVersionError, Shard
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
     "DEFAULT_URL",
+    "NO_SYNC",
+    "catalog_exists",
     "create_catalog_engine",
     "default_url",
     "display_url",
@@ -46,6 +49,9 @@ DEFAULT_BUSY_TIMEOUT = 30.0
 ENV_VAR = "SHARDCAT_CATALOG"
 
 _WRITE = "shardcat_write"
+
+NO_SYNC = {"synchronize_session": False}
+"""Execution options of bulk UPDATE/DELETE statements: the session holds no rows to keep in sync."""
 
 
 def default_url() -> str:
@@ -77,6 +83,23 @@ def normalize_url(url: str | URL) -> URL:
             "uses psycopg 3: write postgresql+psycopg://... (pip install 'shardcat[postgres]')"
         )
     return parsed
+
+
+def catalog_exists(url: str | URL) -> bool:
+    """Whether there is a catalog database to open at ``url`` without creating one.
+
+    False only for a SQLite file that does not exist (connecting would create
+    an empty one). A server database, an in-memory one and a URL that does not
+    parse count as there: opening them reports what is wrong.
+    """
+    try:
+        parsed = make_url(url)
+    except Exception:  # the catalog reports malformed URLs itself
+        return True
+    if parsed.get_backend_name() != "sqlite":
+        return True
+    db = parsed.database or ""
+    return db in ("", ":memory:") or db.startswith("file:") or Path(db).exists()
 
 
 def display_url(url: str | URL) -> str:

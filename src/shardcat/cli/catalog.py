@@ -10,8 +10,9 @@ from typing import Annotated
 
 import typer
 
-from ..catalog import migrate
-from ..catalog.session import display_url
+from ..catalog import current as current_revision
+from ..catalog import display_url, head_revision
+from ..catalog import upgrade as upgrade_catalog
 from .common import state_of
 from .output import Output
 
@@ -57,7 +58,7 @@ def upgrade(
 ) -> None:
     """Apply the catalog's schema migrations (creates the tables in an empty database)."""
     url = _url(ctx, catalog)
-    before, after = migrate.upgrade(url, revision)
+    before, after = upgrade_catalog(url, revision)
     out = _output(ctx)
     if out.as_json:
         out.json({"catalog": display_url(url), "from": before, "to": after})
@@ -74,8 +75,8 @@ def upgrade(
 def current(ctx: typer.Context, catalog: CatalogOption = None) -> None:
     """Print the catalog's schema revision (and whether it is the newest this shardcat knows)."""
     url = _url(ctx, catalog)
-    rev = migrate.current(url)
-    head = migrate.head_revision()
+    rev = current_revision(url)
+    head = head_revision()
     out = _output(ctx)
     if out.as_json:
         out.json(
@@ -113,9 +114,9 @@ def create_readonly_role(
     later migrations add), and the role to you, so `SET ROLE` works. Safe to
     run again.
     """
+    from ..catalog import create_catalog_engine
     from ..catalog.readonly import create_readonly_role as create
     from ..catalog.readonly import require_postgres
-    from ..catalog.session import create_catalog_engine
 
     url = _url(ctx, catalog)
     engine = create_catalog_engine(url)

@@ -130,18 +130,9 @@ def require_catalog(url: str) -> None:
     CatalogError
         If ``url`` names a SQLite file that is not there.
     """
-    from sqlalchemy.engine import make_url
+    from ..catalog import catalog_exists, display_url
 
-    from ..catalog.session import display_url
-
-    try:
-        parsed = make_url(url)
-    except Exception:  # the catalog reports malformed URLs itself
-        return
-    if parsed.get_backend_name() != "sqlite":
-        return
-    db = parsed.database or ""
-    if db not in ("", ":memory:") and not db.startswith("file:") and not Path(db).exists():
+    if not catalog_exists(url):
         raise CatalogError(
             f"no catalog at {display_url(url)}: write a dataset first, or name the catalog "
             "with --catalog or $SHARDCAT_CATALOG"

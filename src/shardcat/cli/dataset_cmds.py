@@ -15,7 +15,6 @@ from .._units import format_bytes
 from ..errors import InvalidKeyError, KeyNotFoundError
 from .common import open_catalog, state_of, timestamp
 from .output import err_console
-from .queries import dataset_summaries, entry_kinds
 
 __all__ = ["register", "safe_path"]
 
@@ -46,7 +45,17 @@ def ls(
     out = state.out
     with open_catalog(state) as cat:
         if dataset is None:
-            rows = dataset_summaries(cat)
+            rows = [
+                {
+                    "name": d.name,
+                    "root": d.root_url,
+                    "shards": d.shard_count,
+                    "records": d.record_count,
+                    "bytes": d.size_bytes,
+                    "created": timestamp(d.created_at),
+                }
+                for d in cat.dataset_summaries()
+            ]
             if out.as_json:
                 out.json(rows)
                 return
@@ -132,7 +141,15 @@ def stats(
     with open_catalog(state) as cat:
         info = cat.dataset(dataset)
         shards = cat.shards(dataset)
-        kinds = entry_kinds(cat, info.id)
+        kinds = [
+            {
+                "name": k.name,
+                "content_type": k.content_type,
+                "codec": k.codec,
+                "records": k.record_count,
+            }
+            for k in cat.entry_kinds(dataset)
+        ]
     sizes = [s.size_bytes for s in shards]
     counts = [s.record_count for s in shards]
     doc: dict[str, Any] = {

@@ -148,7 +148,7 @@ def demo(
     The catalog is the global --catalog when given, else a SQLite file in the
     demo folder.
     """
-    from ..catalog.session import DEFAULT_URL
+    from ..catalog import DEFAULT_URL
     from ..demo import run_demo
 
     state = ctx.obj

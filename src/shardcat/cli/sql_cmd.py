@@ -105,8 +105,8 @@ def sql(
     SELECT * FROM pragma_table_info('shards').
     """
     from .._units import format_bytes, parse_size
+    from ..catalog import create_catalog_engine
     from ..catalog.readonly import run_read_only
-    from ..catalog.session import create_catalog_engine
 
     state = state_of(ctx)
     url = state.catalog_url

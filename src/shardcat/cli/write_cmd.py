@@ -148,7 +148,7 @@ def _check_size(value: str) -> str:
 
 
 def _check_codec(value: str | None) -> str | None:
-    from ..format.spec import Codec
+    from ..format import Codec
 
     if value is not None:
         try:

@@ -19,11 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import FormatError
+from ..errors import FormatError, InvalidKeyError
 from .codecs import decompress
 from .spec import Codec
 
-__all__ = ["NPY_TYPE", "Entry", "Record", "decode_value", "encode_value"]
+__all__ = ["KEY", "NPY_TYPE", "Entry", "Record", "decode_value", "encode_value", "sample_key"]
+
+KEY = "__key__"
+"""The name under which a sample dict carries its key: ``{"__key__": "img/1", "jpg": ...}``."""
 
 NPY_TYPE = "application/x-npy"
 JSON_TYPE = "application/json"
@@ -99,7 +102,7 @@ class Entry:
         self._stored = _stored
 
     @staticmethod
-    def _from_stored(
+    def from_stored(
         stored: memoryview,
         content_type: str,
         codec: Codec,
@@ -108,14 +111,36 @@ class Entry:
         path: str | None = None,
         offset: int | None = None,
     ) -> Entry:
-        """An entry read from a shard: ``stored`` are its bytes as written (maybe compressed).
+        """An entry read from a shard, from its bytes as written (maybe compressed).
 
-        ``name``, ``path`` and ``offset`` (of the payload) name a compressed
-        entry in the errors of its decompression.
+        For readers: the shard reader and the catalog's lookups build every
+        entry they return with it. Nothing is copied; a compressed entry is
+        decompressed when its bytes are first asked for.
+
+        Parameters
+        ----------
+        stored:
+            The entry's payload as stored in the shard (after its CRC was checked).
+        content_type:
+            The entry's MIME type.
+        codec:
+            How ``stored`` is compressed.
+        name, path, offset:
+            The entry's name, the shard's path and the payload's offset,
+            named in the errors of a failed decompression.
+
+        Returns
+        -------
+        Entry
+            An entry whose ``view`` is ``stored`` itself when uncompressed.
         """
         if codec is Codec.NONE:
             return _StoredEntry(stored, content_type, codec)
         return _CompressedEntry(stored, content_type, codec, name, path, offset)
+
+    # The read path (format/reader.py, catalog/lookup.py) still calls the old
+    # private name; it goes once those modules, being split, call from_stored.
+    _from_stored = from_stored
 
     @property
     def view(self) -> memoryview:
@@ -367,7 +392,7 @@ class Record:
 
     def decode(self) -> dict[str, Any]:
         """The sample as a dict: ``{"__key__": key, name: decoded value, ...}``."""
-        out: dict[str, Any] = {"__key__": self.key}
+        out: dict[str, Any] = {KEY: self.key}
         for name, entry in self.entries.items():
             out[name] = entry.decode()
         return out
@@ -380,6 +405,25 @@ class Record:
     def __repr__(self) -> str:
         parts = ", ".join(f"{n}: {e.content_type} {len(e)} B" for n, e in self.entries.items())
         return f"Record({self.key!r}, {{{parts}}})"
+
+
+def sample_key(sample: Mapping[str, Any], *, path: str | None = None) -> Any:
+    """The key of a sample dict ``{"__key__": key, name: value, ...}`` (checked when added).
+
+    The one check of the ``__key__`` rule, for every writer and task.
+
+    Raises
+    ------
+    InvalidKeyError
+        If the sample has no ``__key__``; the message lists its first names,
+        after ``path`` (the shard being written) when given.
+    """
+    if KEY not in sample:
+        where = f"{path}: " if path else ""
+        raise InvalidKeyError(
+            f"{where}sample has no '__key__'; its names are {sorted(map(str, sample))[:8]}"
+        )
+    return sample[KEY]
 
 
 def as_entries(entries: Mapping[str, Any]) -> dict[str, Entry]:

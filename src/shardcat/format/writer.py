@@ -12,11 +12,11 @@ from typing import Any, BinaryIO
 import numpy as np
 from crc32c import crc32c  # the C function itself: add() is the write hot path
 
-from .. import __version__
+from .._version import __version__
 from ..errors import DuplicateKeyError, InvalidKeyError, RecordTooLargeError, WriterClosedError
 from .checksums import key_hash
 from .codecs import compress, max_decompressed_bytes, should_compress
-from .entries import Entry, Record, encode_value, guess_content_type
+from .entries import Entry, Record, encode_value, guess_content_type, sample_key
 from .footer import EntrySpec, Footer, nesting_exceeds
 from .header import Header
 from .info import ShardInfo
@@ -182,11 +182,7 @@ class ShardWriter:
 
     def write(self, sample: Mapping[str, Any]) -> int:
         """Add a sample dict ``{"__key__": key, name: value, ...}``; see :meth:`add`."""
-        if "__key__" not in sample:
-            raise InvalidKeyError(
-                f"{self.path}: sample has no '__key__'; its names are {sorted(sample)[:8]}"
-            )
-        return self.add(sample["__key__"], sample)
+        return self.add(sample_key(sample, path=self.path), sample)
 
     def add(self, key: str, entries: Mapping[str, Any] | Record) -> int:
         """Append a record and return its index in the shard.

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..storage import join, shard_name
+
+if TYPE_CHECKING:
+    from ..catalog import CatalogHandle
 
 __all__ = ["MAX_ATTEMPTS", "SHARDS_PER_PARTITION", "WritePlan"]
 
@@ -21,14 +24,15 @@ class WritePlan:
     """Everything a partition task needs to write its shards and stage them.
 
     ``storage_options`` travel to the workers with the task (that is how
-    they get credentials) but are never written to the catalog or shown.
+    they get credentials) but are never written to the catalog or shown;
+    so does ``catalog``, whose URL carries the database password.
     """
 
     dataset: str
     root: str
     prefix: str
     job_id: int
-    catalog_url: str = field(repr=False)
+    catalog: CatalogHandle = field(repr=False)
     shard_size: int = 256_000_000
     max_records: int | None = None
     compression: str | None = None

@@ -6,10 +6,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ..errors import InvalidKeyError
+from ..format.entries import KEY, sample_key
 
 __all__ = ["KEY", "rows_to_samples", "validate_sample"]
-
-KEY = "__key__"
 
 
 def validate_sample(sample: Any) -> Mapping[str, Any]:
@@ -17,10 +16,7 @@ def validate_sample(sample: Any) -> Mapping[str, Any]:
         raise TypeError(
             f"samples are dicts like {{'__key__': 'img/001', 'jpg': b'...'}}, got a {type(sample).__name__}"
         )
-    if KEY not in sample:
-        raise InvalidKeyError(
-            f"sample has no '__key__'; its names are {sorted(map(str, sample))[:8]}"
-        )
+    sample_key(sample)
     return sample
 
 

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CommitConflictError
 from ..storage import first_free, redact, resolve
@@ -24,22 +24,23 @@ from ..storage.shards import RollingShardWriter
 from .plan import SHARDS_PER_PARTITION, WritePlan
 from .samples import validate_sample
 
+if TYPE_CHECKING:
+    from ..catalog import Catalog, CatalogHandle
+
 __all__ = ["PartitionResult", "write_partition"]
 
 log = logging.getLogger(__name__)
 
-_catalogs: dict[str, Any] = {}
+_catalogs: dict[CatalogHandle, Catalog] = {}
 _lock = threading.Lock()
 
 
-def catalog_for(url: str) -> Any:
-    """One Catalog per worker process and URL (engines are pooled and not picklable)."""
-    from ..catalog import Catalog
-
+def catalog_for(handle: CatalogHandle) -> Catalog:
+    """One Catalog per worker process and handle (engines are pooled and not picklable)."""
     with _lock:
-        cat = _catalogs.get(url)
+        cat = _catalogs.get(handle)
         if cat is None:
-            cat = _catalogs[url] = Catalog(url)
+            cat = _catalogs[handle] = handle.open()
         return cat
 
 
@@ -66,7 +67,7 @@ def write_partition(samples: Iterable[Any], plan: WritePlan, partition: int) -> 
         published that the catalog refused.
     """
     t0 = time.perf_counter()
-    catalog = catalog_for(plan.catalog_url)
+    catalog = catalog_for(plan.catalog)
     _require_open(catalog, plan)
 
     first = plan.first_shard_number(partition)
@@ -128,7 +129,7 @@ def write_partition(samples: Iterable[Any], plan: WritePlan, partition: int) -> 
     return result
 
 
-def _require_open(catalog: Any, plan: WritePlan) -> None:
+def _require_open(catalog: Catalog, plan: WritePlan) -> None:
     state = catalog.job(plan.job_id).state
     if state != "open":
         raise CommitConflictError(

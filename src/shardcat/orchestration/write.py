@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from .._units import format_bytes, parse_size
 from ..errors import DatasetExistsError
-from ..storage import brace_patterns, dataset_prefix, is_local, redact, resolve
+from ..storage import brace_patterns, dataset_prefix, is_local, local_path, redact, resolve
 from .plan import SHARDS_PER_PARTITION, WritePlan
 from .samples import batched, rows_to_samples
 from .tasks import PartitionResult, write_partition
@@ -139,7 +139,7 @@ def write(
     size = parse_size(shard_size)
     opts = dict(storage_options or {})
     if is_local(url):  # the catalog must not depend on the working folder
-        url = os.path.abspath(url.split("://", 1)[1] if "://" in url else url)
+        url = os.path.abspath(local_path(url))
     resolve(url, opts)  # a bad URL fails here, typed, before any worker sees it
     t0 = time.perf_counter()
     cat.create_dataset(dataset, redact(url), exist_ok=True)
@@ -166,7 +166,7 @@ def write(
         root=url.rstrip("/"),
         prefix=prefix or dataset_prefix(dataset),
         job_id=job.id,
-        catalog_url=cat._url,  # with its password: workers must connect (never shown)
+        catalog=cat.handle(),  # with its password: workers must connect (never shown)
         shard_size=size,
         max_records=max_records_per_shard,
         compression=compression,

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from .atomic import PendingFile, open_pending
 from .cache import SourceCache, fetch_ranges
-from .fs import brace_patterns, brace_range, expand_braces, is_local, join, redact, resolve
+from .fs import (
+    brace_patterns,
+    brace_range,
+    expand_braces,
+    is_local,
+    join,
+    local_path,
+    redact,
+    resolve,
+)
 from .locations import dataset_prefix, first_free, shard_name
 from .sources import FsspecSource, open_source
 
@@ -20,6 +29,7 @@ __all__ = [
     "first_free",
     "is_local",
     "join",
+    "local_path",
     "open_pending",
     "open_source",
     "redact",

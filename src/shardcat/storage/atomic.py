@@ -28,7 +28,7 @@ from typing import Any, BinaryIO
 
 from .._types import StorageOptions
 from ..errors import ObjectExistsError, StorageError
-from .fs import is_local, redact, resolve
+from .fs import is_local, local_path, redact, resolve
 
 __all__ = ["PendingFile", "open_pending"]
 
@@ -68,7 +68,7 @@ class PendingFile:
         self.exclusive = exclusive
         self._done = False
         if is_local(url):
-            self._final = url.split("://", 1)[1] if "://" in url else url
+            self._final = local_path(url)
             folder = os.path.dirname(os.path.abspath(self._final))
             os.makedirs(folder, exist_ok=True)
             self._temp: str | None = os.path.join(

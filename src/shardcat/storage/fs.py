@@ -15,7 +15,7 @@ from .._redact import redact_url
 from .._types import StorageOptions
 from ..errors import StorageError
 
-__all__ = ["expand_braces", "is_local", "join", "redact", "resolve"]
+__all__ = ["expand_braces", "is_local", "join", "local_path", "redact", "resolve"]
 
 # Scheme → (package to import, extra that installs it).
 _BACKENDS = {
@@ -39,6 +39,15 @@ def protocol_of(url: str) -> str:
 
 def is_local(url: str) -> bool:
     return protocol_of(url) in ("file", "local")
+
+
+def local_path(url: str | os.PathLike[str]) -> str:
+    """The filesystem path of a local URL: ``file:///data/x`` → ``/data/x``; a path as it is.
+
+    Only for URLs :func:`is_local` accepts.
+    """
+    url = os.fspath(url)
+    return url.split("://", 1)[1] if "://" in url else url
 
 
 def resolve(

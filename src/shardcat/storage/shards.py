@@ -9,9 +9,9 @@ from typing import Any, BinaryIO
 
 from .._types import RangeSource, StorageOptions
 from .._units import parse_size
-from ..errors import InvalidKeyError
 from ..format import reader as _reader
 from ..format import writer as _writer
+from ..format.entries import sample_key
 from ..format.info import ShardInfo
 from .atomic import open_pending
 from .fs import join, redact
@@ -196,9 +196,7 @@ class RollingShardWriter:
 
     def write(self, sample: Mapping[str, Any]) -> None:
         """Add a sample dict with a ``__key__``."""
-        if "__key__" not in sample:
-            raise InvalidKeyError(f"sample has no '__key__'; its names are {sorted(sample)[:8]}")
-        self.add(sample["__key__"], sample)
+        self.add(sample_key(sample), sample)
 
     def _close_current(self) -> None:
         w, self._current = self._current, None

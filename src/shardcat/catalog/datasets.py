@@ -1,0 +1,181 @@
+"""Dataset rows: find, create, list, summarise and delete them, inside a unit of work.
+
+Each function takes the session of the caller's transaction; the
+:class:`~shardcat.catalog.Catalog` opens it and documents the public methods.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from ..errors import DatasetExistsError
+from ..format.spec import FORMAT_VERSION
+from ..storage import redact
+from .lookup import unknown_dataset
+from .models import Dataset, Job, Layout, LayoutEntry, Shard
+from .models import Record as RecordRow
+from .results import DatasetInfo, DatasetSummary, EntryKind
+from .rows import dataset_info, utc
+from .session import NO_SYNC
+
+__all__ = [
+    "create_dataset",
+    "delete_dataset",
+    "describe_dataset",
+    "entry_kinds",
+    "find_dataset",
+    "list_datasets",
+    "summarize_datasets",
+]
+
+
+def find_dataset(session: Session, name: str) -> Dataset:
+    """The dataset's row.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        If there is no such dataset (the message lists the known ones).
+    """
+    row = session.execute(select(Dataset).where(Dataset.name == name)).scalar_one_or_none()
+    if row is None:
+        raise unknown_dataset(
+            name, list(session.execute(select(Dataset.name).order_by(Dataset.name)).scalars())
+        )
+    return row
+
+
+def describe_dataset(session: Session, name: str) -> DatasetInfo:
+    """See :meth:`Catalog.dataset`."""
+    return dataset_info(find_dataset(session, name))
+
+
+def create_dataset(
+    session: Session,
+    name: str,
+    root_url: str,
+    properties: dict[str, Any] | None,
+    *,
+    exist_ok: bool,
+) -> DatasetInfo:
+    """See :meth:`Catalog.create_dataset`."""
+    if not name or len(name) > 255:
+        raise ValueError("a dataset name is 1 to 255 characters")
+    existing = session.execute(select(Dataset).where(Dataset.name == name)).scalar_one_or_none()
+    if existing is None:
+        row = Dataset(
+            name=name,
+            root_url=redact(root_url),
+            format_major=FORMAT_VERSION[0],
+            format_minor=FORMAT_VERSION[1],
+            properties=dict(properties or {}),
+        )
+        try:
+            # Another process may create the same name at the same moment
+            # (PostgreSQL): the loser sees its row, as if it had come first.
+            with session.begin_nested():
+                session.add(row)
+                session.flush()
+        except IntegrityError:  # the savepoint's rollback expunged the row
+            existing = session.execute(select(Dataset).where(Dataset.name == name)).scalar_one()
+        else:
+            session.refresh(row)
+            return dataset_info(row)
+    if exist_ok:
+        return dataset_info(existing)
+    raise DatasetExistsError(
+        f"dataset {name!r} exists already (root {existing.root_url}); pick another name, "
+        "pass exist_ok=True, or delete it first"
+    )
+
+
+def list_datasets(session: Session) -> list[DatasetInfo]:
+    """Every dataset, by name."""
+    return [
+        dataset_info(d) for d in session.execute(select(Dataset).order_by(Dataset.name)).scalars()
+    ]
+
+
+def delete_dataset(session: Session, name: str, *, missing_ok: bool) -> None:
+    """See :meth:`Catalog.delete_dataset`."""
+    row = session.execute(select(Dataset).where(Dataset.name == name)).scalar_one_or_none()
+    if row is None:
+        if not missing_ok:
+            find_dataset(session, name)  # raises, naming the known datasets
+        return
+    ds = row.id
+    layouts = select(Layout.id).where(Layout.dataset_id == ds)
+    for stmt in (
+        delete(RecordRow).where(RecordRow.dataset_id == ds),
+        delete(LayoutEntry).where(LayoutEntry.layout_id.in_(layouts)),
+        delete(Layout).where(Layout.dataset_id == ds),
+        delete(Shard).where(Shard.dataset_id == ds),
+        delete(Job).where(Job.dataset_id == ds),
+        delete(Dataset).where(Dataset.id == ds),
+    ):
+        session.execute(stmt, execution_options=NO_SYNC)
+
+
+def summarize_datasets(session: Session) -> list[DatasetSummary]:
+    """Every dataset with its committed shard, record and byte counts, by name (one query)."""
+    q = (
+        select(
+            Dataset.name,
+            Dataset.root_url,
+            Dataset.created_at,
+            func.count(Shard.id),
+            func.coalesce(func.sum(Shard.record_count), 0),
+            func.coalesce(func.sum(Shard.size_bytes), 0),
+        )
+        .outerjoin(Shard, (Shard.dataset_id == Dataset.id) & (Shard.state == "committed"))
+        .group_by(Dataset.id, Dataset.name, Dataset.root_url, Dataset.created_at)
+        .order_by(Dataset.name)
+    )
+    return [
+        DatasetSummary(
+            name=name,
+            root_url=root,
+            created_at=utc(created),
+            shard_count=int(shards),
+            record_count=int(records),
+            size_bytes=int(size),
+        )
+        for name, root, created, shards, records, size in session.execute(q)
+    ]
+
+
+def entry_kinds(session: Session, name: str) -> list[EntryKind]:
+    """The dataset's entry kinds with the committed records holding each (from the layouts).
+
+    Raises
+    ------
+    DatasetNotFoundError
+        If there is no such dataset.
+    """
+    dataset_id = find_dataset(session, name).id
+    per_layout = (
+        select(RecordRow.layout_id, func.count().label("n"))
+        .join(Shard, Shard.id == RecordRow.shard_id)
+        .where(RecordRow.dataset_id == dataset_id, Shard.state == "committed")
+        .group_by(RecordRow.layout_id)
+        .subquery()
+    )
+    q = (
+        select(
+            LayoutEntry.name,
+            LayoutEntry.content_type,
+            LayoutEntry.codec,
+            func.sum(per_layout.c.n),
+        )
+        .join(per_layout, per_layout.c.layout_id == LayoutEntry.layout_id)
+        .group_by(LayoutEntry.name, LayoutEntry.content_type, LayoutEntry.codec)
+        .order_by(LayoutEntry.name, LayoutEntry.content_type, LayoutEntry.codec)
+    )
+    return [
+        EntryKind(name=n, content_type=t, codec=c, record_count=int(k))
+        for n, t, c, k in session.execute(q)
+    ]

@@ -1,0 +1,63 @@
+"""Layers load only what they need: the format without fsspec, the package root without any backend.
+
+Each import runs in a fresh interpreter (this one has loaded everything already).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("fsspec", "sqlalchemy", "alembic", "dask", "distributed")
+
+
+def loaded_after(statement: str) -> list[str]:
+    """Top-level packages of HEAVY that ``statement`` loads in a fresh interpreter."""
+    code = (
+        f"import json, sys\n{statement}\n"
+        f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r}))))"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert p.returncode == 0, p.stderr
+    return list(json.loads(p.stdout))
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "import shardcat.format",
+        "import shardcat",
+        "from shardcat import Entry, Record, ShardInfo, __version__",
+        "from shardcat.format import ShardReader, ShardWriter",
+    ],
+)
+def test_format_and_root_load_no_storage_sql_or_dask(statement):
+    assert loaded_after(statement) == []
+
+
+def test_lazy_names_load_their_layer_on_first_use():
+    assert loaded_after("import shardcat; shardcat.ShardWriter") == ["fsspec"]
+    assert "sqlalchemy" in loaded_after("import shardcat; shardcat.Catalog")
+    assert "fsspec" in loaded_after("import shardcat; shardcat.storage.join")
+
+
+def test_lazy_names_are_the_real_objects():
+    import shardcat
+    import shardcat.catalog
+    import shardcat.format
+
+    assert shardcat.Catalog is shardcat.catalog.Catalog
+    assert issubclass(shardcat.ShardReader, shardcat.format.ShardReader)
+    assert issubclass(shardcat.ShardWriter, shardcat.format.ShardWriter)
+    assert shardcat.__version__ == importlib.metadata.version("shardcat")
+    assert set(shardcat.__all__) <= set(dir(shardcat))
+    missing = [name for name in shardcat.__all__ if not hasattr(shardcat, name)]
+    assert missing == []
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = shardcat.nope

@@ -1,0 +1,148 @@
+"""The wheel is whole: built from this checkout and installed in a fresh venv, it upgrades a catalog.
+
+The migrations live in the top-level ``migrations/`` folder and install as the
+``shardcat.migrations`` package through a ``package-dir`` mapping, which
+needs its packages listed by hand: this test fails if one is left out, and if
+the installed ``shardcat catalog upgrade`` cannot find the migration scripts.
+
+The venv borrows this one's dependencies through a ``.pth`` line (installing
+them would take a minute) but not its editable shardcat: a path a ``.pth``
+file adds is not scanned for further ``.pth`` files, so the editable finder
+never loads there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shardcat.catalog import head_revision
+
+ROOT = Path(__file__).parents[1]
+pytestmark = pytest.mark.slow
+
+
+def _run(*args: str | Path, cwd: Path, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    p = subprocess.run(
+        [str(a) for a in args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        **kwargs,
+    )
+    assert p.returncode == 0, f"{args}: {p.stdout}\n{p.stderr}"
+    return p
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel, built from a copy of the sources (a stale build/ folder cannot leak in)."""
+    work = tmp_path_factory.mktemp("wheel")
+    tree = work / "tree"
+    tree.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, tree / name)
+    skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    for folder in ("src", "migrations"):
+        shutil.copytree(ROOT / folder, tree / folder, ignore=skip, symlinks=True)
+    _run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--quiet",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-index",
+        "--wheel-dir",
+        work / "dist",
+        tree,
+        cwd=work,
+    )
+    (built,) = (work / "dist").glob("shardcat-*.whl")
+    return built
+
+
+def _expected_files() -> set[str]:
+    """What the wheel must hold under shardcat/: every module, plus the data files."""
+    files = {
+        "shardcat/" + p.relative_to(ROOT / "src" / "shardcat").as_posix()
+        for p in (ROOT / "src" / "shardcat").rglob("*.py")
+    }
+    files |= {
+        "shardcat/migrations/" + p.relative_to(ROOT / "migrations").as_posix()
+        for p in (ROOT / "migrations").rglob("*.py")
+    }
+    return files | {
+        "shardcat/py.typed",
+        "shardcat/migrations/script.py.mako",
+        "shardcat/migrations/README.md",
+    }
+
+
+def test_the_wheel_holds_every_module_and_the_migrations(wheel):
+    with zipfile.ZipFile(wheel) as z:
+        shipped = {n for n in z.namelist() if n.startswith("shardcat/")}
+    assert shipped == _expected_files()
+
+
+def test_the_installed_wheel_upgrades_a_catalog_to_head(wheel, tmp_path):
+    venv = tmp_path / "venv"
+    _run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path)
+    python = venv / "bin" / "python"
+    site = _run(
+        python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=tmp_path
+    ).stdout.strip()
+    # This venv's dependencies, but no .pth of its own: its editable shardcat stays out.
+    (Path(site) / "borrowed-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    _run(
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        python,
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--no-index",
+        wheel,
+        cwd=tmp_path,
+    )
+    where = json.loads(
+        _run(
+            python,
+            "-c",
+            "import json, shardcat, shardcat.migrations; "
+            "print(json.dumps([shardcat.__file__, shardcat.migrations.__file__]))",
+            cwd=tmp_path,
+        ).stdout
+    )
+    assert all(Path(f).is_relative_to(Path(site)) for f in where), where
+
+    shardcat = venv / "bin" / "shardcat"
+    db = f"sqlite:///{tmp_path / 'catalog.db'}"
+    upgraded = json.loads(
+        _run(shardcat, "--json", "catalog", "upgrade", "--catalog", db, cwd=tmp_path).stdout
+    )
+    assert (upgraded["from"], upgraded["to"]) == (None, head_revision())
+    state = json.loads(
+        _run(shardcat, "--json", "catalog", "current", "--catalog", db, cwd=tmp_path).stdout
+    )
+    assert (state["revision"], state["head"], state["at_head"]) == (
+        head_revision(),
+        head_revision(),
+        True,
+    )
