@@ -68,6 +68,7 @@ from IPython.display import Image, display
 
 import shardcat
 from shardcat.demo import samples
+from shardcat.orchestration import WriteProgress
 
 print("shardcat", shardcat.__version__)""",
     ),
@@ -122,6 +123,10 @@ the catalog; when every task has succeeded, the job is committed in one
 transaction, and only then do lookups see the records. `mode="overwrite"` lets
 you rerun the cell: the new job replaces the dataset's records when it commits.
 
+`progress=` takes a function, called after each partition with a
+`WriteProgress` (partitions done of the total, records, bytes, seconds);
+`progress=True` draws a progress bar in a terminal instead.
+
 The shards and the SQLite catalog go into a temporary folder.""",
     ),
     (
@@ -131,6 +136,11 @@ The shards and the SQLite catalog go into a temporary folder.""",
 root = tempfile.mkdtemp(prefix="shardcat-quickstart-")
 url = f"sqlite:///{os.path.join(root, 'catalog.db')}"
 
+
+def show(p: WriteProgress) -> None:
+    print(f"  {p.done_partitions}/{p.total_partitions} partitions, {p.records:,} records")
+
+
 summary = shardcat.write(
     db.from_sequence(data, npartitions=4),
     os.path.join(root, "quickstart"),
@@ -139,7 +149,7 @@ summary = shardcat.write(
     shard_size="1MB",
     mode="overwrite",
     client=client,
-    progress=False,  # the progress bar is for terminals
+    progress=show,
 )
 print(summary)
 print("catalog:", url)""",

@@ -118,6 +118,7 @@ def test_quickstart_notebook_runs(tmp_path: Path) -> None:
 
     assert "2,000 samples" in _stdout(nb, "samples")
     assert "committed 2,000 records" in _stdout(nb, "write")
+    assert "4/4 partitions, 2,000 records" in _stdout(nb, "write")  # the progress callback
     assert "text/html" in _mime_types(nb, "sql-shards")  # DataFrames render as tables
     assert "text/html" in _mime_types(nb, "sql-labels")
     # The looked-up sample's PNG is displayed as is; the figures are PNGs too.

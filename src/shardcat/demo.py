@@ -18,12 +18,15 @@ import time
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._units import format_bytes
 from .storage import is_local
+
+if TYPE_CHECKING:
+    from .orchestration import WriteProgressCallback
 
 __all__ = ["DemoReport", "make_png", "run_demo", "samples"]
 
@@ -120,12 +123,13 @@ def run_demo(
     workers: int = 2,
     storage_options: Mapping[str, Any] | None = None,
     seed: int = 0,
-    progress: bool = True,
+    progress: bool | WriteProgressCallback | None = True,
 ) -> DemoReport:
     """Write ``count`` samples as the dataset ``demo`` under ``out`` and exercise it.
 
     Reruns replace the dataset (``mode="overwrite"``) and remove the replaced
-    shards, so the demo can be run again and again.
+    shards, so the demo can be run again and again. ``progress`` is handed to
+    :func:`shardcat.write`.
     """
     import sqlalchemy as sa
     from distributed import Client, LocalCluster

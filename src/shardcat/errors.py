@@ -24,6 +24,7 @@ __all__ = [
     "KeyNotFoundError",
     "NewerVersionWarning",
     "ObjectExistsError",
+    "ProgressCallbackError",
     "QueryTimeoutError",
     "RecordTooLargeError",
     "SchemaVersionError",
@@ -119,6 +120,13 @@ class DuplicateKeyError(ShardcatError, ValueError):
     def __init__(self, message: str, keys: list[str] | None = None) -> None:
         super().__init__(message)
         self.keys = list(keys or [])
+
+
+class ProgressCallbackError(ShardcatError):
+    """The progress callback given to ``shardcat.write`` raised; the job was aborted.
+
+    The callback's own exception is the ``__cause__``.
+    """
 
 
 # --- lookups and storage --------------------------------------------------

@@ -59,16 +59,7 @@ def upgrade(
     """Apply the catalog's schema migrations (creates the tables in an empty database)."""
     url = _url(ctx, catalog)
     before, after = upgrade_catalog(url, revision)
-    out = _output(ctx)
-    if out.as_json:
-        out.json({"catalog": display_url(url), "from": before, "to": after})
-    elif before == after:
-        out.line(f"catalog {display_url(url)} is at revision {after} already", markup=False)
-    else:
-        out.line(
-            f"catalog {display_url(url)} upgraded from {before or 'empty'} to revision {after}",
-            markup=False,
-        )
+    _output(ctx).catalog_upgraded(display_url(url), before, after)
 
 
 @catalog_app.command()
@@ -77,21 +68,7 @@ def current(ctx: typer.Context, catalog: CatalogOption = None) -> None:
     url = _url(ctx, catalog)
     rev = current_revision(url)
     head = head_revision()
-    out = _output(ctx)
-    if out.as_json:
-        out.json(
-            {"catalog": display_url(url), "revision": rev, "head": head, "at_head": rev == head}
-        )
-        return
-    if rev is None:
-        out.line(
-            f"none (catalog {display_url(url)} has no schema; run `shardcat catalog upgrade`)",
-            markup=False,
-        )
-    elif rev == head:
-        out.line(f"{rev} (head)")
-    else:
-        out.line(f"{rev} (this shardcat's head is {head}; run `shardcat catalog upgrade`)")
+    _output(ctx).catalog_revision(display_url(url), rev, head)
 
 
 @catalog_app.command("create-readonly-role")
@@ -130,30 +107,4 @@ def create_readonly_role(
         role = create(engine, name, password=password)
     finally:
         engine.dispose()
-    out = _output(ctx)
-    if out.as_json:
-        out.json(
-            {
-                "catalog": display_url(url),
-                "role": role.name,
-                "schema": role.schema,
-                "tables": list(role.tables),
-                "created": role.created,
-                "login": role.login,
-                "granted_to": role.granted_to,
-            }
-        )
-        return
-    verb = "created" if role.created else "updated"
-    kind = "LOGIN" if role.login else "NOLOGIN"
-    out.line(
-        f"{verb} role {role.name} ({kind}): SELECT on {len(role.tables)} catalog tables in "
-        f"schema {role.schema} of {display_url(url)}",
-        markup=False,
-    )
-    if role.granted_to:
-        out.line(f"granted {role.name} to {role.granted_to}", markup=False)
-    out.line(
-        f'use it: shardcat sql --role {role.name} "SELECT ..." (or SHARDCAT_SQL_ROLE={role.name})',
-        markup=False,
-    )
+    _output(ctx).readonly_role(display_url(url), role)

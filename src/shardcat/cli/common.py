@@ -12,7 +12,8 @@ from typing import Any
 import typer
 
 from ..errors import CatalogError
-from .output import Output
+from .output import Output, output_for
+from .output import timestamp as timestamp  # ls's dataset summaries (cli/queries.py) use it
 
 __all__ = [
     "CONFIG_ENV",
@@ -48,13 +49,13 @@ class State:
         storage_options: dict[str, Any] | None = None,
         catalog_url: str | None = None,
     ) -> None:
-        self.out = Output(as_json)
+        self.out: Output = output_for(as_json)
         self.verbose = verbose
         self.storage_options = dict(storage_options or {})
         self.catalog_url = catalog_url or os.environ.get(CATALOG_ENV) or DEFAULT_CATALOG
 
     def __repr__(self) -> str:
-        return f"State(json={self.out.as_json}, verbose={self.verbose}, options=<hidden>)"
+        return f"State(json={self.out.name == 'json'}, verbose={self.verbose}, options=<hidden>)"
 
 
 def state_of(ctx: typer.Context) -> State:
@@ -174,12 +175,3 @@ def parse_duration(value: str) -> dt.timedelta:
         raise typer.BadParameter(f"cannot read {value!r} as a duration; write e.g. 30m, 1h, 2d, 0")
     unit = (m.group(2) or "s").lower()
     return dt.timedelta(seconds=float(m.group(1)) * _SECONDS[unit])
-
-
-def timestamp(value: dt.datetime | None) -> str | None:
-    """A UTC timestamp to the second, for tables."""
-    if value is None:
-        return None
-    if value.tzinfo is not None:
-        value = value.astimezone(dt.timezone.utc)
-    return value.strftime("%Y-%m-%d %H:%M:%S")

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import statistics
 import sys
-from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from .._units import format_bytes
 from ..errors import InvalidKeyError, KeyNotFoundError
 from .common import open_catalog, state_of, timestamp
-from .output import err_console
 
 __all__ = ["register", "safe_path"]
 
@@ -56,80 +52,13 @@ def ls(
                 }
                 for d in cat.dataset_summaries()
             ]
-            if out.as_json:
-                out.json(rows)
-                return
-            out.table(
-                f"Datasets in {cat.url}",
-                ["name", "root", "shards", "records", "bytes", "created"],
-                [
-                    [
-                        r["name"],
-                        r["root"],
-                        r["shards"],
-                        f"{r['records']:,}",
-                        format_bytes(r["bytes"]),
-                        r["created"],
-                    ]
-                    for r in rows
-                ],
-            )
-            if not rows:
-                out.line("no datasets yet: write one with `shardcat write SRC_DIR URL -d NAME`")
+            out.datasets(cat.url, rows)
             return
         shards = cat.shards(dataset, state=None if all_states else "committed")
-    if out.as_json:
-        out.json(
-            [
-                {
-                    "url": s.url,
-                    "state": s.state,
-                    "shard_number": s.shard_number,
-                    "job_id": s.job_id,
-                    "records": s.record_count,
-                    "bytes": s.size_bytes,
-                    "payload_bytes": s.payload_bytes,
-                    "created": s.created_at.isoformat(),
-                }
-                for s in shards
-            ]
-        )
-        return
-    out.table(
-        f"Shards of {dataset}" + ("" if all_states else " (committed)"),
-        ["url", "state", "records", "bytes", "created"],
-        [
-            [
-                s.url,
-                s.state,
-                f"{s.record_count:,}",
-                format_bytes(s.size_bytes),
-                timestamp(s.created_at),
-            ]
-            for s in shards
-        ],
-    )
-    committed = [s for s in shards if s.state == "committed"]
-    by_state = Counter(s.state for s in shards)
-    states = ", ".join(f"{n} {state}" for state, n in sorted(by_state.items()))
-    out.line(
-        f"{len(shards)} shard(s)" + (f" ({states})" if all_states and shards else "") + ": "
-        f"{sum(s.record_count for s in committed):,} committed records, "
-        f"{format_bytes(sum(s.size_bytes for s in committed))}",
-        markup=False,
-    )
+    out.shards(dataset, shards, all_states=all_states)
 
 
 # --- stats ------------------------------------------------------------------
-
-
-def _spread(values: list[int]) -> dict[str, float | int | None]:
-    if not values:
-        return {"min": None, "median": None, "max": None}
-    median = statistics.median(values)
-    if isinstance(median, float) and median.is_integer():
-        median = int(median)
-    return {"min": min(values), "median": median, "max": max(values)}
 
 
 def stats(
@@ -150,53 +79,7 @@ def stats(
             }
             for k in cat.entry_kinds(dataset)
         ]
-    sizes = [s.size_bytes for s in shards]
-    counts = [s.record_count for s in shards]
-    doc: dict[str, Any] = {
-        "dataset": info.name,
-        "root": info.root_url,
-        "created": info.created_at.isoformat(),
-        "version": info.version,
-        "shards": len(shards),
-        "records": sum(counts),
-        "bytes": sum(sizes),
-        "payload_bytes": sum(s.payload_bytes for s in shards),
-        "shard_bytes": _spread(sizes),
-        "shard_records": _spread(counts),
-        "entry_kinds": kinds,
-    }
-    out = state.out
-    if out.as_json:
-        out.json(doc)
-        return
-
-    def size(v: float | int | None) -> str:
-        return "-" if v is None else format_bytes(v)
-
-    sb, sr = doc["shard_bytes"], doc["shard_records"]
-    out.fields(
-        f"Dataset {info.name}",
-        {
-            "root": info.root_url,
-            "created": timestamp(info.created_at),
-            "version": info.version,
-            "shards": len(shards),
-            "records": f"{doc['records']:,}",
-            "bytes": f"{doc['bytes']:,} ({format_bytes(doc['bytes'])})",
-            "payload bytes": f"{doc['payload_bytes']:,} ({format_bytes(doc['payload_bytes'])})",
-            "shard size min / median / max": " / ".join(
-                size(sb[k]) for k in ("min", "median", "max")
-            ),
-            "records per shard min / median / max": " / ".join(
-                "-" if sr[k] is None else f"{sr[k]:,}" for k in ("min", "median", "max")
-            ),
-        },
-    )
-    out.table(
-        "Entry kinds",
-        ["name", "content_type", "codec", "records"],
-        [[k["name"], k["content_type"], k["codec"], f"{k['records']:,}"] for k in kinds],
-    )
+    state.out.dataset_stats(info, shards, kinds)
 
 
 # --- get --------------------------------------------------------------------
@@ -225,47 +108,6 @@ def safe_path(folder: Path, key: str, entry: str) -> Path:
     if not path.resolve().is_relative_to(folder.resolve()):
         raise InvalidKeyError(f"key {key!r} would be saved outside {folder}; refusing")
     return path
-
-
-def _describe(entry: Any) -> tuple[Any, bool]:
-    """(printable value, whether it is the decoded content) of an entry."""
-    ctype = entry.content_type
-    base = ctype.split(";", 1)[0].strip()
-    if base.startswith("text/") or base == "application/json" or base.endswith("+json"):
-        try:
-            return entry.decode(), True
-        except ValueError:  # undecodable text or JSON: show it as bytes
-            pass
-    if base == "application/x-npy":
-        try:
-            a = entry.decode()
-            return f"<array shape={tuple(a.shape)} dtype={a.dtype}>", False
-        except ValueError:
-            pass
-    return f"<{len(entry):,} bytes {ctype}>", False
-
-
-def _sample_doc(record: Any) -> dict[str, Any]:
-    entries: dict[str, Any] = {}
-    for name, entry in record.entries.items():
-        value, decoded = _describe(entry)
-        item: dict[str, Any] = {"content_type": entry.content_type, "bytes": len(entry)}
-        if decoded:
-            item["value"] = value
-        entries[name] = item
-    return {"key": record.key, "entries": entries}
-
-
-def _shown(entry: Any) -> Any:
-    value = _describe(entry)[0]
-    return value.rstrip("\n") if isinstance(value, str) else value
-
-
-def _print_sample(out: Any, record: Any) -> None:
-    out.fields(
-        f"Sample {record.key}",
-        {name: _shown(entry) for name, entry in record.entries.items()} or {"(no entries)": ""},
-    )
 
 
 def _save(folder: Path, records: Iterable[Any]) -> list[dict[str, Any]]:
@@ -347,43 +189,15 @@ def get(
                     f"sample {r.key!r} has no entry {absent[0]!r}; its entries are: {have}"
                 )
     if output_dir is not None:
-        saved = _save(output_dir, records)
-        if out.as_json:
-            out.json({"saved": saved, "missing": missing})
-        else:
-            total = sum(s["bytes"] for s in saved)
-            out.line(
-                f"saved {len(saved)} file(s), {format_bytes(total)}, of {len(records)} sample(s) "
-                f"to {output_dir}",
-                markup=False,
-            )
-    elif names is not None and len(names) == 1 and key is not None and not out.as_json:
-        _raw(records[0].entries[names[0]], key)
-    elif out.as_json:
-        docs = [_sample_doc(r) for r in records]
-        out.json(docs[0] if key is not None else {"samples": docs, "missing": missing})
+        out.saved(output_dir, _save(output_dir, records), len(records), missing)
+    elif key is not None:
+        # One entry of one sample: its raw bytes, for pipes (the text output).
+        raw = names[0] if names is not None and len(names) == 1 else None
+        out.sample(records[0], raw_entry=raw)
     else:
-        for r in records:
-            _print_sample(out, r)
+        out.samples(records, missing)
     if missing:
         shown = ", ".join(repr(k) for k in missing[:10])
         more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
-        err_console.print("[red]error:[/red] ", end="")
-        err_console.print(
-            f"{len(missing)} key(s) not found in {dataset!r}: {shown}{more}", markup=False
-        )
+        out.error(f"{len(missing)} key(s) not found in {dataset!r}: {shown}{more}")
         raise typer.Exit(1)
-
-
-def _raw(entry: Any, key: str) -> None:
-    """The entry's bytes to stdout; refuses to spray binary at a terminal."""
-    if sys.stdout.isatty() and _describe(entry)[1] is False:
-        err_console.print(
-            f"error: entry of {key!r} is {len(entry):,} bytes of {entry.content_type}; redirect "
-            "stdout to a file (> FILE) or save it with -o DIR",
-            markup=False,
-        )
-        raise typer.Exit(1)
-    sys.stdout.flush()
-    sys.stdout.buffer.write(entry.view)
-    sys.stdout.buffer.flush()

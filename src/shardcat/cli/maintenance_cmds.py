@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import sys
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .._units import format_bytes
 from ..storage import expand_braces
 from .common import open_catalog, parse_duration, state_of
-from .output import err_console
 
 __all__ = ["register"]
 
@@ -39,53 +35,9 @@ def verify(
     out = state.out
     with open_catalog(state) as cat:
         n = len(cat.shards(dataset))
-        with Progress(
-            TextColumn("verifying"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("shards"),
-            TimeElapsedColumn(),
-            console=err_console,
-            transient=True,
-            disable=out.as_json,
-        ) as bar:
-            task = bar.add_task("verify", total=n)
-            report = cat.verify(
-                dataset, workers=workers, on_shard=lambda _url, _total: bar.advance(task)
-            )
-    if out.as_json:
-        out.json(
-            {
-                "dataset": report.dataset,
-                "ok": report.ok,
-                "shards_checked": report.shards_checked,
-                "records_checked": report.records_checked,
-                "bytes_checked": report.bytes_checked,
-                "problems": [
-                    {"shard": p.url, "kind": p.kind, "detail": p.message, "keys": list(p.keys)}
-                    for p in report.problems
-                ],
-            }
-        )
-    else:
-        summary = (
-            f"{report.shards_checked} shard(s), {report.records_checked:,} records, "
-            f"{format_bytes(report.bytes_checked)} checked"
-        )
-        if report.ok:
-            out.line(f"[green]ok:[/green] dataset {escape(repr(dataset))}: {summary}, no problems")
-        else:
-            out.table(
-                f"Problems in {dataset}",
-                ["shard", "kind", "detail"],
-                [[p.url, p.kind, p.message] for p in report.problems],
-            )
-            bad = len(report.by_shard())
-            out.line(
-                f"dataset {dataset!r}: {summary}; {len(report.problems)} problem(s) in {bad} "
-                "shard(s)",
-                markup=False,
-            )
+        with out.verify_progress(n) as on_shard:
+            report = cat.verify(dataset, workers=workers, on_shard=on_shard)
+    out.verify_report(dataset, report)
     if not report.ok:
         raise typer.Exit(1)
 
@@ -107,29 +59,7 @@ def reindex(
     expanded = [u for pattern in urls for u in expand_braces(pattern)]
     with open_catalog(state) as cat:
         rows = cat.reindex(dataset, expanded, workers=workers)
-    out = state.out
-    if out.as_json:
-        out.json(
-            [
-                {
-                    "url": r.url,
-                    "shard_number": r.shard_number,
-                    "records": r.record_count,
-                    "bytes": r.size_bytes,
-                }
-                for r in rows
-            ]
-        )
-        return
-    out.table(
-        f"Reindexed shards of {dataset}",
-        ["url", "records", "bytes"],
-        [[r.url, f"{r.record_count:,}", format_bytes(r.size_bytes)] for r in rows],
-    )
-    out.line(
-        f"{len(rows)} shard(s), {sum(r.record_count for r in rows):,} records reindexed",
-        markup=False,
-    )
+    state.out.reindexed(dataset, rows)
 
 
 def gc(
@@ -158,6 +88,7 @@ def gc(
     from ..orchestration.gc import gc as run_gc
 
     state = state_of(ctx)
+    out = state.out
     grace_td, stale_td = parse_duration(grace), parse_duration(stale_after)
     with open_catalog(state) as cat:
         shared = _shared_roots(cat, dataset)
@@ -165,11 +96,10 @@ def gc(
             # gc takes every unregistered file under a dataset's root for an orphan, so
             # another dataset's shards there would be deleted: leave orphans alone.
             name, other, root = shared[0]
-            err_console.print(
+            out.note(
                 f"warning: dataset {name!r} shares its folder {root} with {other!r}"
                 + (f" (and {len(shared) - 1} more overlaps)" if len(shared) > 1 else "")
-                + "; orphan files are left alone, since gc cannot tell whose they are",
-                markup=False,
+                + "; orphan files are left alone, since gc cannot tell whose they are"
             )
             grace_td = dt.timedelta.max
         report = run_gc(
@@ -180,18 +110,7 @@ def gc(
             stale_after=stale_td,
             storage_options=state.storage_options,
         )
-    out = state.out
-    if out.as_json:
-        out.json(dataclasses.asdict(report))
-    else:
-        rows: list[list[Any]] = [["aborted job", j] for j in report.aborted_jobs]
-        rows += [["deleted shard", u] for u in report.deleted_shards]
-        rows += [["orphan file", u] for u in report.orphans]
-        rows += [["kept", k] for k in report.kept]
-        rows += [["error", e] for e in report.errors]
-        if rows:
-            out.table("Would remove" if dry_run else "Removed", ["what", "item"], rows)
-        out.line(str(report), markup=False)
+    out.gc_report(report)
     if report.errors:
         raise typer.Exit(1)
 
@@ -234,31 +153,12 @@ def delete(
         )
         if not yes:
             if not sys.stdin.isatty():
-                err_console.print(
-                    f"error: would delete {what}; pass --yes to confirm without a terminal",
-                    markup=False,
-                )
+                out.error(f"would delete {what}; pass --yes to confirm without a terminal")
                 raise typer.Exit(1)
-            err_console.print(f"This deletes {what}.", markup=False)
+            out.note(f"This deletes {what}.")
             if not typer.confirm("Delete them?", default=False, err=True):
                 raise typer.Abort()
         report = delete_dataset(cat, dataset, storage_options=state.storage_options)
-    removed = len(report.removed)
     for line in report.kept:
-        err_console.print(f"kept {line}", markup=False)
-    if out.as_json:
-        out.json(
-            {
-                "dataset": dataset,
-                "shards": len(shards),
-                "objects_removed": removed,
-                "bytes": size,
-                "kept": report.kept,
-            }
-        )
-    else:
-        out.line(
-            f"deleted dataset {dataset!r}: {removed} shard object(s) removed "
-            f"({len(report.missing)} already gone, {len(report.kept)} kept), {format_bytes(size)}",
-            markup=False,
-        )
+        out.note(f"kept {line}")
+    out.deleted(dataset, report, shards=len(shards), size=size)

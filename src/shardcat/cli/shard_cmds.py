@@ -8,9 +8,8 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from .._units import format_bytes
-from ..storage import redact
 from ..storage.shards import ShardReader
+from .output import ShardInspection
 
 
 def register(app: typer.Typer) -> None:
@@ -95,35 +94,15 @@ def inspect(
         if verify:
             verified = r.verify()
 
-    if out.as_json:
-        doc: dict[str, Any] = {"shard": shard_fields, "entry_kinds": specs, "metadata": r.metadata}
-        if records:
-            doc["records"] = listed
-        if verified is not None:
-            doc["verified"] = {"ok": True, "records": verified.records, "entries": verified.entries}
-        out.json(doc)
-        return
-    shard_fields["size"] = f"{r.size:,} B ({format_bytes(r.size)})"
-    out.fields("Shard", shard_fields)
-    out.table(
-        "Entry kinds",
-        ["name", "content_type", "codec", "count", "bytes"],
-        [list(s.values()) for s in specs],
+    out.inspection(
+        ShardInspection(
+            fields=shard_fields,
+            entry_kinds=specs,
+            metadata=r.metadata,
+            records=listed if records else None,
+            verified=verified,
+        )
     )
-    out.fields("User metadata", r.metadata or {"(none)": ""})
-    if records:
-        out.table(
-            f"First {len(listed)} records",
-            ["#", "key", "offset", "length", "entries"],
-            [
-                [x["index"], x["key"], x["offset"], x["length"], ", ".join(x["entries"])]
-                for x in listed
-            ],
-        )
-    if verified is not None:
-        out.line(
-            f"[green]verified:[/green] {verified.records} records, {verified.entries} entries, every CRC and padding byte checked"
-        )
 
 
 def demo(
@@ -154,20 +133,16 @@ def demo(
     state = ctx.obj
     chosen = getattr(state, "catalog_url", None)
     catalog = chosen if chosen and chosen != DEFAULT_URL else None
-    report = run_demo(
-        out_dir,
-        samples,
-        shard_size,
-        catalog=catalog,
-        scheduler=scheduler,
-        workers=workers,
-        storage_options=state.storage_options,
-        progress=not state.out.as_json,
-    )
-    if state.out.as_json:
-        # The catalog is shown masked already; the folder is --out as given.
-        state.out.json({**report.__dict__, "root": redact(report.root)})
-        return
-    for line in report.lines():
-        state.out.line(line)
-    state.out.line(f"try: shardcat --catalog {report.catalog} ls demo")
+    out = state.out
+    with out.write_progress() as progress:
+        report = run_demo(
+            out_dir,
+            samples,
+            shard_size,
+            catalog=catalog,
+            scheduler=scheduler,
+            workers=workers,
+            storage_options=state.storage_options,
+            progress=progress,
+        )
+    out.demo_report(report)

@@ -6,36 +6,21 @@ parses the options and prints.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from ..catalog.readonly import DEFAULT_TIMEOUT, check_read_only
 from .common import CONFIG_ENV, SQL_ROLE_ENV, load_config, require_catalog, state_of
-from .output import err_console
 
 __all__ = ["check_read_only", "register"]
 
 DEFAULT_MAX_BYTES = "64MiB"
-_TEXT_CELL_CHARS = 4096  # a longer text value is shortened in tables (rich needs ~4 s per MB)
 
 
 def register(app: typer.Typer) -> None:
     app.command("sql")(sql)
-
-
-def _cell(value: Any, *, as_json: bool) -> Any:
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        raw = bytes(value)
-        return raw.hex() if as_json or len(raw) <= 32 else f"<{len(raw):,} bytes>"
-    if isinstance(value, (dt.datetime, dt.date)):
-        return value.isoformat()
-    if not as_json and isinstance(value, str) and len(value) > _TEXT_CELL_CHARS:
-        rest = len(value) - _TEXT_CELL_CHARS
-        return f"{value[:_TEXT_CELL_CHARS]}… (+{rest:,} characters; --json prints whole values)"
-    return value
 
 
 def _max_bytes(value: str) -> str:
@@ -126,15 +111,11 @@ def sql(
     finally:
         engine.dispose()
     out = state.out
-    cells = [[_cell(v, as_json=out.as_json) for v in row] for row in result.rows]
-    out.table(f"{len(cells)} row(s)", list(result.columns), cells)
+    out.query_result(result.columns, result.rows)
     if result.cut == "limit":
-        err_console.print(
-            f"(showing the first {limit} rows; raise --limit to see more)", markup=False
-        )
+        out.note(f"(showing the first {limit} rows; raise --limit to see more)")
     elif result.cut == "max_bytes":
-        err_console.print(
-            f"(output cut after {len(cells)} row(s): the next row would pass --max-bytes "
-            f"{format_bytes(budget)}; raise --max-bytes or select less)",
-            markup=False,
+        out.note(
+            f"(output cut after {len(result.rows)} row(s): the next row would pass --max-bytes "
+            f"{format_bytes(budget)}; raise --max-bytes or select less)"
         )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import enum
 import logging
 import os
@@ -208,7 +207,9 @@ def write(
     batch_size: Annotated[
         int, typer.Option(min=1, help="Samples per Dask task (each task writes its own shards).")
     ] = 2048,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar (on stderr).")] = True,
+    progress: Annotated[
+        bool, typer.Option(help="Show a progress bar (on stderr; never with --json).")
+    ] = True,
 ) -> None:
     """Pack a folder into shards: `a/img1.jpg` + `a/img1.cls` become sample `a/img1` (jpg, cls).
 
@@ -228,7 +229,12 @@ def write(
 
         logging.getLogger("distributed").setLevel(logging.WARNING)
     samples = group_samples(src_dir, iter_files(src_dir))
-    with open_catalog(state, create=True) as cat, _client(workers, scheduler, url) as client:
+    out = state.out
+    with (
+        open_catalog(state, create=True) as cat,
+        _client(workers, scheduler, url) as client,
+        out.write_progress(progress) as bar,
+    ):
         summary = write_dataset(
             samples,
             url,
@@ -240,12 +246,6 @@ def write(
             storage_options=state.storage_options,
             client=client,
             batch_size=batch_size,
-            progress=progress,
+            progress=bar,
         )
-    out = state.out
-    if out.as_json:
-        out.json({**dataclasses.asdict(summary), "mb_per_s": round(summary.mb_per_s, 3)})
-        return
-    out.line(str(summary), markup=False)
-    for pattern in summary.shard_patterns:
-        out.line(f"  {pattern}", markup=False)
+    out.write_summary(summary)

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+from .progress import WriteProgress, WriteProgressCallback
+from .progress_bar import WriteProgressBar
 from .read import iter_shard, read
 from .write import WriteSummary, write
 
-__all__ = ["WriteSummary", "iter_shard", "read", "write"]
+__all__ = [
+    "WriteProgress",
+    "WriteProgressBar",
+    "WriteProgressCallback",
+    "WriteSummary",
+    "iter_shard",
+    "read",
+    "write",
+]

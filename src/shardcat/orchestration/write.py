@@ -14,6 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -21,6 +22,7 @@ from .._units import format_bytes, parse_size
 from ..errors import DatasetExistsError
 from ..storage import brace_patterns, dataset_prefix, is_local, local_path, redact, resolve
 from .plan import SHARDS_PER_PARTITION, WritePlan
+from .progress import ProgressReporter, WriteProgressCallback
 from .samples import batched, rows_to_samples
 from .tasks import PartitionResult, write_partition
 
@@ -74,7 +76,7 @@ def write(
     client: Any = None,
     batch_size: int = 2048,
     retries: int = 2,
-    progress: bool = True,
+    progress: bool | WriteProgressCallback | None = True,
 ) -> WriteSummary:
     """Write ``data`` as numbered shards under ``url`` and register every record.
 
@@ -111,7 +113,11 @@ def write(
         fresh names where an earlier attempt published a shard, and only the
         shards of the attempts that succeeded are committed.
     progress:
-        Show a progress bar (partitions, records, bytes, throughput).
+        ``True`` draws a progress bar on the terminal (partitions, records,
+        bytes, throughput: :class:`~shardcat.orchestration.WriteProgressBar`);
+        ``False`` or ``None`` draws nothing; a callable is called with a
+        :class:`~shardcat.orchestration.WriteProgress` as the job goes (see
+        Notes).
 
     Returns
     -------
@@ -126,10 +132,31 @@ def write(
     CommitConflictError
         ``mode="overwrite"`` and another job committed to the dataset while
         this one ran. Nothing of this job becomes visible.
+    ProgressCallbackError
+        The ``progress`` callback raised (its exception is the cause).
 
+    Notes
+    -----
     Every failure aborts the job: its queued tasks are cancelled, running ones
     stop at their next shard, nothing it staged becomes visible, and what it
     wrote is removed by :func:`shardcat.orchestration.gc.gc`.
+
+    **Progress.** A ``progress`` callable receives a frozen
+    :class:`~shardcat.orchestration.WriteProgress` (``done_partitions``,
+    ``total_partitions``, ``records``, ``bytes``, ``seconds``; ``finished``
+    and ``mb_per_s``): once when the job's tasks start (nothing done yet),
+    once when an iterable runs out (``total_partitions`` was ``None`` until
+    then), and after each partition task finishes. Counts only grow. It is
+    called in the calling thread, between partitions, so it needs no lock;
+    the last event comes before the commit. If it raises, the write fails
+    with ``ProgressCallbackError`` and the job is aborted: raising is how a
+    callback cancels a job. With ``progress=False`` nothing is drawn and rich
+    is not imported.
+
+    >>> events = []
+    >>> shardcat.write(bag, url, catalog=cat, dataset="train", progress=events.append)  # doctest: +SKIP
+    >>> events[-1]  # doctest: +SKIP
+    WriteProgress(done_partitions=64, total_partitions=64, records=1000000, bytes=..., seconds=...)
     """
     from ..catalog import Catalog
 
@@ -137,6 +164,7 @@ def write(
     if mode not in ("create", "append", "overwrite"):
         raise ValueError(f"mode must be 'create', 'append' or 'overwrite', not {mode!r}")
     size = parse_size(shard_size)
+    callback, drawing = _progress_drawer(progress)
     opts = dict(storage_options or {})
     if is_local(url):  # the catalog must not depend on the working folder
         url = os.path.abspath(local_path(url))
@@ -174,12 +202,13 @@ def write(
         storage_options=opts,
         partition_base=partition_base,
     )
+    reporter = ProgressReporter(callback, dataset=dataset, job_id=job.id)
     try:
-        with _cluster(client, url) as dask_client:
+        with _cluster(client, url) as dask_client, drawing:
             futures: list[Any] = []
             try:
                 results = _run(
-                    data, plan, dask_client, key_column, batch_size, retries, progress, futures
+                    data, plan, dask_client, key_column, batch_size, retries, reporter, futures
                 )
             except BaseException:
                 # Tasks still queued never start; running ones stop at their next
@@ -213,6 +242,25 @@ def write(
     )
     log.info("%s", summary)
     return summary
+
+
+def _progress_drawer(
+    progress: bool | WriteProgressCallback | None,
+) -> tuple[WriteProgressCallback | None, AbstractContextManager[object]]:
+    """The callback for ``progress=``, and what to enter around the job (it stops a bar)."""
+    if progress is True:
+        from .progress_bar import WriteProgressBar  # rich loads only when a bar is drawn
+
+        bar = WriteProgressBar()
+        return bar, bar
+    if progress is False or progress is None:
+        return None, contextlib.nullcontext()
+    if not callable(progress):
+        raise TypeError(
+            f"progress must be True, False or a callable taking a WriteProgress, not "
+            f"{type(progress).__name__}"
+        )
+    return progress, contextlib.nullcontext()
 
 
 @contextlib.contextmanager
@@ -254,7 +302,7 @@ def _run(
     key_column: str,
     batch_size: int,
     retries: int,
-    progress: bool,
+    reporter: ProgressReporter,
     futures: list[Any],
 ) -> list[PartitionResult]:
     """Run the partition tasks; every future submitted is appended to ``futures`` (to cancel)."""
@@ -268,14 +316,14 @@ def _run(
             for i, part in enumerate(parts)
         ]
         futures.extend(client.compute(tasks, retries=retries))
-        return _gather(client, futures, progress, len(tasks))
+        return _gather(futures, reporter, len(tasks))
     if isinstance(data, db.Bag):
         parts = data.to_delayed()
         tasks = [delayed(write_partition)(part, plan, i) for i, part in enumerate(parts)]
         futures.extend(client.compute(tasks, retries=retries))
-        return _gather(client, futures, progress, len(tasks))
+        return _gather(futures, reporter, len(tasks))
     if isinstance(data, Iterable) and not isinstance(data, (str, bytes, Mapping)):
-        return _run_iterable(data, plan, client, batch_size, retries, progress, futures)
+        return _run_iterable(data, plan, client, batch_size, retries, reporter, futures)
     raise TypeError(
         f"cannot write a {type(data).__name__}: pass a Dask bag or dataframe, or an iterable of samples"
     )
@@ -287,7 +335,7 @@ def _run_iterable(
     client: Any,
     batch_size: int,
     retries: int,
-    progress: bool,
+    reporter: ProgressReporter,
     futures: list[Any],
 ) -> list[PartitionResult]:
     """Stream batches to the cluster, keeping only a few in flight (bounded client memory)."""
@@ -297,39 +345,42 @@ def _run_iterable(
     in_flight_limit = 2 * workers
     pending: list[Any] = []
     done: list[PartitionResult] = []
-    with _Progress(progress, None) as bar:
-        for i, batch in enumerate(batched(data, batch_size)):
-            future = client.submit(
-                write_partition,
-                batch,
-                plan,
-                i,
-                pure=False,
-                retries=retries,
-                key=f"shardcat-write-{plan.job_id}-{i}",
-            )
-            futures.append(future)
-            pending.append(future)
-            if len(pending) >= in_flight_limit:
-                finished, rest = wait(pending, return_when="FIRST_COMPLETED")
-                for f in finished:
-                    done.append(f.result())
-                    bar.advance(done[-1])
-                pending = list(rest)
-        for f in pending:
-            done.append(f.result())
-            bar.advance(done[-1])
+    sent = 0
+    reporter.start(None)  # how many batches the iterable holds is known at its end
+    for batch in batched(data, batch_size):
+        future = client.submit(
+            write_partition,
+            batch,
+            plan,
+            sent,
+            pure=False,
+            retries=retries,
+            key=f"shardcat-write-{plan.job_id}-{sent}",
+        )
+        sent += 1
+        futures.append(future)
+        pending.append(future)
+        if len(pending) >= in_flight_limit:
+            finished, rest = wait(pending, return_when="FIRST_COMPLETED")
+            for f in finished:
+                done.append(f.result())
+                reporter.partition_done(done[-1])
+            pending = list(rest)
+    reporter.total_known(sent)
+    for f in pending:
+        done.append(f.result())
+        reporter.partition_done(done[-1])
     return done
 
 
-def _gather(client: Any, futures: list[Any], progress: bool, total: int) -> list[PartitionResult]:
+def _gather(futures: list[Any], reporter: ProgressReporter, total: int) -> list[PartitionResult]:
     from distributed import as_completed
 
     results: list[PartitionResult] = []
-    with _Progress(progress, total) as bar:
-        for future in as_completed(futures):
-            results.append(future.result())
-            bar.advance(results[-1])
+    reporter.start(total)
+    for future in as_completed(futures):
+        results.append(future.result())
+        reporter.partition_done(results[-1])
     return results
 
 
@@ -345,51 +396,3 @@ def _is_dask_dataframe(data: Any) -> bool:
     except ImportError:
         return False
     return isinstance(data, dd.DataFrame)
-
-
-class _Progress:
-    """A rich progress bar on the client: partitions done, records and bytes written."""
-
-    def __init__(self, enabled: bool, total: int | None) -> None:
-        self.enabled = enabled
-        self.total = total
-        self.records = 0
-        self.bytes = 0
-        self._progress: Any = None
-        self._task: Any = None
-        self._t0 = time.perf_counter()
-
-    def __enter__(self) -> _Progress:
-        if self.enabled:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-            )
-
-            self._progress = Progress(
-                TextColumn("[bold]writing"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("partitions"),
-                TextColumn("{task.fields[stats]}"),
-                TimeElapsedColumn(),
-                transient=False,
-            )
-            self._progress.__enter__()
-            self._task = self._progress.add_task("write", total=self.total, stats="")
-        return self
-
-    def advance(self, result: PartitionResult) -> None:
-        self.records += result.records
-        self.bytes += result.bytes
-        if self._progress is not None:
-            rate = self.bytes / 1e6 / max(time.perf_counter() - self._t0, 1e-9)
-            stats = f"{self.records:,} records, {format_bytes(self.bytes)}, {rate:.0f} MB/s"
-            self._progress.update(self._task, advance=1, stats=stats)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._progress is not None:
-            self._progress.__exit__(*exc)

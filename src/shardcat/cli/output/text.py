@@ -1,0 +1,371 @@
+"""The default output: rich tables and lines on stdout, progress bars on stderr, for people."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import sys
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from ..._units import format_bytes
+from .base import Output, ShardInspection, VerifyProgressCallback, err_console
+from .documents import describe_entry, stats_doc, timestamp
+
+if TYPE_CHECKING:
+    from ...catalog import CatalogReport, DatasetInfo, ShardRow
+    from ...catalog.readonly import ReadOnlyRole
+    from ...demo import DemoReport
+    from ...format import Entry, Record
+    from ...orchestration import WriteProgressCallback, WriteSummary
+    from ...orchestration.gc import DeleteReport, GcReport
+
+__all__ = ["TextOutput", "text_cell"]
+
+_TEXT_CELL_CHARS = 4096  # a longer text value is shortened in tables (rich needs ~4 s per MB)
+
+
+def text_cell(value: Any) -> Any:
+    """A SQL result value for a table: short bytes as hex, long ones and long text shortened."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+        return raw.hex() if len(raw) <= 32 else f"<{len(raw):,} bytes>"
+    if isinstance(value, (dt.datetime, dt.date)):
+        return value.isoformat()
+    if isinstance(value, str) and len(value) > _TEXT_CELL_CHARS:
+        rest = len(value) - _TEXT_CELL_CHARS
+        return f"{value[:_TEXT_CELL_CHARS]}… (+{rest:,} characters; --json prints whole values)"
+    return value
+
+
+class TextOutput(Output):
+    """Tables and lines for a terminal (rich); data is never parsed as markup."""
+
+    name: ClassVar[str] = "text"
+
+    def __init__(self) -> None:
+        self.console = Console(highlight=False, soft_wrap=True)
+
+    # --- the building blocks ------------------------------------------------
+
+    def _table(self, title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        t = Table(title=Text(title, style="table.title"), title_justify="left", show_lines=False)
+        for c in columns:
+            t.add_column(c, overflow="fold")
+        for row in rows:
+            # Text, not str: values are data (keys, URLs), never rich markup.
+            t.add_row(*(Text("" if v is None else str(v)) for v in row))
+        self.console.print(t)
+
+    def _fields(self, title: str, values: Mapping[str, Any]) -> None:
+        """A two-column table of name → value."""
+        t = Table(title=Text(title, style="table.title"), title_justify="left", show_header=False)
+        t.add_column("field", style="bold")
+        t.add_column("value", overflow="fold")
+        for k, v in values.items():
+            t.add_row(
+                Text(k),
+                Text(json.dumps(v, ensure_ascii=False) if isinstance(v, (dict, list)) else str(v)),
+            )
+        self.console.print(t)
+
+    def _line(self, text: str, *, markup: bool = False) -> None:
+        """A line of text; ``markup=True`` only for lines written here, never made of data."""
+        self.console.print(text, markup=markup)
+
+    # --- write --------------------------------------------------------------
+    # docstrings inherited
+
+    def write_progress(
+        self, enabled: bool = True
+    ) -> AbstractContextManager[WriteProgressCallback | None]:
+        if not enabled:
+            return contextlib.nullcontext(None)
+        from ...orchestration.progress_bar import WriteProgressBar
+
+        # rich's global console: the CLI points it at stderr (stdout is for results).
+        return WriteProgressBar()
+
+    def write_summary(self, summary: WriteSummary) -> None:
+        self._line(str(summary))
+        for pattern in summary.shard_patterns:
+            self._line(f"  {pattern}")
+
+    # --- datasets -----------------------------------------------------------
+
+    def datasets(self, catalog: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        self._table(
+            f"Datasets in {catalog}",
+            ["name", "root", "shards", "records", "bytes", "created"],
+            [
+                [
+                    r["name"],
+                    r["root"],
+                    r["shards"],
+                    f"{r['records']:,}",
+                    format_bytes(r["bytes"]),
+                    r["created"],
+                ]
+                for r in rows
+            ],
+        )
+        if not rows:
+            self._line(
+                "no datasets yet: write one with `shardcat write SRC_DIR URL -d NAME`", markup=True
+            )
+
+    def shards(self, dataset: str, shards: Sequence[ShardRow], *, all_states: bool) -> None:
+        self._table(
+            f"Shards of {dataset}" + ("" if all_states else " (committed)"),
+            ["url", "state", "records", "bytes", "created"],
+            [
+                [
+                    s.url,
+                    s.state,
+                    f"{s.record_count:,}",
+                    format_bytes(s.size_bytes),
+                    timestamp(s.created_at),
+                ]
+                for s in shards
+            ],
+        )
+        committed = [s for s in shards if s.state == "committed"]
+        by_state = Counter(s.state for s in shards)
+        states = ", ".join(f"{n} {state}" for state, n in sorted(by_state.items()))
+        self._line(
+            f"{len(shards)} shard(s)" + (f" ({states})" if all_states and shards else "") + ": "
+            f"{sum(s.record_count for s in committed):,} committed records, "
+            f"{format_bytes(sum(s.size_bytes for s in committed))}"
+        )
+
+    def dataset_stats(
+        self,
+        info: DatasetInfo,
+        shards: Sequence[ShardRow],
+        entry_kinds: Sequence[Mapping[str, Any]],
+    ) -> None:
+        doc = stats_doc(info, shards, entry_kinds)
+
+        def size(v: float | int | None) -> str:
+            return "-" if v is None else format_bytes(v)
+
+        sb, sr = doc["shard_bytes"], doc["shard_records"]
+        self._fields(
+            f"Dataset {info.name}",
+            {
+                "root": info.root_url,
+                "created": timestamp(info.created_at),
+                "version": info.version,
+                "shards": len(shards),
+                "records": f"{doc['records']:,}",
+                "bytes": f"{doc['bytes']:,} ({format_bytes(doc['bytes'])})",
+                "payload bytes": f"{doc['payload_bytes']:,} ({format_bytes(doc['payload_bytes'])})",
+                "shard size min / median / max": " / ".join(
+                    size(sb[k]) for k in ("min", "median", "max")
+                ),
+                "records per shard min / median / max": " / ".join(
+                    "-" if sr[k] is None else f"{sr[k]:,}" for k in ("min", "median", "max")
+                ),
+            },
+        )
+        self._table(
+            "Entry kinds",
+            ["name", "content_type", "codec", "records"],
+            [[k["name"], k["content_type"], k["codec"], f"{k['records']:,}"] for k in entry_kinds],
+        )
+
+    def sample(self, record: Record, *, raw_entry: str | None = None) -> None:
+        if raw_entry is None:
+            self._sample(record)
+            return
+        entry = record.entries[raw_entry]
+        if sys.stdout.isatty() and describe_entry(entry)[1] is False:
+            self.note(
+                f"error: entry of {record.key!r} is {len(entry):,} bytes of {entry.content_type}; "
+                "redirect stdout to a file (> FILE) or save it with -o DIR"
+            )
+            raise typer.Exit(1)
+        # Raw bytes, binary-safe, for pipes.
+        sys.stdout.flush()
+        sys.stdout.buffer.write(entry.view)
+        sys.stdout.buffer.flush()
+
+    def _sample(self, record: Record) -> None:
+        self._fields(
+            f"Sample {record.key}",
+            {name: _shown(entry) for name, entry in record.entries.items()} or {"(no entries)": ""},
+        )
+
+    def samples(self, records: Sequence[Record], missing: Sequence[str]) -> None:
+        for r in records:
+            self._sample(r)
+
+    def saved(
+        self,
+        folder: Path,
+        files: Sequence[Mapping[str, Any]],
+        samples: int,
+        missing: Sequence[str],
+    ) -> None:
+        total = sum(f["bytes"] for f in files)
+        self._line(
+            f"saved {len(files)} file(s), {format_bytes(total)}, of {samples} sample(s) to {folder}"
+        )
+
+    # --- maintenance --------------------------------------------------------
+
+    def verify_progress(self, total: int) -> AbstractContextManager[VerifyProgressCallback | None]:
+        return _verify_bar(total)
+
+    def verify_report(self, dataset: str, report: CatalogReport) -> None:
+        summary = (
+            f"{report.shards_checked} shard(s), {report.records_checked:,} records, "
+            f"{format_bytes(report.bytes_checked)} checked"
+        )
+        if report.ok:
+            self._line(
+                f"[green]ok:[/green] dataset {escape(repr(dataset))}: {summary}, no problems",
+                markup=True,
+            )
+            return
+        self._table(
+            f"Problems in {dataset}",
+            ["shard", "kind", "detail"],
+            [[p.url, p.kind, p.message] for p in report.problems],
+        )
+        bad = len(report.by_shard())
+        self._line(
+            f"dataset {dataset!r}: {summary}; {len(report.problems)} problem(s) in {bad} shard(s)"
+        )
+
+    def reindexed(self, dataset: str, rows: Sequence[ShardRow]) -> None:
+        self._table(
+            f"Reindexed shards of {dataset}",
+            ["url", "records", "bytes"],
+            [[r.url, f"{r.record_count:,}", format_bytes(r.size_bytes)] for r in rows],
+        )
+        self._line(f"{len(rows)} shard(s), {sum(r.record_count for r in rows):,} records reindexed")
+
+    def gc_report(self, report: GcReport) -> None:
+        rows: list[list[Any]] = [["aborted job", j] for j in report.aborted_jobs]
+        rows += [["deleted shard", u] for u in report.deleted_shards]
+        rows += [["orphan file", u] for u in report.orphans]
+        rows += [["kept", k] for k in report.kept]
+        rows += [["error", e] for e in report.errors]
+        if rows:
+            self._table("Would remove" if report.dry_run else "Removed", ["what", "item"], rows)
+        self._line(str(report))
+
+    def deleted(self, dataset: str, report: DeleteReport, *, shards: int, size: int) -> None:
+        self._line(
+            f"deleted dataset {dataset!r}: {len(report.removed)} shard object(s) removed "
+            f"({len(report.missing)} already gone, {len(report.kept)} kept), {format_bytes(size)}"
+        )
+
+    # --- shard files --------------------------------------------------------
+
+    def inspection(self, shard: ShardInspection) -> None:
+        size = shard.fields["size"]
+        self._fields("Shard", {**shard.fields, "size": f"{size:,} B ({format_bytes(size)})"})
+        self._table(
+            "Entry kinds",
+            ["name", "content_type", "codec", "count", "bytes"],
+            [list(s.values()) for s in shard.entry_kinds],
+        )
+        self._fields("User metadata", shard.metadata or {"(none)": ""})
+        if shard.records is not None:
+            self._table(
+                f"First {len(shard.records)} records",
+                ["#", "key", "offset", "length", "entries"],
+                [
+                    [x["index"], x["key"], x["offset"], x["length"], ", ".join(x["entries"])]
+                    for x in shard.records
+                ],
+            )
+        if shard.verified is not None:
+            v = shard.verified
+            self._line(
+                f"[green]verified:[/green] {v.records} records, {v.entries} entries, every CRC "
+                "and padding byte checked",
+                markup=True,
+            )
+
+    def demo_report(self, report: DemoReport) -> None:
+        for line in report.lines():
+            self._line(line)
+        self._line(f"try: shardcat --catalog {report.catalog} ls demo")
+
+    # --- the catalog --------------------------------------------------------
+
+    def query_result(self, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        self._table(
+            f"{len(rows)} row(s)", list(columns), [[text_cell(v) for v in row] for row in rows]
+        )
+
+    def catalog_upgraded(self, catalog: str, before: str | None, after: str | None) -> None:
+        if before == after:
+            self._line(f"catalog {catalog} is at revision {after} already")
+        else:
+            self._line(f"catalog {catalog} upgraded from {before or 'empty'} to revision {after}")
+
+    def catalog_revision(self, catalog: str, revision: str | None, head: str | None) -> None:
+        if revision is None:
+            self._line(f"none (catalog {catalog} has no schema; run `shardcat catalog upgrade`)")
+        elif revision == head:
+            self._line(f"{revision} (head)")
+        else:
+            self._line(
+                f"{revision} (this shardcat's head is {head}; run `shardcat catalog upgrade`)"
+            )
+
+    def readonly_role(self, catalog: str, role: ReadOnlyRole) -> None:
+        verb = "created" if role.created else "updated"
+        kind = "LOGIN" if role.login else "NOLOGIN"
+        self._line(
+            f"{verb} role {role.name} ({kind}): SELECT on {len(role.tables)} catalog tables in "
+            f"schema {role.schema} of {catalog}"
+        )
+        if role.granted_to:
+            self._line(f"granted {role.name} to {role.granted_to}")
+        self._line(
+            f'use it: shardcat sql --role {role.name} "SELECT ..." (or SHARDCAT_SQL_ROLE={role.name})'
+        )
+
+
+def _shown(entry: Entry) -> Any:
+    value = describe_entry(entry)[0]
+    return value.rstrip("\n") if isinstance(value, str) else value
+
+
+@contextlib.contextmanager
+def _verify_bar(total: int) -> Iterator[VerifyProgressCallback]:
+    """verify's bar on stderr: shards checked of ``total``; gone when verify ends."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    with Progress(
+        TextColumn("verifying"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("shards"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("verify", total=total)
+        yield lambda _url, _total: bar.advance(task)
