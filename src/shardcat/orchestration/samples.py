@@ -6,17 +6,26 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ..errors import InvalidKeyError
-from ..format.entries import KEY, sample_key
+from ..format.entries import KEY
 
-__all__ = ["KEY", "rows_to_samples", "validate_sample"]
+__all__ = ["KEY", "as_sample", "rows_to_samples"]
 
 
-def validate_sample(sample: Any) -> Mapping[str, Any]:
+def as_sample(sample: Any) -> Mapping[str, Any]:
+    """The sample, if it is a mapping; its ``__key__`` is the writer's to check.
+
+    ``RollingShardWriter.write`` applies the one ``__key__`` rule
+    (:func:`shardcat.format.entries.sample_key`) as it adds the sample.
+
+    Raises
+    ------
+    TypeError
+        If the sample is not a mapping.
+    """
     if not isinstance(sample, Mapping):
         raise TypeError(
             f"samples are dicts like {{'__key__': 'img/001', 'jpg': b'...'}}, got a {type(sample).__name__}"
         )
-    sample_key(sample)
     return sample
 
 

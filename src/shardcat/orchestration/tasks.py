@@ -22,7 +22,7 @@ from ..errors import CommitConflictError
 from ..storage import first_free, redact, resolve
 from ..storage.shards import RollingShardWriter
 from .plan import SHARDS_PER_PARTITION, WritePlan
-from .samples import validate_sample
+from .samples import as_sample
 
 if TYPE_CHECKING:
     from ..catalog import Catalog, CatalogHandle
@@ -115,7 +115,7 @@ def write_partition(samples: Iterable[Any], plan: WritePlan, partition: int) -> 
     )
     with writer:
         for sample in samples:
-            writer.write(validate_sample(sample))
+            writer.write(as_sample(sample))  # checks the __key__
     infos = writer.shards
     result = PartitionResult(
         partition=partition,
