@@ -40,4 +40,6 @@ fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+# The layering contracts ([tool.importlinter] in pyproject.toml): a broken one fails the run.
+.venv/bin/lint-imports --no-cache
 exec .venv/bin/python -m pytest -p no:cacheprovider "$@"

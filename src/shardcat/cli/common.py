@@ -13,7 +13,6 @@ import typer
 
 from ..errors import CatalogError
 from .output import Output, output_for
-from .output import timestamp as timestamp  # ls's dataset summaries (cli/queries.py) use it
 
 __all__ = [
     "CONFIG_ENV",
@@ -26,7 +25,6 @@ __all__ = [
     "require_catalog",
     "resolve_catalog_url",
     "state_of",
-    "timestamp",
 ]
 
 CONFIG_ENV = "SHARDCAT_CONFIG"

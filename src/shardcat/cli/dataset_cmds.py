@@ -10,7 +10,8 @@ from typing import Annotated, Any
 import typer
 
 from ..errors import InvalidKeyError, KeyNotFoundError
-from .common import open_catalog, state_of, timestamp
+from .common import open_catalog, state_of
+from .output import timestamp
 
 __all__ = ["register", "safe_path"]
 
