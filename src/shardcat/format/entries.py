@@ -138,10 +138,6 @@ class Entry:
             return _StoredEntry(stored, content_type, codec)
         return _CompressedEntry(stored, content_type, codec, name, path, offset)
 
-    # The read path (format/reader.py, catalog/lookup.py) still calls the old
-    # private name; it goes once those modules, being split, call from_stored.
-    _from_stored = from_stored
-
     @property
     def view(self) -> memoryview:
         """The decoded bytes as a memoryview: zero-copy for uncompressed entries.

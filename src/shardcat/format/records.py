@@ -384,4 +384,4 @@ def decode_entry(
             path=path,
             offset=offset,
         )
-    return Entry._from_stored(view, content_type, codec, name=name, path=path, offset=offset)
+    return Entry.from_stored(view, content_type, codec, name=name, path=path, offset=offset)

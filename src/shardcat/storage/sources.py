@@ -17,7 +17,7 @@ import fsspec
 from .._types import ByteRange, RangeSource, StorageOptions
 from ..errors import ShardNotFoundError, StorageError
 from ..format.sources import FileSource
-from .fs import is_local, redact, resolve
+from .fs import is_local, local_path, redact, resolve
 
 __all__ = ["FsspecSource", "open_source"]
 
@@ -101,7 +101,7 @@ def open_source(
     """A RangeSource for ``url``: positional reads (``os.pread``) for local files, fsspec otherwise."""
     url = os.fspath(url)
     if is_local(url):
-        path = url.split("://", 1)[1] if "://" in url else url
+        path = local_path(url)
         try:
             return FileSource(path)
         except FileNotFoundError as e:
