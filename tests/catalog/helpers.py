@@ -76,7 +76,10 @@ def make_dataset(
     return infos
 
 
-def descriptors_of(path: str) -> list[int]:
+needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+
+
+def descriptors_of(path: str | os.PathLike[str]) -> list[int]:
     """This process's open descriptors that name ``path`` (Linux: /proc/self/fd)."""
     target = os.path.realpath(path)
     out = []

@@ -14,7 +14,15 @@ import pytest
 from shardcat.catalog import Catalog
 from shardcat.errors import DatasetNotFoundError, KeyNotFoundError, ShardNotFoundError
 
-from .helpers import QueryCounter, descriptors_of, make_dataset, sample, shard_keys, write_shard
+from .helpers import (
+    QueryCounter,
+    descriptors_of,
+    make_dataset,
+    needs_proc,
+    sample,
+    shard_keys,
+    write_shard,
+)
 
 
 @pytest.fixture(params=["sqlite", "sqlite-memory", "postgresql"])
@@ -252,8 +260,6 @@ def test_a_forked_child_opens_its_own_connections(cat, local_root):
 
 
 # --- the shards a lookup keeps open ------------------------------------------
-
-needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
 
 
 @needs_proc

@@ -8,26 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from catalog.helpers import descriptors_of, needs_proc
 from shardcat._types import ByteRange
 from shardcat.storage import SourceCache, fetch_ranges
 
 DATA = bytes(range(256)) * 40
-
-
-def descriptors_of(path: Path) -> list[int]:
-    """This process's open descriptors that name ``path`` (Linux: /proc/self/fd)."""
-    target = os.path.realpath(path)
-    out = []
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            if os.readlink(f"/proc/self/fd/{name}") == target:
-                out.append(int(name))
-        except OSError:  # the descriptor listdir itself used, closed since
-            continue
-    return out
-
-
-needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
 
 
 @pytest.fixture
