@@ -133,7 +133,7 @@ class QueryCounter:
         self._hook(dbapi_conn)
 
     def __enter__(self) -> QueryCounter:
-        self._hook(self.cat._lookup().conn)
+        self._hook(self.cat._lookup().raw.conn)
         event.listen(self.cat.engine, "checkout", self._on_checkout)
         return self
 

@@ -40,7 +40,7 @@ def test_lookups_reconnect_once_after_the_server_drops_the_connection(postgres_u
         lambda: cat.locate("train", key),
     ):
         before = call()
-        _terminate(postgres_url, cat._lookup().conn.info.backend_pid)
+        _terminate(postgres_url, cat._lookup().raw.conn.info.backend_pid)
         # Transparently reconnected, same thread, same lookup: the same answer.
         assert call() == before
     # Other threads' lookups recover too (each has its own connection).
@@ -49,7 +49,7 @@ def test_lookups_reconnect_once_after_the_server_drops_the_connection(postgres_u
     def other_thread() -> None:
         try:
             assert cat.get("train", key).key == key
-            _terminate(postgres_url, cat._lookup().conn.info.backend_pid)
+            _terminate(postgres_url, cat._lookup().raw.conn.info.backend_pid)
             assert cat.get("train", key).key == key
         except BaseException as e:
             errors.append(e)

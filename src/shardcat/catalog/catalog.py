@@ -26,7 +26,8 @@ from . import datasets as _datasets
 from . import jobs as _jobs
 from . import maintenance as _maintenance
 from . import shards as _shards
-from .lookup import LayoutCache, Lookup, fork_generation
+from .connection import fork_generation
+from .lookup import LayoutCache, Lookup
 from .migrate import ensure_schema
 from .register import prepare_shard
 from .results import (

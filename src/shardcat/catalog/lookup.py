@@ -1,11 +1,8 @@
 """The lookup hot path: one SQL query, then one ranged read.
 
-This module is the catalog's half: the statements, the raw connection, and
-what an empty result or a failed read means. Lookups run on a raw DBAPI
-connection (one per thread, autocommit, its statements prepared and cached
-by the driver): SQLAlchemy Core alone costs about three times a raw SQLite
-point query, and the whole lookup must stay within 1.2 × (raw query + raw
-read). The bytes come from the thread's
+This module is the catalog's half: the statements and what an empty result
+or a failed read means. The statements run on the thread's
+:class:`~.connection.RawConnection`; the bytes come from the thread's
 :class:`~shardcat.storage.SourceCache` (local shards stay open and are read
 with ``os.pread``), and :func:`~shardcat.format.records.decode_indexed`
 checks them against the row.
@@ -13,15 +10,12 @@ checks them against the row.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from functools import partial
 from typing import Any
 
 from sqlalchemy import Engine
-from sqlalchemy.pool import StaticPool
 
 from .._types import ByteRange, StorageOptions
 from ..errors import (
@@ -37,8 +31,8 @@ from ..format.checksums import signed_key_hash
 from ..format.records import decode_entry, decode_indexed
 from ..format.spec import Codec
 from ..storage import SourceCache, redact
+from .connection import RawConnection, fork_generation
 from .results import BatchResult, Location
-from .session import translate_exception
 from .spans import unpack_spans
 
 __all__ = ["LayoutCache", "Lookup"]
@@ -73,23 +67,6 @@ def _batch_sql(dialect: str, entries: bool) -> str:
         _SELECT.format(extra=", r.key" + extra, join=join)
         + f" WHERE {_DATASET.format(p=p)} AND {match} AND {_COMMITTED}"
     )
-
-
-_forks = 0
-
-
-def _after_fork_in_child() -> None:
-    global _forks
-    _forks += 1
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def fork_generation() -> int:
-    """How many times this process is a fork away from where it started (cheaper than getpid)."""
-    return _forks
 
 
 class LayoutCache:
@@ -138,15 +115,12 @@ class Lookup:
         layouts: LayoutCache,
         max_open: int = 64,
     ) -> None:
-        self.url = engine.url
-        self.dialect = engine.dialect.name
+        self.raw = RawConnection(engine)
+        self._query = self.raw.query  # bound once: no extra frame on the hot path
+        self.dialect = self.raw.dialect
         self.layouts = layouts
         self.generation = fork_generation()
-        self._engine = engine
-        self._detached = not isinstance(engine.pool, StaticPool)
-        self._connect()
-        p = "%s" if self.dialect == "postgresql" else "?"
-        self._p = p
+        p = self._p = self.raw.placeholder
         self._point = _point_sql(p, False)
         self._point_entries = _point_sql(p, True)
         self._batch = _batch_sql(self.dialect, False)
@@ -155,51 +129,6 @@ class Lookup:
         self._texts: dict[object, tuple[str, str, Codec]] = {}  # decode_record's text cache
 
     # --- SQL ---------------------------------------------------------------
-
-    def _connect(self) -> None:
-        try:
-            fairy = self._engine.raw_connection()
-        except Exception as e:
-            raise translate_exception(e, self.url) from e
-        conn: Any = fairy.driver_connection
-        self.conn = conn
-        self._fairy = fairy
-        if self._detached:
-            fairy.detach()  # ours alone: autocommit, never returned to the pool
-        if self.dialect == "postgresql":
-            self.conn.autocommit = True
-
-    def _query(self, sql: str, params: Sequence[Any]) -> list[Any]:
-        try:
-            return self._execute(sql, params)
-        except Exception as e:
-            if not self._dropped():
-                raise translate_exception(e, self.url) from e
-        # The server dropped the connection (restart, failover, idle timeout):
-        # a lookup only reads, so reconnecting and asking again is safe. Once.
-        self._disconnect()
-        self._connect()
-        try:
-            return self._execute(sql, params)
-        except Exception as e:
-            raise translate_exception(e, self.url) from e
-
-    def _execute(self, sql: str, params: Sequence[Any]) -> list[Any]:
-        if self.dialect == "postgresql":
-            return self.conn.execute(sql, params, prepare=True).fetchall()  # type: ignore[no-any-return]
-        return self.conn.execute(sql, params).fetchall()  # type: ignore[no-any-return]
-
-    def _dropped(self) -> bool:
-        """Whether the connection is gone (psycopg marks it broken or closed)."""
-        return bool(getattr(self.conn, "broken", False) or getattr(self.conn, "closed", False))
-
-    def _disconnect(self) -> None:
-        # A connection the server already dropped may fail to close: nothing to release then.
-        with contextlib.suppress(Exception):
-            if self._detached:
-                self.conn.close()
-            else:
-                self._fairy.close()
 
     def _missing(self, dataset: str, key: str | None) -> Exception:
         """The error for an empty result: unknown dataset or missing key (extra queries are fine here)."""
@@ -404,7 +333,7 @@ class Lookup:
 
     def close(self) -> None:
         self._sources.close()
-        self._disconnect()
+        self.raw.close()
 
 
 def unknown_dataset(name: str, known: list[str]) -> DatasetNotFoundError:
