@@ -2,21 +2,26 @@
 # the demo job all run it, so client and workers have the same shardcat, Dask
 # and s3fs (Dask requires that). Build context: the repository root.
 #
-#   docker build -t shardcat .
-#   docker run --rm shardcat shardcat --help
-FROM python:3.11-slim
+#   docker build -t shardcat:dev .
+#   docker run --rm shardcat:dev shardcat --help
+#
+# The base image is pinned to an exact Python (the one constraints/dev.txt was
+# frozen with), and every Python package to the versions the tests run with.
+FROM python:3.11.7-slim-bookworm
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONUNBUFFERED=1
 
 WORKDIR /opt/shardcat
+COPY constraints/dev.txt ./constraints/dev.txt
 COPY pyproject.toml README.md ./
 # migrations/ installs as the package shardcat.migrations (pyproject.toml's package-dir).
 COPY migrations ./migrations
 COPY src ./src
-# The extras a cluster needs: S3, PostgreSQL, Dask, zstd/lz4; bokeh for the Dask dashboard.
-RUN pip install '.[compression,s3,postgres,dask]' 'bokeh>=3.1'
+# The extras a cluster needs: S3, PostgreSQL, Dask, zstd/lz4, and bokeh for the Dask
+# dashboard; versions from constraints/dev.txt (without it pip may pick untested ones).
+RUN pip install -c constraints/dev.txt '.[compression,s3,postgres,dask,dashboard]'
 
 # Run as a user, in a folder of its own (a SQLite catalog or local output lands here).
 RUN useradd --create-home --uid 1000 shardcat

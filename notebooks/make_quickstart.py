@@ -36,7 +36,7 @@ Any sample is then found by its key with **one SQL query plus one ranged read**.
 
 This notebook:
 
-1. generates 2,000 synthetic samples (a PNG image, a JSON label and a small array each),
+1. makes 2,000 samples from a real photograph (a PNG crop, a JSON label and a small array each),
 2. writes them with a local Dask cluster into ~1 MB shards and a SQLite catalog,
 3. queries the catalog with plain SQL into pandas DataFrames,
 4. looks samples up by key, one at a time and in a batch, and shows their images,
@@ -65,9 +65,11 @@ import numpy as np
 import pandas as pd
 from distributed import Client, LocalCluster
 from IPython.display import Image, display
+from matplotlib import cbook
+from matplotlib.patches import Patch
 
 import shardcat
-from shardcat.demo import samples
+from shardcat.demo import make_png
 from shardcat.orchestration import WriteProgress
 
 print("shardcat", shardcat.__version__)""",
@@ -80,14 +82,46 @@ print("shardcat", shardcat.__version__)""",
 
 A sample is a dict: its key under `"__key__"`, and one entry per name. The
 entry's name says how it is stored: `png` bytes as `image/png`, a `json` value
-as JSON, a NumPy array under `npy` in `.npy` format. The demo's keys start with
-the label, e.g. `cat/000042`.""",
+as JSON, a NumPy array under `npy` in `.npy` format.
+
+The images are real: 48×48 crops of the portrait of Grace Hopper that ships
+with matplotlib's sample data, each saved as a PNG. Its key starts with the
+part of the portrait the crop comes from (a 3×3 grid, e.g.
+`middle-center/000042`), its JSON holds the crop's position, and its array the
+crop's mean colour.""",
     ),
     (
         "samples",
         "code",
         """\
-data = list(samples(2000, seed=0))
+# A photograph that ships with matplotlib: (600, 512, 3) uint8.
+photo = plt.imread(cbook.get_sample_data("grace_hopper.jpg", asfileobj=False))
+SIZE = 48
+ROWS, COLUMNS = ["top", "middle", "bottom"], ["left", "center", "right"]
+
+
+def crops(count: int, seed: int = 0) -> list[dict]:
+    \"\"\"``count`` samples, each a random crop of the photograph.\"\"\"
+    rng = np.random.default_rng(seed)
+    height, width = photo.shape[:2]
+    out = []
+    for i in range(count):
+        y, x = int(rng.integers(0, height - SIZE)), int(rng.integers(0, width - SIZE))
+        crop = np.ascontiguousarray(photo[y : y + SIZE, x : x + SIZE])
+        cy, cx = y + SIZE // 2, x + SIZE // 2
+        region = f"{ROWS[3 * cy // height]}-{COLUMNS[3 * cx // width]}"
+        out.append(
+            {
+                "__key__": f"{region}/{i:06d}",
+                "png": make_png(SIZE, SIZE, crop),
+                "json": {"region": region, "y": y, "x": x, "index": i},
+                "npy": crop.reshape(-1, 3).mean(axis=0).astype(np.float32),
+            }
+        )
+    return out
+
+
+data = crops(2000)
 first = data[0]
 print(f"{len(data):,} samples, e.g. {first['__key__']!r}:")
 print("  png:", len(first["png"]), "bytes")
@@ -187,7 +221,7 @@ shards[["shard_number", "file", "record_count", "size_bytes", "state"]]""",
         "sql-labels-md",
         "markdown",
         """\
-One row per record: how many samples per label (the part of the key before
+One row per record: how many samples per region (the part of the key before
 the `/`; on PostgreSQL write `split_part(r.key, '/', 1)`):""",
     ),
     (
@@ -196,12 +230,12 @@ the `/`; on PostgreSQL write `split_part(r.key, '/', 1)`):""",
         """\
 labels = pd.read_sql(
     \"\"\"
-    SELECT substr(r.key, 1, instr(r.key, '/') - 1) AS label, count(*) AS samples
+    SELECT substr(r.key, 1, instr(r.key, '/') - 1) AS region, count(*) AS samples
     FROM records r JOIN shards s ON s.id = r.shard_id
     WHERE r.dataset_id = (SELECT id FROM datasets WHERE name = 'quickstart')
       AND s.state = 'committed'
-    GROUP BY label
-    ORDER BY samples DESC, label
+    GROUP BY region
+    ORDER BY samples DESC, region
     \"\"\",
     cat.engine,
 )
@@ -215,8 +249,11 @@ labels""",
 ## 5. Look samples up by key
 
 `cat.get` finds the record's shard, offset and length with one indexed query,
-then reads just those bytes. Entries come back as raw bytes (`.data`) and
-decode by content type (`.decode()`).""",
+then reads just those bytes. A record is a read-only mapping of entry names to
+entries (`dict(rec)`, `rec.items()`); entries come back as raw bytes (`.data`)
+and decode by content type (`.decode()`). A `.npy` entry decodes to a read-only
+array that views the bytes read; `.decode(writable=True)` gives a writable copy
+(what `torch.from_numpy` wants).""",
     ),
     (
         "lookup",
@@ -225,8 +262,9 @@ decode by content type (`.decode()`).""",
 key = data[123]["__key__"]
 rec = cat.get("quickstart", key)
 print(rec)
+print("entries:", list(rec))
 print("json:", rec["json"].decode())
-print("npy: ", rec["npy"].decode()[:4], "...")
+print("npy: ", rec["npy"].decode(), "(mean colour)")
 display(Image(rec["png"].data, width=128))""",
     ),
     (
@@ -254,18 +292,42 @@ for ax, (k, r) in zip(axes, found.items()):
 plt.show()""",
     ),
     (
+        "shard-sizes-md",
+        "markdown",
+        """\
+The shards by size. Each of the 4 partitions is written by one task, which
+starts a new shard whenever the current one reaches `shard_size` (1 MB). So
+every partition ends with a smaller **tail shard**: it holds what was left of
+the partition after its full shards (here each partition holds about 2.6 MB
+of samples: two full shards and a tail). Shard numbers are
+`partition × 1000 + shard of the partition`; the tail shards are drawn in
+orange.""",
+    ),
+    (
         "shard-sizes",
         "code",
         """\
+partition = shards["shard_number"] // 1000
+tail = shards["shard_number"] == shards.groupby(partition)["shard_number"].transform("max")
 fig, ax = plt.subplots(figsize=(10, 3))
-ax.bar(shards["shard_number"].astype(str), shards["size_bytes"] / 1e6)
-ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="shard_size (1 MB)")
-ax.set_ylim(0, 1.3 * shards["size_bytes"].max() / 1e6)
+colors = np.where(tail, "tab:orange", "tab:blue")
+ax.bar(shards["shard_number"].astype(str), shards["size_bytes"] / 1e6, color=colors)
+limit = ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="shard_size (1 MB)")
+handles = [
+    limit,
+    Patch(color="tab:blue", label="full shard: rolled over at shard_size"),
+    Patch(color="tab:orange", label="tail shard: the rest of its partition"),
+]
+ax.set_ylim(0, 1.6 * shards["size_bytes"].max() / 1e6)
 ax.set_xlabel("shard number (partition × 1000 + shard of the partition)")
 ax.set_ylabel("size (MB)")
 ax.set_title(f"{len(shards)} shards, {shards['record_count'].sum():,} records")
-ax.legend(loc="upper right")
-plt.show()""",
+ax.legend(handles=handles, loc="upper right", fontsize=8)
+plt.show()
+# Every full shard reached shard_size; every tail shard is smaller.
+sizes = shards["size_bytes"]
+assert (sizes[~tail] >= 1e6).all() and (sizes[tail] < 1e6).all()
+print(f"{(~tail).sum()} full shards, {tail.sum()} tail shards (one per partition)")""",
     ),
     (
         "latency-md",
@@ -274,13 +336,15 @@ plt.show()""",
 ## 6. Lookup latency
 
 200 point lookups of random keys, each timed on its own (one SQL query plus
-one ranged read of a local file):""",
+one ranged read of a local file), after one untimed warm-up lookup (the first
+lookup opens the database connection and compiles the query):""",
     ),
     (
         "latency",
         "code",
         """\
-picked = random.Random(0).sample([s["__key__"] for s in data], 200)
+picked = random.Random(0).sample([s["__key__"] for s in data], 201)
+cat.get("quickstart", picked.pop())  # warm-up, not timed
 latencies_us = []
 for k in picked:
     t0 = time.perf_counter()
@@ -291,10 +355,14 @@ latencies = pd.Series(latencies_us, name="latency (µs)")
 fig, ax = plt.subplots(figsize=(8, 3))
 ax.hist(latencies, bins=np.geomspace(latencies.min(), latencies.max(), 40))
 ax.set_xscale("log")
-ax.axvline(latencies.median(), color="black", linestyle="--", linewidth=1, label="median")
+median, p90 = latencies.median(), latencies.quantile(0.9)
+ax.axvline(median, color="black", linestyle="--", linewidth=1, label=f"median {median:.0f} µs")
+ax.axvline(p90, color="grey", linestyle=":", linewidth=1, label=f"90th percentile {p90:.0f} µs")
+ax.set_title(f"{len(latencies)} point lookups with cat.get: median {median:.0f} µs")
 ax.set_xlabel("latency of cat.get (µs, log scale)")
 ax.set_ylabel("lookups")
 ax.legend()
+print(f"median latency: {median:.0f} µs")
 plt.show()
 latencies.describe(percentiles=[0.5, 0.9, 0.99]).round(1).to_frame()""",
     ),

@@ -17,6 +17,7 @@ import importlib.util
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -137,30 +138,127 @@ def test_services_exist(services: dict[str, Any]) -> None:
         assert name in services, f"docker-compose.yml has no service {name!r}"
 
 
-def test_shardcat_services_run_the_image_built_from_the_dockerfile(
+def test_shardcat_services_run_one_image_built_once_from_the_dockerfile(
     services: dict[str, Any],
 ) -> None:
-    images = set()
-    for name in SHARDCAT_SERVICES:
-        service = services[name]
-        build = service.get("build")
-        assert build, f"{name} must be built from the repository's Dockerfile"
-        if isinstance(build, str):
-            build = {"context": build}
-        assert (ROOT / build["context"]).resolve() == ROOT, name
-        assert build.get("dockerfile", "Dockerfile") == "Dockerfile", name
-        images.add(service.get("image"))
+    builders = [name for name in SHARDCAT_SERVICES if services[name].get("build")]
+    assert builders == ["scheduler"], f"exactly one service builds the image, not {builders}"
+    build = services["scheduler"]["build"]
+    if isinstance(build, str):
+        build = {"context": build}
+    assert (ROOT / build["context"]).resolve() == ROOT
+    assert build.get("dockerfile", "Dockerfile") == "Dockerfile"
+
+    images = {services[name].get("image") for name in SHARDCAT_SERVICES}
     assert len(images) == 1 and None not in images, f"one image for all of them, not {images}"
+    for name in SHARDCAT_SERVICES:
+        if name != "scheduler":  # run the image the scheduler built, never one from a registry
+            assert services[name].get("pull_policy") == "never", name
+            assert "scheduler" in services[name]["depends_on"], name
 
     dockerfile = (ROOT / "Dockerfile").read_text(encoding="utf-8")
-    for path in ("pyproject.toml", "README.md", "src", "migrations"):
+    for path in ("pyproject.toml", "README.md", "src", "migrations", "constraints/dev.txt"):
         assert re.search(rf"^COPY .*\b{re.escape(path)}\b", dockerfile, re.MULTILINE), path
-    install = re.search(r"pip install '\.\[([a-z0-9_,-]+)\]'", dockerfile)
+    install = re.search(r"pip install (.*)'\.\[([a-z0-9_,-]+)\]'(.*)$", dockerfile, re.MULTILINE)
     assert install, "the Dockerfile must pip install the repository with its extras"
-    extras = set(install.group(1).split(","))
+    options = f"{install.group(1)} {install.group(3)}"
+    assert "-c constraints/dev.txt" in options, "every package pinned by the constraints file"
+    extras = set(install.group(2).split(","))
     known = set(importlib.metadata.metadata("shardcat").get_all("Provides-Extra") or [])
     assert extras <= known, f"unknown extras {extras - known}"
-    assert {"s3", "postgres", "dask"} <= extras or "all" in extras
+    assert {"s3", "postgres", "dask", "dashboard"} <= extras or "all" in extras
+    # Nothing installed beside the extras: an unpinned extra package would escape the pins.
+    assert not re.search(r"pip install .*'[a-z]+[<>=]", dockerfile), "add it to an extra instead"
+
+
+def _constraints() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "constraints" / "dev.txt").read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[name.lower().replace("_", "-")] = version
+    return pins
+
+
+def test_every_package_the_image_installs_is_pinned() -> None:
+    """The extras the Dockerfile installs, and what they need, are in constraints/dev.txt."""
+    pins = _constraints()
+    requirements = importlib.metadata.requires("shardcat") or []
+    for extra in ("compression", "s3", "postgres", "dask", "dashboard"):
+        wanted = [r for r in requirements if f'extra == "{extra}"' in r]
+        assert wanted, extra
+        for requirement in wanted:
+            name = re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0].lower()
+            assert name in pins, f"{name} (extra {extra}) is not pinned in constraints/dev.txt"
+    for name in ("bokeh", "dask", "distributed", "s3fs", "psycopg", "sqlalchemy", "numpy"):
+        assert name in pins, name
+
+
+def test_images_are_pinned_to_exact_versions(services: dict[str, Any]) -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    bases = re.findall(r"^FROM\s+(\S+)", dockerfile, re.MULTILINE)
+    assert bases and all(re.fullmatch(r"python:\d+\.\d+\.\d+-slim-[a-z]+", b) for b in bases), bases
+    # The Python constraints/dev.txt was frozen with (the test suite's) is the image's Python.
+    assert bases[0].split(":")[1].startswith(".".join(map(str, sys.version_info[:2])) + ".")
+    for name, service in services.items():
+        image = service["image"]
+        if name in SHARDCAT_SERVICES:
+            continue
+        repo, _, tag = image.partition(":")
+        assert tag and tag != "latest", f"{name}: {image} is not pinned"
+        if repo == "postgres":
+            assert re.fullmatch(r"\d+\.\d+(-[a-z]+)?", tag), (
+                f"{name}: {image}, not postgres:MAJOR.MINOR"
+            )
+        else:
+            assert re.search(r"\d", tag), f"{name}: {image} has no version in its tag"
+
+
+def test_the_demo_waits_for_healthy_servers(services: dict[str, Any]) -> None:
+    for name in ("postgres", "minio", "scheduler", *WORKERS):
+        check = services[name].get("healthcheck")
+        assert check and check.get("test"), f"{name} has no health check"
+    for name in ("scheduler", *WORKERS):
+        assert services["demo"]["depends_on"][name]["condition"] == "service_healthy", name
+    assert services["demo"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+
+    # The Dask health checks ask the HTTP port each server listens on for /health.
+    scheduler = _dask_params(_command(services["scheduler"]))
+    assert str(scheduler["dashboard_address"]).rsplit(":", 1)[1] in str(
+        services["scheduler"]["healthcheck"]["test"]
+    )
+    for name in WORKERS:
+        worker = _dask_params(_command(services[name]))
+        port = str(worker["dashboard_address"]).rsplit(":", 1)[1]
+        test = str(services[name]["healthcheck"]["test"])
+        assert f"localhost:{port}/health" in test, name
+
+
+def test_restart_policies(services: dict[str, Any]) -> None:
+    for name in ("postgres", "minio", "scheduler", *WORKERS):
+        assert services[name].get("restart") == "unless-stopped", name
+    assert services["demo"].get("restart") == "no"  # a one-shot job is not rerun in a loop
+    assert str(services["create-bucket"].get("restart", "")).startswith("on-failure")
+
+
+def test_docker_compose_accepts_the_file() -> None:
+    """``docker compose config`` where the compose plugin is installed (it needs no engine)."""
+    docker = shutil.which("docker")
+    if docker is None:
+        pytest.skip("docker is not installed")
+    probe = subprocess.run(
+        [docker, "compose", "version"], capture_output=True, text=True, timeout=60, check=False
+    )
+    if probe.returncode != 0:
+        pytest.skip("the docker compose plugin is not installed")
+    result = subprocess.run(
+        [docker, "compose", "-f", str(COMPOSE), "config", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
 
 
 # --- the catalog: PostgreSQL ---------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -117,6 +118,12 @@ def test_quickstart_notebook_runs(tmp_path: Path) -> None:
     assert Path(where["executable"]) == Path(sys.executable)
 
     assert "2,000 samples" in _stdout(nb, "samples")
+    # Crops of a real photograph, keyed by where they come from.
+    assert re.search(
+        r"e\.g\. '(top|middle|bottom)-(left|center|right)/000000'", _stdout(nb, "samples")
+    )
+    assert "4 tail shards (one per partition)" in _stdout(nb, "shard-sizes")
+    assert re.search(r"median latency: \d+ µs", _stdout(nb, "latency"))
     assert "committed 2,000 records" in _stdout(nb, "write")
     assert "4/4 partitions, 2,000 records" in _stdout(nb, "write")  # the progress callback
     assert "text/html" in _mime_types(nb, "sql-shards")  # DataFrames render as tables

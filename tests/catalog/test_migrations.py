@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.resources
+import uuid
 
 import pytest
 import sqlalchemy as sa
@@ -87,6 +88,32 @@ def test_newer_unknown_revision_asks_to_upgrade_shardcat(catalog_url):
 def test_create_false_refuses_an_empty_catalog(catalog_url):
     with pytest.raises(SchemaVersionError, match="shardcat catalog upgrade"):
         Catalog(catalog_url, create=False)
+
+
+def test_a_schema_named_in_the_url_must_exist(postgres_server):
+    """docs/CLUSTER.md §4: shardcat creates tables, never the schema of a search_path URL."""
+    schema = f"missing_{uuid.uuid4().hex[:12]}"
+    url = f"{postgres_server}?options=-csearch_path%3D{schema}"
+    says_create = rf'no schema of its search path \({schema}\) exists.*CREATE SCHEMA "{schema}"'
+    with pytest.raises(SchemaVersionError, match=says_create):
+        upgrade(url)  # before: "InvalidSchemaName: no schema has been selected to create in"
+    with pytest.raises(SchemaVersionError, match=says_create):
+        Catalog(url)  # before: created nothing, then called the catalog "empty"
+    with pytest.raises(SchemaVersionError, match=says_create):
+        Catalog(url, create=False)
+
+    admin = sa.create_engine(postgres_server)
+    try:
+        with admin.begin() as conn:
+            conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+        assert upgrade(url) == (None, head_revision())  # what the documentation says to do
+        with Catalog(url) as cat:
+            cat.create_dataset("train", "/data")
+            assert [d.name for d in cat.datasets()] == ["train"]
+    finally:
+        with admin.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        admin.dispose()
 
 
 def test_missing_table_says_upgrade(catalog_url):

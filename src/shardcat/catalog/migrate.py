@@ -113,6 +113,7 @@ def upgrade(target: str | Engine, revision: str = "head") -> tuple[str | None, s
     """
     with _engine(target) as engine, translate_errors(engine.url):
         with engine.begin() as conn:
+            _require_schema(conn, engine)
             before = _current(conn)
             command.upgrade(alembic_config(conn), revision)
             after = _current(conn)
@@ -194,6 +195,7 @@ def _verify(conn: Connection, engine: Engine) -> str:
     if rev == head:
         return rev
     if rev is None:
+        _require_schema(conn, engine)
         tables = set(inspect(conn).get_table_names())
         detail = "has no schema revision" if tables else "is empty"
         raise SchemaVersionError(
@@ -230,6 +232,7 @@ def ensure_schema(engine: Engine, *, create: bool = True) -> str:
             empty = not inspect(conn).get_table_names()
         if create and empty:
             with engine.execution_options(shardcat_write=True).begin() as conn:
+                _require_schema(conn, engine)
                 if conn.dialect.name == "postgresql":
                     # Many processes may open a new catalog at once (a Dask job's
                     # workers): one creates it, the others wait and find it made.
@@ -238,6 +241,31 @@ def ensure_schema(engine: Engine, *, create: bool = True) -> str:
                     Base.metadata.create_all(conn)
                     _stamp(conn, head_revision())
         return verify_schema(engine)
+
+
+def _require_schema(conn: Connection, engine: Engine) -> None:
+    """On PostgreSQL, fail clearly when no schema of the search path exists.
+
+    A URL may name a schema (``?options=-csearch_path%3Dmyschema``); shardcat
+    creates tables, never schemas. Without this check PostgreSQL says only
+    "no schema has been selected to create in", and the catalog looks empty.
+
+    Raises
+    ------
+    SchemaVersionError
+        No schema on the connection's search path exists.
+    """
+    if conn.dialect.name != "postgresql":
+        return
+    if conn.execute(text("SELECT current_schema()")).scalar() is not None:
+        return
+    path = conn.execute(text("SHOW search_path")).scalar()
+    first = str(path).split(",")[0].strip().strip('"') or "myschema"
+    raise SchemaVersionError(
+        f"catalog {display_url(engine.url)}: no schema of its search path ({path}) exists; "
+        f'shardcat creates tables, not schemas: create it once (CREATE SCHEMA "{first}"; as a '
+        "user allowed to), then run `shardcat catalog upgrade`"
+    )
 
 
 _CREATE_LOCK = 0x73686172_64636174 & 0x7FFF_FFFF_FFFF_FFFF  # "shardcat"

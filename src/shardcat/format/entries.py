@@ -14,7 +14,7 @@ import io
 import json
 import mimetypes
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -168,14 +168,26 @@ class Entry:
     def __len__(self) -> int:
         return self.view.nbytes
 
-    def decode(self) -> Any:
+    def decode(self, *, writable: bool = False) -> Any:
         """The entry as a Python value, chosen by content type.
 
         JSON → ``dict``/``list``…, text → ``str``, ``application/x-npy`` →
-        ``np.ndarray`` (a read-only view of the shard's bytes when it is
-        uncompressed), anything else → ``bytes``.
+        ``np.ndarray``, anything else → ``bytes``.
+
+        Parameters
+        ----------
+        writable:
+            Only changes ``.npy`` entries. By default an array is a read-only
+            view of the bytes read (zero-copy; ``torch.from_numpy`` warns about
+            such arrays, and writing to one raises ``ValueError``). With
+            ``writable=True`` it is a writable copy of its own.
+
+        Raises
+        ------
+        ValueError
+            The bytes are not what the content type says (see :func:`decode_value`).
         """
-        return decode_value(self.view, self.content_type)
+        return decode_value(self.view, self.content_type, writable=writable)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Entry):
@@ -271,8 +283,11 @@ def _npy_bytes(array: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def decode_value(view: memoryview, content_type: str) -> Any:
+def decode_value(view: memoryview, content_type: str, *, writable: bool = False) -> Any:
     """An entry's bytes as a Python value, chosen by its content type.
+
+    A ``.npy`` array is a read-only view of ``view``, or with ``writable`` a
+    writable copy.
 
     Raises
     ------
@@ -283,7 +298,9 @@ def decode_value(view: memoryview, content_type: str) -> Any:
     """
     base = content_type.split(";", 1)[0].strip()
     if base == NPY_TYPE:
-        return _npy_view(view)
+        array = _npy_view(view)
+        # A copy, never setflags(write=True): the view shares the shard's read buffer.
+        return array.copy(order="K") if writable else array
     if base == JSON_TYPE or base.endswith("+json"):
         try:
             return json.loads(bytes(view))
@@ -355,8 +372,19 @@ def _npy_view(view: memoryview) -> np.ndarray:
         raise FormatError(f"not a .npy array: {e}") from e
 
 
-class Record:
-    """A record read back from a shard: its key and its entries, in write order."""
+class Record(Mapping[str, Entry]):
+    """A record read back from a shard: its key and its entries, in write order.
+
+    A read-only :class:`~collections.abc.Mapping` from entry name to
+    :class:`Entry`: ``record["jpg"]``, ``"jpg" in record``, ``list(record)``
+    (the entry names, in write order), ``record.items()``,
+    ``record.get("txt")`` and ``dict(record)`` (names → entries) all work.
+    The key is not an entry: it is ``record.key``. :meth:`decode` gives the
+    sample as plain values, ``{"__key__": key, name: value, ...}``.
+
+    Two records are equal when their keys and entries are; a record never
+    equals a plain dict (it has a key, a dict has none).
+    """
 
     __slots__ = ("entries", "index", "key", "length", "offset")
 
@@ -380,17 +408,20 @@ class Record:
     def __contains__(self, name: object) -> bool:
         return name in self.entries
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[str]:
         return iter(self.entries)
 
     def __len__(self) -> int:
         return len(self.entries)
 
-    def decode(self) -> dict[str, Any]:
-        """The sample as a dict: ``{"__key__": key, name: decoded value, ...}``."""
+    def decode(self, *, writable: bool = False) -> dict[str, Any]:
+        """The sample as a dict: ``{"__key__": key, name: decoded value, ...}``.
+
+        ``writable=True`` makes ``.npy`` arrays writable copies (see :meth:`Entry.decode`).
+        """
         out: dict[str, Any] = {KEY: self.key}
         for name, entry in self.entries.items():
-            out[name] = entry.decode()
+            out[name] = entry.decode(writable=writable)
         return out
 
     def __eq__(self, other: object) -> bool:
@@ -406,6 +437,8 @@ class Record:
 def sample_key(sample: Mapping[str, Any], *, path: str | None = None) -> Any:
     """The key of a sample dict ``{"__key__": key, name: value, ...}`` (checked when added).
 
+    A :class:`Record` read back from a shard is a sample too: its key is ``record.key``.
+
     The one check of the ``__key__`` rule, for every writer and task.
 
     Raises
@@ -414,6 +447,8 @@ def sample_key(sample: Mapping[str, Any], *, path: str | None = None) -> Any:
         If the sample has no ``__key__``; the message lists its first names,
         after ``path`` (the shard being written) when given.
     """
+    if isinstance(sample, Record):  # a record read back: its key is an attribute, not an entry
+        return sample.key
     if KEY not in sample:
         where = f"{path}: " if path else ""
         raise InvalidKeyError(

@@ -1,0 +1,104 @@
+"""Records are read-only mappings of entry names to entries; .npy entries decode writable on request."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+
+import numpy as np
+import pytest
+
+from shardcat.format import Codec, Entry, Record, ShardReader, ShardWriter
+
+from .conftest import write_shard
+
+ARRAY = np.arange(12, dtype="<f4").reshape(3, 4)
+FORTRAN = np.asfortranarray(np.arange(6, dtype="<i8").reshape(2, 3))
+
+
+@pytest.fixture(params=["none", "zstd"])
+def record(request: pytest.FixtureRequest) -> Record:
+    # Arrays big enough that zstd compresses them: both the zero-copy and the decompressed path.
+    samples = [
+        {
+            "__key__": "cat/1",
+            "jpg": b"\xff\xd8" + bytes(300),
+            "json": {"label": 3},
+            "npy": np.zeros((64, 64), dtype="<f4") + ARRAY[0, 1],
+            "f.npy": FORTRAN,
+            "txt": "meow",
+        }
+    ]
+    data = write_shard(samples, compression=request.param)
+    rec = ShardReader(data).get("cat/1")
+    assert (rec["npy"].codec is Codec.ZSTD) == (request.param == "zstd")
+    return rec
+
+
+def test_a_record_is_a_mapping_of_its_entries(record: Record) -> None:
+    assert isinstance(record, Mapping)
+    names = ["jpg", "json", "npy", "f.npy", "txt"]
+    assert list(record) == names  # iteration yields entry names, in write order (as before)
+    as_dict = dict(record)  # raised "dictionary update sequence element #0 has length 3"
+    assert list(as_dict) == names
+    assert all(isinstance(e, Entry) for e in as_dict.values())
+    assert as_dict["json"] is record["json"]
+    assert list(record.keys()) == names
+    assert [n for n, _ in record.items()] == names
+    assert list(record.values()) == [record[n] for n in names]
+    assert record.get("txt") is record["txt"]
+    assert record.get("missing") is None
+    assert record.get("missing", "fallback") == "fallback"
+    assert "__key__" not in record and record.key == "cat/1"  # the key is not an entry
+    with pytest.raises(KeyError):
+        record["missing"]
+    assert {**record}.keys() == as_dict.keys()
+
+
+def test_records_compare_by_key_and_entries_not_with_dicts(record: Record) -> None:
+    same = Record(record.key, dict(record.entries))
+    other_key = Record("cat/2", dict(record.entries))
+    assert record == same
+    assert record != other_key
+    assert record != dict(record)  # a dict has no key
+    with pytest.raises(TypeError):
+        hash(record)
+
+
+def test_a_record_read_back_can_be_written_again(record: Record) -> None:
+    buf = io.BytesIO()
+    with ShardWriter(buf) as w:
+        w.write(record)  # the key comes from record.key
+        w.add("copy/1", record)
+    reader = ShardReader(buf.getvalue())
+    assert [r.key for r in reader] == ["cat/1", "copy/1"]
+    for rec in reader:
+        assert {n: e.data for n, e in rec.items()} == {n: e.data for n, e in record.items()}
+
+
+def test_npy_entries_are_read_only_views_by_default(record: Record) -> None:
+    array = record["npy"].decode()
+    assert not array.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        array[0, 0] = 1.0
+
+
+@pytest.mark.parametrize("name", ["npy", "f.npy"])
+def test_writable_decode_gives_an_independent_writable_copy(record: Record, name: str) -> None:
+    view = record[name].decode()
+    copy = record[name].decode(writable=True)
+    assert copy.flags.writeable and copy.flags.owndata
+    assert copy.dtype == view.dtype and copy.shape == view.shape
+    assert copy.flags.f_contiguous == view.flags.f_contiguous  # memory order kept
+    np.testing.assert_array_equal(copy, view)
+    copy[0, 0] = 99
+    assert view[0, 0] != 99  # the shard's bytes are untouched
+    assert record[name].decode()[0, 0] != 99
+
+
+def test_writable_applies_to_every_array_of_a_decoded_record(record: Record) -> None:
+    sample = record.decode(writable=True)
+    assert sample["__key__"] == "cat/1"
+    assert sample["npy"].flags.writeable and sample["f.npy"].flags.writeable
+    assert sample["json"] == {"label": 3} and sample["txt"] == "meow"
+    assert not record.decode()["npy"].flags.writeable
