@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from shardcat.errors import FormatError
 from shardcat.format import lazy, recordcodec, records
-from shardcat.format.entries import Record
+from shardcat.format.entries import Record, _StoredEntry
 from shardcat.format.records import PreparedEntry
 from shardcat.format.spec import ALIGNMENTS, ENTRY_DESC_STRUCT, RECORD_HEAD_STRUCT, Codec
 
@@ -80,6 +80,7 @@ def _setup(wrap: Any) -> None:
         wrap(records.decode_record),
         wrap(records.decode_indexed),
         wrap(records.encode_record),
+        _StoredEntry,
     )
 
 

@@ -253,6 +253,8 @@ static PyObject *make_layout;    /* lazy.make_layout(sig, specs, names) */
 static PyObject *EncodedRecord;  /* records.EncodedRecord (a NamedTuple) */
 static PyObject *CodecType;      /* spec.Codec */
 static PyObject *ref_decode_record, *ref_decode_indexed, *ref_encode_record;
+static PyObject *StoredEntry;    /* entries._StoredEntry: an uncompressed entry, a view */
+static PyObject *CodecNone;      /* Codec.NONE */
 /* The slots of LazyRecord, set through their member descriptors. */
 enum { S_KEY, S_INDEX, S_OFFSET, S_LENGTH, S_VIEW, S_LAYOUT, S_PATH, S_ENTRIES, S_SOME, N_SLOTS };
 static const char *slot_names[N_SLOTS] = {"key", "index", "offset", "length", "_view",
@@ -260,7 +262,11 @@ static const char *slot_names[N_SLOTS] = {"key", "index", "offset", "length", "_
 static PyObject *slots[N_SLOTS];
 
 /* Layout tuple fields (lazy.Layout). */
-enum { L_SIG, L_NAMES, L_MASK };
+enum { L_SIG, L_NAMES, L_MASK, L_SPECS, L_ORDER, L_WHERE };
+/* The slots of _StoredEntry. */
+enum { E_RAW, E_STORED, E_CODEC, E_CTYPE, N_ESLOTS };
+static const char *eslot_names[N_ESLOTS] = {"_raw", "_stored", "codec", "content_type"};
+static PyObject *eslots[N_ESLOTS];
 
 static int ready(void)
 {
@@ -940,6 +946,111 @@ release:
 }
 
 /* ------------------------------------------------------------------------ */
+/* lazy entries                                                              */
+
+static PyObject *get_slot(PyObject *obj, int slot)
+{
+    PyObject *d = slots[slot];
+    return Py_TYPE(d)->tp_descr_get(d, obj, (PyObject *)Py_TYPE(obj));
+}
+
+/* entry(record, name) -> the uncompressed entry `name` of a LazyRecord, made
+   once (lazy.LazyRecord._entry in C), or None for a compressed one, which
+   LazyRecord makes itself (decompression costs far more than the call). */
+static PyObject *py_entry(PyObject *self, PyObject *args)
+{
+    PyObject *rec, *name;
+    if (!ready())
+        return NULL;
+    if (!PyArg_ParseTuple(args, "O!O", (PyTypeObject *)LazyRecord, &rec, &name))
+        return NULL;
+    PyObject *some = get_slot(rec, S_SOME), *layout = NULL, *view = NULL, *entry = NULL, *payload = NULL;
+    if (some == NULL)
+        return NULL;
+    if (some != Py_None) {
+        entry = PyDict_GetItemWithError(some, name);
+        if (entry != NULL || PyErr_Occurred()) {
+            Py_XINCREF(entry);
+            goto done;
+        }
+    }
+    layout = get_slot(rec, S_LAYOUT);
+    if (layout == NULL)
+        goto done;
+    PyObject *at = PyDict_GetItemWithError(PyTuple_GET_ITEM(layout, L_WHERE), name);
+    if (at == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetObject(PyExc_KeyError, name);
+        goto done;
+    }
+    Py_ssize_t i = PyLong_AsSsize_t(at);
+    PyObject *spec = PyTuple_GET_ITEM(PyTuple_GET_ITEM(layout, L_SPECS), i);
+    if (PyTuple_GET_ITEM(spec, 2) != CodecNone) {
+        entry = Py_None;
+        Py_INCREF(entry);
+        goto done;
+    }
+    view = get_slot(rec, S_VIEW);
+    if (view == NULL)
+        goto done;
+    const unsigned char *d = (const unsigned char *)PyMemoryView_GET_BUFFER(view)->buf + HEAD_SIZE + DESC_SIZE * i;
+    Py_ssize_t p_off = (Py_ssize_t)ld64(d), size = (Py_ssize_t)ld64(d + 8); /* checked when decoded */
+    payload = PySequence_GetSlice(view, p_off, p_off + size);
+    entry = payload ? PyType_GenericAlloc((PyTypeObject *)StoredEntry, 0) : NULL;
+    if (entry == NULL)
+        goto done;
+    if (Py_TYPE(eslots[E_RAW])->tp_descr_set(eslots[E_RAW], entry, payload) < 0 ||
+        Py_TYPE(eslots[E_STORED])->tp_descr_set(eslots[E_STORED], entry, payload) < 0 ||
+        Py_TYPE(eslots[E_CODEC])->tp_descr_set(eslots[E_CODEC], entry, CodecNone) < 0 ||
+        Py_TYPE(eslots[E_CTYPE])->tp_descr_set(eslots[E_CTYPE], entry, PyTuple_GET_ITEM(spec, 1)) < 0)
+        goto fail;
+    if (some == Py_None) {
+        Py_DECREF(some);
+        some = PyDict_New();
+        if (some == NULL || set_slot(rec, S_SOME, some) < 0)
+            goto fail;
+    }
+    if (PyDict_SetItem(some, name, entry) < 0)
+        goto fail;
+    goto done;
+fail:
+    Py_CLEAR(entry);
+done:
+    Py_XDECREF(some);
+    Py_XDECREF(layout);
+    Py_XDECREF(view);
+    Py_XDECREF(payload);
+    return entry;
+}
+
+/* getitem(record, name): LazyRecord.__getitem__, with no Python frame on
+   the streaming hot path (installed as an instancemethod). */
+static PyObject *py_getitem(PyObject *self, PyObject *args)
+{
+    PyObject *rec, *name;
+    if (!ready())
+        return NULL;
+    if (!PyArg_ParseTuple(args, "O!O", (PyTypeObject *)LazyRecord, &rec, &name))
+        return NULL;
+    PyObject *entries = get_slot(rec, S_ENTRIES);
+    if (entries == NULL)
+        return NULL;
+    if (entries != Py_None) { /* built whole (and perhaps changed) by the caller */
+        PyObject *e = PyObject_GetItem(entries, name);
+        Py_DECREF(entries);
+        return e;
+    }
+    Py_DECREF(entries);
+    PyObject *e = py_entry(self, args);
+    if (e != Py_None)
+        return e;
+    Py_DECREF(e);
+    return PyObject_CallMethod(rec, "_entry", "O", name);
+}
+
+static PyMethodDef getitem_def = {"__getitem__", py_getitem, METH_VARARGS, "The entry called `name`."};
+
+/* ------------------------------------------------------------------------ */
 /* module                                                                    */
 
 static PyObject *py_crc32c(PyObject *self, PyObject *args)
@@ -977,13 +1088,34 @@ static PyObject *py_crc32c_table(PyObject *self, PyObject *args)
 
 static PyObject *py_setup(PyObject *self, PyObject *args)
 {
-    PyObject *objs[7];
-    if (!PyArg_ParseTuple(args, "OOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5], &objs[6]))
+    PyObject *objs[8];
+    if (!PyArg_ParseTuple(args, "OOOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5], &objs[6],
+                          &objs[7]))
         return NULL;
-    if (!PyType_Check(objs[0]) || !PyType_Check(objs[2]) || !PyType_Check(objs[3])) {
-        PyErr_SetString(PyExc_TypeError, "_setup(LazyRecord, make_layout, EncodedRecord, Codec, ...)");
+    if (!PyType_Check(objs[0]) || !PyType_Check(objs[2]) || !PyType_Check(objs[3]) || !PyType_Check(objs[7])) {
+        PyErr_SetString(PyExc_TypeError, "_setup(LazyRecord, make_layout, EncodedRecord, Codec, ..., StoredEntry)");
         return NULL;
     }
+    PyObject *efound[N_ESLOTS];
+    for (int i = 0; i < N_ESLOTS; i++) {
+        efound[i] = PyObject_GetAttrString(objs[7], eslot_names[i]);
+        if (efound[i] == NULL || Py_TYPE(efound[i])->tp_descr_set == NULL) {
+            for (int j = 0; j <= i; j++)
+                Py_XDECREF(efound[j]);
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "StoredEntry.%s is not a slot", eslot_names[i]);
+            return NULL;
+        }
+    }
+    PyObject *none = PyObject_GetAttrString(objs[3], "NONE");
+    if (none == NULL) {
+        for (int j = 0; j < N_ESLOTS; j++)
+            Py_DECREF(efound[j]);
+        return NULL;
+    }
+    Py_XSETREF(CodecNone, none);
+    for (int i = 0; i < N_ESLOTS; i++)
+        Py_XSETREF(eslots[i], efound[i]);
     PyObject *found[N_SLOTS];
     for (int i = 0; i < N_SLOTS; i++) {
         found[i] = PyObject_GetAttrString(objs[0], slot_names[i]);
@@ -997,9 +1129,9 @@ static PyObject *py_setup(PyObject *self, PyObject *args)
     }
     for (int i = 0; i < N_SLOTS; i++)
         Py_XSETREF(slots[i], found[i]);
-    PyObject **targets[7] = {&LazyRecord, &make_layout, &EncodedRecord, &CodecType,
-                             &ref_decode_record, &ref_decode_indexed, &ref_encode_record};
-    for (int i = 0; i < 7; i++) {
+    PyObject **targets[8] = {&LazyRecord,        &make_layout,        &EncodedRecord,     &CodecType,
+                             &ref_decode_record, &ref_decode_indexed, &ref_encode_record, &StoredEntry};
+    for (int i = 0; i < 8; i++) {
         Py_INCREF(objs[i]);
         Py_XSETREF(*targets[i], objs[i]);
     }
@@ -1015,6 +1147,7 @@ static PyMethodDef methods[] = {
      "records.decode_indexed, compiled."},
     {"decode_run", py_decode_run, METH_VARARGS, "The whole, sound records of a stream buffer."},
     {"encode_record", py_encode_record, METH_VARARGS, "records.encode_record, compiled."},
+    {"entry", py_entry, METH_VARARGS, "The uncompressed entry `name` of a LazyRecord (None if compressed)."},
     {"_setup", py_setup, METH_VARARGS, "Hand over the Python types and the reference functions."},
     {NULL, NULL, 0, NULL},
 };
@@ -1028,6 +1161,14 @@ PyMODINIT_FUNC PyInit__ccodec(void)
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
+    PyObject *fn = PyCFunction_New(&getitem_def, NULL);
+    PyObject *method = fn ? PyInstanceMethod_New(fn) : NULL;
+    Py_XDECREF(fn);
+    if (method == NULL || PyModule_AddObject(m, "record_getitem", method) < 0) {
+        Py_XDECREF(method);
+        Py_DECREF(m);
+        return NULL;
+    }
     if (PyModule_AddStringConstant(m, "CRC32C_IMPL", have_sse42 ? "sse4.2" : "table") < 0 ||
         PyModule_AddIntConstant(m, "HEAD_SIZE", HEAD_SIZE) < 0 ||
         PyModule_AddIntConstant(m, "DESC_SIZE", DESC_SIZE) < 0 ||

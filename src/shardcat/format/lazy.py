@@ -11,8 +11,9 @@ record, or only keys, pays for no other. Its public behaviour is
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import NamedTuple
+import importlib
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 from .entries import Entry, Record, _CompressedEntry, _StoredEntry
 from .spec import ENTRY_DESC_STRUCT, RECORD_HEAD_STRUCT, Codec
@@ -23,6 +24,9 @@ _HEAD = RECORD_HEAD_STRUCT.size
 _DESC = ENTRY_DESC_STRUCT.size
 _unpack_span = ENTRY_DESC_STRUCT.unpack_from
 _NONE = Codec.NONE
+# Only the compiled codec makes LazyRecords: where this module is imported, it exists.
+_ccodec: Any = importlib.import_module(f"{__package__}._ccodec")
+_compiled_entry: Callable[[LazyRecord, str], Entry | None] = _ccodec.entry
 
 
 class Layout(NamedTuple):
@@ -70,6 +74,10 @@ class LazyRecord(Record):
     _view: memoryview
 
     def _entry(self, name: str) -> Entry:
+        # The compiled codec makes uncompressed entries; compressed ones are made here.
+        entry = _compiled_entry(self, name)
+        if entry is not None:
+            return entry
         some = self._some
         if some is None:
             some = self._some = {}
@@ -100,12 +108,9 @@ class LazyRecord(Record):
     def entries(self, value: dict[str, Entry]) -> None:
         self._entries = value
 
-    def __getitem__(self, name: str) -> Entry:
-        if self._entries is not None:
-            return self._entries[name]
-        if name not in self._layout.where:
-            raise KeyError(name)
-        return self._entry(name)
+    # The entry called ``name``: ``self._entries[name]`` once they were all
+    # built, else ``_entry(name)``; in C, as it runs once per entry read.
+    __getitem__ = _ccodec.record_getitem
 
     def __contains__(self, name: object) -> bool:
         if self._entries is not None:

@@ -32,8 +32,8 @@ from typing import Any, Literal
 import crc32c as _crc32c_package
 
 from ..errors import CodecUnavailableError
-from . import lazy, records
-from .entries import Record
+from . import records
+from .entries import Record, _StoredEntry
 from .spec import Codec
 
 __all__ = [
@@ -58,6 +58,8 @@ except ImportError as e:  # built without a compiler, or a source checkout not b
     _compiled = None
     _missing = e
 else:
+    from . import lazy  # LazyRecord needs the extension
+
     _compiled._setup(
         lazy.LazyRecord,
         lazy.make_layout,
@@ -66,6 +68,7 @@ else:
         records.decode_record,
         records.decode_indexed,
         records.encode_record,
+        _StoredEntry,
     )
 
 DecodeRun = Callable[..., tuple[list[tuple[memoryview, Record]], int]]
