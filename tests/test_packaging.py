@@ -31,8 +31,11 @@ ROOT = Path(__file__).parents[1]
 pytestmark = pytest.mark.slow
 
 
-def _run(*args: str | Path, cwd: Path, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+def _run(
+    *args: str | Path, cwd: Path, env_extra: dict[str, str] | None = None, **kwargs: Any
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(env_extra or {})
     p = subprocess.run(
         [str(a) for a in args],
         cwd=cwd,
@@ -47,15 +50,14 @@ def _run(*args: str | Path, cwd: Path, **kwargs: Any) -> subprocess.CompletedPro
     return p
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel, built from a copy of the sources (a stale build/ folder cannot leak in)."""
-    work = tmp_path_factory.mktemp("wheel")
+def _build_wheel(work: Path, env: dict[str, str] | None = None) -> Path:
+    """The wheel, built from a copy of the sources (a stale build/ folder or
+    an extension built in place cannot leak in)."""
     tree = work / "tree"
     tree.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, tree / name)
-    skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    skip = shutil.ignore_patterns("__pycache__", "*.egg-info", "*.so", "*.pyd")
     for folder in ("src", "migrations"):
         shutil.copytree(ROOT / folder, tree / folder, ignore=skip, symlinks=True)
     _run(
@@ -71,9 +73,15 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         work / "dist",
         tree,
         cwd=work,
+        env_extra=env,
     )
     (built,) = (work / "dist").glob("shardcat-*.whl")
     return built
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 def _expected_files() -> set[str]:
@@ -87,6 +95,8 @@ def _expected_files() -> set[str]:
         for p in (ROOT / "migrations").rglob("*.py")
     }
     return files | {
+        # The compiled record codec (src/shardcat/format/_ccodec.c), built for this Python.
+        "shardcat/format/_ccodec" + sysconfig.get_config_var("EXT_SUFFIX"),
         "shardcat/py.typed",
         "shardcat/migrations/script.py.mako",
         "shardcat/migrations/README.md",
@@ -125,12 +135,14 @@ def test_the_installed_wheel_upgrades_a_catalog_to_head(wheel, tmp_path):
         _run(
             python,
             "-c",
-            "import json, shardcat, shardcat.migrations; "
-            "print(json.dumps([shardcat.__file__, shardcat.migrations.__file__]))",
+            "import json, shardcat, shardcat.migrations, shardcat.format as f; "
+            "print(json.dumps([shardcat.__file__, shardcat.migrations.__file__, f.record_codec()]))",
             cwd=tmp_path,
         ).stdout
     )
-    assert all(Path(f).is_relative_to(Path(site)) for f in where), where
+    *files, codec = where
+    assert all(Path(f).is_relative_to(Path(site)) for f in files), where
+    assert codec == "compiled"
 
     shardcat = venv / "bin" / "shardcat"
     db = f"sqlite:///{tmp_path / 'catalog.db'}"
@@ -146,3 +158,20 @@ def test_the_installed_wheel_upgrades_a_catalog_to_head(wheel, tmp_path):
         head_revision(),
         True,
     )
+
+
+def test_without_a_compiler_the_wheel_builds_and_runs_the_python_codec(tmp_path):
+    """The extension is optional: a machine with no C compiler still gets a working wheel."""
+    built = _build_wheel(tmp_path, env={"CC": str(tmp_path / "no-such-compiler")})
+    with zipfile.ZipFile(built) as z:
+        shipped = {n for n in z.namelist() if n.startswith("shardcat/")}
+    assert shipped == {f for f in _expected_files() if "_ccodec" not in f}
+    site = tmp_path / "site"
+    with zipfile.ZipFile(built) as z:
+        z.extractall(site)
+    code = (
+        "import shardcat.format as f, shardcat.format.recordcodec as rc; "
+        "print(f.record_codec(), rc.available())"
+    )
+    out = _run(sys.executable, "-c", code, cwd=tmp_path, env_extra={"PYTHONPATH": str(site)})
+    assert out.stdout.split() == ["python", "['python']"]

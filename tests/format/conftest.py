@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +23,7 @@ import numpy as np
 import pytest
 import xxhash
 
-from shardcat.format import Entry, ShardWriter, encode_value
+from shardcat.format import Entry, ShardWriter, encode_value, recordcodec
 from shardcat.format.checksums import crc32c
 from shardcat.format.spec import (
     ENTRY_DESC_STRUCT,
@@ -48,6 +49,24 @@ TRAILER_DATA_CRC_AT = 36
 TRAILER_FOOTER_CRC_AT = 40
 TRAILER_HEADER_CRC_AT = 44
 TRAILER_CRC_AT = 52
+
+
+# --- both record codecs ------------------------------------------------------
+
+
+@pytest.fixture(autouse=True, params=["compiled", "python"])
+def record_codec(request: pytest.FixtureRequest) -> Any:
+    """Every format test runs against the compiled codec and the pure-Python reference.
+
+    The compiled one must have been built (``pip install -e .`` with a C
+    compiler); where it cannot be, ``SHARDCAT_RECORD_CODEC=python`` skips it.
+    """
+    name = request.param
+    if name not in recordcodec.available() and os.environ.get(recordcodec.ENV_VAR) == "python":
+        pytest.skip("the compiled record codec is not built (SHARDCAT_RECORD_CODEC=python)")
+    previous = recordcodec.use(name)
+    yield name
+    recordcodec.use(previous)
 
 
 # --- the independent layout parser -----------------------------------------

@@ -4,7 +4,8 @@ This module is the catalog's half: the statements and what an empty result
 or a failed read means. The statements run on the thread's
 :class:`~.connection.RawConnection`; the bytes come from the thread's
 :class:`~shardcat.storage.SourceCache` (local shards stay open and are read
-with ``os.pread``), and :func:`~shardcat.format.records.decode_indexed`
+with ``os.pread``), and the active record codec's ``decode_indexed``
+(:mod:`shardcat.format.recordcodec`: compiled, or the Python reference)
 checks them against the row.
 """
 
@@ -26,9 +27,9 @@ from ..errors import (
     ShardNotFoundError,
     StorageError,
 )
-from ..format import Record
+from ..format import Record, recordcodec
 from ..format.checksums import signed_key_hash
-from ..format.records import decode_entry, decode_indexed
+from ..format.records import decode_entry
 from ..format.spec import Codec
 from ..storage import SourceCache, redact
 from .connection import RawConnection, fork_generation
@@ -126,7 +127,7 @@ class Lookup:
         self._batch = _batch_sql(self.dialect, False)
         self._batch_entries = _batch_sql(self.dialect, True)
         self._sources = SourceCache(storage_options, max_open)
-        self._texts: dict[object, tuple[str, str, Codec]] = {}  # decode_record's text cache
+        self._texts: dict[Any, Any] = {}  # the record codec's memo of entry names and types
 
     # --- SQL ---------------------------------------------------------------
 
@@ -163,7 +164,7 @@ class Lookup:
         url, alignment, offset, length, spans = rows[0]
         try:
             data = self._sources.read(url, offset, offset + length)
-            record = decode_indexed(
+            record = recordcodec.decode_indexed(
                 memoryview(data),
                 key=key,
                 length=length,
@@ -276,7 +277,7 @@ class Lookup:
                 if names is None:
                     view = views[at]
                     at += 1
-                    record = decode_indexed(
+                    record = recordcodec.decode_indexed(
                         view,
                         key=key,
                         length=length,

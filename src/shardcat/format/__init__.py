@@ -1,6 +1,7 @@
 """The shard file format: pure bytes in, bytes out. Knows nothing of SQL or Dask.
 
-See docs/FORMAT.md for the specification.
+See docs/FORMAT.md for the specification. :func:`record_codec` names the
+record codec in use (``"compiled"`` or ``"python"``; ``SHARDCAT_RECORD_CODEC``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from .footer import EntrySpec, Footer
 from .header import Header, Trailer
 from .info import ShardInfo
 from .reader import ShardReader
+from .recordcodec import active as record_codec
 from .sources import BytesSource, FileSource
 from .spec import FORMAT_VERSION, HEADER_MAGIC, TRAILER_MAGIC, Codec
 from .stream import iter_partial
@@ -36,4 +38,5 @@ __all__ = [
     "decode_value",
     "encode_value",
     "iter_partial",
+    "record_codec",
 ]

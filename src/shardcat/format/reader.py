@@ -9,19 +9,20 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from types import TracebackType
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from .._ranges import coalesce, split
 from .._types import ByteRange, RangeSource
 from ..errors import FormatError, KeyNotFoundError, TruncatedError
+from . import recordcodec
 from .checksums import key_hash
 from .entries import Record
 from .footer import Footer
 from .header import Header, Trailer, describe_bad_magic
 from .info import ShardInfo
-from .records import decode_entry, decode_indexed
+from .records import decode_entry
 from .sources import as_source
-from .spec import HEADER_MAGIC, HEADER_SIZE, TAIL_READ_SIZE, TRAILER_MAGIC, TRAILER_SIZE, Codec
+from .spec import HEADER_MAGIC, HEADER_SIZE, TAIL_READ_SIZE, TRAILER_MAGIC, TRAILER_SIZE
 from .stream import stream_records
 from .verify import VerifyReport, verify_shard
 
@@ -70,7 +71,7 @@ class ShardReader:
         self.path = self._source.name
         self._header: Header | None = None
         self._size_checked = False
-        self._texts: dict[object, tuple[str, str, Codec]] = {}  # decode_record's text cache
+        self._texts: dict[Any, Any] = {}  # the record codec's memo of entry names and types
         try:
             self._footer = self._open(max(tail_size, TRAILER_SIZE))
         except BaseException:
@@ -303,7 +304,7 @@ class ShardReader:
         ]
 
     def _decode_checked(self, i: int, view: memoryview, offset: int, length: int) -> Record:
-        return decode_indexed(
+        return recordcodec.decode_indexed(
             view,
             key=self._footer.key_bytes(i),
             length=length,

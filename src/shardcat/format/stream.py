@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from .._types import RangeSource
 from ..errors import FormatError, TruncatedError
+from . import recordcodec
 from .entries import Record
 from .header import Header
-from .records import decode_record
 from .sources import as_source
-from .spec import HEADER_SIZE, RECORD_HEAD_STRUCT, Codec, data_start
+from .spec import HEADER_SIZE, RECORD_HEAD_STRUCT, data_start
 
 __all__ = ["iter_partial", "stream_records"]
 
@@ -81,15 +81,41 @@ def stream_records(
         if header_crc is not None and header.crc != header_crc:
             raise FormatError("header does not belong to this shard's footer", path=path, offset=0)
         alignment = header.alignment
-        cache: dict[object, tuple[str, str, Codec]] = {}
+        cache: dict[Any, Any] = {}  # the codec's memo of entry names and types
         pos = data_start(alignment)
         pad = buf.take(pos - HEADER_SIZE)
         if verify and pad != bytes(len(pad)):
             raise FormatError("non-zero padding after the header", path=path, offset=HEADER_SIZE)
         index = 0
+        decode_record = recordcodec.decode_record
+        # The compiled codec's batch decoder takes every whole, sound record
+        # of the buffer in one call; the loop below then handles the record
+        # it stopped at (one that straddles two chunks, or a damaged one).
+        decode_run = recordcodec.decode_run
+        stop_at = -1 if end is None else end
         # Without ``end`` (salvage), the first damaged or incomplete record
         # raises and the caller stops there.
         while end is None or pos < end:
+            if decode_run is not None:
+                pairs, used = decode_run(
+                    buf.view,
+                    buf.pos,
+                    buf.end,
+                    pos,
+                    stop_at,
+                    alignment,
+                    index,
+                    names,
+                    cache,
+                    verify,
+                    path,
+                )
+                if used:
+                    buf.pos += used
+                    pos += used
+                    index += len(pairs)
+                    yield from pairs
+                    continue
             # Inlined buffer bookkeeping: this loop runs once per record.
             at = buf.pos
             if buf.end - at < head_size:

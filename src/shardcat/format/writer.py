@@ -10,17 +10,17 @@ from types import TracebackType
 from typing import Any, BinaryIO
 
 import numpy as np
-from crc32c import crc32c  # the C function itself: add() is the write hot path
 
 from .._version import __version__
 from ..errors import DuplicateKeyError, InvalidKeyError, RecordTooLargeError, WriterClosedError
+from . import recordcodec
 from .checksums import key_hash
 from .codecs import compress, max_decompressed_bytes, should_compress
 from .entries import Entry, Record, encode_value, guess_content_type, sample_key
 from .footer import EntrySpec, Footer, nesting_exceeds
 from .header import Header
 from .info import ShardInfo
-from .records import PreparedEntry, encode_record
+from .records import PreparedEntry
 from .spec import (
     ALIGNMENTS,
     DEFAULT_ALIGNMENT,
@@ -138,7 +138,7 @@ class ShardWriter:
         pad = bytes(data_start(alignment) - HEADER_SIZE)
         self._file.write(header + pad)
         self._pos = HEADER_SIZE + len(pad)
-        self._data_crc = crc32c(pad)
+        self._data_crc = recordcodec.crc32c(pad)
         self._seen: set[bytes] = set()
         # Index rows, kept as tuples (cheap to append) and turned into arrays at close.
         self._rows: list[
@@ -218,7 +218,7 @@ class ShardWriter:
         # Everything that can reject the record happens before its first byte is written.
         spec_ids = [self._spec_id(p) for p in prepared]
         h = key_hash(raw_key)
-        rec = encode_record(raw_key, h, prepared, self._alignment)
+        rec = recordcodec.encode_record(raw_key, h, prepared, self._alignment)
         try:
             self._emit(rec.parts, rec.length)
         except BaseException:
@@ -276,7 +276,7 @@ class ShardWriter:
                     f"1 to {MAX_NAME_BYTES} ASCII characters"
                 )
             ctype = self._types[content_type] = content_type.encode("ascii")
-        return PreparedEntry(raw_name, ctype, codec, payload, crc32c(payload))
+        return PreparedEntry(raw_name, ctype, codec, payload, recordcodec.crc32c(payload))
 
     def _check_name(self, name: Any, key: str) -> bytes:
         if not isinstance(name, str) or not name:
@@ -305,6 +305,7 @@ class ShardWriter:
         return sid
 
     def _emit(self, parts: list[bytes | bytearray | memoryview], length: int) -> None:
+        crc32c = recordcodec.crc32c
         crc = self._data_crc
         if length <= _JOIN_LIMIT:
             blob = b"".join(parts)

@@ -1,0 +1,1181 @@
+/*
+ * The compiled record codec: the same record blocks as records.py, decoded,
+ * verified and encoded in C. records.py stays the reference; recordcodec.py
+ * chooses between the two.
+ *
+ * Written against the plain CPython C API, not Cython: the codec is a few
+ * hundred lines of byte arithmetic, so Cython would add a build dependency
+ * (and a pinned one, in every build of the wheel) and buy nothing; with the
+ * C API a clean clone builds with the machine's compiler alone.
+ *
+ * How errors are reported: this code checks everything the reference checks,
+ * and when a check fails it does not raise an error of its own, it calls the
+ * reference implementation with the same arguments, which finds the first
+ * problem and raises it. Every error is then the reference's own (same type,
+ * same message, same offset), with no second copy of the texts to keep in
+ * step, and the cost falls on the error path only. The rule that makes this
+ * sound: this code may reject more than the reference (the reference then
+ * answers), but never accepts less; the property tests check both ways.
+ *
+ * CRC32C: SSE4.2 (three interleaved streams, combined with precomputed shift
+ * tables) when the CPU has it, chosen at import; otherwise slicing-by-8
+ * tables. Key hashes (xxHash64) stay in Python: they are computed once per
+ * record on the write path, by the xxhash module, and never while decoding.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define SC_HAVE_SSE42 1
+#include <nmmintrin.h>
+#endif
+
+/* Layout constants: spec.py declares them; test_ccodec.py checks these copies. */
+#define HEAD_SIZE 32
+#define DESC_SIZE 32
+#define MAX_ZERO_PAD 4096   /* records.py compares pads with a 4096-byte run of zeros */
+#define JOIN_LIMIT (64 << 10) /* records up to this size are encoded into one bytes object */
+#define TEXT_CACHE_MAX 4096
+static const unsigned char RECORD_TAG[4] = {'R', 'E', 'C', 0};
+
+/* ------------------------------------------------------------------------ */
+/* little-endian loads and stores                                            */
+
+static inline uint16_t ld16(const unsigned char *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline uint32_t ld32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+static inline uint64_t ld64(const unsigned char *p) { return (uint64_t)ld32(p) | ((uint64_t)ld32(p + 4) << 32); }
+static inline void st16(unsigned char *p, uint16_t v) { p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); }
+static inline void st32(unsigned char *p, uint32_t v)
+{
+    st16(p, (uint16_t)v);
+    st16(p + 2, (uint16_t)(v >> 16));
+}
+static inline void st64(unsigned char *p, uint64_t v)
+{
+    st32(p, (uint32_t)v);
+    st32(p + 4, (uint32_t)(v >> 32));
+}
+
+/* ------------------------------------------------------------------------ */
+/* CRC32C                                                                    */
+
+#define POLY 0x82f63b78u /* Castagnoli, reflected */
+#define LONG_BLOCK 8192
+#define SHORT_BLOCK 256
+
+static uint32_t crc_table[8][256];
+static uint32_t shift_long[4][256];  /* multiply a CRC register by x^(8 * LONG_BLOCK) */
+static uint32_t shift_short[4][256]; /* ... by x^(8 * SHORT_BLOCK) */
+static int have_sse42;
+
+/* a * b modulo the polynomial, in the reflected bit order (x^0 is bit 31). */
+static uint32_t multmodp(uint32_t a, uint32_t b)
+{
+    uint32_t m = (uint32_t)1 << 31, p = 0;
+    for (;;) {
+        if (a & m) {
+            p ^= b;
+            if ((a & (m - 1)) == 0)
+                break;
+        }
+        m >>= 1;
+        b = b & 1 ? (b >> 1) ^ POLY : b >> 1;
+    }
+    return p;
+}
+
+/* x^(8 n) modulo the polynomial: the operator that appends n zero bytes. */
+static uint32_t zeros_operator(size_t n)
+{
+    uint32_t result = (uint32_t)1 << 31; /* x^0 */
+    uint32_t square = (uint32_t)1 << 30; /* x^1, squared up to x^(2^k) */
+    size_t bits = n * 8;
+    while (bits) {
+        if (bits & 1)
+            result = multmodp(square, result);
+        square = multmodp(square, square);
+        bits >>= 1;
+    }
+    return result;
+}
+
+static void shift_table(uint32_t table[4][256], size_t n)
+{
+    /* Multiplying by a constant is linear: four byte-wise tables compose it. */
+    uint32_t op = zeros_operator(n);
+    for (int k = 0; k < 4; k++)
+        for (uint32_t v = 0; v < 256; v++)
+            table[k][v] = multmodp(op, v << (8 * k));
+}
+
+static inline uint32_t shift(uint32_t table[4][256], uint32_t crc)
+{
+    return table[0][crc & 0xff] ^ table[1][(crc >> 8) & 0xff] ^ table[2][(crc >> 16) & 0xff] ^
+           table[3][crc >> 24];
+}
+
+static void crc_init(void)
+{
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? (c >> 1) ^ POLY : c >> 1;
+        crc_table[0][n] = c;
+    }
+    for (uint32_t n = 0; n < 256; n++)
+        for (int k = 1; k < 8; k++)
+            crc_table[k][n] = (crc_table[k - 1][n] >> 8) ^ crc_table[0][crc_table[k - 1][n] & 0xff];
+    shift_table(shift_long, LONG_BLOCK);
+    shift_table(shift_short, SHORT_BLOCK);
+#ifdef SC_HAVE_SSE42
+    __builtin_cpu_init();
+    have_sse42 = __builtin_cpu_supports("sse4.2");
+#endif
+}
+
+static uint32_t crc_sw(uint32_t crc, const unsigned char *buf, size_t len)
+{
+    uint32_t c = ~crc;
+    while (len && ((uintptr_t)buf & 7)) {
+        c = crc_table[0][(c ^ *buf++) & 0xff] ^ (c >> 8);
+        len--;
+    }
+    while (len >= 8) {
+        uint64_t w = ld64(buf) ^ c;
+        c = crc_table[7][w & 0xff] ^ crc_table[6][(w >> 8) & 0xff] ^ crc_table[5][(w >> 16) & 0xff] ^
+            crc_table[4][(w >> 24) & 0xff] ^ crc_table[3][(w >> 32) & 0xff] ^
+            crc_table[2][(w >> 40) & 0xff] ^ crc_table[1][(w >> 48) & 0xff] ^ crc_table[0][w >> 56];
+        buf += 8;
+        len -= 8;
+    }
+    while (len--)
+        c = crc_table[0][(c ^ *buf++) & 0xff] ^ (c >> 8);
+    return ~c;
+}
+
+#ifdef SC_HAVE_SSE42
+#if defined(__x86_64__)
+#define CRC_WORD uint64_t
+#define CRC_STEP(c, p) ((uint32_t)_mm_crc32_u64((c), ld64(p)))
+#else
+#define CRC_WORD uint32_t
+#define CRC_STEP(c, p) _mm_crc32_u32((c), ld32(p))
+#endif
+
+/* One crc32 instruction has a latency of three cycles and a throughput of
+   one: three independent streams keep the unit busy, and the shift tables
+   join them (register(A B C) = shift(shift(reg A) ^ reg B) ^ reg C). */
+__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const unsigned char *buf, size_t len)
+{
+    uint32_t c0 = ~crc;
+    const size_t w = sizeof(CRC_WORD);
+    while (len && ((uintptr_t)buf & (w - 1))) {
+        c0 = _mm_crc32_u8(c0, *buf++);
+        len--;
+    }
+    while (len >= 3 * LONG_BLOCK) {
+        uint32_t c1 = 0, c2 = 0;
+        const unsigned char *end = buf + LONG_BLOCK;
+        do {
+            c0 = CRC_STEP(c0, buf);
+            c1 = CRC_STEP(c1, buf + LONG_BLOCK);
+            c2 = CRC_STEP(c2, buf + 2 * LONG_BLOCK);
+            buf += w;
+        } while (buf < end);
+        c0 = shift(shift_long, c0) ^ c1;
+        c0 = shift(shift_long, c0) ^ c2;
+        buf += 2 * LONG_BLOCK;
+        len -= 3 * LONG_BLOCK;
+    }
+    while (len >= 3 * SHORT_BLOCK) {
+        uint32_t c1 = 0, c2 = 0;
+        const unsigned char *end = buf + SHORT_BLOCK;
+        do {
+            c0 = CRC_STEP(c0, buf);
+            c1 = CRC_STEP(c1, buf + SHORT_BLOCK);
+            c2 = CRC_STEP(c2, buf + 2 * SHORT_BLOCK);
+            buf += w;
+        } while (buf < end);
+        c0 = shift(shift_short, c0) ^ c1;
+        c0 = shift(shift_short, c0) ^ c2;
+        buf += 2 * SHORT_BLOCK;
+        len -= 3 * SHORT_BLOCK;
+    }
+    while (len >= w) {
+        c0 = CRC_STEP(c0, buf);
+        buf += w;
+        len -= w;
+    }
+    while (len--)
+        c0 = _mm_crc32_u8(c0, *buf++);
+    return ~c0;
+}
+#endif
+
+static inline uint32_t crc32c(uint32_t crc, const unsigned char *buf, size_t len)
+{
+#ifdef SC_HAVE_SSE42
+    if (have_sse42)
+        return crc_hw(crc, buf, len);
+#endif
+    return crc_sw(crc, buf, len);
+}
+
+static int all_zero(const unsigned char *p, size_t n)
+{
+    while (n && ((uintptr_t)p & 7)) {
+        if (*p++)
+            return 0;
+        n--;
+    }
+    while (n >= 8) {
+        if (ld64(p))
+            return 0;
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        if (*p++)
+            return 0;
+    return 1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Python objects the codec builds, handed over by recordcodec.py            */
+
+static PyObject *LazyRecord;     /* lazy.LazyRecord, a Record subclass with slots */
+static PyObject *make_layout;    /* lazy.make_layout(sig, specs, names) */
+static PyObject *EncodedRecord;  /* records.EncodedRecord (a NamedTuple) */
+static PyObject *CodecType;      /* spec.Codec */
+static PyObject *ref_decode_record, *ref_decode_indexed, *ref_encode_record;
+static PyObject *StoredEntry;    /* entries._StoredEntry: an uncompressed entry, a view */
+static PyObject *CodecNone;      /* Codec.NONE */
+/* The slots of LazyRecord, set through their member descriptors. */
+enum { S_KEY, S_INDEX, S_OFFSET, S_LENGTH, S_VIEW, S_LAYOUT, S_PATH, S_ENTRIES, S_SOME, N_SLOTS };
+static const char *slot_names[N_SLOTS] = {"key", "index", "offset", "length", "_view",
+                                          "_layout", "_path", "_entries", "_some"};
+static PyObject *slots[N_SLOTS];
+
+/* Layout tuple fields (lazy.Layout). */
+enum { L_SIG, L_NAMES, L_MASK, L_SPECS, L_ORDER, L_WHERE };
+/* The slots of _StoredEntry. */
+enum { E_RAW, E_STORED, E_CODEC, E_CTYPE, N_ESLOTS };
+static const char *eslot_names[N_ESLOTS] = {"_raw", "_stored", "codec", "content_type"};
+static PyObject *eslots[N_ESLOTS];
+
+static int ready(void)
+{
+    if (LazyRecord == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "shardcat.format._ccodec is not set up; import shardcat.format");
+        return 0;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* decoding                                                                  */
+
+typedef struct {
+    long alignment;
+    PyObject *names;  /* frozenset or None */
+    PyObject *cache;  /* dict */
+    int check_padding;
+    PyObject *path;
+} DecodeArgs;
+
+static int names_match(PyObject *a, PyObject *b)
+{
+    if (a == b)
+        return 1;
+    if (a == Py_None || b == Py_None)
+        return 0;
+    return PyObject_RichCompareBool(a, b, Py_EQ);
+}
+
+/* The record's layout (entry names, types, codecs; which entries `names`
+   keeps), from the cache or built. 1: found, 0: rejected (text not valid),
+   -1: error. `*out` is a borrowed reference (the cache holds it). */
+static int get_layout(const unsigned char *buf, unsigned n, size_t strings_at, size_t strings_end,
+                      const DecodeArgs *a, PyObject **out)
+{
+    size_t slen = strings_end - strings_at;
+    PyObject *last = PyDict_GetItemWithError(a->cache, Py_None);
+    if (last == NULL && PyErr_Occurred())
+        return -1;
+    if (last != NULL && PyTuple_Check(last) && PyTuple_GET_SIZE(last) > L_MASK) {
+        PyObject *sig = PyTuple_GET_ITEM(last, L_SIG);
+        if (PyBytes_Check(sig) && (size_t)PyBytes_GET_SIZE(sig) == 5 * (size_t)n + slen) {
+            const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(sig);
+            unsigned i = 0;
+            /* name_length, type_length and codec are the 5 bytes at 20..25 of a descriptor. */
+            while (i < n && memcmp(s + 5 * i, buf + HEAD_SIZE + DESC_SIZE * i + 20, 5) == 0)
+                i++;
+            if (i == n && memcmp(s + 5 * n, buf + strings_at, slen) == 0) {
+                int same = names_match(PyTuple_GET_ITEM(last, L_NAMES), a->names);
+                if (same < 0)
+                    return -1;
+                if (same) {
+                    *out = last;
+                    return 1;
+                }
+            }
+        }
+    }
+    PyObject *sig = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(5 * (size_t)n + slen));
+    if (sig == NULL)
+        return -1;
+    unsigned char *s = (unsigned char *)PyBytes_AS_STRING(sig);
+    for (unsigned i = 0; i < n; i++)
+        memcpy(s + 5 * i, buf + HEAD_SIZE + DESC_SIZE * i + 20, 5);
+    memcpy(s + 5 * n, buf + strings_at, slen);
+    PyObject *layout = PyDict_GetItemWithError(a->cache, sig);
+    if (layout != NULL) {
+        int same = names_match(PyTuple_GET_ITEM(layout, L_NAMES), a->names);
+        if (same < 0) {
+            Py_DECREF(sig);
+            return -1;
+        }
+        if (same) {
+            Py_DECREF(sig);
+            if (PyDict_SetItem(a->cache, Py_None, layout) < 0)
+                return -1;
+            *out = layout;
+            return 1;
+        }
+    } else if (PyErr_Occurred()) {
+        Py_DECREF(sig);
+        return -1;
+    }
+    /* Not seen yet: decode the texts once. */
+    PyObject *specs = PyTuple_New(n);
+    if (specs == NULL) {
+        Py_DECREF(sig);
+        return -1;
+    }
+    size_t pos = strings_at;
+    int status = 1;
+    for (unsigned i = 0; i < n && status == 1; i++) {
+        const unsigned char *d = buf + HEAD_SIZE + DESC_SIZE * i;
+        size_t name_len = ld16(d + 20), type_len = ld16(d + 22);
+        PyObject *name = PyUnicode_DecodeUTF8((const char *)buf + pos, (Py_ssize_t)name_len, NULL);
+        PyObject *ctype = name ? PyUnicode_DecodeASCII((const char *)buf + pos + name_len,
+                                                       (Py_ssize_t)type_len, NULL)
+                               : NULL;
+        PyObject *code = ctype ? PyLong_FromLong(d[24]) : NULL;
+        PyObject *codec = code ? PyObject_CallOneArg(CodecType, code) : NULL;
+        PyObject *spec = codec ? PyTuple_Pack(3, name, ctype, codec) : NULL;
+        Py_XDECREF(name);
+        Py_XDECREF(ctype);
+        Py_XDECREF(code);
+        Py_XDECREF(codec);
+        if (spec == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                PyErr_Clear();
+                status = 0;
+            } else {
+                status = -1;
+            }
+            break;
+        }
+        PyTuple_SET_ITEM(specs, i, spec);
+        pos += name_len + type_len;
+    }
+    if (status != 1) {
+        Py_DECREF(sig);
+        Py_DECREF(specs);
+        return status;
+    }
+    layout = PyObject_CallFunctionObjArgs(make_layout, sig, specs, a->names, NULL);
+    Py_DECREF(specs);
+    if (layout == NULL) {
+        Py_DECREF(sig);
+        return -1;
+    }
+    if (PyDict_GET_SIZE(a->cache) >= TEXT_CACHE_MAX)
+        PyDict_Clear(a->cache);
+    int err = PyDict_SetItem(a->cache, sig, layout) < 0 || PyDict_SetItem(a->cache, Py_None, layout) < 0;
+    Py_DECREF(sig);
+    Py_DECREF(layout); /* the cache holds it */
+    if (err)
+        return -1;
+    *out = layout;
+    return 1;
+}
+
+static int set_slot(PyObject *obj, int slot, PyObject *value)
+{
+    PyObject *d = slots[slot];
+    return Py_TYPE(d)->tp_descr_set(d, obj, value);
+}
+
+/* Decode the record in buf[0:size] (`view` is a read-only memoryview of those
+   bytes). 1: *out is a new LazyRecord; 0: rejected (the reference will say
+   why); -1: error set. */
+static int decode_one(const unsigned char *buf, Py_ssize_t size, PyObject *view, const DecodeArgs *a,
+                      PyObject *offset, PyObject *index, PyObject **out)
+{
+    if (size < HEAD_SIZE || memcmp(buf, RECORD_TAG, 4) != 0)
+        return 0;
+    uint32_t head_crc = ld32(buf + 4);
+    uint64_t length = ld64(buf + 8);
+    uint64_t head_length = ld32(buf + 24);
+    uint64_t key_len = ld16(buf + 28);
+    unsigned n = ld16(buf + 30);
+    uint64_t mask = (uint64_t)a->alignment - 1;
+    uint64_t strings_at = HEAD_SIZE + (uint64_t)DESC_SIZE * n;
+    if (head_length < strings_at + key_len || (head_length & mask) || head_length > length ||
+        (length & mask) || (uint64_t)size < length)
+        return 0;
+    if (crc32c(0, buf + 8, (size_t)head_length - 8) != head_crc)
+        return 0;
+    uint64_t pos = strings_at + key_len, expected = head_length;
+    for (unsigned i = 0; i < n; i++) {
+        const unsigned char *d = buf + HEAD_SIZE + DESC_SIZE * i;
+        uint64_t p_off = ld64(d), p_size = ld64(d + 8);
+        if (p_off != expected || p_size > length - p_off)
+            return 0;
+        uint64_t end = p_off + p_size;
+        expected = (end + mask) & ~mask;
+        pos += (uint64_t)ld16(d + 20) + ld16(d + 22);
+        if (pos > head_length)
+            return 0;
+        if (a->check_padding && !all_zero(buf + end, (size_t)(expected - end)))
+            return 0;
+    }
+    if (expected != length)
+        return 0;
+    if (a->check_padding && pos != head_length &&
+        (head_length - pos > MAX_ZERO_PAD || !all_zero(buf + pos, (size_t)(head_length - pos))))
+        return 0;
+    PyObject *layout;
+    int found = get_layout(buf, n, (size_t)(strings_at + key_len), (size_t)pos, a, &layout);
+    if (found != 1)
+        return found;
+    PyObject *keep = PyTuple_GET_ITEM(layout, L_MASK);
+    if (!PyBytes_Check(keep) || PyBytes_GET_SIZE(keep) != (Py_ssize_t)n) {
+        PyErr_SetString(PyExc_RuntimeError, "make_layout returned a bad mask");
+        return -1;
+    }
+    const char *kept = PyBytes_AS_STRING(keep);
+    for (unsigned i = 0; i < n; i++) {
+        const unsigned char *d = buf + HEAD_SIZE + DESC_SIZE * i;
+        if (kept[i] && crc32c(0, buf + ld64(d), (size_t)ld64(d + 8)) != ld32(d + 16))
+            return 0;
+    }
+    /* From here on objects are allocated, which can run code that changes the
+       cache the layout is borrowed from. */
+    Py_INCREF(layout);
+    PyObject *key = PyUnicode_DecodeUTF8((const char *)buf + strings_at, (Py_ssize_t)key_len, NULL);
+    if (key == NULL) {
+        Py_DECREF(layout);
+        if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+            PyErr_Clear();
+            return 0;
+        }
+        return -1;
+    }
+    PyObject *len_obj = PyLong_FromUnsignedLongLong(length);
+    PyObject *rec = len_obj ? PyType_GenericAlloc((PyTypeObject *)LazyRecord, 0) : NULL;
+    int failed = rec == NULL || set_slot(rec, S_KEY, key) < 0 || set_slot(rec, S_INDEX, index) < 0 ||
+                 set_slot(rec, S_OFFSET, offset) < 0 || set_slot(rec, S_LENGTH, len_obj) < 0 ||
+                 set_slot(rec, S_VIEW, view) < 0 || set_slot(rec, S_LAYOUT, layout) < 0 ||
+                 set_slot(rec, S_PATH, a->path) < 0 || set_slot(rec, S_ENTRIES, Py_None) < 0 ||
+                 set_slot(rec, S_SOME, Py_None) < 0;
+    Py_DECREF(key);
+    Py_DECREF(layout);
+    Py_XDECREF(len_obj);
+    if (failed) {
+        Py_XDECREF(rec);
+        return -1;
+    }
+    *out = rec;
+    return 1;
+}
+
+/* A read-only, 1-D, byte-format, contiguous memoryview: what the fast path
+   handles. Anything else goes to the reference as it is. */
+static int plain_view(PyObject *view)
+{
+    if (!PyMemoryView_Check(view))
+        return 0;
+    Py_buffer *b = PyMemoryView_GET_BUFFER(view);
+    return b->ndim == 1 && b->itemsize == 1 && PyBuffer_IsContiguous(b, 'C') &&
+           (b->format == NULL || strcmp(b->format, "B") == 0);
+}
+
+/* `view`, or a read-only copy of it if it is writable: entries must not
+   change under the caller. A new reference. */
+static PyObject *readonly_view(PyObject *view)
+{
+    if (PyMemoryView_GET_BUFFER(view)->readonly) {
+        Py_INCREF(view);
+        return view;
+    }
+    PyObject *copy = PyBytes_FromObject(view);
+    PyObject *ro = copy ? PyMemoryView_FromObject(copy) : NULL;
+    Py_XDECREF(copy);
+    return ro;
+}
+
+static int alignment_ok(long alignment) { return alignment >= 8 && alignment <= MAX_ZERO_PAD && !(alignment & (alignment - 1)); }
+
+/* decode_record(view, *, path, offset, alignment, index=-1, names=None,
+                 text_cache=None, check_padding=False) */
+static PyObject *py_decode_record(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"view", "path", "offset", "alignment", "index", "names", "text_cache", "check_padding", NULL};
+    PyObject *view, *path = NULL, *offset = NULL, *alignment = NULL, *index = NULL, *names = Py_None,
+                    *cache = Py_None;
+    int check_padding = 0;
+    if (!ready())
+        return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOOp", kwlist, &view, &path, &offset, &alignment,
+                                     &index, &names, &cache, &check_padding))
+        return NULL;
+    DecodeArgs a = {0, names, cache, check_padding, path};
+    if (path == NULL || offset == NULL || alignment == NULL || !PyLong_Check(alignment) || !plain_view(view) ||
+        (cache != Py_None && !PyDict_CheckExact(cache)))
+        goto reference;
+    a.alignment = PyLong_AsLong(alignment);
+    if (a.alignment == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        goto reference;
+    }
+    if (!alignment_ok(a.alignment))
+        goto reference;
+    PyObject *own_view = readonly_view(view);
+    if (own_view == NULL)
+        return NULL;
+    view = own_view;
+    PyObject *own_cache = NULL;
+    if (cache == Py_None) {
+        a.cache = own_cache = PyDict_New();
+        if (own_cache == NULL) {
+            Py_XDECREF(own_view);
+            return NULL;
+        }
+    }
+    PyObject *idx = index ? index : NULL;
+    PyObject *minus_one = NULL;
+    if (idx == NULL)
+        idx = minus_one = PyLong_FromLong(-1);
+    PyObject *rec = NULL;
+    Py_buffer *b = PyMemoryView_GET_BUFFER(view);
+    int status = idx ? decode_one(b->buf, b->len, view, &a, offset, idx, &rec) : -1;
+    Py_XDECREF(minus_one);
+    Py_XDECREF(own_cache);
+    Py_XDECREF(own_view);
+    if (status == 1)
+        return rec;
+    if (status < 0)
+        return NULL;
+reference:
+    return PyObject_Call(ref_decode_record, args, kwargs);
+}
+
+/* The registered (payload offset, stored size, CRC32C) of every entry equal
+   the descriptors: 1 yes, 0 no or not sure (the reference decides), -1 error. */
+static int registered_match(const unsigned char *buf, PyObject *registered)
+{
+    unsigned n = ld16(buf + 30);
+    PyObject *count = PyLong_FromLong(n);
+    if (count == NULL)
+        return -1;
+    PyObject *expected = PyObject_CallOneArg(registered, count);
+    Py_DECREF(count);
+    if (expected == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_ValueError)) { /* the reference restates it */
+            PyErr_Clear();
+            return 0;
+        }
+        return -1;
+    }
+    int ok = PyList_CheckExact(expected) && PyList_GET_SIZE(expected) == (Py_ssize_t)n;
+    for (unsigned i = 0; ok && i < n; i++) {
+        PyObject *t = PyList_GET_ITEM(expected, i);
+        const unsigned char *d = buf + HEAD_SIZE + DESC_SIZE * i;
+        uint64_t want[3] = {ld64(d), ld64(d + 8), ld32(d + 16)};
+        ok = PyTuple_CheckExact(t) && PyTuple_GET_SIZE(t) == 3;
+        for (int k = 0; ok && k < 3; k++) {
+            PyObject *v = PyTuple_GET_ITEM(t, k);
+            ok = PyLong_CheckExact(v) && PyLong_AsUnsignedLongLong(v) == want[k];
+            if (PyErr_Occurred()) {
+                PyErr_Clear();
+                ok = 0;
+            }
+        }
+    }
+    Py_DECREF(expected);
+    return ok;
+}
+
+/* The key the index names equals the record's UTF-8 key bytes. */
+static int key_matches(PyObject *key, const unsigned char *raw, Py_ssize_t raw_len)
+{
+    const char *k;
+    Py_ssize_t k_len;
+    if (PyUnicode_Check(key)) {
+        k = PyUnicode_AsUTF8AndSize(key, &k_len);
+        if (k == NULL) { /* lone surrogates: not the record's key */
+            PyErr_Clear();
+            return 0;
+        }
+    } else if (PyBytes_Check(key)) {
+        k = PyBytes_AS_STRING(key);
+        k_len = PyBytes_GET_SIZE(key);
+    } else {
+        return 0;
+    }
+    return k_len == raw_len && memcmp(k, raw, (size_t)raw_len) == 0;
+}
+
+/* decode_indexed(view, *, key, length, path, offset, alignment, index=-1,
+                  registered=None, text_cache=None) */
+static PyObject *py_decode_indexed(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"view", "key", "length", "path", "offset", "alignment", "index", "registered", "text_cache", NULL};
+    PyObject *view, *key = NULL, *length = NULL, *path = NULL, *offset = NULL, *alignment = NULL, *index = NULL,
+                    *registered = Py_None, *cache = Py_None;
+    if (!ready())
+        return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOOOO", kwlist, &view, &key, &length, &path, &offset,
+                                     &alignment, &index, &registered, &cache))
+        return NULL;
+    if (key == NULL || length == NULL || path == NULL || offset == NULL || alignment == NULL ||
+        !PyLong_Check(alignment) || !PyLong_Check(length) || !plain_view(view) || !PyDict_CheckExact(cache))
+        goto reference; /* callers on the hot path pass all of these; the rest is rare */
+    DecodeArgs a = {PyLong_AsLong(alignment), Py_None, cache, 0, path};
+    Py_ssize_t want = PyLong_AsSsize_t(length);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        goto reference;
+    }
+    if (!alignment_ok(a.alignment))
+        goto reference;
+    if (PyMemoryView_GET_BUFFER(view)->len != want)
+        goto reference;
+    PyObject *ro = readonly_view(view);
+    PyObject *minus_one = index ? NULL : PyLong_FromLong(-1);
+    if (ro == NULL || (index == NULL && minus_one == NULL)) {
+        Py_XDECREF(ro);
+        return NULL;
+    }
+    Py_buffer *b = PyMemoryView_GET_BUFFER(ro);
+    PyObject *rec = NULL;
+    int status = decode_one(b->buf, b->len, ro, &a, offset, index ? index : minus_one, &rec);
+    Py_DECREF(ro);
+    Py_XDECREF(minus_one);
+    if (status < 0)
+        return NULL;
+    if (status == 0)
+        goto reference;
+    const unsigned char *buf = b->buf;
+    if (!key_matches(key, buf + HEAD_SIZE + DESC_SIZE * ld16(buf + 30), ld16(buf + 28)))
+        status = 0;
+    else if (registered != Py_None)
+        status = registered_match(buf, registered);
+    if (status == 1)
+        return rec;
+    Py_DECREF(rec);
+    if (status < 0)
+        return NULL;
+reference:
+    return PyObject_Call(ref_decode_indexed, args, kwargs);
+}
+
+/* decode_run(view, at, stop, pos, end, alignment, index, names, text_cache,
+              check_padding, path) -> ([(record view, record), ...], bytes used)
+
+   The batch decoder of a stream: the whole records in view[at:stop], the
+   first at file offset `pos`, numbered from `index`, up to file offset `end`
+   (-1: no end). It stops before anything that is not a whole, sound record
+   and leaves it to the caller's one-record path, which reads more or raises. */
+static PyObject *py_decode_run(PyObject *self, PyObject *args)
+{
+    PyObject *view, *names, *cache, *path;
+    Py_ssize_t at, stop;
+    long long pos, end, index;
+    long alignment;
+    int check_padding;
+    if (!ready())
+        return NULL;
+    if (!PyArg_ParseTuple(args, "OnnLLlLOO!pO", &view, &at, &stop, &pos, &end, &alignment, &index, &names,
+                          &PyDict_Type, &cache, &check_padding, &path))
+        return NULL;
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    Py_ssize_t start = at;
+    if (!plain_view(view) || !PyMemoryView_GET_BUFFER(view)->readonly || !alignment_ok(alignment))
+        goto done; /* nothing decoded: the caller's one-record path handles it */
+    Py_buffer *b = PyMemoryView_GET_BUFFER(view);
+    const unsigned char *base = b->buf;
+    if (at < 0 || stop > b->len || pos < 0)
+        goto done;
+    DecodeArgs a = {alignment, names, cache, check_padding, path};
+    uint64_t mask = (uint64_t)alignment - 1;
+    for (;;) {
+        if (end >= 0 && pos >= end)
+            break;
+        if (stop - at < HEAD_SIZE)
+            break;
+        uint64_t length = ld64(base + at + 8);
+        if (length < HEAD_SIZE || (length & mask) || (end >= 0 && length > (uint64_t)(end - pos)) ||
+            (uint64_t)(stop - at) < length)
+            break;
+        PyObject *rview = PySequence_GetSlice(view, at, at + (Py_ssize_t)length);
+        PyObject *off = rview ? PyLong_FromLongLong(pos) : NULL;
+        PyObject *idx = off ? PyLong_FromLongLong(index) : NULL;
+        PyObject *rec = NULL;
+        int status = idx ? decode_one(base + at, (Py_ssize_t)length, rview, &a, off, idx, &rec) : -1;
+        Py_XDECREF(off);
+        Py_XDECREF(idx);
+        if (status == 1) {
+            PyObject *pair = PyTuple_New(2);
+            if (pair == NULL) {
+                Py_DECREF(rview);
+                Py_DECREF(rec);
+                status = -1;
+            } else {
+                PyTuple_SET_ITEM(pair, 0, rview);
+                PyTuple_SET_ITEM(pair, 1, rec);
+                status = PyList_Append(out, pair) < 0 ? -1 : 1;
+                Py_DECREF(pair);
+            }
+        } else {
+            Py_XDECREF(rview);
+        }
+        if (status < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        if (status == 0)
+            break;
+        at += (Py_ssize_t)length;
+        pos += (long long)length;
+        index++;
+    }
+done:
+    return Py_BuildValue("(Nn)", out, at - start);
+}
+
+/* ------------------------------------------------------------------------ */
+/* encoding                                                                  */
+
+typedef struct {
+    PyObject *obj; /* the payload object as given */
+    Py_buffer buf;
+    int held;
+    const char *name, *ctype;
+    Py_ssize_t name_len, type_len;
+    unsigned codec;
+    uint32_t crc;
+} EntryIn;
+
+static int read_entry(PyObject *e, EntryIn *out)
+{
+    if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 5)
+        return 0;
+    PyObject *name = PyTuple_GET_ITEM(e, 0), *ctype = PyTuple_GET_ITEM(e, 1), *codec = PyTuple_GET_ITEM(e, 2),
+             *payload = PyTuple_GET_ITEM(e, 3), *crc = PyTuple_GET_ITEM(e, 4);
+    if (!PyBytes_Check(name) || !PyBytes_Check(ctype) || !PyLong_Check(codec) || !PyLong_Check(crc))
+        return 0;
+    out->name = PyBytes_AS_STRING(name);
+    out->name_len = PyBytes_GET_SIZE(name);
+    out->ctype = PyBytes_AS_STRING(ctype);
+    out->type_len = PyBytes_GET_SIZE(ctype);
+    long c = PyLong_AsLong(codec);
+    unsigned long long k = PyLong_AsUnsignedLongLong(crc);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (c < 0 || c > 255 || k > 0xffffffffull || out->name_len > 0xffff || out->type_len > 0xffff)
+        return 0; /* struct.pack refuses these: the reference raises its error */
+    out->codec = (unsigned)c;
+    out->crc = (uint32_t)k;
+    if (!(PyBytes_Check(payload) || PyByteArray_Check(payload) || PyMemoryView_Check(payload)))
+        return 0;
+    if (PyObject_GetBuffer(payload, &out->buf, PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    out->held = 1;
+    if (out->buf.itemsize != 1 && !PyBytes_Check(payload)) {
+        return 0; /* len() of such a memoryview counts items, not bytes */
+    }
+    out->obj = payload;
+    return 1;
+}
+
+static PyObject *zeros(Py_ssize_t n)
+{
+    PyObject *z = PyBytes_FromStringAndSize(NULL, n);
+    if (z)
+        memset(PyBytes_AS_STRING(z), 0, (size_t)n);
+    return z;
+}
+
+/* encode_record(key, key_hash, entries, alignment) -> EncodedRecord.
+   The bytes are the reference's; `parts` is one bytes object for records up
+   to JOIN_LIMIT (what the writer would join them into), else head, payloads
+   and pads as the reference lays them out. */
+static PyObject *py_encode_record(PyObject *self, PyObject *args)
+{
+    PyObject *key, *key_hash, *entries, *alignment_obj;
+    if (!ready())
+        return NULL;
+    if (!PyArg_ParseTuple(args, "OOOO", &key, &key_hash, &entries, &alignment_obj))
+        return NULL;
+    if (!PyBytes_Check(key) || !PyLong_Check(key_hash) || !PyLong_Check(alignment_obj) ||
+        !(PyList_CheckExact(entries) || PyTuple_CheckExact(entries)))
+        return PyObject_Call(ref_encode_record, args, NULL);
+    unsigned long long khash = PyLong_AsUnsignedLongLong(key_hash);
+    long alignment = PyLong_AsLong(alignment_obj);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return PyObject_Call(ref_encode_record, args, NULL);
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(entries), key_len = PyBytes_GET_SIZE(key);
+    if (!alignment_ok(alignment) || n > 0xffff || key_len > 0xffff)
+        return PyObject_Call(ref_encode_record, args, NULL);
+    PyObject **items = PySequence_Fast_ITEMS(entries);
+    EntryIn *in = PyMem_Calloc((size_t)(n ? n : 1), sizeof(EntryIn));
+    if (in == NULL)
+        return PyErr_NoMemory();
+    PyObject *result = NULL, *parts = NULL, *offsets = NULL, *head = NULL;
+    int fast = 1;
+    uint64_t strings_len = (uint64_t)key_len;
+    for (Py_ssize_t i = 0; i < n && fast; i++) {
+        fast = read_entry(items[i], &in[i]);
+        strings_len += (uint64_t)in[i].name_len + (uint64_t)in[i].type_len;
+    }
+    uint64_t mask = (uint64_t)alignment - 1;
+    uint64_t unpadded = HEAD_SIZE + (uint64_t)DESC_SIZE * (uint64_t)n + strings_len;
+    uint64_t head_length = (unpadded + mask) & ~mask;
+    if (!fast || head_length > 0xffffffffull) {
+        fast = 0;
+        goto release;
+    }
+    uint64_t length = head_length;
+    for (Py_ssize_t i = 0; i < n; i++)
+        length = (length + (uint64_t)in[i].buf.len + mask) & ~mask;
+    int joined = length <= JOIN_LIMIT;
+    head = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(joined ? length : head_length));
+    parts = PyList_New(0);
+    offsets = PyList_New(n);
+    if (head == NULL || parts == NULL || offsets == NULL)
+        goto release;
+    unsigned char *h = (unsigned char *)PyBytes_AS_STRING(head);
+    memcpy(h, RECORD_TAG, 4);
+    st64(h + 8, length);
+    st64(h + 16, khash);
+    st32(h + 24, (uint32_t)head_length);
+    st16(h + 28, (uint16_t)key_len);
+    st16(h + 30, (uint16_t)n);
+    unsigned char *s = h + HEAD_SIZE + DESC_SIZE * n;
+    memcpy(s, PyBytes_AS_STRING(key), (size_t)key_len);
+    s += key_len;
+    uint64_t pos = head_length;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char *d = h + HEAD_SIZE + DESC_SIZE * i;
+        st64(d, pos);
+        st64(d + 8, (uint64_t)in[i].buf.len);
+        st32(d + 16, in[i].crc);
+        st16(d + 20, (uint16_t)in[i].name_len);
+        st16(d + 22, (uint16_t)in[i].type_len);
+        d[24] = (unsigned char)in[i].codec;
+        memset(d + 25, 0, 7);
+        memcpy(s, in[i].name, (size_t)in[i].name_len);
+        s += in[i].name_len;
+        memcpy(s, in[i].ctype, (size_t)in[i].type_len);
+        s += in[i].type_len;
+        PyObject *at = PyLong_FromUnsignedLongLong(pos);
+        if (at == NULL)
+            goto release;
+        PyList_SET_ITEM(offsets, i, at);
+        uint64_t end = pos + (uint64_t)in[i].buf.len;
+        uint64_t next = (end + mask) & ~mask;
+        if (joined) {
+            memcpy(h + pos, in[i].buf.buf, (size_t)in[i].buf.len);
+            memset(h + end, 0, (size_t)(next - end));
+        } else {
+            if (PyList_Append(parts, in[i].obj) < 0)
+                goto release;
+            if (next != end) {
+                PyObject *pad = zeros((Py_ssize_t)(next - end));
+                if (pad == NULL || PyList_Append(parts, pad) < 0) {
+                    Py_XDECREF(pad);
+                    goto release;
+                }
+                Py_DECREF(pad);
+            }
+        }
+        pos = next;
+    }
+    memset(s, 0, (size_t)(head_length - unpadded));
+    st32(h + 4, crc32c(0, h + 8, (size_t)head_length - 8));
+    if (PyList_Insert(parts, 0, head) < 0)
+        goto release;
+    PyObject *fields = Py_BuildValue("(OKKO)", parts, (unsigned long long)length,
+                                     (unsigned long long)head_length, offsets);
+    if (fields != NULL) {
+        PyObject *wrapped = PyTuple_Pack(1, fields);
+        if (wrapped != NULL) { /* tuple.__new__(EncodedRecord, fields): no Python frame */
+            result = PyTuple_Type.tp_new((PyTypeObject *)EncodedRecord, wrapped, NULL);
+            Py_DECREF(wrapped);
+        }
+        Py_DECREF(fields);
+    }
+release:
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (in[i].held)
+            PyBuffer_Release(&in[i].buf);
+    PyMem_Free(in);
+    Py_XDECREF(head);
+    Py_XDECREF(parts);
+    Py_XDECREF(offsets);
+    if (!fast && !PyErr_Occurred())
+        return PyObject_Call(ref_encode_record, args, NULL);
+    return result;
+}
+
+/* ------------------------------------------------------------------------ */
+/* lazy entries                                                              */
+
+static PyObject *get_slot(PyObject *obj, int slot)
+{
+    PyObject *d = slots[slot];
+    return Py_TYPE(d)->tp_descr_get(d, obj, (PyObject *)Py_TYPE(obj));
+}
+
+/* entry(record, name) -> the uncompressed entry `name` of a LazyRecord, made
+   once (lazy.LazyRecord._entry in C), or None for a compressed one, which
+   LazyRecord makes itself (decompression costs far more than the call). */
+static PyObject *py_entry(PyObject *self, PyObject *args)
+{
+    PyObject *rec, *name;
+    if (!ready())
+        return NULL;
+    if (!PyArg_ParseTuple(args, "O!O", (PyTypeObject *)LazyRecord, &rec, &name))
+        return NULL;
+    PyObject *some = get_slot(rec, S_SOME), *layout = NULL, *view = NULL, *entry = NULL, *payload = NULL;
+    if (some == NULL)
+        return NULL;
+    if (some != Py_None) {
+        entry = PyDict_GetItemWithError(some, name);
+        if (entry != NULL || PyErr_Occurred()) {
+            Py_XINCREF(entry);
+            goto done;
+        }
+    }
+    layout = get_slot(rec, S_LAYOUT);
+    if (layout == NULL)
+        goto done;
+    PyObject *at = PyDict_GetItemWithError(PyTuple_GET_ITEM(layout, L_WHERE), name);
+    if (at == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetObject(PyExc_KeyError, name);
+        goto done;
+    }
+    Py_ssize_t i = PyLong_AsSsize_t(at);
+    PyObject *spec = PyTuple_GET_ITEM(PyTuple_GET_ITEM(layout, L_SPECS), i);
+    if (PyTuple_GET_ITEM(spec, 2) != CodecNone) {
+        entry = Py_None;
+        Py_INCREF(entry);
+        goto done;
+    }
+    view = get_slot(rec, S_VIEW);
+    if (view == NULL)
+        goto done;
+    const unsigned char *d = (const unsigned char *)PyMemoryView_GET_BUFFER(view)->buf + HEAD_SIZE + DESC_SIZE * i;
+    Py_ssize_t p_off = (Py_ssize_t)ld64(d), size = (Py_ssize_t)ld64(d + 8); /* checked when decoded */
+    payload = PySequence_GetSlice(view, p_off, p_off + size);
+    entry = payload ? PyType_GenericAlloc((PyTypeObject *)StoredEntry, 0) : NULL;
+    if (entry == NULL)
+        goto done;
+    if (Py_TYPE(eslots[E_RAW])->tp_descr_set(eslots[E_RAW], entry, payload) < 0 ||
+        Py_TYPE(eslots[E_STORED])->tp_descr_set(eslots[E_STORED], entry, payload) < 0 ||
+        Py_TYPE(eslots[E_CODEC])->tp_descr_set(eslots[E_CODEC], entry, CodecNone) < 0 ||
+        Py_TYPE(eslots[E_CTYPE])->tp_descr_set(eslots[E_CTYPE], entry, PyTuple_GET_ITEM(spec, 1)) < 0)
+        goto fail;
+    if (some == Py_None) {
+        Py_DECREF(some);
+        some = PyDict_New();
+        if (some == NULL || set_slot(rec, S_SOME, some) < 0)
+            goto fail;
+    }
+    if (PyDict_SetItem(some, name, entry) < 0)
+        goto fail;
+    goto done;
+fail:
+    Py_CLEAR(entry);
+done:
+    Py_XDECREF(some);
+    Py_XDECREF(layout);
+    Py_XDECREF(view);
+    Py_XDECREF(payload);
+    return entry;
+}
+
+/* getitem(record, name): LazyRecord.__getitem__, with no Python frame on
+   the streaming hot path (installed as an instancemethod). */
+static PyObject *py_getitem(PyObject *self, PyObject *args)
+{
+    PyObject *rec, *name;
+    if (!ready())
+        return NULL;
+    if (!PyArg_ParseTuple(args, "O!O", (PyTypeObject *)LazyRecord, &rec, &name))
+        return NULL;
+    PyObject *entries = get_slot(rec, S_ENTRIES);
+    if (entries == NULL)
+        return NULL;
+    if (entries != Py_None) { /* built whole (and perhaps changed) by the caller */
+        PyObject *e = PyObject_GetItem(entries, name);
+        Py_DECREF(entries);
+        return e;
+    }
+    Py_DECREF(entries);
+    PyObject *e = py_entry(self, args);
+    if (e != Py_None)
+        return e;
+    Py_DECREF(e);
+    return PyObject_CallMethod(rec, "_entry", "O", name);
+}
+
+static PyMethodDef getitem_def = {"__getitem__", py_getitem, METH_VARARGS, "The entry called `name`."};
+
+/* ------------------------------------------------------------------------ */
+/* module                                                                    */
+
+static PyObject *py_crc32c(PyObject *self, PyObject *args)
+{
+    Py_buffer b;
+    unsigned long value = 0;
+    if (!PyArg_ParseTuple(args, "y*|k", &b, &value))
+        return NULL;
+    if (value > 0xfffffffful) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "a CRC32C value is an unsigned 32-bit integer");
+        return NULL;
+    }
+    uint32_t crc;
+    if (b.len >= (1 << 20)) { /* long enough to let other threads run meanwhile */
+        Py_BEGIN_ALLOW_THREADS crc = crc32c((uint32_t)value, b.buf, (size_t)b.len);
+        Py_END_ALLOW_THREADS
+    } else {
+        crc = crc32c((uint32_t)value, b.buf, (size_t)b.len);
+    }
+    PyBuffer_Release(&b);
+    return PyLong_FromUnsignedLong(crc);
+}
+
+static PyObject *py_crc32c_table(PyObject *self, PyObject *args)
+{
+    Py_buffer b;
+    unsigned long value = 0;
+    if (!PyArg_ParseTuple(args, "y*|k", &b, &value))
+        return NULL;
+    uint32_t crc = crc_sw((uint32_t)value, b.buf, (size_t)b.len);
+    PyBuffer_Release(&b);
+    return PyLong_FromUnsignedLong(crc);
+}
+
+static PyObject *py_setup(PyObject *self, PyObject *args)
+{
+    PyObject *objs[8];
+    if (!PyArg_ParseTuple(args, "OOOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5], &objs[6],
+                          &objs[7]))
+        return NULL;
+    if (!PyType_Check(objs[0]) || !PyType_Check(objs[2]) || !PyType_Check(objs[3]) || !PyType_Check(objs[7])) {
+        PyErr_SetString(PyExc_TypeError, "_setup(LazyRecord, make_layout, EncodedRecord, Codec, ..., StoredEntry)");
+        return NULL;
+    }
+    PyObject *efound[N_ESLOTS];
+    for (int i = 0; i < N_ESLOTS; i++) {
+        efound[i] = PyObject_GetAttrString(objs[7], eslot_names[i]);
+        if (efound[i] == NULL || Py_TYPE(efound[i])->tp_descr_set == NULL) {
+            for (int j = 0; j <= i; j++)
+                Py_XDECREF(efound[j]);
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "StoredEntry.%s is not a slot", eslot_names[i]);
+            return NULL;
+        }
+    }
+    PyObject *none = PyObject_GetAttrString(objs[3], "NONE");
+    if (none == NULL) {
+        for (int j = 0; j < N_ESLOTS; j++)
+            Py_DECREF(efound[j]);
+        return NULL;
+    }
+    Py_XSETREF(CodecNone, none);
+    for (int i = 0; i < N_ESLOTS; i++)
+        Py_XSETREF(eslots[i], efound[i]);
+    PyObject *found[N_SLOTS];
+    for (int i = 0; i < N_SLOTS; i++) {
+        found[i] = PyObject_GetAttrString(objs[0], slot_names[i]);
+        if (found[i] == NULL || Py_TYPE(found[i])->tp_descr_set == NULL) {
+            for (int j = 0; j <= i; j++)
+                Py_XDECREF(found[j]);
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "LazyRecord.%s is not a slot", slot_names[i]);
+            return NULL;
+        }
+    }
+    for (int i = 0; i < N_SLOTS; i++)
+        Py_XSETREF(slots[i], found[i]);
+    PyObject **targets[8] = {&LazyRecord,        &make_layout,        &EncodedRecord,     &CodecType,
+                             &ref_decode_record, &ref_decode_indexed, &ref_encode_record, &StoredEntry};
+    for (int i = 0; i < 8; i++) {
+        Py_INCREF(objs[i]);
+        Py_XSETREF(*targets[i], objs[i]);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, value=0): CRC32C of data, continuing from value."},
+    {"crc32c_table", py_crc32c_table, METH_VARARGS, "CRC32C by the table fallback (for tests)."},
+    {"decode_record", (PyCFunction)(void (*)(void))py_decode_record, METH_VARARGS | METH_KEYWORDS,
+     "records.decode_record, compiled."},
+    {"decode_indexed", (PyCFunction)(void (*)(void))py_decode_indexed, METH_VARARGS | METH_KEYWORDS,
+     "records.decode_indexed, compiled."},
+    {"decode_run", py_decode_run, METH_VARARGS, "The whole, sound records of a stream buffer."},
+    {"encode_record", py_encode_record, METH_VARARGS, "records.encode_record, compiled."},
+    {"entry", py_entry, METH_VARARGS, "The uncompressed entry `name` of a LazyRecord (None if compressed)."},
+    {"_setup", py_setup, METH_VARARGS, "Hand over the Python types and the reference functions."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_ccodec", "shardcat's compiled record codec.", -1,
+                                    methods};
+
+PyMODINIT_FUNC PyInit__ccodec(void)
+{
+    crc_init();
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    PyObject *fn = PyCFunction_New(&getitem_def, NULL);
+    PyObject *method = fn ? PyInstanceMethod_New(fn) : NULL;
+    Py_XDECREF(fn);
+    if (method == NULL || PyModule_AddObject(m, "record_getitem", method) < 0) {
+        Py_XDECREF(method);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyModule_AddStringConstant(m, "CRC32C_IMPL", have_sse42 ? "sse4.2" : "table") < 0 ||
+        PyModule_AddIntConstant(m, "HEAD_SIZE", HEAD_SIZE) < 0 ||
+        PyModule_AddIntConstant(m, "DESC_SIZE", DESC_SIZE) < 0 ||
+        PyModule_AddIntConstant(m, "JOIN_LIMIT", JOIN_LIMIT) < 0 ||
+        PyModule_AddIntConstant(m, "TEXT_CACHE_MAX", TEXT_CACHE_MAX) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

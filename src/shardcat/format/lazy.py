@@ -1,0 +1,128 @@
+"""Records whose entries are made on first use: what the compiled codec returns.
+
+The compiled decoder checks a record completely (every CRC, the layout) and
+then returns a :class:`LazyRecord`: the key, the record's bytes and its
+:class:`Layout` (entry names, content types and codecs, shared by every record
+that has the same ones). An entry object is built only when it is asked for,
+as a view of the record's bytes, so a reader that touches one entry of a
+record, or only keys, pays for no other. Its public behaviour is
+:class:`~shardcat.format.Record`'s.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+from .entries import Entry, Record, _CompressedEntry, _StoredEntry
+from .spec import ENTRY_DESC_STRUCT, RECORD_HEAD_STRUCT, Codec
+
+__all__ = ["Layout", "LazyRecord", "make_layout"]
+
+_HEAD = RECORD_HEAD_STRUCT.size
+_DESC = ENTRY_DESC_STRUCT.size
+_unpack_span = ENTRY_DESC_STRUCT.unpack_from
+_NONE = Codec.NONE
+# Only the compiled codec makes LazyRecords: where this module is imported, it exists.
+_ccodec: Any = importlib.import_module(f"{__package__}._ccodec")
+_compiled_entry: Callable[[LazyRecord, str], Entry | None] = _ccodec.entry
+
+
+class Layout(NamedTuple):
+    """What the records of a dataset share: their entries' names, types and codecs.
+
+    The compiled codec reads the first three fields by position.
+    """
+
+    sig: bytes
+    """Each descriptor's name length, type length and codec (5 bytes), then the entry strings."""
+    names: frozenset[str] | None
+    """The entries a reader asked for (None: all)."""
+    keep: bytes
+    """Per descriptor, 1 if ``names`` keeps it (its CRC is checked, it is an entry)."""
+    specs: tuple[tuple[str, str, Codec], ...]
+    """Per descriptor: (name, content type, codec)."""
+    order: tuple[str, ...]
+    """The record's entry names, in write order."""
+    where: dict[str, int]
+    """Name → descriptor. A repeated name is the last descriptor, at the first one's place, as a dict fills."""
+
+
+def make_layout(
+    sig: bytes, specs: tuple[tuple[str, str, Codec], ...], names: frozenset[str] | None
+) -> Layout:
+    """The layout of records with these descriptors, for a reader that keeps ``names``."""
+    keep = bytes(names is None or s[0] in names for s in specs)
+    where: dict[str, int] = {}
+    for i, (name, _, _) in enumerate(specs):
+        if keep[i]:
+            where[name] = i
+    return Layout(sig, names, keep, specs, tuple(where), where)
+
+
+class LazyRecord(Record):
+    """A checked record whose entries are views of its bytes, made on first use."""
+
+    __slots__ = ("_entries", "_layout", "_path", "_some", "_view")
+
+    # Instances are made by the compiled codec, which sets every slot.
+    _entries: dict[str, Entry] | None
+    _layout: Layout
+    _path: str | None
+    _some: dict[str, Entry] | None
+    _view: memoryview
+
+    def _entry(self, name: str) -> Entry:
+        # The compiled codec makes uncompressed entries; compressed ones are made here.
+        entry = _compiled_entry(self, name)
+        if entry is not None:
+            return entry
+        some = self._some
+        if some is None:
+            some = self._some = {}
+        entry = some.get(name)
+        if entry is None:
+            i = self._layout.where[name]
+            p_off, size = _unpack_span(self._view, _HEAD + _DESC * i)[:2]
+            payload = self._view[p_off : p_off + size]
+            _, ctype, codec = self._layout.specs[i]
+            if codec is _NONE:
+                entry = _StoredEntry(payload, ctype, codec)
+            else:
+                entry = _CompressedEntry(
+                    payload, ctype, codec, name, self._path, self.offset + p_off
+                )
+            some[name] = entry
+        return entry
+
+    @property
+    def entries(self) -> dict[str, Entry]:
+        """Every entry, in write order (built on first use; the same dict afterwards)."""
+        full = self._entries
+        if full is None:
+            full = self._entries = {name: self._entry(name) for name in self._layout.order}
+        return full
+
+    @entries.setter
+    def entries(self, value: dict[str, Entry]) -> None:
+        self._entries = value
+
+    # The entry called ``name``: ``self._entries[name]`` once they were all
+    # built, else ``_entry(name)``; in C, as it runs once per entry read.
+    __getitem__ = _ccodec.record_getitem
+
+    def __contains__(self, name: object) -> bool:
+        if self._entries is not None:
+            return name in self._entries
+        return name in self._layout.where
+
+    def __iter__(self) -> Iterator[str]:
+        if self._entries is not None:
+            return iter(self._entries)
+        return iter(self._layout.order)
+
+    def __len__(self) -> int:
+        if self._entries is not None:
+            return len(self._entries)
+        return len(self._layout.order)

@@ -1,0 +1,134 @@
+"""Which record codec runs: the compiled one, or the pure-Python reference.
+
+Both read and write the same bytes and raise the same errors: the compiled
+codec (``_ccodec.c``, built with the package when a C compiler is present)
+checks everything the reference (:mod:`.records`) checks and hands every
+failure back to it, so the reference's error is the one raised.
+
+``SHARDCAT_RECORD_CODEC`` chooses, when shardcat is imported:
+
+``auto`` (default)
+    The compiled codec if it was built, else the reference.
+``compiled``
+    The compiled codec; importing shardcat fails if it was not built.
+``python``
+    The reference.
+
+The variable is not ``SHARDCAT_CODEC`` because "codec" already names an
+entry's compression (:class:`~shardcat.format.Codec`). :func:`active` tells
+which one runs; :func:`use` switches (tests and benchmarks run both).
+
+Callers look the functions up here at call time (``recordcodec.decode_record``),
+not at import, so that a switch reaches them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from typing import Any, Literal
+
+import crc32c as _crc32c_package
+
+from ..errors import CodecUnavailableError
+from . import records
+from .entries import Record, _StoredEntry
+from .spec import Codec
+
+__all__ = [
+    "ENV_VAR",
+    "active",
+    "available",
+    "crc32c",
+    "decode_indexed",
+    "decode_record",
+    "decode_run",
+    "encode_record",
+    "use",
+]
+
+ENV_VAR = "SHARDCAT_RECORD_CODEC"
+Name = Literal["compiled", "python"]
+
+_compiled: Any
+try:
+    _compiled = importlib.import_module(f"{__package__}._ccodec")
+except ImportError as e:  # built without a compiler, or a source checkout not built
+    _compiled = None
+    _missing = e
+else:
+    from . import lazy  # LazyRecord needs the extension
+
+    _compiled._setup(
+        lazy.LazyRecord,
+        lazy.make_layout,
+        records.EncodedRecord,
+        Codec,
+        records.decode_record,
+        records.decode_indexed,
+        records.encode_record,
+        _StoredEntry,
+    )
+
+DecodeRun = Callable[..., tuple[list[tuple[memoryview, Record]], int]]
+
+# The active functions (set by use() below).
+encode_record: Callable[..., records.EncodedRecord]
+decode_record: Callable[..., Record]
+decode_indexed: Callable[..., Record]
+decode_run: DecodeRun | None
+"""The batch decoder of a stream buffer (the compiled codec only; None otherwise)."""
+crc32c: Callable[..., int]
+_active: Name
+
+
+def available() -> list[Name]:
+    """The codecs this installation has: always ``"python"``, and ``"compiled"`` if it was built."""
+    return ["compiled", "python"] if _compiled is not None else ["python"]
+
+
+def active() -> Name:
+    """The codec in use: ``"compiled"`` or ``"python"``."""
+    return _active
+
+
+def use(name: str) -> Name:
+    """Switch to codec ``name`` (``"compiled"``, ``"python"`` or ``"auto"``); returns the previous one.
+
+    Raises
+    ------
+    CodecUnavailableError
+        ``"compiled"`` was asked for but the extension was not built.
+    ValueError
+        An unknown name.
+    """
+    global encode_record, decode_record, decode_indexed, decode_run, crc32c, _active
+    previous = globals().get("_active", "python")
+    choice = name.strip().lower()
+    if choice == "auto":
+        choice = "compiled" if _compiled is not None else "python"
+    if choice == "compiled":
+        if _compiled is None:
+            raise CodecUnavailableError(
+                f"the compiled record codec was not built ({_missing}); reinstall shardcat where "
+                f"a C compiler and the Python headers are present, or set {ENV_VAR}=python"
+            )
+        encode_record = _compiled.encode_record
+        decode_record = _compiled.decode_record
+        decode_indexed = _compiled.decode_indexed
+        decode_run = _compiled.decode_run
+        crc32c = _compiled.crc32c
+    elif choice == "python":
+        encode_record = records.encode_record
+        decode_record = records.decode_record
+        decode_indexed = records.decode_indexed
+        decode_run = None
+        crc32c = _crc32c_package.crc32c
+    else:
+        raise ValueError(f"{ENV_VAR}={name!r}: choose auto, compiled or python")
+    _active = choice  # type: ignore[assignment]
+    return previous  # type: ignore[no-any-return]
+
+
+use(os.environ.get(ENV_VAR, "auto"))
