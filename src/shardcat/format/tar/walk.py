@@ -40,6 +40,12 @@ _USTAR_POSIX = b"ustar\x00"
 _NO_DATA = frozenset(t[0] for t in NO_DATA_TYPES)
 _LONGNAME, _LONGLINK = GNU_LONGNAME[0], GNU_LONGLINK[0]
 _PAX_LOCAL, _PAX_GLOBAL = PAX_LOCAL[0], PAX_GLOBAL[0]
+
+
+class _ShortSkip(Exception):
+    """The stream ended while skipping bytes the archive promised (payload padding)."""
+
+
 _EXTENSIONS = (_LONGNAME, _LONGLINK, _PAX_LOCAL, _PAX_GLOBAL)
 _ZERO_BLOCK = bytes(BLOCK)
 
@@ -132,7 +138,7 @@ class TarWalker:
         while n > 0:
             self._read_into(0)
             if self._eof:
-                return
+                raise _ShortSkip
             step = min(n, self._end)
             n -= step
             if step < self._end:
@@ -210,17 +216,26 @@ class TarWalker:
         pending = self._pending
         parsed = self._parsed
         expected = self.expected_size
+        header_at = 0
         while True:
             if self._end - pos < BLOCK:
-                pos = self._fill(pos, BLOCK)
+                try:
+                    pos = self._fill(pos, BLOCK)
+                except _ShortSkip:
+                    raise self._truncated(
+                        "the archive ends inside the payload padding of the member here",
+                        header_at,
+                    ) from None
                 if self._ready:
                     yield self._ready
                     self._ready = []
                 if self._end < BLOCK:
                     at = self._base
-                    if at == 0:
+                    if at == 0 and bytes(view[257:262]) != b"ustar":
                         raise NotATarError(
-                            f"not a tar archive: the file has {self._end} bytes, "
+                            "not a tar archive: the file is empty"
+                            if self._end == 0
+                            else f"not a tar archive: the file has {self._end} bytes, "
                             f"less than one {BLOCK}-byte header",
                             path=self.path,
                             offset=0,
