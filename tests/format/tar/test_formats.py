@@ -112,6 +112,22 @@ def test_a_pax_size_overrides_the_header_size():
     assert got == wds_samples(io.BytesIO(bytes(data)))
 
 
+def test_pax_sparse_members_are_skipped_and_other_pax_records_ignored():
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        sparse = tarfile.TarInfo("0001.bin")
+        sparse.size = 4
+        sparse.pax_headers = {"GNU.sparse.major": "1", "GNU.sparse.minor": "0"}
+        tar.addfile(sparse, io.BytesIO(b"map!"))
+        plain = tarfile.TarInfo("0002.bin")
+        plain.size = 2
+        plain.pax_headers = {"comment": "not about data", "mtime": "1.5"}
+        tar.addfile(plain, io.BytesIO(b"ok"))
+    info = scan_bytes(buf.getvalue())
+    assert info.keys == ["0002"] and info.skipped == 1 and info.member_count == 2
+    assert read_back(buf.getvalue()) == [{"__key__": "0002", "bin": b"ok"}]
+
+
 def test_gnu_base256_sizes_are_read():
     # GNU tar and tarfile write sizes >= 8 GiB in base-256; fake one for a small member.
     data = bytearray(make_tar([("0001.bin", b"abc"), ("0002.bin", b"z")], fmt=tarfile.GNU_FORMAT))

@@ -96,11 +96,18 @@ class _Grouper:
                     path=self.path,
                     offset=payload - BLOCK,
                 ) from None
-            parts = split_member_name(name)
-            if parts is None:
-                self.skipped += 1
-                continue
-            key, ext = parts
+            # split_member_name's fast path, inline (this loop runs once per member).
+            slash = name.rfind("/")
+            dot = name.find(".", slash + 1)
+            if dot > slash + 1 and dot < len(name) - 1 and name[0] != "_" and "\n" not in name:
+                key = name[:dot]
+                ext = name[dot + 1 :].lower()
+            else:
+                parts = split_member_name(name)
+                if parts is None:
+                    self.skipped += 1
+                    continue
+                key, ext = parts
             if key != self._key:
                 self._close()
                 if key in self._seen:

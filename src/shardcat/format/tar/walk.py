@@ -27,7 +27,7 @@ DEFAULT_CHUNK = 8 << 20
 MAX_EXTENSION_BYTES = 16 << 20
 """Largest pax or GNU long-name payload read into memory (they hold a path, not data)."""
 
-Member = tuple[bytes, int, int, int, int]
+Member = tuple[bytes | bytearray, int, int, int, int]
 """One regular member: ``(name, first_header_offset, payload_offset, size, crc32c)``.
 
 ``first_header_offset`` is where the member's first header starts (a pax or
@@ -217,8 +217,10 @@ class TarWalker:
         parsed = self._parsed
         expected = self.expected_size
         header_at = 0
+        members = 0  # a local: attribute writes cost in this loop; published below
         while True:
             if self._end - pos < BLOCK:
+                self.member_count = members
                 try:
                     pos = self._fill(pos, BLOCK)
                 except _ShortSkip:
@@ -292,9 +294,17 @@ class TarWalker:
                         header_at,
                     )
                 )
-            if kind in _REGULAR:
-                name = self._name(pos, long_name, pax, pax_global)
-                self.member_count += 1
+            if kind in _REGULAR and (pax is None or not _sparse(pax)):
+                name: bytes | bytearray
+                if long_name is None and pax is None and not pax_global and not buf[pos + 345]:
+                    # The common case, inline: the name field alone, no prefix.
+                    name = buf[pos : pos + 100]
+                    cut = name.find(0)
+                    if cut >= 0:
+                        name = name[:cut]
+                else:
+                    name = self._name(pos, long_name, pax, pax_global)
+                members += 1
                 if kind == 0 and name.endswith(b"/"):
                     # A V7 directory: a type-NUL member whose name ends in '/'; no payload.
                     self.skipped += 1
@@ -307,7 +317,7 @@ class TarWalker:
                 stop = start + size
                 if stop <= self._end:
                     crc = crc32c(view[start:stop])
-                    pos = start + blocks(size)
+                    pos = start + ((size + 511) & -512)
                 else:
                     crc = 0
 
@@ -326,29 +336,23 @@ class TarWalker:
                 if kind == _LONGNAME:
                     long_name = data.split(b"\0", 1)[0]
                 elif kind in (_PAX_LOCAL, _PAX_GLOBAL):
-                    try:
-                        records = parse_pax(data)
-                    except ValueError as e:
-                        raise self._fail(
-                            TarError(
-                                f"pax extended header is malformed ({e}); the archive is damaged",
-                                path=self.path,
-                                offset=header_at,
-                            )
-                        ) from e
+                    records = self._pax_records(data, header_at)
                     if kind == _PAX_GLOBAL:
-                        pax_global.update(records)
+                        # Only a global path would matter (and rename every member).
+                        if "path" in records:
+                            pax_global["path"] = records["path"]
                         first_header = -1
-                    else:
+                    elif records:
                         pax = {**(pax or {}), **records}
                 continue
             # A directory, link, device, FIFO or unknown type: not a sample member.
-            self.member_count += 1
+            members += 1
             self.skipped += 1
             pos = pos + BLOCK + blocks(size)
             first_header = -1
             long_name = None
             pax = None
+        self.member_count = members
         self._verify()
         if self._ready:
             yield self._ready
@@ -434,6 +438,29 @@ class TarWalker:
         pos = self._consume(start, size, header_at, lambda piece: parts.append(bytes(piece)))
         return b"".join(parts), pos
 
+    def _pax_records(self, data: bytes, header_at: int) -> dict[str, bytes]:
+        """The records of a pax header that matter here: path, size, GNU sparse markers.
+
+        Most pax headers hold only times and ids (webdataset writes an
+        ``mtime`` before every member); they are recognised by a substring
+        test and not parsed: nothing in them changes where data lies.
+        """
+        if b" path=" not in data and b" size=" not in data and b" GNU.sparse." not in data:
+            return {}
+        try:
+            records = parse_pax(data)
+        except ValueError as e:
+            raise self._fail(
+                TarError(
+                    f"pax extended header is malformed ({e}); the archive is damaged",
+                    path=self.path,
+                    offset=header_at,
+                )
+            ) from e
+        return {
+            k: v for k, v in records.items() if k in ("path", "size") or k.startswith("GNU.sparse.")
+        }
+
     def _pax_size(self, pax: dict[str, bytes], offset: int) -> int:
         try:
             return int(pax["size"])
@@ -445,3 +472,8 @@ class TarWalker:
                     offset=offset,
                 )
             ) from None
+
+
+def _sparse(pax: dict[str, bytes]) -> bool:
+    """Whether pax records mark a GNU sparse file (its payload is a map, not the data)."""
+    return any(k.startswith("GNU.sparse.") for k in pax)
