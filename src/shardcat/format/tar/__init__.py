@@ -1,0 +1,74 @@
+"""WebDataset tar shards in place: a streaming indexer, the lookup read, and TARIDX.
+
+Tars are never rewritten: :func:`scan_tar` reads one once, front to back,
+and summarises every sample (key, byte range, per-entry payload offset, size
+and CRC32C) as a :class:`TarShardInfo` the catalog registers like a native
+shard; :func:`read_tar_record` reads a sample back and checks its CRCs;
+:class:`Taridx` reads and writes iTar's ``.taridx`` index byte for byte.
+See docs/TAR.md.
+"""
+
+from __future__ import annotations
+
+from .convert import MEMBER_DTYPE, taridx_from_scans, taridx_members, verify_scan
+from .errors import (
+    DuplicateMemberError,
+    NotATarError,
+    SplitSampleError,
+    TarChecksumError,
+    TarError,
+    TaridxBlockError,
+    TaridxCountError,
+    TaridxCrashIdError,
+    TaridxError,
+    TaridxExtensionIdError,
+    TaridxFlagError,
+    TaridxLayoutError,
+    TaridxMagicError,
+    TaridxTruncatedError,
+    TaridxVersionError,
+    TarMemberNameError,
+    TarNumberError,
+    TarTruncatedError,
+)
+from .info import TarEntry, TarSample, TarShardInfo
+from .read import read_tar_record, read_tar_sample
+from .scan import iter_tar_samples, scan_tar, split_member_name
+from .taridx import SAMPLE_RANGE_DTYPE, Taridx, read_taridx, stem_groups
+
+__all__ = [
+    "MEMBER_DTYPE",
+    "SAMPLE_RANGE_DTYPE",
+    "DuplicateMemberError",
+    "NotATarError",
+    "SplitSampleError",
+    "TarChecksumError",
+    "TarEntry",
+    "TarError",
+    "TarMemberNameError",
+    "TarNumberError",
+    "TarSample",
+    "TarShardInfo",
+    "TarTruncatedError",
+    "Taridx",
+    "TaridxBlockError",
+    "TaridxCountError",
+    "TaridxCrashIdError",
+    "TaridxError",
+    "TaridxExtensionIdError",
+    "TaridxFlagError",
+    "TaridxLayoutError",
+    "TaridxMagicError",
+    "TaridxTruncatedError",
+    "TaridxVersionError",
+    "iter_tar_samples",
+    "read_tar_record",
+    "read_tar_sample",
+    "read_taridx",
+    "scan_tar",
+    "split_member_name",
+    "stem_groups",
+    "taridx_from_scans",
+    "taridx_members",
+    "verify_scan",
+]

@@ -1,0 +1,111 @@
+"""Reading one sample of a tar back: one ranged read, every payload's CRC32C checked.
+
+This is the lookup path for tar shards. The catalog knows a sample's byte
+range in the tar and, per entry, where its payload lies inside that range,
+its size and CRC32C (computed at indexing); the bytes of the range are read
+in one request and each entry is checked before it is returned, exactly as
+for native shards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..._types import ByteRange, RangeSource
+from ...errors import ChecksumError, TruncatedError
+from ..checksums import crc32c
+from ..entries import Entry, Record
+from ..footer import EntrySpec
+from ..spec import Codec
+from .info import TarShardInfo
+
+__all__ = ["read_tar_record", "read_tar_sample"]
+
+
+def read_tar_record(
+    data: bytes | bytearray | memoryview,
+    key: str,
+    layout: Sequence[EntrySpec],
+    spans: Sequence[tuple[int, int, int]],
+    *,
+    path: str | None = None,
+    offset: int = 0,
+    index: int = -1,
+) -> Record:
+    """The entries of one sample from the bytes of its range, each CRC-checked.
+
+    Parameters
+    ----------
+    data:
+        The sample's byte range as read from the tar (``length`` bytes from ``offset``).
+    key:
+        The sample's key.
+    layout:
+        Name and content type of each entry, in order (the catalog's layout).
+    spans:
+        ``(offset in the range, size, crc32c)`` of each entry, in the same order.
+    path, offset:
+        The tar's URL and the range's offset in it, named in errors.
+    index:
+        The record's position, kept on the returned :class:`Record`.
+
+    Returns
+    -------
+    Record
+        Entries whose bytes are views of ``data`` (nothing is copied).
+
+    Raises
+    ------
+    ChecksumError
+        A payload's CRC32C is not the one recorded at indexing: the tar
+        changed (or was damaged) after it was indexed.
+    TruncatedError
+        ``data`` is shorter than an entry's span.
+    ValueError
+        ``layout`` and ``spans`` have different lengths.
+    """
+    if len(layout) != len(spans):
+        raise ValueError(f"{len(layout)} entry specs for {len(spans)} spans of key {key!r}")
+    view = memoryview(data).cast("B")
+    entries: dict[str, Entry] = {}
+    for spec, (at, size, crc) in zip(layout, spans):
+        if at + size > len(view):
+            raise TruncatedError(
+                f"entry {spec.name!r} of key {key!r} needs bytes up to {at + size} of the "
+                f"sample, only {len(view)} were read; the tar is shorter than when it was indexed",
+                path=path,
+                offset=offset + at,
+            )
+        payload = view[at : at + size]
+        actual = crc32c(payload)
+        if actual != crc:
+            raise ChecksumError(
+                f"entry {spec.name!r} of key {key!r}: CRC32C {actual:#010x}, indexed as "
+                f"{crc:#010x}; the tar was changed or damaged after indexing (re-index it)",
+                path=path,
+                offset=offset + at,
+            )
+        entries[spec.name] = Entry.from_stored(payload, spec.content_type, Codec.NONE)
+    return Record(key, entries, index, offset, len(view))
+
+
+def read_tar_sample(source: RangeSource, info: TarShardInfo, index: int) -> Record:
+    """Record ``index`` of a scanned tar, read with one ranged read of its byte range.
+
+    Raises
+    ------
+    ChecksumError, TruncatedError
+        As :func:`read_tar_record`.
+    """
+    offset = int(info.records["offset"][index])
+    length = int(info.records["length"][index])
+    (data,) = source.read_ranges([ByteRange(offset, offset + length)])
+    return read_tar_record(
+        data,
+        info.keys[index],
+        info.layout(index),
+        info.spans(index),
+        path=source.name,
+        offset=offset,
+        index=index,
+    )

@@ -1,0 +1,479 @@
+"""Walking a tar stream once, front to back: every regular member, its payload's CRC32C.
+
+The walker reads large chunks into one reusable buffer (``readinto`` where
+the stream has it), so a local file or an fsspec file opened with a large
+block size costs one sequential pass and no request per member. Headers are
+parsed inline; their checksums are verified a chunk at a time with numpy
+(:func:`~.headers.checksum_mismatches`), and nothing parsed from a header is
+handed on before that header's checksum has been checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from ..checksums import crc32c
+from .errors import NotATarError, TarChecksumError, TarError, TarNumberError, TarTruncatedError
+from .headers import checksum_mismatches, parse_number, parse_pax
+from .spec import BLOCK, GNU_LONGLINK, GNU_LONGNAME, NO_DATA_TYPES, PAX_GLOBAL, PAX_LOCAL, blocks
+
+__all__ = ["DEFAULT_CHUNK", "MAX_EXTENSION_BYTES", "Member", "TarWalker"]
+
+DEFAULT_CHUNK = 8 << 20
+"""Bytes read per call: large enough that a remote stream makes few requests."""
+MAX_EXTENSION_BYTES = 16 << 20
+"""Largest pax or GNU long-name payload read into memory (they hold a path, not data)."""
+
+Member = tuple[bytes | bytearray, int, int, int, int]
+"""One regular member: ``(name, first_header_offset, payload_offset, size, crc32c)``.
+
+``first_header_offset`` is where the member's first header starts (a pax or
+GNU long-name header when it has one); its own header is ``payload_offset -
+512``. ``name`` is the full path as raw bytes (pax or GNU long name applied).
+"""
+
+_REGULAR = (ord("0"), 0, ord("7"))
+_USTAR_POSIX = b"ustar\x00"
+_NO_DATA = frozenset(t[0] for t in NO_DATA_TYPES)
+_LONGNAME, _LONGLINK = GNU_LONGNAME[0], GNU_LONGLINK[0]
+_PAX_LOCAL, _PAX_GLOBAL = PAX_LOCAL[0], PAX_GLOBAL[0]
+
+
+class _ShortSkip(Exception):
+    """The stream ended while skipping bytes the archive promised (payload padding)."""
+
+
+_EXTENSIONS = (_LONGNAME, _LONGLINK, _PAX_LOCAL, _PAX_GLOBAL)
+_ZERO_BLOCK = bytes(BLOCK)
+
+
+class TarWalker:
+    """One pass over a tar stream, yielding its regular members in batches.
+
+    Parameters
+    ----------
+    stream:
+        Anything with ``read(n)`` (``readinto`` is used when present),
+        positioned at the archive's first byte.
+    path:
+        The archive's URL or path, named in every error.
+    size:
+        The archive's size if known: a member whose size field runs past it is
+        reported at its header, before anything is read. Without it the same
+        member is reported when the stream ends early.
+    chunk_size:
+        Bytes per read.
+
+    After iteration: ``size`` is the number of bytes the stream held,
+    ``end_offset`` where the end-of-archive block starts, ``member_count``
+    the headers of real members seen (extension headers not counted) and
+    ``skipped`` the members that are not regular files.
+    """
+
+    def __init__(
+        self, stream: Any, path: str, *, size: int | None = None, chunk_size: int = DEFAULT_CHUNK
+    ) -> None:
+        if chunk_size < 4 * BLOCK or chunk_size % BLOCK:
+            raise ValueError(f"chunk_size must be a multiple of {BLOCK} of at least {4 * BLOCK}")
+        self.path = path
+        self.expected_size = size
+        self._stream = stream
+        self._readinto = getattr(stream, "readinto", None)
+        self._buf = bytearray(chunk_size)
+        self._view = memoryview(self._buf)
+        self._array = np.frombuffer(self._buf, dtype=np.uint8)
+        self._base = 0  # file offset of _buf[0]
+        self._end = 0  # valid bytes in _buf
+        self._eof = False
+        self._pending: list[int] = []  # header positions in _buf not yet checksum-verified
+        self._parsed: list[Member] = []  # members whose headers are all in _pending
+        self._ready: list[Member] = []  # members whose headers were verified
+        self.size = 0
+        self.end_offset = -1
+        self.member_count = 0
+        self.skipped = 0
+
+    # --- the stream ----------------------------------------------------------
+
+    def _fill(self, keep_from: int, need: int) -> int:
+        """Keep ``_buf[keep_from:_end]``, move it to the front, read until ``need`` bytes are there.
+
+        Returns the new position of ``keep_from`` (0). Headers are verified
+        first: their bytes are about to be overwritten.
+        """
+        self._verify()
+        if keep_from >= self._end:
+            # Skip padding (or payload) that lies beyond what is buffered.
+            self._skip(keep_from - self._end)
+            kept = 0
+        else:
+            kept = self._end - keep_from
+            self._buf[:kept] = self._view[keep_from : self._end]
+            self._base += keep_from
+        self._end = kept
+        while self._end < need and not self._eof:
+            self._read_into(self._end)
+        return 0
+
+    def _read_into(self, at: int) -> None:
+        want = len(self._buf) - at
+        if self._readinto is not None:
+            got = self._readinto(self._view[at:]) or 0
+        else:
+            data = self._stream.read(want)
+            got = len(data)
+            self._view[at : at + got] = data
+        if got == 0:
+            self._eof = True
+            self.size = self._base + self._end
+        self._end += got
+
+    def _skip(self, n: int) -> None:
+        """Discard the buffer and the next ``n`` bytes of the stream."""
+        self._base += self._end
+        self._end = 0
+        while n > 0:
+            self._read_into(0)
+            if self._eof:
+                raise _ShortSkip
+            step = min(n, self._end)
+            n -= step
+            if step < self._end:
+                kept = self._end - step
+                self._buf[:kept] = self._view[step : self._end]
+                self._base += step
+                self._end = kept
+                return
+            self._base += self._end
+            self._end = 0
+
+    # --- checks ----------------------------------------------------------------
+
+    def _verify(self) -> None:
+        """Check every pending header's checksum; release the members they describe."""
+        bad = checksum_mismatches(self._array, self._pending)
+        if bad:
+            pos = self._pending[bad[0]]
+            offset = self._base + pos
+            self._pending.clear()
+            self._parsed.clear()
+            magic = bytes(self._view[pos + 257 : pos + 262])
+            if offset == 0 and magic != b"ustar":
+                raise NotATarError(
+                    "not a tar archive: the first 512 bytes are not a tar header "
+                    "(their checksum does not match and there is no 'ustar' magic)",
+                    path=self.path,
+                    offset=0,
+                )
+            stored = bytes(self._view[pos + 148 : pos + 156])
+            raise TarChecksumError(
+                f"tar header checksum field {stored!r} does not match the header's bytes; "
+                "the archive is damaged (re-create or re-download it)",
+                path=self.path,
+                offset=offset,
+            )
+        self._pending.clear()
+        self._ready.extend(self._parsed)
+        self._parsed.clear()
+
+    def _fail(self, error: TarError) -> TarError:
+        """``error``, unless a header parsed before it has a bad checksum (then that one)."""
+        self._verify()
+        return error
+
+    def _truncated(self, what: str, offset: int) -> TarTruncatedError:
+        if self.expected_size is not None:
+            ends = self.expected_size
+        else:
+            ends = self._base + self._end
+        return TarTruncatedError(
+            f"{what}, but the file ends at byte {ends}; the archive was cut short "
+            "(copy or download it again)",
+            path=self.path,
+            offset=offset,
+        )
+
+    # --- the walk --------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[list[Member]]:
+        """Batches of members, in archive order, each after its headers were verified.
+
+        Raises
+        ------
+        NotATarError, TarChecksumError, TarTruncatedError, TarNumberError, TarError
+            With the archive's path and the offending header's offset.
+        """
+        buf = self._buf
+        view = self._view
+        pos = self._fill(0, BLOCK)
+        pax_global: dict[str, bytes] = {}
+        long_name: bytes | None = None
+        pax: dict[str, bytes] | None = None
+        first_header = -1  # offset of the pending extension headers' first block
+        pending = self._pending
+        parsed = self._parsed
+        expected = self.expected_size
+        header_at = 0
+        members = 0  # a local: attribute writes cost in this loop; published below
+        while True:
+            if self._end - pos < BLOCK:
+                self.member_count = members
+                try:
+                    pos = self._fill(pos, BLOCK)
+                except _ShortSkip:
+                    raise self._truncated(
+                        "the archive ends inside the payload padding of the member here",
+                        header_at,
+                    ) from None
+                if self._ready:
+                    yield self._ready
+                    self._ready = []
+                if self._end < BLOCK:
+                    at = self._base
+                    if at == 0 and bytes(view[257:262]) != b"ustar":
+                        raise NotATarError(
+                            "not a tar archive: the file is empty"
+                            if self._end == 0
+                            else f"not a tar archive: the file has {self._end} bytes, "
+                            f"less than one {BLOCK}-byte header",
+                            path=self.path,
+                            offset=0,
+                        )
+                    if self._end == 0:
+                        raise self._fail(
+                            self._truncated("the archive has no end-of-archive block", at)
+                        )
+                    raise self._fail(self._truncated("a tar header starts here", at))
+            header_at = self._base + pos
+            if buf[pos + 148] == 0 and view[pos : pos + BLOCK] == _ZERO_BLOCK:
+                self.end_offset = header_at
+                break
+            pending.append(pos)
+            kind = buf[pos + 156]
+            size_end = buf[pos + 135]
+            try:
+                if buf[pos + 124] < 0x80 and size_end in (0, 32):
+                    size = int(buf[pos + 124 : pos + 135], 8)
+                else:
+                    size = parse_number(buf[pos + 124 : pos + 136])
+            except ValueError:
+                try:
+                    size = parse_number(buf[pos + 124 : pos + 136])
+                except ValueError:
+                    raise self._fail(
+                        TarNumberError(
+                            f"tar header size field {bytes(buf[pos + 124 : pos + 136])!r} "
+                            "is not a number; the archive is damaged",
+                            path=self.path,
+                            offset=header_at,
+                        )
+                    ) from None
+            if first_header < 0:
+                first_header = header_at
+            if kind in _NO_DATA:
+                size = 0
+            elif pax is not None and "size" in pax and kind not in _EXTENSIONS:
+                size = self._pax_size(pax, header_at)
+            if size < 0:
+                raise self._fail(
+                    TarNumberError(
+                        f"tar header declares a negative size ({size})",
+                        path=self.path,
+                        offset=header_at,
+                    )
+                )
+            payload_at = header_at + BLOCK
+            if expected is not None and payload_at + size > expected:
+                raise self._fail(
+                    self._truncated(
+                        f"the member's header declares {size} bytes of payload from byte "
+                        f"{payload_at}",
+                        header_at,
+                    )
+                )
+            if kind in _REGULAR and (pax is None or not _sparse(pax)):
+                name: bytes | bytearray
+                if long_name is None and pax is None and not pax_global and not buf[pos + 345]:
+                    # The common case, inline: the name field alone, no prefix.
+                    name = buf[pos : pos + 100]
+                    cut = name.find(0)
+                    if cut >= 0:
+                        name = name[:cut]
+                else:
+                    name = self._name(pos, long_name, pax, pax_global)
+                members += 1
+                if kind == 0 and name.endswith(b"/"):
+                    # A V7 directory: a type-NUL member whose name ends in '/'; no payload.
+                    self.skipped += 1
+                    pos += BLOCK
+                    first_header = -1
+                    long_name = None
+                    pax = None
+                    continue
+                start = pos + BLOCK
+                stop = start + size
+                if stop <= self._end:
+                    crc = crc32c(view[start:stop])
+                    pos = start + ((size + 511) & -512)
+                else:
+                    crc = 0
+
+                    def add(piece: memoryview) -> None:
+                        nonlocal crc
+                        crc = crc32c(piece, crc)
+
+                    pos = self._consume(start, size, header_at, add)
+                parsed.append((name, first_header, payload_at, size, crc))
+                first_header = -1
+                long_name = None
+                pax = None
+                continue
+            if kind in _EXTENSIONS:
+                data, pos = self._extension_payload(pos + BLOCK, size, header_at)
+                if kind == _LONGNAME:
+                    long_name = data.split(b"\0", 1)[0]
+                elif kind in (_PAX_LOCAL, _PAX_GLOBAL):
+                    records = self._pax_records(data, header_at)
+                    if kind == _PAX_GLOBAL:
+                        # Only a global path would matter (and rename every member).
+                        if "path" in records:
+                            pax_global["path"] = records["path"]
+                        first_header = -1
+                    elif records:
+                        pax = {**(pax or {}), **records}
+                continue
+            # A directory, link, device, FIFO or unknown type: not a sample member.
+            members += 1
+            self.skipped += 1
+            pos = pos + BLOCK + blocks(size)
+            first_header = -1
+            long_name = None
+            pax = None
+        self.member_count = members
+        self._verify()
+        if self._ready:
+            yield self._ready
+            self._ready = []
+        # Read what follows (the second zero block, record padding) to learn the size.
+        self._base += self._end
+        self._end = 0
+        while not self._eof:
+            self._read_into(0)
+            self._base += self._end
+            self._end = 0
+
+    def _name(
+        self,
+        pos: int,
+        long_name: bytes | None,
+        pax: dict[str, bytes] | None,
+        pax_global: dict[str, bytes],
+    ) -> bytes:
+        """The member's path: pax ``path``, else GNU long name, else ustar prefix + name."""
+        if pax is not None and "path" in pax:
+            return pax["path"]
+        if long_name is not None:
+            return long_name
+        if "path" in pax_global:
+            return pax_global["path"]
+        buf = self._buf
+        name = bytes(buf[pos : pos + 100])
+        cut = name.find(0)
+        if cut >= 0:
+            name = name[:cut]
+        if buf[pos + 345] and buf[pos + 257 : pos + 263] == _USTAR_POSIX:
+            prefix = bytes(buf[pos + 345 : pos + 500])
+            cut = prefix.find(0)
+            if cut >= 0:
+                prefix = prefix[:cut]
+            name = prefix + b"/" + name
+        return name
+
+    def _consume(
+        self, start: int, size: int, header_at: int, sink: Callable[[memoryview], None]
+    ) -> int:
+        """Pass a payload that runs past the buffer to ``sink`` piece by piece.
+
+        Returns the buffer position after the payload's padding (maybe past
+        the buffered bytes: the next fill skips the rest).
+        """
+        self._verify()  # the buffer is about to be overwritten
+        sink(self._view[start : self._end])
+        left = size - (self._end - start)
+        self._base += self._end
+        self._end = 0
+        while True:
+            self._read_into(0)
+            if self._eof:
+                raise self._truncated(
+                    f"the member's header declares {size} bytes of payload from byte "
+                    f"{header_at + BLOCK}",
+                    header_at,
+                )
+            take = min(left, self._end)
+            sink(self._view[:take])
+            left -= take
+            if not left:
+                return take + blocks(size) - size
+            self._base += self._end
+            self._end = 0
+
+    def _extension_payload(self, start: int, size: int, header_at: int) -> tuple[bytes, int]:
+        """The payload of a pax or GNU long-name header, and the position after its padding."""
+        if size > MAX_EXTENSION_BYTES:
+            raise self._fail(
+                TarError(
+                    f"extension header declares {size} bytes (more than {MAX_EXTENSION_BYTES}); "
+                    "the archive is damaged",
+                    path=self.path,
+                    offset=header_at,
+                )
+            )
+        if start + size <= self._end:
+            return bytes(self._view[start : start + size]), start + blocks(size)
+        parts: list[bytes] = []
+        pos = self._consume(start, size, header_at, lambda piece: parts.append(bytes(piece)))
+        return b"".join(parts), pos
+
+    def _pax_records(self, data: bytes, header_at: int) -> dict[str, bytes]:
+        """The records of a pax header that matter here: path, size, GNU sparse markers.
+
+        Most pax headers hold only times and ids (webdataset writes an
+        ``mtime`` before every member); they are recognised by a substring
+        test and not parsed: nothing in them changes where data lies.
+        """
+        if b" path=" not in data and b" size=" not in data and b" GNU.sparse." not in data:
+            return {}
+        try:
+            records = parse_pax(data)
+        except ValueError as e:
+            raise self._fail(
+                TarError(
+                    f"pax extended header is malformed ({e}); the archive is damaged",
+                    path=self.path,
+                    offset=header_at,
+                )
+            ) from e
+        return {
+            k: v for k, v in records.items() if k in ("path", "size") or k.startswith("GNU.sparse.")
+        }
+
+    def _pax_size(self, pax: dict[str, bytes], offset: int) -> int:
+        try:
+            return int(pax["size"])
+        except ValueError:
+            raise self._fail(
+                TarNumberError(
+                    f"pax size {pax['size']!r} is not a decimal number",
+                    path=self.path,
+                    offset=offset,
+                )
+            ) from None
+
+
+def _sparse(pax: dict[str, bytes]) -> bool:
+    """Whether pax records mark a GNU sparse file (its payload is a map, not the data)."""
+    return any(k.startswith("GNU.sparse.") for k in pax)

@@ -1,0 +1,66 @@
+"""Reading tars two ways: through webdataset itself, and through shardcat's scanner and lookup path."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from collections.abc import Iterable
+from typing import Any
+
+from shardcat.format import BytesSource
+from shardcat.format.tar import TarShardInfo, read_tar_sample, scan_tar
+
+
+def wds_samples(stream: Any, url: str = "test.tar") -> list[dict[str, Any]]:
+    """Samples as webdataset's own tar reader groups them: ``{"__key__": ..., name: bytes}``.
+
+    ``stream`` is an open binary file, or a local path.
+    """
+    from webdataset.tariterators import group_by_keys, tar_file_expander
+
+    if isinstance(stream, (str, os.PathLike)):
+        with open(stream, "rb") as f:
+            return wds_samples(f, os.fspath(stream))
+
+    out = []
+    for sample in group_by_keys(tar_file_expander([{"url": url, "stream": stream}])):
+        out.append({k: v for k, v in sample.items() if k == "__key__" or not k.startswith("__")})
+    return out
+
+
+def shardcat_samples(source: Any, info: TarShardInfo) -> list[dict[str, Any]]:
+    """Every sample read back the lookup way: one ranged read each, CRCs checked."""
+    out = []
+    for i in range(info.record_count):
+        record = read_tar_sample(source, info, i)
+        out.append({"__key__": record.key, **{n: e.data for n, e in record.entries.items()}})
+    return out
+
+
+def scan_bytes(data: bytes, **kwargs: Any) -> TarShardInfo:
+    return scan_tar(io.BytesIO(data), "mem.tar", **kwargs)
+
+
+def read_back(data: bytes, **kwargs: Any) -> list[dict[str, Any]]:
+    """Scan tar bytes, then read every sample through the lookup path."""
+    return shardcat_samples(BytesSource(data, "mem.tar"), scan_bytes(data, **kwargs))
+
+
+def make_tar(
+    members: Iterable[tuple[str, bytes]],
+    *,
+    fmt: int = tarfile.PAX_FORMAT,
+    extra: Iterable[tarfile.TarInfo] = (),
+) -> bytes:
+    """A tar written by Python's tarfile: regular files, then ``extra`` non-file members."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tar:
+        for info in extra:
+            tar.addfile(info)
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mtime = 1_700_000_000
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
