@@ -383,7 +383,7 @@ def _dialect(url: str) -> str:
 def test_three_million_rows_with_limit_3_are_streamed(filled):
     """Before: PostgreSQL's rows were all fetched into the client (855 MiB for --limit 3)."""
     code, out, err, mib = peak_rss(
-        "sql", "--limit", "3", THREE_MILLION[_dialect(filled)], catalog=filled
+        "sql", "--limit", "3", THREE_MILLION[_dialect(filled)], "--output", "table", catalog=filled
     )
     assert code == 0, err
     assert "3 row(s)" in out and "first 3 rows" in err
