@@ -307,7 +307,7 @@ def test_gc_dry_run_lists_orphans_and_removes_nothing(written):
     old = time.time() - 3 * 3600
     os.utime(stray, (old, old))
     dry, young = runs(
-        ("gc", "--dry-run"),
+        ("gc", "--dry-run", "--output", "table"),
         ("--json", "gc", "pics", "-n", "--grace", "5h"),
         catalog=written["catalog"],
     )
