@@ -24,13 +24,14 @@ from .errors import (
     TruncatedError,
     VersionError,
 )
-from .format import Codec, Entry, Record, ShardInfo, VerifyReport
 
 if TYPE_CHECKING:
     from . import catalog as catalog
+    from . import format as format
     from . import orchestration as orchestration
     from . import storage as storage
     from .catalog import Catalog
+    from .format import Codec, Entry, Record, ShardInfo, VerifyReport
     from .orchestration import read, write
     from .storage.shards import RollingShardWriter, ShardReader, ShardWriter, open_shard
 
@@ -59,11 +60,17 @@ __all__ = [
     "write",
 ]
 
-# Names whose modules load on first use: the URL-aware readers and writers
-# (fsspec), the catalog (SQLAlchemy) and Dask orchestration. `import shardcat`
-# and `import shardcat.format` then load none of them, so code that only
-# encodes or decodes shard bytes stays light.
+# Names whose modules load on first use: the shard format (numpy, crc32c), the
+# URL-aware readers and writers (fsspec), the catalog (SQLAlchemy) and Dask
+# orchestration. `import shardcat.format` then loads none of the others, so code
+# that only encodes or decodes shard bytes stays light, and `shardcat --help`
+# (which imports shardcat.cli) loads none of them.
 _LAZY = {
+    "Codec": ".format",
+    "Entry": ".format",
+    "Record": ".format",
+    "ShardInfo": ".format",
+    "VerifyReport": ".format",
     "RollingShardWriter": ".storage.shards",
     "ShardReader": ".storage.shards",
     "ShardWriter": ".storage.shards",
@@ -72,7 +79,7 @@ _LAZY = {
     "read": ".orchestration",
     "write": ".orchestration",
 }
-_SUBPACKAGES = ("catalog", "orchestration", "storage")
+_SUBPACKAGES = ("catalog", "format", "orchestration", "storage")
 
 
 def __getattr__(name: str) -> object:

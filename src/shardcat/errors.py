@@ -4,9 +4,18 @@ Every error a user can meet derives from :class:`ShardcatError`; where a
 builtin exception already means the same thing, it is mixed in, so
 ``except FileNotFoundError`` or ``except KeyError`` keep working. Messages say
 what happened, where (file, byte offset, key) and what to do about it.
+
+What to do depends on who asked: a Python caller passes ``mode="append"``, a
+command-line user types ``--mode append``. An error whose advice differs
+carries a :class:`Hint` with both; ``str(error)`` gives the Python one (the
+library's own interface) and :meth:`ShardcatError.render` either, which is
+how the CLI prints errors.
 """
 
 from __future__ import annotations
+
+import dataclasses
+from typing import Literal
 
 __all__ = [
     "CatalogError",
@@ -19,12 +28,14 @@ __all__ = [
     "DecompressionLimitError",
     "DuplicateKeyError",
     "FormatError",
+    "Hint",
     "InvalidKeyError",
     "JobNotFoundError",
     "KeyNotFoundError",
     "NewerVersionWarning",
     "ObjectExistsError",
     "ProgressCallbackError",
+    "QueryError",
     "QueryTimeoutError",
     "RecordTooLargeError",
     "SchemaVersionError",
@@ -37,8 +48,56 @@ __all__ = [
 ]
 
 
+Interface = Literal["python", "cli"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Hint:
+    """What to do about an error, in the terms of each interface.
+
+    Attributes
+    ----------
+    python:
+        Advice for a Python caller (``mode='append'``, ``Catalog.create_dataset``).
+    cli:
+        The same advice for a ``shardcat`` command-line user (``--mode append``).
+    """
+
+    python: str
+    cli: str
+
+
 class ShardcatError(Exception):
-    """Root of every error raised by shardcat."""
+    """Root of every error raised by shardcat.
+
+    Parameters
+    ----------
+    *args:
+        The message (what happened, and where).
+    hint:
+        What to do about it, per interface; appended after ``"; "``.
+    """
+
+    hint: Hint | None = None
+
+    def __init__(self, *args: object, hint: Hint | None = None) -> None:
+        super().__init__(*args)
+        self.hint = hint
+
+    @property
+    def message(self) -> str:
+        """What happened, without the hint."""
+        # One argument as written: KeyError would quote it, OSError is fine either way.
+        return str(self.args[0]) if len(self.args) == 1 else Exception.__str__(self)
+
+    def render(self, interface: Interface = "python") -> str:
+        """The message followed by the hint for ``interface``."""
+        if self.hint is None:
+            return self.message
+        return f"{self.message}; {getattr(self.hint, interface)}"
+
+    def __str__(self) -> str:
+        return self.render("python")
 
 
 # --- the shard file -------------------------------------------------------
@@ -135,10 +194,6 @@ class ProgressCallbackError(ShardcatError):
 class KeyNotFoundError(ShardcatError, KeyError):
     """No record has this key."""
 
-    def __str__(self) -> str:
-        # KeyError quotes its argument; we want the message as written.
-        return str(self.args[0]) if self.args else ""
-
 
 class ShardNotFoundError(ShardcatError, FileNotFoundError):
     """A shard file the catalog or the caller names does not exist.
@@ -190,23 +245,43 @@ class CatalogLockedError(CatalogError):
 class DatasetNotFoundError(CatalogError, KeyError):
     """No dataset of this name is registered in the catalog."""
 
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
-
 
 class JobNotFoundError(CatalogError, KeyError):
     """No job with this id is registered in the catalog."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
 
 
 class DatasetExistsError(CatalogError):
     """A dataset of this name exists already and the mode does not allow replacing it."""
 
+    APPEND_OR_OVERWRITE = Hint(
+        python="write with mode='append' to add to it or mode='overwrite' to replace it",
+        cli="write with --mode append to add to it or --mode overwrite to replace it",
+    )
+    """The hint of a write in mode ``create`` that found records."""
+
 
 class CommitConflictError(CatalogError):
     """Another writer changed the dataset between this job's start and its commit."""
+
+
+class QueryError(CatalogError):
+    """A query a user wrote (``shardcat sql``) failed in the database: their SQL, not the catalog.
+
+    Attributes
+    ----------
+    sqlstate:
+        The SQLSTATE code (PostgreSQL, ``"42P01"``) or SQLite error name
+        (``"SQLITE_ERROR"``), if known.
+    undefined_object:
+        The query named a table or column the database does not have.
+    """
+
+    def __init__(
+        self, message: str, *, sqlstate: str | None = None, undefined_object: bool = False
+    ) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+        self.undefined_object = undefined_object
 
 
 class QueryTimeoutError(CatalogError, TimeoutError):

@@ -134,6 +134,7 @@ def test_write_refuses_an_existing_dataset_and_conflicting_options(written, tmp_
     )  # fmt: skip
     assert again.returncode == 1 and again.stdout == ""
     assert "already has records" in again.stderr and "Traceback" not in again.stderr
+    assert "--mode append" in again.stderr and "mode='append'" not in again.stderr
     assert both.returncode == 2 and "not both" in both.stderr
 
 
@@ -155,7 +156,11 @@ def test_ls_lists_datasets_then_a_datasets_shards(written):
 
 
 def test_stats_counts_entry_kinds_and_shard_sizes(written):
-    as_json, text = runs(("--json", "stats", "pics"), ("stats", "pics"), catalog=written["catalog"])
+    as_json, text = runs(
+        ("--json", "stats", "pics"),
+        ("stats", "pics", "--output", "table"),
+        catalog=written["catalog"],
+    )
     doc = json.loads(ok(as_json).stdout)
     assert doc["records"] == 31 and doc["shards"] >= 3
     kinds = {k["name"]: k for k in doc["entry_kinds"]}
@@ -273,15 +278,20 @@ def test_verify_passes_on_a_good_dataset(written):
 
 def test_sql_selects_and_refuses_anything_that_writes(written):
     select, count, capped, delete, cte = runs(
-        ("sql", "SELECT key FROM records WHERE key LIKE 'cats/%' ORDER BY key"),
+        (
+            "--output",
+            "table",
+            "sql",
+            "SELECT key FROM records WHERE key LIKE 'cats/%' ORDER BY key",
+        ),
         ("--json", "sql", "SELECT COUNT(*) AS n FROM records"),
-        ("sql", "--limit", "5", "SELECT key FROM records"),
+        ("sql", "--limit", "5", "SELECT key FROM records", "--output", "table"),
         ("sql", "DELETE FROM records"),
         ("sql", "WITH doomed AS (SELECT 1) DELETE FROM records"),
         catalog=written["catalog"],
     )
     assert "cats/img000" in ok(select).stdout and "10 row(s)" in select.stdout
-    assert json.loads(ok(count).stdout) == [{"n": 31}]
+    assert json.loads(ok(count).stdout)["rows"] == [{"n": 31}]
     assert "5 row(s)" in ok(capped).stdout and "first 5 rows" in capped.stderr
     assert delete.returncode == 1 and "DELETE statements are not allowed" in delete.stderr
     # passes the statement check (it starts with WITH); the read-only transaction stops it
@@ -297,7 +307,7 @@ def test_gc_dry_run_lists_orphans_and_removes_nothing(written):
     old = time.time() - 3 * 3600
     os.utime(stray, (old, old))
     dry, young = runs(
-        ("gc", "--dry-run"),
+        ("gc", "--dry-run", "--output", "table"),
         ("--json", "gc", "pics", "-n", "--grace", "5h"),
         catalog=written["catalog"],
     )
@@ -339,7 +349,10 @@ def test_reindex_verify_a_corrupted_shard_then_delete_files_and_rows(tmp_path):
     data[100] ^= 0x01  # one bit inside the first record
     victim.write_bytes(bytes(data))
     text, as_json, refused = runs(
-        ("verify", "pics"), ("--json", "verify", "pics"), ("delete", "pics"), catalog=catalog
+        ("verify", "pics", "--output", "table"),
+        ("--json", "verify", "pics"),
+        ("delete", "pics"),
+        catalog=catalog,
     )
     assert text.returncode == 1
     assert victim.name in text.stdout and "corrupt" in text.stdout and "CRC32C" in text.stdout
@@ -432,7 +445,7 @@ def test_postgres_catalog_write_read_and_read_only_sql(postgres_url, tmp_path):
     for refused in (cte, analyze):  # both start like reads: the read-only transaction stops them
         assert refused.returncode == 1 and "read-only" in refused.stderr
         assert "Traceback" not in refused.stderr
-    assert json.loads(ok(count).stdout) == [{"n": 7}]
+    assert json.loads(ok(count).stdout)["rows"] == [{"n": 7}]
     png = run("get", "pics", "dogs/img001", "-e", "png", catalog=postgres_url, binary=True)
     assert ok(png).stdout.startswith(PNG_HEAD)
     with Catalog(postgres_url) as cat:

@@ -26,7 +26,7 @@ def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]
 
 
 def test_inspect_prints_header_footer_and_entry_kinds():
-    p = run("inspect", str(GOLDEN), "--records", "2", "--verify")
+    p = run("inspect", str(GOLDEN), "--records", "2", "--verify", "--output", "table")
     assert p.returncode == 0, p.stderr
     for text in (
         "Shard",

@@ -17,7 +17,7 @@ import pytest
 import typer
 
 from shardcat.catalog import CatalogReport, DatasetInfo, Problem, ShardRow
-from shardcat.catalog.readonly import ReadOnlyRole
+from shardcat.catalog.readonly import QueryStream, ReadOnlyRole
 from shardcat.cli.output import (
     JsonOutput,
     Output,
@@ -71,10 +71,26 @@ def shard(n: int, state: str = "committed", records: int = 1234) -> ShardRow:
     )
 
 
-def test_the_json_flag_chooses_the_output():
-    assert isinstance(output_for(True), JsonOutput) and output_for(True).name == "json"
-    assert isinstance(output_for(False), TextOutput) and output_for(False).name == "text"
-    assert not hasattr(output_for(True), "as_json")  # commands cannot branch on it
+def test_the_output_option_chooses_the_output():
+    assert isinstance(output_for("json"), JsonOutput) and output_for("json").name == "json"
+    table, tsv = output_for("table"), output_for("tsv")
+    assert isinstance(table, TextOutput) and not table.tsv
+    assert isinstance(tsv, TextOutput) and tsv.tsv
+    assert not hasattr(output_for("json"), "as_json")  # commands cannot branch on it
+    with pytest.raises(ValueError, match="table, tsv or json"):
+        output_for("yaml")
+
+
+def rows_of(columns: list[str], rows: list[list[Any]], *, limit: int = 1000, max_bytes: int = 0):
+    """The real QueryStream over rows in memory (what open_read_only yields for a cursor)."""
+    pending = iter(rows)
+    return QueryStream(
+        tuple(columns),
+        limit,
+        max_bytes,
+        lambda n: [r for r, _ in zip(pending, range(n))],
+        lambda: None,
+    )
 
 
 # --- write ---------------------------------------------------------------------
@@ -375,18 +391,25 @@ def test_query_cells(text, js, capsys):
     long = "x" * 5000
     row = [b"\x00\xff", bytes(40), when, 1.5, None, long]
     columns = ["small", "big", "d", "f", "n", "long"]
-    js.query_result(columns, [row])
-    assert doc(capsys) == [
-        {
-            "small": "00ff",
-            "big": "00" * 40,
-            "d": "2020-01-02T03:04:05",
-            "f": 1.5,
-            "n": None,
-            "long": long,
-        }
-    ]
-    text.query_result(columns, [row])
+    js.query_result(rows_of(columns, [row]))
+    assert doc(capsys) == {
+        "columns": columns,
+        "rows": [
+            {
+                "small": "00ff",
+                "big": "00" * 40,
+                "d": "2020-01-02T03:04:05",
+                "f": 1.5,
+                "n": None,
+                "long": long,
+            }
+        ],
+        "truncated": False,
+        "cut": None,
+        "limit": 1000,
+        "max_bytes": None,
+    }
+    text.query_result(rows_of(columns, [row]))
     out = capsys.readouterr().out
     assert out.startswith("1 row(s)\n")
     assert "00ff" in out and "<40 bytes>" in out and "2020-01-02T03:04:05" in out
@@ -444,3 +467,79 @@ def test_errors_and_notes_go_to_stderr_as_data(output: type[Output], capsys):
     assert captured.err == (
         "error: key '[bold]x[/bold]' not found\nwarning: [red]not markup[/red]\n"
     )
+
+
+# --- sql: truncation in the document, streams without a limit -----------------------------
+
+
+def test_a_truncated_json_result_says_so_in_the_document(js, capsys):
+    js.query_result(rows_of(["n", "n"], [[i, -i] for i in range(5)], limit=3))
+    got = doc(capsys)
+    assert got["columns"] == ["n", "n_2"]  # a repeated name is not lost in the row objects
+    assert got["rows"] == [{"n": 0, "n_2": 0}, {"n": 1, "n_2": -1}, {"n": 2, "n_2": -2}]
+    assert (got["truncated"], got["cut"], got["limit"]) == (True, "limit", 3)
+
+    js.query_result(rows_of(["s"], [["x" * 10]] * 4, limit=0, max_bytes=25))
+    got = doc(capsys)
+    assert len(got["rows"]) == 2 and (got["truncated"], got["cut"]) == (True, "max_bytes")
+    assert got["limit"] is None and got["max_bytes"] == 25
+
+    js.query_result(rows_of(["s"], [], limit=0))
+    assert doc(capsys)["rows"] == []
+
+
+def test_unlimited_rows_are_written_as_they_arrive(js, text, capsys, monkeypatch):
+    """--limit 0: rows go out while the cursor is still being read, not after collecting."""
+    fetched: list[int] = []
+    written_before_last_fetch: list[str] = []
+
+    def fetch(n: int) -> list[tuple[int]]:
+        written_before_last_fetch.append(capsys.readouterr().out)
+        start = len(fetched)
+        batch = [(i,) for i in range(start, min(start + n, 5000))]
+        fetched.extend(r[0] for r in batch)
+        return batch
+
+    for out in (js, TextOutput(tsv=True)):
+        fetched.clear()
+        written_before_last_fetch.clear()
+        stream = QueryStream(("i",), 0, 0, fetch, lambda: None)
+        out.query_result(stream)
+        assert len(fetched) == 5000 and stream.rows == 5000 and stream.cut is None
+        # The early batches were printed before the last fetch happened.
+        assert sum(len(w) for w in written_before_last_fetch) > 0
+        capsys.readouterr()
+
+
+def test_tsv_rows_are_whole_and_escaped(capsys):
+    tsv = TextOutput(tsv=True)
+    long = "y" * 5000
+    tsv.query_result(
+        rows_of(["a", "b", "c"], [["tab\there", "line\nbreak\\", long], [None, b"\x01", 7]])
+    )
+    lines = capsys.readouterr().out.split("\n")
+    assert lines[0] == "a\tb\tc"
+    assert lines[1] == "tab\\there\tline\\nbreak\\\\\t" + long  # whole, not shortened
+    assert lines[2] == "\t01\t7"
+    assert lines[3:] == [""]
+
+
+def test_tsv_tables_have_raw_numbers_and_summaries_on_stderr(capsys):
+    tsv = TextOutput(tsv=True)
+    tsv.shards("pics", [shard(1, records=1234567)], all_states=False)
+    captured = capsys.readouterr()
+    header, row, end = captured.out.split("\n")
+    assert header == "url\tstate\trecords\tbytes\tcreated" and end == ""
+    assert row.split("\t")[:4] == ["/data/pics-001.shard", "committed", "1234567", "2048"]
+    assert "1,234,567 committed records" in captured.err
+
+
+def test_keys_and_counts(text, js, capsys):
+    js.keys("pics", iter(["a", "b\tc"]))
+    assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == ["a", "b\tc"]
+    text.keys("pics", iter(["a", "b\tc"]))
+    assert capsys.readouterr().out == "a\nb\\tc\n"
+    js.key_count("pics", "a/", 3)
+    assert doc(capsys) == {"dataset": "pics", "prefix": "a/", "count": 3}
+    text.key_count("pics", None, 3)
+    assert capsys.readouterr().out == "3\n"

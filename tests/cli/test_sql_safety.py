@@ -259,7 +259,8 @@ def test_the_extended_protocol_carries_one_statement_only(pg, admin):
     raw = engine.raw_connection()
     try:
         for explain in (True, False):
-            with pytest.raises(Exception, match=r"multiple commands|syntax error"):
+            with (
+                pytest.raises(Exception, match=r"multiple commands|syntax error"),
                 _run_postgres(
                     raw.driver_connection,
                     "EXPLAIN SELECT 1; COMMIT; CREATE TABLE pwned (x int)"
@@ -271,7 +272,9 @@ def test_the_extended_protocol_carries_one_statement_only(pg, admin):
                     max_bytes=0,
                     role=None,
                     check_functions=False,
-                )
+                ) as rows,
+            ):
+                list(rows)
     finally:
         raw.close()
         engine.dispose()
@@ -383,7 +386,7 @@ def _dialect(url: str) -> str:
 def test_three_million_rows_with_limit_3_are_streamed(filled):
     """Before: PostgreSQL's rows were all fetched into the client (855 MiB for --limit 3)."""
     code, out, err, mib = peak_rss(
-        "sql", "--limit", "3", THREE_MILLION[_dialect(filled)], catalog=filled
+        "sql", "--limit", "3", THREE_MILLION[_dialect(filled)], "--output", "table", catalog=filled
     )
     assert code == 0, err
     assert "3 row(s)" in out and "first 3 rows" in err
@@ -404,10 +407,13 @@ def test_max_bytes_cuts_the_output_and_says_so(filled):
         ("--json", "sql", "--max-bytes", "0", query),
         catalog=filled,
     )
-    rows = json.loads(ok(cut).stdout)
+    doc = json.loads(ok(cut).stdout)
+    rows = doc["rows"]
     assert 0 < len(rows) < RECORDS and rows[0] == {"key": "k0000", "k2": "more k0000"}
+    assert doc["truncated"] is True and doc["cut"] == "max_bytes" and doc["max_bytes"] == 2000
     assert "output cut after" in cut.stderr and "--max-bytes" in cut.stderr
-    assert len(json.loads(ok(whole).stdout)) == RECORDS
+    whole_doc = json.loads(ok(whole).stdout)
+    assert len(whole_doc["rows"]) == RECORDS and whole_doc["truncated"] is False
 
 
 # --- layer 3: functions with side effects (PostgreSQL) --------------------------
@@ -440,7 +446,7 @@ def test_harmless_functions_still_run(pg):
         "gen_random_uuid() IS NOT NULL AS u, now() IS NOT NULL AS n, lower('A') AS l, "
         "(SELECT count(*) FROM records TABLESAMPLE SYSTEM (100)) AS sampled"
     )
-    doc = json.loads(ok(run("--json", "sql", query, catalog=pg)).stdout)
+    doc = json.loads(ok(run("--json", "sql", query, catalog=pg)).stdout)["rows"]
     assert doc == [{"r": True, "c": True, "u": True, "n": True, "l": "a", "sampled": RECORDS}]
 
 
@@ -524,8 +530,8 @@ def test_create_readonly_role_then_query_as_it(pg, admin, roles, tmp_path):
     )
     env = run("--json", "sql", query, catalog=pg, env={"SHARDCAT_SQL_ROLE": name})
     for p in (flag, from_config, env):
-        assert json.loads(ok(p).stdout) == [{"u": name, "n": RECORDS}]
-    assert json.loads(ok(without).stdout) == [{"u": "postgres", "n": RECORDS}]
+        assert json.loads(ok(p).stdout)["rows"] == [{"u": name, "n": RECORDS}]
+    assert json.loads(ok(without).stdout)["rows"] == [{"u": "postgres", "n": RECORDS}]
 
     # The role on its own, without the function check: the server's privileges refuse.
     engine = create_catalog_engine(pg)
@@ -565,7 +571,7 @@ def test_a_login_role_gets_a_hashed_password_and_can_only_read(pg, admin, roles)
     doc = json.loads(
         ok(run("--json", "sql", "SELECT count(*) AS n FROM records", catalog=as_role)).stdout
     )
-    assert doc == [{"n": RECORDS}]
+    assert doc["rows"] == [{"n": RECORDS}]
     engine = create_catalog_engine(as_role)
     try:
         for query in [*DENIED_TO_THE_ROLE, "SELECT set_config('role', 'postgres', true)"]:
@@ -610,4 +616,4 @@ def test_roles_are_postgresql_only(sqlite_url, tmp_path):
     refused(create, "PostgreSQL-only")
     refused(flag, "PostgreSQL-only")
     # a team-wide $SHARDCAT_SQL_ROLE does not stop queries of a SQLite file
-    assert json.loads(ok(env).stdout) == [{"n": RECORDS}]
+    assert json.loads(ok(env).stdout)["rows"] == [{"n": RECORDS}]

@@ -9,7 +9,7 @@ its session to a module function that holds the SQL: ``datasets.py``,
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -24,6 +24,7 @@ from ..format import Record, ShardInfo
 from ..storage import expand_braces
 from . import datasets as _datasets
 from . import jobs as _jobs
+from . import keys as _keys
 from . import maintenance as _maintenance
 from . import shards as _shards
 from .connection import fork_generation
@@ -255,6 +256,43 @@ class Catalog:
         """
         with self._uow() as s:
             return _datasets.entry_kinds(s, dataset)
+
+    def keys(
+        self, dataset: str, *, prefix: str | None = None, limit: int | None = None
+    ) -> Iterator[str]:
+        """The dataset's committed keys in byte (UTF-8) order, streamed as they are read.
+
+        A range scan of the key index: ``prefix`` costs a seek, not a scan of
+        the dataset. Consume the iterator (or close it) to release its
+        connection.
+
+        Parameters
+        ----------
+        prefix:
+            Only keys starting with this string.
+        limit:
+            At most this many keys (None or 0: all).
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If there is no such dataset (raised at once, before iterating).
+        """
+        with self._uow() as s:
+            dataset_id = _datasets.find_dataset(s, dataset).id
+        return _keys.iter_keys(self.engine, dataset_id, prefix or None, limit or None)
+
+    def count(self, dataset: str, *, prefix: str | None = None) -> int:
+        """How many committed keys the dataset has (starting with ``prefix``), from the key index.
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If there is no such dataset.
+        """
+        with self._uow() as s:
+            dataset_id = _datasets.find_dataset(s, dataset).id
+            return _keys.count_keys(s, self.engine.dialect.name, dataset_id, prefix or None)
 
     def delete_dataset(self, name: str, *, missing_ok: bool = False) -> None:
         """Remove a dataset and all its rows from the catalog (shard files are not touched).

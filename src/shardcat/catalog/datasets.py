@@ -12,7 +12,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from ..errors import DatasetExistsError
+from ..errors import DatasetExistsError, Hint
 from ..format.spec import FORMAT_VERSION
 from ..storage import redact
 from .lookup import unknown_dataset
@@ -88,8 +88,11 @@ def create_dataset(
     if exist_ok:
         return dataset_info(existing)
     raise DatasetExistsError(
-        f"dataset {name!r} exists already (root {existing.root_url}); pick another name, "
-        "pass exist_ok=True, or delete it first"
+        f"dataset {name!r} exists already (root {existing.root_url})",
+        hint=Hint(
+            python="pick another name, pass exist_ok=True, or delete it first",
+            cli=f"pick another name, or delete it first with `shardcat delete {name}`",
+        ),
     )
 
 

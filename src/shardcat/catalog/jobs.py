@@ -301,8 +301,8 @@ def commit(
     if require_empty and has_committed(session, dataset.id):
         raise DatasetExistsError(
             f"dataset {dataset.name!r} got records from another job while job {job.id} ran; "
-            f"job {job.id} was not committed: write with mode='append' to add to them "
-            "or mode='overwrite' to replace them"
+            f"job {job.id} was not committed",
+            hint=DatasetExistsError.APPEND_OR_OVERWRITE,
         )
     if shards is not None:
         _keep_only(session, dataset, job, set(shards))

@@ -22,6 +22,7 @@ from .._types import ByteRange, StorageOptions
 from ..errors import (
     DatasetNotFoundError,
     FormatError,
+    Hint,
     InvalidKeyError,
     KeyNotFoundError,
     ShardNotFoundError,
@@ -343,7 +344,14 @@ def unknown_dataset(name: str, known: list[str]) -> DatasetNotFoundError:
         shown = ", ".join(repr(k) for k in known[:10]) + (
             f" and {len(known) - 10} more" if len(known) > 10 else ""
         )
-        hint = f"known datasets: {shown}"
-    else:
-        hint = "the catalog has no datasets yet; create one with Catalog.create_dataset"
-    return DatasetNotFoundError(f"no dataset named {name!r} in the catalog; {hint}")
+        return DatasetNotFoundError(
+            f"no dataset named {name!r} in the catalog; known datasets: {shown}"
+        )
+    return DatasetNotFoundError(
+        f"no dataset named {name!r}: the catalog has no datasets yet",
+        hint=Hint(
+            python="write one with shardcat.write, or create one with Catalog.create_dataset",
+            cli="write one with `shardcat write SRC_DIR URL -d NAME`, or rebuild one from its "
+            "shards with `shardcat reindex NAME URL...`",
+        ),
+    )

@@ -26,7 +26,13 @@ from sqlalchemy import Connection, Engine, inspect, text
 
 from ..errors import CatalogError, SchemaVersionError
 from .models import Base
-from .session import create_catalog_engine, display_url, normalize_url, translate_errors
+from .session import (
+    create_catalog_engine,
+    display_url,
+    normalize_url,
+    translate_errors,
+    upgrade_hint,
+)
 
 __all__ = [
     "VERSION_TABLE",
@@ -199,8 +205,7 @@ def _verify(conn: Connection, engine: Engine) -> str:
         tables = set(inspect(conn).get_table_names())
         detail = "has no schema revision" if tables else "is empty"
         raise SchemaVersionError(
-            f"catalog {where} {detail}; create or upgrade its tables with "
-            f"`shardcat catalog upgrade --catalog {where}`"
+            f"catalog {where} {detail}; create or upgrade its tables", hint=upgrade_hint(where)
         )
     if rev not in known_revisions():
         raise SchemaVersionError(
@@ -208,8 +213,8 @@ def _verify(conn: Connection, engine: Engine) -> str:
             f"(its newest is {head!r}): it was upgraded by a newer shardcat; upgrade shardcat"
         )
     raise SchemaVersionError(
-        f"catalog {where} is at schema revision {rev!r}, this shardcat needs {head!r}: run "
-        f"`shardcat catalog upgrade --catalog {where}` (back up the catalog first)"
+        f"catalog {where} is at schema revision {rev!r}, this shardcat needs {head!r}",
+        hint=upgrade_hint(where, backup=True),
     )
 
 

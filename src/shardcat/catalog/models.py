@@ -85,6 +85,10 @@ def _in(column: str, values: tuple[str, ...]) -> str:
     return f"{column} IN ({quoted})"
 
 
+KEY_ORDER = 'COLLATE "C"'
+"""PostgreSQL: how ``ix_records_dataset_id_key`` orders keys (bytes, like SQLite)."""
+
+
 class Base(DeclarativeBase):
     """Declarative base: naming conventions and shared type mappings."""
 
@@ -225,6 +229,10 @@ class Record(Base):
     __table_args__ = (
         PrimaryKeyConstraint("shard_id", "byte_offset"),
         Index(None, "dataset_id", "key_hash"),
+        # Keys in order, for listings and prefix searches (`shardcat keys --prefix`), as a
+        # range on the index. PostgreSQL: in byte order (COLLATE "C"), where a prefix is a
+        # range whatever the database's collation; SQLite's default collation is bytes.
+        Index(None, "dataset_id", "key", postgresql_ops={"key": KEY_ORDER}),
         {"sqlite_with_rowid": False},
     )
 

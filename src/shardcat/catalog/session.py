@@ -5,10 +5,14 @@ keys, ``synchronous=NORMAL`` and explicit transactions: write units of work
 start with ``BEGIN IMMEDIATE`` so two writers queue on the busy timeout
 instead of failing half-way. PostgreSQL goes through psycopg 3.
 
-Every database error leaving this package is a :class:`~shardcat.errors.CatalogError`:
-a lock held too long becomes :class:`~shardcat.errors.CatalogLockedError`,
-missing tables or columns become :class:`~shardcat.errors.SchemaVersionError`
-naming ``shardcat catalog upgrade``.
+Every database error leaving this package is a :class:`~shardcat.errors.CatalogError`,
+classified by the driver's error class and code (SQLSTATE on PostgreSQL,
+the result code on SQLite), never by message text alone: a lock held too
+long becomes :class:`~shardcat.errors.CatalogLockedError`; a missing table or
+column in shardcat's own statements becomes
+:class:`~shardcat.errors.SchemaVersionError` naming the upgrade; in a query a
+user wrote (``shardcat sql``) every SQL mistake is
+:class:`~shardcat.errors.QueryError`, the user's to fix.
 """
 
 from __future__ import annotations
@@ -27,7 +31,14 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
 from .._redact import mask_url, mentions_secret, scrub, url_secrets
-from ..errors import CatalogError, CatalogLockedError, SchemaVersionError, ShardcatError
+from ..errors import (
+    CatalogError,
+    CatalogLockedError,
+    Hint,
+    QueryError,
+    SchemaVersionError,
+    ShardcatError,
+)
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
@@ -40,6 +51,7 @@ __all__ = [
     "translate_errors",
     "translate_exception",
     "unit_of_work",
+    "upgrade_hint",
 ]
 
 DEFAULT_URL = "sqlite:///shardcat.db"
@@ -52,6 +64,24 @@ _WRITE = "shardcat_write"
 
 NO_SYNC = {"synchronize_session": False}
 """Execution options of bulk UPDATE/DELETE statements: the session holds no rows to keep in sync."""
+
+
+SUPPORTED_DIALECTS = {
+    "sqlite": "built in (Python's sqlite3)",
+    "postgresql": "pip install 'shardcat[postgres]' (psycopg 3)",
+}
+"""The databases a catalog can live in, and what each needs installed."""
+_SUPPORTED = "; ".join(f"{name}: {need}" for name, need in SUPPORTED_DIALECTS.items())
+
+
+def upgrade_hint(where: str, *, backup: bool = False) -> Hint:
+    """How to bring the catalog at ``where`` (a displayed URL) to this shardcat's schema."""
+    first = " (back up the catalog first)" if backup else ""
+    return Hint(
+        python=f"upgrade it with shardcat.catalog.upgrade(url){first}, or run "
+        f"`shardcat catalog upgrade --catalog {where}`",
+        cli=f"run `shardcat catalog upgrade --catalog {where}`{first}",
+    )
 
 
 def default_url() -> str:
@@ -75,12 +105,23 @@ def normalize_url(url: str | URL) -> URL:
             f"not a catalog URL: {display_url(url)!r} ({_scrubbed(e, url)}); "
             "use e.g. sqlite:///shardcat.db"
         ) from None
+    backend = parsed.get_backend_name()
+    if backend not in SUPPORTED_DIALECTS:
+        raise CatalogError(
+            f"catalog URL {display_url(parsed)} names a {backend} database; shardcat catalogs "
+            f"run on {_SUPPORTED}"
+        )
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     elif parsed.drivername.startswith("postgresql+") and parsed.drivername != "postgresql+psycopg":
         raise CatalogError(
             f"catalog URL {display_url(parsed)} asks for driver {parsed.drivername!r}; shardcat "
-            "uses psycopg 3: write postgresql+psycopg://... (pip install 'shardcat[postgres]')"
+            f"uses psycopg 3: write postgresql+psycopg://... ({SUPPORTED_DIALECTS['postgresql']})"
+        )
+    elif parsed.drivername.startswith("sqlite+") and parsed.drivername != "sqlite+pysqlite":
+        raise CatalogError(
+            f"catalog URL {display_url(parsed)} asks for driver {parsed.drivername!r}; shardcat "
+            "uses Python's sqlite3: write sqlite:///path.db"
         )
     return parsed
 
@@ -181,9 +222,10 @@ def create_catalog_engine(
     try:
         return create_engine(parsed, **kwargs)
     except ImportError as e:
+        need = SUPPORTED_DIALECTS[parsed.get_backend_name()]
         raise CatalogError(
-            f"catalog {display_url(parsed)} needs a database driver that is not installed: "
-            f"{_scrubbed(e, parsed)}; for PostgreSQL: pip install 'shardcat[postgres]'"
+            f"catalog {display_url(parsed)} needs a database driver that is not installed "
+            f"({_scrubbed(e, parsed)}): {need}"
         ) from _safe_cause(e, parsed)
     except Exception as e:
         raise CatalogError(
@@ -249,17 +291,27 @@ def unit_of_work(
 
 
 @contextmanager
-def translate_errors(url: str | URL, busy_timeout: float | None = None) -> Iterator[None]:
-    """Turn SQLAlchemy and driver errors into shardcat's catalog errors."""
+def translate_errors(
+    url: str | URL, busy_timeout: float | None = None, *, user_query: bool = False
+) -> Iterator[None]:
+    """Turn SQLAlchemy and driver errors into shardcat's catalog errors.
+
+    ``user_query``: the statement is one a user wrote, so a SQL mistake in it
+    is a :class:`~shardcat.errors.QueryError`, not a schema problem.
+    """
     try:
         yield
     except ShardcatError:
         raise
     except (SQLAlchemyError, sqlite3.Error) as e:
-        raise translate_exception(e, url, busy_timeout) from _safe_cause(e, url)
+        raise translate_exception(e, url, busy_timeout, user_query=user_query) from _safe_cause(
+            e, url
+        )
     except Exception as e:
         if _is_psycopg_error(e):
-            raise translate_exception(e, url, busy_timeout) from _safe_cause(e, url)
+            raise translate_exception(e, url, busy_timeout, user_query=user_query) from _safe_cause(
+                e, url
+            )
         raise
 
 
@@ -268,38 +320,100 @@ def _is_psycopg_error(e: BaseException) -> bool:
     return mod.startswith("psycopg")
 
 
+# SQLite result codes (the primary code: the low byte of the extended one).
+_SQLITE_BUSY = 5
+_SQLITE_LOCKED = 6
+# PostgreSQL SQLSTATE codes.
+_PG_LOCKED = ("55P03", "40P01")  # lock_not_available, deadlock_detected
+_PG_MISSING = ("42P01", "42703")  # undefined_table, undefined_column
+# What a query's text decides: class 42 (syntax error or access rule violation: 42601,
+# 42883, ...), 22 (data exception: a bad cast, division by zero), 25 (invalid
+# transaction state: 25006, a write in the read-only transaction), 0A (feature not
+# supported: a data-modifying WITH below the top level).
+_PG_USER_CLASSES = ("42", "22", "25", "0A")
+
+
+def error_code(e: BaseException) -> tuple[str, str | None]:
+    """(driver, code) of a driver error: ``("postgresql", SQLSTATE)``, ``("sqlite", code)``.
+
+    The SQLite code is the primary result code as text (``"1"`` for
+    SQLITE_ERROR, ``"5"`` for SQLITE_BUSY). ``("", None)`` for anything else.
+    """
+    orig = e.orig if isinstance(e, DBAPIError) and e.orig is not None else e
+    if isinstance(orig, sqlite3.Error):
+        code = getattr(orig, "sqlite_errorcode", None)  # Python 3.11+
+        return "sqlite", None if code is None else str(code & 0xFF)
+    if _is_psycopg_error(orig):
+        return "postgresql", getattr(orig, "sqlstate", None)
+    return "", None
+
+
+def _sqlite_missing_schema(orig: BaseException, text: str) -> bool:
+    """SQLite: a missing table or column.
+
+    SQLite reports it with the generic code SQLITE_ERROR, which a syntax error
+    shares: the message's fixed prefix is the only distinction it gives.
+    """
+    return isinstance(orig, sqlite3.OperationalError) and text.startswith(
+        ("no such table", "no such column")
+    )
+
+
+def _sqlite_locked(orig: BaseException, code: str | None, text: str) -> bool:
+    if code is not None:
+        return code in (str(_SQLITE_BUSY), str(_SQLITE_LOCKED))
+    # Python 3.10's sqlite3 has no error codes: its messages are then all there is.
+    return isinstance(orig, sqlite3.OperationalError) and text.startswith(
+        ("database is locked", "database table is locked", "database is busy")
+    )
+
+
 def translate_exception(
-    e: BaseException, url: str | URL, busy_timeout: float | None = None
+    e: BaseException,
+    url: str | URL,
+    busy_timeout: float | None = None,
+    *,
+    user_query: bool = False,
 ) -> CatalogError:
     """The CatalogError that says what ``e`` means for the user and what to do.
 
-    The driver's message is scrubbed of ``url``'s secrets: psycopg quotes the
-    host it could not reach, which is where a password with a raw ``@`` in it
-    ends up.
+    Classified by the driver's error class and code: SQLSTATE on PostgreSQL,
+    the result code (and, where SQLite gives nothing more specific, the
+    error's fixed message prefix) on SQLite. The driver's message is scrubbed
+    of ``url``'s secrets: psycopg quotes the host it could not reach, which is
+    where a password with a raw ``@`` in it ends up.
     """
     orig = e.orig if isinstance(e, DBAPIError) and e.orig is not None else e
     where = display_url(url)
     message = scrub(str(orig), _secrets(url)).strip()
     text = message.splitlines()[0] if message else type(orig).__name__
-    lowered = text.lower()
-    sqlstate = getattr(orig, "sqlstate", None)
-    if (
-        "database is locked" in lowered
-        or "database table is locked" in lowered
-        or "database is busy" in lowered
+    driver, code = error_code(orig)
+    if (driver == "sqlite" and _sqlite_locked(orig, code, text)) or (
+        driver == "postgresql" and code in _PG_LOCKED
     ):
-        waited = f" for {busy_timeout:g} s" if busy_timeout is not None else ""
-        return CatalogLockedError(
-            f"catalog {where} is locked by another process (waited{waited}): wait for the other "
-            "writer to finish, or open the Catalog with a longer busy_timeout"
-        )
-    if sqlstate in ("55P03", "40P01"):  # lock_not_available, deadlock_detected
+        if driver == "sqlite":
+            waited = f" for {busy_timeout:g} s" if busy_timeout is not None else ""
+            return CatalogLockedError(
+                f"catalog {where} is locked by another process (waited{waited}): wait for the "
+                "other writer to finish, or open the Catalog with a longer busy_timeout"
+            )
         return CatalogLockedError(
             f"catalog {where}: {text}; retry when the other writer has finished"
         )
-    if "no such table" in lowered or "no such column" in lowered or sqlstate in ("42P01", "42703"):
+    missing = (driver == "sqlite" and _sqlite_missing_schema(orig, text)) or (
+        driver == "postgresql" and code in _PG_MISSING
+    )
+    if user_query:
+        if driver == "sqlite" and isinstance(
+            orig, (sqlite3.OperationalError, sqlite3.DataError, sqlite3.ProgrammingError)
+        ):
+            name = getattr(orig, "sqlite_errorname", None)
+            return QueryError(f"your query failed: {text}", sqlstate=name, undefined_object=missing)
+        if driver == "postgresql" and code is not None and code[:2] in _PG_USER_CLASSES:
+            return QueryError(f"your query failed: {text}", sqlstate=code, undefined_object=missing)
+    if missing:
         return SchemaVersionError(
-            f"catalog {where} does not have the tables this shardcat expects ({text}): run "
-            f"`shardcat catalog upgrade --catalog {where}`"
+            f"catalog {where} does not have the tables this shardcat expects ({text})",
+            hint=upgrade_hint(where),
         )
     return CatalogError(f"catalog {where}: {type(orig).__name__}: {text}")

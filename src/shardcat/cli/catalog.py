@@ -10,10 +10,8 @@ from typing import Annotated
 
 import typer
 
-from ..catalog import current as current_revision
-from ..catalog import display_url, head_revision
-from ..catalog import upgrade as upgrade_catalog
 from .common import state_of
+from .global_options import GlobalOptionsGroup, use_global_options
 from .output import Output
 
 __all__ = ["catalog_app"]
@@ -25,47 +23,42 @@ catalog_app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=GlobalOptionsGroup,
 )
 
 PASSWORD_ENV = "SHARDCAT_ROLE_PASSWORD"
-
-CatalogOption = Annotated[
-    str | None,
-    typer.Option(
-        "--catalog",
-        "-c",
-        help="SQLAlchemy URL of the catalog (default: the global --catalog, $SHARDCAT_CATALOG, "
-        "else sqlite:///shardcat.db).",
-        show_default=False,
-    ),
-]
 
 
 def _output(ctx: typer.Context) -> Output:
     return state_of(ctx).out
 
 
-def _url(ctx: typer.Context, catalog: str | None) -> str:
-    """This command's --catalog, else the global one (which falls back to env, config, default)."""
-    return catalog or state_of(ctx).catalog_url
+def _url(ctx: typer.Context) -> str:
+    """The global --catalog (given before or after the command), else env, config, default."""
+    return state_of(ctx).catalog_url
 
 
 @catalog_app.command()
 def upgrade(
     ctx: typer.Context,
-    catalog: CatalogOption = None,
     revision: Annotated[str, typer.Option(help="Target revision.")] = "head",
 ) -> None:
     """Apply the catalog's schema migrations (creates the tables in an empty database)."""
-    url = _url(ctx, catalog)
+    from ..catalog import display_url
+    from ..catalog import upgrade as upgrade_catalog
+
+    url = _url(ctx)
     before, after = upgrade_catalog(url, revision)
     _output(ctx).catalog_upgraded(display_url(url), before, after)
 
 
 @catalog_app.command()
-def current(ctx: typer.Context, catalog: CatalogOption = None) -> None:
+def current(ctx: typer.Context) -> None:
     """Print the catalog's schema revision (and whether it is the newest this shardcat knows)."""
-    url = _url(ctx, catalog)
+    from ..catalog import current as current_revision
+    from ..catalog import display_url, head_revision
+
+    url = _url(ctx)
     rev = current_revision(url)
     head = head_revision()
     _output(ctx).catalog_revision(display_url(url), rev, head)
@@ -75,7 +68,6 @@ def current(ctx: typer.Context, catalog: CatalogOption = None) -> None:
 def create_readonly_role(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="The role to create or update.", metavar="NAME")],
-    catalog: CatalogOption = None,
     login: Annotated[
         bool,
         typer.Option(
@@ -91,11 +83,11 @@ def create_readonly_role(
     later migrations add), and the role to you, so `SET ROLE` works. Safe to
     run again.
     """
-    from ..catalog import create_catalog_engine
+    from ..catalog import create_catalog_engine, display_url
     from ..catalog.readonly import create_readonly_role as create
     from ..catalog.readonly import require_postgres
 
-    url = _url(ctx, catalog)
+    url = _url(ctx)
     engine = create_catalog_engine(url)
     try:
         require_postgres(engine, "shardcat catalog create-readonly-role")  # before asking anything
@@ -108,3 +100,6 @@ def create_readonly_role(
     finally:
         engine.dispose()
     _output(ctx).readonly_role(display_url(url), role)
+
+
+use_global_options(catalog_app)

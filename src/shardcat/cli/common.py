@@ -38,22 +38,32 @@ class State:
     """What the global options chose, handed to every command as ``ctx.obj``.
 
     ``storage_options`` may hold credentials: never print them, nor this object.
+
+    Attributes
+    ----------
+    out:
+        The :class:`Output` that ``--output``/``--json`` chose.
+    config:
+        The config file's contents (empty without one).
     """
 
     def __init__(
         self,
-        as_json: bool = False,
+        *,
         verbose: int = 0,
         storage_options: dict[str, Any] | None = None,
         catalog_url: str | None = None,
+        output: str = "table",
+        config: Mapping[str, Any] | None = None,
     ) -> None:
-        self.out: Output = output_for(as_json)
+        self.out: Output = output_for(output)
         self.verbose = verbose
         self.storage_options = dict(storage_options or {})
         self.catalog_url = catalog_url or os.environ.get(CATALOG_ENV) or DEFAULT_CATALOG
+        self.config: dict[str, Any] = dict(config or {})
 
     def __repr__(self) -> str:
-        return f"State(json={self.out.name == 'json'}, verbose={self.verbose}, options=<hidden>)"
+        return f"State(output={self.out.name}, verbose={self.verbose}, options=<hidden>)"
 
 
 def state_of(ctx: typer.Context) -> State:

@@ -1,4 +1,4 @@
-"""Commands that read a dataset through the catalog: ls, stats, get."""
+"""Commands that read a dataset through the catalog: ls, stats, keys, count, get."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ __all__ = ["register", "safe_path"]
 def register(app: typer.Typer) -> None:
     app.command("ls")(ls)
     app.command("stats")(stats)
+    app.command("keys")(keys)
+    app.command("count")(count)
     app.command("get")(get)
 
 
@@ -81,6 +83,43 @@ def stats(
             for k in cat.entry_kinds(dataset)
         ]
     state.out.dataset_stats(info, shards, kinds)
+
+
+# --- keys, count ------------------------------------------------------------
+
+PrefixOption = Annotated[
+    str | None,
+    typer.Option("--prefix", "-p", help="Only keys starting with this text.", metavar="TEXT"),
+]
+
+
+def keys(
+    ctx: typer.Context,
+    dataset: Annotated[str, typer.Argument(help="The dataset's name.", metavar="DATASET")],
+    prefix: PrefixOption = None,
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", min=0, help="At most N keys (0 = all).", metavar="N")
+    ] = 0,
+) -> None:
+    """List a dataset's keys in byte order, one a line, streamed from the catalog's key index.
+
+    With --json, one JSON string a line (JSON Lines).
+    """
+    state = state_of(ctx)
+    with open_catalog(state) as cat:
+        state.out.keys(dataset, cat.keys(dataset, prefix=prefix, limit=limit))
+
+
+def count(
+    ctx: typer.Context,
+    dataset: Annotated[str, typer.Argument(help="The dataset's name.", metavar="DATASET")],
+    prefix: PrefixOption = None,
+) -> None:
+    """Count a dataset's keys (starting with --prefix), from the catalog's key index."""
+    state = state_of(ctx)
+    with open_catalog(state) as cat:
+        n = cat.count(dataset, prefix=prefix)
+    state.out.key_count(dataset, prefix, n)
 
 
 # --- get --------------------------------------------------------------------

@@ -9,7 +9,6 @@ from typing import Annotated, Any
 import typer
 
 from .._units import format_bytes
-from ..storage import expand_braces
 from .common import open_catalog, parse_duration, state_of
 
 __all__ = ["register"]
@@ -48,18 +47,44 @@ def reindex(
     urls: Annotated[
         list[str],
         typer.Argument(
-            help="Shard URLs; brace patterns like train-{000000..000099}.shard expand.",
+            help="Shard paths or URLs; globs (s3://b/train/*.shard) and brace patterns "
+            "(train-{000000..000099}.shard) expand. Quote them from the shell.",
             metavar="URL",
         ),
     ],
-    workers: Annotated[int, typer.Option(min=1, help="Footers read at once.")] = 8,
+    workers: Annotated[int, typer.Option(min=1, help="Footers read at once.", metavar="N")] = 8,
 ) -> None:
-    """Rebuild the catalog rows of these shards from their footers, committed together."""
+    """Rebuild a dataset's catalog rows from its shards alone, committed together.
+
+    Disaster recovery: with the catalog lost, this creates it, and the
+    dataset (its root: the shards' common folder), and says so. URLs are
+    stored absolute (local paths resolved, other URLs normalised), so the
+    catalog works from any folder. Rows already registered under a URL are
+    replaced.
+    """
+    from ..storage.patterns import expand_patterns
+
     state = state_of(ctx)
-    expanded = [u for pattern in urls for u in expand_braces(pattern)]
-    with open_catalog(state) as cat:
+    expanded = expand_patterns(urls, state.storage_options)
+    with open_catalog(state, create=True) as cat:
+        if dataset not in {d.name for d in cat.datasets()}:
+            root = _common_root(expanded)
+            cat.create_dataset(dataset, root, exist_ok=True)
+            state.out.note(f"created dataset {dataset!r} (root {root})")
         rows = cat.reindex(dataset, expanded, workers=workers)
     state.out.reindexed(dataset, rows)
+
+
+def _common_root(urls: list[str]) -> str:
+    """The folder (or URL prefix) every URL lies in."""
+    import posixpath
+
+    folders = [u.rsplit("/", 1)[0] if "/" in u else "." for u in urls]
+    if "://" in folders[0]:
+        scheme, _, _ = folders[0].partition("://")
+        paths = [f.partition("://")[2] for f in folders]
+        return f"{scheme}://{posixpath.commonpath(paths)}"
+    return posixpath.commonpath(folders)
 
 
 def gc(

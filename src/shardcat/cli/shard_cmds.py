@@ -5,10 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any
 
-import numpy as np
 import typer
 
-from ..storage.shards import ShardReader
 from .output import ShardInspection
 
 
@@ -28,6 +26,10 @@ def inspect(
     ] = False,
 ) -> None:
     """Print a shard's header, footer, entry kinds and metadata."""
+    import numpy as np
+
+    from ..storage.shards import ShardReader
+
     state = ctx.obj
     out = state.out
     with ShardReader(shard, storage_options=state.storage_options) as r:

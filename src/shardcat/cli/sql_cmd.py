@@ -1,4 +1,4 @@
-"""``shardcat sql``: a read-only query against the catalog, printed as a table.
+"""``shardcat sql``: a read-only query against the catalog, printed as rows arrive.
 
 The checks and limits live in :mod:`shardcat.catalog.readonly`; this module
 parses the options and prints.
@@ -6,17 +6,26 @@ parses the options and prints.
 
 from __future__ import annotations
 
-import os
 from typing import Annotated
 
 import typer
 
-from ..catalog.readonly import DEFAULT_TIMEOUT, check_read_only
-from .common import CONFIG_ENV, SQL_ROLE_ENV, load_config, require_catalog, state_of
+from .common import SQL_ROLE_ENV, require_catalog, state_of
 
-__all__ = ["check_read_only", "register"]
+__all__ = ["register"]  # and check_read_only, loaded on use (__getattr__)
 
 DEFAULT_MAX_BYTES = "64MiB"
+DEFAULT_TIMEOUT = 30.0
+"""shardcat.catalog.readonly.DEFAULT_TIMEOUT, repeated: `--help` must not import SQLAlchemy
+(a test checks that the two agree)."""
+
+
+def __getattr__(name: str) -> object:
+    if name == "check_read_only":  # re-exported, loaded on use (it imports SQLAlchemy)
+        from ..catalog.readonly import check_read_only
+
+        return check_read_only
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def register(app: typer.Typer) -> None:
@@ -34,22 +43,18 @@ def _max_bytes(value: str) -> str:
     return value
 
 
-def _configured_role(ctx: typer.Context) -> str | None:
-    """The config file's ``sql_role`` (the file the global --config or $SHARDCAT_CONFIG names)."""
-    path = ctx.find_root().params.get("config") or os.environ.get(CONFIG_ENV)
-    if not path:
-        return None
-    role = load_config(path).get("sql_role")
-    return role if isinstance(role, str) else None
-
-
 def sql(
     ctx: typer.Context,
     query: Annotated[
         str, typer.Argument(help="One SELECT, WITH, EXPLAIN or VALUES statement.", metavar="QUERY")
     ],
     limit: Annotated[
-        int, typer.Option(min=1, help="Print at most this many rows.", metavar="N")
+        int,
+        typer.Option(
+            min=0,
+            help="Print at most this many rows (0 = every row, streamed as it arrives).",
+            metavar="N",
+        ),
     ] = 1000,
     timeout: Annotated[
         float,
@@ -82,6 +87,12 @@ def sql(
 ) -> None:
     """Run a read-only SQL query against the catalog and print the rows.
 
+    Rows are printed as they arrive. --json prints one document,
+    {"columns": [...], "rows": [{...}, ...], "truncated": false, "cut": null,
+    "limit": 1000, "max_bytes": 67108864}: "truncated" says whether rows were
+    left out, "cut" why ("limit" or "max_bytes"). --limit 0 --max-bytes 0
+    prints every row.
+
     Anything but one SELECT/WITH/EXPLAIN/VALUES statement is refused, the
     query runs in a read-only transaction, and on PostgreSQL a query naming
     a function with side effects (VOLATILE: pg_read_file, pg_sleep, ...) is
@@ -91,7 +102,7 @@ def sql(
     """
     from .._units import format_bytes, parse_size
     from ..catalog import create_catalog_engine
-    from ..catalog.readonly import run_read_only
+    from ..catalog.readonly import open_read_only
 
     state = state_of(ctx)
     url = state.catalog_url
@@ -99,23 +110,24 @@ def sql(
     source = ctx.get_parameter_source("role")  # typer may vendor click: compare by name
     explicit_role = getattr(source, "name", None) == "COMMANDLINE"
     if role is None:
-        role = _configured_role(ctx)
+        configured = state.config.get("sql_role")
+        role = configured if isinstance(configured, str) else None
     budget = 0 if max_bytes.strip() == "0" else parse_size(max_bytes)
     engine = create_catalog_engine(url)
+    out = state.out
     try:
         if engine.dialect.name != "postgresql" and not explicit_role:
             role = None  # a team-wide $SHARDCAT_SQL_ROLE does not stop queries of a SQLite file
-        result = run_read_only(
+        with open_read_only(
             engine, query, limit=limit, timeout=timeout, max_bytes=budget, role=role or None
-        )
+        ) as result:
+            out.query_result(result)
     finally:
         engine.dispose()
-    out = state.out
-    out.query_result(result.columns, result.rows)
     if result.cut == "limit":
-        out.note(f"(showing the first {limit} rows; raise --limit to see more)")
+        out.note(f"(showing the first {limit} rows; raise --limit, or 0 for every row)")
     elif result.cut == "max_bytes":
         out.note(
-            f"(output cut after {len(result.rows)} row(s): the next row would pass --max-bytes "
-            f"{format_bytes(budget)}; raise --max-bytes or select less)"
+            f"(output cut after {result.rows} row(s): the next row would pass --max-bytes "
+            f"{format_bytes(budget)}; raise --max-bytes (0 = no limit) or select less)"
         )

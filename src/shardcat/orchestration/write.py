@@ -174,8 +174,7 @@ def write(
     existing = cat.shards(dataset, state=None)
     if mode == "create" and any(s.state == "committed" for s in existing):
         raise DatasetExistsError(
-            f"dataset {dataset!r} already has records; write with mode='append' to add to it "
-            "or mode='overwrite' to replace them"
+            f"dataset {dataset!r} already has records", hint=DatasetExistsError.APPEND_OR_OVERWRITE
         )
     # What an overwrite replaces: the dataset as it is now. Another commit
     # meanwhile makes this job's commit fail instead of dropping that data.

@@ -22,7 +22,14 @@ Layers 2, 5 and 6 are :func:`run_read_only` (``runner.py``).
 
 from .functions import SAFE_VOLATILE_FUNCTIONS
 from .roles import ReadOnlyRole, create_readonly_role, require_postgres
-from .runner import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT, QueryResult, run_read_only
+from .runner import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_TIMEOUT,
+    QueryResult,
+    QueryStream,
+    open_read_only,
+    run_read_only,
+)
 from .statement import READ_ONLY_VERBS, check_read_only
 
 __all__ = [
@@ -31,9 +38,11 @@ __all__ = [
     "READ_ONLY_VERBS",
     "SAFE_VOLATILE_FUNCTIONS",
     "QueryResult",
+    "QueryStream",
     "ReadOnlyRole",
     "check_read_only",
     "create_readonly_role",
+    "open_read_only",
     "require_postgres",
     "run_read_only",
 ]

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..._units import format_bytes
-from ...errors import CatalogError, QueryTimeoutError
+from ...errors import CatalogError, QueryError, QueryTimeoutError
+from ..migrate import verify_schema
 from ..session import translate_errors
 from .functions import refuse_side_effects
 from .roles import require_postgres
@@ -20,7 +21,14 @@ if TYPE_CHECKING:
     import psycopg
     from sqlalchemy import Engine
 
-__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_TIMEOUT", "QueryResult", "run_read_only"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_TIMEOUT",
+    "QueryResult",
+    "QueryStream",
+    "open_read_only",
+    "run_read_only",
+]
 
 DEFAULT_TIMEOUT = 30.0
 """Seconds a query may run (0: no limit of shardcat's own)."""
@@ -60,6 +68,69 @@ class QueryResult:
     nbytes: int
 
 
+@dataclass(slots=True)
+class QueryStream:
+    """The rows of a running query (:func:`open_read_only`), fetched as they are iterated.
+
+    Iterate it once, inside the ``with`` block; ``cut``, ``rows`` and
+    ``nbytes`` are final when the iteration ends.
+
+    Attributes
+    ----------
+    columns:
+        The result's column names.
+    limit, max_bytes:
+        The bounds it runs under (0: none).
+    rows:
+        Rows handed out so far.
+    nbytes:
+        Their size, as counted against ``max_bytes``.
+    cut:
+        ``"limit"``, ``"max_bytes"`` or None, as in :class:`QueryResult`.
+    """
+
+    columns: tuple[str, ...]
+    limit: int
+    max_bytes: int
+    _fetch: Callable[[int], Sequence[Any]]
+    _before_fetch: Callable[[], None]
+    rows: int = 0
+    nbytes: int = 0
+    cut: str | None = None
+    _started: bool = False
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        if self._started:
+            raise RuntimeError("a query's rows can be iterated once")
+        self._started = True
+        return self._rows()
+
+    def _rows(self) -> Iterator[tuple[Any, ...]]:
+        """Rows in batches of about 1 MiB until ``limit`` rows or ``max_bytes``."""
+        limit, max_bytes = self.limit, self.max_bytes
+        batch = _FIRST_BATCH_ROWS
+        while True:
+            # One row more than the limit: whether there is more is what `cut` tells.
+            want = min(batch, limit + 1 - self.rows) if limit else batch
+            self._before_fetch()
+            chunk = self._fetch(want)
+            for row in chunk:
+                if limit and self.rows == limit:
+                    self.cut = "limit"
+                    return
+                size = sum(_value_size(v) for v in row)
+                if max_bytes and self.nbytes + size > max_bytes:
+                    self.cut = "max_bytes"
+                    return
+                self.rows += 1
+                self.nbytes += size
+                yield tuple(row)
+            if len(chunk) < want:
+                return
+            average = max(self.nbytes / self.rows, 1.0) if self.rows else 1.0
+            batch = max(1, min(_MAX_BATCH_ROWS, int(_BATCH_BYTES / average)))
+
+
 def _value_size(value: Any) -> int:
     if value is None:
         return 0
@@ -72,35 +143,6 @@ def _value_size(value: Any) -> int:
     if isinstance(value, (bool, int, float)):
         return 8
     return len(str(value))
-
-
-def _collect(
-    fetch: Callable[[int], Sequence[Any]],
-    *,
-    limit: int,
-    max_bytes: int,
-    before_fetch: Callable[[], None],
-) -> tuple[list[tuple[Any, ...]], str | None, int]:
-    """Fetch rows in batches of about 1 MiB until ``limit`` rows or ``max_bytes``."""
-    rows: list[tuple[Any, ...]] = []
-    used = 0
-    batch = min(limit + 1, _FIRST_BATCH_ROWS)
-    while True:
-        want = min(batch, limit + 1 - len(rows))
-        before_fetch()
-        chunk = fetch(want)
-        for row in chunk:
-            if len(rows) == limit:
-                return rows, "limit", used
-            size = sum(_value_size(v) for v in row)
-            if max_bytes and used + size > max_bytes:
-                return rows, "max_bytes", used
-            rows.append(tuple(row))
-            used += size
-        if len(chunk) < want:
-            return rows, None, used
-        average = max(used / len(rows), 1.0) if rows else 1.0
-        batch = max(1, min(_MAX_BATCH_ROWS, int(_BATCH_BYTES / average)))
 
 
 _ROW_GUARD_MARK = "shardcat: row over the --max-bytes budget"
@@ -141,21 +183,29 @@ def _timed_out(timeout: float) -> QueryTimeoutError:
     )
 
 
+_WRITE_REFUSED = ("SQLITE_READONLY", "25006")  # query_only; read_only_sql_transaction
+
+
 @contextmanager
-def _refuse_writes() -> Iterator[None]:
-    """Say plainly when the read-only transaction stopped a write."""
+def _refuse_writes(engine: Engine) -> Iterator[None]:
+    """Say plainly when the read-only transaction stopped a write, or the schema is not there."""
     try:
         yield
-    except CatalogError as e:
-        text = str(e).lower()
+    except QueryError as e:
+        state = e.sqlstate or ""
         if (
-            "readonly database" in text
-            or "read-only transaction" in text
-            or "data-modifying statement" in text  # (WITH x AS (DELETE ...) SELECT) as a subquery
+            state.startswith(_WRITE_REFUSED)
+            or (not state and "readonly database" in str(e))  # Python 3.10: no SQLite codes
+            # feature_not_supported: (WITH x AS (DELETE ...) SELECT) as a subquery
+            or (state == "0A000" and "data-modifying statement" in str(e))
         ):
             raise CatalogError(
                 f"refused: the query tried to write; shardcat sql is read-only ({e})"
             ) from e
+        if e.undefined_object:
+            # The user's typo, or a catalog without shardcat's tables: only the latter
+            # is fixed by an upgrade (verify_schema raises, naming it).
+            verify_schema(engine)
         raise
 
 
@@ -172,7 +222,40 @@ def run_read_only(
     role: str | None = None,
     check_functions: bool = True,
 ) -> QueryResult:
+    """Run one read-only statement against the catalog and collect its rows.
+
+    The parameters and errors are :func:`open_read_only`'s; ``limit=0``
+    collects every row (bounded by ``max_bytes`` only).
+    """
+    with open_read_only(
+        engine,
+        query,
+        limit=limit,
+        timeout=timeout,
+        max_bytes=max_bytes,
+        role=role,
+        check_functions=check_functions,
+    ) as stream:
+        rows = tuple(stream)
+    return QueryResult(stream.columns, rows, stream.cut, stream.nbytes)
+
+
+@contextmanager
+def open_read_only(
+    engine: Engine,
+    query: str,
+    *,
+    limit: int = 1000,
+    timeout: float = DEFAULT_TIMEOUT,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    role: str | None = None,
+    check_functions: bool = True,
+) -> Iterator[QueryStream]:
     """Run one read-only statement against the catalog, bounded in time and memory.
+
+    The rows are fetched from the database as the returned
+    :class:`QueryStream` is iterated (in batches of about 1 MiB), inside the
+    ``with`` block, so a result of any size needs no more memory than a batch.
 
     Parameters
     ----------
@@ -181,7 +264,7 @@ def run_read_only(
     query:
         One SELECT, WITH, EXPLAIN or VALUES statement.
     limit:
-        Return at most this many rows.
+        Return at most this many rows; 0 for no limit.
     timeout:
         Seconds the whole query may take, fetching included; 0 for no limit
         of shardcat's own (a server-side ``statement_timeout`` still applies).
@@ -203,24 +286,26 @@ def run_read_only(
     QueryTimeoutError
         If it runs longer than ``timeout``.
     """
-    if limit < 1:
-        raise ValueError(f"limit must be at least 1, not {limit}")
+    if limit < 0:
+        raise ValueError(f"limit must be 0 (no limit) or positive, not {limit}")
     if timeout < 0 or max_bytes < 0:
         raise ValueError("timeout and max_bytes must be 0 (no limit) or positive")
     dialect = engine.dialect.name
     statement, verb = parse(query, dialect)
     if role:
         require_postgres(engine, "a role (--role, SHARDCAT_SQL_ROLE)")
-    with _refuse_writes(), translate_errors(engine.url):
+    with _refuse_writes(engine), translate_errors(engine.url, user_query=True):
         raw = engine.raw_connection()
         try:
             driver: Any = raw.driver_connection
             if isinstance(driver, sqlite3.Connection):
-                return _run_sqlite(
+                with _run_sqlite(
                     driver, statement, limit=limit, timeout=timeout, max_bytes=max_bytes
-                )
+                ) as stream:
+                    yield stream
+                return
             if dialect == "postgresql":
-                return _run_postgres(
+                with _run_postgres(
                     driver,
                     statement,
                     explain=verb == "explain",
@@ -229,15 +314,18 @@ def run_read_only(
                     max_bytes=max_bytes,
                     role=role or None,
                     check_functions=check_functions,
-                )
+                ) as stream:
+                    yield stream
+                return
             raise CatalogError(f"shardcat sql runs on SQLite and PostgreSQL, not {dialect}")
         finally:
             raw.close()
 
 
+@contextmanager
 def _run_sqlite(
     conn: sqlite3.Connection, statement: str, *, limit: int, timeout: float, max_bytes: int
-) -> QueryResult:
+) -> Iterator[QueryStream]:
     # Why no function check here: SQLite as Python ships it has no function that
     # touches files or other connections (readfile() and friends live in the sqlite3
     # shell, not the library), extension loading is off, and ATTACH, PRAGMA and
@@ -269,12 +357,12 @@ def _run_sqlite(
             conn.set_progress_handler(progress, 10_000)
         conn.execute("BEGIN")
         cur = conn.execute(statement)
-        columns = tuple(d[0] for d in cur.description or ())
-        rows, cut, used = _collect(
+        yield QueryStream(
+            tuple(d[0] for d in cur.description or ()),
+            limit,
+            max_bytes,
             cur.fetchmany if cur.description else lambda n: [],
-            limit=limit,
-            max_bytes=max_bytes,
-            before_fetch=before_fetch,
+            before_fetch,
         )
         cur.close()
     except sqlite3.DatabaseError as e:  # OperationalError: interrupted; DataError: too big
@@ -290,9 +378,9 @@ def _run_sqlite(
         conn.execute("PRAGMA query_only = OFF")  # the connection goes back to the pool writable
         if length is not None and old_length is not None:
             conn.setlimit(length, old_length)
-    return QueryResult(columns, tuple(rows), cut, used)
 
 
+@contextmanager
 def _run_postgres(
     conn: psycopg.Connection[Any],
     statement: str,
@@ -303,7 +391,7 @@ def _run_postgres(
     max_bytes: int,
     role: str | None,
     check_functions: bool,
-) -> QueryResult:
+) -> Iterator[QueryStream]:
     from psycopg import errors as pg_errors
 
     deadline = time.monotonic() + timeout if timeout else None
@@ -360,14 +448,13 @@ def _run_postgres(
             cur = conn.cursor(name=_CURSOR, scrollable=False)
             arm()
             cur.execute(_row_guard(statement, max_bytes))
-        columns = tuple(d.name for d in cur.description or ())
-        rows, cut, used = _collect(
+        yield QueryStream(
+            tuple(d.name for d in cur.description or ()),
+            limit,
+            max_bytes,
             cur.fetchmany if cur.description else lambda n: [],
-            limit=limit,
-            max_bytes=max_bytes,
-            before_fetch=arm,
+            arm,
         )
-        return QueryResult(columns, tuple(rows), cut, used)
     except pg_errors.QueryCanceled as e:
         if deadline is not None and "statement timeout" in str(e):
             raise _timed_out(timeout) from e

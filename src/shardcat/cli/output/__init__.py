@@ -1,4 +1,4 @@
-"""What the commands print: an :class:`Output` per ``--json`` choice.
+"""What the commands print: an :class:`Output` per ``--output`` choice.
 
 ``base`` holds the interface (one method per kind of result), ``text`` the
 rich tables and progress bars for people, ``documents`` the JSON documents
@@ -23,6 +23,16 @@ __all__ = [
 ]
 
 
-def output_for(as_json: bool) -> Output:
-    """The output ``--json`` chose: :class:`JsonOutput` if set, else :class:`TextOutput`."""
-    return JsonOutput() if as_json else TextOutput()
+def output_for(name: str) -> Output:
+    """The output ``--output`` (or ``--json``) chose: ``table``, ``tsv`` or ``json``.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is none of these.
+    """
+    if name == "json":
+        return JsonOutput()
+    if name in ("table", "tsv"):
+        return TextOutput(tsv=name == "tsv")
+    raise ValueError(f"unknown output {name!r}: use table, tsv or json")

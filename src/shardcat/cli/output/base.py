@@ -11,11 +11,11 @@ the same whatever the output.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from rich.console import Console
 
@@ -27,13 +27,27 @@ if TYPE_CHECKING:
     from ...orchestration import WriteProgressCallback, WriteSummary
     from ...orchestration.gc import DeleteReport, GcReport
 
-__all__ = ["Output", "ShardInspection", "VerifyProgressCallback", "err_console"]
+__all__ = ["Output", "QueryRows", "ShardInspection", "VerifyProgressCallback", "err_console"]
 
 # soft_wrap: an error is one line, whatever the terminal width (logs, grep).
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 VerifyProgressCallback = Callable[[str, int], None]
 """``on_shard(url, total)`` of :meth:`shardcat.catalog.Catalog.verify`."""
+
+
+class QueryRows(Protocol):
+    """The rows of a ``shardcat sql`` query as they arrive (a
+    :class:`~shardcat.catalog.readonly.QueryStream`): iterate once; ``cut`` and
+    ``rows`` are final afterwards."""
+
+    columns: tuple[str, ...]
+    limit: int
+    max_bytes: int
+    rows: int
+    cut: str | None
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,8 +191,19 @@ class Output(ABC):
     # --- the catalog: sql, catalog ... --------------------------------------
 
     @abstractmethod
-    def query_result(self, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        """The rows of a read-only SQL query."""
+    def query_result(self, result: QueryRows) -> None:
+        """The rows of a read-only SQL query, printed as they arrive (memory stays bounded).
+
+        Whether rows were left out (``result.cut``) is part of the result.
+        """
+
+    @abstractmethod
+    def keys(self, dataset: str, keys: Iterator[str]) -> None:
+        """A dataset's keys, printed as they arrive (``shardcat keys``)."""
+
+    @abstractmethod
+    def key_count(self, dataset: str, prefix: str | None, count: int) -> None:
+        """How many keys a dataset has (with ``prefix``): ``shardcat count``."""
 
     @abstractmethod
     def catalog_upgraded(self, catalog: str, before: str | None, after: str | None) -> None:

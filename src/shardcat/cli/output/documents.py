@@ -11,13 +11,14 @@ import dataclasses
 import datetime as dt
 import json
 import statistics
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ...storage import redact
-from .base import Output, ShardInspection, VerifyProgressCallback
+from ..._redact import redact_url
+from .base import Output, QueryRows, ShardInspection, VerifyProgressCallback
 
 if TYPE_CHECKING:
     from ...catalog import CatalogReport, DatasetInfo, ShardRow
@@ -35,6 +36,7 @@ __all__ = [
     "shard_doc",
     "stats_doc",
     "timestamp",
+    "unique_columns",
 ]
 
 
@@ -123,6 +125,24 @@ def stats_doc(
         "shard_records": _spread(counts),
         "entry_kinds": [dict(k) for k in entry_kinds],
     }
+
+
+def unique_columns(columns: Sequence[str]) -> list[str]:
+    """Column names made unique for JSON objects: a second ``id`` becomes ``id_2``."""
+    seen: set[str] = set()
+    out = []
+    for name in columns:
+        unique, n = name, 1
+        while unique in seen:
+            n += 1
+            unique = f"{name}_{n}"
+        seen.add(unique)
+        out.append(unique)
+    return out
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 def json_cell(value: Any) -> Any:
@@ -242,10 +262,39 @@ class JsonOutput(Output):
 
     def demo_report(self, report: DemoReport) -> None:
         # The catalog is shown masked already; the folder is --out as given.
-        self._print({**report.__dict__, "root": redact(report.root)})
+        self._print({**report.__dict__, "root": redact_url(report.root)})
 
-    def query_result(self, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        self._print([dict(zip(columns, (json_cell(v) for v in row))) for row in rows])
+    def query_result(self, result: QueryRows) -> None:
+        # One document, written row by row as the rows arrive: any number of rows in
+        # bounded memory, and `truncated` (known at the end) inside the document.
+        names = unique_columns(result.columns)
+        out = sys.stdout
+        out.write('{\n  "columns": ' + json.dumps(names, ensure_ascii=False) + ',\n  "rows": [')
+        first = True
+        for row in result:
+            doc = dict(zip(names, (json_cell(v) for v in row)))
+            out.write(("\n    " if first else ",\n    ") + _dumps(doc))
+            first = False
+        out.write(("]" if first else "\n  ]") + ",\n")
+        tail = {
+            "truncated": result.cut is not None,
+            "cut": result.cut,
+            "limit": result.limit or None,
+            "max_bytes": result.max_bytes or None,
+        }
+        out.write(",\n".join(f"  {json.dumps(k)}: {_dumps(v)}" for k, v in tail.items()))
+        out.write("\n}\n")
+        out.flush()
+
+    def keys(self, dataset: str, keys: Iterator[str]) -> None:
+        # JSON Lines: one JSON string per line, as the keys arrive (any number of them).
+        out = sys.stdout
+        for key in keys:
+            out.write(json.dumps(key, ensure_ascii=False) + "\n")
+        out.flush()
+
+    def key_count(self, dataset: str, prefix: str | None, count: int) -> None:
+        self._print({"dataset": dataset, "prefix": prefix, "count": count})
 
     def catalog_upgraded(self, catalog: str, before: str | None, after: str | None) -> None:
         self._print({"catalog": catalog, "from": before, "to": after})

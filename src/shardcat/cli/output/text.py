@@ -1,4 +1,14 @@
-"""The default output: rich tables and lines on stdout, progress bars on stderr, for people."""
+"""The default output: rich tables and lines on stdout, progress bars on stderr, for people.
+
+With ``tsv=True`` (``--output tsv``, the default when stdout is not a
+terminal) every table is plain text instead: a header line, then one line per
+row, cells separated by tabs, numbers unformatted (``1234567``, not
+``1,234,567`` or ``1.2 MB``) and every value whole. A tab, newline, carriage
+return or backslash inside a value is written ``\t``, ``\n``, ``\r``, ``\\``
+(as PostgreSQL's COPY text format does), so one row is always one line.
+Several tables (``stats``, ``inspect``) are separated by an empty line; the
+summary line after a table goes to stderr, so stdout holds only rows.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +17,7 @@ import datetime as dt
 import json
 import sys
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -19,7 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..._units import format_bytes
-from .base import Output, ShardInspection, VerifyProgressCallback, err_console
+from .base import Output, QueryRows, ShardInspection, VerifyProgressCallback, err_console
 from .documents import describe_entry, stats_doc, timestamp
 
 if TYPE_CHECKING:
@@ -30,8 +40,9 @@ if TYPE_CHECKING:
     from ...orchestration import WriteProgressCallback, WriteSummary
     from ...orchestration.gc import DeleteReport, GcReport
 
-__all__ = ["TextOutput", "text_cell"]
+__all__ = ["TextOutput", "text_cell", "tsv_cell"]
 
+_PAGE_ROWS = 1000  # sql --limit 0 in a table: one table per this many rows
 _TEXT_CELL_CHARS = 4096  # a longer text value is shortened in tables (rich needs ~4 s per MB)
 
 
@@ -48,17 +59,67 @@ def text_cell(value: Any) -> Any:
     return value
 
 
+_TSV_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def tsv_cell(value: Any) -> str:
+    """A value as one TSV cell: whole, bytes as hex, dates ISO 8601, tabs and newlines escaped."""
+    if isinstance(value, Cell):
+        value = value.value
+    if value is None:
+        return ""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if isinstance(value, (dt.datetime, dt.date)):
+        return value.isoformat()
+    if isinstance(value, (dict, list)):
+        value = json.dumps(value, ensure_ascii=False)
+    return str(value).translate(_TSV_ESCAPES)
+
+
+class Cell:
+    """A value shown one way in a table (``1.2 MB``) and written as it is in TSV (``1234567``)."""
+
+    __slots__ = ("shown", "value")
+
+    def __init__(self, value: Any, shown: str) -> None:
+        self.value = value
+        self.shown = shown
+
+    def __str__(self) -> str:
+        return self.shown
+
+
+def _count(n: int) -> Cell:
+    return Cell(n, f"{n:,}")
+
+
+def _size(n: int) -> Cell:
+    return Cell(n, format_bytes(n))
+
+
 class TextOutput(Output):
-    """Tables and lines for a terminal (rich); data is never parsed as markup."""
+    """Tables and lines for a terminal (rich), or TSV for pipes; data is never parsed as markup.
+
+    Parameters
+    ----------
+    tsv:
+        Write tables as tab-separated rows under a header line (module docstring).
+    """
 
     name: ClassVar[str] = "text"
 
-    def __init__(self) -> None:
+    def __init__(self, *, tsv: bool = False) -> None:
         self.console = Console(highlight=False, soft_wrap=True)
+        self.tsv = tsv
+        self._tables = 0
 
     # --- the building blocks ------------------------------------------------
 
-    def _table(self, title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    def _table(self, title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+        if self.tsv:
+            self._tsv(columns, rows)
+            return
         t = Table(title=Text(title, style="table.title"), title_justify="left", show_lines=False)
         for c in columns:
             t.add_column(c, overflow="fold")
@@ -67,8 +128,22 @@ class TextOutput(Output):
             t.add_row(*(Text("" if v is None else str(v)) for v in row))
         self.console.print(t)
 
+    def _tsv(self, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+        """A header line and one line per row, written as the rows come (they may be a stream)."""
+        out = sys.stdout
+        if self._tables:
+            out.write("\n")
+        self._tables += 1
+        out.write("\t".join(tsv_cell(c) for c in columns) + "\n")
+        for row in rows:
+            out.write("\t".join(tsv_cell(v) for v in row) + "\n")
+        out.flush()
+
     def _fields(self, title: str, values: Mapping[str, Any]) -> None:
         """A two-column table of name → value."""
+        if self.tsv:
+            self._tsv(["field", "value"], [[k, v] for k, v in values.items()])
+            return
         t = Table(title=Text(title, style="table.title"), title_justify="left", show_header=False)
         t.add_column("field", style="bold")
         t.add_column("value", overflow="fold")
@@ -82,6 +157,13 @@ class TextOutput(Output):
     def _line(self, text: str, *, markup: bool = False) -> None:
         """A line of text; ``markup=True`` only for lines written here, never made of data."""
         self.console.print(text, markup=markup)
+
+    def _summary(self, text: str, *, markup: bool = False) -> None:
+        """The line under a table: on stdout beside a table, on stderr beside TSV rows."""
+        if self.tsv:
+            err_console.print(text, markup=markup)
+        else:
+            self._line(text, markup=markup)
 
     # --- write --------------------------------------------------------------
     # docstrings inherited
@@ -112,17 +194,15 @@ class TextOutput(Output):
                     r["name"],
                     r["root"],
                     r["shards"],
-                    f"{r['records']:,}",
-                    format_bytes(r["bytes"]),
+                    _count(r["records"]),
+                    _size(r["bytes"]),
                     r["created"],
                 ]
                 for r in rows
             ],
         )
         if not rows:
-            self._line(
-                "no datasets yet: write one with `shardcat write SRC_DIR URL -d NAME`", markup=True
-            )
+            self._summary("no datasets yet: write one with `shardcat write SRC_DIR URL -d NAME`")
 
     def shards(self, dataset: str, shards: Sequence[ShardRow], *, all_states: bool) -> None:
         self._table(
@@ -132,8 +212,8 @@ class TextOutput(Output):
                 [
                     s.url,
                     s.state,
-                    f"{s.record_count:,}",
-                    format_bytes(s.size_bytes),
+                    _count(s.record_count),
+                    _size(s.size_bytes),
                     timestamp(s.created_at),
                 ]
                 for s in shards
@@ -142,7 +222,7 @@ class TextOutput(Output):
         committed = [s for s in shards if s.state == "committed"]
         by_state = Counter(s.state for s in shards)
         states = ", ".join(f"{n} {state}" for state, n in sorted(by_state.items()))
-        self._line(
+        self._summary(
             f"{len(shards)} shard(s)" + (f" ({states})" if all_states and shards else "") + ": "
             f"{sum(s.record_count for s in committed):,} committed records, "
             f"{format_bytes(sum(s.size_bytes for s in committed))}"
@@ -167,9 +247,12 @@ class TextOutput(Output):
                 "created": timestamp(info.created_at),
                 "version": info.version,
                 "shards": len(shards),
-                "records": f"{doc['records']:,}",
-                "bytes": f"{doc['bytes']:,} ({format_bytes(doc['bytes'])})",
-                "payload bytes": f"{doc['payload_bytes']:,} ({format_bytes(doc['payload_bytes'])})",
+                "records": _count(doc["records"]),
+                "bytes": Cell(doc["bytes"], f"{doc['bytes']:,} ({format_bytes(doc['bytes'])})"),
+                "payload bytes": Cell(
+                    doc["payload_bytes"],
+                    f"{doc['payload_bytes']:,} ({format_bytes(doc['payload_bytes'])})",
+                ),
                 "shard size min / median / max": " / ".join(
                     size(sb[k]) for k in ("min", "median", "max")
                 ),
@@ -181,7 +264,7 @@ class TextOutput(Output):
         self._table(
             "Entry kinds",
             ["name", "content_type", "codec", "records"],
-            [[k["name"], k["content_type"], k["codec"], f"{k['records']:,}"] for k in entry_kinds],
+            [[k["name"], k["content_type"], k["codec"], _count(k["records"])] for k in entry_kinds],
         )
 
     def sample(self, record: Record, *, raw_entry: str | None = None) -> None:
@@ -244,7 +327,7 @@ class TextOutput(Output):
             [[p.url, p.kind, p.message] for p in report.problems],
         )
         bad = len(report.by_shard())
-        self._line(
+        self._summary(
             f"dataset {dataset!r}: {summary}; {len(report.problems)} problem(s) in {bad} shard(s)"
         )
 
@@ -252,9 +335,11 @@ class TextOutput(Output):
         self._table(
             f"Reindexed shards of {dataset}",
             ["url", "records", "bytes"],
-            [[r.url, f"{r.record_count:,}", format_bytes(r.size_bytes)] for r in rows],
+            [[r.url, _count(r.record_count), _size(r.size_bytes)] for r in rows],
         )
-        self._line(f"{len(rows)} shard(s), {sum(r.record_count for r in rows):,} records reindexed")
+        self._summary(
+            f"{len(rows)} shard(s), {sum(r.record_count for r in rows):,} records reindexed"
+        )
 
     def gc_report(self, report: GcReport) -> None:
         rows: list[list[Any]] = [["aborted job", j] for j in report.aborted_jobs]
@@ -264,7 +349,7 @@ class TextOutput(Output):
         rows += [["error", e] for e in report.errors]
         if rows:
             self._table("Would remove" if report.dry_run else "Removed", ["what", "item"], rows)
-        self._line(str(report))
+        self._summary(str(report))
 
     def deleted(self, dataset: str, report: DeleteReport, *, shards: int, size: int) -> None:
         self._line(
@@ -276,7 +361,9 @@ class TextOutput(Output):
 
     def inspection(self, shard: ShardInspection) -> None:
         size = shard.fields["size"]
-        self._fields("Shard", {**shard.fields, "size": f"{size:,} B ({format_bytes(size)})"})
+        self._fields(
+            "Shard", {**shard.fields, "size": Cell(size, f"{size:,} B ({format_bytes(size)})")}
+        )
         self._table(
             "Entry kinds",
             ["name", "content_type", "codec", "count", "bytes"],
@@ -294,7 +381,7 @@ class TextOutput(Output):
             )
         if shard.verified is not None:
             v = shard.verified
-            self._line(
+            self._summary(
                 f"[green]verified:[/green] {v.records} records, {v.entries} entries, every CRC "
                 "and padding byte checked",
                 markup=True,
@@ -307,10 +394,38 @@ class TextOutput(Output):
 
     # --- the catalog --------------------------------------------------------
 
-    def query_result(self, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        self._table(
-            f"{len(rows)} row(s)", list(columns), [[text_cell(v) for v in row] for row in rows]
-        )
+    def query_result(self, result: QueryRows) -> None:
+        columns = list(result.columns)
+        if self.tsv:
+            self._tsv(columns, result)  # streamed, every value whole
+            return
+        if result.limit:  # at most `limit` rows: one table
+            rows = [[text_cell(v) for v in row] for row in result]
+            self._table(f"{len(rows)} row(s)", columns, rows)
+            return
+        # No limit: a table per page of rows, so memory stays bounded however many come.
+        page: list[list[Any]] = []
+        first = 1
+        for row in result:
+            page.append([text_cell(v) for v in row])
+            if len(page) == _PAGE_ROWS:
+                self._table(f"rows {first:,}–{first + len(page) - 1:,}", columns, page)
+                first += len(page)
+                page = []
+        if page or first == 1:
+            last = first + len(page) - 1
+            title = f"{len(page)} row(s)" if first == 1 else f"rows {first:,}–{last:,}"
+            self._table(title, columns, page)
+
+    def keys(self, dataset: str, keys: Iterator[str]) -> None:
+        # One key a line, whatever the output: keys are the whole result (tabs escaped).
+        out = sys.stdout
+        for key in keys:
+            out.write(tsv_cell(key) + "\n")
+        out.flush()
+
+    def key_count(self, dataset: str, prefix: str | None, count: int) -> None:
+        self._line(str(count))
 
     def catalog_upgraded(self, catalog: str, before: str | None, after: str | None) -> None:
         if before == after:

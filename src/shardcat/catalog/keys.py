@@ -1,0 +1,96 @@
+"""Listing and counting a dataset's keys, in key order, as a range of ``ix_records_dataset_id_key``.
+
+A prefix is a range: every key starting with ``P`` lies in ``[P, P')``, where
+``P'`` (:func:`prefix_end`) is ``P`` with its last character incremented. That
+holds in code point order, which is UTF-8 byte order: SQLite's BINARY
+collation, and ``COLLATE "C"`` on PostgreSQL, which the index and these
+statements both use (a prefix is not a range in a linguistic collation).
+Unlike ``LIKE 'P%'`` nothing in ``P`` needs escaping, and both databases
+read the range from the index (tests/catalog/test_keys.py checks the plans).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from sqlalchemy import ColumnElement, Engine, Select, collate, func, select
+from sqlalchemy.orm import Session
+
+from .models import KEY_ORDER, Record, Shard
+from .session import translate_errors
+
+__all__ = ["count_keys", "iter_keys", "keys_statement", "prefix_end"]
+
+_BATCH = 1000  # keys fetched per round trip (a server-side cursor on PostgreSQL)
+_SURROGATES = range(0xD800, 0xE000)  # not characters: UTF-8 cannot encode them
+
+
+def prefix_end(prefix: str) -> str | None:
+    """The first string after every string that starts with ``prefix`` (None: no such string).
+
+    >>> prefix_end("cam3/")
+    'cam30'
+    """
+    chars = list(prefix)
+    while chars:
+        code = ord(chars.pop()) + 1
+        if code in _SURROGATES:
+            code = _SURROGATES.stop
+        if code <= sys.maxunicode:
+            return "".join(chars) + chr(code)
+        # The last character is the largest there is: the range ends after the one before it.
+    return None
+
+
+def _key(dialect: str) -> ColumnElement[str]:
+    """The key column as the index orders it."""
+    if dialect == "postgresql":
+        return collate(Record.key, KEY_ORDER.split()[-1].strip('"'))
+    return Record.key  # type: ignore[return-value]
+
+
+def _where(stmt: Select[Any], dialect: str, dataset_id: int, prefix: str | None) -> Select[Any]:
+    key = _key(dialect)
+    stmt = stmt.join(Shard, Shard.id == Record.shard_id).where(
+        Record.dataset_id == dataset_id, Shard.state == "committed"
+    )
+    if prefix:
+        stmt = stmt.where(key >= prefix)
+        end = prefix_end(prefix)
+        if end is not None:
+            stmt = stmt.where(key < end)
+    return stmt
+
+
+def keys_statement(
+    dialect: str, dataset_id: int, prefix: str | None = None, limit: int | None = None
+) -> Select[Any]:
+    """The committed keys of a dataset (starting with ``prefix``), in byte order."""
+    stmt = _where(select(Record.key), dialect, dataset_id, prefix).order_by(_key(dialect))
+    return stmt.limit(limit) if limit else stmt
+
+
+def iter_keys(
+    engine: Engine, dataset_id: int, prefix: str | None = None, limit: int | None = None
+) -> Iterator[str]:
+    """Stream the keys: fetched ``_BATCH`` at a time while the caller consumes them.
+
+    Raises
+    ------
+    CatalogError
+        If the database fails (translated).
+    """
+    stmt = keys_statement(engine.dialect.name, dataset_id, prefix, limit)
+    with translate_errors(engine.url), engine.connect() as conn:
+        # stream_results: a server-side cursor on PostgreSQL; SQLite steps its cursor anyway.
+        result = conn.execution_options(stream_results=True, yield_per=_BATCH).execute(stmt)
+        for batch in result.scalars().partitions():
+            yield from batch
+
+
+def count_keys(session: Session, dialect: str, dataset_id: int, prefix: str | None = None) -> int:
+    """How many committed keys the dataset has (starting with ``prefix``)."""
+    stmt = _where(select(func.count()).select_from(Record), dialect, dataset_id, prefix)
+    return int(session.execute(stmt).scalar_one())
