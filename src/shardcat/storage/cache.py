@@ -2,8 +2,8 @@
 
 A :class:`SourceCache` holds the sources :func:`~shardcat.storage.open_source`
 opens: local files stay open and are read with ``os.pread`` (no open or
-close per read, and none per batch); remote files keep their per-thread
-fsspec filesystem. Point reads are one request; batched reads merge nearby
+close per read, and none per batch); remote files keep their fsspec
+filesystem (a forked child drops them and resolves its own). Point reads are one request; batched reads merge nearby
 ranges per file and send every remote range of a filesystem in one
 ``cat_ranges`` call, which async stores (s3fs, gcsfs) issue concurrently.
 
