@@ -22,9 +22,9 @@ _BACKENDS = {
     "s3a": ("s3fs", "s3"),
     "gs": ("gcsfs", "gcs: pip install gcsfs"),
     "gcs": ("gcsfs", "gcs: pip install gcsfs"),
-    "az": ("adlfs", "azure: pip install adlfs"),
-    "abfs": ("adlfs", "azure: pip install adlfs"),
-    "abfss": ("adlfs", "azure: pip install adlfs"),
+    "az": ("adlfs", "azure"),
+    "abfs": ("adlfs", "azure"),
+    "abfss": ("adlfs", "azure"),
 }
 
 

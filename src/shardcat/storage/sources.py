@@ -24,6 +24,21 @@ __all__ = ["FsspecSource", "open_source"]
 _STREAM_BLOCK = 8 * 1024 * 1024
 
 
+# Backends that cannot read "the last N bytes" (an HTTP suffix range, a negative
+# start to cat_file): adlfs passes the negative offset to the Azure SDK, which
+# fails with "Required Content-Range response header is missing or malformed".
+# They read the size, then a positive range (two round trips instead of one).
+_NO_SUFFIX_PROTOCOLS = frozenset({"az", "abfs", "abfss", "adl"})
+# Filesystem classes found lacking them at run time (a ValueError or
+# NotImplementedError for a negative start): asked once per process, not per read.
+_no_suffix_classes: set[type] = set()
+
+
+def _suffix_reads(fs: fsspec.AbstractFileSystem) -> bool:
+    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+    return type(fs) not in _no_suffix_classes and _NO_SUFFIX_PROTOCOLS.isdisjoint(protocols)
+
+
 class FsspecSource:
     """Reads one file through an fsspec filesystem.
 
@@ -35,6 +50,8 @@ class FsspecSource:
         self.fs = fs
         self.path = path
         self._name = name
+        self.suffix_reads = _suffix_reads(fs)
+        """Whether :meth:`read_suffix` is one request (False: a size, then a ranged read)."""
 
     @property
     def name(self) -> str:
@@ -51,9 +68,18 @@ class FsspecSource:
             return bytes(self.fs.cat_file(self.path, start=start, end=end))
 
     def read_suffix(self, length: int) -> bytes:
-        # A negative start is one suffix-range request on HTTP stores.
-        with _translate(self._name):
-            return bytes(self.fs.cat_file(self.path, start=-length))
+        if self.suffix_reads:
+            try:
+                # A negative start is one suffix-range request on HTTP stores.
+                with _translate(self._name):
+                    return bytes(self.fs.cat_file(self.path, start=-length))
+            except (ValueError, NotImplementedError):
+                # This backend has no suffix reads: remember it for its class, and
+                # fall back (a real failure shows again in the reads below).
+                _no_suffix_classes.add(type(self.fs))
+                self.suffix_reads = False
+        size = self.size()
+        return self.read(max(0, size - length), size)
 
     def read_ranges(self, ranges: Sequence[ByteRange]) -> list[bytes]:
         if not ranges:
