@@ -14,7 +14,15 @@ from .._redact import redact_url
 from .._types import StorageOptions
 from ..errors import StorageError
 
-__all__ = ["expand_braces", "is_local", "join", "local_path", "redact", "resolve"]
+__all__ = [
+    "BUCKET_PROTOCOLS",
+    "expand_braces",
+    "is_local",
+    "join",
+    "local_path",
+    "redact",
+    "resolve",
+]
 
 # Scheme → (package to import, extra that installs it).
 _BACKENDS = {
@@ -26,6 +34,10 @@ _BACKENDS = {
     "abfs": ("adlfs", "azure"),
     "abfss": ("adlfs", "azure"),
 }
+
+
+BUCKET_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"})
+"""Object stores whose URLs start with a bucket (or container), which shardcat never creates."""
 
 
 def protocol_of(url: str) -> str:

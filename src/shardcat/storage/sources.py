@@ -7,17 +7,16 @@ verify, reindex, streaming) or through a :class:`~shardcat.storage.cache.SourceC
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import BinaryIO
 
 import fsspec
 
 from .._types import ByteRange, RangeSource, StorageOptions
-from ..errors import ShardNotFoundError, StorageError
 from ..format.sources import FileSource
 from .fs import is_local, local_path, redact, resolve
+from .translate import is_backend_error, storage_errors, translate
 
 __all__ = ["FsspecSource", "open_source"]
 
@@ -58,26 +57,29 @@ class FsspecSource:
         return self._name
 
     def size(self) -> int:
-        with _translate(self._name):
+        with storage_errors(self._name, fs=self.fs):
             return int(self.fs.size(self.path))
 
     def read(self, start: int, end: int) -> bytes:
         if end <= start:
             return b""
-        with _translate(self._name):
+        with storage_errors(self._name, fs=self.fs):
             return bytes(self.fs.cat_file(self.path, start=start, end=end))
 
     def read_suffix(self, length: int) -> bytes:
         if self.suffix_reads:
             try:
                 # A negative start is one suffix-range request on HTTP stores.
-                with _translate(self._name):
-                    return bytes(self.fs.cat_file(self.path, start=-length))
+                return bytes(self.fs.cat_file(self.path, start=-length))
             except (ValueError, NotImplementedError):
                 # This backend has no suffix reads: remember it for its class, and
                 # fall back (a real failure shows again in the reads below).
                 _no_suffix_classes.add(type(self.fs))
                 self.suffix_reads = False
+            except Exception as e:
+                if not is_backend_error(e):
+                    raise
+                raise translate(e, self._name, fs=self.fs) from e
         size = self.size()
         return self.read(max(0, size - length), size)
 
@@ -86,7 +88,7 @@ class FsspecSource:
             return []
         if len(ranges) == 1:
             return [self.read(ranges[0].start, ranges[0].end)]
-        with _translate(self._name):
+        with storage_errors(self._name, fs=self.fs):
             out = self.fs.cat_ranges(
                 [self.path] * len(ranges),
                 [r.start for r in ranges],
@@ -96,7 +98,7 @@ class FsspecSource:
         return [bytes(b) for b in out]
 
     def open_stream(self, start: int = 0) -> BinaryIO:
-        with _translate(self._name):
+        with storage_errors(self._name, fs=self.fs):
             f = self.fs.open(self.path, "rb", block_size=_STREAM_BLOCK, cache_type="none")
         if start:
             f.seek(start)
@@ -104,21 +106,6 @@ class FsspecSource:
 
     def close(self) -> None:
         pass
-
-
-@contextlib.contextmanager
-def _translate(name: str) -> Iterator[None]:
-    """Turn backend errors into shardcat's, naming the file."""
-    try:
-        yield
-    except (ShardNotFoundError, StorageError):
-        raise
-    except FileNotFoundError as e:
-        raise ShardNotFoundError(
-            f"{name}: no such shard (was it deleted or moved?)", path=name
-        ) from e
-    except OSError as e:
-        raise StorageError(f"{name}: {e}", path=name) from e
 
 
 def open_source(
@@ -130,9 +117,7 @@ def open_source(
         path = local_path(url)
         try:
             return FileSource(path)
-        except FileNotFoundError as e:
-            raise ShardNotFoundError(
-                f"{path}: no such shard (was it deleted or moved?)", path=path
-            ) from e
+        except OSError as e:
+            raise translate(e, path) from e
     fs, path = resolve(url, storage_options)
     return FsspecSource(fs, path, redact(url))
