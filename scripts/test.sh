@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install shardcat with every extra into .venv and run the whole test suite:
-# ruff, then pytest against real SQLite, PostgreSQL, S3 (moto) and Dask.
+# ruff, then pytest against real SQLite, PostgreSQL, S3 (moto), Azure (Azurite) and Dask.
 # Usage: bash scripts/test.sh [pytest args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +35,27 @@ if ! pg_up; then
     exit 1
   fi
   echo "warning: PostgreSQL is not reachable; its tests will be skipped (they never are in CI)" >&2
+fi
+
+# Azurite (the Azure Storage emulator, from the npm registry) for the Azure tests,
+# installed into the project-local .cache/node (git-ignored) when missing.
+AZURITE_VERSION=3.37.0
+AZURITE=.cache/node/node_modules/.bin/azurite-blob
+if [ ! -x "$AZURITE" ] || [ "$(cat .cache/node/azurite.version 2>/dev/null)" != "$AZURITE_VERSION" ]; then
+  if command -v npm >/dev/null 2>&1; then
+    echo "installing azurite@$AZURITE_VERSION into .cache/node..."
+    if npm install --prefix .cache/node --no-audit --no-fund --loglevel=error \
+      "azurite@$AZURITE_VERSION" >/dev/null; then
+      echo "$AZURITE_VERSION" > .cache/node/azurite.version
+    fi
+  fi
+fi
+if [ ! -x "$AZURITE" ]; then
+  if [ "${CI:-}" = "true" ]; then
+    echo "error: azurite could not be installed (npm install --prefix .cache/node azurite@$AZURITE_VERSION)" >&2
+    exit 1
+  fi
+  echo "warning: azurite is not installed (needs npm); the Azure tests will be skipped (they never are in CI)" >&2
 fi
 
 .venv/bin/ruff check .

@@ -1,9 +1,11 @@
-"""Real parts for the tests: an S3 (moto) server on loopback and a PostgreSQL database.
+"""Real parts for the tests: S3 (moto), Azure (Azurite) and HTTP servers on loopback, and PostgreSQL.
 
-No mocks: s3fs talks HTTP to a moto server on 127.0.0.1, and catalog tests
-run against the real PostgreSQL named by SHARDCAT_TEST_POSTGRES_URL, each
-test in a schema of its own. In CI (CI=true) a missing PostgreSQL fails the
-run instead of skipping tests.
+No mocks: s3fs talks HTTP to a moto server on 127.0.0.1, adlfs to an
+Azurite emulator, fsspec's HTTPFileSystem to a ranged file server
+(tests/_servers.py), and catalog tests run against the real PostgreSQL
+named by SHARDCAT_TEST_POSTGRES_URL, each test in a schema of its own. In
+CI (CI=true) a missing PostgreSQL or Azurite fails the run instead of
+skipping tests.
 """
 
 from __future__ import annotations
@@ -16,6 +18,13 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+
+from _servers import (
+    azurite,
+    azurite_binary,
+    azurite_connection_string,
+    ranged_http_server,
+)
 
 POSTGRES_URL = os.environ.get(
     "SHARDCAT_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -74,6 +83,70 @@ def s3(s3_endpoint: str) -> Iterator[dict[str, Any]]:
         "endpoint": s3_endpoint,
     }
     s3fs.S3FileSystem.clear_instance_cache()
+
+
+# --- Azure through Azurite ----------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def azurite_connection(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """An Azurite blob service on 127.0.0.1 (a free port) for the session; yields its
+    connection string. Skips without Azurite, except in CI, where it fails."""
+    binary = azurite_binary()
+    if binary is None:
+        message = "azurite is not installed (bash scripts/test.sh installs it into .cache/node)"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    try:
+        with azurite(binary, tmp_path_factory.mktemp("azurite")) as port:
+            yield azurite_connection_string(port)
+    except RuntimeError as e:
+        if IN_CI:
+            pytest.fail(str(e))
+        pytest.skip(str(e))
+
+
+@pytest.fixture
+def azure(azurite_connection: str) -> Iterator[dict[str, Any]]:
+    """A fresh container; yields ``{"container", "url", "storage_options", "connection_string"}``."""
+    from azure.storage.blob import BlobServiceClient
+
+    container = f"test-{uuid.uuid4().hex[:12]}"
+    service = BlobServiceClient.from_connection_string(azurite_connection)
+    service.create_container(container)
+    try:
+        yield {
+            "container": container,
+            "url": f"az://{container}",
+            "storage_options": {"connection_string": azurite_connection},
+            "connection_string": azurite_connection,
+        }
+    finally:
+        service.delete_container(container)
+        service.close()
+
+
+# --- HTTP(S): read-only shards behind a ranged file server -------------------------
+
+
+@pytest.fixture(scope="session")
+def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
+    """A ranged HTTP file server on 127.0.0.1; yields ``(base_url, served_folder)``."""
+    root = tmp_path_factory.mktemp("http")
+    with ranged_http_server(root) as base:
+        yield base, root
+
+
+@pytest.fixture
+def http_store(http_server: tuple[str, Any]) -> tuple[str, Any]:
+    """A fresh served folder; yields ``(url, local_folder)``: files written to the folder are
+    served under the URL."""
+    base, root = http_server
+    name = uuid.uuid4().hex[:12]
+    folder = root / name
+    folder.mkdir()
+    return f"{base}/{name}", folder
 
 
 # --- PostgreSQL --------------------------------------------------------------

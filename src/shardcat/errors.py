@@ -18,6 +18,7 @@ import dataclasses
 from typing import Literal
 
 __all__ = [
+    "BucketNotFoundError",
     "CatalogError",
     "CatalogLockedError",
     "ChecksumError",
@@ -41,7 +42,10 @@ __all__ = [
     "SchemaVersionError",
     "ShardNotFoundError",
     "ShardcatError",
+    "StorageCredentialsError",
     "StorageError",
+    "StoragePermissionError",
+    "StorageUnreachableError",
     "TruncatedError",
     "VersionError",
     "WriterClosedError",
@@ -225,6 +229,34 @@ class StorageError(ShardcatError, OSError):
 
 class ObjectExistsError(StorageError, FileExistsError):
     """Publication refused to replace an object that exists (shards are written once)."""
+
+
+class StorageCredentialsError(StorageError, PermissionError):
+    """The store asked for credentials and none were found (nothing was sent)."""
+
+
+class StoragePermissionError(StorageError, PermissionError):
+    """The store refused the request: credentials rejected, or not allowed here (HTTP 401/403)."""
+
+
+class StorageUnreachableError(StorageError, ConnectionError):
+    """The store's endpoint could not be reached (refused, unknown host, timed out)."""
+
+
+class BucketNotFoundError(ShardNotFoundError, StorageError):
+    """The bucket (S3, GCS) or container (Azure) of a URL does not exist.
+
+    shardcat never creates one: a typo in a URL must not make a new bucket.
+
+    Attributes
+    ----------
+    bucket:
+        The bucket's or container's name.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, bucket: str = "") -> None:
+        super().__init__(message, path=path)
+        self.bucket = bucket
 
 
 # --- the catalog ----------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -46,6 +47,44 @@ class TestS3(StorageTests):
     @pytest.fixture
     def store(self, s3: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         return f"{s3['url']}/conformance", s3["storage_options"]
+
+
+class TestAzure(StorageTests):
+    """adlfs against Azurite: no suffix reads on this backend (a size, then a ranged read)."""
+
+    suffix_reads = False
+
+    @pytest.fixture
+    def store(self, azure: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        return f"{azure['url']}/conformance", azure["storage_options"]
+
+
+class TestHTTP(StorageTests):
+    """Read-only shards behind an HTTP server that answers ranged requests.
+
+    HTTP has no writes: the helpers put files into the folder the server serves.
+    """
+
+    @pytest.fixture
+    def store(self, http_store: tuple[str, Path]) -> tuple[str, None]:
+        self.base, self.folder = http_store
+        return self.base, None
+
+    def _local(self, url: str) -> Path:
+        return self.folder / url[len(self.base) :].lstrip("/")
+
+    def put(self, store: Any, data: bytes, name: str | None = None) -> str:
+        url = f"{self.base}/{name or uuid.uuid4().hex + '.bin'}"
+        self._local(url).write_bytes(data)
+        return url
+
+    def remove(self, store: Any, url: str) -> None:
+        self._local(url).unlink()
+
+    def replace(self, store: Any, url: str, data: bytes) -> None:
+        aside = self._local(url).with_suffix(".aside")
+        aside.write_bytes(data)
+        os.replace(aside, self._local(url))
 
 
 class TestBytesSource(RangeSourceTests):

@@ -23,7 +23,7 @@ def test_local_paths_and_file_urls_resolve_to_the_same_file(tmp_path: Path) -> N
         assert fs.cat_file(path) == b"x"
 
 
-def test_filesystems_are_cached_per_thread_and_per_options() -> None:
+def test_filesystems_are_cached_per_options() -> None:
     fs1, path = resolve("memory://cache/a")
     fs2, _ = resolve("memory://cache/b")
     assert fs1 is fs2 and path == "/cache/a"
@@ -31,8 +31,9 @@ def test_filesystems_are_cached_per_thread_and_per_options() -> None:
     t = threading.Thread(target=lambda: other.append(resolve("memory://cache/a")[0]))
     t.start()
     t.join(timeout=30)
-    # fsspec caches memory:// instances itself; what matters is that each thread asked
-    # for its own: options differing by value give distinct cache entries.
+    # fsspec's instance cache serves every thread (per thread for blocking
+    # filesystems, one per process for async ones, which run on fsspec's IO loop);
+    # options differing by value give distinct instances.
     assert len(other) == 1
     fs_a, _ = resolve("s3://bucket/x", {"anon": True, "client_kwargs": {"region_name": "a"}})
     fs_b, _ = resolve("s3://bucket/x", {"anon": True, "client_kwargs": {"region_name": "b"}})

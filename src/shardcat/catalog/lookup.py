@@ -11,6 +11,7 @@ checks them against the row.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterable
 from functools import partial
@@ -324,6 +325,10 @@ class Lookup:
                 path=e.path or shown,
                 offset=e.offset,
             )
+        if isinstance(e, StorageError) and type(e) is not StorageError:
+            # Already says what to do (no credentials, unreachable, no bucket,
+            # denied): the same error, as a new object the caller chains to it.
+            return copy.copy(e)
         if isinstance(e, FileNotFoundError):
             return ShardNotFoundError(
                 f"{shown}: the catalog names this shard but it does not exist (deleted or moved?): {fix}",
@@ -331,7 +336,8 @@ class Lookup:
             )
         # The store's own error, not the storage layer's restatement of it (which names the file).
         cause = e.__cause__ if isinstance(e, StorageError) and e.__cause__ is not None else e
-        return StorageError(f"{shown}: reading the shard failed: {cause}", path=shown)
+        said = next((line.strip() for line in str(cause).splitlines() if line.strip()), "")
+        return StorageError(f"{shown}: reading the shard failed: {said}", path=shown)
 
     def close(self) -> None:
         self._sources.close()

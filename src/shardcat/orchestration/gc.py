@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..catalog.models import LIVE_STATES
 from ..errors import ShardcatError, StorageError
 from ..storage import redact, resolve
+from ..storage.removal import existing_urls, remove_files
 
 __all__ = ["DeleteReport", "GcReport", "delete_dataset", "gc"]
 
@@ -125,30 +126,31 @@ def gc(
         deleted = cat.shards(name, state="deleted")
         if deleted:
             live = {_key(u, opts) for u in cat.shard_urls(states=LIVE_STATES)}
+            doomed = []
             for shard in deleted:
                 reason = _keep_reason(shard.url, root, live, opts)
-                if (
-                    reason is None
-                    and not dry_run
-                    and cat.shard_urls(states=LIVE_STATES, url=shard.url)
-                ):
-                    reason = "registered again meanwhile"  # a race with a registration: re-checked
                 if reason is not None:
                     report.kept.append(f"{shard.url}: {reason}")
-                    continue
-                report.deleted_shards.append(shard.url)
-                if not dry_run:
-                    _remove(shard.url, opts, report)
+                else:
+                    doomed.append(shard.url)
             if not dry_run:
+                # Re-checked just before deleting, in one query: a registration may
+                # have raced the reading above.
+                doomed = _recheck(doomed, cat.shard_urls(states=LIVE_STATES), opts, report)
+                _remove(doomed, opts, report)
                 cat.purge_shards(name, [s.url for s in deleted])
+            report.deleted_shards.extend(doomed)
         # Every dataset's shards count as known: datasets may share a folder.
         known = {_key(u, opts) for u in cat.shard_urls()}
-        for url, modified in _list_files(root, opts, report):
-            if _key(url, opts) in known or now - modified < grace:
-                continue
-            report.orphans.append(url)
-            if not dry_run:
-                _remove(url, opts, report)
+        orphans = [
+            url
+            for url, modified in _list_files(root, opts, report)
+            if _key(url, opts) not in known and now - modified >= grace
+        ]
+        if not dry_run:
+            orphans = _recheck(orphans, cat.shard_urls(), opts, report)
+            _remove(orphans, opts, report)
+        report.orphans.extend(orphans)
     log.info("%s", report)
     return report
 
@@ -206,21 +208,28 @@ def delete_dataset(
         if d.name != dataset
         for u in cat.shard_urls(states=LIVE_STATES, dataset=d.name)
     }
+    doomed = []
     for url in sorted(mine):
         reason = _keep_reason(url, root, others, opts, "a shard row of another dataset names it")
         if reason is not None:
             report.kept.append(f"{url}: {reason}")
-            continue
+        else:
+            doomed.append(url)
+    if dry_run:
         try:
-            fs, path = resolve(url, opts)
-            if not fs.exists(path):
-                report.missing.append(url)
-                continue
-            report.removed.append(url)
-            if not dry_run:
-                fs.rm_file(path)
+            present = existing_urls(doomed, opts)
         except (OSError, ShardcatError) as e:
-            report.errors.append(f"cannot remove {redact(url)}: {e}")
+            report.errors.append(f"cannot list the shards of {dataset!r}: {e}")
+            present = set()
+        report.removed = [u for u in doomed if u in present]
+        report.missing = [u for u in doomed if u not in present]
+    else:
+        # One batched delete per filesystem (s3fs: 1,000 keys per request).
+        removal = remove_files(doomed, opts)
+        report.removed, report.missing = removal.removed, removal.missing
+        report.errors.extend(
+            f"cannot remove {redact(url)}: {why}" for url, why in removal.failed.items()
+        )
     if report.errors:
         raise StorageError(
             f"could not remove {len(report.errors)} shard object(s) of {dataset!r}, catalog rows "
@@ -292,10 +301,29 @@ def _mtime(info: Mapping[str, Any]) -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
-def _remove(url: str, opts: Mapping[str, Any], report: GcReport) -> None:
+def _recheck(
+    urls: list[str], named: Iterable[str], opts: Mapping[str, Any], report: GcReport
+) -> list[str]:
+    """``urls`` less those a catalog row names now (they are kept and reported)."""
+    now_named = {_key(u, opts) for u in named}
+    out = []
+    for url in urls:
+        if _key(url, opts) in now_named:
+            report.kept.append(f"{url}: registered again meanwhile")
+        else:
+            out.append(url)
+    return out
+
+
+def _remove(urls: list[str], opts: Mapping[str, Any], report: GcReport) -> None:
+    """Remove ``urls`` in one batched delete per filesystem; failures go to ``report.errors``."""
+    if not urls:
+        return
     try:
-        fs, path = resolve(url, opts)
-        if fs.exists(path):
-            fs.rm_file(path)
+        removal = remove_files(urls, opts)
     except (OSError, ShardcatError) as e:
-        report.errors.append(f"cannot remove {redact(url)}: {e}")
+        report.errors.append(f"cannot remove {len(urls)} file(s): {e}")
+        return
+    report.errors.extend(
+        f"cannot remove {redact(url)}: {why}" for url, why in removal.failed.items()
+    )

@@ -24,11 +24,12 @@ import errno
 import io
 import os
 import uuid
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from .._types import StorageOptions
-from ..errors import ObjectExistsError, StorageError
-from .fs import is_local, local_path, redact, resolve
+from ..errors import ObjectExistsError, ShardcatError
+from .fs import BUCKET_PROTOCOLS, is_local, local_path, protocol_of, redact, resolve
+from .translate import is_backend_error, storage_errors, translate
 
 __all__ = ["PendingFile", "open_pending"]
 
@@ -79,9 +80,12 @@ class PendingFile:
             return
         self._temp = None
         self._fs, self._path = resolve(url, storage_options)
-        parent = self._fs._parent(self._path)
-        with contextlib.suppress(Exception):  # object stores have no real folders
-            self._fs.makedirs(parent, exist_ok=True)
+        if protocol_of(url) not in BUCKET_PROTOCOLS:
+            # Object stores have no folders, and their makedirs creates a missing
+            # bucket (s3fs, gcsfs) or container (adlfs): a typo in a URL must fail
+            # (BucketNotFoundError), not make a new bucket.
+            with contextlib.suppress(Exception):
+                self._fs.makedirs(self._fs._parent(self._path), exist_ok=True)
         kwargs = {"block_size": block_size} if block_size else {}
         self._buffered = getattr(self._fs, "protocol", None) in ("memory", ("memory",))
         # Whether the backend checks "xb" itself when the upload completes.
@@ -91,11 +95,13 @@ class PendingFile:
                 # memory:// publishes a file as soon as it is opened: buffer, then put.
                 self.file = io.BytesIO()
             else:
-                self.file = self._open_remote(kwargs)
+                self.file = cast(BinaryIO, _Uploading(self._open_remote(kwargs), url))
         except FileExistsError as e:
             raise self._exists() from e
-        except OSError as e:
-            raise StorageError(f"cannot write {self.name}: {e}") from e
+        except Exception as e:
+            if not is_backend_error(e):
+                raise
+            raise translate(e, url, writing=True) from e
 
     def _open_remote(self, kwargs: dict[str, Any]) -> BinaryIO:
         if self.exclusive:
@@ -139,9 +145,11 @@ class PendingFile:
         except FileExistsError as e:
             self._cleanup()
             raise self._exists() from e
-        except OSError as e:
+        except Exception as e:
             self._cleanup()
-            raise StorageError(f"cannot publish {self.name}: {e}") from e
+            if isinstance(e, ShardcatError) or not is_backend_error(e):
+                raise
+            raise translate(e, self.url, writing=True) from e
 
     def _publish_local(self, temp: str) -> None:
         self.file.flush()
@@ -181,6 +189,45 @@ class PendingFile:
         if callable(discard):
             with contextlib.suppress(Exception):
                 discard()  # aborts a multipart upload; the object never appears
+
+
+class _Uploading:
+    """An object store's upload whose failures are shardcat's errors.
+
+    A multipart upload sends parts from ``write`` and ``flush``: a missing
+    bucket or rejected credentials surface there, inside the shard writer.
+    Not an ``io.IOBase``: its ``__del__`` would close, and so complete, an
+    upload that was discarded.
+    """
+
+    def __init__(self, file: Any, url: str) -> None:
+        self._file = file
+        self._url = url
+
+    def write(self, data: Any) -> int:
+        with storage_errors(self._url, writing=True):
+            n = self._file.write(data)
+        return len(data) if n is None else int(n)
+
+    def flush(self) -> None:
+        with storage_errors(self._url, writing=True):
+            self._file.flush()
+
+    def tell(self) -> int:
+        return int(self._file.tell())
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._file.closed)
+
+    def close(self) -> None:
+        # Completes the upload: raises what the store says (translated by commit).
+        self._file.close()
+
+    def discard(self) -> None:
+        discard = getattr(self._file, "discard", None)
+        if callable(discard):
+            discard()
 
 
 def _sync_folder(folder: str) -> None:

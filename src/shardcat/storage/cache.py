@@ -2,8 +2,8 @@
 
 A :class:`SourceCache` holds the sources :func:`~shardcat.storage.open_source`
 opens: local files stay open and are read with ``os.pread`` (no open or
-close per read, and none per batch); remote files keep their per-thread
-fsspec filesystem. Point reads are one request; batched reads merge nearby
+close per read, and none per batch); remote files keep their fsspec
+filesystem (a forked child drops them and resolves its own). Point reads are one request; batched reads merge nearby
 ranges per file and send every remote range of a filesystem in one
 ``cat_ranges`` call, which async stores (s3fs, gcsfs) issue concurrently.
 
@@ -24,10 +24,9 @@ from typing import Any, NoReturn
 
 from .._ranges import DEFAULT_MAX_GAP, DEFAULT_MAX_SPAN, LOCAL_MAX_GAP, Coalesced, coalesce, split
 from .._types import ByteRange, RangeSource, StorageOptions
-from ..errors import ShardNotFoundError, StorageError
 from ..format.sources import FileSource
-from .fs import redact
 from .sources import FsspecSource, open_source
+from .translate import is_backend_error, translate
 
 __all__ = ["SourceCache", "fetch_ranges"]
 
@@ -107,7 +106,9 @@ class SourceCache:
         """
         try:
             return self.source(url).read(start, end)
-        except OSError as e:
+        except Exception as e:
+            if not is_backend_error(e):
+                raise
             self._raise_failed(url, e)
 
     def read_batch(
@@ -176,8 +177,11 @@ class SourceCache:
             blobs = fs.cat_ranges(
                 paths, [r.start for r in flat], [r.end for r in flat], on_error="return"
             )
-        except OSError as e:
-            raise StorageError(f"ranged reads failed: {e}") from e
+        except Exception as e:
+            if not is_backend_error(e):
+                raise
+            # The whole call failed (no credentials, no endpoint): named by its first file.
+            self._raise_failed(plan[0][0], e)
         at = 0
         for url, idxs, merged, _ in plan:
             mine = blobs[at : at + len(merged)]
@@ -191,17 +195,12 @@ class SourceCache:
 
     def _raise_failed(self, url: str, e: BaseException) -> NoReturn:
         """Raise ``e`` as shardcat's error naming the file; the file is reopened on next use."""
+        src = self._open.get(url)
         self.forget(url)
-        shown = redact(url)
-        if isinstance(e, (ShardNotFoundError, StorageError)):
-            if e.path is None:
-                e.path = shown
-            raise e
-        if isinstance(e, FileNotFoundError):
-            raise ShardNotFoundError(
-                f"{shown}: no such shard (was it deleted or moved?)", path=shown
-            ) from e
-        raise StorageError(f"{shown}: {e}", path=shown) from e
+        error = translate(e, url, fs=src.fs if isinstance(src, FsspecSource) else None)
+        if error is e:
+            raise error
+        raise error from e
 
     def forget(self, url: str) -> None:
         """Close and drop the source of ``url``, if it is open (the next read reopens it)."""

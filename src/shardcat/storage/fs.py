@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,7 +14,15 @@ from .._redact import redact_url
 from .._types import StorageOptions
 from ..errors import StorageError
 
-__all__ = ["expand_braces", "is_local", "join", "local_path", "redact", "resolve"]
+__all__ = [
+    "BUCKET_PROTOCOLS",
+    "expand_braces",
+    "is_local",
+    "join",
+    "local_path",
+    "redact",
+    "resolve",
+]
 
 # Scheme → (package to import, extra that installs it).
 _BACKENDS = {
@@ -23,12 +30,14 @@ _BACKENDS = {
     "s3a": ("s3fs", "s3"),
     "gs": ("gcsfs", "gcs: pip install gcsfs"),
     "gcs": ("gcsfs", "gcs: pip install gcsfs"),
-    "az": ("adlfs", "azure: pip install adlfs"),
-    "abfs": ("adlfs", "azure: pip install adlfs"),
-    "abfss": ("adlfs", "azure: pip install adlfs"),
+    "az": ("adlfs", "azure"),
+    "abfs": ("adlfs", "azure"),
+    "abfss": ("adlfs", "azure"),
 }
 
-_local = threading.local()
+
+BUCKET_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"})
+"""Object stores whose URLs start with a bucket (or container), which shardcat never creates."""
 
 
 def protocol_of(url: str) -> str:
@@ -55,27 +64,32 @@ def resolve(
 ) -> tuple[fsspec.AbstractFileSystem, str]:
     """The filesystem and the path inside it for ``url``.
 
-    Filesystems are cached per thread and per options, so Dask workers and
-    threads never share one (s3fs sessions are not fork- or thread-safe).
+    Filesystems come from fsspec's own instance cache, which is keyed by
+    process id (and, for blocking filesystems, by thread): a forked child,
+    such as a PyTorch DataLoader worker, never reuses its parent's s3fs
+    instance, whose event loop and sessions "are not fork-safe". A cache of
+    our own keyed by thread survived fork and broke exactly that. fsspec's
+    lookup costs ~57 µs against ~17 µs for ours (measured on S3 options),
+    noise beside a ~4 ms ranged GET, and sources are cached per URL anyway
+    (:class:`~shardcat.storage.SourceCache`).
+
+    Raises
+    ------
+    StorageError
+        The URL cannot be opened: unknown scheme, missing backend package,
+        credentials in the URL, or options the backend rejects.
     """
     url = os.fspath(url)
     _refuse_credentials(url)
-    options = dict(storage_options or {})
-    key = (protocol_of(url), _freeze(options))
-    cache: dict[Any, fsspec.AbstractFileSystem] | None = getattr(_local, "cache", None)
-    if cache is None:
-        cache = _local.cache = {}
-    fs = cache.get(key)
+    protocol = protocol_of(url)
     try:
-        if fs is None:
-            fs, path = url_to_fs(url, **options)
-            cache[key] = fs
-        else:
-            path = fs._strip_protocol(url)
+        fs, path = url_to_fs(url, **_in_key_order(storage_options or {}))
     except ImportError as e:
-        package, extra = _BACKENDS.get(key[0], (key[0], key[0]))
+        package, extra = _BACKENDS.get(protocol, (protocol, protocol))
         hint = f"pip install 'shardcat[{extra}]'" if ":" not in extra else extra.split(": ", 1)[1]
-        raise StorageError(f"URLs starting {key[0]}:// need the {package!r} package: {hint}") from e
+        raise StorageError(
+            f"URLs starting {protocol}:// need the {package!r} package: {hint}"
+        ) from e
     except ValueError as e:
         raise StorageError(f"cannot open {redact(url)}: {e}") from e
     return fs, str(path)
@@ -109,16 +123,12 @@ def _credentials_error(url: str, protocol: str) -> StorageError:
     )
 
 
-def _freeze(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple)):
-        return tuple(_freeze(v) for v in value)
-    try:
-        hash(value)
-    except TypeError:
-        return repr(value)
-    return value
+def _in_key_order(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` with keys sorted at every level: fsspec's cache key is ``str(kwargs)``,
+    so equal options written in another order would make another filesystem."""
+    return {
+        k: _in_key_order(v) if isinstance(v, Mapping) else v for k, v in sorted(options.items())
+    }
 
 
 def redact(url: str) -> str:

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .fs import join, resolve
+from .translate import storage_errors
 
 __all__ = ["MAX_PREFIX", "dataset_prefix", "first_free", "shard_name"]
 
@@ -82,6 +83,8 @@ def first_free(
         _, path = resolve(url, storage_options)
         with contextlib.suppress(Exception):  # a filesystem without a listings cache
             fs.invalidate_cache(fs._parent(path))
-        if not fs.exists(path):
+        with storage_errors(url, writing=True):
+            taken = fs.exists(path)
+        if not taken:
             return name
     raise FileExistsError(f"every candidate name is taken under {root}: {names[0]} ... {names[-1]}")

@@ -7,21 +7,35 @@ verify, reindex, streaming) or through a :class:`~shardcat.storage.cache.SourceC
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import BinaryIO
 
 import fsspec
 
 from .._types import ByteRange, RangeSource, StorageOptions
-from ..errors import ShardNotFoundError, StorageError
 from ..format.sources import FileSource
 from .fs import is_local, local_path, redact, resolve
+from .translate import is_backend_error, storage_errors, translate
 
 __all__ = ["FsspecSource", "open_source"]
 
 _STREAM_BLOCK = 8 * 1024 * 1024
+
+
+# Backends that cannot read "the last N bytes" (an HTTP suffix range, a negative
+# start to cat_file): adlfs passes the negative offset to the Azure SDK, which
+# fails with "Required Content-Range response header is missing or malformed".
+# They read the size, then a positive range (two round trips instead of one).
+_NO_SUFFIX_PROTOCOLS = frozenset({"az", "abfs", "abfss", "adl"})
+# Filesystem classes found lacking them at run time (a ValueError or
+# NotImplementedError for a negative start): asked once per process, not per read.
+_no_suffix_classes: set[type] = set()
+
+
+def _suffix_reads(fs: fsspec.AbstractFileSystem) -> bool:
+    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+    return type(fs) not in _no_suffix_classes and _NO_SUFFIX_PROTOCOLS.isdisjoint(protocols)
 
 
 class FsspecSource:
@@ -35,32 +49,46 @@ class FsspecSource:
         self.fs = fs
         self.path = path
         self._name = name
+        self.suffix_reads = _suffix_reads(fs)
+        """Whether :meth:`read_suffix` is one request (False: a size, then a ranged read)."""
 
     @property
     def name(self) -> str:
         return self._name
 
     def size(self) -> int:
-        with _translate(self._name):
+        with storage_errors(self._name, fs=self.fs):
             return int(self.fs.size(self.path))
 
     def read(self, start: int, end: int) -> bytes:
         if end <= start:
             return b""
-        with _translate(self._name):
+        with storage_errors(self._name, fs=self.fs):
             return bytes(self.fs.cat_file(self.path, start=start, end=end))
 
     def read_suffix(self, length: int) -> bytes:
-        # A negative start is one suffix-range request on HTTP stores.
-        with _translate(self._name):
-            return bytes(self.fs.cat_file(self.path, start=-length))
+        if self.suffix_reads:
+            try:
+                # A negative start is one suffix-range request on HTTP stores.
+                return bytes(self.fs.cat_file(self.path, start=-length))
+            except (ValueError, NotImplementedError):
+                # This backend has no suffix reads: remember it for its class, and
+                # fall back (a real failure shows again in the reads below).
+                _no_suffix_classes.add(type(self.fs))
+                self.suffix_reads = False
+            except Exception as e:
+                if not is_backend_error(e):
+                    raise
+                raise translate(e, self._name, fs=self.fs) from e
+        size = self.size()
+        return self.read(max(0, size - length), size)
 
     def read_ranges(self, ranges: Sequence[ByteRange]) -> list[bytes]:
         if not ranges:
             return []
         if len(ranges) == 1:
             return [self.read(ranges[0].start, ranges[0].end)]
-        with _translate(self._name):
+        with storage_errors(self._name, fs=self.fs):
             out = self.fs.cat_ranges(
                 [self.path] * len(ranges),
                 [r.start for r in ranges],
@@ -70,7 +98,7 @@ class FsspecSource:
         return [bytes(b) for b in out]
 
     def open_stream(self, start: int = 0) -> BinaryIO:
-        with _translate(self._name):
+        with storage_errors(self._name, fs=self.fs):
             f = self.fs.open(self.path, "rb", block_size=_STREAM_BLOCK, cache_type="none")
         if start:
             f.seek(start)
@@ -78,21 +106,6 @@ class FsspecSource:
 
     def close(self) -> None:
         pass
-
-
-@contextlib.contextmanager
-def _translate(name: str) -> Iterator[None]:
-    """Turn backend errors into shardcat's, naming the file."""
-    try:
-        yield
-    except (ShardNotFoundError, StorageError):
-        raise
-    except FileNotFoundError as e:
-        raise ShardNotFoundError(
-            f"{name}: no such shard (was it deleted or moved?)", path=name
-        ) from e
-    except OSError as e:
-        raise StorageError(f"{name}: {e}", path=name) from e
 
 
 def open_source(
@@ -104,9 +117,7 @@ def open_source(
         path = local_path(url)
         try:
             return FileSource(path)
-        except FileNotFoundError as e:
-            raise ShardNotFoundError(
-                f"{path}: no such shard (was it deleted or moved?)", path=path
-            ) from e
+        except OSError as e:
+            raise translate(e, path) from e
     fs, path = resolve(url, storage_options)
     return FsspecSource(fs, path, redact(url))

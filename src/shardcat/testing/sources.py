@@ -169,7 +169,12 @@ class StorageTests(RangeSourceTests):
 
     Subclasses provide the fixture ``store``: ``(root_url, storage_options)``
     of an empty folder the test may write to (a new one for each test).
+    A backend that cannot read "the last N bytes" in one request sets
+    ``suffix_reads = False``: its tail reads are then checked to be one
+    positive range of exactly those bytes, after a size request.
     """
+
+    suffix_reads = True
 
     @pytest.fixture
     def store(self) -> Store:
@@ -228,7 +233,15 @@ class StorageTests(RangeSourceTests):
         with contextlib.closing(open_source(url, store[1])) as src:
             log.clear()
             assert src.read_suffix(300) == DATA[-300:]
-            assert log.count == 1
+            assert src.read_suffix(1 << 20) == DATA  # longer than the file: all of it
+            if self.suffix_reads:
+                assert log.count == 2
+                assert is_local(store[0]) or [start for start, _ in log.requests] == [
+                    -300,
+                    -(1 << 20),
+                ]
+            else:
+                assert log.requests == [(len(DATA) - 300, len(DATA)), (0, len(DATA))]
 
     def test_a_missing_file_is_shard_not_found_naming_it(self, store: Store) -> None:
         url = join(store[0], "missing.shard")

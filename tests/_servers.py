@@ -1,0 +1,191 @@
+"""Real servers for the storage tests, on 127.0.0.1 and free ports: Azurite and a ranged HTTP server.
+
+Used by the fixtures in ``tests/conftest.py``; each start is bounded in time
+and each server is stopped by its fixture.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import re
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+# --- Azurite (the Azure Storage emulator, npm package "azurite") ----------------------
+
+AZURITE_ACCOUNT = "devstoreaccount1"
+# Azurite's well-known development key (published in its README; not a secret).
+AZURITE_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+REPO = Path(__file__).resolve().parents[1]
+_LISTENING = re.compile(r"listens on http://127\.0\.0\.1:(\d+)")
+
+
+def azurite_binary() -> str | None:
+    """``$SHARDCAT_AZURITE``, the copy scripts/test.sh installs, or one on PATH."""
+    for candidate in (
+        os.environ.get("SHARDCAT_AZURITE"),
+        str(REPO / ".cache" / "node" / "node_modules" / ".bin" / "azurite-blob"),
+        shutil.which("azurite-blob"),
+    ):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def azurite_connection_string(port: int) -> str:
+    return (
+        f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
+        f"BlobEndpoint=http://127.0.0.1:{port}/{AZURITE_ACCOUNT};"
+    )
+
+
+@contextmanager
+def azurite(binary: str, workdir: Path, timeout: float = 60.0) -> Iterator[int]:
+    """Run Azurite's blob service on 127.0.0.1 and a free port; yields the port.
+
+    Raises
+    ------
+    RuntimeError
+        If it does not report its port within ``timeout`` seconds (its output is quoted).
+    """
+    args = [
+        binary,
+        "--blobHost",
+        "127.0.0.1",
+        "--blobPort",
+        "0",  # Azurite reports the port it got: "listens on http://127.0.0.1:<port>"
+        "--location",
+        str(workdir),
+        "--skipApiVersionCheck",  # adlfs's SDK may be newer than the emulator
+        "--loose",
+        "--silent",
+        "--disableTelemetry",
+    ]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    found = threading.Event()
+    port: list[int] = []
+
+    def drain(out: IO[str]) -> None:
+        # Read until EOF, so the emulator never blocks on a full pipe.
+        for line in out:
+            lines.append(line)
+            m = _LISTENING.search(line)
+            if m and not port:
+                port.append(int(m.group(1)))
+                found.set()
+        found.set()
+
+    assert proc.stdout is not None
+    reader = threading.Thread(target=drain, args=(proc.stdout,), daemon=True)
+    reader.start()
+    try:
+        found.wait(timeout)
+        if not port:
+            raise RuntimeError(
+                f"azurite did not start within {timeout:.0f}s (exit code {proc.poll()}): "
+                + "".join(lines[-20:]).strip()
+            )
+        yield port[0]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        reader.join(5)
+
+
+# --- a read-only HTTP server that answers ranged requests -------------------------------
+
+_RANGE = re.compile(r"bytes=(\d*)-(\d*)")
+_STATUS_PATH = re.compile(r"^/status/(\d{3})/")
+
+
+class RangedHandler(http.server.BaseHTTPRequestHandler):
+    """GET and HEAD of the files under ``server.root``, with ``Range: bytes=`` support.
+
+    What fsspec's HTTPFileSystem needs: ``Content-Length`` on HEAD, ``206``
+    with ``Content-Range`` for a range (suffix ranges too), ``416`` past the
+    end. A path ``/status/<code>/...`` answers with that status (403, 500, ...).
+    """
+
+    protocol_version = "HTTP/1.1"
+
+    def do_HEAD(self) -> None:
+        self._serve(body=False)
+
+    def do_GET(self) -> None:
+        self._serve(body=True)
+
+    def _serve(self, body: bool) -> None:
+        m = _STATUS_PATH.match(self.path)
+        if m:
+            self._empty(int(m.group(1)))
+            return
+        root: Path = self.server.root  # type: ignore[attr-defined]
+        path = (root / self.path.split("?", 1)[0].lstrip("/")).resolve()
+        if not path.is_relative_to(root) or not path.is_file():
+            self._empty(404)
+            return
+        data = path.read_bytes()
+        size = len(data)
+        start, end, status = 0, size, 200
+        header = self.headers.get("Range")
+        if header:
+            r = _RANGE.fullmatch(header.strip())
+            if r is None or (not r.group(1) and not r.group(2)):
+                self._empty(416, {"Content-Range": f"bytes */{size}"})
+                return
+            if not r.group(1):  # a suffix: the last N bytes (all of them if N > size)
+                start = max(0, size - int(r.group(2)))
+            else:
+                start = int(r.group(1))
+                end = min(size, int(r.group(2)) + 1) if r.group(2) else size
+            if start >= size and size > 0:
+                self._empty(416, {"Content-Range": f"bytes */{size}"})
+                return
+            status = 206
+        self.send_response(status)
+        self.send_header("Content-Length", str(end - start))
+        self.send_header("Accept-Ranges", "bytes")
+        if status == 206:
+            self.send_header("Content-Range", f"bytes {start}-{max(start, end - 1)}/{size}")
+        self.end_headers()
+        if body:
+            self.wfile.write(data[start:end])
+
+    def _empty(self, status: int, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass  # quiet: pytest shows failures, not every request
+
+
+@contextmanager
+def ranged_http_server(root: Path) -> Iterator[str]:
+    """Serve ``root`` on 127.0.0.1 and a free port; yields the base URL (no trailing slash)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RangedHandler)
+    server.daemon_threads = True
+    server.root = root.resolve()  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1})
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
