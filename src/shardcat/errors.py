@@ -18,6 +18,7 @@ __all__ = [
     "DatasetNotFoundError",
     "DecompressionLimitError",
     "DuplicateKeyError",
+    "EmptySourceError",
     "FormatError",
     "InvalidKeyError",
     "JobNotFoundError",
@@ -32,6 +33,7 @@ __all__ = [
     "ShardcatError",
     "StorageError",
     "TruncatedError",
+    "UnmatchedFilesError",
     "VersionError",
     "WriterClosedError",
 ]
@@ -127,6 +129,34 @@ class ProgressCallbackError(ShardcatError):
 
     The callback's own exception is the ``__cause__``.
     """
+
+
+class EmptySourceError(ShardcatError, FileNotFoundError):
+    """A source to pack (folder, URL, glob or one of its brace alternatives) holds no file.
+
+    Attributes
+    ----------
+    source:
+        The source URL or pattern (never with credentials).
+    """
+
+    def __init__(self, message: str, *, source: str | None = None) -> None:
+        super().__init__(message)
+        self.source = source
+
+
+class UnmatchedFilesError(ShardcatError, ValueError):
+    """Files of a source do not fit the key rule (no entry name): packing them would lose them.
+
+    Attributes
+    ----------
+    paths:
+        The files' paths relative to the source (all of them, sorted).
+    """
+
+    def __init__(self, message: str, paths: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.paths = list(paths or [])
 
 
 # --- lookups and storage --------------------------------------------------
