@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from . import orchestration as orchestration
     from . import storage as storage
     from .catalog import Catalog
-    from .orchestration import read, write
+    from .orchestration import from_files, read, write
     from .storage.shards import RollingShardWriter, ShardReader, ShardWriter, open_shard
 
 __all__ = [
@@ -54,6 +54,7 @@ __all__ = [
     "VerifyReport",
     "VersionError",
     "__version__",
+    "from_files",
     "open_shard",
     "read",
     "write",
@@ -69,6 +70,7 @@ _LAZY = {
     "ShardWriter": ".storage.shards",
     "open_shard": ".storage.shards",
     "Catalog": ".catalog",
+    "from_files": ".orchestration",
     "read": ".orchestration",
     "write": ".orchestration",
 }
