@@ -7,12 +7,19 @@ import pytest
 
 import shardcat
 from shardcat.catalog import Catalog
-from shardcat.errors import DuplicateKeyError, EmptySourceError, UnmatchedFilesError
+from shardcat.errors import (
+    DuplicateKeyError,
+    EmptySourceError,
+    StorageError,
+    UnmatchedFilesError,
+)
+from shardcat.orchestration import files as files_module
 from shardcat.orchestration.files import (
     SampleFiles,
     from_files,
     list_source,
     plan_partitions,
+    read_samples,
     sample_parts,
 )
 
@@ -134,6 +141,14 @@ def test_partitions_are_planned_by_bytes():
     ]
 
 
+def test_a_file_gone_after_the_listing_is_a_storage_error_naming_it(tmp_path):
+    make_tree(tmp_path, {"a.txt": b"a", "b.txt": b"b"})
+    listing = list_source(from_files(str(tmp_path)))
+    (tmp_path / "b.txt").unlink()
+    with pytest.raises(StorageError, match=r"cannot read source file .*b\.txt.*after the listing"):
+        list(read_samples(listing.samples, listing.root_url, {}))
+
+
 @pytest.fixture
 def no_client_reads(monkeypatch):
     """Fail any local file read in this (the client's) process: the workers must read."""
@@ -143,6 +158,7 @@ def no_client_reads(monkeypatch):
 
     monkeypatch.setattr(fs_local.LocalFileSystem, "_open", refuse)
     monkeypatch.setattr(fs_local.LocalFileSystem, "cat_file", refuse)
+    monkeypatch.setattr(files_module, "_read_local", refuse)
 
 
 def test_workers_read_the_files_and_shards_come_out_near_the_requested_size(

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from braceexpand import braceexpand
+from fsspec.implementations.local import LocalFileSystem
 
 from ..errors import DuplicateKeyError, EmptySourceError, StorageError, UnmatchedFilesError
 from ..storage import redact, resolve
@@ -351,15 +352,24 @@ def read_samples(
     """
     fs, _ = resolve(root_url, storage_options)
     batch: list[SampleFiles] = []
-    size = 0
+    size = files = 0
     for sample in samples:
         batch.append(sample)
         size += sample.size
-        if sum(len(s.files) for s in batch) >= _READ_BATCH_FILES or size >= _READ_BATCH_BYTES:
+        files += len(sample.files)
+        if files >= _READ_BATCH_FILES or size >= _READ_BATCH_BYTES:
             yield from _read_batch(fs, batch)
-            batch, size = [], 0
+            batch, size, files = [], 0, 0
     if batch:
         yield from _read_batch(fs, batch)
+
+
+def _read_local(path: str) -> bytes:
+    # A plain open(): fsspec's LocalFileSystem.cat_file costs ~3 times as much
+    # per small file (its file object and open() wrapper), measured on 7,000
+    # files of 1-3 KiB, where reading was half the task's time.
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def _read_batch(fs: Any, batch: list[SampleFiles]) -> Iterator[dict[str, Any]]:
@@ -367,6 +377,8 @@ def _read_batch(fs: Any, batch: list[SampleFiles]) -> Iterator[dict[str, Any]]:
     try:
         if getattr(fs, "async_impl", False) and len(paths) > 1:
             data = fs.cat(paths, on_error="raise")
+        elif isinstance(fs, LocalFileSystem):
+            data = {p: _read_local(p) for p in paths}
         else:
             data = {p: fs.cat_file(p) for p in paths}
     except OSError as e:
