@@ -104,6 +104,8 @@ def test_write_summary(text, js, capsys):
         "seconds": 2.0,
         "partitions": 1,
         "shard_patterns": SUMMARY.shard_patterns,
+        "skipped_files": 0,
+        "hidden_files": 0,
         "mb_per_s": 2.0,
     }
     text.write_summary(SUMMARY)
