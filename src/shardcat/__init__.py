@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from . import storage as storage
     from .catalog import Catalog
     from .format import Codec, Entry, Record, ShardInfo, VerifyReport
-    from .orchestration import read, write
+    from .orchestration import from_files, read, write
     from .storage.shards import RollingShardWriter, ShardReader, ShardWriter, open_shard
 
 __all__ = [
@@ -55,6 +55,7 @@ __all__ = [
     "VerifyReport",
     "VersionError",
     "__version__",
+    "from_files",
     "open_shard",
     "read",
     "write",
@@ -76,6 +77,7 @@ _LAZY = {
     "ShardWriter": ".storage.shards",
     "open_shard": ".storage.shards",
     "Catalog": ".catalog",
+    "from_files": ".orchestration",
     "read": ".orchestration",
     "write": ".orchestration",
 }

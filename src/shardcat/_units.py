@@ -1,4 +1,12 @@
-"""Human-readable sizes: parse "256MB", print 1.5 GiB."""
+"""Human-readable sizes: parse "256MB", print 1.5 GiB.
+
+Kept by hand although ``dask.utils.parse_bytes`` does the same: the format
+and storage layers (``ShardWriter(max_bytes=...)``, codec limits) parse sizes
+in the core install, which has no Dask (an optional extra), and one parser
+for every layer means ``"256MB"`` is the same size everywhere.
+``tests/test_units.py`` checks that both agree wherever Dask is installed.
+(Durations are parsed by the CLI, also without Dask: ``cli/common.py``.)
+"""
 
 from __future__ import annotations
 

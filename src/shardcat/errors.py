@@ -28,6 +28,7 @@ __all__ = [
     "DatasetNotFoundError",
     "DecompressionLimitError",
     "DuplicateKeyError",
+    "EmptySourceError",
     "FormatError",
     "Hint",
     "InvalidKeyError",
@@ -47,6 +48,7 @@ __all__ = [
     "StoragePermissionError",
     "StorageUnreachableError",
     "TruncatedError",
+    "UnmatchedFilesError",
     "VersionError",
     "WriterClosedError",
 ]
@@ -190,6 +192,34 @@ class ProgressCallbackError(ShardcatError):
 
     The callback's own exception is the ``__cause__``.
     """
+
+
+class EmptySourceError(ShardcatError, FileNotFoundError):
+    """A source to pack (folder, URL, glob or one of its brace alternatives) holds no file.
+
+    Attributes
+    ----------
+    source:
+        The source URL or pattern (never with credentials).
+    """
+
+    def __init__(self, message: str, *, source: str | None = None) -> None:
+        super().__init__(message)
+        self.source = source
+
+
+class UnmatchedFilesError(ShardcatError, ValueError):
+    """Files of a source do not fit the key rule (no entry name): packing them would lose them.
+
+    Attributes
+    ----------
+    paths:
+        The files' paths relative to the source (all of them, sorted).
+    """
+
+    def __init__(self, message: str, paths: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.paths = list(paths or [])
 
 
 # --- lookups and storage --------------------------------------------------

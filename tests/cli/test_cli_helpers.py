@@ -1,4 +1,4 @@
-"""The CLI's pure helpers: sample grouping, the SQL guard, durations, safe output paths, config."""
+"""The CLI's pure helpers: the SQL guard, durations, safe output paths, config."""
 
 from __future__ import annotations
 
@@ -12,56 +12,7 @@ from shardcat._redact import Scrubber, mask_url, scrub
 from shardcat.cli.common import load_config, merge_options, parse_duration
 from shardcat.cli.dataset_cmds import safe_path
 from shardcat.cli.sql_cmd import check_read_only
-from shardcat.cli.write_cmd import group_samples, iter_files, sample_parts
-from shardcat.errors import CatalogError, DuplicateKeyError, InvalidKeyError
-
-
-@pytest.mark.parametrize(
-    ("relpath", "expected"),
-    [
-        ("a/b/img001.jpg", ("a/b/img001", "jpg")),
-        ("a/b/img001.cls", ("a/b/img001", "cls")),
-        ("x.seg.png", ("x", "seg.png")),
-        ("d.v2/x.json", ("d.v2/x", "json")),
-        ("README", None),
-        ("a/noext", None),
-        ("a/trailing.", None),
-    ],
-)
-def test_sample_parts_follow_the_webdataset_convention(relpath, expected):
-    assert sample_parts(relpath) == expected
-
-
-def test_files_group_into_samples_lazily_and_skip_hidden_ones(tmp_path):
-    for rel, data in {
-        "a/b/img1.jpg": b"J1",
-        "a/b/img1.cls": b"3",
-        "a/b/img1-x.jpg": b"JX",  # sorts between img1.cls and img1.jpg's neighbours
-        "a/b/img2.jpg": b"J2",
-        "a/.hidden.jpg": b"H",
-        ".git/config.txt": b"G",
-        "top.seg.png": b"S",
-        "top.txt": b"T",
-    }.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_bytes(data)
-    files = list(iter_files(tmp_path))
-    assert ".git/config.txt" not in files and "a/.hidden.jpg" not in files
-    samples = group_samples(tmp_path, iter(files))
-    first = next(samples)  # a generator: one sample at a time
-    assert first == {"__key__": "top", "seg.png": b"S", "txt": b"T"}
-    rest = {s["__key__"]: s for s in samples}
-    assert rest["a/b/img1"] == {"__key__": "a/b/img1", "jpg": b"J1", "cls": b"3"}
-    assert set(rest) == {"a/b/img1", "a/b/img1-x", "a/b/img2"}
-
-
-def test_two_files_for_one_key_and_entry_are_an_error(tmp_path):
-    (tmp_path / "x.jpg").write_bytes(b"1")
-    (tmp_path / "y.jpg").write_bytes(b"2")
-    with pytest.raises(DuplicateKeyError, match=r"both map to key 'x', entry 'jpg'"):
-        list(group_samples(tmp_path, ["x.jpg", "x.jpg"]))
-    with pytest.raises(DuplicateKeyError, match="not listed together"):
-        list(group_samples(tmp_path, ["x.jpg", "y.jpg", "x.txt"]))
+from shardcat.errors import CatalogError, InvalidKeyError
 
 
 @pytest.mark.parametrize(

@@ -86,7 +86,7 @@ def make_folder(root: Path, per_folder: int) -> dict[str, dict[str, bytes]]:
 
 
 def write(src: Path, url: str, catalog: str) -> Result:
-    opts = ("--dataset", "pics", "--workers", "1", "--shard-size", "3KB")
+    opts = ("--dataset", "pics", "--workers", "1", "--shard-size", "3KB", "--skip-unmatched")
     return run("write", str(src), url, *opts, catalog=catalog)
 
 
@@ -111,7 +111,9 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_write_packs_the_folder_by_stem_and_registers_every_sample(written):
     p, samples = written["write"], written["samples"]
     assert "committed 31 records" in p.stdout
-    assert "skipping README" in p.stderr  # no extension: no entry name
+    # No extension, so no entry name: skipped on request, and counted.
+    assert "1 unmatched files skipped, 2 hidden files skipped" in p.stdout
+    assert "skipping 1 files without an entry name (skip_unmatched): README" in p.stderr
     assert "writing" in p.stderr and "Traceback" not in p.stderr  # the progress bar, on stderr
     shards = sorted(written["root"].glob("pics-*.shard"))
     assert len(shards) >= 3
@@ -126,9 +128,30 @@ def test_write_packs_the_folder_by_stem_and_registers_every_sample(written):
         assert len(hidden.missing) == 3
 
 
+def test_write_refuses_unmatched_files_and_empty_sources_before_starting_a_cluster(
+    written, tmp_path
+):
+    (tmp_path / "empty").mkdir()
+    unmatched, empty, nowhere = runs(
+        ("write", str(written["src"]), str(tmp_path / "a"), "-d", "a"),
+        ("write", str(tmp_path / "empty"), str(tmp_path / "b"), "-d", "b"),
+        ("--json", "write", str(tmp_path / "nope/*.jpg"), str(tmp_path / "c"), "-d", "c"),
+        catalog=written["catalog"],
+    )
+    assert unmatched.returncode == 1
+    assert "1 files under" in unmatched.stderr and ": README. Pack them" in unmatched.stderr
+    assert "--no-ext-entry NAME" in unmatched.stderr and "--skip-unmatched" in unmatched.stderr
+    assert empty.returncode == 1 and "nothing to pack at" in empty.stderr
+    assert nowhere.returncode == 1 and "nothing to pack at" in nowhere.stderr
+    assert nowhere.stdout == ""
+    assert not any((tmp_path / d).exists() for d in "abc")
+    with Catalog(written["catalog"]) as cat:
+        assert [d.name for d in cat.datasets()] == ["pics"]  # nothing was created
+
+
 def test_write_refuses_an_existing_dataset_and_conflicting_options(written, tmp_path):
     again, both = runs(
-        ("--json", "write", str(written["src"]), str(written["root"]), "-d", "pics"),
+        ("--json", "write", str(written["src"]), str(written["root"]), "-d", "pics", "--skip-unmatched"),
         ("write", str(written["src"]), str(tmp_path), "-d", "x", "--workers", "1", "--scheduler", "tcp://h:1"),
         catalog=written["catalog"],
     )  # fmt: skip
@@ -340,7 +363,8 @@ def test_reindex_verify_a_corrupted_shard_then_delete_files_and_rows(tmp_path):
     catalog = f"sqlite:///{tmp_path / 'c.db'}"
     ok(write(tmp_path / "src", str(tmp_path / "shards"), catalog))
     shards = sorted((tmp_path / "shards").glob("*.shard"))
-    pattern = str(tmp_path / "shards" / "pics-j1-000000-{000..001}.shard")
+    # One shard per partition (planned by bytes): partitions 0 and 1 are the first two.
+    pattern = str(tmp_path / "shards" / "pics-j1-{000000..000001}-000.shard")
     rows = json.loads(ok(run("--json", "reindex", "pics", pattern, catalog=catalog)).stdout)
     assert [r["url"] for r in rows] == [str(s) for s in shards[:2]]
 
@@ -409,7 +433,7 @@ def test_write_and_get_on_s3_with_a_config_file_never_print_the_secret(s3, tmp_p
     )
     url = f"{s3['url']}/pics"
     conf = ("--config", str(config))
-    outputs = [ok(run(*conf, "-vv", "write", str(tmp_path / "src"), url, "-d", "pics", "--workers", "1"))]  # fmt: skip
+    outputs = [ok(run(*conf, "-vv", "write", str(tmp_path / "src"), url, "-d", "pics", "--workers", "1", "--skip-unmatched"))]  # fmt: skip
     outputs += runs(
         (*conf, "ls", "pics"),
         (*conf, "-vv", "--json", "get", "pics", "cats/img001"),

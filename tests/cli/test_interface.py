@@ -225,7 +225,7 @@ def test_dataset_errors_name_the_command_line_fix(tmp_path):
     with Catalog(url):
         pass
     p = run("ls", "nope", "-c", url)
-    assert p.returncode == 1 and "shardcat write SRC_DIR URL -d NAME" in p.stderr
+    assert p.returncode == 1 and "shardcat write SRC URL -d NAME" in p.stderr
     assert "Catalog.create_dataset" not in p.stderr
 
 

@@ -120,6 +120,8 @@ def test_write_summary(text, js, capsys):
         "seconds": 2.0,
         "partitions": 1,
         "shard_patterns": SUMMARY.shard_patterns,
+        "skipped_files": 0,
+        "hidden_files": 0,
         "mb_per_s": 2.0,
     }
     text.write_summary(SUMMARY)
@@ -148,7 +150,7 @@ def test_datasets_empty_and_listed(text, js, capsys):
     text.datasets("sqlite:///c.db", [])
     out = capsys.readouterr().out
     assert "Datasets in sqlite:///c.db" in out
-    assert out.endswith("no datasets yet: write one with `shardcat write SRC_DIR URL -d NAME`\n")
+    assert out.endswith("no datasets yet: write one with `shardcat write SRC URL -d NAME`\n")
     row = {"name": "pics", "root": "/d", "shards": 2, "records": 12345, "bytes": 4096}
     row["created"] = "2024-01-02 03:04:05"
     js.datasets("sqlite:///c.db", [row])

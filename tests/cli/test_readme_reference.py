@@ -43,7 +43,16 @@ def test_every_command_is_in_the_readme_and_every_readme_command_exists():
 def test_documented_options_exist():
     section = readme_reference()
     for command, options in {
-        "write": ["--shard-size", "--compression", "--mode", "--workers", "--scheduler"],
+        "write": [
+            "--shard-size",
+            "--compression",
+            "--mode",
+            "--key-rule",
+            "--no-ext-entry",
+            "--skip-unmatched",
+            "--workers",
+            "--scheduler",
+        ],
         "get": ["--keys-from"],
         "gc": ["--grace", "--stale-after", "--dry-run"],
         "sql": ["--limit", "--timeout", "--max-bytes", "--role"],

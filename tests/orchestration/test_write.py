@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 import shardcat
 from shardcat.catalog import Catalog
-from shardcat.errors import DatasetExistsError, DuplicateKeyError, KeyNotFoundError
+from shardcat.errors import DatasetExistsError, DuplicateKeyError, InvalidKeyError, KeyNotFoundError
 
 from .samples import AlwaysFail, FailOnce, make_samples, partition_with
 
@@ -92,10 +92,11 @@ def test_dask_dataframe_rows_become_samples(client, tmp_path, sqlite_url):
         client=client,
         progress=False,
     )
-    assert summary.records == 200
+    assert (summary.records, summary.partitions) == (200, 3)  # one task per partition
     rec = Catalog(sqlite_url).get("frame", "row/0042")
-    assert rec["caption"].decode() == "caption 42"
-    assert rec["label"].decode() == 42
+    # The scalar columns share one JSON entry; bytes stay an entry of their own.
+    assert set(rec) == {"json", "jpg"}
+    assert rec["json"].decode() == {"caption": "caption 42", "label": 42}
     assert rec["jpg"].content_type == "image/jpeg"
     assert rec["jpg"].data == bytes([42]) * 50
 
@@ -308,3 +309,56 @@ def test_overwrite_replaces_the_dataset_at_commit(client, tmp_path, sqlite_url):
     assert_holds(cat.get("o", "new/000/00001"), make_samples(0, 30, "new")[1])
     # The replaced shards are tombstones until gc removes their files.
     assert len(cat.shards("o", state="deleted")) == 2
+
+
+def test_a_pandas_dataframe_becomes_one_json_entry_per_row_plus_binary_columns(
+    client, tmp_path, sqlite_url
+):
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(
+        {
+            "__key__": [f"iris/{i:03d}" for i in range(150)],
+            "sepal_length": rng.uniform(4, 8, 150).round(1),
+            "species": ["setosa", "versicolor", "virginica"] * 50,
+            "petal_width": [np.nan if i == 7 else 0.2 for i in range(150)],
+            "seen": pd.Timestamp("2024-01-02") + pd.to_timedelta(range(150), unit="h"),
+            "mask": [np.zeros((2, 2), np.uint8) + i for i in range(150)],
+            "raw": [bytes([i]) for i in range(150)],
+        }
+    )
+    summary = shardcat.write(
+        frame,
+        str(tmp_path / "iris"),
+        catalog=sqlite_url,
+        dataset="iris",
+        client=client,
+        progress=False,
+    )
+    assert summary.records == 150
+    # One JSON entry, not one entry per column: about 200 bytes of framing per record.
+    assert summary.bytes < 150 * 900, summary.bytes
+    rec = Catalog(sqlite_url).get("iris", "iris/007")
+    assert set(rec) == {"json", "mask", "raw"}
+    assert rec["json"].decode() == {
+        "sepal_length": float(frame.sepal_length[7]),
+        "species": "versicolor",  # petal_width is NaN here: left out
+        "seen": "2024-01-02T07:00:00",
+    }
+    np.testing.assert_array_equal(rec["mask"].decode(), np.full((2, 2), 7, np.uint8))
+    assert rec["raw"].data == bytes([7])
+
+
+def test_a_dataframe_without_its_key_column_is_refused_before_anything_is_created(
+    client, tmp_path, sqlite_url
+):
+    import dask.dataframe as dd
+
+    frame = pd.DataFrame({"id": ["a", "b"], "json": [1, 2]})
+    common = dict(catalog=sqlite_url, dataset="f", client=client, progress=False)
+    with pytest.raises(InvalidKeyError, match=r"no key column '__key__'.*key_column="):
+        shardcat.write(frame, str(tmp_path / "f"), **common)
+    with pytest.raises(ValueError, match=r"has a column 'json'.*json_entry="):
+        shardcat.write(
+            dd.from_pandas(frame, npartitions=1), str(tmp_path / "f"), key_column="id", **common
+        )
+    assert Catalog(sqlite_url).datasets() == []

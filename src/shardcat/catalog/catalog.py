@@ -43,6 +43,7 @@ from .results import (
 )
 from .session import (
     DEFAULT_BUSY_TIMEOUT,
+    absolute_sqlite_url,
     create_catalog_engine,
     default_url,
     display_url,
@@ -100,7 +101,10 @@ class Catalog:
     url:
         SQLAlchemy URL of the catalog database: ``sqlite:///shardcat.db``
         (the default, or ``$SHARDCAT_CATALOG``), ``sqlite://`` for memory,
-        ``postgresql+psycopg://user@host/db``.
+        ``postgresql+psycopg://user@host/db``. A relative SQLite path is
+        resolved against the working folder now, so that Dask workers open
+        the same file. ``shardcat.write`` refuses ``sqlite://`` (its workers
+        cannot see this process's memory).
     storage_options:
         fsspec options used to read shards (credentials, endpoint, ...);
         never stored in the catalog.
@@ -135,7 +139,8 @@ class Catalog:
         create: bool = True,
         max_open_shards: int = 64,
     ) -> None:
-        self._url = str(url or default_url())
+        # Absolute now: workers and later processes must open this same file.
+        self._url = absolute_sqlite_url(str(url or default_url()))
         self.storage_options = dict(storage_options or {})
         self.busy_timeout = busy_timeout
         self.max_open_shards = max_open_shards

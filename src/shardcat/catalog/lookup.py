@@ -357,7 +357,7 @@ def unknown_dataset(name: str, known: list[str]) -> DatasetNotFoundError:
         f"no dataset named {name!r}: the catalog has no datasets yet",
         hint=Hint(
             python="write one with shardcat.write, or create one with Catalog.create_dataset",
-            cli="write one with `shardcat write SRC_DIR URL -d NAME`, or rebuild one from its "
+            cli="write one with `shardcat write SRC URL -d NAME`, or rebuild one from its "
             "shards with `shardcat reindex NAME URL...`",
         ),
     )

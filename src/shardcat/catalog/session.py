@@ -44,6 +44,7 @@ __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
     "DEFAULT_URL",
     "NO_SYNC",
+    "absolute_sqlite_url",
     "catalog_exists",
     "create_catalog_engine",
     "default_url",
@@ -124,6 +125,27 @@ def normalize_url(url: str | URL) -> URL:
             "uses Python's sqlite3: write sqlite:///path.db"
         )
     return parsed
+
+
+def absolute_sqlite_url(url: str) -> str:
+    """``url`` with a relative SQLite file made absolute (against this process's working folder).
+
+    ``sqlite:///shardcat.db`` names a different file in every process that
+    starts in another folder: a Dask worker would create its own empty
+    catalog. Resolving it once, where the user typed it, gives every process
+    the same file. Server URLs, in-memory databases, ``file:`` URIs and
+    absolute paths come back unchanged (the same string).
+    """
+    try:
+        parsed = make_url(url)
+    except Exception:  # the engine reports malformed URLs, with secrets masked
+        return url
+    if parsed.get_backend_name() != "sqlite":
+        return url
+    db = parsed.database or ""
+    if db in ("", ":memory:") or db.startswith("file:") or os.path.isabs(db):
+        return url
+    return parsed.set(database=os.path.abspath(db)).render_as_string(hide_password=False)
 
 
 def catalog_exists(url: str | URL) -> bool:

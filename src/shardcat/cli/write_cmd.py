@@ -1,21 +1,22 @@
-"""``shardcat write``: pack a folder of files into shards, one sample per file stem."""
+"""``shardcat write``: pack files (a folder, URL or glob) into shards, one sample per key.
+
+The command only parses its options: listing, key rule, planning and the
+workers' reads are :func:`shardcat.from_files` and :func:`shardcat.write`.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import enum
 import logging
-import os
-from collections.abc import Iterable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
 
-from ..errors import DuplicateKeyError
 from .common import open_catalog, state_of
 
-__all__ = ["group_samples", "iter_files", "register", "sample_parts"]
+__all__ = ["register"]
 
 log = logging.getLogger(__name__)
 
@@ -26,87 +27,13 @@ class Mode(str, enum.Enum):
     overwrite = "overwrite"
 
 
+class KeyRule(str, enum.Enum):
+    first_dot = "first-dot"
+    last_dot = "last-dot"
+
+
 def register(app: typer.Typer) -> None:
     app.command("write")(write)
-
-
-def sample_parts(relpath: str) -> tuple[str, str] | None:
-    """``a/b/img001.seg.png`` → (``a/b/img001``, ``seg.png``): the key ends at the basename's first dot.
-
-    Files without a dot in their name (no entry name) give ``None``.
-    """
-    folder, _, name = relpath.rpartition("/")
-    stem, dot, entry = name.partition(".")
-    if not dot or not stem or not entry:
-        return None
-    return (f"{folder}/{stem}" if folder else stem), entry
-
-
-def iter_files(root: Path) -> Iterator[str]:
-    """Relative ``/``-separated paths of the non-hidden files under ``root``.
-
-    Each folder's files come sorted, before its sub-folders: the files of one
-    sample (same folder, same stem) are therefore adjacent, which is what
-    lets :func:`group_samples` stream.
-    """
-
-    def fail(e: OSError) -> None:
-        raise e
-
-    for folder, dirs, files in os.walk(root, onerror=fail):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        rel = os.path.relpath(folder, root)
-        prefix = "" if rel == "." else rel.replace(os.sep, "/") + "/"
-        for name in sorted(files):
-            if not name.startswith("."):
-                yield prefix + name
-
-
-def group_samples(root: Path, relpaths: Iterable[str]) -> Iterator[dict[str, Any]]:
-    """Samples ``{"__key__": key, entry: bytes, ...}``, reading each file only when its sample is due.
-
-    ``relpaths`` must list a sample's files together (as :func:`iter_files`
-    does); files without an entry name are skipped with a warning.
-
-    Raises
-    ------
-    DuplicateKeyError
-        If two files map to the same key and entry, or a key's files are not together.
-    """
-    done_here: set[str] = set()  # keys finished in the current folder (bounded memory)
-    folder: str | None = None
-    key: str | None = None
-    files: dict[str, str] = {}
-
-    def flush() -> dict[str, Any]:
-        sample: dict[str, Any] = {"__key__": key}
-        for entry, rel in files.items():
-            sample[entry] = (root / rel).read_bytes()
-        return sample
-
-    for rel in relpaths:
-        parts = sample_parts(rel)
-        if parts is None:
-            log.warning("skipping %s: no extension, so no entry name", rel)
-            continue
-        k, entry = parts
-        if k != key:
-            if key is not None:
-                yield flush()
-                done_here.add(key)
-            if k.rpartition("/")[0] != folder:
-                folder = k.rpartition("/")[0]
-                done_here.clear()
-            if k in done_here:
-                raise DuplicateKeyError(f"files of sample {k!r} are not listed together", keys=[k])
-            key, files = k, {}
-        if entry in files:
-            raise DuplicateKeyError(
-                f"{files[entry]} and {rel} both map to key {k!r}, entry {entry!r}", keys=[k]
-            )
-        files[entry] = rel
-    if key is not None:
-        yield flush()
 
 
 @contextlib.contextmanager
@@ -159,15 +86,12 @@ def _check_codec(value: str | None) -> str | None:
 
 def write(
     ctx: typer.Context,
-    src_dir: Annotated[
-        Path,
+    src: Annotated[
+        str,
         typer.Argument(
-            help="Folder of files; files sharing a stem are one sample.",
-            exists=True,
-            file_okay=False,
-            dir_okay=True,
-            readable=True,
-            metavar="SRC_DIR",
+            help="Files to pack: a folder, any fsspec URL (s3://raw/images/), a glob "
+            "(s3://raw/*/img*.jpg) or a brace pattern (s3://raw/part-{000..099}/).",
+            metavar="SRC",
         ),
     ],
     url: Annotated[
@@ -178,7 +102,11 @@ def write(
     ],
     shard_size: Annotated[
         str,
-        typer.Option(help="Start a new shard at this size.", callback=_check_size, metavar="SIZE"),
+        typer.Option(
+            help="Target shard size: files are planned into shards of about this size.",
+            callback=_check_size,
+            metavar="SIZE",
+        ),
     ] = "256MB",
     compression: Annotated[
         str | None,
@@ -192,6 +120,28 @@ def write(
         Mode,
         typer.Option(help="create: new dataset; append: add keys; overwrite: replace its records."),
     ] = Mode.create,
+    key_rule: Annotated[
+        KeyRule,
+        typer.Option(
+            help="Where a file name splits into key and entry: at its first dot (WebDataset: "
+            "x.seg.png -> key x, entry seg.png) or its last dot (pip-1.2.whl -> pip-1.2, whl)."
+        ),
+    ] = KeyRule.first_dot,
+    no_ext_entry: Annotated[
+        str | None,
+        typer.Option(
+            help="Pack files with no extension (README) as this entry of a key that is their "
+            "whole path, instead of failing.",
+            metavar="NAME",
+        ),
+    ] = None,
+    skip_unmatched: Annotated[
+        bool,
+        typer.Option(
+            "--skip-unmatched",
+            help="Skip files with no extension instead of failing; the summary counts them.",
+        ),
+    ] = False,
     workers: Annotated[
         int | None,
         typer.Option(
@@ -204,31 +154,53 @@ def write(
             help="Use a running Dask scheduler (tcp://host:8786) instead.", metavar="ADDRESS"
         ),
     ] = None,
-    batch_size: Annotated[
-        int, typer.Option(min=1, help="Samples per Dask task (each task writes its own shards).")
-    ] = 2048,
     progress: Annotated[
         bool, typer.Option(help="Show a progress bar (on stderr; never with --json).")
     ] = True,
 ) -> None:
-    """Pack a folder into shards: `a/img1.jpg` + `a/img1.cls` become sample `a/img1` (jpg, cls).
+    """Pack files into shards: `a/img1.jpg` + `a/img1.cls` become sample `a/img1` (jpg, cls).
 
-    A sample's key is the file's path under SRC_DIR up to the first dot of
-    its name; the rest of the name is the entry (`x.seg.png` → entry
-    `seg.png`). Hidden files are skipped. Files are read lazily and written in
-    parallel by Dask; every record is registered in the catalog, visible once
-    the whole job commits.
+    A sample's key is the file's path under SRC up to the first dot of its
+    name (--key-rule last-dot: the last dot); the rest of the name is the
+    entry (`x.seg.png` -> entry `seg.png`). A file with no extension fails
+    the command, naming it, unless --no-ext-entry or --skip-unmatched says
+    what to do; two files with the same key and entry fail it too. Hidden
+    files (names starting with '.') are never packed and are counted. An
+    empty source is an error. SRC is read with the same -S storage options
+    as URL.
+
+    The client only lists the files and plans shards of about --shard-size
+    from their sizes; the Dask workers read the files themselves and write
+    the shards in parallel. Every record is registered in the catalog,
+    visible once the whole job commits.
     """
+    from ..orchestration import from_files
+    from ..orchestration.files import list_source
     from ..orchestration.write import write as write_dataset
 
     if workers is not None and scheduler is not None:
         raise typer.BadParameter("give --workers or --scheduler, not both", param_hint="--workers")
+    if no_ext_entry is not None and skip_unmatched:
+        raise typer.BadParameter(
+            "give --no-ext-entry or --skip-unmatched, not both", param_hint="--skip-unmatched"
+        )
     state = state_of(ctx)
     if state.verbose < 2:  # Dask's INFO lines (scheduler, nanny) bury the progress bar
         import distributed  # noqa: F401  (importing it sets its loggers' levels; override after)
 
         logging.getLogger("distributed").setLevel(logging.WARNING)
-    samples = group_samples(src_dir, iter_files(src_dir))
+    try:
+        source = from_files(
+            src,
+            storage_options=state.storage_options,
+            key_rule=key_rule.value,
+            no_ext_entry=no_ext_entry,
+            skip_unmatched=skip_unmatched,
+        )
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--no-ext-entry") from None
+    # Listed before a cluster starts: an empty or unmatched source fails at once.
+    listing = list_source(source)
     out = state.out
     with (
         open_catalog(state, create=True) as cat,
@@ -236,7 +208,7 @@ def write(
         out.write_progress(progress) as bar,
     ):
         summary = write_dataset(
-            samples,
+            listing,
             url,
             catalog=cat,
             dataset=dataset,
@@ -245,7 +217,6 @@ def write(
             mode=mode.value,
             storage_options=state.storage_options,
             client=client,
-            batch_size=batch_size,
             progress=bar,
         )
     out.write_summary(summary)

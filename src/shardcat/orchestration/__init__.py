@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from .files import FileSource, from_files
 from .progress import WriteProgress, WriteProgressCallback
 from .progress_bar import WriteProgressBar
 from .read import iter_shard, read
 from .write import WriteSummary, write
 
 __all__ = [
+    "FileSource",
     "WriteProgress",
     "WriteProgressBar",
     "WriteProgressCallback",
     "WriteSummary",
+    "from_files",
     "iter_shard",
     "read",
     "write",

@@ -69,7 +69,7 @@ def read(
     entries:
         Read only these entries of each record.
     storage_options:
-        fsspec options for the workers.
+        fsspec options for the workers (default: the catalog's own ``storage_options``).
     decode:
         Decode values by content type (default) or return raw entries.
 
@@ -86,7 +86,7 @@ def read(
     cat = catalog if isinstance(catalog, Catalog) else Catalog(str(catalog))
     shards = cat.shards(dataset, state="committed")
     names = None if entries is None else list(entries)
-    opts = dict(storage_options or {})
+    opts = dict(cat.storage_options if storage_options is None else storage_options)
     parts = [
         delayed(_read_partition)(
             s.url,

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -21,9 +21,11 @@ from typing import Any, Literal
 from .._units import format_bytes, parse_size
 from ..errors import DatasetExistsError
 from ..storage import brace_patterns, dataset_prefix, is_local, local_path, redact, resolve
+from .files import FileListing, FileSource, SampleFiles, list_source, plan_partitions, read_samples
 from .plan import SHARDS_PER_PARTITION, WritePlan
 from .progress import ProgressReporter, WriteProgressCallback
-from .samples import batched, rows_to_samples
+from .reach import refuse_in_memory, refuse_unreachable
+from .samples import batched, check_frame, is_pandas_frame, rows_to_samples
 from .tasks import PartitionResult, write_partition
 
 __all__ = ["WriteSummary", "write"]
@@ -31,6 +33,8 @@ __all__ = ["WriteSummary", "write"]
 log = logging.getLogger(__name__)
 
 Mode = Literal["create", "append", "overwrite"]
+Call = tuple[Callable[..., PartitionResult], tuple[Any, ...]]
+"""A partition task to submit: the function and its arguments."""
 
 
 @dataclass(frozen=True)
@@ -46,16 +50,26 @@ class WriteSummary:
     seconds: float
     partitions: int
     shard_patterns: list[str] = field(default_factory=list)
+    skipped_files: int = 0
+    """Files of a :func:`from_files` source without an entry name, skipped on request."""
+    hidden_files: int = 0
+    """Hidden files of a :func:`from_files` source (never packed)."""
 
     @property
     def mb_per_s(self) -> float:
         return self.bytes / 1e6 / max(self.seconds, 1e-9)
 
     def __str__(self) -> str:
+        skipped = [
+            f"{n:,} {what} files skipped"
+            for n, what in ((self.skipped_files, "unmatched"), (self.hidden_files, "hidden"))
+            if n
+        ]
         return (
             f"{self.dataset}: job {self.job_id} committed {self.records:,} records in "
             f"{len(self.shards)} shards ({format_bytes(self.bytes)}) from {self.partitions} partitions "
             f"in {self.seconds:.2f} s ({self.mb_per_s:.0f} MB/s)"
+            + (f"; {', '.join(skipped)}" if skipped else "")
         )
 
 
@@ -72,6 +86,7 @@ def write(
     mode: Mode = "create",
     storage_options: Mapping[str, Any] | None = None,
     key_column: str = "__key__",
+    json_entry: str = "json",
     prefix: str | None = None,
     client: Any = None,
     batch_size: int = 2048,
@@ -83,9 +98,12 @@ def write(
     Parameters
     ----------
     data:
-        A Dask bag of sample dicts (``{"__key__": str, name: value, ...}``), a
-        Dask dataframe (``key_column`` is the key, other columns are entries),
-        or any iterable of sample dicts (sent in batches to a local cluster).
+        A Dask bag of sample dicts (``{"__key__": str, name: value, ...}``);
+        a pandas or Dask dataframe (see ``key_column``; a Dask dataframe is
+        written one task per partition, never collected on the client); files
+        from :func:`shardcat.from_files` (the client lists them and plans
+        partitions of about ``shard_size`` bytes; workers read the files); or
+        any iterable of sample dicts (sent in batches of ``batch_size``).
     url:
         The dataset's folder: a path, ``s3://bucket/datasets/train``, ...
     catalog:
@@ -104,6 +122,13 @@ def write(
     storage_options:
         fsspec options (credentials, endpoint) handed to the workers; never
         stored in the catalog.
+    key_column:
+        Dataframes: the column holding each row's key.
+    json_entry:
+        Dataframes: the entry that holds a row's scalar columns (numbers,
+        strings, booleans, timestamps, lists, dicts) as one JSON object;
+        bytes and array columns stay entries of their own. Missing values
+        (None, NaN, NaT) are left out of the object.
     client:
         A ``distributed.Client``; by default the current one, or a local
         cluster started for this call.
@@ -125,6 +150,13 @@ def write(
 
     Raises
     ------
+    EmptySourceError
+        A :func:`shardcat.from_files` source holds no file to pack.
+    UnmatchedFilesError
+        Files of a :func:`shardcat.from_files` source have no entry name.
+    CatalogError
+        The catalog is one the workers cannot reach: an in-memory SQLite
+        database, or a SQLite file while workers run on other machines.
     DatasetExistsError
         ``mode="create"`` and the dataset already has records.
     DuplicateKeyError
@@ -169,63 +201,77 @@ def write(
     if is_local(url):  # the catalog must not depend on the working folder
         url = os.path.abspath(local_path(url))
     resolve(url, opts)  # a bad URL fails here, typed, before any worker sees it
+    refuse_in_memory(cat)
     t0 = time.perf_counter()
-    cat.create_dataset(dataset, redact(url), exist_ok=True)
-    existing = cat.shards(dataset, state=None)
-    if mode == "create" and any(s.state == "committed" for s in existing):
-        raise DatasetExistsError(
-            f"dataset {dataset!r} already has records", hint=DatasetExistsError.APPEND_OR_OVERWRITE
+    # Files are listed (and refused: empty, unmatched) before anything is created.
+    source = _prepare(data, key_column, json_entry)
+    with _cluster(client, url) as dask_client:
+        refuse_unreachable(cat, dask_client)
+        cat.create_dataset(dataset, redact(url), exist_ok=True)
+        existing = cat.shards(dataset, state=None)
+        if mode == "create" and any(s.state == "committed" for s in existing):
+            raise DatasetExistsError(
+                f"dataset {dataset!r} already has records",
+                hint=DatasetExistsError.APPEND_OR_OVERWRITE,
+            )
+        # What an overwrite replaces: the dataset as it is now. Another commit
+        # meanwhile makes this job's commit fail instead of dropping that data.
+        base_version = cat.dataset(dataset).version
+        # Number this job's partitions after every shard the dataset had (readable
+        # names in order); the job id in every name is what keeps jobs apart.
+        numbers = [s.shard_number for s in existing if s.shard_number is not None]
+        partition_base = max(numbers) // SHARDS_PER_PARTITION + 1 if numbers else 0
+        job = cat.begin_job(
+            dataset,
+            description=f"shardcat.write ({mode})",
+            properties={"mode": mode, "root": redact(url), "base_version": base_version},
         )
-    # What an overwrite replaces: the dataset as it is now. Another commit
-    # meanwhile makes this job's commit fail instead of dropping that data.
-    base_version = cat.dataset(dataset).version
-    # Number this job's partitions after every shard the dataset had (readable
-    # names in order); the job id in every name is what keeps jobs apart.
-    numbers = [s.shard_number for s in existing if s.shard_number is not None]
-    partition_base = max(numbers) // SHARDS_PER_PARTITION + 1 if numbers else 0
-    job = cat.begin_job(
-        dataset,
-        description=f"shardcat.write ({mode})",
-        properties={"mode": mode, "root": redact(url), "base_version": base_version},
-    )
-    plan = WritePlan(
-        dataset=dataset,
-        root=url.rstrip("/"),
-        prefix=prefix or dataset_prefix(dataset),
-        job_id=job.id,
-        catalog=cat.handle(),  # with its password: workers must connect (never shown)
-        shard_size=size,
-        max_records=max_records_per_shard,
-        compression=compression,
-        metadata=dict(metadata or {}),
-        storage_options=opts,
-        partition_base=partition_base,
-    )
-    reporter = ProgressReporter(callback, dataset=dataset, job_id=job.id)
-    try:
-        with _cluster(client, url) as dask_client, drawing:
+        plan = WritePlan(
+            dataset=dataset,
+            root=url.rstrip("/"),
+            prefix=prefix or dataset_prefix(dataset),
+            job_id=job.id,
+            catalog=cat.handle(),  # with its password: workers must connect (never shown)
+            shard_size=size,
+            max_records=max_records_per_shard,
+            compression=compression,
+            metadata=dict(metadata or {}),
+            storage_options=opts,
+            partition_base=partition_base,
+        )
+        reporter = ProgressReporter(callback, dataset=dataset, job_id=job.id)
+        try:
             futures: list[Any] = []
             try:
-                results = _run(
-                    data, plan, dask_client, key_column, batch_size, retries, reporter, futures
-                )
+                with drawing:
+                    results = _run(
+                        source,
+                        plan,
+                        dask_client,
+                        key_column,
+                        json_entry,
+                        batch_size,
+                        retries,
+                        reporter,
+                        futures,
+                    )
             except BaseException:
                 # Tasks still queued never start; running ones stop at their next
                 # shard, and the catalog refuses what they try to stage.
                 with contextlib.suppress(Exception):
                     dask_client.cancel(futures)
                 raise
-        cat.commit_job(
-            job.id,
-            shards=[u for r in results for u in r.shards],
-            replace=mode == "overwrite",
-            expected_version=base_version if mode == "overwrite" else None,
-            require_empty=mode == "create",
-        )
-    except BaseException:
-        with contextlib.suppress(Exception):
-            cat.abort_job(job.id)
-        raise
+            cat.commit_job(
+                job.id,
+                shards=[u for r in results for u in r.shards],
+                replace=mode == "overwrite",
+                expected_version=base_version if mode == "overwrite" else None,
+                require_empty=mode == "create",
+            )
+        except BaseException:
+            with contextlib.suppress(Exception):
+                cat.abort_job(job.id)
+            raise
     results.sort(key=lambda r: r.partition)
     shards = [s for r in results for s in r.shards]
     summary = WriteSummary(
@@ -238,6 +284,8 @@ def write(
         seconds=time.perf_counter() - t0,
         partitions=len(results),
         shard_patterns=brace_patterns(shards),
+        skipped_files=len(source.skipped) if isinstance(source, FileListing) else 0,
+        hidden_files=source.hidden if isinstance(source, FileListing) else 0,
     )
     log.info("%s", summary)
     return summary
@@ -294,11 +342,48 @@ def _cluster(client: Any, url: str) -> Iterator[Any]:
         yield c
 
 
+def _prepare(data: Any, key_column: str, json_entry: str) -> Any:
+    """``data`` in the form :func:`_run` takes; files are listed, bad input refused.
+
+    Runs before the dataset or job is created, so that nothing is left behind.
+    """
+    import dask.bag as db
+
+    if isinstance(data, (FileSource, FileListing)):
+        listing = data if isinstance(data, FileListing) else list_source(data)
+        if listing.skipped:
+            shown = ", ".join(listing.skipped[:5])
+            log.warning(
+                "skipping %d files without an entry name (skip_unmatched): %s%s",
+                len(listing.skipped),
+                shown,
+                " ..." if len(listing.skipped) > 5 else "",
+            )
+        if listing.hidden:
+            log.info("not packing %d hidden files under %s", listing.hidden, listing.root_url)
+        return listing
+    if _is_dask_dataframe(data):
+        check_frame(data, key_column, json_entry)  # its columns are known without computing
+        return data
+    if isinstance(data, db.Bag):
+        return data
+    if is_pandas_frame(data):
+        check_frame(data, key_column, json_entry)
+        return rows_to_samples(data, key_column, json_entry)
+    if isinstance(data, Iterable) and not isinstance(data, (str, bytes, Mapping)):
+        return data
+    raise TypeError(
+        f"cannot write a {type(data).__name__}: pass a Dask bag, a pandas or Dask dataframe, "
+        "shardcat.from_files(...) or an iterable of samples"
+    )
+
+
 def _run(
     data: Any,
     plan: WritePlan,
     client: Any,
     key_column: str,
+    json_entry: str,
     batch_size: int,
     retries: int,
     reporter: ProgressReporter,
@@ -308,11 +393,17 @@ def _run(
     import dask.bag as db
     from dask.delayed import delayed
 
-    if _is_dask_dataframe(data):
-        parts = data.to_delayed()
-        tasks = [
-            delayed(_write_frame_partition)(part, plan, i, key_column)
+    if isinstance(data, FileListing):
+        parts = plan_partitions(data.samples, plan.shard_size)
+        file_calls: Iterator[Call] = (
+            (write_files_partition, (part, data.root_url, data.storage_options, plan, i))
             for i, part in enumerate(parts)
+        )
+        return _run_bounded(file_calls, len(parts), plan, client, retries, reporter, futures)
+    if _is_dask_dataframe(data):
+        tasks = [
+            delayed(_write_frame_partition)(part, plan, i, key_column, json_entry)
+            for i, part in enumerate(data.to_delayed())
         ]
         futures.extend(client.compute(tasks, retries=retries))
         return _gather(futures, reporter, len(tasks))
@@ -321,40 +412,38 @@ def _run(
         tasks = [delayed(write_partition)(part, plan, i) for i, part in enumerate(parts)]
         futures.extend(client.compute(tasks, retries=retries))
         return _gather(futures, reporter, len(tasks))
-    if isinstance(data, Iterable) and not isinstance(data, (str, bytes, Mapping)):
-        return _run_iterable(data, plan, client, batch_size, retries, reporter, futures)
-    raise TypeError(
-        f"cannot write a {type(data).__name__}: pass a Dask bag or dataframe, or an iterable of samples"
+    calls: Iterator[Call] = (
+        (write_partition, (batch, plan, i)) for i, batch in enumerate(batched(data, batch_size))
     )
+    return _run_bounded(calls, None, plan, client, retries, reporter, futures)
 
 
-def _run_iterable(
-    data: Iterable[Any],
+def _run_bounded(
+    calls: Iterable[Call],
+    total: int | None,
     plan: WritePlan,
     client: Any,
-    batch_size: int,
     retries: int,
     reporter: ProgressReporter,
     futures: list[Any],
 ) -> list[PartitionResult]:
-    """Stream batches to the cluster, keeping only a few in flight (bounded client memory)."""
+    """Submit task calls as they come, a few per worker thread in flight (bounded client memory).
+
+    ``total`` is the number of calls if known (the progress bar shows it),
+    else ``None`` until ``calls`` runs out.
+    """
     from distributed import wait
 
-    workers = max(1, len(client.scheduler_info().get("workers", {})))
-    in_flight_limit = 2 * workers
+    workers = client.scheduler_info().get("workers", {})
+    threads = sum(int(w.get("nthreads", 1)) for w in workers.values())
+    in_flight_limit = 2 * max(1, threads)
     pending: list[Any] = []
     done: list[PartitionResult] = []
     sent = 0
-    reporter.start(None)  # how many batches the iterable holds is known at its end
-    for batch in batched(data, batch_size):
+    reporter.start(total)
+    for fn, args in calls:
         future = client.submit(
-            write_partition,
-            batch,
-            plan,
-            sent,
-            pure=False,
-            retries=retries,
-            key=f"shardcat-write-{plan.job_id}-{sent}",
+            fn, *args, pure=False, retries=retries, key=f"shardcat-write-{plan.job_id}-{sent}"
         )
         sent += 1
         futures.append(future)
@@ -365,7 +454,8 @@ def _run_iterable(
                 done.append(f.result())
                 reporter.partition_done(done[-1])
             pending = list(rest)
-    reporter.total_known(sent)
+    if total is None:
+        reporter.total_known(sent)
     for f in pending:
         done.append(f.result())
         reporter.partition_done(done[-1])
@@ -384,9 +474,20 @@ def _gather(futures: list[Any], reporter: ProgressReporter, total: int) -> list[
 
 
 def _write_frame_partition(
-    frame: Any, plan: WritePlan, partition: int, key_column: str
+    frame: Any, plan: WritePlan, partition: int, key_column: str, json_entry: str
 ) -> PartitionResult:
-    return write_partition(rows_to_samples(frame, key_column), plan, partition)
+    return write_partition(rows_to_samples(frame, key_column, json_entry), plan, partition)
+
+
+def write_files_partition(
+    samples: list[SampleFiles],
+    root_url: str,
+    source_options: dict[str, Any],
+    plan: WritePlan,
+    partition: int,
+) -> PartitionResult:
+    """Read one partition's files on the worker and write them as its shard."""
+    return write_partition(read_samples(samples, root_url, source_options), plan, partition)
 
 
 def _is_dask_dataframe(data: Any) -> bool:

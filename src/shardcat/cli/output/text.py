@@ -202,7 +202,7 @@ class TextOutput(Output):
             ],
         )
         if not rows:
-            self._summary("no datasets yet: write one with `shardcat write SRC_DIR URL -d NAME`")
+            self._summary("no datasets yet: write one with `shardcat write SRC URL -d NAME`")
 
     def shards(self, dataset: str, shards: Sequence[ShardRow], *, all_states: bool) -> None:
         self._table(
