@@ -63,4 +63,6 @@ fi
 .venv/bin/mypy
 # The layering contracts ([tool.importlinter] in pyproject.toml): a broken one fails the run.
 .venv/bin/lint-imports --no-cache
-exec .venv/bin/python -m pytest -p no:cacheprovider "$@"
+# Two test processes (pytest-xdist), one file each at a time: module fixtures (Dask clusters,
+# servers) start once per file. SHARDCAT_TEST_WORKERS=0 runs everything in this process.
+exec .venv/bin/python -m pytest -p no:cacheprovider -n "${SHARDCAT_TEST_WORKERS:-2}" --dist loadfile "$@"
