@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import fsspec
+from braceexpand import braceexpand
 from fsspec.core import url_to_fs
 
 from .._redact import redact_url
@@ -149,32 +150,13 @@ def join(base: str, *names: str) -> str:
     return out
 
 
-_BRACE = re.compile(r"\{(\d+)\.\.(\d+)\}")
-
-
 def expand_braces(pattern: str) -> list[str]:
     """Expand ``train-{000000..000099}.shard`` into 100 names (zero padding kept).
 
-    Several ranges multiply out; comma lists ``{a,b}`` are supported too.
+    WebDataset's brace syntax, by the package it uses (``braceexpand``):
+    ranges multiply out, ``{a,b}`` lists and nesting are supported.
     """
-    m = _BRACE.search(pattern)
-    if m:
-        lo, hi = m.group(1), m.group(2)
-        width = len(lo) if lo.startswith("0") or len(lo) == len(hi) else 0
-        step = 1 if int(hi) >= int(lo) else -1
-        head, tail = pattern[: m.start()], pattern[m.end() :]
-        return [
-            name
-            for i in range(int(lo), int(hi) + step, step)
-            for name in expand_braces(f"{head}{i:0{width}d}{tail}")
-        ]
-    m = re.search(r"\{([^{}]*,[^{}]*)\}", pattern)
-    if m:
-        head, tail = pattern[: m.start()], pattern[m.end() :]
-        return [
-            name for alt in m.group(1).split(",") for name in expand_braces(f"{head}{alt}{tail}")
-        ]
-    return [pattern]
+    return list(braceexpand(pattern))
 
 
 def brace_range(prefix: str, first: int, last: int, suffix: str = ".shard", width: int = 6) -> str:
