@@ -287,3 +287,10 @@ def test_reindex_rebuilds_a_lost_catalog_from_another_folder(tmp_path):
 
     missing = run("reindex", "train", "../data/train/*.nothing", "-c", url, cwd=second)
     assert missing.returncode == 1 and "no file matches" in missing.stderr
+
+
+def test_sql_defaults_repeated_for_a_fast_help_agree_with_the_runner():
+    from shardcat.catalog import readonly
+    from shardcat.cli import sql_cmd
+
+    assert sql_cmd.DEFAULT_TIMEOUT == readonly.DEFAULT_TIMEOUT
