@@ -11,11 +11,46 @@ import numpy as np
 from .footer import EntrySpec, Footer
 from .header import Header
 
-__all__ = ["ShardInfo"]
+__all__ = ["RowArrays", "ShardInfo"]
+
+
+class RowArrays:
+    """Accessors over a summary's footer-layout rows, shared by native and tar shards."""
+
+    __slots__ = ()
+    records: np.ndarray
+    """RECORD_ROW_DTYPE rows: offset, length, key_hash, key_length, entry_count."""
+    entries: np.ndarray
+    """ENTRY_ROW_DTYPE rows: offset (in record), size, crc, spec; concatenated per record."""
+
+    @property
+    def record_count(self) -> int:
+        return len(self.records)
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return self.records["offset"]
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.records["length"]
+
+    @property
+    def key_hashes(self) -> np.ndarray:
+        return self.records["key_hash"]
+
+    def entry_starts(self) -> np.ndarray:
+        """Index of each record's first entry row; one more item than records."""
+        starts = np.zeros(len(self.records) + 1, dtype=np.int64)
+        np.cumsum(self.records["entry_count"], out=starts[1:])
+        return starts
+
+    def payload_bytes(self) -> int:
+        return int(self.entries["size"].sum()) if len(self.entries) else 0
 
 
 @dataclass(frozen=True, slots=True)
-class ShardInfo:
+class ShardInfo(RowArrays):
     """Summary of one complete shard.
 
     The writer returns it from ``close()``; a reader builds the same from the
@@ -37,10 +72,6 @@ class ShardInfo:
     specs: list[EntrySpec] = field(default_factory=list)
 
     @property
-    def record_count(self) -> int:
-        return len(self.records)
-
-    @property
     def version(self) -> tuple[int, int]:
         return self.header.version
 
@@ -56,26 +87,6 @@ class ShardInfo:
     @property
     def file_id(self) -> str:
         return self.header.file_id.hex()
-
-    @property
-    def offsets(self) -> np.ndarray:
-        return self.records["offset"]
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return self.records["length"]
-
-    @property
-    def key_hashes(self) -> np.ndarray:
-        return self.records["key_hash"]
-
-    def entry_starts(self) -> np.ndarray:
-        starts = np.zeros(len(self.records) + 1, dtype=np.int64)
-        np.cumsum(self.records["entry_count"], out=starts[1:])
-        return starts
-
-    def payload_bytes(self) -> int:
-        return int(self.entries["size"].sum()) if len(self.entries) else 0
 
     @classmethod
     def from_footer(cls, path: str, header: Header, footer: Footer) -> ShardInfo:

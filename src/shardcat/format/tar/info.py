@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..footer import EntrySpec
+from ..info import RowArrays
 from .spec import BLOCK
 
 __all__ = ["TarEntry", "TarSample", "TarShardInfo"]
@@ -49,7 +50,7 @@ class TarSample:
 
 
 @dataclass(frozen=True, slots=True)
-class TarShardInfo:
+class TarShardInfo(RowArrays):
     """Summary of one scanned tar, shaped like :class:`~shardcat.format.ShardInfo`.
 
     ``records``, ``entries`` and ``specs`` use the native footer's row
@@ -75,31 +76,6 @@ class TarShardInfo:
     entries: np.ndarray = field(repr=False)
     """ENTRY_ROW_DTYPE: offset (from the record's first byte), size, crc, spec."""
     specs: list[EntrySpec] = field(default_factory=list)
-
-    @property
-    def record_count(self) -> int:
-        return len(self.records)
-
-    @property
-    def offsets(self) -> np.ndarray:
-        return self.records["offset"]
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return self.records["length"]
-
-    @property
-    def key_hashes(self) -> np.ndarray:
-        return self.records["key_hash"]
-
-    def entry_starts(self) -> np.ndarray:
-        """Index of each record's first entry row; one more item than records."""
-        starts = np.zeros(len(self.records) + 1, dtype=np.int64)
-        np.cumsum(self.records["entry_count"], out=starts[1:])
-        return starts
-
-    def payload_bytes(self) -> int:
-        return int(self.entries["size"].sum()) if len(self.entries) else 0
 
     def payload_offsets(self) -> np.ndarray:
         """Each entry's payload offset in the tar (uint64, archive order)."""
