@@ -29,7 +29,7 @@ from ..errors import (
     ShardNotFoundError,
     StorageError,
 )
-from ..format import Record, recordcodec
+from ..format import Entry, Record, recordcodec
 from ..format.checksums import signed_key_hash
 from ..format.records import decode_entry
 from ..format.spec import Codec
@@ -193,16 +193,9 @@ class Lookup:
         hi = max(w[3] + w[4] for w in wanted)
         try:
             data = memoryview(self._sources.read(url, offset + lo, offset + hi))
-            for name, ctype, codec, e_off, size, crc in wanted:
-                record.entries[name] = decode_entry(
-                    data[e_off - lo : e_off - lo + size],
-                    name=name,
-                    content_type=ctype,
-                    codec=codec,
-                    size=size,
-                    crc=crc,
-                    path=url,
-                    offset=offset + e_off,
+            for w in wanted:
+                record.entries[w[0]] = _wanted_entry(
+                    data[w[3] - lo : w[3] - lo + w[4]], w, url, offset
                 )
         except (OSError, FormatError) as e:
             raise self._read_failed(e, url, dataset) from e
@@ -291,17 +284,8 @@ class Lookup:
                     )
                 else:
                     record = Record(key, {}, offset=offset, length=length)
-                    for name, ctype, codec, e_off, size, crc in wanted:
-                        record.entries[name] = decode_entry(
-                            views[at],
-                            name=name,
-                            content_type=ctype,
-                            codec=codec,
-                            size=size,
-                            crc=crc,
-                            path=url,
-                            offset=offset + e_off,
-                        )
+                    for w in wanted:
+                        record.entries[w[0]] = _wanted_entry(views[at], w, url, offset)
                         at += 1
             except FormatError as e:
                 raise self._read_failed(e, url, dataset) from e
@@ -342,6 +326,23 @@ class Lookup:
     def close(self) -> None:
         self._sources.close()
         self.raw.close()
+
+
+def _wanted_entry(
+    view: memoryview, wanted: tuple[str, str, Codec, int, int, int], url: str, offset: int
+) -> Entry:
+    """One asked-for entry of the record at ``offset``, from the bytes of its payload, checked."""
+    name, ctype, codec, e_off, size, crc = wanted
+    return decode_entry(
+        view,
+        name=name,
+        content_type=ctype,
+        codec=codec,
+        size=size,
+        crc=crc,
+        path=url,
+        offset=offset + e_off,
+    )
 
 
 def unknown_dataset(name: str, known: list[str]) -> DatasetNotFoundError:
