@@ -143,7 +143,9 @@ def bench_lookups(tmp: str, path: str, info, count: int, seed: int = 0) -> dict[
         cat.create_dataset("native", tmp)
         cat.register_shard("native", w.close())
         ids = {name: cat.dataset(name).id for name in ("tar", "native")}
-        times: dict[str, list[float]] = {n: [] for n in ("tar", "native", "tar_floor", "native_floor")}
+        times: dict[str, list[float]] = {
+            n: [] for n in ("tar", "native", "tar_floor", "native_floor")
+        }
         for k in keys[:200]:  # connections, statements, open files, page cache
             for name in ("tar", "native"):
                 cat.get(name, k)
@@ -240,7 +242,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"  {name:<6}: {lookups[f'{name}_p50_ms']:.4f} ms, floor "
                     f"{lookups[f'{name}_floor_p50_ms']:.4f} ms, ratio {lookups[f'{name}_ratio']}"
                 )
-            print(f"  tar / native: {lookups['tar_vs_native']} (target: the same ratio to the floor)")
+            print(
+                f"  tar / native: {lookups['tar_vs_native']} (target: the same ratio to the floor)"
+            )
     return 0
 
 
