@@ -229,3 +229,20 @@ def test_every_kind_the_schema_allows_has_its_operations():
     assert tuple(KINDS) == SHARD_KINDS
     with pytest.raises(FormatError, match="unknown"):
         shard_kind("zip")
+
+
+def test_gc_forgets_an_aborted_tar_row_but_never_deletes_the_tar(catalog_url, tmp_path):
+    from shardcat.orchestration.gc import gc
+
+    a = write_wds_tar(tmp_path / "a.tar", n=3)
+    with Catalog(catalog_url) as cat:
+        cat.create_dataset("wds", str(tmp_path))  # the tar lies under the dataset's root
+        job = cat.begin_job("wds")
+        cat.register_shard("wds", scan_tar(a), job=job)
+        cat.abort_job(job)
+        assert [s.state for s in cat.shards("wds", state=None)] == ["deleted"]
+        report = gc(cat, "wds")
+        assert a.exists()
+        assert report.deleted_shards == [] and report.orphans == []
+        assert any("indexed in place" in k for k in report.kept)
+        assert cat.shards("wds", state=None) == []  # the tombstone is forgotten

@@ -146,3 +146,45 @@ def test_taridx_import_refuses_a_fid_past_the_pattern(sqlite_url, tars, tmp_path
     path.write_bytes(index.to_bytes())
     with pytest.raises(TaridxError, match="fid 2"):
         import_taridx(sqlite_url, str(path), [str(t) for t in tars[:2]], dataset="x")
+
+
+def test_a_worker_killed_while_scanning_a_tar_still_indexes_every_sample_once(
+    client, sqlite_url, tars
+):
+    from .killtar import PROTOCOL, register
+
+    register()
+    client.run(register)
+    urls = [f"{PROTOCOL}://{t}" for t in tars]
+    summary = shardcat.index_tar(urls, catalog=sqlite_url, dataset="wds", client=client)
+    assert (tars[0].parent / "killed").exists()  # the kill really happened
+    assert summary.records == 90
+    expected = [s for t in tars for s in wds_samples(t)]
+    with Catalog(sqlite_url) as cat:
+        shards = cat.shards("wds")
+        assert [s.url for s in shards] == urls
+        assert sum(s.record_count for s in shards) == 90
+        assert [
+            _as_dict(r) for r in cat.get_many("wds", [s["__key__"] for s in expected])
+        ] == expected
+        assert cat.verify("wds").ok
+
+
+def test_tars_from_webdataset_shardwriter_by_glob(client, sqlite_url, tmp_path):
+    import webdataset as wds
+
+    folder = tmp_path / "sw"
+    folder.mkdir()
+    with wds.ShardWriter(str(folder / "part-%06d.tar"), maxcount=25) as sink:
+        for i in range(60):
+            sink.write({"__key__": f"k{i:04d}", "txt": f"text {i}", "npy.bin": bytes([i]) * i})
+    written = sorted(folder.glob("*.tar"))
+    assert len(written) == 3
+    summary = shardcat.index_tar(
+        str(folder / "*.tar"), catalog=sqlite_url, dataset="sw", client=client
+    )
+    assert summary.records == 60 and summary.tars == [str(p) for p in written]
+    with Catalog(sqlite_url) as cat:
+        for p in written:
+            for s in wds_samples(p):
+                assert _as_dict(cat.get("sw", s["__key__"])) == s
