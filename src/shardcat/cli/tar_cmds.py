@@ -125,6 +125,12 @@ def import_(
     dataset: Annotated[
         str, typer.Option("--dataset", "-d", help="The dataset's name.", metavar="NAME")
     ],
+    workers: Annotated[
+        int | None, typer.Option(min=1, help="Local Dask worker processes (default: per core).")
+    ] = None,
+    scheduler: Annotated[
+        str | None, typer.Option(help="A running Dask scheduler's address.", metavar="ADDRESS")
+    ] = None,
 ) -> None:
     """Register the tars a .taridx file indexes; every tar must match its rows.
 
@@ -133,10 +139,20 @@ def import_(
     """
     from ..orchestration.taridx_io import import_taridx
 
+    if workers is not None and scheduler is not None:
+        raise typer.BadParameter("give --workers or --scheduler, not both", param_hint="--workers")
     state = state_of(ctx)
     _quiet_dask(state.verbose)
-    with open_catalog(state, create=True) as cat:
+    with (
+        open_catalog(state, create=True) as cat,
+        _client(workers, scheduler, tars) as client,
+    ):
         summary = import_taridx(
-            cat, in_path, tars, dataset=dataset, storage_options=state.storage_options
+            cat,
+            in_path,
+            tars,
+            dataset=dataset,
+            storage_options=state.storage_options,
+            client=client,
         )
     state.out.taridx_done("imported", in_path, dataset, len(summary.tars), summary.records)
