@@ -139,7 +139,7 @@ class _FaultyFile:
         return iter(self._f)
 
 
-class FaultyFileSystem(LocalFileSystem):
+class FaultyFileSystem(LocalFileSystem):  # type: ignore[misc]  # fsspec is untyped
     """Local files under ``faulty://``, failing as the registered plan says."""
 
     protocol = PROTOCOL
