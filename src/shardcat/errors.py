@@ -45,6 +45,7 @@ __all__ = [
     "ShardcatError",
     "StorageCredentialsError",
     "StorageError",
+    "StorageFullError",
     "StoragePermissionError",
     "StorageUnreachableError",
     "TruncatedError",
@@ -271,6 +272,10 @@ class StoragePermissionError(StorageError, PermissionError):
 
 class StorageUnreachableError(StorageError, ConnectionError):
     """The store's endpoint could not be reached (refused, unknown host, timed out)."""
+
+
+class StorageFullError(StorageError):
+    """The disk or quota is full (ENOSPC, EDQUOT): nothing was published; free space and rerun."""
 
 
 class BucketNotFoundError(ShardNotFoundError, StorageError):
