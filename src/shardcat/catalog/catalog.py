@@ -8,7 +8,10 @@ its session to a module function that holds the SQL: ``datasets.py``,
 
 from __future__ import annotations
 
+import datetime as dt
+import random
 import threading
+import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -18,7 +21,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from .._types import StorageOptions
+from .._types import OnDuplicate, StorageOptions
 from ..errors import CatalogError
 from ..format import Record, ShardInfo
 from ..storage import expand_braces
@@ -27,8 +30,10 @@ from . import jobs as _jobs
 from . import keys as _keys
 from . import maintenance as _maintenance
 from . import shards as _shards
+from . import versions as _versions
 from .connection import fork_generation
-from .lookup import LayoutCache, Lookup
+from .jobs import VersionMoved
+from .lookup import LayoutCache, Lookup, Version
 from .migrate import ensure_schema
 from .register import prepare_shard
 from .results import (
@@ -40,7 +45,10 @@ from .results import (
     JobInfo,
     Location,
     ShardRow,
+    VersionDiff,
+    VersionInfo,
 )
+from .rows import shard_row
 from .session import (
     DEFAULT_BUSY_TIMEOUT,
     absolute_sqlite_url,
@@ -50,7 +58,10 @@ from .session import (
     unit_of_work,
 )
 
-__all__ = ["Catalog", "CatalogHandle"]
+__all__ = ["COMMIT_ATTEMPTS", "Catalog", "CatalogHandle"]
+
+COMMIT_ATTEMPTS = 8
+"""How often a commit that lost the race for the dataset's version is retried (whole transaction)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +326,10 @@ class Catalog:
     def shards(self, dataset: str, state: str | None = "committed") -> list[ShardRow]:
         """The dataset's shards in one state (``None``: all), by shard number then URL.
 
+        ``"committed"`` lists the latest version's shards; a committed shard
+        only older kept versions read (``removed_version`` set) is listed
+        with ``state=None``.
+
         Raises
         ------
         DatasetNotFoundError
@@ -385,10 +400,18 @@ class Catalog:
         job_id = job.id if isinstance(job, JobInfo) else job
         state = _shards.registration_state(job_id, state)
         prep = prepare_shard(info)  # numpy work on the footer: before taking the write lock
-        with self._uow(write=True) as s:
-            return _shards.register_shard(
-                s, dataset, prep, job_id=job_id, state=state, catalog=self.url
-            )
+        out: list[ShardRow] = []
+
+        def attempt() -> None:
+            with self._uow(write=True) as s:
+                out.append(
+                    _shards.register_shard(
+                        s, dataset, prep, job_id=job_id, state=state, catalog=self.url
+                    )
+                )
+
+        _with_retries(attempt)
+        return out[-1]
 
     def remove_shard(self, dataset: str, url: str) -> ShardRow:
         """Take a committed shard out of the dataset (state ``deleted``; the file is not touched).
@@ -464,6 +487,9 @@ class Catalog:
         replace: bool = False,
         shards: Collection[str] | None = None,
         require_empty: bool = False,
+        on_duplicate: OnDuplicate = "error",
+        operation: str | None = None,
+        message: str | None = None,
     ) -> JobInfo:
         """Make every staged shard of the job visible, together, in one transaction.
 
@@ -486,12 +512,25 @@ class Catalog:
             (left by killed or lost attempts) are retired instead.
         require_empty:
             Commit only if the dataset has no committed shard yet.
+        on_duplicate:
+            A key of the job already live in the dataset: ``"error"``
+            (DuplicateKeyError), ``"replace"`` (the new version points at the
+            job's record) or ``"skip"`` (the live record stays).
+        operation, message:
+            Recorded in the new version's row (:meth:`log`).
+
+        The commit is optimistic: a conditional update of the dataset's
+        version. A commit that lost the race to another one is retried, as a
+        whole, up to ``COMMIT_ATTEMPTS`` times; jobs on disjoint keys all land.
 
         Raises
         ------
         DuplicateKeyError
             If a key repeats within the job or exists among committed records;
             nothing becomes visible and the job stays open (abort it).
+        KeyConflictError
+            ``on_duplicate`` replace/skip and another commit changed some of
+            the job's keys after it began (the error names them).
         CommitConflictError
             If the job was aborted, the dataset moved past ``expected_version``,
             or a shard of the manifest is not staged.
@@ -501,16 +540,23 @@ class Catalog:
             If there is no such job.
         """
         job_id = job.id if isinstance(job, JobInfo) else job
-        with self._uow(write=True) as s:
-            _jobs.commit_job(
-                s,
-                job_id,
-                catalog=self.url,
-                expected_version=expected_version,
-                replace=replace,
-                shards=shards,
-                require_empty=require_empty,
-            )
+
+        def attempt() -> None:
+            with self._uow(write=True) as s:
+                _jobs.commit_job(
+                    s,
+                    job_id,
+                    catalog=self.url,
+                    expected_version=expected_version,
+                    replace=replace,
+                    shards=shards,
+                    require_empty=require_empty,
+                    on_duplicate=on_duplicate,
+                    operation=operation,
+                    message=message,
+                )
+
+        _with_retries(attempt)
         return self.job(job_id)
 
     def abort_job(self, job: int | JobInfo) -> JobInfo:
@@ -530,7 +576,14 @@ class Catalog:
 
     # --- lookups ---------------------------------------------------------
 
-    def get(self, dataset: str, key: str, entries: Iterable[str] | None = None) -> Record:
+    def get(
+        self,
+        dataset: str,
+        key: str,
+        entries: Iterable[str] | None = None,
+        *,
+        version: Version = None,
+    ) -> Record:
         """The record with exactly this key: one SQL query, then one ranged read.
 
         Parameters
@@ -541,11 +594,15 @@ class Catalog:
             The key (compared exactly: a hash collision never returns another record).
         entries:
             Read only these entries' bytes (the rest of the record is not read).
+        version:
+            A kept version's number or a tag (default: the latest version).
 
         Raises
         ------
         KeyNotFoundError
-            If no committed record has this key.
+            If no committed record has this key (at that version).
+        VersionNotFoundError
+            If the dataset has no such kept version or tag.
         DatasetNotFoundError
             If there is no such dataset.
         ShardNotFoundError
@@ -553,10 +610,15 @@ class Catalog:
         ChecksumError, FormatError
             If the shard changed since it was registered.
         """
-        return self._lookup().get(dataset, key, entries)
+        return self._lookup().get(dataset, key, entries, version)
 
     def get_many(
-        self, dataset: str, keys: Iterable[str], entries: Iterable[str] | None = None
+        self,
+        dataset: str,
+        keys: Iterable[str],
+        entries: Iterable[str] | None = None,
+        *,
+        version: Version = None,
     ) -> BatchResult:
         """Records for many keys, in input order: one query, then coalesced concurrent reads.
 
@@ -570,9 +632,9 @@ class Catalog:
         ShardNotFoundError, ChecksumError, FormatError
             As for :meth:`get`.
         """
-        return self._lookup().get_many(dataset, keys, entries)
+        return self._lookup().get_many(dataset, keys, entries, version)
 
-    def locate(self, dataset: str, key: str) -> Location:
+    def locate(self, dataset: str, key: str, *, version: Version = None) -> Location:
         """Where the record is: shard URL, byte offset and length (one query, no read).
 
         Raises
@@ -580,7 +642,134 @@ class Catalog:
         KeyNotFoundError, DatasetNotFoundError
             As for :meth:`get`.
         """
-        return self._lookup().locate(dataset, key)
+        return self._lookup().locate(dataset, key, version)
+
+    # --- versions --------------------------------------------------------
+
+    def log(self, dataset: str) -> list[VersionInfo]:
+        """The dataset's kept versions, newest first, with counts and tags.
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If there is no such dataset.
+        """
+        with self._uow() as s:
+            return _versions.list_versions(s, dataset)
+
+    def tag(self, dataset: str, version: int | str, name: str, *, move: bool = False) -> int:
+        """Name a kept version (a tagged version is never expired); returns its number.
+
+        Raises
+        ------
+        VersionNotFoundError
+            If there is no such kept version.
+        ValueError
+            If the tag names another version (and not ``move``), or the name is a number.
+        """
+        with self._uow(write=True) as s:
+            return _versions.set_tag(s, dataset, version, name, move=move)
+
+    def untag(self, dataset: str, name: str) -> int:
+        """Remove a tag; returns the version it named.
+
+        Raises
+        ------
+        VersionNotFoundError
+            If the dataset has no such tag.
+        """
+        with self._uow(write=True) as s:
+            return _versions.untag(s, dataset, name)
+
+    def diff(
+        self, dataset: str, old: int | str, new: int | str, *, keys: bool = False
+    ) -> VersionDiff:
+        """Keys added, removed and replaced from version ``old`` to ``new`` (with the keys if asked).
+
+        Raises
+        ------
+        VersionNotFoundError
+            If either version is not kept.
+        """
+        with self._uow() as s:
+            return _versions.diff_versions(s, dataset, old, new, keys=keys)
+
+    def delete_keys(
+        self,
+        dataset: str,
+        keys: Iterable[str],
+        *,
+        missing_ok: bool = False,
+        message: str | None = None,
+    ) -> int:
+        """A new version without these keys; no shard is rewritten. Returns its number.
+
+        Older versions still resolve the keys to their bytes until they expire.
+
+        Raises
+        ------
+        KeyNotFoundError
+            If a key has no live record and not ``missing_ok`` (nothing changes).
+        """
+        wanted = list(keys)
+        out: list[int] = []
+
+        def attempt() -> None:
+            with self._uow(write=True) as s:
+                out.append(
+                    _jobs.commit_delete(s, dataset, wanted, missing_ok=missing_ok, message=message)
+                )
+
+        _with_retries(attempt)
+        return out[-1]
+
+    def expire(
+        self,
+        dataset: str,
+        *,
+        keep_last: int,
+        older_than: dt.timedelta | None = None,
+        dry_run: bool = False,
+    ) -> _versions.ExpireResult:
+        """Drop old untagged versions (never the latest); shards no kept version sees become ``deleted``.
+
+        Their files stay until :func:`shardcat.orchestration.gc` removes them.
+
+        Parameters
+        ----------
+        keep_last:
+            Keep this many newest versions (at least 1).
+        older_than:
+            Only expire versions older than this.
+        dry_run:
+            Report what would expire; change nothing.
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If there is no such dataset.
+        """
+        with self._uow(write=not dry_run) as s:
+            return _versions.expire_versions(
+                s, dataset, keep_last=keep_last, older_than=older_than, dry_run=dry_run
+            )
+
+    def visible_shards(
+        self, dataset: str, version: Version = None
+    ) -> tuple[int, list[tuple[ShardRow, frozenset[int]]]]:
+        """The version's number and its shards, each with the offsets of records it hides.
+
+        What :func:`shardcat.read` streams: a shard's records minus the hidden
+        ones (deleted, replaced or skipped at that version).
+
+        Raises
+        ------
+        VersionNotFoundError
+            If there is no such kept version or tag.
+        """
+        with self._uow() as s:
+            number, rows = _versions.visible_shards(s, dataset, version)
+            return number, [(shard_row(r, dataset), hidden) for r, hidden in rows]
 
     # --- maintenance -----------------------------------------------------
 
@@ -667,6 +856,21 @@ class Catalog:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _with_retries(attempt: Callable[[], None]) -> None:
+    """Run a commit transaction; rerun it when another commit took the version first (bounded)."""
+    for n in range(COMMIT_ATTEMPTS):
+        try:
+            attempt()
+            return
+        except VersionMoved as e:
+            if n == COMMIT_ATTEMPTS - 1:
+                raise VersionMoved(
+                    f"{e}; gave up after {COMMIT_ATTEMPTS} attempts (other writers kept "
+                    "committing first): retry later"
+                ) from e
+            time.sleep(random.uniform(0, 0.02 * 2**n))  # jitter: losers do not collide again
 
 
 def _reopen(handle: CatalogHandle) -> Catalog:

@@ -55,6 +55,8 @@ def shard_row(row: Shard, dataset: str) -> ShardRow:
         data_crc=int(row.data_crc),
         footer_crc=int(row.footer_crc),
         metadata=dict(row.user_metadata or {}),
+        added_version=None if row.added_version is None else int(row.added_version),
+        removed_version=None if row.removed_version is None else int(row.removed_version),
     )
 
 

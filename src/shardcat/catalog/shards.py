@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
-from sqlalchemy import select, true, update
+from sqlalchemy import select, true
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -23,7 +23,7 @@ from .models import LIVE_STATES, Dataset, Job, Shard
 from .register import PreparedShard, ensure_layouts, insert_records
 from .results import ShardRow
 from .rows import shard_row
-from .session import NO_SYNC
+from .versions import mark_fully_removed, record_version, remove_records
 
 __all__ = [
     "insert_shard",
@@ -44,6 +44,8 @@ def list_shards(session: Session, dataset: str, state: str | None) -> list[Shard
     q = select(Shard).where(Shard.dataset_id == ds.id)
     if state is not None:
         q = q.where(Shard.state == state)
+    if state == "committed":  # the latest version's shards, not those only older versions read
+        q = q.where(Shard.removed_version.is_(None))
     q = q.order_by(Shard.shard_number, Shard.url, Shard.id)
     return [shard_row(r, ds.name) for r in session.execute(q).scalars()]
 
@@ -165,16 +167,30 @@ def remove_shard(session: Session, dataset: str, url: str) -> ShardRow:
     url = redact(url)
     ds = find_dataset(session, dataset)
     row = session.execute(
-        select(Shard).where(Shard.dataset_id == ds.id, Shard.url == url, Shard.state == "committed")
+        select(Shard).where(
+            Shard.dataset_id == ds.id,
+            Shard.url == url,
+            Shard.state == "committed",
+            Shard.removed_version.is_(None),
+        )
     ).scalar_one_or_none()
     if row is None:
         raise ShardNotFoundError(
             f"no committed shard {url} in dataset {dataset!r}; list them with Catalog.shards()"
         )
-    jobs.retire(session, [row.id])
-    session.execute(
-        update(Dataset).where(Dataset.id == ds.id).values(version=Dataset.version + 1),
-        execution_options=NO_SYNC,
+    # A new version without the shard's records; older versions still see them.
+    version = jobs.bump_version(session, ds, None)
+    removed = remove_records(session, "records.shard_id = :shard", {"shard": row.id, "v": version})
+    mark_fully_removed(session, ds.id, version)
+    record_version(
+        session,
+        ds.id,
+        version,
+        job_id=None,
+        operation="remove_shard",
+        message=url,
+        added=(0, 0),
+        removed=removed,
     )
     return shard_row(session.get_one(Shard, row.id, populate_existing=True), ds.name)
 

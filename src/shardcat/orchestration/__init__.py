@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .files import FileSource, from_files
+from .keys import delete_keys
 from .progress import WriteProgress, WriteProgressCallback
 from .progress_bar import WriteProgressBar
 from .read import iter_shard, read
@@ -14,6 +15,7 @@ __all__ = [
     "WriteProgressBar",
     "WriteProgressCallback",
     "WriteSummary",
+    "delete_keys",
     "from_files",
     "iter_shard",
     "read",
