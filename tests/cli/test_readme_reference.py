@@ -52,12 +52,20 @@ def test_documented_options_exist():
             "--skip-unmatched",
             "--workers",
             "--scheduler",
+            "--on-duplicate",
+            "--message",
         ],
-        "get": ["--keys-from"],
+        "get": ["--keys-from", "--version"],
         "gc": ["--grace", "--stale-after", "--dry-run"],
         "sql": ["--limit", "--timeout", "--max-bytes", "--role"],
         "catalog": ["upgrade", "current", "create-readonly-role"],
         "demo": ["--out", "--samples", "--workers", "--scheduler"],
+        "log": [],
+        "tag": ["--move"],
+        "untag": [],
+        "diff": ["--keys"],
+        "delete-keys": ["--keys-from", "--missing-ok", "--message"],
+        "expire": ["--keep-last", "--older-than", "--dry-run"],
     }.items():
         text = cli_help(command)
         for option in options:

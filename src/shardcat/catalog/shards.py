@@ -125,7 +125,25 @@ def register_shard(
 
 
 def _check_url_free(session: Session, ds: Dataset, prep: PreparedShard, job_id: int | None) -> None:
-    """Refuse a URL that a live row of another job names (the unique index backs this up)."""
+    """Refuse a URL that a live row of another job names (the unique index backs this up).
+
+    A committed row that only older versions read (its records all removed)
+    gives way: it is retired, so the file gets fresh rows in a new version;
+    the versions that read it through the old row no longer do.
+    """
+    gone = (
+        session.execute(
+            select(Shard.id).where(
+                Shard.dataset_id == ds.id,
+                Shard.url == prep.url,
+                Shard.state == "committed",
+                Shard.removed_version.is_not(None),
+            )
+        )
+        .scalars()
+        .all()
+    )
+    jobs.retire(session, list(gone))
     taken = session.execute(
         select(Shard.state, Shard.job_id).where(
             Shard.dataset_id == ds.id,

@@ -58,12 +58,13 @@ def _root(
 
 
 def _register() -> None:
-    from . import dataset_cmds, maintenance_cmds, shard_cmds, sql_cmd, write_cmd
+    from . import dataset_cmds, maintenance_cmds, shard_cmds, sql_cmd, version_cmds, write_cmd
     from .catalog import catalog_app
 
     write_cmd.register(app)
     dataset_cmds.register(app)
     maintenance_cmds.register(app)
+    version_cmds.register(app)
     sql_cmd.register(app)
     shard_cmds.register(app)
     use_global_options(app)
