@@ -102,3 +102,50 @@ def test_two_processes_replacing_one_key_one_lands_the_other_is_told(pg_train):
         assert cat.get("train", "a")["txt"].decode() == f"a@{winner}"
         assert cat.get("train", "a", version=1)["txt"].decode() == "a@0"
         assert cat.get_many("train", [f"{loser}1"]).missing == [f"{loser}1"]
+
+
+def test_a_commit_that_loses_the_version_race_is_retried(pg_train):
+    """The commit reads version 1, another commit moves it to 2 first: retried, it lands as 3."""
+    import threading
+    import time
+
+    import sqlalchemy as sa
+
+    url, root = pg_train
+    with Catalog(url) as cat:
+        job = cat.begin_job("train")
+        cat.register_shard("train", write_shard(f"{root}/late.shard", ["late"]), job=job)
+        engine = sa.create_engine(url)
+        other = engine.connect()
+        tx = other.begin()
+        # Another commit, holding the dataset row's lock until it commits.
+        other.execute(sa.text("UPDATE datasets SET version = version + 1 WHERE name = 'train'"))
+        other.execute(
+            sa.text(
+                "INSERT INTO dataset_versions (dataset_id, number, operation) "
+                "SELECT id, version, 'write' FROM datasets WHERE name = 'train'"
+            )
+        )
+        outcome: list[object] = []
+        thread = threading.Thread(target=lambda: outcome.append(cat.commit_job(job).version))
+        thread.start()
+        with engine.connect() as watch:
+            waiting = 0
+            for _ in range(600):  # until our commit's UPDATE waits for the row lock
+                waiting = watch.execute(
+                    sa.text(
+                        "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                        "WHERE NOT l.granted AND a.query LIKE 'UPDATE datasets%'"
+                    )
+                ).scalar_one()
+                if waiting:
+                    break
+                time.sleep(0.05)
+        assert waiting, "the commit never waited for the other one's lock"
+        tx.commit()
+        other.close()
+        thread.join(_TIMEOUT)
+        engine.dispose()
+        assert outcome == [3]
+        assert [v.number for v in cat.log("train")] == [3, 2, 1]
+        assert cat.get("train", "late").key == "late"
