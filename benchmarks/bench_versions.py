@@ -11,8 +11,8 @@ Usage::
     .venv/bin/python benchmarks/bench_versions.py [--keys 100000] [--point 5000]
         [--versions 3] [--latest-only]
 
-``--versions N`` makes N-1 more versions (each replaces 10 % of the keys and
-deletes 1 %) before measuring; ``--latest-only`` measures only the latest
+``--versions N`` runs N-1 rounds before measuring, each two versions: an
+append replacing 10 % of the keys, then a delete of 1 %; ``--latest-only`` measures only the latest
 version (and runs against a shardcat without versions, for a before/after).
 Nothing here is a test: it prints measured values and ratios, never asserts.
 """

@@ -406,10 +406,17 @@ class TextOutput(Output):
         rows: list[list[Any]] = [["aborted job", j] for j in report.aborted_jobs]
         rows += [["deleted shard", u] for u in report.deleted_shards]
         rows += [["orphan file", u] for u in report.orphans]
+        for row in rows:  # size and reason, where gc knows them (removed objects)
+            size = report.sizes.get(str(row[1]))
+            row += ["" if size is None else format_bytes(size), report.reasons.get(str(row[1]), "")]
         rows += [["kept", k] for k in report.kept]
         rows += [["error", e] for e in report.errors]
         if rows:
-            self._table("Would remove" if report.dry_run else "Removed", ["what", "item"], rows)
+            self._table(
+                "Would remove" if report.dry_run else "Removed",
+                ["what", "item", "size", "reason"],
+                rows,
+            )
         self._summary(str(report))
 
     def deleted(self, dataset: str, report: DeleteReport, *, shards: int, size: int) -> None:
