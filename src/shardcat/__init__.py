@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from . import storage as storage
     from .catalog import Catalog
     from .format import Codec, Entry, Record, ShardInfo, VerifyReport
-    from .orchestration import from_files, index_tar, read, write
+    from .orchestration import delete_keys, from_files, index_tar, read, write
     from .storage.shards import RollingShardWriter, ShardReader, ShardWriter, open_shard
 
 __all__ = [
@@ -55,6 +55,7 @@ __all__ = [
     "VerifyReport",
     "VersionError",
     "__version__",
+    "delete_keys",
     "from_files",
     "index_tar",
     "open_shard",
@@ -78,6 +79,7 @@ _LAZY = {
     "ShardWriter": ".storage.shards",
     "open_shard": ".storage.shards",
     "Catalog": ".catalog",
+    "delete_keys": ".orchestration",
     "from_files": ".orchestration",
     "index_tar": ".orchestration",
     "read": ".orchestration",

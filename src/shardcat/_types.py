@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Protocol, runtime_checkable
+from typing import Any, BinaryIO, Literal, Protocol, get_args, runtime_checkable
 
-__all__ = ["ByteRange", "RangeSource", "StorageOptions"]
+__all__ = ["ON_DUPLICATE", "ByteRange", "OnDuplicate", "RangeSource", "StorageOptions"]
+
+OnDuplicate = Literal["error", "replace", "skip"]
+"""What an append does with a key already live in the dataset (see ``shardcat.write``)."""
+ON_DUPLICATE: tuple[str, ...] = get_args(OnDuplicate)
 
 StorageOptions = Mapping[str, Any]
 """Keyword arguments for an fsspec filesystem (credentials, endpoint, ...)."""

@@ -33,6 +33,7 @@ __all__ = [
     "Hint",
     "InvalidKeyError",
     "JobNotFoundError",
+    "KeyConflictError",
     "KeyNotFoundError",
     "NewerVersionWarning",
     "ObjectExistsError",
@@ -51,6 +52,7 @@ __all__ = [
     "TruncatedError",
     "UnmatchedFilesError",
     "VersionError",
+    "VersionNotFoundError",
     "WriterClosedError",
 ]
 
@@ -329,6 +331,22 @@ class DatasetExistsError(CatalogError):
 
 class CommitConflictError(CatalogError):
     """Another writer changed the dataset between this job's start and its commit."""
+
+
+class KeyConflictError(CommitConflictError):
+    """Keys the job changes were changed by another commit since the job began.
+
+    ``keys`` names them (at most 1,000). Nothing of the job became visible:
+    rerun it against the current version.
+    """
+
+    def __init__(self, message: str, keys: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.keys = list(keys or [])
+
+
+class VersionNotFoundError(CatalogError, KeyError):
+    """The dataset has no such version (never made, or expired) or no such tag."""
 
 
 class QueryError(CatalogError):

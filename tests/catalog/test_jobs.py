@@ -156,8 +156,10 @@ def test_every_commit_is_a_job_and_a_version(cat, local_root):
     with pytest.raises(ShardNotFoundError, match="no committed shard"):
         cat.remove_shard("train", _url(local_root, 9))
     removed = cat.remove_shard("train", _url(local_root, 0))
-    assert removed.state == "deleted"
+    # Out of the latest version, still read by version 2 (until it expires).
+    assert (removed.state, removed.removed_version) == ("committed", 3)
     assert cat.dataset("train").version == 3
+    assert cat.get("train", "a", version=2).key == "a"
     with pytest.raises(KeyNotFoundError):
         cat.get("train", "a")
     assert [s.url for s in cat.shards("train")] == [_url(local_root, 1)]
@@ -190,6 +192,11 @@ def test_commit_with_replace_makes_the_job_the_whole_dataset(cat, local_root):
     cat.register_shard("train", write_shard(_url(local_root, 3), ["y"]), job=job)
     cat.commit_job(job, replace=True)
     assert [s.url for s in cat.shards("train")] == [_url(local_root, 2), _url(local_root, 3)]
+    # The old shards leave the latest version; version 2 still reads them until it expires.
+    old = [s for s in cat.shards("train", state=None) if s.removed_version is not None]
+    assert sorted(s.url for s in old) == [_url(local_root, 0), _url(local_root, 1)]
+    assert cat.get("train", "b", version=2).key == "b"
+    cat.expire("train", keep_last=1)
     assert sorted(s.url for s in cat.shards("train", state="deleted")) == [
         _url(local_root, 0),
         _url(local_root, 1),

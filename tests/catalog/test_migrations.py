@@ -217,3 +217,42 @@ def test_upgrade_from_0001_keeps_the_data_and_resolves_rows_that_share_a_file(
         assert cat.verify("train").ok
         with pytest.raises(shardcat.errors.DuplicateKeyError, match="already committed"):
             cat.register_shard("train", infos[0])
+
+
+def test_upgrade_from_0003_makes_each_dataset_one_version(catalog_url, local_root):
+    """0005 (versions): a catalog at 0003 keeps its data; each dataset's state becomes one version.
+
+    The 0003 catalog is written by this shardcat and taken down to 0003 (whose
+    downgrade keeps only what 0003 can express: the latest version).
+    """
+    from .helpers import make_dataset, shard_keys
+
+    with Catalog(catalog_url) as cat:
+        infos = make_dataset(cat, local_root, 3)  # versions 1, 2, 3
+        cat.remove_shard("train", infos[2].path)  # version 4: its records leave
+        cat.create_dataset("empty", local_root)
+    assert downgrade(catalog_url, "0003") == (head_revision(), "0003")
+    engine = sa.create_engine(catalog_url)
+    with engine.connect() as conn:
+        assert "dataset_versions" not in sa.inspect(conn).get_table_names()
+        states = conn.execute(sa.text("SELECT url, state FROM shards ORDER BY id")).all()
+        assert [s for _, s in states] == ["committed", "committed", "deleted"]
+    engine.dispose()
+
+    assert upgrade(catalog_url) == ("0003", head_revision())
+    assert check(catalog_url) == []
+    keys = shard_keys(0) + shard_keys(1)
+    with Catalog(catalog_url) as cat:
+        log = cat.log("train")
+        assert [(v.number, v.operation) for v in log] == [(4, "upgrade")]
+        assert (log[0].records_added, log[0].total_records) == (len(keys), len(keys))
+        assert cat.log("empty") == []
+        assert cat.get_many("train", keys).ok
+        assert cat.get_many("train", keys, version=4).ok
+        assert cat.get_many("train", shard_keys(2)).missing == shard_keys(2)
+        with pytest.raises(shardcat.errors.VersionNotFoundError):
+            cat.get("train", keys[0], version=3)  # versions before the upgrade were not kept
+        # Life goes on: the next commit is version 5, and version 4 still reads the old record.
+        assert cat.delete_keys("train", [keys[0]]) == 5
+        assert cat.get("train", keys[0], version=4).key == keys[0]
+        assert cat.count("train") == len(keys) - 1

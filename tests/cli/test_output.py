@@ -317,6 +317,8 @@ def test_gc_reports(text, js, capsys):
         "orphans": ["/d/y.partial"],
         "kept": ["/e/z.shard: outside the root"],
         "errors": [],
+        "sizes": {},
+        "reasons": {},
     }
     text.gc_report(report)
     out = capsys.readouterr().out

@@ -53,8 +53,10 @@ def test_documented_options_exist():
             "--skip-unmatched",
             "--workers",
             "--scheduler",
+            "--on-duplicate",
+            "--message",
         ],
-        "get": ["--keys-from"],
+        "get": ["--keys-from", "--version"],
         "gc": ["--grace", "--stale-after", "--dry-run"],
         "sql": ["--limit", "--timeout", "--max-bytes", "--role"],
         "catalog": ["upgrade", "current", "create-readonly-role"],
@@ -62,6 +64,12 @@ def test_documented_options_exist():
         "delete": ["--delete-tars"],
         "index-tar": ["--dataset", "--on-error", "--workers", "--scheduler"],
         "taridx": ["export", "import"],
+        "log": [],
+        "tag": ["--move"],
+        "untag": [],
+        "diff": ["--keys"],
+        "delete-keys": ["--keys-from", "--missing-ok", "--message"],
+        "expire": ["--keep-last", "--older-than", "--dry-run"],
     }.items():
         text = cli_help(command)
         for option in options:

@@ -101,3 +101,37 @@ def test_gc_never_removes_the_shards_of_another_dataset_in_the_same_folder(
     for name in ("left", "right"):
         assert gc(cat, name, grace=NOW).orphans == []
     assert sorted((tmp_path / "shared").glob("*.shard")) == before
+
+
+def test_gc_keeps_what_kept_versions_read_and_reports_sizes_and_reasons(catalog_url, tmp_path):
+    """Replaced shards stay while a kept (or tagged) version reads them; then gc reclaims them."""
+    root = tmp_path / "ds"
+    root.mkdir()
+    cat = Catalog(catalog_url)
+    cat.create_dataset("ds", str(root))
+    infos = []
+    for n in range(3):
+        with shardcat.ShardWriter(str(root / f"s{n}.shard")) as w:
+            for i in range(20):
+                w.add(f"k{i:02d}", {"txt": f"{i}@{n}"})
+        infos.append(w.close())
+        job = cat.begin_job("ds")
+        cat.register_shard("ds", infos[-1], job=job)
+        cat.commit_job(job, replace=True)  # each version is one shard
+    cat.tag("ds", 1, "keep")
+    report = gc(cat, "ds", grace=NOW)
+    assert report.deleted_shards == [] and report.bytes == 0
+    assert cat.expire("ds", keep_last=1).expired == [2]
+    dry = gc(cat, "ds", grace=NOW, dry_run=True)
+    old = str(root / "s1.shard")
+    assert dry.deleted_shards == [old]
+    assert dry.sizes[old] == infos[1].size and dry.bytes == infos[1].size
+    assert "no kept version reads it" in dry.reasons[old]
+    assert "would remove" in str(dry) and (root / "s1.shard").exists()
+    done = gc(cat, "ds", grace=NOW)
+    assert done.deleted_shards == [old] and done.bytes == infos[1].size
+    assert not (root / "s1.shard").exists()
+    assert (root / "s0.shard").exists()  # tagged version 1 still reads it
+    assert cat.get("ds", "k03", version="keep")["txt"].decode() == "3@0"
+    assert cat.get("ds", "k03")["txt"].decode() == "3@2"
+    cat.close()

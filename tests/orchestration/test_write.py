@@ -307,7 +307,12 @@ def test_overwrite_replaces_the_dataset_at_commit(client, tmp_path, sqlite_url):
     with pytest.raises(KeyNotFoundError):
         cat.get("o", "old/000/00001")
     assert_holds(cat.get("o", "new/000/00001"), make_samples(0, 30, "new")[1])
-    # The replaced shards are tombstones until gc removes their files.
+    # The replaced shards stay readable at the first version until it expires;
+    # then they are tombstones until gc removes their files.
+    first = cat.log("o")[-1].number
+    assert cat.get("o", "old/000/00001", version=first).key == "old/000/00001"
+    assert cat.shards("o", state="deleted") == []
+    cat.expire("o", keep_last=1)
     assert len(cat.shards("o", state="deleted")) == 2
 
 

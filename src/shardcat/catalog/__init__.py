@@ -23,6 +23,8 @@ from .results import (
     Location,
     Problem,
     ShardRow,
+    VersionDiff,
+    VersionInfo,
 )
 from .session import DEFAULT_URL, catalog_exists, create_catalog_engine, display_url
 
@@ -39,6 +41,8 @@ __all__ = [
     "Location",
     "Problem",
     "ShardRow",
+    "VersionDiff",
+    "VersionInfo",
     "catalog_exists",
     "check",
     "create_catalog_engine",

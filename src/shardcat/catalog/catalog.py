@@ -3,7 +3,9 @@
 :class:`Catalog` is a facade. It owns the engine, the units of work and the
 per-thread lookups, and each public method opens one unit of work and hands
 its session to a module function that holds the SQL: ``datasets.py``,
-``shards.py``, ``jobs.py``, ``maintenance.py``; lookups go to ``lookup.py``.
+``shards.py``, ``jobs.py``, ``maintenance.py``; lookups go to ``lookup.py``;
+the version methods (``log``, ``tag``, ``expire``, ...) come from the
+``history.py`` mixin over ``versions.py``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from .._types import StorageOptions
+from .._types import OnDuplicate, StorageOptions
 from ..errors import CatalogError
 from ..format import Record, ShardInfo
 from ..format.tar import TarShardInfo
@@ -29,7 +31,8 @@ from . import keys as _keys
 from . import maintenance as _maintenance
 from . import shards as _shards
 from .connection import fork_generation
-from .lookup import LayoutCache, Lookup
+from .history import VersionsApi, with_retries
+from .lookup import LayoutCache, Lookup, Version
 from .migrate import ensure_schema
 from .register import prepare_shard
 from .results import (
@@ -95,7 +98,7 @@ class CatalogHandle:
         return f"CatalogHandle({display_url(self.url)!r})"
 
 
-class Catalog:
+class Catalog(VersionsApi):
     """A SQL catalog of datasets, their shards and every record's location.
 
     Parameters
@@ -317,6 +320,10 @@ class Catalog:
     def shards(self, dataset: str, state: str | None = "committed") -> list[ShardRow]:
         """The dataset's shards in one state (``None``: all), by shard number then URL.
 
+        ``"committed"`` lists the latest version's shards; a committed shard
+        only older kept versions read (``removed_version`` set) is listed
+        with ``state=None``.
+
         Raises
         ------
         DatasetNotFoundError
@@ -397,10 +404,18 @@ class Catalog:
         job_id = job.id if isinstance(job, JobInfo) else job
         state = _shards.registration_state(job_id, state)
         prep = prepare_shard(info)  # numpy work on the footer: before taking the write lock
-        with self._uow(write=True) as s:
-            return _shards.register_shard(
-                s, dataset, prep, job_id=job_id, state=state, catalog=self.url
-            )
+        out: list[ShardRow] = []
+
+        def attempt() -> None:
+            with self._uow(write=True) as s:
+                out.append(
+                    _shards.register_shard(
+                        s, dataset, prep, job_id=job_id, state=state, catalog=self.url
+                    )
+                )
+
+        with_retries(attempt)
+        return out[-1]
 
     def remove_shard(self, dataset: str, url: str) -> ShardRow:
         """Take a committed shard out of the dataset (state ``deleted``; the file is not touched).
@@ -476,6 +491,9 @@ class Catalog:
         replace: bool = False,
         shards: Collection[str] | None = None,
         require_empty: bool = False,
+        on_duplicate: OnDuplicate = "error",
+        operation: str | None = None,
+        message: str | None = None,
     ) -> JobInfo:
         """Make every staged shard of the job visible, together, in one transaction.
 
@@ -498,12 +516,25 @@ class Catalog:
             (left by killed or lost attempts) are retired instead.
         require_empty:
             Commit only if the dataset has no committed shard yet.
+        on_duplicate:
+            A key of the job already live in the dataset: ``"error"``
+            (DuplicateKeyError), ``"replace"`` (the new version points at the
+            job's record) or ``"skip"`` (the live record stays).
+        operation, message:
+            Recorded in the new version's row (:meth:`log`).
+
+        The commit is optimistic: a conditional update of the dataset's
+        version. A commit that lost the race to another one is retried, as a
+        whole, up to ``COMMIT_ATTEMPTS`` times; jobs on disjoint keys all land.
 
         Raises
         ------
         DuplicateKeyError
             If a key repeats within the job or exists among committed records;
             nothing becomes visible and the job stays open (abort it).
+        KeyConflictError
+            ``on_duplicate`` replace/skip and another commit changed some of
+            the job's keys after it began (the error names them).
         CommitConflictError
             If the job was aborted, the dataset moved past ``expected_version``,
             or a shard of the manifest is not staged.
@@ -513,16 +544,23 @@ class Catalog:
             If there is no such job.
         """
         job_id = job.id if isinstance(job, JobInfo) else job
-        with self._uow(write=True) as s:
-            _jobs.commit_job(
-                s,
-                job_id,
-                catalog=self.url,
-                expected_version=expected_version,
-                replace=replace,
-                shards=shards,
-                require_empty=require_empty,
-            )
+
+        def attempt() -> None:
+            with self._uow(write=True) as s:
+                _jobs.commit_job(
+                    s,
+                    job_id,
+                    catalog=self.url,
+                    expected_version=expected_version,
+                    replace=replace,
+                    shards=shards,
+                    require_empty=require_empty,
+                    on_duplicate=on_duplicate,
+                    operation=operation,
+                    message=message,
+                )
+
+        with_retries(attempt)
         return self.job(job_id)
 
     def abort_job(self, job: int | JobInfo) -> JobInfo:
@@ -542,7 +580,14 @@ class Catalog:
 
     # --- lookups ---------------------------------------------------------
 
-    def get(self, dataset: str, key: str, entries: Iterable[str] | None = None) -> Record:
+    def get(
+        self,
+        dataset: str,
+        key: str,
+        entries: Iterable[str] | None = None,
+        *,
+        version: Version = None,
+    ) -> Record:
         """The record with exactly this key: one SQL query, then one ranged read.
 
         Parameters
@@ -553,11 +598,15 @@ class Catalog:
             The key (compared exactly: a hash collision never returns another record).
         entries:
             Read only these entries' bytes (the rest of the record is not read).
+        version:
+            A kept version's number or a tag (default: the latest version).
 
         Raises
         ------
         KeyNotFoundError
-            If no committed record has this key.
+            If no committed record has this key (at that version).
+        VersionNotFoundError
+            If the dataset has no such kept version or tag.
         DatasetNotFoundError
             If there is no such dataset.
         ShardNotFoundError
@@ -565,10 +614,15 @@ class Catalog:
         ChecksumError, FormatError
             If the shard changed since it was registered.
         """
-        return self._lookup().get(dataset, key, entries)
+        return self._lookup().get(dataset, key, entries, version)
 
     def get_many(
-        self, dataset: str, keys: Iterable[str], entries: Iterable[str] | None = None
+        self,
+        dataset: str,
+        keys: Iterable[str],
+        entries: Iterable[str] | None = None,
+        *,
+        version: Version = None,
     ) -> BatchResult:
         """Records for many keys, in input order: one query, then coalesced concurrent reads.
 
@@ -582,9 +636,9 @@ class Catalog:
         ShardNotFoundError, ChecksumError, FormatError
             As for :meth:`get`.
         """
-        return self._lookup().get_many(dataset, keys, entries)
+        return self._lookup().get_many(dataset, keys, entries, version)
 
-    def locate(self, dataset: str, key: str) -> Location:
+    def locate(self, dataset: str, key: str, *, version: Version = None) -> Location:
         """Where the record is: shard URL, byte offset and length (one query, no read).
 
         Raises
@@ -592,7 +646,7 @@ class Catalog:
         KeyNotFoundError, DatasetNotFoundError
             As for :meth:`get`.
         """
-        return self._lookup().locate(dataset, key)
+        return self._lookup().locate(dataset, key, version)
 
     # --- maintenance -----------------------------------------------------
 

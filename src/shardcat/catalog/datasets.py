@@ -16,7 +16,7 @@ from ..errors import DatasetExistsError, Hint
 from ..format.spec import FORMAT_VERSION
 from ..storage import redact
 from .lookup import unknown_dataset
-from .models import Dataset, Job, Layout, LayoutEntry, Shard
+from .models import Dataset, DatasetVersion, Job, Layout, LayoutEntry, Shard
 from .models import Record as RecordRow
 from .results import DatasetInfo, DatasetSummary, EntryKind
 from .rows import dataset_info, utc
@@ -131,10 +131,24 @@ def summarize_datasets(session: Session) -> list[DatasetSummary]:
             Dataset.root_url,
             Dataset.created_at,
             func.count(Shard.id),
-            func.coalesce(func.sum(Shard.record_count), 0),
+            # Live records: the latest version's running total (deleted keys are not counted).
+            func.coalesce(
+                select(DatasetVersion.total_records)
+                .where(
+                    DatasetVersion.dataset_id == Dataset.id,
+                    DatasetVersion.number == Dataset.version,
+                )
+                .scalar_subquery(),
+                0,
+            ),
             func.coalesce(func.sum(Shard.size_bytes), 0),
         )
-        .outerjoin(Shard, (Shard.dataset_id == Dataset.id) & (Shard.state == "committed"))
+        .outerjoin(
+            Shard,
+            (Shard.dataset_id == Dataset.id)
+            & (Shard.state == "committed")
+            & Shard.removed_version.is_(None),
+        )
         .group_by(Dataset.id, Dataset.name, Dataset.root_url, Dataset.created_at)
         .order_by(Dataset.name)
     )
@@ -163,7 +177,11 @@ def entry_kinds(session: Session, name: str) -> list[EntryKind]:
     per_layout = (
         select(RecordRow.layout_id, func.count().label("n"))
         .join(Shard, Shard.id == RecordRow.shard_id)
-        .where(RecordRow.dataset_id == dataset_id, Shard.state == "committed")
+        .where(
+            RecordRow.dataset_id == dataset_id,
+            Shard.state == "committed",
+            RecordRow.removed_version.is_(None),
+        )
         .group_by(RecordRow.layout_id)
         .subquery()
     )

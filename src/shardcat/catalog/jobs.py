@@ -31,18 +31,28 @@ from typing import Any, Literal
 from sqlalchemy import delete, exists, func, select, text, update
 from sqlalchemy.orm import Session
 
-from ..errors import CommitConflictError, DatasetExistsError, JobNotFoundError
+from .._types import ON_DUPLICATE, OnDuplicate
+from ..errors import (
+    CommitConflictError,
+    DatasetExistsError,
+    JobNotFoundError,
+    KeyConflictError,
+)
 from .datasets import find_dataset
 from .models import Dataset, Job, Record, Shard
 from .register import duplicate_error
 from .results import JobInfo
 from .rows import job_info
 from .session import NO_SYNC
+from .versions import delete_keys, mark_fully_removed, record_version, remove_records
 
 __all__ = [
+    "VersionMoved",
     "abort_job",
     "begin_job",
+    "bump_version",
     "commit",
+    "commit_delete",
     "commit_job",
     "delete_records",
     "drop_shards",
@@ -58,6 +68,11 @@ __all__ = [
 
 Ending = Literal["committed", "aborted"]
 
+
+class VersionMoved(CommitConflictError):
+    """Another commit took the dataset's version first: the commit may be retried as a whole."""
+
+
 # Why a job that ended one way cannot end the other: (asked, ended) -> what to do instead.
 _ENDED_OTHERWISE: dict[tuple[Ending, str], str] = {
     ("committed", "aborted"): "was aborted; it cannot be committed: start a new job",
@@ -70,7 +85,36 @@ _NEW = "ns.job_id = :job AND ns.state = 'staged'"
 _OTHER = (
     "o.dataset_id = n.dataset_id AND o.key_hash = n.key_hash AND o.key = n.key "
     "AND (o.shard_id <> n.shard_id OR o.byte_offset <> n.byte_offset) "
-    "AND (s.state = 'committed' OR (s.job_id = :job AND s.state = 'staged'))"
+    "AND ((s.state = 'committed' AND o.removed_version IS NULL) "
+    "OR (s.job_id = :job AND s.state = 'staged'))"
+)
+# Keys of the job that repeat within the job (always an error, whatever on_duplicate says).
+_WITHIN_JOB = text(
+    "SELECT n.key FROM records n JOIN shards ns ON ns.id = n.shard_id WHERE "
+    f"{_NEW} GROUP BY n.key_hash, n.key HAVING count(*) > 1 LIMIT 1001"
+)
+# Keys of the job whose record another commit added or removed after the job began.
+_CHANGED_SINCE = text(
+    "SELECT DISTINCT n.key FROM records n JOIN shards ns ON ns.id = n.shard_id "
+    "JOIN records o ON o.dataset_id = n.dataset_id AND o.key_hash = n.key_hash AND o.key = n.key "
+    f"JOIN shards s ON s.id = o.shard_id WHERE {_NEW} AND s.state = 'committed' "
+    "AND (s.added_version > :base OR o.removed_version > :base) LIMIT 1001"
+)
+# The job's staged records: `records` unaliased so remove_records can correlate on it.
+_OF_JOB = "records.shard_id IN (SELECT id FROM shards WHERE job_id = :job AND state = 'staged')"
+_LIVE_ELSEWHERE = (
+    "records.shard_id IN (SELECT id FROM shards WHERE dataset_id = :d AND state = 'committed')"
+)
+_SAME_KEY_IN_JOB = (
+    "EXISTS (SELECT 1 FROM records n JOIN shards ns ON ns.id = n.shard_id WHERE "
+    "ns.job_id = :job AND ns.state = 'staged' AND n.dataset_id = records.dataset_id "
+    "AND n.key_hash = records.key_hash AND n.key = records.key)"
+)
+_SAME_KEY_LIVE = (
+    "EXISTS (SELECT 1 FROM records o JOIN shards s ON s.id = o.shard_id WHERE "
+    "s.dataset_id = :d AND s.state = 'committed' AND o.removed_version IS NULL "
+    "AND o.dataset_id = records.dataset_id AND o.key_hash = records.key_hash "
+    "AND o.key = records.key)"
 )
 # SQLite plans this join as index probes by itself.
 _DUPLICATES = text(
@@ -96,7 +140,13 @@ def begin_job(
 ) -> JobInfo:
     """See :meth:`Catalog.begin_job`."""
     ds = find_dataset(session, dataset)
-    row = Job(dataset_id=ds.id, state="open", description=description, properties=properties)
+    row = Job(
+        dataset_id=ds.id,
+        state="open",
+        description=description,
+        properties=properties,
+        base_version=ds.version,
+    )
     session.add(row)
     session.flush()
     session.refresh(row)
@@ -203,6 +253,9 @@ def commit_job(
     replace: bool,
     shards: Collection[str] | None,
     require_empty: bool,
+    on_duplicate: OnDuplicate = "error",
+    operation: str | None = None,
+    message: str | None = None,
 ) -> None:
     """See :meth:`Catalog.commit_job`: :func:`commit` unless the job is committed already."""
     row = unsettled_job(session, job_id, "committed", catalog=catalog)
@@ -215,6 +268,9 @@ def commit_job(
             replace=replace,
             shards=shards,
             require_empty=require_empty,
+            on_duplicate=on_duplicate,
+            operation=operation,
+            message=message,
         )
 
 
@@ -241,6 +297,34 @@ def duplicate_keys(session: Session, job_id: int) -> list[str]:
     return sorted(session.execute(query, {"job": job_id}).scalars().all())
 
 
+def bump_version(session: Session, dataset: Dataset, expected: int | None) -> int:
+    """The optimistic step: ``UPDATE datasets SET version = v + 1 WHERE version = v``.
+
+    ``v`` is ``expected`` if given, else the version read just before. Zero
+    rows updated means another commit won: :class:`VersionMoved` (the caller
+    retries the whole transaction, a bounded number of times, unless it
+    asked for ``expected``).
+    """
+    current = expected
+    if current is None:
+        session.expire(dataset)
+        current = session.execute(
+            select(Dataset.version).where(Dataset.id == dataset.id)
+        ).scalar_one()
+    version = session.execute(
+        update(Dataset)
+        .where(Dataset.id == dataset.id, Dataset.version == current)
+        .values(version=Dataset.version + 1)
+        .returning(Dataset.version),
+        execution_options=NO_SYNC,
+    ).scalar_one_or_none()
+    if version is None:
+        raise VersionMoved(
+            f"dataset {dataset.name!r} moved past version {current} during this commit"
+        )
+    return int(version)
+
+
 def commit(
     session: Session,
     dataset: Dataset,
@@ -251,8 +335,11 @@ def commit(
     replace: bool = False,
     shards: Collection[str] | None = None,
     require_empty: bool = False,
+    on_duplicate: OnDuplicate = "error",
+    operation: str | None = None,
+    message: str | None = None,
 ) -> int:
-    """Make the job's staged shards visible; returns the dataset's new version.
+    """Make the job's staged shards visible as a new dataset version; returns its number.
 
     Parameters
     ----------
@@ -268,8 +355,9 @@ def commit(
         memory at registration) and nothing committed in the dataset, decided
         under the lock so a concurrent first commit is not missed.
     replace:
-        First retire every committed shard of the dataset (``deleted``, records
-        removed): the job's shards become the whole dataset.
+        Overwrite: every record live before is removed in the new version
+        (older versions still see them), so the latest version is exactly
+        this job's shards.
     shards:
         The job's manifest: the URLs of exactly the shards to commit (what
         the tasks that succeeded reported). Staged shards of the job that it
@@ -278,26 +366,36 @@ def commit(
     require_empty:
         Fail with DatasetExistsError if the dataset has committed shards
         (``mode="create"``), decided under the lock.
+    on_duplicate:
+        A key of the job that is live in the dataset: ``"error"``
+        (DuplicateKeyError), ``"replace"`` (the new version points at the
+        job's record) or ``"skip"`` (the job's record stays invisible).
+    operation, message:
+        What the version row records (default ``write`` or ``overwrite``).
 
     Raises
     ------
     CommitConflictError
         If the dataset moved past ``expected_version``, the job is no longer
         open, or a shard of the manifest is not staged in the job.
+    VersionMoved
+        If another commit took the version first (retry the transaction).
+    KeyConflictError
+        ``on_duplicate`` is replace or skip and another commit changed some of
+        the job's keys after the job began.
     DatasetExistsError
         ``require_empty`` and the dataset has committed shards.
     DuplicateKeyError
         If a key would appear twice in the dataset; nothing changes.
     """
-    stmt = update(Dataset).where(Dataset.id == dataset.id)
-    if expected_version is not None:
-        stmt = stmt.where(Dataset.version == expected_version)
-    version = session.execute(
-        stmt.values(version=Dataset.version + 1).returning(Dataset.version),
-        execution_options=NO_SYNC,
-    ).scalar_one_or_none()
-    if version is None:
-        raise _moved(session, dataset, job, expected_version, replace)
+    if on_duplicate not in ON_DUPLICATE:
+        raise ValueError(f"on_duplicate must be one of {ON_DUPLICATE}, not {on_duplicate!r}")
+    try:
+        version = bump_version(session, dataset, expected_version)
+    except VersionMoved:
+        if expected_version is None:
+            raise
+        raise _moved(session, dataset, job, expected_version, replace) from None
     if require_empty and has_committed(session, dataset.id):
         raise DatasetExistsError(
             f"dataset {dataset.name!r} got records from another job while job {job.id} ran; "
@@ -306,31 +404,32 @@ def commit(
         )
     if shards is not None:
         _keep_only(session, dataset, job, set(shards))
+    params: dict[str, object] = {"v": version, "d": dataset.id, "job": job.id}
+    removed = (0, 0)
     if replace:
-        retired = list(
-            session.execute(
-                select(Shard.id).where(Shard.dataset_id == dataset.id, Shard.state == "committed")
-            ).scalars()
-        )
-        retire(session, retired)
+        removed = remove_records(session, f"records.dataset_id = :d AND {_LIVE_ELSEWHERE}", params)
     if check is None:
         staged = session.execute(
             select(func.count(Shard.id)).where(Shard.job_id == job.id, Shard.state == "staged")
         ).scalar_one()
         check = staged > 1 or has_committed(session, dataset.id)
     if check:
-        dups = duplicate_keys(session, job.id)
-        if dups:
-            raise duplicate_error(
-                dups,
-                f"in job {job.id} of dataset {dataset.name!r} (within the job or against committed shards)",
-            )
+        removed = _resolve_duplicates(session, dataset, job, on_duplicate, params, removed)
+    added = session.execute(
+        text(
+            f"SELECT count(*), coalesce(sum(byte_length), 0) FROM records WHERE {_OF_JOB} "
+            "AND records.removed_version IS NULL"
+        ),
+        params,
+    ).one()
     session.execute(
         update(Shard)
         .where(Shard.job_id == job.id, Shard.state == "staged")
-        .values(state="committed", committed_at=func.now()),
+        .values(state="committed", committed_at=func.now(), added_version=version),
         execution_options=NO_SYNC,
     )
+    if removed[0]:
+        mark_fully_removed(session, dataset.id, version)
     done = session.execute(
         update(Job)
         .where(Job.id == job.id, Job.state == "open")
@@ -341,7 +440,69 @@ def commit(
         raise CommitConflictError(
             f"job {job.id} of dataset {dataset.name!r} was committed or aborted by another process"
         )
-    return int(version)
+    record_version(
+        session,
+        dataset.id,
+        version,
+        job_id=job.id,
+        operation=operation or ("overwrite" if replace else "write"),
+        message=message,
+        added=(int(added[0]), int(added[1])),
+        removed=removed,
+    )
+    return version
+
+
+def _resolve_duplicates(
+    session: Session,
+    dataset: Dataset,
+    job: Job,
+    on_duplicate: OnDuplicate,
+    params: dict[str, object],
+    removed: tuple[int, int],
+) -> tuple[int, int]:
+    """Apply ``on_duplicate`` to the job's keys that are live already; returns records/bytes removed.
+
+    Raises
+    ------
+    DuplicateKeyError
+        Keys repeat within the job, or (``"error"``) are live in the dataset.
+    KeyConflictError
+        (``"replace"``/``"skip"``) Another commit changed some of the keys after the job began.
+    """
+    dups = duplicate_keys(session, job.id)
+    if not dups:
+        return removed
+    where = f"in job {job.id} of dataset {dataset.name!r}"
+    if on_duplicate == "error":
+        raise duplicate_error(dups, f"{where} (within the job or against committed shards)")
+    within = sorted(session.execute(_WITHIN_JOB, {"job": job.id}).scalars())
+    if within:
+        raise duplicate_error(within, f"{where} (within the job)")
+    if job.base_version is not None:
+        changed = sorted(
+            session.execute(_CHANGED_SINCE, {"job": job.id, "base": job.base_version}).scalars()
+        )
+        if changed:
+            shown = ", ".join(repr(k) for k in changed[:10])
+            more = f" and {len(changed) - 10} more" if len(changed) > 10 else ""
+            raise KeyConflictError(
+                f"job {job.id} would {on_duplicate} {len(changed)} key(s) of dataset "
+                f"{dataset.name!r} that another commit changed after the job began (at version "
+                f"{job.base_version}): {shown}{more}; the job was not committed: rerun it "
+                "against the current version",
+                keys=changed[:1000],
+            )
+    if on_duplicate == "replace":
+        gone = remove_records(
+            session,
+            f"records.dataset_id = :d AND {_LIVE_ELSEWHERE} AND {_SAME_KEY_IN_JOB}",
+            params,
+        )
+        return removed[0] + gone[0], removed[1] + gone[1]
+    # skip: the job's own records of those keys are added and removed in the same version.
+    remove_records(session, f"{_OF_JOB} AND {_SAME_KEY_LIVE}", params)
+    return removed
 
 
 def _moved(
@@ -420,3 +581,38 @@ def drop_shards(s: Session, shard_ids: list[int]) -> None:
         return
     delete_records(s, shard_ids)
     s.execute(delete(Shard).where(Shard.id.in_(shard_ids)), execution_options=NO_SYNC)
+
+
+def commit_delete(
+    session: Session,
+    dataset: str,
+    keys: Sequence[str],
+    *,
+    missing_ok: bool,
+    message: str | None,
+) -> int:
+    """See :meth:`Catalog.delete_keys`: a job with no shards whose version removes the keys."""
+    ds = find_dataset(session, dataset)
+    version = bump_version(session, ds, None)
+    job = Job(
+        dataset_id=ds.id,
+        state="committed",
+        description="delete_keys",
+        base_version=version - 1,
+        version=version,
+        finished_at=func.now(),
+    )
+    session.add(job)
+    session.flush()
+    removed = delete_keys(session, ds, keys, version, missing_ok=missing_ok)
+    record_version(
+        session,
+        ds.id,
+        version,
+        job_id=job.id,
+        operation="delete",
+        message=message,
+        added=(0, 0),
+        removed=removed,
+    )
+    return version

@@ -54,7 +54,9 @@ def _key(dialect: str) -> ColumnElement[str]:
 def _where(stmt: Select[Any], dialect: str, dataset_id: int, prefix: str | None) -> Select[Any]:
     key = _key(dialect)
     stmt = stmt.join(Shard, Shard.id == Record.shard_id).where(
-        Record.dataset_id == dataset_id, Shard.state == "committed"
+        Record.dataset_id == dataset_id,
+        Shard.state == "committed",
+        Record.removed_version.is_(None),
     )
     if prefix:
         stmt = stmt.where(key >= prefix)

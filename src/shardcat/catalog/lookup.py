@@ -29,6 +29,7 @@ from ..errors import (
     KeyNotFoundError,
     ShardNotFoundError,
     StorageError,
+    VersionNotFoundError,
 )
 from ..format import Entry, Record
 from ..format.checksums import signed_key_hash
@@ -40,14 +41,41 @@ from .kinds import decode_record
 from .results import BatchResult, Location
 from .spans import unpack_spans
 
-__all__ = ["LayoutCache", "Lookup"]
+__all__ = ["LayoutCache", "Lookup", "Version"]
 
 _SELECT = (
     "SELECT s.url, s.alignment, r.byte_offset, r.byte_length, r.spans, s.kind, l.signature{extra}"
     " FROM records r JOIN shards s ON s.id = r.shard_id JOIN layouts l ON l.id = r.layout_id"
 )
 _DATASET = "r.dataset_id = (SELECT id FROM datasets WHERE name = {p})"
-_COMMITTED = "s.state = 'committed'"
+# The latest version: a committed shard's live records (docs/LIFECYCLE.md).
+_COMMITTED = "s.state = 'committed' AND r.removed_version IS NULL"
+# Version {v}, a kept one: visible at it, and it still exists (not expired).
+_AT_NUMBER = (
+    "s.state = 'committed' AND s.added_version <= {p} AND (r.removed_version IS NULL "
+    "OR r.removed_version > {p}) AND EXISTS (SELECT 1 FROM dataset_versions dv "
+    "WHERE dv.dataset_id = r.dataset_id AND dv.number = {p})"
+)
+# A tag names its version (tagged versions are never expired).
+_TAG = "(SELECT t.version FROM dataset_tags t WHERE t.dataset_id = r.dataset_id AND t.name = {p})"
+_AT_TAG = (
+    "s.state = 'committed' AND s.added_version <= {t} AND (r.removed_version IS NULL "
+    "OR r.removed_version > {t})"
+)
+
+Version = int | str | None
+"""A version number, a tag, or None (the latest)."""
+
+
+def _visible(p: str, version: Version) -> tuple[str, tuple[Any, ...]]:
+    """The visibility condition for ``version`` and its parameters (after the statement's own)."""
+    if version is None:
+        return _COMMITTED, ()
+    if isinstance(version, int) or version.isdigit():
+        n = int(version)
+        return _AT_NUMBER.format(p=p), (n, n, n)
+    return _AT_TAG.format(t=_TAG.format(p=p)), (version, version)
+
 
 # Rows: url, alignment, offset, length, spans, kind, signature[, key]. The spans
 # (each entry's offset, size and CRC) let every read be checked against what
@@ -55,14 +83,14 @@ _COMMITTED = "s.state = 'committed'"
 # whole record is decoded (kinds.py), the layout names a tar sample's entries.
 
 
-def _point_sql(p: str) -> str:
+def _point_sql(p: str, visible: str = _COMMITTED) -> str:
     return (
         _SELECT.format(extra="")
-        + f" WHERE {_DATASET.format(p=p)} AND r.key_hash = {p} AND r.key = {p} AND {_COMMITTED}"
+        + f" WHERE {_DATASET.format(p=p)} AND r.key_hash = {p} AND r.key = {p} AND {visible}"
     )
 
 
-def _batch_sql(dialect: str) -> str:
+def _batch_sql(dialect: str, visible: str = _COMMITTED) -> str:
     if dialect == "postgresql":
         match = "r.key_hash = ANY(%s::int8[])"
         p = "%s"
@@ -71,7 +99,7 @@ def _batch_sql(dialect: str) -> str:
         p = "?"
     return (
         _SELECT.format(extra=", r.key")
-        + f" WHERE {_DATASET.format(p=p)} AND {match} AND {_COMMITTED}"
+        + f" WHERE {_DATASET.format(p=p)} AND {match} AND {visible}"
     )
 
 
@@ -129,41 +157,93 @@ class Lookup:
         p = self._p = self.raw.placeholder
         self._point = _point_sql(p)
         self._batch = _batch_sql(self.dialect)
+        self._versioned: dict[tuple[str, bool], str] = {}
         self._sources = SourceCache(storage_options, max_open)
         self._texts: dict[Any, Any] = {}  # the record codec's memo of entry names and types
 
     # --- SQL ---------------------------------------------------------------
 
-    def _missing(self, dataset: str, key: str | None) -> Exception:
-        """The error for an empty result: unknown dataset or missing key (extra queries are fine here)."""
+    def _sql(self, kind: str, version: Version) -> tuple[str, tuple[Any, ...]]:
+        """The statement for a lookup at ``version`` (not None) and its extra parameters."""
+        visible, extra = _visible(self._p, version)
+        cache_key = (kind, len(extra) == 2)
+        sql = self._versioned.get(cache_key)
+        if sql is None:
+            if kind == "point":
+                sql = _point_sql(self._p, visible)
+            else:
+                sql = _batch_sql(self.dialect, visible)
+            self._versioned[cache_key] = sql
+        return sql, extra
+
+    def _missing(self, dataset: str, key: str | None, version: Version = None) -> Exception:
+        """The error for an empty result: unknown dataset or version, or missing key (extra queries are fine here)."""
         p = self._p
-        if not self._query(f"SELECT id FROM datasets WHERE name = {p}", (dataset,)):
+        found = self._query(f"SELECT id FROM datasets WHERE name = {p}", (dataset,))
+        if not found:
             return unknown_dataset(
                 dataset, [r[0] for r in self._query("SELECT name FROM datasets ORDER BY name", ())]
             )
+        at = ""
+        if version is not None:
+            gone = self._version_missing(int(found[0][0]), dataset, version)
+            if gone is not None:
+                return gone
+            at = f" at version {version!r}"
         if key is None:
-            return KeyNotFoundError(f"no keys found in dataset {dataset!r}")
+            return KeyNotFoundError(f"no keys found in dataset {dataset!r}{at}")
         return KeyNotFoundError(
-            f"no record with key {key!r} in dataset {dataset!r} (among committed shards)"
+            f"no record with key {key!r} in dataset {dataset!r}{at or ' (among committed shards)'}"
         )
+
+    def _version_missing(self, dataset_id: int, dataset: str, version: Version) -> Exception | None:
+        p = self._p
+        if isinstance(version, int) or (isinstance(version, str) and version.isdigit()):
+            sql = f"SELECT 1 FROM dataset_versions WHERE dataset_id = {p} AND number = {p}"
+            if not self._query(sql, (dataset_id, int(version))):
+                return VersionNotFoundError(
+                    f"dataset {dataset!r} has no version {version} (never made, or expired); "
+                    f"list the kept versions with `shardcat log {dataset}`"
+                )
+            return None
+        sql = f"SELECT 1 FROM dataset_tags WHERE dataset_id = {p} AND name = {p}"
+        if not self._query(sql, (dataset_id, version)):
+            return VersionNotFoundError(
+                f"dataset {dataset!r} has no tag {version!r}; list tags with `shardcat log {dataset}`"
+            )
+        return None
 
     # --- point lookups -----------------------------------------------------
 
-    def locate(self, dataset: str, key: str) -> Location:
+    def locate(self, dataset: str, key: str, version: Version = None) -> Location:
         h, key = _hash(key)
-        rows = self._query(self._point, (dataset, h, key))
+        if version is None:
+            rows = self._query(self._point, (dataset, h, key))
+        else:
+            sql, extra = self._sql("point", version)
+            rows = self._query(sql, (dataset, h, key, *extra))
         if not rows:
-            raise self._missing(dataset, key)
+            raise self._missing(dataset, key, version)
         url, _, offset, length = rows[0][:4]
         return Location(url, int(offset), int(length))
 
-    def get(self, dataset: str, key: str, entries: Iterable[str] | None = None) -> Record:
+    def get(
+        self,
+        dataset: str,
+        key: str,
+        entries: Iterable[str] | None = None,
+        version: Version = None,
+    ) -> Record:
         h, key = _hash(key)
         if entries is not None:
-            return self._get_entries(dataset, key, h, frozenset(entries))
-        rows = self._query(self._point, (dataset, h, key))
+            return self._get_entries(dataset, key, h, frozenset(entries), version)
+        if version is None:
+            rows = self._query(self._point, (dataset, h, key))
+        else:
+            sql, extra = self._sql("point", version)
+            rows = self._query(sql, (dataset, h, key, *extra))
         if not rows:
-            raise self._missing(dataset, key)
+            raise self._missing(dataset, key, version)
         url, alignment, offset, length, spans, kind, signature = rows[0]
         try:
             data = self._sources.read(url, offset, offset + length)
@@ -183,10 +263,16 @@ class Lookup:
             raise self._read_failed(e, url, dataset) from e
         return record
 
-    def _get_entries(self, dataset: str, key: str, h: int, names: frozenset[str]) -> Record:
-        rows = self._query(self._point, (dataset, h, key))
+    def _get_entries(
+        self, dataset: str, key: str, h: int, names: frozenset[str], version: Version
+    ) -> Record:
+        if version is None:
+            rows = self._query(self._point, (dataset, h, key))
+        else:
+            sql, extra = self._sql("point", version)
+            rows = self._query(sql, (dataset, h, key, *extra))
         if not rows:
-            raise self._missing(dataset, key)
+            raise self._missing(dataset, key, version)
         url, _, offset, length, spans, _, signature = rows[0]
         wanted = self._wanted(url, offset, bytes(spans), signature, names)
         record = Record(key, {}, offset=offset, length=length)
@@ -225,17 +311,24 @@ class Lookup:
     # --- batches -----------------------------------------------------------
 
     def get_many(
-        self, dataset: str, keys: Iterable[str], entries: Iterable[str] | None = None
+        self,
+        dataset: str,
+        keys: Iterable[str],
+        entries: Iterable[str] | None = None,
+        version: Version = None,
     ) -> BatchResult:
         asked = list(keys)
         unique = dict.fromkeys(asked)
         hashes = [_hash(k)[0] for k in unique]
         names = None if entries is None else frozenset(entries)
+        sql, extra = self._batch, ()
+        if version is not None:
+            sql, extra = self._sql("batch", version)
         param: Any = hashes if self.dialect == "postgresql" else json.dumps(hashes)
-        rows = self._query(self._batch, (dataset, param)) if hashes else []
+        rows = self._query(sql, (dataset, param, *extra)) if hashes else []
         if not rows and (hashes or not asked):
-            err = self._missing(dataset, None)
-            if isinstance(err, DatasetNotFoundError):
+            err = self._missing(dataset, None, version)
+            if isinstance(err, DatasetNotFoundError | VersionNotFoundError):
                 raise err
         found: dict[str, Any] = {}
         for row in rows:

@@ -8,7 +8,9 @@ checks that models and migrations never drift apart.
 Tables::
 
     datasets ──< jobs ──< shards ──< records >── layouts ──< layout_entries
-        └──────────────────┴───────────┘  (dataset_id on every table)
+        ├──────────────────┴───────────┘  (dataset_id on every table)
+        ├──< dataset_versions      (one row per kept version)
+        └──< dataset_tags          (name -> version)
 
 ``records`` has no foreign-key constraints on purpose: PostgreSQL checks
 them row by row during COPY (three of them cut bulk registration by more
@@ -51,6 +53,8 @@ __all__ = [
     "SHARD_STATES",
     "Base",
     "Dataset",
+    "DatasetTag",
+    "DatasetVersion",
     "Job",
     "Layout",
     "LayoutEntry",
@@ -136,6 +140,8 @@ class Job(Base):
     properties: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     version: Mapped[int | None] = mapped_column(BigInteger)
     """The dataset version this job's commit produced."""
+    base_version: Mapped[int | None] = mapped_column(BigInteger)
+    """The dataset version when the job began: keys changed after it are conflicts."""
     created_at: Mapped[dt.datetime] = mapped_column(Timestamp, server_default=func.now())
     finished_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)
 
@@ -195,6 +201,45 @@ class Shard(Base):
     registered_at: Mapped[dt.datetime] = mapped_column(Timestamp, server_default=func.now())
     committed_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)
     deleted_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)
+    # --- versions (docs/LIFECYCLE.md) --------------------------------------
+    added_version: Mapped[int | None] = mapped_column(BigInteger)
+    """The dataset version whose commit made the shard visible (NULL while staged)."""
+    removed_version: Mapped[int | None] = mapped_column(BigInteger)
+    """The version from which none of its records is live (NULL: some still are)."""
+
+
+class DatasetVersion(Base):
+    """One committed change of a dataset: what ``shardcat log`` lists."""
+
+    __tablename__ = "dataset_versions"
+    __table_args__ = (PrimaryKeyConstraint("dataset_id", "number"),)
+
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[dt.datetime] = mapped_column(Timestamp, server_default=func.now())
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+    operation: Mapped[str] = mapped_column(String(32))
+    records_added: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    records_removed: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    bytes_added: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    bytes_removed: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    message: Mapped[str | None] = mapped_column(Text)
+    total_records: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    """Live records at this version (the previous total + added - removed)."""
+    total_bytes: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    """Their bytes (record lengths, not file sizes)."""
+
+
+class DatasetTag(Base):
+    """A name for a version: tagged versions are never expired."""
+
+    __tablename__ = "dataset_tags"
+    __table_args__ = (PrimaryKeyConstraint("dataset_id", "name"),)
+
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(255))
+    version: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[dt.datetime] = mapped_column(Timestamp, server_default=func.now())
 
 
 class Layout(Base):
@@ -254,3 +299,5 @@ class Record(Base):
     layout_id: Mapped[int] = mapped_column(Integer)
     spans: Mapped[bytes] = mapped_column(LargeBinary)
     """Per entry, in layout order: offset in the record, stored size, CRC32C (see spans.py)."""
+    removed_version: Mapped[int | None] = mapped_column(BigInteger)
+    """The version that removed it (replaced, deleted, skipped, overwritten); NULL: live."""

@@ -21,6 +21,8 @@ __all__ = [
     "Problem",
     "RecordRow",
     "ShardRow",
+    "VersionDiff",
+    "VersionInfo",
 ]
 
 
@@ -101,6 +103,10 @@ class ShardRow:
     metadata: dict[str, Any] = field(default_factory=dict)
     kind: str = "native"
     """``native`` (a shardcat shard) or ``tar`` (a WebDataset tar indexed in place)."""
+    added_version: int | None = None
+    """The version that made it visible (None while staged)."""
+    removed_version: int | None = None
+    """The version from which none of its records is live; older versions still read it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,3 +231,37 @@ class CatalogReport:
             + f"{len(self.problems)} problem(s):\n"
             + "\n".join(f"  {p}" for p in self.problems)
         )
+
+
+@dataclass(frozen=True, slots=True)
+class VersionInfo:
+    """One kept version of a dataset: what ``shardcat log`` lists."""
+
+    number: int
+    created_at: dt.datetime
+    operation: str
+    """``write``, ``append``, ``overwrite``, ``delete``, ``register``, ``remove_shard``, ``upgrade``."""
+    job_id: int | None
+    records_added: int
+    records_removed: int
+    bytes_added: int
+    bytes_removed: int
+    message: str | None
+    total_records: int
+    total_bytes: int
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class VersionDiff:
+    """What changed between two versions, by key: counts, and the keys when asked for."""
+
+    dataset: str
+    old: int
+    new: int
+    added: int
+    removed: int
+    replaced: int
+    added_keys: list[str] | None = None
+    removed_keys: list[str] | None = None
+    replaced_keys: list[str] | None = None

@@ -56,6 +56,8 @@ def shard_row(row: Shard, dataset: str) -> ShardRow:
         footer_crc=int(row.footer_crc),
         metadata=dict(row.user_metadata or {}),
         kind=row.kind,
+        added_version=None if row.added_version is None else int(row.added_version),
+        removed_version=None if row.removed_version is None else int(row.removed_version),
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Iterable
 
-from sqlalchemy import select, text, true, update
+from sqlalchemy import select, text, true
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -24,8 +24,8 @@ from .models import LIVE_STATES, Dataset, Job, Shard
 from .register import PreparedShard, ensure_layouts, insert_records
 from .results import RecordRow, ShardRow
 from .rows import shard_row
-from .session import NO_SYNC
 from .spans import unpack_spans
+from .versions import mark_fully_removed, record_version, remove_records
 
 __all__ = [
     "insert_shard",
@@ -47,6 +47,8 @@ def list_shards(session: Session, dataset: str, state: str | None) -> list[Shard
     q = select(Shard).where(Shard.dataset_id == ds.id)
     if state is not None:
         q = q.where(Shard.state == state)
+    if state == "committed":  # the latest version's shards, not those only older versions read
+        q = q.where(Shard.removed_version.is_(None))
     q = q.order_by(Shard.shard_number, Shard.url, Shard.id)
     return [shard_row(r, ds.name) for r in session.execute(q).scalars()]
 
@@ -147,7 +149,25 @@ def register_shard(
 
 
 def _check_url_free(session: Session, ds: Dataset, prep: PreparedShard, job_id: int | None) -> None:
-    """Refuse a URL that a live row of another job names (the unique index backs this up)."""
+    """Refuse a URL that a live row of another job names (the unique index backs this up).
+
+    A committed row that only older versions read (its records all removed)
+    gives way: it is retired, so the file gets fresh rows in a new version;
+    the versions that read it through the old row no longer do.
+    """
+    gone = (
+        session.execute(
+            select(Shard.id).where(
+                Shard.dataset_id == ds.id,
+                Shard.url == prep.url,
+                Shard.state == "committed",
+                Shard.removed_version.is_not(None),
+            )
+        )
+        .scalars()
+        .all()
+    )
+    jobs.retire(session, list(gone))
     taken = session.execute(
         select(Shard.state, Shard.job_id).where(
             Shard.dataset_id == ds.id,
@@ -189,16 +209,30 @@ def remove_shard(session: Session, dataset: str, url: str) -> ShardRow:
     url = redact(url)
     ds = find_dataset(session, dataset)
     row = session.execute(
-        select(Shard).where(Shard.dataset_id == ds.id, Shard.url == url, Shard.state == "committed")
+        select(Shard).where(
+            Shard.dataset_id == ds.id,
+            Shard.url == url,
+            Shard.state == "committed",
+            Shard.removed_version.is_(None),
+        )
     ).scalar_one_or_none()
     if row is None:
         raise ShardNotFoundError(
             f"no committed shard {url} in dataset {dataset!r}; list them with Catalog.shards()"
         )
-    jobs.retire(session, [row.id])
-    session.execute(
-        update(Dataset).where(Dataset.id == ds.id).values(version=Dataset.version + 1),
-        execution_options=NO_SYNC,
+    # A new version without the shard's records; older versions still see them.
+    version = jobs.bump_version(session, ds, None)
+    removed = remove_records(session, "records.shard_id = :shard", {"shard": row.id, "v": version})
+    mark_fully_removed(session, ds.id, version)
+    record_version(
+        session,
+        ds.id,
+        version,
+        job_id=None,
+        operation="remove_shard",
+        message=url,
+        added=(0, 0),
+        removed=removed,
     )
     return shard_row(session.get_one(Shard, row.id, populate_existing=True), ds.name)
 

@@ -58,12 +58,21 @@ def _root(
 
 
 def _register() -> None:
-    from . import dataset_cmds, maintenance_cmds, shard_cmds, sql_cmd, tar_cmds, write_cmd
+    from . import (
+        dataset_cmds,
+        maintenance_cmds,
+        shard_cmds,
+        sql_cmd,
+        tar_cmds,
+        version_cmds,
+        write_cmd,
+    )
     from .catalog import catalog_app
 
     write_cmd.register(app)
     dataset_cmds.register(app)
     maintenance_cmds.register(app)
+    version_cmds.register(app)
     sql_cmd.register(app)
     shard_cmds.register(app)
     tar_cmds.register(app)

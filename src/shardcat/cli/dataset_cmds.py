@@ -12,6 +12,7 @@ import typer
 from ..errors import InvalidKeyError, KeyNotFoundError
 from .common import open_catalog, state_of
 from .output import timestamp
+from .version_cmds import VersionOption, parse_version
 
 __all__ = ["register", "safe_path"]
 
@@ -199,6 +200,7 @@ def get(
             "--keys-from", help="Read keys from FILE, one a line (- for stdin).", metavar="FILE"
         ),
     ] = None,
+    version: VersionOption = None,
 ) -> None:
     """Print or save a sample's entries, or many samples' with --keys-from.
 
@@ -212,19 +214,20 @@ def get(
     state = state_of(ctx)
     out = state.out
     names = list(entry) if entry else None
+    at = parse_version(version)
     keys = [key] if key is not None else _read_keys(keys_from or "-")
     with open_catalog(state) as cat:
         if key is not None:
-            records = [cat.get(dataset, key, entries=names)]
+            records = [cat.get(dataset, key, entries=names, version=at)]
             missing: list[str] = []
         else:
-            batch = cat.get_many(dataset, keys, entries=names)
+            batch = cat.get_many(dataset, keys, entries=names, version=at)
             records = [r for r in batch.records if r is not None]
             missing = list(batch.missing)
         for r in records:
             absent = [n for n in names or [] if n not in r.entries]
             if absent:
-                have = ", ".join(sorted(cat.get(dataset, r.key).entries))
+                have = ", ".join(sorted(cat.get(dataset, r.key, version=at).entries))
                 raise KeyNotFoundError(
                     f"sample {r.key!r} has no entry {absent[0]!r}; its entries are: {have}"
                 )

@@ -178,10 +178,14 @@ def delete(
         info = cat.dataset(dataset)
         shards = cat.shards(dataset, state=None)
         size = sum(s.size_bytes for s in shards)
-        records = sum(s.record_count for s in shards if s.state == "committed")
+        versions = cat.log(dataset)
+        records = versions[0].total_records if versions else 0
+        # Tags keep versions from expiring, not from an explicit delete: say which go.
+        tags = [f"{t} (version {v.number})" for v in versions for t in v.tags]
         what = (
             f"dataset {dataset!r} (root {info.root_url}): {len(shards)} shard object(s), "
-            f"{format_bytes(size)}, {records:,} committed records"
+            f"{format_bytes(size)}, {records:,} live records, {len(versions)} kept version(s)"
+            + (f", tagged {', '.join(tags)}" if tags else "")
         )
         if not yes:
             if not sys.stdin.isatty():

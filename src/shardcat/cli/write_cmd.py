@@ -27,6 +27,12 @@ class Mode(str, enum.Enum):
     overwrite = "overwrite"
 
 
+class OnDuplicate(str, enum.Enum):
+    error = "error"
+    replace_it = "replace"  # not `replace`: a str method's name
+    skip = "skip"
+
+
 class KeyRule(str, enum.Enum):
     first_dot = "first-dot"
     last_dot = "last-dot"
@@ -120,6 +126,17 @@ def write(
         Mode,
         typer.Option(help="create: new dataset; append: add keys; overwrite: replace its records."),
     ] = Mode.create,
+    on_duplicate: Annotated[
+        OnDuplicate,
+        typer.Option(
+            help="--mode append, a key the dataset has: error, replace it (new version points at "
+            "the new sample) or skip the new sample."
+        ),
+    ] = OnDuplicate.error,
+    message: Annotated[
+        str | None,
+        typer.Option("--message", "-m", help="Recorded with the new version (shardcat log)."),
+    ] = None,
     key_rule: Annotated[
         KeyRule,
         typer.Option(
@@ -215,6 +232,8 @@ def write(
             shard_size=shard_size,
             compression=compression,
             mode=mode.value,
+            on_duplicate=on_duplicate.value,
+            message=message,
             storage_options=state.storage_options,
             client=client,
             progress=bar,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .files import FileSource, from_files
 from .index_tar import IndexTarSummary, TarFailure, index_tar
+from .keys import delete_keys
 from .progress import WriteProgress, WriteProgressCallback
 from .progress_bar import WriteProgressBar
 from .read import iter_shard, iter_tar_shard, read
@@ -17,6 +18,7 @@ __all__ = [
     "WriteProgressBar",
     "WriteProgressCallback",
     "WriteSummary",
+    "delete_keys",
     "from_files",
     "index_tar",
     "iter_shard",

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._units import format_bytes
 from ..catalog.kinds import shard_kind
 from ..catalog.models import LIVE_STATES
 from ..errors import ShardcatError, StorageError
@@ -58,16 +59,25 @@ class GcReport:
     kept: list[str] = field(default_factory=list)
     """Files of deleted shards left in place, each with the reason."""
     errors: list[str] = field(default_factory=list)
+    sizes: dict[str, int] = field(default_factory=dict)
+    """Bytes of each removed (or, dry run, removable) object, where known."""
+    reasons: dict[str, str] = field(default_factory=dict)
+    """Why each removed object is garbage."""
 
     @property
     def removed(self) -> int:
         return len(self.deleted_shards) + len(self.orphans)
 
+    @property
+    def bytes(self) -> int:
+        """Bytes reclaimed (or, with ``dry_run``, that would be)."""
+        return sum(self.sizes.get(u, 0) for u in [*self.deleted_shards, *self.orphans])
+
     def __str__(self) -> str:
         verb = "would remove" if self.dry_run else "removed"
         return (
             f"gc {verb} {len(self.deleted_shards)} deleted shard(s) and {len(self.orphans)} orphan "
-            f"file(s); aborted {len(self.aborted_jobs)} stale job(s)"
+            f"file(s) ({format_bytes(self.bytes)}); aborted {len(self.aborted_jobs)} stale job(s)"
             + (
                 f"; kept {len(self.kept)} file(s) still in use or outside the root"
                 if self.kept
@@ -137,6 +147,12 @@ def gc(
                     report.kept.append(f"{shard.url}: {reason}")
                 else:
                     doomed.append(shard.url)
+                    report.sizes[shard.url] = shard.size_bytes
+                    report.reasons[shard.url] = (
+                        "no kept version reads it (expired, replaced or removed)"
+                        if shard.added_version is not None
+                        else "left by a failed, aborted or retried job (never committed)"
+                    )
             if not dry_run:
                 # Re-checked just before deleting, in one query: a registration may
                 # have raced the reading above.
@@ -146,11 +162,14 @@ def gc(
             report.deleted_shards.extend(doomed)
         # Every dataset's shards count as known: datasets may share a folder.
         known = {_key(u, opts) for u in cat.shard_urls()}
-        orphans = [
-            url
-            for url, modified in _list_files(root, opts, report)
-            if _key(url, opts) not in known and now - modified >= grace
-        ]
+        orphans = []
+        for url, modified, size in _list_files(root, opts, report):
+            if _key(url, opts) not in known and now - modified >= grace:
+                orphans.append(url)
+                report.sizes[url] = size
+                report.reasons[url] = (
+                    f"no catalog row names it; older than the grace period ({grace})"
+                )
         if not dry_run:
             orphans = _recheck(orphans, cat.shard_urls(), opts, report)
             _remove(orphans, opts, report)
@@ -277,8 +296,8 @@ def _under(key: tuple[str, str], root: tuple[str, str]) -> bool:
 
 def _list_files(
     root: str, opts: Mapping[str, Any], report: GcReport
-) -> list[tuple[str, dt.datetime]]:
-    """Shard-like files under ``root`` with their modification times (UTC)."""
+) -> list[tuple[str, dt.datetime, int]]:
+    """Shard-like files under ``root`` with their modification times (UTC) and sizes."""
     try:
         fs, path = resolve(root, opts)
         if not fs.exists(path):
@@ -294,7 +313,7 @@ def _list_files(
         if not name.endswith(_SHARDISH):
             continue
         url = p if protocol in (None, "file") else fs.unstrip_protocol(p)
-        out.append((url, _mtime(info)))
+        out.append((url, _mtime(info), int(info.get("size") or 0)))
     return out
 
 

@@ -27,6 +27,7 @@ def iter_shard(
     storage_options: Mapping[str, Any] | None = None,
     decode: bool = True,
     expect: tuple[str, int] | None = None,
+    hidden: frozenset[int] = frozenset(),
 ) -> Iterator[dict[str, Any]]:
     """Every sample of one shard in file order: ``{"__key__": ..., name: value, ...}``.
 
@@ -34,7 +35,8 @@ def iter_shard(
     array, text → str); otherwise entries are :class:`~shardcat.Entry` objects.
     ``expect`` is the ``(file_id, footer_crc)`` the catalog registered: a
     shard replaced since (even by a valid one) raises ChecksumError instead
-    of streaming other records.
+    of streaming other records. Records starting at an offset in ``hidden``
+    (not visible at the version being read) are skipped.
     """
     with ShardReader(url, storage_options=dict(storage_options or {})) as r:
         if expect is not None and (r.info.file_id, r.info.footer_crc) != expect:
@@ -45,6 +47,8 @@ def iter_shard(
                 path=redact(url),
             )
         for rec in r.iter_records(entries):
+            if hidden and rec.offset in hidden:
+                continue
             if decode:
                 yield rec.decode()
             else:
@@ -116,8 +120,9 @@ def _read_partition(
     storage_options: dict[str, Any],
     decode: bool,
     expect: tuple[str, int],
+    hidden: frozenset[int],
 ) -> list[dict[str, Any]]:
-    return list(iter_shard(url, entries, storage_options, decode, expect))
+    return list(iter_shard(url, entries, storage_options, decode, expect, hidden))
 
 
 def read(
@@ -127,8 +132,9 @@ def read(
     *,
     storage_options: Mapping[str, Any] | None = None,
     decode: bool = True,
+    version: int | str | None = None,
 ) -> Any:
-    """The committed records of ``dataset`` as a ``dask.bag.Bag`` with one partition per shard.
+    """The records of ``dataset`` (at a version) as a ``dask.bag.Bag`` with one partition per shard.
 
     Parameters
     ----------
@@ -140,11 +146,15 @@ def read(
         fsspec options for the workers (default: the catalog's own ``storage_options``).
     decode:
         Decode values by content type (default) or return raw entries.
+    version:
+        A kept version's number or a tag (default: the latest).
 
     Raises
     ------
     DatasetNotFoundError
         No such dataset in the catalog.
+    VersionNotFoundError
+        No such kept version or tag.
     """
     import dask.bag as db
     from dask.delayed import delayed
@@ -152,7 +162,7 @@ def read(
     from ..catalog import Catalog
 
     cat = catalog if isinstance(catalog, Catalog) else Catalog(str(catalog))
-    shards = cat.shards(dataset, state="committed")
+    number, shards = cat.visible_shards(dataset, version)
     names = None if entries is None else list(entries)
     opts = dict(cat.storage_options if storage_options is None else storage_options)
     handle = cat.handle()
@@ -168,9 +178,10 @@ def read(
             opts,
             decode,
             (s.file_id, s.footer_crc),
-            dask_key_name=f"shardcat-read-{i}-{s.url}",
+            hidden,
+            dask_key_name=f"shardcat-read-{number}-{i}-{s.url}",
         )
-        for i, s in enumerate(shards)
+        for i, (s, hidden) in enumerate(shards)
     ]
     if not parts:
         return db.from_sequence([], npartitions=1)

@@ -18,6 +18,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .._types import ON_DUPLICATE, OnDuplicate
 from .._units import format_bytes, parse_size
 from ..errors import DatasetExistsError
 from ..storage import brace_patterns, dataset_prefix, is_local, local_path, redact, resolve
@@ -84,6 +85,8 @@ def write(
     compression: str | None = None,
     metadata: Mapping[str, Any] | None = None,
     mode: Mode = "create",
+    on_duplicate: OnDuplicate = "error",
+    message: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
     key_column: str = "__key__",
     json_entry: str = "json",
@@ -118,7 +121,16 @@ def write(
         may run concurrently) or ``"overwrite"`` (replace the dataset's
         records when the job commits; if another job committed to the
         dataset meanwhile, the overwrite fails with CommitConflictError
-        rather than drop data it never saw).
+        rather than drop data it never saw). Every committed write is a new
+        dataset version (``Catalog.log``).
+    on_duplicate:
+        ``mode="append"``: a key already live in the dataset is an error
+        naming the keys (``"error"``), or the new version points at the new
+        record (``"replace"``), or the new record is ignored (``"skip"``).
+        If another commit changed such a key after this job began, the
+        commit fails with KeyConflictError naming the keys.
+    message:
+        Recorded with the new version (``shardcat log``).
     storage_options:
         fsspec options (credentials, endpoint) handed to the workers; never
         stored in the catalog.
@@ -195,6 +207,10 @@ def write(
     cat = catalog if isinstance(catalog, Catalog) else Catalog(str(catalog))
     if mode not in ("create", "append", "overwrite"):
         raise ValueError(f"mode must be 'create', 'append' or 'overwrite', not {mode!r}")
+    if on_duplicate not in ON_DUPLICATE:
+        raise ValueError(f"on_duplicate must be one of {ON_DUPLICATE}, not {on_duplicate!r}")
+    if on_duplicate != "error" and mode != "append":
+        raise ValueError(f"on_duplicate={on_duplicate!r} needs mode='append', not {mode!r}")
     size = parse_size(shard_size)
     callback, drawing = _progress_drawer(progress)
     opts = dict(storage_options or {})
@@ -267,6 +283,9 @@ def write(
                 replace=mode == "overwrite",
                 expected_version=base_version if mode == "overwrite" else None,
                 require_empty=mode == "create",
+                on_duplicate=on_duplicate,
+                operation={"create": "write"}.get(mode, mode),
+                message=message,
             )
         except BaseException:
             with contextlib.suppress(Exception):

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from rich.console import Console
 
 if TYPE_CHECKING:
-    from ...catalog import CatalogReport, DatasetInfo, ShardRow
+    from ...catalog import CatalogReport, DatasetInfo, ShardRow, VersionDiff, VersionInfo
     from ...catalog.readonly import ReadOnlyRole
+    from ...catalog.versions import ExpireResult
     from ...demo import DemoReport
     from ...format import Record, VerifyReport
     from ...orchestration import IndexTarSummary, WriteProgressCallback, WriteSummary
@@ -177,6 +178,24 @@ class Output(ABC):
     @abstractmethod
     def reindexed(self, dataset: str, rows: Sequence[ShardRow]) -> None:
         """The shard rows reindex rebuilt."""
+
+    # --- versions: log, tag, untag, diff, delete-keys, expire ----------------
+
+    @abstractmethod
+    def version_log(self, dataset: str, versions: Sequence[VersionInfo]) -> None:
+        """A dataset's kept versions, newest first, with counts and tags."""
+
+    @abstractmethod
+    def version_change(self, message: str, document: Mapping[str, Any]) -> None:
+        """What tag, untag or delete-keys did: a line of text, or the document as JSON."""
+
+    @abstractmethod
+    def version_diff(self, diff: VersionDiff) -> None:
+        """Keys added, removed and replaced between two versions (and the keys, if listed)."""
+
+    @abstractmethod
+    def expired(self, result: ExpireResult, *, dry_run: bool) -> None:
+        """Versions expired (or, with ``dry_run``, that would be) and shards retired."""
 
     @abstractmethod
     def gc_report(self, report: GcReport) -> None:

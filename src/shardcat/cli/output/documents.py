@@ -21,8 +21,9 @@ from ..._redact import redact_url
 from .base import Output, QueryRows, ShardInspection, VerifyProgressCallback
 
 if TYPE_CHECKING:
-    from ...catalog import CatalogReport, DatasetInfo, ShardRow
+    from ...catalog import CatalogReport, DatasetInfo, ShardRow, VersionDiff, VersionInfo
     from ...catalog.readonly import ReadOnlyRole
+    from ...catalog.versions import ExpireResult
     from ...demo import DemoReport
     from ...format import Entry, Record
     from ...orchestration import IndexTarSummary, WriteProgressCallback, WriteSummary
@@ -240,6 +241,26 @@ class JsonOutput(Output):
                 for r in rows
             ]
         )
+
+    def version_log(self, dataset: str, versions: Sequence[VersionInfo]) -> None:
+        self._print(
+            {
+                "dataset": dataset,
+                "versions": [
+                    {**dataclasses.asdict(v), "created_at": timestamp(v.created_at)}
+                    for v in versions
+                ],
+            }
+        )
+
+    def version_change(self, message: str, document: Mapping[str, Any]) -> None:
+        self._print(dict(document))
+
+    def version_diff(self, diff: VersionDiff) -> None:
+        self._print(dataclasses.asdict(diff))
+
+    def expired(self, result: ExpireResult, *, dry_run: bool) -> None:
+        self._print({**dataclasses.asdict(result), "dry_run": dry_run})
 
     def gc_report(self, report: GcReport) -> None:
         self._print(dataclasses.asdict(report))

@@ -33,8 +33,9 @@ from .base import Output, QueryRows, ShardInspection, VerifyProgressCallback, er
 from .documents import describe_entry, stats_doc, timestamp
 
 if TYPE_CHECKING:
-    from ...catalog import CatalogReport, DatasetInfo, ShardRow
+    from ...catalog import CatalogReport, DatasetInfo, ShardRow, VersionDiff, VersionInfo
     from ...catalog.readonly import ReadOnlyRole
+    from ...catalog.versions import ExpireResult
     from ...demo import DemoReport
     from ...format import Entry, Record
     from ...orchestration import IndexTarSummary, WriteProgressCallback, WriteSummary
@@ -349,14 +350,81 @@ class TextOutput(Output):
             f"{len(rows)} shard(s), {sum(r.record_count for r in rows):,} records reindexed"
         )
 
+    def version_log(self, dataset: str, versions: Sequence[VersionInfo]) -> None:
+        self._table(
+            f"Versions of {dataset}",
+            [
+                "version",
+                "created",
+                "operation",
+                "job",
+                "+records",
+                "-records",
+                "records",
+                "bytes",
+                "tags",
+                "message",
+            ],
+            [
+                [
+                    v.number,
+                    timestamp(v.created_at),
+                    v.operation,
+                    "" if v.job_id is None else v.job_id,
+                    v.records_added,
+                    v.records_removed,
+                    v.total_records,
+                    format_bytes(v.total_bytes),
+                    ", ".join(v.tags),
+                    v.message or "",
+                ]
+                for v in versions
+            ],
+        )
+        self._summary(f"{len(versions)} kept version(s)")
+
+    def version_change(self, message: str, document: Mapping[str, Any]) -> None:
+        self._line(message)
+
+    def version_diff(self, diff: VersionDiff) -> None:
+        self._line(
+            f"{diff.dataset} {diff.old} -> {diff.new}: {diff.added} added, "
+            f"{diff.removed} removed, {diff.replaced} replaced"
+        )
+        for what, keys in (
+            ("added", diff.added_keys),
+            ("removed", diff.removed_keys),
+            ("replaced", diff.replaced_keys),
+        ):
+            for key in keys or []:
+                self._line(f"{what}\t{key}")
+
+    def expired(self, result: ExpireResult, *, dry_run: bool) -> None:
+        verb = "would expire" if dry_run else "expired"
+        shown = ", ".join(str(n) for n in result.expired) or "none"
+        self._line(
+            f"{result.dataset}: {verb} {len(result.expired)} version(s) ({shown}); "
+            f"{len(result.kept)} kept; {len(result.retired_shards)} shard(s) no kept version "
+            "reads (their files go with the next `shardcat gc`)"
+        )
+        for url in result.retired_shards:
+            self._line(f"retired\t{url}")
+
     def gc_report(self, report: GcReport) -> None:
         rows: list[list[Any]] = [["aborted job", j] for j in report.aborted_jobs]
         rows += [["deleted shard", u] for u in report.deleted_shards]
         rows += [["orphan file", u] for u in report.orphans]
+        for row in rows:  # size and reason, where gc knows them (removed objects)
+            size = report.sizes.get(str(row[1]))
+            row += ["" if size is None else format_bytes(size), report.reasons.get(str(row[1]), "")]
         rows += [["kept", k] for k in report.kept]
         rows += [["error", e] for e in report.errors]
         if rows:
-            self._table("Would remove" if report.dry_run else "Removed", ["what", "item"], rows)
+            self._table(
+                "Would remove" if report.dry_run else "Removed",
+                ["what", "item", "size", "reason"],
+                rows,
+            )
         self._summary(str(report))
 
     def deleted(self, dataset: str, report: DeleteReport, *, shards: int, size: int) -> None:

@@ -1,0 +1,174 @@
+"""The Catalog's version methods (log, tag, diff, delete_keys, expire, ...) and commit retries.
+
+A mixin of :class:`~shardcat.catalog.Catalog`, kept apart so each module
+stays small; the SQL lives in ``versions.py`` and ``jobs.py``
+(docs/LIFECYCLE.md).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import time
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+
+from sqlalchemy.orm import Session
+
+from . import jobs as _jobs
+from . import versions as _versions
+from .jobs import VersionMoved
+from .lookup import Version
+from .results import ShardRow, VersionDiff, VersionInfo
+from .rows import shard_row
+
+__all__ = ["COMMIT_ATTEMPTS", "VersionsApi", "with_retries"]
+
+COMMIT_ATTEMPTS = 8
+"""How often a commit that lost the race for the dataset's version is run (whole transaction)."""
+
+
+class VersionsApi:
+    """Dataset versions: list, tag, compare, delete keys, expire; what :class:`Catalog` offers."""
+
+    _uow: Callable[..., AbstractContextManager[Session]]
+
+    def log(self, dataset: str) -> list[VersionInfo]:
+        """The dataset's kept versions, newest first, with counts and tags.
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If there is no such dataset.
+        """
+        with self._uow() as s:
+            return _versions.list_versions(s, dataset)
+
+    def tag(self, dataset: str, version: int | str, name: str, *, move: bool = False) -> int:
+        """Name a kept version (a tagged version is never expired); returns its number.
+
+        Raises
+        ------
+        VersionNotFoundError
+            If there is no such kept version.
+        ValueError
+            If the tag names another version (and not ``move``), or the name is a number.
+        """
+        with self._uow(write=True) as s:
+            return _versions.set_tag(s, dataset, version, name, move=move)
+
+    def untag(self, dataset: str, name: str) -> int:
+        """Remove a tag; returns the version it named.
+
+        Raises
+        ------
+        VersionNotFoundError
+            If the dataset has no such tag.
+        """
+        with self._uow(write=True) as s:
+            return _versions.untag(s, dataset, name)
+
+    def diff(
+        self, dataset: str, old: int | str, new: int | str, *, keys: bool = False
+    ) -> VersionDiff:
+        """Keys added, removed and replaced from version ``old`` to ``new`` (with the keys if asked).
+
+        Raises
+        ------
+        VersionNotFoundError
+            If either version is not kept.
+        """
+        with self._uow() as s:
+            return _versions.diff_versions(s, dataset, old, new, keys=keys)
+
+    def delete_keys(
+        self,
+        dataset: str,
+        keys: Iterable[str],
+        *,
+        missing_ok: bool = False,
+        message: str | None = None,
+    ) -> int:
+        """A new version without these keys; no shard is rewritten. Returns its number.
+
+        Older versions still resolve the keys to their bytes until they expire.
+
+        Raises
+        ------
+        KeyNotFoundError
+            If a key has no live record and not ``missing_ok`` (nothing changes).
+        """
+        wanted = list(keys)
+        out: list[int] = []
+
+        def attempt() -> None:
+            with self._uow(write=True) as s:
+                out.append(
+                    _jobs.commit_delete(s, dataset, wanted, missing_ok=missing_ok, message=message)
+                )
+
+        with_retries(attempt)
+        return out[-1]
+
+    def expire(
+        self,
+        dataset: str,
+        *,
+        keep_last: int,
+        older_than: dt.timedelta | None = None,
+        dry_run: bool = False,
+    ) -> _versions.ExpireResult:
+        """Drop old untagged versions (never the latest); shards no kept version sees become ``deleted``.
+
+        Their files stay until :func:`shardcat.orchestration.gc` removes them.
+
+        Parameters
+        ----------
+        keep_last:
+            Keep this many newest versions (at least 1).
+        older_than:
+            Only expire versions older than this.
+        dry_run:
+            Report what would expire; change nothing.
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If there is no such dataset.
+        """
+        with self._uow(write=not dry_run) as s:
+            return _versions.expire_versions(
+                s, dataset, keep_last=keep_last, older_than=older_than, dry_run=dry_run
+            )
+
+    def visible_shards(
+        self, dataset: str, version: Version = None
+    ) -> tuple[int, list[tuple[ShardRow, frozenset[int]]]]:
+        """The version's number and its shards, each with the offsets of records it hides.
+
+        What :func:`shardcat.read` streams: a shard's records minus the hidden
+        ones (deleted, replaced or skipped at that version).
+
+        Raises
+        ------
+        VersionNotFoundError
+            If there is no such kept version or tag.
+        """
+        with self._uow() as s:
+            number, rows = _versions.visible_shards(s, dataset, version)
+            return number, [(shard_row(r, dataset), hidden) for r, hidden in rows]
+
+
+def with_retries(attempt: Callable[[], None]) -> None:
+    """Run a commit transaction; rerun it when another commit took the version first (bounded)."""
+    for n in range(COMMIT_ATTEMPTS):
+        try:
+            attempt()
+            return
+        except VersionMoved as e:
+            if n == COMMIT_ATTEMPTS - 1:
+                raise VersionMoved(
+                    f"{e}; gave up after {COMMIT_ATTEMPTS} attempts (other writers kept "
+                    "committing first): retry later"
+                ) from e
+            time.sleep(random.uniform(0, 0.02 * 2**n))  # jitter: losers do not collide again

@@ -1,0 +1,80 @@
+"""shardcat log, tag, untag, diff, delete-keys, expire and get --version, as JSON and text."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import shardcat
+from shardcat.catalog import Catalog
+from shardcat.cli.app import app
+
+
+def shard(root: Path, name: str, keys: list[str]) -> shardcat.ShardInfo:
+    with shardcat.ShardWriter(str(root / f"{name}.shard")) as w:
+        for k in keys:
+            w.add(k, {"txt": f"{k}@{name}"})
+    return w.close()
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    with Catalog(url) as cat:
+        cat.create_dataset("train", str(tmp_path))
+        for name, keys in (("one", ["a", "b"]), ("two", ["a", "c"])):
+            job = cat.begin_job("train")
+            cat.register_shard("train", shard(tmp_path, name, keys), job=job)
+            cat.commit_job(job, on_duplicate="replace", message=f"write {name}")
+    return url
+
+
+def cli(catalog: str, *args: str, json_out: bool = True) -> Any:
+    result = CliRunner().invoke(
+        app, ["--catalog", catalog, *(["--json"] if json_out else []), *args]
+    )
+    return result
+
+
+def test_log_tag_get_version_diff(catalog, tmp_path):
+    log = cli(catalog, "log", "train")
+    assert log.exit_code == 0, log.output
+    versions = json.loads(log.output)["versions"]
+    assert [(v["number"], v["message"], v["total_records"]) for v in versions] == [
+        (2, "write two", 3),
+        (1, "write one", 2),
+    ]
+    tagged = cli(catalog, "tag", "train", "1", "first")
+    assert json.loads(tagged.output) == {"dataset": "train", "tag": "first", "version": 1}
+    got = cli(catalog, "get", "train", "a", "--version", "first", "-e", "txt", json_out=False)
+    assert got.exit_code == 0 and got.stdout == "a@one"
+    diff = json.loads(cli(catalog, "diff", "train", "first", "2", "--keys").output)
+    assert (diff["added_keys"], diff["removed_keys"], diff["replaced_keys"]) == (["c"], [], ["a"])
+    missing = cli(catalog, "get", "train", "a", "--version", "9", json_out=False)
+    # main() prints it as one error line and exits 1 (tests/cli/test_interface.py)
+    assert isinstance(missing.exception, shardcat.errors.VersionNotFoundError)
+    assert "no version 9" in str(missing.exception)
+
+
+def test_delete_keys_then_expire_then_untag(catalog, tmp_path):
+    keys = tmp_path / "keys.txt"
+    keys.write_text("b\nnope\n")
+    refused = cli(catalog, "delete-keys", "train", "--keys-from", str(keys))
+    assert isinstance(refused.exception, shardcat.errors.KeyNotFoundError)
+    assert "'nope'" in str(refused.exception)
+    done = cli(catalog, "delete-keys", "train", "--keys-from", str(keys), "--missing-ok", "-m", "x")
+    assert json.loads(done.output) == {"dataset": "train", "version": 3, "deleted": 1, "asked": 2}
+    assert cli(catalog, "tag", "train", "1", "first").exit_code == 0
+    dry = json.loads(cli(catalog, "expire", "train", "--keep-last", "1", "-n").output)
+    assert (dry["expired"], dry["dry_run"]) == ([2], True)
+    done = json.loads(cli(catalog, "expire", "train", "--keep-last", "1").output)
+    assert (done["expired"], done["kept"], done["retired_shards"]) == ([2], [3, 1], [])
+    assert cli(catalog, "untag", "train", "first").exit_code == 0
+    done = json.loads(cli(catalog, "expire", "train", "--keep-last", "1").output)
+    assert done["expired"] == [1] and done["retired_shards"] == [str(tmp_path / "one.shard")]
+    text = cli(catalog, "log", "train", json_out=False)
+    assert "delete" in text.output and "write two" not in text.output
