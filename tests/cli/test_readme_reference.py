@@ -61,6 +61,8 @@ def test_documented_options_exist():
         "catalog": ["upgrade", "current", "create-readonly-role"],
         "demo": ["--out", "--samples", "--workers", "--scheduler"],
         "log": [],
+        "stats": ["--version"],
+        "verify": ["--version"],
         "tag": ["--move"],
         "untag": [],
         "diff": ["--keys"],
