@@ -236,3 +236,17 @@ def test_remove_shard_is_a_version(train):
     cat.remove_shard("train", url)
     assert value(cat, "a") is None and value(cat, "a", v1) == "a@1"
     assert cat.log("train")[0].operation == "remove_shard"
+
+
+def test_verify_and_entry_kinds_at_a_version(train):
+    cat, root = train
+    v1 = commit_keys(cat, root, ["a", "b"], "1")
+    commit_keys(cat, root, ["c"], "2", replace=True)
+    full = cat.verify("train")
+    assert full.ok and full.shards_checked == 2  # every kept version's files
+    at_v1 = cat.verify("train", version=v1)
+    assert at_v1.ok and at_v1.shards_checked == 1
+    assert [(k.name, k.record_count) for k in cat.entry_kinds("train")] == [("txt", 1)]
+    assert [(k.name, k.record_count) for k in cat.entry_kinds("train", version=v1)] == [("txt", 2)]
+    with pytest.raises(VersionNotFoundError):
+        cat.verify("train", version=99)

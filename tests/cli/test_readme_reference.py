@@ -65,6 +65,8 @@ def test_documented_options_exist():
         "index-tar": ["--dataset", "--on-error", "--workers", "--scheduler"],
         "taridx": ["export", "import"],
         "log": [],
+        "stats": ["--version"],
+        "verify": ["--version"],
         "tag": ["--move"],
         "untag": [],
         "diff": ["--keys"],

@@ -78,3 +78,16 @@ def test_delete_keys_then_expire_then_untag(catalog, tmp_path):
     assert done["expired"] == [1] and done["retired_shards"] == [str(tmp_path / "one.shard")]
     text = cli(catalog, "log", "train", json_out=False)
     assert "delete" in text.output and "write two" not in text.output
+
+
+def test_stats_and_verify_take_a_version_and_delete_lists_tags(catalog):
+    assert cli(catalog, "tag", "train", "1", "first").exit_code == 0
+    stats = cli(catalog, "stats", "train", "--version", "first")
+    assert stats.exit_code == 0, stats.output
+    kinds = json.loads(stats.output)
+    assert "txt" in json.dumps(kinds) and '"records": 2' in json.dumps(kinds)
+    verified = cli(catalog, "verify", "train", "--version", "1")
+    assert verified.exit_code == 0, verified.output
+    refused = cli(catalog, "delete", "train", json_out=False)  # no terminal: --yes is required
+    assert refused.exit_code == 1
+    assert "tagged first (version 1)" in refused.output and "2 kept version(s)" in refused.output

@@ -27,6 +27,7 @@ from .results import (
     VersionInfo,
 )
 from .session import DEFAULT_URL, catalog_exists, create_catalog_engine, display_url
+from .versions import ExpireResult
 
 __all__ = [
     "DEFAULT_URL",
@@ -37,6 +38,7 @@ __all__ = [
     "DatasetInfo",
     "DatasetSummary",
     "EntryKind",
+    "ExpireResult",
     "JobInfo",
     "Location",
     "Problem",

@@ -30,6 +30,7 @@ from . import jobs as _jobs
 from . import keys as _keys
 from . import maintenance as _maintenance
 from . import shards as _shards
+from . import versions as _versions
 from .connection import fork_generation
 from .history import VersionsApi, with_retries
 from .lookup import LayoutCache, Lookup, Version
@@ -254,18 +255,25 @@ class Catalog(VersionsApi):
         with self._uow() as s:
             return _datasets.summarize_datasets(s)
 
-    def entry_kinds(self, dataset: str) -> list[EntryKind]:
+    def entry_kinds(self, dataset: str, *, version: Version = None) -> list[EntryKind]:
         """The dataset's kinds of entry (name, content type, codec) and the committed records holding each.
 
-        One query over the layout tables, not the records' bytes.
+        One query over the layout tables, not the records' bytes. ``version``:
+        the records that kept version (number or tag) sees; default the latest.
 
         Raises
         ------
         DatasetNotFoundError
             If there is no such dataset.
+        VersionNotFoundError
+            If there is no such kept version or tag.
         """
         with self._uow() as s:
-            return _datasets.entry_kinds(s, dataset)
+            number = None
+            if version is not None:
+                ds = _datasets.find_dataset(s, dataset)
+                number = _versions.resolve_version(s, ds, version)
+            return _datasets.entry_kinds(s, dataset, number)
 
     def keys(
         self, dataset: str, *, prefix: str | None = None, limit: int | None = None
@@ -675,8 +683,12 @@ class Catalog(VersionsApi):
         *,
         workers: int = 4,
         on_shard: Callable[[str, int], None] | None = None,
+        version: Version = None,
     ) -> CatalogReport:
         """Check every committed shard against the catalog, and every CRC; report each disagreement.
+
+        Without ``version`` every committed shard is checked (every file a
+        kept version reads); with it, the shards that version reads.
 
         ``on_shard(url, total)`` is called as each shard's check finishes
         (from worker threads), for progress bars.
@@ -687,7 +699,7 @@ class Catalog(VersionsApi):
             If there is no such dataset.
         """
         with self._uow() as s:
-            rows = _maintenance.committed_shards(s, dataset)
+            rows = _maintenance.committed_shards(s, dataset, version)
         # The files are read outside any transaction: that takes as long as the data.
         checks = _maintenance.check_files(
             rows, self.storage_options, workers=workers, on_shard=on_shard

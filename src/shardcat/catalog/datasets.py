@@ -165,7 +165,7 @@ def summarize_datasets(session: Session) -> list[DatasetSummary]:
     ]
 
 
-def entry_kinds(session: Session, name: str) -> list[EntryKind]:
+def entry_kinds(session: Session, name: str, version: int | None = None) -> list[EntryKind]:
     """The dataset's entry kinds with the committed records holding each (from the layouts).
 
     Raises
@@ -180,7 +180,12 @@ def entry_kinds(session: Session, name: str) -> list[EntryKind]:
         .where(
             RecordRow.dataset_id == dataset_id,
             Shard.state == "committed",
-            RecordRow.removed_version.is_(None),
+            RecordRow.removed_version.is_(None)
+            if version is None
+            else (
+                (Shard.added_version <= version)
+                & (RecordRow.removed_version.is_(None) | (RecordRow.removed_version > version))
+            ),
         )
         .group_by(RecordRow.layout_id)
         .subquery()

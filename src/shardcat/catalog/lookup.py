@@ -98,8 +98,7 @@ def _batch_sql(dialect: str, visible: str = _COMMITTED) -> str:
         match = "r.key_hash IN (SELECT value FROM json_each(?))"
         p = "?"
     return (
-        _SELECT.format(extra=", r.key")
-        + f" WHERE {_DATASET.format(p=p)} AND {match} AND {visible}"
+        _SELECT.format(extra=", r.key") + f" WHERE {_DATASET.format(p=p)} AND {match} AND {visible}"
     )
 
 

@@ -35,6 +35,7 @@ from .results import CatalogReport, Problem, ShardRow
 from .rows import shard_row
 from .session import NO_SYNC
 from .shards import insert_shard
+from .versions import resolve_version
 
 __all__ = [
     "FileCheck",
@@ -126,7 +127,9 @@ def reindex_shards(session: Session, dataset: str, preps: list[PreparedShard]) -
         new_ids.append(shard_id)
         if old:
             keep_job[shard_id] = old[0].job_id
-    jobs.commit(session, ds, job)
+    # A new version with fresh rows: versions before it no longer read these
+    # shards through their old rows (docs/LIFECYCLE.md).
+    jobs.commit(session, ds, job, operation="reindex")
     for shard_id, old_job in keep_job.items():
         # The shard is the same file: it stays attributed to the job that wrote it.
         session.execute(
@@ -142,8 +145,12 @@ _CATALOG_ROWS = text(
 )
 
 
-def committed_shards(session: Session, dataset: str) -> list[Shard]:
-    """The dataset's committed shard rows, in the order verify reports them.
+def committed_shards(
+    session: Session, dataset: str, version: int | str | None = None
+) -> list[Shard]:
+    """The dataset's committed shard rows (those ``version`` reads), in the order verify reports them.
+
+    Without ``version``: every committed shard, i.e. every file a kept version reads.
 
     Raises
     ------
@@ -151,13 +158,14 @@ def committed_shards(session: Session, dataset: str) -> list[Shard]:
         If there is no such dataset.
     """
     ds = find_dataset(session, dataset)
-    return list(
-        session.execute(
-            select(Shard)
-            .where(Shard.dataset_id == ds.id, Shard.state == "committed")
-            .order_by(Shard.shard_number, Shard.url, Shard.id)
-        ).scalars()
-    )
+    q = select(Shard).where(Shard.dataset_id == ds.id, Shard.state == "committed")
+    if version is not None:
+        v = resolve_version(session, ds, version)
+        q = q.where(
+            Shard.added_version <= v,
+            Shard.removed_version.is_(None) | (Shard.removed_version > v),
+        )
+    return list(session.execute(q.order_by(Shard.shard_number, Shard.url, Shard.id)).scalars())
 
 
 def check_files(

@@ -240,7 +240,7 @@ class VersionInfo:
     number: int
     created_at: dt.datetime
     operation: str
-    """``write``, ``append``, ``overwrite``, ``delete``, ``register``, ``remove_shard``, ``upgrade``."""
+    """``write``, ``append``, ``overwrite``, ``delete``, ``register``, ``reindex``, ``remove_shard``, ``upgrade``."""
     job_id: int | None
     records_added: int
     records_removed: int

@@ -144,7 +144,7 @@ def register_shard(
         session.flush()
     shard_id = insert_shard(session, ds.id, job_row.id, prep)
     if state == "committed":
-        jobs.commit(session, ds, job_row)
+        jobs.commit(session, ds, job_row, operation="register")
     return shard_row(session.get_one(Shard, shard_id, populate_existing=True), ds.name)
 
 

@@ -68,12 +68,18 @@ def ls(
 def stats(
     ctx: typer.Context,
     dataset: Annotated[str, typer.Argument(help="The dataset's name.", metavar="DATASET")],
+    version: VersionOption = None,
 ) -> None:
     """Records, bytes, entry kinds and the shard size distribution of a dataset."""
     state = state_of(ctx)
+    at = parse_version(version)
     with open_catalog(state) as cat:
         info = cat.dataset(dataset)
-        shards = cat.shards(dataset)
+        shards = (
+            cat.shards(dataset)
+            if at is None
+            else [s for s, _ in cat.visible_shards(dataset, at)[1]]
+        )
         kinds = [
             {
                 "name": k.name,
@@ -81,7 +87,7 @@ def stats(
                 "codec": k.codec,
                 "records": k.record_count,
             }
-            for k in cat.entry_kinds(dataset)
+            for k in cat.entry_kinds(dataset, version=at)
         ]
     state.out.dataset_stats(info, shards, kinds)
 

@@ -10,6 +10,7 @@ import typer
 
 from .._units import format_bytes
 from .common import open_catalog, parse_duration, state_of
+from .version_cmds import VersionOption, parse_version
 
 __all__ = ["register"]
 
@@ -25,6 +26,7 @@ def verify(
     ctx: typer.Context,
     dataset: Annotated[str, typer.Argument(help="The dataset's name.", metavar="DATASET")],
     workers: Annotated[int, typer.Option(min=1, help="Shards checked at once.")] = 4,
+    version: VersionOption = None,
 ) -> None:
     """Read every committed shard, check every CRC and compare it with the catalog.
 
@@ -33,9 +35,10 @@ def verify(
     state = state_of(ctx)
     out = state.out
     with open_catalog(state) as cat:
-        n = len(cat.shards(dataset))
+        at = parse_version(version)
+        n = len(cat.visible_shards(dataset, at)[1]) if at is not None else len(cat.shards(dataset))
         with out.verify_progress(n) as on_shard:
-            report = cat.verify(dataset, workers=workers, on_shard=on_shard)
+            report = cat.verify(dataset, workers=workers, on_shard=on_shard, version=at)
     out.verify_report(dataset, report)
     if not report.ok:
         raise typer.Exit(1)

@@ -20,9 +20,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from rich.console import Console
 
 if TYPE_CHECKING:
-    from ...catalog import CatalogReport, DatasetInfo, ShardRow, VersionDiff, VersionInfo
+    from ...catalog import (
+        CatalogReport,
+        DatasetInfo,
+        ExpireResult,
+        ShardRow,
+        VersionDiff,
+        VersionInfo,
+    )
     from ...catalog.readonly import ReadOnlyRole
-    from ...catalog.versions import ExpireResult
     from ...demo import DemoReport
     from ...format import Record, VerifyReport
     from ...orchestration import IndexTarSummary, WriteProgressCallback, WriteSummary

@@ -33,9 +33,15 @@ from .base import Output, QueryRows, ShardInspection, VerifyProgressCallback, er
 from .documents import describe_entry, stats_doc, timestamp
 
 if TYPE_CHECKING:
-    from ...catalog import CatalogReport, DatasetInfo, ShardRow, VersionDiff, VersionInfo
+    from ...catalog import (
+        CatalogReport,
+        DatasetInfo,
+        ExpireResult,
+        ShardRow,
+        VersionDiff,
+        VersionInfo,
+    )
     from ...catalog.readonly import ReadOnlyRole
-    from ...catalog.versions import ExpireResult
     from ...demo import DemoReport
     from ...format import Entry, Record
     from ...orchestration import IndexTarSummary, WriteProgressCallback, WriteSummary
