@@ -29,12 +29,12 @@ def tars(tmp_path):
     ]
 
 
-def test_index_a_brace_pattern_then_read_every_sample(client, sqlite_url, tars):
+def test_index_a_brace_pattern_then_read_every_sample(client, catalog_url, tars):
     pattern = str(tars[0].parent / "train-{000000..000002}.tar")
-    summary = shardcat.index_tar(pattern, catalog=sqlite_url, dataset="wds", client=client)
+    summary = shardcat.index_tar(pattern, catalog=catalog_url, dataset="wds", client=client)
     assert summary.records == 90 and len(summary.tars) == 3 and not summary.failed
     expected = [s for t in tars for s in wds_samples(t)]
-    with Catalog(sqlite_url) as cat:
+    with Catalog(catalog_url) as cat:
         assert [s.url for s in cat.shards("wds")] == [str(t) for t in tars]
         assert [
             _as_dict(r) for r in cat.get_many("wds", [s["__key__"] for s in expected])
@@ -52,6 +52,22 @@ def test_index_a_brace_pattern_then_read_every_sample(client, sqlite_url, tars):
             key=lambda d: d["__key__"],
         )
     assert got == sorted(expected, key=lambda d: d["__key__"])
+
+
+def test_a_truncated_tar_is_a_typed_error_naming_the_file_and_offset(client, sqlite_url, tars):
+    from shardcat.format.tar import TarTruncatedError
+
+    size = tars[0].stat().st_size
+    tars[0].write_bytes(tars[0].read_bytes()[: size // 2])
+    summary = shardcat.index_tar(
+        [str(t) for t in tars], catalog=sqlite_url, dataset="wds", client=client, on_error="skip"
+    )
+    (failure,) = summary.failed
+    assert failure.url == str(tars[0]) and failure.error == TarTruncatedError.__name__
+    assert str(tars[0]) in failure.message and "offset" in failure.message
+    with pytest.raises(TarTruncatedError) as err:
+        shardcat.index_tar([str(tars[0])], catalog=sqlite_url, dataset="other", client=client)
+    assert err.value.path == str(tars[0]) and err.value.offset is not None
 
 
 def test_a_bad_tar_fails_the_job_and_leaves_nothing_visible(client, sqlite_url, tars):
