@@ -19,9 +19,7 @@ import contextlib
 import logging
 import os
 import posixpath
-import re
 import time
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -29,7 +27,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..catalog.kinds import scan_tar_url
 from ..errors import EmptySourceError, FormatError, ShardcatError, ShardNotFoundError
 from ..format.tar import Taridx, verify_scan
-from ..storage import expand_braces, is_local, local_path, redact, resolve
+from ..storage import redact, resolve
+from ..storage.patterns import expand_patterns
 from .reach import refuse_in_memory, refuse_unreachable
 from .tasks import catalog_for
 from .write import _cluster
@@ -42,7 +41,6 @@ __all__ = ["IndexTarSummary", "TarFailure", "expand_tar_urls", "index_tar"]
 log = logging.getLogger(__name__)
 
 OnError = Literal["fail", "skip"]
-_GLOB = re.compile(r"[*?\[]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,37 +88,22 @@ class IndexTarSummary:
 
 
 def expand_tar_urls(urls: str | Iterable[str], storage_options: Mapping[str, Any]) -> list[str]:
-    """Every tar the patterns name, in pattern order: braces expanded, globs listed (sorted).
+    """Every tar the patterns name, in pattern order, as the catalog stores it.
 
-    Local paths become absolute (the catalog must not depend on the working folder).
+    :func:`~shardcat.storage.patterns.expand_patterns`: braces expanded, globs
+    listed (sorted), local paths made absolute, each tar once.
 
     Raises
     ------
+    ShardNotFoundError
+        A glob matches nothing.
     EmptySourceError
-        A glob matches nothing, or no URL is given.
-    ValueError
-        A tar is named twice.
+        No URL is given.
     """
     patterns = [urls] if isinstance(urls, str) else list(urls)
-    out: list[str] = []
-    for pattern in patterns:
-        for url in expand_braces(os.fspath(pattern)):
-            if is_local(url):
-                url = os.path.abspath(local_path(url))
-            if not _GLOB.search(url):
-                out.append(url)
-                continue
-            fs, path = resolve(url, dict(storage_options))
-            found = sorted(fs.glob(path))
-            if not found:
-                raise EmptySourceError(f"no tar matches {redact(url)}")
-            proto = url.split("://", 1)[0] + "://" if "://" in url else ""
-            out.extend(f"{proto}{p}" if proto else p for p in found)
+    out = expand_patterns([os.fspath(p) for p in patterns], dict(storage_options))
     if not out:
         raise EmptySourceError("index_tar got no tar URL")
-    twice = [u for u, n in Counter(out).items() if n > 1]
-    if twice:
-        raise ValueError(f"tar {redact(twice[0])} is named twice")
     return out
 
 
