@@ -246,3 +246,14 @@ def test_gc_forgets_an_aborted_tar_row_but_never_deletes_the_tar(catalog_url, tm
         assert report.deleted_shards == [] and report.orphans == []
         assert any("indexed in place" in k for k in report.kept)
         assert cat.shards("wds", state=None) == []  # the tombstone is forgotten
+
+
+def test_reindex_kind_tar_rescans_a_changed_tar(registered, tar_path):
+    cat, _ = registered
+    write_wds_tar(tar_path, n=12, seed=7, prefix="new")  # rewritten in place
+    assert not cat.verify("wds").ok
+    (row,) = cat.reindex("wds", [str(tar_path)], kind="tar")
+    assert row.kind == "tar" and row.record_count == 12
+    assert cat.verify("wds").ok
+    expected = wds_samples(tar_path)
+    assert [_as_dict(cat.get("wds", s["__key__"])) for s in expected] == expected
