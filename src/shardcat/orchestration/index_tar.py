@@ -36,7 +36,7 @@ from .write import _cluster
 if TYPE_CHECKING:
     from ..catalog import CatalogHandle
 
-__all__ = ["IndexTarSummary", "TarFailure", "expand_tar_urls", "index_tar"]
+__all__ = ["IndexTarSummary", "TarFailure", "expand_tar_urls", "index_tar", "run_index_job"]
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,6 @@ def index_tar(
     client: Any = None,
     on_error: OnError = "fail",
     retries: int = 2,
-    _index: Taridx | None = None,
 ) -> IndexTarSummary:
     """Register WebDataset tars in place as a dataset's shards, committed as one job.
 
@@ -179,14 +178,32 @@ def index_tar(
     ShardNotFoundError, StorageError, EmptySourceError
         A tar or pattern cannot be read.
     """
+    opts = dict(storage_options or {})
+    return run_index_job(
+        expand_tar_urls(urls, opts), catalog, dataset, opts, client, on_error, retries
+    )
+
+
+def run_index_job(
+    tars: list[str],
+    catalog: Any,
+    dataset: str,
+    opts: dict[str, Any],
+    client: Any,
+    on_error: OnError = "fail",
+    retries: int = 2,
+    index: Taridx | None = None,
+) -> IndexTarSummary:
+    """:func:`index_tar` of expanded URLs; with ``index``, each tar is checked against its rows.
+
+    ``fid`` of a tar is its position in ``tars`` (``taridx import``).
+    """
     from ..catalog import Catalog
 
     if on_error not in ("fail", "skip"):
         raise ValueError(f"on_error must be 'fail' or 'skip', not {on_error!r}")
-    opts = dict(storage_options or {})
     cat = catalog if isinstance(catalog, Catalog) else Catalog(catalog, storage_options=opts)
     refuse_in_memory(cat)
-    tars = expand_tar_urls(urls, opts)
     for url in tars:
         resolve(url, opts)  # a bad URL fails here, typed, before any worker sees it
     t0 = time.perf_counter()
@@ -197,7 +214,7 @@ def index_tar(
             dataset, description="shardcat.index_tar", properties={"tars": len(tars)}
         )
         handle = cat.handle()
-        index = dask_client.scatter(_index, broadcast=False) if _index is not None else None
+        scattered = dask_client.scatter(index, broadcast=False) if index is not None else None
         futures = []
         try:
             try:
@@ -211,7 +228,7 @@ def index_tar(
                         job.id,
                         on_error,
                         i,
-                        index,
+                        scattered,
                         key=f"shardcat-index-tar-{job.id}-{i}",
                         retries=retries,
                         pure=False,
