@@ -204,3 +204,32 @@ def test_tars_from_webdataset_shardwriter_by_glob(client, sqlite_url, tmp_path):
         for p in written:
             for s in wds_samples(p):
                 assert _as_dict(cat.get("sw", s["__key__"])) == s
+
+
+def test_read_of_a_tar_shard_streams_checked_samples_and_only_asked_entries(sqlite_url, tmp_path):
+    from shardcat.errors import ChecksumError
+    from shardcat.orchestration import iter_tar_shard
+
+    path = write_wds_tar(tmp_path / "r.tar", n=30)
+    expected = wds_samples(path)
+    with Catalog(sqlite_url) as cat:
+        cat.create_dataset("r", str(tmp_path))
+        row = cat.register_shard("r", scan_tar(path))
+        rows = cat.record_rows(row.id)
+        got = list(iter_tar_shard(str(path), rows, decode=False))
+        assert [
+            {"__key__": g["__key__"], **{k: bytes(v.data) for k, v in g.items() if k != "__key__"}}
+            for g in got
+        ] == expected
+        decoded = list(iter_tar_shard(str(path), rows, entries=["cls", "json"]))
+        assert [(d["__key__"], set(d) - {"__key__"}) for d in decoded] == [
+            (s["__key__"], {"cls", "json"}) for s in expected
+        ]
+        assert decoded[3]["json"] == {"i": 3}
+        info = scan_tar(path)
+        last = info.samples()[-1].entries[0]
+        data = bytearray(path.read_bytes())
+        data[last.payload_offset] ^= 0xFF
+        path.write_bytes(bytes(data))
+        with pytest.raises(ChecksumError):
+            list(iter_tar_shard(str(path), rows, decode=False))
