@@ -7,6 +7,8 @@ or is skipped and reported; every sample read back through the catalog
 
 from __future__ import annotations
 
+import uuid
+
 import fsspec
 import pytest
 from typer.testing import CliRunner
@@ -233,3 +235,18 @@ def test_read_of_a_tar_shard_streams_checked_samples_and_only_asked_entries(sqli
         path.write_bytes(bytes(data))
         with pytest.raises(ChecksumError):
             list(iter_tar_shard(str(path), rows, decode=False))
+
+
+def test_two_catalogs_on_one_cluster_never_share_task_results(client, tmp_path):
+    # Both jobs are job 1 of their catalog, run back to back: the scheduler may still
+    # hold the first job's results when the second submits (releasing them is
+    # asynchronous), so task keys must differ between runs, not only between job ids.
+    first = [write_wds_tar(tmp_path / f"a{i}.tar", n=4, prefix=f"a{i}-") for i in range(3)]
+    second = [write_wds_tar(tmp_path / f"b{i}.tar", n=6, prefix=f"b{i}-") for i in range(3)]
+    for _ in range(3):
+        one, two = (f"sqlite:///{tmp_path}/{uuid.uuid4().hex}.db" for _ in range(2))
+        a = shardcat.index_tar([str(t) for t in first], catalog=one, dataset="d", client=client)
+        b = shardcat.index_tar([str(t) for t in second], catalog=two, dataset="d", client=client)
+        assert a.job_id == b.job_id == 1
+        assert a.tars == [str(t) for t in first] and a.records == 12
+        assert b.tars == [str(t) for t in second] and b.records == 18

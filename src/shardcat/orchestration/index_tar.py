@@ -20,6 +20,7 @@ import logging
 import os
 import posixpath
 import time
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -215,6 +216,9 @@ def run_index_job(
         )
         handle = cat.handle()
         scattered = dask_client.scatter(index, broadcast=False) if index is not None else None
+        # Job ids restart at 1 in every catalog: a key of the job id alone would let a
+        # cluster hand this job another catalog's results for the same key.
+        run = uuid.uuid4().hex[:12]
         futures = []
         try:
             try:
@@ -229,7 +233,7 @@ def run_index_job(
                         on_error,
                         i,
                         scattered,
-                        key=f"shardcat-index-tar-{job.id}-{i}",
+                        key=f"shardcat-index-tar-{job.id}-{run}-{i}",
                         retries=retries,
                         pure=False,
                     )
