@@ -101,16 +101,26 @@ def plain_read(path: str) -> int:
     return total
 
 
-def bench_lookups(tmp: str, path: str, info, count: int, seed: int = 0) -> dict[str, float]:
-    """p50 (ms) of tar lookups, native lookups and each one's floor, on one SQLite catalog."""
+def bench_lookups(
+    tmp: str, path: str, info, count: int, seed: int = 0, s3: tuple[str, dict] | None = None
+) -> dict[str, float]:
+    """p50 (ms) of tar lookups, native lookups and each one's floor, on one SQLite catalog.
+
+    With ``s3 = (root URL, storage options)`` both files are uploaded there first.
+    """
     import random
 
     import shardcat
     from shardcat.catalog import Catalog
+    from shardcat.catalog.kinds import scan_tar_url
     from shardcat.format.checksums import signed_key_hash
     from shardcat.storage import resolve
+    from shardcat.storage.shards import ShardReader
 
+    opts = s3[1] if s3 else None
     db = os.path.join(tmp, "catalog.db")
+    if os.path.exists(db):
+        os.remove(db)
     native = os.path.join(tmp, "native-000000.shard")
     with open(path, "rb") as f:
         data = f.read()
@@ -124,6 +134,14 @@ def bench_lookups(tmp: str, path: str, info, count: int, seed: int = 0) -> dict[
                 },
             )
     del data
+    native_info = w.close()
+    if s3 is not None:
+        fs, root = resolve(s3[0], opts)
+        fs.put_file(path, f"{root}/bench.tar")
+        fs.put_file(native, f"{root}/native-000000.shard")
+        info = scan_tar_url(f"{s3[0]}/bench.tar", opts)
+        with ShardReader(f"{s3[0]}/native-000000.shard", storage_options=opts) as r:
+            native_info = r.info
     rng = random.Random(seed)
     keys = rng.sample(info.keys, min(count, len(info.keys)))
     hashes = {k: signed_key_hash(k.encode()) for k in keys}
@@ -132,21 +150,21 @@ def bench_lookups(tmp: str, path: str, info, count: int, seed: int = 0) -> dict[
 
     def floor(ds_id: int, key: str) -> bytes:
         url, offset, length = conn.execute(FLOOR_POINT_SQL, (ds_id, hashes[key], key)).fetchone()
-        fs, p = fs_cache.get(url) or fs_cache.setdefault(url, resolve(url))
+        fs, p = fs_cache.get(url) or fs_cache.setdefault(url, resolve(url, opts))
         return bytes(fs.cat_file(p, start=offset, end=offset + length))  # type: ignore[attr-defined]
 
     clock = time.perf_counter_ns
     out: dict[str, float] = {}
-    with Catalog(f"sqlite:///{db}") as cat:
+    with Catalog(f"sqlite:///{db}", storage_options=opts) as cat:
         cat.create_dataset("tar", tmp)
         cat.register_shard("tar", info)
         cat.create_dataset("native", tmp)
-        cat.register_shard("native", w.close())
+        cat.register_shard("native", native_info)
         ids = {name: cat.dataset(name).id for name in ("tar", "native")}
         times: dict[str, list[float]] = {
             n: [] for n in ("tar", "native", "tar_floor", "native_floor")
         }
-        for k in keys[:200]:  # connections, statements, open files, page cache
+        for k in keys[: min(200, len(keys) // 4)]:  # connections, statements, files, page cache
             for name in ("tar", "native"):
                 cat.get(name, k)
                 floor(ids[name], k)
@@ -173,6 +191,44 @@ def bench_lookups(tmp: str, path: str, info, count: int, seed: int = 0) -> dict[
     return out
 
 
+def bench_s3(tmp: str, path: str, info, args) -> dict[str, float]:
+    """Scan vs a plain 8 MiB-block stream of the tar on S3, then lookups there."""
+    from bench_catalog import Env  # the moto server of the catalog benchmark
+    from shardcat.catalog.kinds import scan_tar_url
+    from shardcat.storage import resolve
+
+    env = Env("s3", "sqlite")
+    try:
+        opts = env.storage_options or {}
+        url = f"{env.root}/bench.tar"
+        fs, p = resolve(url, opts)
+        fs.put_file(path, p)
+        size = os.path.getsize(path)
+
+        def plain() -> int:
+            total = 0
+            with fs.open(p, "rb", block_size=CHUNK, cache_type="none") as f:
+                while chunk := f.read(CHUNK):
+                    total += len(chunk)
+            return total
+
+        raw_t, scan_t = [], []
+        for _ in range(args.repeat):
+            raw_t.append(timed(plain)[0])
+            scan_t.append(timed(scan_tar_url, url, opts)[0])
+        raw, scan = statistics.median(raw_t), statistics.median(scan_t)
+        out: dict[str, float] = {
+            "s3_plain_mb_s": round(size / raw / 1e6),
+            "s3_scan_mb_s": round(size / scan / 1e6),
+            "s3_scan_ratio": round(raw / scan, 3),
+        }
+        lookups = bench_lookups(tmp, path, info, args.s3_lookups, s3=(env.root, opts))
+        out.update({f"s3_{k}": v for k, v in lookups.items()})
+        return out
+    finally:
+        env.close()
+
+
 def timed(fn, *args):
     t = time.perf_counter()
     out = fn(*args)
@@ -185,6 +241,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--writer", choices=["wds", "gnu"], default=None)
     parser.add_argument("--lookups", type=int, default=2000, help="point lookups (0: none)")
+    parser.add_argument(
+        "--s3",
+        action="store_true",
+        help="also on S3 (moto on loopback, serving ranges by seek + read): scan and lookups",
+    )
+    parser.add_argument("--s3-lookups", type=int, default=300)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     writer = args.writer
@@ -207,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
             raw_t.append(timed(plain_read, path)[0])
             scan_t.append(timed(scan_tar, path)[0])
         lookups = bench_lookups(tmp, path, info, args.lookups) if args.lookups else {}
+        s3 = bench_s3(tmp, path, info, args) if args.s3 else {}
     raw, scan = statistics.median(raw_t), statistics.median(scan_t)
     result = {
         "writer": writer,
@@ -220,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         "ratio": round(raw / scan, 3),
         "repeat": args.repeat,
         **lookups,
+        **s3,
     }
     if args.json:
         json.dump(result, sys.stdout)
@@ -245,6 +309,16 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"  tar / native: {lookups['tar_vs_native']} (target: the same ratio to the floor)"
             )
+        if s3:
+            print(
+                f"S3 (moto, ranges served by seek + read): plain stream {s3['s3_plain_mb_s']} MB/s, "
+                f"scan {s3['s3_scan_mb_s']} MB/s, ratio {s3['s3_scan_ratio']} (target 0.8)"
+            )
+            for name in ("tar", "native"):
+                print(
+                    f"  {name:<6}: {s3[f's3_{name}_p50_ms']:.3f} ms, floor "
+                    f"{s3[f's3_{name}_floor_p50_ms']:.3f} ms, ratio {s3[f's3_{name}_ratio']}"
+                )
     return 0
 
 

@@ -12,9 +12,12 @@ import json
 import shutil
 import subprocess
 import tarfile
+import uuid
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from shardcat.catalog import Catalog, downgrade, head_revision, upgrade
 from shardcat.errors import ChecksumError, DuplicateKeyError, FormatError
@@ -246,3 +249,54 @@ def test_gc_forgets_an_aborted_tar_row_but_never_deletes_the_tar(catalog_url, tm
         assert report.deleted_shards == [] and report.orphans == []
         assert any("indexed in place" in k for k in report.kept)
         assert cat.shards("wds", state=None) == []  # the tombstone is forgotten
+
+
+def test_reindex_kind_tar_rescans_a_changed_tar(registered, tar_path):
+    cat, _ = registered
+    write_wds_tar(tar_path, n=12, seed=7, prefix="new")  # rewritten in place
+    assert not cat.verify("wds").ok
+    (row,) = cat.reindex("wds", [str(tar_path)], kind="tar")
+    assert row.kind == "tar" and row.record_count == 12
+    assert cat.verify("wds").ok
+    expected = wds_samples(tar_path)
+    assert [_as_dict(cat.get("wds", s["__key__"])) for s in expected] == expected
+
+
+_NAMES = st.sampled_from(["jpg", "cls", "json", "seg.png", "txt"])
+_SAMPLES = st.dictionaries(
+    st.from_regex(r"[a-z]{1,6}(/[a-z0-9]{1,8}){0,2}", fullmatch=True),
+    st.dictionaries(_NAMES, st.binary(max_size=1500), min_size=1, max_size=4),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    samples=_SAMPLES, fmt=st.sampled_from([tarfile.GNU_FORMAT, tarfile.PAX_FORMAT]), data=st.data()
+)
+def test_any_tar_reads_back_through_the_catalog_as_webdataset_reads_it(
+    tmp_path, samples, fmt, data
+):
+    path = tmp_path / f"h-{uuid.uuid4().hex[:8]}.tar"
+    with tarfile.open(path, "w", format=fmt) as tar:
+        for key, entries in samples.items():
+            for name, payload in entries.items():
+                info = tarfile.TarInfo(f"{key}.{name}")
+                info.size = len(payload)
+                tar.addfile(info, io.BytesIO(payload))
+    expected = wds_samples(path)
+    with Catalog("sqlite://") as cat:
+        cat.create_dataset("h", str(tmp_path))
+        cat.register_shard("h", scan_tar(path))
+        assert [_as_dict(cat.get("h", s["__key__"])) for s in expected] == expected
+        keys = [s["__key__"] for s in expected]
+        assert [_as_dict(r) for r in cat.get_many("h", keys)] == expected
+        wanted = data.draw(st.sets(_NAMES, min_size=1))
+        for s in expected:
+            rec = cat.get("h", s["__key__"], entries=wanted)
+            assert {n: bytes(e.data) for n, e in rec.entries.items()} == {
+                n: v for n, v in s.items() if n in wanted
+            }

@@ -172,6 +172,7 @@ def test_shards_with_every_state(text, js, capsys):
     assert doc(capsys) == [
         {
             "url": "/data/pics-000.shard",
+            "kind": "native",
             "state": "committed",
             "shard_number": 0,
             "job_id": 1,

@@ -7,6 +7,8 @@ or is skipped and reported; every sample read back through the catalog
 
 from __future__ import annotations
 
+import uuid
+
 import fsspec
 import pytest
 from typer.testing import CliRunner
@@ -29,12 +31,12 @@ def tars(tmp_path):
     ]
 
 
-def test_index_a_brace_pattern_then_read_every_sample(client, sqlite_url, tars):
+def test_index_a_brace_pattern_then_read_every_sample(client, catalog_url, tars):
     pattern = str(tars[0].parent / "train-{000000..000002}.tar")
-    summary = shardcat.index_tar(pattern, catalog=sqlite_url, dataset="wds", client=client)
+    summary = shardcat.index_tar(pattern, catalog=catalog_url, dataset="wds", client=client)
     assert summary.records == 90 and len(summary.tars) == 3 and not summary.failed
     expected = [s for t in tars for s in wds_samples(t)]
-    with Catalog(sqlite_url) as cat:
+    with Catalog(catalog_url) as cat:
         assert [s.url for s in cat.shards("wds")] == [str(t) for t in tars]
         assert [
             _as_dict(r) for r in cat.get_many("wds", [s["__key__"] for s in expected])
@@ -52,6 +54,22 @@ def test_index_a_brace_pattern_then_read_every_sample(client, sqlite_url, tars):
             key=lambda d: d["__key__"],
         )
     assert got == sorted(expected, key=lambda d: d["__key__"])
+
+
+def test_a_truncated_tar_is_a_typed_error_naming_the_file_and_offset(client, sqlite_url, tars):
+    from shardcat.format.tar import TarTruncatedError
+
+    size = tars[0].stat().st_size
+    tars[0].write_bytes(tars[0].read_bytes()[: size // 2])
+    summary = shardcat.index_tar(
+        [str(t) for t in tars], catalog=sqlite_url, dataset="wds", client=client, on_error="skip"
+    )
+    (failure,) = summary.failed
+    assert failure.url == str(tars[0]) and failure.error == TarTruncatedError.__name__
+    assert str(tars[0]) in failure.message and "offset" in failure.message
+    with pytest.raises(TarTruncatedError) as err:
+        shardcat.index_tar([str(tars[0])], catalog=sqlite_url, dataset="other", client=client)
+    assert err.value.path == str(tars[0]) and err.value.offset is not None
 
 
 def test_a_bad_tar_fails_the_job_and_leaves_nothing_visible(client, sqlite_url, tars):
@@ -188,3 +206,47 @@ def test_tars_from_webdataset_shardwriter_by_glob(client, sqlite_url, tmp_path):
         for p in written:
             for s in wds_samples(p):
                 assert _as_dict(cat.get("sw", s["__key__"])) == s
+
+
+def test_read_of_a_tar_shard_streams_checked_samples_and_only_asked_entries(sqlite_url, tmp_path):
+    from shardcat.errors import ChecksumError
+    from shardcat.orchestration import iter_tar_shard
+
+    path = write_wds_tar(tmp_path / "r.tar", n=30)
+    expected = wds_samples(path)
+    with Catalog(sqlite_url) as cat:
+        cat.create_dataset("r", str(tmp_path))
+        row = cat.register_shard("r", scan_tar(path))
+        rows = cat.record_rows(row.id)
+        got = list(iter_tar_shard(str(path), rows, decode=False))
+        assert [
+            {"__key__": g["__key__"], **{k: bytes(v.data) for k, v in g.items() if k != "__key__"}}
+            for g in got
+        ] == expected
+        decoded = list(iter_tar_shard(str(path), rows, entries=["cls", "json"]))
+        assert [(d["__key__"], set(d) - {"__key__"}) for d in decoded] == [
+            (s["__key__"], {"cls", "json"}) for s in expected
+        ]
+        assert decoded[3]["json"] == {"i": 3}
+        info = scan_tar(path)
+        last = info.samples()[-1].entries[0]
+        data = bytearray(path.read_bytes())
+        data[last.payload_offset] ^= 0xFF
+        path.write_bytes(bytes(data))
+        with pytest.raises(ChecksumError):
+            list(iter_tar_shard(str(path), rows, decode=False))
+
+
+def test_two_catalogs_on_one_cluster_never_share_task_results(client, tmp_path):
+    # Both jobs are job 1 of their catalog, run back to back: the scheduler may still
+    # hold the first job's results when the second submits (releasing them is
+    # asynchronous), so task keys must differ between runs, not only between job ids.
+    first = [write_wds_tar(tmp_path / f"a{i}.tar", n=4, prefix=f"a{i}-") for i in range(3)]
+    second = [write_wds_tar(tmp_path / f"b{i}.tar", n=6, prefix=f"b{i}-") for i in range(3)]
+    for _ in range(3):
+        one, two = (f"sqlite:///{tmp_path}/{uuid.uuid4().hex}.db" for _ in range(2))
+        a = shardcat.index_tar([str(t) for t in first], catalog=one, dataset="d", client=client)
+        b = shardcat.index_tar([str(t) for t in second], catalog=two, dataset="d", client=client)
+        assert a.job_id == b.job_id == 1
+        assert a.tars == [str(t) for t in first] and a.records == 12
+        assert b.tars == [str(t) for t in second] and b.records == 18

@@ -659,11 +659,13 @@ class Catalog(VersionsApi):
     # --- maintenance -----------------------------------------------------
 
     def reindex(
-        self, dataset: str, urls: str | Iterable[str], *, workers: int = 8
+        self, dataset: str, urls: str | Iterable[str], *, workers: int = 8, kind: str = "native"
     ) -> list[ShardRow]:
         """Rebuild the rows of these shards from their footers alone, committed in one transaction.
 
         Rows already registered under a URL are replaced (the shard keeps its job).
+        ``kind="tar"``: the URLs are WebDataset tars, scanned again (after a
+        tar changed, or to register tars without a Dask cluster).
 
         Raises
         ------
@@ -673,7 +675,7 @@ class Catalog(VersionsApi):
             If the shards' keys collide with each other or with other committed shards.
         """
         url_list = expand_braces(urls) if isinstance(urls, str) else list(urls)
-        preps = _maintenance.prepare_from_footers(url_list, self.storage_options, workers)
+        preps = _maintenance.prepare_from_footers(url_list, self.storage_options, workers, kind)
         with self._uow(write=True) as s:
             return _maintenance.reindex_shards(s, dataset, preps)
 

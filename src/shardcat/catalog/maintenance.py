@@ -23,9 +23,7 @@ from ..errors import (
     DuplicateKeyError,
     FormatError,
 )
-from ..format import ShardInfo
 from ..storage import redact
-from ..storage.shards import ShardReader
 from . import jobs
 from .datasets import find_dataset
 from .kinds import FileCheck, Summary, shard_kind
@@ -67,18 +65,22 @@ _COMPARED = (
 )
 
 
-def read_footers(urls: list[str], storage_options: Any, workers: int) -> list[ShardInfo]:
-    """Each shard's summary from its header and footer (concurrently for several shards).
+def read_footers(
+    urls: list[str], storage_options: Any, workers: int, kind: str = "native"
+) -> list[Summary]:
+    """Each shard's summary (concurrently for several shards).
+
+    From its header and footer for native shards; a tar (``kind="tar"``) is scanned.
 
     Raises
     ------
     ShardNotFoundError, FormatError
         For the first shard that is missing or unreadable.
     """
+    summary = shard_kind(kind).summary
 
-    def one(url: str) -> ShardInfo:
-        with ShardReader(url, storage_options=storage_options) as reader:
-            return reader.info
+    def one(url: str) -> Summary:
+        return summary(url, storage_options)
 
     if len(urls) <= 1 or workers <= 1:
         return [one(u) for u in urls]
@@ -87,7 +89,7 @@ def read_footers(urls: list[str], storage_options: Any, workers: int) -> list[Sh
 
 
 def prepare_from_footers(
-    urls: list[str], storage_options: Any, workers: int
+    urls: list[str], storage_options: Any, workers: int, kind: str = "native"
 ) -> list[PreparedShard]:
     """The catalog rows of each shard, rebuilt from its footer (no SQL: before the transaction).
 
@@ -101,7 +103,7 @@ def prepare_from_footers(
     if len(set(urls)) != len(urls):
         raise ValueError("reindex() got the same shard URL twice")
     preps: list[PreparedShard] = []
-    for url, info in zip(urls, read_footers(urls, storage_options, workers)):
+    for url, info in zip(urls, read_footers(urls, storage_options, workers, kind)):
         prep = prepare_shard(info)
         prep.url = redact(url)  # as the caller names it, not as the reader resolved it
         preps.append(prep)

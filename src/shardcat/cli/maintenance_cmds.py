@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import sys
 from typing import Annotated, Any
 
@@ -13,6 +14,11 @@ from .common import open_catalog, parse_duration, state_of
 from .version_cmds import VersionOption, parse_version
 
 __all__ = ["register"]
+
+
+class ShardKindChoice(str, enum.Enum):
+    native = "native"
+    tar = "tar"
 
 
 def register(app: typer.Typer) -> None:
@@ -56,6 +62,10 @@ def reindex(
         ),
     ],
     workers: Annotated[int, typer.Option(min=1, help="Footers read at once.", metavar="N")] = 8,
+    kind: Annotated[
+        ShardKindChoice,
+        typer.Option(help="native: shardcat shards; tar: WebDataset tars, scanned again."),
+    ] = ShardKindChoice.native,
 ) -> None:
     """Rebuild a dataset's catalog rows from its shards alone, committed together.
 
@@ -74,7 +84,7 @@ def reindex(
             root = _common_root(expanded)
             cat.create_dataset(dataset, root, exist_ok=True)
             state.out.note(f"created dataset {dataset!r} (root {root})")
-        rows = cat.reindex(dataset, expanded, workers=workers)
+        rows = cat.reindex(dataset, expanded, workers=workers, kind=kind.value)
     state.out.reindexed(dataset, rows)
 
 

@@ -19,9 +19,8 @@ import contextlib
 import logging
 import os
 import posixpath
-import re
 import time
-from collections import Counter
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -29,7 +28,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..catalog.kinds import scan_tar_url
 from ..errors import EmptySourceError, FormatError, ShardcatError, ShardNotFoundError
 from ..format.tar import Taridx, verify_scan
-from ..storage import expand_braces, is_local, local_path, redact, resolve
+from ..storage import redact, resolve
+from ..storage.patterns import expand_patterns
 from .reach import refuse_in_memory, refuse_unreachable
 from .tasks import catalog_for
 from .write import _cluster
@@ -37,12 +37,11 @@ from .write import _cluster
 if TYPE_CHECKING:
     from ..catalog import CatalogHandle
 
-__all__ = ["IndexTarSummary", "TarFailure", "expand_tar_urls", "index_tar"]
+__all__ = ["IndexTarSummary", "TarFailure", "expand_tar_urls", "index_tar", "run_index_job"]
 
 log = logging.getLogger(__name__)
 
 OnError = Literal["fail", "skip"]
-_GLOB = re.compile(r"[*?\[]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,37 +89,22 @@ class IndexTarSummary:
 
 
 def expand_tar_urls(urls: str | Iterable[str], storage_options: Mapping[str, Any]) -> list[str]:
-    """Every tar the patterns name, in pattern order: braces expanded, globs listed (sorted).
+    """Every tar the patterns name, in pattern order, as the catalog stores it.
 
-    Local paths become absolute (the catalog must not depend on the working folder).
+    :func:`~shardcat.storage.patterns.expand_patterns`: braces expanded, globs
+    listed (sorted), local paths made absolute, each tar once.
 
     Raises
     ------
+    ShardNotFoundError
+        A glob matches nothing.
     EmptySourceError
-        A glob matches nothing, or no URL is given.
-    ValueError
-        A tar is named twice.
+        No URL is given.
     """
     patterns = [urls] if isinstance(urls, str) else list(urls)
-    out: list[str] = []
-    for pattern in patterns:
-        for url in expand_braces(os.fspath(pattern)):
-            if is_local(url):
-                url = os.path.abspath(local_path(url))
-            if not _GLOB.search(url):
-                out.append(url)
-                continue
-            fs, path = resolve(url, dict(storage_options))
-            found = sorted(fs.glob(path))
-            if not found:
-                raise EmptySourceError(f"no tar matches {redact(url)}")
-            proto = url.split("://", 1)[0] + "://" if "://" in url else ""
-            out.extend(f"{proto}{p}" if proto else p for p in found)
+    out = expand_patterns([os.fspath(p) for p in patterns], dict(storage_options))
     if not out:
         raise EmptySourceError("index_tar got no tar URL")
-    twice = [u for u, n in Counter(out).items() if n > 1]
-    if twice:
-        raise ValueError(f"tar {redact(twice[0])} is named twice")
     return out
 
 
@@ -164,7 +148,6 @@ def index_tar(
     client: Any = None,
     on_error: OnError = "fail",
     retries: int = 2,
-    _index: Taridx | None = None,
 ) -> IndexTarSummary:
     """Register WebDataset tars in place as a dataset's shards, committed as one job.
 
@@ -196,14 +179,32 @@ def index_tar(
     ShardNotFoundError, StorageError, EmptySourceError
         A tar or pattern cannot be read.
     """
+    opts = dict(storage_options or {})
+    return run_index_job(
+        expand_tar_urls(urls, opts), catalog, dataset, opts, client, on_error, retries
+    )
+
+
+def run_index_job(
+    tars: list[str],
+    catalog: Any,
+    dataset: str,
+    opts: dict[str, Any],
+    client: Any,
+    on_error: OnError = "fail",
+    retries: int = 2,
+    index: Taridx | None = None,
+) -> IndexTarSummary:
+    """:func:`index_tar` of expanded URLs; with ``index``, each tar is checked against its rows.
+
+    ``fid`` of a tar is its position in ``tars`` (``taridx import``).
+    """
     from ..catalog import Catalog
 
     if on_error not in ("fail", "skip"):
         raise ValueError(f"on_error must be 'fail' or 'skip', not {on_error!r}")
-    opts = dict(storage_options or {})
     cat = catalog if isinstance(catalog, Catalog) else Catalog(catalog, storage_options=opts)
     refuse_in_memory(cat)
-    tars = expand_tar_urls(urls, opts)
     for url in tars:
         resolve(url, opts)  # a bad URL fails here, typed, before any worker sees it
     t0 = time.perf_counter()
@@ -214,7 +215,10 @@ def index_tar(
             dataset, description="shardcat.index_tar", properties={"tars": len(tars)}
         )
         handle = cat.handle()
-        index = dask_client.scatter(_index, broadcast=False) if _index is not None else None
+        scattered = dask_client.scatter(index, broadcast=False) if index is not None else None
+        # Job ids restart at 1 in every catalog: a key of the job id alone would let a
+        # cluster hand this job another catalog's results for the same key.
+        run = uuid.uuid4().hex[:12]
         futures = []
         try:
             try:
@@ -228,8 +232,8 @@ def index_tar(
                         job.id,
                         on_error,
                         i,
-                        index,
-                        key=f"shardcat-index-tar-{job.id}-{i}",
+                        scattered,
+                        key=f"shardcat-index-tar-{job.id}-{run}-{i}",
                         retries=retries,
                         pure=False,
                     )

@@ -27,7 +27,7 @@ from ..format.footer import EntrySpec
 from ..format.spec import ENTRY_ROW_DTYPE, RECORD_ROW_DTYPE, Codec
 from ..format.tar import Taridx, TaridxError, TarShardInfo, taridx_from_scans
 from ..storage import open_source, redact, resolve
-from .index_tar import IndexTarSummary, expand_tar_urls, index_tar
+from .index_tar import IndexTarSummary, expand_tar_urls, run_index_job
 
 __all__ = ["export_taridx", "import_taridx", "tar_info_from_rows"]
 
@@ -127,6 +127,4 @@ def import_taridx(
                 "(fid = position in the expanded pattern)",
                 path=redact(taridx),
             )
-    return index_tar(
-        urls, catalog=catalog, dataset=dataset, storage_options=opts, client=client, _index=index
-    )
+    return run_index_job(urls, catalog, dataset, opts, client, index=index)

@@ -94,6 +94,7 @@ def shard_doc(shard: ShardRow) -> dict[str, Any]:
     """A shard's row as ``ls DATASET`` prints it."""
     return {
         "url": shard.url,
+        "kind": shard.kind,
         "state": shard.state,
         "shard_number": shard.shard_number,
         "job_id": shard.job_id,
