@@ -483,3 +483,45 @@ def test_delete_dataset_spares_files_other_datasets_name_and_files_outside_its_r
     assert (root / "shared.shard").exists() and (tmp_path / "outside.shard").exists()
     assert [d.name for d in cat.datasets()] == ["kept"]
     assert cat.get("kept", "shared")["txt"].decode() == "shared"
+
+
+def test_two_catalogs_job_1_on_one_cluster_each_get_their_own_tasks(client, tmp_path):
+    """Job ids are per catalog: both catalogs' first jobs run at once on one cluster.
+
+    With task keys made of the job id alone, the second job's tasks were the
+    first's (the scheduler deduplicates by key) and it committed the other
+    catalog's shards or failed.
+    """
+    from .samples import Slow, tagged_samples
+
+    results: dict[str, Any] = {}
+
+    def run(tag: str, samples: list[Any]) -> None:
+        try:
+            results[tag] = shardcat.write(
+                iter(samples),  # an iterable: the client submits the tasks with their keys
+                str(tmp_path / tag),
+                catalog=f"sqlite:///{tmp_path / tag}.db",
+                dataset="same-name",
+                client=client,
+                progress=False,
+                batch_size=100,
+            )
+        except BaseException as e:
+            results[tag] = e
+
+    slow: list[Any] = tagged_samples("a", 0, 300, prefix="a")
+    slow[0] = Slow(slow[0], "3.0")
+    first = threading.Thread(target=run, args=("a", slow))
+    first.start()
+    time.sleep(1.0)  # the first job's slow task is running
+    run("b", tagged_samples("b", 0, 200, prefix="b"))
+    first.join(120)
+    for tag, n in (("a", 300), ("b", 200)):
+        assert not isinstance(results[tag], BaseException), results[tag]
+        assert results[tag].job_id == 1 and results[tag].records == n
+        cat = Catalog(f"sqlite:///{tmp_path / tag}.db")
+        keys = list(cat.keys("same-name"))
+        assert len(keys) == n and all(k.startswith(f"{tag}/") for k in keys), keys[:3]
+        assert all(s.url.startswith(str(tmp_path / tag)) for s in cat.shards("same-name"))
+        cat.close()

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -459,10 +460,13 @@ def _run_bounded(
     pending: list[Any] = []
     done: list[PartitionResult] = []
     sent = 0
+    # Job ids are per catalog: two catalogs' job 1 on one cluster must not share task keys
+    # (the scheduler would hand one job the other's results).
+    run = uuid.uuid4().hex[:12]
     reporter.start(total)
     for fn, args in calls:
         future = client.submit(
-            fn, *args, pure=False, retries=retries, key=f"shardcat-write-{plan.job_id}-{sent}"
+            fn, *args, pure=False, retries=retries, key=f"shardcat-write-{plan.job_id}-{run}-{sent}"
         )
         sent += 1
         futures.append(future)
