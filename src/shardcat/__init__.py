@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .catalog import Catalog
     from .format import Codec, Entry, Record, ShardInfo, VerifyReport
     from .orchestration import from_files, read, write
+    from .readers import to_dask_dataframe
     from .storage.shards import RollingShardWriter, ShardReader, ShardWriter, open_shard
 
 __all__ = [
@@ -58,6 +59,7 @@ __all__ = [
     "from_files",
     "open_shard",
     "read",
+    "to_dask_dataframe",
     "write",
 ]
 
@@ -80,8 +82,9 @@ _LAZY = {
     "from_files": ".orchestration",
     "read": ".orchestration",
     "write": ".orchestration",
+    "to_dask_dataframe": ".readers",
 }
-_SUBPACKAGES = ("catalog", "format", "orchestration", "storage")
+_SUBPACKAGES = ("catalog", "format", "orchestration", "readers", "storage")
 
 
 def __getattr__(name: str) -> object:

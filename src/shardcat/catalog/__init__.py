@@ -24,10 +24,12 @@ from .results import (
     Problem,
     ShardRow,
 )
+from .selection import SAMPLE_COLUMNS, Selection
 from .session import DEFAULT_URL, catalog_exists, create_catalog_engine, display_url
 
 __all__ = [
     "DEFAULT_URL",
+    "SAMPLE_COLUMNS",
     "BatchResult",
     "Catalog",
     "CatalogHandle",
@@ -38,6 +40,7 @@ __all__ = [
     "JobInfo",
     "Location",
     "Problem",
+    "Selection",
     "ShardRow",
     "catalog_exists",
     "check",

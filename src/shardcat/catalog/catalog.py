@@ -9,7 +9,7 @@ its session to a module function that holds the SQL: ``datasets.py``,
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -41,6 +41,7 @@ from .results import (
     Location,
     ShardRow,
 )
+from .selection import Selection, select_records
 from .session import (
     DEFAULT_BUSY_TIMEOUT,
     absolute_sqlite_url,
@@ -298,6 +299,27 @@ class Catalog:
         with self._uow() as s:
             dataset_id = _datasets.find_dataset(s, dataset).id
             return _keys.count_keys(s, self.engine.dialect.name, dataset_id, prefix or None)
+
+    def select(
+        self, dataset: str, where: str, params: Mapping[str, Any] | None = None
+    ) -> Selection:
+        """The committed records for which the SQL filter ``where`` holds, grouped by shard.
+
+        ``where`` is a boolean SQL expression over the columns ``key``,
+        ``byte_offset``, ``byte_length``, ``shard_url``, ``shard_number`` and
+        ``job_id``, with ``:name`` placeholders bound from ``params``. One
+        query; no shard is read.
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If there is no such dataset.
+        CatalogError
+            If ``where`` is not one SQL expression or the database rejects it
+            (:class:`~shardcat.errors.QueryError` for a mistake in it).
+        """
+        with self._uow() as s:
+            return select_records(s, dataset, where, params)
 
     def delete_dataset(self, name: str, *, missing_ok: bool = False) -> None:
         """Remove a dataset and all its rows from the catalog (shard files are not touched).

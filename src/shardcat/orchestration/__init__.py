@@ -5,7 +5,7 @@ from __future__ import annotations
 from .files import FileSource, from_files
 from .progress import WriteProgress, WriteProgressCallback
 from .progress_bar import WriteProgressBar
-from .read import iter_shard, read
+from .read import iter_shard, open_registered, read
 from .write import WriteSummary, write
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "WriteSummary",
     "from_files",
     "iter_shard",
+    "open_registered",
     "read",
     "write",
 ]

@@ -9,7 +9,35 @@ from ..errors import ChecksumError
 from ..storage import redact
 from ..storage.shards import ShardReader
 
-__all__ = ["iter_shard", "read"]
+__all__ = ["iter_shard", "open_registered", "read"]
+
+
+def open_registered(
+    url: str,
+    storage_options: Mapping[str, Any] | None = None,
+    expect: tuple[str, int] | None = None,
+) -> ShardReader:
+    """Open a shard, checking it is the one the catalog registered.
+
+    ``expect`` is the registered ``(file_id, footer_crc)``.
+
+    Raises
+    ------
+    ChecksumError
+        The file was replaced since it was registered (even by a valid shard).
+    ShardNotFoundError, FormatError
+        As :class:`ShardReader` does.
+    """
+    r = ShardReader(url, storage_options=dict(storage_options or {}))
+    if expect is not None and (r.info.file_id, r.info.footer_crc) != expect:
+        r.close()
+        raise ChecksumError(
+            f"the shard is not the one registered (file id {r.info.file_id}, footer CRC32C "
+            f"{r.info.footer_crc:#010x}; registered {expect[0]}, {expect[1]:#010x}): it was "
+            "replaced since; run `shardcat verify`, then restore it or reindex it",
+            path=redact(url),
+        )
+    return r
 
 
 def iter_shard(
@@ -27,14 +55,7 @@ def iter_shard(
     shard replaced since (even by a valid one) raises ChecksumError instead
     of streaming other records.
     """
-    with ShardReader(url, storage_options=dict(storage_options or {})) as r:
-        if expect is not None and (r.info.file_id, r.info.footer_crc) != expect:
-            raise ChecksumError(
-                f"the shard is not the one registered (file id {r.info.file_id}, footer CRC32C "
-                f"{r.info.footer_crc:#010x}; registered {expect[0]}, {expect[1]:#010x}): it was "
-                "replaced since; run `shardcat verify`, then restore it or reindex it",
-                path=redact(url),
-            )
+    with open_registered(url, storage_options, expect) as r:
         for rec in r.iter_records(entries):
             if decode:
                 yield rec.decode()
