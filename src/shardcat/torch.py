@@ -15,6 +15,7 @@ The rest of shardcat never imports torch.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -23,6 +24,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_in
 
 from .catalog import Catalog
 from .readers import Decoder, KeySamples, SampleStream, open_catalog, plan_tasks, positions_after
+from .storage import LocalShardCache
 
 __all__ = ["KeyDataset", "ShardIterableDataset", "ShardLoader"]
 
@@ -62,6 +64,11 @@ class ShardIterableDataset(IterableDataset[Any]):
         when it is initialised, else 0 of 1).
     storage_options:
         fsspec options for the shards (default: the catalog's).
+    cache_dir, cache_limit:
+        Copy remote shards into this local folder, keeping at most
+        ``cache_limit`` bytes (least recently used copies go first), and read
+        them there; the folder may be shared by workers and jobs. Without
+        ``cache_dir`` shards stream straight from the store.
 
     Raises
     ------
@@ -86,6 +93,8 @@ class ShardIterableDataset(IterableDataset[Any]):
         rank: int | None = None,
         world_size: int | None = None,
         storage_options: Mapping[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str = "20GB",
     ) -> None:
         if (rank is None) != (world_size is None):
             raise ValueError("pass rank and world_size together")
@@ -104,6 +113,7 @@ class ShardIterableDataset(IterableDataset[Any]):
             seed,
             shuffle_buffer,
             decode,
+            None if cache_dir is None else LocalShardCache.create(cache_dir, cache_limit),
         )
         if not isinstance(catalog, Catalog):
             cat.close()

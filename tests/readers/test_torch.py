@@ -191,6 +191,33 @@ def test_s3_shards_through_worker_processes(s3, tmp_path, method):
         assert [k for b in loader for k in b] == [key(i) for i in range(8)]
 
 
+def test_a_local_cache_serves_later_epochs_of_s3_shards(s3, tmp_path):
+    import s3fs
+
+    url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    opts = s3["storage_options"]
+    with Catalog(url, storage_options=opts) as cat:
+        keys = make_dataset(cat, f"{s3['url']}/train", sizes=(6, 10, 3), storage_options=opts)
+        sizes = sorted(s.size_bytes for s in cat.shards("train"))
+    # A limit below the dataset keeps the most recent copies within it.
+    small = ShardIterableDataset(
+        url, "train", storage_options=opts, cache_dir=tmp_path / "small", cache_limit=sizes[-1] + 1
+    )
+    assert sorted(s["__key__"] for s in small) == sorted(keys)
+    assert sum(p.stat().st_size for p in (tmp_path / "small").iterdir()) <= sizes[-1] + 1
+    cache = tmp_path / "cache"
+    ds = ShardIterableDataset(
+        url, "train", decode=keys_only, storage_options=opts, cache_dir=cache, cache_limit="1GB"
+    )
+    loader = DataLoader(ds, batch_size=4, num_workers=2)
+    assert sorted(k for b in loader for k in b) == sorted(keys)
+    assert sorted(p.stat().st_size for p in cache.iterdir()) == sizes
+    # Epoch 2 reads the copies: the store may lose the shards meanwhile.
+    s3fs.S3FileSystem(**opts).rm(f"{s3['url']}/train", recursive=True)
+    ds.set_epoch(1)
+    assert sorted(k for b in loader for k in b) == sorted(keys)
+
+
 def test_key_dataset_reads_by_position_by_key_and_in_batches(local_dataset):
     url, keys = local_dataset
     ds = KeyDataset(url, "train", decode={"json": lambda j: j["label"]})

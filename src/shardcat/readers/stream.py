@@ -18,6 +18,7 @@ import numpy as np
 from ..catalog import Catalog
 from ..format import Record
 from ..orchestration import open_registered
+from ..storage import LocalShardCache
 from .plan import ShardTask, assign, buffered_order, epoch_rng
 
 __all__ = [
@@ -83,6 +84,9 @@ class SampleStream:
         Samples held by the shuffle buffer (1: shards shuffled, samples in file order).
     decode:
         Applied to each sample as it is yielded (see :data:`Decoder`).
+    cache:
+        Copy remote shards to this local cache and read them there (None:
+        stream them straight from the store).
     """
 
     tasks: tuple[ShardTask, ...]
@@ -92,6 +96,7 @@ class SampleStream:
     seed: int = 0
     shuffle_buffer: int = 1000
     decode: Decoder = None
+    cache: LocalShardCache | None = None
 
     @property
     def num_samples(self) -> int:
@@ -177,13 +182,18 @@ class SampleStream:
                     want = int(order[k])
 
     def _records(self, task: ShardTask) -> Iterator[Record]:
-        return iter_task_records(task, self.storage_options, self.entries)
+        return iter_task_records(task, self.storage_options, self.entries, self.cache)
 
 
 def iter_task_records(
-    task: ShardTask, storage_options: Mapping[str, Any], entries: Sequence[str] | None
+    task: ShardTask,
+    storage_options: Mapping[str, Any],
+    entries: Sequence[str] | None,
+    cache: LocalShardCache | None = None,
 ) -> Iterator[Record]:
     """The records of one task in file order, in one sequential read of its shard.
+
+    With ``cache`` a remote shard is read from its local copy (downloaded first if needed).
 
     Raises
     ------
@@ -192,7 +202,10 @@ def iter_task_records(
     ShardNotFoundError, FormatError
         As :class:`~shardcat.ShardReader` does.
     """
-    with open_registered(task.url, storage_options, task.expect) as reader:
+    url = task.url
+    if cache is not None and task.expect is not None:
+        url = cache.fetch(url, task.expect[0], storage_options)
+    with open_registered(url, storage_options, task.expect) as reader:
         records = reader.iter_records(entries)
         if task.offsets is None:
             yield from records
