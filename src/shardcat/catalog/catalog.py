@@ -23,6 +23,7 @@ from ..errors import CatalogError
 from ..format import Record, ShardInfo
 from ..storage import expand_braces
 from . import datasets as _datasets
+from . import fields as _fields
 from . import jobs as _jobs
 from . import keys as _keys
 from . import maintenance as _maintenance
@@ -320,6 +321,52 @@ class Catalog:
         """
         with self._uow() as s:
             return select_records(s, dataset, where, params)
+
+    def declare_fields(self, dataset: str, fields: Mapping[str, type]) -> dict[str, str]:
+        """Declare scalar per-sample fields (name → int, float, bool or str); returns all, name → kind.
+
+        Each becomes a column of ``where=`` filters (:meth:`select`) once its
+        values are stored (:meth:`store_fields`, or
+        :func:`shardcat.readers.index_fields` from a JSON entry).
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If there is no such dataset.
+        CatalogError
+            A name that is not a lower-case identifier or a built-in column,
+            or a field declared before with another kind.
+        """
+        with self._uow(write=True) as s:
+            return _fields.declare_fields(s, dataset, fields)
+
+    def fields(self, dataset: str) -> dict[str, str]:
+        """The dataset's declared fields: name → kind (``number`` or ``text``).
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If there is no such dataset.
+        """
+        with self._uow() as s:
+            return _fields.declared_fields(s, _datasets.find_dataset(s, dataset).id)
+
+    def store_fields(
+        self, dataset: str, shard_id: int, values: Iterable[tuple[int, Mapping[str, Any]]]
+    ) -> int:
+        """Replace the declared fields' values of one shard's records, in one transaction.
+
+        ``values`` are ``(byte_offset, {field: value})`` pairs; returns the
+        values stored (``None`` values are not stored).
+
+        Raises
+        ------
+        CatalogError
+            The shard is not the dataset's, a field is not declared, or a
+            value does not fit its field's kind.
+        """
+        with self._uow(write=True) as s:
+            return _fields.store_field_values(s, dataset, shard_id, values)
 
     def delete_dataset(self, name: str, *, missing_ok: bool = False) -> None:
         """Remove a dataset and all its rows from the catalog (shard files are not touched).

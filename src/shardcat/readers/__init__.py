@@ -9,6 +9,7 @@ two as PyTorch datasets.
 
 from __future__ import annotations
 
+from .fields import index_fields
 from .frame import flatten, to_dask_dataframe
 from .keyed import KeySamples, open_catalog
 from .plan import ShardTask, assign, buffered_order, epoch_rng
@@ -31,6 +32,7 @@ __all__ = [
     "buffered_order",
     "epoch_rng",
     "flatten",
+    "index_fields",
     "iter_task_records",
     "open_catalog",
     "plan_tasks",
