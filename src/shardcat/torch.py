@@ -259,7 +259,9 @@ class ShardIterableDataset(IterableDataset[Any]):
 class ShardLoader(DataLoader[Any]):
     """A ``DataLoader`` over a :class:`ShardIterableDataset` that can save where it is.
 
-    Takes every ``DataLoader`` argument. :meth:`state_dict` records, for
+    Takes every ``DataLoader`` argument but ``persistent_workers=True``
+    (workers that outlive an epoch would miss :meth:`ShardIterableDataset.set_epoch`).
+    :meth:`state_dict` records, for
     each worker, how many samples of the epoch reached the training loop
     (a DataLoader takes whole batches from its workers in turn); a new
     loader on a dataset given that state resumes with the next batch.
@@ -270,6 +272,13 @@ class ShardLoader(DataLoader[Any]):
     def __init__(self, dataset: ShardIterableDataset, *args: Any, **kwargs: Any) -> None:
         if not isinstance(dataset, ShardIterableDataset):
             raise TypeError("ShardLoader reads a ShardIterableDataset")
+        if kwargs.get("persistent_workers"):
+            # Persistent workers keep the dataset they started with: set_epoch and
+            # load_state_dict in this process would never reach them.
+            raise ValueError(
+                "ShardLoader needs persistent_workers=False: workers must see each epoch's "
+                "set_epoch() and a resumed state"
+            )
         super().__init__(dataset, *args, **kwargs)
         self._batches = 0
         self._roles: list[int] = []

@@ -96,6 +96,30 @@ def test_stop_save_resume_equals_an_uninterrupted_run(local_dataset, workers, st
     assert len([k for b in ShardLoader(done, batch_size=4) for k in b]) == len(done)
 
 
+@pytest.mark.parametrize("stop", [2, 5, 7, 12])
+def test_resume_after_one_worker_ran_out(tmp_path, stop):
+    # One worker gets the 40-record shard, the other 5 records: it runs out after 3 batches,
+    # and the DataLoader then takes every batch from the first.
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    with Catalog(url) as cat:
+        make_dataset(cat, str(tmp_path / "s"), sizes=(40, 3, 2))
+
+    def make():
+        return ShardIterableDataset(url, "train", decode=keys_only, seed=2, shuffle_buffer=4)
+
+    full = batches(ShardLoader(make(), batch_size=2, num_workers=2))
+    assert sorted(len(b) for b in full)[0] == 1  # the short worker's last batch
+    loader = ShardLoader(make(), batch_size=2, num_workers=2)
+    first = []
+    for b in loader:
+        first.append(list(b))
+        if len(first) == stop:
+            break
+    resumed = make()
+    resumed.load_state_dict(loader.state_dict())
+    assert first + batches(ShardLoader(resumed, batch_size=2, num_workers=2)) == full
+
+
 def test_resuming_twice_in_one_epoch(local_dataset):
     url, _ = local_dataset
 
@@ -132,6 +156,10 @@ def test_a_state_is_resumed_with_the_same_workers_and_seed(local_dataset):
         next(iter(ShardLoader(other, batch_size=4, num_workers=1)))
     with pytest.raises(ValueError, match="seed"):
         ShardIterableDataset(url, "train", seed=1).load_state_dict(state)
+    with pytest.raises(ValueError, match="persistent_workers=False"):
+        ShardLoader(ds, batch_size=4, num_workers=1, persistent_workers=True)
+    with pytest.raises(TypeError, match="ShardIterableDataset"):
+        ShardLoader(KeyDataset(url, "train"), batch_size=4)
 
 
 def test_direct_iteration_keeps_its_own_position(local_dataset):
