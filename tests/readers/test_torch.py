@@ -261,6 +261,22 @@ def test_key_dataset_reads_by_position_by_key_and_in_batches(local_dataset):
     assert [s["__key__"] for s in chosen.__getitems__([0, 1])] == [key(3), key(1)]
 
 
+def test_a_dataloader_batch_is_one_get_many(local_dataset, monkeypatch):
+    url, keys = local_dataset
+    ds = KeyDataset(url, "train", decode=keys_only)
+    calls = []
+    real_many, real_get = Catalog.get_many, Catalog.get
+    monkeypatch.setattr(
+        Catalog, "get_many", lambda self, *a, **k: calls.append("many") or real_many(self, *a, **k)
+    )
+    monkeypatch.setattr(
+        Catalog, "get", lambda self, *a, **k: calls.append("get") or real_get(self, *a, **k)
+    )
+    got = [k for b in DataLoader(ds, batch_size=10) for k in b]
+    assert got == sorted(keys)
+    assert calls == ["many"] * -(-len(keys) // 10)
+
+
 def test_key_dataset_names_missing_keys(local_dataset):
     url, _ = local_dataset
     ds = KeyDataset(url, "train", keys=[key(0), "nope/1"])
