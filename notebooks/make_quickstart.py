@@ -385,6 +385,30 @@ print(f"streamed {streamed:,} samples")
 assert streamed == len(data)""",
     ),
     (
+        "torch-md",
+        "markdown",
+        """\
+A PyTorch `DataLoader` streams the same shards (`shardcat.torch`, the `torch`
+extra): shards shuffled per epoch by a seed, split over the loader's workers,
+every sample once per epoch; `where=` picks samples with SQL over the catalog
+(here one region, by key prefix). See `docs/TRAINING.md` for a training loop,
+resuming mid-epoch and `KeyDataset`.""",
+    ),
+    (
+        "torch",
+        "code",
+        """\
+from torch.utils.data import DataLoader
+
+from shardcat.torch import ShardIterableDataset
+
+train = ShardIterableDataset(cat, "quickstart", entries=["npy"], seed=0, where="key LIKE 'top-%'")
+loader = DataLoader(train, batch_size=64, num_workers=2)
+colours = [batch["npy"] for batch in loader]
+print(f"{len(colours)} batches of mean colours, {sum(len(c) for c in colours)} samples")
+assert sum(len(c) for c in colours) == sum(s["__key__"].startswith("top-") for s in data)""",
+    ),
+    (
         "verify",
         "code",
         """\

@@ -40,7 +40,14 @@ FORBIDDEN = {
     "orchestration": ("shardcat.cli",),
     # The CLI parses, calls the library and prints: no SQL of its own.
     "cli": ("sqlalchemy", "alembic"),
+    # Training readers sit beside the CLI, above orchestration, and need no torch.
+    "readers": ("shardcat.cli",),
 }
+# Only shardcat.torch imports torch (the torch extra); nothing below it imports the readers.
+for _layer in FORBIDDEN:
+    FORBIDDEN[_layer] += ("torch", "shardcat.torch")
+    if _layer != "readers":
+        FORBIDDEN[_layer] += ("shardcat.readers",)
 # What the CLI may import from the catalog: the names of its __init__, and the
 # public package behind `shardcat sql`.
 CLI_CATALOG_PUBLIC = "shardcat.catalog"

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .catalog import Catalog
     from .format import Codec, Entry, Record, ShardInfo, VerifyReport
     from .orchestration import delete_keys, from_files, index_tar, read, write
+    from .readers import to_dask_dataframe
     from .storage.shards import RollingShardWriter, ShardReader, ShardWriter, open_shard
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "index_tar",
     "open_shard",
     "read",
+    "to_dask_dataframe",
     "write",
 ]
 
@@ -84,8 +86,9 @@ _LAZY = {
     "index_tar": ".orchestration",
     "read": ".orchestration",
     "write": ".orchestration",
+    "to_dask_dataframe": ".readers",
 }
-_SUBPACKAGES = ("catalog", "format", "orchestration", "storage")
+_SUBPACKAGES = ("catalog", "format", "orchestration", "readers", "storage")
 
 
 def __getattr__(name: str) -> object:

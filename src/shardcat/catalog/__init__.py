@@ -26,11 +26,13 @@ from .results import (
     VersionDiff,
     VersionInfo,
 )
+from .selection import SAMPLE_COLUMNS, Selection
 from .session import DEFAULT_URL, catalog_exists, create_catalog_engine, display_url
 from .versions import ExpireResult
 
 __all__ = [
     "DEFAULT_URL",
+    "SAMPLE_COLUMNS",
     "BatchResult",
     "Catalog",
     "CatalogHandle",
@@ -42,6 +44,7 @@ __all__ = [
     "JobInfo",
     "Location",
     "Problem",
+    "Selection",
     "ShardRow",
     "VersionDiff",
     "VersionInfo",

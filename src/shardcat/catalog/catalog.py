@@ -11,7 +11,7 @@ the version methods (``log``, ``tag``, ``expire``, ...) come from the
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -26,6 +26,7 @@ from ..format import Record, ShardInfo
 from ..format.tar import TarShardInfo
 from ..storage import expand_braces
 from . import datasets as _datasets
+from . import fields as _fields
 from . import jobs as _jobs
 from . import keys as _keys
 from . import maintenance as _maintenance
@@ -47,6 +48,7 @@ from .results import (
     RecordRow,
     ShardRow,
 )
+from .selection import Selection, select_records
 from .session import (
     DEFAULT_BUSY_TIMEOUT,
     absolute_sqlite_url,
@@ -311,6 +313,73 @@ class Catalog(VersionsApi):
         with self._uow() as s:
             dataset_id = _datasets.find_dataset(s, dataset).id
             return _keys.count_keys(s, self.engine.dialect.name, dataset_id, prefix or None)
+
+    def select(
+        self, dataset: str, where: str, params: Mapping[str, Any] | None = None
+    ) -> Selection:
+        """The committed records for which the SQL filter ``where`` holds, grouped by shard.
+
+        ``where`` is a boolean SQL expression over the columns ``key``,
+        ``byte_offset``, ``byte_length``, ``shard_url``, ``shard_number`` and
+        ``job_id``, with ``:name`` placeholders bound from ``params``. One
+        query; no shard is read.
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If there is no such dataset.
+        CatalogError
+            If ``where`` is not one SQL expression or the database rejects it
+            (:class:`~shardcat.errors.QueryError` for a mistake in it).
+        """
+        with self._uow() as s:
+            return select_records(s, dataset, where, params)
+
+    def declare_fields(self, dataset: str, fields: Mapping[str, type]) -> dict[str, str]:
+        """Declare scalar per-sample fields (name → int, float, bool or str); returns all, name → kind.
+
+        Each becomes a column of ``where=`` filters (:meth:`select`) once its
+        values are stored (:meth:`store_fields`, or
+        :func:`shardcat.readers.index_fields` from a JSON entry).
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If there is no such dataset.
+        CatalogError
+            A name that is not a lower-case identifier or a built-in column,
+            or a field declared before with another kind.
+        """
+        with self._uow(write=True) as s:
+            return _fields.declare_fields(s, dataset, fields)
+
+    def fields(self, dataset: str) -> dict[str, str]:
+        """The dataset's declared fields: name → kind (``number`` or ``text``).
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If there is no such dataset.
+        """
+        with self._uow() as s:
+            return _fields.declared_fields(s, _datasets.find_dataset(s, dataset).id)
+
+    def store_fields(
+        self, dataset: str, shard_id: int, values: Iterable[tuple[int, Mapping[str, Any]]]
+    ) -> int:
+        """Replace the declared fields' values of one shard's records, in one transaction.
+
+        ``values`` are ``(byte_offset, {field: value})`` pairs; returns the
+        values stored (``None`` values are not stored).
+
+        Raises
+        ------
+        CatalogError
+            The shard is not the dataset's, a field is not declared, or a
+            value does not fit its field's kind.
+        """
+        with self._uow(write=True) as s:
+            return _fields.store_field_values(s, dataset, shard_id, values)
 
     def delete_dataset(self, name: str, *, missing_ok: bool = False) -> None:
         """Remove a dataset and all its rows from the catalog (shard files are not touched).

@@ -16,7 +16,16 @@ from ..errors import DatasetExistsError, Hint
 from ..format.spec import FORMAT_VERSION
 from ..storage import redact
 from .lookup import unknown_dataset
-from .models import Dataset, DatasetVersion, Job, Layout, LayoutEntry, Shard
+from .models import (
+    Dataset,
+    DatasetField,
+    DatasetVersion,
+    Job,
+    Layout,
+    LayoutEntry,
+    RecordField,
+    Shard,
+)
 from .models import Record as RecordRow
 from .results import DatasetInfo, DatasetSummary, EntryKind
 from .rows import dataset_info, utc
@@ -114,6 +123,8 @@ def delete_dataset(session: Session, name: str, *, missing_ok: bool) -> None:
     layouts = select(Layout.id).where(Layout.dataset_id == ds)
     for stmt in (
         delete(RecordRow).where(RecordRow.dataset_id == ds),
+        delete(RecordField).where(RecordField.dataset_id == ds),
+        delete(DatasetField).where(DatasetField.dataset_id == ds),
         delete(LayoutEntry).where(LayoutEntry.layout_id.in_(layouts)),
         delete(Layout).where(Layout.dataset_id == ds),
         delete(Shard).where(Shard.dataset_id == ds),

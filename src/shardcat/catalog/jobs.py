@@ -39,7 +39,7 @@ from ..errors import (
     KeyConflictError,
 )
 from .datasets import find_dataset
-from .models import Dataset, Job, Record, Shard
+from .models import Dataset, Job, Record, RecordField, Shard
 from .register import duplicate_error
 from .results import JobInfo
 from .rows import job_info
@@ -572,6 +572,11 @@ def delete_records(session: Session, shard_ids: Sequence[int]) -> None:
     for i in range(0, len(ids), 500):
         session.execute(
             delete(Record).where(Record.shard_id.in_(ids[i : i + 500])), execution_options=NO_SYNC
+        )
+        # Declared fields' values are keyed like records and go with them.
+        session.execute(
+            delete(RecordField).where(RecordField.shard_id.in_(ids[i : i + 500])),
+            execution_options=NO_SYNC,
         )
 
 

@@ -8,7 +8,8 @@ checks that models and migrations never drift apart.
 Tables::
 
     datasets ──< jobs ──< shards ──< records >── layouts ──< layout_entries
-        ├──────────────────┴───────────┘  (dataset_id on every table)
+        │                               └──< record_fields (shard_id, byte_offset)
+        ├──< dataset_fields                (dataset_id on every table)
         ├──< dataset_versions      (one row per kept version)
         └──< dataset_tags          (name -> version)
 
@@ -28,6 +29,7 @@ from sqlalchemy import (
     BigInteger,
     CheckConstraint,
     DateTime,
+    Double,
     ForeignKey,
     Index,
     Integer,
@@ -53,12 +55,14 @@ __all__ = [
     "SHARD_STATES",
     "Base",
     "Dataset",
+    "DatasetField",
     "DatasetTag",
     "DatasetVersion",
     "Job",
     "Layout",
     "LayoutEntry",
     "Record",
+    "RecordField",
     "Shard",
 ]
 
@@ -301,3 +305,41 @@ class Record(Base):
     """Per entry, in layout order: offset in the record, stored size, CRC32C (see spans.py)."""
     removed_version: Mapped[int | None] = mapped_column(BigInteger)
     """The version that removed it (replaced, deleted, skipped, overwritten); NULL: live."""
+
+
+FIELD_KINDS = ("number", "text")
+"""How a declared field's values are stored: ``record_fields.num`` or ``record_fields.text``."""
+
+
+class DatasetField(Base):
+    """A scalar per-sample field declared for a dataset, queryable as a column by ``where=``."""
+
+    __tablename__ = "dataset_fields"
+    __table_args__ = (
+        PrimaryKeyConstraint("dataset_id", "name"),
+        CheckConstraint(_in("kind", FIELD_KINDS), name="kind"),
+    )
+
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(16))
+    """``number`` (ints, floats, booleans) or ``text``."""
+
+
+class RecordField(Base):
+    """One declared field's value for one record (keyed like ``records``; no foreign keys)."""
+
+    __tablename__ = "record_fields"
+    __table_args__ = (
+        PrimaryKeyConstraint("shard_id", "byte_offset", "name"),
+        Index(None, "dataset_id", "name", "num"),
+        Index(None, "dataset_id", "name", "text"),
+        {"sqlite_with_rowid": False},
+    )
+
+    shard_id: Mapped[int] = mapped_column(Integer)
+    byte_offset: Mapped[int] = mapped_column(BigInteger)
+    name: Mapped[str] = mapped_column(String(64))
+    dataset_id: Mapped[int] = mapped_column(Integer)
+    num: Mapped[float | None] = mapped_column(Double)
+    text: Mapped[str | None] = mapped_column(Text)

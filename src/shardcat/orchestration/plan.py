@@ -40,6 +40,9 @@ class WritePlan:
     storage_options: dict[str, Any] = field(default_factory=dict, repr=False)
     partition_base: int = 0
     """Partitions of this job are numbered from here (``append`` continues after earlier jobs)."""
+    fields: tuple[str, ...] = ()
+    """Declared fields whose values each task stores, read from ``fields_entry`` of each sample."""
+    fields_entry: str = "json"
 
     def partition_number(self, partition: int) -> int:
         return self.partition_base + partition

@@ -18,7 +18,35 @@ if TYPE_CHECKING:
     from ..catalog import CatalogHandle
     from ..catalog.results import RecordRow
 
-__all__ = ["iter_shard", "iter_tar_shard", "read"]
+__all__ = ["iter_shard", "iter_tar_shard", "open_registered", "read"]
+
+
+def open_registered(
+    url: str,
+    storage_options: Mapping[str, Any] | None = None,
+    expect: tuple[str, int] | None = None,
+) -> ShardReader:
+    """Open a shard, checking it is the one the catalog registered.
+
+    ``expect`` is the registered ``(file_id, footer_crc)``.
+
+    Raises
+    ------
+    ChecksumError
+        The file was replaced since it was registered (even by a valid shard).
+    ShardNotFoundError, FormatError
+        As :class:`ShardReader` does.
+    """
+    r = ShardReader(url, storage_options=dict(storage_options or {}))
+    if expect is not None and (r.info.file_id, r.info.footer_crc) != expect:
+        r.close()
+        raise ChecksumError(
+            f"the shard is not the one registered (file id {r.info.file_id}, footer CRC32C "
+            f"{r.info.footer_crc:#010x}; registered {expect[0]}, {expect[1]:#010x}): it was "
+            "replaced since; run `shardcat verify`, then restore it or reindex it",
+            path=redact(url),
+        )
+    return r
 
 
 def iter_shard(
@@ -38,14 +66,7 @@ def iter_shard(
     of streaming other records. Records starting at an offset in ``hidden``
     (not visible at the version being read) are skipped.
     """
-    with ShardReader(url, storage_options=dict(storage_options or {})) as r:
-        if expect is not None and (r.info.file_id, r.info.footer_crc) != expect:
-            raise ChecksumError(
-                f"the shard is not the one registered (file id {r.info.file_id}, footer CRC32C "
-                f"{r.info.footer_crc:#010x}; registered {expect[0]}, {expect[1]:#010x}): it was "
-                "replaced since; run `shardcat verify`, then restore it or reindex it",
-                path=redact(url),
-            )
+    with open_registered(url, storage_options, expect) as r:
         for rec in r.iter_records(entries):
             if hidden and rec.offset in hidden:
                 continue

@@ -11,10 +11,11 @@ retired at commit and removed by gc.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -84,12 +85,20 @@ def write_partition(samples: Iterable[Any], plan: WritePlan, partition: int) -> 
         # An earlier attempt of this task may have published the first choice.
         return first_free(plan.root, plan.names(partition, index), plan.storage_options)
 
+    # Declared fields' values of the samples of the shard being written, in write order.
+    pending: list[dict[str, Any]] = []
+
     def stage(info: Any) -> None:
         # Staged under the job: invisible to lookups until the client commits.
         # A retried task registers under fresh names; the commit's manifest
         # keeps only what the successful attempts reported.
         try:
-            catalog.register_shard(plan.dataset, info, job=plan.job_id)
+            row = catalog.register_shard(plan.dataset, info, job=plan.job_id)
+            if plan.fields:
+                values = pending[: info.record_count]
+                del pending[: info.record_count]
+                offsets = info.offsets.tolist()
+                catalog.store_fields(plan.dataset, row.id, zip(offsets, values))
         except CommitConflictError:
             # The job ended without us: the file is ours alone (published
             # exclusively, under this job's name), so nothing else can need it.
@@ -115,7 +124,10 @@ def write_partition(samples: Iterable[Any], plan: WritePlan, partition: int) -> 
     )
     with writer:
         for sample in samples:
-            writer.write(as_sample(sample))  # checks the __key__
+            sample = as_sample(sample)
+            if plan.fields:
+                pending.append(field_values(sample, plan.fields, plan.fields_entry))
+            writer.write(sample)  # checks the __key__
     infos = writer.shards
     result = PartitionResult(
         partition=partition,
@@ -127,6 +139,19 @@ def write_partition(samples: Iterable[Any], plan: WritePlan, partition: int) -> 
     )
     log.debug("partition %d: %d records in %d shards", partition, result.records, len(infos))
     return result
+
+
+def field_values(sample: Mapping[str, Any], fields: tuple[str, ...], entry: str) -> dict[str, Any]:
+    """The declared fields' values in ``sample[entry]`` (a dict, or JSON bytes/text), if any."""
+    obj = sample.get(entry)
+    if isinstance(obj, (bytes, str)):
+        try:
+            obj = json.loads(obj)
+        except ValueError:
+            return {}
+    if not isinstance(obj, Mapping):
+        return {}
+    return {name: obj[name] for name in fields if name in obj}
 
 
 def _require_open(catalog: Catalog, plan: WritePlan) -> None:

@@ -91,6 +91,7 @@ def write(
     storage_options: Mapping[str, Any] | None = None,
     key_column: str = "__key__",
     json_entry: str = "json",
+    fields: Mapping[str, type] | None = None,
     prefix: str | None = None,
     client: Any = None,
     batch_size: int = 2048,
@@ -142,6 +143,12 @@ def write(
         strings, booleans, timestamps, lists, dicts) as one JSON object;
         bytes and array columns stay entries of their own. Missing values
         (None, NaN, NaT) are left out of the object.
+    fields:
+        Scalar fields to store in the catalog for ``where=`` filters, e.g.
+        ``{"label": int}`` (int, float, bool or str): each sample's value is
+        ``sample[json_entry][name]`` (a dict, or a dataframe row's JSON
+        object); declared on the dataset before the tasks start, stored by
+        each task with its staged shard.
     client:
         A ``distributed.Client``; by default the current one, or a local
         cluster started for this call.
@@ -243,6 +250,8 @@ def write(
             description=f"shardcat.write ({mode})",
             properties={"mode": mode, "root": redact(url), "base_version": base_version},
         )
+        if fields:
+            cat.declare_fields(dataset, fields)
         plan = WritePlan(
             dataset=dataset,
             root=url.rstrip("/"),
@@ -255,6 +264,8 @@ def write(
             metadata=dict(metadata or {}),
             storage_options=opts,
             partition_base=partition_base,
+            fields=tuple(fields or ()),
+            fields_entry=json_entry,
         )
         reporter = ProgressReporter(callback, dataset=dataset, job_id=job.id)
         try:

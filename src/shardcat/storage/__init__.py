@@ -14,11 +14,13 @@ from .fs import (
     redact,
     resolve,
 )
+from .local_cache import LocalShardCache
 from .locations import dataset_prefix, first_free, shard_name
 from .sources import FsspecSource, open_source
 
 __all__ = [
     "FsspecSource",
+    "LocalShardCache",
     "PendingFile",
     "SourceCache",
     "brace_patterns",

@@ -1,0 +1,232 @@
+"""Samples per second through a torch DataLoader: shardcat.torch vs the plain streaming reader and WebDataset.
+
+One dataset is written twice, as shardcat shards (with a SQLite catalog) and
+as WebDataset tars of the same samples (``jpg`` bytes plus a ``json`` label).
+Each reader decodes the same way (JSON decoded, image bytes left as bytes) and
+hands batches of samples to the loop unchanged (a list-collate), so the
+figures compare the readers, not torch's tensor collation. Ratios are taken
+within one run (best of ``--repeat``), so they hold on a loaded machine.
+
+    .venv/bin/python benchmarks/bench_readers.py [--samples 20000] [--shards 16] [--kib 4]
+
+With ``--s3`` it measures instead, against S3 on a moto server on 127.0.0.1
+(in this process, no workers): the time to the first sample and the bytes
+fetched from the store per epoch, streaming shards straight from the store vs
+with a local cache (cold, then warm). Stock moto reads a whole object to
+answer each ranged GET, so its times overstate what a real store costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import numpy as np
+import webdataset as wds
+from torch.utils.data import DataLoader
+
+import shardcat
+from shardcat.torch import ShardIterableDataset
+
+
+def identity(batch: list[Any]) -> list[Any]:
+    return batch
+
+
+def write(root: str, samples: int, shards: int, kib: int) -> tuple[str, list[str]]:
+    rng = np.random.default_rng(0)
+    url = f"sqlite:///{root}/catalog.db"
+    cat = shardcat.Catalog(url)
+    cat.create_dataset("bench", f"{root}/sc")
+    os.makedirs(f"{root}/sc")
+    os.makedirs(f"{root}/wds")
+    tars = []
+    per = samples // shards
+    for s in range(shards):
+        tar = f"{root}/wds/bench-{s:06d}.tar"
+        tars.append(tar)
+        with (
+            shardcat.ShardWriter(f"{root}/sc/bench-{s:06d}.shard", shard_number=s) as w,
+            wds.TarWriter(tar) as t,
+        ):
+            for i in range(s * per, (s + 1) * per):
+                size = int(rng.integers(kib * 512, kib * 1536))
+                jpg = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
+                key = f"{i:08d}"
+                w.add(key, {"jpg": jpg, "json": {"label": i % 10}})
+                t.write({"__key__": key, "jpg": jpg, "json": {"label": i % 10}})
+        cat.register_shard("bench", w.close())
+    cat.close()
+    return url, tars
+
+
+def rate(run: Callable[[], int], repeat: int) -> tuple[float, int]:
+    best = float("inf")
+    count = 0
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        count = run()
+        best = min(best, time.perf_counter() - t0)
+    return count / best, count
+
+
+def plain(cat_url: str) -> int:
+    cat = shardcat.Catalog(cat_url)
+    n = 0
+    for row in cat.shards("bench"):
+        with shardcat.ShardReader(row.url) as r:
+            for rec in r.iter_records():
+                rec.decode(writable=True)
+                n += 1
+    cat.close()
+    return n
+
+
+def ours(cat_url: str, workers: int, shuffle: bool) -> int:
+    ds = ShardIterableDataset(cat_url, "bench", shuffle=shuffle, shuffle_buffer=1000)
+    loader = DataLoader(ds, batch_size=64, num_workers=workers, collate_fn=identity)
+    return sum(len(b) for b in loader)
+
+
+def webdataset(tars: list[str], workers: int, shuffle: bool) -> int:
+    ds = wds.WebDataset(
+        tars,
+        shardshuffle=100 if shuffle else False,
+        nodesplitter=wds.split_by_node,
+        workersplitter=wds.split_by_worker,
+        empty_check=False,
+    )
+    if shuffle:
+        ds = ds.shuffle(1000)
+    ds = ds.decode()
+    loader = DataLoader(ds, batch_size=64, num_workers=workers, collate_fn=identity)
+    return sum(len(b) for b in loader)
+
+
+def s3_epochs(samples: int, shards: int, kib: int) -> None:
+    import logging
+
+    import boto3
+    import s3fs
+    from moto.server import ThreadedMotoServer
+
+    for name in ("werkzeug", "moto", "botocore", "urllib3"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    keys = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **keys).create_bucket(
+        Bucket="bench"
+    )
+    opts = {
+        "key": "testing",
+        "secret": "testing",
+        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
+    }
+    fetched = [0]
+    real_range = s3fs.core._fetch_range
+    real_get = s3fs.S3FileSystem._get_file
+    real_cat = s3fs.S3FileSystem._cat_file
+
+    def counting_range(*args, **kwargs):
+        data = real_range(*args, **kwargs)
+        fetched[0] += len(data)
+        return data
+
+    async def counting_get(self, rpath, lpath, **kwargs):
+        out = await real_get(self, rpath, lpath, **kwargs)
+        fetched[0] += os.path.getsize(lpath)
+        return out
+
+    async def counting_cat(self, path, *args, **kwargs):  # the footer's tail read
+        data = await real_cat(self, path, *args, **kwargs)
+        fetched[0] += len(data)
+        return data
+
+    s3fs.core._fetch_range = counting_range
+    s3fs.S3FileSystem._get_file = counting_get
+    s3fs.S3FileSystem._cat_file = counting_cat
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-readers-s3-") as root:
+            local_url, _ = write(root, samples, shards, kib)
+            cat = shardcat.Catalog(f"sqlite:///{root}/s3.db", storage_options=opts)
+            cat.create_dataset("bench", "s3://bench/sc")
+            fs = s3fs.S3FileSystem(**opts)
+            for row in shardcat.Catalog(local_url).shards("bench"):
+                name = os.path.basename(row.url)
+                fs.put_file(row.url, f"bench/sc/{name}")
+                cat.reindex("bench", [f"s3://bench/sc/{name}"])
+            size = sum(r.size_bytes for r in cat.shards("bench"))
+            print(f"{samples:,} samples, {size / 1e6:.1f} MB in {shards} shards on S3 (moto)")
+            print(
+                "| reader | epoch | first sample (ms) | epoch (s) | MB fetched | fetched / dataset |"
+            )
+            print("| --- | --- | --- | --- | --- | --- |")
+            cache = f"{root}/cache"
+            for label, kwargs in (
+                ("stream, no cache", {}),
+                ("local cache", {"cache_dir": cache, "cache_limit": "10GB"}),
+            ):
+                ds = ShardIterableDataset(cat, "bench", seed=0, **kwargs)
+                for epoch in (0, 1):
+                    ds.set_epoch(epoch)
+                    fetched[0] = 0
+                    t0 = time.perf_counter()
+                    it = iter(ds)
+                    next(it)
+                    first = time.perf_counter() - t0
+                    n = 1 + sum(1 for _ in it)
+                    total = time.perf_counter() - t0
+                    assert n == samples, (n, samples)
+                    print(
+                        f"| {label} | {epoch} | {first * 1e3:.0f} | {total:.2f} | "
+                        f"{fetched[0] / 1e6:.1f} | {fetched[0] / size:.2f} |"
+                    )
+            cat.close()
+    finally:
+        s3fs.core._fetch_range = real_range
+        s3fs.S3FileSystem._get_file = real_get
+        s3fs.S3FileSystem._cat_file = real_cat
+        server.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--samples", type=int, default=20000)
+    ap.add_argument("--shards", type=int, default=16)
+    ap.add_argument("--kib", type=int, default=4, help="mean sample size (KiB)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--s3", action="store_true", help="first sample and bytes per epoch on S3")
+    args = ap.parse_args()
+    if args.s3:
+        s3_epochs(args.samples, args.shards, args.kib)
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-readers-") as root:
+        cat_url, tars = write(root, args.samples, args.shards, args.kib)
+        base, n = rate(lambda: plain(cat_url), args.repeat)
+        print(f"{n:,} samples of ~{args.kib} KiB in {args.shards} shards")
+        print(f"plain streaming reader, one process: {base:,.0f} samples/s")
+        print(
+            "| workers | shuffle | shardcat.torch samples/s | vs plain | WebDataset samples/s | shardcat / WebDataset |"
+        )
+        print("| --- | --- | --- | --- | --- | --- |")
+        for shuffle in (False, True):
+            for workers in (0, 1, 2):
+                ours_rate, got = rate(partial(ours, cat_url, workers, shuffle), args.repeat)
+                wds_rate, wgot = rate(partial(webdataset, tars, workers, shuffle), args.repeat)
+                assert got == n and wgot == n, (got, wgot, n)
+                print(
+                    f"| {workers} | {'yes' if shuffle else 'no'} | {ours_rate:,.0f} | "
+                    f"{ours_rate / base:.2f} | {wds_rate:,.0f} | {ours_rate / wds_rate:.2f} |"
+                )
+
+
+if __name__ == "__main__":
+    main()

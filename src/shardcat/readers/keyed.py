@@ -1,0 +1,118 @@
+"""Samples by position in a fixed key list, read through the catalog's lookups.
+
+:class:`KeySamples` is what :class:`shardcat.torch.KeyDataset` wraps: the
+key list comes from the catalog in one query (all keys in key order, or the
+ones a ``where`` filter chose), ``samples[i]`` is one indexed query plus one
+ranged read, and :meth:`KeySamples.getitems` fetches a whole batch with
+:meth:`Catalog.get_many <shardcat.catalog.Catalog.get_many>` (one query and
+coalesced reads). The catalog travels to worker processes as its handle and
+reconnects there, by fork or by spawn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ..catalog import Catalog
+from ..errors import KeyNotFoundError
+from .stream import Decoder, apply_decoder
+
+__all__ = ["KeySamples", "open_catalog"]
+
+
+def open_catalog(catalog: Catalog | str, storage_options: Mapping[str, Any] | None) -> Catalog:
+    """``catalog`` itself, or a Catalog opened on that URL (with these storage options)."""
+    if isinstance(catalog, Catalog):
+        return catalog
+    return Catalog(str(catalog), storage_options=dict(storage_options or {}), create=False)
+
+
+class KeySamples:
+    """Map-style access to a dataset's samples, by position in a fixed key list.
+
+    Parameters
+    ----------
+    catalog:
+        A :class:`~shardcat.catalog.Catalog` or its URL.
+    dataset:
+        The dataset's name.
+    keys:
+        The keys, in the order positions refer to (default: every committed
+        key in key order, or with ``where`` the chosen ones).
+    where, params:
+        A SQL filter choosing the keys (see :meth:`Catalog.select
+        <shardcat.catalog.Catalog.select>`).
+    entries:
+        Read only these entries.
+    decode:
+        Applied to each sample (see :data:`shardcat.readers.Decoder`).
+
+    Raises
+    ------
+    DatasetNotFoundError
+        If there is no such dataset.
+    CatalogError
+        If ``where`` is refused.
+    """
+
+    def __init__(
+        self,
+        catalog: Catalog | str,
+        dataset: str,
+        keys: Iterable[str] | None = None,
+        *,
+        where: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        entries: Iterable[str] | None = None,
+        decode: Decoder = None,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if keys is not None and where is not None:
+            raise ValueError("pass keys or where, not both")
+        self.catalog = open_catalog(catalog, storage_options)
+        self.dataset = dataset
+        if keys is not None:
+            self.keys = list(keys)
+        elif where is not None:
+            chosen = self.catalog.select(dataset, where, params).keys
+            self.keys = sorted(k for ks in chosen.values() for k in ks)
+        else:
+            self.keys = list(self.catalog.keys(dataset))
+        self.entries = None if entries is None else tuple(entries)
+        self.decode = decode
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.get(self.keys[i])
+
+    def get(self, key: str) -> Any:
+        """The sample with this key (it need not be in the key list).
+
+        Raises
+        ------
+        KeyNotFoundError
+            If the dataset has no committed record with this key.
+        """
+        rec = self.catalog.get(self.dataset, key, self.entries)
+        return apply_decoder(rec.decode(writable=True), self.decode)
+
+    def getitems(self, indices: Sequence[int]) -> list[Any]:
+        """The samples at these positions, in order: one query, then coalesced reads.
+
+        Raises
+        ------
+        KeyNotFoundError
+            If a key is no longer in the catalog (all missing keys are named).
+        """
+        keys = [self.keys[i] for i in indices]
+        result = self.catalog.get_many(self.dataset, keys, self.entries)
+        result.raise_for_missing()
+        out = []
+        for key, rec in zip(keys, result):
+            if rec is None:  # raise_for_missing raised already; keeps the types honest
+                raise KeyNotFoundError(f"key {key!r} not found in {self.dataset!r}")
+            out.append(apply_decoder(rec.decode(writable=True), self.decode))
+        return out

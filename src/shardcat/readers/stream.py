@@ -1,0 +1,251 @@
+"""The samples one reader (a DataLoader worker of one rank) yields in one epoch.
+
+:class:`SampleStream` is a small picklable description (shard URLs, counts,
+options): it travels to worker processes by fork or by spawn and opens its
+own filesystems there, reading each shard in one sequential stream
+(:meth:`ShardReader.iter_records <shardcat.format.ShardReader.iter_records>`).
+It needs no torch; :mod:`shardcat.torch` wraps it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..catalog import Catalog
+from ..format import Record
+from ..orchestration import open_registered
+from ..storage import LocalShardCache
+from .plan import ShardTask, assign, buffered_order, epoch_rng
+
+__all__ = [
+    "Decoder",
+    "SampleStream",
+    "apply_decoder",
+    "iter_task_records",
+    "plan_tasks",
+    "positions_after",
+]
+
+Decoder = Callable[[dict[str, Any]], Any] | Mapping[str, Callable[[Any], Any]] | None
+"""A function of the whole sample, or one function per entry name (of its stored-type value)."""
+
+
+def apply_decoder(sample: dict[str, Any], decode: Decoder) -> Any:
+    """``sample`` (entries as stored types) through the user's ``decode``."""
+    if decode is None:
+        return sample
+    if callable(decode):
+        return decode(sample)
+    for name, fn in decode.items():
+        if name in sample:
+            sample[name] = fn(sample[name])
+    return sample
+
+
+def plan_tasks(
+    catalog: Catalog, dataset: str, where: str | None, params: Mapping[str, Any] | None
+) -> list[ShardTask]:
+    """The dataset's committed shards as tasks, by shard number; with ``where`` only chosen records.
+
+    Two queries at most (shards, then the filter); no shard is read.
+    """
+    _, visible = catalog.visible_shards(dataset)  # the latest version: hidden records left out
+    if where is None:
+        return [
+            ShardTask(s.url, s.record_count - len(hidden), (s.file_id, s.footer_crc), None, hidden)
+            for s, hidden in visible
+            if s.record_count > len(hidden)
+        ]
+    chosen = catalog.select(dataset, where, params).offsets  # live records only
+    return [
+        ShardTask(s.url, len(chosen[s.id]), (s.file_id, s.footer_crc), tuple(chosen[s.id]))
+        for s, _ in visible
+        if s.id in chosen
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class SampleStream:
+    """Shards to stream, and how: picklable, so worker processes rebuild everything they need.
+
+    Parameters
+    ----------
+    tasks:
+        The shards (see :func:`plan_tasks`).
+    storage_options:
+        fsspec options to open them with.
+    entries:
+        Read only these entries (None: all).
+    shuffle:
+        Shuffle the shard order per epoch and pass samples through a buffer.
+    seed:
+        With the epoch, decides every random choice.
+    shuffle_buffer:
+        Samples held by the shuffle buffer (1: shards shuffled, samples in file order).
+    decode:
+        Applied to each sample as it is yielded (see :data:`Decoder`).
+    cache:
+        Copy remote shards to this local cache and read them there (None:
+        stream them straight from the store).
+    """
+
+    tasks: tuple[ShardTask, ...]
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    entries: tuple[str, ...] | None = None
+    shuffle: bool = True
+    seed: int = 0
+    shuffle_buffer: int = 1000
+    decode: Decoder = None
+    cache: LocalShardCache | None = None
+
+    @property
+    def num_samples(self) -> int:
+        """Samples in one epoch, over every reader."""
+        return sum(t.count for t in self.tasks)
+
+    def reader_tasks(
+        self, epoch: int, rank: int = 0, world: int = 1, worker: int = 0, workers: int = 1
+    ) -> list[ShardTask]:
+        """The shards one reader (``worker`` of ``workers`` on ``rank`` of ``world``) reads, in order.
+
+        Shards go to ranks first, then a rank's shards to its workers (both
+        balanced by records), so a rank's share does not depend on how many
+        workers it runs.
+        """
+        ranks = assign(self.tasks, world, seed=self.seed, epoch=epoch, shuffle=self.shuffle)
+        mine = [self.tasks[i] for i in ranks[rank]]
+        # Already in the epoch's order: the workers' split keeps it.
+        picks = assign(mine, workers, seed=self.seed, epoch=epoch, shuffle=False)
+        return [mine[i] for i in picks[worker]]
+
+    def rank_count(self, epoch: int, rank: int = 0, world: int = 1) -> int:
+        """Samples rank ``rank`` of ``world`` yields in ``epoch`` (whatever its number of workers)."""
+        ranks = assign(self.tasks, world, seed=self.seed, epoch=epoch, shuffle=self.shuffle)
+        return sum(self.tasks[i].count for i in ranks[rank])
+
+    def reader_counts(
+        self, epoch: int, rank: int = 0, world: int = 1, workers: int = 1
+    ) -> list[int]:
+        """Samples each of the rank's ``workers`` yields in ``epoch``."""
+        return [
+            sum(t.count for t in self.reader_tasks(epoch, rank, world, w, workers))
+            for w in range(workers)
+        ]
+
+    def order(self, epoch: int, reader: tuple[int, int], n: int) -> np.ndarray:
+        """Positions of a reader's (``(rank, worker)``) stream in the order it yields them."""
+        rng = epoch_rng(self.seed, epoch, *reader) if self.shuffle else None
+        return buffered_order(n, self.shuffle_buffer, rng)
+
+    def iter_reader(
+        self,
+        epoch: int,
+        rank: int = 0,
+        world: int = 1,
+        worker: int = 0,
+        workers: int = 1,
+        start: int = 0,
+    ) -> Iterator[Any]:
+        """Samples of one reader in ``epoch``, from its ``start``-th on.
+
+        Resuming at ``start`` yields exactly what an uninterrupted run yields
+        after its first ``start`` samples, and reads no shard whose samples
+        were all yielded before.
+        """
+        tasks = self.reader_tasks(epoch, rank, world, worker, workers)
+        counts = np.fromiter((t.count for t in tasks), dtype=np.int64, count=len(tasks))
+        bases = np.concatenate([[0], np.cumsum(counts)])
+        n = int(bases[-1])
+        if start >= n:
+            return
+        order = self.order(epoch, (rank, worker), n)
+        done = np.zeros(n, dtype=bool)
+        done[order[:start]] = True
+        first_shard = int(np.searchsorted(bases, int(order[start:].min()), side="right")) - 1
+        pending: dict[int, dict[str, Any]] = {}
+        k = start
+        want = int(order[k])
+        for t in range(first_shard, len(tasks)):
+            base = int(bases[t])
+            for j, rec in enumerate(self._records(tasks[t])):
+                p = base + j
+                if done[p]:
+                    continue
+                # Decoded at once (writable copies): a pending sample must not pin
+                # the shard's read buffer, and torch wants writable arrays.
+                pending[p] = rec.decode(writable=True)
+                while want in pending:
+                    yield apply_decoder(pending.pop(want), self.decode)
+                    k += 1
+                    if k == n:
+                        return
+                    want = int(order[k])
+
+    def _records(self, task: ShardTask) -> Iterator[Record]:
+        return iter_task_records(task, self.storage_options, self.entries, self.cache)
+
+
+def iter_task_records(
+    task: ShardTask,
+    storage_options: Mapping[str, Any],
+    entries: Sequence[str] | None,
+    cache: LocalShardCache | None = None,
+) -> Iterator[Record]:
+    """The records of one task in file order, in one sequential read of its shard.
+
+    With ``cache`` a remote shard is read from its local copy (downloaded first if needed).
+
+    Raises
+    ------
+    ChecksumError
+        The shard was replaced since it was registered.
+    ShardNotFoundError, FormatError
+        As :class:`~shardcat.ShardReader` does.
+    """
+    url = task.url
+    if cache is not None and task.expect is not None:
+        url = cache.fetch(url, task.expect[0], storage_options)
+    with open_registered(url, storage_options, task.expect) as reader:
+        records = reader.iter_records(entries)
+        if task.offsets is None:
+            if not task.hidden:
+                yield from records
+                return
+            for rec in records:
+                if rec.offset not in task.hidden:
+                    yield rec
+            return
+        chosen = frozenset(task.offsets)
+        for rec in records:
+            if rec.offset in chosen:
+                yield rec
+
+
+def positions_after(
+    counts: Sequence[int], batch_size: int, batches: int, *, drop_last: bool = False
+) -> tuple[list[int], int]:
+    """What each of ``counts``' workers had yielded once a DataLoader returned ``batches``.
+
+    A DataLoader over an iterable dataset takes whole batches from its
+    workers in turn (worker 0, 1, ..., 0, ...), skipping a worker once it
+    is exhausted; each worker's last batch may be short (or dropped with
+    ``drop_last``). Returns the samples per worker and the worker whose
+    batch would come next.
+    """
+    full = [(c // batch_size if drop_last else -(-c // batch_size)) for c in counts]
+    taken = [0] * len(counts)
+    left = batches
+    rnd = 0
+    following = 0
+    while left > 0 and any(rnd < f for f in full):
+        for w, f in enumerate(full):
+            if left and rnd < f:
+                taken[w] += 1
+                left -= 1
+                following = (w + 1) % len(counts)
+        rnd += 1
+    return [min(t * batch_size, c) for t, c in zip(taken, counts)], following

@@ -1,0 +1,396 @@
+"""PyTorch datasets over a shardcat catalog (the ``torch`` extra: ``pip install shardcat[torch]``).
+
+- :class:`ShardIterableDataset` streams whole shards sequentially, split over
+  DataLoader workers and ranks by record count, shuffled per epoch by a seed,
+  every sample exactly once per epoch, resumable mid-epoch.
+- :class:`ShardLoader` is a ``DataLoader`` that knows how far each worker got,
+  so its :meth:`~ShardLoader.state_dict` resumes exactly.
+- :class:`KeyDataset` is map-style: ``ds[i]``, ``ds.get(key)``, and batches
+  fetched with one query plus coalesced reads.
+
+Both datasets pickle small (shard URLs or the catalog's handle) and reopen
+their catalog and filesystems in each worker, under fork and spawn alike.
+The rest of shardcat never imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch.distributed as dist
+from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
+
+from .catalog import Catalog
+from .readers import Decoder, KeySamples, SampleStream, open_catalog, plan_tasks, positions_after
+from .storage import LocalShardCache
+
+__all__ = ["KeyDataset", "ShardIterableDataset", "ShardLoader"]
+
+
+class ShardIterableDataset(IterableDataset[Any]):
+    """A dataset's samples streamed shard by shard, for ``DataLoader`` with any number of workers.
+
+    Each epoch the shards are shuffled (``seed`` and the epoch decide how)
+    and dealt to the readers, one per DataLoader worker per rank, balanced
+    by record count; each reader streams its shards in full sequential
+    reads through a shuffle buffer of ``shuffle_buffer`` samples. Together
+    the readers of all ranks yield every sample exactly once per epoch.
+
+    Parameters
+    ----------
+    catalog:
+        A :class:`~shardcat.catalog.Catalog` or its URL.
+    dataset:
+        The dataset's name.
+    entries:
+        Read only these entries of each record.
+    where, params:
+        A SQL filter choosing the records, with ``:name`` parameters (see
+        :meth:`Catalog.select <shardcat.catalog.Catalog.select>`).
+    shuffle:
+        Shuffle shards and samples (default), or read in shard-number and file order.
+    seed:
+        With the epoch, decides every random choice.
+    shuffle_buffer:
+        How many samples the shuffle buffer holds (memory grows with it).
+    decode:
+        A function of each sample dict, or a mapping of entry name to a
+        function of that entry's value. Values arrive as their stored types
+        (bytes, str, JSON, writable ``np.ndarray``). Must pickle for spawn.
+    rank, world_size:
+        This process's place among ranks (default: ``torch.distributed``
+        when it is initialised, else 0 of 1).
+    storage_options:
+        fsspec options for the shards (default: the catalog's).
+    cache_dir, cache_limit:
+        Copy remote shards into this local folder, keeping at most
+        ``cache_limit`` bytes (least recently used copies go first), and read
+        them there; the folder may be shared by workers and jobs. Without
+        ``cache_dir`` shards stream straight from the store.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        If there is no such dataset.
+    CatalogError
+        If ``where`` is refused.
+    """
+
+    def __init__(
+        self,
+        catalog: Catalog | str,
+        dataset: str,
+        *,
+        entries: Iterable[str] | None = None,
+        where: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        shuffle_buffer: int = 1000,
+        decode: Decoder = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str = "20GB",
+    ) -> None:
+        if (rank is None) != (world_size is None):
+            raise ValueError("pass rank and world_size together")
+        if world_size is not None and rank is not None and not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not in range(world_size={world_size})")
+        if shuffle_buffer < 1:
+            raise ValueError(f"shuffle_buffer must be at least 1, not {shuffle_buffer}")
+        cat = open_catalog(catalog, storage_options)
+        opts = dict(cat.storage_options if storage_options is None else storage_options)
+        # The plan is made here, once: workers get shard URLs, never a connection.
+        self.stream = SampleStream(
+            tuple(plan_tasks(cat, dataset, where, params)),
+            opts,
+            None if entries is None else tuple(entries),
+            shuffle,
+            seed,
+            shuffle_buffer,
+            decode,
+            None if cache_dir is None else LocalShardCache.create(cache_dir, cache_limit),
+        )
+        if not isinstance(catalog, Catalog):
+            cat.close()
+        self.dataset = dataset
+        self._rank = rank
+        self._world_size = world_size
+        self.epoch = 0
+        # Resuming: per reader (rank * workers + worker), the samples it yielded
+        # before; and which reader the new loader's worker 0 takes over.
+        self._resume: dict[int, int] = {}
+        self._resume_epoch = -1
+        self._resume_workers: int | None = None
+        self._rotation = 0
+        self._yielded = 0  # samples yielded in this process (no workers)
+
+    # --- placement ---------------------------------------------------------
+
+    @property
+    def rank(self) -> int:
+        if self._rank is not None:
+            return self._rank
+        return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+    @property
+    def world_size(self) -> int:
+        if self._world_size is not None:
+            return self._world_size
+        return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+    def __len__(self) -> int:
+        """Samples this rank yields per epoch (ranks differ by at most one shard's records)."""
+        return self.stream.rank_count(self.epoch, self.rank, self.world_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Read epoch ``epoch`` next: its own shard order, split and shuffle (call before iterating)."""
+        if epoch != self.epoch:
+            self._yielded = 0
+        self.epoch = epoch
+
+    def worker_counts(self, num_workers: int) -> list[int]:
+        """Samples each DataLoader worker of this rank yields in the current epoch, from its start."""
+        workers = max(num_workers, 1)
+        totals = self.stream.reader_counts(self.epoch, self.rank, self.world_size, workers)
+        return [totals[r] for r in self.worker_roles(workers)]
+
+    def __iter__(self) -> Iterator[Any]:
+        info = get_worker_info()
+        workers, worker = (1, 0) if info is None else (info.num_workers, info.id)
+        role = self.worker_roles(workers)[worker]
+        start = self.resume_positions(workers)[role]
+        samples = self.stream.iter_reader(
+            self.epoch, self.rank, self.world_size, role, workers, start
+        )
+        if info is not None:
+            yield from samples
+            return
+        self._yielded = start
+        for sample in samples:
+            self._yielded += 1
+            yield sample
+
+    # --- resuming ----------------------------------------------------------
+
+    def state_dict(
+        self, positions: Mapping[int, int] | None = None, rotation: int = 0
+    ) -> dict[str, Any]:
+        """Where this rank is in the epoch: save it with the model, resume with :meth:`load_state_dict`.
+
+        Without ``positions`` the dataset counts for itself: right when it
+        is iterated in this process (no workers). With DataLoader workers
+        use :meth:`ShardLoader.state_dict`, which knows what each worker
+        yielded (``positions``: reader → samples yielded; ``rotation``: the
+        reader whose batch comes next).
+        """
+        if positions is None:
+            positions = {0: self._yielded}
+        workers = len(positions)
+        base = self.rank * workers
+        return {
+            "epoch": self.epoch,
+            "seed": self.stream.seed,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "num_workers": workers,
+            "positions": {base + w: int(n) for w, n in positions.items()},
+            "rotation": rotation,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume: the next iteration of ``state["epoch"]`` yields what had not been yielded yet.
+
+        Iterate it with the same number of DataLoader workers (and ranks) as
+        when it was saved; a later epoch starts from its beginning.
+
+        Raises
+        ------
+        ValueError
+            If the state comes from another seed or another number of ranks.
+        """
+        if state["seed"] != self.stream.seed:
+            raise ValueError(f"the state has seed {state['seed']}, this dataset {self.stream.seed}")
+        if state["world_size"] != self.world_size:
+            raise ValueError(
+                f"the state is of {state['world_size']} rank(s), this job has {self.world_size}"
+            )
+        self.epoch = int(state["epoch"])
+        self._resume_epoch = self.epoch
+        self._resume = {int(k): int(v) for k, v in state["positions"].items()}
+        self._resume_workers = int(state["num_workers"])
+        self._rotation = int(state.get("rotation", 0))
+
+    def _resuming(self, workers: int) -> bool:
+        if self._resume_epoch != self.epoch or self._resume_workers is None:
+            return False
+        if self._resume_workers != workers:
+            raise ValueError(
+                f"the state was saved with {self._resume_workers} worker(s): iterate it with "
+                f"that many, not {workers}"
+            )
+        return True
+
+    def resume_positions(self, num_workers: int) -> list[int]:
+        """Samples each reader of this rank skips in the current epoch (after :meth:`load_state_dict`).
+
+        Raises
+        ------
+        ValueError
+            If the state was saved with another number of workers.
+        """
+        workers = max(num_workers, 1)
+        if not self._resuming(workers):
+            return [0] * workers
+        base = self.rank * workers
+        return [self._resume.get(base + w, 0) for w in range(workers)]
+
+    def worker_roles(self, num_workers: int) -> list[int]:
+        """The reader each DataLoader worker plays: rotated on resume so batches keep their turn."""
+        workers = max(num_workers, 1)
+        shift = self._rotation if self._resuming(workers) else 0
+        return [(w + shift) % workers for w in range(workers)]
+
+
+class ShardLoader(DataLoader[Any]):
+    """A ``DataLoader`` over a :class:`ShardIterableDataset` that can save where it is.
+
+    Takes every ``DataLoader`` argument but ``persistent_workers=True``
+    (workers that outlive an epoch would miss :meth:`ShardIterableDataset.set_epoch`).
+    :meth:`state_dict` records, for
+    each worker, how many samples of the epoch reached the training loop
+    (a DataLoader takes whole batches from its workers in turn); a new
+    loader on a dataset given that state resumes with the next batch.
+    """
+
+    dataset: ShardIterableDataset
+
+    def __init__(self, dataset: ShardIterableDataset, *args: Any, **kwargs: Any) -> None:
+        if not isinstance(dataset, ShardIterableDataset):
+            raise TypeError("ShardLoader reads a ShardIterableDataset")
+        if kwargs.get("persistent_workers"):
+            # Persistent workers keep the dataset they started with: set_epoch and
+            # load_state_dict in this process would never reach them.
+            raise ValueError(
+                "ShardLoader needs persistent_workers=False: workers must see each epoch's "
+                "set_epoch() and a resumed state"
+            )
+        super().__init__(dataset, *args, **kwargs)
+        self._batches = 0
+        self._roles: list[int] = []
+        self._start: list[int] = []  # per reader
+        self._counts: list[int] = []  # per worker, from where it starts
+
+    def _begin(self) -> None:
+        ds = self.dataset
+        self._roles = ds.worker_roles(self.num_workers)
+        self._start = ds.resume_positions(self.num_workers)
+        self._counts = ds.worker_counts(self.num_workers)
+        self._counts = [c - self._start[r] for c, r in zip(self._counts, self._roles)]
+        self._batches = 0
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        self._begin()
+        for batch in super().__iter__():
+            self._batches += 1
+            yield batch
+
+    def state_dict(self) -> dict[str, Any]:
+        """The dataset's state after the batches this loader has returned so far.
+
+        Raises
+        ------
+        ValueError
+            If the loader has no ``batch_size`` (it counts whole batches).
+        """
+        if self.batch_size is None:
+            raise ValueError("ShardLoader.state_dict needs a batch_size")
+        if not self._roles:  # not iterated yet: where the dataset stands
+            self._begin()
+        done, following = positions_after(
+            self._counts, self.batch_size, self._batches, drop_last=self.drop_last
+        )
+        positions = list(self._start)
+        for worker, role in enumerate(self._roles):
+            positions[role] += done[worker]
+        return self.dataset.state_dict(dict(enumerate(positions)), self._roles[following])
+
+
+class KeyDataset(Dataset[Any]):
+    """Map-style: ``ds[i]`` is the sample of the ``i``-th key, ``ds.get(key)`` any sample by key.
+
+    The key list is read from the catalog once (every committed key in key
+    order, the keys a ``where`` filter chose, or ``keys``). A DataLoader
+    asks for whole batches through ``__getitems__``: one query and
+    coalesced, concurrent reads per batch.
+
+    Parameters
+    ----------
+    catalog:
+        A :class:`~shardcat.catalog.Catalog` or its URL.
+    dataset:
+        The dataset's name.
+    keys:
+        The keys positions refer to.
+    where, params:
+        A SQL filter choosing the keys instead.
+    entries:
+        Read only these entries.
+    decode:
+        As for :class:`ShardIterableDataset`.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        If there is no such dataset.
+    """
+
+    def __init__(
+        self,
+        catalog: Catalog | str,
+        dataset: str,
+        keys: Iterable[str] | None = None,
+        *,
+        where: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        entries: Iterable[str] | None = None,
+        decode: Decoder = None,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.samples = KeySamples(
+            catalog,
+            dataset,
+            keys,
+            where=where,
+            params=params,
+            entries=entries,
+            decode=decode,
+            storage_options=storage_options,
+        )
+
+    @property
+    def keys(self) -> list[str]:
+        return self.samples.keys
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.samples[i]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        return self.samples.getitems(indices)
+
+    def get(self, key: str) -> Any:
+        """The sample with this key.
+
+        Raises
+        ------
+        KeyNotFoundError
+            If the dataset has no committed record with this key.
+        """
+        return self.samples.get(key)

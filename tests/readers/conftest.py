@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import shardcat
+from shardcat.catalog import Catalog
+
+# Unequal shards, so balancing by records differs from balancing by shard count.
+SHARD_SIZES = (23, 7, 31, 12, 5, 18)
+
+
+def sample(i: int) -> dict[str, Any]:
+    return {
+        "json": {"label": i % 5, "i": i},
+        "txt": f"sample {i}",
+        "npy": np.full(3, i, dtype=np.int32),
+    }
+
+
+def key(i: int) -> str:
+    return f"s/{i:05d}"
+
+
+def make_dataset(
+    cat: Catalog,
+    root: str,
+    *,
+    sizes: tuple[int, ...] = SHARD_SIZES,
+    storage_options: dict[str, Any] | None = None,
+    name: str = "train",
+) -> list[str]:
+    """A dataset whose samples are numbered 0..N-1 across shards; returns its keys."""
+    cat.create_dataset(name, root)
+    i = 0
+    keys = []
+    for n, size in enumerate(sizes):
+        with shardcat.ShardWriter(
+            f"{root}/train-{n:06d}.shard", storage_options=storage_options, shard_number=n
+        ) as w:
+            for _ in range(size):
+                w.add(key(i), sample(i))
+                keys.append(key(i))
+                i += 1
+        cat.register_shard(name, w.close())
+    return keys
+
+
+@pytest.fixture
+def local_dataset(tmp_path) -> Any:
+    """(catalog URL, keys) of a SQLite catalog over local shards."""
+    url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    with Catalog(url) as cat:
+        keys = make_dataset(cat, str(tmp_path / "shards"))
+    return url, keys
