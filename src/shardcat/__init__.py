@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from . import storage as storage
     from .catalog import Catalog
     from .format import Codec, Entry, Record, ShardInfo, VerifyReport
-    from .orchestration import from_files, read, write
+    from .orchestration import copy_dataset, from_files, read, write
     from .storage.shards import RollingShardWriter, ShardReader, ShardWriter, open_shard
 
 __all__ = [
@@ -55,6 +55,7 @@ __all__ = [
     "VerifyReport",
     "VersionError",
     "__version__",
+    "copy_dataset",
     "from_files",
     "open_shard",
     "read",
@@ -77,6 +78,7 @@ _LAZY = {
     "ShardWriter": ".storage.shards",
     "open_shard": ".storage.shards",
     "Catalog": ".catalog",
+    "copy_dataset": ".orchestration",
     "from_files": ".orchestration",
     "read": ".orchestration",
     "write": ".orchestration",

@@ -1,0 +1,129 @@
+"""copy_dataset: local -> S3 -> local, across catalogs, interrupted and rerun, and moves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dask.bag as db
+import pytest
+
+import shardcat
+from shardcat.catalog import Catalog
+from shardcat.errors import ChecksumError, DatasetExistsError, DestinationNotEmptyError
+
+from .samples import numbered_sample
+
+N = 120
+
+
+def _write(root: Path, catalog: str, client: Any, dataset: str = "src") -> None:
+    shardcat.write(
+        db.from_sequence(range(N), npartitions=3).map(numbered_sample),
+        str(root),
+        catalog=catalog,
+        dataset=dataset,
+        max_records_per_shard=20,
+        client=client,
+        progress=False,
+    )
+
+
+def _records(cat: Catalog, dataset: str) -> list[tuple[str, bytes, Any]]:
+    batch = cat.get_many(dataset, [f"n/{i:05d}" for i in range(N)])
+    assert batch.missing == []
+    return [(r.key, r["bin"].data, r["json"].decode()) for r in batch.records]
+
+
+def test_copy_local_to_s3_to_local_across_sqlite_and_postgres(
+    tmp_path, sqlite_url, postgres_url, s3, client
+):
+    _write(tmp_path / "src", sqlite_url, client)
+    src = Catalog(sqlite_url)
+    expected = _records(src, "src")
+    there = f"{s3['url']}/copies/src"
+    summary = shardcat.copy_dataset(
+        sqlite_url,
+        "src",
+        there,
+        to_catalog=postgres_url,
+        destination_options=s3["storage_options"],
+        client=client,
+    )
+    assert (summary.shards, summary.copied, summary.records) == (6, 6, N)
+    pg = Catalog(postgres_url)
+    assert pg.dataset("src").root_url == there
+    assert all(s.url.startswith(there + "/") for s in pg.shards("src"))
+    assert pg.job(summary.job_id).state == "committed"
+    back = shardcat.copy_dataset(
+        pg,
+        "src",
+        str(tmp_path / "back"),
+        to_catalog=src,
+        name="back",
+        storage_options=s3["storage_options"],
+        destination_options={},
+        client=client,
+    )
+    assert back.copied == 6
+    assert _records(src, "back") == expected
+    assert _records(src, "src") == expected  # the source is untouched
+    assert src.verify("back").ok  # every CRC, against the catalog
+
+
+def test_interrupted_copy_leaves_nothing_visible_and_a_rerun_copies_only_the_rest(
+    tmp_path, sqlite_url, client
+):
+    _write(tmp_path / "src", sqlite_url, client)
+    cat = Catalog(sqlite_url)
+    expected = _records(cat, "src")
+    bad = cat.shards("src")[3].url
+    original = Path(bad).read_bytes()
+    damaged = bytearray(original)
+    damaged[len(damaged) // 2] ^= 0xFF  # this shard's copy fails its verification
+    Path(bad).write_bytes(bytes(damaged))
+    dest = tmp_path / "dest"
+    with pytest.raises(ChecksumError):
+        shardcat.copy_dataset(cat, "src", str(dest), name="copy", client=client, retries=0)
+    assert [d.name for d in cat.datasets()] == ["src"]  # the copy is invisible
+    assert len(list(dest.rglob("*.shard"))) == 5  # the five good copies stay, unregistered
+    assert cat.count("src") == N
+    Path(bad).write_bytes(original)  # repaired: the rerun copies only what is missing
+    summary = shardcat.copy_dataset(cat, "src", str(dest), name="copy", client=client)
+    assert (summary.shards, summary.copied) == (6, 1)
+    assert _records(cat, "copy") == expected
+
+
+def test_move_repoints_the_dataset_then_removes_the_sources(tmp_path, sqlite_url, client):
+    _write(tmp_path / "src", sqlite_url, client)
+    cat = Catalog(sqlite_url)
+    expected = _records(cat, "src")
+    before = cat.dataset("src").version
+    old = {s.url for s in cat.shards("src")}
+    summary = shardcat.copy_dataset(cat, "src", str(tmp_path / "moved"), move=True, client=client)
+    assert summary.moved and summary.sources_left == []
+    assert not any(Path(u).exists() for u in old)
+    assert cat.dataset("src").root_url == str(tmp_path / "moved")
+    assert cat.dataset("src").version > before
+    assert all(s.url.startswith(str(tmp_path / "moved")) for s in cat.shards("src"))
+    assert _records(cat, "src") == expected
+    assert cat.shards("src", state="deleted") == []  # the removed sources' rows are purged
+    with pytest.raises(ValueError, match="keeps the dataset's name"):
+        shardcat.copy_dataset(cat, "src", str(tmp_path / "x"), move=True, name="y", client=client)
+
+
+def test_name_collisions_and_a_destination_that_is_not_empty(tmp_path, sqlite_url, client):
+    _write(tmp_path / "src", sqlite_url, client)
+    _write(tmp_path / "other", sqlite_url, client, dataset="other")
+    cat = Catalog(sqlite_url)
+    with pytest.raises(DatasetExistsError, match="onto itself"):
+        shardcat.copy_dataset(cat, "src", str(tmp_path / "a"), client=client)
+    with pytest.raises(DatasetExistsError, match="with records already"):
+        shardcat.copy_dataset(cat, "src", str(tmp_path / "a"), name="other", client=client)
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("someone else's")
+    with pytest.raises(DestinationNotEmptyError, match="1 objects that are not shards"):
+        shardcat.copy_dataset(cat, "src", str(busy), name="copy", client=client)
+    assert [d.name for d in cat.datasets()] == ["other", "src"]  # nothing was created
+    assert not list(busy.rglob("*.shard"))
