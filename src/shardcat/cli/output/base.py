@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ...catalog.readonly import ReadOnlyRole
     from ...demo import DemoReport
     from ...format import Record, VerifyReport
-    from ...orchestration import WriteProgressCallback, WriteSummary
+    from ...orchestration import CopySummary, WriteProgressCallback, WriteSummary
     from ...orchestration.gc import DeleteReport, GcReport
 
 __all__ = ["Output", "QueryRows", "ShardInspection", "VerifyProgressCallback", "err_console"]
@@ -112,6 +112,10 @@ class Output(ABC):
     @abstractmethod
     def write_summary(self, summary: WriteSummary) -> None:
         """What a committed write job produced."""
+
+    @abstractmethod
+    def copy_summary(self, summary: CopySummary) -> None:
+        """What a committed copy or move produced."""
 
     # --- datasets: ls, stats, get -------------------------------------------
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ...catalog.readonly import ReadOnlyRole
     from ...demo import DemoReport
     from ...format import Entry, Record
-    from ...orchestration import WriteProgressCallback, WriteSummary
+    from ...orchestration import CopySummary, WriteProgressCallback, WriteSummary
     from ...orchestration.gc import DeleteReport, GcReport
 
 __all__ = [
@@ -171,6 +171,9 @@ class JsonOutput(Output):
 
     def write_summary(self, summary: WriteSummary) -> None:
         self._print({**dataclasses.asdict(summary), "mb_per_s": round(summary.mb_per_s, 3)})
+
+    def copy_summary(self, summary: CopySummary) -> None:
+        self._print(dataclasses.asdict(summary))
 
     def datasets(self, catalog: str, rows: Sequence[Mapping[str, Any]]) -> None:
         self._print([dict(r) for r in rows])

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from ...catalog.readonly import ReadOnlyRole
     from ...demo import DemoReport
     from ...format import Entry, Record
-    from ...orchestration import WriteProgressCallback, WriteSummary
+    from ...orchestration import CopySummary, WriteProgressCallback, WriteSummary
     from ...orchestration.gc import DeleteReport, GcReport
 
 __all__ = ["TextOutput", "text_cell", "tsv_cell"]
@@ -182,6 +182,11 @@ class TextOutput(Output):
         self._line(str(summary))
         for pattern in summary.shard_patterns:
             self._line(f"  {pattern}")
+
+    def copy_summary(self, summary: CopySummary) -> None:
+        self._line(str(summary))
+        for url in summary.sources_left:
+            self._line(f"  not removed (gc removes it): {url}")
 
     # --- datasets -----------------------------------------------------------
 
