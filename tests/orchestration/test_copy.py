@@ -108,6 +108,12 @@ def test_move_repoints_the_dataset_then_removes_the_sources(tmp_path, sqlite_url
     assert all(s.url.startswith(str(tmp_path / "moved")) for s in cat.shards("src"))
     assert _records(cat, "src") == expected
     assert cat.shards("src", state="deleted") == []  # the removed sources' rows are purged
+    # A rerun of a move that committed (cut short before recording the root) only records it.
+    moved_version = cat.dataset("src").version
+    again = shardcat.copy_dataset(cat, "src", str(tmp_path / "moved"), move=True, client=client)
+    assert again.job_id is None and again.copied == 0
+    assert cat.dataset("src").version == moved_version  # nothing committed
+    assert _records(cat, "src") == expected
     with pytest.raises(ValueError, match="keeps the dataset's name"):
         shardcat.copy_dataset(cat, "src", str(tmp_path / "x"), move=True, name="y", client=client)
 
@@ -120,6 +126,8 @@ def test_name_collisions_and_a_destination_that_is_not_empty(tmp_path, sqlite_ur
         shardcat.copy_dataset(cat, "src", str(tmp_path / "a"), client=client)
     with pytest.raises(DatasetExistsError, match="with records already"):
         shardcat.copy_dataset(cat, "src", str(tmp_path / "a"), name="other", client=client)
+    with pytest.raises(DestinationNotEmptyError, match="keeps its shards"):
+        shardcat.copy_dataset(cat, "src", str(tmp_path / "src"), name="same", client=client)
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "notes.txt").write_text("someone else's")

@@ -54,7 +54,8 @@ class CopySummary:
     """The copy's name (the source's, for a move)."""
     source: str
     destination: str
-    job_id: int
+    job_id: int | None
+    """The job that committed it (None: a move found every shard in place already)."""
     shards: int
     copied: int
     """Shards copied by this run (the others were at the destination already and verified)."""
@@ -70,7 +71,8 @@ class CopySummary:
         reused = self.shards - self.copied
         return (
             f"{self.dataset}: {what} {self.shards} shards ({self.records:,} records, "
-            f"{self.bytes:,} bytes) to {self.destination} in job {self.job_id}"
+            f"{self.bytes:,} bytes) to {self.destination}"
+            + (f" in job {self.job_id}" if self.job_id is not None else "")
             + (f"; {reused} were there already and verified" if reused else "")
         )
 
@@ -237,6 +239,17 @@ def copy_dataset(
     plan = {row.url: join(destination, _relative(row.url, ds.root_url)) for row in rows}
     if len(set(plan.values())) != len(plan):
         raise ValueError(f"two shards of {dataset!r} would get one name under {destination}")
+    in_place = [url for url, dest in plan.items() if url == dest]
+    if move and rows and len(in_place) == len(rows):
+        # Every shard is there already: a move that committed and was cut short before
+        # recording the root (or a move onto the dataset's own folder).
+        src_cat.set_dataset_root(dataset, redact(destination))
+        return _summary(dataset, ds.root_url, destination, rows, 0, move, t0, [], job_id=None)
+    if in_place:
+        raise DestinationNotEmptyError(
+            f"destination {redact(destination)} is where dataset {dataset!r} keeps its shards: "
+            "copy into another folder"
+        )
     if not move:
         _refuse_taken(dst_cat, target)
     _refuse_foreign(destination, set(plan.values()), dst_opts)
@@ -273,13 +286,38 @@ def copy_dataset(
     else:
         job_id = _commit_copy(dst_cat, target, destination, infos, dataset, src_cat)
         sources_left = []
+    return _summary(
+        target,
+        ds.root_url,
+        destination,
+        rows,
+        sum(d.copied for d in done),
+        move,
+        t0,
+        sources_left,
+        job_id=job_id,
+    )
+
+
+def _summary(
+    name: str,
+    source: str,
+    destination: str,
+    rows: list[ShardRow],
+    copied: int,
+    move: bool,
+    t0: float,
+    sources_left: list[str],
+    *,
+    job_id: int | None,
+) -> CopySummary:
     summary = CopySummary(
-        dataset=target,
-        source=redact(ds.root_url),
+        dataset=name,
+        source=redact(source),
         destination=redact(destination),
         job_id=job_id,
         shards=len(rows),
-        copied=sum(d.copied for d in done),
+        copied=copied,
         records=sum(r.record_count for r in rows),
         bytes=sum(r.size_bytes for r in rows),
         moved=move,
