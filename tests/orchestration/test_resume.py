@@ -9,9 +9,12 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import dask.bag as db
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import shardcat
 from shardcat.catalog import Catalog
@@ -100,10 +103,12 @@ def _shard_files(root: Path) -> set[str]:
     return {str(p) for p in root.rglob("*.shard")}
 
 
-def test_killed_client_resumes_writing_only_the_unfinished_partitions(tmp_path, sqlite_url, client):
+def test_killed_client_resumes_writing_only_the_unfinished_partitions(
+    tmp_path, catalog_url, client
+):
     root = tmp_path / "conv"
-    _kill_client_at_90_percent(tmp_path, str(root), sqlite_url)
-    cat = Catalog(sqlite_url)
+    _kill_client_at_90_percent(tmp_path, str(root), catalog_url)
+    cat = Catalog(catalog_url)
     (job,) = cat.jobs("conv", state="open")  # the dead client left its job open, invisible
     assert cat.count("conv") == 0
     staged = [s for s in cat.shards("conv", state="staged") if s.job_id == job.id]
@@ -120,7 +125,7 @@ def test_killed_client_resumes_writing_only_the_unfinished_partitions(tmp_path, 
     summary = shardcat.write(
         _bag(),
         str(root),
-        catalog=sqlite_url,
+        catalog=catalog_url,
         dataset="conv",
         job_name="nightly",
         max_records_per_shard=PER_SHARD,
@@ -139,7 +144,7 @@ def test_killed_client_resumes_writing_only_the_unfinished_partitions(tmp_path, 
     shardcat.write(
         _bag(),
         str(tmp_path / "whole"),
-        catalog=sqlite_url,
+        catalog=catalog_url,
         dataset="whole",
         max_records_per_shard=PER_SHARD,
         client=client,
@@ -153,10 +158,61 @@ def test_killed_client_resumes_writing_only_the_unfinished_partitions(tmp_path, 
         shardcat.write(
             _bag(),
             str(root),
-            catalog=sqlite_url,
+            catalog=catalog_url,
             dataset="conv",
             job_name="nightly",
             mode="append",
             client=client,
             progress=False,
         )
+
+
+def _row(number: int, attempt: str, last: int | None, i: int) -> Any:
+    import datetime as dt
+
+    from shardcat.catalog import ShardRow
+
+    meta: dict[str, Any] = {"attempt": attempt}
+    if last is not None:
+        meta["partition_shards"] = last
+    return ShardRow(
+        id=i, dataset="d", url=f"/x/{i}.shard", state="staged", job_id=1, shard_number=number,
+        record_count=1, size_bytes=1, payload_bytes=1, file_id="0" * 32, format_version=(1, 0),
+        created_at=dt.datetime(2026, 1, 1), header_crc=0, data_crc=0, footer_crc=0, metadata=meta,
+    )  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    base=st.integers(0, 3),
+    runs=st.lists(
+        st.tuples(
+            st.integers(0, 4),  # partition
+            st.integers(1, 4),  # shards the attempt meant to write
+            st.integers(0, 4),  # shards it staged before it died (>= meant: it finished)
+            st.booleans(),  # one of its shards is missing from the catalog
+        ),
+        max_size=8,
+    ),
+)
+def test_an_attempt_is_complete_exactly_when_it_staged_every_shard_up_to_its_marked_last(
+    base, runs
+):
+    rows, expected = [], set()
+    for n, (partition, meant, staged, hole) in enumerate(runs):
+        token = f"a{n}"
+        first = (base + partition) * 1000
+        done = min(staged, meant)
+        kept = [i for i in range(done) if not (hole and i == done // 2)]
+        for i in kept:
+            last = meant if i == meant - 1 else None
+            rows.append(_row(first + i, token, last, len(rows)))
+        if done == meant and len(kept) == meant:
+            expected.add((partition, token))
+    found = attempts(rows, base)
+    got = {(p, tries[0].metadata["attempt"]) for p, group in found.items() for tries in [*group]}
+    assert got == expected
+    for p, group in found.items():
+        for shards in group:
+            first = (base + p) * 1000
+            assert [s.shard_number for s in shards] == list(range(first, first + len(shards)))
