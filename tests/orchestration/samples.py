@@ -170,11 +170,11 @@ def shrinking_partition(partition: int, marker: str, retry: str) -> ShrinkingPar
     return ShrinkingPartition(partition, marker, retry)
 
 
-def numbered_sample(i: int, slow_from: int = -1) -> Any:
-    """Sample ``i`` of a resumable conversion; from ``slow_from`` on each takes 0.3 s to write."""
+def numbered_sample(i: int, slow_from: int = -1, seconds: float = 0.3) -> Any:
+    """Sample ``i`` of a resumable conversion; from ``slow_from`` on each takes ``seconds`` to write."""
     sample = {
         "__key__": f"n/{i:05d}",
         "bin": f"payload {i} ".encode() * (1 + i % 40),
         "json": {"i": i},
     }
-    return Slow(sample, "0.3") if 0 <= slow_from <= i else sample
+    return Slow(sample, str(seconds)) if 0 <= slow_from <= i else sample
