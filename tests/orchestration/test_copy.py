@@ -135,3 +135,58 @@ def test_name_collisions_and_a_destination_that_is_not_empty(tmp_path, sqlite_ur
         shardcat.copy_dataset(cat, "src", str(busy), name="copy", client=client)
     assert [d.name for d in cat.datasets()] == ["other", "src"]  # nothing was created
     assert not list(busy.rglob("*.shard"))
+
+
+def test_a_worker_killed_mid_copy_loses_nothing(tmp_path, sqlite_url):
+    import os
+    import signal
+    import threading
+    import time
+
+    from distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        shardcat.write(
+            db.from_sequence(range(N), npartitions=3).map(numbered_sample),
+            str(tmp_path / "src"),
+            catalog=sqlite_url,
+            dataset="src",
+            max_records_per_shard=3,  # 42 shards: the copy takes a while
+            client=client,
+            progress=False,
+        )
+        cat = Catalog(sqlite_url)
+        expected = _records(cat, "src")
+        dest = tmp_path / "dest"
+        outcome: list[Any] = []
+
+        def run() -> None:
+            try:
+                outcome.append(
+                    shardcat.copy_dataset(cat, "src", str(dest), name="copy", client=client)
+                )
+            except BaseException as e:
+                outcome.append(e)
+
+        copying = threading.Thread(target=run)
+        copying.start()
+        for _ in range(2000):  # bounded: up to 100 s for the first copy to land
+            if list(dest.glob("*.shard")) or not copying.is_alive():
+                break
+            time.sleep(0.05)
+        assert copying.is_alive(), "the copy ended before a worker could be killed"
+        pids = client.run(os.getpid)
+        os.kill(next(iter(pids.values())), signal.SIGKILL)  # the nanny starts a new worker
+        copying.join(timeout=300)
+    (summary,) = outcome
+    assert isinstance(summary, shardcat.orchestration.CopySummary), summary
+    # Tasks lost with the worker ran again; each found its verified copy or made it anew.
+    assert summary.shards == len(cat.shards("src")) == 42
+    assert len(list(dest.glob("*.shard"))) == 42
+    assert _records(cat, "copy") == expected
+    assert cat.verify("copy").ok
