@@ -238,3 +238,35 @@ def test_an_attempt_is_complete_exactly_when_it_staged_every_shard_up_to_its_mar
         for shards in group:
             first = (base + p) * 1000
             assert [s.shard_number for s in shards] == list(range(first, first + len(shards)))
+
+
+def test_an_interrupted_named_job_stays_open_and_resumes(tmp_path, sqlite_url, client):
+    def interrupt(event: Any) -> None:
+        if event.done_partitions >= 5:
+            raise KeyboardInterrupt  # Ctrl-C in the client, halfway
+
+    root = str(tmp_path / "half")
+    options: dict[str, Any] = {
+        "catalog": sqlite_url,
+        "dataset": "half",
+        "max_records_per_shard": PER_SHARD,
+        "client": client,
+        "job_name": "half",
+    }
+    with pytest.raises(KeyboardInterrupt):
+        shardcat.write(_bag(), root, progress=interrupt, **options)
+    cat = Catalog(sqlite_url)
+    (job,) = cat.jobs("half", state="open")
+    summary = shardcat.write(_bag(), root, progress=False, **options)
+    assert summary.job_id == job.id
+    assert summary.resumed_partitions >= 5 and summary.records == N
+    assert _records(cat, "half") == [
+        (f"n/{i:05d}", numbered_sample(i)["bin"], {"i": i}) for i in range(N)
+    ]
+    # Without a name, an interrupted job is aborted as before: nothing to resume.
+    with pytest.raises(KeyboardInterrupt):
+        shardcat.write(
+            _bag(), str(tmp_path / "anon"), catalog=sqlite_url, dataset="anon",
+            max_records_per_shard=PER_SHARD, client=client, progress=interrupt,
+        )  # fmt: skip
+    assert [j.state for j in cat.jobs("anon")] == ["aborted"]

@@ -195,7 +195,8 @@ def write(
     Every failure aborts the job: its queued tasks are cancelled, running ones
     stop at their next shard, nothing it staged becomes visible, and what it
     wrote is removed by :func:`shardcat.orchestration.gc.gc`. Only a job whose
-    client died stays open, and can be resumed (``job_name``, ``resume``).
+    client died, or a named or resumed job (``job_name``, ``resume``) that
+    was interrupted (``KeyboardInterrupt``), stays open, to be resumed.
 
     **Progress.** A ``progress`` callable receives a frozen
     :class:`~shardcat.orchestration.WriteProgress` (``done_partitions``,
@@ -308,6 +309,19 @@ def write(
                 expected_version=base_version if mode == "overwrite" else None,
                 require_empty=mode == "create",
             )
+        except KeyboardInterrupt:
+            if job_name is None and not resume:
+                with contextlib.suppress(Exception):
+                    cat.abort_job(job.id)
+            else:  # interrupted, not failed: what it staged is kept for the rerun
+                log.warning(
+                    "job %d of dataset %r interrupted; it stays open: rerun the write with "
+                    "job_name=%r (or resume=True) to finish it",
+                    job.id,
+                    dataset,
+                    job_name,
+                )
+            raise
         except BaseException:
             with contextlib.suppress(Exception):
                 cat.abort_job(job.id)
