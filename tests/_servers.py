@@ -13,9 +13,9 @@ import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 # --- Azurite (the Azure Storage emulator, npm package "azurite") ----------------------
 
@@ -189,3 +189,134 @@ def ranged_http_server(root: Path) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(10)
+
+
+# --- an S3 server that checks credentials (moto with IAM enforcement) -----------------
+
+
+@contextmanager
+def moto_enforcing_auth(free_actions: int, timeout: float = 60.0) -> Iterator[str]:
+    """A moto server in its own process that enforces IAM after ``free_actions`` requests.
+
+    moto checks signatures and IAM policies only when
+    ``INITIAL_NO_AUTH_ACTION_COUNT`` is set in the server's environment; the
+    first ``free_actions`` requests are let through so that the test can set
+    up buckets and IAM users. Yields the endpoint URL.
+    """
+    import socket
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT=str(free_actions))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"moto did not start on 127.0.0.1:{port}") from None
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+# --- a TCP proxy that can take a server away and bring it back --------------------------
+
+
+class OutageProxy:
+    """Forwards 127.0.0.1:<port> to a server; :meth:`down` drops every connection and refuses
+    new ones (the server "goes away" without losing its state), :meth:`up` brings it back."""
+
+    def __init__(self, target_port: int) -> None:
+        import socket
+
+        self.target_port = target_port
+        self._listener = socket.socket()
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self.port = int(self._listener.getsockname()[1])
+        self._lock = threading.Lock()
+        self._open: set[Any] = set()
+        self._available = threading.Event()
+        self._available.set()
+        self._closed = False
+        self.refused = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        import socket
+
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            if not self._available.is_set():
+                self.refused += 1
+                client.close()  # connection reset: what a dead server's host answers
+                continue
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=10)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._open.update((client, upstream))
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, src: Any, dst: Any) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with self._lock:
+                    self._open.discard(s)
+                with suppress(OSError):
+                    s.close()
+
+    def down(self) -> None:
+        import socket
+
+        self._available.clear()
+        with self._lock:
+            sockets = list(self._open)
+        for s in sockets:
+            with suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def up(self) -> None:
+        self._available.set()
+
+    def close(self) -> None:
+        self._closed = True
+        self.down()
+        self._listener.close()

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from . import storage as storage
     from .catalog import Catalog
     from .format import Codec, Entry, Record, ShardInfo, VerifyReport
-    from .orchestration import copy_dataset, from_files, read, write
+    from .orchestration import copy_dataset, from_files, index_tar, read, write
     from .storage.shards import RollingShardWriter, ShardReader, ShardWriter, open_shard
 
 __all__ = [
@@ -57,6 +57,7 @@ __all__ = [
     "__version__",
     "copy_dataset",
     "from_files",
+    "index_tar",
     "open_shard",
     "read",
     "write",
@@ -80,6 +81,7 @@ _LAZY = {
     "Catalog": ".catalog",
     "copy_dataset": ".orchestration",
     "from_files": ".orchestration",
+    "index_tar": ".orchestration",
     "read": ".orchestration",
     "write": ".orchestration",
 }

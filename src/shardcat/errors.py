@@ -47,6 +47,7 @@ __all__ = [
     "ShardcatError",
     "StorageCredentialsError",
     "StorageError",
+    "StorageFullError",
     "StoragePermissionError",
     "StorageUnreachableError",
     "TruncatedError",
@@ -273,6 +274,10 @@ class StoragePermissionError(StorageError, PermissionError):
 
 class StorageUnreachableError(StorageError, ConnectionError):
     """The store's endpoint could not be reached (refused, unknown host, timed out)."""
+
+
+class StorageFullError(StorageError):
+    """The disk or quota is full (ENOSPC, EDQUOT): nothing was published; free space and rerun."""
 
 
 class BucketNotFoundError(ShardNotFoundError, StorageError):

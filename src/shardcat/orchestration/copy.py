@@ -200,7 +200,8 @@ def copy_dataset(
     DestinationNotEmptyError
         ``destination`` holds objects that are not this copy's shards.
     ValueError
-        ``move`` with ``to_catalog`` or ``name`` (a move keeps both).
+        ``move`` with ``to_catalog`` or ``name`` (a move keeps both), or the
+        dataset has tar shards registered in place (not copied yet).
     ChecksumError
         A copy did not verify (nothing was committed; rerun).
     CommitConflictError
@@ -236,6 +237,13 @@ def copy_dataset(
     ds = src_cat.dataset(dataset)
     version = ds.version
     rows = src_cat.shards(dataset)
+    tars = [r.url for r in rows if r.kind != "native"]
+    if tars:
+        raise ValueError(
+            f"dataset {dataset!r} has {len(tars)} tar shard(s) registered in place "
+            f"({redact(tars[0])}, ...): copy_dataset copies native shards only; copy the tars "
+            "with your storage tools, then index them with shardcat index-tar"
+        )
     plan = {row.url: join(destination, _relative(row.url, ds.root_url)) for row in rows}
     if len(set(plan.values())) != len(plan):
         raise ValueError(f"two shards of {dataset!r} would get one name under {destination}")

@@ -9,6 +9,7 @@ from typing import Any, BinaryIO
 
 from .._types import RangeSource, StorageOptions
 from .._units import parse_size
+from ..errors import ShardcatError
 from ..format import reader as _reader
 from ..format import writer as _writer
 from ..format.entries import sample_key
@@ -16,6 +17,7 @@ from ..format.info import ShardInfo
 from .atomic import open_pending
 from .fs import join, redact
 from .sources import open_source
+from .translate import translate
 
 __all__ = ["RollingShardWriter", "ShardReader", "ShardWriter", "open_shard"]
 
@@ -62,17 +64,36 @@ class ShardWriter(_writer.ShardWriter):
         else:
             super().__init__(target, **kwargs)
 
+    def add(self, key: str, entries: Any) -> int:
+        # docstring inherited
+        try:
+            return super().add(key, entries)
+        except OSError as e:
+            typed = self._storage_error(e)
+            if typed is e:
+                raise
+            raise typed from e
+
     def close(self) -> ShardInfo:
         # docstring inherited
         try:
             info = super().close()
-        except BaseException:
+        except BaseException as e:
             if self._pending is not None:
                 self._pending.discard()
-            raise
+            typed = self._storage_error(e) if isinstance(e, OSError) else e
+            if typed is e:
+                raise
+            raise typed from e
         if self._pending is not None:
             self._pending.commit()
         return info
+
+    def _storage_error(self, e: OSError) -> Exception:
+        """A local file's write failure (a full disk, an I/O error) as shardcat's typed error."""
+        if isinstance(e, ShardcatError) or self._pending is None:
+            return e
+        return translate(e, self._pending.url, writing=True)
 
     def abort(self) -> None:
         # docstring inherited

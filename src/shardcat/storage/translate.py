@@ -33,6 +33,7 @@ from ..errors import (
     ShardNotFoundError,
     StorageCredentialsError,
     StorageError,
+    StorageFullError,
     StoragePermissionError,
     StorageUnreachableError,
 )
@@ -95,6 +96,7 @@ _CREDENTIAL_HINTS = {
     "(or set AZURE_STORAGE_CONNECTION_STRING)",
     "gs": "set GOOGLE_APPLICATION_CREDENTIALS or pass -S token=...",
 }
+_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 _ALIASES = {"s3a": "s3", "abfs": "az", "abfss": "az", "gcs": "gs"}
 
 
@@ -240,11 +242,22 @@ def _translate(e: BaseException, url: str, writing: bool) -> ShardcatError:
     names = [_names(x) for x in chain]
     verb = "write" if writing else "read"
 
-    if any(n & _NO_CREDENTIALS for n in names):
+    # azure-identity's credential chain fails with a ClientAuthenticationError
+    # that carries no response: no identity was found, nothing was rejected.
+    no_identity = any(
+        "ClientAuthenticationError" in n and _status(x) is None for n, x in zip(names, chain)
+    )
+    if no_identity or any(n & _NO_CREDENTIALS for n in names):
         hint = _CREDENTIAL_HINTS.get(protocol, "pass them as storage options (-S name=value)")
         store = {"s3": "S3", "az": "Azure", "gs": "Google Cloud"}.get(protocol, protocol)
         return StorageCredentialsError(
             f"no {store} credentials found for {shown}: {hint}", path=shown
+        )
+    if any(getattr(x, "errno", None) in _FULL for x in chain):
+        return StorageFullError(
+            f"{shown}: no space left (the disk or quota is full); nothing was published: "
+            "free space, or write somewhere else, and rerun",
+            path=shown,
         )
     for x in chain:
         code = _code(x)

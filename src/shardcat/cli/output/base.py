@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ...catalog.readonly import ReadOnlyRole
     from ...demo import DemoReport
     from ...format import Record, VerifyReport
-    from ...orchestration import CopySummary, WriteProgressCallback, WriteSummary
+    from ...orchestration import CopySummary, IndexTarSummary, WriteProgressCallback, WriteSummary
     from ...orchestration.gc import DeleteReport, GcReport
 
 __all__ = ["Output", "QueryRows", "ShardInspection", "VerifyProgressCallback", "err_console"]
@@ -116,6 +116,14 @@ class Output(ABC):
     @abstractmethod
     def copy_summary(self, summary: CopySummary) -> None:
         """What a committed copy or move produced."""
+
+    @abstractmethod
+    def tar_indexed(self, summary: IndexTarSummary) -> None:
+        """What a committed ``index-tar`` job registered, and the tars it skipped."""
+
+    @abstractmethod
+    def taridx_done(self, action: str, path: str, dataset: str, tars: int, rows: int) -> None:
+        """A ``.taridx`` written (``action="exported"``) or registered (``"imported"``)."""
 
     # --- datasets: ls, stats, get -------------------------------------------
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ...catalog.readonly import ReadOnlyRole
     from ...demo import DemoReport
     from ...format import Entry, Record
-    from ...orchestration import CopySummary, WriteProgressCallback, WriteSummary
+    from ...orchestration import CopySummary, IndexTarSummary, WriteProgressCallback, WriteSummary
     from ...orchestration.gc import DeleteReport, GcReport
 
 __all__ = [
@@ -174,6 +174,14 @@ class JsonOutput(Output):
 
     def copy_summary(self, summary: CopySummary) -> None:
         self._print(dataclasses.asdict(summary))
+
+    def tar_indexed(self, summary: IndexTarSummary) -> None:
+        self._print({**dataclasses.asdict(summary), "mb_per_s": round(summary.mb_per_s, 3)})
+
+    def taridx_done(self, action: str, path: str, dataset: str, tars: int, rows: int) -> None:
+        self._print(
+            {"action": action, "path": path, "dataset": dataset, "tars": tars, "rows": rows}
+        )
 
     def datasets(self, catalog: str, rows: Sequence[Mapping[str, Any]]) -> None:
         self._print([dict(r) for r in rows])

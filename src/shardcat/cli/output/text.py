@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from ...catalog.readonly import ReadOnlyRole
     from ...demo import DemoReport
     from ...format import Entry, Record
-    from ...orchestration import CopySummary, WriteProgressCallback, WriteSummary
+    from ...orchestration import CopySummary, IndexTarSummary, WriteProgressCallback, WriteSummary
     from ...orchestration.gc import DeleteReport, GcReport
 
 __all__ = ["TextOutput", "text_cell", "tsv_cell"]
@@ -187,6 +187,14 @@ class TextOutput(Output):
         self._line(str(summary))
         for url in summary.sources_left:
             self._line(f"  not removed (gc removes it): {url}")
+
+    def tar_indexed(self, summary: IndexTarSummary) -> None:
+        self._line(str(summary))
+        for f in summary.failed:
+            err_console.print(f"skipped {f.url}: {f.error}: {f.message}", markup=False)
+
+    def taridx_done(self, action: str, path: str, dataset: str, tars: int, rows: int) -> None:
+        self._line(f"{action} {path}: dataset {dataset!r}, {tars} tar(s), {rows:,} member row(s)")
 
     # --- datasets -----------------------------------------------------------
 
