@@ -27,11 +27,13 @@ __all__ = [
     "DatasetExistsError",
     "DatasetNotFoundError",
     "DecompressionLimitError",
+    "DestinationNotEmptyError",
     "DuplicateKeyError",
     "EmptySourceError",
     "FormatError",
     "Hint",
     "InvalidKeyError",
+    "JobExistsError",
     "JobNotFoundError",
     "KeyConflictError",
     "KeyNotFoundError",
@@ -327,6 +329,14 @@ class DatasetExistsError(CatalogError):
         cli="write with --mode append to add to it or --mode overwrite to replace it",
     )
     """The hint of a write in mode ``create`` that found records."""
+
+
+class JobExistsError(CatalogError):
+    """A named job ran already, or runs elsewhere: rerunning it would write its records twice."""
+
+
+class DestinationNotEmptyError(ShardcatError, FileExistsError):
+    """A copy's destination folder holds objects that are not this copy's shards."""
 
 
 class CommitConflictError(CatalogError):

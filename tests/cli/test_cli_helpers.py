@@ -164,3 +164,19 @@ def test_scrubber_takes_secret_named_options_at_any_depth():
     )
     assert s.secrets == {"AKIAEXAMPLE", "endpass1", "cid-1234"}
     assert mask_url("https://u:p4ss@h/x?token=t0k&a=1") == "https://u:***@h/x?token=***&a=1"
+
+
+def test_copy_destination_secrets_are_known_too():
+    from shardcat.cli.app import command_line_secrets
+
+    scrubber = command_line_secrets(
+        [
+            "copy", "train", "s3://b/x",
+            "--to-catalog", "postgresql://u:topass11@h/db",
+            "--to-catalog=postgres:topass22@h/db",
+            "--dest-option", "secret=dstsecret1",
+            "--dest-option=key=dstkey22",
+        ],
+        {},
+    )  # fmt: skip
+    assert scrubber("topass11 topass22 dstsecret1 dstkey22 train") == "*** *** *** *** train"

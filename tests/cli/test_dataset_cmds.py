@@ -474,3 +474,75 @@ def test_postgres_catalog_write_read_and_read_only_sql(postgres_url, tmp_path):
     assert ok(png).stdout.startswith(PNG_HEAD)
     with Catalog(postgres_url) as cat:
         assert len(cat.shards("pics")) >= 1 and cat.get("pics", "misc/x")["txt"].data
+
+
+# --- write --job-name, copy, copy --move --------------------------------------
+
+
+def test_job_names_copy_and_move_from_the_command_line(tmp_path):
+    samples = make_folder(tmp_path / "src", per_folder=4)
+    catalog = f"sqlite:///{tmp_path / 'catalog.db'}"
+    opts = ("--dataset", "pics", "--workers", "1", "--shard-size", "3KB", "--skip-unmatched")
+    written = ok(
+        run(
+            "write",
+            str(tmp_path / "src"),
+            str(tmp_path / "shards"),
+            *opts,
+            "--job-name",
+            "first",
+            "--json",
+            "--no-progress",
+            catalog=catalog,
+        )
+    )
+    assert json.loads(written.stdout)["resumed_partitions"] == 0
+    again = run(
+        "write",
+        str(tmp_path / "src"),
+        str(tmp_path / "shards"),
+        *opts,
+        "--mode",
+        "append",
+        "--job-name",
+        "first",
+        catalog=catalog,
+    )
+    assert again.returncode == 1
+    assert "error: job 'first' of dataset 'pics' was committed already" in again.stderr
+    assert "Traceback" not in again.stderr
+
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("x")
+    busy = run(
+        "copy", "pics", str(tmp_path / "busy"), "--as", "copy", "--workers", "1", catalog=catalog
+    )
+    assert busy.returncode == 1
+    assert "holds 1 objects that are not shards of this copy" in busy.stderr
+
+    copied = ok(
+        run(
+            "copy",
+            "pics",
+            str(tmp_path / "copy"),
+            "--as",
+            "copy",
+            "--workers",
+            "1",
+            "--json",
+            catalog=catalog,
+        )
+    )
+    doc = json.loads(copied.stdout)
+    assert doc["dataset"] == "copy" and doc["records"] == len(samples)
+    assert doc["copied"] == doc["shards"] and not doc["moved"]
+
+    moved = ok(
+        run("copy", "copy", str(tmp_path / "moved"), "--move", "--workers", "1", catalog=catalog)
+    )
+    assert "copy: moved" in moved.stdout
+    with Catalog(catalog) as cat:
+        assert cat.dataset("copy").root_url == str(tmp_path / "moved")
+        assert cat.get("copy", "cats/img002")["png"].data == samples["cats/img002"]["png"]
+        assert not list((tmp_path / "copy").rglob("*.shard"))  # the move removed the sources
+        assert cat.count("pics") == len(samples)  # the original is untouched

@@ -122,12 +122,42 @@ def test_write_summary(text, js, capsys):
         "shard_patterns": SUMMARY.shard_patterns,
         "skipped_files": 0,
         "hidden_files": 0,
+        "resumed_partitions": 0,
         "mb_per_s": 2.0,
     }
     text.write_summary(SUMMARY)
     assert capsys.readouterr().out == (
         "pics: job 3 committed 31 records in 2 shards (3.8 MiB) from 1 partitions in 2.00 s "
         "(2 MB/s)\n  /d/pics-j3-000000-{000..001}.shard\n"
+    )
+
+
+def test_resumed_write_and_copy_summaries(text, js, capsys):
+    from dataclasses import replace
+
+    from shardcat.orchestration import CopySummary
+
+    text.write_summary(replace(SUMMARY, resumed_partitions=1))
+    assert "; resumed: 1 partitions were done before\n" in capsys.readouterr().out
+    copy = CopySummary(
+        dataset="pics-copy",
+        source="/d",
+        destination="s3://b/pics",
+        job_id=4,
+        shards=2,
+        copied=1,
+        records=31,
+        bytes=4_000_000,
+        moved=False,
+        seconds=1.0,
+        sources_left=[],
+    )
+    js.copy_summary(copy)
+    assert doc(capsys)["copied"] == 1
+    text.copy_summary(replace(copy, moved=True, sources_left=["/d/a.shard"]))
+    assert capsys.readouterr().out == (
+        "pics-copy: moved 2 shards (31 records, 4,000,000 bytes) to s3://b/pics in job 4; "
+        "1 were there already and verified\n  not removed (gc removes it): /d/a.shard\n"
     )
 
 

@@ -168,3 +168,13 @@ class ShrinkingPartition(list):  # type: ignore[type-arg]
 
 def shrinking_partition(partition: int, marker: str, retry: str) -> ShrinkingPartition:
     return ShrinkingPartition(partition, marker, retry)
+
+
+def numbered_sample(i: int, slow_from: int = -1, seconds: float = 0.3) -> Any:
+    """Sample ``i`` of a resumable conversion; from ``slow_from`` on each takes ``seconds`` to write."""
+    sample = {
+        "__key__": f"n/{i:05d}",
+        "bin": f"payload {i} ".encode() * (1 + i % 40),
+        "json": {"i": i},
+    }
+    return Slow(sample, str(seconds)) if 0 <= slow_from <= i else sample

@@ -381,6 +381,17 @@ class Catalog(VersionsApi):
         with self._uow(write=True) as s:
             return _fields.store_field_values(s, dataset, shard_id, values)
 
+    def set_dataset_root(self, name: str, root_url: str) -> None:
+        """Record that the dataset's shards now live under ``root_url`` (after a move).
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If there is no such dataset.
+        """
+        with self._uow(write=True) as s:
+            _datasets.set_root(s, name, root_url)
+
     def delete_dataset(self, name: str, *, missing_ok: bool = False) -> None:
         """Remove a dataset and all its rows from the catalog (shard files are not touched).
 

@@ -38,6 +38,7 @@ __all__ = [
     "entry_kinds",
     "find_dataset",
     "list_datasets",
+    "set_root",
     "summarize_datasets",
 ]
 
@@ -110,6 +111,11 @@ def list_datasets(session: Session) -> list[DatasetInfo]:
     return [
         dataset_info(d) for d in session.execute(select(Dataset).order_by(Dataset.name)).scalars()
     ]
+
+
+def set_root(session: Session, name: str, root_url: str) -> None:
+    """See :meth:`Catalog.set_dataset_root`."""
+    find_dataset(session, name).root_url = redact(root_url)
 
 
 def delete_dataset(session: Session, name: str, *, missing_ok: bool) -> None:

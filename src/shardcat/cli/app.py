@@ -59,6 +59,7 @@ def _root(
 
 def _register() -> None:
     from . import (
+        copy_cmd,
         dataset_cmds,
         maintenance_cmds,
         shard_cmds,
@@ -70,6 +71,7 @@ def _register() -> None:
     from .catalog import catalog_app
 
     write_cmd.register(app)
+    copy_cmd.register(app)
     dataset_cmds.register(app)
     maintenance_cmds.register(app)
     version_cmds.register(app)
@@ -92,8 +94,9 @@ _CLICK_EXCEPTION: type[Any] = next(
 )
 
 
-_CATALOG_FLAGS = ("-c", "--catalog")
-_OPTION_FLAGS = ("-S", "--storage-option")
+_CATALOG_FLAGS = ("-c", "--catalog", "--to-catalog")
+_URL_FLAGS = ("--catalog", "--to-catalog")
+_OPTION_FLAGS = ("-S", "--storage-option", "--dest-option")
 
 
 def command_line_secrets(args: list[str], environ: Mapping[str, str]) -> Scrubber:
@@ -109,14 +112,14 @@ def command_line_secrets(args: list[str], environ: Mapping[str, str]) -> Scrubbe
     previous = ""
     for arg in args:
         flag, eq, inline = arg.partition("=")
-        if previous in _CATALOG_FLAGS or (eq and flag == "--catalog"):
-            found.add_url(inline if eq and flag == "--catalog" else arg)
+        if previous in _CATALOG_FLAGS or (eq and flag in _URL_FLAGS):
+            found.add_url(inline if eq and flag in _URL_FLAGS else arg)
         elif "://" in arg or ":" in arg.rpartition("@")[0]:  # a URL, or what was meant as one
             found.add_url(arg)
         pair = None
         if previous in _OPTION_FLAGS:
             pair = arg
-        elif eq and flag == "--storage-option":
+        elif eq and flag in ("--storage-option", "--dest-option"):
             pair = inline
         elif arg.startswith("-S") and len(arg) > 2:
             pair = arg[2:]

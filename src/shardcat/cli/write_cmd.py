@@ -174,6 +174,21 @@ def write(
     progress: Annotated[
         bool, typer.Option(help="Show a progress bar (on stderr; never with --json).")
     ] = True,
+    job_name: Annotated[
+        str | None,
+        typer.Option(
+            help="Name the job. Rerun with the same name after the client died: the job "
+            "resumes, writing only the shards it had not finished.",
+            metavar="NAME",
+        ),
+    ] = None,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Resume the dataset's newest unfinished job into URL (same --mode), if any.",
+        ),
+    ] = False,
 ) -> None:
     """Pack files into shards: `a/img1.jpg` + `a/img1.cls` become sample `a/img1` (jpg, cls).
 
@@ -189,7 +204,9 @@ def write(
     The client only lists the files and plans shards of about --shard-size
     from their sizes; the Dask workers read the files themselves and write
     the shards in parallel. Every record is registered in the catalog,
-    visible once the whole job commits.
+    visible once the whole job commits. A job whose client was killed stays
+    unfinished: rerun the command with its --job-name (or --resume) and only
+    what it had not written is written.
     """
     from ..orchestration import from_files
     from ..orchestration.files import list_source
@@ -237,5 +254,7 @@ def write(
             storage_options=state.storage_options,
             client=client,
             progress=bar,
+            job_name=job_name,
+            resume=resume,
         )
     out.write_summary(summary)

@@ -107,7 +107,7 @@ class ShardWriter:
         self._codec = Codec.parse(compression)
         self._level = compression_level
         self._alignment = alignment
-        self._user_metadata = dict(metadata or {})
+        self._user_metadata = _checked_metadata(path, dict(metadata or {}))
         self._header = Header.new(
             created_us=clock() // 1000,
             shard_number=shard_number,
@@ -120,18 +120,6 @@ class ShardWriter:
         self._payload_bytes = 0
         # Readers refuse to decompress more than this: larger entries are stored as they are.
         self._max_compress = max_decompressed_bytes()
-        if nesting_exceeds(self._user_metadata, MAX_METADATA_DEPTH - 1):
-            # Checked before json.dumps, which would recurse to the end of the stack.
-            raise ValueError(
-                f"{path}: shard metadata nests more than {MAX_METADATA_DEPTH - 1} levels of "
-                "objects and arrays (or contains itself); readers refuse deeper metadata"
-            )
-        try:  # fail now, not at close after writing everything
-            text = json.dumps(self._user_metadata, allow_nan=False, sort_keys=True)
-        except (TypeError, ValueError) as e:
-            raise TypeError(f"{path}: shard metadata must be JSON-serialisable: {e}") from e
-        # Keep what a reader will see (tuples become lists, keys become strings).
-        self._user_metadata = json.loads(text)
         header = self._header.encode()
         self._header = Header.decode(header, path=path)  # carries its CRC
         # Zero padding up to the alignment, so payload offsets are aligned in the file.
@@ -332,6 +320,25 @@ class ShardWriter:
             "compression": self._codec.label,
         }
 
+    def update_metadata(self, values: Mapping[str, Any]) -> None:
+        """Add ``values`` to the user metadata the footer will carry (before :meth:`close`).
+
+        For what is known only once the records are in (a rolling writer marks
+        the last shard of its batch).
+
+        Raises
+        ------
+        WriterClosedError
+            If the shard is already closed.
+        TypeError
+            If the merged metadata is not JSON-serialisable.
+        ValueError
+            If it nests deeper than readers accept.
+        """
+        if self.closed:
+            raise WriterClosedError(f"{self.path}: the shard is closed; its metadata is written")
+        self._user_metadata = _checked_metadata(self.path, {**self._user_metadata, **values})
+
     def close(self) -> ShardInfo:
         """Write the footer and trailer and return the shard's summary (idempotent)."""
         if self._info is not None:
@@ -433,3 +440,19 @@ def _encode_key(key: Any, path: str) -> bytes:
             f"{path}: key {key[:40]!r}… is {len(raw)} bytes; the limit is {MAX_KEY_BYTES}"
         )
     return raw
+
+
+def _checked_metadata(path: str, metadata: dict[str, Any]) -> dict[str, Any]:
+    """``metadata`` as a reader will see it (tuples become lists, keys strings), or an error now."""
+    if nesting_exceeds(metadata, MAX_METADATA_DEPTH - 1):
+        # Checked before json.dumps, which would recurse to the end of the stack.
+        raise ValueError(
+            f"{path}: shard metadata nests more than {MAX_METADATA_DEPTH - 1} levels of "
+            "objects and arrays (or contains itself); readers refuse deeper metadata"
+        )
+    try:  # fail now, not at close after writing everything
+        text = json.dumps(metadata, allow_nan=False, sort_keys=True)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{path}: shard metadata must be JSON-serialisable: {e}") from e
+    result: dict[str, Any] = json.loads(text)
+    return result

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .copy import CopySummary, copy_dataset
 from .files import FileSource, from_files
 from .index_tar import IndexTarSummary, TarFailure, index_tar
 from .keys import delete_keys
@@ -11,6 +12,7 @@ from .read import iter_shard, iter_tar_shard, open_registered, read
 from .write import WriteSummary, write
 
 __all__ = [
+    "CopySummary",
     "FileSource",
     "IndexTarSummary",
     "TarFailure",
@@ -18,6 +20,7 @@ __all__ = [
     "WriteProgressBar",
     "WriteProgressCallback",
     "WriteSummary",
+    "copy_dataset",
     "delete_keys",
     "from_files",
     "index_tar",

@@ -15,6 +15,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -28,9 +29,15 @@ from .samples import as_sample
 if TYPE_CHECKING:
     from ..catalog import Catalog, CatalogHandle
 
-__all__ = ["PartitionResult", "write_partition"]
+__all__ = ["ATTEMPT", "LAST_COUNT", "PartitionResult", "write_partition"]
 
 log = logging.getLogger(__name__)
+
+ATTEMPT = "attempt"
+"""Footer metadata key: the task attempt (random) that wrote the shard."""
+LAST_COUNT = "partition_shards"
+"""Footer metadata key of an attempt's last shard: how many shards the attempt wrote."""
+_NOTHING = object()
 
 _catalogs: dict[CatalogHandle, Catalog] = {}
 _lock = threading.Lock()
@@ -120,14 +127,23 @@ def write_partition(samples: Iterable[Any], plan: WritePlan, partition: int) -> 
             "dataset": plan.dataset,
             "job": plan.job_id,
             "partition": partition,
+            # A resumed job trusts a partition only if one attempt staged all its shards.
+            ATTEMPT: uuid.uuid4().hex,
         },
     )
     with writer:
+        previous: Any = _NOTHING
         for sample in samples:
             sample = as_sample(sample)
             if plan.fields:
                 pending.append(field_values(sample, plan.fields, plan.fields_entry))
-            writer.write(sample)  # checks the __key__
+            if previous is not _NOTHING:
+                writer.write(previous)  # checks the __key__
+            previous = sample
+        if previous is not _NOTHING:
+            # The shard that takes the last record says how many the attempt wrote.
+            writer.mark_last({LAST_COUNT: len(writer.shards) + 1})
+            writer.write(previous)
     infos = writer.shards
     result = PartitionResult(
         partition=partition,

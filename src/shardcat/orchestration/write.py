@@ -27,6 +27,7 @@ from .files import FileListing, FileSource, SampleFiles, list_source, plan_parti
 from .plan import SHARDS_PER_PARTITION, WritePlan
 from .progress import ProgressReporter, WriteProgressCallback
 from .reach import refuse_in_memory, refuse_unreachable
+from .resume import finished_partitions, job_properties, resumable_job
 from .samples import batched, check_frame, is_pandas_frame, rows_to_samples
 from .tasks import PartitionResult, write_partition
 
@@ -56,6 +57,8 @@ class WriteSummary:
     """Files of a :func:`from_files` source without an entry name, skipped on request."""
     hidden_files: int = 0
     """Hidden files of a :func:`from_files` source (never packed)."""
+    resumed_partitions: int = 0
+    """Partitions an earlier, interrupted run of the job had finished (not written again)."""
 
     @property
     def mb_per_s(self) -> float:
@@ -71,6 +74,11 @@ class WriteSummary:
             f"{self.dataset}: job {self.job_id} committed {self.records:,} records in "
             f"{len(self.shards)} shards ({format_bytes(self.bytes)}) from {self.partitions} partitions "
             f"in {self.seconds:.2f} s ({self.mb_per_s:.0f} MB/s)"
+            + (
+                f"; resumed: {self.resumed_partitions} partitions were done before"
+                if self.resumed_partitions
+                else ""
+            )
             + (f"; {', '.join(skipped)}" if skipped else "")
         )
 
@@ -97,6 +105,8 @@ def write(
     batch_size: int = 2048,
     retries: int = 2,
     progress: bool | WriteProgressCallback | None = True,
+    job_name: str | None = None,
+    resume: bool = False,
 ) -> WriteSummary:
     """Write ``data`` as numbered shards under ``url`` and register every record.
 
@@ -163,6 +173,16 @@ def write(
         ``False`` or ``None`` draws nothing; a callable is called with a
         :class:`~shardcat.orchestration.WriteProgress` as the job goes (see
         Notes).
+    job_name:
+        Name the job. If an earlier run of a job of this name died (its
+        client was killed) and left it open, this run resumes it: the
+        partitions whose shards it staged and which still verify are kept,
+        only the others are written, then the job commits. ``data`` must be
+        partitioned the same way as in the first run. A name whose job
+        committed already is refused (JobExistsError).
+    resume:
+        Resume the newest open job of the dataset that writes to ``url`` in
+        ``mode``, if there is one (as for ``job_name``); else start a new one.
 
     Returns
     -------
@@ -179,6 +199,8 @@ def write(
         database, or a SQLite file while workers run on other machines.
     DatasetExistsError
         ``mode="create"`` and the dataset already has records.
+    JobExistsError
+        The job named ``job_name`` committed already, or writes elsewhere.
     DuplicateKeyError
         A key occurs twice in the job, or (``append``) is already in the dataset.
     CommitConflictError
@@ -191,7 +213,9 @@ def write(
     -----
     Every failure aborts the job: its queued tasks are cancelled, running ones
     stop at their next shard, nothing it staged becomes visible, and what it
-    wrote is removed by :func:`shardcat.orchestration.gc.gc`.
+    wrote is removed by :func:`shardcat.orchestration.gc.gc`. Only a job whose
+    client died, or a named or resumed job (``job_name``, ``resume``) that
+    was interrupted (``KeyboardInterrupt``), stays open, to be resumed.
 
     **Progress.** A ``progress`` callable receives a frozen
     :class:`~shardcat.orchestration.WriteProgress` (``done_partitions``,
@@ -238,18 +262,32 @@ def write(
                 f"dataset {dataset!r} already has records",
                 hint=DatasetExistsError.APPEND_OR_OVERWRITE,
             )
-        # What an overwrite replaces: the dataset as it is now. Another commit
-        # meanwhile makes this job's commit fail instead of dropping that data.
-        base_version = cat.dataset(dataset).version
-        # Number this job's partitions after every shard the dataset had (readable
-        # names in order); the job id in every name is what keeps jobs apart.
-        numbers = [s.shard_number for s in existing if s.shard_number is not None]
-        partition_base = max(numbers) // SHARDS_PER_PARTITION + 1 if numbers else 0
-        job = cat.begin_job(
-            dataset,
-            description=f"shardcat.write ({mode})",
-            properties={"mode": mode, "root": redact(url), "base_version": base_version},
+        point = resumable_job(
+            cat, dataset, job_name=job_name, resume=resume, root=redact(url), mode=mode
         )
+        if point is not None:
+            job, partition_base, base_version = point.job, point.partition_base, point.base_version
+            finished = finished_partitions(cat, point, dask_client, opts)
+        else:
+            # What an overwrite replaces: the dataset as it is now. Another commit
+            # meanwhile makes this job's commit fail instead of dropping that data.
+            base_version = cat.dataset(dataset).version
+            # Number this job's partitions after every shard the dataset had (readable
+            # names in order); the job id in every name is what keeps jobs apart.
+            numbers = [s.shard_number for s in existing if s.shard_number is not None]
+            partition_base = max(numbers) // SHARDS_PER_PARTITION + 1 if numbers else 0
+            job = cat.begin_job(
+                dataset,
+                description=f"shardcat.write ({mode})",
+                properties=job_properties(
+                    mode=mode,
+                    root=redact(url),
+                    base_version=base_version,
+                    partition_base=partition_base,
+                    job_name=job_name,
+                ),
+            )
+            finished = {}
         if fields:
             cat.declare_fields(dataset, fields)
         plan = WritePlan(
@@ -282,7 +320,9 @@ def write(
                         retries,
                         reporter,
                         futures,
+                        set(finished),
                     )
+                results.extend(finished.values())
             except BaseException:
                 # Tasks still queued never start; running ones stop at their next
                 # shard, and the catalog refuses what they try to stage.
@@ -299,6 +339,19 @@ def write(
                 operation={"create": "write"}.get(mode, mode),
                 message=message,
             )
+        except KeyboardInterrupt:
+            if job_name is None and not resume:
+                with contextlib.suppress(Exception):
+                    cat.abort_job(job.id)
+            else:  # interrupted, not failed: what it staged is kept for the rerun
+                log.warning(
+                    "job %d of dataset %r interrupted; it stays open: rerun the write with "
+                    "job_name=%r (or resume=True) to finish it",
+                    job.id,
+                    dataset,
+                    job_name,
+                )
+            raise
         except BaseException:
             with contextlib.suppress(Exception):
                 cat.abort_job(job.id)
@@ -317,6 +370,7 @@ def write(
         shard_patterns=brace_patterns(shards),
         skipped_files=len(source.skipped) if isinstance(source, FileListing) else 0,
         hidden_files=source.hidden if isinstance(source, FileListing) else 0,
+        resumed_partitions=len(finished),
     )
     log.info("%s", summary)
     return summary
@@ -419,8 +473,12 @@ def _run(
     retries: int,
     reporter: ProgressReporter,
     futures: list[Any],
+    skip: set[int],
 ) -> list[PartitionResult]:
-    """Run the partition tasks; every future submitted is appended to ``futures`` (to cancel)."""
+    """Run the partition tasks; every future submitted is appended to ``futures`` (to cancel).
+
+    Partitions in ``skip`` (finished by an earlier run of a resumed job) are not run.
+    """
     import dask.bag as db
     from dask.delayed import delayed
 
@@ -429,22 +487,30 @@ def _run(
         file_calls: Iterator[Call] = (
             (write_files_partition, (part, data.root_url, data.storage_options, plan, i))
             for i, part in enumerate(parts)
+            if i not in skip
         )
-        return _run_bounded(file_calls, len(parts), plan, client, retries, reporter, futures)
+        return _run_bounded(
+            file_calls, len(parts) - len(skip), plan, client, retries, reporter, futures
+        )
     if _is_dask_dataframe(data):
         tasks = [
             delayed(_write_frame_partition)(part, plan, i, key_column, json_entry)
             for i, part in enumerate(data.to_delayed())
+            if i not in skip
         ]
         futures.extend(client.compute(tasks, retries=retries))
         return _gather(futures, reporter, len(tasks))
     if isinstance(data, db.Bag):
         parts = data.to_delayed()
-        tasks = [delayed(write_partition)(part, plan, i) for i, part in enumerate(parts)]
+        tasks = [
+            delayed(write_partition)(part, plan, i) for i, part in enumerate(parts) if i not in skip
+        ]
         futures.extend(client.compute(tasks, retries=retries))
         return _gather(futures, reporter, len(tasks))
     calls: Iterator[Call] = (
-        (write_partition, (batch, plan, i)) for i, batch in enumerate(batched(data, batch_size))
+        (write_partition, (batch, plan, i))
+        for i, batch in enumerate(batched(data, batch_size))
+        if i not in skip
     )
     return _run_bounded(calls, None, plan, client, retries, reporter, futures)
 
@@ -471,8 +537,8 @@ def _run_bounded(
     pending: list[Any] = []
     done: list[PartitionResult] = []
     sent = 0
-    # Job ids are per catalog: two catalogs' job 1 on one cluster must not share task keys
-    # (the scheduler would hand one job the other's results).
+    # Per run: two catalogs' job 1 on one cluster, or a resumed job and its first run,
+    # must never share task keys (the scheduler would hand one the other's results).
     run = uuid.uuid4().hex[:12]
     reporter.start(total)
     for fn, args in calls:

@@ -189,6 +189,7 @@ class RollingShardWriter:
         self._on_closed = on_shard_closed
         self._options = writer_options
         self._current: ShardWriter | None = None
+        self._last: dict[str, Any] | None = None
         self.shards: list[ShardInfo] = []
 
     def url_of(self, number: int) -> str:
@@ -209,11 +210,24 @@ class RollingShardWriter:
                 shard_number=number,
                 **self._options,
             )
+            if self._last is not None:
+                w.update_metadata(self._last)
         w.add(key, entries)
         if w.bytes_written >= self.max_bytes or (
             self.max_records is not None and w.record_count >= self.max_records
         ):
             self._close_current()
+
+    def mark_last(self, metadata: Mapping[str, Any]) -> None:
+        """Give the shard that takes the next record this extra metadata, and no later shard.
+
+        Call it before adding the last record: that record's shard (the open
+        one, or the one it opens) says in its footer that it is the last, so
+        a reader can tell a complete run of shards from an interrupted one.
+        """
+        self._last = dict(metadata)
+        if self._current is not None:
+            self._current.update_metadata(self._last)
 
     def write(self, sample: Mapping[str, Any]) -> None:
         """Add a sample dict with a ``__key__``."""

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ...catalog.readonly import ReadOnlyRole
     from ...demo import DemoReport
     from ...format import Record, VerifyReport
-    from ...orchestration import IndexTarSummary, WriteProgressCallback, WriteSummary
+    from ...orchestration import CopySummary, IndexTarSummary, WriteProgressCallback, WriteSummary
     from ...orchestration.gc import DeleteReport, GcReport
 
 __all__ = ["Output", "QueryRows", "ShardInspection", "VerifyProgressCallback", "err_console"]
@@ -119,6 +119,10 @@ class Output(ABC):
     @abstractmethod
     def write_summary(self, summary: WriteSummary) -> None:
         """What a committed write job produced."""
+
+    @abstractmethod
+    def copy_summary(self, summary: CopySummary) -> None:
+        """What a committed copy or move produced."""
 
     @abstractmethod
     def tar_indexed(self, summary: IndexTarSummary) -> None:

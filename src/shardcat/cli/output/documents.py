@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ...catalog.readonly import ReadOnlyRole
     from ...demo import DemoReport
     from ...format import Entry, Record
-    from ...orchestration import IndexTarSummary, WriteProgressCallback, WriteSummary
+    from ...orchestration import CopySummary, IndexTarSummary, WriteProgressCallback, WriteSummary
     from ...orchestration.gc import DeleteReport, GcReport
 
 __all__ = [
@@ -179,6 +179,9 @@ class JsonOutput(Output):
 
     def write_summary(self, summary: WriteSummary) -> None:
         self._print({**dataclasses.asdict(summary), "mb_per_s": round(summary.mb_per_s, 3)})
+
+    def copy_summary(self, summary: CopySummary) -> None:
+        self._print(dataclasses.asdict(summary))
 
     def tar_indexed(self, summary: IndexTarSummary) -> None:
         self._print({**dataclasses.asdict(summary), "mb_per_s": round(summary.mb_per_s, 3)})

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from ...catalog.readonly import ReadOnlyRole
     from ...demo import DemoReport
     from ...format import Entry, Record
-    from ...orchestration import IndexTarSummary, WriteProgressCallback, WriteSummary
+    from ...orchestration import CopySummary, IndexTarSummary, WriteProgressCallback, WriteSummary
     from ...orchestration.gc import DeleteReport, GcReport
 
 __all__ = ["TextOutput", "text_cell", "tsv_cell"]
@@ -189,6 +189,11 @@ class TextOutput(Output):
         self._line(str(summary))
         for pattern in summary.shard_patterns:
             self._line(f"  {pattern}")
+
+    def copy_summary(self, summary: CopySummary) -> None:
+        self._line(str(summary))
+        for url in summary.sources_left:
+            self._line(f"  not removed (gc removes it): {url}")
 
     def tar_indexed(self, summary: IndexTarSummary) -> None:
         self._line(str(summary))

@@ -1,0 +1,107 @@
+"""``shardcat copy``: copy or move a dataset to another folder, bucket or catalog.
+
+The command only parses its options; the work is :func:`shardcat.copy_dataset`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+import typer
+
+from .common import open_catalog, state_of
+from .storage_options import parse_storage_options
+from .write_cmd import _client
+
+__all__ = ["register"]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("copy")(copy)
+
+
+def copy(
+    ctx: typer.Context,
+    dataset: Annotated[str, typer.Argument(help="The dataset to copy.", metavar="DATASET")],
+    dest_url: Annotated[
+        str,
+        typer.Argument(
+            help="The copy's folder (s3://bucket/x, a path): empty, or holding only the "
+            "shards of an interrupted run of this copy.",
+            metavar="DEST_URL",
+        ),
+    ],
+    to_catalog: Annotated[
+        str | None,
+        typer.Option(
+            help="Register the copy in this catalog (default: the same one).", metavar="URL"
+        ),
+    ] = None,
+    as_name: Annotated[
+        str | None,
+        typer.Option(
+            "--as",
+            help="The copy's name (default: DATASET's; needed within one catalog).",
+            metavar="NAME",
+        ),
+    ] = None,
+    move: Annotated[
+        bool,
+        typer.Option(
+            "--move",
+            help="Move instead: the dataset is repointed at the copies in one commit, then "
+            "its old shards are removed.",
+        ),
+    ] = False,
+    dest_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--dest-option",
+            help="fsspec option of DEST_URL (KEY=VALUE, repeatable; default: the -S options).",
+            metavar="KEY=VALUE",
+        ),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Start a local Dask cluster of N processes (default: one per core)."
+        ),
+    ] = None,
+    scheduler: Annotated[
+        str | None,
+        typer.Option(
+            help="Use a running Dask scheduler (tcp://host:8786) instead.", metavar="ADDRESS"
+        ),
+    ] = None,
+) -> None:
+    """Copy a dataset's committed shards to DEST_URL and register the copy in one commit.
+
+    One Dask task per shard streams it to DEST_URL and reads it back, checking
+    every CRC against the catalog; the copy becomes visible in one commit, or
+    not at all. The source is never changed. Rerun an interrupted copy with
+    the same arguments: shards already copied and verified are skipped.
+    """
+    from ..orchestration.copy import copy_dataset
+
+    if workers is not None and scheduler is not None:
+        raise typer.BadParameter("give --workers or --scheduler, not both", param_hint="--workers")
+    state = state_of(ctx)
+    if state.verbose < 2:  # Dask's INFO lines (scheduler, nanny) are noise here
+        import distributed  # noqa: F401  (importing it sets its loggers' levels; override after)
+
+        logging.getLogger("distributed").setLevel(logging.WARNING)
+    dest_options = parse_storage_options(dest_option) if dest_option else None
+    with open_catalog(state) as cat, _client(workers, scheduler, dest_url) as client:
+        summary = copy_dataset(
+            cat,
+            dataset,
+            dest_url,
+            to_catalog=to_catalog,
+            name=as_name,
+            move=move,
+            storage_options=state.storage_options,
+            destination_options=dest_options,
+            client=client,
+        )
+    state.out.copy_summary(summary)

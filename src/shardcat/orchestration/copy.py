@@ -1,0 +1,432 @@
+"""``shardcat.copy_dataset``: copy (or move) a dataset's committed shards to another place.
+
+One Dask task per shard streams it from its source to the destination
+(any two fsspec backends), publishes it atomically, reads every byte back
+and checks every CRC (:meth:`ShardReader.verify`) and that it is the same
+shard (file id and data CRC of the catalog row). The client then registers
+all the copies under one job and commits it: the copy becomes visible at
+once or not at all. Until that commit nothing of the copy is visible, and
+the source is never changed.
+
+A rerun after an interruption skips every shard already at its destination
+that verifies, and copies the rest. The destination folder must hold
+nothing but this copy's shards (and a dead upload's temporary files).
+
+``move=True`` copies the same way, then commits one job in the source
+catalog that replaces the dataset's shards by their copies (same records,
+new URLs), points the dataset's root at the destination, and only then
+removes the sources.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ChecksumError, DatasetExistsError, DestinationNotEmptyError
+from ..storage import is_local, join, local_path, open_pending, redact, resolve
+from ..storage.removal import remove_files
+from ..storage.shards import ShardReader
+from .write import _cluster
+
+if TYPE_CHECKING:
+    from ..catalog import Catalog, ShardRow
+    from ..format.info import ShardInfo
+
+__all__ = ["CopySummary", "copy_dataset", "copy_shard"]
+
+log = logging.getLogger(__name__)
+
+_CHUNK = 8 << 20
+"""Bytes per read while streaming a shard (memory per task stays bounded)."""
+
+
+@dataclass(frozen=True)
+class CopySummary:
+    """What a committed copy or move did."""
+
+    dataset: str
+    """The copy's name (the source's, for a move)."""
+    source: str
+    destination: str
+    job_id: int | None
+    """The job that committed it (None: a move found every shard in place already)."""
+    shards: int
+    copied: int
+    """Shards copied by this run (the others were at the destination already and verified)."""
+    records: int
+    bytes: int
+    moved: bool
+    seconds: float
+    sources_left: list[str]
+    """Sources a move could not remove (gc removes them later)."""
+
+    def __str__(self) -> str:
+        what = "moved" if self.moved else "copied"
+        reused = self.shards - self.copied
+        return (
+            f"{self.dataset}: {what} {self.shards} shards ({self.records:,} records, "
+            f"{self.bytes:,} bytes) to {self.destination}"
+            + (f" in job {self.job_id}" if self.job_id is not None else "")
+            + (f"; {reused} were there already and verified" if reused else "")
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Copied:
+    info: ShardInfo
+    copied: bool
+
+
+def copy_shard(
+    source: str,
+    destination: str,
+    file_id: str,
+    data_crc: int,
+    source_options: Mapping[str, Any],
+    destination_options: Mapping[str, Any],
+) -> _Copied:
+    """Copy one shard (unless a verified copy is there) and verify the copy; runs on a worker.
+
+    Raises
+    ------
+    ChecksumError
+        The copy does not verify, or is another shard than the source (it is removed).
+    StorageError
+        Reading the source or writing the destination failed.
+    """
+    dst_opts = dict(destination_options)
+    present = _verified(destination, file_id, data_crc, dst_opts)
+    if present is not None:
+        return _Copied(present, copied=False)
+    dst_fs, dst_path = resolve(destination, dst_opts)
+    if dst_fs.exists(dst_path):  # not the shard we want (an unverifiable leftover): replace it
+        dst_fs.rm_file(dst_path)
+    src_fs, src_path = resolve(source, dict(source_options))
+    pending = open_pending(destination, dst_opts, exclusive=True)
+    try:
+        with src_fs.open(src_path, "rb") as f:
+            for _ in range(1 << 40):  # bounded: ends at the source's end
+                chunk = f.read(_CHUNK)
+                if not chunk:
+                    break
+                pending.file.write(chunk)
+        pending.commit()
+    except BaseException:
+        pending.discard()
+        raise
+    info = _verified(destination, file_id, data_crc, dst_opts)
+    if info is None:
+        with contextlib.suppress(Exception):
+            dst_fs.rm_file(dst_path)
+        raise ChecksumError(
+            f"the copy of {redact(source)} at {redact(destination)} does not verify against the "
+            "catalog row of its source; it was removed and nothing was committed: check the "
+            "source (shardcat verify DATASET), then rerun the copy (it skips what was copied)",
+            path=redact(destination),
+        )
+    return _Copied(info, copied=True)
+
+
+def _verified(url: str, file_id: str, data_crc: int, options: dict[str, Any]) -> ShardInfo | None:
+    """The shard at ``url`` if it is the shard wanted and every byte of it verifies."""
+    fs, path = resolve(url, options)
+    if not fs.exists(path):
+        return None
+    try:
+        with ShardReader(url, storage_options=options) as reader:
+            info = reader.info
+            if info.file_id != file_id or info.data_crc != data_crc:
+                return None
+            reader.verify()
+            return info
+    except (ChecksumError, ValueError, OSError) as e:  # FormatError is a ValueError
+        log.warning("%s is there but does not verify (%s); copying it again", redact(url), e)
+        return None
+
+
+def copy_dataset(
+    catalog: Any,
+    dataset: str,
+    destination: str,
+    *,
+    to_catalog: Any = None,
+    name: str | None = None,
+    move: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+    destination_options: Mapping[str, Any] | None = None,
+    client: Any = None,
+    retries: int = 2,
+) -> CopySummary:
+    """Copy a dataset's committed shards to ``destination`` and register the copy in one commit.
+
+    Parameters
+    ----------
+    catalog:
+        The source's :class:`~shardcat.catalog.Catalog` or SQLAlchemy URL.
+    dataset:
+        The dataset to copy.
+    destination:
+        The copy's folder, on any fsspec backend; it must be empty or hold
+        only shards of an interrupted run of this same copy.
+    to_catalog:
+        Register the copy in this catalog (default: the source's).
+    name:
+        The copy's name (default: the source's; needed to copy within one catalog).
+    move:
+        Move instead: the dataset keeps its name and catalog, its shards are
+        replaced by their copies in one commit, then the sources are removed.
+    storage_options, destination_options:
+        fsspec options of the source (by default the source catalog's) and of
+        the destination (by default the source's). Never stored.
+    client:
+        A ``distributed.Client``; by default the current one or a local cluster.
+    retries:
+        How often Dask may retry a failed copy task.
+
+    Returns
+    -------
+    CopySummary
+
+    Raises
+    ------
+    DatasetExistsError
+        The copy's name is taken in the target catalog by a dataset with records.
+    DestinationNotEmptyError
+        ``destination`` holds objects that are not this copy's shards.
+    ValueError
+        ``move`` with ``to_catalog`` or ``name`` (a move keeps both), or the
+        dataset has tar shards registered in place (not copied yet).
+    ChecksumError
+        A copy did not verify (nothing was committed; rerun).
+    CommitConflictError
+        ``move`` and the dataset changed while its shards were copied.
+    """
+    from ..catalog import Catalog
+
+    src_cat = catalog if isinstance(catalog, Catalog) else Catalog(str(catalog))
+    if move and (to_catalog is not None or name not in (None, dataset)):
+        raise ValueError(
+            "a move keeps the dataset's name and catalog: leave out to_catalog/name "
+            "(--to-catalog/--as), or copy instead"
+        )
+    if to_catalog is None:
+        dst_cat = src_cat
+    elif isinstance(to_catalog, Catalog):
+        dst_cat = to_catalog
+    else:
+        dst_cat = Catalog(str(to_catalog))
+    target = name or dataset
+    if not move and dst_cat.url == src_cat.url and target == dataset:
+        raise DatasetExistsError(
+            f"dataset {dataset!r} cannot be copied onto itself in catalog {src_cat.url}: "
+            "name the copy (name=, --as NAME), register it in another catalog "
+            "(to_catalog=, --to-catalog URL), or move it (move=True, --move)"
+        )
+    src_opts = dict(storage_options if storage_options is not None else src_cat.storage_options)
+    dst_opts = dict(destination_options if destination_options is not None else src_opts)
+    if is_local(destination):
+        destination = os.path.abspath(local_path(destination))
+    destination = destination.rstrip("/")
+    t0 = time.perf_counter()
+    ds = src_cat.dataset(dataset)
+    version = ds.version
+    rows = src_cat.shards(dataset)
+    tars = [r.url for r in rows if r.kind != "native"]
+    if tars:
+        raise ValueError(
+            f"dataset {dataset!r} has {len(tars)} tar shard(s) registered in place "
+            f"({redact(tars[0])}, ...): copy_dataset copies native shards only; copy the tars "
+            "with your storage tools, then index them with shardcat index-tar"
+        )
+    plan = {row.url: join(destination, _relative(row.url, ds.root_url)) for row in rows}
+    if len(set(plan.values())) != len(plan):
+        raise ValueError(f"two shards of {dataset!r} would get one name under {destination}")
+    in_place = [url for url, dest in plan.items() if url == dest]
+    if move and rows and len(in_place) == len(rows):
+        # Every shard is there already: a move that committed and was cut short before
+        # recording the root (or a move onto the dataset's own folder).
+        src_cat.set_dataset_root(dataset, redact(destination))
+        return _summary(dataset, ds.root_url, destination, rows, 0, move, t0, [], job_id=None)
+    if in_place:
+        raise DestinationNotEmptyError(
+            f"destination {redact(destination)} is where dataset {dataset!r} keeps its shards: "
+            "copy into another folder"
+        )
+    if not move:
+        _refuse_taken(dst_cat, target)
+    _refuse_foreign(destination, set(plan.values()), dst_opts)
+    with _cluster(client, destination) as dask_client:
+        futures = [
+            dask_client.submit(
+                copy_shard,
+                row.url,
+                plan[row.url],
+                row.file_id,
+                row.data_crc,
+                src_opts,
+                dst_opts,
+                pure=False,
+                retries=retries,
+            )
+            for row in rows
+        ]
+        try:
+            done: list[_Copied] = dask_client.gather(futures)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                dask_client.cancel(futures)
+            raise
+    infos = [d.info for d in done]
+    if move:
+        job_id = _commit_move(src_cat, dataset, destination, infos, version, rows)
+        left = remove_files(list(plan), src_opts)
+        sources_left = sorted(left.failed)
+        if sources_left:
+            log.warning("%d moved sources could not be removed; gc removes them", len(sources_left))
+        else:
+            src_cat.purge_shards(dataset, list(plan))
+    else:
+        job_id = _commit_copy(dst_cat, target, destination, infos, dataset, src_cat)
+        sources_left = []
+    return _summary(
+        target,
+        ds.root_url,
+        destination,
+        rows,
+        sum(d.copied for d in done),
+        move,
+        t0,
+        sources_left,
+        job_id=job_id,
+    )
+
+
+def _summary(
+    name: str,
+    source: str,
+    destination: str,
+    rows: list[ShardRow],
+    copied: int,
+    move: bool,
+    t0: float,
+    sources_left: list[str],
+    *,
+    job_id: int | None,
+) -> CopySummary:
+    summary = CopySummary(
+        dataset=name,
+        source=redact(source),
+        destination=redact(destination),
+        job_id=job_id,
+        shards=len(rows),
+        copied=copied,
+        records=sum(r.record_count for r in rows),
+        bytes=sum(r.size_bytes for r in rows),
+        moved=move,
+        seconds=time.perf_counter() - t0,
+        sources_left=sources_left,
+    )
+    log.info("%s", summary)
+    return summary
+
+
+def _relative(url: str, root: str) -> str:
+    """A shard's path under its dataset's root (its base name if it lives elsewhere)."""
+    root = root.rstrip("/") + "/"
+    if url.startswith(root):
+        return url[len(root) :]
+    return url.rsplit("/", 1)[-1]
+
+
+def _refuse_taken(cat: Catalog, name: str) -> None:
+    """A copy may reuse a dataset of its name only if it has no records (an interrupted copy's)."""
+    from ..errors import DatasetNotFoundError
+
+    try:
+        cat.dataset(name)
+    except DatasetNotFoundError:
+        return
+    if cat.shards(name):
+        raise DatasetExistsError(
+            f"catalog {cat.url} has a dataset {name!r} with records already: name the copy "
+            "(name=, --as NAME) or delete that dataset first"
+        )
+
+
+def _refuse_foreign(destination: str, planned: set[str], options: dict[str, Any]) -> None:
+    """Fail unless everything under ``destination`` is one of the planned shards (or a temp file)."""
+    fs, root = resolve(destination, options)
+    if not fs.exists(root):
+        return
+    listed = fs.find(root)
+    prefix = destination.rstrip("/")
+    base = root.rstrip("/")
+    foreign = []
+    for path in listed:
+        name = path.rsplit("/", 1)[-1]
+        if name.startswith(".") and name.endswith(".partial"):
+            continue  # a dead upload's temporary file (local publication)
+        url = prefix + path[len(base) :] if path.startswith(base) else path
+        if url not in planned:
+            foreign.append(url)
+    if foreign:
+        shown = ", ".join(redact(u) for u in sorted(foreign)[:3])
+        raise DestinationNotEmptyError(
+            f"destination {redact(destination)} holds {len(foreign)} objects that are not "
+            f"shards of this copy ({shown}{' ...' if len(foreign) > 3 else ''}): copy into an "
+            "empty folder, or remove them first"
+        )
+
+
+def _commit_copy(
+    cat: Catalog, name: str, root: str, infos: list[ShardInfo], source: str, src_cat: Catalog
+) -> int:
+    """Register the copies under one job of a (new or empty) dataset and commit it."""
+    cat.create_dataset(name, redact(root), exist_ok=True)
+    job = cat.begin_job(
+        name,
+        description="shardcat.copy",
+        properties={"operation": "copy", "source": source, "source_catalog": src_cat.url},
+    )
+    try:
+        for info in infos:
+            cat.register_shard(name, info, job=job)
+        cat.commit_job(job, shards=[i.path for i in infos], require_empty=True)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            cat.abort_job(job)
+        raise
+    return job.id
+
+
+def _commit_move(
+    cat: Catalog,
+    name: str,
+    root: str,
+    infos: list[ShardInfo],
+    version: int,
+    rows: list[ShardRow],
+) -> int:
+    """One commit: the dataset's shards are replaced by their copies, if it did not change."""
+    job = cat.begin_job(
+        name,
+        description="shardcat.move",
+        properties={"operation": "move", "root": redact(root), "base_version": version},
+    )
+    try:
+        for info in infos:
+            cat.register_shard(name, info, job=job)
+        cat.commit_job(job, shards=[i.path for i in infos], replace=True, expected_version=version)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            cat.abort_job(job)
+        raise
+    cat.set_dataset_root(name, redact(root))
+    log.info("moved %d shards of %r to %s", len(rows), name, redact(root))
+    return job.id

@@ -1,0 +1,207 @@
+"""copy_dataset: local -> S3 -> local, across catalogs, interrupted and rerun, and moves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dask.bag as db
+import pytest
+
+import shardcat
+from shardcat.catalog import Catalog
+from shardcat.errors import ChecksumError, DatasetExistsError, DestinationNotEmptyError
+
+from .samples import numbered_sample
+
+N = 120
+
+
+def _write(root: Path, catalog: str, client: Any, dataset: str = "src") -> None:
+    shardcat.write(
+        db.from_sequence(range(N), npartitions=3).map(numbered_sample),
+        str(root),
+        catalog=catalog,
+        dataset=dataset,
+        max_records_per_shard=20,
+        client=client,
+        progress=False,
+    )
+
+
+def _records(cat: Catalog, dataset: str) -> list[tuple[str, bytes, Any]]:
+    batch = cat.get_many(dataset, [f"n/{i:05d}" for i in range(N)])
+    assert batch.missing == []
+    return [(r.key, r["bin"].data, r["json"].decode()) for r in batch.records]
+
+
+def test_copy_local_to_s3_to_local_across_sqlite_and_postgres(
+    tmp_path, sqlite_url, postgres_url, s3, client
+):
+    _write(tmp_path / "src", sqlite_url, client)
+    src = Catalog(sqlite_url)
+    expected = _records(src, "src")
+    there = f"{s3['url']}/copies/src"
+    summary = shardcat.copy_dataset(
+        sqlite_url,
+        "src",
+        there,
+        to_catalog=postgres_url,
+        destination_options=s3["storage_options"],
+        client=client,
+    )
+    assert (summary.shards, summary.copied, summary.records) == (6, 6, N)
+    pg = Catalog(postgres_url)
+    assert pg.dataset("src").root_url == there
+    assert all(s.url.startswith(there + "/") for s in pg.shards("src"))
+    assert pg.job(summary.job_id).state == "committed"
+    back = shardcat.copy_dataset(
+        pg,
+        "src",
+        str(tmp_path / "back"),
+        to_catalog=src,
+        name="back",
+        storage_options=s3["storage_options"],
+        destination_options={},
+        client=client,
+    )
+    assert back.copied == 6
+    assert _records(src, "back") == expected
+    assert _records(src, "src") == expected  # the source is untouched
+    assert src.verify("back").ok  # every CRC, against the catalog
+
+
+def test_interrupted_copy_leaves_nothing_visible_and_a_rerun_copies_only_the_rest(
+    tmp_path, sqlite_url, client
+):
+    _write(tmp_path / "src", sqlite_url, client)
+    cat = Catalog(sqlite_url)
+    expected = _records(cat, "src")
+    bad = cat.shards("src")[3].url
+    original = Path(bad).read_bytes()
+    damaged = bytearray(original)
+    damaged[len(damaged) // 2] ^= 0xFF  # this shard's copy fails its verification
+    Path(bad).write_bytes(bytes(damaged))
+    dest = tmp_path / "dest"
+    with pytest.raises(ChecksumError):
+        shardcat.copy_dataset(cat, "src", str(dest), name="copy", client=client, retries=0)
+    assert [d.name for d in cat.datasets()] == ["src"]  # the copy is invisible
+    # Good copies made before the failure stay, unregistered (the failure cancels the rest).
+    present = len(list(dest.rglob("*.shard")))
+    assert present <= 5
+    assert cat.count("src") == N
+    Path(bad).write_bytes(original)  # repaired: the rerun copies only what is missing
+    summary = shardcat.copy_dataset(cat, "src", str(dest), name="copy", client=client)
+    assert (summary.shards, summary.copied) == (6, 6 - present)
+    assert _records(cat, "copy") == expected
+
+
+def test_move_repoints_the_dataset_then_removes_the_sources(tmp_path, sqlite_url, client):
+    _write(tmp_path / "src", sqlite_url, client)
+    cat = Catalog(sqlite_url)
+    expected = _records(cat, "src")
+    before = cat.dataset("src").version
+    old = {s.url for s in cat.shards("src")}
+    summary = shardcat.copy_dataset(cat, "src", str(tmp_path / "moved"), move=True, client=client)
+    assert summary.moved and summary.sources_left == []
+    assert not any(Path(u).exists() for u in old)
+    assert cat.dataset("src").root_url == str(tmp_path / "moved")
+    assert cat.dataset("src").version > before
+    assert all(s.url.startswith(str(tmp_path / "moved")) for s in cat.shards("src"))
+    assert _records(cat, "src") == expected
+    assert cat.shards("src", state="deleted") == []  # the removed sources' rows are purged
+    # A rerun of a move that committed (cut short before recording the root) only records it.
+    moved_version = cat.dataset("src").version
+    again = shardcat.copy_dataset(cat, "src", str(tmp_path / "moved"), move=True, client=client)
+    assert again.job_id is None and again.copied == 0
+    assert cat.dataset("src").version == moved_version  # nothing committed
+    assert _records(cat, "src") == expected
+    with pytest.raises(ValueError, match="keeps the dataset's name"):
+        shardcat.copy_dataset(cat, "src", str(tmp_path / "x"), move=True, name="y", client=client)
+
+
+def test_name_collisions_and_a_destination_that_is_not_empty(tmp_path, sqlite_url, client):
+    _write(tmp_path / "src", sqlite_url, client)
+    _write(tmp_path / "other", sqlite_url, client, dataset="other")
+    cat = Catalog(sqlite_url)
+    with pytest.raises(DatasetExistsError, match="onto itself"):
+        shardcat.copy_dataset(cat, "src", str(tmp_path / "a"), client=client)
+    with pytest.raises(DatasetExistsError, match="with records already"):
+        shardcat.copy_dataset(cat, "src", str(tmp_path / "a"), name="other", client=client)
+    with pytest.raises(DestinationNotEmptyError, match="keeps its shards"):
+        shardcat.copy_dataset(cat, "src", str(tmp_path / "src"), name="same", client=client)
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("someone else's")
+    with pytest.raises(DestinationNotEmptyError, match="1 objects that are not shards"):
+        shardcat.copy_dataset(cat, "src", str(busy), name="copy", client=client)
+    assert [d.name for d in cat.datasets()] == ["other", "src"]  # nothing was created
+    assert not list(busy.rglob("*.shard"))
+
+
+def test_a_worker_killed_mid_copy_loses_nothing(tmp_path, sqlite_url):
+    import os
+    import signal
+    import threading
+    import time
+
+    from distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        shardcat.write(
+            db.from_sequence(range(N), npartitions=3).map(numbered_sample),
+            str(tmp_path / "src"),
+            catalog=sqlite_url,
+            dataset="src",
+            max_records_per_shard=3,  # 42 shards: the copy takes a while
+            client=client,
+            progress=False,
+        )
+        cat = Catalog(sqlite_url)
+        expected = _records(cat, "src")
+        dest = tmp_path / "dest"
+        outcome: list[Any] = []
+
+        def run() -> None:
+            try:
+                outcome.append(
+                    shardcat.copy_dataset(cat, "src", str(dest), name="copy", client=client)
+                )
+            except BaseException as e:
+                outcome.append(e)
+
+        copying = threading.Thread(target=run)
+        copying.start()
+        for _ in range(2000):  # bounded: up to 100 s for the first copy to land
+            if list(dest.glob("*.shard")) or not copying.is_alive():
+                break
+            time.sleep(0.05)
+        assert copying.is_alive(), "the copy ended before a worker could be killed"
+        pids = client.run(os.getpid)
+        os.kill(next(iter(pids.values())), signal.SIGKILL)  # the nanny starts a new worker
+        copying.join(timeout=300)
+    (summary,) = outcome
+    assert isinstance(summary, shardcat.orchestration.CopySummary), summary
+    # Tasks lost with the worker ran again; each found its verified copy or made it anew.
+    assert summary.shards == len(cat.shards("src")) == 42
+    assert len(list(dest.glob("*.shard"))) == 42
+    assert _records(cat, "copy") == expected
+    assert cat.verify("copy").ok
+
+
+def test_tar_shards_registered_in_place_are_refused_not_copied_half(tmp_path, sqlite_url, client):
+    import webdataset as wds
+
+    tar = tmp_path / "tars" / "train-000000.tar"
+    tar.parent.mkdir()
+    with wds.TarWriter(str(tar)) as sink:
+        sink.write({"__key__": "s0", "cls": "1"})
+    shardcat.index_tar(str(tar), catalog=sqlite_url, dataset="wds", client=client)
+    with pytest.raises(ValueError, match="tar shard"):
+        shardcat.copy_dataset(sqlite_url, "wds", str(tmp_path / "copy"), name="c", client=client)
+    assert not (tmp_path / "copy").exists()
