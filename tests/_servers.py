@@ -189,3 +189,49 @@ def ranged_http_server(root: Path) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(10)
+
+
+# --- an S3 server that checks credentials (moto with IAM enforcement) -----------------
+
+
+@contextmanager
+def moto_enforcing_auth(free_actions: int, timeout: float = 60.0) -> Iterator[str]:
+    """A moto server in its own process that enforces IAM after ``free_actions`` requests.
+
+    moto checks signatures and IAM policies only when
+    ``INITIAL_NO_AUTH_ACTION_COUNT`` is set in the server's environment; the
+    first ``free_actions`` requests are let through so that the test can set
+    up buckets and IAM users. Yields the endpoint URL.
+    """
+    import socket
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT=str(free_actions))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"moto did not start on 127.0.0.1:{port}") from None
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from . import storage as storage
     from .catalog import Catalog
     from .format import Codec, Entry, Record, ShardInfo, VerifyReport
-    from .orchestration import from_files, read, write
+    from .orchestration import from_files, index_tar, read, write
     from .storage.shards import RollingShardWriter, ShardReader, ShardWriter, open_shard
 
 __all__ = [
@@ -56,6 +56,7 @@ __all__ = [
     "VersionError",
     "__version__",
     "from_files",
+    "index_tar",
     "open_shard",
     "read",
     "write",
@@ -78,6 +79,7 @@ _LAZY = {
     "open_shard": ".storage.shards",
     "Catalog": ".catalog",
     "from_files": ".orchestration",
+    "index_tar": ".orchestration",
     "read": ".orchestration",
     "write": ".orchestration",
 }

@@ -9,6 +9,15 @@ lines aside) is a marker saying why it cannot run in CI::
     docker compose up --build demo
     ```
 
+A block written for the reader's own servers (``db.internal``,
+``s3://your-bucket``, ``scheduler-host``) runs against local stand-ins
+instead when it carries the other marker, which says what stands in::
+
+    <!-- stand-ins: local PostgreSQL, moto and dask scheduler -->
+
+The test replaces the placeholders (``test_doc_commands.STAND_INS``) in the
+block's text with the addresses of real servers it started.
+
 Every other language (``text`` for synopses and output, ``sql``, ``yaml``,
 ``toml``, diagrams) is reading matter; a fence without a language is an
 error, so that nothing that looks like a command escapes by accident.
@@ -27,7 +36,7 @@ PYTHON = frozenset({"python", "py"})
 RUNNABLE = SHELL | PYTHON
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^`\n]*)$")
-_MARKER = re.compile(r"^\s*<!--\s*not-tested:(?P<reason>.*?)-->\s*$")
+_MARKER = re.compile(r"^\s*<!--\s*(?P<kind>not-tested|stand-ins):(?P<reason>.*?)-->\s*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +47,8 @@ class Block:
     line: int
     lang: str
     text: str
-    not_tested: str | None  # the marker's reason, if the block is marked
+    not_tested: str | None  # the not-tested marker's reason, if the block is marked
+    stand_ins: str | None = None  # the stand-ins marker's text: runs with placeholders replaced
 
     @property
     def where(self) -> str:
@@ -73,21 +83,23 @@ def parse(text: str, path: Path) -> list[Block]:
     """
     lines = text.splitlines()
     blocks: list[Block] = []
-    pending: tuple[int, str] | None = None  # a marker's line and reason, awaiting its block
+    pending: tuple[int, str, str] | None = (
+        None  # a marker's line, kind and text, awaiting its block
+    )
     i = 0
     while i < len(lines):
         line = lines[i]
         marker = _MARKER.match(line)
         if marker:
             if pending is not None:
-                raise ValueError(f"{path}:{pending[0]}: a not-tested marker with no block after it")
-            pending = (i + 1, marker.group("reason").strip())
+                raise ValueError(f"{path}:{pending[0]}: a marker with no block after it")
+            pending = (i + 1, marker.group("kind"), marker.group("reason").strip())
             i += 1
             continue
         fence = _FENCE.match(line)
         if not fence:
             if line.strip() and pending is not None:
-                raise ValueError(f"{path}:{pending[0]}: a not-tested marker with no block after it")
+                raise ValueError(f"{path}:{pending[0]}: a marker with no block after it")
             i += 1
             continue
         opening, indent = fence.group("fence"), fence.group("indent")
@@ -107,12 +119,14 @@ def parse(text: str, path: Path) -> list[Block]:
             j += 1
         else:
             raise ValueError(f"{path}:{i + 1}: a code fence that is never closed")
-        reason = pending[1] if pending is not None else None
-        blocks.append(Block(path, i + 1, lang, textwrap.dedent("\n".join(body)) + "\n", reason))
+        text = textwrap.dedent("\n".join(body)) + "\n"
+        reason = pending[2] if pending is not None and pending[1] == "not-tested" else None
+        stand_ins = pending[2] if pending is not None and pending[1] == "stand-ins" else None
+        blocks.append(Block(path, i + 1, lang, text, reason, stand_ins))
         pending = None
         i = j + 1
     if pending is not None:
-        raise ValueError(f"{path}:{pending[0]}: a not-tested marker with no block after it")
+        raise ValueError(f"{path}:{pending[0]}: a marker with no block after it")
     return blocks
 
 

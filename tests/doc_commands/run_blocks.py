@@ -1,6 +1,7 @@
 """Run one document's command blocks in order, in the current folder, as a reader would.
 
-Usage: ``python run_blocks.py BLOCKS.json`` where the file holds a list of
+Usage: ``python run_blocks.py BLOCKS.json`` where the file holds
+``{"blocks": [...], "scheduler": null}``, each block
 ``{"where": "README.md:30", "line": 30, "kind": "python"|"shell", "text": ...}``.
 
 Python blocks share one namespace (a later block uses what an earlier one
@@ -11,7 +12,9 @@ stops the run: its location and the error go to stderr, and the exit code is 1.
 One Dask cluster per document: before the first Python block that uses Dask,
 a small ``LocalCluster`` (2 worker processes) is started in this folder and
 becomes the current client, which ``shardcat.write``/``shardcat.read`` use
-instead of starting a cluster each. The cluster is closed at the end.
+instead of starting a cluster each. The cluster is closed at the end. When
+the spec names a ``scheduler`` (a running one, see ``stand_ins.py``), the
+client connects to it instead.
 """
 
 from __future__ import annotations
@@ -30,10 +33,12 @@ BLOCK_TIMEOUT = 300  # seconds, per shell block
 _DASK_WORDS = ("shardcat.write(", "shardcat.read(", "import dask", "from dask", "distributed")
 
 
-def _start_cluster() -> Any:
+def _start_cluster(scheduler: str | None) -> Any:
     from distributed import Client, LocalCluster
 
     logging.getLogger("distributed").setLevel(logging.WARNING)
+    if scheduler:
+        return Client(scheduler), None
     cluster = LocalCluster(
         n_workers=2, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0"
     )
@@ -56,7 +61,8 @@ def _run_shell(text: str) -> None:
 
 
 def main(path: str) -> int:
-    blocks = json.loads(Path(path).read_text(encoding="utf-8"))
+    spec = json.loads(Path(path).read_text(encoding="utf-8"))
+    blocks, scheduler = spec["blocks"], spec.get("scheduler")
     namespace: dict[str, Any] = {"__name__": "__main__"}
     dask: tuple[Any, Any] | None = None
     try:
@@ -66,7 +72,7 @@ def main(path: str) -> int:
             try:
                 if block["kind"] == "python":
                     if dask is None and any(w in block["text"] for w in _DASK_WORDS):
-                        dask = _start_cluster()
+                        dask = _start_cluster(scheduler)
                     # Blank lines first, so that tracebacks give the document's line numbers.
                     source = "\n" * block["line"] + block["text"]
                     exec(compile(source, block["where"].split(":")[0], "exec"), namespace)
@@ -83,7 +89,8 @@ def main(path: str) -> int:
         if dask is not None:
             client, cluster = dask
             client.close()
-            cluster.close()
+            if cluster is not None:
+                cluster.close()
     return 0
 
 

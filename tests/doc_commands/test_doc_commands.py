@@ -6,6 +6,8 @@ to the commands: ``.venv`` is this interpreter's environment and ``docs/``
 a copy of the documents (``docs/tools/format_example.py --update`` rewrites
 the copy). Blocks that cannot run in CI carry a ``<!-- not-tested: why -->``
 marker; each one is reported as a warning, so none is skipped silently.
+Blocks written for the reader's own servers carry a ``<!-- stand-ins: ... -->``
+marker and run against local ones (``stand_ins.py``).
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ import shutil
 import subprocess
 import sys
 import warnings
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
 from .blocks import ROOT, RUNNABLE, Block, blocks_of, documents, parse
+from .stand_ins import StandIns, stand_ins
 
 RUNNER = Path(__file__).with_name("run_blocks.py")
 DOCUMENT_TIMEOUT = 600  # seconds for all blocks of one document
@@ -107,12 +111,23 @@ def test_every_fence_names_its_language() -> None:
 
 def test_markers_explain_and_mark_only_commands() -> None:
     for block in _all_blocks():
-        if block.not_tested is None:
+        marker = block.not_tested if block.not_tested is not None else block.stand_ins
+        if marker is None:
             continue
-        assert len(block.not_tested.split()) >= 2, f"{block.where}: say why it cannot run"
+        assert len(marker.split()) >= 2, f"{block.where}: say why, or what stands in"
         assert block.lang in RUNNABLE, (
-            f"{block.where}: a not-tested marker on a {block.lang!r} block, which never runs"
+            f"{block.where}: a marker on a {block.lang!r} block, which never runs"
         )
+
+
+def test_stand_in_blocks_use_the_placeholders_the_stand_ins_replace() -> None:
+    """A stand-ins block naming no placeholder would run against nothing it claims to."""
+    placeholders = ("db.internal", "scheduler-host", "s3://your-bucket", "s3://raw/")
+    for block in _all_blocks():
+        if block.stand_ins is not None:
+            assert any(p in block.text for p in placeholders), (
+                f"{block.where}: a stand-ins block that names none of {placeholders}"
+            )
 
 
 def _workspace(tmp_path: Path) -> Path:
@@ -140,7 +155,9 @@ def _workspace(tmp_path: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("document", documents(), ids=lambda p: p.name)
-def test_the_documents_commands_run(document: Path, tmp_path: Path) -> None:
+def test_the_documents_commands_run(
+    document: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     blocks = [b for b in blocks_of(document) if b.kind != "text"]
     for block in blocks:
         if block.not_tested is not None:
@@ -150,26 +167,49 @@ def test_the_documents_commands_run(document: Path, tmp_path: Path) -> None:
     runs = [b for b in blocks if b.runs]
     if not runs:
         pytest.skip(f"{document.name} has no command blocks to run")
-    spec = tmp_path / "blocks.json"
-    spec.write_text(
-        json.dumps(
-            [{"where": b.where, "line": b.line, "kind": b.kind, "text": b.text} for b in runs]
-        ),
-        encoding="utf-8",
+    with ExitStack() as stack:
+        servers: StandIns | None = None
+        if any(b.stand_ins is not None for b in runs):
+            server = request.getfixturevalue("postgres_server")
+            servers = stack.enter_context(stand_ins(server, tmp_path / "servers"))
+        result = _run_blocks(runs, tmp_path, servers)
+    assert result.returncode == 0, (
+        f"{document.name}: a block failed\n--- stdout\n{result.stdout[-6000:]}\n"
+        f"--- stderr\n{result.stderr[-6000:]}"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHARDCAT_", "DASK_"))}
+    assert result.stdout.count("=== ok in") == len(runs), result.stdout
+
+
+def _run_blocks(
+    runs: list[Block], tmp_path: Path, servers: StandIns | None
+) -> subprocess.CompletedProcess[str]:
+    work = _workspace(tmp_path)
+    blocks = [
+        {
+            "where": b.where,
+            "line": b.line,
+            "kind": b.kind,
+            "text": servers.apply(b.text) if servers and b.stand_ins is not None else b.text,
+        }
+        for b in runs
+    ]
+    spec = tmp_path / "blocks.json"
+    scheduler = servers.scheduler if servers else None
+    spec.write_text(json.dumps({"blocks": blocks, "scheduler": scheduler}), encoding="utf-8")
+    if servers:
+        env = dict(servers.env)
+        for name, data in servers.workspace_files.items():
+            (work / name).parent.mkdir(parents=True, exist_ok=True)
+            (work / name).write_bytes(data)
+    else:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SHARDCAT_", "DASK_"))}
     env.update({"COLUMNS": "120", "NO_COLOR": "1", "TERM": "dumb", "PYTHONUNBUFFERED": "1"})
-    result = subprocess.run(
+    return subprocess.run(
         [sys.executable, str(RUNNER), str(spec)],
-        cwd=_workspace(tmp_path),
+        cwd=work,
         env=env,
         capture_output=True,
         text=True,
         timeout=DOCUMENT_TIMEOUT,
         check=False,
     )
-    assert result.returncode == 0, (
-        f"{document.name}: a block failed\n--- stdout\n{result.stdout[-6000:]}\n"
-        f"--- stderr\n{result.stderr[-6000:]}"
-    )
-    assert result.stdout.count("=== ok in") == len(runs), result.stdout

@@ -133,12 +133,19 @@ def test_partitions_are_planned_by_bytes():
     sizes = [sum(s.estimated_bytes() for s in p) for p in parts]
     assert all(900_000 < size <= 1_000_000 for size in sizes[:-1])
     assert [s for p in parts for s in p] == samples  # in order, none lost
+    # A file too big for any shard gets its own, and the small ones around it stay together.
     big = SampleFiles("big", (("bin", "/x/big.bin"),), 5_000_000)
     assert plan_partitions([samples[0], big, samples[1]], 1_000_000) == [
-        [samples[0]],
         [big],
-        [samples[1]],
+        [samples[0], samples[1]],
     ]
+    mixed = [*samples[:300], big, *samples[300:1000]]
+    parts = plan_partitions(mixed, 1_000_000)
+    assert parts[0] == [big]
+    assert [len(p) for p in parts[1:]] == [
+        len(p) for p in plan_partitions(samples[:1000], 1_000_000)
+    ]
+    assert sorted(s.key for p in parts for s in p) == sorted(s.key for s in mixed)
 
 
 def test_a_file_gone_after_the_listing_is_a_storage_error_naming_it(tmp_path):

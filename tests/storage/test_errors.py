@@ -130,6 +130,79 @@ def test_s3_writing_into_a_missing_bucket_never_creates_it(s3, size):
     assert bucket not in [b["Name"] for b in client.list_buckets()["Buckets"]]
 
 
+@pytest.fixture(scope="module")
+def s3_with_iam():
+    """A moto server that enforces IAM: bucket ``deny-test`` holds ``x.shard``; user ``reader``
+    has keys but no policy. Yields ``(endpoint, reader_key_id, reader_secret)``."""
+    import boto3
+
+    from _servers import moto_enforcing_auth
+
+    # Four requests set up the world; every later one is checked.
+    with moto_enforcing_auth(free_actions=4) as endpoint:
+        kw = {
+            "endpoint_url": endpoint,
+            "region_name": "us-east-1",
+            "aws_access_key_id": "testing",
+            "aws_secret_access_key": "testing",
+        }
+        s3, iam = boto3.client("s3", **kw), boto3.client("iam", **kw)
+        s3.create_bucket(Bucket="deny-test")
+        s3.put_object(Bucket="deny-test", Key="x.shard", Body=b"\0" * 100)
+        iam.create_user(UserName="reader")
+        key = iam.create_access_key(UserName="reader")["AccessKey"]
+        yield endpoint, key["AccessKeyId"], key["SecretAccessKey"]
+
+
+def _iam_options(endpoint: str, key: str, secret: str) -> dict[str, Any]:
+    return {
+        "key": key,
+        "secret": secret,
+        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
+        "config_kwargs": {"retries": {"max_attempts": 1}},
+    }
+
+
+def test_s3_access_denied_by_policy(s3_with_iam):
+    """Valid keys of a user no policy allows to read: AccessDenied, not "no such shard"."""
+    endpoint, key, secret = s3_with_iam
+    with pytest.raises(StoragePermissionError) as err:
+        read_head("s3://deny-test/x.shard", _iam_options(endpoint, key, secret))
+    message = one_line(err.value)
+    assert message.startswith("s3://deny-test/x.shard: access denied")
+    assert "check the credentials, and that they may read here" in message
+    assert secret not in message
+    assert isinstance(err.value, PermissionError)
+    with pytest.raises(StoragePermissionError, match="may write here"):
+        write_shard("s3://deny-test/y.shard", _iam_options(endpoint, key, secret))
+
+
+def test_s3_unknown_access_key(s3_with_iam):
+    endpoint, _, _ = s3_with_iam
+    options = _iam_options(endpoint, "AKIAUNKNOWN000000000", "not-a-secret-x1")
+    with pytest.raises(StoragePermissionError) as err:
+        read_head("s3://deny-test/x.shard", options)
+    assert "access denied" in one_line(err.value)
+    assert "not-a-secret-x1" not in str(err.value)
+
+
+def test_cli_access_denied_is_one_line_with_exit_1(s3_with_iam):
+    endpoint, key, secret = s3_with_iam
+    p = shardcat_cli(
+        "-S",
+        f"client_kwargs.endpoint_url={endpoint}",
+        "-S",
+        f"key={key}",
+        "-S",
+        f"secret={secret}",
+        "inspect",
+        "s3://deny-test/x.shard",
+    )
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr
+    assert "access denied" in p.stderr and secret not in p.stderr + p.stdout
+
+
 # --- Azure (Azurite) ------------------------------------------------------------------
 
 
@@ -154,6 +227,25 @@ def test_azure_wrong_key(azure):
         read_head(f"{azure['url']}/x.shard", {"connection_string": bad})
     assert "access denied (HTTP 403): check the credentials" in one_line(err.value)
     assert "Xby8" not in str(err.value)
+
+
+def test_azure_without_credentials_says_how_to_give_them():
+    """adlfs falls back to DefaultAzureCredential, which fails when no identity is configured.
+
+    Provoking it for real would send the credential chain to Azure's token
+    endpoints and the instance metadata address (not loopback), so the test
+    translates the exception azure-identity raises, built as it builds it.
+    """
+    from azure.core.exceptions import ClientAuthenticationError
+
+    e = ClientAuthenticationError(
+        message="DefaultAzureCredential failed to retrieve a token from the included "
+        "credentials.\nAttempted credentials:\n\tEnvironmentCredential: ..."
+    )
+    error = translate(e, "az://container/ds/x.shard")
+    assert isinstance(error, StorageCredentialsError)
+    assert one_line(error).startswith("no Azure credentials found for az://container/ds/x.shard")
+    assert "AZURE_STORAGE_CONNECTION_STRING" in str(error)
 
 
 # --- HTTP -----------------------------------------------------------------------------

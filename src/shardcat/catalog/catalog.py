@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from .._types import StorageOptions
 from ..errors import CatalogError
 from ..format import Record, ShardInfo
+from ..format.tar import TarShardInfo
 from ..storage import expand_braces
 from . import datasets as _datasets
 from . import jobs as _jobs
@@ -39,6 +40,7 @@ from .results import (
     EntryKind,
     JobInfo,
     Location,
+    RecordRow,
     ShardRow,
 )
 from .session import (
@@ -323,6 +325,15 @@ class Catalog:
         with self._uow() as s:
             return _shards.list_shards(s, dataset, state)
 
+    def record_rows(self, shard_id: int) -> list[RecordRow]:
+        """Every record row of one shard (any state), in file order, spans decoded.
+
+        For readers that walk a shard through the catalog (tar shards have no
+        footer of their own) and for ``taridx export``.
+        """
+        with self._uow() as s:
+            return _shards.record_rows(s, shard_id)
+
     def shard_urls(
         self,
         *,
@@ -345,7 +356,7 @@ class Catalog:
     def register_shard(
         self,
         dataset: str,
-        info: ShardInfo,
+        info: ShardInfo | TarShardInfo,
         *,
         job: int | JobInfo | None = None,
         state: str | None = None,
@@ -363,8 +374,9 @@ class Catalog:
             The dataset's name.
         info:
             The shard's summary: what ``ShardWriter.close()`` returns or
-            ``ShardReader(url).info`` rebuilds. Its ``path`` is stored
-            without credentials.
+            ``ShardReader(url).info`` rebuilds, or a tar's
+            :func:`~shardcat.format.tar.scan_tar` (registered in place, kind
+            ``tar``). Its ``path`` is stored without credentials.
         job:
             A job from :meth:`begin_job`.
         state:

@@ -4,9 +4,10 @@ This module is the catalog's half: the statements and what an empty result
 or a failed read means. The statements run on the thread's
 :class:`~.connection.RawConnection`; the bytes come from the thread's
 :class:`~shardcat.storage.SourceCache` (local shards stay open and are read
-with ``os.pread``), and the active record codec's ``decode_indexed``
-(:mod:`shardcat.format.recordcodec`: compiled, or the Python reference)
-checks them against the row.
+with ``os.pread``), and the row's shard kind (:mod:`.kinds`) decodes and
+checks them against the row: the active record codec's ``decode_indexed``
+for native shards (:mod:`shardcat.format.recordcodec`: compiled, or the
+Python reference), the CRC-checked payloads of a tar sample for tar shards.
 """
 
 from __future__ import annotations
@@ -36,31 +37,33 @@ from ..format.records import decode_entry
 from ..format.spec import BATCH_ROW_DTYPE, Codec
 from ..storage import SourceCache, redact
 from .connection import RawConnection, fork_generation
+from .kinds import decode_record
 from .results import BatchResult, Location
 from .spans import unpack_spans
 
 __all__ = ["LayoutCache", "Lookup"]
 
-_SELECT = "SELECT s.url, s.alignment, r.byte_offset, r.byte_length, r.spans{extra} FROM records r JOIN shards s ON s.id = r.shard_id{join}"
+_SELECT = (
+    "SELECT s.url, s.alignment, r.byte_offset, r.byte_length, r.spans, s.kind, l.signature{extra}"
+    " FROM records r JOIN shards s ON s.id = r.shard_id JOIN layouts l ON l.id = r.layout_id"
+)
 _DATASET = "r.dataset_id = (SELECT id FROM datasets WHERE name = {p})"
 _COMMITTED = "s.state = 'committed'"
 
-# Rows: url, alignment, offset, length, spans[, key][, signature]. The spans
+# Rows: url, alignment, offset, length, spans, kind, signature[, key]. The spans
 # (each entry's offset, size and CRC) let every read be checked against what
-# was registered, not only against the shard's own CRCs.
-_WITH_LAYOUT = (", l.signature", " JOIN layouts l ON l.id = r.layout_id")
+# was registered, not only against the shard's own CRCs; the kind says how a
+# whole record is decoded (kinds.py), the layout names a tar sample's entries.
 
 
-def _point_sql(p: str, entries: bool) -> str:
-    extra, join = _WITH_LAYOUT if entries else ("", "")
+def _point_sql(p: str) -> str:
     return (
-        _SELECT.format(extra=extra, join=join)
+        _SELECT.format(extra="")
         + f" WHERE {_DATASET.format(p=p)} AND r.key_hash = {p} AND r.key = {p} AND {_COMMITTED}"
     )
 
 
-def _batch_sql(dialect: str, entries: bool) -> str:
-    extra, join = _WITH_LAYOUT if entries else ("", "")
+def _batch_sql(dialect: str) -> str:
     if dialect == "postgresql":
         match = "r.key_hash = ANY(%s::int8[])"
         p = "%s"
@@ -68,7 +71,7 @@ def _batch_sql(dialect: str, entries: bool) -> str:
         match = "r.key_hash IN (SELECT value FROM json_each(?))"
         p = "?"
     return (
-        _SELECT.format(extra=", r.key" + extra, join=join)
+        _SELECT.format(extra=", r.key")
         + f" WHERE {_DATASET.format(p=p)} AND {match} AND {_COMMITTED}"
     )
 
@@ -125,10 +128,8 @@ class Lookup:
         self.layouts = layouts
         self.generation = fork_generation()
         p = self._p = self.raw.placeholder
-        self._point = _point_sql(p, False)
-        self._point_entries = _point_sql(p, True)
-        self._batch = _batch_sql(self.dialect, False)
-        self._batch_entries = _batch_sql(self.dialect, True)
+        self._point = _point_sql(p)
+        self._batch = _batch_sql(self.dialect)
         self._sources = SourceCache(storage_options, max_open)
         self._texts: dict[Any, Any] = {}  # the record codec's memo of entry names and types
 
@@ -154,7 +155,7 @@ class Lookup:
         rows = self._query(self._point, (dataset, h, key))
         if not rows:
             raise self._missing(dataset, key)
-        url, _, offset, length, _ = rows[0]
+        url, _, offset, length = rows[0][:4]
         return Location(url, int(offset), int(length))
 
     def get(self, dataset: str, key: str, entries: Iterable[str] | None = None) -> Record:
@@ -164,17 +165,19 @@ class Lookup:
         rows = self._query(self._point, (dataset, h, key))
         if not rows:
             raise self._missing(dataset, key)
-        url, alignment, offset, length, spans = rows[0]
+        url, alignment, offset, length, spans, kind, signature = rows[0]
         try:
             data = self._sources.read(url, offset, offset + length)
-            record = recordcodec.decode_indexed(
+            record = decode_record(
+                kind,
                 memoryview(data),
                 key=key,
                 length=length,
-                path=url,
+                url=url,
                 offset=offset,
                 alignment=alignment,
-                registered=partial(unpack_spans, bytes(spans)),
+                spans=bytes(spans),
+                layout=partial(self.layouts.get, signature),
                 text_cache=self._texts,
             )
         except (OSError, FormatError) as e:
@@ -182,10 +185,10 @@ class Lookup:
         return record
 
     def _get_entries(self, dataset: str, key: str, h: int, names: frozenset[str]) -> Record:
-        rows = self._query(self._point_entries, (dataset, h, key))
+        rows = self._query(self._point, (dataset, h, key))
         if not rows:
             raise self._missing(dataset, key)
-        url, _, offset, length, spans, signature = rows[0]
+        url, _, offset, length, spans, _, signature = rows[0]
         wanted = self._wanted(url, offset, bytes(spans), signature, names)
         record = Record(key, {}, offset=offset, length=length)
         if not wanted:
@@ -234,9 +237,8 @@ class Lookup:
                 _hash(k)  # raises InvalidKeyError naming the key
             raise
         names = None if entries is None else frozenset(entries)
-        sql = self._batch if names is None else self._batch_entries
         param: Any = hashes if self.dialect == "postgresql" else json.dumps(hashes)
-        rows = self._query(sql, (dataset, param)) if hashes else []
+        rows = self._query(self._batch, (dataset, param)) if hashes else []
         if not rows and (hashes or not asked):
             err = self._missing(dataset, None)
             if isinstance(err, DatasetNotFoundError):
@@ -244,8 +246,8 @@ class Lookup:
         found: dict[str, Any] = {}
         for row in rows:
             # Equal hashes, different key: a collision, never a match.
-            if row[5] in unique and row[5] not in found:
-                found[row[5]] = row
+            if row[7] in unique and row[7] not in found:
+                found[row[7]] = row
         records = self._read_batch(dataset, found, names)
         return BatchResult(
             asked, [records.get(k) for k in asked], [k for k in unique if k not in found]
@@ -288,7 +290,9 @@ class Lookup:
         if not n:
             return {}
         # Columns at C speed; Python touches each row once, to number its shard.
-        url_col, align_col, off_col, len_col, span_col, key_col = zip(*found.values())
+        url_col, align_col, off_col, len_col, span_col, kind_col, sig_col, key_col = zip(
+            *found.values()
+        )
         shard_of: dict[str, int] = {}
         number = shard_of.setdefault
         table = np.zeros(n, dtype=BATCH_ROW_DTYPE)
@@ -312,12 +316,32 @@ class Lookup:
         table["at"] = start - merged.start[merged.read]
         keys = list(key_col)
         spans = [s if type(s) is bytes else bytes(s) for s in span_col]
+        # Native records in one call of the record codec's batch decoder; rows of
+        # other kinds (tar samples indexed in place) one by one, by their kind.
+        native = np.fromiter((k == "native" for k in kind_col), dtype=bool, count=n)[table["row"]]
         try:
             records = recordcodec.decode_batch(
-                blobs, table, keys, spans, urls, alignments, unpack_spans, self._texts
+                blobs, table[native], keys, spans, urls, alignments, unpack_spans, self._texts
             )
         except FormatError as e:
             raise self._read_failed(e, e.path, dataset) from e
+        for blob, shard, row, _, at, length, offset in table[~native].tolist():
+            url = urls[shard]
+            try:
+                records[row] = decode_record(
+                    kind_col[row],
+                    blobs[blob][at : at + length],
+                    key=keys[row],
+                    length=length,
+                    url=url,
+                    offset=offset,
+                    alignment=alignments[shard],
+                    spans=spans[row],
+                    layout=partial(self.layouts.get, sig_col[row]),
+                    text_cache=self._texts,
+                )
+            except FormatError as e:
+                raise self._read_failed(e, url, dataset) from e
         return dict(zip(keys, records))  # every row has a record
 
     # --- errors ------------------------------------------------------------

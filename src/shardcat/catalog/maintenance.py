@@ -22,14 +22,13 @@ from ..errors import (
     CatalogError,
     DuplicateKeyError,
     FormatError,
-    ShardcatError,
-    ShardNotFoundError,
 )
 from ..format import ShardInfo
 from ..storage import redact
 from ..storage.shards import ShardReader
 from . import jobs
 from .datasets import find_dataset
+from .kinds import FileCheck, Summary, shard_kind
 from .models import Job, Shard
 from .register import PreparedShard, prepare_shard
 from .results import CatalogReport, Problem, ShardRow
@@ -47,11 +46,10 @@ __all__ = [
     "reindex_shards",
 ]
 
-FileCheck = tuple[ShardInfo | None, list[Problem], int]
-"""What reading one shard found: its footer (if readable), problems, records checked."""
 
 _LISTED = 20
 _COMPARED = (
+    "kind",
     "shard_number",
     "file_id",
     "format_major",
@@ -169,34 +167,18 @@ def check_files(
     workers: int,
     on_shard: Callable[[str, int], None] | None = None,
 ) -> list[FileCheck]:
-    """Read every shard's footer and check every CRC (no SQL: outside any transaction).
+    """Read every shard again and check every CRC (no SQL: outside any transaction).
+
+    How a file is checked depends on its kind (:mod:`.kinds`): a native
+    shard's footer and every CRC, a tar's full re-scan.
 
     ``on_shard(url, total)`` is called as each shard's check finishes.
     """
 
-    def read_and_verify(url: str) -> FileCheck:
-        try:
-            reader = ShardReader(url, storage_options=storage_options)
-        except ShardNotFoundError as e:
-            return None, [Problem(url, "missing", f"the shard file does not exist: {e}")], 0
-        except (ShardcatError, OSError) as e:
-            return None, [Problem(url, "unreadable", str(e))], 0
-        with reader:
-            try:
-                info = reader.info
-            except (ShardcatError, OSError) as e:
-                return None, [Problem(url, "unreadable", str(e))], 0
-            try:
-                checked = reader.verify().records
-            except (FormatError, OSError) as e:
-                # The footer is still compared with the catalog.
-                return info, [Problem(url, "corrupt", str(e))], 0
-        return info, [], checked
-
     def check_file(shard: Shard) -> FileCheck:
         url = shard.url
         try:
-            return read_and_verify(url)
+            return shard_kind(shard.kind).check(url, storage_options)
         except Exception as e:
             # The last line of defence: whatever one shard does, it is reported and the
             # others are still checked (a shard is data from outside, errors or not).
@@ -239,7 +221,7 @@ def compare_with_catalog(
     return CatalogReport(dataset, len(shards), records, size, problems)
 
 
-def _compare(s: Session, shard: Shard, info: ShardInfo) -> list[Problem]:
+def _compare(s: Session, shard: Shard, info: Summary) -> list[Problem]:
     """Disagreements between a shard's catalog rows and its footer."""
     url = shard.url
     try:

@@ -47,6 +47,7 @@ __all__ = [
     "JOB_STATES",
     "LIVE_STATES",
     "NAMING_CONVENTION",
+    "SHARD_KINDS",
     "SHARD_STATES",
     "Base",
     "Dataset",
@@ -74,6 +75,9 @@ LIVE_STATES = ("staged", "committed")
 """States in which a shard row still names its file: gc never deletes such a file."""
 
 JOB_STATES = ("open", "committed", "aborted")
+
+SHARD_KINDS = ("native", "tar")
+"""``native``: a shardcat shard file; ``tar``: a WebDataset tar indexed in place (revision 0004)."""
 
 # JSONB on PostgreSQL (indexable, operators like ->> and @>), JSON elsewhere.
 JSONType: TypeEngine[Any] = JSON().with_variant(JSONB(), "postgresql")
@@ -142,6 +146,7 @@ class Shard(Base):
     __tablename__ = "shards"
     __table_args__ = (
         CheckConstraint(_in("state", SHARD_STATES), name="state"),
+        CheckConstraint(_in("kind", SHARD_KINDS), name="kind"),
         Index(None, "dataset_id", "state"),
         Index(None, "dataset_id", "url"),
         Index(None, "job_id"),
@@ -166,6 +171,8 @@ class Shard(Base):
     """Full URL (or local path) without credentials."""
     shard_number: Mapped[int | None] = mapped_column(BigInteger)
     state: Mapped[str] = mapped_column(String(16))
+    kind: Mapped[str] = mapped_column(String(16), server_default=text("'native'"))
+    """``native`` or ``tar`` (see :mod:`shardcat.catalog.kinds`)."""
     # --- from the header -------------------------------------------------
     file_id: Mapped[str] = mapped_column(String(32))
     format_major: Mapped[int] = mapped_column(SmallInteger)

@@ -19,9 +19,8 @@ from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from ..errors import DuplicateKeyError, FormatError
-from ..format import ShardInfo
-from ..format.spec import NO_SHARD_NUMBER
 from ..storage import redact
+from .kinds import Summary, kind_of
 from .models import Layout, LayoutEntry, Record
 from .pgcopy import copy_binary
 from .spans import PackedSpans, pack_spans
@@ -72,8 +71,11 @@ class PreparedShard:
         return len(self.keys)
 
 
-def prepare_shard(info: ShardInfo) -> PreparedShard:
+def prepare_shard(info: Summary) -> PreparedShard:
     """Compute a shard's catalog rows from its summary (no database access).
+
+    ``info`` is a native shard's :class:`ShardInfo` or a tar's :class:`TarShardInfo`;
+    the columns that differ come from its kind (:mod:`.kinds`).
 
     Raises
     ------
@@ -94,28 +96,7 @@ def prepare_shard(info: ShardInfo) -> PreparedShard:
         raise FormatError(
             f"records name {int(starts[-1])} entries, the summary has {len(info.entries)}", path=url
         )
-    header = info.header
-    user = info.metadata.get("user", {})
-    columns: dict[str, Any] = {
-        "shard_number": None
-        if header.shard_number == NO_SHARD_NUMBER
-        else int(header.shard_number),
-        "file_id": info.file_id,
-        "format_major": int(header.version[0]),
-        "format_minor": int(header.version[1]),
-        "flags": int(header.flags),
-        "created_at": info.created,  # clamped to a valid date, as every reader reports it
-        "alignment": int(header.alignment),
-        "compression": header.default_codec.label,
-        "header_crc": int(header.crc),
-        "record_count": n,
-        "entry_count": len(info.entries),
-        "size_bytes": int(info.size),
-        "payload_bytes": info.payload_bytes(),
-        "data_crc": int(info.data_crc),
-        "footer_crc": int(info.footer_crc),
-        "user_metadata": user if isinstance(user, dict) else {"value": user},
-    }
+    columns = kind_of(info).columns(info)
     hashes = recs["key_hash"].astype(np.uint64).view(np.int64)
     check_unique(info.keys, hashes, url)
     layouts, layout_index = _layouts(info, counts, starts)
@@ -161,7 +142,7 @@ def duplicate_error(keys: list[str], where: str) -> DuplicateKeyError:
 
 
 def _layouts(
-    info: ShardInfo, counts: np.ndarray, starts: np.ndarray
+    info: Summary, counts: np.ndarray, starts: np.ndarray
 ) -> tuple[list[LayoutSpec], np.ndarray]:
     """Distinct entry sequences of the shard's records, and each record's one."""
     n = len(counts)

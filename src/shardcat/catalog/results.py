@@ -19,6 +19,7 @@ __all__ = [
     "JobInfo",
     "Location",
     "Problem",
+    "RecordRow",
     "ShardRow",
 ]
 
@@ -98,6 +99,21 @@ class ShardRow:
     data_crc: int
     footer_crc: int
     metadata: dict[str, Any] = field(default_factory=dict)
+    kind: str = "native"
+    """``native`` (a shardcat shard) or ``tar`` (a WebDataset tar indexed in place)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordRow:
+    """One record's catalog row, decoded: where it is and where each entry lies inside it."""
+
+    key: str
+    offset: int
+    length: int
+    entries: tuple[tuple[str, str, str], ...]
+    """``(name, content_type, codec)`` per entry, in record order (its layout)."""
+    spans: tuple[tuple[int, int, int], ...]
+    """``(offset in the record, stored size, CRC32C)`` per entry, in the same order."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,6 +55,7 @@ def shard_row(row: Shard, dataset: str) -> ShardRow:
         data_crc=int(row.data_crc),
         footer_crc=int(row.footer_crc),
         metadata=dict(row.user_metadata or {}),
+        kind=row.kind,
     )
 
 

@@ -9,9 +9,10 @@ the lock.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Iterable
 
-from sqlalchemy import select, true, update
+from sqlalchemy import select, text, true, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -21,14 +22,16 @@ from . import jobs
 from .datasets import find_dataset
 from .models import LIVE_STATES, Dataset, Job, Shard
 from .register import PreparedShard, ensure_layouts, insert_records
-from .results import ShardRow
+from .results import RecordRow, ShardRow
 from .rows import shard_row
 from .session import NO_SYNC
+from .spans import unpack_spans
 
 __all__ = [
     "insert_shard",
     "list_shards",
     "purge_shards",
+    "record_rows",
     "register_shard",
     "registration_state",
     "remove_shard",
@@ -46,6 +49,27 @@ def list_shards(session: Session, dataset: str, state: str | None) -> list[Shard
         q = q.where(Shard.state == state)
     q = q.order_by(Shard.shard_number, Shard.url, Shard.id)
     return [shard_row(r, ds.name) for r in session.execute(q).scalars()]
+
+
+_RECORD_ROWS = text(
+    "SELECT r.key, r.byte_offset, r.byte_length, r.spans, l.signature FROM records r "
+    "JOIN layouts l ON l.id = r.layout_id WHERE r.shard_id = :shard ORDER BY r.byte_offset"
+)
+
+
+def record_rows(session: Session, shard_id: int) -> list[RecordRow]:
+    """See :meth:`Catalog.record_rows`."""
+    parsed: dict[str, tuple[tuple[str, str, str], ...]] = {}
+    out: list[RecordRow] = []
+    for key, offset, length, spans, signature in session.execute(_RECORD_ROWS, {"shard": shard_id}):
+        layout = parsed.get(signature)
+        if layout is None:
+            layout = parsed[signature] = tuple(
+                (str(n), str(t), str(c)) for n, t, c in json.loads(signature)
+            )
+        located = tuple(unpack_spans(bytes(spans), len(layout)))
+        out.append(RecordRow(key, int(offset), int(length), layout, located))
+    return out
 
 
 def shard_urls(

@@ -58,7 +58,7 @@ def _root(
 
 
 def _register() -> None:
-    from . import dataset_cmds, maintenance_cmds, shard_cmds, sql_cmd, write_cmd
+    from . import dataset_cmds, maintenance_cmds, shard_cmds, sql_cmd, tar_cmds, write_cmd
     from .catalog import catalog_app
 
     write_cmd.register(app)
@@ -66,8 +66,10 @@ def _register() -> None:
     maintenance_cmds.register(app)
     sql_cmd.register(app)
     shard_cmds.register(app)
+    tar_cmds.register(app)
     use_global_options(app)
     app.add_typer(catalog_app, name="catalog")
+    app.add_typer(tar_cmds.taridx_app, name="taridx")
 
 
 _register()

@@ -157,11 +157,18 @@ def delete(
     ctx: typer.Context,
     dataset: Annotated[str, typer.Argument(help="The dataset's name.", metavar="DATASET")],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    delete_tars: Annotated[
+        bool,
+        typer.Option(
+            "--delete-tars", help="Also delete tars indexed in place (default: rows only)."
+        ),
+    ] = False,
 ) -> None:
     """Delete a dataset: every shard object (all states), then its catalog rows.
 
     Asks first; without a terminal, --yes is required. Files another dataset's
-    rows name, or that lie outside the dataset's root, are left in place.
+    rows name, or that lie outside the dataset's root, are left in place; so
+    are tars indexed in place (index-tar) unless --delete-tars is given.
     """
     from ..orchestration.gc import delete_dataset
 
@@ -183,7 +190,9 @@ def delete(
             out.note(f"This deletes {what}.")
             if not typer.confirm("Delete them?", default=False, err=True):
                 raise typer.Abort()
-        report = delete_dataset(cat, dataset, storage_options=state.storage_options)
+        report = delete_dataset(
+            cat, dataset, storage_options=state.storage_options, delete_tars=delete_tars
+        )
     for line in report.kept:
         out.note(f"kept {line}")
     out.deleted(dataset, report, shards=len(shards), size=size)

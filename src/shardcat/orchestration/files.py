@@ -317,16 +317,21 @@ def _nothing_at(alternative: str, source: str) -> str:
 
 
 def plan_partitions(samples: Iterable[SampleFiles], target_bytes: int) -> list[list[SampleFiles]]:
-    """Cut samples (in order) into partitions of about ``target_bytes`` of shard each.
+    """Cut samples into partitions of about ``target_bytes`` of shard each, in listing order.
 
     A partition takes samples while its estimated shard stays within
-    ``target_bytes``; a sample larger than that gets a partition of its own.
+    ``target_bytes``. A sample too large for any partition gets one of its
+    own and leaves the partition being filled open, so that a big file
+    between small ones does not cut their shard short.
     """
     parts: list[list[SampleFiles]] = []
     current: list[SampleFiles] = []
     size = SHARD_OVERHEAD
     for sample in samples:
         est = sample.estimated_bytes()
+        if SHARD_OVERHEAD + est > target_bytes:
+            parts.append([sample])
+            continue
         if current and size + est > target_bytes:
             parts.append(current)
             current, size = [], SHARD_OVERHEAD

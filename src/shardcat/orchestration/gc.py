@@ -18,7 +18,8 @@ What gc never deletes, whatever the rows say:
 * a file that a live (staged or committed) row of any dataset names — a
   tombstone may share its URL with a row registered again later;
 * a file outside the dataset's root folder — a row registered by hand may
-  name any file; gc forgets such a tombstone and leaves the file alone.
+  name any file; gc forgets such a tombstone and leaves the file alone;
+* a tar indexed in place (shard kind ``tar``): the tar is the user's file.
 
 Both are reported in :attr:`GcReport.kept`.
 """
@@ -31,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..catalog.kinds import shard_kind
 from ..catalog.models import LIVE_STATES
 from ..errors import ShardcatError, StorageError
 from ..storage import redact, resolve
@@ -129,6 +131,8 @@ def gc(
             doomed = []
             for shard in deleted:
                 reason = _keep_reason(shard.url, root, live, opts)
+                if reason is None and not shard_kind(shard.kind).owns_files:
+                    reason = "a tar indexed in place: gc forgets its row, never the file"
                 if reason is not None:
                     report.kept.append(f"{shard.url}: {reason}")
                 else:
@@ -178,8 +182,12 @@ def delete_dataset(
     *,
     dry_run: bool = False,
     storage_options: Mapping[str, Any] | None = None,
+    delete_tars: bool = False,
 ) -> DeleteReport:
     """Remove a dataset's shard objects, then its catalog rows.
+
+    Tars indexed in place (``index_tar``) are the user's files: only their
+    rows go, unless ``delete_tars`` is true.
 
     Like gc, it never deletes a file that a live row of another dataset names,
     nor one outside the dataset's root folder (a shard registered in place,
@@ -202,6 +210,8 @@ def delete_dataset(
     shards = cat.shards(dataset, state=None)
     report = DeleteReport(dataset, dry_run, len(shards), sum(s.size_bytes for s in shards))
     mine = cat.shard_urls(dataset=dataset)
+    # Per URL: may deleting the dataset delete the file (kinds.py decides per shard kind)?
+    owned = {s.url: shard_kind(s.kind).owns_files or delete_tars for s in shards}
     others = {
         _key(u, opts)
         for d in cat.datasets()
@@ -211,6 +221,11 @@ def delete_dataset(
     doomed = []
     for url in sorted(mine):
         reason = _keep_reason(url, root, others, opts, "a shard row of another dataset names it")
+        if reason is None and not owned.get(url, True):
+            reason = (
+                "a tar indexed in place: only its rows are deleted "
+                "(delete_tars=True / --delete-tars removes it)"
+            )
         if reason is not None:
             report.kept.append(f"{url}: {reason}")
         else:

@@ -240,7 +240,12 @@ def _translate(e: BaseException, url: str, writing: bool) -> ShardcatError:
     names = [_names(x) for x in chain]
     verb = "write" if writing else "read"
 
-    if any(n & _NO_CREDENTIALS for n in names):
+    # azure-identity's credential chain fails with a ClientAuthenticationError
+    # that carries no response: no identity was found, nothing was rejected.
+    no_identity = any(
+        "ClientAuthenticationError" in n and _status(x) is None for n, x in zip(names, chain)
+    )
+    if no_identity or any(n & _NO_CREDENTIALS for n in names):
         hint = _CREDENTIAL_HINTS.get(protocol, "pass them as storage options (-S name=value)")
         store = {"s3": "S3", "az": "Azure", "gs": "Google Cloud"}.get(protocol, protocol)
         return StorageCredentialsError(

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ...catalog.readonly import ReadOnlyRole
     from ...demo import DemoReport
     from ...format import Record, VerifyReport
-    from ...orchestration import WriteProgressCallback, WriteSummary
+    from ...orchestration import IndexTarSummary, WriteProgressCallback, WriteSummary
     from ...orchestration.gc import DeleteReport, GcReport
 
 __all__ = ["Output", "QueryRows", "ShardInspection", "VerifyProgressCallback", "err_console"]
@@ -112,6 +112,14 @@ class Output(ABC):
     @abstractmethod
     def write_summary(self, summary: WriteSummary) -> None:
         """What a committed write job produced."""
+
+    @abstractmethod
+    def tar_indexed(self, summary: IndexTarSummary) -> None:
+        """What a committed ``index-tar`` job registered, and the tars it skipped."""
+
+    @abstractmethod
+    def taridx_done(self, action: str, path: str, dataset: str, tars: int, rows: int) -> None:
+        """A ``.taridx`` written (``action="exported"``) or registered (``"imported"``)."""
 
     # --- datasets: ls, stats, get -------------------------------------------
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ...catalog.readonly import ReadOnlyRole
     from ...demo import DemoReport
     from ...format import Entry, Record
-    from ...orchestration import WriteProgressCallback, WriteSummary
+    from ...orchestration import IndexTarSummary, WriteProgressCallback, WriteSummary
     from ...orchestration.gc import DeleteReport, GcReport
 
 __all__ = [
@@ -171,6 +171,14 @@ class JsonOutput(Output):
 
     def write_summary(self, summary: WriteSummary) -> None:
         self._print({**dataclasses.asdict(summary), "mb_per_s": round(summary.mb_per_s, 3)})
+
+    def tar_indexed(self, summary: IndexTarSummary) -> None:
+        self._print({**dataclasses.asdict(summary), "mb_per_s": round(summary.mb_per_s, 3)})
+
+    def taridx_done(self, action: str, path: str, dataset: str, tars: int, rows: int) -> None:
+        self._print(
+            {"action": action, "path": path, "dataset": dataset, "tars": tars, "rows": rows}
+        )
 
     def datasets(self, catalog: str, rows: Sequence[Mapping[str, Any]]) -> None:
         self._print([dict(r) for r in rows])

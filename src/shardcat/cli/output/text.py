@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from ...catalog.readonly import ReadOnlyRole
     from ...demo import DemoReport
     from ...format import Entry, Record
-    from ...orchestration import WriteProgressCallback, WriteSummary
+    from ...orchestration import IndexTarSummary, WriteProgressCallback, WriteSummary
     from ...orchestration.gc import DeleteReport, GcReport
 
 __all__ = ["TextOutput", "text_cell", "tsv_cell"]
@@ -182,6 +182,14 @@ class TextOutput(Output):
         self._line(str(summary))
         for pattern in summary.shard_patterns:
             self._line(f"  {pattern}")
+
+    def tar_indexed(self, summary: IndexTarSummary) -> None:
+        self._line(str(summary))
+        for f in summary.failed:
+            err_console.print(f"skipped {f.url}: {f.error}: {f.message}", markup=False)
+
+    def taridx_done(self, action: str, path: str, dataset: str, tars: int, rows: int) -> None:
+        self._line(f"{action} {path}: dataset {dataset!r}, {tars} tar(s), {rows:,} member row(s)")
 
     # --- datasets -----------------------------------------------------------
 

@@ -1,0 +1,158 @@
+"""``shardcat index-tar`` and ``shardcat taridx export|import``: WebDataset tars in place.
+
+The commands only parse: indexing is :func:`shardcat.index_tar`, the TARIDX
+conversions are :mod:`shardcat.orchestration.taridx_io`.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from typing import Annotated
+
+import typer
+
+from .common import open_catalog, state_of
+from .global_options import GlobalOptionsGroup, use_global_options
+from .write_cmd import _client
+
+__all__ = ["register"]
+
+taridx_app = typer.Typer(
+    name="taridx",
+    help="Export a tar dataset's index as a .taridx file (TARIDX 1.0), or import one.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    cls=GlobalOptionsGroup,
+)
+
+
+class OnError(str, enum.Enum):
+    fail = "fail"
+    skip = "skip"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("index-tar")(index_tar)
+    taridx_app.command("export")(export)
+    taridx_app.command("import")(import_)
+    use_global_options(taridx_app)
+
+
+def _quiet_dask(verbose: int) -> None:
+    if verbose < 2:  # Dask's INFO lines (scheduler, nanny) bury the result
+        import distributed  # noqa: F401  (importing it sets its loggers' levels; override after)
+
+        logging.getLogger("distributed").setLevel(logging.WARNING)
+
+
+def index_tar(
+    ctx: typer.Context,
+    pattern: Annotated[
+        list[str],
+        typer.Argument(
+            help="Tar URLs or patterns: braces (train-{000000..000099}.tar) and globs (*.tar).",
+            metavar="PATTERN...",
+        ),
+    ],
+    dataset: Annotated[
+        str, typer.Option("--dataset", "-d", help="The dataset's name.", metavar="NAME")
+    ],
+    on_error: Annotated[
+        OnError,
+        typer.Option(help="fail: a bad tar fails the job; skip: report it and leave it out."),
+    ] = OnError.fail,
+    workers: Annotated[
+        int | None, typer.Option(min=1, help="Local Dask worker processes (default: per core).")
+    ] = None,
+    scheduler: Annotated[
+        str | None, typer.Option(help="A running Dask scheduler's address.", metavar="ADDRESS")
+    ] = None,
+) -> None:
+    """Index WebDataset tars in place: every sample gets a key lookup, CRC-checked.
+
+    Each tar is read once as a stream by one Dask task (no download, no
+    request per member); the whole job commits at once. The tars are never
+    changed; `delete` leaves them unless given --delete-tars.
+    """
+    from ..orchestration import index_tar as run
+
+    if workers is not None and scheduler is not None:
+        raise typer.BadParameter("give --workers or --scheduler, not both", param_hint="--workers")
+    state = state_of(ctx)
+    _quiet_dask(state.verbose)
+    with (
+        open_catalog(state, create=True) as cat,
+        _client(workers, scheduler, pattern[0]) as client,
+    ):
+        summary = run(
+            pattern,
+            catalog=cat,
+            dataset=dataset,
+            storage_options=state.storage_options,
+            client=client,
+            on_error=on_error.value,
+        )
+    state.out.tar_indexed(summary)
+
+
+def export(
+    ctx: typer.Context,
+    dataset: Annotated[str, typer.Argument(help="A tar dataset's name.", metavar="DATASET")],
+    out_path: Annotated[str, typer.Argument(help="The .taridx file to write.", metavar="OUT")],
+) -> None:
+    """Write a tar dataset's index as a TARIDX 1.0 file (fid = the tar's place in `ls`)."""
+    from ..orchestration.taridx_io import export_taridx
+
+    state = state_of(ctx)
+    with open_catalog(state) as cat:
+        index, tars = export_taridx(cat, dataset, out_path, storage_options=state.storage_options)
+    state.out.taridx_done("exported", out_path, dataset, len(tars), len(index.rows))
+
+
+def import_(
+    ctx: typer.Context,
+    in_path: Annotated[str, typer.Argument(help="The .taridx file to read.", metavar="IN")],
+    tars: Annotated[
+        str,
+        typer.Option(
+            "--tars",
+            help="The tars it indexes, in fid order: a brace pattern or glob.",
+            metavar="URL_PATTERN",
+        ),
+    ],
+    dataset: Annotated[
+        str, typer.Option("--dataset", "-d", help="The dataset's name.", metavar="NAME")
+    ],
+    workers: Annotated[
+        int | None, typer.Option(min=1, help="Local Dask worker processes (default: per core).")
+    ] = None,
+    scheduler: Annotated[
+        str | None, typer.Option(help="A running Dask scheduler's address.", metavar="ADDRESS")
+    ] = None,
+) -> None:
+    """Register the tars a .taridx file indexes; every tar must match its rows.
+
+    TARIDX holds key hashes, not keys, and no CRCs: each tar is scanned once
+    (streaming) for its keys and CRCs, and checked against the index's rows.
+    """
+    from ..orchestration.taridx_io import import_taridx
+
+    if workers is not None and scheduler is not None:
+        raise typer.BadParameter("give --workers or --scheduler, not both", param_hint="--workers")
+    state = state_of(ctx)
+    _quiet_dask(state.verbose)
+    with (
+        open_catalog(state, create=True) as cat,
+        _client(workers, scheduler, tars) as client,
+    ):
+        summary = import_taridx(
+            cat,
+            in_path,
+            tars,
+            dataset=dataset,
+            storage_options=state.storage_options,
+            client=client,
+        )
+    state.out.taridx_done("imported", in_path, dataset, len(summary.tars), summary.records)

@@ -1,0 +1,132 @@
+"""TARIDX files and the catalog: export a tar dataset's index, import one as a tar dataset.
+
+Export rebuilds each tar's scan summary from its catalog rows (no tar is
+read) and writes :func:`~shardcat.format.tar.taridx_from_scans` of them:
+``fid`` is the tar's place in the dataset's shard listing (by URL).
+
+Import cannot register from the index alone: TARIDX rows hold a hash of
+each key, not the key, and no CRC. So each tar is scanned once, streaming,
+by :func:`~shardcat.orchestration.index_tar` (one Dask task per tar, one
+commit), and every tar's scan is checked against the index's rows for its
+``fid`` (:func:`~shardcat.format.tar.verify_scan`: the same members,
+offsets, sizes, extensions, key hashes and crash ids) before it is staged.
+An index that does not describe its tars fails the job; nothing is committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..catalog.results import RecordRow, ShardRow
+from ..errors import ShardcatError
+from ..format.checksums import key_hash
+from ..format.footer import EntrySpec
+from ..format.spec import ENTRY_ROW_DTYPE, RECORD_ROW_DTYPE, Codec
+from ..format.tar import Taridx, TaridxError, TarShardInfo, taridx_from_scans
+from ..storage import open_source, redact, resolve
+from .index_tar import IndexTarSummary, expand_tar_urls, index_tar
+
+__all__ = ["export_taridx", "import_taridx", "tar_info_from_rows"]
+
+
+def tar_info_from_rows(shard: ShardRow, rows: Sequence[RecordRow]) -> TarShardInfo:
+    """A tar's scan summary rebuilt from its catalog rows (what the scan registered)."""
+    specs: dict[tuple[str, str], int] = {}
+    records = np.zeros(len(rows), dtype=RECORD_ROW_DTYPE)
+    n_entries = sum(len(r.spans) for r in rows)
+    entries = np.zeros(n_entries, dtype=ENTRY_ROW_DTYPE)
+    at = 0
+    for i, row in enumerate(rows):
+        raw = row.key.encode("utf-8")
+        records[i] = (row.offset, row.length, key_hash(raw), len(raw), len(row.spans), b"\0" * 4)
+        for (name, ctype, _), (off, size, crc) in zip(row.entries, row.spans):
+            spec = specs.setdefault((name, ctype), len(specs))
+            entries[at] = (off, size, crc, spec, b"\0" * 2)
+            at += 1
+    tar = shard.metadata.get("tar", {})
+    return TarShardInfo(
+        path=shard.url,
+        size=shard.size_bytes,
+        end_offset=int(tar.get("end_offset", 0)),
+        member_count=int(tar.get("member_count", n_entries)),
+        skipped=int(tar.get("skipped", 0)),
+        keys=[r.key for r in rows],
+        records=records,
+        entries=entries,
+        specs=[EntrySpec(name, ctype, Codec.NONE) for name, ctype in specs],
+    )
+
+
+def export_taridx(
+    catalog: Any, dataset: str, out: str, *, storage_options: Mapping[str, Any] | None = None
+) -> tuple[Taridx, list[str]]:
+    """Write ``dataset``'s committed tars as a TARIDX file at ``out`` (any fsspec URL).
+
+    Returns the index and the tar URLs in ``fid`` order.
+
+    Raises
+    ------
+    ShardcatError
+        The dataset has native shards (TARIDX indexes tars only) or no shard.
+    TaridxError
+        More tars or extensions than TARIDX can number.
+    """
+    shards = sorted(catalog.shards(dataset), key=lambda s: (s.url, s.id))
+    native = [s.url for s in shards if s.kind != "tar"]
+    if native:
+        raise ShardcatError(
+            f"dataset {dataset!r} has {len(native)} native shard(s) ({native[0]}, ...): a TARIDX "
+            "file indexes tars only; export a dataset made by `shardcat index-tar`"
+        )
+    if not shards:
+        raise ShardcatError(f"dataset {dataset!r} has no committed tar to export")
+    infos = [tar_info_from_rows(s, catalog.record_rows(s.id)) for s in shards]
+    index = taridx_from_scans(infos)
+    data = index.to_bytes()
+    fs, path = resolve(out, dict(storage_options or {}))
+    with fs.open(path, "wb") as f:
+        f.write(data)
+    return index, [s.url for s in shards]
+
+
+def import_taridx(
+    catalog: Any,
+    taridx: str,
+    tars: str | Sequence[str],
+    *,
+    dataset: str,
+    storage_options: Mapping[str, Any] | None = None,
+    client: Any = None,
+) -> IndexTarSummary:
+    """Register the tars ``taridx`` indexes (``fid`` = position in the expanded ``tars``).
+
+    Raises
+    ------
+    TaridxError
+        The file is not a valid TARIDX, names a ``fid`` past the tars given,
+        or does not describe a tar (nothing is committed).
+    TarError, ShardNotFoundError, DuplicateKeyError
+        As :func:`index_tar` with ``on_error="fail"``.
+    """
+    opts = dict(storage_options or {})
+    source = open_source(taridx, opts)
+    try:
+        data = source.read(0, source.size())
+    finally:
+        source.close()
+    index = Taridx.from_bytes(data, path=redact(taridx))
+    urls = expand_tar_urls(tars, opts)
+    if len(index.rows):
+        top = int(index.rows["fid"].max())
+        if top >= len(urls):
+            raise TaridxError(
+                f"the index names tar fid {top}, the pattern gives {len(urls)} tar(s) "
+                "(fid = position in the expanded pattern)",
+                path=redact(taridx),
+            )
+    return index_tar(
+        urls, catalog=catalog, dataset=dataset, storage_options=opts, client=client, _index=index
+    )
