@@ -248,10 +248,12 @@ class Lookup:
             # Equal hashes, different key: a collision, never a match.
             if row[7] in unique and row[7] not in found:
                 found[row[7]] = row
+        missing = [k for k in unique if k not in found]
+        # The rows end here (the read below takes them from ``found`` column by
+        # column): 10,000 tuples fewer for the cyclic GC to walk while it runs.
+        del rows
         records = self._read_batch(dataset, found, names)
-        return BatchResult(
-            asked, [records.get(k) for k in asked], [k for k in unique if k not in found]
-        )
+        return BatchResult(asked, [records.get(k) for k in asked], missing)
 
     def _read_batch(
         self, dataset: str, found: dict[str, Any], names: frozenset[str] | None
@@ -285,7 +287,10 @@ class Lookup:
         return out
 
     def _read_records(self, dataset: str, found: dict[str, Any]) -> dict[str, Record]:
-        """Whole records: a table of where each lies, sorted and merged reads, one decoder call."""
+        """Whole records: a table of where each lies, sorted and merged reads, one decoder call.
+
+        Empties ``found`` once its rows are columns (the caller is done with it).
+        """
         n = len(found)
         if not n:
             return {}
@@ -293,6 +298,7 @@ class Lookup:
         url_col, align_col, off_col, len_col, span_col, kind_col, sig_col, key_col = zip(
             *found.values()
         )
+        found.clear()
         shard_of: dict[str, int] = {}
         number = shard_of.setdefault
         table = np.zeros(n, dtype=BATCH_ROW_DTYPE)
