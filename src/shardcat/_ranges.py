@@ -15,9 +15,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from ._types import ByteRange
 
-__all__ = ["DEFAULT_MAX_GAP", "DEFAULT_MAX_SPAN", "LOCAL_MAX_GAP", "Coalesced", "coalesce", "split"]
+__all__ = [
+    "DEFAULT_MAX_GAP",
+    "DEFAULT_MAX_SPAN",
+    "LOCAL_MAX_GAP",
+    "Coalesced",
+    "MergedReads",
+    "coalesce",
+    "merge_sorted",
+    "split",
+]
 
 DEFAULT_MAX_GAP = 64 * 1024
 """Read through gaps up to this size rather than issue another request."""
@@ -75,3 +86,70 @@ def split(
             piece = view[r.start - base : r.end - base]
             out[i] = piece
     return [v if v is not None else memoryview(b"") for v in out]
+
+
+@dataclass(frozen=True, slots=True)
+class MergedReads:
+    """The reads that serve ranges sorted by (file, start), as arrays."""
+
+    read: np.ndarray
+    """int64, per input range: which read serves it."""
+    file: np.ndarray
+    """int64, per read: its file."""
+    start: np.ndarray
+    """int64, per read: its first byte."""
+    end: np.ndarray
+    """int64, per read: one past its last byte."""
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
+def merge_sorted(
+    file: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    max_gap: np.ndarray,
+    max_span: int = DEFAULT_MAX_SPAN,
+) -> MergedReads:
+    """:func:`coalesce` for many ranges at once, already sorted by ``(file, start)``.
+
+    One vectorised pass over all files: a range joins the read before it when
+    it is in the same file and starts at most ``max_gap[file]`` bytes after
+    the furthest end so far; a read is split again where it would pass
+    ``max_span`` (only such reads are walked in Python). Each input index is
+    served by exactly one read; overlapping and duplicate ranges share one.
+    """
+    n = len(start)
+    file = np.asarray(file, dtype=np.int64)
+    start = np.asarray(start, dtype=np.int64)
+    end = np.maximum(np.asarray(end, dtype=np.int64), start)
+    if n == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return MergedReads(empty, empty, empty, empty)
+    if np.any(file[1:] < file[:-1]) or np.any((file[1:] == file[:-1]) & (start[1:] < start[:-1])):
+        raise ValueError("merge_sorted: ranges must be sorted by (file, start)")
+    # The furthest end so far, per file (a range may end inside the one before it).
+    reach = np.empty(n, dtype=np.int64)
+    bounds = np.flatnonzero(np.diff(file)) + 1
+    for a, b in zip(np.concatenate(([0], bounds)), np.concatenate((bounds, [n]))):
+        np.maximum.accumulate(end[a:b], out=reach[a:b])
+    gaps = np.asarray(max_gap, dtype=np.int64)[file]
+    new = np.ones(n, dtype=bool)
+    new[1:] = (file[1:] != file[:-1]) | (start[1:] - reach[:-1] > gaps[1:])
+    firsts = np.flatnonzero(new)
+    r_end = np.maximum.reduceat(end, firsts)
+    for i in np.flatnonzero(r_end - start[firsts] > max_span):
+        # Rare (max_span is many records long): walk this read and cut it.
+        a = int(firsts[i])
+        b = int(firsts[i + 1]) if i + 1 < len(firsts) else n
+        lo, hi = int(start[a]), int(end[a])
+        for j in range(a + 1, b):
+            if max(hi, int(end[j])) - lo > max_span:
+                new[j] = True
+                lo, hi = int(start[j]), int(end[j])
+            else:
+                hi = max(hi, int(end[j]))
+    firsts = np.flatnonzero(new)
+    read = np.cumsum(new, dtype=np.int64) - 1
+    return MergedReads(read, file[firsts], start[firsts], np.maximum.reduceat(end, firsts))

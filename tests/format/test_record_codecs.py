@@ -26,7 +26,13 @@ from shardcat.errors import FormatError
 from shardcat.format import lazy, recordcodec, records
 from shardcat.format.entries import Record, _StoredEntry
 from shardcat.format.records import PreparedEntry
-from shardcat.format.spec import ALIGNMENTS, ENTRY_DESC_STRUCT, RECORD_HEAD_STRUCT, Codec
+from shardcat.format.spec import (
+    ALIGNMENTS,
+    BATCH_ROW_DTYPE,
+    ENTRY_DESC_STRUCT,
+    RECORD_HEAD_STRUCT,
+    Codec,
+)
 
 if "compiled" not in recordcodec.available() and os.environ.get(recordcodec.ENV_VAR) == "python":
     pytest.skip("the compiled record codec is not built", allow_module_level=True)
@@ -161,6 +167,18 @@ def test_crc32c_of_long_buffers_in_pieces():
 def test_the_c_constants_are_the_spec():
     assert RECORD_HEAD_STRUCT.size == ccodec.HEAD_SIZE
     assert ENTRY_DESC_STRUCT.size == ccodec.DESC_SIZE
+    assert BATCH_ROW_DTYPE.itemsize == ccodec.BATCH_ROW_SIZE
+    # The C reads the batch rows at fixed offsets: the declaration must keep them.
+    fields = BATCH_ROW_DTYPE.fields or {}
+    assert [(n, fields[n][1], fields[n][0].str) for n in BATCH_ROW_DTYPE.names or ()] == [
+        ("blob", 0, "<u4"),
+        ("shard", 4, "<u4"),
+        ("row", 8, "<u4"),
+        ("reserved", 12, "<u4"),
+        ("at", 16, "<u8"),
+        ("length", 24, "<u8"),
+        ("offset", 32, "<u8"),
+    ]
     assert ccodec.TEXT_CACHE_MAX == records._TEXT_CACHE_MAX
     assert ccodec.CRC32C_IMPL in ("sse4.2", "table")
 

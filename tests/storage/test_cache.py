@@ -6,10 +6,12 @@ import multiprocessing
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from catalog.helpers import descriptors_of, needs_proc
 from shardcat._types import ByteRange
+from shardcat.errors import ShardNotFoundError
 from shardcat.storage import SourceCache, fetch_ranges
 
 DATA = bytes(range(256)) * 40
@@ -76,3 +78,67 @@ def test_a_local_file_replaced_by_rename_is_reopened(shard, tmp_path):
     os.replace(aside, shard)  # the cached descriptor now names no file
     assert cache.read(str(shard), 0, 5) == b"fresh"
     cache.close()
+
+
+# --- read_sorted: the batch path's reads --------------------------------------
+
+
+def _sorted_reads(cache, urls, rows):
+    file = np.array([f for f, _, _ in rows], dtype=np.int64)
+    start = np.array([s for _, s, _ in rows], dtype=np.int64)
+    end = np.array([e for _, _, e in rows], dtype=np.int64)
+    blobs, merged = cache.read_sorted(urls, file, start, end)
+    return [
+        bytes(blobs[r][s - merged.start[r] : e - merged.start[r]])
+        for r, s, e in zip(merged.read.tolist(), start.tolist(), end.tolist())
+    ]
+
+
+def test_read_sorted_reads_local_files_with_pread_and_merges(shard, tmp_path, monkeypatch):
+    other = tmp_path / "b.bin"
+    other.write_bytes(DATA[::-1])
+    calls: list[int] = []
+    real = os.pread
+
+    def counted(fd, n, off):
+        calls.append(n)
+        return real(fd, n, off)
+
+    monkeypatch.setattr(os, "pread", counted)
+    rows = [(0, 0, 10), (0, 10, 20), (0, 9000, 9100), (1, 5, 7), (1, 10_000, 10_300)]
+    with SourceCache() as cache:
+        got = _sorted_reads(cache, [str(shard), f"file://{other}"], rows)
+    expected = [DATA[0:10], DATA[10:20], DATA[9000:9100], DATA[::-1][5:7], DATA[::-1][10_000:]]
+    assert got == expected  # the last range passes the end of the file: fewer bytes
+    # (0, 20) is one read; 9000 is more than 8 KiB further; the short read is continued once.
+    assert calls[:4] == [20, 100, 2, 300]
+
+
+def test_read_sorted_reads_remote_files_with_one_cat_ranges(s3):
+    import s3fs
+
+    fs = s3fs.S3FileSystem(**s3["storage_options"])
+    urls = [f"{s3['url']}/a.bin", f"{s3['url']}/b.bin"]
+    fs.pipe(urls[0], DATA)
+    fs.pipe(urls[1], DATA[::-1])
+    rows = [(0, 0, 10), (0, 10_200, 10_240), (1, 5, 7)]
+    with SourceCache(s3["storage_options"]) as cache:
+        calls: list[int] = []
+        fs = cache.source(urls[0]).fs  # type: ignore[attr-defined]
+        real = fs.cat_ranges
+
+        def counted(paths, starts, ends, **kwargs):
+            calls.append(len(paths))
+            return real(paths, starts, ends, **kwargs)
+
+        fs.cat_ranges = counted
+        got = _sorted_reads(cache, urls, rows)
+    assert got == [DATA[0:10], DATA[10_200:], DATA[::-1][5:7]]
+    assert calls == [2]  # one call; the first file's ranges merged (64 KiB gaps remotely)
+
+
+def test_read_sorted_names_a_missing_file(tmp_path, shard):
+    missing = tmp_path / "gone.bin"
+    with SourceCache() as cache, pytest.raises(ShardNotFoundError) as info:
+        _sorted_reads(cache, [str(shard), str(missing)], [(0, 0, 4), (1, 0, 4)])
+    assert str(missing) in str(info.value.path)

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardcat._ranges import DEFAULT_MAX_GAP, DEFAULT_MAX_SPAN, Coalesced, coalesce, split
+from shardcat._ranges import (
+    DEFAULT_MAX_GAP,
+    DEFAULT_MAX_SPAN,
+    Coalesced,
+    coalesce,
+    merge_sorted,
+    split,
+)
 from shardcat._types import ByteRange
 
 
@@ -144,3 +152,59 @@ def test_split_gives_each_range_its_bytes(ranges, max_gap, max_span, file_size, 
     blobs = [data[c.range.start : c.range.end] for c in merged]  # short where the file ends
     views = split(merged, blobs, ranges)
     assert [bytes(v) for v in views] == [data[r.start : r.end] for r in ranges]
+
+
+# --- merge_sorted: many files, sorted arrays, one vectorised pass ---------------
+
+sorted_ranges = st.lists(
+    st.tuples(st.integers(0, 3), st.integers(0, 2000), st.integers(0, 300)), max_size=60
+).map(sorted)
+
+
+@settings(max_examples=200, deadline=None)
+@given(sorted_ranges, st.integers(0, 200), st.sampled_from([1, 50, 400, 1500, 5000]))
+def test_merge_sorted_serves_each_range_from_one_read_like_coalesce(rows, gap, span):
+    file = np.array([f for f, _, _ in rows], dtype=np.int64)
+    start = np.array([s for _, s, _ in rows], dtype=np.int64)
+    end = start + np.array([n for _, _, n in rows], dtype=np.int64)
+    gaps = np.full(4, gap, dtype=np.int64)
+    merged = merge_sorted(file, start, end, gaps, span)
+    assert len(merged.read) == len(rows)
+    for i in range(len(rows)):
+        r = int(merged.read[i])
+        assert merged.file[r] == file[i]
+        assert merged.start[r] <= start[i] and end[i] <= merged.end[r]
+    # Reads never overlap within a file, and only one longer than max_span holds one range.
+    for r in range(len(merged)):
+        members = np.flatnonzero(merged.read == r)
+        assert len(members) >= 1
+        if merged.end[r] - merged.start[r] > span:
+            assert len(members) == 1
+    # Without a span cap, reads never overlap and are coalesce's, per file.
+    if span >= 2300:
+        for f in range(4):
+            reads = np.flatnonzero(merged.file == f)
+            assert all(merged.end[a] < merged.start[b] for a, b in itertools.pairwise(reads))
+            mine = [
+                (int(merged.start[r]), int(merged.end[r])) for r in np.flatnonzero(merged.file == f)
+            ]
+            ranges = [ByteRange(int(s), int(e)) for s, e in zip(start[file == f], end[file == f])]
+            assert mine == [(c.range.start, c.range.end) for c in coalesce(ranges, gap, span)]
+
+
+def test_merge_sorted_gaps_are_per_file_and_files_never_merge():
+    merged = merge_sorted(
+        np.array([0, 0, 1, 1]),
+        np.array([0, 20, 20, 40]),
+        np.array([10, 30, 30, 50]),
+        np.array([10, 5]),
+    )
+    assert merged.read.tolist() == [0, 0, 1, 2]
+    assert list(zip(merged.start.tolist(), merged.end.tolist())) == [(0, 30), (20, 30), (40, 50)]
+
+
+def test_merge_sorted_nothing_and_unsorted_input():
+    empty = np.zeros(0, dtype=np.int64)
+    assert len(merge_sorted(empty, empty, empty, np.zeros(1, dtype=np.int64))) == 0
+    with pytest.raises(ValueError, match="sorted"):
+        merge_sorted(np.array([0, 0]), np.array([10, 0]), np.array([20, 5]), np.array([0]))

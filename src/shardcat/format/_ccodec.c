@@ -38,6 +38,7 @@
 #define MAX_ZERO_PAD 4096   /* records.py compares pads with a 4096-byte run of zeros */
 #define JOIN_LIMIT (64 << 10) /* records up to this size are encoded into one bytes object */
 #define TEXT_CACHE_MAX 4096
+#define BATCH_ROW_SIZE 40     /* spec.BATCH_ROW_DTYPE: blob u4, shard u4, row u4, reserved u4, at u8, length u8, offset u8 */
 static const unsigned char RECORD_TAG[4] = {'R', 'E', 'C', 0};
 
 /* ------------------------------------------------------------------------ */
@@ -764,6 +765,133 @@ done:
     return Py_BuildValue("(Nn)", out, at - start);
 }
 
+/* The catalog's packed spans of a record (catalog/spans.py: per entry
+   offset u32 | size u32 | crc u32, or offset u64 | size u64 | crc u32 when
+   any end passes 4 GiB; the length tells which) equal its descriptors:
+   1 yes, 0 no or not sure (the reference decides). */
+static int spans_match(const unsigned char *buf, PyObject *spans)
+{
+    if (!PyBytes_CheckExact(spans))
+        return 0;
+    unsigned n = ld16(buf + 30);
+    Py_ssize_t len = PyBytes_GET_SIZE(spans);
+    const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(spans);
+    int wide;
+    if (len == (Py_ssize_t)12 * n)
+        wide = 0;
+    else if (len == (Py_ssize_t)20 * n)
+        wide = 1;
+    else
+        return 0;
+    for (unsigned i = 0; i < n; i++) {
+        const unsigned char *d = buf + HEAD_SIZE + DESC_SIZE * i;
+        uint64_t off, size;
+        uint32_t crc;
+        if (wide) {
+            off = ld64(s + 20 * i), size = ld64(s + 20 * i + 8), crc = ld32(s + 20 * i + 16);
+        } else {
+            off = ld32(s + 12 * i), size = ld32(s + 12 * i + 4), crc = ld32(s + 12 * i + 8);
+        }
+        if (off != ld64(d) || size != ld64(d + 8) || crc != ld32(d + 16))
+            return 0;
+    }
+    return 1;
+}
+
+/* decode_batch(blobs, table, keys, spans, paths, alignments, text_cache)
+       -> (records, rejected)
+
+   The batch decoder of indexed reads: one call for every record of a batch.
+   `table` holds BATCH_ROW_SIZE-byte rows (spec.BATCH_ROW_DTYPE), in read
+   order; row r's record is blobs[blob][at:at + length], it must hold
+   keys[row] and match spans[row] (its registered spans). `records` is a list
+   as long as `keys`: records[row] is the checked record, or None where this
+   code did not accept it; `rejected` lists those table positions, which the
+   caller hands to the reference (records.decode_batch) to raise its error. */
+static PyObject *py_decode_batch(PyObject *self, PyObject *args)
+{
+    PyObject *blobs, *table, *keys, *spans, *paths, *alignments, *cache;
+    if (!ready())
+        return NULL;
+    if (!PyArg_ParseTuple(args, "O!OO!O!O!O!O!", &PyList_Type, &blobs, &table, &PyList_Type, &keys, &PyList_Type,
+                          &spans, &PyList_Type, &paths, &PyList_Type, &alignments, &PyDict_Type, &cache))
+        return NULL;
+    Py_ssize_t nkeys = PyList_GET_SIZE(keys), nblobs = PyList_GET_SIZE(blobs), nshards = PyList_GET_SIZE(paths);
+    if (PyList_GET_SIZE(spans) != nkeys || PyList_GET_SIZE(alignments) != nshards) {
+        PyErr_SetString(PyExc_ValueError, "decode_batch: spans must match keys, alignments must match paths");
+        return NULL;
+    }
+    Py_buffer tb;
+    if (PyObject_GetBuffer(table, &tb, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *out = NULL, *rejected = NULL, *minus_one = NULL, *result = NULL;
+    if (tb.len % BATCH_ROW_SIZE) {
+        PyErr_SetString(PyExc_ValueError, "decode_batch: the table is not a whole number of rows");
+        goto finally;
+    }
+    out = PyList_New(nkeys);
+    rejected = PyList_New(0);
+    minus_one = PyLong_FromLong(-1);
+    if (out == NULL || rejected == NULL || minus_one == NULL)
+        goto finally;
+    for (Py_ssize_t i = 0; i < nkeys; i++) {
+        Py_INCREF(Py_None);
+        PyList_SET_ITEM(out, i, Py_None);
+    }
+    Py_ssize_t rows = tb.len / BATCH_ROW_SIZE;
+    for (Py_ssize_t t = 0; t < rows; t++) {
+        const unsigned char *r = (const unsigned char *)tb.buf + BATCH_ROW_SIZE * t;
+        uint32_t blob = ld32(r), shard = ld32(r + 4), row = ld32(r + 8);
+        uint64_t at = ld64(r + 16), length = ld64(r + 24), offset = ld64(r + 32);
+        if (blob >= (uint64_t)nblobs || shard >= (uint64_t)nshards || row >= (uint64_t)nkeys) {
+            PyErr_Format(PyExc_ValueError, "decode_batch: table row %zd points outside the batch", t);
+            goto finally;
+        }
+        PyObject *bv = PyList_GET_ITEM(blobs, blob);
+        PyObject *al = PyList_GET_ITEM(alignments, shard);
+        long alignment = PyLong_Check(al) ? PyLong_AsLong(al) : -1;
+        if (alignment == -1 && PyErr_Occurred())
+            PyErr_Clear();
+        int status = 0;
+        PyObject *rec = NULL;
+        if (plain_view(bv) && PyMemoryView_GET_BUFFER(bv)->readonly && alignment_ok(alignment) &&
+            length <= (uint64_t)PyMemoryView_GET_BUFFER(bv)->len &&
+            at <= (uint64_t)PyMemoryView_GET_BUFFER(bv)->len - length && offset <= (uint64_t)LLONG_MAX) {
+            const unsigned char *buf = (const unsigned char *)PyMemoryView_GET_BUFFER(bv)->buf + at;
+            PyObject *rview = PySequence_GetSlice(bv, (Py_ssize_t)at, (Py_ssize_t)(at + length));
+            PyObject *off = rview ? PyLong_FromUnsignedLongLong(offset) : NULL;
+            DecodeArgs a = {alignment, Py_None, cache, 0, PyList_GET_ITEM(paths, shard)};
+            status = off ? decode_one(buf, (Py_ssize_t)length, rview, &a, off, minus_one, &rec) : -1;
+            Py_XDECREF(rview);
+            Py_XDECREF(off);
+            if (status == 1 && !(key_matches(PyList_GET_ITEM(keys, row), buf + HEAD_SIZE + DESC_SIZE * ld16(buf + 30),
+                                             ld16(buf + 28)) &&
+                                 spans_match(buf, PyList_GET_ITEM(spans, row)))) {
+                Py_CLEAR(rec);
+                status = 0;
+            }
+        }
+        if (status < 0)
+            goto finally;
+        if (status == 1) {
+            PyList_SetItem(out, row, rec); /* steals rec, drops the None */
+            continue;
+        }
+        PyObject *pos = PyLong_FromSsize_t(t);
+        int failed = pos == NULL || PyList_Append(rejected, pos) < 0;
+        Py_XDECREF(pos);
+        if (failed)
+            goto finally;
+    }
+    result = PyTuple_Pack(2, out, rejected);
+finally:
+    PyBuffer_Release(&tb);
+    Py_XDECREF(out);
+    Py_XDECREF(rejected);
+    Py_XDECREF(minus_one);
+    return result;
+}
+
 /* ------------------------------------------------------------------------ */
 /* encoding                                                                  */
 
@@ -1146,6 +1274,7 @@ static PyMethodDef methods[] = {
     {"decode_indexed", (PyCFunction)(void (*)(void))py_decode_indexed, METH_VARARGS | METH_KEYWORDS,
      "records.decode_indexed, compiled."},
     {"decode_run", py_decode_run, METH_VARARGS, "The whole, sound records of a stream buffer."},
+    {"decode_batch", py_decode_batch, METH_VARARGS, "Every record of a batch of indexed reads, in one call."},
     {"encode_record", py_encode_record, METH_VARARGS, "records.encode_record, compiled."},
     {"entry", py_entry, METH_VARARGS, "The uncompressed entry `name` of a LazyRecord (None if compressed)."},
     {"_setup", py_setup, METH_VARARGS, "Hand over the Python types and the reference functions."},
@@ -1172,6 +1301,7 @@ PyMODINIT_FUNC PyInit__ccodec(void)
     if (PyModule_AddStringConstant(m, "CRC32C_IMPL", have_sse42 ? "sse4.2" : "table") < 0 ||
         PyModule_AddIntConstant(m, "HEAD_SIZE", HEAD_SIZE) < 0 ||
         PyModule_AddIntConstant(m, "DESC_SIZE", DESC_SIZE) < 0 ||
+        PyModule_AddIntConstant(m, "BATCH_ROW_SIZE", BATCH_ROW_SIZE) < 0 ||
         PyModule_AddIntConstant(m, "JOIN_LIMIT", JOIN_LIMIT) < 0 ||
         PyModule_AddIntConstant(m, "TEXT_CACHE_MAX", TEXT_CACHE_MAX) < 0) {
         Py_DECREF(m);

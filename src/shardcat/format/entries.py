@@ -210,6 +210,13 @@ class _StoredEntry(Entry):
         self._stored = stored
         self._raw = stored if codec is Codec.NONE else None
 
+    def __len__(self) -> int:
+        # Once per sample on streaming reads: the bytes' length without the view property.
+        raw = self._raw
+        if raw is None:
+            return self.view.nbytes
+        return raw.nbytes if isinstance(raw, memoryview) else len(raw)
+
 
 class _CompressedEntry(_StoredEntry):
     """A compressed entry read from a shard, decompressed on first use; knows where it came from."""

@@ -41,6 +41,7 @@ __all__ = [
     "active",
     "available",
     "crc32c",
+    "decode_batch",
     "decode_indexed",
     "decode_record",
     "decode_run",
@@ -72,12 +73,40 @@ else:
     )
 
 DecodeRun = Callable[..., tuple[list[tuple[memoryview, Record]], int]]
+DecodeBatch = Callable[..., list[Record | None]]
+
+
+def _compiled_decode_batch(
+    blobs: list[memoryview],
+    table: Any,
+    keys: list[str],
+    spans: list[bytes],
+    paths: list[str],
+    alignments: list[int],
+    registered: Callable[[bytes, int], Any],
+    text_cache: dict[Any, Any] | None = None,
+) -> list[Record | None]:
+    """records.decode_batch, compiled: one C call; the records it did not accept go to the reference."""
+    cache = {} if text_cache is None else text_cache
+    out, rejected = _compiled.decode_batch(blobs, table, keys, spans, paths, alignments, cache)
+    if rejected:
+        # The reference raises the first failure's error (or, never, accepts it).
+        redo = records.decode_batch(
+            blobs, table, keys, spans, paths, alignments, registered, cache, rejected
+        )
+        for t in rejected:
+            row = int(table["row"][t])
+            out[row] = redo[row]
+    return out  # type: ignore[no-any-return]
+
 
 # The active functions (set by use() below).
 encode_record: Callable[..., records.EncodedRecord]
 decode_record: Callable[..., Record]
 decode_indexed: Callable[..., Record]
 decode_run: DecodeRun | None
+decode_batch: DecodeBatch
+"""Every record of a batch of indexed reads (:func:`.records.decode_batch`)."""
 """The batch decoder of a stream buffer (the compiled codec only; None otherwise)."""
 crc32c: Callable[..., int]
 _active: Name
@@ -103,7 +132,7 @@ def use(name: str) -> Name:
     ValueError
         An unknown name.
     """
-    global encode_record, decode_record, decode_indexed, decode_run, crc32c, _active
+    global encode_record, decode_record, decode_indexed, decode_run, decode_batch, crc32c, _active
     previous = globals().get("_active", "python")
     choice = name.strip().lower()
     if choice == "auto":
@@ -118,12 +147,14 @@ def use(name: str) -> Name:
         decode_record = _compiled.decode_record
         decode_indexed = _compiled.decode_indexed
         decode_run = _compiled.decode_run
+        decode_batch = _compiled_decode_batch
         crc32c = _compiled.crc32c
     elif choice == "python":
         encode_record = records.encode_record
         decode_record = records.decode_record
         decode_indexed = records.decode_indexed
         decode_run = None
+        decode_batch = records.decode_batch
         crc32c = _crc32c_package.crc32c
     else:
         raise ValueError(f"{ENV_VAR}={name!r}: choose auto, compiled or python")

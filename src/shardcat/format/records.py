@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import NamedTuple
 
+import numpy as np
 from crc32c import crc32c  # the C function itself: this module is the hot path
 
 from ..errors import ChecksumError, FormatError, TruncatedError
@@ -26,6 +28,7 @@ from .spec import (
 __all__ = [
     "EncodedRecord",
     "PreparedEntry",
+    "decode_batch",
     "decode_entry",
     "decode_indexed",
     "decode_record",
@@ -313,6 +316,50 @@ def decode_indexed(
     if registered is not None:
         _check_registered(view, record.key, registered, path, offset)
     return record
+
+
+def decode_batch(
+    blobs: Sequence[memoryview],
+    table: np.ndarray,
+    keys: Sequence[str],
+    spans: Sequence[bytes],
+    paths: Sequence[str],
+    alignments: Sequence[int],
+    registered: Callable[[bytes, int], Sequence[tuple[int, int, int]]],
+    text_cache: dict[object, tuple[str, str, Codec]] | None = None,
+    positions: Sequence[int] | None = None,
+) -> list[Record | None]:
+    """Decode and check every record of a batch of indexed reads.
+
+    ``table`` (:data:`~shardcat.format.spec.BATCH_ROW_DTYPE`) says where each
+    record lies: row ``t``'s record is ``blobs[blob][at:at + length]`` of file
+    ``paths[shard]`` at ``offset``, and must hold ``keys[row]`` with the
+    entries ``registered(spans[row], n)`` gives (as :func:`decode_indexed`).
+    The result has one item per key: ``result[row]`` is its record (None for
+    a row the table does not name). ``positions`` limits the work to those
+    table rows.
+
+    Raises
+    ------
+    TruncatedError, FormatError, ChecksumError
+        As :func:`decode_indexed`, for the first failing record in table order.
+    """
+    out: list[Record | None] = [None] * len(keys)
+    rows = table.tolist()  # tuples of Python ints: one conversion, not one per field
+    for t in range(len(rows)) if positions is None else positions:
+        blob, shard, row, _, at, length, offset = rows[t]
+        view = memoryview(blobs[blob])[at : at + length]
+        out[row] = decode_indexed(
+            view,
+            key=keys[row],
+            length=length,
+            path=paths[shard],
+            offset=offset,
+            alignment=alignments[shard],
+            registered=partial(registered, spans[row]),
+            text_cache=text_cache,
+        )
+    return out
 
 
 def _name(index: int, key: str | bytes) -> str:

@@ -116,6 +116,26 @@ class FileSource:
     def read_ranges(self, ranges: Sequence[ByteRange]) -> list[bytes]:
         return [self.read(r.start, r.end) for r in ranges]
 
+    def read_many(self, starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
+        """Bytes ``[starts[i], ends[i])`` for each ``i``; fewer only where the file ends.
+
+        The batch path's reads, in the order given (sorted, ideally): one
+        plain ``os.pread`` each; a short one (end of file, a signal) is
+        continued by :meth:`read`, and so is a read over 16 MiB (clamped to
+        the file size first).
+        """
+        fd = self._fd
+        if fd is None or not _HAS_PREAD:
+            return [self.read(a, b) for a, b in zip(starts, ends)]
+        pread = os.pread
+        out = [
+            pread(fd, b - a, a) if 0 < b - a <= _CLAMP_ABOVE else b"" for a, b in zip(starts, ends)
+        ]
+        for i, (a, b) in enumerate(zip(starts, ends)):
+            if len(out[i]) != max(0, b - a):
+                out[i] = self.read(a, b)
+        return out
+
     def open_stream(self, start: int = 0) -> BinaryIO:
         if self._path is not None:
             stream: BinaryIO = open(self._path, "rb")  # noqa: SIM115 - caller closes

@@ -34,6 +34,7 @@ import numpy as np
 
 __all__ = [
     "ALIGNMENTS",
+    "BATCH_ROW_DTYPE",
     "CREATED_US_MAX",
     "CREATED_US_MIN",
     "DEFAULT_ALIGNMENT",
@@ -242,6 +243,24 @@ TRAILER_DTYPE = np.dtype(
     ]
 )
 assert TRAILER_DTYPE.itemsize == TRAILER_SIZE
+
+
+# --- batch read plan: where each record of a batched read lies -----------
+# Not in the file: the in-memory table a batch of indexed reads hands the
+# record codec's batch decoder (``decode_batch``), one row per record, in
+# read order. The compiled codec reads these rows by offset (_ccodec.c).
+BATCH_ROW_DTYPE = np.dtype(
+    [
+        ("blob", "<u4"),  # 0   which read buffer holds the record
+        ("shard", "<u4"),  # 4   which file: index into the batch's paths and alignments
+        ("row", "<u4"),  # 8   which asked-for record: index into keys, spans and the result
+        ("reserved", "<u4"),  # 12  zero
+        ("at", "<u8"),  # 16  the record's first byte in its buffer
+        ("length", "<u8"),  # 24  record_length, as the index gives it
+        ("offset", "<u8"),  # 32  the record's first byte in its file
+    ]
+)
+assert BATCH_ROW_DTYPE.itemsize == 40
 
 
 def struct_of(dtype: np.dtype) -> struct.Struct:

@@ -22,7 +22,18 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, NoReturn
 
-from .._ranges import DEFAULT_MAX_GAP, DEFAULT_MAX_SPAN, LOCAL_MAX_GAP, Coalesced, coalesce, split
+import numpy as np
+
+from .._ranges import (
+    DEFAULT_MAX_GAP,
+    DEFAULT_MAX_SPAN,
+    LOCAL_MAX_GAP,
+    Coalesced,
+    MergedReads,
+    coalesce,
+    merge_sorted,
+    split,
+)
 from .._types import ByteRange, RangeSource, StorageOptions
 from ..format.sources import FileSource
 from .sources import FsspecSource, open_source
@@ -161,6 +172,92 @@ class SourceCache:
         for fs, plan in remote.values():
             self._read_remote(fs, plan, requests, out)
         return [v if v is not None else memoryview(b"") for v in out]
+
+    def read_sorted(
+        self,
+        urls: Sequence[str],
+        file: np.ndarray,
+        start: np.ndarray,
+        end: np.ndarray,
+        *,
+        max_gap: int | None = None,
+        max_span: int = DEFAULT_MAX_SPAN,
+    ) -> tuple[list[memoryview], MergedReads]:
+        """Read many ranges given as arrays sorted by ``(file, start)``; ``urls[file]`` names each file.
+
+        The batch path of lookups: ranges are merged in one vectorised pass
+        (:func:`~shardcat._ranges.merge_sorted`, gaps as in
+        :meth:`read_batch`), local files are read with ``os.pread`` on their
+        cached descriptor, and every remote read of one filesystem goes out in
+        one ``cat_ranges`` call (concurrent on async stores). Returns one
+        read-only buffer per merged read and the merge: range ``i`` is
+        ``buffers[merged.read[i]][start[i] - merged.start[merged.read[i]]:]``.
+        A buffer is shorter than its read only where the file ends.
+
+        Raises
+        ------
+        ShardNotFoundError
+            A file does not exist (``error.path`` names it).
+        StorageError
+            The store failed to read a file (``error.path`` names it, when one failed alone).
+        """
+        sources: list[RangeSource] = []
+        for url in urls:
+            try:
+                sources.append(self.source(url))
+            except OSError as e:
+                self._raise_failed(url, e)
+        gaps = np.array(
+            [
+                (DEFAULT_MAX_GAP if isinstance(src, FsspecSource) else LOCAL_MAX_GAP)
+                if max_gap is None
+                else max_gap
+                for src in sources
+            ],
+            dtype=np.int64,
+        )
+        merged = merge_sorted(file, start, end, gaps, max_span)
+        out: list[memoryview] = [memoryview(b"")] * len(merged)
+        # Remote reads, per filesystem: (read indices, paths, starts, ends).
+        remote: dict[int, tuple[Any, list[int], list[str], list[int], list[int]]] = {}
+        files, starts, ends = merged.file.tolist(), merged.start.tolist(), merged.end.tolist()
+        i = 0
+        while i < len(files):
+            f = files[i]
+            j = i
+            while j < len(files) and files[j] == f:
+                j += 1
+            src = sources[f]
+            if isinstance(src, FsspecSource):
+                plan = remote.setdefault(id(src.fs), (src.fs, [], [], [], []))
+                plan[1].extend(range(i, j))
+                plan[2].extend([src.path] * (j - i))
+                plan[3].extend(starts[i:j])
+                plan[4].extend(ends[i:j])
+            else:
+                try:
+                    if isinstance(src, FileSource):
+                        blobs = src.read_many(starts[i:j], ends[i:j])
+                    else:
+                        blobs = [src.read(a, b) for a, b in zip(starts[i:j], ends[i:j])]
+                except OSError as e:
+                    self._raise_failed(urls[f], e)
+                out[i:j] = [memoryview(b) for b in blobs]
+            i = j
+        for fs, at, paths, r_starts, r_ends in remote.values():
+            try:
+                # Keywords and lists, never positional ranges (s3fs's cat_file takes
+                # a version id second); on_error="return" tells which file failed.
+                blobs = fs.cat_ranges(paths, r_starts, r_ends, on_error="return")
+            except Exception as e:
+                if not is_backend_error(e):
+                    raise
+                self._raise_failed(urls[files[at[0]]], e)
+            for k, blob in zip(at, blobs):
+                if isinstance(blob, BaseException):
+                    self._raise_failed(urls[files[k]], blob)
+                out[k] = memoryview(bytes(blob))
+        return out, merged
 
     def _read_remote(
         self,
