@@ -178,8 +178,11 @@ def write_report(results: list[Result], info: dict[str, Any], args: argparse.Nam
         " system alike); locally `rchar` of `/proc/self/io` (bytes of read syscalls of every thread,"
         " page-cache hits included; reads through `mmap` are not seen, so a system reading through `mmap`"
         " shows less than it touched: its cells say `mmap` instead of a number).",
-        f"- **batch**: {info['batch_repeats']} batches of {info['batch']:,} random keys; keys/s of the median"
-        " batch. Systems with no batch call read the batch's positions one by one in sorted order.",
+        f"- **batch**: {info['batch_repeats']} batches of {info['batch']:,} random keys locally"
+        f" ({info.get('s3_batch', info['batch']):,} on S3); keys/s of the median batch. The floor's batch"
+        " is one raw query plus sorted `os.pread`s (local) or one `fs.cat_ranges` of every record's own"
+        " range, unmerged (S3: the naive floor). Systems with no batch call read the batch's positions"
+        " one by one in sorted order.",
         "- **cold first lookup**: in a fresh Python process, the time to import the system's library,"
         " open the dataset and look one key up (interpreter start-up not included; the page cache is warm).",
         "- **streaming MB/s**: every sample once, in the system's own order, dataset bytes / wall time.",
