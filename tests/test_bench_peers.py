@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:
 from benchmarks.peers.base import Store  # noqa: E402
 from benchmarks.peers.data import Dataset, MismatchError  # noqa: E402
 from benchmarks.peers.floor import Floor  # noqa: E402
-from benchmarks.peers.report import write_report  # noqa: E402
+from benchmarks.peers.report import regenerate, write_report  # noqa: E402
 from benchmarks.peers.runner import measure, parse, run  # noqa: E402
 
 
@@ -77,6 +77,14 @@ def test_harness_runs_floor_shardcat_and_wids_and_writes_the_report(tmp_path):
     for png in ("latency-local.png", "throughput-local.png"):
         assert (tmp_path / "benchmarks" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"(benchmarks/{png})" in text
+    assert "--out" not in text  # the rerun command writes into docs/, wherever this run wrote
+
+    # The saved results rebuild the same report.
+    again = tmp_path / "again"
+    assert (
+        Path(regenerate(str(tmp_path / "benchmarks" / "results.json"), str(again))).read_text()
+        == text
+    )
 
 
 class _CorruptFloor(Floor):

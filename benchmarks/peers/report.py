@@ -32,6 +32,14 @@ def _pct(values: list[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if values else None
 
 
+def machine() -> str:
+    """This machine in one line (stored with a run's results, so a regenerated report keeps it)."""
+    return (
+        f"{_cpu()}, {os.cpu_count()} cores, {platform.system()} {platform.release()},"
+        f" Python {platform.python_version()}"
+    )
+
+
 def _cpu() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -125,12 +133,39 @@ def plots(results: list[Result], folder: str) -> list[str]:
     return made
 
 
+def _rerun_args(argv: list[str]) -> list[str]:
+    """The run's arguments without ``--out`` (the doc is rerun into docs/)."""
+    out: list[str] = []
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--out":
+            skip = True
+        elif not a.startswith("--out="):
+            out.append(a)
+    return out
+
+
+def regenerate(results_json: str, out: str, argv: list[str] | None = None) -> str:
+    """Write the report again from a run's results.json (e.g. after changing this module)."""
+    with open(results_json) as f:
+        saved = json.load(f)
+    results = [Result(**r) for r in saved["results"]]
+    info = saved["info"]
+    args = argparse.Namespace(out=out, argv=info.get("argv", []) if argv is None else argv)
+    return write_report(results, info, args)
+
+
 def write_report(results: list[Result], info: dict[str, Any], args: argparse.Namespace) -> str:
     folder = os.path.join(args.out, "benchmarks")
     images = plots(results, folder)
+    info = {"machine": machine(), **info, "argv": _rerun_args(args.argv)}
     with open(os.path.join(folder, "results.json"), "w") as f:
         json.dump({"info": info, "results": [asdict(r) for r in results]}, f, indent=1)
-    rerun = " ".join(["python", "-m", "benchmarks.peers", *map(shlex.quote, args.argv)])
+    rerun = " ".join(
+        ["python", "-m", "benchmarks.peers", *map(shlex.quote, _rerun_args(args.argv))]
+    )
     load0 = ", ".join(f"{x:.1f}" for x in info["load_start"])
     load1 = ", ".join(f"{x:.1f}" for x in info["load_end"])
     lines = [
@@ -141,8 +176,7 @@ def write_report(results: list[Result], info: dict[str, Any], args: argparse.Nam
         f" {info['nbytes'] / 1e6:,.0f} MB of payload + label), string keys `img/00012345` written in"
         " shuffled order, 2-8 KiB random payload + a small JSON label each, 64 MiB shards/files/chunks.",
         "",
-        f"Machine: {_cpu()}, {os.cpu_count()} cores, {platform.system()} {platform.release()},"
-        f" Python {platform.python_version()}. **Shared and loaded**: load average {load0} at the start and"
+        f"Machine: {info.get('machine') or machine()}. **Shared and loaded**: load average {load0} at the start and"
         f" {load1} at the end (1/5/15 min), so absolute numbers are noisy; the ratios to the floor,"
         " measured in the same run on the same keys, are the figures to read.",
         "",
@@ -229,3 +263,10 @@ def write_report(results: list[Result], info: dict[str, Any], args: argparse.Nam
     with open(path, "w") as f:
         f.write("\n".join(lines))
     return path
+
+
+if __name__ == "__main__":
+    # python -m benchmarks.peers.report RESULTS_JSON OUT_DIR [run arguments...]
+    import sys
+
+    print(regenerate(sys.argv[1], sys.argv[2], sys.argv[3:] or None))
