@@ -120,3 +120,26 @@ def test_a_peer_that_does_not_import_is_skipped_with_its_reason(tmp_path, monkey
     assert [(r.system, r.skipped) for r in results] == [
         ("missing-peer", "not installed: no module named 'missing_peer'")
     ]
+
+
+def test_large_vs_small_catalog_lookups_are_measured_and_checked(tmp_path):
+    from benchmarks.peers import bigcatalog
+
+    out = bigcatalog.compare(str(tmp_path), small=300, large=1500, count=40, seed=1)
+    assert (out["small_keys"], out["large_keys"]) == (300, 1500)
+    for ours, floor in (out["small"], out["large"]):
+        assert ours > 0 and floor > 0
+
+    # A floor table pointing at the wrong record is caught, not timed.
+    built = bigcatalog.build(str(tmp_path / "bad"), 300)
+    import sqlite3
+
+    with sqlite3.connect(built.floor_db) as conn:
+        conn.execute("UPDATE samples SET offset = offset + length WHERE key = 'img/00000007'")
+        conn.execute("DELETE FROM samples WHERE key != 'img/00000007'")
+        conn.executemany(
+            "INSERT INTO samples SELECT ?, file, offset, length FROM samples WHERE key = 'img/00000007'",
+            [(f"img/{i:08d}",) for i in range(300) if i != 7],
+        )
+    with pytest.raises(MismatchError, match="floor"):
+        bigcatalog.lookups(built, 5, random.Random(0))

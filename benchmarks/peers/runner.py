@@ -57,6 +57,8 @@ class Result:
     notes: list[str] = field(default_factory=list)
     skipped: str | None = None
     mmap_reads: bool = False  # its local bytes fetched cannot be counted
+    catalog_small_ms: float | None = None  # point p50 with --catalog-small keys (bigcatalog)
+    catalog_large_ms: float | None = None  # point p50 with --catalog-keys keys
 
 
 def fetched_counter(store: Store) -> Callable[[], int]:
@@ -214,6 +216,23 @@ def run(args: argparse.Namespace) -> tuple[list[Result], dict[str, Any]]:
                 shutil.rmtree(store.base, ignore_errors=True)
             if server is not None:
                 server.stop()
+    if args.catalog_keys:
+        from benchmarks.peers.bigcatalog import compare
+
+        scratch = tempfile.mkdtemp(prefix="shardcat-peers-catalog-")
+        try:
+            big = compare(
+                scratch, args.catalog_small, args.catalog_keys, args.points["local"], args.seed
+            )
+        finally:
+            import shutil
+
+            shutil.rmtree(scratch, ignore_errors=True)
+        started["catalog"] = {"small": big["small_keys"], "large": big["large_keys"]}
+        for r in results:
+            if r.backend == "local" and r.system in ("shardcat", "floor") and not r.skipped:
+                at = 0 if r.system == "shardcat" else 1
+                r.catalog_small_ms, r.catalog_large_ms = big["small"][at], big["large"][at]
     started["load_end"] = os.getloadavg()
     versions: dict[str, str] = {}
     for cls in chosen:
@@ -253,6 +272,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--batch-repeats", type=int, default=3)
     parser.add_argument("--no-cold", dest="cold", action="store_false")
+    parser.add_argument(
+        "--catalog-keys",
+        type=int,
+        default=0,
+        help="also compare point lookups in a catalog of this many keys (e.g. 10000000) with one"
+        " of --catalog-small keys (shardcat and the floor, local; long)",
+    )
+    parser.add_argument("--catalog-small", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--out", default=os.path.join(REPO, "docs"), help="where BENCHMARKS.md goes"
