@@ -98,6 +98,98 @@ def table(results: list[Result]) -> list[str]:
     return lines
 
 
+def targets(results: list[Result]) -> list[str]:
+    """shardcat against issue 10's targets, each as measured in this run: met, or missed by how much."""
+    by = {(r.backend, r.system): r for r in results if not r.skipped}
+    rows: list[
+        tuple[str, str, float, float, bool]
+    ] = []  # what, backend, value, bound, higher is better
+
+    def peers(backend: str) -> list[Result]:
+        return [r for (b, n), r in by.items() if b == backend and n not in ("floor", "shardcat")]
+
+    for backend in ("local", "s3"):
+        ours, floor = by.get((backend, "shardcat")), by.get((backend, "floor"))
+        if ours is None or floor is None:
+            continue
+        p50, f50 = _pct(ours.point_ms, 50), _pct(floor.point_ms, 50)
+        if p50 and f50:
+            rows.append(("point p50 ≤ 1.2 × floor", backend, p50 / f50, 1.2, False))
+        if ours.batch_kps and floor.batch_kps and backend == "local":
+            rows.append(
+                ("batch keys/s ≥ 0.8 × floor", backend, ours.batch_kps / floor.batch_kps, 0.8, True)
+            )
+        lance = by.get((backend, "lance"))
+        if ours.batch_kps and lance and lance.batch_kps:
+            rows.append(
+                ("batch keys/s ≥ 2.5 × Lance", backend, ours.batch_kps / lance.batch_kps, 2.5, True)
+            )
+        fastest = max((r.write_mbps or 0.0 for r in peers(backend)), default=0.0)
+        if ours.write_mbps and fastest:
+            rows.append(
+                ("write MB/s ≥ the fastest peer", backend, ours.write_mbps / fastest, 1.0, True)
+            )
+        if ours.stream_mbps and floor.stream_mbps:
+            rows.append(
+                (
+                    "streaming ≥ 0.5 × raw read",
+                    backend,
+                    ours.stream_mbps / floor.stream_mbps,
+                    0.5,
+                    True,
+                )
+            )
+        best = max((r.stream_mbps or 0.0 for r in peers(backend)), default=0.0)
+        if ours.stream_mbps and best:
+            rows.append(("streaming > every peer", backend, ours.stream_mbps / best, 1.0, True))
+        if ours.registration_kps and floor.registration_kps:
+            rows.append(
+                (
+                    "registration ≥ 0.8 × bare bulk insert",
+                    backend,
+                    ours.registration_kps / floor.registration_kps,
+                    0.8,
+                    True,
+                )
+            )
+        if backend == "s3" and ours.point_bytes and floor.point_bytes:
+            rows.append(
+                (
+                    "bytes per point lookup ≤ record + 4 KiB",
+                    backend,
+                    ours.point_bytes - floor.point_bytes,
+                    4096,
+                    False,
+                )
+            )
+        if ours.catalog_large_ms and ours.catalog_small_ms:
+            rows.append(
+                (
+                    "large / small catalog p50 ≤ 1.5",
+                    backend,
+                    ours.catalog_large_ms / ours.catalog_small_ms,
+                    1.5,
+                    False,
+                )
+            )
+    lines = ["| target | backend | measured | met? |", "| --- | --- | --- | --- |"]
+    for what, backend, value, bound, higher in rows:
+        met = value >= bound if higher else value <= bound
+        shown = f"{value:,.0f} B over the record" if "bytes" in what else f"{value:.2f}"
+        if met:
+            verdict = "met"
+        elif "bytes" in what:
+            verdict = f"missed by {value - bound:,.0f} B"
+        else:
+            verdict = (
+                f"missed: {value / bound:.2f} of the target"
+                if higher
+                else f"missed: {value / bound:.2f} × the bound"
+            )
+        lines.append(f"| {what} | {backend} | {shown} | {verdict} |")
+    return lines
+
+
 def plots(results: list[Result], folder: str) -> list[str]:
     import matplotlib
 
@@ -211,6 +303,10 @@ def write_report(results: list[Result], info: dict[str, Any], args: argparse.Nam
         " (for times and bytes lower is better, for rates higher is better).",
         "",
         *table(results),
+        "",
+        "## shardcat against the targets of issue 10 (this run's ratios)",
+        "",
+        *targets(results),
         "",
         "## What each column is",
         "",
