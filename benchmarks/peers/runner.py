@@ -82,47 +82,62 @@ def fetched_counter(store: Store) -> Callable[[], int]:
     return rchar
 
 
-def measure(
+def prepare(
     cls: type[System], store: Store, ds: Dataset, args: argparse.Namespace, rng: random.Random
-) -> Result:
+) -> tuple[System, Result]:
+    """Write (timed), take the cold lookup, open and warm the system up."""
     res = Result(cls.name, store.kind, mmap_reads=cls.mmap_reads and store.kind == "local")
     system = cls(store, ds)
-    fetched = fetched_counter(store)
-    # What reading the counter itself adds (the read of /proc/self/io): subtracted from each figure.
-    c0 = fetched()
-    overhead = fetched() - c0
-    keys = ds.keys()
-
     t = time.perf_counter()
     system.write()
     res.write_mbps = ds.nbytes / (time.perf_counter() - t) / 1e6
     if system.registration_seconds:
         res.registration_kps = ds.count / system.registration_seconds
     log.info("%s/%s: written at %.0f MB/s", store.kind, cls.name, res.write_mbps)
-
     if args.cold:
-        res.cold_ms = cold_lookup(system, rng.choice(keys), store)
-
+        res.cold_ms = cold_lookup(system, rng.choice(ds.keys()), store)
     system.open()
-    try:
-        points = rng.sample(keys, min(len(keys), args.points[store.kind]))
-        for key in points[: min(50, len(points))]:  # warm: connections, handles, caches
-            p, lab = system.get(key)
-            ds.check(key, p, lab)
-        got_bytes: list[int] = []
-        clock = time.perf_counter_ns
-        for key in points:
+    for key in rng.sample(ds.keys(), min(50, ds.count)):  # connections, handles, caches
+        p, lab = system.get(key)
+        ds.check(key, p, lab)
+    return system, res
+
+
+def point_lookups(
+    opened: list[tuple[System, Result]], store: Store, ds: Dataset, points: list[str]
+) -> None:
+    """The same keys for every system, interleaved (who goes first rotates), so load drift hits all alike."""
+    fetched = fetched_counter(store)
+    c0 = fetched()
+    overhead = fetched() - c0  # what reading the counter itself adds (the read of /proc/self/io)
+    got: dict[str, list[int]] = {res.system: [] for _, res in opened}
+    clock = time.perf_counter_ns
+    for n, key in enumerate(points):
+        for k in range(len(opened)):
+            system, res = opened[(n + k) % len(opened)]
             b0 = fetched()
             t0 = clock()
             p, lab = system.get(key)
             dt = clock() - t0
-            got_bytes.append(fetched() - b0 - overhead)
+            got[res.system].append(fetched() - b0 - overhead)
             res.point_ms.append(dt / 1e6)
             ds.check(key, p, lab)
-        if not (system.mmap_reads and store.kind == "local"):
-            res.point_bytes = float(np.median(got_bytes))
-        log.info("%s/%s: point p50 %.3f ms", store.kind, cls.name, np.median(res.point_ms))
+    for _, res in opened:
+        if not res.mmap_reads:
+            res.point_bytes = float(np.median(got[res.system]))
+        log.info("%s/%s: point p50 %.3f ms", store.kind, res.system, np.median(res.point_ms))
 
+
+def batches_and_stream(
+    system: System, res: Result, store: Store, ds: Dataset, args: argparse.Namespace
+) -> None:
+    """Batch lookups (the same batches for every system) and the full streaming read; closes."""
+    rng = random.Random(args.seed + 1)
+    fetched = fetched_counter(store)
+    c0 = fetched()
+    overhead = fetched() - c0
+    keys = ds.keys()
+    try:
         size = min(args.batch if store.kind == "local" else args.s3_batch, len(keys) // 2)
         secs, nbytes = [], []
         for _ in range(args.batch_repeats):
@@ -133,11 +148,11 @@ def measure(
             secs.append(time.perf_counter() - t0)
             nbytes.append(fetched() - b0 - overhead)
             if len(pairs) != len(batch):
-                raise MismatchError(f"{cls.name}: {len(pairs)} results for {len(batch)} keys")
+                raise MismatchError(f"{res.system}: {len(pairs)} results for {len(batch)} keys")
             for key, (p, lab) in zip(batch, pairs):
                 ds.check(key, p, lab)
         res.batch_kps = size / float(np.median(secs))
-        if not (system.mmap_reads and store.kind == "local"):
+        if not res.mmap_reads:
             res.batch_bytes_per_key = float(np.median(nbytes)) / size
 
         seen = 0
@@ -147,11 +162,29 @@ def measure(
             seen += 1
         dt = time.perf_counter() - t0
         if seen != ds.count:
-            raise MismatchError(f"{cls.name}: streamed {seen} samples of {ds.count}")
+            raise MismatchError(f"{res.system}: streamed {seen} samples of {ds.count}")
         res.stream_mbps = ds.nbytes / dt / 1e6
     finally:
         system.close()
     res.notes = system.notes
+
+
+def measure(
+    cls: type[System], store: Store, ds: Dataset, args: argparse.Namespace, rng: random.Random
+) -> Result:
+    """Every measure of one system on its own (the runner interleaves point lookups instead)."""
+    system, res = prepare(cls, store, ds, args, rng)
+    try:
+        point_lookups(
+            [(system, res)],
+            store,
+            ds,
+            rng.sample(ds.keys(), min(ds.count, args.points[store.kind])),
+        )
+    except BaseException:
+        system.close()
+        raise
+    batches_and_stream(system, res, store, ds, args)
     return res
 
 
@@ -195,19 +228,31 @@ def run(args: argparse.Namespace) -> tuple[list[Result], dict[str, Any]]:
         else:
             store = Store("local", tempfile.mkdtemp(prefix="shardcat-peers-data-"))
         try:
-            for cls in chosen:
-                rng = random.Random(args.seed)  # the same keys for every system
-                if backend not in cls.backends:
-                    results.append(
-                        Result(cls.name, backend, skipped="local disk only (see its notes)")
-                    )
-                    continue
-                why = cls.available()
-                if why is not None:
-                    log.warning("%s skipped: %s", cls.name, why)
-                    results.append(Result(cls.name, backend, skipped=why))
-                    continue
-                results.append(measure(cls, store, ds, args, rng))
+            opened: list[tuple[System, Result]] = []
+            try:
+                for cls in chosen:
+                    rng = random.Random(args.seed)  # the same keys for every system
+                    if backend not in cls.backends:
+                        results.append(
+                            Result(cls.name, backend, skipped="local disk only (see its notes)")
+                        )
+                        continue
+                    why = cls.available()
+                    if why is not None:
+                        log.warning("%s skipped: %s", cls.name, why)
+                        results.append(Result(cls.name, backend, skipped=why))
+                        continue
+                    opened.append(prepare(cls, store, ds, args, rng))
+                    results.append(opened[-1][1])
+                rng = random.Random(args.seed)
+                points = rng.sample(ds.keys(), min(ds.count, args.points[backend]))
+                point_lookups(opened, store, ds, points)
+            except BaseException:
+                for system, _ in opened:
+                    system.close()
+                raise
+            for system, res in opened:
+                batches_and_stream(system, res, store, ds, args)
         finally:
             store.cleanup()
             if backend == "local":
