@@ -364,6 +364,7 @@ def write_report(results: list[Result], info: dict[str, Any], args: argparse.Nam
         "## Versions",
         "",
         *[f"- {k} {v}" for k, v in sorted(info["versions"].items())],
+        *([f"- shardcat checkout: commit `{info['commit']}`"] if info.get("commit") else []),
         "",
         "## How to rerun",
         "",

@@ -282,8 +282,15 @@ def run(args: argparse.Namespace) -> tuple[list[Result], dict[str, Any]]:
     versions: dict[str, str] = {}
     for cls in chosen:
         versions.update(cls.versions())
+    git = subprocess.run(
+        ["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     run_info = {
         **started,
+        "commit": git.stdout.strip() or "unknown",
         "samples": ds.count,
         "nbytes": ds.nbytes,
         "scale": args.scale,
