@@ -130,6 +130,38 @@ def test_large_vs_small_catalog_lookups_are_measured_and_checked(tmp_path):
     for ours, floor in (out["small"], out["large"]):
         assert ours > 0 and floor > 0
 
+    # A comparison run apart is merged into a run's results and reported as such.
+    from benchmarks.peers.report import merge_catalog, regenerate
+    from benchmarks.peers.runner import Result
+
+    args = parse(["--out", str(tmp_path / "doc")])
+    write_report(
+        [Result("floor", "local"), Result("shardcat", "local")],
+        {
+            "load_start": (1.0, 1.0, 1.0),
+            "load_end": (1.0, 1.0, 1.0),
+            "time_start": "now",
+            "samples": 200,
+            "nbytes": 1,
+            "scale": 0.001,
+            "versions": {},
+            "points": {"local": 40, "s3": 20},
+            "batch": 1,
+            "batch_repeats": 1,
+            "docs": {},
+        },
+        args,
+    )
+    results_json = str(tmp_path / "doc" / "benchmarks" / "results.json")
+    merge_catalog(results_json, out)
+    text = Path(regenerate(results_json, str(tmp_path / "doc"))).read_text()
+    ratio = out["large"][0] / out["small"][0]
+    assert (
+        f"| local: large / small catalog p50 (target <= 1.5) | {out['large'][1] / out['small'][1]:.2f} | {ratio:.2f} ("
+        in text
+    )
+    assert "catalogs of 300 and 1,500 keys" in text and "Measured apart" in text
+
     # A floor table pointing at the wrong record is caught, not timed.
     built = bigcatalog.build(str(tmp_path / "bad"), 300)
     import sqlite3

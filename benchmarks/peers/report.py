@@ -201,7 +201,7 @@ def plots(results: list[Result], folder: str) -> list[str]:
     os.makedirs(folder, exist_ok=True)
     made = []
     ran = [r for r in results if not r.skipped]
-    for backend in dict.fromkeys(r.backend for r in ran):
+    for backend in dict.fromkeys(r.backend for r in ran if r.point_ms):
         fig, ax = plt.subplots(figsize=(8, 4.5))
         for r in ran:
             if r.backend == backend and r.point_ms:
@@ -246,11 +246,18 @@ def _catalog_line(info: dict[str, Any]) -> str:
             "- **large vs small catalog**: not measured in this run (`--catalog-keys 10000000` does it:"
             " long); its rows say n/a."
         )
+    where = (
+        " Measured apart from the rest of this table, right after it, with"
+        " `benchmarks.peers.bigcatalog.compare` (merged by `benchmarks.peers.report.merge_catalog`)."
+        if cat.get("separate")
+        else ""
+    )
     return (
         f"- **large vs small catalog** (`--catalog-keys {cat['large']}`): shardcat and the floor, local, in"
         f" catalogs of {cat['small']:,} and {cat['large']:,} keys of tiny records (8-byte payloads);"
         " p50 of the same number of random point lookups as above, interleaved; the floor is a"
         " `TEXT PRIMARY KEY` table of the same locations + `os.pread` of the record's frame."
+        + where
     )
 
 
@@ -276,6 +283,30 @@ def regenerate(results_json: str, out: str, argv: list[str] | None = None) -> st
     info = saved["info"]
     args = argparse.Namespace(out=out, argv=info.get("argv", []) if argv is None else argv)
     return write_report(results, info, args)
+
+
+def merge_catalog(results_json: str, catalog: dict[str, Any]) -> None:
+    """Put a separate large-vs-small catalog comparison (``bigcatalog.compare``) into a run's results.
+
+    For a catalog too long to build inside the main run (10 million keys): the
+    report then says that these rows come from a separate run.
+    """
+    with open(results_json) as f:
+        saved = json.load(f)
+    for r in saved["results"]:
+        if r["backend"] == "local" and r["system"] in ("shardcat", "floor") and not r["skipped"]:
+            at = 0 if r["system"] == "shardcat" else 1
+            r["catalog_small_ms"], r["catalog_large_ms"] = (
+                catalog["small"][at],
+                catalog["large"][at],
+            )
+    saved["info"]["catalog"] = {
+        "small": catalog["small_keys"],
+        "large": catalog["large_keys"],
+        "separate": True,
+    }
+    with open(results_json, "w") as f:
+        json.dump(saved, f, indent=1)
 
 
 def write_report(results: list[Result], info: dict[str, Any], args: argparse.Namespace) -> str:
