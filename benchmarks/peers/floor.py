@@ -1,0 +1,141 @@
+"""The floor: what the hardware and the chosen backends allow, with no format at all.
+
+The same bytes (payload then label, back to back) in 64 MiB files, their
+locations in a SQLite table keyed by the sample key (``key TEXT PRIMARY KEY``,
+``WITHOUT ROWID``), read back with the raw ``sqlite3`` module and
+``os.pread`` on an open file descriptor (local) or one ranged GET,
+``fs.cat_file(path, start=, end=)`` (S3). A batch is one query plus reads
+sorted by file and offset (local: ``os.pread`` each; S3: one ``fs.cat_ranges``).
+Streaming is a raw sequential read of every file in 8 MiB chunks. No CRCs, no
+framing: a lower bound, not a usable format.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from benchmarks.peers.base import SHARD_BYTES, Pair, System
+
+CHUNK = 8 << 20
+
+
+class Floor(System):
+    name = "floor"
+
+    def write(self) -> None:
+        fs = self.store.fs()
+        if self.store.kind == "local":
+            os.makedirs(self.root, exist_ok=True)
+        self.files: list[str] = []
+        rows: list[tuple[str, int, int, int, int]] = []
+        buf = bytearray()
+
+        def flush() -> None:
+            path = f"{self.root}/part-{len(self.files):06d}.bin"
+            with fs.open(path, "wb") as f:
+                f.write(buf)
+            self.files.append(path)
+            buf.clear()
+
+        for s in self.dataset:
+            if len(buf) + len(s.payload) + len(s.label) > SHARD_BYTES and buf:
+                flush()
+            rows.append((s.key, len(self.files), len(buf), len(s.payload), len(s.label)))
+            buf += s.payload
+            buf += s.label
+        if buf:
+            flush()
+        # The registration floor: one executemany in one transaction into the indexed table.
+        self.db = os.path.join(self.store.local_dir("floor"), "index.db")
+        conn = sqlite3.connect(self.db)
+        conn.execute(
+            "CREATE TABLE samples (key TEXT PRIMARY KEY, file INTEGER, offset INTEGER,"
+            " plen INTEGER, llen INTEGER) WITHOUT ROWID"
+        )
+        t = time.perf_counter()
+        with conn:
+            conn.executemany("INSERT INTO samples VALUES (?, ?, ?, ?, ?)", rows)
+        self.registration_seconds = time.perf_counter() - t
+        conn.close()
+
+    def open(self) -> None:
+        self.conn = sqlite3.connect(self.db, isolation_level=None, check_same_thread=False)
+        self.fds: dict[int, int] = {}
+        self.fs: Any = self.store.fs()
+        # Where each file's samples are, for the streaming read: known up front, like a format's index.
+        self.layout = self.conn.execute(
+            "SELECT key, file, offset, plen, llen FROM samples ORDER BY file, offset"
+        ).fetchall()
+        self.notes.append(
+            "raw sqlite3 primary-key query + "
+            + (
+                "os.pread on an open fd"
+                if self.store.kind == "local"
+                else "one ranged GET (s3fs cat_file)"
+            )
+        )
+
+    def _fd(self, file: int) -> int:
+        fd = self.fds.get(file)
+        if fd is None:
+            fd = self.fds[file] = os.open(self.files[file], os.O_RDONLY)
+        return fd
+
+    def _split(self, buf: bytes, plen: int) -> Pair:
+        view = memoryview(buf)
+        return view[:plen], view[plen:]
+
+    def get(self, key: str) -> Pair:
+        file, offset, plen, llen = self.conn.execute(
+            "SELECT file, offset, plen, llen FROM samples WHERE key = ?", (key,)
+        ).fetchone()
+        if self.store.kind == "local":
+            buf = os.pread(self._fd(file), plen + llen, offset)
+        else:
+            buf = self.fs.cat_file(self.files[file], start=offset, end=offset + plen + llen)
+        return self._split(buf, plen)
+
+    def get_many(self, keys: list[str]) -> list[Pair]:
+        rows = self.conn.execute(
+            "SELECT key, file, offset, plen, llen FROM samples"
+            " WHERE key IN (SELECT value FROM json_each(?)) ORDER BY file, offset",
+            (json.dumps(keys),),
+        ).fetchall()
+        found: dict[str, Pair] = {}
+        if self.store.kind == "local":
+            for key, file, offset, plen, llen in rows:
+                found[key] = self._split(os.pread(self._fd(file), plen + llen, offset), plen)
+        else:
+            blobs = self.fs.cat_ranges(
+                [self.files[r[1]] for r in rows],
+                [r[2] for r in rows],
+                [r[2] + r[3] + r[4] for r in rows],
+            )
+            for (key, _, _, plen, _), buf in zip(rows, blobs):
+                found[key] = self._split(buf, plen)
+        return [found[k] for k in keys]
+
+    def stream(self) -> Iterator[tuple[str, bytes | memoryview, bytes | memoryview]]:
+        """Raw sequential reads; yields each file's samples sliced from the bytes read."""
+        layout = self.layout
+        at = 0
+        for file, path in enumerate(self.files):
+            with self.fs.open(path, "rb", block_size=CHUNK) as f:
+                chunks = []
+                while chunk := f.read(CHUNK):
+                    chunks.append(chunk)
+            view = memoryview(b"".join(chunks))
+            while at < len(layout) and layout[at][1] == file:
+                key, _, offset, plen, llen = layout[at]
+                yield key, view[offset : offset + plen], view[offset + plen : offset + plen + llen]
+                at += 1
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.conn.close()

@@ -1,0 +1,431 @@
+"""docs/BENCHMARKS.md and its plots (docs/benchmarks/*.png), from one run's results."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+from benchmarks.peers.runner import Result
+
+# (label, value getter, format, higher is better)
+MEASURES: list[tuple[str, Callable[[Result], float | None], str, bool]] = [
+    ("write MB/s (catalog/index included)", lambda r: r.write_mbps, "{:,.0f}", True),
+    ("registration keys/s", lambda r: r.registration_kps, "{:,.0f}", True),
+    ("point lookup p50 ms", lambda r: _pct(r.point_ms, 50), "{:.3f}", False),
+    ("point lookup p99 ms", lambda r: _pct(r.point_ms, 99), "{:.3f}", False),
+    ("point lookup bytes fetched (median)", lambda r: r.point_bytes, "{:,.0f}", False),
+    ("batch keys/s", lambda r: r.batch_kps, "{:,.0f}", True),
+    ("batch bytes fetched per key", lambda r: r.batch_bytes_per_key, "{:,.0f}", False),
+    ("cold first lookup ms (fresh process)", lambda r: r.cold_ms, "{:,.0f}", False),
+    ("streaming MB/s", lambda r: r.stream_mbps, "{:,.0f}", True),
+    ("point p50 ms, small catalog", lambda r: r.catalog_small_ms, "{:.3f}", False),
+    ("point p50 ms, large catalog", lambda r: r.catalog_large_ms, "{:.3f}", False),
+    (
+        "large / small catalog p50 (target <= 1.5)",
+        lambda r: (
+            r.catalog_large_ms / r.catalog_small_ms
+            if r.catalog_large_ms and r.catalog_small_ms
+            else None
+        ),
+        "{:.2f}",
+        False,
+    ),
+]
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+def machine() -> str:
+    """This machine in one line (stored with a run's results, so a regenerated report keeps it)."""
+    return (
+        f"{_cpu()}, {os.cpu_count()} cores, {platform.system()} {platform.release()},"
+        f" Python {platform.python_version()}"
+    )
+
+
+def _cpu() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def table(results: list[Result]) -> list[str]:
+    systems: list[str] = []
+    for r in results:
+        if r.system not in systems:
+            systems.append(r.system)
+    by = {(r.backend, r.system): r for r in results}
+    backends = list(dict.fromkeys(r.backend for r in results))
+    lines = [
+        "| measure | " + " | ".join(systems) + " |",
+        "| --- | " + " | ".join("---" for _ in systems) + " |",
+    ]
+    for backend in backends:
+        for label, get, fmt, _ in MEASURES:
+            floor = by.get((backend, "floor"))
+            base = get(floor) if floor and not floor.skipped else None
+            cells = []
+            for name in systems:
+                r = by.get((backend, name))
+                if r is None:
+                    cells.append("")
+                    continue
+                if r.skipped:
+                    cells.append("skipped")
+                    continue
+                v = get(r)
+                if v is None:
+                    cells.append("mmap" if "bytes" in label and r.mmap_reads else "n/a")
+                elif name == "floor" or not base:
+                    cells.append(fmt.format(v))
+                else:
+                    cells.append(f"{fmt.format(v)} ({v / base:.2f}×)")
+            if all(c in ("", "n/a", "skipped", "mmap") for c in cells):
+                continue  # not measured on this backend by anyone (e.g. the large catalog on S3)
+            lines.append(f"| {backend}: {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def targets(results: list[Result]) -> list[str]:
+    """shardcat against issue 10's targets, each as measured in this run: met, or missed by how much."""
+    by = {(r.backend, r.system): r for r in results if not r.skipped}
+    rows: list[
+        tuple[str, str, float, float, bool]
+    ] = []  # what, backend, value, bound, higher is better
+
+    def peers(backend: str) -> list[Result]:
+        return [r for (b, n), r in by.items() if b == backend and n not in ("floor", "shardcat")]
+
+    for backend in ("local", "s3"):
+        ours, floor = by.get((backend, "shardcat")), by.get((backend, "floor"))
+        if ours is None or floor is None:
+            continue
+        p50, f50 = _pct(ours.point_ms, 50), _pct(floor.point_ms, 50)
+        if p50 and f50:
+            rows.append(("point p50 ≤ 1.2 × floor", backend, p50 / f50, 1.2, False))
+        if ours.batch_kps and floor.batch_kps and backend == "local":
+            rows.append(
+                ("batch keys/s ≥ 0.8 × floor", backend, ours.batch_kps / floor.batch_kps, 0.8, True)
+            )
+        lance = by.get((backend, "lance"))
+        if ours.batch_kps and lance and lance.batch_kps:
+            rows.append(
+                ("batch keys/s ≥ 2.5 × Lance", backend, ours.batch_kps / lance.batch_kps, 2.5, True)
+            )
+        fastest = max((r.write_mbps or 0.0 for r in peers(backend)), default=0.0)
+        if ours.write_mbps and fastest:
+            rows.append(
+                ("write MB/s ≥ the fastest peer", backend, ours.write_mbps / fastest, 1.0, True)
+            )
+        if ours.stream_mbps and floor.stream_mbps:
+            rows.append(
+                (
+                    "streaming ≥ 0.5 × raw read",
+                    backend,
+                    ours.stream_mbps / floor.stream_mbps,
+                    0.5,
+                    True,
+                )
+            )
+        best = max((r.stream_mbps or 0.0 for r in peers(backend)), default=0.0)
+        if ours.stream_mbps and best:
+            rows.append(("streaming > every peer", backend, ours.stream_mbps / best, 1.0, True))
+        if ours.registration_kps and floor.registration_kps:
+            rows.append(
+                (
+                    "registration ≥ 0.8 × bare bulk insert",
+                    backend,
+                    ours.registration_kps / floor.registration_kps,
+                    0.8,
+                    True,
+                )
+            )
+        if backend == "s3" and ours.point_bytes and floor.point_bytes:
+            rows.append(
+                (
+                    "bytes per point lookup ≤ record + 4 KiB",
+                    backend,
+                    ours.point_bytes - floor.point_bytes,
+                    4096,
+                    False,
+                )
+            )
+        if ours.catalog_large_ms and ours.catalog_small_ms:
+            rows.append(
+                (
+                    "large / small catalog p50 ≤ 1.5",
+                    backend,
+                    ours.catalog_large_ms / ours.catalog_small_ms,
+                    1.5,
+                    False,
+                )
+            )
+    lines = ["| target | backend | measured | met? |", "| --- | --- | --- | --- |"]
+    for what, backend, value, bound, higher in rows:
+        met = value >= bound if higher else value <= bound
+        shown = f"{value:,.0f} B over the record" if "bytes" in what else f"{value:.2f}"
+        if met:
+            verdict = "met"
+        elif "bytes" in what:
+            verdict = f"missed by {value - bound:,.0f} B"
+        else:
+            verdict = (
+                f"missed: {value / bound:.2f} of the target"
+                if higher
+                else f"missed: {value / bound:.2f} × the bound"
+            )
+        lines.append(f"| {what} | {backend} | {shown} | {verdict} |")
+    return lines
+
+
+def plots(results: list[Result], folder: str) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(folder, exist_ok=True)
+    made = []
+    ran = [r for r in results if not r.skipped]
+    for backend in dict.fromkeys(r.backend for r in ran if r.point_ms):
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for r in ran:
+            if r.backend == backend and r.point_ms:
+                xs = np.sort(np.asarray(r.point_ms))
+                ax.plot(xs, np.arange(1, len(xs) + 1) / len(xs), label=r.system)
+        ax.set_xscale("log")
+        ax.set_xlabel("point lookup latency (ms, log scale)")
+        ax.set_ylabel("fraction of lookups")
+        ax.set_title(f"Point lookup latency, {backend} (CDF)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+        name = f"latency-{backend}.png"
+        fig.tight_layout()
+        fig.savefig(os.path.join(folder, name), dpi=90)
+        plt.close(fig)
+        made.append(name)
+
+        bars = [
+            ("write MB/s", lambda r: r.write_mbps),
+            ("streaming MB/s", lambda r: r.stream_mbps),
+            ("batch keys/s", lambda r: r.batch_kps),
+        ]
+        fig, axes = plt.subplots(1, 3, figsize=(13, 4.5))
+        rows = [r for r in ran if r.backend == backend]
+        for ax, (title, get) in zip(axes, bars):
+            vals = [get(r) or 0.0 for r in rows]
+            ax.bar([r.system for r in rows], vals, color="tab:blue")
+            ax.set_title(f"{title}, {backend}")
+            ax.tick_params(axis="x", rotation=35)
+        fig.tight_layout()
+        name = f"throughput-{backend}.png"
+        fig.savefig(os.path.join(folder, name), dpi=90)
+        plt.close(fig)
+        made.append(name)
+    return made
+
+
+def _catalog_line(info: dict[str, Any]) -> str:
+    cat = info.get("catalog")
+    if not cat:
+        return (
+            "- **large vs small catalog**: not measured in this run (`--catalog-keys 10000000` does it:"
+            " long); its rows say n/a."
+        )
+    where = (
+        " Measured apart from the rest of this table, right after it, with"
+        " `benchmarks.peers.bigcatalog.compare` (merged by `benchmarks.peers.report.merge_catalog`)."
+        if cat.get("separate")
+        else ""
+    )
+    return (
+        f"- **large vs small catalog** (`--catalog-keys {cat['large']}`): shardcat and the floor, local, in"
+        f" catalogs of {cat['small']:,} and {cat['large']:,} keys of tiny records (8-byte payloads);"
+        " p50 of the same number of random point lookups as above, interleaved; the floor is a"
+        " `TEXT PRIMARY KEY` table of the same locations + `os.pread` of the record's frame."
+        + where
+    )
+
+
+def _rerun_args(argv: list[str]) -> list[str]:
+    """The run's arguments without ``--out`` (the doc is rerun into docs/)."""
+    out: list[str] = []
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--out":
+            skip = True
+        elif not a.startswith("--out="):
+            out.append(a)
+    return out
+
+
+def regenerate(results_json: str, out: str, argv: list[str] | None = None) -> str:
+    """Write the report again from a run's results.json (e.g. after changing this module)."""
+    with open(results_json) as f:
+        saved = json.load(f)
+    results = [Result(**r) for r in saved["results"]]
+    info = saved["info"]
+    args = argparse.Namespace(out=out, argv=info.get("argv", []) if argv is None else argv)
+    return write_report(results, info, args)
+
+
+def merge_catalog(results_json: str, catalog: dict[str, Any]) -> None:
+    """Put a separate large-vs-small catalog comparison (``bigcatalog.compare``) into a run's results.
+
+    For a catalog too long to build inside the main run (10 million keys): the
+    report then says that these rows come from a separate run.
+    """
+    with open(results_json) as f:
+        saved = json.load(f)
+    for r in saved["results"]:
+        if r["backend"] == "local" and r["system"] in ("shardcat", "floor") and not r["skipped"]:
+            at = 0 if r["system"] == "shardcat" else 1
+            r["catalog_small_ms"], r["catalog_large_ms"] = (
+                catalog["small"][at],
+                catalog["large"][at],
+            )
+    saved["info"]["catalog"] = {
+        "small": catalog["small_keys"],
+        "large": catalog["large_keys"],
+        "separate": True,
+    }
+    with open(results_json, "w") as f:
+        json.dump(saved, f, indent=1)
+
+
+def write_report(results: list[Result], info: dict[str, Any], args: argparse.Namespace) -> str:
+    folder = os.path.join(args.out, "benchmarks")
+    images = plots(results, folder)
+    info = {"machine": machine(), **info, "argv": _rerun_args(args.argv)}
+    with open(os.path.join(folder, "results.json"), "w") as f:
+        json.dump({"info": info, "results": [asdict(r) for r in results]}, f, indent=1)
+    rerun = " ".join(
+        ["python", "-m", "benchmarks.peers", *map(shlex.quote, _rerun_args(args.argv))]
+    )
+    load0 = ", ".join(f"{x:.1f}" for x in info["load_start"])
+    load1 = ", ".join(f"{x:.1f}" for x in info["load_end"])
+    lines = [
+        "# Benchmarks: shardcat, the floor and its peers",
+        "",
+        "Generated by `benchmarks/peers/` (`python -m benchmarks.peers`); do not edit by hand: rerun it.",
+        f"Run of {info['time_start']}: **{info['samples']:,} samples** (scale {info['scale']} of 200,000;"
+        f" {info['nbytes'] / 1e6:,.0f} MB of payload + label), string keys `img/00012345` written in"
+        " shuffled order, 2-8 KiB random payload + a small JSON label each, 64 MiB shards/files/chunks.",
+        "",
+        f"Machine: {info.get('machine') or machine()}. **Shared and loaded**: load average {load0} at the start and"
+        f" {load1} at the end (1/5/15 min), so absolute numbers are noisy; the ratios to the floor,"
+        " measured in the same run on the same keys, are the figures to read.",
+        "",
+        "Each cell: the value and, in parentheses, its ratio to the floor in the same column's backend"
+        " (for times and bytes lower is better, for rates higher is better).",
+        "",
+        *table(results),
+        "",
+        "## shardcat against the targets of issue 10 (this run's ratios)",
+        "",
+        *targets(results),
+        "",
+        "## What each column is",
+        "",
+    ]
+    for name, (module, doc) in info["docs"].items():
+        first = " ".join(doc.split("\n\n")[0].split())
+        rest = " ".join(" ".join(doc.split("\n\n")[1:]).split())
+        lines.append(f"- **{name}** (`{module}`): {first} {rest}".rstrip())
+    skipped = {(r.system, r.skipped) for r in results if r.skipped}
+    if skipped:
+        lines += ["", "## Skipped", ""]
+        for name, why in sorted(skipped):
+            lines.append(f"- **{name}**: {why}")
+    lines += [
+        "",
+        "## How each measure is taken",
+        "",
+        "- **write MB/s**: payload + label bytes of the dataset / wall time of the system's whole write,"
+        " including its catalog or index where it has one (shardcat: shard writing + `register_shard`;"
+        " floor: plain file writes + one sqlite3 `executemany`; Lance: `write_dataset` + the scalar index).",
+        "- **registration keys/s**: the catalog/index part of the write alone (floor: sqlite3 `executemany`"
+        " in one transaction into a `TEXT PRIMARY KEY` table; Lance: `create_scalar_index`).",
+        f"- **point lookups**: {info['points']['local']:,} random keys locally, {info['points']['s3']:,} on S3,"
+        " the same keys for every system, interleaved (each key is looked up by every system in turn, who"
+        " goes first rotating) so that the shared machine's load drift hits every system alike; after 50"
+        " warm-up lookups each; p50/p99 of wall time per call. The other measures run one system after"
+        " another.",
+        "- **bytes fetched**: on S3 the body bytes the moto server sent (counted server side, for every"
+        " system alike); locally `rchar` of `/proc/self/io` (bytes of read syscalls of every thread,"
+        " page-cache hits included; reads through `mmap` are not seen, so a system reading through `mmap`"
+        " shows less than it touched: its cells say `mmap` instead of a number).",
+        f"- **batch**: {info['batch_repeats']} batches of {info['batch']:,} random keys locally"
+        f" ({info.get('s3_batch', info['batch']):,} on S3); keys/s of the median batch. The floor's batch"
+        " is one raw query plus sorted `os.pread`s (local) or one `fs.cat_ranges` of every record's own"
+        " range, unmerged (S3: the naive floor). Systems with no batch call read the batch's positions"
+        " one by one in sorted order.",
+        "- **cold first lookup**: in a fresh Python process, the time to import the system's library,"
+        " open the dataset and look one key up (interpreter start-up not included; the page cache is warm).",
+        "- **streaming MB/s**: every sample once, in the system's own order, dataset bytes / wall time.",
+        "- **checked**: every payload and label returned by every measure (point, batch, cold, streaming)"
+        " is compared byte for byte with the source sample; a mismatch stops the run.",
+        "- **S3**: moto's server on 127.0.0.1, in the benchmark process (it shares the GIL with the client),"
+        " patched to answer a ranged GET by seek + read (stock moto reads the whole object per ranged GET);"
+        " shardcat and the floor use s3fs, Lance its own object-store client.",
+        _catalog_line(info),
+        "",
+        "## Plots",
+        "",
+    ]
+    lines += [f"![{img}](benchmarks/{img})" for img in images]
+    lines += [
+        "",
+        "## Versions",
+        "",
+        *[f"- {k} {v}" for k, v in sorted(info["versions"].items())],
+        *([f"- shardcat checkout: commit `{info['commit']}`"] if info.get("commit") else []),
+        "",
+        "## How to rerun",
+        "",
+        "The peers come from the optional `bench` extra (Lance, WebDataset + wids, LitData and the CPU"
+        " build of torch that LitData needs):",
+        "",
+        "<!-- not-tested: installs packages into .venv -->",
+        "```bash",
+        ".venv/bin/pip install -e '.[dev,bench]' -c constraints/dev.txt",
+        "```",
+        "",
+        "then, from the repository root (this run's command; `--scale 0.05` is a quick run,"
+        " `--backends local` skips S3):",
+        "",
+        "<!-- not-tested: a long benchmark that rewrites this file -->",
+        "```bash",
+        f".venv/bin/{rerun}",
+        "```",
+        "",
+        "Raw results (every latency) are in `docs/benchmarks/results.json`.",
+        "",
+    ]
+    path = os.path.join(args.out, "BENCHMARKS.md")
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+    return path
+
+
+if __name__ == "__main__":
+    # python -m benchmarks.peers.report RESULTS_JSON OUT_DIR [run arguments...]
+    import sys
+
+    print(regenerate(sys.argv[1], sys.argv[2], sys.argv[3:] or None))

@@ -1,0 +1,355 @@
+"""Run every system on the same data and measure it; write docs/BENCHMARKS.md and its plots.
+
+Usage (from the repository root)::
+
+    .venv/bin/python -m benchmarks.peers [--scale 1.0] [--backends local,s3]
+                                         [--systems floor,shardcat,lance,...] [--out docs]
+
+``--scale 0.05`` writes 10,000 samples instead of 200,000 (a quick run).
+Every value a system returns is checked byte for byte against the source
+sample; a mismatch stops the run (``MismatchError``). Nothing here is a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import pickle
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from benchmarks.peers.base import Store, System
+from benchmarks.peers.data import Dataset, MismatchError
+from benchmarks.peers.floor import Floor
+from benchmarks.peers.lance_system import Lance
+from benchmarks.peers.litdata_system import LitData
+from benchmarks.peers.mds_system import MosaicStreaming
+from benchmarks.peers.shardcat_system import Shardcat
+from benchmarks.peers.wds_system import WebDataset
+
+SYSTEMS: list[type[System]] = [Floor, Shardcat, Lance, MosaicStreaming, WebDataset, LitData]
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+log = logging.getLogger("benchmarks.peers")
+
+
+@dataclass
+class Result:
+    """What one system measured on one backend (absent measures stay None)."""
+
+    system: str
+    backend: str
+    write_mbps: float | None = None
+    registration_kps: float | None = None
+    point_ms: list[float] = field(default_factory=list)
+    point_bytes: float | None = None  # median bytes fetched per lookup
+    batch_kps: float | None = None
+    batch_bytes_per_key: float | None = None
+    cold_ms: float | None = None
+    stream_mbps: float | None = None
+    notes: list[str] = field(default_factory=list)
+    skipped: str | None = None
+    mmap_reads: bool = False  # its local bytes fetched cannot be counted
+    catalog_small_ms: float | None = None  # point p50 with --catalog-small keys (bigcatalog)
+    catalog_large_ms: float | None = None  # point p50 with --catalog-keys keys
+
+
+def fetched_counter(store: Store) -> Callable[[], int]:
+    """Bytes fetched so far: the moto server's GET bodies (S3), or this process's read syscalls.
+
+    Locally that is ``rchar`` of ``/proc/self/io`` (every thread's read/pread
+    bytes, page cache hits included); reads through ``mmap`` are not counted.
+    """
+    if store.kind == "s3":
+        from benchmarks.peers.s3 import bytes_sent
+
+        return bytes_sent
+
+    def rchar() -> int:
+        with open("/proc/self/io", "rb") as f:
+            for line in f:
+                if line.startswith(b"rchar:"):
+                    return int(line.split()[1])
+        return 0
+
+    return rchar
+
+
+def prepare(
+    cls: type[System], store: Store, ds: Dataset, args: argparse.Namespace, rng: random.Random
+) -> tuple[System, Result]:
+    """Write (timed), take the cold lookup, open and warm the system up."""
+    res = Result(cls.name, store.kind, mmap_reads=cls.mmap_reads and store.kind == "local")
+    system = cls(store, ds)
+    t = time.perf_counter()
+    system.write()
+    res.write_mbps = ds.nbytes / (time.perf_counter() - t) / 1e6
+    if system.registration_seconds:
+        res.registration_kps = ds.count / system.registration_seconds
+    log.info("%s/%s: written at %.0f MB/s", store.kind, cls.name, res.write_mbps)
+    if args.cold:
+        res.cold_ms = cold_lookup(system, rng.choice(ds.keys()), store)
+    system.open()
+    for key in rng.sample(ds.keys(), min(50, ds.count)):  # connections, handles, caches
+        p, lab = system.get(key)
+        ds.check(key, p, lab)
+    return system, res
+
+
+def point_lookups(
+    opened: list[tuple[System, Result]], store: Store, ds: Dataset, points: list[str]
+) -> None:
+    """The same keys for every system, interleaved (who goes first rotates), so load drift hits all alike."""
+    fetched = fetched_counter(store)
+    c0 = fetched()
+    overhead = fetched() - c0  # what reading the counter itself adds (the read of /proc/self/io)
+    got: dict[str, list[int]] = {res.system: [] for _, res in opened}
+    clock = time.perf_counter_ns
+    for n, key in enumerate(points):
+        for k in range(len(opened)):
+            system, res = opened[(n + k) % len(opened)]
+            b0 = fetched()
+            t0 = clock()
+            p, lab = system.get(key)
+            dt = clock() - t0
+            got[res.system].append(fetched() - b0 - overhead)
+            res.point_ms.append(dt / 1e6)
+            ds.check(key, p, lab)
+    for _, res in opened:
+        if not res.mmap_reads:
+            res.point_bytes = float(np.median(got[res.system]))
+        log.info("%s/%s: point p50 %.3f ms", store.kind, res.system, np.median(res.point_ms))
+
+
+def batches_and_stream(
+    system: System, res: Result, store: Store, ds: Dataset, args: argparse.Namespace
+) -> None:
+    """Batch lookups (the same batches for every system) and the full streaming read; closes."""
+    rng = random.Random(args.seed + 1)
+    fetched = fetched_counter(store)
+    c0 = fetched()
+    overhead = fetched() - c0
+    keys = ds.keys()
+    try:
+        size = min(args.batch if store.kind == "local" else args.s3_batch, len(keys) // 2)
+        secs, nbytes = [], []
+        for _ in range(args.batch_repeats):
+            batch = rng.sample(keys, size)
+            b0 = fetched()
+            t0 = time.perf_counter()
+            pairs = system.get_many(batch)
+            secs.append(time.perf_counter() - t0)
+            nbytes.append(fetched() - b0 - overhead)
+            if len(pairs) != len(batch):
+                raise MismatchError(f"{res.system}: {len(pairs)} results for {len(batch)} keys")
+            for key, (p, lab) in zip(batch, pairs):
+                ds.check(key, p, lab)
+        res.batch_kps = size / float(np.median(secs))
+        if not res.mmap_reads:
+            res.batch_bytes_per_key = float(np.median(nbytes)) / size
+
+        seen = 0
+        t0 = time.perf_counter()
+        for key, p, lab in system.stream():
+            ds.check(key, p, lab)  # in the timed loop for every system alike (a memcmp each)
+            seen += 1
+        dt = time.perf_counter() - t0
+        if seen != ds.count:
+            raise MismatchError(f"{res.system}: streamed {seen} samples of {ds.count}")
+        res.stream_mbps = ds.nbytes / dt / 1e6
+    finally:
+        system.close()
+    res.notes = system.notes
+
+
+def measure(
+    cls: type[System], store: Store, ds: Dataset, args: argparse.Namespace, rng: random.Random
+) -> Result:
+    """Every measure of one system on its own (the runner interleaves point lookups instead)."""
+    system, res = prepare(cls, store, ds, args, rng)
+    try:
+        point_lookups(
+            [(system, res)],
+            store,
+            ds,
+            rng.sample(ds.keys(), min(ds.count, args.points[store.kind])),
+        )
+    except BaseException:
+        system.close()
+        raise
+    batches_and_stream(system, res, store, ds, args)
+    return res
+
+
+def cold_lookup(system: System, key: str, store: Store) -> float:
+    """Import + open + first lookup in a fresh interpreter (the page cache stays warm)."""
+    path = os.path.join(store.scratch, f"{system.name}.pickle")
+    with open(path, "wb") as f:
+        pickle.dump(system, f)
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.peers.cold", path, key],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=300,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"cold lookup by {system.name} failed: {out.stderr[-2000:]}")
+    import json
+
+    return float(json.loads(out.stdout.strip().splitlines()[-1])["ms"])
+
+
+def run(args: argparse.Namespace) -> tuple[list[Result], dict[str, Any]]:
+    ds = Dataset.scaled(args.scale, args.seed)
+    results: list[Result] = []
+    chosen = [c for c in SYSTEMS if c.name in args.systems]
+    started = {
+        "load_start": os.getloadavg(),
+        "time_start": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+    for backend in args.backends:
+        server = None
+        if backend == "s3":
+            from benchmarks.peers.s3 import MotoS3
+
+            server = MotoS3()
+            store = server.store()
+        else:
+            store = Store("local", tempfile.mkdtemp(prefix="shardcat-peers-data-"))
+        try:
+            opened: list[tuple[System, Result]] = []
+            try:
+                for cls in chosen:
+                    rng = random.Random(args.seed)  # the same keys for every system
+                    if backend not in cls.backends:
+                        results.append(
+                            Result(cls.name, backend, skipped="local disk only (see its notes)")
+                        )
+                        continue
+                    why = cls.available()
+                    if why is not None:
+                        log.warning("%s skipped: %s", cls.name, why)
+                        results.append(Result(cls.name, backend, skipped=why))
+                        continue
+                    opened.append(prepare(cls, store, ds, args, rng))
+                    results.append(opened[-1][1])
+                rng = random.Random(args.seed)
+                points = rng.sample(ds.keys(), min(ds.count, args.points[backend]))
+                point_lookups(opened, store, ds, points)
+            except BaseException:
+                for system, _ in opened:
+                    system.close()
+                raise
+            for system, res in opened:
+                batches_and_stream(system, res, store, ds, args)
+        finally:
+            store.cleanup()
+            if backend == "local":
+                import shutil
+
+                shutil.rmtree(store.base, ignore_errors=True)
+            if server is not None:
+                server.stop()
+    if args.catalog_keys:
+        from benchmarks.peers.bigcatalog import compare
+
+        scratch = tempfile.mkdtemp(prefix="shardcat-peers-catalog-")
+        try:
+            big = compare(
+                scratch, args.catalog_small, args.catalog_keys, args.points["local"], args.seed
+            )
+        finally:
+            import shutil
+
+            shutil.rmtree(scratch, ignore_errors=True)
+        started["catalog"] = {"small": big["small_keys"], "large": big["large_keys"]}
+        for r in results:
+            if r.backend == "local" and r.system in ("shardcat", "floor") and not r.skipped:
+                at = 0 if r.system == "shardcat" else 1
+                r.catalog_small_ms, r.catalog_large_ms = big["small"][at], big["large"][at]
+    started["load_end"] = os.getloadavg()
+    versions: dict[str, str] = {}
+    for cls in chosen:
+        versions.update(cls.versions())
+    git = subprocess.run(
+        ["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    run_info = {
+        **started,
+        "commit": git.stdout.strip() or "unknown",
+        "samples": ds.count,
+        "nbytes": ds.nbytes,
+        "scale": args.scale,
+        "versions": versions,
+        "points": args.points,
+        "batch": min(args.batch, ds.count // 2),
+        "s3_batch": min(args.s3_batch, ds.count // 2),
+        "batch_repeats": args.batch_repeats,
+        "docs": {
+            c.name: (c.__module__, (sys.modules[c.__module__].__doc__ or "").strip())
+            for c in chosen
+        },
+    }
+    return results, run_info
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--scale", type=float, default=1.0, help="fraction of 200,000 samples")
+    parser.add_argument("--backends", default="local,s3")
+    parser.add_argument("--systems", default=",".join(c.name for c in SYSTEMS))
+    parser.add_argument("--points", type=int, default=2000, help="point lookups (S3: a tenth)")
+    parser.add_argument("--batch", type=int, default=10_000, help="keys per batch lookup")
+    parser.add_argument(
+        "--s3-batch",
+        type=int,
+        default=1000,
+        help="keys per batch lookup on S3 (the naive floor issues one GET per key)",
+    )
+    parser.add_argument("--batch-repeats", type=int, default=3)
+    parser.add_argument("--no-cold", dest="cold", action="store_false")
+    parser.add_argument(
+        "--catalog-keys",
+        type=int,
+        default=0,
+        help="also compare point lookups in a catalog of this many keys (e.g. 10000000) with one"
+        " of --catalog-small keys (shardcat and the floor, local; long)",
+    )
+    parser.add_argument("--catalog-small", type=int, default=100_000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--out", default=os.path.join(REPO, "docs"), help="where BENCHMARKS.md goes"
+    )
+    args = parser.parse_args(argv)
+    args.backends = [b for b in args.backends.split(",") if b]
+    args.systems = [s for s in args.systems.split(",") if s]
+    args.points = {"local": args.points, "s3": max(20, args.points // 10)}
+    args.argv = argv if argv is not None else sys.argv[1:]
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    from benchmarks.peers.report import write_report
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
+    log.setLevel(logging.INFO)
+    args = parse(argv)
+    results, info = run(args)
+    path = write_report(results, info, args)
+    log.info("wrote %s", path)

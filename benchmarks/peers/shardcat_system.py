@@ -1,0 +1,69 @@
+"""shardcat as its README shows it: shards written by ``RollingShardWriter``, a SQLite catalog.
+
+Writing includes registration (``Catalog.register_shard`` per shard, committed
+at once), as a user's write would; lookups are ``Catalog.get`` and
+``Catalog.get_many``; streaming iterates each shard with ``ShardReader``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from benchmarks.peers.base import SHARD_BYTES, Pair, System
+
+
+class Shardcat(System):
+    name = "shardcat"
+    distributions = ("shardcat",)
+
+    def write(self) -> None:
+        import shardcat
+
+        if self.store.kind == "local":
+            os.makedirs(self.root, exist_ok=True)
+        self.catalog_url = f"sqlite:///{self.store.local_dir('shardcat')}/catalog.db"
+        infos: list[Any] = []
+        with shardcat.RollingShardWriter(
+            self.root,
+            "train-{number:06d}.shard",
+            max_bytes=SHARD_BYTES,
+            storage_options=self.store.storage_options or None,
+            on_shard_closed=infos.append,
+        ) as w:
+            for s in self.dataset:
+                w.add(s.key, {"bin": s.payload, "json": s.label})
+        with shardcat.Catalog(self.catalog_url, storage_options=self.store.storage_options) as cat:
+            cat.create_dataset("train", self.root)
+            t = time.perf_counter()
+            for info in infos:
+                cat.register_shard("train", info)
+            self.registration_seconds = time.perf_counter() - t
+        self.urls = [str(info.path) for info in infos]
+
+    def open(self) -> None:
+        import shardcat
+
+        self.cat = shardcat.Catalog(self.catalog_url, storage_options=self.store.storage_options)
+
+    def get(self, key: str) -> Pair:
+        rec = self.cat.get("train", key)
+        return rec["bin"].data, rec["json"].data
+
+    def get_many(self, keys: list[str]) -> list[Pair]:
+        result = self.cat.get_many("train", keys)
+        result.raise_for_missing()
+        return [(r["bin"].data, r["json"].data) for r in result.records if r is not None]
+
+    def stream(self) -> Iterator[tuple[str, bytes | memoryview, bytes | memoryview]]:
+        import shardcat
+
+        for url in self.urls:
+            reader = shardcat.ShardReader(url, storage_options=self.store.storage_options or None)
+            for rec in reader:
+                yield rec.key, rec["bin"].data, rec["json"].data
+
+    def close(self) -> None:
+        self.cat.close()

@@ -1,0 +1,177 @@
+"""The peers harness (benchmarks/peers/) runs end to end and checks every byte it is handed.
+
+Tiny scale, local disk, three systems (the floor, shardcat and WebDataset +
+wids, which the dev extra installs): every measure is taken, the report and
+its plots are written, and a system that returns wrong bytes stops the run.
+No speed is asserted: the figures are the benchmark's business.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# The harness is a package of the repository (benchmarks/peers), not of the installed wheel.
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.peers.base import Store  # noqa: E402
+from benchmarks.peers.data import Dataset, MismatchError  # noqa: E402
+from benchmarks.peers.floor import Floor  # noqa: E402
+from benchmarks.peers.report import regenerate, write_report  # noqa: E402
+from benchmarks.peers.runner import measure, parse, run  # noqa: E402
+
+
+def test_dataset_is_deterministic_and_checkable():
+    a, b = Dataset(300, seed=3), Dataset(300, seed=3)
+    assert a.order == b.order and sorted(a.order) == list(range(300))
+    assert a.order != list(range(300))  # written in shuffled order
+    s = a.sample(17)
+    assert s.key == "img/00000017" and s == b.sample(17)
+    assert 2048 <= len(s.payload) <= 8192
+    a.check(s.key, s.payload, memoryview(s.label))
+    with pytest.raises(MismatchError, match="img/00000017"):
+        a.check(s.key, s.payload[:-1] + bytes([s.payload[-1] ^ 1]), s.label)
+    with pytest.raises(MismatchError):
+        a.check(s.key, s.payload, s.label + b" ")
+
+
+def test_harness_runs_floor_shardcat_and_wids_and_writes_the_report(tmp_path):
+    args = parse(
+        [
+            "--scale", "0.001",
+            "--backends", "local",
+            "--systems", "floor,shardcat,webdataset+wids",
+            "--points", "30",
+            "--batch", "40",
+            "--batch-repeats", "2",
+            "--out", str(tmp_path),
+        ]
+    )  # fmt: skip
+    results, info = run(args)
+    assert [r.system for r in results] == ["floor", "shardcat", "webdataset+wids"]
+    assert info["samples"] == 200
+    for r in results:
+        assert r.skipped is None
+        assert r.write_mbps and r.write_mbps > 0
+        assert len(r.point_ms) == 30
+        assert r.batch_kps and r.batch_kps > 0
+        assert r.stream_mbps and r.stream_mbps > 0
+        assert r.cold_ms and r.cold_ms > 0
+    floor, ours, wds = results
+    assert floor.registration_kps and ours.registration_kps
+    # A point lookup reads about one record (2-8 KiB + label + framing), not a shard.
+    assert floor.point_bytes is not None and 2048 <= floor.point_bytes <= 8192 + 200
+    assert ours.point_bytes is not None and 2048 <= ours.point_bytes <= 64 << 10
+    assert wds.mmap_reads and wds.point_bytes is None  # wids reads through mmap: not counted
+
+    path = Path(write_report(results, info, args))
+    text = path.read_text()
+    assert "| measure | floor | shardcat | webdataset+wids |" in text
+    assert "| local: point lookup p50 ms |" in text
+    assert "200 samples" in text and "scale 0.001" in text
+    for png in ("latency-local.png", "throughput-local.png"):
+        assert (tmp_path / "benchmarks" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"(benchmarks/{png})" in text
+    assert "--out" not in text  # the rerun command writes into docs/, wherever this run wrote
+
+    # The saved results rebuild the same report.
+    again = tmp_path / "again"
+    assert (
+        Path(regenerate(str(tmp_path / "benchmarks" / "results.json"), str(again))).read_text()
+        == text
+    )
+
+
+class _CorruptFloor(Floor):
+    """The floor, but every looked-up payload has one flipped bit."""
+
+    def get(self, key):
+        payload, label = super().get(key)
+        flipped = bytearray(payload)
+        flipped[len(flipped) // 2] ^= 0x10
+        return bytes(flipped), label
+
+
+def test_a_system_returning_wrong_bytes_stops_the_run(tmp_path):
+    args = parse(["--scale", "0.001", "--points", "5", "--no-cold"])
+    store = Store("local", str(tmp_path / "data"), scratch=str(tmp_path / "scratch"))
+    with pytest.raises(MismatchError, match="differ from the source sample"):
+        measure(_CorruptFloor, store, Dataset(200), args, random.Random(0))
+
+
+def test_a_peer_that_does_not_import_is_skipped_with_its_reason(tmp_path, monkeypatch):
+    from benchmarks.peers import runner
+
+    class Missing(Floor):
+        name = "missing-peer"
+
+        @classmethod
+        def available(cls):
+            return "not installed: no module named 'missing_peer'"
+
+    monkeypatch.setattr(runner, "SYSTEMS", [Missing])
+    args = parse(["--scale", "0.001", "--backends", "local", "--systems", "missing-peer"])
+    results, _ = run(args)
+    assert [(r.system, r.skipped) for r in results] == [
+        ("missing-peer", "not installed: no module named 'missing_peer'")
+    ]
+
+
+def test_large_vs_small_catalog_lookups_are_measured_and_checked(tmp_path):
+    from benchmarks.peers import bigcatalog
+
+    out = bigcatalog.compare(str(tmp_path), small=300, large=1500, count=40, seed=1)
+    assert (out["small_keys"], out["large_keys"]) == (300, 1500)
+    for ours, floor in (out["small"], out["large"]):
+        assert ours > 0 and floor > 0
+
+    # A comparison run apart is merged into a run's results and reported as such.
+    from benchmarks.peers.report import merge_catalog, regenerate
+    from benchmarks.peers.runner import Result
+
+    args = parse(["--out", str(tmp_path / "doc")])
+    write_report(
+        [Result("floor", "local"), Result("shardcat", "local")],
+        {
+            "load_start": (1.0, 1.0, 1.0),
+            "load_end": (1.0, 1.0, 1.0),
+            "time_start": "now",
+            "samples": 200,
+            "nbytes": 1,
+            "scale": 0.001,
+            "versions": {},
+            "points": {"local": 40, "s3": 20},
+            "batch": 1,
+            "batch_repeats": 1,
+            "docs": {},
+        },
+        args,
+    )
+    results_json = str(tmp_path / "doc" / "benchmarks" / "results.json")
+    merge_catalog(results_json, out)
+    text = Path(regenerate(results_json, str(tmp_path / "doc"))).read_text()
+    ratio = out["large"][0] / out["small"][0]
+    assert (
+        f"| local: large / small catalog p50 (target <= 1.5) | {out['large'][1] / out['small'][1]:.2f} | {ratio:.2f} ("
+        in text
+    )
+    assert "catalogs of 300 and 1,500 keys" in text and "Measured apart" in text
+
+    # A floor table pointing at the wrong record is caught, not timed.
+    built = bigcatalog.build(str(tmp_path / "bad"), 300)
+    import sqlite3
+
+    with sqlite3.connect(built.floor_db) as conn:
+        conn.execute("UPDATE samples SET offset = offset + length WHERE key = 'img/00000007'")
+        conn.execute("DELETE FROM samples WHERE key != 'img/00000007'")
+        conn.executemany(
+            "INSERT INTO samples SELECT ?, file, offset, length FROM samples WHERE key = 'img/00000007'",
+            [(f"img/{i:08d}",) for i in range(300) if i != 7],
+        )
+    with pytest.raises(MismatchError, match="floor"):
+        bigcatalog.lookups(built, 5, random.Random(0))
