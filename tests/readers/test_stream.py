@@ -146,3 +146,32 @@ def test_an_empty_dataset_yields_nothing(tmp_path):
     stream = stream_of(url)
     assert list(stream.iter_reader(0, 0, 3)) == []
     assert stream.reader_counts(0, 0, 1, 3) == [0, 0, 0]
+
+
+def test_deleted_and_replaced_keys_are_never_streamed_or_selected(local_dataset, tmp_path):
+    """Versions hide records without rewriting shards: the readers must hide them too."""
+    url, keys = local_dataset
+    gone = {key(3), key(40), key(41)}
+    with Catalog(url) as cat:
+        shardcat.delete_keys(cat, "train", sorted(gone))
+        shardcat.write(
+            [{"__key__": key(7), "txt": "replaced"}],
+            str(tmp_path / "shards"),
+            catalog=cat,
+            dataset="train",
+            mode="append",
+            on_duplicate="replace",
+            progress=False,
+        )
+    live = sorted(set(keys) - gone)
+    stream = stream_of(url, shuffle=False)
+    got = list(stream.iter_reader(0))
+    assert sorted(keys_of(got)) == live
+    assert stream.num_samples == len(live)
+    assert [s["txt"] for s in got if s["__key__"] == key(7)] == ["replaced"]
+    # where= sees the latest version too: a deleted key matches nothing, the replaced one once.
+    with Catalog(url) as cat:
+        assert cat.select("train", "key = :k", {"k": key(3)}).count == 0
+        assert cat.select("train", "key = :k", {"k": key(7)}).count == 1
+    chosen = stream_of(url, "key <= :hi", {"hi": key(8)}, shuffle=False)
+    assert sorted(keys_of(chosen.iter_reader(0))) == [k for k in live if k <= key(8)]
