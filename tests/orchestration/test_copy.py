@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,11 @@ def test_interrupted_copy_leaves_nothing_visible_and_a_rerun_copies_only_the_res
         shardcat.copy_dataset(cat, "src", str(dest), name="copy", client=client, retries=0)
     assert [d.name for d in cat.datasets()] == ["src"]  # the copy is invisible
     # Good copies made before the failure stay, unregistered (the failure cancels the rest).
+    # A task already running when the copy failed may still publish its copy: count once
+    # the cluster is idle.
+    deadline = time.monotonic() + 60
+    while any(client.processing().values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
     present = len(list(dest.rglob("*.shard")))
     assert present <= 5
     assert cat.count("src") == N
@@ -205,3 +211,15 @@ def test_tar_shards_registered_in_place_are_refused_not_copied_half(tmp_path, sq
     with pytest.raises(ValueError, match="tar shard"):
         shardcat.copy_dataset(sqlite_url, "wds", str(tmp_path / "copy"), name="c", client=client)
     assert not (tmp_path / "copy").exists()
+
+
+def test_a_dataset_hiding_records_is_refused_not_copied_back_to_life(tmp_path, sqlite_url, client):
+    """Copies are whole files: records a later version deleted must not reappear in the copy."""
+    _write(tmp_path / "src", sqlite_url, client)
+    cat = Catalog(sqlite_url)
+    some = list(cat.keys("src"))[:2]
+    shardcat.delete_keys(cat, "src", some)
+    with pytest.raises(ValueError, match=r"hides 2 record\(s\).*shardcat compact"):
+        shardcat.copy_dataset(cat, "src", str(tmp_path / "dest"), name="copy", client=client)
+    assert [d.name for d in cat.datasets()] == ["src"]
+    assert not (tmp_path / "dest").exists() or not any((tmp_path / "dest").iterdir())

@@ -244,6 +244,17 @@ def copy_dataset(
             f"({redact(tars[0])}, ...): copy_dataset copies native shards only; copy the tars "
             "with your storage tools, then index them with shardcat index-tar"
         )
+    # Copies are whole files: records the latest version hides (deleted, replaced) would come
+    # back in the copy. Refused until a copy can carry them hidden.
+    _, visible = src_cat.visible_shards(dataset)
+    hiding = [(s.url, len(hidden)) for s, hidden in visible if hidden]
+    if hiding:
+        raise ValueError(
+            f"dataset {dataset!r} hides {sum(n for _, n in hiding)} record(s) of "
+            f"{len(hiding)} shard(s) ({redact(hiding[0][0])}, ...) deleted or replaced by later "
+            "versions: a copy of the whole files would bring them back; rewrite those shards "
+            "first (shardcat compact), then copy"
+        )
     plan = {row.url: join(destination, _relative(row.url, ds.root_url)) for row in rows}
     if len(set(plan.values())) != len(plan):
         raise ValueError(f"two shards of {dataset!r} would get one name under {destination}")
