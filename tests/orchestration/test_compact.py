@@ -1,0 +1,153 @@
+"""compact: mostly-dead shards are rewritten as one version; every key reads the same bytes."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import dask.bag as db
+import pytest
+
+import shardcat
+from shardcat.catalog import Catalog
+from shardcat.errors import ChecksumError, KeyConflictError
+from shardcat.orchestration.gc import gc
+
+from .samples import make_samples
+
+NOW = dt.timedelta(0)
+PARTS, PER = 3, 40
+
+
+def _write(root: Path, url: str, client: Any) -> list[str]:
+    shardcat.write(
+        db.from_sequence(range(PARTS), npartitions=PARTS).map(make_samples, PER).flatten(),
+        str(root),
+        catalog=url,
+        dataset="c",
+        max_records_per_shard=20,
+        client=client,
+        progress=False,
+    )
+    return [f"s/{p:03d}/{i:05d}" for p in range(PARTS) for i in range(PER)]
+
+
+def _snapshot(cat: Catalog, keys: list[str], version: int | None = None) -> dict[str, Any]:
+    batch = cat.get_many("c", keys, version=version)
+    return {
+        r.key: (r["bin"].data, r["json"].decode(), r["npy"].decode().tolist())
+        for r in batch.records
+        if r is not None
+    }
+
+
+def test_compact_rewrites_sparse_shards_and_gc_reclaims_them(tmp_path, catalog_url, client):
+    keys = _write(tmp_path / "c", catalog_url, client)
+    cat = Catalog(catalog_url)
+    shards = cat.shards("c")
+    assert len(shards) == 6
+    # Three shards lose 15 of their 20 records (25 % live), one loses 5 (75 %), two none.
+    sparse = {s.url for s in shards[:3]}
+    gone = []
+    for shard in shards[:3]:
+        gone += [r.key for r in cat.record_rows(shard.id)][:15]
+    gone += [r.key for r in cat.record_rows(shards[3].id)][:5]
+    before_delete = cat.dataset("c").version
+    cat.delete_keys("c", gone)
+    live = [k for k in keys if k not in set(gone)]
+    latest = _snapshot(cat, keys)
+    assert set(latest) == set(live)
+    old = _snapshot(cat, keys, version=before_delete)
+    assert set(old) == set(keys)
+
+    summary = shardcat.compact(catalog_url, "c", min_live=0.5, shard_size="1MB", client=client)
+
+    assert set(summary.compacted) == sparse
+    assert summary.records == 15
+    assert summary.tar_shards == 0
+    assert len(summary.kept) == 3
+    assert summary.bytes_after < summary.bytes_before
+    top = cat.log("c")[0]
+    assert (top.number, top.operation) == (summary.version, "compact")
+    assert top.total_records == len(live)
+    now = {s.url for s in cat.shards("c")}
+    assert not now & sparse and set(summary.written) <= now
+    # Every key: same bytes at the latest version; older versions still read the old shards.
+    assert _snapshot(cat, keys) == latest
+    assert _snapshot(cat, keys, version=before_delete) == old
+    assert cat.locate("c", live[0]).url in summary.written
+    assert cat.locate("c", live[0], version=before_delete).url in sparse
+    assert cat.verify("c").ok
+    # Nothing sparse is left: a second run does nothing; a higher threshold takes the 75 % shard.
+    again = shardcat.compact(catalog_url, "c", min_live=0.5, client=client)
+    assert again.version is None and cat.log("c")[0].number == summary.version
+    third = shardcat.compact(catalog_url, "c", min_live=0.8, client=client)
+    assert third.compacted == [shards[3].url] and third.records == 15
+    assert third.version == summary.version + 1
+    assert _snapshot(cat, keys) == latest
+    assert _snapshot(cat, keys, version=summary.version) == latest
+    assert _snapshot(cat, keys, version=before_delete) == old
+
+    # Once no kept version reads the old shards, gc reclaims their bytes.
+    retired = {*sparse, shards[3].url}
+    assert set(cat.expire("c", keep_last=1).retired_shards) == retired
+    report = gc(cat, "c", grace=NOW)
+    assert set(report.deleted_shards) == retired
+    assert report.bytes == summary.bytes_before + third.bytes_before
+    assert not any(Path(u).exists() for u in retired)
+    assert _snapshot(cat, keys) == latest
+    assert cat.verify("c").ok
+
+
+def test_compact_conflicts_with_a_delete_of_a_compacted_key(tmp_path, sqlite_url, client):
+    keys = _write(tmp_path / "c", sqlite_url, client)
+    cat = Catalog(sqlite_url)
+    first = cat.shards("c")[0]
+    cat.delete_keys("c", [r.key for r in cat.record_rows(first.id)][:18])
+    survivor = [r.key for r in cat.record_rows(first.id)][18]
+    latest = _snapshot(cat, keys)
+    version = cat.dataset("c").version
+
+    real_commit = Catalog.commit_job
+
+    def delete_first(self: Catalog, job: Any, **kw: Any) -> Any:
+        # Another process deletes a compacted key between the tasks and the commit.
+        Catalog(sqlite_url).delete_keys("c", [survivor])
+        return real_commit(self, job, **kw)
+
+    cat.commit_job = delete_first.__get__(cat)  # type: ignore[method-assign]
+    with pytest.raises(KeyConflictError) as err:
+        shardcat.compact(cat, "c", min_live=0.5, client=client)
+    assert survivor in err.value.keys
+    fresh = Catalog(sqlite_url)
+    assert fresh.dataset("c").version == version + 1  # only the delete landed
+    assert fresh.log("c")[0].operation == "delete"
+    assert fresh.jobs("c", state="open") == []
+    del latest[survivor]
+    assert _snapshot(fresh, keys) == latest
+
+
+def test_compact_refuses_a_damaged_shard_and_changes_nothing(tmp_path, sqlite_url, client):
+    _write(tmp_path / "c", sqlite_url, client)
+    cat = Catalog(sqlite_url)
+    first = cat.shards("c")[0]
+    rows = cat.record_rows(first.id)
+    cat.delete_keys("c", [r.key for r in rows][:15])
+    version = cat.dataset("c").version
+    path = Path(first.url)
+    data = bytearray(path.read_bytes())
+    last = rows[-1]
+    at, size, _ = last.spans[[e[0] for e in last.entries].index("bin")]
+    data[last.offset + at + size // 2] ^= 0xFF  # a payload byte of the last (live) record
+    path.write_bytes(bytes(data))
+    with pytest.raises(ChecksumError):
+        shardcat.compact(cat, "c", client=client, retries=0)
+    assert cat.dataset("c").version == version
+    assert cat.jobs("c", state="open") == []
+    assert {s.url for s in cat.shards("c")} >= {first.url}
+
+
+def test_min_live_is_checked(sqlite_url):
+    with pytest.raises(ValueError, match="min_live"):
+        shardcat.compact(sqlite_url, "c", min_live=1.5)
