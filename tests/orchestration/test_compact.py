@@ -151,3 +151,28 @@ def test_compact_refuses_a_damaged_shard_and_changes_nothing(tmp_path, sqlite_ur
 def test_min_live_is_checked(sqlite_url):
     with pytest.raises(ValueError, match="min_live"):
         shardcat.compact(sqlite_url, "c", min_live=1.5)
+
+
+def test_declared_fields_follow_their_records(tmp_path, catalog_url, client):
+    shardcat.write(
+        [{"__key__": f"k{i:03d}", "json": {"label": i % 3, "tag": f"t{i % 2}"}} for i in range(60)],
+        str(tmp_path / "f"),
+        catalog=catalog_url,
+        dataset="f",
+        fields={"label": int, "tag": str},
+        max_records_per_shard=20,
+        client=client,
+        progress=False,
+    )
+    cat = Catalog(catalog_url)
+
+    def chosen(where: str) -> list[str]:
+        return sorted(k for ks in cat.select("f", where).keys.values() for k in ks)
+
+    cat.delete_keys("f", [f"k{i:03d}" for i in range(0, 60, 4)])  # every shard 75 % live
+    before = {w: chosen(w) for w in ("label = 1", "tag = 't0'", "label = 2 AND tag = 't1'")}
+    assert all(before.values())
+    summary = shardcat.compact(cat, "f", min_live=0.8, shard_size="16kB", client=client)
+    assert len(summary.compacted) == 3 and summary.records == 45
+    assert {w: chosen(w) for w in before} == before
+    assert all(s.url in summary.written for s in cat.shards("f"))

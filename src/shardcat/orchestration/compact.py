@@ -56,6 +56,7 @@ class Source:
     """One shard to compact, as the client saw it: which file, and which records to keep."""
 
     url: str
+    shard_id: int
     file_id: str
     data_crc: int
     hidden: frozenset[int]
@@ -123,8 +124,18 @@ def compact_group(plan: WritePlan, group: int, sources: Sequence[Source]) -> Par
         # A retried task takes the next free name where an earlier attempt published one.
         return first_free(plan.root, plan.names(group, index), plan.storage_options)
 
+    # (source shard id, source offset) of each record written to the open shard, in order.
+    pending: list[tuple[int, int]] = []
+
     def stage(info: Any) -> None:
-        catalog.register_shard(plan.dataset, info, job=plan.job_id)
+        row = catalog.register_shard(plan.dataset, info, job=plan.job_id)
+        moved = pending[: info.record_count]
+        del pending[: info.record_count]
+        if plan.fields:  # declared fields' values follow their records
+            offsets = info.offsets.tolist()
+            catalog.copy_fields(
+                plan.dataset, row.id, [(s, o, n) for (s, o), n in zip(moved, offsets)]
+            )
 
     writer = RollingShardWriter(
         plan.root,
@@ -154,7 +165,9 @@ def compact_group(plan: WritePlan, group: int, sources: Sequence[Source]) -> Par
                 offsets = np.asarray(reader.footer.records["offset"], dtype=np.int64)
                 keep = [i for i, off in enumerate(offsets.tolist()) if off not in src.hidden]
                 for start in range(0, len(keep), _BATCH):
-                    for record in reader.take(keep[start : start + _BATCH]):
+                    batch = keep[start : start + _BATCH]
+                    for i, record in zip(batch, reader.take(batch)):
+                        pending.append((src.shard_id, int(offsets[i])))
                         writer.add(record.key, record)
     infos = writer.shards
     return PartitionResult(
@@ -222,12 +235,6 @@ def compact(
     size = parse_size(shard_size)
     cat = catalog if isinstance(catalog, Catalog) else Catalog(str(catalog))
     refuse_in_memory(cat)
-    if cat.fields(dataset):
-        raise ValueError(
-            f"dataset {dataset!r} declares catalog fields ({', '.join(cat.fields(dataset))}); "
-            "compact does not carry their values over to the new shards yet, so it refuses "
-            "rather than lose them for where= filters"
-        )
     opts = dict(storage_options if storage_options is not None else cat.storage_options)
     t0 = time.perf_counter()
     root = cat.dataset(dataset).root_url
@@ -261,6 +268,7 @@ def compact(
             catalog=cat.handle(),
             shard_size=size,
             storage_options=opts,
+            fields=tuple(cat.fields(dataset)),
         )
         groups = _groups(chosen, size)
         with _cluster(client, root) as dask_client:
@@ -313,6 +321,6 @@ def _groups(chosen: list[tuple[ShardRow, frozenset[int]]], size: int) -> list[li
         if groups[-1] and filled + live_bytes > size:
             groups.append([])
             filled = 0
-        groups[-1].append(Source(row.url, row.file_id, row.data_crc, hidden))
+        groups[-1].append(Source(row.url, row.id, row.file_id, row.data_crc, hidden))
         filled += live_bytes
     return groups
