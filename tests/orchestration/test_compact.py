@@ -176,3 +176,20 @@ def test_declared_fields_follow_their_records(tmp_path, catalog_url, client):
     assert len(summary.compacted) == 3 and summary.records == 45
     assert {w: chosen(w) for w in before} == before
     assert all(s.url in summary.written for s in cat.shards("f"))
+
+
+def test_tar_shards_are_never_compacted(tmp_path, sqlite_url, client):
+    from shardcat.testing.tars import wds_samples, write_wds_tar
+
+    tar = write_wds_tar(tmp_path / "train-000000.tar", n=20, seed=1, prefix="t-")
+    shardcat.index_tar([str(tar)], catalog=sqlite_url, dataset="wds", client=client)
+    cat = Catalog(sqlite_url)
+    keys = [s["__key__"] for s in wds_samples(tar)]
+    cat.delete_keys("wds", keys[:18])  # 10 % live
+    version = cat.dataset("wds").version
+    summary = shardcat.compact(cat, "wds", min_live=0.5, client=client)
+    assert (summary.version, summary.tar_shards, summary.compacted) == (None, 1, [])
+    assert "1 tar shards are never compacted" in str(summary)
+    assert cat.dataset("wds").version == version
+    assert [j for j in cat.jobs("wds") if j.description == "shardcat.compact"] == []
+    assert [s.url for s in cat.shards("wds")] == [str(tar)]

@@ -41,7 +41,7 @@ from .tasks import ATTEMPT, PartitionResult, catalog_for
 from .write import _cluster
 
 if TYPE_CHECKING:
-    from ..catalog import ShardRow
+    from ..catalog import Catalog, ShardRow
 
 __all__ = ["CompactSummary", "Source", "compact", "compact_group"]
 
@@ -238,24 +238,21 @@ def compact(
     opts = dict(storage_options if storage_options is not None else cat.storage_options)
     t0 = time.perf_counter()
     root = cat.dataset(dataset).root_url
-    # The job first: its base version is what the commit's key-conflict check compares to,
-    # so any change after the shards are chosen below is seen at commit.
+    chosen, kept, tars = _choose(cat, dataset, min_live)
+    if tars:
+        log.info("%s: %d tar shards are never compacted", dataset, tars)
+    if not chosen:
+        return CompactSummary(
+            dataset, None, None, [], [], 0, 0, 0, tars, time.perf_counter() - t0, kept
+        )
+    # The job, then the choice again: the job's base version is what the commit's
+    # key-conflict check compares to, so any change after the shards are chosen is seen.
     job = cat.begin_job(
         dataset, description="shardcat.compact", properties={"operation": "compact"}
     )
     try:
-        _, visible = cat.visible_shards(dataset)
-        tars = sum(row.kind != "native" for row, _ in visible)
-        chosen = [
-            (row, hidden)
-            for row, hidden in visible
-            if row.kind == "native" and _live(row, hidden) < min_live
-        ]
-        picked = {row.id for row, _ in chosen}
-        kept = [row.url for row, _ in visible if row.kind == "native" and row.id not in picked]
-        if tars:
-            log.info("%s: %d tar shards are never compacted", dataset, tars)
-        if not chosen:
+        chosen, kept, tars = _choose(cat, dataset, min_live)
+        if not chosen:  # another compaction took them meanwhile
             cat.abort_job(job)
             return CompactSummary(
                 dataset, None, None, [], [], 0, 0, 0, tars, time.perf_counter() - t0, kept
@@ -306,6 +303,21 @@ def compact(
     )
     log.info("%s", summary)
     return summary
+
+
+def _choose(
+    cat: Catalog, dataset: str, min_live: float
+) -> tuple[list[tuple[ShardRow, frozenset[int]]], list[str], int]:
+    """The latest version's native shards below ``min_live``, the other native ones, the tar count."""
+    _, visible = cat.visible_shards(dataset)
+    chosen = [
+        (row, hidden)
+        for row, hidden in visible
+        if row.kind == "native" and _live(row, hidden) < min_live
+    ]
+    picked = {row.id for row, _ in chosen}
+    kept = [row.url for row, _ in visible if row.kind == "native" and row.id not in picked]
+    return chosen, kept, sum(row.kind != "native" for row, _ in visible)
 
 
 def _live(row: ShardRow, hidden: frozenset[int]) -> float:
