@@ -100,32 +100,55 @@ def test_compact_rewrites_sparse_shards_and_gc_reclaims_them(tmp_path, catalog_u
     assert cat.verify("c").ok
 
 
-def test_compact_conflicts_with_a_delete_of_a_compacted_key(tmp_path, sqlite_url, client):
-    keys = _write(tmp_path / "c", sqlite_url, client)
-    cat = Catalog(sqlite_url)
-    first = cat.shards("c")[0]
-    cat.delete_keys("c", [r.key for r in cat.record_rows(first.id)][:18])
-    survivor = [r.key for r in cat.record_rows(first.id)][18]
-    latest = _snapshot(cat, keys)
-    version = cat.dataset("c").version
+def _sparse_first_shard(root: Path, url: str, client: Any) -> tuple[Catalog, list[str], list[str]]:
+    """A dataset whose first shard keeps 2 of its 20 records; returns its keys and those 2."""
+    keys = _write(root, url, client)
+    cat = Catalog(url)
+    first = [r.key for r in cat.record_rows(cat.shards("c")[0].id)]
+    cat.delete_keys("c", first[:18])
+    return cat, keys, first[18:]
 
+
+def _meanwhile(cat: Catalog, change: Any) -> None:
+    """Run ``change`` (through another connection) between the tasks and the commit."""
     real_commit = Catalog.commit_job
 
-    def delete_first(self: Catalog, job: Any, **kw: Any) -> Any:
-        # Another process deletes a compacted key between the tasks and the commit.
-        Catalog(sqlite_url).delete_keys("c", [survivor])
+    def commit_after_change(self: Catalog, job: Any, **kw: Any) -> Any:
+        change()
         return real_commit(self, job, **kw)
 
-    cat.commit_job = delete_first.__get__(cat)  # type: ignore[method-assign]
+    cat.commit_job = commit_after_change.__get__(cat)  # type: ignore[method-assign]
+
+
+def test_compact_conflicts_with_a_delete_of_a_compacted_key(tmp_path, catalog_url, client):
+    cat, keys, survivors = _sparse_first_shard(tmp_path / "c", catalog_url, client)
+    latest = _snapshot(cat, keys)
+    version = cat.dataset("c").version
+    _meanwhile(cat, lambda: Catalog(catalog_url).delete_keys("c", survivors[:1]))
     with pytest.raises(KeyConflictError) as err:
         shardcat.compact(cat, "c", min_live=0.5, client=client)
-    assert survivor in err.value.keys
-    fresh = Catalog(sqlite_url)
+    assert err.value.keys == survivors[:1]
+    fresh = Catalog(catalog_url)
     assert fresh.dataset("c").version == version + 1  # only the delete landed
     assert fresh.log("c")[0].operation == "delete"
     assert fresh.jobs("c", state="open") == []
-    del latest[survivor]
+    del latest[survivors[0]]
     assert _snapshot(fresh, keys) == latest
+
+
+def test_compact_lands_after_a_commit_on_other_keys(tmp_path, catalog_url, client):
+    cat, keys, survivors = _sparse_first_shard(tmp_path / "c", catalog_url, client)
+    other = keys[-1]  # in the last shard, which is not compacted
+    latest = _snapshot(cat, keys)
+    version = cat.dataset("c").version
+    _meanwhile(cat, lambda: Catalog(catalog_url).delete_keys("c", [other]))
+    summary = shardcat.compact(cat, "c", min_live=0.5, client=client)
+    assert summary.version == version + 2 and summary.records == len(survivors)
+    assert [v.operation for v in cat.log("c")[:2]] == ["compact", "delete"]
+    del latest[other]
+    assert _snapshot(cat, keys) == latest
+    assert all(cat.locate("c", k).url in summary.written for k in survivors)
+    assert cat.verify("c").ok
 
 
 def test_compact_refuses_a_damaged_shard_and_changes_nothing(tmp_path, sqlite_url, client):
