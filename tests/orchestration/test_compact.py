@@ -216,3 +216,29 @@ def test_tar_shards_are_never_compacted(tmp_path, sqlite_url, client):
     assert cat.dataset("wds").version == version
     assert [j for j in cat.jobs("wds") if j.description == "shardcat.compact"] == []
     assert [s.url for s in cat.shards("wds")] == [str(tar)]
+
+
+def test_compact_on_s3_then_gc(postgres_url, s3, client):
+    opts = s3["storage_options"]
+    shardcat.write(
+        db.from_sequence(range(2), npartitions=2).map(make_samples, 30).flatten(),
+        f"{s3['url']}/c",
+        catalog=postgres_url,
+        dataset="c",
+        max_records_per_shard=15,
+        storage_options=opts,
+        client=client,
+        progress=False,
+    )
+    cat = Catalog(postgres_url, storage_options=opts)
+    keys = [f"s/{p:03d}/{i:05d}" for p in range(2) for i in range(30)]
+    cat.delete_keys("c", keys[:12])  # the first shard keeps 3 of 15
+    latest = _snapshot(cat, keys)
+    summary = shardcat.compact(cat, "c", min_live=0.5, client=client)
+    assert summary.records == 3 and all(u.startswith("s3://") for u in summary.written)
+    assert _snapshot(cat, keys) == latest
+    assert cat.verify("c").ok
+    cat.expire("c", keep_last=1)
+    report = gc(cat, "c", grace=NOW)
+    assert report.deleted_shards == summary.compacted
+    assert _snapshot(cat, keys) == latest
