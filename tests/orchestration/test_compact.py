@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 from pathlib import Path
 from typing import Any
 
@@ -242,3 +243,24 @@ def test_compact_on_s3_then_gc(postgres_url, s3, client):
     report = gc(cat, "c", grace=NOW)
     assert report.deleted_shards == summary.compacted
     assert _snapshot(cat, keys) == latest
+
+
+def test_a_task_of_an_aborted_job_stages_nothing_and_leaves_no_file(tmp_path, sqlite_url, client):
+    from shardcat.errors import CommitConflictError
+    from shardcat.orchestration.compact import Source, compact_group
+    from shardcat.orchestration.plan import WritePlan
+
+    _write(tmp_path / "c", sqlite_url, client)
+    cat = Catalog(sqlite_url)
+    first = cat.shards("c")[0]
+    job = cat.begin_job("c")
+    cat.abort_job(job)  # the client gave up before this task ran
+    plan = WritePlan(
+        dataset="c", root=str(tmp_path / "c"), prefix="c", job_id=job.id, catalog=cat.handle()
+    )
+    before = set(os.listdir(tmp_path / "c"))
+    source = Source(first.url, first.id, first.file_id, first.data_crc, frozenset())
+    with pytest.raises(CommitConflictError):
+        compact_group(plan, 0, [source])
+    assert set(os.listdir(tmp_path / "c")) == before
+    assert cat.job(job.id).shard_count == 0

@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._units import format_bytes, parse_size
-from ..errors import ChecksumError
+from ..errors import ChecksumError, CommitConflictError
 from ..storage import dataset_prefix, first_free, redact
 from ..storage.shards import RollingShardWriter, ShardReader
 from .plan import SHARDS_PER_PARTITION, WritePlan
 from .reach import refuse_in_memory, refuse_unreachable
-from .tasks import ATTEMPT, PartitionResult, catalog_for
+from .tasks import ATTEMPT, PartitionResult, _remove_quietly, catalog_for
 from .write import _cluster
 
 if TYPE_CHECKING:
@@ -128,7 +128,12 @@ def compact_group(plan: WritePlan, group: int, sources: Sequence[Source]) -> Par
     pending: list[tuple[int, int]] = []
 
     def stage(info: Any) -> None:
-        row = catalog.register_shard(plan.dataset, info, job=plan.job_id)
+        try:
+            row = catalog.register_shard(plan.dataset, info, job=plan.job_id)
+        except CommitConflictError:
+            # The job ended without us (its client gave up): the file is ours alone.
+            _remove_quietly(info.path, plan)
+            raise
         moved = pending[: info.record_count]
         del pending[: info.record_count]
         if plan.fields:  # declared fields' values follow their records
