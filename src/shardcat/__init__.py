@@ -32,7 +32,15 @@ if TYPE_CHECKING:
     from . import storage as storage
     from .catalog import Catalog
     from .format import Codec, Entry, Record, ShardInfo, VerifyReport
-    from .orchestration import copy_dataset, delete_keys, from_files, index_tar, read, write
+    from .orchestration import (
+        compact,
+        copy_dataset,
+        delete_keys,
+        from_files,
+        index_tar,
+        read,
+        write,
+    )
     from .readers import to_dask_dataframe
     from .storage.shards import RollingShardWriter, ShardReader, ShardWriter, open_shard
 
@@ -56,6 +64,7 @@ __all__ = [
     "VerifyReport",
     "VersionError",
     "__version__",
+    "compact",
     "copy_dataset",
     "delete_keys",
     "from_files",
@@ -82,6 +91,7 @@ _LAZY = {
     "ShardWriter": ".storage.shards",
     "open_shard": ".storage.shards",
     "Catalog": ".catalog",
+    "compact": ".orchestration",
     "copy_dataset": ".orchestration",
     "delete_keys": ".orchestration",
     "from_files": ".orchestration",

@@ -1,5 +1,5 @@
-"""A hypothesis state machine: appends, replaces, deletes, overwrites, tags, expire and gc
-against an in-memory model of every kept version.
+"""A hypothesis state machine: appends, replaces, deletes, overwrites, compactions, tags, expire
+and gc against an in-memory model of every kept version.
 
 After every step every key is checked at every kept version (and at every
 tag), no committed shard is left that no kept version reads, and gc has
@@ -34,6 +34,26 @@ from shardcat.errors import DuplicateKeyError
 from shardcat.orchestration.gc import gc
 
 UNIVERSE = [f"k{i}" for i in range(8)]
+_dask: list[Any] = []
+
+
+def _client() -> Any:
+    """One in-process Dask client for every compaction of the module (started on first use)."""
+    if not _dask:
+        import atexit
+
+        from distributed import Client, LocalCluster
+
+        cluster = LocalCluster(
+            processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None
+        )
+        client = Client(cluster)
+        atexit.register(cluster.close)
+        atexit.register(client.close)
+        _dask.append(client)
+    return _dask[0]
+
+
 keys_st = st.lists(st.sampled_from(UNIVERSE), min_size=1, max_size=5, unique=True)
 
 
@@ -113,6 +133,14 @@ class VersionModel(RuleBasedStateMachine):
         gone = data.draw(st.lists(st.sampled_from(sorted(live)), min_size=1, unique=True))
         assert self.cat.delete_keys(self.name, gone) == self.latest + 1
         self._new_version({k: v for k, v in live.items() if k not in gone})
+
+    @rule(min_live=st.sampled_from([0.5, 1.0]))
+    def compact(self, min_live: float) -> None:
+        summary = shardcat.compact(self.cat, self.name, min_live=min_live, client=_client())
+        if summary.version is not None:  # same keys, same bytes: a version like the latest
+            moved = [k for k in self.live() if self.cat.locate(self.name, k).url in summary.written]
+            assert len(moved) == summary.records
+            self._new_version(self.live())
 
     @precondition(lambda self: bool(self.versions))
     @rule(data=st.data(), name=st.sampled_from(["t1", "t2"]))

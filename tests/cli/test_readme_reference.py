@@ -75,6 +75,7 @@ def test_documented_options_exist():
         "diff": ["--keys"],
         "delete-keys": ["--keys-from", "--missing-ok", "--message"],
         "expire": ["--keep-last", "--older-than", "--dry-run"],
+        "compact": ["--min-live", "--shard-size", "--message", "--workers", "--scheduler"],
     }.items():
         text = cli_help(command)
         for option in options:

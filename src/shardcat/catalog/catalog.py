@@ -381,6 +381,22 @@ class Catalog(VersionsApi):
         with self._uow(write=True) as s:
             return _fields.store_field_values(s, dataset, shard_id, values)
 
+    def copy_fields(
+        self, dataset: str, shard_id: int, moves: Iterable[tuple[int, int, int]]
+    ) -> int:
+        """Copy declared fields' values to one shard's records from the records they copy.
+
+        ``moves`` are ``(source shard id, source offset, offset in shard_id)``
+        (what compaction rewrote where); returns the values copied.
+
+        Raises
+        ------
+        CatalogError
+            A shard is not the dataset's.
+        """
+        with self._uow(write=True) as s:
+            return _fields.copy_field_values(s, dataset, shard_id, moves)
+
     def set_dataset_root(self, name: str, root_url: str) -> None:
         """Record that the dataset's shards now live under ``root_url`` (after a move).
 

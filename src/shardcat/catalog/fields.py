@@ -22,7 +22,13 @@ from .datasets import find_dataset
 from .models import DatasetField, RecordField, Shard
 from .session import NO_SYNC
 
-__all__ = ["FIELD_NAME", "declare_fields", "declared_fields", "store_field_values"]
+__all__ = [
+    "FIELD_NAME",
+    "copy_field_values",
+    "declare_fields",
+    "declared_fields",
+    "store_field_values",
+]
 
 FIELD_NAME = re.compile(r"[a-z_][a-z0-9_]{0,63}")
 """A field name is a lower-case SQL identifier: it becomes a column name of ``where=``."""
@@ -139,6 +145,59 @@ def store_field_values(
             rows = []
     if rows:
         session.execute(insert(RecordField), rows, execution_options=NO_SYNC)
+        count += len(rows)
+    return count
+
+
+def copy_field_values(
+    session: Session,
+    dataset: str,
+    shard_id: int,
+    moves: Iterable[tuple[int, int, int]],
+) -> int:
+    """Give one shard's records the field values of the records they copy (compaction).
+
+    ``moves`` are ``(source shard id, source byte offset, byte offset in
+    shard_id)`` triples; returns the values copied.
+
+    Raises
+    ------
+    CatalogError
+        The shard or a source shard is not the dataset's.
+    """
+    ds = find_dataset(session, dataset).id
+    by_source: dict[int, dict[int, int]] = {}
+    for src, src_offset, offset in moves:
+        by_source.setdefault(src, {})[src_offset] = offset
+    owners = {
+        int(i): int(d)
+        for i, d in session.execute(
+            select(Shard.id, Shard.dataset_id).where(Shard.id.in_([shard_id, *by_source]))
+        )
+    }
+    for sid in (shard_id, *by_source):
+        if owners.get(sid) != ds:
+            raise CatalogError(f"shard {sid} is not a shard of {dataset!r}")
+    count = 0
+    for src, offsets in by_source.items():
+        rows = [
+            {
+                "shard_id": shard_id,
+                "byte_offset": offsets[int(off)],
+                "name": name,
+                "dataset_id": ds,
+                "num": num,
+                "text": text,
+            }
+            for off, name, num, text in session.execute(
+                select(
+                    RecordField.byte_offset, RecordField.name, RecordField.num, RecordField.text
+                ).where(RecordField.shard_id == src)
+            )
+            if int(off) in offsets
+        ]
+        for i in range(0, len(rows), _CHUNK):
+            session.execute(insert(RecordField), rows[i : i + _CHUNK], execution_options=NO_SYNC)
         count += len(rows)
     return count
 

@@ -59,6 +59,7 @@ def _root(
 
 def _register() -> None:
     from . import (
+        compact_cmd,
         copy_cmd,
         dataset_cmds,
         maintenance_cmds,
@@ -72,6 +73,7 @@ def _register() -> None:
 
     write_cmd.register(app)
     copy_cmd.register(app)
+    compact_cmd.register(app)
     dataset_cmds.register(app)
     maintenance_cmds.register(app)
     version_cmds.register(app)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .compact import CompactSummary, compact
 from .copy import CopySummary, copy_dataset
 from .files import FileSource, from_files
 from .index_tar import IndexTarSummary, TarFailure, index_tar
@@ -12,6 +13,7 @@ from .read import iter_shard, iter_tar_shard, open_registered, read
 from .write import WriteSummary, write
 
 __all__ = [
+    "CompactSummary",
     "CopySummary",
     "FileSource",
     "IndexTarSummary",
@@ -20,6 +22,7 @@ __all__ = [
     "WriteProgressBar",
     "WriteProgressCallback",
     "WriteSummary",
+    "compact",
     "copy_dataset",
     "delete_keys",
     "from_files",

@@ -31,7 +31,13 @@ if TYPE_CHECKING:
     from ...catalog.readonly import ReadOnlyRole
     from ...demo import DemoReport
     from ...format import Record, VerifyReport
-    from ...orchestration import CopySummary, IndexTarSummary, WriteProgressCallback, WriteSummary
+    from ...orchestration import (
+        CompactSummary,
+        CopySummary,
+        IndexTarSummary,
+        WriteProgressCallback,
+        WriteSummary,
+    )
     from ...orchestration.gc import DeleteReport, GcReport
 
 __all__ = ["Output", "QueryRows", "ShardInspection", "VerifyProgressCallback", "err_console"]
@@ -119,6 +125,10 @@ class Output(ABC):
     @abstractmethod
     def write_summary(self, summary: WriteSummary) -> None:
         """What a committed write job produced."""
+
+    @abstractmethod
+    def compact_summary(self, summary: CompactSummary) -> None:
+        """What a compaction rewrote (or that nothing needed it)."""
 
     @abstractmethod
     def copy_summary(self, summary: CopySummary) -> None:

@@ -32,7 +32,13 @@ if TYPE_CHECKING:
     from ...catalog.readonly import ReadOnlyRole
     from ...demo import DemoReport
     from ...format import Entry, Record
-    from ...orchestration import CopySummary, IndexTarSummary, WriteProgressCallback, WriteSummary
+    from ...orchestration import (
+        CompactSummary,
+        CopySummary,
+        IndexTarSummary,
+        WriteProgressCallback,
+        WriteSummary,
+    )
     from ...orchestration.gc import DeleteReport, GcReport
 
 __all__ = [
@@ -179,6 +185,9 @@ class JsonOutput(Output):
 
     def write_summary(self, summary: WriteSummary) -> None:
         self._print({**dataclasses.asdict(summary), "mb_per_s": round(summary.mb_per_s, 3)})
+
+    def compact_summary(self, summary: CompactSummary) -> None:
+        self._print(dataclasses.asdict(summary))
 
     def copy_summary(self, summary: CopySummary) -> None:
         self._print(dataclasses.asdict(summary))

@@ -44,7 +44,13 @@ if TYPE_CHECKING:
     from ...catalog.readonly import ReadOnlyRole
     from ...demo import DemoReport
     from ...format import Entry, Record
-    from ...orchestration import CopySummary, IndexTarSummary, WriteProgressCallback, WriteSummary
+    from ...orchestration import (
+        CompactSummary,
+        CopySummary,
+        IndexTarSummary,
+        WriteProgressCallback,
+        WriteSummary,
+    )
     from ...orchestration.gc import DeleteReport, GcReport
 
 __all__ = ["TextOutput", "text_cell", "tsv_cell"]
@@ -189,6 +195,9 @@ class TextOutput(Output):
         self._line(str(summary))
         for pattern in summary.shard_patterns:
             self._line(f"  {pattern}")
+
+    def compact_summary(self, summary: CompactSummary) -> None:
+        self._line(str(summary))
 
     def copy_summary(self, summary: CopySummary) -> None:
         self._line(str(summary))

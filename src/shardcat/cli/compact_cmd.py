@@ -1,0 +1,83 @@
+"""``shardcat compact``: rewrite a dataset's mostly-dead shards into new ones, as one version.
+
+The command only parses its options; the work is :func:`shardcat.compact`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+import typer
+
+from .common import open_catalog, state_of
+from .write_cmd import _client
+
+__all__ = ["register"]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compact")(compact)
+
+
+def compact(
+    ctx: typer.Context,
+    dataset: Annotated[str, typer.Argument(help="The dataset to compact.", metavar="DATASET")],
+    min_live: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Compact shards whose live fraction (records the latest version sees / "
+            "records in the file) is below this.",
+        ),
+    ] = 0.5,
+    shard_size: Annotated[
+        str,
+        typer.Option(help="Size of the new shards and live bytes per task.", metavar="SIZE"),
+    ] = "256MB",
+    message: Annotated[
+        str | None,
+        typer.Option("--message", "-m", help="Recorded with the new version (shardcat log)."),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Start a local Dask cluster of N processes (default: one per core)."
+        ),
+    ] = None,
+    scheduler: Annotated[
+        str | None,
+        typer.Option(
+            help="Use a running Dask scheduler (tcp://host:8786) instead.", metavar="ADDRESS"
+        ),
+    ] = None,
+) -> None:
+    """Rewrite the live records of mostly-dead shards into new shards, committed as one version.
+
+    Lookups give the same bytes before and after; older versions still read
+    the old shards. Tar shards are never compacted. The old shards' bytes are
+    reclaimed by expire and gc once no kept version reads them.
+    """
+    from ..orchestration.compact import compact as compact_dataset
+
+    if workers is not None and scheduler is not None:
+        raise typer.BadParameter("give --workers or --scheduler, not both", param_hint="--workers")
+    state = state_of(ctx)
+    if state.verbose < 2:  # Dask's INFO lines (scheduler, nanny) are noise here
+        import distributed  # noqa: F401  (importing it sets its loggers' levels; override after)
+
+        logging.getLogger("distributed").setLevel(logging.WARNING)
+    with open_catalog(state) as cat:
+        root = cat.dataset(dataset).root_url
+        with _client(workers, scheduler, root) as client:
+            summary = compact_dataset(
+                cat,
+                dataset,
+                min_live=min_live,
+                shard_size=shard_size,
+                client=client,
+                storage_options=state.storage_options,
+                message=message,
+            )
+    state.out.compact_summary(summary)

@@ -1,0 +1,343 @@
+"""``shardcat.compact``: rewrite mostly-dead shards' live records into new shards, as one version.
+
+The client picks the latest version's native shards whose live fraction
+(records the latest version still sees / records in the file) is below
+``min_live``, and groups them into runs of about ``shard_size`` live bytes.
+One Dask task per group reads the live records by offset (every record's
+CRC is checked as it is decoded), writes them with the
+:class:`~shardcat.storage.shards.RollingShardWriter` and stages the new
+shards under one job, like a write's partition task. The client then
+commits the job with ``on_duplicate="replace"`` and operation ``compact``:
+in one transaction every compacted key points at its new record and the
+old shards get their ``removed_version`` (older kept versions still read
+them; ``gc`` deletes them once ``expire`` lets no kept version read them).
+
+The commit is optimistic like any other: if another commit changed a
+compacted key after the job began (deleted or replaced it, or compacted it
+too), it fails with :class:`~shardcat.errors.KeyConflictError` naming the
+keys and nothing changes; commits on other keys meanwhile are retried over.
+Tar shards are never compacted (their bytes are the user's tar files).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .._units import format_bytes, parse_size
+from ..errors import ChecksumError, CommitConflictError
+from ..storage import dataset_prefix, first_free, redact
+from ..storage.shards import RollingShardWriter, ShardReader
+from .plan import SHARDS_PER_PARTITION, WritePlan
+from .reach import refuse_in_memory, refuse_unreachable
+from .tasks import ATTEMPT, PartitionResult, _remove_quietly, catalog_for
+from .write import _cluster
+
+if TYPE_CHECKING:
+    from ..catalog import Catalog, ShardRow
+
+__all__ = ["CompactSummary", "Source", "compact", "compact_group"]
+
+log = logging.getLogger(__name__)
+
+_BATCH = 256
+"""Records read per ranged read while rewriting (bounds a task's memory)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """One shard to compact, as the client saw it: which file, and which records to keep."""
+
+    url: str
+    shard_id: int
+    file_id: str
+    data_crc: int
+    hidden: frozenset[int]
+    """Byte offsets of its records the latest version no longer sees (not rewritten)."""
+
+
+@dataclass(frozen=True)
+class CompactSummary:
+    """What a compaction did (``version`` is None when no shard needed compacting)."""
+
+    dataset: str
+    version: int | None
+    job_id: int | None
+    compacted: list[str]
+    """URLs of the shards removed from the new version on (gc reclaims them after expire)."""
+    written: list[str]
+    """URLs of the new shards."""
+    records: int
+    """Live records rewritten."""
+    bytes_before: int
+    """Size of the compacted shards."""
+    bytes_after: int
+    """Size of the new shards."""
+    tar_shards: int
+    """Tar shards of the latest version, never compacted."""
+    seconds: float
+    kept: list[str] = field(default_factory=list)
+    """Native shards at or above ``min_live``, left as they are."""
+
+    def __str__(self) -> str:
+        if self.version is None:
+            head = f"{self.dataset}: nothing to compact ({len(self.kept)} native shards kept)"
+        else:
+            head = (
+                f"{self.dataset}: version {self.version} (job {self.job_id}) rewrote "
+                f"{self.records:,} live records of {len(self.compacted)} shards "
+                f"({format_bytes(self.bytes_before)}) into {len(self.written)} shards "
+                f"({format_bytes(self.bytes_after)}) in {self.seconds:.2f} s; "
+                f"{len(self.kept)} shards kept; run expire and gc to reclaim the old bytes"
+            )
+        if self.tar_shards:
+            head += f"; {self.tar_shards} tar shards are never compacted"
+        return head
+
+
+def compact_group(plan: WritePlan, group: int, sources: Sequence[Source]) -> PartitionResult:
+    """Rewrite the live records of ``sources`` into new shards staged under the job; on a worker.
+
+    Raises
+    ------
+    ChecksumError
+        A source is not the file the catalog registered, or a record fails its CRC.
+    CommitConflictError
+        The job is no longer open (its client gave up): nothing more is staged.
+    """
+    t0 = time.perf_counter()
+    catalog = catalog_for(plan.catalog)
+
+    def name(number: int, index: int) -> str:
+        if index >= SHARDS_PER_PARTITION:
+            raise ValueError(
+                f"compaction group {group} needs more than {SHARDS_PER_PARTITION} shards: "
+                "use a larger shard_size"
+            )
+        # A retried task takes the next free name where an earlier attempt published one.
+        return first_free(plan.root, plan.names(group, index), plan.storage_options)
+
+    # (source shard id, source offset) of each record written to the open shard, in order.
+    pending: list[tuple[int, int]] = []
+
+    def stage(info: Any) -> None:
+        try:
+            row = catalog.register_shard(plan.dataset, info, job=plan.job_id)
+        except CommitConflictError:
+            # The job ended without us (its client gave up): the file is ours alone.
+            _remove_quietly(info.path, plan)
+            raise
+        moved = pending[: info.record_count]
+        del pending[: info.record_count]
+        if plan.fields:  # declared fields' values follow their records
+            offsets = info.offsets.tolist()
+            catalog.copy_fields(
+                plan.dataset, row.id, [(s, o, n) for (s, o), n in zip(moved, offsets)]
+            )
+
+    writer = RollingShardWriter(
+        plan.root,
+        name,
+        max_bytes=plan.shard_size,
+        start=plan.first_shard_number(group),
+        storage_options=plan.storage_options,
+        on_shard_closed=stage,
+        exclusive=True,
+        metadata={
+            **plan.metadata,
+            "dataset": plan.dataset,
+            "job": plan.job_id,
+            ATTEMPT: uuid.uuid4().hex,
+        },
+    )
+    with writer:
+        for src in sources:
+            with ShardReader(src.url, storage_options=plan.storage_options) as reader:
+                info = reader.info
+                if info.file_id != src.file_id or info.data_crc != src.data_crc:
+                    raise ChecksumError(
+                        f"{redact(src.url)} is not the shard the catalog registered (file id or "
+                        "data CRC differ); nothing was compacted: run shardcat verify DATASET",
+                        path=redact(src.url),
+                    )
+                offsets = np.asarray(reader.footer.records["offset"], dtype=np.int64)
+                keep = [i for i, off in enumerate(offsets.tolist()) if off not in src.hidden]
+                for start in range(0, len(keep), _BATCH):
+                    batch = keep[start : start + _BATCH]
+                    for i, record in zip(batch, reader.take(batch)):
+                        pending.append((src.shard_id, int(offsets[i])))
+                        writer.add(record.key, record)
+    infos = writer.shards
+    return PartitionResult(
+        partition=group,
+        shards=tuple(i.path for i in infos),
+        records=sum(i.record_count for i in infos),
+        bytes=sum(i.size for i in infos),
+        payload_bytes=sum(i.payload_bytes() for i in infos),
+        seconds=time.perf_counter() - t0,
+    )
+
+
+def compact(
+    catalog: Any,
+    dataset: str,
+    *,
+    min_live: float = 0.5,
+    shard_size: int | str = "256MB",
+    client: Any = None,
+    storage_options: Mapping[str, Any] | None = None,
+    message: str | None = None,
+    retries: int = 2,
+) -> CompactSummary:
+    """Rewrite the live records of the dataset's mostly-dead shards into new shards, as one version.
+
+    Parameters
+    ----------
+    catalog:
+        A :class:`~shardcat.catalog.Catalog` or its SQLAlchemy URL.
+    dataset:
+        The dataset to compact.
+    min_live:
+        Compact the latest version's native shards whose live fraction
+        (records the latest version sees / records in the file) is below
+        this (0 to 1; 1 compacts every shard with a removed record).
+    shard_size:
+        Live bytes per task and size of the new shards (``"256MB"``, bytes).
+    client:
+        A ``distributed.Client``; by default the current one or a local cluster.
+    storage_options:
+        fsspec options (by default the catalog's); never stored.
+    message:
+        Recorded with the new version (``shardcat log``).
+    retries:
+        How often Dask may retry a failed task.
+
+    Returns
+    -------
+    CompactSummary
+
+    Raises
+    ------
+    ValueError
+        ``min_live`` is not between 0 and 1.
+    KeyConflictError
+        Another commit changed some compacted keys while the job ran (the
+        job is aborted, nothing changes: rerun the compaction).
+    ChecksumError
+        A shard to compact is damaged (the job is aborted, nothing changes).
+    """
+    from ..catalog import Catalog
+
+    if not 0 <= min_live <= 1:
+        raise ValueError(f"min_live must be between 0 and 1, not {min_live!r}")
+    size = parse_size(shard_size)
+    cat = catalog if isinstance(catalog, Catalog) else Catalog(str(catalog))
+    refuse_in_memory(cat)
+    opts = dict(storage_options if storage_options is not None else cat.storage_options)
+    t0 = time.perf_counter()
+    root = cat.dataset(dataset).root_url
+    chosen, kept, tars = _choose(cat, dataset, min_live)
+    if tars:
+        log.info("%s: %d tar shards are never compacted", dataset, tars)
+    if not chosen:
+        return CompactSummary(
+            dataset, None, None, [], [], 0, 0, 0, tars, time.perf_counter() - t0, kept
+        )
+    # The job, then the choice again: the job's base version is what the commit's
+    # key-conflict check compares to, so any change after the shards are chosen is seen.
+    job = cat.begin_job(
+        dataset, description="shardcat.compact", properties={"operation": "compact"}
+    )
+    try:
+        chosen, kept, tars = _choose(cat, dataset, min_live)
+        if not chosen:  # another compaction took them meanwhile
+            cat.abort_job(job)
+            return CompactSummary(
+                dataset, None, None, [], [], 0, 0, 0, tars, time.perf_counter() - t0, kept
+            )
+        plan = WritePlan(
+            dataset=dataset,
+            root=root,
+            prefix=dataset_prefix(dataset),
+            job_id=job.id,
+            catalog=cat.handle(),
+            shard_size=size,
+            storage_options=opts,
+            fields=tuple(cat.fields(dataset)),
+        )
+        groups = _groups(chosen, size)
+        with _cluster(client, root) as dask_client:
+            refuse_unreachable(cat, dask_client)
+            futures = [
+                dask_client.submit(compact_group, plan, n, group, pure=False, retries=retries)
+                for n, group in enumerate(groups)
+            ]
+            try:
+                results: list[PartitionResult] = dask_client.gather(futures)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    dask_client.cancel(futures)
+                raise
+        written = [url for r in results for url in r.shards]
+        cat.commit_job(
+            job, shards=written, on_duplicate="replace", operation="compact", message=message
+        )
+    except BaseException:
+        with contextlib.suppress(Exception):
+            cat.abort_job(job)
+        raise
+    summary = CompactSummary(
+        dataset=dataset,
+        version=cat.job(job.id).version,
+        job_id=job.id,
+        compacted=[row.url for row, _ in chosen],
+        written=written,
+        records=sum(r.records for r in results),
+        bytes_before=sum(row.size_bytes for row, _ in chosen),
+        bytes_after=sum(r.bytes for r in results),
+        tar_shards=tars,
+        seconds=time.perf_counter() - t0,
+        kept=kept,
+    )
+    log.info("%s", summary)
+    return summary
+
+
+def _choose(
+    cat: Catalog, dataset: str, min_live: float
+) -> tuple[list[tuple[ShardRow, frozenset[int]]], list[str], int]:
+    """The latest version's native shards below ``min_live``, the other native ones, the tar count."""
+    _, visible = cat.visible_shards(dataset)
+    chosen = [
+        (row, hidden)
+        for row, hidden in visible
+        if row.kind == "native" and _live(row, hidden) < min_live
+    ]
+    picked = {row.id for row, _ in chosen}
+    kept = [row.url for row, _ in visible if row.kind == "native" and row.id not in picked]
+    return chosen, kept, sum(row.kind != "native" for row, _ in visible)
+
+
+def _live(row: ShardRow, hidden: frozenset[int]) -> float:
+    return (row.record_count - len(hidden)) / row.record_count if row.record_count else 0.0
+
+
+def _groups(chosen: list[tuple[ShardRow, frozenset[int]]], size: int) -> list[list[Source]]:
+    """Consecutive runs of shards holding about ``size`` live bytes each (estimated by fraction)."""
+    groups: list[list[Source]] = [[]]
+    filled = 0
+    for row, hidden in chosen:
+        live_bytes = int(row.size_bytes * _live(row, hidden))
+        if groups[-1] and filled + live_bytes > size:
+            groups.append([])
+            filled = 0
+        groups[-1].append(Source(row.url, row.id, row.file_id, row.data_crc, hidden))
+        filled += live_bytes
+    return groups
