@@ -135,7 +135,7 @@ def test_a_commit_queues_behind_another_commit_and_lands_after_it(pg_train):
                 waiting = watch.execute(
                     sa.text(
                         "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-                        "WHERE NOT l.granted AND a.query LIKE '%FROM datasets%FOR UPDATE%'"
+                        "WHERE NOT l.granted AND a.query LIKE '%FROM datasets%FOR NO KEY UPDATE%'"
                     )
                 ).scalar_one()
                 if waiting:

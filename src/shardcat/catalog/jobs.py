@@ -309,12 +309,13 @@ def bump_version(session: Session, dataset: Dataset, expected: int | None) -> in
     current = expected
     if current is None:
         session.expire(dataset)
-        # FOR UPDATE: on PostgreSQL a commit queues for the row lock and reads the version
-        # its winner left, instead of losing the UPDATE and retrying: 8 writers appending
-        # together starved one of them past COMMIT_ATTEMPTS. (SQLite ignores it:
+        # FOR NO KEY UPDATE (the lock the UPDATE below takes anyway, so staging's foreign-key
+        # locks do not conflict): on PostgreSQL a commit queues for the row and reads the
+        # version its winner left, instead of losing the UPDATE and retrying: 8 writers
+        # appending together starved one past COMMIT_ATTEMPTS. (SQLite has no row locks:
         # BEGIN IMMEDIATE queues writers already.)
         current = session.execute(
-            select(Dataset.version).where(Dataset.id == dataset.id).with_for_update()
+            select(Dataset.version).where(Dataset.id == dataset.id).with_for_update(key_share=True)
         ).scalar_one()
     version = session.execute(
         update(Dataset)
