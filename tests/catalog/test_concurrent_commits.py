@@ -104,8 +104,8 @@ def test_two_processes_replacing_one_key_one_lands_the_other_is_told(pg_train):
         assert cat.get_many("train", [f"{loser}1"]).missing == [f"{loser}1"]
 
 
-def test_a_commit_that_loses_the_version_race_is_retried(pg_train):
-    """The commit reads version 1, another commit moves it to 2 first: retried, it lands as 3."""
+def test_a_commit_queues_behind_another_commit_and_lands_after_it(pg_train):
+    """Another commit holds the dataset row (moving it to 2): ours waits for its lock, lands as 3."""
     import threading
     import time
 
@@ -131,11 +131,11 @@ def test_a_commit_that_loses_the_version_race_is_retried(pg_train):
         thread.start()
         with engine.connect() as watch:
             waiting = 0
-            for _ in range(600):  # until our commit's UPDATE waits for the row lock
+            for _ in range(600):  # until our commit's read of the version waits for the row lock
                 waiting = watch.execute(
                     sa.text(
                         "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-                        "WHERE NOT l.granted AND a.query LIKE 'UPDATE datasets%'"
+                        "WHERE NOT l.granted AND a.query LIKE '%FROM datasets%FOR NO KEY UPDATE%'"
                     )
                 ).scalar_one()
                 if waiting:

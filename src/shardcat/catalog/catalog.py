@@ -627,9 +627,10 @@ class Catalog(VersionsApi):
         operation, message:
             Recorded in the new version's row (:meth:`log`).
 
-        The commit is optimistic: a conditional update of the dataset's
-        version. A commit that lost the race to another one is retried, as a
-        whole, up to ``COMMIT_ATTEMPTS`` times; jobs on disjoint keys all land.
+        The commit is a conditional update of the dataset's version, read
+        under the dataset row's lock (concurrent commits queue for it); a
+        commit that still finds the version moved is retried, as a whole, up
+        to ``COMMIT_ATTEMPTS`` times. Jobs on disjoint keys all land.
 
         Raises
         ------

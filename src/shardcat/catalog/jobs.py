@@ -300,7 +300,8 @@ def duplicate_keys(session: Session, job_id: int) -> list[str]:
 def bump_version(session: Session, dataset: Dataset, expected: int | None) -> int:
     """The optimistic step: ``UPDATE datasets SET version = v + 1 WHERE version = v``.
 
-    ``v`` is ``expected`` if given, else the version read just before. Zero
+    ``v`` is ``expected`` if given, else the version read just before under
+    the dataset row's lock (so only an ``expected`` can be stale). Zero
     rows updated means another commit won: :class:`VersionMoved` (the caller
     retries the whole transaction, a bounded number of times, unless it
     asked for ``expected``).
@@ -308,8 +309,13 @@ def bump_version(session: Session, dataset: Dataset, expected: int | None) -> in
     current = expected
     if current is None:
         session.expire(dataset)
+        # FOR NO KEY UPDATE (the lock the UPDATE below takes anyway, so staging's foreign-key
+        # locks do not conflict): on PostgreSQL a commit queues for the row and reads the
+        # version its winner left, instead of losing the UPDATE and retrying: 8 writers
+        # appending together starved one past COMMIT_ATTEMPTS. (SQLite has no row locks:
+        # BEGIN IMMEDIATE queues writers already.)
         current = session.execute(
-            select(Dataset.version).where(Dataset.id == dataset.id)
+            select(Dataset.version).where(Dataset.id == dataset.id).with_for_update(key_share=True)
         ).scalar_one()
     version = session.execute(
         update(Dataset)
