@@ -153,6 +153,17 @@ def test_expire_retires_shards_no_kept_version_sees(train):
     assert value(cat, "a") == "a@2"
 
 
+def test_a_shard_with_deleted_records_still_verifies_after_expire(train):
+    """Expire keeps the rows of a live shard's hidden records: verify matches its whole footer."""
+    cat, root = train
+    commit_keys(cat, root, ["a", "b", "c"], "1")
+    cat.delete_keys("train", ["b"])
+    cat.expire("train", keep_last=1)
+    assert sorted(cat.keys("train")) == ["a", "c"] and value(cat, "b") is None
+    report = cat.verify("train")
+    assert report.ok, str(report)
+
+
 def test_expire_never_drops_the_latest(train):
     cat, root = train
     commit_keys(cat, root, ["a"], "1")

@@ -386,17 +386,9 @@ def expire_versions(
     _drop_versions(session, ds.id, expired)
     retired = unreferenced_shards(session, ds.id)
     retire(session, [i for i, _ in retired])
-    # Records no kept version sees are dropped too: their rows are dead weight for lookups.
-    session.execute(
-        text(
-            "DELETE FROM records WHERE dataset_id = :d AND removed_version IS NOT NULL AND NOT EXISTS "
-            "(SELECT 1 FROM dataset_versions v JOIN shards s ON s.id = records.shard_id "
-            "WHERE v.dataset_id = :d AND v.number >= s.added_version "
-            "AND v.number < records.removed_version)"
-        ),
-        {"d": ds.id},
-        execution_options=NO_SYNC,
-    )
+    # Rows of records no kept version sees stay while their shard is live: every lookup
+    # already skips them (removed_version), and verify checks a live shard's footer against
+    # all of its rows. They go with their shard when it is retired.
     return ExpireResult(ds.name, expired, kept, sorted(u for _, u in retired))
 
 
