@@ -7,7 +7,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -17,7 +17,9 @@ from .output import Output, output_for
 __all__ = [
     "CONFIG_ENV",
     "SQL_ROLE_ENV",
+    "SchedulerOption",
     "State",
+    "WorkersOption",
     "load_config",
     "merge_options",
     "open_catalog",
@@ -25,6 +27,17 @@ __all__ = [
     "require_catalog",
     "resolve_catalog_url",
     "state_of",
+]
+
+
+# The two ways to say where a job's Dask tasks run, shared by every command that starts a job.
+WorkersOption = Annotated[
+    int | None,
+    typer.Option(min=1, help="Start a local Dask cluster of N processes (default: one per core)."),
+]
+SchedulerOption = Annotated[
+    str | None,
+    typer.Option(help="Use a running Dask scheduler (tcp://host:8786) instead.", metavar="ADDRESS"),
 ]
 
 CONFIG_ENV = "SHARDCAT_CONFIG"

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from .common import open_catalog, state_of
+from .common import SchedulerOption, WorkersOption, open_catalog, state_of
 from .write_cmd import _client
 
 __all__ = ["register"]
@@ -40,18 +40,8 @@ def compact(
         str | None,
         typer.Option("--message", "-m", help="Recorded with the new version (shardcat log)."),
     ] = None,
-    workers: Annotated[
-        int | None,
-        typer.Option(
-            min=1, help="Start a local Dask cluster of N processes (default: one per core)."
-        ),
-    ] = None,
-    scheduler: Annotated[
-        str | None,
-        typer.Option(
-            help="Use a running Dask scheduler (tcp://host:8786) instead.", metavar="ADDRESS"
-        ),
-    ] = None,
+    workers: WorkersOption = None,
+    scheduler: SchedulerOption = None,
 ) -> None:
     """Rewrite the live records of mostly-dead shards into new shards, committed as one version.
 

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from .common import open_catalog, state_of
+from .common import SchedulerOption, WorkersOption, open_catalog, state_of
 from .storage_options import parse_storage_options
 from .write_cmd import _client
 
@@ -62,18 +62,8 @@ def copy(
             metavar="KEY=VALUE",
         ),
     ] = None,
-    workers: Annotated[
-        int | None,
-        typer.Option(
-            min=1, help="Start a local Dask cluster of N processes (default: one per core)."
-        ),
-    ] = None,
-    scheduler: Annotated[
-        str | None,
-        typer.Option(
-            help="Use a running Dask scheduler (tcp://host:8786) instead.", metavar="ADDRESS"
-        ),
-    ] = None,
+    workers: WorkersOption = None,
+    scheduler: SchedulerOption = None,
 ) -> None:
     """Copy a dataset's committed shards to DEST_URL and register the copy in one commit.
 

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from .common import open_catalog, state_of
+from .common import SchedulerOption, WorkersOption, open_catalog, state_of
 from .global_options import GlobalOptionsGroup, use_global_options
 from .write_cmd import _client
 
@@ -63,12 +63,8 @@ def index_tar(
         OnError,
         typer.Option(help="fail: a bad tar fails the job; skip: report it and leave it out."),
     ] = OnError.fail,
-    workers: Annotated[
-        int | None, typer.Option(min=1, help="Local Dask worker processes (default: per core).")
-    ] = None,
-    scheduler: Annotated[
-        str | None, typer.Option(help="A running Dask scheduler's address.", metavar="ADDRESS")
-    ] = None,
+    workers: WorkersOption = None,
+    scheduler: SchedulerOption = None,
 ) -> None:
     """Index WebDataset tars in place: every sample gets a key lookup, CRC-checked.
 
@@ -125,12 +121,8 @@ def import_(
     dataset: Annotated[
         str, typer.Option("--dataset", "-d", help="The dataset's name.", metavar="NAME")
     ],
-    workers: Annotated[
-        int | None, typer.Option(min=1, help="Local Dask worker processes (default: per core).")
-    ] = None,
-    scheduler: Annotated[
-        str | None, typer.Option(help="A running Dask scheduler's address.", metavar="ADDRESS")
-    ] = None,
+    workers: WorkersOption = None,
+    scheduler: SchedulerOption = None,
 ) -> None:
     """Register the tars a .taridx file indexes; every tar must match its rows.
 

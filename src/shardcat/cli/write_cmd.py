@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .common import open_catalog, state_of
+from .common import SchedulerOption, WorkersOption, open_catalog, state_of
 
 __all__ = ["register"]
 
@@ -159,18 +159,8 @@ def write(
             help="Skip files with no extension instead of failing; the summary counts them.",
         ),
     ] = False,
-    workers: Annotated[
-        int | None,
-        typer.Option(
-            min=1, help="Start a local Dask cluster of N processes (default: one per core)."
-        ),
-    ] = None,
-    scheduler: Annotated[
-        str | None,
-        typer.Option(
-            help="Use a running Dask scheduler (tcp://host:8786) instead.", metavar="ADDRESS"
-        ),
-    ] = None,
+    workers: WorkersOption = None,
+    scheduler: SchedulerOption = None,
     progress: Annotated[
         bool, typer.Option(help="Show a progress bar (on stderr; never with --json).")
     ] = True,
