@@ -12,7 +12,7 @@ import os
 import random
 from typing import Any
 
-__all__ = ["record_as_sample", "wds_samples", "write_wds_tar"]
+__all__ = ["record_as_sample", "tar_samples", "wds_samples", "write_wds_tar"]
 
 
 def wds_samples(stream: Any, url: str = "test.tar") -> list[dict[str, Any]]:
@@ -31,7 +31,8 @@ def wds_samples(stream: Any, url: str = "test.tar") -> list[dict[str, Any]]:
     return out
 
 
-def _samples(n: int, seed: int, prefix: str) -> list[dict[str, Any]]:
+def tar_samples(n: int, seed: int = 0, prefix: str = "part") -> list[dict[str, Any]]:
+    """``n`` WebDataset-style samples (``jpg``, ``cls``, ``json``, some ``seg.png``) in 3 folders."""
     rng = random.Random(seed)
     out: list[dict[str, Any]] = []
     for i in range(n):
@@ -54,7 +55,7 @@ def write_wds_tar(
     import webdataset as wds
 
     with wds.TarWriter(os.fspath(path)) as sink:
-        for s in _samples(n, seed, prefix):
+        for s in tar_samples(n, seed, prefix):
             sink.write(s)
     return path
 

@@ -3,30 +3,12 @@
 from __future__ import annotations
 
 import io
-import os
 import tarfile
 from collections.abc import Iterable
 from typing import Any
 
 from shardcat.format import BytesSource
 from shardcat.format.tar import TarShardInfo, read_tar_sample, scan_tar
-
-
-def wds_samples(stream: Any, url: str = "test.tar") -> list[dict[str, Any]]:
-    """Samples as webdataset's own tar reader groups them: ``{"__key__": ..., name: bytes}``.
-
-    ``stream`` is an open binary file, or a local path.
-    """
-    from webdataset.tariterators import group_by_keys, tar_file_expander
-
-    if isinstance(stream, (str, os.PathLike)):
-        with open(stream, "rb") as f:
-            return wds_samples(f, os.fspath(stream))
-
-    out = []
-    for sample in group_by_keys(tar_file_expander([{"url": url, "stream": stream}])):
-        out.append({k: v for k, v in sample.items() if k == "__key__" or not k.startswith("__")})
-    return out
 
 
 def shardcat_samples(source: Any, info: TarShardInfo) -> list[dict[str, Any]]:

@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 
 from shardcat.format import FileSource
 from shardcat.format.tar import scan_tar, split_member_name
+from shardcat.testing.tars import wds_samples
 
-from .helpers import make_tar, read_back, scan_bytes, shardcat_samples, wds_samples
+from .helpers import make_tar, read_back, scan_bytes, shardcat_samples
 
 GOLDEN = Path(__file__).parents[2] / "data" / "tar"
 LONG_DIR = "d" * 120

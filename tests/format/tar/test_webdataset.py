@@ -8,9 +8,7 @@ equals what webdataset groups from the same bytes, entry by entry.
 from __future__ import annotations
 
 import io
-import json
 import math
-import random
 
 import numpy as np
 import pytest
@@ -19,31 +17,16 @@ import webdataset as wds
 from shardcat.format import BytesSource, FileSource
 from shardcat.format.checksums import crc32c, key_hash
 from shardcat.format.tar import iter_tar_samples, scan_tar
+from shardcat.testing.tars import tar_samples, wds_samples
 
-from .helpers import shardcat_samples, wds_samples
-
-
-def _samples(n: int, seed: int = 0) -> list[dict[str, object]]:
-    rng = random.Random(seed)
-    out: list[dict[str, object]] = []
-    for i in range(n):
-        sample: dict[str, object] = {
-            "__key__": f"part{i % 3}/sample{i:05d}",
-            "jpg": rng.randbytes(rng.randrange(0, 3000)),
-            "cls": str(i % 10),
-            "json": json.dumps({"i": i}),
-        }
-        if i % 4 == 0:
-            sample["seg.png"] = rng.randbytes(rng.randrange(1, 700))
-        out.append(sample)
-    return out
+from .helpers import shardcat_samples
 
 
 @pytest.fixture
 def wds_tar(tmp_path):
     path = tmp_path / "train-000000.tar"
     with wds.TarWriter(str(path)) as sink:
-        for s in _samples(120):
+        for s in tar_samples(120):
             sink.write(s)
     return path
 
@@ -97,7 +80,7 @@ def test_the_summary_has_what_the_catalog_registers(wds_tar):
 def test_shardwriter_shards_each_read_back(tmp_path):
     pattern = str(tmp_path / "shard-%06d.tar")
     with wds.ShardWriter(pattern, maxcount=40, verbose=0) as sink:
-        for s in _samples(100, seed=1):
+        for s in tar_samples(100, seed=1):
             sink.write(s)
     paths = sorted(tmp_path.glob("shard-*.tar"))
     assert len(paths) == 3
