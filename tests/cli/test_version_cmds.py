@@ -80,12 +80,23 @@ def test_delete_keys_then_expire_then_untag(catalog, tmp_path):
     assert "delete" in text.output and "write two" not in text.output
 
 
+def test_stats_count_what_the_version_serves_not_what_its_shards_hold(catalog):
+    # Version 2 replaced "a": its two shards hold 4 records and serve 3 keys.
+    head = json.loads(cli(catalog, "stats", "train").output)
+    counts = (head["version"], head["shards"], head["records"], head["hidden_records"])
+    assert counts == (2, 2, 3, 1)
+    assert head["shard_records"]["max"] == 2
+    text = cli(catalog, "stats", "train", json_out=False).output
+    assert "hidden records" in text and "version" in text
+
+
 def test_stats_and_verify_take_a_version_and_delete_lists_tags(catalog):
     assert cli(catalog, "tag", "train", "1", "first").exit_code == 0
     stats = cli(catalog, "stats", "train", "--version", "first")
     assert stats.exit_code == 0, stats.output
     kinds = json.loads(stats.output)
     assert "txt" in json.dumps(kinds) and '"records": 2' in json.dumps(kinds)
+    assert (kinds["version"], kinds["records"], kinds["hidden_records"]) == (1, 2, 0)
     verified = cli(catalog, "verify", "train", "--version", "1")
     assert verified.exit_code == 0, verified.output
     refused = cli(catalog, "delete", "train", json_out=False)  # no terminal: --yes is required

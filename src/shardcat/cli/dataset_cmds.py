@@ -75,11 +75,11 @@ def stats(
     at = parse_version(version)
     with open_catalog(state) as cat:
         info = cat.dataset(dataset)
-        shards = (
-            cat.shards(dataset)
-            if at is None
-            else [s for s, _ in cat.visible_shards(dataset, at)[1]]
-        )
+        # The version's shards, and the records in them it no longer serves
+        # (replaced or deleted since): counted apart, as `compact` reclaims them.
+        number, visible = cat.visible_shards(dataset, at)
+        shards = [s for s, _ in visible]
+        hidden = sum(len(offsets) for _, offsets in visible)
         kinds = [
             {
                 "name": k.name,
@@ -89,7 +89,7 @@ def stats(
             }
             for k in cat.entry_kinds(dataset, version=at)
         ]
-    state.out.dataset_stats(info, shards, kinds)
+    state.out.dataset_stats(info, shards, kinds, version=number, hidden_records=hidden)
 
 
 # --- keys, count ------------------------------------------------------------

@@ -158,8 +158,15 @@ class Output(ABC):
         info: DatasetInfo,
         shards: Sequence[ShardRow],
         entry_kinds: Sequence[Mapping[str, Any]],
+        *,
+        version: int | None = None,
+        hidden_records: int = 0,
     ) -> None:
-        """A dataset's totals, shard size distribution and entry kinds."""
+        """A dataset's totals, shard size distribution and entry kinds.
+
+        ``version``: the version described (default the dataset's latest);
+        ``hidden_records``: records its shards hold that it does not serve.
+        """
 
     @abstractmethod
     def sample(self, record: Record, *, raw_entry: str | None = None) -> None:

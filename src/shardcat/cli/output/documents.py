@@ -121,18 +121,28 @@ def _spread(values: list[int]) -> dict[str, float | int | None]:
 
 
 def stats_doc(
-    info: DatasetInfo, shards: Sequence[ShardRow], entry_kinds: Sequence[Mapping[str, Any]]
+    info: DatasetInfo,
+    shards: Sequence[ShardRow],
+    entry_kinds: Sequence[Mapping[str, Any]],
+    *,
+    version: int | None = None,
+    hidden_records: int = 0,
 ) -> dict[str, Any]:
-    """A dataset's totals, shard size and record count spreads, and entry kinds."""
+    """A dataset's totals, shard size and record count spreads, and entry kinds.
+
+    ``records`` is what the version serves; ``hidden_records`` what its
+    shards still hold of replaced and deleted keys (``compact`` drops them).
+    """
     sizes = [s.size_bytes for s in shards]
     counts = [s.record_count for s in shards]
     return {
         "dataset": info.name,
         "root": info.root_url,
         "created": info.created_at.isoformat(),
-        "version": info.version,
+        "version": info.version if version is None else version,
         "shards": len(shards),
-        "records": sum(counts),
+        "records": sum(counts) - hidden_records,
+        "hidden_records": hidden_records,
         "bytes": sum(sizes),
         "payload_bytes": sum(s.payload_bytes for s in shards),
         "shard_bytes": _spread(sizes),
@@ -211,8 +221,13 @@ class JsonOutput(Output):
         info: DatasetInfo,
         shards: Sequence[ShardRow],
         entry_kinds: Sequence[Mapping[str, Any]],
+        *,
+        version: int | None = None,
+        hidden_records: int = 0,
     ) -> None:
-        self._print(stats_doc(info, shards, entry_kinds))
+        self._print(
+            stats_doc(info, shards, entry_kinds, version=version, hidden_records=hidden_records)
+        )
 
     def sample(self, record: Record, *, raw_entry: str | None = None) -> None:
         # Raw bytes are for pipes: JSON describes the entry like any other.

@@ -262,8 +262,11 @@ class TextOutput(Output):
         info: DatasetInfo,
         shards: Sequence[ShardRow],
         entry_kinds: Sequence[Mapping[str, Any]],
+        *,
+        version: int | None = None,
+        hidden_records: int = 0,
     ) -> None:
-        doc = stats_doc(info, shards, entry_kinds)
+        doc = stats_doc(info, shards, entry_kinds, version=version, hidden_records=hidden_records)
 
         def size(v: float | int | None) -> str:
             return "-" if v is None else format_bytes(v)
@@ -274,9 +277,10 @@ class TextOutput(Output):
             {
                 "root": info.root_url,
                 "created": timestamp(info.created_at),
-                "version": info.version,
+                "version": doc["version"],
                 "shards": len(shards),
                 "records": _count(doc["records"]),
+                "hidden records": _count(doc["hidden_records"]),
                 "bytes": Cell(doc["bytes"], f"{doc['bytes']:,} ({format_bytes(doc['bytes'])})"),
                 "payload bytes": Cell(
                     doc["payload_bytes"],
