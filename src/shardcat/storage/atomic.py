@@ -11,8 +11,9 @@ Publication modes:
   - local files: the data is synced, then hard-linked to its name (``link``
     fails if the name exists, atomically), then the folder is synced;
   - ``memory://``: created under the filesystem's lock (mode ``create``);
-  - object stores: opened with mode ``"xb"``; s3fs sends ``If-None-Match: *``
-    with the upload's last request, so S3 (and MinIO) refuse it atomically;
+  - S3 (s3fs): a concurrent multipart upload (:mod:`.multipart`) that sends
+    ``If-None-Match: *`` with its last request, so S3 (and MinIO) refuse it atomically;
+  - other object stores: opened with mode ``"xb"`` where the backend has it;
     backends without exclusive writes get a check right before the upload
     completes (a narrow race the catalog's unique shard URLs back up).
 """
@@ -28,6 +29,7 @@ from typing import Any, BinaryIO, cast
 
 from .._types import StorageOptions
 from ..errors import ObjectExistsError, ShardcatError
+from . import multipart
 from .fs import BUCKET_PROTOCOLS, is_local, local_path, protocol_of, redact, resolve
 from .translate import is_backend_error, storage_errors, translate
 
@@ -104,6 +106,14 @@ class PendingFile:
             raise translate(e, url, writing=True) from e
 
     def _open_remote(self, kwargs: dict[str, Any]) -> BinaryIO:
+        if multipart.supports(self._fs):
+            # S3: parts upload concurrently, while the writer goes on encoding.
+            part_bytes = max(kwargs.get("block_size") or 0, multipart.PART_BYTES)
+            self._checked_by_store = self.exclusive  # If-None-Match: * at completion
+            upload = multipart.MultipartUpload(
+                self._fs, self._path, exclusive=self.exclusive, part_bytes=part_bytes
+            )
+            return cast(BinaryIO, upload)
         if self.exclusive:
             try:
                 f: BinaryIO = self._fs.open(self._path, "xb", **kwargs)
