@@ -43,11 +43,12 @@ def test_parts_go_up_concurrently_and_join_into_the_written_bytes(s3):
 def test_a_small_object_is_one_put(s3):
     fs = _fs(s3)
     path = f"{s3['bucket']}/small.bin"
-    upload = MultipartUpload(fs, path)
+    upload = MultipartUpload(fs, path, part_bytes=5 * MIB)
     upload.write(b"abc")
     upload.write(bytearray(b"def"))
+    upload.write(bytes(9 * MIB))  # under two parts: still one request
     upload.close()
-    assert fs.cat_file(path) == b"abcdef"
+    assert fs.cat_file(path) == b"abcdef" + bytes(9 * MIB)
     assert "-" not in _client(s3).head_object(Bucket=s3["bucket"], Key="small.bin")["ETag"]
 
 
@@ -80,7 +81,7 @@ def test_a_discarded_upload_leaves_no_object_and_no_parts(s3):
 def test_a_missing_bucket_fails_the_write(s3):
     fs = _fs(s3)
     upload = MultipartUpload(fs, "no-such-bucket-wf/x.bin", part_bytes=5 * MIB, concurrency=1)
-    upload.write(os.urandom(5 * MIB - 1))  # not a full part yet: nothing sent
+    upload.write(os.urandom(10 * MIB - 1))  # not two full parts yet: nothing sent
     with pytest.raises(FileNotFoundError):  # the missing bucket surfaces on a write, not later
         upload.write(b"x")
     upload.discard()

@@ -3,7 +3,8 @@
 s3fs's own file object uploads one part at a time, inside ``write``, so a
 shard writer waits for every part. :class:`MultipartUpload` hands each part
 to s3fs's event loop and returns at once; up to ``concurrency`` parts are in
-flight, which bounds memory to about ``(concurrency + 1) * part_bytes``.
+flight, which bounds memory to about ``(concurrency + 2) * part_bytes``. An
+object under two parts goes up as one PUT.
 Requests go through s3fs (``_call_s3``): its credentials, retries, extra
 arguments and error translation all apply.
 """
@@ -78,7 +79,10 @@ class MultipartUpload:
         self._chunks.append(chunk)
         self._buffered += len(chunk)
         self._size += len(chunk)
-        if self._buffered >= self._next_part_bytes():
+        # The upload starts once two parts are buffered: a smaller object goes
+        # up as one PUT at close, one request instead of four.
+        start = self._next_part_bytes() * (2 if self._upload_id is None else 1)
+        if self._buffered >= start:
             self._send_full_parts()
         return len(chunk)
 
