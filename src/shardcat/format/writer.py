@@ -60,9 +60,12 @@ _ENTRY_FIELDS = ("offset", "size", "crc", "spec")
 class ShardWriter:
     """Write records to one shard, streaming, in one forward pass.
 
-    Memory is bounded by the largest record plus the index (about 56 bytes
-    and the key per record); nothing is ever seeked back to, so the target can
-    be an object-store upload.
+    Memory is bounded by the largest record, the 4 MiB of records gathered
+    for the next write, and the index (40 bytes and the key per record, 32
+    bytes per entry); nothing is ever seeked back to, so the target can be an
+    object-store upload. Records reach the file in 4 MiB writes: a reader of
+    the file sees them once the block is written, and every one by ``close``
+    (or ``abort``, which writes what it gathered and no footer).
 
     Parameters
     ----------
