@@ -23,7 +23,7 @@ from ..spec import ENTRY_ROW_DTYPE, MAX_ENTRIES, MAX_KEY_BYTES, RECORD_ROW_DTYPE
 from .errors import DuplicateMemberError, SplitSampleError, TarError, TarMemberNameError
 from .info import TarEntry, TarSample, TarShardInfo
 from .spec import BLOCK
-from .walk import DEFAULT_CHUNK, Member, TarWalker
+from .walk import DEFAULT_CHUNK, Batch, TarWalker
 
 __all__ = ["iter_tar_samples", "scan_tar", "split_member_name"]
 
@@ -81,12 +81,12 @@ class _Grouper:
         self._end = 0
         self._current: list[str] = []
 
-    def feed(self, members: list[Member]) -> None:
+    def feed(self, batch: Batch) -> None:
         names = self.names
         payloads = self.payloads
         sizes = self.sizes
         crcs = self.crcs
-        for raw, first, payload, size, crc in members:
+        for raw, first, payload, size, crc in zip(*batch):
             try:
                 name = raw.decode("utf-8")
             except UnicodeDecodeError:
