@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -20,10 +20,11 @@ from ..checksums import key_hash
 from ..entries import guess_content_type
 from ..footer import EntrySpec
 from ..spec import ENTRY_ROW_DTYPE, MAX_ENTRIES, MAX_KEY_BYTES, RECORD_ROW_DTYPE, Codec
+from . import tarwalker
 from .errors import DuplicateMemberError, SplitSampleError, TarError, TarMemberNameError
 from .info import TarEntry, TarSample, TarShardInfo
 from .spec import BLOCK
-from .walk import DEFAULT_CHUNK, Batch, TarWalker
+from .walk import DEFAULT_CHUNK, Batch, Member, TarWalker
 
 __all__ = ["iter_tar_samples", "scan_tar", "split_member_name"]
 
@@ -82,11 +83,54 @@ class _Grouper:
         self._current: list[str] = []
 
     def feed(self, batch: Batch) -> None:
+        group = tarwalker.group
+        if group is None:
+            self._feed(zip(*batch))
+            return
+        # The compiled grouping takes the plain members; the reference reads each other one.
+        names, firsts, payloads, sizes, crcs = batch
+        at = 0
+        while at < len(names):
+            stop, exts, keys, offsets, lengths, counts, self._key, self._start, self._end = group(
+                names,
+                firsts,
+                payloads,
+                sizes,
+                self._seen,
+                self._key,
+                self._start,
+                self._end,
+                self._current,
+                at,
+            )
+            self.names.extend(exts)
+            if keys:
+                raws = [k.encode("utf-8") for k in keys]
+                self.keys.extend(keys)
+                self.key_hashes.extend(map(key_hash, raws))
+                self.key_lengths.extend(map(len, raws))
+                self.offsets.extend(offsets)
+                self.lengths.extend(lengths)
+                self.counts.extend(counts)
+            if at == 0 and stop == len(names):
+                self.payloads.extend(payloads)
+                self.sizes.extend(sizes)
+                self.crcs.extend(crcs)
+                return
+            self.payloads.extend(payloads[at:stop])
+            self.sizes.extend(sizes[at:stop])
+            self.crcs.extend(crcs[at:stop])
+            if stop < len(names):
+                self._feed([(names[stop], firsts[stop], payloads[stop], sizes[stop], crcs[stop])])
+                stop += 1
+            at = stop
+
+    def _feed(self, members: Iterable[Member]) -> None:
         names = self.names
         payloads = self.payloads
         sizes = self.sizes
         crcs = self.crcs
-        for raw, first, payload, size, crc in zip(*batch):
+        for raw, first, payload, size, crc in members:
             try:
                 name = raw.decode("utf-8")
             except UnicodeDecodeError:

@@ -4,7 +4,8 @@ Both find the same members with the same CRC32Cs and raise the same errors:
 the compiled loop (``_ctar.c``, built with the package when a C compiler is
 present) walks the member groups of a buffered chunk that it accepts and
 stops in front of any other; :class:`~.walk.TarWalker` (the reference)
-reads that group, and raises its error or accepts it.
+reads that group, and raises its error or accepts it. The same goes for
+grouping members into samples (``scan._Grouper``).
 
 ``SHARDCAT_TAR_WALKER`` chooses, when shardcat is imported (as
 ``SHARDCAT_RECORD_CODEC`` does for the record codec):
@@ -29,7 +30,7 @@ from typing import Any, Literal
 
 from ...errors import CodecUnavailableError
 
-__all__ = ["ENV_VAR", "WalkResult", "active", "available", "use", "walk"]
+__all__ = ["ENV_VAR", "GroupResult", "WalkResult", "active", "available", "group", "use", "walk"]
 
 ENV_VAR = "SHARDCAT_TAR_WALKER"
 Name = Literal["compiled", "python"]
@@ -38,6 +39,11 @@ WalkResult = tuple[
     int, int, int, bytes | None, list[bytes], list[int], list[int], list[int], list[int]
 ]
 """``(stop, members, skipped, global_path, names, first_headers, payloads, sizes, crcs)``."""
+
+GroupResult = tuple[
+    int, list[str], list[str], list[int], list[int], list[int], str | None, int, int
+]
+"""``(stop, entry_names, keys, offsets, lengths, counts, open_key, open_start, open_end)``."""
 
 _compiled: Any
 try:
@@ -48,6 +54,8 @@ except ImportError as e:  # built without a compiler, or a source checkout not b
 
 walk: Callable[[Any, int, int, int, int, bytes | None], WalkResult] | None
 """The compiled member loop, or ``None`` when the reference walks alone."""
+group: Callable[..., GroupResult] | None
+"""The compiled sample grouping (``scan._Grouper.feed``'s plain path), or ``None``."""
 _active: Name
 
 
@@ -71,7 +79,7 @@ def use(name: str) -> Name:
     ValueError
         An unknown name.
     """
-    global walk, _active
+    global walk, group, _active
     previous = globals().get("_active", "python")
     choice = name.strip().lower()
     if choice == "auto":
@@ -83,8 +91,10 @@ def use(name: str) -> Name:
                 f"a C compiler and the Python headers are present, or set {ENV_VAR}=python"
             )
         walk = _compiled.walk
+        group = _compiled.group
     elif choice == "python":
         walk = None
+        group = None
     else:
         raise ValueError(f"{ENV_VAR}={name!r}: choose auto, compiled or python")
     _active = choice  # type: ignore[assignment]
