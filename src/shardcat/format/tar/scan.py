@@ -328,15 +328,10 @@ def _summary(url: str, walker: TarWalker, g: _Grouper) -> TarShardInfo:
     records["key_hash"] = np.asarray(g.key_hashes, dtype=np.uint64)
     records["key_length"] = g.key_lengths
     records["entry_count"] = g.counts
-    spec_ids: dict[str, int] = {}
-    specs: list[EntrySpec] = []
-    ids = []
-    for name in g.names:
-        sid = spec_ids.get(name)
-        if sid is None:
-            sid = spec_ids[name] = len(specs)
-            specs.append(EntrySpec(name, guess_content_type(name), Codec.NONE))
-        ids.append(sid)
+    # Entry names in first-seen order, then one id per entry: loops run in C.
+    spec_ids = {name: i for i, name in enumerate(dict.fromkeys(g.names))}
+    specs = [EntrySpec(name, guess_content_type(name), Codec.NONE) for name in spec_ids]
+    ids = list(map(spec_ids.__getitem__, g.names))
     entries = np.zeros(len(g.names), dtype=ENTRY_ROW_DTYPE)
     base = np.repeat(records["offset"], records["entry_count"].astype(np.int64))
     entries["offset"] = np.asarray(g.payloads, dtype=np.uint64) - base
