@@ -273,6 +273,7 @@ enum { L_SIG, L_NAMES, L_MASK, L_SPECS, L_ORDER, L_WHERE };
 enum { E_RAW, E_STORED, E_CODEC, E_CTYPE, N_ESLOTS };
 static const char *eslot_names[N_ESLOTS] = {"_raw", "_stored", "codec", "content_type"};
 static PyObject *eslots[N_ESLOTS];
+static Py_ssize_t eslot_at[N_ESLOTS];
 
 static int ready(void)
 {
@@ -1171,13 +1172,8 @@ static PyObject *get_slot(PyObject *obj, int slot)
 /* entry(record, name) -> the uncompressed entry `name` of a LazyRecord, made
    once (lazy.LazyRecord._entry in C), or None for a compressed one, which
    LazyRecord makes itself (decompression costs far more than the call). */
-static PyObject *py_entry(PyObject *self, PyObject *args)
+static PyObject *entry_of(PyObject *rec, PyObject *name)
 {
-    PyObject *rec, *name;
-    if (!ready())
-        return NULL;
-    if (!PyArg_ParseTuple(args, "O!O", (PyTypeObject *)LazyRecord, &rec, &name))
-        return NULL;
     PyObject *some = get_slot(rec, S_SOME), *layout = NULL, *view = NULL, *entry = NULL, *payload = NULL;
     Py_ssize_t buf_at = 0;
     if (some == NULL)
@@ -1222,11 +1218,11 @@ static PyObject *py_entry(PyObject *self, PyObject *args)
     entry = payload ? PyType_GenericAlloc((PyTypeObject *)StoredEntry, 0) : NULL;
     if (entry == NULL)
         goto done;
-    if (Py_TYPE(eslots[E_RAW])->tp_descr_set(eslots[E_RAW], entry, payload) < 0 ||
-        Py_TYPE(eslots[E_STORED])->tp_descr_set(eslots[E_STORED], entry, payload) < 0 ||
-        Py_TYPE(eslots[E_CODEC])->tp_descr_set(eslots[E_CODEC], entry, CodecNone) < 0 ||
-        Py_TYPE(eslots[E_CTYPE])->tp_descr_set(eslots[E_CTYPE], entry, PyTuple_GET_ITEM(spec, 1)) < 0)
-        goto fail;
+    PyObject *values[N_ESLOTS] = {payload, payload, CodecNone, PyTuple_GET_ITEM(spec, 1)};
+    for (int k = 0; k < N_ESLOTS; k++) { /* the empty slots of a new entry, written in place */
+        Py_INCREF(values[k]);
+        *(PyObject **)((char *)entry + eslot_at[k]) = values[k];
+    }
     if (some == Py_None) {
         Py_DECREF(some);
         some = PyDict_New();
@@ -1249,13 +1245,18 @@ done:
 
 /* getitem(record, name): LazyRecord.__getitem__, with no Python frame on
    the streaming hot path (installed as an instancemethod). */
-static PyObject *py_getitem(PyObject *self, PyObject *args)
+static PyObject *py_entry(PyObject *self, PyObject *args)
 {
     PyObject *rec, *name;
     if (!ready())
         return NULL;
     if (!PyArg_ParseTuple(args, "O!O", (PyTypeObject *)LazyRecord, &rec, &name))
         return NULL;
+    return entry_of(rec, name);
+}
+
+static PyObject *getitem(PyObject *rec, PyObject *name)
+{
     PyObject *entries = get_slot(rec, S_ENTRIES);
     if (entries == NULL)
         return NULL;
@@ -1265,14 +1266,39 @@ static PyObject *py_getitem(PyObject *self, PyObject *args)
         return e;
     }
     Py_DECREF(entries);
-    PyObject *e = py_entry(self, args);
+    PyObject *e = entry_of(rec, name);
     if (e != Py_None)
         return e;
     Py_DECREF(e);
     return PyObject_CallMethod(rec, "_entry", "O", name);
 }
 
+static PyObject *py_getitem(PyObject *self, PyObject *args)
+{
+    PyObject *rec, *name;
+    if (!ready())
+        return NULL;
+    if (!PyArg_ParseTuple(args, "O!O", (PyTypeObject *)LazyRecord, &rec, &name))
+        return NULL;
+    return getitem(rec, name);
+}
+
 static PyMethodDef getitem_def = {"__getitem__", py_getitem, METH_VARARGS, "The entry called `name`."};
+
+/* The same as a method of LazyRecord itself (installed by _setup): a method
+   descriptor is called with no bound method and no argument tuple, once per
+   entry a stream reads. The descriptor checks that `rec` is a LazyRecord. */
+static PyObject *py_getitem_method(PyObject *rec, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 1) {
+        PyErr_Format(PyExc_TypeError, "__getitem__ takes one name (%zd given)", nargs);
+        return NULL;
+    }
+    return getitem(rec, args[0]);
+}
+
+static PyMethodDef getitem_method_def = {"__getitem__", (PyCFunction)(void (*)(void))py_getitem_method,
+                                         METH_FASTCALL, "The entry called `name`."};
 
 /* ------------------------------------------------------------------------ */
 /* module                                                                    */
@@ -1323,7 +1349,8 @@ static PyObject *py_setup(PyObject *self, PyObject *args)
     PyObject *efound[N_ESLOTS];
     for (int i = 0; i < N_ESLOTS; i++) {
         efound[i] = PyObject_GetAttrString(objs[7], eslot_names[i]);
-        if (efound[i] == NULL || Py_TYPE(efound[i])->tp_descr_set == NULL) {
+        if (efound[i] == NULL || !Py_IS_TYPE(efound[i], &PyMemberDescr_Type) ||
+            ((PyMemberDescrObject *)efound[i])->d_member->type != T_OBJECT_EX) {
             for (int j = 0; j <= i; j++)
                 Py_XDECREF(efound[j]);
             if (!PyErr_Occurred())
@@ -1338,8 +1365,10 @@ static PyObject *py_setup(PyObject *self, PyObject *args)
         return NULL;
     }
     Py_XSETREF(CodecNone, none);
-    for (int i = 0; i < N_ESLOTS; i++)
+    for (int i = 0; i < N_ESLOTS; i++) {
+        eslot_at[i] = ((PyMemberDescrObject *)efound[i])->d_member->offset;
         Py_XSETREF(eslots[i], efound[i]);
+    }
     PyObject *found[N_SLOTS];
     for (int i = 0; i < N_SLOTS; i++) {
         found[i] = PyObject_GetAttrString(objs[0], slot_names[i]);
@@ -1366,6 +1395,12 @@ static PyObject *py_setup(PyObject *self, PyObject *args)
     }
     PyObject **targets[8] = {&LazyRecord,        &make_layout,        &EncodedRecord,     &CodecType,
                              &ref_decode_record, &ref_decode_indexed, &ref_encode_record, &StoredEntry};
+    PyObject *getitem_method = PyDescr_NewMethod((PyTypeObject *)objs[0], &getitem_method_def);
+    if (getitem_method == NULL || PyObject_SetAttrString(objs[0], "__getitem__", getitem_method) < 0) {
+        Py_XDECREF(getitem_method);
+        return NULL;
+    }
+    Py_DECREF(getitem_method);
     for (int i = 0; i < 8; i++) {
         Py_INCREF(objs[i]);
         Py_XSETREF(*targets[i], objs[i]);

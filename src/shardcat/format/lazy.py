@@ -126,6 +126,8 @@ class LazyRecord(Record):
 
     # The entry called ``name``: ``self._entries[name]`` once they were all
     # built, else ``_entry(name)``; in C, as it runs once per entry read.
+    # recordcodec's ``_setup`` replaces it with the same function as a method
+    # descriptor of this class (called with no bound method or argument tuple).
     __getitem__ = _ccodec.record_getitem
 
     def __contains__(self, name: object) -> bool:
