@@ -17,6 +17,7 @@ import json
 from collections.abc import Iterable
 from functools import partial
 from itertools import pairwise
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -389,10 +390,14 @@ class Lookup:
         if not n:
             return {}
         # Columns at C speed; Python touches each row once, to number its shard.
-        url_col, align_col, off_col, len_col, span_col, kind_col, sig_col, key_col = zip(
-            *found.values()
+        # One map per column, not zip(*rows): zip holds an iterator per row
+        # for its whole run, which the cyclic GC then walks and promotes.
+        rows = list(found.values())
+        url_col, align_col, off_col, len_col, span_col, kind_col, sig_col, key_col = (
+            list(map(itemgetter(c), rows)) for c in range(8)
         )
         found.clear()
+        del rows
         shard_of: dict[str, int] = {}
         number = shard_of.setdefault
         table = np.zeros(n, dtype=BATCH_ROW_DTYPE)
@@ -407,12 +412,13 @@ class Lookup:
             alignments[shard_of[u]] = a
         start = table["offset"].astype(np.int64)
         try:
-            blobs, merged = self._sources.read_sorted(
+            reads, merged = self._sources.read_sorted(
                 urls, table["shard"], start, start + table["length"].astype(np.int64)
             )
         except (ShardNotFoundError, StorageError) as e:
             raise self._read_failed(e, e.path, dataset) from e
-        blobs, base, which = _joined(blobs, merged)
+        blobs, base, which = _joined(reads, merged)
+        del reads
         table["blob"] = which[merged.read]
         table["at"] = base[merged.read] + start - merged.start[merged.read]
         keys = list(key_col)
@@ -486,7 +492,7 @@ _JOIN_BYTES = 1 << 20
 
 
 def _joined(
-    blobs: list[memoryview], merged: MergedReads
+    blobs: list[bytes | memoryview], merged: MergedReads
 ) -> tuple[list[memoryview], np.ndarray, np.ndarray]:
     """The reads of a batch joined into buffers of about 1 MiB: (buffers, base, which).
 
@@ -500,7 +506,8 @@ def _joined(
     n = len(blobs)
     sizes = np.fromiter(map(len, blobs), dtype=np.int64, count=n)
     if n < 2 or not np.array_equal(sizes, merged.end - merged.start):
-        return blobs, np.zeros(n, dtype=np.int64), np.arange(n, dtype=np.int64)
+        views = [memoryview(b) for b in blobs]
+        return views, np.zeros(n, dtype=np.int64), np.arange(n, dtype=np.int64)
     at = np.cumsum(sizes) - sizes  # where each read lands if all were joined
     group = at // _JOIN_BYTES
     new = np.empty(n, dtype=bool)
