@@ -16,11 +16,14 @@ import copy
 import json
 from collections.abc import Iterable
 from functools import partial
+from itertools import pairwise
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
 from sqlalchemy import Engine
 
+from .._ranges import MergedReads
 from .._types import ByteRange, StorageOptions
 from ..errors import (
     DatasetNotFoundError,
@@ -387,10 +390,14 @@ class Lookup:
         if not n:
             return {}
         # Columns at C speed; Python touches each row once, to number its shard.
-        url_col, align_col, off_col, len_col, span_col, kind_col, sig_col, key_col = zip(
-            *found.values()
+        # One map per column, not zip(*rows): zip holds an iterator per row
+        # for its whole run, which the cyclic GC then walks and promotes.
+        rows = list(found.values())
+        url_col, align_col, off_col, len_col, span_col, kind_col, sig_col, key_col = (
+            list(map(itemgetter(c), rows)) for c in range(8)
         )
         found.clear()
+        del rows
         shard_of: dict[str, int] = {}
         number = shard_of.setdefault
         table = np.zeros(n, dtype=BATCH_ROW_DTYPE)
@@ -405,13 +412,15 @@ class Lookup:
             alignments[shard_of[u]] = a
         start = table["offset"].astype(np.int64)
         try:
-            blobs, merged = self._sources.read_sorted(
+            reads, merged = self._sources.read_sorted(
                 urls, table["shard"], start, start + table["length"].astype(np.int64)
             )
         except (ShardNotFoundError, StorageError) as e:
             raise self._read_failed(e, e.path, dataset) from e
-        table["blob"] = merged.read
-        table["at"] = start - merged.start[merged.read]
+        blobs, base, which = _joined(reads, merged)
+        del reads
+        table["blob"] = which[merged.read]
+        table["at"] = base[merged.read] + start - merged.start[merged.read]
         keys = list(key_col)
         spans = [s if type(s) is bytes else bytes(s) for s in span_col]
         # Native records in one call of the record codec's batch decoder; rows of
@@ -476,6 +485,40 @@ class Lookup:
     def close(self) -> None:
         self._sources.close()
         self.raw.close()
+
+
+_JOIN_BYTES = 1 << 20
+"""The batch path joins its reads into buffers of about this size."""
+
+
+def _joined(
+    blobs: list[bytes | memoryview], merged: MergedReads
+) -> tuple[list[memoryview], np.ndarray, np.ndarray]:
+    """The reads of a batch joined into buffers of about 1 MiB: (buffers, base, which).
+
+    Read ``i`` lies at ``base[i]`` in ``buffers[which[i]]``. The records keep
+    their buffer; a few joined buffers instead of a memoryview (and its
+    managed buffer) per read leave no GC-tracked object per record behind,
+    and copying the bytes once costs less than the collections those objects
+    cause. Reads that came back short (a file ends early) are kept as they
+    are, so a record that overruns one is still found truncated.
+    """
+    n = len(blobs)
+    sizes = np.fromiter(map(len, blobs), dtype=np.int64, count=n)
+    if n < 2 or not np.array_equal(sizes, merged.end - merged.start):
+        views = [memoryview(b) for b in blobs]
+        return views, np.zeros(n, dtype=np.int64), np.arange(n, dtype=np.int64)
+    at = np.cumsum(sizes) - sizes  # where each read lands if all were joined
+    group = at // _JOIN_BYTES
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    new[1:] = group[1:] != group[:-1]
+    firsts = np.flatnonzero(new)
+    which = np.cumsum(new) - 1
+    base = at - at[firsts][which]
+    bounds = [*firsts.tolist(), n]
+    out = [memoryview(b"".join(blobs[a:b])) for a, b in pairwise(bounds)]
+    return out, base, which
 
 
 def _wanted_entry(

@@ -24,6 +24,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -256,11 +257,15 @@ static PyObject *CodecType;      /* spec.Codec */
 static PyObject *ref_decode_record, *ref_decode_indexed, *ref_encode_record;
 static PyObject *StoredEntry;    /* entries._StoredEntry: an uncompressed entry, a view */
 static PyObject *CodecNone;      /* Codec.NONE */
-/* The slots of LazyRecord, set through their member descriptors. */
-enum { S_KEY, S_INDEX, S_OFFSET, S_LENGTH, S_VIEW, S_LAYOUT, S_PATH, S_ENTRIES, S_SOME, N_SLOTS };
-static const char *slot_names[N_SLOTS] = {"key", "index", "offset", "length", "_view",
+/* The slots of LazyRecord: their member descriptors, and their offsets in
+   the object (a new record's slots are written there directly). A record
+   holds the shared read buffer (`_buf`, a memoryview) and where it starts in
+   it (`_at`), not a view of its own. */
+enum { S_KEY, S_INDEX, S_OFFSET, S_LENGTH, S_BUF, S_AT, S_LAYOUT, S_PATH, S_ENTRIES, S_SOME, N_SLOTS };
+static const char *slot_names[N_SLOTS] = {"key", "index", "offset", "length", "_buf", "_at",
                                           "_layout", "_path", "_entries", "_some"};
 static PyObject *slots[N_SLOTS];
+static Py_ssize_t slot_at[N_SLOTS];
 
 /* Layout tuple fields (lazy.Layout). */
 enum { L_SIG, L_NAMES, L_MASK, L_SPECS, L_ORDER, L_WHERE };
@@ -268,6 +273,7 @@ enum { L_SIG, L_NAMES, L_MASK, L_SPECS, L_ORDER, L_WHERE };
 enum { E_RAW, E_STORED, E_CODEC, E_CTYPE, N_ESLOTS };
 static const char *eslot_names[N_ESLOTS] = {"_raw", "_stored", "codec", "content_type"};
 static PyObject *eslots[N_ESLOTS];
+static Py_ssize_t eslot_at[N_ESLOTS];
 
 static int ready(void)
 {
@@ -287,7 +293,36 @@ typedef struct {
     PyObject *cache;  /* dict */
     int check_padding;
     PyObject *path;
+    int acyclic; /* args_acyclic(names, path) */
 } DecodeArgs;
+
+/* Records made with these arguments may leave the cyclic GC: `names` is None
+   or a frozenset of str, `path` is None or a str (see decode_one). */
+static int args_acyclic(PyObject *names, PyObject *path)
+{
+    if (path != Py_None && !PyUnicode_CheckExact(path))
+        return 0;
+    if (names == Py_None)
+        return 1;
+    if (!PyFrozenSet_CheckExact(names))
+        return 0;
+    PyObject *it = PyObject_GetIter(names), *item;
+    if (it == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int ok = 1;
+    while (ok && (item = PyIter_Next(it)) != NULL) {
+        ok = PyUnicode_CheckExact(item);
+        Py_DECREF(item);
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        ok = 0;
+    }
+    return ok;
+}
 
 static int names_match(PyObject *a, PyObject *b)
 {
@@ -414,11 +449,27 @@ static int set_slot(PyObject *obj, int slot, PyObject *value)
     return Py_TYPE(d)->tp_descr_set(d, obj, value);
 }
 
-/* Decode the record in buf[0:size] (`view` is a read-only memoryview of those
-   bytes). 1: *out is a new LazyRecord; 0: rejected (the reference will say
-   why); -1: error set. */
-static int decode_one(const unsigned char *buf, Py_ssize_t size, PyObject *view, const DecodeArgs *a,
-                      PyObject *offset, PyObject *index, PyObject **out)
+/* Fill an empty slot of a record just allocated (a new reference to value). */
+static inline void init_slot(PyObject *obj, int slot, PyObject *value)
+{
+    Py_INCREF(value);
+    *(PyObject **)((char *)obj + slot_at[slot]) = value;
+}
+
+/* The record as a cyclic-GC-tracked object again, before it refers to
+   anything its caller can reach or change (its entries; see decode_one). */
+static void retrack(PyObject *rec)
+{
+    if (!PyObject_GC_IsTracked(rec))
+        PyObject_GC_Track(rec);
+}
+
+/* Decode the record at buf[0:size], which lies at `at` in the read-only
+   memoryview `shared` (the read buffer the record keeps, shared by every
+   record read from it). 1: *out is a new LazyRecord; 0: rejected (the
+   reference will say why); -1: error set. */
+static int decode_one(const unsigned char *buf, Py_ssize_t size, PyObject *shared, Py_ssize_t at,
+                      const DecodeArgs *a, PyObject *offset, PyObject *index, PyObject **out)
 {
     if (size < HEAD_SIZE || memcmp(buf, RECORD_TAG, 4) != 0)
         return 0;
@@ -481,19 +532,42 @@ static int decode_one(const unsigned char *buf, Py_ssize_t size, PyObject *view,
         return -1;
     }
     PyObject *len_obj = PyLong_FromUnsignedLongLong(length);
-    PyObject *rec = len_obj ? PyType_GenericAlloc((PyTypeObject *)LazyRecord, 0) : NULL;
-    int failed = rec == NULL || set_slot(rec, S_KEY, key) < 0 || set_slot(rec, S_INDEX, index) < 0 ||
-                 set_slot(rec, S_OFFSET, offset) < 0 || set_slot(rec, S_LENGTH, len_obj) < 0 ||
-                 set_slot(rec, S_VIEW, view) < 0 || set_slot(rec, S_LAYOUT, layout) < 0 ||
-                 set_slot(rec, S_PATH, a->path) < 0 || set_slot(rec, S_ENTRIES, Py_None) < 0 ||
-                 set_slot(rec, S_SOME, Py_None) < 0;
+    PyObject *at_obj = len_obj ? PyLong_FromSsize_t(at) : NULL;
+    PyObject *rec = at_obj ? PyType_GenericAlloc((PyTypeObject *)LazyRecord, 0) : NULL;
+    if (rec != NULL) {
+        init_slot(rec, S_KEY, key);
+        init_slot(rec, S_INDEX, index);
+        init_slot(rec, S_OFFSET, offset);
+        init_slot(rec, S_LENGTH, len_obj);
+        init_slot(rec, S_BUF, shared);
+        init_slot(rec, S_AT, at_obj);
+        init_slot(rec, S_LAYOUT, layout);
+        init_slot(rec, S_PATH, a->path);
+        init_slot(rec, S_ENTRIES, Py_None);
+        init_slot(rec, S_SOME, Py_None);
+        /* A record leaves the cyclic GC, which would otherwise walk every
+           record of a batch or a stream each time it collects an older
+           generation (most of a batch's cost beyond its reads). Untracked is
+           sound while the record can be in no reference cycle: it refers to
+           its key and path (str), ints, its layout (made by make_layout from
+           entry names, content types and Codec members; `names` holds only
+           str: args_acyclic) and the shared buffer, a read-only memoryview
+           of a bytes or bytearray object, which refers to nothing. Nothing
+           there can refer back to a record. It becomes tracked again
+           (retrack) before it refers to anything else: its first cached
+           entry (py_entry, lazy.LazyRecord._entry), its entries dict, or any
+           attribute set from Python (LazyRecord.__setattr__). */
+        PyObject *exporter = PyMemoryView_GET_BASE(shared);
+        if (a->acyclic && PyUnicode_CheckExact(key) && PyLong_CheckExact(index) && PyLong_CheckExact(offset) &&
+            exporter != NULL && (PyBytes_CheckExact(exporter) || PyByteArray_CheckExact(exporter)))
+            PyObject_GC_UnTrack(rec);
+    }
     Py_DECREF(key);
     Py_DECREF(layout);
     Py_XDECREF(len_obj);
-    if (failed) {
-        Py_XDECREF(rec);
+    Py_XDECREF(at_obj);
+    if (rec == NULL)
         return -1;
-    }
     *out = rec;
     return 1;
 }
@@ -538,7 +612,7 @@ static PyObject *py_decode_record(PyObject *self, PyObject *args, PyObject *kwar
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOOp", kwlist, &view, &path, &offset, &alignment,
                                      &index, &names, &cache, &check_padding))
         return NULL;
-    DecodeArgs a = {0, names, cache, check_padding, path};
+    DecodeArgs a = {0, names, cache, check_padding, path, 0};
     if (path == NULL || offset == NULL || alignment == NULL || !PyLong_Check(alignment) || !plain_view(view) ||
         (cache != Py_None && !PyDict_CheckExact(cache)))
         goto reference;
@@ -553,6 +627,7 @@ static PyObject *py_decode_record(PyObject *self, PyObject *args, PyObject *kwar
     if (own_view == NULL)
         return NULL;
     view = own_view;
+    a.acyclic = args_acyclic(names, path);
     PyObject *own_cache = NULL;
     if (cache == Py_None) {
         a.cache = own_cache = PyDict_New();
@@ -567,7 +642,7 @@ static PyObject *py_decode_record(PyObject *self, PyObject *args, PyObject *kwar
         idx = minus_one = PyLong_FromLong(-1);
     PyObject *rec = NULL;
     Py_buffer *b = PyMemoryView_GET_BUFFER(view);
-    int status = idx ? decode_one(b->buf, b->len, view, &a, offset, idx, &rec) : -1;
+    int status = idx ? decode_one(b->buf, b->len, view, 0, &a, offset, idx, &rec) : -1;
     Py_XDECREF(minus_one);
     Py_XDECREF(own_cache);
     Py_XDECREF(own_view);
@@ -650,7 +725,7 @@ static PyObject *py_decode_indexed(PyObject *self, PyObject *args, PyObject *kwa
     if (key == NULL || length == NULL || path == NULL || offset == NULL || alignment == NULL ||
         !PyLong_Check(alignment) || !PyLong_Check(length) || !plain_view(view) || !PyDict_CheckExact(cache))
         goto reference; /* callers on the hot path pass all of these; the rest is rare */
-    DecodeArgs a = {PyLong_AsLong(alignment), Py_None, cache, 0, path};
+    DecodeArgs a = {PyLong_AsLong(alignment), Py_None, cache, 0, path, args_acyclic(Py_None, path)};
     Py_ssize_t want = PyLong_AsSsize_t(length);
     if (PyErr_Occurred()) {
         PyErr_Clear();
@@ -668,7 +743,7 @@ static PyObject *py_decode_indexed(PyObject *self, PyObject *args, PyObject *kwa
     }
     Py_buffer *b = PyMemoryView_GET_BUFFER(ro);
     PyObject *rec = NULL;
-    int status = decode_one(b->buf, b->len, ro, &a, offset, index ? index : minus_one, &rec);
+    int status = decode_one(b->buf, b->len, ro, 0, &a, offset, index ? index : minus_one, &rec);
     Py_DECREF(ro);
     Py_XDECREF(minus_one);
     if (status < 0)
@@ -695,8 +770,11 @@ reference:
    The batch decoder of a stream: the whole records in view[at:stop], the
    first at file offset `pos`, numbered from `index`, up to file offset `end`
    (-1: no end). It stops before anything that is not a whole, sound record
-   and leaves it to the caller's one-record path, which reads more or raises. */
-static PyObject *py_decode_run(PyObject *self, PyObject *args)
+   and leaves it to the caller's one-record path, which reads more or raises.
+   decode_records takes the same arguments and returns the records alone
+   ([record, ...], bytes used): no view and no pair per record, for readers
+   that do not need each record's bytes. */
+static PyObject *run(PyObject *args, int pairs)
 {
     PyObject *view, *names, *cache, *path;
     Py_ssize_t at, stop;
@@ -718,7 +796,7 @@ static PyObject *py_decode_run(PyObject *self, PyObject *args)
     const unsigned char *base = b->buf;
     if (at < 0 || stop > b->len || pos < 0)
         goto done;
-    DecodeArgs a = {alignment, names, cache, check_padding, path};
+    DecodeArgs a = {alignment, names, cache, check_padding, path, args_acyclic(names, path)};
     uint64_t mask = (uint64_t)alignment - 1;
     for (;;) {
         if (end >= 0 && pos >= end)
@@ -729,27 +807,27 @@ static PyObject *py_decode_run(PyObject *self, PyObject *args)
         if (length < HEAD_SIZE || (length & mask) || (end >= 0 && length > (uint64_t)(end - pos)) ||
             (uint64_t)(stop - at) < length)
             break;
-        PyObject *rview = PySequence_GetSlice(view, at, at + (Py_ssize_t)length);
-        PyObject *off = rview ? PyLong_FromLongLong(pos) : NULL;
+        PyObject *off = PyLong_FromLongLong(pos);
         PyObject *idx = off ? PyLong_FromLongLong(index) : NULL;
         PyObject *rec = NULL;
-        int status = idx ? decode_one(base + at, (Py_ssize_t)length, rview, &a, off, idx, &rec) : -1;
+        int status = idx ? decode_one(base + at, (Py_ssize_t)length, view, at, &a, off, idx, &rec) : -1;
         Py_XDECREF(off);
         Py_XDECREF(idx);
         if (status == 1) {
-            PyObject *pair = PyTuple_New(2);
-            if (pair == NULL) {
-                Py_DECREF(rview);
-                Py_DECREF(rec);
-                status = -1;
-            } else {
-                PyTuple_SET_ITEM(pair, 0, rview);
-                PyTuple_SET_ITEM(pair, 1, rec);
-                status = PyList_Append(out, pair) < 0 ? -1 : 1;
-                Py_DECREF(pair);
+            PyObject *item = rec;
+            if (pairs) {
+                PyObject *rview = PySequence_GetSlice(view, at, at + (Py_ssize_t)length);
+                item = rview ? PyTuple_New(2) : NULL;
+                if (item == NULL) {
+                    Py_XDECREF(rview);
+                    Py_DECREF(rec);
+                } else {
+                    PyTuple_SET_ITEM(item, 0, rview);
+                    PyTuple_SET_ITEM(item, 1, rec);
+                }
             }
-        } else {
-            Py_XDECREF(rview);
+            status = item == NULL || PyList_Append(out, item) < 0 ? -1 : 1;
+            Py_XDECREF(item);
         }
         if (status < 0) {
             Py_DECREF(out);
@@ -764,6 +842,10 @@ static PyObject *py_decode_run(PyObject *self, PyObject *args)
 done:
     return Py_BuildValue("(Nn)", out, at - start);
 }
+
+static PyObject *py_decode_run(PyObject *self, PyObject *args) { return run(args, 1); }
+
+static PyObject *py_decode_records(PyObject *self, PyObject *args) { return run(args, 0); }
 
 /* The catalog's packed spans of a record (catalog/spans.py: per entry
    offset u32 | size u32 | crc u32, or offset u64 | size u64 | crc u32 when
@@ -858,11 +940,10 @@ static PyObject *py_decode_batch(PyObject *self, PyObject *args)
             length <= (uint64_t)PyMemoryView_GET_BUFFER(bv)->len &&
             at <= (uint64_t)PyMemoryView_GET_BUFFER(bv)->len - length && offset <= (uint64_t)LLONG_MAX) {
             const unsigned char *buf = (const unsigned char *)PyMemoryView_GET_BUFFER(bv)->buf + at;
-            PyObject *rview = PySequence_GetSlice(bv, (Py_ssize_t)at, (Py_ssize_t)(at + length));
-            PyObject *off = rview ? PyLong_FromUnsignedLongLong(offset) : NULL;
-            DecodeArgs a = {alignment, Py_None, cache, 0, PyList_GET_ITEM(paths, shard)};
-            status = off ? decode_one(buf, (Py_ssize_t)length, rview, &a, off, minus_one, &rec) : -1;
-            Py_XDECREF(rview);
+            PyObject *off = PyLong_FromUnsignedLongLong(offset);
+            PyObject *path = PyList_GET_ITEM(paths, shard);
+            DecodeArgs a = {alignment, Py_None, cache, 0, path, args_acyclic(Py_None, path)};
+            status = off ? decode_one(buf, (Py_ssize_t)length, bv, (Py_ssize_t)at, &a, off, minus_one, &rec) : -1;
             Py_XDECREF(off);
             if (status == 1 && !(key_matches(PyList_GET_ITEM(keys, row), buf + HEAD_SIZE + DESC_SIZE * ld16(buf + 30),
                                              ld16(buf + 28)) &&
@@ -1076,23 +1157,25 @@ release:
 /* ------------------------------------------------------------------------ */
 /* lazy entries                                                              */
 
+/* A new reference to a slot of a LazyRecord (read where the descriptor would). */
 static PyObject *get_slot(PyObject *obj, int slot)
 {
-    PyObject *d = slots[slot];
-    return Py_TYPE(d)->tp_descr_get(d, obj, (PyObject *)Py_TYPE(obj));
+    PyObject *v = *(PyObject **)((char *)obj + slot_at[slot]);
+    if (v == NULL) {
+        PyErr_Format(PyExc_AttributeError, "LazyRecord has no %s", slot_names[slot]);
+        return NULL;
+    }
+    Py_INCREF(v);
+    return v;
 }
 
 /* entry(record, name) -> the uncompressed entry `name` of a LazyRecord, made
    once (lazy.LazyRecord._entry in C), or None for a compressed one, which
    LazyRecord makes itself (decompression costs far more than the call). */
-static PyObject *py_entry(PyObject *self, PyObject *args)
+static PyObject *entry_of(PyObject *rec, PyObject *name)
 {
-    PyObject *rec, *name;
-    if (!ready())
-        return NULL;
-    if (!PyArg_ParseTuple(args, "O!O", (PyTypeObject *)LazyRecord, &rec, &name))
-        return NULL;
     PyObject *some = get_slot(rec, S_SOME), *layout = NULL, *view = NULL, *entry = NULL, *payload = NULL;
+    Py_ssize_t buf_at = 0;
     if (some == NULL)
         return NULL;
     if (some != Py_None) {
@@ -1118,23 +1201,32 @@ static PyObject *py_entry(PyObject *self, PyObject *args)
         Py_INCREF(entry);
         goto done;
     }
-    view = get_slot(rec, S_VIEW);
+    view = get_slot(rec, S_BUF);
     if (view == NULL)
         goto done;
-    const unsigned char *d = (const unsigned char *)PyMemoryView_GET_BUFFER(view)->buf + HEAD_SIZE + DESC_SIZE * i;
-    Py_ssize_t p_off = (Py_ssize_t)ld64(d), size = (Py_ssize_t)ld64(d + 8); /* checked when decoded */
+    PyObject *at_obj = *(PyObject **)((char *)rec + slot_at[S_AT]);
+    if (!PyMemoryView_Check(view) || at_obj == NULL || !PyLong_Check(at_obj)) {
+        PyErr_SetString(PyExc_TypeError, "LazyRecord._buf and _at: a memoryview and an int");
+        goto done;
+    }
+    buf_at = PyLong_AsSsize_t(at_obj);
+    if (buf_at == -1 && PyErr_Occurred())
+        goto done;
+    const unsigned char *d = (const unsigned char *)PyMemoryView_GET_BUFFER(view)->buf + buf_at + HEAD_SIZE + DESC_SIZE * i;
+    Py_ssize_t p_off = buf_at + (Py_ssize_t)ld64(d), size = (Py_ssize_t)ld64(d + 8); /* checked when decoded */
     payload = PySequence_GetSlice(view, p_off, p_off + size);
     entry = payload ? PyType_GenericAlloc((PyTypeObject *)StoredEntry, 0) : NULL;
     if (entry == NULL)
         goto done;
-    if (Py_TYPE(eslots[E_RAW])->tp_descr_set(eslots[E_RAW], entry, payload) < 0 ||
-        Py_TYPE(eslots[E_STORED])->tp_descr_set(eslots[E_STORED], entry, payload) < 0 ||
-        Py_TYPE(eslots[E_CODEC])->tp_descr_set(eslots[E_CODEC], entry, CodecNone) < 0 ||
-        Py_TYPE(eslots[E_CTYPE])->tp_descr_set(eslots[E_CTYPE], entry, PyTuple_GET_ITEM(spec, 1)) < 0)
-        goto fail;
+    PyObject *values[N_ESLOTS] = {payload, payload, CodecNone, PyTuple_GET_ITEM(spec, 1)};
+    for (int k = 0; k < N_ESLOTS; k++) { /* the empty slots of a new entry, written in place */
+        Py_INCREF(values[k]);
+        *(PyObject **)((char *)entry + eslot_at[k]) = values[k];
+    }
     if (some == Py_None) {
         Py_DECREF(some);
         some = PyDict_New();
+        retrack(rec); /* it is about to hold entries, which callers can change */
         if (some == NULL || set_slot(rec, S_SOME, some) < 0)
             goto fail;
     }
@@ -1153,13 +1245,18 @@ done:
 
 /* getitem(record, name): LazyRecord.__getitem__, with no Python frame on
    the streaming hot path (installed as an instancemethod). */
-static PyObject *py_getitem(PyObject *self, PyObject *args)
+static PyObject *py_entry(PyObject *self, PyObject *args)
 {
     PyObject *rec, *name;
     if (!ready())
         return NULL;
     if (!PyArg_ParseTuple(args, "O!O", (PyTypeObject *)LazyRecord, &rec, &name))
         return NULL;
+    return entry_of(rec, name);
+}
+
+static PyObject *getitem(PyObject *rec, PyObject *name)
+{
     PyObject *entries = get_slot(rec, S_ENTRIES);
     if (entries == NULL)
         return NULL;
@@ -1169,14 +1266,39 @@ static PyObject *py_getitem(PyObject *self, PyObject *args)
         return e;
     }
     Py_DECREF(entries);
-    PyObject *e = py_entry(self, args);
+    PyObject *e = entry_of(rec, name);
     if (e != Py_None)
         return e;
     Py_DECREF(e);
     return PyObject_CallMethod(rec, "_entry", "O", name);
 }
 
+static PyObject *py_getitem(PyObject *self, PyObject *args)
+{
+    PyObject *rec, *name;
+    if (!ready())
+        return NULL;
+    if (!PyArg_ParseTuple(args, "O!O", (PyTypeObject *)LazyRecord, &rec, &name))
+        return NULL;
+    return getitem(rec, name);
+}
+
 static PyMethodDef getitem_def = {"__getitem__", py_getitem, METH_VARARGS, "The entry called `name`."};
+
+/* The same as a method of LazyRecord itself (installed by _setup): a method
+   descriptor is called with no bound method and no argument tuple, once per
+   entry a stream reads. The descriptor checks that `rec` is a LazyRecord. */
+static PyObject *py_getitem_method(PyObject *rec, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 1) {
+        PyErr_Format(PyExc_TypeError, "__getitem__ takes one name (%zd given)", nargs);
+        return NULL;
+    }
+    return getitem(rec, args[0]);
+}
+
+static PyMethodDef getitem_method_def = {"__getitem__", (PyCFunction)(void (*)(void))py_getitem_method,
+                                         METH_FASTCALL, "The entry called `name`."};
 
 /* ------------------------------------------------------------------------ */
 /* module                                                                    */
@@ -1227,7 +1349,8 @@ static PyObject *py_setup(PyObject *self, PyObject *args)
     PyObject *efound[N_ESLOTS];
     for (int i = 0; i < N_ESLOTS; i++) {
         efound[i] = PyObject_GetAttrString(objs[7], eslot_names[i]);
-        if (efound[i] == NULL || Py_TYPE(efound[i])->tp_descr_set == NULL) {
+        if (efound[i] == NULL || !Py_IS_TYPE(efound[i], &PyMemberDescr_Type) ||
+            ((PyMemberDescrObject *)efound[i])->d_member->type != T_OBJECT_EX) {
             for (int j = 0; j <= i; j++)
                 Py_XDECREF(efound[j]);
             if (!PyErr_Occurred())
@@ -1242,8 +1365,10 @@ static PyObject *py_setup(PyObject *self, PyObject *args)
         return NULL;
     }
     Py_XSETREF(CodecNone, none);
-    for (int i = 0; i < N_ESLOTS; i++)
+    for (int i = 0; i < N_ESLOTS; i++) {
+        eslot_at[i] = ((PyMemberDescrObject *)efound[i])->d_member->offset;
         Py_XSETREF(eslots[i], efound[i]);
+    }
     PyObject *found[N_SLOTS];
     for (int i = 0; i < N_SLOTS; i++) {
         found[i] = PyObject_GetAttrString(objs[0], slot_names[i]);
@@ -1255,14 +1380,45 @@ static PyObject *py_setup(PyObject *self, PyObject *args)
             return NULL;
         }
     }
-    for (int i = 0; i < N_SLOTS; i++)
+    for (int i = 0; i < N_SLOTS; i++) {
+        if (!Py_IS_TYPE(found[i], &PyMemberDescr_Type) ||
+            ((PyMemberDescrObject *)found[i])->d_member->type != T_OBJECT_EX) {
+            for (int j = 0; j < N_SLOTS; j++)
+                Py_DECREF(found[j]);
+            PyErr_Format(PyExc_TypeError, "LazyRecord.%s is not a slot of its own", slot_names[i]);
+            return NULL;
+        }
+    }
+    for (int i = 0; i < N_SLOTS; i++) {
+        slot_at[i] = ((PyMemberDescrObject *)found[i])->d_member->offset;
         Py_XSETREF(slots[i], found[i]);
+    }
     PyObject **targets[8] = {&LazyRecord,        &make_layout,        &EncodedRecord,     &CodecType,
                              &ref_decode_record, &ref_decode_indexed, &ref_encode_record, &StoredEntry};
+    PyObject *getitem_method = PyDescr_NewMethod((PyTypeObject *)objs[0], &getitem_method_def);
+    if (getitem_method == NULL || PyObject_SetAttrString(objs[0], "__getitem__", getitem_method) < 0) {
+        Py_XDECREF(getitem_method);
+        return NULL;
+    }
+    Py_DECREF(getitem_method);
     for (int i = 0; i < 8; i++) {
         Py_INCREF(objs[i]);
         Py_XSETREF(*targets[i], objs[i]);
     }
+    Py_RETURN_NONE;
+}
+
+/* track(record): a LazyRecord back under the cyclic GC (lazy.py calls it
+   before a record refers to anything set from Python). */
+static PyObject *py_track(PyObject *self, PyObject *rec)
+{
+    if (!ready())
+        return NULL;
+    if (!PyObject_TypeCheck(rec, (PyTypeObject *)LazyRecord)) {
+        PyErr_SetString(PyExc_TypeError, "track() takes a LazyRecord");
+        return NULL;
+    }
+    retrack(rec);
     Py_RETURN_NONE;
 }
 
@@ -1278,6 +1434,8 @@ static PyMethodDef methods[] = {
     {"encode_record", py_encode_record, METH_VARARGS, "records.encode_record, compiled."},
     {"entry", py_entry, METH_VARARGS, "The uncompressed entry `name` of a LazyRecord (None if compressed)."},
     {"_setup", py_setup, METH_VARARGS, "Hand over the Python types and the reference functions."},
+    {"decode_records", py_decode_records, METH_VARARGS, "decode_run's records alone, without their views."},
+    {"track", py_track, METH_O, "Put a LazyRecord back under the cyclic GC."},
     {NULL, NULL, 0, NULL},
 };
 

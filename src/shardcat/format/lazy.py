@@ -1,12 +1,17 @@
 """Records whose entries are made on first use: what the compiled codec returns.
 
 The compiled decoder checks a record completely (every CRC, the layout) and
-then returns a :class:`LazyRecord`: the key, the record's bytes and its
-:class:`Layout` (entry names, content types and codecs, shared by every record
+then returns a :class:`LazyRecord`: the key, where the record lies in the
+shared read buffer (no view of its own) and its :class:`Layout` (entry names, content types and codecs, shared by every record
 that has the same ones). An entry object is built only when it is asked for,
 as a view of the record's bytes, so a reader that touches one entry of a
 record, or only keys, pays for no other. Its public behaviour is
 :class:`~shardcat.format.Record`'s.
+
+A new record is left out of Python's cyclic garbage collector (it can be in
+no reference cycle: ``_ccodec.c``, ``decode_one``, says why), so batches and
+streams of records do not make each collection walk them all; it goes back
+under the collector before it refers to anything a caller can change.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ _NONE = Codec.NONE
 # Only the compiled codec makes LazyRecords: where this module is imported, it exists.
 _ccodec: Any = importlib.import_module(f"{__package__}._ccodec")
 _compiled_entry: Callable[[LazyRecord, str], Entry | None] = _ccodec.entry
+_track: Callable[[LazyRecord], None] = _ccodec.track
+_set = object.__setattr__
 
 
 class Layout(NamedTuple):
@@ -64,14 +71,22 @@ def make_layout(
 class LazyRecord(Record):
     """A checked record whose entries are views of its bytes, made on first use."""
 
-    __slots__ = ("_entries", "_layout", "_path", "_some", "_view")
+    __slots__ = ("_at", "_buf", "_entries", "_layout", "_path", "_some")
 
     # Instances are made by the compiled codec, which sets every slot.
+    _at: int
+    """Where the record starts in ``_buf``."""
+    _buf: memoryview
+    """The read buffer the record lies in, shared by the records read from it."""
     _entries: dict[str, Entry] | None
     _layout: Layout
     _path: str | None
     _some: dict[str, Entry] | None
-    _view: memoryview
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Back under the cyclic GC first: the value may refer to this record.
+        _track(self)
+        _set(self, name, value)
 
     def _entry(self, name: str) -> Entry:
         # The compiled codec makes uncompressed entries; compressed ones are made here.
@@ -84,8 +99,9 @@ class LazyRecord(Record):
         entry = some.get(name)
         if entry is None:
             i = self._layout.where[name]
-            p_off, size = _unpack_span(self._view, _HEAD + _DESC * i)[:2]
-            payload = self._view[p_off : p_off + size]
+            at = self._at
+            p_off, size = _unpack_span(self._buf, at + _HEAD + _DESC * i)[:2]
+            payload = self._buf[at + p_off : at + p_off + size]
             _, ctype, codec = self._layout.specs[i]
             if codec is _NONE:
                 entry = _StoredEntry(payload, ctype, codec)
@@ -110,6 +126,8 @@ class LazyRecord(Record):
 
     # The entry called ``name``: ``self._entries[name]`` once they were all
     # built, else ``_entry(name)``; in C, as it runs once per entry read.
+    # recordcodec's ``_setup`` replaces it with the same function as a method
+    # descriptor of this class (called with no bound method or argument tuple).
     __getitem__ = _ccodec.record_getitem
 
     def __contains__(self, name: object) -> bool:

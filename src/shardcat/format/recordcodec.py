@@ -44,6 +44,7 @@ __all__ = [
     "decode_batch",
     "decode_indexed",
     "decode_record",
+    "decode_records",
     "decode_run",
     "encode_record",
     "use",
@@ -105,6 +106,7 @@ encode_record: Callable[..., records.EncodedRecord]
 decode_record: Callable[..., Record]
 decode_indexed: Callable[..., Record]
 decode_run: DecodeRun | None
+decode_records: Callable[..., tuple[list[Record], int]] | None
 decode_batch: DecodeBatch
 """Every record of a batch of indexed reads (:func:`.records.decode_batch`)."""
 """The batch decoder of a stream buffer (the compiled codec only; None otherwise)."""
@@ -132,7 +134,8 @@ def use(name: str) -> Name:
     ValueError
         An unknown name.
     """
-    global encode_record, decode_record, decode_indexed, decode_run, decode_batch, crc32c, _active
+    global encode_record, decode_record, decode_indexed, decode_run, decode_records, decode_batch
+    global crc32c, _active
     previous = globals().get("_active", "python")
     choice = name.strip().lower()
     if choice == "auto":
@@ -147,13 +150,14 @@ def use(name: str) -> Name:
         decode_record = _compiled.decode_record
         decode_indexed = _compiled.decode_indexed
         decode_run = _compiled.decode_run
+        decode_records = _compiled.decode_records
         decode_batch = _compiled_decode_batch
         crc32c = _compiled.crc32c
     elif choice == "python":
         encode_record = records.encode_record
         decode_record = records.decode_record
         decode_indexed = records.decode_indexed
-        decode_run = None
+        decode_run = decode_records = None
         decode_batch = records.decode_batch
         crc32c = _crc32c_package.crc32c
     else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from itertools import chain
 from typing import Any, BinaryIO
 
 from .._types import RangeSource
@@ -19,7 +20,7 @@ from .header import Header
 from .sources import as_source
 from .spec import HEADER_SIZE, RECORD_HEAD_STRUCT, data_start
 
-__all__ = ["iter_partial", "stream_records"]
+__all__ = ["iter_partial", "stream_record_batches", "stream_records"]
 
 _STREAM_CHUNK = 8 * 1024 * 1024
 
@@ -46,8 +47,8 @@ def iter_partial(
         try:
             # The file size bounds every record length, so a damaged length cannot
             # make the reader allocate absurd buffers.
-            for _, rec in stream_records(src, src.name, src.size(), None, None):
-                yield rec
+            for batch in stream_record_batches(src, src.name, src.size(), None, None):
+                yield from batch
         except FormatError:
             return
     finally:
@@ -71,6 +72,34 @@ def stream_records(
     without it (salvage) streaming stops at the first thing that is not a
     complete record. Records are views of large read buffers.
     """
+    return chain.from_iterable(_batches(source, path, end, names, header_crc, verify, True))
+
+
+def stream_record_batches(
+    source: RangeSource,
+    path: str,
+    end: int | None,
+    names: frozenset[str] | None,
+    header_crc: int | None,
+) -> Iterator[list[Record]]:
+    """The records of :func:`stream_records` without their bytes, a list per read buffer.
+
+    For readers: ``chain.from_iterable`` of it yields the records with no
+    Python frame and no tuple per record.
+    """
+    return _batches(source, path, end, names, header_crc, False, False)
+
+
+def _batches(
+    source: RangeSource,
+    path: str,
+    end: int | None,
+    names: frozenset[str] | None,
+    header_crc: int | None,
+    verify: bool,
+    views: bool,
+) -> Iterator[list[Any]]:
+    """Lists of records (``views``: of ``(bytes, record)`` pairs), in file order."""
     stream = source.open_stream(0)
     head_size = RECORD_HEAD_STRUCT.size
     unpack = RECORD_HEAD_STRUCT.unpack_from
@@ -91,7 +120,7 @@ def stream_records(
         # The compiled codec's batch decoder takes every whole, sound record
         # of the buffer in one call; the loop below then handles the record
         # it stopped at (one that straddles two chunks, or a damaged one).
-        decode_run = recordcodec.decode_run
+        decode_run = recordcodec.decode_run if views else recordcodec.decode_records
         stop_at = -1 if end is None else end
         # Without ``end`` (salvage), the first damaged or incomplete record
         # raises and the caller stops there.
@@ -114,7 +143,7 @@ def stream_records(
                     buf.pos += used
                     pos += used
                     index += len(pairs)
-                    yield from pairs
+                    yield pairs
                     continue
             # Inlined buffer bookkeeping: this loop runs once per record.
             at = buf.pos
@@ -150,7 +179,7 @@ def stream_records(
                 text_cache=cache,
                 check_padding=verify,
             )
-            yield view, rec
+            yield [(view, rec)] if views else [rec]
             pos += length
             index += 1
     finally:

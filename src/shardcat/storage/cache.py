@@ -182,7 +182,7 @@ class SourceCache:
         *,
         max_gap: int | None = None,
         max_span: int = DEFAULT_MAX_SPAN,
-    ) -> tuple[list[memoryview], MergedReads]:
+    ) -> tuple[list[bytes | memoryview], MergedReads]:
         """Read many ranges given as arrays sorted by ``(file, start)``; ``urls[file]`` names each file.
 
         The batch path of lookups: ranges are merged in one vectorised pass
@@ -217,7 +217,7 @@ class SourceCache:
             dtype=np.int64,
         )
         merged = merge_sorted(file, start, end, gaps, max_span)
-        out: list[memoryview] = [memoryview(b"")] * len(merged)
+        out: list[bytes | memoryview] = [b""] * len(merged)
         # Remote reads, per filesystem: (read indices, paths, starts, ends).
         remote: dict[int, tuple[Any, list[int], list[str], list[int], list[int]]] = {}
         files, starts, ends = merged.file.tolist(), merged.start.tolist(), merged.end.tolist()
@@ -242,7 +242,7 @@ class SourceCache:
                         blobs = [src.read(a, b) for a, b in zip(starts[i:j], ends[i:j])]
                 except OSError as e:
                     self._raise_failed(urls[f], e)
-                out[i:j] = [memoryview(b) for b in blobs]
+                out[i:j] = blobs  # bytes: no GC-tracked object per read
             i = j
         for fs, at, paths, r_starts, r_ends in remote.values():
             try:

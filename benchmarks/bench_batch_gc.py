@@ -1,0 +1,87 @@
+"""What batch lookups cost the cyclic garbage collector: collections per generation and their CPU time.
+
+Builds a catalog of ``--keys`` keys in 20-odd shards (SQLite, local disk,
+under ``--root``, reused if present), then runs ``--batches`` calls of
+``Catalog.get_many`` of ``--batch`` random keys, holding each result while
+the next one runs (as ``bench_catalog.py`` does), and prints the CPU time of
+the batches, the collections of each generation with their CPU time (a
+``gc.callbacks`` hook) and the objects the collector tracks at the end.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_batch_gc.py [--keys 200000] [--batch 10000] [--batches 10]
+
+To compare with another checkout, put its ``src`` first on ``PYTHONPATH``.
+Nothing here is a test: it prints measured values, never asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import random
+import tempfile
+import time
+from typing import Any
+
+import shardcat
+from shardcat import Catalog
+
+
+def build(root: str, keys: list[str], per_shard: int, rng: random.Random) -> None:
+    blob = rng.randbytes(4096)
+    with Catalog(f"sqlite:///{root}/cat.db") as cat:
+        cat.create_dataset("train", "bench")
+        for i, start in enumerate(range(0, len(keys), per_shard)):
+            with shardcat.ShardWriter(f"{root}/train-{i:06d}.shard", shard_number=i) as w:
+                for n, key in enumerate(keys[start : start + per_shard]):
+                    w.add(key, {"jpg": blob[: 512 + (n * 7919) % 1536], "json": {"key": key}})
+            cat.register_shard("train", w.close())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--keys", type=int, default=200_000)
+    ap.add_argument("--per-shard", type=int, default=10_000)
+    ap.add_argument("--batch", type=int, default=10_000)
+    ap.add_argument("--batches", type=int, default=10)
+    ap.add_argument("--root", default=os.path.join(tempfile.gettempdir(), "shardcat-bench-gc"))
+    args = ap.parse_args()
+    rng = random.Random(7)
+    keys = [f"img/{i:08d}" for i in range(args.keys)]
+    rng.shuffle(keys)
+    if not os.path.exists(f"{args.root}/cat.db"):
+        os.makedirs(args.root, exist_ok=True)
+        build(args.root, keys, args.per_shard, rng)
+    stats = {g: [0, 0.0] for g in range(3)}
+    started = [0.0]
+
+    def hook(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            started[0] = time.process_time()
+        else:
+            s = stats[info["generation"]]
+            s[0] += 1
+            s[1] += time.process_time() - started[0]
+
+    with Catalog(f"sqlite:///{args.root}/cat.db") as cat:
+        cat.get_many("train", rng.sample(keys, 100))  # warm
+        gc.callbacks.append(hook)
+        cpu = time.process_time()
+        result = None
+        for _ in range(args.batches):
+            result = cat.get_many("train", rng.sample(keys, args.batch))
+            if not result.ok:
+                raise SystemExit("a batch missed keys: the catalog under --root is not this one")
+        cpu = time.process_time() - cpu
+        gc.callbacks.remove(hook)
+    print(
+        f"{args.batches} batches of {args.batch:,} keys of {args.keys:,}: {cpu:.3f} CPU-s; "
+        + "; ".join(f"gen {g}: {n} collections, {t:.3f} CPU-s" for g, (n, t) in stats.items())
+        + f"; {len(gc.get_objects()):,} objects tracked"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""Records of the compiled codec stay out of the cyclic GC until they can be in a cycle.
+
+A LazyRecord made by the compiled decoder is not tracked by the cyclic
+garbage collector (batches and streams would otherwise make each older
+collection walk every record); it must be tracked again before it refers to
+anything a caller can change, or a cycle through it would never be freed.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import weakref
+
+import crc32c as crc32c_package
+import pytest
+
+from shardcat.format import recordcodec, records
+from shardcat.format.records import PreparedEntry
+from shardcat.format.spec import Codec
+
+if "compiled" not in recordcodec.available() and os.environ.get(recordcodec.ENV_VAR) == "python":
+    pytest.skip("the compiled record codec is not built", allow_module_level=True)
+from shardcat.format import _ccodec as ccodec
+
+ALIGN = 64
+
+
+def _record_bytes(key: bytes, payloads: list[tuple[bytes, bytes]]) -> bytes:
+    entries = [
+        PreparedEntry(n, b"application/octet-stream", Codec.NONE, p, crc32c_package.crc32c(p))
+        for n, p in payloads
+    ]
+    return b"".join(bytes(p) for p in records.encode_record(key, 0, entries, ALIGN).parts)
+
+
+def _decoded(**kwargs: object) -> object:
+    data = _record_bytes(b"k", [(b"a", b"AAAA"), (b"b", b"BB")])
+    return ccodec.decode_record(memoryview(data), path="s", offset=0, alignment=ALIGN, **kwargs)
+
+
+class _Holder:
+    """Something a caller can make refer to a record (and a record to it)."""
+
+    rec: object = None
+
+
+def _collected_when_dropped(make_cycle: object) -> bool:
+    holder = _Holder()
+    ref = weakref.ref(holder)
+    rec = _decoded()
+    holder.rec = rec
+    make_cycle(rec, holder)  # type: ignore[operator]
+    del rec, holder
+    gc.collect()
+    return ref() is None
+
+
+def test_a_new_record_is_not_tracked_until_it_holds_an_entry() -> None:
+    rec = _decoded()
+    assert not gc.is_tracked(rec)
+    assert list(rec) == ["a", "b"] and rec.key == "k"  # type: ignore[attr-defined, call-overload]
+    assert not gc.is_tracked(rec)  # names and key build nothing
+    assert bytes(rec["b"].view) == b"BB"  # type: ignore[index]
+    assert gc.is_tracked(rec)  # it caches the entry: tracked again
+
+
+@pytest.mark.parametrize("how", ["entries", "attribute", "cached entry"])
+def test_a_cycle_through_a_record_is_collected(how: str) -> None:
+    def make_cycle(rec: object, holder: _Holder) -> None:
+        if how == "entries":
+            rec.entries["a"].content_type = holder  # type: ignore[attr-defined]
+        elif how == "attribute":
+            rec.key = holder  # type: ignore[attr-defined]
+        else:
+            rec["b"].content_type = holder  # type: ignore[index]
+
+    assert _collected_when_dropped(make_cycle)
+
+
+def test_records_with_names_that_are_not_str_stay_tracked() -> None:
+    assert not gc.is_tracked(_decoded(names=frozenset({"a"})))
+    assert gc.is_tracked(_decoded(names=frozenset({"a", ("not", "a", "str")})))
+
+
+def test_stream_records_alone_match_the_pairs() -> None:
+    blobs = [_record_bytes(k, [(b"x", k * 50)]) for k in (b"a", b"b", b"c")]
+    view = memoryview(b"".join(blobs))
+    args = (view, 0, len(view), 64, -1, ALIGN, 0, None, {}, False, "s")
+    pairs, used = ccodec.decode_run(*args)
+    alone, used_alone = ccodec.decode_records(*args)
+    assert used == used_alone == len(view)
+    assert not any(gc.is_tracked(r) for r in alone)
+    assert [r for _, r in pairs] == alone
+    assert [bytes(v) for v, _ in pairs] == blobs
+    step = len(blobs[0])
+    assert [(r.offset, r.index) for r in alone] == [(64, 0), (64 + step, 1), (64 + 2 * step, 2)]
