@@ -105,8 +105,9 @@ class ShardIterableDataset(IterableDataset[Any]):
         cat = open_catalog(catalog, storage_options)
         opts = dict(cat.storage_options if storage_options is None else storage_options)
         # The plan is made here, once: workers get shard URLs, never a connection.
+        tasks = tuple(plan_tasks(cat, dataset, where, params))
         self.stream = SampleStream(
-            tuple(plan_tasks(cat, dataset, where, params)),
+            tasks,
             opts,
             None if entries is None else tuple(entries),
             shuffle,
@@ -114,6 +115,8 @@ class ShardIterableDataset(IterableDataset[Any]):
             shuffle_buffer,
             decode,
             None if cache_dir is None else LocalShardCache.create(cache_dir, cache_limit),
+            # Tars have no footer: readers fetch their record rows from the catalog.
+            cat.handle() if any(t.kind == "tar" for t in tasks) else None,
         )
         if not isinstance(catalog, Catalog):
             cat.close()
