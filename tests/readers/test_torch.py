@@ -293,3 +293,46 @@ def test_where_selects_for_the_iterable_dataset(local_dataset):
     ds = ShardIterableDataset(url, "train", where="key LIKE 's/0001%'", decode=keys_only)
     assert sorted(ds) == [key(i) for i in range(10, 20)]
     assert len(ds) == 10
+
+
+def key_batch(samples: list[dict[str, Any]]) -> list[str]:
+    # Module level: a collate that spawned workers can unpickle.
+    return [s["__key__"] for s in samples]
+
+
+@pytest.mark.parametrize(("workers", "stop"), [(0, 2), (2, 3)])
+def test_batches_made_in_the_dataset_cover_the_epoch_and_resume(local_dataset, workers, stop):
+    url, keys = local_dataset
+
+    def make(**kw: Any) -> ShardIterableDataset:
+        ds = ShardIterableDataset(url, "train", seed=4, shuffle_buffer=6, batch_size=5, **kw)
+        ds.set_epoch(1)
+        return ds
+
+    per_sample = ShardIterableDataset(url, "train", seed=4, shuffle_buffer=6, decode=keys_only)
+    per_sample.set_epoch(1)
+    full = [key_batch(b) for b in ShardLoader(make(), num_workers=workers)]
+    # The same samples in the same order as a loader batching them itself.
+    expected = [list(b) for b in ShardLoader(per_sample, batch_size=5, num_workers=workers)]
+    assert full == expected
+    assert sorted(k for b in full for k in b) == sorted(keys)
+    collated = list(ShardLoader(make(collate=key_batch), num_workers=workers))
+    assert collated == full
+    loader = ShardLoader(make(collate=key_batch), num_workers=workers)
+    head = []
+    for b in loader:
+        head.append(b)
+        if len(head) == stop:
+            break
+    resumed = make(collate=key_batch)
+    resumed.load_state_dict(loader.state_dict())
+    assert head + list(ShardLoader(resumed, num_workers=workers)) == full
+
+
+def test_a_batching_dataset_refuses_a_batching_loader(local_dataset):
+    url, _ = local_dataset
+    ds = ShardIterableDataset(url, "train", batch_size=4)
+    with pytest.raises(ValueError, match="batch_size=None"):
+        ShardLoader(ds, batch_size=4)
+    with pytest.raises(ValueError, match="pass batch_size= too"):
+        ShardIterableDataset(url, "train", collate=list)

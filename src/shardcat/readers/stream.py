@@ -189,27 +189,34 @@ class SampleStream:
         if start >= n:
             return
         order = self.order(epoch, (rank, worker), n)
-        done = np.zeros(n, dtype=bool)
-        done[order[:start]] = True
+        # Python ints and bytes, not numpy scalars: this loop runs once per sample.
+        skip = np.zeros(n, dtype=bool)
+        skip[order[:start]] = True
+        done = skip.tobytes()
+        todo = iter(order[start:].tolist())
         first_shard = int(np.searchsorted(bases, int(order[start:].min()), side="right")) - 1
         pending: dict[int, dict[str, Any]] = {}
-        k = start
-        want = int(order[k])
+        decode = self.decode
+        want = next(todo)
         for t in range(first_shard, len(tasks)):
-            base = int(bases[t])
-            for j, rec in enumerate(self._records(tasks[t])):
-                p = base + j
+            p = int(bases[t]) - 1
+            for rec in self._records(tasks[t]):
+                p += 1
                 if done[p]:
                     continue
                 # Decoded at once (writable copies): a pending sample must not pin
                 # the shard's read buffer, and torch wants writable arrays.
-                pending[p] = rec.decode(writable=True)
+                sample = rec.decode(writable=True)
+                if p != want:
+                    pending[p] = sample
+                    continue
+                yield sample if decode is None else apply_decoder(sample, decode)
+                want = next(todo, -1)
                 while want in pending:
-                    yield apply_decoder(pending.pop(want), self.decode)
-                    k += 1
-                    if k == n:
-                        return
-                    want = int(order[k])
+                    yield apply_decoder(pending.pop(want), decode)
+                    want = next(todo, -1)
+                if want < 0:
+                    return
 
     def _records(self, task: ShardTask) -> Iterator[Record]:
         return iter_task_records(task, self.storage_options, self.entries, self.cache, self.catalog)
