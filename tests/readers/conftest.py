@@ -94,3 +94,22 @@ def make_tar_dataset(
             fs.put_file(str(t), path)
         cat.register_shard(name, scan_tar_url(url, storage_options or {}))
     return tars
+
+
+def stop_and_resume(make: Any, stop: int, **loader: Any) -> tuple[list[Any], list[Any]]:
+    """An uninterrupted epoch's batches, and the batches of a run stopped after ``stop``, saved, resumed.
+
+    ``make()`` builds the dataset (at its epoch); ``loader`` are ShardLoader arguments.
+    """
+    from shardcat.torch import ShardLoader
+
+    full = [list(b) for b in ShardLoader(make(), **loader)]
+    first = ShardLoader(make(), **loader)
+    head = []
+    for b in first:
+        head.append(list(b))
+        if len(head) == stop:
+            break
+    resumed = make()
+    resumed.load_state_dict(first.state_dict())
+    return full, head + [list(b) for b in ShardLoader(resumed, **loader)]

@@ -17,13 +17,13 @@ from shardcat.errors import CatalogError, ChecksumError
 from shardcat.readers import SampleStream, plan_tasks
 from shardcat.testing.tars import wds_samples
 
-from .conftest import TAR_SIZES, make_tar_dataset
+from .conftest import TAR_SIZES, make_tar_dataset, stop_and_resume
 
 torch = pytest.importorskip("torch")
 
 from torch.utils.data import DataLoader  # noqa: E402
 
-from shardcat.torch import ShardIterableDataset, ShardLoader  # noqa: E402
+from shardcat.torch import ShardIterableDataset  # noqa: E402
 
 
 def keys_only(sample: dict[str, Any]) -> str:
@@ -157,18 +157,8 @@ def test_a_tar_epoch_stopped_and_resumed_equals_an_uninterrupted_one(tar_dataset
         ds.set_epoch(1)
         return ds
 
-    full = [list(b) for b in ShardLoader(make(), batch_size=4, num_workers=workers)]
-    loader = ShardLoader(make(), batch_size=4, num_workers=workers)
-    head = []
-    for b in loader:
-        head.append(list(b))
-        if len(head) == stop:
-            break
-    state = loader.state_dict()
-    resumed = make()
-    resumed.load_state_dict(state)
-    rest = [list(b) for b in ShardLoader(resumed, batch_size=4, num_workers=workers)]
-    assert head + rest == full
+    full, resumed = stop_and_resume(make, stop, batch_size=4, num_workers=workers)
+    assert resumed == full
 
 
 def test_s3_tars_stream_through_a_cache(s3, tmp_path):
