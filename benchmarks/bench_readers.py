@@ -19,8 +19,12 @@ answer each ranged GET, so its times overstate what a real store costs.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import pickle
 import resource
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -47,6 +51,7 @@ def write(root: str, samples: int, shards: int, kib: int) -> tuple[str, list[str
     os.makedirs(f"{root}/sc")
     os.makedirs(f"{root}/wds")
     tars = []
+    kept: list[tuple[str, bytes, int]] = []  # for MosaicML's side, in another python
     per = samples // shards
     for s in range(shards):
         tar = f"{root}/wds/bench-{s:06d}.tar"
@@ -59,10 +64,13 @@ def write(root: str, samples: int, shards: int, kib: int) -> tuple[str, list[str
                 size = int(rng.integers(kib * 512, kib * 1536))
                 jpg = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
                 key = f"{i:08d}"
+                kept.append((key, jpg, i % 10))
                 w.add(key, {"jpg": jpg, "json": {"label": i % 10}})
                 t.write({"__key__": key, "jpg": jpg, "json": {"label": i % 10}})
         cat.register_shard("bench", w.close())
     cat.close()
+    with open(f"{root}/samples.pkl", "wb") as f:
+        pickle.dump(kept, f)
     return url, tars
 
 
@@ -222,6 +230,32 @@ def s3_epochs(samples: int, shards: int, kib: int) -> None:
         server.stop()
 
 
+def mds_compare(
+    python: str, root: str, repeat: int, ours: dict[bool, dict[str, tuple[float, float, int]]]
+) -> None:
+    """MosaicML Streaming on the same samples, in ``python`` (run after ours, not interleaved)."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mds_readers.py")
+    out = subprocess.run(
+        [python, script, f"{root}/samples.pkl", root, "--repeat", str(repeat)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    rates = json.loads(out.stdout.strip().splitlines()[-1])
+    print("MosaicML Streaming (StreamingDataset from MDSWriter shards), same samples, after ours:")
+    print("| shuffle | workers | MDS samples/s | shardcat.torch samples/s | shardcat / MDS |")
+    print("| --- | --- | --- | --- | --- |")
+    for shuffle in (False, True):
+        for workers in (0, 1, 2):
+            mds = rates[f"{'shuffle' if shuffle else 'plain'} {workers}"]
+            mine = ours[shuffle][f"ours {workers}"][0]
+            print(
+                f"| {'yes' if shuffle else 'no'} | {workers} | {mds:,.0f} | {mine:,.0f} | "
+                f"{mine / mds:.2f} |"
+            )
+    sys.stdout.flush()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=20000)
@@ -230,12 +264,17 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--s3", action="store_true", help="first sample and bytes per epoch on S3")
     ap.add_argument("--no-webdataset", action="store_true", help="leave WebDataset out (faster)")
+    ap.add_argument(
+        "--mds-python",
+        help="a python with mosaicml-streaming (another venv): MDS reads the same samples after ours",
+    )
     args = ap.parse_args()
     if args.s3:
         s3_epochs(args.samples, args.shards, args.kib)
         return
     with tempfile.TemporaryDirectory(prefix="bench-readers-") as root:
         cat_url, tars = write(root, args.samples, args.shards, args.kib)
+        best_plain: dict[bool, dict[str, tuple[float, float, int]]] = {}
         for shuffle in (False, True):
             runs: dict[str, Callable[[], int]] = {"plain": partial(plain, cat_url)}
             for workers in (0, 1, 2):
@@ -245,6 +284,7 @@ def main() -> None:
                     runs[f"wds {workers}"] = partial(webdataset, tars, workers, shuffle)
             best = interleaved(runs, args.repeat)
             base_wall, base_cpu, n = best["plain"]
+            best_plain[shuffle] = best
             assert all(got == n for _, _, got in best.values()), best
             print(
                 f"{n:,} samples of ~{args.kib} KiB in {args.shards} shards, shuffle "
@@ -266,6 +306,8 @@ def main() -> None:
                     f"{o_cpu / base_cpu:.2f} | {b_wall:,.0f} | {b_wall / base_wall:.2f} | "
                     f"{b_cpu / base_cpu:.2f} | {w_wall:,.0f} |"
                 )
+        if args.mds_python:
+            mds_compare(args.mds_python, root, args.repeat, best_plain)
 
 
 if __name__ == "__main__":
