@@ -19,7 +19,12 @@ answer each ranged GET, so its times overstate what a real store costs.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import pickle
+import resource
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -31,7 +36,7 @@ import webdataset as wds
 from torch.utils.data import DataLoader
 
 import shardcat
-from shardcat.torch import ShardIterableDataset
+from shardcat.torch import ShardIterableDataset, unchanged
 
 
 def identity(batch: list[Any]) -> list[Any]:
@@ -46,6 +51,7 @@ def write(root: str, samples: int, shards: int, kib: int) -> tuple[str, list[str
     os.makedirs(f"{root}/sc")
     os.makedirs(f"{root}/wds")
     tars = []
+    kept: list[tuple[str, bytes, int]] = []  # for MosaicML's side, in another python
     per = samples // shards
     for s in range(shards):
         tar = f"{root}/wds/bench-{s:06d}.tar"
@@ -58,21 +64,14 @@ def write(root: str, samples: int, shards: int, kib: int) -> tuple[str, list[str
                 size = int(rng.integers(kib * 512, kib * 1536))
                 jpg = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
                 key = f"{i:08d}"
+                kept.append((key, jpg, i % 10))
                 w.add(key, {"jpg": jpg, "json": {"label": i % 10}})
                 t.write({"__key__": key, "jpg": jpg, "json": {"label": i % 10}})
         cat.register_shard("bench", w.close())
     cat.close()
+    with open(f"{root}/samples.pkl", "wb") as f:
+        pickle.dump(kept, f)
     return url, tars
-
-
-def rate(run: Callable[[], int], repeat: int) -> tuple[float, int]:
-    best = float("inf")
-    count = 0
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        count = run()
-        best = min(best, time.perf_counter() - t0)
-    return count / best, count
 
 
 def plain(cat_url: str) -> int:
@@ -91,6 +90,40 @@ def ours(cat_url: str, workers: int, shuffle: bool) -> int:
     ds = ShardIterableDataset(cat_url, "bench", shuffle=shuffle, shuffle_buffer=1000)
     loader = DataLoader(ds, batch_size=64, num_workers=workers, collate_fn=identity)
     return sum(len(b) for b in loader)
+
+
+def ours_batched(cat_url: str, workers: int, shuffle: bool) -> int:
+    """Batches of 64 made in the dataset's workers (``batch_size=``), passed on by the loader."""
+    ds = ShardIterableDataset(cat_url, "bench", shuffle=shuffle, shuffle_buffer=1000, batch_size=64)
+    loader = DataLoader(ds, batch_size=None, num_workers=workers, collate_fn=unchanged)
+    return sum(len(b) for b in loader)
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of its waited-for children (DataLoader workers)."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def interleaved(
+    runs: dict[str, Callable[[], int]], repeat: int
+) -> dict[str, tuple[float, float, int]]:
+    """Best samples/s by wall clock and by CPU time of each run, the runs taken in turn.
+
+    Round ``r`` runs every entry once, so a change in the machine's load
+    reaches all of them alike; CPU time (with the workers') does not count
+    waiting for a core.
+    """
+    best: dict[str, tuple[float, float, int]] = {}
+    for _ in range(repeat):
+        for label, run in runs.items():
+            c0, t0 = cpu_seconds(), time.perf_counter()
+            n = run()
+            wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+            w, c, _ = best.get(label, (0.0, 0.0, n))
+            best[label] = (max(w, n / wall), max(c, n / cpu), n)
+    return best
 
 
 def webdataset(tars: list[str], workers: int, shuffle: bool) -> int:
@@ -197,6 +230,32 @@ def s3_epochs(samples: int, shards: int, kib: int) -> None:
         server.stop()
 
 
+def mds_compare(
+    python: str, root: str, repeat: int, ours: dict[bool, dict[str, tuple[float, float, int]]]
+) -> None:
+    """MosaicML Streaming on the same samples, in ``python`` (run after ours, not interleaved)."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mds_readers.py")
+    out = subprocess.run(
+        [python, script, f"{root}/samples.pkl", root, "--repeat", str(repeat)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    rates = json.loads(out.stdout.strip().splitlines()[-1])
+    print("MosaicML Streaming (StreamingDataset from MDSWriter shards), same samples, after ours:")
+    print("| shuffle | workers | MDS samples/s | shardcat.torch samples/s | shardcat / MDS |")
+    print("| --- | --- | --- | --- | --- |")
+    for shuffle in (False, True):
+        for workers in (0, 1, 2):
+            mds = rates[f"{'shuffle' if shuffle else 'plain'} {workers}"]
+            mine = ours[shuffle][f"ours {workers}"][0]
+            print(
+                f"| {'yes' if shuffle else 'no'} | {workers} | {mds:,.0f} | {mine:,.0f} | "
+                f"{mine / mds:.2f} |"
+            )
+    sys.stdout.flush()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=20000)
@@ -204,28 +263,51 @@ def main() -> None:
     ap.add_argument("--kib", type=int, default=4, help="mean sample size (KiB)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--s3", action="store_true", help="first sample and bytes per epoch on S3")
+    ap.add_argument("--no-webdataset", action="store_true", help="leave WebDataset out (faster)")
+    ap.add_argument(
+        "--mds-python",
+        help="a python with mosaicml-streaming (another venv): MDS reads the same samples after ours",
+    )
     args = ap.parse_args()
     if args.s3:
         s3_epochs(args.samples, args.shards, args.kib)
         return
     with tempfile.TemporaryDirectory(prefix="bench-readers-") as root:
         cat_url, tars = write(root, args.samples, args.shards, args.kib)
-        base, n = rate(lambda: plain(cat_url), args.repeat)
-        print(f"{n:,} samples of ~{args.kib} KiB in {args.shards} shards")
-        print(f"plain streaming reader, one process: {base:,.0f} samples/s")
-        print(
-            "| workers | shuffle | shardcat.torch samples/s | vs plain | WebDataset samples/s | shardcat / WebDataset |"
-        )
-        print("| --- | --- | --- | --- | --- | --- |")
+        best_plain: dict[bool, dict[str, tuple[float, float, int]]] = {}
         for shuffle in (False, True):
+            runs: dict[str, Callable[[], int]] = {"plain": partial(plain, cat_url)}
             for workers in (0, 1, 2):
-                ours_rate, got = rate(partial(ours, cat_url, workers, shuffle), args.repeat)
-                wds_rate, wgot = rate(partial(webdataset, tars, workers, shuffle), args.repeat)
-                assert got == n and wgot == n, (got, wgot, n)
+                runs[f"ours {workers}"] = partial(ours, cat_url, workers, shuffle)
+                runs[f"batched {workers}"] = partial(ours_batched, cat_url, workers, shuffle)
+                if not args.no_webdataset:
+                    runs[f"wds {workers}"] = partial(webdataset, tars, workers, shuffle)
+            best = interleaved(runs, args.repeat)
+            base_wall, base_cpu, n = best["plain"]
+            best_plain[shuffle] = best
+            assert all(got == n for _, _, got in best.values()), best
+            print(
+                f"{n:,} samples of ~{args.kib} KiB in {args.shards} shards, shuffle "
+                f"{'buffer 1,000' if shuffle else 'off'}; plain streaming reader: "
+                f"{base_wall:,.0f} samples/s wall, {base_cpu:,.0f} per CPU second"
+            )
+            print(
+                "| workers | DataLoader(batch_size=64) samples/s | vs plain | vs plain, CPU | "
+                "dataset batch_size=64 samples/s | vs plain | vs plain, CPU | "
+                "WebDataset samples/s |"
+            )
+            print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+            for workers in (0, 1, 2):
+                o_wall, o_cpu, _ = best[f"ours {workers}"]
+                b_wall, b_cpu, _ = best[f"batched {workers}"]
+                w_wall = best.get(f"wds {workers}", (float("nan"), 0.0, 0))[0]
                 print(
-                    f"| {workers} | {'yes' if shuffle else 'no'} | {ours_rate:,.0f} | "
-                    f"{ours_rate / base:.2f} | {wds_rate:,.0f} | {ours_rate / wds_rate:.2f} |"
+                    f"| {workers} | {o_wall:,.0f} | {o_wall / base_wall:.2f} | "
+                    f"{o_cpu / base_cpu:.2f} | {b_wall:,.0f} | {b_wall / base_wall:.2f} | "
+                    f"{b_cpu / base_cpu:.2f} | {w_wall:,.0f} |"
                 )
+        if args.mds_python:
+            mds_compare(args.mds_python, root, args.repeat, best_plain)
 
 
 if __name__ == "__main__":

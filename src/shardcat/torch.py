@@ -16,17 +16,25 @@ The rest of shardcat never imports torch.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
 from .catalog import Catalog
-from .readers import Decoder, KeySamples, SampleStream, open_catalog, plan_tasks, positions_after
+from .readers import (
+    Decoder,
+    KeySamples,
+    MixedStream,
+    SampleStream,
+    open_catalog,
+    plan_tasks,
+    positions_after,
+)
 from .storage import LocalShardCache
 
-__all__ = ["KeyDataset", "ShardIterableDataset", "ShardLoader"]
+__all__ = ["KeyDataset", "MixedDataset", "ShardIterableDataset", "ShardLoader", "unchanged"]
 
 
 class ShardIterableDataset(IterableDataset[Any]):
@@ -69,6 +77,14 @@ class ShardIterableDataset(IterableDataset[Any]):
         ``cache_limit`` bytes (least recently used copies go first), and read
         them there; the folder may be shared by workers and jobs. Without
         ``cache_dir`` shards stream straight from the store.
+    batch_size, collate:
+        Yield batches instead of samples: lists of ``batch_size`` samples
+        from one reader (its last one shorter), passed through ``collate``
+        if given (e.g. ``torch.utils.data.default_collate``), built inside
+        the worker. Use it with :class:`ShardLoader` or with
+        ``DataLoader(ds, batch_size=None, collate_fn=shardcat.torch.unchanged)``:
+        the loader then moves one object per batch between processes and
+        runs no per-sample loop of its own. ``len()`` still counts samples.
 
     Raises
     ------
@@ -95,18 +111,18 @@ class ShardIterableDataset(IterableDataset[Any]):
         storage_options: Mapping[str, Any] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | str = "20GB",
+        batch_size: int | None = None,
+        collate: Callable[[list[Any]], Any] | None = None,
     ) -> None:
-        if (rank is None) != (world_size is None):
-            raise ValueError("pass rank and world_size together")
-        if world_size is not None and rank is not None and not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} is not in range(world_size={world_size})")
         if shuffle_buffer < 1:
             raise ValueError(f"shuffle_buffer must be at least 1, not {shuffle_buffer}")
+        _check_placement(rank, world_size, batch_size, collate)
         cat = open_catalog(catalog, storage_options)
         opts = dict(cat.storage_options if storage_options is None else storage_options)
         # The plan is made here, once: workers get shard URLs, never a connection.
-        self.stream = SampleStream(
-            tuple(plan_tasks(cat, dataset, where, params)),
+        tasks = tuple(plan_tasks(cat, dataset, where, params))
+        stream = SampleStream(
+            tasks,
             opts,
             None if entries is None else tuple(entries),
             shuffle,
@@ -114,10 +130,25 @@ class ShardIterableDataset(IterableDataset[Any]):
             shuffle_buffer,
             decode,
             None if cache_dir is None else LocalShardCache.create(cache_dir, cache_limit),
+            # Tars have no footer: readers fetch their record rows from the catalog.
+            cat.handle() if any(t.kind == "tar" for t in tasks) else None,
         )
         if not isinstance(catalog, Catalog):
             cat.close()
         self.dataset = dataset
+        self._setup(stream, rank, world_size, batch_size, collate)
+
+    def _setup(
+        self,
+        stream: SampleStream | MixedStream,
+        rank: int | None,
+        world_size: int | None,
+        batch_size: int | None,
+        collate: Callable[[list[Any]], Any] | None,
+    ) -> None:
+        self.stream = stream
+        self.batch_size = batch_size
+        self.collate = collate
         self._rank = rank
         self._world_size = world_size
         self.epoch = 0
@@ -167,9 +198,15 @@ class ShardIterableDataset(IterableDataset[Any]):
         samples = self.stream.iter_reader(
             self.epoch, self.rank, self.world_size, role, workers, start
         )
-        if info is not None:
+        if info is None:
+            samples = self._counted(samples, start)
+        if self.batch_size is None:
             yield from samples
             return
+        yield from batched(samples, self.batch_size, self.collate)
+
+    def _counted(self, samples: Iterator[Any], start: int) -> Iterator[Any]:
+        # Without workers the dataset knows itself how far it got (for state_dict).
         self._yielded = start
         for sample in samples:
             self._yielded += 1
@@ -256,6 +293,108 @@ class ShardIterableDataset(IterableDataset[Any]):
         return [(w + shift) % workers for w in range(workers)]
 
 
+def _check_placement(
+    rank: int | None,
+    world_size: int | None,
+    batch_size: int | None,
+    collate: Callable[[list[Any]], Any] | None,
+) -> None:
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+    if collate is not None and batch_size is None:
+        raise ValueError("collate= applies to batches: pass batch_size= too")
+    if (rank is None) != (world_size is None):
+        raise ValueError("pass rank and world_size together")
+    if world_size is not None and rank is not None and not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not in range(world_size={world_size})")
+
+
+class MixedDataset(ShardIterableDataset):
+    """Several :class:`ShardIterableDataset` mixed in proportions (MosaicML streams, LitData's combined datasets).
+
+    ``MixedDataset([(ds_a, 0.7), (ds_b, 0.3)], seed=0)``: each reader (a
+    DataLoader worker of a rank) reads its usual share of every dataset
+    (each shuffled by its own seed) and draws, sample by sample, which
+    dataset gives the next one, with probability proportional to the
+    weights, from ``(seed, epoch, rank, worker)``. A reader stops at the
+    first draw of a dataset whose share it has used up: no sample repeats
+    in an epoch, and the proportions hold to the end (so a small dataset
+    with a large weight ends the epoch early). The datasets may come from
+    different catalogs and stores.
+
+    Everything else is :class:`ShardIterableDataset`'s: ``set_epoch``,
+    ``state_dict``/``load_state_dict`` (with :class:`ShardLoader`; the
+    state is each reader's position, from which each dataset's position
+    follows), ``rank``/``world_size``, ``batch_size``/``collate``.
+    ``len()`` counts samples with one reader per rank; with workers use
+    :meth:`worker_counts`.
+
+    Raises
+    ------
+    ValueError
+        No datasets, a weight that is not positive, or a dataset that makes
+        batches itself (batch the mix instead).
+    """
+
+    def __init__(
+        self,
+        datasets: Sequence[tuple[ShardIterableDataset, float]],
+        *,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        batch_size: int | None = None,
+        collate: Callable[[list[Any]], Any] | None = None,
+    ) -> None:
+        _check_placement(rank, world_size, batch_size, collate)
+        for ds, _ in datasets:
+            if ds.batch_size is not None:
+                raise ValueError(
+                    f"dataset {ds.dataset!r} makes batches itself: give the mix batch_size= instead"
+                )
+        streams = []
+        for ds, weight in datasets:
+            if not isinstance(ds.stream, SampleStream):
+                raise ValueError("mix datasets, not mixes: list every dataset with its weight")
+            streams.append((ds.stream, weight))
+        self.dataset = "+".join(ds.dataset for ds, _ in datasets)
+        self.mix = MixedStream.of(streams, seed)
+        self._setup(self.mix, rank, world_size, batch_size, collate)
+
+    def stream_counts(self, num_workers: int = 0) -> list[list[int]]:
+        """Per DataLoader worker of this rank, the samples it takes from each dataset this epoch."""
+        workers = max(num_workers, 1)
+        return [
+            self.mix.stream_counts(self.epoch, self.rank, self.world_size, r, workers)
+            for r in self.worker_roles(workers)
+        ]
+
+
+def unchanged(batch: Any) -> Any:
+    """A ``collate_fn`` that passes a batch on as it is.
+
+    For ``DataLoader(ds, batch_size=None, collate_fn=unchanged)`` over a
+    dataset that makes its own batches: the loader's default for
+    ``batch_size=None`` (``default_convert``) walks every sample and entry
+    of every batch again, which costs more than reading them.
+    """
+    return batch
+
+
+def batched(
+    samples: Iterator[Any], size: int, collate: Callable[[list[Any]], Any] | None
+) -> Iterator[Any]:
+    """``samples`` in lists of ``size`` (the last one shorter), each through ``collate``."""
+    batch: list[Any] = []
+    for sample in samples:
+        batch.append(sample)
+        if len(batch) == size:
+            yield batch if collate is None else collate(batch)
+            batch = []
+    if batch:
+        yield batch if collate is None else collate(batch)
+
+
 class ShardLoader(DataLoader[Any]):
     """A ``DataLoader`` over a :class:`ShardIterableDataset` that can save where it is.
 
@@ -265,6 +404,8 @@ class ShardLoader(DataLoader[Any]):
     each worker, how many samples of the epoch reached the training loop
     (a DataLoader takes whole batches from its workers in turn); a new
     loader on a dataset given that state resumes with the next batch.
+    A dataset that batches itself (``batch_size=``) goes with
+    ``batch_size=None`` here (the default then).
     """
 
     dataset: ShardIterableDataset
@@ -279,6 +420,16 @@ class ShardLoader(DataLoader[Any]):
                 "ShardLoader needs persistent_workers=False: workers must see each epoch's "
                 "set_epoch() and a resumed state"
             )
+        # A dataset that batches in its workers: the loader must pass batches on as they are.
+        if dataset.batch_size is not None and (
+            kwargs.setdefault("batch_size", None) is not None or args
+        ):
+            raise ValueError(
+                "the dataset makes batches itself (batch_size="
+                f"{dataset.batch_size}): pass batch_size=None to the loader"
+            )
+        if dataset.batch_size is not None:
+            kwargs.setdefault("collate_fn", unchanged)
         super().__init__(dataset, *args, **kwargs)
         self._batches = 0
         self._roles: list[int] = []
@@ -305,15 +456,18 @@ class ShardLoader(DataLoader[Any]):
         Raises
         ------
         ValueError
-            If the loader has no ``batch_size`` (it counts whole batches).
+            If neither the loader nor the dataset has a ``batch_size`` (it counts whole batches).
         """
-        if self.batch_size is None:
-            raise ValueError("ShardLoader.state_dict needs a batch_size")
+        size, drop_last = self.batch_size, self.drop_last
+        if size is None:
+            size, drop_last = self.dataset.batch_size, False
+        if size is None:
+            raise ValueError(
+                "ShardLoader.state_dict needs a batch_size (the loader's or the dataset's)"
+            )
         if not self._roles:  # not iterated yet: where the dataset stands
             self._begin()
-        done, following = positions_after(
-            self._counts, self.batch_size, self._batches, drop_last=self.drop_last
-        )
+        done, following = positions_after(self._counts, size, self._batches, drop_last=drop_last)
         positions = list(self._start)
         for worker, role in enumerate(self._roles):
             positions[role] += done[worker]

@@ -55,3 +55,61 @@ def local_dataset(tmp_path) -> Any:
     with Catalog(url) as cat:
         keys = make_dataset(cat, str(tmp_path / "shards"))
     return url, keys
+
+
+TAR_SIZES = (17, 6, 23)
+
+
+def make_tar_dataset(
+    cat: Catalog,
+    folder: Any,
+    *,
+    sizes: tuple[int, ...] = TAR_SIZES,
+    name: str = "wds",
+    storage_options: dict[str, Any] | None = None,
+    upload_to: str | None = None,
+) -> list[Any]:
+    """WebDataset tars written by webdataset's TarWriter, indexed in place; returns their paths.
+
+    Each tar is registered from its scan, as :func:`shardcat.index_tar`'s
+    task does (without starting a Dask cluster). With ``upload_to`` the tars
+    are copied there (e.g. S3) and registered at that location.
+    """
+    import fsspec
+
+    from shardcat.catalog.kinds import scan_tar_url
+    from shardcat.testing.tars import write_wds_tar
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tars = [
+        write_wds_tar(folder / f"train-{i:06d}.tar", n=n, seed=i, prefix=f"t{i}-")
+        for i, n in enumerate(sizes)
+    ]
+    root = upload_to or str(folder)
+    cat.create_dataset(name, root)
+    for t in tars:
+        url = f"{root}/{t.name}"
+        if upload_to is not None:
+            fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+            fs.put_file(str(t), path)
+        cat.register_shard(name, scan_tar_url(url, storage_options or {}))
+    return tars
+
+
+def stop_and_resume(make: Any, stop: int, **loader: Any) -> tuple[list[Any], list[Any]]:
+    """An uninterrupted epoch's batches, and the batches of a run stopped after ``stop``, saved, resumed.
+
+    ``make()`` builds the dataset (at its epoch); ``loader`` are ShardLoader arguments.
+    """
+    from shardcat.torch import ShardLoader
+
+    full = [list(b) for b in ShardLoader(make(), **loader)]
+    first = ShardLoader(make(), **loader)
+    head = []
+    for b in first:
+        head.append(list(b))
+        if len(head) == stop:
+            break
+    resumed = make()
+    resumed.load_state_dict(first.state_dict())
+    return full, head + [list(b) for b in ShardLoader(resumed, **loader)]

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 from shardcat.catalog import Catalog  # noqa: E402
 from shardcat.torch import KeyDataset, ShardIterableDataset, ShardLoader  # noqa: E402
 
-from .conftest import key, make_dataset  # noqa: E402
+from .conftest import key, make_dataset, stop_and_resume  # noqa: E402
 
 
 def keys_only(sample: dict[str, Any]) -> str:
@@ -107,17 +107,9 @@ def test_resume_after_one_worker_ran_out(tmp_path, stop):
     def make():
         return ShardIterableDataset(url, "train", decode=keys_only, seed=2, shuffle_buffer=4)
 
-    full = batches(ShardLoader(make(), batch_size=2, num_workers=2))
+    full, resumed = stop_and_resume(make, stop, batch_size=2, num_workers=2)
     assert sorted(len(b) for b in full)[0] == 1  # the short worker's last batch
-    loader = ShardLoader(make(), batch_size=2, num_workers=2)
-    first = []
-    for b in loader:
-        first.append(list(b))
-        if len(first) == stop:
-            break
-    resumed = make()
-    resumed.load_state_dict(loader.state_dict())
-    assert first + batches(ShardLoader(resumed, batch_size=2, num_workers=2)) == full
+    assert resumed == full
 
 
 def test_resuming_twice_in_one_epoch(local_dataset):
@@ -293,3 +285,46 @@ def test_where_selects_for_the_iterable_dataset(local_dataset):
     ds = ShardIterableDataset(url, "train", where="key LIKE 's/0001%'", decode=keys_only)
     assert sorted(ds) == [key(i) for i in range(10, 20)]
     assert len(ds) == 10
+
+
+def key_batch(samples: list[dict[str, Any]]) -> list[str]:
+    # Module level: a collate that spawned workers can unpickle.
+    return [s["__key__"] for s in samples]
+
+
+@pytest.mark.parametrize(("workers", "stop"), [(0, 2), (2, 3)])
+def test_batches_made_in_the_dataset_cover_the_epoch_and_resume(local_dataset, workers, stop):
+    url, keys = local_dataset
+
+    def make(**kw: Any) -> ShardIterableDataset:
+        ds = ShardIterableDataset(url, "train", seed=4, shuffle_buffer=6, batch_size=5, **kw)
+        ds.set_epoch(1)
+        return ds
+
+    per_sample = ShardIterableDataset(url, "train", seed=4, shuffle_buffer=6, decode=keys_only)
+    per_sample.set_epoch(1)
+    full = [key_batch(b) for b in ShardLoader(make(), num_workers=workers)]
+    # The same samples in the same order as a loader batching them itself.
+    expected = [list(b) for b in ShardLoader(per_sample, batch_size=5, num_workers=workers)]
+    assert full == expected
+    assert sorted(k for b in full for k in b) == sorted(keys)
+    collated = list(ShardLoader(make(collate=key_batch), num_workers=workers))
+    assert collated == full
+    loader = ShardLoader(make(collate=key_batch), num_workers=workers)
+    head = []
+    for b in loader:
+        head.append(b)
+        if len(head) == stop:
+            break
+    resumed = make(collate=key_batch)
+    resumed.load_state_dict(loader.state_dict())
+    assert head + list(ShardLoader(resumed, num_workers=workers)) == full
+
+
+def test_a_batching_dataset_refuses_a_batching_loader(local_dataset):
+    url, _ = local_dataset
+    ds = ShardIterableDataset(url, "train", batch_size=4)
+    with pytest.raises(ValueError, match="batch_size=None"):
+        ShardLoader(ds, batch_size=4)
+    with pytest.raises(ValueError, match="pass batch_size= too"):
+        ShardIterableDataset(url, "train", collate=list)

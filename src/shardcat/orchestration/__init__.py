@@ -9,7 +9,7 @@ from .index_tar import IndexTarSummary, TarFailure, index_tar
 from .keys import delete_keys
 from .progress import WriteProgress, WriteProgressCallback
 from .progress_bar import WriteProgressBar
-from .read import iter_shard, iter_tar_shard, open_registered, read
+from .read import iter_shard, iter_tar_records, iter_tar_shard, open_registered, read
 from .write import WriteSummary, write
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "from_files",
     "index_tar",
     "iter_shard",
+    "iter_tar_records",
     "iter_tar_shard",
     "open_registered",
     "read",

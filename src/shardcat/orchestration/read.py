@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._types import ByteRange
 from ..errors import ChecksumError
+from ..format import Record
 from ..format.footer import EntrySpec
 from ..format.spec import Codec
 from ..format.tar import read_tar_record
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from ..catalog import CatalogHandle
     from ..catalog.results import RecordRow
 
-__all__ = ["iter_shard", "iter_tar_shard", "open_registered", "read"]
+__all__ = ["iter_shard", "iter_tar_records", "iter_tar_shard", "open_registered", "read"]
 
 
 def open_registered(
@@ -93,6 +94,29 @@ def iter_tar_shard(
     tar is read in ranges of whole samples (~8 MiB each), never per member;
     a payload that changed since indexing raises ChecksumError.
     """
+    for rec in iter_tar_records(url, rows, entries, storage_options):
+        yield rec.decode() if decode else {"__key__": rec.key, **rec.entries}
+
+
+def iter_tar_records(
+    url: str,
+    rows: Sequence[RecordRow],
+    entries: Iterable[str] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> Iterator[Record]:
+    """The records of ``rows`` (catalog rows of one tar, in file order), each entry CRC-checked.
+
+    Rows that are close together are read in one range of at most ~8 MiB
+    (whole samples); bytes between rows far apart are not read. Entries are
+    views of that range.
+
+    Raises
+    ------
+    ChecksumError
+        A payload changed since the tar was indexed.
+    TruncatedError, ShardNotFoundError
+        The tar is shorter than indexed, or gone.
+    """
     names = None if entries is None else frozenset(entries)
     source = open_source(url, dict(storage_options or {}))
     try:
@@ -109,7 +133,7 @@ def iter_tar_shard(
             view = memoryview(data)
             for row in rows[i:j]:
                 pick = [k for k, e in enumerate(row.entries) if names is None or e[0] in names]
-                rec = read_tar_record(
+                yield read_tar_record(
                     view[row.offset - lo : row.offset - lo + row.length],
                     row.key,
                     [EntrySpec(row.entries[k][0], row.entries[k][1], Codec.NONE) for k in pick],
@@ -117,7 +141,6 @@ def iter_tar_shard(
                     path=redact(url),
                     offset=row.offset,
                 )
-                yield rec.decode() if decode else {"__key__": rec.key, **rec.entries}
             i = j
     finally:
         source.close()

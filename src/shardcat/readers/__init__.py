@@ -12,6 +12,7 @@ from __future__ import annotations
 from .fields import index_fields
 from .frame import flatten, to_dask_dataframe
 from .keyed import KeySamples, open_catalog
+from .mix import MixedStream
 from .plan import ShardTask, assign, buffered_order, epoch_rng
 from .stream import (
     Decoder,
@@ -25,6 +26,7 @@ from .stream import (
 __all__ = [
     "Decoder",
     "KeySamples",
+    "MixedStream",
     "SampleStream",
     "ShardTask",
     "apply_decoder",

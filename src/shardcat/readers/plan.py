@@ -31,6 +31,8 @@ class ShardTask:
     filter chose; None means every record but the ``hidden`` ones (deleted or
     replaced in the latest version, docs/LIFECYCLE.md). ``expect`` is the
     registered ``(file_id, footer_crc)``, checked when the shard is opened.
+    ``kind`` is the shard row's kind: a ``"tar"`` indexed in place has no
+    footer, so its records are read from the catalog rows of ``shard_id``.
     """
 
     url: str
@@ -38,6 +40,8 @@ class ShardTask:
     expect: tuple[str, int] | None = None
     offsets: tuple[int, ...] | None = None
     hidden: frozenset[int] = frozenset()
+    kind: str = "native"
+    shard_id: int | None = None
 
 
 def epoch_rng(seed: int, epoch: int, *stream: int) -> np.random.Generator:

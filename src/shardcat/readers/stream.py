@@ -15,10 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from ..catalog import Catalog
+from ..catalog import Catalog, CatalogHandle
+from ..catalog.kinds import shard_kind
+from ..catalog.results import RecordRow
+from ..errors import CatalogError
 from ..format import Record
-from ..orchestration import open_registered
-from ..storage import LocalShardCache
+from ..orchestration import iter_tar_records, open_registered
+from ..orchestration.tasks import catalog_for
+from ..storage import LocalShardCache, redact
 from .plan import ShardTask, assign, buffered_order, epoch_rng
 
 __all__ = [
@@ -54,15 +58,32 @@ def plan_tasks(
     Two queries at most (shards, then the filter); no shard is read.
     """
     _, visible = catalog.visible_shards(dataset)  # the latest version: hidden records left out
+    for s, _ in visible:
+        shard_kind(s.kind)  # a kind this shardcat cannot read fails here, not in a worker
     if where is None:
         return [
-            ShardTask(s.url, s.record_count - len(hidden), (s.file_id, s.footer_crc), None, hidden)
+            ShardTask(
+                s.url,
+                s.record_count - len(hidden),
+                (s.file_id, s.footer_crc),
+                None,
+                hidden,
+                s.kind,
+                s.id,
+            )
             for s, hidden in visible
             if s.record_count > len(hidden)
         ]
     chosen = catalog.select(dataset, where, params).offsets  # live records only
     return [
-        ShardTask(s.url, len(chosen[s.id]), (s.file_id, s.footer_crc), tuple(chosen[s.id]))
+        ShardTask(
+            s.url,
+            len(chosen[s.id]),
+            (s.file_id, s.footer_crc),
+            tuple(chosen[s.id]),
+            kind=s.kind,
+            shard_id=s.id,
+        )
         for s, _ in visible
         if s.id in chosen
     ]
@@ -91,6 +112,10 @@ class SampleStream:
     cache:
         Copy remote shards to this local cache and read them there (None:
         stream them straight from the store).
+    catalog:
+        Where readers find the record rows of tar shards (which have no
+        footer); reopened once per worker process. Needed only when a task
+        is a tar.
     """
 
     tasks: tuple[ShardTask, ...]
@@ -101,6 +126,7 @@ class SampleStream:
     shuffle_buffer: int = 1000
     decode: Decoder = None
     cache: LocalShardCache | None = None
+    catalog: CatalogHandle | None = None
 
     @property
     def num_samples(self) -> int:
@@ -163,30 +189,37 @@ class SampleStream:
         if start >= n:
             return
         order = self.order(epoch, (rank, worker), n)
-        done = np.zeros(n, dtype=bool)
-        done[order[:start]] = True
+        # Python ints and bytes, not numpy scalars: this loop runs once per sample.
+        skip = np.zeros(n, dtype=bool)
+        skip[order[:start]] = True
+        done = skip.tobytes()
+        todo = iter(order[start:].tolist())
         first_shard = int(np.searchsorted(bases, int(order[start:].min()), side="right")) - 1
         pending: dict[int, dict[str, Any]] = {}
-        k = start
-        want = int(order[k])
+        decode = self.decode
+        want = next(todo)
         for t in range(first_shard, len(tasks)):
-            base = int(bases[t])
-            for j, rec in enumerate(self._records(tasks[t])):
-                p = base + j
+            p = int(bases[t]) - 1
+            for rec in self._records(tasks[t]):
+                p += 1
                 if done[p]:
                     continue
                 # Decoded at once (writable copies): a pending sample must not pin
                 # the shard's read buffer, and torch wants writable arrays.
-                pending[p] = rec.decode(writable=True)
+                sample = rec.decode(writable=True)
+                if p != want:
+                    pending[p] = sample
+                    continue
+                yield sample if decode is None else apply_decoder(sample, decode)
+                want = next(todo, -1)
                 while want in pending:
-                    yield apply_decoder(pending.pop(want), self.decode)
-                    k += 1
-                    if k == n:
-                        return
-                    want = int(order[k])
+                    yield apply_decoder(pending.pop(want), decode)
+                    want = next(todo, -1)
+                if want < 0:
+                    return
 
     def _records(self, task: ShardTask) -> Iterator[Record]:
-        return iter_task_records(task, self.storage_options, self.entries, self.cache)
+        return iter_task_records(task, self.storage_options, self.entries, self.cache, self.catalog)
 
 
 def iter_task_records(
@@ -194,21 +227,30 @@ def iter_task_records(
     storage_options: Mapping[str, Any],
     entries: Sequence[str] | None,
     cache: LocalShardCache | None = None,
+    catalog: CatalogHandle | None = None,
 ) -> Iterator[Record]:
     """The records of one task in file order, in one sequential read of its shard.
 
-    With ``cache`` a remote shard is read from its local copy (downloaded first if needed).
+    With ``cache`` a remote shard is read from its local copy (downloaded
+    first if needed). A tar's records come from its catalog rows (read from
+    ``catalog``) and its bytes in ranges of whole samples, every entry
+    checked against the CRC32C recorded when the tar was indexed.
 
     Raises
     ------
     ChecksumError
-        The shard was replaced since it was registered.
+        The shard was replaced since it was registered (a tar: a payload changed).
     ShardNotFoundError, FormatError
         As :class:`~shardcat.ShardReader` does.
+    CatalogError
+        A tar task without ``catalog``, or whose rows no longer match the plan.
     """
     url = task.url
     if cache is not None and task.expect is not None:
         url = cache.fetch(url, task.expect[0], storage_options)
+    if task.kind == "tar":
+        yield from iter_tar_records(url, _tar_rows(task, catalog), entries, storage_options)
+        return
     with open_registered(url, storage_options, task.expect) as reader:
         records = reader.iter_records(entries)
         if task.offsets is None:
@@ -223,6 +265,28 @@ def iter_task_records(
         for rec in records:
             if rec.offset in chosen:
                 yield rec
+
+
+def _tar_rows(task: ShardTask, catalog: CatalogHandle | None) -> list[RecordRow]:
+    """The catalog rows of a tar task's records, in file order: the ones the plan counted."""
+    if catalog is None or task.shard_id is None:
+        raise CatalogError(
+            f"{redact(task.url)} is a tar indexed in place: reading it needs the catalog's "
+            "rows (pass SampleStream(catalog=cat.handle()) and tasks from plan_tasks)"
+        )
+    rows = catalog_for(catalog).record_rows(task.shard_id)
+    if task.offsets is not None:
+        chosen = frozenset(task.offsets)
+        rows = [r for r in rows if r.offset in chosen]
+    elif task.hidden:
+        rows = [r for r in rows if r.offset not in task.hidden]
+    if len(rows) != task.count:
+        raise CatalogError(
+            f"the catalog holds {len(rows)} readable records of tar {redact(task.url)}, the "
+            f"epoch was planned with {task.count}: its rows changed since; create the "
+            "dataset object again"
+        )
+    return rows
 
 
 def positions_after(
