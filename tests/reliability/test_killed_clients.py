@@ -18,6 +18,7 @@ Bounded: a fixed number of kills, every client has a watchdog.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,10 @@ from shardcat.orchestration.gc import gc
 
 SHARDS, PER_SHARD = 2, 2000
 N = SHARDS * PER_SHARD
-WINDOW = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5)  # kill moments, as fractions of a measured commit
+# Kill moments, as fractions of a measured commit: 0 to 1.5, spread evenly. The long
+# run (benchmarks/reliability.py --kills N) sets SHARDCAT_RELIABILITY_KILLS.
+KILLS = max(2, int(os.environ.get("SHARDCAT_RELIABILITY_KILLS", "6")))
+WINDOW = tuple(1.5 * i / (KILLS - 1) for i in range(KILLS))
 DASK_N, DASK_PARTS = 200, 10
 DASK_WINDOW = (0.0, 0.5)  # the write's commit, from its last progress event on
 
@@ -174,8 +178,11 @@ def test_plain_client_killed_during_commit(catalog_url: str, tmp_path: Path) -> 
             if fate == "open":
                 _plain(tmp_path, catalog_url, dataset, "rerun")
             _exactly_once(cat, dataset, _plain_keys(), tmp_path / dataset)
-    print(f"commit {took * 1000:.0f} ms; kills: {fates.count('committed')} after the commit "
-          f"landed, {fates.count('open')} before: {fates}")  # fmt: skip
+    print(
+        f"KILLED-IN-COMMIT {catalog_url.split(':')[0]}: commit {took * 1000:.0f} ms; "
+        f"{len(fates)} kills: {fates.count('committed')} after the commit landed, "
+        f"{fates.count('open')} before"
+    )
 
 
 def _dask(
