@@ -256,8 +256,11 @@ def commit_job(
     on_duplicate: OnDuplicate = "error",
     operation: str | None = None,
     message: str | None = None,
-) -> None:
-    """See :meth:`Catalog.commit_job`: :func:`commit` unless the job is committed already."""
+) -> bool:
+    """See :meth:`Catalog.commit_job`: :func:`commit` unless the job is committed already.
+
+    Returns whether this call committed it.
+    """
     row = unsettled_job(session, job_id, "committed", catalog=catalog)
     if row is not None:
         commit(
@@ -272,6 +275,7 @@ def commit_job(
             operation=operation,
             message=message,
         )
+    return row is not None
 
 
 def abort_job(session: Session, job_id: int, *, catalog: str) -> None:
