@@ -98,7 +98,7 @@ def kill_clients(kills: int) -> int:
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:randomly", "-n", "0",
-         "tests/reliability/test_killed_clients.py", "-k", "during_commit"],
+         "-o", "timeout=0", "tests/reliability/test_killed_clients.py", "-k", "plain_client_killed_during"],
         cwd=root,
         env={**os.environ, "SHARDCAT_RELIABILITY_KILLS": str(kills)},
         capture_output=True,

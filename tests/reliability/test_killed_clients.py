@@ -20,17 +20,19 @@ from __future__ import annotations
 import datetime as dt
 import os
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from orchestration.killclient import kill_client, run_client
+from reliability.test_commit_faults import _with_app_name
 from shardcat.catalog import Catalog
 from shardcat.orchestration.gc import gc
 
 SHARDS, PER_SHARD = 2, 2000
-N = SHARDS * PER_SHARD
 # Kill moments, as fractions of a measured commit: 0 to 1.5, spread evenly. The long
 # run (benchmarks/reliability.py --kills N) sets SHARDCAT_RELIABILITY_KILLS.
 KILLS = max(2, int(os.environ.get("SHARDCAT_RELIABILITY_KILLS", "6")))
@@ -97,8 +99,37 @@ def _files(root: Path) -> set[str]:
     return {str(p) for p in root.rglob("*") if p.is_file()}
 
 
-def _after_kill(cat: Catalog, dataset: str, keys: list[str], root: Path) -> str:
+def _client_url(url: str, dataset: str) -> str:
+    """PostgreSQL: the client's connections carry a name, so the test can see them end."""
+    return _with_app_name(url, f"killed-{dataset}") if url.startswith("postgresql") else url
+
+
+def _settled(url: str, dataset: str) -> None:
+    """Wait until the server has ended the dead client's connections (bounded: 30 s).
+
+    A COMMIT the client sent just before it died may still be running on the
+    server: until its connection is gone the job's fate is not decided.
+    (SQLite has no server: the dead process's lock is gone with it.)
+    """
+    if not url.startswith("postgresql"):
+        return
+    engine = sa.create_engine(url)
+    query = sa.text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :app")
+    try:
+        with engine.connect() as conn:
+            for _ in range(600):
+                if conn.execute(query, {"app": f"killed-{dataset}"}).scalar() == 0:
+                    return
+                conn.commit()
+                time.sleep(0.05)
+    finally:
+        engine.dispose()
+    raise AssertionError(f"the server kept the dead client's connections ({dataset}) for 30 s")
+
+
+def _after_kill(cat: Catalog, url: str, dataset: str, keys: list[str], root: Path) -> str:
     """Check what a reader sees after the kill, then let gc clean up; return the job's fate."""
+    _settled(url, dataset)
     (job,) = cat.jobs(dataset)
     visible = cat.get_many(dataset, keys).found()
     assert job.state in ("open", "committed"), job
@@ -145,7 +176,7 @@ def _plain(tmp_path: Path, url: str, dataset: str, tag: str, **kill: Any) -> lis
     root = tmp_path / dataset
     root.mkdir(exist_ok=True)
     hold = "hold" if kill.get("hold") else ""
-    args = [url, str(root), dataset, tag, hold, str(SHARDS), str(PER_SHARD)]
+    args = [_client_url(url, dataset), str(root), dataset, tag, hold, str(SHARDS), str(PER_SHARD)]
     if not kill:
         return run_client(script, args)
     return kill_client(
@@ -158,7 +189,7 @@ def test_plain_client_killed_with_its_job_open(catalog_url: str, tmp_path: Path)
     root = tmp_path / "held"
     assert len(_files(root)) == SHARDS + 1  # two staged, one never registered
     with Catalog(catalog_url) as cat:
-        assert _after_kill(cat, "held", _plain_keys(), root) == "open"
+        assert _after_kill(cat, catalog_url, "held", _plain_keys(), root) == "open"
         _plain(tmp_path, catalog_url, "held", "rerun")
         _exactly_once(cat, "held", _plain_keys(), root)
 
@@ -173,7 +204,7 @@ def test_plain_client_killed_during_commit(catalog_url: str, tmp_path: Path) -> 
         for n, fraction in enumerate(WINDOW):
             dataset = f"c{n}"
             _plain(tmp_path, catalog_url, dataset, "first", delay=fraction * took)
-            fate = _after_kill(cat, dataset, _plain_keys(), tmp_path / dataset)
+            fate = _after_kill(cat, catalog_url, dataset, _plain_keys(), tmp_path / dataset)
             fates.append(fate)
             if fate == "open":
                 _plain(tmp_path, catalog_url, dataset, "rerun")
@@ -191,7 +222,8 @@ def _dask(
     """Run the write client; with a ``delay``, SIGKILL it that long after its last progress event."""
     script = tmp_path / "write.py"
     script.write_text(WRITE)
-    args = [str(tmp_path / dataset), url, dataset, hold, str(DASK_N), str(DASK_PARTS)]
+    args = [str(tmp_path / dataset), _client_url(url, dataset), dataset, hold]
+    args += [str(DASK_N), str(DASK_PARTS)]
     if delay is None:
         assert run_client(script, args)[-1] == "COMMITTED"
     else:
@@ -211,7 +243,7 @@ def test_write_client_killed_before_and_during_commit(catalog_url: str, tmp_path
             dataset = f"w{n}"
             root = tmp_path / dataset
             _dask(tmp_path, catalog_url, dataset, hold, delay)
-            fate = _after_kill(cat, dataset, _dask_keys(), root)
+            fate = _after_kill(cat, catalog_url, dataset, _dask_keys(), root)
             if hold:
                 assert fate == "open"
             fates.append(fate)
