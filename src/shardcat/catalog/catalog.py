@@ -30,6 +30,7 @@ from . import fields as _fields
 from . import jobs as _jobs
 from . import keys as _keys
 from . import maintenance as _maintenance
+from . import moves as _moves
 from . import shards as _shards
 from . import versions as _versions
 from .connection import fork_generation
@@ -409,6 +410,34 @@ class Catalog(VersionsApi):
         with self._uow(write=True) as s:
             _datasets.set_root(s, name, root_url)
 
+    def move_shards(
+        self,
+        dataset: str,
+        moves: Mapping[str, tuple[str, str]],
+        *,
+        expected_version: int,
+        root_url: str,
+    ) -> int:
+        """Point shards at byte-identical copies and the dataset at its new root, in one commit.
+
+        ``moves``: old URL -> (new URL, file id the row must have). Every
+        row keeps its records and versions (what each kept version serves
+        or hides is unchanged); a version with operation ``move`` records
+        it. Returns that version's number.
+
+        Raises
+        ------
+        CommitConflictError
+            The dataset moved past ``expected_version``, or a shard is no
+            longer committed with that file id; nothing changes.
+        DatasetNotFoundError
+            If there is no such dataset.
+        """
+        with self._uow(write=True) as s:
+            return _moves.move_shards(
+                s, dataset, moves, expected_version=expected_version, root_url=root_url
+            )
+
     def delete_dataset(self, name: str, *, missing_ok: bool = False) -> None:
         """Remove a dataset and all its rows from the catalog (shard files are not touched).
 
@@ -601,6 +630,7 @@ class Catalog(VersionsApi):
         on_duplicate: OnDuplicate = "error",
         operation: str | None = None,
         message: str | None = None,
+        hidden: Mapping[str, Collection[int]] | None = None,
     ) -> JobInfo:
         """Make every staged shard of the job visible, together, in one transaction.
 
@@ -629,6 +659,11 @@ class Catalog(VersionsApi):
             job's record) or ``"skip"`` (the live record stays).
         operation, message:
             Recorded in the new version's row (:meth:`log`).
+        hidden:
+            Staged shard URL -> byte offsets of its records the new version
+            does not serve (added and removed in it, like skipped ones): how
+            a copy keeps hidden the records its source's versions deleted or
+            replaced. They take no part in the duplicate check.
 
         The commit is a conditional update of the dataset's version, read
         under the dataset row's lock (concurrent commits queue for it); a
@@ -672,6 +707,7 @@ class Catalog(VersionsApi):
                         on_duplicate=on_duplicate,
                         operation=operation,
                         message=message,
+                        hidden=hidden,
                     )
                 ]
 
