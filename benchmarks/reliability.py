@@ -3,7 +3,7 @@
 Usage::
 
     .venv/bin/python benchmarks/reliability.py [--shard 6000] [--tar 2000] [--taridx 2000]
-                                               [--seed N] [--update-docs]
+                                               [--seed N] [--update-docs] [--kills N]
 
 Runs damaged shards, tars and TARIDX files (``shardcat.testing.badinput``:
 each case in a worker capped at 2 GiB of address space, 5 s per case)
@@ -11,13 +11,21 @@ through every read path, prints a Markdown table of outcomes per subject
 and mutation kind, and with ``--update-docs`` writes it into
 docs/RELIABILITY.md between its ``bad-input`` markers. Exit status 1 if any
 case failed (wrong data, an untyped error, a hang or a crash).
+
+``--kills N`` then runs the killed-client suite
+(``tests/reliability/test_killed_clients.py``: a client SIGKILLed at N
+moments spread over its commit, on SQLite and on PostgreSQL, then checked,
+gc'd and rerun; CI runs 6) and prints its tallies. PostgreSQL comes from
+``$SHARDCAT_TEST_POSTGRES_URL`` as in the tests.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import re
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -65,7 +73,10 @@ def main() -> int:
     parser.add_argument("--taridx", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--update-docs", action="store_true")
+    parser.add_argument("--kills", type=int, default=0, help="killed-client moments per database")
     args = parser.parse_args()
+    if args.kills:
+        return kill_clients(args.kills)
     t0 = time.perf_counter()
     reports = {}
     for subject in ("shard", "tar", "taridx"):
@@ -80,6 +91,24 @@ def main() -> int:
         pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
         DOC.write_text(pattern.sub(lambda _: f"{BEGIN}\n{text}{END}", doc), encoding="utf-8")
     return 1 if any(r.failures for r in reports.values()) else 0
+
+
+def kill_clients(kills: int) -> int:
+    """The killed-client suite with ``kills`` moments per database; its tallies printed."""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:randomly", "-n", "0",
+         "-o", "timeout=0", "tests/reliability/test_killed_clients.py", "-k", "plain_client_killed_during"],
+        cwd=root,
+        env={**os.environ, "SHARDCAT_RELIABILITY_KILLS": str(kills)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )  # fmt: skip
+    for line in done.stdout.splitlines():
+        if "KILLED-IN-COMMIT" in line or " passed" in line or " failed" in line:
+            print(line.lstrip("."))
+    return done.returncode
 
 
 if __name__ == "__main__":

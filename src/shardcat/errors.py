@@ -33,6 +33,7 @@ __all__ = [
     "FormatError",
     "Hint",
     "InvalidKeyError",
+    "InvalidNameError",
     "JobExistsError",
     "JobNotFoundError",
     "KeyConflictError",
@@ -307,6 +308,15 @@ class CatalogError(ShardcatError):
 
 class SchemaVersionError(CatalogError):
     """The catalog's schema is older (or newer) than this version of shardcat."""
+
+
+class InvalidNameError(CatalogError, InvalidKeyError):
+    """A dataset name, key or entry name that the catalog cannot hold.
+
+    Empty, over 255 characters (a dataset name), not valid Unicode text (a
+    lone surrogate), or holding a NUL character in a PostgreSQL catalog,
+    whose text columns cannot store one.
+    """
 
 
 class CatalogLockedError(CatalogError):

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
-import signal
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -21,9 +17,9 @@ from shardcat.catalog import Catalog
 from shardcat.errors import JobExistsError
 from shardcat.orchestration.resume import attempts
 
+from .killclient import kill_client
 from .samples import numbered_sample
 
-ROOT = Path(__file__).resolve().parents[2]
 N, PARTS, PER_SHARD = 200, 10, 10  # two shards per partition
 
 CLIENT = textwrap.dedent(
@@ -60,37 +56,9 @@ def _bag(slow_from: int = -1) -> db.Bag:
 
 def _kill_client_at_90_percent(tmp_path: Path, url: str, catalog: str) -> None:
     """Run a write job in a real client process with its own LocalCluster; SIGKILL it at 9/10."""
-    import psutil
-
     script = tmp_path / "client.py"
     script.write_text(CLIENT)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, str(script), url, catalog],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        lines = []
-        for line in proc.stdout:  # bounded: the client ends (error) or reaches READY
-            lines.append(line.strip())
-            if line.strip() == "READY":
-                break
-        assert lines and lines[-1] == "READY", lines
-        children = psutil.Process(proc.pid).children(recursive=True)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=60)
-    # Its worker processes die with it; kill any that linger, by pid.
-    _, alive = psutil.wait_procs(children, timeout=20)
-    for child in alive:
-        child.kill()
+    kill_client(script, [url, catalog], until="READY")
 
 
 def _records(cat: Catalog, dataset: str) -> list[tuple[str, bytes, object]]:

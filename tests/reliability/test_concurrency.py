@@ -1,4 +1,4 @@
-"""Eight writer processes on one PostgreSQL catalog, watched by readers in other processes.
+"""Eight writer processes on one catalog (PostgreSQL, and SQLite in WAL mode), watched by readers.
 
 Two shapes: 8 processes appending disjoint keys to ONE dataset (their
 commits race for the dataset's version and the losers retry), and 8
@@ -23,6 +23,7 @@ import pytest
 
 import shardcat
 from shardcat.catalog import Catalog
+from shardcat.errors import CatalogLockedError
 
 WRITERS = 8
 READERS = 2
@@ -32,6 +33,8 @@ PER_SHARD = 25
 JOB_RECORDS = SHARDS_PER_JOB * PER_SHARD
 MAX_POLLS = 400  # per reader; a reader stops earlier once every writer is done
 TIMEOUT = 180.0  # seconds for any one wait
+SHORT_BUSY = 0.02  # seconds: a SQLite busy timeout the writers outlast
+LOCK_RETRIES = 500  # per step, with SHORT_BUSY
 
 
 def _key(writer: int, job: int, shard: int, i: int) -> str:
@@ -42,22 +45,40 @@ def _job_keys(writer: int, job: int) -> list[str]:
     return [_key(writer, job, s, i) for s in range(SHARDS_PER_JOB) for i in range(PER_SHARD)]
 
 
-def _writer(url: str, root: str, writer: int, dataset: str, go: Any, results: Any) -> None:
-    """Write and commit JOBS_PER_WRITER jobs once every process is ready; report each outcome."""
+def _writer(
+    url: str, root: str, writer: int, dataset: str, go: Any, results: Any, busy: float | None
+) -> None:
+    """Write and commit JOBS_PER_WRITER jobs once every process is ready; report each outcome.
+
+    With a ``busy`` timeout (SQLite), a step refused with CatalogLockedError
+    is retried (up to LOCK_RETRIES times); each commit reports the refusals.
+    """
+    refused = 0
+
+    def step(call: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal refused
+        for _ in range(LOCK_RETRIES):
+            try:
+                return call(*args, **kwargs)
+            except CatalogLockedError:
+                refused += 1
+        return call(*args, **kwargs)
+
     try:
-        with Catalog(url) as cat:
+        options = {} if busy is None else {"busy_timeout": busy}
+        with Catalog(url, **options) as cat:
             go.wait(TIMEOUT)
             for j in range(JOBS_PER_WRITER):
-                job = cat.begin_job(dataset)
+                job = step(cat.begin_job, dataset)
                 for s in range(SHARDS_PER_JOB):
                     path = f"{root}/w{writer}-j{j}-s{s}.shard"
                     with shardcat.ShardWriter(path) as w:
                         for i in range(PER_SHARD):
                             k = _key(writer, j, s, i)
                             w.write({"__key__": k, "txt": k})
-                    cat.register_shard(dataset, w.close(), job=job)
-                cat.commit_job(job)
-                results.put(("commit", writer, j, None))
+                    step(cat.register_shard, dataset, w.close(), job=job)
+                step(cat.commit_job, job)
+                results.put(("commit", writer, j, refused))
     except Exception as e:  # reported, so the test fails with the reason
         results.put(("error", writer, -1, f"{type(e).__name__}: {e}"))
 
@@ -108,7 +129,9 @@ def _reader(
         results.put(("reader-error", polls, sorted(states), [f"{type(e).__name__}: {e}"]))
 
 
-def _run(url: str, root: str, dataset_of: dict[int, str]) -> tuple[list[Any], list[Any]]:
+def _run(
+    url: str, root: str, dataset_of: dict[int, str], busy: float | None = None
+) -> tuple[list[Any], list[Any]]:
     """Run the writers (writer -> its dataset) and the readers; return their reports."""
     ctx = mp.get_context("spawn")
     datasets: dict[str, list[int]] = {}
@@ -119,7 +142,7 @@ def _run(url: str, root: str, dataset_of: dict[int, str]) -> tuple[list[Any], li
     done = ctx.Event()
     results = ctx.Queue()
     writers = [
-        ctx.Process(target=_writer, args=(url, f"{root}/{d}", w, d, go, results))
+        ctx.Process(target=_writer, args=(url, f"{root}/{d}", w, d, go, results, busy))
         for w, d in dataset_of.items()
     ]
     readers = [
@@ -177,21 +200,36 @@ def _check(url: str, commits: list[Any], reports: list[Any], dataset_of: dict[in
 
 
 @pytest.mark.slow
-def test_eight_processes_appending_to_one_dataset(postgres_url: str, tmp_path: Path) -> None:
-    with Catalog(postgres_url) as cat:
+def test_eight_processes_appending_to_one_dataset(catalog_url: str, tmp_path: Path) -> None:
+    with Catalog(catalog_url) as cat:
         (tmp_path / "shared").mkdir()
         cat.create_dataset("shared", str(tmp_path / "shared"))
     dataset_of = dict.fromkeys(range(WRITERS), "shared")
-    commits, reports = _run(postgres_url, str(tmp_path), dataset_of)
-    _check(postgres_url, commits, reports, dataset_of)
+    commits, reports = _run(catalog_url, str(tmp_path), dataset_of)
+    _check(catalog_url, commits, reports, dataset_of)
 
 
 @pytest.mark.slow
-def test_eight_processes_writing_eight_datasets(postgres_url: str, tmp_path: Path) -> None:
+def test_eight_processes_writing_eight_datasets(catalog_url: str, tmp_path: Path) -> None:
     dataset_of = {w: f"d{w}" for w in range(WRITERS)}
-    with Catalog(postgres_url) as cat:
+    with Catalog(catalog_url) as cat:
         for d in dataset_of.values():
             (tmp_path / d).mkdir()
             cat.create_dataset(d, str(tmp_path / d))
-    commits, reports = _run(postgres_url, str(tmp_path), dataset_of)
-    _check(postgres_url, commits, reports, dataset_of)
+    commits, reports = _run(catalog_url, str(tmp_path), dataset_of)
+    _check(catalog_url, commits, reports, dataset_of)
+
+
+@pytest.mark.slow
+def test_eight_sqlite_writers_outlasting_a_short_busy_timeout(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """Writers whose busy timeout (20 ms) runs out: a typed CatalogLockedError, and retrying lands."""
+    with Catalog(sqlite_url) as cat:
+        (tmp_path / "shared").mkdir()
+        cat.create_dataset("shared", str(tmp_path / "shared"))
+    dataset_of = dict.fromkeys(range(WRITERS), "shared")
+    commits, reports = _run(sqlite_url, str(tmp_path), dataset_of, busy=SHORT_BUSY)
+    _check(sqlite_url, commits, reports, dataset_of)
+    refused = sum(max(m[3] for m in commits if m[1] == w) for w in range(WRITERS))
+    print(f"{refused} steps refused with CatalogLockedError and retried")

@@ -12,7 +12,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from ..errors import DatasetExistsError, Hint
+from ..errors import DatasetExistsError, Hint, InvalidNameError
 from ..format.spec import FORMAT_VERSION
 from ..storage import redact
 from .lookup import unknown_dataset
@@ -32,6 +32,7 @@ from .rows import dataset_info, utc
 from .session import NO_SYNC
 
 __all__ = [
+    "check_name",
     "create_dataset",
     "delete_dataset",
     "describe_dataset",
@@ -43,6 +44,27 @@ __all__ = [
 ]
 
 
+def check_name(name: Any) -> None:
+    """Refuse a dataset name no catalog can hold (NUL on PostgreSQL: the driver's error).
+
+    Raises
+    ------
+    InvalidNameError
+        Not a string of 1 to 255 characters of valid Unicode text.
+    """
+    if not isinstance(name, str) or not 0 < len(name) <= 255:
+        raise InvalidNameError(
+            f"dataset name {str(name)[:40]!r} must be a string of 1 to 255 characters"
+        )
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidNameError(
+            f"dataset name {name!r} is not valid Unicode text ({e.reason}): decode it "
+            "with errors='replace', or pick another name"
+        ) from None
+
+
 def find_dataset(session: Session, name: str) -> Dataset:
     """The dataset's row.
 
@@ -50,7 +72,10 @@ def find_dataset(session: Session, name: str) -> Dataset:
     ------
     DatasetNotFoundError
         If there is no such dataset (the message lists the known ones).
+    InvalidNameError
+        If no catalog could hold the name.
     """
+    check_name(name)
     row = session.execute(select(Dataset).where(Dataset.name == name)).scalar_one_or_none()
     if row is None:
         raise unknown_dataset(
@@ -73,8 +98,7 @@ def create_dataset(
     exist_ok: bool,
 ) -> DatasetInfo:
     """See :meth:`Catalog.create_dataset`."""
-    if not name or len(name) > 255:
-        raise ValueError("a dataset name is 1 to 255 characters")
+    check_name(name)
     existing = session.execute(select(Dataset).where(Dataset.name == name)).scalar_one_or_none()
     if existing is None:
         row = Dataset(

@@ -258,8 +258,11 @@ def commit_job(
     operation: str | None = None,
     message: str | None = None,
     hidden: Mapping[str, Collection[int]] | None = None,
-) -> None:
-    """See :meth:`Catalog.commit_job`: :func:`commit` unless the job is committed already."""
+) -> bool:
+    """See :meth:`Catalog.commit_job`: :func:`commit` unless the job is committed already.
+
+    Returns whether this call committed it.
+    """
     row = unsettled_job(session, job_id, "committed", catalog=catalog)
     if row is not None:
         commit(
@@ -275,6 +278,7 @@ def commit_job(
             message=message,
             hidden=hidden,
         )
+    return row is not None
 
 
 def abort_job(session: Session, job_id: int, *, catalog: str) -> None:

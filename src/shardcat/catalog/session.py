@@ -35,6 +35,7 @@ from ..errors import (
     CatalogError,
     CatalogLockedError,
     Hint,
+    InvalidNameError,
     QueryError,
     SchemaVersionError,
     ShardcatError,
@@ -348,6 +349,7 @@ _SQLITE_LOCKED = 6
 # PostgreSQL SQLSTATE codes.
 _PG_LOCKED = ("55P03", "40P01")  # lock_not_available, deadlock_detected
 _PG_MISSING = ("42P01", "42703")  # undefined_table, undefined_column
+_PG_BAD_CHARACTER = "22021"  # character_not_in_repertoire: a NUL sent by COPY
 # What a query's text decides: class 42 (syntax error or access rule violation: 42601,
 # 42883, ...), 22 (data exception: a bad cast, division by zero), 25 (invalid
 # transaction state: 25006, a write in the read-only transaction), 0A (feature not
@@ -433,6 +435,11 @@ def translate_exception(
             return QueryError(f"your query failed: {text}", sqlstate=name, undefined_object=missing)
         if driver == "postgresql" and code is not None and code[:2] in _PG_USER_CLASSES:
             return QueryError(f"your query failed: {text}", sqlstate=code, undefined_object=missing)
+    if driver == "postgresql" and (code == _PG_BAD_CHARACTER or "NUL (0x00)" in text):
+        return InvalidNameError(
+            f"catalog {where}: PostgreSQL cannot store the NUL character (\\x00) that a key, "
+            "dataset name or entry name here holds: remove it, or use a SQLite catalog"
+        )
     if missing:
         return SchemaVersionError(
             f"catalog {where} does not have the tables this shardcat expects ({text})",
