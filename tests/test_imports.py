@@ -61,3 +61,27 @@ def test_lazy_names_are_the_real_objects():
     assert missing == []
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         _ = shardcat.nope
+
+
+def test_opening_a_catalog_and_looking_up_loads_no_migrations_or_orm(tmp_path):
+    """A lookup in a fresh process (the cold first lookup) needs neither Alembic nor the ORM models."""
+    import shardcat
+
+    url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    with shardcat.ShardWriter(str(tmp_path / "s-000000.shard")) as w:
+        w.add("k1", {"txt": "one"})
+    with shardcat.Catalog(url) as cat:
+        cat.create_dataset("d", str(tmp_path))
+        cat.register_shard("d", w.close())
+    code = (
+        "import json, sys, shardcat\n"
+        f"cat = shardcat.Catalog({url!r})\n"
+        "assert cat.get('d', 'k1')['txt'].data == b'one'\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('alembic', 'mako')"
+        " or m.startswith(('sqlalchemy.orm', 'shardcat.catalog.models')))))"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == []

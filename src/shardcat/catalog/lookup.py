@@ -234,6 +234,8 @@ class Lookup:
         entries: Iterable[str] | None = None,
         version: Version = None,
     ) -> Record:
+        # The hot path (issue 10): one statement, one pread, one compiled decode,
+        # and as few Python frames around them as the checks allow.
         h, key = _hash(key)
         if entries is not None:
             return self._get_entries(dataset, key, h, frozenset(entries), version)
@@ -247,7 +249,19 @@ class Lookup:
         url, alignment, offset, length, spans, kind, signature = rows[0]
         try:
             data = self._sources.read(url, offset, offset + length)
-            record = decode_record(
+            if kind == "native":
+                # kinds.decode_record's native branch, without the dispatch's frames.
+                return recordcodec.decode_indexed(
+                    memoryview(data),
+                    key=key,
+                    length=length,
+                    path=url,
+                    offset=offset,
+                    alignment=alignment,
+                    registered=partial(unpack_spans, spans),
+                    text_cache=self._texts,
+                )
+            return decode_record(
                 kind,
                 memoryview(data),
                 key=key,
@@ -261,7 +275,6 @@ class Lookup:
             )
         except (OSError, FormatError) as e:
             raise self._read_failed(e, url, dataset) from e
-        return record
 
     def _get_entries(
         self, dataset: str, key: str, h: int, names: frozenset[str], version: Version
