@@ -38,7 +38,7 @@ from ..format.records import decode_entry
 from ..format.spec import BATCH_ROW_DTYPE, Codec
 from ..storage import SourceCache, redact
 from .connection import RawConnection, fork_generation
-from .kinds import decode_record
+from .kinds import decode_native, decode_record
 from .results import BatchResult, Location
 from .spans import unpack_spans
 
@@ -249,17 +249,9 @@ class Lookup:
         url, alignment, offset, length, spans, kind, signature = rows[0]
         try:
             data = self._sources.read(url, offset, offset + length)
-            if kind == "native":
-                # kinds.decode_record's native branch, without the dispatch's frames.
-                return recordcodec.decode_indexed(
-                    memoryview(data),
-                    key=key,
-                    length=length,
-                    path=url,
-                    offset=offset,
-                    alignment=alignment,
-                    registered=partial(unpack_spans, spans),
-                    text_cache=self._texts,
+            if kind == "native":  # kinds.decode_record's native branch, without the dispatch
+                return decode_native(
+                    memoryview(data), key, length, url, offset, alignment, spans, self._texts
                 )
             return decode_record(
                 kind,
