@@ -97,6 +97,8 @@ def _expected_files() -> set[str]:
     return files | {
         # The compiled record codec (src/shardcat/format/_ccodec.c), built for this Python.
         "shardcat/format/_ccodec" + sysconfig.get_config_var("EXT_SUFFIX"),
+        # The compiled tar walker (src/shardcat/format/tar/_ctar.c).
+        "shardcat/format/tar/_ctar" + sysconfig.get_config_var("EXT_SUFFIX"),
         "shardcat/py.typed",
         "shardcat/migrations/script.py.mako",
         "shardcat/migrations/README.md",
@@ -165,13 +167,14 @@ def test_without_a_compiler_the_wheel_builds_and_runs_the_python_codec(tmp_path)
     built = _build_wheel(tmp_path, env={"CC": str(tmp_path / "no-such-compiler")})
     with zipfile.ZipFile(built) as z:
         shipped = {n for n in z.namelist() if n.startswith("shardcat/")}
-    assert shipped == {f for f in _expected_files() if "_ccodec" not in f}
+    assert shipped == {f for f in _expected_files() if "_ccodec" not in f and "_ctar" not in f}
     site = tmp_path / "site"
     with zipfile.ZipFile(built) as z:
         z.extractall(site)
     code = (
         "import shardcat.format as f, shardcat.format.recordcodec as rc; "
-        "print(f.record_codec(), rc.available())"
+        "import shardcat.format.tar.tarwalker as tw; "
+        "print(f.record_codec(), rc.available(), tw.active(), tw.available())"
     )
     out = _run(sys.executable, "-c", code, cwd=tmp_path, env_extra={"PYTHONPATH": str(site)})
-    assert out.stdout.split() == ["python", "['python']"]
+    assert out.stdout.split() == ["python", "['python']", "python", "['python']"]

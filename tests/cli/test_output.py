@@ -157,7 +157,7 @@ def test_resumed_write_and_copy_summaries(text, js, capsys):
     text.copy_summary(replace(copy, moved=True, sources_left=["/d/a.shard"]))
     assert capsys.readouterr().out == (
         "pics-copy: moved 2 shards (31 records, 4,000,000 bytes) to s3://b/pics in job 4; "
-        "1 were there already and verified\n  not removed (gc removes it): /d/a.shard\n"
+        "1 were there already and verified\n  not removed (no longer used: delete it): /d/a.shard\n"
     )
 
 

@@ -209,13 +209,58 @@ def test_tar_shards_registered_in_place_are_refused_not_copied_half(tmp_path, sq
     assert not (tmp_path / "copy").exists()
 
 
-def test_a_dataset_hiding_records_is_refused_not_copied_back_to_life(tmp_path, sqlite_url, client):
-    """Copies are whole files: records a later version deleted must not reappear in the copy."""
+def _hide_three(root: Path, cat: Catalog, client: Any) -> dict[str, Any]:
+    """Delete two keys and replace one of ``src``: its shards then hold 3 records it does not serve."""
+    shardcat.delete_keys(cat, "src", ["n/00001", "n/00002"])
+    shardcat.write(
+        db.from_sequence([{"__key__": "n/00005", "bin": b"new", "json": {"i": -5}}]),
+        str(root / "again"),
+        catalog=cat,
+        dataset="src",
+        mode="append",
+        on_duplicate="replace",
+        client=client,
+        progress=False,
+    )
+    return _served(cat, "src")
+
+
+def _served(cat: Catalog, dataset: str) -> dict[str, Any]:
+    batch = cat.get_many(dataset, [f"n/{i:05d}" for i in range(N)])
+    assert sorted(batch.missing) == ["n/00001", "n/00002"]
+    return {r.key: (r["bin"].data, r["json"].decode()) for r in batch.records if r is not None}
+
+
+def test_records_deleted_or_replaced_stay_hidden_in_a_copy_and_a_move(
+    tmp_path, sqlite_url, postgres_url, client
+):
+    """Copies are whole files: the copy's commit hides what the source's versions hid."""
     _write(tmp_path / "src", sqlite_url, client)
     cat = Catalog(sqlite_url)
-    some = list(cat.keys("src"))[:2]
-    shardcat.delete_keys(cat, "src", some)
-    with pytest.raises(ValueError, match=r"hides 2 record\(s\).*shardcat compact"):
-        shardcat.copy_dataset(cat, "src", str(tmp_path / "dest"), name="copy", client=client)
-    assert [d.name for d in cat.datasets()] == ["src"]
-    assert not (tmp_path / "dest").exists() or not any((tmp_path / "dest").iterdir())
+    served = _hide_three(tmp_path, cat, client)
+    assert served["n/00005"] == (b"new", {"i": -5})
+    for to in (sqlite_url, postgres_url):
+        summary = shardcat.copy_dataset(
+            cat, "src", str(tmp_path / f"dest-{to[:5]}"), to_catalog=to, name="copy", client=client
+        )
+        assert (summary.shards, summary.records) == (7, N - 2)
+        dest = Catalog(to)
+        assert _served(dest, "copy") == served
+        assert dest.count("copy") == N - 2
+        assert sum(len(h) for _, h in dest.visible_shards("copy")[1]) == 3
+        assert [v.total_records for v in dest.log("copy")] == [N - 2]
+        assert dest.verify("copy").ok
+    first = {r.key: r["bin"].data for r in cat.get_many("src", ["n/00001", "n/00005"], version=1)}
+    moved = shardcat.copy_dataset(cat, "src", str(tmp_path / "moved"), move=True, client=client)
+    assert (moved.shards, moved.records, moved.job_id) == (7, N - 2, None)
+    assert _served(cat, "src") == served and cat.count("src") == N - 2
+    assert cat.log("src")[0].operation == "move"
+    assert cat.log("src")[0].total_records == N - 2
+    # Every kept version moved with it: version 1 still serves the deleted and replaced keys.
+    assert not (tmp_path / "src").exists() or not any((tmp_path / "src").iterdir())
+    assert all(s.url.startswith(str(tmp_path / "moved")) for s in cat.shards("src", state=None))
+    assert {
+        r.key: r["bin"].data for r in cat.get_many("src", ["n/00001", "n/00005"], version=1)
+    } == first
+    assert cat.verify("src").ok
+    assert cat.verify("src", version=1).ok

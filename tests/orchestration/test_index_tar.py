@@ -56,6 +56,33 @@ def test_index_a_brace_pattern_then_read_every_sample(client, catalog_url, tars)
     assert got == sorted(expected, key=lambda d: d["__key__"])
 
 
+def test_shard_numbers_come_from_the_urls_trailing_digits_when_unique(client, sqlite_url, tmp_path):
+    folder = tmp_path / "numbered"
+    folder.mkdir()
+    paths = [
+        write_wds_tar(folder / name, n=3, seed=i, prefix=f"n{i}-")
+        for i, name in enumerate(
+            ["train-000007.tar", "train-000012.tar", "val-000012.tar", "extra.tar"]
+        )
+    ]
+    shardcat.index_tar([str(p) for p in paths], catalog=sqlite_url, dataset="n", client=client)
+    with Catalog(sqlite_url) as cat:
+        got = {s.url: s.shard_number for s in cat.shards("n")}
+    assert got == {str(paths[0]): 7, str(paths[1]): None, str(paths[2]): None, str(paths[3]): None}
+    with Catalog(sqlite_url) as cat:
+        assert cat.verify("n").ok  # the number is not the tar's bytes: not compared
+        cat.reindex("n", [str(paths[0])], kind="tar")
+        assert {s.url: s.shard_number for s in cat.shards("n")}[str(paths[0])] == 7
+
+
+def test_tar_shard_numbers_rules():
+    from shardcat.orchestration.index_tar import tar_shard_numbers
+
+    urls = ["s3://b/a-000001.tar", "s3://b/a-000002.tar.gz", "s3://b/7/x.tar", "s3://b/b-1.tar"]
+    assert tar_shard_numbers(urls) == [None, 2, None, None]
+    assert tar_shard_numbers(["a/000010.tar", "a/shard11"]) == [10, 11]
+
+
 def test_a_truncated_tar_is_a_typed_error_naming_the_file_and_offset(client, sqlite_url, tars):
     from shardcat.format.tar import TarTruncatedError
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from shardcat.format.tar import tarwalker
 from shardcat.testing.badinput import FAILURES, run_bad_input
 from shardcat.testing.mutations import KINDS, mutations
 
@@ -20,9 +21,23 @@ CASES = {"shard": 1000, "tar": 500, "taridx": 500}
 DEADLINE = 600.0  # seconds per subject: a bound on the whole run, far above its usual time
 
 
+# Tars run under both tar walkers (the workers are spawned: they read the variable).
+SUBJECTS = [
+    pytest.param(subject, walker, id=f"{subject}-{walker}" if walker else subject)
+    for subject in sorted(CASES)
+    for walker in (["compiled", "python"] if subject == "tar" else [None])
+]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("subject", sorted(CASES))
-def test_damaged_files_are_refused_or_read_exactly(subject: str) -> None:
+@pytest.mark.parametrize(("subject", "walker"), SUBJECTS)
+def test_damaged_files_are_refused_or_read_exactly(
+    subject: str, walker: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if walker is not None:
+        if walker not in tarwalker.available():
+            pytest.skip("the compiled tar walker is not built")
+        monkeypatch.setenv(tarwalker.ENV_VAR, walker)
     report = run_bad_input(subject, CASES[subject], deadline=DEADLINE)
     assert len(report.results) == CASES[subject], "the run hit its deadline"
     failures = [

@@ -67,8 +67,8 @@ def test_exclusive_multipart_upload_is_refused_at_completion(s3):
     fs.pipe_file(path, b"original")
     pending = open_pending(url, opts, exclusive=True)
     pending._fs.invalidate_cache()
-    for _ in range(3):  # 15 MiB: three parts of the 5 MiB minimum
-        pending.file.write(os.urandom(5 << 20))
+    for _ in range(3):  # 18 MiB: more than the two 8 MiB parts that start a multipart upload
+        pending.file.write(os.urandom(6 << 20))
     with pytest.raises(ObjectExistsError):
         pending.commit()
     assert fs.cat_file(path) == b"original"
@@ -253,3 +253,16 @@ PublicationModel.TestCase.settings = settings(
     max_examples=40, stateful_step_count=20, deadline=None
 )
 test_publication_follows_the_write_once_model = PublicationModel.TestCase
+
+
+def test_a_local_file_written_back_as_it_goes_publishes_every_byte(tmp_path):
+    """Local files start their disk write every few MiB; the published bytes are the written ones."""
+    url = str(tmp_path / "big.bin")
+    data = os.urandom(19 << 20)
+    pending = open_pending(url)
+    for i in range(0, len(data), 3 << 20):  # writes that straddle the 8 MiB write-back steps
+        pending.file.write(data[i : i + (3 << 20)])
+    pending.file.write(b"")
+    pending.commit()
+    with open(url, "rb") as f:
+        assert f.read() == data

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from . import jobs as _jobs
     from . import keys as _keys
     from . import maintenance as _maintenance
+    from . import moves as _moves
     from . import register as _register
     from . import selection as _selection
     from . import shards as _shards
@@ -62,6 +63,7 @@ else:
     _jobs = lazy_module("shardcat.catalog.jobs")
     _keys = lazy_module("shardcat.catalog.keys")
     _maintenance = lazy_module("shardcat.catalog.maintenance")
+    _moves = lazy_module("shardcat.catalog.moves")
     _register = lazy_module("shardcat.catalog.register")
     _selection = lazy_module("shardcat.catalog.selection")
     _shards = lazy_module("shardcat.catalog.shards")
@@ -425,6 +427,34 @@ class Catalog(VersionsApi):
         with self._uow(write=True) as s:
             _datasets.set_root(s, name, root_url)
 
+    def move_shards(
+        self,
+        dataset: str,
+        moves: Mapping[str, tuple[str, str]],
+        *,
+        expected_version: int,
+        root_url: str,
+    ) -> int:
+        """Point shards at byte-identical copies and the dataset at its new root, in one commit.
+
+        ``moves``: old URL -> (new URL, file id the row must have). Every
+        row keeps its records and versions (what each kept version serves
+        or hides is unchanged); a version with operation ``move`` records
+        it. Returns that version's number.
+
+        Raises
+        ------
+        CommitConflictError
+            The dataset moved past ``expected_version``, or a shard is no
+            longer committed with that file id; nothing changes.
+        DatasetNotFoundError
+            If there is no such dataset.
+        """
+        with self._uow(write=True) as s:
+            return _moves.move_shards(
+                s, dataset, moves, expected_version=expected_version, root_url=root_url
+            )
+
     def delete_dataset(self, name: str, *, missing_ok: bool = False) -> None:
         """Remove a dataset and all its rows from the catalog (shard files are not touched).
 
@@ -617,6 +647,7 @@ class Catalog(VersionsApi):
         on_duplicate: OnDuplicate = "error",
         operation: str | None = None,
         message: str | None = None,
+        hidden: Mapping[str, Collection[int]] | None = None,
     ) -> JobInfo:
         """Make every staged shard of the job visible, together, in one transaction.
 
@@ -645,6 +676,11 @@ class Catalog(VersionsApi):
             job's record) or ``"skip"`` (the live record stays).
         operation, message:
             Recorded in the new version's row (:meth:`log`).
+        hidden:
+            Staged shard URL -> byte offsets of its records the new version
+            does not serve (added and removed in it, like skipped ones): how
+            a copy keeps hidden the records its source's versions deleted or
+            replaced. They take no part in the duplicate check.
 
         The commit is a conditional update of the dataset's version, read
         under the dataset row's lock (concurrent commits queue for it); a
@@ -682,6 +718,7 @@ class Catalog(VersionsApi):
                     on_duplicate=on_duplicate,
                     operation=operation,
                     message=message,
+                    hidden=hidden,
                 )
 
         with_retries(attempt)

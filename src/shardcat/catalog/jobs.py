@@ -25,7 +25,7 @@ transaction:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Literal
 
 from sqlalchemy import delete, exists, func, select, text, update
@@ -81,12 +81,13 @@ _ENDED_OTHERWISE: dict[tuple[Ending, str], str] = {
     ),
 }
 
-_NEW = "ns.job_id = :job AND ns.state = 'staged'"
+# A job's records are its staged ones but those the commit hides (``hidden=``: already removed).
+_NEW = "ns.job_id = :job AND ns.state = 'staged' AND n.removed_version IS NULL"
 _OTHER = (
     "o.dataset_id = n.dataset_id AND o.key_hash = n.key_hash AND o.key = n.key "
     "AND (o.shard_id <> n.shard_id OR o.byte_offset <> n.byte_offset) "
-    "AND ((s.state = 'committed' AND o.removed_version IS NULL) "
-    "OR (s.job_id = :job AND s.state = 'staged'))"
+    "AND o.removed_version IS NULL "
+    "AND (s.state = 'committed' OR (s.job_id = :job AND s.state = 'staged'))"
 )
 # Keys of the job that repeat within the job (always an error, whatever on_duplicate says).
 _WITHIN_JOB = text(
@@ -106,9 +107,9 @@ _LIVE_ELSEWHERE = (
     "records.shard_id IN (SELECT id FROM shards WHERE dataset_id = :d AND state = 'committed')"
 )
 _SAME_KEY_IN_JOB = (
-    "EXISTS (SELECT 1 FROM records n JOIN shards ns ON ns.id = n.shard_id WHERE "
-    "ns.job_id = :job AND ns.state = 'staged' AND n.dataset_id = records.dataset_id "
-    "AND n.key_hash = records.key_hash AND n.key = records.key)"
+    f"EXISTS (SELECT 1 FROM records n JOIN shards ns ON ns.id = n.shard_id WHERE {_NEW} "
+    "AND n.dataset_id = records.dataset_id AND n.key_hash = records.key_hash "
+    "AND n.key = records.key)"
 )
 _SAME_KEY_LIVE = (
     "EXISTS (SELECT 1 FROM records o JOIN shards s ON s.id = o.shard_id WHERE "
@@ -256,6 +257,7 @@ def commit_job(
     on_duplicate: OnDuplicate = "error",
     operation: str | None = None,
     message: str | None = None,
+    hidden: Mapping[str, Collection[int]] | None = None,
 ) -> None:
     """See :meth:`Catalog.commit_job`: :func:`commit` unless the job is committed already."""
     row = unsettled_job(session, job_id, "committed", catalog=catalog)
@@ -271,6 +273,7 @@ def commit_job(
             on_duplicate=on_duplicate,
             operation=operation,
             message=message,
+            hidden=hidden,
         )
 
 
@@ -344,6 +347,7 @@ def commit(
     on_duplicate: OnDuplicate = "error",
     operation: str | None = None,
     message: str | None = None,
+    hidden: Mapping[str, Collection[int]] | None = None,
 ) -> int:
     """Make the job's staged shards visible as a new dataset version; returns its number.
 
@@ -376,6 +380,11 @@ def commit(
         A key of the job that is live in the dataset: ``"error"``
         (DuplicateKeyError), ``"replace"`` (the new version points at the
         job's record) or ``"skip"`` (the job's record stays invisible).
+    hidden:
+        Staged shard URL -> byte offsets of its records the new version does
+        not serve: added and removed in it, as skipped records are (a copy
+        of a dataset whose later versions deleted or replaced keys). They
+        take no part in the duplicate check.
     operation, message:
         What the version row records (default ``write`` or ``overwrite``).
 
@@ -411,6 +420,8 @@ def commit(
     if shards is not None:
         _keep_only(session, dataset, job, set(shards))
     params: dict[str, object] = {"v": version, "d": dataset.id, "job": job.id}
+    if hidden:
+        _hide(session, dataset, job, hidden, version)
     removed = (0, 0)
     if replace:
         removed = remove_records(session, f"records.dataset_id = :d AND {_LIVE_ELSEWHERE}", params)
@@ -533,6 +544,45 @@ def _moved(
         f"meanwhile (version {current}{by}; expected {expected}); {what}: rerun it to apply it "
         "to the current data"
     )
+
+
+def _hide(
+    session: Session,
+    dataset: Dataset,
+    job: Job,
+    hidden: Mapping[str, Collection[int]],
+    version: int,
+) -> None:
+    """Mark records of the job's staged shards removed at ``version`` (see ``commit(hidden=)``)."""
+    ids = {
+        url: shard_id
+        for url, shard_id in session.execute(
+            select(Shard.url, Shard.id).where(
+                Shard.job_id == job.id, Shard.state == "staged", Shard.url.in_(list(hidden))
+            )
+        )
+    }
+    missing = sorted(set(hidden) - set(ids))
+    if missing:
+        raise CommitConflictError(
+            f"job {job.id} of dataset {dataset.name!r}: {len(missing)} shard(s) given records to "
+            f"hide are not staged in the job ({', '.join(missing[:5])}); the job was not committed"
+        )
+    for url, offsets in hidden.items():
+        wanted = sorted(set(offsets))
+        for i in range(0, len(wanted), 500):
+            chunk = wanted[i : i + 500]
+            done = session.execute(
+                update(Record)
+                .where(Record.shard_id == ids[url], Record.byte_offset.in_(chunk))
+                .values(removed_version=version),
+                execution_options=NO_SYNC,
+            )
+            if done.rowcount != len(chunk):  # type: ignore[attr-defined]
+                raise CommitConflictError(
+                    f"job {job.id} of dataset {dataset.name!r}: shard {url} has no record at "
+                    f"some of the {len(chunk)} offsets given to hide; the job was not committed"
+                )
 
 
 def _keep_only(session: Session, dataset: Dataset, job: Job, manifest: set[str]) -> None:

@@ -121,7 +121,7 @@ def _tar_columns(info: TarShardInfo) -> dict[str, Any]:
     crcs = np.ascontiguousarray(info.entries["crc"], dtype="<u4")
     return {
         "kind": "tar",
-        "shard_number": None,
+        "shard_number": info.shard_number,
         "file_id": tar_file_id(info),
         "format_major": 0,
         "format_minor": 0,

@@ -120,7 +120,7 @@ def reindex_shards(session: Session, dataset: str, preps: list[PreparedShard]) -
     new_ids: list[int] = []
     for prep in preps:
         old = session.execute(
-            select(Shard.id, Shard.job_id).where(
+            select(Shard.id, Shard.job_id, Shard.shard_number).where(
                 Shard.dataset_id == ds.id, Shard.url == prep.url, Shard.state == "committed"
             )
         ).all()
@@ -129,6 +129,14 @@ def reindex_shards(session: Session, dataset: str, preps: list[PreparedShard]) -
         new_ids.append(shard_id)
         if old:
             keep_job[shard_id] = old[0].job_id
+            if prep.columns["kind"] == "tar" and old[0].shard_number is not None:
+                # A tar's number came from its URL when it was indexed: it stays.
+                session.execute(
+                    update(Shard)
+                    .where(Shard.id == shard_id)
+                    .values(shard_number=old[0].shard_number),
+                    execution_options=NO_SYNC,
+                )
     # A new version with fresh rows: versions before it no longer read these
     # shards through their old rows (docs/LIFECYCLE.md).
     jobs.commit(session, ds, job, operation="reindex")
@@ -243,6 +251,8 @@ def _compare(s: Session, shard: Shard, info: Summary) -> list[Problem]:
         f"{name} (catalog {getattr(shard, name)!r}, footer {prep.columns[name]!r})"
         for name in _COMPARED
         if getattr(shard, name) != prep.columns[name]
+        # A tar's number came from its URL at indexing (index_tar), not from its bytes.
+        and not (name == "shard_number" and shard.kind == "tar")
     ]
     if diffs:
         problems.append(

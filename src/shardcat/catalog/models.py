@@ -289,6 +289,15 @@ class Record(Base):
         # range on the index. PostgreSQL: in byte order (COLLATE "C"), where a prefix is a
         # range whatever the database's collation; SQLite's default collation is bytes.
         Index(None, "dataset_id", "key", postgresql_ops={"key": KEY_ORDER}),
+        # Removed records only (partial): what a version hides is a range of it, and
+        # inserting live records costs it nothing (migration 0007).
+        Index(
+            None,
+            "dataset_id",
+            "removed_version",
+            sqlite_where=text("removed_version IS NOT NULL"),
+            postgresql_where=text("removed_version IS NOT NULL"),
+        ),
         {"sqlite_with_rowid": False},
     )
 

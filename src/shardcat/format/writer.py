@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
+from array import array
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 import numpy as np
 
@@ -38,6 +40,8 @@ from .spec import (
 
 __all__ = ["ShardWriter"]
 
+_NONE = Codec.NONE
+
 log = logging.getLogger(__name__)
 
 # Below this, compression headers cost more than they save.
@@ -45,14 +49,23 @@ _MIN_COMPRESS = 64
 # Records smaller than this are joined into one write call; larger ones are
 # written part by part, since copying them costs more than the extra calls.
 _JOIN_LIMIT = 64 << 10
+# Joined records are gathered and handed to the file in blocks of about this
+# size: one write call (and one data-CRC update) per block, not per record,
+# which matters most for object-store uploads, whose write calls are Python.
+_BLOCK_BYTES = 4 << 20
+_RECORD_FIELDS = ("offset", "length", "key_hash", "key_length", "entry_count")
+_ENTRY_FIELDS = ("offset", "size", "crc", "spec")
 
 
 class ShardWriter:
     """Write records to one shard, streaming, in one forward pass.
 
-    Memory is bounded by the largest record plus the index (about 56 bytes
-    and the key per record); nothing is ever seeked back to, so the target can
-    be an object-store upload.
+    Memory is bounded by the largest record, the 4 MiB of records gathered
+    for the next write, and the index (40 bytes and the key per record, 32
+    bytes per entry); nothing is ever seeked back to, so the target can be an
+    object-store upload. Records reach the file in 4 MiB writes: a reader of
+    the file sees them once the block is written, and every one by ``close``
+    (or ``abort``, which writes what it gathered and no footer).
 
     Parameters
     ----------
@@ -128,12 +141,18 @@ class ShardWriter:
         self._pos = HEADER_SIZE + len(pad)
         self._data_crc = recordcodec.crc32c(pad)
         self._seen: set[bytes] = set()
-        # Index rows, kept as tuples (cheap to append) and turned into arrays at close.
-        self._rows: list[
-            tuple[int, int, int, int, int]
-        ] = []  # offset, length, hash, key len, entries
-        self._entry_rows: list[tuple[int, int, int, int]] = []  # offset, size, crc, spec
+        # Index rows as flat unsigned 64-bit arrays (no Python object kept per
+        # row), turned into the footer's structured arrays at close.
+        self._rows = array("Q")  # _RECORD_FIELDS per record
+        self._entry_rows = array("Q")  # _ENTRY_FIELDS per entry
+        self._count = 0
         self._keys: list[bytes] = []
+        # Records not yet handed to the file, and their size (see _BLOCK_BYTES).
+        self._block: list[bytes | bytearray | memoryview] = []
+        self._block_bytes = 0
+        # Per entry name whose bytes values are stored as they are (no
+        # compression applies): (raw name, raw content type, spec id).
+        self._plain: dict[str, tuple[bytes, bytes, int]] = {}
         self._names: dict[str, bytes] = {}
         self._types: dict[str, bytes] = {}
         self._guessed: dict[str, str] = {}
@@ -146,7 +165,7 @@ class ShardWriter:
 
     @property
     def record_count(self) -> int:
-        return len(self._rows)
+        return self._count
 
     @property
     def bytes_written(self) -> int:
@@ -193,18 +212,33 @@ class ShardWriter:
         if raw_key in self._seen:
             raise DuplicateKeyError(f"{self.path}: key {key!r} is already in this shard", [key])
         items = entries.entries if isinstance(entries, Record) else entries
-        prepared = [
-            self._prepare(name, value, key)
-            for name, value in items.items()
-            if not (isinstance(name, str) and name.startswith("__"))
-        ]
+        prepared: list[PreparedEntry] = []
+        spec_ids: list[int] = []
+        first_seen: list[tuple[str, int]] = []  # bytes entries that took the slow path
+        plain = self._plain
+        crc32c = recordcodec.crc32c
+        for name, value in items.items():
+            known = plain.get(name) if type(value) is bytes else None
+            if known is not None:  # the common case: one lookup, no Entry object
+                data = cast(bytes, value)
+                prepared.append(PreparedEntry(known[0], known[1], _NONE, data, crc32c(data)))
+                spec_ids.append(known[2])
+            elif not (isinstance(name, str) and name.startswith("__")):
+                prepared.append(self._prepare(name, value, key))
+                spec_ids.append(-1)  # given below, once every entry is prepared
+                if type(value) is bytes:
+                    first_seen.append((name, len(prepared) - 1))
         if len(prepared) > MAX_ENTRIES:
             raise RecordTooLargeError(
                 f"{self.path}: record {key!r} has {len(prepared)} entries; the limit is {MAX_ENTRIES}"
             )
+        if -1 in spec_ids:
+            spec_ids = [s if s >= 0 else self._spec_id(p) for s, p in zip(spec_ids, prepared)]
+            for name, i in first_seen:
+                if self._stores_plain(prepared[i]):
+                    plain[name] = (prepared[i].name, prepared[i].content_type, spec_ids[i])
 
         # Everything that can reject the record happens before its first byte is written.
-        spec_ids = [self._spec_id(p) for p in prepared]
         h = key_hash(raw_key)
         rec = recordcodec.encode_record(raw_key, h, prepared, self._alignment)
         try:
@@ -216,16 +250,29 @@ class ShardWriter:
         self._seen.add(raw_key)
         self._keys.append(raw_key)
         pos = self._pos
-        self._rows.append((pos, rec.length, h, len(raw_key), len(prepared)))
-        add_entry = self._entry_rows.append
+        self._rows.extend((pos, rec.length, h, len(raw_key), len(prepared)))
+        add_entry = self._entry_rows.extend
         counts = self._spec_counts
+        payload_bytes = 0
         for off, p, sid in zip(rec.offsets, prepared, spec_ids):
             size = len(p.payload)
             add_entry((off, size, p.crc, sid))
             counts[sid] += 1
-            self._payload_bytes += size
+            payload_bytes += size
+        self._payload_bytes += payload_bytes
         self._pos = pos + rec.length
-        return len(self._rows) - 1
+        self._count += 1
+        return self._count - 1
+
+    def _stores_plain(self, p: PreparedEntry) -> bool:
+        """Whether every bytes value of ``p``'s entry name is stored as ``p`` was: as it is.
+
+        True when no compression can apply to its content type (which a bytes
+        value takes from the name alone), so later values skip :meth:`_prepare`.
+        """
+        if p.codec is not _NONE:
+            return False
+        return self._codec is _NONE or not should_compress(p.content_type.decode("ascii"))
 
     def _prepare(self, name: str, value: Any, key: str) -> PreparedEntry:
         raw_name = self._names.get(name)
@@ -293,17 +340,29 @@ class ShardWriter:
         return sid
 
     def _emit(self, parts: list[bytes | bytearray | memoryview], length: int) -> None:
+        if length <= _JOIN_LIMIT:
+            self._block += parts
+            self._block_bytes += length
+            if self._block_bytes >= _BLOCK_BYTES:
+                self._write_block()
+            return
+        self._write_block()
         crc32c = recordcodec.crc32c
         crc = self._data_crc
-        if length <= _JOIN_LIMIT:
-            blob = b"".join(parts)
-            self._file.write(blob)
-            crc = crc32c(blob, crc)
-        else:
-            for part in parts:
-                self._file.write(part)
-                crc = crc32c(part, crc)
+        for part in parts:
+            self._file.write(part)
+            crc = crc32c(part, crc)
         self._data_crc = crc
+
+    def _write_block(self) -> None:
+        """Hand the gathered records to the file in one write."""
+        if not self._block:
+            return
+        blob = b"".join(self._block)  # immutable: the file may keep it
+        self._block.clear()
+        self._block_bytes = 0
+        self._file.write(blob)
+        self._data_crc = recordcodec.crc32c(blob, self._data_crc)
 
     # --- closing -------------------------------------------------------------
 
@@ -347,19 +406,14 @@ class ShardWriter:
             raise WriterClosedError(
                 f"{self.path}: an earlier write failed; the shard is incomplete and must be rewritten"
             )
-        n = len(self._rows)
-        records = np.zeros(n, dtype=RECORD_ROW_DTYPE)
-        entries = np.zeros(len(self._entry_rows), dtype=ENTRY_ROW_DTYPE)
-        if n:
-            cols = list(zip(*self._rows))
-            for field, col in zip(
-                ("offset", "length", "key_hash", "key_length", "entry_count"), cols
-            ):
-                records[field] = np.array(col, dtype=records.dtype[field])
-        if self._entry_rows:
-            cols = list(zip(*self._entry_rows))
-            for field, col in zip(("offset", "size", "crc", "spec"), cols):
-                entries[field] = np.array(col, dtype=entries.dtype[field])
+        try:
+            self._write_block()
+        except BaseException:
+            self._failed = True
+            raise
+        n = self._count
+        records = _table(self._rows, RECORD_ROW_DTYPE, _RECORD_FIELDS)
+        entries = _table(self._entry_rows, ENTRY_ROW_DTYPE, _ENTRY_FIELDS)
         specs = [EntrySpec(n.decode("utf-8"), t.decode("ascii"), c) for n, t, c in self._specs]
         metadata = self._footer_metadata(specs)
         keys_blob = b"".join(self._keys)
@@ -401,7 +455,13 @@ class ShardWriter:
         """Give up on the shard: no footer is written, so readers reject it."""
         if self._info is not None:
             return
+        if not self._failed:
+            # The records added so far still go to the file: a partial shard's
+            # records stay salvageable (iter_partial), as if written one by one.
+            with contextlib.suppress(Exception):  # the error that led here is the one to see
+                self._write_block()
         self._failed = True
+        self._block.clear()
         if self._close_file:
             self._file.close()
 
@@ -418,6 +478,15 @@ class ShardWriter:
             self.close()
         else:
             self.abort()
+
+
+def _table(flat: array[int], dtype: np.dtype[Any], fields: tuple[str, ...]) -> np.ndarray:
+    """A structured array of ``dtype`` from rows stored flat, ``len(fields)`` values a row."""
+    columns = np.frombuffer(flat, dtype=np.uint64).reshape(-1, len(fields))
+    table = np.zeros(len(columns), dtype=dtype)
+    for i, field in enumerate(fields):
+        table[field] = columns[:, i]
+    return table
 
 
 def _encode_text(text: str, what: str, path: str) -> bytes:

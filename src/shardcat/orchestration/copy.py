@@ -12,10 +12,15 @@ A rerun after an interruption skips every shard already at its destination
 that verifies, and copies the rest. The destination folder must hold
 nothing but this copy's shards (and a dead upload's temporary files).
 
-``move=True`` copies the same way, then commits one job in the source
-catalog that replaces the dataset's shards by their copies (same records,
-new URLs), points the dataset's root at the destination, and only then
-removes the sources.
+``move=True`` copies the same way (every shard a kept version reads,
+not only the latest's), then, in one commit in the source catalog, points
+each shard row at its copy and the dataset at the destination: records and
+versions stay as they were, so every kept version reads the copies. Only
+then are the sources removed.
+
+Copies are whole files: records that the latest version no longer serves
+(deleted or replaced) are in them. A copy's commit registers them hidden
+(added and removed in its one version), so they never come back.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +60,7 @@ class CopySummary:
     source: str
     destination: str
     job_id: int | None
-    """The job that committed it (None: a move found every shard in place already)."""
+    """The job that committed a copy (None for a move: it repoints shards, registers none)."""
     shards: int
     copied: int
     """Shards copied by this run (the others were at the destination already and verified)."""
@@ -64,7 +69,7 @@ class CopySummary:
     moved: bool
     seconds: float
     sources_left: list[str]
-    """Sources a move could not remove (gc removes them later)."""
+    """Sources a move could not remove (nothing refers to them any more: delete them)."""
 
     def __str__(self) -> str:
         what = "moved" if self.moved else "copied"
@@ -235,8 +240,16 @@ def copy_dataset(
     destination = destination.rstrip("/")
     t0 = time.perf_counter()
     ds = src_cat.dataset(dataset)
-    version = ds.version
-    rows = src_cat.shards(dataset)
+    # The latest version's shards and, in each, the records it no longer serves (deleted or
+    # replaced since). A copy is one new version whose commit hides those records again.
+    version, visible = src_cat.visible_shards(dataset)
+    served = sum(row.record_count - len(offsets) for row, offsets in visible)
+    # A move keeps every kept version: it takes the shards only older versions read, too.
+    rows = (
+        [r for r in src_cat.shards(dataset, state=None) if r.state == "committed"]
+        if move
+        else [row for row, _ in visible]
+    )
     tars = [r.url for r in rows if r.kind != "native"]
     if tars:
         raise ValueError(
@@ -244,18 +257,8 @@ def copy_dataset(
             f"({redact(tars[0])}, ...): copy_dataset copies native shards only; copy the tars "
             "with your storage tools, then index them with shardcat index-tar"
         )
-    # Copies are whole files: records the latest version hides (deleted, replaced) would come
-    # back in the copy. Refused until a copy can carry them hidden.
-    _, visible = src_cat.visible_shards(dataset)
-    hiding = [(s.url, len(hidden)) for s, hidden in visible if hidden]
-    if hiding:
-        raise ValueError(
-            f"dataset {dataset!r} hides {sum(n for _, n in hiding)} record(s) of "
-            f"{len(hiding)} shard(s) ({redact(hiding[0][0])}, ...) deleted or replaced by later "
-            "versions: a copy of the whole files would bring them back; rewrite those shards "
-            "first (shardcat compact), then copy"
-        )
     plan = {row.url: join(destination, _relative(row.url, ds.root_url)) for row in rows}
+    hidden = {plan[row.url]: offsets for row, offsets in visible if offsets}
     if len(set(plan.values())) != len(plan):
         raise ValueError(f"two shards of {dataset!r} would get one name under {destination}")
     in_place = [url for url, dest in plan.items() if url == dest]
@@ -263,7 +266,9 @@ def copy_dataset(
         # Every shard is there already: a move that committed and was cut short before
         # recording the root (or a move onto the dataset's own folder).
         src_cat.set_dataset_root(dataset, redact(destination))
-        return _summary(dataset, ds.root_url, destination, rows, 0, move, t0, [], job_id=None)
+        return _summary(
+            dataset, ds.root_url, destination, rows, 0, move, t0, [], job_id=None, records=served
+        )
     if in_place:
         raise DestinationNotEmptyError(
             f"destination {redact(destination)} is where dataset {dataset!r} keeps its shards: "
@@ -295,15 +300,23 @@ def copy_dataset(
             raise
     infos = [d.info for d in done]
     if move:
-        job_id = _commit_move(src_cat, dataset, destination, infos, version, rows)
+        src_cat.move_shards(
+            dataset,
+            {row.url: (plan[row.url], row.file_id) for row in rows},
+            expected_version=version,
+            root_url=destination,
+        )
+        job_id = None
+        log.info("moved %d shards of %r to %s", len(rows), dataset, redact(destination))
         left = remove_files(list(plan), src_opts)
         sources_left = sorted(left.failed)
         if sources_left:
-            log.warning("%d moved sources could not be removed; gc removes them", len(sources_left))
-        else:
-            src_cat.purge_shards(dataset, list(plan))
+            log.warning(
+                "%d moved sources could not be removed (nothing refers to them: delete them)",
+                len(sources_left),
+            )
     else:
-        job_id = _commit_copy(dst_cat, target, destination, infos, dataset, src_cat)
+        job_id = _commit_copy(dst_cat, target, destination, infos, dataset, src_cat, hidden)
         sources_left = []
     return _summary(
         target,
@@ -315,6 +328,7 @@ def copy_dataset(
         t0,
         sources_left,
         job_id=job_id,
+        records=served,
     )
 
 
@@ -329,6 +343,7 @@ def _summary(
     sources_left: list[str],
     *,
     job_id: int | None,
+    records: int,
 ) -> CopySummary:
     summary = CopySummary(
         dataset=name,
@@ -337,7 +352,7 @@ def _summary(
         job_id=job_id,
         shards=len(rows),
         copied=copied,
-        records=sum(r.record_count for r in rows),
+        records=records,
         bytes=sum(r.size_bytes for r in rows),
         moved=move,
         seconds=time.perf_counter() - t0,
@@ -396,7 +411,13 @@ def _refuse_foreign(destination: str, planned: set[str], options: dict[str, Any]
 
 
 def _commit_copy(
-    cat: Catalog, name: str, root: str, infos: list[ShardInfo], source: str, src_cat: Catalog
+    cat: Catalog,
+    name: str,
+    root: str,
+    infos: list[ShardInfo],
+    source: str,
+    src_cat: Catalog,
+    hidden: Mapping[str, Collection[int]],
 ) -> int:
     """Register the copies under one job of a (new or empty) dataset and commit it."""
     cat.create_dataset(name, redact(root), exist_ok=True)
@@ -408,36 +429,9 @@ def _commit_copy(
     try:
         for info in infos:
             cat.register_shard(name, info, job=job)
-        cat.commit_job(job, shards=[i.path for i in infos], require_empty=True)
+        cat.commit_job(job, shards=[i.path for i in infos], require_empty=True, hidden=hidden)
     except BaseException:
         with contextlib.suppress(Exception):
             cat.abort_job(job)
         raise
-    return job.id
-
-
-def _commit_move(
-    cat: Catalog,
-    name: str,
-    root: str,
-    infos: list[ShardInfo],
-    version: int,
-    rows: list[ShardRow],
-) -> int:
-    """One commit: the dataset's shards are replaced by their copies, if it did not change."""
-    job = cat.begin_job(
-        name,
-        description="shardcat.move",
-        properties={"operation": "move", "root": redact(root), "base_version": version},
-    )
-    try:
-        for info in infos:
-            cat.register_shard(name, info, job=job)
-        cat.commit_job(job, shards=[i.path for i in infos], replace=True, expected_version=version)
-    except BaseException:
-        with contextlib.suppress(Exception):
-            cat.abort_job(job)
-        raise
-    cat.set_dataset_root(name, redact(root))
-    log.info("moved %d shards of %r to %s", len(rows), name, redact(root))
     return job.id

@@ -16,9 +16,11 @@ successful tasks reported. No tar is ever written or deleted here.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import posixpath
+import re
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -37,7 +39,14 @@ from .write import _cluster
 if TYPE_CHECKING:
     from ..catalog import CatalogHandle
 
-__all__ = ["IndexTarSummary", "TarFailure", "expand_tar_urls", "index_tar", "run_index_job"]
+__all__ = [
+    "IndexTarSummary",
+    "TarFailure",
+    "expand_tar_urls",
+    "index_tar",
+    "run_index_job",
+    "tar_shard_numbers",
+]
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +117,27 @@ def expand_tar_urls(urls: str | Iterable[str], storage_options: Mapping[str, Any
     return out
 
 
+_TRAILING_NUMBER = re.compile(r"(\d+)(?:\.[A-Za-z0-9]+)*$")
+
+
+def tar_shard_numbers(urls: list[str]) -> list[int | None]:
+    """Each tar's shard number: the trailing digits of its file name (``train-000012.tar``: 12).
+
+    ``None`` for a name without trailing digits, and for every tar whose
+    number another tar of the same list has too (``train-000001.tar`` and
+    ``val-000001.tar``): a number is only given where it names one tar.
+    """
+    numbers: list[int | None] = []
+    for url in urls:
+        match = _TRAILING_NUMBER.search(posixpath.basename(url.rstrip("/")))
+        numbers.append(int(match.group(1)) if match else None)
+    seen: dict[int, int] = {}
+    for n in numbers:
+        if n is not None:
+            seen[n] = seen.get(n, 0) + 1
+    return [n if n is not None and seen[n] == 1 else None for n in numbers]
+
+
 def index_tar_task(
     url: str,
     storage_options: dict[str, Any],
@@ -117,6 +147,7 @@ def index_tar_task(
     on_error: OnError,
     fid: int = 0,
     index: Taridx | None = None,
+    shard_number: int | None = None,
 ) -> TarResult:
     """Scan one tar and stage it in the job (runs on a worker).
 
@@ -135,6 +166,8 @@ def index_tar_task(
         if on_error == "fail":
             raise
         return TarResult(url, failure=TarFailure(redact(url), type(e).__name__, str(e)))
+    if shard_number is not None:
+        info = dataclasses.replace(info, shard_number=shard_number)
     catalog_for(catalog).register_shard(dataset, info, job=job_id)
     return TarResult(redact(url), len(info.records), info.size)
 
@@ -220,6 +253,7 @@ def run_index_job(
         # cluster hand this job another catalog's results for the same key.
         run = uuid.uuid4().hex[:12]
         futures = []
+        numbers = tar_shard_numbers(tars)
         try:
             try:
                 futures = [
@@ -233,6 +267,7 @@ def run_index_job(
                         on_error,
                         i,
                         scattered,
+                        numbers[i],
                         key=f"shardcat-index-tar-{job.id}-{run}-{i}",
                         retries=retries,
                         pure=False,

@@ -97,6 +97,8 @@ class ShardWriter(_writer.ShardWriter):
 
     def abort(self) -> None:
         # docstring inherited
+        if self._pending is not None:
+            self._block.clear()  # the file is discarded: its gathered records need not be written
         super().abort()
         if self._pending is not None:
             self._pending.discard()

@@ -202,7 +202,7 @@ class TextOutput(Output):
     def copy_summary(self, summary: CopySummary) -> None:
         self._line(str(summary))
         for url in summary.sources_left:
-            self._line(f"  not removed (gc removes it): {url}")
+            self._line(f"  not removed (no longer used: delete it): {url}")
 
     def tar_indexed(self, summary: IndexTarSummary) -> None:
         self._line(str(summary))

@@ -76,6 +76,9 @@ class TarShardInfo(RowArrays):
     entries: np.ndarray = field(repr=False)
     """ENTRY_ROW_DTYPE: offset (from the record's first byte), size, crc, spec."""
     specs: list[EntrySpec] = field(default_factory=list)
+    shard_number: int | None = None
+    """The catalog's ``shard_number``: a tar has none of its own; ``index_tar`` sets it
+    from the URL's trailing digits when no other tar of the job has the same."""
 
     def payload_offsets(self) -> np.ndarray:
         """Each entry's payload offset in the tar (uint64, archive order)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -20,10 +20,11 @@ from ..checksums import key_hash
 from ..entries import guess_content_type
 from ..footer import EntrySpec
 from ..spec import ENTRY_ROW_DTYPE, MAX_ENTRIES, MAX_KEY_BYTES, RECORD_ROW_DTYPE, Codec
+from . import tarwalker
 from .errors import DuplicateMemberError, SplitSampleError, TarError, TarMemberNameError
 from .info import TarEntry, TarSample, TarShardInfo
 from .spec import BLOCK
-from .walk import DEFAULT_CHUNK, Member, TarWalker
+from .walk import DEFAULT_CHUNK, Batch, Member, TarWalker
 
 __all__ = ["iter_tar_samples", "scan_tar", "split_member_name"]
 
@@ -81,7 +82,50 @@ class _Grouper:
         self._end = 0
         self._current: list[str] = []
 
-    def feed(self, members: list[Member]) -> None:
+    def feed(self, batch: Batch) -> None:
+        group = tarwalker.group
+        if group is None:
+            self._feed(zip(*batch))
+            return
+        # The compiled grouping takes the plain members; the reference reads each other one.
+        names, firsts, payloads, sizes, crcs = batch
+        at = 0
+        while at < len(names):
+            stop, exts, keys, offsets, lengths, counts, self._key, self._start, self._end = group(
+                names,
+                firsts,
+                payloads,
+                sizes,
+                self._seen,
+                self._key,
+                self._start,
+                self._end,
+                self._current,
+                at,
+            )
+            self.names.extend(exts)
+            if keys:
+                raws = [k.encode("utf-8") for k in keys]
+                self.keys.extend(keys)
+                self.key_hashes.extend(map(key_hash, raws))
+                self.key_lengths.extend(map(len, raws))
+                self.offsets.extend(offsets)
+                self.lengths.extend(lengths)
+                self.counts.extend(counts)
+            if at == 0 and stop == len(names):
+                self.payloads.extend(payloads)
+                self.sizes.extend(sizes)
+                self.crcs.extend(crcs)
+                return
+            self.payloads.extend(payloads[at:stop])
+            self.sizes.extend(sizes[at:stop])
+            self.crcs.extend(crcs[at:stop])
+            if stop < len(names):
+                self._feed([(names[stop], firsts[stop], payloads[stop], sizes[stop], crcs[stop])])
+                stop += 1
+            at = stop
+
+    def _feed(self, members: Iterable[Member]) -> None:
         names = self.names
         payloads = self.payloads
         sizes = self.sizes
@@ -284,15 +328,10 @@ def _summary(url: str, walker: TarWalker, g: _Grouper) -> TarShardInfo:
     records["key_hash"] = np.asarray(g.key_hashes, dtype=np.uint64)
     records["key_length"] = g.key_lengths
     records["entry_count"] = g.counts
-    spec_ids: dict[str, int] = {}
-    specs: list[EntrySpec] = []
-    ids = []
-    for name in g.names:
-        sid = spec_ids.get(name)
-        if sid is None:
-            sid = spec_ids[name] = len(specs)
-            specs.append(EntrySpec(name, guess_content_type(name), Codec.NONE))
-        ids.append(sid)
+    # Entry names in first-seen order, then one id per entry: loops run in C.
+    spec_ids = {name: i for i, name in enumerate(dict.fromkeys(g.names))}
+    specs = [EntrySpec(name, guess_content_type(name), Codec.NONE) for name in spec_ids]
+    ids = list(map(spec_ids.__getitem__, g.names))
     entries = np.zeros(len(g.names), dtype=ENTRY_ROW_DTYPE)
     base = np.repeat(records["offset"], records["entry_count"].astype(np.int64))
     entries["offset"] = np.asarray(g.payloads, dtype=np.uint64) - base

@@ -6,21 +6,27 @@ block size costs one sequential pass and no request per member. Headers are
 parsed inline; their checksums are verified a chunk at a time with numpy
 (:func:`~.headers.checksum_mismatches`), and nothing parsed from a header is
 handed on before that header's checksum has been checked.
+
+With the compiled walker (:mod:`.tarwalker`), the member groups of each
+chunk go through its C loop, and this code reads only the groups it stops at
+(one cut by the chunk's end, a damaged header, the end of the archive): the
+errors, and every rare case, stay here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, cast
 
 import numpy as np
 
 from ..checksums import crc32c
+from . import tarwalker
 from .errors import NotATarError, TarChecksumError, TarError, TarNumberError, TarTruncatedError
 from .headers import checksum_mismatches, parse_number, parse_pax
 from .spec import BLOCK, GNU_LONGLINK, GNU_LONGNAME, NO_DATA_TYPES, PAX_GLOBAL, PAX_LOCAL, blocks
 
-__all__ = ["DEFAULT_CHUNK", "MAX_EXTENSION_BYTES", "Member", "TarWalker"]
+__all__ = ["DEFAULT_CHUNK", "MAX_EXTENSION_BYTES", "Batch", "Member", "TarWalker"]
 
 DEFAULT_CHUNK = 8 << 20
 """Bytes read per call: large enough that a remote stream makes few requests."""
@@ -34,6 +40,24 @@ Member = tuple[bytes | bytearray, int, int, int, int]
 GNU long-name header when it has one); its own header is ``payload_offset -
 512``. ``name`` is the full path as raw bytes (pax or GNU long name applied).
 """
+
+Batch = tuple[list[bytes | bytearray], list[int], list[int], list[int], list[int]]
+"""Members in archive order as columns: names, first header offsets, payload offsets, sizes, CRC32Cs.
+
+Columns, not one tuple per member: the compiled walker returns them so.
+"""
+
+
+def _batch() -> Batch:
+    return [], [], [], [], []
+
+
+def _extend(batch: Batch, columns: Iterable[Sequence[Any]]) -> None:
+    """Append columns (or rows' fields, transposed) to ``batch``, column by column."""
+    lists: tuple[list[Any], ...] = batch
+    for column, values in zip(lists, columns):
+        column.extend(values)
+
 
 _REGULAR = (ord("0"), 0, ord("7"))
 _USTAR_POSIX = b"ustar\x00"
@@ -90,7 +114,7 @@ class TarWalker:
         self._eof = False
         self._pending: list[int] = []  # header positions in _buf not yet checksum-verified
         self._parsed: list[Member] = []  # members whose headers are all in _pending
-        self._ready: list[Member] = []  # members whose headers were verified
+        self._ready: Batch = _batch()  # members whose headers were verified
         self.size = 0
         self.end_offset = -1
         self.member_count = 0
@@ -176,8 +200,9 @@ class TarWalker:
                 offset=offset,
             )
         self._pending.clear()
-        self._ready.extend(self._parsed)
-        self._parsed.clear()
+        if self._parsed:
+            _extend(self._ready, zip(*self._parsed))
+            self._parsed.clear()
 
     def _fail(self, error: TarError) -> TarError:
         """``error``, unless a header parsed before it has a bad checksum (then that one)."""
@@ -198,7 +223,7 @@ class TarWalker:
 
     # --- the walk --------------------------------------------------------------
 
-    def __iter__(self) -> Iterator[list[Member]]:
+    def __iter__(self) -> Iterator[Batch]:
         """Batches of members, in archive order, each after its headers were verified.
 
         Raises
@@ -218,6 +243,10 @@ class TarWalker:
         expected = self.expected_size
         header_at = 0
         members = 0  # a local: attribute writes cost in this loop; published below
+        fast = tarwalker.walk
+        fast_stop = -1  # where the compiled loop last stopped without progress
+        fast_expected = -1 if expected is None else expected
+        ready = self._ready
         while True:
             if self._end - pos < BLOCK:
                 self.member_count = members
@@ -228,9 +257,9 @@ class TarWalker:
                         "the archive ends inside the payload padding of the member here",
                         header_at,
                     ) from None
-                if self._ready:
+                if self._ready[0]:
                     yield self._ready
-                    self._ready = []
+                    self._ready = ready = _batch()
                 if self._end < BLOCK:
                     at = self._base
                     if at == 0 and bytes(view[257:262]) != b"ustar":
@@ -247,6 +276,30 @@ class TarWalker:
                             self._truncated("the archive has no end-of-archive block", at)
                         )
                     raise self._fail(self._truncated("a tar header starts here", at))
+            if (
+                fast is not None
+                and first_header < 0
+                and long_name is None
+                and pax is None
+                and self._base + pos != fast_stop
+            ):
+                stop, count, skip, global_path, *columns = fast(
+                    buf, pos, self._end, self._base, fast_expected, pax_global.get("path")
+                )
+                if stop == pos:
+                    # This group is the reference's (an error, a rare case, the chunk's end).
+                    fast_stop = self._base + pos
+                else:
+                    if columns[0]:
+                        if parsed or pending:
+                            self._verify()  # members the reference parsed come first
+                        _extend(ready, cast("list[list[Any]]", columns))
+                    members += count
+                    self.skipped += skip
+                    if global_path is not None:
+                        pax_global["path"] = global_path
+                    pos = stop
+                    continue
             header_at = self._base + pos
             if buf[pos + 148] == 0 and view[pos : pos + BLOCK] == _ZERO_BLOCK:
                 self.end_offset = header_at
@@ -354,9 +407,9 @@ class TarWalker:
             pax = None
         self.member_count = members
         self._verify()
-        if self._ready:
+        if self._ready[0]:
             yield self._ready
-            self._ready = []
+            self._ready = _batch()
         # Read what follows (the second zero block, record padding) to learn the size.
         self._base += self._end
         self._end = 0

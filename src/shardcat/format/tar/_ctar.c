@@ -1,0 +1,774 @@
+/*
+ * The compiled tar walker: the hot loop of walk.py (TarWalker) over one
+ * buffered chunk, in C. walk.py stays the reference and keeps the buffer,
+ * the stream and every error; tarwalker.py chooses between the two.
+ *
+ * walk(buf, start, end, base, expected, global_path) walks the members of
+ * buf[start:end] (buf[0] is at file offset `base`) and returns, for every
+ * complete member group (its extension headers, its header, its payload
+ * and padding all in the buffer), the member's name, first header offset,
+ * payload offset, size and the payload's CRC32C, as five lists.
+ *
+ * How errors are reported, as in _ccodec.c: this code raises none of the
+ * archive's errors. It stops in front of the first group it does not accept
+ * (a bad checksum or number, a pax header it cannot parse, a size past the
+ * file's end, a sparse file, the end-of-archive block, a group cut by the
+ * end of the buffer) and returns where it stopped; the reference walker then
+ * reads that group and raises, or accepts it, with its own message and
+ * offset. The rule that makes this sound: this code may reject more than
+ * the reference, never accept less. Every header it accepts has its
+ * checksum verified first, so no later error can hide an earlier one.
+ *
+ * CRC32C: SSE4.2 (three interleaved streams, joined by shift tables) when
+ * the CPU has it, chosen at import, else slicing-by-8 tables; the same
+ * results as the crc32c package (tests/format/tar/test_ctar.py).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define SC_HAVE_SSE42 1
+#include <nmmintrin.h>
+#endif
+
+/* Layout constants: spec.py and walk.py declare them; test_ctar.py checks these copies. */
+#define BLOCK 512
+#define CHKSUM_AT 148
+#define SIZE_AT 124
+#define TYPE_AT 156
+#define MAGIC_AT 257
+#define PREFIX_AT 345
+#define MAX_EXTENSION_BYTES (16 << 20)
+
+static inline uint32_t ld32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+static inline uint64_t ld64(const unsigned char *p) { return (uint64_t)ld32(p) | ((uint64_t)ld32(p + 4) << 32); }
+
+/* ------------------------------------------------------------------------ */
+/* CRC32C                                                                    */
+
+#define POLY 0x82f63b78u /* Castagnoli, reflected */
+#define LONG_BLOCK 8192
+#define SHORT_BLOCK 256
+
+static uint32_t crc_table[8][256];
+static uint32_t shift_long[4][256];  /* multiply a CRC register by x^(8 * LONG_BLOCK) */
+static uint32_t shift_short[4][256]; /* ... by x^(8 * SHORT_BLOCK) */
+static int have_sse42;
+
+/* a * b modulo the polynomial, in the reflected bit order (x^0 is bit 31). */
+static uint32_t multmodp(uint32_t a, uint32_t b)
+{
+    uint32_t m = (uint32_t)1 << 31, p = 0;
+    for (;;) {
+        if (a & m) {
+            p ^= b;
+            if ((a & (m - 1)) == 0)
+                break;
+        }
+        m >>= 1;
+        b = b & 1 ? (b >> 1) ^ POLY : b >> 1;
+    }
+    return p;
+}
+
+/* x^(8 n) modulo the polynomial: the operator that appends n zero bytes. */
+static uint32_t zeros_operator(size_t n)
+{
+    uint32_t result = (uint32_t)1 << 31;
+    uint32_t square = (uint32_t)1 << 30;
+    size_t bits = n * 8;
+    while (bits) {
+        if (bits & 1)
+            result = multmodp(square, result);
+        square = multmodp(square, square);
+        bits >>= 1;
+    }
+    return result;
+}
+
+static void shift_table(uint32_t table[4][256], size_t n)
+{
+    uint32_t op = zeros_operator(n);
+    for (int k = 0; k < 4; k++)
+        for (uint32_t v = 0; v < 256; v++)
+            table[k][v] = multmodp(op, v << (8 * k));
+}
+
+static inline uint32_t shift(uint32_t table[4][256], uint32_t crc)
+{
+    return table[0][crc & 0xff] ^ table[1][(crc >> 8) & 0xff] ^ table[2][(crc >> 16) & 0xff] ^
+           table[3][crc >> 24];
+}
+
+static void crc_init(void)
+{
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? (c >> 1) ^ POLY : c >> 1;
+        crc_table[0][n] = c;
+    }
+    for (uint32_t n = 0; n < 256; n++)
+        for (int k = 1; k < 8; k++)
+            crc_table[k][n] = (crc_table[k - 1][n] >> 8) ^ crc_table[0][crc_table[k - 1][n] & 0xff];
+    shift_table(shift_long, LONG_BLOCK);
+    shift_table(shift_short, SHORT_BLOCK);
+#ifdef SC_HAVE_SSE42
+    __builtin_cpu_init();
+    have_sse42 = __builtin_cpu_supports("sse4.2");
+#endif
+}
+
+static uint32_t crc_sw(uint32_t crc, const unsigned char *buf, size_t len)
+{
+    uint32_t c = ~crc;
+    while (len && ((uintptr_t)buf & 7)) {
+        c = crc_table[0][(c ^ *buf++) & 0xff] ^ (c >> 8);
+        len--;
+    }
+    while (len >= 8) {
+        uint64_t w = ld64(buf) ^ c;
+        c = crc_table[7][w & 0xff] ^ crc_table[6][(w >> 8) & 0xff] ^ crc_table[5][(w >> 16) & 0xff] ^
+            crc_table[4][(w >> 24) & 0xff] ^ crc_table[3][(w >> 32) & 0xff] ^
+            crc_table[2][(w >> 40) & 0xff] ^ crc_table[1][(w >> 48) & 0xff] ^ crc_table[0][w >> 56];
+        buf += 8;
+        len -= 8;
+    }
+    while (len--)
+        c = crc_table[0][(c ^ *buf++) & 0xff] ^ (c >> 8);
+    return ~c;
+}
+
+#ifdef SC_HAVE_SSE42
+#if defined(__x86_64__)
+#define CRC_WORD uint64_t
+#define CRC_STEP(c, p) ((uint32_t)_mm_crc32_u64((c), ld64(p)))
+#else
+#define CRC_WORD uint32_t
+#define CRC_STEP(c, p) _mm_crc32_u32((c), ld32(p))
+#endif
+
+/* One crc32 instruction has a latency of three cycles and a throughput of
+   one: three independent streams keep the unit busy, and the shift tables
+   join them (register(A B C) = shift(shift(reg A) ^ reg B) ^ reg C). */
+__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const unsigned char *buf, size_t len)
+{
+    uint32_t c0 = ~crc;
+    const size_t w = sizeof(CRC_WORD);
+    while (len && ((uintptr_t)buf & (w - 1))) {
+        c0 = _mm_crc32_u8(c0, *buf++);
+        len--;
+    }
+    while (len >= 3 * LONG_BLOCK) {
+        uint32_t c1 = 0, c2 = 0;
+        const unsigned char *end = buf + LONG_BLOCK;
+        do {
+            c0 = CRC_STEP(c0, buf);
+            c1 = CRC_STEP(c1, buf + LONG_BLOCK);
+            c2 = CRC_STEP(c2, buf + 2 * LONG_BLOCK);
+            buf += w;
+        } while (buf < end);
+        c0 = shift(shift_long, c0) ^ c1;
+        c0 = shift(shift_long, c0) ^ c2;
+        buf += 2 * LONG_BLOCK;
+        len -= 3 * LONG_BLOCK;
+    }
+    while (len >= 3 * SHORT_BLOCK) {
+        uint32_t c1 = 0, c2 = 0;
+        const unsigned char *end = buf + SHORT_BLOCK;
+        do {
+            c0 = CRC_STEP(c0, buf);
+            c1 = CRC_STEP(c1, buf + SHORT_BLOCK);
+            c2 = CRC_STEP(c2, buf + 2 * SHORT_BLOCK);
+            buf += w;
+        } while (buf < end);
+        c0 = shift(shift_short, c0) ^ c1;
+        c0 = shift(shift_short, c0) ^ c2;
+        buf += 2 * SHORT_BLOCK;
+        len -= 3 * SHORT_BLOCK;
+    }
+    while (len >= w) {
+        c0 = CRC_STEP(c0, buf);
+        buf += w;
+        len -= w;
+    }
+    while (len--)
+        c0 = _mm_crc32_u8(c0, *buf++);
+    return ~c0;
+}
+#endif
+
+static inline uint32_t crc32c(uint32_t crc, const unsigned char *buf, size_t len)
+{
+#ifdef SC_HAVE_SSE42
+    if (have_sse42)
+        return crc_hw(crc, buf, len);
+#endif
+    return crc_sw(crc, buf, len);
+}
+
+/* ------------------------------------------------------------------------ */
+/* header fields                                                             */
+
+/* The checksum, in the form common writers use (six octal digits, then NUL
+   or space) and equal to the unsigned sum. Any other form, or a mismatch,
+   returns 0: the reference re-checks (signed sums, other encodings). */
+static int checksum_ok(const unsigned char *h)
+{
+    uint64_t sum = 0;
+    for (int i = 0; i < BLOCK; i += 8) {
+        uint64_t w = ld64(h + i);
+        /* Add byte pairs into 16-bit lanes (at most 510 each, no overflow in 64 words). */
+        sum += (w & 0x00ff00ff00ff00ffull) + ((w >> 8) & 0x00ff00ff00ff00ffull);
+    }
+    sum = (sum & 0xffffffffull) + (sum >> 32);
+    sum = (sum & 0xffff) + (sum >> 16);
+    for (int i = 0; i < 8; i++)
+        sum -= h[CHKSUM_AT + i];
+    sum += 8 * ' ';
+    if (h[CHKSUM_AT + 6] != 0 && h[CHKSUM_AT + 6] != ' ')
+        return 0;
+    uint64_t stored = 0;
+    for (int i = 0; i < 6; i++) {
+        unsigned c = h[CHKSUM_AT + i];
+        if (c < '0' || c > '7')
+            return 0;
+        stored = stored * 8 + (c - '0');
+    }
+    return stored == sum;
+}
+
+/* The 12-byte size field as octal text: cut at the first NUL, spaces
+   stripped, octal digits only (empty is 0). Returns -1 for anything else
+   (base-256, other whitespace): the reference decides those. */
+static int64_t parse_size(const unsigned char *f)
+{
+    if (f[0] & 0x80)
+        return -1;
+    int n = 0;
+    while (n < 12 && f[n])
+        n++;
+    int i = 0;
+    while (i < n && f[i] == ' ')
+        i++;
+    while (n > i && f[n - 1] == ' ')
+        n--;
+    int64_t v = 0;
+    for (; i < n; i++) {
+        if (f[i] < '0' || f[i] > '7')
+            return -1;
+        v = v * 8 + (f[i] - '0');
+    }
+    return v;
+}
+
+static const unsigned char *find(const unsigned char *hay, size_t n, const char *needle)
+{
+    size_t m = strlen(needle);
+    for (size_t i = 0; i + m <= n; i++)
+        if (hay[i] == (unsigned char)needle[0] && memcmp(hay + i, needle, m) == 0)
+            return hay + i;
+    return NULL;
+}
+
+typedef struct {
+    const unsigned char *path; /* NULL: no path record */
+    size_t path_len;
+    int64_t size; /* -1: no size record */
+    int any;      /* a path, size or GNU.sparse record was seen */
+    int sparse;
+} PaxRecords;
+
+/* The records of a pax header that matter (headers.parse_pax's rules, with
+   walk.py's substring pre-test). Returns 0 where the reference would raise
+   or where this code does not decide (a size that is not plain digits). */
+static int parse_pax(const unsigned char *d, size_t n, PaxRecords *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->size = -1;
+    if (!find(d, n, " path=") && !find(d, n, " size=") && !find(d, n, " GNU.sparse."))
+        return 1;
+    size_t pos = 0;
+    while (pos < n && d[pos] != 0) {
+        size_t space = pos;
+        while (space < n && d[space] != ' ')
+            space++;
+        if (space == n || space == pos || space - pos > 18)
+            return 0;
+        uint64_t length = 0;
+        for (size_t i = pos; i < space; i++) {
+            if (d[i] < '0' || d[i] > '9')
+                return 0;
+            length = length * 10 + (d[i] - '0');
+        }
+        if (length == 0 || length > n - pos)
+            return 0;
+        size_t stop = pos + (size_t)length;
+        if (d[stop - 1] != '\n' || space + 1 > stop - 1)
+            return 0;
+        const unsigned char *rec = d + space + 1;
+        size_t rec_len = stop - 1 - (space + 1);
+        const unsigned char *eq = memchr(rec, '=', rec_len);
+        if (eq == NULL)
+            return 0;
+        size_t key_len = (size_t)(eq - rec);
+        const unsigned char *value = eq + 1;
+        size_t value_len = rec_len - key_len - 1;
+        if (key_len == 4 && memcmp(rec, "path", 4) == 0) {
+            out->path = value;
+            out->path_len = value_len;
+            out->any = 1;
+        } else if (key_len == 4 && memcmp(rec, "size", 4) == 0) {
+            if (value_len == 0 || value_len > 18)
+                return 0;
+            int64_t v = 0;
+            for (size_t i = 0; i < value_len; i++) {
+                if (value[i] < '0' || value[i] > '9')
+                    return 0;
+                v = v * 10 + (value[i] - '0');
+            }
+            out->size = v;
+            out->any = 1;
+        } else if (key_len >= 11 && memcmp(rec, "GNU.sparse.", 11) == 0) {
+            out->sparse = 1;
+            out->any = 1;
+        }
+        pos = stop;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the walk                                                                  */
+
+static int append_steal(PyObject *list, PyObject *item)
+{
+    if (item == NULL)
+        return -1;
+    int rc = PyList_Append(list, item);
+    Py_DECREF(item);
+    return rc;
+}
+
+static PyObject *py_walk(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer view;
+    Py_ssize_t start, end;
+    long long base, expected;
+    PyObject *global_obj;
+    if (!PyArg_ParseTuple(args, "y*nnLLO", &view, &start, &end, &base, &expected, &global_obj))
+        return NULL;
+    PyObject *names = NULL, *firsts = NULL, *payloads = NULL, *sizes = NULL, *crcs = NULL;
+    PyObject *result = NULL;
+    PyObject *owned_global = NULL; /* a global path set in this buffer (copied) */
+    if (start < 0 || end < start || end > view.len) {
+        PyErr_SetString(PyExc_ValueError, "walk: start and end must lie inside the buffer");
+        goto done;
+    }
+    const unsigned char *global = NULL; /* the committed pax global path */
+    Py_ssize_t global_len = 0;
+    if (global_obj != Py_None) {
+        if (!PyBytes_Check(global_obj)) {
+            PyErr_SetString(PyExc_TypeError, "walk: global_path must be bytes or None");
+            goto done;
+        }
+        global = (const unsigned char *)PyBytes_AS_STRING(global_obj);
+        global_len = PyBytes_GET_SIZE(global_obj);
+    }
+    names = PyList_New(0);
+    firsts = PyList_New(0);
+    payloads = PyList_New(0);
+    sizes = PyList_New(0);
+    crcs = PyList_New(0);
+    if (!names || !firsts || !payloads || !sizes || !crcs)
+        goto done;
+
+    const unsigned char *buf = view.buf;
+    Py_ssize_t committed = start; /* after the last group accepted */
+    long members = 0, skipped = 0;
+    for (;;) {
+        /* One group: extension headers, then the header they describe. */
+        Py_ssize_t pos = committed;
+        const unsigned char *long_name = NULL, *pax_path = NULL, *group_global = global;
+        size_t long_len = 0, pax_path_len = 0;
+        Py_ssize_t group_global_len = global_len;
+        int64_t pax_size = -1;
+        int have_pax = 0, sparse = 0;
+        long long first_header = -1;
+        for (;;) {
+            if (end - pos < BLOCK)
+                goto stop;
+            const unsigned char *h = buf + pos;
+            long long header_at = base + pos;
+            if (!checksum_ok(h)) /* also the end-of-archive block: its sum is zero */
+                goto stop;
+            int64_t size = parse_size(h + SIZE_AT);
+            if (size < 0)
+                goto stop;
+            unsigned char kind = h[TYPE_AT];
+            if (first_header < 0)
+                first_header = header_at;
+            int extension = kind == 'L' || kind == 'K' || kind == 'x' || kind == 'g';
+            if (kind >= '1' && kind <= '6')
+                size = 0;
+            else if (have_pax && pax_size >= 0 && !extension)
+                size = pax_size;
+            long long payload_at = header_at + BLOCK;
+            if (expected >= 0 && payload_at + size > expected)
+                goto stop;
+            int64_t padded = (size + BLOCK - 1) & ~(int64_t)(BLOCK - 1);
+            if (padded > (int64_t)(end - pos - BLOCK))
+                goto stop; /* the group runs past the buffer */
+            const unsigned char *data = h + BLOCK;
+            if ((kind == '0' || kind == 0 || kind == '7') && !sparse) {
+                const unsigned char *name;
+                size_t name_len;
+                PyObject *name_obj;
+                if (have_pax && pax_path != NULL) {
+                    name = pax_path;
+                    name_len = pax_path_len;
+                } else if (long_name != NULL) {
+                    name = long_name;
+                    name_len = long_len;
+                } else if (group_global != NULL) {
+                    name = group_global;
+                    name_len = (size_t)group_global_len;
+                } else {
+                    name = h;
+                    const unsigned char *nul = memchr(h, 0, 100);
+                    name_len = nul ? (size_t)(nul - h) : 100;
+                }
+                if (name == h && h[PREFIX_AT] && memcmp(h + MAGIC_AT, "ustar\0", 6) == 0) {
+                    const unsigned char *nul = memchr(h + PREFIX_AT, 0, 155);
+                    size_t prefix_len = nul ? (size_t)(nul - (h + PREFIX_AT)) : 155;
+                    name_obj = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(prefix_len + 1 + name_len));
+                    if (name_obj == NULL)
+                        goto done;
+                    char *w = PyBytes_AS_STRING(name_obj);
+                    memcpy(w, h + PREFIX_AT, prefix_len);
+                    w[prefix_len] = '/';
+                    memcpy(w + prefix_len + 1, name, name_len);
+                } else {
+                    name_obj = PyBytes_FromStringAndSize((const char *)name, (Py_ssize_t)name_len);
+                    if (name_obj == NULL)
+                        goto done;
+                }
+                Py_ssize_t n_len = PyBytes_GET_SIZE(name_obj);
+                if (kind == 0 && n_len && PyBytes_AS_STRING(name_obj)[n_len - 1] == '/') {
+                    /* A V7 directory: no payload, not a sample member. */
+                    Py_DECREF(name_obj);
+                    skipped++;
+                } else {
+                    uint32_t crc = crc32c(0, data, (size_t)size);
+                    if (append_steal(names, name_obj) < 0 ||
+                        append_steal(firsts, PyLong_FromLongLong(first_header)) < 0 ||
+                        append_steal(payloads, PyLong_FromLongLong(payload_at)) < 0 ||
+                        append_steal(sizes, PyLong_FromLongLong(size)) < 0 ||
+                        append_steal(crcs, PyLong_FromUnsignedLong(crc)) < 0)
+                        goto done;
+                }
+                members++;
+                pos += BLOCK + padded;
+                break;
+            }
+            if (extension) {
+                if (size > MAX_EXTENSION_BYTES)
+                    goto stop;
+                if (kind == 'L') {
+                    const unsigned char *nul = memchr(data, 0, (size_t)size);
+                    long_name = data;
+                    long_len = nul ? (size_t)(nul - data) : (size_t)size;
+                } else if (kind == 'x' || kind == 'g') {
+                    PaxRecords r;
+                    if (!parse_pax(data, (size_t)size, &r))
+                        goto stop;
+                    if (kind == 'g') {
+                        if (r.path != NULL) {
+                            group_global = r.path;
+                            group_global_len = (Py_ssize_t)r.path_len;
+                        }
+                        first_header = -1;
+                    } else if (r.any) {
+                        have_pax = 1;
+                        if (r.path != NULL) {
+                            pax_path = r.path;
+                            pax_path_len = r.path_len;
+                        }
+                        if (r.size >= 0)
+                            pax_size = r.size;
+                        sparse |= r.sparse;
+                    }
+                }
+                pos += BLOCK + padded;
+                continue;
+            }
+            if (sparse)
+                goto stop; /* a GNU sparse file: the reference skips it */
+            /* A directory, link, device, FIFO or unknown type: not a sample member. */
+            members++;
+            skipped++;
+            pos += BLOCK + padded;
+            break;
+        }
+        committed = pos;
+        if (group_global != global) {
+            /* A global path points into the buffer: keep a copy (later chunks overwrite it). */
+            PyObject *copy = PyBytes_FromStringAndSize((const char *)group_global, group_global_len);
+            if (copy == NULL)
+                goto done;
+            Py_XSETREF(owned_global, copy);
+            global = (const unsigned char *)PyBytes_AS_STRING(copy);
+            global_len = group_global_len;
+        }
+    }
+stop:
+    result = Py_BuildValue("(nllOOOOOO)", committed, members, skipped,
+                           owned_global != NULL ? owned_global : global_obj, names, firsts, payloads,
+                           sizes, crcs);
+done:
+    Py_XDECREF(owned_global);
+    Py_XDECREF(names);
+    Py_XDECREF(firsts);
+    Py_XDECREF(payloads);
+    Py_XDECREF(sizes);
+    Py_XDECREF(crcs);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* ------------------------------------------------------------------------ */
+/* samples                                                                   */
+
+#define MAX_KEY_BYTES 0xFFFF
+#define MAX_ENTRIES 0xFFFF
+#define EXT_SLOTS 32
+#define EXT_MAX 255
+
+typedef struct {
+    unsigned char bytes[EXT_MAX];
+    Py_ssize_t len;
+    PyObject *str; /* owned */
+} ExtSlot;
+
+/* group(names, firsts, payloads, sizes, seen, key, start, end, exts, begin): scan.py's
+   _Grouper.feed for the members it accepts, from index `begin`, in order. `key`,
+   `start`, `end` and `exts` (a list, appended to) are the open sample; `seen`
+   (key -> start, added to) holds the closed ones. Stops in front of the first
+   member that the reference must read: a name off WebDataset's plain path
+   (no dot, a leading '_', a newline, a non-ASCII byte), a key seen before, a
+   repeated entry name, a key or an entry count above the format's limits.
+   Returns (stop, entry_names, keys, offsets, lengths, counts, key, start, end). */
+static PyObject *py_group(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *names, *firsts, *payloads, *sizes, *seen, *key, *exts;
+    long long start, end;
+    Py_ssize_t i;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!OLLO!n", &PyList_Type, &names, &PyList_Type, &firsts,
+                          &PyList_Type, &payloads, &PyList_Type, &sizes, &PyDict_Type, &seen, &key,
+                          &start, &end, &PyList_Type, &exts, &i))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(names);
+    if (PyList_GET_SIZE(firsts) != n || PyList_GET_SIZE(payloads) != n || PyList_GET_SIZE(sizes) != n) {
+        PyErr_SetString(PyExc_ValueError, "group: the columns differ in length");
+        return NULL;
+    }
+    ExtSlot slots[EXT_SLOTS];
+    int used = 0;
+    PyObject *out_names = PyList_New(0), *keys = PyList_New(0), *offsets = PyList_New(0);
+    PyObject *lengths = PyList_New(0), *counts = PyList_New(0), *result = NULL;
+    Py_INCREF(key);
+    if (i < 0)
+        i = 0;
+    if (!out_names || !keys || !offsets || !lengths || !counts)
+        goto done;
+    for (; i < n; i++) {
+        PyObject *name = PyList_GET_ITEM(names, i);
+        const unsigned char *p;
+        Py_ssize_t len, slash = -1, dot = -1;
+        if (PyBytes_Check(name)) {
+            p = (const unsigned char *)PyBytes_AS_STRING(name);
+            len = PyBytes_GET_SIZE(name);
+        } else if (PyByteArray_Check(name)) { /* a name the reference walker sliced */
+            p = (const unsigned char *)PyByteArray_AS_STRING(name);
+            len = PyByteArray_GET_SIZE(name);
+        } else
+            break;
+        int plain = len > 0 && p[0] != '_';
+        for (Py_ssize_t j = 0; plain && j < len; j++) {
+            unsigned char c = p[j];
+            if (c >= 0x80 || c == '\n')
+                plain = 0;
+            else if (c == '/') {
+                slash = j;
+                dot = -1;
+            } else if (c == '.' && dot < 0)
+                dot = j;
+        }
+        if (!plain || dot <= slash + 1 || dot >= len - 1 || len - dot - 1 > EXT_MAX || dot > MAX_KEY_BYTES)
+            break;
+        /* The entry name, lower-cased; one str per distinct name in this call. */
+        unsigned char lower[EXT_MAX];
+        Py_ssize_t ext_len = len - dot - 1;
+        for (Py_ssize_t j = 0; j < ext_len; j++) {
+            unsigned char c = p[dot + 1 + j];
+            lower[j] = (c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32) : c;
+        }
+        PyObject *ext = NULL;
+        for (int k = 0; k < used; k++)
+            if (slots[k].len == ext_len && memcmp(slots[k].bytes, lower, (size_t)ext_len) == 0) {
+                ext = slots[k].str;
+                break;
+            }
+        if (ext == NULL) {
+            if (used == EXT_SLOTS)
+                break;
+            ext = PyUnicode_DecodeASCII((const char *)lower, ext_len, NULL);
+            if (ext == NULL)
+                goto done;
+            memcpy(slots[used].bytes, lower, (size_t)ext_len);
+            slots[used].len = ext_len;
+            slots[used].str = ext;
+            used++;
+        }
+        long long first = PyLong_AsLongLong(PyList_GET_ITEM(firsts, i));
+        long long stop = PyLong_AsLongLong(PyList_GET_ITEM(payloads, i)) +
+                         PyLong_AsLongLong(PyList_GET_ITEM(sizes, i));
+        if (PyErr_Occurred())
+            goto done;
+        int same = 0;
+        if (key != Py_None && PyUnicode_IS_COMPACT_ASCII(key) && PyUnicode_GET_LENGTH(key) == dot)
+            same = memcmp(PyUnicode_DATA(key), p, (size_t)dot) == 0;
+        if (same) {
+            Py_ssize_t count = PyList_GET_SIZE(exts);
+            if (count >= MAX_ENTRIES)
+                break;
+            int dup = PySequence_Contains(exts, ext);
+            if (dup < 0)
+                goto done;
+            if (dup)
+                break;
+            if (PyList_Append(exts, ext) < 0 || PyList_Append(out_names, ext) < 0)
+                goto done;
+            end = stop;
+            continue;
+        }
+        PyObject *new_key = PyUnicode_DecodeASCII((const char *)p, dot, NULL);
+        if (new_key == NULL)
+            goto done;
+        int split = PyDict_Contains(seen, new_key);
+        if (split != 0) {
+            Py_DECREF(new_key);
+            if (split < 0)
+                goto done;
+            break;
+        }
+        if (key != Py_None) {
+            /* Close the open sample, with _Grouper._close's checks (it may come from the reference). */
+            Py_ssize_t key_bytes;
+            if (PyUnicode_AsUTF8AndSize(key, &key_bytes) == NULL) {
+                Py_DECREF(new_key);
+                goto done;
+            }
+            Py_ssize_t count = PyList_GET_SIZE(exts);
+            if (key_bytes > MAX_KEY_BYTES || count > MAX_ENTRIES || PyUnicode_Compare(key, new_key) == 0) {
+                Py_DECREF(new_key);
+                break;
+            }
+            PyObject *at = PyLong_FromLongLong(start);
+            if (at == NULL || PyDict_SetItem(seen, key, at) < 0 || PyList_Append(keys, key) < 0 ||
+                PyList_Append(offsets, at) < 0 ||
+                append_steal(lengths, PyLong_FromLongLong(end - start)) < 0 ||
+                append_steal(counts, PyLong_FromSsize_t(count)) < 0) {
+                Py_XDECREF(at);
+                Py_DECREF(new_key);
+                goto done;
+            }
+            Py_DECREF(at);
+            if (PyList_SetSlice(exts, 0, count, NULL) < 0) {
+                Py_DECREF(new_key);
+                goto done;
+            }
+        }
+        Py_SETREF(key, new_key);
+        start = first;
+        end = stop;
+        if (PyList_Append(exts, ext) < 0 || PyList_Append(out_names, ext) < 0)
+            goto done;
+    }
+    result = Py_BuildValue("(nOOOOOOLL)", i, out_names, keys, offsets, lengths, counts, key, start, end);
+done:
+    for (int k = 0; k < used; k++)
+        Py_DECREF(slots[k].str);
+    Py_XDECREF(out_names);
+    Py_XDECREF(keys);
+    Py_XDECREF(offsets);
+    Py_XDECREF(lengths);
+    Py_XDECREF(counts);
+    Py_DECREF(key);
+    return result;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the module                                                                */
+
+static PyObject *crc_args(PyObject *args, int table)
+{
+    Py_buffer data;
+    unsigned long value = 0;
+    if (!PyArg_ParseTuple(args, "y*|k", &data, &value))
+        return NULL;
+    uint32_t v = (uint32_t)value;
+    uint32_t c = table ? crc_sw(v, data.buf, (size_t)data.len) : crc32c(v, data.buf, (size_t)data.len);
+    PyBuffer_Release(&data);
+    return PyLong_FromUnsignedLong(c);
+}
+
+static PyObject *py_crc32c(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return crc_args(args, 0);
+}
+static PyObject *py_crc32c_table(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return crc_args(args, 1);
+}
+
+static PyMethodDef methods[] = {
+    {"walk", py_walk, METH_VARARGS,
+     "walk(buf, start, end, base, expected, global_path) -> (stop, members, skipped, global_path, "
+     "names, first_headers, payload_offsets, sizes, crc32cs): the complete member groups of "
+     "buf[start:end], up to the first one the reference walker must read."},
+    {"group", py_group, METH_VARARGS,
+     "group(names, firsts, payloads, sizes, seen, key, start, end, exts): the samples of the "
+     "members the reference grouper would accept, up to the first it must read."},
+    {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, value=0): CRC32C of data, continuing from value."},
+    {"crc32c_table", py_crc32c_table, METH_VARARGS, "CRC32C by the table fallback (for tests)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_ctar", "The compiled tar walker (see tarwalker.py).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__ctar(void)
+{
+    crc_init();
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddIntConstant(m, "BLOCK", BLOCK) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_EXTENSION_BYTES", MAX_EXTENSION_BYTES) < 0 ||
+        PyModule_AddIntConstant(m, "have_sse42", have_sse42) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

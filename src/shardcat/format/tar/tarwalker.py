@@ -1,0 +1,104 @@
+"""Which tar walker runs: the compiled member loop, or the pure-Python reference.
+
+Both find the same members with the same CRC32Cs and raise the same errors:
+the compiled loop (``_ctar.c``, built with the package when a C compiler is
+present) walks the member groups of a buffered chunk that it accepts and
+stops in front of any other; :class:`~.walk.TarWalker` (the reference)
+reads that group, and raises its error or accepts it. The same goes for
+grouping members into samples (``scan._Grouper``).
+
+``SHARDCAT_TAR_WALKER`` chooses, when shardcat is imported (as
+``SHARDCAT_RECORD_CODEC`` does for the record codec):
+
+``auto`` (default)
+    The compiled walker if it was built, else the reference.
+``compiled``
+    The compiled walker; importing shardcat fails if it was not built.
+``python``
+    The reference alone.
+
+:func:`active` tells which one runs; :func:`use` switches (tests and
+benchmarks run both). The walker looks :data:`walk` up here when it starts.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from typing import Any, Literal
+
+from ...errors import CodecUnavailableError
+
+__all__ = ["ENV_VAR", "GroupResult", "WalkResult", "active", "available", "group", "use", "walk"]
+
+ENV_VAR = "SHARDCAT_TAR_WALKER"
+Name = Literal["compiled", "python"]
+
+WalkResult = tuple[
+    int, int, int, bytes | None, list[bytes], list[int], list[int], list[int], list[int]
+]
+"""``(stop, members, skipped, global_path, names, first_headers, payloads, sizes, crcs)``."""
+
+GroupResult = tuple[
+    int, list[str], list[str], list[int], list[int], list[int], str | None, int, int
+]
+"""``(stop, entry_names, keys, offsets, lengths, counts, open_key, open_start, open_end)``."""
+
+_compiled: Any
+try:
+    _compiled = importlib.import_module(f"{__package__}._ctar")
+except ImportError as e:  # built without a compiler, or a source checkout not built
+    _compiled = None
+    _missing = e
+
+walk: Callable[[Any, int, int, int, int, bytes | None], WalkResult] | None
+"""The compiled member loop, or ``None`` when the reference walks alone."""
+group: Callable[..., GroupResult] | None
+"""The compiled sample grouping (``scan._Grouper.feed``'s plain path), or ``None``."""
+_active: Name
+
+
+def available() -> list[Name]:
+    """The walkers this installation has: always ``"python"``, and ``"compiled"`` if it was built."""
+    return ["compiled", "python"] if _compiled is not None else ["python"]
+
+
+def active() -> Name:
+    """The walker in use: ``"compiled"`` or ``"python"``."""
+    return _active
+
+
+def use(name: str) -> Name:
+    """Switch to walker ``name`` (``"compiled"``, ``"python"`` or ``"auto"``); returns the previous one.
+
+    Raises
+    ------
+    CodecUnavailableError
+        ``"compiled"`` was asked for but the extension was not built.
+    ValueError
+        An unknown name.
+    """
+    global walk, group, _active
+    previous = globals().get("_active", "python")
+    choice = name.strip().lower()
+    if choice == "auto":
+        choice = "compiled" if _compiled is not None else "python"
+    if choice == "compiled":
+        if _compiled is None:
+            raise CodecUnavailableError(
+                f"the compiled tar walker was not built ({_missing}); reinstall shardcat where "
+                f"a C compiler and the Python headers are present, or set {ENV_VAR}=python"
+            )
+        walk = _compiled.walk
+        group = _compiled.group
+    elif choice == "python":
+        walk = None
+        group = None
+    else:
+        raise ValueError(f"{ENV_VAR}={name!r}: choose auto, compiled or python")
+    _active = choice  # type: ignore[assignment]
+    return previous  # type: ignore[no-any-return]
+
+
+use(os.environ.get(ENV_VAR, "auto"))

@@ -1,0 +1,173 @@
+"""Concurrent multipart uploads to S3: parts go up while the writer keeps encoding.
+
+s3fs's own file object uploads one part at a time, inside ``write``, so a
+shard writer waits for every part. :class:`MultipartUpload` hands each part
+to s3fs's event loop and returns at once; up to ``concurrency`` parts are in
+flight, which bounds memory to about ``(concurrency + 2) * part_bytes``. An
+object under two parts goes up as one PUT.
+Requests go through s3fs (``_call_s3``): its credentials, retries, extra
+arguments and error translation all apply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from typing import Any
+
+__all__ = ["CONCURRENCY", "PART_BYTES", "MultipartUpload", "supports"]
+
+PART_BYTES = 8 << 20
+"""Part size: above S3's 5 MiB minimum, small enough to keep several parts in flight."""
+CONCURRENCY = 4
+"""Parts uploaded at once."""
+_PARTS_PER_SIZE = 1000
+"""Every this many parts the part size grows by ``PART_BYTES``, so that S3's
+10,000-part limit allows objects of hundreds of GiB."""
+_ABORT_WAIT_SECONDS = 60.0
+"""How long :meth:`MultipartUpload.discard` waits for parts in flight before aborting."""
+
+
+def supports(fs: Any) -> bool:
+    """Whether ``fs`` is an s3fs filesystem (whose requests this module can send)."""
+    return callable(getattr(fs, "_call_s3", None)) and getattr(fs, "loop", None) is not None
+
+
+class MultipartUpload:
+    """A write-only file whose bytes become one S3 object when it is closed.
+
+    Parameters
+    ----------
+    fs:
+        An s3fs ``S3FileSystem``.
+    path:
+        ``bucket/key`` of the object.
+    exclusive:
+        Send ``If-None-Match: *`` with the request that publishes the object,
+        so S3 refuses to replace an existing one (``FileExistsError``).
+    """
+
+    def __init__(
+        self,
+        fs: Any,
+        path: str,
+        *,
+        exclusive: bool = False,
+        part_bytes: int = PART_BYTES,
+        concurrency: int = CONCURRENCY,
+    ) -> None:
+        if part_bytes < 5 << 20:
+            raise ValueError(f"S3 parts are at least 5 MiB; part_bytes is {part_bytes}")
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, not {concurrency}")
+        self._fs = fs
+        self._bucket, self._key, _ = fs.split_path(path)
+        self._match = {"IfNoneMatch": "*"} if exclusive else {}
+        self._part_bytes = part_bytes
+        self._concurrency = concurrency
+        self._chunks: list[bytes] = []
+        self._buffered = 0
+        self._size = 0
+        self._upload_id: str | None = None
+        self._parts: list[concurrent.futures.Future[Any]] = []
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        if self.closed:
+            raise ValueError(f"{self._bucket}/{self._key}: the upload is closed")
+        chunk = data if type(data) is bytes else bytes(data)  # the caller may reuse its buffer
+        self._chunks.append(chunk)
+        self._buffered += len(chunk)
+        self._size += len(chunk)
+        # The upload starts once two parts are buffered: a smaller object goes
+        # up as one PUT at close, one request instead of four.
+        start = self._next_part_bytes() * (2 if self._upload_id is None else 1)
+        if self._buffered >= start:
+            self._send_full_parts()
+        return len(chunk)
+
+    def flush(self) -> None:
+        """Nothing to do: a part goes up once it is full (S3 has a minimum part size)."""
+
+    def tell(self) -> int:
+        return self._size
+
+    def _next_part_bytes(self) -> int:
+        return self._part_bytes * (1 + len(self._parts) // _PARTS_PER_SIZE)
+
+    def _send_full_parts(self) -> None:
+        blob = b"".join(self._chunks)
+        start = 0
+        while len(blob) - start >= self._next_part_bytes():
+            end = start + self._next_part_bytes()
+            self._send(blob[start:end])
+            start = end
+        self._chunks = [blob[start:]] if start < len(blob) else []
+        self._buffered = len(blob) - start
+
+    def _call(self, method: str, **kwargs: Any) -> Any:
+        return self._fs.call_s3(method, Bucket=self._bucket, Key=self._key, **kwargs)
+
+    def _send(self, body: bytes) -> None:
+        if self._upload_id is None:
+            self._upload_id = self._call("create_multipart_upload")["UploadId"]
+        self._wait(self._concurrency - 1)
+        coroutine = self._fs._call_s3(
+            "upload_part",
+            Bucket=self._bucket,
+            Key=self._key,
+            UploadId=self._upload_id,
+            PartNumber=len(self._parts) + 1,
+            Body=body,
+        )
+        self._parts.append(asyncio.run_coroutine_threadsafe(coroutine, self._fs.loop))
+
+    def _wait(self, in_flight: int) -> None:
+        """Wait until at most ``in_flight`` parts are still uploading; raise a part's error."""
+        pending = {f for f in self._parts if not f.done()}
+        while len(pending) > in_flight:  # each round retires at least one part
+            _, pending = concurrent.futures.wait(
+                pending, return_when=concurrent.futures.FIRST_COMPLETED
+            )
+        for f in self._parts:
+            if f.done() and f.exception() is not None:
+                raise f.exception()  # type: ignore[misc]
+
+    def close(self) -> None:
+        """Publish the object: one PUT if it is small, else the last part and the completion."""
+        if self.closed:
+            return
+        self.closed = True
+        blob = b"".join(self._chunks)
+        self._chunks = []
+        if self._upload_id is None:
+            self._call("put_object", Body=blob, **self._match)
+            return
+        if blob:
+            self._send(blob)
+        self._wait(0)
+        parts = []
+        for number, f in enumerate(self._parts, 1):
+            out = f.result()
+            part = {"PartNumber": number, "ETag": out["ETag"]}
+            if "ChecksumSHA256" in out:
+                part["ChecksumSHA256"] = out["ChecksumSHA256"]
+            parts.append(part)
+        self._call(
+            "complete_multipart_upload",
+            UploadId=self._upload_id,
+            MultipartUpload={"Parts": parts},
+            **self._match,
+        )
+        self._upload_id = None  # completed: nothing left to abort
+
+    def discard(self) -> None:
+        """Drop the upload: no object appears (parts already sent are deleted)."""
+        self.closed = True
+        self._chunks = []
+        for f in self._parts:
+            f.cancel()
+        concurrent.futures.wait(self._parts, timeout=_ABORT_WAIT_SECONDS)
+        if self._upload_id is not None:
+            upload_id, self._upload_id = self._upload_id, None
+            self._call("abort_multipart_upload", UploadId=upload_id)

@@ -1,0 +1,21 @@
+"""Every tar format test runs under both tar walkers: the compiled loop and the Python reference."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from shardcat.format.tar import tarwalker
+
+
+@pytest.fixture(autouse=True, params=["compiled", "python"])
+def tar_walker(request: pytest.FixtureRequest) -> Any:
+    """The compiled walker must have been built; ``SHARDCAT_TAR_WALKER=python`` skips it where it cannot be."""
+    name = request.param
+    if name not in tarwalker.available() and os.environ.get(tarwalker.ENV_VAR) == "python":
+        pytest.skip("the compiled tar walker is not built (SHARDCAT_TAR_WALKER=python)")
+    previous = tarwalker.use(name)
+    yield name
+    tarwalker.use(previous)
