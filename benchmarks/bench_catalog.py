@@ -5,7 +5,9 @@ same run on the same data:
 
 * point lookup: a raw SQL query on the same index (raw sqlite3 / psycopg
   connection, the key's hash precomputed) plus a raw ``fs.cat_file(path,
-  start=, end=)`` of the same bytes;
+  start=, end=)`` of the same bytes; locally also the **limit** of issue 10:
+  the same raw query plus one ``os.pread`` on a descriptor kept open (wall
+  time and this process's CPU time per lookup, interleaved with the others);
 * batch lookup: one raw SQL query for the whole batch plus one raw
   ``fs.cat_ranges`` of the records' ranges (and, for reference, of the same
   ranges merged the way shardcat merges them).
@@ -44,7 +46,7 @@ from shardcat._ranges import coalesce
 from shardcat._types import ByteRange
 from shardcat.catalog import Catalog
 from shardcat.format.checksums import signed_key_hash
-from shardcat.storage import resolve
+from shardcat.storage import local_path, resolve
 
 POSTGRES_URL = os.environ.get(
     "SHARDCAT_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -345,39 +347,61 @@ def bench_point(
         fs, path = fs_cache.get(url) or fs_cache.setdefault(url, resolve(url, env.storage_options))
         return bytes(fs.cat_file(path, start=offset, end=offset + length))
 
+    fds: dict[str, int] = {}
+    local = env.backend == "local"
+
+    def limit(key: str, h: int) -> bytes:
+        # Issue 10's limit: the raw query, then one pread on a descriptor kept open.
+        url, offset, length = execute(floor_sql, (dataset_id, h, key))
+        fd = fds.get(url)
+        if fd is None:
+            fd = fds[url] = os.open(local_path(url), os.O_RDONLY)
+        return os.pread(fd, length, offset)
+
     sample = rng.sample(keys, count)
     hashes = {k: signed_key_hash(k.encode()) for k in sample}
     warm = sample[: min(200, count)]
     for k in warm:  # connections, prepared statements, file handles, page cache
         cat.get("train", k)
         floor(k, hashes[k])
+        if local:
+            limit(k, hashes[k])
     ours: list[float] = []
     base: list[float] = []
+    lim: list[float] = []
+    ours_cpu: list[float] = []
+    lim_cpu: list[float] = []
     query_only: list[float] = []
     read_only: list[float] = []
     clock = time.perf_counter_ns
+    cpu = time.process_time_ns
 
-    def timed(fn: Callable[[], Any]) -> float:
+    def timed(fn: Callable[[], Any], cpu_times: list[float] | None = None) -> float:
+        c = cpu()
         t = clock()
         fn()
-        return (clock() - t) / 1e6
+        wall = (clock() - t) / 1e6
+        if cpu_times is not None:
+            cpu_times.append((cpu() - c) / 1e6)
+        return wall
 
     for i, key in enumerate(sample):
         h = hashes[key]
 
-        # Alternate which goes first, so neither always finds the other's warm cache.
-        def mine(key: str = key) -> Any:
-            return cat.get("train", key)
+        # Rotate which goes first, so none always finds the others' warm cache.
+        def mine(key: str = key) -> None:
+            ours.append(timed(lambda: cat.get("train", key), ours_cpu))
 
-        def raw(key: str = key, h: int = h) -> Any:
-            return floor(key, h)
+        def raw(key: str = key, h: int = h) -> None:
+            base.append(timed(lambda: floor(key, h)))
 
-        if i % 2 == 0:
-            ours.append(timed(mine))
-            base.append(timed(raw))
-        else:
-            base.append(timed(raw))
-            ours.append(timed(mine))
+        def bound(key: str = key, h: int = h) -> None:
+            if local:
+                lim.append(timed(lambda: limit(key, h), lim_cpu))
+
+        order = (mine, raw, bound)
+        for j in range(3):
+            order[(i + j) % 3]()
         t = clock()
         row = execute(floor_sql, (dataset_id, h, key))
         query_only.append((clock() - t) / 1e6)
@@ -387,7 +411,13 @@ def bench_point(
         fs.cat_file(path, start=offset, end=offset + length)
         read_only.append((clock() - t) / 1e6)
     conn.close()
+    for fd in fds.values():
+        os.close(fd)
     return {
+        "limit_p50": percentile(lim, 50) if lim else None,
+        "limit_p99": percentile(lim, 99) if lim else None,
+        "ours_cpu_p50": percentile(ours_cpu, 50) if lim else None,
+        "limit_cpu_p50": percentile(lim_cpu, 50) if lim else None,
         "ours_p50": percentile(ours, 50),
         "ours_p99": percentile(ours, 99),
         "floor_p50": percentile(base, 50),
@@ -518,6 +548,28 @@ def report(
             point["ours_p99"] / point["floor_p99"],
             "",
             None,
+        ),
+        *(
+            [
+                (
+                    "  p50 vs raw query + os.pread",
+                    f"{point['ours_p50']:.4f}",
+                    f"{point['limit_p50']:.4f}",
+                    point["ours_p50"] / point["limit_p50"],
+                    "<= 1.2",
+                    point["ours_p50"] / point["limit_p50"] <= 1.2,
+                ),
+                (
+                    "  same, CPU time p50 (ms)",
+                    f"{point['ours_cpu_p50']:.4f}",
+                    f"{point['limit_cpu_p50']:.4f}",
+                    point["ours_cpu_p50"] / point["limit_cpu_p50"],
+                    "<= 1.2",
+                    point["ours_cpu_p50"] / point["limit_cpu_p50"] <= 1.2,
+                ),
+            ]
+            if point["limit_p50"]
+            else []
         ),
         (
             f"batch of {batch['size']:,} (keys/s)",

@@ -42,9 +42,10 @@ def test_format_and_root_load_no_storage_sql_or_dask(statement):
 
 
 def test_lazy_names_load_their_layer_on_first_use():
-    assert loaded_after("import shardcat; shardcat.ShardWriter") == ["fsspec"]
+    # fsspec loads with the first URL resolved through it: local files are read with os.pread.
+    assert loaded_after("import shardcat; shardcat.ShardWriter") == []
+    assert loaded_after("import shardcat; shardcat.storage.resolve('memory://x')") == ["fsspec"]
     assert "sqlalchemy" in loaded_after("import shardcat; shardcat.Catalog")
-    assert "fsspec" in loaded_after("import shardcat; shardcat.storage.join")
 
 
 def test_lazy_names_are_the_real_objects():
@@ -61,3 +62,27 @@ def test_lazy_names_are_the_real_objects():
     assert missing == []
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         _ = shardcat.nope
+
+
+def test_opening_a_catalog_and_looking_up_loads_no_migrations_orm_or_fsspec(tmp_path):
+    """A local lookup in a fresh process (the cold first lookup) needs no Alembic, ORM models, fsspec or tar scanning."""
+    import shardcat
+
+    url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    with shardcat.ShardWriter(str(tmp_path / "s-000000.shard")) as w:
+        w.add("k1", {"txt": "one"})
+    with shardcat.Catalog(url) as cat:
+        cat.create_dataset("d", str(tmp_path))
+        cat.register_shard("d", w.close())
+    code = (
+        "import json, sys, shardcat\n"
+        f"cat = shardcat.Catalog({url!r})\n"
+        "assert cat.get('d', 'k1')['txt'].data == b'one'\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('alembic', 'fsspec')"
+        " or m.startswith(('sqlalchemy.orm', 'shardcat.catalog.models', 'shardcat.format.tar')))))"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == []

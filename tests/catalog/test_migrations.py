@@ -30,6 +30,12 @@ def test_migrations_match_models(catalog_url):
     assert check(catalog_url) == []
 
 
+def test_the_head_an_open_checks_is_the_migration_scripts_head():
+    # Opening compares the stamped revision with this constant (no script parsing):
+    # a new migration must update it.
+    assert head_revision() == migrate.HEAD_REVISION
+
+
 def test_upgrade_downgrade_upgrade(catalog_url):
     upgrade(catalog_url)
     assert {"datasets", "jobs", "shards", "records", "layouts", "layout_entries"} <= _tables(

@@ -11,6 +11,9 @@ See docs/CATALOG.md for the schema, how lookups work and example queries.
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING
+
 from .catalog import Catalog, CatalogHandle
 from .migrate import check, current, downgrade, head_revision, upgrade, verify_schema
 from .results import (
@@ -26,9 +29,24 @@ from .results import (
     VersionDiff,
     VersionInfo,
 )
-from .selection import SAMPLE_COLUMNS, Selection
 from .session import DEFAULT_URL, catalog_exists, create_catalog_engine, display_url
-from .versions import ExpireResult
+
+if TYPE_CHECKING:
+    from .selection import SAMPLE_COLUMNS, Selection
+    from .versions import ExpireResult
+
+# Names whose modules load the ORM models: imported on first use, so that
+# opening a catalog for lookups does not (issue 10).
+_LAZY = {"SAMPLE_COLUMNS": ".selection", "Selection": ".selection", "ExpireResult": ".versions"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value  # the next access skips this function
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_URL",

@@ -15,29 +15,19 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import text
-from sqlalchemy.orm import Session
 
+from .._lazy import lazy_module
 from .._types import OnDuplicate, StorageOptions
 from ..errors import CatalogError
 from ..format import Record, ShardInfo
-from ..format.tar import TarShardInfo
 from ..storage import expand_braces
-from . import datasets as _datasets
-from . import fields as _fields
-from . import jobs as _jobs
-from . import keys as _keys
-from . import maintenance as _maintenance
-from . import moves as _moves
-from . import shards as _shards
-from . import versions as _versions
 from .connection import fork_generation
 from .history import VersionsApi, with_retries
 from .lookup import LayoutCache, Lookup, Version
 from .migrate import ensure_schema
-from .register import prepare_shard
 from .results import (
     BatchResult,
     CatalogReport,
@@ -49,7 +39,35 @@ from .results import (
     RecordRow,
     ShardRow,
 )
-from .selection import Selection, select_records
+
+# The modules behind everything but lookups (the ORM models, tar scanning)
+# load on first use: opening a catalog and looking a key up needs none of them.
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from ..format.tar import TarShardInfo
+    from . import datasets as _datasets
+    from . import fields as _fields
+    from . import jobs as _jobs
+    from . import keys as _keys
+    from . import maintenance as _maintenance
+    from . import moves as _moves
+    from . import register as _register
+    from . import selection as _selection
+    from . import shards as _shards
+    from . import versions as _versions
+    from .selection import Selection
+else:
+    _datasets = lazy_module("shardcat.catalog.datasets")
+    _fields = lazy_module("shardcat.catalog.fields")
+    _jobs = lazy_module("shardcat.catalog.jobs")
+    _keys = lazy_module("shardcat.catalog.keys")
+    _maintenance = lazy_module("shardcat.catalog.maintenance")
+    _moves = lazy_module("shardcat.catalog.moves")
+    _register = lazy_module("shardcat.catalog.register")
+    _selection = lazy_module("shardcat.catalog.selection")
+    _shards = lazy_module("shardcat.catalog.shards")
+    _versions = lazy_module("shardcat.catalog.versions")
 from .session import (
     DEFAULT_BUSY_TIMEOUT,
     absolute_sqlite_url,
@@ -335,7 +353,7 @@ class Catalog(VersionsApi):
             (:class:`~shardcat.errors.QueryError` for a mistake in it).
         """
         with self._uow() as s:
-            return select_records(s, dataset, where, params)
+            return _selection.select_records(s, dataset, where, params)
 
     def declare_fields(self, dataset: str, fields: Mapping[str, type]) -> dict[str, str]:
         """Declare scalar per-sample fields (name → int, float, bool or str); returns all, name → kind.
@@ -537,7 +555,9 @@ class Catalog(VersionsApi):
         """
         job_id = job.id if isinstance(job, JobInfo) else job
         state = _shards.registration_state(job_id, state)
-        prep = prepare_shard(info)  # numpy work on the footer: before taking the write lock
+        prep = _register.prepare_shard(
+            info
+        )  # numpy work on the footer: before taking the write lock
         out: list[ShardRow] = []
 
         def attempt() -> None:
@@ -768,7 +788,11 @@ class Catalog(VersionsApi):
         ChecksumError, FormatError
             If the shard changed since it was registered.
         """
-        return self._lookup().get(dataset, key, entries, version)
+        # _lookup()'s fast case inline: one frame less on the point lookup's path.
+        lookup: Lookup | None = getattr(self._local, "lookup", None)
+        if lookup is None or lookup.generation != fork_generation():
+            lookup = self._lookup()
+        return lookup.get(dataset, key, entries, version)
 
     def get_many(
         self,

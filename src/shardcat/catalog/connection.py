@@ -47,6 +47,8 @@ class RawConnection:
         self.url = engine.url
         self.dialect = engine.dialect.name
         self.placeholder = "%s" if self.dialect == "postgresql" else "?"
+        # psycopg prepares a statement server-side after its first use with prepare=True.
+        self._options: dict[str, Any] = {"prepare": True} if self.dialect == "postgresql" else {}
         self._engine = engine
         self._detached = not isinstance(engine.pool, StaticPool)
         self._connect()
@@ -73,7 +75,7 @@ class RawConnection:
             The driver's error, translated (:func:`~.session.translate_exception`).
         """
         try:
-            return self._execute(sql, params)
+            return self.conn.execute(sql, params, **self._options).fetchall()  # type: ignore[no-any-return]
         except Exception as e:
             if not self._dropped():
                 raise translate_exception(e, self.url) from e
@@ -82,14 +84,9 @@ class RawConnection:
         self.close()
         self._connect()
         try:
-            return self._execute(sql, params)
+            return self.conn.execute(sql, params, **self._options).fetchall()  # type: ignore[no-any-return]
         except Exception as e:
             raise translate_exception(e, self.url) from e
-
-    def _execute(self, sql: str, params: Sequence[Any]) -> list[Any]:
-        if self.dialect == "postgresql":
-            return self.conn.execute(sql, params, prepare=True).fetchall()  # type: ignore[no-any-return]
-        return self.conn.execute(sql, params).fetchall()  # type: ignore[no-any-return]
 
     def _dropped(self) -> bool:
         """Whether the connection is gone (psycopg marks it broken or closed)."""

@@ -12,15 +12,23 @@ import random
 import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
 
-from sqlalchemy.orm import Session
-
-from . import jobs as _jobs
-from . import versions as _versions
-from .jobs import VersionMoved
+from .._lazy import lazy_module
 from .lookup import Version
 from .results import ShardRow, VersionDiff, VersionInfo
-from .rows import shard_row
+
+# The ORM models load on first use, not when a catalog is opened for lookups.
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from . import jobs as _jobs
+    from . import rows as _rows
+    from . import versions as _versions
+else:
+    _jobs = lazy_module("shardcat.catalog.jobs")
+    _rows = lazy_module("shardcat.catalog.rows")
+    _versions = lazy_module("shardcat.catalog.versions")
 
 __all__ = ["COMMIT_ATTEMPTS", "VersionsApi", "with_retries"]
 
@@ -156,7 +164,7 @@ class VersionsApi:
         """
         with self._uow() as s:
             number, rows = _versions.visible_shards(s, dataset, version)
-            return number, [(shard_row(r, dataset), hidden) for r, hidden in rows]
+            return number, [(_rows.shard_row(r, dataset), hidden) for r, hidden in rows]
 
 
 def with_retries(attempt: Callable[[], None]) -> None:
@@ -165,9 +173,9 @@ def with_retries(attempt: Callable[[], None]) -> None:
         try:
             attempt()
             return
-        except VersionMoved as e:
+        except _jobs.VersionMoved as e:
             if n == COMMIT_ATTEMPTS - 1:
-                raise VersionMoved(
+                raise _jobs.VersionMoved(
                     f"{e}; gave up after {COMMIT_ATTEMPTS} attempts (other writers kept "
                     "committing first): retry later"
                 ) from e

@@ -23,7 +23,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
@@ -32,15 +32,28 @@ from ..format import Record, ShardInfo, recordcodec
 from ..format.checksums import crc32c
 from ..format.footer import EntrySpec
 from ..format.spec import NO_SHARD_NUMBER, Codec
-from ..format.tar import TarShardInfo, read_tar_record, scan_tar
 from ..storage import open_source
-from ..storage.shards import ShardReader
 from .results import Problem
 from .spans import unpack_spans
 
-__all__ = ["KINDS", "FileCheck", "ShardKind", "Summary", "decode_record", "kind_of", "shard_kind"]
+# Tar scanning and the URL-aware shard reader load on first use: a native
+# point lookup (and a cold first one) needs neither (issue 10).
+if TYPE_CHECKING:
+    from ..format.tar import TarShardInfo
 
-Summary = ShardInfo | TarShardInfo
+__all__ = [
+    "KINDS",
+    "FileCheck",
+    "ShardKind",
+    "Summary",
+    "decode_native",
+    "decode_record",
+    "kind_of",
+    "shard_kind",
+]
+
+# A forward reference (Union, not |): the tar module loads lazily.
+Summary = Union[ShardInfo, "TarShardInfo"]
 """What registering a shard takes: a native footer's summary or a tar's scan."""
 
 Layout = list[tuple[str, str, Codec]]
@@ -133,6 +146,32 @@ def _tar_columns(info: TarShardInfo) -> dict[str, Any]:
     }
 
 
+def decode_native(
+    view: memoryview,
+    key: str,
+    length: int,
+    url: str,
+    offset: int,
+    alignment: int,
+    spans: bytes,
+    text_cache: dict[Any, Any],
+) -> Record:
+    """A native record from its bytes: the frame names its entries, the row's spans check them.
+
+    The point lookup calls it directly for native rows (no dispatch, no layout).
+    """
+    return recordcodec.decode_indexed(
+        view,
+        key=key,
+        length=length,
+        path=url,
+        offset=offset,
+        alignment=alignment,
+        registered=partial(unpack_spans, spans),
+        text_cache=text_cache,
+    )
+
+
 def _native_decode(
     view: memoryview,
     *,
@@ -145,17 +184,7 @@ def _native_decode(
     layout: Callable[[], Layout],
     text_cache: dict[Any, Any],
 ) -> Record:
-    # The record frame names its entries; the row's spans check them.
-    return recordcodec.decode_indexed(
-        view,
-        key=key,
-        length=length,
-        path=url,
-        offset=offset,
-        alignment=alignment,
-        registered=partial(unpack_spans, spans),
-        text_cache=text_cache,
-    )
+    return decode_native(view, key, length, url, offset, alignment, spans, text_cache)
 
 
 def _tar_decode(
@@ -179,11 +208,15 @@ def _tar_decode(
             f"catalog row is inconsistent: {e}; re-index the tar", path=url, offset=offset
         ) from e
     specs = [EntrySpec(name, ctype, codec) for name, ctype, codec in names]
+    from ..format.tar import read_tar_record
+
     return read_tar_record(view, key, specs, located, path=url, offset=offset)
 
 
 def _native_check(url: str, storage_options: Any) -> FileCheck:
     try:
+        from ..storage.shards import ShardReader
+
         reader = ShardReader(url, storage_options=storage_options)
     except ShardNotFoundError as e:
         return None, [Problem(url, "missing", f"the shard file does not exist: {e}")], 0
@@ -203,6 +236,8 @@ def _native_check(url: str, storage_options: Any) -> FileCheck:
 
 
 def _native_summary(url: str, storage_options: Any) -> Summary:
+    from ..storage.shards import ShardReader
+
     with ShardReader(url, storage_options=storage_options) as reader:
         return reader.info
 
@@ -217,6 +252,8 @@ def scan_tar_url(url: str, storage_options: Any) -> TarShardInfo:
     TarError
         The tar is damaged (the error names the file and the byte offset).
     """
+    from ..format.tar import scan_tar
+
     source = open_source(url, storage_options)
     try:
         size = source.size()
@@ -268,6 +305,8 @@ def shard_kind(name: str) -> ShardKind:
 
 def kind_of(info: Summary) -> ShardKind:
     """The kind of a summary: a tar scan or a native footer."""
+    from ..format.tar import TarShardInfo
+
     return TAR if isinstance(info, TarShardInfo) else NATIVE
 
 

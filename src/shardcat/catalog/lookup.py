@@ -41,7 +41,7 @@ from ..format.records import decode_entry
 from ..format.spec import BATCH_ROW_DTYPE, Codec
 from ..storage import SourceCache, redact
 from .connection import RawConnection, fork_generation
-from .kinds import decode_record
+from .kinds import decode_native, decode_record
 from .results import BatchResult, Location
 from .spans import unpack_spans
 
@@ -237,6 +237,8 @@ class Lookup:
         entries: Iterable[str] | None = None,
         version: Version = None,
     ) -> Record:
+        # The hot path (issue 10): one statement, one pread, one compiled decode,
+        # and as few Python frames around them as the checks allow.
         h, key = _hash(key)
         if entries is not None:
             return self._get_entries(dataset, key, h, frozenset(entries), version)
@@ -250,7 +252,11 @@ class Lookup:
         url, alignment, offset, length, spans, kind, signature = rows[0]
         try:
             data = self._sources.read(url, offset, offset + length)
-            record = decode_record(
+            if kind == "native":  # kinds.decode_record's native branch, without the dispatch
+                return decode_native(
+                    memoryview(data), key, length, url, offset, alignment, spans, self._texts
+                )
+            return decode_record(
                 kind,
                 memoryview(data),
                 key=key,
@@ -264,7 +270,6 @@ class Lookup:
             )
         except (OSError, FormatError) as e:
             raise self._read_failed(e, url, dataset) from e
-        return record
 
     def _get_entries(
         self, dataset: str, key: str, h: int, names: frozenset[str], version: Version

@@ -15,17 +15,12 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.autogenerate import compare_metadata
-from alembic.config import Config
-from alembic.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy.exc import DBAPIError
 
 from ..errors import CatalogError, SchemaVersionError
-from .models import Base
 from .session import (
     create_catalog_engine,
     display_url,
@@ -33,6 +28,12 @@ from .session import (
     translate_errors,
     upgrade_hint,
 )
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# Alembic and the ORM models load only where a migration, a comparison or a
+# creation needs them: opening a catalog at head checks one row (issue 10).
 
 __all__ = [
     "VERSION_TABLE",
@@ -48,6 +49,13 @@ __all__ = [
 ]
 
 VERSION_TABLE = "alembic_version"
+
+HEAD_REVISION = "0007"
+"""The newest revision in ``migrations/versions`` (a test checks it is Alembic's head).
+
+Opening a catalog compares the stamped revision with it, without reading the
+migration scripts: a new migration must update it.
+"""
 
 
 def migrations_dir() -> Path:
@@ -74,6 +82,8 @@ def migrations_dir() -> Path:
 
 def alembic_config(connection: Connection | None = None) -> Config:
     """An Alembic Config built in code (no alembic.ini needed)."""
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(migrations_dir()))
     cfg.set_main_option("version_table", VERSION_TABLE)
@@ -84,7 +94,9 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 @functools.lru_cache(maxsize=1)
 def head_revision() -> str:
-    """The newest revision this version of shardcat knows."""
+    """The newest revision this version of shardcat knows (read from the migration scripts)."""
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     if head is None:
         raise CatalogError("shardcat's migration scripts define no revision; reinstall shardcat")
@@ -93,6 +105,8 @@ def head_revision() -> str:
 
 @functools.lru_cache(maxsize=1)
 def known_revisions() -> frozenset[str]:
+    from alembic.script import ScriptDirectory
+
     script = ScriptDirectory.from_config(alembic_config())
     return frozenset(s.revision for s in script.walk_revisions())
 
@@ -118,6 +132,8 @@ def upgrade(target: str | Engine, revision: str = "head") -> tuple[str | None, s
         If a migration fails (the transaction is rolled back where the backend can).
     """
     with _engine(target) as engine, translate_errors(engine.url):
+        from alembic import command
+
         with engine.begin() as conn:
             _require_schema(conn, engine)
             before = _current(conn)
@@ -135,6 +151,8 @@ def downgrade(target: str | Engine, revision: str) -> tuple[str | None, str | No
         If a migration fails.
     """
     with _engine(target) as engine, translate_errors(engine.url):
+        from alembic import command
+
         with engine.begin() as conn:
             before = _current(conn)
             command.downgrade(alembic_config(conn), revision)
@@ -164,6 +182,8 @@ def current(target: str | Engine) -> str | None:
 
 
 def _current(conn: Connection) -> str | None:
+    from alembic.migration import MigrationContext
+
     ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
     return ctx.get_current_revision()
 
@@ -173,6 +193,11 @@ def check(target: str | Engine) -> list[Any]:
 
     Uses Alembic's autogenerate comparison, with column types compared.
     """
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    from .models import Base
+
     with _engine(target) as engine, translate_errors(engine.url), engine.connect() as conn:
         ctx = MigrationContext.configure(
             conn,
@@ -232,10 +257,12 @@ def ensure_schema(engine: Engine, *, create: bool = True) -> str:
     """
     with translate_errors(engine.url):
         with engine.connect() as conn:
-            if _current(conn) == head_revision():
-                return head_revision()
+            if _stamped(conn) == HEAD_REVISION:
+                return HEAD_REVISION
             empty = not inspect(conn).get_table_names()
         if create and empty:
+            from .models import Base
+
             with engine.execution_options(shardcat_write=True).begin() as conn:
                 _require_schema(conn, engine)
                 if conn.dialect.name == "postgresql":
@@ -246,6 +273,20 @@ def ensure_schema(engine: Engine, *, create: bool = True) -> str:
                     Base.metadata.create_all(conn)
                     _stamp(conn, head_revision())
         return verify_schema(engine)
+
+
+def _stamped(conn: Connection) -> str | None:
+    """The one revision stamped in the version table; None if there is no table, or not one row.
+
+    One query, no Alembic: the check every open makes. Anything else (no
+    table, several heads) is left to :func:`verify_schema`, which says what to do.
+    """
+    try:
+        rows = conn.exec_driver_sql(f"SELECT version_num FROM {VERSION_TABLE}").all()
+    except DBAPIError:
+        conn.rollback()  # PostgreSQL: the failed statement ended the transaction
+        return None
+    return str(rows[0][0]) if len(rows) == 1 else None
 
 
 def _require_schema(conn: Connection, engine: Engine) -> None:
@@ -277,4 +318,6 @@ _CREATE_LOCK = 0x73686172_64636174 & 0x7FFF_FFFF_FFFF_FFFF  # "shardcat"
 
 
 def _stamp(conn: Connection, revision: str) -> None:
+    from alembic import command
+
     command.stamp(alembic_config(conn), revision)

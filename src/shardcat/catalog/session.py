@@ -22,13 +22,15 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 from .._redact import mask_url, mentions_secret, scrub, url_secrets
 from ..errors import (
@@ -304,6 +306,8 @@ def unit_of_work(
     CatalogError
         Any database error, translated (see :func:`translate_exception`).
     """
+    from sqlalchemy.orm import Session  # the ORM loads with the first unit of work, not on open
+
     bind = engine.execution_options(**{_WRITE: True}) if write else engine
     with (
         translate_errors(engine.url, busy_timeout),

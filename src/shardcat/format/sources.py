@@ -85,6 +85,11 @@ class FileSource:
     def name(self) -> str:
         return str(self._name)
 
+    @property
+    def pread_fd(self) -> int | None:
+        """The descriptor every read is an ``os.pread`` on, or None (a file object read under a lock)."""
+        return self._fd if _HAS_PREAD else None
+
     def size(self) -> int:
         if self._fd is not None:
             return os.fstat(self._fd).st_size

@@ -44,6 +44,9 @@ __all__ = ["SourceCache", "fetch_ranges"]
 DEFAULT_MAX_OPEN = 64
 """Sources a cache keeps open; the least recently used is closed beyond this."""
 
+_ONE_PREAD = 1 << 20
+"""Reads up to this size try one ``os.pread`` first (a short one takes the general path)."""
+
 _live: weakref.WeakSet[SourceCache] = weakref.WeakSet()
 
 
@@ -80,6 +83,8 @@ class SourceCache:
         self.storage_options = storage_options
         self.max_open = max(1, max_open)
         self._open: OrderedDict[str, RangeSource] = OrderedDict()
+        # The descriptors of the open local files, for point reads' one-pread path.
+        self._fds: dict[str, int] = {}
         _live.add(self)
 
     def source(self, url: str) -> RangeSource:
@@ -100,8 +105,11 @@ class SourceCache:
             self.forget(url)
         src = open_source(url, self.storage_options)
         self._open[url] = src
+        if isinstance(src, FileSource) and src.pread_fd is not None:
+            self._fds[url] = src.pread_fd
         while len(self._open) > self.max_open:
-            _, old = self._open.popitem(last=False)
+            old_url, old = self._open.popitem(last=False)
+            self._fds.pop(old_url, None)
             _close_quietly(old)
         return src
 
@@ -116,6 +124,14 @@ class SourceCache:
             The store failed to read it (``error.path`` names it).
         """
         try:
+            fd = self._fds.get(url)
+            # The point lookup's path: one pread on the open descriptor, once the
+            # file is known to still have a name (else it is reopened below).
+            if fd is not None and 0 < end - start <= _ONE_PREAD and os.fstat(fd).st_nlink:
+                data = os.pread(fd, end - start, start)
+                if len(data) == end - start:
+                    self._open.move_to_end(url)
+                    return data
             return self.source(url).read(start, end)
         except Exception as e:
             if not is_backend_error(e):
@@ -301,12 +317,14 @@ class SourceCache:
 
     def forget(self, url: str) -> None:
         """Close and drop the source of ``url``, if it is open (the next read reopens it)."""
+        self._fds.pop(url, None)
         src = self._open.pop(url, None)
         if src is not None:
             _close_quietly(src)
 
     def close(self) -> None:
         """Close every source this cache opened (idempotent; the cache stays usable)."""
+        self._fds.clear()
         while self._open:
             _, src = self._open.popitem()
             _close_quietly(src)

@@ -5,15 +5,16 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from typing import Any
-
-import fsspec
-from braceexpand import braceexpand
-from fsspec.core import url_to_fs
+from typing import TYPE_CHECKING, Any
 
 from .._redact import redact_url
 from .._types import StorageOptions
 from ..errors import StorageError
+
+# fsspec loads with the first remote (or fsspec-opened) URL: a local lookup
+# reads with os.pread and never needs it (issue 10, the cold first lookup).
+if TYPE_CHECKING:
+    import fsspec
 
 __all__ = [
     "BUCKET_PROTOCOLS",
@@ -80,6 +81,8 @@ def resolve(
         The URL cannot be opened: unknown scheme, missing backend package,
         credentials in the URL, or options the backend rejects.
     """
+    from fsspec.core import url_to_fs
+
     url = os.fspath(url)
     _refuse_credentials(url)
     protocol = protocol_of(url)
@@ -156,6 +159,8 @@ def expand_braces(pattern: str) -> list[str]:
     WebDataset's brace syntax, by the package it uses (``braceexpand``):
     ranges multiply out, ``{a,b}`` lists and nesting are supported.
     """
+    from braceexpand import braceexpand
+
     return list(braceexpand(pattern))
 
 

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import BinaryIO
-
-import fsspec
+from typing import TYPE_CHECKING, BinaryIO
 
 from .._types import ByteRange, RangeSource, StorageOptions
 from ..format.sources import FileSource
 from .fs import is_local, local_path, redact, resolve
 from .translate import is_backend_error, storage_errors, translate
+
+if TYPE_CHECKING:
+    import fsspec
 
 __all__ = ["FsspecSource", "open_source"]
 
