@@ -17,6 +17,7 @@ from shardcat.errors import (
     DatasetExistsError,
     DatasetNotFoundError,
     InvalidKeyError,
+    InvalidNameError,
 )
 from shardcat.storage import redact
 
@@ -264,3 +265,10 @@ def test_storage_urls_lose_their_credentials_and_keep_everything_else():
         "gs://b/a#1.shard?generation=3",
     ):
         assert redact(kept) == kept
+
+
+def test_a_dataset_name_that_is_not_unicode_text_is_a_typed_name_error(cat, local_root):
+    make_dataset(cat, local_root, 1)
+    for call in (lambda: cat.get("train\udc80", "k"), lambda: cat.get_many("train\udc80", ["k"])):
+        with pytest.raises(InvalidNameError, match="not valid Unicode text"):
+            call()

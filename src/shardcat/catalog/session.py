@@ -444,6 +444,11 @@ def translate_exception(
             f"catalog {where}: PostgreSQL cannot store the NUL character (\\x00) that a key, "
             "dataset name or entry name here holds: remove it, or use a SQLite catalog"
         )
+    if isinstance(orig, UnicodeEncodeError):  # a lone surrogate, bound as a parameter
+        return InvalidNameError(
+            f"catalog {where}: a dataset name, key or entry name here is not valid Unicode "
+            f"text ({orig.reason}): decode it with errors='replace', or use another name"
+        )
     if missing:
         return SchemaVersionError(
             f"catalog {where} does not have the tables this shardcat expects ({text})",
