@@ -7,11 +7,14 @@ jobs replacing one key: one lands, the other gets KeyConflictError naming it.
 from __future__ import annotations
 
 import multiprocessing as mp
+import threading
+import time
 from typing import Any
 
 import pytest
 
 from shardcat.catalog import Catalog
+from shardcat.errors import CommitConflictError
 
 from .helpers import write_shard
 
@@ -149,3 +152,52 @@ def test_a_commit_queues_behind_another_commit_and_lands_after_it(pg_train):
         assert outcome == [3]
         assert [v.number for v in cat.log("train")] == [3, 2, 1]
         assert cat.get("train", "late").key == "late"
+
+
+def test_shards_a_late_attempt_stages_during_the_commit_are_never_committed(
+    catalog_url, local_root
+):
+    """Dask reruns a task whose result died with its worker while the client commits.
+
+    The rerun stages shards of the same keys under the open job, racing the
+    commit's statements. The commit must publish exactly its manifest: the
+    late shards are retired (staged before the commit) or refused (after).
+    Before the job row was locked, PostgreSQL committed a late shard beside
+    the manifest's (its keys twice) or failed with DuplicateKeyError.
+    """
+    rounds, late_shards, n = 8, 6, 150
+    with Catalog(catalog_url) as cat:
+        cat.create_dataset("race", local_root)
+        for r in range(rounds):
+            keys = [f"r{r}/{i:04d}" for i in range(n)]
+            good = write_shard(f"{local_root}/race-{r}.shard", keys)
+            late = [
+                write_shard(f"{local_root}/race-{r}-late{j}.shard", keys)
+                for j in range(late_shards)
+            ]
+            job = cat.begin_job("race")
+            cat.register_shard("race", good, job=job)
+            refused: list[int] = []
+
+            def stage_late(
+                job_id: int = job.id, late: list = late, refused: list = refused
+            ) -> None:
+                with Catalog(catalog_url) as other:
+                    for info in late:
+                        try:
+                            other.register_shard("race", info, job=job_id)
+                        except CommitConflictError:
+                            refused.append(1)
+
+            worker = threading.Thread(target=stage_late)
+            worker.start()
+            time.sleep(0.002 * r)  # the commit lands at a different point of the late stream
+            cat.commit_job(job, shards=[good.path])
+            worker.join(timeout=60)
+            assert not worker.is_alive()
+            committed = cat.shards("race")
+            assert [s.url for s in committed if s.job_id == job.id] == [good.path]
+            assert cat.count("race") == n * (r + 1)
+            staged = cat.shards("race", state="staged")
+            assert staged == [], "a shard staged under a committed job"
+        assert cat.verify("race").ok

@@ -154,15 +154,30 @@ def begin_job(
     return job_info(row, ds.name)
 
 
-def find_job(session: Session, job_id: int, *, catalog: str) -> Job:
+def find_job(
+    session: Session, job_id: int, *, catalog: str, lock: Literal["share", "update"] | None = None
+) -> Job:
     """The job's row; ``catalog`` (its display URL) names the catalog in the error.
+
+    ``lock`` (PostgreSQL; SQLite's write transactions are serialised
+    already): read the row ``FOR SHARE`` (staging a shard under the job) or
+    ``FOR UPDATE`` (ending it), so a commit or abort waits for registrations
+    in flight and they wait for it: see :func:`stageable_job`.
 
     Raises
     ------
     JobNotFoundError
         If there is no such job.
     """
-    row = session.get(Job, job_id)
+    if lock is None:
+        row = session.get(Job, job_id)
+    else:
+        row = session.get(
+            Job,
+            job_id,
+            with_for_update={"read": lock == "share"},
+            populate_existing=True,
+        )
     if row is None:
         raise JobNotFoundError(f"no job {job_id} in catalog {catalog}")
     return row
@@ -180,7 +195,11 @@ def stageable_job(session: Session, job_id: int, dataset: Dataset, *, catalog: s
     CommitConflictError
         If the job has ended.
     """
-    row = find_job(session, job_id, catalog=catalog)
+    # Shared lock until this registration commits: a commit of the job (which locks the row
+    # for update) then sees its shard, and retires it unless the manifest names it. Without
+    # it, on PostgreSQL a late attempt's shard staged between the commit's statements was
+    # committed beside the manifest's, its keys twice.
+    row = find_job(session, job_id, catalog=catalog, lock="share")
     if row.dataset_id != dataset.id:
         raise ValueError(f"job {job_id} belongs to another dataset than {dataset.name!r}")
     if row.state != "open":
@@ -203,7 +222,9 @@ def unsettled_job(session: Session, job_id: int, ending: Ending, *, catalog: str
     CommitConflictError
         If the job already ended the other way.
     """
-    row = find_job(session, job_id, catalog=catalog)
+    # Locked for update: registrations in flight finish first, later ones wait and then
+    # find the job ended (stageable_job).
+    row = find_job(session, job_id, catalog=catalog, lock="update")
     if row.state == "open":
         return row
     if row.state == ending:
