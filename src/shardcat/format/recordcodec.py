@@ -27,13 +27,13 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import crc32c as _crc32c_package
 
-from ..errors import CodecUnavailableError
 from . import records
 from .entries import Record, _StoredEntry
+from .implementations import Name, choose
 from .spec import Codec
 
 __all__ = [
@@ -51,9 +51,9 @@ __all__ = [
 ]
 
 ENV_VAR = "SHARDCAT_RECORD_CODEC"
-Name = Literal["compiled", "python"]
 
 _compiled: Any
+_missing: ImportError | None = None
 try:
     _compiled = importlib.import_module(f"{__package__}._ccodec")
 except ImportError as e:  # built without a compiler, or a source checkout not built
@@ -106,10 +106,10 @@ encode_record: Callable[..., records.EncodedRecord]
 decode_record: Callable[..., Record]
 decode_indexed: Callable[..., Record]
 decode_run: DecodeRun | None
+"""The batch decoder of a stream buffer (the compiled codec only; None otherwise)."""
 decode_records: Callable[..., tuple[list[Record], int]] | None
 decode_batch: DecodeBatch
 """Every record of a batch of indexed reads (:func:`.records.decode_batch`)."""
-"""The batch decoder of a stream buffer (the compiled codec only; None otherwise)."""
 crc32c: Callable[..., int]
 _active: Name
 
@@ -137,15 +137,10 @@ def use(name: str) -> Name:
     global encode_record, decode_record, decode_indexed, decode_run, decode_records, decode_batch
     global crc32c, _active
     previous = globals().get("_active", "python")
-    choice = name.strip().lower()
-    if choice == "auto":
-        choice = "compiled" if _compiled is not None else "python"
+    choice = choose(
+        name, built=_compiled is not None, missing=_missing, what="record codec", env_var=ENV_VAR
+    )
     if choice == "compiled":
-        if _compiled is None:
-            raise CodecUnavailableError(
-                f"the compiled record codec was not built ({_missing}); reinstall shardcat where "
-                f"a C compiler and the Python headers are present, or set {ENV_VAR}=python"
-            )
         encode_record = _compiled.encode_record
         decode_record = _compiled.decode_record
         decode_indexed = _compiled.decode_indexed
@@ -153,16 +148,14 @@ def use(name: str) -> Name:
         decode_records = _compiled.decode_records
         decode_batch = _compiled_decode_batch
         crc32c = _compiled.crc32c
-    elif choice == "python":
+    else:
         encode_record = records.encode_record
         decode_record = records.decode_record
         decode_indexed = records.decode_indexed
         decode_run = decode_records = None
         decode_batch = records.decode_batch
         crc32c = _crc32c_package.crc32c
-    else:
-        raise ValueError(f"{ENV_VAR}={name!r}: choose auto, compiled or python")
-    _active = choice  # type: ignore[assignment]
+    _active = choice
     return previous  # type: ignore[no-any-return]
 
 

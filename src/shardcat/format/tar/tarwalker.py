@@ -26,14 +26,13 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
-from ...errors import CodecUnavailableError
+from ..implementations import Name, choose
 
 __all__ = ["ENV_VAR", "GroupResult", "WalkResult", "active", "available", "group", "use", "walk"]
 
 ENV_VAR = "SHARDCAT_TAR_WALKER"
-Name = Literal["compiled", "python"]
 
 WalkResult = tuple[
     int, int, int, bytes | None, list[bytes], list[int], list[int], list[int], list[int]
@@ -46,6 +45,7 @@ GroupResult = tuple[
 """``(stop, entry_names, keys, offsets, lengths, counts, open_key, open_start, open_end)``."""
 
 _compiled: Any
+_missing: ImportError | None = None
 try:
     _compiled = importlib.import_module(f"{__package__}._ctar")
 except ImportError as e:  # built without a compiler, or a source checkout not built
@@ -81,23 +81,16 @@ def use(name: str) -> Name:
     """
     global walk, group, _active
     previous = globals().get("_active", "python")
-    choice = name.strip().lower()
-    if choice == "auto":
-        choice = "compiled" if _compiled is not None else "python"
+    choice = choose(
+        name, built=_compiled is not None, missing=_missing, what="tar walker", env_var=ENV_VAR
+    )
     if choice == "compiled":
-        if _compiled is None:
-            raise CodecUnavailableError(
-                f"the compiled tar walker was not built ({_missing}); reinstall shardcat where "
-                f"a C compiler and the Python headers are present, or set {ENV_VAR}=python"
-            )
         walk = _compiled.walk
         group = _compiled.group
-    elif choice == "python":
+    else:
         walk = None
         group = None
-    else:
-        raise ValueError(f"{ENV_VAR}={name!r}: choose auto, compiled or python")
-    _active = choice  # type: ignore[assignment]
+    _active = choice
     return previous  # type: ignore[no-any-return]
 
 
