@@ -63,6 +63,15 @@ def _cpu() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def _load_words(info: dict[str, Any]) -> str:
+    """How busy the machine was: a load above half its cores makes absolute numbers noisy."""
+    peak = max(info["load_start"][0], info["load_end"][0])
+    cores = os.cpu_count() or 1
+    if peak <= cores / 2:
+        return "**Idle**"
+    return "**Shared and loaded**, so absolute numbers are noisy"
+
+
 def table(results: list[Result]) -> list[str]:
     systems: list[str] = []
     for r in results:
@@ -328,9 +337,9 @@ def write_report(results: list[Result], info: dict[str, Any], args: argparse.Nam
         f" {info['nbytes'] / 1e6:,.0f} MB of payload + label), string keys `img/00012345` written in"
         " shuffled order, 2-8 KiB random payload + a small JSON label each, 64 MiB shards/files/chunks.",
         "",
-        f"Machine: {info.get('machine') or machine()}. **Shared and loaded**: load average {load0} at the start and"
-        f" {load1} at the end (1/5/15 min), so absolute numbers are noisy; the ratios to the floor,"
-        " measured in the same run on the same keys, are the figures to read.",
+        f"Machine: {info.get('machine') or machine()}. {_load_words(info)}: load average {load0} at the start and"
+        f" {load1} at the end (1/5/15 min); the ratios to the floor, measured in the same run on the"
+        " same keys, are the figures to read.",
         "",
         "Each cell: the value and, in parentheses, its ratio to the floor in the same column's backend"
         " (for times and bytes lower is better, for rates higher is better).",
