@@ -9,14 +9,14 @@ import time
 from array import array
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, BinaryIO, cast
+from typing import Any, BinaryIO
 
 import numpy as np
+import xxhash
 
 from .._version import __version__
 from ..errors import DuplicateKeyError, InvalidKeyError, RecordTooLargeError, WriterClosedError
 from . import recordcodec
-from .checksums import key_hash
 from .codecs import compress, max_decompressed_bytes, should_compress
 from .entries import Entry, Record, encode_value, guess_content_type, sample_key
 from .footer import EntrySpec, Footer, nesting_exceeds
@@ -53,6 +53,9 @@ _JOIN_LIMIT = 64 << 10
 # size: one write call (and one data-CRC update) per block, not per record,
 # which matters most for object-store uploads, whose write calls are Python.
 _BLOCK_BYTES = 4 << 20
+# checksums.key_hash without its Python frame (called once per record); the same name,
+# so that tests can swap it for a colliding one.
+key_hash = xxhash.xxh64_intdigest
 _RECORD_FIELDS = ("offset", "length", "key_hash", "key_length", "entry_count")
 _ENTRY_FIELDS = ("offset", "size", "crc", "spec")
 
@@ -208,22 +211,30 @@ class ShardWriter:
         """
         if self._info is not None or self._failed:
             raise WriterClosedError(f"{self.path}: cannot add {key!r}, the writer is closed")
-        raw_key = _encode_key(key, self.path)
+        # The common key (ASCII text within the limit) without a call; the rest checked there.
+        if type(key) is str and key.isascii() and 0 < len(key) <= MAX_KEY_BYTES:
+            raw_key = key.encode("ascii")
+        else:
+            raw_key = _encode_key(key, self.path)
         if raw_key in self._seen:
             raise DuplicateKeyError(f"{self.path}: key {key!r} is already in this shard", [key])
-        items = entries.entries if isinstance(entries, Record) else entries
+        items = entries if type(entries) is dict else _items(entries)
         prepared: list[PreparedEntry] = []
         spec_ids: list[int] = []
         first_seen: list[tuple[str, int]] = []  # bytes entries that took the slow path
         plain = self._plain
         crc32c = recordcodec.crc32c
         for name, value in items.items():
-            known = plain.get(name) if type(value) is bytes else None
-            if known is not None:  # the common case: one lookup, no Entry object
-                data = cast(bytes, value)
-                prepared.append(PreparedEntry(known[0], known[1], _NONE, data, crc32c(data)))
-                spec_ids.append(known[2])
-            elif not (isinstance(name, str) and name.startswith("__")):
+            if type(value) is bytes:
+                known = plain.get(name)
+                if known is not None:  # the common case: one lookup, no Entry object
+                    # tuple.__new__: a PreparedEntry without the Python frame of its __new__.
+                    prepared.append(
+                        _new_tuple(PreparedEntry, (known[0], known[1], _NONE, value, crc32c(value)))
+                    )
+                    spec_ids.append(known[2])
+                    continue
+            if not (isinstance(name, str) and name.startswith("__")):
                 prepared.append(self._prepare(name, value, key))
                 spec_ids.append(-1)  # given below, once every entry is prepared
                 if type(value) is bytes:
@@ -241,8 +252,15 @@ class ShardWriter:
         # Everything that can reject the record happens before its first byte is written.
         h = key_hash(raw_key)
         rec = recordcodec.encode_record(raw_key, h, prepared, self._alignment)
+        length = rec.length
         try:
-            self._emit(rec.parts, rec.length)
+            if length <= _JOIN_LIMIT:  # _emit's common case, inline: one frame less per record
+                self._block += rec.parts
+                self._block_bytes += length
+                if self._block_bytes >= _BLOCK_BYTES:
+                    self._write_block()
+            else:
+                self._emit(rec.parts, length)
         except BaseException:
             self._failed = True
             raise
@@ -250,7 +268,7 @@ class ShardWriter:
         self._seen.add(raw_key)
         self._keys.append(raw_key)
         pos = self._pos
-        self._rows.extend((pos, rec.length, h, len(raw_key), len(prepared)))
+        self._rows.extend((pos, length, h, len(raw_key), len(prepared)))
         add_entry = self._entry_rows.extend
         counts = self._spec_counts
         payload_bytes = 0
@@ -260,7 +278,7 @@ class ShardWriter:
             counts[sid] += 1
             payload_bytes += size
         self._payload_bytes += payload_bytes
-        self._pos = pos + rec.length
+        self._pos = pos + length
         self._count += 1
         return self._count - 1
 
@@ -478,6 +496,13 @@ class ShardWriter:
             self.close()
         else:
             self.abort()
+
+
+_new_tuple = tuple.__new__
+
+
+def _items(entries: Mapping[str, Any] | Record) -> Mapping[str, Any]:
+    return entries.entries if isinstance(entries, Record) else entries
 
 
 def _table(flat: array[int], dtype: np.dtype[Any], fields: tuple[str, ...]) -> np.ndarray:
