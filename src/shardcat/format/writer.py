@@ -133,7 +133,6 @@ class ShardWriter:
         )
         if file_id is not None and len(file_id) != 16:
             raise ValueError(f"file_id must be 16 bytes (a UUID), not {len(file_id)}")
-        self._payload_bytes = 0
         # Readers refuse to decompress more than this: larger entries are stored as they are.
         self._max_compress = max_decompressed_bytes()
         header = self._header.encode()
@@ -160,7 +159,6 @@ class ShardWriter:
         self._types: dict[str, bytes] = {}
         self._guessed: dict[str, str] = {}
         self._specs: dict[tuple[bytes, bytes, Codec], int] = {}
-        self._spec_counts: list[int] = []
         self._info: ShardInfo | None = None
         self._failed = False
 
@@ -269,15 +267,10 @@ class ShardWriter:
         self._keys.append(raw_key)
         pos = self._pos
         self._rows.extend((pos, length, h, len(raw_key), len(prepared)))
+        # Counts per entry kind and payload bytes come from these rows at close.
         add_entry = self._entry_rows.extend
-        counts = self._spec_counts
-        payload_bytes = 0
         for off, p, sid in zip(rec.offsets, prepared, spec_ids):
-            size = len(p.payload)
-            add_entry((off, size, p.crc, sid))
-            counts[sid] += 1
-            payload_bytes += size
-        self._payload_bytes += payload_bytes
+            add_entry((off, len(p.payload), p.crc, sid))
         self._pos = pos + length
         self._count += 1
         return self._count - 1
@@ -354,7 +347,6 @@ class ShardWriter:
                     f"{self.path}: more than {MAX_ENTRY_SPECS} distinct (name, type, codec) entry kinds in one shard"
                 )
             sid = self._specs[spec] = len(self._specs)
-            self._spec_counts.append(0)
         return sid
 
     def _emit(self, parts: list[bytes | bytearray | memoryview], length: int) -> None:
@@ -384,16 +376,17 @@ class ShardWriter:
 
     # --- closing -------------------------------------------------------------
 
-    def _footer_metadata(self, specs: list[EntrySpec]) -> dict[str, Any]:
+    def _footer_metadata(self, specs: list[EntrySpec], entries: np.ndarray) -> dict[str, Any]:
+        counts = np.bincount(entries["spec"].astype(np.int64), minlength=len(specs)).tolist()
         types: dict[str, int] = {}
-        for spec, count in zip(specs, self._spec_counts if specs else []):
+        for spec, count in zip(specs, counts):
             types[spec.content_type] = types.get(spec.content_type, 0) + count
         return {
             "writer": f"shardcat {__version__}",
             "user": self._user_metadata,
             "entry_specs": [s.to_json() for s in specs],
             "content_types": types,
-            "payload_bytes": self._payload_bytes,
+            "payload_bytes": int(entries["size"].sum(dtype=np.uint64)),
             "compression": self._codec.label,
         }
 
@@ -433,7 +426,7 @@ class ShardWriter:
         records = _table(self._rows, RECORD_ROW_DTYPE, _RECORD_FIELDS)
         entries = _table(self._entry_rows, ENTRY_ROW_DTYPE, _ENTRY_FIELDS)
         specs = [EntrySpec(n.decode("utf-8"), t.decode("ascii"), c) for n, t, c in self._specs]
-        metadata = self._footer_metadata(specs)
+        metadata = self._footer_metadata(specs, entries)
         keys_blob = b"".join(self._keys)
         tail = Footer.encode(
             records,
