@@ -74,6 +74,7 @@ def test_harness_runs_floor_shardcat_and_wids_and_writes_the_report(tmp_path):
     assert "| measure | floor | shardcat | webdataset+wids |" in text
     assert "| local: point lookup p50 ms |" in text
     assert "200 samples" in text and "scale 0.001" in text
+    assert "- local/floor: narrow-table insert" in text  # the notes of the run are reported
     for png in ("latency-local.png", "throughput-local.png"):
         assert (tmp_path / "benchmarks" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"(benchmarks/{png})" in text
@@ -175,3 +176,35 @@ def test_large_vs_small_catalog_lookups_are_measured_and_checked(tmp_path):
         )
     with pytest.raises(MismatchError, match="floor"):
         bigcatalog.lookups(built, 5, random.Random(0))
+
+
+def test_the_registration_floor_inserts_into_shardcats_own_records_table(tmp_path):
+    """Issue 10's floor: the same keys into a table with the records schema and every index."""
+    import sqlite3
+
+    import shardcat
+
+    store = Store("local", str(tmp_path / "data"), scratch=str(tmp_path / "scratch"))
+    floor = Floor(store, Dataset(300))
+    floor.write()
+    floor.after_write()
+    assert floor.registration_seconds and floor.registration_seconds > 0
+
+    def schema(path: str) -> tuple[list[str], list[tuple[str, str]]]:
+        with sqlite3.connect(path) as conn:
+            cols = [r[1] for r in conn.execute("PRAGMA table_info(records)")]
+            idx = conn.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'index'"
+                " AND tbl_name = 'records' AND sql IS NOT NULL ORDER BY name"
+            ).fetchall()
+        return cols, idx
+
+    shardcat.Catalog(f"sqlite:///{tmp_path}/ref.db").close()
+    ref_cols, ref_idx = schema(str(tmp_path / "ref.db"))
+    cols, idx = schema(str(tmp_path / "scratch" / "floor" / "records.db"))
+    assert (cols, idx) == (ref_cols, ref_idx) and len(ref_idx) >= 2
+    with sqlite3.connect(str(tmp_path / "scratch" / "floor" / "records.db")) as conn:
+        keys = sorted(r[0] for r in conn.execute("SELECT key FROM records"))
+        (wide,) = conn.execute("SELECT COUNT(*) FROM records WHERE length(spans) != 24").fetchone()
+    assert keys == sorted(Dataset(300).keys()) and wide == 0
+    assert any(n.startswith("narrow-table insert") for n in floor.notes)

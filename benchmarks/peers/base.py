@@ -92,6 +92,10 @@ class System(ABC):
     def write(self) -> None:
         """Write every sample of the dataset (in its order) under ``self.root``."""
 
+    def after_write(self) -> None:
+        """Untimed work right after the timed write (the floor measures its registration floor here)."""
+        return None
+
     @abstractmethod
     def open(self) -> None:
         """Get ready to read (untimed except in the cold-lookup measure)."""

@@ -8,6 +8,20 @@ locations in a SQLite table keyed by the sample key (``key TEXT PRIMARY KEY``,
 sorted by file and offset (local: ``os.pread`` each; S3: one ``fs.cat_ranges``).
 Streaming is a raw sequential read of every file in 8 MiB chunks. No CRCs, no
 framing: a lower bound, not a usable format.
+
+Its write time includes that narrow table's ``executemany``. Its
+*registration* figure is not that insert but the issue's definition, "a
+bare bulk insert into the same indexed table": right after the timed write
+(untimed), the same keys go into a table created with the DDL of shardcat's
+own ``records`` table and its indexes (read from ``sqlite_master`` of a
+fresh shardcat catalog), one raw ``sqlite3`` ``executemany`` in one
+transaction, with the connection settings of shardcat's catalog (WAL,
+``synchronous = NORMAL``, 64 MiB of page cache, checkpoints every 64 MiB;
+with SQLite's 2 MiB default cache the same insert is ~1.45 x slower). The
+rows hold what shardcat stores: the key's xxh64 as a signed integer, the
+record's offset and length, a layout id and the packed spans of its two
+entries (24 bytes), computed before the clock starts. The narrow table's
+rate is kept as a note.
 """
 
 from __future__ import annotations
@@ -15,7 +29,10 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import struct
+import tempfile
 import time
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -50,7 +67,7 @@ class Floor(System):
             buf += s.label
         if buf:
             flush()
-        # The registration floor: one executemany in one transaction into the indexed table.
+        # Its lookup index: one executemany in one transaction (part of the write time).
         self.db = os.path.join(self.store.local_dir("floor"), "index.db")
         conn = sqlite3.connect(self.db)
         conn.execute(
@@ -60,8 +77,64 @@ class Floor(System):
         t = time.perf_counter()
         with conn:
             conn.executemany("INSERT INTO samples VALUES (?, ?, ?, ?, ?)", rows)
+        self.narrow_seconds = time.perf_counter() - t
+        conn.close()
+        self._rows = rows
+
+    def after_write(self) -> None:
+        """The registration floor: a bare executemany into a copy of shardcat's ``records``."""
+        import xxhash
+
+        import shardcat
+
+        rows = self._rows
+        self.notes.append(
+            f"narrow-table insert (key TEXT PRIMARY KEY, WITHOUT ROWID; part of its write time):"
+            f" {len(rows) / self.narrow_seconds:,.0f} keys/s"
+        )
+        with tempfile.TemporaryDirectory(prefix="floor-schema-") as tmp:
+            shardcat.Catalog(f"sqlite:///{tmp}/schema.db").close()
+            src = sqlite3.connect(f"{tmp}/schema.db")
+            ddl = [
+                r[0]
+                for r in src.execute(
+                    "SELECT sql FROM sqlite_master WHERE tbl_name = 'records'"
+                    " AND sql IS NOT NULL ORDER BY type DESC"  # the table, then its indexes
+                )
+            ]
+            src.close()
+        path = os.path.join(self.store.local_dir("floor"), "records.db")
+        conn = sqlite3.connect(path, isolation_level=None)
+        # The connection settings of shardcat's catalog (catalog/session.py): the ratio then
+        # measures what registration adds to the insert, not a tuning difference.
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA cache_size = -65536")
+        conn.execute("PRAGMA wal_autocheckpoint = 16384")
+        for stmt in ddl:
+            conn.execute(stmt)
+        pack = struct.Struct("<6I").pack
+        records = []
+        for key, file, offset, plen, llen in rows:
+            raw = key.encode("utf-8")
+            h = xxhash.xxh64_intdigest(raw)
+            signed = h - (1 << 64) if h >= 1 << 63 else h
+            spans = pack(0, plen, zlib.crc32(raw), plen, llen, 0)  # two entries, narrow
+            records.append((file, 1, offset, signed, key, plen + llen, 1, spans))
+        t = time.perf_counter()
+        conn.execute("BEGIN")
+        conn.executemany(
+            "INSERT INTO records (shard_id, dataset_id, byte_offset, key_hash, key,"
+            " byte_length, layout_id, spans) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            records,
+        )
+        conn.execute("COMMIT")
         self.registration_seconds = time.perf_counter() - t
         conn.close()
+        self.notes.append(
+            "registration floor: one sqlite3 executemany into a copy of shardcat's records"
+            " table and its indexes"
+        )
 
     def open(self) -> None:
         self.conn = sqlite3.connect(self.db, isolation_level=None, check_same_thread=False)

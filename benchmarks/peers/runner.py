@@ -91,6 +91,7 @@ def prepare(
     t = time.perf_counter()
     system.write()
     res.write_mbps = ds.nbytes / (time.perf_counter() - t) / 1e6
+    system.after_write()
     if system.registration_seconds:
         res.registration_kps = ds.count / system.registration_seconds
     log.info("%s/%s: written at %.0f MB/s", store.kind, cls.name, res.write_mbps)

@@ -918,3 +918,27 @@ def test_reader_rejects_values_that_are_not_shards_with_format_error():
         ShardReader(12345)  # type: ignore[arg-type]
     with pytest.raises(FormatError):
         ShardReader(b"\x00" * 200)
+
+
+def test_footer_counts_entries_per_content_type_and_payload_bytes_from_the_index():
+    """``content_types`` and ``payload_bytes`` in the footer: what was stored, per kind, summed."""
+    samples = [
+        {"__key__": "a", "txt": "x" * 500, "bin": b"\x00" * 300, "json": {"i": 1}},
+        {"__key__": "b", "bin": b"\x01" * 70, "jpg": b"\xff\xd8" + b"j" * 100},
+        {"__key__": "c", "txt": "short", "bin": b"", "cls": 3},
+        {"__key__": "d"},
+    ]
+    data = write_shard(samples, compression="zstd")
+    r = ShardReader(data)
+    meta = r.footer.metadata
+    entries = r.footer.entries
+    stored: dict[str, int] = {}
+    for spec in entries["spec"].tolist():
+        ctype = r.footer.specs[spec].content_type
+        stored[ctype] = stored.get(ctype, 0) + 1
+    assert meta["content_types"] == stored
+    assert sum(stored.values()) == 8 == len(entries)
+    assert meta["payload_bytes"] == int(entries["size"].sum()) > 0
+    assert meta["payload_bytes"] < 500 + 300  # the zstd-compressed text and bytes, as stored
+    empty = ShardReader(write_shard([])).footer.metadata
+    assert (empty["content_types"], empty["payload_bytes"]) == ({}, 0)

@@ -9,14 +9,14 @@ import time
 from array import array
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, BinaryIO, cast
+from typing import Any, BinaryIO
 
 import numpy as np
+import xxhash
 
 from .._version import __version__
 from ..errors import DuplicateKeyError, InvalidKeyError, RecordTooLargeError, WriterClosedError
 from . import recordcodec
-from .checksums import key_hash
 from .codecs import compress, max_decompressed_bytes, should_compress
 from .entries import Entry, Record, encode_value, guess_content_type, sample_key
 from .footer import EntrySpec, Footer, nesting_exceeds
@@ -53,6 +53,9 @@ _JOIN_LIMIT = 64 << 10
 # size: one write call (and one data-CRC update) per block, not per record,
 # which matters most for object-store uploads, whose write calls are Python.
 _BLOCK_BYTES = 4 << 20
+# checksums.key_hash without its Python frame (called once per record); the same name,
+# so that tests can swap it for a colliding one.
+key_hash = xxhash.xxh64_intdigest
 _RECORD_FIELDS = ("offset", "length", "key_hash", "key_length", "entry_count")
 _ENTRY_FIELDS = ("offset", "size", "crc", "spec")
 
@@ -130,7 +133,6 @@ class ShardWriter:
         )
         if file_id is not None and len(file_id) != 16:
             raise ValueError(f"file_id must be 16 bytes (a UUID), not {len(file_id)}")
-        self._payload_bytes = 0
         # Readers refuse to decompress more than this: larger entries are stored as they are.
         self._max_compress = max_decompressed_bytes()
         header = self._header.encode()
@@ -157,7 +159,6 @@ class ShardWriter:
         self._types: dict[str, bytes] = {}
         self._guessed: dict[str, str] = {}
         self._specs: dict[tuple[bytes, bytes, Codec], int] = {}
-        self._spec_counts: list[int] = []
         self._info: ShardInfo | None = None
         self._failed = False
 
@@ -208,22 +209,30 @@ class ShardWriter:
         """
         if self._info is not None or self._failed:
             raise WriterClosedError(f"{self.path}: cannot add {key!r}, the writer is closed")
-        raw_key = _encode_key(key, self.path)
+        # The common key (ASCII text within the limit) without a call; the rest checked there.
+        if type(key) is str and key.isascii() and 0 < len(key) <= MAX_KEY_BYTES:
+            raw_key = key.encode("ascii")
+        else:
+            raw_key = _encode_key(key, self.path)
         if raw_key in self._seen:
             raise DuplicateKeyError(f"{self.path}: key {key!r} is already in this shard", [key])
-        items = entries.entries if isinstance(entries, Record) else entries
+        items = entries if type(entries) is dict else _items(entries)
         prepared: list[PreparedEntry] = []
         spec_ids: list[int] = []
         first_seen: list[tuple[str, int]] = []  # bytes entries that took the slow path
         plain = self._plain
         crc32c = recordcodec.crc32c
         for name, value in items.items():
-            known = plain.get(name) if type(value) is bytes else None
-            if known is not None:  # the common case: one lookup, no Entry object
-                data = cast(bytes, value)
-                prepared.append(PreparedEntry(known[0], known[1], _NONE, data, crc32c(data)))
-                spec_ids.append(known[2])
-            elif not (isinstance(name, str) and name.startswith("__")):
+            if type(value) is bytes:
+                known = plain.get(name)
+                if known is not None:  # the common case: one lookup, no Entry object
+                    # tuple.__new__: a PreparedEntry without the Python frame of its __new__.
+                    prepared.append(
+                        _new_tuple(PreparedEntry, (known[0], known[1], _NONE, value, crc32c(value)))
+                    )
+                    spec_ids.append(known[2])
+                    continue
+            if not (isinstance(name, str) and name.startswith("__")):
                 prepared.append(self._prepare(name, value, key))
                 spec_ids.append(-1)  # given below, once every entry is prepared
                 if type(value) is bytes:
@@ -241,8 +250,15 @@ class ShardWriter:
         # Everything that can reject the record happens before its first byte is written.
         h = key_hash(raw_key)
         rec = recordcodec.encode_record(raw_key, h, prepared, self._alignment)
+        length = rec.length
         try:
-            self._emit(rec.parts, rec.length)
+            if length <= _JOIN_LIMIT:  # _emit's common case, inline: one frame less per record
+                self._block += rec.parts
+                self._block_bytes += length
+                if self._block_bytes >= _BLOCK_BYTES:
+                    self._write_block()
+            else:
+                self._emit(rec.parts, length)
         except BaseException:
             self._failed = True
             raise
@@ -250,17 +266,12 @@ class ShardWriter:
         self._seen.add(raw_key)
         self._keys.append(raw_key)
         pos = self._pos
-        self._rows.extend((pos, rec.length, h, len(raw_key), len(prepared)))
+        self._rows.extend((pos, length, h, len(raw_key), len(prepared)))
+        # Counts per entry kind and payload bytes come from these rows at close.
         add_entry = self._entry_rows.extend
-        counts = self._spec_counts
-        payload_bytes = 0
         for off, p, sid in zip(rec.offsets, prepared, spec_ids):
-            size = len(p.payload)
-            add_entry((off, size, p.crc, sid))
-            counts[sid] += 1
-            payload_bytes += size
-        self._payload_bytes += payload_bytes
-        self._pos = pos + rec.length
+            add_entry((off, len(p.payload), p.crc, sid))
+        self._pos = pos + length
         self._count += 1
         return self._count - 1
 
@@ -336,7 +347,6 @@ class ShardWriter:
                     f"{self.path}: more than {MAX_ENTRY_SPECS} distinct (name, type, codec) entry kinds in one shard"
                 )
             sid = self._specs[spec] = len(self._specs)
-            self._spec_counts.append(0)
         return sid
 
     def _emit(self, parts: list[bytes | bytearray | memoryview], length: int) -> None:
@@ -366,16 +376,17 @@ class ShardWriter:
 
     # --- closing -------------------------------------------------------------
 
-    def _footer_metadata(self, specs: list[EntrySpec]) -> dict[str, Any]:
+    def _footer_metadata(self, specs: list[EntrySpec], entries: np.ndarray) -> dict[str, Any]:
+        counts = np.bincount(entries["spec"].astype(np.int64), minlength=len(specs)).tolist()
         types: dict[str, int] = {}
-        for spec, count in zip(specs, self._spec_counts if specs else []):
+        for spec, count in zip(specs, counts):
             types[spec.content_type] = types.get(spec.content_type, 0) + count
         return {
             "writer": f"shardcat {__version__}",
             "user": self._user_metadata,
             "entry_specs": [s.to_json() for s in specs],
             "content_types": types,
-            "payload_bytes": self._payload_bytes,
+            "payload_bytes": int(entries["size"].sum(dtype=np.uint64)),
             "compression": self._codec.label,
         }
 
@@ -415,7 +426,7 @@ class ShardWriter:
         records = _table(self._rows, RECORD_ROW_DTYPE, _RECORD_FIELDS)
         entries = _table(self._entry_rows, ENTRY_ROW_DTYPE, _ENTRY_FIELDS)
         specs = [EntrySpec(n.decode("utf-8"), t.decode("ascii"), c) for n, t, c in self._specs]
-        metadata = self._footer_metadata(specs)
+        metadata = self._footer_metadata(specs, entries)
         keys_blob = b"".join(self._keys)
         tail = Footer.encode(
             records,
@@ -478,6 +489,13 @@ class ShardWriter:
             self.close()
         else:
             self.abort()
+
+
+_new_tuple = tuple.__new__
+
+
+def _items(entries: Mapping[str, Any] | Record) -> Mapping[str, Any]:
+    return entries.entries if isinstance(entries, Record) else entries
 
 
 def _table(flat: array[int], dtype: np.dtype[Any], fields: tuple[str, ...]) -> np.ndarray:

@@ -64,10 +64,20 @@ class ShardWriter(_writer.ShardWriter):
         else:
             super().__init__(target, **kwargs)
 
-    def add(self, key: str, entries: Any) -> int:
-        # docstring inherited
+    # A failed write of the records is translated where it happens (a 4 MiB block, or a
+    # large record's parts), not by wrapping add: that would cost a frame per record.
+    def _write_block(self) -> None:
         try:
-            return super().add(key, entries)
+            super()._write_block()
+        except OSError as e:
+            typed = self._storage_error(e)
+            if typed is e:
+                raise
+            raise typed from e
+
+    def _emit(self, parts: list[bytes | bytearray | memoryview], length: int) -> None:
+        try:
+            super()._emit(parts, length)
         except OSError as e:
             typed = self._storage_error(e)
             if typed is e:

@@ -1,0 +1,93 @@
+"""A local shard whose file write fails mid-way: a typed error, nothing published, nothing left.
+
+The records reach the file in 4 MiB blocks (small records) or part by part
+(records over 64 KiB); both ways a failing ``write`` (here ENOSPC, injected
+into the local file shardcat opens) surfaces from ``add`` as
+:class:`~shardcat.errors.StorageFullError` naming the shard, the writer
+refuses to go on, and leaving the ``with`` block publishes no shard and
+removes the temporary file.
+"""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import shardcat
+from shardcat.errors import StorageFullError, WriterClosedError
+from shardcat.storage import atomic
+
+
+@pytest.fixture
+def full_after(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Make the local shard file's ``write`` raise ENOSPC after ``n`` bytes went through."""
+
+    def install(n: int) -> None:
+        real = atomic._WritebackFile.write
+        seen = {"bytes": 0}
+
+        def write(self: Any, data: Any) -> int:
+            if seen["bytes"] + len(data) > n:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            seen["bytes"] += len(data)
+            return real(self, data)
+
+        monkeypatch.setattr(atomic._WritebackFile, "write", write)
+
+    return install
+
+
+@pytest.mark.parametrize(
+    ("size", "count"),
+    [(5_000, 2_000), (100_000, 40)],  # 4 MiB blocks of small records; large records part by part
+    ids=["blocks", "large-records"],
+)
+def test_a_write_failing_mid_shard_is_typed_and_publishes_nothing(
+    tmp_path: Path, full_after: Any, size: int, count: int
+) -> None:
+    full_after(1 << 20)  # the header goes through; the first block or large record does not
+    url = tmp_path / "ds" / "train-000000.shard"
+    w = shardcat.ShardWriter(str(url))
+    added: list[int] = []
+
+    def fill() -> None:
+        with w:
+            for i in range(count):
+                w.add(f"k/{i:05d}", {"bin": bytes([i % 251]) * size})
+                added.append(i)
+
+    with pytest.raises(StorageFullError) as err:
+        fill()
+    assert "no space left" in str(err.value) and "train-000000.shard" in str(err.value)
+    assert isinstance(err.value.__cause__, OSError)
+    assert 0 < len(added) < count  # it failed mid-way, not at close
+    with pytest.raises(WriterClosedError):
+        w.add("later", {"bin": b"x"})
+    with pytest.raises(WriterClosedError):
+        w.close()
+    assert sorted(p.name for p in (tmp_path / "ds").iterdir()) == []  # no shard, no .partial
+
+
+def test_a_rolling_writer_keeps_the_shards_closed_before_the_failure(
+    tmp_path: Path, full_after: Any
+) -> None:
+    full_after(3 << 19)  # 1.5 MiB: enough for the first shard (~1 MB), not the second
+    closed: list[shardcat.ShardInfo] = []
+
+    def fill() -> None:
+        with shardcat.RollingShardWriter(
+            str(tmp_path), "s-{number:03d}.shard", max_bytes="1MB", on_shard_closed=closed.append
+        ) as w:
+            for i in range(2_000):
+                w.add(f"k/{i:05d}", {"bin": bytes([i % 251]) * 5_000})
+
+    with pytest.raises(StorageFullError):
+        fill()
+    assert [Path(i.path).name for i in closed] == ["s-000.shard"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s-000.shard"]
+    with shardcat.ShardReader(str(tmp_path / "s-000.shard")) as r:
+        r.verify()
+        assert r.num_records == closed[0].record_count
