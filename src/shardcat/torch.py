@@ -52,11 +52,15 @@ class ShardIterableDataset(IterableDataset[Any]):
         A :class:`~shardcat.catalog.Catalog` or its URL.
     dataset:
         The dataset's name.
+    version:
+        Read the dataset as of this kept version (number or tag), exactly
+        the records :func:`shardcat.read` streams at it; default the latest.
     entries:
         Read only these entries of each record.
     where, params:
         A SQL filter choosing the records, with ``:name`` parameters (see
-        :meth:`Catalog.select <shardcat.catalog.Catalog.select>`).
+        :meth:`Catalog.select <shardcat.catalog.Catalog.select>`), among
+        those of ``version``.
     shuffle:
         Shuffle shards and samples (default), or read in shard-number and file order.
     seed:
@@ -90,6 +94,8 @@ class ShardIterableDataset(IterableDataset[Any]):
     ------
     DatasetNotFoundError
         If there is no such dataset.
+    VersionNotFoundError
+        If there is no such kept version or tag.
     CatalogError
         If ``where`` is refused.
     """
@@ -99,6 +105,7 @@ class ShardIterableDataset(IterableDataset[Any]):
         catalog: Catalog | str,
         dataset: str,
         *,
+        version: int | str | None = None,
         entries: Iterable[str] | None = None,
         where: str | None = None,
         params: Mapping[str, Any] | None = None,
@@ -120,7 +127,7 @@ class ShardIterableDataset(IterableDataset[Any]):
         cat = open_catalog(catalog, storage_options)
         opts = dict(cat.storage_options if storage_options is None else storage_options)
         # The plan is made here, once: workers get shard URLs, never a connection.
-        tasks = tuple(plan_tasks(cat, dataset, where, params))
+        tasks = tuple(plan_tasks(cat, dataset, where, params, version))
         stream = SampleStream(
             tasks,
             opts,
@@ -492,6 +499,9 @@ class KeyDataset(Dataset[Any]):
         The keys positions refer to.
     where, params:
         A SQL filter choosing the keys instead.
+    version:
+        Read the dataset as of this kept version (number or tag): its keys,
+        and their records at that version; default the latest.
     entries:
         Read only these entries.
     decode:
@@ -501,6 +511,8 @@ class KeyDataset(Dataset[Any]):
     ------
     DatasetNotFoundError
         If there is no such dataset.
+    VersionNotFoundError
+        If there is no such kept version or tag.
     """
 
     def __init__(
@@ -511,6 +523,7 @@ class KeyDataset(Dataset[Any]):
         *,
         where: str | None = None,
         params: Mapping[str, Any] | None = None,
+        version: int | str | None = None,
         entries: Iterable[str] | None = None,
         decode: Decoder = None,
         storage_options: Mapping[str, Any] | None = None,
@@ -521,6 +534,7 @@ class KeyDataset(Dataset[Any]):
             keys,
             where=where,
             params=params,
+            version=version,
             entries=entries,
             decode=decode,
             storage_options=storage_options,

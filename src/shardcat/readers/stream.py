@@ -51,13 +51,24 @@ def apply_decoder(sample: dict[str, Any], decode: Decoder) -> Any:
 
 
 def plan_tasks(
-    catalog: Catalog, dataset: str, where: str | None, params: Mapping[str, Any] | None
+    catalog: Catalog,
+    dataset: str,
+    where: str | None,
+    params: Mapping[str, Any] | None,
+    version: int | str | None = None,
 ) -> list[ShardTask]:
-    """The dataset's committed shards as tasks, by shard number; with ``where`` only chosen records.
+    """The shards of a version (default the latest) as tasks, by shard number; with ``where`` only chosen records.
 
-    Two queries at most (shards, then the filter); no shard is read.
+    Exactly the records :func:`shardcat.read` streams at that version: its
+    shards minus the records it hides (deleted or replaced by then). Two
+    queries at most (shards, then the filter); no shard is read.
+
+    Raises
+    ------
+    VersionNotFoundError
+        If there is no such kept version or tag.
     """
-    _, visible = catalog.visible_shards(dataset)  # the latest version: hidden records left out
+    _, visible = catalog.visible_shards(dataset, version)
     for s, _ in visible:
         shard_kind(s.kind)  # a kind this shardcat cannot read fails here, not in a worker
     if where is None:
@@ -74,7 +85,7 @@ def plan_tasks(
             for s, hidden in visible
             if s.record_count > len(hidden)
         ]
-    chosen = catalog.select(dataset, where, params).offsets  # live records only
+    chosen = catalog.select(dataset, where, params, version=version).offsets
     return [
         ShardTask(
             s.url,
