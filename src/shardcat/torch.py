@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
@@ -158,7 +159,11 @@ class ShardIterableDataset(IterableDataset[Any]):
         self.collate = collate
         self._rank = rank
         self._world_size = world_size
-        self.epoch = 0
+        # The epoch and a count of load_state_dict calls, in shared memory: persistent
+        # DataLoader workers keep the dataset they started with, but see set_epoch()
+        # through this (torch passes a shared tensor to fork and spawn workers alike).
+        self._shared = torch.zeros(2, dtype=torch.int64).share_memory_()
+        self._loads = 0
         # Resuming: per reader (rank * workers + worker), the samples it yielded
         # before; and which reader the new loader's worker 0 takes over.
         self._resume: dict[int, int] = {}
@@ -181,6 +186,15 @@ class ShardIterableDataset(IterableDataset[Any]):
             return self._world_size
         return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
+    @property
+    def epoch(self) -> int:
+        """The epoch read next (:meth:`set_epoch`); shared with persistent DataLoader workers."""
+        return int(self._shared[0])
+
+    @epoch.setter
+    def epoch(self, epoch: int) -> None:
+        self._shared[0] = epoch
+
     def __len__(self) -> int:
         """Samples this rank yields per epoch (ranks differ by at most one shard's records)."""
         return self.stream.rank_count(self.epoch, self.rank, self.world_size)
@@ -199,6 +213,12 @@ class ShardIterableDataset(IterableDataset[Any]):
 
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
+        if int(self._shared[1]) != self._loads:
+            # A persistent worker's copy predates load_state_dict: it would not resume.
+            raise RuntimeError(
+                "load_state_dict() was called after this DataLoader's persistent workers "
+                "started: create a new DataLoader to resume"
+            )
         workers, worker = (1, 0) if info is None else (info.num_workers, info.id)
         role = self.worker_roles(workers)[worker]
         start = self.resume_positions(workers)[role]
@@ -264,6 +284,8 @@ class ShardIterableDataset(IterableDataset[Any]):
                 f"the state is of {state['world_size']} rank(s), this job has {self.world_size}"
             )
         self.epoch = int(state["epoch"])
+        self._loads += 1
+        self._shared[1] = self._loads
         self._resume_epoch = self.epoch
         self._resume = {int(k): int(v) for k, v in state["positions"].items()}
         self._resume_workers = int(state["num_workers"])
@@ -405,9 +427,11 @@ def batched(
 class ShardLoader(DataLoader[Any]):
     """A ``DataLoader`` over a :class:`ShardIterableDataset` that can save where it is.
 
-    Takes every ``DataLoader`` argument but ``persistent_workers=True``
-    (workers that outlive an epoch would miss :meth:`ShardIterableDataset.set_epoch`).
-    :meth:`state_dict` records, for
+    Takes every ``DataLoader`` argument; with workers ``persistent_workers``
+    defaults to True: they are started once, not every epoch (at 20,000
+    samples an epoch, starting them took as long as reading, see
+    docs/TRAINING.md), and see :meth:`ShardIterableDataset.set_epoch`
+    through shared memory. :meth:`state_dict` records, for
     each worker, how many samples of the epoch reached the training loop
     (a DataLoader takes whole batches from its workers in turn); a new
     loader on a dataset given that state resumes with the next batch.
@@ -420,13 +444,8 @@ class ShardLoader(DataLoader[Any]):
     def __init__(self, dataset: ShardIterableDataset, *args: Any, **kwargs: Any) -> None:
         if not isinstance(dataset, ShardIterableDataset):
             raise TypeError("ShardLoader reads a ShardIterableDataset")
-        if kwargs.get("persistent_workers"):
-            # Persistent workers keep the dataset they started with: set_epoch and
-            # load_state_dict in this process would never reach them.
-            raise ValueError(
-                "ShardLoader needs persistent_workers=False: workers must see each epoch's "
-                "set_epoch() and a resumed state"
-            )
+        if kwargs.get("num_workers", 0) > 0:
+            kwargs.setdefault("persistent_workers", True)
         # A dataset that batches in its workers: the loader must pass batches on as they are.
         if dataset.batch_size is not None and (
             kwargs.setdefault("batch_size", None) is not None or args
