@@ -162,7 +162,7 @@ class ShardIterableDataset(IterableDataset[Any]):
         # The epoch and a count of load_state_dict calls, in shared memory: persistent
         # DataLoader workers keep the dataset they started with, but see set_epoch()
         # through this (torch passes a shared tensor to fork and spawn workers alike).
-        self._shared = torch.zeros(2, dtype=torch.int64).share_memory_()
+        self._shared = torch.zeros(2, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
         self._loads = 0
         # Resuming: per reader (rank * workers + worker), the samples it yielded
         # before; and which reader the new loader's worker 0 takes over.
