@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -35,7 +36,14 @@ from .readers import (
 )
 from .storage import LocalShardCache
 
-__all__ = ["KeyDataset", "MixedDataset", "ShardIterableDataset", "ShardLoader", "unchanged"]
+__all__ = [
+    "KeyDataset",
+    "MixStream",
+    "MixedDataset",
+    "ShardIterableDataset",
+    "ShardLoader",
+    "unchanged",
+]
 
 
 class ShardIterableDataset(IterableDataset[Any]):
@@ -338,6 +346,32 @@ def _check_placement(
         raise ValueError(f"rank {rank} is not in range(world_size={world_size})")
 
 
+@dataclass(frozen=True, slots=True)
+class MixStream:
+    """One dataset of a :class:`MixedDataset`, with its weight and its size per epoch.
+
+    As MosaicML's ``Stream(proportion=, repeat=, choose=)``:
+
+    - ``weight``: the mix draws this dataset with probability proportional
+      to it. None for every dataset of a mix: every (chosen) sample of every
+      dataset comes once per epoch, in a random interleaving.
+    - ``repeat``: ``round(repeat * len)`` samples per epoch: 3 repeats a
+      small dataset three times within the epoch (each pass in its own
+      order), 2.5 every sample twice and half of them a third time, 0.1 a
+      tenth of it. A sample never comes more than ``ceil(repeat)`` times.
+    - ``choose``: exactly this many samples per epoch (a subsample, or more
+      than the dataset holds to oversample).
+
+    The chosen samples are drawn again each epoch from the seed and the
+    epoch, deterministic and resumable like the rest.
+    """
+
+    dataset: ShardIterableDataset
+    weight: float | None = None
+    repeat: float | None = None
+    choose: int | None = None
+
+
 class MixedDataset(ShardIterableDataset):
     """Several :class:`ShardIterableDataset` mixed in proportions (MosaicML streams, LitData's combined datasets).
 
@@ -351,6 +385,12 @@ class MixedDataset(ShardIterableDataset):
     with a large weight ends the epoch early). The datasets may come from
     different catalogs and stores.
 
+    A dataset given as :class:`MixStream` may be resized per epoch:
+    ``MixedDataset([MixStream(big, choose=10_000), MixStream(small, repeat=3)])``
+    reads 10,000 samples of ``big`` (a new subset each epoch) and every
+    sample of ``small`` three times, all once in a random interleaving
+    (no weights: the epoch is exactly 10,000 + 3 × len(small) samples).
+
     Everything else is :class:`ShardIterableDataset`'s: ``set_epoch``,
     ``state_dict``/``load_state_dict`` (with :class:`ShardLoader`; the
     state is each reader's position, from which each dataset's position
@@ -361,13 +401,14 @@ class MixedDataset(ShardIterableDataset):
     Raises
     ------
     ValueError
-        No datasets, a weight that is not positive, or a dataset that makes
-        batches itself (batch the mix instead).
+        No datasets, a weight that is not positive, weights for some
+        datasets only, ``repeat`` and ``choose`` together, or a dataset that
+        makes batches itself (batch the mix instead).
     """
 
     def __init__(
         self,
-        datasets: Sequence[tuple[ShardIterableDataset, float]],
+        datasets: Sequence[tuple[ShardIterableDataset, float | None] | MixStream],
         *,
         seed: int = 0,
         rank: int | None = None,
@@ -376,18 +417,24 @@ class MixedDataset(ShardIterableDataset):
         collate: Callable[[list[Any]], Any] | None = None,
     ) -> None:
         _check_placement(rank, world_size, batch_size, collate)
-        for ds, _ in datasets:
-            if ds.batch_size is not None:
+        members = [d if isinstance(d, MixStream) else MixStream(d[0], d[1]) for d in datasets]
+        streams: list[tuple[SampleStream, float | None]] = []
+        for m in members:
+            if m.dataset.batch_size is not None:
                 raise ValueError(
-                    f"dataset {ds.dataset!r} makes batches itself: give the mix batch_size= instead"
+                    f"dataset {m.dataset.dataset!r} makes batches itself: give the mix "
+                    "batch_size= instead"
                 )
-        streams = []
-        for ds, weight in datasets:
-            if not isinstance(ds.stream, SampleStream):
+            if not isinstance(m.dataset.stream, SampleStream):
                 raise ValueError("mix datasets, not mixes: list every dataset with its weight")
-            streams.append((ds.stream, weight))
-        self.dataset = "+".join(ds.dataset for ds, _ in datasets)
-        self.mix = MixedStream.of(streams, seed)
+            streams.append((m.dataset.stream, m.weight))
+        self.dataset = "+".join(m.dataset.dataset for m in members)
+        self.mix = MixedStream.of(
+            streams,
+            seed,
+            repeat=[m.repeat for m in members],
+            choose=[m.choose for m in members],
+        )
         self._setup(self.mix, rank, world_size, batch_size, collate)
 
     def stream_counts(self, num_workers: int = 0) -> list[list[int]]:

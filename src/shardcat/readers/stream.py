@@ -173,7 +173,7 @@ class SampleStream:
             for w in range(workers)
         ]
 
-    def order(self, epoch: int, reader: tuple[int, int], n: int) -> np.ndarray:
+    def order(self, epoch: int, reader: tuple[int, ...], n: int) -> np.ndarray:
         """Positions of a reader's (``(rank, worker)``) stream in the order it yields them."""
         rng = epoch_rng(self.seed, epoch, *reader) if self.shuffle else None
         return buffered_order(n, self.shuffle_buffer, rng)
@@ -186,22 +186,34 @@ class SampleStream:
         worker: int = 0,
         workers: int = 1,
         start: int = 0,
+        *,
+        repeat: int = 0,
+        keep: np.ndarray | None = None,
     ) -> Iterator[Any]:
         """Samples of one reader in ``epoch``, from its ``start``-th on.
 
         Resuming at ``start`` yields exactly what an uninterrupted run yields
         after its first ``start`` samples, and reads no shard whose samples
-        were all yielded before.
+        were all yielded before. ``repeat`` > 0 reads the reader's samples
+        again in another order (the ``repeat``-th pass of a stream repeated
+        within an epoch); ``keep`` (booleans, one per sample of the reader,
+        in file order) yields only those samples, in the same order as the
+        rest would have come.
         """
         tasks = self.reader_tasks(epoch, rank, world, worker, workers)
         counts = np.fromiter((t.count for t in tasks), dtype=np.int64, count=len(tasks))
         bases = np.concatenate([[0], np.cumsum(counts)])
         n = int(bases[-1])
-        if start >= n:
+        order = self.order(epoch, (rank, worker, repeat) if repeat else (rank, worker), n)
+        if keep is not None:
+            if len(keep) != n:
+                raise ValueError(f"keep has {len(keep)} flags for a reader of {n} samples")
+            keep = np.asarray(keep, dtype=bool)
+            order = order[keep[order]]
+        if start >= len(order):
             return
-        order = self.order(epoch, (rank, worker), n)
         # Python ints and bytes, not numpy scalars: this loop runs once per sample.
-        skip = np.zeros(n, dtype=bool)
+        skip = np.zeros(n, dtype=bool) if keep is None else ~keep
         skip[order[:start]] = True
         done = skip.tobytes()
         todo = iter(order[start:].tolist())
