@@ -379,3 +379,22 @@ def test_persistent_workers_resume_and_refuse_a_late_state(local_dataset):
     with pytest.raises(RuntimeError, match="new DataLoader"):
         list(loader)
     assert batches(ShardLoader(ds, batch_size=4, num_workers=2)) == full[1:]
+
+
+def test_the_loader_widens_its_workers_pipe(local_dataset):
+    fcntl = pytest.importorskip("fcntl")
+    if not hasattr(fcntl, "F_GETPIPE_SZ"):
+        pytest.skip("pipe sizes are a Linux feature")
+    from shardcat.torch import RESULT_PIPE_BYTES, widen_result_pipe
+
+    url, keys = local_dataset
+    ds = ShardIterableDataset(url, "train", decode=keys_only, batch_size=4)
+    loader = ShardLoader(ds, num_workers=1, collate_fn=list)
+    it = iter(loader)
+    first = next(it)  # the workers start with the first batch asked for
+    pipe = loader._iterator._worker_result_queue._reader.fileno()
+    assert fcntl.fcntl(pipe, fcntl.F_GETPIPE_SZ) == RESULT_PIPE_BYTES
+    assert sorted(k for b in [first, *it] for k in b) == sorted(keys)
+    # Best effort: no such attribute (another torch) or a size the kernel refuses is no error.
+    assert widen_result_pipe(object()) is None
+    assert widen_result_pipe(loader._iterator, size=-1) is None
