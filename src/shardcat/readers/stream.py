@@ -9,6 +9,7 @@ It needs no torch; :mod:`shardcat.torch` wraps it.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -212,6 +213,10 @@ class SampleStream:
             order = order[keep[order]]
         if start >= len(order):
             return
+        if keep is None and (not self.shuffle or self.shuffle_buffer <= 1):
+            # File order (the buffer changes nothing): no bookkeeping per sample.
+            yield from self._in_file_order(tasks, bases, start)
+            return
         # Python ints and bytes, not numpy scalars: this loop runs once per sample.
         skip = np.zeros(n, dtype=bool) if keep is None else ~keep
         skip[order[:start]] = True
@@ -240,6 +245,21 @@ class SampleStream:
                     want = next(todo, -1)
                 if want < 0:
                     return
+
+    def _in_file_order(
+        self, tasks: Sequence[ShardTask], bases: np.ndarray, start: int
+    ) -> Iterator[Any]:
+        """The reader's samples in file order from the ``start``-th: what ``buffered_order`` is then."""
+        first = int(np.searchsorted(bases, start, side="right")) - 1
+        decode = self.decode
+        for t in range(first, len(tasks)):
+            records = self._records(tasks[t])
+            if t == first and start > bases[t]:
+                # Records are decoded lazily: the ones yielded before are skipped, not decoded.
+                records = itertools.islice(records, start - int(bases[t]), None)
+            for rec in records:
+                sample = rec.decode(writable=True)
+                yield sample if decode is None else apply_decoder(sample, decode)
 
     def _records(self, task: ShardTask) -> Iterator[Record]:
         return iter_task_records(task, self.storage_options, self.entries, self.cache, self.catalog)
