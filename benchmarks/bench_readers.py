@@ -36,7 +36,7 @@ import webdataset as wds
 from torch.utils.data import DataLoader
 
 import shardcat
-from shardcat.torch import ShardIterableDataset, unchanged
+from shardcat.torch import ShardIterableDataset, ShardLoader, unchanged, widen_result_pipe
 
 
 def identity(batch: list[Any]) -> list[Any]:
@@ -74,55 +74,172 @@ def write(root: str, samples: int, shards: int, kib: int) -> tuple[str, list[str
     return url, tars
 
 
-def plain(cat_url: str) -> int:
-    cat = shardcat.Catalog(cat_url)
+def shard_urls(cat_url: str) -> list[str]:
+    """The dataset's shards, listed once: no run pays for opening the catalog (setup, not reading)."""
+    with shardcat.Catalog(cat_url) as cat:
+        return [row.url for row in cat.shards("bench")]
+
+
+def plain(urls: list[str]) -> int:
     n = 0
-    for row in cat.shards("bench"):
-        with shardcat.ShardReader(row.url) as r:
+    for url in urls:
+        with shardcat.ShardReader(url) as r:
             for rec in r.iter_records():
                 rec.decode(writable=True)
                 n += 1
-    cat.close()
     return n
 
 
-def ours(cat_url: str, workers: int, shuffle: bool) -> int:
-    ds = ShardIterableDataset(cat_url, "bench", shuffle=shuffle, shuffle_buffer=1000)
+def ours(ds: ShardIterableDataset, workers: int) -> int:
+    """A fresh DataLoader (batch_size=64): workers started for this epoch, as without persistence."""
     loader = DataLoader(ds, batch_size=64, num_workers=workers, collate_fn=identity)
     return sum(len(b) for b in loader)
 
 
-def ours_batched(cat_url: str, workers: int, shuffle: bool) -> int:
-    """Batches of 64 made in the dataset's workers (``batch_size=``), passed on by the loader."""
-    ds = ShardIterableDataset(cat_url, "bench", shuffle=shuffle, shuffle_buffer=1000, batch_size=64)
+def ours_batched(ds: ShardIterableDataset, workers: int) -> int:
+    """Batches of 64 made in the dataset's workers (``batch_size=``), passed on by a fresh loader."""
     loader = DataLoader(ds, batch_size=None, num_workers=workers, collate_fn=unchanged)
     return sum(len(b) for b in loader)
 
 
+def _ipc_bytes(obj: Any) -> Any:
+    """``obj`` pickled as a DataLoader worker's queue pickles it (ForkingPickler, torch's reductions)."""
+    from multiprocessing.reduction import ForkingPickler
+
+    return ForkingPickler.dumps(obj)
+
+
+def packed(batch: list[dict[str, Any]]) -> tuple[list[str], bytes, np.ndarray, list[Any]]:
+    """A batch as keys, one buffer of every ``jpg`` with offsets, and the labels."""
+    sizes = np.fromiter((len(s["jpg"]) for s in batch), dtype=np.int64, count=len(batch))
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    return (
+        [s["__key__"] for s in batch],
+        b"".join(s["jpg"] for s in batch),
+        offsets,
+        [s["json"] for s in batch],
+    )
+
+
+def breakdown(cat_url: str, urls: list[str], repeat: int) -> None:
+    """What a worker adds per sample, in this process (CPU time, best of ``repeat``, unshuffled)."""
+    ds = ShardIterableDataset(cat_url, "bench", shuffle=False, batch_size=64)
+
+    def pickled() -> int:
+        n = 0
+        for b in ds:
+            _ipc_bytes(b)
+            n += len(b)
+        return n
+
+    steps: dict[str, Callable[[], int]] = {
+        "plain streaming reader": partial(plain, urls),
+        "dataset, batches of 64 (what a worker iterates)": lambda: sum(len(b) for b in ds),
+        "+ pickled for the queue": pickled,
+        "+ pickled and unpickled": lambda: sum(len(pickle.loads(_ipc_bytes(b))) for b in ds),
+        "+ packed (one buffer + offsets), pickled and unpickled": lambda: sum(
+            len(pickle.loads(_ipc_bytes(packed(b)))[0]) for b in ds
+        ),
+    }
+    best: dict[str, float] = {}
+    n = 0
+    for _ in range(repeat):
+        for label, step in steps.items():
+            c0 = time.process_time()
+            n = step()
+            best[label] = min(best.get(label, float("inf")), time.process_time() - c0)
+    base = best["plain streaming reader"]
+    print(f"In one process, {n:,} samples, CPU time, best of {repeat}:")
+    print("| step | µs per sample | plain / this |")
+    print("| --- | --- | --- |")
+    for label, t in best.items():
+        print(f"| {label} | {t / n * 1e6:.2f} | {base / t:.2f} |")
+
+
+class Persistent:
+    """One epoch per call of a loader whose workers stay (``ShardLoader``'s default).
+
+    The workers start in the first call, made before timing (``warm``):
+    what is timed is the steady state of a training job, an epoch after the
+    first. Each call reads the next epoch.
+    """
+
+    def __init__(
+        self, cat_url: str, workers: int, shuffle: bool, batched: bool, pipe: int | None = None
+    ) -> None:
+        if batched:
+            ds = ShardIterableDataset(
+                cat_url, "bench", shuffle=shuffle, shuffle_buffer=1000, batch_size=64
+            )
+            self.loader: DataLoader[Any] = ShardLoader(ds, num_workers=workers)
+        else:
+            ds = ShardIterableDataset(cat_url, "bench", shuffle=shuffle, shuffle_buffer=1000)
+            self.loader = ShardLoader(ds, batch_size=64, num_workers=workers, collate_fn=identity)
+        self.dataset = ds
+        self.epoch = 0
+        self.warm = self()
+        if pipe is not None:  # back to this pipe size (ShardLoader widens it to 1 MiB)
+            widen_result_pipe(self.loader._iterator, pipe)
+
+    def __call__(self) -> int:
+        self.dataset.set_epoch(self.epoch)
+        self.epoch += 1
+        return sum(len(b) for b in self.loader)
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _live_children_cpu() -> float:
+    """CPU seconds of this process's live children (persistent workers), from /proc."""
+    total = 0.0
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/children") as f:
+                pids = f.read().split()
+        except OSError:
+            continue
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
+    return total
+
+
 def cpu_seconds() -> float:
-    """CPU time of this process and of its waited-for children (DataLoader workers)."""
+    """CPU time of this process and of its children: waited-for ones and live ones (workers)."""
     me = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime + _live_children_cpu()
+
+
+def main_cpu_seconds() -> float:
+    """CPU time of this process alone: what the training loop's process pays."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    return me.ru_utime + me.ru_stime
 
 
 def interleaved(
     runs: dict[str, Callable[[], int]], repeat: int
-) -> dict[str, tuple[float, float, int]]:
-    """Best samples/s by wall clock and by CPU time of each run, the runs taken in turn.
+) -> dict[str, tuple[float, float, int, float]]:
+    """Best samples/s by wall clock, by CPU time and by this process's CPU time of each run.
 
     Round ``r`` runs every entry once, so a change in the machine's load
     reaches all of them alike; CPU time (with the workers') does not count
-    waiting for a core.
+    waiting for a core. Returns ``(wall, cpu, samples, main_cpu)`` rates.
     """
-    best: dict[str, tuple[float, float, int]] = {}
+    best: dict[str, tuple[float, float, int, float]] = {}
     for _ in range(repeat):
         for label, run in runs.items():
-            c0, t0 = cpu_seconds(), time.perf_counter()
+            m0, c0, t0 = main_cpu_seconds(), cpu_seconds(), time.perf_counter()
             n = run()
             wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
-            w, c, _ = best.get(label, (0.0, 0.0, n))
-            best[label] = (max(w, n / wall), max(c, n / cpu), n)
+            main = main_cpu_seconds() - m0
+            w, c, _, m = best.get(label, (0.0, 0.0, n, 0.0))
+            best[label] = (max(w, n / wall), max(c, n / cpu), n, max(m, n / main))
     return best
 
 
@@ -231,7 +348,10 @@ def s3_epochs(samples: int, shards: int, kib: int) -> None:
 
 
 def mds_compare(
-    python: str, root: str, repeat: int, ours: dict[bool, dict[str, tuple[float, float, int]]]
+    python: str,
+    root: str,
+    repeat: int,
+    ours: dict[bool, dict[str, tuple[float, float, int, float]]],
 ) -> None:
     """MosaicML Streaming on the same samples, in ``python`` (run after ours, not interleaved)."""
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mds_readers.py")
@@ -265,6 +385,11 @@ def main() -> None:
     ap.add_argument("--s3", action="store_true", help="first sample and bytes per epoch on S3")
     ap.add_argument("--no-webdataset", action="store_true", help="leave WebDataset out (faster)")
     ap.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="only what a worker adds per sample (dataset, pickling), in one process",
+    )
+    ap.add_argument(
         "--mds-python",
         help="a python with mosaicml-streaming (another venv): MDS reads the same samples after ours",
     )
@@ -272,42 +397,76 @@ def main() -> None:
     if args.s3:
         s3_epochs(args.samples, args.shards, args.kib)
         return
+    print(f"load average before: {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory(prefix="bench-readers-") as root:
         cat_url, tars = write(root, args.samples, args.shards, args.kib)
-        best_plain: dict[bool, dict[str, tuple[float, float, int]]] = {}
+        urls = shard_urls(cat_url)
+        if args.breakdown:
+            breakdown(cat_url, urls, args.repeat)
+            return
+        best_plain: dict[bool, dict[str, tuple[float, float, int, float]]] = {}
         for shuffle in (False, True):
-            runs: dict[str, Callable[[], int]] = {"plain": partial(plain, cat_url)}
+            runs: dict[str, Callable[[], int]] = {"plain": partial(plain, urls)}
+            # Datasets made once (opening the catalog and planning is setup, as for the plain
+            # reader's shard list); each run reads one epoch.
+            per_sample = ShardIterableDataset(
+                cat_url, "bench", shuffle=shuffle, shuffle_buffer=1000
+            )
+            batched = ShardIterableDataset(
+                cat_url, "bench", shuffle=shuffle, shuffle_buffer=1000, batch_size=64
+            )
             for workers in (0, 1, 2):
-                runs[f"ours {workers}"] = partial(ours, cat_url, workers, shuffle)
-                runs[f"batched {workers}"] = partial(ours_batched, cat_url, workers, shuffle)
+                runs[f"ours {workers}"] = partial(ours, per_sample, workers)
+                runs[f"batched {workers}"] = partial(ours_batched, batched, workers)
+                if workers:
+                    runs[f"ours persistent {workers}"] = Persistent(
+                        cat_url, workers, shuffle, batched=False
+                    )
+                    runs[f"batched persistent {workers}"] = Persistent(
+                        cat_url, workers, shuffle, batched=True
+                    )
+                    runs[f"batched persistent 64k {workers}"] = Persistent(
+                        cat_url, workers, shuffle, batched=True, pipe=2**16
+                    )
                 if not args.no_webdataset:
                     runs[f"wds {workers}"] = partial(webdataset, tars, workers, shuffle)
             best = interleaved(runs, args.repeat)
-            base_wall, base_cpu, n = best["plain"]
+            base_wall, base_cpu, n, base_main = best["plain"]
             best_plain[shuffle] = best
-            assert all(got == n for _, _, got in best.values()), best
+            assert all(v[2] == n for v in best.values()), best
             print(
                 f"{n:,} samples of ~{args.kib} KiB in {args.shards} shards, shuffle "
                 f"{'buffer 1,000' if shuffle else 'off'}; plain streaming reader: "
                 f"{base_wall:,.0f} samples/s wall, {base_cpu:,.0f} per CPU second"
             )
             print(
-                "| workers | DataLoader(batch_size=64) samples/s | vs plain | vs plain, CPU | "
-                "dataset batch_size=64 samples/s | vs plain | vs plain, CPU | "
-                "WebDataset samples/s |"
+                "| workers | batches made in | workers started | samples/s | vs plain | "
+                "vs plain, CPU | vs plain, CPU of the loop's process | WebDataset samples/s |"
             )
             print("| --- | --- | --- | --- | --- | --- | --- | --- |")
             for workers in (0, 1, 2):
-                o_wall, o_cpu, _ = best[f"ours {workers}"]
-                b_wall, b_cpu, _ = best[f"batched {workers}"]
-                w_wall = best.get(f"wds {workers}", (float("nan"), 0.0, 0))[0]
-                print(
-                    f"| {workers} | {o_wall:,.0f} | {o_wall / base_wall:.2f} | "
-                    f"{o_cpu / base_cpu:.2f} | {b_wall:,.0f} | {b_wall / base_wall:.2f} | "
-                    f"{b_cpu / base_cpu:.2f} | {w_wall:,.0f} |"
-                )
+                w_wall = best.get(f"wds {workers}", (float("nan"), 0.0, 0, 0.0))[0]
+                for label, made, started in (
+                    ("ours", "loader (batch_size=64)", "every epoch"),
+                    ("batched", "dataset (batch_size=64)", "every epoch"),
+                    ("ours persistent", "loader (batch_size=64)", "once"),
+                    ("batched persistent", "dataset (batch_size=64)", "once"),
+                    ("batched persistent 64k", "dataset (batch_size=64)", "once, 64 KiB pipe"),
+                ):
+                    if f"{label} {workers}" not in best:
+                        continue
+                    wall, cpu, _, main = best[f"{label} {workers}"]
+                    print(
+                        f"| {workers} | {made} | {started if workers else '-'} | {wall:,.0f} | "
+                        f"{wall / base_wall:.2f} | {cpu / base_cpu:.2f} | "
+                        f"{main / base_main:.2f} | {w_wall:,.0f} |"
+                    )
+            for run in runs.values():
+                if isinstance(run, Persistent):
+                    del run.loader  # stops its workers
         if args.mds_python:
             mds_compare(args.mds_python, root, args.repeat, best_plain)
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

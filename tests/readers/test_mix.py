@@ -119,3 +119,105 @@ def test_a_mix_batches_in_its_workers_and_refuses_batching_members(two_catalogs)
         MixedDataset([(a, 1.0)])
     with pytest.raises(ValueError, match="positive"):
         mix_of(two_catalogs, weights=(1, 0))
+
+
+# --- resizing streams per epoch: repeat= and choose= (MosaicML's Stream options) ---------------
+
+
+def sized_mix(
+    urls: tuple[str, str], a: dict[str, Any], b: dict[str, Any], **kw: Any
+) -> MixedDataset:
+    from shardcat.torch import MixStream
+
+    da = ShardIterableDataset(urls[0], "train", seed=10, shuffle_buffer=8, decode=keys_only)
+    db = ShardIterableDataset(urls[1], "train", seed=20, shuffle_buffer=8, decode=keys_only)
+    return MixedDataset([MixStream(da, **a), MixStream(db, **b)], seed=3, **kw)
+
+
+def tally(keys: list[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for k in keys:
+        out[k] = out.get(k, 0) + 1
+    return out
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_repeat_and_choose_give_exact_counts_per_epoch(two_catalogs, workers):
+    # b: 2.5 passes (500 samples); a: a subsample of 70 of its 200, a new one each epoch.
+    ds = sized_mix(two_catalogs, {"choose": 70}, {"repeat": 2.5})
+    subsets = []
+    for epoch in range(2):
+        ds.set_epoch(epoch)
+        draws = [ds.mix.draws(epoch, 0, 1, w, max(workers, 1)) for w in range(max(workers, 1))]
+        got = [k for b in DataLoader(ds, batch_size=16, num_workers=workers) for k in b]
+        assert len(got) == 70 + 500 == sum(len(d) for d in draws)
+        # Which dataset each key came from: keys repeat across the two catalogs, so count by draw.
+        by_stream: list[list[str]] = [[], []]
+        if workers == 0:
+            for k, d in zip(got, draws[0]):
+                by_stream[int(d)].append(k)
+            a, b = tally(by_stream[0]), tally(by_stream[1])
+            assert sum(a.values()) == 70 and max(a.values()) == 1  # a subset: each at most once
+            assert sum(b.values()) == 500 and len(b) == 200
+            assert sorted(set(b.values())) == [2, 3]  # every sample twice, half of them thrice
+            assert sum(1 for n in b.values() if n == 3) == 100
+            subsets.append(set(a))
+        assert ds.stream_counts(workers) == [np.bincount(d, minlength=2).tolist() for d in draws]
+    if subsets:
+        assert subsets[0] != subsets[1]  # chosen again each epoch
+
+
+def test_a_small_stream_repeated_within_the_epoch(two_catalogs):
+    # Every sample of both datasets: a once, b three times, each pass of b in its own order.
+    ds = sized_mix(two_catalogs, {}, {"repeat": 3})
+    draws = ds.mix.draws(0)
+    got = list(ds)
+    assert len(got) == len(ds) == 200 + 600
+    from_a = [k for k, d in zip(got, draws) if d == 0]
+    from_b = [k for k, d in zip(got, draws) if d == 1]
+    assert sorted(from_a) == sorted(set(from_a)) and len(from_a) == 200
+    assert set(tally(from_b).values()) == {3} and len(tally(from_b)) == 200
+    passes = [from_b[i * 200 : (i + 1) * 200] for i in range(3)]
+    assert all(sorted(p) == sorted(passes[0]) for p in passes)
+    assert passes[0] != passes[1] != passes[2]
+    # The first pass is the dataset's own order: repeat=1 changes nothing.
+    alone = ShardIterableDataset(two_catalogs[1], "train", seed=20, shuffle_buffer=8)
+    assert passes[0] == [s["__key__"] for s in alone]
+
+
+def test_ranks_and_workers_share_the_chosen_samples_exactly(two_catalogs):
+    seen: list[tuple[int, str]] = []
+    for rank in range(2):
+        ds = sized_mix(two_catalogs, {"choose": 51}, {"repeat": 0.5}, rank=rank, world_size=2)
+        for w in range(3):
+            picks = ds.mix.draws(0, rank, 2, w, 3)
+            keys = list(ds.mix.iter_reader(0, rank, 2, w, 3))
+            assert len(keys) == len(picks)
+            seen += [(int(p), k) for p, k in zip(picks, keys)]
+    # 51 of a and 100 of b over 2 ranks x 3 workers; no sample twice (both below one pass).
+    assert sum(1 for p, _ in seen if p == 0) == 51
+    assert sum(1 for p, _ in seen if p == 1) == 100
+    assert len(seen) == len(set(seen))
+
+
+@pytest.mark.parametrize(("workers", "stop"), [(0, 7), (2, 5)])
+def test_a_resized_mix_resumes_where_it_stopped(two_catalogs, workers, stop):
+    def make() -> MixedDataset:
+        ds = sized_mix(two_catalogs, {"choose": 90, "weight": 1.0}, {"repeat": 1.7, "weight": 2.0})
+        ds.set_epoch(1)
+        return ds
+
+    full, resumed = stop_and_resume(make, stop, batch_size=8, num_workers=workers)
+    assert resumed == full
+    assert sum(len(b) for b in full) == sum(make().worker_counts(workers))
+
+
+def test_resizing_arguments_are_checked(two_catalogs):
+    with pytest.raises(ValueError, match="not both"):
+        sized_mix(two_catalogs, {"choose": 5, "repeat": 2}, {})
+    with pytest.raises(ValueError, match="every stream a weight, or none"):
+        sized_mix(two_catalogs, {"weight": 1.0}, {})
+    with pytest.raises(ValueError, match="repeat must be"):
+        sized_mix(two_catalogs, {"repeat": -1}, {})
+    with pytest.raises(ValueError, match="cannot take -3"):
+        sized_mix(two_catalogs, {"choose": -3}, {})

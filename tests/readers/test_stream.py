@@ -57,6 +57,18 @@ def test_epochs_differ_and_a_seed_repeats_them(local_dataset):
     assert keys_of(stream_of(url, shuffle=False).iter_reader(0)) == keys
 
 
+def test_file_order_resumes_at_any_sample(local_dataset):
+    # Unshuffled (or a buffer of 1) a reader streams in file order without per-sample bookkeeping.
+    url, keys = local_dataset
+    stream = stream_of(url, shuffle=False)
+    for start in range(len(keys) + 1):
+        assert keys_of(stream.iter_reader(0, start=start)) == keys[start:]
+    one = stream_of(url, shuffle_buffer=1, seed=5)
+    tasks = one.reader_tasks(3)
+    in_files = [rec.key for t in tasks for rec in one._records(t)]
+    assert keys_of(one.iter_reader(3)) == in_files != keys  # shards shuffled, records in order
+
+
 @pytest.mark.parametrize("buffer", [1, 5, 64])
 def test_resuming_at_any_sample_yields_the_rest_of_the_uninterrupted_run(local_dataset, buffer):
     url, _ = local_dataset

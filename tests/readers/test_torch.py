@@ -148,8 +148,6 @@ def test_a_state_is_resumed_with_the_same_workers_and_seed(local_dataset):
         next(iter(ShardLoader(other, batch_size=4, num_workers=1)))
     with pytest.raises(ValueError, match="seed"):
         ShardIterableDataset(url, "train", seed=1).load_state_dict(state)
-    with pytest.raises(ValueError, match="persistent_workers=False"):
-        ShardLoader(ds, batch_size=4, num_workers=1, persistent_workers=True)
     with pytest.raises(TypeError, match="ShardIterableDataset"):
         ShardLoader(KeyDataset(url, "train"), batch_size=4)
 
@@ -328,3 +326,75 @@ def test_a_batching_dataset_refuses_a_batching_loader(local_dataset):
         ShardLoader(ds, batch_size=4)
     with pytest.raises(ValueError, match="pass batch_size= too"):
         ShardIterableDataset(url, "train", collate=list)
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_persistent_workers_see_each_epoch(local_dataset, method):
+    url, keys = local_dataset
+
+    def epochs(persistent: bool, method: str) -> list[list[str]]:
+        ds = ShardIterableDataset(url, "train", seed=7, shuffle_buffer=6, batch_size=5)
+        loader = ShardLoader(
+            ds,
+            num_workers=2,
+            multiprocessing_context=method,
+            collate_fn=key_batch,
+            persistent_workers=persistent,
+        )
+        assert loader.persistent_workers is persistent
+        out = []
+        for epoch in range(3):
+            ds.set_epoch(epoch)
+            out.append([k for b in loader for k in b])
+        return out
+
+    persistent = epochs(True, method)
+    # Started once, the workers still read each epoch's own order: the one fresh workers read
+    # (forked: the order does not depend on the start method, and spawning is slow).
+    assert persistent == epochs(False, "fork")
+    assert all(sorted(e) == sorted(keys) for e in persistent)
+    assert persistent[0] != persistent[1] != persistent[2]
+    assert ShardLoader(ShardIterableDataset(url, "train"), num_workers=1).persistent_workers
+
+
+def test_persistent_workers_resume_and_refuse_a_late_state(local_dataset):
+    url, _ = local_dataset
+
+    def make() -> ShardIterableDataset:
+        ds = ShardIterableDataset(url, "train", decode=keys_only, seed=9, shuffle_buffer=6)
+        ds.set_epoch(1)
+        return ds
+
+    full, resumed = stop_and_resume(make, 3, batch_size=4, num_workers=2)
+    assert resumed == full  # ShardLoader's default: persistent workers
+    ds = make()
+    loader = ShardLoader(ds, batch_size=4, num_workers=2)
+    first = iter(loader)
+    next(first)
+    state = loader.state_dict()
+    for _ in first:
+        pass
+    # These workers copied the dataset before: they would start the epoch over.
+    ds.load_state_dict(state)
+    with pytest.raises(RuntimeError, match="new DataLoader"):
+        list(loader)
+    assert batches(ShardLoader(ds, batch_size=4, num_workers=2)) == full[1:]
+
+
+def test_the_loader_widens_its_workers_pipe(local_dataset):
+    fcntl = pytest.importorskip("fcntl")
+    if not hasattr(fcntl, "F_GETPIPE_SZ"):
+        pytest.skip("pipe sizes are a Linux feature")
+    from shardcat.torch import RESULT_PIPE_BYTES, widen_result_pipe
+
+    url, keys = local_dataset
+    ds = ShardIterableDataset(url, "train", decode=keys_only, batch_size=4)
+    loader = ShardLoader(ds, num_workers=1, collate_fn=list)
+    it = iter(loader)
+    first = next(it)  # the workers start with the first batch asked for
+    pipe = loader._iterator._worker_result_queue._reader.fileno()
+    assert fcntl.fcntl(pipe, fcntl.F_GETPIPE_SZ) == RESULT_PIPE_BYTES
+    assert sorted(k for b in [first, *it] for k in b) == sorted(keys)
+    # Best effort: no such attribute (another torch) or a size the kernel refuses is no error.
+    assert widen_result_pipe(object()) is None
+    assert widen_result_pipe(loader._iterator, size=-1) is None

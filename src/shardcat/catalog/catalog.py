@@ -335,25 +335,33 @@ class Catalog(VersionsApi):
             return _keys.count_keys(s, self.engine.dialect.name, dataset_id, prefix or None)
 
     def select(
-        self, dataset: str, where: str, params: Mapping[str, Any] | None = None
+        self,
+        dataset: str,
+        where: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        version: Version = None,
     ) -> Selection:
         """The committed records for which the SQL filter ``where`` holds, grouped by shard.
 
         ``where`` is a boolean SQL expression over the columns ``key``,
         ``byte_offset``, ``byte_length``, ``shard_url``, ``shard_number`` and
         ``job_id``, with ``:name`` placeholders bound from ``params``. One
-        query; no shard is read.
+        query; no shard is read. ``version``: among the records that kept
+        version (number or tag) sees; default the latest.
 
         Raises
         ------
         DatasetNotFoundError
             If there is no such dataset.
+        VersionNotFoundError
+            If there is no such kept version or tag.
         CatalogError
             If ``where`` is not one SQL expression or the database rejects it
             (:class:`~shardcat.errors.QueryError` for a mistake in it).
         """
         with self._uow() as s:
-            return _selection.select_records(s, dataset, where, params)
+            return _selection.select_records(s, dataset, where, params, version)
 
     def declare_fields(self, dataset: str, fields: Mapping[str, type]) -> dict[str, str]:
         """Declare scalar per-sample fields (name → int, float, bool or str); returns all, name → kind.

@@ -24,6 +24,7 @@ from .datasets import find_dataset
 from .fields import declared_fields
 from .readonly import check_read_only
 from .session import translate_errors
+from .versions import resolve_version
 
 __all__ = ["SAMPLE_COLUMNS", "Selection", "select_records"]
 
@@ -36,11 +37,19 @@ SELECT r.shard_id AS shard_id, r.key AS key, r.byte_offset AS byte_offset,
        s.job_id AS job_id{fields}
 FROM records r JOIN shards s ON s.id = r.shard_id{joins}
 WHERE r.dataset_id = :shardcat_dataset_id AND s.state = 'committed'
-  AND r.removed_version IS NULL
+  AND {visible}
 """
 
+_LATEST = "r.removed_version IS NULL"
+# At a kept version: what ``versions.visible_shards`` streams, shard by shard and record by record.
+_AT_VERSION = (
+    "s.added_version <= :shardcat_version"
+    " AND (s.removed_version IS NULL OR s.removed_version > :shardcat_version)"
+    " AND (r.removed_version IS NULL OR r.removed_version > :shardcat_version)"
+)
 
-def _sample(fields: dict[str, str]) -> str:
+
+def _sample(fields: dict[str, str], at_version: bool = False) -> str:
     """The ``sample`` relation, with one column per declared field (NULL where a record has none)."""
     columns, joins = [], []
     for i, (name, kind) in enumerate(fields.items()):
@@ -51,7 +60,11 @@ def _sample(fields: dict[str, str]) -> str:
             f"\nLEFT JOIN record_fields {alias} ON {alias}.shard_id = r.shard_id"
             f" AND {alias}.byte_offset = r.byte_offset AND {alias}.name = :shardcat_field_{i}"
         )
-    return _SAMPLE.format(fields="".join(columns), joins="".join(joins))
+    return _SAMPLE.format(
+        fields="".join(columns),
+        joins="".join(joins),
+        visible=_AT_VERSION if at_version else _LATEST,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,14 +80,23 @@ class Selection:
 
 
 def select_records(
-    session: Session, dataset: str, where: str, params: Mapping[str, Any] | None = None
+    session: Session,
+    dataset: str,
+    where: str,
+    params: Mapping[str, Any] | None = None,
+    version: int | str | None = None,
 ) -> Selection:
     """The committed records of ``dataset`` for which ``where`` holds, grouped by shard.
+
+    ``version`` (a kept version's number or a tag; default the latest)
+    chooses among the records that version sees, as ``read`` streams them.
 
     Raises
     ------
     DatasetNotFoundError
         If there is no such dataset.
+    VersionNotFoundError
+        If there is no such kept version or tag.
     CatalogError
         If ``where`` is not one expression (``;`` or a second statement), names an
         unknown column, or the database rejects it.
@@ -85,10 +107,13 @@ def select_records(
     if any(name.startswith("shardcat_") for name in binds):
         raise CatalogError("parameter names starting with shardcat_ are reserved")
     dialect = session.get_bind().dialect.name
-    dataset_id = find_dataset(session, dataset).id
+    ds = find_dataset(session, dataset)
+    dataset_id = ds.id
     fields = declared_fields(session, dataset_id)
+    if version is not None:
+        binds["shardcat_version"] = resolve_version(session, ds, version)
     statement = (
-        f"SELECT shard_id, byte_offset, key FROM ({_sample(fields)}) AS sample "
+        f"SELECT shard_id, byte_offset, key FROM ({_sample(fields, version is not None)}) AS sample "
         f"WHERE ({where}) ORDER BY shard_id, byte_offset"
     )
     # One SELECT only: a `;` or a second statement inside `where` is refused here.

@@ -43,6 +43,9 @@ class KeySamples:
     where, params:
         A SQL filter choosing the keys (see :meth:`Catalog.select
         <shardcat.catalog.Catalog.select>`).
+    version:
+        A kept version (number or tag): its keys, and every lookup reads
+        the records it sees (default: the latest).
     entries:
         Read only these entries.
     decode:
@@ -52,6 +55,8 @@ class KeySamples:
     ------
     DatasetNotFoundError
         If there is no such dataset.
+    VersionNotFoundError
+        If there is no such kept version or tag.
     CatalogError
         If ``where`` is refused.
     """
@@ -64,6 +69,7 @@ class KeySamples:
         *,
         where: str | None = None,
         params: Mapping[str, Any] | None = None,
+        version: int | str | None = None,
         entries: Iterable[str] | None = None,
         decode: Decoder = None,
         storage_options: Mapping[str, Any] | None = None,
@@ -72,10 +78,12 @@ class KeySamples:
             raise ValueError("pass keys or where, not both")
         self.catalog = open_catalog(catalog, storage_options)
         self.dataset = dataset
+        self.version = version
         if keys is not None:
             self.keys = list(keys)
-        elif where is not None:
-            chosen = self.catalog.select(dataset, where, params).keys
+        elif where is not None or version is not None:
+            # Code point order is UTF-8 byte order: the order of Catalog.keys.
+            chosen = self.catalog.select(dataset, where or "1 = 1", params, version=version).keys
             self.keys = sorted(k for ks in chosen.values() for k in ks)
         else:
             self.keys = list(self.catalog.keys(dataset))
@@ -96,7 +104,7 @@ class KeySamples:
         KeyNotFoundError
             If the dataset has no committed record with this key.
         """
-        rec = self.catalog.get(self.dataset, key, self.entries)
+        rec = self.catalog.get(self.dataset, key, self.entries, version=self.version)
         return apply_decoder(rec.decode(writable=True), self.decode)
 
     def getitems(self, indices: Sequence[int]) -> list[Any]:
@@ -108,7 +116,7 @@ class KeySamples:
             If a key is no longer in the catalog (all missing keys are named).
         """
         keys = [self.keys[i] for i in indices]
-        result = self.catalog.get_many(self.dataset, keys, self.entries)
+        result = self.catalog.get_many(self.dataset, keys, self.entries, version=self.version)
         result.raise_for_missing()
         out = []
         for key, rec in zip(keys, result):

@@ -8,6 +8,16 @@ first draw of a stream it has exhausted, so no sample repeats within an
 epoch and the proportions hold to the end. Since the draws are known in
 advance, a reader that yielded ``k`` samples resumes from the ``k``-th draw,
 each stream from the number of its samples among the first ``k``.
+
+A stream may also be resized per epoch, as MosaicML's ``Stream(repeat=,
+choose=)``: ``choose`` samples of it per epoch (``repeat`` × its size), dealt
+to the readers in proportion to their shares (:func:`allot`). A reader whose
+share is ``n`` samples and whose allotment is ``m`` reads its share
+``m // n`` times in full (each pass in its own order) and then ``m % n``
+samples drawn without replacement from ``(seed, epoch, stream, rank,
+worker)``: a sample comes at most ``ceil(repeat)`` times in an epoch, and
+with ``repeat`` < 1 at most once. Without weights the mix yields every
+chosen sample exactly once, in an order drawn like the rest.
 """
 
 from __future__ import annotations
@@ -24,6 +34,26 @@ from .stream import SampleStream
 __all__ = ["MixedStream"]
 
 _MIX = 0x6D6978  # keeps the draws apart from the streams' own shuffles of the same seed
+_CHOOSE = 0x63686F  # and the subsets of resized streams apart from both
+
+
+def allot(counts: Sequence[int], total: int) -> list[int]:
+    """``total`` split over readers in proportion to ``counts``: exact sum, largest remainders first.
+
+    >>> allot([3, 1], 6)
+    [5, 1]
+    """
+    n = sum(counts)
+    if n == 0:
+        if total:
+            raise ValueError(f"cannot choose {total} samples from an empty stream")
+        return [0] * len(counts)
+    base = [c * total // n for c in counts]
+    # The samples left over go to the readers with the largest remainders (the lowest first on a tie).
+    by_remainder = sorted(range(len(counts)), key=lambda r: (-(counts[r] * total % n), r))
+    for r in by_remainder[: total - sum(base)]:
+        base[r] += 1
+    return base
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,40 +65,85 @@ class MixedStream:
     streams:
         The streams to mix (datasets of any catalogs).
     weights:
-        One positive weight per stream.
+        One positive weight per stream, or None for every stream: then the
+        mix yields every (chosen) sample of every stream once per epoch.
     seed:
         With the epoch, decides the draws (each stream keeps its own seed
         for its shuffle).
+    sizes:
+        Per stream, how many of its samples an epoch has (None: all once;
+        more than it holds repeats them); empty: every stream as it is. See
+        :meth:`of` for ``repeat``/``choose``.
 
     Raises
     ------
     ValueError
-        No streams, a weight that is not positive, or counts that differ.
+        No streams, a weight that is not positive, weights for some streams
+        only, counts that differ, or a negative size.
     """
 
     streams: tuple[SampleStream, ...]
-    weights: tuple[float, ...]
+    weights: tuple[float, ...] | None
     seed: int = 0
+    sizes: tuple[int | None, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.streams:
             raise ValueError("mix at least one stream")
-        if len(self.weights) != len(self.streams):
-            raise ValueError(f"{len(self.weights)} weights for {len(self.streams)} streams")
-        if not all(w > 0 and np.isfinite(w) for w in self.weights):
-            raise ValueError(f"weights must be positive and finite, not {self.weights}")
+        if self.weights is not None:
+            if len(self.weights) != len(self.streams):
+                raise ValueError(f"{len(self.weights)} weights for {len(self.streams)} streams")
+            if not all(w > 0 and np.isfinite(w) for w in self.weights):
+                raise ValueError(f"weights must be positive and finite, not {self.weights}")
+        if self.sizes and len(self.sizes) != len(self.streams):
+            raise ValueError(f"{len(self.sizes)} sizes for {len(self.streams)} streams")
+        for size, stream in zip(self.sizes, self.streams):
+            if size is not None and (size < 0 or (size and not stream.num_samples)):
+                raise ValueError(
+                    f"cannot take {size} samples per epoch from a stream of {stream.num_samples}"
+                )
 
     @property
     def proportions(self) -> np.ndarray:
-        w = np.asarray(self.weights, dtype=np.float64)
+        if self.weights is None:
+            w = np.asarray(self.epoch_sizes, dtype=np.float64)
+        else:
+            w = np.asarray(self.weights, dtype=np.float64)
         return np.asarray(w / w.sum())
+
+    @property
+    def epoch_sizes(self) -> list[int]:
+        """Samples per epoch of each stream (over every reader), before the mix stops any early."""
+        sizes = self.sizes or (None,) * len(self.streams)
+        return [s.num_samples if n is None else n for s, n in zip(self.streams, sizes)]
+
+    def allotted(
+        self, epoch: int, rank: int = 0, world: int = 1, worker: int = 0, workers: int = 1
+    ) -> list[int]:
+        """Samples one reader may take from each stream in ``epoch`` (its share, resized)."""
+        out = []
+        sizes = self.sizes or (None,) * len(self.streams)
+        for stream, size in zip(self.streams, sizes):
+            if size is None:
+                out.append(stream.reader_counts(epoch, rank, world, workers)[worker])
+                continue
+            # Every reader of every rank: the allotment sums to ``size`` over all of them.
+            shares = [
+                n for r in range(world) for n in stream.reader_counts(epoch, r, world, workers)
+            ]
+            out.append(allot(shares, size)[rank * workers + worker])
+        return out
 
     def draws(
         self, epoch: int, rank: int = 0, world: int = 1, worker: int = 0, workers: int = 1
     ) -> np.ndarray:
         """Which stream gives each sample of one reader in ``epoch``, until one runs out."""
-        counts = [s.reader_counts(epoch, rank, world, workers)[worker] for s in self.streams]
+        counts = self.allotted(epoch, rank, world, worker, workers)
         rng = epoch_rng(self.seed, epoch, _MIX, rank, worker)
+        if self.weights is None:
+            # Every allotted sample once, in a random order of the streams.
+            labels = np.repeat(np.arange(len(counts), dtype=np.int16), counts)
+            return np.asarray(rng.permutation(labels))
         # One more draw than there are samples: some stream is drawn once too often by then.
         picks = rng.choice(len(counts), size=sum(counts) + 1, p=self.proportions)
         taken = np.zeros(len(picks), dtype=np.int64)
@@ -112,14 +187,90 @@ class MixedStream:
         """
         picks = self.draws(epoch, rank, world, worker, workers)
         done = np.bincount(picks[:start], minlength=len(self.streams)).tolist()
+        allotted = self.allotted(epoch, rank, world, worker, workers)
         readers: list[Iterator[Any]] = [
-            s.iter_reader(epoch, rank, world, worker, workers, d)
-            for s, d in zip(self.streams, done)
+            self._resized(i, m, epoch, rank, world, worker, workers, d)
+            for i, (m, d) in enumerate(zip(allotted, done))
         ]
         for pick in picks[start:].tolist():
             yield next(readers[pick])
 
+    def _resized(
+        self,
+        index: int,
+        allotted: int,
+        epoch: int,
+        rank: int,
+        world: int,
+        worker: int,
+        workers: int,
+        start: int,
+    ) -> Iterator[Any]:
+        """``allotted`` samples of one reader's share of stream ``index``, from the ``start``-th.
+
+        Whole passes over the share first (pass ``k`` in its own order),
+        then a subset of it drawn without replacement.
+        """
+        stream = self.streams[index]
+        if not self.sizes or self.sizes[index] is None:
+            yield from stream.iter_reader(epoch, rank, world, worker, workers, start)
+            return
+        n = stream.reader_counts(epoch, rank, world, workers)[worker]
+        if n == 0:
+            return
+        full, rest = divmod(allotted, n)
+        for k in range(full + (1 if rest else 0)):
+            size = n if k < full else rest
+            if start >= size:
+                start -= size
+                continue
+            keep = None
+            if k == full:
+                rng = epoch_rng(self.seed, epoch, _CHOOSE, index, rank, worker)
+                keep = np.zeros(n, dtype=bool)
+                keep[rng.choice(n, size=rest, replace=False)] = True
+            yield from stream.iter_reader(
+                epoch, rank, world, worker, workers, start, repeat=k, keep=keep
+            )
+            start = 0
+
     @classmethod
-    def of(cls, streams: Sequence[tuple[SampleStream, float]], seed: int = 0) -> MixedStream:
-        """``MixedStream`` from ``(stream, weight)`` pairs."""
-        return cls(tuple(s for s, _ in streams), tuple(float(w) for _, w in streams), seed)
+    def of(
+        cls,
+        streams: Sequence[tuple[SampleStream, float | None]],
+        seed: int = 0,
+        *,
+        repeat: Sequence[float | None] = (),
+        choose: Sequence[int | None] = (),
+    ) -> MixedStream:
+        """``MixedStream`` from ``(stream, weight)`` pairs, each stream optionally resized.
+
+        ``repeat[i]``: stream ``i`` gives ``round(repeat[i] * its size)``
+        samples per epoch (2.5: every sample twice and half of them a third
+        time; 0.1: a tenth of them); ``choose[i]``: exactly that many. A
+        weight of None for every stream mixes every chosen sample once.
+
+        Raises
+        ------
+        ValueError
+            ``repeat`` and ``choose`` both given for one stream, a negative
+            one, or weights for some streams only.
+        """
+        weights = [w for _, w in streams]
+        if all(w is None for w in weights):
+            mixed: tuple[float, ...] | None = None
+        elif any(w is None for w in weights):
+            raise ValueError("give every stream a weight, or none (mix every chosen sample once)")
+        else:
+            mixed = tuple(float(w) for w in weights if w is not None)
+        sizes: list[int | None] = []
+        for i, (s, _) in enumerate(streams):
+            r = repeat[i] if i < len(repeat) else None
+            c = choose[i] if i < len(choose) else None
+            if r is not None and c is not None:
+                raise ValueError(f"stream {i}: give repeat or choose, not both")
+            if r is not None and not (r >= 0 and np.isfinite(r)):
+                raise ValueError(f"stream {i}: repeat must be a finite number >= 0, not {r}")
+            sizes.append(c if r is None else round(r * s.num_samples))
+        resized = tuple(sizes) if any(n is not None for n in sizes) else ()
+        return cls(tuple(s for s, _ in streams), mixed, seed, resized)

@@ -9,6 +9,7 @@ It needs no torch; :mod:`shardcat.torch` wraps it.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,13 +52,24 @@ def apply_decoder(sample: dict[str, Any], decode: Decoder) -> Any:
 
 
 def plan_tasks(
-    catalog: Catalog, dataset: str, where: str | None, params: Mapping[str, Any] | None
+    catalog: Catalog,
+    dataset: str,
+    where: str | None,
+    params: Mapping[str, Any] | None,
+    version: int | str | None = None,
 ) -> list[ShardTask]:
-    """The dataset's committed shards as tasks, by shard number; with ``where`` only chosen records.
+    """The shards of a version (default the latest) as tasks, by shard number; with ``where`` only chosen records.
 
-    Two queries at most (shards, then the filter); no shard is read.
+    Exactly the records :func:`shardcat.read` streams at that version: its
+    shards minus the records it hides (deleted or replaced by then). Two
+    queries at most (shards, then the filter); no shard is read.
+
+    Raises
+    ------
+    VersionNotFoundError
+        If there is no such kept version or tag.
     """
-    _, visible = catalog.visible_shards(dataset)  # the latest version: hidden records left out
+    _, visible = catalog.visible_shards(dataset, version)
     for s, _ in visible:
         shard_kind(s.kind)  # a kind this shardcat cannot read fails here, not in a worker
     if where is None:
@@ -74,7 +86,7 @@ def plan_tasks(
             for s, hidden in visible
             if s.record_count > len(hidden)
         ]
-    chosen = catalog.select(dataset, where, params).offsets  # live records only
+    chosen = catalog.select(dataset, where, params, version=version).offsets
     return [
         ShardTask(
             s.url,
@@ -162,7 +174,7 @@ class SampleStream:
             for w in range(workers)
         ]
 
-    def order(self, epoch: int, reader: tuple[int, int], n: int) -> np.ndarray:
+    def order(self, epoch: int, reader: tuple[int, ...], n: int) -> np.ndarray:
         """Positions of a reader's (``(rank, worker)``) stream in the order it yields them."""
         rng = epoch_rng(self.seed, epoch, *reader) if self.shuffle else None
         return buffered_order(n, self.shuffle_buffer, rng)
@@ -175,22 +187,38 @@ class SampleStream:
         worker: int = 0,
         workers: int = 1,
         start: int = 0,
+        *,
+        repeat: int = 0,
+        keep: np.ndarray | None = None,
     ) -> Iterator[Any]:
         """Samples of one reader in ``epoch``, from its ``start``-th on.
 
         Resuming at ``start`` yields exactly what an uninterrupted run yields
         after its first ``start`` samples, and reads no shard whose samples
-        were all yielded before.
+        were all yielded before. ``repeat`` > 0 reads the reader's samples
+        again in another order (the ``repeat``-th pass of a stream repeated
+        within an epoch); ``keep`` (booleans, one per sample of the reader,
+        in file order) yields only those samples, in the same order as the
+        rest would have come.
         """
         tasks = self.reader_tasks(epoch, rank, world, worker, workers)
         counts = np.fromiter((t.count for t in tasks), dtype=np.int64, count=len(tasks))
         bases = np.concatenate([[0], np.cumsum(counts)])
         n = int(bases[-1])
-        if start >= n:
+        order = self.order(epoch, (rank, worker, repeat) if repeat else (rank, worker), n)
+        if keep is not None:
+            if len(keep) != n:
+                raise ValueError(f"keep has {len(keep)} flags for a reader of {n} samples")
+            keep = np.asarray(keep, dtype=bool)
+            order = order[keep[order]]
+        if start >= len(order):
             return
-        order = self.order(epoch, (rank, worker), n)
+        if keep is None and (not self.shuffle or self.shuffle_buffer <= 1):
+            # File order (the buffer changes nothing): no bookkeeping per sample.
+            yield from self._in_file_order(tasks, bases, start)
+            return
         # Python ints and bytes, not numpy scalars: this loop runs once per sample.
-        skip = np.zeros(n, dtype=bool)
+        skip = np.zeros(n, dtype=bool) if keep is None else ~keep
         skip[order[:start]] = True
         done = skip.tobytes()
         todo = iter(order[start:].tolist())
@@ -217,6 +245,21 @@ class SampleStream:
                     want = next(todo, -1)
                 if want < 0:
                     return
+
+    def _in_file_order(
+        self, tasks: Sequence[ShardTask], bases: np.ndarray, start: int
+    ) -> Iterator[Any]:
+        """The reader's samples in file order from the ``start``-th: what ``buffered_order`` is then."""
+        first = int(np.searchsorted(bases, start, side="right")) - 1
+        decode = self.decode
+        for t in range(first, len(tasks)):
+            records = self._records(tasks[t])
+            if t == first and start > bases[t]:
+                # Records are decoded lazily: the ones yielded before are skipped, not decoded.
+                records = itertools.islice(records, start - int(bases[t]), None)
+            for rec in records:
+                sample = rec.decode(writable=True)
+                yield sample if decode is None else apply_decoder(sample, decode)
 
     def _records(self, task: ShardTask) -> Iterator[Record]:
         return iter_task_records(task, self.storage_options, self.entries, self.cache, self.catalog)
