@@ -143,6 +143,8 @@ class Lookup:
         Shared cache of parsed layouts.
     max_open:
         Shards kept open (local files stay open between lookups).
+    remote_max_gap:
+        Gap merged by batch reads of remote shards (see :class:`~shardcat.storage.SourceCache`).
     """
 
     def __init__(
@@ -151,6 +153,7 @@ class Lookup:
         storage_options: StorageOptions | None,
         layouts: LayoutCache,
         max_open: int = 64,
+        remote_max_gap: int | None = None,
     ) -> None:
         self.raw = RawConnection(engine)
         self._query = self.raw.query  # bound once: no extra frame on the hot path
@@ -161,7 +164,7 @@ class Lookup:
         self._point = _point_sql(p)
         self._batch = _batch_sql(self.dialect)
         self._versioned: dict[tuple[str, bool], str] = {}
-        self._sources = SourceCache(storage_options, max_open)
+        self._sources = SourceCache(storage_options, max_open, remote_max_gap=remote_max_gap)
         self._texts: dict[Any, Any] = {}  # the record codec's memo of entry names and types
 
     # --- SQL ---------------------------------------------------------------
