@@ -122,3 +122,19 @@ def test_a_bad_environment_variable_names_itself(
     monkeypatch.setenv(REMOTE_MAX_GAP_ENV, "a lot")
     with pytest.raises(ValueError, match=f"{REMOTE_MAX_GAP_ENV}='a lot' is not a size"):
         Catalog(sqlite_url)
+
+
+def test_records_read_through_wide_gaps_keep_only_their_own_bytes(
+    sqlite_url: str, shard: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(REMOTE_MAX_GAP_ENV, raising=False)
+    with Catalog(sqlite_url, storage_options=shard["options"]) as cat:
+        cat.create_dataset("train", shard["root"])
+        cat.register_shard("train", shard["info"])
+        records = cat.get_many("train", [key(i) for i in ASKED]).records
+    held = {id(b): len(b) for b in (r._buf.obj for r in records if r is not None)}
+    # One read of ~1 MB served four records of ~10 KB: they hold their ~40 KB, not the read.
+    assert sum(held.values()) < 2 * len(ASKED) * (PAYLOAD + 1024)
+    assert [bytes(r["bin"].data) for r in records if r is not None] == [
+        bytes([i]) * PAYLOAD for i in ASKED
+    ]
