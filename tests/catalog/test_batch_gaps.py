@@ -138,3 +138,20 @@ def test_records_read_through_wide_gaps_keep_only_their_own_bytes(
     assert [bytes(r["bin"].data) for r in records if r is not None] == [
         bytes([i]) * PAYLOAD for i in ASKED
     ]
+
+
+def test_entries_read_through_wide_gaps_keep_only_their_own_bytes(
+    sqlite_url: str, shard: dict[str, Any], reads: ReadCounter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(REMOTE_MAX_GAP_ENV, raising=False)
+    with Catalog(sqlite_url, storage_options=shard["options"]) as cat:
+        cat.create_dataset("train", shard["root"])
+        cat.register_shard("train", shard["info"])
+        reads.clear()
+        records = cat.get_many("train", [key(i) for i in ASKED], entries=["bin"]).records
+    views = [r["bin"].data for r in records if r is not None]
+    assert views == [bytes([i]) * PAYLOAD for i in ASKED]
+    if shard["kind"] != "pread":
+        assert len([s for kind, s, _ in reads.reads if kind == shard["kind"]]) == 1
+    held = {id(e._stored.obj): len(e._stored.obj) for e in (r["bin"] for r in records if r)}
+    assert sum(held.values()) < 2 * len(ASKED) * (PAYLOAD + 1024)

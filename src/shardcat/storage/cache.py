@@ -348,7 +348,12 @@ class SourceCache:
                 if isinstance(blob, BaseException):
                     self._raise_failed(url, blob)
             ranges = [requests[i][1] for i in idxs]
-            for i, view in zip(idxs, split(merged, [bytes(b) for b in mine], ranges)):
+            views = split(merged, [bytes(b) for b in mine], ranges)
+            if sum(map(len, mine)) > 2 * sum(r.length for r in ranges):
+                # Mostly gaps read through (remote_max_gap): copy the wanted bytes
+                # out, so that what the caller keeps does not hold the gaps.
+                views = [memoryview(bytes(v)) for v in views]
+            for i, view in zip(idxs, views):
                 out[i] = view
 
     def _raise_failed(self, url: str, e: BaseException) -> NoReturn:
