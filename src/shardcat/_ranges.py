@@ -23,6 +23,7 @@ __all__ = [
     "DEFAULT_MAX_GAP",
     "DEFAULT_MAX_SPAN",
     "LOCAL_MAX_GAP",
+    "REMOTE_MAX_GAP",
     "Coalesced",
     "MergedReads",
     "coalesce",
@@ -34,6 +35,21 @@ DEFAULT_MAX_GAP = 64 * 1024
 """Read through gaps up to this size rather than issue another request."""
 LOCAL_MAX_GAP = 8 * 1024
 """Local files: another ``pread`` costs microseconds, reading through a gap costs bandwidth."""
+REMOTE_MAX_GAP = 1024 * 1024
+"""Object stores, batch lookups: read through gaps up to this size rather than send another request.
+
+The cost model: a batch costs ``requests x latency + bytes / bandwidth``.
+Reading through a gap of ``g`` bytes costs ``g / bandwidth``; a request of
+its own instead costs about one latency, which on an object store is what
+about 1 MB of transfer costs (S3: tens of ms at tens of MB/s per
+connection; moto on loopback through s3fs: 2-4 ms of request handling at
+300-400 MB/s). So gaps up to that many bytes are merged. Measured on moto
+(1,000 random keys of 40,000, ``benchmarks/README.md``): 64 KiB gaps, 734
+requests, 242-325 keys/s; 1 MiB, 14-19 requests, 930-1,360 keys/s. Tunable
+per catalog (``Catalog(remote_max_gap=...)``) or process
+(``SHARDCAT_REMOTE_MAX_GAP``): lower where bytes are dear (egress, slow
+links), higher where requests are slow.
+"""
 DEFAULT_MAX_SPAN = 16 * 1024 * 1024
 """Never merge into one request larger than this."""
 

@@ -23,7 +23,7 @@ from .._lazy import lazy_module
 from .._types import OnDuplicate, StorageOptions
 from ..errors import CatalogError
 from ..format import Record, ShardInfo
-from ..storage import expand_braces
+from ..storage import expand_braces, resolve_remote_max_gap
 from .connection import fork_generation
 from .history import VersionsApi, with_retries
 from .lookup import LayoutCache, Lookup, Version
@@ -101,6 +101,7 @@ class CatalogHandle:
     storage_options: dict[str, Any] = field(default_factory=dict, repr=False, hash=False)
     busy_timeout: float = DEFAULT_BUSY_TIMEOUT
     max_open_shards: int = 64
+    remote_max_gap: int | None = None
 
     def open(self) -> Catalog:
         """A new :class:`Catalog` on this URL, with these options.
@@ -115,6 +116,7 @@ class CatalogHandle:
             storage_options=self.storage_options,
             busy_timeout=self.busy_timeout,
             max_open_shards=self.max_open_shards,
+            remote_max_gap=self.remote_max_gap,
         )
 
     def __repr__(self) -> str:
@@ -142,6 +144,13 @@ class Catalog(VersionsApi):
         Create the tables when the database is empty (else SchemaVersionError).
     max_open_shards:
         Local shard files each thread keeps open for lookups.
+    remote_max_gap:
+        Batch lookups (``get_many``) on object stores read through gaps of
+        up to this many bytes between wanted records rather than send another
+        request: bytes or a size such as ``"256KiB"``, 0 for no gaps. By
+        default ``$SHARDCAT_REMOTE_MAX_GAP``, else 1 MiB, what one request's
+        latency costs in transfer on S3 (the cost model and measurements:
+        ``docs/CATALOG.md``, batch lookups). Local shards merge gaps of up to 8 KiB.
 
     Raises
     ------
@@ -166,12 +175,15 @@ class Catalog(VersionsApi):
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
         create: bool = True,
         max_open_shards: int = 64,
+        remote_max_gap: int | str | None = None,
     ) -> None:
         # Absolute now: workers and later processes must open this same file.
         self._url = absolute_sqlite_url(str(url or default_url()))
         self.storage_options = dict(storage_options or {})
         self.busy_timeout = busy_timeout
         self.max_open_shards = max_open_shards
+        # Resolved now: a bad value fails here, and workers get the same number.
+        self.remote_max_gap = resolve_remote_max_gap(remote_max_gap)
         self.engine = create_catalog_engine(self._url, busy_timeout=busy_timeout)
         try:
             self.revision = ensure_schema(self.engine, create=create)
@@ -196,7 +208,11 @@ class Catalog(VersionsApi):
         Pass it to Dask tasks instead of the Catalog; never log its ``url``.
         """
         return CatalogHandle(
-            self._url, dict(self.storage_options), self.busy_timeout, self.max_open_shards
+            self._url,
+            dict(self.storage_options),
+            self.busy_timeout,
+            self.max_open_shards,
+            self.remote_max_gap,
         )
 
     def __repr__(self) -> str:
@@ -230,7 +246,13 @@ class Catalog(VersionsApi):
             self._after_fork()
             if self._closed:
                 raise CatalogError(f"catalog {self.url} is closed")
-            lookup = Lookup(self.engine, self.storage_options, self._layouts, self.max_open_shards)
+            lookup = Lookup(
+                self.engine,
+                self.storage_options,
+                self._layouts,
+                self.max_open_shards,
+                self.remote_max_gap,
+            )
             self._local.lookup = lookup
             with self._lock:
                 self._lookups.append(lookup)

@@ -17,12 +17,25 @@ from ..errors import FormatError, TruncatedError
 from . import recordcodec
 from .entries import Record
 from .header import Header
+from .prefetch import ReadAhead, wants_read_ahead
 from .sources import as_source
 from .spec import HEADER_SIZE, RECORD_HEAD_STRUCT, data_start
 
 __all__ = ["iter_partial", "stream_record_batches", "stream_records"]
 
 _STREAM_CHUNK = 8 * 1024 * 1024
+_RUN_BYTES = 256 * 1024
+"""Bytes of records decoded per batch (a chunk is decoded in several batches).
+
+A batch's list keeps its records alive until the caller moves past it, and a
+record whose entries were read is back under the cyclic GC. With a whole
+8 MiB chunk per batch (~1,600 records of 2-8 KiB) the young collections found
+most of them alive and promoted them, so full collections ran every ~20,000
+records and walked the whole heap: in a process holding boto3 and a moto
+server (the S3 benchmark) 0.3-0.6 s of GC per 210 MB streamed, over half of
+the wall time, and 5x the CPU of 256 KiB batches (~50 records), whose
+records die young (``benchmarks/README.md``, streaming on S3).
+"""
 
 
 def iter_partial(
@@ -99,8 +112,17 @@ def _batches(
     verify: bool,
     views: bool,
 ) -> Iterator[list[Any]]:
-    """Lists of records (``views``: of ``(bytes, record)`` pairs), in file order."""
-    stream = source.open_stream(0)
+    """Lists of records (``views``: of ``(bytes, record)`` pairs), in file order.
+
+    A source with ``read_ahead`` (a remote file) is read by a background
+    thread a chunk or two ahead of the decoder (:class:`.prefetch.ReadAhead`),
+    closed with this generator: also on an error or when the caller stops early.
+    """
+    stream: BinaryIO | ReadAhead
+    if wants_read_ahead(source):
+        stream = ReadAhead(source, 0, source.size() if end is None else end, _STREAM_CHUNK)
+    else:
+        stream = source.open_stream(0)
     head_size = RECORD_HEAD_STRUCT.size
     unpack = RECORD_HEAD_STRUCT.unpack_from
     try:
@@ -129,7 +151,7 @@ def _batches(
                 pairs, used = decode_run(
                     buf.view,
                     buf.pos,
-                    buf.end,
+                    min(buf.end, buf.pos + _RUN_BYTES),
                     pos,
                     stop_at,
                     alignment,
@@ -198,7 +220,7 @@ class _StreamBuffer:
 
     __slots__ = ("end", "pending", "pos", "remaining", "stream", "view")
 
-    def __init__(self, stream: BinaryIO, limit: int | None = None) -> None:
+    def __init__(self, stream: BinaryIO | ReadAhead, limit: int | None = None) -> None:
         self.stream = stream
         self.remaining = limit  # bytes still to read from the stream; None: to its end
         self.view = memoryview(b"")

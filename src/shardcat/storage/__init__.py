@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .atomic import PendingFile, open_pending
-from .cache import SourceCache, fetch_ranges
+from .cache import REMOTE_MAX_GAP_ENV, SourceCache, fetch_ranges, resolve_remote_max_gap
 from .fs import (
     brace_patterns,
     brace_range,
@@ -19,6 +19,7 @@ from .locations import dataset_prefix, first_free, shard_name
 from .sources import FsspecSource, open_source
 
 __all__ = [
+    "REMOTE_MAX_GAP_ENV",
     "FsspecSource",
     "LocalShardCache",
     "PendingFile",
@@ -36,5 +37,6 @@ __all__ = [
     "open_source",
     "redact",
     "resolve",
+    "resolve_remote_max_gap",
     "shard_name",
 ]

@@ -28,6 +28,7 @@ from .._ranges import (
     DEFAULT_MAX_GAP,
     DEFAULT_MAX_SPAN,
     LOCAL_MAX_GAP,
+    REMOTE_MAX_GAP,
     Coalesced,
     MergedReads,
     coalesce,
@@ -35,11 +36,15 @@ from .._ranges import (
     split,
 )
 from .._types import ByteRange, RangeSource, StorageOptions
+from .._units import parse_size
 from ..format.sources import FileSource
 from .sources import FsspecSource, open_source
 from .translate import is_backend_error, translate
 
-__all__ = ["SourceCache", "fetch_ranges"]
+__all__ = ["REMOTE_MAX_GAP_ENV", "SourceCache", "fetch_ranges", "resolve_remote_max_gap"]
+
+REMOTE_MAX_GAP_ENV = "SHARDCAT_REMOTE_MAX_GAP"
+"""Environment variable: the default gap merged on object stores (bytes, or e.g. ``256KiB``)."""
 
 DEFAULT_MAX_OPEN = 64
 """Sources a cache keeps open; the least recently used is closed beyond this."""
@@ -61,6 +66,36 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_close_inherited)
 
 
+def resolve_remote_max_gap(value: int | str | None = None) -> int:
+    """The gap batch reads of remote files read through: ``value``, else the environment, else 1 MiB.
+
+    ``value`` and ``SHARDCAT_REMOTE_MAX_GAP`` are bytes or a size such as
+    ``"256KiB"``; 0 merges only adjacent or overlapping ranges. See
+    :data:`shardcat._ranges.REMOTE_MAX_GAP` for the cost model behind the default.
+
+    Raises
+    ------
+    ValueError
+        Not a size, or negative.
+    """
+    source = "remote_max_gap"
+    if value is None:
+        raw = os.environ.get(REMOTE_MAX_GAP_ENV, "").strip()
+        if not raw:
+            return REMOTE_MAX_GAP
+        value, source = (int(raw) if raw.isdigit() else raw), REMOTE_MAX_GAP_ENV
+    if isinstance(value, bool):
+        raise ValueError(f"{source} must be a size in bytes, not {value!r}")
+    if value == 0:
+        return 0
+    try:
+        return parse_size(value)
+    except ValueError as e:
+        raise ValueError(
+            f"{source}={value!r} is not a size: {e} (write e.g. 1MiB, 262144 or 0)"
+        ) from None
+
+
 class SourceCache:
     """Sources opened by URL and kept open, least recently used closed first.
 
@@ -75,13 +110,23 @@ class SourceCache:
         fsspec options for remote URLs (credentials, endpoint, ...).
     max_open:
         Sources kept open.
+    remote_max_gap:
+        Batched reads of remote files read through gaps up to this many bytes
+        rather than send another request (:func:`resolve_remote_max_gap`: 1 MiB unless
+        ``SHARDCAT_REMOTE_MAX_GAP`` says otherwise). Local files merge gaps
+        up to 8 KiB, whatever this says.
     """
 
     def __init__(
-        self, storage_options: StorageOptions | None = None, max_open: int = DEFAULT_MAX_OPEN
+        self,
+        storage_options: StorageOptions | None = None,
+        max_open: int = DEFAULT_MAX_OPEN,
+        *,
+        remote_max_gap: int | str | None = None,
     ) -> None:
         self.storage_options = storage_options
         self.max_open = max(1, max_open)
+        self.remote_max_gap = resolve_remote_max_gap(remote_max_gap)
         self._open: OrderedDict[str, RangeSource] = OrderedDict()
         # The descriptors of the open local files, for point reads' one-pread path.
         self._fds: dict[str, int] = {}
@@ -149,8 +194,8 @@ class SourceCache:
 
         Ranges of one file are merged across gaps of up to ``max_gap`` bytes
         (by default 8 KiB for local files, where another ``pread`` costs
-        microseconds, and 64 KiB for remote ones, where it costs a round
-        trip) into reads of at most ``max_span`` bytes. Local files are read
+        microseconds, and the cache's ``remote_max_gap`` for remote ones,
+        where it costs a round trip) into reads of at most ``max_span`` bytes. Local files are read
         with ``os.pread`` on their cached descriptor; all remote reads of one
         filesystem go out in one ``cat_ranges`` call.
 
@@ -174,7 +219,7 @@ class SourceCache:
             except OSError as e:
                 self._raise_failed(url, e)
             if isinstance(src, FsspecSource):
-                gap = DEFAULT_MAX_GAP if max_gap is None else max_gap
+                gap = self.remote_max_gap if max_gap is None else max_gap
                 merged = coalesce(ranges, gap, max_span)
                 remote.setdefault(id(src.fs), (src.fs, []))[1].append((url, idxs, merged, src.path))
                 continue
@@ -225,7 +270,7 @@ class SourceCache:
                 self._raise_failed(url, e)
         gaps = np.array(
             [
-                (DEFAULT_MAX_GAP if isinstance(src, FsspecSource) else LOCAL_MAX_GAP)
+                (self.remote_max_gap if isinstance(src, FsspecSource) else LOCAL_MAX_GAP)
                 if max_gap is None
                 else max_gap
                 for src in sources
@@ -303,7 +348,12 @@ class SourceCache:
                 if isinstance(blob, BaseException):
                     self._raise_failed(url, blob)
             ranges = [requests[i][1] for i in idxs]
-            for i, view in zip(idxs, split(merged, [bytes(b) for b in mine], ranges)):
+            views = split(merged, [bytes(b) for b in mine], ranges)
+            if sum(map(len, mine)) > 2 * sum(r.length for r in ranges):
+                # Mostly gaps read through (remote_max_gap): copy the wanted bytes
+                # out, so that what the caller keeps does not hold the gaps.
+                views = [memoryview(bytes(v)) for v in views]
+            for i, view in zip(idxs, views):
                 out[i] = view
 
     def _raise_failed(self, url: str, e: BaseException) -> NoReturn:

@@ -46,6 +46,13 @@ class FsspecSource:
     argument of ``cat_file`` is a version id.
     """
 
+    read_ahead = True
+    """Streams read the next chunk on a background thread while one is decoded.
+
+    Every read waits on a round trip here, and ``fs.cat_file`` may be called
+    from any thread (fsspec runs the request on its own event loop).
+    """
+
     def __init__(self, fs: fsspec.AbstractFileSystem, path: str, name: str) -> None:
         self.fs = fs
         self.path = path
