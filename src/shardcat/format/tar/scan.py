@@ -24,7 +24,7 @@ from . import tarwalker
 from .errors import DuplicateMemberError, SplitSampleError, TarError, TarMemberNameError
 from .info import TarEntry, TarSample, TarShardInfo
 from .spec import BLOCK
-from .walk import DEFAULT_CHUNK, Batch, Member, TarWalker
+from .walk import DEFAULT_CHUNK, DEFAULT_READAHEAD, Batch, Member, TarWalker
 
 __all__ = ["iter_tar_samples", "scan_tar", "split_member_name"]
 
@@ -249,6 +249,7 @@ def iter_tar_samples(
     *,
     size: int | None = None,
     chunk_size: int = DEFAULT_CHUNK,
+    readahead: int = DEFAULT_READAHEAD,
 ) -> Iterator[TarSample]:
     """Stream a tar once and yield its samples in archive order.
 
@@ -264,6 +265,10 @@ def iter_tar_samples(
         reported at its header.
     chunk_size:
         Bytes per read.
+    readahead:
+        Chunks read ahead of the walk by a thread (0: no thread). The thread
+        stops when the walk ends, fails or is abandoned; an error the stream
+        raises in it is raised here.
 
     Yields
     ------
@@ -278,8 +283,9 @@ def iter_tar_samples(
         The members do not form WebDataset samples.
     """
     stream, url, owned = _open(source, path)
+    walker: TarWalker | None = None
     try:
-        walker = TarWalker(stream, url, size=size, chunk_size=chunk_size)
+        walker = TarWalker(stream, url, size=size, chunk_size=chunk_size, readahead=readahead)
         grouper = _Grouper(url)
         for batch in walker:
             grouper.feed(batch)
@@ -287,6 +293,8 @@ def iter_tar_samples(
         grouper.finish()
         yield from grouper.drain()
     finally:
+        if walker is not None:
+            walker.close()  # before the stream: the thread may be reading it
         if owned:
             stream.close()
 
@@ -297,6 +305,7 @@ def scan_tar(
     *,
     size: int | None = None,
     chunk_size: int = DEFAULT_CHUNK,
+    readahead: int = DEFAULT_READAHEAD,
 ) -> TarShardInfo:
     """Stream a tar once and summarise every sample for the catalog (or TARIDX).
 
@@ -308,13 +317,16 @@ def scan_tar(
         Records and entry rows in the native footer's layouts, in archive order.
     """
     stream, url, owned = _open(source, path)
+    walker: TarWalker | None = None
     try:
-        walker = TarWalker(stream, url, size=size, chunk_size=chunk_size)
+        walker = TarWalker(stream, url, size=size, chunk_size=chunk_size, readahead=readahead)
         grouper = _Grouper(url)
         for batch in walker:
             grouper.feed(batch)
         grouper.finish()
     finally:
+        if walker is not None:
+            walker.close()  # before the stream: the thread may be reading it
         if owned:
             stream.close()
     return _summary(url, walker, grouper)
