@@ -218,8 +218,7 @@ def upload(fs, local: str, remote: str) -> None:
 def bench_s3(tmp: str, path: str, info, args) -> dict[str, float]:
     """Scan vs a plain 8 MiB-block stream of the tar on S3, then lookups there."""
     from bench_catalog import Env  # the moto server of the catalog benchmark
-    from shardcat.catalog.kinds import scan_tar_url
-    from shardcat.storage import resolve
+    from shardcat.storage import open_source, resolve
 
     env = Env("s3", "sqlite")
     try:
@@ -236,10 +235,19 @@ def bench_s3(tmp: str, path: str, info, args) -> dict[str, float]:
                     total += len(chunk)
             return total
 
+        def scan(readahead: int):
+            # scan_tar_url's stream (one GET per 8 MiB block), with the read-ahead chosen here.
+            source = open_source(url, opts)
+            stream = source.open_stream()
+            try:
+                return scan_tar(stream, url, size=source.size(), readahead=readahead)
+            finally:
+                stream.close()
+
         out = scan_ratios(
             plain,
-            lambda: scan_tar_url(url, opts),
-            walkers(args.walker),
+            scan,
+            walkers(args.walker, args.readahead),
             args.s3_repeat,
             size,
             prefix="s3_",
@@ -275,24 +283,44 @@ def parse_size(text: str) -> int:
     return int(low)
 
 
-def walkers(choice: str) -> list[str]:
+def walkers(choice: str, readaheads: list[int] | None = None) -> list[str]:
+    """Scan variants: a walker name, with ``_raN`` for each read-ahead other than the default."""
     from shardcat.format.tar import tarwalker
+    from shardcat.format.tar.walk import DEFAULT_READAHEAD
 
     names = ["compiled", "python"] if choice == "both" else [choice]
-    return [n for n in names if n in tarwalker.available()]
+    out = []
+    for name in names:
+        if name not in tarwalker.available():
+            continue
+        for ra in readaheads or [DEFAULT_READAHEAD]:
+            out.append(name if ra == DEFAULT_READAHEAD else f"{name}_ra{ra}")
+    return out
+
+
+def variant(name: str) -> tuple[str, int]:
+    """``(walker, readahead)`` of a variant name from :func:`walkers`."""
+    from shardcat.format.tar.walk import DEFAULT_READAHEAD
+
+    walker, _, ra = name.partition("_ra")
+    return walker, int(ra) if ra else DEFAULT_READAHEAD
 
 
 def scan_ratios(plain, scan, names: list[str], repeat: int, size: int, prefix: str = ""):
-    """Interleaved plain reads and scans under each walker: medians and ratios."""
+    """Interleaved plain reads and scans under each variant: medians and ratios.
+
+    ``scan(readahead)`` scans once; the walker is set here.
+    """
     from shardcat.format.tar import tarwalker
 
     times: dict[str, list[tuple[float, float]]] = {n: [] for n in ["plain", *names]}
     for _ in range(repeat):
         times["plain"].append(timed_cpu(plain))
         for name in names:
-            previous = tarwalker.use(name)
+            walker, readahead = variant(name)
+            previous = tarwalker.use(walker)
             try:
-                times[name].append(timed_cpu(scan))
+                times[name].append(timed_cpu(scan, readahead))
             finally:
                 tarwalker.use(previous)
     wall = {n: statistics.median(t[0] for t in v) for n, v in times.items()}
@@ -312,6 +340,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=float, default=1.0, help="× 256 MiB of samples")
     parser.add_argument("--size", default=None, help="the tar file's size instead (e.g. 1GiB)")
     parser.add_argument("--walker", choices=["both", "compiled", "python"], default="both")
+    parser.add_argument(
+        "--readahead",
+        type=lambda text: [int(x) for x in text.split(",")],
+        default=None,
+        help="chunks read ahead by the walk's reader thread, e.g. 0,2 (default: the library's)",
+    )
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--writer", choices=["wds", "gnu"], default=None)
     parser.add_argument("--lookups", type=int, default=2000, help="point lookups (0: none)")
@@ -342,9 +376,13 @@ def main(argv: list[str] | None = None) -> int:
         plain_read(path)  # into the page cache
         info = scan_tar(path)
         assert info.record_count == samples, (info.record_count, samples)
-        names = walkers(args.walker)
+        names = walkers(args.walker, args.readahead)
         local = scan_ratios(
-            lambda: plain_read(path), lambda: scan_tar(path), names, args.repeat, size
+            lambda: plain_read(path),
+            lambda ra: scan_tar(path, readahead=ra),
+            names,
+            args.repeat,
+            size,
         )
         lookups = bench_lookups(tmp, path, info, args.lookups) if args.lookups else {}
         s3 = bench_s3(tmp, path, info, args) if args.s3 else {}
