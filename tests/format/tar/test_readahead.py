@@ -199,3 +199,30 @@ def test_chunk_reader_hands_out_the_stream_in_order():
         reader.close()
     with pytest.raises(ValueError, match="readahead"):
         ChunkReader(io.BytesIO(DATA), 1024, 16, -1)
+
+
+def test_on_s3_the_thread_reads_one_sequential_stream(s3):
+    import fsspec
+
+    from shardcat.storage import open_source
+
+    fs = fsspec.filesystem("s3", **s3["storage_options"])
+    url = f"{s3['url']}/wds/readahead.tar"
+    fs.pipe_file(url, DATA)
+    chunk = 64 << 10
+    results = []
+    for readahead in (0, 2):
+        source = open_source(url, s3["storage_options"])
+        stream = source.open_stream()
+        requests: list[tuple[int, int]] = []
+        fetch = stream.cache.fetcher  # every byte an fsspec file reads comes through here
+        stream.cache.fetcher = lambda start, end, f=fetch, r=requests: (
+            r.append((start, end)) or f(start, end)
+        )
+        with stream:
+            info = scan_tar(stream, url, size=len(DATA), chunk_size=chunk, readahead=readahead)
+        # One request per chunk, in order, each starting where the previous one ended.
+        assert [start for start, _ in requests] == list(range(0, len(DATA), chunk))
+        assert all(end >= start for start, end in requests)
+        results.append((info.keys, info.records.tobytes(), info.entries.tobytes(), info.size))
+    assert results[0] == results[1] and len(results[0][0]) == 150
