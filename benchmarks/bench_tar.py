@@ -235,7 +235,7 @@ def bench_s3(tmp: str, path: str, info, args) -> dict[str, float]:
                     total += len(chunk)
             return total
 
-        def scan(readahead: int):
+        def scan(readahead: int, map_file: bool):  # an S3 stream is never mapped
             # scan_tar_url's stream (one GET per 8 MiB block), with the read-ahead chosen here.
             source = open_source(url, opts)
             stream = source.open_stream()
@@ -283,8 +283,12 @@ def parse_size(text: str) -> int:
     return int(low)
 
 
-def walkers(choice: str, readaheads: list[int] | None = None) -> list[str]:
-    """Scan variants: a walker name, with ``_raN`` for each read-ahead other than the default."""
+def walkers(choice: str, readaheads: list[int] | None = None, read_too: bool = False) -> list[str]:
+    """Scan variants: a walker name, with ``_raN`` for each read-ahead other than the default.
+
+    ``read_too``: also ``<walker>_read``, a local file read as a stream
+    (``map_file=False``, the default read-ahead) beside the mapped walk.
+    """
     from shardcat.format.tar import tarwalker
     from shardcat.format.tar.walk import DEFAULT_READAHEAD
 
@@ -295,21 +299,25 @@ def walkers(choice: str, readaheads: list[int] | None = None) -> list[str]:
             continue
         for ra in readaheads or [DEFAULT_READAHEAD]:
             out.append(name if ra == DEFAULT_READAHEAD else f"{name}_ra{ra}")
+        if read_too:
+            out.append(f"{name}_read")
     return out
 
 
-def variant(name: str) -> tuple[str, int]:
-    """``(walker, readahead)`` of a variant name from :func:`walkers`."""
+def variant(name: str) -> tuple[str, int, bool]:
+    """``(walker, readahead, map_file)`` of a variant name from :func:`walkers`."""
     from shardcat.format.tar.walk import DEFAULT_READAHEAD
 
+    if name.endswith("_read"):
+        return name.removesuffix("_read"), DEFAULT_READAHEAD, False
     walker, _, ra = name.partition("_ra")
-    return walker, int(ra) if ra else DEFAULT_READAHEAD
+    return walker, int(ra) if ra else DEFAULT_READAHEAD, True
 
 
 def scan_ratios(plain, scan, names: list[str], repeat: int, size: int, prefix: str = ""):
     """Interleaved plain reads and scans under each variant: medians and ratios.
 
-    ``scan(readahead)`` scans once; the walker is set here.
+    ``scan(readahead, map_file)`` scans once; the walker is set here.
     """
     from shardcat.format.tar import tarwalker
 
@@ -317,10 +325,10 @@ def scan_ratios(plain, scan, names: list[str], repeat: int, size: int, prefix: s
     for _ in range(repeat):
         times["plain"].append(timed_cpu(plain))
         for name in names:
-            walker, readahead = variant(name)
+            walker, readahead, map_file = variant(name)
             previous = tarwalker.use(walker)
             try:
-                times[name].append(timed_cpu(scan, readahead))
+                times[name].append(timed_cpu(scan, readahead, map_file))
             finally:
                 tarwalker.use(previous)
     wall = {n: statistics.median(t[0] for t in v) for n, v in times.items()}
@@ -345,6 +353,11 @@ def main(argv: list[str] | None = None) -> int:
         type=lambda text: [int(x) for x in text.split(",")],
         default=None,
         help="chunks read ahead by the walk's reader thread, e.g. 0,2 (default: the library's)",
+    )
+    parser.add_argument(
+        "--read-too",
+        action="store_true",
+        help="locally, also scan the file read as a stream (map_file=False) beside the mapped walk",
     )
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--writer", choices=["wds", "gnu"], default=None)
@@ -376,10 +389,10 @@ def main(argv: list[str] | None = None) -> int:
         plain_read(path)  # into the page cache
         info = scan_tar(path)
         assert info.record_count == samples, (info.record_count, samples)
-        names = walkers(args.walker, args.readahead)
+        names = walkers(args.walker, args.readahead, args.read_too)
         local = scan_ratios(
             lambda: plain_read(path),
-            lambda ra: scan_tar(path, readahead=ra),
+            lambda ra, map_file: scan_tar(path, readahead=ra, map_file=map_file),
             names,
             args.repeat,
             size,

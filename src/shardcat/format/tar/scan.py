@@ -250,6 +250,7 @@ def iter_tar_samples(
     size: int | None = None,
     chunk_size: int = DEFAULT_CHUNK,
     readahead: int = DEFAULT_READAHEAD,
+    map_file: bool = True,
 ) -> Iterator[TarSample]:
     """Stream a tar once and yield its samples in archive order.
 
@@ -268,7 +269,12 @@ def iter_tar_samples(
     readahead:
         Chunks read ahead of the walk by a thread (0: no thread). The thread
         stops when the walk ends, fails or is abandoned; an error the stream
-        raises in it is raised here.
+        raises in it is raised here. A mapped file needs no thread.
+    map_file:
+        Walk a local file (a path, or an open regular file at offset 0) in a
+        read-only mapping instead of reading it: no read copy. A file cut
+        short while it is walked is reported as a truncated tar. Other
+        streams are read.
 
     Yields
     ------
@@ -285,7 +291,9 @@ def iter_tar_samples(
     stream, url, owned = _open(source, path)
     walker: TarWalker | None = None
     try:
-        walker = TarWalker(stream, url, size=size, chunk_size=chunk_size, readahead=readahead)
+        walker = TarWalker(
+            stream, url, size=size, chunk_size=chunk_size, readahead=readahead, map_file=map_file
+        )
         grouper = _Grouper(url)
         for batch in walker:
             grouper.feed(batch)
@@ -306,6 +314,7 @@ def scan_tar(
     size: int | None = None,
     chunk_size: int = DEFAULT_CHUNK,
     readahead: int = DEFAULT_READAHEAD,
+    map_file: bool = True,
 ) -> TarShardInfo:
     """Stream a tar once and summarise every sample for the catalog (or TARIDX).
 
@@ -319,7 +328,9 @@ def scan_tar(
     stream, url, owned = _open(source, path)
     walker: TarWalker | None = None
     try:
-        walker = TarWalker(stream, url, size=size, chunk_size=chunk_size, readahead=readahead)
+        walker = TarWalker(
+            stream, url, size=size, chunk_size=chunk_size, readahead=readahead, map_file=map_file
+        )
         grouper = _Grouper(url)
         for batch in walker:
             grouper.feed(batch)

@@ -12,17 +12,26 @@ With the compiled walker (:mod:`.tarwalker`), the member groups of each
 chunk go through its C loop, and this code reads only the groups it stops at
 (one cut by the chunk's end, a damaged header, the end of the archive): the
 errors, and every rare case, stay here.
+
+A local file is not read at all: it is mapped (:mod:`.mapped`) and walked
+in place, one ``chunk_size`` window at a time, each window cut at the
+file's current size, so a file cut short while it is walked is reported as a
+stream that ends early is; no read-ahead thread runs for it.
 """
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, cast
+
+import numpy as np
 
 from ..checksums import crc32c
 from . import tarwalker
 from .errors import NotATarError, TarChecksumError, TarError, TarNumberError, TarTruncatedError
 from .headers import checksum_mismatches, parse_number, parse_pax
+from .mapped import MappedFile, map_stream
 from .readahead import ChunkReader, Slot, open_reader
 from .spec import BLOCK, GNU_LONGLINK, GNU_LONGNAME, NO_DATA_TYPES, PAX_GLOBAL, PAX_LOCAL, blocks
 
@@ -103,7 +112,11 @@ class TarWalker:
         Bytes per read.
     readahead:
         Chunks a thread reads ahead of the walk; 0 reads each chunk in the
-        walk's own thread when it is needed.
+        walk's own thread when it is needed. Not used for a mapped file.
+    map_file:
+        Walk a regular local file (``stream.fileno()``, at offset 0) in a
+        read-only mapping instead of reading it (:mod:`.mapped`); any other
+        stream, or a file that cannot be mapped, is read.
 
     After iteration (or :meth:`close`, for a walk given up): ``size`` is the number of bytes the stream held,
     ``end_offset`` where the end-of-archive block starts, ``member_count``
@@ -119,6 +132,7 @@ class TarWalker:
         size: int | None = None,
         chunk_size: int = DEFAULT_CHUNK,
         readahead: int = DEFAULT_READAHEAD,
+        map_file: bool = True,
     ) -> None:
         if chunk_size < 4 * BLOCK or chunk_size % BLOCK:
             raise ValueError(f"chunk_size must be a multiple of {BLOCK} of at least {4 * BLOCK}")
@@ -130,10 +144,12 @@ class TarWalker:
         self._chunk_size = chunk_size
         self._readahead = readahead
         self._reader: ChunkReader | None = None  # opened when the walk starts
+        self._map_file = map_file
+        self._mapped: MappedFile | None = None  # mapped when the walk starts
         # The current buffer: the reader's chunk from _HEADROOM on, and in front of it
         # the bytes of the previous chunk the walk still needs (less than a header).
         self._slot = Slot(_HEADROOM)
-        self._buf = self._slot.buf
+        self._buf: bytearray | mmap.mmap = self._slot.buf
         self._view = self._slot.view
         self._array = self._slot.array
         self._base = 0  # file offset of _buf[0]
@@ -147,11 +163,35 @@ class TarWalker:
         self.member_count = 0
         self.skipped = 0
 
+    @property
+    def mapped(self) -> bool:
+        """Whether the walk reads the file through a mapping (decided when it starts)."""
+        return self._mapped is not None
+
     def close(self) -> None:
-        """Stop the read-ahead thread, if one runs (safe to call twice; the stream stays open)."""
+        """Stop the read-ahead thread or unmap the file (safe to call twice; the stream stays open)."""
         reader, self._reader = self._reader, None
         if reader is not None:
             reader.close()
+        mapped, self._mapped = self._mapped, None
+        if mapped is not None:
+            # Drop this walker's views of the mapping first: an exported buffer keeps it mapped.
+            view = self._view
+            self._buf, self._view, self._array = bytearray(), memoryview(b""), np.empty(0, np.uint8)
+            view.release()
+            mapped.close()
+
+    def _open(self) -> None:
+        """Map the stream's file if it is a local one (the walk's first step)."""
+        if not self._map_file or self._reader is not None or self._end:
+            return
+        mapped = map_stream(self._stream, self._chunk_size)
+        if mapped is None:
+            return
+        self._mapped = mapped
+        self._buf = mapped.map
+        self._view = memoryview(mapped.map)
+        self._array = np.frombuffer(mapped.map, dtype=np.uint8)
 
     # --- the stream ----------------------------------------------------------
 
@@ -176,6 +216,14 @@ class TarWalker:
         Returns the kept bytes' new position (``_end`` when none were kept);
         at the stream's end, the buffer stays and ``_eof`` is set.
         """
+        if self._mapped is not None:
+            # The mapping is the buffer: the kept bytes stay where they are.
+            end = self._mapped.extend(self._end)
+            if end == self._end:
+                self._eof = True
+                self.size = self._end
+            self._end = end
+            return keep_from
         if self._reader is None:
             self._reader = open_reader(self._stream, self._chunk_size, _HEADROOM, self._readahead)
         slot, n = self._reader.next()
@@ -278,6 +326,7 @@ class TarWalker:
             self.close()
 
     def _walk(self) -> Iterator[Batch]:
+        self._open()
         pos = self._fill(0, BLOCK)
         buf = self._buf
         view = self._view
