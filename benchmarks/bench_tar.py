@@ -283,11 +283,11 @@ def parse_size(text: str) -> int:
     return int(low)
 
 
-def walkers(choice: str, readaheads: list[int] | None = None, read_too: bool = False) -> list[str]:
+def walkers(choice: str, readaheads: list[int] | None = None, mmap_too: bool = False) -> list[str]:
     """Scan variants: a walker name, with ``_raN`` for each read-ahead other than the default.
 
-    ``read_too``: also ``<walker>_read``, a local file read as a stream
-    (``map_file=False``, the default read-ahead) beside the mapped walk.
+    ``mmap_too``: also ``<walker>_mmap``, a local file walked in a mapping
+    (``map_file=True``) beside the read walk.
     """
     from shardcat.format.tar import tarwalker
     from shardcat.format.tar.walk import DEFAULT_READAHEAD
@@ -299,8 +299,8 @@ def walkers(choice: str, readaheads: list[int] | None = None, read_too: bool = F
             continue
         for ra in readaheads or [DEFAULT_READAHEAD]:
             out.append(name if ra == DEFAULT_READAHEAD else f"{name}_ra{ra}")
-        if read_too:
-            out.append(f"{name}_read")
+        if mmap_too:
+            out.append(f"{name}_mmap")
     return out
 
 
@@ -308,10 +308,10 @@ def variant(name: str) -> tuple[str, int, bool]:
     """``(walker, readahead, map_file)`` of a variant name from :func:`walkers`."""
     from shardcat.format.tar.walk import DEFAULT_READAHEAD
 
-    if name.endswith("_read"):
-        return name.removesuffix("_read"), DEFAULT_READAHEAD, False
+    if name.endswith("_mmap"):
+        return name.removesuffix("_mmap"), DEFAULT_READAHEAD, True
     walker, _, ra = name.partition("_ra")
-    return walker, int(ra) if ra else DEFAULT_READAHEAD, True
+    return walker, int(ra) if ra else DEFAULT_READAHEAD, False
 
 
 def scan_ratios(plain, scan, names: list[str], repeat: int, size: int, prefix: str = ""):
@@ -355,9 +355,9 @@ def main(argv: list[str] | None = None) -> int:
         help="chunks read ahead by the walk's reader thread, e.g. 0,2 (default: the library's)",
     )
     parser.add_argument(
-        "--read-too",
+        "--mmap-too",
         action="store_true",
-        help="locally, also scan the file read as a stream (map_file=False) beside the mapped walk",
+        help="locally, also walk the file in a read-only mapping (map_file=True) beside the read",
     )
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--writer", choices=["wds", "gnu"], default=None)
@@ -389,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         plain_read(path)  # into the page cache
         info = scan_tar(path)
         assert info.record_count == samples, (info.record_count, samples)
-        names = walkers(args.walker, args.readahead, args.read_too)
+        names = walkers(args.walker, args.readahead, args.mmap_too)
         local = scan_ratios(
             lambda: plain_read(path),
             lambda ra, map_file: scan_tar(path, readahead=ra, map_file=map_file),

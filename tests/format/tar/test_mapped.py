@@ -34,7 +34,7 @@ DATA = _archive()
 
 
 def _summary(source: Any, **kwargs: Any) -> tuple[Any, ...]:
-    info = scan_tar(source, "x.tar", chunk_size=CHUNK, **kwargs)
+    info = scan_tar(source, "x.tar", chunk_size=CHUNK, map_file=True, **kwargs)
     return (
         info.keys,
         info.records.tobytes(),
@@ -47,7 +47,7 @@ def _summary(source: Any, **kwargs: Any) -> tuple[Any, ...]:
 
 def _error(source: Any, **kwargs: Any) -> tuple[type, str, Any, Any]:
     with pytest.raises(TarError) as e:
-        scan_tar(source, "x.tar", chunk_size=CHUNK, **kwargs)
+        scan_tar(source, "x.tar", chunk_size=CHUNK, map_file=True, **kwargs)
     err = e.value
     return type(err), str(err), getattr(err, "path", None), getattr(err, "offset", None)
 
@@ -61,16 +61,20 @@ def _write(tmp_path: Path, data: bytes, name: str = "x.tar") -> Path:
 def test_a_local_file_is_mapped_and_a_stream_is_not(tmp_path):
     path = _write(tmp_path, DATA)
     with open(path, "rb") as f:
-        walker = TarWalker(f, "x.tar", chunk_size=CHUNK)
+        walker = TarWalker(f, "x.tar", chunk_size=CHUNK, map_file=True)
         batches = iter(walker)
         next(batches)
         assert walker.mapped
         walker.close()
         assert not walker.mapped
         walker.close()  # twice is fine
-    walker = TarWalker(io.BytesIO(DATA), "mem.tar", chunk_size=CHUNK)
+    walker = TarWalker(io.BytesIO(DATA), "mem.tar", chunk_size=CHUNK, map_file=True)
     for _ in walker:
         assert not walker.mapped
+    with open(path, "rb") as f:
+        walker = TarWalker(f, "x.tar", chunk_size=CHUNK)  # reads unless asked to map
+        for _ in walker:
+            assert not walker.mapped
     with open(path, "rb") as f:
         f.seek(BLOCK)  # not at the archive's start: read from here, as given
         assert map_stream(f, CHUNK) is None
@@ -92,9 +96,9 @@ def test_mapped_and_read_walks_find_the_same(tmp_path, chunk):
     info = scan_tar(io.BytesIO(DATA), "x.tar", chunk_size=chunk)
     expected = (info.keys, info.records.tobytes(), info.entries.tobytes(), info.size)
     for kwargs in ({}, {"size": len(DATA)}):
-        got = scan_tar(path, "x.tar", chunk_size=chunk, **kwargs)
+        got = scan_tar(path, "x.tar", chunk_size=chunk, map_file=True, **kwargs)
         assert (got.keys, got.records.tobytes(), got.entries.tobytes(), got.size) == expected
-    names = [s.key for s in iter_tar_samples(path, chunk_size=chunk)]
+    names = [s.key for s in iter_tar_samples(path, chunk_size=chunk, map_file=True)]
     assert names == info.keys
 
 
@@ -128,7 +132,7 @@ def test_a_file_cut_while_it_is_walked_is_a_truncated_tar_not_a_fault(tmp_path, 
     kwargs: dict[str, Any] = {"size": len(DATA)} if sized else {}
     expected = _error(io.BytesIO(DATA[:cut]), **kwargs)
     with open(path, "rb") as f:
-        walker = TarWalker(f, "x.tar", chunk_size=CHUNK, **kwargs)
+        walker = TarWalker(f, "x.tar", chunk_size=CHUNK, map_file=True, **kwargs)
 
         def walk_and_cut() -> None:
             for _ in walker:
@@ -148,7 +152,7 @@ def test_a_file_cut_while_it_is_walked_is_a_truncated_tar_not_a_fault(tmp_path, 
 def test_the_mapping_is_released_after_a_walk(tmp_path):
     path = _write(tmp_path, DATA)
     with open(path, "rb") as f:
-        walker = TarWalker(f, "x.tar", chunk_size=CHUNK)
+        walker = TarWalker(f, "x.tar", chunk_size=CHUNK, map_file=True)
         mapped = None
         for _ in walker:
             mapped = walker._mapped

@@ -250,7 +250,7 @@ def iter_tar_samples(
     size: int | None = None,
     chunk_size: int = DEFAULT_CHUNK,
     readahead: int = DEFAULT_READAHEAD,
-    map_file: bool = True,
+    map_file: bool = False,
 ) -> Iterator[TarSample]:
     """Stream a tar once and yield its samples in archive order.
 
@@ -272,9 +272,11 @@ def iter_tar_samples(
         raises in it is raised here. A mapped file needs no thread.
     map_file:
         Walk a local file (a path, or an open regular file at offset 0) in a
-        read-only mapping instead of reading it: no read copy. A file cut
-        short while it is walked is reported as a truncated tar. Other
-        streams are read.
+        read-only mapping instead of reading it: no read copy, but a page
+        fault per 64 KiB instead, which costs more CPU than the copy on the
+        VMs measured (``benchmarks/README.md``), hence off by default. A
+        file cut short while it is walked is reported as a truncated tar.
+        Other streams are read.
 
     Yields
     ------
@@ -314,7 +316,7 @@ def scan_tar(
     size: int | None = None,
     chunk_size: int = DEFAULT_CHUNK,
     readahead: int = DEFAULT_READAHEAD,
-    map_file: bool = True,
+    map_file: bool = False,
 ) -> TarShardInfo:
     """Stream a tar once and summarise every sample for the catalog (or TARIDX).
 
