@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import random
 import threading
 from typing import Any
@@ -11,7 +12,7 @@ import pytest
 
 from shardcat.format.tar import iter_tar_samples, scan_tar
 from shardcat.format.tar.errors import TarChecksumError, TarError, TarTruncatedError
-from shardcat.format.tar.readahead import THREAD_NAME, ChunkReader
+from shardcat.format.tar.readahead import THREAD_NAME, ChunkReader, is_local_file
 from shardcat.format.tar.spec import BLOCK
 from shardcat.format.tar.walk import TarWalker
 
@@ -92,6 +93,21 @@ def test_reading_ahead_finds_what_reading_in_the_walk_finds(readahead):
     # Streams that return fewer bytes than asked for, too.
     info = scan_tar(_Stream(DATA), "mem.tar", chunk_size=CHUNK, readahead=readahead)
     assert info.keys == _summary(DATA, readahead=0)[0]
+
+
+def test_by_default_a_local_file_is_read_without_the_thread_and_a_stream_with_it(tmp_path):
+    path = tmp_path / "x.tar"
+    path.write_bytes(DATA)
+    with open(path, "rb") as f:
+        seen = [len(_readers()) for _ in TarWalker(f, "x.tar", chunk_size=CHUNK)]
+    assert seen and max(seen) == 0
+    seen = [len(_readers()) for _ in TarWalker(_Stream(DATA), "mem.tar", chunk_size=CHUNK)]
+    assert max(seen) == 1
+    r, w = os.pipe()  # a pipe is not a regular file: read ahead
+    with open(r, "rb", buffering=0) as pipe:
+        os.close(w)
+        assert not is_local_file(pipe)
+    assert scan_tar(path, chunk_size=CHUNK).keys == _summary(DATA, readahead=0)[0]
 
 
 def test_the_thread_runs_only_when_the_tar_is_longer_than_one_chunk():

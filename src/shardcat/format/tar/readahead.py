@@ -18,13 +18,15 @@ the thread; it is safe to call twice.
 
 from __future__ import annotations
 
+import os
 import queue
+import stat
 import threading
 from typing import Any
 
 import numpy as np
 
-__all__ = ["THREAD_NAME", "ChunkReader", "Slot", "open_reader"]
+__all__ = ["THREAD_NAME", "ChunkReader", "Slot", "is_local_file", "open_reader"]
 
 THREAD_NAME = "shardcat-tar-reader"
 """The name of every read-ahead thread (tests check none is left behind)."""
@@ -177,6 +179,23 @@ class ChunkReader:
             self._pool.put(None)  # wakes a thread waiting for a free buffer
             if thread is not threading.current_thread():
                 thread.join()
+
+
+def is_local_file(stream: Any) -> bool:
+    """Whether ``stream`` reads a regular local file (``fileno()`` of one): no thread pays for it.
+
+    A page-cache read is a memcpy: a thread moves it to the other core but
+    adds hand-offs; on a loaded 2-core VM, ``bench_tar`` measured 1 GiB in
+    0.36 s CPU without the thread and 0.43 s with it, and no faster in wall
+    time. Pipes, sockets, in-memory and remote streams keep the thread.
+    """
+    fileno = getattr(stream, "fileno", None)
+    if fileno is None:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fileno()).st_mode)
+    except (OSError, ValueError):  # io.UnsupportedOperation is both
+        return False
 
 
 def open_reader(stream: Any, chunk_size: int, headroom: int, readahead: int) -> ChunkReader:

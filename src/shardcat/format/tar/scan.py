@@ -24,7 +24,7 @@ from . import tarwalker
 from .errors import DuplicateMemberError, SplitSampleError, TarError, TarMemberNameError
 from .info import TarEntry, TarSample, TarShardInfo
 from .spec import BLOCK
-from .walk import DEFAULT_CHUNK, DEFAULT_READAHEAD, Batch, Member, TarWalker
+from .walk import DEFAULT_CHUNK, Batch, Member, TarWalker
 
 __all__ = ["iter_tar_samples", "scan_tar", "split_member_name"]
 
@@ -249,7 +249,7 @@ def iter_tar_samples(
     *,
     size: int | None = None,
     chunk_size: int = DEFAULT_CHUNK,
-    readahead: int = DEFAULT_READAHEAD,
+    readahead: int | None = None,
     map_file: bool = False,
 ) -> Iterator[TarSample]:
     """Stream a tar once and yield its samples in archive order.
@@ -267,7 +267,8 @@ def iter_tar_samples(
     chunk_size:
         Bytes per read.
     readahead:
-        Chunks read ahead of the walk by a thread (0: no thread). The thread
+        Chunks read ahead of the walk by a thread (0: no thread; ``None``:
+        none for a local file, ``DEFAULT_READAHEAD`` for others). The thread
         stops when the walk ends, fails or is abandoned; an error the stream
         raises in it is raised here. A mapped file needs no thread.
     map_file:
@@ -315,7 +316,7 @@ def scan_tar(
     *,
     size: int | None = None,
     chunk_size: int = DEFAULT_CHUNK,
-    readahead: int = DEFAULT_READAHEAD,
+    readahead: int | None = None,
     map_file: bool = False,
 ) -> TarShardInfo:
     """Stream a tar once and summarise every sample for the catalog (or TARIDX).

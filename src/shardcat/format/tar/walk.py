@@ -32,7 +32,7 @@ from . import tarwalker
 from .errors import NotATarError, TarChecksumError, TarError, TarNumberError, TarTruncatedError
 from .headers import checksum_mismatches, parse_number, parse_pax
 from .mapped import MappedFile, map_stream
-from .readahead import ChunkReader, Slot, open_reader
+from .readahead import ChunkReader, Slot, is_local_file, open_reader
 from .spec import BLOCK, GNU_LONGLINK, GNU_LONGNAME, NO_DATA_TYPES, PAX_GLOBAL, PAX_LOCAL, blocks
 
 __all__ = [
@@ -113,6 +113,10 @@ class TarWalker:
     readahead:
         Chunks a thread reads ahead of the walk; 0 reads each chunk in the
         walk's own thread when it is needed. Not used for a mapped file.
+        ``None`` (default): 0 for a regular local file (a page-cache read is
+        a copy the thread only moves to another core, at a cost in CPU),
+        :data:`DEFAULT_READAHEAD` for any other stream (remote: the thread
+        hides the transfer).
     map_file:
         Walk a regular local file (``stream.fileno()``, at offset 0) in a
         read-only mapping instead of reading it (:mod:`.mapped`); any other
@@ -133,11 +137,13 @@ class TarWalker:
         *,
         size: int | None = None,
         chunk_size: int = DEFAULT_CHUNK,
-        readahead: int = DEFAULT_READAHEAD,
+        readahead: int | None = None,
         map_file: bool = False,
     ) -> None:
         if chunk_size < 4 * BLOCK or chunk_size % BLOCK:
             raise ValueError(f"chunk_size must be a multiple of {BLOCK} of at least {4 * BLOCK}")
+        if readahead is None:
+            readahead = 0 if is_local_file(stream) else DEFAULT_READAHEAD
         if readahead < 0:
             raise ValueError(f"readahead must be 0 or more, not {readahead}")
         self.path = path
