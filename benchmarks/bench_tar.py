@@ -235,7 +235,7 @@ def bench_s3(tmp: str, path: str, info, args) -> dict[str, float]:
                     total += len(chunk)
             return total
 
-        def scan(readahead: int, map_file: bool):  # an S3 stream is never mapped
+        def scan(readahead: int | None, map_file: bool):  # an S3 stream is never mapped
             # scan_tar_url's stream (one GET per 8 MiB block), with the read-ahead chosen here.
             source = open_source(url, opts)
             stream = source.open_stream()
@@ -261,6 +261,37 @@ def bench_s3(tmp: str, path: str, info, args) -> dict[str, float]:
         env.close()
 
 
+def cpu_budget(path: str, repeat: int) -> dict[str, float]:
+    """CPU seconds (median of ``repeat``) of a local scan's stages, each run on its own.
+
+    ``walk``: read + headers + CRC32C + the member lists (``TarWalker``);
+    ``walk_group``: and the grouping into samples; ``scan``: and the summary
+    (``scan_tar``). Differences are the stages' costs. Default walker and read-ahead.
+    """
+    from shardcat.format.tar.scan import _Grouper
+    from shardcat.format.tar.walk import TarWalker
+
+    def walk() -> None:
+        with open(path, "rb", buffering=0) as f:
+            for _ in TarWalker(f, path):
+                pass
+
+    def walk_group() -> None:
+        with open(path, "rb", buffering=0) as f:
+            grouper = _Grouper(path)
+            for batch in TarWalker(f, path):
+                grouper.feed(batch)
+            grouper.finish()
+
+    stages = {"plain": lambda: plain_read(path), "walk": walk, "walk_group": walk_group}
+    stages["scan"] = lambda: scan_tar(path)
+    times: dict[str, list[float]] = {name: [] for name in stages}
+    for _ in range(repeat):
+        for name, fn in stages.items():
+            times[name].append(timed_cpu(fn)[1])
+    return {f"budget_{k}_cpu_s": round(statistics.median(v), 4) for k, v in times.items()}
+
+
 def timed(fn, *args):
     t = time.perf_counter()
     out = fn(*args)
@@ -284,34 +315,31 @@ def parse_size(text: str) -> int:
 
 
 def walkers(choice: str, readaheads: list[int] | None = None, mmap_too: bool = False) -> list[str]:
-    """Scan variants: a walker name, with ``_raN`` for each read-ahead other than the default.
+    """Scan variants: a walker name (the library's read-ahead: by backend), or ``_raN`` for each given.
 
     ``mmap_too``: also ``<walker>_mmap``, a local file walked in a mapping
     (``map_file=True``) beside the read walk.
     """
     from shardcat.format.tar import tarwalker
-    from shardcat.format.tar.walk import DEFAULT_READAHEAD
 
     names = ["compiled", "python"] if choice == "both" else [choice]
     out = []
     for name in names:
         if name not in tarwalker.available():
             continue
-        for ra in readaheads or [DEFAULT_READAHEAD]:
-            out.append(name if ra == DEFAULT_READAHEAD else f"{name}_ra{ra}")
+        for ra in readaheads or [None]:
+            out.append(name if ra is None else f"{name}_ra{ra}")
         if mmap_too:
             out.append(f"{name}_mmap")
     return out
 
 
-def variant(name: str) -> tuple[str, int, bool]:
-    """``(walker, readahead, map_file)`` of a variant name from :func:`walkers`."""
-    from shardcat.format.tar.walk import DEFAULT_READAHEAD
-
+def variant(name: str) -> tuple[str, int | None, bool]:
+    """``(walker, readahead, map_file)`` of a variant name from :func:`walkers` (``None``: the default)."""
     if name.endswith("_mmap"):
-        return name.removesuffix("_mmap"), DEFAULT_READAHEAD, True
+        return name.removesuffix("_mmap"), None, True
     walker, _, ra = name.partition("_ra")
-    return walker, int(ra) if ra else DEFAULT_READAHEAD, False
+    return walker, int(ra) if ra else None, False
 
 
 def scan_ratios(plain, scan, names: list[str], repeat: int, size: int, prefix: str = ""):
@@ -369,6 +397,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--s3-lookups", type=int, default=300)
     parser.add_argument("--s3-repeat", type=int, default=3)
+    parser.add_argument(
+        "--budget",
+        action="store_true",
+        help="also the CPU of the local scan's stages: walk, + grouping, + summary",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     writer = args.writer
@@ -397,6 +430,7 @@ def main(argv: list[str] | None = None) -> int:
             args.repeat,
             size,
         )
+        budget = cpu_budget(path, args.repeat) if args.budget else {}
         lookups = bench_lookups(tmp, path, info, args.lookups) if args.lookups else {}
         s3 = bench_s3(tmp, path, info, args) if args.s3 else {}
     result = {
@@ -406,6 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         "members": members,
         "repeat": args.repeat,
         **local,
+        **budget,
         **lookups,
         **s3,
     }
@@ -427,6 +462,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"{result[f'scan_{name}_cpu_s']} s CPU ({us:.2f} µs CPU per member); "
                 f"ratio {result[f'ratio_{name}']} wall, {result[f'cpu_ratio_{name}']} CPU "
                 "(target 0.8)"
+            )
+        if budget:
+            print(
+                "  CPU by stage (s): "
+                + ", ".join(f"{k[7:-6]} {v}" for k, v in budget.items())
+                + " (walk: read + headers + CRC + member lists; walk_group: + grouping; "
+                "scan: + summary)"
             )
         if lookups:
             print(f"point lookups, p50 of {lookups['lookups']:,} keys (local disk, SQLite):")
