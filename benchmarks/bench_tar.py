@@ -218,8 +218,7 @@ def upload(fs, local: str, remote: str) -> None:
 def bench_s3(tmp: str, path: str, info, args) -> dict[str, float]:
     """Scan vs a plain 8 MiB-block stream of the tar on S3, then lookups there."""
     from bench_catalog import Env  # the moto server of the catalog benchmark
-    from shardcat.catalog.kinds import scan_tar_url
-    from shardcat.storage import resolve
+    from shardcat.storage import open_source, resolve
 
     env = Env("s3", "sqlite")
     try:
@@ -236,10 +235,19 @@ def bench_s3(tmp: str, path: str, info, args) -> dict[str, float]:
                     total += len(chunk)
             return total
 
+        def scan(readahead: int | None, map_file: bool):  # an S3 stream is never mapped
+            # scan_tar_url's stream (one GET per 8 MiB block), with the read-ahead chosen here.
+            source = open_source(url, opts)
+            stream = source.open_stream()
+            try:
+                return scan_tar(stream, url, size=source.size(), readahead=readahead)
+            finally:
+                stream.close()
+
         out = scan_ratios(
             plain,
-            lambda: scan_tar_url(url, opts),
-            walkers(args.walker),
+            scan,
+            walkers(args.walker, args.readahead),
             args.s3_repeat,
             size,
             prefix="s3_",
@@ -251,6 +259,37 @@ def bench_s3(tmp: str, path: str, info, args) -> dict[str, float]:
         return out
     finally:
         env.close()
+
+
+def cpu_budget(path: str, repeat: int) -> dict[str, float]:
+    """CPU seconds (median of ``repeat``) of a local scan's stages, each run on its own.
+
+    ``walk``: read + headers + CRC32C + the member lists (``TarWalker``);
+    ``walk_group``: and the grouping into samples; ``scan``: and the summary
+    (``scan_tar``). Differences are the stages' costs. Default walker and read-ahead.
+    """
+    from shardcat.format.tar.scan import _Grouper
+    from shardcat.format.tar.walk import TarWalker
+
+    def walk() -> None:
+        with open(path, "rb", buffering=0) as f:
+            for _ in TarWalker(f, path):
+                pass
+
+    def walk_group() -> None:
+        with open(path, "rb", buffering=0) as f:
+            grouper = _Grouper(path)
+            for batch in TarWalker(f, path):
+                grouper.feed(batch)
+            grouper.finish()
+
+    stages = {"plain": lambda: plain_read(path), "walk": walk, "walk_group": walk_group}
+    stages["scan"] = lambda: scan_tar(path)
+    times: dict[str, list[float]] = {name: [] for name in stages}
+    for _ in range(repeat):
+        for name, fn in stages.items():
+            times[name].append(timed_cpu(fn)[1])
+    return {f"budget_{k}_cpu_s": round(statistics.median(v), 4) for k, v in times.items()}
 
 
 def timed(fn, *args):
@@ -275,24 +314,49 @@ def parse_size(text: str) -> int:
     return int(low)
 
 
-def walkers(choice: str) -> list[str]:
+def walkers(choice: str, readaheads: list[int] | None = None, mmap_too: bool = False) -> list[str]:
+    """Scan variants: a walker name (the library's read-ahead: by backend), or ``_raN`` for each given.
+
+    ``mmap_too``: also ``<walker>_mmap``, a local file walked in a mapping
+    (``map_file=True``) beside the read walk.
+    """
     from shardcat.format.tar import tarwalker
 
     names = ["compiled", "python"] if choice == "both" else [choice]
-    return [n for n in names if n in tarwalker.available()]
+    out = []
+    for name in names:
+        if name not in tarwalker.available():
+            continue
+        for ra in readaheads or [None]:
+            out.append(name if ra is None else f"{name}_ra{ra}")
+        if mmap_too:
+            out.append(f"{name}_mmap")
+    return out
+
+
+def variant(name: str) -> tuple[str, int | None, bool]:
+    """``(walker, readahead, map_file)`` of a variant name from :func:`walkers` (``None``: the default)."""
+    if name.endswith("_mmap"):
+        return name.removesuffix("_mmap"), None, True
+    walker, _, ra = name.partition("_ra")
+    return walker, int(ra) if ra else None, False
 
 
 def scan_ratios(plain, scan, names: list[str], repeat: int, size: int, prefix: str = ""):
-    """Interleaved plain reads and scans under each walker: medians and ratios."""
+    """Interleaved plain reads and scans under each variant: medians and ratios.
+
+    ``scan(readahead, map_file)`` scans once; the walker is set here.
+    """
     from shardcat.format.tar import tarwalker
 
     times: dict[str, list[tuple[float, float]]] = {n: [] for n in ["plain", *names]}
     for _ in range(repeat):
         times["plain"].append(timed_cpu(plain))
         for name in names:
-            previous = tarwalker.use(name)
+            walker, readahead, map_file = variant(name)
+            previous = tarwalker.use(walker)
             try:
-                times[name].append(timed_cpu(scan))
+                times[name].append(timed_cpu(scan, readahead, map_file))
             finally:
                 tarwalker.use(previous)
     wall = {n: statistics.median(t[0] for t in v) for n, v in times.items()}
@@ -312,6 +376,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=float, default=1.0, help="× 256 MiB of samples")
     parser.add_argument("--size", default=None, help="the tar file's size instead (e.g. 1GiB)")
     parser.add_argument("--walker", choices=["both", "compiled", "python"], default="both")
+    parser.add_argument(
+        "--readahead",
+        type=lambda text: [int(x) for x in text.split(",")],
+        default=None,
+        help="chunks read ahead by the walk's reader thread, e.g. 0,2 (default: the library's)",
+    )
+    parser.add_argument(
+        "--mmap-too",
+        action="store_true",
+        help="locally, also walk the file in a read-only mapping (map_file=True) beside the read",
+    )
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--writer", choices=["wds", "gnu"], default=None)
     parser.add_argument("--lookups", type=int, default=2000, help="point lookups (0: none)")
@@ -322,6 +397,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--s3-lookups", type=int, default=300)
     parser.add_argument("--s3-repeat", type=int, default=3)
+    parser.add_argument(
+        "--budget",
+        action="store_true",
+        help="also the CPU of the local scan's stages: walk, + grouping, + summary",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     writer = args.writer
@@ -342,10 +422,15 @@ def main(argv: list[str] | None = None) -> int:
         plain_read(path)  # into the page cache
         info = scan_tar(path)
         assert info.record_count == samples, (info.record_count, samples)
-        names = walkers(args.walker)
+        names = walkers(args.walker, args.readahead, args.mmap_too)
         local = scan_ratios(
-            lambda: plain_read(path), lambda: scan_tar(path), names, args.repeat, size
+            lambda: plain_read(path),
+            lambda ra, map_file: scan_tar(path, readahead=ra, map_file=map_file),
+            names,
+            args.repeat,
+            size,
         )
+        budget = cpu_budget(path, args.repeat) if args.budget else {}
         lookups = bench_lookups(tmp, path, info, args.lookups) if args.lookups else {}
         s3 = bench_s3(tmp, path, info, args) if args.s3 else {}
     result = {
@@ -355,6 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         "members": members,
         "repeat": args.repeat,
         **local,
+        **budget,
         **lookups,
         **s3,
     }
@@ -376,6 +462,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"{result[f'scan_{name}_cpu_s']} s CPU ({us:.2f} µs CPU per member); "
                 f"ratio {result[f'ratio_{name}']} wall, {result[f'cpu_ratio_{name}']} CPU "
                 "(target 0.8)"
+            )
+        if budget:
+            print(
+                "  CPU by stage (s): "
+                + ", ".join(f"{k[7:-6]} {v}" for k, v in budget.items())
+                + " (walk: read + headers + CRC + member lists; walk_group: + grouping; "
+                "scan: + summary)"
             )
         if lookups:
             print(f"point lookups, p50 of {lookups['lookups']:,} keys (local disk, SQLite):")

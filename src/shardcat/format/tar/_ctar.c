@@ -181,43 +181,36 @@ static int append_steal(PyObject *list, PyObject *item)
     return rc;
 }
 
-static PyObject *py_walk(PyObject *self, PyObject *args)
-{
-    (void)self;
-    Py_buffer view;
-    Py_ssize_t start, end;
-    long long base, expected;
-    PyObject *global_obj;
-    if (!PyArg_ParseTuple(args, "y*nnLLO", &view, &start, &end, &base, &expected, &global_obj))
-        return NULL;
-    PyObject *names = NULL, *firsts = NULL, *payloads = NULL, *sizes = NULL, *crcs = NULL;
-    PyObject *result = NULL;
-    PyObject *owned_global = NULL; /* a global path set in this buffer (copied) */
-    if (start < 0 || end < start || end > view.len) {
-        PyErr_SetString(PyExc_ValueError, "walk: start and end must lie inside the buffer");
-        goto done;
-    }
-    const unsigned char *global = NULL; /* the committed pax global path */
-    Py_ssize_t global_len = 0;
-    if (global_obj != Py_None) {
-        if (!PyBytes_Check(global_obj)) {
-            PyErr_SetString(PyExc_TypeError, "walk: global_path must be bytes or None");
-            goto done;
-        }
-        global = (const unsigned char *)PyBytes_AS_STRING(global_obj);
-        global_len = PyBytes_GET_SIZE(global_obj);
-    }
-    names = PyList_New(0);
-    firsts = PyList_New(0);
-    payloads = PyList_New(0);
-    sizes = PyList_New(0);
-    crcs = PyList_New(0);
-    if (!names || !firsts || !payloads || !sizes || !crcs)
-        goto done;
+/* One regular member found by scan(): its name is prefix + '/' + name when
+   prefix is not NULL; both point into the buffer or the global path. */
+typedef struct {
+    const unsigned char *prefix;
+    size_t prefix_len;
+    const unsigned char *name;
+    size_t name_len;
+    long long first;
+    long long payload;
+    int64_t size;
+    uint32_t crc;
+} Found;
 
-    const unsigned char *buf = view.buf;
-    Py_ssize_t committed = start; /* after the last group accepted */
-    long members = 0, skipped = 0;
+typedef struct {
+    Py_ssize_t committed; /* after the last group accepted */
+    long members, skipped;
+    const unsigned char *global; /* the pax global path after the last group */
+    Py_ssize_t global_len;
+    Py_ssize_t found;
+} ScanState;
+
+/* The walk proper: no Python object is touched, so it runs without the GIL
+   (a read-ahead thread reads the next chunk meanwhile). `out` has room for
+   one member per 512 bytes of buf[start:end]. */
+static void scan(const unsigned char *buf, Py_ssize_t start, Py_ssize_t end, long long base,
+                 long long expected, ScanState *st, Found *out)
+{
+    const unsigned char *global = st->global;
+    Py_ssize_t global_len = st->global_len;
+    Py_ssize_t committed = start;
     for (;;) {
         /* One group: extension headers, then the header they describe. */
         Py_ssize_t pos = committed;
@@ -253,53 +246,40 @@ static PyObject *py_walk(PyObject *self, PyObject *args)
                 goto stop; /* the group runs past the buffer */
             const unsigned char *data = h + BLOCK;
             if ((kind == '0' || kind == 0 || kind == '7') && !sparse) {
-                const unsigned char *name;
-                size_t name_len;
-                PyObject *name_obj;
+                Found f;
+                f.prefix = NULL;
+                f.prefix_len = 0;
                 if (have_pax && pax_path != NULL) {
-                    name = pax_path;
-                    name_len = pax_path_len;
+                    f.name = pax_path;
+                    f.name_len = pax_path_len;
                 } else if (long_name != NULL) {
-                    name = long_name;
-                    name_len = long_len;
+                    f.name = long_name;
+                    f.name_len = long_len;
                 } else if (group_global != NULL) {
-                    name = group_global;
-                    name_len = (size_t)group_global_len;
+                    f.name = group_global;
+                    f.name_len = (size_t)group_global_len;
                 } else {
-                    name = h;
+                    f.name = h;
                     const unsigned char *nul = memchr(h, 0, 100);
-                    name_len = nul ? (size_t)(nul - h) : 100;
+                    f.name_len = nul ? (size_t)(nul - h) : 100;
+                    if (h[PREFIX_AT] && memcmp(h + MAGIC_AT, "ustar\0", 6) == 0) {
+                        const unsigned char *pnul = memchr(h + PREFIX_AT, 0, 155);
+                        f.prefix = h + PREFIX_AT;
+                        f.prefix_len = pnul ? (size_t)(pnul - (h + PREFIX_AT)) : 155;
+                    }
                 }
-                if (name == h && h[PREFIX_AT] && memcmp(h + MAGIC_AT, "ustar\0", 6) == 0) {
-                    const unsigned char *nul = memchr(h + PREFIX_AT, 0, 155);
-                    size_t prefix_len = nul ? (size_t)(nul - (h + PREFIX_AT)) : 155;
-                    name_obj = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(prefix_len + 1 + name_len));
-                    if (name_obj == NULL)
-                        goto done;
-                    char *w = PyBytes_AS_STRING(name_obj);
-                    memcpy(w, h + PREFIX_AT, prefix_len);
-                    w[prefix_len] = '/';
-                    memcpy(w + prefix_len + 1, name, name_len);
+                /* The full name's last byte ('/' after a prefix when the name is empty). */
+                int slash_last = f.name_len ? f.name[f.name_len - 1] == '/' : f.prefix != NULL;
+                if (kind == 0 && slash_last) {
+                    st->skipped++; /* a V7 directory: no payload, not a sample member */
                 } else {
-                    name_obj = PyBytes_FromStringAndSize((const char *)name, (Py_ssize_t)name_len);
-                    if (name_obj == NULL)
-                        goto done;
+                    f.first = first_header;
+                    f.payload = payload_at;
+                    f.size = size;
+                    f.crc = crc32c(0, data, (size_t)size);
+                    out[st->found++] = f;
                 }
-                Py_ssize_t n_len = PyBytes_GET_SIZE(name_obj);
-                if (kind == 0 && n_len && PyBytes_AS_STRING(name_obj)[n_len - 1] == '/') {
-                    /* A V7 directory: no payload, not a sample member. */
-                    Py_DECREF(name_obj);
-                    skipped++;
-                } else {
-                    uint32_t crc = crc32c(0, data, (size_t)size);
-                    if (append_steal(names, name_obj) < 0 ||
-                        append_steal(firsts, PyLong_FromLongLong(first_header)) < 0 ||
-                        append_steal(payloads, PyLong_FromLongLong(payload_at)) < 0 ||
-                        append_steal(sizes, PyLong_FromLongLong(size)) < 0 ||
-                        append_steal(crcs, PyLong_FromUnsignedLong(crc)) < 0)
-                        goto done;
-                }
-                members++;
+                st->members++;
                 pos += BLOCK + padded;
                 break;
             }
@@ -337,28 +317,105 @@ static PyObject *py_walk(PyObject *self, PyObject *args)
             if (sparse)
                 goto stop; /* a GNU sparse file: the reference skips it */
             /* A directory, link, device, FIFO or unknown type: not a sample member. */
-            members++;
-            skipped++;
+            st->members++;
+            st->skipped++;
             pos += BLOCK + padded;
             break;
         }
         committed = pos;
-        if (group_global != global) {
-            /* A global path points into the buffer: keep a copy (later chunks overwrite it). */
-            PyObject *copy = PyBytes_FromStringAndSize((const char *)group_global, group_global_len);
-            if (copy == NULL)
-                goto done;
-            Py_XSETREF(owned_global, copy);
-            global = (const unsigned char *)PyBytes_AS_STRING(copy);
-            global_len = group_global_len;
-        }
+        global = group_global;
+        global_len = group_global_len;
     }
 stop:
-    result = Py_BuildValue("(nllOOOOOO)", committed, members, skipped,
-                           owned_global != NULL ? owned_global : global_obj, names, firsts, payloads,
-                           sizes, crcs);
+    st->committed = committed;
+    st->global = global;
+    st->global_len = global_len;
+}
+
+static PyObject *py_walk(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer view;
+    Py_ssize_t start, end;
+    long long base, expected;
+    PyObject *global_obj;
+    if (!PyArg_ParseTuple(args, "y*nnLLO", &view, &start, &end, &base, &expected, &global_obj))
+        return NULL;
+    PyObject *names = NULL, *firsts = NULL, *payloads = NULL, *sizes = NULL, *crcs = NULL;
+    PyObject *result = NULL, *global_out = NULL;
+    Found *found = NULL;
+    if (start < 0 || end < start || end > view.len) {
+        PyErr_SetString(PyExc_ValueError, "walk: start and end must lie inside the buffer");
+        goto done;
+    }
+    ScanState st = {0};
+    if (global_obj != Py_None) {
+        if (!PyBytes_Check(global_obj)) {
+            PyErr_SetString(PyExc_TypeError, "walk: global_path must be bytes or None");
+            goto done;
+        }
+        st.global = (const unsigned char *)PyBytes_AS_STRING(global_obj);
+        st.global_len = PyBytes_GET_SIZE(global_obj);
+    }
+    const unsigned char *global_in = st.global;
+    found = PyMem_RawMalloc(sizeof(Found) * (size_t)((end - start) / BLOCK + 1));
+    if (found == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    /* The buffer cannot be resized while `view` holds it, and the walker's
+       read-ahead thread writes only into buffers the walk has given back. */
+    Py_BEGIN_ALLOW_THREADS
+    scan(view.buf, start, end, base, expected, &st, found);
+    Py_END_ALLOW_THREADS
+
+    Py_ssize_t n = st.found;
+    names = PyList_New(n);
+    firsts = PyList_New(n);
+    payloads = PyList_New(n);
+    sizes = PyList_New(n);
+    crcs = PyList_New(n);
+    if (!names || !firsts || !payloads || !sizes || !crcs)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const Found *f = &found[i];
+        PyObject *name_obj;
+        if (f->prefix != NULL) {
+            name_obj = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(f->prefix_len + 1 + f->name_len));
+            if (name_obj == NULL)
+                goto done;
+            char *w = PyBytes_AS_STRING(name_obj);
+            memcpy(w, f->prefix, f->prefix_len);
+            w[f->prefix_len] = '/';
+            memcpy(w + f->prefix_len + 1, f->name, f->name_len);
+        } else {
+            name_obj = PyBytes_FromStringAndSize((const char *)f->name, (Py_ssize_t)f->name_len);
+            if (name_obj == NULL)
+                goto done;
+        }
+        PyList_SET_ITEM(names, i, name_obj);
+        PyObject *a = PyLong_FromLongLong(f->first), *b = PyLong_FromLongLong(f->payload);
+        PyObject *c = PyLong_FromLongLong(f->size), *d = PyLong_FromUnsignedLong(f->crc);
+        if (a) PyList_SET_ITEM(firsts, i, a);
+        if (b) PyList_SET_ITEM(payloads, i, b);
+        if (c) PyList_SET_ITEM(sizes, i, c);
+        if (d) PyList_SET_ITEM(crcs, i, d);
+        if (!a || !b || !c || !d)
+            goto done; /* the lists' unset items are NULL, which their dealloc skips */
+    }
+    if (st.global != global_in) {
+        /* A global path set in this buffer: keep a copy (later chunks overwrite it). */
+        global_out = PyBytes_FromStringAndSize((const char *)st.global, st.global_len);
+        if (global_out == NULL)
+            goto done;
+    } else {
+        global_out = Py_NewRef(global_obj);
+    }
+    result = Py_BuildValue("(nllOOOOOO)", st.committed, st.members, st.skipped, global_out, names,
+                           firsts, payloads, sizes, crcs);
 done:
-    Py_XDECREF(owned_global);
+    PyMem_RawFree(found);
+    Py_XDECREF(global_out);
     Py_XDECREF(names);
     Py_XDECREF(firsts);
     Py_XDECREF(payloads);

@@ -249,6 +249,8 @@ def iter_tar_samples(
     *,
     size: int | None = None,
     chunk_size: int = DEFAULT_CHUNK,
+    readahead: int | None = None,
+    map_file: bool = False,
 ) -> Iterator[TarSample]:
     """Stream a tar once and yield its samples in archive order.
 
@@ -264,6 +266,18 @@ def iter_tar_samples(
         reported at its header.
     chunk_size:
         Bytes per read.
+    readahead:
+        Chunks read ahead of the walk by a thread (0: no thread; ``None``:
+        none for a local file, ``DEFAULT_READAHEAD`` for others). The thread
+        stops when the walk ends, fails or is abandoned; an error the stream
+        raises in it is raised here. A mapped file needs no thread.
+    map_file:
+        Walk a local file (a path, or an open regular file at offset 0) in a
+        read-only mapping instead of reading it: no read copy, but a page
+        fault per 64 KiB instead, which costs more CPU than the copy on the
+        VMs measured (``benchmarks/README.md``), hence off by default. A
+        file cut short while it is walked is reported as a truncated tar.
+        Other streams are read.
 
     Yields
     ------
@@ -278,8 +292,11 @@ def iter_tar_samples(
         The members do not form WebDataset samples.
     """
     stream, url, owned = _open(source, path)
+    walker: TarWalker | None = None
     try:
-        walker = TarWalker(stream, url, size=size, chunk_size=chunk_size)
+        walker = TarWalker(
+            stream, url, size=size, chunk_size=chunk_size, readahead=readahead, map_file=map_file
+        )
         grouper = _Grouper(url)
         for batch in walker:
             grouper.feed(batch)
@@ -287,6 +304,8 @@ def iter_tar_samples(
         grouper.finish()
         yield from grouper.drain()
     finally:
+        if walker is not None:
+            walker.close()  # before the stream: the thread may be reading it
         if owned:
             stream.close()
 
@@ -297,6 +316,8 @@ def scan_tar(
     *,
     size: int | None = None,
     chunk_size: int = DEFAULT_CHUNK,
+    readahead: int | None = None,
+    map_file: bool = False,
 ) -> TarShardInfo:
     """Stream a tar once and summarise every sample for the catalog (or TARIDX).
 
@@ -308,13 +329,18 @@ def scan_tar(
         Records and entry rows in the native footer's layouts, in archive order.
     """
     stream, url, owned = _open(source, path)
+    walker: TarWalker | None = None
     try:
-        walker = TarWalker(stream, url, size=size, chunk_size=chunk_size)
+        walker = TarWalker(
+            stream, url, size=size, chunk_size=chunk_size, readahead=readahead, map_file=map_file
+        )
         grouper = _Grouper(url)
         for batch in walker:
             grouper.feed(batch)
         grouper.finish()
     finally:
+        if walker is not None:
+            walker.close()  # before the stream: the thread may be reading it
         if owned:
             stream.close()
     return _summary(url, walker, grouper)

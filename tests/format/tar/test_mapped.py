@@ -1,0 +1,160 @@
+"""Local tars walked in a mapping: the same results and errors as reading them, no fault on a shrinking file."""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shardcat.format.tar import iter_tar_samples, scan_tar
+from shardcat.format.tar.errors import TarChecksumError, TarError, TarTruncatedError
+from shardcat.format.tar.mapped import map_stream
+from shardcat.format.tar.spec import BLOCK
+from shardcat.format.tar.walk import TarWalker
+
+from .helpers import make_tar
+
+CHUNK = 4096  # small windows: the archive below spans ~130 of them
+
+
+def _archive() -> bytes:
+    rng = random.Random(7)
+    return make_tar(
+        (f"s/{i:04d}.{ext}", rng.randbytes(rng.randrange(0, 3000)))
+        for i in range(100)
+        for ext in ("jpg", "cls")
+    )
+
+
+DATA = _archive()
+
+
+def _summary(source: Any, **kwargs: Any) -> tuple[Any, ...]:
+    info = scan_tar(source, "x.tar", chunk_size=CHUNK, map_file=True, **kwargs)
+    return (
+        info.keys,
+        info.records.tobytes(),
+        info.entries.tobytes(),
+        info.size,
+        info.end_offset,
+        info.member_count,
+    )
+
+
+def _error(source: Any, **kwargs: Any) -> tuple[type, str, Any, Any]:
+    with pytest.raises(TarError) as e:
+        scan_tar(source, "x.tar", chunk_size=CHUNK, map_file=True, **kwargs)
+    err = e.value
+    return type(err), str(err), getattr(err, "path", None), getattr(err, "offset", None)
+
+
+def _write(tmp_path: Path, data: bytes, name: str = "x.tar") -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+def test_a_local_file_is_mapped_and_a_stream_is_not(tmp_path):
+    path = _write(tmp_path, DATA)
+    with open(path, "rb") as f:
+        walker = TarWalker(f, "x.tar", chunk_size=CHUNK, map_file=True)
+        batches = iter(walker)
+        next(batches)
+        assert walker.mapped
+        walker.close()
+        assert not walker.mapped
+        walker.close()  # twice is fine
+    walker = TarWalker(io.BytesIO(DATA), "mem.tar", chunk_size=CHUNK, map_file=True)
+    for _ in walker:
+        assert not walker.mapped
+    with open(path, "rb") as f:
+        walker = TarWalker(f, "x.tar", chunk_size=CHUNK)  # reads unless asked to map
+        for _ in walker:
+            assert not walker.mapped
+    with open(path, "rb") as f:
+        f.seek(BLOCK)  # not at the archive's start: read from here, as given
+        assert map_stream(f, CHUNK) is None
+    empty = _write(tmp_path, b"", "empty.tar")
+    with open(empty, "rb") as f:
+        assert map_stream(f, CHUNK) is None
+
+
+def test_a_pipe_is_read_as_a_stream():
+    r, w = os.pipe()
+    with open(r, "rb", buffering=0) as f:
+        os.close(w)
+        assert map_stream(f, CHUNK) is None
+
+
+@pytest.mark.parametrize("chunk", [2048, CHUNK, 1 << 20])
+def test_mapped_and_read_walks_find_the_same(tmp_path, chunk):
+    path = _write(tmp_path, DATA)
+    info = scan_tar(io.BytesIO(DATA), "x.tar", chunk_size=chunk)
+    expected = (info.keys, info.records.tobytes(), info.entries.tobytes(), info.size)
+    for kwargs in ({}, {"size": len(DATA)}):
+        got = scan_tar(path, "x.tar", chunk_size=chunk, map_file=True, **kwargs)
+        assert (got.keys, got.records.tobytes(), got.entries.tobytes(), got.size) == expected
+    names = [s.key for s in iter_tar_samples(path, chunk_size=chunk, map_file=True)]
+    assert names == info.keys
+
+
+def test_every_truncated_file_is_reported_as_its_stream_is(tmp_path):
+    end_of_members = _summary(io.BytesIO(DATA))[4]
+    for cut in [*range(BLOCK, end_of_members + 1, 17_011), end_of_members, end_of_members + 7]:
+        path = _write(tmp_path, DATA[:cut])
+        expected = _error(io.BytesIO(DATA[:cut]))
+        assert expected[0] is TarTruncatedError
+        assert _error(path) == expected, cut
+        sized = _error(io.BytesIO(DATA[:cut]), size=len(DATA))
+        assert _error(path, size=len(DATA)) == sized, cut
+
+
+def test_a_damaged_header_is_reported_as_its_stream_is(tmp_path):
+    data = bytearray(DATA)
+    at = len(data) // 2 // BLOCK * BLOCK
+    while data[at + 257 : at + 262] != b"ustar":
+        at -= BLOCK
+    data[at + 3] ^= 1
+    expected = _error(io.BytesIO(bytes(data)))
+    assert expected[0] is TarChecksumError and expected[3] == at
+    assert _error(_write(tmp_path, bytes(data))) == expected
+
+
+@pytest.mark.parametrize("sized", [False, True])
+def test_a_file_cut_while_it_is_walked_is_a_truncated_tar_not_a_fault(tmp_path, sized):
+    """The file shrinks after it was mapped: the next window stops at its new size."""
+    path = _write(tmp_path, DATA)
+    cut = len(DATA) // 2 + 300  # inside a member, well past the first window
+    kwargs: dict[str, Any] = {"size": len(DATA)} if sized else {}
+    expected = _error(io.BytesIO(DATA[:cut]), **kwargs)
+    with open(path, "rb") as f:
+        walker = TarWalker(f, "x.tar", chunk_size=CHUNK, map_file=True, **kwargs)
+
+        def walk_and_cut() -> None:
+            for _ in walker:
+                # Cut past what the walk was given (a page it was given and lost would fault).
+                if os.path.getsize(path) > cut and walker._end < cut - CHUNK:
+                    assert walker.mapped
+                    os.truncate(path, cut)
+
+        with pytest.raises(TarTruncatedError) as e:
+            walk_and_cut()
+        assert walker.mapped is False  # closed by the failed walk
+    assert os.path.getsize(path) == cut
+    err = e.value
+    assert (type(err), str(err), err.path, err.offset) == expected
+
+
+def test_the_mapping_is_released_after_a_walk(tmp_path):
+    path = _write(tmp_path, DATA)
+    with open(path, "rb") as f:
+        walker = TarWalker(f, "x.tar", chunk_size=CHUNK, map_file=True)
+        mapped = None
+        for _ in walker:
+            mapped = walker._mapped
+        assert mapped is not None and mapped.map.closed
+        assert not walker.mapped
