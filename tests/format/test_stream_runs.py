@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gc
 import io
+import threading
 from collections.abc import Iterator
 from itertools import islice
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 import crc32c as crc32c_package
 import pytest
 
+from shardcat.errors import FormatError
 from shardcat.format import Entry, ShardReader, recordcodec, records
 from shardcat.format.entries import _StoredEntry
 from shardcat.format.records import PreparedEntry
@@ -178,3 +180,45 @@ def test_a_stored_entry_made_by_hand_behaves_as_before() -> None:
     e = _StoredEntry(memoryview(b"abc"), "text/plain", Codec.NONE)
     assert len(e) == 3 and e.view.tobytes() == b"abc" and e.data == b"abc"
     assert isinstance(type(e).view, property)
+
+
+def _big_samples() -> list[dict[str, Any]]:
+    # Records past 1 MiB: the compiled codec checks their CRCs without the GIL.
+    return [
+        {"__key__": f"big/{i}", "x": bytes([i + 1]) * ((3 << 19) + i), "y": b"small"}
+        for i in range(3)
+    ]
+
+
+def test_big_records_stream_and_decode_whole() -> None:
+    data = write_shard(_big_samples())
+    with ShardReader(data) as r:
+        assert [(rec.key, len(rec["x"]), rec["y"].data) for rec in r] == [
+            (f"big/{i}", (3 << 19) + i, b"small") for i in range(3)
+        ]
+        assert bytes(r.get("big/2")["x"].view) == bytes([3]) * ((3 << 19) + 2)
+
+
+def test_a_flipped_byte_in_a_big_record_is_found() -> None:
+    data = bytearray(write_shard(_big_samples()))
+    data[data.find(bytes([2]) * 1000) + 777_777] ^= 0x40  # inside big/1's payload
+    with ShardReader(bytes(data)) as r, pytest.raises(FormatError, match="CRC"):
+        for _ in r:
+            pass
+
+
+def test_threads_stream_big_records_together() -> None:
+    data = write_shard(_big_samples())
+    results: list[list[bool]] = []
+    expected = [bytes([i + 1]) * ((3 << 19) + i) for i in range(3)]
+
+    def stream() -> None:
+        with ShardReader(data) as r:
+            results.append([rec["x"].view == want for rec, want in zip(r, expected)])
+
+    threads = [threading.Thread(target=stream) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [[True] * 3] * 3

@@ -35,6 +35,7 @@
 #define MAX_ZERO_PAD 4096   /* records.py compares pads with a 4096-byte run of zeros */
 #define JOIN_LIMIT (64 << 10) /* records up to this size are encoded into one bytes object */
 #define TEXT_CACHE_MAX 4096
+#define GIL_FREE_CRC (1 << 20) /* records from this size CRC their payloads without the GIL */
 #define BATCH_ROW_SIZE 40     /* spec.BATCH_ROW_DTYPE: blob u4, shard u4, row u4, reserved u4, at u8, length u8, offset u8 */
 static const unsigned char RECORD_TAG[4] = {'R', 'E', 'C', 0};
 
@@ -290,6 +291,18 @@ static void retrack(PyObject *rec)
         PyObject_GC_Track(rec);
 }
 
+/* The CRC32C of every kept entry's payload matches its descriptor (the
+   layout was checked: every payload lies inside the record). */
+static int payloads_sound(const unsigned char *buf, unsigned n, const char *kept)
+{
+    for (unsigned i = 0; i < n; i++) {
+        const unsigned char *d = buf + HEAD_SIZE + DESC_SIZE * i;
+        if (kept[i] && crc32c(0, buf + ld64(d), (size_t)ld64(d + 8)) != ld32(d + 16))
+            return 0;
+    }
+    return 1;
+}
+
 /* Decode the record at buf[0:size], which lies at `at` in the read-only
    memoryview `shared` (the read buffer the record keeps, shared by every
    record read from it). 1: *out is a new LazyRecord; 0: rejected (the
@@ -340,14 +353,25 @@ static int decode_one(const unsigned char *buf, Py_ssize_t size, PyObject *share
         return -1;
     }
     const char *kept = PyBytes_AS_STRING(keep);
-    for (unsigned i = 0; i < n; i++) {
-        const unsigned char *d = buf + HEAD_SIZE + DESC_SIZE * i;
-        if (kept[i] && crc32c(0, buf + ld64(d), (size_t)ld64(d + 8)) != ld32(d + 16))
-            return 0;
-    }
-    /* From here on objects are allocated, which can run code that changes the
-       cache the layout is borrowed from. */
+    /* Held from here: a big record's CRCs run without the GIL, while other
+       threads may change the cache the layout is borrowed from; and after
+       them objects are allocated, which can run code that does. */
     Py_INCREF(layout);
+    int sound;
+    if (length >= GIL_FREE_CRC) {
+        /* `shared` (whose buffer holds the record) may be borrowed from a
+           list another thread changes meanwhile: hold it. */
+        Py_INCREF(shared);
+        Py_BEGIN_ALLOW_THREADS sound = payloads_sound(buf, n, kept);
+        Py_END_ALLOW_THREADS
+        Py_DECREF(shared);
+    } else {
+        sound = payloads_sound(buf, n, kept);
+    }
+    if (!sound) {
+        Py_DECREF(layout);
+        return 0;
+    }
     PyObject *key = PyUnicode_DecodeUTF8((const char *)buf + strings_at, (Py_ssize_t)key_len, NULL);
     if (key == NULL) {
         Py_DECREF(layout);
@@ -1536,7 +1560,8 @@ PyMODINIT_FUNC PyInit__ccodec(void)
         PyModule_AddIntConstant(m, "DESC_SIZE", DESC_SIZE) < 0 ||
         PyModule_AddIntConstant(m, "BATCH_ROW_SIZE", BATCH_ROW_SIZE) < 0 ||
         PyModule_AddIntConstant(m, "JOIN_LIMIT", JOIN_LIMIT) < 0 ||
-        PyModule_AddIntConstant(m, "TEXT_CACHE_MAX", TEXT_CACHE_MAX) < 0) {
+        PyModule_AddIntConstant(m, "TEXT_CACHE_MAX", TEXT_CACHE_MAX) < 0 ||
+        PyModule_AddIntConstant(m, "GIL_FREE_CRC", GIL_FREE_CRC) < 0) {
         Py_DECREF(m);
         return NULL;
     }
