@@ -1165,6 +1165,27 @@ static PyObject *get_slot(PyObject *obj, int slot)
     return v;
 }
 
+/* view[start:start + size] (within bounds, checked when the record was
+   decoded) for the plain memoryview `view`: the memoryview slicing makes,
+   without the slice object and the index arithmetic a slice needs (a new
+   view of the same managed buffer, narrowed as memoryview's own init_slice
+   does). Any other view is sliced the ordinary way. */
+static PyObject *subview(PyObject *view, Py_ssize_t start, Py_ssize_t size)
+{
+    Py_buffer *b = PyMemoryView_GET_BUFFER(view);
+    if (b->ndim != 1 || b->itemsize != 1 || b->suboffsets != NULL || (b->strides && b->strides[0] != 1) ||
+        b->shape == NULL)
+        return PySequence_GetSlice(view, start, start + size);
+    PyObject *sub = PyMemoryView_FromObject(view); /* shares the managed buffer; own shape and strides */
+    if (sub == NULL)
+        return NULL;
+    Py_buffer *v = PyMemoryView_GET_BUFFER(sub);
+    v->buf = (char *)v->buf + start;
+    v->shape[0] = size;
+    v->len = size;
+    return sub;
+}
+
 /* entry(record, name) -> the uncompressed entry `name` of a LazyRecord, made
    once (lazy.LazyRecord._entry in C), or None for a compressed one, which
    LazyRecord makes itself (decompression costs far more than the call).
@@ -1222,7 +1243,7 @@ static PyObject *entry_of(PyObject *rec, PyObject *name)
         goto done;
     const unsigned char *d = (const unsigned char *)PyMemoryView_GET_BUFFER(view)->buf + buf_at + HEAD_SIZE + DESC_SIZE * i;
     Py_ssize_t p_off = buf_at + (Py_ssize_t)ld64(d), size = (Py_ssize_t)ld64(d + 8); /* checked when decoded */
-    payload = PySequence_GetSlice(view, p_off, p_off + size);
+    payload = subview(view, p_off, size);
     entry = payload ? PyType_GenericAlloc((PyTypeObject *)StoredEntry, 0) : NULL;
     if (entry == NULL)
         goto done;
