@@ -283,6 +283,66 @@ static inline void init_slot(PyObject *obj, int slot, PyObject *value)
     *(PyObject **)((char *)obj + slot_at[slot]) = value;
 }
 
+/* A free list of LazyRecord objects. A stream makes and frees one record
+   per sample; reusing the memory of the last ones freed skips the allocator
+   and the generic slot walk of subtype_dealloc. Installed by _setup as
+   LazyRecord's tp_dealloc only when the type's instances are exactly a GC
+   header, an object header and object slots (no __dict__, no __weakref__,
+   no finalizer): then every reference a record holds is one of those slots,
+   and clearing them all is what subtype_dealloc would do. Instances of
+   subclasses (which get subtype_dealloc of their own) never come here. */
+#define RECORD_FREE_MAX 64
+static PyObject *record_free[RECORD_FREE_MAX];
+static int record_free_n;
+static Py_ssize_t record_nslots;       /* object slots after the header */
+
+static void record_dealloc(PyObject *self)
+{
+    /* Also the base deallocator of LazyRecord's subclasses: their
+       subtype_dealloc clears their own slots, then calls this (it stops at
+       the first base whose tp_dealloc is not subtype_dealloc) and leaves the
+       type's reference to it. What is left is LazyRecord's and Record's
+       slots, the memory and that reference, as subtype_dealloc would do. */
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    Py_TRASHCAN_BEGIN(self, record_dealloc)
+    PyObject **slot = (PyObject **)((char *)self + sizeof(PyObject));
+    for (Py_ssize_t i = 0; i < record_nslots; i++)
+        Py_CLEAR(slot[i]); /* may run other deallocators, which may use the list */
+    if (tp == (PyTypeObject *)LazyRecord && record_free_n < RECORD_FREE_MAX)
+        record_free[record_free_n++] = self;
+    else
+        PyObject_GC_Del(self);
+    Py_DECREF(tp); /* an instance of a heap type holds a reference to it */
+    Py_TRASHCAN_END
+}
+
+/* A new LazyRecord with every slot empty, tracked by the GC (as
+   PyType_GenericAlloc makes it). */
+static PyObject *record_alloc(void)
+{
+    if (record_free_n == 0)
+        return PyType_GenericAlloc((PyTypeObject *)LazyRecord, 0);
+    PyObject *rec = record_free[--record_free_n];
+    Py_INCREF(LazyRecord);
+    _Py_NewReference(rec);
+    PyObject_GC_Track(rec);
+    return rec;
+}
+
+/* Install the free list if LazyRecord's layout allows it (see above). */
+static void install_record_free_list(PyTypeObject *tp)
+{
+    if (tp->tp_dealloc == record_dealloc)
+        return;
+    Py_ssize_t body = tp->tp_basicsize - (Py_ssize_t)sizeof(PyObject);
+    if (tp->tp_itemsize != 0 || tp->tp_dictoffset != 0 || tp->tp_weaklistoffset != 0 || tp->tp_finalize != NULL ||
+        tp->tp_del != NULL || body <= 0 || body % (Py_ssize_t)sizeof(PyObject *) || !PyType_IS_GC(tp))
+        return;
+    record_nslots = body / (Py_ssize_t)sizeof(PyObject *);
+    tp->tp_dealloc = record_dealloc;
+}
+
 /* The record as a cyclic-GC-tracked object again, before it refers to
    anything its caller can reach or change (its entries; see decode_one). */
 static void retrack(PyObject *rec)
@@ -383,7 +443,7 @@ static int decode_one(const unsigned char *buf, Py_ssize_t size, PyObject *share
     }
     PyObject *len_obj = PyLong_FromUnsignedLongLong(length);
     PyObject *at_obj = len_obj ? PyLong_FromSsize_t(at) : NULL;
-    PyObject *rec = at_obj ? PyType_GenericAlloc((PyTypeObject *)LazyRecord, 0) : NULL;
+    PyObject *rec = at_obj ? record_alloc() : NULL;
     if (rec != NULL) {
         init_slot(rec, S_KEY, key);
         init_slot(rec, S_INDEX, index);
@@ -1510,6 +1570,10 @@ static PyObject *py_setup(PyObject *self, PyObject *args)
     }
     PyObject **targets[8] = {&LazyRecord,        &make_layout,        &EncodedRecord,     &CodecType,
                              &ref_decode_record, &ref_decode_indexed, &ref_encode_record, &StoredEntry};
+    if (LazyRecord != NULL && LazyRecord != objs[0]) {
+        PyErr_SetString(PyExc_RuntimeError, "_setup: LazyRecord was already set up with another class");
+        return NULL;
+    }
     PyObject *getitem_method = PyDescr_NewMethod((PyTypeObject *)objs[0], &getitem_method_def);
     if (getitem_method == NULL || PyObject_SetAttrString(objs[0], "__getitem__", getitem_method) < 0) {
         Py_XDECREF(getitem_method);
@@ -1518,6 +1582,7 @@ static PyObject *py_setup(PyObject *self, PyObject *args)
     Py_DECREF(getitem_method);
     if (install_entry_methods((PyTypeObject *)objs[7]) < 0)
         return NULL;
+    install_record_free_list((PyTypeObject *)objs[0]);
     for (int i = 0; i < 8; i++) {
         Py_INCREF(objs[i]);
         Py_XSETREF(*targets[i], objs[i]);
