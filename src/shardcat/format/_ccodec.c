@@ -324,8 +324,7 @@ static PyObject *record_alloc(void)
     if (record_free_n == 0)
         return PyType_GenericAlloc((PyTypeObject *)LazyRecord, 0);
     PyObject *rec = record_free[--record_free_n];
-    Py_INCREF(LazyRecord);
-    _Py_NewReference(rec);
+    PyObject_Init(rec, (PyTypeObject *)LazyRecord); /* a reference of its own; one to its (heap) type */
     PyObject_GC_Track(rec);
     return rec;
 }
