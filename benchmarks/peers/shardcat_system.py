@@ -2,7 +2,10 @@
 
 Writing includes registration (``Catalog.register_shard`` per shard, committed
 at once), as a user's write would; lookups are ``Catalog.get`` and
-``Catalog.get_many``; streaming iterates each shard with ``ShardReader``.
+``Catalog.get_many``; streaming iterates each shard with ``ShardReader`` (the
+README's ``for rec in r``) and hands out each entry's ``Entry.view``: the public
+zero-copy bytes of an uncompressed entry, as the floor hands out views of the
+bytes it read (``.data`` would copy every payload into a new ``bytes``).
 
 Python imports stay out of the timed write, as ``import lance`` does for
 Lance (its ``available``): shardcat imports SQLAlchemy, Alembic (to stamp a
@@ -84,10 +87,11 @@ class Shardcat(System):
     def stream(self) -> Iterator[tuple[str, bytes | memoryview, bytes | memoryview]]:
         import shardcat
 
+        options = self.store.storage_options or None
         for url in self.urls:
-            reader = shardcat.ShardReader(url, storage_options=self.store.storage_options or None)
-            for rec in reader:
-                yield rec.key, rec["bin"].data, rec["json"].data
+            with shardcat.ShardReader(url, storage_options=options) as reader:
+                for rec in reader:
+                    yield rec.key, rec["bin"].view, rec["json"].view
 
     def close(self) -> None:
         self.cat.close()

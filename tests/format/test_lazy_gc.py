@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 import weakref
 
 import crc32c as crc32c_package
@@ -95,3 +96,68 @@ def test_stream_records_alone_match_the_pairs() -> None:
     assert [bytes(v) for v, _ in pairs] == blobs
     step = len(blobs[0])
     assert [(r.offset, r.index) for r in alone] == [(64, 0), (64 + step, 1), (64 + 2 * step, 2)]
+
+
+# --- the free list of records ------------------------------------------------
+
+
+def _many(n: int) -> list[object]:
+    blobs = [_record_bytes(f"k{i}".encode(), [(b"x", bytes([i % 256]) * 40)]) for i in range(n)]
+    view = memoryview(b"".join(blobs))
+    records_, used = ccodec.decode_records(
+        view, 0, len(view), 64, -1, ALIGN, 0, None, {}, False, "s"
+    )
+    assert used == len(view)
+    return records_  # type: ignore[no-any-return]
+
+
+def test_freed_records_are_reused_whole_and_the_type_reference_balances() -> None:
+    from shardcat.format.lazy import LazyRecord
+
+    before = sys.getrefcount(LazyRecord)
+    for _ in range(3):  # more than the free list holds, freed and made again
+        recs = _many(200)
+        assert sys.getrefcount(LazyRecord) == before + 200
+        for i, rec in enumerate(recs):
+            assert (rec.key, rec.index, bytes(rec["x"].view)) == (  # type: ignore[attr-defined, index]
+                f"k{i}",
+                i,
+                bytes([i % 256]) * 40,
+            )
+        entries = [rec["x"] for rec in recs]  # type: ignore[index]
+        del recs, rec
+        assert sys.getrefcount(LazyRecord) == before
+        # Entries outlive their records, whose memory is reused meanwhile.
+        newer = _many(100)
+        assert [bytes(e.view) for e in entries] == [bytes([i % 256]) * 40 for i in range(200)]
+        del newer, entries
+    assert sys.getrefcount(LazyRecord) == before
+
+
+def test_a_record_in_a_cycle_is_collected_and_its_memory_reused() -> None:
+    recs = _many(3)
+    holder = _Holder()
+    ref = weakref.ref(holder)
+    recs[0].key = holder  # type: ignore[attr-defined]
+    holder.rec = recs[0]
+    del recs, holder
+    gc.collect()
+    assert ref() is None
+    assert [r.key for r in _many(5)] == [f"k{i}" for i in range(5)]  # type: ignore[attr-defined]
+
+
+def test_subclass_instances_are_freed_by_their_own_type() -> None:
+    from shardcat.format.lazy import LazyRecord
+
+    class Sub(LazyRecord):
+        __slots__ = ("extra",)
+
+    before = sys.getrefcount(Sub)
+    subs = [Sub.__new__(Sub) for _ in range(100)]
+    for s in subs:
+        object.__setattr__(s, "extra", [s])  # a cycle through the subclass's own slot
+    assert sys.getrefcount(Sub) == before + 100
+    del subs, s
+    gc.collect()
+    assert sys.getrefcount(Sub) == before
+    assert [r.key for r in _many(3)] == ["k0", "k1", "k2"]  # type: ignore[attr-defined]

@@ -35,6 +35,7 @@
 #define MAX_ZERO_PAD 4096   /* records.py compares pads with a 4096-byte run of zeros */
 #define JOIN_LIMIT (64 << 10) /* records up to this size are encoded into one bytes object */
 #define TEXT_CACHE_MAX 4096
+#define GIL_FREE_CRC (1 << 20) /* records from this size CRC their payloads without the GIL */
 #define BATCH_ROW_SIZE 40     /* spec.BATCH_ROW_DTYPE: blob u4, shard u4, row u4, reserved u4, at u8, length u8, offset u8 */
 static const unsigned char RECORD_TAG[4] = {'R', 'E', 'C', 0};
 
@@ -282,12 +283,83 @@ static inline void init_slot(PyObject *obj, int slot, PyObject *value)
     *(PyObject **)((char *)obj + slot_at[slot]) = value;
 }
 
+/* A free list of LazyRecord objects. A stream makes and frees one record
+   per sample; reusing the memory of the last ones freed skips the allocator
+   and the generic slot walk of subtype_dealloc. Installed by _setup as
+   LazyRecord's tp_dealloc only when the type's instances are exactly a GC
+   header, an object header and object slots (no __dict__, no __weakref__,
+   no finalizer): then every reference a record holds is one of those slots,
+   and clearing them all is what subtype_dealloc would do. Instances of
+   subclasses (which get subtype_dealloc of their own) never come here. */
+#define RECORD_FREE_MAX 64
+static PyObject *record_free[RECORD_FREE_MAX];
+static int record_free_n;
+static Py_ssize_t record_nslots;       /* object slots after the header */
+
+static void record_dealloc(PyObject *self)
+{
+    /* Also the base deallocator of LazyRecord's subclasses: their
+       subtype_dealloc clears their own slots, then calls this (it stops at
+       the first base whose tp_dealloc is not subtype_dealloc) and leaves the
+       type's reference to it. What is left is LazyRecord's and Record's
+       slots, the memory and that reference, as subtype_dealloc would do. */
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    Py_TRASHCAN_BEGIN(self, record_dealloc)
+    PyObject **slot = (PyObject **)((char *)self + sizeof(PyObject));
+    for (Py_ssize_t i = 0; i < record_nslots; i++)
+        Py_CLEAR(slot[i]); /* may run other deallocators, which may use the list */
+    if (tp == (PyTypeObject *)LazyRecord && record_free_n < RECORD_FREE_MAX)
+        record_free[record_free_n++] = self;
+    else
+        PyObject_GC_Del(self);
+    Py_DECREF(tp); /* an instance of a heap type holds a reference to it */
+    Py_TRASHCAN_END
+}
+
+/* A new LazyRecord with every slot empty, tracked by the GC (as
+   PyType_GenericAlloc makes it). */
+static PyObject *record_alloc(void)
+{
+    if (record_free_n == 0)
+        return PyType_GenericAlloc((PyTypeObject *)LazyRecord, 0);
+    PyObject *rec = record_free[--record_free_n];
+    PyObject_Init(rec, (PyTypeObject *)LazyRecord); /* a reference of its own; one to its (heap) type */
+    PyObject_GC_Track(rec);
+    return rec;
+}
+
+/* Install the free list if LazyRecord's layout allows it (see above). */
+static void install_record_free_list(PyTypeObject *tp)
+{
+    if (tp->tp_dealloc == record_dealloc)
+        return;
+    Py_ssize_t body = tp->tp_basicsize - (Py_ssize_t)sizeof(PyObject);
+    if (tp->tp_itemsize != 0 || tp->tp_dictoffset != 0 || tp->tp_weaklistoffset != 0 || tp->tp_finalize != NULL ||
+        tp->tp_del != NULL || body <= 0 || body % (Py_ssize_t)sizeof(PyObject *) || !PyType_IS_GC(tp))
+        return;
+    record_nslots = body / (Py_ssize_t)sizeof(PyObject *);
+    tp->tp_dealloc = record_dealloc;
+}
+
 /* The record as a cyclic-GC-tracked object again, before it refers to
    anything its caller can reach or change (its entries; see decode_one). */
 static void retrack(PyObject *rec)
 {
     if (!PyObject_GC_IsTracked(rec))
         PyObject_GC_Track(rec);
+}
+
+/* The CRC32C of every kept entry's payload matches its descriptor (the
+   layout was checked: every payload lies inside the record). */
+static int payloads_sound(const unsigned char *buf, unsigned n, const char *kept)
+{
+    for (unsigned i = 0; i < n; i++) {
+        const unsigned char *d = buf + HEAD_SIZE + DESC_SIZE * i;
+        if (kept[i] && crc32c(0, buf + ld64(d), (size_t)ld64(d + 8)) != ld32(d + 16))
+            return 0;
+    }
+    return 1;
 }
 
 /* Decode the record at buf[0:size], which lies at `at` in the read-only
@@ -340,14 +412,25 @@ static int decode_one(const unsigned char *buf, Py_ssize_t size, PyObject *share
         return -1;
     }
     const char *kept = PyBytes_AS_STRING(keep);
-    for (unsigned i = 0; i < n; i++) {
-        const unsigned char *d = buf + HEAD_SIZE + DESC_SIZE * i;
-        if (kept[i] && crc32c(0, buf + ld64(d), (size_t)ld64(d + 8)) != ld32(d + 16))
-            return 0;
-    }
-    /* From here on objects are allocated, which can run code that changes the
-       cache the layout is borrowed from. */
+    /* Held from here: a big record's CRCs run without the GIL, while other
+       threads may change the cache the layout is borrowed from; and after
+       them objects are allocated, which can run code that does. */
     Py_INCREF(layout);
+    int sound;
+    if (length >= GIL_FREE_CRC) {
+        /* `shared` (whose buffer holds the record) may be borrowed from a
+           list another thread changes meanwhile: hold it. */
+        Py_INCREF(shared);
+        Py_BEGIN_ALLOW_THREADS sound = payloads_sound(buf, n, kept);
+        Py_END_ALLOW_THREADS
+        Py_DECREF(shared);
+    } else {
+        sound = payloads_sound(buf, n, kept);
+    }
+    if (!sound) {
+        Py_DECREF(layout);
+        return 0;
+    }
     PyObject *key = PyUnicode_DecodeUTF8((const char *)buf + strings_at, (Py_ssize_t)key_len, NULL);
     if (key == NULL) {
         Py_DECREF(layout);
@@ -359,7 +442,7 @@ static int decode_one(const unsigned char *buf, Py_ssize_t size, PyObject *share
     }
     PyObject *len_obj = PyLong_FromUnsignedLongLong(length);
     PyObject *at_obj = len_obj ? PyLong_FromSsize_t(at) : NULL;
-    PyObject *rec = at_obj ? PyType_GenericAlloc((PyTypeObject *)LazyRecord, 0) : NULL;
+    PyObject *rec = at_obj ? record_alloc() : NULL;
     if (rec != NULL) {
         init_slot(rec, S_KEY, key);
         init_slot(rec, S_INDEX, index);
@@ -667,6 +750,152 @@ static PyObject *run(PyObject *args, int pairs)
     }
 done:
     return Py_BuildValue("(Nn)", out, at - start);
+}
+
+/* iter_records(view, at, stop, pos, end, alignment, index, names,
+                 text_cache, check_padding, path) -> a RecordRun
+
+   decode_records as an iterator: the same records, decoded one at a time as
+   they are asked for, so a stream never holds a whole buffer's records at
+   once. With a list per buffer, each 8 MiB buffer of 2-8 KiB records made
+   ~1,300 live GC-allocated records (and as many entries), enough to run
+   two young collections per buffer that walked them; one at a time, each
+   record is freed (typically) before the next is made and no collection
+   runs. After it stops, `used` is the bytes it consumed and `count` the
+   records it yielded: the caller's one-record path takes over from there. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *view;  /* the read buffer (a read-only memoryview) */
+    PyObject *names, *cache, *path;
+    Py_ssize_t start, at, stop;
+    long long pos, end, index;
+    Py_ssize_t count;
+    DecodeArgs a;
+    int done;
+} RecordRun;
+
+static void runiter_dealloc(RecordRun *self)
+{
+    PyObject_GC_UnTrack(self);
+    Py_XDECREF(self->view);
+    Py_XDECREF(self->names);
+    Py_XDECREF(self->cache);
+    Py_XDECREF(self->path);
+    PyObject_GC_Del(self);
+}
+
+static int runiter_traverse(RecordRun *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->view);
+    Py_VISIT(self->names);
+    Py_VISIT(self->cache);
+    Py_VISIT(self->path);
+    return 0;
+}
+
+static PyObject *runiter_next(RecordRun *self)
+{
+    if (self->done)
+        return NULL;
+    Py_ssize_t at = self->at, stop = self->stop;
+    long long pos = self->pos, end = self->end;
+    const unsigned char *base = PyMemoryView_GET_BUFFER(self->view)->buf;
+    uint64_t mask = (uint64_t)self->a.alignment - 1;
+    uint64_t length;
+    if ((end >= 0 && pos >= end) || stop - at < HEAD_SIZE)
+        goto finished;
+    length = ld64(base + at + 8);
+    if (length < HEAD_SIZE || (length & mask) || (end >= 0 && length > (uint64_t)(end - pos)) ||
+        (uint64_t)(stop - at) < length)
+        goto finished;
+    PyObject *off = PyLong_FromLongLong(pos);
+    PyObject *idx = off ? PyLong_FromLongLong(self->index) : NULL;
+    PyObject *rec = NULL;
+    int status = idx ? decode_one(base + at, (Py_ssize_t)length, self->view, at, &self->a, off, idx, &rec) : -1;
+    Py_XDECREF(off);
+    Py_XDECREF(idx);
+    if (status < 0) {
+        self->done = 1;
+        return NULL;
+    }
+    if (status == 0)
+        goto finished;
+    self->at = at + (Py_ssize_t)length;
+    self->pos = pos + (long long)length;
+    self->index++;
+    self->count++;
+    return rec;
+finished:
+    self->done = 1;
+    return NULL;
+}
+
+static PyMemberDef runiter_members[] = {
+    {"count", T_PYSSIZET, offsetof(RecordRun, count), READONLY, "Records yielded so far."},
+    {NULL},
+};
+
+static PyObject *runiter_used(RecordRun *self, void *closure) { return PyLong_FromSsize_t(self->at - self->start); }
+
+static PyGetSetDef runiter_getset[] = {
+    {"used", (getter)runiter_used, NULL, "Bytes of the buffer consumed so far (the records yielded).", NULL},
+    {NULL},
+};
+
+static PyTypeObject RecordRunType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shardcat.format._ccodec.RecordRun",
+    .tp_basicsize = sizeof(RecordRun),
+    .tp_dealloc = (destructor)runiter_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The whole, sound records of a stream buffer, decoded as they are asked for.",
+    .tp_traverse = (traverseproc)runiter_traverse,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)runiter_next,
+    .tp_members = runiter_members,
+    .tp_getset = runiter_getset,
+};
+
+static PyObject *py_iter_records(PyObject *self, PyObject *args)
+{
+    PyObject *view, *names, *cache, *path;
+    Py_ssize_t at, stop;
+    long long pos, end, index;
+    long alignment;
+    int check_padding;
+    if (!ready())
+        return NULL;
+    if (!PyArg_ParseTuple(args, "OnnLLlLOO!pO", &view, &at, &stop, &pos, &end, &alignment, &index, &names,
+                          &PyDict_Type, &cache, &check_padding, &path))
+        return NULL;
+    RecordRun *it = PyObject_GC_New(RecordRun, &RecordRunType);
+    if (it == NULL)
+        return NULL;
+    Py_INCREF(view);
+    Py_INCREF(names);
+    Py_INCREF(cache);
+    Py_INCREF(path);
+    it->view = view;
+    it->names = names;
+    it->cache = cache;
+    it->path = path;
+    it->start = it->at = at;
+    it->stop = stop;
+    it->pos = pos;
+    it->end = end;
+    it->index = index;
+    it->count = 0;
+    it->done = 0;
+    /* Anything the fast path does not handle yields nothing: the caller's
+       one-record path handles it (as decode_records). */
+    if (!plain_view(view) || !PyMemoryView_GET_BUFFER(view)->readonly || !alignment_ok(alignment) || at < 0 ||
+        stop > PyMemoryView_GET_BUFFER(view)->len || pos < 0) {
+        it->done = 1;
+        it->a = (DecodeArgs){alignment, names, cache, check_padding, path, 0};
+    } else {
+        it->a = (DecodeArgs){alignment, names, cache, check_padding, path, args_acyclic(names, path)};
+    }
+    PyObject_GC_Track(it);
+    return (PyObject *)it;
 }
 
 static PyObject *py_decode_run(PyObject *self, PyObject *args) { return run(args, 1); }
@@ -995,22 +1224,42 @@ static PyObject *get_slot(PyObject *obj, int slot)
     return v;
 }
 
+/* view[start:start + size] (within bounds, checked when the record was
+   decoded) for the plain memoryview `view`: the memoryview slicing makes,
+   without the slice object and the index arithmetic a slice needs (a new
+   view of the same managed buffer, narrowed as memoryview's own init_slice
+   does). Any other view is sliced the ordinary way. */
+static PyObject *subview(PyObject *view, Py_ssize_t start, Py_ssize_t size)
+{
+    Py_buffer *b = PyMemoryView_GET_BUFFER(view);
+    if (b->ndim != 1 || b->itemsize != 1 || b->suboffsets != NULL || (b->strides && b->strides[0] != 1) ||
+        b->shape == NULL)
+        return PySequence_GetSlice(view, start, start + size);
+    PyObject *sub = PyMemoryView_FromObject(view); /* shares the managed buffer; own shape and strides */
+    if (sub == NULL)
+        return NULL;
+    Py_buffer *v = PyMemoryView_GET_BUFFER(sub);
+    v->buf = (char *)v->buf + start;
+    v->shape[0] = size;
+    v->len = size;
+    return sub;
+}
+
 /* entry(record, name) -> the uncompressed entry `name` of a LazyRecord, made
    once (lazy.LazyRecord._entry in C), or None for a compressed one, which
-   LazyRecord makes itself (decompression costs far more than the call). */
+   LazyRecord makes itself (decompression costs far more than the call).
+
+   Entries made are kept in the record's `_some`: a list with one place per
+   descriptor (None until made), so that `rec[name] is rec[name]`. A list,
+   not a dict keyed by name: the name was already looked up once in the
+   layout's `where`, and a small list costs a third of a dict to make, fill
+   and free, once per record a stream reads. */
 static PyObject *entry_of(PyObject *rec, PyObject *name)
 {
     PyObject *some = get_slot(rec, S_SOME), *layout = NULL, *view = NULL, *entry = NULL, *payload = NULL;
     Py_ssize_t buf_at = 0;
     if (some == NULL)
         return NULL;
-    if (some != Py_None) {
-        entry = PyDict_GetItemWithError(some, name);
-        if (entry != NULL || PyErr_Occurred()) {
-            Py_XINCREF(entry);
-            goto done;
-        }
-    }
     layout = get_slot(rec, S_LAYOUT);
     if (layout == NULL)
         goto done;
@@ -1021,7 +1270,20 @@ static PyObject *entry_of(PyObject *rec, PyObject *name)
         goto done;
     }
     Py_ssize_t i = PyLong_AsSsize_t(at);
-    PyObject *spec = PyTuple_GET_ITEM(PyTuple_GET_ITEM(layout, L_SPECS), i);
+    PyObject *specs = PyTuple_GET_ITEM(layout, L_SPECS);
+    if (some != Py_None) {
+        if (!PyList_CheckExact(some) || PyList_GET_SIZE(some) != PyTuple_GET_SIZE(specs)) {
+            PyErr_SetString(PyExc_TypeError, "LazyRecord._some: a list with a place per descriptor");
+            goto done;
+        }
+        entry = PyList_GET_ITEM(some, i);
+        if (entry != Py_None) {
+            Py_INCREF(entry);
+            goto done;
+        }
+        entry = NULL;
+    }
+    PyObject *spec = PyTuple_GET_ITEM(specs, i);
     if (PyTuple_GET_ITEM(spec, 2) != CodecNone) {
         entry = Py_None;
         Py_INCREF(entry);
@@ -1040,7 +1302,7 @@ static PyObject *entry_of(PyObject *rec, PyObject *name)
         goto done;
     const unsigned char *d = (const unsigned char *)PyMemoryView_GET_BUFFER(view)->buf + buf_at + HEAD_SIZE + DESC_SIZE * i;
     Py_ssize_t p_off = buf_at + (Py_ssize_t)ld64(d), size = (Py_ssize_t)ld64(d + 8); /* checked when decoded */
-    payload = PySequence_GetSlice(view, p_off, p_off + size);
+    payload = subview(view, p_off, size);
     entry = payload ? PyType_GenericAlloc((PyTypeObject *)StoredEntry, 0) : NULL;
     if (entry == NULL)
         goto done;
@@ -1050,14 +1312,21 @@ static PyObject *entry_of(PyObject *rec, PyObject *name)
         *(PyObject **)((char *)entry + eslot_at[k]) = values[k];
     }
     if (some == Py_None) {
+        Py_ssize_t n = PyTuple_GET_SIZE(specs);
         Py_DECREF(some);
-        some = PyDict_New();
+        some = PyList_New(n);
+        if (some == NULL)
+            goto fail;
+        for (Py_ssize_t k = 0; k < n; k++) {
+            Py_INCREF(Py_None);
+            PyList_SET_ITEM(some, k, Py_None);
+        }
         retrack(rec); /* it is about to hold entries, which callers can change */
-        if (some == NULL || set_slot(rec, S_SOME, some) < 0)
+        if (set_slot(rec, S_SOME, some) < 0)
             goto fail;
     }
-    if (PyDict_SetItem(some, name, entry) < 0)
-        goto fail;
+    Py_INCREF(entry);
+    Py_SETREF(PyList_GET_ITEM(some, i), entry); /* the list's own reference */
     goto done;
 fail:
     Py_CLEAR(entry);
@@ -1068,6 +1337,56 @@ done:
     Py_XDECREF(payload);
     return entry;
 }
+
+/* _StoredEntry.__len__ and .view in C (installed by _setup): once per entry
+   a stream reads, where the Python versions each cost a frame. An entry
+   whose bytes are not (yet) a memoryview or bytes (a compressed one before
+   its first use) takes Entry's own path. */
+static PyObject *entry_view_fallback; /* Entry.view (a property) */
+
+static PyObject *stored_view(PyObject *self)
+{
+    PyObject *raw = *(PyObject **)((char *)self + eslot_at[E_RAW]);
+    if (raw != NULL && Py_IS_TYPE(raw, &PyMemoryView_Type)) {
+        Py_INCREF(raw);
+        return raw;
+    }
+    return Py_TYPE(entry_view_fallback)->tp_descr_get(entry_view_fallback, self, (PyObject *)Py_TYPE(self));
+}
+
+static PyObject *stored_len(PyObject *self, PyObject *unused)
+{
+    PyObject *raw = *(PyObject **)((char *)self + eslot_at[E_RAW]);
+    if (raw != NULL && Py_IS_TYPE(raw, &PyMemoryView_Type))
+        return PyLong_FromSsize_t(PyMemoryView_GET_BUFFER(raw)->len);
+    if (raw != NULL && PyBytes_CheckExact(raw))
+        return PyLong_FromSsize_t(PyBytes_GET_SIZE(raw));
+    PyObject *view = stored_view(self);
+    if (view == NULL)
+        return NULL;
+    if (!PyMemoryView_Check(view)) {
+        Py_DECREF(view);
+        PyErr_SetString(PyExc_TypeError, "Entry.view is not a memoryview");
+        return NULL;
+    }
+    PyObject *n = PyLong_FromSsize_t(PyMemoryView_GET_BUFFER(view)->len);
+    Py_DECREF(view);
+    return n;
+}
+
+/* The getter of the `view` property: a function of the entry (METH_O). */
+static PyObject *stored_view_get(PyObject *module, PyObject *entry)
+{
+    if (!PyObject_TypeCheck(entry, (PyTypeObject *)StoredEntry)) {
+        PyErr_SetString(PyExc_TypeError, "view: not a _StoredEntry");
+        return NULL;
+    }
+    return stored_view(entry);
+}
+
+static PyMethodDef stored_len_def = {"__len__", stored_len, METH_NOARGS, "The entry's decoded size in bytes."};
+static PyMethodDef stored_view_def = {"view", stored_view_get, METH_O,
+                                      "The decoded bytes as a memoryview: zero-copy for uncompressed entries."};
 
 /* getitem(record, name): LazyRecord.__getitem__, with no Python frame on
    the streaming hot path (installed as an instancemethod). */
@@ -1162,6 +1481,35 @@ static PyObject *py_crc32c_table(PyObject *self, PyObject *args)
     return PyLong_FromUnsignedLong(crc);
 }
 
+static int install_entry_methods(PyTypeObject *stored)
+{
+    /* Entry's own view (the base class's, never one installed here before). */
+    PyObject *fallback = PyObject_GetAttrString((PyObject *)stored->tp_base, "view");
+    if (fallback == NULL)
+        return -1;
+    if (Py_TYPE(fallback)->tp_descr_get == NULL) {
+        Py_DECREF(fallback);
+        PyErr_SetString(PyExc_TypeError, "Entry.view is not a descriptor");
+        return -1;
+    }
+    Py_XSETREF(entry_view_fallback, fallback);
+    PyObject *len = PyDescr_NewMethod(stored, &stored_len_def);
+    if (len == NULL || PyObject_SetAttrString((PyObject *)stored, "__len__", len) < 0) {
+        Py_XDECREF(len);
+        return -1;
+    }
+    Py_DECREF(len);
+    PyObject *fget = PyCFunction_New(&stored_view_def, NULL);
+    PyObject *prop = fget ? PyObject_CallOneArg((PyObject *)&PyProperty_Type, fget) : NULL;
+    Py_XDECREF(fget);
+    if (prop == NULL || PyObject_SetAttrString((PyObject *)stored, "view", prop) < 0) {
+        Py_XDECREF(prop);
+        return -1;
+    }
+    Py_DECREF(prop);
+    return 0;
+}
+
 static PyObject *py_setup(PyObject *self, PyObject *args)
 {
     PyObject *objs[8];
@@ -1221,12 +1569,19 @@ static PyObject *py_setup(PyObject *self, PyObject *args)
     }
     PyObject **targets[8] = {&LazyRecord,        &make_layout,        &EncodedRecord,     &CodecType,
                              &ref_decode_record, &ref_decode_indexed, &ref_encode_record, &StoredEntry};
+    if (LazyRecord != NULL && LazyRecord != objs[0]) {
+        PyErr_SetString(PyExc_RuntimeError, "_setup: LazyRecord was already set up with another class");
+        return NULL;
+    }
     PyObject *getitem_method = PyDescr_NewMethod((PyTypeObject *)objs[0], &getitem_method_def);
     if (getitem_method == NULL || PyObject_SetAttrString(objs[0], "__getitem__", getitem_method) < 0) {
         Py_XDECREF(getitem_method);
         return NULL;
     }
     Py_DECREF(getitem_method);
+    if (install_entry_methods((PyTypeObject *)objs[7]) < 0)
+        return NULL;
+    install_record_free_list((PyTypeObject *)objs[0]);
     for (int i = 0; i < 8; i++) {
         Py_INCREF(objs[i]);
         Py_XSETREF(*targets[i], objs[i]);
@@ -1261,6 +1616,7 @@ static PyMethodDef methods[] = {
     {"entry", py_entry, METH_VARARGS, "The uncompressed entry `name` of a LazyRecord (None if compressed)."},
     {"_setup", py_setup, METH_VARARGS, "Hand over the Python types and the reference functions."},
     {"decode_records", py_decode_records, METH_VARARGS, "decode_run's records alone, without their views."},
+    {"iter_records", py_iter_records, METH_VARARGS, "decode_records as an iterator (a RecordRun): one record at a time."},
     {"track", py_track, METH_O, "Put a LazyRecord back under the cyclic GC."},
     {NULL, NULL, 0, NULL},
 };
@@ -1271,6 +1627,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_ccodec", "shardcat'
 PyMODINIT_FUNC PyInit__ccodec(void)
 {
     crc_init();
+    if (PyType_Ready(&RecordRunType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
@@ -1287,7 +1645,8 @@ PyMODINIT_FUNC PyInit__ccodec(void)
         PyModule_AddIntConstant(m, "DESC_SIZE", DESC_SIZE) < 0 ||
         PyModule_AddIntConstant(m, "BATCH_ROW_SIZE", BATCH_ROW_SIZE) < 0 ||
         PyModule_AddIntConstant(m, "JOIN_LIMIT", JOIN_LIMIT) < 0 ||
-        PyModule_AddIntConstant(m, "TEXT_CACHE_MAX", TEXT_CACHE_MAX) < 0) {
+        PyModule_AddIntConstant(m, "TEXT_CACHE_MAX", TEXT_CACHE_MAX) < 0 ||
+        PyModule_AddIntConstant(m, "GIL_FREE_CRC", GIL_FREE_CRC) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -81,7 +81,8 @@ class LazyRecord(Record):
     _entries: dict[str, Entry] | None
     _layout: Layout
     _path: str | None
-    _some: dict[str, Entry] | None
+    _some: list[Entry | None] | None
+    """The entries made so far, one place per descriptor (``rec[n] is rec[n]``)."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         # Back under the cyclic GC first: the value may refer to this record.
@@ -93,12 +94,12 @@ class LazyRecord(Record):
         entry = _compiled_entry(self, name)
         if entry is not None:
             return entry
+        i = self._layout.where[name]
         some = self._some
         if some is None:
-            some = self._some = {}
-        entry = some.get(name)
+            some = self._some = [None] * len(self._layout.specs)
+        entry = some[i]
         if entry is None:
-            i = self._layout.where[name]
             at = self._at
             p_off, size = _unpack_span(self._buf, at + _HEAD + _DESC * i)[:2]
             payload = self._buf[at + p_off : at + p_off + size]
@@ -109,7 +110,7 @@ class LazyRecord(Record):
                 entry = _CompressedEntry(
                     payload, ctype, codec, name, self._path, self.offset + p_off
                 )
-            some[name] = entry
+            some[i] = entry
         return entry
 
     @property

@@ -376,21 +376,18 @@ class ShardReader:
         # frame resumed per record.
         return chain.from_iterable(self._record_batches(entries))
 
-    def _record_batches(self, entries: Iterable[str] | None) -> Iterator[list[Record]]:
+    def _record_batches(self, entries: Iterable[str] | None) -> Iterator[Iterable[Record]]:
         names = None if entries is None else frozenset(entries)
         self._check_size()  # the stream reads up to footer_offset
         end = self._footer.trailer.footer_offset
-        count = 0
-        for batch in stream_record_batches(
-            self._source, self.path, end, names, self._footer.trailer.header_crc
-        ):
-            count += len(batch)
-            yield batch
-        if count != len(self._footer.records):
-            raise FormatError(
-                f"streamed {count} records but the footer lists {len(self._footer.records)}",
-                path=self.path,
-            )
+        yield from stream_record_batches(
+            self._source,
+            self.path,
+            end,
+            names,
+            self._footer.trailer.header_crc,
+            len(self._footer.records),
+        )
 
     # --- verification ------------------------------------------------------
 

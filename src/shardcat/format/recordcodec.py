@@ -47,6 +47,7 @@ __all__ = [
     "decode_records",
     "decode_run",
     "encode_record",
+    "iter_records",
     "use",
 ]
 
@@ -108,6 +109,8 @@ decode_indexed: Callable[..., Record]
 decode_run: DecodeRun | None
 """The batch decoder of a stream buffer (the compiled codec only; None otherwise)."""
 decode_records: Callable[..., tuple[list[Record], int]] | None
+iter_records: Callable[..., Any] | None
+"""``decode_records`` as an iterator of records with ``used``/``count`` (compiled only)."""
 decode_batch: DecodeBatch
 """Every record of a batch of indexed reads (:func:`.records.decode_batch`)."""
 crc32c: Callable[..., int]
@@ -135,6 +138,7 @@ def use(name: str) -> Name:
         An unknown name.
     """
     global encode_record, decode_record, decode_indexed, decode_run, decode_records, decode_batch
+    global iter_records
     global crc32c, _active
     previous = globals().get("_active", "python")
     choice = choose(
@@ -146,13 +150,14 @@ def use(name: str) -> Name:
         decode_indexed = _compiled.decode_indexed
         decode_run = _compiled.decode_run
         decode_records = _compiled.decode_records
+        iter_records = _compiled.iter_records
         decode_batch = _compiled_decode_batch
         crc32c = _compiled.crc32c
     else:
         encode_record = records.encode_record
         decode_record = records.decode_record
         decode_indexed = records.decode_indexed
-        decode_run = decode_records = None
+        decode_run = decode_records = iter_records = None
         decode_batch = records.decode_batch
         crc32c = _crc32c_package.crc32c
     _active = choice

@@ -8,7 +8,7 @@ salvages the complete records of a shard whose write was interrupted.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from itertools import chain
 from typing import Any, BinaryIO
 
@@ -94,13 +94,20 @@ def stream_record_batches(
     end: int | None,
     names: frozenset[str] | None,
     header_crc: int | None,
-) -> Iterator[list[Record]]:
-    """The records of :func:`stream_records` without their bytes, a list per read buffer.
+    count: int | None = None,
+) -> Iterator[Iterable[Record]]:
+    """The records of :func:`stream_records` without their bytes, an iterable per read buffer.
 
     For readers: ``chain.from_iterable`` of it yields the records with no
-    Python frame and no tuple per record.
+    Python frame and no tuple per record. With the compiled codec each
+    iterable decodes its records as they are asked for (a buffer's records
+    are never all alive at once); each must be consumed before the next is
+    asked for (what ``chain`` and ``yield from`` do).
+
+    With ``count`` (the footer's record count), a stream that ends with
+    another number of records raises :class:`~shardcat.errors.FormatError`.
     """
-    return _batches(source, path, end, names, header_crc, False, False)
+    return _batches(source, path, end, names, header_crc, False, False, count)
 
 
 def _batches(
@@ -111,8 +118,9 @@ def _batches(
     header_crc: int | None,
     verify: bool,
     views: bool,
-) -> Iterator[list[Any]]:
-    """Lists of records (``views``: of ``(bytes, record)`` pairs), in file order.
+    count: int | None = None,
+) -> Iterator[Iterable[Any]]:
+    """Iterables of records (``views``: lists of ``(bytes, record)`` pairs), in file order.
 
     A source with ``read_ahead`` (a remote file) is read by a background
     thread a chunk or two ahead of the decoder (:class:`.prefetch.ReadAhead`),
@@ -142,12 +150,36 @@ def _batches(
         # The compiled codec's batch decoder takes every whole, sound record
         # of the buffer in one call; the loop below then handles the record
         # it stopped at (one that straddles two chunks, or a damaged one).
-        decode_run = recordcodec.decode_run if views else recordcodec.decode_records
+        decode_run = recordcodec.decode_run if views else None
+        iter_run = None if views else recordcodec.iter_records
         stop_at = -1 if end is None else end
         # Without ``end`` (salvage), the first damaged or incomplete record
         # raises and the caller stops there.
         while end is None or pos < end:
-            if decode_run is not None:
+            if iter_run is not None:
+                run = iter_run(
+                    buf.view,
+                    buf.pos,
+                    buf.end,
+                    pos,
+                    stop_at,
+                    alignment,
+                    index,
+                    names,
+                    cache,
+                    verify,
+                    path,
+                )
+                yield run
+                for _ in run:  # a consumer that stopped early: skip what it left
+                    pass
+                used = run.used
+                if used:
+                    buf.pos += used
+                    pos += used
+                    index += run.count
+                    continue
+            elif decode_run is not None:
                 pairs, used = decode_run(
                     buf.view,
                     buf.pos,
@@ -204,6 +236,8 @@ def _batches(
             yield [(view, rec)] if views else [rec]
             pos += length
             index += 1
+        if count is not None and index != count:
+            raise FormatError(f"streamed {index} records but the footer lists {count}", path=path)
     finally:
         stream.close()
 
