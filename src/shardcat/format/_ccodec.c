@@ -81,6 +81,7 @@ static PyObject *make_layout;    /* lazy.make_layout(sig, specs, names) */
 static PyObject *EncodedRecord;  /* records.EncodedRecord (a NamedTuple) */
 static PyObject *CodecType;      /* spec.Codec */
 static PyObject *ref_decode_record, *ref_decode_indexed, *ref_encode_record;
+static PyObject *ref_decode_spanned; /* records.decode_spanned */
 static PyObject *StoredEntry;    /* entries._StoredEntry: an uncompressed entry, a view */
 static PyObject *CodecNone;      /* Codec.NONE */
 /* The slots of LazyRecord: their member descriptors, and their offsets in
@@ -706,6 +707,75 @@ static int spans_match(const unsigned char *buf, PyObject *spans)
     return 1;
 }
 
+/* decode_spanned(view, key, length, path, offset, alignment, spans, unpack,
+                  text_cache) -> record
+
+   The point lookup's decoder (records.decode_spanned): decode_indexed with
+   positional arguments (METH_FASTCALL: no keyword parsing, no argument
+   tuple) and the registered spans as the catalog stores them, compared here
+   (spans_match) rather than unpacked by a call back into Python. `view` is
+   the record's bytes (bytes or a memoryview). Whatever this code does not
+   accept, or any argument it does not expect, goes to the reference as
+   given, which returns the record or raises its error. */
+static PyObject *py_decode_spanned(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!ready())
+        return NULL;
+    if (ref_decode_spanned == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_ccodec._setup was not given records.decode_spanned");
+        return NULL;
+    }
+    if (nargs != 9) /* the reference raises the TypeError that names the arguments */
+        goto reference;
+    PyObject *view = args[0], *key = args[1], *length = args[2], *path = args[3], *offset = args[4],
+             *alignment = args[5], *spans = args[6], *cache = args[8];
+    if (!PyLong_CheckExact(alignment) || !PyLong_CheckExact(length) || !PyDict_CheckExact(cache) ||
+        !PyBytes_CheckExact(spans) || (path != Py_None && !PyUnicode_Check(path)) || !PyCallable_Check(args[7]))
+        goto reference; /* the reference's partial(unpack, spans) refuses what is not callable */
+    long al = PyLong_AsLong(alignment);
+    Py_ssize_t want = al == -1 && PyErr_Occurred() ? -1 : PyLong_AsSsize_t(length);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        goto reference;
+    }
+    if (!alignment_ok(al))
+        goto reference;
+    PyObject *ro;
+    if (PyBytes_CheckExact(view))
+        ro = PyMemoryView_FromObject(view); /* read-only: bytes do not change */
+    else if (plain_view(view))
+        ro = readonly_view(view);
+    else
+        goto reference;
+    if (ro == NULL)
+        return NULL;
+    Py_buffer *b = PyMemoryView_GET_BUFFER(ro);
+    if (b->len != want) {
+        Py_DECREF(ro);
+        goto reference;
+    }
+    DecodeArgs a = {al, Py_None, cache, 0, path, args_acyclic(Py_None, path)};
+    PyObject *minus_one = PyLong_FromLong(-1);
+    PyObject *rec = NULL;
+    int status = minus_one ? decode_one(b->buf, b->len, ro, 0, &a, offset, minus_one, &rec) : -1;
+    Py_XDECREF(minus_one);
+    if (status == 1) {
+        const unsigned char *buf = b->buf;
+        if (!key_matches(key, buf + HEAD_SIZE + DESC_SIZE * ld16(buf + 30), ld16(buf + 28)) ||
+            !spans_match(buf, spans)) {
+            Py_CLEAR(rec);
+            status = 0;
+        }
+    }
+    Py_DECREF(ro); /* the record, if any, holds it */
+    if (status == 1)
+        return rec;
+    if (status < 0)
+        return NULL;
+reference:
+    return PyObject_Vectorcall(ref_decode_spanned, args, (size_t)nargs, NULL);
+}
+
 /* decode_batch(blobs, table, keys, spans, paths, alignments, text_cache)
        -> (records, rejected)
 
@@ -1164,9 +1234,9 @@ static PyObject *py_crc32c_table(PyObject *self, PyObject *args)
 
 static PyObject *py_setup(PyObject *self, PyObject *args)
 {
-    PyObject *objs[8];
-    if (!PyArg_ParseTuple(args, "OOOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5], &objs[6],
-                          &objs[7]))
+    PyObject *objs[8], *spanned = NULL;
+    if (!PyArg_ParseTuple(args, "OOOOOOOO|O", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5], &objs[6],
+                          &objs[7], &spanned))
         return NULL;
     if (!PyType_Check(objs[0]) || !PyType_Check(objs[2]) || !PyType_Check(objs[3]) || !PyType_Check(objs[7])) {
         PyErr_SetString(PyExc_TypeError, "_setup(LazyRecord, make_layout, EncodedRecord, Codec, ..., StoredEntry)");
@@ -1231,6 +1301,8 @@ static PyObject *py_setup(PyObject *self, PyObject *args)
         Py_INCREF(objs[i]);
         Py_XSETREF(*targets[i], objs[i]);
     }
+    Py_XINCREF(spanned);
+    Py_XSETREF(ref_decode_spanned, spanned);
     Py_RETURN_NONE;
 }
 
@@ -1255,6 +1327,8 @@ static PyMethodDef methods[] = {
      "records.decode_record, compiled."},
     {"decode_indexed", (PyCFunction)(void (*)(void))py_decode_indexed, METH_VARARGS | METH_KEYWORDS,
      "records.decode_indexed, compiled."},
+    {"decode_spanned", (PyCFunction)(void (*)(void))py_decode_spanned, METH_FASTCALL,
+     "records.decode_spanned, compiled: the point lookup's decoder."},
     {"decode_run", py_decode_run, METH_VARARGS, "The whole, sound records of a stream buffer."},
     {"decode_batch", py_decode_batch, METH_VARARGS, "Every record of a batch of indexed reads, in one call."},
     {"encode_record", py_encode_record, METH_VARARGS, "records.encode_record, compiled."},

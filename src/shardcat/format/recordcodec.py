@@ -46,6 +46,7 @@ __all__ = [
     "decode_record",
     "decode_records",
     "decode_run",
+    "decode_spanned",
     "encode_record",
     "use",
 ]
@@ -71,6 +72,7 @@ else:
         records.decode_indexed,
         records.encode_record,
         _StoredEntry,
+        records.decode_spanned,
     )
 
 DecodeRun = Callable[..., tuple[list[tuple[memoryview, Record]], int]]
@@ -105,6 +107,8 @@ def _compiled_decode_batch(
 encode_record: Callable[..., records.EncodedRecord]
 decode_record: Callable[..., Record]
 decode_indexed: Callable[..., Record]
+decode_spanned: Callable[..., Record]
+"""The point lookup's decoder (:func:`.records.decode_spanned`): positional arguments only."""
 decode_run: DecodeRun | None
 """The batch decoder of a stream buffer (the compiled codec only; None otherwise)."""
 decode_records: Callable[..., tuple[list[Record], int]] | None
@@ -134,7 +138,8 @@ def use(name: str) -> Name:
     ValueError
         An unknown name.
     """
-    global encode_record, decode_record, decode_indexed, decode_run, decode_records, decode_batch
+    global encode_record, decode_record, decode_indexed, decode_spanned, decode_run, decode_records
+    global decode_batch
     global crc32c, _active
     previous = globals().get("_active", "python")
     choice = choose(
@@ -144,6 +149,7 @@ def use(name: str) -> Name:
         encode_record = _compiled.encode_record
         decode_record = _compiled.decode_record
         decode_indexed = _compiled.decode_indexed
+        decode_spanned = _compiled.decode_spanned
         decode_run = _compiled.decode_run
         decode_records = _compiled.decode_records
         decode_batch = _compiled_decode_batch
@@ -152,6 +158,7 @@ def use(name: str) -> Name:
         encode_record = records.encode_record
         decode_record = records.decode_record
         decode_indexed = records.decode_indexed
+        decode_spanned = records.decode_spanned
         decode_run = decode_records = None
         decode_batch = records.decode_batch
         crc32c = _crc32c_package.crc32c
