@@ -28,6 +28,12 @@
 #include <stdint.h>
 #include <string.h>
 #include "_crc32c.h"
+#if defined(__unix__) || defined(__APPLE__)
+#define HAVE_PREAD_LINKED 1
+#include <errno.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#endif
 
 /* Layout constants: spec.py declares them; test_ccodec.py checks these copies. */
 #define HEAD_SIZE 32
@@ -776,6 +782,67 @@ reference:
     return PyObject_Vectorcall(ref_decode_spanned, args, (size_t)nargs, NULL);
 }
 
+#ifdef HAVE_PREAD_LINKED
+/* pread_linked(fd, n, offset) -> bytes, or None if the file has no name left
+
+   The point lookup's read (format/sources.py has its reference): whether the
+   open file still has a name (fstat's st_nlink), then one pread of up to n
+   bytes at offset, with the GIL released once for both and no stat_result
+   built (os.fstat's object cost more than the read itself). A short read is
+   returned short; an error is the OSError os.pread or os.fstat raises. */
+static PyObject *py_pread_linked(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "pread_linked() takes 3 arguments (fd, n, offset), %zd given", nargs);
+        return NULL;
+    }
+    long fd = PyLong_AsLong(args[0]);
+    if (fd == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    long long offset = PyLong_AsLongLong(args[2]);
+    if (offset == -1 && PyErr_Occurred())
+        return NULL;
+    if (fd < 0 || fd > INT_MAX || n < 0 || offset < 0) {
+        PyErr_SetString(PyExc_ValueError, "pread_linked: fd, n and offset must be >= 0");
+        return NULL;
+    }
+    PyObject *buf = PyBytes_FromStringAndSize(NULL, n);
+    if (buf == NULL)
+        return NULL;
+    struct stat st;
+    ssize_t got = 0;
+    int err = 0, linked = 1;
+    Py_BEGIN_ALLOW_THREADS
+    if (fstat((int)fd, &st) != 0)
+        err = errno;
+    else if (st.st_nlink == 0)
+        linked = 0;
+    else {
+        do
+            got = pread((int)fd, PyBytes_AS_STRING(buf), (size_t)n, (off_t)offset);
+        while (got < 0 && errno == EINTR);
+        if (got < 0)
+            err = errno;
+    }
+    Py_END_ALLOW_THREADS
+    if (err) {
+        Py_DECREF(buf);
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    if (!linked) {
+        Py_DECREF(buf);
+        Py_RETURN_NONE;
+    }
+    if (got != n && _PyBytes_Resize(&buf, got) < 0)
+        return NULL;
+    return buf;
+}
+#endif
+
 /* decode_batch(blobs, table, keys, spans, paths, alignments, text_cache)
        -> (records, rejected)
 
@@ -1329,6 +1396,10 @@ static PyMethodDef methods[] = {
      "records.decode_indexed, compiled."},
     {"decode_spanned", (PyCFunction)(void (*)(void))py_decode_spanned, METH_FASTCALL,
      "records.decode_spanned, compiled: the point lookup's decoder."},
+#ifdef HAVE_PREAD_LINKED
+    {"pread_linked", (PyCFunction)(void (*)(void))py_pread_linked, METH_FASTCALL,
+     "pread_linked(fd, n, offset): bytes, or None if the file has no name left."},
+#endif
     {"decode_run", py_decode_run, METH_VARARGS, "The whole, sound records of a stream buffer."},
     {"decode_batch", py_decode_batch, METH_VARARGS, "Every record of a batch of indexed reads, in one call."},
     {"encode_record", py_encode_record, METH_VARARGS, "records.encode_record, compiled."},
