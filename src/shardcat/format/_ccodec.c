@@ -127,7 +127,10 @@ typedef struct {
     int check_padding;
     PyObject *path;
     int acyclic; /* args_acyclic(names, path) */
+    PyObject *known_key; /* NULL, or the str the index names: the record's key if equal (no decode) */
 } DecodeArgs;
+
+static int key_matches(PyObject *key, const unsigned char *raw, Py_ssize_t raw_len);
 
 /* Records made with these arguments may leave the cyclic GC: `names` is None
    or a frozenset of str, `path` is None or a str (see decode_one). */
@@ -355,7 +358,13 @@ static int decode_one(const unsigned char *buf, Py_ssize_t size, PyObject *share
     /* From here on objects are allocated, which can run code that changes the
        cache the layout is borrowed from. */
     Py_INCREF(layout);
-    PyObject *key = PyUnicode_DecodeUTF8((const char *)buf + strings_at, (Py_ssize_t)key_len, NULL);
+    PyObject *key;
+    if (a->known_key != NULL && PyUnicode_CheckExact(a->known_key) &&
+        key_matches(a->known_key, buf + strings_at, (Py_ssize_t)key_len)) {
+        key = a->known_key; /* the same text: share the caller's str instead of decoding another */
+        Py_INCREF(key);
+    } else
+        key = PyUnicode_DecodeUTF8((const char *)buf + strings_at, (Py_ssize_t)key_len, NULL);
     if (key == NULL) {
         Py_DECREF(layout);
         if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
@@ -760,7 +769,7 @@ static PyObject *py_decode_spanned(PyObject *self, PyObject *const *args, Py_ssi
         Py_DECREF(ro);
         goto reference;
     }
-    DecodeArgs a = {al, Py_None, cache, 0, path, args_acyclic(Py_None, path)};
+    DecodeArgs a = {al, Py_None, cache, 0, path, args_acyclic(Py_None, path), key};
     PyObject *minus_one = PyLong_FromLong(-1);
     PyObject *rec = NULL;
     int status = minus_one ? decode_one(b->buf, b->len, ro, 0, &a, offset, minus_one, &rec) : -1;
@@ -905,7 +914,8 @@ static PyObject *py_decode_batch(PyObject *self, PyObject *args)
             const unsigned char *buf = (const unsigned char *)PyMemoryView_GET_BUFFER(bv)->buf + at;
             PyObject *off = PyLong_FromUnsignedLongLong(offset);
             PyObject *path = PyList_GET_ITEM(paths, shard);
-            DecodeArgs a = {alignment, Py_None, cache, 0, path, args_acyclic(Py_None, path)};
+            DecodeArgs a = {alignment, Py_None, cache, 0, path, args_acyclic(Py_None, path),
+                            PyList_GET_ITEM(keys, row)};
             status = off ? decode_one(buf, (Py_ssize_t)length, bv, (Py_ssize_t)at, &a, off, minus_one, &rec) : -1;
             Py_XDECREF(off);
             if (status == 1 && !(key_matches(PyList_GET_ITEM(keys, row), buf + HEAD_SIZE + DESC_SIZE * ld16(buf + 30),
