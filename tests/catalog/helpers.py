@@ -171,6 +171,20 @@ class ReadCounter:
 
         monkeypatch.setattr(os, "pread", pread)
 
+        # The point lookup reads a cached descriptor with the compiled
+        # pread_linked (fstat + pread in C), which os.pread does not see.
+        import shardcat.storage.cache as cache
+        from shardcat.format import sources
+
+        real_linked = cache.pread_linked
+        if real_linked is not sources._pread_linked:  # the reference calls os.pread itself
+
+            def linked(fd: int, n: int, offset: int) -> bytes | None:
+                reads.append(("pread", offset, offset + n))
+                return real_linked(fd, n, offset)
+
+            monkeypatch.setattr(cache, "pread_linked", linked)
+
         from fsspec.implementations.memory import MemoryFileSystem
 
         real_cat = MemoryFileSystem.cat_file

@@ -159,6 +159,8 @@ def test_get_many_larger_than_sqlite_parameter_limits(cat, local_root):
 
 def test_hash_collision_never_returns_the_wrong_sample(cat, local_root, monkeypatch):
     """Two keys with the same xxh64: the catalog compares the key text too."""
+    import xxhash
+
     import shardcat.catalog.lookup as lookup
     import shardcat.format.writer as writer
     from shardcat.format.checksums import key_hash, signed_key_hash
@@ -170,6 +172,12 @@ def test_hash_collision_never_returns_the_wrong_sample(cat, local_root, monkeypa
         lookup,
         "signed_key_hash",
         lambda kb: signed_key_hash(b"cat/a") if kb in colliding else signed_key_hash(kb),
+    )
+    # The point lookup hashes inline (the same hash, big-endian bytes to a signed int).
+    monkeypatch.setattr(
+        lookup,
+        "_xxh64_digest",
+        lambda kb: xxhash.xxh64_digest(b"cat/a" if kb in colliding else kb),
     )
     cat.create_dataset("train", local_root)
     info = write_shard(f"{local_root}/a.shard", ["cat/a", "cat/b", "cat/c"])
@@ -335,3 +343,56 @@ def test_a_failed_batch_read_names_the_shard_as_data(cat, store):
         cat.get_many("train", keys)
     assert err.value.path == infos[1].path
     assert cat.get_many("train", keys[:1]).ok  # the other shard still serves
+
+
+def test_point_lookups_beside_a_commit_and_a_delete_see_only_committed_shards(cat, local_root):
+    """A lookup thread runs while a job stages, commits and the dataset is deleted.
+
+    The point statement (visibility in the one statement, issue 10) never
+    returns a staged shard's record, always finds a committed one, and finds
+    nothing once the delete has returned.
+    """
+    import threading
+    import time
+
+    cat.create_dataset("train", local_root)
+    job = cat.begin_job("train")
+    keys = shard_keys(0, 20) + shard_keys(1, 20)
+    for i in range(2):
+        url = f"{local_root}/train-{i:06d}.shard"
+        cat.register_shard("train", write_shard(url, shard_keys(i, 20)), job=job)
+    seen: list[tuple[float, float, str, str]] = []
+    stop = threading.Event()
+
+    def look() -> None:
+        while not stop.is_set():
+            for key in keys:
+                start = time.monotonic()
+                try:
+                    outcome = "ok" if cat.get("train", key).key == key else "wrong"
+                except (KeyNotFoundError, DatasetNotFoundError, ShardNotFoundError) as e:
+                    outcome = type(e).__name__
+                seen.append((start, time.monotonic(), key, outcome))
+
+    reader = threading.Thread(target=look)
+    reader.start()
+    try:
+        time.sleep(0.05)
+        commit_start = time.monotonic()
+        cat.commit_job(job)
+        commit_end = time.monotonic()
+        time.sleep(0.05)
+        delete_start = time.monotonic()
+        cat.delete_dataset("train")
+        delete_end = time.monotonic()
+        time.sleep(0.05)
+    finally:
+        stop.set()
+        reader.join()
+    staged = [o for s, e, _, o in seen if e < commit_start]
+    committed = [o for s, e, _, o in seen if s > commit_end and e < delete_start]
+    deleted = [o for s, e, _, o in seen if s > delete_end]
+    assert staged and set(staged) == {"KeyNotFoundError"}
+    assert committed and set(committed) == {"ok"}
+    assert deleted and set(deleted) == {"DatasetNotFoundError"}
+    assert "wrong" not in {o for *_, o in seen}

@@ -22,6 +22,7 @@ import xxhash
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from shardcat.catalog.spans import unpack_spans
 from shardcat.errors import FormatError
 from shardcat.format import lazy, recordcodec, records
 from shardcat.format.entries import Record, _StoredEntry
@@ -87,6 +88,7 @@ def _setup(wrap: Any) -> None:
         wrap(records.decode_indexed),
         wrap(records.encode_record),
         _StoredEntry,
+        wrap(records.decode_spanned),
     )
 
 
@@ -379,6 +381,128 @@ def test_registered_errors_that_are_not_value_errors_propagate():
                 registered=broken,
                 text_cache={},
             )
+
+
+# --- the point lookup's decoder (positional, spans as the catalog stores them) -
+
+
+def _packed(data: bytes, count: int, wide: bool) -> bytes:
+    """The record's spans packed as the catalog stores them (catalog/spans.py)."""
+    rows = [ENTRY_DESC_STRUCT.unpack_from(data, 32 + 32 * i)[:3] for i in range(count)]
+    fmt = struct.Struct("<QQI" if wide else "<III")
+    return b"".join(fmt.pack(*r) for r in rows)
+
+
+@SETTINGS
+@given(
+    record_inputs(),
+    st.sampled_from(["same", "bytes", "wide", "other", "short", "wrong", "count", "memview"]),
+)
+def test_spanned_decoders_agree(inputs, variant):
+    key, key_hash, entries, alignment = inputs
+    data = joined(records.encode_record(key, key_hash, entries, alignment))
+    spans = _packed(data, len(entries), wide=variant == "wide")
+    view: Any = data if variant == "bytes" else memoryview(data)
+    length = len(data)
+    if variant == "other":
+        key = key + b"!"
+    elif variant == "short":
+        length += 8
+    elif variant == "wrong" and entries:
+        spans = spans[:-1] + bytes([spans[-1] ^ 1])
+    elif variant == "count":
+        spans += bytes(12)
+    elif variant == "memview":
+        spans = memoryview(spans)  # not bytes: the reference decides
+    text = key.decode("utf-8")
+    results = [
+        outcome(fn, view, text, length, "p", 64, alignment, spans, unpack_spans, {})
+        for fn in (ccodec.decode_spanned, records.decode_spanned)
+    ]
+    assert results[0] == results[1]
+    if variant in ("same", "bytes", "wide", "memview"):
+        assert results[0][0] == "ok"
+    if variant in ("other", "short", "count"):
+        assert results[0][0] == "error"
+
+
+@SETTINGS
+@given(record_inputs())
+def test_the_spanned_decoder_accepts_good_records_by_itself(inputs):
+    data = joined(records.encode_record(*inputs))
+    spans = _packed(data, len(inputs[2]), wide=False)
+    with counting() as f:
+        got = ccodec.decode_spanned(
+            data, inputs[0].decode("utf-8"), len(data), "p", 0, inputs[3], spans, unpack_spans, {}
+        )
+    assert f.calls == []
+    ref = records.decode_spanned(
+        data, inputs[0], len(data), "p", 0, inputs[3], spans, unpack_spans, {}
+    )
+    assert type(got) is lazy.LazyRecord and comparable(got) == comparable(ref)
+
+
+def test_spans_that_differ_are_named_by_the_reference(fallbacks):
+    data = joined(
+        records.encode_record(
+            b"k",
+            1,
+            [
+                PreparedEntry(
+                    b"a", b"t/t", Codec.NONE, b"payload", crc32c_package.crc32c(b"payload")
+                )
+            ],
+            64,
+        )
+    )
+    good = _packed(data, 1, wide=False)
+    bad = good[:8] + bytes(4)  # another CRC
+    with pytest.raises(FormatError, match="not the one registered") as e:
+        ccodec.decode_spanned(data, "k", len(data), "s.shard", 640, 64, bad, unpack_spans, {})
+    assert (e.value.path, e.value.offset) == ("s.shard", 640)
+    assert fallbacks.calls == ["ChecksumError"]
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [
+        ((), {}),
+        ((b"",) * 8, {}),  # one short
+        ((b"",) * 10, {}),  # one too many
+        ((b"",) * 8, {"text_cache": {}}),  # by keyword
+    ],
+)
+def test_the_spanned_decoders_take_nine_positional_arguments(args, kwargs):
+    for fn in (ccodec.decode_spanned, records.decode_spanned):
+        with pytest.raises(TypeError):
+            fn(*args, **kwargs)
+
+
+@pytest.mark.parametrize("bad", ["view", "length", "alignment", "text_cache", "unpack"])
+def test_the_spanned_decoders_raise_the_same_error_for_a_bad_argument(bad):
+    data = joined(records.encode_record(b"k", 1, [], 64))
+    args: dict[str, Any] = {
+        "view": data,
+        "key": "k",
+        "length": len(data),
+        "path": "p",
+        "offset": 0,
+        "alignment": 64,
+        "spans": b"",
+        "unpack": unpack_spans,
+        "text_cache": {},
+    }
+    args[bad] = {
+        "view": 12,
+        "length": "64",
+        "alignment": 63,
+        "text_cache": "cache",
+        "unpack": None,
+    }[bad]
+    results = [
+        outcome(fn, *args.values()) for fn in (ccodec.decode_spanned, records.decode_spanned)
+    ]
+    assert results[0] == results[1]
 
 
 # --- the stream's batch decoder ---------------------------------------------

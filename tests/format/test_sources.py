@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import io
+import os
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -401,3 +403,46 @@ def test_reading_through_a_real_file_source_does_not_move_shared_streams(tmp_pat
         second = next(stream)
         assert (first.key, second.key) == ("sample/0000", "sample/0001")
         assert [x.key for x in stream] == [f"sample/{i:04d}" for i in range(2, 12)]
+
+
+# --- pread_linked: the point lookup's read of a cached descriptor -----------------
+
+
+def _pread_linked_impls() -> list[Any]:
+    from shardcat.format import sources
+
+    impls = [sources._pread_linked]
+    if sources.pread_linked is not sources._pread_linked:
+        impls.append(sources.pread_linked)  # the compiled one
+    return impls
+
+
+@pytest.mark.parametrize("impl", _pread_linked_impls())
+def test_pread_linked_reads_then_says_none_once_the_file_is_unlinked(impl, tmp_path):
+    path = tmp_path / "f.bin"
+    path.write_bytes(bytes(range(200)))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert impl(fd, 10, 5) == bytes(range(5, 15))
+        assert impl(fd, 100, 150) == bytes(range(150, 200))  # short at the end of the file
+        assert impl(fd, 0, 0) == b""
+        path.unlink()
+        assert impl(fd, 10, 5) is None
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError, match="Bad file descriptor") as e:
+        impl(fd, 10, 0)  # closed
+    assert e.value.errno == errno.EBADF
+
+
+def test_pread_linked_compiled_refuses_bad_arguments():
+    from shardcat.format import sources
+
+    if sources.pread_linked is sources._pread_linked:
+        pytest.skip("the compiled record codec is not built")
+    with pytest.raises(TypeError):
+        sources.pread_linked(0, 1)
+    with pytest.raises(ValueError, match=">= 0"):
+        sources.pread_linked(0, -1, 0)
+    with pytest.raises(TypeError):
+        sources.pread_linked("0", 1, 0)

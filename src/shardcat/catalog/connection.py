@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from sqlalchemy import Engine
@@ -47,8 +48,6 @@ class RawConnection:
         self.url = engine.url
         self.dialect = engine.dialect.name
         self.placeholder = "%s" if self.dialect == "postgresql" else "?"
-        # psycopg prepares a statement server-side after its first use with prepare=True.
-        self._options: dict[str, Any] = {"prepare": True} if self.dialect == "postgresql" else {}
         self._engine = engine
         self._detached = not isinstance(engine.pool, StaticPool)
         self._connect()
@@ -65,6 +64,13 @@ class RawConnection:
             fairy.detach()  # ours alone: autocommit, never returned to the pool
         if self.dialect == "postgresql":
             self.conn.autocommit = True
+            # psycopg prepares a statement server-side after its first use with prepare=True.
+            self._execute: Callable[[str, Sequence[Any]], Any] = partial(conn.execute, prepare=True)
+        else:
+            # One cursor kept for the thread's lookups: no cursor object made
+            # per query. fetchall() runs every statement to its end, which
+            # resets it, so no read transaction stays open between queries.
+            self._execute = conn.cursor().execute
 
     def query(self, sql: str, params: Sequence[Any]) -> list[Any]:
         """All rows of ``sql``; a dropped connection is reopened and the query asked again, once.
@@ -75,7 +81,7 @@ class RawConnection:
             The driver's error, translated (:func:`~.session.translate_exception`).
         """
         try:
-            return self.conn.execute(sql, params, **self._options).fetchall()  # type: ignore[no-any-return]
+            return self._execute(sql, params).fetchall()  # type: ignore[no-any-return]
         except Exception as e:
             if not self._dropped():
                 raise translate_exception(e, self.url) from e
@@ -84,7 +90,7 @@ class RawConnection:
         self.close()
         self._connect()
         try:
-            return self.conn.execute(sql, params, **self._options).fetchall()  # type: ignore[no-any-return]
+            return self._execute(sql, params).fetchall()  # type: ignore[no-any-return]
         except Exception as e:
             raise translate_exception(e, self.url) from e
 

@@ -22,7 +22,6 @@ import datetime as dt
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
@@ -158,17 +157,11 @@ def decode_native(
 ) -> Record:
     """A native record from its bytes: the frame names its entries, the row's spans check them.
 
-    The point lookup calls it directly for native rows (no dispatch, no layout).
+    The point lookup calls the record codec's ``decode_spanned`` itself for
+    native rows (no dispatch, no layout, no frame of this function).
     """
-    return recordcodec.decode_indexed(
-        view,
-        key=key,
-        length=length,
-        path=url,
-        offset=offset,
-        alignment=alignment,
-        registered=partial(unpack_spans, spans),
-        text_cache=text_cache,
+    return recordcodec.decode_spanned(
+        view, key, length, url, offset, alignment, spans, unpack_spans, text_cache
     )
 
 

@@ -21,6 +21,7 @@ from operator import itemgetter
 from typing import Any
 
 import numpy as np
+import xxhash
 from sqlalchemy import Engine
 
 from .._ranges import MergedReads
@@ -41,7 +42,7 @@ from ..format.records import decode_entry
 from ..format.spec import BATCH_ROW_DTYPE, Codec
 from ..storage import SourceCache, redact
 from .connection import RawConnection, fork_generation
-from .kinds import decode_native, decode_record
+from .kinds import decode_record
 from .results import BatchResult, Location
 from .spans import unpack_spans
 
@@ -50,6 +51,18 @@ __all__ = ["LayoutCache", "Lookup", "Version"]
 _SELECT = (
     "SELECT s.url, s.alignment, r.byte_offset, r.byte_length, r.spans, s.kind, l.signature{extra}"
     " FROM records r JOIN shards s ON s.id = r.shard_id JOIN layouts l ON l.id = r.layout_id"
+)
+# A whole record's point lookup: the same row, but a native shard's record
+# names its own entries, so its layout is not fetched (CASE evaluates the
+# subquery for tar rows only) and its kind comes back as NULL (no string
+# to make per lookup). Issue 10: the layouts join was about 5 % of a
+# lookup's instructions (callgrind; SQLite planned it as a scan of layouts).
+_RECORD_SELECT = (
+    "SELECT s.url, s.alignment, r.byte_offset, r.byte_length, r.spans,"
+    " CASE WHEN s.kind = 'native' THEN NULL ELSE s.kind END,"
+    " CASE WHEN s.kind = 'native' THEN NULL"
+    " ELSE (SELECT l.signature FROM layouts l WHERE l.id = r.layout_id) END"
+    " FROM records r JOIN shards s ON s.id = r.shard_id"
 )
 _DATASET = "r.dataset_id = (SELECT id FROM datasets WHERE name = {p})"
 # The latest version: a committed shard's live records (docs/LIFECYCLE.md).
@@ -87,11 +100,15 @@ def _visible(p: str, version: Version) -> tuple[str, tuple[Any, ...]]:
 # whole record is decoded (kinds.py), the layout names a tar sample's entries.
 
 
-def _point_sql(p: str, visible: str = _COMMITTED) -> str:
+def _point_sql(p: str, visible: str = _COMMITTED, select: str = _SELECT.format(extra="")) -> str:
     return (
-        _SELECT.format(extra="")
-        + f" WHERE {_DATASET.format(p=p)} AND r.key_hash = {p} AND r.key = {p} AND {visible}"
+        select + f" WHERE {_DATASET.format(p=p)} AND r.key_hash = {p} AND r.key = {p} AND {visible}"
     )
+
+
+def _record_sql(p: str, visible: str = _COMMITTED) -> str:
+    """The point lookup of a whole record: kind and layout NULL for native shards (``_RECORD_SELECT``)."""
+    return _point_sql(p, visible, _RECORD_SELECT)
 
 
 def _batch_sql(dialect: str, visible: str = _COMMITTED) -> str:
@@ -121,6 +138,11 @@ class LayoutCache:
             parsed = [(str(n), str(t), Codec.parse(c)) for n, t, c in json.loads(signature)]
             self._parsed[signature] = parsed
         return parsed
+
+
+# signed_key_hash without a Python frame: xxh64_digest is the hash big-endian.
+_xxh64_digest = xxhash.xxh64_digest
+_from_bytes = int.from_bytes
 
 
 def _hash(key: str) -> tuple[int, str]:
@@ -162,6 +184,7 @@ class Lookup:
         self.generation = fork_generation()
         p = self._p = self.raw.placeholder
         self._point = _point_sql(p)
+        self._record = _record_sql(p)
         self._batch = _batch_sql(self.dialect)
         self._versioned: dict[tuple[str, bool], str] = {}
         self._sources = SourceCache(storage_options, max_open, remote_max_gap=remote_max_gap)
@@ -177,6 +200,8 @@ class Lookup:
         if sql is None:
             if kind == "point":
                 sql = _point_sql(self._p, visible)
+            elif kind == "record":
+                sql = _record_sql(self._p, visible)
             else:
                 sql = _batch_sql(self.dialect, visible)
             self._versioned[cache_key] = sql
@@ -241,23 +266,27 @@ class Lookup:
         version: Version = None,
     ) -> Record:
         # The hot path (issue 10): one statement, one pread, one compiled decode,
-        # and as few Python frames around them as the checks allow.
-        h, key = _hash(key)
+        # and as few Python frames around them as the checks allow (_hash inline).
+        try:
+            h = _from_bytes(_xxh64_digest(key.encode("utf-8")), "big", signed=True)
+        except (UnicodeEncodeError, AttributeError):
+            _hash(key)  # raises InvalidKeyError naming the key
+            raise
         if entries is not None:
             return self._get_entries(dataset, key, h, frozenset(entries), version)
         if version is None:
-            rows = self._query(self._point, (dataset, h, key))
+            rows = self._query(self._record, (dataset, h, key))
         else:
-            sql, extra = self._sql("point", version)
+            sql, extra = self._sql("record", version)
             rows = self._query(sql, (dataset, h, key, *extra))
         if not rows:
             raise self._missing(dataset, key, version)
         url, alignment, offset, length, spans, kind, signature = rows[0]
         try:
             data = self._sources.read(url, offset, offset + length)
-            if kind == "native":  # kinds.decode_record's native branch, without the dispatch
-                return decode_native(
-                    memoryview(data), key, length, url, offset, alignment, spans, self._texts
+            if kind is None:  # native: kinds.decode_native, without its frame or the dispatch
+                return recordcodec.decode_spanned(
+                    data, key, length, url, offset, alignment, spans, unpack_spans, self._texts
                 )
             return decode_record(
                 kind,

@@ -28,6 +28,12 @@
 #include <stdint.h>
 #include <string.h>
 #include "_crc32c.h"
+#if defined(__unix__) || defined(__APPLE__)
+#define HAVE_PREAD_LINKED 1
+#include <errno.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#endif
 
 /* Layout constants: spec.py declares them; test_ccodec.py checks these copies. */
 #define HEAD_SIZE 32
@@ -82,6 +88,7 @@ static PyObject *make_layout;    /* lazy.make_layout(sig, specs, names) */
 static PyObject *EncodedRecord;  /* records.EncodedRecord (a NamedTuple) */
 static PyObject *CodecType;      /* spec.Codec */
 static PyObject *ref_decode_record, *ref_decode_indexed, *ref_encode_record;
+static PyObject *ref_decode_spanned; /* records.decode_spanned */
 static PyObject *StoredEntry;    /* entries._StoredEntry: an uncompressed entry, a view */
 static PyObject *CodecNone;      /* Codec.NONE */
 /* The slots of LazyRecord: their member descriptors, and their offsets in
@@ -121,7 +128,10 @@ typedef struct {
     int check_padding;
     PyObject *path;
     int acyclic; /* args_acyclic(names, path) */
+    PyObject *known_key; /* NULL, or the str the index names: the record's key if equal (no decode) */
 } DecodeArgs;
+
+static int key_matches(PyObject *key, const unsigned char *raw, Py_ssize_t raw_len);
 
 /* Records made with these arguments may leave the cyclic GC: `names` is None
    or a frozenset of str, `path` is None or a str (see decode_one). */
@@ -431,7 +441,13 @@ static int decode_one(const unsigned char *buf, Py_ssize_t size, PyObject *share
         Py_DECREF(layout);
         return 0;
     }
-    PyObject *key = PyUnicode_DecodeUTF8((const char *)buf + strings_at, (Py_ssize_t)key_len, NULL);
+    PyObject *key;
+    if (a->known_key != NULL && PyUnicode_CheckExact(a->known_key) &&
+        key_matches(a->known_key, buf + strings_at, (Py_ssize_t)key_len)) {
+        key = a->known_key; /* the same text: share the caller's str instead of decoding another */
+        Py_INCREF(key);
+    } else
+        key = PyUnicode_DecodeUTF8((const char *)buf + strings_at, (Py_ssize_t)key_len, NULL);
     if (key == NULL) {
         Py_DECREF(layout);
         if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
@@ -935,6 +951,136 @@ static int spans_match(const unsigned char *buf, PyObject *spans)
     return 1;
 }
 
+/* decode_spanned(view, key, length, path, offset, alignment, spans, unpack,
+                  text_cache) -> record
+
+   The point lookup's decoder (records.decode_spanned): decode_indexed with
+   positional arguments (METH_FASTCALL: no keyword parsing, no argument
+   tuple) and the registered spans as the catalog stores them, compared here
+   (spans_match) rather than unpacked by a call back into Python. `view` is
+   the record's bytes (bytes or a memoryview). Whatever this code does not
+   accept, or any argument it does not expect, goes to the reference as
+   given, which returns the record or raises its error. */
+static PyObject *py_decode_spanned(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!ready())
+        return NULL;
+    if (ref_decode_spanned == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_ccodec._setup was not given records.decode_spanned");
+        return NULL;
+    }
+    if (nargs != 9) /* the reference raises the TypeError that names the arguments */
+        goto reference;
+    PyObject *view = args[0], *key = args[1], *length = args[2], *path = args[3], *offset = args[4],
+             *alignment = args[5], *spans = args[6], *cache = args[8];
+    if (!PyLong_CheckExact(alignment) || !PyLong_CheckExact(length) || !PyDict_CheckExact(cache) ||
+        !PyBytes_CheckExact(spans) || (path != Py_None && !PyUnicode_Check(path)) || !PyCallable_Check(args[7]))
+        goto reference; /* the reference's partial(unpack, spans) refuses what is not callable */
+    long al = PyLong_AsLong(alignment);
+    Py_ssize_t want = al == -1 && PyErr_Occurred() ? -1 : PyLong_AsSsize_t(length);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        goto reference;
+    }
+    if (!alignment_ok(al))
+        goto reference;
+    PyObject *ro;
+    if (PyBytes_CheckExact(view))
+        ro = PyMemoryView_FromObject(view); /* read-only: bytes do not change */
+    else if (plain_view(view))
+        ro = readonly_view(view);
+    else
+        goto reference;
+    if (ro == NULL)
+        return NULL;
+    Py_buffer *b = PyMemoryView_GET_BUFFER(ro);
+    if (b->len != want) {
+        Py_DECREF(ro);
+        goto reference;
+    }
+    DecodeArgs a = {al, Py_None, cache, 0, path, args_acyclic(Py_None, path), key};
+    PyObject *minus_one = PyLong_FromLong(-1);
+    PyObject *rec = NULL;
+    int status = minus_one ? decode_one(b->buf, b->len, ro, 0, &a, offset, minus_one, &rec) : -1;
+    Py_XDECREF(minus_one);
+    if (status == 1) {
+        const unsigned char *buf = b->buf;
+        if (!key_matches(key, buf + HEAD_SIZE + DESC_SIZE * ld16(buf + 30), ld16(buf + 28)) ||
+            !spans_match(buf, spans)) {
+            Py_CLEAR(rec);
+            status = 0;
+        }
+    }
+    Py_DECREF(ro); /* the record, if any, holds it */
+    if (status == 1)
+        return rec;
+    if (status < 0)
+        return NULL;
+reference:
+    return PyObject_Vectorcall(ref_decode_spanned, args, (size_t)nargs, NULL);
+}
+
+#ifdef HAVE_PREAD_LINKED
+/* pread_linked(fd, n, offset) -> bytes, or None if the file has no name left
+
+   The point lookup's read (format/sources.py has its reference): whether the
+   open file still has a name (fstat's st_nlink), then one pread of up to n
+   bytes at offset, with the GIL released once for both and no stat_result
+   built (os.fstat's object cost more than the read itself). A short read is
+   returned short; an error is the OSError os.pread or os.fstat raises. */
+static PyObject *py_pread_linked(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "pread_linked() takes 3 arguments (fd, n, offset), %zd given", nargs);
+        return NULL;
+    }
+    long fd = PyLong_AsLong(args[0]);
+    if (fd == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    long long offset = PyLong_AsLongLong(args[2]);
+    if (offset == -1 && PyErr_Occurred())
+        return NULL;
+    if (fd < 0 || fd > INT_MAX || n < 0 || offset < 0) {
+        PyErr_SetString(PyExc_ValueError, "pread_linked: fd, n and offset must be >= 0");
+        return NULL;
+    }
+    PyObject *buf = PyBytes_FromStringAndSize(NULL, n);
+    if (buf == NULL)
+        return NULL;
+    struct stat st;
+    ssize_t got = 0;
+    int err = 0, linked = 1;
+    Py_BEGIN_ALLOW_THREADS
+    if (fstat((int)fd, &st) != 0)
+        err = errno;
+    else if (st.st_nlink == 0)
+        linked = 0;
+    else {
+        do
+            got = pread((int)fd, PyBytes_AS_STRING(buf), (size_t)n, (off_t)offset);
+        while (got < 0 && errno == EINTR);
+        if (got < 0)
+            err = errno;
+    }
+    Py_END_ALLOW_THREADS
+    if (err) {
+        Py_DECREF(buf);
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    if (!linked) {
+        Py_DECREF(buf);
+        Py_RETURN_NONE;
+    }
+    if (got != n && _PyBytes_Resize(&buf, got) < 0)
+        return NULL;
+    return buf;
+}
+#endif
+
 /* decode_batch(blobs, table, keys, spans, paths, alignments, text_cache)
        -> (records, rejected)
 
@@ -997,7 +1143,8 @@ static PyObject *py_decode_batch(PyObject *self, PyObject *args)
             const unsigned char *buf = (const unsigned char *)PyMemoryView_GET_BUFFER(bv)->buf + at;
             PyObject *off = PyLong_FromUnsignedLongLong(offset);
             PyObject *path = PyList_GET_ITEM(paths, shard);
-            DecodeArgs a = {alignment, Py_None, cache, 0, path, args_acyclic(Py_None, path)};
+            DecodeArgs a = {alignment, Py_None, cache, 0, path, args_acyclic(Py_None, path),
+                            PyList_GET_ITEM(keys, row)};
             status = off ? decode_one(buf, (Py_ssize_t)length, bv, (Py_ssize_t)at, &a, off, minus_one, &rec) : -1;
             Py_XDECREF(off);
             if (status == 1 && !(key_matches(PyList_GET_ITEM(keys, row), buf + HEAD_SIZE + DESC_SIZE * ld16(buf + 30),
@@ -1512,9 +1659,9 @@ static int install_entry_methods(PyTypeObject *stored)
 
 static PyObject *py_setup(PyObject *self, PyObject *args)
 {
-    PyObject *objs[8];
-    if (!PyArg_ParseTuple(args, "OOOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5], &objs[6],
-                          &objs[7]))
+    PyObject *objs[8], *spanned = NULL;
+    if (!PyArg_ParseTuple(args, "OOOOOOOO|O", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5], &objs[6],
+                          &objs[7], &spanned))
         return NULL;
     if (!PyType_Check(objs[0]) || !PyType_Check(objs[2]) || !PyType_Check(objs[3]) || !PyType_Check(objs[7])) {
         PyErr_SetString(PyExc_TypeError, "_setup(LazyRecord, make_layout, EncodedRecord, Codec, ..., StoredEntry)");
@@ -1586,6 +1733,8 @@ static PyObject *py_setup(PyObject *self, PyObject *args)
         Py_INCREF(objs[i]);
         Py_XSETREF(*targets[i], objs[i]);
     }
+    Py_XINCREF(spanned);
+    Py_XSETREF(ref_decode_spanned, spanned);
     Py_RETURN_NONE;
 }
 
@@ -1610,6 +1759,12 @@ static PyMethodDef methods[] = {
      "records.decode_record, compiled."},
     {"decode_indexed", (PyCFunction)(void (*)(void))py_decode_indexed, METH_VARARGS | METH_KEYWORDS,
      "records.decode_indexed, compiled."},
+    {"decode_spanned", (PyCFunction)(void (*)(void))py_decode_spanned, METH_FASTCALL,
+     "records.decode_spanned, compiled: the point lookup's decoder."},
+#ifdef HAVE_PREAD_LINKED
+    {"pread_linked", (PyCFunction)(void (*)(void))py_pread_linked, METH_FASTCALL,
+     "pread_linked(fd, n, offset): bytes, or None if the file has no name left."},
+#endif
     {"decode_run", py_decode_run, METH_VARARGS, "The whole, sound records of a stream buffer."},
     {"decode_batch", py_decode_batch, METH_VARARGS, "Every record of a batch of indexed reads, in one call."},
     {"encode_record", py_encode_record, METH_VARARGS, "records.encode_record, compiled."},

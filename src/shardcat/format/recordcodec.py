@@ -46,6 +46,7 @@ __all__ = [
     "decode_record",
     "decode_records",
     "decode_run",
+    "decode_spanned",
     "encode_record",
     "iter_records",
     "use",
@@ -72,6 +73,7 @@ else:
         records.decode_indexed,
         records.encode_record,
         _StoredEntry,
+        records.decode_spanned,
     )
 
 DecodeRun = Callable[..., tuple[list[tuple[memoryview, Record]], int]]
@@ -106,6 +108,8 @@ def _compiled_decode_batch(
 encode_record: Callable[..., records.EncodedRecord]
 decode_record: Callable[..., Record]
 decode_indexed: Callable[..., Record]
+decode_spanned: Callable[..., Record]
+"""The point lookup's decoder (:func:`.records.decode_spanned`): positional arguments only."""
 decode_run: DecodeRun | None
 """The batch decoder of a stream buffer (the compiled codec only; None otherwise)."""
 decode_records: Callable[..., tuple[list[Record], int]] | None
@@ -137,8 +141,8 @@ def use(name: str) -> Name:
     ValueError
         An unknown name.
     """
-    global encode_record, decode_record, decode_indexed, decode_run, decode_records, decode_batch
-    global iter_records
+    global encode_record, decode_record, decode_indexed, decode_spanned, decode_run, decode_records
+    global decode_batch, iter_records
     global crc32c, _active
     previous = globals().get("_active", "python")
     choice = choose(
@@ -148,6 +152,7 @@ def use(name: str) -> Name:
         encode_record = _compiled.encode_record
         decode_record = _compiled.decode_record
         decode_indexed = _compiled.decode_indexed
+        decode_spanned = _compiled.decode_spanned
         decode_run = _compiled.decode_run
         decode_records = _compiled.decode_records
         iter_records = _compiled.iter_records
@@ -157,6 +162,7 @@ def use(name: str) -> Name:
         encode_record = records.encode_record
         decode_record = records.decode_record
         decode_indexed = records.decode_indexed
+        decode_spanned = records.decode_spanned
         decode_run = decode_records = iter_records = None
         decode_batch = records.decode_batch
         crc32c = _crc32c_package.crc32c

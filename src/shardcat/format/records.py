@@ -32,6 +32,7 @@ __all__ = [
     "decode_entry",
     "decode_indexed",
     "decode_record",
+    "decode_spanned",
     "encode_record",
 ]
 
@@ -316,6 +317,46 @@ def decode_indexed(
     if registered is not None:
         _check_registered(view, record.key, registered, path, offset)
     return record
+
+
+def decode_spanned(
+    view: bytes | memoryview,
+    key: str | bytes,
+    length: int,
+    path: str | None,
+    offset: int,
+    alignment: int,
+    spans: bytes,
+    unpack: Callable[[bytes, int], Sequence[tuple[int, int, int]]],
+    text_cache: dict[object, tuple[str, str, Codec]] | None,
+    /,
+) -> Record:
+    """:func:`decode_indexed` of a point lookup: positional arguments, the spans as stored.
+
+    ``view`` is the record's bytes (``bytes`` or a memoryview), ``spans`` the
+    record's registered spans as the catalog stores them and ``unpack(spans,
+    n)`` what unpacks them (``registered`` is ``partial(unpack, spans)``).
+    The compiled codec's version takes the same arguments, positionally only
+    (no keyword parsing), and compares ``spans`` with the record's
+    descriptors in C; it hands anything else to this function.
+
+    Raises
+    ------
+    TruncatedError, FormatError, ChecksumError
+        As :func:`decode_indexed`.
+    TypeError
+        Not exactly these nine arguments, given by position.
+    """
+    return decode_indexed(
+        view if isinstance(view, memoryview) else memoryview(view),
+        key=key,
+        length=length,
+        path=path,
+        offset=offset,
+        alignment=alignment,
+        registered=partial(unpack, spans),
+        text_cache=text_cache,
+    )
 
 
 def decode_batch(

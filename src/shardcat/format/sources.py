@@ -5,10 +5,11 @@ Fsspec URLs are :mod:`shardcat.storage`'s: it builds on these for local files.
 
 from __future__ import annotations
 
+import importlib
 import io
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
 from .._pread import pread_full
@@ -19,6 +20,32 @@ __all__ = ["BytesSource", "FileSource", "as_source"]
 _CLAMP_ABOVE = 16 << 20
 """Reads larger than this are first clamped to the file's size (one fstat)."""
 _HAS_PREAD = hasattr(os, "pread")
+
+
+def _pread_linked(fd: int, n: int, offset: int) -> bytes | None:
+    """Up to ``n`` bytes of ``fd`` at ``offset`` (one ``os.pread``), or None if the file has no name left.
+
+    The point lookup reads a cached descriptor with it: a file deleted or
+    replaced since it was opened (``st_nlink`` 0) is never read through the
+    stale descriptor. The compiled record codec has the same function
+    without the ``stat_result`` and with the GIL released once
+    (``_ccodec.pread_linked``); this is its reference and its fallback.
+
+    Raises
+    ------
+    OSError
+        As ``os.fstat`` or ``os.pread``.
+    """
+    if not os.fstat(fd).st_nlink:
+        return None
+    return os.pread(fd, n, offset)
+
+
+pread_linked: Callable[[int, int, int], bytes | None]
+try:
+    pread_linked = importlib.import_module(f"{__package__}._ccodec").pread_linked
+except (ImportError, AttributeError):  # not built, or a platform without pread
+    pread_linked = _pread_linked
 
 
 class BytesSource:

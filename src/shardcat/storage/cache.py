@@ -38,6 +38,7 @@ from .._ranges import (
 from .._types import ByteRange, RangeSource, StorageOptions
 from .._units import parse_size
 from ..format.sources import FileSource
+from ..format.sources import pread_linked as pread_linked  # tests count its calls here
 from .sources import FsspecSource, open_source
 from .translate import is_backend_error, translate
 
@@ -170,11 +171,11 @@ class SourceCache:
         """
         try:
             fd = self._fds.get(url)
-            # The point lookup's path: one pread on the open descriptor, once the
-            # file is known to still have a name (else it is reopened below).
-            if fd is not None and 0 < end - start <= _ONE_PREAD and os.fstat(fd).st_nlink:
-                data = os.pread(fd, end - start, start)
-                if len(data) == end - start:
+            # The point lookup's path: one pread on the open descriptor, if the
+            # file still has a name (else None, and it is reopened below).
+            if fd is not None and 0 < end - start <= _ONE_PREAD:
+                data = pread_linked(fd, end - start, start)
+                if data is not None and len(data) == end - start:
                     self._open.move_to_end(url)
                     return data
             return self.source(url).read(start, end)

@@ -53,6 +53,20 @@ class RequestLog:
             return real_pread(fd, length, offset)
 
         monkeypatch.setattr(os, "pread", pread)
+        # The cache's point reads of an open descriptor go through the compiled
+        # pread_linked (fstat + pread in C), which os.pread does not see: count
+        # them where the cache calls it (the reference calls os.pread itself).
+        from ..format import sources as _format_sources
+        from ..storage import cache as _cache
+
+        real_linked = _cache.pread_linked
+        if real_linked is not _format_sources._pread_linked:
+
+            def linked(fd: int, length: int, offset: int) -> bytes | None:
+                requests.append((offset, offset + length))
+                return real_linked(fd, length, offset)
+
+            monkeypatch.setattr(_cache, "pread_linked", linked)
         if fs is None:
             return self
         real_cat_file = fs.cat_file
@@ -267,6 +281,11 @@ class StorageTests(RangeSourceTests):
             return real_pread(fd, min(length, 1000), offset)
 
         monkeypatch.setattr(os, "pread", short_pread)
+        # The point read's compiled pread_linked does not call os.pread: use its reference.
+        from ..format import sources as _format_sources
+        from ..storage import cache as _cache
+
+        monkeypatch.setattr(_cache, "pread_linked", _format_sources._pread_linked)
         assert cache.read(url, 10, 15_010) == DATA[10:15_010]
         views = cache.read_batch([(url, ByteRange(0, 9000)), (url, ByteRange(18_000, 20_000))])
         assert [bytes(v) for v in views] == [DATA[:9000], DATA[18_000:]]

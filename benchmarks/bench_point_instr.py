@@ -1,0 +1,170 @@
+"""Instructions per point lookup (callgrind): ``Catalog.get`` vs issue 10's limit.
+
+Wall and CPU time swing with the machine's load; instruction counts do not.
+This driver makes a small SQLite catalog with local shards once (outside
+valgrind), then runs N lookups of one kind under callgrind twice (N and 2N
+lookups) and prints the difference divided by N: setup, imports and warm-up
+cancel out. The children run with ``PYTHONHASHSEED=0`` and
+``OPENBLAS_NUM_THREADS=1``: without them the counts move by thousands per
+lookup from run to run.
+
+* ``ours``: ``Catalog.get("train", key)`` (the public API, default codec);
+* ``limit``: the raw sqlite3 query of ``bench_catalog.py`` (the key's hash
+  precomputed) plus one ``os.pread`` on a descriptor kept open.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_point_instr.py [--lookups 2000] [--keys 20000]
+
+A single kind, for ``callgrind_annotate``::
+
+    .venv/bin/python benchmarks/bench_point_instr.py --prepare /tmp/pi
+    valgrind --tool=callgrind --callgrind-out-file=/tmp/pi/cg.out \\
+        .venv/bin/python benchmarks/bench_point_instr.py --run /tmp/pi --mode ours --lookups 2000
+
+Nothing here is a test: it prints counts and their ratio, never asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+FLOOR_POINT_SQL = (
+    "SELECT s.url, r.byte_offset, r.byte_length FROM records r JOIN shards s ON s.id = r.shard_id "
+    "WHERE r.dataset_id = ? AND r.key_hash = ? AND r.key = ?"
+)
+WARM = 300
+
+
+def prepare(folder: str, n_keys: int, per_shard: int) -> None:
+    import shardcat
+    from shardcat.catalog import Catalog
+
+    rng = random.Random(1)
+    blob = rng.randbytes(4096)
+    keys = [f"img/{i:08d}" for i in range(n_keys)]
+    os.makedirs(os.path.join(folder, "shards"), exist_ok=True)
+    with Catalog(f"sqlite:///{folder}/catalog.db") as cat:
+        infos = []
+        for i, start in enumerate(range(0, n_keys, per_shard)):
+            url = os.path.join(folder, "shards", f"train-{i:06d}.shard")
+            with shardcat.ShardWriter(url, shard_number=i) as w:
+                for key in keys[start : start + per_shard]:
+                    w.add(key, {"jpg": blob[: 512 + rng.randrange(1536)], "json": {"key": key}})
+            infos.append(w.close())
+        cat.create_dataset("train", os.path.join(folder, "shards"))
+        for info in infos:
+            cat.register_shard("train", info)
+        cat.analyze()
+    sample = rng.sample(keys, min(n_keys, 20_000))
+    with open(os.path.join(folder, "keys.json"), "w") as f:
+        json.dump(sample, f)
+
+
+def run(folder: str, mode: str, count: int) -> None:
+    with open(os.path.join(folder, "keys.json")) as f:
+        sample = json.load(f)
+    keys = sample[WARM : WARM + count]
+    if mode == "ours":
+        from shardcat.catalog import Catalog
+
+        cat = Catalog(f"sqlite:///{folder}/catalog.db")
+        get = cat.get
+        for k in sample[:WARM]:
+            get("train", k)
+        for k in keys:
+            get("train", k)
+        return
+    import sqlite3
+
+    from shardcat.format.checksums import signed_key_hash
+
+    conn = sqlite3.connect(os.path.join(folder, "catalog.db"), isolation_level=None)
+    (dataset_id,) = conn.execute("SELECT id FROM datasets WHERE name = 'train'").fetchone()
+    hashes = {k: signed_key_hash(k.encode()) for k in sample[: WARM + count]}
+    fds: dict[str, int] = {}
+
+    def limit(key: str, h: int) -> bytes:
+        url, offset, length = conn.execute(FLOOR_POINT_SQL, (dataset_id, h, key)).fetchone()
+        fd = fds.get(url)
+        if fd is None:
+            fd = fds[url] = os.open(url.removeprefix("file://"), os.O_RDONLY)
+        return os.pread(fd, length, offset)
+
+    for k in sample[:WARM]:
+        limit(k, hashes[k])
+    if mode == "limit":
+        for k in keys:
+            limit(k, hashes[k])
+
+
+def instructions(folder: str, mode: str, count: int) -> int:
+    out = os.path.join(folder, f"cg.{mode}.{count}.out")
+    subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            os.path.abspath(__file__),
+            "--run",
+            folder,
+            "--mode",
+            mode,
+            "--lookups",
+            str(count),
+        ],
+        check=True,
+        capture_output=True,
+        # Deterministic counts: one hash seed, and no OpenBLAS worker threads
+        # (numpy's, spinning while they wait: millions of instructions at random).
+        env={**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"},
+    )
+    with open(out) as f:
+        for line in f:
+            m = re.match(r"summary: (\d+)", line) or re.match(r"totals: (\d+)", line)
+            if m:
+                return int(m.group(1))
+    raise RuntimeError(f"no totals in {out}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--keys", type=int, default=20_000)
+    parser.add_argument("--per-shard", type=int, default=5_000)
+    parser.add_argument("--lookups", type=int, default=2_000)
+    parser.add_argument("--prepare", metavar="DIR", help="only make the catalog and shards in DIR")
+    parser.add_argument("--run", metavar="DIR", help="only run lookups on DIR (under valgrind)")
+    parser.add_argument("--mode", choices=["ours", "limit", "none"], default="ours")
+    args = parser.parse_args(argv)
+    if args.prepare:
+        prepare(args.prepare, args.keys, args.per_shard)
+        return
+    if args.run:
+        run(args.run, args.mode, args.lookups)
+        return
+    folder = tempfile.mkdtemp(prefix="shardcat-instr-")
+    try:
+        prepare(folder, args.keys, args.per_shard)
+        n = args.lookups
+        per = {}
+        for mode in ("ours", "limit"):
+            per[mode] = (instructions(folder, mode, 2 * n) - instructions(folder, mode, n)) / n
+            print(f"{mode:>5}: {per[mode]:,.0f} instructions per lookup")
+        print(f"ratio: {per['ours'] / per['limit']:.2f}")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
