@@ -143,6 +143,9 @@ def test_a_commit_queues_behind_another_commit_and_lands_after_it(pg_train):
                             "AND a.query LIKE '%UPDATE datasets SET version%'"
                         )
                     ).scalar_one()
+                    # pg_stat_activity is a snapshot per transaction: end it, or every poll
+                    # sees the query the commit ran at the first one (flaky under load).
+                    watch.rollback()
                     if waiting:
                         break
                     time.sleep(0.05)
