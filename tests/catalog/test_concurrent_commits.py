@@ -132,21 +132,27 @@ def test_a_commit_queues_behind_another_commit_and_lands_after_it(pg_train):
         outcome: list[object] = []
         thread = threading.Thread(target=lambda: outcome.append(cat.commit_job(job).version))
         thread.start()
-        with engine.connect() as watch:
-            waiting = 0
-            for _ in range(600):  # until our commit's read of the version waits for the row lock
-                waiting = watch.execute(
-                    sa.text(
-                        "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-                        "WHERE NOT l.granted AND a.query LIKE '%FROM datasets%FOR NO KEY UPDATE%'"
-                    )
-                ).scalar_one()
-                if waiting:
-                    break
-                time.sleep(0.05)
+        try:
+            with engine.connect() as watch:
+                waiting = 0
+                for _ in range(600):  # until our commit's version bump waits for the row lock
+                    waiting = watch.execute(
+                        sa.text(
+                            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a "
+                            "ON a.pid = l.pid WHERE NOT l.granted "
+                            "AND a.query LIKE '%UPDATE datasets SET version%'"
+                        )
+                    ).scalar_one()
+                    # pg_stat_activity is a snapshot per transaction: end it, or every poll
+                    # sees the query the commit ran at the first one (flaky under load).
+                    watch.rollback()
+                    if waiting:
+                        break
+                    time.sleep(0.05)
+        finally:  # a failed wait must not leave the thread blocked on the lock forever
+            tx.commit()
+            other.close()
         assert waiting, "the commit never waited for the other one's lock"
-        tx.commit()
-        other.close()
         thread.join(_TIMEOUT)
         engine.dispose()
         assert outcome == [3]

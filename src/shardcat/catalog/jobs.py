@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Literal
 
-from sqlalchemy import delete, exists, func, select, text, update
+from sqlalchemy import Exists, delete, exists, func, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from .._types import ON_DUPLICATE, OnDuplicate
@@ -326,36 +326,33 @@ def duplicate_keys(session: Session, job_id: int) -> list[str]:
 
 
 def bump_version(session: Session, dataset: Dataset, expected: int | None) -> int:
-    """The optimistic step: ``UPDATE datasets SET version = v + 1 WHERE version = v``.
+    """The optimistic step: ``UPDATE datasets SET version = version + 1 [WHERE version = v]``.
 
-    ``v`` is ``expected`` if given, else the version read just before under
-    the dataset row's lock (so only an ``expected`` can be stale). Zero
-    rows updated means another commit won: :class:`VersionMoved` (the caller
-    retries the whole transaction, a bounded number of times, unless it
-    asked for ``expected``).
+    With ``expected`` the UPDATE is conditional on it; zero rows updated means
+    another commit won: :class:`VersionMoved` (the caller retries the whole
+    transaction, a bounded number of times, unless it asked for ``expected``).
+    Without it the UPDATE is unconditional and takes the version its winner
+    left, in one statement.
     """
-    current = expected
-    if current is None:
-        session.expire(dataset)
-        # FOR NO KEY UPDATE (the lock the UPDATE below takes anyway, so staging's foreign-key
-        # locks do not conflict): on PostgreSQL a commit queues for the row and reads the
-        # version its winner left, instead of losing the UPDATE and retrying: 8 writers
-        # appending together starved one past COMMIT_ATTEMPTS. (SQLite has no row locks:
-        # BEGIN IMMEDIATE queues writers already.)
-        current = session.execute(
-            select(Dataset.version).where(Dataset.id == dataset.id).with_for_update(key_share=True)
-        ).scalar_one()
+    # Only the version goes stale here: id and name stay loaded (expiring the whole row
+    # made the next access of dataset.id reload all of it, one more round trip).
+    session.expire(dataset, ["version"])
+    ds_id = dataset.id
+    # The UPDATE takes the row's FOR NO KEY UPDATE lock (so staging's foreign-key locks do
+    # not conflict): on PostgreSQL concurrent commits of one dataset queue here and, at READ
+    # COMMITTED, each re-reads the row its winner left instead of losing the UPDATE and
+    # retrying (8 writers appending together starved one past COMMIT_ATTEMPTS when the
+    # version was compared). SQLite has no row locks: BEGIN IMMEDIATE queues writers already.
+    stmt = update(Dataset).where(Dataset.id == ds_id)
+    if expected is not None:
+        stmt = stmt.where(Dataset.version == expected)
     version = session.execute(
-        update(Dataset)
-        .where(Dataset.id == dataset.id, Dataset.version == current)
-        .values(version=Dataset.version + 1)
-        .returning(Dataset.version),
+        stmt.values(version=Dataset.version + 1).returning(Dataset.version),
         execution_options=NO_SYNC,
     ).scalar_one_or_none()
     if version is None:
-        raise VersionMoved(
-            f"dataset {dataset.name!r} moved past version {current} during this commit"
-        )
+        current = "its version" if expected is None else f"version {expected}"
+        raise VersionMoved(f"dataset {dataset.name!r} moved past {current} during this commit")
     return int(version)
 
 
@@ -373,6 +370,7 @@ def commit(
     operation: str | None = None,
     message: str | None = None,
     hidden: Mapping[str, Collection[int]] | None = None,
+    added: tuple[int, int] | None = None,
 ) -> int:
     """Make the job's staged shards visible as a new dataset version; returns its number.
 
@@ -412,6 +410,11 @@ def commit(
         take no part in the duplicate check.
     operation, message:
         What the version row records (default ``write`` or ``overwrite``).
+    added:
+        The (records, bytes) the job adds, when the caller knows them without
+        asking: one shard it just staged, committed without ``hidden``,
+        ``replace`` or a lenient ``on_duplicate`` (they can only fail the
+        commit, never drop a record). ``None`` counts them in SQL.
 
     Raises
     ------
@@ -451,19 +454,26 @@ def commit(
     if replace:
         removed = remove_records(session, f"records.dataset_id = :d AND {_LIVE_ELSEWHERE}", params)
     if check is None:
-        staged = session.execute(
-            select(func.count(Shard.id)).where(Shard.job_id == job.id, Shard.state == "staged")
-        ).scalar_one()
-        check = staged > 1 or has_committed(session, dataset.id)
+        # Both conditions in one round trip.
+        staged = (
+            select(func.count(Shard.id))
+            .where(Shard.job_id == job.id, Shard.state == "staged")
+            .scalar_subquery()
+        )
+        check = bool(
+            session.execute(select(or_(staged > 1, _committed_exists(dataset.id)))).scalar()
+        )
     if check:
         removed = _resolve_duplicates(session, dataset, job, on_duplicate, params, removed)
-    added = session.execute(
-        text(
-            f"SELECT count(*), coalesce(sum(byte_length), 0) FROM records WHERE {_OF_JOB} "
-            "AND records.removed_version IS NULL"
-        ),
-        params,
-    ).one()
+    if added is None:
+        counted = session.execute(
+            text(
+                f"SELECT count(*), coalesce(sum(byte_length), 0) FROM records WHERE {_OF_JOB} "
+                "AND records.removed_version IS NULL"
+            ),
+            params,
+        ).one()
+        added = (int(counted[0]), int(counted[1]))
     session.execute(
         update(Shard)
         .where(Shard.job_id == job.id, Shard.state == "staged")
@@ -489,7 +499,7 @@ def commit(
         job_id=job.id,
         operation=operation or ("overwrite" if replace else "write"),
         message=message,
-        added=(int(added[0]), int(added[1])),
+        added=added,
         removed=removed,
     )
     return version
@@ -640,11 +650,11 @@ def retire(session: Session, shard_ids: Sequence[int]) -> None:
 
 def has_committed(session: Session, dataset_id: int) -> bool:
     """Whether the dataset has any committed shard (else there is nothing to collide with)."""
-    return bool(
-        session.execute(
-            select(exists().where(Shard.dataset_id == dataset_id, Shard.state == "committed"))
-        ).scalar()
-    )
+    return bool(session.execute(select(_committed_exists(dataset_id))).scalar())
+
+
+def _committed_exists(dataset_id: int) -> Exists:
+    return exists().where(Shard.dataset_id == dataset_id, Shard.state == "committed")
 
 
 def delete_records(session: Session, shard_ids: Sequence[int]) -> None:

@@ -21,11 +21,18 @@ from sqlalchemy.orm import Session
 from ..errors import DuplicateKeyError, FormatError
 from ..storage import redact
 from .kinds import Summary, kind_of
-from .models import Layout, LayoutEntry, Record
+from .models import Base, Layout, LayoutEntry, Record
 from .pgcopy import copy_binary
 from .spans import PackedSpans, pack_spans
 
-__all__ = ["LayoutSpec", "PreparedShard", "ensure_layouts", "insert_records", "prepare_shard"]
+__all__ = [
+    "LayoutSpec",
+    "PreparedShard",
+    "ensure_layouts",
+    "insert_ignore",
+    "insert_records",
+    "prepare_shard",
+]
 
 MAX_LISTED_KEYS = 20
 """Duplicate keys named in an error message (the exception holds up to 1000)."""
@@ -190,10 +197,18 @@ def ensure_layouts(session: Session, dataset_id: int, layouts: list[LayoutSpec])
             signature=lay.signature,
             entry_count=len(lay.entries),
         )
-        session.execute(stmt)
-        layout_id = session.execute(
-            select(Layout.id).where(Layout.dataset_id == dataset_id, Layout.digest == lay.digest)
-        ).scalar_one()
+        # RETURNING gives the new id; no row back means the other writer's insert won.
+        layout_id = None
+        if session.get_bind().dialect.insert_returning:
+            layout_id = session.execute(stmt.returning(Layout.id)).scalar_one_or_none()
+        else:
+            session.execute(stmt)
+        if layout_id is None:
+            layout_id = session.execute(
+                select(Layout.id).where(
+                    Layout.dataset_id == dataset_id, Layout.digest == lay.digest
+                )
+            ).scalar_one()
         if lay.entries:
             session.execute(
                 _insert_ignore(session, LayoutEntry),
@@ -212,7 +227,8 @@ def ensure_layouts(session: Session, dataset_id: int, layouts: list[LayoutSpec])
     return [known[d] for d in digests]
 
 
-def _insert_ignore(session: Session, model: type[Layout] | type[LayoutEntry]) -> Any:
+def insert_ignore(session: Session, model: type[Base]) -> Any:
+    """``INSERT ... ON CONFLICT DO NOTHING`` into ``model``'s table, or None if the backend lacks it."""
     dialect = session.get_bind().dialect.name
     if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -222,7 +238,12 @@ def _insert_ignore(session: Session, model: type[Layout] | type[LayoutEntry]) ->
         from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
         return sqlite_insert(model).on_conflict_do_nothing()
-    return insert(model)
+    return None
+
+
+def _insert_ignore(session: Session, model: type[Layout] | type[LayoutEntry]) -> Any:
+    stmt = insert_ignore(session, model)
+    return insert(model) if stmt is None else stmt
 
 
 _COLUMNS = (

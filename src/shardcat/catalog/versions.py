@@ -12,8 +12,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import delete, func, select, text
+from sqlalchemy import delete, func, insert, select, text
 from sqlalchemy.orm import Session
 
 from ..errors import KeyNotFoundError, VersionNotFoundError
@@ -105,16 +106,25 @@ def record_version(
     added: tuple[int, int],
     removed: tuple[int, int],
 ) -> None:
-    """Insert the version row of a commit: ``added``/``removed`` are (records, bytes)."""
-    before = session.execute(
-        select(DatasetVersion.total_records, DatasetVersion.total_bytes)
-        .where(DatasetVersion.dataset_id == dataset_id, DatasetVersion.number < number)
-        .order_by(DatasetVersion.number.desc())
-        .limit(1)
-    ).first()
-    records, size = (int(before[0]), int(before[1])) if before is not None else (0, 0)
-    session.add(
-        DatasetVersion(
+    """Insert the version row of a commit: ``added``/``removed`` are (records, bytes).
+
+    The totals are the previous version's plus the change, read by the INSERT
+    itself (one round trip).
+    """
+    prev = DatasetVersion.__table__.alias("prev")
+
+    def previous(column: str) -> Any:
+        last = (
+            select(prev.c[column])
+            .where(prev.c.dataset_id == dataset_id, prev.c.number < number)
+            .order_by(prev.c.number.desc())
+            .limit(1)
+            .scalar_subquery()
+        )
+        return func.coalesce(last, 0)
+
+    session.execute(
+        insert(DatasetVersion).values(
             dataset_id=dataset_id,
             number=number,
             job_id=job_id,
@@ -124,11 +134,10 @@ def record_version(
             records_removed=removed[0],
             bytes_removed=removed[1],
             message=message,
-            total_records=records + added[0] - removed[0],
-            total_bytes=size + added[1] - removed[1],
+            total_records=previous("total_records") + (added[0] - removed[0]),
+            total_bytes=previous("total_bytes") + (added[1] - removed[1]),
         )
     )
-    session.flush()
 
 
 def remove_records(session: Session, where: str, params: dict[str, object]) -> tuple[int, int]:
