@@ -16,7 +16,7 @@ from sqlalchemy import select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from ..errors import DuplicateKeyError, ShardNotFoundError
+from ..errors import CatalogError, DuplicateKeyError, ShardNotFoundError
 from ..storage import redact
 from . import jobs
 from .datasets import find_dataset
@@ -193,7 +193,12 @@ def insert_shard(session: Session, dataset_id: int, job_id: int, prep: PreparedS
     if upsert is not None:
         # ON CONFLICT DO NOTHING: losing the race for the URL returns no id and leaves the
         # transaction usable, without a savepoint's two extra round trips.
-        shard_id = session.execute(upsert.values(values).returning(Shard.id)).scalar_one_or_none()
+        try:
+            shard_id = session.execute(
+                upsert.values(values).returning(Shard.id)
+            ).scalar_one_or_none()
+        except IntegrityError as e:  # not the URL (ignored above): a row it refers to is gone
+            raise _owner_gone(prep, dataset_id, job_id) from e
         if shard_id is None:
             raise _url_taken(prep, _dataset_name(session, dataset_id), "staged or committed", None)
     else:
@@ -210,6 +215,15 @@ def insert_shard(session: Session, dataset_id: int, job_id: int, prep: PreparedS
         shard_id = row.id
     insert_records(session, shard_id, dataset_id, prep, layout_ids)
     return shard_id
+
+
+def _owner_gone(prep: PreparedShard, dataset_id: int, job_id: int) -> CatalogError:
+    return CatalogError(
+        f"shard {prep.url} was not registered: its dataset (id {dataset_id}) or job "
+        f"(id {job_id}) was removed while it was being registered (a delete or a gc ran "
+        "meanwhile); nothing of it is in the catalog: create the dataset again if needed "
+        "and rerun the write"
+    )
 
 
 def _dataset_name(session: Session, dataset_id: int) -> str:
