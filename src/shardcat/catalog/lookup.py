@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import partial
 from itertools import pairwise
 from operator import itemgetter
@@ -550,7 +550,20 @@ def _joined(
     if n < 2 or not np.array_equal(sizes, merged.end - merged.start):
         views = [memoryview(b) for b in blobs]
         return views, np.zeros(n, dtype=np.int64), np.arange(n, dtype=np.int64)
-    at = np.cumsum(sizes) - sizes  # where each read lands if all were joined
+    out, which, base = _join_groups(blobs, sizes)
+    return out, base, which
+
+
+def _join_groups(
+    parts: Sequence[bytes | memoryview], sizes: np.ndarray
+) -> tuple[list[memoryview], np.ndarray, np.ndarray]:
+    """``parts`` (of ``sizes`` bytes) joined in order into buffers of about ``_JOIN_BYTES``.
+
+    Returns ``(buffers, which, base)``: part ``i`` lies at ``base[i]`` in
+    ``buffers[which[i]]``.
+    """
+    n = len(parts)
+    at = np.cumsum(sizes) - sizes  # where each part lands if all were joined
     group = at // _JOIN_BYTES
     new = np.empty(n, dtype=bool)
     new[0] = True
@@ -559,8 +572,7 @@ def _joined(
     which = np.cumsum(new) - 1
     base = at - at[firsts][which]
     bounds = [*firsts.tolist(), n]
-    out = [memoryview(b"".join(blobs[a:b])) for a, b in pairwise(bounds)]
-    return out, base, which
+    return [memoryview(b"".join(parts[a:b])) for a, b in pairwise(bounds)], which, base
 
 
 def _compacted(
@@ -585,18 +597,7 @@ def _compacted(
     offsets = (start - merged.start[merged.read]).tolist()
     ends = (start - merged.start[merged.read] + length).tolist()
     pieces = [views[r][a:b] for r, a, b in zip(merged.read.tolist(), offsets, ends)]
-    at = np.cumsum(length) - length
-    group = at // _JOIN_BYTES
-    n = len(pieces)
-    new = np.empty(n, dtype=bool)
-    new[0] = True
-    new[1:] = group[1:] != group[:-1]
-    firsts = np.flatnonzero(new)
-    which = np.cumsum(new) - 1
-    base = at - at[firsts][which]
-    bounds = [*firsts.tolist(), n]
-    out = [memoryview(b"".join(pieces[a:b])) for a, b in pairwise(bounds)]
-    return out, which, base
+    return _join_groups(pieces, length)
 
 
 def _wanted_entry(
