@@ -95,8 +95,6 @@ def test_where_filters_within_a_version(history):
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_a_version_through_dataloader_workers(history, method):
     url, expect = history
-    if method == "spawn" and not url.startswith("sqlite"):
-        pytest.skip("a version adds nothing to what workers unpickle: spawn is checked on SQLite")
     version = min(expect) + 2  # after the replace: hidden records in two shards
     ds = ShardIterableDataset(url, "train", version=version, decode=key_and_text)
     loader = DataLoader(
