@@ -75,10 +75,9 @@ def _cpu() -> str:
 
 
 def _load_words(info: dict[str, Any]) -> str:
-    """How busy the machine was: a load above half its cores makes absolute numbers noisy."""
-    peak = max(info["load_start"][0], info["load_end"][0])
+    """How busy the machine was before the run (the run itself adds about one to the load)."""
     cores = os.cpu_count() or 1
-    if peak <= cores / 2:
+    if info["load_start"][0] <= cores / 2:
         return "**Idle**"
     return "**Shared and loaded**, so absolute numbers are noisy"
 
