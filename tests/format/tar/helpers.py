@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import random
 import tarfile
 from collections.abc import Iterable
 from typing import Any
@@ -46,3 +47,13 @@ def make_tar(
             info.mtime = 1_700_000_000
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
+
+
+def random_samples_tar(seed: int, samples: int) -> bytes:
+    """A tar of ``samples`` samples (``jpg`` + ``cls``) of 0-3,000 random bytes each."""
+    rng = random.Random(seed)
+    return make_tar(
+        (f"s/{i:04d}.{ext}", rng.randbytes(rng.randrange(0, 3000)))
+        for i in range(samples)
+        for ext in ("jpg", "cls")
+    )

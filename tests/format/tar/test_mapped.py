@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import os
-import random
 from pathlib import Path
 from typing import Any
 
@@ -16,21 +15,12 @@ from shardcat.format.tar.mapped import map_stream
 from shardcat.format.tar.spec import BLOCK
 from shardcat.format.tar.walk import TarWalker
 
-from .helpers import make_tar
+from .helpers import random_samples_tar
 
 CHUNK = 4096  # small windows: the archive below spans ~130 of them
 
 
-def _archive() -> bytes:
-    rng = random.Random(7)
-    return make_tar(
-        (f"s/{i:04d}.{ext}", rng.randbytes(rng.randrange(0, 3000)))
-        for i in range(100)
-        for ext in ("jpg", "cls")
-    )
-
-
-DATA = _archive()
+DATA = random_samples_tar(7, 100)
 
 
 def _summary(source: Any, **kwargs: Any) -> tuple[Any, ...]:

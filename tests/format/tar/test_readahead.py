@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import os
-import random
 import threading
 from typing import Any
 
@@ -16,21 +15,12 @@ from shardcat.format.tar.readahead import THREAD_NAME, ChunkReader, is_local_fil
 from shardcat.format.tar.spec import BLOCK
 from shardcat.format.tar.walk import TarWalker
 
-from .helpers import make_tar
+from .helpers import make_tar, random_samples_tar
 
 CHUNK = 4096  # small chunks: the archive below spans ~200 of them
 
 
-def _archive() -> bytes:
-    rng = random.Random(5)
-    return make_tar(
-        (f"s/{i:04d}.{ext}", rng.randbytes(rng.randrange(0, 3000)))
-        for i in range(150)
-        for ext in ("jpg", "cls")
-    )
-
-
-DATA = _archive()
+DATA = random_samples_tar(5, 150)
 
 
 def _readers() -> list[threading.Thread]:
