@@ -57,3 +57,20 @@ def random_samples_tar(seed: int, samples: int) -> bytes:
         for i in range(samples)
         for ext in ("jpg", "cls")
     )
+
+
+def summary_fields(info: TarShardInfo) -> tuple[Any, ...]:
+    """What two scans of the same tar must agree on, as one comparable tuple."""
+    return (
+        info.keys,
+        info.records.tobytes(),
+        info.entries.tobytes(),
+        info.size,
+        info.end_offset,
+        info.member_count,
+    )
+
+
+def error_fields(err: BaseException) -> tuple[type, str, Any, Any]:
+    """An error's type, message, path and offset: what two walks must raise alike."""
+    return type(err), str(err), getattr(err, "path", None), getattr(err, "offset", None)

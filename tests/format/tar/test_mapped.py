@@ -15,7 +15,7 @@ from shardcat.format.tar.mapped import map_stream
 from shardcat.format.tar.spec import BLOCK
 from shardcat.format.tar.walk import TarWalker
 
-from .helpers import random_samples_tar
+from .helpers import error_fields, random_samples_tar, summary_fields
 
 CHUNK = 4096  # small windows: the archive below spans ~130 of them
 
@@ -25,21 +25,13 @@ DATA = random_samples_tar(7, 100)
 
 def _summary(source: Any, **kwargs: Any) -> tuple[Any, ...]:
     info = scan_tar(source, "x.tar", chunk_size=CHUNK, map_file=True, **kwargs)
-    return (
-        info.keys,
-        info.records.tobytes(),
-        info.entries.tobytes(),
-        info.size,
-        info.end_offset,
-        info.member_count,
-    )
+    return summary_fields(info)
 
 
 def _error(source: Any, **kwargs: Any) -> tuple[type, str, Any, Any]:
     with pytest.raises(TarError) as e:
         scan_tar(source, "x.tar", chunk_size=CHUNK, map_file=True, **kwargs)
-    err = e.value
-    return type(err), str(err), getattr(err, "path", None), getattr(err, "offset", None)
+    return error_fields(e.value)
 
 
 def _write(tmp_path: Path, data: bytes, name: str = "x.tar") -> Path:

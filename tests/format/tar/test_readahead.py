@@ -15,7 +15,7 @@ from shardcat.format.tar.readahead import THREAD_NAME, ChunkReader, is_local_fil
 from shardcat.format.tar.spec import BLOCK
 from shardcat.format.tar.walk import TarWalker
 
-from .helpers import make_tar, random_samples_tar
+from .helpers import error_fields, make_tar, random_samples_tar, summary_fields
 
 CHUNK = 4096  # small chunks: the archive below spans ~200 of them
 
@@ -36,21 +36,13 @@ def no_thread_left_behind() -> Any:
 
 def _summary(data: bytes, **kwargs: Any) -> tuple[Any, ...]:
     info = scan_tar(io.BytesIO(data), "mem.tar", chunk_size=CHUNK, **kwargs)
-    return (
-        info.keys,
-        info.records.tobytes(),
-        info.entries.tobytes(),
-        info.size,
-        info.end_offset,
-        info.member_count,
-    )
+    return summary_fields(info)
 
 
 def _error(data: bytes, **kwargs: Any) -> tuple[type, str, Any, Any]:
     with pytest.raises(TarError) as e:
         scan_tar(io.BytesIO(data), "mem.tar", chunk_size=CHUNK, **kwargs)
-    err = e.value
-    return type(err), str(err), getattr(err, "path", None), getattr(err, "offset", None)
+    return error_fields(e.value)
 
 
 class _Stream(io.RawIOBase):
