@@ -156,11 +156,11 @@ def _batches(
         # Without ``end`` (salvage), the first damaged or incomplete record
         # raises and the caller stops there.
         while end is None or pos < end:
-            if iter_run is not None:
-                run = iter_run(
+            if iter_run is not None or decode_run is not None:
+                args = (
                     buf.view,
                     buf.pos,
-                    buf.end,
+                    buf.end if iter_run is not None else min(buf.end, buf.pos + _RUN_BYTES),
                     pos,
                     stop_at,
                     alignment,
@@ -170,34 +170,22 @@ def _batches(
                     verify,
                     path,
                 )
-                yield run
-                for _ in run:  # a consumer that stopped early: skip what it left
-                    pass
-                used = run.used
+                if iter_run is not None:
+                    run = iter_run(*args)
+                    yield run
+                    for _ in run:  # a consumer that stopped early: skip what it left
+                        pass
+                    used, decoded = run.used, run.count
+                else:
+                    assert decode_run is not None
+                    pairs, used = decode_run(*args)
+                    decoded = len(pairs)
+                    if used:
+                        yield pairs
                 if used:
                     buf.pos += used
                     pos += used
-                    index += run.count
-                    continue
-            elif decode_run is not None:
-                pairs, used = decode_run(
-                    buf.view,
-                    buf.pos,
-                    min(buf.end, buf.pos + _RUN_BYTES),
-                    pos,
-                    stop_at,
-                    alignment,
-                    index,
-                    names,
-                    cache,
-                    verify,
-                    path,
-                )
-                if used:
-                    buf.pos += used
-                    pos += used
-                    index += len(pairs)
-                    yield pairs
+                    index += decoded
                     continue
             # Inlined buffer bookkeeping: this loop runs once per record.
             at = buf.pos
