@@ -64,7 +64,7 @@ def split_member_name(name: str) -> tuple[str, str] | None:
 
 def _name_error(raw: bytes | bytearray, path: str, offset: int) -> TarMemberNameError:
     return TarMemberNameError(
-        f"member name {raw!r:.120} is not valid UTF-8, so it cannot be a sample key; "
+        f"member name {bytes(raw)!r:.120} is not valid UTF-8, so it cannot be a sample key; "
         "rename the member",
         path=path,
         offset=offset,
