@@ -418,6 +418,34 @@ done:
 
 #include "_samples.h"
 
+/* headers(buf, positions) -> the indexes into `positions` of the headers whose checksum
+   checksum_ok() does not accept: the reference re-checks only those (walk.py's _verify,
+   for the few headers it parsed itself in each chunk; numpy costs more on so few). */
+static PyObject *py_headers(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer view;
+    PyObject *positions, *out = NULL;
+    if (!PyArg_ParseTuple(args, "y*O!", &view, &PyList_Type, &positions))
+        return NULL;
+    out = PyList_New(0);
+    for (Py_ssize_t i = 0; out != NULL && i < PyList_GET_SIZE(positions); i++) {
+        Py_ssize_t at = PyLong_AsSsize_t(PyList_GET_ITEM(positions, i));
+        if (at == -1 && PyErr_Occurred()) {
+            Py_CLEAR(out);
+            break;
+        }
+        if (at < 0 || at > view.len - BLOCK || !checksum_ok((const unsigned char *)view.buf + at)) {
+            PyObject *index = PyLong_FromSsize_t(i);
+            if (index == NULL || PyList_Append(out, index) < 0)
+                Py_CLEAR(out);
+            Py_XDECREF(index);
+        }
+    }
+    PyBuffer_Release(&view);
+    return out;
+}
+
 /* ------------------------------------------------------------------------ */
 /* the module                                                                */
 
@@ -452,6 +480,8 @@ static PyMethodDef methods[] = {
     {"walk_block", py_walk_block, METH_VARARGS,
      "walk_block(buf, start, end, base, expected, global_path) -> (stop, members, skipped, "
      "global_path, Members or None): walk() with the members kept in one C block."},
+    {"headers", py_headers, METH_VARARGS,
+     "headers(buf, positions) -> indexes of the headers whose checksum the fast check rejects."},
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, value=0): CRC32C of data, continuing from value."},
     {"crc32c_table", py_crc32c_table, METH_VARARGS, "CRC32C by the table fallback (for tests)."},
     {NULL, NULL, 0, NULL},

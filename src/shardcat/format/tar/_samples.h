@@ -303,6 +303,7 @@ typedef struct {
     uint64_t key_hash, start, end;
     size_t first_entry; /* its first row in `entries` */
     Vec lower; /* scratch: a lower-cased entry name */
+    Vec parsed; /* scratch: Parsed, per member of the block fed */
 } Grouper;
 
 typedef enum { G_OK = 0, G_SPLIT, G_DUPLICATE, G_LONG_KEY, G_MANY, G_NAMES, G_MEMORY } GStatus;
@@ -350,6 +351,11 @@ static const SeenKey *seen_find(const Grouper *g, const char *key, size_t len, u
 /* The spec id of entry name ext[:len], added in first-seen order; -1: no memory, -2: too many. */
 static long name_id(Grouper *g, const char *ext, size_t len)
 {
+    /* A WebDataset tar has a handful of entry names: compare with those before hashing. */
+    const Name *names = (const Name *)g->names.data;
+    for (size_t i = 0; i < g->names.len && i < 8; i++)
+        if (names[i].len == len && memcmp(g->name_bytes.data + names[i].at, ext, len) == 0)
+            return (long)i;
     uint64_t h = XXH64(ext, len, 0);
     if (g->name_slots != NULL) {
         for (size_t j = (size_t)h & g->name_mask; g->name_slots[j].item; j = (j + 1) & g->name_mask) {
@@ -423,19 +429,18 @@ static GStatus close_open(Grouper *g)
     return G_OK;
 }
 
-/* One member of sample key[:key_len], entry ext[:ext_len] (lower-cased): _Grouper._feed's
-   steps after the name split. On a rejection nothing is changed; *value is the seen
+/* One member of sample key[:key_len] (xxHash64 h), entry ext[:ext_len] (lower-cased):
+   _Grouper.feed's steps after the name split. On a rejection nothing is changed; *value is the seen
    sample's offset (G_SPLIT). */
-static GStatus group_add(Grouper *g, const char *key, size_t key_len, const char *ext,
-                         size_t ext_len, uint64_t first, uint64_t payload, uint64_t size,
-                         uint32_t crc, uint64_t *value)
+static GStatus group_add(Grouper *g, const char *key, size_t key_len, uint64_t h,
+                         const char *ext, size_t ext_len, uint64_t first, uint64_t payload,
+                         uint64_t size, uint32_t crc, uint64_t *value)
 {
     int same = g->open && g->key.len == key_len && memcmp(g->key.data, key, key_len) == 0;
     if (!same) {
         GStatus st = close_check(g);
         if (st != G_OK)
             return st;
-        uint64_t h = XXH64(key, key_len, 0);
         const SeenKey *s = seen_find(g, key, key_len, h);
         if (s != NULL) {
             *value = s->start;
@@ -502,6 +507,35 @@ static PyObject *status_tuple(const Grouper *g, GStatus st, uint64_t value)
     }
 }
 
+/* A member name on WebDataset's plain path: its key is name[:dot]. */
+typedef struct {
+    uint64_t hash; /* the key's xxHash64 */
+    size_t dot;
+} Parsed;
+
+/* The key's end in a plain name (the first dot of the basename), or 0 when the name is off
+   the plain path (scan.py's inline one: the key up to the first dot of the basename, a
+   non-empty entry name after it, no newline, no leading '_', ASCII only). */
+static size_t plain_dot(const char *p, size_t len)
+{
+    Py_ssize_t slash = -1, dot = -1;
+    if (len == 0 || p[0] == '_')
+        return 0;
+    for (size_t j = 0; j < len; j++) {
+        unsigned char c = (unsigned char)p[j];
+        if (c >= 0x80 || c == '\n')
+            return 0;
+        if (c == '/') {
+            slash = (Py_ssize_t)j;
+            dot = -1;
+        } else if (c == '.' && dot < 0)
+            dot = (Py_ssize_t)j;
+    }
+    if (dot <= slash + 1 || dot >= (Py_ssize_t)len - 1)
+        return 0;
+    return (size_t)dot;
+}
+
 /* feed(block, at) -> (stop, rejection or None): group block members from `at` until one
    whose name scan.py must split (rejection None) or one the grouping rejects. */
 static PyObject *grouper_feed(Grouper *g, PyObject *args)
@@ -515,27 +549,41 @@ static PyObject *grouper_feed(Grouper *g, PyObject *args)
     GStatus st = G_OK;
     uint64_t value = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (; i < b->n; i++) {
+    /* First the names: each new key's hash, and a prefetch of its slot in the seen set (a
+       random access in a table of every key so far), then the grouping. */
+    Py_ssize_t begin = i, stop = i;
+    g->parsed.len = 0;
+    Parsed *parsed = i < b->n ? vec_grow(&g->parsed, (size_t)(b->n - i)) : NULL;
+    if (i < b->n && parsed == NULL)
+        st = G_MEMORY;
+    const char *prev = NULL;
+    size_t prev_len = 0;
+    uint64_t prev_hash = 0;
+    for (; parsed != NULL && stop < b->n; stop++) {
+        const MemberRow *r = &b->rows[stop];
+        const char *p = b->names + r->name_at;
+        size_t dot = plain_dot(p, r->name_len);
+        if (dot == 0)
+            break;
+        Parsed *q = &parsed[stop - begin];
+        q->dot = dot;
+        if (prev != NULL && prev_len == dot && memcmp(prev, p, dot) == 0) {
+            q->hash = prev_hash;
+            continue;
+        }
+        q->hash = XXH64(p, dot, 0);
+        if (g->seen_slots != NULL)
+            __builtin_prefetch(&g->seen_slots[(size_t)q->hash & g->seen_mask]);
+        prev = p;
+        prev_len = dot;
+        prev_hash = q->hash;
+    }
+    /* Then the grouping, up to the first name scan.py must split (or a rejection). */
+    for (; st == G_OK && i < stop; i++) {
         const MemberRow *r = &b->rows[i];
         const char *p = b->names + r->name_at;
-        size_t len = r->name_len;
-        /* WebDataset's plain path, as scan.py's inline one: the key up to the first dot of
-           the basename, a non-empty entry name after it, no newline, no leading '_'. */
-        Py_ssize_t slash = -1, dot = -1;
-        int plain = len > 0 && p[0] != '_';
-        for (size_t j = 0; plain && j < len; j++) {
-            unsigned char c = (unsigned char)p[j];
-            if (c >= 0x80 || c == '\n')
-                plain = 0;
-            else if (c == '/') {
-                slash = (Py_ssize_t)j;
-                dot = -1;
-            } else if (c == '.' && dot < 0)
-                dot = (Py_ssize_t)j;
-        }
-        if (!plain || dot <= slash + 1 || dot >= (Py_ssize_t)len - 1)
-            break;
-        size_t ext_len = len - (size_t)dot - 1;
+        const Parsed *q = &parsed[i - begin];
+        size_t ext_len = r->name_len - q->dot - 1;
         g->lower.len = 0;
         char *lower = vec_grow(&g->lower, ext_len);
         if (lower == NULL) {
@@ -543,11 +591,11 @@ static PyObject *grouper_feed(Grouper *g, PyObject *args)
             break;
         }
         for (size_t j = 0; j < ext_len; j++) {
-            char c = p[dot + 1 + j];
+            char c = p[q->dot + 1 + j];
             lower[j] = (c >= 'A' && c <= 'Z') ? (char)(c + 32) : c;
         }
-        st = group_add(g, p, (size_t)dot, lower, ext_len, r->first, r->payload, r->size, r->crc,
-                       &value);
+        st = group_add(g, p, q->dot, q->hash, lower, ext_len, r->first, r->payload, r->size,
+                       r->crc, &value);
         if (st != G_OK)
             break;
     }
@@ -570,8 +618,8 @@ static PyObject *grouper_add(Grouper *g, PyObject *args)
                           &size, &crc))
         return NULL;
     uint64_t value = 0;
-    GStatus st = group_add(g, key, (size_t)key_len, ext, (size_t)ext_len, first, payload, size,
-                           (uint32_t)crc, &value);
+    GStatus st = group_add(g, key, (size_t)key_len, XXH64(key, (size_t)key_len, 0), ext,
+                           (size_t)ext_len, first, payload, size, (uint32_t)crc, &value);
     return status_tuple(g, st, value);
 }
 
@@ -655,14 +703,15 @@ static int grouper_init(Grouper *g, PyObject *args, PyObject *kwds)
     g->entries.item = sizeof(EntryRow);
     g->seen.item = sizeof(SeenKey);
     g->names.item = sizeof(Name);
+    g->parsed.item = sizeof(Parsed);
     g->arena.item = g->name_bytes.item = g->key.item = g->lower.item = 1;
     return 0;
 }
 
 static void grouper_dealloc(Grouper *g)
 {
-    Vec *vecs[] = {&g->records, &g->entries, &g->arena,  &g->seen,
-                   &g->names,   &g->name_bytes, &g->key, &g->lower};
+    Vec *vecs[] = {&g->records, &g->entries,    &g->arena, &g->seen,  &g->names,
+                   &g->name_bytes, &g->key, &g->lower, &g->parsed};
     for (size_t i = 0; i < sizeof(vecs) / sizeof(vecs[0]); i++)
         vec_free(vecs[i]);
     PyMem_RawFree(g->seen_slots);

@@ -40,6 +40,7 @@ __all__ = [
     "WalkResult",
     "active",
     "available",
+    "headers",
     "use",
     "walk",
     "walk_block",
@@ -68,6 +69,8 @@ walk: Callable[[Any, int, int, int, int, bytes | None], WalkResult] | None
 """The compiled member loop, or ``None`` when the reference walks alone."""
 walk_block: Callable[[Any, int, int, int, int, bytes | None], BlockResult] | None
 """The compiled member loop keeping its members in a C block, or ``None``."""
+headers: Callable[[Any, list[int]], list[int]] | None
+"""The compiled header-checksum check (indexes it does not accept), or ``None``."""
 Grouper: Callable[[], Any] | None
 """The compiled sample grouping (``_ctar.Grouper``: blocks to footer rows), or ``None``."""
 _active: Name
@@ -93,7 +96,7 @@ def use(name: str) -> Name:
     ValueError
         An unknown name.
     """
-    global walk, walk_block, Grouper, _active
+    global walk, walk_block, headers, Grouper, _active
     previous = globals().get("_active", "python")
     choice = choose(
         name, built=_compiled is not None, missing=_missing, what="tar walker", env_var=ENV_VAR
@@ -101,9 +104,10 @@ def use(name: str) -> Name:
     if choice == "compiled":
         walk = _compiled.walk
         walk_block = _compiled.walk_block
+        headers = _compiled.headers
         Grouper = _compiled.Grouper
     else:
-        walk = walk_block = Grouper = None
+        walk = walk_block = headers = Grouper = None
     _active = choice
     return previous  # type: ignore[no-any-return]
 

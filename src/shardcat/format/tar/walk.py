@@ -283,7 +283,14 @@ class TarWalker:
 
     def _verify(self) -> None:
         """Check every pending header's checksum; release the members they describe."""
-        bad = checksum_mismatches(self._array, self._pending)
+        pending = self._pending
+        fast = tarwalker.headers
+        if fast is not None and pending:
+            # The compiled check passes the common form; the reference decides the rest.
+            maybe = fast(self._buf, pending)
+            bad = [maybe[i] for i in checksum_mismatches(self._array, [pending[i] for i in maybe])]
+        else:
+            bad = checksum_mismatches(self._array, pending)
         if bad:
             pos = self._pending[bad[0]]
             offset = self._base + pos
