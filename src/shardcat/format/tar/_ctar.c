@@ -202,9 +202,24 @@ static void scan(const unsigned char *buf, Py_ssize_t start, Py_ssize_t end, lon
     const unsigned char *global = st->global;
     Py_ssize_t global_len = st->global_len;
     Py_ssize_t committed = start;
+    Py_ssize_t ahead = start; /* prefetched up to here */
     for (;;) {
         /* One group: extension headers, then the header they describe. */
         Py_ssize_t pos = committed;
+#ifndef PREFETCH_AHEAD
+#define PREFETCH_AHEAD 8192 /* measured best of 4-64 KiB on a mapped 1 GiB tar */
+#endif
+#if PREFETCH_AHEAD > 0
+        /* Keep the cache a little ahead of the walk: a mapped file's pages lie anywhere in
+           memory, and the CPU's own prefetcher stops at each 4 KiB page boundary. */
+        {
+            Py_ssize_t to = pos + PREFETCH_AHEAD < end ? pos + PREFETCH_AHEAD : end;
+            if (ahead < pos)
+                ahead = pos;
+            for (; ahead < to; ahead += 64)
+                __builtin_prefetch(buf + ahead);
+        }
+#endif
         const unsigned char *long_name = NULL, *pax_path = NULL, *group_global = global;
         size_t long_len = 0, pax_path_len = 0;
         Py_ssize_t group_global_len = global_len;

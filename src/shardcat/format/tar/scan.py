@@ -361,7 +361,7 @@ def iter_tar_samples(
     size: int | None = None,
     chunk_size: int = DEFAULT_CHUNK,
     readahead: int | None = None,
-    map_file: bool = False,
+    map_file: bool = True,
 ) -> Iterator[TarSample]:
     """Stream a tar once and yield its samples in archive order.
 
@@ -384,11 +384,11 @@ def iter_tar_samples(
         raises in it is raised here. A mapped file needs no thread.
     map_file:
         Walk a local file (a path, or an open regular file at offset 0) in a
-        read-only mapping instead of reading it: no read copy, but a page
-        fault per 64 KiB instead, which costs more CPU than the copy on the
-        VMs measured (``benchmarks/README.md``), hence off by default. A
+        read-only mapping instead of reading it (default): no read copy,
+        a page fault per 64 KiB instead, which costs less CPU than the copy
+        with the compiled walker (``benchmarks/README.md``, 2026-11-24). A
         file cut short while it is walked is reported as a truncated tar.
-        Other streams are read.
+        ``False`` reads it. Other streams are always read.
 
     Yields
     ------
@@ -434,7 +434,7 @@ def scan_tar(
     size: int | None = None,
     chunk_size: int = DEFAULT_CHUNK,
     readahead: int | None = None,
-    map_file: bool = False,
+    map_file: bool = True,
 ) -> TarShardInfo:
     """Stream a tar once and summarise every sample for the catalog (or TARIDX).
 

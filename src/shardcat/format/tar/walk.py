@@ -13,7 +13,7 @@ chunk go through its C loop, and this code reads only the groups it stops at
 (one cut by the chunk's end, a damaged header, the end of the archive): the
 errors, and every rare case, stay here.
 
-With ``map_file=True`` a local file is not read at all: it is mapped
+With ``map_file=True`` (the default) a local file is not read at all: it is mapped
 (:mod:`.mapped`) and walked in place, one ``chunk_size`` window at a time, each window cut at the
 file's current size, so a file cut short while it is walked is reported as a
 stream that ends early is; no read-ahead thread runs for it.
@@ -124,9 +124,10 @@ class TarWalker:
     map_file:
         Walk a regular local file (``stream.fileno()``, at offset 0) in a
         read-only mapping instead of reading it (:mod:`.mapped`); any other
-        stream, or a file that cannot be mapped, is read. Off by default:
-        the mapping's page faults cost more CPU than the read's copy on the
-        VMs measured.
+        stream, or a file that cannot be mapped, is read. On by default:
+        with the compiled walk and grouping, the page faults cost less CPU
+        than the read's copy (``benchmarks/README.md``, 2026-11-24 tarpass);
+        ``False`` reads the file.
     blocks:
         With the compiled walker, yield :data:`Pieces` instead of batches:
         the compiled loop's members stay in C blocks (``_ctar.Members``)
@@ -147,7 +148,7 @@ class TarWalker:
         size: int | None = None,
         chunk_size: int = DEFAULT_CHUNK,
         readahead: int | None = None,
-        map_file: bool = False,
+        map_file: bool = True,
         blocks: bool = False,
     ) -> None:
         if chunk_size < 4 * BLOCK or chunk_size % BLOCK:
