@@ -162,3 +162,23 @@ def test_a_key_longer_than_the_format_allows_is_reported_alike():
     data = make_tar([("a.jpg", b"1"), (f"{long_key}.jpg", b"2"), ("b.jpg", b"3")])
     result = _same(data)
     assert result[0] is TarMemberNameError and "longer than" in result[1]
+
+
+def _group_error(grouper: Any, pieces: Any) -> tuple[Any, ...]:
+    grouper.feed(pieces)  # the limit is checked when the sample closes
+    with pytest.raises(ShardcatError) as info:
+        grouper.finish()
+    return error_fields(info.value)
+
+
+def test_a_sample_with_more_entries_than_the_format_allows_is_reported_alike():
+    # The reference's duplicate check is quadratic (minutes at this size): compare with its
+    # error as it builds it.
+    from shardcat.format.tar.scan import _CompiledGrouper, _many_error
+
+    n = MAX_ENTRIES + 1
+    names = [f"k.e{i}".encode() for i in range(n)]
+    firsts = [i * 1024 for i in range(n)]
+    batch = (names, firsts, [f + 512 for f in firsts], [0] * n, [0] * n)
+    compiled = _group_error(_CompiledGrouper("mem.tar", ctar.Grouper()), [batch])
+    assert compiled == error_fields(_many_error("k", n, "mem.tar", 0))
