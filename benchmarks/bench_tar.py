@@ -322,7 +322,8 @@ def walkers(choice: str, readaheads: list[int] | None = None, mmap_too: bool = F
     """Scan variants: a walker name (the library's read-ahead: by backend), or ``_raN`` for each given.
 
     ``mmap_too``: also ``<walker>_mmap``, a local file walked in a mapping
-    (``map_file=True``) beside the read walk.
+    (``map_file=True``, the library's default for a local file) beside the
+    read walk: the other variants pass ``map_file=False``.
     """
     from shardcat.format.tar import tarwalker
 
