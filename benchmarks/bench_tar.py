@@ -264,22 +264,26 @@ def bench_s3(tmp: str, path: str, info, args) -> dict[str, float]:
 def cpu_budget(path: str, repeat: int) -> dict[str, float]:
     """CPU seconds (median of ``repeat``) of a local scan's stages, each run on its own.
 
-    ``walk``: read + headers + CRC32C + the member lists (``TarWalker``);
-    ``walk_group``: and the grouping into samples; ``scan``: and the summary
-    (``scan_tar``). Differences are the stages' costs. Default walker and read-ahead.
+    ``walk``: read + headers + CRC32C + the members (``TarWalker``, as
+    ``scan_tar`` runs it: C blocks with the compiled walker, lists with the
+    reference); ``walk_group``: and the grouping into sample rows; ``scan``:
+    and the summary (``scan_tar``). Differences are the stages' costs.
+    Default walker and read-ahead.
     """
-    from shardcat.format.tar.scan import _Grouper
+    from shardcat.format.tar.scan import _CompiledGrouper, _grouper
     from shardcat.format.tar.walk import TarWalker
 
     def walk() -> None:
         with open(path, "rb", buffering=0) as f:
-            for _ in TarWalker(f, path):
+            blocks = isinstance(_grouper(path), _CompiledGrouper)
+            for _ in TarWalker(f, path, blocks=blocks):
                 pass
 
     def walk_group() -> None:
         with open(path, "rb", buffering=0) as f:
-            grouper = _Grouper(path)
-            for batch in TarWalker(f, path):
+            grouper = _grouper(path)
+            blocks = isinstance(grouper, _CompiledGrouper)
+            for batch in TarWalker(f, path, blocks=blocks):
                 grouper.feed(batch)
             grouper.finish()
 
@@ -318,7 +322,8 @@ def walkers(choice: str, readaheads: list[int] | None = None, mmap_too: bool = F
     """Scan variants: a walker name (the library's read-ahead: by backend), or ``_raN`` for each given.
 
     ``mmap_too``: also ``<walker>_mmap``, a local file walked in a mapping
-    (``map_file=True``) beside the read walk.
+    (``map_file=True``, the library's default for a local file) beside the
+    read walk: the other variants pass ``map_file=False``.
     """
     from shardcat.format.tar import tarwalker
 

@@ -54,9 +54,13 @@ def test_a_local_file_is_mapped_and_a_stream_is_not(tmp_path):
     for _ in walker:
         assert not walker.mapped
     with open(path, "rb") as f:
-        walker = TarWalker(f, "x.tar", chunk_size=CHUNK)  # reads unless asked to map
+        walker = TarWalker(f, "x.tar", chunk_size=CHUNK, map_file=False)  # read when asked
         for _ in walker:
             assert not walker.mapped
+    with open(path, "rb") as f:
+        walker = TarWalker(f, "x.tar", chunk_size=CHUNK)  # mapped by default
+        for _ in walker:
+            assert walker.mapped
     with open(path, "rb") as f:
         f.seek(BLOCK)  # not at the archive's start: read from here, as given
         assert map_stream(f, CHUNK) is None

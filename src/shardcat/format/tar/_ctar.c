@@ -172,15 +172,6 @@ static int parse_pax(const unsigned char *d, size_t n, PaxRecords *out)
 /* ------------------------------------------------------------------------ */
 /* the walk                                                                  */
 
-static int append_steal(PyObject *list, PyObject *item)
-{
-    if (item == NULL)
-        return -1;
-    int rc = PyList_Append(list, item);
-    Py_DECREF(item);
-    return rc;
-}
-
 /* One regular member found by scan(): its name is prefix + '/' + name when
    prefix is not NULL; both point into the buffer or the global path. */
 typedef struct {
@@ -211,9 +202,24 @@ static void scan(const unsigned char *buf, Py_ssize_t start, Py_ssize_t end, lon
     const unsigned char *global = st->global;
     Py_ssize_t global_len = st->global_len;
     Py_ssize_t committed = start;
+    Py_ssize_t ahead = start; /* prefetched up to here */
     for (;;) {
         /* One group: extension headers, then the header they describe. */
         Py_ssize_t pos = committed;
+#ifndef PREFETCH_AHEAD
+#define PREFETCH_AHEAD 8192 /* measured best of 4-64 KiB on a mapped 1 GiB tar */
+#endif
+#if PREFETCH_AHEAD > 0
+        /* Keep the cache a little ahead of the walk: a mapped file's pages lie anywhere in
+           memory, and the CPU's own prefetcher stops at each 4 KiB page boundary. */
+        {
+            Py_ssize_t to = pos + PREFETCH_AHEAD < end ? pos + PREFETCH_AHEAD : end;
+            if (ahead < pos)
+                ahead = pos;
+            for (; ahead < to; ahead += 64)
+                __builtin_prefetch(buf + ahead);
+        }
+#endif
         const unsigned char *long_name = NULL, *pax_path = NULL, *group_global = global;
         size_t long_len = 0, pax_path_len = 0;
         Py_ssize_t group_global_len = global_len;
@@ -425,177 +431,34 @@ done:
     return result;
 }
 
-/* ------------------------------------------------------------------------ */
-/* samples                                                                   */
+#include "_samples.h"
 
-#define MAX_KEY_BYTES 0xFFFF
-#define MAX_ENTRIES 0xFFFF
-#define EXT_SLOTS 32
-#define EXT_MAX 255
-
-typedef struct {
-    unsigned char bytes[EXT_MAX];
-    Py_ssize_t len;
-    PyObject *str; /* owned */
-} ExtSlot;
-
-/* group(names, firsts, payloads, sizes, seen, key, start, end, exts, begin): scan.py's
-   _Grouper.feed for the members it accepts, from index `begin`, in order. `key`,
-   `start`, `end` and `exts` (a list, appended to) are the open sample; `seen`
-   (key -> start, added to) holds the closed ones. Stops in front of the first
-   member that the reference must read: a name off WebDataset's plain path
-   (no dot, a leading '_', a newline, a non-ASCII byte), a key seen before, a
-   repeated entry name, a key or an entry count above the format's limits.
-   Returns (stop, entry_names, keys, offsets, lengths, counts, key, start, end). */
-static PyObject *py_group(PyObject *self, PyObject *args)
+/* headers(buf, positions) -> the indexes into `positions` of the headers whose checksum
+   checksum_ok() does not accept: the reference re-checks only those (walk.py's _verify,
+   for the few headers it parsed itself in each chunk; numpy costs more on so few). */
+static PyObject *py_headers(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *names, *firsts, *payloads, *sizes, *seen, *key, *exts;
-    long long start, end;
-    Py_ssize_t i;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!OLLO!n", &PyList_Type, &names, &PyList_Type, &firsts,
-                          &PyList_Type, &payloads, &PyList_Type, &sizes, &PyDict_Type, &seen, &key,
-                          &start, &end, &PyList_Type, &exts, &i))
+    Py_buffer view;
+    PyObject *positions, *out = NULL;
+    if (!PyArg_ParseTuple(args, "y*O!", &view, &PyList_Type, &positions))
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(names);
-    if (PyList_GET_SIZE(firsts) != n || PyList_GET_SIZE(payloads) != n || PyList_GET_SIZE(sizes) != n) {
-        PyErr_SetString(PyExc_ValueError, "group: the columns differ in length");
-        return NULL;
+    out = PyList_New(0);
+    for (Py_ssize_t i = 0; out != NULL && i < PyList_GET_SIZE(positions); i++) {
+        Py_ssize_t at = PyLong_AsSsize_t(PyList_GET_ITEM(positions, i));
+        if (at == -1 && PyErr_Occurred()) {
+            Py_CLEAR(out);
+            break;
+        }
+        if (at < 0 || at > view.len - BLOCK || !checksum_ok((const unsigned char *)view.buf + at)) {
+            PyObject *index = PyLong_FromSsize_t(i);
+            if (index == NULL || PyList_Append(out, index) < 0)
+                Py_CLEAR(out);
+            Py_XDECREF(index);
+        }
     }
-    ExtSlot slots[EXT_SLOTS];
-    int used = 0;
-    PyObject *out_names = PyList_New(0), *keys = PyList_New(0), *offsets = PyList_New(0);
-    PyObject *lengths = PyList_New(0), *counts = PyList_New(0), *result = NULL;
-    Py_INCREF(key);
-    if (i < 0)
-        i = 0;
-    if (!out_names || !keys || !offsets || !lengths || !counts)
-        goto done;
-    for (; i < n; i++) {
-        PyObject *name = PyList_GET_ITEM(names, i);
-        const unsigned char *p;
-        Py_ssize_t len, slash = -1, dot = -1;
-        if (PyBytes_Check(name)) {
-            p = (const unsigned char *)PyBytes_AS_STRING(name);
-            len = PyBytes_GET_SIZE(name);
-        } else if (PyByteArray_Check(name)) { /* a name the reference walker sliced */
-            p = (const unsigned char *)PyByteArray_AS_STRING(name);
-            len = PyByteArray_GET_SIZE(name);
-        } else
-            break;
-        int plain = len > 0 && p[0] != '_';
-        for (Py_ssize_t j = 0; plain && j < len; j++) {
-            unsigned char c = p[j];
-            if (c >= 0x80 || c == '\n')
-                plain = 0;
-            else if (c == '/') {
-                slash = j;
-                dot = -1;
-            } else if (c == '.' && dot < 0)
-                dot = j;
-        }
-        if (!plain || dot <= slash + 1 || dot >= len - 1 || len - dot - 1 > EXT_MAX || dot > MAX_KEY_BYTES)
-            break;
-        /* The entry name, lower-cased; one str per distinct name in this call. */
-        unsigned char lower[EXT_MAX];
-        Py_ssize_t ext_len = len - dot - 1;
-        for (Py_ssize_t j = 0; j < ext_len; j++) {
-            unsigned char c = p[dot + 1 + j];
-            lower[j] = (c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32) : c;
-        }
-        PyObject *ext = NULL;
-        for (int k = 0; k < used; k++)
-            if (slots[k].len == ext_len && memcmp(slots[k].bytes, lower, (size_t)ext_len) == 0) {
-                ext = slots[k].str;
-                break;
-            }
-        if (ext == NULL) {
-            if (used == EXT_SLOTS)
-                break;
-            ext = PyUnicode_DecodeASCII((const char *)lower, ext_len, NULL);
-            if (ext == NULL)
-                goto done;
-            memcpy(slots[used].bytes, lower, (size_t)ext_len);
-            slots[used].len = ext_len;
-            slots[used].str = ext;
-            used++;
-        }
-        long long first = PyLong_AsLongLong(PyList_GET_ITEM(firsts, i));
-        long long stop = PyLong_AsLongLong(PyList_GET_ITEM(payloads, i)) +
-                         PyLong_AsLongLong(PyList_GET_ITEM(sizes, i));
-        if (PyErr_Occurred())
-            goto done;
-        int same = 0;
-        if (key != Py_None && PyUnicode_IS_COMPACT_ASCII(key) && PyUnicode_GET_LENGTH(key) == dot)
-            same = memcmp(PyUnicode_DATA(key), p, (size_t)dot) == 0;
-        if (same) {
-            Py_ssize_t count = PyList_GET_SIZE(exts);
-            if (count >= MAX_ENTRIES)
-                break;
-            int dup = PySequence_Contains(exts, ext);
-            if (dup < 0)
-                goto done;
-            if (dup)
-                break;
-            if (PyList_Append(exts, ext) < 0 || PyList_Append(out_names, ext) < 0)
-                goto done;
-            end = stop;
-            continue;
-        }
-        PyObject *new_key = PyUnicode_DecodeASCII((const char *)p, dot, NULL);
-        if (new_key == NULL)
-            goto done;
-        int split = PyDict_Contains(seen, new_key);
-        if (split != 0) {
-            Py_DECREF(new_key);
-            if (split < 0)
-                goto done;
-            break;
-        }
-        if (key != Py_None) {
-            /* Close the open sample, with _Grouper._close's checks (it may come from the reference). */
-            Py_ssize_t key_bytes;
-            if (PyUnicode_AsUTF8AndSize(key, &key_bytes) == NULL) {
-                Py_DECREF(new_key);
-                goto done;
-            }
-            Py_ssize_t count = PyList_GET_SIZE(exts);
-            if (key_bytes > MAX_KEY_BYTES || count > MAX_ENTRIES || PyUnicode_Compare(key, new_key) == 0) {
-                Py_DECREF(new_key);
-                break;
-            }
-            PyObject *at = PyLong_FromLongLong(start);
-            if (at == NULL || PyDict_SetItem(seen, key, at) < 0 || PyList_Append(keys, key) < 0 ||
-                PyList_Append(offsets, at) < 0 ||
-                append_steal(lengths, PyLong_FromLongLong(end - start)) < 0 ||
-                append_steal(counts, PyLong_FromSsize_t(count)) < 0) {
-                Py_XDECREF(at);
-                Py_DECREF(new_key);
-                goto done;
-            }
-            Py_DECREF(at);
-            if (PyList_SetSlice(exts, 0, count, NULL) < 0) {
-                Py_DECREF(new_key);
-                goto done;
-            }
-        }
-        Py_SETREF(key, new_key);
-        start = first;
-        end = stop;
-        if (PyList_Append(exts, ext) < 0 || PyList_Append(out_names, ext) < 0)
-            goto done;
-    }
-    result = Py_BuildValue("(nOOOOOOLL)", i, out_names, keys, offsets, lengths, counts, key, start, end);
-done:
-    for (int k = 0; k < used; k++)
-        Py_DECREF(slots[k].str);
-    Py_XDECREF(out_names);
-    Py_XDECREF(keys);
-    Py_XDECREF(offsets);
-    Py_XDECREF(lengths);
-    Py_XDECREF(counts);
-    Py_DECREF(key);
-    return result;
+    PyBuffer_Release(&view);
+    return out;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -629,9 +492,11 @@ static PyMethodDef methods[] = {
      "walk(buf, start, end, base, expected, global_path) -> (stop, members, skipped, global_path, "
      "names, first_headers, payload_offsets, sizes, crc32cs): the complete member groups of "
      "buf[start:end], up to the first one the reference walker must read."},
-    {"group", py_group, METH_VARARGS,
-     "group(names, firsts, payloads, sizes, seen, key, start, end, exts): the samples of the "
-     "members the reference grouper would accept, up to the first it must read."},
+    {"walk_block", py_walk_block, METH_VARARGS,
+     "walk_block(buf, start, end, base, expected, global_path) -> (stop, members, skipped, "
+     "global_path, Members or None): walk() with the members kept in one C block."},
+    {"headers", py_headers, METH_VARARGS,
+     "headers(buf, positions) -> indexes of the headers whose checksum the fast check rejects."},
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, value=0): CRC32C of data, continuing from value."},
     {"crc32c_table", py_crc32c_table, METH_VARARGS, "CRC32C by the table fallback (for tests)."},
     {NULL, NULL, 0, NULL},
@@ -649,7 +514,7 @@ PyMODINIT_FUNC PyInit__ctar(void)
         return NULL;
     if (PyModule_AddIntConstant(m, "BLOCK", BLOCK) < 0 ||
         PyModule_AddIntConstant(m, "MAX_EXTENSION_BYTES", MAX_EXTENSION_BYTES) < 0 ||
-        PyModule_AddIntConstant(m, "have_sse42", have_sse42) < 0) {
+        PyModule_AddIntConstant(m, "have_sse42", have_sse42) < 0 || add_sample_types(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

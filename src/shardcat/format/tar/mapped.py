@@ -3,9 +3,12 @@
 A ``read()`` from the page cache is a memcpy that costs about as much CPU as
 the payloads' CRC32C; a mapping lets the walker (and its compiled loop) read
 the page cache itself. It pays in page faults instead (one per 64 KiB of
-fault-around, each a page-table update): on the 2-core VM measured, 0.19 s
-CPU per GiB mapped and CRC'd against 0.16 s read and CRC'd, so the walker
-maps only when asked (``map_file=True``). :class:`~.walk.TarWalker` maps a
+fault-around, each a page-table update). Once the compiled walk grouped
+members in C and prefetched ahead of itself (a mapped file's pages are
+scattered, and the CPU's prefetcher stops at page boundaries), the mapping
+cost less CPU than the read on the 2-core VM measured (0.23 against 0.29 s
+per GiB, ``benchmarks/README.md`` 2026-11-24), so it is the default
+(``map_file=True``; ``False`` reads). :class:`~.walk.TarWalker` maps a
 stream, if asked, when it is a regular local file positioned at its start (:func:`map_stream`); anything
 else (a pipe, a special file, an fsspec file, a failed ``mmap``) is read as a
 stream, as before.

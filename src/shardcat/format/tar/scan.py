@@ -24,7 +24,7 @@ from . import tarwalker
 from .errors import DuplicateMemberError, SplitSampleError, TarError, TarMemberNameError
 from .info import TarEntry, TarSample, TarShardInfo
 from .spec import BLOCK
-from .walk import DEFAULT_CHUNK, Batch, Member, TarWalker
+from .walk import DEFAULT_CHUNK, Batch, Pieces, TarWalker
 
 __all__ = ["iter_tar_samples", "scan_tar", "split_member_name"]
 
@@ -33,6 +33,8 @@ __all__ = ["iter_tar_samples", "scan_tar", "split_member_name"]
 # fast path below does not decide.
 _WDS_KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 _WDS_META = re.compile(r"__[^/]*__($|/)")
+MAX_SPECS = 1 << 16
+"""Distinct entry names a tar may have: an entry row's ``spec`` is a ``<u2``."""
 
 
 def split_member_name(name: str) -> tuple[str, str] | None:
@@ -60,8 +62,67 @@ def split_member_name(name: str) -> tuple[str, str] | None:
     return key, ext.lower()
 
 
+def _name_error(raw: bytes | bytearray, path: str, offset: int) -> TarMemberNameError:
+    return TarMemberNameError(
+        f"member name {bytes(raw)!r:.120} is not valid UTF-8, so it cannot be a sample key; "
+        "rename the member",
+        path=path,
+        offset=offset,
+    )
+
+
+def _split_error(name: str, key: str, seen: int, path: str, offset: int) -> SplitSampleError:
+    return SplitSampleError(
+        f"member {name!r} belongs to sample {key!r}, whose other members "
+        f"start at byte {seen} and are not adjacent to it; "
+        "a WebDataset sample's members must be consecutive (re-write the tar "
+        "with each sample's files together)",
+        key=key,
+        first_offset=seen,
+        path=path,
+        offset=offset,
+    )
+
+
+def _duplicate_error(name: str, key: str, ext: str, path: str, offset: int) -> DuplicateMemberError:
+    return DuplicateMemberError(
+        f"sample {key!r} has two members named {ext!r} (the second is {name!r}); remove one of them",
+        path=path,
+        offset=offset,
+    )
+
+
+def _long_key_error(length: int, path: str, offset: int) -> TarMemberNameError:
+    return TarMemberNameError(
+        f"sample key of {length} bytes is longer than {MAX_KEY_BYTES}", path=path, offset=offset
+    )
+
+
+def _many_error(key: str, count: int, path: str, offset: int) -> TarError:
+    return TarError(
+        f"sample {key!r} has {count} members, more than {MAX_ENTRIES}", path=path, offset=offset
+    )
+
+
+def _split_name(name: str) -> tuple[str, str] | None:
+    """:func:`split_member_name`, with its fast path inline (this runs once per member)."""
+    slash = name.rfind("/")
+    dot = name.find(".", slash + 1)
+    if dot > slash + 1 and dot < len(name) - 1 and name[0] != "_" and "\n" not in name:
+        return name[:dot], name[dot + 1 :].lower()
+    return split_member_name(name)
+
+
+def _specs(names: Iterable[str]) -> list[EntrySpec]:
+    return [EntrySpec(name, guess_content_type(name), Codec.NONE) for name in names]
+
+
 class _Grouper:
-    """Turns members (in archive order) into sample columns; checks adjacency and names."""
+    """Turns members (in archive order) into sample columns; checks adjacency and names.
+
+    The reference (and the grouping of the Python walker); :class:`_CompiledGrouper`
+    gives the same rows and errors.
+    """
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -83,98 +144,29 @@ class _Grouper:
         self._current: list[str] = []
 
     def feed(self, batch: Batch) -> None:
-        group = tarwalker.group
-        if group is None:
-            self._feed(zip(*batch))
-            return
-        # The compiled grouping takes the plain members; the reference reads each other one.
-        names, firsts, payloads, sizes, crcs = batch
-        at = 0
-        while at < len(names):
-            stop, exts, keys, offsets, lengths, counts, self._key, self._start, self._end = group(
-                names,
-                firsts,
-                payloads,
-                sizes,
-                self._seen,
-                self._key,
-                self._start,
-                self._end,
-                self._current,
-                at,
-            )
-            self.names.extend(exts)
-            if keys:
-                raws = [k.encode("utf-8") for k in keys]
-                self.keys.extend(keys)
-                self.key_hashes.extend(map(key_hash, raws))
-                self.key_lengths.extend(map(len, raws))
-                self.offsets.extend(offsets)
-                self.lengths.extend(lengths)
-                self.counts.extend(counts)
-            if at == 0 and stop == len(names):
-                self.payloads.extend(payloads)
-                self.sizes.extend(sizes)
-                self.crcs.extend(crcs)
-                return
-            self.payloads.extend(payloads[at:stop])
-            self.sizes.extend(sizes[at:stop])
-            self.crcs.extend(crcs[at:stop])
-            if stop < len(names):
-                self._feed([(names[stop], firsts[stop], payloads[stop], sizes[stop], crcs[stop])])
-                stop += 1
-            at = stop
-
-    def _feed(self, members: Iterable[Member]) -> None:
         names = self.names
         payloads = self.payloads
         sizes = self.sizes
         crcs = self.crcs
-        for raw, first, payload, size, crc in members:
+        for raw, first, payload, size, crc in zip(*batch):
             try:
                 name = raw.decode("utf-8")
             except UnicodeDecodeError:
-                raise TarMemberNameError(
-                    f"member name {raw!r:.120} is not valid UTF-8, so it cannot be a sample key; "
-                    "rename the member",
-                    path=self.path,
-                    offset=payload - BLOCK,
-                ) from None
-            # split_member_name's fast path, inline (this loop runs once per member).
-            slash = name.rfind("/")
-            dot = name.find(".", slash + 1)
-            if dot > slash + 1 and dot < len(name) - 1 and name[0] != "_" and "\n" not in name:
-                key = name[:dot]
-                ext = name[dot + 1 :].lower()
-            else:
-                parts = split_member_name(name)
-                if parts is None:
-                    self.skipped += 1
-                    continue
-                key, ext = parts
+                raise _name_error(raw, self.path, payload - BLOCK) from None
+            parts = _split_name(name)
+            if parts is None:
+                self.skipped += 1
+                continue
+            key, ext = parts
             if key != self._key:
                 self._close()
                 if key in self._seen:
-                    raise SplitSampleError(
-                        f"member {name!r} belongs to sample {key!r}, whose other members "
-                        f"start at byte {self._seen[key]} and are not adjacent to it; "
-                        "a WebDataset sample's members must be consecutive (re-write the tar "
-                        "with each sample's files together)",
-                        key=key,
-                        first_offset=self._seen[key],
-                        path=self.path,
-                        offset=first,
-                    )
+                    raise _split_error(name, key, self._seen[key], self.path, first)
                 self._key = key
                 self._start = first
                 self._current = []
             elif ext in self._current:
-                raise DuplicateMemberError(
-                    f"sample {key!r} has two members named {ext!r} (the second is {name!r}); "
-                    "remove one of them",
-                    path=self.path,
-                    offset=first,
-                )
+                raise _duplicate_error(name, key, ext, self.path, first)
             self._current.append(ext)
             names.append(ext)
             payloads.append(payload)
@@ -191,17 +183,9 @@ class _Grouper:
             return
         raw = key.encode("utf-8")
         if len(raw) > MAX_KEY_BYTES:
-            raise TarMemberNameError(
-                f"sample key of {len(raw)} bytes is longer than {MAX_KEY_BYTES}",
-                path=self.path,
-                offset=self._start,
-            )
+            raise _long_key_error(len(raw), self.path, self._start)
         if len(self._current) > MAX_ENTRIES:
-            raise TarError(
-                f"sample {key!r} has {len(self._current)} members, more than {MAX_ENTRIES}",
-                path=self.path,
-                offset=self._start,
-            )
+            raise _many_error(key, len(self._current), self.path, self._start)
         self._seen[key] = self._start
         self.keys.append(key)
         self.key_hashes.append(key_hash(raw))
@@ -234,6 +218,133 @@ class _Grouper:
         del self.names[:at], self.payloads[:at], self.sizes[:at], self.crcs[:at]
         return out
 
+    def rows(self) -> tuple[list[str], np.ndarray, np.ndarray, list[EntrySpec]]:
+        """``(keys, records, entries, specs)`` of every sample, in the footer's layouts."""
+        n = len(self.keys)
+        records = np.zeros(n, dtype=RECORD_ROW_DTYPE)
+        records["offset"] = self.offsets
+        records["length"] = self.lengths
+        records["key_hash"] = np.asarray(self.key_hashes, dtype=np.uint64)
+        records["key_length"] = self.key_lengths
+        records["entry_count"] = self.counts
+        # Entry names in first-seen order, then one id per entry: loops run in C.
+        spec_ids = {name: i for i, name in enumerate(dict.fromkeys(self.names))}
+        ids = list(map(spec_ids.__getitem__, self.names))
+        entries = np.zeros(len(self.names), dtype=ENTRY_ROW_DTYPE)
+        base = np.repeat(records["offset"], records["entry_count"].astype(np.int64))
+        entries["offset"] = np.asarray(self.payloads, dtype=np.uint64) - base
+        entries["size"] = self.sizes
+        entries["crc"] = self.crcs
+        entries["spec"] = ids
+        return self.keys, records, entries, _specs(spec_ids)
+
+
+class _CompiledGrouper:
+    """:class:`_Grouper`'s rows and errors from ``_ctar.Grouper`` (members in C blocks).
+
+    The C code groups the members of every block whose names are on
+    WebDataset's plain path; this class splits the others' names (and those of
+    the members the reference walker read), and raises the reference's errors
+    from the C code's rejections.
+    """
+
+    def __init__(self, path: str, grouper: Any) -> None:
+        self.path = path
+        self.skipped = 0
+        self._c = grouper
+
+    def feed(self, pieces: Pieces) -> None:
+        c = self._c
+        for piece in pieces:
+            if isinstance(piece, tuple):  # a Batch: members the reference walker read
+                for member in zip(*piece):
+                    self._member(*member)
+                continue
+            at, n = 0, len(piece)
+            while at < n:
+                at, rejected = c.feed(piece, at)
+                if at < n:
+                    member = piece.member(at)
+                    if rejected is not None:
+                        raise self._error(rejected, member)
+                    self._member(*member)
+                    at += 1
+
+    def _member(
+        self, raw: bytes | bytearray, first: int, payload: int, size: int, crc: int
+    ) -> None:
+        try:
+            name = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _name_error(raw, self.path, payload - BLOCK) from None
+        parts = _split_name(name)
+        if parts is None:
+            self.skipped += 1
+            return
+        rejected = self._c.add(parts[0], parts[1], first, payload, size, crc)
+        if rejected is not None:
+            raise self._error(rejected, (raw, first, payload, size, crc))
+
+    def _error(self, rejected: tuple[Any, ...], member: tuple[Any, ...]) -> TarError:
+        kind = rejected[0]
+        if kind == "long_key":
+            return _long_key_error(rejected[1], self.path, rejected[2])
+        if kind == "many":
+            return _many_error(rejected[1], rejected[2], self.path, rejected[3])
+        if kind == "names":
+            return TarError(
+                f"the tar's members have more than {MAX_SPECS} distinct entry names",
+                path=self.path,
+                offset=member[1],
+            )
+        name = bytes(member[0]).decode("utf-8")
+        parts = _split_name(name) or (name, "")  # always split: the C code grouped it
+        if kind == "split":
+            return _split_error(name, parts[0], rejected[1], self.path, member[1])
+        return _duplicate_error(name, parts[0], parts[1], self.path, member[1])
+
+    def finish(self) -> None:
+        rejected = self._c.finish()
+        if rejected is not None:
+            raise self._error(rejected, (b"", 0, 0, 0, 0))
+
+    def _take(self) -> tuple[list[str], np.ndarray, np.ndarray]:
+        records, entries, keys = self._c.take()
+        return (
+            keys,
+            np.frombuffer(records, dtype=RECORD_ROW_DTYPE),
+            np.frombuffer(entries, dtype=ENTRY_ROW_DTYPE),
+        )
+
+    def drain(self) -> list[TarSample]:
+        """The samples closed so far as objects (forgotten here)."""
+        keys, records, entries = self._take()
+        names = self._c.names()
+        types = [guess_content_type(name) for name in names]
+        out: list[TarSample] = []
+        at = 0
+        rows = entries.tolist()
+        for key, (offset, length, _, _, count, _) in zip(keys, records.tolist()):
+            items = tuple(
+                TarEntry(names[spec], types[spec], offset + off, size, crc)
+                for off, size, crc, spec, _ in rows[at : at + count]
+            )
+            out.append(TarSample(key, offset, length, items))
+            at += count
+        return out
+
+    def rows(self) -> tuple[list[str], np.ndarray, np.ndarray, list[EntrySpec]]:
+        """``(keys, records, entries, specs)`` of every sample, in the footer's layouts."""
+        keys, records, entries = self._take()
+        return keys, records, entries, _specs(self._c.names())
+
+
+def _grouper(path: str) -> _Grouper | _CompiledGrouper:
+    """The compiled grouping with the compiled walker, else the reference."""
+    if tarwalker.Grouper is None:
+        return _Grouper(path)
+    return _CompiledGrouper(path, tarwalker.Grouper())
+
 
 def _open(source: Any, path: str | None) -> tuple[Any, str, bool]:
     if isinstance(source, (str, os.PathLike)):
@@ -250,7 +361,7 @@ def iter_tar_samples(
     size: int | None = None,
     chunk_size: int = DEFAULT_CHUNK,
     readahead: int | None = None,
-    map_file: bool = False,
+    map_file: bool = True,
 ) -> Iterator[TarSample]:
     """Stream a tar once and yield its samples in archive order.
 
@@ -273,11 +384,11 @@ def iter_tar_samples(
         raises in it is raised here. A mapped file needs no thread.
     map_file:
         Walk a local file (a path, or an open regular file at offset 0) in a
-        read-only mapping instead of reading it: no read copy, but a page
-        fault per 64 KiB instead, which costs more CPU than the copy on the
-        VMs measured (``benchmarks/README.md``), hence off by default. A
+        read-only mapping instead of reading it (default): no read copy,
+        a page fault per 64 KiB instead, which costs less CPU than the copy
+        with the compiled walker (``benchmarks/README.md``, 2026-11-24). A
         file cut short while it is walked is reported as a truncated tar.
-        Other streams are read.
+        ``False`` reads it. Other streams are always read.
 
     Yields
     ------
@@ -294,10 +405,16 @@ def iter_tar_samples(
     stream, url, owned = _open(source, path)
     walker: TarWalker | None = None
     try:
+        grouper = _grouper(url)
         walker = TarWalker(
-            stream, url, size=size, chunk_size=chunk_size, readahead=readahead, map_file=map_file
+            stream,
+            url,
+            size=size,
+            chunk_size=chunk_size,
+            readahead=readahead,
+            map_file=map_file,
+            blocks=isinstance(grouper, _CompiledGrouper),
         )
-        grouper = _Grouper(url)
         for batch in walker:
             grouper.feed(batch)
             yield from grouper.drain()
@@ -317,7 +434,7 @@ def scan_tar(
     size: int | None = None,
     chunk_size: int = DEFAULT_CHUNK,
     readahead: int | None = None,
-    map_file: bool = False,
+    map_file: bool = True,
 ) -> TarShardInfo:
     """Stream a tar once and summarise every sample for the catalog (or TARIDX).
 
@@ -331,10 +448,16 @@ def scan_tar(
     stream, url, owned = _open(source, path)
     walker: TarWalker | None = None
     try:
+        grouper = _grouper(url)
         walker = TarWalker(
-            stream, url, size=size, chunk_size=chunk_size, readahead=readahead, map_file=map_file
+            stream,
+            url,
+            size=size,
+            chunk_size=chunk_size,
+            readahead=readahead,
+            map_file=map_file,
+            blocks=isinstance(grouper, _CompiledGrouper),
         )
-        grouper = _Grouper(url)
         for batch in walker:
             grouper.feed(batch)
         grouper.finish()
@@ -346,31 +469,15 @@ def scan_tar(
     return _summary(url, walker, grouper)
 
 
-def _summary(url: str, walker: TarWalker, g: _Grouper) -> TarShardInfo:
-    n = len(g.keys)
-    records = np.zeros(n, dtype=RECORD_ROW_DTYPE)
-    records["offset"] = g.offsets
-    records["length"] = g.lengths
-    records["key_hash"] = np.asarray(g.key_hashes, dtype=np.uint64)
-    records["key_length"] = g.key_lengths
-    records["entry_count"] = g.counts
-    # Entry names in first-seen order, then one id per entry: loops run in C.
-    spec_ids = {name: i for i, name in enumerate(dict.fromkeys(g.names))}
-    specs = [EntrySpec(name, guess_content_type(name), Codec.NONE) for name in spec_ids]
-    ids = list(map(spec_ids.__getitem__, g.names))
-    entries = np.zeros(len(g.names), dtype=ENTRY_ROW_DTYPE)
-    base = np.repeat(records["offset"], records["entry_count"].astype(np.int64))
-    entries["offset"] = np.asarray(g.payloads, dtype=np.uint64) - base
-    entries["size"] = g.sizes
-    entries["crc"] = g.crcs
-    entries["spec"] = ids
+def _summary(url: str, walker: TarWalker, g: _Grouper | _CompiledGrouper) -> TarShardInfo:
+    keys, records, entries, specs = g.rows()
     return TarShardInfo(
         path=url,
         size=walker.size,
         end_offset=walker.end_offset,
         member_count=walker.member_count,
         skipped=walker.skipped + g.skipped,
-        keys=g.keys,
+        keys=keys,
         records=records,
         entries=entries,
         specs=specs,

@@ -5,7 +5,10 @@ the compiled loop (``_ctar.c``, built with the package when a C compiler is
 present) walks the member groups of a buffered chunk that it accepts and
 stops in front of any other; :class:`~.walk.TarWalker` (the reference)
 reads that group, and raises its error or accepts it. The same goes for
-grouping members into samples (``scan._Grouper``).
+grouping members into samples: with the compiled walker, ``scan_tar`` keeps
+the members of each chunk in one C block (:data:`walk_block`) and groups
+them into the footer's record and entry rows in C (:data:`Grouper`), and
+``scan._Grouper`` (the reference) decides every member that code stops at.
 
 ``SHARDCAT_TAR_WALKER`` chooses, when shardcat is imported (as
 ``SHARDCAT_RECORD_CODEC`` does for the record codec):
@@ -30,7 +33,18 @@ from typing import Any
 
 from ..implementations import Name, choose
 
-__all__ = ["ENV_VAR", "GroupResult", "WalkResult", "active", "available", "group", "use", "walk"]
+__all__ = [
+    "ENV_VAR",
+    "BlockResult",
+    "Grouper",
+    "WalkResult",
+    "active",
+    "available",
+    "headers",
+    "use",
+    "walk",
+    "walk_block",
+]
 
 ENV_VAR = "SHARDCAT_TAR_WALKER"
 
@@ -39,10 +53,9 @@ WalkResult = tuple[
 ]
 """``(stop, members, skipped, global_path, names, first_headers, payloads, sizes, crcs)``."""
 
-GroupResult = tuple[
-    int, list[str], list[str], list[int], list[int], list[int], str | None, int, int
-]
-"""``(stop, entry_names, keys, offsets, lengths, counts, open_key, open_start, open_end)``."""
+BlockResult = tuple[int, int, int, bytes | None, Any]
+"""``(stop, members, skipped, global_path, block)``: :data:`WalkResult` with the members in
+one opaque ``_ctar.Members`` block (``None`` when there are none)."""
 
 _compiled: Any
 _missing: ImportError | None = None
@@ -54,8 +67,12 @@ except ImportError as e:  # built without a compiler, or a source checkout not b
 
 walk: Callable[[Any, int, int, int, int, bytes | None], WalkResult] | None
 """The compiled member loop, or ``None`` when the reference walks alone."""
-group: Callable[..., GroupResult] | None
-"""The compiled sample grouping (``scan._Grouper.feed``'s plain path), or ``None``."""
+walk_block: Callable[[Any, int, int, int, int, bytes | None], BlockResult] | None
+"""The compiled member loop keeping its members in a C block, or ``None``."""
+headers: Callable[[Any, list[int]], list[int]] | None
+"""The compiled header-checksum check (indexes it does not accept), or ``None``."""
+Grouper: Callable[[], Any] | None
+"""The compiled sample grouping (``_ctar.Grouper``: blocks to footer rows), or ``None``."""
 _active: Name
 
 
@@ -79,17 +96,18 @@ def use(name: str) -> Name:
     ValueError
         An unknown name.
     """
-    global walk, group, _active
+    global walk, walk_block, headers, Grouper, _active
     previous = globals().get("_active", "python")
     choice = choose(
         name, built=_compiled is not None, missing=_missing, what="tar walker", env_var=ENV_VAR
     )
     if choice == "compiled":
         walk = _compiled.walk
-        group = _compiled.group
+        walk_block = _compiled.walk_block
+        headers = _compiled.headers
+        Grouper = _compiled.Grouper
     else:
-        walk = None
-        group = None
+        walk = walk_block = headers = Grouper = None
     _active = choice
     return previous  # type: ignore[no-any-return]
 

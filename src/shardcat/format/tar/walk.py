@@ -13,7 +13,7 @@ chunk go through its C loop, and this code reads only the groups it stops at
 (one cut by the chunk's end, a damaged header, the end of the archive): the
 errors, and every rare case, stay here.
 
-With ``map_file=True`` a local file is not read at all: it is mapped
+With ``map_file=True`` (the default) a local file is not read at all: it is mapped
 (:mod:`.mapped`) and walked in place, one ``chunk_size`` window at a time, each window cut at the
 file's current size, so a file cut short while it is walked is reported as a
 stream that ends early is; no read-ahead thread runs for it.
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -66,6 +66,10 @@ Batch = tuple[list[bytes | bytearray], list[int], list[int], list[int], list[int
 
 Columns, not one tuple per member: the compiled walker returns them so.
 """
+
+Pieces = list[Any]
+"""What a walker made with ``blocks=True`` yields: :data:`Batch` es and compiled
+``_ctar.Members`` blocks, in archive order (:meth:`TarWalker.__iter__`)."""
 
 
 def _batch() -> Batch:
@@ -120,9 +124,15 @@ class TarWalker:
     map_file:
         Walk a regular local file (``stream.fileno()``, at offset 0) in a
         read-only mapping instead of reading it (:mod:`.mapped`); any other
-        stream, or a file that cannot be mapped, is read. Off by default:
-        the mapping's page faults cost more CPU than the read's copy on the
-        VMs measured.
+        stream, or a file that cannot be mapped, is read. On by default:
+        with the compiled walk and grouping, the page faults cost less CPU
+        than the read's copy (``benchmarks/README.md``, 2026-11-24 tarpass);
+        ``False`` reads the file.
+    blocks:
+        With the compiled walker, yield :data:`Pieces` instead of batches:
+        the compiled loop's members stay in C blocks (``_ctar.Members``)
+        that ``_ctar.Grouper`` groups without a Python object per member
+        (what ``scan_tar`` does). Batches (plain lists) otherwise.
 
     After iteration (or :meth:`close`, for a walk given up): ``size`` is the number of bytes the stream held,
     ``end_offset`` where the end-of-archive block starts, ``member_count``
@@ -138,7 +148,8 @@ class TarWalker:
         size: int | None = None,
         chunk_size: int = DEFAULT_CHUNK,
         readahead: int | None = None,
-        map_file: bool = False,
+        map_file: bool = True,
+        blocks: bool = False,
     ) -> None:
         if chunk_size < 4 * BLOCK or chunk_size % BLOCK:
             raise ValueError(f"chunk_size must be a multiple of {BLOCK} of at least {4 * BLOCK}")
@@ -166,6 +177,9 @@ class TarWalker:
         self._pending: list[int] = []  # header positions in _buf not yet checksum-verified
         self._parsed: list[Member] = []  # members whose headers are all in _pending
         self._ready: Batch = _batch()  # members whose headers were verified
+        # With blocks: the compiled loop's member blocks, with the batches before them.
+        self._blocks = blocks and tarwalker.walk_block is not None
+        self._pieces: Pieces = []
         self.size = 0
         self.end_offset = -1
         self.member_count = 0
@@ -270,7 +284,14 @@ class TarWalker:
 
     def _verify(self) -> None:
         """Check every pending header's checksum; release the members they describe."""
-        bad = checksum_mismatches(self._array, self._pending)
+        pending = self._pending
+        fast = tarwalker.headers
+        if fast is not None and pending:
+            # The compiled check passes the common form; the reference decides the rest.
+            maybe = fast(self._buf, pending)
+            bad = [maybe[i] for i in checksum_mismatches(self._array, [pending[i] for i in maybe])]
+        else:
+            bad = checksum_mismatches(self._array, pending)
         if bad:
             pos = self._pending[bad[0]]
             offset = self._base + pos
@@ -315,8 +336,11 @@ class TarWalker:
 
     # --- the walk --------------------------------------------------------------
 
-    def __iter__(self) -> Iterator[Batch]:
+    def __iter__(self) -> Iterator[Any]:
         """Batches of members, in archive order, each after its headers were verified.
+
+        With ``blocks=True`` and the compiled walker, lists of pieces
+        (:data:`Pieces`) instead.
 
         The read-ahead thread (if any) is stopped when the walk ends, fails or
         is abandoned.
@@ -333,7 +357,32 @@ class TarWalker:
         finally:
             self.close()
 
-    def _walk(self) -> Iterator[Batch]:
+    def _take(self) -> Batch | Pieces | None:
+        """What the walk yields next (members verified since the last), or ``None`` if nothing."""
+        if not self._blocks:
+            if not self._ready[0]:
+                return None
+            ready, self._ready = self._ready, _batch()
+            return ready
+        if self._ready[0]:
+            self._pieces.append(self._ready)
+            self._ready = _batch()
+        if not self._pieces:
+            return None
+        pieces, self._pieces = self._pieces, []
+        return pieces
+
+    def _add(self, found: Any) -> None:
+        """Members of the compiled loop, after the reference's (columns, or a block)."""
+        if self._blocks:
+            if self._ready[0]:
+                self._pieces.append(self._ready)
+                self._ready = _batch()
+            self._pieces.append(found)
+        else:
+            _extend(self._ready, found)
+
+    def _walk(self) -> Iterator[Any]:
         self._open()
         pos = self._fill(0, BLOCK)
         buf = self._buf
@@ -347,10 +396,9 @@ class TarWalker:
         expected = self.expected_size
         header_at = 0
         members = 0  # a local: attribute writes cost in this loop; published below
-        fast = tarwalker.walk
+        fast = tarwalker.walk_block if self._blocks else tarwalker.walk
         fast_stop = -1  # where the compiled loop last stopped without progress
         fast_expected = -1 if expected is None else expected
-        ready = self._ready
         while True:
             if self._end - pos < BLOCK:
                 self.member_count = members
@@ -361,9 +409,9 @@ class TarWalker:
                         "the archive ends inside the payload padding of the member here",
                         header_at,
                     ) from None
-                if self._ready[0]:
-                    yield self._ready
-                    self._ready = ready = _batch()
+                out = self._take()
+                if out is not None:
+                    yield out
                 buf = self._buf
                 view = self._view
                 if self._end - pos < BLOCK:
@@ -389,17 +437,19 @@ class TarWalker:
                 and pax is None
                 and self._base + pos != fast_stop
             ):
-                stop, count, skip, global_path, *columns = fast(
+                stop, count, skip, global_path, *found = fast(
                     buf, pos, self._end, self._base, fast_expected, pax_global.get("path")
                 )
                 if stop == pos:
                     # This group is the reference's (an error, a rare case, the chunk's end).
                     fast_stop = self._base + pos
                 else:
-                    if columns[0]:
+                    # A block (None when empty), or five columns (empty lists when none).
+                    new = found[0] if self._blocks else (found if found[0] else None)
+                    if new is not None:
                         if parsed or pending:
                             self._verify()  # members the reference parsed come first
-                        _extend(ready, cast("list[list[Any]]", columns))
+                        self._add(new)
                     members += count
                     self.skipped += skip
                     if global_path is not None:
@@ -517,9 +567,9 @@ class TarWalker:
             pax = None
         self.member_count = members
         self._verify()
-        if self._ready[0]:
-            yield self._ready
-            self._ready = _batch()
+        out = self._take()
+        if out is not None:
+            yield out
         # Read what follows (the second zero block, record padding) to learn the size.
         while not self._eof:
             self._next(self._end)
