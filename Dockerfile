@@ -15,7 +15,7 @@ ENV PIP_NO_CACHE_DIR=1 \
 
 WORKDIR /opt/shardcat
 COPY constraints/dev.txt ./constraints/dev.txt
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 # migrations/ installs as the package shardcat.migrations (pyproject.toml's package-dir).
 COPY migrations ./migrations
 COPY src ./src

@@ -55,7 +55,7 @@ def _build_wheel(work: Path, env: dict[str, str] | None = None) -> Path:
     an extension built in place cannot leak in)."""
     tree = work / "tree"
     tree.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(ROOT / name, tree / name)
     skip = shutil.ignore_patterns("__pycache__", "*.egg-info", "*.so", "*.pyd")
     for folder in ("src", "migrations"):
@@ -109,6 +109,19 @@ def test_the_wheel_holds_every_module_and_the_migrations(wheel):
     with zipfile.ZipFile(wheel) as z:
         shipped = {n for n in z.namelist() if n.startswith("shardcat/")}
     assert shipped == _expected_files()
+
+
+def test_the_wheel_carries_both_licences(wheel):
+    # shardcat's own Apache-2.0 text and the vendored xxHash's BSD-2-Clause notice.
+    with zipfile.ZipFile(wheel) as z:
+        licences = {
+            n.rsplit(".dist-info/", 1)[1]: z.read(n) for n in z.namelist() if "/licenses/" in n
+        }
+        metadata = next(z.read(n) for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+    assert set(licences) == {"licenses/LICENSE", "licenses/src/shardcat/format/tar/_xxhash/LICENSE"}
+    assert b"Apache License" in licences["licenses/LICENSE"]
+    assert b"BSD 2-Clause" in licences["licenses/src/shardcat/format/tar/_xxhash/LICENSE"]
+    assert b"License-Expression: Apache-2.0 AND BSD-2-Clause" in metadata
 
 
 def test_the_installed_wheel_upgrades_a_catalog_to_head(wheel, tmp_path):
