@@ -11,6 +11,7 @@ removes the temporary file.
 from __future__ import annotations
 
 import errno
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -91,3 +92,48 @@ def test_a_rolling_writer_keeps_the_shards_closed_before_the_failure(
     with shardcat.ShardReader(str(tmp_path / "s-000.shard")) as r:
         r.verify()
         assert r.num_records == closed[0].record_count
+
+
+def test_a_block_failing_on_the_write_thread_is_typed_and_publishes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """4 MiB blocks are written by a background thread: its ENOSPC surfaces from a later call."""
+    real = atomic._WritebackFile._write_now
+    threads: list[str] = []
+
+    def write_now(self: Any, data: Any) -> int:
+        threads.append(threading.current_thread().name)
+        if len(data) >= atomic._BACKGROUND_BYTES:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, data)
+
+    monkeypatch.setattr(atomic._WritebackFile, "_write_now", write_now)
+    url = tmp_path / "ds" / "train-000000.shard"
+    w = shardcat.ShardWriter(str(url))
+    added: list[int] = []
+
+    def fill() -> None:
+        with w:
+            for i in range(3_000):  # ~15 MB: the first block fails, the next write reports it
+                w.add(f"k/{i:05d}", {"bin": bytes([i % 251]) * 5_000})
+                added.append(i)
+
+    with pytest.raises(StorageFullError) as err:
+        fill()
+    assert "no space left" in str(err.value) and "train-000000.shard" in str(err.value)
+    assert 0 < len(added) < 3_000
+    assert any(name.startswith("shardcat-write") for name in threads)
+    with pytest.raises(WriterClosedError):
+        w.add("later", {"bin": b"x"})
+    assert sorted(p.name for p in (tmp_path / "ds").iterdir()) == []
+
+
+def test_blocks_written_on_the_thread_land_in_order(tmp_path: Path) -> None:
+    url = str(tmp_path / "big.shard")
+    payloads = [bytes([i % 251]) * (3_000 + i % 7_000) for i in range(4_000)]  # ~26 MB
+    with shardcat.ShardWriter(url) as w:
+        for i, p in enumerate(payloads):
+            w.add(f"k/{i:05d}", {"bin": p})
+    with shardcat.ShardReader(url) as r:
+        r.verify()
+        assert [rec["bin"].data for rec in r] == payloads

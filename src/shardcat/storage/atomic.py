@@ -27,6 +27,7 @@ import io
 import os
 import sys
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, BinaryIO, cast
 
 from .._types import StorageOptions
@@ -220,28 +221,70 @@ _sync_file_range = _load_sync_file_range()
 _SYNC_FILE_RANGE_WRITE = 2
 _WRITEBACK_BYTES = 8 << 20
 """A local file being written starts the disk write of every this many bytes."""
+_BACKGROUND_BYTES = 1 << 20
+"""Writes of at least this many bytes (the shard writer's 4 MiB blocks) go to a thread."""
 
 
 class _WritebackFile(io.BufferedWriter):
-    """A local file that starts writing its data to disk as it goes.
+    """A local file that writes large blocks on a thread and starts writing them to disk as it goes.
 
-    Publication syncs the file (``fsync``); without this, that one call would
-    wait for the whole shard to reach the disk. ``sync_file_range(WRITE)``
+    The shard writer hands its records over in 4 MiB ``bytes`` blocks: each
+    one is copied into the page cache by a background thread (``write``
+    releases the GIL) while the writer encodes the next block, so on two
+    cores the copy costs the writer nothing. At most one block is in flight
+    (memory stays bounded); every other call waits for it first, so bytes
+    reach the file in order, and a failure of the background write is raised
+    by the next call (``write``, ``flush`` or ``close``) as the same
+    ``OSError``. Only immutable ``bytes`` go to the thread: a caller's
+    ``bytearray`` or ``memoryview`` could change after ``write`` returned.
+
+    Publication syncs the file (``fsync``); without the rest, that one call
+    would wait for the whole shard to reach the disk. ``sync_file_range(WRITE)``
     starts the write-out of each 8 MiB as it is written, without waiting and
     without dropping it from the page cache, so the disk works while the
     writer encodes and the final ``fsync`` has little left to do. (The
-    ``fsync`` stays: only it makes the data durable.) Elsewhere than Linux it
-    is a plain buffered file.
+    ``fsync`` stays: only it makes the data durable.) Elsewhere than Linux
+    the write-out is left to the final ``fsync``.
     """
 
     _started = 0
     _written = 0
+    _pending: Future[int] | None = None
+    _thread: ThreadPoolExecutor | None = None
 
     def write(self, data: Any) -> int:
+        self._wait()
+        if type(data) is not bytes or len(data) < _BACKGROUND_BYTES:
+            return self._write_now(data)
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="shardcat-write")
+        self._pending = self._thread.submit(self._write_now, data)
+        return len(data)
+
+    def _wait(self) -> None:
+        """Wait for the block in flight; raise its error, if it failed."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def flush(self) -> None:
+        self._wait()
+        super().flush()
+
+    def close(self) -> None:
+        try:
+            self._wait()
+        finally:
+            if self._thread is not None:
+                self._thread.shutdown(wait=False)
+                self._thread = None
+            super().close()
+
+    def _write_now(self, data: Any) -> int:
         n = super().write(data)
         self._written += n
         if self._written - self._started >= _WRITEBACK_BYTES and _sync_file_range is not None:
-            self.flush()
+            super().flush()  # not self.flush: on the thread, that would wait for this very write
             # Advice only: a failure here leaves the work to the final fsync.
             _sync_file_range(
                 self.fileno(), self._started, self._written - self._started, _SYNC_FILE_RANGE_WRITE
