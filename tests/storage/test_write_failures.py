@@ -11,7 +11,7 @@ removes the temporary file.
 from __future__ import annotations
 
 import errno
-import threading
+import os
 from pathlib import Path
 from typing import Any
 
@@ -94,41 +94,47 @@ def test_a_rolling_writer_keeps_the_shards_closed_before_the_failure(
         assert r.num_records == closed[0].record_count
 
 
+@pytest.mark.skipif(
+    atomic._cwrite is None or not os.path.exists("/dev/full"),
+    reason="needs the compiled write-behind and /dev/full",
+)
 def test_a_block_failing_on_the_write_thread_is_typed_and_publishes_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
-    """4 MiB blocks are written by a background thread: its ENOSPC surfaces from a later call."""
-    real = atomic._WritebackFile._write_now
-    threads: list[str] = []
+    """4 MiB blocks are written by a C thread: its ENOSPC surfaces from a later call.
 
-    def write_now(self: Any, data: Any) -> int:
-        threads.append(threading.current_thread().name)
-        if len(data) >= atomic._BACKGROUND_BYTES:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real(self, data)
-
-    monkeypatch.setattr(atomic._WritebackFile, "_write_now", write_now)
+    A real kernel error, not a mock: after the first records, the shard's
+    file descriptor is made to point at /dev/full (every write: ENOSPC).
+    """
     url = tmp_path / "ds" / "train-000000.shard"
     w = shardcat.ShardWriter(str(url))
     added: list[int] = []
 
     def fill() -> None:
         with w:
-            for i in range(3_000):  # ~15 MB: the first block fails, the next write reports it
+            for i in range(3_000):  # ~15 MB: a block fails on the thread, a later call reports it
+                if i == 100:
+                    full = os.open("/dev/full", os.O_WRONLY)
+                    os.dup2(full, w._file.fileno())
+                    os.close(full)
                 w.add(f"k/{i:05d}", {"bin": bytes([i % 251]) * 5_000})
                 added.append(i)
 
     with pytest.raises(StorageFullError) as err:
         fill()
     assert "no space left" in str(err.value) and "train-000000.shard" in str(err.value)
-    assert 0 < len(added) < 3_000
-    assert any(name.startswith("shardcat-write") for name in threads)
+    assert isinstance(err.value.__cause__, OSError)
+    assert 100 < len(added) < 3_000
     with pytest.raises(WriterClosedError):
         w.add("later", {"bin": b"x"})
     assert sorted(p.name for p in (tmp_path / "ds").iterdir()) == []
 
 
-def test_blocks_written_on_the_thread_land_in_order(tmp_path: Path) -> None:
+@pytest.mark.parametrize("behind", ["1", "0"])
+def test_blocks_land_in_order_with_and_without_the_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, behind: str
+) -> None:
+    monkeypatch.setenv(atomic.WRITE_BEHIND_ENV, behind)
     url = str(tmp_path / "big.shard")
     payloads = [bytes([i % 251]) * (3_000 + i % 7_000) for i in range(4_000)]  # ~26 MB
     with shardcat.ShardWriter(url) as w:
@@ -137,3 +143,15 @@ def test_blocks_written_on_the_thread_land_in_order(tmp_path: Path) -> None:
     with shardcat.ShardReader(url) as r:
         r.verify()
         assert [rec["bin"].data for rec in r] == payloads
+
+
+@pytest.mark.parametrize("behind", ["1", "0"])
+def test_write_behind_can_be_switched_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, behind: str
+) -> None:
+    monkeypatch.setenv(atomic.WRITE_BEHIND_ENV, behind)
+    pending = atomic.open_pending(str(tmp_path / "x.shard"))
+    try:
+        assert pending.file.behind is (behind == "1" and atomic._cwrite is not None)  # type: ignore[attr-defined]
+    finally:
+        pending.discard()

@@ -27,7 +27,6 @@ import io
 import os
 import sys
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, BinaryIO, cast
 
 from .._types import StorageOptions
@@ -80,7 +79,9 @@ class PendingFile:
             self._temp: str | None = os.path.join(
                 folder, f".{os.path.basename(self._final)}.{uuid.uuid4().hex[:12]}.partial"
             )
-            self.file: BinaryIO = _WritebackFile(io.FileIO(self._temp, "wb"), buffer_size=1 << 20)
+            local = _WritebackFile(io.FileIO(self._temp, "wb"), buffer_size=1 << 20)
+            local.behind = _write_behind()
+            self.file: BinaryIO = local
             self._fs: Any = None
             return
         self._temp = None
@@ -224,19 +225,41 @@ _WRITEBACK_BYTES = 8 << 20
 _BACKGROUND_BYTES = 1 << 20
 """Writes of at least this many bytes (the shard writer's 4 MiB blocks) go to a thread."""
 
+try:
+    from . import _cwrite  # type: ignore[attr-defined]
+except ImportError:  # not built (no C compiler, or no POSIX threads): blocks written inline
+    _cwrite = None
+
+WRITE_BEHIND_ENV = "SHARDCAT_WRITE_BEHIND"
+
+
+def _write_behind() -> bool:
+    """Whether a new local shard file writes its blocks on the C thread.
+
+    Yes where the helper is built, unless ``SHARDCAT_WRITE_BEHIND=0``: the
+    thread pays where a core is idle while the writer encodes; on a machine
+    with no idle core (more busy processes than cores) its hand-overs can
+    cost more than they save. Read for every file, so it can change at run time.
+    """
+    return _cwrite is not None and os.environ.get(WRITE_BEHIND_ENV, "1").strip() != "0"
+
 
 class _WritebackFile(io.BufferedWriter):
-    """A local file that writes large blocks on a thread and starts writing them to disk as it goes.
+    """A local file whose large blocks are written by a thread without the GIL, and started to disk.
 
-    The shard writer hands its records over in 4 MiB ``bytes`` blocks: each
-    one is copied into the page cache by a background thread (``write``
-    releases the GIL) while the writer encodes the next block, so on two
-    cores the copy costs the writer nothing. At most one block is in flight
-    (memory stays bounded); every other call waits for it first, so bytes
-    reach the file in order, and a failure of the background write is raised
-    by the next call (``write``, ``flush`` or ``close``) as the same
-    ``OSError``. Only immutable ``bytes`` go to the thread: a caller's
-    ``bytearray`` or ``memoryview`` could change after ``write`` returned.
+    The shard writer hands its records over in 4 MiB ``bytes`` blocks. Where
+    the compiled helper is built (:mod:`._cwrite`, POSIX threads), each block
+    is written by a C thread that never takes the GIL, while the writer
+    encodes the next block: on two cores the copy into the page cache (and
+    any wait of the kernel's dirty-page throttling) costs the writer nothing.
+    A Python thread would not do: it must take the GIL back after every
+    ``write``, and on a busy machine each hand-over waits for the scheduler
+    (measured slower than no thread). At most one block is in flight (memory
+    stays bounded); every other call waits for it first, so bytes reach the
+    file in order, and a failed background write is raised by the next call
+    (``write``, ``flush`` or ``close``) as the same ``OSError``. Only
+    immutable ``bytes`` go to the thread: a caller's ``bytearray`` could
+    change after ``write`` returned.
 
     Publication syncs the file (``fsync``); without the rest, that one call
     would wait for the whole shard to reach the disk. ``sync_file_range(WRITE)``
@@ -249,23 +272,30 @@ class _WritebackFile(io.BufferedWriter):
 
     _started = 0
     _written = 0
-    _pending: Future[int] | None = None
-    _thread: ThreadPoolExecutor | None = None
+    _pending: Any = None
+    behind = False
+    """Whether blocks go to the C thread (:func:`_write_behind`)."""
 
     def write(self, data: Any) -> int:
-        self._wait()
-        if type(data) is not bytes or len(data) < _BACKGROUND_BYTES:
+        if self._pending is not None:
+            self._wait()
+        if not self.behind or type(data) is not bytes or len(data) < _BACKGROUND_BYTES:
             return self._write_now(data)
-        if self._thread is None:
-            self._thread = ThreadPoolExecutor(1, thread_name_prefix="shardcat-write")
-        self._pending = self._thread.submit(self._write_now, data)
-        return len(data)
+        super().flush()  # what is buffered goes first: bytes reach the file in order
+        n = len(data)
+        self._written += n
+        start = length = 0
+        if self._written - self._started >= _WRITEBACK_BYTES and _sync_file_range is not None:
+            start, length = self._started, self._written - self._started
+            self._started = self._written
+        self._pending = _cwrite.start(self.raw.fileno(), data, start, length)  # type: ignore[attr-defined]
+        return n
 
     def _wait(self) -> None:
         """Wait for the block in flight; raise its error, if it failed."""
         pending, self._pending = self._pending, None
         if pending is not None:
-            pending.result()
+            _cwrite.finish(pending)
 
     def flush(self) -> None:
         self._wait()
@@ -275,16 +305,13 @@ class _WritebackFile(io.BufferedWriter):
         try:
             self._wait()
         finally:
-            if self._thread is not None:
-                self._thread.shutdown(wait=False)
-                self._thread = None
             super().close()
 
     def _write_now(self, data: Any) -> int:
         n = super().write(data)
         self._written += n
         if self._written - self._started >= _WRITEBACK_BYTES and _sync_file_range is not None:
-            super().flush()  # not self.flush: on the thread, that would wait for this very write
+            super().flush()
             # Advice only: a failure here leaves the work to the final fsync.
             _sync_file_range(
                 self.fileno(), self._started, self._written - self._started, _SYNC_FILE_RANGE_WRITE
