@@ -155,3 +155,32 @@ def test_write_behind_can_be_switched_off(
         assert pending.file.behind is (behind == "1" and atomic._cwrite is not None)  # type: ignore[attr-defined]
     finally:
         pending.discard()
+
+
+@pytest.mark.skipif(
+    atomic._cwrite is None or not hasattr(os, "fork"), reason="needs the compiled write-behind"
+)
+def test_a_forked_child_never_waits_for_the_parents_write_thread(tmp_path: Path) -> None:
+    """A child forked while a block is in flight drops its copy of the handle; the parent's shard is whole."""
+    url = str(tmp_path / "forked.shard")
+    payloads = [bytes([i % 251]) * 5_000 for i in range(2_000)]
+    w = shardcat.ShardWriter(url)
+    i = 0
+    while w._file._pending is None:  # type: ignore[attr-defined]
+        w.add(f"k/{i:05d}", {"bin": payloads[i]})
+        i += 1
+    pid = os.fork()
+    if pid == 0:  # the child: give up its copy of the writer, without touching the parent's file
+        try:
+            w._file._wait()  # type: ignore[attr-defined]
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    with w:
+        for j in range(i, len(payloads)):
+            w.add(f"k/{j:05d}", {"bin": payloads[j]})
+    with shardcat.ShardReader(url) as r:
+        r.verify()
+        assert [rec["bin"].data for rec in r] == payloads

@@ -31,6 +31,7 @@ typedef struct {
     Py_buffer buf; /* holds a reference to the exporter until finish() */
     int err;       /* errno of the failed write(), 0 if it succeeded */
     int running;   /* the thread was started and not yet joined */
+    pid_t pid;     /* the process that started it: a forked child has no such thread */
     long long wb_start, wb_length;
 } job_t;
 
@@ -66,6 +67,8 @@ static void *run(void *arg)
 /* Join the thread (the caller decides about the GIL) and drop the buffer. */
 static void join(job_t *j)
 {
+    if (j->running && j->pid != getpid())
+        j->running = 0; /* a fork's copy of the handle: the thread is the parent's */
     if (j->running) {
         pthread_join(j->thread, NULL);
         j->running = 0;
@@ -101,6 +104,7 @@ static PyObject *py_start(PyObject *self, PyObject *args)
         return NULL;
     }
     j->fd = fd;
+    j->pid = getpid();
     j->wb_start = wb_start;
     j->wb_length = wb_length;
     PyObject *capsule = PyCapsule_New(j, CAPSULE, destroy);
