@@ -26,6 +26,7 @@ in-process moto server is patched to serve ranges by seek + read instead
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -262,6 +263,12 @@ def bench_registration(cat: Catalog, infos: list[Any]) -> dict[str, float]:
     cat.commit_job(job)
     job_total = time.perf_counter() - t1
     cat.delete_dataset("train-job")
+    # A third: every shard in one register_shards call (one transaction, one version).
+    cat.create_dataset("train-bulk", "bench")
+    t2 = time.perf_counter()
+    cat.register_shards("train-bulk", infos)
+    bulk = time.perf_counter() - t2
+    cat.delete_dataset("train-bulk")
     return {
         "keys": n,
         "direct_kps": n / total,
@@ -269,14 +276,16 @@ def bench_registration(cat: Catalog, infos: list[Any]) -> dict[str, float]:
         "later_shards_kps": (n - infos[0].record_count) / max(total - first_dt, 1e-9),
         "staged_kps": n / staged,
         "job_kps": n / job_total,
+        "bulk_kps": n / bulk,
     }
 
 
-def bench_bare_insert(env: Env, infos: list[Any]) -> float:
+def bench_bare_insert(env: Env, infos: list[Any], one_transaction: bool = False) -> float:
     """keys/s of a bare bulk insert of the same rows into a copy of ``records`` with its indexes.
 
     The rows are shardcat's own (computed untimed by ``prepare_shard``); one
-    transaction per shard, as ``register_shard`` does. SQLite: one
+    transaction per shard, as ``register_shard`` does (``one_transaction``:
+    all shards in one, as ``register_shards`` does). SQLite: one
     ``executemany`` on a raw sqlite3 connection with the catalog's page cache
     and checkpoint settings (integers bound as parameters, no foreign keys); PostgreSQL: psycopg's binary ``COPY``
     (``write_row``) into ``CREATE TABLE ... (LIKE records INCLUDING ALL)``.
@@ -303,6 +312,8 @@ def bench_bare_insert(env: Env, infos: list[Any]) -> float:
         conn.execute("CREATE TABLE bare_records (LIKE records INCLUDING ALL)")
     n = 0
     t = time.perf_counter()
+    if one_transaction:
+        conn.execute("BEGIN")
     for i, prep in enumerate(preps):
         cols = (
             [i] * prep.record_count,
@@ -315,18 +326,23 @@ def bench_bare_insert(env: Env, infos: list[Any]) -> float:
             prep.spans.tolist(),
         )
         if p == "?":
-            conn.execute("BEGIN")
+            if not one_transaction:
+                conn.execute("BEGIN")
             conn.executemany(
                 f"INSERT INTO bare_records ({names}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", zip(*cols)
             )
-            conn.execute("COMMIT")
+            if not one_transaction:
+                conn.execute("COMMIT")
         else:
             sql = f"COPY bare_records ({names}) FROM STDIN (FORMAT BINARY)"
-            with conn.transaction(), conn.cursor() as cur, cur.copy(sql) as copy:
+            txn = contextlib.nullcontext() if one_transaction else conn.transaction()
+            with txn, conn.cursor() as cur, cur.copy(sql) as copy:
                 copy.set_types(["int4", "int4", "int8", "int8", "text", "int8", "int4", "bytea"])
                 for row in zip(*cols):
                     copy.write_row(row)
         n += prep.record_count
+    if one_transaction:
+        conn.execute("COMMIT")
     dt = time.perf_counter() - t
     conn.execute("DROP TABLE bare_records")
     conn.close()
@@ -629,6 +645,14 @@ def report(
             ">= 0.8",
             reg["direct_kps"] / reg["bare_kps"] >= 0.8,
         ),
+        (
+            "  register_shards vs same, one txn",
+            f"{reg['bulk_kps']:,.0f}",
+            f"{reg['bare_one_kps']:,.0f}",
+            reg["bulk_kps"] / reg["bare_one_kps"],
+            ">= 0.8",
+            reg["bulk_kps"] / reg["bare_one_kps"] >= 0.8,
+        ),
     ]
     print()
     print(
@@ -698,6 +722,7 @@ def main(argv: list[str] | None = None) -> None:
         with Catalog(env.catalog_url, storage_options=env.storage_options) as cat:
             reg = bench_registration(cat, infos)
             reg["bare_kps"] = bench_bare_insert(env, infos)
+            reg["bare_one_kps"] = bench_bare_insert(env, infos, one_transaction=True)
             cat.analyze()  # what autovacuum would do shortly after a bulk load
             print("registered", file=sys.stderr)
             point = bench_point(env, cat, keys, point_count, rng)

@@ -6,7 +6,9 @@ Two measures, each in one process (issue 10):
     ``RollingShardWriter`` writing the peers' samples (2-8 KiB payload and a
     small JSON label each, ``benchmarks.peers.data``) to local files: CPU
     seconds (``time.process_time``, best of ``--repeat``), load-independent,
-    so the same command on two commits compares their code paths.
+    so the same command on two commits compares their code paths; and the
+    writing thread's own CPU (``time.thread_time``): local 4 MiB blocks are
+    written by a background thread, which a second core runs meanwhile.
 ``s3``
     The same samples as 64 MiB shards to a moto S3 server, once through
     ``ShardWriter(url)`` (shardcat's concurrent multipart upload) and once
@@ -32,19 +34,25 @@ import shardcat
 SHARD_BYTES = 64 << 20
 
 
-def write_cpu(samples: list[Sample], repeat: int) -> float:
-    best = float("inf")
+def write_cpu(samples: list[Sample], repeat: int) -> tuple[float, float]:
+    """Best CPU seconds of the process (all threads) and of the writing thread alone.
+
+    The writing thread's time is what an idle second core cannot take over:
+    local files get their 4 MiB blocks written by a background thread.
+    """
+    best, best_main = float("inf"), float("inf")
     for _ in range(repeat):
         root = tempfile.mkdtemp(prefix="bench-write-")
         try:
-            t = time.process_time()
+            t, m = time.process_time(), time.thread_time()
             with shardcat.RollingShardWriter(root, max_bytes=SHARD_BYTES) as w:
                 for s in samples:
                     w.add(s.key, {"bin": s.payload, "json": s.label})
             best = min(best, time.process_time() - t)
+            best_main = min(best_main, time.thread_time() - m)
         finally:
             shutil.rmtree(root)
-    return best
+    return best, best_main
 
 
 def write_s3(samples: list[Sample], url: str, opts: dict[str, Any], via_s3fs_file: bool) -> float:
@@ -95,10 +103,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     samples = list(Dataset(args.samples))
-    cpu = write_cpu(samples, args.repeat)
+    cpu, main_cpu = write_cpu(samples, args.repeat)
     print(
         f"local write, {args.samples:,} samples: {cpu:.3f} s CPU "
-        f"= {cpu / args.samples * 1e6:.1f} us/record (best of {args.repeat})"
+        f"= {cpu / args.samples * 1e6:.1f} us/record, of which the writing thread "
+        f"{main_cpu:.3f} s = {main_cpu / args.samples * 1e6:.1f} us/record (best of {args.repeat})"
     )
     if args.s3_samples:
         part = samples[: args.s3_samples]

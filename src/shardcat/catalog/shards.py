@@ -33,12 +33,14 @@ __all__ = [
     "purge_shards",
     "record_rows",
     "register_shard",
+    "register_shards",
     "registration_state",
     "remove_shard",
     "shard_urls",
 ]
 
 _PURGE_CHUNK = 500
+"""URLs per ``IN`` list (purges, URL checks)."""
 
 
 def list_shards(session: Session, dataset: str, state: str | None) -> list[ShardRow]:
@@ -150,18 +152,53 @@ def register_shard(
     return shard_row(session.get_one(Shard, shard_id, populate_existing=True), ds.name)
 
 
-def _check_url_free(session: Session, ds: Dataset, prep: PreparedShard, job_id: int | None) -> None:
+def register_shards(
+    session: Session, dataset: str, preps: list[PreparedShard], *, catalog: str
+) -> list[ShardRow]:
+    """See :meth:`Catalog.register_shards`: many shards, one implicit job, one version.
+
+    The shards' keys were checked unique among themselves in memory (the
+    caller's :func:`~.register.check_unique` over all of them), so the
+    commit's duplicate-key query runs only if the dataset has committed shards.
+    """
+    ds = find_dataset(session, dataset)
+    for i in range(0, len(preps), _PURGE_CHUNK):
+        _check_url_free(session, ds, preps[i : i + _PURGE_CHUNK], None)
+    job_row = Job(dataset_id=ds.id, state="open", description="register_shards")
+    session.add(job_row)
+    session.flush()
+    # The distinct layouts of all the shards: one lookup, not one per shard.
+    distinct = {lay.digest: lay for prep in preps for lay in prep.layouts}
+    known = dict(zip(distinct, ensure_layouts(session, ds.id, list(distinct.values()))))
+    ids = [
+        insert_shard(session, ds.id, job_row.id, prep, [known[lay.digest] for lay in prep.layouts])
+        for prep in preps
+    ]
+    added = (sum(p.record_count for p in preps), sum(int(p.lengths.sum()) for p in preps))
+    jobs.commit(session, ds, job_row, operation="register", added=added, keys_unique=True)
+    query = select(Shard).where(Shard.job_id == job_row.id)
+    loaded = session.execute(query.execution_options(populate_existing=True)).scalars()
+    rows = {r.id: r for r in loaded}
+    return [shard_row(rows[i], ds.name) for i in ids]
+
+
+def _check_url_free(
+    session: Session, ds: Dataset, prep: PreparedShard | list[PreparedShard], job_id: int | None
+) -> None:
     """Refuse a URL that a live row of another job names (the unique index backs this up).
 
     A committed row that only older versions read (its records all removed)
     gives way: it is retired, so the file gets fresh rows in a new version;
-    the versions that read it through the old row no longer do.
+    the versions that read it through the old row no longer do. ``prep`` may
+    be several shards: their URLs are read in one query.
     """
-    # One read of the URL's live rows; which of them are in the way is decided here.
+    preps = prep if isinstance(prep, list) else [prep]
+    by_url = {p.url: p for p in preps}
+    # One read of the URLs' live rows; which of them are in the way is decided here.
     rows = session.execute(
-        select(Shard.id, Shard.state, Shard.job_id, Shard.removed_version).where(
+        select(Shard.id, Shard.url, Shard.state, Shard.job_id, Shard.removed_version).where(
             Shard.dataset_id == ds.id,
-            Shard.url == prep.url,
+            Shard.url.in_(list(by_url)) if len(by_url) > 1 else Shard.url == preps[0].url,
             Shard.state.in_(LIVE_STATES),
         )
     ).all()
@@ -173,19 +210,29 @@ def _check_url_free(session: Session, ds: Dataset, prep: PreparedShard, job_id: 
         other_job = r.job_id is not None and r.job_id != job_id
         if job_id is None or other_job or r.state == "committed":
             # The transaction rolls back: retiring ``gone`` first would change nothing.
-            raise _url_taken(prep, ds.name, r.state, r.job_id)
+            raise _url_taken(by_url[r.url], ds.name, r.state, r.job_id)
     jobs.retire(session, gone)
 
 
-def insert_shard(session: Session, dataset_id: int, job_id: int, prep: PreparedShard) -> int:
+def insert_shard(
+    session: Session,
+    dataset_id: int,
+    job_id: int,
+    prep: PreparedShard,
+    layout_ids: list[int] | None = None,
+) -> int:
     """Insert a staged shard row and its records in bulk; returns the shard's id.
+
+    ``layout_ids`` are the ids of ``prep.layouts`` when the caller has them
+    already (:func:`register_shards` looks them up once for many shards).
 
     Raises
     ------
     DuplicateKeyError
         If a live row of the dataset names the same URL (another process won the race).
     """
-    layout_ids = ensure_layouts(session, dataset_id, prep.layouts)
+    if layout_ids is None:
+        layout_ids = ensure_layouts(session, dataset_id, prep.layouts)
     values = dict(
         dataset_id=dataset_id, job_id=job_id, url=prep.url, state="staged", **prep.columns
     )

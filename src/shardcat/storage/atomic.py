@@ -79,7 +79,9 @@ class PendingFile:
             self._temp: str | None = os.path.join(
                 folder, f".{os.path.basename(self._final)}.{uuid.uuid4().hex[:12]}.partial"
             )
-            self.file: BinaryIO = _WritebackFile(io.FileIO(self._temp, "wb"), buffer_size=1 << 20)
+            local = _WritebackFile(io.FileIO(self._temp, "wb"), buffer_size=1 << 20)
+            local.behind = _write_behind()
+            self.file: BinaryIO = local
             self._fs: Any = None
             return
         self._temp = None
@@ -220,28 +222,96 @@ _sync_file_range = _load_sync_file_range()
 _SYNC_FILE_RANGE_WRITE = 2
 _WRITEBACK_BYTES = 8 << 20
 """A local file being written starts the disk write of every this many bytes."""
+_BACKGROUND_BYTES = 1 << 20
+"""Writes of at least this many bytes (the shard writer's 4 MiB blocks) go to a thread."""
+
+try:
+    from . import _cwrite  # type: ignore[attr-defined]
+except ImportError:  # not built (no C compiler, or no POSIX threads): blocks written inline
+    _cwrite = None
+
+WRITE_BEHIND_ENV = "SHARDCAT_WRITE_BEHIND"
+
+
+def _write_behind() -> bool:
+    """Whether a new local shard file writes its blocks on the C thread.
+
+    Yes where the helper is built, unless ``SHARDCAT_WRITE_BEHIND=0``: the
+    thread pays where a core is idle while the writer encodes; on a machine
+    with no idle core (more busy processes than cores) its hand-overs can
+    cost more than they save. Read for every file, so it can change at run time.
+    """
+    return _cwrite is not None and os.environ.get(WRITE_BEHIND_ENV, "1").strip() != "0"
 
 
 class _WritebackFile(io.BufferedWriter):
-    """A local file that starts writing its data to disk as it goes.
+    """A local file whose large blocks are written by a thread without the GIL, and started to disk.
 
-    Publication syncs the file (``fsync``); without this, that one call would
-    wait for the whole shard to reach the disk. ``sync_file_range(WRITE)``
+    The shard writer hands its records over in 4 MiB ``bytes`` blocks. Where
+    the compiled helper is built (:mod:`._cwrite`, POSIX threads), each block
+    is written by a C thread that never takes the GIL, while the writer
+    encodes the next block: on two cores the copy into the page cache (and
+    any wait of the kernel's dirty-page throttling) costs the writer nothing.
+    A Python thread would not do: it must take the GIL back after every
+    ``write``, and on a busy machine each hand-over waits for the scheduler
+    (measured slower than no thread). At most one block is in flight (memory
+    stays bounded); every other call waits for it first, so bytes reach the
+    file in order, and a failed background write is raised by the next call
+    (``write``, ``flush`` or ``close``) as the same ``OSError``. Only
+    immutable ``bytes`` go to the thread: a caller's ``bytearray`` could
+    change after ``write`` returned.
+
+    Publication syncs the file (``fsync``); without the rest, that one call
+    would wait for the whole shard to reach the disk. ``sync_file_range(WRITE)``
     starts the write-out of each 8 MiB as it is written, without waiting and
     without dropping it from the page cache, so the disk works while the
     writer encodes and the final ``fsync`` has little left to do. (The
-    ``fsync`` stays: only it makes the data durable.) Elsewhere than Linux it
-    is a plain buffered file.
+    ``fsync`` stays: only it makes the data durable.) Elsewhere than Linux
+    the write-out is left to the final ``fsync``.
     """
 
     _started = 0
     _written = 0
+    _pending: Any = None
+    behind = False
+    """Whether blocks go to the C thread (:func:`_write_behind`)."""
 
     def write(self, data: Any) -> int:
+        if self._pending is not None:
+            self._wait()
+        if not self.behind or type(data) is not bytes or len(data) < _BACKGROUND_BYTES:
+            return self._write_now(data)
+        super().flush()  # what is buffered goes first: bytes reach the file in order
+        n = len(data)
+        self._written += n
+        start = length = 0
+        if self._written - self._started >= _WRITEBACK_BYTES and _sync_file_range is not None:
+            start, length = self._started, self._written - self._started
+            self._started = self._written
+        self._pending = _cwrite.start(self.raw.fileno(), data, start, length)  # type: ignore[attr-defined]
+        return n
+
+    def _wait(self) -> None:
+        """Wait for the block in flight; raise its error, if it failed."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            _cwrite.finish(pending)
+
+    def flush(self) -> None:
+        self._wait()
+        super().flush()
+
+    def close(self) -> None:
+        try:
+            self._wait()
+        finally:
+            super().close()
+
+    def _write_now(self, data: Any) -> int:
         n = super().write(data)
         self._written += n
         if self._written - self._started >= _WRITEBACK_BYTES and _sync_file_range is not None:
-            self.flush()
+            super().flush()
             # Advice only: a failure here leaves the work to the final fsync.
             _sync_file_range(
                 self.fileno(), self._started, self._written - self._started, _SYNC_FILE_RANGE_WRITE

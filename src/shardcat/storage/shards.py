@@ -28,7 +28,9 @@ class ShardWriter(_writer.ShardWriter):
     A URL target is published only when the writer closes successfully:
     local files are renamed into place, object-store uploads complete at
     close and are aborted on error. Accepts every option of
-    :class:`shardcat.format.ShardWriter`.
+    :class:`shardcat.format.ShardWriter`. A local file gets the writer's
+    4 MiB blocks on a background thread, one block in flight at most, while
+    the next one is encoded; object stores upload parts concurrently.
 
     Parameters
     ----------
