@@ -184,3 +184,25 @@ def test_a_forked_child_never_waits_for_the_parents_write_thread(tmp_path: Path)
     with shardcat.ShardReader(url) as r:
         r.verify()
         assert [rec["bin"].data for rec in r] == payloads
+
+
+@pytest.mark.parametrize("behind", ["1", "0"])
+def test_position_counts_a_block_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, behind: str
+) -> None:
+    """``tell``/``seek`` wait for the block on the thread: positions are the file's, never stale."""
+    monkeypatch.setenv(atomic.WRITE_BEHIND_ENV, behind)
+    pending = atomic.open_pending(str(tmp_path / "x.shard"))
+    f: Any = pending.file
+    try:
+        block = b"a" * (4 << 20)
+        f.write(b"head")
+        f.write(block)  # on the thread, where built
+        assert f.tell() == 4 + len(block)
+        f.write(block)
+        assert f.seek(0, os.SEEK_END) == 4 + 2 * len(block)
+        f.write(b"tail")
+        f.flush()
+        assert os.path.getsize(pending._temp) == 8 + 2 * len(block)  # type: ignore[attr-defined]
+    finally:
+        pending.discard()

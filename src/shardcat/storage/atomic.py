@@ -301,6 +301,19 @@ class _WritebackFile(io.BufferedWriter):
         self._wait()
         super().flush()
 
+    # The file's position counts the block in flight only once it is written.
+    def tell(self) -> int:
+        self._wait()
+        return super().tell()
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self._wait()
+        return super().seek(offset, whence)
+
+    def truncate(self, size: int | None = None) -> int:
+        self._wait()
+        return super().truncate(size)
+
     def close(self) -> None:
         try:
             self._wait()
