@@ -31,6 +31,7 @@ from typing import Any
 
 import crc32c as _crc32c_package
 
+from .. import _pread
 from . import records
 from .entries import Record, _StoredEntry
 from .implementations import Name, choose
@@ -49,6 +50,7 @@ __all__ = [
     "decode_spanned",
     "encode_record",
     "iter_records",
+    "read_packed",
     "use",
 ]
 
@@ -117,6 +119,8 @@ iter_records: Callable[..., Any] | None
 """``decode_records`` as an iterator of records with ``used``/``count`` (compiled only)."""
 decode_batch: DecodeBatch
 """Every record of a batch of indexed reads (:func:`.records.decode_batch`)."""
+read_packed: Callable[..., list[bytes] | None]
+"""A batch's records read from local files into packed buffers (:func:`shardcat._pread.read_packed`)."""
 crc32c: Callable[..., int]
 _active: Name
 
@@ -142,7 +146,7 @@ def use(name: str) -> Name:
         An unknown name.
     """
     global encode_record, decode_record, decode_indexed, decode_spanned, decode_run, decode_records
-    global decode_batch, iter_records
+    global decode_batch, iter_records, read_packed
     global crc32c, _active
     previous = globals().get("_active", "python")
     choice = choose(
@@ -157,6 +161,8 @@ def use(name: str) -> Name:
         decode_records = _compiled.decode_records
         iter_records = _compiled.iter_records
         decode_batch = _compiled_decode_batch
+        # Built where pread is (POSIX); elsewhere the reference, which reads no faster.
+        read_packed = getattr(_compiled, "read_packed", _pread.read_packed)
         crc32c = _compiled.crc32c
     else:
         encode_record = records.encode_record
@@ -165,6 +171,7 @@ def use(name: str) -> Name:
         decode_spanned = records.decode_spanned
         decode_run = decode_records = iter_records = None
         decode_batch = records.decode_batch
+        read_packed = _pread.read_packed
         crc32c = _crc32c_package.crc32c
     _active = choice
     return previous  # type: ignore[no-any-return]
