@@ -17,7 +17,6 @@ import json
 from collections.abc import Iterable, Sequence
 from functools import partial
 from itertools import pairwise
-from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -38,9 +37,9 @@ from ..errors import (
 )
 from ..format import Entry, Record, recordcodec
 from ..format.checksums import signed_key_hash, signed_key_hashes
-from ..format.records import decode_entry
+from ..format.records import BatchTable, decode_entry
 from ..format.sources import FileSource
-from ..format.spec import BATCH_ROW_DTYPE, Codec
+from ..format.spec import Codec
 from ..storage import SourceCache, redact
 from .connection import RawConnection, fork_generation
 from .kinds import decode_record
@@ -394,23 +393,28 @@ class Lookup:
             err = self._missing(dataset, None, version)
             if isinstance(err, DatasetNotFoundError | VersionNotFoundError):
                 raise err
+        if names is None:
+            # Whole records: the rows become the batch decoder's table in one
+            # compiled pass (collisions and repeated keys dropped there).
+            batch = recordcodec.batch_table(rows, unique)
+            # 10,000 tuples fewer for the cyclic GC to walk while the reads run.
+            del rows
+            missing = [k for k in unique if k not in batch.seen]
+            records = self._read_records(dataset, batch)
+            return BatchResult(asked, [records.get(k) for k in asked], missing)
         found: dict[str, Any] = {}
         for row in rows:
             # Equal hashes, different key: a collision, never a match.
             if row[4] in unique and row[4] not in found:
                 found[row[4]] = row
         missing = [k for k in unique if k not in found]
-        # The rows end here (the read below takes them from ``found`` column by
-        # column): 10,000 tuples fewer for the cyclic GC to walk while it runs.
         del rows
         records = self._read_batch(dataset, found, names)
         return BatchResult(asked, [records.get(k) for k in asked], missing)
 
     def _read_batch(
-        self, dataset: str, found: dict[str, Any], names: frozenset[str] | None
+        self, dataset: str, found: dict[str, Any], names: frozenset[str]
     ) -> dict[str, Record]:
-        if names is None:
-            return self._read_records(dataset, found)
         requests: list[tuple[str, ByteRange]] = []
         plan: list[tuple[str, Any, list[Any]]] = []
         for key, row in found.items():
@@ -437,54 +441,37 @@ class Lookup:
             out[key] = record
         return out
 
-    def _read_records(self, dataset: str, found: dict[str, Any]) -> dict[str, Record]:
-        """Whole records: a table of where each lies, sorted and merged reads, one decoder call.
-
-        Empties ``found`` once its rows are columns (the caller is done with it).
-        """
-        n = len(found)
-        if not n:
+    def _read_records(self, dataset: str, batch: BatchTable) -> dict[str, Record]:
+        """Whole records: sorted and merged reads of the batch's table, one decoder call."""
+        if not batch.keys:
             return {}
-        # Columns at C speed; Python touches each row once, to number its shard.
-        # One map per column, not zip(*rows): zip holds an iterator per row
-        # for its whole run, which the cyclic GC then walks and promotes.
-        rows = list(found.values())
-        url_col, off_col, len_col, span_col, key_col, align_col, kind_col, sig_col = (
-            list(map(itemgetter(c), rows)) for c in range(8)
-        )
-        found.clear()
-        del rows
-        shard_of: dict[str, int] = {}
-        number = shard_of.setdefault
-        table = np.zeros(n, dtype=BATCH_ROW_DTYPE)
-        table["shard"] = [number(u, len(shard_of)) for u in url_col]
-        table["offset"] = off_col
-        table["length"] = len_col
-        table["row"] = np.arange(n, dtype=np.uint32)
-        table = table[np.lexsort((table["offset"], table["shard"]))]
-        urls = list(shard_of)
-        alignments = [0] * len(urls)
-        for u, a in zip(url_col, align_col):
-            alignments[shard_of[u]] = a
+        table = batch.table[np.lexsort((batch.table["offset"], batch.table["shard"]))]
+        urls, alignments, keys, spans = batch.urls, batch.alignments, batch.keys, batch.spans
         blobs = self._read_packed(urls, table)
         if blobs is None:
             blobs = self._read_merged(dataset, urls, table)
-        keys = list(key_col)
-        spans = [s if type(s) is bytes else bytes(s) for s in span_col]
         # Native records in one call of the record codec's batch decoder; rows of
         # other kinds (tar samples indexed in place) one by one, by their kind.
-        native = np.fromiter((k is None for k in kind_col), dtype=bool, count=n)[table["row"]]
+        native = table
+        other: dict[int, tuple[Any, Any]] = {}
+        if batch.others:
+            other = {row: (kind, signature) for row, kind, signature in batch.others}
+            is_native = np.ones(len(keys), dtype=bool)
+            is_native[list(other)] = False
+            native = table[is_native[table["row"]]]
         try:
             records = recordcodec.decode_batch(
-                blobs, table[native], keys, spans, urls, alignments, unpack_spans, self._texts
+                blobs, native, keys, spans, urls, alignments, unpack_spans, self._texts
             )
         except FormatError as e:
             raise self._read_failed(e, e.path, dataset) from e
-        for blob, shard, row, _, at, length, offset in table[~native].tolist():
+        rest = table[~is_native[table["row"]]].tolist() if other else []
+        for blob, shard, row, _, at, length, offset in rest:
             url = urls[shard]
+            kind, signature = other[row]
             try:
                 records[row] = decode_record(
-                    kind_col[row],
+                    kind,
                     blobs[blob][at : at + length],
                     key=keys[row],
                     length=length,
@@ -492,12 +479,12 @@ class Lookup:
                     offset=offset,
                     alignment=alignments[shard],
                     spans=spans[row],
-                    layout=partial(self.layouts.get, sig_col[row]),
+                    layout=partial(self.layouts.get, signature),
                     text_cache=self._texts,
                 )
             except FormatError as e:
                 raise self._read_failed(e, url, dataset) from e
-        return dict(zip(keys, records))  # every row has a record
+        return dict(zip(keys, records))  # type: ignore[arg-type]  # every row has a record
 
     def _read_packed(self, urls: list[str], table: np.ndarray) -> list[memoryview] | None:
         """Every record of ``table`` read into packed buffers, if all its shards are local files.

@@ -1311,6 +1311,107 @@ finally:
 }
 #endif
 
+/* batch_table(rows, wanted) -> (table, keys, spans, urls, alignments, others, seen) | None
+
+   The rows of a batch query (url, offset, length, spans, key, alignment, kind,
+   signature: catalog/lookup.py's statement), as the batch decoder's input, in
+   one pass: records.batch_table is the reference, and this returns None (the
+   caller then runs the reference) for any row it does not expect. A row
+   counts if its key is in `wanted` and no row before it had that key (equal
+   hashes, another key: a collision, never a match). `table` is a bytearray of
+   BATCH_ROW_SIZE-byte rows in row order (blob and at zero), `keys` and
+   `spans` are per table row, `urls` and `alignments` per shard in order of
+   first appearance, `others` holds (row, kind, signature) for rows whose kind
+   is not NULL (not native), and `seen` maps each key found to its row. */
+static PyObject *py_batch_table(PyObject *self, PyObject *args)
+{
+    PyObject *rows, *wanted;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &rows, &PyDict_Type, &wanted))
+        return NULL;
+    Py_ssize_t nrows = PyList_GET_SIZE(rows);
+    PyObject *table = PyByteArray_FromStringAndSize(NULL, BATCH_ROW_SIZE * nrows);
+    PyObject *keys = PyList_New(0), *spans = PyList_New(0), *urls = PyList_New(0), *alignments = PyList_New(0);
+    PyObject *others = PyList_New(0), *seen = PyDict_New(), *shard_of = PyDict_New(), *result = NULL;
+    if (!table || !keys || !spans || !urls || !alignments || !others || !seen || !shard_of)
+        goto finally;
+    unsigned char *out = (unsigned char *)PyByteArray_AS_STRING(table);
+    memset(out, 0, (size_t)(BATCH_ROW_SIZE * nrows));
+    Py_ssize_t n = 0;
+    for (Py_ssize_t i = 0; i < nrows; i++) {
+        PyObject *row = PyList_GET_ITEM(rows, i);
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) < 8)
+            goto reference;
+        PyObject *url = PyTuple_GET_ITEM(row, 0), *off = PyTuple_GET_ITEM(row, 1), *len = PyTuple_GET_ITEM(row, 2),
+                 *sp = PyTuple_GET_ITEM(row, 3), *key = PyTuple_GET_ITEM(row, 4), *al = PyTuple_GET_ITEM(row, 5),
+                 *kind = PyTuple_GET_ITEM(row, 6);
+        if (!PyUnicode_CheckExact(key) || !PyUnicode_CheckExact(url) || !PyLong_CheckExact(off) ||
+            !PyLong_CheckExact(len) || !PyBytes_CheckExact(sp))
+            goto reference;
+        int in = PyDict_Contains(wanted, key);
+        if (in < 0)
+            goto finally;
+        if (!in)
+            continue;
+        PyObject *number = PyLong_FromSsize_t(n);
+        if (number == NULL)
+            goto finally;
+        PyObject *had = PyDict_SetDefault(seen, key, number);
+        Py_DECREF(number);
+        if (had == NULL)
+            goto finally;
+        if (had != number)
+            continue; /* a key seen before: its first row counts */
+        unsigned long long offset = PyLong_AsUnsignedLongLong(off), length = PyLong_AsUnsignedLongLong(len);
+        if (PyErr_Occurred()) {
+            PyErr_Clear();
+            goto reference;
+        }
+        PyObject *shard = PyDict_GetItemWithError(shard_of, url);
+        if (shard == NULL) {
+            if (PyErr_Occurred())
+                goto finally;
+            shard = PyLong_FromSsize_t(PyList_GET_SIZE(urls));
+            int failed = shard == NULL || PyDict_SetItem(shard_of, url, shard) < 0 || PyList_Append(urls, url) < 0 ||
+                         PyList_Append(alignments, al) < 0;
+            Py_XDECREF(shard); /* shard_of holds it */
+            if (failed)
+                goto finally;
+        }
+        unsigned char *r = out + BATCH_ROW_SIZE * n;
+        st32(r + 4, (uint32_t)PyLong_AsSsize_t(shard));
+        st32(r + 8, (uint32_t)n);
+        st64(r + 24, length);
+        st64(r + 32, offset);
+        if (PyList_Append(keys, key) < 0 || PyList_Append(spans, sp) < 0)
+            goto finally;
+        if (kind != Py_None) {
+            PyObject *other = Py_BuildValue("(nOO)", n, kind, PyTuple_GET_ITEM(row, 7));
+            int failed = other == NULL || PyList_Append(others, other) < 0;
+            Py_XDECREF(other);
+            if (failed)
+                goto finally;
+        }
+        n++;
+    }
+    if (PyByteArray_Resize(table, BATCH_ROW_SIZE * n) < 0)
+        goto finally;
+    result = Py_BuildValue("(OOOOOOO)", table, keys, spans, urls, alignments, others, seen);
+    goto finally;
+reference:
+    Py_INCREF(Py_None);
+    result = Py_None;
+finally:
+    Py_XDECREF(table);
+    Py_XDECREF(keys);
+    Py_XDECREF(spans);
+    Py_XDECREF(urls);
+    Py_XDECREF(alignments);
+    Py_XDECREF(others);
+    Py_XDECREF(seen);
+    Py_XDECREF(shard_of);
+    return result;
+}
+
 /* decode_batch(blobs, table, keys, spans, paths, alignments, text_cache)
        -> (records, rejected)
 
@@ -1999,6 +2100,7 @@ static PyMethodDef methods[] = {
 #endif
     {"decode_run", py_decode_run, METH_VARARGS, "The whole, sound records of a stream buffer."},
     {"decode_batch", py_decode_batch, METH_VARARGS, "Every record of a batch of indexed reads, in one call."},
+    {"batch_table", py_batch_table, METH_VARARGS, "The rows of a batch query as the batch decoder's table."},
     {"encode_record", py_encode_record, METH_VARARGS, "records.encode_record, compiled."},
     {"entry", py_entry, METH_VARARGS, "The uncompressed entry `name` of a LazyRecord (None if compressed)."},
     {"_setup", py_setup, METH_VARARGS, "Hand over the Python types and the reference functions."},
