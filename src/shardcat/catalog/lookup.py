@@ -452,21 +452,24 @@ class Lookup:
             blobs = self._read_merged(dataset, urls, table)
         # Native records in one call of the record codec's batch decoder; rows of
         # other kinds (tar samples indexed in place) one by one, by their kind.
-        native = table
-        other: dict[int, tuple[Any, Any]] = {}
-        if batch.others:
-            other = {row: (kind, signature) for row, kind, signature in batch.others}
-            is_native = np.ones(len(keys), dtype=bool)
-            is_native[list(other)] = False
-            native = table[is_native[table["row"]]]
+        other = {row: (kind, signature) for row, kind, signature in batch.others}
+        native = np.ones(len(keys), dtype=bool)
+        native[list(other)] = False
+        native = native[table["row"]]
         try:
             records = recordcodec.decode_batch(
-                blobs, native, keys, spans, urls, alignments, unpack_spans, self._texts
+                blobs,
+                table[native] if other else table,
+                keys,
+                spans,
+                urls,
+                alignments,
+                unpack_spans,
+                self._texts,
             )
         except FormatError as e:
             raise self._read_failed(e, e.path, dataset) from e
-        rest = table[~is_native[table["row"]]].tolist() if other else []
-        for blob, shard, row, _, at, length, offset in rest:
+        for blob, shard, row, _, at, length, offset in table[~native].tolist():
             url = urls[shard]
             kind, signature = other[row]
             try:
