@@ -1,10 +1,13 @@
-"""Positional reads that return every byte asked for (dependency-free; used by format and catalog)."""
+"""Positional reads that return every byte asked for (no fsspec; used by format and catalog)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
-__all__ = ["PREAD_MAX", "pread_full"]
+import numpy as np
+
+__all__ = ["PREAD_MAX", "packed_runs", "pread_full", "read_packed"]
 
 PREAD_MAX = 0x7FFFF000
 """Linux returns at most this many bytes from one read call (2 GiB − 4 KiB), whatever was asked."""
@@ -29,3 +32,88 @@ def pread_full(fd: int, length: int, offset: int) -> bytes:
         parts.append(more)
         got += len(more)
     return b"".join(parts)
+
+
+def packed_runs(table: np.ndarray, max_gap: int) -> list[tuple[int, int, int, int, int]]:
+    """The reads :func:`read_packed` makes: ``(shard, start, end, first, stop)`` each.
+
+    A read covers table rows ``first`` to ``stop - 1``: records of one file,
+    each starting at most ``max_gap`` bytes after the end of the one before
+    (never before it: overlapping records are read again). The compiled
+    ``read_packed`` makes the same reads, one ``preadv`` each, and splits a
+    read of more than 1,022 pieces (records and gaps) or 1 GiB in two.
+    """
+    rows = table[["shard", "length", "offset"]].tolist()
+    runs: list[tuple[int, int, int, int, int]] = []
+    t = 0
+    while t < len(rows):
+        shard, length, start = rows[t]
+        first, end = t, start + length
+        t += 1
+        while t < len(rows):
+            s, n, offset = rows[t]
+            if s != shard or offset < end or offset - end > max_gap:
+                break
+            end = offset + n
+            t += 1
+        runs.append((shard, start, end, first, t))
+    return runs
+
+
+def read_packed(
+    fds: Sequence[int], table: np.ndarray, max_gap: int, group_bytes: int
+) -> list[bytes] | None:
+    """Every record of a batch table, read into buffers that hold the records alone.
+
+    ``table`` (:data:`~shardcat.format.spec.BATCH_ROW_DTYPE`) is sorted by
+    ``(shard, offset)``; ``fds[shard]`` is the open file of each row. The
+    reads are :func:`packed_runs` (records at most ``max_gap`` bytes apart
+    share one). The records go back to back, in table order, into buffers
+    that take records until the next would pass ``group_bytes`` (a larger
+    record gets one of its own); each row's ``blob`` and ``at`` are set to
+    where its record is. Returns the buffers, or None if a file ends inside
+    a record (the caller takes a path that reports it).
+
+    This is the reference of the compiled ``_ccodec.read_packed``, which
+    returns the same buffers and table but reads each run with one
+    ``preadv`` straight into the buffers (the gaps into scratch space).
+
+    Raises
+    ------
+    ValueError
+        A row names no descriptor, or the table is not sorted.
+    OSError
+        A read failed.
+    """
+    if not 0 <= max_gap <= 1 << 20 or group_bytes < 1:
+        raise ValueError("read_packed: max_gap must be in [0, 1 MiB], group_bytes >= 1")
+    rows = table[["shard", "length", "offset"]].tolist()
+    for t, (shard, _, offset) in enumerate(rows):
+        if shard >= len(fds) or (t and (shard, offset) < rows[t - 1][::2]):
+            raise ValueError(
+                f"read_packed: table row {t} is out of range or out of (shard, offset) order"
+            )
+    pieces: list[memoryview] = []
+    for shard, start, end, first, stop in packed_runs(table, max_gap):
+        data = memoryview(pread_full(fds[shard], end - start, start))
+        for _, length, offset in rows[first:stop]:
+            piece = data[offset - start : offset - start + length]
+            if len(piece) != length:
+                return None
+            pieces.append(piece)
+    buffers: list[bytes] = []
+    parts: list[memoryview] = []
+    blob = np.zeros(len(rows), dtype=np.uint32)
+    at = np.zeros(len(rows), dtype=np.uint64)
+    size = 0
+    for t, piece in enumerate(pieces):
+        if size and size + len(piece) > group_bytes:
+            buffers.append(b"".join(parts))
+            parts, size = [], 0
+        blob[t], at[t] = len(buffers), size
+        parts.append(piece)
+        size += len(piece)
+    if rows:
+        buffers.append(b"".join(parts))
+    table["blob"], table["at"] = blob, at
+    return buffers

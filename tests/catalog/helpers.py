@@ -185,6 +185,21 @@ class ReadCounter:
 
             monkeypatch.setattr(cache, "pread_linked", linked)
 
+        # The local batch path reads with the compiled read_packed (preadv in C):
+        # its reads are the runs of _pread.packed_runs (the reference preads each).
+        from shardcat import _pread
+        from shardcat.format import recordcodec
+
+        real_packed = recordcodec.read_packed
+        if real_packed is not _pread.read_packed:
+
+            def packed(fds: Any, table: Any, max_gap: int, group_bytes: int) -> Any:
+                for _, start, end, _, _ in _pread.packed_runs(table, max_gap):
+                    reads.append(("pread", start, end))
+                return real_packed(fds, table, max_gap, group_bytes)
+
+            monkeypatch.setattr(recordcodec, "read_packed", packed)
+
         from fsspec.implementations.memory import MemoryFileSystem
 
         real_cat = MemoryFileSystem.cat_file

@@ -120,6 +120,28 @@ def test_get_many_in_input_order_with_duplicates_and_missing(cat, store, reads):
     assert set(result.found()) == set(asked) - {"nope/1", "nope/2"}
 
 
+def test_get_many_of_local_shards_keeps_only_the_records_bytes(cat, local_root, reads):
+    # Every other record: the gaps (one record each, < 8 KiB) are read through by
+    # one pread per shard, but the records land in buffers that hold them alone.
+    make_dataset(cat, local_root, 2)
+    asked = [k for i in range(2) for k in shard_keys(i)[::2]]
+    reads.clear()
+    result = cat.get_many("train", asked)
+    assert [r.key for r in result] == asked
+    assert reads.count == 2, reads.reads
+    assert all(r["jpg"].data == sample(r.key)["jpg"] for r in result)
+    wanted = sum(cat.locate("train", k).length for k in asked)
+    # The buffers the records keep: a lazy record's (compiled codec), else its entries'.
+    held = {
+        id(b): len(b)
+        for r in result
+        for b in (
+            [r._buf.obj] if hasattr(r, "_buf") else [e._stored.obj for e in r.entries.values()]
+        )
+    }
+    assert sum(held.values()) == wanted
+
+
 def test_get_many_entries_subset(cat, store, reads):
     make_dataset(cat, store["root"], 2, storage_options=store["storage_options"])
     cat.storage_options = store["storage_options"] or {}

@@ -198,6 +198,9 @@ def test_get_from_a_rewritten_shard_never_returns_another_record(cat, local_root
         f.truncate(200)
     with pytest.raises(FormatError, match="shard"):
         cat.get("train", shard_keys(0)[30])
+    # A batch whose record the file ends inside: reported, not served short.
+    with pytest.raises(FormatError, match="shard"):
+        cat.get_many("train", [shard_keys(0)[30]])
 
 
 def test_a_valid_rewrite_with_the_same_keys_and_offsets_is_never_served(cat, store):

@@ -1081,6 +1081,337 @@ static PyObject *py_pread_linked(PyObject *self, PyObject *const *args, Py_ssize
 }
 #endif
 
+#ifdef HAVE_PREAD_LINKED
+/* read_packed(fds, table, max_gap, group_bytes) -> list[bytes] | None
+
+   The local batch read (_pread.read_packed is its reference): every record of
+   `table` (BATCH_ROW_SIZE-byte rows sorted by (shard, offset); `shard` indexes
+   `fds`) read from its file into buffers that hold the records alone, back to
+   back in table order. A buffer takes records until the next one would pass
+   `group_bytes` (one record larger than that gets a buffer of its own), so a
+   record kept alone keeps about that much alive, not the whole batch. Fills
+   each row's `blob` (its buffer) and `at` (its first byte there).
+
+   Records of one file at most `max_gap` bytes apart are read by one preadv:
+   the records land in their buffers and the gaps between them in one scratch
+   area, so there is neither a bytes object per read nor a join of pieces (on
+   systems without preadv, one pread per record). The GIL is released for all
+   the reads. A short preadv (a signal, the kernel's per-call cap) is redone
+   record by record; a record the file ends inside returns None, and the
+   caller takes the general path, which reports it. A read error raises the
+   OSError os.pread would. */
+#if defined(__linux__)
+#include <sys/uio.h>
+#define HAVE_PREADV 1
+#define PACKED_IOV_MAX 1024 /* Linux's UIO_MAXIOV */
+#endif
+#define PACKED_MAX_GAP (1 << 20)
+
+static int pread_whole(int fd, char *dest, uint64_t length, uint64_t offset, int *err)
+{
+    /* 1: read whole; 0: the file ends first; -1: an error (errno in *err). */
+    while (length) {
+        size_t want = length > 0x7FFFF000u ? 0x7FFFF000u : (size_t)length;
+        ssize_t got = pread(fd, dest, want, (off_t)offset);
+        if (got < 0) {
+            if (errno == EINTR)
+                continue;
+            *err = errno;
+            return -1;
+        }
+        if (got == 0)
+            return 0;
+        dest += got;
+        offset += (uint64_t)got;
+        length -= (uint64_t)got;
+    }
+    return 1;
+}
+
+static PyObject *py_read_packed(PyObject *self, PyObject *args)
+{
+    PyObject *fds_list, *table;
+    Py_ssize_t max_gap, group_bytes;
+    if (!PyArg_ParseTuple(args, "O!Onn", &PyList_Type, &fds_list, &table, &max_gap, &group_bytes))
+        return NULL;
+    if (max_gap < 0 || max_gap > PACKED_MAX_GAP || group_bytes < 1) {
+        PyErr_SetString(PyExc_ValueError, "read_packed: max_gap must be in [0, 1 MiB], group_bytes >= 1");
+        return NULL;
+    }
+    Py_buffer tb;
+    if (PyObject_GetBuffer(table, &tb, PyBUF_WRITABLE) < 0)
+        return NULL;
+    PyObject *groups = NULL, *result = NULL;
+    int *fds = NULL;
+    char **dests = NULL, *scratch = NULL;
+#ifdef HAVE_PREADV
+    struct iovec *iov = NULL;
+#endif
+    if (tb.len % BATCH_ROW_SIZE) {
+        PyErr_SetString(PyExc_ValueError, "read_packed: the table is not a whole number of rows");
+        goto finally;
+    }
+    Py_ssize_t rows = tb.len / BATCH_ROW_SIZE, nfds = PyList_GET_SIZE(fds_list);
+    unsigned char *base = (unsigned char *)tb.buf;
+    fds = PyMem_Malloc(sizeof(int) * (size_t)(nfds ? nfds : 1));
+    if (fds == NULL) {
+        PyErr_NoMemory();
+        goto finally;
+    }
+    for (Py_ssize_t i = 0; i < nfds; i++) {
+        long fd = PyLong_AsLong(PyList_GET_ITEM(fds_list, i));
+        if (fd == -1 && PyErr_Occurred())
+            goto finally;
+        if (fd < 0 || fd > INT_MAX) {
+            PyErr_SetString(PyExc_ValueError, "read_packed: a descriptor is negative");
+            goto finally;
+        }
+        fds[i] = (int)fd;
+    }
+    /* Plan the buffers (GIL held: they are Python objects), checking every row. */
+    groups = PyList_New(0);
+    if (groups == NULL)
+        goto finally;
+    uint64_t size = 0, prev_shard = 0, prev_offset = 0;
+    Py_ssize_t ngroups = 0;
+    for (Py_ssize_t t = 0; t < rows; t++) {
+        unsigned char *r = base + BATCH_ROW_SIZE * t;
+        uint64_t shard = ld32(r + 4), length = ld64(r + 24), offset = ld64(r + 32);
+        if (shard >= (uint64_t)nfds || length > (uint64_t)PY_SSIZE_T_MAX / 2 ||
+            offset > (uint64_t)LLONG_MAX - length || (t && (shard < prev_shard ||
+                                                           (shard == prev_shard && offset < prev_offset)))) {
+            PyErr_Format(PyExc_ValueError,
+                         "read_packed: table row %zd is out of range or out of (shard, offset) order", t);
+            goto finally;
+        }
+        prev_shard = shard;
+        prev_offset = offset;
+        if (t == 0 || (size && size + length > (uint64_t)group_bytes)) {
+            if (t) {
+                PyObject *g = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+                if (g == NULL || PyList_Append(groups, g) < 0) {
+                    Py_XDECREF(g);
+                    goto finally;
+                }
+                Py_DECREF(g);
+                ngroups++;
+            }
+            size = 0;
+        }
+        st32(r, (uint32_t)ngroups);
+        st64(r + 16, size);
+        size += length;
+        if (size > (uint64_t)PY_SSIZE_T_MAX / 2) {
+            PyErr_SetString(PyExc_OverflowError, "read_packed: a buffer would be too large");
+            goto finally;
+        }
+    }
+    if (rows) {
+        PyObject *g = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+        if (g == NULL || PyList_Append(groups, g) < 0) {
+            Py_XDECREF(g);
+            goto finally;
+        }
+        Py_DECREF(g);
+        ngroups++;
+    }
+    dests = PyMem_Malloc(sizeof(char *) * (size_t)(ngroups ? ngroups : 1));
+    scratch = PyMem_RawMalloc(max_gap ? (size_t)max_gap : 1);
+#ifdef HAVE_PREADV
+    iov = PyMem_RawMalloc(sizeof(struct iovec) * PACKED_IOV_MAX);
+    if (iov == NULL) {
+        PyErr_NoMemory();
+        goto finally;
+    }
+#endif
+    if (dests == NULL || scratch == NULL) {
+        PyErr_NoMemory();
+        goto finally;
+    }
+    for (Py_ssize_t g = 0; g < ngroups; g++)
+        dests[g] = PyBytes_AS_STRING(PyList_GET_ITEM(groups, g));
+    int err = 0, whole = 1;
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t t = 0;
+    while (t < rows && whole && !err) {
+        const unsigned char *r = base + BATCH_ROW_SIZE * t;
+        uint32_t shard = ld32(r + 4);
+        int fd = fds[shard];
+        Py_ssize_t first = t;
+#ifdef HAVE_PREADV
+        /* One run: records of one file, each at most max_gap after the end of the one before. */
+        uint64_t run_start = ld64(r + 32), end = run_start, total = 0;
+        int niov = 0;
+        for (;;) {
+            r = base + BATCH_ROW_SIZE * t;
+            uint64_t length = ld64(r + 24), offset = ld64(r + 32);
+            if (offset > end) {
+                iov[niov].iov_base = scratch;
+                iov[niov].iov_len = (size_t)(offset - end);
+                niov++;
+                total += offset - end;
+            }
+            if (length) {
+                iov[niov].iov_base = dests[ld32(r)] + ld64(r + 16);
+                iov[niov].iov_len = (size_t)length;
+                niov++;
+            }
+            total += length;
+            end = offset + length;
+            t++;
+            if (t == rows || niov + 2 > PACKED_IOV_MAX || total > 0x40000000u)
+                break;
+            const unsigned char *next = base + BATCH_ROW_SIZE * t;
+            uint64_t next_offset = ld64(next + 32);
+            if (ld32(next + 4) != shard || next_offset < end || next_offset - end > (uint64_t)max_gap)
+                break;
+        }
+        ssize_t got;
+        do
+            got = niov ? preadv(fd, iov, niov, (off_t)run_start) : 0;
+        while (got < 0 && errno == EINTR);
+        if (got < 0) {
+            err = errno;
+            break;
+        }
+        if ((uint64_t)got == total)
+            continue;
+        /* Short: redo this run record by record (pread_whole continues short reads). */
+#else
+        t++;
+#endif
+        for (Py_ssize_t u = first; u < t && whole && !err; u++) {
+            const unsigned char *q = base + BATCH_ROW_SIZE * u;
+            whole = pread_whole(fd, dests[ld32(q)] + ld64(q + 16), ld64(q + 24), ld64(q + 32), &err) == 1;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (err) {
+        errno = err;
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto finally;
+    }
+    if (!whole) {
+        Py_INCREF(Py_None);
+        result = Py_None;
+        goto finally;
+    }
+    result = groups;
+    groups = NULL;
+finally:
+    PyBuffer_Release(&tb);
+    Py_XDECREF(groups);
+    PyMem_Free(fds);
+    PyMem_Free(dests);
+    PyMem_RawFree(scratch);
+#ifdef HAVE_PREADV
+    PyMem_RawFree(iov);
+#endif
+    return result;
+}
+#endif
+
+/* batch_table(rows, wanted) -> (table, keys, spans, urls, alignments, others, seen) | None
+
+   The rows of a batch query (url, offset, length, spans, key, alignment, kind,
+   signature: catalog/lookup.py's statement), as the batch decoder's input, in
+   one pass: records.batch_table is the reference, and this returns None (the
+   caller then runs the reference) for any row it does not expect. A row
+   counts if its key is in `wanted` and no row before it had that key (equal
+   hashes, another key: a collision, never a match). `table` is a bytearray of
+   BATCH_ROW_SIZE-byte rows in row order (blob and at zero), `keys` and
+   `spans` are per table row, `urls` and `alignments` per shard in order of
+   first appearance, `others` holds (row, kind, signature) for rows whose kind
+   is not NULL (not native), and `seen` maps each key found to its row. */
+static PyObject *py_batch_table(PyObject *self, PyObject *args)
+{
+    PyObject *rows, *wanted;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &rows, &PyDict_Type, &wanted))
+        return NULL;
+    Py_ssize_t nrows = PyList_GET_SIZE(rows);
+    PyObject *table = PyByteArray_FromStringAndSize(NULL, BATCH_ROW_SIZE * nrows);
+    PyObject *keys = PyList_New(0), *spans = PyList_New(0), *urls = PyList_New(0), *alignments = PyList_New(0);
+    PyObject *others = PyList_New(0), *seen = PyDict_New(), *shard_of = PyDict_New(), *result = NULL;
+    if (!table || !keys || !spans || !urls || !alignments || !others || !seen || !shard_of)
+        goto finally;
+    unsigned char *out = (unsigned char *)PyByteArray_AS_STRING(table);
+    memset(out, 0, (size_t)(BATCH_ROW_SIZE * nrows));
+    Py_ssize_t n = 0;
+    for (Py_ssize_t i = 0; i < nrows; i++) {
+        PyObject *row = PyList_GET_ITEM(rows, i);
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) < 8)
+            goto reference;
+        PyObject *url = PyTuple_GET_ITEM(row, 0), *off = PyTuple_GET_ITEM(row, 1), *len = PyTuple_GET_ITEM(row, 2),
+                 *sp = PyTuple_GET_ITEM(row, 3), *key = PyTuple_GET_ITEM(row, 4), *al = PyTuple_GET_ITEM(row, 5),
+                 *kind = PyTuple_GET_ITEM(row, 6);
+        if (!PyUnicode_CheckExact(key) || !PyUnicode_CheckExact(url) || !PyLong_CheckExact(off) ||
+            !PyLong_CheckExact(len) || !PyBytes_CheckExact(sp))
+            goto reference;
+        int in = PyDict_Contains(wanted, key);
+        if (in < 0)
+            goto finally;
+        if (!in)
+            continue;
+        PyObject *number = PyLong_FromSsize_t(n);
+        if (number == NULL)
+            goto finally;
+        PyObject *had = PyDict_SetDefault(seen, key, number);
+        Py_DECREF(number);
+        if (had == NULL)
+            goto finally;
+        if (had != number)
+            continue; /* a key seen before: its first row counts */
+        unsigned long long offset = PyLong_AsUnsignedLongLong(off), length = PyLong_AsUnsignedLongLong(len);
+        if (PyErr_Occurred()) {
+            PyErr_Clear();
+            goto reference;
+        }
+        PyObject *shard = PyDict_GetItemWithError(shard_of, url);
+        if (shard == NULL) {
+            if (PyErr_Occurred())
+                goto finally;
+            shard = PyLong_FromSsize_t(PyList_GET_SIZE(urls));
+            int failed = shard == NULL || PyDict_SetItem(shard_of, url, shard) < 0 || PyList_Append(urls, url) < 0 ||
+                         PyList_Append(alignments, al) < 0;
+            Py_XDECREF(shard); /* shard_of holds it */
+            if (failed)
+                goto finally;
+        }
+        unsigned char *r = out + BATCH_ROW_SIZE * n;
+        st32(r + 4, (uint32_t)PyLong_AsSsize_t(shard));
+        st32(r + 8, (uint32_t)n);
+        st64(r + 24, length);
+        st64(r + 32, offset);
+        if (PyList_Append(keys, key) < 0 || PyList_Append(spans, sp) < 0)
+            goto finally;
+        if (kind != Py_None) {
+            PyObject *other = Py_BuildValue("(nOO)", n, kind, PyTuple_GET_ITEM(row, 7));
+            int failed = other == NULL || PyList_Append(others, other) < 0;
+            Py_XDECREF(other);
+            if (failed)
+                goto finally;
+        }
+        n++;
+    }
+    if (PyByteArray_Resize(table, BATCH_ROW_SIZE * n) < 0)
+        goto finally;
+    result = Py_BuildValue("(OOOOOOO)", table, keys, spans, urls, alignments, others, seen);
+    goto finally;
+reference:
+    Py_INCREF(Py_None);
+    result = Py_None;
+finally:
+    Py_XDECREF(table);
+    Py_XDECREF(keys);
+    Py_XDECREF(spans);
+    Py_XDECREF(urls);
+    Py_XDECREF(alignments);
+    Py_XDECREF(others);
+    Py_XDECREF(seen);
+    Py_XDECREF(shard_of);
+    return result;
+}
+
 /* decode_batch(blobs, table, keys, spans, paths, alignments, text_cache)
        -> (records, rejected)
 
@@ -1764,9 +2095,12 @@ static PyMethodDef methods[] = {
 #ifdef HAVE_PREAD_LINKED
     {"pread_linked", (PyCFunction)(void (*)(void))py_pread_linked, METH_FASTCALL,
      "pread_linked(fd, n, offset): bytes, or None if the file has no name left."},
+    {"read_packed", py_read_packed, METH_VARARGS,
+     "read_packed(fds, table, max_gap, group_bytes): a batch's records, read into packed buffers."},
 #endif
     {"decode_run", py_decode_run, METH_VARARGS, "The whole, sound records of a stream buffer."},
     {"decode_batch", py_decode_batch, METH_VARARGS, "Every record of a batch of indexed reads, in one call."},
+    {"batch_table", py_batch_table, METH_VARARGS, "The rows of a batch query as the batch decoder's table."},
     {"encode_record", py_encode_record, METH_VARARGS, "records.encode_record, compiled."},
     {"entry", py_entry, METH_VARARGS, "The uncompressed entry `name` of a LazyRecord (None if compressed)."},
     {"_setup", py_setup, METH_VARARGS, "Hand over the Python types and the reference functions."},

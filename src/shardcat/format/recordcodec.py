@@ -30,16 +30,19 @@ from collections.abc import Callable
 from typing import Any
 
 import crc32c as _crc32c_package
+import numpy as np
 
+from .. import _pread
 from . import records
 from .entries import Record, _StoredEntry
 from .implementations import Name, choose
-from .spec import Codec
+from .spec import BATCH_ROW_DTYPE, Codec
 
 __all__ = [
     "ENV_VAR",
     "active",
     "available",
+    "batch_table",
     "crc32c",
     "decode_batch",
     "decode_indexed",
@@ -49,6 +52,7 @@ __all__ = [
     "decode_spanned",
     "encode_record",
     "iter_records",
+    "read_packed",
     "use",
 ]
 
@@ -104,6 +108,15 @@ def _compiled_decode_batch(
     return out  # type: ignore[no-any-return]
 
 
+def _compiled_batch_table(rows: list[Any], wanted: dict[str, Any]) -> records.BatchTable:
+    """records.batch_table, compiled: one C pass; rows it does not expect go to the reference."""
+    done = _compiled.batch_table(rows, wanted)
+    if done is None:
+        return records.batch_table(rows, wanted)
+    table, *rest = done
+    return records.BatchTable(np.frombuffer(table, dtype=BATCH_ROW_DTYPE), *rest)
+
+
 # The active functions (set by use() below).
 encode_record: Callable[..., records.EncodedRecord]
 decode_record: Callable[..., Record]
@@ -117,6 +130,10 @@ iter_records: Callable[..., Any] | None
 """``decode_records`` as an iterator of records with ``used``/``count`` (compiled only)."""
 decode_batch: DecodeBatch
 """Every record of a batch of indexed reads (:func:`.records.decode_batch`)."""
+batch_table: Callable[[list[Any], dict[str, Any]], records.BatchTable]
+"""A batch query's rows as the batch decoder's table (:func:`.records.batch_table`)."""
+read_packed: Callable[..., list[bytes] | None]
+"""A batch's records read from local files into packed buffers (:func:`shardcat._pread.read_packed`)."""
 crc32c: Callable[..., int]
 _active: Name
 
@@ -142,7 +159,7 @@ def use(name: str) -> Name:
         An unknown name.
     """
     global encode_record, decode_record, decode_indexed, decode_spanned, decode_run, decode_records
-    global decode_batch, iter_records
+    global decode_batch, iter_records, read_packed, batch_table
     global crc32c, _active
     previous = globals().get("_active", "python")
     choice = choose(
@@ -157,6 +174,9 @@ def use(name: str) -> Name:
         decode_records = _compiled.decode_records
         iter_records = _compiled.iter_records
         decode_batch = _compiled_decode_batch
+        batch_table = _compiled_batch_table
+        # Built where pread is (POSIX); elsewhere the reference, which reads no faster.
+        read_packed = getattr(_compiled, "read_packed", _pread.read_packed)
         crc32c = _compiled.crc32c
     else:
         encode_record = records.encode_record
@@ -165,6 +185,8 @@ def use(name: str) -> Name:
         decode_spanned = records.decode_spanned
         decode_run = decode_records = iter_records = None
         decode_batch = records.decode_batch
+        batch_table = records.batch_table
+        read_packed = _pread.read_packed
         crc32c = _crc32c_package.crc32c
     _active = choice
     return previous  # type: ignore[no-any-return]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from crc32c import crc32c  # the C function itself: this module is the hot path
@@ -19,6 +19,7 @@ from crc32c import crc32c  # the C function itself: this module is the hot path
 from ..errors import ChecksumError, FormatError, TruncatedError
 from .entries import Entry, Record, _CompressedEntry, _StoredEntry
 from .spec import (
+    BATCH_ROW_DTYPE,
     ENTRY_DESC_STRUCT,
     RECORD_HEAD_STRUCT,
     RECORD_TAG,
@@ -26,8 +27,10 @@ from .spec import (
 )
 
 __all__ = [
+    "BatchTable",
     "EncodedRecord",
     "PreparedEntry",
+    "batch_table",
     "decode_batch",
     "decode_entry",
     "decode_indexed",
@@ -357,6 +360,52 @@ def decode_spanned(
         registered=partial(unpack, spans),
         text_cache=text_cache,
     )
+
+
+class BatchTable(NamedTuple):
+    """The rows of a batch query, as :func:`decode_batch` takes them (:func:`batch_table`)."""
+
+    table: np.ndarray
+    """:data:`~shardcat.format.spec.BATCH_ROW_DTYPE`, one row per record found, in row order."""
+    keys: list[str]
+    spans: list[bytes]
+    urls: list[str]
+    """Per shard, in order of first appearance (``table["shard"]`` indexes them)."""
+    alignments: list[int]
+    others: list[tuple[int, Any, Any]]
+    """``(row, kind, signature)`` of the rows whose kind is not NULL (not native)."""
+    seen: dict[str, int]
+    """Each key found, and its row."""
+
+
+def batch_table(rows: Sequence[Sequence[Any]], wanted: dict[str, Any]) -> BatchTable:
+    """The rows of a batch query as the batch decoder's table, in one pass.
+
+    ``rows`` are ``(url, offset, length, spans, key, alignment, kind,
+    signature)``, ``kind`` NULL (None) for native records. A row counts if
+    its key is in ``wanted`` and no row before it had that key (equal hashes,
+    another key: a collision, never a match). ``blob`` and ``at`` are left
+    zero for the reads to fill. The compiled codec does the same in C.
+    """
+    seen: dict[str, int] = {}
+    shard_of: dict[str, int] = {}
+    out = BatchTable(np.zeros(0, dtype=BATCH_ROW_DTYPE), [], [], [], [], [], seen)
+    fields: list[tuple[int, int, int, int, int, int, int]] = []
+    for url, offset, length, spans, key, alignment, kind, signature, *_ in rows:
+        if key not in wanted or key in seen:
+            continue
+        n = seen[key] = len(fields)
+        shard = shard_of.get(url)
+        if shard is None:
+            shard = shard_of[url] = len(out.urls)
+            out.urls.append(url)
+            out.alignments.append(alignment)
+        fields.append((0, shard, n, 0, 0, length, offset))
+        out.keys.append(key)
+        out.spans.append(spans if type(spans) is bytes else bytes(spans))
+        if kind is not None:
+            out.others.append((n, kind, signature))
+    return out._replace(table=np.array(fields, dtype=BATCH_ROW_DTYPE))
 
 
 def decode_batch(
