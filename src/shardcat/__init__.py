@@ -32,15 +32,15 @@ if TYPE_CHECKING:
     from . import storage as storage
     from .catalog import Catalog
     from .format import Codec, Entry, Record, ShardInfo, VerifyReport
-    from .orchestration import (
-        compact,
-        copy_dataset,
-        delete_keys,
-        from_files,
-        index_tar,
-        read,
-        write,
-    )
+    # From the defining modules: compact, index_tar, read and write are also the
+    # names of orchestration's submodules, which mypy may otherwise bind first.
+    from .orchestration.compact import compact
+    from .orchestration.copy import copy_dataset
+    from .orchestration.files import from_files
+    from .orchestration.index_tar import index_tar
+    from .orchestration.keys import delete_keys
+    from .orchestration.read import read
+    from .orchestration.write import write
     from .readers import to_dask_dataframe
     from .storage.shards import RollingShardWriter, ShardReader, ShardWriter, open_shard
 
