@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     )
     from .readers import to_dask_dataframe
     from .storage.shards import RollingShardWriter, ShardReader, ShardWriter, open_shard
+    from .storage.streaming import iter_shards
 
 __all__ = [
     "Catalog",
@@ -69,6 +70,7 @@ __all__ = [
     "delete_keys",
     "from_files",
     "index_tar",
+    "iter_shards",
     "open_shard",
     "read",
     "to_dask_dataframe",
@@ -90,6 +92,7 @@ _LAZY = {
     "ShardReader": ".storage.shards",
     "ShardWriter": ".storage.shards",
     "open_shard": ".storage.shards",
+    "iter_shards": ".storage.streaming",
     "Catalog": ".catalog",
     "compact": ".orchestration",
     "copy_dataset": ".orchestration",
