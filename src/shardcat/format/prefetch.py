@@ -32,12 +32,14 @@ __all__ = [
 
 READ_AHEAD_CHUNK = 8 * 1024 * 1024
 """Bytes per background read (one ranged request on an object store), once ramped up."""
-READ_AHEAD_FIRST = 1024 * 1024
+READ_AHEAD_FIRST = 4 * 1024 * 1024
 """Bytes of the first read; each next one is twice as large, up to ``READ_AHEAD_CHUNK``.
 
-The decoder waits for the whole first chunk before it starts: a small one
-starts it sooner, and the doubling reaches full-size requests (fewer
-requests, each with its fixed cost) within a few chunks.
+The decoder waits for the whole first chunk before it starts: a smaller one
+starts it sooner, but every extra request has a fixed cost (on the
+benchmarks' in-process moto server 3-4 ms of CPU: starting at 1 MiB cost
+about 10 % more CPU per stream than 8 MiB reads, ``benchmarks/README.md``),
+so the first read is half a chunk: one request more per stream.
 """
 READ_AHEAD_DEPTH = 2
 """Chunk reads in flight (or done and not yet handed over) at once.
