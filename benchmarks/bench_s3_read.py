@@ -1,12 +1,17 @@
 """Reads from S3 (moto on 127.0.0.1, ranged GETs by seek + read): streaming and batch gaps.
 
-``stream``: shards written by ``ShardWriter`` (2-8 KiB records, ~70 MB each),
-then, alternating, a raw sequential read of the same files (s3fs
-``fs.open(block_size=8 MiB)``, 8 MiB ``read()`` calls, as the peers
-harness's floor) and ``ShardReader`` iteration touching every record's
-entries (as a user would). Reports the median MB/s of each, their ratio, and
-the CPU and cyclic-GC time of each pass: the figures behind
-``format/stream.py``'s batch size and ``format/prefetch.py``.
+``stream``: shards written by ``ShardWriter`` (2-8 KiB records, ~70 MB each)
+and the same records as a Lance dataset, then, alternating: a raw sequential
+read of the files (s3fs ``fs.open(block_size=8 MiB)``, 8 MiB ``read()``
+calls, as the peers harness's floor), the same 8 MiB ranges in one
+concurrent ``cat_ranges`` call per file, ``ShardReader`` iteration per shard
+and ``shardcat.iter_shards`` over all of them (touching every record's
+entries, as a user would), optionally the per-shard stream with another
+version's read-ahead (``--before-prefetch``), and Lance's ``to_batches``.
+Reports the median MB/s of each, its ratio to the raw read, and the CPU
+(the whole process, moto's threads included) and cyclic-GC time of each
+pass: the figures behind ``format/stream.py``'s batch size,
+``format/prefetch.py`` and ``storage/streaming.py``.
 
 ``batch``: the peers harness's data (``benchmarks.peers``) written by
 shardcat and Lance; batches of random keys through ``Catalog.get_many`` for
@@ -14,7 +19,8 @@ each ``remote_max_gap`` (and, with ``--spans``, ``max_span``), with Lance's
 ``key IN (...)`` in the same run: keys/s, bytes the server sent per key, and
 S3 requests per batch. The figures behind ``_ranges.REMOTE_MAX_GAP``.
 
-    .venv/bin/python -m benchmarks.bench_s3_read stream [--shards 3] [--repeat 6]
+    .venv/bin/python -m benchmarks.bench_s3_read stream [--shards 3] [--repeat 6] [--no-lance]
+        [--before-prefetch FILE]   # e.g. FILE from: git show main:src/shardcat/format/prefetch.py
     .venv/bin/python -m benchmarks.bench_s3_read batch [--scale 0.2] [--gaps 64KiB,1MiB] [--no-lance]
 """
 
@@ -73,6 +79,7 @@ def stream(args: argparse.Namespace) -> None:
     import fsspec
 
     import shardcat
+    from shardcat.format import stream as stream_module
 
     server = MotoS3()
     opts = server.store().storage_options
@@ -80,6 +87,7 @@ def stream(args: argparse.Namespace) -> None:
     rng = random.Random(0)
     blob = os.urandom(16 << 20)
     urls = []
+    columns: dict[str, list[Any]] = {"key": [], "bin": [], "json": []}
     for s in range(args.shards):
         url = f"s3://bench/stream/{s}.shard"
         urls.append(url)
@@ -87,8 +95,15 @@ def stream(args: argparse.Namespace) -> None:
             for i in range(args.records):
                 n = rng.randint(2048, 8192)
                 o = rng.randint(0, len(blob) - n)
-                w.add(f"img/{s}/{i:08d}", {"bin": blob[o : o + n], "json": b'{"label": 3}'})
+                key, payload = f"img/{s}/{i:08d}", blob[o : o + n]
+                w.add(key, {"bin": payload, "json": b'{"label": 3}'})
+                if not args.no_lance:
+                    columns["key"].append(key)
+                    columns["bin"].append(payload)
+                    columns["json"].append(b'{"label": 3}')
     total = sum(fs.size(u) for u in urls)
+    lance_ds = None if args.no_lance else _lance_dataset(server, columns)
+    del columns
 
     def raw() -> None:
         for u in urls:
@@ -96,32 +111,110 @@ def stream(args: argparse.Namespace) -> None:
                 while f.read(8 << 20):
                     pass
 
-    def sc() -> None:
+    def raw_concurrent() -> None:
+        # Every 8 MiB range of a file in one cat_ranges call (all in flight at once).
         for u in urls:
-            touched = 0
-            for rec in shardcat.ShardReader(u, storage_options=opts):
-                touched += len(rec["bin"].data) + len(rec["json"].data)
-            assert touched > 0
+            size = fs.size(u)
+            starts = list(range(0, size, 8 << 20))
+            fs.cat_ranges([u] * len(starts), starts, [min(a + (8 << 20), size) for a in starts])
 
+    def touch(records: Any) -> None:
+        touched = 0
+        for rec in records:
+            touched += len(rec["bin"].data) + len(rec["json"].data)
+        assert touched > 0
+
+    def before() -> None:
+        # The per-shard stream with another version's read-ahead (``--before-prefetch``).
+        real = stream_module.ReadAhead
+        stream_module.ReadAhead = before_read_ahead  # type: ignore[misc]
+        try:
+            per_shard()
+        finally:
+            stream_module.ReadAhead = real  # type: ignore[misc]
+
+    def per_shard() -> None:
+        for u in urls:
+            with shardcat.ShardReader(u, storage_options=opts) as reader:
+                touch(reader)
+
+    def ahead() -> None:
+        touch(shardcat.iter_shards(urls, storage_options=opts))
+
+    def lance() -> None:
+        touched = 0
+        for b in lance_ds.to_batches(columns=["key", "bin", "json"]):
+            for p, j in zip(b.column(1).to_pylist(), b.column(2).to_pylist()):
+                touched += len(p) + len(j)
+        assert touched > 0
+
+    passes: list[tuple[str, Callable[[], None]]] = [
+        ("raw", raw),
+        ("raw concurrent", raw_concurrent),
+        ("shardcat", per_shard),
+        ("iter_shards", ahead),
+    ]
+    before_read_ahead: Any = None
+    if args.before_prefetch:
+        before_read_ahead = _load_prefetch(args.before_prefetch).ReadAhead
+        passes.insert(2, ("shardcat before", before))
+    if lance_ds is not None:
+        passes.append(("lance", lance))
     clock = _GcClock()
-    runs: dict[str, list[tuple[float, float, float]]] = {"raw": [], "shardcat": []}
+    runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name, _ in passes}
     for _ in range(args.repeat):
-        for name, fn in (("raw", raw), ("shardcat", sc)):
+        for name, fn in passes:
             clock.reset()
             t, c = time.perf_counter(), time.process_time()
             fn()
             runs[name].append((time.perf_counter() - t, time.process_time() - c, clock.seconds))
     server.stop()
-    print(f"{args.shards} shards, {total / 1e6:.0f} MB, {args.repeat} alternations")
+    print(
+        f"{args.shards} shards, {total / 1e6:.0f} MB, {args.repeat} alternations,"
+        f" load {os.getloadavg()[0]:.1f}"
+    )
+    print("(CPU: the whole process, the moto server's threads included)")
     for name, rows in runs.items():
         wall = statistics.median(r[0] for r in rows)
         cpu = statistics.median(r[1] for r in rows)
         in_gc = statistics.median(r[2] for r in rows)
-        print(f"{name:9} {total / wall / 1e6:6.0f} MB/s  cpu {cpu:.3f} s  gc {in_gc:.3f} s")
-    ratio = statistics.median(
-        runs["raw"][i][0] / runs["shardcat"][i][0] for i in range(args.repeat)
+        ratio = statistics.median(runs["raw"][i][0] / rows[i][0] for i in range(args.repeat))
+        print(
+            f"{name:21} {total / wall / 1e6:6.0f} MB/s  {ratio:5.2f} x raw"
+            f"  cpu {cpu:.3f} s  gc {in_gc:.3f} s"
+        )
+    print("x raw: median of per-alternation ratios of wall times")
+
+
+def _load_prefetch(path: str) -> Any:
+    """Another version of ``shardcat/format/prefetch.py`` (``git show REV:src/...``), as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("shardcat.format._before_prefetch", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _lance_dataset(server: MotoS3, columns: dict[str, list[Any]]) -> Any:
+    """The same records as a Lance dataset on the same server (as the peers harness writes it)."""
+    import lance
+    import pyarrow as pa
+    from benchmarks.peers.base import SHARD_BYTES
+
+    options = {
+        "aws_access_key_id": "testing",
+        "aws_secret_access_key": "testing",
+        "aws_endpoint": server.endpoint,
+        "aws_region": "us-east-1",
+        "allow_http": "true",
+    }
+    table = pa.table(columns)
+    lance.write_dataset(
+        table, "s3://bench/stream.lance", max_bytes_per_file=SHARD_BYTES, storage_options=options
     )
-    print(f"shardcat / raw read: {ratio:.2f} (median of per-alternation ratios)")
+    return lance.dataset("s3://bench/stream.lance", storage_options=options)
 
 
 def batch(args: argparse.Namespace) -> None:
@@ -202,6 +295,12 @@ def main() -> None:
     s.add_argument("--shards", type=int, default=3)
     s.add_argument("--records", type=int, default=13_000, help="records per shard (~70 MB)")
     s.add_argument("--repeat", type=int, default=6)
+    s.add_argument("--no-lance", action="store_true")
+    s.add_argument(
+        "--before-prefetch",
+        metavar="FILE",
+        help="a prefetch.py of another version, streamed per shard as 'shardcat before'",
+    )
     b = sub.add_parser("batch")
     b.add_argument("--scale", type=float, default=0.2)
     b.add_argument("--batch", type=int, default=1000)

@@ -3,8 +3,9 @@
 Writing includes registration (``Catalog.register_shards``: every shard the
 writer returned, in one transaction committed as one version, as a user's
 write of a whole dataset would); lookups are ``Catalog.get`` and
-``Catalog.get_many``; streaming iterates each shard with ``ShardReader`` (the
-README's ``for rec in r``) and hands out each entry's ``Entry.view``: the public
+``Catalog.get_many``; streaming iterates the shards with ``shardcat.iter_shards``
+(each shard's ``ShardReader`` stream, the next shard opened while one is read,
+as the README shows for a folder of shards) and hands out each entry's ``Entry.view``: the public
 zero-copy bytes of an uncompressed entry, as the floor hands out views of the
 bytes it read (``.data`` would copy every payload into a new ``bytes``).
 
@@ -96,10 +97,8 @@ class Shardcat(System):
         import shardcat
 
         options = self.store.storage_options or None
-        for url in self.urls:
-            with shardcat.ShardReader(url, storage_options=options) as reader:
-                for rec in reader:
-                    yield rec.key, rec["bin"].view, rec["json"].view
+        for rec in shardcat.iter_shards(self.urls, storage_options=options):
+            yield rec.key, rec["bin"].view, rec["json"].view
 
     def close(self) -> None:
         self.cat.close()

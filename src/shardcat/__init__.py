@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from . import storage as storage
     from .catalog import Catalog
     from .format import Codec, Entry, Record, ShardInfo, VerifyReport
+
     # From the defining modules: compact, index_tar, read and write are also the
     # names of orchestration's submodules, which mypy may otherwise bind first.
     from .orchestration.compact import compact
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from .orchestration.write import write
     from .readers import to_dask_dataframe
     from .storage.shards import RollingShardWriter, ShardReader, ShardWriter, open_shard
+    from .storage.streaming import iter_shards
 
 __all__ = [
     "Catalog",
@@ -69,6 +71,7 @@ __all__ = [
     "delete_keys",
     "from_files",
     "index_tar",
+    "iter_shards",
     "open_shard",
     "read",
     "to_dask_dataframe",
@@ -90,6 +93,7 @@ _LAZY = {
     "ShardReader": ".storage.shards",
     "ShardWriter": ".storage.shards",
     "open_shard": ".storage.shards",
+    "iter_shards": ".storage.streaming",
     "Catalog": ".catalog",
     "compact": ".orchestration",
     "copy_dataset": ".orchestration",

@@ -1,14 +1,16 @@
-"""Streaming with read-ahead: a background thread reads the next chunks of a remote source.
+"""Streaming with read-ahead: background threads read the next chunks of a remote source.
 
-The thread must deliver exactly the bytes a plain stream would, read only
-up to the end of the data region, hand its errors to the consumer as the
-source raised them, and never outlive the stream: not after the last
-record, an error, or a caller that stops early.
+The threads must deliver exactly the bytes a plain stream would, in file
+order, with ``depth`` reads in flight and no more, read only up to the end
+of the data region, hand their errors to the consumer as the source raised
+them, and never outlive the stream: not after the last record, an error,
+or a caller that stops early.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
@@ -18,7 +20,7 @@ import pytest
 from shardcat.errors import ChecksumError, StorageError
 from shardcat.format import BytesSource, ShardReader, iter_partial
 from shardcat.format import stream as stream_module
-from shardcat.format.prefetch import ReadAhead
+from shardcat.format.prefetch import READ_AHEAD_DEPTH, ReadAhead
 
 from .conftest import plain, write_shard
 
@@ -37,7 +39,7 @@ class RemoteLike(BytesSource):
         self.streams_opened = 0
 
     def read(self, start: int, end: int) -> bytes:
-        self.reads.append((start, end))
+        self.reads.append((start, end))  # list.append is atomic: reads come from several threads
         if self.fail_at is not None and start <= self.fail_at < end:
             raise StorageError(f"{self.name}: connection reset while reading [{start}, {end})")
         return super().read(start, end)
@@ -79,9 +81,9 @@ def test_same_records_as_a_plain_stream_and_reads_only_the_data_region(shard: by
     assert [plain(r) for r in reader] == expected
     end = reader.trailer.footer_offset
     # Consecutive chunks from 0 to the footer, each read once, none past it,
-    # and no file object opened.
+    # and no file object opened (several are read at once: in any order).
     starts = list(range(0, end, CHUNK))
-    assert src.reads == [(a, min(a + CHUNK, end)) for a in starts]
+    assert sorted(src.reads) == [(a, min(a + CHUNK, end)) for a in starts]
     assert src.streams_opened == 0
 
 
@@ -105,8 +107,9 @@ def test_a_failed_read_surfaces_typed_after_the_records_before_it(shard: bytes) 
         consume()
     assert "[20480, 24576)" in str(info.value)
     assert seen and seen == [f"k/{i:04d}" for i in range(len(seen))]
-    # The thread stopped at the failure: nothing was read after it.
-    assert src.reads[-1] == (5 * CHUNK, 6 * CHUNK)
+    # Reading stopped at the failure: nothing was asked after the reads
+    # already in flight with it (depth - 1 of them).
+    assert max(src.reads)[0] <= (4 + READ_AHEAD_DEPTH) * CHUNK
 
 
 def test_corruption_found_while_reading_ahead_is_the_usual_error(shard: bytes) -> None:
@@ -145,20 +148,95 @@ def test_an_error_in_the_callers_loop_leaves_no_thread(shard: bytes) -> None:
     assert read_ahead_threads() == []
 
 
-def test_read_ahead_alone_stops_at_a_short_read_and_closes_idempotently() -> None:
+@pytest.mark.parametrize("depth", [1, 3])
+def test_read_ahead_alone_stops_at_a_short_read_and_closes_idempotently(depth: int) -> None:
     data = bytes(range(256)) * 40  # 10,240 bytes
     src = RemoteLike(data)
-    ra = ReadAhead(src, 1000, 20_000, chunk=4000)
+    ra = ReadAhead(src, 1000, 40_000, chunk=4000, depth=depth)
     got = b""
     while chunk := ra.read():
         got += chunk
     assert got == data[1000:]
-    # The third read came back short (the file ends): nothing was asked after it.
-    assert src.reads == [(1000, 5000), (5000, 9000), (9000, 13000)]
+    # The third read came back short (the file ends): nothing was asked after
+    # it but the reads already in flight with it (none with one at a time).
+    assert sorted(src.reads)[:3] == [(1000, 5000), (5000, 9000), (9000, 13000)]
+    assert 3 <= len(src.reads) <= 3 + depth - 1
     assert not ra.alive
     ra.close()
     ra.close()
     assert ra.read() == b""
+
+
+def test_reads_overlap_up_to_depth_and_never_more() -> None:
+    depth = 3
+    barrier = threading.Barrier(depth, timeout=10)
+    in_flight = [0, 0]  # now, most
+    lock = threading.Lock()
+
+    class Slow(RemoteLike):
+        def read(self, start: int, end: int) -> bytes:
+            with lock:
+                in_flight[0] += 1
+                in_flight[1] = max(in_flight)
+            try:
+                if start < depth * 100:
+                    barrier.wait()  # the first ``depth`` reads only pass together
+                time.sleep(0.002)
+                return super().read(start, end)
+            finally:
+                with lock:
+                    in_flight[0] -= 1
+
+    src = Slow(bytes(range(256)) * 40)
+    ra = ReadAhead(src, 0, 10_240, chunk=100, depth=depth, first=100)
+    got, delivered = b"", 0
+    while chunk := ra.read():
+        got += chunk
+        delivered += 1
+        # Memory stays bounded: at most ``depth`` chunks asked and not yet handed over.
+        assert len(src.reads) <= delivered + depth
+    assert got == bytes(range(256)) * 40
+    assert in_flight[1] == depth
+
+
+def test_chunks_arrive_in_file_order_when_reads_finish_out_of_order() -> None:
+    class LateFirst(RemoteLike):
+        def read(self, start: int, end: int) -> bytes:
+            time.sleep(0.02 if start % 300 == 0 else 0.0)  # every third read is slow
+            return super().read(start, end)
+
+    data = bytes(range(256)) * 40
+    ra = ReadAhead(LateFirst(data), 0, len(data), chunk=100, depth=4, first=100)
+    got = b""
+    while chunk := ra.read():
+        got += chunk
+    assert got == data
+
+
+def test_reads_start_small_and_double_up_to_the_chunk_size() -> None:
+    src = RemoteLike(bytes(100_000))
+    ra = ReadAhead(src, 0, 100_000, chunk=16_000, depth=2, first=1_000)
+    while ra.read():
+        pass
+    sizes = [b - a for a, b in sorted(src.reads)]
+    assert sizes[:6] == [1_000, 2_000, 4_000, 8_000, 16_000, 16_000]
+    assert set(sizes[4:-1]) == {16_000}
+    assert sum(sizes) == 100_000
+
+
+def test_an_error_past_a_short_read_is_never_seen() -> None:
+    class PastEnd(RemoteLike):
+        def read(self, start: int, end: int) -> bytes:
+            if start >= self.size():
+                raise StorageError(f"{self.name}: InvalidRange [{start}, {end})")
+            return super().read(start, end)
+
+    data = bytes(2500)
+    ra = ReadAhead(PastEnd(data), 0, 10_000, chunk=1000, depth=4, first=1000)
+    got = b""
+    while chunk := ra.read():
+        got += chunk
+    assert got == data
 
 
 def test_closing_while_the_consumer_is_behind_stops_the_thread() -> None:

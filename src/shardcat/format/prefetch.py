@@ -1,11 +1,13 @@
-"""Reading the next chunk of a stream while the current one is decoded.
+"""Reading the next chunks of a stream while the current one is decoded.
 
 A stream from an object store waits one round trip plus the transfer for
 every chunk. Read in the decoding thread, that wait and the decoding add up;
-:class:`ReadAhead` reads ``[start, end)`` in fixed chunks on a background
-thread, up to ``depth`` chunks ahead, so fetching overlaps decoding (on S3
-through s3fs the decoder spends most of a chunk's wall time waiting for it
-otherwise: see ``benchmarks/README.md``).
+:class:`ReadAhead` reads ``[start, end)`` in fixed chunks on background
+threads, ``depth`` ranged reads in flight at once, and hands them over in
+order, so fetching overlaps decoding and several requests overlap each other
+(on S3 through s3fs one request at a time left the connection idle between
+a response and the next request, and the decoder waiting on both: see
+``benchmarks/README.md``).
 
 Streaming uses it for sources that say their reads may come from another
 thread (``RangeSource.read_ahead``, true for remote fsspec files). The
@@ -15,21 +17,36 @@ no file object and no size request.
 
 from __future__ import annotations
 
-import queue
-import threading
-from typing import Any
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from .._types import RangeSource
 
-__all__ = ["READ_AHEAD_CHUNK", "READ_AHEAD_DEPTH", "ReadAhead", "wants_read_ahead"]
+__all__ = [
+    "READ_AHEAD_CHUNK",
+    "READ_AHEAD_DEPTH",
+    "READ_AHEAD_FIRST",
+    "ReadAhead",
+    "wants_read_ahead",
+]
 
 READ_AHEAD_CHUNK = 8 * 1024 * 1024
-"""Bytes per background read (one ranged request on an object store)."""
-READ_AHEAD_DEPTH = 2
-"""Chunks read ahead of the one being decoded (memory: up to ``depth + 1`` chunks)."""
+"""Bytes per background read (one ranged request on an object store), once ramped up."""
+READ_AHEAD_FIRST = 4 * 1024 * 1024
+"""Bytes of the first read; each next one is twice as large, up to ``READ_AHEAD_CHUNK``.
 
-_END = object()
-_POLL = 0.05  # seconds between checks of the stop flag while the consumer is behind
+The decoder waits for the whole first chunk before it starts: a smaller one
+starts it sooner, but every extra request has a fixed cost (on the
+benchmarks' in-process moto server 3-4 ms of CPU: starting at 1 MiB cost
+about 10 % more CPU per stream than 8 MiB reads, ``benchmarks/README.md``),
+so the first read is half a chunk: one request more per stream.
+"""
+READ_AHEAD_DEPTH = 2
+"""Chunk reads in flight (or done and not yet handed over) at once.
+
+Memory: up to ``depth + 1`` chunks (the one being decoded besides them),
+24 MiB with the defaults (a stream of 8 MiB reads, one at a time, held as much).
+"""
 
 
 def wants_read_ahead(source: object) -> bool:
@@ -37,24 +54,21 @@ def wants_read_ahead(source: object) -> bool:
     return bool(getattr(source, "read_ahead", False))
 
 
-class _Failed:
-    __slots__ = ("error",)
-
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-
 class ReadAhead:
-    """Bytes ``[start, end)`` of a source, read in chunks by a background thread.
+    """Bytes ``[start, end)`` of a source, read in chunks by background threads.
 
-    ``read()`` returns the next chunk (at most ``chunk`` bytes; ``b""`` at
-    the end); the ``size`` argument of a file's ``read`` is ignored, as a
-    caller that needs more keeps reading. A chunk shorter than asked means
-    the file ended there: nothing is read after it. An error of a read is
-    raised by the ``read()`` that reaches it, as the source raised it (the
-    chunks before it are still delivered). :meth:`close` stops the thread
-    and waits for it (at most the read in flight): no thread outlives the
-    stream, whether it was read to its end, abandoned or failed.
+    ``read()`` returns the next chunk in file order (at most ``chunk``
+    bytes; ``b""`` at the end); the ``size`` argument of a file's ``read``
+    is ignored, as a caller that needs more keeps reading. Up to ``depth``
+    chunks are read at once, each by one ``source.read`` on a thread of its
+    own. A chunk shorter than asked means the file ended there: it is the
+    last one delivered, and nothing more is asked after it (reads already in
+    flight are dropped). An error of a read is raised by the ``read()``
+    that reaches it, as the source raised it (the chunks before it are still
+    delivered; errors of reads past the end of the file are never seen).
+    :meth:`close` cancels the reads not started and waits for those in
+    flight (at most ``depth``): no thread outlives the stream, whether it was
+    read to its end, abandoned or failed.
     """
 
     def __init__(
@@ -64,76 +78,55 @@ class ReadAhead:
         end: int,
         chunk: int = READ_AHEAD_CHUNK,
         depth: int = READ_AHEAD_DEPTH,
+        first: int = READ_AHEAD_FIRST,
     ) -> None:
         self._source = source
-        self._start = start
         self._end = end
-        self._chunk = max(1, chunk)
-        # The thread holds one chunk in flight besides the queued ones.
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, depth - 1))
-        self._stop = threading.Event()
+        self._max = max(1, chunk)
+        self._chunk = max(1, min(first, self._max))  # the size of the next read
+        self._next = start  # where the next read to submit starts
+        self._pending: deque[tuple[int, Future[bytes]]] = deque()
         self._done = False
-        self._thread = threading.Thread(
-            target=self._run, name=f"shardcat-read-ahead {source.name}", daemon=True
+        depth = max(1, depth)
+        self._pool = ThreadPoolExecutor(
+            max_workers=depth, thread_name_prefix=f"shardcat-read-ahead {source.name}"
         )
-        self._thread.start()
+        for _ in range(depth):
+            self._submit()
 
-    def _put(self, item: Any) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=_POLL)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _run(self) -> None:
-        pos, end, chunk = self._start, self._end, self._chunk
-        try:
-            while pos < end and not self._stop.is_set():
-                want = min(chunk, end - pos)
-                data = self._source.read(pos, pos + want)
-                if data and not self._put(data):
-                    return
-                if len(data) < want:
-                    break  # the file ends here
-                pos += want
-        except BaseException as e:  # handed to the consumer, raised there
-            self._put(_Failed(e))
+    def _submit(self) -> None:
+        if self._next >= self._end:
             return
-        self._put(_END)
+        start = self._next
+        stop = min(start + self._chunk, self._end)
+        self._next = stop
+        self._chunk = min(2 * self._chunk, self._max)
+        self._pending.append((stop - start, self._pool.submit(self._source.read, start, stop)))
 
     def read(self, size: int = -1) -> bytes:
         """The next chunk, ``b""`` at the end; raises the error of a failed read."""
-        if self._done:
+        if self._done or not self._pending:
+            self.close()
             return b""
-        item = self._queue.get()
-        if item is _END:
-            self._finish()
-            return b""
-        if isinstance(item, _Failed):
-            self._finish()
-            raise item.error
-        return item  # type: ignore[no-any-return]
-
-    def _finish(self) -> None:
-        self._done = True
-        self._thread.join()
+        want, future = self._pending.popleft()
+        try:
+            data = future.result()
+        except BaseException:
+            self.close()
+            raise
+        if len(data) < want:
+            self.close()  # the file ends here: drop the reads past it
+            return bytes(data)
+        self._submit()  # keep ``depth`` reads going
+        return data
 
     def close(self) -> None:
-        """Stop reading ahead and wait for the thread (idempotent)."""
+        """Stop reading ahead and wait for the reads in flight (idempotent)."""
         self._done = True
-        self._stop.set()
-        # Free a put blocked on a full queue at once, rather than after its poll.
-        while True:
-            try:
-                self._queue.get_nowait()
-            except queue.Empty:
-                break
-        if self._thread is not threading.current_thread():
-            self._thread.join()
+        self._pending.clear()
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
     @property
     def alive(self) -> bool:
-        """Whether the background thread is still running (for tests)."""
-        return self._thread.is_alive()
+        """Whether a background thread is still running (for tests)."""
+        return any(t.is_alive() for t in self._pool._threads)

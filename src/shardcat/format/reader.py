@@ -7,7 +7,7 @@ Streaming in file order lives in :mod:`.stream`, full verification in
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from itertools import chain
 from types import TracebackType
 from typing import Any, BinaryIO
@@ -374,9 +374,17 @@ class ShardReader:
         """
         # A list of records per read buffer, flattened at C speed: no Python
         # frame resumed per record.
-        return chain.from_iterable(self._record_batches(entries))
+        return chain.from_iterable(self.record_batches(entries))
 
-    def _record_batches(self, entries: Iterable[str] | None) -> Iterator[Iterable[Record]]:
+    def record_batches(
+        self, entries: Iterable[str] | None = None
+    ) -> Generator[Iterable[Record], None, None]:
+        """The records of :meth:`iter_records`, one iterable per decoded run of a read buffer.
+
+        Each iterable must be consumed before the next is asked for. Closing
+        the generator stops the stream at once (its read-ahead included):
+        what a caller that keeps several streams open does when it stops early.
+        """
         names = None if entries is None else frozenset(entries)
         self._check_size()  # the stream reads up to footer_offset
         end = self._footer.trailer.footer_offset

@@ -17,6 +17,7 @@ from .fs import (
 from .local_cache import LocalShardCache
 from .locations import dataset_prefix, first_free, shard_name
 from .sources import FsspecSource, open_source
+from .streaming import iter_shards
 
 __all__ = [
     "REMOTE_MAX_GAP_ENV",
@@ -31,6 +32,7 @@ __all__ = [
     "fetch_ranges",
     "first_free",
     "is_local",
+    "iter_shards",
     "join",
     "local_path",
     "open_pending",
