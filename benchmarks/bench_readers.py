@@ -36,7 +36,13 @@ import webdataset as wds
 from torch.utils.data import DataLoader
 
 import shardcat
-from shardcat.torch import ShardIterableDataset, ShardLoader, unchanged, widen_result_pipe
+from shardcat.torch import (
+    ShardIterableDataset,
+    ShardLoader,
+    pack_samples,
+    unchanged,
+    widen_result_pipe,
+)
 
 
 def identity(batch: list[Any]) -> list[Any]:
@@ -124,6 +130,9 @@ def packed(batch: list[dict[str, Any]]) -> tuple[list[str], bytes, np.ndarray, l
 def breakdown(cat_url: str, urls: list[str], repeat: int) -> None:
     """What a worker adds per sample, in this process (CPU time, best of ``repeat``, unshuffled)."""
     ds = ShardIterableDataset(cat_url, "bench", shuffle=False, batch_size=64)
+    packing = ShardIterableDataset(
+        cat_url, "bench", shuffle=False, batch_size=64, collate=pack_samples
+    )
 
     def pickled() -> int:
         n = 0
@@ -139,6 +148,12 @@ def breakdown(cat_url: str, urls: list[str], repeat: int) -> None:
         "+ pickled and unpickled": lambda: sum(len(pickle.loads(_ipc_bytes(b))) for b in ds),
         "+ packed (one buffer + offsets), pickled and unpickled": lambda: sum(
             len(pickle.loads(_ipc_bytes(packed(b)))[0]) for b in ds
+        ),
+        "+ pack_samples (shared memory), pickled and unpickled": lambda: sum(
+            len(pickle.loads(_ipc_bytes(pack_samples(b)))) for b in ds
+        ),
+        "dataset with collate=pack_samples (what a packing worker iterates)": lambda: sum(
+            len(b) for b in packing
         ),
     }
     best: dict[str, float] = {}
@@ -165,11 +180,22 @@ class Persistent:
     """
 
     def __init__(
-        self, cat_url: str, workers: int, shuffle: bool, batched: bool, pipe: int | None = None
+        self,
+        cat_url: str,
+        workers: int,
+        shuffle: bool,
+        batched: bool,
+        pipe: int | None = None,
+        packed: bool = False,
     ) -> None:
         if batched:
             ds = ShardIterableDataset(
-                cat_url, "bench", shuffle=shuffle, shuffle_buffer=1000, batch_size=64
+                cat_url,
+                "bench",
+                shuffle=shuffle,
+                shuffle_buffer=1000,
+                batch_size=64,
+                collate=pack_samples if packed else None,
             )
             self.loader: DataLoader[Any] = ShardLoader(ds, num_workers=workers)
         else:
@@ -415,9 +441,18 @@ def main() -> None:
             batched = ShardIterableDataset(
                 cat_url, "bench", shuffle=shuffle, shuffle_buffer=1000, batch_size=64
             )
+            packs = ShardIterableDataset(
+                cat_url,
+                "bench",
+                shuffle=shuffle,
+                shuffle_buffer=1000,
+                batch_size=64,
+                collate=pack_samples,
+            )
             for workers in (0, 1, 2):
                 runs[f"ours {workers}"] = partial(ours, per_sample, workers)
                 runs[f"batched {workers}"] = partial(ours_batched, batched, workers)
+                runs[f"packed {workers}"] = partial(ours_batched, packs, workers)
                 if workers:
                     runs[f"ours persistent {workers}"] = Persistent(
                         cat_url, workers, shuffle, batched=False
@@ -427,6 +462,9 @@ def main() -> None:
                     )
                     runs[f"batched persistent 64k {workers}"] = Persistent(
                         cat_url, workers, shuffle, batched=True, pipe=2**16
+                    )
+                    runs[f"packed persistent {workers}"] = Persistent(
+                        cat_url, workers, shuffle, batched=True, packed=True
                     )
                 if not args.no_webdataset:
                     runs[f"wds {workers}"] = partial(webdataset, tars, workers, shuffle)
@@ -452,6 +490,8 @@ def main() -> None:
                     ("ours persistent", "loader (batch_size=64)", "once"),
                     ("batched persistent", "dataset (batch_size=64)", "once"),
                     ("batched persistent 64k", "dataset (batch_size=64)", "once, 64 KiB pipe"),
+                    ("packed", "dataset, packed (collate=pack_samples)", "every epoch"),
+                    ("packed persistent", "dataset, packed (collate=pack_samples)", "once"),
                 ):
                     if f"{label} {workers}" not in best:
                         continue
