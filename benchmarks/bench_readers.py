@@ -171,6 +171,55 @@ def breakdown(cat_url: str, urls: list[str], repeat: int) -> None:
         print(f"| {label} | {t / n * 1e6:.2f} | {base / t:.2f} |")
 
 
+def worker_cpu(cat_url: str, urls: list[str], repeat: int) -> None:
+    """Who bounds one persistent worker: CPU per sample of the worker (from /proc) and of the loop.
+
+    With one worker the two processes run side by side, so the loader's rate
+    is at most the slower one's: a worker that costs more per sample than
+    the plain reader caps the ratio below 1 whatever the training process
+    saves. Medians of ``repeat`` epochs (after a first one that starts the
+    worker), interleaved with the same dataset iterated in this process and
+    the plain reader.
+    """
+    import statistics
+
+    def proc_cpu(pid: int) -> float:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICK
+
+    print(f"One persistent worker, µs of CPU per sample, median of {repeat} epochs:")
+    print("| batches | worker | training process | same dataset in one process | plain reader |")
+    print("| --- | --- | --- | --- | --- |")
+    for label, collate in (
+        ("lists of sample dicts", None),
+        ("packed (pack_samples)", pack_samples),
+    ):
+        ds = ShardIterableDataset(cat_url, "bench", shuffle=False, batch_size=64, collate=collate)
+        loader = ShardLoader(ds, num_workers=1)
+        sum(len(b) for b in loader)
+        pid = loader._iterator._workers[0].pid
+        worker, main, alone, plain_ = [], [], [], []
+        for epoch in range(1, repeat + 1):
+            ds.set_epoch(epoch)
+            w0, m0 = proc_cpu(pid), time.process_time()
+            n = sum(len(b) for b in loader)
+            worker.append((proc_cpu(pid) - w0) / n * 1e6)
+            main.append((time.process_time() - m0) / n * 1e6)
+            c0 = time.process_time()
+            n = sum(len(b) for b in ds)
+            alone.append((time.process_time() - c0) / n * 1e6)
+            c0 = time.process_time()
+            n = plain(urls)
+            plain_.append((time.process_time() - c0) / n * 1e6)
+        med = statistics.median
+        print(
+            f"| {label} | {med(worker):.2f} | {med(main):.2f} | {med(alone):.2f} | "
+            f"{med(plain_):.2f} |"
+        )
+        del loader
+
+
 class Persistent:
     """One epoch per call of a loader whose workers stay (``ShardLoader``'s default).
 
@@ -416,6 +465,11 @@ def main() -> None:
         help="only what a worker adds per sample (dataset, pickling), in one process",
     )
     ap.add_argument(
+        "--worker-cpu",
+        action="store_true",
+        help="only CPU per sample of one persistent worker vs the training process (Linux)",
+    )
+    ap.add_argument(
         "--mds-python",
         help="a python with mosaicml-streaming (another venv): MDS reads the same samples after ours",
     )
@@ -429,6 +483,9 @@ def main() -> None:
         urls = shard_urls(cat_url)
         if args.breakdown:
             breakdown(cat_url, urls, args.repeat)
+            return
+        if args.worker_cpu:
+            worker_cpu(cat_url, urls, args.repeat)
             return
         best_plain: dict[bool, dict[str, tuple[float, float, int, float]]] = {}
         for shuffle in (False, True):

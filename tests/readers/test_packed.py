@@ -315,3 +315,10 @@ def test_pin_memory_and_a_plain_dataloader_pass_packed_batches_on(bytes_dataset)
     )
     assert contents(batches) == expected
     assert pin_memory(batches[0]) is batches[0]  # what the loader's pin_memory thread calls
+
+
+def test_a_loader_collate_fn_packs_per_sample_datasets(bytes_dataset):
+    url, expected = bytes_dataset
+    ds = ShardIterableDataset(url, "train", shuffle_buffer=7)
+    loader = DataLoader(ds, batch_size=8, num_workers=2, collate_fn=pack_samples)
+    assert contents(list(loader)) == expected
