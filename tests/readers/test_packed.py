@@ -99,6 +99,20 @@ def test_packing_keeps_every_value_and_pickles_to_a_descriptor():
         pack_samples(["a"])  # type: ignore[list-item]
 
 
+def test_without_memfd_a_batch_pickles_its_bytes_and_frees_its_block(monkeypatch):
+    from multiprocessing.reduction import ForkingPickler
+
+    monkeypatch.setattr(packed, "_SHARED", False)
+    monkeypatch.setattr(packed, "_ring", None)
+    batch = pack_samples([{"__key__": str(i), "bin": payload(i)} for i in range(5)])
+    ring = process_ring()
+    assert [b.fd for b in ring.blocks.values()] == [None]
+    again = ForkingPickler.loads(ForkingPickler.dumps(batch))
+    assert [bytes(v) for v in again["bin"]] == [payload(i) for i in range(5)]
+    del batch
+    assert ring.held() == 0  # the bytes went with the pickle: the block is free again
+
+
 def test_records_pack_as_their_decoded_samples(bytes_dataset, tmp_path):
     url, _ = bytes_dataset
     with Catalog(url) as cat:

@@ -400,7 +400,9 @@ def _assemble(
     else:
         where, payload = None, bytes(view[:used])
     reduce = (_received, (where, payload, used, keys, names, tuple(layout), values))
-    return PackedBatch(keys, names, columns, values, whole.lease, reduce)
+    # Sent as a descriptor, the block is the receiver's to free; sent as a payload, still ours.
+    sent_lease = whole.lease if where is not None else None
+    return PackedBatch(keys, names, columns, values, sent_lease, reduce)
 
 
 # --- the receiving side ------------------------------------------------------
