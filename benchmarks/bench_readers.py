@@ -191,11 +191,12 @@ def worker_cpu(cat_url: str, urls: list[str], repeat: int) -> None:
     print(f"One persistent worker, µs of CPU per sample, median of {repeat} epochs:")
     print("| batches | worker | training process | same dataset in one process | plain reader |")
     print("| --- | --- | --- | --- | --- |")
-    for label, collate in (
-        ("lists of sample dicts", None),
-        ("packed (pack_samples)", pack_samples),
+    for label, collate, size in (
+        ("lists of 64 sample dicts", None, 64),
+        ("64 packed (pack_samples)", pack_samples, 64),
+        ("256 packed (pack_samples)", pack_samples, 256),
     ):
-        ds = ShardIterableDataset(cat_url, "bench", shuffle=False, batch_size=64, collate=collate)
+        ds = ShardIterableDataset(cat_url, "bench", shuffle=False, batch_size=size, collate=collate)
         loader = ShardLoader(ds, num_workers=1)
         sum(len(b) for b in loader)
         pid = loader._iterator._workers[0].pid

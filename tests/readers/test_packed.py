@@ -336,3 +336,25 @@ def test_a_loader_collate_fn_packs_per_sample_datasets(bytes_dataset):
     ds = ShardIterableDataset(url, "train", shuffle_buffer=7)
     loader = DataLoader(ds, batch_size=8, num_workers=2, collate_fn=pack_samples)
     assert contents(list(loader)) == expected
+
+
+def label_only(sample: dict) -> dict:
+    # A whole-sample decode (module level, for spawned workers): packed from the sample dicts.
+    sample["json"] = sample["json"]["label"]
+    return sample
+
+
+def test_a_whole_sample_decode_and_a_mix_pack_too(bytes_dataset):
+    from shardcat.torch import MixedDataset
+
+    url, expected = bytes_dataset
+    ds = ShardIterableDataset(
+        url, "train", shuffle=False, decode=label_only, batch_size=8, collate=pack_samples
+    )
+    batches = list(ShardLoader(ds, num_workers=1))
+    assert contents(batches) == expected
+    assert all(isinstance(label, int) for b in batches for label in b["json"])
+    half = ShardIterableDataset(url, "train", where="key < 's/00040'", seed=1)
+    rest = ShardIterableDataset(url, "train", where="key >= 's/00040'", seed=2)
+    mix = MixedDataset([(half, None), (rest, None)], batch_size=8, collate=pack_samples)
+    assert contents(list(ShardLoader(mix, num_workers=2))) == expected
