@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import BatchSenderGoneError
 from ..format.entries import KEY, Record, decodes_to_bytes
 
 __all__ = ["BlockRing", "PackedBatch", "PackedColumn", "pack_records", "pack_samples"]
@@ -439,7 +440,13 @@ def _map_block(where: tuple[str, int, int, int, int, tuple[int, ...]]) -> mmap.m
         if local is not None and block_id in local.blocks:
             block_map = local.blocks[block_id].map
         else:
-            opened = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR)
+            try:
+                opened = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR)
+            except FileNotFoundError as e:
+                raise BatchSenderGoneError(
+                    f"the process (pid {pid}) that packed this batch exited before it was "
+                    "received (a killed DataLoader worker?): its shared memory went with it"
+                ) from e
             try:
                 block_map = mmap.mmap(opened, size)
             finally:
