@@ -38,6 +38,7 @@ import itertools
 import mmap
 import os
 import secrets
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -422,7 +423,16 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+_maps_lock = threading.Lock()
+"""Batches may be unpickled by several threads at once (DataLoader pin-memory threads)."""
+
+
 def _map_block(where: tuple[str, int, int, int, int, tuple[int, ...]]) -> mmap.mmap:
+    with _maps_lock:
+        return _map_block_locked(where)
+
+
+def _map_block_locked(where: tuple[str, int, int, int, int, tuple[int, ...]]) -> mmap.mmap:
     token, pid, fd, block_id, size, dropped = where
     ring = _maps.get(token)
     if ring is None:
