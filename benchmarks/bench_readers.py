@@ -36,7 +36,13 @@ import webdataset as wds
 from torch.utils.data import DataLoader
 
 import shardcat
-from shardcat.torch import ShardIterableDataset, ShardLoader, unchanged, widen_result_pipe
+from shardcat.torch import (
+    ShardIterableDataset,
+    ShardLoader,
+    pack_samples,
+    unchanged,
+    widen_result_pipe,
+)
 
 
 def identity(batch: list[Any]) -> list[Any]:
@@ -124,6 +130,9 @@ def packed(batch: list[dict[str, Any]]) -> tuple[list[str], bytes, np.ndarray, l
 def breakdown(cat_url: str, urls: list[str], repeat: int) -> None:
     """What a worker adds per sample, in this process (CPU time, best of ``repeat``, unshuffled)."""
     ds = ShardIterableDataset(cat_url, "bench", shuffle=False, batch_size=64)
+    packing = ShardIterableDataset(
+        cat_url, "bench", shuffle=False, batch_size=64, collate=pack_samples
+    )
 
     def pickled() -> int:
         n = 0
@@ -139,6 +148,12 @@ def breakdown(cat_url: str, urls: list[str], repeat: int) -> None:
         "+ pickled and unpickled": lambda: sum(len(pickle.loads(_ipc_bytes(b))) for b in ds),
         "+ packed (one buffer + offsets), pickled and unpickled": lambda: sum(
             len(pickle.loads(_ipc_bytes(packed(b)))[0]) for b in ds
+        ),
+        "+ pack_samples (shared memory), pickled and unpickled": lambda: sum(
+            len(pickle.loads(_ipc_bytes(pack_samples(b)))) for b in ds
+        ),
+        "dataset with collate=pack_samples (what a packing worker iterates)": lambda: sum(
+            len(b) for b in packing
         ),
     }
     best: dict[str, float] = {}
@@ -156,6 +171,56 @@ def breakdown(cat_url: str, urls: list[str], repeat: int) -> None:
         print(f"| {label} | {t / n * 1e6:.2f} | {base / t:.2f} |")
 
 
+def worker_cpu(cat_url: str, urls: list[str], repeat: int) -> None:
+    """Who bounds one persistent worker: CPU per sample of the worker (from /proc) and of the loop.
+
+    With one worker the two processes run side by side, so the loader's rate
+    is at most the slower one's: a worker that costs more per sample than
+    the plain reader caps the ratio below 1 whatever the training process
+    saves. Medians of ``repeat`` epochs (after a first one that starts the
+    worker), interleaved with the same dataset iterated in this process and
+    the plain reader.
+    """
+    import statistics
+
+    def proc_cpu(pid: int) -> float:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICK
+
+    print(f"One persistent worker, µs of CPU per sample, median of {repeat} epochs:")
+    print("| batches | worker | training process | same dataset in one process | plain reader |")
+    print("| --- | --- | --- | --- | --- |")
+    for label, collate, size in (
+        ("lists of 64 sample dicts", None, 64),
+        ("64 packed (pack_samples)", pack_samples, 64),
+        ("256 packed (pack_samples)", pack_samples, 256),
+    ):
+        ds = ShardIterableDataset(cat_url, "bench", shuffle=False, batch_size=size, collate=collate)
+        loader = ShardLoader(ds, num_workers=1)
+        sum(len(b) for b in loader)
+        pid = loader._iterator._workers[0].pid
+        worker, main, alone, plain_ = [], [], [], []
+        for epoch in range(1, repeat + 1):
+            ds.set_epoch(epoch)
+            w0, m0 = proc_cpu(pid), time.process_time()
+            n = sum(len(b) for b in loader)
+            worker.append((proc_cpu(pid) - w0) / n * 1e6)
+            main.append((time.process_time() - m0) / n * 1e6)
+            c0 = time.process_time()
+            n = sum(len(b) for b in ds)
+            alone.append((time.process_time() - c0) / n * 1e6)
+            c0 = time.process_time()
+            n = plain(urls)
+            plain_.append((time.process_time() - c0) / n * 1e6)
+        med = statistics.median
+        print(
+            f"| {label} | {med(worker):.2f} | {med(main):.2f} | {med(alone):.2f} | "
+            f"{med(plain_):.2f} |"
+        )
+        del loader
+
+
 class Persistent:
     """One epoch per call of a loader whose workers stay (``ShardLoader``'s default).
 
@@ -165,11 +230,22 @@ class Persistent:
     """
 
     def __init__(
-        self, cat_url: str, workers: int, shuffle: bool, batched: bool, pipe: int | None = None
+        self,
+        cat_url: str,
+        workers: int,
+        shuffle: bool,
+        batched: bool,
+        pipe: int | None = None,
+        packed: bool = False,
     ) -> None:
         if batched:
             ds = ShardIterableDataset(
-                cat_url, "bench", shuffle=shuffle, shuffle_buffer=1000, batch_size=64
+                cat_url,
+                "bench",
+                shuffle=shuffle,
+                shuffle_buffer=1000,
+                batch_size=64,
+                collate=pack_samples if packed else None,
             )
             self.loader: DataLoader[Any] = ShardLoader(ds, num_workers=workers)
         else:
@@ -390,6 +466,11 @@ def main() -> None:
         help="only what a worker adds per sample (dataset, pickling), in one process",
     )
     ap.add_argument(
+        "--worker-cpu",
+        action="store_true",
+        help="only CPU per sample of one persistent worker vs the training process (Linux)",
+    )
+    ap.add_argument(
         "--mds-python",
         help="a python with mosaicml-streaming (another venv): MDS reads the same samples after ours",
     )
@@ -404,6 +485,9 @@ def main() -> None:
         if args.breakdown:
             breakdown(cat_url, urls, args.repeat)
             return
+        if args.worker_cpu:
+            worker_cpu(cat_url, urls, args.repeat)
+            return
         best_plain: dict[bool, dict[str, tuple[float, float, int, float]]] = {}
         for shuffle in (False, True):
             runs: dict[str, Callable[[], int]] = {"plain": partial(plain, urls)}
@@ -415,9 +499,18 @@ def main() -> None:
             batched = ShardIterableDataset(
                 cat_url, "bench", shuffle=shuffle, shuffle_buffer=1000, batch_size=64
             )
+            packs = ShardIterableDataset(
+                cat_url,
+                "bench",
+                shuffle=shuffle,
+                shuffle_buffer=1000,
+                batch_size=64,
+                collate=pack_samples,
+            )
             for workers in (0, 1, 2):
                 runs[f"ours {workers}"] = partial(ours, per_sample, workers)
                 runs[f"batched {workers}"] = partial(ours_batched, batched, workers)
+                runs[f"packed {workers}"] = partial(ours_batched, packs, workers)
                 if workers:
                     runs[f"ours persistent {workers}"] = Persistent(
                         cat_url, workers, shuffle, batched=False
@@ -427,6 +520,9 @@ def main() -> None:
                     )
                     runs[f"batched persistent 64k {workers}"] = Persistent(
                         cat_url, workers, shuffle, batched=True, pipe=2**16
+                    )
+                    runs[f"packed persistent {workers}"] = Persistent(
+                        cat_url, workers, shuffle, batched=True, packed=True
                     )
                 if not args.no_webdataset:
                     runs[f"wds {workers}"] = partial(webdataset, tars, workers, shuffle)
@@ -452,6 +548,8 @@ def main() -> None:
                     ("ours persistent", "loader (batch_size=64)", "once"),
                     ("batched persistent", "dataset (batch_size=64)", "once"),
                     ("batched persistent 64k", "dataset (batch_size=64)", "once, 64 KiB pipe"),
+                    ("packed", "dataset, packed (collate=pack_samples)", "every epoch"),
+                    ("packed persistent", "dataset, packed (collate=pack_samples)", "once"),
                 ):
                     if f"{label} {workers}" not in best:
                         continue

@@ -18,6 +18,7 @@ import dataclasses
 from typing import Literal
 
 __all__ = [
+    "BatchSenderGoneError",
     "BucketNotFoundError",
     "CatalogError",
     "CatalogLockedError",
@@ -391,3 +392,7 @@ class QueryError(CatalogError):
 
 class QueryTimeoutError(CatalogError, TimeoutError):
     """A read-only query (``shardcat sql``) ran longer than its timeout and was cancelled."""
+
+
+class BatchSenderGoneError(ShardcatError, RuntimeError):
+    """A packed batch arrived after the process that packed it exited: its shared memory went with it."""

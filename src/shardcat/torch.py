@@ -29,8 +29,10 @@ from .readers import (
     Decoder,
     KeySamples,
     MixedStream,
+    PackedBatch,
     SampleStream,
     open_catalog,
+    pack_samples,
     plan_tasks,
     positions_after,
 )
@@ -41,8 +43,10 @@ __all__ = [
     "KeyDataset",
     "MixStream",
     "MixedDataset",
+    "PackedBatch",
     "ShardIterableDataset",
     "ShardLoader",
+    "pack_samples",
     "unchanged",
     "widen_result_pipe",
 ]
@@ -232,6 +236,23 @@ class ShardIterableDataset(IterableDataset[Any]):
         workers, worker = (1, 0) if info is None else (info.num_workers, info.id)
         role = self.worker_roles(workers)[worker]
         start = self.resume_positions(workers)[role]
+        if (
+            self.collate is pack_samples
+            and self.batch_size is not None
+            and isinstance(self.stream, SampleStream)
+        ):
+            # Packed straight from the records where it can (no sample dicts in between).
+            batches = self.stream.iter_packed(
+                self.epoch,
+                self.rank,
+                self.world_size,
+                role,
+                workers,
+                start,
+                batch_size=self.batch_size,
+            )
+            yield from batches if info is not None else self._counted_batches(batches, start)
+            return
         samples = self.stream.iter_reader(
             self.epoch, self.rank, self.world_size, role, workers, start
         )
@@ -241,6 +262,12 @@ class ShardIterableDataset(IterableDataset[Any]):
             yield from samples
             return
         yield from batched(samples, self.batch_size, self.collate)
+
+    def _counted_batches(self, batches: Iterator[PackedBatch], start: int) -> Iterator[Any]:
+        self._yielded = start
+        for batch in batches:
+            self._yielded += len(batch)
+            yield batch
 
     def _counted(self, samples: Iterator[Any], start: int) -> Iterator[Any]:
         # Without workers the dataset knows itself how far it got (for state_dict).

@@ -23,7 +23,16 @@ from ..errors import FormatError, InvalidKeyError
 from .codecs import decompress
 from .spec import Codec
 
-__all__ = ["KEY", "NPY_TYPE", "Entry", "Record", "decode_value", "encode_value", "sample_key"]
+__all__ = [
+    "KEY",
+    "NPY_TYPE",
+    "Entry",
+    "Record",
+    "decode_value",
+    "decodes_to_bytes",
+    "encode_value",
+    "sample_key",
+]
 
 KEY = "__key__"
 """The name under which a sample dict carries its key: ``{"__key__": "img/1", "jpg": ...}``."""
@@ -318,6 +327,13 @@ def decode_value(view: memoryview, content_type: str, *, writable: bool = False)
     if base.startswith("text/"):
         return str(view, _charset(content_type))
     return bytes(view)
+
+
+@functools.lru_cache(maxsize=256)
+def decodes_to_bytes(content_type: str) -> bool:
+    """Whether :func:`decode_value` returns an entry of this content type as its bytes, unchanged."""
+    base = content_type.split(";", 1)[0].strip()
+    return not (base in (NPY_TYPE, JSON_TYPE) or base.endswith("+json") or base.startswith("text/"))
 
 
 @functools.lru_cache(maxsize=256)

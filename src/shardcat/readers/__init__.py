@@ -13,6 +13,7 @@ from .fields import index_fields
 from .frame import flatten, to_dask_dataframe
 from .keyed import KeySamples, open_catalog
 from .mix import MixedStream
+from .packed import BlockRing, PackedBatch, PackedColumn, pack_samples
 from .plan import ShardTask, assign, buffered_order, epoch_rng
 from .stream import (
     Decoder,
@@ -24,9 +25,12 @@ from .stream import (
 )
 
 __all__ = [
+    "BlockRing",
     "Decoder",
     "KeySamples",
     "MixedStream",
+    "PackedBatch",
+    "PackedColumn",
     "SampleStream",
     "ShardTask",
     "apply_decoder",
@@ -37,6 +41,7 @@ __all__ = [
     "index_fields",
     "iter_task_records",
     "open_catalog",
+    "pack_samples",
     "plan_tasks",
     "positions_after",
     "to_dask_dataframe",

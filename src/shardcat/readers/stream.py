@@ -24,6 +24,7 @@ from ..format import Record
 from ..orchestration import iter_tar_records, open_registered
 from ..orchestration.tasks import catalog_for
 from ..storage import LocalShardCache, redact
+from .packed import PackedBatch, pack_records, pack_samples
 from .plan import ShardTask, assign, buffered_order, epoch_rng
 
 __all__ = [
@@ -250,19 +251,63 @@ class SampleStream:
         self, tasks: Sequence[ShardTask], bases: np.ndarray, start: int
     ) -> Iterator[Any]:
         """The reader's samples in file order from the ``start``-th: what ``buffered_order`` is then."""
-        first = int(np.searchsorted(bases, start, side="right")) - 1
         decode = self.decode
+        for rec in self._file_order_records(tasks, bases, start):
+            sample = rec.decode(writable=True)
+            yield sample if decode is None else apply_decoder(sample, decode)
+
+    def _file_order_records(
+        self, tasks: Sequence[ShardTask], bases: np.ndarray, start: int
+    ) -> Iterator[Record]:
+        first = int(np.searchsorted(bases, start, side="right")) - 1
         for t in range(first, len(tasks)):
             records = self._records(tasks[t])
             if t == first and start > bases[t]:
                 # Records are decoded lazily: the ones yielded before are skipped, not decoded.
                 records = itertools.islice(records, start - int(bases[t]), None)
-            for rec in records:
-                sample = rec.decode(writable=True)
-                yield sample if decode is None else apply_decoder(sample, decode)
+            yield from records
+
+    def iter_packed(
+        self,
+        epoch: int,
+        rank: int = 0,
+        world: int = 1,
+        worker: int = 0,
+        workers: int = 1,
+        start: int = 0,
+        *,
+        batch_size: int,
+    ) -> Iterator[PackedBatch]:
+        """:meth:`iter_reader`'s samples from the ``start``-th, in packed batches of ``batch_size``.
+
+        The same batches as :func:`pack_samples` over ``iter_reader``; in
+        file order (no shuffle buffer) and without a whole-sample ``decode``
+        they are packed from the records' read buffers, with no sample dict
+        made in between.
+        """
+        tasks = self.reader_tasks(epoch, rank, world, worker, workers)
+        decode = self.decode
+        if (self.shuffle and self.shuffle_buffer > 1) or callable(decode):
+            samples = self.iter_reader(epoch, rank, world, worker, workers, start)
+            for batch in _chunks(samples, batch_size):
+                yield pack_samples(batch)
+            return
+        counts = np.fromiter((t.count for t in tasks), dtype=np.int64, count=len(tasks))
+        bases = np.concatenate([[0], np.cumsum(counts)])
+        if start >= int(bases[-1]):
+            return
+        records = self._file_order_records(tasks, bases, start)
+        for batch in _chunks(records, batch_size):
+            yield pack_records(batch, decode)
 
     def _records(self, task: ShardTask) -> Iterator[Record]:
         return iter_task_records(task, self.storage_options, self.entries, self.cache, self.catalog)
+
+
+def _chunks(items: Iterator[Any], size: int) -> Iterator[list[Any]]:
+    """``items`` in lists of ``size``, the last one shorter (``itertools.batched`` from 3.12)."""
+    while chunk := list(itertools.islice(items, size)):
+        yield chunk
 
 
 def iter_task_records(
