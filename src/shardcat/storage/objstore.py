@@ -63,6 +63,10 @@ _RETRY = {
     "retry_timeout": timedelta(seconds=30),
 }
 _stores: dict[tuple[int, str, str], Any] = {}
+# The process that started obstore's (tokio) runtime. The runtime's threads do
+# not survive fork: in a forked child (a DataLoader worker) every obstore call
+# hangs, so a child of a process that used it reads through s3fs instead.
+_runtime_pid: int | None = None
 _unmapped_logged: set[str] = set()
 
 
@@ -130,8 +134,11 @@ def open_obstore(url: str, storage_options: StorageOptions | None = None) -> Obs
     StorageError
         The transport is selected but obstore is not installed, or the variable's value is unknown.
     """
+    global _runtime_pid
     if protocol_of(url) not in _S3 or not _selected():
         return None
+    if _runtime_pid is not None and _runtime_pid != os.getpid():
+        return None  # forked after obstore ran: s3fs (see _runtime_pid)
     config = store_config(storage_options)
     if config is None:
         keys = ", ".join(sorted(storage_options or {}))
@@ -148,13 +155,13 @@ def open_obstore(url: str, storage_options: StorageOptions | None = None) -> Obs
             f"{TRANSPORT_ENV}=obstore needs obstore: pip install 'shardcat[obstore]'"
         ) from None
     bucket, key = _split(url)
-    # Keyed by process: a forked child (a DataLoader worker) builds its own client.
     cache_key = (os.getpid(), bucket, repr(sorted(config.items())))
     store = _stores.get(cache_key)
     if store is None:
         store = S3Store(bucket, retry_config=_RETRY, **config)  # type: ignore[arg-type]
         _stores[cache_key] = store
-    return ObstoreSource(store, key, redact(url))
+    _runtime_pid = os.getpid()
+    return ObstoreSource(store, key, redact(url), url=url, storage_options=storage_options)
 
 
 def _past_end(e: BaseException) -> bool:
@@ -170,16 +177,44 @@ class ObstoreSource:
     read_ahead = True
     """Streams read ahead on threads (``format/prefetch.py``): obstore calls may come from any thread."""
 
-    def __init__(self, store: Any, path: str, name: str) -> None:
+    def __init__(
+        self,
+        store: Any,
+        path: str,
+        name: str,
+        *,
+        url: str | None = None,
+        storage_options: StorageOptions | None = None,
+    ) -> None:
         self.store = store
         self.path = path
         self._name = name
+        self._url = url
+        self._options = storage_options
+        self._pid = os.getpid()
+        self._s3fs: Any = None
+
+    def _forked(self) -> Any:
+        """In a forked child (where obstore hangs), the same file through s3fs; else None."""
+        if self._pid == os.getpid():
+            return None
+        if self._s3fs is None:
+            from .fs import resolve
+            from .sources import FsspecSource
+
+            if self._url is None:
+                raise StorageError(f"{self._name}: an obstore source cannot be used after fork")
+            fs, path = resolve(self._url, self._options)
+            self._s3fs = FsspecSource(fs, path, self._name)
+        return self._s3fs
 
     @property
     def name(self) -> str:
         return self._name
 
     def size(self) -> int:
+        if (inherited := self._forked()) is not None:
+            return int(inherited.size())
         import obstore
 
         with storage_errors(self._name):
@@ -188,6 +223,8 @@ class ObstoreSource:
     def read(self, start: int, end: int) -> bytes:
         if end <= start:
             return b""
+        if (inherited := self._forked()) is not None:
+            return bytes(inherited.read(start, end))
         import obstore
 
         with storage_errors(self._name):
@@ -199,6 +236,8 @@ class ObstoreSource:
                 raise
 
     def read_suffix(self, length: int) -> bytes:
+        if (inherited := self._forked()) is not None:
+            return bytes(inherited.read_suffix(length))
         import obstore
 
         with storage_errors(self._name):
@@ -212,6 +251,9 @@ class ObstoreSource:
         """
         if not starts:
             return []
+        if (inherited := self._forked()) is not None:
+            ranges = [ByteRange(a, b) for a, b in zip(starts, ends)]
+            return [memoryview(b) for b in inherited.read_ranges(ranges)]
         import obstore
 
         with storage_errors(self._name):
@@ -234,6 +276,8 @@ class ObstoreSource:
         return [bytes(v) for v in views]
 
     def open_stream(self, start: int = 0) -> BinaryIO:
+        if (inherited := self._forked()) is not None:
+            return cast(BinaryIO, inherited.open_stream(start))
         raw = _RangeStream(self, start)
         return cast(BinaryIO, io.BufferedReader(raw, buffer_size=_STREAM_BUFFER))
 
