@@ -21,7 +21,9 @@ S3 requests per batch. The figures behind ``_ranges.REMOTE_MAX_GAP``.
 
     .venv/bin/python -m benchmarks.bench_s3_read stream [--shards 3] [--repeat 6] [--no-lance]
         [--before-prefetch FILE]   # e.g. FILE from: git show main:src/shardcat/format/prefetch.py
+        [--obstore]                # also iter_shards with SHARDCAT_S3_TRANSPORT=obstore
     .venv/bin/python -m benchmarks.bench_s3_read batch [--scale 0.2] [--gaps 64KiB,1MiB] [--no-lance]
+        [--transports fsspec,obstore]
 """
 
 from __future__ import annotations
@@ -141,6 +143,11 @@ def stream(args: argparse.Namespace) -> None:
     def ahead() -> None:
         touch(shardcat.iter_shards(urls, storage_options=opts))
 
+    def obstore_ahead() -> None:
+        # The same stream with SHARDCAT_S3_TRANSPORT=obstore (storage/objstore.py).
+        with _transport("obstore"):
+            ahead()
+
     def lance() -> None:
         touched = 0
         for b in lance_ds.to_batches(columns=["key", "bin", "json"]):
@@ -158,6 +165,8 @@ def stream(args: argparse.Namespace) -> None:
     if args.before_prefetch:
         before_read_ahead = _load_prefetch(args.before_prefetch).ReadAhead
         passes.insert(2, ("shardcat before", before))
+    if args.obstore:
+        passes.append(("iter_shards obstore", obstore_ahead))
     if lance_ds is not None:
         passes.append(("lance", lance))
     clock = _GcClock()
@@ -184,6 +193,23 @@ def stream(args: argparse.Namespace) -> None:
             f"  cpu {cpu:.3f} s  gc {in_gc:.3f} s"
         )
     print("x raw: median of per-alternation ratios of wall times")
+
+
+class _transport:
+    """``SHARDCAT_S3_TRANSPORT`` set to ``value`` inside the block."""
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+    def __enter__(self) -> None:
+        self.before = os.environ.get("SHARDCAT_S3_TRANSPORT")
+        os.environ["SHARDCAT_S3_TRANSPORT"] = self.value
+
+    def __exit__(self, *exc: object) -> None:
+        if self.before is None:
+            os.environ.pop("SHARDCAT_S3_TRANSPORT", None)
+        else:
+            os.environ["SHARDCAT_S3_TRANSPORT"] = self.before
 
 
 def _load_prefetch(path: str) -> Any:
@@ -259,23 +285,27 @@ def batch(args: argparse.Namespace) -> None:
         if lance is not None:
             kps, bpk, _ = measure(lance.get_many)
             print(f"lance                       {kps:7.0f} keys/s {bpk:9,.0f} B/key")
-        for gap in args.gaps:
-            for span in args.spans:
+        for transport in args.transports:
+            for gap in args.gaps:
+                for span in args.spans:
 
-                def spanned(self: Any, *a: Any, _span: int = span, **k: Any) -> Any:
-                    k["max_span"] = _span
-                    return read_sorted(self, *a, **k)
+                    def spanned(self: Any, *a: Any, _span: int = span, **k: Any) -> Any:
+                        k["max_span"] = _span
+                        return read_sorted(self, *a, **k)
 
-                cache.SourceCache.read_sorted = spanned  # type: ignore[method-assign]
-                mine.cat = shardcat_catalog(mine, gap)
-                try:
-                    kps, bpk, nreq = measure(mine.get_many)
-                finally:
-                    mine.cat.close()
-                print(
-                    f"shardcat gap {gap >> 10:5} KiB span {span >> 20:2} MiB"
-                    f" {kps:7.0f} keys/s {bpk:9,.0f} B/key {nreq:5} requests"
-                )
+                    cache.SourceCache.read_sorted = spanned  # type: ignore[method-assign]
+                    with _transport(transport):
+                        mine.cat = shardcat_catalog(mine, gap)
+                        try:
+                            kps, bpk, nreq = measure(mine.get_many)
+                        finally:
+                            mine.cat.close()
+                    # Requests are counted in s3fs only.
+                    shown = f"{nreq:5}" if transport == "fsspec" else "    ?"
+                    print(
+                        f"shardcat {transport:7} gap {gap >> 10:5} KiB span {span >> 20:2} MiB"
+                        f" {kps:7.0f} keys/s {bpk:9,.0f} B/key {shown} requests"
+                    )
     cache.SourceCache.read_sorted = read_sorted  # type: ignore[method-assign]
     server.stop()
 
@@ -297,6 +327,9 @@ def main() -> None:
     s.add_argument("--repeat", type=int, default=6)
     s.add_argument("--no-lance", action="store_true")
     s.add_argument(
+        "--obstore", action="store_true", help="also stream with SHARDCAT_S3_TRANSPORT=obstore"
+    )
+    s.add_argument(
         "--before-prefetch",
         metavar="FILE",
         help="a prefetch.py of another version, streamed per shard as 'shardcat before'",
@@ -309,12 +342,16 @@ def main() -> None:
     b.add_argument("--gaps", default="64KiB,256KiB,1MiB,4MiB")
     b.add_argument("--spans", default="16MiB")
     b.add_argument("--no-lance", action="store_true")
+    b.add_argument(
+        "--transports", default="fsspec", help="SHARDCAT_S3_TRANSPORT values: fsspec,obstore"
+    )
     args = p.parse_args()
     if args.what == "stream":
         stream(args)
     else:
         args.gaps = [0 if g.strip() == "0" else parse_size(g.strip()) for g in args.gaps.split(",")]
         args.spans = [parse_size(x.strip()) for x in args.spans.split(",")]
+        args.transports = [t.strip() for t in args.transports.split(",")]
         batch(args)
 
 

@@ -3,7 +3,8 @@
 s3fs's filesystems own an event loop and refuse to be used in a forked child
 ("This class is not fork-safe"): a PyTorch DataLoader with worker processes
 forks after the parent's first lookup. The child must get filesystems of
-its own.
+its own. With ``SHARDCAT_S3_TRANSPORT=obstore`` too: obstore's runtime hangs
+in a forked child, so such a child reads through s3fs (storage/objstore.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,15 @@ import shardcat
 from shardcat.storage import open_source, resolve
 
 N = 20
+
+
+@pytest.fixture(autouse=True, params=["fsspec", "obstore"])
+def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test with s3fs and with obstore as the S3 read transport (children inherit it)."""
+    if request.param == "obstore":
+        pytest.importorskip("obstore")
+    monkeypatch.setenv("SHARDCAT_S3_TRANSPORT", request.param)
+    return str(request.param)
 
 
 def _write_dataset(s3: dict[str, Any], tmp_path: Any) -> tuple[str, str]:

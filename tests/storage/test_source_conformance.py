@@ -49,6 +49,18 @@ class TestS3(StorageTests):
         return f"{s3['url']}/conformance", s3["storage_options"]
 
 
+class TestS3Obstore(StorageTests):
+    """S3 read through obstore (``SHARDCAT_S3_TRANSPORT=obstore``); writes stay on s3fs."""
+
+    @pytest.fixture
+    def store(
+        self, s3: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    ) -> tuple[str, dict[str, Any]]:
+        pytest.importorskip("obstore")
+        monkeypatch.setenv("SHARDCAT_S3_TRANSPORT", "obstore")
+        return f"{s3['url']}/conformance", s3["storage_options"]
+
+
 class TestAzure(StorageTests):
     """adlfs against Azurite: no suffix reads on this backend (a size, then a ranged read)."""
 

@@ -39,6 +39,7 @@ from .._types import ByteRange, RangeSource, StorageOptions
 from .._units import parse_size
 from ..format.sources import FileSource
 from ..format.sources import pread_linked as pread_linked  # tests count its calls here
+from .objstore import ObstoreSource
 from .sources import FsspecSource, open_source
 from .translate import is_backend_error, translate
 
@@ -54,6 +55,7 @@ _ONE_PREAD = 1 << 20
 """Reads up to this size try one ``os.pread`` first (a short one takes the general path)."""
 
 _live: weakref.WeakSet[SourceCache] = weakref.WeakSet()
+_REMOTE = (FsspecSource, ObstoreSource)
 
 
 def _close_inherited() -> None:
@@ -224,7 +226,8 @@ class SourceCache:
                 merged = coalesce(ranges, gap, max_span)
                 remote.setdefault(id(src.fs), (src.fs, []))[1].append((url, idxs, merged, src.path))
                 continue
-            merged = coalesce(ranges, LOCAL_MAX_GAP if max_gap is None else max_gap, max_span)
+            default_gap = self.remote_max_gap if isinstance(src, ObstoreSource) else LOCAL_MAX_GAP
+            merged = coalesce(ranges, default_gap if max_gap is None else max_gap, max_span)
             try:
                 blobs = src.read_ranges([m.range for m in merged])
             except OSError as e:
@@ -271,7 +274,7 @@ class SourceCache:
                 self._raise_failed(url, e)
         gaps = np.array(
             [
-                (self.remote_max_gap if isinstance(src, FsspecSource) else LOCAL_MAX_GAP)
+                (self.remote_max_gap if isinstance(src, _REMOTE) else LOCAL_MAX_GAP)
                 if max_gap is None
                 else max_gap
                 for src in sources
@@ -298,7 +301,8 @@ class SourceCache:
                 plan[4].extend(ends[i:j])
             else:
                 try:
-                    if isinstance(src, FileSource):
+                    if isinstance(src, (FileSource, ObstoreSource)):
+                        # obstore: this file's reads at once, without the GIL.
                         blobs = src.read_many(starts[i:j], ends[i:j])
                     else:
                         blobs = [src.read(a, b) for a, b in zip(starts[i:j], ends[i:j])]

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from .._types import ByteRange, RangeSource, StorageOptions
 from ..format.sources import FileSource
 from .fs import is_local, local_path, redact, resolve
+from .objstore import open_obstore
 from .translate import is_backend_error, storage_errors, translate
 
 if TYPE_CHECKING:
@@ -119,7 +120,8 @@ class FsspecSource:
 def open_source(
     url: str | os.PathLike[str], storage_options: StorageOptions | None = None
 ) -> RangeSource:
-    """A RangeSource for ``url``: positional reads (``os.pread``) for local files, fsspec otherwise."""
+    """A RangeSource for ``url``: positional reads (``os.pread``) for local files, fsspec otherwise
+    (or obstore for s3://, when ``SHARDCAT_S3_TRANSPORT=obstore``)."""
     url = os.fspath(url)
     if is_local(url):
         path = local_path(url)
@@ -127,5 +129,9 @@ def open_source(
             return FileSource(path)
         except OSError as e:
             raise translate(e, path) from e
+    # s3:// through obstore if SHARDCAT_S3_TRANSPORT=obstore selects it (storage/objstore.py).
+    fast = open_obstore(url, storage_options)
+    if fast is not None:
+        return fast
     fs, path = resolve(url, storage_options)
     return FsspecSource(fs, path, redact(url))

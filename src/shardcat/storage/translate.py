@@ -51,6 +51,7 @@ _BACKEND_MODULES = (
     "fsspec",
     "gcsfs",
     "google",
+    "obstore",
     "requests",
     "s3fs",
     "urllib3",
@@ -78,6 +79,10 @@ _REJECTED_CODES = frozenset(
     }
 )
 _NO_BUCKET_CODES = frozenset({"NoSuchBucket", "ContainerNotFound"})
+# obstore (storage/objstore.py) says what failed only in its message.
+_OBSTORE_DENIED = frozenset({"PermissionDeniedError", "UnauthenticatedError"})
+_OBSTORE_STATUS = re.compile(r"status code: (\d{3})")
+_OBSTORE_URL = re.compile(r"Error performing \w+ (https?://[^/\s]+)")
 _NO_BUCKET_TEXT = ("The specified bucket does not exist", "The specified container does not exist")
 _UNREACHABLE = frozenset(
     {
@@ -125,8 +130,20 @@ def is_backend_error(e: BaseException) -> bool:
     )
 
 
+def _from_obstore(e: BaseException) -> bool:
+    return type(e).__module__.startswith("obstore")
+
+
+def _obstore_connect_failed(e: BaseException) -> bool:
+    text = str(e)
+    return _from_obstore(e) and ("tcp connect error" in text or "kind: Connect" in text)
+
+
 def _status(e: BaseException) -> int | None:
-    """The HTTP status of a response error (aiohttp, azure.core, botocore)."""
+    """The HTTP status of a response error (aiohttp, azure.core, botocore, obstore)."""
+    if _from_obstore(e):
+        m = _OBSTORE_STATUS.search(str(e))
+        return int(m.group(1)) if m else None
     for attr in ("status", "status_code"):
         value = getattr(e, attr, None)
         if isinstance(value, int) and 100 <= value < 600:
@@ -166,6 +183,10 @@ def _endpoint(chain: list[BaseException], url: str) -> str:
             m = re.match(r"[a-z]+://[^/]+", kwargs["endpoint_url"])
             if m:
                 return m.group(0) + "/"
+    for x in chain:  # obstore names the URL it requested
+        m = _OBSTORE_URL.search(str(x)) if _from_obstore(x) else None
+        if m:
+            return m.group(1) + "/"
     for x in chain:  # aiohttp names the host and port it tried
         host, port = getattr(x, "host", None), getattr(x, "port", None)
         if isinstance(host, str) and isinstance(port, int):
@@ -177,7 +198,11 @@ def _endpoint(chain: list[BaseException], url: str) -> str:
 
 def _reason(chain: list[BaseException]) -> str:
     for x in chain:
-        if isinstance(x, ConnectionRefusedError) or getattr(x, "errno", None) == errno.ECONNREFUSED:
+        if (
+            isinstance(x, ConnectionRefusedError)
+            or getattr(x, "errno", None) == errno.ECONNREFUSED
+            or (_from_obstore(x) and "Connection refused" in str(x))
+        ):
             return "connection refused"
         if isinstance(x, socket.gaierror):
             return "unknown host"
@@ -265,7 +290,12 @@ def _translate(e: BaseException, url: str, writing: bool) -> ShardcatError:
             return _no_bucket(url)
     for x in chain:
         status, code = _status(x), _code(x)
-        if status in (401, 403) or code in _REJECTED_CODES or isinstance(x, PermissionError):
+        if (
+            status in (401, 403)
+            or code in _REJECTED_CODES
+            or isinstance(x, PermissionError)
+            or _names(x) & _OBSTORE_DENIED
+        ):
             why = f"HTTP {status}" if status else (code or first_line(x))
             return StoragePermissionError(
                 f"{shown}: access denied ({why}): check the credentials, and that they may "
@@ -273,7 +303,8 @@ def _translate(e: BaseException, url: str, writing: bool) -> ShardcatError:
                 path=shown,
             )
     if any(n & _UNREACHABLE for n in names) or any(
-        isinstance(x, (ConnectionError, socket.gaierror)) for x in chain
+        isinstance(x, (ConnectionError, socket.gaierror)) or _obstore_connect_failed(x)
+        for x in chain
     ):
         return StorageUnreachableError(
             f"cannot reach {_endpoint(chain, shown)} ({_reason(chain)}): check the endpoint "

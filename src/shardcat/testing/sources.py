@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import sys
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -67,6 +68,7 @@ class RequestLog:
                 return real_linked(fd, length, offset)
 
             monkeypatch.setattr(_cache, "pread_linked", linked)
+        self._install_obstore(monkeypatch)
         if fs is None:
             return self
         real_cat_file = fs.cat_file
@@ -89,6 +91,31 @@ class RequestLog:
         monkeypatch.setattr(fs, "cat_file", cat_file)
         monkeypatch.setattr(fs, "cat_ranges", cat_ranges)
         return self
+
+    def _install_obstore(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Count obstore's requests too (``SHARDCAT_S3_TRANSPORT=obstore``), if it is loaded."""
+        obstore = sys.modules.get("obstore")
+        if obstore is None:
+            return
+        requests = self.requests
+        real_range, real_ranges, real_get = obstore.get_range, obstore.get_ranges, obstore.get
+
+        def get_range(store: Any, path: str, *, start: int, end: int) -> Any:
+            requests.append((start, end))
+            return real_range(store, path, start=start, end=end)
+
+        def get_ranges(store: Any, path: str, *, starts: Any, ends: Any, **kw: Any) -> Any:
+            requests.extend(zip(starts, ends))
+            return real_ranges(store, path, starts=starts, ends=ends, **kw)
+
+        def get(store: Any, path: str, *, options: Any = None) -> Any:
+            suffix = ((options or {}).get("range") or {}).get("suffix")
+            requests.append((-suffix, None) if suffix is not None else (0, None))
+            return real_get(store, path, options=options)
+
+        monkeypatch.setattr(obstore, "get_range", get_range)
+        monkeypatch.setattr(obstore, "get_ranges", get_ranges)
+        monkeypatch.setattr(obstore, "get", get)
 
     @contextlib.contextmanager
     def _outermost(self) -> Iterator[bool]:

@@ -1,0 +1,303 @@
+"""S3 reads through obstore (the Rust ``object_store`` crate, as Lance uses): an optional transport.
+
+s3fs (aiobotocore + aiohttp) does each request's signing, parsing and body
+copies in Python, holding the GIL; obstore does them in Rust, without it.
+On the benchmarks' moto server that made one ranged GET ~3 x faster and a
+batch's merged ranges ~3.5 x (``benchmarks/bench_s3_client.py``,
+``benchmarks/README.md``). fsspec stays the default and the way every other
+store is read: this transport is opt-in, ``SHARDCAT_S3_TRANSPORT=obstore``
+with ``pip install 'shardcat[obstore]'``, because it understands only a
+subset of s3fs's options (credentials, endpoint, region, anonymous access)
+and reads credentials from those options or ``AWS_*`` variables, not from
+``~/.aws`` profiles. Options it does not understand keep that URL on s3fs,
+so selecting it never changes which buckets a user can read.
+
+Used for reads only (point lookups, batches, streams); writes stay on s3fs.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any, BinaryIO, cast
+
+from .._types import ByteRange, StorageOptions
+from ..errors import StorageError
+from .fs import protocol_of, redact
+from .translate import storage_errors
+
+__all__ = ["TRANSPORT_ENV", "ObstoreSource", "open_obstore", "store_config"]
+
+TRANSPORT_ENV = "SHARDCAT_S3_TRANSPORT"
+"""Environment variable: ``obstore`` reads s3:// URLs through obstore; ``fsspec`` (or unset): s3fs."""
+
+_log = logging.getLogger(__name__)
+_S3 = frozenset({"s3", "s3a"})
+_STREAM_BUFFER = 8 << 20
+# s3fs's options about its own caches and event loop: nothing to map, nothing lost.
+_IGNORED = frozenset(
+    {
+        "use_listings_cache",
+        "listings_expiry_time",
+        "max_paths",
+        "skip_instance_cache",
+        "default_block_size",
+        "default_cache_type",
+        "default_fill_cache",
+        "asynchronous",
+        "loop",
+    }
+)
+# A refused connection fails in under a second, as s3fs's does (object_store's
+# default retries for three minutes).
+_RETRY = {
+    "max_retries": 3,
+    "backoff": {
+        "init_backoff": timedelta(milliseconds=100),
+        "max_backoff": timedelta(seconds=2),
+        "base": 2,
+    },
+    "retry_timeout": timedelta(seconds=30),
+}
+_stores: dict[tuple[int, str, str], Any] = {}
+# The process that started obstore's (tokio) runtime. The runtime's threads do
+# not survive fork: in a forked child (a DataLoader worker) every obstore call
+# hangs, so a child of a process that used it reads through s3fs instead.
+_runtime_pid: int | None = None
+_unmapped_logged: set[str] = set()
+
+
+def _selected() -> bool:
+    value = os.environ.get(TRANSPORT_ENV, "").strip().lower()
+    if value in ("", "fsspec"):
+        return False
+    if value == "obstore":
+        return True
+    raise StorageError(f"{TRANSPORT_ENV}={value!r}: expected 'fsspec' or 'obstore'")
+
+
+def store_config(storage_options: StorageOptions | None) -> dict[str, Any] | None:
+    """obstore's ``S3Store`` keywords for s3fs's ``storage_options``; None if one cannot be mapped.
+
+    Mapped: ``key``, ``secret``, ``token``, ``anon``, ``endpoint_url`` (also
+    in ``client_kwargs``), ``region``/``region_name`` (also in ``client_kwargs``).
+    """
+    config: dict[str, Any] = {}
+    options = dict(storage_options or {})
+    client = options.pop("client_kwargs", None) or {}
+    if not isinstance(client, Mapping):
+        return None
+    client = dict(client)
+    endpoint = options.pop("endpoint_url", None) or client.pop("endpoint_url", None)
+    region = (
+        options.pop("region", None)
+        or options.pop("region_name", None)
+        or client.pop("region_name", None)
+    )
+    for ours, theirs in (("key", "access_key_id"), ("secret", "secret_access_key")):
+        value = options.pop(ours, None)
+        if value is not None:
+            config[theirs] = value
+    token = options.pop("token", None) or options.pop("session_token", None)
+    if token is not None:
+        config["session_token"] = token
+    if options.pop("anon", False):
+        config["skip_signature"] = True
+    if client or any(k not in _IGNORED for k in options):
+        return None
+    if endpoint:
+        config["endpoint"] = str(endpoint).rstrip("/")
+        if str(endpoint).startswith("http://"):
+            config["client_options"] = {"allow_http": True}
+    if region:
+        config["region"] = region
+    return config
+
+
+def _split(url: str) -> tuple[str, str]:
+    rest = url.split("://", 1)[1]
+    bucket, _, key = rest.partition("/")
+    return bucket, key
+
+
+def open_obstore(url: str, storage_options: StorageOptions | None = None) -> ObstoreSource | None:
+    """An obstore source for an s3:// ``url`` if the transport is selected and its options map.
+
+    Returns None where s3fs reads it instead (not S3, not selected, or an option
+    obstore does not understand: logged once per option set).
+
+    Raises
+    ------
+    StorageError
+        The transport is selected but obstore is not installed, or the variable's value is unknown.
+    """
+    global _runtime_pid
+    if protocol_of(url) not in _S3 or not _selected():
+        return None
+    if _runtime_pid is not None and _runtime_pid != os.getpid():
+        return None  # forked after obstore ran: s3fs (see _runtime_pid)
+    config = store_config(storage_options)
+    if config is None:
+        keys = ", ".join(sorted(storage_options or {}))
+        if keys not in _unmapped_logged:
+            _unmapped_logged.add(keys)
+            _log.warning(
+                "%s=obstore: storage options (%s) not all mappable; using s3fs", TRANSPORT_ENV, keys
+            )
+        return None
+    try:
+        from obstore.store import S3Store
+    except ImportError:
+        raise StorageError(
+            f"{TRANSPORT_ENV}=obstore needs obstore: pip install 'shardcat[obstore]'"
+        ) from None
+    bucket, key = _split(url)
+    cache_key = (os.getpid(), bucket, repr(sorted(config.items())))
+    store = _stores.get(cache_key)
+    if store is None:
+        store = S3Store(bucket, retry_config=_RETRY, **config)  # type: ignore[arg-type]
+        _stores[cache_key] = store
+    _runtime_pid = os.getpid()
+    return ObstoreSource(store, key, redact(url), url=url, storage_options=storage_options)
+
+
+def _past_end(e: BaseException) -> bool:
+    # object_store raises a generic error for HTTP 416 (a range that starts at
+    # or after the end); RangeSource.read returns fewer bytes there.
+    text = str(e)
+    return "416" in text and ("InvalidRange" in text or "Range Not Satisfiable" in text)
+
+
+class ObstoreSource:
+    """Reads one S3 object through an obstore ``S3Store`` (thread-safe, releases the GIL)."""
+
+    read_ahead = True
+    """Streams read ahead on threads (``format/prefetch.py``): obstore calls may come from any thread."""
+
+    def __init__(
+        self,
+        store: Any,
+        path: str,
+        name: str,
+        *,
+        url: str | None = None,
+        storage_options: StorageOptions | None = None,
+    ) -> None:
+        self.store = store
+        self.path = path
+        self._name = name
+        self._url = url
+        self._options = storage_options
+        self._pid = os.getpid()
+        self._s3fs: Any = None
+
+    def _forked(self) -> Any:
+        """In a forked child (where obstore hangs), the same file through s3fs; else None."""
+        if self._pid == os.getpid():
+            return None
+        if self._s3fs is None:
+            from .fs import resolve
+            from .sources import FsspecSource
+
+            if self._url is None:
+                raise StorageError(f"{self._name}: an obstore source cannot be used after fork")
+            fs, path = resolve(self._url, self._options)
+            self._s3fs = FsspecSource(fs, path, self._name)
+        return self._s3fs
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def size(self) -> int:
+        if (inherited := self._forked()) is not None:
+            return int(inherited.size())
+        import obstore
+
+        with storage_errors(self._name):
+            return int(obstore.head(self.store, self.path)["size"])
+
+    def read(self, start: int, end: int) -> bytes:
+        if end <= start:
+            return b""
+        if (inherited := self._forked()) is not None:
+            return bytes(inherited.read(start, end))
+        import obstore
+
+        with storage_errors(self._name):
+            try:
+                return bytes(obstore.get_range(self.store, self.path, start=start, end=end))
+            except Exception as e:
+                if _past_end(e):
+                    return b""
+                raise
+
+    def read_suffix(self, length: int) -> bytes:
+        if (inherited := self._forked()) is not None:
+            return bytes(inherited.read_suffix(length))
+        import obstore
+
+        with storage_errors(self._name):
+            result = obstore.get(self.store, self.path, options={"range": {"suffix": length}})
+            return bytes(result.bytes())
+
+    def read_many(self, starts: Sequence[int], ends: Sequence[int]) -> list[memoryview]:
+        """Ranges ``[starts[i], ends[i])`` as views of obstore's buffers (no copy).
+
+        Sent as they are (already merged by the caller), up to 10 at once.
+        """
+        if not starts:
+            return []
+        if (inherited := self._forked()) is not None:
+            ranges = [ByteRange(a, b) for a, b in zip(starts, ends)]
+            return [memoryview(b) for b in inherited.read_ranges(ranges)]
+        import obstore
+
+        with storage_errors(self._name):
+            try:
+                out = obstore.get_ranges(
+                    self.store, self.path, starts=list(starts), ends=list(ends), coalesce=0
+                )
+            except BaseException as e:
+                # A range that starts past the end fails (HTTP 416); one that ends
+                # past it makes object_store 0.12's get_ranges panic (a Rust panic
+                # is a BaseException). Either way: each range on its own, where a
+                # short or empty answer is fine, as RangeSource promises.
+                if not (_past_end(e) or type(e).__name__ == "PanicException"):
+                    raise
+                return [memoryview(self.read(a, b)) for a, b in zip(starts, ends)]
+        return [memoryview(b) for b in out]
+
+    def read_ranges(self, ranges: Sequence[ByteRange]) -> list[bytes]:
+        views = self.read_many([r.start for r in ranges], [r.end for r in ranges])
+        return [bytes(v) for v in views]
+
+    def open_stream(self, start: int = 0) -> BinaryIO:
+        if (inherited := self._forked()) is not None:
+            return cast(BinaryIO, inherited.open_stream(start))
+        raw = _RangeStream(self, start)
+        return cast(BinaryIO, io.BufferedReader(raw, buffer_size=_STREAM_BUFFER))
+
+    def close(self) -> None:
+        pass
+
+
+class _RangeStream(io.RawIOBase):
+    """A sequential reader of one source by ranged reads (one request per buffer refill)."""
+
+    def __init__(self, source: ObstoreSource, start: int) -> None:
+        self._source = source
+        self._pos = start
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self._source.read(self._pos, self._pos + len(view))
+        view[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
