@@ -24,7 +24,7 @@ __all__ = ["crc32c_spans", "scatter_copy", "scatter_read"]
 def _pieces(positions: np.ndarray, lengths: np.ndarray, size: int) -> list[tuple[int, int]]:
     if positions.shape != lengths.shape:
         raise ValueError("scatter: positions and lengths must be int64 arrays of one length")
-    pieces = list(zip(positions.tolist(), lengths.tolist()))
+    pieces = list(zip(positions.ravel().tolist(), lengths.ravel().tolist()))
     for i, (p, n) in enumerate(pieces):
         if p < 0 or n < 0 or p + n > size:
             raise ValueError(f"scatter: piece {i} ({n} bytes at {p}) is outside the destination")

@@ -59,28 +59,41 @@ _NONE = np.empty(0, dtype=np.int64)  # a shard not read directly has no plan
 
 @dataclass(slots=True)
 class DirectShard:
-    """One open shard, planned from its footer: which records, where their payloads lie.
+    """One open shard, planned from its footer: which records, where their bytes go.
 
     ``rows`` are the records to yield (indices, file order). When ``direct``
     is False the shard's records are decoded instead (``why`` says why).
+    Every other array has one row per record of ``rows``, so a batch takes
+    slices of them (views), never gathers. A record is read as ``2P + 1``
+    pieces (``pieces``: their lengths): the gap before its first column
+    payload (its head, padding, other entries), then each of its ``P``
+    column payloads followed by the gap after it; the last gap runs to the
+    next record of ``rows`` (over hidden records), or to the record's end
+    (``tail``) when the record ends a run.
     """
 
     reader: ShardReader
     rows: np.ndarray
-    names: tuple[str, ...] = ()
     direct: bool = False
     why: str = ""
+    names: tuple[str, ...] = ()
     kinds: tuple[str, ...] = ()  # content type per name
     packed: tuple[bool, ...] = ()  # per name: its values are its bytes (a column)
-    columns: np.ndarray = field(
-        default_factory=lambda: _NONE
-    )  # per name, the entry's place among a record's entries
-    starts: np.ndarray = field(
-        default_factory=lambda: _NONE
-    )  # (records, entries) payload offsets in the file
-    sizes: np.ndarray = field(default_factory=lambda: _NONE)  # (records, entries) payload sizes
-    crcs: np.ndarray = field(default_factory=lambda: _NONE)  # (records, entries) payload CRC32Cs
-    keys: np.ndarray = field(default_factory=lambda: _NONE)  # object array of the keys
+    start: np.ndarray = field(default_factory=lambda: _NONE)  # record offsets
+    end: np.ndarray = field(default_factory=lambda: _NONE)  # record ends
+    pieces: np.ndarray = field(default_factory=lambda: _NONE)  # (records, 2P + 1) lengths
+    tail: np.ndarray = field(default_factory=lambda: _NONE)  # last gap up to the record's end
+    value_piece: tuple[int, ...] = ()  # per non-column name: the gap piece holding it
+    value_delta: np.ndarray = field(default_factory=lambda: _NONE)  # (records, V) offset in it
+    sizes: np.ndarray = field(default_factory=lambda: _NONE)  # (records, names) payload sizes
+    crcs: np.ndarray = field(default_factory=lambda: _NONE)  # (records, names) payload CRCs
+    keys: list[str] = field(default_factory=list)
+    # What the record heads must say, per record: the footer's rows and entry rows.
+    recs: np.ndarray = field(default_factory=lambda: _NONE)
+    head_length: np.ndarray = field(default_factory=lambda: _NONE)
+    desc_offset: np.ndarray = field(default_factory=lambda: _NONE)  # (records, entries)
+    desc_size: np.ndarray = field(default_factory=lambda: _NONE)
+    desc_crc: np.ndarray = field(default_factory=lambda: _NONE)
 
     @property
     def layout(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -136,7 +149,7 @@ def _plan(reader: ShardReader, task: ShardTask, entries: Sequence[str] | None) -
         return shard
     counts = recs["entry_count"]
     width = int(counts[0]) if n else 0
-    if not n or width == 0 or bool((counts != width).any()):
+    if not len(rows) or width == 0 or bool((counts != width).any()):
         shard.why = "records have different entries"
         return shard
     spec = footer.entries["spec"].reshape(n, width)
@@ -152,18 +165,54 @@ def _plan(reader: ShardReader, task: ShardTask, entries: Sequence[str] | None) -
     if any(sp.codec is not Codec.NONE for _, sp in chosen):
         shard.why = "compressed entries"
         return shard
-    rel = footer.entries["offset"].reshape(n, width).astype(_I8)
     shard.names = tuple(sp.name for _, sp in chosen)
     shard.kinds = tuple(sp.content_type for _, sp in chosen)
     shard.packed = tuple(decodes_to_bytes(k) for k in shard.kinds)
-    shard.columns = np.asarray([c for c, _ in chosen], dtype=_I8)
-    shard.starts = recs["offset"].astype(_I8)[:, None] + rel
-    shard.sizes = footer.entries["size"].reshape(n, width).astype(_I8)
-    shard.crcs = footer.entries["crc"].reshape(n, width)
-    shard.keys = np.asarray(footer.keys(), dtype=object)
+    cols = np.asarray([c for c, _ in chosen], dtype=_I8)
+    pcols = cols[list(shard.packed)] if chosen else cols
+    mine = recs[rows]
+    start = mine["offset"].astype(_I8)
+    end = start + mine["length"].astype(_I8)
+    rel = footer.entries["offset"].reshape(n, width)[rows].astype(_I8)
+    size = footer.entries["size"].reshape(n, width)[rows].astype(_I8)
+    crc = footer.entries["crc"].reshape(n, width)[rows]
+    nxt = np.concatenate([start[1:], end[-1:]])
+    p_start = start[:, None] + rel[:, pcols]
+    p_end = p_start + size[:, pcols]
+    gap_from = np.concatenate([start[:, None], p_end], axis=1)  # (K, P + 1)
+    gap_to = np.concatenate([p_start, nxt[:, None]], axis=1)
+    pieces = np.empty((len(rows), 2 * len(pcols) + 1), dtype=_I8)
+    pieces[:, 0::2] = gap_to - gap_from
+    pieces[:, 1::2] = p_end - p_start
+    shard.start, shard.end, shard.pieces = start, end, pieces
+    shard.tail = end - gap_from[:, -1]
+    # A non-column entry lies in the gap after the column payloads that come before it.
+    value_cols = [
+        c for c, (_, sp) in zip(cols.tolist(), chosen) if not decodes_to_bytes(sp.content_type)
+    ]
+    gaps = [int((pcols < c).sum()) for c in value_cols]
+    shard.value_piece = tuple(2 * g for g in gaps)
+    shard.value_delta = (
+        np.stack([start + rel[:, c] - gap_from[:, g] for c, g in zip(value_cols, gaps)], axis=1)
+        if value_cols
+        else np.empty((len(rows), 0), dtype=_I8)
+    )
+    shard.sizes = np.ascontiguousarray(size[:, cols])
+    shard.crcs = np.ascontiguousarray(crc[:, cols])
+    shard.keys = [k for k, keep in zip(footer.keys(), _mask(n, rows)) if keep]
+    shard.recs = mine
+    shard.head_length = rel[:, 0]
+    shard.desc_offset, shard.desc_size, shard.desc_crc = rel, size, crc
     reader.header  # noqa: B018 - read and checked (bound to the footer), as a stream reads it
     shard.direct = True
     return shard
+
+
+def _mask(n: int, rows: np.ndarray) -> list[bool]:
+    keep = np.zeros(n, dtype=bool)
+    keep[rows] = True
+    out: list[bool] = keep.tolist()
+    return out
 
 
 def iter_direct(
@@ -222,113 +271,81 @@ def _batch(
 def _direct_batch(segments: list[tuple[DirectShard, int, int]]) -> PackedBatch:
     first = segments[0][0]
     names, packed = first.names, first.packed
-    pcols = [i for i, p in enumerate(packed) if p]  # name indices that are columns
-    picks = [(s, s.rows[lo:hi]) for s, lo, hi in segments]
-    n = sum(len(idx) for _, idx in picks)
-    # Sizes of each column's values over the batch, in batch order.
-    col_sizes = [np.concatenate([s.sizes[idx, s.columns[i]] for s, idx in picks]) for i in pcols]
-    index_bytes = 8 * (n + 1) * len(pcols)
-    col_bytes = [int(c.sum()) for c in col_sizes]
-    runs = []
-    for s, idx in picks:
-        recs = s.reader.footer.records
-        runs.append(
-            (int(recs["offset"][idx[0]]), int(recs["offset"][idx[-1]] + recs["length"][idx[-1]]))
-        )
-    rest_bytes = sum(b - a for a, b in runs) - sum(col_bytes)
+    pnames = [i for i, p in enumerate(packed) if p]  # names that are columns
+    vnames = [i for i, p in enumerate(packed) if not p]
+    n = sum(hi - lo for _, lo, hi in segments)
+    ncols = len(pnames)
+    # Where each column value starts within its column, over the batch (batch order).
+    sizes = np.concatenate([s.sizes[lo:hi] for s, lo, hi in segments])
+    bounds = np.zeros((n + 1, ncols), dtype=_I8)
+    np.cumsum(sizes[:, pnames], axis=0, out=bounds[1:])
+    col_bytes = bounds[-1]
+    index_bytes = 8 * (n + 1) * ncols
+    used = index_bytes + int(col_bytes.sum())
+    span = sum(int(s.end[hi - 1] - s.start[lo]) for s, lo, hi in segments)
     ring = process_ring()
-    block = ring.take(index_bytes + sum(col_bytes) + rest_bytes)
-    used = index_bytes + sum(col_bytes)
+    block = ring.take(index_bytes + span)
     whole = _leased(block.map, block.size - HEADER)
-    # Column areas and offsets, as pack_records lays them out.
+    col_base = index_bytes + np.concatenate([[0], np.cumsum(col_bytes)[:-1]]).astype(_I8)
     layout = []
     columns = {}
-    col_base = []
-    pos = index_bytes
-    for c, (i, sizes) in enumerate(zip(pcols, col_sizes)):
+    for c, i in enumerate(pnames):
         at = 8 * (n + 1) * c
         offsets = whole[at : at + 8 * (n + 1)].view(OFFSETS)
-        offsets[0] = 0
-        np.cumsum(sizes, out=offsets[1:])
-        columns[names[i]] = PackedColumn(whole[pos : pos + col_bytes[c]], offsets)
-        layout.append((names[i], at, pos, col_bytes[c]))
-        col_base.append(pos)
-        pos += col_bytes[c]
-    rest = pos
-    done = 0  # records of the batch laid out so far
-    value_spans: list[list[np.ndarray]] = [[] for _ in names]
-    for (s, idx), (run_start, run_end) in zip(picks, runs):
-        m = len(idx)
-        starts, sizes = s.starts[idx], s.sizes[idx]
-        # Payload pieces (columns), in file order: record by record, entry by entry.
-        cols = s.columns[pcols]
-        p_start = starts[:, cols]
-        p_size = sizes[:, cols]
-        p_dest = np.empty_like(p_start)
-        for c in range(len(pcols)):
-            p_dest[:, c] = col_base[c] + columns[names[pcols[c]]].offsets[done : done + m]
-        p_start, p_size, p_dest = p_start.ravel(), p_size.ravel(), p_dest.ravel()
-        # The gaps around them (heads, padding, other entries, hidden records) go to the rest area.
-        g_start = np.concatenate([[run_start], p_start + p_size])
-        g_len = np.concatenate([p_start, [run_end]]) - g_start
-        g_dest = rest + np.concatenate([[0], np.cumsum(g_len)[:-1]])
-        rest += int(g_len.sum())
-        k = len(p_start)
-        dest = np.empty(2 * k + 1, dtype=_I8)
-        length = np.empty(2 * k + 1, dtype=_I8)
-        dest[0::2], dest[1::2] = g_dest, p_dest
-        length[0::2], length[1::2] = g_len, p_size
-        _read_run(s.reader, run_start, run_end, whole, dest, length)
-
-        def where(
-            file_pos: np.ndarray, g_start: np.ndarray = g_start, g_dest: np.ndarray = g_dest
-        ) -> np.ndarray:
-            g = np.searchsorted(g_start, file_pos, side="right") - 1
-            out: np.ndarray = g_dest[g] + (file_pos - g_start[g])
-            return out
-
-        _check(s, idx, whole, where(s.reader.footer.records["offset"][idx].astype(_I8)))
+        offsets[:] = bounds[:, c]
+        pos = int(col_base[c])
+        columns[names[i]] = PackedColumn(whole[pos : pos + int(col_bytes[c])], offsets)
+        layout.append((names[i], at, pos, int(col_bytes[c])))
+    rest = used  # heads, padding and other entries go after the columns
+    done = 0
+    value_spans: list[np.ndarray] = []
+    for s, lo, hi in segments:
+        m = hi - lo
+        length = s.pieces[lo:hi].copy()
+        length[-1, -1] = s.tail[hi - 1]  # the run ends with this record
+        dest = np.empty_like(length)
+        gaps = length[:, 0::2]
+        ends = np.cumsum(gaps)
+        dest[:, 0::2] = (rest + ends - gaps.ravel()).reshape(gaps.shape)
+        rest += int(ends[-1])
+        dest[:, 1::2] = col_base + bounds[done : done + m]
+        _read_run(s.reader, int(s.start[lo]), int(s.end[hi - 1]), whole, dest, length)
+        _check(s, lo, hi, whole, dest[:, 0])
         # Every chosen payload's CRC, in one call.
-        all_dest = np.empty((m, len(names)), dtype=_I8)
-        by_col = p_dest.reshape(m, len(pcols))
-        for i in range(len(names)):
-            if packed[i]:
-                all_dest[:, i] = by_col[:, pcols.index(i)]
-            else:
-                col = int(s.columns[i])
-                all_dest[:, i] = where(starts[:, col])
-                value_spans[i].append(np.stack([all_dest[:, i], sizes[:, col]], axis=1))
-        chosen = s.columns
+        where = np.empty((m, len(names)), dtype=_I8)
+        where[:, pnames] = dest[:, 1::2]
+        if vnames:
+            where[:, vnames] = dest[:, list(s.value_piece)] + s.value_delta[lo:hi]
+            value_spans.append(where[:, vnames])
         crcs = np.frombuffer(
-            recordcodec.crc32c_spans(whole, all_dest.ravel(), sizes[:, chosen].ravel()),
-            dtype="<u4",
+            recordcodec.crc32c_spans(whole, where.ravel(), s.sizes[lo:hi].ravel()), dtype="<u4"
         ).reshape(m, len(names))
-        bad = np.argwhere(crcs != s.crcs[idx][:, chosen])
+        bad = np.argwhere(crcs != s.crcs[lo:hi])
         if len(bad):
             r, j = (int(v) for v in bad[0])
             raise ChecksumError(
                 f"entry {names[j]!r} payload CRC32C mismatch (stored "
-                f"{int(s.crcs[idx[r], chosen[j]]):#010x}, computed {int(crcs[r, j]):#010x})",
+                f"{int(s.crcs[lo + r, j]):#010x}, computed {int(crcs[r, j]):#010x})",
                 path=s.reader.path,
-                offset=int(starts[r, chosen[j]]),
+                offset=int(s.start[lo + r]),
             )
         done += m
-    keys: list[str] = np.concatenate([s.keys[idx] for s, idx in picks]).tolist()
+    keys = [k for s, lo, hi in segments for k in s.keys[lo:hi]]
     values: dict[str, list[Any]] = {}
-    view = whole.data.toreadonly()
-    for i, name in enumerate(names):
-        if packed[i]:
-            continue
-        spans = np.concatenate(value_spans[i]).tolist()
-        kind = first.kinds[i]
-        col = _json_column(view, spans) if kind == JSON_TYPE else None
-        if col is None:
-            col = [
-                _StoredEntry(view[a : a + b], kind, Codec.NONE).decode(writable=True)
-                for a, b in spans
-            ]
-        values[name] = col
-    del view
+    if vnames:
+        view = whole.data.toreadonly()
+        value_at = np.concatenate(value_spans)
+        for v, i in enumerate(vnames):
+            spans = np.stack([value_at[:, v], sizes[:, i]], axis=1).tolist()
+            kind = first.kinds[i]
+            decoded = _json_column(view, spans) if kind == JSON_TYPE else None
+            if decoded is None:
+                decoded = [
+                    _StoredEntry(view[a : a + b], kind, Codec.NONE).decode(writable=True)
+                    for a, b in spans
+                ]
+            values[names[i]] = decoded
+        del view
     return sealed(ring, block, whole, used, keys, names, layout, columns, values)
 
 
@@ -390,15 +407,13 @@ def _heads_dtype(width: int) -> np.dtype[Any]:
     return np.dtype([("head", RECORD_HEAD_DTYPE), ("desc", ENTRY_DESC_DTYPE, (width,))])
 
 
-def _check(shard: DirectShard, idx: np.ndarray, whole: np.ndarray, heads: np.ndarray) -> None:
-    """The record heads at ``heads`` (in the block): sound, and what the footer says."""
-    footer = shard.reader.footer
-    recs = footer.records[idx]
-    offsets = recs["offset"].astype(_I8)
-    head_length = shard.starts[idx, 0] - offsets
+def _check(shard: DirectShard, lo: int, hi: int, whole: np.ndarray, heads: np.ndarray) -> None:
+    """The heads of records ``lo:hi``, at ``heads`` in the block: sound, and what the footer says."""
+    recs = shard.recs[lo:hi]
+    head_length = shard.head_length[lo:hi]
     crcs = np.frombuffer(recordcodec.crc32c_spans(whole, heads + 8, head_length - 8), dtype="<u4")
-    width = shard.starts.shape[1]
-    dtype = _heads_dtype(width)
+    offset = shard.desc_offset[lo:hi]
+    dtype = _heads_dtype(offset.shape[1])
     rows = np.ascontiguousarray(whole[heads[:, None] + np.arange(dtype.itemsize)])
     table = rows.view(dtype).ravel()
     head, desc = table["head"], table["desc"]
@@ -409,7 +424,7 @@ def _check(shard: DirectShard, idx: np.ndarray, whole: np.ndarray, heads: np.nda
             f"record head CRC32C mismatch (stored {int(head['head_crc'][r]):#010x}, computed "
             f"{int(crcs[r]):#010x})",
             path=shard.reader.path,
-            offset=int(offsets[r]),
+            offset=int(shard.start[lo + r]),
         )
     same = (
         (head["tag"] == RECORD_TAG)
@@ -417,15 +432,15 @@ def _check(shard: DirectShard, idx: np.ndarray, whole: np.ndarray, heads: np.nda
         & (head["key_hash"] == recs["key_hash"])
         & (head["head_length"] == head_length)
         & (head["key_length"] == recs["key_length"])
-        & (head["entry_count"] == width)
-        & (desc["payload_offset"] == shard.starts[idx] - offsets[:, None]).all(axis=1)
-        & (desc["stored_size"] == shard.sizes[idx]).all(axis=1)
-        & (desc["payload_crc"] == shard.crcs[idx]).all(axis=1)
+        & (head["entry_count"] == offset.shape[1])
+        & (desc["payload_offset"] == offset).all(axis=1)
+        & (desc["stored_size"] == shard.desc_size[lo:hi]).all(axis=1)
+        & (desc["payload_crc"] == shard.desc_crc[lo:hi]).all(axis=1)
     )
     if not same.all():
         r = int(np.flatnonzero(~same)[0])
         raise FormatError(
             "record head does not match the footer index",
             path=shard.reader.path,
-            offset=int(recs["offset"][r]),
+            offset=int(shard.start[lo + r]),
         )
