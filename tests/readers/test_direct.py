@@ -124,20 +124,43 @@ def test_each_sample_once_through_worker_processes(bytes_dataset, method, worker
 
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])
-def test_from_either_catalog_and_s3(catalog_url, s3, method):
+def test_from_either_catalog_and_s3(catalog_url, s3, tmp_path, method):
     opts = s3["storage_options"]
     with Catalog(catalog_url, storage_options=opts) as cat:
         expected = make_bytes_dataset(
             cat, f"{s3['url']}/train", sizes=(6, 10), storage_options=opts
         )
-        ds = ShardIterableDataset(
-            cat, "train", batch_size=3, collate=pack_samples, shuffle=False, rank=0, world_size=1
+        # Remote shards stream from their records (read-ahead); cached ones are read directly.
+        for cache in (None, tmp_path / "cache"):
+            ds = ShardIterableDataset(
+                cat,
+                "train",
+                batch_size=3,
+                collate=pack_samples,
+                shuffle=False,
+                rank=0,
+                world_size=1,
+                cache_dir=cache,
+            )
+            loader = ShardLoader(ds, num_workers=2, multiprocessing_context=method)
+            assert contents(list(loader)) == expected
+            ref = dataset(catalog_url, direct_=False, storage_options=opts, batch_size=3)
+            assert plain(list(ds)) == plain(list(ref))
+
+
+def test_cached_s3_shards_are_read_directly(s3, tmp_path, spied):
+    opts = s3["storage_options"]
+    url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    with Catalog(url, storage_options=opts) as cat:
+        expected = make_bytes_dataset(
+            cat, f"{s3['url']}/train", sizes=(6, 10), storage_options=opts
         )
-        assert ds.stream.direct
-        loader = ShardLoader(ds, num_workers=2, multiprocessing_context=method)
-        assert contents(list(loader)) == expected
-        ref = dataset(catalog_url, direct_=False, storage_options=opts, batch_size=3)
-        assert plain(list(ds)) == plain(list(ref))
+    ds = dataset(url, storage_options=opts, cache_dir=tmp_path / "cache")
+    assert contents(list(ds)) == expected
+    assert sum(spied) == len(expected)
+    spied.clear()
+    assert contents(list(dataset(url, storage_options=opts))) == expected
+    assert not spied  # streamed with read-ahead, from records
 
 
 def _payload_and_head(path: str) -> tuple[int, int]:

@@ -13,7 +13,8 @@ checks every record head and payload; the heads are compared with the
 footer in numpy. What crosses to the training process is the same
 descriptor as any :class:`.packed.PackedBatch`.
 
-It applies to native shards whose records all have the same uncompressed
+It applies to local shards (a remote one streams better with read-ahead,
+:mod:`.stream` decides), native ones whose records all have the same uncompressed
 entries, read in file order (no shuffle buffer), every record but the
 hidden ones (no ``where=``), without ``decode=``; a batch that meets a
 shard it does not apply to is made from that shard's records instead

@@ -23,7 +23,7 @@ from ..errors import CatalogError
 from ..format import Record
 from ..orchestration import iter_tar_records, open_registered
 from ..orchestration.tasks import catalog_for
-from ..storage import LocalShardCache, redact
+from ..storage import LocalShardCache, is_local, redact
 from .direct import iter_direct
 from .packed import PackedBatch, pack_records, pack_samples
 from .plan import ShardTask, assign, buffered_order, epoch_rng
@@ -297,8 +297,14 @@ class SampleStream:
             for batch in _chunks(samples, batch_size):
                 yield pack_samples(batch)
             return
-        if self.direct and decode is None and all(t.kind != "tar" for t in tasks):
+        if (
+            self.direct
+            and decode is None
+            and all(t.kind != "tar" and (self.cache is not None or is_local(t.url)) for t in tasks)
+        ):
             # Read straight into the batches' blocks (readers/direct.py): no record objects.
+            # Local files only: a remote shard streams better with read-ahead than in ranged
+            # reads of a batch each (unless the cache makes a local copy first).
             yield from iter_direct(
                 tasks, self.storage_options, self.entries, self.cache, start, batch_size
             )
