@@ -265,3 +265,25 @@ def test_scatter_and_crc_references_match_the_compiled_ones(tmp_path):
     assert _ccodec.crc32c_spans(data, positions, lengths) == scatter.crc32c_spans(
         data, positions, lengths
     )
+
+
+@pytest.mark.parametrize("field", ["record_length", "key_hash", "stored_size", "payload_crc"])
+def test_a_head_that_disagrees_with_the_footer_is_refused(bytes_dataset, monkeypatch, field):
+    """A record whose head CRC holds but says other than the footer (a forged or mixed-up file)."""
+    url, _ = bytes_dataset
+    real = direct._expected_heads
+
+    def off_by_one(recs: Any, rel: Any, size: Any, crc: Any) -> Any:
+        recs = recs.copy()
+        size, crc = size.copy(), crc.copy()
+        if field in ("record_length", "key_hash"):
+            recs[{"record_length": "length"}.get(field, field)][2] += 1
+        elif field == "stored_size":
+            size[2, 0] += 1
+        else:
+            crc[2, 0] ^= 1
+        return real(recs, rel, size, crc)
+
+    monkeypatch.setattr(direct, "_expected_heads", off_by_one)
+    with pytest.raises(shardcat.errors.FormatError, match="does not match the footer"):
+        list(dataset(url))

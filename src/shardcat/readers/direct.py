@@ -89,12 +89,11 @@ class DirectShard:
     sizes: np.ndarray = field(default_factory=lambda: _NONE)  # (records, names) payload sizes
     crcs: np.ndarray = field(default_factory=lambda: _NONE)  # (records, names) payload CRCs
     keys: list[str] = field(default_factory=list)
-    # What the record heads must say, per record: the footer's rows and entry rows.
-    recs: np.ndarray = field(default_factory=lambda: _NONE)
+    # What each record's head and entry descriptors must hold (from the footer's rows), as
+    # bytes: (records, head bytes), and which of those bytes are compared (``mask``).
     head_length: np.ndarray = field(default_factory=lambda: _NONE)
-    desc_offset: np.ndarray = field(default_factory=lambda: _NONE)  # (records, entries)
-    desc_size: np.ndarray = field(default_factory=lambda: _NONE)
-    desc_crc: np.ndarray = field(default_factory=lambda: _NONE)
+    expect: np.ndarray = field(default_factory=lambda: _NONE)
+    mask: np.ndarray = field(default_factory=lambda: _NONE)
 
     @property
     def layout(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -201,9 +200,8 @@ def _plan(reader: ShardReader, task: ShardTask, entries: Sequence[str] | None) -
     shard.sizes = np.ascontiguousarray(size[:, cols])
     shard.crcs = np.ascontiguousarray(crc[:, cols])
     shard.keys = [k for k, keep in zip(footer.keys(), _mask(n, rows)) if keep]
-    shard.recs = mine
     shard.head_length = rel[:, 0]
-    shard.desc_offset, shard.desc_size, shard.desc_crc = rel, size, crc
+    shard.expect, shard.mask = _expected_heads(mine, rel, size, crc)
     reader.header  # noqa: B018 - read and checked (bound to the footer), as a stream reads it
     shard.direct = True
     return shard
@@ -408,38 +406,57 @@ def _heads_dtype(width: int) -> np.dtype[Any]:
     return np.dtype([("head", RECORD_HEAD_DTYPE), ("desc", ENTRY_DESC_DTYPE, (width,))])
 
 
+_CHECKED = ("tag", "record_length", "key_hash", "head_length", "key_length", "entry_count")
+_CHECKED_DESC = ("payload_offset", "stored_size", "payload_crc")
+
+
+def _expected_heads(
+    recs: np.ndarray, rel: np.ndarray, size: np.ndarray, crc: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The head bytes the footer implies for each record, and the mask of the bytes it implies.
+
+    The head CRC, names, content types, codecs (the footer's specs, the
+    same for every record) and reserved bytes are left out (mask 0).
+    """
+    dtype = _heads_dtype(rel.shape[1])
+    expect = np.zeros(len(recs), dtype=dtype)
+    head, desc = expect["head"], expect["desc"]
+    head["tag"] = RECORD_TAG
+    head["record_length"] = recs["length"]
+    head["key_hash"] = recs["key_hash"]
+    head["head_length"] = rel[:, 0]
+    head["key_length"] = recs["key_length"]
+    head["entry_count"] = rel.shape[1]
+    desc["payload_offset"] = rel
+    desc["stored_size"] = size
+    desc["payload_crc"] = crc
+    mask = np.zeros(1, dtype=dtype)
+    for name in _CHECKED:
+        mask["head"][name] = b"\xff" * 4 if name == "tag" else np.iinfo(RECORD_HEAD_DTYPE[name]).max
+    for name in _CHECKED_DESC:
+        mask["desc"][name] = np.iinfo(ENTRY_DESC_DTYPE[name]).max
+    as_bytes = expect.view(np.uint8).reshape(len(recs), dtype.itemsize)
+    return as_bytes, mask.view(np.uint8).ravel()
+
+
 def _check(shard: DirectShard, lo: int, hi: int, whole: np.ndarray, heads: np.ndarray) -> None:
     """The heads of records ``lo:hi``, at ``heads`` in the block: sound, and what the footer says."""
-    recs = shard.recs[lo:hi]
     head_length = shard.head_length[lo:hi]
     crcs = np.frombuffer(recordcodec.crc32c_spans(whole, heads + 8, head_length - 8), dtype="<u4")
-    offset = shard.desc_offset[lo:hi]
-    dtype = _heads_dtype(offset.shape[1])
-    rows = np.ascontiguousarray(whole[heads[:, None] + np.arange(dtype.itemsize)])
-    table = rows.view(dtype).ravel()
-    head, desc = table["head"], table["desc"]
-    bad = np.flatnonzero(crcs != head["head_crc"])
+    rows = whole[heads[:, None] + np.arange(shard.mask.size)]
+    stored = np.ascontiguousarray(rows[:, 4:8]).view("<u4").ravel()
+    bad = np.flatnonzero(crcs != stored)
     if len(bad):
         r = int(bad[0])
         raise ChecksumError(
-            f"record head CRC32C mismatch (stored {int(head['head_crc'][r]):#010x}, computed "
+            f"record head CRC32C mismatch (stored {int(stored[r]):#010x}, computed "
             f"{int(crcs[r]):#010x})",
             path=shard.reader.path,
             offset=int(shard.start[lo + r]),
         )
-    same = (
-        (head["tag"] == RECORD_TAG)
-        & (head["record_length"] == recs["length"])
-        & (head["key_hash"] == recs["key_hash"])
-        & (head["head_length"] == head_length)
-        & (head["key_length"] == recs["key_length"])
-        & (head["entry_count"] == offset.shape[1])
-        & (desc["payload_offset"] == offset).all(axis=1)
-        & (desc["stored_size"] == shard.desc_size[lo:hi]).all(axis=1)
-        & (desc["payload_crc"] == shard.desc_crc[lo:hi]).all(axis=1)
-    )
-    if not same.all():
-        r = int(np.flatnonzero(~same)[0])
+    differ = ((rows & shard.mask) != shard.expect[lo:hi]).any(axis=1)
+    if differ.any():
+        r = int(np.flatnonzero(differ)[0])
         raise FormatError(
             "record head does not match the footer index",
             path=shard.reader.path,
