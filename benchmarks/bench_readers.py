@@ -19,6 +19,7 @@ answer each ranged GET, so its times overstate what a real store costs.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import pickle
@@ -191,12 +192,15 @@ def worker_cpu(cat_url: str, urls: list[str], repeat: int) -> None:
     print(f"One persistent worker, µs of CPU per sample, median of {repeat} epochs:")
     print("| batches | worker | training process | same dataset in one process | plain reader |")
     print("| --- | --- | --- | --- | --- |")
-    for label, collate, size in (
-        ("lists of 64 sample dicts", None, 64),
-        ("64 packed (pack_samples)", pack_samples, 64),
-        ("256 packed (pack_samples)", pack_samples, 256),
+    for label, collate, size, direct in (
+        ("lists of 64 sample dicts", None, 64, False),
+        ("64 packed from records (direct=False)", pack_samples, 64, False),
+        ("64 packed straight from shard bytes", pack_samples, 64, True),
+        ("256 packed from records (direct=False)", pack_samples, 256, False),
+        ("256 packed straight from shard bytes", pack_samples, 256, True),
     ):
         ds = ShardIterableDataset(cat_url, "bench", shuffle=False, batch_size=size, collate=collate)
+        ds.stream = dataclasses.replace(ds.stream, direct=direct)
         loader = ShardLoader(ds, num_workers=1)
         sum(len(b) for b in loader)
         pid = loader._iterator._workers[0].pid
@@ -237,6 +241,8 @@ class Persistent:
         batched: bool,
         pipe: int | None = None,
         packed: bool = False,
+        direct: bool = True,
+        batch_size: int = 64,
     ) -> None:
         if batched:
             ds = ShardIterableDataset(
@@ -244,9 +250,12 @@ class Persistent:
                 "bench",
                 shuffle=shuffle,
                 shuffle_buffer=1000,
-                batch_size=64,
+                batch_size=batch_size,
                 collate=pack_samples if packed else None,
             )
+            # direct=False: packed from decoded records (the path before packed batches were
+            # read straight from shard bytes), for a comparison in the same run.
+            ds.stream = dataclasses.replace(ds.stream, direct=direct)
             self.loader: DataLoader[Any] = ShardLoader(ds, num_workers=workers)
         else:
             ds = ShardIterableDataset(cat_url, "bench", shuffle=shuffle, shuffle_buffer=1000)
@@ -471,6 +480,17 @@ def main() -> None:
         help="only CPU per sample of one persistent worker vs the training process (Linux)",
     )
     ap.add_argument(
+        "--packed-only",
+        action="store_true",
+        help="only the plain reader and packed batches (from shard bytes, from records, 256)",
+    )
+    ap.add_argument(
+        "--shuffle",
+        choices=("both", "off", "on"),
+        default="both",
+        help="which shuffle settings to measure",
+    )
+    ap.add_argument(
         "--mds-python",
         help="a python with mosaicml-streaming (another venv): MDS reads the same samples after ours",
     )
@@ -489,7 +509,8 @@ def main() -> None:
             worker_cpu(cat_url, urls, args.repeat)
             return
         best_plain: dict[bool, dict[str, tuple[float, float, int, float]]] = {}
-        for shuffle in (False, True):
+        settings = {"both": (False, True), "off": (False,), "on": (True,)}[args.shuffle]
+        for shuffle in settings:
             runs: dict[str, Callable[[], int]] = {"plain": partial(plain, urls)}
             # Datasets made once (opening the catalog and planning is setup, as for the plain
             # reader's shard list); each run reads one epoch.
@@ -508,6 +529,19 @@ def main() -> None:
                 collate=pack_samples,
             )
             for workers in (0, 1, 2):
+                if args.packed_only:
+                    if workers:
+                        for label, kw in (
+                            ("packed persistent", {}),
+                            ("packed persistent records", {"direct": False}),
+                            ("packed persistent 256", {"batch_size": 256}),
+                        ):
+                            runs[f"{label} {workers}"] = Persistent(
+                                cat_url, workers, shuffle, batched=True, packed=True, **kw
+                            )
+                    else:
+                        runs["packed 0"] = partial(ours_batched, packs, 0)
+                    continue
                 runs[f"ours {workers}"] = partial(ours, per_sample, workers)
                 runs[f"batched {workers}"] = partial(ours_batched, batched, workers)
                 runs[f"packed {workers}"] = partial(ours_batched, packs, workers)
@@ -523,6 +557,12 @@ def main() -> None:
                     )
                     runs[f"packed persistent {workers}"] = Persistent(
                         cat_url, workers, shuffle, batched=True, packed=True
+                    )
+                    runs[f"packed persistent records {workers}"] = Persistent(
+                        cat_url, workers, shuffle, batched=True, packed=True, direct=False
+                    )
+                    runs[f"packed persistent 256 {workers}"] = Persistent(
+                        cat_url, workers, shuffle, batched=True, packed=True, batch_size=256
                     )
                 if not args.no_webdataset:
                     runs[f"wds {workers}"] = partial(webdataset, tars, workers, shuffle)
@@ -550,6 +590,12 @@ def main() -> None:
                     ("batched persistent 64k", "dataset (batch_size=64)", "once, 64 KiB pipe"),
                     ("packed", "dataset, packed (collate=pack_samples)", "every epoch"),
                     ("packed persistent", "dataset, packed (collate=pack_samples)", "once"),
+                    (
+                        "packed persistent records",
+                        "dataset, packed from records (direct=False)",
+                        "once",
+                    ),
+                    ("packed persistent 256", "dataset, packed, batch_size=256", "once"),
                 ):
                     if f"{label} {workers}" not in best:
                         continue

@@ -1311,6 +1311,194 @@ finally:
 }
 #endif
 
+/* Pieces of a scatter read or copy: two int64 arrays (positions in dest, lengths) of one length. */
+static int scatter_pieces(Py_buffer *pos, Py_buffer *len, Py_ssize_t dest_len, Py_ssize_t *n, uint64_t *total)
+{
+    if (pos->len != len->len || pos->len % 8) {
+        PyErr_SetString(PyExc_ValueError, "scatter: positions and lengths must be int64 arrays of one length");
+        return -1;
+    }
+    *n = pos->len / 8;
+    *total = 0;
+    const int64_t *p = (const int64_t *)pos->buf, *l = (const int64_t *)len->buf;
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        if (p[i] < 0 || l[i] < 0 || l[i] > dest_len || p[i] > dest_len - l[i]) {
+            PyErr_Format(PyExc_ValueError, "scatter: piece %zd (%lld bytes at %lld) is outside the destination",
+                         i, (long long)l[i], (long long)p[i]);
+            return -1;
+        }
+        *total += (uint64_t)l[i];
+    }
+    return 0;
+}
+
+/* scatter_copy(src, dest, positions, lengths) -> None
+
+   src's bytes in order, piece i (lengths[i] bytes) copied to dest[positions[i]:]
+   (_scatter.scatter_copy is the reference): a remote shard's run of records,
+   read in one piece, laid out in a packed batch's block with one call. */
+static PyObject *py_scatter_copy(PyObject *self, PyObject *args)
+{
+    Py_buffer src, dest, pos, len;
+    if (!PyArg_ParseTuple(args, "y*w*y*y*", &src, &dest, &pos, &len))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n;
+    uint64_t total;
+    if (scatter_pieces(&pos, &len, dest.len, &n, &total) < 0)
+        goto finally;
+    if (total != (uint64_t)src.len) {
+        PyErr_Format(PyExc_ValueError, "scatter_copy: the pieces hold %llu bytes, the source %zd",
+                     (unsigned long long)total, src.len);
+        goto finally;
+    }
+    const int64_t *p = (const int64_t *)pos.buf, *l = (const int64_t *)len.buf;
+    const char *from = (const char *)src.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        memcpy((char *)dest.buf + p[i], from, (size_t)l[i]);
+        from += l[i];
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+finally:
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&dest);
+    PyBuffer_Release(&pos);
+    PyBuffer_Release(&len);
+    return result;
+}
+
+#ifdef HAVE_PREAD_LINKED
+/* scatter_read(fd, offset, dest, positions, lengths) -> bool
+
+   The file's bytes from `offset` on, piece i (lengths[i] bytes, in file order)
+   read straight to dest[positions[i]:] (_scatter.scatter_read is the
+   reference): a run of whole records lands in a packed batch's block, each
+   payload at its column's place, with one preadv per PACKED_IOV_MAX pieces
+   and no intermediate buffer; the GIL is released meanwhile. A short preadv
+   is continued piece by piece; False if the file ends first. A read error
+   raises the OSError os.pread would. */
+static PyObject *py_scatter_read(PyObject *self, PyObject *args)
+{
+    int fd;
+    long long offset;
+    Py_buffer dest, pos, len;
+    if (!PyArg_ParseTuple(args, "iLw*y*y*", &fd, &offset, &dest, &pos, &len))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n;
+    uint64_t total;
+#ifdef HAVE_PREADV
+    struct iovec *iov = NULL;
+#endif
+    if (scatter_pieces(&pos, &len, dest.len, &n, &total) < 0)
+        goto finally;
+    if (fd < 0 || offset < 0 || (uint64_t)offset > (uint64_t)LLONG_MAX - total) {
+        PyErr_SetString(PyExc_ValueError, "scatter_read: fd and offset must be >= 0");
+        goto finally;
+    }
+    const int64_t *p = (const int64_t *)pos.buf, *l = (const int64_t *)len.buf;
+    char *base = (char *)dest.buf;
+#ifdef HAVE_PREADV
+    iov = PyMem_RawMalloc(sizeof(struct iovec) * PACKED_IOV_MAX);
+    if (iov == NULL) {
+        PyErr_NoMemory();
+        goto finally;
+    }
+#endif
+    int err = 0, whole = 1;
+    Py_BEGIN_ALLOW_THREADS
+    uint64_t at = (uint64_t)offset;
+    Py_ssize_t i = 0;
+    while (i < n && whole && !err) {
+        Py_ssize_t first = i;
+        uint64_t want = 0;
+#ifdef HAVE_PREADV
+        int niov = 0;
+        while (i < n && niov < PACKED_IOV_MAX && want < 0x40000000u) {
+            if (l[i]) {
+                iov[niov].iov_base = base + p[i];
+                iov[niov].iov_len = (size_t)l[i];
+                niov++;
+            }
+            want += (uint64_t)l[i];
+            i++;
+        }
+        ssize_t got;
+        do
+            got = niov ? preadv(fd, iov, niov, (off_t)at) : 0;
+        while (got < 0 && errno == EINTR);
+        if (got < 0) {
+            err = errno;
+            break;
+        }
+        if ((uint64_t)got == want) {
+            at += want;
+            continue;
+        }
+#else
+        want = (uint64_t)l[i];
+        i++;
+#endif
+        /* Short (a signal, the kernel's cap, the end of the file): piece by piece. */
+        uint64_t q = at;
+        for (Py_ssize_t u = first; u < i && whole && !err; u++) {
+            whole = pread_whole(fd, base + p[u], (uint64_t)l[u], q, &err) == 1;
+            q += (uint64_t)l[u];
+        }
+        at += want;
+    }
+    Py_END_ALLOW_THREADS
+    if (err) {
+        errno = err;
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto finally;
+    }
+    result = PyBool_FromLong(whole);
+finally:
+#ifdef HAVE_PREADV
+    PyMem_RawFree(iov);
+#endif
+    PyBuffer_Release(&dest);
+    PyBuffer_Release(&pos);
+    PyBuffer_Release(&len);
+    return result;
+}
+#endif
+
+/* crc32c_spans(buf, starts, lengths) -> bytes
+
+   The CRC32C of each span buf[starts[i] : starts[i] + lengths[i]] (int64
+   arrays), as little-endian uint32s back to back (_scatter.crc32c_spans is
+   the reference): every record head and payload of a packed batch checked
+   in one call. */
+static PyObject *py_crc32c_spans(PyObject *self, PyObject *args)
+{
+    Py_buffer b, pos, len;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &b, &pos, &len))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n;
+    uint64_t total;
+    if (scatter_pieces(&pos, &len, b.len, &n, &total) < 0)
+        goto finally;
+    result = PyBytes_FromStringAndSize(NULL, 4 * n);
+    if (result == NULL)
+        goto finally;
+    const int64_t *p = (const int64_t *)pos.buf, *l = (const int64_t *)len.buf;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
+    const unsigned char *data = (const unsigned char *)b.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++)
+        st32(out + 4 * i, crc32c(0, data + p[i], (size_t)l[i]));
+    Py_END_ALLOW_THREADS
+finally:
+    PyBuffer_Release(&b);
+    PyBuffer_Release(&pos);
+    PyBuffer_Release(&len);
+    return result;
+}
+
 /* batch_table(rows, wanted) -> (table, keys, spans, urls, alignments, others, seen) | None
 
    The rows of a batch query (url, offset, length, spans, key, alignment, kind,
@@ -2097,7 +2285,11 @@ static PyMethodDef methods[] = {
      "pread_linked(fd, n, offset): bytes, or None if the file has no name left."},
     {"read_packed", py_read_packed, METH_VARARGS,
      "read_packed(fds, table, max_gap, group_bytes): a batch's records, read into packed buffers."},
+    {"scatter_read", py_scatter_read, METH_VARARGS,
+     "scatter_read(fd, offset, dest, positions, lengths): a file's bytes read straight into pieces of dest."},
 #endif
+    {"scatter_copy", py_scatter_copy, METH_VARARGS, "scatter_copy(src, dest, positions, lengths): src laid out in pieces."},
+    {"crc32c_spans", py_crc32c_spans, METH_VARARGS, "crc32c_spans(buf, starts, lengths): the CRC32C of each span."},
     {"decode_run", py_decode_run, METH_VARARGS, "The whole, sound records of a stream buffer."},
     {"decode_batch", py_decode_batch, METH_VARARGS, "Every record of a batch of indexed reads, in one call."},
     {"batch_table", py_batch_table, METH_VARARGS, "The rows of a batch query as the batch decoder's table."},

@@ -33,7 +33,7 @@ import crc32c as _crc32c_package
 import numpy as np
 
 from .. import _pread
-from . import records
+from . import records, scatter
 from .entries import Record, _StoredEntry
 from .implementations import Name, choose
 from .spec import BATCH_ROW_DTYPE, Codec
@@ -44,6 +44,7 @@ __all__ = [
     "available",
     "batch_table",
     "crc32c",
+    "crc32c_spans",
     "decode_batch",
     "decode_indexed",
     "decode_record",
@@ -53,6 +54,8 @@ __all__ = [
     "encode_record",
     "iter_records",
     "read_packed",
+    "scatter_copy",
+    "scatter_read",
     "use",
 ]
 
@@ -135,6 +138,12 @@ batch_table: Callable[[list[Any], dict[str, Any]], records.BatchTable]
 read_packed: Callable[..., list[bytes] | None]
 """A batch's records read from local files into packed buffers (:func:`shardcat._pread.read_packed`)."""
 crc32c: Callable[..., int]
+scatter_read: Callable[..., bool]
+"""A run of a local file read straight into pieces of a buffer (:func:`.scatter.scatter_read`)."""
+scatter_copy: Callable[..., None]
+"""Bytes laid out in pieces of a buffer (:func:`.scatter.scatter_copy`)."""
+crc32c_spans: Callable[..., bytes]
+"""The CRC32C of many spans of one buffer (:func:`.scatter.crc32c_spans`)."""
 _active: Name
 
 
@@ -160,7 +169,7 @@ def use(name: str) -> Name:
     """
     global encode_record, decode_record, decode_indexed, decode_spanned, decode_run, decode_records
     global decode_batch, iter_records, read_packed, batch_table
-    global crc32c, _active
+    global crc32c, scatter_read, scatter_copy, crc32c_spans, _active
     previous = globals().get("_active", "python")
     choice = choose(
         name, built=_compiled is not None, missing=_missing, what="record codec", env_var=ENV_VAR
@@ -178,6 +187,9 @@ def use(name: str) -> Name:
         # Built where pread is (POSIX); elsewhere the reference, which reads no faster.
         read_packed = getattr(_compiled, "read_packed", _pread.read_packed)
         crc32c = _compiled.crc32c
+        scatter_read = getattr(_compiled, "scatter_read", scatter.scatter_read)
+        scatter_copy = _compiled.scatter_copy
+        crc32c_spans = _compiled.crc32c_spans
     else:
         encode_record = records.encode_record
         decode_record = records.decode_record
@@ -188,6 +200,9 @@ def use(name: str) -> Name:
         batch_table = records.batch_table
         read_packed = _pread.read_packed
         crc32c = _crc32c_package.crc32c
+        scatter_read = scatter.scatter_read
+        scatter_copy = scatter.scatter_copy
+        crc32c_spans = scatter.crc32c_spans
     _active = choice
     return previous  # type: ignore[no-any-return]
 

@@ -39,11 +39,14 @@ def open_registered(
         As :class:`ShardReader` does.
     """
     r = ShardReader(url, storage_options=dict(storage_options or {}))
-    if expect is not None and (r.info.file_id, r.info.footer_crc) != expect:
+    if expect is None:
+        return r
+    info = r.info  # built once: it decodes every key of the footer
+    if (info.file_id, info.footer_crc) != expect:
         r.close()
         raise ChecksumError(
-            f"the shard is not the one registered (file id {r.info.file_id}, footer CRC32C "
-            f"{r.info.footer_crc:#010x}; registered {expect[0]}, {expect[1]:#010x}): it was "
+            f"the shard is not the one registered (file id {info.file_id}, footer CRC32C "
+            f"{info.footer_crc:#010x}; registered {expect[0]}, {expect[1]:#010x}): it was "
             "replaced since; run `shardcat verify`, then restore it or reindex it",
             path=redact(url),
         )

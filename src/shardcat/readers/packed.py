@@ -395,12 +395,32 @@ def _assemble(
         columns[name] = PackedColumn(whole[pos:p], offsets)
         layout.append((name, at, pos, p - pos))
         pos = p
+    return sealed(ring, block, whole, used, keys, names, layout, columns, values)
+
+
+def sealed(
+    ring: BlockRing,
+    block: _Block,
+    whole: _LeasedArray,
+    used: int,
+    keys: list[str],
+    names: tuple[str, ...],
+    layout: Sequence[tuple[str, int, int, int]],
+    columns: dict[str, PackedColumn],
+    values: dict[str, list[Any]],
+) -> PackedBatch:
+    """The batch over ``block`` (its first ``used`` data bytes sent), pickling to a descriptor.
+
+    ``layout`` names, per column, where its offsets (``at``) and its bytes
+    (``pos``, ``length``) lie in the block's data; ``whole`` is the leased
+    array over that data.
+    """
     dropped, ring.dropped = ring.dropped, []
     if block.fd is not None:
         where = (ring.token, ring.pid, block.fd, block.id, block.size, tuple(dropped))
         payload: bytes | None = None
     else:
-        where, payload = None, bytes(view[:used])
+        where, payload = None, whole[:used].tobytes()
     reduce = (_received, (where, payload, used, keys, names, tuple(layout), values))
     # Sent as a descriptor, the block is the receiver's to free; sent as a payload, still ours.
     sent_lease = whole.lease if where is not None else None

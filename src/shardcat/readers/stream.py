@@ -23,7 +23,8 @@ from ..errors import CatalogError
 from ..format import Record
 from ..orchestration import iter_tar_records, open_registered
 from ..orchestration.tasks import catalog_for
-from ..storage import LocalShardCache, redact
+from ..storage import LocalShardCache, is_local, redact
+from .direct import iter_direct
 from .packed import PackedBatch, pack_records, pack_samples
 from .plan import ShardTask, assign, buffered_order, epoch_rng
 
@@ -129,6 +130,9 @@ class SampleStream:
         Where readers find the record rows of tar shards (which have no
         footer); reopened once per worker process. Needed only when a task
         is a tar.
+    direct:
+        Make packed batches (:meth:`iter_packed`) straight from the shards'
+        bytes where that applies (:mod:`.direct`); False: from records always.
     """
 
     tasks: tuple[ShardTask, ...]
@@ -140,6 +144,7 @@ class SampleStream:
     decode: Decoder = None
     cache: LocalShardCache | None = None
     catalog: CatalogHandle | None = None
+    direct: bool = True
 
     @property
     def num_samples(self) -> int:
@@ -291,6 +296,18 @@ class SampleStream:
             samples = self.iter_reader(epoch, rank, world, worker, workers, start)
             for batch in _chunks(samples, batch_size):
                 yield pack_samples(batch)
+            return
+        if (
+            self.direct
+            and decode is None
+            and all(t.kind != "tar" and (self.cache is not None or is_local(t.url)) for t in tasks)
+        ):
+            # Read straight into the batches' blocks (readers/direct.py): no record objects.
+            # Local files only: a remote shard streams better with read-ahead than in ranged
+            # reads of a batch each (unless the cache makes a local copy first).
+            yield from iter_direct(
+                tasks, self.storage_options, self.entries, self.cache, start, batch_size
+            )
             return
         counts = np.fromiter((t.count for t in tasks), dtype=np.int64, count=len(tasks))
         bases = np.concatenate([[0], np.cumsum(counts)])

@@ -1,0 +1,79 @@
+"""Reads laid out in pieces, and CRCs of many spans: the reference of the compiled ones.
+
+A packed batch made straight from a shard's bytes (:mod:`shardcat.readers.direct`)
+reads a run of whole records so that each payload lands at its column's
+place in shared memory and everything else (record heads, padding, other
+entries) in a rest area, then checks every head and payload in one call.
+The compiled codec (``_ccodec.c``: ``scatter_read``, ``scatter_copy``,
+``crc32c_spans``) does each in one C call; these are the pure-Python
+references, chosen with ``SHARDCAT_RECORD_CODEC=python``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import crc32c as _crc32c_package
+import numpy as np
+
+from .._pread import pread_full
+
+__all__ = ["crc32c_spans", "scatter_copy", "scatter_read"]
+
+
+def _pieces(positions: np.ndarray, lengths: np.ndarray, size: int) -> list[tuple[int, int]]:
+    if positions.shape != lengths.shape:
+        raise ValueError("scatter: positions and lengths must be int64 arrays of one length")
+    pieces = list(zip(positions.ravel().tolist(), lengths.ravel().tolist()))
+    for i, (p, n) in enumerate(pieces):
+        if p < 0 or n < 0 or p + n > size:
+            raise ValueError(f"scatter: piece {i} ({n} bytes at {p}) is outside the destination")
+    return pieces
+
+
+def scatter_copy(
+    src: bytes | memoryview, dest: np.ndarray, positions: np.ndarray, lengths: np.ndarray
+) -> None:
+    """``src`` in order, piece ``i`` (``lengths[i]`` bytes) copied to ``dest[positions[i]:]``."""
+    view = dest.data.cast("B")
+    pieces = _pieces(positions, lengths, len(view))
+    if sum(n for _, n in pieces) != len(src):
+        raise ValueError(
+            f"scatter_copy: the pieces hold {int(lengths.sum())} bytes, the source {len(src)}"
+        )
+    at = 0
+    for p, n in pieces:
+        view[p : p + n] = src[at : at + n]
+        at += n
+
+
+def scatter_read(
+    fd: int, offset: int, dest: np.ndarray, positions: np.ndarray, lengths: np.ndarray
+) -> bool:
+    """The file's bytes from ``offset``, piece ``i`` read into ``dest[positions[i]:]``; False if it ends first."""
+    if fd < 0 or offset < 0:
+        raise ValueError("scatter_read: fd and offset must be >= 0")
+    view = dest.data.cast("B")
+    pieces = _pieces(positions, lengths, len(view))
+    buffers = [view[p : p + n] for p, n in pieces if n]
+    total = sum(len(b) for b in buffers)
+    if hasattr(os, "preadv") and len(buffers) <= 1024 and os.preadv(fd, buffers, offset) == total:
+        return True
+    at = offset
+    for b in buffers:  # short (or no preadv): piece by piece
+        data = pread_full(fd, len(b), at)
+        if len(data) != len(b):
+            return False
+        b[:] = data
+        at += len(b)
+    return True
+
+
+def crc32c_spans(
+    buf: bytes | memoryview | np.ndarray, starts: np.ndarray, lengths: np.ndarray
+) -> bytes:
+    """The CRC32C of each span ``buf[starts[i] : starts[i] + lengths[i]]``, as little-endian uint32s."""
+    view = (buf.data if isinstance(buf, np.ndarray) else memoryview(buf)).cast("B")
+    pieces = _pieces(starts, lengths, len(view))
+    crcs = [_crc32c_package.crc32c(view[p : p + n]) for p, n in pieces]
+    return np.asarray(crcs, dtype="<u4").tobytes()
