@@ -41,6 +41,8 @@ from ..format.records import BatchTable, decode_entry
 from ..format.sources import FileSource
 from ..format.spec import Codec
 from ..storage import SourceCache, redact
+from ..storage import cache as _cache  # its pread_linked, looked up per call (tests count reads)
+from ..storage.cache import ONE_PREAD
 from .connection import RawConnection, fork_generation
 from .kinds import decode_record
 from .results import BatchResult, Location
@@ -206,6 +208,8 @@ class Lookup:
         self._batch_entries = _batch_sql(self.dialect, entries=True)
         self._versioned: dict[tuple[str, bool], str] = {}
         self._sources = SourceCache(storage_options, max_open, remote_max_gap=remote_max_gap)
+        self._fds = self._sources.local_fds
+        self._touch = self._sources.touch
         self._texts: dict[Any, Any] = {}  # the record codec's memo of entry names and types
 
     # --- SQL ---------------------------------------------------------------
@@ -293,15 +297,34 @@ class Lookup:
         if entries is not None:
             return self._get_entries(dataset, key, h, frozenset(entries), version)
         if version is None:
-            rows = self._query(self._record, (dataset, h, key))
+            sql, params = self._record, (dataset, h, key)
         else:
             sql, extra = self._sql("record", version)
-            rows = self._query(sql, (dataset, h, key, *extra))
+            params = (dataset, h, key, *extra)
+        # RawConnection.query without its frame: the driver's execute, and
+        # only where that raised, its recovery (reconnect, or the error).
+        try:
+            rows = self.raw.execute(sql, params).fetchall()
+        except Exception as e:
+            rows = self.raw.recover(e, sql, params)
         if not rows:
             raise self._missing(dataset, key, version)
         url, alignment, offset, length, spans, kind, signature = rows[0]
         try:
-            data = self._sources.read(url, offset, offset + length)
+            # SourceCache.read's one-pread case without its frame (a local
+            # file kept open that still has its name); anything else, or a
+            # failure, goes through read() itself, which reports it.
+            fd = self._fds.get(url)
+            data = None
+            if fd is not None and 0 < length <= ONE_PREAD:
+                try:
+                    data = _cache.pread_linked(fd, length, offset)
+                except OSError:
+                    data = None
+            if data is None or len(data) != length:
+                data = self._sources.read(url, offset, offset + length)
+            else:
+                self._touch(url)
             if kind is None:  # native: kinds.decode_native, without its frame or the dispatch
                 return recordcodec.decode_spanned(
                     data, key, length, url, offset, alignment, spans, unpack_spans, self._texts
