@@ -356,10 +356,13 @@ class Lookup:
             return recordcodec.decode_spanned(
                 data, key, length, url, offset, alignment, spans, unpack_spans, self._texts
             )
-        except (OSError, FormatError):
-            # The cached URL may be a moved shard's old place: ask again with
-            # the statement that names the URL, which reports what fails.
+        except (OSError, FormatError) as e:
+            # A failed read is reported as it is, unless the cached URL is a
+            # moved shard's old place: then the lookup asks again with the
+            # statement that names the URL (one more query, on errors only).
             self._shards.pop(shard_id, None)
+            if self._shard_of(dataset, shard_id) == shard:
+                raise self._read_failed(e, url, dataset) from e
             return self._get_record(dataset, key, h, None)
 
     def _shard_of(self, dataset: str, shard_id: int) -> tuple[str, int] | None:
