@@ -5,9 +5,11 @@ writer returned, in one transaction committed as one version, as a user's
 write of a whole dataset would); lookups are ``Catalog.get`` and
 ``Catalog.get_many``; streaming iterates the shards with ``shardcat.iter_shards``
 (each shard's ``ShardReader`` stream, the next shard opened while one is read,
-as the README shows for a folder of shards) and hands out each entry's ``Entry.view``: the public
-zero-copy bytes of an uncompressed entry, as the floor hands out views of the
-bytes it read (``.data`` would copy every payload into a new ``bytes``).
+as the README shows for a folder of shards). Every path hands out each entry's
+``Entry.view``: the public zero-copy bytes of an uncompressed entry, as the
+floor hands out views of the bytes it read (its ``get``/``get_many`` return
+slices of a ``memoryview`` of each ``os.pread``); ``.data`` would copy every
+payload into a new ``bytes`` (~30 ms per 10,000 keys of 2-8 KiB here).
 
 The same work is timed on both sides against Lance: each system's timed
 write iterates the same Python samples (shardcat's ``add`` loop; Lance's
@@ -86,12 +88,12 @@ class Shardcat(System):
 
     def get(self, key: str) -> Pair:
         rec = self.cat.get("train", key)
-        return rec["bin"].data, rec["json"].data
+        return rec["bin"].view, rec["json"].view
 
     def get_many(self, keys: list[str]) -> list[Pair]:
         result = self.cat.get_many("train", keys)
         result.raise_for_missing()
-        return [(r["bin"].data, r["json"].data) for r in result.records if r is not None]
+        return [(r["bin"].view, r["json"].view) for r in result.records if r is not None]
 
     def stream(self) -> Iterator[tuple[str, bytes | memoryview, bytes | memoryview]]:
         import shardcat

@@ -102,3 +102,29 @@ def test_writable_applies_to_every_array_of_a_decoded_record(record: Record) -> 
     assert sample["npy"].flags.writeable and sample["f.npy"].flags.writeable
     assert sample["json"] == {"label": 3} and sample["txt"] == "meow"
     assert not record.decode()["npy"].flags.writeable
+
+
+def test_entry_data_is_a_new_bytes_copy_of_the_view_with_either_codec(record: Record) -> None:
+    # Entry.data: bytes equal to the view, never the shard's buffer itself.
+    for name in record:
+        entry = record[name]
+        data = entry.data
+        assert type(data) is bytes and data == bytes(entry.view) and len(data) == len(entry)
+    stored = Entry.from_stored(memoryview(b"payload"), "text/plain", Codec.NONE)
+    assert stored.data == b"payload" and stored.data is not stored.data
+    released = memoryview(b"gone")
+    gone = Entry.from_stored(released, "text/plain", Codec.NONE)
+    released.release()
+    with pytest.raises(ValueError, match="released"):
+        _ = gone.data
+
+
+def test_stored_entry_data_is_compiled_where_the_codec_is() -> None:
+    # Once per entry a batch hands out as bytes: a C getter, no Python frames.
+    from shardcat.format import recordcodec
+    from shardcat.format.entries import _StoredEntry
+
+    if "compiled" not in recordcodec.available():
+        pytest.skip("the compiled record codec is not built")
+    fget = _StoredEntry.__dict__["data"].fget
+    assert type(fget).__name__ == "builtin_function_or_method"

@@ -105,9 +105,13 @@ def test_move_repoints_the_dataset_then_removes_the_sources(tmp_path, sqlite_url
     expected = _records(cat, "src")
     before = cat.dataset("src").version
     old = {s.url for s in cat.shards("src")}
+    keys = [f"n/{i:05d}" for i in range(0, N, 7)]
+    points = [(k, cat.get("src", k)["bin"].data) for k in keys]  # the lookup caches the old URLs
     summary = shardcat.copy_dataset(cat, "src", str(tmp_path / "moved"), move=True, client=client)
     assert summary.moved and summary.sources_left == []
     assert not any(Path(u).exists() for u in old)
+    # Its cached URLs name files that are gone: it asks the catalog again and reads the copies.
+    assert [(k, cat.get("src", k)["bin"].data) for k in keys] == points
     assert cat.dataset("src").root_url == str(tmp_path / "moved")
     assert cat.dataset("src").version > before
     assert all(s.url.startswith(str(tmp_path / "moved")) for s in cat.shards("src"))

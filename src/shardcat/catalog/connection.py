@@ -65,12 +65,12 @@ class RawConnection:
         if self.dialect == "postgresql":
             self.conn.autocommit = True
             # psycopg prepares a statement server-side after its first use with prepare=True.
-            self._execute: Callable[[str, Sequence[Any]], Any] = partial(conn.execute, prepare=True)
+            self.execute: Callable[[str, Sequence[Any]], Any] = partial(conn.execute, prepare=True)
         else:
             # One cursor kept for the thread's lookups: no cursor object made
             # per query. fetchall() runs every statement to its end, which
             # resets it, so no read transaction stays open between queries.
-            self._execute = conn.cursor().execute
+            self.execute = conn.cursor().execute
 
     def query(self, sql: str, params: Sequence[Any]) -> list[Any]:
         """All rows of ``sql``; a dropped connection is reopened and the query asked again, once.
@@ -81,16 +81,25 @@ class RawConnection:
             The driver's error, translated (:func:`~.session.translate_exception`).
         """
         try:
-            return self._execute(sql, params).fetchall()  # type: ignore[no-any-return]
+            return self.execute(sql, params).fetchall()  # type: ignore[no-any-return]
         except Exception as e:
-            if not self._dropped():
-                raise translate_exception(e, self.url) from e
+            return self.recover(e, sql, params)
+
+    def recover(self, error: Exception, sql: str, params: Sequence[Any]) -> list[Any]:
+        """After ``execute(sql, params)`` raised ``error``: all rows of ``sql`` asked again on a new
+        connection if the server dropped this one, else ``error`` translated.
+
+        The point lookup calls ``execute`` itself (one Python frame fewer than
+        :meth:`query`) and comes here only when it raised.
+        """
+        if not self._dropped():
+            raise translate_exception(error, self.url) from error
         # The server dropped the connection (restart, failover, idle timeout):
         # a lookup only reads, so reconnecting and asking again is safe.
         self.close()
         self._connect()
         try:
-            return self._execute(sql, params).fetchall()  # type: ignore[no-any-return]
+            return self.execute(sql, params).fetchall()  # type: ignore[no-any-return]
         except Exception as e:
             raise translate_exception(e, self.url) from e
 

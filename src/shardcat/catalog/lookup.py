@@ -41,6 +41,8 @@ from ..format.records import BatchTable, decode_entry
 from ..format.sources import FileSource
 from ..format.spec import Codec
 from ..storage import SourceCache, redact
+from ..storage import cache as _cache  # its pread_linked, looked up per call (tests count reads)
+from ..storage.cache import ONE_PREAD
 from .connection import RawConnection, fork_generation
 from .kinds import decode_record
 from .results import BatchResult, Location
@@ -63,6 +65,23 @@ _RECORD_SELECT = (
     " CASE WHEN s.kind = 'native' THEN NULL"
     " ELSE (SELECT l.signature FROM layouts l WHERE l.id = r.layout_id) END"
     " FROM records r JOIN shards s ON s.id = r.shard_id"
+)
+# The latest version's point lookup of a whole record, the hot path: the
+# record's shard id, not the shard's URL, alignment and kind, which never
+# change for an id (ids are never reused) but a move's new URL; the lookup
+# caches them per shard (Lookup._shard_of). The join stays: it is what
+# checks, in the same statement, that the shard is committed. Issue 10: the
+# URL's text and the CASEs were ~15 % of a lookup's instructions (callgrind).
+_RECORD_BY_SHARD_SELECT = (
+    "SELECT r.shard_id, r.byte_offset, r.byte_length, r.spans"
+    " FROM records r JOIN shards s ON s.id = r.shard_id"
+)
+# What a miss of that cache loads: every shard of the dataset, in one
+# statement, so a thread's later lookups stay one statement each (a shard
+# committed since is one more miss and load).
+_SHARDS = (
+    "SELECT id, url, alignment, kind FROM shards"
+    " WHERE dataset_id = (SELECT id FROM datasets WHERE name = {p})"
 )
 _DATASET = "r.dataset_id = (SELECT id FROM datasets WHERE name = {p})"
 # The latest version: a committed shard's live records (docs/LIFECYCLE.md).
@@ -157,6 +176,9 @@ class LayoutCache:
         return parsed
 
 
+_UNKNOWN: Any = object()
+"""A shard id not (yet) in ``Lookup._shards``."""
+
 # signed_key_hash without a Python frame: xxh64_digest is the hash big-endian.
 _xxh64_digest = xxhash.xxh64_digest
 _from_bytes = int.from_bytes
@@ -202,10 +224,16 @@ class Lookup:
         p = self._p = self.raw.placeholder
         self._point = _point_sql(p)
         self._record = _record_sql(p)
+        self._record_by_shard = _point_sql(p, _COMMITTED, _RECORD_BY_SHARD_SELECT)
+        self._shards_sql = _SHARDS.format(p=p)
+        # Shard id -> (url, alignment) of native shards (None: another kind).
+        self._shards: dict[int, tuple[str, int] | None] = {}
         self._batch = _batch_sql(self.dialect)
         self._batch_entries = _batch_sql(self.dialect, entries=True)
         self._versioned: dict[tuple[str, bool], str] = {}
         self._sources = SourceCache(storage_options, max_open, remote_max_gap=remote_max_gap)
+        self._fds = self._sources.local_fds
+        self._touch = self._sources.touch
         self._texts: dict[Any, Any] = {}  # the record codec's memo of entry names and types
 
     # --- SQL ---------------------------------------------------------------
@@ -292,11 +320,68 @@ class Lookup:
             raise
         if entries is not None:
             return self._get_entries(dataset, key, h, frozenset(entries), version)
+        if version is not None:
+            return self._get_record(dataset, key, h, version)
+        # RawConnection.query without its frame: the driver's execute, and
+        # only where that raised, its recovery (reconnect, or the error).
+        sql, params = self._record_by_shard, (dataset, h, key)
+        try:
+            rows = self.raw.execute(sql, params).fetchall()
+        except Exception as e:
+            rows = self.raw.recover(e, sql, params)
+        if not rows:
+            raise self._missing(dataset, key, None)
+        shard_id, offset, length, spans = rows[0]
+        shard = self._shards.get(shard_id, _UNKNOWN)
+        if shard is _UNKNOWN:
+            shard = self._shard_of(dataset, shard_id)
+        if shard is None:  # a tar shard: its kind's decoder and layout
+            return self._get_record(dataset, key, h, None)
+        url, alignment = shard
+        try:
+            # SourceCache.read's one-pread case without its frame (a local
+            # file kept open that still has its name); anything else, or a
+            # failure, goes through read() itself.
+            fd = self._fds.get(url)
+            data = None
+            if fd is not None and 0 < length <= ONE_PREAD:
+                try:
+                    data = _cache.pread_linked(fd, length, offset)
+                except OSError:
+                    data = None
+            if data is None or len(data) != length:
+                data = self._sources.read(url, offset, offset + length)
+            else:
+                self._touch(url)
+            return recordcodec.decode_spanned(
+                data, key, length, url, offset, alignment, spans, unpack_spans, self._texts
+            )
+        except (OSError, FormatError) as e:
+            # A failed read is reported as it is, unless the cached URL is a
+            # moved shard's old place: then the lookup asks again with the
+            # statement that names the URL (one more query, on errors only).
+            self._shards.pop(shard_id, None)
+            if self._shard_of(dataset, shard_id) == shard:
+                raise self._read_failed(e, url, dataset) from e
+            return self._get_record(dataset, key, h, None)
+
+    def _shard_of(self, dataset: str, shard_id: int) -> tuple[str, int] | None:
+        """``(url, alignment)`` of a native shard (None for other kinds or a purged one).
+
+        Loads (again) the cache of every shard of ``dataset``: one statement.
+        """
+        for sid, url, alignment, kind in self._query(self._shards_sql, (dataset,)):
+            self._shards[sid] = (url, int(alignment)) if kind == "native" else None
+        return self._shards.get(shard_id)
+
+    def _get_record(self, dataset: str, key: str, h: int, version: Version) -> Record:
+        """A whole record through the statement that names its shard's URL, kind and layout."""
         if version is None:
-            rows = self._query(self._record, (dataset, h, key))
+            sql, params = self._record, (dataset, h, key)
         else:
             sql, extra = self._sql("record", version)
-            rows = self._query(sql, (dataset, h, key, *extra))
+            params = (dataset, h, key, *extra)
+        rows = self._query(sql, params)
         if not rows:
             raise self._missing(dataset, key, version)
         url, alignment, offset, length, spans, kind, signature = rows[0]

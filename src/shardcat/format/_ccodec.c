@@ -2050,7 +2050,39 @@ static PyObject *stored_view_get(PyObject *module, PyObject *entry)
     return stored_view(entry);
 }
 
+/* The getter of the `data` property (Entry.data in C): an uncompressed
+   entry's bytes copied by one PyBytes_FromStringAndSize from its view, a
+   decompressed one's bytes as they are. Once per entry a batch hands out as
+   bytes, where Entry.data cost a frame of its own and one of `view`. Any
+   other state (not yet decompressed, a released or non-contiguous view)
+   takes Entry's own path, which raises what it raises. */
+static PyObject *entry_data_fallback; /* Entry.data (a property) */
+
+static PyObject *stored_data_get(PyObject *module, PyObject *entry)
+{
+    if (!PyObject_TypeCheck(entry, (PyTypeObject *)StoredEntry)) {
+        PyErr_SetString(PyExc_TypeError, "data: not a _StoredEntry");
+        return NULL;
+    }
+    PyObject *raw = *(PyObject **)((char *)entry + eslot_at[E_RAW]);
+    if (raw != NULL && PyBytes_CheckExact(raw)) {
+        Py_INCREF(raw);
+        return raw;
+    }
+    if (raw != NULL && Py_IS_TYPE(raw, &PyMemoryView_Type)) {
+        Py_buffer b;
+        if (PyObject_GetBuffer(raw, &b, PyBUF_SIMPLE) == 0) { /* C-contiguous and not released */
+            PyObject *out = PyBytes_FromStringAndSize(b.buf, b.len);
+            PyBuffer_Release(&b);
+            return out;
+        }
+        PyErr_Clear();
+    }
+    return Py_TYPE(entry_data_fallback)->tp_descr_get(entry_data_fallback, entry, (PyObject *)Py_TYPE(entry));
+}
+
 static PyMethodDef stored_len_def = {"__len__", stored_len, METH_NOARGS, "The entry's decoded size in bytes."};
+static PyMethodDef stored_data_def = {"data", stored_data_get, METH_O, "The decoded bytes."};
 static PyMethodDef stored_view_def = {"view", stored_view_get, METH_O,
                                       "The decoded bytes as a memoryview: zero-copy for uncompressed entries."};
 
@@ -2159,6 +2191,15 @@ static int install_entry_methods(PyTypeObject *stored)
         return -1;
     }
     Py_XSETREF(entry_view_fallback, fallback);
+    PyObject *data_fallback = PyObject_GetAttrString((PyObject *)stored->tp_base, "data");
+    if (data_fallback == NULL)
+        return -1;
+    if (Py_TYPE(data_fallback)->tp_descr_get == NULL) {
+        Py_DECREF(data_fallback);
+        PyErr_SetString(PyExc_TypeError, "Entry.data is not a descriptor");
+        return -1;
+    }
+    Py_XSETREF(entry_data_fallback, data_fallback);
     PyObject *len = PyDescr_NewMethod(stored, &stored_len_def);
     if (len == NULL || PyObject_SetAttrString((PyObject *)stored, "__len__", len) < 0) {
         Py_XDECREF(len);
@@ -2173,6 +2214,14 @@ static int install_entry_methods(PyTypeObject *stored)
         return -1;
     }
     Py_DECREF(prop);
+    PyObject *dget = PyCFunction_New(&stored_data_def, NULL);
+    PyObject *dprop = dget ? PyObject_CallOneArg((PyObject *)&PyProperty_Type, dget) : NULL;
+    Py_XDECREF(dget);
+    if (dprop == NULL || PyObject_SetAttrString((PyObject *)stored, "data", dprop) < 0) {
+        Py_XDECREF(dprop);
+        return -1;
+    }
+    Py_DECREF(dprop);
     return 0;
 }
 

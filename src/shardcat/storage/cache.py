@@ -18,7 +18,7 @@ import contextlib
 import os
 import weakref
 from collections import OrderedDict, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, NoReturn
 
@@ -51,7 +51,7 @@ REMOTE_MAX_GAP_ENV = "SHARDCAT_REMOTE_MAX_GAP"
 DEFAULT_MAX_OPEN = 64
 """Sources a cache keeps open; the least recently used is closed beyond this."""
 
-_ONE_PREAD = 1 << 20
+ONE_PREAD = 1 << 20
 """Reads up to this size try one ``os.pread`` first (a short one takes the general path)."""
 
 _live: weakref.WeakSet[SourceCache] = weakref.WeakSet()
@@ -133,6 +133,13 @@ class SourceCache:
         self._open: OrderedDict[str, RangeSource] = OrderedDict()
         # The descriptors of the open local files, for point reads' one-pread path.
         self._fds: dict[str, int] = {}
+        self.local_fds: Mapping[str, int] = self._fds
+        """URL → descriptor of each open local file: a point lookup reads one
+        with ``pread_linked`` (and calls :meth:`touch`) without :meth:`read`'s
+        frame, and falls back to :meth:`read` when that returns None or short.
+        The same dict, kept up to date; never changed by callers."""
+        self.touch: Callable[[str], None] = self._open.move_to_end
+        """Mark ``url`` (open) as used now: the cache closes the least recently used first."""
         _live.add(self)
 
     def source(self, url: str) -> RangeSource:
@@ -175,7 +182,7 @@ class SourceCache:
             fd = self._fds.get(url)
             # The point lookup's path: one pread on the open descriptor, if the
             # file still has a name (else None, and it is reopened below).
-            if fd is not None and 0 < end - start <= _ONE_PREAD:
+            if fd is not None and 0 < end - start <= ONE_PREAD:
                 data = pread_linked(fd, end - start, start)
                 if data is not None and len(data) == end - start:
                     self._open.move_to_end(url)
