@@ -2179,49 +2179,50 @@ static PyObject *py_crc32c_table(PyObject *self, PyObject *args)
     return PyLong_FromUnsignedLong(crc);
 }
 
-static int install_entry_methods(PyTypeObject *stored)
+/* Keep the base class's descriptor `name` in *slot (the fallback of a C accessor). */
+static int keep_base_descriptor(PyTypeObject *stored, const char *name, PyObject **slot)
 {
-    /* Entry's own view (the base class's, never one installed here before). */
-    PyObject *fallback = PyObject_GetAttrString((PyObject *)stored->tp_base, "view");
+    PyObject *fallback = PyObject_GetAttrString((PyObject *)stored->tp_base, name);
     if (fallback == NULL)
         return -1;
     if (Py_TYPE(fallback)->tp_descr_get == NULL) {
         Py_DECREF(fallback);
-        PyErr_SetString(PyExc_TypeError, "Entry.view is not a descriptor");
+        PyErr_Format(PyExc_TypeError, "Entry.%s is not a descriptor", name);
         return -1;
     }
-    Py_XSETREF(entry_view_fallback, fallback);
-    PyObject *data_fallback = PyObject_GetAttrString((PyObject *)stored->tp_base, "data");
-    if (data_fallback == NULL)
-        return -1;
-    if (Py_TYPE(data_fallback)->tp_descr_get == NULL) {
-        Py_DECREF(data_fallback);
-        PyErr_SetString(PyExc_TypeError, "Entry.data is not a descriptor");
+    Py_XSETREF(*slot, fallback);
+    return 0;
+}
+
+/* Install `def` as the property `name` of the class. */
+static int install_property(PyTypeObject *stored, const char *name, PyMethodDef *def)
+{
+    PyObject *fget = PyCFunction_New(def, NULL);
+    PyObject *prop = fget ? PyObject_CallOneArg((PyObject *)&PyProperty_Type, fget) : NULL;
+    Py_XDECREF(fget);
+    if (prop == NULL || PyObject_SetAttrString((PyObject *)stored, name, prop) < 0) {
+        Py_XDECREF(prop);
         return -1;
     }
-    Py_XSETREF(entry_data_fallback, data_fallback);
+    Py_DECREF(prop);
+    return 0;
+}
+
+static int install_entry_methods(PyTypeObject *stored)
+{
+    /* Entry's own view and data (the base class's, never ones installed here before). */
+    if (keep_base_descriptor(stored, "view", &entry_view_fallback) < 0 ||
+        keep_base_descriptor(stored, "data", &entry_data_fallback) < 0)
+        return -1;
     PyObject *len = PyDescr_NewMethod(stored, &stored_len_def);
     if (len == NULL || PyObject_SetAttrString((PyObject *)stored, "__len__", len) < 0) {
         Py_XDECREF(len);
         return -1;
     }
     Py_DECREF(len);
-    PyObject *fget = PyCFunction_New(&stored_view_def, NULL);
-    PyObject *prop = fget ? PyObject_CallOneArg((PyObject *)&PyProperty_Type, fget) : NULL;
-    Py_XDECREF(fget);
-    if (prop == NULL || PyObject_SetAttrString((PyObject *)stored, "view", prop) < 0) {
-        Py_XDECREF(prop);
+    if (install_property(stored, "view", &stored_view_def) < 0 ||
+        install_property(stored, "data", &stored_data_def) < 0)
         return -1;
-    }
-    Py_DECREF(prop);
-    PyObject *dget = PyCFunction_New(&stored_data_def, NULL);
-    PyObject *dprop = dget ? PyObject_CallOneArg((PyObject *)&PyProperty_Type, dget) : NULL;
-    Py_XDECREF(dget);
-    if (dprop == NULL || PyObject_SetAttrString((PyObject *)stored, "data", dprop) < 0) {
-        Py_XDECREF(dprop);
-        return -1;
-    }
-    Py_DECREF(dprop);
     return 0;
 }
 

@@ -113,6 +113,15 @@ def _split_name(name: str) -> tuple[str, str] | None:
     return split_member_name(name)
 
 
+def _member_parts(raw: bytes | bytearray, path: str, payload: int) -> tuple[str, str] | None:
+    """``(key, entry name)`` of a member's raw name, or None for a member that is no sample's."""
+    try:
+        name = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _name_error(raw, path, payload - BLOCK) from None
+    return _split_name(name)
+
+
 def _specs(names: Iterable[str]) -> list[EntrySpec]:
     return [EntrySpec(name, guess_content_type(name), Codec.NONE) for name in names]
 
@@ -149,11 +158,7 @@ class _Grouper:
         sizes = self.sizes
         crcs = self.crcs
         for raw, first, payload, size, crc in zip(*batch):
-            try:
-                name = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise _name_error(raw, self.path, payload - BLOCK) from None
-            parts = _split_name(name)
+            parts = _member_parts(raw, self.path, payload)
             if parts is None:
                 self.skipped += 1
                 continue
@@ -161,12 +166,12 @@ class _Grouper:
             if key != self._key:
                 self._close()
                 if key in self._seen:
-                    raise _split_error(name, key, self._seen[key], self.path, first)
+                    raise _split_error(raw.decode("utf-8"), key, self._seen[key], self.path, first)
                 self._key = key
                 self._start = first
                 self._current = []
             elif ext in self._current:
-                raise _duplicate_error(name, key, ext, self.path, first)
+                raise _duplicate_error(raw.decode("utf-8"), key, ext, self.path, first)
             self._current.append(ext)
             names.append(ext)
             payloads.append(payload)
@@ -273,11 +278,7 @@ class _CompiledGrouper:
     def _member(
         self, raw: bytes | bytearray, first: int, payload: int, size: int, crc: int
     ) -> None:
-        try:
-            name = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise _name_error(raw, self.path, payload - BLOCK) from None
-        parts = _split_name(name)
+        parts = _member_parts(raw, self.path, payload)
         if parts is None:
             self.skipped += 1
             return
