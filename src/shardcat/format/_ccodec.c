@@ -1128,6 +1128,19 @@ static int pread_whole(int fd, char *dest, uint64_t length, uint64_t offset, int
     return 1;
 }
 
+
+/* Append an uninitialised bytes buffer of `size` bytes (one packed group) to `groups`. */
+static int append_group(PyObject *groups, uint64_t size)
+{
+    PyObject *g = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+    if (g == NULL || PyList_Append(groups, g) < 0) {
+        Py_XDECREF(g);
+        return -1;
+    }
+    Py_DECREF(g);
+    return 0;
+}
+
 static PyObject *py_read_packed(PyObject *self, PyObject *args)
 {
     PyObject *fds_list, *table;
@@ -1188,12 +1201,8 @@ static PyObject *py_read_packed(PyObject *self, PyObject *args)
         prev_offset = offset;
         if (t == 0 || (size && size + length > (uint64_t)group_bytes)) {
             if (t) {
-                PyObject *g = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
-                if (g == NULL || PyList_Append(groups, g) < 0) {
-                    Py_XDECREF(g);
+                if (append_group(groups, size) < 0)
                     goto finally;
-                }
-                Py_DECREF(g);
                 ngroups++;
             }
             size = 0;
@@ -1207,12 +1216,8 @@ static PyObject *py_read_packed(PyObject *self, PyObject *args)
         }
     }
     if (rows) {
-        PyObject *g = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
-        if (g == NULL || PyList_Append(groups, g) < 0) {
-            Py_XDECREF(g);
+        if (append_group(groups, size) < 0)
             goto finally;
-        }
-        Py_DECREF(g);
         ngroups++;
     }
     dests = PyMem_Malloc(sizeof(char *) * (size_t)(ngroups ? ngroups : 1));

@@ -9,6 +9,7 @@ range, from its first member's first header to the end of its last payload.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -403,29 +404,12 @@ def iter_tar_samples(
     SplitSampleError, DuplicateMemberError, TarMemberNameError
         The members do not form WebDataset samples.
     """
-    stream, url, owned = _open(source, path)
-    walker: TarWalker | None = None
-    try:
-        grouper = _grouper(url)
-        walker = TarWalker(
-            stream,
-            url,
-            size=size,
-            chunk_size=chunk_size,
-            readahead=readahead,
-            map_file=map_file,
-            blocks=isinstance(grouper, _CompiledGrouper),
-        )
+    with _walking(source, path, size, chunk_size, readahead, map_file) as (_, walker, grouper):
         for batch in walker:
             grouper.feed(batch)
             yield from grouper.drain()
         grouper.finish()
         yield from grouper.drain()
-    finally:
-        if walker is not None:
-            walker.close()  # before the stream: the thread may be reading it
-        if owned:
-            stream.close()
 
 
 def scan_tar(
@@ -446,6 +430,23 @@ def scan_tar(
     TarShardInfo
         Records and entry rows in the native footer's layouts, in archive order.
     """
+    with _walking(source, path, size, chunk_size, readahead, map_file) as (url, walker, grouper):
+        for batch in walker:
+            grouper.feed(batch)
+        grouper.finish()
+    return _summary(url, walker, grouper)
+
+
+@contextlib.contextmanager
+def _walking(
+    source: Any,
+    path: str | None,
+    size: int | None,
+    chunk_size: int,
+    readahead: int | None,
+    map_file: bool,
+) -> Iterator[tuple[str, TarWalker, _Grouper | _CompiledGrouper]]:
+    """The opened tar's URL, its walker and the grouper fed by it; closed in that order."""
     stream, url, owned = _open(source, path)
     walker: TarWalker | None = None
     try:
@@ -459,15 +460,12 @@ def scan_tar(
             map_file=map_file,
             blocks=isinstance(grouper, _CompiledGrouper),
         )
-        for batch in walker:
-            grouper.feed(batch)
-        grouper.finish()
+        yield url, walker, grouper
     finally:
         if walker is not None:
             walker.close()  # before the stream: the thread may be reading it
         if owned:
             stream.close()
-    return _summary(url, walker, grouper)
 
 
 def _summary(url: str, walker: TarWalker, g: _Grouper | _CompiledGrouper) -> TarShardInfo:
