@@ -136,6 +136,19 @@ def _json(p: Any) -> Any:
     return json.loads(p.stdout)
 
 
+def _files_around(tmp_path: Path) -> set[Path]:
+    """Every file of this test's folder and its siblings (where an escaping name would land).
+
+    Leaves out other tests' SQLite ``-wal``/``-shm`` files: SQLite removes them
+    when those tests' last connection closes, which may happen during this test.
+    """
+    return {
+        p
+        for p in tmp_path.parent.rglob("*")
+        if p.is_file() and (p.is_relative_to(tmp_path) or not p.name.endswith(("-wal", "-shm")))
+    }
+
+
 def test_hostile_names_through_the_cli(catalog_url: str, tmp_path: Path) -> None:
     dataset = "../../it's 100%_\nnew"
     root = tmp_path / "ds"
@@ -147,7 +160,7 @@ def test_hostile_names_through_the_cli(catalog_url: str, tmp_path: Path) -> None
         _write(cat, root, dataset, keys, "all")
     out = tmp_path / "out"
     out.mkdir()
-    before = {p for p in tmp_path.parent.rglob("*") if p.is_file()}
+    before = _files_around(tmp_path)
     # Independent command lines, two at a time (each is a Python process start).
     listed, *results = runs(
         ("--json", "keys", dataset),
@@ -173,7 +186,7 @@ def test_hostile_names_through_the_cli(catalog_url: str, tmp_path: Path) -> None
     # Saving entries: a key that would leave the folder is refused, typed; nothing written.
     for p in saved:
         assert p.returncode == 1 and "not a safe relative path" in p.stderr, p.stderr
-    assert {p for p in tmp_path.parent.rglob("*") if p.is_file()} == before
+    assert _files_around(tmp_path) == before
     # Refused input: one line saying what is wrong, exit 1, no traceback.
     for p in [*saved, *refused]:
         assert p.returncode == 1 and p.stderr.startswith("error: "), p.stderr
