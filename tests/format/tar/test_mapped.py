@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import io
+import mmap
 import os
+import resource
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from shardcat.format.tar import iter_tar_samples, scan_tar
+from shardcat.format.tar import iter_tar_samples, mapped, scan_tar
 from shardcat.format.tar.errors import TarChecksumError, TarError, TarTruncatedError
 from shardcat.format.tar.mapped import map_stream
 from shardcat.format.tar.spec import BLOCK
@@ -144,3 +146,43 @@ def test_the_mapping_is_released_after_a_walk(tmp_path):
             mapped = walker._mapped
         assert mapped is not None and mapped.map.closed
         assert not walker.mapped
+
+
+@pytest.mark.parametrize("populate", [True, False])
+def test_windows_populated_or_only_advised_walk_the_same(tmp_path, monkeypatch, populate):
+    """MADV_POPULATE_READ (Linux 5.14+) or, where the kernel refuses it, MADV_WILLNEED: same walk."""
+    monkeypatch.setattr(mapped, "_CAN_POPULATE", populate and mapped._CAN_POPULATE)
+    path = _write(tmp_path, DATA)
+    info = scan_tar(io.BytesIO(DATA), "x.tar", chunk_size=CHUNK)
+    got = scan_tar(path, "x.tar", chunk_size=CHUNK, map_file=True)
+    assert (got.keys, got.records.tobytes(), got.entries.tobytes()) == (
+        info.keys,
+        info.records.tobytes(),
+        info.entries.tobytes(),
+    )
+
+
+@pytest.mark.skipif(not mapped._CAN_POPULATE, reason="MADV_POPULATE_READ is Linux's")
+def test_a_populated_window_is_mapped_without_a_fault_per_page(tmp_path):
+    """A window populated in one call: touching its pages afterwards takes no page fault."""
+    size = 4 << 20
+    path = tmp_path / "blob"
+    data = os.urandom(size)
+    # Written a page at a time, as tar writers do: the page cache then holds
+    # small folios, and a walk without populating faults once per 16 pages.
+    with open(path, "wb", buffering=0) as out:
+        for at in range(0, size, mmap.PAGESIZE):
+            out.write(data[at : at + mmap.PAGESIZE])
+    with open(path, "rb") as f:
+        m = map_stream(f, size)
+        assert m is not None
+        try:
+            # map_stream populated the first window (the whole file here).
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            total = sum(m.map[i] for i in range(0, size, mmap.PAGESIZE))
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+        finally:
+            m.close()
+    assert total >= 0
+    # Without populating, fault-around maps 16 pages per fault: 64 faults here.
+    assert faults < size // mmap.PAGESIZE // 16 // 4, faults
