@@ -118,17 +118,21 @@ static void point_release(Point *self)
 
 static int point_init(Point *self, PyObject *args, PyObject *kwargs)
 {
-    static char *kwlist[] = {"path", "sql", "busy_timeout_ms", "shards", "fds", "touch", "unpack",
-                             "texts", "one_pread", NULL};
+    static char *kwlist[] = {"path", "sql", "busy_timeout_ms", "cache_size", "shards", "fds", "touch",
+                             "unpack", "texts", "one_pread", NULL};
     const char *path, *sql;
     Py_ssize_t sql_len;
     int busy_ms;
+    long long cache_size;
     PyObject *shards, *fds, *touch, *unpack, *texts;
     Py_ssize_t one_pread;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ss#iO!O!OOO!n", kwlist, &path, &sql, &sql_len,
-                                     &busy_ms, &PyDict_Type, &shards, &PyDict_Type, &fds, &touch,
-                                     &unpack, &PyDict_Type, &texts, &one_pread))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ss#iLO!O!OOO!n", kwlist, &path, &sql, &sql_len,
+                                     &busy_ms, &cache_size, &PyDict_Type, &shards, &PyDict_Type, &fds,
+                                     &touch, &unpack, &PyDict_Type, &texts, &one_pread))
         return -1;
+    /* The Python connection's page cache size (PRAGMA cache_size: pages, or KiB if negative). */
+    char pragma[64];
+    snprintf(pragma, sizeof pragma, "PRAGMA cache_size = %lld", cache_size);
     if (self->db != NULL || self->shards != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Point is already open");
         return -1;
@@ -145,6 +149,14 @@ static int point_init(Point *self, PyObject *args, PyObject *kwargs)
     rc = a->open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc == SQLITE_OK)
         rc = a->busy_timeout(db, busy_ms);
+    if (rc == SQLITE_OK) {
+        rc = a->prepare_v2(db, pragma, -1, &stmt, NULL);
+        if (rc == SQLITE_OK && stmt != NULL) {
+            a->step(stmt); /* sets it; its result row, if any, is not needed */
+            rc = a->finalize(stmt);
+        }
+        stmt = NULL;
+    }
     if (rc == SQLITE_OK)
         rc = a->prepare_v2(db, sql, (int)sql_len + 1, &stmt, NULL);
     Py_END_ALLOW_THREADS

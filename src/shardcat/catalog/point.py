@@ -143,10 +143,12 @@ def open_point(
     file = next((row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"), "")
     if not file:  # in memory or temporary: another connection cannot see it
         return None
+    # The same busy timeout and page cache as the lookup's Python connection.
     (busy_ms,) = conn.execute("PRAGMA busy_timeout").fetchone()
+    (cache_size,) = conn.execute("PRAGMA cache_size").fetchone()
     try:
         return _compiled.Point(
-            file, sql, int(busy_ms), shards, fds, touch, unpack, texts, ONE_PREAD
+            file, sql, int(busy_ms), int(cache_size), shards, fds, touch, unpack, texts, ONE_PREAD
         )
     except (RuntimeError, ValueError) as e:  # cannot open or prepare: the Python path serves
         _log.debug("compiled point lookup off for %s: %s", file, e)
