@@ -417,6 +417,10 @@ def test_the_switches_turn_it_off(sqlite_url, local_root, python_path):
         assert memory._lookup().fast_get is None
     with pytest.raises(ValueError, match=point.ENV_VAR):
         point.use("fast")
+    point.use("compiled")
+    assert point.active() == "compiled"
+    with Catalog(sqlite_url) as cat:
+        assert cat._lookup().fast_get is not None
 
 
 def test_without_sqlites_functions_the_fast_path_is_off(sqlite_url, local_root):

@@ -140,18 +140,21 @@ def open_point(
     if raw.url.query:
         return None
     conn = raw.conn
-    file = next((row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"), "")
-    if not file:  # in memory or temporary: another connection cannot see it
-        return None
-    # The same busy timeout and page cache as the lookup's Python connection.
-    (busy_ms,) = conn.execute("PRAGMA busy_timeout").fetchone()
-    (cache_size,) = conn.execute("PRAGMA cache_size").fetchone()
     try:
+        rows = conn.execute("PRAGMA database_list").fetchall()
+        file = next((row[2] for row in rows if row[1] == "main"), "")
+        if not file:  # in memory or temporary: another connection cannot see it
+            return None
+        # The same busy timeout and page cache as the lookup's Python connection.
+        (busy_ms,) = conn.execute("PRAGMA busy_timeout").fetchone()
+        (cache_size,) = conn.execute("PRAGMA cache_size").fetchone()
         return _compiled.Point(
             file, sql, int(busy_ms), int(cache_size), shards, fds, touch, unpack, texts, ONE_PREAD
         )
-    except (RuntimeError, ValueError) as e:  # cannot open or prepare: the Python path serves
-        _log.debug("compiled point lookup off for %s: %s", file, e)
+    except Exception as e:
+        # Cannot open or prepare (or a file name SQLite cannot hand back as
+        # text): the Python path serves this lookup, as it would without C.
+        _log.debug("compiled point lookup off for %s: %s", raw.url, e)
         return None
 
 
