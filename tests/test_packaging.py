@@ -101,6 +101,8 @@ def _expected_files() -> set[str]:
         "shardcat/format/tar/_ctar" + sysconfig.get_config_var("EXT_SUFFIX"),
         # The write-behind of local shard blocks (src/shardcat/storage/_cwrite.c).
         "shardcat/storage/_cwrite" + sysconfig.get_config_var("EXT_SUFFIX"),
+        # The compiled SQLite point lookup (src/shardcat/catalog/_cpoint.c).
+        "shardcat/catalog/_cpoint" + sysconfig.get_config_var("EXT_SUFFIX"),
         "shardcat/py.typed",
         "shardcat/migrations/script.py.mako",
         "shardcat/migrations/README.md",
@@ -182,7 +184,7 @@ def test_without_a_compiler_the_wheel_builds_and_runs_the_python_codec(tmp_path)
     built = _build_wheel(tmp_path, env={"CC": str(tmp_path / "no-such-compiler")})
     with zipfile.ZipFile(built) as z:
         shipped = {n for n in z.namelist() if n.startswith("shardcat/")}
-    compiled = ("_ccodec", "_ctar", "_cwrite")
+    compiled = ("_ccodec", "_ctar", "_cwrite", "_cpoint")
     assert shipped == {f for f in _expected_files() if not any(c in f for c in compiled)}
     site = tmp_path / "site"
     with zipfile.ZipFile(built) as z:
@@ -190,7 +192,9 @@ def test_without_a_compiler_the_wheel_builds_and_runs_the_python_codec(tmp_path)
     code = (
         "import shardcat.format as f, shardcat.format.recordcodec as rc; "
         "import shardcat.format.tar.tarwalker as tw; "
-        "print(f.record_codec(), rc.available(), tw.active(), tw.available())"
+        "import shardcat.catalog.point as pt; "
+        "print(f.record_codec(), rc.available(), tw.active(), tw.available(), "
+        "pt.active(), pt.available())"
     )
     out = _run(sys.executable, "-c", code, cwd=tmp_path, env_extra={"PYTHONPATH": str(site)})
-    assert out.stdout.split() == ["python", "['python']", "python", "['python']"]
+    assert out.stdout.split() == ["python", "['python']", "python", "['python']", "python", "False"]

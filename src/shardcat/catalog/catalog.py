@@ -22,7 +22,7 @@ from sqlalchemy import text
 from .._lazy import lazy_module
 from .._types import OnDuplicate, StorageOptions
 from ..errors import CatalogError
-from ..format import Record, ShardInfo
+from ..format import Record, ShardInfo, recordcodec
 from ..storage import expand_braces, resolve_remote_max_gap
 from .connection import fork_generation
 from .history import VersionsApi, with_retries
@@ -864,6 +864,12 @@ class Catalog(VersionsApi):
         lookup: Lookup | None = getattr(self._local, "lookup", None)
         if lookup is None or lookup.generation != fork_generation():
             lookup = self._lookup()
+        fast = lookup.fast_get
+        if fast is not None and entries is None and version is None:
+            # The compiled point lookup (point.py); None: not handled there.
+            record = fast(dataset, key, recordcodec.decode_spanned)
+            if record is not None:
+                return record  # type: ignore[no-any-return]
         return lookup.get(dataset, key, entries, version)
 
     def get_many(

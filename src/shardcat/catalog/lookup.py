@@ -45,6 +45,7 @@ from ..storage import cache as _cache  # its pread_linked, looked up per call (t
 from ..storage.cache import ONE_PREAD
 from .connection import RawConnection, fork_generation
 from .kinds import decode_record
+from .point import open_point
 from .results import BatchResult, Location
 from .spans import unpack_spans
 
@@ -235,6 +236,19 @@ class Lookup:
         self._fds = self._sources.local_fds
         self._touch = self._sources.touch
         self._texts: dict[Any, Any] = {}  # the record codec's memo of entry names and types
+        # The compiled point lookup (point.py): the same statement, cache and
+        # descriptors, in one C call; None where it does not apply.
+        self._point_c = open_point(
+            self.raw,
+            self._record_by_shard,
+            self._shards,
+            self._fds,
+            self._touch,
+            unpack_spans,
+            self._texts,
+        )
+        self.fast_get: Any = None if self._point_c is None else self._point_c.get
+        """``get(dataset, key, decode)``: the latest whole record, or None if not handled (then :meth:`get`)."""
 
     # --- SQL ---------------------------------------------------------------
 
@@ -313,6 +327,7 @@ class Lookup:
     ) -> Record:
         # The hot path (issue 10): one statement, one pread, one compiled decode,
         # and as few Python frames around them as the checks allow (_hash inline).
+        # Catalog.get tries fast_get first; a None from it comes here.
         try:
             h = _from_bytes(_xxh64_digest(key.encode("utf-8")), "big", signed=True)
         except (UnicodeEncodeError, AttributeError):
@@ -648,6 +663,8 @@ class Lookup:
         return StorageError(f"{shown}: reading the shard failed: {said}", path=shown)
 
     def close(self) -> None:
+        if self._point_c is not None:
+            self._point_c.close()
         self._sources.close()
         self.raw.close()
 

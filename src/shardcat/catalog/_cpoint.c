@@ -1,0 +1,494 @@
+/*
+ * The compiled point lookup (issue 10): Catalog.get(dataset, key) of the
+ * latest version's whole record on a file-backed SQLite catalog, in one C
+ * call: the key's xxHash64, one step of the lookup's own prepared statement
+ * (the SQL text lookup.py builds, so the statement alone decides which
+ * records are visible), the shard's cached URL and descriptor, one pread,
+ * then the record codec's decode_spanned. point.py is the Python side.
+ *
+ * Anything this code does not expect (no row, any SQLite result code but a
+ * row, a shard not cached or not native, no open descriptor, a short or
+ * failed read, a record the decoder rejects) returns None, "not handled":
+ * the caller then runs the Python path, which asks again and raises the
+ * errors. One implementation of the errors and of recovery, in Python.
+ *
+ * Which SQLite: never a copy linked here (two copies of SQLite in one
+ * process break its POSIX locks: sqlite.org/howtocorrupt.html 2.2.1). The
+ * functions are looked up at run time in the library Python's own _sqlite3
+ * module uses (bind()); where they cannot be found the fast path is off.
+ * The prototypes are declared here, so building needs no sqlite3.h.
+ *
+ * Which connection: its own, read-only, opened on the file the lookup's
+ * Python connection has open (not borrowed: the sqlite3* inside a Python
+ * sqlite3.Connection is not public API). One per thread's lookup, used by
+ * that thread alone (the `busy` flag refuses reentry and defers a close
+ * asked for by another thread), never by a forked child (the fork count).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <errno.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define XXH_INLINE_ALL
+#include "../format/tar/_xxhash/xxhash.h"
+
+/* The few SQLite constants and prototypes used (sqlite3.h's values, stable ABI). */
+#define SQLITE_OK 0
+#define SQLITE_ROW 100
+#define SQLITE_INTEGER 1
+#define SQLITE_BLOB 4
+#define SQLITE_OPEN_READONLY 0x00000001
+#define SQLITE_OPEN_NOMUTEX 0x00008000
+#define SQLITE_STATIC ((void (*)(void *))0)
+
+typedef struct sqlite3 sqlite3;
+typedef struct sqlite3_stmt sqlite3_stmt;
+
+typedef struct {
+    int (*open_v2)(const char *, sqlite3 **, int, const char *);
+    int (*close_v2)(sqlite3 *);
+    int (*busy_timeout)(sqlite3 *, int);
+    int (*prepare_v2)(sqlite3 *, const char *, int, sqlite3_stmt **, const char **);
+    int (*finalize)(sqlite3_stmt *);
+    int (*reset)(sqlite3_stmt *);
+    int (*bind_text)(sqlite3_stmt *, int, const char *, int, void (*)(void *));
+    int (*bind_int64)(sqlite3_stmt *, int, long long);
+    int (*step)(sqlite3_stmt *);
+    int (*column_count)(sqlite3_stmt *);
+    int (*column_type)(sqlite3_stmt *, int);
+    long long (*column_int64)(sqlite3_stmt *, int);
+    const void *(*column_blob)(sqlite3_stmt *, int);
+    int (*column_bytes)(sqlite3_stmt *, int);
+    const char *(*errmsg)(sqlite3 *);
+    int (*libversion_number)(void);
+} Api;
+
+static const char *const API_NAMES[] = {
+    "sqlite3_open_v2", "sqlite3_close_v2", "sqlite3_busy_timeout", "sqlite3_prepare_v2",
+    "sqlite3_finalize", "sqlite3_reset", "sqlite3_bind_text", "sqlite3_bind_int64",
+    "sqlite3_step", "sqlite3_column_count", "sqlite3_column_type", "sqlite3_column_int64",
+    "sqlite3_column_blob", "sqlite3_column_bytes", "sqlite3_errmsg", "sqlite3_libversion_number",
+};
+#define API_COUNT (sizeof(API_NAMES) / sizeof(API_NAMES[0]))
+
+/* The functions bound last (NULL: none). Each Point keeps the table it was
+   opened with; tables are never freed (a few dozen bytes per bind()). */
+static const Api *api;
+
+/* Incremented in a forked child: a Point opened before the fork is the parent's. */
+static unsigned long forks;
+static void after_fork_in_child(void) { forks++; }
+
+#define SPANS_INLINE 1024
+
+typedef struct {
+    PyObject_HEAD
+    const Api *api;
+    sqlite3 *db;
+    sqlite3_stmt *stmt;
+    unsigned long forks; /* `forks` when opened */
+    int busy;            /* inside get() */
+    int close_pending;   /* close() asked while busy: get() closes on its way out */
+    Py_ssize_t one_pread;
+    PyObject *shards; /* dict: shard id -> (url, alignment), or None for other kinds */
+    PyObject *fds;    /* dict: url -> descriptor of the open local file */
+    PyObject *touch;  /* callable(url): the source cache's LRU mark */
+    PyObject *unpack; /* spans.unpack_spans, for decode_spanned */
+    PyObject *texts;  /* the lookup's memo of entry names and types */
+} Point;
+
+static void point_release(Point *self)
+{
+    /* A child never finalizes or closes the parent's handles (their locks and
+       WAL index are the parent's): it drops them. */
+    if (self->forks == forks && self->api != NULL) {
+        if (self->stmt != NULL)
+            self->api->finalize(self->stmt);
+        if (self->db != NULL)
+            self->api->close_v2(self->db);
+    }
+    self->stmt = NULL;
+    self->db = NULL;
+}
+
+static int point_init(Point *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"path", "sql", "busy_timeout_ms", "cache_size", "shards", "fds", "touch",
+                             "unpack", "texts", "one_pread", NULL};
+    const char *path, *sql;
+    Py_ssize_t sql_len;
+    int busy_ms;
+    long long cache_size;
+    PyObject *shards, *fds, *touch, *unpack, *texts;
+    Py_ssize_t one_pread;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ss#iLO!O!OOO!n", kwlist, &path, &sql, &sql_len,
+                                     &busy_ms, &cache_size, &PyDict_Type, &shards, &PyDict_Type, &fds,
+                                     &touch, &unpack, &PyDict_Type, &texts, &one_pread))
+        return -1;
+    /* The Python connection's page cache size (PRAGMA cache_size: pages, or KiB if negative). */
+    char pragma[64];
+    snprintf(pragma, sizeof pragma, "PRAGMA cache_size = %lld", cache_size);
+    if (self->db != NULL || self->shards != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Point is already open");
+        return -1;
+    }
+    if (api == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "SQLite's functions were not found (bind() first)");
+        return -1;
+    }
+    const Api *a = api;
+    sqlite3 *db = NULL;
+    sqlite3_stmt *stmt = NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = a->open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc == SQLITE_OK)
+        rc = a->busy_timeout(db, busy_ms);
+    if (rc == SQLITE_OK) {
+        rc = a->prepare_v2(db, pragma, -1, &stmt, NULL);
+        if (rc == SQLITE_OK && stmt != NULL) {
+            a->step(stmt); /* sets it; its result row, if any, is not needed */
+            rc = a->finalize(stmt);
+        }
+        stmt = NULL;
+    }
+    if (rc == SQLITE_OK)
+        rc = a->prepare_v2(db, sql, (int)sql_len + 1, &stmt, NULL);
+    Py_END_ALLOW_THREADS
+    if (rc == SQLITE_OK && (stmt == NULL || a->column_count(stmt) != 4)) {
+        PyErr_SetString(PyExc_ValueError, "the point statement must select 4 columns");
+    } else if (rc != SQLITE_OK) {
+        PyErr_Format(PyExc_RuntimeError, "cannot open %s for point lookups: %s (SQLite code %d)", path,
+                     db != NULL ? a->errmsg(db) : "out of memory", rc);
+    }
+    if (PyErr_Occurred()) {
+        if (stmt != NULL)
+            a->finalize(stmt);
+        if (db != NULL)
+            a->close_v2(db);
+        return -1;
+    }
+    self->api = a;
+    self->db = db;
+    self->stmt = stmt;
+    self->forks = forks;
+    self->one_pread = one_pread;
+    Py_INCREF(shards), self->shards = shards;
+    Py_INCREF(fds), self->fds = fds;
+    Py_INCREF(touch), self->touch = touch;
+    Py_INCREF(unpack), self->unpack = unpack;
+    Py_INCREF(texts), self->texts = texts;
+    return 0;
+}
+
+static int point_traverse(Point *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->shards);
+    Py_VISIT(self->fds);
+    Py_VISIT(self->touch);
+    Py_VISIT(self->unpack);
+    Py_VISIT(self->texts);
+    return 0;
+}
+
+static int point_clear(Point *self)
+{
+    Py_CLEAR(self->shards);
+    Py_CLEAR(self->fds);
+    Py_CLEAR(self->touch);
+    Py_CLEAR(self->unpack);
+    Py_CLEAR(self->texts);
+    return 0;
+}
+
+static void point_dealloc(Point *self)
+{
+    PyObject_GC_UnTrack(self);
+    point_release(self);
+    point_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The row's columns, copied out before the statement is reset. */
+typedef struct {
+    long long shard, offset, length;
+    const unsigned char *spans;
+    int spans_len;
+    unsigned char inline_spans[SPANS_INLINE];
+    unsigned char *heap_spans;
+} Row;
+
+/* Steps the statement once for (dataset, hash, key) and resets it, without
+   the GIL. 1: a row of the expected types in *row; 0: anything else. */
+static int fetch(Point *self, const char *dataset, Py_ssize_t dataset_len, long long hash, const char *key,
+                 Py_ssize_t key_len, Row *row)
+{
+    const Api *a = self->api;
+    sqlite3_stmt *st = self->stmt;
+    int ok = 0;
+    if (a->bind_text(st, 1, dataset, (int)dataset_len, SQLITE_STATIC) != SQLITE_OK ||
+        a->bind_int64(st, 2, hash) != SQLITE_OK ||
+        a->bind_text(st, 3, key, (int)key_len, SQLITE_STATIC) != SQLITE_OK) {
+        a->reset(st);
+        return 0;
+    }
+    if (a->step(st) == SQLITE_ROW && a->column_type(st, 0) == SQLITE_INTEGER &&
+        a->column_type(st, 1) == SQLITE_INTEGER && a->column_type(st, 2) == SQLITE_INTEGER &&
+        a->column_type(st, 3) == SQLITE_BLOB) {
+        row->shard = a->column_int64(st, 0);
+        row->offset = a->column_int64(st, 1);
+        row->length = a->column_int64(st, 2);
+        const void *blob = a->column_blob(st, 3);
+        int n = a->column_bytes(st, 3);
+        unsigned char *dest = n <= SPANS_INLINE ? row->inline_spans : (row->heap_spans = malloc((size_t)n));
+        if (dest != NULL && (blob != NULL || n == 0)) {
+            memcpy(dest, blob, (size_t)n);
+            row->spans = dest;
+            row->spans_len = n;
+            ok = 1;
+        }
+    }
+    /* Ends the statement's read transaction: no snapshot is held between lookups. */
+    a->reset(st);
+    return ok;
+}
+
+/* get(dataset, key, decode) -> Record | None
+
+   decode is the record codec's decode_spanned, called as lookup.py calls it.
+   None: not handled here (see the top of this file); the caller's Python
+   path answers. Errors other than the decoder's (a MemoryError, say) are
+   raised. */
+static PyObject *point_get(Point *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "get() takes 3 arguments (dataset, key, decode), %zd given", nargs);
+        return NULL;
+    }
+    PyObject *dataset = args[0], *key = args[1], *decode = args[2];
+    if (self->db == NULL || self->busy || self->forks != forks || !PyUnicode_CheckExact(dataset) ||
+        !PyUnicode_CheckExact(key))
+        Py_RETURN_NONE;
+    Py_ssize_t dataset_len, key_len;
+    const char *d = PyUnicode_AsUTF8AndSize(dataset, &dataset_len);
+    const char *k = d == NULL ? NULL : PyUnicode_AsUTF8AndSize(key, &key_len);
+    if (k == NULL) { /* not UTF-8 (lone surrogates): the Python path names the key */
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeError))
+            return NULL;
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (dataset_len > INT_MAX || key_len > INT_MAX)
+        Py_RETURN_NONE;
+    long long hash = (long long)XXH64(k, (size_t)key_len, 0);
+    Row row;
+    row.heap_spans = NULL;
+    int found;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    found = fetch(self, d, dataset_len, hash, k, key_len, &row);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (self->close_pending) {
+        point_release(self);
+        self->close_pending = 0;
+        found = 0;
+    }
+    PyObject *out = NULL, *data = NULL, *spans = NULL, *id = NULL, *length = NULL, *offset = NULL;
+    if (!found || row.length <= 0 || row.length > self->one_pread || row.offset < 0)
+        goto not_handled;
+    id = PyLong_FromLongLong(row.shard);
+    if (id == NULL)
+        goto done;
+    PyObject *shard = PyDict_GetItemWithError(self->shards, id); /* borrowed */
+    if (shard == NULL && PyErr_Occurred())
+        goto done;
+    if (shard == NULL || !PyTuple_CheckExact(shard) || PyTuple_GET_SIZE(shard) != 2)
+        goto not_handled; /* not cached yet, or not native (None) */
+    PyObject *url = PyTuple_GET_ITEM(shard, 0), *alignment = PyTuple_GET_ITEM(shard, 1);
+    Py_INCREF(url);
+    Py_INCREF(alignment);
+    PyObject *fd_obj = PyDict_GetItemWithError(self->fds, url); /* borrowed */
+    long fd = -1;
+    if (fd_obj != NULL && PyLong_CheckExact(fd_obj))
+        fd = PyLong_AsLong(fd_obj);
+    if (PyErr_Occurred() || fd < 0 || fd > INT_MAX) {
+        if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear();
+            goto not_handled_shard;
+        }
+        goto done_shard;
+    }
+    data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)row.length);
+    if (data == NULL)
+        goto done_shard;
+    /* As format/sources.py's pread_linked: a descriptor whose file has no
+       name left (deleted or replaced) is not read; the Python path reopens. */
+    ssize_t got = -1;
+    struct stat stt;
+    Py_BEGIN_ALLOW_THREADS
+    if (fstat((int)fd, &stt) == 0 && stt.st_nlink > 0) {
+        do
+            got = pread((int)fd, PyBytes_AS_STRING(data), (size_t)row.length, (off_t)row.offset);
+        while (got < 0 && errno == EINTR);
+    }
+    Py_END_ALLOW_THREADS
+    if (got != (ssize_t)row.length)
+        goto not_handled_shard;
+    PyObject *touched = PyObject_CallOneArg(self->touch, url);
+    if (touched == NULL)
+        goto done_shard;
+    Py_DECREF(touched);
+    spans = PyBytes_FromStringAndSize((const char *)row.spans, row.spans_len);
+    length = PyLong_FromLongLong(row.length);
+    offset = PyLong_FromLongLong(row.offset);
+    if (spans == NULL || length == NULL || offset == NULL)
+        goto done_shard;
+    PyObject *call[9] = {data, key, length, url, offset, alignment, spans, self->unpack, self->texts};
+    out = PyObject_Vectorcall(decode, call, 9, NULL);
+    if (out == NULL && PyErr_ExceptionMatches(PyExc_Exception)) {
+        /* A record that does not match the catalog (or a moved shard's old
+           place): the Python path asks again and reports it. */
+        PyErr_Clear();
+        goto not_handled_shard;
+    }
+done_shard:
+    Py_DECREF(url);
+    Py_DECREF(alignment);
+done:
+    Py_XDECREF(id);
+    Py_XDECREF(data);
+    Py_XDECREF(spans);
+    Py_XDECREF(length);
+    Py_XDECREF(offset);
+    free(row.heap_spans);
+    return out;
+not_handled_shard:
+    Py_DECREF(url);
+    Py_DECREF(alignment);
+not_handled:
+    Py_XDECREF(id);
+    Py_XDECREF(data);
+    Py_XDECREF(spans);
+    Py_XDECREF(length);
+    Py_XDECREF(offset);
+    free(row.heap_spans);
+    Py_RETURN_NONE;
+}
+
+static PyObject *point_close(Point *self, PyObject *unused)
+{
+    if (self->busy)
+        self->close_pending = 1; /* another thread is inside get(): it closes */
+    else
+        point_release(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *point_closed(Point *self, void *closure)
+{
+    return PyBool_FromLong(self->db == NULL && !self->close_pending);
+}
+
+static PyMethodDef point_methods[] = {
+    {"get", (PyCFunction)(void (*)(void))point_get, METH_FASTCALL,
+     "get(dataset, key, decode) -> Record | None: the latest version's whole record, or None if "
+     "not handled here."},
+    {"close", (PyCFunction)point_close, METH_NOARGS,
+     "Finalize the statement and close the connection (idempotent)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef point_getset[] = {
+    {"closed", (getter)point_closed, NULL, "Whether close() has run.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject PointType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shardcat.catalog._cpoint.Point",
+    .tp_basicsize = sizeof(Point),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Point(path, sql, busy_timeout_ms, shards, fds, touch, unpack, texts, one_pread): "
+              "a read-only SQLite connection and the point statement, prepared.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)point_init,
+    .tp_dealloc = (destructor)point_dealloc,
+    .tp_traverse = (traverseproc)point_traverse,
+    .tp_clear = (inquiry)point_clear,
+    .tp_methods = point_methods,
+    .tp_getset = point_getset,
+};
+
+/* bind(library) -> SQLite's version number, or None
+
+   Looks SQLite's functions up in `library` (a path to an object already
+   loaded, e.g. _sqlite3.__file__, and the libraries it depends on), or in
+   the whole process if None. None if any is missing: then Point() refuses
+   to open and the fast path is off. */
+static PyObject *py_bind(PyObject *module, PyObject *arg)
+{
+    const char *path = NULL;
+    if (arg != Py_None) {
+        path = PyUnicode_AsUTF8(arg);
+        if (path == NULL)
+            return NULL;
+    }
+    /* RTLD_NOLOAD: only an object already loaded (never a second SQLite). */
+    void *handle = dlopen(path, RTLD_LAZY | RTLD_NOLOAD);
+    Api *table = NULL;
+    if (handle != NULL) {
+        void **slots = PyMem_RawCalloc(1, sizeof(Api));
+        if (slots == NULL)
+            return PyErr_NoMemory();
+        size_t i;
+        for (i = 0; i < API_COUNT; i++) {
+            slots[i] = dlsym(handle, API_NAMES[i]);
+            if (slots[i] == NULL)
+                break;
+        }
+        if (i == API_COUNT)
+            table = (Api *)slots;
+        else
+            PyMem_RawFree(slots);
+        /* The handle stays open while a table uses it; a failed lookup drops it. */
+        if (table == NULL)
+            dlclose(handle);
+    }
+    api = table;
+    if (table == NULL)
+        Py_RETURN_NONE;
+    return PyLong_FromLong(table->libversion_number());
+}
+
+static PyMethodDef module_methods[] = {
+    {"bind", py_bind, METH_O, "bind(library) -> SQLite version number or None."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_cpoint", "The compiled SQLite point lookup (see point.py).", -1, module_methods,
+};
+
+PyMODINIT_FUNC PyInit__cpoint(void)
+{
+    if (PyType_Ready(&PointType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&PointType);
+    if (PyModule_AddObject(m, "Point", (PyObject *)&PointType) < 0) {
+        Py_DECREF(&PointType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    static int registered;
+    if (!registered && pthread_atfork(NULL, NULL, after_fork_in_child) == 0)
+        registered = 1;
+    return m;
+}

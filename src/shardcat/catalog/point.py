@@ -1,0 +1,162 @@
+"""The compiled point lookup (``_cpoint.c``): whether it runs, and opening it for a lookup.
+
+``Catalog.get(dataset, key)`` of the latest version's whole record on a
+file-backed SQLite catalog runs in one C call (issue 10): the key's hash,
+one step of the *same* prepared statement the Python path runs (so the
+statement alone decides visibility: committed shards, live records), the
+shard's cached URL and open descriptor, one ``pread``, and the record
+codec's ``decode_spanned``. Everything else (no row, any SQLite result code
+but a row, a shard not cached yet, a tar shard, a read that fails or comes
+back short, a record the decoder rejects; entries=, version=, in-memory
+SQLite, PostgreSQL) comes back "not handled" and the Python path in
+:mod:`.lookup` answers, so its errors and recovery stay the only ones.
+
+SQLite's functions are looked up at run time in the library Python's own
+``_sqlite3`` module uses: a second copy of SQLite in one process would
+break its POSIX locks (sqlite.org/howtocorrupt.html, 2.2.1). Where they
+cannot be found, the fast path is off.
+
+``SHARDCAT_POINT_LOOKUP`` chooses, when shardcat is imported:
+
+``auto`` (default)
+    The compiled path where it was built and SQLite's functions were found.
+``compiled``
+    The same, and importing shardcat fails where it is not available.
+``python``
+    The Python path only.
+
+``SHARDCAT_RECORD_CODEC=python`` turns it off as well (the reference codec
+then runs on the Python path). :func:`use` switches; lookups opened after a
+switch follow it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ..format import recordcodec
+from ..format.implementations import Name, choose
+from ..storage.cache import ONE_PREAD
+from .connection import RawConnection
+
+__all__ = ["ENV_VAR", "active", "available", "load", "open_point", "use"]
+
+ENV_VAR = "SHARDCAT_POINT_LOOKUP"
+
+_log = logging.getLogger(__name__)
+
+_compiled: Any
+_missing: BaseException | None = None
+try:
+    _compiled = importlib.import_module(f"{__package__}._cpoint")
+except ImportError as e:  # built without a compiler, or a source checkout not built
+    _compiled = None
+    _missing = e
+
+_sqlite_version: int | None = None
+
+
+def _sqlite_library() -> str | None:
+    """The file of Python's ``_sqlite3`` module (loaded here: the lookup needs it anyway)."""
+    try:
+        import _sqlite3
+    except ImportError:
+        return None
+    return getattr(_sqlite3, "__file__", None)
+
+
+def load(library: str | None = "_sqlite3") -> bool:
+    """Look SQLite's functions up in ``library``, a loaded shared object; True if all were found.
+
+    The default is the file of Python's ``_sqlite3`` module, whose SQLite
+    is the one every other connection of the process uses; None searches
+    the whole process. Tests pass a library without SQLite to check that
+    the fast path turns itself off. Lookups opened afterwards follow.
+    """
+    global _sqlite_version, _missing
+    if _compiled is None:
+        return False
+    path = _sqlite_library() if library == "_sqlite3" else library
+    _sqlite_version = _compiled.bind(path)
+    if _sqlite_version is None:
+        _missing = ImportError(f"SQLite's functions were not found in {path or 'the process'}")
+    return _sqlite_version is not None
+
+
+def available() -> bool:
+    """Whether the compiled point lookup was built and found SQLite's functions."""
+    return _compiled is not None and _sqlite_version is not None
+
+
+_active: Name = "python"
+
+
+def active() -> Name:
+    """``"compiled"`` if new lookups take the compiled path, else ``"python"``."""
+    return _active
+
+
+def use(name: str) -> Name:
+    """Switch the point lookup of lookups opened from now on; returns the previous choice.
+
+    Raises
+    ------
+    CodecUnavailableError
+        ``"compiled"`` was asked for but it is not available.
+    ValueError
+        An unknown name.
+    """
+    global _active
+    previous = _active
+    _active = choose(
+        name, built=available(), missing=_missing, what="point lookup", env_var=ENV_VAR
+    )
+    return previous
+
+
+def open_point(
+    raw: RawConnection,
+    sql: str,
+    shards: dict[int, tuple[str, int] | None],
+    fds: Any,
+    touch: Callable[[str], None],
+    unpack: Callable[..., Any],
+    texts: dict[Any, Any],
+) -> Any | None:
+    """The compiled point lookup for a lookup's state, or None where it does not apply.
+
+    ``sql`` is the lookup's own statement (bound as dataset, key hash,
+    key); ``shards``, ``fds`` and ``touch`` are the lookup's shard cache,
+    its source cache's open descriptors and LRU mark, read in place; the
+    object's ``get(dataset, key, decode)`` returns a record or None.
+    """
+    if _active != "compiled" or recordcodec.active() != "compiled" or raw.dialect != "sqlite":
+        return None
+    # URI options (mode=, immutable=, vfs=...): only the Python driver applies them.
+    if raw.url.query:
+        return None
+    conn = raw.conn
+    try:
+        rows = conn.execute("PRAGMA database_list").fetchall()
+        file = next((row[2] for row in rows if row[1] == "main"), "")
+        if not file:  # in memory or temporary: another connection cannot see it
+            return None
+        # The same busy timeout and page cache as the lookup's Python connection.
+        (busy_ms,) = conn.execute("PRAGMA busy_timeout").fetchone()
+        (cache_size,) = conn.execute("PRAGMA cache_size").fetchone()
+        return _compiled.Point(
+            file, sql, int(busy_ms), int(cache_size), shards, fds, touch, unpack, texts, ONE_PREAD
+        )
+    except Exception as e:
+        # Cannot open or prepare (or a file name SQLite cannot hand back as
+        # text): the Python path serves this lookup, as it would without C.
+        _log.debug("compiled point lookup off for %s: %s", raw.url, e)
+        return None
+
+
+load()
+use(os.environ.get(ENV_VAR, "auto"))
