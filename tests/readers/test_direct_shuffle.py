@@ -41,6 +41,14 @@ def codec(request: pytest.FixtureRequest) -> Any:
     recordcodec.use(previous)
 
 
+@pytest.fixture(params=["mapped", "preadv"])
+def reads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Records gathered from the shards' mappings (the default) or with one ``preadv`` each."""
+    if request.param == "preadv":
+        monkeypatch.setattr(gather, "_map", lambda shard: None)
+    return str(request.param)
+
+
 @pytest.fixture
 def gathered(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the samples of shuffled batches made straight from shard bytes (in this process)."""
@@ -80,7 +88,7 @@ def keys(batches: list[Any]) -> list[str]:
 @pytest.mark.parametrize("batch_size", [1, 5, 64])
 @pytest.mark.parametrize("entries", [None, ["bin"], ["json", "txt"]])
 def test_same_batches_as_the_record_path(
-    bytes_dataset, codec, gathered, buffer, batch_size, entries
+    bytes_dataset, codec, reads, gathered, buffer, batch_size, entries
 ):
     """The direct path draws the same order from the same seed: the same batches, byte for byte."""
     url, expected = bytes_dataset
@@ -296,7 +304,7 @@ def test_remote_shards_without_cache_stream_and_with_cache_gather(s3, tmp_path, 
 
 
 @pytest.mark.parametrize("where", ["payload", "head"])
-def test_a_damaged_record_raises_checksum_error(bytes_dataset, codec, where):
+def test_a_damaged_record_raises_checksum_error(bytes_dataset, codec, reads, where):
     url, _ = bytes_dataset
     with Catalog(url) as cat:
         path = cat.shards("train")[0].url
@@ -313,8 +321,14 @@ def test_a_damaged_record_raises_checksum_error(bytes_dataset, codec, where):
         list(ShardLoader(dataset(url, shuffle_buffer=1000), num_workers=1))
 
 
-def test_a_shard_cut_short_after_its_plan_raises_truncated(bytes_dataset, codec, monkeypatch):
-    """The file shrinks between planning (footer read) and reading its records."""
+def test_a_shard_cut_short_after_its_plan_raises_truncated(
+    bytes_dataset, codec, reads, monkeypatch
+):
+    """The file shrinks between planning (footer read) and reading its records.
+
+    Mapped, the size check before each batch finds it (a mapped read past the new end would
+    kill the process with SIGBUS) and the batch is read with ``preadv``, which reports it.
+    """
     url, _ = bytes_dataset
     real = direct.open_direct
 
@@ -371,3 +385,38 @@ def test_scatter_read_runs_reference_matches_the_compiled_one(tmp_path):
     finally:
         for f in files:
             f.close()
+
+
+def test_gather_copy_reference_matches_the_compiled_one() -> None:
+    if "compiled" not in recordcodec.available():
+        pytest.skip("the compiled codec was not built")
+    from shardcat.format import _ccodec, scatter
+
+    rng = np.random.default_rng(1)
+    sources = [rng.integers(0, 256, 3000, dtype=np.uint8).tobytes() for _ in range(2)]
+    which = np.array([1, 0, 1], dtype=np.int64)
+    offsets = np.array([100, 0, 2990], dtype=np.int64)
+    counts = np.array([2, 3, 1], dtype=np.int64)
+    positions = np.array([0, 50, 10, 1000, 3000, 2000], dtype=np.int64)
+    lengths = np.array([10, 900, 10, 0, 500, 10], dtype=np.int64)
+    out = []
+    for fn in (_ccodec, scatter):
+        dest = np.zeros(4000, dtype=np.uint8)
+        fn.gather_copy(sources, which, offsets, counts, dest, positions, lengths)
+        assert dest[50:950].tobytes() == sources[1][110:1010]
+        assert dest[3000:3500].tobytes() == sources[0][10:510]
+        assert dest[2000:2010].tobytes() == sources[1][2990:3000]
+        out.append(dest)
+        past = offsets.copy()
+        past[2] = 2995  # run 2 runs off the end of its source
+        with pytest.raises(ValueError, match="outside source"):
+            fn.gather_copy(sources, which, past, counts, dest, positions, lengths)
+        with pytest.raises(ValueError, match="invalid"):
+            fn.gather_copy(sources, which + 1, offsets, counts, dest, positions, lengths)
+        with pytest.raises(ValueError, match="runs take"):
+            fn.gather_copy(sources, which, offsets, counts - 1, dest, positions, lengths)
+        with pytest.raises(ValueError, match="outside the destination"):
+            fn.gather_copy(sources, which, offsets, counts, dest[:100], positions, lengths)
+    assert (out[0] == out[1]).all()
+    with pytest.raises(TypeError):
+        _ccodec.gather_copy([sources[0], 3], which, offsets, counts, out[0], positions, lengths)

@@ -1558,6 +1558,91 @@ finally:
 }
 #endif
 
+/* gather_copy(sources, which, offsets, counts, dest, positions, lengths) -> None
+
+   scatter_read_runs from buffers in memory (_scatter.gather_copy is the reference):
+   run k copies sources[which[k]][offsets[k]:] into the next counts[k] pieces
+   (int64 arrays, one row per run). A shuffled packed batch gathers its records
+   so from the shards' read-only mappings: a memcpy per piece, no system call
+   per record; the GIL is released meanwhile. */
+static PyObject *py_gather_copy(PyObject *self, PyObject *args)
+{
+    PyObject *sources;
+    Py_buffer whb, offb, cntb, dest, pos, len;
+    if (!PyArg_ParseTuple(args, "Oy*y*y*w*y*y*", &sources, &whb, &offb, &cntb, &dest, &pos, &len))
+        return NULL;
+    PyObject *result = NULL, *seq = NULL;
+    Py_buffer *bufs = NULL;
+    Py_ssize_t nbufs = 0, got = 0, n, runs = whb.len / 8;
+    uint64_t total;
+    if (scatter_pieces(&pos, &len, dest.len, &n, &total) < 0)
+        goto finally;
+    if (whb.len % 8 || offb.len != whb.len || cntb.len != whb.len) {
+        PyErr_SetString(PyExc_ValueError, "gather_copy: which, offsets and counts must be int64 arrays of one length");
+        goto finally;
+    }
+    seq = PySequence_Fast(sources, "gather_copy: sources must be a sequence of buffers");
+    if (seq == NULL)
+        goto finally;
+    nbufs = PySequence_Fast_GET_SIZE(seq);
+    bufs = PyMem_Calloc(nbufs ? (size_t)nbufs : 1, sizeof(Py_buffer));
+    if (bufs == NULL) {
+        PyErr_NoMemory();
+        goto finally;
+    }
+    for (; got < nbufs; got++)
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, got), &bufs[got], PyBUF_SIMPLE) < 0)
+            goto finally;
+    const int64_t *wh = (const int64_t *)whb.buf, *offs = (const int64_t *)offb.buf, *cnts = (const int64_t *)cntb.buf;
+    const int64_t *p = (const int64_t *)pos.buf, *l = (const int64_t *)len.buf;
+    Py_ssize_t at = 0;
+    for (Py_ssize_t k = 0; k < runs; k++) {
+        if (wh[k] < 0 || wh[k] >= nbufs || offs[k] < 0 || cnts[k] < 0 || cnts[k] > n - at) {
+            PyErr_Format(PyExc_ValueError, "gather_copy: run %zd (source %lld, offset %lld, %lld pieces) "
+                         "is invalid or needs more pieces than given", k, (long long)wh[k],
+                         (long long)offs[k], (long long)cnts[k]);
+            goto finally;
+        }
+        uint64_t want = 0;
+        for (Py_ssize_t i = at; i < at + cnts[k]; i++)
+            want += (uint64_t)l[i];
+        if ((uint64_t)offs[k] > (uint64_t)bufs[wh[k]].len || want > (uint64_t)bufs[wh[k]].len - (uint64_t)offs[k]) {
+            PyErr_Format(PyExc_ValueError, "gather_copy: run %zd (%llu bytes at %lld) is outside source %lld (%zd bytes)",
+                         k, (unsigned long long)want, (long long)offs[k], (long long)wh[k], bufs[wh[k]].len);
+            goto finally;
+        }
+        at += (Py_ssize_t)cnts[k];
+    }
+    if (at != n) {
+        PyErr_Format(PyExc_ValueError, "gather_copy: the runs take %zd pieces, %zd were given", at, n);
+        goto finally;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t i = 0;
+    for (Py_ssize_t k = 0; k < runs; k++) {
+        const char *from = (const char *)bufs[wh[k]].buf + offs[k];
+        for (Py_ssize_t e = i + (Py_ssize_t)cnts[k]; i < e; i++) {
+            memcpy((char *)dest.buf + p[i], from, (size_t)l[i]);
+            from += l[i];
+        }
+    }
+    Py_END_ALLOW_THREADS
+    Py_INCREF(Py_None);
+    result = Py_None;
+finally:
+    for (Py_ssize_t j = 0; j < got; j++)
+        PyBuffer_Release(&bufs[j]);
+    PyMem_Free(bufs);
+    Py_XDECREF(seq);
+    PyBuffer_Release(&whb);
+    PyBuffer_Release(&offb);
+    PyBuffer_Release(&cntb);
+    PyBuffer_Release(&dest);
+    PyBuffer_Release(&pos);
+    PyBuffer_Release(&len);
+    return result;
+}
+
 /* crc32c_spans(buf, starts, lengths) -> bytes
 
    The CRC32C of each span buf[starts[i] : starts[i] + lengths[i]] (int64
@@ -2433,6 +2518,8 @@ static PyMethodDef methods[] = {
      "scatter_read_runs(fds, offsets, counts, dest, positions, lengths): many scatter_reads in one call."},
 #endif
     {"scatter_copy", py_scatter_copy, METH_VARARGS, "scatter_copy(src, dest, positions, lengths): src laid out in pieces."},
+    {"gather_copy", py_gather_copy, METH_VARARGS,
+     "gather_copy(sources, which, offsets, counts, dest, positions, lengths): runs of several buffers laid out in pieces."},
     {"crc32c_spans", py_crc32c_spans, METH_VARARGS, "crc32c_spans(buf, starts, lengths): the CRC32C of each span."},
     {"decode_run", py_decode_run, METH_VARARGS, "The whole, sound records of a stream buffer."},
     {"decode_batch", py_decode_batch, METH_VARARGS, "Every record of a batch of indexed reads, in one call."},
