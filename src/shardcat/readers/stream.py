@@ -304,10 +304,9 @@ class SampleStream:
         )
         if direct and buffered:
             sizes = [t.count for t in tasks]
-            order = self.order(epoch, (rank, worker), sum(sizes))
+            order = self.order(epoch, (rank, worker), sum(sizes))[start:]
             # A buffer spanning too many small shards would hold them all open: the record
             # path below reads one shard at a time instead.
-            order = order[start:]
             if gather.shards_needed_at_once(sizes, order, batch_size) <= gather.MAX_OPEN_SHARDS:
                 yield from gather.iter_gathered(
                     tasks, self.storage_options, self.entries, self.cache, order, batch_size
