@@ -172,6 +172,46 @@ def breakdown(cat_url: str, urls: list[str], repeat: int) -> None:
         print(f"| {label} | {t / n * 1e6:.2f} | {base / t:.2f} |")
 
 
+def packed_cpu(cat_url: str, urls: list[str], repeat: int) -> None:
+    """What a packing worker pays per sample, in this process: shuffle off/on, batches of 64/256.
+
+    Each packed dataset read straight from shard bytes (``direct``) and from records
+    (``direct=False``: the path a shuffle buffer took before it held positions), CPU time,
+    best of ``repeat``, interleaved with the plain reader.
+    """
+    steps: dict[str, Callable[[], int]] = {"plain streaming reader": partial(plain, urls)}
+    for shuffle in (False, True):
+        for size in (64, 256):
+            for direct in (True, False):
+                ds = ShardIterableDataset(
+                    cat_url,
+                    "bench",
+                    shuffle=shuffle,
+                    shuffle_buffer=1000,
+                    batch_size=size,
+                    collate=pack_samples,
+                )
+                ds.stream = dataclasses.replace(ds.stream, direct=direct)
+                label = (
+                    f"shuffle buffer {'1,000' if shuffle else 'off'}, batches of {size}, "
+                    f"{'straight from shard bytes' if direct else 'from records'}"
+                )
+                steps[label] = lambda ds=ds: sum(len(b) for b in ds)
+    best: dict[str, float] = {}
+    n = 0
+    for _ in range(repeat):
+        for label, step in steps.items():
+            c0 = time.process_time()
+            n = step()
+            best[label] = min(best.get(label, float("inf")), time.process_time() - c0)
+    base = best["plain streaming reader"]
+    print(f"In one process (a worker's share), {n:,} samples, CPU time, best of {repeat}:")
+    print("| packed batches | samples per CPU second | vs plain |")
+    print("| --- | --- | --- |")
+    for label, t in best.items():
+        print(f"| {label} | {n / t:,.0f} | {base / t:.2f} |")
+
+
 def worker_cpu(cat_url: str, urls: list[str], repeat: int) -> None:
     """Who bounds one persistent worker: CPU per sample of the worker (from /proc) and of the loop.
 
@@ -480,6 +520,11 @@ def main() -> None:
         help="only CPU per sample of one persistent worker vs the training process (Linux)",
     )
     ap.add_argument(
+        "--packed-cpu",
+        action="store_true",
+        help="only CPU per sample of packed datasets in one process (shuffle off/on, 64/256)",
+    )
+    ap.add_argument(
         "--packed-only",
         action="store_true",
         help="only the plain reader and packed batches (from shard bytes, from records, 256)",
@@ -507,6 +552,9 @@ def main() -> None:
             return
         if args.worker_cpu:
             worker_cpu(cat_url, urls, args.repeat)
+            return
+        if args.packed_cpu:
+            packed_cpu(cat_url, urls, args.repeat)
             return
         best_plain: dict[bool, dict[str, tuple[float, float, int, float]]] = {}
         settings = {"both": (False, True), "off": (False,), "on": (True,)}[args.shuffle]

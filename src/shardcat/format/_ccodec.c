@@ -1374,6 +1374,60 @@ finally:
 }
 
 #ifdef HAVE_PREAD_LINKED
+/* One run: the file's bytes from `at` on, piece i (l[i] bytes) to base + p[i], with one
+   preadv per PACKED_IOV_MAX pieces (iov: that many slots, or NULL without preadv).
+   1: whole; 0: the file ends first; -1: an error (errno in *err). Called without the GIL. */
+static int scatter_run(int fd, uint64_t at, char *base, const int64_t *p, const int64_t *l, Py_ssize_t n,
+                       void *iov_slots, int *err)
+{
+    int whole = 1;
+    Py_ssize_t i = 0;
+#ifdef HAVE_PREADV
+    struct iovec *iov = (struct iovec *)iov_slots;
+#else
+    (void)iov_slots;
+#endif
+    while (i < n && whole && !*err) {
+        Py_ssize_t first = i;
+        uint64_t want = 0;
+#ifdef HAVE_PREADV
+        int niov = 0;
+        while (i < n && niov < PACKED_IOV_MAX && want < 0x40000000u) {
+            if (l[i]) {
+                iov[niov].iov_base = base + p[i];
+                iov[niov].iov_len = (size_t)l[i];
+                niov++;
+            }
+            want += (uint64_t)l[i];
+            i++;
+        }
+        ssize_t got;
+        do
+            got = niov ? preadv(fd, iov, niov, (off_t)at) : 0;
+        while (got < 0 && errno == EINTR);
+        if (got < 0) {
+            *err = errno;
+            return -1;
+        }
+        if ((uint64_t)got == want) {
+            at += want;
+            continue;
+        }
+#else
+        want = (uint64_t)l[i];
+        i++;
+#endif
+        /* Short (a signal, the kernel's cap, the end of the file): piece by piece. */
+        uint64_t q = at;
+        for (Py_ssize_t u = first; u < i && whole && !*err; u++) {
+            whole = pread_whole(fd, base + p[u], (uint64_t)l[u], q, err) == 1;
+            q += (uint64_t)l[u];
+        }
+        at += want;
+    }
+    return *err ? -1 : whole;
+}
+
 /* scatter_read(fd, offset, dest, positions, lengths) -> bool
 
    The file's bytes from `offset` on, piece i (lengths[i] bytes, in file order)
@@ -1393,17 +1447,13 @@ static PyObject *py_scatter_read(PyObject *self, PyObject *args)
     PyObject *result = NULL;
     Py_ssize_t n;
     uint64_t total;
-#ifdef HAVE_PREADV
-    struct iovec *iov = NULL;
-#endif
+    void *iov = NULL;
     if (scatter_pieces(&pos, &len, dest.len, &n, &total) < 0)
         goto finally;
     if (fd < 0 || offset < 0 || (uint64_t)offset > (uint64_t)LLONG_MAX - total) {
         PyErr_SetString(PyExc_ValueError, "scatter_read: fd and offset must be >= 0");
         goto finally;
     }
-    const int64_t *p = (const int64_t *)pos.buf, *l = (const int64_t *)len.buf;
-    char *base = (char *)dest.buf;
 #ifdef HAVE_PREADV
     iov = PyMem_RawMalloc(sizeof(struct iovec) * PACKED_IOV_MAX);
     if (iov == NULL) {
@@ -1411,48 +1461,10 @@ static PyObject *py_scatter_read(PyObject *self, PyObject *args)
         goto finally;
     }
 #endif
-    int err = 0, whole = 1;
+    int err = 0, whole;
     Py_BEGIN_ALLOW_THREADS
-    uint64_t at = (uint64_t)offset;
-    Py_ssize_t i = 0;
-    while (i < n && whole && !err) {
-        Py_ssize_t first = i;
-        uint64_t want = 0;
-#ifdef HAVE_PREADV
-        int niov = 0;
-        while (i < n && niov < PACKED_IOV_MAX && want < 0x40000000u) {
-            if (l[i]) {
-                iov[niov].iov_base = base + p[i];
-                iov[niov].iov_len = (size_t)l[i];
-                niov++;
-            }
-            want += (uint64_t)l[i];
-            i++;
-        }
-        ssize_t got;
-        do
-            got = niov ? preadv(fd, iov, niov, (off_t)at) : 0;
-        while (got < 0 && errno == EINTR);
-        if (got < 0) {
-            err = errno;
-            break;
-        }
-        if ((uint64_t)got == want) {
-            at += want;
-            continue;
-        }
-#else
-        want = (uint64_t)l[i];
-        i++;
-#endif
-        /* Short (a signal, the kernel's cap, the end of the file): piece by piece. */
-        uint64_t q = at;
-        for (Py_ssize_t u = first; u < i && whole && !err; u++) {
-            whole = pread_whole(fd, base + p[u], (uint64_t)l[u], q, &err) == 1;
-            q += (uint64_t)l[u];
-        }
-        at += want;
-    }
+    whole = scatter_run(fd, (uint64_t)offset, (char *)dest.buf, (const int64_t *)pos.buf,
+                        (const int64_t *)len.buf, n, iov, &err);
     Py_END_ALLOW_THREADS
     if (err) {
         errno = err;
@@ -1461,15 +1473,175 @@ static PyObject *py_scatter_read(PyObject *self, PyObject *args)
     }
     result = PyBool_FromLong(whole);
 finally:
-#ifdef HAVE_PREADV
     PyMem_RawFree(iov);
+    PyBuffer_Release(&dest);
+    PyBuffer_Release(&pos);
+    PyBuffer_Release(&len);
+    return result;
+}
+
+/* scatter_read_runs(fds, offsets, counts, dest, positions, lengths) -> int
+
+   Many runs in one call (_scatter.scatter_read_runs is the reference): run k
+   reads file fds[k] from offsets[k] into the next counts[k] pieces, as
+   scatter_read does (int64 arrays, one row per run). A shuffled packed batch
+   gathers its records, each a run of its own, from several shards so, with
+   the GIL released once. Returns -1 when every run was read whole, else the
+   first run the file ended inside (the runs after it are not read). */
+static PyObject *py_scatter_read_runs(PyObject *self, PyObject *args)
+{
+    Py_buffer fdb, offb, cntb, dest, pos, len;
+    if (!PyArg_ParseTuple(args, "y*y*y*w*y*y*", &fdb, &offb, &cntb, &dest, &pos, &len))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n, runs = fdb.len / 8;
+    uint64_t total;
+    void *iov = NULL;
+    if (scatter_pieces(&pos, &len, dest.len, &n, &total) < 0)
+        goto finally;
+    if (fdb.len % 8 || offb.len != fdb.len || cntb.len != fdb.len) {
+        PyErr_SetString(PyExc_ValueError, "scatter_read_runs: fds, offsets and counts must be int64 arrays of one length");
+        goto finally;
+    }
+    const int64_t *fds = (const int64_t *)fdb.buf, *offs = (const int64_t *)offb.buf,
+                  *cnts = (const int64_t *)cntb.buf;
+    Py_ssize_t pieces = 0;
+    for (Py_ssize_t k = 0; k < runs; k++) {
+        if (fds[k] < 0 || fds[k] > INT_MAX || offs[k] < 0 || cnts[k] < 0 || cnts[k] > n - pieces) {
+            PyErr_Format(PyExc_ValueError, "scatter_read_runs: run %zd (fd %lld, offset %lld, %lld pieces) "
+                         "is invalid or needs more pieces than given", k, (long long)fds[k],
+                         (long long)offs[k], (long long)cnts[k]);
+            goto finally;
+        }
+        pieces += cnts[k];
+    }
+    if (pieces != n) {
+        PyErr_Format(PyExc_ValueError, "scatter_read_runs: the runs take %zd pieces, %zd were given", pieces, n);
+        goto finally;
+    }
+#ifdef HAVE_PREADV
+    iov = PyMem_RawMalloc(sizeof(struct iovec) * PACKED_IOV_MAX);
+    if (iov == NULL) {
+        PyErr_NoMemory();
+        goto finally;
+    }
 #endif
+    int err = 0;
+    Py_ssize_t ended = -1;
+    const int64_t *p = (const int64_t *)pos.buf, *l = (const int64_t *)len.buf;
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t at = 0;
+    for (Py_ssize_t k = 0; k < runs && !err; k++) {
+        if (scatter_run((int)fds[k], (uint64_t)offs[k], (char *)dest.buf, p + at, l + at, (Py_ssize_t)cnts[k],
+                        iov, &err) == 0) {
+            ended = k;
+            break;
+        }
+        at += (Py_ssize_t)cnts[k];
+    }
+    Py_END_ALLOW_THREADS
+    if (err) {
+        errno = err;
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto finally;
+    }
+    result = PyLong_FromSsize_t(ended);
+finally:
+    PyMem_RawFree(iov);
+    PyBuffer_Release(&fdb);
+    PyBuffer_Release(&offb);
+    PyBuffer_Release(&cntb);
     PyBuffer_Release(&dest);
     PyBuffer_Release(&pos);
     PyBuffer_Release(&len);
     return result;
 }
 #endif
+
+/* gather_copy(sources, which, offsets, counts, dest, positions, lengths) -> None
+
+   scatter_read_runs from buffers in memory (_scatter.gather_copy is the reference):
+   run k copies sources[which[k]][offsets[k]:] into the next counts[k] pieces
+   (int64 arrays, one row per run). A shuffled packed batch gathers its records
+   so from the shards' read-only mappings: a memcpy per piece, no system call
+   per record; the GIL is released meanwhile. */
+static PyObject *py_gather_copy(PyObject *self, PyObject *args)
+{
+    PyObject *sources;
+    Py_buffer whb, offb, cntb, dest, pos, len;
+    if (!PyArg_ParseTuple(args, "Oy*y*y*w*y*y*", &sources, &whb, &offb, &cntb, &dest, &pos, &len))
+        return NULL;
+    PyObject *result = NULL, *seq = NULL;
+    Py_buffer *bufs = NULL;
+    Py_ssize_t nbufs = 0, got = 0, n, runs = whb.len / 8;
+    uint64_t total;
+    if (scatter_pieces(&pos, &len, dest.len, &n, &total) < 0)
+        goto finally;
+    if (whb.len % 8 || offb.len != whb.len || cntb.len != whb.len) {
+        PyErr_SetString(PyExc_ValueError, "gather_copy: which, offsets and counts must be int64 arrays of one length");
+        goto finally;
+    }
+    seq = PySequence_Fast(sources, "gather_copy: sources must be a sequence of buffers");
+    if (seq == NULL)
+        goto finally;
+    nbufs = PySequence_Fast_GET_SIZE(seq);
+    bufs = PyMem_Calloc(nbufs ? (size_t)nbufs : 1, sizeof(Py_buffer));
+    if (bufs == NULL) {
+        PyErr_NoMemory();
+        goto finally;
+    }
+    for (; got < nbufs; got++)
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, got), &bufs[got], PyBUF_SIMPLE) < 0)
+            goto finally;
+    const int64_t *wh = (const int64_t *)whb.buf, *offs = (const int64_t *)offb.buf, *cnts = (const int64_t *)cntb.buf;
+    const int64_t *p = (const int64_t *)pos.buf, *l = (const int64_t *)len.buf;
+    Py_ssize_t at = 0;
+    for (Py_ssize_t k = 0; k < runs; k++) {
+        if (wh[k] < 0 || wh[k] >= nbufs || offs[k] < 0 || cnts[k] < 0 || cnts[k] > n - at) {
+            PyErr_Format(PyExc_ValueError, "gather_copy: run %zd (source %lld, offset %lld, %lld pieces) "
+                         "is invalid or needs more pieces than given", k, (long long)wh[k],
+                         (long long)offs[k], (long long)cnts[k]);
+            goto finally;
+        }
+        uint64_t want = 0;
+        for (Py_ssize_t i = at; i < at + cnts[k]; i++)
+            want += (uint64_t)l[i];
+        if ((uint64_t)offs[k] > (uint64_t)bufs[wh[k]].len || want > (uint64_t)bufs[wh[k]].len - (uint64_t)offs[k]) {
+            PyErr_Format(PyExc_ValueError, "gather_copy: run %zd (%llu bytes at %lld) is outside source %lld (%zd bytes)",
+                         k, (unsigned long long)want, (long long)offs[k], (long long)wh[k], bufs[wh[k]].len);
+            goto finally;
+        }
+        at += (Py_ssize_t)cnts[k];
+    }
+    if (at != n) {
+        PyErr_Format(PyExc_ValueError, "gather_copy: the runs take %zd pieces, %zd were given", at, n);
+        goto finally;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t i = 0;
+    for (Py_ssize_t k = 0; k < runs; k++) {
+        const char *from = (const char *)bufs[wh[k]].buf + offs[k];
+        for (Py_ssize_t e = i + (Py_ssize_t)cnts[k]; i < e; i++) {
+            memcpy((char *)dest.buf + p[i], from, (size_t)l[i]);
+            from += l[i];
+        }
+    }
+    Py_END_ALLOW_THREADS
+    Py_INCREF(Py_None);
+    result = Py_None;
+finally:
+    for (Py_ssize_t j = 0; j < got; j++)
+        PyBuffer_Release(&bufs[j]);
+    PyMem_Free(bufs);
+    Py_XDECREF(seq);
+    PyBuffer_Release(&whb);
+    PyBuffer_Release(&offb);
+    PyBuffer_Release(&cntb);
+    PyBuffer_Release(&dest);
+    PyBuffer_Release(&pos);
+    PyBuffer_Release(&len);
+    return result;
+}
 
 /* crc32c_spans(buf, starts, lengths) -> bytes
 
@@ -2342,8 +2514,12 @@ static PyMethodDef methods[] = {
      "read_packed(fds, table, max_gap, group_bytes): a batch's records, read into packed buffers."},
     {"scatter_read", py_scatter_read, METH_VARARGS,
      "scatter_read(fd, offset, dest, positions, lengths): a file's bytes read straight into pieces of dest."},
+    {"scatter_read_runs", py_scatter_read_runs, METH_VARARGS,
+     "scatter_read_runs(fds, offsets, counts, dest, positions, lengths): many scatter_reads in one call."},
 #endif
     {"scatter_copy", py_scatter_copy, METH_VARARGS, "scatter_copy(src, dest, positions, lengths): src laid out in pieces."},
+    {"gather_copy", py_gather_copy, METH_VARARGS,
+     "gather_copy(sources, which, offsets, counts, dest, positions, lengths): runs of several buffers laid out in pieces."},
     {"crc32c_spans", py_crc32c_spans, METH_VARARGS, "crc32c_spans(buf, starts, lengths): the CRC32C of each span."},
     {"decode_run", py_decode_run, METH_VARARGS, "The whole, sound records of a stream buffer."},
     {"decode_batch", py_decode_batch, METH_VARARGS, "Every record of a batch of indexed reads, in one call."},

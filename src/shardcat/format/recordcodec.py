@@ -52,10 +52,12 @@ __all__ = [
     "decode_run",
     "decode_spanned",
     "encode_record",
+    "gather_copy",
     "iter_records",
     "read_packed",
     "scatter_copy",
     "scatter_read",
+    "scatter_read_runs",
     "use",
 ]
 
@@ -140,6 +142,10 @@ read_packed: Callable[..., list[bytes] | None]
 crc32c: Callable[..., int]
 scatter_read: Callable[..., bool]
 """A run of a local file read straight into pieces of a buffer (:func:`.scatter.scatter_read`)."""
+scatter_read_runs: Callable[..., int]
+"""Many runs, of several files, read into pieces of one buffer (:func:`.scatter.scatter_read_runs`)."""
+gather_copy: Callable[..., None]
+"""Runs of several buffers laid out in pieces of one buffer (:func:`.scatter.gather_copy`)."""
 scatter_copy: Callable[..., None]
 """Bytes laid out in pieces of a buffer (:func:`.scatter.scatter_copy`)."""
 crc32c_spans: Callable[..., bytes]
@@ -169,7 +175,7 @@ def use(name: str) -> Name:
     """
     global encode_record, decode_record, decode_indexed, decode_spanned, decode_run, decode_records
     global decode_batch, iter_records, read_packed, batch_table
-    global crc32c, scatter_read, scatter_copy, crc32c_spans, _active
+    global crc32c, scatter_read, scatter_read_runs, gather_copy, scatter_copy, crc32c_spans, _active
     previous = globals().get("_active", "python")
     choice = choose(
         name, built=_compiled is not None, missing=_missing, what="record codec", env_var=ENV_VAR
@@ -188,7 +194,9 @@ def use(name: str) -> Name:
         read_packed = getattr(_compiled, "read_packed", _pread.read_packed)
         crc32c = _compiled.crc32c
         scatter_read = getattr(_compiled, "scatter_read", scatter.scatter_read)
+        scatter_read_runs = getattr(_compiled, "scatter_read_runs", scatter.scatter_read_runs)
         scatter_copy = _compiled.scatter_copy
+        gather_copy = _compiled.gather_copy
         crc32c_spans = _compiled.crc32c_spans
     else:
         encode_record = records.encode_record
@@ -201,7 +209,9 @@ def use(name: str) -> Name:
         read_packed = _pread.read_packed
         crc32c = _crc32c_package.crc32c
         scatter_read = scatter.scatter_read
+        scatter_read_runs = scatter.scatter_read_runs
         scatter_copy = scatter.scatter_copy
+        gather_copy = scatter.gather_copy
         crc32c_spans = scatter.crc32c_spans
     _active = choice
     return previous  # type: ignore[no-any-return]

@@ -12,13 +12,15 @@ references, chosen with ``SHARDCAT_RECORD_CODEC=python``.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from typing import Any
 
 import crc32c as _crc32c_package
 import numpy as np
 
 from .._pread import pread_full
 
-__all__ = ["crc32c_spans", "scatter_copy", "scatter_read"]
+__all__ = ["crc32c_spans", "gather_copy", "scatter_copy", "scatter_read", "scatter_read_runs"]
 
 
 def _pieces(positions: np.ndarray, lengths: np.ndarray, size: int) -> list[tuple[int, int]]:
@@ -67,6 +69,71 @@ def scatter_read(
         b[:] = data
         at += len(b)
     return True
+
+
+def scatter_read_runs(
+    fds: np.ndarray,
+    offsets: np.ndarray,
+    counts: np.ndarray,
+    dest: np.ndarray,
+    positions: np.ndarray,
+    lengths: np.ndarray,
+) -> int:
+    """Run ``k``: file ``fds[k]`` from ``offsets[k]`` into the next ``counts[k]`` pieces; -1, or the first run cut short."""
+    if not fds.shape == offsets.shape == counts.shape:
+        raise ValueError(
+            "scatter_read_runs: fds, offsets and counts must be int64 arrays of one length"
+        )
+    positions, lengths = positions.ravel(), lengths.ravel()
+    _pieces(positions, lengths, dest.nbytes)
+    if int(counts.sum()) != len(positions) or (counts < 0).any():
+        raise ValueError(
+            f"scatter_read_runs: the runs take {int(counts.sum())} pieces, "
+            f"{len(positions)} were given"
+        )
+    at = 0
+    for k, (fd, offset, n) in enumerate(zip(fds.tolist(), offsets.tolist(), counts.tolist())):
+        if not scatter_read(fd, offset, dest, positions[at : at + n], lengths[at : at + n]):
+            return k
+        at += n
+    return -1
+
+
+def gather_copy(
+    sources: Sequence[Any],
+    which: np.ndarray,
+    offsets: np.ndarray,
+    counts: np.ndarray,
+    dest: np.ndarray,
+    positions: np.ndarray,
+    lengths: np.ndarray,
+) -> None:
+    """Run ``k``: ``sources[which[k]]`` from ``offsets[k]`` into the next ``counts[k]`` pieces."""
+    if not which.shape == offsets.shape == counts.shape:
+        raise ValueError(
+            "gather_copy: which, offsets and counts must be int64 arrays of one length"
+        )
+    positions, lengths = positions.ravel(), lengths.ravel()
+    _pieces(positions, lengths, dest.nbytes)
+    if int(counts.sum()) != len(positions) or (counts < 0).any():
+        raise ValueError(
+            f"gather_copy: the runs take {int(counts.sum())} pieces, {len(positions)} were given"
+        )
+    at = 0
+    for k, (w, offset, n) in enumerate(zip(which.tolist(), offsets.tolist(), counts.tolist())):
+        if not 0 <= w < len(sources):
+            raise ValueError(f"gather_copy: run {k} (source {w}) is invalid")
+        src = memoryview(sources[w]).cast("B")
+        want = int(lengths[at : at + n].sum())
+        if offset < 0 or offset + want > len(src):
+            raise ValueError(
+                f"gather_copy: run {k} ({want} bytes at {offset}) is outside source {w} "
+                f"({len(src)} bytes)"
+            )
+        scatter_copy(
+            src[offset : offset + want], dest, positions[at : at + n], lengths[at : at + n]
+        )
+        at += n
 
 
 def crc32c_spans(

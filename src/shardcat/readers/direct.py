@@ -15,8 +15,9 @@ descriptor as any :class:`.packed.PackedBatch`.
 
 It applies to local shards (a remote one streams better with read-ahead,
 :mod:`.stream` decides), native ones whose records all have the same uncompressed
-entries, read in file order (no shuffle buffer), every record but the
-hidden ones (no ``where=``), without ``decode=``; a batch that meets a
+entries, every record but the hidden ones (no ``where=``), without
+``decode=``; here in file order, through a shuffle buffer in
+:mod:`.gather` (which reuses the plans and checks). A batch that meets a
 shard it does not apply to is made from that shard's records instead
 (:meth:`ShardReader.take <shardcat.format.ShardReader.take>` and
 :func:`.packed.pack_records`). Same batches, same bytes, same errors
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +52,7 @@ from .packed import (
 )
 from .plan import ShardTask
 
-__all__ = ["DirectShard", "iter_direct"]
+__all__ = ["DirectShard", "iter_direct", "open_direct"]
 
 _RAW_DECODE = json.JSONDecoder().raw_decode
 _I8 = np.int64
@@ -134,7 +135,10 @@ def _plan(reader: ShardReader, task: ShardTask, entries: Sequence[str] | None) -
     recs = footer.records
     n = len(recs)
     rows = np.arange(n, dtype=_I8)
-    if task.hidden:
+    if task.offsets is not None:  # the records a where= filter chose (decoded: see below)
+        picked = np.fromiter(task.offsets, dtype=np.uint64, count=len(task.offsets))
+        rows = rows[np.isin(recs["offset"], picked)]
+    elif task.hidden:
         hidden = np.fromiter(task.hidden, dtype=np.uint64, count=len(task.hidden))
         rows = rows[~np.isin(recs["offset"], hidden)]
     if len(rows) != task.count:
@@ -269,83 +273,128 @@ def _batch(
 
 def _direct_batch(segments: list[tuple[DirectShard, int, int]]) -> PackedBatch:
     first = segments[0][0]
-    names, packed = first.names, first.packed
-    pnames = [i for i, p in enumerate(packed) if p]  # names that are columns
-    vnames = [i for i, p in enumerate(packed) if not p]
-    n = sum(hi - lo for _, lo, hi in segments)
-    ncols = len(pnames)
-    # Where each column value starts within its column, over the batch (batch order).
     sizes = np.concatenate([s.sizes[lo:hi] for s, lo, hi in segments])
-    bounds = np.zeros((n + 1, ncols), dtype=_I8)
-    np.cumsum(sizes[:, pnames], axis=0, out=bounds[1:])
-    col_bytes = bounds[-1]
-    index_bytes = 8 * (n + 1) * ncols
-    used = index_bytes + int(col_bytes.sum())
     span = sum(int(s.end[hi - 1] - s.start[lo]) for s, lo, hi in segments)
-    ring = process_ring()
-    block = ring.take(index_bytes + span)
-    whole = _leased(block.map, block.size - HEADER)
-    col_base = index_bytes + np.concatenate([[0], np.cumsum(col_bytes)[:-1]]).astype(_I8)
-    layout = []
-    columns = {}
-    for c, i in enumerate(pnames):
-        at = 8 * (n + 1) * c
-        offsets = whole[at : at + 8 * (n + 1)].view(OFFSETS)
-        offsets[:] = bounds[:, c]
-        pos = int(col_base[c])
-        columns[names[i]] = PackedColumn(whole[pos : pos + int(col_bytes[c])], offsets)
-        layout.append((names[i], at, pos, int(col_bytes[c])))
-    rest = used  # heads, padding and other entries go after the columns
+    out = BlockFill(first, sizes, span)
     done = 0
     value_spans: list[np.ndarray] = []
     for s, lo, hi in segments:
         m = hi - lo
         length = s.pieces[lo:hi].copy()
         length[-1, -1] = s.tail[hi - 1]  # the run ends with this record
+        dest = out.place(length, done)
+        read_run(s.reader, int(s.start[lo]), int(s.end[hi - 1]), out.whole, dest, length)
+        _check(s, slice(lo, hi), out.whole, dest[:, 0])
+        where = out.payloads(dest, s.value_delta[lo:hi])
+        value_spans.append(where[:, out.vnames])
+        out.check_payloads(where, s.sizes[lo:hi], s.crcs[lo:hi], _locator(s, s.start[lo:hi]))
+        done += m
+    keys = [k for s, lo, hi in segments for k in s.keys[lo:hi]]
+    return out.seal(keys, np.concatenate(value_spans))
+
+
+class BlockFill:
+    """A direct batch's block being filled: its columns' places, then its checks and its seal."""
+
+    def __init__(self, first: DirectShard, sizes: np.ndarray, span: int) -> None:
+        self.first = first
+        self.pnames = [i for i, p in enumerate(first.packed) if p]  # names that are columns
+        self.vnames = [i for i, p in enumerate(first.packed) if not p]
+        self.sizes = sizes
+        n, ncols = len(sizes), len(self.pnames)
+        # Where each column value starts within its column, over the batch (batch order).
+        self.bounds = bounds = np.zeros((n + 1, ncols), dtype=_I8)
+        np.cumsum(sizes[:, self.pnames], axis=0, out=bounds[1:])
+        col_bytes = bounds[-1]
+        index_bytes = 8 * (n + 1) * ncols
+        self.used = index_bytes + int(col_bytes.sum())
+        self.ring = process_ring()
+        self.block = self.ring.take(index_bytes + span)
+        self.whole = whole = _leased(self.block.map, self.block.size - HEADER)
+        self.col_base = index_bytes + np.concatenate([[0], np.cumsum(col_bytes)[:-1]]).astype(_I8)
+        self.layout: list[tuple[str, int, int, int]] = []
+        self.columns: dict[str, PackedColumn] = {}
+        for c, i in enumerate(self.pnames):
+            at = 8 * (n + 1) * c
+            offsets = whole[at : at + 8 * (n + 1)].view(OFFSETS)
+            offsets[:] = bounds[:, c]
+            pos = int(self.col_base[c])
+            name = first.names[i]
+            self.columns[name] = PackedColumn(whole[pos : pos + int(col_bytes[c])], offsets)
+            self.layout.append((name, at, pos, int(col_bytes[c])))
+        self.rest = self.used  # heads, padding and other entries go after the columns
+
+    def place(self, length: np.ndarray, done: int) -> np.ndarray:
+        """Where the pieces ``length`` of the next records (the batch's ``done``-th on) go in the block."""
         dest = np.empty_like(length)
         gaps = length[:, 0::2]
         ends = np.cumsum(gaps)
-        dest[:, 0::2] = (rest + ends - gaps.ravel()).reshape(gaps.shape)
-        rest += int(ends[-1])
-        dest[:, 1::2] = col_base + bounds[done : done + m]
-        _read_run(s.reader, int(s.start[lo]), int(s.end[hi - 1]), whole, dest, length)
-        _check(s, lo, hi, whole, dest[:, 0])
-        # Every chosen payload's CRC, in one call.
-        where = np.empty((m, len(names)), dtype=_I8)
-        where[:, pnames] = dest[:, 1::2]
-        if vnames:
-            where[:, vnames] = dest[:, list(s.value_piece)] + s.value_delta[lo:hi]
-            value_spans.append(where[:, vnames])
-        crcs = np.frombuffer(
-            recordcodec.crc32c_spans(whole, where.ravel(), s.sizes[lo:hi].ravel()), dtype="<u4"
-        ).reshape(m, len(names))
-        bad = np.argwhere(crcs != s.crcs[lo:hi])
+        dest[:, 0::2] = (self.rest + ends - gaps.ravel()).reshape(gaps.shape)
+        self.rest += int(ends[-1])
+        dest[:, 1::2] = self.col_base + self.bounds[done : done + len(length)]
+        return dest
+
+    def payloads(self, dest: np.ndarray, delta: np.ndarray) -> np.ndarray:
+        """Where each chosen payload of the records placed at ``dest`` lies: (records, names)."""
+        where = np.empty((len(dest), len(self.first.names)), dtype=_I8)
+        where[:, self.pnames] = dest[:, 1::2]
+        if self.vnames:
+            where[:, self.vnames] = dest[:, list(self.first.value_piece)] + delta
+        return where
+
+    def check_payloads(
+        self,
+        where: np.ndarray,
+        sizes: np.ndarray,
+        stored: np.ndarray,
+        locate: Callable[[int], tuple[str, int]],
+        crcs: np.ndarray | None = None,
+    ) -> None:
+        """Every payload's CRC (computed here in one call unless given); ``locate(r)``: record ``r``'s path and offset."""
+        names = self.first.names
+        if crcs is None:
+            crcs = np.frombuffer(
+                recordcodec.crc32c_spans(self.whole, where.ravel(), sizes.ravel()), dtype="<u4"
+            )
+        crcs = crcs.reshape(where.shape)
+        bad = np.argwhere(crcs != stored)
         if len(bad):
             r, j = (int(v) for v in bad[0])
+            path, offset = locate(r)
             raise ChecksumError(
                 f"entry {names[j]!r} payload CRC32C mismatch (stored "
-                f"{int(s.crcs[lo + r, j]):#010x}, computed {int(crcs[r, j]):#010x})",
-                path=s.reader.path,
-                offset=int(s.start[lo + r]),
+                f"{int(stored[r, j]):#010x}, computed {int(crcs[r, j]):#010x})",
+                path=path,
+                offset=offset,
             )
-        done += m
-    keys = [k for s, lo, hi in segments for k in s.keys[lo:hi]]
-    values: dict[str, list[Any]] = {}
-    if vnames:
-        view = whole.data.toreadonly()
-        value_at = np.concatenate(value_spans)
-        for v, i in enumerate(vnames):
-            spans = np.stack([value_at[:, v], sizes[:, i]], axis=1).tolist()
-            kind = first.kinds[i]
-            decoded = _json_column(view, spans) if kind == JSON_TYPE else None
-            if decoded is None:
-                decoded = [
-                    _StoredEntry(view[a : a + b], kind, Codec.NONE).decode(writable=True)
-                    for a, b in spans
-                ]
-            values[names[i]] = decoded
-        del view
-    return sealed(ring, block, whole, used, keys, names, layout, columns, values)
+
+    def seal(self, keys: list[str], value_at: np.ndarray) -> PackedBatch:
+        first = self.first
+        values: dict[str, list[Any]] = {}
+        if self.vnames:
+            view = self.whole.data.toreadonly()
+            for v, i in enumerate(self.vnames):
+                spans = np.stack([value_at[:, v], self.sizes[:, i]], axis=1).tolist()
+                kind = first.kinds[i]
+                decoded = _json_column(view, spans) if kind == JSON_TYPE else None
+                if decoded is None:
+                    decoded = [
+                        _StoredEntry(view[a : a + b], kind, Codec.NONE).decode(writable=True)
+                        for a, b in spans
+                    ]
+                values[first.names[i]] = decoded
+            del view
+        return sealed(
+            self.ring,
+            self.block,
+            self.whole,
+            self.used,
+            keys,
+            first.names,
+            self.layout,
+            self.columns,
+            values,
+        )
 
 
 def _json_column(view: memoryview, spans: list[list[int]]) -> list[Any] | None:
@@ -376,7 +425,7 @@ def _json_column(view: memoryview, spans: list[list[int]]) -> list[Any] | None:
     return out
 
 
-def _read_run(
+def read_run(
     reader: ShardReader,
     start: int,
     end: int,
@@ -439,26 +488,52 @@ def _expected_heads(
     return as_bytes, mask.view(np.uint8).ravel()
 
 
-def _check(shard: DirectShard, lo: int, hi: int, whole: np.ndarray, heads: np.ndarray) -> None:
-    """The heads of records ``lo:hi``, at ``heads`` in the block: sound, and what the footer says."""
-    head_length = shard.head_length[lo:hi]
+def _locator(shard: DirectShard, starts: np.ndarray) -> Callable[[int], tuple[str, int]]:
+    """Where record ``r`` of ``starts`` (offsets in ``shard``) lies, for an error."""
+    return lambda r: (shard.reader.path, int(starts[r]))
+
+
+def _check(
+    shard: DirectShard, sel: slice | np.ndarray, whole: np.ndarray, heads: np.ndarray
+) -> None:
+    """The heads of records ``sel`` (of ``rows``), at ``heads`` in the block: sound, and what the footer says."""
+    head_length = shard.head_length[sel]
     crcs = np.frombuffer(recordcodec.crc32c_spans(whole, heads + 8, head_length - 8), dtype="<u4")
-    rows = whole[heads[:, None] + np.arange(shard.mask.size)]
+    verify_heads(
+        whole, heads, crcs, shard.expect[sel], shard.mask, _locator(shard, shard.start[sel])
+    )
+
+
+def verify_heads(
+    whole: np.ndarray,
+    heads: np.ndarray,
+    crcs: np.ndarray,
+    expect: np.ndarray,
+    mask: np.ndarray,
+    locate: Callable[[int], tuple[str, int]],
+) -> None:
+    """Record heads at ``heads`` in the block: their CRCs (computed: ``crcs``) and what the footer says.
+
+    Raises
+    ------
+    ChecksumError
+        A head's stored CRC differs from the computed one.
+    FormatError
+        A head says other than the footer (``expect``, compared where ``mask`` is set).
+    """
+    rows = whole[heads[:, None] + np.arange(mask.size)]
     stored = np.ascontiguousarray(rows[:, 4:8]).view("<u4").ravel()
     bad = np.flatnonzero(crcs != stored)
     if len(bad):
         r = int(bad[0])
+        path, offset = locate(r)
         raise ChecksumError(
             f"record head CRC32C mismatch (stored {int(stored[r]):#010x}, computed "
             f"{int(crcs[r]):#010x})",
-            path=shard.reader.path,
-            offset=int(shard.start[lo + r]),
+            path=path,
+            offset=offset,
         )
-    differ = ((rows & shard.mask) != shard.expect[lo:hi]).any(axis=1)
+    differ = ((rows & mask) != expect).any(axis=1)
     if differ.any():
-        r = int(np.flatnonzero(differ)[0])
-        raise FormatError(
-            "record head does not match the footer index",
-            path=shard.reader.path,
-            offset=int(shard.start[lo + r]),
-        )
+        path, offset = locate(int(np.flatnonzero(differ)[0]))
+        raise FormatError("record head does not match the footer index", path=path, offset=offset)

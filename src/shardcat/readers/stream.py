@@ -24,6 +24,7 @@ from ..format import Record
 from ..orchestration import iter_tar_records, open_registered
 from ..orchestration.tasks import catalog_for
 from ..storage import LocalShardCache, is_local, redact
+from . import gather
 from .direct import iter_direct
 from .packed import PackedBatch, pack_records, pack_samples
 from .plan import ShardTask, assign, buffered_order, epoch_rng
@@ -285,23 +286,38 @@ class SampleStream:
     ) -> Iterator[PackedBatch]:
         """:meth:`iter_reader`'s samples from the ``start``-th, in packed batches of ``batch_size``.
 
-        The same batches as :func:`pack_samples` over ``iter_reader``; in
-        file order (no shuffle buffer) and without a whole-sample ``decode``
-        they are packed from the records' read buffers, with no sample dict
-        made in between.
+        The same batches as :func:`pack_samples` over ``iter_reader`` (the
+        same samples in the same order). Without ``decode``, from local (or
+        cached) native shards, they are read straight from the shards'
+        bytes (:mod:`.direct`), through the shuffle buffer too: it then
+        holds the positions of its samples, not the samples. Otherwise, in
+        file order and without a whole-sample ``decode``, they are packed
+        from the records' read buffers, with no sample dict made in between.
         """
         tasks = self.reader_tasks(epoch, rank, world, worker, workers)
         decode = self.decode
-        if (self.shuffle and self.shuffle_buffer > 1) or callable(decode):
+        buffered = self.shuffle and self.shuffle_buffer > 1
+        direct = (
+            self.direct
+            and decode is None
+            and all(t.kind != "tar" and (self.cache is not None or is_local(t.url)) for t in tasks)
+        )
+        if direct and buffered:
+            sizes = [t.count for t in tasks]
+            order = self.order(epoch, (rank, worker), sum(sizes))[start:]
+            # A buffer spanning too many small shards would hold them all open: the record
+            # path below reads one shard at a time instead.
+            if gather.shards_needed_at_once(sizes, order, batch_size) <= gather.MAX_OPEN_SHARDS:
+                yield from gather.iter_gathered(
+                    tasks, self.storage_options, self.entries, self.cache, order, batch_size
+                )
+                return
+        if buffered or callable(decode):
             samples = self.iter_reader(epoch, rank, world, worker, workers, start)
             for batch in _chunks(samples, batch_size):
                 yield pack_samples(batch)
             return
-        if (
-            self.direct
-            and decode is None
-            and all(t.kind != "tar" and (self.cache is not None or is_local(t.url)) for t in tasks)
-        ):
+        if direct:
             # Read straight into the batches' blocks (readers/direct.py): no record objects.
             # Local files only: a remote shard streams better with read-ahead than in ranged
             # reads of a batch each (unless the cache makes a local copy first).
