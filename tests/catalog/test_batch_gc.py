@@ -136,6 +136,16 @@ def test_records_outlive_the_catalog_and_copies_share_their_entries(
     assert rec.key == key(5)
 
 
+def test_point_lookups_make_ordinary_entries(catalog_url: str, codec: str) -> None:
+    # One record at a time, mostly dropped before the next: no source to pay for.
+    with Catalog(catalog_url) as cat:
+        rec = cat.get("train", key(3))
+    entry = rec["bin"]
+    assert entry.data == payload(3)
+    if codec == "compiled":
+        assert gc.is_tracked(entry) and rec._source is False  # type: ignore[attr-defined]
+
+
 def test_the_memory_of_dropped_records_is_freed(catalog_url: str, codec: str) -> None:
     keys = [key(i) for i in range(N)]
     with Catalog(catalog_url) as cat:

@@ -122,6 +122,15 @@ def test_a_cycle_through_a_record_is_collected(how: str) -> None:
     assert _collected_when_dropped(make_cycle)
 
 
+def test_streamed_records_make_ordinary_entries() -> None:
+    # A stream drops each record before the next: no source per record there.
+    rec: Any = _many(3)[1]
+    assert not gc.is_tracked(rec)
+    entry = rec["x"]
+    assert type(entry) is _StoredEntry and rec._source is False
+    assert gc.is_tracked(entry) and gc.is_tracked(rec) and gc.is_tracked(rec._some)
+
+
 def test_a_cycle_through_a_copy_sharing_the_entry_list_is_collected() -> None:
     rec: Any = _decoded()
     entry = rec["b"]

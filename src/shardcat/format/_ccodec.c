@@ -133,6 +133,7 @@ typedef struct {
     PyObject *path;
     int acyclic; /* args_acyclic(names, path) */
     PyObject *known_key; /* NULL, or the str the index names: the record's key if equal (no decode) */
+    int one_by_one; /* records used one at a time (streams, point lookups): not sealing (see seals) */
 } DecodeArgs;
 
 static int key_matches(PyObject *key, const unsigned char *raw, Py_ssize_t raw_len);
@@ -546,7 +547,7 @@ static int decode_one(const unsigned char *buf, Py_ssize_t size, PyObject *share
         init_slot(rec, S_PATH, a->path);
         init_slot(rec, S_ENTRIES, Py_None);
         init_slot(rec, S_SOME, Py_None);
-        init_slot(rec, S_SOURCE, Py_None);
+        init_slot(rec, S_SOURCE, a->one_by_one ? Py_False : Py_None); /* False: never seals */
         /* A record leaves the cyclic GC, which would otherwise walk every
            record of a batch or a stream each time it collects an older
            generation (most of a batch's cost beyond its reads). Untracked is
@@ -555,10 +556,12 @@ static int decode_one(const unsigned char *buf, Py_ssize_t size, PyObject *share
            entry names, content types and Codec members; `names` holds only
            str: args_acyclic) and the shared buffer, a read-only memoryview
            of a bytes or bytearray object, which refers to nothing. Nothing
-           there can refer back to a record. It becomes tracked again
-           (retrack) before it refers to anything else: its first cached
-           entry (py_entry, lazy.LazyRecord._entry), its entries dict, or any
-           attribute set from Python (LazyRecord.__setattr__). */
+           there can refer back to a record. Its uncompressed entries are
+           sealed ones, untracked too (see "sealed entries"). It becomes
+           tracked again (retrack) before it refers to anything else: a
+           compressed entry (lazy.LazyRecord._entry), its entries dict, any
+           attribute set from Python (LazyRecord.__setattr__) or set on one of
+           its sealed entries (_SpanEntry.__setattr__). */
         PyObject *exporter = PyMemoryView_GET_BASE(shared);
         if (a->acyclic && PyUnicode_CheckExact(key) && PyLong_CheckExact(index) && PyLong_CheckExact(offset) &&
             exporter != NULL && (PyBytes_CheckExact(exporter) || PyByteArray_CheckExact(exporter)))
@@ -798,7 +801,7 @@ static PyObject *run(PyObject *args, int pairs)
     const unsigned char *base = b->buf;
     if (at < 0 || stop > b->len || pos < 0)
         goto done;
-    DecodeArgs a = {alignment, names, cache, check_padding, path, args_acyclic(names, path)};
+    DecodeArgs a = {alignment, names, cache, check_padding, path, args_acyclic(names, path), NULL, 1};
     uint64_t mask = (uint64_t)alignment - 1;
     for (;;) {
         if (end >= 0 && pos >= end)
@@ -983,9 +986,9 @@ static PyObject *py_iter_records(PyObject *self, PyObject *args)
     if (!plain_view(view) || !PyMemoryView_GET_BUFFER(view)->readonly || !alignment_ok(alignment) || at < 0 ||
         stop > PyMemoryView_GET_BUFFER(view)->len || pos < 0) {
         it->done = 1;
-        it->a = (DecodeArgs){alignment, names, cache, check_padding, path, 0};
+        it->a = (DecodeArgs){alignment, names, cache, check_padding, path, 0, NULL, 1};
     } else {
-        it->a = (DecodeArgs){alignment, names, cache, check_padding, path, args_acyclic(names, path)};
+        it->a = (DecodeArgs){alignment, names, cache, check_padding, path, args_acyclic(names, path), NULL, 1};
     }
     PyObject_GC_Track(it);
     return (PyObject *)it;
@@ -1075,7 +1078,7 @@ static PyObject *py_decode_spanned(PyObject *self, PyObject *const *args, Py_ssi
         Py_DECREF(ro);
         goto reference;
     }
-    DecodeArgs a = {al, Py_None, cache, 0, path, args_acyclic(Py_None, path), key};
+    DecodeArgs a = {al, Py_None, cache, 0, path, args_acyclic(Py_None, path), key, 1};
     PyObject *minus_one = PyLong_FromLong(-1);
     PyObject *rec = NULL;
     int status = minus_one ? decode_one(b->buf, b->len, ro, 0, &a, offset, minus_one, &rec) : -1;
@@ -2067,11 +2070,17 @@ static PyObject *span_view(PyObject *entry)
 }
 
 /* Whether `rec` makes sealed entries: a LazyRecord outside the cyclic GC,
-   freed by record_dealloc (which detaches its source). */
+   freed by record_dealloc (which detaches its source), not from a stream
+   run or a point lookup (`_source` False). Those hand out one record at a
+   time, which callers mostly drop before the next; a source would cost each
+   ~290 instructions (callgrind, benchmarks/stream_instructions.py --access
+   view: 7,800 -> 8,087 per record) for little. Batches hand out thousands
+   that callers keep (and ShardReader.take, through decode_indexed). */
 static int seals(PyObject *rec)
 {
     return SpanEntry != NULL && Py_IS_TYPE(rec, (PyTypeObject *)LazyRecord) &&
-           Py_TYPE(rec)->tp_dealloc == record_dealloc && !PyObject_GC_IsTracked(rec);
+           Py_TYPE(rec)->tp_dealloc == record_dealloc && !PyObject_GC_IsTracked(rec) &&
+           *(PyObject **)((char *)rec + slot_at[S_SOURCE]) != Py_False;
 }
 
 /* entry(record, name) -> the uncompressed entry `name` of a LazyRecord, made

@@ -127,7 +127,9 @@ class LazyRecord(Record):
     _some: list[Entry | None] | None
     """The entries made so far, one place per descriptor (``rec[n] is rec[n]``)."""
     _source: object
-    """None, or what the record's :class:`_SpanEntry` objects read their bytes from (compiled)."""
+    """What the record's :class:`_SpanEntry` objects read their bytes from; None before
+    the first; False for a record of a stream or a point lookup (its entries are ordinary,
+    tracked ones: such records are used one at a time)."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         # Back under the cyclic GC first: the value may refer to this record.
