@@ -148,6 +148,20 @@ def test_a_cycle_through_a_copy_sharing_the_entry_list_is_collected() -> None:
     assert ref() is None
 
 
+def test_an_entry_a_copy_makes_in_the_shared_list_is_collected_in_a_cycle() -> None:
+    rec: Any = _decoded()
+    rec["b"]  # the list exists (untracked) and the copy shares it
+    twin = copy.copy(rec)
+    holder = _Holder()
+    ref = weakref.ref(holder)
+    holder.rec = rec  # set on the holder: nothing tells the record
+    twin["a"].content_type = holder  # made by the (tracked) copy, into the shared list
+    assert all(gc.is_tracked(x) for x in (rec, twin, rec._some))  # the original too
+    del rec, twin, holder
+    gc.collect()
+    assert ref() is None
+
+
 def test_a_compressed_entry_puts_its_record_back_under_the_gc() -> None:
     payload = b"z" * 500
     frame = compress(payload, Codec.ZSTD)

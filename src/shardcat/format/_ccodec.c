@@ -434,7 +434,16 @@ static void retrack(PyObject *rec)
     if (!PyObject_GC_IsTracked(rec))
         PyObject_GC_Track(rec);
     track_list(*(PyObject **)((char *)rec + slot_at[S_SOME]));
-    detach_source(rec);
+    /* And the sealed record whose source this is, if another: a copy
+       (copy.copy) shares its source and its entry list, and what the copy
+       refers to from now on, the original reaches too. */
+    PyObject *src = *(PyObject **)((char *)rec + slot_at[S_SOURCE]);
+    if (src != NULL && Py_IS_TYPE(src, &EntrySourceType) && ((EntrySource *)src)->rec != NULL) {
+        PyObject *owner = ((EntrySource *)src)->rec;
+        ((EntrySource *)src)->rec = NULL; /* detached first: the call below ends there */
+        if (owner != rec)
+            retrack(owner);
+    }
 }
 
 /* The CRC32C of every kept entry's payload matches its descriptor (the
@@ -2196,6 +2205,8 @@ static PyObject *entry_of(PyObject *rec, PyObject *name)
         if (set_slot(rec, S_SOME, some) < 0)
             goto fail;
     }
+    if (!sealed) /* an ordinary entry: the list may be a sealed record's (a copy of it shares it) */
+        retrack(rec);
     Py_INCREF(entry);
     Py_SETREF(PyList_GET_ITEM(some, i), entry); /* the list's own reference */
     goto done;
