@@ -7,9 +7,19 @@ the next one runs (as ``bench_catalog.py`` does), and prints the CPU time of
 the batches, the collections of each generation with their CPU time (a
 ``gc.callbacks`` hook) and the objects the collector tracks at the end.
 
+``--touch view`` reads every record's entries as the peers harness does
+(``rec["bin"].view, rec["json"].view``, held until the next batch), ``data``
+as bytes; ``--heap N`` holds N more tracked objects (small lists), as a
+process that imported torch, pandas or the peers' libraries has: a full
+collection walks them all. ``--imports lance,litdata,webdataset,wids,torch``
+imports those modules first instead (about 240,000 tracked objects, what the
+peers harness has loaded).
+
 Usage::
 
     .venv/bin/python benchmarks/bench_batch_gc.py [--keys 200000] [--batch 10000] [--batches 10]
+                                                  [--touch none|view|data] [--heap 0]
+                                                  [--imports lance,litdata,...]
 
 To compare with another checkout, put its ``src`` first on ``PYTHONPATH``.
 Nothing here is a test: it prints measured values, never asserts.
@@ -19,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import os
 import random
 import tempfile
@@ -47,6 +58,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=10_000)
     ap.add_argument("--batches", type=int, default=10)
     ap.add_argument("--root", default=os.path.join(tempfile.gettempdir(), "shardcat-bench-gc"))
+    ap.add_argument("--touch", choices=["none", "view", "data"], default="none")
+    ap.add_argument("--heap", type=int, default=0, help="extra tracked objects held meanwhile")
+    ap.add_argument("--imports", default="", help="modules to import first (comma-separated)")
     args = ap.parse_args()
     rng = random.Random(7)
     keys = [f"img/{i:08d}" for i in range(args.keys)]
@@ -65,19 +79,30 @@ def main() -> None:
             s[0] += 1
             s[1] += time.process_time() - started[0]
 
+    for name in filter(None, args.imports.split(",")):
+        importlib.import_module(name)
+    heap = [[i] for i in range(args.heap)]
+    gc.collect()
+    tracked = len(gc.get_objects())
     with Catalog(f"sqlite:///{args.root}/cat.db") as cat:
         cat.get_many("train", rng.sample(keys, 100))  # warm
         gc.callbacks.append(hook)
-        cpu = time.process_time()
-        result = None
+        cpu, wall = time.process_time(), time.perf_counter()
+        result: Any = None
         for _ in range(args.batches):
             result = cat.get_many("train", rng.sample(keys, args.batch))
             if not result.ok:
                 raise SystemExit("a batch missed keys: the catalog under --root is not this one")
-        cpu = time.process_time() - cpu
+            if args.touch == "view":
+                result = [(r["jpg"].view, r["json"].view) for r in result.records]
+            elif args.touch == "data":
+                result = [(r["jpg"].data, r["json"].data) for r in result.records]
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
         gc.callbacks.remove(hook)
+    del heap
     print(
-        f"{args.batches} batches of {args.batch:,} keys of {args.keys:,}: {cpu:.3f} CPU-s; "
+        f"{args.batches} batches of {args.batch:,} keys of {args.keys:,} (touch {args.touch}, "
+        f"{tracked:,} tracked at the start): {cpu:.3f} CPU-s, {wall:.3f} s; "
         + "; ".join(f"gen {g}: {n} collections, {t:.3f} CPU-s" for g, (n, t) in stats.items())
         + f"; {len(gc.get_objects()):,} objects tracked"
     )

@@ -95,9 +95,9 @@ static PyObject *CodecNone;      /* Codec.NONE */
    the object (a new record's slots are written there directly). A record
    holds the shared read buffer (`_buf`, a memoryview) and where it starts in
    it (`_at`), not a view of its own. */
-enum { S_KEY, S_INDEX, S_OFFSET, S_LENGTH, S_BUF, S_AT, S_LAYOUT, S_PATH, S_ENTRIES, S_SOME, N_SLOTS };
+enum { S_KEY, S_INDEX, S_OFFSET, S_LENGTH, S_BUF, S_AT, S_LAYOUT, S_PATH, S_ENTRIES, S_SOME, S_SOURCE, N_SLOTS };
 static const char *slot_names[N_SLOTS] = {"key", "index", "offset", "length", "_buf", "_at",
-                                          "_layout", "_path", "_entries", "_some"};
+                                          "_layout", "_path", "_entries", "_some", "_source"};
 static PyObject *slots[N_SLOTS];
 static Py_ssize_t slot_at[N_SLOTS];
 
@@ -108,6 +108,10 @@ enum { E_RAW, E_STORED, E_CODEC, E_CTYPE, N_ESLOTS };
 static const char *eslot_names[N_ESLOTS] = {"_raw", "_stored", "codec", "content_type"};
 static PyObject *eslots[N_ESLOTS];
 static Py_ssize_t eslot_at[N_ESLOTS];
+/* lazy._SpanEntry (a _StoredEntry outside the cyclic GC; see "sealed
+   entries") and its own slots `_i` and `_source`; NULL if not set up. */
+static PyObject *SpanEntry;
+static Py_ssize_t span_i_at, span_source_at;
 
 static int ready(void)
 {
@@ -129,6 +133,7 @@ typedef struct {
     PyObject *path;
     int acyclic; /* args_acyclic(names, path) */
     PyObject *known_key; /* NULL, or the str the index names: the record's key if equal (no decode) */
+    int one_by_one; /* records used one at a time (streams, point lookups): not sealing (see seals) */
 } DecodeArgs;
 
 static int key_matches(PyObject *key, const unsigned char *raw, Py_ssize_t raw_len);
@@ -293,6 +298,71 @@ static inline void init_slot(PyObject *obj, int slot, PyObject *value)
     *(PyObject **)((char *)obj + slot_at[slot]) = value;
 }
 
+/* ------------------------------------------------------------------------ */
+/* sealed entries                                                            */
+
+/* A record outside the cyclic GC (decode_one) makes its uncompressed entries
+   outside it too: lazy._SpanEntry objects, cached in a `_some` list that is
+   also untracked. A batch whose entries are read then leaves the collector
+   nothing new to walk per record, where it left the record, the list and
+   each entry with its memoryview (every older collection walked them all,
+   and in a big heap 10,000 records a batch made full collections frequent).
+
+   Such an entry holds its descriptor's number (`_i`) and its record's
+   EntrySource (`_source`): the record's read buffer, pinned, and where the
+   record starts in it. Nothing else: its view is made on first use (and
+   kept: a tracked memoryview, which refers only to the read buffer, so the
+   entry can still be in no cycle). A memoryview itself can never be left
+   untracked: its deallocator unlinks it from the collector's list
+   unconditionally. `data` and `len` read the buffer and make no view.
+
+   All of this stays out of cycles while nobody sets anything from Python.
+   Setting an attribute of an entry (_SpanEntry.__setattr__ -> unseal) or of
+   the record (LazyRecord.__setattr__ -> track) tracks the entry, the record
+   and its list again before the value is stored; the entry finds its record
+   through the source, which holds it borrowed: retrack and the record's
+   deallocator clear that pointer, so it is the live record or NULL. If the
+   record dies while something else still holds its list (a copy of the
+   record shares it), the list is tracked then. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *rec;  /* borrowed: the record while it is untracked and alive, else NULL */
+    Py_buffer buf;  /* the record's read buffer (buf.obj: the shared memoryview), held */
+    Py_ssize_t at;  /* where the record starts in it */
+    Py_ssize_t n;   /* its descriptors */
+} EntrySource;
+
+static void source_dealloc(PyObject *self)
+{
+    PyBuffer_Release(&((EntrySource *)self)->buf);
+    PyObject_Free(self);
+}
+
+/* Not GC-tracked (no Py_TPFLAGS_HAVE_GC): it refers to a read-only buffer
+   alone, which refers to nothing; not creatable from Python (no tp_new). */
+static PyTypeObject EntrySourceType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shardcat.format._ccodec.EntrySource",
+    .tp_basicsize = sizeof(EntrySource),
+    .tp_dealloc = source_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Where a record's sealed entries read their bytes (internal).",
+};
+
+/* The record no longer needs its source to find it (tracked again, or gone). */
+static void detach_source(PyObject *rec)
+{
+    PyObject *src = *(PyObject **)((char *)rec + slot_at[S_SOURCE]);
+    if (src != NULL && Py_IS_TYPE(src, &EntrySourceType) && ((EntrySource *)src)->rec == rec)
+        ((EntrySource *)src)->rec = NULL;
+}
+
+/* Track `obj` if it is an untracked list (a record's `_some`). */
+static void track_list(PyObject *obj)
+{
+    if (obj != NULL && PyList_CheckExact(obj) && !PyObject_GC_IsTracked(obj))
+        PyObject_GC_Track(obj);
+}
+
 /* A free list of LazyRecord objects. A stream makes and frees one record
    per sample; reusing the memory of the last ones freed skips the allocator
    and the generic slot walk of subtype_dealloc. Installed by _setup as
@@ -316,6 +386,10 @@ static void record_dealloc(PyObject *self)
     PyTypeObject *tp = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
     Py_TRASHCAN_BEGIN(self, record_dealloc)
+    detach_source(self);
+    PyObject *some = *(PyObject **)((char *)self + slot_at[S_SOME]);
+    if (some != NULL && Py_REFCNT(some) > 1) /* its entry list outlives it (sealed entries) */
+        track_list(some);
     PyObject **slot = (PyObject **)((char *)self + sizeof(PyObject));
     for (Py_ssize_t i = 0; i < record_nslots; i++)
         Py_CLEAR(slot[i]); /* may run other deallocators, which may use the list */
@@ -352,12 +426,24 @@ static void install_record_free_list(PyTypeObject *tp)
     tp->tp_dealloc = record_dealloc;
 }
 
-/* The record as a cyclic-GC-tracked object again, before it refers to
-   anything its caller can reach or change (its entries; see decode_one). */
+/* The record as a cyclic-GC-tracked object again, with its entry list,
+   before it refers to anything its caller can reach or change (its entries;
+   see decode_one and "sealed entries"). */
 static void retrack(PyObject *rec)
 {
     if (!PyObject_GC_IsTracked(rec))
         PyObject_GC_Track(rec);
+    track_list(*(PyObject **)((char *)rec + slot_at[S_SOME]));
+    /* And the sealed record whose source this is, if another: a copy
+       (copy.copy) shares its source and its entry list, and what the copy
+       refers to from now on, the original reaches too. */
+    PyObject *src = *(PyObject **)((char *)rec + slot_at[S_SOURCE]);
+    if (src != NULL && Py_IS_TYPE(src, &EntrySourceType) && ((EntrySource *)src)->rec != NULL) {
+        PyObject *owner = ((EntrySource *)src)->rec;
+        ((EntrySource *)src)->rec = NULL; /* detached first: the call below ends there */
+        if (owner != rec)
+            retrack(owner);
+    }
 }
 
 /* The CRC32C of every kept entry's payload matches its descriptor (the
@@ -470,6 +556,7 @@ static int decode_one(const unsigned char *buf, Py_ssize_t size, PyObject *share
         init_slot(rec, S_PATH, a->path);
         init_slot(rec, S_ENTRIES, Py_None);
         init_slot(rec, S_SOME, Py_None);
+        init_slot(rec, S_SOURCE, a->one_by_one ? Py_False : Py_None); /* False: never seals */
         /* A record leaves the cyclic GC, which would otherwise walk every
            record of a batch or a stream each time it collects an older
            generation (most of a batch's cost beyond its reads). Untracked is
@@ -478,10 +565,12 @@ static int decode_one(const unsigned char *buf, Py_ssize_t size, PyObject *share
            entry names, content types and Codec members; `names` holds only
            str: args_acyclic) and the shared buffer, a read-only memoryview
            of a bytes or bytearray object, which refers to nothing. Nothing
-           there can refer back to a record. It becomes tracked again
-           (retrack) before it refers to anything else: its first cached
-           entry (py_entry, lazy.LazyRecord._entry), its entries dict, or any
-           attribute set from Python (LazyRecord.__setattr__). */
+           there can refer back to a record. Its uncompressed entries are
+           sealed ones, untracked too (see "sealed entries"). It becomes
+           tracked again (retrack) before it refers to anything else: a
+           compressed entry (lazy.LazyRecord._entry), its entries dict, any
+           attribute set from Python (LazyRecord.__setattr__) or set on one of
+           its sealed entries (_SpanEntry.__setattr__). */
         PyObject *exporter = PyMemoryView_GET_BASE(shared);
         if (a->acyclic && PyUnicode_CheckExact(key) && PyLong_CheckExact(index) && PyLong_CheckExact(offset) &&
             exporter != NULL && (PyBytes_CheckExact(exporter) || PyByteArray_CheckExact(exporter)))
@@ -721,7 +810,7 @@ static PyObject *run(PyObject *args, int pairs)
     const unsigned char *base = b->buf;
     if (at < 0 || stop > b->len || pos < 0)
         goto done;
-    DecodeArgs a = {alignment, names, cache, check_padding, path, args_acyclic(names, path)};
+    DecodeArgs a = {alignment, names, cache, check_padding, path, args_acyclic(names, path), NULL, 1};
     uint64_t mask = (uint64_t)alignment - 1;
     for (;;) {
         if (end >= 0 && pos >= end)
@@ -906,9 +995,9 @@ static PyObject *py_iter_records(PyObject *self, PyObject *args)
     if (!plain_view(view) || !PyMemoryView_GET_BUFFER(view)->readonly || !alignment_ok(alignment) || at < 0 ||
         stop > PyMemoryView_GET_BUFFER(view)->len || pos < 0) {
         it->done = 1;
-        it->a = (DecodeArgs){alignment, names, cache, check_padding, path, 0};
+        it->a = (DecodeArgs){alignment, names, cache, check_padding, path, 0, NULL, 1};
     } else {
-        it->a = (DecodeArgs){alignment, names, cache, check_padding, path, args_acyclic(names, path)};
+        it->a = (DecodeArgs){alignment, names, cache, check_padding, path, args_acyclic(names, path), NULL, 1};
     }
     PyObject_GC_Track(it);
     return (PyObject *)it;
@@ -998,7 +1087,7 @@ static PyObject *py_decode_spanned(PyObject *self, PyObject *const *args, Py_ssi
         Py_DECREF(ro);
         goto reference;
     }
-    DecodeArgs a = {al, Py_None, cache, 0, path, args_acyclic(Py_None, path), key};
+    DecodeArgs a = {al, Py_None, cache, 0, path, args_acyclic(Py_None, path), key, 1};
     PyObject *minus_one = PyLong_FromLong(-1);
     PyObject *rec = NULL;
     int status = minus_one ? decode_one(b->buf, b->len, ro, 0, &a, offset, minus_one, &rec) : -1;
@@ -2088,6 +2177,93 @@ static PyObject *subview(PyObject *view, Py_ssize_t start, Py_ssize_t size)
     return sub;
 }
 
+/* The source of the sealed entries of `rec`, whose read buffer is the
+   memoryview `view` and which starts at `at` in it (n descriptors, inside
+   the buffer: checked when decoded). NULL with no error set if the buffer
+   cannot be held as it is (the entries are then made tracked). */
+static PyObject *new_source(PyObject *rec, PyObject *view, Py_ssize_t at, Py_ssize_t n)
+{
+    EntrySource *src = PyObject_New(EntrySource, &EntrySourceType);
+    if (src == NULL)
+        return NULL;
+    src->buf.obj = NULL;
+    src->rec = rec;
+    src->at = at;
+    src->n = n;
+    if (PyObject_GetBuffer(view, &src->buf, PyBUF_SIMPLE) < 0 || src->buf.obj != view || at < 0 ||
+        src->buf.len - at < HEAD_SIZE + DESC_SIZE * n) {
+        if (PyErr_ExceptionMatches(PyExc_MemoryError)) {
+            Py_DECREF(src);
+            return NULL;
+        }
+        PyErr_Clear();
+        Py_DECREF(src);
+        return Py_NewRef(Py_None);
+    }
+    return (PyObject *)src;
+}
+
+/* 1 and where the bytes of the sealed entry `entry` lie; 0 (no error) if it
+   is not one, or not as the codec made it. */
+static int span_of(PyObject *entry, const char **start, Py_ssize_t *size, EntrySource **source)
+{
+    if (SpanEntry == NULL || !PyObject_TypeCheck(entry, (PyTypeObject *)SpanEntry))
+        return 0;
+    PyObject *src = *(PyObject **)((char *)entry + span_source_at);
+    PyObject *i_obj = *(PyObject **)((char *)entry + span_i_at);
+    if (src == NULL || !Py_IS_TYPE(src, &EntrySourceType) || i_obj == NULL || !PyLong_CheckExact(i_obj))
+        return 0;
+    EntrySource *s = (EntrySource *)src;
+    Py_ssize_t i = PyLong_AsSsize_t(i_obj);
+    if (i < 0 || i >= s->n) {
+        PyErr_Clear();
+        return 0;
+    }
+    const unsigned char *rec = (const unsigned char *)s->buf.buf + s->at;
+    const unsigned char *d = rec + HEAD_SIZE + DESC_SIZE * i;
+    uint64_t p_off = ld64(d), p_size = ld64(d + 8), room = (uint64_t)(s->buf.len - s->at);
+    if (p_off > room || p_size > room - p_off) /* checked when decoded: never */
+        return 0;
+    *start = (const char *)rec + p_off;
+    *size = (Py_ssize_t)p_size;
+    *source = s;
+    return 1;
+}
+
+/* The view of a sealed entry, made on first use and kept as its `_raw` and
+   `_stored` (as a _StoredEntry's: `e.view is e.view`). NULL with no error
+   set if `entry` is not a sealed entry without a view. */
+static PyObject *span_view(PyObject *entry)
+{
+    const char *start;
+    Py_ssize_t size;
+    EntrySource *s;
+    if (!span_of(entry, &start, &size, &s))
+        return NULL;
+    PyObject *payload = subview((PyObject *)s->buf.obj, start - (const char *)s->buf.buf, size);
+    if (payload == NULL)
+        return NULL;
+    PyObject **raw = (PyObject **)((char *)entry + eslot_at[E_RAW]);
+    PyObject **stored = (PyObject **)((char *)entry + eslot_at[E_STORED]);
+    Py_XSETREF(*raw, Py_NewRef(payload));
+    Py_XSETREF(*stored, Py_NewRef(payload));
+    return payload;
+}
+
+/* Whether `rec` makes sealed entries: a LazyRecord outside the cyclic GC,
+   freed by record_dealloc (which detaches its source), not from a stream
+   run or a point lookup (`_source` False). Those hand out one record at a
+   time, which callers mostly drop before the next; a source would cost each
+   ~290 instructions (callgrind, benchmarks/stream_instructions.py --access
+   view: 7,800 -> 8,087 per record) for little. Batches hand out thousands
+   that callers keep (and ShardReader.take, through decode_indexed). */
+static int seals(PyObject *rec)
+{
+    return SpanEntry != NULL && Py_IS_TYPE(rec, (PyTypeObject *)LazyRecord) &&
+           Py_TYPE(rec)->tp_dealloc == record_dealloc && !PyObject_GC_IsTracked(rec) &&
+           *(PyObject **)((char *)rec + slot_at[S_SOURCE]) != Py_False;
+}
+
 /* entry(record, name) -> the uncompressed entry `name` of a LazyRecord, made
    once (lazy.LazyRecord._entry in C), or None for a compressed one, which
    LazyRecord makes itself (decompression costs far more than the call).
@@ -2143,16 +2319,46 @@ static PyObject *entry_of(PyObject *rec, PyObject *name)
     buf_at = PyLong_AsSsize_t(at_obj);
     if (buf_at == -1 && PyErr_Occurred())
         goto done;
-    const unsigned char *d = (const unsigned char *)PyMemoryView_GET_BUFFER(view)->buf + buf_at + HEAD_SIZE + DESC_SIZE * i;
-    Py_ssize_t p_off = buf_at + (Py_ssize_t)ld64(d), size = (Py_ssize_t)ld64(d + 8); /* checked when decoded */
-    payload = subview(view, p_off, size);
-    entry = payload ? PyType_GenericAlloc((PyTypeObject *)StoredEntry, 0) : NULL;
-    if (entry == NULL)
-        goto done;
-    PyObject *values[N_ESLOTS] = {payload, payload, CodecNone, PyTuple_GET_ITEM(spec, 1)};
-    for (int k = 0; k < N_ESLOTS; k++) { /* the empty slots of a new entry, written in place */
-        Py_INCREF(values[k]);
-        *(PyObject **)((char *)entry + eslot_at[k]) = values[k];
+    int sealed = seals(rec);
+    if (sealed) {
+        PyObject **src_slot = (PyObject **)((char *)rec + slot_at[S_SOURCE]);
+        if (*src_slot == NULL || !Py_IS_TYPE(*src_slot, &EntrySourceType)) {
+            PyObject *src = new_source(rec, view, buf_at, PyTuple_GET_SIZE(specs));
+            if (src == NULL)
+                goto done;
+            if (src == Py_None) {
+                Py_DECREF(src);
+                sealed = 0;
+            } else
+                Py_XSETREF(*src_slot, src);
+        }
+    }
+    if (sealed) {
+        /* No view yet: the entry knows its descriptor and its record's source. */
+        entry = PyType_GenericAlloc((PyTypeObject *)SpanEntry, 0);
+        if (entry == NULL)
+            goto done;
+        PyObject_GC_UnTrack(entry);
+        PyObject *i_obj = PyLong_FromSsize_t(i);
+        if (i_obj == NULL)
+            goto fail;
+        *(PyObject **)((char *)entry + span_i_at) = i_obj;
+        *(PyObject **)((char *)entry + span_source_at) = Py_NewRef(*(PyObject **)((char *)rec + slot_at[S_SOURCE]));
+        *(PyObject **)((char *)entry + eslot_at[E_CODEC]) = Py_NewRef(CodecNone);
+        *(PyObject **)((char *)entry + eslot_at[E_CTYPE]) = Py_NewRef(PyTuple_GET_ITEM(spec, 1));
+    } else {
+        const unsigned char *d =
+            (const unsigned char *)PyMemoryView_GET_BUFFER(view)->buf + buf_at + HEAD_SIZE + DESC_SIZE * i;
+        Py_ssize_t p_off = buf_at + (Py_ssize_t)ld64(d), size = (Py_ssize_t)ld64(d + 8); /* checked when decoded */
+        payload = subview(view, p_off, size);
+        entry = payload ? PyType_GenericAlloc((PyTypeObject *)StoredEntry, 0) : NULL;
+        if (entry == NULL)
+            goto done;
+        PyObject *values[N_ESLOTS] = {payload, payload, CodecNone, PyTuple_GET_ITEM(spec, 1)};
+        for (int k = 0; k < N_ESLOTS; k++) { /* the empty slots of a new entry, written in place */
+            Py_INCREF(values[k]);
+            *(PyObject **)((char *)entry + eslot_at[k]) = values[k];
+        }
     }
     if (some == Py_None) {
         Py_ssize_t n = PyTuple_GET_SIZE(specs);
@@ -2164,10 +2370,15 @@ static PyObject *entry_of(PyObject *rec, PyObject *name)
             Py_INCREF(Py_None);
             PyList_SET_ITEM(some, k, Py_None);
         }
-        retrack(rec); /* it is about to hold entries, which callers can change */
+        if (sealed)
+            PyObject_GC_UnTrack(some); /* it holds sealed entries only (see "sealed entries") */
+        else
+            retrack(rec); /* it is about to hold entries, which callers can change */
         if (set_slot(rec, S_SOME, some) < 0)
             goto fail;
     }
+    if (!sealed) /* an ordinary entry: the list may be a sealed record's (a copy of it shares it) */
+        retrack(rec);
     Py_INCREF(entry);
     Py_SETREF(PyList_GET_ITEM(some, i), entry); /* the list's own reference */
     goto done;
@@ -2194,6 +2405,11 @@ static PyObject *stored_view(PyObject *self)
         Py_INCREF(raw);
         return raw;
     }
+    if (raw == NULL) {
+        PyObject *view = span_view(self);
+        if (view != NULL || PyErr_Occurred())
+            return view;
+    }
     return Py_TYPE(entry_view_fallback)->tp_descr_get(entry_view_fallback, self, (PyObject *)Py_TYPE(self));
 }
 
@@ -2204,6 +2420,11 @@ static PyObject *stored_len(PyObject *self, PyObject *unused)
         return PyLong_FromSsize_t(PyMemoryView_GET_BUFFER(raw)->len);
     if (raw != NULL && PyBytes_CheckExact(raw))
         return PyLong_FromSsize_t(PyBytes_GET_SIZE(raw));
+    const char *start;
+    Py_ssize_t size;
+    EntrySource *s;
+    if (raw == NULL && span_of(self, &start, &size, &s)) /* a sealed entry: no view made */
+        return PyLong_FromSsize_t(size);
     PyObject *view = stored_view(self);
     if (view == NULL)
         return NULL;
@@ -2255,6 +2476,11 @@ static PyObject *stored_data_get(PyObject *module, PyObject *entry)
         }
         PyErr_Clear();
     }
+    const char *start;
+    Py_ssize_t size;
+    EntrySource *s;
+    if (raw == NULL && span_of(entry, &start, &size, &s)) /* a sealed entry: copied, no view made */
+        return PyBytes_FromStringAndSize(start, size);
     return Py_TYPE(entry_data_fallback)->tp_descr_get(entry_data_fallback, entry, (PyObject *)Py_TYPE(entry));
 }
 
@@ -2405,10 +2631,33 @@ static int install_entry_methods(PyTypeObject *stored)
 
 static PyObject *py_setup(PyObject *self, PyObject *args)
 {
-    PyObject *objs[8], *spanned = NULL;
-    if (!PyArg_ParseTuple(args, "OOOOOOOO|O", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5], &objs[6],
-                          &objs[7], &spanned))
+    PyObject *objs[8], *spanned = NULL, *span_entry = NULL;
+    if (!PyArg_ParseTuple(args, "OOOOOOOO|OO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5], &objs[6],
+                          &objs[7], &spanned, &span_entry))
         return NULL;
+    /* The sealed entries' class: a subclass of StoredEntry with slots `_i` and `_source`. */
+    Py_ssize_t span_at[2] = {0, 0};
+    if (span_entry != NULL && span_entry != Py_None) {
+        if (!PyType_Check(span_entry) || !PyType_IsSubtype((PyTypeObject *)span_entry, (PyTypeObject *)objs[7])) {
+            PyErr_SetString(PyExc_TypeError, "_setup: the span entry class must subclass StoredEntry");
+            return NULL;
+        }
+        const char *names[2] = {"_i", "_source"};
+        for (int i = 0; i < 2; i++) {
+            PyObject *d = PyObject_GetAttrString(span_entry, names[i]);
+            int ok = d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type) &&
+                     ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX &&
+                     ((PyMemberDescrObject *)d)->d_common.d_type == (PyTypeObject *)span_entry;
+            if (ok)
+                span_at[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+            Py_XDECREF(d);
+            if (!ok) {
+                if (!PyErr_Occurred())
+                    PyErr_Format(PyExc_TypeError, "_setup: span entry .%s is not a slot of its own", names[i]);
+                return NULL;
+            }
+        }
+    }
     if (!PyType_Check(objs[0]) || !PyType_Check(objs[2]) || !PyType_Check(objs[3]) || !PyType_Check(objs[7])) {
         PyErr_SetString(PyExc_TypeError, "_setup(LazyRecord, make_layout, EncodedRecord, Codec, ..., StoredEntry)");
         return NULL;
@@ -2481,6 +2730,11 @@ static PyObject *py_setup(PyObject *self, PyObject *args)
     }
     Py_XINCREF(spanned);
     Py_XSETREF(ref_decode_spanned, spanned);
+    if (span_entry != NULL && span_entry != Py_None) {
+        span_i_at = span_at[0];
+        span_source_at = span_at[1];
+        Py_XSETREF(SpanEntry, Py_NewRef(span_entry));
+    }
     Py_RETURN_NONE;
 }
 
@@ -2495,6 +2749,22 @@ static PyObject *py_track(PyObject *self, PyObject *rec)
         return NULL;
     }
     retrack(rec);
+    Py_RETURN_NONE;
+}
+
+/* unseal(entry): a sealed entry, its record and the record's entry list
+   back under the cyclic GC (_SpanEntry.__setattr__ calls it first). */
+static PyObject *py_unseal(PyObject *self, PyObject *entry)
+{
+    if (SpanEntry == NULL || !PyObject_TypeCheck(entry, (PyTypeObject *)SpanEntry)) {
+        PyErr_SetString(PyExc_TypeError, "unseal() takes a _SpanEntry");
+        return NULL;
+    }
+    if (!PyObject_GC_IsTracked(entry))
+        PyObject_GC_Track(entry);
+    PyObject *src = *(PyObject **)((char *)entry + span_source_at);
+    if (src != NULL && Py_IS_TYPE(src, &EntrySourceType) && ((EntrySource *)src)->rec != NULL)
+        retrack(((EntrySource *)src)->rec); /* detaches the source: rec is NULL from here */
     Py_RETURN_NONE;
 }
 
@@ -2530,6 +2800,7 @@ static PyMethodDef methods[] = {
     {"decode_records", py_decode_records, METH_VARARGS, "decode_run's records alone, without their views."},
     {"iter_records", py_iter_records, METH_VARARGS, "decode_records as an iterator (a RecordRun): one record at a time."},
     {"track", py_track, METH_O, "Put a LazyRecord back under the cyclic GC."},
+    {"unseal", py_unseal, METH_O, "Put a sealed entry and its record back under the cyclic GC."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2539,7 +2810,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_ccodec", "shardcat'
 PyMODINIT_FUNC PyInit__ccodec(void)
 {
     crc_init();
-    if (PyType_Ready(&RecordRunType) < 0)
+    if (PyType_Ready(&RecordRunType) < 0 || PyType_Ready(&EntrySourceType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)

@@ -12,6 +12,13 @@ A new record is left out of Python's cyclic garbage collector (it can be in
 no reference cycle: ``_ccodec.c``, ``decode_one``, says why), so batches and
 streams of records do not make each collection walk them all; it goes back
 under the collector before it refers to anything a caller can change.
+
+The uncompressed entries such a record makes are :class:`_SpanEntry` objects,
+also outside the collector, and so is the list that caches them: a batch of
+10,000 records whose entries were read adds no object for the collector to
+walk but the memoryviews asked for (``Entry.view``; ``Entry.data`` and
+``len`` make none). Setting an attribute of one puts it, its record and that
+list back under the collector first (``_ccodec.c``, "sealed entries").
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import importlib
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-from .entries import Entry, Record, _CompressedEntry, _StoredEntry
+from .entries import KEY, Entry, Record, _CompressedEntry, _StoredEntry
 from .spec import ENTRY_DESC_STRUCT, RECORD_HEAD_STRUCT, Codec
 
 __all__ = ["Layout", "LazyRecord", "make_layout"]
@@ -33,7 +40,43 @@ _NONE = Codec.NONE
 _ccodec: Any = importlib.import_module(f"{__package__}._ccodec")
 _compiled_entry: Callable[[LazyRecord, str], Entry | None] = _ccodec.entry
 _track: Callable[[LazyRecord], None] = _ccodec.track
+_unseal: Callable[[_SpanEntry], None] = _ccodec.unseal
 _set = object.__setattr__
+
+
+class _SpanEntry(_StoredEntry):
+    """An uncompressed entry of a record outside the cyclic GC: where its bytes lie, no view yet.
+
+    Made by the compiled codec only, with ``_source`` (the record's read
+    buffer, shared by its entries) and ``_i`` (the entry's descriptor); its
+    ``view`` (made on first use, then kept), ``data`` and ``len`` read the
+    bytes there. Behaves as :class:`~shardcat.format.entries._StoredEntry`.
+    """
+
+    __slots__ = ("_i", "_source")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Back under the cyclic GC first, with its record: the value may refer to either.
+        _unseal(self)
+        _set(self, name, value)
+
+
+def _view_slot(slot: Any) -> property:
+    """``slot`` (``_raw`` or ``_stored``), read as a _StoredEntry's: the view, made if not yet."""
+
+    def get(self: _SpanEntry) -> Any:
+        try:
+            return slot.__get__(self, _SpanEntry)
+        except AttributeError:  # no view made yet
+            return self.view
+
+    return property(get, slot.__set__, slot.__delete__)
+
+
+# For the Python code that reads them (Entry's own fallbacks, verify, tests);
+# the compiled accessors read the slots themselves.
+for _name in ("_raw", "_stored"):
+    setattr(_SpanEntry, _name, _view_slot(Entry.__dict__[_name]))
 
 
 class Layout(NamedTuple):
@@ -71,7 +114,7 @@ def make_layout(
 class LazyRecord(Record):
     """A checked record whose entries are views of its bytes, made on first use."""
 
-    __slots__ = ("_at", "_buf", "_entries", "_layout", "_path", "_some")
+    __slots__ = ("_at", "_buf", "_entries", "_layout", "_path", "_some", "_source")
 
     # Instances are made by the compiled codec, which sets every slot.
     _at: int
@@ -83,6 +126,10 @@ class LazyRecord(Record):
     _path: str | None
     _some: list[Entry | None] | None
     """The entries made so far, one place per descriptor (``rec[n] is rec[n]``)."""
+    _source: object
+    """What the record's :class:`_SpanEntry` objects read their bytes from; None before
+    the first; False for a record of a stream or a point lookup (its entries are ordinary,
+    tracked ones: such records are used one at a time)."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         # Back under the cyclic GC first: the value may refer to this record.
@@ -110,6 +157,9 @@ class LazyRecord(Record):
                 entry = _CompressedEntry(
                     payload, ctype, codec, name, self._path, self.offset + p_off
                 )
+            # The list may have been made outside the cyclic GC (for sealed
+            # entries); it is about to hold an entry that callers can change.
+            _track(self)
             some[i] = entry
         return entry
 
@@ -124,6 +174,17 @@ class LazyRecord(Record):
     @entries.setter
     def entries(self, value: dict[str, Entry]) -> None:
         self._entries = value
+
+    def decode(self, *, writable: bool = False) -> dict[str, Any]:
+        # docstring inherited
+        if self._entries is not None:
+            return super().decode(writable=writable)
+        # Entry by entry: building ``entries`` (a dict callers may change)
+        # would put the record back under the cyclic GC.
+        out: dict[str, Any] = {KEY: self.key}
+        for name in self._layout.order:
+            out[name] = self[name].decode(writable=writable)
+        return out
 
     # The entry called ``name``: ``self._entries[name]`` once they were all
     # built, else ``_entry(name)``; in C, as it runs once per entry read.

@@ -83,6 +83,7 @@ else:
         records.encode_record,
         _StoredEntry,
         records.decode_spanned,
+        lazy._SpanEntry,
     )
 
 DecodeRun = Callable[..., tuple[list[tuple[memoryview, Record]], int]]

@@ -1,0 +1,167 @@
+"""What a batch lookup's records cost the cyclic garbage collector, and that they still behave.
+
+``Catalog.get_many`` of 10,000 local keys with the compiled codec must leave
+the collector O(1) new objects to walk, even once every record's entries were
+read (``.data``, ``len``, ``decode``): records, their entries and the lists
+that cache them stay outside it (``_ccodec.c``, "sealed entries"). The
+pure-Python reference's records are ordinary tracked objects; the same count
+shows the difference, so the property is measured, not assumed.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import tracemalloc
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import shardcat
+from shardcat.catalog import Catalog
+from shardcat.format import recordcodec
+
+N = 10_000
+SHARDS = 3
+
+
+def key(i: int) -> str:
+    return f"img/{i:05d}"
+
+
+def payload(i: int) -> bytes:
+    return bytes([i % 251]) * (600 + i % 400)
+
+
+@pytest.fixture(scope="module")
+def catalog_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A local SQLite catalog of N keys in SHARDS shards (written once for the module)."""
+    root = tmp_path_factory.mktemp("batch-gc")
+    url = f"sqlite:///{root}/catalog.db"
+    with Catalog(url) as cat:
+        cat.create_dataset("train", str(root))
+        per = -(-N // SHARDS)
+        for s in range(SHARDS):
+            with shardcat.ShardWriter(f"{root}/train-{s:06d}.shard", shard_number=s) as w:
+                for i in range(s * per, min(N, (s + 1) * per)):
+                    w.add(key(i), {"bin": payload(i), "json": {"i": i}})
+            cat.register_shard("train", w.close())
+    return url
+
+
+@pytest.fixture(params=["compiled", "python"])
+def codec(request: pytest.FixtureRequest) -> Iterator[str]:
+    if request.param not in recordcodec.available():
+        pytest.skip("the compiled record codec is not built")
+    previous = recordcodec.use(request.param)
+    try:
+        yield request.param
+    finally:
+        recordcodec.use(previous)
+
+
+def tracked_growth(cat: Catalog, keys: list[str]) -> tuple[int, list[Any]]:
+    """Objects the collector tracks after one batch whose entries were all read, and the records."""
+    gc.collect()
+    gc.disable()  # a collection meanwhile would untrack tuples and dicts and blur the count
+    try:
+        before = len(gc.get_objects())
+        records = cat.get_many("train", keys).records
+        for rec in records:
+            assert rec is not None
+            assert len(rec["bin"]) == len(rec["bin"].data) and rec["json"].data
+        return len(gc.get_objects()) - before, records
+    finally:
+        gc.enable()
+
+
+def test_a_batch_adds_no_tracked_object_per_record(catalog_url: str, codec: str) -> None:
+    keys = [key(i) for i in range(N)]
+    with Catalog(catalog_url) as cat:
+        tracked_growth(cat, keys[:100])  # warm: layouts, statements, open shards
+        growth, records = tracked_growth(cat, keys)
+        assert [r.key for r in records] == keys
+        if codec == "compiled":
+            assert growth < 100, f"{growth} objects tracked for {N} records"
+        else:  # the reference's Record, entries dict and entries: several per record
+            assert growth >= 3 * N
+        # Plain values out: decode() builds no entries dict, nor puts records under the GC.
+        decoded = records[7].decode()
+        assert decoded == {"__key__": key(7), "bin": payload(7), "json": {"i": 7}}
+        if codec == "compiled":
+            assert not gc.is_tracked(records[7])
+
+
+def test_both_codecs_give_equal_batches(catalog_url: str) -> None:
+    if "compiled" not in recordcodec.available():
+        pytest.skip("the compiled record codec is not built")
+    keys = [key(i) for i in range(0, N, 7)]
+    results = {}
+    for name in ("compiled", "python"):
+        previous = recordcodec.use(name)
+        try:
+            with Catalog(catalog_url) as cat:
+                results[name] = cat.get_many("train", keys).records
+        finally:
+            recordcodec.use(previous)
+    ours, ref = results["compiled"], results["python"]
+    assert ours == ref and ref == ours
+    for a, b in zip(ours, ref):
+        assert (a.key, a.offset, a.length, list(a)) == (b.key, b.offset, b.length, list(b))
+        assert bytes(a["bin"].view) == b["bin"].data and a["json"].decode() == b["json"].decode()
+        assert repr(a) == repr(b)
+
+
+def test_records_outlive_the_catalog_and_copies_share_their_entries(
+    catalog_url: str, codec: str
+) -> None:
+    keys = [key(i) for i in range(0, N, 13)]
+    with Catalog(catalog_url) as cat:
+        records = cat.get_many("train", keys).records
+        entries = [rec["bin"] for rec in records[:50]]  # made before the close
+    # The catalog and its open shards are gone; the read buffers are not.
+    for rec, k in zip(records, keys):
+        assert rec.key == k and rec["bin"].data == payload(int(k[4:]))
+        assert bytes(rec["json"].view) == f'{{"i":{int(k[4:])}}}'.encode()
+    del records
+    gc.collect()
+    assert [e.data for e in entries] == [payload(int(k[4:])) for k in keys[:50]]
+    with Catalog(catalog_url) as cat:
+        rec = cat.get_many("train", [key(5)]).records[0]
+    assert rec is not None
+    twin = copy.copy(rec)
+    assert twin == rec and twin["bin"].data == payload(5)
+    twin.key = "other"  # a copy is its own record
+    assert rec.key == key(5)
+
+
+def test_point_lookups_make_ordinary_entries(catalog_url: str, codec: str) -> None:
+    # One record at a time, mostly dropped before the next: no source to pay for.
+    with Catalog(catalog_url) as cat:
+        rec = cat.get("train", key(3))
+    entry = rec["bin"]
+    assert entry.data == payload(3)
+    if codec == "compiled":
+        assert gc.is_tracked(entry) and rec._source is False  # type: ignore[attr-defined]
+
+
+def test_the_memory_of_dropped_records_is_freed(catalog_url: str, codec: str) -> None:
+    keys = [key(i) for i in range(N)]
+    with Catalog(catalog_url) as cat:
+        cat.get_many("train", keys)  # warm: caches that live as long as the catalog
+        gc.collect()
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            records = cat.get_many("train", keys).records
+            views = [rec["bin"].view for rec in records]  # type: ignore[index]
+            held = tracemalloc.get_traced_memory()[0] - base
+            del records, views
+            gc.collect()
+            left = tracemalloc.get_traced_memory()[0] - base
+        finally:
+            tracemalloc.stop()
+    payloads = sum(len(payload(i)) for i in range(N))
+    assert held > payloads  # the read buffers, at least
+    assert left < payloads // 50, f"{left:,} bytes left of {held:,}"
