@@ -5,11 +5,15 @@ file-backed SQLite catalog runs in one C call (issue 10): the key's hash,
 one step of the *same* prepared statement the Python path runs (so the
 statement alone decides visibility: committed shards, live records), the
 shard's cached URL and open descriptor, one ``pread``, and the record
-codec's ``decode_spanned``. Everything else (no row, any SQLite result code
-but a row, a shard not cached yet, a tar shard, a read that fails or comes
-back short, a record the decoder rejects; entries=, version=, in-memory
-SQLite, PostgreSQL) comes back "not handled" and the Python path in
-:mod:`.lookup` answers, so its errors and recovery stay the only ones.
+codec's ``decode_spanned``. A tar shard (issue 11) takes the same
+statement, cache and ``pread``; the lookup's tar finisher
+(``lookup._TarFinisher``: the layout's entry names, cached per layout id,
+then ``read_tar_record``, every CRC32C checked) builds its record.
+Everything else (no row, any SQLite result code but a row, a shard not
+cached yet, a read that fails or comes back short, a record the decoder or
+the finisher rejects; entries=, version=, in-memory SQLite, PostgreSQL)
+comes back "not handled" and the Python path in :mod:`.lookup` answers, so
+its errors and recovery stay the only ones.
 
 SQLite's functions are looked up at run time in the library Python's own
 ``_sqlite3`` module uses: a second copy of SQLite in one process would
@@ -38,12 +42,15 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ..format import recordcodec
+from ..format import Record, recordcodec
+from ..format.footer import EntrySpec
 from ..format.implementations import Name, choose
+from ..format.spec import Codec
 from ..storage.cache import ONE_PREAD
 from .connection import RawConnection
+from .spans import unpack_spans
 
-__all__ = ["ENV_VAR", "active", "available", "load", "open_point", "use"]
+__all__ = ["ENV_VAR", "TarFinisher", "active", "available", "load", "open_point", "use"]
 
 ENV_VAR = "SHARDCAT_POINT_LOOKUP"
 
@@ -126,13 +133,18 @@ def open_point(
     touch: Callable[[str], None],
     unpack: Callable[..., Any],
     texts: dict[Any, Any],
+    tars: dict[int, str],
+    finish: Callable[..., Any],
 ) -> Any | None:
     """The compiled point lookup for a lookup's state, or None where it does not apply.
 
     ``sql`` is the lookup's own statement (bound as dataset, key hash,
-    key); ``shards``, ``fds`` and ``touch`` are the lookup's shard cache,
-    its source cache's open descriptors and LRU mark, read in place; the
-    object's ``get(dataset, key, decode)`` returns a record or None.
+    key; it selects shard id, offset, length, spans and layout id);
+    ``shards``, ``fds`` and ``touch`` are the lookup's shard cache, its
+    source cache's open descriptors and LRU mark, read in place; ``tars``
+    maps a tar shard's id to its URL, and ``finish(data, key, length, url,
+    offset, layout_id, spans)`` makes a tar sample's record. The object's
+    ``get(dataset, key, decode)`` returns a record or None.
     """
     if _active != "compiled" or recordcodec.active() != "compiled" or raw.dialect != "sqlite":
         return None
@@ -149,13 +161,79 @@ def open_point(
         (busy_ms,) = conn.execute("PRAGMA busy_timeout").fetchone()
         (cache_size,) = conn.execute("PRAGMA cache_size").fetchone()
         return _compiled.Point(
-            file, sql, int(busy_ms), int(cache_size), shards, fds, touch, unpack, texts, ONE_PREAD
+            file,
+            sql,
+            int(busy_ms),
+            int(cache_size),
+            shards,
+            fds,
+            touch,
+            unpack,
+            texts,
+            ONE_PREAD,
+            tars,
+            finish,
         )
     except Exception as e:
         # Cannot open or prepare (or a file name SQLite cannot hand back as
         # text): the Python path serves this lookup, as it would without C.
         _log.debug("compiled point lookup off for %s: %s", raw.url, e)
         return None
+
+
+class TarFinisher:
+    """A tar sample's record from the compiled point lookup's row and bytes (issue 11).
+
+    The same :func:`~shardcat.format.tar.read_tar_record` as the Python
+    path's ``kinds._tar_decode``, with the layout looked up by id: one query
+    per layout and thread, then cached (a layout never changes for an id).
+    Any error it raises tells the compiled path "not handled": the Python
+    path then asks again and raises it, typed. Not a method of the lookup:
+    the compiled lookup holds it, and a bound method would make a reference
+    cycle of the two. ``query`` is the lookup's ``RawConnection.query``,
+    ``parse`` its shared ``LayoutCache.get``.
+    """
+
+    __slots__ = ("_parse", "_query", "_read", "_specs", "_sql")
+
+    def __init__(
+        self,
+        query: Callable[[str, tuple[Any, ...]], list[Any]],
+        placeholder: str,
+        parse: Callable[[str], list[tuple[str, str, Codec]]],
+    ) -> None:
+        self._query = query
+        self._sql = f"SELECT signature FROM layouts WHERE id = {placeholder}"
+        self._parse = parse
+        self._specs: dict[int, list[EntrySpec]] = {}
+        self._read: Callable[..., Record] | None = None
+
+    def __call__(
+        self,
+        data: bytes,
+        key: str,
+        length: int,
+        url: str,
+        offset: int,
+        layout_id: int,
+        spans: bytes,
+    ) -> Record:
+        specs = self._specs.get(layout_id)
+        read = self._read
+        if specs is None or read is None:
+            specs, read = self._load(layout_id)
+        return read(data, key, specs, unpack_spans(spans, len(specs)), path=url, offset=offset)
+
+    def _load(self, layout_id: int) -> tuple[list[EntrySpec], Callable[..., Record]]:
+        from ..format.tar import read_tar_record  # loads lazily, as in kinds.py
+
+        rows = self._query(self._sql, (layout_id,))
+        if not rows:  # gone since the row was read: the Python path asks again
+            raise KeyError(layout_id)
+        specs = [EntrySpec(n, t, c) for n, t, c in self._parse(rows[0][0])]
+        self._specs[layout_id] = specs
+        self._read = read_tar_record
+        return specs, read_tar_record
 
 
 load()
