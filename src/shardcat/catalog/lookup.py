@@ -45,7 +45,7 @@ from ..storage import cache as _cache  # its pread_linked, looked up per call (t
 from ..storage.cache import ONE_PREAD
 from .connection import RawConnection, fork_generation
 from .kinds import decode_record
-from .point import TarFinisher, open_point
+from .point import open_point
 from .results import BatchResult, Location
 from .spans import unpack_spans
 
@@ -233,7 +233,6 @@ class Lookup:
         # and the URL of each tar shard among the others (the compiled path's).
         self._shards: dict[int, tuple[str, int] | None] = {}
         self._tars: dict[int, str] = {}
-        self._finish_tar = TarFinisher(self._query, p, layouts.get)
         self._batch = _batch_sql(self.dialect)
         self._batch_entries = _batch_sql(self.dialect, entries=True)
         self._versioned: dict[tuple[str, bool], str] = {}
@@ -252,7 +251,7 @@ class Lookup:
             unpack_spans,
             self._texts,
             self._tars,
-            self._finish_tar,
+            layouts.get,
         )
         self.fast_get: Any = None if self._point_c is None else self._point_c.get
         """``get(dataset, key, decode)``: the latest whole record, or None if not handled (then :meth:`get`)."""

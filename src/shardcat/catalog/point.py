@@ -43,12 +43,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ..format import Record, recordcodec
-from ..format.footer import EntrySpec
 from ..format.implementations import Name, choose
 from ..format.spec import Codec
 from ..storage.cache import ONE_PREAD
 from .connection import RawConnection
-from .spans import unpack_spans
 
 __all__ = ["ENV_VAR", "TarFinisher", "active", "available", "load", "open_point", "use"]
 
@@ -134,7 +132,7 @@ def open_point(
     unpack: Callable[..., Any],
     texts: dict[Any, Any],
     tars: dict[int, str],
-    finish: Callable[..., Any],
+    parse: Callable[[str], list[tuple[str, str, Codec]]],
 ) -> Any | None:
     """The compiled point lookup for a lookup's state, or None where it does not apply.
 
@@ -142,11 +140,14 @@ def open_point(
     key; it selects shard id, offset, length, spans and layout id);
     ``shards``, ``fds`` and ``touch`` are the lookup's shard cache, its
     source cache's open descriptors and LRU mark, read in place; ``tars``
-    maps a tar shard's id to its URL, and ``finish(data, key, length, url,
-    offset, layout_id, spans)`` makes a tar sample's record. The object's
+    maps a tar shard's id to its URL, and ``parse`` (``LayoutCache.get``)
+    gives a layout's entries to the :class:`TarFinisher` of tar samples. The object's
     ``get(dataset, key, decode)`` returns a record or None.
     """
     if _active != "compiled" or recordcodec.active() != "compiled" or raw.dialect != "sqlite":
+        return None
+    tar_record = recordcodec.compiled_tar_record()
+    if tar_record is None:
         return None
     # URI options (mode=, immutable=, vfs=...): only the Python driver applies them.
     if raw.url.query:
@@ -172,7 +173,7 @@ def open_point(
             texts,
             ONE_PREAD,
             tars,
-            finish,
+            TarFinisher(raw.query, raw.placeholder, parse, tar_record),
         )
     except Exception as e:
         # Cannot open or prepare (or a file name SQLite cannot hand back as
@@ -184,29 +185,32 @@ def open_point(
 class TarFinisher:
     """A tar sample's record from the compiled point lookup's row and bytes (issue 11).
 
-    The same :func:`~shardcat.format.tar.read_tar_record` as the Python
-    path's ``kinds._tar_decode``, with the layout looked up by id: one query
-    per layout and thread, then cached (a layout never changes for an id).
-    Any error it raises tells the compiled path "not handled": the Python
-    path then asks again and raises it, typed. Not a method of the lookup:
-    the compiled lookup holds it, and a bound method would make a reference
-    cycle of the two. ``query`` is the lookup's ``RawConnection.query``,
-    ``parse`` its shared ``LayoutCache.get``.
+    The record codec's ``tar_record``, ``read_tar_record`` compiled (every
+    payload's CRC32C checked, the same :class:`~shardcat.format.Record` and
+    entries), with the layout's ``(name, content_type)`` pairs cached per
+    layout id: one query per layout and thread (a layout never changes for
+    an id). None, or any error, tells the compiled path "not handled": the
+    Python path then asks again and raises the typed error from
+    ``read_tar_record`` itself. Not a method of the lookup: the compiled
+    lookup holds it, and a bound method would make a reference cycle of the
+    two. ``query`` is the lookup's ``RawConnection.query``, ``parse`` its
+    shared ``LayoutCache.get``, ``decode`` the codec's ``tar_record``.
     """
 
-    __slots__ = ("_parse", "_query", "_read", "_specs", "_sql")
+    __slots__ = ("_decode", "_parse", "_query", "_specs", "_sql")
 
     def __init__(
         self,
         query: Callable[[str, tuple[Any, ...]], list[Any]],
         placeholder: str,
         parse: Callable[[str], list[tuple[str, str, Codec]]],
+        decode: Callable[..., Record | None],
     ) -> None:
         self._query = query
         self._sql = f"SELECT signature FROM layouts WHERE id = {placeholder}"
         self._parse = parse
-        self._specs: dict[int, list[EntrySpec]] = {}
-        self._read: Callable[..., Record] | None = None
+        self._specs: dict[int, tuple[tuple[str, str], ...]] = {}
+        self._decode = decode
 
     def __call__(
         self,
@@ -217,23 +221,15 @@ class TarFinisher:
         offset: int,
         layout_id: int,
         spans: bytes,
-    ) -> Record:
+    ) -> Record | None:
         specs = self._specs.get(layout_id)
-        read = self._read
-        if specs is None or read is None:
-            specs, read = self._load(layout_id)
-        return read(data, key, specs, unpack_spans(spans, len(specs)), path=url, offset=offset)
-
-    def _load(self, layout_id: int) -> tuple[list[EntrySpec], Callable[..., Record]]:
-        from ..format.tar import read_tar_record  # loads lazily, as in kinds.py
-
-        rows = self._query(self._sql, (layout_id,))
-        if not rows:  # gone since the row was read: the Python path asks again
-            raise KeyError(layout_id)
-        specs = [EntrySpec(n, t, c) for n, t, c in self._parse(rows[0][0])]
-        self._specs[layout_id] = specs
-        self._read = read_tar_record
-        return specs, read_tar_record
+        if specs is None:
+            rows = self._query(self._sql, (layout_id,))
+            if not rows:  # gone since the row was read: the Python path asks again
+                return None
+            specs = tuple((name, ctype) for name, ctype, _ in self._parse(rows[0][0]))
+            self._specs[layout_id] = specs
+        return self._decode(data, key, specs, spans, offset, Record)
 
 
 load()
