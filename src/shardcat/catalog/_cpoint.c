@@ -8,8 +8,9 @@
  *
  * Tar shards (issue 11) take the same statement, cache and pread; the
  * bytes, the row's spans and its layout id then go to the lookup's tar
- * finisher (lookup.py _TarFinisher: the layout's entry names, cached per id,
- * and format/tar/read.py's read_tar_record, which checks every CRC32C).
+ * finisher (point.py's TarFinisher: the layout's entry names, cached per id,
+ * then the record codec's tar_record, read_tar_record compiled, which checks
+ * every CRC32C and returns None where the Python function would raise).
  *
  * Anything this code does not expect (no row, any SQLite result code but a
  * row, a shard not cached or neither native nor tar, no open descriptor, a short or

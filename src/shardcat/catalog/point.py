@@ -7,8 +7,9 @@ statement alone decides visibility: committed shards, live records), the
 shard's cached URL and open descriptor, one ``pread``, and the record
 codec's ``decode_spanned``. A tar shard (issue 11) takes the same
 statement, cache and ``pread``; the lookup's tar finisher
-(``lookup._TarFinisher``: the layout's entry names, cached per layout id,
-then ``read_tar_record``, every CRC32C checked) builds its record.
+(:class:`TarFinisher`: the layout's entry names, cached per layout id,
+then the record codec's ``tar_record``, ``read_tar_record`` compiled, every
+CRC32C checked) builds its record.
 Everything else (no row, any SQLite result code but a row, a shard not
 cached yet, a read that fails or comes back short, a record the decoder or
 the finisher rejects; entries=, version=, in-memory SQLite, PostgreSQL)
