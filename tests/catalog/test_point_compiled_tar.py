@@ -8,6 +8,8 @@ typed errors are then the ones raised.
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -178,6 +180,31 @@ def test_a_tar_of_an_uncommitted_job_is_never_returned(cat, tmp_path, tar_path):
     got = _fast(cat, "wds", staged.keys[0])
     assert got is not None
     assert record_as_sample(got) == wds_samples(staged_path)[0]
+
+
+def test_a_moved_tar_is_found_at_its_new_place_and_served_compiled_again(cat, tar_path):
+    keys = scan_tar(tar_path).keys
+    cat.get("wds", keys[0])
+    before = _fast(cat, "wds", keys[1])
+    assert before is not None
+    new_root = tar_path.parent.parent / "moved"
+    new_root.mkdir()
+    new_path = new_root / tar_path.name
+    shutil.copyfile(tar_path, new_path)
+    (row,) = cat.shards("wds")
+    cat.move_shards(
+        "wds",
+        {row.url: (str(new_path), row.file_id)},
+        expected_version=cat.dataset("wds").version,
+        root_url=str(new_root),
+    )
+    os.remove(tar_path)  # the cached descriptor has no name left: never read
+    assert _fast(cat, "wds", keys[1]) is None
+    assert _described(cat.get("wds", keys[1])) == _described(before)  # the Python path
+    assert cat._lookup()._tars[row.id] == str(new_path)
+    again = _fast(cat, "wds", keys[1])  # the compiled path, at the new URL
+    assert again is not None
+    assert _described(again) == _described(before)
 
 
 def test_python_point_lookup_serves_tars_without_the_compiled_path(sqlite_url, tar_path, cat):

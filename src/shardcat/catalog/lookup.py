@@ -357,7 +357,7 @@ class Lookup:
         if shard is _UNKNOWN:
             shard = self._shard_of(dataset, shard_id)
         if shard is None:  # a tar shard: its kind's decoder and layout
-            return self._get_record(dataset, key, h, None)
+            return self._get_record(dataset, key, h, None, shard_id)
         url, alignment = shard
         try:
             # SourceCache.read's one-pread case without its frame (a local
@@ -397,8 +397,14 @@ class Lookup:
                 self._tars[sid] = url
         return self._shards.get(shard_id)
 
-    def _get_record(self, dataset: str, key: str, h: int, version: Version) -> Record:
-        """A whole record through the statement that names its shard's URL, kind and layout."""
+    def _get_record(
+        self, dataset: str, key: str, h: int, version: Version, tar_id: int | None = None
+    ) -> Record:
+        """A whole record through the statement that names its shard's URL, kind and layout.
+
+        ``tar_id``: the id of the tar shard the row is in, whose URL the
+        compiled path caches: a moved tar's new URL replaces its old one.
+        """
         if version is None:
             sql, params = self._record, (dataset, h, key)
         else:
@@ -408,6 +414,8 @@ class Lookup:
         if not rows:
             raise self._missing(dataset, key, version)
         url, alignment, offset, length, spans, kind, signature = rows[0]
+        if tar_id is not None and kind == "tar" and self._tars.get(tar_id) != url:
+            self._tars[tar_id] = url
         try:
             data = self._sources.read(url, offset, offset + length)
             if kind is None:  # native: kinds.decode_native, without its frame or the dispatch
