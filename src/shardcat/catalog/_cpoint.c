@@ -6,8 +6,14 @@
  * records are visible), the shard's cached URL and descriptor, one pread,
  * then the record codec's decode_spanned. point.py is the Python side.
  *
+ * Tar shards (issue 11) take the same statement, cache and pread; the
+ * bytes, the row's spans and its layout id then go to the lookup's tar
+ * finisher (point.py's TarFinisher: the layout's entry names, cached per id,
+ * then the record codec's tar_record, read_tar_record compiled, which checks
+ * every CRC32C and returns None where the Python function would raise).
+ *
  * Anything this code does not expect (no row, any SQLite result code but a
- * row, a shard not cached or not native, no open descriptor, a short or
+ * row, a shard not cached or neither native nor tar, no open descriptor, a short or
  * failed read, a record the decoder rejects) returns None, "not handled":
  * the caller then runs the Python path, which asks again and raises the
  * errors. One implementation of the errors and of recovery, in Python.
@@ -96,6 +102,8 @@ typedef struct {
     int close_pending;   /* close() asked while busy: get() closes on its way out */
     Py_ssize_t one_pread;
     PyObject *shards; /* dict: shard id -> (url, alignment), or None for other kinds */
+    PyObject *tars;   /* dict: shard id -> url of a tar shard (its `shards` value is None) */
+    PyObject *finish; /* callable(data, key, length, url, offset, layout id, spans): a tar's record */
     PyObject *fds;    /* dict: url -> descriptor of the open local file */
     PyObject *touch;  /* callable(url): the source cache's LRU mark */
     PyObject *unpack; /* spans.unpack_spans, for decode_spanned */
@@ -119,16 +127,17 @@ static void point_release(Point *self)
 static int point_init(Point *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"path", "sql", "busy_timeout_ms", "cache_size", "shards", "fds", "touch",
-                             "unpack", "texts", "one_pread", NULL};
+                             "unpack", "texts", "one_pread", "tars", "finish", NULL};
     const char *path, *sql;
     Py_ssize_t sql_len;
     int busy_ms;
     long long cache_size;
-    PyObject *shards, *fds, *touch, *unpack, *texts;
+    PyObject *shards, *fds, *touch, *unpack, *texts, *tars, *finish;
     Py_ssize_t one_pread;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ss#iLO!O!OOO!n", kwlist, &path, &sql, &sql_len,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ss#iLO!O!OOO!nO!O", kwlist, &path, &sql, &sql_len,
                                      &busy_ms, &cache_size, &PyDict_Type, &shards, &PyDict_Type, &fds,
-                                     &touch, &unpack, &PyDict_Type, &texts, &one_pread))
+                                     &touch, &unpack, &PyDict_Type, &texts, &one_pread, &PyDict_Type,
+                                     &tars, &finish))
         return -1;
     /* The Python connection's page cache size (PRAGMA cache_size: pages, or KiB if negative). */
     char pragma[64];
@@ -160,8 +169,8 @@ static int point_init(Point *self, PyObject *args, PyObject *kwargs)
     if (rc == SQLITE_OK)
         rc = a->prepare_v2(db, sql, (int)sql_len + 1, &stmt, NULL);
     Py_END_ALLOW_THREADS
-    if (rc == SQLITE_OK && (stmt == NULL || a->column_count(stmt) != 4)) {
-        PyErr_SetString(PyExc_ValueError, "the point statement must select 4 columns");
+    if (rc == SQLITE_OK && (stmt == NULL || a->column_count(stmt) != 5)) {
+        PyErr_SetString(PyExc_ValueError, "the point statement must select 5 columns");
     } else if (rc != SQLITE_OK) {
         PyErr_Format(PyExc_RuntimeError, "cannot open %s for point lookups: %s (SQLite code %d)", path,
                      db != NULL ? a->errmsg(db) : "out of memory", rc);
@@ -183,6 +192,8 @@ static int point_init(Point *self, PyObject *args, PyObject *kwargs)
     Py_INCREF(touch), self->touch = touch;
     Py_INCREF(unpack), self->unpack = unpack;
     Py_INCREF(texts), self->texts = texts;
+    Py_INCREF(tars), self->tars = tars;
+    Py_INCREF(finish), self->finish = finish;
     return 0;
 }
 
@@ -193,6 +204,8 @@ static int point_traverse(Point *self, visitproc visit, void *arg)
     Py_VISIT(self->touch);
     Py_VISIT(self->unpack);
     Py_VISIT(self->texts);
+    Py_VISIT(self->tars);
+    Py_VISIT(self->finish);
     return 0;
 }
 
@@ -203,6 +216,8 @@ static int point_clear(Point *self)
     Py_CLEAR(self->touch);
     Py_CLEAR(self->unpack);
     Py_CLEAR(self->texts);
+    Py_CLEAR(self->tars);
+    Py_CLEAR(self->finish);
     return 0;
 }
 
@@ -216,7 +231,7 @@ static void point_dealloc(Point *self)
 
 /* The row's columns, copied out before the statement is reset. */
 typedef struct {
-    long long shard, offset, length;
+    long long shard, offset, length, layout;
     const unsigned char *spans;
     int spans_len;
     unsigned char inline_spans[SPANS_INLINE];
@@ -239,10 +254,11 @@ static int fetch(Point *self, const char *dataset, Py_ssize_t dataset_len, long 
     }
     if (a->step(st) == SQLITE_ROW && a->column_type(st, 0) == SQLITE_INTEGER &&
         a->column_type(st, 1) == SQLITE_INTEGER && a->column_type(st, 2) == SQLITE_INTEGER &&
-        a->column_type(st, 3) == SQLITE_BLOB) {
+        a->column_type(st, 3) == SQLITE_BLOB && a->column_type(st, 4) == SQLITE_INTEGER) {
         row->shard = a->column_int64(st, 0);
         row->offset = a->column_int64(st, 1);
         row->length = a->column_int64(st, 2);
+        row->layout = a->column_int64(st, 4);
         const void *blob = a->column_blob(st, 3);
         int n = a->column_bytes(st, 3);
         unsigned char *dest = n <= SPANS_INLINE ? row->inline_spans : (row->heap_spans = malloc((size_t)n));
@@ -299,7 +315,8 @@ static PyObject *point_get(Point *self, PyObject *const *args, Py_ssize_t nargs)
         self->close_pending = 0;
         found = 0;
     }
-    PyObject *out = NULL, *data = NULL, *spans = NULL, *id = NULL, *length = NULL, *offset = NULL;
+    PyObject *out = NULL, *data = NULL, *spans = NULL, *id = NULL, *length = NULL, *offset = NULL,
+             *layout = NULL;
     if (!found || row.length <= 0 || row.length > self->one_pread || row.offset < 0)
         goto not_handled;
     id = PyLong_FromLongLong(row.shard);
@@ -308,9 +325,22 @@ static PyObject *point_get(Point *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *shard = PyDict_GetItemWithError(self->shards, id); /* borrowed */
     if (shard == NULL && PyErr_Occurred())
         goto done;
-    if (shard == NULL || !PyTuple_CheckExact(shard) || PyTuple_GET_SIZE(shard) != 2)
-        goto not_handled; /* not cached yet, or not native (None) */
-    PyObject *url = PyTuple_GET_ITEM(shard, 0), *alignment = PyTuple_GET_ITEM(shard, 1);
+    PyObject *url, *alignment;
+    int tar = 0;
+    if (shard == Py_None) { /* another kind: a tar's URL, or not handled */
+        url = PyDict_GetItemWithError(self->tars, id); /* borrowed */
+        if (url == NULL && PyErr_Occurred())
+            goto done;
+        if (url == NULL || !PyUnicode_CheckExact(url))
+            goto not_handled;
+        alignment = Py_None;
+        tar = 1;
+    } else if (shard == NULL || !PyTuple_CheckExact(shard) || PyTuple_GET_SIZE(shard) != 2) {
+        goto not_handled; /* not cached yet */
+    } else {
+        url = PyTuple_GET_ITEM(shard, 0);
+        alignment = PyTuple_GET_ITEM(shard, 1);
+    }
     Py_INCREF(url);
     Py_INCREF(alignment);
     PyObject *fd_obj = PyDict_GetItemWithError(self->fds, url); /* borrowed */
@@ -349,11 +379,20 @@ static PyObject *point_get(Point *self, PyObject *const *args, Py_ssize_t nargs)
     offset = PyLong_FromLongLong(row.offset);
     if (spans == NULL || length == NULL || offset == NULL)
         goto done_shard;
-    PyObject *call[9] = {data, key, length, url, offset, alignment, spans, self->unpack, self->texts};
-    out = PyObject_Vectorcall(decode, call, 9, NULL);
+    if (tar) {
+        layout = PyLong_FromLongLong(row.layout);
+        if (layout == NULL)
+            goto done_shard;
+        PyObject *call[7] = {data, key, length, url, offset, layout, spans};
+        out = PyObject_Vectorcall(self->finish, call, 7, NULL);
+    } else {
+        PyObject *call[9] = {data, key, length, url, offset, alignment, spans, self->unpack, self->texts};
+        out = PyObject_Vectorcall(decode, call, 9, NULL);
+    }
     if (out == NULL && PyErr_ExceptionMatches(PyExc_Exception)) {
-        /* A record that does not match the catalog (or a moved shard's old
-           place): the Python path asks again and reports it. */
+        /* A record that does not match the catalog (a CRC32C that differs:
+           a tar changed after indexing; or a moved shard's old place): the
+           Python path asks again and reports it. */
         PyErr_Clear();
         goto not_handled_shard;
     }
@@ -366,6 +405,7 @@ done:
     Py_XDECREF(spans);
     Py_XDECREF(length);
     Py_XDECREF(offset);
+    Py_XDECREF(layout);
     free(row.heap_spans);
     return out;
 not_handled_shard:
@@ -377,6 +417,7 @@ not_handled:
     Py_XDECREF(spans);
     Py_XDECREF(length);
     Py_XDECREF(offset);
+    Py_XDECREF(layout);
     free(row.heap_spans);
     Py_RETURN_NONE;
 }
@@ -413,7 +454,8 @@ static PyTypeObject PointType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shardcat.catalog._cpoint.Point",
     .tp_basicsize = sizeof(Point),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Point(path, sql, busy_timeout_ms, shards, fds, touch, unpack, texts, one_pread): "
+    .tp_doc = "Point(path, sql, busy_timeout_ms, cache_size, shards, fds, touch, unpack, texts, one_pread, "
+              "tars, finish): "
               "a read-only SQLite connection and the point statement, prepared.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)point_init,

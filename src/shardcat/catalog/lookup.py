@@ -73,8 +73,10 @@ _RECORD_SELECT = (
 # caches them per shard (Lookup._shard_of). The join stays: it is what
 # checks, in the same statement, that the shard is committed. Issue 10: the
 # URL's text and the CASEs were ~15 % of a lookup's instructions (callgrind).
+# The layout id names a tar sample's entries (point.TarFinisher, issue 11):
+# an integer of the row already read, no join.
 _RECORD_BY_SHARD_SELECT = (
-    "SELECT r.shard_id, r.byte_offset, r.byte_length, r.spans"
+    "SELECT r.shard_id, r.byte_offset, r.byte_length, r.spans, r.layout_id"
     " FROM records r JOIN shards s ON s.id = r.shard_id"
 )
 # What a miss of that cache loads: every shard of the dataset, in one
@@ -227,8 +229,10 @@ class Lookup:
         self._record = _record_sql(p)
         self._record_by_shard = _point_sql(p, _COMMITTED, _RECORD_BY_SHARD_SELECT)
         self._shards_sql = _SHARDS.format(p=p)
-        # Shard id -> (url, alignment) of native shards (None: another kind).
+        # Shard id -> (url, alignment) of native shards (None: another kind),
+        # and the URL of each tar shard among the others (the compiled path's).
         self._shards: dict[int, tuple[str, int] | None] = {}
+        self._tars: dict[int, str] = {}
         self._batch = _batch_sql(self.dialect)
         self._batch_entries = _batch_sql(self.dialect, entries=True)
         self._versioned: dict[tuple[str, bool], str] = {}
@@ -246,6 +250,8 @@ class Lookup:
             self._touch,
             unpack_spans,
             self._texts,
+            self._tars,
+            layouts.get,
         )
         self.fast_get: Any = None if self._point_c is None else self._point_c.get
         """``get(dataset, key, decode)``: the latest whole record, or None if not handled (then :meth:`get`)."""
@@ -346,12 +352,12 @@ class Lookup:
             rows = self.raw.recover(e, sql, params)
         if not rows:
             raise self._missing(dataset, key, None)
-        shard_id, offset, length, spans = rows[0]
+        shard_id, offset, length, spans, _ = rows[0]
         shard = self._shards.get(shard_id, _UNKNOWN)
         if shard is _UNKNOWN:
             shard = self._shard_of(dataset, shard_id)
         if shard is None:  # a tar shard: its kind's decoder and layout
-            return self._get_record(dataset, key, h, None)
+            return self._get_record(dataset, key, h, None, shard_id)
         url, alignment = shard
         try:
             # SourceCache.read's one-pread case without its frame (a local
@@ -387,10 +393,18 @@ class Lookup:
         """
         for sid, url, alignment, kind in self._query(self._shards_sql, (dataset,)):
             self._shards[sid] = (url, int(alignment)) if kind == "native" else None
+            if kind == "tar":
+                self._tars[sid] = url
         return self._shards.get(shard_id)
 
-    def _get_record(self, dataset: str, key: str, h: int, version: Version) -> Record:
-        """A whole record through the statement that names its shard's URL, kind and layout."""
+    def _get_record(
+        self, dataset: str, key: str, h: int, version: Version, tar_id: int | None = None
+    ) -> Record:
+        """A whole record through the statement that names its shard's URL, kind and layout.
+
+        ``tar_id``: the id of the tar shard the row is in, whose URL the
+        compiled path caches: a moved tar's new URL replaces its old one.
+        """
         if version is None:
             sql, params = self._record, (dataset, h, key)
         else:
@@ -400,6 +414,8 @@ class Lookup:
         if not rows:
             raise self._missing(dataset, key, version)
         url, alignment, offset, length, spans, kind, signature = rows[0]
+        if tar_id is not None and kind == "tar" and self._tars.get(tar_id) != url:
+            self._tars[tar_id] = url
         try:
             data = self._sources.read(url, offset, offset + length)
             if kind is None:  # native: kinds.decode_native, without its frame or the dispatch

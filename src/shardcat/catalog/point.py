@@ -5,11 +5,16 @@ file-backed SQLite catalog runs in one C call (issue 10): the key's hash,
 one step of the *same* prepared statement the Python path runs (so the
 statement alone decides visibility: committed shards, live records), the
 shard's cached URL and open descriptor, one ``pread``, and the record
-codec's ``decode_spanned``. Everything else (no row, any SQLite result code
-but a row, a shard not cached yet, a tar shard, a read that fails or comes
-back short, a record the decoder rejects; entries=, version=, in-memory
-SQLite, PostgreSQL) comes back "not handled" and the Python path in
-:mod:`.lookup` answers, so its errors and recovery stay the only ones.
+codec's ``decode_spanned``. A tar shard (issue 11) takes the same
+statement, cache and ``pread``; the lookup's tar finisher
+(:class:`TarFinisher`: the layout's entry names, cached per layout id,
+then the record codec's ``tar_record``, ``read_tar_record`` compiled, every
+CRC32C checked) builds its record.
+Everything else (no row, any SQLite result code but a row, a shard not
+cached yet, a read that fails or comes back short, a record the decoder or
+the finisher rejects; entries=, version=, in-memory SQLite, PostgreSQL)
+comes back "not handled" and the Python path in :mod:`.lookup` answers, so
+its errors and recovery stay the only ones.
 
 SQLite's functions are looked up at run time in the library Python's own
 ``_sqlite3`` module uses: a second copy of SQLite in one process would
@@ -38,12 +43,13 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ..format import recordcodec
+from ..format import Record, recordcodec
 from ..format.implementations import Name, choose
+from ..format.spec import Codec
 from ..storage.cache import ONE_PREAD
 from .connection import RawConnection
 
-__all__ = ["ENV_VAR", "active", "available", "load", "open_point", "use"]
+__all__ = ["ENV_VAR", "TarFinisher", "active", "available", "load", "open_point", "use"]
 
 ENV_VAR = "SHARDCAT_POINT_LOOKUP"
 
@@ -126,15 +132,23 @@ def open_point(
     touch: Callable[[str], None],
     unpack: Callable[..., Any],
     texts: dict[Any, Any],
+    tars: dict[int, str],
+    parse: Callable[[str], list[tuple[str, str, Codec]]],
 ) -> Any | None:
     """The compiled point lookup for a lookup's state, or None where it does not apply.
 
     ``sql`` is the lookup's own statement (bound as dataset, key hash,
-    key); ``shards``, ``fds`` and ``touch`` are the lookup's shard cache,
-    its source cache's open descriptors and LRU mark, read in place; the
-    object's ``get(dataset, key, decode)`` returns a record or None.
+    key; it selects shard id, offset, length, spans and layout id);
+    ``shards``, ``fds`` and ``touch`` are the lookup's shard cache, its
+    source cache's open descriptors and LRU mark, read in place; ``tars``
+    maps a tar shard's id to its URL, and ``parse`` (``LayoutCache.get``)
+    gives a layout's entries to the :class:`TarFinisher` of tar samples. The object's
+    ``get(dataset, key, decode)`` returns a record or None.
     """
     if _active != "compiled" or recordcodec.active() != "compiled" or raw.dialect != "sqlite":
+        return None
+    tar_record = recordcodec.compiled_tar_record()
+    if tar_record is None:
         return None
     # URI options (mode=, immutable=, vfs=...): only the Python driver applies them.
     if raw.url.query:
@@ -149,13 +163,74 @@ def open_point(
         (busy_ms,) = conn.execute("PRAGMA busy_timeout").fetchone()
         (cache_size,) = conn.execute("PRAGMA cache_size").fetchone()
         return _compiled.Point(
-            file, sql, int(busy_ms), int(cache_size), shards, fds, touch, unpack, texts, ONE_PREAD
+            file,
+            sql,
+            int(busy_ms),
+            int(cache_size),
+            shards,
+            fds,
+            touch,
+            unpack,
+            texts,
+            ONE_PREAD,
+            tars,
+            TarFinisher(raw.query, raw.placeholder, parse, tar_record),
         )
     except Exception as e:
         # Cannot open or prepare (or a file name SQLite cannot hand back as
         # text): the Python path serves this lookup, as it would without C.
         _log.debug("compiled point lookup off for %s: %s", raw.url, e)
         return None
+
+
+class TarFinisher:
+    """A tar sample's record from the compiled point lookup's row and bytes (issue 11).
+
+    The record codec's ``tar_record``, ``read_tar_record`` compiled (every
+    payload's CRC32C checked, the same :class:`~shardcat.format.Record` and
+    entries), with the layout's ``(name, content_type)`` pairs cached per
+    layout id: one query per layout and thread (a layout never changes for
+    an id). None, or any error, tells the compiled path "not handled": the
+    Python path then asks again and raises the typed error from
+    ``read_tar_record`` itself. Not a method of the lookup: the compiled
+    lookup holds it, and a bound method would make a reference cycle of the
+    two. ``query`` is the lookup's ``RawConnection.query``, ``parse`` its
+    shared ``LayoutCache.get``, ``decode`` the codec's ``tar_record``.
+    """
+
+    __slots__ = ("_decode", "_parse", "_query", "_specs", "_sql")
+
+    def __init__(
+        self,
+        query: Callable[[str, tuple[Any, ...]], list[Any]],
+        placeholder: str,
+        parse: Callable[[str], list[tuple[str, str, Codec]]],
+        decode: Callable[..., Record | None],
+    ) -> None:
+        self._query = query
+        self._sql = f"SELECT signature FROM layouts WHERE id = {placeholder}"
+        self._parse = parse
+        self._specs: dict[int, tuple[tuple[str, str], ...]] = {}
+        self._decode = decode
+
+    def __call__(
+        self,
+        data: bytes,
+        key: str,
+        length: int,
+        url: str,
+        offset: int,
+        layout_id: int,
+        spans: bytes,
+    ) -> Record | None:
+        specs = self._specs.get(layout_id)
+        if specs is None:
+            rows = self._query(self._sql, (layout_id,))
+            if not rows:  # gone since the row was read: the Python path asks again
+                return None
+            specs = tuple((name, ctype) for name, ctype, _ in self._parse(rows[0][0]))
+            self._specs[layout_id] = specs
+        return self._decode(data, key, specs, spans, offset, Record)
 
 
 load()

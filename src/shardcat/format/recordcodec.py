@@ -43,6 +43,7 @@ __all__ = [
     "active",
     "available",
     "batch_table",
+    "compiled_tar_record",
     "crc32c",
     "crc32c_spans",
     "decode_batch",
@@ -152,6 +153,14 @@ scatter_copy: Callable[..., None]
 crc32c_spans: Callable[..., bytes]
 """The CRC32C of many spans of one buffer (:func:`.scatter.crc32c_spans`)."""
 _active: Name
+
+
+def compiled_tar_record() -> Callable[..., Record | None] | None:
+    """The compiled codec's ``tar_record`` (``read_tar_record`` compiled, None on any mismatch), if built.
+
+    The compiled point lookup's tar finisher (``catalog/point.py``) calls it.
+    """
+    return None if _compiled is None else getattr(_compiled, "tar_record", None)
 
 
 def available() -> list[Name]:

@@ -5,6 +5,11 @@ range in the tar and, per entry, where its payload lies inside that range,
 its size and CRC32C (computed at indexing); the bytes of the range are read
 in one request and each entry is checked before it is returned, exactly as
 for native shards.
+
+The compiled point lookup runs a compiled twin of :func:`read_tar_record`
+(the record codec's ``tar_record``, ``format/_ccodec.c``) that returns None
+where this function raises, so the errors stay this function's
+(``tests/format/tar/test_ctar_record.py`` holds the two to the same records).
 """
 
 from __future__ import annotations
