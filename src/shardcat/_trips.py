@@ -12,7 +12,7 @@ bundle is pinned (``pin_memory=True``, in the training process).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = ["BUNDLE_BATCHES", "BUNDLE_SAMPLES", "Bundle", "PerBatch", "bundled", "unbundled"]
@@ -29,8 +29,9 @@ BUNDLE_BATCHES = 16
 class Bundle:
     """Consecutive batches of one DataLoader worker, sent in one trip; :class:`ShardLoader` splits it.
 
-    ``last``: the worker has no batch after these (a worker that has none
-    at all sends no bundle).
+    ``last``: the worker has no batch after these (a worker that has no
+    batch at all sends one empty last bundle, so the loader never waits for
+    it).
     """
 
     __slots__ = ("batches", "last", "worker")
@@ -70,7 +71,7 @@ class PerBatch:
 
 
 def bundled(batches: Iterator[Any], size: int, worker: int) -> Iterator[Bundle]:
-    """``batches`` in bundles of ``size`` (the last one shorter and marked ``last``)."""
+    """``batches`` in bundles of ``size``, the last one (maybe shorter, maybe empty) marked ``last``."""
     group: list[Any] = []
     for batch in batches:
         if len(group) == size:
@@ -78,24 +79,23 @@ def bundled(batches: Iterator[Any], size: int, worker: int) -> Iterator[Bundle]:
             yield Bundle(worker, group, False)
             group = []
         group.append(batch)
-    if group:
-        yield Bundle(worker, group, True)
+    yield Bundle(worker, group, True)
 
 
-def unbundled(trips: Iterator[Any], active: Sequence[bool]) -> Iterator[Any]:
+def unbundled(trips: Iterator[Any], workers: int) -> Iterator[Any]:
     """The batches of ``trips`` (:class:`Bundle` objects) in the order unbundled batches would come.
 
     A DataLoader takes one item from each worker in turn (skipping a worker
     once it has run out); so does this, batch by batch, from each worker's
     bundles: the user sees the batches in the same order, whatever the
-    bundle size. ``active[w]``: whether worker ``w`` sends anything at all.
-    A worker's batches wait here until their turn (at most about one
-    bundle per worker); a batch is handed on, not kept, so its
-    shared-memory block goes when the user drops it.
+    bundle size. Every worker ends with a bundle marked ``last``, so none
+    is waited for once it has run out. A worker's batches wait here until
+    their turn (at most about one bundle per worker); a batch is handed
+    on, not kept, so its shared-memory block goes when the user drops it.
     """
-    pending: list[deque[Any]] = [deque() for _ in active]
-    done = [not a for a in active]
-    order = [w for w, a in enumerate(active) if a]
+    pending: list[deque[Any]] = [deque() for _ in range(workers)]
+    done = [False] * workers
+    order = list(range(workers))
     turn = 0
     while order:
         w = order[turn]
@@ -118,6 +118,3 @@ def unbundled(trips: Iterator[Any], active: Sequence[bool]) -> Iterator[Any]:
         else:
             del order[turn]
             turn = turn % len(order) if order else 0
-    for rest in pending:  # a worker thought to send nothing sent batches: still every one
-        while rest:
-            yield rest.popleft()

@@ -625,7 +625,7 @@ class ShardLoader(DataLoader[Any]):
         try:
             trips: Iterator[Any] = super().__iter__()
             if self.bundle > 1:
-                trips = unbundled(trips, [c > 0 for c in self._counts])
+                trips = unbundled(trips, self.num_workers)
             for batch in trips:
                 self._batches += 1
                 yield batch

@@ -207,3 +207,20 @@ def test_the_loaders_collate_fn_runs_on_each_batch_of_a_bundle(bytes_dataset):
     plain = epoch(1)
     assert epoch(3) == plain
     assert sorted(k for b in plain for k in b) == sorted(expected)
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")
+def test_a_worker_with_nothing_to_read_is_not_waited_for(tmp_path):
+    # Two shards, three workers: one reads nothing and sends one empty last bundle.
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    with Catalog(url) as cat:
+        expected = make_bytes_dataset(cat, str(tmp_path / "s"), sizes=(11, 6))
+
+    def epoch(bundle: int) -> list[list[str]]:
+        ds = ShardIterableDataset(url, "train", seed=3, batch_size=2, collate=key_batch)
+        assert sorted(ds.worker_counts(3)) == [0, 6, 11]
+        return list(ShardLoader(ds, num_workers=3, bundle=bundle))
+
+    plain = epoch(1)
+    assert epoch(2) == plain
+    assert sorted(k for b in plain for k in b) == sorted(expected)
