@@ -283,6 +283,7 @@ class Persistent:
         packed: bool = False,
         direct: bool = True,
         batch_size: int = 64,
+        bundle: int | None = None,
     ) -> None:
         if batched:
             ds = ShardIterableDataset(
@@ -296,7 +297,8 @@ class Persistent:
             # direct=False: packed from decoded records (the path before packed batches were
             # read straight from shard bytes), for a comparison in the same run.
             ds.stream = dataclasses.replace(ds.stream, direct=direct)
-            self.loader: DataLoader[Any] = ShardLoader(ds, num_workers=workers)
+            # bundle=None: ShardLoader's default, batches bundled to >= 256 samples per trip.
+            self.loader: DataLoader[Any] = ShardLoader(ds, num_workers=workers, bundle=bundle)
         else:
             ds = ShardIterableDataset(cat_url, "bench", shuffle=shuffle, shuffle_buffer=1000)
             self.loader = ShardLoader(ds, batch_size=64, num_workers=workers, collate_fn=identity)
@@ -585,6 +587,7 @@ def main() -> None:
                     if workers:
                         for label, kw in (
                             ("packed persistent", {}),
+                            ("packed persistent unbundled", {"bundle": 1}),
                             ("packed persistent records", {"direct": False}),
                             ("packed persistent 256", {"batch_size": 256}),
                         ):
@@ -609,6 +612,9 @@ def main() -> None:
                     )
                     runs[f"packed persistent {workers}"] = Persistent(
                         cat_url, workers, shuffle, batched=True, packed=True
+                    )
+                    runs[f"packed persistent unbundled {workers}"] = Persistent(
+                        cat_url, workers, shuffle, batched=True, packed=True, bundle=1
                     )
                     runs[f"packed persistent records {workers}"] = Persistent(
                         cat_url, workers, shuffle, batched=True, packed=True, direct=False
@@ -642,6 +648,11 @@ def main() -> None:
                     ("batched persistent 64k", "dataset (batch_size=64)", "once, 64 KiB pipe"),
                     ("packed", "dataset, packed (collate=pack_samples)", "every epoch"),
                     ("packed persistent", "dataset, packed (collate=pack_samples)", "once"),
+                    (
+                        "packed persistent unbundled",
+                        "dataset, packed, one batch per trip (bundle=1)",
+                        "once",
+                    ),
                     (
                         "packed persistent records",
                         "dataset, packed from records (direct=False)",

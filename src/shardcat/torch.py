@@ -4,7 +4,8 @@
   DataLoader workers and ranks by record count, shuffled per epoch by a seed,
   every sample exactly once per epoch, resumable mid-epoch.
 - :class:`ShardLoader` is a ``DataLoader`` that knows how far each worker got,
-  so its :meth:`~ShardLoader.state_dict` resumes exactly.
+  so its :meth:`~ShardLoader.state_dict` resumes exactly, and that brings a
+  dataset's batches from its workers several per trip.
 - :class:`KeyDataset` is map-style: ``ds[i]``, ``ds.get(key)``, and batches
   fetched with one query plus coalesced reads.
 
@@ -24,6 +25,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
+from ._trips import BUNDLE_BATCHES, BUNDLE_SAMPLES, Bundle, PerBatch, bundled, unbundled
 from .catalog import Catalog
 from .readers import (
     Decoder,
@@ -39,7 +41,10 @@ from .readers import (
 from .storage import LocalShardCache
 
 __all__ = [
+    "BUNDLE_BATCHES",
+    "BUNDLE_SAMPLES",
     "RESULT_PIPE_BYTES",
+    "Bundle",
     "KeyDataset",
     "MixStream",
     "MixedDataset",
@@ -173,10 +178,11 @@ class ShardIterableDataset(IterableDataset[Any]):
         self.collate = collate
         self._rank = rank
         self._world_size = world_size
-        # The epoch and a count of load_state_dict calls, in shared memory: persistent
-        # DataLoader workers keep the dataset they started with, but see set_epoch()
-        # through this (torch passes a shared tensor to fork and spawn workers alike).
-        self._shared = torch.zeros(2, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
+        # The epoch, a count of load_state_dict calls and how many batches a worker sends
+        # per trip (set by ShardLoader), in shared memory: persistent DataLoader workers
+        # keep the dataset they started with, but see set_epoch() through this (torch
+        # passes a shared tensor to fork and spawn workers alike).
+        self._shared = torch.zeros(3, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
         self._loads = 0
         # Resuming: per reader (rank * workers + worker), the samples it yielded
         # before; and which reader the new loader's worker 0 takes over.
@@ -236,13 +242,14 @@ class ShardIterableDataset(IterableDataset[Any]):
         workers, worker = (1, 0) if info is None else (info.num_workers, info.id)
         role = self.worker_roles(workers)[worker]
         start = self.resume_positions(workers)[role]
+        bundle = int(self._shared[2]) if info is not None else 0
         if (
             self.collate is pack_samples
             and self.batch_size is not None
             and isinstance(self.stream, SampleStream)
         ):
             # Packed straight from the records where it can (no sample dicts in between).
-            batches = self.stream.iter_packed(
+            batches: Iterator[Any] = self.stream.iter_packed(
                 self.epoch,
                 self.rank,
                 self.world_size,
@@ -251,7 +258,10 @@ class ShardIterableDataset(IterableDataset[Any]):
                 start,
                 batch_size=self.batch_size,
             )
-            yield from batches if info is not None else self._counted_batches(batches, start)
+            if info is None:
+                yield from self._counted_batches(batches, start)
+            else:
+                yield from bundled(batches, bundle, worker) if bundle > 1 else batches
             return
         samples = self.stream.iter_reader(
             self.epoch, self.rank, self.world_size, role, workers, start
@@ -261,7 +271,8 @@ class ShardIterableDataset(IterableDataset[Any]):
         if self.batch_size is None:
             yield from samples
             return
-        yield from batched(samples, self.batch_size, self.collate)
+        batches = batched(samples, self.batch_size, self.collate)
+        yield from bundled(batches, bundle, worker) if bundle > 1 else batches
 
     def _counted_batches(self, batches: Iterator[PackedBatch], start: int) -> Iterator[Any]:
         self._yielded = start
@@ -538,13 +549,34 @@ class ShardLoader(DataLoader[Any]):
     loader on a dataset given that state resumes with the next batch.
     A dataset that batches itself (``batch_size=``) goes with
     ``batch_size=None`` here (the default then).
+
+    With workers, a dataset that batches itself sends its batches in
+    bundles of ``bundle`` consecutive batches per trip between processes
+    (default: enough for :data:`BUNDLE_SAMPLES` samples, at most
+    :data:`BUNDLE_BATCHES`; 1 sends each batch alone), and this loader
+    hands them out one by one in the order unbundled batches come: the
+    same batches, sequence and state, with a fraction of the per-trip
+    cost. A ``collate_fn`` given here still runs on each batch in the
+    worker. Only a ``ShardLoader`` splits bundles: a plain ``DataLoader``
+    gets batches one per trip.
+
+    Raises
+    ------
+    TypeError
+        If ``dataset`` is not a :class:`ShardIterableDataset`.
+    ValueError
+        If both the dataset and the loader make batches, or ``bundle`` is below 1.
     """
 
     dataset: ShardIterableDataset
 
-    def __init__(self, dataset: ShardIterableDataset, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, dataset: ShardIterableDataset, *args: Any, bundle: int | None = None, **kwargs: Any
+    ) -> None:
         if not isinstance(dataset, ShardIterableDataset):
             raise TypeError("ShardLoader reads a ShardIterableDataset")
+        if bundle is not None and bundle < 1:
+            raise ValueError(f"bundle must be at least 1 batch, not {bundle}")
         if kwargs.get("num_workers", 0) > 0:
             kwargs.setdefault("persistent_workers", True)
         # A dataset that batches in its workers: the loader must pass batches on as they are.
@@ -555,9 +587,18 @@ class ShardLoader(DataLoader[Any]):
                 "the dataset makes batches itself (batch_size="
                 f"{dataset.batch_size}): pass batch_size=None to the loader"
             )
-        if dataset.batch_size is not None:
-            kwargs.setdefault("collate_fn", unchanged)
+        size = dataset.batch_size
+        if bundle is None:
+            bundle = 1 if size is None else min(-(-BUNDLE_SAMPLES // size), BUNDLE_BATCHES)
+        # Bundles only carry batches the dataset made, and only between processes.
+        bundle = bundle if size is not None and kwargs.get("num_workers", 0) > 0 else 1
+        if size is not None:
+            collate = kwargs.setdefault("collate_fn", unchanged)
+            if bundle > 1 and collate is not unchanged:
+                # The loader's collate_fn runs in the worker on what the dataset yields.
+                kwargs["collate_fn"] = PerBatch(collate)
         super().__init__(dataset, *args, **kwargs)
+        self.bundle = bundle
         self._batches = 0
         self._roles: list[int] = []
         self._start: list[int] = []  # per reader
@@ -579,9 +620,18 @@ class ShardLoader(DataLoader[Any]):
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         self._begin()
-        for batch in super().__iter__():
-            self._batches += 1
-            yield batch
+        # Read by the workers when they start the epoch (persistent ones too: shared memory).
+        self.dataset._shared[2] = self.bundle if self.bundle > 1 else 0
+        try:
+            trips: Iterator[Any] = super().__iter__()
+            if self.bundle > 1:
+                trips = unbundled(trips, self.num_workers)
+            for batch in trips:
+                self._batches += 1
+                yield batch
+        finally:
+            # A plain DataLoader iterating the dataset next must get its batches one by one.
+            self.dataset._shared[2] = 0
 
     def state_dict(self) -> dict[str, Any]:
         """The dataset's state after the batches this loader has returned so far.
