@@ -7,6 +7,7 @@ import pytest
 
 import shardcat
 from shardcat.catalog import Catalog
+from shardcat.format import recordcodec
 
 # Unequal shards, so balancing by records differs from balancing by shard count.
 SHARD_SIZES = (23, 7, 31, 12, 5, 18)
@@ -22,6 +23,46 @@ def sample(i: int) -> dict[str, Any]:
 
 def key(i: int) -> str:
     return f"s/{i:05d}"
+
+
+def payload(i: int) -> bytes:
+    """A ``bin`` entry of 100-544 bytes whose bytes say which sample it is."""
+    return bytes([i % 251]) * (100 + 37 * (i % 13))
+
+
+def make_bytes_dataset(
+    cat: Catalog, root: str, sizes: tuple[int, ...] = SHARD_SIZES, **opts: Any
+) -> dict:
+    """Samples with a ``bin`` bytes entry, a JSON label and text; returns key → bin."""
+    cat.create_dataset("train", root)
+    expected = {}
+    i = 0
+    for n, size in enumerate(sizes):
+        with shardcat.ShardWriter(f"{root}/train-{n:06d}.shard", shard_number=n, **opts) as w:
+            for _ in range(size):
+                key = f"s/{i:05d}"
+                w.add(key, {"bin": payload(i), "json": {"label": i % 5}, "txt": f"t{i}"})
+                expected[key] = payload(i)
+                i += 1
+        cat.register_shard("train", w.close())
+    return expected
+
+
+@pytest.fixture
+def bytes_dataset(tmp_path) -> tuple[str, dict[str, bytes]]:
+    """A file SQLite catalog's URL and key → ``bin`` of the samples of :func:`make_bytes_dataset`."""
+    url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    with Catalog(url) as cat:
+        expected = make_bytes_dataset(cat, str(tmp_path / "shards"))
+    return url, expected
+
+
+@pytest.fixture(params=recordcodec.available())
+def codec(request: pytest.FixtureRequest) -> Any:
+    """Each record codec this installation has, in turn."""
+    previous = recordcodec.use(request.param)
+    yield request.param
+    recordcodec.use(previous)
 
 
 def make_dataset(

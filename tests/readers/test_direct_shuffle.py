@@ -19,26 +19,11 @@ from shardcat.format import recordcodec  # noqa: E402
 from shardcat.readers import PackedBatch, direct, gather, pack_samples, packed  # noqa: E402
 from shardcat.torch import ShardIterableDataset, ShardLoader  # noqa: E402
 
-from .conftest import make_tar_dataset, stop_and_resume  # noqa: E402
+from .conftest import make_bytes_dataset, make_tar_dataset, stop_and_resume  # noqa: E402
 from .test_direct import _payload_and_head  # noqa: E402
-from .test_packed import contents, make_bytes_dataset  # noqa: E402
+from .test_packed import contents  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not packed._SHARED, reason="shared blocks need memfd_create")
-
-
-@pytest.fixture
-def bytes_dataset(tmp_path) -> tuple[str, dict]:
-    url = f"sqlite:///{tmp_path / 'catalog.db'}"
-    with Catalog(url) as cat:
-        expected = make_bytes_dataset(cat, str(tmp_path / "shards"))
-    return url, expected
-
-
-@pytest.fixture(params=recordcodec.available())
-def codec(request: pytest.FixtureRequest) -> Any:
-    previous = recordcodec.use(request.param)
-    yield request.param
-    recordcodec.use(previous)
 
 
 @pytest.fixture(params=["mapped", "preadv"])

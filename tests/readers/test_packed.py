@@ -22,40 +22,9 @@ from shardcat.readers import PackedBatch, pack_samples, packed  # noqa: E402
 from shardcat.readers.packed import pack_records, process_ring  # noqa: E402
 from shardcat.torch import ShardIterableDataset, ShardLoader  # noqa: E402
 
-from .conftest import stop_and_resume  # noqa: E402
+from .conftest import make_bytes_dataset, payload, stop_and_resume  # noqa: E402
 
-SIZES = (23, 7, 31, 12, 5, 18)
 pytestmark = pytest.mark.skipif(not packed._SHARED, reason="shared blocks need memfd_create")
-
-
-def payload(i: int) -> bytes:
-    return bytes([i % 251]) * (100 + 37 * (i % 13))
-
-
-def make_bytes_dataset(
-    cat: Catalog, root: str, sizes: tuple[int, ...] = SIZES, **opts: Any
-) -> dict:
-    """Samples with a ``bin`` bytes entry, a JSON label and text; returns key → bin."""
-    cat.create_dataset("train", root)
-    expected = {}
-    i = 0
-    for n, size in enumerate(sizes):
-        with shardcat.ShardWriter(f"{root}/train-{n:06d}.shard", shard_number=n, **opts) as w:
-            for _ in range(size):
-                key = f"s/{i:05d}"
-                w.add(key, {"bin": payload(i), "json": {"label": i % 5}, "txt": f"t{i}"})
-                expected[key] = payload(i)
-                i += 1
-        cat.register_shard("train", w.close())
-    return expected
-
-
-@pytest.fixture
-def bytes_dataset(tmp_path) -> tuple[str, dict]:
-    url = f"sqlite:///{tmp_path / 'catalog.db'}"
-    with Catalog(url) as cat:
-        expected = make_bytes_dataset(cat, str(tmp_path / "shards"))
-    return url, expected
 
 
 def contents(batches: list[PackedBatch]) -> dict[str, bytes]:

@@ -15,16 +15,7 @@ from shardcat.catalog import Catalog  # noqa: E402
 from shardcat.readers import PackedBatch, pack_samples, packed  # noqa: E402
 from shardcat.torch import Bundle, ShardIterableDataset, ShardLoader, unchanged  # noqa: E402
 
-from .conftest import stop_and_resume  # noqa: E402
-from .test_packed import make_bytes_dataset  # noqa: E402
-
-
-@pytest.fixture
-def bytes_dataset(tmp_path) -> tuple[str, dict[str, bytes]]:
-    url = f"sqlite:///{tmp_path / 'catalog.db'}"
-    with Catalog(url) as cat:
-        expected = make_bytes_dataset(cat, str(tmp_path / "shards"))
-    return url, expected
+from .conftest import make_bytes_dataset, stop_and_resume  # noqa: E402
 
 
 def key_batch(samples: list[dict[str, Any]]) -> list[str]:
