@@ -48,6 +48,32 @@ def make_bytes_dataset(
     return expected
 
 
+HIDDEN_KEYS = ("s/00000", "s/00005", "s/00029", "s/00030")
+
+
+def make_mixed_dataset(tmp_path: Any) -> tuple[str, dict]:
+    """:func:`make_bytes_dataset` with deleted keys and a shard of compressed entries.
+
+    The deleted keys stay hidden inside their shards (one at a shard's start,
+    one at its end); the ``zstd`` shard's batches must be made from its
+    records. Returns the catalog URL and key → ``bin`` of the visible
+    uncompressed samples.
+    """
+    url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    with Catalog(url) as cat:
+        expected = make_bytes_dataset(cat, str(tmp_path / "shards"))
+        cat.delete_keys("train", list(HIDDEN_KEYS))
+        with shardcat.ShardWriter(
+            f"{tmp_path}/shards/train-000099.shard", shard_number=99, compression="zstd"
+        ) as w:
+            for i in range(9):
+                w.add(f"z/{i:05d}", {"bin": bytes(200 + i), "json": {"label": 0}, "txt": "z"})
+        cat.register_shard("train", w.close())
+    for name in HIDDEN_KEYS:
+        del expected[name]
+    return url, expected
+
+
 @pytest.fixture
 def bytes_dataset(tmp_path) -> tuple[str, dict[str, bytes]]:
     """A file SQLite catalog's URL and key → ``bin`` of the samples of :func:`make_bytes_dataset`."""

@@ -18,7 +18,7 @@ from shardcat.format import ShardReader, recordcodec  # noqa: E402
 from shardcat.readers import PackedBatch, direct, pack_samples, packed  # noqa: E402
 from shardcat.torch import ShardIterableDataset, ShardLoader  # noqa: E402
 
-from .conftest import make_bytes_dataset, stop_and_resume  # noqa: E402
+from .conftest import make_bytes_dataset, make_mixed_dataset, stop_and_resume  # noqa: E402
 from .test_packed import contents  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not packed._SHARED, reason="shared blocks need memfd_create")
@@ -72,20 +72,7 @@ def test_same_batches_as_from_records(bytes_dataset, codec, spied, batch_size, e
 
 
 def test_hidden_records_and_other_shards_are_skipped_or_decoded(tmp_path, codec, spied):
-    url = f"sqlite:///{tmp_path / 'catalog.db'}"
-    with Catalog(url) as cat:
-        expected = make_bytes_dataset(cat, str(tmp_path / "shards"))
-        # Deleted keys (hidden inside their shards), one at a shard's start and one at its end.
-        cat.delete_keys("train", ["s/00000", "s/00005", "s/00029", "s/00030"])
-        # A shard of compressed entries: its batches are made from its records.
-        with shardcat.ShardWriter(
-            f"{tmp_path}/shards/train-000099.shard", shard_number=99, compression="zstd"
-        ) as w:
-            for i in range(9):
-                w.add(f"z/{i:05d}", {"bin": bytes(200 + i), "json": {"label": 0}, "txt": "z"})
-        cat.register_shard("train", w.close())
-    for name in ("s/00000", "s/00005", "s/00029", "s/00030"):
-        del expected[name]
+    url, expected = make_mixed_dataset(tmp_path)
     kw = {"batch_size": 7}
     ref = plain(list(dataset(url, direct_=False, **kw)))
     got = plain(list(dataset(url, **kw)))

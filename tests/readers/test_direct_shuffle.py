@@ -12,14 +12,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import shardcat  # noqa: E402
 from shardcat.catalog import Catalog  # noqa: E402
 from shardcat.errors import ChecksumError, TruncatedError  # noqa: E402
 from shardcat.format import recordcodec  # noqa: E402
 from shardcat.readers import PackedBatch, direct, gather, pack_samples, packed  # noqa: E402
 from shardcat.torch import ShardIterableDataset, ShardLoader  # noqa: E402
 
-from .conftest import make_bytes_dataset, make_tar_dataset, stop_and_resume  # noqa: E402
+from .conftest import make_bytes_dataset, make_mixed_dataset, make_tar_dataset, stop_and_resume  # noqa: E402
 from .test_direct import _payload_and_head  # noqa: E402
 from .test_packed import contents  # noqa: E402
 
@@ -224,18 +223,7 @@ def test_hidden_records_and_compressed_shards(tmp_path, codec, gathered, monkeyp
         return real(records)
 
     monkeypatch.setattr(gather, "pack_records", spy)
-    url = f"sqlite:///{tmp_path / 'catalog.db'}"
-    with Catalog(url) as cat:
-        expected = make_bytes_dataset(cat, str(tmp_path / "shards"))
-        cat.delete_keys("train", ["s/00000", "s/00005", "s/00029", "s/00030"])
-        with shardcat.ShardWriter(
-            f"{tmp_path}/shards/train-000099.shard", shard_number=99, compression="zstd"
-        ) as w:
-            for i in range(9):
-                w.add(f"z/{i:05d}", {"bin": bytes(200 + i), "json": {"label": 0}, "txt": "z"})
-        cat.register_shard("train", w.close())
-    for name in ("s/00000", "s/00005", "s/00029", "s/00030"):
-        del expected[name]
+    url, expected = make_mixed_dataset(tmp_path)
     kw = {"batch_size": 7, "shuffle_buffer": 15}
     ref = copies(dataset(url, direct_=False, **kw))
     got = copies(dataset(url, **kw))
