@@ -9,6 +9,9 @@ cancel out. The children run with ``PYTHONHASHSEED=0`` and
 lookup from run to run.
 
 * ``ours``: ``Catalog.get("train", key)`` (the public API, default codec);
+* ``tar``: ``Catalog.get("tars", key)``: the same samples in a tar (Python's
+  ``tarfile``, GNU format, one member per entry) registered in place
+  (issue 11: a tar lookup's target is the native one's ratio to the limit);
 * ``limit``: the raw sqlite3 query of ``bench_catalog.py`` (the key's hash
   precomputed) plus one ``os.pread`` on a descriptor kept open.
 
@@ -28,6 +31,7 @@ Nothing here is a test: it prints counts and their ratio, never asserts.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import random
@@ -35,6 +39,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 
 FLOOR_POINT_SQL = (
@@ -47,22 +52,41 @@ WARM = 300
 def prepare(folder: str, n_keys: int, per_shard: int) -> None:
     import shardcat
     from shardcat.catalog import Catalog
+    from shardcat.catalog.kinds import scan_tar_url
 
     rng = random.Random(1)
     blob = rng.randbytes(4096)
     keys = [f"img/{i:08d}" for i in range(n_keys)]
     os.makedirs(os.path.join(folder, "shards"), exist_ok=True)
+    os.makedirs(os.path.join(folder, "tars"), exist_ok=True)
     with Catalog(f"sqlite:///{folder}/catalog.db") as cat:
         infos = []
+        tars = []
         for i, start in enumerate(range(0, n_keys, per_shard)):
             url = os.path.join(folder, "shards", f"train-{i:06d}.shard")
-            with shardcat.ShardWriter(url, shard_number=i) as w:
+            tar_url = os.path.join(folder, "tars", f"train-{i:06d}.tar")
+            with (
+                shardcat.ShardWriter(url, shard_number=i) as w,
+                tarfile.open(tar_url, "w", format=tarfile.GNU_FORMAT) as tar,
+            ):
                 for key in keys[start : start + per_shard]:
-                    w.add(key, {"jpg": blob[: 512 + rng.randrange(1536)], "json": {"key": key}})
+                    entries = {
+                        "jpg": blob[: 512 + rng.randrange(1536)],
+                        "json": json.dumps({"key": key}).encode(),
+                    }
+                    w.add(key, entries)
+                    for name, payload in entries.items():
+                        member = tarfile.TarInfo(f"{key}.{name}")
+                        member.size = len(payload)
+                        tar.addfile(member, io.BytesIO(payload))
             infos.append(w.close())
+            tars.append(scan_tar_url(tar_url, None))
         cat.create_dataset("train", os.path.join(folder, "shards"))
         for info in infos:
             cat.register_shard("train", info)
+        cat.create_dataset("tars", os.path.join(folder, "tars"))
+        for info in tars:
+            cat.register_shard("tars", info)
         cat.analyze()
     sample = rng.sample(keys, min(n_keys, 20_000))
     with open(os.path.join(folder, "keys.json"), "w") as f:
@@ -73,15 +97,16 @@ def run(folder: str, mode: str, count: int) -> None:
     with open(os.path.join(folder, "keys.json")) as f:
         sample = json.load(f)
     keys = sample[WARM : WARM + count]
-    if mode == "ours":
+    if mode in ("ours", "tar"):
         from shardcat.catalog import Catalog
 
         cat = Catalog(f"sqlite:///{folder}/catalog.db")
         get = cat.get
+        dataset = "train" if mode == "ours" else "tars"
         for k in sample[:WARM]:
-            get("train", k)
+            get(dataset, k)
         for k in keys:
-            get("train", k)
+            get(dataset, k)
         return
     import sqlite3
 
@@ -145,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lookups", type=int, default=2_000)
     parser.add_argument("--prepare", metavar="DIR", help="only make the catalog and shards in DIR")
     parser.add_argument("--run", metavar="DIR", help="only run lookups on DIR (under valgrind)")
-    parser.add_argument("--mode", choices=["ours", "limit", "none"], default="ours")
+    parser.add_argument("--mode", choices=["ours", "tar", "limit", "none"], default="ours")
     args = parser.parse_args(argv)
     if args.prepare:
         prepare(args.prepare, args.keys, args.per_shard)
@@ -158,10 +183,10 @@ def main(argv: list[str] | None = None) -> None:
         prepare(folder, args.keys, args.per_shard)
         n = args.lookups
         per = {}
-        for mode in ("ours", "limit"):
+        for mode in ("ours", "tar", "limit"):
             per[mode] = (instructions(folder, mode, 2 * n) - instructions(folder, mode, n)) / n
             print(f"{mode:>5}: {per[mode]:,.0f} instructions per lookup")
-        print(f"ratio: {per['ours'] / per['limit']:.2f}")
+        print(f"ratio: {per['ours'] / per['limit']:.2f} (tar: {per['tar'] / per['limit']:.2f})")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

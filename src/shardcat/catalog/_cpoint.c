@@ -7,10 +7,10 @@
  * then the record codec's decode_spanned. point.py is the Python side.
  *
  * Tar shards (issue 11) take the same statement, cache and pread; the
- * bytes, the row's spans and its layout id then go to the lookup's tar
- * finisher (point.py's TarFinisher: the layout's entry names, cached per id,
- * then the record codec's tar_record, read_tar_record compiled, which checks
- * every CRC32C and returns None where the Python function would raise).
+ * layout's entry names (cached per layout id; point.py's TarFinisher fills
+ * the cache on a miss), the bytes and the row's spans then go to the record
+ * codec's tar_record (read_tar_record compiled, which checks every CRC32C
+ * and returns None where the Python function would raise).
  *
  * Anything this code does not expect (no row, any SQLite result code but a
  * row, a shard not cached or neither native nor tar, no open descriptor, a short or
@@ -103,7 +103,10 @@ typedef struct {
     Py_ssize_t one_pread;
     PyObject *shards; /* dict: shard id -> (url, alignment), or None for other kinds */
     PyObject *tars;   /* dict: shard id -> url of a tar shard (its `shards` value is None) */
-    PyObject *finish; /* callable(data, key, length, url, offset, layout id, spans): a tar's record */
+    PyObject *finish; /* callable(layout id): a tar layout's (name, content type) pairs, or None */
+    PyObject *tar_specs;  /* dict: layout id -> those pairs (finish.specs, filled by finish) */
+    PyObject *tar_record; /* the record codec's tar_record (finish.decode) */
+    PyObject *record;     /* the Record class (finish.record) */
     PyObject *fds;    /* dict: url -> descriptor of the open local file */
     PyObject *touch;  /* callable(url): the source cache's LRU mark */
     PyObject *unpack; /* spans.unpack_spans, for decode_spanned */
@@ -194,6 +197,15 @@ static int point_init(Point *self, PyObject *args, PyObject *kwargs)
     Py_INCREF(texts), self->texts = texts;
     Py_INCREF(tars), self->tars = tars;
     Py_INCREF(finish), self->finish = finish;
+    self->tar_specs = PyObject_GetAttrString(finish, "specs");
+    self->tar_record = self->tar_specs ? PyObject_GetAttrString(finish, "decode") : NULL;
+    self->record = self->tar_record ? PyObject_GetAttrString(finish, "record") : NULL;
+    if (self->record == NULL)
+        return -1;
+    if (!PyDict_CheckExact(self->tar_specs)) {
+        PyErr_SetString(PyExc_TypeError, "finish.specs must be a dict");
+        return -1;
+    }
     return 0;
 }
 
@@ -206,6 +218,9 @@ static int point_traverse(Point *self, visitproc visit, void *arg)
     Py_VISIT(self->texts);
     Py_VISIT(self->tars);
     Py_VISIT(self->finish);
+    Py_VISIT(self->tar_specs);
+    Py_VISIT(self->tar_record);
+    Py_VISIT(self->record);
     return 0;
 }
 
@@ -218,6 +233,9 @@ static int point_clear(Point *self)
     Py_CLEAR(self->texts);
     Py_CLEAR(self->tars);
     Py_CLEAR(self->finish);
+    Py_CLEAR(self->tar_specs);
+    Py_CLEAR(self->tar_record);
+    Py_CLEAR(self->record);
     return 0;
 }
 
@@ -383,8 +401,23 @@ static PyObject *point_get(Point *self, PyObject *const *args, Py_ssize_t nargs)
         layout = PyLong_FromLongLong(row.layout);
         if (layout == NULL)
             goto done_shard;
-        PyObject *call[7] = {data, key, length, url, offset, layout, spans};
-        out = PyObject_Vectorcall(self->finish, call, 7, NULL);
+        /* The layout's entries, cached per id (a layout never changes); the
+           finisher asks the catalog on a miss (None: gone, not handled). */
+        PyObject *specs = PyDict_GetItemWithError(self->tar_specs, layout); /* borrowed */
+        if (specs != NULL) {
+            Py_INCREF(specs);
+        } else if (!PyErr_Occurred()) {
+            specs = PyObject_CallOneArg(self->finish, layout);
+        }
+        if (specs == Py_None) {
+            Py_DECREF(specs);
+            goto not_handled_shard;
+        }
+        if (specs != NULL) {
+            PyObject *call[6] = {data, key, specs, spans, offset, self->record};
+            out = PyObject_Vectorcall(self->tar_record, call, 6, NULL);
+            Py_DECREF(specs);
+        }
     } else {
         PyObject *call[9] = {data, key, length, url, offset, alignment, spans, self->unpack, self->texts};
         out = PyObject_Vectorcall(decode, call, 9, NULL);

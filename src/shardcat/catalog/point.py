@@ -6,10 +6,9 @@ one step of the *same* prepared statement the Python path runs (so the
 statement alone decides visibility: committed shards, live records), the
 shard's cached URL and open descriptor, one ``pread``, and the record
 codec's ``decode_spanned``. A tar shard (issue 11) takes the same
-statement, cache and ``pread``; the lookup's tar finisher
-(:class:`TarFinisher`: the layout's entry names, cached per layout id,
-then the record codec's ``tar_record``, ``read_tar_record`` compiled, every
-CRC32C checked) builds its record.
+statement, cache and ``pread``, then the layout's entry names (cached per layout id; a
+:class:`TarFinisher` fills the cache) and calls the record codec's
+``tar_record`` (``read_tar_record`` compiled, every CRC32C checked).
 Everything else (no row, any SQLite result code but a row, a shard not
 cached yet, a read that fails or comes back short, a record the decoder or
 the finisher rejects; entries=, version=, in-memory SQLite, PostgreSQL)
@@ -184,21 +183,22 @@ def open_point(
 
 
 class TarFinisher:
-    """A tar sample's record from the compiled point lookup's row and bytes (issue 11).
+    """What the compiled point lookup needs to finish a tar sample's record (issue 11).
 
-    The record codec's ``tar_record``, ``read_tar_record`` compiled (every
-    payload's CRC32C checked, the same :class:`~shardcat.format.Record` and
-    entries), with the layout's ``(name, content_type)`` pairs cached per
-    layout id: one query per layout and thread (a layout never changes for
-    an id). None, or any error, tells the compiled path "not handled": the
-    Python path then asks again and raises the typed error from
-    ``read_tar_record`` itself. Not a method of the lookup: the compiled
-    lookup holds it, and a bound method would make a reference cycle of the
-    two. ``query`` is the lookup's ``RawConnection.query``, ``parse`` its
-    shared ``LayoutCache.get``, ``decode`` the codec's ``tar_record``.
+    The compiled lookup calls the record codec's ``tar_record``
+    (:attr:`decode`: ``read_tar_record`` compiled, every payload's CRC32C
+    checked, the same :class:`~shardcat.format.Record` (:attr:`record`) and
+    entries) itself, with the layout's ``(name, content_type)`` pairs from
+    :attr:`specs`, which it fills by calling this object on a miss: one
+    query per layout and thread (a layout never changes for an id). None,
+    or any error, tells the compiled path "not handled": the Python path
+    then asks again and raises the typed error from ``read_tar_record``
+    itself. Not a method of the lookup: the compiled lookup holds it, and a
+    bound method would make a reference cycle of the two. ``query`` is the
+    lookup's ``RawConnection.query``, ``parse`` its shared ``LayoutCache.get``.
     """
 
-    __slots__ = ("_decode", "_parse", "_query", "_specs", "_sql")
+    __slots__ = ("_parse", "_query", "_sql", "decode", "record", "specs")
 
     def __init__(
         self,
@@ -210,27 +210,19 @@ class TarFinisher:
         self._query = query
         self._sql = f"SELECT signature FROM layouts WHERE id = {placeholder}"
         self._parse = parse
-        self._specs: dict[int, tuple[tuple[str, str], ...]] = {}
-        self._decode = decode
+        self.specs: dict[int, tuple[tuple[str, str], ...]] = {}
+        """Layout id → its entries' ``(name, content_type)``, in the tar sample's order."""
+        self.decode = decode
+        self.record = Record
 
-    def __call__(
-        self,
-        data: bytes,
-        key: str,
-        length: int,
-        url: str,
-        offset: int,
-        layout_id: int,
-        spans: bytes,
-    ) -> Record | None:
-        specs = self._specs.get(layout_id)
-        if specs is None:
-            rows = self._query(self._sql, (layout_id,))
-            if not rows:  # gone since the row was read: the Python path asks again
-                return None
-            specs = tuple((name, ctype) for name, ctype, _ in self._parse(rows[0][0]))
-            self._specs[layout_id] = specs
-        return self._decode(data, key, specs, spans, offset, Record)
+    def __call__(self, layout_id: int) -> tuple[tuple[str, str], ...] | None:
+        """The entries of layout ``layout_id``, read and cached; None if it is gone."""
+        rows = self._query(self._sql, (layout_id,))
+        if not rows:  # gone since the row was read: the Python path asks again
+            return None
+        specs = tuple((name, ctype) for name, ctype, _ in self._parse(rows[0][0]))
+        self.specs[layout_id] = specs
+        return specs
 
 
 load()

@@ -112,6 +112,11 @@ static Py_ssize_t eslot_at[N_ESLOTS];
    entries") and its own slots `_i` and `_source`; NULL if not set up. */
 static PyObject *SpanEntry;
 static Py_ssize_t span_i_at, span_source_at;
+/* entries.Record (LazyRecord's base) and the offset of its own `entries`
+   slot (LazyRecord shadows it with a property): tar_record writes a plain
+   record's slots in place. 0 if Record's `entries` is not such a slot. */
+static PyObject *RecordType;
+static Py_ssize_t record_entries_at;
 
 static int ready(void)
 {
@@ -2627,6 +2632,19 @@ static PyObject *py_tar_record(PyObject *self, PyObject *const *args, Py_ssize_t
     minus_one = PyLong_FromLong(-1);
     if (length == NULL || minus_one == NULL)
         goto done;
+    if (record == RecordType && record_entries_at > 0) {
+        /* Record(key, entries, -1, offset, length) without its __init__'s
+           Python frame: the empty slots of a new record, written in place. */
+        out = PyType_GenericAlloc((PyTypeObject *)RecordType, 0);
+        if (out != NULL) {
+            PyObject *values[5] = {key, entries, minus_one, offset, length};
+            Py_ssize_t at[5] = {slot_at[S_KEY], record_entries_at, slot_at[S_INDEX], slot_at[S_OFFSET],
+                                slot_at[S_LENGTH]};
+            for (int k = 0; k < 5; k++)
+                *(PyObject **)((char *)out + at[k]) = Py_NewRef(values[k]);
+        }
+        goto done;
+    }
     PyObject *call[5] = {key, entries, minus_one, offset, length};
     out = PyObject_Vectorcall(record, call, 5, NULL);
 done:
@@ -2816,6 +2834,20 @@ static PyObject *py_setup(PyObject *self, PyObject *args)
         Py_INCREF(objs[i]);
         Py_XSETREF(*targets[i], objs[i]);
     }
+    PyTypeObject *base = ((PyTypeObject *)objs[0])->tp_base;
+    PyObject *entries_slot = PyObject_GetAttrString((PyObject *)base, "entries");
+    if (entries_slot == NULL)
+        return NULL;
+    record_entries_at = Py_IS_TYPE(entries_slot, &PyMemberDescr_Type) &&
+                                ((PyMemberDescrObject *)entries_slot)->d_member->type == T_OBJECT_EX &&
+                                ((PyMemberDescrObject *)entries_slot)->d_common.d_type == base
+                            ? ((PyMemberDescrObject *)entries_slot)->d_member->offset
+                            : 0;
+    Py_DECREF(entries_slot);
+    for (int i = S_KEY; i <= S_LENGTH; i++) /* the other four are Record's own slots too */
+        if (((PyMemberDescrObject *)slots[i])->d_common.d_type != base)
+            record_entries_at = 0;
+    Py_XSETREF(RecordType, Py_NewRef((PyObject *)base));
     Py_XINCREF(spanned);
     Py_XSETREF(ref_decode_spanned, spanned);
     if (span_entry != NULL && span_entry != Py_None) {

@@ -65,6 +65,24 @@ def test_the_same_record_as_the_reference(tmp_path, packing):
         assert all(e.view.obj is data for e in got.entries.values())  # views of the read bytes
 
 
+def test_another_record_class_is_called(tmp_path):
+    # Record itself is made with its slots written in place; any other class
+    # is called with Record's arguments, as the Python function does.
+    class Tagged(Record):
+        __slots__ = ("tag",)
+
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            self.tag = args
+
+    data, key, layout, spans, offset = _samples(tmp_path)[0]
+    got = tar_record(data, key, _specs(layout), _packed(spans, NARROW), offset, Tagged)
+    plain = tar_record(data, key, _specs(layout), _packed(spans, NARROW), offset, Record)
+    assert type(got) is Tagged and type(plain) is Record
+    assert got.tag[0] == key and got.tag[2:] == (-1, offset, len(data))
+    assert _described(got) == _described(plain)
+
+
 def test_none_wherever_the_reference_raises(tmp_path):
     data, key, layout, spans, offset = _samples(tmp_path)[4]
     specs, packed = _specs(layout), _packed(spans, NARROW)
