@@ -179,9 +179,8 @@ def serve(argv: list[str] | None = None) -> None:
     parser.add_argument("--counts", required=True, help="file of the shared GET counters")
     parser.add_argument("--stock-moto", action="store_true")
     args = parser.parse_args(argv)
-    signal.signal(
-        signal.SIGINT, signal.SIG_IGN
-    )  # Ctrl-C reaches the whole group: the client stops us
+    # Ctrl-C reaches the whole process group; the client stops us from its finally blocks.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     server = None
     try:
         _mm, _counts = _map_counts(args.counts)
@@ -245,7 +244,11 @@ class MotoServer:
         atexit.register(self.stop)
         self.endpoint = f"http://127.0.0.1:{port}"
         if bucket is not None:
-            self._client().create_bucket(Bucket=bucket)
+            try:
+                self._client().create_bucket(Bucket=bucket)
+            except BaseException:
+                self.stop()
+                raise
 
     def _spawn(self, timeout: float) -> int:
         fd, path = tempfile.mkstemp(
@@ -255,9 +258,8 @@ class MotoServer:
             os.ftruncate(fd, ctypes.sizeof(_Counts))
             os.close(fd)
             self._mm, self._counts = _map_counts(path)
-            env = dict(
-                os.environ, PYTHONPATH=os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])
-            )
+            path_dirs = [REPO, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(path_dirs))
             cmd = [sys.executable, "-m", "benchmarks.moto_server", "--counts", path]
             self._proc = subprocess.Popen(
                 [*cmd, *([] if self.ranges else ["--stock-moto"])],
@@ -266,14 +268,14 @@ class MotoServer:
                 env=env,
                 cwd=REPO,
             )
-            return self._await_port(timeout)
+            return self._await_port(self._proc, timeout)
         finally:
             os.unlink(path)  # both processes have it mapped (or the start failed)
 
-    def _await_port(self, timeout: float) -> int:
+    def _await_port(self, proc: subprocess.Popen[bytes], timeout: float) -> int:
         """The port the server process prints once it serves; bounded by ``timeout``."""
-        proc = self._proc
-        assert proc is not None and proc.stdout is not None
+        if proc.stdout is None:
+            raise MotoServerError("the moto server process has no stdout to say its port on")
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
             ready, _, _ = select.select([proc.stdout], [], [], min(left, 0.5))
