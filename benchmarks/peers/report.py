@@ -285,21 +285,20 @@ def _s3_line(info: dict[str, Any]) -> str:
     if info.get("moto", "in-process") == "process":
         where = (
             "in its own process (`--moto process`, the default), so that its Python request"
-            " handling does not share the GIL with the client being measured, as with a real S3"
-            " (in process it slows the Python clients, s3fs, more than Lance's Rust client, which"
-            " releases the GIL); its counters are read from shared memory"
+            " handling does not share the GIL with the client being measured, as with a real S3;"
+            " the GET bytes it counts are read through a shared memory map"
         )
     else:
         where = (
-            "in the benchmark process (`--moto in-process`): its Python request handling shares the"
-            " GIL with the client being measured, which slows the Python clients (s3fs: shardcat and"
-            " the floor) more than Lance's Rust client, which releases it; `--moto process` (the"
-            " default) serves from a process of its own"
+            "in the benchmark's process (`--moto in-process`): its Python request handling shares"
+            " the GIL with the client being measured, which can slow the Python clients (s3fs:"
+            " shardcat and the floor) more than Lance's Rust client, which releases the GIL;"
+            " `--moto process` (the default) runs it in a process of its own"
         )
     return (
-        f"- **S3**: moto's server on 127.0.0.1, {where}; patched to answer a ranged GET by seek +"
-        " read (stock moto reads the whole object per ranged GET). Shardcat and the floor use s3fs,"
-        " Lance its own object-store client."
+        "- **S3**: moto's server on 127.0.0.1, patched to answer a ranged GET by seek + read (stock"
+        " moto reads the whole object per ranged GET); shardcat and the floor use s3fs, Lance its"
+        f" own object-store client. The server ran {where}."
     )
 
 
