@@ -18,9 +18,11 @@ Usage::
                                                  [--catalog sqlite|postgres]
 
 Nothing here is a test: it prints measured values and ratios, never asserts.
-Stock moto answers a ranged GET by reading the whole object; for S3 runs the
-in-process moto server is patched to serve ranges by seek + read instead
-(``--stock-moto`` keeps stock behaviour; the output says which was measured).
+S3 is a moto server on 127.0.0.1 (``benchmarks/moto_server.py``), in its own
+process unless ``--moto in-process``. Stock moto answers a ranged GET by
+reading the whole object; the server is patched to serve ranges by seek +
+read instead (``--stock-moto`` keeps stock behaviour; the output says which
+was measured).
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import logging
 import os
 import random
 import sqlite3
@@ -49,6 +50,11 @@ from shardcat.catalog import Catalog
 from shardcat.format.checksums import signed_key_hash
 from shardcat.storage import local_path, resolve
 
+# Run as a script, or imported by one (bench_tar.py): make the benchmarks package importable.
+if not __package__:
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.moto_server import MODES, MotoServer
+
 POSTGRES_URL = os.environ.get(
     "SHARDCAT_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
@@ -59,127 +65,33 @@ FLOOR_POINT_SQL = (
 )
 
 
-# --- moto, serving ranges by seek + read ------------------------------------
-
-
-class _LazyValue:
-    """An S3 object's bytes, read only where sliced (from moto's spooled buffer)."""
-
-    def __init__(self, key: Any) -> None:
-        self.key = key
-        self.size = int(key.size)
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __bool__(self) -> bool:
-        return self.size > 0
-
-    def __getitem__(self, item: slice) -> bytes:
-        start, stop, _ = item.indices(self.size)
-        with self.key.lock:
-            self.key._value_buffer.seek(start)
-            return bytes(self.key._value_buffer.read(max(0, stop - start)))
-
-
-def serve_ranges_properly() -> None:
-    """Make the in-process moto answer a ranged GET by reading only the range.
-
-    Stock moto reads (and copies) the whole object for every ranged GET: 39 ms
-    for 5 KiB of a 64 MiB object. Here ``get_object`` hands the range
-    handler a lazy value when the request has a single byte range.
-    """
-    import threading
-
-    from moto.s3.models import FakeKey
-    from moto.s3.responses import S3Response
-
-    if getattr(S3Response, "_shardcat_ranges", False):
-        return
-    state = threading.local()
-    value = FakeKey.value
-
-    def value_get(key: Any) -> Any:
-        return _LazyValue(key) if getattr(state, "lazy", False) else value.fget(key)
-
-    FakeKey.value = property(value_get, value.fset)  # type: ignore[method-assign,assignment]
-    get_object = S3Response.get_object
-    handle_range = S3Response._handle_range_header
-
-    def lazy_get_object(self: Any) -> Any:
-        rng = self.headers.get("range") or ""
-        state.lazy = (
-            rng.startswith("bytes=") and "," not in rng and not self._get_int_param("partNumber")
-        )
-        try:
-            return get_object(self)
-        finally:
-            state.lazy = False
-
-    def range_header(self: Any, request: Any, headers: Any, content: Any) -> Any:
-        status, headers, body = handle_range(self, request, headers, content)
-        if isinstance(body, _LazyValue):  # moto fell back to a whole-object answer
-            body = body[0 : len(body)]
-        return status, headers, body
-
-    S3Response.get_object = lazy_get_object  # type: ignore[method-assign]
-    S3Response._handle_range_header = range_header  # type: ignore[method-assign]
-    S3Response._shardcat_ranges = True  # type: ignore[attr-defined]
-
-
 # --- environment ------------------------------------------------------------
 
 
 class Env:
     """Where shards and catalog live for this run; cleans up after itself."""
 
-    def __init__(self, backend: str, catalog: str, stock_moto: bool = False) -> None:
+    def __init__(
+        self, backend: str, catalog: str, stock_moto: bool = False, moto: str = "process"
+    ) -> None:
         self.backend = backend
         self.stock_moto = stock_moto
         self.catalog_kind = catalog
         self.tmp = tempfile.TemporaryDirectory(prefix="shardcat-bench-")
         self.storage_options: dict[str, Any] | None = None
-        self._server: Any = None
+        self._server: MotoServer | None = None
         self._schema: str | None = None
         if backend == "local":
             self.root = os.path.join(self.tmp.name, "shards")
             os.makedirs(self.root)
         else:
-            self.root = self._start_s3()
+            self._server = MotoServer(moto, ranges=not stock_moto)
+            self.storage_options = self._server.storage_options()
+            self.root = "s3://bench/train"
         if catalog == "sqlite":
             self.catalog_url = f"sqlite:///{self.tmp.name}/catalog.db"
         else:
             self.catalog_url = self._make_schema()
-
-    def _start_s3(self) -> str:
-        import boto3
-        from moto.server import ThreadedMotoServer
-
-        if not self.stock_moto:
-            serve_ranges_properly()
-
-        for name in ("werkzeug", "moto", "botocore", "urllib3"):
-            logging.getLogger(name).setLevel(logging.ERROR)
-        os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
-        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
-        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        self._server.start()
-        host, port = self._server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        ).create_bucket(Bucket="bench")
-        self.storage_options = {
-            "key": "testing",
-            "secret": "testing",
-            "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
-            "use_listings_cache": False,
-        }
-        return "s3://bench/train"
 
     def _make_schema(self) -> str:
         import sqlalchemy as sa
@@ -685,6 +597,13 @@ def report(
         "batch floor: one raw query + fs.cat_ranges of every record's range (as fetched); the "
         "'merged' floor feeds cat_ranges the same coalesced ranges shardcat reads"
     )
+    if args.backend == "s3":
+        where = (
+            "in its own process"
+            if args.moto == "process"
+            else "in this process (it shares the GIL with the client; CPU times include it)"
+        )
+        print(f"NOTE: S3 is moto on loopback, {where} (--moto process|in-process)")
     if args.backend == "s3" and args.stock_moto:
         print(
             "NOTE: stock moto reads the whole object to answer a ranged GET: every S3 read here "
@@ -693,9 +612,8 @@ def report(
         )
     elif args.backend == "s3":
         print(
-            "NOTE: S3 is moto on loopback, in this process (it shares the GIL with the client), "
-            "patched to answer ranged GETs by seek + read (stock moto reads the whole object; "
-            "--stock-moto measures that)"
+            "NOTE: moto is patched to answer ranged GETs by seek + read (stock moto reads the "
+            "whole object; --stock-moto measures that)"
         )
 
 
@@ -716,12 +634,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--stock-moto", action="store_true", help="do not patch moto to serve ranges by seek + read"
     )
+    parser.add_argument(
+        "--moto",
+        choices=MODES,
+        default="process",
+        help="S3: run the moto server in its own process (default) or in this one",
+    )
     args = parser.parse_args(argv)
     point_count = args.point or (5000 if args.backend == "local" else 500)
     repeats = args.repeats or (5 if args.backend == "local" else 2)
     rng = random.Random(args.seed)
     keys = [f"img/{i:08d}" for i in range(args.keys)]
-    env = Env(args.backend, args.catalog, stock_moto=args.stock_moto)
+    env = Env(args.backend, args.catalog, stock_moto=args.stock_moto, moto=args.moto)
     try:
         t = time.perf_counter()
         infos = write_shards(env, keys, args.per_shard, rng)

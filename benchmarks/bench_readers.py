@@ -10,9 +10,10 @@ within one run (best of ``--repeat``), so they hold on a loaded machine.
     .venv/bin/python benchmarks/bench_readers.py [--samples 20000] [--shards 16] [--kib 4]
 
 With ``--s3`` it measures instead, against S3 on a moto server on 127.0.0.1
-(in this process, no workers): the time to the first sample and the bytes
-fetched from the store per epoch, streaming shards straight from the store vs
-with a local cache (cold, then warm). Stock moto reads a whole object to
+(``benchmarks/moto_server.py``, in its own process; no DataLoader workers):
+the time to the first sample and the bytes fetched from the store per epoch,
+streaming shards straight from the store vs with a local cache (cold, then
+warm). Stock moto reads a whole object to
 answer each ranged GET, so its times overstate what a real store costs.
 """
 
@@ -386,27 +387,15 @@ def webdataset(tars: list[str], workers: int, shuffle: bool) -> int:
 
 
 def s3_epochs(samples: int, shards: int, kib: int) -> None:
-    import logging
-
-    import boto3
     import s3fs
-    from moto.server import ThreadedMotoServer
 
-    for name in ("werkzeug", "moto", "botocore", "urllib3"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    keys = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **keys).create_bucket(
-        Bucket="bench"
-    )
-    opts = {
-        "key": "testing",
-        "secret": "testing",
-        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
-    }
+    if not __package__:  # run as a script: make the benchmarks package importable
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from benchmarks.moto_server import MotoServer
+
+    # Stock moto (whole object per ranged GET), as measured before, in its own process.
+    server = MotoServer("process", ranges=False)
+    opts = server.storage_options()
     fetched = [0]
     real_range = s3fs.core._fetch_range
     real_get = s3fs.S3FileSystem._get_file

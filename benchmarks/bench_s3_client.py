@@ -4,8 +4,9 @@ The question behind it (issue 10): shardcat's remote reads and writes go
 through s3fs, whose per-request work and body copies hold the GIL; Lance's
 Rust client holds none. Would obstore, Python bindings to the same Rust
 crate Lance uses, be a faster transport for the same requests? Each pass
-sends the same requests to the same moto server (``benchmarks.peers.s3``:
-in-process, ranged GETs by seek + read), the transports alternating:
+sends the same requests to the same moto server (``benchmarks/moto_server.py``:
+ranged GETs by seek + read, in its own process unless ``--moto in-process``),
+the transports alternating:
 
 - ``point``: one small ranged GET (2-8 KiB) at a time: s3fs ``cat_file``
   vs obstore ``get_range``; p50 latency and CPU per GET.
@@ -21,12 +22,14 @@ in-process, ranged GETs by seek + read), the transports alternating:
 - ``write``: one object of ``--object-mib`` MiB in 8 MiB parts, 4 in
   flight: shardcat's ``MultipartUpload`` (through s3fs) vs obstore ``put``.
 
-CPU is the whole process's (``time.process_time``): the moto server's
-threads included, which serve the same requests for both transports, so
-the difference is the client's. Medians of ``--repeat`` alternations.
+CPU is this process's (``time.process_time``): the client's alone with the
+server in its own process (the default); with ``--moto in-process`` the
+server's threads are included, which serve the same requests for both
+transports, so the difference is still the client's. GETs and bytes sent are
+counted by the server. Medians of ``--repeat`` alternations.
 
     .venv/bin/python -m benchmarks.bench_s3_client [--files 3] [--file-mib 64] [--repeat 5]
-        [--only point,batch,stream,write]
+        [--only point,batch,stream,write] [--moto process|in-process]
 """
 
 from __future__ import annotations
@@ -37,30 +40,12 @@ import logging
 import os
 import random
 import statistics
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.peers.s3 import MotoS3, bytes_sent
-
-_lock = threading.Lock()
-_gets = [0]
-
-
-def _count_gets() -> None:
-    """Count the GET requests the server answers (after bytes_sent's own patch)."""
-    from moto.s3.responses import S3Response
-
-    key_response = S3Response.key_response
-
-    def counted(self: Any, request: Any, full_url: str, headers: Any) -> Any:
-        if request.method == "GET":
-            with _lock:
-                _gets[0] += 1
-        return key_response(self, request, full_url, headers)
-
-    S3Response.key_response = counted  # type: ignore[method-assign]
+from benchmarks.moto_server import MODES
+from benchmarks.peers.s3 import MotoS3
 
 
 def _obstore(server: MotoS3) -> Any:
@@ -79,15 +64,18 @@ def _obstore(server: MotoS3) -> Any:
 class Runs:
     """Wall, CPU, server GETs and bytes of each pass, alternated ``repeat`` times."""
 
-    def __init__(self) -> None:
+    def __init__(self, server: MotoS3) -> None:
+        self.server = server
         self.rows: dict[str, list[tuple[float, float, int, int]]] = {}
 
     def time(self, name: str, fn: Callable[[], Any]) -> None:
-        g0, b0 = _gets[0], bytes_sent()
+        g0, b0 = self.server.gets(), self.server.bytes_sent()
         t, c = time.perf_counter(), time.process_time()
         fn()
         wall, cpu = time.perf_counter() - t, time.process_time() - c
-        self.rows.setdefault(name, []).append((wall, cpu, _gets[0] - g0, bytes_sent() - b0))
+        self.rows.setdefault(name, []).append(
+            (wall, cpu, self.server.gets() - g0, self.server.bytes_sent() - b0)
+        )
 
     def report(self, title: str, unit: str, amount: float, base: str) -> None:
         print(f"\n{title}")
@@ -103,7 +91,7 @@ class Runs:
                 f"  {name:34} {amount / wall:9.1f} {unit}  {speed:5.2f} x  cpu {cpu * 1e3:8.1f} ms"
                 f" ({cpu_ratio:4.2f} x)  {gets:6.0f} GETs  {sent / 1e6:7.1f} MB sent"
             )
-        print(f"  (x: median per-alternation ratio to {base}; cpu: whole process, server included)")
+        print(f"  (x: median per-alternation ratio to {base}; cpu: this process's)")
 
 
 def main() -> None:
@@ -116,6 +104,7 @@ def main() -> None:
     p.add_argument("--gap", type=int, default=1 << 20, help="merge gap of a batch's ranges")
     p.add_argument("--object-mib", type=int, default=64)
     p.add_argument("--only", default="point,batch,stream,write")
+    p.add_argument("--moto", choices=MODES, default="process", help="the moto server's process")
     args = p.parse_args()
     only = set(args.only.split(","))
 
@@ -127,8 +116,7 @@ def main() -> None:
     from shardcat.storage.multipart import MultipartUpload
 
     logging.disable(logging.WARNING)
-    server = MotoS3()
-    _count_gets()
+    server = MotoS3(args.moto)
     opts = server.store().storage_options
     fs = fsspec.filesystem("s3", **opts)
     store = _obstore(server)
@@ -139,7 +127,7 @@ def main() -> None:
         fs.pipe_file(f"bench/{path}", blob)
     rng = random.Random(0)
     print(
-        f"{args.files} files of {args.file_mib} MiB, moto on 127.0.0.1, {args.repeat} alternations,"
+        f"{args.files} files of {args.file_mib} MiB, moto on 127.0.0.1 ({args.moto}), {args.repeat} alternations,"
         f" load {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
     )
     print(f"obstore {obstore.__version__}, s3fs {fs.__class__.__module__.split('.')[0]}")
@@ -151,7 +139,7 @@ def main() -> None:
     assert bytes(obstore.get_range(store, paths[0], start=a, end=b)) == blob[a:b]
 
     if "point" in only:
-        runs = Runs()
+        runs = Runs(server)
         points = []
         for _ in range(args.points):
             n = rng.randint(2048, 8192)
@@ -181,7 +169,7 @@ def main() -> None:
             print(f"  {name:34} p50 {statistics.median(xs) * 1e3:6.2f} ms")
 
     if "batch" in only:
-        runs = Runs()
+        runs = Runs(server)
         keys = []
         for _ in range(args.batch):
             n = rng.randint(2048, 8192)
@@ -241,7 +229,7 @@ def main() -> None:
         runs.report("batch: a batch's merged ranges", "keys/s", args.batch, "s3fs cat_ranges")
 
     if "stream" in only:
-        runs = Runs()
+        runs = Runs(server)
         chunk = 8 << 20
         starts = list(range(0, size, chunk))
         ends = [min(s + chunk, size) for s in starts]
@@ -292,7 +280,7 @@ def main() -> None:
         )
 
     if "write" in only:
-        runs = Runs()
+        runs = Runs(server)
         obj = os.urandom(args.object_mib << 20)
         part = 8 << 20
 

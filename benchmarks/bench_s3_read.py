@@ -9,8 +9,9 @@ and ``shardcat.iter_shards`` over all of them (touching every record's
 entries, as a user would), optionally the per-shard stream with another
 version's read-ahead (``--before-prefetch``), and Lance's ``to_batches``.
 Reports the median MB/s of each, its ratio to the raw read, and the CPU
-(the whole process, moto's threads included) and cyclic-GC time of each
-pass: the figures behind ``format/stream.py``'s batch size,
+(this process's: the client alone with the moto server in its own process,
+the default; with ``--moto in-process`` its threads included) and
+cyclic-GC time of each pass: the figures behind ``format/stream.py``'s batch size,
 ``format/prefetch.py`` and ``storage/streaming.py``.
 
 ``batch``: the peers harness's data (``benchmarks.peers``) written by
@@ -20,6 +21,7 @@ each ``remote_max_gap`` (and, with ``--spans``, ``max_span``), with Lance's
 S3 requests per batch. The figures behind ``_ranges.REMOTE_MAX_GAP``.
 
     .venv/bin/python -m benchmarks.bench_s3_read stream [--shards 3] [--repeat 6] [--no-lance]
+        [--moto process|in-process]  # also for batch: where the moto server runs
         [--before-prefetch FILE]   # e.g. FILE from: git show main:src/shardcat/format/prefetch.py
         [--obstore]                # also iter_shards with SHARDCAT_S3_TRANSPORT=obstore
     .venv/bin/python -m benchmarks.bench_s3_read batch [--scale 0.2] [--gaps 64KiB,1MiB] [--no-lance]
@@ -38,7 +40,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.peers.s3 import MotoS3, bytes_sent
+from benchmarks.moto_server import MODES
+from benchmarks.peers.s3 import MotoS3
 
 from shardcat._units import parse_size
 
@@ -83,7 +86,7 @@ def stream(args: argparse.Namespace) -> None:
     import shardcat
     from shardcat.format import stream as stream_module
 
-    server = MotoS3()
+    server = MotoS3(args.moto)
     opts = server.store().storage_options
     fs = fsspec.filesystem("s3", **opts)
     rng = random.Random(0)
@@ -182,7 +185,10 @@ def stream(args: argparse.Namespace) -> None:
         f"{args.shards} shards, {total / 1e6:.0f} MB, {args.repeat} alternations,"
         f" load {os.getloadavg()[0]:.1f}"
     )
-    print("(CPU: the whole process, the moto server's threads included)")
+    print(
+        "(CPU: this process's"
+        + (", the moto server's threads included)" if args.moto == "in-process" else ")")
+    )
     for name, rows in runs.items():
         wall = statistics.median(r[0] for r in rows)
         cpu = statistics.median(r[1] for r in rows)
@@ -251,7 +257,7 @@ def batch(args: argparse.Namespace) -> None:
 
     logging.disable(logging.WARNING)
     _count_requests()
-    server = MotoS3()
+    server = MotoS3(args.moto)
     store = server.store()
     ds = Dataset.scaled(args.scale)
     mine = Shardcat(store, ds)
@@ -272,10 +278,10 @@ def batch(args: argparse.Namespace) -> None:
     def measure(fn: Callable[[list[str]], Any]) -> tuple[float, float, int]:
         secs, nbytes, nreq = [], [], []
         for b in batches:
-            b0, r0, t = bytes_sent(), _requests[0], time.perf_counter()
+            b0, r0, t = server.bytes_sent(), _requests[0], time.perf_counter()
             fn(b)
             secs.append(time.perf_counter() - t)
-            nbytes.append(bytes_sent() - b0)
+            nbytes.append(server.bytes_sent() - b0)
             nreq.append(_requests[0] - r0)
         i = secs.index(statistics.median(secs))
         return len(batches[i]) / secs[i], nbytes[i] / len(batches[i]), nreq[i]
@@ -345,6 +351,10 @@ def main() -> None:
     b.add_argument(
         "--transports", default="fsspec", help="SHARDCAT_S3_TRANSPORT values: fsspec,obstore"
     )
+    for each in (s, b):
+        each.add_argument(
+            "--moto", choices=MODES, default="process", help="the moto server's process"
+        )
     args = p.parse_args()
     if args.what == "stream":
         stream(args)

@@ -217,7 +217,7 @@ def upload(fs, local: str, remote: str) -> None:
 
 def bench_s3(tmp: str, path: str, info, args) -> dict[str, float]:
     """Scan vs a plain 8 MiB-block stream of the tar on S3, then lookups there."""
-    from bench_catalog import Env  # the moto server of the catalog benchmark
+    from bench_catalog import Env  # S3 as the catalog benchmark's: moto in its own process
     from shardcat.storage import open_source, resolve
 
     env = Env("s3", "sqlite")
@@ -487,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         if s3:
             print(
-                f"S3 (moto, ranges served by seek + read): plain stream {s3['s3_plain_mb_s']} MB/s"
+                f"S3 (moto in its own process, ranges served by seek + read): plain stream {s3['s3_plain_mb_s']} MB/s"
             )
             for name in names:
                 print(

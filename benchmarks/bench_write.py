@@ -81,7 +81,8 @@ def s3_rounds(samples: list[Sample], repeat: int) -> tuple[float, float]:
     """Best wall seconds of (shardcat's upload, s3fs's file), rounds alternating."""
     from benchmarks.peers.s3 import MotoS3
 
-    moto = MotoS3()  # the peers harness's S3: moto on a free port, bucket "bench"
+    # The peers harness's S3: moto in its own process on a free port, bucket "bench".
+    moto = MotoS3()
     try:
         store = moto.store()
         best = {False: float("inf"), True: float("inf")}

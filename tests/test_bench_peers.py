@@ -88,6 +88,38 @@ def test_harness_runs_floor_shardcat_and_wids_and_writes_the_report(tmp_path):
     )
 
 
+def test_harness_on_s3_served_by_moto_in_its_own_process(tmp_path):
+    """--moto process (the default): the server's byte counter is read across processes."""
+    pytest.importorskip("moto.server")
+    args = parse(
+        [
+            "--scale", "0.001",
+            "--backends", "s3",
+            "--systems", "floor,shardcat",
+            "--points", "200",
+            "--s3-batch", "20",
+            "--batch-repeats", "1",
+            "--no-cold",
+            "--out", str(tmp_path),
+        ]
+    )  # fmt: skip
+    assert args.moto == "process"
+    results, info = run(args)
+    assert info["moto"] == "process"
+    floor, ours = results
+    for r in results:
+        assert r.skipped is None and len(r.point_ms) == 20 and r.stream_mbps
+    # Counted by the server, in its process: about one record per lookup.
+    assert floor.point_bytes is not None and 2048 <= floor.point_bytes <= 8192 + 200
+    assert ours.point_bytes is not None and 2048 <= ours.point_bytes <= 64 << 10
+    assert floor.batch_bytes_per_key and 2048 <= floor.batch_bytes_per_key <= 8192 + 200
+    text = Path(write_report(results, info, args)).read_text()
+    assert "The server ran in its own process (`--moto process`" in text
+    from benchmarks.peers import s3
+
+    assert s3.bytes_sent() == 0  # the run stopped its server
+
+
 class _CorruptFloor(Floor):
     """The floor, but every looked-up payload has one flipped bit."""
 

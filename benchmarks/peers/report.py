@@ -280,6 +280,28 @@ def _catalog_line(info: dict[str, Any]) -> str:
     )
 
 
+def _s3_line(info: dict[str, Any]) -> str:
+    """How S3 was served; results saved before ``--moto`` existed ran it in process."""
+    if info.get("moto", "in-process") == "process":
+        where = (
+            "in its own process (`--moto process`, the default), so that its Python request"
+            " handling does not share the GIL with the client being measured, as with a real S3;"
+            " the GET bytes it counts are read through a shared memory map"
+        )
+    else:
+        where = (
+            "in the benchmark's process (`--moto in-process`): its Python request handling shares"
+            " the GIL with the client being measured, which can slow the Python clients (s3fs:"
+            " shardcat and the floor) more than Lance's Rust client, which releases the GIL;"
+            " `--moto process` (the default) runs it in a process of its own"
+        )
+    return (
+        "- **S3**: moto's server on 127.0.0.1, patched to answer a ranged GET by seek + read (stock"
+        " moto reads the whole object per ranged GET); shardcat and the floor use s3fs, Lance its"
+        f" own object-store client. The server ran {where}."
+    )
+
+
 def _rerun_args(argv: list[str]) -> list[str]:
     """The run's arguments without ``--out`` (the doc is rerun into docs/)."""
     out: list[str] = []
@@ -405,9 +427,7 @@ def write_report(results: list[Result], info: dict[str, Any], args: argparse.Nam
         "- **streaming MB/s**: every sample once, in the system's own order, dataset bytes / wall time.",
         "- **checked**: every payload and label returned by every measure (point, batch, cold, streaming)"
         " is compared byte for byte with the source sample; a mismatch stops the run.",
-        "- **S3**: moto's server on 127.0.0.1, in the benchmark process (it shares the GIL with the client),"
-        " patched to answer a ranged GET by seek + read (stock moto reads the whole object per ranged GET);"
-        " shardcat and the floor use s3fs, Lance its own object-store client.",
+        _s3_line(info),
         _catalog_line(info),
         "",
         "## Plots",
