@@ -28,6 +28,9 @@
 #include <stdint.h>
 #include <string.h>
 #include "../_crc32c.h"
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 /* Layout constants: spec.py and walk.py declare them; test_ctar.py checks these copies. */
 #define BLOCK 512
@@ -47,6 +50,17 @@
 static int checksum_ok(const unsigned char *h)
 {
     uint64_t sum = 0;
+#ifdef __SSE2__
+    /* psadbw adds 8 bytes into a 64-bit lane: 32 of them sum the block, ~4x fewer
+       instructions than the 64-bit byte-pair adds below (SSE2 is x86-64's baseline). */
+    __m128i zero = _mm_setzero_si128(), acc0 = zero, acc1 = zero;
+    for (int i = 0; i < BLOCK; i += 32) {
+        acc0 = _mm_add_epi64(acc0, _mm_sad_epu8(_mm_loadu_si128((const __m128i *)(h + i)), zero));
+        acc1 = _mm_add_epi64(acc1, _mm_sad_epu8(_mm_loadu_si128((const __m128i *)(h + i + 16)), zero));
+    }
+    acc0 = _mm_add_epi64(acc0, acc1);
+    sum = (uint64_t)_mm_cvtsi128_si64(acc0) + (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(acc0, acc0));
+#else
     for (int i = 0; i < BLOCK; i += 8) {
         uint64_t w = ld64(h + i);
         /* Add byte pairs into 16-bit lanes (at most 510 each, no overflow in 64 words). */
@@ -54,6 +68,7 @@ static int checksum_ok(const unsigned char *h)
     }
     sum = (sum & 0xffffffffull) + (sum >> 32);
     sum = (sum & 0xffff) + (sum >> 16);
+#endif
     for (int i = 0; i < 8; i++)
         sum -= h[CHKSUM_AT + i];
     sum += 8 * ' ';
@@ -93,13 +108,22 @@ static int64_t parse_size(const unsigned char *f)
     return v;
 }
 
-static const unsigned char *find(const unsigned char *hay, size_t n, const char *needle)
+/* Whether the pax data has a record of a key that matters: " path=", " size=" or
+   " GNU.sparse." somewhere (walk.py's substring pre-test), in one pass over its spaces
+   (memchr) rather than one byte-wise search per key. */
+static int mentions_keys(const unsigned char *d, size_t n)
 {
-    size_t m = strlen(needle);
-    for (size_t i = 0; i + m <= n; i++)
-        if (hay[i] == (unsigned char)needle[0] && memcmp(hay + i, needle, m) == 0)
-            return hay + i;
-    return NULL;
+    const unsigned char *p = d, *end = d + n;
+    while ((p = memchr(p, ' ', (size_t)(end - p))) != NULL) {
+        size_t left = (size_t)(end - p) - 1;
+        const unsigned char *k = p + 1;
+        if (left >= 5 && (memcmp(k, "path=", 5) == 0 || memcmp(k, "size=", 5) == 0))
+            return 1;
+        if (left >= 11 && memcmp(k, "GNU.sparse.", 11) == 0)
+            return 1;
+        p = k;
+    }
+    return 0;
 }
 
 typedef struct {
@@ -117,7 +141,7 @@ static int parse_pax(const unsigned char *d, size_t n, PaxRecords *out)
 {
     memset(out, 0, sizeof(*out));
     out->size = -1;
-    if (!find(d, n, " path=") && !find(d, n, " size=") && !find(d, n, " GNU.sparse."))
+    if (!mentions_keys(d, n))
         return 1;
     size_t pos = 0;
     while (pos < n && d[pos] != 0) {
