@@ -25,9 +25,14 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
 #include <stdint.h>
 #include <string.h>
 #include "../_crc32c.h"
+#ifdef __linux__
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
@@ -485,6 +490,49 @@ static PyObject *py_headers(PyObject *self, PyObject *args)
     return out;
 }
 
+/* advise(mapping, start, length, advice) -> errno (0: done): madvise() over
+   mapping[start:start + length] (cut to the mapping, start rounded down to a page)
+   without the GIL, for mapped.py's thread that maps the next window
+   (MADV_POPULATE_READ) and drops the page tables of walked ones (MADV_DONTNEED)
+   while the walk reads this one: Python's mmap.madvise holds the GIL for the whole
+   call. EINVAL: the kernel does not know the advice; EFAULT: the file was cut;
+   ENOSYS: not Linux. Advice only: the caller never raises on these. */
+static PyObject *py_advise(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer view;
+    Py_ssize_t start, length;
+    int advice;
+    if (!PyArg_ParseTuple(args, "y*nni", &view, &start, &length, &advice))
+        return NULL;
+    int err = 0;
+    if (start < 0 || length < 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "advise: start and length must be 0 or more");
+        return NULL;
+    }
+    if (start > view.len)
+        start = view.len;
+    if (length > view.len - start)
+        length = view.len - start;
+#ifdef __linux__
+    if (length > 0) {
+        uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+        uintptr_t from = ((uintptr_t)view.buf + (uintptr_t)start) & ~(page - 1);
+        size_t span = (size_t)((uintptr_t)view.buf + (uintptr_t)(start + length) - from);
+        Py_BEGIN_ALLOW_THREADS
+        if (madvise((void *)from, span, advice) != 0)
+            err = errno;
+        Py_END_ALLOW_THREADS
+    }
+#else
+    (void)advice;
+    err = ENOSYS;
+#endif
+    PyBuffer_Release(&view);
+    return PyLong_FromLong(err);
+}
+
 /* ------------------------------------------------------------------------ */
 /* the module                                                                */
 
@@ -521,6 +569,8 @@ static PyMethodDef methods[] = {
      "global_path, Members or None): walk() with the members kept in one C block."},
     {"headers", py_headers, METH_VARARGS,
      "headers(buf, positions) -> indexes of the headers whose checksum the fast check rejects."},
+    {"advise", py_advise, METH_VARARGS,
+     "advise(mapping, start, length, advice) -> errno: madvise() over the range, without the GIL."},
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, value=0): CRC32C of data, continuing from value."},
     {"crc32c_table", py_crc32c_table, METH_VARARGS, "CRC32C by the table fallback (for tests)."},
     {NULL, NULL, 0, NULL},
