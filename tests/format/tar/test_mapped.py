@@ -186,3 +186,62 @@ def test_a_populated_window_is_mapped_without_a_fault_per_page(tmp_path):
     assert total >= 0
     # Without populating, fault-around maps 16 pages per fault: 64 faults here.
     assert faults < size // mmap.PAGESIZE // 16 // 4, faults
+
+
+@pytest.mark.parametrize("chunk", [3584, 4608, 12288])
+@pytest.mark.parametrize("readahead", [0, None])
+def test_windows_that_cut_headers_and_payloads_walk_the_same(tmp_path, chunk, readahead):
+    """Windows of every size: boundaries fall inside headers and payloads, the last window is short."""
+    assert len(DATA) % chunk  # the file is not a whole number of windows
+    path = _write(tmp_path, DATA)
+    expected = summary_fields(scan_tar(io.BytesIO(DATA), "x.tar", chunk_size=chunk))
+    got = scan_tar(path, "x.tar", chunk_size=chunk, map_file=True, readahead=readahead)
+    assert summary_fields(got) == expected
+
+
+@pytest.mark.skipif(not mapped.can_map_ahead(), reason="needs MADV_POPULATE_READ, _ctar, 2 CPUs")
+@pytest.mark.parametrize("readahead", [None, 1, 0])
+def test_windows_are_mapped_ahead_on_a_thread_unless_one_thread_is_asked(tmp_path, readahead):
+    path = _write(tmp_path, DATA)
+    with open(path, "rb") as f:
+        walker = TarWalker(f, "x.tar", chunk_size=CHUNK, map_file=True, readahead=readahead)
+        seen = set()
+        for _ in walker:
+            assert walker._mapped is not None
+            seen.add(walker._mapped.maps_ahead)
+            mapping = walker._mapped
+    assert seen == {readahead != 0}
+    assert mapping.map.closed and not mapping.maps_ahead  # the thread stopped, then unmapped
+
+
+@pytest.mark.skipif(not mapped.can_map_ahead(), reason="needs MADV_POPULATE_READ, _ctar, 2 CPUs")
+def test_windows_dropped_behind_the_walk_still_read_the_file(tmp_path):
+    """The thread drops walked windows' page tables: reading them again faults the same bytes in."""
+    path = _write(tmp_path, DATA)
+    with open(path, "rb") as f:
+        m = map_stream(f, CHUNK, ahead=True)
+        assert m is not None and m.maps_ahead
+        try:
+            end = 0
+            while (new := m.extend(end)) > end:
+                end = new
+            assert end == len(DATA)
+            assert m._dropped > len(DATA) // 2  # most of the file was dropped behind the walk
+            assert m.map[:] == DATA
+        finally:
+            m.close()
+    assert m.map.closed
+
+
+def test_one_cpu_maps_no_window_ahead(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert not mapped.can_map_ahead()
+    path = _write(tmp_path, DATA)
+    with open(path, "rb") as f:
+        m = map_stream(f, CHUNK, ahead=True)
+        assert m is not None
+        try:
+            assert not m.maps_ahead
+        finally:
+            m.close()
