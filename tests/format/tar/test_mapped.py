@@ -6,6 +6,7 @@ import io
 import mmap
 import os
 import resource
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +226,8 @@ def test_windows_dropped_behind_the_walk_still_read_the_file(tmp_path):
             end = 0
             while (new := m.extend(end)) > end:
                 end = new
+                if m._pending is not None:
+                    m._pending[3].result()  # as a walk slower than the thread: nothing cancelled
             assert end == len(DATA)
             assert m._dropped > len(DATA) // 2  # most of the file was dropped behind the walk
             assert m.map[:] == DATA
@@ -244,4 +247,37 @@ def test_one_cpu_maps_no_window_ahead(tmp_path, monkeypatch):
         try:
             assert not m.maps_ahead
         finally:
+            m.close()
+
+
+@pytest.mark.skipif(not mapped.can_map_ahead(), reason="needs MADV_POPULATE_READ, _ctar, 2 CPUs")
+def test_a_window_the_busy_thread_has_not_started_is_mapped_by_the_walk(tmp_path):
+    """The thread's task still queued when the walk needs its window: cancelled, mapped in place."""
+    path = _write(tmp_path, DATA)
+    with open(path, "rb") as f:
+        m = map_stream(f, CHUNK, ahead=True)
+        assert m is not None and m._ahead is not None and m._pending is not None
+        busy = threading.Event()
+        try:
+            end = m.extend(0)  # the first window, mapped by map_stream
+            for _ in range(3):
+                end = m.extend(end)  # let the thread drop a few windows
+            m._pending[3].result()  # its last task is done: the blocker below runs next
+            blocker = m._ahead.submit(busy.wait, 10)
+            queued = m.extend(end)  # queues the next window behind the blocker
+            assert queued > end
+            task = m._pending
+            assert task is not None and not task[3].done()
+            dropped_before = task[2]
+            after = m.extend(queued)  # cancels that task and maps the window itself
+            assert task[3].cancelled() and after > queued and m._done >= after
+            assert m._pending is not None and m._pending[2] == dropped_before  # dropped later
+            busy.set()
+            blocker.result()
+            end = after
+            while (new := m.extend(end)) > end:
+                end = new
+            assert end == len(DATA) and m.map[:] == DATA
+        finally:
+            busy.set()
             m.close()

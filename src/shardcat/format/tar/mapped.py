@@ -94,7 +94,7 @@ class MappedFile:
         self.window = window
         self._fd = fd
         self._ahead: ThreadPoolExecutor | None = None
-        self._pending: tuple[int, int, Future[int]] | None = None
+        self._pending: tuple[int, int, int, Future[int]] | None = None
         _advise(mapping, "MADV_SEQUENTIAL", 0, self.size)
         first = min(window, self.size)
         _populate(mapping, 0, first)
@@ -132,11 +132,15 @@ class MappedFile:
     def _map(self, end: int, new: int) -> None:
         """Have ``[end, new)`` in the page tables, and the next window on its way."""
         if self._pending is not None:
-            # The thread's window is the one the walk is given now: wait for it (its errors
-            # are advice too: an unmapped page is a page fault, never a wrong byte).
-            start, stop, future = self._pending
+            start, stop, drop_from, future = self._pending
             self._pending = None
-            if future.result() == 0 and start <= self._done:
+            if future.cancel():
+                # The thread has not started it (the other CPU is busy): map it here rather
+                # than wait, and leave its pages to drop to the next task.
+                self._dropped = drop_from
+            elif future.result() == 0 and start <= self._done:
+                # Waited for (its errors are advice too: an unmapped page is a page fault,
+                # never a wrong byte).
                 self._done = max(self._done, stop)
         if self._done < new:
             # Map the window the walk is given in one call rather than a fault per 64 KiB.
@@ -160,8 +164,8 @@ class MappedFile:
         future = ahead.submit(
             _map_and_drop, self.map, start, stop - start, self._dropped, behind - self._dropped
         )
+        self._pending = (start, stop, self._dropped, future)
         self._dropped = behind
-        self._pending = (start, stop, future)
 
     def close(self) -> None:
         """Stop the mapping thread, unmap the file and close the descriptor (safe to call twice).
