@@ -16,7 +16,9 @@ errors, and every rare case, stay here.
 With ``map_file=True`` (the default) a local file is not read at all: it is mapped
 (:mod:`.mapped`) and walked in place, one ``chunk_size`` window at a time, each window cut at the
 file's current size, so a file cut short while it is walked is reported as a
-stream that ends early is; no read-ahead thread runs for it.
+stream that ends early is; no read-ahead thread reads it, but by default a
+second thread maps the next window into the page tables (:mod:`.mapped`;
+``readahead=0`` keeps the walk to one thread).
 """
 
 from __future__ import annotations
