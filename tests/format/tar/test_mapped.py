@@ -281,3 +281,36 @@ def test_a_window_the_busy_thread_has_not_started_is_mapped_by_the_walk(tmp_path
         finally:
             busy.set()
             m.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "RWF_NOWAIT"), reason="RWF_NOWAIT reads are Linux's")
+def test_the_next_window_is_advised_only_when_it_is_not_cached(tmp_path, monkeypatch):
+    """One-thread walk: MADV_WILLNEED for a window whose last page the page cache lacks, only."""
+    path = _write(tmp_path, DATA)
+    advised: list[tuple[str, int, int]] = []
+    real = mapped._advise
+
+    def spy(m: mmap.mmap, option: str, start: int, length: int) -> None:
+        advised.append((option, start, length))
+        real(m, option, start, length)
+
+    monkeypatch.setattr(mapped, "_advise", spy)
+    with open(path, "rb") as f:
+        assert mapped._cached(f.fileno(), len(DATA) - 1)  # just written: in the page cache
+        info = scan_tar(path, "x.tar", chunk_size=CHUNK, map_file=True, readahead=0)
+    assert summary_fields(info) == summary_fields(scan_tar(io.BytesIO(DATA), "x.tar"))
+    assert [a for a in advised if a[0] == "MADV_WILLNEED"] == []
+    with open(path, "rb") as f:
+        m = map_stream(f, CHUNK, ahead=False)
+        assert m is not None
+        try:
+            os.fsync(f.fileno())
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)  # clean pages: dropped
+            at = len(DATA) - 2 * CHUNK
+            if mapped._cached(f.fileno(), at + CHUNK - 1):
+                pytest.skip("the page cache kept the file")
+            m._read_ahead(at, CHUNK)
+            assert advised[-1] == ("MADV_WILLNEED", at, CHUNK)
+        finally:
+            m.close()
+    assert m.map.closed

@@ -116,7 +116,7 @@ class MappedFile:
             self._ahead = ThreadPoolExecutor(1, thread_name_prefix="shardcat-tar-map")
             self._submit(first, 0)
         else:
-            _advise(mapping, "MADV_WILLNEED", 0, min(2 * window, self.size))
+            self._read_ahead(first, min(window, self.size - first))
 
     @property
     def maps_ahead(self) -> bool:
@@ -162,8 +162,22 @@ class MappedFile:
         if self._ahead is not None:
             self._submit(new, end)
         else:
-            # Ask the kernel to read the next window while this one is walked.
-            _advise(self.map, "MADV_WILLNEED", new, min(self.window, self.size - new))
+            self._read_ahead(new, min(self.window, self.size - new))
+
+    def _read_ahead(self, start: int, length: int) -> None:
+        """Ask the kernel to read ``[start, start + length)`` while the walk reads the window
+        before it, unless its last page is already in the page cache.
+
+        ``MADV_WILLNEED`` looks up every page of the range even when all are
+        cached (~4 % of a warm 1 GiB scan's CPU); one ``RWF_NOWAIT`` read of a
+        byte tells a cached window (a file written or read before, front to
+        back) from one that is not, for one system call.
+        """
+        if length <= 0:
+            return
+        if _cached(self._fd, start + length - 1):
+            return
+        _advise(self.map, "MADV_WILLNEED", start, length)
 
     def _submit(self, start: int, end: int) -> None:
         """Queue ``[start, start + window)`` (within the mapping) for the thread to map, and
@@ -197,6 +211,19 @@ class MappedFile:
             self.map.close()
         except BufferError:
             _log.debug("tar mapping still exported; it is unmapped when its last view goes")
+
+
+_RWF_NOWAIT = getattr(os, "RWF_NOWAIT", None)
+
+
+def _cached(fd: int, offset: int) -> bool:
+    """Whether the file's byte at ``offset`` is in the page cache (``False`` when unsure)."""
+    if _RWF_NOWAIT is None:
+        return False
+    try:
+        return os.preadv(fd, [bytearray(1)], offset, _RWF_NOWAIT) == 1
+    except OSError:  # EAGAIN: not cached; EOPNOTSUPP and others: cannot tell
+        return False
 
 
 def can_map_ahead() -> bool:
