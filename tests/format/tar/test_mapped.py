@@ -314,3 +314,14 @@ def test_the_next_window_is_advised_only_when_it_is_not_cached(tmp_path, monkeyp
         finally:
             m.close()
     assert m.map.closed
+
+
+@pytest.mark.skipif(not mapped.can_map_ahead(), reason="needs MADV_POPULATE_READ, _ctar, 2 CPUs")
+def test_a_failing_mapping_thread_leaves_the_walk_to_map_its_windows(tmp_path, monkeypatch):
+    def broken(*args: Any) -> int:
+        raise RuntimeError("the thread's task failed")
+
+    monkeypatch.setattr(mapped, "_map_and_drop", broken)
+    path = _write(tmp_path, DATA)
+    got = scan_tar(path, "x.tar", chunk_size=CHUNK, map_file=True)
+    assert summary_fields(got) == summary_fields(scan_tar(io.BytesIO(DATA), "x.tar"))

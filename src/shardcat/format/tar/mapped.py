@@ -150,7 +150,7 @@ class MappedFile:
                 # The thread has not started it (the other CPU is busy): map it here rather
                 # than wait, and leave its pages to drop to the next task.
                 self._dropped = drop_from
-            elif future.result() == 0 and start <= self._done:
+            elif _result(future) == 0 and start <= self._done:
                 # Waited for (its errors are advice too: an unmapped page is a page fault,
                 # never a wrong byte).
                 self._done = max(self._done, stop)
@@ -211,6 +211,15 @@ class MappedFile:
             self.map.close()
         except BufferError:
             _log.debug("tar mapping still exported; it is unmapped when its last view goes")
+
+
+def _result(future: Future[int]) -> int:
+    """The thread's errno, or ``-1`` if its task raised (advice: the walk maps the window)."""
+    try:
+        return future.result()
+    except Exception:  # advice never fails the walk
+        _log.debug("tar mapping thread failed; the walk maps the window itself", exc_info=True)
+        return -1
 
 
 _RWF_NOWAIT = getattr(os, "RWF_NOWAIT", None)
