@@ -322,8 +322,10 @@ def walkers(choice: str, readaheads: list[int] | None = None, mmap_too: bool = F
     """Scan variants: a walker name (the library's read-ahead: by backend), or ``_raN`` for each given.
 
     ``mmap_too``: also ``<walker>_mmap``, a local file walked in a mapping
-    (``map_file=True``, the library's default for a local file) beside the
-    read walk: the other variants pass ``map_file=False``.
+    (``map_file=True``, the library's default for a local file, with the
+    next window mapped on a second thread where it can), and
+    ``<walker>_mmap_ra0``, the same walk kept to one thread (``readahead=0``),
+    beside the read walk: the other variants pass ``map_file=False``.
     """
     from shardcat.format.tar import tarwalker
 
@@ -336,6 +338,7 @@ def walkers(choice: str, readaheads: list[int] | None = None, mmap_too: bool = F
             out.append(name if ra is None else f"{name}_ra{ra}")
         if mmap_too:
             out.append(f"{name}_mmap")
+            out.append(f"{name}_mmap_ra0")
     return out
 
 
@@ -343,6 +346,8 @@ def variant(name: str) -> tuple[str, int | None, bool]:
     """``(walker, readahead, map_file)`` of a variant name from :func:`walkers` (``None``: the default)."""
     if name.endswith("_mmap"):
         return name.removesuffix("_mmap"), None, True
+    if name.endswith("_mmap_ra0"):
+        return name.removesuffix("_mmap_ra0"), 0, True
     walker, _, ra = name.partition("_ra")
     return walker, int(ra) if ra else None, False
 

@@ -6,6 +6,7 @@ import io
 import mmap
 import os
 import resource
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -186,3 +187,141 @@ def test_a_populated_window_is_mapped_without_a_fault_per_page(tmp_path):
     assert total >= 0
     # Without populating, fault-around maps 16 pages per fault: 64 faults here.
     assert faults < size // mmap.PAGESIZE // 16 // 4, faults
+
+
+@pytest.mark.parametrize("chunk", [3584, 4608, 12288])
+@pytest.mark.parametrize("readahead", [0, None])
+def test_windows_that_cut_headers_and_payloads_walk_the_same(tmp_path, chunk, readahead):
+    """Windows of every size: boundaries fall inside headers and payloads, the last window is short."""
+    assert len(DATA) % chunk  # the file is not a whole number of windows
+    path = _write(tmp_path, DATA)
+    expected = summary_fields(scan_tar(io.BytesIO(DATA), "x.tar", chunk_size=chunk))
+    got = scan_tar(path, "x.tar", chunk_size=chunk, map_file=True, readahead=readahead)
+    assert summary_fields(got) == expected
+
+
+@pytest.mark.skipif(not mapped.can_map_ahead(), reason="needs MADV_POPULATE_READ, _ctar, 2 CPUs")
+@pytest.mark.parametrize("readahead", [None, 1, 0])
+def test_windows_are_mapped_ahead_on_a_thread_unless_one_thread_is_asked(tmp_path, readahead):
+    path = _write(tmp_path, DATA)
+    with open(path, "rb") as f:
+        walker = TarWalker(f, "x.tar", chunk_size=CHUNK, map_file=True, readahead=readahead)
+        seen = set()
+        for _ in walker:
+            assert walker._mapped is not None
+            seen.add(walker._mapped.maps_ahead)
+            mapping = walker._mapped
+    assert seen == {readahead != 0}
+    assert mapping.map.closed and not mapping.maps_ahead  # the thread stopped, then unmapped
+
+
+@pytest.mark.skipif(not mapped.can_map_ahead(), reason="needs MADV_POPULATE_READ, _ctar, 2 CPUs")
+def test_windows_dropped_behind_the_walk_still_read_the_file(tmp_path):
+    """The thread drops walked windows' page tables: reading them again faults the same bytes in."""
+    path = _write(tmp_path, DATA)
+    with open(path, "rb") as f:
+        m = map_stream(f, CHUNK, ahead=True)
+        assert m is not None and m.maps_ahead
+        try:
+            end = 0
+            while (new := m.extend(end)) > end:
+                end = new
+                if m._pending is not None:
+                    m._pending[3].result()  # as a walk slower than the thread: nothing cancelled
+            assert end == len(DATA)
+            assert m._dropped > len(DATA) // 2  # most of the file was dropped behind the walk
+            assert m.map[:] == DATA
+        finally:
+            m.close()
+    assert m.map.closed
+
+
+def test_one_cpu_maps_no_window_ahead(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert not mapped.can_map_ahead()
+    path = _write(tmp_path, DATA)
+    with open(path, "rb") as f:
+        m = map_stream(f, CHUNK, ahead=True)
+        assert m is not None
+        try:
+            assert not m.maps_ahead
+        finally:
+            m.close()
+
+
+@pytest.mark.skipif(not mapped.can_map_ahead(), reason="needs MADV_POPULATE_READ, _ctar, 2 CPUs")
+def test_a_window_the_busy_thread_has_not_started_is_mapped_by_the_walk(tmp_path):
+    """The thread's task still queued when the walk needs its window: cancelled, mapped in place."""
+    path = _write(tmp_path, DATA)
+    with open(path, "rb") as f:
+        m = map_stream(f, CHUNK, ahead=True)
+        assert m is not None and m._ahead is not None and m._pending is not None
+        busy = threading.Event()
+        try:
+            end = m.extend(0)  # the first window, mapped by map_stream
+            for _ in range(3):
+                end = m.extend(end)  # let the thread drop a few windows
+            m._pending[3].result()  # its last task is done: the blocker below runs next
+            blocker = m._ahead.submit(busy.wait, 10)
+            queued = m.extend(end)  # queues the next window behind the blocker
+            assert queued > end
+            task = m._pending
+            assert task is not None and not task[3].done()
+            dropped_before = task[2]
+            after = m.extend(queued)  # cancels that task and maps the window itself
+            assert task[3].cancelled() and after > queued and m._done >= after
+            assert m._pending is not None and m._pending[2] == dropped_before  # dropped later
+            busy.set()
+            blocker.result()
+            end = after
+            while (new := m.extend(end)) > end:
+                end = new
+            assert end == len(DATA) and m.map[:] == DATA
+        finally:
+            busy.set()
+            m.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "RWF_NOWAIT"), reason="RWF_NOWAIT reads are Linux's")
+def test_the_next_window_is_advised_only_when_it_is_not_cached(tmp_path, monkeypatch):
+    """One-thread walk: MADV_WILLNEED for a window whose last page the page cache lacks, only."""
+    path = _write(tmp_path, DATA)
+    advised: list[tuple[str, int, int]] = []
+    real = mapped._advise
+
+    def spy(m: mmap.mmap, option: str, start: int, length: int) -> None:
+        advised.append((option, start, length))
+        real(m, option, start, length)
+
+    monkeypatch.setattr(mapped, "_advise", spy)
+    with open(path, "rb") as f:
+        assert mapped._cached(f.fileno(), len(DATA) - 1)  # just written: in the page cache
+        info = scan_tar(path, "x.tar", chunk_size=CHUNK, map_file=True, readahead=0)
+    assert summary_fields(info) == summary_fields(scan_tar(io.BytesIO(DATA), "x.tar"))
+    assert [a for a in advised if a[0] == "MADV_WILLNEED"] == []
+    with open(path, "rb") as f:
+        m = map_stream(f, CHUNK, ahead=False)
+        assert m is not None
+        try:
+            os.fsync(f.fileno())
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)  # clean pages: dropped
+            at = len(DATA) - 2 * CHUNK
+            if mapped._cached(f.fileno(), at + CHUNK - 1):
+                pytest.skip("the page cache kept the file")
+            m._read_ahead(at, CHUNK)
+            assert advised[-1] == ("MADV_WILLNEED", at, CHUNK)
+        finally:
+            m.close()
+    assert m.map.closed
+
+
+@pytest.mark.skipif(not mapped.can_map_ahead(), reason="needs MADV_POPULATE_READ, _ctar, 2 CPUs")
+def test_a_failing_mapping_thread_leaves_the_walk_to_map_its_windows(tmp_path, monkeypatch):
+    def broken(*args: Any) -> int:
+        raise RuntimeError("the thread's task failed")
+
+    monkeypatch.setattr(mapped, "_map_and_drop", broken)
+    path = _write(tmp_path, DATA)
+    got = scan_tar(path, "x.tar", chunk_size=CHUNK, map_file=True)
+    assert summary_fields(got) == summary_fields(scan_tar(io.BytesIO(DATA), "x.tar"))

@@ -383,7 +383,10 @@ def iter_tar_samples(
         Chunks read ahead of the walk by a thread (0: no thread; ``None``:
         none for a local file, ``DEFAULT_READAHEAD`` for others). The thread
         stops when the walk ends, fails or is abandoned; an error the stream
-        raises in it is raised here. A mapped file needs no thread.
+        raises in it is raised here. A mapped file is not read, but ``None``
+        or more than 0 maps its next window on a second thread while this
+        one is walked (where the platform can, :func:`.mapped.can_map_ahead`);
+        0 keeps the walk to one thread.
     map_file:
         Walk a local file (a path, or an open regular file at offset 0) in a
         read-only mapping instead of reading it (default): no read copy,

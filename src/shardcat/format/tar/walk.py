@@ -16,7 +16,9 @@ errors, and every rare case, stay here.
 With ``map_file=True`` (the default) a local file is not read at all: it is mapped
 (:mod:`.mapped`) and walked in place, one ``chunk_size`` window at a time, each window cut at the
 file's current size, so a file cut short while it is walked is reported as a
-stream that ends early is; no read-ahead thread runs for it.
+stream that ends early is; no read-ahead thread reads it, but by default a
+second thread maps the next window into the page tables (:mod:`.mapped`;
+``readahead=0`` keeps the walk to one thread).
 """
 
 from __future__ import annotations
@@ -116,11 +118,13 @@ class TarWalker:
         Bytes per read.
     readahead:
         Chunks a thread reads ahead of the walk; 0 reads each chunk in the
-        walk's own thread when it is needed. Not used for a mapped file.
-        ``None`` (default): 0 for a regular local file (a page-cache read is
-        a copy the thread only moves to another core, at a cost in CPU),
-        :data:`DEFAULT_READAHEAD` for any other stream (remote: the thread
-        hides the transfer).
+        walk's own thread when it is needed. ``None`` (default): 0 for a
+        regular local file (a page-cache read is a copy the thread only moves
+        to another core, at a cost in CPU), :data:`DEFAULT_READAHEAD` for any
+        other stream (remote: the thread hides the transfer). For a mapped
+        file, ``None`` or more than 0 maps the next window into the page
+        tables on a second thread while the walk reads this one (where
+        :func:`~.mapped.can_map_ahead`), and 0 keeps the walk to one thread.
     map_file:
         Walk a regular local file (``stream.fileno()``, at offset 0) in a
         read-only mapping instead of reading it (:mod:`.mapped`); any other
@@ -153,6 +157,7 @@ class TarWalker:
     ) -> None:
         if chunk_size < 4 * BLOCK or chunk_size % BLOCK:
             raise ValueError(f"chunk_size must be a multiple of {BLOCK} of at least {4 * BLOCK}")
+        self._map_ahead = readahead is None or readahead > 0
         if readahead is None:
             readahead = 0 if is_local_file(stream) else DEFAULT_READAHEAD
         if readahead < 0:
@@ -207,7 +212,7 @@ class TarWalker:
         """Map the stream's file if it is a local one (the walk's first step)."""
         if not self._map_file or self._reader is not None or self._end:
             return
-        mapped = map_stream(self._stream, self._chunk_size)
+        mapped = map_stream(self._stream, self._chunk_size, ahead=self._map_ahead)
         if mapped is None:
             return
         self._mapped = mapped
