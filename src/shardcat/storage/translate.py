@@ -82,6 +82,7 @@ _NO_BUCKET_CODES = frozenset({"NoSuchBucket", "ContainerNotFound"})
 # obstore (storage/objstore.py) says what failed only in its message.
 _OBSTORE_DENIED = frozenset({"PermissionDeniedError", "UnauthenticatedError"})
 _OBSTORE_STATUS = re.compile(r"status code: (\d{3})")
+_OBSTORE_MESSAGE = re.compile(r"<Message>([^<]{1,300})</Message>")
 _OBSTORE_URL = re.compile(r"Error performing \w+ (https?://[^/\s]+)")
 _NO_BUCKET_TEXT = ("The specified bucket does not exist", "The specified container does not exist")
 _UNREACHABLE = frozenset(
@@ -154,6 +155,12 @@ def _status(e: BaseException) -> int | None:
         if isinstance(value, int):
             return value
     return None
+
+
+def _obstore_message(e: BaseException) -> str | None:
+    """The S3 error's ``<Message>`` in obstore's text: what s3fs's exception says (same errors)."""
+    m = _OBSTORE_MESSAGE.search(str(e)) if _from_obstore(e) else None
+    return m.group(1).strip().rstrip(".") if m else None
 
 
 def _code(e: BaseException) -> str | None:
@@ -296,7 +303,7 @@ def _translate(e: BaseException, url: str, writing: bool) -> ShardcatError:
             or isinstance(x, PermissionError)
             or _names(x) & _OBSTORE_DENIED
         ):
-            why = f"HTTP {status}" if status else (code or first_line(x))
+            why = _obstore_message(x) or (f"HTTP {status}" if status else (code or first_line(x)))
             return StoragePermissionError(
                 f"{shown}: access denied ({why}): check the credentials, and that they may "
                 f"{verb} here",
