@@ -19,7 +19,12 @@ from typing import Any
 import pytest
 
 import shardcat
-from shardcat.errors import ShardNotFoundError, StoragePermissionError, StorageUnreachableError
+from shardcat.errors import (
+    ShardNotFoundError,
+    StorageCredentialsError,
+    StoragePermissionError,
+    StorageUnreachableError,
+)
 from shardcat.storage import (
     TRANSPORT_ENV,
     FsspecSource,
@@ -265,6 +270,22 @@ def test_a_refused_connection_is_the_same_error_on_both(monkeypatch):
     for e in errors.values():
         assert type(e) is StorageUnreachableError and isinstance(e, ConnectionError)
         assert str(e).endswith("check the endpoint and the network")
+    assert str(errors["fsspec"]) == str(errors["obstore"])
+
+
+def test_no_credentials_is_the_same_error_on_both(s3, aws_env, monkeypatch):
+    # Where obstore looks last (the instance metadata service): a closed port, not 169.254.169.254.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("AWS_METADATA_ENDPOINT", f"http://127.0.0.1:{s.getsockname()[1]}")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # botocore's
+    options = {"client_kwargs": {"endpoint_url": s3["endpoint"], "region_name": "us-east-1"}}
+    url = f"{s3['url']}/x.shard"
+    assert choose_transport(url, options).transport == "fsspec"  # auto: no keys anywhere
+    errors = _errors(monkeypatch, lambda: _read_head(url, options, os.environ[TRANSPORT_ENV]))
+    for e in errors.values():
+        assert type(e) is StorageCredentialsError and isinstance(e, PermissionError)
+        assert str(e).startswith(f"no S3 credentials found for {url}: set AWS_ACCESS_KEY_ID")
     assert str(errors["fsspec"]) == str(errors["obstore"])
 
 
