@@ -201,6 +201,34 @@ def test_without_obstore_auto_is_s3fs_and_forcing_it_says_what_to_install(aws_en
         open_source(URL, {**KEYS, **ENDPOINT})
 
 
+def test_a_region_redirect_moves_auto_to_s3fs_and_forced_obstore_says_what_to_do(
+    http_server, aws_env, monkeypatch
+):
+    from shardcat.storage import objstore
+
+    monkeypatch.setattr(objstore, "_redirected", set())
+    # This server answers /status/301/... with a 301 and no Location: what S3 answers a
+    # request signed for another region than the bucket's.
+    options = {
+        **KEYS,
+        "client_kwargs": {"endpoint_url": http_server[0], "region_name": "us-east-1"},
+    }
+    url = "s3://status/301/x.shard"
+    src = open_source(url, options)
+    assert src.transport == "obstore"  # type: ignore[attr-defined]
+    with pytest.raises(shardcat.errors.StorageError) as err:
+        src.read(0, 4)  # now through s3fs, which cannot resolve this server's redirect either
+    assert "obstore cannot follow" not in str(err.value)
+    assert src.transport == "fsspec"  # type: ignore[attr-defined]
+    assert isinstance(open_source(url, options), FsspecSource)  # later opens of the bucket
+    monkeypatch.setenv(TRANSPORT_ENV, "obstore")
+    forced = open_source(url, options)
+    with pytest.raises(shardcat.errors.StorageError) as err:
+        forced.read(0, 4)
+    assert "redirected the request to the bucket's region" in str(err.value)
+    assert "set region_name to the bucket's region" in str(err.value)
+
+
 # --- against moto ---------------------------------------------------------------------
 
 

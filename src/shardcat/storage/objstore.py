@@ -49,6 +49,9 @@ _stores: dict[tuple[int, str, str], Any] = {}
 # hangs, so a child of a process that used it reads through s3fs instead.
 _runtime_pid: int | None = None
 _logged: set[tuple[str, str]] = set()
+# Buckets S3 redirected to another region (auto mode): s3fs follows, obstore cannot.
+_redirected: set[str] = set()
+_REDIRECTED = "S3 redirected to the bucket's region (s3fs follows redirects, obstore cannot)"
 
 
 def _split(url: str) -> tuple[str, str]:
@@ -80,6 +83,9 @@ def open_obstore(url: str, storage_options: StorageOptions | None = None) -> Obs
     if choice.transport == "fsspec" or choice.config is None:
         _log_once(bucket, choice.reason, "s3fs", forced=choice.mode == "obstore")
         return None
+    if choice.mode == "auto" and bucket in _redirected:
+        _log_once(bucket, _REDIRECTED, "s3fs")
+        return None
     if _runtime_pid is not None and _runtime_pid != os.getpid():
         _log_once(bucket, "forked after obstore ran (its runtime does not survive fork)", "s3fs")
         return None
@@ -97,7 +103,14 @@ def open_obstore(url: str, storage_options: StorageOptions | None = None) -> Obs
         _stores[cache_key] = store
     _runtime_pid = os.getpid()
     _log_once(bucket, choice.reason, "obstore")
-    return ObstoreSource(store, key, redact(url), url=url, storage_options=storage_options)
+    return ObstoreSource(
+        store,
+        key,
+        redact(url),
+        url=url,
+        storage_options=storage_options,
+        region_fallback=choice.mode == "auto",
+    )
 
 
 def _log_once(bucket: str, reason: str, transport: str, *, forced: bool = False) -> None:
@@ -120,8 +133,6 @@ class ObstoreSource:
 
     read_ahead = True
     """Streams read ahead on threads (``format/prefetch.py``): obstore calls may come from any thread."""
-    transport = "obstore"
-    """The client reading this file (``FsspecSource.transport`` is ``"fsspec"``)."""
 
     def __init__(
         self,
@@ -131,6 +142,7 @@ class ObstoreSource:
         *,
         url: str | None = None,
         storage_options: StorageOptions | None = None,
+        region_fallback: bool = False,
     ) -> None:
         self.store = store
         self.path = path
@@ -139,10 +151,30 @@ class ObstoreSource:
         self._options = storage_options
         self._pid = os.getpid()
         self._s3fs: Any = None
+        self._region_fallback = region_fallback
+        self._on_s3fs = False
+
+    @property
+    def transport(self) -> str:
+        """The client reading this file: ``"obstore"``, or ``"fsspec"`` after fork or a region
+        redirect (``FsspecSource.transport`` is ``"fsspec"``)."""
+        return "fsspec" if self._on_s3fs or self._pid != os.getpid() else "obstore"
+
+    def _redirected(self, e: BaseException) -> bool:
+        """Whether ``e`` is S3's redirect to the bucket's region and this source, picked by
+        ``auto``, now reads through s3fs (which follows it), as later opens of the bucket do."""
+        if not self._region_fallback or "incorrectly configured region" not in str(e):
+            return False
+        bucket = (self._url or "").split("://", 1)[-1].split("/", 1)[0]
+        _redirected.add(bucket)
+        _log_once(bucket, _REDIRECTED, "s3fs")
+        self._on_s3fs = True
+        return True
 
     def _forked(self) -> Any:
-        """In a forked child (where obstore hangs), the same file through s3fs; else None."""
-        if self._pid == os.getpid():
+        """The same file through s3fs in a forked child (where obstore hangs) or after a
+        region redirect; else None."""
+        if self._pid == os.getpid() and not self._on_s3fs:
             return None
         if self._s3fs is None:
             from .fs import resolve
@@ -164,7 +196,12 @@ class ObstoreSource:
         import obstore
 
         with storage_errors(self._name):
-            return int(obstore.head(self.store, self.path)["size"])
+            try:
+                return int(obstore.head(self.store, self.path)["size"])
+            except Exception as e:
+                if self._redirected(e):
+                    return self.size()
+                raise
 
     def read(self, start: int, end: int) -> bytes:
         if end <= start:
@@ -179,6 +216,8 @@ class ObstoreSource:
             except Exception as e:
                 if _past_end(e):
                     return b""
+                if self._redirected(e):
+                    return self.read(start, end)
                 raise
 
     def read_buffer(self, start: int, end: int) -> memoryview:
@@ -195,6 +234,8 @@ class ObstoreSource:
             except Exception as e:
                 if _past_end(e):
                     return memoryview(b"")
+                if self._redirected(e):
+                    return self.read_buffer(start, end)
                 raise
 
     def read_suffix(self, length: int) -> bytes:
@@ -203,8 +244,13 @@ class ObstoreSource:
         import obstore
 
         with storage_errors(self._name):
-            result = obstore.get(self.store, self.path, options={"range": {"suffix": length}})
-            return bytes(result.bytes())
+            try:
+                result = obstore.get(self.store, self.path, options={"range": {"suffix": length}})
+                return bytes(result.bytes())
+            except Exception as e:
+                if self._redirected(e):
+                    return self.read_suffix(length)
+                raise
 
     def read_many(self, starts: Sequence[int], ends: Sequence[int]) -> list[memoryview]:
         """Ranges ``[starts[i], ends[i])`` as views of obstore's buffers (no copy).
@@ -228,6 +274,8 @@ class ObstoreSource:
                 # past it makes object_store 0.12's get_ranges panic (a Rust panic
                 # is a BaseException). Either way: each range on its own, where a
                 # short or empty answer is fine, as RangeSource promises.
+                if isinstance(e, Exception) and self._redirected(e):
+                    return self.read_many(starts, ends)
                 if not (_past_end(e) or type(e).__name__ == "PanicException"):
                     raise
                 return [memoryview(self.read(a, b)) for a, b in zip(starts, ends)]

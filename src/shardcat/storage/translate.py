@@ -322,6 +322,13 @@ def _translate(e: BaseException, url: str, writing: bool) -> ShardcatError:
                 f"{verb} here",
                 path=shown,
             )
+    if any(_from_obstore(x) and "incorrectly configured region" in str(x) for x in chain):
+        return StorageError(
+            f"{shown}: S3 redirected the request to the bucket's region, which obstore cannot "
+            "follow: set region_name to the bucket's region (or SHARDCAT_S3_TRANSPORT=auto "
+            "or fsspec, where s3fs follows it)",
+            path=shown,
+        )
     if any(n & _UNREACHABLE for n in names) or any(
         isinstance(x, (ConnectionError, socket.gaierror)) or _obstore_connect_failed(x)
         for x in chain

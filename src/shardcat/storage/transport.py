@@ -28,6 +28,9 @@
     (passed to obstore explicitly), or a custom endpoint (signed as
     ``us-east-1`` without one, as botocore does). On AWS without a known
     region s3fs follows S3's redirect to the bucket's region; obstore cannot.
+    Where the known region is not the bucket's, the first request's redirect
+    moves that source, and later opens of the bucket, to s3fs
+    (:class:`.objstore.ObstoreSource`).
 
   Everything else (profiles, credentials only in ``~/.aws`` files, SSO,
   instance or container roles without keys in the environment, options
