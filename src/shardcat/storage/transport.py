@@ -85,6 +85,7 @@ _OBSTORE_ONLY_ENV = (
     "AWS_REQUEST_PAYER",
     "AWS_S3_EXPRESS",
 )
+_profiles: dict[tuple[str, int, int], dict[str, str]] = {}
 _PROFILE_ENV = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE")
 # Keys of the config file's [default] section that redirect botocore's S3 requests.
 _CONFIG_REDIRECTS = ("endpoint_url", "services", "s3")
@@ -174,14 +175,26 @@ def env_endpoint() -> str | None:
 
 
 def _default_profile() -> Mapping[str, str]:
-    """The ``[default]`` section of the AWS config file (empty if there is none or it does not parse)."""
+    """The ``[default]`` section of the AWS config file (empty without one; ``unreadable``
+    if it does not parse). Parsed once per version of the file (path, mtime, size): every
+    s3:// open asks."""
     path = _env("AWS_CONFIG_FILE") or os.path.expanduser(os.path.join("~", ".aws", "config"))
+    try:
+        st = os.stat(path)
+    except OSError:
+        return {}  # no file: botocore reads none either
+    stamp = (path, st.st_mtime_ns, st.st_size)
+    if (cached := _profiles.get(stamp)) is not None:
+        return cached
     parser = configparser.RawConfigParser()
     try:
         parser.read(path, encoding="utf-8")
+        section = dict(parser["default"]) if parser.has_section("default") else {}
     except (configparser.Error, OSError, UnicodeDecodeError):
-        return {"unreadable": path}  # botocore's reading of it is unknown: keep s3fs
-    return dict(parser["default"]) if parser.has_section("default") else {}
+        section = {"unreadable": path}  # botocore's reading of it is unknown: keep s3fs
+    _profiles.clear()
+    _profiles[stamp] = section
+    return section
 
 
 def _auto(config: dict[str, Any]) -> str | None:
