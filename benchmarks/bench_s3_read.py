@@ -5,9 +5,11 @@ and the same records as a Lance dataset, then, alternating: a raw sequential
 read of the files (s3fs ``fs.open(block_size=8 MiB)``, 8 MiB ``read()``
 calls, as the peers harness's floor), the same 8 MiB ranges in one
 concurrent ``cat_ranges`` call per file, ``ShardReader`` iteration per shard
-and ``shardcat.iter_shards`` over all of them (touching every record's
-entries, as a user would), optionally the per-shard stream with another
-version's read-ahead (``--before-prefetch``), and Lance's ``to_batches``.
+(with the process's ``SHARDCAT_S3_TRANSPORT``, ``auto`` when unset) and
+``shardcat.iter_shards`` over all of them with each ``--transports`` value
+(touching every record's entries, as a user would), optionally the per-shard
+stream with another version's read-ahead (``--before-prefetch``), and
+Lance's ``to_batches``. Each row names the client that read it.
 Reports the median MB/s of each, its ratio to the raw read, and the CPU
 (this process's: the client alone with the moto server in its own process,
 the default; with ``--moto in-process`` its threads included) and
@@ -23,9 +25,9 @@ S3 requests per batch. The figures behind ``_ranges.REMOTE_MAX_GAP``.
     .venv/bin/python -m benchmarks.bench_s3_read stream [--shards 3] [--repeat 6] [--no-lance]
         [--moto process|in-process]  # also for batch: where the moto server runs
         [--before-prefetch FILE]   # e.g. FILE from: git show main:src/shardcat/format/prefetch.py
-        [--obstore]                # also iter_shards with SHARDCAT_S3_TRANSPORT=obstore
+        [--transports auto,fsspec] # iter_shards with each SHARDCAT_S3_TRANSPORT value
     .venv/bin/python -m benchmarks.bench_s3_read batch [--scale 0.2] [--gaps 64KiB,1MiB] [--no-lance]
-        [--transports fsspec,obstore]
+        [--transports fsspec,auto,obstore]
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ def stream(args: argparse.Namespace) -> None:
 
     import shardcat
     from shardcat.format import stream as stream_module
+    from shardcat.storage import choose_transport
 
     server = MotoS3(args.moto)
     opts = server.store().storage_options
@@ -146,10 +149,16 @@ def stream(args: argparse.Namespace) -> None:
     def ahead() -> None:
         touch(shardcat.iter_shards(urls, storage_options=opts))
 
-    def obstore_ahead() -> None:
-        # The same stream with SHARDCAT_S3_TRANSPORT=obstore (storage/objstore.py).
-        with _transport("obstore"):
-            ahead()
+    def ahead_with(transport: str) -> Callable[[], None]:
+        def run() -> None:
+            with _transport(transport):
+                ahead()
+
+        return run
+
+    def used(transport: str | None) -> str:
+        with _transport(transport):
+            return choose_transport(urls[0], opts).transport
 
     def lance() -> None:
         touched = 0
@@ -161,15 +170,13 @@ def stream(args: argparse.Namespace) -> None:
     passes: list[tuple[str, Callable[[], None]]] = [
         ("raw", raw),
         ("raw concurrent", raw_concurrent),
-        ("shardcat", per_shard),
-        ("iter_shards", ahead),
+        (f"shardcat ({used(None)})", per_shard),
     ]
+    passes += [(f"iter_shards {t} ({used(t)})", ahead_with(t)) for t in args.transports]
     before_read_ahead: Any = None
     if args.before_prefetch:
         before_read_ahead = _load_prefetch(args.before_prefetch).ReadAhead
         passes.insert(2, ("shardcat before", before))
-    if args.obstore:
-        passes.append(("iter_shards obstore", obstore_ahead))
     if lance_ds is not None:
         passes.append(("lance", lance))
     clock = _GcClock()
@@ -187,29 +194,37 @@ def stream(args: argparse.Namespace) -> None:
     )
     print(
         "(CPU: this process's"
-        + (", the moto server's threads included)" if args.moto == "in-process" else ")")
+        + (", the moto server's threads included" if args.moto == "in-process" else "")
+        + "; (client): who read)"
     )
     for name, rows in runs.items():
         wall = statistics.median(r[0] for r in rows)
         cpu = statistics.median(r[1] for r in rows)
         in_gc = statistics.median(r[2] for r in rows)
         ratio = statistics.median(runs["raw"][i][0] / rows[i][0] for i in range(args.repeat))
+        vs_lance = ""
+        if "lance" in runs:
+            lance_ratio = statistics.median(
+                runs["lance"][i][0] / rows[i][0] for i in range(args.repeat)
+            )
+            vs_lance = f"  {lance_ratio:5.2f} x lance"
         print(
-            f"{name:21} {total / wall / 1e6:6.0f} MB/s  {ratio:5.2f} x raw"
+            f"{name:30} {total / wall / 1e6:6.0f} MB/s  {ratio:5.2f} x raw{vs_lance}"
             f"  cpu {cpu:.3f} s  gc {in_gc:.3f} s"
         )
-    print("x raw: median of per-alternation ratios of wall times")
+    print("x raw, x lance: medians of per-alternation ratios of wall times")
 
 
 class _transport:
-    """``SHARDCAT_S3_TRANSPORT`` set to ``value`` inside the block."""
+    """``SHARDCAT_S3_TRANSPORT`` set to ``value`` inside the block (None: as it is)."""
 
-    def __init__(self, value: str) -> None:
+    def __init__(self, value: str | None) -> None:
         self.value = value
 
     def __enter__(self) -> None:
         self.before = os.environ.get("SHARDCAT_S3_TRANSPORT")
-        os.environ["SHARDCAT_S3_TRANSPORT"] = self.value
+        if self.value is not None:
+            os.environ["SHARDCAT_S3_TRANSPORT"] = self.value
 
     def __exit__(self, *exc: object) -> None:
         if self.before is None:
@@ -333,8 +348,11 @@ def main() -> None:
     s.add_argument("--repeat", type=int, default=6)
     s.add_argument("--no-lance", action="store_true")
     s.add_argument(
-        "--obstore", action="store_true", help="also stream with SHARDCAT_S3_TRANSPORT=obstore"
+        "--transports",
+        default="auto,fsspec",
+        help="iter_shards with each SHARDCAT_S3_TRANSPORT value: auto,fsspec,obstore",
     )
+    s.add_argument("--obstore", action="store_true", help="also iter_shards with obstore forced")
     s.add_argument(
         "--before-prefetch",
         metavar="FILE",
@@ -349,7 +367,7 @@ def main() -> None:
     b.add_argument("--spans", default="16MiB")
     b.add_argument("--no-lance", action="store_true")
     b.add_argument(
-        "--transports", default="fsspec", help="SHARDCAT_S3_TRANSPORT values: fsspec,obstore"
+        "--transports", default="fsspec", help="SHARDCAT_S3_TRANSPORT values: fsspec,auto,obstore"
     )
     for each in (s, b):
         each.add_argument(
@@ -357,6 +375,9 @@ def main() -> None:
         )
     args = p.parse_args()
     if args.what == "stream":
+        args.transports = [t.strip() for t in args.transports.split(",") if t.strip()]
+        if args.obstore and "obstore" not in args.transports:
+            args.transports.append("obstore")
         stream(args)
     else:
         args.gaps = [0 if g.strip() == "0" else parse_size(g.strip()) for g in args.gaps.split(",")]

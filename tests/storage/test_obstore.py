@@ -1,4 +1,4 @@
-"""The optional obstore transport for S3 reads (``SHARDCAT_S3_TRANSPORT=obstore``), against moto.
+"""obstore as the S3 read transport (``SHARDCAT_S3_TRANSPORT=obstore``, and ``auto``'s pick), against moto.
 
 Shards are written through s3fs (writes stay there) and read through
 obstore: point lookups, batches, streams, and the typed errors of a
@@ -63,16 +63,19 @@ def test_s3fs_options_map_to_obstore_or_keep_s3fs():
     assert store_config({"client_kwargs": {"verify": False}}) is None
 
 
-def test_transport_is_opt_in(s3, monkeypatch):
+def test_transport_is_auto_by_default(s3, monkeypatch):
     url = _put(s3, "a.bin", DATA)
     monkeypatch.delenv(TRANSPORT_ENV, raising=False)
+    # The fixture's options carry keys, an endpoint and a region: obstore reads as s3fs would.
+    assert isinstance(open_source(url, s3["storage_options"]), ObstoreSource)
+    monkeypatch.setenv(TRANSPORT_ENV, "fsspec")
     assert isinstance(open_source(url, s3["storage_options"]), FsspecSource)
     monkeypatch.setenv(TRANSPORT_ENV, "obstore")
     assert isinstance(open_source(url, s3["storage_options"]), ObstoreSource)
     unmapped = {**s3["storage_options"], "config_kwargs": {"retries": {"max_attempts": 1}}}
     assert isinstance(open_source(url, unmapped), FsspecSource)
     monkeypatch.setenv(TRANSPORT_ENV, "rust")
-    with pytest.raises(StorageError, match="expected 'fsspec' or 'obstore'"):
+    with pytest.raises(StorageError, match="expected 'auto', 'obstore' or 'fsspec'"):
         open_source(url, s3["storage_options"])
 
 
@@ -103,6 +106,7 @@ def test_catalog_point_batch_and_stream_through_obstore(s3, obstore_on, sqlite_u
     info = w.close()
     calls: list[str] = []
     real_read, real_many = ObstoreSource.read, ObstoreSource.read_many
+    real_buffer = ObstoreSource.read_buffer
 
     def read(self: ObstoreSource, start: int, end: int) -> bytes:
         calls.append("read")
@@ -112,7 +116,12 @@ def test_catalog_point_batch_and_stream_through_obstore(s3, obstore_on, sqlite_u
         calls.append("read_many")
         return real_many(self, starts, ends)
 
+    def read_buffer(self: ObstoreSource, start: int, end: int) -> memoryview:
+        calls.append("read_buffer")
+        return real_buffer(self, start, end)
+
     ObstoreSource.read, ObstoreSource.read_many = read, read_many  # type: ignore[method-assign]
+    ObstoreSource.read_buffer = read_buffer  # type: ignore[method-assign]
     try:
         with Catalog(sqlite_url, storage_options=opts) as cat:
             cat.create_dataset("train", f"{s3['url']}/ds")
@@ -128,9 +137,11 @@ def test_catalog_point_batch_and_stream_through_obstore(s3, obstore_on, sqlite_u
             (r.key, len(r["bin"].data)) for r in shardcat.iter_shards([url], storage_options=opts)
         ]
         assert streamed == [(f"k/{i:04d}", 3000 + i) for i in range(200)]
-        assert calls and set(calls) == {"read"}  # the read-ahead's chunks
+        # The read-ahead's chunks, as views of obstore's buffers (no copy).
+        assert calls and set(calls) == {"read_buffer"}
     finally:
         ObstoreSource.read, ObstoreSource.read_many = real_read, real_many  # type: ignore[method-assign]
+        ObstoreSource.read_buffer = real_buffer  # type: ignore[method-assign]
 
 
 def test_missing_object_and_missing_bucket(s3, obstore_on):

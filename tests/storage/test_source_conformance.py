@@ -44,13 +44,19 @@ class TestMemory(StorageTests):
 
 
 class TestS3(StorageTests):
+    """S3 read through s3fs (``SHARDCAT_S3_TRANSPORT=fsspec``: ``auto`` picks obstore here)."""
+
     @pytest.fixture
-    def store(self, s3: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def store(
+        self, s3: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    ) -> tuple[str, dict[str, Any]]:
+        monkeypatch.setenv("SHARDCAT_S3_TRANSPORT", "fsspec")
         return f"{s3['url']}/conformance", s3["storage_options"]
 
 
 class TestS3Obstore(StorageTests):
-    """S3 read through obstore (``SHARDCAT_S3_TRANSPORT=obstore``); writes stay on s3fs."""
+    """S3 read through obstore (``SHARDCAT_S3_TRANSPORT=obstore``, what ``auto`` picks for the
+    moto fixture's options); writes stay on s3fs."""
 
     @pytest.fixture
     def store(

@@ -10,9 +10,13 @@ a response and the next request, and the decoder waiting on both: see
 ``benchmarks/README.md``).
 
 Streaming uses it for sources that say their reads may come from another
-thread (``RangeSource.read_ahead``, true for remote fsspec files). The
-reads are the source's own ``read(start, end)``: one ranged request each,
-no file object and no size request.
+thread (``RangeSource.read_ahead``, true for remote fsspec and obstore
+files). The reads are the source's own ``read(start, end)``, or its
+``read_buffer(start, end)`` where it has one (obstore: a view of the
+response's buffer, no 8 MiB copy per chunk, ~5 % less CPU and ~10 % less
+wall time per stream on the benchmarks' moto server): one ranged request
+each, no file object and no size request. Three or four reads in flight
+instead of two measured the same there (the server is the limit).
 """
 
 from __future__ import annotations
@@ -81,11 +85,13 @@ class ReadAhead:
         first: int = READ_AHEAD_FIRST,
     ) -> None:
         self._source = source
+        # A source with ``read_buffer`` (obstore) hands over its own buffer: no copy.
+        self._read = getattr(source, "read_buffer", None) or source.read
         self._end = end
         self._max = max(1, chunk)
         self._chunk = max(1, min(first, self._max))  # the size of the next read
         self._next = start  # where the next read to submit starts
-        self._pending: deque[tuple[int, Future[bytes]]] = deque()
+        self._pending: deque[tuple[int, Future[bytes | memoryview]]] = deque()
         self._done = False
         depth = max(1, depth)
         self._pool = ThreadPoolExecutor(
@@ -101,9 +107,9 @@ class ReadAhead:
         stop = min(start + self._chunk, self._end)
         self._next = stop
         self._chunk = min(2 * self._chunk, self._max)
-        self._pending.append((stop - start, self._pool.submit(self._source.read, start, stop)))
+        self._pending.append((stop - start, self._pool.submit(self._read, start, stop)))
 
-    def read(self, size: int = -1) -> bytes:
+    def read(self, size: int = -1) -> bytes | memoryview:
         """The next chunk, ``b""`` at the end; raises the error of a failed read."""
         if self._done or not self._pending:
             self.close()
@@ -116,7 +122,7 @@ class ReadAhead:
             raise
         if len(data) < want:
             self.close()  # the file ends here: drop the reads past it
-            return bytes(data)
+            return data
         self._submit()  # keep ``depth`` reads going
         return data
 

@@ -18,15 +18,19 @@ from .local_cache import LocalShardCache
 from .locations import dataset_prefix, first_free, shard_name
 from .sources import FsspecSource, open_source
 from .streaming import iter_shards
+from .transport import TRANSPORT_ENV, TransportChoice, choose_transport
 
 __all__ = [
     "REMOTE_MAX_GAP_ENV",
+    "TRANSPORT_ENV",
     "FsspecSource",
     "LocalShardCache",
     "PendingFile",
     "SourceCache",
+    "TransportChoice",
     "brace_patterns",
     "brace_range",
+    "choose_transport",
     "dataset_prefix",
     "expand_braces",
     "fetch_ranges",

@@ -1,16 +1,13 @@
-"""S3 reads through obstore (the Rust ``object_store`` crate, as Lance uses): an optional transport.
+"""S3 reads through obstore (the Rust ``object_store`` crate, as Lance uses): the default where it can serve.
 
 s3fs (aiobotocore + aiohttp) does each request's signing, parsing and body
 copies in Python, holding the GIL; obstore does them in Rust, without it.
 On the benchmarks' moto server that made one ranged GET ~3 x faster and a
 batch's merged ranges ~3.5 x (``benchmarks/bench_s3_client.py``,
-``benchmarks/README.md``). fsspec stays the default and the way every other
-store is read: this transport is opt-in, ``SHARDCAT_S3_TRANSPORT=obstore``
-with ``pip install 'shardcat[obstore]'``, because it understands only a
-subset of s3fs's options (credentials, endpoint, region, anonymous access)
-and reads credentials from those options or ``AWS_*`` variables, not from
-``~/.aws`` profiles. Options it does not understand keep that URL on s3fs,
-so selecting it never changes which buckets a user can read.
+``benchmarks/README.md``). Which URLs it reads is decided in
+:mod:`.transport` (``SHARDCAT_S3_TRANSPORT``, ``auto`` by default: obstore
+where it finds the same credentials, endpoint and region as s3fs, s3fs
+everywhere else); fsspec stays the way every other store is read.
 
 Used for reads only (point lookups, batches, streams); writes stay on s3fs.
 """
@@ -20,7 +17,7 @@ from __future__ import annotations
 import io
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, BinaryIO, cast
 
@@ -28,29 +25,13 @@ from .._types import ByteRange, StorageOptions
 from ..errors import StorageError
 from .fs import protocol_of, redact
 from .translate import storage_errors
+from .transport import TRANSPORT_ENV, choose_transport, store_config
 
 __all__ = ["TRANSPORT_ENV", "ObstoreSource", "open_obstore", "store_config"]
-
-TRANSPORT_ENV = "SHARDCAT_S3_TRANSPORT"
-"""Environment variable: ``obstore`` reads s3:// URLs through obstore; ``fsspec`` (or unset): s3fs."""
 
 _log = logging.getLogger(__name__)
 _S3 = frozenset({"s3", "s3a"})
 _STREAM_BUFFER = 8 << 20
-# s3fs's options about its own caches and event loop: nothing to map, nothing lost.
-_IGNORED = frozenset(
-    {
-        "use_listings_cache",
-        "listings_expiry_time",
-        "max_paths",
-        "skip_instance_cache",
-        "default_block_size",
-        "default_cache_type",
-        "default_fill_cache",
-        "asynchronous",
-        "loop",
-    }
-)
 # A refused connection fails in under a second, as s3fs's does (object_store's
 # default retries for three minutes).
 _RETRY = {
@@ -67,54 +48,10 @@ _stores: dict[tuple[int, str, str], Any] = {}
 # not survive fork: in a forked child (a DataLoader worker) every obstore call
 # hangs, so a child of a process that used it reads through s3fs instead.
 _runtime_pid: int | None = None
-_unmapped_logged: set[str] = set()
-
-
-def _selected() -> bool:
-    value = os.environ.get(TRANSPORT_ENV, "").strip().lower()
-    if value in ("", "fsspec"):
-        return False
-    if value == "obstore":
-        return True
-    raise StorageError(f"{TRANSPORT_ENV}={value!r}: expected 'fsspec' or 'obstore'")
-
-
-def store_config(storage_options: StorageOptions | None) -> dict[str, Any] | None:
-    """obstore's ``S3Store`` keywords for s3fs's ``storage_options``; None if one cannot be mapped.
-
-    Mapped: ``key``, ``secret``, ``token``, ``anon``, ``endpoint_url`` (also
-    in ``client_kwargs``), ``region``/``region_name`` (also in ``client_kwargs``).
-    """
-    config: dict[str, Any] = {}
-    options = dict(storage_options or {})
-    client = options.pop("client_kwargs", None) or {}
-    if not isinstance(client, Mapping):
-        return None
-    client = dict(client)
-    endpoint = options.pop("endpoint_url", None) or client.pop("endpoint_url", None)
-    region = (
-        options.pop("region", None)
-        or options.pop("region_name", None)
-        or client.pop("region_name", None)
-    )
-    for ours, theirs in (("key", "access_key_id"), ("secret", "secret_access_key")):
-        value = options.pop(ours, None)
-        if value is not None:
-            config[theirs] = value
-    token = options.pop("token", None) or options.pop("session_token", None)
-    if token is not None:
-        config["session_token"] = token
-    if options.pop("anon", False):
-        config["skip_signature"] = True
-    if client or any(k not in _IGNORED for k in options):
-        return None
-    if endpoint:
-        config["endpoint"] = str(endpoint).rstrip("/")
-        if str(endpoint).startswith("http://"):
-            config["client_options"] = {"allow_http": True}
-    if region:
-        config["region"] = region
-    return config
+_logged: set[tuple[str, str]] = set()
+# Buckets S3 redirected to another region (auto mode): s3fs follows, obstore cannot.
+_redirected: set[str] = set()
+_REDIRECTED = "S3 redirected to the bucket's region (s3fs follows redirects, obstore cannot)"
 
 
 def _split(url: str) -> tuple[str, str]:
@@ -124,44 +61,64 @@ def _split(url: str) -> tuple[str, str]:
 
 
 def open_obstore(url: str, storage_options: StorageOptions | None = None) -> ObstoreSource | None:
-    """An obstore source for an s3:// ``url`` if the transport is selected and its options map.
+    """An obstore source for an s3:// ``url`` where :func:`.transport.choose_transport` picks obstore.
 
-    Returns None where s3fs reads it instead (not S3, not selected, or an option
-    obstore does not understand: logged once per option set).
+    Returns None where s3fs reads it instead (not S3, ``fsspec`` selected,
+    ``auto`` and a credential, endpoint or region situation that only s3fs
+    reads right, an option obstore does not understand, or a process forked
+    after obstore ran). Each decision is logged once per bucket and reason
+    (logger ``shardcat.storage.objstore``: DEBUG, or WARNING where
+    ``SHARDCAT_S3_TRANSPORT=obstore`` was asked for and cannot serve).
 
     Raises
     ------
     StorageError
-        The transport is selected but obstore is not installed, or the variable's value is unknown.
+        ``obstore`` is selected but not installed, or the variable's value is unknown.
     """
     global _runtime_pid
-    if protocol_of(url) not in _S3 or not _selected():
+    if protocol_of(url) not in _S3:
+        return None
+    choice = choose_transport(url, storage_options)
+    bucket, key = _split(url)
+    if choice.transport == "fsspec" or choice.config is None:
+        _log_once(bucket, choice.reason, "s3fs", forced=choice.mode == "obstore")
+        return None
+    if choice.mode == "auto" and bucket in _redirected:
+        _log_once(bucket, _REDIRECTED, "s3fs")
         return None
     if _runtime_pid is not None and _runtime_pid != os.getpid():
-        return None  # forked after obstore ran: s3fs (see _runtime_pid)
-    config = store_config(storage_options)
-    if config is None:
-        keys = ", ".join(sorted(storage_options or {}))
-        if keys not in _unmapped_logged:
-            _unmapped_logged.add(keys)
-            _log.warning(
-                "%s=obstore: storage options (%s) not all mappable; using s3fs", TRANSPORT_ENV, keys
-            )
+        _log_once(bucket, "forked after obstore ran (its runtime does not survive fork)", "s3fs")
         return None
     try:
         from obstore.store import S3Store
     except ImportError:
         raise StorageError(
-            f"{TRANSPORT_ENV}=obstore needs obstore: pip install 'shardcat[obstore]'"
+            f"{TRANSPORT_ENV}=obstore needs obstore: pip install 'shardcat[s3]'"
         ) from None
-    bucket, key = _split(url)
+    config = choice.config
     cache_key = (os.getpid(), bucket, repr(sorted(config.items())))
     store = _stores.get(cache_key)
     if store is None:
         store = S3Store(bucket, retry_config=_RETRY, **config)  # type: ignore[arg-type]
         _stores[cache_key] = store
     _runtime_pid = os.getpid()
-    return ObstoreSource(store, key, redact(url), url=url, storage_options=storage_options)
+    _log_once(bucket, choice.reason, "obstore")
+    return ObstoreSource(
+        store,
+        key,
+        redact(url),
+        url=url,
+        storage_options=storage_options,
+        region_fallback=choice.mode == "auto",
+    )
+
+
+def _log_once(bucket: str, reason: str, transport: str, *, forced: bool = False) -> None:
+    if (bucket, reason) in _logged:
+        return
+    _logged.add((bucket, reason))
+    level = logging.WARNING if forced else logging.DEBUG
+    _log.log(level, "s3://%s read through %s: %s", bucket, transport, reason)
 
 
 def _past_end(e: BaseException) -> bool:
@@ -185,6 +142,7 @@ class ObstoreSource:
         *,
         url: str | None = None,
         storage_options: StorageOptions | None = None,
+        region_fallback: bool = False,
     ) -> None:
         self.store = store
         self.path = path
@@ -193,10 +151,30 @@ class ObstoreSource:
         self._options = storage_options
         self._pid = os.getpid()
         self._s3fs: Any = None
+        self._region_fallback = region_fallback
+        self._on_s3fs = False
+
+    @property
+    def transport(self) -> str:
+        """The client reading this file: ``"obstore"``, or ``"fsspec"`` after fork or a region
+        redirect (``FsspecSource.transport`` is ``"fsspec"``)."""
+        return "fsspec" if self._on_s3fs or self._pid != os.getpid() else "obstore"
+
+    def _redirected(self, e: BaseException) -> bool:
+        """Whether ``e`` is S3's redirect to the bucket's region and this source, picked by
+        ``auto``, now reads through s3fs (which follows it), as later opens of the bucket do."""
+        if not self._region_fallback or "incorrectly configured region" not in str(e):
+            return False
+        bucket = (self._url or "").split("://", 1)[-1].split("/", 1)[0]
+        _redirected.add(bucket)
+        _log_once(bucket, _REDIRECTED, "s3fs")
+        self._on_s3fs = True
+        return True
 
     def _forked(self) -> Any:
-        """In a forked child (where obstore hangs), the same file through s3fs; else None."""
-        if self._pid == os.getpid():
+        """The same file through s3fs in a forked child (where obstore hangs) or after a
+        region redirect; else None."""
+        if self._pid == os.getpid() and not self._on_s3fs:
             return None
         if self._s3fs is None:
             from .fs import resolve
@@ -218,7 +196,12 @@ class ObstoreSource:
         import obstore
 
         with storage_errors(self._name):
-            return int(obstore.head(self.store, self.path)["size"])
+            try:
+                return int(obstore.head(self.store, self.path)["size"])
+            except Exception as e:
+                if self._redirected(e):
+                    return self.size()
+                raise
 
     def read(self, start: int, end: int) -> bytes:
         if end <= start:
@@ -233,6 +216,26 @@ class ObstoreSource:
             except Exception as e:
                 if _past_end(e):
                     return b""
+                if self._redirected(e):
+                    return self.read(start, end)
+                raise
+
+    def read_buffer(self, start: int, end: int) -> memoryview:
+        """Bytes ``[start, end)`` as a view of obstore's buffer (no copy): a stream's chunks."""
+        if end <= start:
+            return memoryview(b"")
+        if (inherited := self._forked()) is not None:
+            return memoryview(inherited.read(start, end))
+        import obstore
+
+        with storage_errors(self._name):
+            try:
+                return memoryview(obstore.get_range(self.store, self.path, start=start, end=end))
+            except Exception as e:
+                if _past_end(e):
+                    return memoryview(b"")
+                if self._redirected(e):
+                    return self.read_buffer(start, end)
                 raise
 
     def read_suffix(self, length: int) -> bytes:
@@ -241,8 +244,13 @@ class ObstoreSource:
         import obstore
 
         with storage_errors(self._name):
-            result = obstore.get(self.store, self.path, options={"range": {"suffix": length}})
-            return bytes(result.bytes())
+            try:
+                result = obstore.get(self.store, self.path, options={"range": {"suffix": length}})
+                return bytes(result.bytes())
+            except Exception as e:
+                if self._redirected(e):
+                    return self.read_suffix(length)
+                raise
 
     def read_many(self, starts: Sequence[int], ends: Sequence[int]) -> list[memoryview]:
         """Ranges ``[starts[i], ends[i])`` as views of obstore's buffers (no copy).
@@ -266,6 +274,8 @@ class ObstoreSource:
                 # past it makes object_store 0.12's get_ranges panic (a Rust panic
                 # is a BaseException). Either way: each range on its own, where a
                 # short or empty answer is fine, as RangeSource promises.
+                if isinstance(e, Exception) and self._redirected(e):
+                    return self.read_many(starts, ends)
                 if not (_past_end(e) or type(e).__name__ == "PanicException"):
                     raise
                 return [memoryview(self.read(a, b)) for a, b in zip(starts, ends)]

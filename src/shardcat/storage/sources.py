@@ -53,6 +53,8 @@ class FsspecSource:
     Every read waits on a round trip here, and ``fs.cat_file`` may be called
     from any thread (fsspec runs the request on its own event loop).
     """
+    transport = "fsspec"
+    """The client reading this file (``ObstoreSource.transport`` is ``"obstore"``)."""
 
     def __init__(self, fs: fsspec.AbstractFileSystem, path: str, name: str) -> None:
         self.fs = fs
@@ -121,7 +123,8 @@ def open_source(
     url: str | os.PathLike[str], storage_options: StorageOptions | None = None
 ) -> RangeSource:
     """A RangeSource for ``url``: positional reads (``os.pread``) for local files, fsspec otherwise
-    (or obstore for s3://, when ``SHARDCAT_S3_TRANSPORT=obstore``)."""
+    (obstore for s3:// where ``SHARDCAT_S3_TRANSPORT``, ``auto`` by default, picks it:
+    :func:`~shardcat.storage.choose_transport`)."""
     url = os.fspath(url)
     if is_local(url):
         path = local_path(url)
@@ -129,7 +132,7 @@ def open_source(
             return FileSource(path)
         except OSError as e:
             raise translate(e, path) from e
-    # s3:// through obstore if SHARDCAT_S3_TRANSPORT=obstore selects it (storage/objstore.py).
+    # s3:// through obstore where storage/transport.py picks it (storage/objstore.py).
     fast = open_obstore(url, storage_options)
     if fast is not None:
         return fast

@@ -82,6 +82,10 @@ _NO_BUCKET_CODES = frozenset({"NoSuchBucket", "ContainerNotFound"})
 # obstore (storage/objstore.py) says what failed only in its message.
 _OBSTORE_DENIED = frozenset({"PermissionDeniedError", "UnauthenticatedError"})
 _OBSTORE_STATUS = re.compile(r"status code: (\d{3})")
+# Where obstore asks for instance credentials when it has none (IMDS: its
+# addresses, or its paths on an AWS_METADATA_ENDPOINT of the user's).
+_METADATA_HOSTS = ("169.254.169.254", "[fd00:ec2::254]", "/latest/api/token", "/latest/meta-data/")
+_OBSTORE_MESSAGE = re.compile(r"<Message>([^<]{1,300})</Message>")
 _OBSTORE_URL = re.compile(r"Error performing \w+ (https?://[^/\s]+)")
 _NO_BUCKET_TEXT = ("The specified bucket does not exist", "The specified container does not exist")
 _UNREACHABLE = frozenset(
@@ -154,6 +158,18 @@ def _status(e: BaseException) -> int | None:
         if isinstance(value, int):
             return value
     return None
+
+
+def _obstore_metadata_failed(e: BaseException) -> bool:
+    """obstore found no credentials: its last resort, the instance metadata service, failed."""
+    text = str(e)
+    return _from_obstore(e) and any(host in text for host in _METADATA_HOSTS)
+
+
+def _obstore_message(e: BaseException) -> str | None:
+    """The S3 error's ``<Message>`` in obstore's text: what s3fs's exception says (same errors)."""
+    m = _OBSTORE_MESSAGE.search(str(e)) if _from_obstore(e) else None
+    return m.group(1).strip().rstrip(".") if m else None
 
 
 def _code(e: BaseException) -> str | None:
@@ -272,7 +288,11 @@ def _translate(e: BaseException, url: str, writing: bool) -> ShardcatError:
     no_identity = any(
         "ClientAuthenticationError" in n and _status(x) is None for n, x in zip(names, chain)
     )
-    if no_identity or any(n & _NO_CREDENTIALS for n in names):
+    if (
+        no_identity
+        or any(n & _NO_CREDENTIALS for n in names)
+        or any(_obstore_metadata_failed(x) for x in chain)
+    ):
         hint = _CREDENTIAL_HINTS.get(protocol, "pass them as storage options (-S name=value)")
         store = {"s3": "S3", "az": "Azure", "gs": "Google Cloud"}.get(protocol, protocol)
         return StorageCredentialsError(
@@ -296,12 +316,19 @@ def _translate(e: BaseException, url: str, writing: bool) -> ShardcatError:
             or isinstance(x, PermissionError)
             or _names(x) & _OBSTORE_DENIED
         ):
-            why = f"HTTP {status}" if status else (code or first_line(x))
+            why = _obstore_message(x) or (f"HTTP {status}" if status else (code or first_line(x)))
             return StoragePermissionError(
                 f"{shown}: access denied ({why}): check the credentials, and that they may "
                 f"{verb} here",
                 path=shown,
             )
+    if any(_from_obstore(x) and "incorrectly configured region" in str(x) for x in chain):
+        return StorageError(
+            f"{shown}: S3 redirected the request to the bucket's region, which obstore cannot "
+            "follow: set region_name to the bucket's region (or SHARDCAT_S3_TRANSPORT=auto "
+            "or fsspec, where s3fs follows it)",
+            path=shown,
+        )
     if any(n & _UNREACHABLE for n in names) or any(
         isinstance(x, (ConnectionError, socket.gaierror)) or _obstore_connect_failed(x)
         for x in chain

@@ -1,0 +1,357 @@
+"""Which client reads s3:// URLs (``SHARDCAT_S3_TRANSPORT``, ``auto`` by default), and that both
+fail alike.
+
+The rule is configuration (options and ``AWS_*`` variables), so its cases
+set variables; reads and errors run against moto on 127.0.0.1: a closed
+port, a missing object, and a server that checks signatures.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import shardcat
+from shardcat.errors import (
+    ShardNotFoundError,
+    StorageCredentialsError,
+    StoragePermissionError,
+    StorageUnreachableError,
+)
+from shardcat.storage import (
+    TRANSPORT_ENV,
+    FsspecSource,
+    SourceCache,
+    choose_transport,
+    open_source,
+)
+from shardcat.storage.objstore import ObstoreSource
+
+pytest.importorskip("obstore")
+
+URL = "s3://bucket/ds/x.shard"
+KEYS = {"key": "k", "secret": "s"}
+ENDPOINT = {"client_kwargs": {"endpoint_url": "http://127.0.0.1:9"}}
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No ``AWS_*`` variable and an empty AWS config file; yields the config file's path."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.delenv(TRANSPORT_ENV, raising=False)
+    config = tmp_path / "aws-config"
+    config.write_text("")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+    return config
+
+
+# Each case: storage options, environment, the transport auto picks, a word of the reason.
+CASES = {
+    "keys-and-endpoint": ({**KEYS, **ENDPOINT}, {}, "obstore", "auto"),
+    "keys-and-region": ({**KEYS, "client_kwargs": {"region_name": "eu-west-1"}}, {}, "obstore", ""),
+    "keys-no-region": (KEYS, {}, "fsspec", "no region"),
+    "anonymous": ({"anon": True, "region_name": "us-east-2"}, {}, "obstore", ""),
+    "env-keys": (
+        {},
+        {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_DEFAULT_REGION": "eu-west-1"},
+        "obstore",
+        "",
+    ),
+    "env-keys-and-profile": (
+        {},
+        {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_PROFILE": "dev"},
+        "fsspec",
+        "AWS_PROFILE",
+    ),
+    "keys-and-default-profile": (
+        {**KEYS, **ENDPOINT},
+        {"AWS_DEFAULT_PROFILE": "dev"},
+        "fsspec",
+        "AWS_DEFAULT_PROFILE",
+    ),
+    "profile-option": ({"profile": "dev"}, {}, "fsspec", "not all mappable"),
+    "aws-files-only": ({}, {"AWS_DEFAULT_REGION": "eu-west-1"}, "fsspec", "no key and secret"),
+    "env-key-without-secret": ({}, {"AWS_ACCESS_KEY_ID": "k"}, "fsspec", "no key and secret"),
+    "key-without-secret": ({"key": "k", **ENDPOINT}, {}, "fsspec", "partial credentials"),
+    "keys-and-env-token": (
+        {**KEYS, **ENDPOINT},
+        {"AWS_SESSION_TOKEN": "t"},
+        "fsspec",
+        "AWS_SESSION_TOKEN",
+    ),
+    "keys-token-and-env-token": (
+        {**KEYS, "token": "t2", **ENDPOINT},
+        {"AWS_SESSION_TOKEN": "t"},
+        "obstore",
+        "",
+    ),
+    "obstore-only-endpoint-variable": (
+        {**KEYS, "region_name": "us-east-1"},
+        {"AWS_ENDPOINT": "http://elsewhere:9000"},
+        "fsspec",
+        "AWS_ENDPOINT",
+    ),
+    "unsigned-by-obstore-only": (
+        {**KEYS, **ENDPOINT},
+        {"AWS_SKIP_SIGNATURE": "true"},
+        "fsspec",
+        "AWS_SKIP_SIGNATURE",
+    ),
+    "unmappable-option": (
+        {**KEYS, **ENDPOINT, "config_kwargs": {"retries": {"max_attempts": 1}}},
+        {},
+        "fsspec",
+        "not all mappable",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=list(CASES))
+def test_auto_picks_obstore_only_where_it_finds_what_s3fs_would(aws_env, monkeypatch, case):
+    options, env, transport, reason = case
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    choice = choose_transport(URL, options)
+    assert choice.mode == "auto"
+    assert choice.transport == transport, choice.reason
+    assert reason in choice.reason
+    assert (choice.config is not None) == (transport == "obstore")
+
+
+def test_endpoint_and_region_from_the_environment_as_botocore_reads_them(aws_env, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    monkeypatch.setenv("AWS_REGION", "ap-south-1")  # obstore's variable; botocore ignores it
+    choice = choose_transport(URL, {})
+    assert choice.transport == "obstore"
+    assert choice.config is not None
+    # No region but an endpoint: signed for us-east-1, as botocore does (not AWS_REGION).
+    assert choice.config["endpoint"] == "http://127.0.0.1:1"
+    assert choice.config["region"] == "us-east-1"
+    assert choice.config["client_options"] == {"allow_http": True}
+    # The S3-specific variable comes first; an endpoint in the options before both.
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "https://s3.example.com/")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-3")
+    config = choose_transport(URL, {}).config
+    assert config is not None
+    assert (config["endpoint"], config["region"]) == ("https://s3.example.com", "eu-west-3")
+    assert "client_options" not in config
+    config = choose_transport(URL, {"endpoint_url": "http://127.0.0.1:2"}).config
+    assert config is not None and config["endpoint"] == "http://127.0.0.1:2"
+    # Told to ignore configured endpoints, botocore goes to AWS while obstore would still
+    # read AWS_ENDPOINT_URL: s3fs.
+    monkeypatch.setenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true")
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3")
+    choice = choose_transport(URL, {})
+    assert choice.transport == "fsspec" and "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS" in choice.reason
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    config = choose_transport(URL, {}).config
+    assert config is not None and "endpoint" not in config and config["region"] == "eu-west-3"
+
+
+def test_the_aws_config_files_default_section(aws_env, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    aws_env.write_text("[default]\nregion = eu-north-1\n")
+    config = choose_transport(URL, {}).config
+    assert config is not None and config["region"] == "eu-north-1"
+    aws_env.write_text("[default]\nregion = eu-north-1\nendpoint_url = http://minio:9000\n")
+    choice = choose_transport(URL, {})
+    assert choice.transport == "fsspec" and "endpoint_url" in choice.reason
+    aws_env.write_text("[default\nregion")
+    assert "does not parse" in choose_transport(URL, {}).reason
+
+
+def test_forced_values_and_an_unknown_one(aws_env, monkeypatch):
+    monkeypatch.setenv("AWS_PROFILE", "dev")
+    assert choose_transport(URL, KEYS).transport == "fsspec"
+    monkeypatch.setenv(TRANSPORT_ENV, "obstore")  # forced: credentials as obstore finds them
+    assert choose_transport(URL, KEYS).transport == "obstore"
+    assert choose_transport(URL, {"profile": "dev"}).transport == "fsspec"  # cannot map it
+    monkeypatch.setenv(TRANSPORT_ENV, "fsspec")
+    assert choose_transport(URL, {**KEYS, **ENDPOINT}).transport == "fsspec"
+    monkeypatch.setenv(TRANSPORT_ENV, "rust")
+    with pytest.raises(
+        shardcat.errors.StorageError, match="expected 'auto', 'obstore' or 'fsspec'"
+    ):
+        choose_transport(URL, KEYS)
+    monkeypatch.setenv(TRANSPORT_ENV, "")
+    assert choose_transport("gs://bucket/x", KEYS).reason == "not an s3:// URL"
+
+
+def test_without_obstore_auto_is_s3fs_and_forcing_it_says_what_to_install(aws_env, monkeypatch, s3):
+    monkeypatch.setitem(sys.modules, "obstore", None)  # what an install without it imports
+    monkeypatch.setitem(sys.modules, "obstore.store", None)
+    choice = choose_transport(URL, {**KEYS, **ENDPOINT})
+    assert choice.transport == "fsspec" and "pip install 'shardcat[s3]'" in choice.reason
+    assert isinstance(open_source(URL, {**KEYS, **ENDPOINT}), FsspecSource)
+    monkeypatch.setenv(TRANSPORT_ENV, "obstore")
+    with pytest.raises(shardcat.errors.StorageError, match=r"pip install 'shardcat\[s3\]'"):
+        open_source(URL, {**KEYS, **ENDPOINT})
+
+
+def test_a_region_redirect_moves_auto_to_s3fs_and_forced_obstore_says_what_to_do(
+    http_server, aws_env, monkeypatch
+):
+    from shardcat.storage import objstore
+
+    monkeypatch.setattr(objstore, "_redirected", set())
+    # This server answers /status/301/... with a 301 and no Location: what S3 answers a
+    # request signed for another region than the bucket's.
+    options = {
+        **KEYS,
+        "client_kwargs": {"endpoint_url": http_server[0], "region_name": "us-east-1"},
+    }
+    url = "s3://status/301/x.shard"
+    src = open_source(url, options)
+    assert src.transport == "obstore"  # type: ignore[attr-defined]
+    with pytest.raises(shardcat.errors.StorageError) as err:
+        src.read(0, 4)  # now through s3fs, which cannot resolve this server's redirect either
+    assert "obstore cannot follow" not in str(err.value)
+    assert src.transport == "fsspec"  # type: ignore[attr-defined]
+    assert isinstance(open_source(url, options), FsspecSource)  # later opens of the bucket
+    monkeypatch.setenv(TRANSPORT_ENV, "obstore")
+    forced = open_source(url, options)
+    with pytest.raises(shardcat.errors.StorageError) as err:
+        forced.read(0, 4)
+    assert "redirected the request to the bucket's region" in str(err.value)
+    assert "set region_name to the bucket's region" in str(err.value)
+
+
+# --- against moto ---------------------------------------------------------------------
+
+
+def _put(s3: dict[str, Any], name: str, data: bytes) -> str:
+    import s3fs
+
+    url = f"{s3['url']}/{name}"
+    s3fs.S3FileSystem(**s3["storage_options"]).pipe(url, data)
+    return url
+
+
+def test_obstore_reads_the_moto_fixtures_by_default(s3, monkeypatch, caplog):
+    monkeypatch.delenv(TRANSPORT_ENV, raising=False)
+    url = _put(s3, "a.bin", b"0123456789" * 100)
+    with caplog.at_level(logging.DEBUG, logger="shardcat.storage.objstore"):
+        src = open_source(url, s3["storage_options"])
+    assert isinstance(src, ObstoreSource) and src.transport == "obstore"
+    assert src.read(10, 15) == b"01234"
+    assert f"{s3['url']} read through obstore: auto" in caplog.text
+    with SourceCache(s3["storage_options"]) as cache:
+        assert cache.read(url, 0, 4) == b"0123"
+    monkeypatch.setenv(TRANSPORT_ENV, "fsspec")
+    src = open_source(url, s3["storage_options"])
+    assert isinstance(src, FsspecSource) and src.transport == "fsspec"
+
+
+TRANSPORTS = ["fsspec", "obstore"]
+
+
+def _errors(monkeypatch: pytest.MonkeyPatch, fn: Any) -> dict[str, BaseException]:
+    """The error ``fn()`` raises under each transport."""
+    out = {}
+    for transport in TRANSPORTS:
+        monkeypatch.setenv(TRANSPORT_ENV, transport)
+        with pytest.raises(shardcat.errors.ShardcatError) as err:
+            fn()
+        out[transport] = err.value
+    return out
+
+
+def _read_head(url: str, options: dict[str, Any], transport: str) -> bytes:
+    src = open_source(url, options)
+    assert src.transport == transport  # type: ignore[attr-defined]
+    try:
+        return src.read_suffix(16)
+    finally:
+        src.close()
+
+
+def test_a_missing_object_is_the_same_error_on_both(s3, monkeypatch):
+    url = f"{s3['url']}/gone/x.shard"
+    errors = _errors(
+        monkeypatch, lambda: _read_head(url, s3["storage_options"], os.environ[TRANSPORT_ENV])
+    )
+    for e in errors.values():
+        assert type(e) is ShardNotFoundError and isinstance(e, FileNotFoundError)
+        assert e.path == url
+    assert str(errors["fsspec"]) == str(errors["obstore"])
+
+
+def test_a_refused_connection_is_the_same_error_on_both(monkeypatch):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    options = {**KEYS, "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"}}
+    errors = _errors(monkeypatch, lambda: _read_head(URL, options, os.environ[TRANSPORT_ENV]))
+    for e in errors.values():
+        assert type(e) is StorageUnreachableError and isinstance(e, ConnectionError)
+        assert str(e).endswith("check the endpoint and the network")
+    assert str(errors["fsspec"]) == str(errors["obstore"])
+
+
+def test_no_credentials_is_the_same_error_on_both(s3, aws_env, monkeypatch):
+    # Where obstore looks last (the instance metadata service): a closed port, not 169.254.169.254.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("AWS_METADATA_ENDPOINT", f"http://127.0.0.1:{s.getsockname()[1]}")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # botocore's
+    options = {"client_kwargs": {"endpoint_url": s3["endpoint"], "region_name": "us-east-1"}}
+    url = f"{s3['url']}/x.shard"
+    assert choose_transport(url, options).transport == "fsspec"  # auto: no keys anywhere
+    errors = _errors(monkeypatch, lambda: _read_head(url, options, os.environ[TRANSPORT_ENV]))
+    for e in errors.values():
+        assert type(e) is StorageCredentialsError and isinstance(e, PermissionError)
+        assert str(e).startswith(f"no S3 credentials found for {url}: set AWS_ACCESS_KEY_ID")
+    assert str(errors["fsspec"]) == str(errors["obstore"])
+
+
+@pytest.fixture(scope="module")
+def signing_moto() -> Iterator[tuple[str, str]]:
+    """A moto server that checks signatures: bucket ``sig`` holds ``x.shard``; user ``reader``
+    has keys and no policy. Yields ``(endpoint, reader's key id)``."""
+    import boto3
+
+    from _servers import moto_enforcing_auth
+
+    with moto_enforcing_auth(free_actions=4) as endpoint:
+        kw = {
+            "endpoint_url": endpoint,
+            "region_name": "us-east-1",
+            "aws_access_key_id": "testing",
+            "aws_secret_access_key": "testing",
+        }
+        client = boto3.client("s3", **kw)
+        client.create_bucket(Bucket="sig")
+        client.put_object(Bucket="sig", Key="x.shard", Body=b"\0" * 100)
+        iam = boto3.client("iam", **kw)
+        iam.create_user(UserName="reader")
+        yield endpoint, iam.create_access_key(UserName="reader")["AccessKey"]["AccessKeyId"]
+
+
+@pytest.mark.parametrize("unknown", [True, False], ids=["unknown-key", "wrong-secret"])
+def test_bad_credentials_are_the_same_error_on_both(signing_moto, monkeypatch, unknown):
+    endpoint, key = signing_moto
+    options = {
+        "key": "AKIAUNKNOWN000000000" if unknown else key,
+        "secret": "not-the-secret-x1",
+        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
+    }
+    url = "s3://sig/x.shard"
+    errors = _errors(monkeypatch, lambda: _read_head(url, options, os.environ[TRANSPORT_ENV]))
+    for e in errors.values():
+        assert type(e) is StoragePermissionError and isinstance(e, PermissionError)
+        assert str(e).startswith(f"{url}: access denied")
+        assert "check the credentials" in str(e) and "not-the-secret-x1" not in str(e)
+    assert str(errors["fsspec"]) == str(errors["obstore"])
