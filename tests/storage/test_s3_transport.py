@@ -107,6 +107,50 @@ CASES = {
         "fsspec",
         "AWS_SKIP_SIGNATURE",
     ),
+    # botocore takes the environment's token from AWS_SECURITY_TOKEN first; obstore never reads it.
+    "env-keys-and-legacy-token": (
+        {},
+        {
+            "AWS_ACCESS_KEY_ID": "k",
+            "AWS_SECRET_ACCESS_KEY": "s",
+            "AWS_SECURITY_TOKEN": "t",
+            "AWS_DEFAULT_REGION": "eu-west-1",
+        },
+        "fsspec",
+        "AWS_SECURITY_TOKEN",
+    ),
+    "env-keys-and-both-tokens-alike": (
+        {},
+        {
+            "AWS_ACCESS_KEY_ID": "k",
+            "AWS_SECRET_ACCESS_KEY": "s",
+            "AWS_SECURITY_TOKEN": "t",
+            "AWS_SESSION_TOKEN": "t",
+            "AWS_DEFAULT_REGION": "eu-west-1",
+        },
+        "obstore",
+        "",
+    ),
+    # A private CA's endpoint (MinIO over https): botocore trusts the bundle, obstore would not.
+    "ca-bundle-read-by-botocore-only": (
+        {**KEYS, "endpoint_url": "https://minio.internal:9000"},
+        {"AWS_CA_BUNDLE": "/etc/ssl/private-ca.pem"},
+        "fsspec",
+        "CA bundle",
+    ),
+    # No TLS to an http:// endpoint; a system bundle is what obstore trusts anyway.
+    "ca-bundle-and-http-endpoint": (
+        {**KEYS, **ENDPOINT},
+        {"AWS_CA_BUNDLE": "/etc/ssl/private-ca.pem"},
+        "obstore",
+        "",
+    ),
+    "system-ca-bundle": (
+        {**KEYS, "endpoint_url": "https://minio.internal:9000"},
+        {"AWS_CA_BUNDLE": "/etc/ssl/certs/ca-certificates.crt"},
+        "obstore",
+        "",
+    ),
     "unmappable-option": (
         {**KEYS, **ENDPOINT, "config_kwargs": {"retries": {"max_attempts": 1}}},
         {},
@@ -169,6 +213,9 @@ def test_the_aws_config_files_default_section(aws_env, monkeypatch):
     aws_env.write_text("[default]\nregion = eu-north-1\nendpoint_url = http://minio:9000\n")
     choice = choose_transport(URL, {})
     assert choice.transport == "fsspec" and "endpoint_url" in choice.reason
+    aws_env.write_text("[default]\nregion = eu-north-1\nca_bundle = /etc/ssl/private-ca.pem\n")
+    choice = choose_transport(URL, {})
+    assert choice.transport == "fsspec" and "private-ca.pem" in choice.reason
     aws_env.write_text("[default\nregion")
     assert "does not parse" in choose_transport(URL, {}).reason
 

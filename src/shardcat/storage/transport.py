@@ -11,7 +11,9 @@
     (with ``token`` if any: a session token in ``AWS_SESSION_TOKEN`` alone
     would be added by obstore, not by botocore); or, with none in the
     options, ``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY`` in the
-    environment (botocore's first source after explicit keys);
+    environment (botocore's first source after explicit keys), with no
+    ``AWS_SECURITY_TOKEN`` other than ``AWS_SESSION_TOKEN`` (botocore takes
+    that legacy name first, obstore does not read it);
   * no profile in play: no ``AWS_PROFILE`` / ``AWS_DEFAULT_PROFILE`` (a
     ``profile`` option does not map), and the config file's ``[default]``
     section (``AWS_CONFIG_FILE``, else ``~/.aws/config``) sets no
@@ -22,7 +24,10 @@
     passed to obstore explicitly. Variables that only obstore reads and that
     change where or how it asks (``AWS_ENDPOINT``, ``AWS_SKIP_SIGNATURE``,
     ``AWS_VIRTUAL_HOSTED_STYLE_REQUEST``, ``AWS_REQUEST_PAYER``,
-    ``AWS_S3_EXPRESS``) keep s3fs;
+    ``AWS_S3_EXPRESS``) keep s3fs, and so does, for an https endpoint, a CA
+    bundle of botocore's (``AWS_CA_BUNDLE``, else the config file's
+    ``ca_bundle``) other than ``SSL_CERT_FILE`` or a system bundle (obstore
+    trusts only those: a private CA's MinIO, a TLS-inspecting proxy);
   * the region is known: ``region_name`` in the options, else
     ``AWS_DEFAULT_REGION``, else the config file's ``[default]`` region
     (passed to obstore explicitly), or a custom endpoint (signed as
@@ -48,6 +53,7 @@ from __future__ import annotations
 
 import configparser
 import os
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -84,6 +90,16 @@ _OBSTORE_ONLY_ENV = (
     "AWS_VIRTUAL_HOSTED_STYLE_REQUEST",
     "AWS_REQUEST_PAYER",
     "AWS_S3_EXPRESS",
+)
+# The system CA bundles obstore (rustls-native-certs, via openssl-probe) trusts anyway;
+# a CA bundle of botocore's elsewhere (a private CA's endpoint, such as MinIO over https,
+# or a TLS-inspecting proxy) would be trusted by s3fs only.
+_SYSTEM_CA_FILES = (
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/ssl/cert.pem",
 )
 _profiles: dict[tuple[str, int, int], dict[str, str]] = {}
 _PROFILE_ENV = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE")
@@ -216,6 +232,10 @@ def _auto(config: dict[str, Any]) -> str | None:
             "no key and secret in the options or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
             "(s3fs finds credentials in ~/.aws files, SSO or instance roles)"
         )
+    elif (legacy := _env("AWS_SECURITY_TOKEN")) and legacy != _env("AWS_SESSION_TOKEN"):
+        # botocore takes the environment's token from AWS_SECURITY_TOKEN first; obstore
+        # reads only AWS_SESSION_TOKEN and would sign without it (or with another one).
+        return "AWS_SECURITY_TOKEN is set (s3fs reads it, obstore does not)"
     profile = _default_profile()
     if redirect := next((k for k in _CONFIG_REDIRECTS if k in profile), None):
         return f"the AWS config file's [default] sets {redirect} (read by s3fs only)"
@@ -226,6 +246,10 @@ def _auto(config: dict[str, Any]) -> str | None:
             _set_endpoint(config, endpoint)
         elif _env("AWS_ENDPOINT_URL"):
             return "AWS_ENDPOINT_URL is ignored by s3fs (AWS_IGNORE_CONFIGURED_ENDPOINT_URLS), not by obstore"
+    if (bundle := _private_ca_bundle(profile)) and not config.get("endpoint", "").startswith(
+        "http://"
+    ):
+        return f"CA bundle {bundle} (AWS_CA_BUNDLE or ca_bundle): trusted by s3fs, not by obstore"
     if "region" not in config:
         region = _env("AWS_DEFAULT_REGION") or profile.get("region")
         if region:
@@ -238,6 +262,19 @@ def _auto(config: dict[str, Any]) -> str | None:
                 "S3's redirect to the bucket's region, obstore cannot"
             )
     return None
+
+
+def _private_ca_bundle(profile: Mapping[str, str]) -> str | None:
+    """botocore's CA bundle (``AWS_CA_BUNDLE``, else the config file's ``ca_bundle``) where
+    obstore would not trust the same certificates: not SSL_CERT_FILE nor a system bundle."""
+    bundle = _env("AWS_CA_BUNDLE") or profile.get("ca_bundle", "").strip() or None
+    if bundle is None:
+        return None
+    path = os.path.realpath(os.path.expanduser(bundle))
+    trusted = (*_SYSTEM_CA_FILES, _env("SSL_CERT_FILE"), ssl.get_default_verify_paths().cafile)
+    if any(t and os.path.realpath(t) == path for t in trusted):
+        return None
+    return bundle
 
 
 def _obstore_installed() -> bool:
