@@ -325,3 +325,26 @@ def test_a_failing_mapping_thread_leaves_the_walk_to_map_its_windows(tmp_path, m
     path = _write(tmp_path, DATA)
     got = scan_tar(path, "x.tar", chunk_size=CHUNK, map_file=True)
     assert summary_fields(got) == summary_fields(scan_tar(io.BytesIO(DATA), "x.tar"))
+
+
+@pytest.mark.skipif(not mapped.can_map_ahead(), reason="needs MADV_POPULATE_READ, _ctar, 2 CPUs")
+def test_a_walk_after_interpreter_shutdown_began_maps_its_windows_itself(tmp_path, monkeypatch):
+    """A thread still walking once the main thread has returned: no new task can be submitted
+    (concurrent.futures refuses them), so the walk maps on one thread instead of failing."""
+    import concurrent.futures.thread as pool
+
+    path = _write(tmp_path, DATA)
+    expected = summary_fields(scan_tar(io.BytesIO(DATA), "x.tar"))
+    with open(path, "rb") as f:
+        m = map_stream(f, CHUNK, ahead=True)
+        assert m is not None and m.maps_ahead
+        try:
+            monkeypatch.setattr(pool, "_shutdown", True)  # what interpreter exit sets
+            end = 0
+            while (new := m.extend(end)) > end:
+                end = new
+            assert end == len(DATA) and m.map[:] == DATA and not m.maps_ahead
+        finally:
+            m.close()
+        got = scan_tar(path, "x.tar", chunk_size=CHUNK, map_file=True)  # set up after it
+    assert summary_fields(got) == expected

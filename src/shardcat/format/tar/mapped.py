@@ -187,9 +187,18 @@ class MappedFile:
         if ahead is None or stop <= start:
             return
         behind = max(self._dropped, (end - self.window) // _PAGE * _PAGE)
-        future = ahead.submit(
-            _map_and_drop, self.map, start, stop - start, self._dropped, behind - self._dropped
-        )
+        try:
+            future = ahead.submit(
+                _map_and_drop, self.map, start, stop - start, self._dropped, behind - self._dropped
+            )
+        except RuntimeError:
+            # No task can be queued (the interpreter is exiting while this walk runs on a
+            # thread of its own, or no thread can be started): one thread maps from here on.
+            self._ahead = None
+            ahead.shutdown(wait=True)
+            _log.debug("tar mapping thread unavailable; the walk maps its windows", exc_info=True)
+            self._read_ahead(start, stop - start)
+            return
         self._pending = (start, stop, self._dropped, future)
         self._dropped = behind
 
