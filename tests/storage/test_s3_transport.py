@@ -216,6 +216,16 @@ def test_the_aws_config_files_default_section(aws_env, monkeypatch):
     aws_env.write_text("[default]\nregion = eu-north-1\nca_bundle = /etc/ssl/private-ca.pem\n")
     choice = choose_transport(URL, {})
     assert choice.transport == "fsspec" and "private-ca.pem" in choice.reason
+    # botocore's other switch for configured endpoints: the config file's, under the variable's.
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    aws_env.write_text("[default]\nregion = eu-north-1\nignore_configured_endpoint_urls = true\n")
+    choice = choose_transport(URL, {})
+    assert choice.transport == "fsspec" and "ignore_configured_endpoint_urls" in choice.reason
+    monkeypatch.setenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "false")
+    config = choose_transport(URL, {}).config
+    assert config is not None and config["endpoint"] == "http://127.0.0.1:1"
+    monkeypatch.delenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
     aws_env.write_text("[default\nregion")
     assert "does not parse" in choose_transport(URL, {}).reason
 

@@ -20,7 +20,8 @@
     ``endpoint_url``, ``services`` or ``s3`` settings;
   * the endpoint is botocore's: ``endpoint_url`` in the options, else
     ``AWS_ENDPOINT_URL_S3``, else ``AWS_ENDPOINT_URL`` (both ignored under
-    ``AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true``), else AWS itself; it is
+    ``AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true``, or without that variable
+    the config file's ``ignore_configured_endpoint_urls = true``), else AWS itself; it is
     passed to obstore explicitly. Variables that only obstore reads and that
     change where or how it asks (``AWS_ENDPOINT``, ``AWS_SKIP_SIGNATURE``,
     ``AWS_VIRTUAL_HOSTED_STYLE_REQUEST``, ``AWS_REQUEST_PAYER``,
@@ -182,10 +183,15 @@ def _env(name: str) -> str | None:
     return os.environ.get(name, "").strip() or None
 
 
-def env_endpoint() -> str | None:
+def env_endpoint(profile: Mapping[str, str] | None = None) -> str | None:
     """The S3 endpoint botocore takes from the environment (``AWS_ENDPOINT_URL_S3``, then
-    ``AWS_ENDPOINT_URL``), unless ``AWS_IGNORE_CONFIGURED_ENDPOINT_URLS`` is true."""
-    if (_env("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS") or "").lower() == "true":
+    ``AWS_ENDPOINT_URL``), unless told to ignore configured endpoints:
+    ``AWS_IGNORE_CONFIGURED_ENDPOINT_URLS``, else ``profile``'s (the config file's
+    ``[default]``) ``ignore_configured_endpoint_urls``, is true (botocore's order)."""
+    ignore = _env("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")
+    if ignore is None and profile is not None:
+        ignore = profile.get("ignore_configured_endpoint_urls", "").strip() or None
+    if (ignore or "").lower() == "true":
         return None
     return _env("AWS_ENDPOINT_URL_S3") or _env("AWS_ENDPOINT_URL")
 
@@ -242,10 +248,13 @@ def _auto(config: dict[str, Any]) -> str | None:
     if "unreadable" in profile:
         return f"the AWS config file {profile['unreadable']} does not parse"
     if "endpoint" not in config:
-        if endpoint := env_endpoint():
+        if endpoint := env_endpoint(profile):
             _set_endpoint(config, endpoint)
         elif _env("AWS_ENDPOINT_URL"):
-            return "AWS_ENDPOINT_URL is ignored by s3fs (AWS_IGNORE_CONFIGURED_ENDPOINT_URLS), not by obstore"
+            return (
+                "AWS_ENDPOINT_URL is ignored by s3fs (AWS_IGNORE_CONFIGURED_ENDPOINT_URLS or "
+                "the config file's ignore_configured_endpoint_urls), not by obstore"
+            )
     if (bundle := _private_ca_bundle(profile)) and not config.get("endpoint", "").startswith(
         "http://"
     ):
