@@ -211,6 +211,7 @@ class ReadCounter:
             return real_cat(self, path, start=start, end=end, **kw)
 
         monkeypatch.setattr(MemoryFileSystem, "cat_file", cat_file)
+        self._count_obstore(monkeypatch)
         try:
             import s3fs
         except ImportError:  # pragma: no cover - s3fs is a test dependency
@@ -231,6 +232,39 @@ class ReadCounter:
             return await real_call(self, method, *args, **kw)
 
         monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", call_s3)
+
+    def _count_obstore(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        # s3:// reads through obstore (SHARDCAT_S3_TRANSPORT=auto, the default,
+        # with the moto fixtures' options): one request per range, as
+        # storage/objstore.py sends them (get_ranges with coalesce=0).
+        try:
+            import obstore
+        except ImportError:  # pragma: no cover - obstore comes with the s3 extra
+            return
+        reads, others = self.reads, self.other_requests
+        real_range, real_ranges = obstore.get_range, obstore.get_ranges
+        real_get, real_head = obstore.get, obstore.head
+
+        def get_range(store: Any, path: str, *, start: int, end: int, **kw: Any) -> Any:
+            reads.append(("s3", start, end))
+            return real_range(store, path, start=start, end=end, **kw)
+
+        def get_ranges(store: Any, path: str, *, starts: Any, ends: Any, **kw: Any) -> Any:
+            reads.extend(("s3", a, b) for a, b in zip(starts, ends))
+            return real_ranges(store, path, starts=starts, ends=ends, **kw)
+
+        def get(store: Any, path: str, *args: Any, **kw: Any) -> Any:
+            reads.append(("s3", None, None))
+            return real_get(store, path, *args, **kw)
+
+        def head(store: Any, path: str, *args: Any, **kw: Any) -> Any:
+            others.append("head_object")
+            return real_head(store, path, *args, **kw)
+
+        for name, fn in (("get_range", get_range), ("get_ranges", get_ranges)):
+            monkeypatch.setattr(obstore, name, fn)
+        monkeypatch.setattr(obstore, "get", get)
+        monkeypatch.setattr(obstore, "head", head)
 
     @property
     def count(self) -> int:
