@@ -237,6 +237,28 @@ def moto_enforcing_auth(free_actions: int, timeout: float = 60.0) -> Iterator[st
             proc.wait(timeout=10)
 
 
+@contextmanager
+def iam_world(bucket: str, body: bytes = b"\0" * 100) -> Iterator[tuple[str, str, str]]:
+    """:func:`moto_enforcing_auth` with bucket ``bucket`` holding ``x.shard`` (``body``) and a
+    user ``reader`` who has keys but no policy. Yields ``(endpoint, key id, secret)`` of
+    ``reader``; the four set-up requests are the free ones, every later one is checked."""
+    import boto3
+
+    with moto_enforcing_auth(free_actions=4) as endpoint:
+        kw = {
+            "endpoint_url": endpoint,
+            "region_name": "us-east-1",
+            "aws_access_key_id": "testing",
+            "aws_secret_access_key": "testing",
+        }
+        s3, iam = boto3.client("s3", **kw), boto3.client("iam", **kw)
+        s3.create_bucket(Bucket=bucket)
+        s3.put_object(Bucket=bucket, Key="x.shard", Body=body)
+        iam.create_user(UserName="reader")
+        key = iam.create_access_key(UserName="reader")["AccessKey"]
+        yield endpoint, key["AccessKeyId"], key["SecretAccessKey"]
+
+
 # --- a TCP proxy that can take a server away and bring it back --------------------------
 
 

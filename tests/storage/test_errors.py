@@ -134,24 +134,10 @@ def test_s3_writing_into_a_missing_bucket_never_creates_it(s3, size):
 def s3_with_iam():
     """A moto server that enforces IAM: bucket ``deny-test`` holds ``x.shard``; user ``reader``
     has keys but no policy. Yields ``(endpoint, reader_key_id, reader_secret)``."""
-    import boto3
+    from _servers import iam_world
 
-    from _servers import moto_enforcing_auth
-
-    # Four requests set up the world; every later one is checked.
-    with moto_enforcing_auth(free_actions=4) as endpoint:
-        kw = {
-            "endpoint_url": endpoint,
-            "region_name": "us-east-1",
-            "aws_access_key_id": "testing",
-            "aws_secret_access_key": "testing",
-        }
-        s3, iam = boto3.client("s3", **kw), boto3.client("iam", **kw)
-        s3.create_bucket(Bucket="deny-test")
-        s3.put_object(Bucket="deny-test", Key="x.shard", Body=b"\0" * 100)
-        iam.create_user(UserName="reader")
-        key = iam.create_access_key(UserName="reader")["AccessKey"]
-        yield endpoint, key["AccessKeyId"], key["SecretAccessKey"]
+    with iam_world("deny-test") as world:
+        yield world
 
 
 def _iam_options(endpoint: str, key: str, secret: str) -> dict[str, Any]:

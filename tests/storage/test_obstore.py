@@ -179,25 +179,12 @@ def test_store_gone_is_unreachable(obstore_on):
 
 
 def test_denied_read_is_a_permission_error(obstore_on):
-    import boto3
+    from _servers import iam_world
 
-    from _servers import moto_enforcing_auth
-
-    with moto_enforcing_auth(free_actions=4) as endpoint:
-        kw = {
-            "endpoint_url": endpoint,
-            "region_name": "us-east-1",
-            "aws_access_key_id": "testing",
-            "aws_secret_access_key": "testing",
-        }
-        boto3.client("s3", **kw).create_bucket(Bucket="deny-obs")
-        boto3.client("s3", **kw).put_object(Bucket="deny-obs", Key="x.shard", Body=b"abc")
-        iam = boto3.client("iam", **kw)
-        iam.create_user(UserName="reader")
-        keys = iam.create_access_key(UserName="reader")["AccessKey"]
+    with iam_world("deny-obs", b"abc") as (endpoint, key, secret):
         options = {
-            "key": keys["AccessKeyId"],
-            "secret": keys["SecretAccessKey"],
+            "key": key,
+            "secret": secret,
             "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
         }
         src = open_source("s3://deny-obs/x.shard", options)
@@ -205,4 +192,4 @@ def test_denied_read_is_a_permission_error(obstore_on):
         with pytest.raises(StoragePermissionError) as err:
             src.read(0, 3)
         assert "access denied" in str(err.value)
-        assert keys["SecretAccessKey"] not in str(err.value)
+        assert secret not in str(err.value)

@@ -378,23 +378,10 @@ def test_no_credentials_is_the_same_error_on_both(s3, aws_env, monkeypatch):
 def signing_moto() -> Iterator[tuple[str, str]]:
     """A moto server that checks signatures: bucket ``sig`` holds ``x.shard``; user ``reader``
     has keys and no policy. Yields ``(endpoint, reader's key id)``."""
-    import boto3
+    from _servers import iam_world
 
-    from _servers import moto_enforcing_auth
-
-    with moto_enforcing_auth(free_actions=4) as endpoint:
-        kw = {
-            "endpoint_url": endpoint,
-            "region_name": "us-east-1",
-            "aws_access_key_id": "testing",
-            "aws_secret_access_key": "testing",
-        }
-        client = boto3.client("s3", **kw)
-        client.create_bucket(Bucket="sig")
-        client.put_object(Bucket="sig", Key="x.shard", Body=b"\0" * 100)
-        iam = boto3.client("iam", **kw)
-        iam.create_user(UserName="reader")
-        yield endpoint, iam.create_access_key(UserName="reader")["AccessKey"]["AccessKeyId"]
+    with iam_world("sig") as (endpoint, key, _):
+        yield endpoint, key
 
 
 @pytest.mark.parametrize("unknown", [True, False], ids=["unknown-key", "wrong-secret"])
