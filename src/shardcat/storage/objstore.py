@@ -204,21 +204,7 @@ class ObstoreSource:
                 raise
 
     def read(self, start: int, end: int) -> bytes:
-        if end <= start:
-            return b""
-        if (inherited := self._forked()) is not None:
-            return bytes(inherited.read(start, end))
-        import obstore
-
-        with storage_errors(self._name):
-            try:
-                return bytes(obstore.get_range(self.store, self.path, start=start, end=end))
-            except Exception as e:
-                if _past_end(e):
-                    return b""
-                if self._redirected(e):
-                    return self.read(start, end)
-                raise
+        return bytes(self.read_buffer(start, end))
 
     def read_buffer(self, start: int, end: int) -> memoryview:
         """Bytes ``[start, end)`` as a view of obstore's buffer (no copy): a stream's chunks."""
