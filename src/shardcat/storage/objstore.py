@@ -25,12 +25,11 @@ from .._types import ByteRange, StorageOptions
 from ..errors import StorageError
 from .fs import protocol_of, redact
 from .translate import storage_errors
-from .transport import TRANSPORT_ENV, choose_transport, store_config
+from .transport import S3_PROTOCOLS, TRANSPORT_ENV, choose_transport, store_config
 
 __all__ = ["TRANSPORT_ENV", "ObstoreSource", "open_obstore", "store_config"]
 
 _log = logging.getLogger(__name__)
-_S3 = frozenset({"s3", "s3a"})
 _STREAM_BUFFER = 8 << 20
 # A refused connection fails in under a second, as s3fs's does (object_store's
 # default retries for three minutes).
@@ -76,7 +75,7 @@ def open_obstore(url: str, storage_options: StorageOptions | None = None) -> Obs
         ``obstore`` is selected but not installed, or the variable's value is unknown.
     """
     global _runtime_pid
-    if protocol_of(url) not in _S3:
+    if protocol_of(url) not in S3_PROTOCOLS:
         return None
     choice = choose_transport(url, storage_options)
     bucket, key = _split(url)

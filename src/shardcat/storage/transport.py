@@ -61,14 +61,16 @@ from typing import Any, Literal
 
 from .._types import StorageOptions
 from ..errors import StorageError
+from .fs import protocol_of
 
-__all__ = ["TRANSPORT_ENV", "TransportChoice", "choose_transport", "store_config"]
+__all__ = ["S3_PROTOCOLS", "TRANSPORT_ENV", "TransportChoice", "choose_transport", "store_config"]
 
 TRANSPORT_ENV = "SHARDCAT_S3_TRANSPORT"
 """Environment variable: ``auto`` (default), ``obstore`` or ``fsspec``."""
 
 _MODES = ("auto", "obstore", "fsspec")
-_S3 = frozenset({"s3", "s3a"})
+S3_PROTOCOLS = frozenset({"s3", "s3a"})
+"""URL schemes this module chooses a client for."""
 # s3fs's options about its own caches and event loop: nothing to map, nothing lost.
 _IGNORED = frozenset(
     {
@@ -306,7 +308,7 @@ def choose_transport(url: str, storage_options: StorageOptions | None = None) ->
         ``SHARDCAT_S3_TRANSPORT`` has an unknown value.
     """
     selected = mode()
-    if url.split("://", 1)[0].lower() not in _S3 or "://" not in url:
+    if protocol_of(url) not in S3_PROTOCOLS:
         return TransportChoice("fsspec", "not an s3:// URL", selected)
     if selected == "fsspec":
         return TransportChoice("fsspec", f"{TRANSPORT_ENV}=fsspec", selected)
