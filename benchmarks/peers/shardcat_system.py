@@ -1,5 +1,9 @@
 """shardcat as its README shows it: shards written by ``RollingShardWriter``, a SQLite catalog.
 
+Shards are published exclusively (``exclusive=True``: never over an existing
+object), as ``shardcat.write`` publishes them: on S3 one conditional PUT per
+shard, sent while the next shard is encoded.
+
 Writing includes registration (``Catalog.register_shards``: every shard the
 writer returned, in one transaction committed as one version, as a user's
 write of a whole dataset would); lookups are ``Catalog.get`` and
@@ -71,6 +75,7 @@ class Shardcat(System):
             max_bytes=SHARD_BYTES,
             storage_options=self.store.storage_options or None,
             on_shard_closed=infos.append,
+            exclusive=True,  # published as shardcat.write publishes: never over an object
         ) as w:
             for s in self.dataset:
                 w.add(s.key, {"bin": s.payload, "json": s.label})

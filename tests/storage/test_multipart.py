@@ -12,6 +12,7 @@ import pytest
 import shardcat
 from shardcat.storage.atomic import open_pending
 from shardcat.storage.multipart import MultipartUpload, supports
+from shardcat.storage.objput import MemoryUpload
 
 MIB = 1 << 20
 
@@ -87,10 +88,14 @@ def test_a_missing_bucket_fails_the_write(s3):
     upload.discard()
 
 
-def test_shards_written_to_s3_go_through_concurrent_uploads(s3):
+@pytest.mark.parametrize("transport", ["fsspec", "auto"])
+def test_shards_written_to_s3_go_through_concurrent_uploads(s3, monkeypatch, transport):
+    """s3fs: this module's concurrent multipart upload; auto (obstore): one PUT from memory."""
+    monkeypatch.setenv("SHARDCAT_S3_TRANSPORT", transport)
     url, opts = f"{s3['url']}/ds/train-000000.shard", s3["storage_options"]
     pending = open_pending(url, opts, exclusive=True)
-    assert isinstance(pending.file._file, MultipartUpload)  # type: ignore[attr-defined]
+    upload = pending.file._file  # type: ignore[attr-defined]
+    assert isinstance(upload, MultipartUpload if transport == "fsspec" else MemoryUpload)
     pending.discard()
     payload = os.urandom(6000)
     with shardcat.ShardWriter(url, storage_options=opts, exclusive=True) as w:

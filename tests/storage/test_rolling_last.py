@@ -14,7 +14,7 @@ def test_only_the_shard_with_the_last_record_carries_the_mark(tmp_path, count):
     with RollingShardWriter(str(tmp_path), max_records=10, metadata={"run": "a"}) as w:
         for i in range(count):
             if i == count - 1:
-                w.mark_last({"last": len(w.shards) + 1})
+                w.mark_last({"last": w.closed_shards + 1})
             w.add(f"k{i:03d}", {"txt": "x"})
     shards = w.shards
     assert len(shards) == (count + 9) // 10

@@ -142,7 +142,7 @@ def write_partition(samples: Iterable[Any], plan: WritePlan, partition: int) -> 
             previous = sample
         if previous is not _NOTHING:
             # The shard that takes the last record says how many the attempt wrote.
-            writer.mark_last({LAST_COUNT: len(writer.shards) + 1})
+            writer.mark_last({LAST_COUNT: writer.closed_shards + 1})
             writer.write(previous)
     infos = writer.shards
     result = PartitionResult(

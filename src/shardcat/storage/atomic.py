@@ -11,8 +11,10 @@ Publication modes:
   - local files: the data is synced, then hard-linked to its name (``link``
     fails if the name exists, atomically), then the folder is synced;
   - ``memory://``: created under the filesystem's lock (mode ``create``);
-  - S3 (s3fs): a concurrent multipart upload (:mod:`.multipart`) that sends
-    ``If-None-Match: *`` with its last request, so S3 (and MinIO) refuse it atomically;
+  - S3 through obstore (:mod:`.objput`, where :mod:`.transport` picks it): one
+    PUT with ``If-None-Match: *``, so S3 (and MinIO) refuse it atomically;
+  - S3 through s3fs: a concurrent multipart upload (:mod:`.multipart`) that sends
+    ``If-None-Match: *`` with its last request;
   - other object stores: opened with mode ``"xb"`` where the backend has it;
     backends without exclusive writes get a check right before the upload
     completes (a narrow race the catalog's unique shard URLs back up).
@@ -31,7 +33,7 @@ from typing import Any, BinaryIO, cast
 
 from .._types import StorageOptions
 from ..errors import ObjectExistsError, ShardcatError
-from . import multipart
+from . import multipart, objput
 from .fs import BUCKET_PROTOCOLS, is_local, local_path, protocol_of, redact, resolve
 from .translate import is_backend_error, storage_errors, translate
 
@@ -60,6 +62,10 @@ class PendingFile:
         (:class:`ObjectExistsError`).
     """
 
+    publishes_in_background = False
+    """Whether :meth:`commit` is one blocking upload that releases the GIL (S3 through
+    obstore), worth running on a thread while the caller goes on (``RollingShardWriter``)."""
+
     def __init__(
         self,
         url: str,
@@ -85,6 +91,15 @@ class PendingFile:
             self._fs: Any = None
             return
         self._temp = None
+        self._buffered = False
+        upload = objput.open_upload(url, storage_options, exclusive=exclusive)
+        if upload is not None:
+            # S3 through obstore: gathered in memory, published by one call without the GIL.
+            self._fs, self._path = None, url
+            self._checked_by_store = exclusive
+            self.file = cast(BinaryIO, _Uploading(upload, url))
+            self.publishes_in_background = True
+            return
         self._fs, self._path = resolve(url, storage_options)
         if protocol_of(url) not in BUCKET_PROTOCOLS:
             # Object stores have no folders, and their makedirs creates a missing
@@ -108,6 +123,13 @@ class PendingFile:
             if not is_backend_error(e):
                 raise
             raise translate(e, url, writing=True) from e
+
+    @property
+    def transport(self) -> str:
+        """The client writing the file: ``"local"``, ``"obstore"`` or ``"fsspec"``."""
+        if self._temp is not None:
+            return "local"
+        return str(getattr(self.file, "transport", "fsspec"))
 
     def _open_remote(self, kwargs: dict[str, Any]) -> BinaryIO:
         if multipart.supports(self._fs):
@@ -357,6 +379,11 @@ class _Uploading:
 
     def tell(self) -> int:
         return int(self._file.tell())
+
+    @property
+    def transport(self) -> str:
+        """``"obstore"`` or ``"fsspec"`` (an obstore upload can move to s3fs while written)."""
+        return str(getattr(self._file, "transport", "fsspec"))
 
     @property
     def closed(self) -> bool:

@@ -9,7 +9,8 @@ batch's merged ranges ~3.5 x (``benchmarks/bench_s3_client.py``,
 where it finds the same credentials, endpoint and region as s3fs, s3fs
 everywhere else); fsspec stays the way every other store is read.
 
-Used for reads only (point lookups, batches, streams); writes stay on s3fs.
+Reads (point lookups, batches, streams) are here; uploads are in :mod:`.objput`,
+which takes its stores from :func:`s3_store`.
 """
 
 from __future__ import annotations
@@ -25,9 +26,15 @@ from .._types import ByteRange, StorageOptions
 from ..errors import StorageError
 from .fs import protocol_of, redact
 from .translate import storage_errors
-from .transport import S3_PROTOCOLS, TRANSPORT_ENV, choose_transport, store_config
+from .transport import (
+    S3_PROTOCOLS,
+    TRANSPORT_ENV,
+    TransportChoice,
+    choose_transport,
+    store_config,
+)
 
-__all__ = ["TRANSPORT_ENV", "ObstoreSource", "open_obstore", "store_config"]
+__all__ = ["TRANSPORT_ENV", "ObstoreSource", "open_obstore", "s3_store", "store_config"]
 
 _log = logging.getLogger(__name__)
 _STREAM_BUFFER = 8 << 20
@@ -74,6 +81,28 @@ def open_obstore(url: str, storage_options: StorageOptions | None = None) -> Obs
     StorageError
         ``obstore`` is selected but not installed, or the variable's value is unknown.
     """
+    found = s3_store(url, storage_options)
+    if found is None:
+        return None
+    store, key, choice = found
+    return ObstoreSource(
+        store,
+        key,
+        redact(url),
+        url=url,
+        storage_options=storage_options,
+        region_fallback=choice.mode == "auto",
+    )
+
+
+def s3_store(
+    url: str, storage_options: StorageOptions | None = None
+) -> tuple[Any, str, TransportChoice] | None:
+    """obstore's ``S3Store`` for ``url``'s bucket, the object's key and why; None where s3fs serves.
+
+    Stores are cached per process, bucket and configuration. The rules and the
+    errors are :func:`open_obstore`'s.
+    """
     global _runtime_pid
     if protocol_of(url) not in S3_PROTOCOLS:
         return None
@@ -102,14 +131,18 @@ def open_obstore(url: str, storage_options: StorageOptions | None = None) -> Obs
         _stores[cache_key] = store
     _runtime_pid = os.getpid()
     _log_once(bucket, choice.reason, "obstore")
-    return ObstoreSource(
-        store,
-        key,
-        redact(url),
-        url=url,
-        storage_options=storage_options,
-        region_fallback=choice.mode == "auto",
-    )
+    return store, key, choice
+
+
+def region_redirected(e: BaseException, url: str) -> bool:
+    """Whether ``e`` is S3's redirect to the bucket's region; if so, later opens of ``url``'s
+    bucket take s3fs, which follows it (``auto`` only: the caller's source was picked by it)."""
+    if "incorrectly configured region" not in str(e):
+        return False
+    bucket = url.split("://", 1)[-1].split("/", 1)[0]
+    _redirected.add(bucket)
+    _log_once(bucket, _REDIRECTED, "s3fs")
+    return True
 
 
 def _log_once(bucket: str, reason: str, transport: str, *, forced: bool = False) -> None:
@@ -162,11 +195,8 @@ class ObstoreSource:
     def _redirected(self, e: BaseException) -> bool:
         """Whether ``e`` is S3's redirect to the bucket's region and this source, picked by
         ``auto``, now reads through s3fs (which follows it), as later opens of the bucket do."""
-        if not self._region_fallback or "incorrectly configured region" not in str(e):
+        if not self._region_fallback or not region_redirected(e, self._url or ""):
             return False
-        bucket = (self._url or "").split("://", 1)[-1].split("/", 1)[0]
-        _redirected.add(bucket)
-        _log_once(bucket, _REDIRECTED, "s3fs")
         self._on_s3fs = True
         return True
 

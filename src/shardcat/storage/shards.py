@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, BinaryIO
 
@@ -20,6 +23,8 @@ from .sources import open_source
 from .translate import translate
 
 __all__ = ["RollingShardWriter", "ShardReader", "ShardWriter", "open_shard"]
+
+_log = logging.getLogger(__name__)
 
 
 class ShardWriter(_writer.ShardWriter):
@@ -88,8 +93,49 @@ class ShardWriter(_writer.ShardWriter):
 
     def close(self) -> ShardInfo:
         # docstring inherited
+        info = self._finish()
+        if self._pending is not None:
+            self._pending.commit()
+        return info
+
+    def close_in_background(self) -> Future[ShardInfo]:
+        """Finish the shard here; publish it on a thread where publishing is one upload.
+
+        The footer is written before this returns (its errors are raised
+        here). Where the URL's publication is one blocking call that releases
+        the GIL (S3 through obstore: :attr:`PendingFile.publishes_in_background`),
+        it runs on a thread and the caller can encode the next shard meanwhile;
+        elsewhere it happens before this returns. Either way the future's
+        ``result()`` is the shard's summary once it is published, or raises
+        the publication's error (the file is then discarded).
+        """
+        pending = self._pending
+        if pending is None or not pending.publishes_in_background:
+            future: Future[ShardInfo] = Future()
+            try:
+                future.set_result(self.close())
+            except Exception as e:
+                future.set_exception(e)
+            return future
+        info = self._finish()
+        future = Future()
+
+        def publish() -> None:
+            try:
+                pending.commit()
+            except BaseException as e:  # the caller's result() raises it
+                future.set_exception(e)
+            else:
+                future.set_result(info)
+
+        # Not a daemon: a shard in flight is published before the interpreter exits.
+        threading.Thread(target=publish, name=f"shardcat-publish {self.path}").start()
+        return future
+
+    def _finish(self) -> ShardInfo:
+        """The footer written (the file discarded if that fails), not yet published."""
         try:
-            info = super().close()
+            return super().close()
         except BaseException as e:
             if self._pending is not None:
                 self._pending.discard()
@@ -97,9 +143,6 @@ class ShardWriter(_writer.ShardWriter):
             if typed is e:
                 raise
             raise typed from e
-        if self._pending is not None:
-            self._pending.commit()
-        return info
 
     def _storage_error(self, e: OSError) -> Exception:
         """A local file's write failure (a full disk, an I/O error) as shardcat's typed error."""
@@ -109,6 +152,8 @@ class ShardWriter(_writer.ShardWriter):
 
     def abort(self) -> None:
         # docstring inherited
+        if self._info is not None:
+            return  # closed: published, or being published by close_in_background
         if self._pending is not None:
             self._block.clear()  # the file is discarded: its gathered records need not be written
         super().abort()
@@ -160,7 +205,10 @@ class RollingShardWriter:
     Shards are named by ``pattern`` under ``root``: ``{number}`` is the shard
     number (stored in its header), ``{index}`` its position in this writer
     (``number - start``), e.g. ``"train-{number:06d}.shard"``. A shard is
-    closed once it holds ``max_bytes`` or ``max_records``.
+    closed once it holds ``max_bytes`` or ``max_records``. Where publishing a
+    shard is one upload (S3 through obstore) it runs on a thread while the
+    next shard is encoded; ``on_shard_closed`` is called, in shard order, once
+    a shard is published (at the latest by :meth:`close`).
 
     Parameters
     ----------
@@ -203,6 +251,7 @@ class RollingShardWriter:
         self._on_closed = on_shard_closed
         self._options = writer_options
         self._current: ShardWriter | None = None
+        self._publishing: Future[ShardInfo] | None = None
         self._last: dict[str, Any] | None = None
         self.shards: list[ShardInfo] = []
 
@@ -247,24 +296,60 @@ class RollingShardWriter:
         """Add a sample dict with a ``__key__``."""
         self.add(sample_key(sample), sample)
 
+    @property
+    def closed_shards(self) -> int:
+        """Shards closed so far: those in :attr:`shards` and the one still being published."""
+        return len(self.shards) + (self._publishing is not None)
+
     def _close_current(self) -> None:
         w, self._current = self._current, None
-        if w is not None:
-            info = w.close()
-            self.shards.append(info)
-            if self._on_closed is not None:
-                self._on_closed(info)
+        if w is None:
+            return
+        # Where publishing is one upload (S3 through obstore) it runs on a thread while
+        # the next shard is encoded. The previous shard is reported before this one
+        # starts: shards are reported in order, each once published, and if one
+        # failed, the next is dropped, never published.
+        try:
+            self._report_published()
+        except BaseException:
+            w.abort()
+            raise
+        self._publishing = w.close_in_background()
+        if self._publishing.done():  # published already (local files, other stores)
+            self._report_published()
+
+    def _report_published(self) -> None:
+        """Wait for the shard being published, if any, and report it (or raise its error)."""
+        publishing, self._publishing = self._publishing, None
+        if publishing is None:
+            return
+        info = publishing.result()
+        self.shards.append(info)
+        if self._on_closed is not None:
+            self._on_closed(info)
 
     def close(self) -> list[ShardInfo]:
         """Close the open shard and return the summaries of all shards written."""
         self._close_current()
+        self._report_published()
         return self.shards
 
     def abort(self) -> None:
-        """Drop the shard being written (shards already closed stay)."""
+        """Drop the shard being written (shards already closed stay).
+
+        A closed shard still being published is waited for and, once
+        published, reported like any other (its own failure is logged: the
+        error that led here is the one to see).
+        """
         w, self._current = self._current, None
-        if w is not None:
-            w.abort()
+        try:
+            if w is not None:
+                w.abort()
+        finally:
+            try:
+                self._report_published()
+            except Exception as e:
+                _log.warning("a closed shard was not published during abort: %s", e)
 
     def __enter__(self) -> RollingShardWriter:
         return self

@@ -1,4 +1,4 @@
-"""Which client reads an s3:// URL: obstore (Rust, no GIL) where it reads what s3fs would, else s3fs.
+"""Which client reads or writes an s3:// URL: obstore (Rust, no GIL) where it would do what s3fs would, else s3fs.
 
 ``SHARDCAT_S3_TRANSPORT`` selects it:
 
@@ -46,8 +46,9 @@
   installed); credentials as obstore finds them (options, then ``AWS_*``).
 - ``fsspec``: always s3fs.
 
-Either way writes go through s3fs, and a process forked after obstore ran
-reads through s3fs (:mod:`.objstore`).
+Uploads follow the same rule (:mod:`.objput`: an exclusive shard is one PUT
+from memory, published on a thread while the next one is encoded), and a
+process forked after obstore ran reads and writes through s3fs (:mod:`.objstore`).
 """
 
 from __future__ import annotations

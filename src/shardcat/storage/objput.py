@@ -1,0 +1,197 @@
+"""S3 uploads through obstore: a shard gathered in memory, published by one call off the GIL.
+
+s3fs sends a shard's parts from Python: signing, checksums and body copies
+hold the GIL, so the upload and the encoding of the next records take turns
+on one core (the S3 write benchmark: 0.73 of Lance's rate with s3fs). obstore
+(Rust ``object_store``, as Lance uses) sends the requests without the GIL. An
+upload here gathers the writer's blocks (immutable ``bytes``, kept as they
+are) and publishes them when it is closed:
+
+* ``exclusive``: one PUT with ``If-None-Match: *`` (object_store's mode
+  ``create``); S3 refuses it atomically if the name is taken, as the s3fs
+  path's conditional completion does. object_store cannot complete a
+  multipart upload conditionally, so an exclusive publication is one
+  request (S3 takes up to 5 GiB in one PUT);
+* otherwise a multipart upload from memory, its parts sent concurrently.
+
+Publishing blocks the caller (without the GIL): ``RollingShardWriter`` runs
+it on a thread while the next shard is encoded (:mod:`.shards`). Memory is
+bounded by ``SHARDCAT_S3_UPLOAD_MEMORY`` (default 512 MiB): an object that
+grows past it moves, with what was gathered, to s3fs's concurrent multipart
+upload (:mod:`.multipart`), so a shard of any size is written. A bucket that
+S3 redirects to another region moves to s3fs too (``auto`` only), as reads do.
+Which uploads take obstore is :mod:`.transport`'s rule, the same as for reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from .._types import StorageOptions
+from .._units import parse_size
+from ..errors import StorageError
+from . import multipart
+from .fs import redact, resolve
+from .objstore import region_redirected, s3_store
+
+__all__ = ["MEMORY_ENV", "MemoryUpload", "memory_limit", "open_upload"]
+
+_log = logging.getLogger(__name__)
+
+MEMORY_ENV = "SHARDCAT_S3_UPLOAD_MEMORY"
+"""Environment variable: bytes one upload gathers in memory before moving to s3fs ("512MiB")."""
+_DEFAULT_MEMORY = 512 << 20
+
+
+def memory_limit() -> int:
+    """``SHARDCAT_S3_UPLOAD_MEMORY`` in bytes (512 MiB when unset).
+
+    Raises
+    ------
+    StorageError
+        The value is not a size.
+    """
+    value = os.environ.get(MEMORY_ENV, "").strip()
+    if not value:
+        return _DEFAULT_MEMORY
+    try:
+        return parse_size(value)
+    except ValueError:
+        raise StorageError(
+            f"{MEMORY_ENV}={value!r} is not a size: give bytes or a size such as '512MiB'"
+        ) from None
+
+
+def open_upload(
+    url: str, storage_options: StorageOptions | None = None, *, exclusive: bool = False
+) -> MemoryUpload | None:
+    """An obstore upload of ``url`` where :func:`.transport.choose_transport` picks obstore, else None."""
+    found = s3_store(url, storage_options)
+    if found is None:
+        return None
+    store, key, choice = found
+    return MemoryUpload(
+        store,
+        key,
+        url,
+        storage_options,
+        exclusive=exclusive,
+        region_fallback=choice.mode == "auto",
+        limit=memory_limit(),
+    )
+
+
+class MemoryUpload:
+    """A write-only file whose bytes become one S3 object, through obstore, when it is closed.
+
+    ``close`` publishes (raises ``FileExistsError`` when ``exclusive`` and the
+    name is taken); ``discard`` drops what was gathered, and nothing appears.
+    """
+
+    transport = "obstore"
+
+    def __init__(
+        self,
+        store: Any,
+        key: str,
+        url: str,
+        storage_options: StorageOptions | None,
+        *,
+        exclusive: bool,
+        region_fallback: bool,
+        limit: int,
+    ) -> None:
+        self._store = store
+        self._key = key
+        self._url = url
+        self._options = storage_options
+        self._exclusive = exclusive
+        self._region_fallback = region_fallback
+        self._limit = limit
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._s3fs: multipart.MultipartUpload | None = None
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        if self.closed:
+            raise ValueError(f"{redact(self._url)}: the upload is closed")
+        if self._s3fs is not None:
+            return self._s3fs.write(data)
+        chunk = data if type(data) is bytes else bytes(data)  # the caller may reuse its buffer
+        self._chunks.append(chunk)
+        self._size += len(chunk)
+        if self._size > self._limit:
+            _log.debug(
+                "%s: over %s=%d bytes in memory, uploading through s3fs",
+                redact(self._url),
+                MEMORY_ENV,
+                self._limit,
+            )
+            self._move_to_s3fs()
+        return len(chunk)
+
+    def flush(self) -> None:
+        """Nothing to send before :meth:`close` (parts of a moved upload go up as they fill)."""
+
+    def tell(self) -> int:
+        return self._size if self._s3fs is None else self._s3fs.tell()
+
+    def _move_to_s3fs(self) -> multipart.MultipartUpload:
+        fs, path = resolve(self._url, self._options)
+        upload = multipart.MultipartUpload(fs, path, exclusive=self._exclusive)
+        chunks, self._chunks = self._chunks, []
+        self._s3fs = upload
+        self.transport = "fsspec"
+        for chunk in chunks:
+            upload.write(chunk)
+        return upload
+
+    def close(self) -> None:
+        """Publish the object (blocks until S3 answers; the GIL is released meanwhile)."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._s3fs is not None:
+            self._s3fs.close()
+            return
+        import obstore
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+        try:
+            self._put(obstore)
+        except (AlreadyExistsError, PreconditionError) as e:
+            if not self._exclusive:
+                raise
+            raise FileExistsError(redact(self._url)) from e
+        except Exception as e:
+            if not (self._region_fallback and region_redirected(e, self._url)):
+                raise
+            self.closed = False
+            self._move_to_s3fs()
+            self.close()
+        finally:
+            self._chunks = []
+
+    def _put(self, obstore: Any) -> None:
+        chunks = self._chunks
+        if self._exclusive:
+            obstore.put(self._store, self._key, chunks, mode="create", use_multipart=False)
+            return
+        obstore.put(
+            self._store,
+            self._key,
+            chunks,
+            use_multipart=self._size > 2 * multipart.PART_BYTES,
+            chunk_size=multipart.PART_BYTES,
+            max_concurrency=multipart.CONCURRENCY,
+        )
+
+    def discard(self) -> None:
+        """Drop the upload: no object appears."""
+        self.closed = True
+        self._chunks = []
+        if self._s3fs is not None:
+            self._s3fs.discard()
