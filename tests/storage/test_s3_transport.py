@@ -399,3 +399,23 @@ def test_bad_credentials_are_the_same_error_on_both(signing_moto, monkeypatch, u
         assert str(e).startswith(f"{url}: access denied")
         assert "check the credentials" in str(e) and "not-the-secret-x1" not in str(e)
     assert str(errors["fsspec"]) == str(errors["obstore"])
+
+
+def test_a_rotated_key_or_refreshed_token_in_the_environment_builds_a_new_store(
+    aws_env, monkeypatch
+):
+    # obstore reads the environment's credentials once, when a store is built.
+    from shardcat.storage.objstore import s3_store
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAFIRST")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "first-secret")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    first = s3_store(URL, ENDPOINT)
+    assert first is not None
+    assert s3_store(URL, ENDPOINT)[0] is first[0]  # type: ignore[index]  # cached
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "refreshed")
+    refreshed = s3_store(URL, ENDPOINT)
+    assert refreshed is not None and refreshed[0] is not first[0]
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "rotated-secret")
+    rotated = s3_store(URL, ENDPOINT)
+    assert rotated is not None and rotated[0] is not refreshed[0]

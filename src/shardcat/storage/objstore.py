@@ -49,7 +49,8 @@ _RETRY = {
     },
     "retry_timeout": timedelta(seconds=30),
 }
-_stores: dict[tuple[int, str, str], Any] = {}
+_stores: dict[tuple[int, str, str, int], Any] = {}
+_CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 # The process that started obstore's (tokio) runtime. The runtime's threads do
 # not survive fork: in a forked child (a DataLoader worker) every obstore call
 # hangs, so a child of a process that used it reads through s3fs instead.
@@ -124,7 +125,10 @@ def s3_store(
             f"{TRANSPORT_ENV}=obstore needs obstore: pip install 'shardcat[s3]'"
         ) from None
     config = choice.config
-    cache_key = (os.getpid(), bucket, repr(sorted(config.items())))
+    # A store reads the environment's credentials once, when it is built: a
+    # rotated key or a refreshed session token needs a new one.
+    env = hash(tuple(os.environ.get(name) for name in _CREDENTIAL_ENV))
+    cache_key = (os.getpid(), bucket, repr(sorted(config.items())), env)
     store = _stores.get(cache_key)
     if store is None:
         store = S3Store(bucket, retry_config=_RETRY, **config)  # type: ignore[arg-type]
