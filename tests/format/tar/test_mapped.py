@@ -236,6 +236,39 @@ def test_windows_dropped_behind_the_walk_still_read_the_file(tmp_path):
     assert m.map.closed
 
 
+@pytest.mark.skipif(not mapped.can_map_ahead(), reason="needs MADV_POPULATE_READ, _ctar, 2 CPUs")
+def test_walks_at_once_share_at_most_one_mapping_thread_per_spare_cpu(tmp_path):
+    """Many open walks: MAX_MAPPING_THREADS map ahead, the rest map their own windows; a
+    closed walk's thread is free for the next one."""
+    path = _write(tmp_path, DATA)
+    cap = mapped.MAX_MAPPING_THREADS
+    files = [open(path, "rb") for _ in range(cap + 3)]  # noqa: SIM115 - closed below
+    walks: list[Any] = []
+    try:
+        walks = [map_stream(f, CHUNK, ahead=True) for f in files]
+        assert [m.maps_ahead for m in walks] == [True] * cap + [False] * 3
+        for m in walks:  # each still reads the whole file
+            end = 0
+            while (new := m.extend(end)) > end:
+                end = new
+            assert m.map[:] == DATA
+        walks[0].close()
+        with open(path, "rb") as f:
+            again = map_stream(f, CHUNK, ahead=True)
+            assert again is not None and again.maps_ahead
+            again.close()
+    finally:
+        for m in walks:
+            m.close()
+        for f in files:
+            f.close()
+    with open(path, "rb") as f:  # every slot was given back
+        after = [map_stream(f, CHUNK, ahead=True) for _ in range(cap)]
+        assert all(m is not None and m.maps_ahead for m in after)
+        for m in after:
+            m.close()
+
+
 def test_one_cpu_maps_no_window_ahead(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 1)

@@ -46,6 +46,7 @@ import mmap
 import os
 import stat
 import sys
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -112,7 +113,7 @@ class MappedFile:
         _populate(mapping, 0, first)
         self._done = first  # the file's first bytes mapped (or advised) so far
         self._dropped = 0  # the first bytes whose page tables the thread dropped
-        if ahead and first < self.size and can_map_ahead():
+        if ahead and first < self.size and can_map_ahead() and _slots.acquire(blocking=False):
             self._ahead = ThreadPoolExecutor(1, thread_name_prefix="shardcat-tar-map")
             self._submit(first, 0)
         else:
@@ -196,6 +197,7 @@ class MappedFile:
             # thread of its own, or no thread can be started): one thread maps from here on.
             self._ahead = None
             ahead.shutdown(wait=True)
+            _slots.release()
             _log.debug("tar mapping thread unavailable; the walk maps its windows", exc_info=True)
             self._read_ahead(start, stop - start)
             return
@@ -213,6 +215,7 @@ class MappedFile:
             # The thread's call holds a view of the mapping: let it finish (a few ms) first.
             ahead.shutdown(wait=True, cancel_futures=True)
             self._pending = None
+            _slots.release()
         fd, self._fd = self._fd, -1
         if fd >= 0:
             os.close(fd)
@@ -244,6 +247,18 @@ def _cached(fd: int, offset: int) -> bool:
         return False
 
 
+def _cpus() -> int:
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+
+
+# Mapping threads at once in this process, all walks together: one per CPU beyond the
+# first. A walk that finds none free maps its own windows (many walks at once, on a
+# loaded machine, gain nothing from more threads than CPUs).
+MAX_MAPPING_THREADS = max(1, _cpus() - 1)
+_slots = threading.BoundedSemaphore(MAX_MAPPING_THREADS)
+
+
 def can_map_ahead() -> bool:
     """Whether :class:`MappedFile` can map windows ahead on a second thread here.
 
@@ -252,9 +267,7 @@ def can_map_ahead() -> bool:
     """
     if not _CAN_POPULATE or _advise_nogil is None:
         return False
-    affinity = getattr(os, "sched_getaffinity", None)
-    cpus = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
-    return cpus > 1
+    return _cpus() > 1
 
 
 def _advise(m: mmap.mmap, option: str, start: int, length: int) -> None:
