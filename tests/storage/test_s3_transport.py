@@ -419,3 +419,20 @@ def test_a_rotated_key_or_refreshed_token_in_the_environment_builds_a_new_store(
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "rotated-secret")
     rotated = s3_store(URL, ENDPOINT)
     assert rotated is not None and rotated[0] is not refreshed[0]
+
+
+@pytest.mark.parametrize("name", ["region_name", "region"])
+def test_a_region_beside_the_other_options_works_through_both(s3, monkeypatch, name):
+    # s3fs takes the region in client_kwargs only (botocore's session refuses it at the
+    # first request otherwise); obstore takes it either way: both get it.
+    options = {**s3["storage_options"], name: "us-east-1"}
+    options["client_kwargs"] = {"endpoint_url": s3["endpoint"]}
+    for transport in TRANSPORTS:
+        monkeypatch.setenv(TRANSPORT_ENV, transport)
+        url = f"{s3['url']}/{transport}-{name}.shard"
+        with shardcat.ShardWriter(url, storage_options=options, exclusive=True) as w:
+            w.add("a", {"bin": transport.encode()})
+        assert _read_head(url, options, transport)  # read through this transport
+        reader = shardcat.ShardReader(url, storage_options=options)
+        assert reader.get("a")["bin"].data == transport.encode()
+        assert shardcat.storage.resolve(url, options)[0].ls(s3["bucket"])

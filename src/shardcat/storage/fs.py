@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BUCKET_PROTOCOLS",
+    "S3_PROTOCOLS",
     "expand_braces",
     "is_local",
     "join",
@@ -39,6 +40,8 @@ _BACKENDS = {
 
 
 BUCKET_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"})
+S3_PROTOCOLS = frozenset({"s3", "s3a"})
+"""s3fs's URL schemes."""
 """Object stores whose URLs start with a bucket (or container), which shardcat never creates."""
 
 
@@ -87,7 +90,10 @@ def resolve(
     _refuse_credentials(url)
     protocol = protocol_of(url)
     try:
-        fs, path = url_to_fs(url, **_in_key_order(storage_options or {}))
+        options = storage_options or {}
+        if protocol in S3_PROTOCOLS:
+            options = _region_for_s3fs(options)
+        fs, path = url_to_fs(url, **_in_key_order(options))
     except ImportError as e:
         package, extra = _BACKENDS.get(protocol, (protocol, protocol))
         hint = f"pip install 'shardcat[{extra}]'" if ":" not in extra else extra.split(": ", 1)[1]
@@ -133,6 +139,21 @@ def _in_key_order(options: Mapping[str, Any]) -> dict[str, Any]:
     return {
         k: _in_key_order(v) if isinstance(v, Mapping) else v for k, v in sorted(options.items())
     }
+
+
+def _region_for_s3fs(options: StorageOptions) -> StorageOptions:
+    """``region_name`` (or ``region``) given beside the other options moved to ``client_kwargs``,
+    where s3fs takes it (botocore's session refuses it at the first request otherwise; obstore
+    takes it either way, :func:`.transport.store_config`)."""
+    # The order store_config reads them in: region, region_name, client_kwargs' region_name.
+    region = options.get("region") or options.get("region_name")
+    if region is None:
+        return options
+    moved = {k: v for k, v in options.items() if k not in ("region_name", "region")}
+    client = dict(moved.get("client_kwargs") or {})
+    client["region_name"] = region
+    moved["client_kwargs"] = client
+    return moved
 
 
 def redact(url: str) -> str:

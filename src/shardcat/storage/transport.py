@@ -62,7 +62,7 @@ from typing import Any, Literal
 
 from .._types import StorageOptions
 from ..errors import StorageError
-from .fs import protocol_of
+from .fs import S3_PROTOCOLS, protocol_of
 
 __all__ = ["S3_PROTOCOLS", "TRANSPORT_ENV", "TransportChoice", "choose_transport", "store_config"]
 
@@ -70,8 +70,6 @@ TRANSPORT_ENV = "SHARDCAT_S3_TRANSPORT"
 """Environment variable: ``auto`` (default), ``obstore`` or ``fsspec``."""
 
 _MODES = ("auto", "obstore", "fsspec")
-S3_PROTOCOLS = frozenset({"s3", "s3a"})
-"""URL schemes this module chooses a client for."""
 # s3fs's options about its own caches and event loop: nothing to map, nothing lost.
 _IGNORED = frozenset(
     {
