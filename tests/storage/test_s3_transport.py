@@ -107,6 +107,38 @@ CASES = {
         "fsspec",
         "AWS_SKIP_SIGNATURE",
     ),
+    # obstore would encrypt uploads, or trust other certificates or a proxy; s3fs would not.
+    "server-side-encryption-by-obstore-only": (
+        {**KEYS, **ENDPOINT},
+        {"AWS_SERVER_SIDE_ENCRYPTION": "aws:kms"},
+        "fsspec",
+        "AWS_SERVER_SIDE_ENCRYPTION",
+    ),
+    "invalid-certificates-by-obstore-only": (
+        {**KEYS, **ENDPOINT},
+        {"AWS_ALLOW_INVALID_CERTIFICATES": "true"},
+        "fsspec",
+        "AWS_ALLOW_INVALID_CERTIFICATES",
+    ),
+    "proxy-by-obstore-only": (
+        {**KEYS, **ENDPOINT},
+        {"AWS_PROXY_URL": "http://proxy:3128"},
+        "fsspec",
+        "AWS_PROXY_URL",
+    ),
+    # botocore would send to a FIPS or dual-stack endpoint; obstore would not.
+    "fips-by-botocore-only": (
+        {**KEYS, "region_name": "us-east-1"},
+        {"AWS_USE_FIPS_ENDPOINT": "true"},
+        "fsspec",
+        "AWS_USE_FIPS_ENDPOINT",
+    ),
+    "dual-stack-by-botocore-only": (
+        {**KEYS, "region_name": "us-east-1"},
+        {"AWS_USE_DUALSTACK_ENDPOINT": "true"},
+        "fsspec",
+        "AWS_USE_DUALSTACK_ENDPOINT",
+    ),
     # botocore takes the environment's token from AWS_SECURITY_TOKEN first; obstore never reads it.
     "env-keys-and-legacy-token": (
         {},
@@ -436,3 +468,19 @@ def test_a_region_beside_the_other_options_works_through_both(s3, monkeypatch, n
         reader = shardcat.ShardReader(url, storage_options=options)
         assert reader.get("a")["bin"].data == transport.encode()
         assert shardcat.storage.resolve(url, options)[0].ls(s3["bucket"])
+
+
+def test_fips_in_the_config_file_and_an_old_botocore_keep_s3fs(aws_env, monkeypatch):
+    from shardcat.storage import transport
+
+    options = {**KEYS, "region_name": "us-east-1"}
+    aws_env.write_text("[default]\nuse_fips_endpoint = true\n")
+    choice = choose_transport(URL, options)
+    assert (choice.transport, "use_fips_endpoint" in choice.reason) == ("fsspec", True)
+    aws_env.write_text("")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    assert choose_transport(URL, KEYS).transport == "obstore"
+    # A botocore before 1.31 does not read AWS_ENDPOINT_URL: s3fs would go to AWS itself.
+    monkeypatch.setattr(transport, "_botocore_reads_env_endpoints", lambda: False)
+    choice = choose_transport(URL, KEYS)
+    assert (choice.transport, "before 1.31" in choice.reason) == ("fsspec", True)

@@ -25,7 +25,14 @@
     passed to obstore explicitly. Variables that only obstore reads and that
     change where or how it asks (``AWS_ENDPOINT``, ``AWS_SKIP_SIGNATURE``,
     ``AWS_VIRTUAL_HOSTED_STYLE_REQUEST``, ``AWS_REQUEST_PAYER``,
-    ``AWS_S3_EXPRESS``) keep s3fs, and so does, for an https endpoint, a CA
+    ``AWS_S3_EXPRESS``), that change how uploads are stored
+    (``AWS_SERVER_SIDE_ENCRYPTION``, ``AWS_SSE_*``, ``AWS_CONDITIONAL_PUT``,
+    ``AWS_UNSIGNED_PAYLOAD``) or which certificates and proxy are used
+    (``AWS_ALLOW_INVALID_CERTIFICATES``, ``AWS_PROXY_*``) keep s3fs; so do
+    botocore's FIPS and dual-stack endpoints (``AWS_USE_FIPS_ENDPOINT``,
+    ``AWS_USE_DUALSTACK_ENDPOINT``, or the config file's ``use_fips_endpoint`` /
+    ``use_dualstack_endpoint``), a botocore too old to read
+    ``AWS_ENDPOINT_URL`` (before 1.31) when it is set, and, for an https endpoint, a CA
     bundle of botocore's (``AWS_CA_BUNDLE``, else the config file's
     ``ca_bundle``) other than ``SSL_CERT_FILE`` or a system bundle (obstore
     trusts only those: a private CA's MinIO, a TLS-inspecting proxy);
@@ -92,7 +99,21 @@ _OBSTORE_ONLY_ENV = (
     "AWS_VIRTUAL_HOSTED_STYLE_REQUEST",
     "AWS_REQUEST_PAYER",
     "AWS_S3_EXPRESS",
+    # How uploads are stored: encryption, and how "create" is made conditional.
+    "AWS_SERVER_SIDE_ENCRYPTION",
+    "AWS_SSE_KMS_KEY_ID",
+    "AWS_SSE_BUCKET_KEY_ENABLED",
+    "AWS_SSE_CUSTOMER_KEY_BASE64",
+    "AWS_CONDITIONAL_PUT",
+    "AWS_UNSIGNED_PAYLOAD",
+    # Which certificates are trusted, and the route to the store.
+    "AWS_ALLOW_INVALID_CERTIFICATES",
+    "AWS_PROXY_URL",
+    "AWS_PROXY_CA_CERTIFICATE",
+    "AWS_PROXY_EXCLUDES",
 )
+# Read by botocore only: each sends s3fs's requests to another endpoint than obstore's.
+_BOTOCORE_ONLY_ENV = ("AWS_USE_FIPS_ENDPOINT", "AWS_USE_DUALSTACK_ENDPOINT")
 # The system CA bundles obstore (rustls-native-certs, via openssl-probe) trusts anyway;
 # a CA bundle of botocore's elsewhere (a private CA's endpoint, such as MinIO over https,
 # or a TLS-inspecting proxy) would be trusted by s3fs only.
@@ -106,7 +127,13 @@ _SYSTEM_CA_FILES = (
 _profiles: dict[tuple[str, int, int], dict[str, str]] = {}
 _PROFILE_ENV = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE")
 # Keys of the config file's [default] section that redirect botocore's S3 requests.
-_CONFIG_REDIRECTS = ("endpoint_url", "services", "s3")
+_CONFIG_REDIRECTS = (
+    "endpoint_url",
+    "services",
+    "s3",
+    "use_fips_endpoint",
+    "use_dualstack_endpoint",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +253,8 @@ def _auto(config: dict[str, Any]) -> str | None:
         return f"{named} is set (profiles are read by s3fs only)"
     if only := next((v for v in _OBSTORE_ONLY_ENV if _env(v)), None):
         return f"{only} is set (obstore would read it, s3fs does not)"
+    if only := next((v for v in _BOTOCORE_ONLY_ENV if _env(v)), None):
+        return f"{only} is set (s3fs would read it, obstore does not)"
     has_key, has_secret = "access_key_id" in config, "secret_access_key" in config
     if config.get("skip_signature"):
         pass
@@ -249,7 +278,9 @@ def _auto(config: dict[str, Any]) -> str | None:
     if "unreadable" in profile:
         return f"the AWS config file {profile['unreadable']} does not parse"
     if "endpoint" not in config:
-        if endpoint := env_endpoint(profile):
+        if (endpoint := env_endpoint(profile)) and not _botocore_reads_env_endpoints():
+            return "AWS_ENDPOINT_URL(_S3) is set and this botocore does not read it (before 1.31)"
+        if endpoint:
             _set_endpoint(config, endpoint)
         elif _env("AWS_ENDPOINT_URL"):
             return (
@@ -272,6 +303,16 @@ def _auto(config: dict[str, Any]) -> str | None:
                 "S3's redirect to the bucket's region, obstore cannot"
             )
     return None
+
+
+def _botocore_reads_env_endpoints() -> bool:
+    """Whether the installed botocore reads ``AWS_ENDPOINT_URL(_S3)`` (1.31 and later, which
+    brought ``ignore_configured_endpoint_urls`` with them)."""
+    try:
+        from botocore.configprovider import BOTOCORE_DEFAUT_SESSION_VARIABLES as variables
+    except ImportError:  # no botocore (s3fs not installed): s3fs reads nothing anyway
+        return True
+    return "ignore_configured_endpoint_urls" in variables
 
 
 def _private_ca_bundle(profile: Mapping[str, str]) -> str | None:
