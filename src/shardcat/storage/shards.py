@@ -59,6 +59,7 @@ class ShardWriter(_writer.ShardWriter):
         **kwargs: Any,
     ) -> None:
         self._pending = None
+        self._published: Future[ShardInfo] | None = None  # close_in_background's publication
         if isinstance(target, (str, os.PathLike)):
             url = os.fspath(target)
             self._pending = open_pending(url, storage_options, exclusive=exclusive)
@@ -93,6 +94,9 @@ class ShardWriter(_writer.ShardWriter):
 
     def close(self) -> ShardInfo:
         # docstring inherited
+        if self._published is not None:
+            # Published (or being published) by close_in_background: its outcome, once known.
+            return self._published.result()
         info = self._finish()
         if self._pending is not None:
             self._pending.commit()
@@ -109,6 +113,8 @@ class ShardWriter(_writer.ShardWriter):
         ``result()`` is the shard's summary once it is published, or raises
         the publication's error (the file is then discarded).
         """
+        if self._published is not None:
+            return self._published
         pending = self._pending
         if pending is None or not pending.publishes_in_background:
             future: Future[ShardInfo] = Future()
@@ -116,9 +122,10 @@ class ShardWriter(_writer.ShardWriter):
                 future.set_result(self.close())
             except Exception as e:
                 future.set_exception(e)
+            self._published = future
             return future
         info = self._finish()
-        future = Future()
+        future = self._published = Future()
 
         def publish() -> None:
             try:
