@@ -437,6 +437,7 @@ def test_a_rotated_key_or_refreshed_token_in_the_environment_builds_a_new_store(
     aws_env, monkeypatch
 ):
     # obstore reads the environment's credentials once, when a store is built.
+    from shardcat.storage import objstore
     from shardcat.storage.objstore import s3_store
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAFIRST")
@@ -451,6 +452,9 @@ def test_a_rotated_key_or_refreshed_token_in_the_environment_builds_a_new_store(
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "rotated-secret")
     rotated = s3_store(URL, ENDPOINT)
     assert rotated is not None and rotated[0] is not refreshed[0]
+    # Stores built for older credentials are dropped: one per bucket and configuration.
+    kept = [s for s in objstore._stores.values() if s in (first[0], refreshed[0], rotated[0])]
+    assert kept == [rotated[0]]
 
 
 @pytest.mark.parametrize("name", ["region_name", "region"])

@@ -114,6 +114,16 @@ def test_past_the_memory_limit_the_upload_moves_to_s3fs(s3, monkeypatch, exclusi
             again.commit()
 
 
+def test_an_exclusive_upload_gathers_at_most_what_one_put_takes(s3, monkeypatch):
+    monkeypatch.setenv(MEMORY_ENV, "8GiB")
+    exclusive = open_pending(f"{s3['url']}/x.bin", s3["storage_options"], exclusive=True)
+    plain = open_pending(f"{s3['url']}/y.bin", s3["storage_options"])
+    assert exclusive.file._file._limit == 5 << 30  # type: ignore[attr-defined]  # S3's PUT limit
+    assert plain.file._file._limit == 8 << 30  # type: ignore[attr-defined]
+    exclusive.discard()
+    plain.discard()
+
+
 def test_a_memory_limit_that_is_not_a_size_is_refused(s3, monkeypatch):
     monkeypatch.setenv(MEMORY_ENV, "lots")
     with pytest.raises(StorageError, match="SHARDCAT_S3_UPLOAD_MEMORY='lots' is not a size"):
@@ -263,4 +273,19 @@ def test_a_failing_report_during_abort_is_logged_not_raised(s3, caplog):
     )
     with pytest.raises(RuntimeError, match="the source failed"):
         _fail_after(w, 12)
-    assert "the catalog is gone" in caplog.text
+    assert "was published but not reported: the catalog is gone" in caplog.text
+
+
+def test_close_after_close_in_background_raises_the_failed_publication(s3):
+    _client(s3).put_object(Bucket=s3["bucket"], Key="taken.shard", Body=b"theirs")
+    w = shardcat.ShardWriter(
+        f"{s3['url']}/taken.shard", storage_options=s3["storage_options"], exclusive=True
+    )
+    w.add("k", {"x": b"1"})
+    future = w.close_in_background()
+    assert w.close_in_background() is future  # one publication, however often asked
+    # close() must not report a shard as written whose publication failed (or is in flight).
+    with pytest.raises(ObjectExistsError):
+        w.close()
+    with pytest.raises(ObjectExistsError):
+        future.result()

@@ -131,6 +131,9 @@ def s3_store(
     cache_key = (os.getpid(), bucket, repr(sorted(config.items())), env)
     store = _stores.get(cache_key)
     if store is None:
+        # One store per bucket and configuration: one built for older credentials goes.
+        for old in [k for k in _stores if k[:3] == cache_key[:3]]:
+            del _stores[old]
         store = S3Store(bucket, retry_config=_RETRY, **config)  # type: ignore[arg-type]
         _stores[cache_key] = store
     _runtime_pid = os.getpid()

@@ -136,7 +136,11 @@ class ShardWriter(_writer.ShardWriter):
                 future.set_result(info)
 
         # Not a daemon: a shard in flight is published before the interpreter exits.
-        threading.Thread(target=publish, name=f"shardcat-publish {self.path}").start()
+        thread = threading.Thread(target=publish, name=f"shardcat-publish {self.path}")
+        try:
+            thread.start()
+        except RuntimeError:  # no thread can start (the interpreter is exiting): publish here
+            publish()
         return future
 
     def _finish(self) -> ShardInfo:
@@ -327,10 +331,15 @@ class RollingShardWriter:
 
     def _report_published(self) -> None:
         """Wait for the shard being published, if any, and report it (or raise its error)."""
-        publishing, self._publishing = self._publishing, None
+        publishing = self._publishing
         if publishing is None:
             return
-        info = publishing.result()
+        try:
+            info = publishing.result()
+        finally:
+            # Only once its outcome is known: a wait cut short (Ctrl-C) leaves it to abort().
+            if publishing.done():
+                self._publishing = None
         self.shards.append(info)
         if self._on_closed is not None:
             self._on_closed(info)
@@ -353,10 +362,13 @@ class RollingShardWriter:
             if w is not None:
                 w.abort()
         finally:
+            publishing = self._publishing
             try:
                 self._report_published()
             except Exception as e:
-                _log.warning("a closed shard was not published during abort: %s", e)
+                failed = publishing is not None and publishing.exception() is not None
+                what = "was not published" if failed else "was published but not reported"
+                _log.warning("during abort, a closed shard %s: %s", what, e)
 
     def __enter__(self) -> RollingShardWriter:
         return self

@@ -213,9 +213,11 @@ class MappedFile:
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
             # The thread's call holds a view of the mapping: let it finish (a few ms) first.
-            ahead.shutdown(wait=True, cancel_futures=True)
-            self._pending = None
-            _slots.release()
+            try:
+                ahead.shutdown(wait=True, cancel_futures=True)
+            finally:
+                self._pending = None
+                _slots.release()
         fd, self._fd = self._fd, -1
         if fd >= 0:
             os.close(fd)
