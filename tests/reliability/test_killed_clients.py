@@ -1,8 +1,10 @@
 """The client process SIGKILLed before and during its commit, on SQLite and PostgreSQL.
 
 Two clients, each a real process: a plain one (``begin_job``,
-``register_shard``, ``commit_job``) and ``shardcat.write`` with its own
-LocalCluster of worker processes. Each is killed once with its job open and
+``register_shard``, ``commit_job``), here, and ``shardcat.write`` with its own
+LocalCluster of worker processes, in test_killed_write_client.py (a file of
+its own, so the two pytest-xdist workers can run the two halves side by
+side; they share this file's checks). Each is killed once with its job open and
 every shard staged (plus, for the plain client, a shard uploaded whose
 registration the kill cut off), and several times at spread moments from the
 start of ``commit_job`` to past its usual end. After each kill: the job is
@@ -24,7 +26,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 import sqlalchemy as sa
 
 from orchestration.killclient import kill_client, run_client
@@ -37,8 +38,6 @@ SHARDS, PER_SHARD = 2, 2000
 # run (benchmarks/reliability.py --kills N) sets SHARDCAT_RELIABILITY_KILLS.
 KILLS = max(2, int(os.environ.get("SHARDCAT_RELIABILITY_KILLS", "6")))
 WINDOW = tuple(1.5 * i / (KILLS - 1) for i in range(KILLS))
-DASK_N, DASK_PARTS = 200, 10
-DASK_WINDOW = (0.0, 0.5)  # the write's commit, from its last progress event on
 
 PLAIN = textwrap.dedent(
     """
@@ -67,30 +66,6 @@ PLAIN = textwrap.dedent(
         start = time.perf_counter()
         cat.commit_job(job)
         print("COMMITTED", time.perf_counter() - start, flush=True)
-    """
-)
-
-WRITE = textwrap.dedent(
-    """
-    import sys, time
-    import dask.bag as db
-    import shardcat
-    from tests.orchestration.samples import numbered_sample
-
-    url, catalog, dataset, hold = sys.argv[1:5]
-    n, parts = int(sys.argv[5]), int(sys.argv[6])
-
-    def progress(event):
-        if event.done_partitions >= parts:  # the last event: the commit comes next
-            print("COMMITTING", flush=True)
-            if hold == "hold":
-                time.sleep(120)  # the test SIGKILLs us here
-
-    if __name__ == "__main__":
-        bag = db.from_sequence(range(n), npartitions=parts).map(numbered_sample)
-        shardcat.write(bag, url, catalog=catalog, dataset=dataset, max_records_per_shard=10,
-                       progress=progress)
-        print("COMMITTED", flush=True)
     """
 )
 
@@ -214,40 +189,3 @@ def test_plain_client_killed_during_commit(catalog_url: str, tmp_path: Path) -> 
         f"{len(fates)} kills: {fates.count('committed')} after the commit landed, "
         f"{fates.count('open')} before"
     )
-
-
-def _dask(
-    tmp_path: Path, url: str, dataset: str, hold: str = "", delay: float | None = None
-) -> None:
-    """Run the write client; with a ``delay``, SIGKILL it that long after its last progress event."""
-    script = tmp_path / "write.py"
-    script.write_text(WRITE)
-    args = [str(tmp_path / dataset), _client_url(url, dataset), dataset, hold]
-    args += [str(DASK_N), str(DASK_PARTS)]
-    if delay is None:
-        assert run_client(script, args)[-1] == "COMMITTED"
-    else:
-        kill_client(script, args, until="COMMITTING", delay=delay)
-
-
-def _dask_keys() -> list[str]:
-    return [f"n/{i:05d}" for i in range(DASK_N)]
-
-
-@pytest.mark.slow
-def test_write_client_killed_before_and_during_commit(catalog_url: str, tmp_path: Path) -> None:
-    fates = []
-    moments: list[tuple[str, float]] = [("hold", 0.0)] + [("", d) for d in DASK_WINDOW]
-    with Catalog(catalog_url) as cat:
-        for n, (hold, delay) in enumerate(moments):
-            dataset = f"w{n}"
-            root = tmp_path / dataset
-            _dask(tmp_path, catalog_url, dataset, hold, delay)
-            fate = _after_kill(cat, catalog_url, dataset, _dask_keys(), root)
-            if hold:
-                assert fate == "open"
-            fates.append(fate)
-            if fate == "open":  # the rerun: a new job, from scratch
-                _dask(tmp_path, catalog_url, dataset)
-            _exactly_once(cat, dataset, _dask_keys(), root)
-    print(f"write client kills: {fates}")
