@@ -63,8 +63,9 @@ class PendingFile:
     """
 
     publishes_in_background = False
-    """Whether :meth:`commit` is one blocking upload that releases the GIL (S3 through
-    obstore), worth running on a thread while the caller goes on (``RollingShardWriter``)."""
+    """Whether :meth:`commit` is mostly a wait without the GIL (a local file's ``fsync``
+    and link, an S3 PUT through obstore), worth running on a thread while the caller goes
+    on (``RollingShardWriter`` encodes the next shard)."""
 
     def __init__(
         self,
@@ -89,6 +90,8 @@ class PendingFile:
             local.behind = _write_behind()
             self.file: BinaryIO = local
             self._fs: Any = None
+            # Publishing waits for the disk (fsync), without the GIL.
+            self.publishes_in_background = True
             return
         self._temp = None
         self._buffered = False

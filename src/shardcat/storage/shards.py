@@ -103,11 +103,12 @@ class ShardWriter(_writer.ShardWriter):
         return info
 
     def close_in_background(self) -> Future[ShardInfo]:
-        """Finish the shard here; publish it on a thread where publishing is one upload.
+        """Finish the shard here; publish it on a thread where publishing is a wait for the store.
 
         The footer is written before this returns (its errors are raised
-        here). Where the URL's publication is one blocking call that releases
-        the GIL (S3 through obstore: :attr:`PendingFile.publishes_in_background`),
+        here). Where the URL's publication is mostly a wait without the GIL
+        (a local file's ``fsync`` and link, an S3 PUT through obstore:
+        :attr:`PendingFile.publishes_in_background`),
         it runs on a thread and the caller can encode the next shard meanwhile;
         elsewhere it happens before this returns. Either way the future's
         ``result()`` is the shard's summary once it is published, or raises
@@ -217,8 +218,9 @@ class RollingShardWriter:
     number (stored in its header), ``{index}`` its position in this writer
     (``number - start``), e.g. ``"train-{number:06d}.shard"``. A shard is
     closed once it holds ``max_bytes`` or ``max_records``. Where publishing a
-    shard is one upload (S3 through obstore) it runs on a thread while the
-    next shard is encoded; ``on_shard_closed`` is called, in shard order, once
+    shard is mostly a wait for the store (a local file's ``fsync`` and link,
+    an S3 PUT through obstore) it runs on a thread while the next shard is
+    encoded; ``on_shard_closed`` is called, in shard order, once
     a shard is published (at the latest by :meth:`close`).
 
     Parameters
@@ -316,7 +318,7 @@ class RollingShardWriter:
         w, self._current = self._current, None
         if w is None:
             return
-        # Where publishing is one upload (S3 through obstore) it runs on a thread while
+        # Where publishing is a wait for the store (fsync, a PUT) it runs on a thread while
         # the next shard is encoded. The previous shard is reported before this one
         # starts: shards are reported in order, each once published, and if one
         # failed, the next is dropped, never published.
