@@ -177,15 +177,19 @@ def test_refused_credentials_are_the_same_error_as_through_s3fs(monkeypatch):
 # --- RollingShardWriter: a shard published while the next is encoded --------------------
 
 
-def _write(s3: dict[str, Any], n: int, *, on_closed: Any, prefix: str = "ds", **kw: Any) -> Any:
-    w = shardcat.RollingShardWriter(
+def _rolling(s3: dict[str, Any], prefix: str, on_closed: Any) -> Any:
+    """An exclusive writer of shards of 10 records under ``prefix``."""
+    return shardcat.RollingShardWriter(
         f"{s3['url']}/{prefix}",
         max_records=10,
         storage_options=s3["storage_options"],
         on_shard_closed=on_closed,
         exclusive=True,
-        **kw,
     )
+
+
+def _write(s3: dict[str, Any], n: int, *, on_closed: Any, prefix: str = "ds") -> Any:
+    w = _rolling(s3, prefix, on_closed)
     with w:
         for i in range(n):
             w.add(f"k{i:04d}", {"bin": i.to_bytes(4, "little") * 100})
@@ -201,13 +205,7 @@ def test_shards_are_reported_in_order_each_once_published(s3):
         reported.append(key)
 
     counts: list[int] = []
-    w = shardcat.RollingShardWriter(
-        f"{s3['url']}/ds",
-        max_records=10,
-        storage_options=s3["storage_options"],
-        on_shard_closed=on_closed,
-        exclusive=True,
-    )
+    w = _rolling(s3, "ds", on_closed)
     with w:
         for i in range(35):
             w.add(f"k{i:04d}", {"bin": bytes(400)})
@@ -247,13 +245,7 @@ def _fail_after(w: Any, n: int) -> None:
 
 def test_abort_reports_the_shard_in_flight_and_drops_the_open_one(s3):
     reported: list[str] = []
-    w = shardcat.RollingShardWriter(
-        f"{s3['url']}/ab",
-        max_records=10,
-        storage_options=s3["storage_options"],
-        on_shard_closed=lambda info: reported.append(info.path),
-        exclusive=True,
-    )
+    w = _rolling(s3, "ab", lambda info: reported.append(info.path))
     with pytest.raises(RuntimeError, match="the source failed"):
         _fail_after(w, 15)
     assert reported == [f"{s3['url']}/ab/shard-000000.shard"]
@@ -264,13 +256,7 @@ def test_a_failing_report_during_abort_is_logged_not_raised(s3, caplog):
     def on_closed(info: Any) -> None:
         raise ValueError("the catalog is gone")
 
-    w = shardcat.RollingShardWriter(
-        f"{s3['url']}/rep",
-        max_records=10,
-        storage_options=s3["storage_options"],
-        on_shard_closed=on_closed,
-        exclusive=True,
-    )
+    w = _rolling(s3, "rep", on_closed)
     with pytest.raises(RuntimeError, match="the source failed"):
         _fail_after(w, 12)
     assert "was published but not reported: the catalog is gone" in caplog.text
