@@ -2022,6 +2022,70 @@ static PyObject *zeros(Py_ssize_t n)
     return z;
 }
 
+/* The head of a record (tag, sizes, key hash, entry descriptors, key and entry
+   strings, zero padding, CRC) at h, with the payloads laid out from head_length
+   on, each at the next multiple of mask + 1; each payload's offset goes to at[i]. */
+static void write_head(unsigned char *h, const char *key, Py_ssize_t key_len, uint64_t khash, const EntryIn *in,
+                       Py_ssize_t n, uint64_t head_length, uint64_t length, uint64_t mask, uint64_t *at)
+{
+    memcpy(h, RECORD_TAG, 4);
+    st64(h + 8, length);
+    st64(h + 16, khash);
+    st32(h + 24, (uint32_t)head_length);
+    st16(h + 28, (uint16_t)key_len);
+    st16(h + 30, (uint16_t)n);
+    unsigned char *s = h + HEAD_SIZE + DESC_SIZE * n;
+    memcpy(s, key, (size_t)key_len);
+    s += key_len;
+    uint64_t pos = head_length;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char *d = h + HEAD_SIZE + DESC_SIZE * i;
+        at[i] = pos;
+        st64(d, pos);
+        st64(d + 8, (uint64_t)in[i].buf.len);
+        st32(d + 16, in[i].crc);
+        st16(d + 20, (uint16_t)in[i].name_len);
+        st16(d + 22, (uint16_t)in[i].type_len);
+        d[24] = (unsigned char)in[i].codec;
+        memset(d + 25, 0, 7);
+        memcpy(s, in[i].name, (size_t)in[i].name_len);
+        s += in[i].name_len;
+        memcpy(s, in[i].ctype, (size_t)in[i].type_len);
+        s += in[i].type_len;
+        pos = (pos + (uint64_t)in[i].buf.len + mask) & ~mask;
+    }
+    memset(s, 0, (size_t)(h + head_length - s));
+    st32(h + 4, crc32c(0, h + 8, (size_t)head_length - 8));
+}
+
+/* The payloads after a head written by write_head, each followed by its zero padding. */
+static void write_payloads(unsigned char *h, const EntryIn *in, Py_ssize_t n, uint64_t mask, const uint64_t *at)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t end = at[i] + (uint64_t)in[i].buf.len;
+        memcpy(h + at[i], in[i].buf.buf, (size_t)in[i].buf.len);
+        memset(h + end, 0, (size_t)(((end + mask) & ~mask) - end));
+    }
+}
+
+/* A record's head size and whole size (both multiples of mask + 1); 0 if a size overflows the format. */
+static int record_sizes(Py_ssize_t key_len, const EntryIn *in, Py_ssize_t n, uint64_t mask, uint64_t *head_length,
+                        uint64_t *length)
+{
+    uint64_t strings_len = (uint64_t)key_len;
+    for (Py_ssize_t i = 0; i < n; i++)
+        strings_len += (uint64_t)in[i].name_len + (uint64_t)in[i].type_len;
+    uint64_t unpadded = HEAD_SIZE + (uint64_t)DESC_SIZE * (uint64_t)n + strings_len;
+    *head_length = (unpadded + mask) & ~mask;
+    if (*head_length > 0xffffffffull)
+        return 0;
+    uint64_t total = *head_length;
+    for (Py_ssize_t i = 0; i < n; i++)
+        total = (total + (uint64_t)in[i].buf.len + mask) & ~mask;
+    *length = total;
+    return 1;
+}
+
 /* encode_record(key, key_hash, entries, alignment) -> EncodedRecord.
    The bytes are the reference's; `parts` is one bytes object for records up
    to JOIN_LIMIT (what the writer would join them into), else head, payloads
@@ -2047,25 +2111,21 @@ static PyObject *py_encode_record(PyObject *self, PyObject *args)
         return PyObject_Call(ref_encode_record, args, NULL);
     PyObject **items = PySequence_Fast_ITEMS(entries);
     EntryIn *in = PyMem_Calloc((size_t)(n ? n : 1), sizeof(EntryIn));
-    if (in == NULL)
-        return PyErr_NoMemory();
+    uint64_t *at = PyMem_Calloc((size_t)(n ? n : 1), sizeof(uint64_t));
     PyObject *result = NULL, *parts = NULL, *offsets = NULL, *head = NULL;
-    int fast = 1;
-    uint64_t strings_len = (uint64_t)key_len;
-    for (Py_ssize_t i = 0; i < n && fast; i++) {
-        fast = read_entry(items[i], &in[i]);
-        strings_len += (uint64_t)in[i].name_len + (uint64_t)in[i].type_len;
+    if (in == NULL || at == NULL) {
+        PyMem_Free(in);
+        PyMem_Free(at);
+        return PyErr_NoMemory();
     }
-    uint64_t mask = (uint64_t)alignment - 1;
-    uint64_t unpadded = HEAD_SIZE + (uint64_t)DESC_SIZE * (uint64_t)n + strings_len;
-    uint64_t head_length = (unpadded + mask) & ~mask;
-    if (!fast || head_length > 0xffffffffull) {
+    int fast = 1;
+    for (Py_ssize_t i = 0; i < n && fast; i++)
+        fast = read_entry(items[i], &in[i]);
+    uint64_t mask = (uint64_t)alignment - 1, head_length = 0, length = 0;
+    if (!fast || !record_sizes(key_len, in, n, mask, &head_length, &length)) {
         fast = 0;
         goto release;
     }
-    uint64_t length = head_length;
-    for (Py_ssize_t i = 0; i < n; i++)
-        length = (length + (uint64_t)in[i].buf.len + mask) & ~mask;
     int joined = length <= JOIN_LIMIT;
     head = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(joined ? length : head_length));
     parts = PyList_New(0);
@@ -2073,54 +2133,28 @@ static PyObject *py_encode_record(PyObject *self, PyObject *args)
     if (head == NULL || parts == NULL || offsets == NULL)
         goto release;
     unsigned char *h = (unsigned char *)PyBytes_AS_STRING(head);
-    memcpy(h, RECORD_TAG, 4);
-    st64(h + 8, length);
-    st64(h + 16, khash);
-    st32(h + 24, (uint32_t)head_length);
-    st16(h + 28, (uint16_t)key_len);
-    st16(h + 30, (uint16_t)n);
-    unsigned char *s = h + HEAD_SIZE + DESC_SIZE * n;
-    memcpy(s, PyBytes_AS_STRING(key), (size_t)key_len);
-    s += key_len;
-    uint64_t pos = head_length;
+    write_head(h, PyBytes_AS_STRING(key), key_len, khash, in, n, head_length, length, mask, at);
+    if (joined)
+        write_payloads(h, in, n, mask, at);
     for (Py_ssize_t i = 0; i < n; i++) {
-        unsigned char *d = h + HEAD_SIZE + DESC_SIZE * i;
-        st64(d, pos);
-        st64(d + 8, (uint64_t)in[i].buf.len);
-        st32(d + 16, in[i].crc);
-        st16(d + 20, (uint16_t)in[i].name_len);
-        st16(d + 22, (uint16_t)in[i].type_len);
-        d[24] = (unsigned char)in[i].codec;
-        memset(d + 25, 0, 7);
-        memcpy(s, in[i].name, (size_t)in[i].name_len);
-        s += in[i].name_len;
-        memcpy(s, in[i].ctype, (size_t)in[i].type_len);
-        s += in[i].type_len;
-        PyObject *at = PyLong_FromUnsignedLongLong(pos);
-        if (at == NULL)
+        PyObject *pos = PyLong_FromUnsignedLongLong(at[i]);
+        if (pos == NULL)
             goto release;
-        PyList_SET_ITEM(offsets, i, at);
-        uint64_t end = pos + (uint64_t)in[i].buf.len;
-        uint64_t next = (end + mask) & ~mask;
-        if (joined) {
-            memcpy(h + pos, in[i].buf.buf, (size_t)in[i].buf.len);
-            memset(h + end, 0, (size_t)(next - end));
-        } else {
-            if (PyList_Append(parts, in[i].obj) < 0)
+        PyList_SET_ITEM(offsets, i, pos);
+        if (joined)
+            continue;
+        uint64_t end = at[i] + (uint64_t)in[i].buf.len, next = (end + mask) & ~mask;
+        if (PyList_Append(parts, in[i].obj) < 0)
+            goto release;
+        if (next != end) {
+            PyObject *pad = zeros((Py_ssize_t)(next - end));
+            if (pad == NULL || PyList_Append(parts, pad) < 0) {
+                Py_XDECREF(pad);
                 goto release;
-            if (next != end) {
-                PyObject *pad = zeros((Py_ssize_t)(next - end));
-                if (pad == NULL || PyList_Append(parts, pad) < 0) {
-                    Py_XDECREF(pad);
-                    goto release;
-                }
-                Py_DECREF(pad);
             }
+            Py_DECREF(pad);
         }
-        pos = next;
     }
-    memset(s, 0, (size_t)(head_length - unpadded));
-    st32(h + 4, crc32c(0, h + 8, (size_t)head_length - 8));
     if (PyList_Insert(parts, 0, head) < 0)
         goto release;
     PyObject *fields = Py_BuildValue("(OKKO)", parts, (unsigned long long)length,
@@ -2138,11 +2172,273 @@ release:
         if (in[i].held)
             PyBuffer_Release(&in[i].buf);
     PyMem_Free(in);
+    PyMem_Free(at);
     Py_XDECREF(head);
     Py_XDECREF(parts);
     Py_XDECREF(offsets);
     if (!fast && !PyErr_Occurred())
         return PyObject_Call(ref_encode_record, args, NULL);
+    return result;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the writer's common case                                                  */
+
+enum { W_PLAIN, W_SEEN, W_KEYS, W_ROWS, W_ENTRY_ROWS, W_BLOCK, W_BLOCK_BYTES, W_POS, W_COUNT, W_ALIGNMENT,
+       W_FAILED, W_WRITE_BLOCK, W_EXTEND, N_WNAMES };
+static PyObject *wnames[N_WNAMES];
+
+static int wnames_ready(void)
+{
+    static const char *const strings[N_WNAMES] = {
+        "_plain", "_seen", "_keys",      "_rows",  "_entry_rows",  "_block", "_block_bytes",
+        "_pos",   "_count", "_alignment", "_failed", "_write_block", "extend"};
+    if (wnames[N_WNAMES - 1] != NULL)
+        return 1;
+    for (int i = 0; i < N_WNAMES; i++)
+        if (wnames[i] == NULL && (wnames[i] = PyUnicode_InternFromString(strings[i])) == NULL)
+            return 0;
+    return 1;
+}
+
+#define ADD_MAX_ENTRIES 64 /* more entries than this take the Python path */
+
+/* Add `by` to writer.<attr> (an int); what it was goes to *before. */
+static int bump(PyObject *writer, int attr, Py_ssize_t by, Py_ssize_t *before)
+{
+    PyObject *v = PyObject_GetAttr(writer, wnames[attr]);
+    if (v == NULL)
+        return -1;
+    *before = PyLong_AsSsize_t(v);
+    Py_DECREF(v);
+    if (*before == -1 && PyErr_Occurred())
+        return -1;
+    PyObject *now = PyLong_FromSsize_t(*before + by);
+    if (now == NULL)
+        return -1;
+    int rc = PyObject_SetAttr(writer, wnames[attr], now);
+    Py_DECREF(now);
+    return rc;
+}
+
+/* Call writer.<attr>.extend(values) with a tuple of n unsigned 64-bit integers. */
+static int extend_rows(PyObject *writer, int attr, const uint64_t *values, Py_ssize_t n)
+{
+    PyObject *t = PyTuple_New(n);
+    if (t == NULL)
+        return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(values[i]);
+        if (v == NULL) {
+            Py_DECREF(t);
+            return -1;
+        }
+        PyTuple_SET_ITEM(t, i, v);
+    }
+    PyObject *rows = PyObject_GetAttr(writer, wnames[attr]);
+    PyObject *r = rows ? PyObject_CallMethodOneArg(rows, wnames[W_EXTEND], t) : NULL;
+    Py_XDECREF(rows);
+    Py_DECREF(t);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* add_plain(writer, key, entries, key_hash, max_key_bytes, max_entries, block_bytes) -> int | None.
+
+   ShardWriter.add's common case, compiled: an ASCII str key within the
+   limit, a dict whose values are bytes under names the writer already
+   stores as they are (its `_plain`: raw name, raw content type, spec id) or
+   are skipped (`__` names), and a record of at most JOIN_LIMIT bytes. The
+   record's bytes, rows and the order of the writer's effects are add()'s
+   own. Returns None, having changed nothing, for anything else (a new
+   name, another value type, a repeated key, an odd hash...): the caller
+   then runs its Python path, which handles or rejects the record. */
+static PyObject *py_add_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "add_plain takes 7 arguments");
+        return NULL;
+    }
+    PyObject *writer = args[0], *key = args[1], *entries = args[2], *hash_fn = args[3];
+    Py_ssize_t max_key = PyLong_AsSsize_t(args[4]), max_entries = PyLong_AsSsize_t(args[5]),
+               block_limit = PyLong_AsSsize_t(args[6]);
+    if (PyErr_Occurred() || !wnames_ready())
+        return NULL;
+    if (!PyUnicode_CheckExact(key) || !PyUnicode_IS_ASCII(key) || !PyDict_CheckExact(entries))
+        Py_RETURN_NONE;
+    Py_ssize_t key_len = PyUnicode_GET_LENGTH(key);
+    if (key_len == 0 || key_len > max_key || key_len > 0xffff)
+        Py_RETURN_NONE;
+
+    EntryIn in[ADD_MAX_ENTRIES];
+    uint64_t at[ADD_MAX_ENTRIES], spec[ADD_MAX_ENTRIES], khash = 0, head_length = 0, length = 0;
+    Py_ssize_t n = 0, pos = 0, before = 0, held = 0;
+    PyObject *known_of[ADD_MAX_ENTRIES];
+    PyObject *name, *value, *result = NULL, *raw_key = NULL, *rec = NULL, *h = NULL, *alignment = NULL;
+    PyObject *plain = PyObject_GetAttr(writer, wnames[W_PLAIN]);
+    if (plain == NULL)
+        return NULL;
+    if (!PyDict_CheckExact(plain))
+        goto fallback;
+    /* No Python code runs in this loop (exact str names looked up in a dict of exact
+       str names, see ShardWriter.add), so `entries` cannot change under it. */
+    while (PyDict_Next(entries, &pos, &name, &value)) {
+        if (!PyUnicode_CheckExact(name))
+            goto fallback;
+        if (PyBytes_CheckExact(value)) {
+            PyObject *known = PyDict_GetItemWithError(plain, name); /* borrowed */
+            if (known == NULL) {
+                if (PyErr_Occurred())
+                    goto done;
+                goto fallback; /* a name seen for the first time: add() prepares it */
+            }
+            if (n >= ADD_MAX_ENTRIES || n >= max_entries || !PyTuple_CheckExact(known) ||
+                PyTuple_GET_SIZE(known) != 3)
+                goto fallback;
+            PyObject *raw_name = PyTuple_GET_ITEM(known, 0), *ctype = PyTuple_GET_ITEM(known, 1),
+                     *sid = PyTuple_GET_ITEM(known, 2);
+            if (!PyBytes_CheckExact(raw_name) || !PyBytes_CheckExact(ctype) || !PyLong_CheckExact(sid))
+                goto fallback;
+            EntryIn *e = &in[n];
+            e->obj = value;
+            e->held = 0;
+            e->buf.buf = PyBytes_AS_STRING(value);
+            e->buf.len = PyBytes_GET_SIZE(value);
+            e->name = PyBytes_AS_STRING(raw_name);
+            e->name_len = PyBytes_GET_SIZE(raw_name);
+            e->ctype = PyBytes_AS_STRING(ctype);
+            e->type_len = PyBytes_GET_SIZE(ctype);
+            e->codec = 0; /* Codec.NONE: `_plain` holds only names stored as they are */
+            long sid_value = PyLong_AsLong(sid);
+            if (sid_value < 0 || e->name_len > 0xffff || e->type_len > 0xffff) {
+                PyErr_Clear();
+                goto fallback;
+            }
+            known_of[n] = known;
+            spec[n++] = (uint64_t)sid_value;
+            continue;
+        }
+        if (PyUnicode_GET_LENGTH(name) >= 2 && PyUnicode_READ_CHAR(name, 0) == '_' &&
+            PyUnicode_READ_CHAR(name, 1) == '_')
+            continue; /* `__key__` and the like: not entries */
+        goto fallback;
+    }
+    alignment = PyObject_GetAttr(writer, wnames[W_ALIGNMENT]);
+    if (alignment == NULL)
+        goto done;
+    long align = PyLong_AsLong(alignment);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        goto fallback;
+    }
+    if (!alignment_ok(align))
+        goto fallback;
+    uint64_t mask = (uint64_t)align - 1;
+    if (!record_sizes(key_len, in, n, mask, &head_length, &length) || length > JOIN_LIMIT)
+        goto fallback;
+    /* The hash function and the block write below are Python code: hold what the
+       entries' pointers read from (the values, and the `_plain` tuples' strings). */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_INCREF(in[i].obj);
+        Py_INCREF(known_of[i]);
+    }
+    held = n;
+
+    raw_key = PyBytes_FromStringAndSize((const char *)PyUnicode_1BYTE_DATA(key), key_len);
+    if (raw_key == NULL)
+        goto done;
+    PyObject *seen = PyObject_GetAttr(writer, wnames[W_SEEN]);
+    if (seen == NULL)
+        goto done;
+    int dup = PySet_Check(seen) ? PySet_Contains(seen, raw_key) : 1;
+    if (dup != 0) {
+        Py_DECREF(seen);
+        if (dup < 0)
+            goto done;
+        goto fallback; /* add() raises DuplicateKeyError */
+    }
+    h = PyObject_CallOneArg(hash_fn, raw_key);
+    if (h == NULL) {
+        Py_DECREF(seen);
+        goto done;
+    }
+    khash = PyLong_AsUnsignedLongLong(h);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_DECREF(seen);
+        goto fallback;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        in[i].crc = crc32c(0, in[i].buf.buf, (size_t)in[i].buf.len);
+    rec = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)length);
+    if (rec == NULL) {
+        Py_DECREF(seen);
+        goto done;
+    }
+    unsigned char *buf = (unsigned char *)PyBytes_AS_STRING(rec);
+    write_head(buf, PyBytes_AS_STRING(raw_key), key_len, khash, in, n, head_length, length, mask, at);
+    write_payloads(buf, in, n, mask, at);
+
+    /* From here on, add()'s effects, in its order. */
+    PyObject *block = PyObject_GetAttr(writer, wnames[W_BLOCK]);
+    int failed = block == NULL || PyList_Append(block, rec) < 0 ||
+                 bump(writer, W_BLOCK_BYTES, (Py_ssize_t)length, &before) < 0;
+    Py_XDECREF(block);
+    if (!failed && before + (Py_ssize_t)length >= block_limit) {
+        PyObject *r = PyObject_CallMethodNoArgs(writer, wnames[W_WRITE_BLOCK]);
+        failed = r == NULL;
+        Py_XDECREF(r);
+    }
+    if (failed) { /* add()'s `except BaseException: self._failed = True; raise` */
+        PyObject *exc_type, *exc, *tb;
+        PyErr_Fetch(&exc_type, &exc, &tb);
+        if (PyObject_SetAttr(writer, wnames[W_FAILED], Py_True) < 0)
+            PyErr_Clear();
+        PyErr_Restore(exc_type, exc, tb);
+        Py_DECREF(seen);
+        goto done;
+    }
+    PyObject *keys = PyObject_GetAttr(writer, wnames[W_KEYS]);
+    int rc = PySet_Add(seen, raw_key);
+    Py_DECREF(seen);
+    if (rc < 0 || keys == NULL || PyList_Append(keys, raw_key) < 0) {
+        Py_XDECREF(keys);
+        goto done;
+    }
+    Py_DECREF(keys);
+    Py_ssize_t offset = 0;
+    PyObject *pos_obj = PyObject_GetAttr(writer, wnames[W_POS]);
+    if (pos_obj == NULL)
+        goto done;
+    offset = PyLong_AsSsize_t(pos_obj);
+    Py_DECREF(pos_obj);
+    if (offset == -1 && PyErr_Occurred())
+        goto done;
+    uint64_t row[5] = {(uint64_t)offset, length, khash, (uint64_t)key_len, (uint64_t)n};
+    uint64_t entry_rows[4 * ADD_MAX_ENTRIES];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        entry_rows[4 * i] = at[i];
+        entry_rows[4 * i + 1] = (uint64_t)in[i].buf.len;
+        entry_rows[4 * i + 2] = in[i].crc;
+        entry_rows[4 * i + 3] = spec[i];
+    }
+    if (extend_rows(writer, W_ROWS, row, 5) < 0 || extend_rows(writer, W_ENTRY_ROWS, entry_rows, 4 * n) < 0 ||
+        bump(writer, W_POS, (Py_ssize_t)length, &before) < 0 || bump(writer, W_COUNT, 1, &before) < 0)
+        goto done;
+    result = PyLong_FromSsize_t(before);
+    goto done;
+fallback:
+    result = Py_NewRef(Py_None);
+done:
+    for (Py_ssize_t i = 0; i < held; i++) {
+        Py_DECREF(in[i].obj);
+        Py_DECREF(known_of[i]);
+    }
+    Py_DECREF(plain);
+    Py_XDECREF(alignment);
+    Py_XDECREF(raw_key);
+    Py_XDECREF(h);
+    Py_XDECREF(rec);
     return result;
 }
 
@@ -2917,6 +3213,8 @@ static PyMethodDef methods[] = {
     {"decode_batch", py_decode_batch, METH_VARARGS, "Every record of a batch of indexed reads, in one call."},
     {"batch_table", py_batch_table, METH_VARARGS, "The rows of a batch query as the batch decoder's table."},
     {"encode_record", py_encode_record, METH_VARARGS, "records.encode_record, compiled."},
+    {"add_plain", (PyCFunction)(void (*)(void))py_add_plain, METH_FASTCALL,
+     "ShardWriter.add's common case, compiled: the record's index, or None for the Python path."},
     {"entry", py_entry, METH_VARARGS, "The uncompressed entry `name` of a LazyRecord (None if compressed)."},
     {"_setup", py_setup, METH_VARARGS, "Hand over the Python types and the reference functions."},
     {"decode_records", py_decode_records, METH_VARARGS, "decode_run's records alone, without their views."},

@@ -142,6 +142,8 @@ batch_table: Callable[[list[Any], dict[str, Any]], records.BatchTable]
 read_packed: Callable[..., list[bytes] | None]
 """A batch's records read from local files into packed buffers (:func:`shardcat._pread.read_packed`)."""
 crc32c: Callable[..., int]
+add_plain: Callable[..., int | None] | None
+"""``ShardWriter.add``'s common case (the compiled codec only; None otherwise)."""
 scatter_read: Callable[..., bool]
 """A run of a local file read straight into pieces of a buffer (:func:`.scatter.scatter_read`)."""
 scatter_read_runs: Callable[..., int]
@@ -185,7 +187,8 @@ def use(name: str) -> Name:
     """
     global encode_record, decode_record, decode_indexed, decode_spanned, decode_run, decode_records
     global decode_batch, iter_records, read_packed, batch_table
-    global crc32c, scatter_read, scatter_read_runs, gather_copy, scatter_copy, crc32c_spans, _active
+    global crc32c, add_plain, scatter_read, scatter_read_runs, gather_copy, scatter_copy
+    global crc32c_spans, _active
     previous = globals().get("_active", "python")
     choice = choose(
         name, built=_compiled is not None, missing=_missing, what="record codec", env_var=ENV_VAR
@@ -203,6 +206,7 @@ def use(name: str) -> Name:
         # Built where pread is (POSIX); elsewhere the reference, which reads no faster.
         read_packed = getattr(_compiled, "read_packed", _pread.read_packed)
         crc32c = _compiled.crc32c
+        add_plain = _compiled.add_plain
         scatter_read = getattr(_compiled, "scatter_read", scatter.scatter_read)
         scatter_read_runs = getattr(_compiled, "scatter_read_runs", scatter.scatter_read_runs)
         scatter_copy = _compiled.scatter_copy
@@ -218,6 +222,7 @@ def use(name: str) -> Name:
         batch_table = records.batch_table
         read_packed = _pread.read_packed
         crc32c = _crc32c_package.crc32c
+        add_plain = None
         scatter_read = scatter.scatter_read
         scatter_read_runs = scatter.scatter_read_runs
         scatter_copy = scatter.scatter_copy

@@ -209,6 +209,15 @@ class ShardWriter:
         """
         if self._info is not None or self._failed:
             raise WriterClosedError(f"{self.path}: cannot add {key!r}, the writer is closed")
+        add_plain = recordcodec.add_plain
+        if add_plain is not None:
+            # The common record (bytes values under names seen before) in one compiled
+            # call; None where this method's own path below has to run.
+            index = add_plain(
+                self, key, entries, key_hash, MAX_KEY_BYTES, MAX_ENTRIES, _BLOCK_BYTES
+            )
+            if index is not None:
+                return index
         # The common key (ASCII text within the limit) without a call; the rest checked there.
         if type(key) is str and key.isascii() and 0 < len(key) <= MAX_KEY_BYTES:
             raw_key = key.encode("ascii")
@@ -244,7 +253,8 @@ class ShardWriter:
         if -1 in spec_ids:
             spec_ids = [s if s >= 0 else self._spec_id(p) for s, p in zip(spec_ids, prepared)]
             for name, i in first_seen:
-                if self._stores_plain(prepared[i]):
+                # Exact str names only: looking one up runs no Python code (add_plain relies on it).
+                if type(name) is str and self._stores_plain(prepared[i]):
                     plain[name] = (prepared[i].name, prepared[i].content_type, spec_ids[i])
 
         # Everything that can reject the record happens before its first byte is written.
