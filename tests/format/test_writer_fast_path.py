@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardcat.errors import WriterClosedError
-from shardcat.format import ShardWriter, recordcodec, writer
+from shardcat.format import ShardReader, ShardWriter, recordcodec, writer
 from shardcat.format.spec import ALIGNMENTS, MAX_ENTRIES, MAX_KEY_BYTES
 
 if "compiled" not in recordcodec.available() and os.environ.get(recordcodec.ENV_VAR) == "python":
@@ -251,3 +251,19 @@ def test_a_failed_block_write_fails_the_writer_as_the_python_path_does(codec):
             w.add("later", {"bin": payload})
     finally:
         recordcodec.use(previous)
+
+
+def test_a_hash_function_that_empties_the_entries_cannot_pull_bytes_from_under_the_record():
+    """The values are held across the Python calls: the record keeps the bytes it was given."""
+    w, buf = fresh_writer()
+    entries = {"bin": bytes(range(200)) * 50, "json": b'{"a": 1}'}
+    expected = dict(entries)
+
+    def clearing_hash(key: bytes) -> int:
+        entries.clear()  # drops the dict's references to both values
+        return writer.key_hash(key)
+
+    assert call(w, "k", entries, key_hash=clearing_hash) == 1
+    w.close()
+    rec = ShardReader(io.BytesIO(buf.getvalue())).get("k")
+    assert {n: e.data for n, e in rec.items()} == expected
