@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     # names of orchestration's submodules, which mypy may otherwise bind first.
     from .orchestration.compact import compact
     from .orchestration.copy import copy_dataset
+    from .orchestration.dataset_writer import DatasetWriter
     from .orchestration.files import from_files
     from .orchestration.index_tar import index_tar
     from .orchestration.keys import delete_keys
@@ -51,6 +52,7 @@ __all__ = [
     "CatalogError",
     "ChecksumError",
     "Codec",
+    "DatasetWriter",
     "DuplicateKeyError",
     "Entry",
     "FormatError",
@@ -97,6 +99,7 @@ _LAZY = {
     "Catalog": ".catalog",
     "compact": ".orchestration",
     "copy_dataset": ".orchestration",
+    "DatasetWriter": ".orchestration",
     "delete_keys": ".orchestration",
     "from_files": ".orchestration",
     "index_tar": ".orchestration",

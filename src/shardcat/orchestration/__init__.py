@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .compact import CompactSummary, compact
 from .copy import CopySummary, copy_dataset
+from .dataset_writer import DatasetWriter
 from .files import FileSource, from_files
 from .index_tar import IndexTarSummary, TarFailure, index_tar
 from .keys import delete_keys
@@ -15,6 +16,7 @@ from .write import WriteSummary, write
 __all__ = [
     "CompactSummary",
     "CopySummary",
+    "DatasetWriter",
     "FileSource",
     "IndexTarSummary",
     "TarFailure",

@@ -237,12 +237,7 @@ def write(
     from ..catalog import Catalog
 
     cat = catalog if isinstance(catalog, Catalog) else Catalog(str(catalog))
-    if mode not in ("create", "append", "overwrite"):
-        raise ValueError(f"mode must be 'create', 'append' or 'overwrite', not {mode!r}")
-    if on_duplicate not in ON_DUPLICATE:
-        raise ValueError(f"on_duplicate must be one of {ON_DUPLICATE}, not {on_duplicate!r}")
-    if on_duplicate != "error" and mode != "append":
-        raise ValueError(f"on_duplicate={on_duplicate!r} needs mode='append', not {mode!r}")
+    check_mode(mode, on_duplicate)
     size = parse_size(shard_size)
     callback, drawing = _progress_drawer(progress)
     opts = dict(storage_options or {})
@@ -255,13 +250,7 @@ def write(
     source = _prepare(data, key_column, json_entry)
     with _cluster(client, url) as dask_client:
         refuse_unreachable(cat, dask_client)
-        cat.create_dataset(dataset, redact(url), exist_ok=True)
-        existing = cat.shards(dataset, state=None)
-        if mode == "create" and any(s.state == "committed" for s in existing):
-            raise DatasetExistsError(
-                f"dataset {dataset!r} already has records",
-                hint=DatasetExistsError.APPEND_OR_OVERWRITE,
-            )
+        existing = open_dataset(cat, dataset, url, mode)
         point = resumable_job(
             cat, dataset, job_name=job_name, resume=resume, root=redact(url), mode=mode
         )
@@ -269,23 +258,8 @@ def write(
             job, partition_base, base_version = point.job, point.partition_base, point.base_version
             finished = finished_partitions(cat, point, dask_client, opts)
         else:
-            # What an overwrite replaces: the dataset as it is now. Another commit
-            # meanwhile makes this job's commit fail instead of dropping that data.
-            base_version = cat.dataset(dataset).version
-            # Number this job's partitions after every shard the dataset had (readable
-            # names in order); the job id in every name is what keeps jobs apart.
-            numbers = [s.shard_number for s in existing if s.shard_number is not None]
-            partition_base = max(numbers) // SHARDS_PER_PARTITION + 1 if numbers else 0
-            job = cat.begin_job(
-                dataset,
-                description=f"shardcat.write ({mode})",
-                properties=job_properties(
-                    mode=mode,
-                    root=redact(url),
-                    base_version=base_version,
-                    partition_base=partition_base,
-                    job_name=job_name,
-                ),
+            job, base_version, partition_base = begin_write_job(
+                cat, dataset, url, mode, existing, f"shardcat.write ({mode})", job_name
             )
             finished = {}
         if fields:
@@ -329,15 +303,14 @@ def write(
                 with contextlib.suppress(Exception):
                     dask_client.cancel(futures)
                 raise
-            cat.commit_job(
+            commit_write_job(
+                cat,
                 job.id,
-                shards=[u for r in results for u in r.shards],
-                replace=mode == "overwrite",
-                expected_version=base_version if mode == "overwrite" else None,
-                require_empty=mode == "create",
-                on_duplicate=on_duplicate,
-                operation={"create": "write"}.get(mode, mode),
-                message=message,
+                [u for r in results for u in r.shards],
+                mode,
+                base_version,
+                on_duplicate,
+                message,
             )
         except KeyboardInterrupt:
             if job_name is None and not resume:
@@ -374,6 +347,87 @@ def write(
     )
     log.info("%s", summary)
     return summary
+
+
+def check_mode(mode: str, on_duplicate: str) -> None:
+    """Refuse a write mode and duplicate policy that do not go together (ValueError)."""
+    if mode not in ("create", "append", "overwrite"):
+        raise ValueError(f"mode must be 'create', 'append' or 'overwrite', not {mode!r}")
+    if on_duplicate not in ON_DUPLICATE:
+        raise ValueError(f"on_duplicate must be one of {ON_DUPLICATE}, not {on_duplicate!r}")
+    if on_duplicate != "error" and mode != "append":
+        raise ValueError(f"on_duplicate={on_duplicate!r} needs mode='append', not {mode!r}")
+
+
+def open_dataset(cat: Any, dataset: str, url: str, mode: str) -> list[Any]:
+    """Create the dataset if it is new, refuse ``create`` on one with records; its shards' rows.
+
+    Raises
+    ------
+    DatasetExistsError
+        ``mode="create"`` and the dataset already has committed records.
+    """
+    cat.create_dataset(dataset, redact(url), exist_ok=True)
+    existing: list[Any] = cat.shards(dataset, state=None)
+    if mode == "create" and any(s.state == "committed" for s in existing):
+        raise DatasetExistsError(
+            f"dataset {dataset!r} already has records",
+            hint=DatasetExistsError.APPEND_OR_OVERWRITE,
+        )
+    return existing
+
+
+def begin_write_job(
+    cat: Any,
+    dataset: str,
+    url: str,
+    mode: str,
+    existing: list[Any],
+    description: str,
+    job_name: str | None = None,
+) -> tuple[Any, int, int]:
+    """Open a write job: ``(job, base_version, partition_base)``."""
+    # What an overwrite replaces: the dataset as it is now. Another commit
+    # meanwhile makes this job's commit fail instead of dropping that data.
+    base_version: int = cat.dataset(dataset).version
+    # Number this job's partitions after every shard the dataset had (readable
+    # names in order); the job id in every name is what keeps jobs apart.
+    numbers = [s.shard_number for s in existing if s.shard_number is not None]
+    partition_base = max(numbers) // SHARDS_PER_PARTITION + 1 if numbers else 0
+    job = cat.begin_job(
+        dataset,
+        description=description,
+        properties=job_properties(
+            mode=mode,
+            root=redact(url),
+            base_version=base_version,
+            partition_base=partition_base,
+            job_name=job_name,
+        ),
+    )
+    return job, base_version, partition_base
+
+
+def commit_write_job(
+    cat: Any,
+    job_id: int,
+    shards: list[str],
+    mode: str,
+    base_version: int,
+    on_duplicate: OnDuplicate,
+    message: str | None,
+) -> None:
+    """Commit a write job's shards as one version, as ``mode`` says (see :func:`write`)."""
+    cat.commit_job(
+        job_id,
+        shards=shards,
+        replace=mode == "overwrite",
+        expected_version=base_version if mode == "overwrite" else None,
+        require_empty=mode == "create",
+        on_duplicate=on_duplicate,
+        operation={"create": "write"}.get(mode, mode),
+        message=message,
+    )
 
 
 def _progress_drawer(

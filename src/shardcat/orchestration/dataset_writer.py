@@ -1,0 +1,277 @@
+"""``shardcat.DatasetWriter``: write a dataset from one Python process, without Dask.
+
+The same job as :func:`shardcat.write`, run by the calling thread: samples
+are added one by one, shards are published exclusively under the job's
+names, each is staged in the catalog on a thread while the next is written
+(:mod:`.stager`), and leaving the ``with`` block commits every shard as one
+new version. An error in the block (or in the writer) aborts the job:
+nothing it staged becomes visible, and ``shardcat gc`` removes its files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+from .._types import OnDuplicate
+from .._units import parse_size
+from ..errors import WriterClosedError
+from ..storage import (
+    brace_patterns,
+    dataset_prefix,
+    first_free,
+    is_local,
+    local_path,
+    redact,
+    resolve,
+)
+from ..storage.shards import RollingShardWriter
+from .plan import SHARDS_PER_PARTITION, WritePlan
+from .reach import in_memory
+from .stager import Stager
+from .write import (
+    Mode,
+    WriteSummary,
+    begin_write_job,
+    check_mode,
+    commit_write_job,
+    open_dataset,
+)
+
+__all__ = ["DatasetWriter"]
+
+log = logging.getLogger(__name__)
+
+
+class DatasetWriter:
+    """Write a dataset's samples from this process and commit them as one version.
+
+    For a loop in one Python process (no Dask cluster, no ``dask`` extra):
+    the job, its shard names, its modes and its guarantees are
+    :func:`shardcat.write`'s. Each shard is staged in the catalog on a
+    thread while the next one is written, so registration overlaps the
+    writing; lookups see nothing until the block ends and the job commits.
+
+    Parameters
+    ----------
+    catalog:
+        A :class:`shardcat.catalog.Catalog` or its SQLAlchemy URL (an
+        in-memory ``sqlite://`` catalog works too: it is this process's).
+    dataset:
+        The dataset's name in the catalog (created if new).
+    url:
+        The dataset's folder: a path, ``s3://bucket/datasets/train``, ...
+    mode, on_duplicate, shard_size, max_records_per_shard, compression,
+    metadata, storage_options, message, prefix:
+        As for :func:`shardcat.write`.
+
+    Examples
+    --------
+    >>> with shardcat.DatasetWriter("sqlite:///catalog.db", "train", "data/train") as w:  # doctest: +SKIP
+    ...     for sample in samples:  # {"__key__": ..., "jpg": ..., ...}
+    ...         w.write(sample)
+    >>> w.summary  # doctest: +SKIP
+    WriteSummary(dataset='train', job_id=1, records=2000, ...)
+
+    Raises
+    ------
+    DatasetExistsError
+        ``mode="create"`` and the dataset already has records (when the
+        writer opens, or at commit if another job committed first).
+    DuplicateKeyError
+        A key occurs twice, or (``append``) is already in the dataset; the
+        job is aborted.
+    CommitConflictError
+        ``mode="overwrite"`` and another job committed to the dataset
+        meanwhile; nothing of this job becomes visible.
+    """
+
+    def __init__(
+        self,
+        catalog: Any,
+        dataset: str,
+        url: str,
+        *,
+        mode: Mode = "create",
+        on_duplicate: OnDuplicate = "error",
+        shard_size: int | str = "256MB",
+        max_records_per_shard: int | None = None,
+        compression: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        message: str | None = None,
+        prefix: str | None = None,
+    ) -> None:
+        from ..catalog import Catalog
+
+        check_mode(mode, on_duplicate)
+        self._own_catalog = not isinstance(catalog, Catalog)
+        self.catalog: Catalog = catalog if isinstance(catalog, Catalog) else Catalog(str(catalog))
+        self.dataset = dataset
+        self._mode = mode
+        self._on_duplicate = on_duplicate
+        self._message = message
+        self._t0 = time.perf_counter()
+        opts = dict(storage_options or {})
+        if is_local(url):  # the catalog must not depend on the working folder
+            url = os.path.abspath(local_path(url))
+        resolve(url, opts)  # a bad URL fails here, typed, before the job is opened
+        self.summary: WriteSummary | None = None
+        """What the committed job wrote (set when the writer closes without error)."""
+        try:
+            existing = open_dataset(self.catalog, dataset, url, mode)
+            job, self._base_version, partition_base = begin_write_job(
+                self.catalog, dataset, url, mode, existing, f"shardcat.DatasetWriter ({mode})"
+            )
+        except BaseException:
+            self._close_catalog()
+            raise
+        self.job_id: int = job.id
+        plan = WritePlan(
+            dataset=dataset,
+            root=url.rstrip("/"),
+            prefix=prefix or dataset_prefix(dataset),
+            job_id=job.id,
+            catalog=self.catalog.handle(),
+            partition_base=partition_base,
+            storage_options=opts,
+        )
+
+        def name(number: int, index: int) -> str:
+            # Partitions of SHARDS_PER_PARTITION shards, as a write task numbers its own.
+            part, within = divmod(index, SHARDS_PER_PARTITION)
+            return first_free(plan.root, plan.names(part, within), opts)
+
+        def stage(info: Any, _: None) -> None:
+            self.catalog.register_shard(dataset, info, job=job.id)
+
+        self._stager: Stager[None] = Stager(
+            stage, lambda info: None, background=not in_memory(self.catalog)
+        )
+        self._writer = RollingShardWriter(
+            plan.root,
+            name,
+            max_bytes=parse_size(shard_size),
+            max_records=max_records_per_shard,
+            start=plan.first_shard_number(0),
+            storage_options=opts,
+            on_shard_closed=lambda info: self._stager.submit(info, None),
+            compression=compression,
+            exclusive=True,
+            metadata={**dict(metadata or {}), "dataset": dataset, "job": job.id, "partition": 0},
+        )
+        self._done = False
+
+    # --- writing -------------------------------------------------------------
+
+    def add(self, key: str, entries: Mapping[str, Any]) -> None:
+        """Add a record: ``entries`` maps entry names to values (see ``ShardWriter.add``)."""
+        self._check_open()
+        self._writer.add(key, entries)
+
+    def write(self, sample: Mapping[str, Any]) -> None:
+        """Add a sample dict ``{"__key__": key, name: value, ...}``."""
+        self._check_open()
+        self._writer.write(sample)
+
+    def _check_open(self) -> None:
+        if self._done:
+            raise WriterClosedError(
+                f"the writer of dataset {self.dataset!r} is closed (job {self.job_id})"
+            )
+
+    # --- ending --------------------------------------------------------------
+
+    def close(self) -> WriteSummary:
+        """Publish the last shard, wait for every stage, and commit the job as one version.
+
+        On any error the job is aborted (nothing becomes visible) and the
+        error is raised.
+        """
+        if self.summary is not None:
+            return self.summary
+        self._check_open()
+        self._done = True
+        try:
+            with self._stager:
+                self._writer.close()
+            infos = self._writer.shards
+            commit_write_job(
+                self.catalog,
+                self.job_id,
+                [i.path for i in infos],
+                self._mode,
+                self._base_version,
+                self._on_duplicate,
+                self._message,
+            )
+        except BaseException:
+            self._abort_job()
+            raise
+        else:
+            shards = [redact(i.path) for i in infos]
+            self.summary = WriteSummary(
+                dataset=self.dataset,
+                job_id=self.job_id,
+                records=sum(i.record_count for i in infos),
+                shards=shards,
+                bytes=sum(i.size for i in infos),
+                payload_bytes=sum(i.payload_bytes() for i in infos),
+                seconds=time.perf_counter() - self._t0,
+                partitions=1,
+                shard_patterns=brace_patterns(shards),
+            )
+            log.info("%s", self.summary)
+            return self.summary
+        finally:
+            self._close_catalog()
+
+    def abort(self) -> None:
+        """Stop without committing: the job is aborted, nothing becomes visible.
+
+        Published shards stay until ``shardcat gc`` removes them with the job.
+        """
+        if self._done:
+            return
+        self._done = True
+        try:
+            with self._stager:
+                self._writer.abort()
+        except Exception as e:  # the job is aborted either way; the caller's error matters
+            log.debug("while aborting job %d: %s", self.job_id, e)
+        finally:
+            self._abort_job()
+            self._close_catalog()
+
+    def _abort_job(self) -> None:
+        try:
+            self.catalog.abort_job(self.job_id)
+        except Exception as e:
+            log.warning(
+                "could not abort job %d of dataset %r: %s (shardcat gc ends it once it is stale)",
+                self.job_id,
+                self.dataset,
+                e,
+            )
+
+    def _close_catalog(self) -> None:
+        if self._own_catalog:
+            self.catalog.close()
+
+    def __enter__(self) -> DatasetWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            self.close()
+        else:
+            self.abort()
