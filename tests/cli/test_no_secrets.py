@@ -12,9 +12,10 @@ percent-decoded forms.
 
 Each process pays ~1 s of imports and the matrix has hundreds of cases, so
 they run in processes forked (two at a time) from one that imported
-shardcat once: each child enters at ``sys.exit(main())`` exactly as the
-``shardcat`` script does, so an uncaught exception's traceback is Python's
-own. A smaller set runs through the installed ``shardcat`` script itself.
+shardcat once (tests/_forkrun.py): each child enters at ``sys.exit(main())``
+exactly as the ``shardcat`` script does, so an uncaught exception's
+traceback is Python's own. A smaller set runs through the installed
+``shardcat`` script itself.
 """
 
 from __future__ import annotations
@@ -22,11 +23,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +32,8 @@ from typing import Any
 
 import pytest
 
+import _forkrun
+from _forkrun import Call
 from conftest import postgres_schema
 from shardcat import ShardWriter
 from shardcat.catalog import Catalog
@@ -86,66 +86,7 @@ class Result:
         return out
 
 
-# --- running: forked from one process that imported shardcat once --------------
-
-_FORK_SERVER = r"""
-import json, os, signal, sys, tempfile, time
-
-from shardcat.cli.app import main
-# What the commands import lazily (not distributed: it starts threads at import).
-import shardcat.catalog.migrate, shardcat.orchestration.write, shardcat.orchestration.gc
-import psycopg, s3fs, fsspec.implementations.http, sqlalchemy.dialects.postgresql.psycopg
-
-
-def serve():
-    cases = json.load(sys.stdin)
-    parallel = int(os.environ["FORK_PARALLEL"])
-    pending, running, results = list(enumerate(cases)), {}, {}
-    while pending or running:
-        while pending and len(running) < parallel:
-            i, case = pending.pop(0)
-            out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
-            sys.stdout.flush()
-            sys.stderr.flush()
-            pid = os.fork()
-            if pid == 0:  # the child: becomes `shardcat ARGS` below
-                os.setpgid(0, 0)
-                os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-                os.dup2(out.fileno(), 1)
-                os.dup2(err.fileno(), 2)
-                os.chdir(case["cwd"])
-                os.environ.clear()
-                os.environ.update(case["env"])
-                sys.argv = ["shardcat", *case["args"]]
-                return
-            running[pid] = (i, case, out, err, time.monotonic())
-        pid, status = os.waitpid(-1, os.WNOHANG)
-        if pid == 0:
-            now = time.monotonic()
-            for p, (i, case, out, err, t0) in running.items():
-                if now - t0 > case["timeout"]:
-                    os.killpg(p, signal.SIGKILL)
-            time.sleep(0.005)
-            continue
-        i, case, out, err, t0 = running.pop(pid)
-        try:
-            os.killpg(pid, signal.SIGKILL)  # anything the command left behind
-        except (ProcessLookupError, PermissionError):
-            pass
-        texts = []
-        for f in (out, err):
-            f.seek(0)
-            texts.append(f.read().decode("utf-8", "replace"))
-            f.close()
-        results[i] = [os.waitstatus_to_exitcode(status)] + texts
-    json.dump([results[i] for i in range(len(cases))], sys.stdout)
-    sys.stdout.flush()
-    os._exit(0)
-
-
-serve()
-sys.exit(main())  # as the `shardcat` script does
-"""
+# --- running: forked from one process that imported shardcat once (tests/_forkrun.py) ---
 
 
 def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -162,49 +103,20 @@ def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def run_forked(cases: list[Case], cwd: Path, env: dict[str, str]) -> list[Result]:
-    payload = [
-        {"args": c.args, "env": {**env, **c.env}, "cwd": str(cwd), "timeout": c.timeout}
-        for c in cases
+def run_forked(
+    cases: list[Case], cwd: Path, env: dict[str, str], real: bool = False
+) -> list[Result]:
+    calls = [Call(c.args, {**env, **c.env}, cwd, timeout=c.timeout) for c in cases]
+    outcomes = (_forkrun.run_real if real else _forkrun.run_forked)(calls)
+    return [
+        Result(c, o.returncode, _forkrun.text(o.stdout), _forkrun.text(o.stderr))
+        for c, o in zip(cases, outcomes)
     ]
-    p = subprocess.run(
-        [sys.executable, "-c", _FORK_SERVER],
-        input=json.dumps(payload),
-        capture_output=True,
-        text=True,
-        env={**env, "FORK_PARALLEL": "2"},
-        cwd=cwd,
-        timeout=900,
-    )
-    assert p.returncode == 0, p.stderr[-3000:]
-    return [Result(c, *r) for c, r in zip(cases, json.loads(p.stdout))]
-
-
-def shardcat_command() -> list[str]:
-    script = Path(sys.executable).with_name("shardcat")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "shardcat"]
 
 
 def run_real(cases: list[Case], cwd: Path, env: dict[str, str]) -> list[Result]:
     """Through the installed ``shardcat`` script, two at a time."""
-
-    def one(c: Case) -> Result:
-        try:
-            p = subprocess.run(
-                [*shardcat_command(), *c.args],
-                capture_output=True,
-                text=True,
-                stdin=subprocess.DEVNULL,
-                env={**env, **c.env},
-                cwd=cwd,
-                timeout=c.timeout + 30,
-            )
-        except subprocess.TimeoutExpired as e:
-            return Result(c, -9, str(e.stdout or ""), str(e.stderr or ""))
-        return Result(c, p.returncode, p.stdout, p.stderr)
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return list(pool.map(one, cases))
+    return run_forked(cases, cwd, env, real=True)
 
 
 def check(results: list[Result]) -> None:
