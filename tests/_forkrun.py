@@ -33,12 +33,17 @@ from pathlib import Path
 from typing import IO, Any
 
 _SERVER = r"""
-import base64, json, os, signal, sys, tempfile, time
+import base64, gc, json, os, signal, sys, tempfile, time
 
 from shardcat.cli.app import main
 # What the commands import lazily (not distributed: it starts threads at import).
 import shardcat.catalog.migrate, shardcat.orchestration.write, shardcat.orchestration.gc
 import psycopg, s3fs, fsspec.implementations.http, sqlalchemy.dialects.postgresql.psycopg
+import secrets, pydantic
+try:  # what typer and rich import as a command starts (private: may move)
+    import typer._adapters, rich._emoji_codes
+except ImportError:
+    pass
 
 # Requests come on fd 0 and replies go out on fd 1; sys.stdin and sys.stdout are left on
 # /dev/null, so no buffered byte of the protocol is ever copied into a child.
@@ -58,6 +63,10 @@ def start(call):
     out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
     sys.stdout.flush()
     sys.stderr.flush()
+    # What the server holds goes to the collector's permanent generation: a child's
+    # collections and its exit then leave those pages alone instead of copying every one
+    # (0.4 s down to 0.1 s a command); what the command itself creates is collected as ever.
+    gc.freeze()
     pid = os.fork()
     if pid == 0:  # the child: becomes `shardcat ARGS` once serve() returns
         os.setpgid(0, 0)
