@@ -39,6 +39,8 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 _LONG_FIRST = (
     "tests/reliability/",
     "tests/doc_commands/",
+    "tests/cli/test_no_secrets_catalog.py",
+    "tests/cli/test_no_secrets_catalog_paths.py",
     "tests/cli/test_no_secrets.py",
     "tests/orchestration/test_protocol.py",
     "tests/readers/test_packed.py",
