@@ -263,6 +263,18 @@ def completed(
     return results
 
 
+def run_one(
+    *args: str,
+    env: Mapping[str, str],
+    cwd: str | Path | None = None,
+    timeout: float = 180,
+    real: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """``shardcat ARGS`` once, as ``subprocess.run(..., capture_output=True, text=True)`` would
+    give it; forked unless ``real``."""
+    return completed([Call(args, env, cwd or os.getcwd(), timeout=timeout)], real=real)[0]
+
+
 def shardcat_command() -> list[str]:
     """The installed ``shardcat`` script (``python -m shardcat`` where there is none)."""
     script = Path(sys.executable).with_name("shardcat")
