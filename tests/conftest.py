@@ -39,11 +39,13 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 _LONG_FIRST = (
     "tests/reliability/",
     "tests/doc_commands/",
-    "tests/cli/test_no_secrets.py",
     "tests/orchestration/test_protocol.py",
     "tests/readers/test_packed.py",
     "tests/cli/test_dataset_cmds.py",
     "tests/cli/test_sql_safety.py",
+    "tests/cli/test_no_secrets_catalog.py",
+    "tests/cli/test_no_secrets.py",
+    "tests/cli/test_no_secrets_catalog_paths.py",
 )
 
 

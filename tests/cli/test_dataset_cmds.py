@@ -1,9 +1,11 @@
-"""The dataset commands through the real entry point (``python -m shardcat`` in a subprocess).
+"""The dataset commands through the real entry point, each in a process of its own.
 
-A folder of 31 samples is written once per module (``written``) for the
-commands that only read; tests that corrupt or delete write a dataset of
-their own. Each process pays ~1 s of imports, so independent invocations run
-two at a time (:func:`runs`).
+A folder of 31 samples is written once per module (``written``), through the
+installed ``shardcat`` script, for the commands that only read; tests that
+corrupt or delete write a dataset of their own. A ``shardcat`` process pays
+~1 s of imports, so the other invocations are forked from one process that
+imported shardcat once (tests/_forkrun.py), entering the CLI as the script
+does; independent ones run two at a time (:func:`runs`).
 """
 
 from __future__ import annotations
@@ -11,15 +13,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import shardcat
+from _forkrun import Call, completed
 from shardcat.catalog import Catalog
 
 PNG_HEAD = b"\x89PNG\r\n\x1a\n"
@@ -28,33 +29,33 @@ FOLDERS = ("cats", "dogs", "birds/nested")
 Result = subprocess.CompletedProcess[Any]
 
 
-def run(
-    *args: str,
-    catalog: str | None = None,
-    input: str = "",
-    env: dict[str, str] | None = None,
-    binary: bool = False,
-) -> Result:
+def call(
+    *args: str, catalog: str | None = None, input: str = "", env: dict[str, str] | None = None
+) -> Call:
     """``shardcat [--catalog URL] ARGS`` as a user runs it, without a terminal."""
     full = {k: v for k, v in os.environ.items() if k not in ("SHARDCAT_CATALOG", "SHARDCAT_CONFIG")}
     full.update({"COLUMNS": "250", "NO_COLOR": "1", **(env or {})})
-    cmd = [sys.executable, "-m", "shardcat"]
-    if catalog is not None:
-        cmd += ["--catalog", catalog]
-    return subprocess.run(
-        [*cmd, *args],
-        capture_output=True,
-        input=input.encode() if binary else input,
-        text=not binary,
-        env=full,
-        timeout=180,
+    glob = [] if catalog is None else ["--catalog", catalog]
+    return Call([*glob, *args], full, os.getcwd(), timeout=180, stdin=input.encode())
+
+
+def runs(
+    *calls: tuple[str, ...],
+    catalog: str | None = None,
+    binary: bool = False,
+    real: bool = False,
+    **kw: Any,
+) -> list[Result]:
+    """Several independent invocations, two at a time, forked from a process that imported
+    shardcat once (tests/_forkrun.py; ``real``: through the installed script); results in the
+    order given."""
+    return completed(
+        [call(*args, catalog=catalog, **kw) for args in calls], binary=binary, real=real
     )
 
 
-def runs(*calls: tuple[str, ...], catalog: str | None = None, **kw: Any) -> list[Result]:
-    """Several independent invocations, two at a time; results in the order given."""
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return list(pool.map(lambda args: run(*args, catalog=catalog, **kw), calls))
+def run(*args: str, **kw: Any) -> Result:
+    return runs(args, **kw)[0]
 
 
 def ok(p: Result) -> Result:
@@ -85,9 +86,9 @@ def make_folder(root: Path, per_folder: int) -> dict[str, dict[str, bytes]]:
     return samples
 
 
-def write(src: Path, url: str, catalog: str) -> Result:
+def write(src: Path, url: str, catalog: str, real: bool = False) -> Result:
     opts = ("--dataset", "pics", "--workers", "1", "--shard-size", "3KB", "--skip-unmatched")
-    return run("write", str(src), url, *opts, catalog=catalog)
+    return run("write", str(src), url, *opts, catalog=catalog, real=real)
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +96,8 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     base = tmp_path_factory.mktemp("written")
     samples = make_folder(base / "src", per_folder=10)
     catalog = f"sqlite:///{base / 'catalog.db'}"
-    p = ok(write(base / "src", str(base / "shards"), catalog))
+    # through the installed script, as a user runs it: what the forked runs stand for
+    p = ok(write(base / "src", str(base / "shards"), catalog, real=True))
     return {
         "src": base / "src",
         "root": base / "shards",
@@ -406,14 +408,12 @@ def test_catalog_url_precedence_flag_env_config_default(tmp_path):
     conf = ("--json", "--config", str(config))
     env = {"SHARDCAT_CATALOG": f"sqlite:///{tmp_path}/from-env.db"}
     current = ("catalog", "current")
-    calls = [
-        lambda: run(*conf, *current),
-        lambda: run(*conf, *current, env=env),
-        lambda: run(*conf, "-c", f"sqlite:///{tmp_path}/flag.db", *current, env=env),
-        lambda: run(*conf, "-c", f"sqlite:///{tmp_path}/flag.db", *current, "-c", f"sqlite:///{tmp_path}/sub.db"),
-    ]  # fmt: skip
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(lambda call: call(), calls))
+    results = completed([
+        call(*conf, *current),
+        call(*conf, *current, env=env),
+        call(*conf, "-c", f"sqlite:///{tmp_path}/flag.db", *current, env=env),
+        call(*conf, "-c", f"sqlite:///{tmp_path}/flag.db", *current, "-c", f"sqlite:///{tmp_path}/sub.db"),
+    ])  # fmt: skip
     used = [json.loads(ok(p).stdout)["catalog"].rsplit("/", 1)[1] for p in results]
     assert used == ["from-config.db", "from-env.db", "flag.db", "sub.db"]
     missing = run("ls", catalog=f"sqlite:///{tmp_path}/never.db")

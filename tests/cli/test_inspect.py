@@ -1,32 +1,31 @@
-"""`shardcat inspect` and `shardcat demo` through the real entry point (a subprocess)."""
+"""`shardcat inspect` and `shardcat demo` through the real entry point, each a process of its own
+(forked from one that imported shardcat once: tests/_forkrun.py; one through the installed script)."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import shardcat
+from _forkrun import run_one
 
 GOLDEN = Path(__file__).parents[1] / "data" / "golden" / "v1" / "basic-a64.shard"
 
 
-def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run(
+    *args: str, cwd: Path | None = None, real: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """Forked from a process that imported shardcat once (tests/_forkrun.py); ``real``:
+    through the installed script."""
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "shardcat", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=120,
-    )
+    return run_one(*args, env=env, cwd=cwd, timeout=120, real=real)
 
 
 def test_inspect_prints_header_footer_and_entry_kinds():
-    p = run("inspect", str(GOLDEN), "--records", "2", "--verify", "--output", "table")
+    # through the installed script, as a user runs it: what the forked runs stand for
+    p = run("inspect", str(GOLDEN), "--records", "2", "--verify", "--output", "table", real=True)
     assert p.returncode == 0, p.stderr
     for text in (
         "Shard",

@@ -1,7 +1,8 @@
 """The command line a new user expects: options anywhere, -h, --version, pipes, clean help.
 
-Through the real entry point in a subprocess (``python -m shardcat``), without
-a terminal, as a script or a pipe runs it. The dataset is written with the
+Through the real entry point, each command a process of its own, without a
+terminal, as a script or a pipe runs it: forked from one that imported
+shardcat once (tests/_forkrun.py), ``--version`` through the installed script. The dataset is written with the
 Python API (no Dask: these tests are about the command line).
 """
 
@@ -18,6 +19,7 @@ import pytest
 import typer
 
 import shardcat
+from _forkrun import run_one
 from shardcat.catalog import Catalog
 from shardcat.cli.storage_options import parse_storage_options
 
@@ -25,17 +27,14 @@ Result = subprocess.CompletedProcess[str]
 KEYS = [f"cam{c}/{i:03d}" for c in (1, 3, 30) for i in range(4)] + ["cam3", "cam4/x"]
 
 
-def run(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> Result:
+def run(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, real: bool = False
+) -> Result:
+    """Forked from a process that imported shardcat once (tests/_forkrun.py); ``real``:
+    through the installed script."""
     full = {k: v for k, v in os.environ.items() if k not in ("SHARDCAT_CATALOG", "SHARDCAT_CONFIG")}
     full.update({"COLUMNS": "100", "NO_COLOR": "1", **(env or {})})
-    return subprocess.run(
-        [sys.executable, "-m", "shardcat", *args],
-        capture_output=True,
-        text=True,
-        env=full,
-        cwd=cwd,
-        timeout=120,
-    )
+    return run_one(*args, env=full, cwd=cwd, timeout=120, real=real)
 
 
 def ok(p: Result) -> Result:
@@ -84,7 +83,8 @@ def test_an_option_given_after_the_command_wins(cams, tmp_path):
 
 
 def test_version_and_h_everywhere():
-    assert ok(run("--version")).stdout == f"shardcat {shardcat.__version__}\n"
+    # through the installed script, as a user runs it: what the forked runs stand for
+    assert ok(run("--version", real=True)).stdout == f"shardcat {shardcat.__version__}\n"
     for args in (("-h",), ("ls", "-h"), ("catalog", "-h"), ("catalog", "upgrade", "-h")):
         p = ok(run(*args))
         assert "Usage: shardcat" in p.stdout and "--help" in p.stdout

@@ -4,9 +4,12 @@ Each test reproduces a finding of the review "High: `shardcat sql`": queries
 that ran until killed (and kept running on the server after the client was
 killed), results buffered whole, and a superuser catalog URL with which the
 "read-only" command read the server's files and killed other sessions. The
-CLI runs as a user runs it (``python -m shardcat`` in a subprocess); where a
-layer can only be seen on its own (the read-only role without the function
-check), the library is called directly.
+CLI runs as a user runs it, in a process of its own: forked from one that
+imported shardcat once (tests/_forkrun.py), and ``python -m shardcat`` or the
+installed script where the process itself is under test (killed, stopped,
+its memory measured) and in test_roles_are_postgresql_only; where a layer
+can only be seen on its own (the read-only role without the function check),
+the library is called directly.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 import shardcat
+from _forkrun import Call, completed
 from shardcat.catalog import Catalog, create_catalog_engine
 from shardcat.catalog.readonly import check_read_only, run_read_only
 from shardcat.errors import CatalogError, QueryTimeoutError
@@ -77,16 +80,20 @@ def _command(catalog: str, args: tuple[str, ...]) -> list[str]:
     return [sys.executable, "-m", "shardcat", "--catalog", catalog, *args]
 
 
-def run(*args: str, catalog: str, env: dict[str, str] | None = None) -> Result:
-    return subprocess.run(
-        _command(catalog, args), capture_output=True, text=True, env=_env(env), timeout=180
+def runs(
+    *calls: tuple[str, ...], catalog: str, env: dict[str, str] | None = None, real: bool = False
+) -> list[Result]:
+    """Independent invocations, two at a time, forked from a process that imported shardcat
+    once (tests/_forkrun.py); ``real``: through the installed script."""
+    cwd = os.getcwd()
+    full = _env(env)
+    return completed(
+        [Call(["--catalog", catalog, *args], full, cwd, timeout=180) for args in calls], real=real
     )
 
 
-def runs(*calls: tuple[str, ...], catalog: str, env: dict[str, str] | None = None) -> list[Result]:
-    """Independent invocations, two at a time (each pays ~1 s of imports)."""
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return list(pool.map(lambda args: run(*args, catalog=catalog, env=env), calls))
+def run(*args: str, catalog: str, env: dict[str, str] | None = None, real: bool = False) -> Result:
+    return runs(args, catalog=catalog, env=env, real=real)[0]
 
 
 def ok(p: Result) -> Result:
@@ -602,15 +609,17 @@ def test_roles_with_powers_the_connected_user_and_missing_roles_are_refused(pg, 
 
 def test_roles_are_postgresql_only(sqlite_url, tmp_path):
     fill(sqlite_url, tmp_path / "shards")
+    # through the installed script, as a user runs it: what the forked runs stand for
     create, flag, env = (
-        run("catalog", "create-readonly-role", "reader", catalog=sqlite_url),
-        run("sql", "--role", "reader", "SELECT 1", catalog=sqlite_url),
+        run("catalog", "create-readonly-role", "reader", catalog=sqlite_url, real=True),
+        run("sql", "--role", "reader", "SELECT 1", catalog=sqlite_url, real=True),
         run(
             "--json",
             "sql",
             "SELECT count(*) AS n FROM records",
             catalog=sqlite_url,
             env={"SHARDCAT_SQL_ROLE": "reader"},
+            real=True,
         ),
     )
     refused(create, "PostgreSQL-only")

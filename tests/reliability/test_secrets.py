@@ -1,6 +1,6 @@
 """Secrets through the Python API: never in an exception, a traceback, a log record or a catalog row.
 
-The command line has its own audit (tests/cli/test_no_secrets.py, every
+The command line has its own audit (tests/cli/test_no_secrets*.py, every
 command's output). This one drives the library as a program would: a
 PostgreSQL catalog URL whose password is a secret (the server trusts
 loopback, so any password connects) and S3 storage options whose key and

@@ -1,0 +1,1 @@
+"""CLI tests: every command as a user runs it."""
