@@ -400,11 +400,13 @@ def write_report(results: list[Result], info: dict[str, Any], args: argparse.Nam
         "## How each measure is taken",
         "",
         "- **write MB/s**: payload + label bytes of the dataset / wall time of the system's whole write,"
-        " including its catalog or index where it has one (shardcat: shard writing, each shard synced"
-        " to disk before it is published, + one `register_shards`; floor: plain file writes + one sqlite3"
+        " including its catalog or index where it has one (shardcat: a `DatasetWriter` block, each shard"
+        " synced to disk before it is published and staged in the catalog while the next is written,"
+        " then the job's commit; floor: plain file writes + one sqlite3"
         " `executemany`; Lance: `write_dataset` + the scalar index; neither syncs its files).",
-        "- **registration keys/s**: the catalog/index part of the write alone (shardcat: one"
-        " `register_shards` of every shard; Lance: `create_scalar_index`). The floor is the issue's \"bare bulk insert"
+        "- **registration keys/s**: the catalog/index part alone (shardcat: one"
+        " `register_shards` of every shard into a fresh catalog, right after the timed write and outside"
+        " it; Lance: `create_scalar_index`). The floor is the issue's \"bare bulk insert"
         ' into the same indexed table": one sqlite3 `executemany` in one transaction into a copy of'
         " shardcat's `records` table with its indexes, the same keys, measured right after the floor's"
         " write (its narrow `TEXT PRIMARY KEY` table's rate is in the notes above).",
