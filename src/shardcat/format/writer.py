@@ -8,12 +8,12 @@ import logging
 import time
 from array import array
 from collections.abc import Callable, Mapping
-from types import TracebackType
 from typing import Any, BinaryIO
 
 import numpy as np
 import xxhash
 
+from .._closing import CloseOrAbort
 from .._version import __version__
 from ..errors import DuplicateKeyError, InvalidKeyError, RecordTooLargeError, WriterClosedError
 from . import recordcodec
@@ -60,7 +60,7 @@ _RECORD_FIELDS = ("offset", "length", "key_hash", "key_length", "entry_count")
 _ENTRY_FIELDS = ("offset", "size", "crc", "spec")
 
 
-class ShardWriter:
+class ShardWriter(CloseOrAbort):
     """Write records to one shard, streaming, in one forward pass.
 
     Memory is bounded by the largest record, the 4 MiB of records gathered
@@ -485,20 +485,6 @@ class ShardWriter:
         self._block.clear()
         if self._close_file:
             self._file.close()
-
-    def __enter__(self) -> ShardWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
 
 
 _new_tuple = tuple.__new__

@@ -14,9 +14,9 @@ import logging
 import os
 import time
 from collections.abc import Mapping
-from types import TracebackType
 from typing import Any
 
+from .._closing import CloseOrAbort
 from .._types import OnDuplicate
 from .._units import parse_size
 from ..errors import WriterClosedError
@@ -47,7 +47,7 @@ __all__ = ["DatasetWriter"]
 log = logging.getLogger(__name__)
 
 
-class DatasetWriter:
+class DatasetWriter(CloseOrAbort):
     """Write a dataset's samples from this process and commit them as one version.
 
     For a loop in one Python process (no Dask cluster, no ``dask`` extra):
@@ -261,17 +261,3 @@ class DatasetWriter:
     def _close_catalog(self) -> None:
         if self._own_catalog:
             self.catalog.close()
-
-    def __enter__(self) -> DatasetWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is None:
-            self.close()
-        else:
-            self.abort()

@@ -7,9 +7,9 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from types import TracebackType
 from typing import Any, BinaryIO
 
+from .._closing import CloseOrAbort
 from .._types import RangeSource, StorageOptions
 from .._units import parse_size
 from ..errors import ShardcatError
@@ -211,7 +211,7 @@ def open_shard(
     return ShardReader(url, storage_options=storage_options, **kwargs)
 
 
-class RollingShardWriter:
+class RollingShardWriter(CloseOrAbort):
     """Write numbered shards into a folder, starting the next one when a shard is full.
 
     Shards are named by ``pattern`` under ``root``: ``{number}`` is the shard
@@ -371,17 +371,3 @@ class RollingShardWriter:
                 failed = publishing is not None and publishing.exception() is not None
                 what = "was not published" if failed else "was published but not reported"
                 _log.warning("during abort, a closed shard %s: %s", what, e)
-
-    def __enter__(self) -> RollingShardWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
