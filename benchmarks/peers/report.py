@@ -401,7 +401,7 @@ def write_report(results: list[Result], info: dict[str, Any], args: argparse.Nam
         "",
         "- **write MB/s**: payload + label bytes of the dataset / wall time of the system's whole write,"
         " including its catalog or index where it has one (shardcat: a `DatasetWriter` block, each shard"
-        " synced to disk before it is published and staged in the catalog while the next is written,"
+        " synced to disk before it is published and staged in the catalog once published,"
         " then the job's commit; floor: plain file writes + one sqlite3"
         " `executemany`; Lance: `write_dataset` + the scalar index; neither syncs its files).",
         "- **registration keys/s**: the catalog/index part alone (shardcat: one"

@@ -3,8 +3,8 @@
 The timed write is ``shardcat.DatasetWriter``, the README's way to write a
 dataset into a catalog from one Python process: shards published
 exclusively (on S3 one conditional PUT per shard, sent while the next shard
-is encoded), each staged in the catalog on a thread while the next is
-written, and all committed as one version when the block ends.
+is encoded), each staged in the catalog once published, and all committed
+as one version when the block ends.
 
 Registration keys/s is measured apart, right after the timed write and
 outside it: one ``Catalog.register_shards`` of the same shards into a fresh

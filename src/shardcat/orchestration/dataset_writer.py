@@ -2,9 +2,8 @@
 
 The same job as :func:`shardcat.write`, run by the calling thread: samples
 are added one by one, shards are published exclusively under the job's
-names, each is staged in the catalog on a thread while the next is written
-(:mod:`.stager`), and leaving the ``with`` block commits every shard as one
-new version. An error in the block (or in the writer) aborts the job:
+names and each is staged in the catalog once published, and leaving the
+``with`` block commits every shard as one new version. An error in the block (or in the writer) aborts the job:
 nothing it staged becomes visible, and ``shardcat gc`` removes its files.
 """
 
@@ -31,8 +30,6 @@ from ..storage import (
 )
 from ..storage.shards import RollingShardWriter
 from .plan import SHARDS_PER_PARTITION, WritePlan
-from .reach import in_memory
-from .stager import Stager
 from .write import (
     Mode,
     WriteSummary,
@@ -52,9 +49,9 @@ class DatasetWriter(CloseOrAbort):
 
     For a loop in one Python process (no Dask cluster, no ``dask`` extra):
     the job, its shard names, its modes and its guarantees are
-    :func:`shardcat.write`'s. Each shard is staged in the catalog on a
-    thread while the next one is written, so registration overlaps the
-    writing; lookups see nothing until the block ends and the job commits.
+    :func:`shardcat.write`'s. Each shard is staged in the catalog once it
+    is published; lookups see nothing until the block ends and the job
+    commits.
 
     Parameters
     ----------
@@ -146,12 +143,9 @@ class DatasetWriter(CloseOrAbort):
             part, within = divmod(index, SHARDS_PER_PARTITION)
             return first_free(plan.root, plan.names(part, within), opts)
 
-        def stage(info: Any, _: None) -> None:
+        def stage(info: Any) -> None:
             self.catalog.register_shard(dataset, info, job=job.id)
 
-        self._stager: Stager[None] = Stager(
-            stage, lambda info: None, background=not in_memory(self.catalog)
-        )
         self._writer = RollingShardWriter(
             plan.root,
             name,
@@ -159,7 +153,7 @@ class DatasetWriter(CloseOrAbort):
             max_records=max_records_per_shard,
             start=plan.first_shard_number(0),
             storage_options=opts,
-            on_shard_closed=lambda info: self._stager.submit(info, None),
+            on_shard_closed=stage,
             compression=compression,
             exclusive=True,
             metadata={**dict(metadata or {}), "dataset": dataset, "job": job.id, "partition": 0},
@@ -197,8 +191,7 @@ class DatasetWriter(CloseOrAbort):
         self._check_open()
         self._done = True
         try:
-            with self._stager:
-                self._writer.close()
+            self._writer.close()
             infos = self._writer.shards
             commit_write_job(
                 self.catalog,
@@ -239,8 +232,7 @@ class DatasetWriter(CloseOrAbort):
             return
         self._done = True
         try:
-            with self._stager:
-                self._writer.abort()
+            self._writer.abort()
         except Exception as e:  # the job is aborted either way; the caller's error matters
             log.debug("while aborting job %d: %s", self.job_id, e)
         finally:

@@ -20,12 +20,7 @@ from typing import Any
 
 from ..errors import CatalogError
 
-__all__ = ["in_memory", "refuse_in_memory", "refuse_unreachable"]
-
-
-def in_memory(cat: Any) -> bool:
-    """Whether ``cat`` is an in-memory SQLite catalog (one connection, this process's alone)."""
-    return _sqlite_database(cat) == ""
+__all__ = ["refuse_in_memory", "refuse_unreachable"]
 
 
 def _sqlite_database(cat: Any) -> str | None:
@@ -52,7 +47,7 @@ def refuse_in_memory(cat: Any) -> None:
     CatalogError
         The catalog is an in-memory SQLite database.
     """
-    if in_memory(cat):
+    if _sqlite_database(cat) == "":
         raise CatalogError(
             f"catalog {cat.url} is an in-memory SQLite database: the Dask workers that write "
             "and stage the shards would each open a new, empty one. Use a file "

@@ -24,9 +24,7 @@ from ..errors import CommitConflictError
 from ..storage import first_free, redact, resolve
 from ..storage.shards import RollingShardWriter
 from .plan import SHARDS_PER_PARTITION, WritePlan
-from .reach import in_memory
 from .samples import as_sample
-from .stager import Stager
 
 if TYPE_CHECKING:
     from ..catalog import Catalog, CatalogHandle
@@ -97,13 +95,15 @@ def write_partition(samples: Iterable[Any], plan: WritePlan, partition: int) -> 
     # Declared fields' values of the samples of the shard being written, in write order.
     pending: list[dict[str, Any]] = []
 
-    def stage(info: Any, values: list[dict[str, Any]]) -> None:
+    def stage(info: Any) -> None:
         # Staged under the job: invisible to lookups until the client commits.
         # A retried task registers under fresh names; the commit's manifest
         # keeps only what the successful attempts reported.
         try:
             row = catalog.register_shard(plan.dataset, info, job=plan.job_id)
             if plan.fields:
+                values = pending[: info.record_count]
+                del pending[: info.record_count]
                 offsets = info.offsets.tolist()
                 catalog.store_fields(plan.dataset, row.id, zip(offsets, values))
         except CommitConflictError:
@@ -112,15 +112,6 @@ def write_partition(samples: Iterable[Any], plan: WritePlan, partition: int) -> 
             _remove_quietly(info.path, plan)
             raise
 
-    stager: Stager[list[dict[str, Any]]] = Stager(
-        stage, lambda info: _remove_quietly(info.path, plan), background=not in_memory(catalog)
-    )
-
-    def published(info: Any) -> None:
-        values = pending[: info.record_count]
-        del pending[: info.record_count]
-        stager.submit(info, values)
-
     writer = RollingShardWriter(
         plan.root,
         name,
@@ -128,7 +119,7 @@ def write_partition(samples: Iterable[Any], plan: WritePlan, partition: int) -> 
         max_records=plan.max_records,
         start=first,
         storage_options=plan.storage_options,
-        on_shard_closed=published,
+        on_shard_closed=stage,
         compression=plan.compression,
         exclusive=True,
         metadata={
@@ -140,7 +131,7 @@ def write_partition(samples: Iterable[Any], plan: WritePlan, partition: int) -> 
             ATTEMPT: uuid.uuid4().hex,
         },
     )
-    with stager, writer:
+    with writer:
         previous: Any = _NOTHING
         for sample in samples:
             sample = as_sample(sample)
