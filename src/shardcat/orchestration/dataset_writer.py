@@ -3,14 +3,14 @@
 The same job as :func:`shardcat.write`, run by the calling thread: samples
 are added one by one, shards are published exclusively under the job's
 names and each is staged in the catalog once published, and leaving the
-``with`` block commits every shard as one new version. An error in the block (or in the writer) aborts the job:
-nothing it staged becomes visible, and ``shardcat gc`` removes its files.
+``with`` block commits every shard as one new version. An error in the
+block (or in the writer) aborts the job: nothing it staged becomes visible,
+and ``shardcat gc`` removes its files.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -19,15 +19,7 @@ from .._closing import CloseOrAbort
 from .._types import OnDuplicate
 from .._units import parse_size
 from ..errors import WriterClosedError
-from ..storage import (
-    brace_patterns,
-    dataset_prefix,
-    first_free,
-    is_local,
-    local_path,
-    redact,
-    resolve,
-)
+from ..storage import brace_patterns, dataset_prefix, first_free, redact
 from ..storage.shards import RollingShardWriter
 from .plan import SHARDS_PER_PARTITION, WritePlan
 from .write import (
@@ -36,6 +28,7 @@ from .write import (
     begin_write_job,
     check_mode,
     commit_write_job,
+    dataset_root,
     open_dataset,
 )
 
@@ -114,9 +107,7 @@ class DatasetWriter(CloseOrAbort):
         self._message = message
         self._t0 = time.perf_counter()
         opts = dict(storage_options or {})
-        if is_local(url):  # the catalog must not depend on the working folder
-            url = os.path.abspath(local_path(url))
-        resolve(url, opts)  # a bad URL fails here, typed, before the job is opened
+        url = dataset_root(url, opts)
         self.summary: WriteSummary | None = None
         """What the committed job wrote (set when the writer closes without error)."""
         try:

@@ -241,9 +241,7 @@ def write(
     size = parse_size(shard_size)
     callback, drawing = _progress_drawer(progress)
     opts = dict(storage_options or {})
-    if is_local(url):  # the catalog must not depend on the working folder
-        url = os.path.abspath(local_path(url))
-    resolve(url, opts)  # a bad URL fails here, typed, before any worker sees it
+    url = dataset_root(url, opts)
     refuse_in_memory(cat)
     t0 = time.perf_counter()
     # Files are listed (and refused: empty, unmatched) before anything is created.
@@ -357,6 +355,18 @@ def check_mode(mode: str, on_duplicate: str) -> None:
         raise ValueError(f"on_duplicate must be one of {ON_DUPLICATE}, not {on_duplicate!r}")
     if on_duplicate != "error" and mode != "append":
         raise ValueError(f"on_duplicate={on_duplicate!r} needs mode='append', not {mode!r}")
+
+
+def dataset_root(url: str, storage_options: dict[str, Any]) -> str:
+    """The dataset folder's URL as stored: a local path made absolute, the URL checked.
+
+    A relative path would make the catalog depend on the working folder. A
+    bad URL fails here, typed, before a job is opened or a worker sees it.
+    """
+    if is_local(url):
+        url = os.path.abspath(local_path(url))
+    resolve(url, storage_options)
+    return url
 
 
 def open_dataset(cat: Any, dataset: str, url: str, mode: str) -> list[Any]:
