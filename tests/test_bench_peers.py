@@ -240,3 +240,68 @@ def test_the_registration_floor_inserts_into_shardcats_own_records_table(tmp_pat
         (wide,) = conn.execute("SELECT COUNT(*) FROM records WHERE length(spans) != 24").fetchone()
     assert keys == sorted(Dataset(300).keys()) and wide == 0
     assert any(n.startswith("narrow-table insert") for n in floor.notes)
+
+
+def test_targets_say_met_missed_and_whether_the_floor_misses_them_too():
+    from benchmarks.peers.report import targets
+    from benchmarks.peers.runner import Result
+
+    floor = Result("floor", "local", write_mbps=100.0, batch_kps=90_000.0, stream_mbps=500.0)
+    floor.point_ms = [1.0, 1.0, 1.0]
+    ours = Result("shardcat", "local", write_mbps=120.0, batch_kps=80_000.0, stream_mbps=700.0)
+    ours.point_ms = [1.1, 1.1, 1.1]
+    lance = Result("lance", "local", write_mbps=110.0, batch_kps=45_000.0, stream_mbps=400.0)
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in targets([floor, ours, lance])}
+    assert rows["point p50 ≤ 1.2 × floor"].endswith("| 1.10 |  | met |")
+    assert rows["batch keys/s ≥ 0.8 × floor"].endswith("| 0.89 |  | met |")
+    # 80k / 45k = 1.78 of Lance, against 2.5; the floor itself reaches 90k / 45k = 2.00.
+    assert rows["batch keys/s ≥ 2.5 × Lance"].endswith(
+        "| 1.78 | 2.00 | missed: 0.71 of the target; the floor misses it too (2.00) |"
+    )
+    assert rows["write MB/s ≥ the fastest peer"].endswith("| 1.09 | 0.91 | met |")
+    assert rows["streaming > every peer"].endswith("| 1.75 | 1.25 | met |")
+
+    # A miss the floor does not share is reported as shardcat's alone.
+    lance.batch_kps = 30_000.0  # the floor: 3.00 × Lance
+    ours.batch_kps = 60_000.0  # 2.00 × Lance, the floor 3.00: shardcat's own miss
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in targets([floor, ours, lance])}
+    assert rows["batch keys/s ≥ 2.5 × Lance"].endswith(
+        "| 2.00 | 3.00 | missed: 0.80 of the target |"
+    )
+
+
+def test_batches_are_interleaved_the_same_batches_for_every_system(tmp_path, monkeypatch):
+    """Each batch goes to every system back to back, who goes first rotating (load drift hits all alike)."""
+    from benchmarks.peers import runner
+
+    calls: list[tuple[str, tuple[str, ...]]] = []
+
+    def recording(name):
+        class Recorded(Floor):
+            def get_many(self, keys):
+                calls.append((self.name, tuple(keys)))
+                return super().get_many(keys)
+
+        Recorded.name = name
+        return Recorded
+
+    monkeypatch.setattr(runner, "SYSTEMS", [recording("a"), recording("b")])
+    args = parse(
+        [
+            "--scale", "0.001",
+            "--backends", "local",
+            "--systems", "a,b",
+            "--points", "5",
+            "--batch", "30",
+            "--batch-repeats", "3",
+            "--no-cold",
+            "--out", str(tmp_path),
+        ]
+    )  # fmt: skip
+    results, _ = run(args)
+    assert [c[0] for c in calls] == ["a", "b", "b", "a", "a", "b"]
+    batches = [c[1] for c in calls]
+    assert batches[0] == batches[1] and batches[2] == batches[3] and batches[4] == batches[5]
+    assert len({batches[0], batches[2], batches[4]}) == 3 and len(batches[0]) == 30
+    for r in results:
+        assert r.batch_kps and r.stream_mbps and r.skipped is None

@@ -68,7 +68,7 @@ class Floor(System):
         if buf:
             flush()
         # Its lookup index: one executemany in one transaction (part of the write time).
-        self.db = os.path.join(self.store.local_dir("floor"), "index.db")
+        self.db = os.path.join(self.store.local_dir(self.name), "index.db")
         conn = sqlite3.connect(self.db)
         conn.execute(
             "CREATE TABLE samples (key TEXT PRIMARY KEY, file INTEGER, offset INTEGER,"
@@ -103,7 +103,7 @@ class Floor(System):
                 )
             ]
             src.close()
-        path = os.path.join(self.store.local_dir("floor"), "records.db")
+        path = os.path.join(self.store.local_dir(self.name), "records.db")
         conn = sqlite3.connect(path, isolation_level=None)
         # The connection settings of shardcat's catalog (catalog/session.py): the ratio then
         # measures what registration adds to the insert, not a tuning difference.

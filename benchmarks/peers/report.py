@@ -122,9 +122,10 @@ def table(results: list[Result]) -> list[str]:
 def targets(results: list[Result]) -> list[str]:
     """shardcat against issue 10's targets, each as measured in this run: met, or missed by how much."""
     by = {(r.backend, r.system): r for r in results if not r.skipped}
-    rows: list[
-        tuple[str, str, float, float, bool]
-    ] = []  # what, backend, value, bound, higher is better
+    # what, backend, value, bound, higher is better, and for a target set
+    # against peers, the floor's own ratio to them: what the same work with
+    # no format reaches here, the measure of what the machine allows.
+    rows: list[tuple[str, str, float, float, bool, float | None]] = []
 
     def peers(backend: str) -> list[Result]:
         return [r for (b, n), r in by.items() if b == backend and n not in ("floor", "shardcat")]
@@ -135,20 +136,41 @@ def targets(results: list[Result]) -> list[str]:
             continue
         p50, f50 = _pct(ours.point_ms, 50), _pct(floor.point_ms, 50)
         if p50 and f50:
-            rows.append(("point p50 ≤ 1.2 × floor", backend, p50 / f50, 1.2, False))
+            rows.append(("point p50 ≤ 1.2 × floor", backend, p50 / f50, 1.2, False, None))
         if ours.batch_kps and floor.batch_kps and backend == "local":
             rows.append(
-                ("batch keys/s ≥ 0.8 × floor", backend, ours.batch_kps / floor.batch_kps, 0.8, True)
+                (
+                    "batch keys/s ≥ 0.8 × floor",
+                    backend,
+                    ours.batch_kps / floor.batch_kps,
+                    0.8,
+                    True,
+                    None,
+                )
             )
         lance = by.get((backend, "lance"))
         if ours.batch_kps and lance and lance.batch_kps:
             rows.append(
-                ("batch keys/s ≥ 2.5 × Lance", backend, ours.batch_kps / lance.batch_kps, 2.5, True)
+                (
+                    "batch keys/s ≥ 2.5 × Lance",
+                    backend,
+                    ours.batch_kps / lance.batch_kps,
+                    2.5,
+                    True,
+                    (floor.batch_kps or 0.0) / lance.batch_kps,
+                )
             )
         fastest = max((r.write_mbps or 0.0 for r in peers(backend)), default=0.0)
         if ours.write_mbps and fastest:
             rows.append(
-                ("write MB/s ≥ the fastest peer", backend, ours.write_mbps / fastest, 1.0, True)
+                (
+                    "write MB/s ≥ the fastest peer",
+                    backend,
+                    ours.write_mbps / fastest,
+                    1.0,
+                    True,
+                    (floor.write_mbps or 0.0) / fastest,
+                )
             )
         if ours.stream_mbps and floor.stream_mbps:
             rows.append(
@@ -158,11 +180,21 @@ def targets(results: list[Result]) -> list[str]:
                     ours.stream_mbps / floor.stream_mbps,
                     0.5,
                     True,
+                    None,
                 )
             )
         best = max((r.stream_mbps or 0.0 for r in peers(backend)), default=0.0)
         if ours.stream_mbps and best:
-            rows.append(("streaming > every peer", backend, ours.stream_mbps / best, 1.0, True))
+            rows.append(
+                (
+                    "streaming > every peer",
+                    backend,
+                    ours.stream_mbps / best,
+                    1.0,
+                    True,
+                    (floor.stream_mbps or 0.0) / best,
+                )
+            )
         if ours.registration_kps and floor.registration_kps:
             rows.append(
                 (
@@ -171,6 +203,7 @@ def targets(results: list[Result]) -> list[str]:
                     ours.registration_kps / floor.registration_kps,
                     0.8,
                     True,
+                    None,
                 )
             )
         if backend == "s3" and ours.point_bytes and floor.point_bytes:
@@ -181,6 +214,7 @@ def targets(results: list[Result]) -> list[str]:
                     ours.point_bytes - floor.point_bytes,
                     4096,
                     False,
+                    None,
                 )
             )
         if ours.catalog_large_ms and ours.catalog_small_ms:
@@ -191,10 +225,14 @@ def targets(results: list[Result]) -> list[str]:
                     ours.catalog_large_ms / ours.catalog_small_ms,
                     1.5,
                     False,
+                    None,
                 )
             )
-    lines = ["| target | backend | measured | met? |", "| --- | --- | --- | --- |"]
-    for what, backend, value, bound, higher in rows:
+    lines = [
+        "| target | backend | measured | the floor's own figure | met? |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for what, backend, value, bound, higher, floor_allows in rows:
         met = value >= bound if higher else value <= bound
         shown = f"{value:,.0f} B over the record" if "bytes" in what else f"{value:.2f}"
         if met:
@@ -207,7 +245,11 @@ def targets(results: list[Result]) -> list[str]:
                 if higher
                 else f"missed: {value / bound:.2f} × the bound"
             )
-        lines.append(f"| {what} | {backend} | {shown} | {verdict} |")
+        allows = "" if floor_allows is None else f"{floor_allows:.2f}"
+        if not met and floor_allows is not None and floor_allows < bound:
+            # Not a format's cost: the same work with no format misses it too.
+            verdict += f"; the floor misses it too ({floor_allows:.2f})"
+        lines.append(f"| {what} | {backend} | {shown} | {allows} | {verdict} |")
     return lines
 
 
@@ -380,6 +422,10 @@ def write_report(results: list[Result], info: dict[str, Any], args: argparse.Nam
         "",
         "## shardcat against the targets of issue 10 (this run's ratios)",
         "",
+        "For a target set against peers, *the floor's own figure* is the floor's ratio to the same"
+        " peers: the same work with no format at all. Where the floor misses a target too, the target"
+        " asks more of this machine than its SQLite, disk and system calls give without a format.",
+        "",
         *targets(results),
         "",
         *run_notes(results),
@@ -413,14 +459,16 @@ def write_report(results: list[Result], info: dict[str, Any], args: argparse.Nam
         f"- **point lookups**: {info['points']['local']:,} random keys locally, {info['points']['s3']:,} on S3,"
         " the same keys for every system, interleaved (each key is looked up by every system in turn, who"
         " goes first rotating) so that the shared machine's load drift hits every system alike; after 50"
-        " warm-up lookups each; p50/p99 of wall time per call. The other measures run one system after"
-        " another.",
+        " warm-up lookups each; p50/p99 of wall time per call. Batches are interleaved the same way"
+        " (each batch handed to every system in turn). Writes, registration and streaming run one"
+        " system after another.",
         "- **bytes fetched**: on S3 the body bytes the moto server sent (counted server side, for every"
         " system alike); locally `rchar` of `/proc/self/io` (bytes of read syscalls of every thread,"
         " page-cache hits included; reads through `mmap` are not seen, so a system reading through `mmap`"
         " shows less than it touched: its cells say `mmap` instead of a number).",
         f"- **batch**: {info['batch_repeats']} batches of {info['batch']:,} random keys locally"
-        f" ({info.get('s3_batch', info['batch']):,} on S3); keys/s of the median batch. The floor's batch"
+        f" ({info.get('s3_batch', info['batch']):,} on S3), the same batches for every system;"
+        " keys/s of each system's median batch. The floor's batch"
         " is one raw query plus sorted `os.pread`s (local) or one `fs.cat_ranges` of every record's own"
         " range, unmerged (S3: the naive floor). Systems with no batch call read the batch's positions"
         " one by one in sorted order.",

@@ -131,33 +131,47 @@ def point_lookups(
         log.info("%s/%s: point p50 %.3f ms", store.kind, res.system, np.median(res.point_ms))
 
 
-def batches_and_stream(
-    system: System, res: Result, store: Store, ds: Dataset, args: argparse.Namespace
+def batch_lookups(
+    opened: list[tuple[System, Result]], store: Store, ds: Dataset, args: argparse.Namespace
 ) -> None:
-    """Batch lookups (the same batches for every system) and the full streaming read; closes."""
+    """The same batches for every system, interleaved as point lookups are (who goes first rotates).
+
+    On a shared machine the load drifts over seconds: a system whose batches
+    all ran in one slow stretch would look slower than it is, so each batch
+    is handed to every system back to back and each keeps the median.
+    """
     rng = random.Random(args.seed + 1)
     fetched = fetched_counter(store)
     c0 = fetched()
     overhead = fetched() - c0
     keys = ds.keys()
-    try:
-        size = min(args.batch if store.kind == "local" else args.s3_batch, len(keys) // 2)
-        secs, nbytes = [], []
-        for _ in range(args.batch_repeats):
-            batch = rng.sample(keys, size)
+    size = min(args.batch if store.kind == "local" else args.s3_batch, len(keys) // 2)
+    secs: dict[str, list[float]] = {res.system: [] for _, res in opened}
+    nbytes: dict[str, list[int]] = {res.system: [] for _, res in opened}
+    for n in range(args.batch_repeats):
+        batch = rng.sample(keys, size)
+        for k in range(len(opened)):
+            system, res = opened[(n + k) % len(opened)]
             b0 = fetched()
             t0 = time.perf_counter()
             pairs = system.get_many(batch)
-            secs.append(time.perf_counter() - t0)
-            nbytes.append(fetched() - b0 - overhead)
+            secs[res.system].append(time.perf_counter() - t0)
+            nbytes[res.system].append(fetched() - b0 - overhead)
             if len(pairs) != len(batch):
                 raise MismatchError(f"{res.system}: {len(pairs)} results for {len(batch)} keys")
             for key, (p, lab) in zip(batch, pairs):
                 ds.check(key, p, lab)
-        res.batch_kps = size / float(np.median(secs))
+            del pairs  # the next system's batch runs without this one's results alive
+    for _, res in opened:
+        res.batch_kps = size / float(np.median(secs[res.system]))
         if not res.mmap_reads:
-            res.batch_bytes_per_key = float(np.median(nbytes)) / size
+            res.batch_bytes_per_key = float(np.median(nbytes[res.system])) / size
+        log.info("%s/%s: batch %.0f keys/s", store.kind, res.system, res.batch_kps)
 
+
+def stream_and_close(system: System, res: Result, ds: Dataset) -> None:
+    """The full streaming read, every sample checked; closes the system."""
+    try:
         seen = 0
         t0 = time.perf_counter()
         for key, p, lab in system.stream():
@@ -184,10 +198,11 @@ def measure(
             ds,
             rng.sample(ds.keys(), min(ds.count, args.points[store.kind])),
         )
+        batch_lookups([(system, res)], store, ds, args)
     except BaseException:
         system.close()
         raise
-    batches_and_stream(system, res, store, ds, args)
+    stream_and_close(system, res, ds)
     return res
 
 
@@ -250,12 +265,18 @@ def run(args: argparse.Namespace) -> tuple[list[Result], dict[str, Any]]:
                 rng = random.Random(args.seed)
                 points = rng.sample(ds.keys(), min(ds.count, args.points[backend]))
                 point_lookups(opened, store, ds, points)
+                batch_lookups(opened, store, ds, args)
             except BaseException:
                 for system, _ in opened:
                     system.close()
                 raise
-            for system, res in opened:
-                batches_and_stream(system, res, store, ds, args)
+            for at, (system, res) in enumerate(opened):
+                try:
+                    stream_and_close(system, res, ds)
+                except BaseException:
+                    for later, _ in opened[at + 1 :]:
+                        later.close()
+                    raise
         finally:
             store.cleanup()
             if backend == "local":
@@ -326,7 +347,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         default=1000,
         help="keys per batch lookup on S3 (the naive floor issues one GET per key)",
     )
-    parser.add_argument("--batch-repeats", type=int, default=3)
+    parser.add_argument("--batch-repeats", type=int, default=5)
     parser.add_argument("--no-cold", dest="cold", action="store_false")
     parser.add_argument(
         "--catalog-keys",
