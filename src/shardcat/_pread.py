@@ -61,7 +61,12 @@ def packed_runs(table: np.ndarray, max_gap: int) -> list[tuple[int, int, int, in
 
 
 def read_packed(
-    fds: Sequence[int], table: np.ndarray, max_gap: int, group_bytes: int
+    fds: Sequence[int],
+    table: np.ndarray,
+    max_gap: int,
+    group_bytes: int,
+    pool: list[bytes] | None = None,
+    pool_max: int = 0,
 ) -> list[bytes] | None:
     """Every record of a batch table, read into buffers that hold the records alone.
 
@@ -77,6 +82,10 @@ def read_packed(
     This is the reference of the compiled ``_ccodec.read_packed``, which
     returns the same buffers and table but reads each run with one
     ``preadv`` straight into the buffers (the gaps into scratch space).
+    There, ``pool`` (a list the caller keeps, of at most ``pool_max``
+    buffers) lends buffers no one else refers to any more, so a batch does
+    not fault in new memory, and the groups come back as memoryviews of
+    them; here, where bytes cannot be written, the pool is left alone.
 
     Raises
     ------
@@ -87,6 +96,8 @@ def read_packed(
     """
     if not 0 <= max_gap <= 1 << 20 or group_bytes < 1:
         raise ValueError("read_packed: max_gap must be in [0, 1 MiB], group_bytes >= 1")
+    if pool is not None and type(pool) is not list:
+        raise TypeError("read_packed: pool must be a list or None")
     rows = table[["shard", "length", "offset"]].tolist()
     for t, (shard, _, offset) in enumerate(rows):
         if shard >= len(fds) or (t and (shard, offset) < rows[t - 1][::2]):

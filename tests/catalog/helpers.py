@@ -193,10 +193,10 @@ class ReadCounter:
         real_packed = recordcodec.read_packed
         if real_packed is not _pread.read_packed:
 
-            def packed(fds: Any, table: Any, max_gap: int, group_bytes: int) -> Any:
+            def packed(fds: Any, table: Any, max_gap: int, group_bytes: int, *pool: Any) -> Any:
                 for _, start, end, _, _ in _pread.packed_runs(table, max_gap):
                     reads.append(("pread", start, end))
-                return real_packed(fds, table, max_gap, group_bytes)
+                return real_packed(fds, table, max_gap, group_bytes, *pool)
 
             monkeypatch.setattr(recordcodec, "read_packed", packed)
 

@@ -177,3 +177,84 @@ def test_the_compiled_read_equals_the_reference(
     if reference is not None:
         assert ours.tobytes() == table.tobytes()
         check(reference, table, contents, group)
+
+
+def test_a_pool_lends_free_buffers_and_keeps_at_most_pool_max(
+    files: tuple[list[int], list[bytes]],
+) -> None:
+    """With a pool, groups of at least half a buffer go into reused buffers (compiled only)."""
+    fds, contents = files
+    group = 4096
+    table = table_of([(0, 700 * i, 600) for i in range(40)])  # 6 groups of 6 records, one of 4
+    pool: list[bytes] = []
+    first = recordcodec.read_packed(fds, table, 8192, group, pool, 3)
+    assert first is not None
+    check([bytes(b) for b in first], table, contents, group)
+    if recordcodec.active() == "python":
+        assert pool == [] and all(type(b) is bytes for b in first)  # bytes cannot be written
+        return
+    # The first three full groups were lent from (and left in) the pool; the rest are new.
+    assert len(pool) == 3 and all(len(b) == group for b in pool)
+    owners = [b.obj if isinstance(b, memoryview) else b for b in first]
+    assert [any(o is p for p in pool) for o in owners] == [True] * 3 + [False] * 4
+    assert [len(b) for b in first] == [3600] * 6 + [2400]
+    assert all(type(b) is bytes for b in first[3:])  # no room left: buffers of their own size
+    # While they are alive, another batch cannot have them.
+    second = recordcodec.read_packed(fds, table_of([(1, 0, 3000)]), 8192, group, pool, 3)
+    assert second is not None and not any(
+        isinstance(b, memoryview) and any(b.obj is p for p in pool) for b in second
+    )
+    # Dropped: the next batch is read into them, and its bytes are its own.
+    del first, owners, second
+    other = table_of([(1, 500 * i, 450) for i in range(30)])
+    again = recordcodec.read_packed(fds, other, 8192, group, pool, 3)
+    assert again is not None
+    assert [isinstance(b, memoryview) and any(b.obj is p for p in pool) for b in again][:3] == [
+        True
+    ] * 3
+    check([bytes(b) for b in again], other, contents, group)
+    assert len(pool) == 3
+
+
+def test_a_pool_must_be_a_list(files: tuple[list[int], list[bytes]]) -> None:
+    with pytest.raises(TypeError, match="pool must be a list"):
+        recordcodec.read_packed(files[0], table_of([(0, 0, 10)]), 8192, 4096, (), 3)
+
+
+@pytest.mark.skipif("compiled" not in recordcodec.available(), reason="needs the compiled codec")
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    data=st.data(),
+    group=st.sampled_from([100, 4096, 1 << 20]),
+    pool_max=st.sampled_from([0, 1, 4, 64]),
+)
+def test_reads_through_a_pool_equal_the_reference(
+    files: tuple[list[int], list[bytes]], data: st.DataObject, group: int, pool_max: int
+) -> None:
+    """Batch after batch through one pool, some kept alive: every batch's bytes are the reference's."""
+    fds, _ = files
+    pool: list[bytes] = []
+    kept = []
+    for _ in range(3):
+        ranges = data.draw(
+            st.lists(
+                st.tuples(st.integers(0, 1), st.integers(0, SIZE // 2 - 1), st.integers(0, 700)),
+                max_size=200,
+            )
+        )
+        table = table_of(ranges)
+        ours = table.copy()
+        got = recordcodec._compiled.read_packed(fds, ours, 8192, group, pool, pool_max)
+        reference = _pread.read_packed(fds, table, 8192, group)
+        if reference is None:
+            assert got is None
+            continue
+        assert got is not None and [bytes(b) for b in got] == reference
+        assert ours.tobytes() == table.tobytes()
+        assert len(pool) <= pool_max
+        if data.draw(st.booleans()):
+            kept.append((got, reference))  # alive while later batches run
+    for got, reference in kept:
+        assert [bytes(b) for b in got] == reference

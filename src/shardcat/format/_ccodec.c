@@ -1193,7 +1193,13 @@ static PyObject *py_pread_linked(PyObject *self, PyObject *const *args, Py_ssize
    the reads. A short preadv (a signal, the kernel's per-call cap) is redone
    record by record; a record the file ends inside returns None, and the
    caller takes the general path, which reports it. A read error raises the
-   OSError os.pread would. */
+   OSError os.pread would.
+
+   With `pool` (a list the caller keeps between batches, at most `pool_max`
+   buffers), groups that fit `group_bytes` go into the pool's free buffers
+   (pool_take) when they fill at least half of one, and come back as
+   memoryviews of their own bytes; other groups, and all without a pool,
+   are new bytes objects of exactly their size. */
 #if defined(__linux__)
 #include <sys/uio.h>
 #define HAVE_PREADV 1
@@ -1235,16 +1241,119 @@ static int append_group(PyObject *groups, uint64_t size)
     return 0;
 }
 
+/* A batch's buffers kept for the next batch (read_packed's `pool`).
+
+   Reading a 10,000-key batch into new buffers faults in every page of them
+   (~13,000 minor faults for 50 MB, about half of the whole read on the
+   2-core VMs of issue 10), since the allocator hands the freed memory back
+   to the system between batches. A pool buffer is a bytes object of exactly
+   `group_bytes` that only the pool refers to once its batch is gone: every
+   view of it (a memoryview, numpy's frombuffer, any buffer consumer) holds a
+   reference to it, so a reference count of one means nothing else can see
+   it, and writing the next batch into it is unobservable. Its cached hash
+   is reset. Bytes past a group's end keep an earlier batch of this process;
+   the group is handed out as a memoryview of its own bytes only.
+   Not on free-threaded builds, where a reference count read is not exact. */
+#ifndef Py_GIL_DISABLED
+#define HAVE_READ_POOL 1
+/* A free pool buffer (a new reference), or a new one added to the pool if it has room; NULL with no
+   error set if neither. */
+static PyObject *pool_take(PyObject *pool, Py_ssize_t *cursor, Py_ssize_t pool_max, Py_ssize_t group_bytes)
+{
+    while (*cursor < PyList_GET_SIZE(pool)) {
+        PyObject *b = PyList_GET_ITEM(pool, *cursor);
+        (*cursor)++;
+        if (PyBytes_CheckExact(b) && PyBytes_GET_SIZE(b) == group_bytes && Py_REFCNT(b) == 1) {
+            _Py_COMP_DIAG_PUSH
+            _Py_COMP_DIAG_IGNORE_DEPR_DECLS
+            ((PyBytesObject *)b)->ob_shash = -1;
+            _Py_COMP_DIAG_POP
+            Py_INCREF(b);
+            return b;
+        }
+    }
+    if (PyList_GET_SIZE(pool) >= pool_max)
+        return NULL; /* none free and no room: the caller makes a buffer of the group's size */
+    PyObject *b = PyBytes_FromStringAndSize(NULL, group_bytes);
+    if (b != NULL && PyList_Append(pool, b) < 0) {
+        Py_DECREF(b);
+        return NULL;
+    }
+    *cursor = PyList_GET_SIZE(pool); /* in use now: not looked at again in this call */
+    return b;
+}
+#endif
+
+/* Append a buffer for a group of `size` bytes: from the pool where there is one and the group fills
+   at least half a pool buffer (a small batch, or a batch's last group, gets a buffer of its own size:
+   a record kept from it keeps no more than before, and small buffers cost few faults). */
+static int add_group(PyObject *groups, uint64_t size, PyObject *pool, Py_ssize_t *cursor, Py_ssize_t pool_max,
+                     Py_ssize_t group_bytes)
+{
+#ifdef HAVE_READ_POOL
+    if (pool != Py_None && size <= (uint64_t)group_bytes && 2 * size >= (uint64_t)group_bytes) {
+        PyObject *g = pool_take(pool, cursor, pool_max, group_bytes);
+        if (g != NULL) {
+            int rc = PyList_Append(groups, g);
+            Py_DECREF(g);
+            return rc;
+        }
+        if (PyErr_Occurred())
+            return -1;
+    }
+#else
+    (void)pool, (void)cursor, (void)pool_max, (void)group_bytes;
+#endif
+    return append_group(groups, size);
+}
+
+/* Each pool buffer in `groups` replaced by a memoryview of its group's bytes alone. */
+static int cut_groups(PyObject *groups, const unsigned char *base, Py_ssize_t rows)
+{
+    Py_ssize_t n = PyList_GET_SIZE(groups);
+    uint64_t *sizes = PyMem_Calloc((size_t)(n ? n : 1), sizeof(uint64_t));
+    if (sizes == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t t = 0; t < rows; t++) { /* a group's rows lie back to back, in order */
+        const unsigned char *r = base + BATCH_ROW_SIZE * t;
+        sizes[ld32(r)] = ld64(r + 16) + ld64(r + 24);
+    }
+    int rc = 0;
+    for (Py_ssize_t g = 0; g < n && rc == 0; g++) {
+        PyObject *b = PyList_GET_ITEM(groups, g);
+        if ((uint64_t)PyBytes_GET_SIZE(b) == sizes[g])
+            continue;
+        PyObject *whole = PyMemoryView_FromObject(b), *cut = NULL;
+        if (whole != NULL)
+            cut = PySequence_GetSlice(whole, 0, (Py_ssize_t)sizes[g]);
+        Py_XDECREF(whole);
+        if (cut == NULL || PyList_SetItem(groups, g, cut) < 0)
+            rc = -1;
+    }
+    PyMem_Free(sizes);
+    return rc;
+}
+
 static PyObject *py_read_packed(PyObject *self, PyObject *args)
 {
-    PyObject *fds_list, *table;
-    Py_ssize_t max_gap, group_bytes;
-    if (!PyArg_ParseTuple(args, "O!Onn", &PyList_Type, &fds_list, &table, &max_gap, &group_bytes))
+    PyObject *fds_list, *table, *pool = Py_None;
+    Py_ssize_t max_gap, group_bytes, pool_max = 0;
+    if (!PyArg_ParseTuple(args, "O!Onn|On", &PyList_Type, &fds_list, &table, &max_gap, &group_bytes, &pool,
+                          &pool_max))
         return NULL;
     if (max_gap < 0 || max_gap > PACKED_MAX_GAP || group_bytes < 1) {
         PyErr_SetString(PyExc_ValueError, "read_packed: max_gap must be in [0, 1 MiB], group_bytes >= 1");
         return NULL;
     }
+    if (pool != Py_None && !PyList_CheckExact(pool)) {
+        PyErr_SetString(PyExc_TypeError, "read_packed: pool must be a list or None");
+        return NULL;
+    }
+#ifndef HAVE_READ_POOL
+    pool = Py_None;
+#endif
     Py_buffer tb;
     if (PyObject_GetBuffer(table, &tb, PyBUF_WRITABLE) < 0)
         return NULL;
@@ -1280,7 +1389,7 @@ static PyObject *py_read_packed(PyObject *self, PyObject *args)
     if (groups == NULL)
         goto finally;
     uint64_t size = 0, prev_shard = 0, prev_offset = 0;
-    Py_ssize_t ngroups = 0;
+    Py_ssize_t ngroups = 0, cursor = 0;
     for (Py_ssize_t t = 0; t < rows; t++) {
         unsigned char *r = base + BATCH_ROW_SIZE * t;
         uint64_t shard = ld32(r + 4), length = ld64(r + 24), offset = ld64(r + 32);
@@ -1295,7 +1404,7 @@ static PyObject *py_read_packed(PyObject *self, PyObject *args)
         prev_offset = offset;
         if (t == 0 || (size && size + length > (uint64_t)group_bytes)) {
             if (t) {
-                if (append_group(groups, size) < 0)
+                if (add_group(groups, size, pool, &cursor, pool_max, group_bytes) < 0)
                     goto finally;
                 ngroups++;
             }
@@ -1310,7 +1419,7 @@ static PyObject *py_read_packed(PyObject *self, PyObject *args)
         }
     }
     if (rows) {
-        if (append_group(groups, size) < 0)
+        if (add_group(groups, size, pool, &cursor, pool_max, group_bytes) < 0)
             goto finally;
         ngroups++;
     }
@@ -1395,6 +1504,8 @@ static PyObject *py_read_packed(PyObject *self, PyObject *args)
         result = Py_None;
         goto finally;
     }
+    if (pool != Py_None && cut_groups(groups, base, rows) < 0)
+        goto finally;
     result = groups;
     groups = NULL;
 finally:
@@ -3197,7 +3308,8 @@ static PyMethodDef methods[] = {
     {"pread_linked", (PyCFunction)(void (*)(void))py_pread_linked, METH_FASTCALL,
      "pread_linked(fd, n, offset): bytes, or None if the file has no name left."},
     {"read_packed", py_read_packed, METH_VARARGS,
-     "read_packed(fds, table, max_gap, group_bytes): a batch's records, read into packed buffers."},
+     "read_packed(fds, table, max_gap, group_bytes[, pool, pool_max]): a batch's records, read into packed "
+     "buffers (with a pool: memoryviews of reused ones)."},
     {"scatter_read", py_scatter_read, METH_VARARGS,
      "scatter_read(fd, offset, dest, positions, lengths): a file's bytes read straight into pieces of dest."},
     {"scatter_read_runs", py_scatter_read_runs, METH_VARARGS,
