@@ -468,7 +468,10 @@ def write_report(results: list[Result], info: dict[str, Any], args: argparse.Nam
         " shows less than it touched: its cells say `mmap` instead of a number).",
         f"- **batch**: {info['batch_repeats']} batches of {info['batch']:,} random keys locally"
         f" ({info.get('s3_batch', info['batch']):,} on S3), the same batches for every system;"
-        " keys/s of each system's median batch. The floor's batch"
+        " keys/s of each system's median batch. Each batch starts after a full collection of the"
+        " cyclic GC (untimed): the harness's one process holds every system's objects (~400,000"
+        " tracked with all peers loaded), so a full collection costs more than a batch, and"
+        " whichever system tipped the collector into one would pay for all. The floor's batch"
         " is one raw query plus sorted `os.pread`s (local) or one `fs.cat_ranges` of every record's own"
         " range, unmerged (S3: the naive floor). Systems with no batch call read the batch's positions"
         " one by one in sorted order.",

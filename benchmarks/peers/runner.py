@@ -14,6 +14,7 @@ sample; a mismatch stops the run (``MismatchError``). Nothing here is a test.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import pickle
@@ -152,6 +153,11 @@ def batch_lookups(
         batch = rng.sample(keys, size)
         for k in range(len(opened)):
             system, res = opened[(n + k) % len(opened)]
+            # Untimed: one process holds every system (~400,000 objects the cyclic GC
+            # tracks with all peers loaded), where a full collection costs 200-270 ms,
+            # more than a batch. Whoever's allocation tips the collector into one
+            # would pay for every system's objects; each batch starts collected.
+            gc.collect()
             b0 = fetched()
             t0 = time.perf_counter()
             pairs = system.get_many(batch)
@@ -166,7 +172,13 @@ def batch_lookups(
         res.batch_kps = size / float(np.median(secs[res.system]))
         if not res.mmap_reads:
             res.batch_bytes_per_key = float(np.median(nbytes[res.system])) / size
-        log.info("%s/%s: batch %.0f keys/s", store.kind, res.system, res.batch_kps)
+        log.info(
+            "%s/%s: batch %.0f keys/s (ms: %s)",
+            store.kind,
+            res.system,
+            res.batch_kps,
+            ", ".join(f"{x * 1e3:.0f}" for x in secs[res.system]),
+        )
 
 
 def stream_and_close(system: System, res: Result, ds: Dataset) -> None:
