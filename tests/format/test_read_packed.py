@@ -61,6 +61,12 @@ def table_of(ranges: list[tuple[int, int, int]]) -> np.ndarray:
     return table
 
 
+RANGES = st.lists(
+    st.tuples(st.integers(0, 1), st.integers(0, SIZE // 2 - 1), st.integers(0, 700)), max_size=200
+)
+"""A batch's records as (file, offset, length): either file, any order, overlaps and empties."""
+
+
 def check(buffers: list[bytes], table: np.ndarray, contents: list[bytes], group: int) -> None:
     """Every row's bytes are its record's, the buffers hold nothing else, and groups are kept."""
     used = [0] * len(buffers)
@@ -163,13 +169,7 @@ def test_the_compiled_read_equals_the_reference(
     files: tuple[list[int], list[bytes]], data: st.DataObject, gap: int, group: int
 ) -> None:
     fds, contents = files
-    ranges = data.draw(
-        st.lists(
-            st.tuples(st.integers(0, 1), st.integers(0, SIZE // 2 - 1), st.integers(0, 700)),
-            max_size=200,
-        )
-    )
-    table = table_of(ranges)
+    table = table_of(data.draw(RANGES))
     ours = table.copy()
     compiled = recordcodec._compiled.read_packed(fds, ours, gap, group)
     reference = _pread.read_packed(fds, table, gap, group)
@@ -238,13 +238,7 @@ def test_reads_through_a_pool_equal_the_reference(
     pool: list[bytes] = []
     kept = []
     for _ in range(3):
-        ranges = data.draw(
-            st.lists(
-                st.tuples(st.integers(0, 1), st.integers(0, SIZE // 2 - 1), st.integers(0, 700)),
-                max_size=200,
-            )
-        )
-        table = table_of(ranges)
+        table = table_of(data.draw(RANGES))
         ours = table.copy()
         got = recordcodec._compiled.read_packed(fds, ours, 8192, group, pool, pool_max)
         reference = _pread.read_packed(fds, table, 8192, group)
