@@ -255,3 +255,34 @@ def test_a_buffer_lent_again_has_no_stale_hash(catalog_url: str) -> None:
             assert hash(again) == hash(bytes(bytearray(again))) != old  # bytes(again) is again
     finally:
         recordcodec.use(previous)
+
+
+def test_a_threads_read_buffers_go_with_the_thread(catalog_url: str) -> None:
+    """A thread's lookup stays listed until the catalog closes, but not its pool of read buffers."""
+    if "compiled" not in recordcodec.available():
+        pytest.skip("the compiled record codec is not built")
+    import threading
+
+    previous = recordcodec.use("compiled")
+    keys = [key(i) for i in range(N)]
+    try:
+        with Catalog(catalog_url) as cat:
+            cat.get_many("train", keys)
+            mine = cat._lookup()._read_pool
+            pools: list[tuple[list[bytes], int]] = []
+
+            def work() -> None:
+                cat.get_many("train", keys)
+                pool = cat._lookup()._read_pool
+                pools.append((pool, len(pool)))
+
+            thread = threading.Thread(target=work)
+            thread.start()
+            thread.join()
+            [(theirs, filled)] = pools
+            assert theirs is not mine and filled > 0  # the thread's batch filled its own pool
+            gc.collect()
+            assert theirs == []  # gone with the thread
+            assert mine  # this thread's is kept for its next batch
+    finally:
+        recordcodec.use(previous)

@@ -11,6 +11,7 @@ the version methods (``log``, ``tag``, ``expire``, ...) come from the
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -254,6 +255,9 @@ class Catalog(VersionsApi):
                 self.remote_max_gap,
             )
             self._local.lookup = lookup
+            # The thread's batch buffers go when the thread does (its lookup stays
+            # listed, to be closed with the catalog): see _ThreadEnd.
+            self._local.end = _ThreadEnd(lookup._read_pool.clear)
             with self._lock:
                 self._lookups.append(lookup)
         return lookup
@@ -995,6 +999,21 @@ class Catalog(VersionsApi):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class _ThreadEnd:
+    """Kept in a thread's local state only: calls ``callback`` once that state goes with the thread.
+
+    A thread that made big local batches leaves up to 64 MiB of read
+    buffers in its lookup's pool (``lookup._POOL_BUFFERS``); a service
+    that runs each request on a new thread must not keep one pool per
+    thread it ever had.
+    """
+
+    __slots__ = ("__weakref__",)
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        weakref.finalize(self, callback)
 
 
 def _reopen(handle: CatalogHandle) -> Catalog:
