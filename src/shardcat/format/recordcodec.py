@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import crc32c as _crc32c_package
@@ -139,8 +139,9 @@ decode_batch: DecodeBatch
 """Every record of a batch of indexed reads (:func:`.records.decode_batch`)."""
 batch_table: Callable[[list[Any], dict[str, Any]], records.BatchTable]
 """A batch query's rows as the batch decoder's table (:func:`.records.batch_table`)."""
-read_packed: Callable[..., list[bytes] | None]
-"""A batch's records read from local files into packed buffers (:func:`shardcat._pread.read_packed`)."""
+read_packed: Callable[..., Sequence[bytes | memoryview] | None]
+"""A batch's records read from local files into packed buffers (:func:`shardcat._pread.read_packed`);
+the compiled one, given a pool, returns memoryviews of the pool's buffers it read into."""
 crc32c: Callable[..., int]
 add_plain: Callable[..., int | None] | None
 """``ShardWriter.add``'s common case (the compiled codec only; None otherwise)."""
