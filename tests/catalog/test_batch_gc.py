@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import threading
 import tracemalloc
 from collections.abc import Iterator
 from typing import Any
@@ -57,6 +58,18 @@ def codec(request: pytest.FixtureRequest) -> Iterator[str]:
     previous = recordcodec.use(request.param)
     try:
         yield request.param
+    finally:
+        recordcodec.use(previous)
+
+
+@pytest.fixture
+def compiled() -> Iterator[None]:
+    """The compiled record codec, whose read pool these tests are about (skipped where not built)."""
+    if "compiled" not in recordcodec.available():
+        pytest.skip("the compiled record codec is not built")
+    previous = recordcodec.use("compiled")
+    try:
+        yield
     finally:
         recordcodec.use(previous)
 
@@ -187,44 +200,38 @@ def _pooled(records: list[Any]) -> set[int]:
 
 
 def test_a_batch_reads_into_the_buffers_of_dropped_batches_and_never_into_live_ones(
-    catalog_url: str,
+    catalog_url: str, compiled: None
 ) -> None:
     """The compiled read's pool lends a buffer again only once nothing refers to it."""
-    if "compiled" not in recordcodec.available():
-        pytest.skip("the compiled record codec is not built")
-    previous = recordcodec.use("compiled")
     keys = [key(i) for i in range(N)]
-    try:
-        with Catalog(catalog_url) as cat:
-            first = cat.get_many("train", keys).records
-            pool = cat._lookup()._read_pool
-            assert pool and _pooled(first) == {id(b) for b in pool}
-            # Records alive: the next batch gets other buffers, and theirs stay as read.
-            second = cat.get_many("train", keys).records
-            assert not _bytes_of(first) & _bytes_of(second)
-            assert all(rec["bin"].data == payload(i) for i, rec in enumerate(first))
-            # Dropped: their buffers are read into again (no new memory)...
-            was = _pooled(first)
-            del first
-            third = cat.get_many("train", keys).records
-            assert _pooled(third) == was
-            # ...except one that a single view, or the bytes object itself, still holds.
-            kept_view = second[0]["bin"].view
-            kept_obj = next(r._buf.obj for r in reversed(second) if len(r._buf.obj) == 1 << 20)
-            kept_hash = hash(kept_obj)
-            held = {id(kept_view.obj), id(kept_obj)}
-            del second
-            for _ in range(3):
-                again = cat.get_many("train", list(reversed(keys))).records
-                assert not _bytes_of(again) & held
-                assert again[0].key == keys[-1] and again[0]["bin"].data == payload(N - 1)
-                del again
-            assert bytes(kept_view) == payload(0)
-            assert hash(kept_obj) == kept_hash
-            assert len(pool) <= 64
-        assert pool == []  # closing the catalog lets the pool go
-    finally:
-        recordcodec.use(previous)
+    with Catalog(catalog_url) as cat:
+        first = cat.get_many("train", keys).records
+        pool = cat._lookup()._read_pool
+        assert pool and _pooled(first) == {id(b) for b in pool}
+        # Records alive: the next batch gets other buffers, and theirs stay as read.
+        second = cat.get_many("train", keys).records
+        assert not _bytes_of(first) & _bytes_of(second)
+        assert all(rec["bin"].data == payload(i) for i, rec in enumerate(first))
+        # Dropped: their buffers are read into again (no new memory)...
+        was = _pooled(first)
+        del first
+        third = cat.get_many("train", keys).records
+        assert _pooled(third) == was
+        # ...except one that a single view, or the bytes object itself, still holds.
+        kept_view = second[0]["bin"].view
+        kept_obj = next(r._buf.obj for r in reversed(second) if len(r._buf.obj) == 1 << 20)
+        kept_hash = hash(kept_obj)
+        held = {id(kept_view.obj), id(kept_obj)}
+        del second
+        for _ in range(3):
+            again = cat.get_many("train", list(reversed(keys))).records
+            assert not _bytes_of(again) & held
+            assert again[0].key == keys[-1] and again[0]["bin"].data == payload(N - 1)
+            del again
+        assert bytes(kept_view) == payload(0)
+        assert hash(kept_obj) == kept_hash
+        assert len(pool) <= 64
+    assert pool == []  # closing the catalog lets the pool go
 
 
 def test_a_small_batch_keeps_buffers_of_its_own_size(catalog_url: str) -> None:
@@ -237,52 +244,38 @@ def test_a_small_batch_keeps_buffers_of_its_own_size(catalog_url: str) -> None:
         assert sum(held.values()) == sum(cat.locate("train", k).length for k in asked)
 
 
-def test_a_buffer_lent_again_has_no_stale_hash(catalog_url: str) -> None:
-    if "compiled" not in recordcodec.available():
-        pytest.skip("the compiled record codec is not built")
-    previous = recordcodec.use("compiled")
-    try:
-        with Catalog(catalog_url) as cat:
-            first = cat.get_many("train", [key(i) for i in range(N // 2)]).records
-            pool = cat._lookup()._read_pool
-            # The first buffer the next batch takes, hashed (the hash is cached in it);
-            # no reference is kept, which would keep it from being lent again.
-            hashed, old = id(pool[0]), hash(pool[0])
-            del first
-            # Other records, so other bytes in the same buffer.
-            second = cat.get_many("train", [key(i) for i in range(N // 2, N)]).records
-            again = next(r._buf.obj for r in second if id(r._buf.obj) == hashed)
-            assert hash(again) == hash(bytes(bytearray(again))) != old  # bytes(again) is again
-    finally:
-        recordcodec.use(previous)
+def test_a_buffer_lent_again_has_no_stale_hash(catalog_url: str, compiled: None) -> None:
+    with Catalog(catalog_url) as cat:
+        first = cat.get_many("train", [key(i) for i in range(N // 2)]).records
+        pool = cat._lookup()._read_pool
+        # The first buffer the next batch takes, hashed (the hash is cached in it);
+        # no reference is kept, which would keep it from being lent again.
+        hashed, old = id(pool[0]), hash(pool[0])
+        del first
+        # Other records, so other bytes in the same buffer.
+        second = cat.get_many("train", [key(i) for i in range(N // 2, N)]).records
+        again = next(r._buf.obj for r in second if id(r._buf.obj) == hashed)
+        assert hash(again) == hash(bytes(bytearray(again))) != old  # bytes(again) is again
 
 
-def test_a_threads_read_buffers_go_with_the_thread(catalog_url: str) -> None:
+def test_a_threads_read_buffers_go_with_the_thread(catalog_url: str, compiled: None) -> None:
     """A thread's lookup stays listed until the catalog closes, but not its pool of read buffers."""
-    if "compiled" not in recordcodec.available():
-        pytest.skip("the compiled record codec is not built")
-    import threading
-
-    previous = recordcodec.use("compiled")
     keys = [key(i) for i in range(N)]
-    try:
-        with Catalog(catalog_url) as cat:
+    with Catalog(catalog_url) as cat:
+        cat.get_many("train", keys)
+        mine = cat._lookup()._read_pool
+        pools: list[tuple[list[bytes], int]] = []
+
+        def work() -> None:
             cat.get_many("train", keys)
-            mine = cat._lookup()._read_pool
-            pools: list[tuple[list[bytes], int]] = []
+            pool = cat._lookup()._read_pool
+            pools.append((pool, len(pool)))
 
-            def work() -> None:
-                cat.get_many("train", keys)
-                pool = cat._lookup()._read_pool
-                pools.append((pool, len(pool)))
-
-            thread = threading.Thread(target=work)
-            thread.start()
-            thread.join()
-            [(theirs, filled)] = pools
-            assert theirs is not mine and filled > 0  # the thread's batch filled its own pool
-            gc.collect()
-            assert theirs == []  # gone with the thread
-            assert mine  # this thread's is kept for its next batch
-    finally:
-        recordcodec.use(previous)
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join()
+        [(theirs, filled)] = pools
+        assert theirs is not mine and filled > 0  # the thread's batch filled its own pool
+        gc.collect()
+        assert theirs == []  # gone with the thread
+        assert mine  # this thread's is kept for its next batch
