@@ -95,6 +95,22 @@ def descriptors_of(path: str | os.PathLike[str]) -> list[int]:
 # --- counting SQL statements -----------------------------------------------
 
 
+class _CountingRows:
+    """The compiled lookup, its ``rows()`` calls that ran the batch statement counted."""
+
+    def __init__(self, inner: Any, sql: str, statements: list[str]) -> None:
+        self.inner, self.sql, self.statements = inner, sql, statements
+
+    def rows(self, dataset: str, hashes: list[int]) -> Any:
+        rows = self.inner.rows(dataset, hashes)
+        if rows is not None:
+            self.statements.append(self.sql)
+        return rows
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
 class QueryCounter:
     """Every SQL statement sent while active, counted at the DBAPI connection."""
 
@@ -133,12 +149,20 @@ class QueryCounter:
         self._hook(dbapi_conn)
 
     def __enter__(self) -> QueryCounter:
-        self._hook(self.cat._lookup().raw.conn)
+        lookup = self.cat._lookup()
+        self._hook(lookup.raw.conn)
+        # A batch's statement stepped on the compiled lookup's own connection
+        # (_cpoint.c rows()) is sent too, though not through the DBAPI one.
+        self._compiled = lookup, lookup._point_c
+        if lookup._point_c is not None:
+            lookup._point_c = _CountingRows(lookup._point_c, lookup._batch, self.statements)
         event.listen(self.cat.engine, "checkout", self._on_checkout)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         event.remove(self.cat.engine, "checkout", self._on_checkout)
+        lookup, compiled = self._compiled
+        lookup._point_c = compiled
         for conn in self._hooked:
             if isinstance(conn, sqlite3.Connection):
                 conn.set_trace_callback(None)

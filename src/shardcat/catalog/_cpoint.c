@@ -46,8 +46,11 @@
 /* The few SQLite constants and prototypes used (sqlite3.h's values, stable ABI). */
 #define SQLITE_OK 0
 #define SQLITE_ROW 100
+#define SQLITE_DONE 101
 #define SQLITE_INTEGER 1
+#define SQLITE_TEXT 3
 #define SQLITE_BLOB 4
+#define SQLITE_NULL 5
 #define SQLITE_OPEN_READONLY 0x00000001
 #define SQLITE_OPEN_NOMUTEX 0x00008000
 #define SQLITE_STATIC ((void (*)(void *))0)
@@ -72,6 +75,7 @@ typedef struct {
     int (*column_bytes)(sqlite3_stmt *, int);
     const char *(*errmsg)(sqlite3 *);
     int (*libversion_number)(void);
+    const unsigned char *(*column_text)(sqlite3_stmt *, int);
 } Api;
 
 static const char *const API_NAMES[] = {
@@ -79,6 +83,7 @@ static const char *const API_NAMES[] = {
     "sqlite3_finalize", "sqlite3_reset", "sqlite3_bind_text", "sqlite3_bind_int64",
     "sqlite3_step", "sqlite3_column_count", "sqlite3_column_type", "sqlite3_column_int64",
     "sqlite3_column_blob", "sqlite3_column_bytes", "sqlite3_errmsg", "sqlite3_libversion_number",
+    "sqlite3_column_text",
 };
 #define API_COUNT (sizeof(API_NAMES) / sizeof(API_NAMES[0]))
 
@@ -97,6 +102,7 @@ typedef struct {
     const Api *api;
     sqlite3 *db;
     sqlite3_stmt *stmt;
+    sqlite3_stmt *batch; /* the batch statement (rows()), or NULL */
     unsigned long forks; /* `forks` when opened */
     int busy;            /* inside get() */
     int close_pending;   /* close() asked while busy: get() closes on its way out */
@@ -120,27 +126,30 @@ static void point_release(Point *self)
     if (self->forks == forks && self->api != NULL) {
         if (self->stmt != NULL)
             self->api->finalize(self->stmt);
+        if (self->batch != NULL)
+            self->api->finalize(self->batch);
         if (self->db != NULL)
             self->api->close_v2(self->db);
     }
     self->stmt = NULL;
+    self->batch = NULL;
     self->db = NULL;
 }
 
 static int point_init(Point *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"path", "sql", "busy_timeout_ms", "cache_size", "shards", "fds", "touch",
-                             "unpack", "texts", "one_pread", "tars", "finish", NULL};
-    const char *path, *sql;
-    Py_ssize_t sql_len;
+                             "unpack", "texts", "one_pread", "tars", "finish", "batch_sql", NULL};
+    const char *path, *sql, *batch_sql = NULL;
+    Py_ssize_t sql_len, batch_len = 0;
     int busy_ms;
     long long cache_size;
     PyObject *shards, *fds, *touch, *unpack, *texts, *tars, *finish;
     Py_ssize_t one_pread;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ss#iLO!O!OOO!nO!O", kwlist, &path, &sql, &sql_len,
-                                     &busy_ms, &cache_size, &PyDict_Type, &shards, &PyDict_Type, &fds,
-                                     &touch, &unpack, &PyDict_Type, &texts, &one_pread, &PyDict_Type,
-                                     &tars, &finish))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ss#iLO!O!OOO!nO!O|z#", kwlist, &path, &sql,
+                                     &sql_len, &busy_ms, &cache_size, &PyDict_Type, &shards, &PyDict_Type,
+                                     &fds, &touch, &unpack, &PyDict_Type, &texts, &one_pread, &PyDict_Type,
+                                     &tars, &finish, &batch_sql, &batch_len))
         return -1;
     /* The Python connection's page cache size (PRAGMA cache_size: pages, or KiB if negative). */
     char pragma[64];
@@ -155,7 +164,7 @@ static int point_init(Point *self, PyObject *args, PyObject *kwargs)
     }
     const Api *a = api;
     sqlite3 *db = NULL;
-    sqlite3_stmt *stmt = NULL;
+    sqlite3_stmt *stmt = NULL, *batch = NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = a->open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
@@ -171,9 +180,13 @@ static int point_init(Point *self, PyObject *args, PyObject *kwargs)
     }
     if (rc == SQLITE_OK)
         rc = a->prepare_v2(db, sql, (int)sql_len + 1, &stmt, NULL);
+    if (rc == SQLITE_OK && batch_sql != NULL)
+        rc = a->prepare_v2(db, batch_sql, (int)batch_len + 1, &batch, NULL);
     Py_END_ALLOW_THREADS
     if (rc == SQLITE_OK && (stmt == NULL || a->column_count(stmt) != 5)) {
         PyErr_SetString(PyExc_ValueError, "the point statement must select 5 columns");
+    } else if (rc == SQLITE_OK && batch_sql != NULL && (batch == NULL || a->column_count(batch) != 8)) {
+        PyErr_SetString(PyExc_ValueError, "the batch statement must select 8 columns");
     } else if (rc != SQLITE_OK) {
         PyErr_Format(PyExc_RuntimeError, "cannot open %s for point lookups: %s (SQLite code %d)", path,
                      db != NULL ? a->errmsg(db) : "out of memory", rc);
@@ -181,6 +194,8 @@ static int point_init(Point *self, PyObject *args, PyObject *kwargs)
     if (PyErr_Occurred()) {
         if (stmt != NULL)
             a->finalize(stmt);
+        if (batch != NULL)
+            a->finalize(batch);
         if (db != NULL)
             a->close_v2(db);
         return -1;
@@ -188,6 +203,7 @@ static int point_init(Point *self, PyObject *args, PyObject *kwargs)
     self->api = a;
     self->db = db;
     self->stmt = stmt;
+    self->batch = batch;
     self->forks = forks;
     self->one_pread = one_pread;
     Py_INCREF(shards), self->shards = shards;
@@ -455,6 +471,289 @@ not_handled:
     Py_RETURN_NONE;
 }
 
+/* --- rows(): the batch statement's rows (issue 10) ------------------------
+
+   Catalog.get_many's whole records at the latest version: the lookup's own
+   batch statement (lookup.py's _batch_sql, bound as dataset and a JSON array
+   of key hashes), stepped here on this connection without the GIL, then
+   made into the tuples Python's sqlite3 module would return. What that
+   saves per 10,000-key batch (callgrind): the JSON text of the hashes made
+   in Python; a mutex per column value (Python's connection is SQLite's
+   serialized mode, this one is opened NOMUTEX); the GIL dropped and taken
+   per row; and one str per row for the shard's URL (rows share the
+   object). Anything unexpected returns None and the Python path asks again. */
+
+typedef struct {
+    long long offset, length, alignment;
+    size_t url, spans, key, kind, sig; /* into the arena */
+    int url_len, spans_len, key_len, kind_len, sig_len; /* kind_len, sig_len -1: NULL */
+} BatchRow;
+
+typedef struct {
+    BatchRow *rows;
+    size_t n, cap;
+    char *bytes;
+    size_t used, room;
+} Batch;
+
+static int arena_put(Batch *b, const void *src, int len, size_t *at)
+{
+    if (len < 0)
+        return 0;
+    if (b->used + (size_t)len > b->room) {
+        size_t room = b->room ? b->room : 1 << 16;
+        while (room < b->used + (size_t)len)
+            room *= 2;
+        char *grown = realloc(b->bytes, room);
+        if (grown == NULL)
+            return 0;
+        b->bytes = grown;
+        b->room = room;
+    }
+    if (len > 0)
+        memcpy(b->bytes + b->used, src, (size_t)len);
+    *at = b->used;
+    b->used += (size_t)len;
+    return 1;
+}
+
+/* A TEXT or BLOB column into the arena (a NULL one as length -1 if nullable). */
+static int column_put(const Api *a, sqlite3_stmt *st, int col, int type, int nullable, Batch *b,
+                      size_t *at, int *len)
+{
+    int t = a->column_type(st, col);
+    if (t == SQLITE_NULL && nullable) {
+        *len = -1;
+        *at = 0;
+        return 1;
+    }
+    if (t != type)
+        return 0;
+    const void *p = type == SQLITE_TEXT ? (const void *)a->column_text(st, col) : a->column_blob(st, col);
+    *len = a->column_bytes(st, col);
+    if (p == NULL && *len != 0)
+        return 0; /* out of memory */
+    return arena_put(b, p, *len, at);
+}
+
+/* Steps the batch statement to its end and resets it (no GIL held).
+   1: every row had the expected types and is in *b; 0: anything else. */
+static int batch_fetch(Point *self, const char *dataset, Py_ssize_t dataset_len, const char *json,
+                       size_t json_len, Batch *b)
+{
+    const Api *a = self->api;
+    sqlite3_stmt *st = self->batch;
+    int ok = 0, rc;
+    if (a->bind_text(st, 1, dataset, (int)dataset_len, SQLITE_STATIC) != SQLITE_OK ||
+        a->bind_text(st, 2, json, (int)json_len, SQLITE_STATIC) != SQLITE_OK) {
+        a->reset(st);
+        return 0;
+    }
+    while ((rc = a->step(st)) == SQLITE_ROW) {
+        if (b->n == b->cap) {
+            size_t cap = b->cap ? b->cap * 2 : 1024;
+            BatchRow *grown = realloc(b->rows, cap * sizeof(BatchRow));
+            if (grown == NULL)
+                break;
+            b->rows = grown;
+            b->cap = cap;
+        }
+        BatchRow *r = &b->rows[b->n];
+        if (a->column_type(st, 1) != SQLITE_INTEGER || a->column_type(st, 2) != SQLITE_INTEGER ||
+            a->column_type(st, 5) != SQLITE_INTEGER)
+            break;
+        r->offset = a->column_int64(st, 1);
+        r->length = a->column_int64(st, 2);
+        r->alignment = a->column_int64(st, 5);
+        if (!column_put(a, st, 0, SQLITE_TEXT, 0, b, &r->url, &r->url_len) ||
+            !column_put(a, st, 3, SQLITE_BLOB, 0, b, &r->spans, &r->spans_len) ||
+            !column_put(a, st, 4, SQLITE_TEXT, 0, b, &r->key, &r->key_len) ||
+            !column_put(a, st, 6, SQLITE_TEXT, 1, b, &r->kind, &r->kind_len) ||
+            !column_put(a, st, 7, SQLITE_TEXT, 1, b, &r->sig, &r->sig_len))
+            break;
+        b->n++;
+    }
+    ok = rc == SQLITE_DONE;
+    /* Ends the statement's read transaction: no snapshot is held between batches. */
+    a->reset(st);
+    return ok;
+}
+
+/* Writes n signed 64-bit integers as a JSON array; NULL with an exception set if one is not. */
+static char *json_hashes(PyObject *hashes, size_t *len)
+{
+    Py_ssize_t n = PyList_GET_SIZE(hashes);
+    char *out = malloc((size_t)n * 21 + 3), *w = out;
+    if (out == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    *w++ = '[';
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(hashes, i);
+        long long v = PyLong_CheckExact(item) ? PyLong_AsLongLong(item) : -1;
+        if (!PyLong_CheckExact(item) || (v == -1 && PyErr_Occurred())) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "rows(): key hashes must be ints");
+            free(out);
+            return NULL;
+        }
+        if (i)
+            *w++ = ',';
+        unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+        char digits[20];
+        int k = 0;
+        do
+            digits[k++] = (char)('0' + u % 10);
+        while ((u /= 10) != 0);
+        if (v < 0)
+            *w++ = '-';
+        while (k)
+            *w++ = digits[--k];
+    }
+    *w++ = ']';
+    *w = '\0';
+    *len = (size_t)(w - out);
+    return out;
+}
+
+#define URLS_SHARED 64
+
+/* rows(dataset, hashes) -> list[tuple] | None
+
+   hashes: a list of the keys' signed xxHash64 values. Each tuple is the
+   batch statement's row (url, offset, length, spans, key, alignment, kind,
+   signature), as the Python driver would return it. None: not handled here
+   (no batch statement, busy, closed, a forked child, a lock, or a row of
+   another shape); the caller runs the statement through Python. */
+static PyObject *point_rows(Point *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "rows() takes 2 arguments (dataset, hashes), %zd given", nargs);
+        return NULL;
+    }
+    PyObject *dataset = args[0], *hashes = args[1];
+    if (self->db == NULL || self->batch == NULL || self->busy || self->forks != forks ||
+        !PyUnicode_CheckExact(dataset) || !PyList_CheckExact(hashes))
+        Py_RETURN_NONE;
+    Py_ssize_t dataset_len;
+    const char *d = PyUnicode_AsUTF8AndSize(dataset, &dataset_len);
+    if (d == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeError))
+            return NULL;
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    size_t json_len;
+    char *json = json_hashes(hashes, &json_len);
+    if (json == NULL)
+        return NULL;
+    if (dataset_len > INT_MAX || json_len > INT_MAX) {
+        free(json);
+        Py_RETURN_NONE;
+    }
+    Batch b = {0};
+    int ok;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    ok = batch_fetch(self, d, dataset_len, json, json_len, &b);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    free(json);
+    if (self->close_pending) {
+        point_release(self);
+        self->close_pending = 0;
+        ok = 0;
+    }
+    PyObject *out = NULL;
+    PyObject *urls[URLS_SHARED];
+    int shared = 0;
+    if (!ok) {
+        out = Py_None;
+        Py_INCREF(out);
+        goto done;
+    }
+    out = PyList_New((Py_ssize_t)b.n);
+    if (out == NULL)
+        goto done;
+    for (size_t i = 0; i < b.n; i++) {
+        BatchRow *r = &b.rows[i];
+        const char *u = b.bytes + r->url;
+        PyObject *url = NULL;
+        for (int j = 0; j < shared; j++) {
+            if (PyUnicode_GET_LENGTH(urls[j]) <= r->url_len) {
+                Py_ssize_t n;
+                const char *have = PyUnicode_AsUTF8AndSize(urls[j], &n);
+                if (n == r->url_len && memcmp(have, u, (size_t)n) == 0) {
+                    url = urls[j];
+                    Py_INCREF(url);
+                    break;
+                }
+            }
+        }
+        if (url == NULL) {
+            url = PyUnicode_DecodeUTF8(u, r->url_len, NULL);
+            if (url == NULL)
+                goto fail;
+            if (shared < URLS_SHARED) {
+                Py_INCREF(url);
+                urls[shared++] = url;
+            }
+        }
+        PyObject *row = PyTuple_New(8);
+        if (row == NULL) {
+            Py_DECREF(url);
+            goto fail;
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)i, row);
+        PyTuple_SET_ITEM(row, 0, url);
+        PyObject *v;
+        if ((v = PyLong_FromLongLong(r->offset)) == NULL)
+            goto fail;
+        PyTuple_SET_ITEM(row, 1, v);
+        if ((v = PyLong_FromLongLong(r->length)) == NULL)
+            goto fail;
+        PyTuple_SET_ITEM(row, 2, v);
+        if ((v = PyBytes_FromStringAndSize(b.bytes + r->spans, r->spans_len)) == NULL)
+            goto fail;
+        PyTuple_SET_ITEM(row, 3, v);
+        if ((v = PyUnicode_DecodeUTF8(b.bytes + r->key, r->key_len, NULL)) == NULL)
+            goto fail;
+        PyTuple_SET_ITEM(row, 4, v);
+        if ((v = PyLong_FromLongLong(r->alignment)) == NULL)
+            goto fail;
+        PyTuple_SET_ITEM(row, 5, v);
+        if (r->kind_len < 0) {
+            v = Py_None;
+            Py_INCREF(v);
+        } else if ((v = PyUnicode_DecodeUTF8(b.bytes + r->kind, r->kind_len, NULL)) == NULL) {
+            goto fail;
+        }
+        PyTuple_SET_ITEM(row, 6, v);
+        if (r->sig_len < 0) {
+            v = Py_None;
+            Py_INCREF(v);
+        } else if ((v = PyUnicode_DecodeUTF8(b.bytes + r->sig, r->sig_len, NULL)) == NULL) {
+            goto fail;
+        }
+        PyTuple_SET_ITEM(row, 7, v);
+    }
+    goto done;
+fail:
+    Py_CLEAR(out);
+    if (PyErr_ExceptionMatches(PyExc_UnicodeError)) { /* text SQLite holds as not UTF-8: Python's path */
+        PyErr_Clear();
+        out = Py_None;
+        Py_INCREF(out);
+    }
+done:
+    for (int j = 0; j < shared; j++)
+        Py_DECREF(urls[j]);
+    free(b.rows);
+    free(b.bytes);
+    return out;
+}
+
 static PyObject *point_close(Point *self, PyObject *unused)
 {
     if (self->busy)
@@ -473,6 +772,9 @@ static PyMethodDef point_methods[] = {
     {"get", (PyCFunction)(void (*)(void))point_get, METH_FASTCALL,
      "get(dataset, key, decode) -> Record | None: the latest version's whole record, or None if "
      "not handled here."},
+    {"rows", (PyCFunction)(void (*)(void))point_rows, METH_FASTCALL,
+     "rows(dataset, hashes) -> list[tuple] | None: the batch statement's rows, or None if not "
+     "handled here."},
     {"close", (PyCFunction)point_close, METH_NOARGS,
      "Finalize the statement and close the connection (idempotent)."},
     {NULL, NULL, 0, NULL},
@@ -488,7 +790,7 @@ static PyTypeObject PointType = {
     .tp_basicsize = sizeof(Point),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "Point(path, sql, busy_timeout_ms, cache_size, shards, fds, touch, unpack, texts, one_pread, "
-              "tars, finish): "
+              "tars, finish, batch_sql=None): "
               "a read-only SQLite connection and the point statement, prepared.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)point_init,

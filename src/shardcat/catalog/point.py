@@ -133,6 +133,7 @@ def open_point(
     texts: dict[Any, Any],
     tars: dict[int, str],
     parse: Callable[[str], list[tuple[str, str, Codec]]],
+    batch_sql: str | None = None,
 ) -> Any | None:
     """The compiled point lookup for a lookup's state, or None where it does not apply.
 
@@ -142,7 +143,10 @@ def open_point(
     source cache's open descriptors and LRU mark, read in place; ``tars``
     maps a tar shard's id to its URL, and ``parse`` (``LayoutCache.get``)
     gives a layout's entries to the :class:`TarFinisher` of tar samples. The object's
-    ``get(dataset, key, decode)`` returns a record or None.
+    ``get(dataset, key, decode)`` returns a record or None. ``batch_sql`` is the
+    lookup's batch statement of whole records at the latest version (bound as
+    dataset and a JSON array of key hashes): the object's ``rows(dataset,
+    hashes)`` returns its rows as the Python driver would, or None.
     """
     if _active != "compiled" or recordcodec.active() != "compiled" or raw.dialect != "sqlite":
         return None
@@ -174,6 +178,7 @@ def open_point(
             ONE_PREAD,
             tars,
             TarFinisher(raw.query, raw.placeholder, parse, tar_record),
+            batch_sql,
         )
     except Exception as e:
         # Cannot open or prepare (or a file name SQLite cannot hand back as

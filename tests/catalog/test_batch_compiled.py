@@ -1,0 +1,257 @@
+"""The batch statement stepped in C (catalog/_cpoint.c ``rows()``, issue 10), on real SQLite files.
+
+``get_many`` of whole records at the latest version runs the lookup's own
+batch statement on the compiled point lookup's connection. Its rows must be
+the rows the Python driver returns, in every state the statement decides
+(staged, removed, replaced, deleted, tar shards, colliding hashes), and
+anything unusual must go back to the Python path.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shardcat.catalog import Catalog, point
+from shardcat.errors import DatasetNotFoundError
+from shardcat.format import recordcodec
+from shardcat.format.checksums import signed_key_hashes
+from shardcat.format.tar import scan_tar
+from shardcat.testing.tars import wds_samples, write_wds_tar
+
+from .helpers import make_dataset, shard_keys, write_shard
+from .test_point_compiled import _churn
+
+pytestmark = pytest.mark.skipif(
+    point.active() != "compiled" or recordcodec.active() != "compiled",
+    reason="the compiled point lookup is not available or not chosen here",
+)
+
+_TIMEOUT = 60.0
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'catalog.db'}"
+
+
+@pytest.fixture
+def cat(sqlite_url: str) -> Iterator[Catalog]:
+    c = Catalog(sqlite_url)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def _hashes(keys: list[str]) -> list[int]:
+    return signed_key_hashes(k.encode() for k in keys)
+
+
+def _both(cat: Catalog, dataset: str, keys: list[str]) -> tuple[Any, list[Any]]:
+    """The compiled rows (None: not handled) and the Python driver's rows of one batch."""
+    lookup = cat._lookup()
+    assert lookup._point_c is not None, "the compiled lookup is off for this catalog"
+    hashes = _hashes(keys)
+    fast = lookup._point_c.rows(dataset, hashes)
+    slow = lookup._query(lookup._batch, (dataset, json.dumps(hashes)))
+    return fast, slow
+
+
+def _same_rows(cat: Catalog, dataset: str, keys: list[str]) -> list[Any]:
+    fast, slow = _both(cat, dataset, keys)
+    assert fast is not None
+    assert sorted(fast) == sorted(tuple(r) for r in slow)
+    for row in fast:  # the driver's types, one by one
+        assert [type(v) for v in row[:6]] == [str, int, int, bytes, str, int]
+    return fast
+
+
+def _by_key(result: Any) -> dict[str, Any]:
+    return dict(zip(result.keys, result.records, strict=True))
+
+
+def _described(result: Any) -> list[Any]:
+    return [
+        None
+        if r is None
+        else (r.key, r.offset, r.length, [(n, e.content_type, bytes(e.data)) for n, e in r.items()])
+        for r in result
+    ]
+
+
+def test_rows_equal_the_drivers_in_every_state_the_statement_decides(cat, local_root, tmp_path):
+    make_dataset(cat, local_root, 3)
+    live = [k for i in range(3) for k in shard_keys(i)]
+    rows = _same_rows(cat, "train", live)
+    assert {r[4] for r in rows} == set(live)
+    # Rows of one shard share one URL object (what batch_table keys its shards by).
+    by_url: dict[str, set[int]] = {}
+    for r in rows:
+        by_url.setdefault(r[0], set()).add(id(r[0]))
+    assert len(by_url) == 3 and all(len(ids) == 1 for ids in by_url.values())
+    # A staged shard, a removed record, a replaced record, a removed shard.
+    job = cat.begin_job("train")
+    cat.register_shard("train", write_shard(f"{local_root}/staged.shard", ["staged/1"]), job=job)
+    cat.delete_keys("train", [live[2]])
+    job2 = cat.begin_job("train")
+    new = write_shard(f"{local_root}/new.shard", [live[3]], make=lambda k: {"txt": "new"})
+    cat.register_shard("train", new, job=job2)
+    cat.commit_job(job2, on_duplicate="replace")
+    cat.remove_shard("train", cat.locate("train", shard_keys(2)[0]).url)
+    asked = [*live, "staged/1", "nope"]
+    rows = _same_rows(cat, "train", asked)
+    keys = [r[4] for r in rows]
+    assert "staged/1" not in keys and live[2] not in keys and "nope" not in keys
+    assert keys.count(live[3]) == 1
+    assert not set(shard_keys(2)) & set(keys)
+    # get_many through either path: the same records.
+    compiled = cat.get_many("train", asked)
+    previous = point.use("python")
+    try:
+        with Catalog(cat.url) as slow:
+            assert slow._lookup()._point_c is None
+            assert _described(slow.get_many("train", asked)) == _described(compiled)
+    finally:
+        point.use(previous)
+    assert _by_key(compiled)[live[3]]["txt"].decode() == "new"
+    assert sorted(compiled.missing) == sorted(["staged/1", "nope", live[2], *shard_keys(2)])
+    # A tar indexed in place: its rows carry their kind and layout signature.
+    (tmp_path / "tars").mkdir()
+    tar = Path(write_wds_tar(tmp_path / "tars" / "a.tar", n=10))
+    cat.create_dataset("wds", str(tar.parent))
+    cat.register_shard("wds", scan_tar(tar))
+    tar_keys = [s["__key__"] for s in wds_samples(tar)]
+    assert len(tar_keys) == 10
+    rows = _same_rows(cat, "wds", tar_keys)
+    assert rows and all(r[6] == "tar" and isinstance(r[7], str) for r in rows)
+    # An unknown dataset: no rows, and the Python path names the error.
+    assert _same_rows(cat, "other", live) == []
+    with pytest.raises(DatasetNotFoundError):
+        cat.get_many("other", live)
+
+
+def test_colliding_hashes_come_back_as_rows_and_never_as_the_wrong_record(cat, local_root):
+    make_dataset(cat, local_root, 1)
+    keys = shard_keys(0)
+    # Another key's hash asked for: the row comes back (the statement matches
+    # hashes), and the key check after it drops it.
+    fast, slow = _both(cat, "train", keys[:3])
+    lookup = cat._lookup()
+    wrong = lookup._point_c.rows("train", _hashes([keys[0]]))
+    assert [r[4] for r in wrong] == [keys[0]]
+    table = recordcodec.batch_table(wrong, {"not-" + keys[0]: None})
+    assert table.keys == []
+    assert fast is not None and sorted(fast) == sorted(tuple(r) for r in slow)
+
+
+def test_unusual_cases_go_back_to_the_python_path(cat, local_root, sqlite_url):
+    make_dataset(cat, local_root, 1)
+    keys = shard_keys(0)
+    lookup = cat._lookup()
+    c = lookup._point_c
+    assert c.rows("train", []) == []
+    assert c.rows(7, _hashes(keys)) is None  # type: ignore[arg-type]
+    assert c.rows("bad\udcff", _hashes(keys)) is None  # not UTF-8: the Python path
+    assert c.rows("train", tuple(_hashes(keys))) is None  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="must be ints"):
+        c.rows("train", ["1"])  # type: ignore[list-item]
+    with pytest.raises(OverflowError):
+        c.rows("train", [2**64])
+    with pytest.raises(TypeError, match="2 arguments"):
+        c.rows("train")  # type: ignore[call-arg]
+    # A key SQLite holds as text that is not UTF-8: the driver's decoding (and
+    # its error) is the Python path's.
+    path = sqlite_url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE records SET key = CAST(X'ff61' AS TEXT) WHERE key = ?", (keys[1],))
+    assert c.rows("train", _hashes(keys[:3])) is None
+    assert len(c.rows("train", _hashes([keys[0], keys[2]]))) == 2
+    # Closed: not handled; the lookup's get_many still answers through Python.
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE records SET key = ? WHERE key = CAST(X'ff61' AS TEXT)", (keys[1],))
+    c.close()
+    assert c.rows("train", _hashes(keys)) is None
+    result = cat.get_many("train", keys)
+    assert result.ok and [r.key for r in result] == keys
+
+
+def test_a_forked_child_never_steps_the_parents_statement(cat, local_root):
+    make_dataset(cat, local_root, 1)
+    keys = shard_keys(0)
+    parent = cat._lookup()._point_c
+    assert parent.rows("train", _hashes(keys)) is not None
+
+    def child(queue: Any) -> None:
+        try:
+            inherited = parent.rows("train", _hashes(keys))
+            result = cat.get_many("train", keys)
+            queue.put((inherited, [r.key for r in result]))
+        except Exception as e:  # report, do not hang the parent
+            queue.put(repr(e))
+
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=child, args=(queue,))
+    proc.start()
+    got = queue.get(timeout=_TIMEOUT)
+    proc.join(timeout=_TIMEOUT)
+    assert got == (None, keys)
+    assert proc.exitcode == 0
+    assert len(parent.rows("train", _hashes(keys))) == len(keys)  # the parent's still serves
+
+
+def test_batches_while_another_process_commits_and_deletes(sqlite_url, local_root):
+    """Never a record older than the last commit before the batch began, never a staged one."""
+    cat = Catalog(sqlite_url)
+    try:
+        hot = [f"hot/{j}" for j in range(8)]
+        cat.create_dataset("train", local_root)
+        cat.register_shard(
+            "train", write_shard(f"{local_root}/hot-0.shard", hot, make=lambda k: {"txt": "0"})
+        )
+        cat.register_shard("train", write_shard(f"{local_root}/gone.shard", ["gone/1"]))
+        cat.create_dataset("other", f"{local_root}/other")
+        cat.register_shard("other", write_shard(f"{local_root}/other/o.shard", ["o/1"]))
+        lookup = cat._lookup()
+        ctx = mp.get_context("spawn")
+        published, removed, done = ctx.Value("i", 0), ctx.Value("i", 0), ctx.Value("i", 0)
+        proc = ctx.Process(
+            target=_churn, args=(sqlite_url, local_root, 15, published, removed, done)
+        )
+        proc.start()
+        seen = dict.fromkeys(hot, 0)
+        handled = batches = 0
+        deadline = time.monotonic() + _TIMEOUT
+        while time.monotonic() < deadline and batches < 20_000:
+            finished = done.value
+            floor, gone = published.value, removed.value
+            asked = [*hot, f"staged/{floor}", "gone/1"]
+            handled += lookup._point_c.rows("train", _hashes(asked)) is not None
+            result = _by_key(cat.get_many("train", asked))
+            for key in hot:
+                g = int(result[key]["txt"].decode())
+                assert g >= floor and g >= seen[key], (key, g, floor, seen[key])
+                seen[key] = g
+            assert result[f"staged/{floor}"] is None
+            if gone:
+                assert result["gone/1"] is None
+            batches += 1
+            if finished:
+                break
+        proc.join(_TIMEOUT)
+        assert proc.exitcode == 0
+        assert removed.value == 1 and published.value > 0
+        assert handled == batches  # the compiled statement answered every batch
+        assert cat.get_many("train", ["gone/1"]).missing == ["gone/1"]
+        with pytest.raises(DatasetNotFoundError):
+            cat.get_many("other", ["o/1"])
+    finally:
+        cat.close()
