@@ -115,6 +115,14 @@ def test_bad_catalog_urls():
         Catalog("postgresql+psycopg2://u@127.0.0.1/db")
 
 
+def test_a_sqlite_file_in_a_missing_folder_says_so(tmp_path):
+    url = f"sqlite:///{tmp_path / 'no-such-folder' / 'catalog.db'}"
+    with pytest.raises(CatalogError, match="cannot open the file") as err:
+        Catalog(url).datasets()
+    assert "check that its folder exists" in str(err.value)
+    assert not (tmp_path / "no-such-folder").exists()
+
+
 def _all_text(cat):
     out = []
     with cat.engine.connect() as conn:

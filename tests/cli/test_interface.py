@@ -289,6 +289,36 @@ def test_reindex_rebuilds_a_lost_catalog_from_another_folder(tmp_path):
     assert missing.returncode == 1 and "no file matches" in missing.stderr
 
 
+def test_reindex_takes_a_folder_and_a_failure_leaves_no_empty_dataset(tmp_path):
+    data = tmp_path / "data"
+    write_dataset(f"sqlite:///{tmp_path / 'first.db'}", data / "train", name="train")
+    (data / "train" / "notes.txt").write_text("not a shard")  # only *.shard files are taken
+    url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    p = ok(run("reindex", "train", str(data / "train"), "-c", url))
+    assert [r.split("\t")[0] for r in p.stdout.splitlines()[1:]] == [
+        str(data / "train" / "train-000000.shard")
+    ]
+    assert ok(run("count", "train", "-c", url)).stdout == f"{len(KEYS)}\n"
+    # A folder with no shard: says so, and what to pass instead.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    bad = run("reindex", "other", str(empty), "-c", url)
+    assert bad.returncode == 1 and f"folder {empty} holds no *.shard file" in bad.stderr
+    assert "glob" in bad.stderr
+    # Files that are not shards: the error, and no empty dataset left behind.
+    (empty / "x.jpg").write_bytes(b"\xff\xd8 not a shard")
+    bad = run("reindex", "other", str(empty / "x.jpg"), "-c", url)
+    assert bad.returncode == 1 and "not a shardcat shard" in bad.stderr
+    assert "other" not in ok(run("ls", "-c", url)).stdout
+    # An existing dataset is never dropped by a failed reindex.
+    bad = run("reindex", "train", str(empty / "x.jpg"), "-c", url)
+    assert bad.returncode == 1
+    assert ok(run("count", "train", "-c", url)).stdout == f"{len(KEYS)}\n"
+    # inspect on a folder: what to pass instead.
+    folder = run("inspect", str(data / "train"))
+    assert folder.returncode == 1 and "is a folder, not a shard file" in folder.stderr
+
+
 def test_sql_defaults_repeated_for_a_fast_help_agree_with_the_runner():
     from shardcat.catalog import readonly
     from shardcat.cli import sql_cmd

@@ -133,3 +133,32 @@ def test_redact_never_keeps_a_password(user: str, secret: str) -> None:
         f"https://host.example/a?sig={secret}",
     ):
         assert secret not in redact(url)
+
+
+def test_a_folder_names_the_shards_directly_inside_it(tmp_path: Path, s3: dict) -> None:
+    from shardcat.errors import ShardNotFoundError
+    from shardcat.storage.fs import resolve as resolve_url
+    from shardcat.storage.patterns import expand_patterns
+
+    for name in ("b.shard", "a.shard", "notes.txt", "sub/c.shard"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    local = expand_patterns([str(tmp_path)], folder_suffix=".shard")
+    assert local == [str(tmp_path / "a.shard"), str(tmp_path / "b.shard")]
+    # Without folder_suffix a folder is a URL like any other (read, and refused, later).
+    assert expand_patterns([str(tmp_path)]) == [str(tmp_path)]
+    # A file keeps its own name whatever its suffix.
+    assert expand_patterns([str(tmp_path / "notes.txt")], folder_suffix=".shard") == [
+        str(tmp_path / "notes.txt")
+    ]
+    with pytest.raises(ShardNotFoundError, match=r"holds no \*\.tar file"):
+        expand_patterns([str(tmp_path)], folder_suffix=".tar")
+    # On a store, a URL written as a folder (trailing /): listed, sorted.
+    opts = s3["storage_options"]
+    fs, _ = resolve_url(s3["url"], opts)
+    for name in ("t/b.shard", "t/a.shard", "t/x.txt"):
+        fs.pipe_file(f"{s3['bucket']}/{name}", b"x")
+    remote = expand_patterns([f"{s3['url']}/t/"], opts, folder_suffix=".shard")
+    assert remote == [f"{s3['url']}/t/a.shard", f"{s3['url']}/t/b.shard"]
+    with pytest.raises(ShardNotFoundError, match="holds no"):
+        expand_patterns([f"{s3['url']}/t/"], opts, folder_suffix=".tar")

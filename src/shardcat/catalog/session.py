@@ -454,4 +454,9 @@ def translate_exception(
             f"catalog {where} does not have the tables this shardcat expects ({text})",
             hint=upgrade_hint(where),
         )
+    if driver == "sqlite" and code == str(sqlite3.SQLITE_CANTOPEN):
+        return CatalogError(
+            f"catalog {where}: SQLite cannot open the file ({text}): check that its folder "
+            "exists and that this user may write there"
+        )
     return CatalogError(f"catalog {where}: {type(orig).__name__}: {text}")

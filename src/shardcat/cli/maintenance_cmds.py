@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import enum
 import sys
@@ -57,7 +58,8 @@ def reindex(
         list[str],
         typer.Argument(
             help="Shard paths or URLs; globs (s3://b/train/*.shard) and brace patterns "
-            "(train-{000000..000099}.shard) expand. Quote them from the shell.",
+            "(train-{000000..000099}.shard) expand, and a folder names the shards in it "
+            "(*.shard, or *.tar with --kind tar). Quote them from the shell.",
             metavar="URL",
         ),
     ],
@@ -78,13 +80,25 @@ def reindex(
     from ..storage.patterns import expand_patterns
 
     state = state_of(ctx)
-    expanded = expand_patterns(urls, state.storage_options)
+    suffix = ".tar" if kind is ShardKindChoice.tar else ".shard"
+    expanded = expand_patterns(urls, state.storage_options, folder_suffix=suffix)
     with open_catalog(state, create=True) as cat:
-        if dataset not in {d.name for d in cat.datasets()}:
+        created = dataset not in {d.name for d in cat.datasets()}
+        if created:
             root = _common_root(expanded)
             cat.create_dataset(dataset, root, exist_ok=True)
+        try:
+            rows = cat.reindex(dataset, expanded, workers=workers, kind=kind.value)
+        except BaseException:
+            if created:
+                # Nothing was committed: leave no empty dataset behind (the
+                # reindex's own error is the one to report, not a cleanup's).
+                with contextlib.suppress(Exception):
+                    if not cat.shards(dataset):
+                        cat.delete_dataset(dataset)
+            raise
+        if created:
             state.out.note(f"created dataset {dataset!r} (root {root})")
-        rows = cat.reindex(dataset, expanded, workers=workers, kind=kind.value)
     state.out.reindexed(dataset, rows)
 
 

@@ -101,17 +101,20 @@ def expand_tar_urls(urls: str | Iterable[str], storage_options: Mapping[str, Any
     """Every tar the patterns name, in pattern order, as the catalog stores it.
 
     :func:`~shardcat.storage.patterns.expand_patterns`: braces expanded, globs
-    listed (sorted), local paths made absolute, each tar once.
+    listed (sorted), a folder's ``*.tar`` files listed, local paths made
+    absolute, each tar once.
 
     Raises
     ------
     ShardNotFoundError
-        A glob matches nothing.
+        A glob, or a folder, matches nothing.
     EmptySourceError
         No URL is given.
     """
     patterns = [urls] if isinstance(urls, str) else list(urls)
-    out = expand_patterns([os.fspath(p) for p in patterns], dict(storage_options))
+    out = expand_patterns(
+        [os.fspath(p) for p in patterns], dict(storage_options), folder_suffix=".tar"
+    )
     if not out:
         raise EmptySourceError("index_tar got no tar URL")
     return out

@@ -33,30 +33,57 @@ def absolute_url(url: str, storage_options: StorageOptions | None = None) -> str
 
 
 def expand_patterns(
-    patterns: Iterable[str], storage_options: StorageOptions | None = None
+    patterns: Iterable[str],
+    storage_options: StorageOptions | None = None,
+    *,
+    folder_suffix: str | None = None,
 ) -> list[str]:
     """Every shard URL the patterns name, absolute, in order, each once.
 
     Braces expand first (``{a,b}``, ``{000..099}``; the names need not exist,
     a missing one is reported when it is read); then a part with ``*``, ``?``
-    or ``[`` is globbed on its filesystem, in sorted order.
+    or ``[`` is globbed on its filesystem, in sorted order. With
+    ``folder_suffix`` (``".shard"``), a local folder, or a remote URL ending
+    in ``/``, names the files with that suffix directly inside it, sorted.
 
     Raises
     ------
     ShardNotFoundError
-        If a glob matches no file.
+        If a glob, or a folder, matches no file.
     """
     out: dict[str, None] = {}
     for pattern in patterns:
         for url in braceexpand(pattern):
-            if not _GLOB.intersection(url):
+            folder = folder_suffix is not None and _is_folder(url, storage_options)
+            if folder:
+                url = f"{url.rstrip('/')}/*{folder_suffix}"
+            elif not _GLOB.intersection(url):
                 out[absolute_url(url, storage_options)] = None
                 continue
             local = is_local(url)
             fs, path = resolve(os.path.abspath(local_path(url)) if local else url, storage_options)
             found = sorted(p for p in fs.glob(path) if not fs.isdir(p))
             if not found:
+                if folder:
+                    where = redact(url.rsplit("/", 1)[0])
+                    raise ShardNotFoundError(
+                        f"folder {where} holds no *{folder_suffix} file; pass the shard "
+                        f"files themselves or a glob (quoted: '{where}/**/*{folder_suffix}')",
+                        path=where,
+                    )
                 raise ShardNotFoundError(f"no file matches {redact(url)}", path=redact(url))
             for p in found:
                 out[p if local else redact(fs.unstrip_protocol(p))] = None
     return list(out)
+
+
+def _is_folder(url: str, storage_options: StorageOptions | None) -> bool:
+    """A local folder, or a remote URL written as one (a trailing ``/``: no listing per file)."""
+    if _GLOB.intersection(url):
+        return False
+    if is_local(url):
+        return os.path.isdir(os.path.expanduser(local_path(url)))
+    if not url.endswith("/"):
+        return False
+    fs, path = resolve(url, storage_options)
+    return bool(fs.isdir(path))

@@ -343,6 +343,12 @@ def _translate(e: BaseException, url: str, writing: bool) -> ShardcatError:
             return ShardNotFoundError(
                 f"{shown}: no such shard (was it deleted or moved?)", path=shown
             )
+    if any(isinstance(x, IsADirectoryError) for x in chain):
+        return StorageError(
+            f"{shown}: is a folder, not a shard file: name one of its shards "
+            "(a dataset's shards: `shardcat ls DATASET`)",
+            path=shown,
+        )
     if isinstance(e, NotImplementedError):
         return StorageError(
             f"{shown}: the {protocol}:// backend cannot {verb} this (read-only?)", path=shown
