@@ -84,6 +84,28 @@ class FailLate(KillOnce):
         raise RuntimeError("injected failure: this partition never succeeds")
 
 
+class NoKeyLogged(Mapping[str, Any]):
+    """A sample without ``__key__`` that appends a line to ``log`` each time the writer asks for it.
+
+    It is read inside the task that writes the shard, so the lines count that task's attempts.
+    """
+
+    def __init__(self, log: str) -> None:
+        self.log = log
+
+    def __getitem__(self, name: str) -> Any:
+        if name == "__key__":
+            with open(self.log, "a") as f:
+                f.write(f"{os.getpid()}\n")
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(["txt"])
+
+    def __len__(self) -> int:
+        return 1
+
+
 def partition_with(
     partition: int, count: int, kind: type[KillOnce], at: int, marker: str
 ) -> list[Any]:

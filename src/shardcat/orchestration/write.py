@@ -21,7 +21,13 @@ from typing import Any, Literal
 
 from .._types import ON_DUPLICATE, OnDuplicate
 from .._units import format_bytes, parse_size
-from ..errors import DatasetExistsError
+from ..errors import (
+    DatasetExistsError,
+    DuplicateKeyError,
+    InvalidKeyError,
+    RecordTooLargeError,
+    UnmatchedFilesError,
+)
 from ..storage import brace_patterns, dataset_prefix, is_local, local_path, redact, resolve
 from .files import FileListing, FileSource, SampleFiles, list_source, plan_partitions, read_samples
 from .plan import SHARDS_PER_PARTITION, WritePlan
@@ -37,6 +43,36 @@ log = logging.getLogger(__name__)
 
 Mode = Literal["create", "append", "overwrite"]
 Call = tuple[Callable[..., PartitionResult], tuple[Any, ...]]
+
+# The samples' own faults: the same data fails the same way on every attempt.
+# A task returns them instead of raising, so Dask's retries (for lost workers
+# and flaky stores) do not run it again only to fail again; the client raises.
+_DATA_ERRORS = (InvalidKeyError, RecordTooLargeError, DuplicateKeyError, UnmatchedFilesError)
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """A partition's data error, returned by :func:`_attempt` (raised by :func:`_result`)."""
+
+    error: BaseException
+
+
+def _attempt(fn: Callable[..., PartitionResult], *args: Any) -> PartitionResult | _Refused:
+    """``fn(*args)`` on a worker; a data error comes back as a value, not retried."""
+    try:
+        return fn(*args)
+    except _DATA_ERRORS as e:
+        return _Refused(e)
+
+
+def _result(future: Any) -> PartitionResult:
+    """A partition task's result; its data error raised here, on the client."""
+    result = future.result()
+    if isinstance(result, _Refused):
+        raise result.error
+    return result  # type: ignore[no-any-return]
+
+
 """A partition task to submit: the function and its arguments."""
 
 
@@ -166,7 +202,9 @@ def write(
         How often Dask may retry a failed partition task (a task lost with
         its worker is rescheduled by Dask in any case). A retry writes under
         fresh names where an earlier attempt published a shard, and only the
-        shards of the attempts that succeeded are committed.
+        shards of the attempts that succeeded are committed. A sample's own
+        fault (no or bad key, a record over the size limit, a key twice) is
+        never retried: it would fail again; it is raised at once.
     progress:
         ``True`` draws a progress bar on the terminal (partitions, records,
         bytes, throughput: :class:`~shardcat.orchestration.WriteProgressBar`);
@@ -558,7 +596,7 @@ def _run(
         )
     if _is_dask_dataframe(data):
         tasks = [
-            delayed(_write_frame_partition)(part, plan, i, key_column, json_entry)
+            delayed(_attempt)(_write_frame_partition, part, plan, i, key_column, json_entry)
             for i, part in enumerate(data.to_delayed())
             if i not in skip
         ]
@@ -567,7 +605,9 @@ def _run(
     if isinstance(data, db.Bag):
         parts = data.to_delayed()
         tasks = [
-            delayed(write_partition)(part, plan, i) for i, part in enumerate(parts) if i not in skip
+            delayed(_attempt)(write_partition, part, plan, i)
+            for i, part in enumerate(parts)
+            if i not in skip
         ]
         futures.extend(client.compute(tasks, retries=retries))
         return _gather(futures, reporter, len(tasks))
@@ -607,7 +647,12 @@ def _run_bounded(
     reporter.start(total)
     for fn, args in calls:
         future = client.submit(
-            fn, *args, pure=False, retries=retries, key=f"shardcat-write-{plan.job_id}-{run}-{sent}"
+            _attempt,
+            fn,
+            *args,
+            pure=False,
+            retries=retries,
+            key=f"shardcat-write-{plan.job_id}-{run}-{sent}",
         )
         sent += 1
         futures.append(future)
@@ -615,13 +660,13 @@ def _run_bounded(
         if len(pending) >= in_flight_limit:
             finished, rest = wait(pending, return_when="FIRST_COMPLETED")
             for f in finished:
-                done.append(f.result())
+                done.append(_result(f))
                 reporter.partition_done(done[-1])
             pending = list(rest)
     if total is None:
         reporter.total_known(sent)
     for f in pending:
-        done.append(f.result())
+        done.append(_result(f))
         reporter.partition_done(done[-1])
     return done
 
@@ -632,7 +677,7 @@ def _gather(futures: list[Any], reporter: ProgressReporter, total: int) -> list[
     results: list[PartitionResult] = []
     reporter.start(total)
     for future in as_completed(futures):
-        results.append(future.result())
+        results.append(_result(future))
         reporter.partition_done(results[-1])
     return results
 
