@@ -268,6 +268,12 @@ def test_get_keys_from_a_file_saves_the_found_and_exits_1_for_the_missing(writte
     )
     doc = json.loads(ok(stdin).stdout)
     assert [s["key"] for s in doc["samples"]] == ["cats/img000"] and doc["missing"] == []
+    # Piped text: one table whose lines name their sample.
+    piped = run("get", "pics", "--keys-from", str(keys), catalog=written["catalog"])
+    assert piped.returncode == 1 and "no/such/key" in piped.stderr
+    lines = [line.split("\t") for line in piped.stdout.splitlines()]
+    assert lines[0] == ["key", "field", "value"]
+    assert {line[0] for line in lines[1:]} == {"cats/img001", "dogs/img009", "misc/x"}
 
 
 def test_errors_are_one_line_and_verbose_shows_the_traceback(written):

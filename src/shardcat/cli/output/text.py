@@ -323,6 +323,12 @@ class TextOutput(Output):
         )
 
     def samples(self, records: Sequence[Record], missing: Sequence[str]) -> None:
+        if self.tsv:  # piped: one table, each line naming its sample (as titles do on a terminal)
+            self._tsv(
+                ["key", "field", "value"],
+                [[r.key, name, _shown(e)] for r in records for name, e in r.entries.items()],
+            )
+            return
         for r in records:
             self._sample(r)
 
