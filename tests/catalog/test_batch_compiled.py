@@ -13,7 +13,6 @@ import json
 import multiprocessing as mp
 import sqlite3
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,29 +25,18 @@ from shardcat.format.checksums import signed_key_hashes
 from shardcat.format.tar import scan_tar
 from shardcat.testing.tars import wds_samples, write_wds_tar
 
+from . import test_point_compiled as point_tests
 from .helpers import make_dataset, shard_keys, write_shard
-from .test_point_compiled import _churn
+from .test_point_compiled import _TIMEOUT, _churn
+
+# The same SQLite-file catalog fixtures as the compiled point lookup's tests.
+sqlite_url = point_tests.sqlite_url
+cat = point_tests.cat
 
 pytestmark = pytest.mark.skipif(
     point.active() != "compiled" or recordcodec.active() != "compiled",
     reason="the compiled point lookup is not available or not chosen here",
 )
-
-_TIMEOUT = 60.0
-
-
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'catalog.db'}"
-
-
-@pytest.fixture
-def cat(sqlite_url: str) -> Iterator[Catalog]:
-    c = Catalog(sqlite_url)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def _hashes(keys: list[str]) -> list[int]:

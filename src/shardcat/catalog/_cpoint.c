@@ -617,6 +617,14 @@ static char *json_hashes(PyObject *hashes, size_t *len)
     return out;
 }
 
+/* A nullable TEXT column as the driver returns it: None (length -1) or a str. */
+static PyObject *text_or_none(const char *p, int len)
+{
+    if (len < 0)
+        Py_RETURN_NONE;
+    return PyUnicode_DecodeUTF8(p, len, NULL);
+}
+
 #define URLS_SHARED 64
 
 /* rows(dataset, hashes) -> list[tuple] | None
@@ -723,19 +731,11 @@ static PyObject *point_rows(Point *self, PyObject *const *args, Py_ssize_t nargs
         if ((v = PyLong_FromLongLong(r->alignment)) == NULL)
             goto fail;
         PyTuple_SET_ITEM(row, 5, v);
-        if (r->kind_len < 0) {
-            v = Py_None;
-            Py_INCREF(v);
-        } else if ((v = PyUnicode_DecodeUTF8(b.bytes + r->kind, r->kind_len, NULL)) == NULL) {
+        if ((v = text_or_none(b.bytes + r->kind, r->kind_len)) == NULL)
             goto fail;
-        }
         PyTuple_SET_ITEM(row, 6, v);
-        if (r->sig_len < 0) {
-            v = Py_None;
-            Py_INCREF(v);
-        } else if ((v = PyUnicode_DecodeUTF8(b.bytes + r->sig, r->sig_len, NULL)) == NULL) {
+        if ((v = text_or_none(b.bytes + r->sig, r->sig_len)) == NULL)
             goto fail;
-        }
         PyTuple_SET_ITEM(row, 7, v);
     }
     goto done;
