@@ -159,6 +159,7 @@ def run_demo(
     from .catalog import Catalog
     from .orchestration import read, write
     from .orchestration.gc import gc
+    from .orchestration.scheduler import connect
 
     if is_local(out):
         out = os.path.abspath(out)
@@ -175,7 +176,7 @@ def run_demo(
     if not logging.getLogger().isEnabledFor(logging.INFO):
         logging.getLogger("distributed").setLevel(logging.WARNING)
     if scheduler:
-        client_cm: Any = Client(scheduler)
+        client_cm: Any = connect(scheduler)
         cluster_cm: Any = None
     else:
         cluster_cm = LocalCluster(

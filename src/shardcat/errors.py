@@ -45,6 +45,7 @@ __all__ = [
     "QueryError",
     "QueryTimeoutError",
     "RecordTooLargeError",
+    "SchedulerUnreachableError",
     "SchemaVersionError",
     "ShardNotFoundError",
     "ShardcatError",
@@ -227,6 +228,10 @@ class UnmatchedFilesError(ShardcatError, ValueError):
     def __init__(self, message: str, paths: list[str] | None = None) -> None:
         super().__init__(message)
         self.paths = list(paths or [])
+
+
+class SchedulerUnreachableError(ShardcatError, ConnectionError):
+    """No Dask scheduler answers at the address given (``--scheduler``)."""
 
 
 # --- lookups and storage --------------------------------------------------

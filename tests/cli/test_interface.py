@@ -324,3 +324,27 @@ def test_sql_defaults_repeated_for_a_fast_help_agree_with_the_runner():
     from shardcat.cli import sql_cmd
 
     assert sql_cmd.DEFAULT_TIMEOUT == readonly.DEFAULT_TIMEOUT
+
+
+def test_a_scheduler_address_nobody_answers_is_a_one_line_error(tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.txt").write_text("x")
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    for args in (
+        ("write", str(tmp_path / "src"), str(tmp_path / "out"), "-d", "ds"),
+        ("demo", "--out", str(tmp_path / "demo")),
+    ):
+        p = run(*args, "--scheduler", f"tcp://127.0.0.1:{port}", "-c", url)
+        assert p.returncode == 1, p.stderr
+        assert p.stderr.startswith(f"error: no Dask scheduler answers at tcp://127.0.0.1:{port}")
+        assert "dask scheduler" in p.stderr and "Traceback" not in p.stderr
+    from shardcat.errors import SchedulerUnreachableError
+    from shardcat.orchestration.scheduler import connect
+
+    with pytest.raises(SchedulerUnreachableError, match="check the address"):
+        connect(f"127.0.0.1:{port}")

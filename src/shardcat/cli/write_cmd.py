@@ -50,8 +50,10 @@ def _client(workers: int | None, scheduler: str | None, url: str) -> Iterator[An
         return
     from distributed import Client, LocalCluster
 
+    from ..orchestration.scheduler import connect
+
     if scheduler is not None:
-        with Client(scheduler) as client:  # type: ignore[no-untyped-call]
+        with connect(scheduler) as client:
             yield client
         return
     in_process = url.startswith("memory://")  # memory:// lives in this process only
