@@ -21,3 +21,11 @@ def test_parse_size_agrees_with_dask(text):
 def test_parse_size_refuses_what_is_not_a_positive_size(text):
     with pytest.raises(ValueError, match="size"):
         parse_size(text)
+
+
+def test_count_of_is_singular_for_one_only() -> None:
+    from shardcat._units import count_of
+
+    assert count_of(1, "shard") == "1 shard"
+    assert count_of(0, "shard") == "0 shards"
+    assert count_of(2000, "record") == "2,000 records"

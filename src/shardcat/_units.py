@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["format_bytes", "parse_size"]
+__all__ = ["count_of", "format_bytes", "parse_size"]
 
 _UNITS = {
     "": 1,
@@ -54,3 +54,8 @@ def format_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"
+
+
+def count_of(n: int, noun: str) -> str:
+    """``n`` with thousands separators and ``noun``, plural unless ``n`` is 1: ``"1 shard"``, ``"2,000 records"``."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._units import format_bytes
+from ._units import count_of, format_bytes
 from .storage import is_local
 
 if TYPE_CHECKING:
@@ -117,7 +117,8 @@ class DemoReport:
     def lines(self) -> list[str]:
         mb = self.bytes / 1e6
         return [
-            f"wrote {self.records:,} samples into {self.shards} shards ({format_bytes(self.bytes)}) "
+            f"wrote {count_of(self.records, 'sample')} into {count_of(self.shards, 'shard')} "
+            f"({format_bytes(self.bytes)}) "
             f"with Dask in {self.write_seconds:.2f} s ({mb / max(self.write_seconds, 1e-9):.0f} MB/s, "
             "generating the samples on the workers, registration and commit included)",
             f"  shards: {', '.join(self.patterns[:3])}{' ...' if len(self.patterns) > 3 else ''}",

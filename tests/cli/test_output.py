@@ -127,7 +127,7 @@ def test_write_summary(text, js, capsys):
     }
     text.write_summary(SUMMARY)
     assert capsys.readouterr().out == (
-        "pics: job 3 committed 31 records in 2 shards (3.8 MiB) from 1 partitions in 2.00 s "
+        "pics: job 3 committed 31 records in 2 shards (3.8 MiB) from 1 partition in 2.00 s "
         "(2 MB/s)\n  /d/pics-j3-000000-{000..001}.shard\n"
     )
 
@@ -399,7 +399,7 @@ def test_inspection_with_and_without_records(text, js, capsys):
     assert set(doc(capsys)) == {"shard", "entry_kinds", "metadata"}
     text.inspection(full)
     out = capsys.readouterr().out
-    assert "2,048 B (2.0 KiB)" in out and "First 1 records" in out and "train" in out
+    assert "2,048 B (2.0 KiB)" in out and "First 1 record" in out and "train" in out
     assert out.endswith("verified: 2 records, 2 entries, every CRC and padding byte checked\n")
     assert fields["size"] == 2048  # the text output formats a copy
     text.inspection(bare)

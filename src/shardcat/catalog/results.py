@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._units import count_of
 from ..errors import KeyNotFoundError
 from ..format import Record
 
@@ -221,7 +222,8 @@ class CatalogReport:
 
     def __str__(self) -> str:
         head = (
-            f"dataset {self.dataset!r}: {self.shards_checked} shards, {self.records_checked} records, "
+            f"dataset {self.dataset!r}: {count_of(self.shards_checked, 'shard')}, "
+            f"{count_of(self.records_checked, 'record')}, "
             f"{self.bytes_checked} bytes checked; "
         )
         if self.ok:

@@ -33,6 +33,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._units import count_of
 from ..errors import ChecksumError, DatasetExistsError, DestinationNotEmptyError
 from ..storage import is_local, join, local_path, open_pending, redact, resolve
 from ..storage.removal import remove_files
@@ -75,7 +76,8 @@ class CopySummary:
         what = "moved" if self.moved else "copied"
         reused = self.shards - self.copied
         return (
-            f"{self.dataset}: {what} {self.shards} shards ({self.records:,} records, "
+            f"{self.dataset}: {what} {count_of(self.shards, 'shard')} "
+            f"({count_of(self.records, 'record')}, "
             f"{self.bytes:,} bytes) to {self.destination}"
             + (f" in job {self.job_id}" if self.job_id is not None else "")
             + (f"; {reused} were there already and verified" if reused else "")

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .._types import ON_DUPLICATE, OnDuplicate
-from .._units import format_bytes, parse_size
+from .._units import count_of, format_bytes, parse_size
 from ..errors import (
     DatasetExistsError,
     DuplicateKeyError,
@@ -107,8 +107,9 @@ class WriteSummary:
             if n
         ]
         return (
-            f"{self.dataset}: job {self.job_id} committed {self.records:,} records in "
-            f"{len(self.shards)} shards ({format_bytes(self.bytes)}) from {self.partitions} partitions "
+            f"{self.dataset}: job {self.job_id} committed {count_of(self.records, 'record')} in "
+            f"{count_of(len(self.shards), 'shard')} ({format_bytes(self.bytes)}) from "
+            f"{count_of(self.partitions, 'partition')} "
             f"in {self.seconds:.2f} s ({self.mb_per_s:.0f} MB/s)"
             + (
                 f"; resumed: {self.resumed_partitions} partitions were done before"

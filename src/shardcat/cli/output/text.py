@@ -28,7 +28,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..._units import format_bytes
+from ..._units import count_of, format_bytes
 from .base import Output, QueryRows, ShardInspection, VerifyProgressCallback, err_console
 from .documents import describe_entry, stats_doc, timestamp
 
@@ -478,7 +478,7 @@ class TextOutput(Output):
         self._fields("User metadata", shard.metadata or {"(none)": ""})
         if shard.records is not None:
             self._table(
-                f"First {len(shard.records)} records",
+                f"First {count_of(len(shard.records), 'record')}",
                 ["#", "key", "offset", "length", "entries"],
                 [
                     [x["index"], x["key"], x["offset"], x["length"], ", ".join(x["entries"])]
