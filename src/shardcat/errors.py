@@ -31,6 +31,7 @@ __all__ = [
     "DestinationNotEmptyError",
     "DuplicateKeyError",
     "EmptySourceError",
+    "EntryNotFoundError",
     "FormatError",
     "Hint",
     "InvalidKeyError",
@@ -239,6 +240,36 @@ class SchedulerUnreachableError(ShardcatError, ConnectionError):
 
 class KeyNotFoundError(ShardcatError, KeyError):
     """No record has this key."""
+
+
+class EntryNotFoundError(ShardcatError, KeyError):
+    """A record has no entry of that name (``record["jpeg"]``).
+
+    A :class:`KeyError` (its ``args`` are the name alone), so ``record.get``,
+    ``in`` and code written for a dict work as before; the message names the
+    entries the record has.
+
+    Attributes
+    ----------
+    name:
+        The name asked for.
+    key:
+        The record's key.
+    names:
+        The record's entry names, in write order.
+    """
+
+    def __init__(
+        self, name: object, *, key: str | None = None, names: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(name)
+        self.name = name
+        self.key = key
+        self.names = names
+
+    @property
+    def message(self) -> str:
+        return f"record {self.key!r} has no entry {self.name!r}; its entries are {list(self.names)}"
 
 
 class ShardNotFoundError(ShardcatError, FileNotFoundError):

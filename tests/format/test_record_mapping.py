@@ -8,6 +8,7 @@ from collections.abc import Mapping
 import numpy as np
 import pytest
 
+from shardcat.errors import EntryNotFoundError
 from shardcat.format import Codec, Entry, Record, ShardReader, ShardWriter
 
 from .conftest import write_shard
@@ -53,6 +54,24 @@ def test_a_record_is_a_mapping_of_its_entries(record: Record) -> None:
     with pytest.raises(KeyError):
         record["missing"]
     assert {**record}.keys() == as_dict.keys()
+
+
+@pytest.mark.parametrize("how", ["lazy", "built", "plain"])
+def test_a_missing_entry_is_a_key_error_that_names_the_record_and_its_entries(
+    record: Record, how: str
+) -> None:
+    names = ["jpg", "json", "npy", "f.npy", "txt"]
+    if how == "built":
+        record.entries  # noqa: B018 (every entry made: the dict path)
+    elif how == "plain":
+        record = Record(record.key, dict(record.entries))
+    with pytest.raises(EntryNotFoundError) as err:
+        record["jpeg"]
+    assert isinstance(err.value, KeyError) and err.value.args == ("jpeg",)
+    assert err.value.key == "cat/1" and list(err.value.names) == names
+    assert str(err.value) == f"record 'cat/1' has no entry 'jpeg'; its entries are {names}"
+    assert record.get("jpeg") is None and record.get("jpg") is record["jpg"]
+    assert "jpeg" not in record
 
 
 def test_records_compare_by_key_and_entries_not_with_dicts(record: Record) -> None:

@@ -2685,6 +2685,18 @@ static int seals(PyObject *rec)
    not a dict keyed by name: the name was already looked up once in the
    layout's `where`, and a small list costs a third of a dict to make, fill
    and free, once per record a stream reads. */
+/* The error of a name the record has no entry for: Record._no_entry's
+   EntryNotFoundError (a KeyError naming the record's entries), made only on
+   a miss. */
+static void set_no_entry(PyObject *rec, PyObject *name)
+{
+    PyObject *exc = PyObject_CallMethod(rec, "_no_entry", "O", name);
+    if (exc != NULL) {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
+    }
+}
+
 static PyObject *entry_of(PyObject *rec, PyObject *name)
 {
     PyObject *some = get_slot(rec, S_SOME), *layout = NULL, *view = NULL, *entry = NULL, *payload = NULL;
@@ -2697,7 +2709,7 @@ static PyObject *entry_of(PyObject *rec, PyObject *name)
     PyObject *at = PyDict_GetItemWithError(PyTuple_GET_ITEM(layout, L_WHERE), name);
     if (at == NULL) {
         if (!PyErr_Occurred())
-            PyErr_SetObject(PyExc_KeyError, name);
+            set_no_entry(rec, name);
         goto done;
     }
     Py_ssize_t i = PyLong_AsSsize_t(at);
@@ -2921,6 +2933,10 @@ static PyObject *getitem(PyObject *rec, PyObject *name)
     if (entries != Py_None) { /* built whole (and perhaps changed) by the caller */
         PyObject *e = PyObject_GetItem(entries, name);
         Py_DECREF(entries);
+        if (e == NULL && PyErr_ExceptionMatches(PyExc_KeyError)) {
+            PyErr_Clear();
+            set_no_entry(rec, name);
+        }
         return e;
     }
     Py_DECREF(entries);

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import FormatError, InvalidKeyError
+from ..errors import EntryNotFoundError, FormatError, InvalidKeyError
 from .codecs import decompress
 from .spec import Codec
 
@@ -402,8 +402,10 @@ class Record(Mapping[str, Entry]):
     :class:`Entry`: ``record["jpg"]``, ``"jpg" in record``, ``list(record)``
     (the entry names, in write order), ``record.items()``,
     ``record.get("txt")`` and ``dict(record)`` (names → entries) all work.
-    The key is not an entry: it is ``record.key``. :meth:`decode` gives the
-    sample as plain values, ``{"__key__": key, name: value, ...}``.
+    The key is not an entry: it is ``record.key``. A name the record has no
+    entry for raises :class:`~shardcat.errors.EntryNotFoundError`, a
+    ``KeyError`` whose message lists the entries it has. :meth:`decode` gives
+    the sample as plain values, ``{"__key__": key, name: value, ...}``.
 
     Two records are equal when their keys and entries are; a record never
     equals a plain dict (it has a key, a dict has none).
@@ -426,7 +428,19 @@ class Record(Mapping[str, Entry]):
         self.length = length
 
     def __getitem__(self, name: str) -> Entry:
-        return self.entries[name]
+        try:
+            return self.entries[name]
+        except KeyError:
+            raise self._no_entry(name) from None
+
+    def get(self, name: str, default: Any = None) -> Any:
+        # Not Mapping.get: a missing optional entry is common (rec.get("cls")),
+        # and its KeyError would build the message of __getitem__'s.
+        return self[name] if name in self else default  # noqa: SIM401 (this is get)
+
+    def _no_entry(self, name: object) -> EntryNotFoundError:
+        """The error for a name this record has no entry for (the compiled codec's too)."""
+        return EntryNotFoundError(name, key=self.key, names=tuple(self))
 
     def __contains__(self, name: object) -> bool:
         return name in self.entries
