@@ -18,6 +18,7 @@ from shardcat.errors import (
     DatasetNotFoundError,
     InvalidKeyError,
     InvalidNameError,
+    KeyNotFoundError,
 )
 from shardcat.storage import redact
 
@@ -74,6 +75,24 @@ def test_dataset_errors(cat, local_root):
     with pytest.raises(DatasetNotFoundError):
         cat.delete_dataset("nope")
     cat.delete_dataset("nope", missing_ok=True)
+
+
+def test_a_file_name_given_as_a_key_names_the_samples_key(cat, local_root):
+    cat.create_dataset("photos", local_root)
+    keys = ["a/img1", "b/scan.v2"]  # a key may hold a dot (--key-rule last-dot)
+    cat.register_shard("photos", write_shard(f"{local_root}/p.shard", keys))
+    with pytest.raises(KeyNotFoundError) as err:
+        cat.get("photos", "a/img1.jpg")
+    assert "keys have no file extension: the sample 'a/img1' exists" in str(err.value)
+    assert "its entry: 'jpg'" in str(err.value)
+    with pytest.raises(KeyNotFoundError, match=r"the sample 'b/scan\.v2' exists") as err:
+        cat.get("photos", "b/scan.v2.png")
+    with pytest.raises(KeyNotFoundError) as err:
+        cat.get("photos", "a/img2.jpg")  # no such sample: no hint
+    assert "extension" not in str(err.value)
+    with pytest.raises(KeyNotFoundError) as err:
+        cat.get("photos", "a/img1.jpg", version=1)  # at a version: the plain message
+    assert "extension" not in str(err.value)
 
 
 def test_delete_dataset_removes_every_row(cat, local_root):

@@ -293,7 +293,28 @@ class Lookup:
             return KeyNotFoundError(f"no keys found in dataset {dataset!r}{at}")
         return KeyNotFoundError(
             f"no record with key {key!r} in dataset {dataset!r}{at or ' (among committed shards)'}"
+            + ("" if version is not None else self._stem_hint(dataset, key))
         )
+
+    def _stem_hint(self, dataset: str, key: str) -> str:
+        """A file name given as the key (``a/img1.jpg``): the key of its sample, if that exists.
+
+        Packed folders key a sample by its path up to the file name's first
+        dot (``--key-rule first-dot``) or last dot; the extension names the
+        entry. One more query per miss, only for a name with a dot.
+        """
+        folder, _, name = key.rpartition("/")
+        prefix = f"{folder}/" if folder else ""
+        for stem in dict.fromkeys((name.split(".", 1)[0], name.rsplit(".", 1)[0])):
+            if not stem or stem == name:
+                continue
+            h, _ = _hash(prefix + stem)
+            if self._query(self._point, (dataset, h, prefix + stem)):
+                return (
+                    f"; keys have no file extension: the sample {prefix + stem!r} exists "
+                    f"(the extension names its entry: {name[len(stem) + 1 :]!r})"
+                )
+        return ""
 
     def _version_missing(self, dataset_id: int, dataset: str, version: Version) -> Exception | None:
         p = self._p
