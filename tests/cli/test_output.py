@@ -373,7 +373,8 @@ def test_deleted_dataset(text, js, capsys):
     }
     text.deleted("pics", report, shards=3, size=4096)
     assert capsys.readouterr().out == (
-        "deleted dataset 'pics': 2 shard object(s) removed (1 already gone, 0 kept), 4.0 KiB\n"
+        "deleted dataset 'pics': 2 shard object(s) removed (1 already gone, 0 kept) of its 3 "
+        "(4.0 KiB in all)\n"
     )
 
 

@@ -460,7 +460,8 @@ class TextOutput(Output):
     def deleted(self, dataset: str, report: DeleteReport, *, shards: int, size: int) -> None:
         self._line(
             f"deleted dataset {dataset!r}: {len(report.removed)} shard object(s) removed "
-            f"({len(report.missing)} already gone, {len(report.kept)} kept), {format_bytes(size)}"
+            f"({len(report.missing)} already gone, {len(report.kept)} kept) of its {shards} "
+            f"({format_bytes(size)} in all)"
         )
 
     # --- shard files --------------------------------------------------------
