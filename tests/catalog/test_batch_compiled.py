@@ -27,7 +27,7 @@ from shardcat.testing.tars import wds_samples, write_wds_tar
 
 from . import test_point_compiled as point_tests
 from .helpers import make_dataset, shard_keys, write_shard
-from .test_point_compiled import _TIMEOUT, _churn
+from .test_point_compiled import _TIMEOUT
 
 # The same SQLite-file catalog fixtures as the compiled point lookup's tests.
 sqlite_url = point_tests.sqlite_url
@@ -200,21 +200,10 @@ def test_batches_while_another_process_commits_and_deletes(sqlite_url, local_roo
     """Never a record older than the last commit before the batch began, never a staged one."""
     cat = Catalog(sqlite_url)
     try:
-        hot = [f"hot/{j}" for j in range(8)]
-        cat.create_dataset("train", local_root)
-        cat.register_shard(
-            "train", write_shard(f"{local_root}/hot-0.shard", hot, make=lambda k: {"txt": "0"})
+        hot, proc, published, removed, done = point_tests.start_churn(
+            cat, sqlite_url, local_root, 15
         )
-        cat.register_shard("train", write_shard(f"{local_root}/gone.shard", ["gone/1"]))
-        cat.create_dataset("other", f"{local_root}/other")
-        cat.register_shard("other", write_shard(f"{local_root}/other/o.shard", ["o/1"]))
         lookup = cat._lookup()
-        ctx = mp.get_context("spawn")
-        published, removed, done = ctx.Value("i", 0), ctx.Value("i", 0), ctx.Value("i", 0)
-        proc = ctx.Process(
-            target=_churn, args=(sqlite_url, local_root, 15, published, removed, done)
-        )
-        proc.start()
         seen = dict.fromkeys(hot, 0)
         handled = batches = 0
         deadline = time.monotonic() + _TIMEOUT

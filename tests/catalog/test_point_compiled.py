@@ -200,27 +200,36 @@ def _churn(url: str, root: str, rounds: int, published: Any, removed: Any, done:
         done.value = 1
 
 
+def start_churn(cat: Catalog, sqlite_url: str, local_root: str, rounds: int) -> Any:
+    """Datasets ``train`` (hot keys, ``gone/1``) and ``other``, and a process running :func:`_churn`.
+
+    Returns ``(hot keys, process, published, removed, done)``; the process is started.
+    """
+    hot = [f"hot/{j}" for j in range(8)]
+    cat.create_dataset("train", local_root)
+    cat.register_shard(
+        "train",
+        write_shard(f"{local_root}/hot-0.shard", hot, make=lambda k: {"txt": "0"}),
+    )
+    cat.register_shard("train", write_shard(f"{local_root}/gone.shard", ["gone/1"]))
+    other_root = os.path.join(local_root, "other")
+    cat.create_dataset("other", other_root)
+    cat.register_shard("other", write_shard(f"{other_root}/o.shard", ["o/1"]))
+    for dataset, key in (("train", "gone/1"), ("train", hot[0]), ("other", "o/1")):
+        _warm(cat, dataset, key)
+    ctx = mp.get_context("spawn")
+    published, removed, done = ctx.Value("i", 0), ctx.Value("i", 0), ctx.Value("i", 0)
+    proc = ctx.Process(
+        target=_churn, args=(sqlite_url, local_root, rounds, published, removed, done)
+    )
+    proc.start()
+    return hot, proc, published, removed, done
+
+
 def test_concurrent_commits_and_deletes_from_another_process(sqlite_url, local_root):
     cat = Catalog(sqlite_url)
     try:
-        hot = [f"hot/{j}" for j in range(8)]
-        cat.create_dataset("train", local_root)
-        cat.register_shard(
-            "train",
-            write_shard(f"{local_root}/hot-0.shard", hot, make=lambda k: {"txt": "0"}),
-        )
-        cat.register_shard("train", write_shard(f"{local_root}/gone.shard", ["gone/1"]))
-        other_root = os.path.join(local_root, "other")
-        cat.create_dataset("other", other_root)
-        cat.register_shard("other", write_shard(f"{other_root}/o.shard", ["o/1"]))
-        for dataset, key in (("train", "gone/1"), ("train", hot[0]), ("other", "o/1")):
-            _warm(cat, dataset, key)
-        ctx = mp.get_context("spawn")
-        published, removed, done = ctx.Value("i", 0), ctx.Value("i", 0), ctx.Value("i", 0)
-        proc = ctx.Process(
-            target=_churn, args=(sqlite_url, local_root, 30, published, removed, done)
-        )
-        proc.start()
+        hot, proc, published, removed, done = start_churn(cat, sqlite_url, local_root, 30)
         seen = dict.fromkeys(hot, 0)
         handled = checks = 0
         deadline = time.monotonic() + _TIMEOUT
