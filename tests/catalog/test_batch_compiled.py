@@ -10,7 +10,6 @@ anything unusual must go back to the Python path.
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import sqlite3
 import time
 from pathlib import Path
@@ -177,22 +176,11 @@ def test_a_forked_child_never_steps_the_parents_statement(cat, local_root):
     parent = cat._lookup()._point_c
     assert parent.rows("train", _hashes(keys)) is not None
 
-    def child(queue: Any) -> None:
-        try:
-            inherited = parent.rows("train", _hashes(keys))
-            result = cat.get_many("train", keys)
-            queue.put((inherited, [r.key for r in result]))
-        except Exception as e:  # report, do not hang the parent
-            queue.put(repr(e))
+    def child() -> Any:
+        inherited = parent.rows("train", _hashes(keys))
+        return inherited, [r.key for r in cat.get_many("train", keys)]
 
-    ctx = mp.get_context("fork")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=child, args=(queue,))
-    proc.start()
-    got = queue.get(timeout=_TIMEOUT)
-    proc.join(timeout=_TIMEOUT)
-    assert got == (None, keys)
-    assert proc.exitcode == 0
+    assert point_tests.in_forked_child(child) == (None, keys)
     assert len(parent.rows("train", _hashes(keys))) == len(keys)  # the parent's still serves
 
 

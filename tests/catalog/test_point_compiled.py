@@ -328,26 +328,35 @@ def test_a_forked_child_uses_its_own_connection(cat, local_root):
     parent_fast = cat._lookup().fast_get
     assert parent_fast("train", key, recordcodec.decode_spanned) is not None
 
-    def child(queue: Any) -> None:
+    def child() -> Any:
+        # The parent's connection, inherited: refused (not handled).
+        inherited = parent_fast("train", key, recordcodec.decode_spanned)
+        record = cat.get("train", key)
+        _warm(cat, "train", key)
+        mine = _fast(cat, "train", key)
+        return inherited, record.key, mine is not None and mine.key == key
+
+    assert in_forked_child(child) == (None, key, True)
+    assert _fast(cat, "train", key).key == key  # the parent's connection still serves
+
+
+def in_forked_child(fn: Any) -> Any:
+    """``fn()`` in a forked child: its result, or the repr of what it raised (never a hang)."""
+
+    def run(queue: Any) -> None:
         try:
-            # The parent's connection, inherited: refused (not handled).
-            inherited = parent_fast("train", key, recordcodec.decode_spanned)
-            record = cat.get("train", key)
-            _warm(cat, "train", key)
-            mine = _fast(cat, "train", key)
-            queue.put((inherited, record.key, mine is not None and mine.key == key))
-        except Exception as e:  # report, do not hang the parent
+            queue.put(fn())
+        except Exception as e:
             queue.put(repr(e))
 
     ctx = mp.get_context("fork")
     queue = ctx.Queue()
-    proc = ctx.Process(target=child, args=(queue,))
+    proc = ctx.Process(target=run, args=(queue,))
     proc.start()
     got = queue.get(timeout=_TIMEOUT)
     proc.join(timeout=_TIMEOUT)
-    assert got == (None, key, True)
     assert proc.exitcode == 0
-    assert _fast(cat, "train", key).key == key  # the parent's connection still serves
+    return got
 
 
 def test_many_threads_at_once(cat, local_root):
