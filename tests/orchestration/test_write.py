@@ -173,34 +173,27 @@ def test_a_samples_own_error_is_raised_once_never_retried(client, tmp_path, sqli
     log = str(tmp_path / "attempts")
     bad = [*make_samples(1, 20), NoKeyLogged(log), *make_samples(2, 20)]
     parts = [dask.delayed(make_samples)(0, 50), dask.delayed(lambda: bad)()]
-    with pytest.raises(InvalidKeyError, match="sample has no '__key__'"):
-        shardcat.write(
-            db.from_delayed(parts),
-            str(tmp_path / "ds"),
-            catalog=sqlite_url,
-            dataset="nokey",
-            client=client,
-            retries=2,
-            progress=False,
-        )
+    cat = Catalog(sqlite_url)
+    # Through a bag, then a plain iterable (tasks submitted as the samples come).
+    for data, dataset in (
+        (db.from_delayed(parts), "nokey"),
+        ([{"__key__": "a", "txt": "x"}, {"txt": "no key"}], "nokey2"),
+    ):
+        with pytest.raises(InvalidKeyError, match="sample has no '__key__'"):
+            shardcat.write(
+                data,
+                str(tmp_path / dataset),
+                catalog=sqlite_url,
+                dataset=dataset,
+                client=client,
+                retries=2,
+                progress=False,
+            )
+        assert cat.shards(dataset) == []
+        assert all(s.state == "deleted" for s in cat.shards(dataset, state=None))
     # The sample is read in the task that writes its shard: one attempt, not three.
     with open(log) as f:
         assert len(f.read().split()) == 1
-    cat = Catalog(sqlite_url)
-    assert cat.shards("nokey") == []
-    assert all(s.state == "deleted" for s in cat.shards("nokey", state=None))
-    # The same through a plain iterable (tasks submitted as the samples come).
-    with pytest.raises(InvalidKeyError, match="sample has no '__key__'"):
-        shardcat.write(
-            [{"__key__": "a", "txt": "x"}, {"txt": "no key"}],
-            str(tmp_path / "ds2"),
-            catalog=sqlite_url,
-            dataset="nokey2",
-            client=client,
-            retries=2,
-            progress=False,
-        )
-    assert cat.shards("nokey2") == []
 
 
 def test_a_retried_task_rewrites_its_shards_and_records_stay_unique(client, tmp_path, sqlite_url):
