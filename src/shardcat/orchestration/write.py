@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 Mode = Literal["create", "append", "overwrite"]
 Call = tuple[Callable[..., PartitionResult], tuple[Any, ...]]
+"""A partition task to submit: the function and its arguments."""
 
 # The samples' own faults: the same data fails the same way on every attempt.
 # A task returns them instead of raising, so Dask's retries (for lost workers
@@ -71,9 +72,6 @@ def _result(future: Any) -> PartitionResult:
     if isinstance(result, _Refused):
         raise result.error
     return result  # type: ignore[no-any-return]
-
-
-"""A partition task to submit: the function and its arguments."""
 
 
 @dataclass(frozen=True)
