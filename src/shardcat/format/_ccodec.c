@@ -2676,15 +2676,6 @@ static int seals(PyObject *rec)
            *(PyObject **)((char *)rec + slot_at[S_SOURCE]) != Py_False;
 }
 
-/* entry(record, name) -> the uncompressed entry `name` of a LazyRecord, made
-   once (lazy.LazyRecord._entry in C), or None for a compressed one, which
-   LazyRecord makes itself (decompression costs far more than the call).
-
-   Entries made are kept in the record's `_some`: a list with one place per
-   descriptor (None until made), so that `rec[name] is rec[name]`. A list,
-   not a dict keyed by name: the name was already looked up once in the
-   layout's `where`, and a small list costs a third of a dict to make, fill
-   and free, once per record a stream reads. */
 /* The error of a name the record has no entry for: Record._no_entry's
    EntryNotFoundError (a KeyError naming the record's entries), made only on
    a miss. */
@@ -2697,6 +2688,15 @@ static void set_no_entry(PyObject *rec, PyObject *name)
     }
 }
 
+/* entry(record, name) -> the uncompressed entry `name` of a LazyRecord, made
+   once (lazy.LazyRecord._entry in C), or None for a compressed one, which
+   LazyRecord makes itself (decompression costs far more than the call).
+
+   Entries made are kept in the record's `_some`: a list with one place per
+   descriptor (None until made), so that `rec[name] is rec[name]`. A list,
+   not a dict keyed by name: the name was already looked up once in the
+   layout's `where`, and a small list costs a third of a dict to make, fill
+   and free, once per record a stream reads. */
 static PyObject *entry_of(PyObject *rec, PyObject *name)
 {
     PyObject *some = get_slot(rec, S_SOME), *layout = NULL, *view = NULL, *entry = NULL, *payload = NULL;
