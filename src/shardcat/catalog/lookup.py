@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterable, Sequence
+from contextlib import ExitStack
 from functools import partial
 from itertools import pairwise
 from typing import Any
@@ -643,17 +644,20 @@ class Lookup:
         None where a shard is not a local file or a read failed or came back
         short: :meth:`_read_merged` then reads (and reports) as before.
         """
+        if len(urls) > self._sources.max_open:
+            return None  # opening the last would close the first: _read_merged reads file by file
         fds: list[int] = []
         try:
-            for url in urls:
-                src = self._sources.source(url)  # reopened here if deleted or replaced
-                fd = src.pread_fd if isinstance(src, FileSource) else None
-                if fd is None:
-                    return None
-                fds.append(fd)
-            buffers = recordcodec.read_packed(
-                fds, table, LOCAL_MAX_GAP, _JOIN_BYTES, self._read_pool, _POOL_BUFFERS
-            )
+            with ExitStack() as held:
+                for url in urls:
+                    src = self._sources.source(url)  # reopened here if deleted or replaced
+                    if not isinstance(src, FileSource) or src.pread_fd is None:
+                        return None
+                    # Open until the compiled reads end (they run without the GIL).
+                    fds.append(held.enter_context(src.held()))
+                buffers = recordcodec.read_packed(
+                    fds, table, LOCAL_MAX_GAP, _JOIN_BYTES, self._read_pool, _POOL_BUFFERS
+                )
         except OSError:
             return None
         if buffers is None:
