@@ -17,7 +17,7 @@ looked up through the compiled path and through the Python path
 * ``Point.rows`` returns None or exactly the rows the Python driver returns
   for the batch statement.
 
-``SHARDCAT_FUZZ_EXAMPLES`` sets the number of cases (default 30, about 10 s);
+``SHARDCAT_FUZZ_EXAMPLES`` sets the number of cases (default 30, about 5 s);
 ``SHARDCAT_FUZZ_SEED`` the first seed.
 """
 
