@@ -13,11 +13,15 @@ lookup from run to run.
   ``tarfile``, GNU format, one member per entry) registered in place
   (issue 11: a tar lookup's target is the native one's ratio to the limit);
 * ``limit``: the raw sqlite3 query of ``bench_catalog.py`` (the key's hash
-  precomputed) plus one ``os.pread`` on a descriptor kept open.
+  precomputed) plus one ``os.pread`` on a descriptor kept open;
+* ``batch`` (only with ``--modes``): ``Catalog.get_many("train", keys)`` of
+  ``--batch-keys`` keys (default 1,000), per batch: the batch path's compiled
+  ``rows()`` and ``read_packed``.
 
 Usage::
 
     .venv/bin/python benchmarks/bench_point_instr.py [--lookups 2000] [--keys 20000]
+    .venv/bin/python benchmarks/bench_point_instr.py --modes ours,batch --lookups 200
 
 A single kind, for ``callgrind_annotate``::
 
@@ -93,10 +97,23 @@ def prepare(folder: str, n_keys: int, per_shard: int) -> None:
         json.dump(sample, f)
 
 
-def run(folder: str, mode: str, count: int) -> None:
+def run(folder: str, mode: str, count: int, batch_keys: int = 1000) -> None:
     with open(os.path.join(folder, "keys.json")) as f:
         sample = json.load(f)
     keys = sample[WARM : WARM + count]
+    if mode == "batch":
+        from shardcat.catalog import Catalog
+
+        cat = Catalog(f"sqlite:///{folder}/catalog.db")
+        batches = [
+            [sample[(i * batch_keys + j) % len(sample)] for j in range(batch_keys)]
+            for i in range(count + 3)
+        ]
+        for b in batches[:3]:  # warm-up: the shards opened, the pool's buffers made
+            cat.get_many("train", b)
+        for b in batches[3:]:
+            cat.get_many("train", b)
+        return
     if mode in ("ours", "tar"):
         from shardcat.catalog import Catalog
 
@@ -131,7 +148,7 @@ def run(folder: str, mode: str, count: int) -> None:
             limit(k, hashes[k])
 
 
-def instructions(folder: str, mode: str, count: int) -> int:
+def instructions(folder: str, mode: str, count: int, batch_keys: int = 1000) -> int:
     out = os.path.join(folder, f"cg.{mode}.{count}.out")
     subprocess.run(
         [
@@ -146,6 +163,8 @@ def instructions(folder: str, mode: str, count: int) -> int:
             mode,
             "--lookups",
             str(count),
+            "--batch-keys",
+            str(batch_keys),
         ],
         check=True,
         capture_output=True,
@@ -170,23 +189,33 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lookups", type=int, default=2_000)
     parser.add_argument("--prepare", metavar="DIR", help="only make the catalog and shards in DIR")
     parser.add_argument("--run", metavar="DIR", help="only run lookups on DIR (under valgrind)")
-    parser.add_argument("--mode", choices=["ours", "tar", "limit", "none"], default="ours")
+    parser.add_argument("--mode", choices=["ours", "tar", "limit", "batch", "none"], default="ours")
+    parser.add_argument(
+        "--modes", default="ours,tar,limit", help="kinds measured, comma-separated (also: batch)"
+    )
+    parser.add_argument("--batch-keys", type=int, default=1000, help="keys per get_many (batch)")
     args = parser.parse_args(argv)
     if args.prepare:
         prepare(args.prepare, args.keys, args.per_shard)
         return
     if args.run:
-        run(args.run, args.mode, args.lookups)
+        run(args.run, args.mode, args.lookups, args.batch_keys)
         return
     folder = tempfile.mkdtemp(prefix="shardcat-instr-")
     try:
         prepare(folder, args.keys, args.per_shard)
         n = args.lookups
         per = {}
-        for mode in ("ours", "tar", "limit"):
-            per[mode] = (instructions(folder, mode, 2 * n) - instructions(folder, mode, n)) / n
-            print(f"{mode:>5}: {per[mode]:,.0f} instructions per lookup")
-        print(f"ratio: {per['ours'] / per['limit']:.2f} (tar: {per['tar'] / per['limit']:.2f})")
+        for mode in args.modes.split(","):
+            k = args.batch_keys
+            per[mode] = (
+                instructions(folder, mode, 2 * n, k) - instructions(folder, mode, n, k)
+            ) / n
+            unit = f"batch of {k} keys" if mode == "batch" else "lookup"
+            print(f"{mode:>5}: {per[mode]:,.0f} instructions per {unit}")
+        if "ours" in per and "limit" in per:
+            tar = f" (tar: {per['tar'] / per['limit']:.2f})" if "tar" in per else ""
+            print(f"ratio: {per['ours'] / per['limit']:.2f}{tar}")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -20,6 +20,7 @@ from typing import Literal
 __all__ = [
     "BatchSenderGoneError",
     "BucketNotFoundError",
+    "CatalogClosedError",
     "CatalogError",
     "CatalogLockedError",
     "ChecksumError",
@@ -353,6 +354,14 @@ class InvalidNameError(CatalogError, InvalidKeyError):
     Empty, over 255 characters (a dataset name), not valid Unicode text (a
     lone surrogate), or holding a NUL character in a PostgreSQL catalog,
     whose text columns cannot store one.
+    """
+
+
+class CatalogClosedError(CatalogError, ValueError):
+    """The :class:`~shardcat.catalog.Catalog` was closed: it serves no more calls, from any thread.
+
+    Open a new ``Catalog`` on the same URL (or keep this one open until every
+    thread is done with it).
     """
 
 

@@ -364,9 +364,11 @@ def test_many_threads_at_once(cat, local_root):
     keys = shard_keys(0) + shard_keys(1)
     errors: list[str] = []
     handled = [0] * 8
+    lookups: list[Any] = []
 
     def worker(n: int) -> None:
         try:
+            lookups.append(cat._lookup())
             _warm(cat, "train", keys[0])
             _warm(cat, "train", keys[-1])
             for i in range(300):
@@ -386,7 +388,9 @@ def test_many_threads_at_once(cat, local_root):
         t.join(_TIMEOUT)
     assert errors == []
     assert all(h == 300 for h in handled), handled
-    assert len({id(lk) for lk in cat._lookups}) >= 8
+    assert len({id(lk) for lk in lookups}) == 8  # one per thread
+    # Each was closed when its thread ended (its connection, files and buffers).
+    assert all(lk.closed for lk in lookups) and not cat._lookups
 
 
 @needs_proc

@@ -29,6 +29,21 @@
  * sqlite3.Connection is not public API). One per thread's lookup, used by
  * that thread alone (the `busy` flag refuses reentry and defers a close
  * asked for by another thread), never by a forked child (the fork count).
+ *
+ * Lifetimes (issue 30): the statement, the connection, the descriptors in
+ * `fds` and the lookup's Python connection (the tar finisher's) are used
+ * without the GIL, and Catalog.get calls get() without taking the lookup's
+ * gate (lookup.py: Lookup.gate; a lock per lookup costs ~7 % of its
+ * instructions). So a call marks itself instead, for its whole length:
+ * `busy` (the calling thread) makes close() defer this object's own handles
+ * to the call's end and tells Lookup.close() to wait for it before closing
+ * the files and the connection; `inflight`, the calls in flight in the
+ * process, is what a fork waits for after hold(True) has turned new calls
+ * away (catalog/fence.py: SQLite's process-wide mutexes must be free at a
+ * fork). The lookup's own thread closes a descriptor (an evicted or replaced
+ * shard) only between its calls, so a number read from `fds` with the GIL
+ * is this shard's file until the pread returns. Every flag and count is
+ * read and written with the GIL held.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -93,7 +108,14 @@ static const Api *api;
 
 /* Incremented in a forked child: a Point opened before the fork is the parent's. */
 static unsigned long forks;
-static void after_fork_in_child(void) { forks++; }
+/* Calls of get() and rows() in flight, and whether new ones are turned away (hold()). */
+static long inflight;
+static int holding;
+static void after_fork_in_child(void)
+{
+    forks++;
+    inflight = 0; /* their threads are the parent's */
+}
 
 #define SPANS_INLINE 1024
 
@@ -104,7 +126,7 @@ typedef struct {
     sqlite3_stmt *stmt;
     sqlite3_stmt *batch; /* the batch statement (rows()), or NULL */
     unsigned long forks; /* `forks` when opened */
-    int busy;            /* inside get() */
+    unsigned long busy;  /* the thread inside get() or rows(), or 0 */
     int close_pending;   /* close() asked while busy: get() closes on its way out */
     Py_ssize_t one_pread;
     PyObject *shards; /* dict: shard id -> (url, alignment), or None for other kinds */
@@ -308,6 +330,25 @@ static int fetch(Point *self, const char *dataset, Py_ssize_t dataset_len, long 
     return ok;
 }
 
+/* A call's start and end (the GIL held): see "Lifetimes" at the top. */
+static inline void enter(Point *self)
+{
+    self->busy = PyThread_get_thread_ident();
+    inflight++;
+}
+
+static inline void leave(Point *self)
+{
+    self->busy = 0;
+    inflight--;
+    if (self->close_pending) {
+        point_release(self);
+        self->close_pending = 0;
+    }
+}
+
+static PyObject *get_found(Point *self, PyObject *key, PyObject *decode, Row *row);
+
 /* get(dataset, key, decode) -> Record | None
 
    decode is the record codec's decode_spanned, called as lookup.py calls it.
@@ -321,7 +362,7 @@ static PyObject *point_get(Point *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *dataset = args[0], *key = args[1], *decode = args[2];
-    if (self->db == NULL || self->busy || self->forks != forks || !PyUnicode_CheckExact(dataset) ||
+    if (self->db == NULL || self->busy || self->forks != forks || holding || !PyUnicode_CheckExact(dataset) ||
         !PyUnicode_CheckExact(key))
         Py_RETURN_NONE;
     Py_ssize_t dataset_len, key_len;
@@ -339,21 +380,28 @@ static PyObject *point_get(Point *self, PyObject *const *args, Py_ssize_t nargs)
     Row row;
     row.heap_spans = NULL;
     int found;
-    self->busy = 1;
+    enter(self);
     Py_BEGIN_ALLOW_THREADS
     found = fetch(self, d, dataset_len, hash, k, key_len, &row);
     Py_END_ALLOW_THREADS
-    self->busy = 0;
-    if (self->close_pending) {
-        point_release(self);
-        self->close_pending = 0;
-        found = 0;
-    }
+    PyObject *out = NULL;
+    if (found && !self->close_pending)
+        out = get_found(self, key, decode, &row);
+    else
+        out = Py_NewRef(Py_None);
+    free(row.heap_spans);
+    leave(self);
+    return out;
+}
+
+/* The rest of get() once the row is found: the shard, the pread, the decoder. */
+static PyObject *get_found(Point *self, PyObject *key, PyObject *decode, Row *row)
+{
     PyObject *out = NULL, *data = NULL, *spans = NULL, *id = NULL, *length = NULL, *offset = NULL,
              *layout = NULL;
-    if (!found || row.length <= 0 || row.length > self->one_pread || row.offset < 0)
+    if (row->length <= 0 || row->length > self->one_pread || row->offset < 0)
         goto not_handled;
-    id = PyLong_FromLongLong(row.shard);
+    id = PyLong_FromLongLong(row->shard);
     if (id == NULL)
         goto done;
     PyObject *shard = PyDict_GetItemWithError(self->shards, id); /* borrowed */
@@ -388,33 +436,34 @@ static PyObject *point_get(Point *self, PyObject *const *args, Py_ssize_t nargs)
         }
         goto done_shard;
     }
-    data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)row.length);
+    data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)row->length);
     if (data == NULL)
         goto done_shard;
     /* As format/sources.py's pread_linked: a descriptor whose file has no
-       name left (deleted or replaced) is not read; the Python path reopens. */
+       name left (deleted or replaced) is not read; the Python path reopens.
+       `fd` stays open until the pread returns: see "Lifetimes" at the top. */
     ssize_t got = -1;
     struct stat stt;
     Py_BEGIN_ALLOW_THREADS
     if (fstat((int)fd, &stt) == 0 && stt.st_nlink > 0) {
         do
-            got = pread((int)fd, PyBytes_AS_STRING(data), (size_t)row.length, (off_t)row.offset);
+            got = pread((int)fd, PyBytes_AS_STRING(data), (size_t)row->length, (off_t)row->offset);
         while (got < 0 && errno == EINTR);
     }
     Py_END_ALLOW_THREADS
-    if (got != (ssize_t)row.length)
+    if (got != (ssize_t)row->length)
         goto not_handled_shard;
     PyObject *touched = PyObject_CallOneArg(self->touch, url);
     if (touched == NULL)
         goto done_shard;
     Py_DECREF(touched);
-    spans = PyBytes_FromStringAndSize((const char *)row.spans, row.spans_len);
-    length = PyLong_FromLongLong(row.length);
-    offset = PyLong_FromLongLong(row.offset);
+    spans = PyBytes_FromStringAndSize((const char *)row->spans, row->spans_len);
+    length = PyLong_FromLongLong(row->length);
+    offset = PyLong_FromLongLong(row->offset);
     if (spans == NULL || length == NULL || offset == NULL)
         goto done_shard;
     if (tar) {
-        layout = PyLong_FromLongLong(row.layout);
+        layout = PyLong_FromLongLong(row->layout);
         if (layout == NULL)
             goto done_shard;
         /* The layout's entries, cached per id (a layout never changes); the
@@ -455,7 +504,6 @@ done:
     Py_XDECREF(length);
     Py_XDECREF(offset);
     Py_XDECREF(layout);
-    free(row.heap_spans);
     return out;
 not_handled_shard:
     Py_DECREF(url);
@@ -467,7 +515,6 @@ not_handled:
     Py_XDECREF(length);
     Py_XDECREF(offset);
     Py_XDECREF(layout);
-    free(row.heap_spans);
     Py_RETURN_NONE;
 }
 
@@ -641,7 +688,7 @@ static PyObject *point_rows(Point *self, PyObject *const *args, Py_ssize_t nargs
         return NULL;
     }
     PyObject *dataset = args[0], *hashes = args[1];
-    if (self->db == NULL || self->batch == NULL || self->busy || self->forks != forks ||
+    if (self->db == NULL || self->batch == NULL || self->busy || self->forks != forks || holding ||
         !PyUnicode_CheckExact(dataset) || !PyList_CheckExact(hashes))
         Py_RETURN_NONE;
     Py_ssize_t dataset_len;
@@ -662,17 +709,14 @@ static PyObject *point_rows(Point *self, PyObject *const *args, Py_ssize_t nargs
     }
     Batch b = {0};
     int ok;
-    self->busy = 1;
+    enter(self);
     Py_BEGIN_ALLOW_THREADS
     ok = batch_fetch(self, d, dataset_len, json, json_len, &b);
     Py_END_ALLOW_THREADS
-    self->busy = 0;
+    leave(self); /* the rows are copied out: nothing below uses SQLite */
     free(json);
-    if (self->close_pending) {
-        point_release(self);
-        self->close_pending = 0;
+    if (self->close_pending)
         ok = 0;
-    }
     PyObject *out = NULL;
     PyObject *urls[URLS_SHARED];
     int shared = 0;
@@ -757,7 +801,7 @@ done:
 static PyObject *point_close(Point *self, PyObject *unused)
 {
     if (self->busy)
-        self->close_pending = 1; /* another thread is inside get(): it closes */
+        self->close_pending = 1; /* a call is in flight: it closes on its way out */
     else
         point_release(self);
     Py_RETURN_NONE;
@@ -766,6 +810,11 @@ static PyObject *point_close(Point *self, PyObject *unused)
 static PyObject *point_closed(Point *self, void *closure)
 {
     return PyBool_FromLong(self->db == NULL && !self->close_pending);
+}
+
+static PyObject *point_busy(Point *self, void *closure)
+{
+    return PyLong_FromUnsignedLong(self->busy);
 }
 
 static PyMethodDef point_methods[] = {
@@ -782,6 +831,8 @@ static PyMethodDef point_methods[] = {
 
 static PyGetSetDef point_getset[] = {
     {"closed", (getter)point_closed, NULL, "Whether close() has run.", NULL},
+    {"busy", (getter)point_busy, NULL,
+     "The ident of the thread inside get() or rows() (threading.get_ident()), or 0.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -842,8 +893,26 @@ static PyObject *py_bind(PyObject *module, PyObject *arg)
     return PyLong_FromLong(table->libversion_number());
 }
 
+/* hold(flag): while true, get() and rows() of every Point are not handled (a fork waits). */
+static PyObject *py_hold(PyObject *module, PyObject *flag)
+{
+    int on = PyObject_IsTrue(flag);
+    if (on < 0)
+        return NULL;
+    holding = on;
+    Py_RETURN_NONE;
+}
+
+/* inflight() -> the calls of get() and rows() in flight in this process. */
+static PyObject *py_inflight(PyObject *module, PyObject *unused)
+{
+    return PyLong_FromLong(inflight);
+}
+
 static PyMethodDef module_methods[] = {
     {"bind", py_bind, METH_O, "bind(library) -> SQLite version number or None."},
+    {"hold", py_hold, METH_O, "hold(flag): while true, new get() and rows() calls are not handled."},
+    {"inflight", py_inflight, METH_NOARGS, "inflight() -> calls of get() and rows() in flight."},
     {NULL, NULL, 0, NULL},
 };
 

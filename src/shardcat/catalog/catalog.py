@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -22,9 +22,10 @@ from sqlalchemy import text
 
 from .._lazy import lazy_module
 from .._types import OnDuplicate, StorageOptions
-from ..errors import CatalogError
+from ..errors import CatalogClosedError
 from ..format import Record, ShardInfo, recordcodec
 from ..storage import expand_braces, resolve_remote_max_gap
+from . import fence
 from .connection import fork_generation
 from .history import VersionsApi, with_retries
 from .lookup import LayoutCache, Lookup, Version
@@ -187,12 +188,14 @@ class Catalog(VersionsApi):
         self.remote_max_gap = resolve_remote_max_gap(remote_max_gap)
         self.engine = create_catalog_engine(self._url, busy_timeout=busy_timeout)
         try:
-            self.revision = ensure_schema(self.engine, create=create)
+            with fence.shared():
+                self.revision = ensure_schema(self.engine, create=create)
         except BaseException:
             self.engine.dispose()
             raise
         self._local = threading.local()
-        self._lookups: list[Lookup] = []
+        # Every thread's lookup, to close with the catalog (a thread's own goes when it ends).
+        self._lookups: set[Lookup] = set()
         self._lock = threading.Lock()
         self._layouts = LayoutCache()
         self._closed = False
@@ -232,34 +235,52 @@ class Catalog(VersionsApi):
             self._generation = fork_generation()
             self.engine.dispose(close=False)
             self._local = threading.local()
-            self._lookups = []
+            self._lookups = set()
             self._lock = threading.Lock()
 
-    def _uow(self, *, write: bool = False) -> AbstractContextManager[Session]:
+    def _closed_error(self) -> CatalogClosedError:
+        return CatalogClosedError(
+            f"catalog {self.url} is closed: open a new Catalog on it to keep using it"
+        )
+
+    @contextmanager
+    def _uow(self, *, write: bool = False) -> Iterator[Session]:
         if self._closed:
-            raise CatalogError(f"catalog {self.url} is closed")
+            raise self._closed_error()
         self._after_fork()
-        return unit_of_work(self.engine, write=write, busy_timeout=self.busy_timeout)
+        # A fork waits for the unit of work, whose SQLite calls hold process-wide mutexes.
+        with (
+            fence.shared(),
+            unit_of_work(self.engine, write=write, busy_timeout=self.busy_timeout) as s,
+        ):
+            yield s
 
     def _lookup(self) -> Lookup:
         lookup: Lookup | None = getattr(self._local, "lookup", None)
         if lookup is None or lookup.generation != fork_generation():
             self._after_fork()
             if self._closed:
-                raise CatalogError(f"catalog {self.url} is closed")
-            lookup = Lookup(
-                self.engine,
-                self.storage_options,
-                self._layouts,
-                self.max_open_shards,
-                self.remote_max_gap,
-            )
-            self._local.lookup = lookup
-            # The thread's batch buffers go when the thread does (its lookup stays
-            # listed, to be closed with the catalog): see _ThreadEnd.
-            self._local.end = _ThreadEnd(lookup._read_pool.clear)
+                raise self._closed_error()
+            with fence.shared():
+                lookup = Lookup(
+                    self.engine,
+                    self.storage_options,
+                    self._layouts,
+                    self.max_open_shards,
+                    self.remote_max_gap,
+                )
+                fence.register(lookup)
             with self._lock:
-                self._lookups.append(lookup)
+                closed = self._closed
+                if not closed:
+                    self._lookups.add(lookup)
+            if closed:  # closed while it opened: close() did not see it
+                with lookup.gate:
+                    lookup.close()
+                raise self._closed_error()
+            self._local.lookup = lookup
+            # The lookup (connection, files, batch buffers) goes when the thread does.
+            self._local.end = _ThreadEnd(lookup, self._lookups)
         return lookup
 
     # --- datasets --------------------------------------------------------
@@ -880,11 +901,16 @@ class Catalog(VersionsApi):
             lookup = self._lookup()
         fast = lookup.fast_get
         if fast is not None and entries is None and version is None:
-            # The compiled point lookup (point.py); None: not handled there.
+            # The compiled point lookup (point.py); None: not handled there, or
+            # closed. It fences itself (_cpoint.c, "Lifetimes"): no gate here.
             record = fast(dataset, key, recordcodec.decode_spanned)
             if record is not None:
                 return record  # type: ignore[no-any-return]
-        return lookup.get(dataset, key, entries, version)
+        # Held for the call: close() and a fork wait for it (Lookup.gate).
+        with lookup.gate:
+            if lookup.closed:
+                raise self._closed_error()
+            return lookup.get(dataset, key, entries, version)
 
     def get_many(
         self,
@@ -906,7 +932,11 @@ class Catalog(VersionsApi):
         ShardNotFoundError, ChecksumError, FormatError
             As for :meth:`get`.
         """
-        return self._lookup().get_many(dataset, keys, entries, version)
+        lookup = self._lookup()
+        with lookup.gate:
+            if lookup.closed:
+                raise self._closed_error()
+            return lookup.get_many(dataset, keys, entries, version)
 
     def locate(self, dataset: str, key: str, *, version: Version = None) -> Location:
         """Where the record is: shard URL, byte offset and length (one query, no read).
@@ -916,7 +946,11 @@ class Catalog(VersionsApi):
         KeyNotFoundError, DatasetNotFoundError
             As for :meth:`get`.
         """
-        return self._lookup().locate(dataset, key, version)
+        lookup = self._lookup()
+        with lookup.gate:
+            if lookup.closed:
+                raise self._closed_error()
+            return lookup.locate(dataset, key, version)
 
     # --- maintenance -----------------------------------------------------
 
@@ -988,16 +1022,25 @@ class Catalog(VersionsApi):
     # --- lifetime --------------------------------------------------------
 
     def close(self) -> None:
-        """Close lookup connections, open shard files and the engine (idempotent)."""
-        if self._closed:
-            return
-        self._closed = True
+        """Close lookup connections, open shard files and the engine (idempotent, any thread).
+
+        Lookups in flight on other threads finish first (their connections
+        and files are closed after, never under them); every later call, on
+        any thread, raises :class:`~shardcat.errors.CatalogClosedError`.
+        """
+        self._after_fork()  # a forked child closes its own lookups, never its parent's
         with self._lock:
-            lookups, self._lookups = self._lookups, []
+            if self._closed:
+                return
+            self._closed = True
+            lookups, self._lookups = list(self._lookups), set()
         for lookup in lookups:
-            lookup.close()
+            # One gate at a time: a fork (which takes them all) never waits on this thread.
+            with lookup.gate:
+                lookup.close()
         self._local = threading.local()
-        self.engine.dispose()
+        with fence.shared():
+            self.engine.dispose()
 
     def __enter__(self) -> Catalog:
         return self
@@ -1012,18 +1055,33 @@ class Catalog(VersionsApi):
 
 
 class _ThreadEnd:
-    """Kept in a thread's local state only: calls ``callback`` once that state goes with the thread.
+    """Kept in a thread's local state only: closes its lookup once that state goes with the thread.
 
-    A thread that made big local batches leaves up to 64 MiB of read
-    buffers in its lookup's pool (``lookup._POOL_BUFFERS``); a service
-    that runs each request on a new thread must not keep one pool per
-    thread it ever had.
+    A thread's lookup holds a connection, up to ``max_open_shards`` open
+    files and up to 64 MiB of read buffers (``lookup._POOL_BUFFERS``); a
+    service that runs each request on a new thread must not keep one of
+    each per thread it ever had.
     """
 
     __slots__ = ("__weakref__",)
 
-    def __init__(self, callback: Callable[[], None]) -> None:
-        weakref.finalize(self, callback)
+    def __init__(self, lookup: Lookup, listed: set[Lookup]) -> None:
+        # Not at exit: a daemon thread may still be looking up then.
+        weakref.finalize(self, _end_of_thread, lookup, listed).atexit = False
+
+
+def _end_of_thread(lookup: Lookup, listed: set[Lookup]) -> None:
+    """Close a lookup whose thread ended (the finalizer of :class:`_ThreadEnd`)."""
+    if lookup.closed or lookup.generation != fork_generation():
+        return  # closed with the catalog; or a forked child's copy, its parent's to close
+    # Never waits: a finalizer runs on any thread, maybe under a lock (a fork
+    # holds every gate). Not taken: the lookup stays listed for close().
+    if lookup.gate.acquire(blocking=False):
+        try:
+            lookup.close()
+        finally:
+            lookup.gate.release()
+        listed.discard(lookup)
 
 
 def _reopen(handle: CatalogHandle) -> Catalog:

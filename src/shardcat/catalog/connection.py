@@ -8,7 +8,6 @@ to the driver directly, with statements the driver prepares and caches.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -16,25 +15,10 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.pool import StaticPool
 
+from .._forks import fork_generation
 from .session import translate_exception
 
 __all__ = ["RawConnection", "fork_generation"]
-
-_forks = 0
-
-
-def _after_fork_in_child() -> None:
-    global _forks
-    _forks += 1
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def fork_generation() -> int:
-    """How many times this process is a fork away from where it started (cheaper than getpid)."""
-    return _forks
 
 
 class RawConnection:

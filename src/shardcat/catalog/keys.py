@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Engine, Select, collate, func, select
 from sqlalchemy.orm import Session
 
+from . import fence
 from .models import KEY_ORDER, Record, Shard
 from .session import translate_errors
 
@@ -87,8 +88,15 @@ def iter_keys(
     stmt = keys_statement(engine.dialect.name, dataset_id, prefix, limit)
     with translate_errors(engine.url), engine.connect() as conn:
         # stream_results: a server-side cursor on PostgreSQL; SQLite steps its cursor anyway.
-        result = conn.execution_options(stream_results=True, yield_per=_BATCH).execute(stmt)
-        for batch in result.scalars().partitions():
+        with fence.shared():
+            result = conn.execution_options(stream_results=True, yield_per=_BATCH).execute(stmt)
+            batches = result.scalars().partitions()
+        while True:
+            # Each fetch as a unit of work (a fork waits for it), never the pauses between.
+            with fence.shared():
+                batch = next(batches, None)
+            if batch is None:
+                return
             yield from batch
 
 

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
+import time
 from collections.abc import Iterable, Sequence
+from contextlib import ExitStack
 from functools import partial
 from itertools import pairwise
 from typing import Any
@@ -219,6 +222,17 @@ class Lookup:
         max_open: int = 64,
         remote_max_gap: int | None = None,
     ) -> None:
+        self.gate = threading.RLock()
+        """Held by every call on this lookup (its thread's) and by :meth:`close` from any thread.
+
+        Its connections, statements and open files are used without the GIL
+        (SQLite steps, ``pread``): closing them under a call in flight was a
+        use after free (issue 30). The compiled point lookup (:attr:`fast_get`)
+        fences itself instead (its ``busy``; a lock per lookup would cost
+        ~7 % of its instructions), and :meth:`close` waits for it as well.
+        Re-entrant: a signal handler or finalizer of the same thread may close
+        the lookup between two statements of a call."""
+        self.closed = False
         self.raw = RawConnection(engine)
         self._query = self.raw.query  # bound once: no extra frame on the hot path
         self.dialect = self.raw.dialect
@@ -643,17 +657,20 @@ class Lookup:
         None where a shard is not a local file or a read failed or came back
         short: :meth:`_read_merged` then reads (and reports) as before.
         """
+        if len(urls) > self._sources.max_open:
+            return None  # opening the last would close the first: _read_merged reads file by file
         fds: list[int] = []
         try:
-            for url in urls:
-                src = self._sources.source(url)  # reopened here if deleted or replaced
-                fd = src.pread_fd if isinstance(src, FileSource) else None
-                if fd is None:
-                    return None
-                fds.append(fd)
-            buffers = recordcodec.read_packed(
-                fds, table, LOCAL_MAX_GAP, _JOIN_BYTES, self._read_pool, _POOL_BUFFERS
-            )
+            with ExitStack() as held:
+                for url in urls:
+                    src = self._sources.source(url)  # reopened here if deleted or replaced
+                    if not isinstance(src, FileSource) or src.pread_fd is None:
+                        return None
+                    # Open until the compiled reads end (they run without the GIL).
+                    fds.append(held.enter_context(src.held()))
+                buffers = recordcodec.read_packed(
+                    fds, table, LOCAL_MAX_GAP, _JOIN_BYTES, self._read_pool, _POOL_BUFFERS
+                )
         except OSError:
             return None
         if buffers is None:
@@ -711,12 +728,25 @@ class Lookup:
         return StorageError(f"{shown}: reading the shard failed: {said}", path=shown)
 
     def close(self) -> None:
+        """Close its connections and files (idempotent); call with :attr:`gate` held."""
+        if self.closed:
+            return
+        self.closed = True
+        self.fast_get = None
         if self._point_c is not None:
-            self._point_c.close()
+            self._point_c.close()  # new compiled calls are not handled; one in flight closes it
+            # A compiled call in flight on the lookup's thread (it takes no gate) still
+            # reads the files and may query the connection closed below: wait for it.
+            me = threading.get_ident()
+            while self._point_c.busy not in (0, me):
+                time.sleep(_WAIT_STEP)
         self._sources.close()
         self._read_pool.clear()
         self.raw.close()
 
+
+_WAIT_STEP = 0.0005
+"""Seconds between looks at a compiled call in flight that :meth:`Lookup.close` waits for."""
 
 _JOIN_BYTES = 1 << 20
 """The batch path joins its reads into buffers of about this size."""

@@ -46,6 +46,7 @@ from ..format import Record, recordcodec
 from ..format.implementations import Name, choose
 from ..format.spec import Codec
 from ..storage.cache import ONE_PREAD
+from . import fence
 from .connection import RawConnection
 
 __all__ = ["ENV_VAR", "TarFinisher", "active", "available", "load", "open_point", "use"]
@@ -232,3 +233,6 @@ class TarFinisher:
 
 load()
 use(os.environ.get(ENV_VAR, "auto"))
+if _compiled is not None:
+    # A fork turns new compiled calls away and waits for those in flight (fence.py).
+    fence.register_compiled(_compiled.hold, _compiled.inflight)

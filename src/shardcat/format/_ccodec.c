@@ -1199,7 +1199,11 @@ static PyObject *py_pread_linked(PyObject *self, PyObject *const *args, Py_ssize
    buffers), groups that fit `group_bytes` go into the pool's free buffers
    (pool_take) when they fill at least half of one, and come back as
    memoryviews of their own bytes; other groups, and all without a pool,
-   are new bytes objects of exactly their size. */
+   are new bytes objects of exactly their size.
+
+   The descriptors are numbers, read without the GIL: the caller keeps each
+   open until this returns (FileSource.held, issue 30), since one closed
+   meanwhile and its number reused by another open would read another file. */
 #if defined(__linux__)
 #include <sys/uio.h>
 #define HAVE_PREADV 1
@@ -1641,7 +1645,8 @@ static int scatter_run(int fd, uint64_t at, char *base, const int64_t *p, const 
    payload at its column's place, with one preadv per PACKED_IOV_MAX pieces
    and no intermediate buffer; the GIL is released meanwhile. A short preadv
    is continued piece by piece; False if the file ends first. A read error
-   raises the OSError os.pread would. */
+   raises the OSError os.pread would. The caller keeps `fd` open until this
+   returns (FileSource.held; read_packed says why). */
 static PyObject *py_scatter_read(PyObject *self, PyObject *args)
 {
     int fd;
@@ -1692,7 +1697,8 @@ finally:
    scatter_read does (int64 arrays, one row per run). A shuffled packed batch
    gathers its records, each a run of its own, from several shards so, with
    the GIL released once. Returns -1 when every run was read whole, else the
-   first run the file ended inside (the runs after it are not read). */
+   first run the file ended inside (the runs after it are not read). The
+   caller keeps every descriptor open until this returns (read_packed says why). */
 static PyObject *py_scatter_read_runs(PyObject *self, PyObject *args)
 {
     Py_buffer fdb, offb, cntb, dest, pos, len;

@@ -5,6 +5,7 @@ Fsspec URLs are :mod:`shardcat.storage`'s: it builds on these for local files.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import io
 import os
@@ -12,6 +13,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
+from .._forks import fork_generation
 from .._pread import pread_full
 from .._types import ByteRange, RangeSource
 
@@ -80,16 +82,42 @@ class BytesSource:
         pass
 
 
+class _Held:
+    """The descriptor of a :class:`FileSource`, kept open from ``__enter__`` to ``__exit__``."""
+
+    __slots__ = ("_source",)
+
+    def __init__(self, source: FileSource) -> None:
+        self._source = source
+
+    def __enter__(self) -> int:
+        return self._source._hold()
+
+    def __exit__(self, *exc: object) -> None:
+        self._source._release()
+
+
 class FileSource:
     """A seekable binary file object, shared under a lock; or a local path, read with pread.
 
     A path is opened unbuffered: every read is one positional ``os.pread``
     (continued if short, :func:`~shardcat._pread.pread_full`), so one open
     file serves any number of threads without a lock.
+
+    Its descriptor is closed only when no read is using it: a read holds it
+    (:meth:`held`) and :meth:`close` in another thread meanwhile defers the
+    ``close(2)`` to the last holder. ``pread`` runs without the GIL; a
+    descriptor closed under it, and its number reused by another open, would
+    read another file's bytes (issue 30). The holders are counted in a list
+    (``append``/``pop`` are atomic under the GIL): a lock taken twice per
+    read cost more than the read's own Python.
     """
 
     def __init__(self, file: BinaryIO | str | os.PathLike[str], name: str | None = None) -> None:
         self._lock = threading.Lock()
+        self._users: list[None] = []  # one item per read holding the descriptor (held())
+        self._closing = False  # close() asked: the last holder closes
+        self._forks = fork_generation()  # a forked child's holders are not its own (close)
         if isinstance(file, (str, os.PathLike)):
             self._path: str | None = os.fspath(file)
             # Unbuffered where reads are preads (they bypass the file object, and a
@@ -114,12 +142,45 @@ class FileSource:
 
     @property
     def pread_fd(self) -> int | None:
-        """The descriptor every read is an ``os.pread`` on, or None (a file object read under a lock)."""
-        return self._fd if _HAS_PREAD else None
+        """The descriptor every read is an ``os.pread`` on, or None (a file object read under a
+        lock, or closed). Code that reads it without the GIL holds it meanwhile (:meth:`held`)."""
+        return self._fd if _HAS_PREAD and not self._closing else None
+
+    def held(self) -> _Held:
+        """``with source.held() as fd:`` the descriptor, not closed (by any thread) until the block ends.
+
+        Raises
+        ------
+        OSError
+            ``EBADF``: the source is closed, or has no descriptor.
+        """
+        return _Held(self)
+
+    # Why this order is enough: a reader counts itself, then looks at _closing;
+    # close() sets _closing, then looks at the count. Whichever looks second
+    # sees the other, so close(2) never runs between a reader's look and its
+    # release, and the last to leave after close() closes (FileIO.close() is
+    # idempotent and does not release the GIL).
+    def _hold(self) -> int:
+        self._users.append(None)
+        if self._closing or self._fd is None:
+            self._release()
+            raise OSError(errno.EBADF, f"{self._name}: the file is closed")
+        return self._fd
+
+    def _release(self) -> None:
+        users = self._users
+        users.pop()
+        if self._closing and not users:
+            self._file.close()
 
     def size(self) -> int:
         if self._fd is not None:
-            return os.fstat(self._fd).st_size
+            fd = self._hold()
+            try:
+                return os.fstat(fd).st_size
+            finally:
+                self._release()
         with self._lock:
             here = self._file.tell()
             end = self._file.seek(0, os.SEEK_END)
@@ -136,7 +197,17 @@ class FileSource:
             if end <= start:
                 return b""
         if self._fd is not None and _HAS_PREAD:
-            return pread_full(self._fd, end - start, start)
+            # _hold() and _release() inline: this is every random read's path.
+            users = self._users
+            users.append(None)
+            try:
+                if self._closing:
+                    raise OSError(errno.EBADF, f"{self._name}: the file is closed")
+                return pread_full(self._fd, end - start, start)
+            finally:
+                users.pop()
+                if self._closing and not users:
+                    self._file.close()
         with self._lock:
             self._file.seek(start)
             return self._file.read(end - start)
@@ -156,13 +227,14 @@ class FileSource:
         continued by :meth:`read`, and so is a read over 16 MiB (clamped to
         the file size first).
         """
-        fd = self._fd
-        if fd is None or not _HAS_PREAD:
+        if self._fd is None or not _HAS_PREAD:
             return [self.read(a, b) for a, b in zip(starts, ends)]
         pread = os.pread
-        out = [
-            pread(fd, b - a, a) if 0 < b - a <= _CLAMP_ABOVE else b"" for a, b in zip(starts, ends)
-        ]
+        with self.held() as fd:
+            out = [
+                pread(fd, b - a, a) if 0 < b - a <= _CLAMP_ABOVE else b""
+                for a, b in zip(starts, ends)
+            ]
         for i, (a, b) in enumerate(zip(starts, ends)):
             if len(out[i]) != max(0, b - a):
                 out[i] = self.read(a, b)
@@ -182,10 +254,23 @@ class FileSource:
         Such a file stays readable through the open descriptor; a cache of
         open sources asks this to reopen the path instead of serving it.
         """
-        return self._fd is not None and os.fstat(self._fd).st_nlink == 0
+        if self._fd is None:
+            return False
+        fd = self._hold()
+        try:
+            return os.fstat(fd).st_nlink == 0
+        finally:
+            self._release()
 
     def close(self) -> None:
-        if self._owned:
+        """Close the file now, or when the last read holding it ends (idempotent)."""
+        if not self._owned:
+            return
+        if self._forks != fork_generation():
+            # A forked child: the holders counted were its parent's threads, not here.
+            self._users, self._forks = [], fork_generation()
+        self._closing = True
+        if not self._users:
             self._file.close()
 
 

@@ -37,6 +37,7 @@ import numpy as np
 from ..errors import ChecksumError, FormatError, TruncatedError
 from ..format import Codec, ShardReader, recordcodec
 from ..format.entries import JSON_TYPE, _StoredEntry, decodes_to_bytes
+from ..format.sources import FileSource
 from ..format.spec import ENTRY_DESC_DTYPE, RECORD_HEAD_DTYPE, RECORD_TAG
 from ..orchestration import open_registered
 from ..storage import LocalShardCache
@@ -435,9 +436,11 @@ def read_run(
 ) -> None:
     """Bytes ``[start, end)`` of the shard laid out as ``dest``/``length`` say (pieces in file order)."""
     source = reader._source
-    fd = getattr(source, "pread_fd", None)
-    if fd is not None:
-        if not recordcodec.scatter_read(fd, start, whole, dest, length):
+    if isinstance(source, FileSource) and source.pread_fd is not None:
+        # Held: the read runs without the GIL, and another thread may close the reader.
+        with source.held() as fd:
+            whole_run = recordcodec.scatter_read(fd, start, whole, dest, length)
+        if not whole_run:
             raise TruncatedError(
                 f"the file ends inside records [{start}, {end})", path=reader.path, offset=start
             )

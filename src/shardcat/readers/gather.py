@@ -191,6 +191,8 @@ class Window:
         self.keys = [k for s in shards for k in s.keys]
         self.owner = np.repeat(np.arange(len(shards)), counts)
         self.paths = [s.reader.path for s in shards]
+        # Raw numbers, read without the GIL: these readers are this generator's own,
+        # closed by it alone (Window.close) after the last batch that reads them.
         fds = [getattr(s.reader._source, "pread_fd", None) for s in shards]
         self.readers = [s.reader for s in shards]
         self.fds = np.repeat(np.asarray([-1 if f is None else f for f in fds], dtype=_I8), counts)

@@ -12,6 +12,11 @@
  *   handle = start(fd, data, writeback_start, writeback_length)
  *   finish(handle)   # None, or OSError(errno) of the failed write
  *
+ * finish() is idempotent and may be called from several threads at once:
+ * the first joins the thread, the others wait for that join (joining one
+ * thread twice is undefined: the second never returned, issue 30), and
+ * every call reports the write's outcome.
+ *
  * writeback_length > 0 asks the thread, after the write, to start the disk
  * write of that range (Linux sync_file_range(SYNC_FILE_RANGE_WRITE): advice,
  * its failure is ignored; the final fsync makes the data durable).
@@ -27,10 +32,11 @@
 
 typedef struct {
     pthread_t thread;
+    pthread_mutex_t joining; /* held by the one caller that joins the thread */
     int fd;
     Py_buffer buf; /* holds a reference to the exporter until finish() */
     int err;       /* errno of the failed write(), 0 if it succeeded */
-    int running;   /* the thread was started and not yet joined */
+    int running;   /* the thread was started and not yet joined (changed under `joining`) */
     pid_t pid;     /* the process that started it: a forked child has no such thread */
     long long wb_start, wb_length;
 } job_t;
@@ -64,15 +70,21 @@ static void *run(void *arg)
     return NULL;
 }
 
-/* Join the thread (the caller decides about the GIL) and drop the buffer. */
+/* Join the thread once, whoever calls first (without the GIL: the thread never takes it). */
 static void join(job_t *j)
 {
-    if (j->running && j->pid != getpid())
-        j->running = 0; /* a fork's copy of the handle: the thread is the parent's */
+    if (j->pid != getpid()) {
+        /* A fork's copy of the handle: the thread is the parent's, and so may be the
+           mutex (locked at the fork by a parent thread joining): touch neither. */
+        j->running = 0;
+        return;
+    }
+    pthread_mutex_lock(&j->joining);
     if (j->running) {
         pthread_join(j->thread, NULL);
         j->running = 0;
     }
+    pthread_mutex_unlock(&j->joining);
 }
 
 static void destroy(PyObject *capsule)
@@ -80,12 +92,14 @@ static void destroy(PyObject *capsule)
     job_t *j = (job_t *)PyCapsule_GetPointer(capsule, CAPSULE);
     if (j == NULL)
         return;
-    if (j->running) { /* never finished (an error unwound the caller): wait, the GIL held */
-        Py_BEGIN_ALLOW_THREADS join(j);
-        Py_END_ALLOW_THREADS
-    }
+    /* The last reference: no finish() runs. Never finished (an error unwound the
+       caller): wait without the GIL. */
+    Py_BEGIN_ALLOW_THREADS join(j);
+    Py_END_ALLOW_THREADS
     if (j->buf.obj != NULL)
         PyBuffer_Release(&j->buf);
+    if (j->pid == getpid())
+        pthread_mutex_destroy(&j->joining);
     free(j);
 }
 
@@ -103,6 +117,11 @@ static PyObject *py_start(PyObject *self, PyObject *args)
         free(j);
         return NULL;
     }
+    if (pthread_mutex_init(&j->joining, NULL) != 0) {
+        PyBuffer_Release(&j->buf);
+        free(j);
+        return PyErr_NoMemory();
+    }
     j->fd = fd;
     j->pid = getpid();
     j->wb_start = wb_start;
@@ -110,6 +129,7 @@ static PyObject *py_start(PyObject *self, PyObject *args)
     PyObject *capsule = PyCapsule_New(j, CAPSULE, destroy);
     if (capsule == NULL) {
         PyBuffer_Release(&j->buf);
+        pthread_mutex_destroy(&j->joining);
         free(j);
         return NULL;
     }
@@ -128,15 +148,13 @@ static PyObject *py_finish(PyObject *self, PyObject *capsule)
     job_t *j = (job_t *)PyCapsule_GetPointer(capsule, CAPSULE);
     if (j == NULL)
         return NULL;
-    if (j->running) {
-        Py_BEGIN_ALLOW_THREADS join(j);
-        Py_END_ALLOW_THREADS
-    }
+    Py_BEGIN_ALLOW_THREADS join(j);
+    Py_END_ALLOW_THREADS
+    /* The GIL held again: one caller releases the buffer, the others see it released. */
     if (j->buf.obj != NULL)
         PyBuffer_Release(&j->buf);
-    if (j->err != 0) {
+    if (j->err != 0) { /* to every caller: each waited for the write */
         errno = j->err;
-        j->err = 0; /* reported once */
         return PyErr_SetFromErrno(PyExc_OSError);
     }
     Py_RETURN_NONE;
@@ -145,7 +163,8 @@ static PyObject *py_finish(PyObject *self, PyObject *capsule)
 static PyMethodDef methods[] = {
     {"start", py_start, METH_VARARGS,
      "start(fd, data, writeback_start, writeback_length): write data to fd on a thread; returns a handle."},
-    {"finish", py_finish, METH_O, "finish(handle): wait for the write; raise OSError if it failed."},
+    {"finish", py_finish, METH_O,
+     "finish(handle): wait for the write; raise OSError if it failed (idempotent, thread-safe)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -279,6 +279,9 @@ class SourceCache:
                 sources.append(self.source(url))
             except OSError as e:
                 self._raise_failed(url, e)
+        # More files than the cache keeps open: opening the last ones closed the
+        # first, so each is asked for again (reopened) just before its reads.
+        reopen = len(urls) > self.max_open
         gaps = np.array(
             [
                 (self.remote_max_gap if isinstance(src, _REMOTE) else LOCAL_MAX_GAP)
@@ -300,6 +303,11 @@ class SourceCache:
             while j < len(files) and files[j] == f:
                 j += 1
             src = sources[f]
+            if reopen and isinstance(src, FileSource):
+                try:
+                    src = self.source(urls[f])
+                except OSError as e:
+                    self._raise_failed(urls[f], e)
             if isinstance(src, FsspecSource):
                 plan = remote.setdefault(id(src.fs), (src.fs, [], [], [], []))
                 plan[1].extend(range(i, j))
