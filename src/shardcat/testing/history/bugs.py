@@ -50,7 +50,7 @@ def _lost_delete(journal: Any) -> None:
         wanted = list(keys)
         return real(self, dataset, wanted[:-1], **{**kw, "missing_ok": True})
 
-    Catalog.delete_keys = delete_keys  # type: ignore[method-assign]
+    Catalog.delete_keys = delete_keys  # type: ignore[method-assign,assignment]
 
 
 def _stale_read(journal: Any) -> None:
@@ -108,7 +108,7 @@ def _phantom_failure(journal: Any) -> None:
         version = real(self, dataset, keys, **kw)
         raise CatalogError(f"the connection was lost after version {version} was committed")
 
-    Catalog.delete_keys = delete_keys  # type: ignore[method-assign]
+    Catalog.delete_keys = delete_keys  # type: ignore[method-assign,assignment]
 
 
 def _in_compact(inject: Callable[[Any, Any, str, list[str]], None]) -> Callable[[Any], None]:

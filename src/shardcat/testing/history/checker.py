@@ -302,8 +302,13 @@ def _check_failure(model: Model, op: Op, removers: list[Op], rep: CheckReport) -
         explained = any(keys & model.touched(v) for v in during)
     elif op.kind == "create" and "DatasetExistsError" in names:
         explained = True  # committed shards decide it, which the model does not see
-    elif op.kind in ("overwrite", "move") and "CommitConflictError" in names:
+    elif op.kind == "overwrite" and "CommitConflictError" in names:
         explained = bool(during)
+    elif op.kind == "move" and "CommitConflictError" in names:
+        # A commit moved the version, or an expiry retired a shard it copied.
+        explained = bool(during) or any(
+            o.kind == "expire" and o.ok and o.t0 <= b and o.end >= a for o in model.ops.values()
+        )
     elif op.kind == "delete" and "KeyNotFoundError" in names:
         explained = not op.args["missing_ok"] and any(keys - model.states[v].keys() for v in live)
     elif op.kind == "compact" and "KeyConflictError" in names:

@@ -179,12 +179,12 @@ def build_model(ops: Iterable[Op], observation: dict[str, Any]) -> Model:
     moves_by_dest = {op.args.get("dest"): op for op in by_id.values() if op.kind == "move"}
     for v in observation["versions"]:
         message = v.get("message") or ""
-        op = None
+        named: Op | None = None
         if message.startswith("op ") and message[3:].isdigit():
-            op = by_id.get(int(message[3:]))
+            named = by_id.get(int(message[3:]))
         elif message.startswith("moved to "):
-            op = moves_by_dest.get(message[len("moved to ") :])
-        if op is None:
+            named = moves_by_dest.get(message[len("moved to ") :])
+        if named is None:
             add(
                 Anomaly(
                     "version-without-op",
@@ -196,14 +196,14 @@ def build_model(ops: Iterable[Op], observation: dict[str, Any]) -> Model:
                 )
             )
             continue
-        claim(v["number"], op, f"the log's message {message!r} names")
-        if op.ok is False:
+        claim(v["number"], named, f"the log's message {message!r} names")
+        if named.ok is False:
             add(
                 Anomaly(
                     "failed-op-left-version",
-                    f"{op.kind} op {op.id} failed "
-                    f"({_error_name(op)}) but version {v['number']} carries its message",
-                    (op.id,),
+                    f"{named.kind} op {named.id} failed "
+                    f"({_error_name(named)}) but version {v['number']} carries its message",
+                    (named.id,),
                     (),
                     v["number"],
                 )

@@ -89,7 +89,9 @@ def _stream(shardcat: Any, cat: Any, ds: str, version: int) -> Any:
 
 
 def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, (bytes, bytearray, memoryview)) else str(value)
+    return (
+        bytes(value).decode() if isinstance(value, (bytes, bytearray, memoryview)) else str(value)
+    )
 
 
 def _probe(cat: Any, ds: str, key: str, version: int) -> str:

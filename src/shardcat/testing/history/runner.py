@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from .checker import CheckReport, check_history, summarize
+from .model import Anomaly
 from .observe import observe
 from .ops import HistoryConfig, Op
-from .worker import BARRIER_TIMEOUT, _execute, read_log, run_process, warm_up
+from .worker import BARRIER_TIMEOUT, _execute, read_log, release_catalogs, run_process, warm_up
 
 __all__ = ["HistoryResult", "check_dump", "load_dump", "run_history"]
 
@@ -57,30 +58,37 @@ def run_history(
     t0 = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
     with Catalog(config.catalog_url, storage_options=config.storage_options) as cat:
-        client = (
-            None
-            if config.scheduler is None
-            else Client(config.scheduler, timeout=60, set_as_default=False)
-        )
+        client = None
+        if config.scheduler is not None:
+            client = Client(config.scheduler, timeout=60, set_as_default=False)
         try:
             if client is not None:
                 client.run(warm_up)
             setup = _setup(cat, client, config)
+            killed, exits = _run_processes(config, workdir)
+            ops = [setup]
+            ops += [op for p in range(config.processes) for op in read_log(_log(workdir, p))]
+            made = max(
+                (
+                    int(op.result.get("version") or 0)
+                    for op in ops
+                    if op.ok and isinstance(op.result, dict)
+                ),
+                default=0,
+            )
+            observation = observe(cat, config, ops, made)
         finally:
             if client is not None:
+                client.run(release_catalogs, cat.handle().url)
                 client.close()
-        killed = _run_processes(config, workdir)
-        ops = [setup] + [op for p in range(config.processes) for op in read_log(_log(workdir, p))]
-        made = max(
-            (
-                int(op.result.get("version") or 0)
-                for op in ops
-                if op.ok and isinstance(op.result, dict)
-            ),
-            default=0,
-        )
-        observation = observe(cat, config, ops, made)
     report = check_history(ops, observation, config.keys)
+    for p, code in enumerate(exits):
+        if code != 0:  # the harness's trouble, not the catalog's: shown all the same
+            report.anomalies.append(
+                Anomaly(
+                    "process-died", f"process {p} exited with code {code} (its stderr says why)"
+                )
+            )
     result = HistoryResult(config, ops, observation, report, time.monotonic() - t0, killed=killed)
     if not report.ok:
         result.dump = dump(result, dump_dir or workdir)
@@ -100,8 +108,11 @@ def _log(workdir: Path, process: int) -> Path:
     return workdir / f"p{process}.jsonl"
 
 
-def _run_processes(config: HistoryConfig, workdir: Path) -> int:
-    """Spawn the processes, release them together, wait for them (bounded); how many were killed."""
+def _run_processes(config: HistoryConfig, workdir: Path) -> tuple[int, list[int | None]]:
+    """Spawn the processes, release them together, wait for them (bounded).
+
+    Returns how many had to be killed, and every process's exit code.
+    """
     ctx = _context()
     go = ctx.Barrier(config.processes + 1)
     procs = [
@@ -123,7 +134,7 @@ def _run_processes(config: HistoryConfig, workdir: Path) -> int:
             killed += 1
             p.kill()
             p.join(30)
-    return killed
+    return killed, [p.exitcode for p in procs]
 
 
 def _context() -> Any:

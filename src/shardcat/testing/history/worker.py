@@ -20,7 +20,15 @@ from typing import Any
 from ...errors import KeyNotFoundError, ShardcatError
 from .ops import HistoryConfig, Op, OpSpec, op_id, op_message, plan_ops, value_of
 
-__all__ = ["GC_GRACE", "INJECTED", "Journal", "read_log", "run_process", "version_spec"]
+__all__ = [
+    "GC_GRACE",
+    "INJECTED",
+    "Journal",
+    "read_log",
+    "release_catalogs",
+    "run_process",
+    "version_spec",
+]
 
 GC_GRACE = dt.timedelta(hours=1)
 """gc's grace for unregistered files: longer than any history, so it never takes a file a
@@ -71,6 +79,22 @@ def warm_up() -> None:
     import shardcat.orchestration.gc
     import shardcat.orchestration.read
     import shardcat.orchestration.write  # noqa: F401
+
+
+def release_catalogs(url: str) -> int:
+    """Close a Dask worker's catalogs on ``url`` (run there after a history); how many.
+
+    A worker keeps one open Catalog per catalog it served (``tasks.catalog_for``):
+    every history has a catalog of its own (a PostgreSQL schema), so without this
+    a long run would hold the connections of every history it ran.
+    """
+    from ...orchestration import tasks
+
+    with tasks._lock:
+        cats = [tasks._catalogs.pop(h) for h in list(tasks._catalogs) if h.url == url]
+    for cat in cats:
+        cat.close()
+    return len(cats)
 
 
 def _client(address: str | None) -> Any:
@@ -160,9 +184,9 @@ def _execute(cat: Any, client: Any, config: HistoryConfig, op: Op) -> Any:
 
     ds, a = config.dataset, op.args
     if op.kind in ("append", "replace", "skip", "overwrite", "create"):
-        mode = {"overwrite": "overwrite", "create": "create"}.get(op.kind, "append")
-        on_duplicate = {"replace": "replace", "skip": "skip"}.get(op.kind, "error")
-        summary = shardcat.write(
+        mode: Any = {"overwrite": "overwrite", "create": "create"}.get(op.kind, "append")
+        on_duplicate: Any = {"replace": "replace", "skip": "skip"}.get(op.kind, "error")
+        written = shardcat.write(
             [{"__key__": k, "txt": value_of(op.id, k)} for k in a["keys"]],
             a["root"],
             catalog=cat,
@@ -175,7 +199,7 @@ def _execute(cat: Any, client: Any, config: HistoryConfig, op: Op) -> Any:
             client=client,
             progress=False,
         )
-        return {"job": summary.job_id, "version": cat.job(summary.job_id).version}
+        return {"job": written.job_id, "version": cat.job(written.job_id).version}
     if op.kind == "delete":
         version = cat.delete_keys(
             ds, a["keys"], missing_ok=a["missing_ok"], message=op_message(op.id)
@@ -236,7 +260,9 @@ def _read(cat: Any, config: HistoryConfig, op: Op) -> Any:
 
 
 def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, (bytes, bytearray, memoryview)) else str(value)
+    return (
+        bytes(value).decode() if isinstance(value, (bytes, bytearray, memoryview)) else str(value)
+    )
 
 
 def read_log(path: Path) -> list[Op]:
