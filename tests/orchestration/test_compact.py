@@ -12,7 +12,7 @@ import pytest
 
 import shardcat
 from shardcat.catalog import Catalog
-from shardcat.errors import ChecksumError, KeyConflictError
+from shardcat.errors import ChecksumError
 from shardcat.orchestration.gc import gc
 
 from .samples import make_samples
@@ -121,20 +121,102 @@ def _meanwhile(cat: Catalog, change: Any) -> None:
     cat.commit_job = commit_after_change.__get__(cat)  # type: ignore[method-assign]
 
 
-def test_compact_conflicts_with_a_delete_of_a_compacted_key(tmp_path, catalog_url, client):
+def test_a_key_deleted_while_compacting_stays_deleted(tmp_path, catalog_url, client):
     cat, keys, survivors = _sparse_first_shard(tmp_path / "c", catalog_url, client)
     latest = _snapshot(cat, keys)
     version = cat.dataset("c").version
     _meanwhile(cat, lambda: Catalog(catalog_url).delete_keys("c", survivors[:1]))
-    with pytest.raises(KeyConflictError) as err:
-        shardcat.compact(cat, "c", min_live=0.5, client=client)
-    assert err.value.keys == survivors[:1]
-    fresh = Catalog(catalog_url)
-    assert fresh.dataset("c").version == version + 1  # only the delete landed
-    assert fresh.log("c")[0].operation == "delete"
-    assert fresh.jobs("c", state="open") == []
+    summary = shardcat.compact(cat, "c", min_live=0.5, client=client)
+    # The delete landed first; the compaction rewrote both survivors but serves only the other.
+    assert summary.version == version + 2
+    assert (summary.records, summary.superseded) == (1, 1)
+    assert "1 rewritten records were left out" in str(summary)
+    assert [v.operation for v in cat.log("c")[:2]] == ["compact", "delete"]
     del latest[survivors[0]]
-    assert _snapshot(fresh, keys) == latest
+    assert _snapshot(cat, keys) == latest
+    assert cat.log("c")[0].total_records == len(latest)
+    assert cat.locate("c", survivors[1]).url in summary.written
+    assert cat.jobs("c", state="open") == []
+    assert cat.verify("c").ok
+
+
+def _hundred(root: Path, url: str, client: Any) -> Catalog:
+    """Issue 30's dataset: k000-k099 in 2 shards of 50, k000-k039 deleted (shard 1: 20 % live)."""
+    shardcat.write(
+        [{"__key__": f"k{i:03d}", "txt": f"v{i}"} for i in range(100)],
+        str(root),
+        catalog=url,
+        dataset="c",
+        max_records_per_shard=50,
+        client=client,
+        progress=False,
+    )
+    cat = Catalog(url)
+    cat.delete_keys("c", [f"k{i:03d}" for i in range(40)])
+    return cat
+
+
+def _served(cat: Catalog, version: int | None = None) -> dict[str, str]:
+    """What a version serves of every key the test ever wrote."""
+    keys = [f"{p}{i:03d}" for p in "kx" for i in range(100)]
+    batch = cat.get_many("c", keys, version=version)
+    return {r.key: r["txt"].decode() for r in batch.records if r is not None}
+
+
+@pytest.mark.parametrize("change", ["delete", "overwrite", "replace", "compact"])
+def test_what_commits_while_compacting_is_never_undone(tmp_path, catalog_url, client, change):
+    """Issue 30: the last live keys of the compacted shard change just before compaction commits.
+
+    Before the fix, a delete of k040-k049 left 60 keys at the latest version instead of 50 (all
+    ten deleted keys back) and an overwrite with x000-x009 left 20 instead of 10.
+    """
+    cat = _hundred(tmp_path / "c", catalog_url, client)
+    other = Catalog(catalog_url)
+    expected = {f"k{i:03d}": f"v{i}" for i in range(40, 100)}
+    if change == "delete":
+        meanwhile = lambda: other.delete_keys("c", [f"k{i:03d}" for i in range(40, 50)])  # noqa: E731
+        for i in range(40, 50):
+            del expected[f"k{i:03d}"]
+    elif change == "overwrite":
+        meanwhile = lambda: shardcat.write(  # noqa: E731
+            [{"__key__": f"x{i:03d}", "txt": f"x{i}"} for i in range(10)],
+            str(tmp_path / "c"),
+            catalog=other,
+            dataset="c",
+            mode="overwrite",
+            client=client,
+            progress=False,
+        )
+        expected = {f"x{i:03d}": f"x{i}" for i in range(10)}
+    elif change == "replace":
+        meanwhile = lambda: shardcat.write(  # noqa: E731
+            [{"__key__": f"k{i:03d}", "txt": f"new{i}"} for i in range(40, 45)],
+            str(tmp_path / "c"),
+            catalog=other,
+            dataset="c",
+            mode="append",
+            on_duplicate="replace",
+            client=client,
+            progress=False,
+        )
+        expected.update({f"k{i:03d}": f"new{i}" for i in range(40, 45)})
+    else:  # another compaction of the same shard got there first
+        meanwhile = lambda: shardcat.compact(other, "c", min_live=0.5, client=client)  # noqa: E731
+    _meanwhile(cat, meanwhile)
+    summary = shardcat.compact(cat, "c", min_live=0.5, client=client)
+
+    assert _served(cat) == expected
+    top, before = cat.log("c")[:2]
+    assert (top.operation, top.total_records) == ("compact", len(expected))
+    assert before.total_records == len(expected)
+    assert summary.records + summary.superseded == 10
+    assert summary.records == {"delete": 0, "overwrite": 0, "replace": 5, "compact": 0}[change]
+    # Every kept version still serves what it served when it was made.
+    assert _served(cat, before.number) == expected
+    assert cat.verify("c").ok
+    # Compacting again finds the shards it left behind and changes nothing visible.
+    shardcat.compact(cat, "c", min_live=0.5, client=client)
+    assert _served(cat) == expected
 
 
 def test_compact_lands_after_a_commit_on_other_keys(tmp_path, catalog_url, client):

@@ -727,6 +727,7 @@ class Catalog(VersionsApi):
         operation: str | None = None,
         message: str | None = None,
         hidden: Mapping[str, Collection[int]] | None = None,
+        rewrite: bool = False,
     ) -> JobInfo:
         """Make every staged shard of the job visible, together, in one transaction.
 
@@ -760,6 +761,14 @@ class Catalog(VersionsApi):
             does not serve (added and removed in it, like skipped ones): how
             a copy keeps hidden the records its source's versions deleted or
             replaced. They take no part in the duplicate check.
+        rewrite:
+            The job's records are copies of records live at the version the
+            job began at (compaction). Decided in the commit's transaction:
+            a copy replaces the record it copies only if that key's live
+            record is still one that was live then; copies of keys another
+            commit deleted, replaced or rewrote meanwhile are added and
+            removed in the new version, so nothing deleted comes back.
+            Takes the place of ``on_duplicate``.
 
         The commit is a conditional update of the dataset's version, read
         under the dataset row's lock (concurrent commits queue for it); a
@@ -804,6 +813,7 @@ class Catalog(VersionsApi):
                         operation=operation,
                         message=message,
                         hidden=hidden,
+                        rewrite=rewrite,
                     )
                 ]
 

@@ -117,6 +117,14 @@ _SAME_KEY_LIVE = (
     "AND o.dataset_id = records.dataset_id AND o.key_hash = records.key_hash "
     "AND o.key = records.key)"
 )
+# A rewritten record (``rewrite=``) goes live only while the key's live record is one that was
+# live at the job's base version: the record the job read and copied, unchanged since.
+_UNCHANGED_SINCE_BASE = (
+    "EXISTS (SELECT 1 FROM records o JOIN shards s ON s.id = o.shard_id WHERE "
+    "s.dataset_id = :d AND s.state = 'committed' AND s.added_version <= :base "
+    "AND o.removed_version IS NULL AND o.dataset_id = records.dataset_id "
+    "AND o.key_hash = records.key_hash AND o.key = records.key)"
+)
 # SQLite plans this join as index probes by itself.
 _DUPLICATES = text(
     "SELECT DISTINCT n.key FROM records n JOIN shards ns ON ns.id = n.shard_id "
@@ -279,6 +287,7 @@ def commit_job(
     operation: str | None = None,
     message: str | None = None,
     hidden: Mapping[str, Collection[int]] | None = None,
+    rewrite: bool = False,
 ) -> bool:
     """See :meth:`Catalog.commit_job`: :func:`commit` unless the job is committed already.
 
@@ -298,6 +307,7 @@ def commit_job(
             operation=operation,
             message=message,
             hidden=hidden,
+            rewrite=rewrite,
         )
     return row is not None
 
@@ -372,6 +382,7 @@ def commit(
     hidden: Mapping[str, Collection[int]] | None = None,
     added: tuple[int, int] | None = None,
     keys_unique: bool = False,
+    rewrite: bool = False,
 ) -> int:
     """Make the job's staged shards visible as a new dataset version; returns its number.
 
@@ -411,6 +422,14 @@ def commit(
         take no part in the duplicate check.
     operation, message:
         What the version row records (default ``write`` or ``overwrite``).
+    rewrite:
+        The job's records are copies of records live at its base version
+        (compaction). Decided in this transaction: a copy goes live, in
+        place of the record it copies, only if its key's live record is
+        still one that was live at the base version; the others (their key
+        was deleted, replaced or rewritten since) are added and removed in
+        the new version, so nothing deleted or replaced comes back. Takes
+        the place of ``on_duplicate``.
     added:
         The (records, bytes) the job adds, when the caller knows them without
         asking: one shard it just staged, committed without ``hidden``,
@@ -430,8 +449,11 @@ def commit(
     DatasetExistsError
         ``require_empty`` and the dataset has committed shards.
     DuplicateKeyError
-        If a key would appear twice in the dataset; nothing changes.
+        If a key would appear twice in the dataset (with ``rewrite``: twice
+        in the job); nothing changes.
     """
+    if rewrite and job.base_version is None:
+        raise ValueError(f"job {job.id} has no base version: it cannot commit a rewrite")
     if on_duplicate not in ON_DUPLICATE:
         raise ValueError(f"on_duplicate must be one of {ON_DUPLICATE}, not {on_duplicate!r}")
     try:
@@ -454,7 +476,11 @@ def commit(
     removed = (0, 0)
     if replace:
         removed = remove_records(session, f"records.dataset_id = :d AND {_LIVE_ELSEWHERE}", params)
-    if check is None and keys_unique:
+    hidden_copies = 0
+    if rewrite:
+        hidden_copies, removed = _rewrite(session, dataset, job, params, removed)
+        check = False
+    elif check is None and keys_unique:
         check = has_committed(session, dataset.id)
     elif check is None:
         # Both conditions in one round trip.
@@ -483,7 +509,7 @@ def commit(
         .values(state="committed", committed_at=func.now(), added_version=version),
         execution_options=NO_SYNC,
     )
-    if removed[0]:
+    if removed[0] or hidden_copies:
         mark_fully_removed(session, dataset.id, version)
     done = session.execute(
         update(Job)
@@ -558,6 +584,35 @@ def _resolve_duplicates(
     # skip: the job's own records of those keys are added and removed in the same version.
     remove_records(session, f"{_OF_JOB} AND {_SAME_KEY_LIVE}", params)
     return removed
+
+
+def _rewrite(
+    session: Session,
+    dataset: Dataset,
+    job: Job,
+    params: dict[str, object],
+    removed: tuple[int, int],
+) -> tuple[int, tuple[int, int]]:
+    """Apply ``commit(rewrite=True)``; returns the copies hidden and the records/bytes removed.
+
+    Raises
+    ------
+    DuplicateKeyError
+        A key repeats within the job.
+    """
+    within = sorted(session.execute(_WITHIN_JOB, {"job": job.id}).scalars())
+    if within:
+        raise duplicate_error(
+            within, f"in job {job.id} of dataset {dataset.name!r} (within the job)"
+        )
+    at_base = {**params, "base": job.base_version}
+    # First the copies of records another commit removed since the base version: they stay out.
+    stale, _ = remove_records(session, f"{_OF_JOB} AND NOT {_UNCHANGED_SINCE_BASE}", at_base)
+    # Then what the remaining copies replace: exactly the records they copied.
+    gone = remove_records(
+        session, f"records.dataset_id = :d AND {_LIVE_ELSEWHERE} AND {_SAME_KEY_IN_JOB}", params
+    )
+    return stale, (removed[0] + gone[0], removed[1] + gone[1])
 
 
 def _moved(

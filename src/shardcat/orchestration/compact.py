@@ -12,11 +12,14 @@ in one transaction every compacted key points at its new record and the
 old shards get their ``removed_version`` (older kept versions still read
 them; ``gc`` deletes them once ``expire`` lets no kept version read them).
 
-The commit is optimistic like any other: if another commit changed a
-compacted key after the job began (deleted or replaced it, or compacted it
-too), it fails with :class:`~shardcat.errors.KeyConflictError` naming the
-keys and nothing changes; commits on other keys meanwhile are retried over.
-Tar shards are never compacted (their bytes are the user's tar files).
+What goes live is decided inside the commit's transaction
+(``commit_job(rewrite=True)``): a rewritten record replaces the record it
+copies only if that key's live record is still one that was live when the
+job began. A key another process deleted, replaced, overwrote or compacted
+meanwhile keeps what that process left, and its rewritten copy is added and
+removed in the compaction's version (``superseded`` in the summary), so
+nothing deleted comes back and no newer value is lost. Tar shards are never
+compacted (their bytes are the user's tar files).
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ class CompactSummary:
     written: list[str]
     """URLs of the new shards."""
     records: int
-    """Live records rewritten."""
+    """Rewritten records the new version serves."""
     bytes_before: int
     """Size of the compacted shards."""
     bytes_after: int
@@ -85,6 +88,8 @@ class CompactSummary:
     seconds: float
     kept: list[str] = field(default_factory=list)
     """Native shards at or above ``min_live``, left as they are."""
+    superseded: int = 0
+    """Rewritten records left out at commit: another commit deleted or replaced their keys."""
 
     def __str__(self) -> str:
         if self.version is None:
@@ -96,6 +101,11 @@ class CompactSummary:
                 f"({format_bytes(self.bytes_before)}) into {len(self.written)} shards "
                 f"({format_bytes(self.bytes_after)}) in {self.seconds:.2f} s; "
                 f"{len(self.kept)} shards kept; run expire and gc to reclaim the old bytes"
+            )
+        if self.superseded:
+            head += (
+                f"; {self.superseded:,} rewritten records were left out: other commits "
+                "deleted or replaced their keys meanwhile"
             )
         if self.tar_shards:
             head += f"; {self.tar_shards} tar shards are never compacted"
@@ -227,9 +237,6 @@ def compact(
     ------
     ValueError
         ``min_live`` is not between 0 and 1.
-    KeyConflictError
-        Another commit changed some compacted keys while the job ran (the
-        job is aborted, nothing changes: rerun the compaction).
     ChecksumError
         A shard to compact is damaged (the job is aborted, nothing changes).
     """
@@ -286,25 +293,27 @@ def compact(
                     dask_client.cancel(futures)
                 raise
         written = [url for r in results for url in r.shards]
-        cat.commit_job(
-            job, shards=written, on_duplicate="replace", operation="compact", message=message
-        )
+        cat.commit_job(job, shards=written, rewrite=True, operation="compact", message=message)
     except BaseException:
         with contextlib.suppress(Exception):
             cat.abort_job(job)
         raise
+    version = cat.job(job.id).version
+    served = next(v.records_added for v in cat.log(dataset) if v.number == version)
+    rewritten = sum(r.records for r in results)
     summary = CompactSummary(
         dataset=dataset,
-        version=cat.job(job.id).version,
+        version=version,
         job_id=job.id,
         compacted=[row.url for row, _ in chosen],
         written=written,
-        records=sum(r.records for r in results),
+        records=served,
         bytes_before=sum(row.size_bytes for row, _ in chosen),
         bytes_after=sum(r.bytes for r in results),
         tar_shards=tars,
         seconds=time.perf_counter() - t0,
         kept=kept,
+        superseded=rewritten - served,
     )
     log.info("%s", summary)
     return summary
