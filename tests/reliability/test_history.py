@@ -165,3 +165,18 @@ def test_issue_30s_race_forced_in_every_compaction_leaves_no_anomaly(
     injected = [op for op in result.ops if op.id % 1000 > 500]
     assert injected, "no compaction rewrote anything: the race never ran"
     assert result.report.anomalies == [], _failure(result)
+
+
+@pytest.mark.slow
+def test_the_checker_reports_issue_30s_bug_with_the_fix_undone(
+    scheduler: str, tmp_path: Path
+) -> None:
+    """The same forced race with the fix undone in-process: the deleted keys come back at the
+    compaction's version, and the checker names that compaction among the suspects."""
+    result = _planted(tmp_path, scheduler, "compact-resurrects,delete-in-compact", _DELETES)
+    back = [a for a in result.report.anomalies if a.kind in ("wrong-read", "wrong-version")]
+    assert back, _failure(result)
+    compactions = {op.id for op in result.ops if op.kind == "compact" and op.ok}
+    assert any(
+        "rewritten since by compact op" in a.detail and set(a.ops) & compactions for a in back
+    )

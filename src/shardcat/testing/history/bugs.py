@@ -8,7 +8,8 @@ observation, in the parent, are never patched):
 * planted bugs break the library on purpose, in-process (a delete that
   forgets a key, a lookup that serves the version before the latest, an
   expiry that retires shards kept versions still read, a commit that lands
-  and then reports failure); the checker must report each;
+  and then reports failure, a compaction whose commit no longer checks that
+  what it rewrites is still live: issue 30's bug); the checker must report each;
 * forced schedules run the real library but make a race happen every time:
   ``delete-in-compact`` and ``overwrite-in-compact`` run, inside a
   compaction and just before its commit, a ``delete_keys`` of every key the
@@ -111,6 +112,15 @@ def _phantom_failure(journal: Any) -> None:
     Catalog.delete_keys = delete_keys  # type: ignore[method-assign,assignment]
 
 
+def _compact_resurrects(journal: Any) -> None:
+    """Issue 30's fix undone: a compaction's copies go live even where another commit deleted
+    or replaced the key after the job began (the commit's test that the record a copy
+    replaces is still one live at the base version always passes)."""
+    from ...catalog import jobs
+
+    jobs._UNCHANGED_SINCE_BASE = "(1 = 1)"
+
+
 def _in_compact(inject: Callable[[Any, Any, str, list[str]], None]) -> Callable[[Any], None]:
     """A forced schedule: ``inject`` runs inside each compaction, right before its commit."""
 
@@ -153,6 +163,7 @@ PLANTED: dict[str, Callable[[Any], None]] = {
     "stale-read": _stale_read,
     "expire-retires-kept": _expire_retires_kept,
     "phantom-failure": _phantom_failure,
+    "compact-resurrects": _compact_resurrects,
     "delete-in-compact": _in_compact(_delete_rewritten),
     "overwrite-in-compact": _in_compact(_overwrite),
 }
