@@ -104,10 +104,10 @@ def main() -> int:
         return kill_clients(args.kills)
     if args.histories:
         seed = args.seed if args.seed != SEED else 1
+        backends = args.backends.split(",")
         text, failed = run_histories(
-            args.histories, args.backends.split(","), seed, args.ops, args.processes,
-            args.plant, Path(args.dump),
-        )  # fmt: skip
+            args.histories, backends, seed, args.ops, args.processes, args.plant, Path(args.dump)
+        )
         print(text)
         if args.update_docs:
             _replace_between(HISTORY_MARKERS, text)
@@ -180,9 +180,11 @@ def run_histories(
     rows = []
     failed = False
     with (
-        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
         _places() as place,
-    ):  # fmt: skip
+    ):
         for backend in backends:
             row = Counter()
             bad_seeds = []
@@ -192,8 +194,15 @@ def run_histories(
                     place(backend, Path(tmp)) as (url, base, opts),
                 ):
                     config = HistoryConfig(
-                        url, base, seed, opts, cluster.scheduler_address, processes, ops, plant=plant
-                    )  # fmt: skip
+                        url,
+                        base,
+                        seed,
+                        storage_options=opts,
+                        scheduler=cluster.scheduler_address,
+                        processes=processes,
+                        ops_per_process=ops,
+                        plant=plant,
+                    )
                     result = run_history(config, Path(tmp) / "work", dump)
                 report = result.report
                 print(f"{backend} {result}", flush=True)
@@ -258,9 +267,12 @@ def _places() -> Iterator[Any]:
         endpoint = f"http://{host}:{port}"
         bucket = f"h-{uuid.uuid4().hex[:12]}"
         boto3.client(
-            "s3", endpoint_url=endpoint, region_name="us-east-1",
-            aws_access_key_id="testing", aws_secret_access_key="testing",
-        ).create_bucket(Bucket=bucket)  # fmt: skip
+            "s3",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        ).create_bucket(Bucket=bucket)
         options = {
             "key": "testing",
             "secret": "testing",

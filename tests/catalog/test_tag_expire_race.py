@@ -40,7 +40,13 @@ def test_a_tag_racing_an_expiry_never_names_an_expired_version(
             cat.register_shard("d", write_shard(f"{local_root}/s{n}.shard", keys), job=job)
             cat.commit_job(job)
         cat.delete_keys("d", [f"v0-{i}" for i in range(3)])  # version 5: shard s0 is dead
-        want = {r.key for r in cat.get_many("d", [f"v{n}-{i}" for n in range(4) for i in range(3)], version=2).records if r}  # fmt: skip
+        want = {
+            r.key
+            for r in cat.get_many(
+                "d", [f"v{n}-{i}" for n in range(4) for i in range(3)], version=2
+            ).records
+            if r
+        }
 
         tag_done = threading.Event()
         outcome: list[Any] = []

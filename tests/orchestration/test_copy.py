@@ -285,7 +285,7 @@ def test_a_source_gone_before_its_copy_is_a_typed_error(tmp_path, store, request
         base, opts = s3["url"], s3["storage_options"]
     else:
         base, opts = str(tmp_path), {}
-    with pytest.raises(ShardNotFoundError, match="gone.shard"):
+    with pytest.raises(ShardNotFoundError, match=r"gone\.shard"):
         copy_shard(f"{base}/src/gone.shard", f"{base}/dst/gone.shard", "id", 0, opts, opts)
     fs, path = shardcat.storage.resolve(f"{base}/dst", opts)
     assert not fs.exists(f"{path}/gone.shard")  # nothing published

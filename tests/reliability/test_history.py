@@ -53,7 +53,9 @@ def scheduler() -> Iterator[str]:
         yield cluster.scheduler_address
 
 
-def _place(request: pytest.FixtureRequest, tmp_path: Path, database: str, storage: str) -> tuple[str, str, dict[str, Any]]:  # fmt: skip
+def _place(
+    request: pytest.FixtureRequest, tmp_path: Path, database: str, storage: str
+) -> tuple[str, str, dict[str, Any]]:
     url = (
         f"sqlite:///{tmp_path / 'catalog.db'}"
         if database == "sqlite"
@@ -124,19 +126,33 @@ _EXPIRES = {
 PLANTED = {
     # name: (weights, anomaly kinds of which at least one must be reported)
     "lost-delete": (_DELETES, {"wrong-read", "wrong-version"}),
-    "stale-read": ({"append": 3, "replace": 3, "delete": 3, "get_many": 6, "get": 3}, {"wrong-read"}),
+    "stale-read": (
+        {"append": 3, "replace": 3, "delete": 3, "get_many": 6, "get": 3},
+        {"wrong-read"},
+    ),
     "phantom-failure": (_DELETES, {"failed-op-left-version"}),
-    "expire-retires-kept": (_EXPIRES, {"wrong-version", "kept-version-unreadable", "wrong-read", "read-failed"}),
-}  # fmt: skip
+    "expire-retires-kept": (
+        _EXPIRES,
+        {"wrong-version", "kept-version-unreadable", "wrong-read", "read-failed"},
+    ),
+}
 
 
-def _planted(tmp_path: Path, scheduler: str, plant: str, weights: dict[str, int], seed: int = 7) -> HistoryResult:  # fmt: skip
+def _planted(
+    tmp_path: Path, scheduler: str, plant: str, weights: dict[str, int], seed: int = 7
+) -> HistoryResult:
     tmp_path.mkdir(parents=True, exist_ok=True)
     config = HistoryConfig(
-        f"sqlite:///{tmp_path / 'catalog.db'}", str(tmp_path / "data"), seed,
-        scheduler=scheduler, processes=2, ops_per_process=15, seconds=SECONDS,
-        plant=plant, weights=weights,
-    )  # fmt: skip
+        f"sqlite:///{tmp_path / 'catalog.db'}",
+        str(tmp_path / "data"),
+        seed,
+        scheduler=scheduler,
+        processes=2,
+        ops_per_process=15,
+        seconds=SECONDS,
+        plant=plant,
+        weights=weights,
+    )
     return _run(config, tmp_path)
 
 

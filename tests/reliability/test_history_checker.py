@@ -23,8 +23,15 @@ KEYS = ["k00", "k01", "k02", "k03"]
 KEYERR = ["KeyNotFoundError", "ShardcatError", "KeyError", "Exception"]
 
 
-def _op(i: int, kind: str, args: dict[str, Any], t0: float, t1: float, result: Any = None,
-        error: str | None = None) -> Op:  # fmt: skip
+def _op(
+    i: int,
+    kind: str,
+    args: dict[str, Any],
+    t0: float,
+    t1: float,
+    result: Any = None,
+    error: str | None = None,
+) -> Op:
     names = None if error is None else ([error, "ShardcatError", "Exception"], "boom")
     if error == "ValueError":
         names = (["ValueError", "Exception"], "boom")
@@ -76,10 +83,15 @@ def _observation(ops: list[Op]) -> dict[str, Any]:
 
 def _jobs(ops: list[Op]) -> list[dict[str, Any]]:
     return [
-        {"id": op.result["job"], "state": "committed", "version": op.result["version"], "description": "w"}
+        {
+            "id": op.result["job"],
+            "state": "committed",
+            "version": op.result["version"],
+            "description": "w",
+        }
         for op in ops
         if op.ok and op.kind != "copy" and isinstance(op.result, dict) and op.result.get("job")
-    ]  # fmt: skip
+    ]
 
 
 def _kinds(ops: list[Op], obs: dict[str, Any]) -> list[str]:

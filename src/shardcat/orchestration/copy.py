@@ -37,8 +37,8 @@ from .._units import count_of
 from ..errors import ChecksumError, DatasetExistsError, DestinationNotEmptyError
 from ..storage import is_local, join, local_path, open_pending, redact, resolve
 from ..storage.removal import remove_files
-from ..storage.translate import storage_errors
 from ..storage.shards import ShardReader
+from ..storage.translate import storage_errors
 from .write import _cluster
 
 if TYPE_CHECKING:
