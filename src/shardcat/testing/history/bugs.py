@@ -14,7 +14,9 @@ observation, in the parent, are never patched):
   ``delete-in-compact`` and ``overwrite-in-compact`` run, inside a
   compaction and just before its commit, a ``delete_keys`` of every key the
   compaction rewrote (or an overwrite of the dataset) as operations of their
-  own, logged like the others: issue 30's reproduction, as a history.
+  own, logged like the others: issue 30's reproduction, as a history;
+  ``expire-after-compact`` runs, right after each compaction's commit and
+  before it returns, another commit and an expiry that keeps only that one.
 """
 
 from __future__ import annotations
@@ -148,6 +150,32 @@ def _in_compact(inject: Callable[[Any, Any, str, list[str]], None]) -> Callable[
     return plant
 
 
+def _after_compact(inject: Callable[[Any, Any, str], None]) -> Callable[[Any], None]:
+    """A forced schedule: ``inject`` runs inside each compaction, right after its commit."""
+
+    def plant(journal: Any) -> None:
+        from ...catalog import Catalog
+
+        real = Catalog.commit_job
+
+        def commit_job(self: Catalog, job: Any, **kw: Any) -> Any:
+            done = real(self, job, **kw)
+            if kw.get("operation") == "compact":
+                inject(journal, self, journal.config.dataset)
+            return done
+
+        Catalog.commit_job = commit_job  # type: ignore[method-assign]
+
+    return plant
+
+
+def _commit_and_expire(journal: Any, cat: Any, dataset: str) -> None:
+    """Another commit, then an expiry keeping only it: the compaction's version is gone."""
+    args = {"keys": journal.config.keys[:1], "missing_ok": True}
+    journal.record(journal.next_injected_id(), "delete", args)
+    journal.record(journal.next_injected_id(), "expire", {"keep_last": 1})
+
+
 def _delete_rewritten(journal: Any, cat: Any, dataset: str, keys: list[str]) -> None:
     journal.record(journal.next_injected_id(), "delete", {"keys": keys, "missing_ok": True})
 
@@ -166,5 +194,6 @@ PLANTED: dict[str, Callable[[Any], None]] = {
     "compact-resurrects": _compact_resurrects,
     "delete-in-compact": _in_compact(_delete_rewritten),
     "overwrite-in-compact": _in_compact(_overwrite),
+    "expire-after-compact": _after_compact(_commit_and_expire),
 }
 """Name -> what applying it does in a history's process."""
