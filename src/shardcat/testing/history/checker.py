@@ -27,7 +27,7 @@ from typing import Any
 from .model import Anomaly, Model, build_model, writer_of
 from .ops import FILE_REMOVERS, READS, Op
 
-__all__ = ["CheckReport", "check_history"]
+__all__ = ["CheckReport", "check_history", "summarize", "tag_candidates"]
 
 INF = math.inf
 # A file a read (or a job reading shards) needed was removed under it.
@@ -105,14 +105,19 @@ def _answer(op: Op, keys: list[str]) -> tuple[dict[str, str | None], str | None]
         return {k: r["state"].get(k) for k in keys}, None
     if op.kind == "keys":
         got = r["keys"]
-        dup = len(got) != len(set(got))
-        return {k: ("present" if k in got else None) for k in keys}, "a key twice" if dup else None
+        return {k: ("present" if k in got else None) for k in keys}, _defect(got, keys)
     if op.kind == "read":
-        got = [tuple(p) for p in r["pairs"]]
-        names = [k for k, _ in got]
-        dup = len(names) != len(set(names))
-        return {k: dict(got).get(k) for k in keys}, "a key twice" if dup else None
+        pairs = [tuple(p) for p in r["pairs"]]
+        return {k: dict(pairs).get(k) for k in keys}, _defect([k for k, _ in pairs], keys)
     return {}, None  # count
+
+
+def _defect(names: list[str], keys: list[str]) -> str | None:
+    """What a listing holds that no state can: a key twice, or a key no operation wrote."""
+    if len(names) != len(set(names)):
+        return "a key twice"
+    strangers = sorted(set(names) - set(keys))
+    return f"keys no operation wrote: {strangers[:5]}" if strangers else None
 
 
 def _expected(model: Model, op: Op, v: int, keys: list[str]) -> dict[str, str | None]:
