@@ -219,6 +219,27 @@ def test_what_commits_while_compacting_is_never_undone(tmp_path, catalog_url, cl
     assert _served(cat) == expected
 
 
+def test_a_compaction_whose_version_is_expired_at_once_still_reports_it(
+    tmp_path, sqlite_url, client
+):
+    """Found by the history checker: the summary read its version's row, which expire can drop."""
+    cat = _hundred(tmp_path / "c", sqlite_url, client)
+    other = Catalog(sqlite_url)
+    real_commit = Catalog.commit_job
+
+    def commit_then_expire(self: Catalog, job: Any, **kw: Any) -> Any:
+        info = real_commit(self, job, **kw)
+        other.delete_keys("c", ["k099"])
+        other.expire("c", keep_last=1)
+        return info
+
+    cat.commit_job = commit_then_expire.__get__(cat)  # type: ignore[method-assign]
+    summary = shardcat.compact(cat, "c", min_live=0.5, client=client)
+    assert summary.version is not None and (summary.records, summary.superseded) == (10, 0)
+    assert [v.operation for v in cat.log("c")] == ["delete"]
+    assert len(_served(cat)) == 59
+
+
 def test_compact_lands_after_a_commit_on_other_keys(tmp_path, catalog_url, client):
     cat, keys, survivors = _sparse_first_shard(tmp_path / "c", catalog_url, client)
     other = keys[-1]  # in the last shard, which is not compacted

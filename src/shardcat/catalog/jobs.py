@@ -47,6 +47,7 @@ from .session import NO_SYNC
 from .versions import delete_keys, mark_fully_removed, record_version, remove_records
 
 __all__ = [
+    "SUPERSEDED",
     "VersionMoved",
     "abort_job",
     "begin_job",
@@ -67,6 +68,9 @@ __all__ = [
 ]
 
 Ending = Literal["committed", "aborted"]
+
+SUPERSEDED = "superseded"
+"""The job property a rewrite's commit records: how many of its records it left out."""
 
 
 class VersionMoved(CommitConflictError):
@@ -428,8 +432,9 @@ def commit(
         place of the record it copies, only if its key's live record is
         still one that was live at the base version; the others (their key
         was deleted, replaced or rewritten since) are added and removed in
-        the new version, so nothing deleted or replaced comes back. Takes
-        the place of ``on_duplicate``.
+        the new version, so nothing deleted or replaced comes back; the
+        job's ``properties["superseded"]`` counts them. Takes the place of
+        ``on_duplicate``.
     added:
         The (records, bytes) the job adds, when the caller knows them without
         asking: one shard it just staged, committed without ``hidden``,
@@ -511,10 +516,12 @@ def commit(
     )
     if removed[0] or hidden_copies:
         mark_fully_removed(session, dataset.id, version)
+    ended: dict[str, Any] = {"state": "committed", "version": version, "finished_at": func.now()}
+    if rewrite:
+        # What the commit decided stays on the job's row (a later expiry may drop the version's).
+        ended["properties"] = {**(job.properties or {}), SUPERSEDED: hidden_copies}
     done = session.execute(
-        update(Job)
-        .where(Job.id == job.id, Job.state == "open")
-        .values(state="committed", version=version, finished_at=func.now()),
+        update(Job).where(Job.id == job.id, Job.state == "open").values(**ended),
         execution_options=NO_SYNC,
     )
     if done.rowcount != 1:  # type: ignore[attr-defined]

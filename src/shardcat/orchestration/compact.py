@@ -241,6 +241,7 @@ def compact(
         A shard to compact is damaged (the job is aborted, nothing changes).
     """
     from ..catalog import Catalog
+    from ..catalog.jobs import SUPERSEDED
 
     if not 0 <= min_live <= 1:
         raise ValueError(f"min_live must be between 0 and 1, not {min_live!r}")
@@ -298,22 +299,22 @@ def compact(
         with contextlib.suppress(Exception):
             cat.abort_job(job)
         raise
-    version = cat.job(job.id).version
-    served = next(v.records_added for v in cat.log(dataset) if v.number == version)
+    ended = cat.job(job.id)
     rewritten = sum(r.records for r in results)
+    superseded = int((ended.properties or {}).get(SUPERSEDED, 0))
     summary = CompactSummary(
         dataset=dataset,
-        version=version,
+        version=ended.version,
         job_id=job.id,
         compacted=[row.url for row, _ in chosen],
         written=written,
-        records=served,
+        records=rewritten - superseded,
         bytes_before=sum(row.size_bytes for row, _ in chosen),
         bytes_after=sum(r.bytes for r in results),
         tar_shards=tars,
         seconds=time.perf_counter() - t0,
         kept=kept,
-        superseded=rewritten - served,
+        superseded=superseded,
     )
     log.info("%s", summary)
     return summary
