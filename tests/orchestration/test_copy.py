@@ -268,3 +268,24 @@ def test_records_deleted_or_replaced_stay_hidden_in_a_copy_and_a_move(
     } == first
     assert cat.verify("src").ok
     assert cat.verify("src", version=1).ok
+
+
+@pytest.mark.parametrize("store", ["local", "s3"])
+def test_a_source_gone_before_its_copy_is_a_typed_error(tmp_path, store, request):
+    """A shard expired and gc'd while a copy or move of it ran: ShardNotFoundError.
+
+    Before, the store's own FileNotFoundError escaped untyped (found by the
+    concurrent-history checker: a move racing expire + gc, tests/reliability/test_history.py).
+    """
+    from shardcat.errors import ShardNotFoundError
+    from shardcat.orchestration.copy import copy_shard
+
+    if store == "s3":
+        s3 = request.getfixturevalue("s3")
+        base, opts = s3["url"], s3["storage_options"]
+    else:
+        base, opts = str(tmp_path), {}
+    with pytest.raises(ShardNotFoundError, match=r"gone\.shard"):
+        copy_shard(f"{base}/src/gone.shard", f"{base}/dst/gone.shard", "id", 0, opts, opts)
+    fs, path = shardcat.storage.resolve(f"{base}/dst", opts)
+    assert not fs.exists(f"{path}/gone.shard")  # nothing published

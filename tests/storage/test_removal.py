@@ -80,3 +80,30 @@ def test_delete_dataset_on_s3_is_one_batched_delete(s3, rm_calls, tmp_path):
         assert len(rm_calls) == 1 and len(rm_calls[0]) == 4
         assert [d.name for d in cat.datasets()] == []
     assert existing_urls(urls, opts) == set()
+
+
+def test_a_file_another_remover_took_meanwhile_does_not_stop_the_others(tmp_path, monkeypatch):
+    """Two gc runs at once: the listing says every file is there, but one is gone by the rm.
+
+    Before, the local rm stopped at the missing file: the files after it stayed, each
+    reported as failed with the missing one's error, and gc then dropped their rows
+    (found by the concurrent-history checker: tests/reliability/test_history.py).
+    """
+    import shardcat.storage.removal as removal
+
+    root = tmp_path / "ds"
+    root.mkdir()
+    urls = [str(root / f"a-{i}.shard") for i in range(4)]
+    for p in urls[1:]:
+        put(p)
+    real, calls = removal.existing, []
+
+    def listing(fs, paths):  # the first listing is stale: it still sees the gone file
+        calls.append(1)
+        return {p.rstrip("/") for p in paths} if len(calls) == 1 else real(fs, paths)
+
+    monkeypatch.setattr(removal, "existing", listing)
+    result = remove_files(urls)
+    assert result.failed == {}
+    assert sorted(result.removed) == urls
+    assert existing_urls(urls) == set()

@@ -31,6 +31,7 @@ __all__ = [
     "diff_versions",
     "expire_versions",
     "list_versions",
+    "lock_versions",
     "mark_fully_removed",
     "record_version",
     "remove_records",
@@ -254,9 +255,25 @@ def list_versions(session: Session, dataset: str) -> list[VersionInfo]:
     ]
 
 
+def lock_versions(session: Session, ds: Dataset) -> None:
+    """Queue behind commits, tags and expiries of the dataset (PostgreSQL: its row's lock).
+
+    A tag and an expiry each read what the other changes (the kept versions, the
+    tags): without a common lock, at READ COMMITTED, a tag could name a version an
+    expiry running at the same moment dropped. ``FOR NO KEY UPDATE``, as a commit's
+    version bump takes, so staging (``FOR KEY SHARE``) is never blocked. SQLite's
+    write transactions are serial already.
+    """
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(
+            select(Dataset.id).where(Dataset.id == ds.id).with_for_update(key_share=True)
+        )
+
+
 def set_tag(session: Session, dataset: str, version: int | str, name: str, *, move: bool) -> int:
     """See :meth:`Catalog.tag`; returns the tagged version's number."""
     ds = find_dataset(session, dataset)
+    lock_versions(session, ds)
     if not name or name.isdigit():
         raise ValueError(f"tag name {name!r} must be non-empty and not a number")
     number = resolve_version(session, ds, version)
@@ -368,6 +385,8 @@ def expire_versions(
             f"keep_last must be at least 1 (the latest is always kept), not {keep_last}"
         )
     ds = find_dataset(session, dataset)
+    if not dry_run:
+        lock_versions(session, ds)
     tagged = set(
         session.execute(select(DatasetTag.version).where(DatasetTag.dataset_id == ds.id)).scalars()
     )

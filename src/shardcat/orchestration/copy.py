@@ -38,6 +38,7 @@ from ..errors import ChecksumError, DatasetExistsError, DestinationNotEmptyError
 from ..storage import is_local, join, local_path, open_pending, redact, resolve
 from ..storage.removal import remove_files
 from ..storage.shards import ShardReader
+from ..storage.translate import storage_errors
 from .write import _cluster
 
 if TYPE_CHECKING:
@@ -104,6 +105,8 @@ def copy_shard(
     ------
     ChecksumError
         The copy does not verify, or is another shard than the source (it is removed).
+    ShardNotFoundError
+        The source is gone (a StorageError, as any failure of the stores).
     StorageError
         Reading the source or writing the destination failed.
     """
@@ -117,9 +120,14 @@ def copy_shard(
     src_fs, src_path = resolve(source, dict(source_options))
     pending = open_pending(destination, dst_opts, exclusive=True)
     try:
-        with src_fs.open(src_path, "rb") as f:
+        # The source may be gone (expired and gc'd meanwhile): ShardNotFoundError, not the
+        # store's own FileNotFoundError.
+        with storage_errors(source, fs=src_fs):
+            f = src_fs.open(src_path, "rb")
+        with f:
             for _ in range(1 << 40):  # bounded: ends at the source's end
-                chunk = f.read(_CHUNK)
+                with storage_errors(source, fs=src_fs):
+                    chunk = f.read(_CHUNK)
                 if not chunk:
                     break
                 pending.file.write(chunk)

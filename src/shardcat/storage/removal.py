@@ -113,6 +113,12 @@ def remove_files(urls: Iterable[str], storage_options: Mapping[str, Any] | None 
         reason = "still there after the delete"
         try:
             fs.rm([path for _, path in present])
+        except FileNotFoundError:
+            # Another remover (a concurrent gc) took one since the listing, and a local rm
+            # stops at it: the others go one by one.
+            for _, path in present:
+                with contextlib.suppress(FileNotFoundError):
+                    fs.rm_file(path)
         except Exception as e:
             # ValueError: fsspec's local rm refuses a folder ("set recursive=True").
             if not (is_backend_error(e) or isinstance(e, ValueError)):

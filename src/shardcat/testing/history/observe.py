@@ -1,0 +1,122 @@
+"""What the catalog holds once every process of a history has stopped: the checker's final reads.
+
+Plain data (JSON-able), so a history and its observation can be dumped,
+loaded and checked again without the catalog.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import ShardcatError
+from .ops import HistoryConfig, Op
+
+__all__ = ["observe"]
+
+
+def observe(cat: Any, config: HistoryConfig, ops: list[Op], model_versions: int) -> dict[str, Any]:
+    """Read everything the checker compares with its model, after the history.
+
+    ``model_versions``: the highest version number to probe (versions the
+    log no longer lists must answer VersionNotFoundError).
+    """
+    import shardcat
+
+    ds, keys = config.dataset, config.keys
+    info = cat.dataset(ds)
+    out: dict[str, Any] = {
+        "latest": int(info.version),
+        "root_url": info.root_url,
+        "versions": [
+            {
+                "number": v.number,
+                "operation": v.operation,
+                "message": v.message,
+                "job_id": v.job_id,
+                "total_records": v.total_records,
+                "tags": list(v.tags),
+            }
+            for v in cat.log(ds)
+        ],
+        "jobs": [
+            {"id": j.id, "state": j.state, "version": j.version, "description": j.description}
+            for j in cat.jobs(ds)
+        ],
+    }
+    kept = [v["number"] for v in out["versions"]]
+    # Every kept version, read two ways: batch lookups and the streaming reader.
+    out["states"] = {str(n): _state(cat, ds, keys, n) for n in kept}
+    out["streams"] = {str(n): _stream(shardcat, cat, ds, n) for n in kept}
+    out["tags"] = {t: _state(cat, ds, keys, t) for v in out["versions"] for t in v["tags"]}
+    out["latest_state"] = _state(cat, ds, keys, None)
+    out["keys"] = _or_error(lambda: list(cat.keys(ds)))
+    out["count"] = _or_error(lambda: cat.count(ds))
+    # Versions no longer kept: a lookup there must be refused.
+    out["gone"] = {
+        str(n): _probe(cat, ds, keys[0], n)
+        for n in range(1, max(model_versions, out["latest"]) + 1)
+        if n not in kept
+    }
+    out["copies"] = {
+        str(op.id): _copy(cat, op.args["target"], keys)
+        for op in ops
+        if op.kind == "copy" and "target" in op.args
+    }
+    return out
+
+
+def _or_error(call: Any) -> Any:
+    try:
+        return call()
+    except Exception as e:
+        return {"error": [type(e).__name__, str(e)[:300]]}
+
+
+def _state(cat: Any, ds: str, keys: list[str], version: int | str | None) -> Any:
+    def read() -> dict[str, str]:
+        batch = cat.get_many(ds, keys, version=version)
+        return {k: r["txt"].decode() for k, r in batch.found().items()}
+
+    return _or_error(read)
+
+
+def _stream(shardcat: Any, cat: Any, ds: str, version: int) -> Any:
+    def read() -> list[list[str]]:
+        samples = shardcat.read(cat, ds, version=version).compute(scheduler="sync")
+        return [[s["__key__"], _text(s["txt"])] for s in samples]
+
+    return _or_error(read)
+
+
+def _text(value: Any) -> str:
+    return (
+        bytes(value).decode() if isinstance(value, (bytes, bytearray, memoryview)) else str(value)
+    )
+
+
+def _probe(cat: Any, ds: str, key: str, version: int) -> str:
+    """How a lookup at an unkept version ended: the error's class name, or ``served``."""
+    try:
+        cat.get(ds, key, version=version)
+    except ShardcatError as e:
+        return type(e).__name__
+    except Exception as e:
+        return f"untyped {type(e).__name__}: {e}"
+    return "served"
+
+
+def _copy(cat: Any, name: str, keys: list[str]) -> dict[str, Any]:
+    """A copy target: does it exist, its versions, its records and count."""
+    try:
+        versions = [
+            {"number": v.number, "operation": v.operation, "total_records": v.total_records}
+            for v in cat.log(name)
+        ]
+    except ShardcatError:  # DatasetNotFoundError: the copy never created it
+        return {"exists": False}
+    return {
+        "exists": True,
+        "versions": versions,
+        "state": _state(cat, name, keys, None),
+        "count": _or_error(lambda: cat.count(name)),
+    }
