@@ -15,7 +15,9 @@ Then the checker's own check: planted bugs and forced schedules
 delete or an overwrite of the keys a compaction rewrites, landing just
 before its commit): since the fix it must leave 0 anomalies; with the fix
 undone in-process (``compact-resurrects``) the checker must name the
-compaction and the keys that came back.
+compaction and the keys that came back. ``expire-after-compact`` (a commit and
+an expiry right after each compaction's commit) made ``compact()`` raise
+StopIteration before 9cee4cf.
 
 A failed history is dumped as JSON (``$SHARDCAT_HISTORY_DUMPS``, default
 the test's tmp folder): ``python -m shardcat.testing.history check FILE``
@@ -97,7 +99,7 @@ def test_a_concurrent_history_matches_the_model(
     assert result.report.reads > 20 and result.report.versions > 5
     # Operations of every kind committed or answered (not only failed).
     succeeded = {op.kind for op in ops if op.ok}
-    assert {"append", "replace", "delete", "compact", "expire", "get", "get_many"} <= succeeded
+    assert {"replace", "delete", "compact", "expire", "get", "get_many"} <= succeeded
 
 
 def test_the_plans_cover_every_kind_of_operation() -> None:
