@@ -149,8 +149,8 @@ def _planted(
         str(tmp_path / "data"),
         seed,
         scheduler=scheduler,
-        processes=2,
-        ops_per_process=15,
+        processes=1,
+        ops_per_process=30,
         seconds=SECONDS,
         plant=plant,
         weights=weights,
@@ -161,12 +161,13 @@ def _planted(
 @pytest.mark.slow
 @pytest.mark.parametrize("plant", sorted(PLANTED))
 def test_the_checker_reports_a_planted_bug(plant: str, scheduler: str, tmp_path: Path) -> None:
-    """Whether a bug shows depends on the interleaving: up to 3 seeds, each a new history."""
+    """One process: the history is a function of its seed, so the bug shows in every run.
+
+    (With two processes whether it showed depended on the interleaving: expire-retires-kept
+    went unseen in some runs even over three seeds. Seed 7 reaches each planted bug.)
+    """
     weights, kinds = PLANTED[plant]
-    for seed in (7, 8, 9):
-        result = _planted(tmp_path / str(seed), scheduler, plant, weights, seed)
-        if {a.kind for a in result.report.anomalies} & kinds:
-            break
+    result = _planted(tmp_path, scheduler, plant, weights, seed=7)
     assert {a.kind for a in result.report.anomalies} & kinds, f"{plant} unseen: {_failure(result)}"
     assert result.dump is not None and result.dump.exists()
 
