@@ -44,6 +44,8 @@ __all__ = [
     "ObjectExistsError",
     "ProgressCallbackError",
     "QueryError",
+    "QueryLimitError",
+    "QueryRefusedError",
     "QueryTimeoutError",
     "RecordTooLargeError",
     "SchedulerUnreachableError",
@@ -428,6 +430,20 @@ class QueryError(CatalogError):
 
 class QueryTimeoutError(CatalogError, TimeoutError):
     """A read-only query (``shardcat sql``) ran longer than its timeout and was cancelled."""
+
+
+class QueryRefusedError(QueryError, ValueError):
+    """A query or ``where=`` filter a user wrote was refused before it ran.
+
+    The message says what was refused and why: not one read statement
+    (``shardcat sql``), not one expression over the allowed columns and
+    functions (``where=``), or a function with side effects (PostgreSQL).
+    """
+
+
+class QueryLimitError(QueryError):
+    """A read-only query's result passed a bound it runs under (rows or bytes); the message
+    names the bound and how to raise it."""
 
 
 class BatchSenderGoneError(ShardcatError, RuntimeError):
