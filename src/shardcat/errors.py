@@ -37,6 +37,7 @@ __all__ = [
     "InvalidKeyError",
     "InvalidNameError",
     "JobExistsError",
+    "JobInputsChangedError",
     "JobNotFoundError",
     "KeyConflictError",
     "KeyNotFoundError",
@@ -382,6 +383,22 @@ class DatasetExistsError(CatalogError):
 
 class JobExistsError(CatalogError):
     """A named job ran already, or runs elsewhere: rerunning it would write its records twice."""
+
+
+class JobInputsChangedError(JobExistsError, ValueError):
+    """A resumed write job was given other inputs than the run that began it.
+
+    Its finished partitions hold what the first run was given; writing the
+    rest from other data would commit a mix of the two. The message names
+    what differs.
+    """
+
+    OVERRIDE = Hint(
+        python="if the finished partitions may stay as they are, pass "
+        "allow_changed_inputs=True; else choose a new job_name to write everything anew",
+        cli="if the finished partitions may stay as they are, add --allow-changed-inputs; "
+        "else choose a new --job-name to write everything anew",
+    )
 
 
 class DestinationNotEmptyError(ShardcatError, FileExistsError):
