@@ -227,6 +227,8 @@ def s3_route(url: str, storage_options: StorageOptions | None = None) -> S3Route
         return cached[1]
     route = _probe(fs, bucket)
     with _routes_lock:
+        for gone in [k for k, (ref, _) in _routes.items() if ref() is None]:
+            del _routes[gone]  # routes of filesystems fsspec's cache let go
         _routes[key] = (weakref.ref(fs), route)
     return route
 
