@@ -259,6 +259,84 @@ def iam_world(bucket: str, body: bytes = b"\0" * 100) -> Iterator[tuple[str, str
         yield endpoint, key["AccessKeyId"], key["SecretAccessKey"]
 
 
+# --- an S3 server in its own process that counts the requests it answers ---------------
+
+_COUNTING_MOTO = r"""
+import json, sys, threading
+from moto.server import DomainDispatcherApplication, create_backend_app
+from werkzeug.serving import make_server
+
+seen, lock = [], threading.Lock()
+inner = DomainDispatcherApplication(create_backend_app)
+
+
+def app(environ, start_response):
+    if environ.get("PATH_INFO") == "/__requests__":  # the test asks what came, and forgets it
+        with lock:
+            body = json.dumps(seen).encode()
+            seen.clear()
+        start_response("200 OK", [("Content-Type", "application/json")])
+        return [body]
+    auth = environ.get("HTTP_AUTHORIZATION", "")
+    scope = auth.split("Credential=", 1)[1].split(",", 1)[0].split("/") if "Credential=" in auth else []
+    with lock:
+        seen.append({
+            "method": environ.get("REQUEST_METHOD"),
+            "path": environ.get("PATH_INFO"),
+            "host": environ.get("HTTP_HOST"),
+            "key": scope[0] if scope else None,
+            "region": scope[2] if len(scope) > 2 else None,
+        })
+    return inner(environ, start_response)
+
+
+server = make_server("127.0.0.1", 0, app, threaded=True)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+@contextmanager
+def counting_moto(timeout: float = 60.0) -> Iterator[str]:
+    """A moto S3 server in a process of its own (so its buckets are its own), which records the
+    requests it answers: ``GET {endpoint}/__requests__`` returns them (method, path, host,
+    the signing key id and region) and forgets them. Yields the endpoint URL."""
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _COUNTING_MOTO],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    watchdog = threading.Timer(timeout, proc.kill)
+    watchdog.start()
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # bounded: the port, or EOF when the watchdog fires
+        watchdog.cancel()
+        if not line.strip():
+            raise RuntimeError("the counting moto server did not start")
+        yield f"http://127.0.0.1:{int(line)}"
+    finally:
+        watchdog.cancel()
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def requests_seen(endpoint: str) -> list[dict[str, Any]]:
+    """What a :func:`counting_moto` server answered since it was last asked."""
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(f"{endpoint}/__requests__", timeout=30) as r:
+        return list(json.loads(r.read()))
+
+
 # --- a TCP proxy that can take a server away and bring it back --------------------------
 
 

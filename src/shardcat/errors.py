@@ -38,6 +38,7 @@ __all__ = [
     "InvalidKeyError",
     "InvalidNameError",
     "JobExistsError",
+    "JobInputsChangedError",
     "JobNotFoundError",
     "KeyConflictError",
     "KeyNotFoundError",
@@ -45,6 +46,8 @@ __all__ = [
     "ObjectExistsError",
     "ProgressCallbackError",
     "QueryError",
+    "QueryLimitError",
+    "QueryRefusedError",
     "QueryTimeoutError",
     "RecordTooLargeError",
     "SchedulerUnreachableError",
@@ -391,6 +394,22 @@ class JobExistsError(CatalogError):
     """A named job ran already, or runs elsewhere: rerunning it would write its records twice."""
 
 
+class JobInputsChangedError(JobExistsError, ValueError):
+    """A resumed write job was given other inputs than the run that began it.
+
+    Its finished partitions hold what the first run was given; writing the
+    rest from other data would commit a mix of the two. The message names
+    what differs.
+    """
+
+    OVERRIDE = Hint(
+        python="if the finished partitions may stay as they are, pass "
+        "allow_changed_inputs=True; else choose a new job_name to write everything anew",
+        cli="if the finished partitions may stay as they are, add --allow-changed-inputs; "
+        "else choose a new --job-name to write everything anew",
+    )
+
+
 class DestinationNotEmptyError(ShardcatError, FileExistsError):
     """A copy's destination folder holds objects that are not this copy's shards."""
 
@@ -437,6 +456,20 @@ class QueryError(CatalogError):
 
 class QueryTimeoutError(CatalogError, TimeoutError):
     """A read-only query (``shardcat sql``) ran longer than its timeout and was cancelled."""
+
+
+class QueryRefusedError(QueryError, ValueError):
+    """A query or ``where=`` filter a user wrote was refused before it ran.
+
+    The message says what was refused and why: not one read statement
+    (``shardcat sql``), not one expression over the allowed columns and
+    functions (``where=``), or a function with side effects (PostgreSQL).
+    """
+
+
+class QueryLimitError(QueryError):
+    """A read-only query's result passed a bound it runs under (rows or bytes); the message
+    names the bound and how to raise it."""
 
 
 class BatchSenderGoneError(ShardcatError, RuntimeError):

@@ -55,6 +55,7 @@ def test_documented_options_exist():
             "--message",
             "--job-name",
             "--resume",
+            "--allow-changed-inputs",
         ],
         "copy": ["--to-catalog", "--as", "--move", "--dest-option", "--workers", "--scheduler"],
         "get": ["--keys-from", "--version"],

@@ -192,6 +192,20 @@ def shrinking_partition(partition: int, marker: str, retry: str) -> ShrinkingPar
     return ShrinkingPartition(partition, marker, retry)
 
 
+SLOW_ENV = "SHARDCAT_TEST_SLOW"
+"""``FROM:SECONDS``: samples ``FROM`` on take ``SECONDS`` to write, in processes that have it.
+
+A killed client's bag must be the very bag its rerun makes (a resume compares their Dask
+tokens), so the killed run's slowness comes from its environment, not from the bag."""
+
+
+def _slow_from_env(slow_from: int, seconds: float) -> tuple[int, float]:
+    if slow_from < 0 and (spec := os.environ.get(SLOW_ENV)):
+        start, _, wait = spec.partition(":")
+        return int(start), float(wait)
+    return slow_from, seconds
+
+
 def numbered_sample(i: int, slow_from: int = -1, seconds: float = 0.3) -> Any:
     """Sample ``i`` of a resumable conversion; from ``slow_from`` on each takes ``seconds`` to write."""
     sample = {
@@ -199,4 +213,12 @@ def numbered_sample(i: int, slow_from: int = -1, seconds: float = 0.3) -> Any:
         "bin": f"payload {i} ".encode() * (1 + i % 40),
         "json": {"i": i},
     }
+    slow_from, seconds = _slow_from_env(slow_from, seconds)
+    return Slow(sample, str(seconds)) if 0 <= slow_from <= i else sample
+
+
+def valued_sample(i: int, tag: str = "first", slow_from: int = -1, seconds: float = 0.3) -> Any:
+    """Sample ``i`` whose values carry ``tag``: the same keys, other values per tag."""
+    sample = {"__key__": f"t/{i:05d}", "txt": f"{tag} {i}", "json": {"i": i, "tag": tag}}
+    slow_from, seconds = _slow_from_env(slow_from, seconds)
     return Slow(sample, str(seconds)) if 0 <= slow_from <= i else sample

@@ -24,10 +24,12 @@ N, PARTS, PER_SHARD = 200, 10, 10  # two shards per partition
 
 CLIENT = textwrap.dedent(
     """
-    import functools, sys, time
+    import functools, os, sys, time
+    # the samples module under the name the tests import it by (and so do its workers)
+    sys.path.insert(0, os.path.abspath("tests"))
     import dask.bag as db
     import shardcat
-    from tests.orchestration.samples import numbered_sample
+    from orchestration.samples import SLOW_ENV, numbered_sample
 
     url, catalog = sys.argv[1], sys.argv[2]
 
@@ -38,9 +40,12 @@ CLIENT = textwrap.dedent(
             time.sleep(120)  # the test SIGKILLs us here
 
     if __name__ == "__main__":
+        # The last partition's second shard takes 30 s: it is in flight at the kill. Slow
+        # through the environment its workers inherit: the bag is the one the rerun makes
+        # (a resume refuses other inputs, and compares the bags' Dask tokens).
+        os.environ[SLOW_ENV] = "190:3.0"
         bag = db.from_sequence(range(200), npartitions=10).map(
-            # The last partition's second shard takes 30 s: it is in flight at the kill.
-            functools.partial(numbered_sample, slow_from=190, seconds=3.0)
+            functools.partial(numbered_sample, slow_from=-1)
         )
         shardcat.write(bag, url, catalog=catalog, dataset="conv", job_name="nightly",
                        max_records_per_shard=10, progress=progress)

@@ -22,8 +22,8 @@ from shardcat.errors import (
     StoragePermissionError,
     StorageUnreachableError,
 )
-from shardcat.storage import FsspecSource, SourceCache, open_source
-from shardcat.storage.objstore import TRANSPORT_ENV, ObstoreSource, store_config
+from shardcat.storage import FsspecSource, SourceCache, choose_transport, open_source
+from shardcat.storage.objstore import TRANSPORT_ENV, ObstoreSource
 
 pytest.importorskip("obstore")
 
@@ -43,24 +43,39 @@ def _put(s3: dict[str, Any], name: str, data: bytes) -> str:
     return url
 
 
-def test_s3fs_options_map_to_obstore_or_keep_s3fs():
+def test_s3fs_options_map_to_obstore_or_keep_s3fs(monkeypatch):
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     options = {
         "key": "k",
         "secret": "s",
         "client_kwargs": {"endpoint_url": "http://127.0.0.1:9/", "region_name": "eu-west-1"},
         "use_listings_cache": False,
     }
-    assert store_config(options) == {
-        "access_key_id": "k",
-        "secret_access_key": "s",
+    choice = choose_transport("s3://bucket/x", options)
+    assert choice.config == {
         "endpoint": "http://127.0.0.1:9",
-        "client_options": {"allow_http": True},
+        "aws_endpoint_url_s3": "http://127.0.0.1:9",
         "region": "eu-west-1",
+        "default_region": "eu-west-1",
+        "virtual_hosted_style_request": False,
+        "skip_signature": False,
+        "request_payer": False,
+        "s3_express": False,
+        "unsigned_payload": False,
+        "client_options": {"allow_http": True},
     }
-    assert store_config({"anon": True}) == {"skip_signature": True}
-    # Options obstore does not understand keep the URL on s3fs.
-    assert store_config({"profile": "dev"}) is None
-    assert store_config({"client_kwargs": {"verify": False}}) is None
+    assert choice.credentials()["access_key_id"] == "k"
+    anon = choose_transport("s3://bucket/x", {"anon": True, "region_name": "eu-west-1"})
+    assert anon.config is not None and anon.config["skip_signature"] is True
+    assert anon.credentials is None
+    # Options botocore cannot resolve, or that add headers obstore would not send: s3fs.
+    assert choose_transport("s3://bucket/x", {"profile": "no-such-profile"}).config is None
+    paying = choose_transport("s3://bucket/x", {**options, "requester_pays": True})
+    assert paying.config is None and "x-amz-request-payer" in paying.reason
 
 
 def test_transport_is_auto_by_default(s3, monkeypatch):
@@ -72,7 +87,7 @@ def test_transport_is_auto_by_default(s3, monkeypatch):
     assert isinstance(open_source(url, s3["storage_options"]), FsspecSource)
     monkeypatch.setenv(TRANSPORT_ENV, "obstore")
     assert isinstance(open_source(url, s3["storage_options"]), ObstoreSource)
-    unmapped = {**s3["storage_options"], "config_kwargs": {"retries": {"max_attempts": 1}}}
+    unmapped = {**s3["storage_options"], "requester_pays": True}
     assert isinstance(open_source(url, unmapped), FsspecSource)
     monkeypatch.setenv(TRANSPORT_ENV, "rust")
     with pytest.raises(StorageError, match="expected 'auto', 'obstore' or 'fsspec'"):

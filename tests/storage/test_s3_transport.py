@@ -43,7 +43,13 @@ ENDPOINT = {"client_kwargs": {"endpoint_url": "http://127.0.0.1:9"}}
 
 @pytest.fixture
 def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """No ``AWS_*`` variable and an empty AWS config file; yields the config file's path."""
+    """No ``AWS_*`` variable and an empty AWS config file; yields the config file's path.
+
+    s3fs filesystems are resolved once each (as s3fs reads), so its instance
+    cache is cleared for every test: the options and variables set here count.
+    """
+    import s3fs
+
     for name in list(os.environ):
         if name.startswith("AWS_"):
             monkeypatch.delenv(name)
@@ -52,10 +58,19 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     config.write_text("")
     monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    s3fs.S3FileSystem.clear_instance_cache()
     return config
 
 
+def _fresh() -> None:
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
 # Each case: storage options, environment, the transport auto picks, a word of the reason.
+# Where botocore's request maps exactly, obstore; the reason otherwise names what does not.
 CASES = {
     "keys-and-endpoint": ({**KEYS, **ENDPOINT}, {}, "obstore", "auto"),
     "keys-and-region": ({**KEYS, "client_kwargs": {"region_name": "eu-west-1"}}, {}, "obstore", ""),
@@ -67,47 +82,46 @@ CASES = {
         "obstore",
         "",
     ),
-    "env-keys-and-profile": (
+    "a-missing-profile": (
         {},
         {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_PROFILE": "dev"},
         "fsspec",
-        "AWS_PROFILE",
+        "could not prepare",
     ),
-    "keys-and-default-profile": (
-        {**KEYS, **ENDPOINT},
-        {"AWS_DEFAULT_PROFILE": "dev"},
-        "fsspec",
-        "AWS_DEFAULT_PROFILE",
-    ),
-    "profile-option": ({"profile": "dev"}, {}, "fsspec", "not all mappable"),
-    "aws-files-only": ({}, {"AWS_DEFAULT_REGION": "eu-west-1"}, "fsspec", "no key and secret"),
-    "env-key-without-secret": ({}, {"AWS_ACCESS_KEY_ID": "k"}, "fsspec", "no key and secret"),
-    "key-without-secret": ({"key": "k", **ENDPOINT}, {}, "fsspec", "partial credentials"),
-    "keys-and-env-token": (
-        {**KEYS, **ENDPOINT},
-        {"AWS_SESSION_TOKEN": "t"},
-        "fsspec",
-        "AWS_SESSION_TOKEN",
-    ),
+    "profile-option-missing": ({"profile": "dev"}, {}, "fsspec", "could not prepare"),
+    "no-credentials": ({}, {"AWS_DEFAULT_REGION": "eu-west-1"}, "fsspec", "no credentials"),
+    "env-key-without-secret": ({}, {"AWS_ACCESS_KEY_ID": "k"}, "fsspec", "PartialCredentials"),
+    "key-without-secret": ({"key": "k", **ENDPOINT}, {}, "fsspec", "could not prepare"),
+    # botocore signs with the options' keys alone; obstore is given them through a provider,
+    # so the environment's token is not added.
+    "keys-and-env-token": ({**KEYS, **ENDPOINT}, {"AWS_SESSION_TOKEN": "t"}, "obstore", ""),
     "keys-token-and-env-token": (
         {**KEYS, "token": "t2", **ENDPOINT},
         {"AWS_SESSION_TOKEN": "t"},
         "obstore",
         "",
     ),
+    # Variables obstore reads on its own are undone by explicit settings where one exists ...
     "obstore-only-endpoint-variable": (
         {**KEYS, "region_name": "us-east-1"},
         {"AWS_ENDPOINT": "http://elsewhere:9000"},
-        "fsspec",
-        "AWS_ENDPOINT",
+        "obstore",
+        "",
     ),
     "unsigned-by-obstore-only": (
         {**KEYS, **ENDPOINT},
         {"AWS_SKIP_SIGNATURE": "true"},
-        "fsspec",
-        "AWS_SKIP_SIGNATURE",
+        "obstore",
+        "",
     ),
-    # obstore would encrypt uploads, or trust other certificates or a proxy; s3fs would not.
+    "virtual-host-by-obstore-only": (
+        {**KEYS, **ENDPOINT},
+        {"AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "true"},
+        "obstore",
+        "",
+    ),
+    # ... and keep s3fs where none does: obstore would encrypt uploads, or trust other
+    # certificates or a proxy.
     "server-side-encryption-by-obstore-only": (
         {**KEYS, **ENDPOINT},
         {"AWS_SERVER_SIDE_ENCRYPTION": "aws:kms"},
@@ -126,38 +140,26 @@ CASES = {
         "fsspec",
         "AWS_PROXY_URL",
     ),
-    # botocore would send to a FIPS or dual-stack endpoint; obstore would not.
-    "fips-by-botocore-only": (
+    # botocore's FIPS and dual-stack endpoints are what it resolved: obstore is sent there too.
+    "fips": (
         {**KEYS, "region_name": "us-east-1"},
         {"AWS_USE_FIPS_ENDPOINT": "true"},
-        "fsspec",
-        "AWS_USE_FIPS_ENDPOINT",
+        "obstore",
+        "",
     ),
-    "dual-stack-by-botocore-only": (
+    "dual-stack": (
         {**KEYS, "region_name": "us-east-1"},
         {"AWS_USE_DUALSTACK_ENDPOINT": "true"},
-        "fsspec",
-        "AWS_USE_DUALSTACK_ENDPOINT",
+        "obstore",
+        "",
     ),
-    # botocore takes the environment's token from AWS_SECURITY_TOKEN first; obstore never reads it.
+    # botocore takes the environment's token from AWS_SECURITY_TOKEN too: obstore gets it.
     "env-keys-and-legacy-token": (
         {},
         {
             "AWS_ACCESS_KEY_ID": "k",
             "AWS_SECRET_ACCESS_KEY": "s",
             "AWS_SECURITY_TOKEN": "t",
-            "AWS_DEFAULT_REGION": "eu-west-1",
-        },
-        "fsspec",
-        "AWS_SECURITY_TOKEN",
-    ),
-    "env-keys-and-both-tokens-alike": (
-        {},
-        {
-            "AWS_ACCESS_KEY_ID": "k",
-            "AWS_SECRET_ACCESS_KEY": "s",
-            "AWS_SECURITY_TOKEN": "t",
-            "AWS_SESSION_TOKEN": "t",
             "AWS_DEFAULT_REGION": "eu-west-1",
         },
         "obstore",
@@ -169,6 +171,12 @@ CASES = {
         {"AWS_CA_BUNDLE": "/etc/ssl/private-ca.pem"},
         "fsspec",
         "CA bundle",
+    ),
+    "no-verification": (
+        {**KEYS, "client_kwargs": {"endpoint_url": "https://minio.internal:9000", "verify": False}},
+        {},
+        "fsspec",
+        "verify=False",
     ),
     # No TLS to an http:// endpoint; a system bundle is what obstore trusts anyway.
     "ca-bundle-and-http-endpoint": (
@@ -183,17 +191,26 @@ CASES = {
         "obstore",
         "",
     ),
-    "unmappable-option": (
+    # Options that change how s3fs retries or caches, not where it asks: mapped.
+    "retry-options": (
         {**KEYS, **ENDPOINT, "config_kwargs": {"retries": {"max_attempts": 1}}},
         {},
+        "obstore",
+        "",
+    ),
+    # Options that add headers obstore would not send: s3fs.
+    "requester-pays": ({**KEYS, **ENDPOINT, "requester_pays": True}, {}, "fsspec", "headers"),
+    "upload-encryption": (
+        {**KEYS, **ENDPOINT, "s3_additional_kwargs": {"ServerSideEncryption": "AES256"}},
+        {},
         "fsspec",
-        "not all mappable",
+        "x-amz-server-side-encryption",
     ),
 }
 
 
 @pytest.mark.parametrize("case", CASES.values(), ids=list(CASES))
-def test_auto_picks_obstore_only_where_it_finds_what_s3fs_would(aws_env, monkeypatch, case):
+def test_auto_picks_obstore_only_where_it_sends_what_s3fs_sends(aws_env, monkeypatch, case):
     options, env, transport, reason = case
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -204,72 +221,85 @@ def test_auto_picks_obstore_only_where_it_finds_what_s3fs_would(aws_env, monkeyp
     assert (choice.config is not None) == (transport == "obstore")
 
 
-def test_endpoint_and_region_from_the_environment_as_botocore_reads_them(aws_env, monkeypatch):
+def test_obstore_is_given_botocores_endpoint_region_and_keys_explicitly(aws_env, monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
     monkeypatch.setenv("AWS_REGION", "ap-south-1")  # obstore's variable; botocore ignores it
     choice = choose_transport(URL, {})
-    assert choice.transport == "obstore"
-    assert choice.config is not None
+    assert choice.transport == "obstore" and choice.config is not None
     # No region but an endpoint: signed for us-east-1, as botocore does (not AWS_REGION).
-    assert choice.config["endpoint"] == "http://127.0.0.1:1"
-    assert choice.config["region"] == "us-east-1"
-    assert choice.config["client_options"] == {"allow_http": True}
+    config = choice.config
+    assert config["endpoint"] == config["aws_endpoint_url_s3"] == "http://127.0.0.1:1"
+    assert config["region"] == "us-east-1" and config["virtual_hosted_style_request"] is False
+    assert config["client_options"] == {"allow_http": True} and config["skip_signature"] is False
+    assert choice.credentials() == {
+        "access_key_id": "k",
+        "secret_access_key": "s",
+        "token": None,
+        "expires_at": None,
+    }
     # The S3-specific variable comes first; an endpoint in the options before both.
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "https://s3.example.com/")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-3")
+    _fresh()
     config = choose_transport(URL, {}).config
     assert config is not None
+    # botocore addresses buckets in the path at an endpoint given to it, and so does obstore
     assert (config["endpoint"], config["region"]) == ("https://s3.example.com", "eu-west-3")
-    assert "client_options" not in config
+    assert config["virtual_hosted_style_request"] is False and "client_options" not in config
     config = choose_transport(URL, {"endpoint_url": "http://127.0.0.1:2"}).config
     assert config is not None and config["endpoint"] == "http://127.0.0.1:2"
-    # Told to ignore configured endpoints, botocore goes to AWS while obstore would still
-    # read AWS_ENDPOINT_URL: s3fs.
+    # Told to ignore configured endpoints, botocore goes to AWS itself, and so does obstore.
     monkeypatch.setenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true")
-    monkeypatch.delenv("AWS_ENDPOINT_URL_S3")
-    choice = choose_transport(URL, {})
-    assert choice.transport == "fsspec" and "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS" in choice.reason
-    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    _fresh()
     config = choose_transport(URL, {}).config
-    assert config is not None and "endpoint" not in config and config["region"] == "eu-west-3"
+    assert config is not None and config["endpoint"] == "https://bucket.s3.eu-west-3.amazonaws.com"
 
 
-def test_the_aws_config_files_default_section(aws_env, monkeypatch):
+def test_the_aws_config_files_sections(aws_env, monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
     aws_env.write_text("[default]\nregion = eu-north-1\n")
     config = choose_transport(URL, {}).config
     assert config is not None and config["region"] == "eu-north-1"
     aws_env.write_text("[default]\nregion = eu-north-1\nendpoint_url = http://minio:9000\n")
-    choice = choose_transport(URL, {})
-    assert choice.transport == "fsspec" and "endpoint_url" in choice.reason
+    _fresh()
+    config = choose_transport(URL, {}).config
+    assert config is not None and config["endpoint"] == "http://minio:9000"
     aws_env.write_text("[default]\nregion = eu-north-1\nca_bundle = /etc/ssl/private-ca.pem\n")
+    _fresh()
     choice = choose_transport(URL, {})
     assert choice.transport == "fsspec" and "private-ca.pem" in choice.reason
-    # botocore's other switch for configured endpoints: the config file's, under the variable's.
+    # botocore's other switch for configured endpoints: the config file's.
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
     aws_env.write_text("[default]\nregion = eu-north-1\nignore_configured_endpoint_urls = true\n")
-    choice = choose_transport(URL, {})
-    assert choice.transport == "fsspec" and "ignore_configured_endpoint_urls" in choice.reason
+    _fresh()
+    config = choose_transport(URL, {}).config
+    assert config is not None and config["endpoint"].endswith(".s3.eu-north-1.amazonaws.com")
     monkeypatch.setenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "false")
+    _fresh()
     config = choose_transport(URL, {}).config
     assert config is not None and config["endpoint"] == "http://127.0.0.1:1"
     monkeypatch.delenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")
     monkeypatch.delenv("AWS_ENDPOINT_URL")
     aws_env.write_text("[default\nregion")
-    assert "does not parse" in choose_transport(URL, {}).reason
+    _fresh()
+    assert "could not prepare" in choose_transport(URL, {}).reason
 
 
 def test_forced_values_and_an_unknown_one(aws_env, monkeypatch):
-    monkeypatch.setenv("AWS_PROFILE", "dev")
-    assert choose_transport(URL, KEYS).transport == "fsspec"
-    monkeypatch.setenv(TRANSPORT_ENV, "obstore")  # forced: credentials as obstore finds them
-    assert choose_transport(URL, KEYS).transport == "obstore"
-    assert choose_transport(URL, {"profile": "dev"}).transport == "fsspec"  # cannot map it
+    options = {**KEYS, **ENDPOINT}
+    monkeypatch.setenv("AWS_SERVER_SIDE_ENCRYPTION", "aws:kms")
+    assert choose_transport(URL, options).transport == "fsspec"
+    monkeypatch.setenv(TRANSPORT_ENV, "obstore")  # forced: obstore, at botocore's endpoint
+    forced = choose_transport(URL, options)
+    assert forced.transport == "obstore" and forced.config is not None
+    assert forced.config["endpoint"] == "http://127.0.0.1:9"
+    # Where botocore cannot tell where a request would go, not even forced obstore guesses.
+    assert choose_transport(URL, {"profile": "dev"}).transport == "fsspec"
     monkeypatch.setenv(TRANSPORT_ENV, "fsspec")
-    assert choose_transport(URL, {**KEYS, **ENDPOINT}).transport == "fsspec"
+    assert choose_transport(URL, options).transport == "fsspec"
     monkeypatch.setenv(TRANSPORT_ENV, "rust")
     with pytest.raises(
         shardcat.errors.StorageError, match="expected 'auto', 'obstore' or 'fsspec'"
@@ -433,10 +463,11 @@ def test_bad_credentials_are_the_same_error_on_both(signing_moto, monkeypatch, u
     assert str(errors["fsspec"]) == str(errors["obstore"])
 
 
-def test_a_rotated_key_or_refreshed_token_in_the_environment_builds_a_new_store(
+def test_the_store_signs_with_the_filesystems_credentials_and_follows_a_new_filesystem(
     aws_env, monkeypatch
 ):
-    # obstore reads the environment's credentials once, when a store is built.
+    # obstore signs with what s3fs's filesystem resolved; a new filesystem (new options, or
+    # its cache cleared) is resolved anew and gets a store of its own.
     from shardcat.storage import objstore
     from shardcat.storage.objstore import s3_store
 
@@ -445,15 +476,16 @@ def test_a_rotated_key_or_refreshed_token_in_the_environment_builds_a_new_store(
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     first = s3_store(URL, ENDPOINT)
     assert first is not None
+    assert first[2].credentials()["access_key_id"] == "AKIAFIRST"
     assert s3_store(URL, ENDPOINT)[0] is first[0]  # type: ignore[index]  # cached
-    monkeypatch.setenv("AWS_SESSION_TOKEN", "refreshed")
-    refreshed = s3_store(URL, ENDPOINT)
-    assert refreshed is not None and refreshed[0] is not first[0]
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "rotated-secret")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAROTATED")
+    assert s3_store(URL, ENDPOINT)[0] is first[0]  # type: ignore[index]  # s3fs's keys, as s3fs
+    _fresh()
     rotated = s3_store(URL, ENDPOINT)
-    assert rotated is not None and rotated[0] is not refreshed[0]
-    # Stores built for older credentials are dropped: one per bucket and configuration.
-    kept = [s for s in objstore._stores.values() if s in (first[0], refreshed[0], rotated[0])]
+    assert rotated is not None and rotated[0] is not first[0]
+    assert rotated[2].credentials()["access_key_id"] == "AKIAROTATED"
+    # Stores built for older filesystems are dropped: one per bucket and route.
+    kept = [s for _, s in objstore._stores.values() if s in (first[0], rotated[0])]
     assert kept == [rotated[0]]
 
 
@@ -472,19 +504,3 @@ def test_a_region_beside_the_other_options_works_through_both(s3, monkeypatch, n
         reader = shardcat.ShardReader(url, storage_options=options)
         assert reader.get("a")["bin"].data == transport.encode()
         assert shardcat.storage.resolve(url, options)[0].ls(s3["bucket"])
-
-
-def test_fips_in_the_config_file_and_an_old_botocore_keep_s3fs(aws_env, monkeypatch):
-    from shardcat.storage import transport
-
-    options = {**KEYS, "region_name": "us-east-1"}
-    aws_env.write_text("[default]\nuse_fips_endpoint = true\n")
-    choice = choose_transport(URL, options)
-    assert (choice.transport, "use_fips_endpoint" in choice.reason) == ("fsspec", True)
-    aws_env.write_text("")
-    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
-    assert choose_transport(URL, KEYS).transport == "obstore"
-    # A botocore before 1.31 does not read AWS_ENDPOINT_URL: s3fs would go to AWS itself.
-    monkeypatch.setattr(transport, "_botocore_reads_env_endpoints", lambda: False)
-    choice = choose_transport(URL, KEYS)
-    assert (choice.transport, "before 1.31" in choice.reason) == ("fsspec", True)

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from . import selection as _selection
     from . import shards as _shards
     from . import versions as _versions
-    from .selection import Selection
+    from .selection import FilterLimits, Selection
 else:
     _datasets = lazy_module("shardcat.catalog.datasets")
     _fields = lazy_module("shardcat.catalog.fields")
@@ -388,14 +388,21 @@ class Catalog(VersionsApi):
         params: Mapping[str, Any] | None = None,
         *,
         version: Version = None,
+        limits: FilterLimits | None = None,
     ) -> Selection:
         """The committed records for which the SQL filter ``where`` holds, grouped by shard.
 
-        ``where`` is a boolean SQL expression over the columns ``key``,
-        ``byte_offset``, ``byte_length``, ``shard_url``, ``shard_number`` and
-        ``job_id``, with ``:name`` placeholders bound from ``params``. One
-        query; no shard is read. ``version``: among the records that kept
-        version (number or tag) sees; default the latest.
+        ``where`` is one boolean SQL expression over the columns ``key``,
+        ``byte_offset``, ``byte_length``, ``shard_url``, ``shard_number``,
+        ``job_id``, ``shard_id`` and the dataset's declared fields, with
+        ``:name`` placeholders bound from ``params``. It is parsed, checked
+        against an allow-list of operators and functions and written back
+        before it runs (docs/TRAINING.md), read-only, with a timeout, and
+        bounded in rows and bytes (``limits``, by default from
+        ``$SHARDCAT_WHERE_TIMEOUT``, ``$SHARDCAT_WHERE_MAX_ROWS`` and
+        ``$SHARDCAT_WHERE_MAX_BYTES``; on PostgreSQL as ``$SHARDCAT_SQL_ROLE``
+        if set). One query; no shard is read. ``version``: among the records
+        that kept version (number or tag) sees; default the latest.
 
         Raises
         ------
@@ -403,12 +410,19 @@ class Catalog(VersionsApi):
             If there is no such dataset.
         VersionNotFoundError
             If there is no such kept version or tag.
-        CatalogError
-            If ``where`` is not one SQL expression or the database rejects it
-            (:class:`~shardcat.errors.QueryError` for a mistake in it).
+        QueryRefusedError
+            If ``where`` is not one such expression; the message says what
+            was refused and why.
+        QueryLimitError
+            If it chooses more records or bytes than ``limits`` allow.
+        QueryTimeoutError
+            If it runs longer than ``limits.timeout``.
+        QueryError
+            If the database rejects it (a type mismatch, a function it lacks).
         """
         with self._uow() as s:
-            return _selection.select_records(s, dataset, where, params, version)
+            target = _selection.selection_target(s, dataset, version)
+        return _selection.run_selection(self.engine, target, where, params, limits)
 
     def declare_fields(self, dataset: str, fields: Mapping[str, type]) -> dict[str, str]:
         """Declare scalar per-sample fields (name → int, float, bool or str); returns all, name → kind.

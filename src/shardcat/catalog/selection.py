@@ -1,70 +1,192 @@
 """Choosing a subset of a dataset's committed records with a SQL filter, without reading shards.
 
-``where`` is a boolean SQL expression over one row per committed record
+``where`` is one boolean SQL expression over one row per committed record
 (the ``sample`` relation below), with ``:name`` parameters bound from
-``params``; the statement it becomes is checked to be one SELECT. The rows
-come back grouped by shard, in file order, ready for sequential reads.
+``params``. It is never pasted into the statement: sqlglot parses it, it is
+checked against an allow-list and written back from the checked tree
+(:func:`.readonly.expression.compile_filter`), and the statement runs
+through :func:`.readonly.open_read_only`, the runner of ``shardcat sql``:
+a read-only transaction, a timeout, PostgreSQL's function check and
+read-only role (``$SHARDCAT_SQL_ROLE``), and bounded rows and bytes
+(:class:`FilterLimits`). The rows come back grouped by shard, in file
+order, ready for sequential reads.
 
 Columns of ``sample``: ``key``, ``byte_offset``, ``byte_length``,
-``shard_url``, ``shard_number``, ``job_id``, and one per field declared for
-the dataset (:mod:`.fields`). docs/TRAINING.md documents them.
+``shard_url``, ``shard_number``, ``job_id``, ``shard_id``, and one per
+field declared for the dataset (:mod:`.fields`). docs/TRAINING.md
+documents them and the rules.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import text
-from sqlalchemy.orm import Session
-
-from ..errors import CatalogError
+from .._units import format_bytes, parse_size
+from ..errors import CatalogError, QueryLimitError, QueryTimeoutError
 from .datasets import find_dataset
-from .fields import declared_fields
-from .readonly import check_read_only
-from .session import translate_errors
+from .fields import FIELD_NAME, declared_fields
+from .readonly import compile_filter, open_read_only
+from .readonly.roles import SQL_ROLE_ENV
 from .versions import resolve_version
 
-__all__ = ["SAMPLE_COLUMNS", "Selection", "select_records"]
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+    from sqlalchemy.orm import Session
 
-SAMPLE_COLUMNS = ("key", "byte_offset", "byte_length", "shard_url", "shard_number", "job_id")
-"""What a ``where`` filter may name."""
+__all__ = [
+    "MAX_BYTES_ENV",
+    "MAX_ROWS_ENV",
+    "SAMPLE_COLUMNS",
+    "TIMEOUT_ENV",
+    "FilterLimits",
+    "Selection",
+    "SelectionTarget",
+    "run_selection",
+    "select_records",
+    "selection_target",
+]
+
+SAMPLE_COLUMNS = (
+    "key",
+    "byte_offset",
+    "byte_length",
+    "shard_url",
+    "shard_number",
+    "job_id",
+    "shard_id",
+)
+"""What a ``where`` filter may name, besides the dataset's declared fields."""
+
+TIMEOUT_ENV = "SHARDCAT_WHERE_TIMEOUT"
+MAX_ROWS_ENV = "SHARDCAT_WHERE_MAX_ROWS"
+MAX_BYTES_ENV = "SHARDCAT_WHERE_MAX_BYTES"
+
+
+@dataclass(frozen=True, slots=True)
+class FilterLimits:
+    """The bounds a ``where=`` selection runs under (0: none).
+
+    Attributes
+    ----------
+    timeout:
+        Seconds the query may take, fetching included (default 300;
+        ``$SHARDCAT_WHERE_TIMEOUT``).
+    max_rows:
+        Records a selection may choose (default 100,000,000;
+        ``$SHARDCAT_WHERE_MAX_ROWS``). A selection is held in memory, about
+        100 bytes per record.
+    max_bytes:
+        Bytes of the rows it returns, as ``shardcat sql`` counts them: 8 per
+        number plus each key's UTF-8 length (default 4 GiB;
+        ``$SHARDCAT_WHERE_MAX_BYTES``, a size such as ``"8GiB"``).
+
+    A selection past either bound fails with :class:`~shardcat.errors.QueryLimitError`:
+    cutting it short would silently train on part of what was asked for.
+    """
+
+    timeout: float = 300.0
+    max_rows: int = 100_000_000
+    max_bytes: int = 4 * 1024**3
+
+    def __post_init__(self) -> None:
+        if self.timeout < 0 or self.max_rows < 0 or self.max_bytes < 0:
+            raise ValueError(f"limits are 0 (none) or positive: {self}")
+
+    @classmethod
+    def from_env(cls) -> FilterLimits:
+        """The defaults, with each ``SHARDCAT_WHERE_*`` variable that is set.
+
+        Raises
+        ------
+        ValueError
+            A variable that is not a number (or a size, for the bytes).
+        """
+        default = cls()
+        values: dict[str, Any] = {}
+        for name, attr, read in (
+            (TIMEOUT_ENV, "timeout", float),
+            (MAX_ROWS_ENV, "max_rows", int),
+            (MAX_BYTES_ENV, "max_bytes", _size),
+        ):
+            raw = os.environ.get(name, "").strip()
+            if not raw:
+                values[attr] = getattr(default, attr)
+                continue
+            try:
+                values[attr] = read(raw)
+            except ValueError as e:
+                raise ValueError(f"${name}={raw!r}: {e} (0 = no limit)") from None
+        return cls(**values)
+
+
+def _size(raw: str) -> int:
+    return 0 if raw == "0" else parse_size(int(raw) if raw.isdigit() else raw)
+
 
 _SAMPLE = """
 SELECT r.shard_id AS shard_id, r.key AS key, r.byte_offset AS byte_offset,
        r.byte_length AS byte_length, s.url AS shard_url, s.shard_number AS shard_number,
        s.job_id AS job_id{fields}
 FROM records r JOIN shards s ON s.id = r.shard_id{joins}
-WHERE r.dataset_id = :shardcat_dataset_id AND s.state = 'committed'
+WHERE r.dataset_id = {dataset_id} AND s.state = 'committed'
   AND {visible}
 """
 
 _LATEST = "r.removed_version IS NULL"
 # At a kept version: what ``versions.visible_shards`` streams, shard by shard and record by record.
 _AT_VERSION = (
-    "s.added_version <= :shardcat_version"
-    " AND (s.removed_version IS NULL OR s.removed_version > :shardcat_version)"
-    " AND (r.removed_version IS NULL OR r.removed_version > :shardcat_version)"
+    "s.added_version <= {version}"
+    " AND (s.removed_version IS NULL OR s.removed_version > {version})"
+    " AND (r.removed_version IS NULL OR r.removed_version > {version})"
 )
 
 
-def _sample(fields: dict[str, str], at_version: bool = False) -> str:
-    """The ``sample`` relation, with one column per declared field (NULL where a record has none)."""
-    columns, joins = [], []
-    for i, (name, kind) in enumerate(fields.items()):
-        # Names are checked identifiers (fields.FIELD_NAME); values are bound.
-        alias = f"shardcat_f{i}"
-        columns.append(f",\n       {alias}.{'num' if kind == 'number' else 'text'} AS {name}")
-        joins.append(
-            f"\nLEFT JOIN record_fields {alias} ON {alias}.shard_id = r.shard_id"
-            f" AND {alias}.byte_offset = r.byte_offset AND {alias}.name = :shardcat_field_{i}"
+@dataclass(frozen=True, slots=True)
+class SelectionTarget:
+    """What a selection reads: a dataset's id, its declared fields (name → kind) and a version."""
+
+    dataset: str
+    dataset_id: int
+    fields: dict[str, str]
+    version: int | None
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The columns of ``sample``."""
+        return (*SAMPLE_COLUMNS, *self.fields)
+
+    def template(self) -> str:
+        """The selection's statement, with ``{where}`` where the filter goes.
+
+        Every value in it is the catalog's own: ids and versions are ints,
+        field names lower-case identifiers (checked again here).
+        """
+        columns, joins = [], []
+        for i, (name, kind) in enumerate(self.fields.items()):
+            if not FIELD_NAME.fullmatch(name):
+                raise CatalogError(
+                    f"the catalog declares a field named {name!r}, not an identifier"
+                )
+            alias = f"shardcat_f{i}"
+            columns.append(f",\n       {alias}.{'num' if kind == 'number' else 'text'} AS {name}")
+            joins.append(
+                f"\nLEFT JOIN record_fields {alias} ON {alias}.shard_id = r.shard_id"
+                f" AND {alias}.byte_offset = r.byte_offset AND {alias}.name = '{name}'"
+            )
+        visible = _LATEST if self.version is None else _AT_VERSION.format(version=int(self.version))
+        sample = (
+            _SAMPLE.replace("{fields}", "".join(columns))
+            .replace("{joins}", "".join(joins))
+            .replace("{dataset_id}", str(int(self.dataset_id)))
+            .replace("{visible}", visible)
         )
-    return _SAMPLE.format(
-        fields="".join(columns),
-        joins="".join(joins),
-        visible=_AT_VERSION if at_version else _LATEST,
-    )
+        return (
+            f"SELECT shard_id, byte_offset, key FROM ({sample}) AS sample "
+            "WHERE ({where}) ORDER BY shard_id, byte_offset"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,17 +201,10 @@ class Selection:
         return sum(len(v) for v in self.offsets.values())
 
 
-def select_records(
-    session: Session,
-    dataset: str,
-    where: str,
-    params: Mapping[str, Any] | None = None,
-    version: int | str | None = None,
-) -> Selection:
-    """The committed records of ``dataset`` for which ``where`` holds, grouped by shard.
-
-    ``version`` (a kept version's number or a tag; default the latest)
-    chooses among the records that version sees, as ``read`` streams them.
+def selection_target(
+    session: Session, dataset: str, version: int | str | None = None
+) -> SelectionTarget:
+    """The dataset, fields and version a selection reads (one short unit of work).
 
     Raises
     ------
@@ -97,35 +212,111 @@ def select_records(
         If there is no such dataset.
     VersionNotFoundError
         If there is no such kept version or tag.
-    CatalogError
-        If ``where`` is not one expression (``;`` or a second statement), names an
-        unknown column, or the database rejects it.
     """
-    if not where.strip():
-        raise CatalogError("the where filter is empty: pass None to select every record")
-    binds = dict(params or {})
-    if any(name.startswith("shardcat_") for name in binds):
-        raise CatalogError("parameter names starting with shardcat_ are reserved")
-    dialect = session.get_bind().dialect.name
     ds = find_dataset(session, dataset)
-    dataset_id = ds.id
-    fields = declared_fields(session, dataset_id)
-    if version is not None:
-        binds["shardcat_version"] = resolve_version(session, ds, version)
-    statement = (
-        f"SELECT shard_id, byte_offset, key FROM ({_sample(fields, version is not None)}) AS sample "
-        f"WHERE ({where}) ORDER BY shard_id, byte_offset"
-    )
-    # One SELECT only: a `;` or a second statement inside `where` is refused here.
-    check_read_only(statement, dialect)
-    binds["shardcat_dataset_id"] = dataset_id
-    binds.update({f"shardcat_field_{i}": name for i, name in enumerate(fields)})
+    fields = declared_fields(session, ds.id)
+    number = None if version is None else resolve_version(session, ds, version)
+    return SelectionTarget(dataset, ds.id, fields, number)
+
+
+def run_selection(
+    engine: Engine,
+    target: SelectionTarget,
+    where: str,
+    params: Mapping[str, Any] | None = None,
+    limits: FilterLimits | None = None,
+) -> Selection:
+    """The records of ``target`` for which ``where`` holds, grouped by shard.
+
+    Raises
+    ------
+    QueryRefusedError
+        If ``where`` is not one expression over the columns of ``sample`` and
+        the allowed functions (the message says what was refused and why).
+    QueryLimitError
+        If it chooses more than ``limits.max_rows`` records or ``limits.max_bytes``.
+    QueryTimeoutError
+        If it runs longer than ``limits.timeout``.
+    QueryError
+        If the database rejects it (a type mismatch, a function it lacks).
+    """
+    limits = FilterLimits.from_env() if limits is None else limits
+    dialect = engine.dialect.name
+    checked = compile_filter(where, columns=target.columns, dialect=dialect, params=params)
+    statement = checked.statement(target.template())
+    role = os.environ.get(SQL_ROLE_ENV, "").strip() or None if dialect == "postgresql" else None
     offsets: dict[int, list[int]] = {}
     keys: dict[int, list[str]] = {}
-    # The filter is the user's SQL: a mistake in it is a QueryError naming it, not a schema problem.
-    with translate_errors(session.get_bind().engine.url, user_query=True):
-        rows = session.execute(text(statement), binds)
-        for shard_id, offset, key in rows:
-            offsets.setdefault(shard_id, []).append(offset)
-            keys.setdefault(shard_id, []).append(key)
+    shown = checked.sql if len(checked.sql) <= 200 else checked.sql[:200] + "..."
+    try:
+        with open_read_only(
+            engine,
+            statement,
+            params=checked.params,
+            limit=limits.max_rows,
+            timeout=limits.timeout,
+            max_bytes=limits.max_bytes,
+            role=role,
+            batch_rows=_BATCH_ROWS,
+            max_value_bytes=_MAX_VALUE_BYTES,
+            guard_rows=False,  # (id, offset, key): at most 64 KiB each
+        ) as rows:
+            for shard_id, offset, key in rows:
+                offsets.setdefault(shard_id, []).append(offset)
+                keys.setdefault(shard_id, []).append(key)
+    except QueryTimeoutError as e:
+        raise QueryTimeoutError(
+            f"where={shown!r} on {target.dataset!r} ran over its {limits.timeout:g} s timeout "
+            f"and was cancelled; raise ${TIMEOUT_ENV} (or FilterLimits(timeout=...)), 0 = none"
+        ) from e
+    except QueryLimitError as e:
+        raise QueryLimitError(
+            f"where={shown!r} on {target.dataset!r} builds a value longer than "
+            f"{format_bytes(_MAX_VALUE_BYTES)}, more than any filter needs (keys have at most "
+            "64 KiB); build shorter values"
+        ) from e
+    if rows.cut == "limit":
+        raise QueryLimitError(
+            f"where={shown!r} chose more than {limits.max_rows:,} records of {target.dataset!r}; "
+            f"narrow it, or raise ${MAX_ROWS_ENV} (or FilterLimits(max_rows=...)), 0 = none"
+        )
+    if rows.cut == "max_bytes":
+        raise QueryLimitError(
+            f"where={shown!r} chose records of {target.dataset!r} past its "
+            f"{format_bytes(limits.max_bytes)} budget (after {rows.rows:,} of them); narrow it, "
+            f"or raise ${MAX_BYTES_ENV} (or FilterLimits(max_bytes=...)), 0 = none"
+        )
     return Selection(offsets, keys)
+
+
+# A selection reads every row it chose: fetched in large batches (a row is ~40 bytes).
+_BATCH_ROWS = 20_000
+# SQLite: the longest value a filter may build (keys are at most 64 KiB); a longer one fails
+# as it is built, as replace(replace(key, ...)) bombs would fill the memory.
+_MAX_VALUE_BYTES = 1024**2
+
+
+def select_records(
+    session: Session,
+    dataset: str,
+    where: str,
+    params: Mapping[str, Any] | None = None,
+    version: int | str | None = None,
+    limits: FilterLimits | None = None,
+) -> Selection:
+    """The committed records of ``dataset`` for which ``where`` holds, grouped by shard.
+
+    :func:`selection_target` in ``session``, then :func:`run_selection` on
+    its engine, on a connection of its own: call it outside other units of
+    work of an in-memory SQLite catalog (one shared connection).
+
+    Raises
+    ------
+    DatasetNotFoundError, VersionNotFoundError
+        As :func:`selection_target`.
+    QueryRefusedError, QueryLimitError, QueryTimeoutError, QueryError
+        As :func:`run_selection`.
+    """
+    target = selection_target(session, dataset, version)
+    bind: Any = session.get_bind()
+    return run_selection(bind.engine, target, where, params, limits)

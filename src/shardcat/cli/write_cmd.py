@@ -181,6 +181,14 @@ def write(
             help="Resume the dataset's newest unfinished job into URL (same --mode), if any.",
         ),
     ] = False,
+    allow_changed_inputs: Annotated[
+        bool,
+        typer.Option(
+            "--allow-changed-inputs",
+            help="Resume even if files under SRC changed since the job began (paths, sizes, "
+            "modification times): the shards it finished keep the old files' data.",
+        ),
+    ] = False,
 ) -> None:
     """Pack files into shards: `a/img1.jpg` + `a/img1.cls` become sample `a/img1` (jpg, cls).
 
@@ -198,7 +206,8 @@ def write(
     the shards in parallel. Every record is registered in the catalog,
     visible once the whole job commits. A job whose client was killed stays
     unfinished: rerun the command with its --job-name (or --resume) and only
-    what it had not written is written.
+    what it had not written is written. A resume is refused if the files under
+    SRC changed since the job began (--allow-changed-inputs overrides).
     """
     from ..orchestration import from_files
     from ..orchestration.files import list_source
@@ -248,5 +257,6 @@ def write(
             progress=bar,
             job_name=job_name,
             resume=resume,
+            allow_changed_inputs=allow_changed_inputs,
         )
     out.write_summary(summary)

@@ -171,6 +171,9 @@ class FileListing:
     """Files without an entry name skipped on request (``skip_unmatched``)."""
     storage_options: dict[str, Any] = field(default_factory=dict, repr=False)
     """The source's fsspec options: the workers read with them (never shown)."""
+    stamps: dict[str, str] = field(default_factory=dict, repr=False)
+    """Per path, its size and what the store says changes with it (mtime, ETag): what a
+    resumed job compares (:mod:`.inputs`)."""
 
 
 def list_source(source: FileSource) -> FileListing:
@@ -191,7 +194,7 @@ def list_source(source: FileSource) -> FileListing:
     opts = source.storage_options
     fs, pattern = resolve(source.url, opts)
     root = _fixed_root(fs, pattern)
-    found: dict[str, int] = {}
+    found: dict[str, tuple[int, str]] = {}
     for alternative in braceexpand(source.url):
         _, path = resolve(alternative, opts)
         try:
@@ -209,7 +212,7 @@ def list_source(source: FileSource) -> FileListing:
     hidden = 0
     unmatched: list[str] = []
     by_key: dict[str, dict[str, tuple[str, int]]] = {}
-    for path, size in sorted(found.items()):
+    for path, (size, _) in sorted(found.items()):
         rel = path[len(prefix) :] if path.startswith(prefix) else path.rpartition("/")[2]
         if any(part.startswith(".") for part in rel.split("/")):
             hidden += 1
@@ -267,6 +270,7 @@ def list_source(source: FileSource) -> FileListing:
         hidden=hidden,
         skipped=sorted(unmatched),
         storage_options=dict(opts),
+        stamps={path: f"{size}:{stamp}" for path, (size, stamp) in found.items()},
     )
 
 
@@ -283,25 +287,42 @@ def _fixed_root(fs: Any, pattern: str) -> str:
     return stripped if is_dir else stripped.rpartition("/")[0] or "/"
 
 
-def _list_one(fs: Any, path: str) -> dict[str, int]:
-    """Files (path → size) under one brace alternative: a folder, a glob or a file."""
+def _list_one(fs: Any, path: str) -> dict[str, tuple[int, str]]:
+    """Files (path → size and stamp) under one brace alternative: a folder, a glob or a file."""
     if _MAGIC.search(path):
         matched = fs.glob(path, detail=True)
     elif fs.isdir(path):
         return _files(fs.find(path, detail=True))
     else:
         matched = {path: fs.info(path)}
-    out: dict[str, int] = {}
+    out: dict[str, tuple[int, str]] = {}
     for p, info in matched.items():
         if info.get("type") == "directory":
             out.update(_files(fs.find(p, detail=True)))
         else:
-            out[p] = int(info.get("size") or 0)
+            out[p] = (int(info.get("size") or 0), _stamp(info))
     return out
 
 
-def _files(details: Mapping[str, Any]) -> dict[str, int]:
-    return {p: int(i.get("size") or 0) for p, i in details.items() if i.get("type") != "directory"}
+def _files(details: Mapping[str, Any]) -> dict[str, tuple[int, str]]:
+    return {
+        p: (int(i.get("size") or 0), _stamp(i))
+        for p, i in details.items()
+        if i.get("type") != "directory"
+    }
+
+
+# What a listing says changes when a file is rewritten: local and most stores' modification
+# time, S3's LastModified and ETag, GCS's updated and md5Hash, Azure's last_modified and etag.
+_STAMP_FIELDS = ("mtime", "LastModified", "last_modified", "updated", "ETag", "etag", "md5Hash")
+
+
+def _stamp(info: Mapping[str, Any]) -> str:
+    """The fields of a file's listing that change when it is rewritten, as one string."""
+    found = [f"{name}={info[name]}" for name in _STAMP_FIELDS if info.get(name) is not None]
+    if not found and info.get("created") is not None:  # fsspec's memory filesystem
+        found.append(f"created={info['created']}")
+    return ";".join(found)
 
 
 def _rel(path: str, prefix: str) -> str:

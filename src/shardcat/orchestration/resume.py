@@ -13,21 +13,27 @@ else of the job (a half-written partition, a corrupted or missing file,
 a killed attempt's leftovers) is rewritten, and left out of the commit's
 manifest, so it is retired and later removed by gc.
 
+A job also records a fingerprint of its inputs (``inputs``, :mod:`.inputs`);
+a resume given other inputs is refused (:func:`check_inputs`), since its
+finished partitions hold what the first run was given.
+
 Why no ``jobs.name`` column: a name is looked up only among the open and
 committed jobs of one dataset (a handful of rows), so it lives in the job's
-``properties`` and needs no schema change.
+``properties`` and needs no schema change; so does the fingerprint.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import JobExistsError, ShardcatError
+from ..errors import JobExistsError, JobInputsChangedError, ShardcatError
 from ..storage.shards import ShardReader
+from .files import SampleFiles
+from .inputs import INPUTS_PROPERTY, InputsFingerprint, differences
 from .plan import SHARDS_PER_PARTITION
 from .tasks import ATTEMPT, LAST_COUNT, PartitionResult
 
@@ -37,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ResumePoint",
     "check_attempt",
+    "check_inputs",
     "finished_partitions",
     "resumable_job",
 ]
@@ -56,7 +63,13 @@ class ResumePoint:
 
 
 def job_properties(
-    *, mode: str, root: str, base_version: int, partition_base: int, job_name: str | None
+    *,
+    mode: str,
+    root: str,
+    base_version: int,
+    partition_base: int,
+    job_name: str | None,
+    inputs: InputsFingerprint | None = None,
 ) -> dict[str, Any]:
     """What a resumable write job records when it starts (its ``properties``)."""
     props: dict[str, Any] = {
@@ -67,7 +80,47 @@ def job_properties(
     }
     if job_name is not None:
         props["job_name"] = job_name
+    if inputs is not None:
+        props[INPUTS_PROPERTY] = inputs.to_json()
     return props
+
+
+def check_inputs(
+    point: ResumePoint,
+    now: InputsFingerprint,
+    *,
+    allow_changed: bool,
+    samples: Sequence[SampleFiles] = (),
+    shard_size: int = 0,
+) -> None:
+    """Refuse to resume ``point``'s job with inputs other than those it began with.
+
+    ``allow_changed`` lets it go on anyway (logged as a warning): the
+    finished partitions keep what the first run wrote, the rest is written
+    from ``now``'s inputs.
+
+    Raises
+    ------
+    JobInputsChangedError
+        The inputs differ from the recorded ones, or cannot be compared (a
+        generator; a job begun before fingerprints were kept), naming what.
+    """
+    recorded = InputsFingerprint.from_json((point.job.properties or {}).get(INPUTS_PROPERTY))
+    why = differences(recorded, now, samples=samples, shard_size=shard_size)
+    if why is None:
+        return
+    name = (point.job.properties or {}).get("job_name")
+    job = f"job {point.job.id}" + (f" ({name!r})" if name else "")
+    if allow_changed:
+        log.warning(
+            "resuming %s of dataset %r with changed inputs: %s", job, point.job.dataset, why
+        )
+        return
+    raise JobInputsChangedError(
+        f"cannot resume {job} of dataset {point.job.dataset!r}: {why}; its finished "
+        "partitions hold what its first run was given, so the commit would mix two inputs",
+        hint=JobInputsChangedError.OVERRIDE,
+    )
 
 
 def resumable_job(

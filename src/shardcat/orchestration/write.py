@@ -30,10 +30,17 @@ from ..errors import (
 )
 from ..storage import brace_patterns, dataset_prefix, is_local, local_path, redact, resolve
 from .files import FileListing, FileSource, SampleFiles, list_source, plan_partitions, read_samples
+from .inputs import InputsFingerprint, fingerprint
 from .plan import SHARDS_PER_PARTITION, WritePlan
 from .progress import ProgressReporter, WriteProgressCallback
 from .reach import refuse_in_memory, refuse_unreachable
-from .resume import finished_partitions, job_properties, resumable_job
+from .resume import (
+    ResumePoint,
+    check_inputs,
+    finished_partitions,
+    job_properties,
+    resumable_job,
+)
 from .samples import batched, check_frame, is_pandas_frame, rows_to_samples
 from .tasks import PartitionResult, write_partition
 
@@ -142,6 +149,7 @@ def write(
     progress: bool | WriteProgressCallback | None = True,
     job_name: str | None = None,
     resume: bool = False,
+    allow_changed_inputs: bool = False,
 ) -> WriteSummary:
     """Write ``data`` as numbered shards under ``url`` and register every record.
 
@@ -220,6 +228,14 @@ def write(
     resume:
         Resume the newest open job of the dataset that writes to ``url`` in
         ``mode``, if there is one (as for ``job_name``); else start a new one.
+    allow_changed_inputs:
+        Resume even if ``data`` is not what the job began with. A job
+        records a fingerprint of its inputs (Dask's token of a collection;
+        the paths, sizes and modification times of packed files) and a
+        resume whose inputs differ, or cannot be compared (a generator), is
+        refused with JobInputsChangedError. Allowed, the partitions the
+        first run finished keep its data and the rest is written from this
+        ``data``.
 
     Returns
     -------
@@ -238,6 +254,8 @@ def write(
         ``mode="create"`` and the dataset already has records.
     JobExistsError
         The job named ``job_name`` committed already, or writes elsewhere.
+    JobInputsChangedError
+        The job to resume began with other inputs (a ``JobExistsError``).
     DuplicateKeyError
         A key occurs twice in the job, or (``append``) is already in the dataset.
     CommitConflictError
@@ -283,18 +301,33 @@ def write(
     t0 = time.perf_counter()
     # Files are listed (and refused: empty, unmatched) before anything is created.
     source = _prepare(data, key_column, json_entry)
-    with _cluster(client, url) as dask_client:
-        refuse_unreachable(cat, dask_client)
-        existing = open_dataset(cat, dataset, url, mode)
+    # Recorded by every job: a job whose client died may be resumed by resume=True too.
+    inputs = fingerprint(data, source, shard_size=size)
+    samples = source.samples if isinstance(source, FileListing) else ()
+
+    def resume_point() -> ResumePoint | None:
         point = resumable_job(
             cat, dataset, job_name=job_name, resume=resume, root=redact(url), mode=mode
         )
+        if point is not None:
+            check_inputs(
+                point, inputs, allow_changed=allow_changed_inputs, samples=samples, shard_size=size
+            )
+        return point
+
+    resumable = job_name is not None or resume
+    if resumable and not allow_changed_inputs and any(d.name == dataset for d in cat.datasets()):
+        resume_point()  # other inputs are refused before a cluster starts
+    with _cluster(client, url) as dask_client:
+        refuse_unreachable(cat, dask_client)
+        existing = open_dataset(cat, dataset, url, mode)
+        point = resume_point()
         if point is not None:
             job, partition_base, base_version = point.job, point.partition_base, point.base_version
             finished = finished_partitions(cat, point, dask_client, opts)
         else:
             job, base_version, partition_base = begin_write_job(
-                cat, dataset, url, mode, existing, f"shardcat.write ({mode})", job_name
+                cat, dataset, url, mode, existing, f"shardcat.write ({mode})", job_name, inputs
             )
             finished = {}
         if fields:
@@ -432,6 +465,7 @@ def begin_write_job(
     existing: list[Any],
     description: str,
     job_name: str | None = None,
+    inputs: InputsFingerprint | None = None,
 ) -> tuple[Any, int, int]:
     """Open a write job: ``(job, base_version, partition_base)``."""
     # What an overwrite replaces: the dataset as it is now. Another commit
@@ -450,6 +484,7 @@ def begin_write_job(
             base_version=base_version,
             partition_base=partition_base,
             job_name=job_name,
+            inputs=inputs,
         ),
     )
     return job, base_version, partition_base

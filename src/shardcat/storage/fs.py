@@ -144,8 +144,8 @@ def _in_key_order(options: Mapping[str, Any]) -> dict[str, Any]:
 def _region_for_s3fs(options: StorageOptions) -> StorageOptions:
     """``region_name`` (or ``region``) given beside the other options moved to ``client_kwargs``,
     where s3fs takes it (botocore's session refuses it at the first request otherwise; obstore
-    takes it either way, :func:`.transport.store_config`)."""
-    # The order store_config reads them in: region, region_name, client_kwargs' region_name.
+    is given the region botocore then signs with, :func:`.transport.s3_route`)."""
+    # In this order: region, region_name, client_kwargs' region_name.
     region = options.get("region") or options.get("region_name")
     if region is None:
         return options

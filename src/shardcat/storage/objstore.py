@@ -26,15 +26,9 @@ from .._types import ByteRange, StorageOptions
 from ..errors import StorageError
 from .fs import protocol_of, redact
 from .translate import storage_errors
-from .transport import (
-    S3_PROTOCOLS,
-    TRANSPORT_ENV,
-    TransportChoice,
-    choose_transport,
-    store_config,
-)
+from .transport import S3_PROTOCOLS, TRANSPORT_ENV, TransportChoice, choose_transport
 
-__all__ = ["TRANSPORT_ENV", "ObstoreSource", "open_obstore", "s3_store", "store_config"]
+__all__ = ["TRANSPORT_ENV", "ObstoreSource", "open_obstore", "s3_store"]
 
 _log = logging.getLogger(__name__)
 _STREAM_BUFFER = 8 << 20
@@ -49,8 +43,8 @@ _RETRY = {
     },
     "retry_timeout": timedelta(seconds=30),
 }
-_stores: dict[tuple[int, str, str, int], Any] = {}
-_CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+# Per process, bucket and route (the s3fs filesystem's botocore resolution it came from).
+_stores: dict[tuple[int, str, int], tuple[Any, Any]] = {}
 # The process that started obstore's (tokio) runtime. The runtime's threads do
 # not survive fork: in a forked child (a DataLoader worker) every obstore call
 # hangs, so a child of a process that used it reads through s3fs instead.
@@ -124,18 +118,22 @@ def s3_store(
         raise StorageError(
             f"{TRANSPORT_ENV}=obstore needs obstore: pip install 'shardcat[s3]'"
         ) from None
-    config = choice.config
-    # A store reads the environment's credentials once, when it is built: a
-    # rotated key or a refreshed session token needs a new one.
-    env = hash(tuple(os.environ.get(name) for name in _CREDENTIAL_ENV))
-    cache_key = (os.getpid(), bucket, repr(sorted(config.items())), env)
-    store = _stores.get(cache_key)
-    if store is None:
-        # One store per bucket and configuration: one built for older credentials goes.
-        for old in [k for k in _stores if k[:3] == cache_key[:3]]:
+    # One store per route: a new s3fs filesystem (other options, or its cache cleared) is
+    # resolved again, and its store replaces the old one of the bucket.
+    cache_key = (os.getpid(), bucket, id(choice.route))
+    cached = _stores.get(cache_key)
+    if cached is not None and cached[0] is choice.route:
+        store = cached[1]
+    else:
+        for old in [k for k in _stores if k[:2] == cache_key[:2]]:
             del _stores[old]
-        store = S3Store(bucket, retry_config=_RETRY, **config)  # type: ignore[arg-type]
-        _stores[cache_key] = store
+        store = S3Store(
+            bucket,
+            retry_config=_RETRY,  # type: ignore[arg-type]
+            credential_provider=choice.credentials,
+            **choice.config,
+        )
+        _stores[cache_key] = (choice.route, store)
     _runtime_pid = os.getpid()
     _log_once(bucket, choice.reason, "obstore")
     return store, key, choice

@@ -1,122 +1,110 @@
-"""Which client reads or writes an s3:// URL: obstore (Rust, no GIL) where it would do what s3fs would, else s3fs.
+"""Which client reads or writes an s3:// URL: obstore (Rust, no GIL) where it sends what s3fs sends, else s3fs.
 
-``SHARDCAT_S3_TRANSPORT`` selects it:
+Where a request goes is decided once, by botocore, for the s3fs filesystem
+of the URL and its storage options (:func:`s3_route`): s3fs's own client is
+asked to prepare a GetObject and a PutObject of a probe key and stopped just
+before it signs them (nothing is sent). What it prepared gives the endpoint
+and the addressing style (the request's URL), the signing region, whether
+it signs at all, the credentials it signs with, the certificates it trusts
+and any header it adds (requester pays, server-side encryption, ...): every
+source botocore reads (storage options, ``AWS_ENDPOINT_URL_S3``,
+``AWS_ENDPOINT_URL``, profiles and the config file, FIPS and dual-stack
+switches, region variables, SSO and role credentials) is read by botocore
+itself, never again by hand here. obstore is then given each of these
+explicitly (endpoint and ``aws_endpoint_url_s3``, region, addressing style,
+signing, credentials through a provider), so no variable it reads on its
+own can send a request elsewhere.
 
-- ``auto`` (the default): obstore when it is installed, every storage option
-  maps to its configuration (:func:`store_config`) and it will use the same
-  credentials, endpoint and region as s3fs (botocore) would. Those are found
-  the same way by both only in these cases, so only these take obstore:
+``SHARDCAT_S3_TRANSPORT`` selects the client:
 
-  * credentials: ``anon=True``; or ``key`` and ``secret`` in the options
-    (with ``token`` if any: a session token in ``AWS_SESSION_TOKEN`` alone
-    would be added by obstore, not by botocore); or, with none in the
-    options, ``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY`` in the
-    environment (botocore's first source after explicit keys), with no
-    ``AWS_SECURITY_TOKEN`` other than ``AWS_SESSION_TOKEN`` (botocore takes
-    that legacy name first, obstore does not read it);
-  * no profile in play: no ``AWS_PROFILE`` / ``AWS_DEFAULT_PROFILE`` (a
-    ``profile`` option does not map), and the config file's ``[default]``
-    section (``AWS_CONFIG_FILE``, else ``~/.aws/config``) sets no
-    ``endpoint_url``, ``services`` or ``s3`` settings;
-  * the endpoint is botocore's: ``endpoint_url`` in the options, else
-    ``AWS_ENDPOINT_URL_S3``, else ``AWS_ENDPOINT_URL`` (both ignored under
-    ``AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true``, or without that variable
-    the config file's ``ignore_configured_endpoint_urls = true``), else AWS itself; it is
-    passed to obstore explicitly. Variables that only obstore reads and that
-    change where or how it asks (``AWS_ENDPOINT``, ``AWS_SKIP_SIGNATURE``,
-    ``AWS_VIRTUAL_HOSTED_STYLE_REQUEST``, ``AWS_REQUEST_PAYER``,
-    ``AWS_S3_EXPRESS``), that change how uploads are stored
-    (``AWS_SERVER_SIDE_ENCRYPTION``, ``AWS_SSE_*``, ``AWS_CONDITIONAL_PUT``,
-    ``AWS_UNSIGNED_PAYLOAD``) or which certificates and proxy are used
-    (``AWS_ALLOW_INVALID_CERTIFICATES``, ``AWS_PROXY_*``) keep s3fs; so do
-    botocore's FIPS and dual-stack endpoints (``AWS_USE_FIPS_ENDPOINT``,
-    ``AWS_USE_DUALSTACK_ENDPOINT``, or the config file's ``use_fips_endpoint`` /
-    ``use_dualstack_endpoint``), a botocore too old to read
-    ``AWS_ENDPOINT_URL`` (before 1.31) when it is set, and, for an https endpoint, a CA
-    bundle of botocore's (``AWS_CA_BUNDLE``, else the config file's
-    ``ca_bundle``) other than ``SSL_CERT_FILE`` or a system bundle (obstore
-    trusts only those: a private CA's MinIO, a TLS-inspecting proxy);
-  * the region is known: ``region_name`` in the options, else
-    ``AWS_DEFAULT_REGION``, else the config file's ``[default]`` region
-    (passed to obstore explicitly), or a custom endpoint (signed as
-    ``us-east-1`` without one, as botocore does). On AWS without a known
-    region s3fs follows S3's redirect to the bucket's region; obstore cannot.
-    Where the known region is not the bucket's, the first request's redirect
-    moves that source, and later opens of the bucket, to s3fs
-    (:class:`.objstore.ObstoreSource`).
-
-  Everything else (profiles, credentials only in ``~/.aws`` files, SSO,
-  instance or container roles without keys in the environment, options
-  obstore does not understand) reads through s3fs, exactly as without
-  obstore. So ``auto`` never changes which buckets a user can read.
-- ``obstore``: obstore whenever the options map (an error if it is not
-  installed); credentials as obstore finds them (options, then ``AWS_*``).
+- ``auto`` (the default): obstore when it is installed and botocore's
+  request maps to it exactly: no header obstore would not send, a plain
+  SigV4 signature (or none, ``anon=True``), an endpoint in path or virtual
+  host style, credentials that do not expire (keys in the options, the
+  environment or a profile's files; s3fs refreshes SSO, assumed-role and
+  instance credentials), certificates obstore trusts too (the system's, or
+  ``SSL_CERT_FILE``), a region that was configured where the endpoint is AWS
+  itself (s3fs follows S3's redirect to a bucket's region, obstore cannot),
+  and none of the variables only obstore reads that no explicit setting
+  undoes (server-side encryption, conditional puts, invalid certificates,
+  proxies). Everything else reads through s3fs, exactly as without obstore,
+  so ``auto`` never changes which endpoint or bucket a request reaches.
+- ``obstore``: obstore whenever botocore's request can be expressed to it
+  (an endpoint it can address, no header or signature it would not send),
+  with the same endpoint, region and credentials (refreshed through
+  botocore when they expire); where botocore found no credentials, obstore
+  looks for its own. s3fs otherwise, with a warning; an error if obstore is
+  not installed.
 - ``fsspec``: always s3fs.
 
-Uploads follow the same rule (:mod:`.objput`: an exclusive shard is one PUT
-from memory, published on a thread while the next one is encoded), and a
-process forked after obstore ran reads and writes through s3fs (:mod:`.objstore`).
+Uploads follow the same rule (:mod:`.objput`), and a process forked after
+obstore ran reads and writes through s3fs (:mod:`.objstore`).
 """
 
 from __future__ import annotations
 
-import configparser
 import os
 import ssl
-from collections.abc import Mapping
+import threading
+import uuid
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import quote, urlsplit
 
 from .._types import StorageOptions
 from ..errors import StorageError
-from .fs import S3_PROTOCOLS, protocol_of
+from .fs import S3_PROTOCOLS, protocol_of, resolve
 
-__all__ = ["S3_PROTOCOLS", "TRANSPORT_ENV", "TransportChoice", "choose_transport", "store_config"]
+__all__ = [
+    "S3_PROTOCOLS",
+    "TRANSPORT_ENV",
+    "S3Route",
+    "TransportChoice",
+    "choose_transport",
+    "s3_route",
+]
 
 TRANSPORT_ENV = "SHARDCAT_S3_TRANSPORT"
 """Environment variable: ``auto`` (default), ``obstore`` or ``fsspec``."""
 
 _MODES = ("auto", "obstore", "fsspec")
-# s3fs's options about its own caches and event loop: nothing to map, nothing lost.
-_IGNORED = frozenset(
-    {
-        "use_listings_cache",
-        "listings_expiry_time",
-        "max_paths",
-        "skip_instance_cache",
-        "default_block_size",
-        "default_cache_type",
-        "default_fill_cache",
-        "asynchronous",
-        "loop",
-    }
-)
-# Read by obstore (object_store's from_env), not by botocore: each changes
-# where or how a request goes, so s3fs and obstore would not read alike.
+# Read by obstore (object_store's from_env), not by botocore, with no explicit setting that
+# undoes them: each changes how uploads are stored, or which certificates and route are used.
 _OBSTORE_ONLY_ENV = (
-    "AWS_ENDPOINT",
-    "AWS_SKIP_SIGNATURE",
-    "AWS_VIRTUAL_HOSTED_STYLE_REQUEST",
-    "AWS_REQUEST_PAYER",
-    "AWS_S3_EXPRESS",
-    # How uploads are stored: encryption, and how "create" is made conditional.
     "AWS_SERVER_SIDE_ENCRYPTION",
     "AWS_SSE_KMS_KEY_ID",
     "AWS_SSE_BUCKET_KEY_ENABLED",
     "AWS_SSE_CUSTOMER_KEY_BASE64",
     "AWS_CONDITIONAL_PUT",
-    "AWS_UNSIGNED_PAYLOAD",
-    # Which certificates are trusted, and the route to the store.
     "AWS_ALLOW_INVALID_CERTIFICATES",
     "AWS_PROXY_URL",
     "AWS_PROXY_CA_CERTIFICATE",
     "AWS_PROXY_EXCLUDES",
 )
-# Read by botocore only: each sends s3fs's requests to another endpoint than obstore's.
-_BOTOCORE_ONLY_ENV = ("AWS_USE_FIPS_ENDPOINT", "AWS_USE_DUALSTACK_ENDPOINT")
-# The system CA bundles obstore (rustls-native-certs, via openssl-probe) trusts anyway;
-# a CA bundle of botocore's elsewhere (a private CA's endpoint, such as MinIO over https,
-# or a TLS-inspecting proxy) would be trusted by s3fs only.
+# Headers botocore puts on a GetObject / PutObject that obstore's requests go without and that
+# change nothing about what is stored or where: the checksums botocore asks for or adds, and
+# the chunked encoding that carries a trailing one (content-encoding aws-chunked, below).
+_BENIGN_HEADERS = frozenset(
+    {
+        "user-agent",
+        "range",
+        "expect",
+        "content-length",
+        "content-md5",
+        "transfer-encoding",
+        "x-amz-decoded-content-length",
+        "x-amz-trailer",
+        "x-amz-checksum-mode",
+        "x-amz-sdk-checksum-algorithm",
+        "x-amz-checksum-crc32",
+        "x-amz-checksum-crc32c",
+        "x-amz-checksum-crc64nvme",
+        "x-amz-checksum-sha1",
+        "x-amz-checksum-sha256",
+    }
+)
+# The system CA bundles obstore (rustls-native-certs, via openssl-probe) trusts anyway.
 _SYSTEM_CA_FILES = (
     "/etc/ssl/certs/ca-certificates.crt",
     "/etc/pki/tls/certs/ca-bundle.crt",
@@ -124,29 +112,68 @@ _SYSTEM_CA_FILES = (
     "/etc/ssl/ca-bundle.pem",
     "/etc/ssl/cert.pem",
 )
-_profiles: dict[tuple[str, int, int], dict[str, str]] = {}
-_PROFILE_ENV = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE")
-# Keys of the config file's [default] section that redirect botocore's S3 requests.
-_CONFIG_REDIRECTS = (
-    "endpoint_url",
-    "services",
-    "s3",
-    "use_fips_endpoint",
-    "use_dualstack_endpoint",
-)
+
+
+@dataclass(frozen=True, slots=True)
+class S3Route:
+    """Where and how s3fs's botocore client sends requests for one bucket.
+
+    Attributes
+    ----------
+    endpoint:
+        The URL requests start with: ``scheme://host[:port][/prefix]``;
+        with ``virtual_hosted`` the host names the bucket.
+    virtual_hosted:
+        The bucket is in the host name, not the path.
+    region:
+        The region requests are signed for.
+    unsigned:
+        No signature (``anon=True``).
+    region_configured:
+        A region was configured (options, environment, profile), so an AWS
+        bucket elsewhere would not be redirected.
+    credentials:
+        botocore's credentials object (None: none found, or unsigned).
+    refreshable:
+        They expire and botocore refreshes them (SSO, roles, instance metadata).
+    frozen:
+        ``(access key, secret, token)`` as they were when resolved.
+    verify:
+        botocore's certificate setting: True, False or a CA bundle's path.
+    headers:
+        Headers botocore adds that obstore would not send (lower case).
+    signing:
+        Why the signature is not one obstore makes, if it is not.
+    """
+
+    endpoint: str
+    virtual_hosted: bool
+    region: str
+    unsigned: bool
+    region_configured: bool
+    credentials: Any = field(repr=False, compare=False)
+    refreshable: bool
+    frozen: tuple[str, str, str | None] | None = field(repr=False)
+    verify: Any
+    headers: tuple[str, ...]
+    signing: str | None
+    loop: Any = field(repr=False, compare=False, default=None)
 
 
 @dataclass(frozen=True, slots=True)
 class TransportChoice:
     """The client that reads one s3:// URL, and why.
 
-    ``config`` holds obstore's ``S3Store`` keywords when ``transport`` is ``"obstore"``.
+    ``config`` holds obstore's ``S3Store`` keywords and ``credentials`` its
+    credential provider when ``transport`` is ``"obstore"``.
     """
 
     transport: Literal["obstore", "fsspec"]
     reason: str
     mode: str
     config: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    credentials: Any = field(default=None, repr=False, compare=False)
+    route: S3Route | None = field(default=None, repr=False, compare=False)
 
 
 def mode() -> str:
@@ -165,167 +192,243 @@ def mode() -> str:
     return value
 
 
-def store_config(storage_options: StorageOptions | None) -> dict[str, Any] | None:
-    """obstore's ``S3Store`` keywords for s3fs's ``storage_options``; None if one cannot be mapped.
-
-    Mapped: ``key``, ``secret``, ``token``, ``anon``, ``endpoint_url`` (also
-    in ``client_kwargs``), ``region``/``region_name`` (also in ``client_kwargs``).
-    """
-    config: dict[str, Any] = {}
-    options = dict(storage_options or {})
-    client = options.pop("client_kwargs", None) or {}
-    if not isinstance(client, Mapping):
-        return None
-    client = dict(client)
-    endpoint = options.pop("endpoint_url", None) or client.pop("endpoint_url", None)
-    region = (
-        options.pop("region", None)
-        or options.pop("region_name", None)
-        or client.pop("region_name", None)
-    )
-    for ours, theirs in (("key", "access_key_id"), ("secret", "secret_access_key")):
-        value = options.pop(ours, None)
-        if value is not None:
-            config[theirs] = value
-    token = options.pop("token", None) or options.pop("session_token", None)
-    if token is not None:
-        config["session_token"] = token
-    if options.pop("anon", False):
-        config["skip_signature"] = True
-    if client or any(k not in _IGNORED for k in options):
-        return None
-    if endpoint:
-        _set_endpoint(config, str(endpoint))
-    if region:
-        config["region"] = region
-    return config
-
-
-def _set_endpoint(config: dict[str, Any], endpoint: str) -> None:
-    config["endpoint"] = endpoint.rstrip("/")
-    if endpoint.startswith("http://"):
-        config["client_options"] = {"allow_http": True}
-
-
 def _env(name: str) -> str | None:
     return os.environ.get(name, "").strip() or None
 
 
-def env_endpoint(profile: Mapping[str, str] | None = None) -> str | None:
-    """The S3 endpoint botocore takes from the environment (``AWS_ENDPOINT_URL_S3``, then
-    ``AWS_ENDPOINT_URL``), unless told to ignore configured endpoints:
-    ``AWS_IGNORE_CONFIGURED_ENDPOINT_URLS``, else ``profile``'s (the config file's
-    ``[default]``) ``ignore_configured_endpoint_urls``, is true (botocore's order)."""
-    ignore = _env("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")
-    if ignore is None and profile is not None:
-        ignore = profile.get("ignore_configured_endpoint_urls", "").strip() or None
-    if (ignore or "").lower() == "true":
-        return None
-    return _env("AWS_ENDPOINT_URL_S3") or _env("AWS_ENDPOINT_URL")
+# --- the route, as botocore resolved it ------------------------------------------------
+
+_routes: dict[tuple[int, int, str], tuple[Any, S3Route | str]] = {}
+_routes_lock = threading.Lock()
 
 
-def _default_profile() -> Mapping[str, str]:
-    """The ``[default]`` section of the AWS config file (empty without one; ``unreadable``
-    if it does not parse). Parsed once per version of the file (path, mtime, size): every
-    s3:// open asks."""
-    path = _env("AWS_CONFIG_FILE") or os.path.expanduser(os.path.join("~", ".aws", "config"))
-    try:
-        st = os.stat(path)
-    except OSError:
-        return {}  # no file: botocore reads none either
-    stamp = (path, st.st_mtime_ns, st.st_size)
-    if (cached := _profiles.get(stamp)) is not None:
-        return cached
-    parser = configparser.RawConfigParser()
-    try:
-        parser.read(path, encoding="utf-8")
-        section = dict(parser["default"]) if parser.has_section("default") else {}
-    except (configparser.Error, OSError, UnicodeDecodeError):
-        section = {"unreadable": path}  # botocore's reading of it is unknown: keep s3fs
-    _profiles.clear()
-    _profiles[stamp] = section
-    return section
+class _Prepared(Exception):
+    """Raised by the probe's hook before botocore signs: nothing is sent."""
 
 
-def _auto(config: dict[str, Any]) -> str | None:
-    """Completes ``config`` as botocore would configure s3fs; or why s3fs reads instead."""
-    if named := next((v for v in _PROFILE_ENV if _env(v)), None):
-        return f"{named} is set (profiles are read by s3fs only)"
-    if only := next((v for v in _OBSTORE_ONLY_ENV if _env(v)), None):
-        return f"{only} is set (obstore would read it, s3fs does not)"
-    if only := next((v for v in _BOTOCORE_ONLY_ENV if _env(v)), None):
-        return f"{only} is set (s3fs would read it, obstore does not)"
-    has_key, has_secret = "access_key_id" in config, "secret_access_key" in config
-    if config.get("skip_signature"):
-        pass
-    elif has_key and has_secret:
-        if "session_token" not in config and _env("AWS_SESSION_TOKEN"):
-            return "key and secret in the options with AWS_SESSION_TOKEN set (obstore would add it)"
-    elif has_key or has_secret or "session_token" in config:
-        return "partial credentials in the options (key, secret and token go together)"
-    elif not (_env("AWS_ACCESS_KEY_ID") and _env("AWS_SECRET_ACCESS_KEY")):
-        return (
-            "no key and secret in the options or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
-            "(s3fs finds credentials in ~/.aws files, SSO or instance roles)"
+def s3_route(url: str, storage_options: StorageOptions | None = None) -> S3Route | str:
+    """How s3fs's botocore client, for ``url`` and these options, sends requests to its bucket.
+
+    Returns the :class:`S3Route`, or why it could not be told (a string).
+    Asked once per filesystem instance (fsspec's cache: the same options
+    give the same instance, as s3fs reads) and bucket, in each process.
+
+    Raises
+    ------
+    StorageError
+        The URL cannot be opened (:func:`.fs.resolve`).
+    """
+    fs, path = resolve(url, storage_options)
+    bucket = path.split("/", 1)[0]
+    key = (os.getpid(), id(fs), bucket)
+    with _routes_lock:
+        cached = _routes.get(key)
+    if cached is not None and cached[0]() is fs:
+        return cached[1]
+    route = _probe(fs, bucket)
+    with _routes_lock:
+        for gone in [k for k, (ref, _) in _routes.items() if ref() is None]:
+            del _routes[gone]  # routes of filesystems fsspec's cache let go
+        _routes[key] = (weakref.ref(fs), route)
+    return route
+
+
+def _probe(fs: Any, bucket: str) -> S3Route | str:
+    """Prepare a GetObject and a PutObject through s3fs and read where they would go."""
+    from fsspec.asyn import sync
+
+    marker = f"shardcat-route-probe-{uuid.uuid4().hex}"
+    seen: dict[str, dict[str, Any]] = {}
+
+    def hook(operation: str) -> Any:
+        def before_sign(request: Any, **kwargs: Any) -> None:
+            if marker not in request.url:
+                return  # another thread's request through the same client: not ours
+            signing = request.context.get("signing") or {}
+            headers = {k.lower(): str(v) for k, v in request.headers.items()}
+            if headers.get("content-encoding") == "aws-chunked":
+                del headers["content-encoding"]  # the trailing checksum's framing, not the object's
+            seen[operation] = {
+                "url": request.url,
+                "headers": set(headers),
+                "version": kwargs.get("signature_version"),
+                "name": signing.get("signing_name") or kwargs.get("signing_name"),
+                "region": signing.get("region") or kwargs.get("region_name"),
+            }
+            raise _Prepared
+
+        return before_sign
+
+    async def run() -> tuple[Any, Any]:
+        await fs.set_session()
+        client = await fs.get_s3(bucket)
+        events = client.meta.events
+        calls = (
+            ("GetObject", "get_object", {"Range": "bytes=0-0"}),
+            ("PutObject", "put_object", {"Body": b""}),
         )
-    elif (legacy := _env("AWS_SECURITY_TOKEN")) and legacy != _env("AWS_SESSION_TOKEN"):
-        # botocore takes the environment's token from AWS_SECURITY_TOKEN first; obstore
-        # reads only AWS_SESSION_TOKEN and would sign without it (or with another one).
-        return "AWS_SECURITY_TOKEN is set (s3fs reads it, obstore does not)"
-    profile = _default_profile()
-    if redirect := next((k for k in _CONFIG_REDIRECTS if k in profile), None):
-        return f"the AWS config file's [default] sets {redirect} (read by s3fs only)"
-    if "unreadable" in profile:
-        return f"the AWS config file {profile['unreadable']} does not parse"
-    if "endpoint" not in config:
-        if (endpoint := env_endpoint(profile)) and not _botocore_reads_env_endpoints():
-            return "AWS_ENDPOINT_URL(_S3) is set and this botocore does not read it (before 1.31)"
-        if endpoint:
-            _set_endpoint(config, endpoint)
-        elif _env("AWS_ENDPOINT_URL"):
-            return (
-                "AWS_ENDPOINT_URL is ignored by s3fs (AWS_IGNORE_CONFIGURED_ENDPOINT_URLS or "
-                "the config file's ignore_configured_endpoint_urls), not by obstore"
-            )
-    if (bundle := _private_ca_bundle(profile)) and not config.get("endpoint", "").startswith(
-        "http://"
-    ):
-        return f"CA bundle {bundle} (AWS_CA_BUNDLE or ca_bundle): trusted by s3fs, not by obstore"
-    if "region" not in config:
-        region = _env("AWS_DEFAULT_REGION") or profile.get("region")
-        if region:
-            config["region"] = region
-        elif "endpoint" in config:
-            config["region"] = "us-east-1"  # botocore signs for it without a region
-        else:
-            return (
-                "no region (region_name, AWS_DEFAULT_REGION or ~/.aws/config): s3fs follows "
-                "S3's redirect to the bucket's region, obstore cannot"
-            )
-    return None
+        for operation, method, extra in calls:
+            name = f"before-sign.s3.{operation}"
+            events.register_first(name, hook(operation), unique_id=marker)
+            try:
+                await fs._call_s3(method, Bucket=bucket, Key=marker, **extra)
+            except BaseException as e:  # _Prepared, or what botocore raised before it
+                if operation not in seen:
+                    seen[operation] = {"error": f"{type(e).__name__}: {e}"}
+            finally:
+                events.unregister(name, unique_id=marker)
+        creds = getattr(getattr(client, "_request_signer", None), "_credentials", None)
+        frozen = await creds.get_frozen_credentials() if creds is not None else None
+        return client, (creds, frozen)
 
-
-def _botocore_reads_env_endpoints() -> bool:
-    """Whether the installed botocore reads ``AWS_ENDPOINT_URL(_S3)`` (1.31 and later, which
-    brought ``ignore_configured_endpoint_urls`` with them)."""
     try:
-        from botocore.configprovider import BOTOCORE_DEFAUT_SESSION_VARIABLES as variables
-    except ImportError:  # no botocore (s3fs not installed): s3fs reads nothing anyway
-        return True
-    return "ignore_configured_endpoint_urls" in variables
+        client, (creds, frozen) = sync(fs.loop, run)
+    except Exception as e:
+        return f"botocore could not prepare a request ({type(e).__name__}: {e})"
+    get, put = seen.get("GetObject", {}), seen.get("PutObject", {})
+    for prepared in (get, put):
+        if "error" in prepared or "url" not in prepared:
+            return f"botocore could not prepare a request ({prepared.get('error', 'no request')})"
+    parts = urlsplit(get["url"])
+    if parts.query or not parts.path.endswith("/" + quote(marker)):
+        return f"botocore addresses objects in a way obstore cannot ({parts.netloc})"
+    prefix = parts.path[: -len(quote(marker)) - 1]
+    if prefix.endswith("/" + bucket):
+        endpoint, virtual = f"{parts.scheme}://{parts.netloc}{prefix[: -len(bucket) - 1]}", False
+    elif parts.netloc.startswith(bucket + "."):
+        endpoint, virtual = f"{parts.scheme}://{parts.netloc}{prefix}", True
+    else:
+        return f"botocore addresses bucket {bucket} in a way obstore cannot ({parts.netloc})"
+    version = get["version"]
+    unsigned = version is not None and type(version).__name__ == "UNSIGNED"
+    signing = None
+    if not unsigned and (str(version) not in ("s3v4", "v4") or get["name"] != "s3"):
+        signing = f"botocore signs with {version} for {get['name']}"
+    from aiobotocore.credentials import AioRefreshableCredentials
+
+    session = getattr(fs, "session", None)
+    configured = bool(
+        (getattr(fs, "client_kwargs", None) or {}).get("region_name")
+        or (session is not None and session.get_config_variable("region"))
+    )
+    http = getattr(getattr(client, "_endpoint", None), "http_session", None)
+    return S3Route(
+        endpoint=endpoint.rstrip("/"),
+        virtual_hosted=virtual,
+        region=str(get["region"] or client.meta.region_name or "us-east-1"),
+        unsigned=unsigned,
+        region_configured=configured,
+        credentials=creds,
+        refreshable=isinstance(creds, AioRefreshableCredentials),
+        frozen=(frozen.access_key, frozen.secret_key, frozen.token) if frozen else None,
+        verify=getattr(http, "_verify", True),
+        headers=tuple(sorted((get["headers"] | put["headers"]) - _BENIGN_HEADERS)),
+        signing=signing,
+        loop=fs.loop,
+    )
 
 
-def _private_ca_bundle(profile: Mapping[str, str]) -> str | None:
-    """botocore's CA bundle (``AWS_CA_BUNDLE``, else the config file's ``ca_bundle``) where
-    obstore would not trust the same certificates: not SSL_CERT_FILE nor a system bundle."""
-    bundle = _env("AWS_CA_BUNDLE") or profile.get("ca_bundle", "").strip() or None
-    if bundle is None:
+# --- obstore's configuration from the route ----------------------------------------------
+
+
+class BotocoreCredentials:
+    """obstore's ``credential_provider``: the credentials s3fs's botocore client signs with.
+
+    Static ones are handed out as resolved; refreshable ones (SSO, roles)
+    are refreshed by botocore when obstore asks after they expire.
+    """
+
+    def __init__(self, route: S3Route) -> None:
+        self._route = route
+
+    def __call__(self) -> dict[str, Any]:
+        route = self._route
+        frozen, expires = route.frozen, None
+        if route.refreshable:
+            from fsspec.asyn import sync
+
+            creds = route.credentials
+            fresh = sync(route.loop, creds.get_frozen_credentials)
+            frozen = (fresh.access_key, fresh.secret_key, fresh.token)
+            expires = getattr(creds, "_expiry_time", None)
+        if frozen is None:
+            raise StorageError("no S3 credentials to sign with")
+        key, secret, token = frozen
+        return {
+            "access_key_id": key,
+            "secret_access_key": secret,
+            "token": token,
+            "expires_at": expires,
+        }
+
+
+def obstore_config(route: S3Route) -> dict[str, Any]:
+    """obstore's ``S3Store`` keywords for ``route``: every setting that decides where and how a
+    request goes, given explicitly, so that obstore's own reading of ``AWS_*`` changes none."""
+    config: dict[str, Any] = {
+        # Both: AWS_ENDPOINT_URL_S3 would take precedence over a plain `endpoint`.
+        "endpoint": route.endpoint,
+        "aws_endpoint_url_s3": route.endpoint,
+        "region": route.region,
+        "default_region": route.region,
+        "virtual_hosted_style_request": route.virtual_hosted,
+        "skip_signature": route.unsigned,
+        "request_payer": False,
+        "s3_express": False,
+        "unsigned_payload": False,
+    }
+    if route.endpoint.startswith("http://"):
+        config["client_options"] = {"allow_http": True}
+    return config
+
+
+def _untrusted(route: S3Route) -> str | None:
+    """Why obstore would not trust the certificates botocore trusts, if so (https only)."""
+    if not route.endpoint.startswith("https://") or route.verify is True:
         return None
-    path = os.path.realpath(os.path.expanduser(bundle))
+    if route.verify is False:
+        return "botocore does not verify certificates (verify=False); obstore would"
+    path = os.path.realpath(os.path.expanduser(str(route.verify)))
     trusted = (*_SYSTEM_CA_FILES, _env("SSL_CERT_FILE"), ssl.get_default_verify_paths().cafile)
     if any(t and os.path.realpath(t) == path for t in trusted):
         return None
-    return bundle
+    try:
+        import certifi
+
+        if os.path.realpath(certifi.where()) == path:
+            return None  # botocore's default: the public CAs obstore trusts too
+    except ImportError:
+        pass
+    return f"CA bundle {route.verify}: trusted by s3fs, not by obstore"
+
+
+def _unmappable(route: S3Route) -> str | None:
+    """Why obstore cannot be configured to send ``route``'s requests at all, if so."""
+    if route.headers:
+        return f"s3fs adds headers obstore would not send ({', '.join(route.headers)})"
+    return route.signing
+
+
+def _not_exact(route: S3Route) -> str | None:
+    """Why obstore would not send what botocore sends for ``route``, in ``auto``; None if it would."""
+    if only := next((v for v in _OBSTORE_ONLY_ENV if _env(v)), None):
+        return f"{only} is set (obstore would read it, s3fs does not)"
+    if why := _unmappable(route):
+        return why
+    if not route.unsigned:
+        if route.frozen is None:
+            return "botocore found no credentials (s3fs reports it; obstore would look elsewhere)"
+        if route.refreshable:
+            return "the credentials expire and botocore refreshes them (SSO, a role, instance metadata)"
+    if (why := _untrusted(route)) is not None:
+        return why
+    host = urlsplit(route.endpoint).hostname or ""
+    if host.endswith(".amazonaws.com") and not route.region_configured:
+        return (
+            "no region configured (region_name, AWS_DEFAULT_REGION or a profile's): s3fs follows "
+            "S3's redirect to the bucket's region, obstore cannot"
+        )
+    return None
 
 
 def _obstore_installed() -> bool:
@@ -345,27 +448,37 @@ def choose_transport(url: str, storage_options: StorageOptions | None = None) ->
     Raises
     ------
     StorageError
-        ``SHARDCAT_S3_TRANSPORT`` has an unknown value.
+        ``SHARDCAT_S3_TRANSPORT`` has an unknown value, or the URL cannot be opened.
     """
     selected = mode()
     if protocol_of(url) not in S3_PROTOCOLS:
         return TransportChoice("fsspec", "not an s3:// URL", selected)
     if selected == "fsspec":
         return TransportChoice("fsspec", f"{TRANSPORT_ENV}=fsspec", selected)
-    config = store_config(storage_options)
-    if config is None:
-        keys = ", ".join(sorted(storage_options or {}))
-        return TransportChoice("fsspec", f"storage options ({keys}) not all mappable", selected)
-    if selected == "obstore":
-        if "endpoint" not in config and (endpoint := env_endpoint()):
-            _set_endpoint(config, endpoint)  # obstore does not read AWS_ENDPOINT_URL_S3
-        return TransportChoice("obstore", f"{TRANSPORT_ENV}=obstore", selected, config)
-    if not _obstore_installed():
+    if selected == "auto" and not _obstore_installed():
         return TransportChoice(
             "fsspec", "obstore is not installed (pip install 'shardcat[s3]')", selected
         )
-    if (why := _auto(config)) is not None:
-        return TransportChoice("fsspec", why, selected)
+    route = s3_route(url, storage_options)
+    if isinstance(route, str):
+        return TransportChoice("fsspec", route, selected)
+    config = obstore_config(route)
+    if selected == "obstore":
+        if unmapped := _unmappable(route):
+            return TransportChoice("fsspec", unmapped, selected, route=route)
+        usable = route.frozen is not None and not route.unsigned
+        provider = BotocoreCredentials(route) if usable else None
+        return TransportChoice(
+            "obstore", f"{TRANSPORT_ENV}=obstore", selected, config, provider, route
+        )
+    if (why := _not_exact(route)) is not None:
+        return TransportChoice("fsspec", why, selected, route=route)
+    provider = None if route.unsigned else BotocoreCredentials(route)
     return TransportChoice(
-        "obstore", "auto: the credentials, endpoint and region s3fs would use", selected, config
+        "obstore",
+        "auto: the endpoint, region and credentials s3fs's botocore resolved",
+        selected,
+        config,
+        provider,
+        route,
     )

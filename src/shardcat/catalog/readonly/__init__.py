@@ -1,7 +1,13 @@
 """Read-only SQL against the catalog, bounded in time and memory, and a read-only role.
 
-``shardcat sql`` runs text a person typed against a database others share;
-:func:`run_read_only` passes it through six layers (docs/CATALOG.md §15):
+What SQL a user may run is decided here, once, for ``shardcat sql`` and
+``where=`` filters alike. ``shardcat sql`` runs text a person typed against
+a database others share; :func:`run_read_only` passes it through six layers
+(docs/CATALOG.md §15). A ``where=`` filter first passes layer 0, one
+boolean expression over named columns, parsed and re-written by sqlglot
+(:func:`compile_filter`, ``expression.py``), and the statement made from
+it then goes through the same six:
+
 
 1. one SELECT/WITH/EXPLAIN/VALUES statement (:func:`check_read_only`,
    ``statement.py``);
@@ -20,8 +26,16 @@
 Layers 2, 5 and 6 are :func:`run_read_only` (``runner.py``).
 """
 
+from .expression import (
+    FILTER_FUNCTIONS,
+    FILTER_TYPES,
+    MAX_FILTER_CHARS,
+    MAX_FILTER_DEPTH,
+    SqlFilter,
+    compile_filter,
+)
 from .functions import SAFE_VOLATILE_FUNCTIONS
-from .roles import ReadOnlyRole, create_readonly_role, require_postgres
+from .roles import SQL_ROLE_ENV, ReadOnlyRole, create_readonly_role, require_postgres
 from .runner import (
     DEFAULT_MAX_BYTES,
     DEFAULT_TIMEOUT,
@@ -35,12 +49,19 @@ from .statement import READ_ONLY_VERBS, check_read_only
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "DEFAULT_TIMEOUT",
+    "FILTER_FUNCTIONS",
+    "FILTER_TYPES",
+    "MAX_FILTER_CHARS",
+    "MAX_FILTER_DEPTH",
     "READ_ONLY_VERBS",
     "SAFE_VOLATILE_FUNCTIONS",
+    "SQL_ROLE_ENV",
     "QueryResult",
     "QueryStream",
     "ReadOnlyRole",
+    "SqlFilter",
     "check_read_only",
+    "compile_filter",
     "create_readonly_role",
     "open_read_only",
     "require_postgres",

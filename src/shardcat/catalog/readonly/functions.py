@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from ...errors import CatalogError
+from ...errors import QueryRefusedError
 from .statement import NAMEDATALEN
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ def refuse_side_effects(cur: psycopg.Cursor[Any], statement: str) -> None:
     """
     if _UNICODE_IDENTIFIER.search(statement):
         # U&"\0070g_sleep" spells a name in escapes; nobody needs that for the catalog.
-        raise CatalogError(
+        raise QueryRefusedError(
             'refused: shardcat sql does not accept U&"..." identifiers; write names plainly'
         )
     text, views = _with_views(cur, statement)
@@ -134,7 +134,7 @@ def refuse_side_effects(cur: psycopg.Cursor[Any], statement: str) -> None:
     if hits:
         named = "; ".join(f"{what} ({why})" for what, why in hits)
         through = f" (with the views it reads: {', '.join(views)})" if views else ""
-        raise CatalogError(
+        raise QueryRefusedError(
             f"refused: the query{through} names {named}; shardcat sql runs only functions "
             "PostgreSQL marks STABLE or IMMUTABLE, and random(), clock_timestamp() and a few "
             "more (names count anywhere in the text, strings and comments included)"

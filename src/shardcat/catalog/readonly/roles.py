@@ -14,7 +14,10 @@ if TYPE_CHECKING:
     import psycopg
     from sqlalchemy import Engine
 
-__all__ = ["ReadOnlyRole", "create_readonly_role", "require_postgres"]
+__all__ = ["SQL_ROLE_ENV", "ReadOnlyRole", "create_readonly_role", "require_postgres"]
+
+SQL_ROLE_ENV = "SHARDCAT_SQL_ROLE"
+"""PostgreSQL: the role ``shardcat sql`` and ``where=`` filters run as (``SET LOCAL ROLE``)."""
 
 
 def require_postgres(engine: Engine, what: str) -> None:

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from ..._units import format_bytes
-from ...errors import CatalogError, QueryError, QueryTimeoutError
+from ...errors import (
+    CatalogError,
+    QueryError,
+    QueryLimitError,
+    QueryRefusedError,
+    QueryTimeoutError,
+)
 from ..migrate import verify_schema
 from ..session import translate_errors
 from .functions import refuse_side_effects
@@ -39,6 +46,10 @@ _BATCH_BYTES = 1024**2  # aim for about this much per fetch from the server
 _FIRST_BATCH_ROWS = 16
 _MAX_BATCH_ROWS = 1000
 _MIN_LENGTH_LIMIT = 1024**2  # SQLite: never cap single values (and table rows) below 1 MiB
+# SQLite: the progress handler runs every this many virtual-machine steps. A step can be one
+# function call over a value of up to the length limit: few steps per row must still be
+# checked (measured: no cost to tell from every 10,000 on a 3,000,000-row scan).
+_PROGRESS_STEPS = 1000
 _CURSOR = "shardcat_sql"
 
 
@@ -94,6 +105,7 @@ class QueryStream:
     max_bytes: int
     _fetch: Callable[[int], Sequence[Any]]
     _before_fetch: Callable[[], None]
+    _max_batch: int = _MAX_BATCH_ROWS
     rows: int = 0
     nbytes: int = 0
     cut: str | None = None
@@ -114,21 +126,55 @@ class QueryStream:
             want = min(batch, limit + 1 - self.rows) if limit else batch
             self._before_fetch()
             chunk = self._fetch(want)
-            for row in chunk:
-                if limit and self.rows == limit:
-                    self.cut = "limit"
-                    return
-                size = sum(_value_size(v) for v in row)
-                if max_bytes and self.nbytes + size > max_bytes:
-                    self.cut = "max_bytes"
-                    return
-                self.rows += 1
-                self.nbytes += size
-                yield tuple(row)
+            take = chunk[: limit - self.rows] if limit else chunk
+            size = _rows_size(take)
+            if max_bytes and self.nbytes + size > max_bytes:
+                # The budget ends inside this batch: hand out the rows before it, one by one.
+                for row in take:
+                    size = sum(map(_value_size, row))
+                    if self.nbytes + size > max_bytes:
+                        break
+                    self.rows += 1
+                    self.nbytes += size
+                    yield tuple(row)
+                self.cut = "max_bytes"
+                return
+            self.rows += len(take)
+            self.nbytes += size
+            yield from take if not take or type(take[0]) is tuple else map(tuple, take)
+            if len(take) < len(chunk):
+                self.cut = "limit"
+                return
             if len(chunk) < want:
                 return
             average = max(self.nbytes / self.rows, 1.0) if self.rows else 1.0
-            batch = max(1, min(_MAX_BATCH_ROWS, int(_BATCH_BYTES / average)))
+            batch = max(1, min(self._max_batch, int(_BATCH_BYTES / average)))
+
+
+_NUMBERS = frozenset({int, float, bool})
+
+
+def _rows_size(rows: Sequence[Sequence[Any]]) -> int:
+    """The size of ``rows`` as :func:`_value_size` counts it, a column at a time.
+
+    A column of numbers or of text (the common case) is counted without a
+    Python call per value: a selection fetches millions of rows.
+    """
+    total = 0
+    for j in range(len(rows[0]) if rows else 0):
+        column = list(map(itemgetter(j), rows))
+        kinds = set(map(type, column))
+        if type(None) in kinds:
+            kinds.discard(type(None))
+            column = [v for v in column if v is not None]
+        if kinds <= _NUMBERS:
+            total += 8 * len(column)
+        elif kinds == {str}:
+            text = "".join(column)
+            total += len(text) if text.isascii() else len(text.encode("utf-8", "replace"))
+        else:
+            total += sum(map(_value_size, column))
+    return total
 
 
 def _value_size(value: Any) -> int:
@@ -168,8 +214,8 @@ def _row_guard(statement: str, max_bytes: int) -> str:
     )
 
 
-def _too_big(max_bytes: int) -> CatalogError:
-    return CatalogError(
+def _too_big(max_bytes: int) -> QueryLimitError:
+    return QueryLimitError(
         f"refused: a value in the result is larger than the --max-bytes budget of "
         f"{format_bytes(max(max_bytes, 1))}; raise --max-bytes, or select a part of it "
         "(substr, length)"
@@ -191,6 +237,8 @@ def _refuse_writes(engine: Engine) -> Iterator[None]:
     """Say plainly when the read-only transaction stopped a write, or the schema is not there."""
     try:
         yield
+    except QueryRefusedError:
+        raise  # refused before it ran: nothing to explain
     except QueryError as e:
         state = e.sqlstate or ""
         if (
@@ -221,6 +269,7 @@ def run_read_only(
     max_bytes: int = DEFAULT_MAX_BYTES,
     role: str | None = None,
     check_functions: bool = True,
+    params: Mapping[str, Any] | None = None,
 ) -> QueryResult:
     """Run one read-only statement against the catalog and collect its rows.
 
@@ -235,6 +284,7 @@ def run_read_only(
         max_bytes=max_bytes,
         role=role,
         check_functions=check_functions,
+        params=params,
     ) as stream:
         rows = tuple(stream)
     return QueryResult(stream.columns, rows, stream.cut, stream.nbytes)
@@ -250,6 +300,10 @@ def open_read_only(
     max_bytes: int = DEFAULT_MAX_BYTES,
     role: str | None = None,
     check_functions: bool = True,
+    params: Mapping[str, Any] | None = None,
+    batch_rows: int = 0,
+    max_value_bytes: int = 0,
+    guard_rows: bool = True,
 ) -> Iterator[QueryStream]:
     """Run one read-only statement against the catalog, bounded in time and memory.
 
@@ -277,6 +331,21 @@ def open_read_only(
     check_functions:
         PostgreSQL: refuse statements that name a function with side effects
         (layer 3 of the module docstring). Only tests turn this off.
+    params:
+        Values bound to the statement's placeholders, in the driver's style:
+        ``:name`` on SQLite, ``%(name)s`` on PostgreSQL (where every other
+        ``%`` is then written ``%%``). :meth:`.expression.SqlFilter.statement`
+        writes them so. None: the statement has no placeholders (``shardcat sql``).
+    batch_rows:
+        Fetch up to this many rows at a time (0: at most 1,000, what
+        printing needs); a large result read whole goes faster in bigger batches.
+    max_value_bytes:
+        SQLite: no value the statement builds, in its result or on the way,
+        may be longer (at least 1 MiB); 0: ``max_bytes`` decides, as above.
+    guard_rows:
+        PostgreSQL: refuse a row over ``max_bytes`` on the server (layer 6).
+        A caller whose rows are small by their shape (a selection's ids,
+        offsets and keys) turns it off: it costs each row a conversion to text.
 
     Raises
     ------
@@ -288,6 +357,8 @@ def open_read_only(
     """
     if limit < 0:
         raise ValueError(f"limit must be 0 (no limit) or positive, not {limit}")
+    if batch_rows < 0:
+        raise ValueError(f"batch_rows must be 0 (the default) or positive, not {batch_rows}")
     if timeout < 0 or max_bytes < 0:
         raise ValueError("timeout and max_bytes must be 0 (no limit) or positive")
     dialect = engine.dialect.name
@@ -300,7 +371,14 @@ def open_read_only(
             driver: Any = raw.driver_connection
             if isinstance(driver, sqlite3.Connection):
                 with _run_sqlite(
-                    driver, statement, limit=limit, timeout=timeout, max_bytes=max_bytes
+                    driver,
+                    statement,
+                    params,
+                    limit=limit,
+                    timeout=timeout,
+                    max_bytes=max_bytes,
+                    batch_rows=batch_rows,
+                    max_value_bytes=max_value_bytes,
                 ) as stream:
                     yield stream
                 return
@@ -308,7 +386,10 @@ def open_read_only(
                 with _run_postgres(
                     driver,
                     statement,
+                    params,
+                    batch_rows=batch_rows,
                     explain=verb == "explain",
+                    guard_rows=guard_rows,
                     limit=limit,
                     timeout=timeout,
                     max_bytes=max_bytes,
@@ -324,7 +405,15 @@ def open_read_only(
 
 @contextmanager
 def _run_sqlite(
-    conn: sqlite3.Connection, statement: str, *, limit: int, timeout: float, max_bytes: int
+    conn: sqlite3.Connection,
+    statement: str,
+    params: Mapping[str, Any] | None = None,
+    *,
+    limit: int,
+    timeout: float,
+    max_bytes: int,
+    batch_rows: int = 0,
+    max_value_bytes: int = 0,
 ) -> Iterator[QueryStream]:
     # Why no function check here: SQLite as Python ships it has no function that
     # touches files or other connections (readfile() and friends live in the sqlite3
@@ -346,30 +435,32 @@ def _run_sqlite(
             raise _timed_out(timeout)
 
     length = sqlite3.SQLITE_LIMIT_LENGTH if hasattr(sqlite3, "SQLITE_LIMIT_LENGTH") else None
-    old_length = conn.getlimit(length) if length is not None and max_bytes else None
+    cap = max_value_bytes or max_bytes
+    old_length = conn.getlimit(length) if length is not None and cap else None
     conn.execute("PRAGMA query_only = ON")
     try:
         if length is not None and old_length is not None:
             # One value over the budget could never be printed: fail as it is built,
             # before zeroblob(1e9) or printf('%.*c', 1e9, 'x') fills the memory.
-            conn.setlimit(length, min(old_length, max(max_bytes, _MIN_LENGTH_LIMIT)))
+            conn.setlimit(length, min(old_length, max(cap, _MIN_LENGTH_LIMIT)))
         if deadline is not None:
-            conn.set_progress_handler(progress, 10_000)
+            conn.set_progress_handler(progress, _PROGRESS_STEPS)
         conn.execute("BEGIN")
-        cur = conn.execute(statement)
+        cur = conn.execute(statement) if params is None else conn.execute(statement, params)
         yield QueryStream(
             tuple(d[0] for d in cur.description or ()),
             limit,
             max_bytes,
             cur.fetchmany if cur.description else lambda n: [],
             before_fetch,
+            batch_rows or _MAX_BATCH_ROWS,
         )
         cur.close()
     except sqlite3.DatabaseError as e:  # OperationalError: interrupted; DataError: too big
         if fired:
             raise _timed_out(timeout) from e
         if "too big" in str(e).lower():
-            raise _too_big(max(max_bytes, _MIN_LENGTH_LIMIT)) from e
+            raise _too_big(max(cap, _MIN_LENGTH_LIMIT)) from e
         raise
     finally:
         conn.set_progress_handler(None, 0)
@@ -384,7 +475,10 @@ def _run_sqlite(
 def _run_postgres(
     conn: psycopg.Connection[Any],
     statement: str,
+    params: Mapping[str, Any] | None = None,
     *,
+    batch_rows: int = 0,
+    guard_rows: bool = True,
     explain: bool,
     limit: int,
     timeout: float,
@@ -442,18 +536,19 @@ def _run_postgres(
             # A prepared statement: the extended protocol, so exactly one statement.
             cur: Any = conn.cursor()
             arm()
-            cur.execute(statement, prepare=True)
+            cur.execute(statement, params, prepare=True)
         else:
             # DECLARE ... CURSOR: rows stay on the server until fetched.
             cur = conn.cursor(name=_CURSOR, scrollable=False)
             arm()
-            cur.execute(_row_guard(statement, max_bytes))
+            cur.execute(_row_guard(statement, max_bytes) if guard_rows else statement, params)
         yield QueryStream(
             tuple(d.name for d in cur.description or ()),
             limit,
             max_bytes,
             cur.fetchmany if cur.description else lambda n: [],
             arm,
+            batch_rows or _MAX_BATCH_ROWS,
         )
     except pg_errors.QueryCanceled as e:
         if deadline is not None and "statement timeout" in str(e):

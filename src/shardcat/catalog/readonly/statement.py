@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ...errors import CatalogError
+from ...errors import QueryRefusedError
 
 __all__ = ["NAMEDATALEN", "READ_ONLY_VERBS", "check_read_only", "parse"]
 
@@ -55,7 +55,7 @@ def _code(query: str, dialect: str) -> str:
                 else:
                     j = query.find(close, j)
                 if j < 0 or j >= n:
-                    raise CatalogError("refused: the query has an unterminated quote")
+                    raise QueryRefusedError("refused: the query has an unterminated quote")
                 if close != "]" and query.startswith(close * 2, j):  # '' escapes a quote
                     j += 2
                     continue
@@ -70,7 +70,7 @@ def _code(query: str, dialect: str) -> str:
         elif query.startswith("/*", i):
             j = query.find("*/", i + 2)
             if j < 0:
-                raise CatalogError("refused: the query has an unterminated /* comment")
+                raise QueryRefusedError("refused: the query has an unterminated /* comment")
             out.append(" " * (j + 2 - i))
             i = j + 2
         elif c == "$" and postgres and (m := _DOLLAR_TAG.match(query, i)):
@@ -81,7 +81,7 @@ def _code(query: str, dialect: str) -> str:
                 continue
             j = query.find(m.group(0), m.end())
             if j < 0:
-                raise CatalogError("refused: the query has an unterminated dollar quote")
+                raise QueryRefusedError("refused: the query has an unterminated dollar quote")
             j += len(m.group(0))
             out.append("x" * (j - i))
             i = j
@@ -98,14 +98,14 @@ def parse(query: str, dialect: str) -> tuple[str, str]:
         end = len(code[: end - 1].rstrip())
     body = code[:end]
     if ";" in body:
-        raise CatalogError("refused: shardcat sql runs one statement at a time")
+        raise QueryRefusedError("refused: shardcat sql runs one statement at a time")
     m = _VERB.match(body)
     verb = m.group(1).lower() if m else ""
     if not body.strip():
-        raise CatalogError("refused: the query is empty")
+        raise QueryRefusedError("refused: the query is empty")
     if verb not in READ_ONLY_VERBS:
         shown = verb.upper() or body.strip()[:20]
-        raise CatalogError(
+        raise QueryRefusedError(
             f"refused: {shown} statements are not allowed; shardcat sql is read-only "
             "(one SELECT, WITH, EXPLAIN or VALUES statement)"
         )
@@ -122,7 +122,7 @@ def check_read_only(query: str, dialect: str = "sqlite") -> str:
 
     Raises
     ------
-    CatalogError
+    QueryRefusedError
         If the text is empty, holds several statements, or starts with another verb.
     """
     return parse(query, dialect)[0]
