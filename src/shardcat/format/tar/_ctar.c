@@ -277,8 +277,8 @@ static void scan(const unsigned char *buf, Py_ssize_t start, Py_ssize_t end, lon
             if (expected >= 0 && payload_at + size > expected)
                 goto stop;
             int64_t padded = (size + BLOCK - 1) & ~(int64_t)(BLOCK - 1);
-            if (padded > (int64_t)(end - pos - BLOCK))
-                goto stop; /* the group runs past the buffer */
+            /* Every member but a V7 directory (below) has its payload in the buffer. */
+            int in_buffer = padded <= (int64_t)(end - pos - BLOCK);
             const unsigned char *data = h + BLOCK;
             if ((kind == '0' || kind == 0 || kind == '7') && !sparse) {
                 Found f;
@@ -306,18 +306,26 @@ static void scan(const unsigned char *buf, Py_ssize_t start, Py_ssize_t end, lon
                 /* The full name's last byte ('/' after a prefix when the name is empty). */
                 int slash_last = f.name_len ? f.name[f.name_len - 1] == '/' : f.prefix != NULL;
                 if (kind == 0 && slash_last) {
-                    st->skipped++; /* a V7 directory: no payload, not a sample member */
-                } else {
-                    f.first = first_header;
-                    f.payload = payload_at;
-                    f.size = size;
-                    f.crc = crc32c(0, data, (size_t)size);
-                    out[st->found++] = f;
+                    /* A V7 directory: not a sample member, and no payload whatever its size
+                       field says (walk.py, as tarfile: the next header follows this one). */
+                    st->members++;
+                    st->skipped++;
+                    pos += BLOCK;
+                    break;
                 }
+                if (!in_buffer)
+                    goto stop; /* the payload runs past the buffer */
                 st->members++;
+                f.first = first_header;
+                f.payload = payload_at;
+                f.size = size;
+                f.crc = crc32c(0, data, (size_t)size);
+                out[st->found++] = f;
                 pos += BLOCK + padded;
                 break;
             }
+            if (!in_buffer)
+                goto stop; /* the group runs past the buffer */
             if (extension) {
                 if (size > MAX_EXTENSION_BYTES)
                     goto stop;
