@@ -16,7 +16,7 @@ Bounded for the test command; ``SHARDCAT_FUZZ_EXAMPLES`` raises the count
 (and ``SHARDCAT_FUZZ_SEED`` changes the seed) for a long run, e.g. under
 the sanitizers::
 
-    SHARDCAT_FUZZ_EXAMPLES=110000 bash scripts/sanitize.sh tests/fuzz/test_fuzz_tar.py -s
+    SHARDCAT_FUZZ_EXAMPLES=120000 bash scripts/sanitize.sh tests/fuzz/test_fuzz_tar.py -s --timeout 0
 """
 
 from __future__ import annotations

@@ -218,6 +218,7 @@ def test_a_tar_cut_while_it_is_indexed_is_a_typed_error_or_its_exact_index(tmp_p
             outcomes[out["error"]] = outcomes.get(out["error"], 0) + 1
         path.unlink(missing_ok=True)
     reader.close()
+    print(f"{mode}: {outcomes}")  # -s shows how the rounds ended
     assert set(outcomes) - {"exact"}, f"no round was cut while it read: {outcomes}"
 
 
@@ -270,4 +271,5 @@ def test_shuffled_packed_batches_from_a_shard_cut_under_them_are_a_typed_error_o
             outcomes[out["error"]] = outcomes.get(out["error"], 0) + 1
         _replace(victim, pristine[victim])
     reader.close()
+    print(f"gather: {outcomes}")  # -s shows how the rounds ended
     assert set(outcomes) - {"exact"}, f"no round was cut while it read: {outcomes}"
