@@ -65,7 +65,7 @@ g.close()
 """
 
 
-@pytest.mark.parametrize("faulthandler", ["", "faulthandler"])
+@pytest.mark.parametrize("faulthandler", ["alone", "faulthandler"])
 def test_a_file_cut_under_a_guarded_mapping_reads_zeros_and_is_reported(tmp_path, faulthandler):
     proc = _child(CUT, str(tmp_path / "f"), faulthandler)
     assert proc.returncode == 0, proc.stderr
