@@ -321,9 +321,9 @@ def parse_size(text: str) -> int:
 def walkers(choice: str, readaheads: list[int] | None = None, mmap_too: bool = False) -> list[str]:
     """Scan variants: a walker name (the library's read-ahead: by backend), or ``_raN`` for each given.
 
-    ``mmap_too``: also ``<walker>_mmap``, a local file walked in a mapping
-    (``map_file=True``, the library's default for a local file, with the
-    next window mapped on a second thread where it can), and
+    ``mmap_too``: also ``<walker>_mmap``, a local file walked in a guarded mapping
+    (``map_file=True``; the library reads a local file by default), with the
+    next window mapped on a second thread where it can, and
     ``<walker>_mmap_ra0``, the same walk kept to one thread (``readahead=0``),
     beside the read walk: the other variants pass ``map_file=False``.
     """

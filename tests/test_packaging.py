@@ -97,6 +97,8 @@ def _expected_files() -> set[str]:
     return files | {
         # The compiled record codec (src/shardcat/format/_ccodec.c), built for this Python.
         "shardcat/format/_ccodec" + sysconfig.get_config_var("EXT_SUFFIX"),
+        # Guarded read-only mappings (src/shardcat/format/_cmapguard.c).
+        "shardcat/format/_cmapguard" + sysconfig.get_config_var("EXT_SUFFIX"),
         # The compiled tar walker (src/shardcat/format/tar/_ctar.c).
         "shardcat/format/tar/_ctar" + sysconfig.get_config_var("EXT_SUFFIX"),
         # The write-behind of local shard blocks (src/shardcat/storage/_cwrite.c).
@@ -184,7 +186,7 @@ def test_without_a_compiler_the_wheel_builds_and_runs_the_python_codec(tmp_path)
     built = _build_wheel(tmp_path, env={"CC": str(tmp_path / "no-such-compiler")})
     with zipfile.ZipFile(built) as z:
         shipped = {n for n in z.namelist() if n.startswith("shardcat/")}
-    compiled = ("_ccodec", "_ctar", "_cwrite", "_cpoint")
+    compiled = ("_ccodec", "_cmapguard", "_ctar", "_cwrite", "_cpoint")
     assert shipped == {f for f in _expected_files() if not any(c in f for c in compiled)}
     site = tmp_path / "site"
     with zipfile.ZipFile(built) as z:
@@ -193,8 +195,17 @@ def test_without_a_compiler_the_wheel_builds_and_runs_the_python_codec(tmp_path)
         "import shardcat.format as f, shardcat.format.recordcodec as rc; "
         "import shardcat.format.tar.tarwalker as tw; "
         "import shardcat.catalog.point as pt; "
+        "import shardcat.format.mapguard as mg; "
         "print(f.record_codec(), rc.available(), tw.active(), tw.available(), "
-        "pt.active(), pt.available())"
+        "pt.active(), pt.available(), mg.available())"
     )
     out = _run(sys.executable, "-c", code, cwd=tmp_path, env_extra={"PYTHONPATH": str(site)})
-    assert out.stdout.split() == ["python", "['python']", "python", "['python']", "python", "False"]
+    assert out.stdout.split() == [
+        "python",
+        "['python']",
+        "python",
+        "['python']",
+        "python",
+        "False",
+        "False",  # users' files are read, never mapped without the guard
+    ]

@@ -11,14 +11,19 @@ each copied whole straight to its places in the batch's block, then one
 call computes every record head's and payload's CRC. The records are
 copied from the shards' files mapped read-only (every record of the
 batch in one compiled call, :func:`~shardcat.format.recordcodec.gather_copy`:
-a memcpy per piece, ~10% less CPU than a system call per record). As
-for the mapped tar walk (:mod:`shardcat.format.tar.mapped`), a mapped
-file that shrinks would kill the process with SIGBUS, so each batch
-first asks every mapped file's size (``fstat``); a file found shorter,
-or one that cannot be mapped, is read with one ``preadv`` per record
+a memcpy per piece, ~10% less CPU than a system call per record). A
+shard is a user's file that another process may cut at any time, and a
+mapped page past a file's end faults with SIGBUS, so shards are mapped
+only under the guard of :mod:`shardcat.format.mapguard`: a page found cut
+reads as zeros instead, and after every copy the batch asks the guard of
+each file it read (a page cut, or the file now shorter than a record it
+took) before it is checked and handed out: a cut is a
+:class:`~shardcat.errors.TruncatedError` naming the file and the record.
+Each batch also first asks every mapped file's size (``fstat``); a file
+found shorter, or one that cannot be mapped under the guard, is read with
+one ``preadv`` per record
 (:func:`~shardcat.format.recordcodec.scatter_read_runs`), which reports
-where it ends. Only a file cut between that check and the copy (within
-one batch) can still fault.
+where it ends.
 
 The same samples in the same order as the record path (same seed, epoch,
 split, resume position), so resuming works across both. A shard opens with
@@ -30,7 +35,6 @@ is read by the record path instead, one shard at a time.
 from __future__ import annotations
 
 import contextlib
-import mmap
 import operator
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -39,6 +43,7 @@ import numpy as np
 
 from ..errors import TruncatedError
 from ..format import recordcodec
+from ..format.mapguard import GuardedMap, map_guarded
 from ..storage import LocalShardCache
 from .direct import BlockFill, DirectShard, open_direct, read_run, verify_heads
 from .packed import PackedBatch, pack_records
@@ -106,14 +111,14 @@ def iter_gathered(
         window.close_all()
 
 
-def _map(shard: DirectShard) -> mmap.mmap | None:
-    """The shard's file mapped read-only (None where it cannot be: then it is read with ``preadv``)."""
+def _map(shard: DirectShard) -> GuardedMap | None:
+    """The shard's file mapped read-only under the guard (None where it cannot be: then it is
+    read with ``preadv``)."""
     fd = getattr(shard.reader._source, "pread_fd", None)
     if fd is None:
         return None
-    try:
-        mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-    except (OSError, ValueError, OverflowError):
+    mapped = map_guarded(fd, shard.reader.path)
+    if mapped is None:
         return None
     if len(shard.end) and len(mapped) < int(shard.end.max()):
         mapped.close()  # shorter than its footer says: preadv reports where it ends
@@ -132,8 +137,9 @@ class Window:
 
     def __init__(self, tasks: int) -> None:
         self.shards: dict[int, DirectShard] = {}
-        self.maps: dict[int, mmap.mmap | None] = {}  # per open shard: its file, mapped
-        self.sources: list[Any] = []  # per row of the tables' shards: its mapping
+        self.maps: dict[int, GuardedMap | None] = {}  # per open shard: its file, mapped
+        self.sources: list[Any] = []  # per row of the tables' shards: its mapping (an mmap)
+        self.guards: list[GuardedMap | None] = []  # per row of the tables' shards: its guard
         self.mapped = False
         self.base = np.full(tasks, -1, dtype=_I8)  # per task: its first row in the tables
         self._stale = True
@@ -150,15 +156,16 @@ class Window:
         mapped = self.maps.pop(task, None)
         if mapped is not None:
             if self.mapped:
-                self.sources = [b"" if m is mapped else m for m in self.sources]
+                self.sources = [b"" if m is mapped.map else m for m in self.sources]
+                self.guards = [None if m is mapped else m for m in self.guards]
             mapped.close()
 
     def close_all(self) -> None:
         self.sources = []
+        self.guards = []
         for mapped in self.maps.values():
             if mapped is not None:
-                with contextlib.suppress(BufferError):
-                    mapped.close()
+                mapped.close()
         for shard in self.shards.values():
             with contextlib.suppress(Exception):
                 shard.close()
@@ -200,8 +207,9 @@ class Window:
         for t, s in fit:
             if t not in self.maps and s.direct:
                 self.maps[t] = _map(s)
-        self.sources = [self.maps[t] for t, _ in fit]
-        self.mapped = all(m is not None for m in self.sources)
+        self.guards = [self.maps[t] for t, _ in fit]
+        self.sources = [m.map if m is not None else None for m in self.guards]
+        self.mapped = all(m is not None for m in self.guards)
 
     def batch(
         self, which: np.ndarray, rows: np.ndarray, entries: Sequence[str] | None
@@ -247,11 +255,14 @@ class Window:
         dest: np.ndarray,
         pieces: np.ndarray,
     ) -> None:
-        if self.mapped and not any(m.size() < len(m) for m in self.sources if m):
-            # From the mappings: a memcpy per piece, no system call per record. Each
-            # file's size was checked just before (a mapped file cut short would fault).
+        if self.mapped:
+            # From the mappings: a memcpy per piece, no system call per record. A page of
+            # a file cut before or during the copy reads as zeros (the guard), so every
+            # mapped file is then asked whether this batch read anything it lost.
             counts = np.full(len(g), pieces.shape[1], dtype=_I8)
-            recordcodec.gather_copy(self.sources, self.owner[g], start, counts, whole, dest, pieces)
+            owners = self.owner[g]
+            recordcodec.gather_copy(self.sources, owners, start, counts, whole, dest, pieces)
+            self._check_cut(owners, start, end)
             return
         if not self.preads:  # a source without a descriptor: record by record
             for r, i in enumerate(g.tolist()):
@@ -267,6 +278,34 @@ class Window:
                 f"the file ends inside the record at [{int(start[cut])}, {int(end[cut])})",
                 path=self.paths[int(self.owner[g[cut]])],
                 offset=int(start[cut]),
+            )
+
+    def _check_cut(self, owners: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+        """Raise if a file was cut under the records just copied from its mapping.
+
+        One ``fstat`` per mapped file (as many as a check before the copy took).
+
+        Raises
+        ------
+        TruncatedError
+            A record of this batch ends past the first byte its file's guard
+            says was lost (a page cut while mapped, or the file now shorter).
+        """
+        for o, guarded in enumerate(self.guards):
+            if guarded is None or guarded.lost(len(guarded)) is None:
+                continue
+            mine = owners == o
+            if not mine.any():
+                continue  # cut, but this batch took nothing from it
+            lost = guarded.lost(int(end[mine].max()))
+            if lost is None:
+                continue  # cut past every record this batch took from it
+            r = int(np.flatnonzero(mine & (end > lost))[0])
+            raise TruncatedError(
+                f"the file was cut at byte {lost} while the record at [{int(start[r])}, "
+                f"{int(end[r])}) was read from it; read it again once it is whole",
+                path=self.paths[o],
+                offset=int(start[r]),
             )
 
     def _from_records(

@@ -68,8 +68,16 @@ class _Block:
         self.size = size
         self.fd: int | None = None
         if _SHARED:
-            self.fd = os.memfd_create(f"shardcat-batch-{block_id}", os.MFD_CLOEXEC)
+            import fcntl  # Linux, as memfd_create
+
+            self.fd = os.memfd_create(
+                f"shardcat-batch-{block_id}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING
+            )
             os.ftruncate(self.fd, size)
+            # Mapped without mapguard's guard: shardcat made this file, and sealed, no
+            # process (sender or receiver) can change its size under a mapping (SIGBUS).
+            seals = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+            fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, seals)
             self.map = mmap.mmap(self.fd, size)
         else:
             self.map = mmap.mmap(-1, size)

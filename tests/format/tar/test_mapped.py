@@ -61,9 +61,9 @@ def test_a_local_file_is_mapped_and_a_stream_is_not(tmp_path):
         for _ in walker:
             assert not walker.mapped
     with open(path, "rb") as f:
-        walker = TarWalker(f, "x.tar", chunk_size=CHUNK)  # mapped by default
+        walker = TarWalker(f, "x.tar", chunk_size=CHUNK)  # read by default
         for _ in walker:
-            assert walker.mapped
+            assert not walker.mapped
     with open(path, "rb") as f:
         f.seek(BLOCK)  # not at the archive's start: read from here, as given
         assert map_stream(f, CHUNK) is None

@@ -277,8 +277,8 @@ static void scan(const unsigned char *buf, Py_ssize_t start, Py_ssize_t end, lon
             if (expected >= 0 && payload_at + size > expected)
                 goto stop;
             int64_t padded = (size + BLOCK - 1) & ~(int64_t)(BLOCK - 1);
-            if (padded > (int64_t)(end - pos - BLOCK))
-                goto stop; /* the group runs past the buffer */
+            /* Every member but a V7 directory (below) has its payload in the buffer. */
+            int in_buffer = padded <= (int64_t)(end - pos - BLOCK);
             const unsigned char *data = h + BLOCK;
             if ((kind == '0' || kind == 0 || kind == '7') && !sparse) {
                 Found f;
@@ -306,18 +306,26 @@ static void scan(const unsigned char *buf, Py_ssize_t start, Py_ssize_t end, lon
                 /* The full name's last byte ('/' after a prefix when the name is empty). */
                 int slash_last = f.name_len ? f.name[f.name_len - 1] == '/' : f.prefix != NULL;
                 if (kind == 0 && slash_last) {
-                    st->skipped++; /* a V7 directory: no payload, not a sample member */
-                } else {
-                    f.first = first_header;
-                    f.payload = payload_at;
-                    f.size = size;
-                    f.crc = crc32c(0, data, (size_t)size);
-                    out[st->found++] = f;
+                    /* A V7 directory: not a sample member, and no payload whatever its size
+                       field says (walk.py, as tarfile: the next header follows this one). */
+                    st->members++;
+                    st->skipped++;
+                    pos += BLOCK;
+                    break;
                 }
+                if (!in_buffer)
+                    goto stop; /* the payload runs past the buffer */
                 st->members++;
+                f.first = first_header;
+                f.payload = payload_at;
+                f.size = size;
+                f.crc = crc32c(0, data, (size_t)size);
+                out[st->found++] = f;
                 pos += BLOCK + padded;
                 break;
             }
+            if (!in_buffer)
+                goto stop; /* the group runs past the buffer */
             if (extension) {
                 if (size > MAX_EXTENSION_BYTES)
                     goto stop;
@@ -490,40 +498,73 @@ static PyObject *py_headers(PyObject *self, PyObject *args)
     return out;
 }
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14+; older headers do not name it */
+#endif
+
+static PyObject *mmap_type; /* mmap.mmap: the only buffers advise() takes */
+
 /* advise(mapping, start, length, advice) -> errno (0: done): madvise() over
-   mapping[start:start + length] (cut to the mapping, start rounded down to a page)
-   without the GIL, for mapped.py's thread that maps the next window
-   (MADV_POPULATE_READ) and drops the page tables of walked ones (MADV_DONTNEED)
-   while the walk reads this one: Python's mmap.madvise holds the GIL for the whole
-   call. EINVAL: the kernel does not know the advice; EFAULT: the file was cut;
-   ENOSYS: not Linux. Advice only: the caller never raises on these. */
+   mapping[start:start + length] (start rounded down to a page) without the GIL,
+   for mapped.py's thread that maps the next window (MADV_POPULATE_READ) and drops
+   the page tables of walked ones (MADV_DONTNEED) while the walk reads this one:
+   Python's mmap.madvise holds the GIL for the whole call. Only for what it is for:
+   a read-only mmap.mmap (MADV_DONTNEED on a writable or private mapping, or on
+   heap memory, would throw data away), a range inside it, and those two advices;
+   anything else is a ValueError or TypeError. EINVAL: the kernel does not know the
+   advice; EFAULT: the file was cut; ENOSYS: not Linux. Advice only: the caller
+   never raises on these. */
 static PyObject *py_advise(PyObject *self, PyObject *args)
 {
     (void)self;
+    PyObject *mapping;
     Py_buffer view;
     Py_ssize_t start, length;
     int advice;
-    if (!PyArg_ParseTuple(args, "y*nni", &view, &start, &length, &advice))
+    if (!PyArg_ParseTuple(args, "Onni", &mapping, &start, &length, &advice))
         return NULL;
-    int err = 0;
-    if (start < 0 || length < 0) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "advise: start and length must be 0 or more");
+    if (mmap_type == NULL || !PyObject_TypeCheck(mapping, (PyTypeObject *)mmap_type)) {
+        PyErr_SetString(PyExc_TypeError, "advise: the mapping must be an mmap.mmap");
         return NULL;
     }
-    if (start > view.len)
-        start = view.len;
-    if (length > view.len - start)
-        length = view.len - start;
 #ifdef __linux__
-    if (length > 0) {
-        uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    if (advice != MADV_POPULATE_READ && advice != MADV_DONTNEED) {
+        PyErr_Format(PyExc_ValueError,
+                     "advise: advice %d is not MADV_POPULATE_READ (%d) or MADV_DONTNEED (%d)",
+                     advice, MADV_POPULATE_READ, MADV_DONTNEED);
+        return NULL;
+    }
+#endif
+    if (PyObject_GetBuffer(mapping, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    int err = 0;
+    if (!view.readonly) {
+        PyErr_SetString(PyExc_ValueError,
+                        "advise: the mapping must be read-only (access=mmap.ACCESS_READ)");
+        err = -1;
+    } else if (start < 0 || length < 0 || start > view.len || length > view.len - start) {
+        PyErr_Format(PyExc_ValueError,
+                     "advise: [%zd, %zd + %zd) is not inside the mapping of %zd bytes", start,
+                     start, length, view.len);
+        err = -1;
+    }
+    if (err < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+#ifdef __linux__
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    if (length > 0 && (uintptr_t)view.buf % page == 0) {
+        /* A mapping starts on a page (mmap.mmap's offsets are multiples of the allocation
+           granularity): rounding the start down to a page stays inside it. */
         uintptr_t from = ((uintptr_t)view.buf + (uintptr_t)start) & ~(page - 1);
         size_t span = (size_t)((uintptr_t)view.buf + (uintptr_t)(start + length) - from);
         Py_BEGIN_ALLOW_THREADS
         if (madvise((void *)from, span, advice) != 0)
             err = errno;
         Py_END_ALLOW_THREADS
+    } else if (length > 0) {
+        err = EINVAL;
     }
 #else
     (void)advice;
@@ -583,12 +624,24 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__ctar(void)
 {
     crc_init();
+    PyObject *mmap_module = PyImport_ImportModule("mmap");
+    if (mmap_module == NULL)
+        return NULL;
+    mmap_type = PyObject_GetAttrString(mmap_module, "mmap");
+    Py_DECREF(mmap_module);
+    if (mmap_type == NULL)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
     if (PyModule_AddIntConstant(m, "BLOCK", BLOCK) < 0 ||
         PyModule_AddIntConstant(m, "MAX_EXTENSION_BYTES", MAX_EXTENSION_BYTES) < 0 ||
-        PyModule_AddIntConstant(m, "have_sse42", have_sse42) < 0 || add_sample_types(m) < 0) {
+        PyModule_AddIntConstant(m, "have_sse42", have_sse42) < 0 ||
+#ifdef __linux__
+        PyModule_AddIntConstant(m, "MADV_POPULATE_READ", MADV_POPULATE_READ) < 0 ||
+        PyModule_AddIntConstant(m, "MADV_DONTNEED", MADV_DONTNEED) < 0 ||
+#endif
+        add_sample_types(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

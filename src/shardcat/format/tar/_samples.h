@@ -17,7 +17,11 @@
  * a repeated entry name, a key or an entry count above the format's limits),
  * returning a short tuple from which scan.py raises the reference's error.
  * The checks run before anything is changed, so a rejected member leaves
- * the grouper as it was.
+ * the grouper as it was; so does a MemoryError (the room is taken first).
+ *
+ * Threads: every Grouper method holds the grouper's lock (feed() through
+ * its GIL-free part), so two threads feeding or taking at once wait for
+ * each other; a call from inside another on the same thread is refused.
  */
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the record and entry rows are written in native order, which must be little-endian"
@@ -51,18 +55,30 @@ typedef struct {
     size_t len, cap, item;
 } Vec;
 
+/* Room for `more` items after the `len` there are; -1: no memory (nothing changed). Leaves
+   `data` allocated even for 0 items, so that vec_grow() never answers NULL but for memory. */
+static int vec_reserve(Vec *v, size_t more)
+{
+    if (v->item == 0 || more > ((size_t)-1 >> 1) / v->item - v->len)
+        return -1; /* no item size (never set up), or a size no allocation can hold */
+    if (v->data != NULL && v->len + more <= v->cap)
+        return 0;
+    size_t cap = v->cap ? v->cap : 64;
+    while (cap < v->len + more)
+        cap *= 2;
+    char *data = PyMem_RawRealloc(v->data, cap * v->item);
+    if (data == NULL)
+        return -1;
+    v->data = data;
+    v->cap = cap;
+    return 0;
+}
+
+/* The `more` items added at the end (uninitialised), or NULL with nothing changed: no memory. */
 static void *vec_grow(Vec *v, size_t more)
 {
-    if (v->len + more > v->cap) {
-        size_t cap = v->cap ? v->cap * 2 : 64;
-        while (cap < v->len + more)
-            cap *= 2;
-        char *data = PyMem_RawRealloc(v->data, cap * v->item);
-        if (data == NULL)
-            return NULL;
-        v->data = data;
-        v->cap = cap;
-    }
+    if (vec_reserve(v, more) < 0)
+        return NULL;
     void *at = v->data + v->len * v->item;
     v->len += more;
     return at;
@@ -304,6 +320,10 @@ typedef struct {
     size_t first_entry; /* its first row in `entries` */
     Vec lower; /* scratch: a lower-cased entry name */
     Vec parsed; /* scratch: Parsed, per member of the block fed */
+    /* Held by every method: feed() changes all of the above without the GIL, so a second
+       thread must wait for it (grouper_lock) rather than read or grow the same arrays. */
+    PyThread_type_lock lock;
+    unsigned long owner; /* the thread holding `lock` (0: none): a re-entrant call is refused */
 } Grouper;
 
 typedef enum { G_OK = 0, G_SPLIT, G_DUPLICATE, G_LONG_KEY, G_MANY, G_NAMES, G_MEMORY } GStatus;
@@ -368,13 +388,13 @@ static long name_id(Grouper *g, const char *ext, size_t len)
     }
     if (g->names.len >= MAX_SPECS)
         return -2;
-    if (slots_grow(&g->name_slots, &g->name_mask, g->names.len) < 0)
+    /* All the room first: a failure leaves no half-added name. */
+    if (slots_grow(&g->name_slots, &g->name_mask, g->names.len) < 0 ||
+        vec_reserve(&g->name_bytes, len) < 0 || vec_reserve(&g->names, 1) < 0)
         return -1;
     size_t at = g->name_bytes.len;
     char *dst = vec_grow(&g->name_bytes, len);
     Name *n = vec_grow(&g->names, 1);
-    if (dst == NULL || n == NULL)
-        return -1;
     memcpy(dst, ext, len);
     n->at = at;
     n->len = (uint32_t)len;
@@ -398,18 +418,27 @@ static GStatus close_check(const Grouper *g)
     return G_OK;
 }
 
+/* The room closing the open sample takes; -1: no memory (nothing else changed). */
+static int reserve_close(Grouper *g)
+{
+    if (slots_grow(&g->seen_slots, &g->seen_mask, g->seen.len) < 0 ||
+        vec_reserve(&g->arena, g->key.len) < 0 || vec_reserve(&g->seen, 1) < 0 ||
+        vec_reserve(&g->records, 1) < 0)
+        return -1;
+    return 0;
+}
+
 static GStatus close_open(Grouper *g)
 {
     if (!g->open)
         return G_OK;
-    if (slots_grow(&g->seen_slots, &g->seen_mask, g->seen.len) < 0)
+    /* All the room first: a failure leaves the sample open and nothing half-added. */
+    if (reserve_close(g) < 0)
         return G_MEMORY;
     size_t at = g->arena.len;
     char *dst = vec_grow(&g->arena, g->key.len);
     SeenKey *s = vec_grow(&g->seen, 1);
     RecordRow *r = vec_grow(&g->records, 1);
-    if (dst == NULL || s == NULL || r == NULL)
-        return G_MEMORY;
     memcpy(dst, g->key.data, g->key.len);
     s->at = at;
     s->len = (uint32_t)g->key.len;
@@ -437,6 +466,9 @@ static GStatus group_add(Grouper *g, const char *key, size_t key_len, uint64_t h
                          uint64_t size, uint32_t crc, uint64_t *value)
 {
     int same = g->open && g->key.len == key_len && memcmp(g->key.data, key, key_len) == 0;
+    /* The room this member takes, before anything changes (the entry, a new key). */
+    if (vec_reserve(&g->entries, 1) < 0 || (!same && vec_reserve(&g->key, key_len) < 0))
+        return G_MEMORY;
     if (!same) {
         GStatus st = close_check(g);
         if (st != G_OK)
@@ -446,23 +478,23 @@ static GStatus group_add(Grouper *g, const char *key, size_t key_len, uint64_t h
             *value = s->start;
             return G_SPLIT;
         }
+        /* Closing the open sample cannot fail once its room is there; the name comes last
+           (a new one is added), so a failure leaves nothing half-done. */
+        if (g->open && reserve_close(g) < 0)
+            return G_MEMORY;
         long id = name_id(g, ext, ext_len);
         if (id < 0)
             return id == -2 ? G_NAMES : G_MEMORY;
         if ((st = close_open(g)) != G_OK)
             return st;
         g->key.len = 0;
-        char *dst = vec_grow(&g->key, key_len);
-        if (dst == NULL)
-            return G_MEMORY;
+        char *dst = vec_grow(&g->key, key_len); /* reserved above: never NULL */
         memcpy(dst, key, key_len);
         g->open = 1;
         g->key_hash = h;
         g->start = first;
         g->first_entry = g->entries.len;
-        EntryRow *e = vec_grow(&g->entries, 1);
-        if (e == NULL)
-            return G_MEMORY;
+        EntryRow *e = vec_grow(&g->entries, 1); /* reserved above */
         *e = (EntryRow){payload - first, size, crc, (uint16_t)id, 0};
         g->end = payload + size;
         return G_OK;
@@ -474,9 +506,7 @@ static GStatus group_add(Grouper *g, const char *key, size_t key_len, uint64_t h
     for (size_t i = g->first_entry; i < g->entries.len; i++)
         if (rows[i].spec == (uint16_t)id)
             return G_DUPLICATE;
-    EntryRow *e = vec_grow(&g->entries, 1);
-    if (e == NULL)
-        return G_MEMORY;
+    EntryRow *e = vec_grow(&g->entries, 1); /* reserved above */
     *e = (EntryRow){payload - g->start, size, crc, (uint16_t)id, 0};
     g->end = payload + size;
     return G_OK;
@@ -536,6 +566,34 @@ static size_t plain_dot(const char *p, size_t len)
     return (size_t)dot;
 }
 
+/* Take the grouper's lock, the GIL held (released while waiting, so that the holder, which may
+   be waiting for the GIL, can finish). -1 with RuntimeError: this thread holds it already. */
+static int grouper_lock(Grouper *g)
+{
+    unsigned long me = PyThread_get_thread_ident();
+    if (g->lock == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Grouper is not initialised");
+        return -1;
+    }
+    if (g->owner == me) {
+        PyErr_SetString(PyExc_RuntimeError, "Grouper is already in use by this thread");
+        return -1;
+    }
+    if (!PyThread_acquire_lock(g->lock, NOWAIT_LOCK)) {
+        Py_BEGIN_ALLOW_THREADS
+        PyThread_acquire_lock(g->lock, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+    }
+    g->owner = me;
+    return 0;
+}
+
+static void grouper_unlock(Grouper *g)
+{
+    g->owner = 0;
+    PyThread_release_lock(g->lock);
+}
+
 /* feed(block, at) -> (stop, rejection or None): group block members from `at` until one
    whose name scan.py must split (rejection None) or one the grouping rejects. */
 static PyObject *grouper_feed(Grouper *g, PyObject *args)
@@ -548,6 +606,10 @@ static PyObject *grouper_feed(Grouper *g, PyObject *args)
         i = 0;
     GStatus st = G_OK;
     uint64_t value = 0;
+    if (grouper_lock(g) < 0)
+        return NULL;
+    /* The block cannot change (nothing writes a Members after walk_block) and the call's
+       arguments keep it alive; the lock keeps every other thread out of `g`. */
     Py_BEGIN_ALLOW_THREADS
     /* First the names: each new key's hash, and a prefetch of its slot in the seen set (a
        random access in a table of every key so far), then the grouping. */
@@ -601,6 +663,7 @@ static PyObject *grouper_feed(Grouper *g, PyObject *args)
     }
     Py_END_ALLOW_THREADS
     PyObject *status = status_tuple(g, st, value);
+    grouper_unlock(g);
     if (status == NULL)
         return NULL;
     return Py_BuildValue("(nN)", i, status);
@@ -618,26 +681,33 @@ static PyObject *grouper_add(Grouper *g, PyObject *args)
                           &size, &crc))
         return NULL;
     uint64_t value = 0;
+    if (grouper_lock(g) < 0)
+        return NULL;
     GStatus st = group_add(g, key, (size_t)key_len, XXH64(key, (size_t)key_len, 0), ext,
                            (size_t)ext_len, first, payload, size, (uint32_t)crc, &value);
-    return status_tuple(g, st, value);
+    PyObject *status = status_tuple(g, st, value);
+    grouper_unlock(g);
+    return status;
 }
 
 /* finish() -> rejection or None: close the open sample. */
 static PyObject *grouper_finish(Grouper *g, PyObject *unused)
 {
     (void)unused;
+    if (grouper_lock(g) < 0)
+        return NULL;
     GStatus st = close_check(g);
     if (st == G_OK)
         st = close_open(g);
-    return status_tuple(g, st, 0);
+    PyObject *status = status_tuple(g, st, 0);
+    grouper_unlock(g);
+    return status;
 }
 
 /* take() -> (records, entries, keys): the closed samples not taken yet, as RECORD_ROW_DTYPE
    and ENTRY_ROW_DTYPE bytes and their keys; forgets their rows (not their keys). */
-static PyObject *grouper_take(Grouper *g, PyObject *unused)
+static PyObject *grouper_take_locked(Grouper *g)
 {
-    (void)unused;
     size_t n = g->records.len;
     size_t m = g->open ? g->first_entry : g->entries.len;
     PyObject *keys = PyList_New((Py_ssize_t)n);
@@ -675,37 +745,63 @@ static PyObject *grouper_take(Grouper *g, PyObject *unused)
     return Py_BuildValue("(NNN)", records, entries, keys);
 }
 
+static PyObject *grouper_take(Grouper *g, PyObject *unused)
+{
+    (void)unused;
+    if (grouper_lock(g) < 0)
+        return NULL;
+    PyObject *out = grouper_take_locked(g);
+    grouper_unlock(g);
+    return out;
+}
+
 /* names() -> the entry names in spec-id order (first seen first). */
 static PyObject *grouper_names(Grouper *g, PyObject *unused)
 {
     (void)unused;
-    PyObject *out = PyList_New((Py_ssize_t)g->names.len);
-    if (out == NULL)
+    if (grouper_lock(g) < 0)
         return NULL;
+    PyObject *out = PyList_New((Py_ssize_t)g->names.len);
     const Name *names = (const Name *)g->names.data;
-    for (size_t i = 0; i < g->names.len; i++) {
+    for (size_t i = 0; out != NULL && i < g->names.len; i++) {
         PyObject *s = PyUnicode_DecodeUTF8(g->name_bytes.data + names[i].at, names[i].len, NULL);
-        if (s == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyList_SET_ITEM(out, (Py_ssize_t)i, s);
+        if (s == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, (Py_ssize_t)i, s);
     }
+    grouper_unlock(g);
     return out;
 }
 
-static int grouper_init(Grouper *g, PyObject *args, PyObject *kwds)
+/* Every field set here, not in __init__: Grouper.__new__(Grouper) alone must give a grouper
+   whose arrays have their item sizes (with 0, the first growth allocated 0 bytes). */
+static PyObject *grouper_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "", kwlist))
-        return -1;
+    (void)args;
+    (void)kwds;
+    Grouper *g = (Grouper *)type->tp_alloc(type, 0); /* zeroed */
+    if (g == NULL)
+        return NULL;
     g->records.item = sizeof(RecordRow);
     g->entries.item = sizeof(EntryRow);
     g->seen.item = sizeof(SeenKey);
     g->names.item = sizeof(Name);
     g->parsed.item = sizeof(Parsed);
     g->arena.item = g->name_bytes.item = g->key.item = g->lower.item = 1;
-    return 0;
+    g->lock = PyThread_allocate_lock();
+    if (g->lock == NULL) {
+        Py_DECREF(g);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)g;
+}
+
+static int grouper_init(Grouper *g, PyObject *args, PyObject *kwds)
+{
+    (void)g;
+    static char *kwlist[] = {NULL};
+    return PyArg_ParseTupleAndKeywords(args, kwds, "", kwlist) ? 0 : -1;
 }
 
 static void grouper_dealloc(Grouper *g)
@@ -716,6 +812,8 @@ static void grouper_dealloc(Grouper *g)
         vec_free(vecs[i]);
     PyMem_RawFree(g->seen_slots);
     PyMem_RawFree(g->name_slots);
+    if (g->lock != NULL)
+        PyThread_free_lock(g->lock);
     Py_TYPE(g)->tp_free((PyObject *)g);
 }
 
@@ -740,7 +838,7 @@ static PyTypeObject GrouperType = {
     .tp_doc = "Members to WebDataset sample rows (scan.py's _Grouper is the reference).",
     .tp_methods = grouper_methods,
     .tp_init = (initproc)grouper_init,
-    .tp_new = PyType_GenericNew,
+    .tp_new = grouper_new,
 };
 
 static int add_sample_types(PyObject *m)

@@ -27,13 +27,16 @@ needs its window is cancelled and mapped by the walk itself).
 ``docs/TAR.md`` section 5 has the figures.
 
 A mapped file that shrinks while it is walked would kill the process with
-SIGBUS at the first page past its new end. The walk is therefore given the
-mapping one window at a time (:meth:`MappedFile.extend`), and each window is
-cut at the size ``os.fstat`` reports just before: a file found shorter than
-when it was mapped ends the walk there, and the walker reports the
-truncation as it does for a stream that ends early (a typed error with the
-path and the offset). Only a file cut again between that ``fstat`` and the
-walk's reaching the window (a few milliseconds) can still fault.
+SIGBUS at the first page past its new end, and a user's tar can be cut by
+any process at any time. So a file is mapped only under the guard of
+:mod:`shardcat.format.mapguard` (never without it: :func:`map_stream` then
+returns ``None`` and the file is read): a page found cut reads as zeros
+instead of faulting, and :meth:`MappedFile.lost` tells the walker whether
+anything it read may have been lost (a page cut, or the file now shorter
+than the walk has read); the walker asks before every batch it yields and
+when it raises, and reports a cut as a :class:`~.errors.TarTruncatedError`.
+Each window is also cut at the size ``os.fstat`` reports just before it is
+given to the walk, so a file found shorter ends the walk there.
 """
 
 from __future__ import annotations
@@ -51,7 +54,10 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-__all__ = ["MappedFile", "can_map_ahead", "map_stream"]
+from ..mapguard import GuardedMap, map_guarded
+from ..mapguard import available as mapguard_available
+
+__all__ = ["MappedFile", "can_map", "can_map_ahead", "map_stream"]
 
 _log = logging.getLogger(__name__)
 _PAGE = mmap.PAGESIZE
@@ -86,8 +92,8 @@ class MappedFile:
 
     Parameters
     ----------
-    mapping:
-        The mapping (of the whole file, as large as it was at ``fstat``).
+    guarded:
+        The file mapped under the guard (all of it, as large as it was when mapped).
     fd:
         A descriptor of the file this object owns (closed by :meth:`close`),
         asked for the file's current size before each window.
@@ -99,9 +105,21 @@ class MappedFile:
         mapped by the walk's own thread when it is given).
     """
 
-    __slots__ = ("_ahead", "_done", "_dropped", "_fd", "_pending", "map", "size", "window")
+    __slots__ = (
+        "_ahead",
+        "_done",
+        "_dropped",
+        "_fd",
+        "_guarded",
+        "_pending",
+        "map",
+        "size",
+        "window",
+    )
 
-    def __init__(self, mapping: mmap.mmap, fd: int, window: int, *, ahead: bool = False) -> None:
+    def __init__(self, guarded: GuardedMap, fd: int, window: int, *, ahead: bool = False) -> None:
+        mapping = guarded.map
+        self._guarded = guarded
         self.map = mapping
         self.size = len(mapping)
         self.window = window
@@ -118,6 +136,15 @@ class MappedFile:
             self._submit(first, 0)
         else:
             self._read_ahead(first, min(window, self.size - first))
+
+    def lost(self, end: int) -> int | None:
+        """The first byte under ``end`` the walk may not have read as the file's, or ``None``.
+
+        Not ``None`` once the file was found cut (a page under the guard read
+        as zeros) or is shorter than ``end`` now: what was read from there on
+        cannot be trusted (:meth:`.mapguard.GuardedMap.lost`).
+        """
+        return self._guarded.lost(end)
 
     @property
     def maps_ahead(self) -> bool:
@@ -221,10 +248,7 @@ class MappedFile:
         fd, self._fd = self._fd, -1
         if fd >= 0:
             os.close(fd)
-        try:
-            self.map.close()
-        except BufferError:
-            _log.debug("tar mapping still exported; it is unmapped when its last view goes")
+        self._guarded.close()
 
 
 def _result(future: Future[int]) -> int:
@@ -313,6 +337,8 @@ def map_stream(stream: Any, window: int, *, ahead: bool = False) -> MappedFile |
     other file (pipe, device, socket), a remote or in-memory stream, or an
     ``mmap`` that fails is read as a stream instead. ``ahead``: see :class:`MappedFile`.
     """
+    if not can_map():
+        return None  # never a user's file without the guard: it is read instead
     fileno = getattr(stream, "fileno", None)
     tell = getattr(stream, "tell", None)
     if fileno is None or tell is None:
@@ -328,8 +354,16 @@ def map_stream(stream: Any, window: int, *, ahead: bool = False) -> MappedFile |
         if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
             os.close(fd)
             return None
-        m = mmap.mmap(fd, st.st_size, access=mmap.ACCESS_READ)
-    except (OSError, ValueError, OverflowError):
+    except OSError:
         os.close(fd)
         return None
-    return MappedFile(m, fd, window, ahead=ahead)
+    guarded = map_guarded(fd, str(getattr(stream, "name", "<stream>")))
+    if guarded is None:
+        os.close(fd)
+        return None
+    return MappedFile(guarded, fd, window, ahead=ahead)
+
+
+def can_map() -> bool:
+    """Whether a local tar can be walked in a mapping here (only under the guard)."""
+    return mapguard_available()

@@ -363,7 +363,7 @@ def iter_tar_samples(
     size: int | None = None,
     chunk_size: int = DEFAULT_CHUNK,
     readahead: int | None = None,
-    map_file: bool = True,
+    map_file: bool = False,
 ) -> Iterator[TarSample]:
     """Stream a tar once and yield its samples in archive order.
 
@@ -389,11 +389,11 @@ def iter_tar_samples(
         0 keeps the walk to one thread.
     map_file:
         Walk a local file (a path, or an open regular file at offset 0) in a
-        read-only mapping instead of reading it (default): no read copy,
-        a page fault per 64 KiB instead, which costs less CPU than the copy
-        with the compiled walker (``benchmarks/README.md``, 2026-11-24). A
-        file cut short while it is walked is reported as a truncated tar.
-        ``False`` reads it. Other streams are always read.
+        guarded read-only mapping instead of reading it: no read copy, page
+        faults instead. Off by default (the read cost less CPU when last
+        measured, docs/TAR.md section 5). Mapped or read, a file cut while it
+        is walked is a ``TarTruncatedError``, never SIGBUS. Other streams,
+        and any file where the guard is not available, are always read.
 
     Yields
     ------
@@ -422,7 +422,7 @@ def scan_tar(
     size: int | None = None,
     chunk_size: int = DEFAULT_CHUNK,
     readahead: int | None = None,
-    map_file: bool = True,
+    map_file: bool = False,
 ) -> TarShardInfo:
     """Stream a tar once and summarise every sample for the catalog (or TARIDX).
 

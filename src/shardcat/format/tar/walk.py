@@ -13,12 +13,15 @@ chunk go through its C loop, and this code reads only the groups it stops at
 (one cut by the chunk's end, a damaged header, the end of the archive): the
 errors, and every rare case, stay here.
 
-With ``map_file=True`` (the default) a local file is not read at all: it is mapped
-(:mod:`.mapped`) and walked in place, one ``chunk_size`` window at a time, each window cut at the
-file's current size, so a file cut short while it is walked is reported as a
-stream that ends early is; no read-ahead thread reads it, but by default a
-second thread maps the next window into the page tables (:mod:`.mapped`;
-``readahead=0`` keeps the walk to one thread).
+With ``map_file=True`` a local file is not read at all: it is mapped under the
+guard of :mod:`shardcat.format.mapguard` (:mod:`.mapped`) and walked in place,
+one ``chunk_size`` window at a time, each window cut at the file's current
+size; a file cut while it is walked (even inside a window) is a
+:class:`~.errors.TarTruncatedError`, never SIGBUS: before every batch it yields,
+and when it raises, the walk asks the guard whether anything it read was lost.
+No read-ahead thread reads a mapped file, but by default a second thread maps
+the next window into the page tables (:mod:`.mapped`; ``readahead=0`` keeps the
+walk to one thread). The default reads (measured cheaper here: docs/TAR.md).
 """
 
 from __future__ import annotations
@@ -127,11 +130,10 @@ class TarWalker:
         :func:`~.mapped.can_map_ahead`), and 0 keeps the walk to one thread.
     map_file:
         Walk a regular local file (``stream.fileno()``, at offset 0) in a
-        read-only mapping instead of reading it (:mod:`.mapped`); any other
-        stream, or a file that cannot be mapped, is read. On by default:
-        with the compiled walk and grouping, the page faults cost less CPU
-        than the read's copy (``benchmarks/README.md``, 2026-11-24 tarpass);
-        ``False`` reads the file.
+        guarded read-only mapping instead of reading it (:mod:`.mapped`); any
+        other stream, or a file that cannot be mapped under the guard, is
+        read. Off by default: on the VM measured last the read cost less CPU
+        than the mapping's page faults (docs/TAR.md section 5).
     blocks:
         With the compiled walker, yield :data:`Pieces` instead of batches:
         the compiled loop's members stay in C blocks (``_ctar.Members``)
@@ -152,7 +154,7 @@ class TarWalker:
         size: int | None = None,
         chunk_size: int = DEFAULT_CHUNK,
         readahead: int | None = None,
-        map_file: bool = True,
+        map_file: bool = False,
         blocks: bool = False,
     ) -> None:
         if chunk_size < 4 * BLOCK or chunk_size % BLOCK:
@@ -359,11 +361,35 @@ class TarWalker:
         """
         try:
             yield from self._walk()
+        except TarError:
+            self._check_mapped()  # a file cut under the walk explains any error: say so
+            raise
         finally:
             self.close()
 
+    def _check_mapped(self) -> None:
+        """For a mapped file: raise if what the walk has read may not be the file's any more.
+
+        A page of the file found cut (it read as zeros since) or a file now
+        shorter than the walk has read: everything computed from the mapping
+        is in doubt, so nothing of it may be yielded.
+        """
+        mapped = self._mapped
+        if mapped is None:
+            return
+        lost = mapped.lost(self._end)
+        if lost is not None:
+            raise TarTruncatedError(
+                f"the file was cut at byte {lost} while it was walked (the walk had read "
+                f"{self._end} bytes); the archive is being rewritten or was cut short "
+                "(index it again once it is whole)",
+                path=self.path,
+                offset=lost,
+            )
+
     def _take(self) -> Batch | Pieces | None:
         """What the walk yields next (members verified since the last), or ``None`` if nothing."""
+        self._check_mapped()  # nothing read from a mapping leaves before the guard was asked
         if not self._blocks:
             if not self._ready[0]:
                 return None
