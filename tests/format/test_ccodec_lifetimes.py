@@ -27,7 +27,7 @@ import pytest
 import xxhash
 
 from shardcat.catalog.spans import unpack_spans
-from shardcat.format import lazy, recordcodec, records
+from shardcat.format import lazy, recordcodec, records, scatter
 from shardcat.format.checksums import crc32c
 from shardcat.format.records import PreparedEntry
 from shardcat.format.spec import BATCH_ROW_DTYPE, Codec
@@ -246,6 +246,94 @@ def test_the_reference_entry_is_what_the_compiled_one_matches(
     assert bytes(rec._entry("bin").view) == bytes(buf[200:256])
 
 
+# --- the scatter family and the batch table: what was checked is what is used ---------
+
+
+def unaligned(values: list[int]) -> np.ndarray:
+    """An int64 array one byte off an 8-byte boundary (loaded in C as a copy)."""
+    raw = bytearray(1 + 8 * len(values))
+    raw[1:] = np.asarray(values, dtype="<i8").tobytes()
+    return np.frombuffer(raw, dtype=np.int64, offset=1, count=len(values))
+
+
+def test_int64_arrays_need_no_alignment() -> None:
+    """Before: UBSan's "load of misaligned address" in every function of the family."""
+    src = bytes(range(256)) * 4
+    positions, lengths = unaligned([0, 300, 700]), unaligned([100, 200, 50])
+    assert positions.ctypes.data % 8 == 1
+    assert ccodec.crc32c_spans(src, positions, lengths) == scatter.crc32c_spans(
+        src, positions, lengths
+    )
+    ours, ref = np.zeros(1024, np.uint8), np.zeros(1024, np.uint8)
+    ccodec.scatter_copy(src[:350], ours, positions, lengths)
+    scatter.scatter_copy(src[:350], ref, positions, lengths)
+    assert bytes(ours) == bytes(ref)
+    runs = (unaligned([0, 0]), unaligned([10, 500]), unaligned([2, 1]))
+    ours[:], ref[:] = 0, 0
+    ccodec.gather_copy([src], *runs, ours, positions, lengths)
+    scatter.gather_copy([src], *runs, ref, positions, lengths)
+    assert bytes(ours) == bytes(ref)
+
+
+def test_scatter_reads_need_no_alignment(tmp_path: Any) -> None:
+    data = bytes(range(256)) * 4
+    (tmp_path / "f").write_bytes(data)
+    fd = os.open(tmp_path / "f", os.O_RDONLY)
+    try:
+        positions, lengths = unaligned([0, 300, 700]), unaligned([100, 200, 50])
+        ours, ref = np.zeros(1024, np.uint8), np.zeros(1024, np.uint8)
+        assert ccodec.scatter_read(fd, 10, ours, positions, lengths)
+        assert scatter.scatter_read(fd, 10, ref, positions, lengths)
+        assert bytes(ours) == bytes(ref)
+        runs = (unaligned([fd, fd]), unaligned([10, 500]), unaligned([2, 1]))
+        ours[:], ref[:] = 0, 0
+        assert ccodec.scatter_read_runs(*runs, ours, positions, lengths) == -1
+        assert scatter.scatter_read_runs(*runs, ref, positions, lengths) == -1
+        assert bytes(ours) == bytes(ref)
+    finally:
+        os.close(fd)
+
+
+def test_a_wanted_key_that_empties_the_rows_while_they_are_read() -> None:
+    """Before: the rows' tuples were read after __eq__ had freed them (AddressSanitizer)."""
+    rows: list[Any] = []
+    armed: list[bool] = []
+    filler: list[Any] = []
+
+    class Emptier:
+        def __hash__(self) -> int:
+            return hash("k/0")
+
+        def __eq__(self, other: object) -> bool:
+            if armed:
+                rows.clear()  # frees the rows: only the list holds them
+                # New objects of the same sizes, where the allocator puts them: the freed ones' place.
+                filler.extend(
+                    (f"z/{i}", ("file:///" + "z" * 20, -i, -i, b"!", f"z/{i}", 9, 1, 1))
+                    for i in range(64)
+                )
+            return False
+
+    wanted = {Emptier(): 0, "k/0": 0, "k/2": 0}
+    rows[:] = [("file:///" + "u" * 20, 64 * i, 64, b"", f"k/{i}", 8, None, None) for i in range(4)]
+    as_called = list(rows)
+    ref = records.batch_table(as_called, {"k/0": 0, "k/2": 0})
+    del as_called
+    armed.append(True)
+    done = ccodec.batch_table(rows, wanted)
+    assert rows == []  # __eq__ ran
+    table, keys, spans, urls, alignments, others, seen = done
+    assert (keys, spans, urls, alignments, others, seen) == (
+        ref.keys,
+        ref.spans,
+        ref.urls,
+        ref.alignments,
+        ref.others,
+        ref.seen,
+    )
+    assert bytes(table) == ref.table.tobytes()
+
+
 # --- threads: buffers and lists changed while another thread decodes ---------------
 
 _CHILD_PRELUDE = """
@@ -358,6 +446,51 @@ for _ in range(ATTEMPTS):
     entries, _ = race(change, lambda: [rec["bin"] for rec in reversed(recs)])
     for e in entries:
         assert e.view.nbytes <= len(buf) and len(bytes(e.view)) == e.view.nbytes, e.view.nbytes
+""",
+    # Item 5: positions changed by another thread while crc32c_spans and gather_copy run
+    # without the GIL; before the fix they were read again there, past the buffers.
+    "pieces_changed": """
+buf = bytes(bytearray(64 << 20))
+starts = np.arange(0, 64 << 20, 16 << 10, dtype=np.int64)
+lengths = np.full(len(starts), 16 << 10, dtype=np.int64)
+expected = c.crc32c_spans(buf, starts, lengths)
+ones = np.ones(len(starts), dtype=np.int64)
+for k in range(ATTEMPTS):
+    mine = starts.copy()
+    def change():
+        mine[:] = 1 << 40
+    try:
+        if k % 2:
+            got, _ = race(change, lambda: c.crc32c_spans(buf, mine, lengths))
+            assert got == expected
+        else:
+            dest = np.zeros(64 << 20, dtype=np.uint8)
+            race(change, lambda: c.gather_copy([buf], np.zeros(len(starts), np.int64), starts, ones, dest, mine, lengths))
+            assert not dest.any()
+    except ValueError:  # changed before they were checked: refused
+        pass
+""",
+    # Item 5: read_packed's table changed by another thread while it reads without the
+    # GIL; before the fix each row's buffer number was read again there.
+    "table_changed": """
+import os, tempfile
+data = os.urandom(16 << 20)
+with tempfile.NamedTemporaryFile() as f:
+    f.write(data)
+    f.flush()
+    fd = os.open(f.name, os.O_RDONLY)
+    try:
+        for _ in range(ATTEMPTS):
+            table = np.zeros(4096, dtype=BATCH_ROW_DTYPE)
+            table["length"] = 4096
+            table["offset"] = np.arange(4096) * 4096
+            def change():
+                table["blob"] = 2**31
+                table["at"] = 2**40
+            out, _ = race(change, lambda: c.read_packed([fd], table, 0, 1 << 20))
+            assert b"".join(bytes(g) for g in out) == data
+    finally:
+        os.close(fd)
 """,
 }
 

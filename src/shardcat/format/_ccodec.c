@@ -1295,6 +1295,14 @@ static int pread_whole(int fd, char *dest, uint64_t length, uint64_t offset, int
 }
 
 
+/* A row of read_packed's table as it was checked and planned: the reads
+   without the GIL use this copy, not the caller's table, which another
+   thread may change meanwhile. */
+typedef struct {
+    uint64_t at, length, offset; /* in its group's buffer; in the file */
+    uint32_t group, shard;
+} PackedRow;
+
 /* Append an uninitialised bytes buffer of `size` bytes (one packed group) to `groups`. */
 static int append_group(PyObject *groups, uint64_t size)
 {
@@ -1374,7 +1382,7 @@ static int add_group(PyObject *groups, uint64_t size, PyObject *pool, Py_ssize_t
 }
 
 /* Each pool buffer in `groups` replaced by a memoryview of its group's bytes alone. */
-static int cut_groups(PyObject *groups, const unsigned char *base, Py_ssize_t rows)
+static int cut_groups(PyObject *groups, const PackedRow *plan, Py_ssize_t rows)
 {
     Py_ssize_t n = PyList_GET_SIZE(groups);
     uint64_t *sizes = PyMem_Calloc((size_t)(n ? n : 1), sizeof(uint64_t));
@@ -1382,10 +1390,8 @@ static int cut_groups(PyObject *groups, const unsigned char *base, Py_ssize_t ro
         PyErr_NoMemory();
         return -1;
     }
-    for (Py_ssize_t t = 0; t < rows; t++) { /* a group's rows lie back to back, in order */
-        const unsigned char *r = base + BATCH_ROW_SIZE * t;
-        sizes[ld32(r)] = ld64(r + 16) + ld64(r + 24);
-    }
+    for (Py_ssize_t t = 0; t < rows; t++) /* a group's rows lie back to back, in order */
+        sizes[plan[t].group] = plan[t].at + plan[t].length;
     int rc = 0;
     for (Py_ssize_t g = 0; g < n && rc == 0; g++) {
         PyObject *b = PyList_GET_ITEM(groups, g);
@@ -1425,6 +1431,7 @@ static PyObject *py_read_packed(PyObject *self, PyObject *args)
         return NULL;
     PyObject *groups = NULL, *result = NULL;
     int *fds = NULL;
+    PackedRow *plan = NULL;
     char **dests = NULL, *scratch = NULL;
 #ifdef HAVE_PREADV
     struct iovec *iov = NULL;
@@ -1436,11 +1443,16 @@ static PyObject *py_read_packed(PyObject *self, PyObject *args)
     Py_ssize_t rows = tb.len / BATCH_ROW_SIZE, nfds = PyList_GET_SIZE(fds_list);
     unsigned char *base = (unsigned char *)tb.buf;
     fds = PyMem_Malloc(sizeof(int) * (size_t)(nfds ? nfds : 1));
-    if (fds == NULL) {
+    plan = PyMem_RawMalloc(sizeof(PackedRow) * (size_t)(rows ? rows : 1));
+    if (fds == NULL || plan == NULL) {
         PyErr_NoMemory();
         goto finally;
     }
     for (Py_ssize_t i = 0; i < nfds; i++) {
+        if (i >= PyList_GET_SIZE(fds_list)) { /* __index__ of an item before may have changed the list */
+            PyErr_SetString(PyExc_RuntimeError, "read_packed: the descriptor list changed");
+            goto finally;
+        }
         long fd = PyLong_AsLong(PyList_GET_ITEM(fds_list, i));
         if (fd == -1 && PyErr_Occurred())
             goto finally;
@@ -1478,6 +1490,7 @@ static PyObject *py_read_packed(PyObject *self, PyObject *args)
         }
         st32(r, (uint32_t)ngroups);
         st64(r + 16, size);
+        plan[t] = (PackedRow){size, length, offset, (uint32_t)ngroups, (uint32_t)shard};
         size += length;
         if (size > (uint64_t)PY_SSIZE_T_MAX / 2) {
             PyErr_SetString(PyExc_OverflowError, "read_packed: a buffer would be too large");
@@ -1508,17 +1521,17 @@ static PyObject *py_read_packed(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     Py_ssize_t t = 0;
     while (t < rows && whole && !err) {
-        const unsigned char *r = base + BATCH_ROW_SIZE * t;
-        uint32_t shard = ld32(r + 4);
+        const PackedRow *r = &plan[t];
+        uint32_t shard = r->shard;
         int fd = fds[shard];
         Py_ssize_t first = t;
 #ifdef HAVE_PREADV
         /* One run: records of one file, each at most max_gap after the end of the one before. */
-        uint64_t run_start = ld64(r + 32), end = run_start, total = 0;
+        uint64_t run_start = r->offset, end = run_start, total = 0;
         int niov = 0;
         for (;;) {
-            r = base + BATCH_ROW_SIZE * t;
-            uint64_t length = ld64(r + 24), offset = ld64(r + 32);
+            r = &plan[t];
+            uint64_t length = r->length, offset = r->offset;
             if (offset > end) {
                 iov[niov].iov_base = scratch;
                 iov[niov].iov_len = (size_t)(offset - end);
@@ -1526,7 +1539,7 @@ static PyObject *py_read_packed(PyObject *self, PyObject *args)
                 total += offset - end;
             }
             if (length) {
-                iov[niov].iov_base = dests[ld32(r)] + ld64(r + 16);
+                iov[niov].iov_base = dests[r->group] + r->at;
                 iov[niov].iov_len = (size_t)length;
                 niov++;
             }
@@ -1535,9 +1548,8 @@ static PyObject *py_read_packed(PyObject *self, PyObject *args)
             t++;
             if (t == rows || niov + 2 > PACKED_IOV_MAX || total > 0x40000000u)
                 break;
-            const unsigned char *next = base + BATCH_ROW_SIZE * t;
-            uint64_t next_offset = ld64(next + 32);
-            if (ld32(next + 4) != shard || next_offset < end || next_offset - end > (uint64_t)max_gap)
+            uint64_t next_offset = plan[t].offset;
+            if (plan[t].shard != shard || next_offset < end || next_offset - end > (uint64_t)max_gap)
                 break;
         }
         ssize_t got;
@@ -1555,8 +1567,8 @@ static PyObject *py_read_packed(PyObject *self, PyObject *args)
         t++;
 #endif
         for (Py_ssize_t u = first; u < t && whole && !err; u++) {
-            const unsigned char *q = base + BATCH_ROW_SIZE * u;
-            whole = pread_whole(fd, dests[ld32(q)] + ld64(q + 16), ld64(q + 24), ld64(q + 32), &err) == 1;
+            const PackedRow *q = &plan[u];
+            whole = pread_whole(fd, dests[q->group] + q->at, q->length, q->offset, &err) == 1;
         }
     }
     Py_END_ALLOW_THREADS
@@ -1570,7 +1582,7 @@ static PyObject *py_read_packed(PyObject *self, PyObject *args)
         result = Py_None;
         goto finally;
     }
-    if (pool != Py_None && cut_groups(groups, base, rows) < 0)
+    if (pool != Py_None && cut_groups(groups, plan, rows) < 0)
         goto finally;
     result = groups;
     groups = NULL;
@@ -1578,6 +1590,7 @@ finally:
     PyBuffer_Release(&tb);
     Py_XDECREF(groups);
     PyMem_Free(fds);
+    PyMem_RawFree(plan);
     PyMem_Free(dests);
     PyMem_RawFree(scratch);
 #ifdef HAVE_PREADV
@@ -1587,23 +1600,49 @@ finally:
 }
 #endif
 
-/* Pieces of a scatter read or copy: two int64 arrays (positions in dest, lengths) of one length. */
-static int scatter_pieces(Py_buffer *pos, Py_buffer *len, Py_ssize_t dest_len, Py_ssize_t *n, uint64_t *total)
+/* The int64s of `b` (b->len / 8 of them) in memory of our own, to free with
+   PyMem_RawFree: what is checked is what is used, though the caller's array
+   may change while it is used without the GIL, and an int64 load needs
+   alignment the caller's buffer may not have. NULL: MemoryError set. */
+static int64_t *own_int64s(const Py_buffer *b)
 {
+    size_t n = (size_t)(b->len / 8);
+    int64_t *copy = PyMem_RawMalloc(n ? n * sizeof(int64_t) : sizeof(int64_t));
+    if (copy == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    memcpy(copy, b->buf, n * sizeof(int64_t));
+    return copy;
+}
+
+/* Pieces of a scatter read or copy: two int64 arrays (positions in dest,
+   lengths) of one length, copied (own_int64s: *p and *l, NULL on failure)
+   and checked: every piece inside dest, *n of them, *total bytes in all. */
+static int scatter_pieces(Py_buffer *pos, Py_buffer *len, Py_ssize_t dest_len, int64_t **p, int64_t **l,
+                          Py_ssize_t *n, uint64_t *total)
+{
+    *p = *l = NULL;
     if (pos->len != len->len || pos->len % 8) {
         PyErr_SetString(PyExc_ValueError, "scatter: positions and lengths must be int64 arrays of one length");
         return -1;
     }
     *n = pos->len / 8;
     *total = 0;
-    const int64_t *p = (const int64_t *)pos->buf, *l = (const int64_t *)len->buf;
+    if ((*p = own_int64s(pos)) == NULL || (*l = own_int64s(len)) == NULL)
+        return -1;
+    const int64_t *ps = *p, *ls = *l;
     for (Py_ssize_t i = 0; i < *n; i++) {
-        if (p[i] < 0 || l[i] < 0 || l[i] > dest_len || p[i] > dest_len - l[i]) {
+        if (ps[i] < 0 || ls[i] < 0 || ls[i] > dest_len || ps[i] > dest_len - ls[i]) {
             PyErr_Format(PyExc_ValueError, "scatter: piece %zd (%lld bytes at %lld) is outside the destination",
-                         i, (long long)l[i], (long long)p[i]);
+                         i, (long long)ls[i], (long long)ps[i]);
             return -1;
         }
-        *total += (uint64_t)l[i];
+        if ((uint64_t)ls[i] > (uint64_t)LLONG_MAX - *total) { /* file offsets are signed 64-bit */
+            PyErr_SetString(PyExc_ValueError, "scatter: the pieces hold more than 2**63 - 1 bytes");
+            return -1;
+        }
+        *total += (uint64_t)ls[i];
     }
     return 0;
 }
@@ -1621,14 +1660,14 @@ static PyObject *py_scatter_copy(PyObject *self, PyObject *args)
     PyObject *result = NULL;
     Py_ssize_t n;
     uint64_t total;
-    if (scatter_pieces(&pos, &len, dest.len, &n, &total) < 0)
+    int64_t *p, *l;
+    if (scatter_pieces(&pos, &len, dest.len, &p, &l, &n, &total) < 0)
         goto finally;
     if (total != (uint64_t)src.len) {
         PyErr_Format(PyExc_ValueError, "scatter_copy: the pieces hold %llu bytes, the source %zd",
                      (unsigned long long)total, src.len);
         goto finally;
     }
-    const int64_t *p = (const int64_t *)pos.buf, *l = (const int64_t *)len.buf;
     const char *from = (const char *)src.buf;
     for (Py_ssize_t i = 0; i < n; i++) {
         memcpy((char *)dest.buf + p[i], from, (size_t)l[i]);
@@ -1637,6 +1676,8 @@ static PyObject *py_scatter_copy(PyObject *self, PyObject *args)
     Py_INCREF(Py_None);
     result = Py_None;
 finally:
+    PyMem_RawFree(p);
+    PyMem_RawFree(l);
     PyBuffer_Release(&src);
     PyBuffer_Release(&dest);
     PyBuffer_Release(&pos);
@@ -1719,7 +1760,8 @@ static PyObject *py_scatter_read(PyObject *self, PyObject *args)
     Py_ssize_t n;
     uint64_t total;
     void *iov = NULL;
-    if (scatter_pieces(&pos, &len, dest.len, &n, &total) < 0)
+    int64_t *p, *l;
+    if (scatter_pieces(&pos, &len, dest.len, &p, &l, &n, &total) < 0)
         goto finally;
     if (fd < 0 || offset < 0 || (uint64_t)offset > (uint64_t)LLONG_MAX - total) {
         PyErr_SetString(PyExc_ValueError, "scatter_read: fd and offset must be >= 0");
@@ -1734,8 +1776,7 @@ static PyObject *py_scatter_read(PyObject *self, PyObject *args)
 #endif
     int err = 0, whole;
     Py_BEGIN_ALLOW_THREADS
-    whole = scatter_run(fd, (uint64_t)offset, (char *)dest.buf, (const int64_t *)pos.buf,
-                        (const int64_t *)len.buf, n, iov, &err);
+    whole = scatter_run(fd, (uint64_t)offset, (char *)dest.buf, p, l, n, iov, &err);
     Py_END_ALLOW_THREADS
     if (err) {
         errno = err;
@@ -1745,6 +1786,8 @@ static PyObject *py_scatter_read(PyObject *self, PyObject *args)
     result = PyBool_FromLong(whole);
 finally:
     PyMem_RawFree(iov);
+    PyMem_RawFree(p);
+    PyMem_RawFree(l);
     PyBuffer_Release(&dest);
     PyBuffer_Release(&pos);
     PyBuffer_Release(&len);
@@ -1768,14 +1811,15 @@ static PyObject *py_scatter_read_runs(PyObject *self, PyObject *args)
     Py_ssize_t n, runs = fdb.len / 8;
     uint64_t total;
     void *iov = NULL;
-    if (scatter_pieces(&pos, &len, dest.len, &n, &total) < 0)
+    int64_t *p, *l, *fds = NULL, *offs = NULL, *cnts = NULL;
+    if (scatter_pieces(&pos, &len, dest.len, &p, &l, &n, &total) < 0)
         goto finally;
     if (fdb.len % 8 || offb.len != fdb.len || cntb.len != fdb.len) {
         PyErr_SetString(PyExc_ValueError, "scatter_read_runs: fds, offsets and counts must be int64 arrays of one length");
         goto finally;
     }
-    const int64_t *fds = (const int64_t *)fdb.buf, *offs = (const int64_t *)offb.buf,
-                  *cnts = (const int64_t *)cntb.buf;
+    if ((fds = own_int64s(&fdb)) == NULL || (offs = own_int64s(&offb)) == NULL || (cnts = own_int64s(&cntb)) == NULL)
+        goto finally;
     Py_ssize_t pieces = 0;
     for (Py_ssize_t k = 0; k < runs; k++) {
         if (fds[k] < 0 || fds[k] > INT_MAX || offs[k] < 0 || cnts[k] < 0 || cnts[k] > n - pieces) {
@@ -1799,7 +1843,6 @@ static PyObject *py_scatter_read_runs(PyObject *self, PyObject *args)
 #endif
     int err = 0;
     Py_ssize_t ended = -1;
-    const int64_t *p = (const int64_t *)pos.buf, *l = (const int64_t *)len.buf;
     Py_BEGIN_ALLOW_THREADS
     Py_ssize_t at = 0;
     for (Py_ssize_t k = 0; k < runs && !err; k++) {
@@ -1819,6 +1862,11 @@ static PyObject *py_scatter_read_runs(PyObject *self, PyObject *args)
     result = PyLong_FromSsize_t(ended);
 finally:
     PyMem_RawFree(iov);
+    PyMem_RawFree(p);
+    PyMem_RawFree(l);
+    PyMem_RawFree(fds);
+    PyMem_RawFree(offs);
+    PyMem_RawFree(cnts);
     PyBuffer_Release(&fdb);
     PyBuffer_Release(&offb);
     PyBuffer_Release(&cntb);
@@ -1846,26 +1894,27 @@ static PyObject *py_gather_copy(PyObject *self, PyObject *args)
     Py_buffer *bufs = NULL;
     Py_ssize_t nbufs = 0, got = 0, n, runs = whb.len / 8;
     uint64_t total;
-    if (scatter_pieces(&pos, &len, dest.len, &n, &total) < 0)
+    int64_t *p, *l, *wh = NULL, *offs = NULL, *cnts = NULL;
+    if (scatter_pieces(&pos, &len, dest.len, &p, &l, &n, &total) < 0)
         goto finally;
     if (whb.len % 8 || offb.len != whb.len || cntb.len != whb.len) {
         PyErr_SetString(PyExc_ValueError, "gather_copy: which, offsets and counts must be int64 arrays of one length");
         goto finally;
     }
-    seq = PySequence_Fast(sources, "gather_copy: sources must be a sequence of buffers");
+    if ((wh = own_int64s(&whb)) == NULL || (offs = own_int64s(&offb)) == NULL || (cnts = own_int64s(&cntb)) == NULL)
+        goto finally;
+    seq = PySequence_Tuple(sources); /* held: not the caller's list, which code may change */
     if (seq == NULL)
         goto finally;
-    nbufs = PySequence_Fast_GET_SIZE(seq);
+    nbufs = PyTuple_GET_SIZE(seq);
     bufs = PyMem_Calloc(nbufs ? (size_t)nbufs : 1, sizeof(Py_buffer));
     if (bufs == NULL) {
         PyErr_NoMemory();
         goto finally;
     }
     for (; got < nbufs; got++)
-        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, got), &bufs[got], PyBUF_SIMPLE) < 0)
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(seq, got), &bufs[got], PyBUF_SIMPLE) < 0)
             goto finally;
-    const int64_t *wh = (const int64_t *)whb.buf, *offs = (const int64_t *)offb.buf, *cnts = (const int64_t *)cntb.buf;
-    const int64_t *p = (const int64_t *)pos.buf, *l = (const int64_t *)len.buf;
     Py_ssize_t at = 0;
     for (Py_ssize_t k = 0; k < runs; k++) {
         if (wh[k] < 0 || wh[k] >= nbufs || offs[k] < 0 || cnts[k] < 0 || cnts[k] > n - at) {
@@ -1905,6 +1954,11 @@ finally:
         PyBuffer_Release(&bufs[j]);
     PyMem_Free(bufs);
     Py_XDECREF(seq);
+    PyMem_RawFree(p);
+    PyMem_RawFree(l);
+    PyMem_RawFree(wh);
+    PyMem_RawFree(offs);
+    PyMem_RawFree(cnts);
     PyBuffer_Release(&whb);
     PyBuffer_Release(&offb);
     PyBuffer_Release(&cntb);
@@ -1928,12 +1982,12 @@ static PyObject *py_crc32c_spans(PyObject *self, PyObject *args)
     PyObject *result = NULL;
     Py_ssize_t n;
     uint64_t total;
-    if (scatter_pieces(&pos, &len, b.len, &n, &total) < 0)
+    int64_t *p, *l;
+    if (scatter_pieces(&pos, &len, b.len, &p, &l, &n, &total) < 0)
         goto finally;
     result = PyBytes_FromStringAndSize(NULL, 4 * n);
     if (result == NULL)
         goto finally;
-    const int64_t *p = (const int64_t *)pos.buf, *l = (const int64_t *)len.buf;
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
     const unsigned char *data = (const unsigned char *)b.buf;
     Py_BEGIN_ALLOW_THREADS
@@ -1941,6 +1995,8 @@ static PyObject *py_crc32c_spans(PyObject *self, PyObject *args)
         st32(out + 4 * i, crc32c(0, data + p[i], (size_t)l[i]));
     Py_END_ALLOW_THREADS
 finally:
+    PyMem_RawFree(p);
+    PyMem_RawFree(l);
     PyBuffer_Release(&b);
     PyBuffer_Release(&pos);
     PyBuffer_Release(&len);
