@@ -6,10 +6,14 @@ thread (``decode_one``), memoryviews read after the caller released them
 (``iter_records`` then returned a record whose key was never in the buffer),
 entries that re-read descriptors changed after decoding and sliced past the
 buffer, and borrowed items of the caller's lists held across a CRC run
-without the GIL (``decode_batch``). Each test here reproduced one of them
-before the fix: the single-threaded ones directly, the threaded ones in a
-child process (a crash, or under ``scripts/sanitize.sh`` an AddressSanitizer
-report, kills the child, not pytest).
+without the GIL (``decode_batch``). Reading the rest of the file for the
+same faults found more: the scatter functions and ``read_packed`` read the
+caller's arrays again without the GIL (and as unaligned int64s), and
+``batch_table`` read rows that a key's ``__eq__`` could free. Each test here
+reproduced one of them before the fix: the single-threaded ones directly,
+the threaded ones in a child process (a crash, or under
+``scripts/sanitize.sh`` an AddressSanitizer report, kills the child, not
+pytest).
 """
 
 from __future__ import annotations
@@ -295,7 +299,7 @@ def test_scatter_reads_need_no_alignment(tmp_path: Any) -> None:
 
 
 def test_a_wanted_key_that_empties_the_rows_while_they_are_read() -> None:
-    """Before: the rows' tuples were read after __eq__ had freed them (AddressSanitizer)."""
+    """Before: the rows' tuples were read after __eq__ had freed them (a segfault)."""
     rows: list[Any] = []
     armed: list[bool] = []
     filler: list[Any] = []
@@ -322,7 +326,7 @@ def test_a_wanted_key_that_empties_the_rows_while_they_are_read() -> None:
     armed.append(True)
     done = ccodec.batch_table(rows, wanted)
     assert rows == []  # __eq__ ran
-    table, keys, spans, urls, alignments, others, seen = done
+    packed, keys, spans, urls, alignments, others, seen = done
     assert (keys, spans, urls, alignments, others, seen) == (
         ref.keys,
         ref.spans,
@@ -331,7 +335,7 @@ def test_a_wanted_key_that_empties_the_rows_while_they_are_read() -> None:
         ref.others,
         ref.seen,
     )
-    assert bytes(table) == ref.table.tobytes()
+    assert bytes(packed) == ref.table.tobytes()
 
 
 # --- threads: buffers and lists changed while another thread decodes ---------------

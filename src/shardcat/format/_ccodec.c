@@ -17,6 +17,17 @@
  * sound: this code may reject more than the reference (the reference then
  * answers), but never accepts less; the property tests check both ways.
  *
+ * What this code reads, it holds: each entry point takes an export of every
+ * caller buffer it reads (PyObject_GetBuffer) and references to the items of
+ * caller lists, for as long as it reads them, since the Python code it calls
+ * (make_layout, a collection) and other threads (while a CRC runs without
+ * the GIL) may release or drop them meanwhile. What is read again later (a
+ * lazy entry's descriptor) is checked again against the buffer as it is
+ * then; what is checked and then used without the GIL (a scatter's pieces,
+ * read_packed's rows) is copied first. tests/fuzz/test_fuzz_codec.py runs
+ * every entry point against its reference; scripts/sanitize.sh runs it under
+ * AddressSanitizer and UBSan.
+ *
  * CRC32C: SSE4.2 (three interleaved streams, combined with precomputed shift
  * tables) when the CPU has it, chosen at import; otherwise slicing-by-8
  * tables. Key hashes (xxHash64) stay in Python: they are computed once per
