@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import random
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 import xxhash
@@ -57,9 +57,10 @@ class Case(random.Random):
         )
 
 
-def cases(name: str, default: int) -> Iterator[Case]:
-    """The cases of fuzzer ``name``: ``default`` of them, or SHARDCAT_FUZZ_EXAMPLES."""
+def cases(name: str, default: int, tally: MutableMapping[str, int]) -> Iterator[Case]:
+    """The cases of fuzzer ``name``: ``default`` of them, or SHARDCAT_FUZZ_EXAMPLES (counted in ``tally``)."""
     for number in range(START, START + (EXAMPLES or default)):
+        tally["cases"] += 1
         yield Case(name, number)
 
 

@@ -1611,49 +1611,57 @@ finally:
 }
 #endif
 
-/* The int64s of `b` (b->len / 8 of them) in memory of our own, to free with
-   PyMem_RawFree: what is checked is what is used, though the caller's array
-   may change while it is used without the GIL, and an int64 load needs
-   alignment the caller's buffer may not have. NULL: MemoryError set. */
-static int64_t *own_int64s(const Py_buffer *b)
+/* The i-th int64 of a caller's array, whatever its alignment (a byte copy:
+   one load on x86; an int64_t pointer into it would need 8-byte alignment). */
+static inline int64_t i64_at(const Py_buffer *b, Py_ssize_t i)
 {
-    size_t n = (size_t)(b->len / 8);
-    int64_t *copy = PyMem_RawMalloc(n ? n * sizeof(int64_t) : sizeof(int64_t));
-    if (copy == NULL) {
-        PyErr_NoMemory();
-        return NULL;
-    }
-    memcpy(copy, b->buf, n * sizeof(int64_t));
-    return copy;
+    int64_t v;
+    memcpy(&v, (const char *)b->buf + 8 * i, sizeof v);
+    return v;
+}
+
+#define CHANGED (-1) /* in *err: a caller's array changed while it was read without the GIL */
+
+/* Piece i (positions[i], lengths[i]) in *p and *l, if it lies inside a
+   destination of dest_len bytes. Read again where it is used without the
+   GIL: another thread may have changed the caller's arrays since they were
+   checked, so each value is checked where it is used. */
+static inline int piece_at(const Py_buffer *pos, const Py_buffer *len, Py_ssize_t i, Py_ssize_t dest_len,
+                           int64_t *p, int64_t *l)
+{
+    *p = i64_at(pos, i);
+    *l = i64_at(len, i);
+    return *p >= 0 && *l >= 0 && *l <= dest_len && *p <= dest_len - *l;
+}
+
+/* The ValueError of an array that changed while it was used without the GIL. */
+static void set_changed(const char *what)
+{
+    PyErr_Format(PyExc_ValueError, "%s: an array changed while it was read; nothing is guaranteed written", what);
 }
 
 /* Pieces of a scatter read or copy: two int64 arrays (positions in dest,
-   lengths) of one length, copied (own_int64s: *p and *l, NULL on failure)
-   and checked: every piece inside dest, *n of them, *total bytes in all. */
-static int scatter_pieces(Py_buffer *pos, Py_buffer *len, Py_ssize_t dest_len, int64_t **p, int64_t **l,
-                          Py_ssize_t *n, uint64_t *total)
+   lengths) of one length, every piece inside dest: *n of them, *total bytes. */
+static int scatter_pieces(Py_buffer *pos, Py_buffer *len, Py_ssize_t dest_len, Py_ssize_t *n, uint64_t *total)
 {
-    *p = *l = NULL;
     if (pos->len != len->len || pos->len % 8) {
         PyErr_SetString(PyExc_ValueError, "scatter: positions and lengths must be int64 arrays of one length");
         return -1;
     }
     *n = pos->len / 8;
     *total = 0;
-    if ((*p = own_int64s(pos)) == NULL || (*l = own_int64s(len)) == NULL)
-        return -1;
-    const int64_t *ps = *p, *ls = *l;
     for (Py_ssize_t i = 0; i < *n; i++) {
-        if (ps[i] < 0 || ls[i] < 0 || ls[i] > dest_len || ps[i] > dest_len - ls[i]) {
+        int64_t p, l;
+        if (!piece_at(pos, len, i, dest_len, &p, &l)) {
             PyErr_Format(PyExc_ValueError, "scatter: piece %zd (%lld bytes at %lld) is outside the destination",
-                         i, (long long)ls[i], (long long)ps[i]);
+                         i, (long long)l, (long long)p);
             return -1;
         }
-        if ((uint64_t)ls[i] > (uint64_t)LLONG_MAX - *total) { /* file offsets are signed 64-bit */
+        if ((uint64_t)l > (uint64_t)LLONG_MAX - *total) { /* file offsets are signed 64-bit */
             PyErr_SetString(PyExc_ValueError, "scatter: the pieces hold more than 2**63 - 1 bytes");
             return -1;
         }
-        *total += (uint64_t)ls[i];
+        *total += (uint64_t)l;
     }
     return 0;
 }
@@ -1671,24 +1679,23 @@ static PyObject *py_scatter_copy(PyObject *self, PyObject *args)
     PyObject *result = NULL;
     Py_ssize_t n;
     uint64_t total;
-    int64_t *p, *l;
-    if (scatter_pieces(&pos, &len, dest.len, &p, &l, &n, &total) < 0)
+    if (scatter_pieces(&pos, &len, dest.len, &n, &total) < 0)
         goto finally;
     if (total != (uint64_t)src.len) {
         PyErr_Format(PyExc_ValueError, "scatter_copy: the pieces hold %llu bytes, the source %zd",
                      (unsigned long long)total, src.len);
         goto finally;
     }
+    /* The GIL is held from the check on: no other thread changes the arrays. */
     const char *from = (const char *)src.buf;
     for (Py_ssize_t i = 0; i < n; i++) {
-        memcpy((char *)dest.buf + p[i], from, (size_t)l[i]);
-        from += l[i];
+        int64_t p = i64_at(&pos, i), l = i64_at(&len, i);
+        memcpy((char *)dest.buf + p, from, (size_t)l);
+        from += l;
     }
     Py_INCREF(Py_None);
     result = Py_None;
 finally:
-    PyMem_RawFree(p);
-    PyMem_RawFree(l);
     PyBuffer_Release(&src);
     PyBuffer_Release(&dest);
     PyBuffer_Release(&pos);
@@ -1697,31 +1704,38 @@ finally:
 }
 
 #ifdef HAVE_PREAD_LINKED
-/* One run: the file's bytes from `at` on, piece i (l[i] bytes) to base + p[i], with one
-   preadv per PACKED_IOV_MAX pieces (iov: that many slots, or NULL without preadv).
-   1: whole; 0: the file ends first; -1: an error (errno in *err). Called without the GIL. */
-static int scatter_run(int fd, uint64_t at, char *base, const int64_t *p, const int64_t *l, Py_ssize_t n,
-                       void *iov_slots, int *err)
+/* One run: the file's bytes from `at` on, pieces first..first + n - 1 of
+   (pos, len) to dest (dest_len bytes), with one preadv per PACKED_IOV_MAX
+   pieces (iov: that many slots, or NULL without preadv). 1: whole; 0: the
+   file ends first; -1: an error (errno, or CHANGED, in *err). Called
+   without the GIL: each piece is checked where it is read (piece_at). */
+static int scatter_run(int fd, uint64_t at, char *dest, Py_ssize_t dest_len, const Py_buffer *pos,
+                       const Py_buffer *len, Py_ssize_t first_piece, Py_ssize_t n, void *iov_slots, int *err)
 {
     int whole = 1;
-    Py_ssize_t i = 0;
+    Py_ssize_t i = first_piece, stop = first_piece + n;
+    int64_t p, l;
 #ifdef HAVE_PREADV
     struct iovec *iov = (struct iovec *)iov_slots;
 #else
     (void)iov_slots;
 #endif
-    while (i < n && whole && !*err) {
+    while (i < stop && whole && !*err) {
         Py_ssize_t first = i;
-        uint64_t want = 0;
 #ifdef HAVE_PREADV
+        uint64_t want = 0;
         int niov = 0;
-        while (i < n && niov < PACKED_IOV_MAX && want < 0x40000000u) {
-            if (l[i]) {
-                iov[niov].iov_base = base + p[i];
-                iov[niov].iov_len = (size_t)l[i];
+        while (i < stop && niov < PACKED_IOV_MAX && want < 0x40000000u) {
+            if (!piece_at(pos, len, i, dest_len, &p, &l)) {
+                *err = CHANGED;
+                return -1;
+            }
+            if (l) {
+                iov[niov].iov_base = dest + p;
+                iov[niov].iov_len = (size_t)l;
                 niov++;
             }
-            want += (uint64_t)l[i];
+            want += (uint64_t)l;
             i++;
         }
         ssize_t got;
@@ -1737,18 +1751,32 @@ static int scatter_run(int fd, uint64_t at, char *base, const int64_t *p, const 
             continue;
         }
 #else
-        want = (uint64_t)l[i];
         i++;
 #endif
         /* Short (a signal, the kernel's cap, the end of the file): piece by piece. */
         uint64_t q = at;
         for (Py_ssize_t u = first; u < i && whole && !*err; u++) {
-            whole = pread_whole(fd, base + p[u], (uint64_t)l[u], q, err) == 1;
-            q += (uint64_t)l[u];
+            if (!piece_at(pos, len, u, dest_len, &p, &l)) {
+                *err = CHANGED;
+                return -1;
+            }
+            whole = pread_whole(fd, dest + p, (uint64_t)l, q, err) == 1;
+            q += (uint64_t)l;
         }
-        at += want;
+        at = q;
     }
     return *err ? -1 : whole;
+}
+
+/* The OSError of a failed read, or the ValueError of an array changed meanwhile. */
+static void set_read_error(int err, const char *what)
+{
+    if (err == CHANGED) {
+        set_changed(what);
+        return;
+    }
+    errno = err;
+    PyErr_SetFromErrno(PyExc_OSError);
 }
 
 /* scatter_read(fd, offset, dest, positions, lengths) -> bool
@@ -1771,8 +1799,7 @@ static PyObject *py_scatter_read(PyObject *self, PyObject *args)
     Py_ssize_t n;
     uint64_t total;
     void *iov = NULL;
-    int64_t *p, *l;
-    if (scatter_pieces(&pos, &len, dest.len, &p, &l, &n, &total) < 0)
+    if (scatter_pieces(&pos, &len, dest.len, &n, &total) < 0)
         goto finally;
     if (fd < 0 || offset < 0 || (uint64_t)offset > (uint64_t)LLONG_MAX - total) {
         PyErr_SetString(PyExc_ValueError, "scatter_read: fd and offset must be >= 0");
@@ -1787,18 +1814,15 @@ static PyObject *py_scatter_read(PyObject *self, PyObject *args)
 #endif
     int err = 0, whole;
     Py_BEGIN_ALLOW_THREADS
-    whole = scatter_run(fd, (uint64_t)offset, (char *)dest.buf, p, l, n, iov, &err);
+    whole = scatter_run(fd, (uint64_t)offset, (char *)dest.buf, dest.len, &pos, &len, 0, n, iov, &err);
     Py_END_ALLOW_THREADS
     if (err) {
-        errno = err;
-        PyErr_SetFromErrno(PyExc_OSError);
+        set_read_error(err, "scatter_read");
         goto finally;
     }
     result = PyBool_FromLong(whole);
 finally:
     PyMem_RawFree(iov);
-    PyMem_RawFree(p);
-    PyMem_RawFree(l);
     PyBuffer_Release(&dest);
     PyBuffer_Release(&pos);
     PyBuffer_Release(&len);
@@ -1822,24 +1846,22 @@ static PyObject *py_scatter_read_runs(PyObject *self, PyObject *args)
     Py_ssize_t n, runs = fdb.len / 8;
     uint64_t total;
     void *iov = NULL;
-    int64_t *p, *l, *fds = NULL, *offs = NULL, *cnts = NULL;
-    if (scatter_pieces(&pos, &len, dest.len, &p, &l, &n, &total) < 0)
+    if (scatter_pieces(&pos, &len, dest.len, &n, &total) < 0)
         goto finally;
     if (fdb.len % 8 || offb.len != fdb.len || cntb.len != fdb.len) {
         PyErr_SetString(PyExc_ValueError, "scatter_read_runs: fds, offsets and counts must be int64 arrays of one length");
         goto finally;
     }
-    if ((fds = own_int64s(&fdb)) == NULL || (offs = own_int64s(&offb)) == NULL || (cnts = own_int64s(&cntb)) == NULL)
-        goto finally;
     Py_ssize_t pieces = 0;
     for (Py_ssize_t k = 0; k < runs; k++) {
-        if (fds[k] < 0 || fds[k] > INT_MAX || offs[k] < 0 || cnts[k] < 0 || cnts[k] > n - pieces) {
+        int64_t fd = i64_at(&fdb, k), off = i64_at(&offb, k), cnt = i64_at(&cntb, k);
+        if (fd < 0 || fd > INT_MAX || off < 0 || cnt < 0 || cnt > n - pieces) {
             PyErr_Format(PyExc_ValueError, "scatter_read_runs: run %zd (fd %lld, offset %lld, %lld pieces) "
-                         "is invalid or needs more pieces than given", k, (long long)fds[k],
-                         (long long)offs[k], (long long)cnts[k]);
+                         "is invalid or needs more pieces than given", k, (long long)fd,
+                         (long long)off, (long long)cnt);
             goto finally;
         }
-        pieces += cnts[k];
+        pieces += (Py_ssize_t)cnt;
     }
     if (pieces != n) {
         PyErr_Format(PyExc_ValueError, "scatter_read_runs: the runs take %zd pieces, %zd were given", pieces, n);
@@ -1857,27 +1879,27 @@ static PyObject *py_scatter_read_runs(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     Py_ssize_t at = 0;
     for (Py_ssize_t k = 0; k < runs && !err; k++) {
-        if (scatter_run((int)fds[k], (uint64_t)offs[k], (char *)dest.buf, p + at, l + at, (Py_ssize_t)cnts[k],
-                        iov, &err) == 0) {
+        /* Read again without the GIL: checked again where used. */
+        int64_t fd = i64_at(&fdb, k), off = i64_at(&offb, k), cnt = i64_at(&cntb, k);
+        if (fd < 0 || fd > INT_MAX || off < 0 || cnt < 0 || cnt > n - at) {
+            err = CHANGED;
+            break;
+        }
+        if (scatter_run((int)fd, (uint64_t)off, (char *)dest.buf, dest.len, &pos, &len, at, (Py_ssize_t)cnt, iov,
+                        &err) == 0) {
             ended = k;
             break;
         }
-        at += (Py_ssize_t)cnts[k];
+        at += (Py_ssize_t)cnt;
     }
     Py_END_ALLOW_THREADS
     if (err) {
-        errno = err;
-        PyErr_SetFromErrno(PyExc_OSError);
+        set_read_error(err, "scatter_read_runs");
         goto finally;
     }
     result = PyLong_FromSsize_t(ended);
 finally:
     PyMem_RawFree(iov);
-    PyMem_RawFree(p);
-    PyMem_RawFree(l);
-    PyMem_RawFree(fds);
-    PyMem_RawFree(offs);
-    PyMem_RawFree(cnts);
     PyBuffer_Release(&fdb);
     PyBuffer_Release(&offb);
     PyBuffer_Release(&cntb);
@@ -1905,15 +1927,12 @@ static PyObject *py_gather_copy(PyObject *self, PyObject *args)
     Py_buffer *bufs = NULL;
     Py_ssize_t nbufs = 0, got = 0, n, runs = whb.len / 8;
     uint64_t total;
-    int64_t *p, *l, *wh = NULL, *offs = NULL, *cnts = NULL;
-    if (scatter_pieces(&pos, &len, dest.len, &p, &l, &n, &total) < 0)
+    if (scatter_pieces(&pos, &len, dest.len, &n, &total) < 0)
         goto finally;
     if (whb.len % 8 || offb.len != whb.len || cntb.len != whb.len) {
         PyErr_SetString(PyExc_ValueError, "gather_copy: which, offsets and counts must be int64 arrays of one length");
         goto finally;
     }
-    if ((wh = own_int64s(&whb)) == NULL || (offs = own_int64s(&offb)) == NULL || (cnts = own_int64s(&cntb)) == NULL)
-        goto finally;
     seq = PySequence_Tuple(sources); /* held: not the caller's list, which code may change */
     if (seq == NULL)
         goto finally;
@@ -1928,36 +1947,54 @@ static PyObject *py_gather_copy(PyObject *self, PyObject *args)
             goto finally;
     Py_ssize_t at = 0;
     for (Py_ssize_t k = 0; k < runs; k++) {
-        if (wh[k] < 0 || wh[k] >= nbufs || offs[k] < 0 || cnts[k] < 0 || cnts[k] > n - at) {
+        int64_t wh = i64_at(&whb, k), off = i64_at(&offb, k), cnt = i64_at(&cntb, k);
+        if (wh < 0 || wh >= nbufs || off < 0 || cnt < 0 || cnt > n - at) {
             PyErr_Format(PyExc_ValueError, "gather_copy: run %zd (source %lld, offset %lld, %lld pieces) "
-                         "is invalid or needs more pieces than given", k, (long long)wh[k],
-                         (long long)offs[k], (long long)cnts[k]);
+                         "is invalid or needs more pieces than given", k, (long long)wh,
+                         (long long)off, (long long)cnt);
             goto finally;
         }
         uint64_t want = 0;
-        for (Py_ssize_t i = at; i < at + cnts[k]; i++)
-            want += (uint64_t)l[i];
-        if ((uint64_t)offs[k] > (uint64_t)bufs[wh[k]].len || want > (uint64_t)bufs[wh[k]].len - (uint64_t)offs[k]) {
+        for (Py_ssize_t i = at; i < at + cnt; i++)
+            want += (uint64_t)i64_at(&len, i);
+        if ((uint64_t)off > (uint64_t)bufs[wh].len || want > (uint64_t)bufs[wh].len - (uint64_t)off) {
             PyErr_Format(PyExc_ValueError, "gather_copy: run %zd (%llu bytes at %lld) is outside source %lld (%zd bytes)",
-                         k, (unsigned long long)want, (long long)offs[k], (long long)wh[k], bufs[wh[k]].len);
+                         k, (unsigned long long)want, (long long)off, (long long)wh, bufs[wh].len);
             goto finally;
         }
-        at += (Py_ssize_t)cnts[k];
+        at += (Py_ssize_t)cnt;
     }
     if (at != n) {
         PyErr_Format(PyExc_ValueError, "gather_copy: the runs take %zd pieces, %zd were given", at, n);
         goto finally;
     }
+    int changed = 0;
     Py_BEGIN_ALLOW_THREADS
     Py_ssize_t i = 0;
-    for (Py_ssize_t k = 0; k < runs; k++) {
-        const char *from = (const char *)bufs[wh[k]].buf + offs[k];
-        for (Py_ssize_t e = i + (Py_ssize_t)cnts[k]; i < e; i++) {
-            memcpy((char *)dest.buf + p[i], from, (size_t)l[i]);
-            from += l[i];
+    for (Py_ssize_t k = 0; k < runs && !changed; k++) {
+        /* Read again without the GIL: checked again where used (the source's room too). */
+        int64_t wh = i64_at(&whb, k), off = i64_at(&offb, k), cnt = i64_at(&cntb, k), p, l;
+        if (wh < 0 || wh >= nbufs || off < 0 || off > bufs[wh].len || cnt < 0 || cnt > n - i) {
+            changed = 1;
+            break;
+        }
+        const char *from = (const char *)bufs[wh].buf + off;
+        Py_ssize_t room = bufs[wh].len - (Py_ssize_t)off;
+        for (Py_ssize_t e = i + (Py_ssize_t)cnt; i < e; i++) {
+            if (!piece_at(&pos, &len, i, dest.len, &p, &l) || l > room) {
+                changed = 1;
+                break;
+            }
+            memcpy((char *)dest.buf + p, from, (size_t)l);
+            from += l;
+            room -= (Py_ssize_t)l;
         }
     }
     Py_END_ALLOW_THREADS
+    if (changed) {
+        set_changed("gather_copy");
+        goto finally;
+    }
     Py_INCREF(Py_None);
     result = Py_None;
 finally:
@@ -1965,11 +2002,6 @@ finally:
         PyBuffer_Release(&bufs[j]);
     PyMem_Free(bufs);
     Py_XDECREF(seq);
-    PyMem_RawFree(p);
-    PyMem_RawFree(l);
-    PyMem_RawFree(wh);
-    PyMem_RawFree(offs);
-    PyMem_RawFree(cnts);
     PyBuffer_Release(&whb);
     PyBuffer_Release(&offb);
     PyBuffer_Release(&cntb);
@@ -1993,21 +2025,29 @@ static PyObject *py_crc32c_spans(PyObject *self, PyObject *args)
     PyObject *result = NULL;
     Py_ssize_t n;
     uint64_t total;
-    int64_t *p, *l;
-    if (scatter_pieces(&pos, &len, b.len, &p, &l, &n, &total) < 0)
+    if (scatter_pieces(&pos, &len, b.len, &n, &total) < 0)
         goto finally;
     result = PyBytes_FromStringAndSize(NULL, 4 * n);
     if (result == NULL)
         goto finally;
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
     const unsigned char *data = (const unsigned char *)b.buf;
+    int changed = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++)
-        st32(out + 4 * i, crc32c(0, data + p[i], (size_t)l[i]));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t p, l;
+        if (!piece_at(&pos, &len, i, b.len, &p, &l)) { /* read again without the GIL: checked again */
+            changed = 1;
+            break;
+        }
+        st32(out + 4 * i, crc32c(0, data + p, (size_t)l));
+    }
     Py_END_ALLOW_THREADS
+    if (changed) {
+        Py_CLEAR(result);
+        set_changed("crc32c_spans");
+    }
 finally:
-    PyMem_RawFree(p);
-    PyMem_RawFree(l);
     PyBuffer_Release(&b);
     PyBuffer_Release(&pos);
     PyBuffer_Release(&len);
