@@ -14,8 +14,8 @@ OUT=${SHARDCAT_SANITIZE_DIR:-$ROOT/.cache/sanitize}
 
 rm -rf "$OUT"
 mkdir -p "$OUT"
-# The sources and the tests, without the normally built extensions.
-cp -r src tests migrations benchmarks pyproject.toml README.md LICENSE "$OUT"/
+# The sources, the tests and the docs some of them check, without the normally built extensions.
+cp -r src tests migrations benchmarks docs pyproject.toml README.md LICENSE "$OUT"/
 find "$OUT/src" -name '*.so' -delete
 find "$OUT" -name __pycache__ -prune -exec rm -rf {} +
 
@@ -58,4 +58,6 @@ if [ "$#" -eq 0 ]; then
   set -- tests/format tests/catalog/test_point_compiled.py tests/catalog/test_point_compiled_tar.py \
     tests/catalog/test_batch_compiled.py tests/storage/test_write_failures.py tests/fuzz
 fi
-exec "$PY" -m pytest -p no:cacheprovider -n 0 -q -x "$@"
+# --capture=sys: a sanitizer writes its report to file descriptor 2 and aborts; pytest's
+# default capture of that descriptor would lose the report with the process.
+exec "$PY" -m pytest -p no:cacheprovider -n 0 -q -x --capture=sys "$@"

@@ -17,6 +17,17 @@
  * sound: this code may reject more than the reference (the reference then
  * answers), but never accepts less; the property tests check both ways.
  *
+ * What this code reads, it holds: each entry point takes an export of every
+ * caller buffer it reads (PyObject_GetBuffer) and references to the items of
+ * caller lists, for as long as it reads them, since the Python code it calls
+ * (make_layout, a collection) and other threads (while a CRC runs without
+ * the GIL) may release or drop them meanwhile. What is read again later (a
+ * lazy entry's descriptor) is checked again against the buffer as it is
+ * then; what is checked and then used without the GIL (a scatter's pieces,
+ * read_packed's rows) is copied first. tests/fuzz/test_fuzz_codec.py runs
+ * every entry point against its reference; scripts/sanitize.sh runs it under
+ * AddressSanitizer and UBSan.
+ *
  * CRC32C: SSE4.2 (three interleaved streams, combined with precomputed shift
  * tables) when the CPU has it, chosen at import; otherwise slicing-by-8
  * tables. Key hashes (xxHash64) stay in Python: they are computed once per
@@ -180,9 +191,31 @@ static int names_match(PyObject *a, PyObject *b)
     return PyObject_RichCompareBool(a, b, Py_EQ);
 }
 
+/* A cached layout as make_layout builds it (lazy.Layout): a text_cache is the
+   caller's dict, and what it holds is checked before it is read. */
+static int is_layout(PyObject *layout)
+{
+    return PyTuple_Check(layout) && PyTuple_GET_SIZE(layout) == L_WHERE + 1 &&
+           PyBytes_Check(PyTuple_GET_ITEM(layout, L_SIG)) && PyBytes_Check(PyTuple_GET_ITEM(layout, L_MASK)) &&
+           PyTuple_Check(PyTuple_GET_ITEM(layout, L_SPECS)) && PyDict_Check(PyTuple_GET_ITEM(layout, L_WHERE));
+}
+
+/* `layout` (a new reference, given to the caller in *out) if it was made for `a->names`: 1 yes, 0 no
+   (dropped), -1 error (dropped). */
+static int same_names(PyObject *layout, const DecodeArgs *a, PyObject **out)
+{
+    int same = names_match(PyTuple_GET_ITEM(layout, L_NAMES), a->names);
+    if (same == 1)
+        *out = layout;
+    else
+        Py_DECREF(layout);
+    return same;
+}
+
 /* The record's layout (entry names, types, codecs; which entries `names`
    keeps), from the cache or built. 1: found, 0: rejected (text not valid),
-   -1: error. `*out` is a borrowed reference (the cache holds it). */
+   -1: error. `*out` is a new reference: comparing names (__eq__) and
+   replacing a cache entry can run code that changes the cache. */
 static int get_layout(const unsigned char *buf, unsigned n, size_t strings_at, size_t strings_end,
                       const DecodeArgs *a, PyObject **out)
 {
@@ -190,22 +223,18 @@ static int get_layout(const unsigned char *buf, unsigned n, size_t strings_at, s
     PyObject *last = PyDict_GetItemWithError(a->cache, Py_None);
     if (last == NULL && PyErr_Occurred())
         return -1;
-    if (last != NULL && PyTuple_Check(last) && PyTuple_GET_SIZE(last) > L_MASK) {
+    if (last != NULL && is_layout(last)) {
         PyObject *sig = PyTuple_GET_ITEM(last, L_SIG);
-        if (PyBytes_Check(sig) && (size_t)PyBytes_GET_SIZE(sig) == 5 * (size_t)n + slen) {
+        if ((size_t)PyBytes_GET_SIZE(sig) == 5 * (size_t)n + slen) {
             const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(sig);
             unsigned i = 0;
             /* name_length, type_length and codec are the 5 bytes at 20..25 of a descriptor. */
             while (i < n && memcmp(s + 5 * i, buf + HEAD_SIZE + DESC_SIZE * i + 20, 5) == 0)
                 i++;
             if (i == n && memcmp(s + 5 * n, buf + strings_at, slen) == 0) {
-                int same = names_match(PyTuple_GET_ITEM(last, L_NAMES), a->names);
-                if (same < 0)
-                    return -1;
-                if (same) {
-                    *out = last;
-                    return 1;
-                }
+                int same = same_names(Py_NewRef(last), a, out);
+                if (same != 0)
+                    return same;
             }
         }
     }
@@ -217,20 +246,22 @@ static int get_layout(const unsigned char *buf, unsigned n, size_t strings_at, s
         memcpy(s + 5 * i, buf + HEAD_SIZE + DESC_SIZE * i + 20, 5);
     memcpy(s + 5 * n, buf + strings_at, slen);
     PyObject *layout = PyDict_GetItemWithError(a->cache, sig);
-    if (layout != NULL) {
-        int same = names_match(PyTuple_GET_ITEM(layout, L_NAMES), a->names);
+    if (layout != NULL && is_layout(layout)) {
+        int same = same_names(Py_NewRef(layout), a, &layout);
         if (same < 0) {
             Py_DECREF(sig);
             return -1;
         }
-        if (same) {
+        if (same == 1) {
             Py_DECREF(sig);
-            if (PyDict_SetItem(a->cache, Py_None, layout) < 0)
+            if (PyDict_SetItem(a->cache, Py_None, layout) < 0) {
+                Py_DECREF(layout);
                 return -1;
+            }
             *out = layout;
             return 1;
         }
-    } else if (PyErr_Occurred()) {
+    } else if (layout == NULL && PyErr_Occurred()) {
         Py_DECREF(sig);
         return -1;
     }
@@ -275,6 +306,11 @@ static int get_layout(const unsigned char *buf, unsigned n, size_t strings_at, s
     }
     layout = PyObject_CallFunctionObjArgs(make_layout, sig, specs, a->names, NULL);
     Py_DECREF(specs);
+    if (layout != NULL && !is_layout(layout)) {
+        Py_DECREF(layout);
+        PyErr_SetString(PyExc_TypeError, "make_layout returned something other than a Layout");
+        layout = NULL;
+    }
     if (layout == NULL) {
         Py_DECREF(sig);
         return -1;
@@ -283,9 +319,10 @@ static int get_layout(const unsigned char *buf, unsigned n, size_t strings_at, s
         PyDict_Clear(a->cache);
     int err = PyDict_SetItem(a->cache, sig, layout) < 0 || PyDict_SetItem(a->cache, Py_None, layout) < 0;
     Py_DECREF(sig);
-    Py_DECREF(layout); /* the cache holds it */
-    if (err)
+    if (err) {
+        Py_DECREF(layout);
         return -1;
+    }
     *out = layout;
     return 1;
 }
@@ -466,7 +503,10 @@ static int payloads_sound(const unsigned char *buf, unsigned n, const char *kept
 /* Decode the record at buf[0:size], which lies at `at` in the read-only
    memoryview `shared` (the read buffer the record keeps, shared by every
    record read from it). 1: *out is a new LazyRecord; 0: rejected (the
-   reference will say why); -1: error set. */
+   reference will say why); -1: error set. The caller holds an export of
+   the bytes at buf (hold_plain) and references to every argument for the
+   whole call: Python code runs here (make_layout, a collection), and other
+   threads while a big record's CRCs run. */
 static int decode_one(const unsigned char *buf, Py_ssize_t size, PyObject *shared, Py_ssize_t at,
                       const DecodeArgs *a, PyObject *offset, PyObject *index, PyObject **out)
 {
@@ -508,23 +548,19 @@ static int decode_one(const unsigned char *buf, Py_ssize_t size, PyObject *share
     if (found != 1)
         return found;
     PyObject *keep = PyTuple_GET_ITEM(layout, L_MASK);
-    if (!PyBytes_Check(keep) || PyBytes_GET_SIZE(keep) != (Py_ssize_t)n) {
+    if (PyBytes_GET_SIZE(keep) != (Py_ssize_t)n) {
+        Py_DECREF(layout);
         PyErr_SetString(PyExc_RuntimeError, "make_layout returned a bad mask");
         return -1;
     }
     const char *kept = PyBytes_AS_STRING(keep);
-    /* Held from here: a big record's CRCs run without the GIL, while other
-       threads may change the cache the layout is borrowed from; and after
-       them objects are allocated, which can run code that does. */
-    Py_INCREF(layout);
     int sound;
     if (length >= GIL_FREE_CRC) {
-        /* `shared` (whose buffer holds the record) may be borrowed from a
-           list another thread changes meanwhile: hold it. */
-        Py_INCREF(shared);
+        /* The caller holds an export of the buffer (and references to what it
+           borrows from lists) for the whole call: another thread may drop
+           the list's reference or release the view meanwhile. */
         Py_BEGIN_ALLOW_THREADS sound = payloads_sound(buf, n, kept);
         Py_END_ALLOW_THREADS
-        Py_DECREF(shared);
     } else {
         sound = payloads_sound(buf, n, kept);
     }
@@ -591,29 +627,47 @@ static int decode_one(const unsigned char *buf, Py_ssize_t size, PyObject *share
     return 1;
 }
 
-/* A read-only, 1-D, byte-format, contiguous memoryview: what the fast path
-   handles. Anything else goes to the reference as it is. */
-static int plain_view(PyObject *view)
+/* An export of `view` in *b if it is a 1-D, byte-format, contiguous
+   memoryview: what the fast path handles, held for as long as the fast path
+   reads it (the caller may release the view, or drop its last reference,
+   whenever Python code or another thread runs). 1: held; 0: anything else,
+   a released view included (no error set: the reference answers, and for a
+   released view raises ValueError). */
+static int hold_plain(PyObject *view, Py_buffer *b)
 {
     if (!PyMemoryView_Check(view))
         return 0;
-    Py_buffer *b = PyMemoryView_GET_BUFFER(view);
-    return b->ndim == 1 && b->itemsize == 1 && PyBuffer_IsContiguous(b, 'C') &&
-           (b->format == NULL || strcmp(b->format, "B") == 0);
+    if (PyObject_GetBuffer(view, b, PyBUF_FULL_RO) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (b->ndim == 1 && b->itemsize == 1 && PyBuffer_IsContiguous(b, 'C') &&
+        (b->format == NULL || strcmp(b->format, "B") == 0))
+        return 1;
+    PyBuffer_Release(b);
+    return 0;
 }
 
-/* `view`, or a read-only copy of it if it is writable: entries must not
-   change under the caller. A new reference. */
-static PyObject *readonly_view(PyObject *view)
+/* The view the records keep (a new reference in *shared): `view` itself if
+   read-only, else a read-only copy (entries must not change under the
+   caller), whose export then replaces the caller's in *b. -1: error (*b
+   released). */
+static int hold_readonly(PyObject *view, Py_buffer *b, PyObject **shared)
 {
-    if (PyMemoryView_GET_BUFFER(view)->readonly) {
-        Py_INCREF(view);
-        return view;
+    if (b->readonly) {
+        *shared = Py_NewRef(view);
+        return 0;
     }
-    PyObject *copy = PyBytes_FromObject(view);
+    PyObject *copy = PyBytes_FromStringAndSize(b->buf, b->len);
+    PyBuffer_Release(b);
     PyObject *ro = copy ? PyMemoryView_FromObject(copy) : NULL;
     Py_XDECREF(copy);
-    return ro;
+    if (ro == NULL || PyObject_GetBuffer(ro, b, PyBUF_SIMPLE) < 0) {
+        Py_XDECREF(ro);
+        return -1;
+    }
+    *shared = ro;
+    return 0;
 }
 
 static int alignment_ok(long alignment) { return alignment >= 8 && alignment <= MAX_ZERO_PAD && !(alignment & (alignment - 1)); }
@@ -632,7 +686,7 @@ static PyObject *py_decode_record(PyObject *self, PyObject *args, PyObject *kwar
                                      &index, &names, &cache, &check_padding))
         return NULL;
     DecodeArgs a = {0, names, cache, check_padding, path, 0};
-    if (path == NULL || offset == NULL || alignment == NULL || !PyLong_Check(alignment) || !plain_view(view) ||
+    if (path == NULL || offset == NULL || alignment == NULL || !PyLong_Check(alignment) ||
         (cache != Py_None && !PyDict_CheckExact(cache)))
         goto reference;
     a.alignment = PyLong_AsLong(alignment);
@@ -640,31 +694,23 @@ static PyObject *py_decode_record(PyObject *self, PyObject *args, PyObject *kwar
         PyErr_Clear();
         goto reference;
     }
-    if (!alignment_ok(a.alignment))
+    Py_buffer hb;
+    if (!alignment_ok(a.alignment) || !hold_plain(view, &hb))
         goto reference;
-    PyObject *own_view = readonly_view(view);
-    if (own_view == NULL)
+    PyObject *shared;
+    if (hold_readonly(view, &hb, &shared) < 0)
         return NULL;
-    view = own_view;
     a.acyclic = args_acyclic(names, path);
-    PyObject *own_cache = NULL;
-    if (cache == Py_None) {
+    PyObject *own_cache = NULL, *minus_one = NULL, *rec = NULL;
+    if (cache == Py_None)
         a.cache = own_cache = PyDict_New();
-        if (own_cache == NULL) {
-            Py_XDECREF(own_view);
-            return NULL;
-        }
-    }
-    PyObject *idx = index ? index : NULL;
-    PyObject *minus_one = NULL;
-    if (idx == NULL)
-        idx = minus_one = PyLong_FromLong(-1);
-    PyObject *rec = NULL;
-    Py_buffer *b = PyMemoryView_GET_BUFFER(view);
-    int status = idx ? decode_one(b->buf, b->len, view, 0, &a, offset, idx, &rec) : -1;
+    if (index == NULL)
+        index = minus_one = PyLong_FromLong(-1);
+    int status = a.cache && index ? decode_one(hb.buf, hb.len, shared, 0, &a, offset, index, &rec) : -1;
+    PyBuffer_Release(&hb);
+    Py_DECREF(shared);
     Py_XDECREF(minus_one);
     Py_XDECREF(own_cache);
-    Py_XDECREF(own_view);
     if (status == 1)
         return rec;
     if (status < 0)
@@ -742,7 +788,7 @@ static PyObject *py_decode_indexed(PyObject *self, PyObject *args, PyObject *kwa
                                      &alignment, &index, &registered, &cache))
         return NULL;
     if (key == NULL || length == NULL || path == NULL || offset == NULL || alignment == NULL ||
-        !PyLong_Check(alignment) || !PyLong_Check(length) || !plain_view(view) || !PyDict_CheckExact(cache))
+        !PyLong_Check(alignment) || !PyLong_Check(length) || !PyDict_CheckExact(cache))
         goto reference; /* callers on the hot path pass all of these; the rest is rare */
     DecodeArgs a = {PyLong_AsLong(alignment), Py_None, cache, 0, path, args_acyclic(Py_None, path)};
     Py_ssize_t want = PyLong_AsSsize_t(length);
@@ -750,33 +796,30 @@ static PyObject *py_decode_indexed(PyObject *self, PyObject *args, PyObject *kwa
         PyErr_Clear();
         goto reference;
     }
-    if (!alignment_ok(a.alignment))
+    Py_buffer hb;
+    if (!alignment_ok(a.alignment) || !hold_plain(view, &hb))
         goto reference;
-    if (PyMemoryView_GET_BUFFER(view)->len != want)
+    if (hb.len != want) {
+        PyBuffer_Release(&hb);
         goto reference;
-    PyObject *ro = readonly_view(view);
-    PyObject *minus_one = index ? NULL : PyLong_FromLong(-1);
-    if (ro == NULL || (index == NULL && minus_one == NULL)) {
-        Py_XDECREF(ro);
-        return NULL;
     }
-    Py_buffer *b = PyMemoryView_GET_BUFFER(ro);
-    PyObject *rec = NULL;
-    int status = decode_one(b->buf, b->len, ro, 0, &a, offset, index ? index : minus_one, &rec);
-    Py_DECREF(ro);
-    Py_XDECREF(minus_one);
-    if (status < 0)
+    PyObject *shared, *minus_one = NULL, *rec = NULL;
+    if (hold_readonly(view, &hb, &shared) < 0)
         return NULL;
-    if (status == 0)
-        goto reference;
-    const unsigned char *buf = b->buf;
-    if (!key_matches(key, buf + HEAD_SIZE + DESC_SIZE * ld16(buf + 30), ld16(buf + 28)))
+    if (index == NULL)
+        index = minus_one = PyLong_FromLong(-1);
+    int status = index ? decode_one(hb.buf, hb.len, shared, 0, &a, offset, index, &rec) : -1;
+    Py_XDECREF(minus_one);
+    const unsigned char *buf = hb.buf;
+    if (status == 1 && !key_matches(key, buf + HEAD_SIZE + DESC_SIZE * ld16(buf + 30), ld16(buf + 28)))
         status = 0;
-    else if (registered != Py_None)
-        status = registered_match(buf, registered);
+    else if (status == 1 && registered != Py_None)
+        status = registered_match(buf, registered); /* Python code: the export is still held */
+    PyBuffer_Release(&hb);
+    Py_DECREF(shared);
     if (status == 1)
         return rec;
-    Py_DECREF(rec);
+    Py_XDECREF(rec);
     if (status < 0)
         return NULL;
 reference:
@@ -793,6 +836,23 @@ reference:
    decode_records takes the same arguments and returns the records alone
    ([record, ...], bytes used): no view and no pair per record, for readers
    that do not need each record's bytes. */
+/* The length of the record at base[at:stop] (at file offset `pos`, numbered
+   `index`) if it lies whole before `stop` and the file offset `end` (-1:
+   none), else 0: the caller's one-record path takes over. Also 0 where the
+   next file offset or index would pass LLONG_MAX (the caller counts in
+   Python ints). */
+static uint64_t run_length(const unsigned char *base, Py_ssize_t at, Py_ssize_t stop, long long pos,
+                           long long end, long long index, uint64_t mask)
+{
+    if ((end >= 0 && pos >= end) || stop - at < HEAD_SIZE || index == LLONG_MAX)
+        return 0;
+    uint64_t length = ld64(base + at + 8);
+    if (length < HEAD_SIZE || (length & mask) || (end >= 0 && length > (uint64_t)(end - pos)) ||
+        (uint64_t)(stop - at) < length || length > (uint64_t)(LLONG_MAX - pos))
+        return 0;
+    return length;
+}
+
 static PyObject *run(PyObject *args, int pairs)
 {
     PyObject *view, *names, *cache, *path;
@@ -809,23 +869,17 @@ static PyObject *run(PyObject *args, int pairs)
     if (out == NULL)
         return NULL;
     Py_ssize_t start = at;
-    if (!plain_view(view) || !PyMemoryView_GET_BUFFER(view)->readonly || !alignment_ok(alignment))
-        goto done; /* nothing decoded: the caller's one-record path handles it */
-    Py_buffer *b = PyMemoryView_GET_BUFFER(view);
-    const unsigned char *base = b->buf;
-    if (at < 0 || stop > b->len || pos < 0)
+    Py_buffer b;
+    if (!alignment_ok(alignment) || !hold_plain(view, &b))
+        goto done; /* nothing decoded: the caller's one-record path handles it (or raises) */
+    if (!b.readonly || at < 0 || stop > b.len || pos < 0) {
+        PyBuffer_Release(&b);
         goto done;
+    }
+    const unsigned char *base = b.buf;
     DecodeArgs a = {alignment, names, cache, check_padding, path, args_acyclic(names, path), NULL, 1};
-    uint64_t mask = (uint64_t)alignment - 1;
-    for (;;) {
-        if (end >= 0 && pos >= end)
-            break;
-        if (stop - at < HEAD_SIZE)
-            break;
-        uint64_t length = ld64(base + at + 8);
-        if (length < HEAD_SIZE || (length & mask) || (end >= 0 && length > (uint64_t)(end - pos)) ||
-            (uint64_t)(stop - at) < length)
-            break;
+    uint64_t mask = (uint64_t)alignment - 1, length;
+    while ((length = run_length(base, at, stop, pos, end, index, mask)) != 0) {
         PyObject *off = PyLong_FromLongLong(pos);
         PyObject *idx = off ? PyLong_FromLongLong(index) : NULL;
         PyObject *rec = NULL;
@@ -849,6 +903,7 @@ static PyObject *run(PyObject *args, int pairs)
             Py_XDECREF(item);
         }
         if (status < 0) {
+            PyBuffer_Release(&b);
             Py_DECREF(out);
             return NULL;
         }
@@ -858,6 +913,7 @@ static PyObject *run(PyObject *args, int pairs)
         pos += (long long)length;
         index++;
     }
+    PyBuffer_Release(&b);
 done:
     return Py_BuildValue("(Nn)", out, at - start);
 }
@@ -907,23 +963,30 @@ static PyObject *runiter_next(RecordRun *self)
 {
     if (self->done)
         return NULL;
-    Py_ssize_t at = self->at, stop = self->stop;
-    long long pos = self->pos, end = self->end;
-    const unsigned char *base = PyMemoryView_GET_BUFFER(self->view)->buf;
-    uint64_t mask = (uint64_t)self->a.alignment - 1;
-    uint64_t length;
-    if ((end >= 0 && pos >= end) || stop - at < HEAD_SIZE)
+    Py_ssize_t at = self->at;
+    long long pos = self->pos;
+    /* Held while this record is decoded: the caller may have released the
+       view since the last one (then nothing more: its one-record path raises). */
+    Py_buffer b;
+    if (PyObject_GetBuffer(self->view, &b, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
         goto finished;
-    length = ld64(base + at + 8);
-    if (length < HEAD_SIZE || (length & mask) || (end >= 0 && length > (uint64_t)(end - pos)) ||
-        (uint64_t)(stop - at) < length)
-        goto finished;
-    PyObject *off = PyLong_FromLongLong(pos);
-    PyObject *idx = off ? PyLong_FromLongLong(self->index) : NULL;
+    }
+    uint64_t length = b.len < self->stop ? 0
+                                         : run_length(b.buf, at, self->stop, pos, self->end, self->index,
+                                                      (uint64_t)self->a.alignment - 1);
+    int status = 0;
     PyObject *rec = NULL;
-    int status = idx ? decode_one(base + at, (Py_ssize_t)length, self->view, at, &self->a, off, idx, &rec) : -1;
-    Py_XDECREF(off);
-    Py_XDECREF(idx);
+    if (length) {
+        PyObject *off = PyLong_FromLongLong(pos);
+        PyObject *idx = off ? PyLong_FromLongLong(self->index) : NULL;
+        status = idx ? decode_one((const unsigned char *)b.buf + at, (Py_ssize_t)length, self->view, at, &self->a,
+                                  off, idx, &rec)
+                     : -1;
+        Py_XDECREF(off);
+        Py_XDECREF(idx);
+    }
+    PyBuffer_Release(&b);
     if (status < 0) {
         self->done = 1;
         return NULL;
@@ -997,8 +1060,13 @@ static PyObject *py_iter_records(PyObject *self, PyObject *args)
     it->done = 0;
     /* Anything the fast path does not handle yields nothing: the caller's
        one-record path handles it (as decode_records). */
-    if (!plain_view(view) || !PyMemoryView_GET_BUFFER(view)->readonly || !alignment_ok(alignment) || at < 0 ||
-        stop > PyMemoryView_GET_BUFFER(view)->len || pos < 0) {
+    Py_buffer b;
+    int plain = alignment_ok(alignment) && hold_plain(view, &b);
+    if (plain) {
+        plain = b.readonly && at >= 0 && stop <= b.len && pos >= 0;
+        PyBuffer_Release(&b); /* each record holds its own (runiter_next) */
+    }
+    if (!plain) {
         it->done = 1;
         it->a = (DecodeArgs){alignment, names, cache, check_padding, path, 0, NULL, 1};
     } else {
@@ -1078,34 +1146,43 @@ static PyObject *py_decode_spanned(PyObject *self, PyObject *const *args, Py_ssi
     }
     if (!alignment_ok(al))
         goto reference;
-    PyObject *ro;
-    if (PyBytes_CheckExact(view))
-        ro = PyMemoryView_FromObject(view); /* read-only: bytes do not change */
-    else if (plain_view(view))
-        ro = readonly_view(view);
-    else
-        goto reference;
-    if (ro == NULL)
-        return NULL;
-    Py_buffer *b = PyMemoryView_GET_BUFFER(ro);
-    if (b->len != want) {
-        Py_DECREF(ro);
-        goto reference;
+    Py_buffer hb;
+    PyObject *shared;
+    if (PyBytes_CheckExact(view)) {
+        if (PyBytes_GET_SIZE(view) != want)
+            goto reference;
+        shared = PyMemoryView_FromObject(view); /* read-only: bytes do not change */
+        if (shared == NULL)
+            return NULL;
+        if (PyObject_GetBuffer(view, &hb, PyBUF_SIMPLE) < 0) {
+            Py_DECREF(shared);
+            return NULL;
+        }
+    } else {
+        if (!hold_plain(view, &hb))
+            goto reference;
+        if (hb.len != want) {
+            PyBuffer_Release(&hb);
+            goto reference;
+        }
+        if (hold_readonly(view, &hb, &shared) < 0)
+            return NULL;
     }
     DecodeArgs a = {al, Py_None, cache, 0, path, args_acyclic(Py_None, path), key, 1};
     PyObject *minus_one = PyLong_FromLong(-1);
     PyObject *rec = NULL;
-    int status = minus_one ? decode_one(b->buf, b->len, ro, 0, &a, offset, minus_one, &rec) : -1;
+    int status = minus_one ? decode_one(hb.buf, hb.len, shared, 0, &a, offset, minus_one, &rec) : -1;
     Py_XDECREF(minus_one);
     if (status == 1) {
-        const unsigned char *buf = b->buf;
+        const unsigned char *buf = hb.buf;
         if (!key_matches(key, buf + HEAD_SIZE + DESC_SIZE * ld16(buf + 30), ld16(buf + 28)) ||
             !spans_match(buf, spans)) {
             Py_CLEAR(rec);
             status = 0;
         }
     }
-    Py_DECREF(ro); /* the record, if any, holds it */
+    PyBuffer_Release(&hb);
+    Py_DECREF(shared); /* the record, if any, holds it */
     if (status == 1)
         return rec;
     if (status < 0)
@@ -1233,6 +1310,14 @@ static int pread_whole(int fd, char *dest, uint64_t length, uint64_t offset, int
 }
 
 
+/* A row of read_packed's table as it was checked and planned: the reads
+   without the GIL use this copy, not the caller's table, which another
+   thread may change meanwhile. */
+typedef struct {
+    uint64_t at, length, offset; /* in its group's buffer; in the file */
+    uint32_t group, shard;
+} PackedRow;
+
 /* Append an uninitialised bytes buffer of `size` bytes (one packed group) to `groups`. */
 static int append_group(PyObject *groups, uint64_t size)
 {
@@ -1312,7 +1397,7 @@ static int add_group(PyObject *groups, uint64_t size, PyObject *pool, Py_ssize_t
 }
 
 /* Each pool buffer in `groups` replaced by a memoryview of its group's bytes alone. */
-static int cut_groups(PyObject *groups, const unsigned char *base, Py_ssize_t rows)
+static int cut_groups(PyObject *groups, const PackedRow *plan, Py_ssize_t rows)
 {
     Py_ssize_t n = PyList_GET_SIZE(groups);
     uint64_t *sizes = PyMem_Calloc((size_t)(n ? n : 1), sizeof(uint64_t));
@@ -1320,10 +1405,8 @@ static int cut_groups(PyObject *groups, const unsigned char *base, Py_ssize_t ro
         PyErr_NoMemory();
         return -1;
     }
-    for (Py_ssize_t t = 0; t < rows; t++) { /* a group's rows lie back to back, in order */
-        const unsigned char *r = base + BATCH_ROW_SIZE * t;
-        sizes[ld32(r)] = ld64(r + 16) + ld64(r + 24);
-    }
+    for (Py_ssize_t t = 0; t < rows; t++) /* a group's rows lie back to back, in order */
+        sizes[plan[t].group] = plan[t].at + plan[t].length;
     int rc = 0;
     for (Py_ssize_t g = 0; g < n && rc == 0; g++) {
         PyObject *b = PyList_GET_ITEM(groups, g);
@@ -1363,6 +1446,7 @@ static PyObject *py_read_packed(PyObject *self, PyObject *args)
         return NULL;
     PyObject *groups = NULL, *result = NULL;
     int *fds = NULL;
+    PackedRow *plan = NULL;
     char **dests = NULL, *scratch = NULL;
 #ifdef HAVE_PREADV
     struct iovec *iov = NULL;
@@ -1374,11 +1458,16 @@ static PyObject *py_read_packed(PyObject *self, PyObject *args)
     Py_ssize_t rows = tb.len / BATCH_ROW_SIZE, nfds = PyList_GET_SIZE(fds_list);
     unsigned char *base = (unsigned char *)tb.buf;
     fds = PyMem_Malloc(sizeof(int) * (size_t)(nfds ? nfds : 1));
-    if (fds == NULL) {
+    plan = PyMem_RawMalloc(sizeof(PackedRow) * (size_t)(rows ? rows : 1));
+    if (fds == NULL || plan == NULL) {
         PyErr_NoMemory();
         goto finally;
     }
     for (Py_ssize_t i = 0; i < nfds; i++) {
+        if (i >= PyList_GET_SIZE(fds_list)) { /* __index__ of an item before may have changed the list */
+            PyErr_SetString(PyExc_RuntimeError, "read_packed: the descriptor list changed");
+            goto finally;
+        }
         long fd = PyLong_AsLong(PyList_GET_ITEM(fds_list, i));
         if (fd == -1 && PyErr_Occurred())
             goto finally;
@@ -1416,6 +1505,7 @@ static PyObject *py_read_packed(PyObject *self, PyObject *args)
         }
         st32(r, (uint32_t)ngroups);
         st64(r + 16, size);
+        plan[t] = (PackedRow){size, length, offset, (uint32_t)ngroups, (uint32_t)shard};
         size += length;
         if (size > (uint64_t)PY_SSIZE_T_MAX / 2) {
             PyErr_SetString(PyExc_OverflowError, "read_packed: a buffer would be too large");
@@ -1446,17 +1536,17 @@ static PyObject *py_read_packed(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     Py_ssize_t t = 0;
     while (t < rows && whole && !err) {
-        const unsigned char *r = base + BATCH_ROW_SIZE * t;
-        uint32_t shard = ld32(r + 4);
+        const PackedRow *r = &plan[t];
+        uint32_t shard = r->shard;
         int fd = fds[shard];
         Py_ssize_t first = t;
 #ifdef HAVE_PREADV
         /* One run: records of one file, each at most max_gap after the end of the one before. */
-        uint64_t run_start = ld64(r + 32), end = run_start, total = 0;
+        uint64_t run_start = r->offset, end = run_start, total = 0;
         int niov = 0;
         for (;;) {
-            r = base + BATCH_ROW_SIZE * t;
-            uint64_t length = ld64(r + 24), offset = ld64(r + 32);
+            r = &plan[t];
+            uint64_t length = r->length, offset = r->offset;
             if (offset > end) {
                 iov[niov].iov_base = scratch;
                 iov[niov].iov_len = (size_t)(offset - end);
@@ -1464,7 +1554,7 @@ static PyObject *py_read_packed(PyObject *self, PyObject *args)
                 total += offset - end;
             }
             if (length) {
-                iov[niov].iov_base = dests[ld32(r)] + ld64(r + 16);
+                iov[niov].iov_base = dests[r->group] + r->at;
                 iov[niov].iov_len = (size_t)length;
                 niov++;
             }
@@ -1473,9 +1563,8 @@ static PyObject *py_read_packed(PyObject *self, PyObject *args)
             t++;
             if (t == rows || niov + 2 > PACKED_IOV_MAX || total > 0x40000000u)
                 break;
-            const unsigned char *next = base + BATCH_ROW_SIZE * t;
-            uint64_t next_offset = ld64(next + 32);
-            if (ld32(next + 4) != shard || next_offset < end || next_offset - end > (uint64_t)max_gap)
+            uint64_t next_offset = plan[t].offset;
+            if (plan[t].shard != shard || next_offset < end || next_offset - end > (uint64_t)max_gap)
                 break;
         }
         ssize_t got;
@@ -1493,8 +1582,8 @@ static PyObject *py_read_packed(PyObject *self, PyObject *args)
         t++;
 #endif
         for (Py_ssize_t u = first; u < t && whole && !err; u++) {
-            const unsigned char *q = base + BATCH_ROW_SIZE * u;
-            whole = pread_whole(fd, dests[ld32(q)] + ld64(q + 16), ld64(q + 24), ld64(q + 32), &err) == 1;
+            const PackedRow *q = &plan[u];
+            whole = pread_whole(fd, dests[q->group] + q->at, q->length, q->offset, &err) == 1;
         }
     }
     Py_END_ALLOW_THREADS
@@ -1508,7 +1597,7 @@ static PyObject *py_read_packed(PyObject *self, PyObject *args)
         result = Py_None;
         goto finally;
     }
-    if (pool != Py_None && cut_groups(groups, base, rows) < 0)
+    if (pool != Py_None && cut_groups(groups, plan, rows) < 0)
         goto finally;
     result = groups;
     groups = NULL;
@@ -1516,6 +1605,7 @@ finally:
     PyBuffer_Release(&tb);
     Py_XDECREF(groups);
     PyMem_Free(fds);
+    PyMem_RawFree(plan);
     PyMem_Free(dests);
     PyMem_RawFree(scratch);
 #ifdef HAVE_PREADV
@@ -1525,7 +1615,37 @@ finally:
 }
 #endif
 
-/* Pieces of a scatter read or copy: two int64 arrays (positions in dest, lengths) of one length. */
+/* The i-th int64 of a caller's array, whatever its alignment (a byte copy:
+   one load on x86; an int64_t pointer into it would need 8-byte alignment). */
+static inline int64_t i64_at(const Py_buffer *b, Py_ssize_t i)
+{
+    int64_t v;
+    memcpy(&v, (const char *)b->buf + 8 * i, sizeof v);
+    return v;
+}
+
+#define CHANGED (-1) /* in *err: a caller's array changed while it was read without the GIL */
+
+/* Piece i (positions[i], lengths[i]) in *p and *l, if it lies inside a
+   destination of dest_len bytes. Read again where it is used without the
+   GIL: another thread may have changed the caller's arrays since they were
+   checked, so each value is checked where it is used. */
+static inline int piece_at(const Py_buffer *pos, const Py_buffer *len, Py_ssize_t i, Py_ssize_t dest_len,
+                           int64_t *p, int64_t *l)
+{
+    *p = i64_at(pos, i);
+    *l = i64_at(len, i);
+    return *p >= 0 && *l >= 0 && *l <= dest_len && *p <= dest_len - *l;
+}
+
+/* The ValueError of an array that changed while it was used without the GIL. */
+static void set_changed(const char *what)
+{
+    PyErr_Format(PyExc_ValueError, "%s: an array changed while it was read; nothing is guaranteed written", what);
+}
+
+/* Pieces of a scatter read or copy: two int64 arrays (positions in dest,
+   lengths) of one length, every piece inside dest: *n of them, *total bytes. */
 static int scatter_pieces(Py_buffer *pos, Py_buffer *len, Py_ssize_t dest_len, Py_ssize_t *n, uint64_t *total)
 {
     if (pos->len != len->len || pos->len % 8) {
@@ -1534,14 +1654,18 @@ static int scatter_pieces(Py_buffer *pos, Py_buffer *len, Py_ssize_t dest_len, P
     }
     *n = pos->len / 8;
     *total = 0;
-    const int64_t *p = (const int64_t *)pos->buf, *l = (const int64_t *)len->buf;
     for (Py_ssize_t i = 0; i < *n; i++) {
-        if (p[i] < 0 || l[i] < 0 || l[i] > dest_len || p[i] > dest_len - l[i]) {
+        int64_t p, l;
+        if (!piece_at(pos, len, i, dest_len, &p, &l)) {
             PyErr_Format(PyExc_ValueError, "scatter: piece %zd (%lld bytes at %lld) is outside the destination",
-                         i, (long long)l[i], (long long)p[i]);
+                         i, (long long)l, (long long)p);
             return -1;
         }
-        *total += (uint64_t)l[i];
+        if ((uint64_t)l > (uint64_t)LLONG_MAX - *total) { /* file offsets are signed 64-bit */
+            PyErr_SetString(PyExc_ValueError, "scatter: the pieces hold more than 2**63 - 1 bytes");
+            return -1;
+        }
+        *total += (uint64_t)l;
     }
     return 0;
 }
@@ -1566,11 +1690,12 @@ static PyObject *py_scatter_copy(PyObject *self, PyObject *args)
                      (unsigned long long)total, src.len);
         goto finally;
     }
-    const int64_t *p = (const int64_t *)pos.buf, *l = (const int64_t *)len.buf;
+    /* The GIL is held from the check on: no other thread changes the arrays. */
     const char *from = (const char *)src.buf;
     for (Py_ssize_t i = 0; i < n; i++) {
-        memcpy((char *)dest.buf + p[i], from, (size_t)l[i]);
-        from += l[i];
+        int64_t p = i64_at(&pos, i), l = i64_at(&len, i);
+        memcpy((char *)dest.buf + p, from, (size_t)l);
+        from += l;
     }
     Py_INCREF(Py_None);
     result = Py_None;
@@ -1583,31 +1708,38 @@ finally:
 }
 
 #ifdef HAVE_PREAD_LINKED
-/* One run: the file's bytes from `at` on, piece i (l[i] bytes) to base + p[i], with one
-   preadv per PACKED_IOV_MAX pieces (iov: that many slots, or NULL without preadv).
-   1: whole; 0: the file ends first; -1: an error (errno in *err). Called without the GIL. */
-static int scatter_run(int fd, uint64_t at, char *base, const int64_t *p, const int64_t *l, Py_ssize_t n,
-                       void *iov_slots, int *err)
+/* One run: the file's bytes from `at` on, pieces first..first + n - 1 of
+   (pos, len) to dest (dest_len bytes), with one preadv per PACKED_IOV_MAX
+   pieces (iov: that many slots, or NULL without preadv). 1: whole; 0: the
+   file ends first; -1: an error (errno, or CHANGED, in *err). Called
+   without the GIL: each piece is checked where it is read (piece_at). */
+static int scatter_run(int fd, uint64_t at, char *dest, Py_ssize_t dest_len, const Py_buffer *pos,
+                       const Py_buffer *len, Py_ssize_t first_piece, Py_ssize_t n, void *iov_slots, int *err)
 {
     int whole = 1;
-    Py_ssize_t i = 0;
+    Py_ssize_t i = first_piece, stop = first_piece + n;
+    int64_t p, l;
 #ifdef HAVE_PREADV
     struct iovec *iov = (struct iovec *)iov_slots;
 #else
     (void)iov_slots;
 #endif
-    while (i < n && whole && !*err) {
+    while (i < stop && whole && !*err) {
         Py_ssize_t first = i;
-        uint64_t want = 0;
 #ifdef HAVE_PREADV
+        uint64_t want = 0;
         int niov = 0;
-        while (i < n && niov < PACKED_IOV_MAX && want < 0x40000000u) {
-            if (l[i]) {
-                iov[niov].iov_base = base + p[i];
-                iov[niov].iov_len = (size_t)l[i];
+        while (i < stop && niov < PACKED_IOV_MAX && want < 0x40000000u) {
+            if (!piece_at(pos, len, i, dest_len, &p, &l)) {
+                *err = CHANGED;
+                return -1;
+            }
+            if (l) {
+                iov[niov].iov_base = dest + p;
+                iov[niov].iov_len = (size_t)l;
                 niov++;
             }
-            want += (uint64_t)l[i];
+            want += (uint64_t)l;
             i++;
         }
         ssize_t got;
@@ -1623,18 +1755,32 @@ static int scatter_run(int fd, uint64_t at, char *base, const int64_t *p, const 
             continue;
         }
 #else
-        want = (uint64_t)l[i];
         i++;
 #endif
         /* Short (a signal, the kernel's cap, the end of the file): piece by piece. */
         uint64_t q = at;
         for (Py_ssize_t u = first; u < i && whole && !*err; u++) {
-            whole = pread_whole(fd, base + p[u], (uint64_t)l[u], q, err) == 1;
-            q += (uint64_t)l[u];
+            if (!piece_at(pos, len, u, dest_len, &p, &l)) {
+                *err = CHANGED;
+                return -1;
+            }
+            whole = pread_whole(fd, dest + p, (uint64_t)l, q, err) == 1;
+            q += (uint64_t)l;
         }
-        at += want;
+        at = q;
     }
     return *err ? -1 : whole;
+}
+
+/* The OSError of a failed read, or the ValueError of an array changed meanwhile. */
+static void set_read_error(int err, const char *what)
+{
+    if (err == CHANGED) {
+        set_changed(what);
+        return;
+    }
+    errno = err;
+    PyErr_SetFromErrno(PyExc_OSError);
 }
 
 /* scatter_read(fd, offset, dest, positions, lengths) -> bool
@@ -1673,12 +1819,10 @@ static PyObject *py_scatter_read(PyObject *self, PyObject *args)
 #endif
     int err = 0, whole;
     Py_BEGIN_ALLOW_THREADS
-    whole = scatter_run(fd, (uint64_t)offset, (char *)dest.buf, (const int64_t *)pos.buf,
-                        (const int64_t *)len.buf, n, iov, &err);
+    whole = scatter_run(fd, (uint64_t)offset, (char *)dest.buf, dest.len, &pos, &len, 0, n, iov, &err);
     Py_END_ALLOW_THREADS
     if (err) {
-        errno = err;
-        PyErr_SetFromErrno(PyExc_OSError);
+        set_read_error(err, "scatter_read");
         goto finally;
     }
     result = PyBool_FromLong(whole);
@@ -1714,17 +1858,16 @@ static PyObject *py_scatter_read_runs(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "scatter_read_runs: fds, offsets and counts must be int64 arrays of one length");
         goto finally;
     }
-    const int64_t *fds = (const int64_t *)fdb.buf, *offs = (const int64_t *)offb.buf,
-                  *cnts = (const int64_t *)cntb.buf;
     Py_ssize_t pieces = 0;
     for (Py_ssize_t k = 0; k < runs; k++) {
-        if (fds[k] < 0 || fds[k] > INT_MAX || offs[k] < 0 || cnts[k] < 0 || cnts[k] > n - pieces) {
+        int64_t fd = i64_at(&fdb, k), off = i64_at(&offb, k), cnt = i64_at(&cntb, k);
+        if (fd < 0 || fd > INT_MAX || off < 0 || cnt < 0 || cnt > n - pieces) {
             PyErr_Format(PyExc_ValueError, "scatter_read_runs: run %zd (fd %lld, offset %lld, %lld pieces) "
-                         "is invalid or needs more pieces than given", k, (long long)fds[k],
-                         (long long)offs[k], (long long)cnts[k]);
+                         "is invalid or needs more pieces than given", k, (long long)fd,
+                         (long long)off, (long long)cnt);
             goto finally;
         }
-        pieces += cnts[k];
+        pieces += (Py_ssize_t)cnt;
     }
     if (pieces != n) {
         PyErr_Format(PyExc_ValueError, "scatter_read_runs: the runs take %zd pieces, %zd were given", pieces, n);
@@ -1739,21 +1882,25 @@ static PyObject *py_scatter_read_runs(PyObject *self, PyObject *args)
 #endif
     int err = 0;
     Py_ssize_t ended = -1;
-    const int64_t *p = (const int64_t *)pos.buf, *l = (const int64_t *)len.buf;
     Py_BEGIN_ALLOW_THREADS
     Py_ssize_t at = 0;
     for (Py_ssize_t k = 0; k < runs && !err; k++) {
-        if (scatter_run((int)fds[k], (uint64_t)offs[k], (char *)dest.buf, p + at, l + at, (Py_ssize_t)cnts[k],
-                        iov, &err) == 0) {
+        /* Read again without the GIL: checked again where used. */
+        int64_t fd = i64_at(&fdb, k), off = i64_at(&offb, k), cnt = i64_at(&cntb, k);
+        if (fd < 0 || fd > INT_MAX || off < 0 || cnt < 0 || cnt > n - at) {
+            err = CHANGED;
+            break;
+        }
+        if (scatter_run((int)fd, (uint64_t)off, (char *)dest.buf, dest.len, &pos, &len, at, (Py_ssize_t)cnt, iov,
+                        &err) == 0) {
             ended = k;
             break;
         }
-        at += (Py_ssize_t)cnts[k];
+        at += (Py_ssize_t)cnt;
     }
     Py_END_ALLOW_THREADS
     if (err) {
-        errno = err;
-        PyErr_SetFromErrno(PyExc_OSError);
+        set_read_error(err, "scatter_read_runs");
         goto finally;
     }
     result = PyLong_FromSsize_t(ended);
@@ -1792,52 +1939,68 @@ static PyObject *py_gather_copy(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "gather_copy: which, offsets and counts must be int64 arrays of one length");
         goto finally;
     }
-    seq = PySequence_Fast(sources, "gather_copy: sources must be a sequence of buffers");
+    seq = PySequence_Tuple(sources); /* held: not the caller's list, which code may change */
     if (seq == NULL)
         goto finally;
-    nbufs = PySequence_Fast_GET_SIZE(seq);
+    nbufs = PyTuple_GET_SIZE(seq);
     bufs = PyMem_Calloc(nbufs ? (size_t)nbufs : 1, sizeof(Py_buffer));
     if (bufs == NULL) {
         PyErr_NoMemory();
         goto finally;
     }
     for (; got < nbufs; got++)
-        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, got), &bufs[got], PyBUF_SIMPLE) < 0)
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(seq, got), &bufs[got], PyBUF_SIMPLE) < 0)
             goto finally;
-    const int64_t *wh = (const int64_t *)whb.buf, *offs = (const int64_t *)offb.buf, *cnts = (const int64_t *)cntb.buf;
-    const int64_t *p = (const int64_t *)pos.buf, *l = (const int64_t *)len.buf;
     Py_ssize_t at = 0;
     for (Py_ssize_t k = 0; k < runs; k++) {
-        if (wh[k] < 0 || wh[k] >= nbufs || offs[k] < 0 || cnts[k] < 0 || cnts[k] > n - at) {
+        int64_t wh = i64_at(&whb, k), off = i64_at(&offb, k), cnt = i64_at(&cntb, k);
+        if (wh < 0 || wh >= nbufs || off < 0 || cnt < 0 || cnt > n - at) {
             PyErr_Format(PyExc_ValueError, "gather_copy: run %zd (source %lld, offset %lld, %lld pieces) "
-                         "is invalid or needs more pieces than given", k, (long long)wh[k],
-                         (long long)offs[k], (long long)cnts[k]);
+                         "is invalid or needs more pieces than given", k, (long long)wh,
+                         (long long)off, (long long)cnt);
             goto finally;
         }
         uint64_t want = 0;
-        for (Py_ssize_t i = at; i < at + cnts[k]; i++)
-            want += (uint64_t)l[i];
-        if ((uint64_t)offs[k] > (uint64_t)bufs[wh[k]].len || want > (uint64_t)bufs[wh[k]].len - (uint64_t)offs[k]) {
+        for (Py_ssize_t i = at; i < at + cnt; i++)
+            want += (uint64_t)i64_at(&len, i);
+        if ((uint64_t)off > (uint64_t)bufs[wh].len || want > (uint64_t)bufs[wh].len - (uint64_t)off) {
             PyErr_Format(PyExc_ValueError, "gather_copy: run %zd (%llu bytes at %lld) is outside source %lld (%zd bytes)",
-                         k, (unsigned long long)want, (long long)offs[k], (long long)wh[k], bufs[wh[k]].len);
+                         k, (unsigned long long)want, (long long)off, (long long)wh, bufs[wh].len);
             goto finally;
         }
-        at += (Py_ssize_t)cnts[k];
+        at += (Py_ssize_t)cnt;
     }
     if (at != n) {
         PyErr_Format(PyExc_ValueError, "gather_copy: the runs take %zd pieces, %zd were given", at, n);
         goto finally;
     }
+    int changed = 0;
     Py_BEGIN_ALLOW_THREADS
     Py_ssize_t i = 0;
-    for (Py_ssize_t k = 0; k < runs; k++) {
-        const char *from = (const char *)bufs[wh[k]].buf + offs[k];
-        for (Py_ssize_t e = i + (Py_ssize_t)cnts[k]; i < e; i++) {
-            memcpy((char *)dest.buf + p[i], from, (size_t)l[i]);
-            from += l[i];
+    for (Py_ssize_t k = 0; k < runs && !changed; k++) {
+        /* Read again without the GIL: checked again where used (the source's room too). */
+        int64_t wh = i64_at(&whb, k), off = i64_at(&offb, k), cnt = i64_at(&cntb, k), p, l;
+        if (wh < 0 || wh >= nbufs || off < 0 || off > bufs[wh].len || cnt < 0 || cnt > n - i) {
+            changed = 1;
+            break;
+        }
+        const char *from = (const char *)bufs[wh].buf + off;
+        Py_ssize_t room = bufs[wh].len - (Py_ssize_t)off;
+        for (Py_ssize_t e = i + (Py_ssize_t)cnt; i < e; i++) {
+            if (!piece_at(&pos, &len, i, dest.len, &p, &l) || l > room) {
+                changed = 1;
+                break;
+            }
+            memcpy((char *)dest.buf + p, from, (size_t)l);
+            from += l;
+            room -= (Py_ssize_t)l;
         }
     }
     Py_END_ALLOW_THREADS
+    if (changed) {
+        set_changed("gather_copy");
+        goto finally;
+    }
     Py_INCREF(Py_None);
     result = Py_None;
 finally:
@@ -1873,13 +2036,23 @@ static PyObject *py_crc32c_spans(PyObject *self, PyObject *args)
     result = PyBytes_FromStringAndSize(NULL, 4 * n);
     if (result == NULL)
         goto finally;
-    const int64_t *p = (const int64_t *)pos.buf, *l = (const int64_t *)len.buf;
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
     const unsigned char *data = (const unsigned char *)b.buf;
+    int changed = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++)
-        st32(out + 4 * i, crc32c(0, data + p[i], (size_t)l[i]));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t p, l;
+        if (!piece_at(&pos, &len, i, b.len, &p, &l)) { /* read again without the GIL: checked again */
+            changed = 1;
+            break;
+        }
+        st32(out + 4 * i, crc32c(0, data + p, (size_t)l));
+    }
     Py_END_ALLOW_THREADS
+    if (changed) {
+        Py_CLEAR(result);
+        set_changed("crc32c_spans");
+    }
 finally:
     PyBuffer_Release(&b);
     PyBuffer_Release(&pos);
@@ -1904,7 +2077,11 @@ static PyObject *py_batch_table(PyObject *self, PyObject *args)
     PyObject *rows, *wanted;
     if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &rows, &PyDict_Type, &wanted))
         return NULL;
-    Py_ssize_t nrows = PyList_GET_SIZE(rows);
+    /* The rows held: `wanted`'s lookups can run __eq__ code that changes the caller's list. */
+    rows = PyList_AsTuple(rows);
+    if (rows == NULL)
+        return NULL;
+    Py_ssize_t nrows = PyTuple_GET_SIZE(rows);
     PyObject *table = PyByteArray_FromStringAndSize(NULL, BATCH_ROW_SIZE * nrows);
     PyObject *keys = PyList_New(0), *spans = PyList_New(0), *urls = PyList_New(0), *alignments = PyList_New(0);
     PyObject *others = PyList_New(0), *seen = PyDict_New(), *shard_of = PyDict_New(), *result = NULL;
@@ -1914,7 +2091,7 @@ static PyObject *py_batch_table(PyObject *self, PyObject *args)
     memset(out, 0, (size_t)(BATCH_ROW_SIZE * nrows));
     Py_ssize_t n = 0;
     for (Py_ssize_t i = 0; i < nrows; i++) {
-        PyObject *row = PyList_GET_ITEM(rows, i);
+        PyObject *row = PyTuple_GET_ITEM(rows, i);
         if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) < 8)
             goto reference;
         PyObject *url = PyTuple_GET_ITEM(row, 0), *off = PyTuple_GET_ITEM(row, 1), *len = PyTuple_GET_ITEM(row, 2),
@@ -1985,6 +2162,7 @@ finally:
     Py_XDECREF(others);
     Py_XDECREF(seen);
     Py_XDECREF(shard_of);
+    Py_DECREF(rows);
     return result;
 }
 
@@ -2000,21 +2178,39 @@ finally:
    caller hands to the reference (records.decode_batch) to raise its error. */
 static PyObject *py_decode_batch(PyObject *self, PyObject *args)
 {
-    PyObject *blobs, *table, *keys, *spans, *paths, *alignments, *cache;
+    PyObject *lists[5], *cache, *table;
     if (!ready())
         return NULL;
-    if (!PyArg_ParseTuple(args, "O!OO!O!O!O!O!", &PyList_Type, &blobs, &table, &PyList_Type, &keys, &PyList_Type,
-                          &spans, &PyList_Type, &paths, &PyList_Type, &alignments, &PyDict_Type, &cache))
+    if (!PyArg_ParseTuple(args, "O!OO!O!O!O!O!", &PyList_Type, &lists[0], &table, &PyList_Type, &lists[1],
+                          &PyList_Type, &lists[2], &PyList_Type, &lists[3], &PyList_Type, &lists[4], &PyDict_Type,
+                          &cache))
         return NULL;
-    Py_ssize_t nkeys = PyList_GET_SIZE(keys), nblobs = PyList_GET_SIZE(blobs), nshards = PyList_GET_SIZE(paths);
-    if (PyList_GET_SIZE(spans) != nkeys || PyList_GET_SIZE(alignments) != nshards) {
+    /* Every item held first: Python code (make_layout, a collection) and other
+       threads (while a big record's CRCs run without the GIL) may change the
+       caller's lists, and free what they held, while records are decoded. */
+    PyObject *held[5] = {NULL, NULL, NULL, NULL, NULL};
+    for (int k = 0; k < 5; k++)
+        if ((held[k] = PyList_AsTuple(lists[k])) == NULL)
+            goto fail;
+    PyObject *blobs = held[0], *keys = held[1], *spans = held[2], *paths = held[3], *alignments = held[4];
+    Py_ssize_t nkeys = PyTuple_GET_SIZE(keys), nblobs = PyTuple_GET_SIZE(blobs), nshards = PyTuple_GET_SIZE(paths);
+    if (PyTuple_GET_SIZE(spans) != nkeys || PyTuple_GET_SIZE(alignments) != nshards) {
         PyErr_SetString(PyExc_ValueError, "decode_batch: spans must match keys, alignments must match paths");
-        return NULL;
+        goto fail;
     }
     Py_buffer tb;
     if (PyObject_GetBuffer(table, &tb, PyBUF_SIMPLE) < 0)
-        return NULL;
+        goto fail;
     PyObject *out = NULL, *rejected = NULL, *minus_one = NULL, *result = NULL;
+    /* An export of each blob the fast path reads (a plain, read-only view), for the whole call. */
+    Py_buffer *bb = PyMem_Calloc(nblobs ? (size_t)nblobs : 1, sizeof(Py_buffer));
+    if (bb == NULL) {
+        PyErr_NoMemory();
+        goto finally;
+    }
+    for (Py_ssize_t k = 0; k < nblobs; k++)
+        if (hold_plain(PyTuple_GET_ITEM(blobs, k), &bb[k]) && !bb[k].readonly)
+            PyBuffer_Release(&bb[k]); /* sets .obj to NULL: not read */
     if (tb.len % BATCH_ROW_SIZE) {
         PyErr_SetString(PyExc_ValueError, "decode_batch: the table is not a whole number of rows");
         goto finally;
@@ -2037,26 +2233,24 @@ static PyObject *py_decode_batch(PyObject *self, PyObject *args)
             PyErr_Format(PyExc_ValueError, "decode_batch: table row %zd points outside the batch", t);
             goto finally;
         }
-        PyObject *bv = PyList_GET_ITEM(blobs, blob);
-        PyObject *al = PyList_GET_ITEM(alignments, shard);
+        PyObject *bv = PyTuple_GET_ITEM(blobs, blob), *key = PyTuple_GET_ITEM(keys, row);
+        PyObject *al = PyTuple_GET_ITEM(alignments, shard);
         long alignment = PyLong_Check(al) ? PyLong_AsLong(al) : -1;
         if (alignment == -1 && PyErr_Occurred())
             PyErr_Clear();
         int status = 0;
         PyObject *rec = NULL;
-        if (plain_view(bv) && PyMemoryView_GET_BUFFER(bv)->readonly && alignment_ok(alignment) &&
-            length <= (uint64_t)PyMemoryView_GET_BUFFER(bv)->len &&
-            at <= (uint64_t)PyMemoryView_GET_BUFFER(bv)->len - length && offset <= (uint64_t)LLONG_MAX) {
-            const unsigned char *buf = (const unsigned char *)PyMemoryView_GET_BUFFER(bv)->buf + at;
+        Py_buffer *b = &bb[blob];
+        if (b->obj != NULL && alignment_ok(alignment) && length <= (uint64_t)b->len &&
+            at <= (uint64_t)b->len - length && offset <= (uint64_t)LLONG_MAX) {
+            const unsigned char *buf = (const unsigned char *)b->buf + at;
             PyObject *off = PyLong_FromUnsignedLongLong(offset);
-            PyObject *path = PyList_GET_ITEM(paths, shard);
-            DecodeArgs a = {alignment, Py_None, cache, 0, path, args_acyclic(Py_None, path),
-                            PyList_GET_ITEM(keys, row)};
+            PyObject *path = PyTuple_GET_ITEM(paths, shard);
+            DecodeArgs a = {alignment, Py_None, cache, 0, path, args_acyclic(Py_None, path), key};
             status = off ? decode_one(buf, (Py_ssize_t)length, bv, (Py_ssize_t)at, &a, off, minus_one, &rec) : -1;
             Py_XDECREF(off);
-            if (status == 1 && !(key_matches(PyList_GET_ITEM(keys, row), buf + HEAD_SIZE + DESC_SIZE * ld16(buf + 30),
-                                             ld16(buf + 28)) &&
-                                 spans_match(buf, PyList_GET_ITEM(spans, row)))) {
+            if (status == 1 && !(key_matches(key, buf + HEAD_SIZE + DESC_SIZE * ld16(buf + 30), ld16(buf + 28)) &&
+                                 spans_match(buf, PyTuple_GET_ITEM(spans, row)))) {
                 Py_CLEAR(rec);
                 status = 0;
             }
@@ -2075,11 +2269,21 @@ static PyObject *py_decode_batch(PyObject *self, PyObject *args)
     }
     result = PyTuple_Pack(2, out, rejected);
 finally:
+    if (bb != NULL)
+        for (Py_ssize_t k = 0; k < nblobs; k++)
+            PyBuffer_Release(&bb[k]); /* a no-op where none is held (.obj NULL) */
+    PyMem_Free(bb);
     PyBuffer_Release(&tb);
     Py_XDECREF(out);
     Py_XDECREF(rejected);
     Py_XDECREF(minus_one);
+    for (int k = 0; k < 5; k++)
+        Py_XDECREF(held[k]);
     return result;
+fail:
+    for (int k = 0; k < 5; k++)
+        Py_XDECREF(held[k]);
+    return NULL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -2197,8 +2401,11 @@ static int record_sizes(Py_ssize_t key_len, const EntryIn *in, Py_ssize_t n, uin
     if (*head_length > 0xffffffffull)
         return 0;
     uint64_t total = *head_length;
-    for (Py_ssize_t i = 0; i < n; i++)
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if ((uint64_t)in[i].buf.len > UINT64_MAX / 2 - total) /* the same payload many times: no wrap-around */
+            return 0;
         total = (total + (uint64_t)in[i].buf.len + mask) & ~mask;
+    }
     *length = total;
     return 1;
 }
@@ -2226,6 +2433,11 @@ static PyObject *py_encode_record(PyObject *self, PyObject *args)
     Py_ssize_t n = PySequence_Fast_GET_SIZE(entries), key_len = PyBytes_GET_SIZE(key);
     if (!alignment_ok(alignment) || n > 0xffff || key_len > 0xffff)
         return PyObject_Call(ref_encode_record, args, NULL);
+    /* The entries held (their strings and payloads are read below): allocating
+       the parts can run a collection, and code that changes the caller's list. */
+    entries = PySequence_Tuple(entries);
+    if (entries == NULL)
+        return NULL;
     PyObject **items = PySequence_Fast_ITEMS(entries);
     EntryIn *in = PyMem_Calloc((size_t)(n ? n : 1), sizeof(EntryIn));
     uint64_t *at = PyMem_Calloc((size_t)(n ? n : 1), sizeof(uint64_t));
@@ -2233,6 +2445,7 @@ static PyObject *py_encode_record(PyObject *self, PyObject *args)
     if (in == NULL || at == NULL) {
         PyMem_Free(in);
         PyMem_Free(at);
+        Py_DECREF(entries);
         return PyErr_NoMemory();
     }
     int fast = 1;
@@ -2293,6 +2506,7 @@ release:
     Py_XDECREF(head);
     Py_XDECREF(parts);
     Py_XDECREF(offsets);
+    Py_DECREF(entries);
     if (!fast && !PyErr_Occurred())
         return PyObject_Call(ref_encode_record, args, NULL);
     return result;
@@ -2330,6 +2544,10 @@ static int bump(PyObject *writer, int attr, Py_ssize_t by, Py_ssize_t *before)
     Py_DECREF(v);
     if (*before == -1 && PyErr_Occurred())
         return -1;
+    if (*before > PY_SSIZE_T_MAX - by) { /* no signed overflow: add() would make a Python int */
+        PyErr_SetString(PyExc_OverflowError, "add_plain: a writer count passed PY_SSIZE_T_MAX");
+        return -1;
+    }
     PyObject *now = PyLong_FromSsize_t(*before + by);
     if (now == NULL)
         return -1;
@@ -2431,7 +2649,11 @@ static PyObject *py_add_plain(PyObject *self, PyObject *const *args, Py_ssize_t 
                 PyErr_Clear();
                 goto fallback;
             }
-            known_of[n] = known;
+            /* Held at once: reading `_alignment`, the hash function and the block
+               write below are Python code, which may change `entries` and `_plain`. */
+            known_of[n] = Py_NewRef(known);
+            Py_INCREF(value);
+            held = n + 1;
             spec[n++] = (uint64_t)sid_value;
             continue;
         }
@@ -2453,14 +2675,6 @@ static PyObject *py_add_plain(PyObject *self, PyObject *const *args, Py_ssize_t 
     uint64_t mask = (uint64_t)align - 1;
     if (!record_sizes(key_len, in, n, mask, &head_length, &length) || length > JOIN_LIMIT)
         goto fallback;
-    /* The hash function and the block write below are Python code: hold what the
-       entries' pointers read from (the values, and the `_plain` tuples' strings). */
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_INCREF(in[i].obj);
-        Py_INCREF(known_of[i]);
-    }
-    held = n;
-
     raw_key = PyBytes_FromStringAndSize((const char *)PyUnicode_1BYTE_DATA(key), key_len);
     if (raw_key == NULL)
         goto done;
@@ -2574,11 +2788,12 @@ static PyObject *get_slot(PyObject *obj, int slot)
     return v;
 }
 
-/* view[start:start + size] (within bounds, checked when the record was
-   decoded) for the plain memoryview `view`: the memoryview slicing makes,
-   without the slice object and the index arithmetic a slice needs (a new
-   view of the same managed buffer, narrowed as memoryview's own init_slice
-   does). Any other view is sliced the ordinary way. */
+/* view[start:start + size] for the plain memoryview `view`: the memoryview
+   slicing makes, without the slice object and the index arithmetic a slice
+   needs (a new view of the same managed buffer, narrowed as memoryview's
+   own init_slice does). Any other view is sliced the ordinary way. The span
+   must lie in the view (callers clamp it: clamp_span); a released view
+   raises ValueError, as slicing it does. */
 static PyObject *subview(PyObject *view, Py_ssize_t start, Py_ssize_t size)
 {
     Py_buffer *b = PyMemoryView_GET_BUFFER(view);
@@ -2589,10 +2804,30 @@ static PyObject *subview(PyObject *view, Py_ssize_t start, Py_ssize_t size)
     if (sub == NULL)
         return NULL;
     Py_buffer *v = PyMemoryView_GET_BUFFER(sub);
+    if (start < 0 || size < 0 || start > v->len - size) { /* never past the buffer, whatever a caller computed */
+        Py_DECREF(sub);
+        PyErr_SetString(PyExc_SystemError, "_ccodec: a sub-view outside its buffer");
+        return NULL;
+    }
     v->buf = (char *)v->buf + start;
     v->shape[0] = size;
     v->len = size;
     return sub;
+}
+
+/* Where buf[at + p_off : at + p_off + size] lies, sliced as Python slices
+   (clamped to the buffer's `len` bytes; 0 <= at <= len): what the
+   reference, lazy.LazyRecord._entry, reads for an entry. A descriptor read
+   again after decoding may have changed (a bytearray's bytes can), so it is
+   never trusted to lie inside the buffer. */
+static void clamp_span(Py_ssize_t len, Py_ssize_t at, uint64_t p_off, uint64_t size, Py_ssize_t *start,
+                       Py_ssize_t *n)
+{
+    uint64_t room = (uint64_t)(len - at);
+    uint64_t from = p_off < room ? p_off : room;
+    uint64_t to = size < room - from ? from + size : room;
+    *start = at + (Py_ssize_t)from;
+    *n = (Py_ssize_t)(to - from);
 }
 
 /* The source of the sealed entries of `rec`, whose read buffer is the
@@ -2637,13 +2872,11 @@ static int span_of(PyObject *entry, const char **start, Py_ssize_t *size, EntryS
         PyErr_Clear();
         return 0;
     }
-    const unsigned char *rec = (const unsigned char *)s->buf.buf + s->at;
-    const unsigned char *d = rec + HEAD_SIZE + DESC_SIZE * i;
-    uint64_t p_off = ld64(d), p_size = ld64(d + 8), room = (uint64_t)(s->buf.len - s->at);
-    if (p_off > room || p_size > room - p_off) /* checked when decoded: never */
-        return 0;
-    *start = (const char *)rec + p_off;
-    *size = (Py_ssize_t)p_size;
+    /* The descriptor lies in the buffer (new_source checked); its bytes may have changed since. */
+    const unsigned char *d = (const unsigned char *)s->buf.buf + s->at + HEAD_SIZE + DESC_SIZE * i;
+    Py_ssize_t from;
+    clamp_span(s->buf.len, s->at, ld64(d), ld64(d + 8), &from, size);
+    *start = (const char *)s->buf.buf + from;
     *source = s;
     return 1;
 }
@@ -2705,26 +2938,33 @@ static void set_no_entry(PyObject *rec, PyObject *name)
    and free, once per record a stream reads. */
 static PyObject *entry_of(PyObject *rec, PyObject *name)
 {
-    PyObject *some = get_slot(rec, S_SOME), *layout = NULL, *view = NULL, *entry = NULL, *payload = NULL;
+    PyObject *some = get_slot(rec, S_SOME), *layout = NULL, *view = NULL, *entry = NULL, *payload = NULL,
+             *source = NULL;
     Py_ssize_t buf_at = 0;
     if (some == NULL)
         return NULL;
     layout = get_slot(rec, S_LAYOUT);
     if (layout == NULL)
         goto done;
+    /* Slots set from Python may hold anything: what is not as decode_one left
+       it goes to the reference (lazy.LazyRecord._entry), which raises its error. */
+    if (!is_layout(layout))
+        goto reference;
     PyObject *at = PyDict_GetItemWithError(PyTuple_GET_ITEM(layout, L_WHERE), name);
     if (at == NULL) {
         if (!PyErr_Occurred())
             set_no_entry(rec, name);
         goto done;
     }
-    Py_ssize_t i = PyLong_AsSsize_t(at);
     PyObject *specs = PyTuple_GET_ITEM(layout, L_SPECS);
+    Py_ssize_t i = PyLong_CheckExact(at) ? PyLong_AsSsize_t(at) : -1;
+    if (i < 0 || i >= PyTuple_GET_SIZE(specs)) {
+        PyErr_Clear();
+        goto reference;
+    }
     if (some != Py_None) {
-        if (!PyList_CheckExact(some) || PyList_GET_SIZE(some) != PyTuple_GET_SIZE(specs)) {
-            PyErr_SetString(PyExc_TypeError, "LazyRecord._some: a list with a place per descriptor");
-            goto done;
-        }
+        if (!PyList_CheckExact(some) || PyList_GET_SIZE(some) != PyTuple_GET_SIZE(specs))
+            goto reference;
         entry = PyList_GET_ITEM(some, i);
         if (entry != Py_None) {
             Py_INCREF(entry);
@@ -2733,22 +2973,19 @@ static PyObject *entry_of(PyObject *rec, PyObject *name)
         entry = NULL;
     }
     PyObject *spec = PyTuple_GET_ITEM(specs, i);
-    if (PyTuple_GET_ITEM(spec, 2) != CodecNone) {
-        entry = Py_None;
-        Py_INCREF(entry);
-        goto done;
-    }
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 3 || PyTuple_GET_ITEM(spec, 2) != CodecNone)
+        goto reference; /* a compressed entry: made by the reference too */
     view = get_slot(rec, S_BUF);
     if (view == NULL)
         goto done;
     PyObject *at_obj = *(PyObject **)((char *)rec + slot_at[S_AT]);
-    if (!PyMemoryView_Check(view) || at_obj == NULL || !PyLong_Check(at_obj)) {
-        PyErr_SetString(PyExc_TypeError, "LazyRecord._buf and _at: a memoryview and an int");
-        goto done;
-    }
+    if (!PyMemoryView_Check(view) || at_obj == NULL || !PyLong_CheckExact(at_obj))
+        goto reference;
     buf_at = PyLong_AsSsize_t(at_obj);
-    if (buf_at == -1 && PyErr_Occurred())
-        goto done;
+    if (buf_at == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        goto reference;
+    }
     int sealed = seals(rec);
     if (sealed) {
         PyObject **src_slot = (PyObject **)((char *)rec + slot_at[S_SOURCE]);
@@ -2762,6 +2999,8 @@ static PyObject *entry_of(PyObject *rec, PyObject *name)
             } else
                 Py_XSETREF(*src_slot, src);
         }
+        if (sealed) /* held: allocating the entry may run code that changes the record */
+            source = Py_NewRef(*src_slot);
     }
     if (sealed) {
         /* No view yet: the entry knows its descriptor and its record's source. */
@@ -2773,15 +3012,28 @@ static PyObject *entry_of(PyObject *rec, PyObject *name)
         if (i_obj == NULL)
             goto fail;
         *(PyObject **)((char *)entry + span_i_at) = i_obj;
-        *(PyObject **)((char *)entry + span_source_at) = Py_NewRef(*(PyObject **)((char *)rec + slot_at[S_SOURCE]));
+        *(PyObject **)((char *)entry + span_source_at) = Py_NewRef(source);
         *(PyObject **)((char *)entry + eslot_at[E_CODEC]) = Py_NewRef(CodecNone);
         *(PyObject **)((char *)entry + eslot_at[E_CTYPE]) = Py_NewRef(PyTuple_GET_ITEM(spec, 1));
     } else {
-        const unsigned char *d =
-            (const unsigned char *)PyMemoryView_GET_BUFFER(view)->buf + buf_at + HEAD_SIZE + DESC_SIZE * i;
-        Py_ssize_t p_off = buf_at + (Py_ssize_t)ld64(d), size = (Py_ssize_t)ld64(d + 8); /* checked when decoded */
-        payload = subview(view, p_off, size);
-        entry = payload ? PyType_GenericAlloc((PyTypeObject *)StoredEntry, 0) : NULL;
+        /* A view of the buffer first: it raises ValueError if the caller released
+           the buffer (as the reference does), and keeps its bytes while they are read. */
+        payload = PyMemoryView_FromObject(view);
+        if (payload == NULL)
+            goto done;
+        Py_buffer *b = PyMemoryView_GET_BUFFER(payload);
+        /* The descriptor is read again: inside the buffer as it is now, or the
+           reference reads it (`_at` or `_buf` may have been set from Python). */
+        if (b->ndim != 1 || b->itemsize != 1 || b->suboffsets != NULL || (b->strides && b->strides[0] != 1) ||
+            b->shape == NULL || buf_at < 0 || buf_at > b->len || b->len - buf_at < HEAD_SIZE + DESC_SIZE * (i + 1))
+            goto reference;
+        const unsigned char *d = (const unsigned char *)b->buf + buf_at + HEAD_SIZE + DESC_SIZE * i;
+        Py_ssize_t from, size;
+        clamp_span(b->len, buf_at, ld64(d), ld64(d + 8), &from, &size); /* its bytes may have changed too */
+        b->buf = (char *)b->buf + from; /* narrowed in place, as subview does */
+        b->shape[0] = size;
+        b->len = size;
+        entry = PyType_GenericAlloc((PyTypeObject *)StoredEntry, 0);
         if (entry == NULL)
             goto done;
         PyObject *values[N_ESLOTS] = {payload, payload, CodecNone, PyTuple_GET_ITEM(spec, 1)};
@@ -2809,8 +3061,13 @@ static PyObject *entry_of(PyObject *rec, PyObject *name)
     }
     if (!sealed) /* an ordinary entry: the list may be a sealed record's (a copy of it shares it) */
         retrack(rec);
-    Py_INCREF(entry);
-    Py_SETREF(PyList_GET_ITEM(some, i), entry); /* the list's own reference */
+    if (i < PyList_GET_SIZE(some)) { /* code run by the allocations above may have shrunk it */
+        Py_INCREF(entry);
+        Py_SETREF(PyList_GET_ITEM(some, i), entry); /* the list's own reference */
+    }
+    goto done;
+reference:
+    entry = Py_NewRef(Py_None);
     goto done;
 fail:
     Py_CLEAR(entry);
@@ -2819,6 +3076,7 @@ done:
     Py_XDECREF(layout);
     Py_XDECREF(view);
     Py_XDECREF(payload);
+    Py_XDECREF(source);
     return entry;
 }
 
@@ -2843,11 +3101,20 @@ static PyObject *stored_view(PyObject *self)
     return Py_TYPE(entry_view_fallback)->tp_descr_get(entry_view_fallback, self, (PyObject *)Py_TYPE(self));
 }
 
+/* A memoryview its owner released (memoryview.release): its fields describe freed memory. */
+static inline int view_released(PyObject *view)
+{
+    return (((PyMemoryViewObject *)view)->flags & _Py_MEMORYVIEW_RELEASED) != 0;
+}
+
 static PyObject *stored_len(PyObject *self, PyObject *unused)
 {
     PyObject *raw = *(PyObject **)((char *)self + eslot_at[E_RAW]);
-    if (raw != NULL && Py_IS_TYPE(raw, &PyMemoryView_Type))
+    if (raw != NULL && Py_IS_TYPE(raw, &PyMemoryView_Type)) {
+        if (view_released(raw)) /* the reference's raw.nbytes raises ValueError */
+            return PyObject_GetAttrString(raw, "nbytes");
         return PyLong_FromSsize_t(PyMemoryView_GET_BUFFER(raw)->len);
+    }
     if (raw != NULL && PyBytes_CheckExact(raw))
         return PyLong_FromSsize_t(PyBytes_GET_SIZE(raw));
     const char *start;
@@ -2863,7 +3130,8 @@ static PyObject *stored_len(PyObject *self, PyObject *unused)
         PyErr_SetString(PyExc_TypeError, "Entry.view is not a memoryview");
         return NULL;
     }
-    PyObject *n = PyLong_FromSsize_t(PyMemoryView_GET_BUFFER(view)->len);
+    PyObject *n = view_released(view) ? PyObject_GetAttrString(view, "nbytes")
+                                      : PyLong_FromSsize_t(PyMemoryView_GET_BUFFER(view)->len);
     Py_DECREF(view);
     return n;
 }
