@@ -130,7 +130,7 @@ def test_a_key_deleted_while_compacting_stays_deleted(tmp_path, catalog_url, cli
     # The delete landed first; the compaction rewrote both survivors but serves only the other.
     assert summary.version == version + 2
     assert (summary.records, summary.superseded) == (1, 1)
-    assert "1 rewritten records were left out" in str(summary)
+    assert "1 rewritten record left out" in str(summary)
     assert [v.operation for v in cat.log("c")[:2]] == ["compact", "delete"]
     del latest[survivors[0]]
     assert _snapshot(cat, keys) == latest
@@ -316,7 +316,7 @@ def test_tar_shards_are_never_compacted(tmp_path, sqlite_url, client):
     version = cat.dataset("wds").version
     summary = shardcat.compact(cat, "wds", min_live=0.5, client=client)
     assert (summary.version, summary.tar_shards, summary.compacted) == (None, 1, [])
-    assert "1 tar shards are never compacted" in str(summary)
+    assert "1 tar shard never compacted" in str(summary)
     assert cat.dataset("wds").version == version
     assert [j for j in cat.jobs("wds") if j.description == "shardcat.compact"] == []
     assert [s.url for s in cat.shards("wds")] == [str(tar)]

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._units import format_bytes, parse_size
+from .._units import count_of, format_bytes, parse_size
 from ..errors import ChecksumError, CommitConflictError
 from ..storage import dataset_prefix, first_free, redact
 from ..storage.shards import RollingShardWriter, ShardReader
@@ -93,22 +93,22 @@ class CompactSummary:
 
     def __str__(self) -> str:
         if self.version is None:
-            head = f"{self.dataset}: nothing to compact ({len(self.kept)} native shards kept)"
+            head = f"{self.dataset}: nothing to compact ({count_of(len(self.kept), 'native shard')} kept)"
         else:
             head = (
                 f"{self.dataset}: version {self.version} (job {self.job_id}) rewrote "
-                f"{self.records:,} live records of {len(self.compacted)} shards "
-                f"({format_bytes(self.bytes_before)}) into {len(self.written)} shards "
+                f"{count_of(self.records, 'live record')} of {count_of(len(self.compacted), 'shard')} "
+                f"({format_bytes(self.bytes_before)}) into {count_of(len(self.written), 'shard')} "
                 f"({format_bytes(self.bytes_after)}) in {self.seconds:.2f} s; "
-                f"{len(self.kept)} shards kept; run expire and gc to reclaim the old bytes"
+                f"{count_of(len(self.kept), 'shard')} kept; run expire and gc to reclaim the old bytes"
             )
         if self.superseded:
             head += (
-                f"; {self.superseded:,} rewritten records were left out: other commits "
+                f"; {count_of(self.superseded, 'rewritten record')} left out: other commits "
                 "deleted or replaced their keys meanwhile"
             )
         if self.tar_shards:
-            head += f"; {self.tar_shards} tar shards are never compacted"
+            head += f"; {count_of(self.tar_shards, 'tar shard')} never compacted"
         return head
 
 
