@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import os
 import platform
 import re
@@ -247,39 +246,22 @@ def _places() -> Iterator[Any]:
     """``place(backend, tmp)``: a context giving (catalog URL, data URL, storage options).
 
     SQLite is a file under ``tmp``; PostgreSQL a schema of its own on
-    ``$SHARDCAT_TEST_POSTGRES_URL`` (dropped afterwards); S3 a bucket on one
-    moto server on 127.0.0.1 for the whole run.
+    ``$SHARDCAT_TEST_POSTGRES_URL`` (dropped afterwards); S3 a folder of its
+    own in the bucket of one moto server (``benchmarks/moto_server.py``, stock
+    moto) for the whole run.
     """
     import uuid
 
     server: list[Any] = []
 
     def s3() -> tuple[str, dict[str, Any]]:
-        import boto3
-        from moto.server import ThreadedMotoServer
-
         if not server:
-            for name in ("werkzeug", "moto", "botocore", "urllib3"):
-                logging.getLogger(name).setLevel(logging.ERROR)
-            server.append(ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False))
-            server[0].start()
-        host, port = server[0].get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        bucket = f"h-{uuid.uuid4().hex[:12]}"
-        boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        ).create_bucket(Bucket=bucket)
-        options = {
-            "key": "testing",
-            "secret": "testing",
-            "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
-            "use_listings_cache": False,
-        }
-        return f"s3://{bucket}", options
+            if not __package__:  # run as a script: make the benchmarks package importable
+                sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+            from benchmarks.moto_server import MotoServer
+
+            server.append(MotoServer(ranges=False, bucket="histories"))
+        return f"s3://histories/{uuid.uuid4().hex[:12]}", server[0].storage_options()
 
     @contextlib.contextmanager
     def place(backend: str, tmp: Path) -> Iterator[tuple[str, str, dict[str, Any]]]:

@@ -17,6 +17,30 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any
 
+
+def stop(proc: subprocess.Popen[Any], timeout: float = 10.0) -> None:
+    """End a server process: asked to stop, killed if it has not within ``timeout`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout)
+
+
+def moto_client(endpoint: str, service: str = "s3") -> Any:
+    """A boto3 client of ``service`` on the moto server at ``endpoint`` (moto's test keys)."""
+    import boto3
+
+    return boto3.client(
+        service,
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
 # --- Azurite (the Azure Storage emulator, npm package "azurite") ----------------------
 
 AZURITE_ACCOUNT = "devstoreaccount1"
@@ -96,12 +120,7 @@ def azurite(binary: str, workdir: Path, timeout: float = 60.0) -> Iterator[int]:
             )
         yield port[0]
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop(proc)
         reader.join(5)
 
 
@@ -229,12 +248,7 @@ def moto_enforcing_auth(free_actions: int, timeout: float = 60.0) -> Iterator[st
                 time.sleep(0.1)
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop(proc)
 
 
 @contextmanager
@@ -242,16 +256,8 @@ def iam_world(bucket: str, body: bytes = b"\0" * 100) -> Iterator[tuple[str, str
     """:func:`moto_enforcing_auth` with bucket ``bucket`` holding ``x.shard`` (``body``) and a
     user ``reader`` who has keys but no policy. Yields ``(endpoint, key id, secret)`` of
     ``reader``; the four set-up requests are the free ones, every later one is checked."""
-    import boto3
-
     with moto_enforcing_auth(free_actions=4) as endpoint:
-        kw = {
-            "endpoint_url": endpoint,
-            "region_name": "us-east-1",
-            "aws_access_key_id": "testing",
-            "aws_secret_access_key": "testing",
-        }
-        s3, iam = boto3.client("s3", **kw), boto3.client("iam", **kw)
+        s3, iam = moto_client(endpoint), moto_client(endpoint, "iam")
         s3.create_bucket(Bucket=bucket)
         s3.put_object(Bucket=bucket, Key="x.shard", Body=body)
         iam.create_user(UserName="reader")
@@ -320,12 +326,7 @@ def counting_moto(timeout: float = 60.0) -> Iterator[str]:
         yield f"http://127.0.0.1:{int(line)}"
     finally:
         watchdog.cancel()
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop(proc)
 
 
 def requests_seen(endpoint: str) -> list[dict[str, Any]]:

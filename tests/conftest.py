@@ -23,6 +23,7 @@ from _servers import (
     azurite,
     azurite_binary,
     azurite_connection_string,
+    moto_client,
     ranged_http_server,
 )
 
@@ -82,18 +83,10 @@ def s3_endpoint() -> Iterator[str]:
 @pytest.fixture
 def s3(s3_endpoint: str) -> Iterator[dict[str, Any]]:
     """A fresh bucket; yields ``{"bucket", "url", "storage_options", "endpoint"}``."""
-    import boto3
     import s3fs
 
     bucket = f"test-{uuid.uuid4().hex[:12]}"
-    client = boto3.client(
-        "s3",
-        endpoint_url=s3_endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-    client.create_bucket(Bucket=bucket)
+    moto_client(s3_endpoint).create_bucket(Bucket=bucket)
     options = {
         "key": "testing",
         "secret": "testing",

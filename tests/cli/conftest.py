@@ -9,6 +9,7 @@ from contextlib import ExitStack
 
 import pytest
 
+from _servers import moto_client
 from conftest import postgres_schema
 from shardcat.catalog import Catalog
 
@@ -19,21 +20,13 @@ from .nosecrets import SRC_KEYS, World, base_env, write_dataset
 def world(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, s3_endpoint: str
 ) -> Iterator[World]:
-    import boto3
-
     root = tmp_path_factory.mktemp("nosecrets")
     src = root / "src"
     src.mkdir()
     for k in SRC_KEYS:
         (src / f"{k}.txt").write_text(f"text of {k}")
     bucket = f"nsx-{uuid.uuid4().hex[:12]}"
-    boto3.client(
-        "s3",
-        endpoint_url=s3_endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    ).create_bucket(Bucket=bucket)
+    moto_client(s3_endpoint).create_bucket(Bucket=bucket)
     s3_options = {
         "key": "testing",
         "secret": "testing",

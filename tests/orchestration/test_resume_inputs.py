@@ -174,17 +174,25 @@ def _files(folder: Path, count: int) -> None:
         (folder / f"s{i:03d}.txt").write_text(f"sample {i} " * 20)  # ~200 bytes each
 
 
-def test_packed_files_changed_on_disk_are_refused(tmp_path, sqlite_url, client):
+def _packing(
+    tmp_path: Path, sqlite_url: str, client: Any, name: str, count: int
+) -> tuple[Path, str, dict[str, Any]]:
+    """``count`` files under ``tmp_path/src``, the dataset's folder, and the options of a
+    write of them as job ``name``."""
     src = tmp_path / "src"
-    _files(src, 40)
-    root = str(tmp_path / "packed")
+    _files(src, count)
     options: dict[str, Any] = {
         "catalog": sqlite_url,
-        "dataset": "packed",
-        "job_name": "packed",
+        "dataset": name,
+        "job_name": name,
         "shard_size": 1000,  # a few samples per partition
         "client": client,
     }
+    return src, str(tmp_path / name), options
+
+
+def test_packed_files_changed_on_disk_are_refused(tmp_path, sqlite_url, client):
+    src, root, options = _packing(tmp_path, sqlite_url, client, "packed", 40)
     with pytest.raises(KeyboardInterrupt):
         shardcat.write(shardcat.from_files(str(src)), root, progress=_interrupt_after(2), **options)
     with Catalog(sqlite_url) as cat:
@@ -213,16 +221,7 @@ def test_packed_files_changed_on_disk_are_refused(tmp_path, sqlite_url, client):
 
 
 def test_unchanged_packed_files_resume(tmp_path, sqlite_url, client):
-    src = tmp_path / "src"
-    _files(src, 30)
-    root = str(tmp_path / "same")
-    options: dict[str, Any] = {
-        "catalog": sqlite_url,
-        "dataset": "same",
-        "job_name": "same",
-        "shard_size": 1000,
-        "client": client,
-    }
+    src, root, options = _packing(tmp_path, sqlite_url, client, "same", 30)
     with pytest.raises(KeyboardInterrupt):
         shardcat.write(shardcat.from_files(str(src)), root, progress=_interrupt_after(2), **options)
     summary = shardcat.write(shardcat.from_files(str(src)), root, progress=False, **options)

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from _servers import counting_moto, requests_seen
+from _servers import counting_moto, moto_client, requests_seen
 from shardcat.storage import TRANSPORT_ENV, open_source
 
 pytest.importorskip("obstore")
@@ -36,17 +36,9 @@ TRANSPORTS = ("fsspec", "auto", "obstore")
 @pytest.fixture(scope="module")
 def twins() -> Iterator[dict[str, str]]:
     """Two moto servers, A and B, each with bucket ``twin`` holding its own ``x.shard``."""
-    import boto3
-
     with counting_moto() as a, counting_moto() as b:
         for name, endpoint in (("A", a), ("B", b)):
-            client = boto3.client(
-                "s3",
-                endpoint_url=endpoint,
-                region_name="us-east-1",
-                aws_access_key_id="setup",
-                aws_secret_access_key="setup",
-            )
+            client = moto_client(endpoint)
             client.create_bucket(Bucket="twin")
             client.put_object(Bucket="twin", Key="x.shard", Body=BODY[name])
             requests_seen(endpoint)  # forget the set-up

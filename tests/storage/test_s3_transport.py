@@ -41,6 +41,13 @@ KEYS = {"key": "k", "secret": "s"}
 ENDPOINT = {"client_kwargs": {"endpoint_url": "http://127.0.0.1:9"}}
 
 
+def _fresh() -> None:
+    """Forget s3fs's filesystems: the next one resolves the options and variables anew."""
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
 @pytest.fixture
 def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """No ``AWS_*`` variable and an empty AWS config file; yields the config file's path.
@@ -48,8 +55,6 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     s3fs filesystems are resolved once each (as s3fs reads), so its instance
     cache is cleared for every test: the options and variables set here count.
     """
-    import s3fs
-
     for name in list(os.environ):
         if name.startswith("AWS_"):
             monkeypatch.delenv(name)
@@ -59,14 +64,8 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    s3fs.S3FileSystem.clear_instance_cache()
+    _fresh()
     return config
-
-
-def _fresh() -> None:
-    import s3fs
-
-    s3fs.S3FileSystem.clear_instance_cache()
 
 
 # Each case: storage options, environment, the transport auto picks, a word of the reason.

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._units import format_bytes
-from .files import FileListing, SampleFiles, plan_partitions
+from .files import FileListing, SampleFiles
 
 __all__ = ["INPUTS_PROPERTY", "InputsFingerprint", "differences", "fingerprint"]
 
@@ -101,16 +101,18 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def fingerprint(data: Any, source: Any, *, shard_size: int) -> InputsFingerprint:
+def fingerprint(
+    data: Any, source: Any, *, parts: Sequence[Sequence[SampleFiles]] = ()
+) -> InputsFingerprint:
     """The fingerprint of a write's inputs: ``data`` as given, ``source`` as prepared for running.
 
-    ``shard_size`` plans packed files into partitions as the write will.
-    Reads no data: a Dask collection's token is its name, a list's is a
-    hash of its items (the client holds them anyway), files are listed
-    already.
+    ``parts``: packed files (``source`` a :class:`FileListing`) as the write
+    cuts them into partitions. Reads no data: a Dask collection's token is
+    its name, a list's is a hash of its items (the client holds them
+    anyway), files are listed already.
     """
     if isinstance(source, FileListing):
-        return _files(source, shard_size)
+        return _files(source, parts)
     kind = _kind(data)
     if kind == "iterable":
         return InputsFingerprint(
@@ -179,16 +181,14 @@ def _pickled(data: Any) -> tuple[str | None, str | None]:
     return sink.h.hexdigest(), None
 
 
-def _files(listing: FileListing, shard_size: int) -> InputsFingerprint:
-    parts = [
-        _part_digest(part, listing.stamps) for part in plan_partitions(listing.samples, shard_size)
-    ]
-    whole = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+def _files(listing: FileListing, parts: Sequence[Sequence[SampleFiles]]) -> InputsFingerprint:
+    digests = [_part_digest(part, listing.stamps) for part in parts]
+    whole = hashlib.sha256("\n".join(digests).encode()).hexdigest()[:32]
     return InputsFingerprint(
         "files",
         whole,
-        partitions=len(parts),
-        parts=tuple(parts),
+        partitions=len(digests),
+        parts=tuple(digests),
         files=listing.files,
         bytes=listing.bytes,
     )
@@ -208,15 +208,14 @@ def differences(
     recorded: InputsFingerprint | None,
     now: InputsFingerprint,
     *,
-    samples: Sequence[SampleFiles] = (),
-    shard_size: int = 0,
+    parts: Sequence[Sequence[SampleFiles]] = (),
 ) -> str | None:
     """What differs between the inputs a job recorded and those given now; None if nothing.
 
     A job that recorded no fingerprint, or inputs that have none, cannot be
     compared: that is said too (the caller refuses, unless allowed).
-    ``samples`` and ``shard_size`` (packed files) name the keys of the first
-    partition that changed.
+    ``parts`` (packed files, as partitioned now) name the keys of the
+    partitions that changed.
     """
     if recorded is None:
         return (
@@ -231,7 +230,7 @@ def differences(
     if recorded.token == now.token:
         return None
     if recorded.kind == "files":
-        return _files_differ(recorded, now, samples, shard_size)
+        return _files_differ(recorded, now, parts)
     what = {
         "dask": "the Dask collection differs (its data, the functions that make it, or how it "
         "is partitioned)",
@@ -257,8 +256,7 @@ def _kinds(kind: str) -> str:
 def _files_differ(
     recorded: InputsFingerprint,
     now: InputsFingerprint,
-    samples: Sequence[SampleFiles],
-    shard_size: int,
+    parts: Sequence[Sequence[SampleFiles]],
 ) -> str:
     counts = (
         f"{now.files:,} files of {format_bytes(now.bytes or 0)} now, {recorded.files:,} of "
@@ -270,11 +268,10 @@ def _files_differ(
     if len(recorded.parts) != len(now.parts):
         changed.append(min(len(recorded.parts), len(now.parts)))
     where = ""
-    if changed and samples and shard_size:
-        plan = plan_partitions(list(samples), shard_size)
+    if changed and parts:
         shown = []
         for i in changed[:_SHOWN_PARTS]:
-            part = plan[i] if i < len(plan) else []
+            part = parts[i] if i < len(parts) else []
             span = f"keys {part[0].key!r} .. {part[-1].key!r}" if part else "no files now"
             shown.append(f"partition {i} ({span})")
         more = f" and {len(changed) - _SHOWN_PARTS} more" if len(changed) > _SHOWN_PARTS else ""

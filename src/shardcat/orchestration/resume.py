@@ -90,8 +90,7 @@ def check_inputs(
     now: InputsFingerprint,
     *,
     allow_changed: bool,
-    samples: Sequence[SampleFiles] = (),
-    shard_size: int = 0,
+    parts: Sequence[Sequence[SampleFiles]] = (),
 ) -> None:
     """Refuse to resume ``point``'s job with inputs other than those it began with.
 
@@ -106,7 +105,7 @@ def check_inputs(
         generator; a job begun before fingerprints were kept), naming what.
     """
     recorded = InputsFingerprint.from_json((point.job.properties or {}).get(INPUTS_PROPERTY))
-    why = differences(recorded, now, samples=samples, shard_size=shard_size)
+    why = differences(recorded, now, parts=parts)
     if why is None:
         return
     name = (point.job.properties or {}).get("job_name")

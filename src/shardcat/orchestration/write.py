@@ -23,6 +23,7 @@ from .._types import ON_DUPLICATE, OnDuplicate
 from .._units import count_of, format_bytes, parse_size
 from ..errors import (
     DatasetExistsError,
+    DatasetNotFoundError,
     DuplicateKeyError,
     InvalidKeyError,
     RecordTooLargeError,
@@ -301,23 +302,22 @@ def write(
     t0 = time.perf_counter()
     # Files are listed (and refused: empty, unmatched) before anything is created.
     source = _prepare(data, key_column, json_entry)
+    # Packed files are cut into partitions once: what the fingerprint records, the tasks write.
+    parts = plan_partitions(source.samples, size) if isinstance(source, FileListing) else []
     # Recorded by every job: a job whose client died may be resumed by resume=True too.
-    inputs = fingerprint(data, source, shard_size=size)
-    samples = source.samples if isinstance(source, FileListing) else ()
+    inputs = fingerprint(data, source, parts=parts)
 
     def resume_point() -> ResumePoint | None:
         point = resumable_job(
             cat, dataset, job_name=job_name, resume=resume, root=redact(url), mode=mode
         )
         if point is not None:
-            check_inputs(
-                point, inputs, allow_changed=allow_changed_inputs, samples=samples, shard_size=size
-            )
+            check_inputs(point, inputs, allow_changed=allow_changed_inputs, parts=parts)
         return point
 
-    resumable = job_name is not None or resume
-    if resumable and not allow_changed_inputs and any(d.name == dataset for d in cat.datasets()):
-        resume_point()  # other inputs are refused before a cluster starts
+    if (job_name is not None or resume) and not allow_changed_inputs:
+        with contextlib.suppress(DatasetNotFoundError):  # a new dataset has no job to resume
+            resume_point()  # other inputs are refused before a cluster starts
     with _cluster(client, url) as dask_client:
         refuse_unreachable(cat, dask_client)
         existing = open_dataset(cat, dataset, url, mode)
@@ -354,6 +354,7 @@ def write(
                 with drawing:
                     results = _run(
                         source,
+                        parts,
                         plan,
                         dask_client,
                         key_column,
@@ -601,6 +602,7 @@ def _prepare(data: Any, key_column: str, json_entry: str) -> Any:
 
 def _run(
     data: Any,
+    file_parts: list[list[SampleFiles]],
     plan: WritePlan,
     client: Any,
     key_column: str,
@@ -613,20 +615,20 @@ def _run(
 ) -> list[PartitionResult]:
     """Run the partition tasks; every future submitted is appended to ``futures`` (to cancel).
 
+    Packed files (``data`` a :class:`FileListing`) are written as ``file_parts`` cuts them.
     Partitions in ``skip`` (finished by an earlier run of a resumed job) are not run.
     """
     import dask.bag as db
     from dask.delayed import delayed
 
     if isinstance(data, FileListing):
-        parts = plan_partitions(data.samples, plan.shard_size)
         file_calls: Iterator[Call] = (
             (write_files_partition, (part, data.root_url, data.storage_options, plan, i))
-            for i, part in enumerate(parts)
+            for i, part in enumerate(file_parts)
             if i not in skip
         )
         return _run_bounded(
-            file_calls, len(parts) - len(skip), plan, client, retries, reporter, futures
+            file_calls, len(file_parts) - len(skip), plan, client, retries, reporter, futures
         )
     if _is_dask_dataframe(data):
         tasks = [

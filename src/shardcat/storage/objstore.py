@@ -43,8 +43,9 @@ _RETRY = {
     },
     "retry_timeout": timedelta(seconds=30),
 }
-# Per process, bucket and route (the s3fs filesystem's botocore resolution it came from).
-_stores: dict[tuple[int, str, int], tuple[Any, Any]] = {}
+# Per process and bucket: the route it was built for (the s3fs filesystem's botocore
+# resolution) and the store.
+_stores: dict[tuple[int, str], tuple[Any, Any]] = {}
 # The process that started obstore's (tokio) runtime. The runtime's threads do
 # not survive fork: in a forked child (a DataLoader worker) every obstore call
 # hangs, so a child of a process that used it reads through s3fs instead.
@@ -118,15 +119,13 @@ def s3_store(
         raise StorageError(
             f"{TRANSPORT_ENV}=obstore needs obstore: pip install 'shardcat[s3]'"
         ) from None
-    # One store per route: a new s3fs filesystem (other options, or its cache cleared) is
-    # resolved again, and its store replaces the old one of the bucket.
-    cache_key = (os.getpid(), bucket, id(choice.route))
+    # One store per bucket and route: a new s3fs filesystem (other options, or its cache
+    # cleared) is resolved again, and its store replaces the bucket's old one.
+    cache_key = (os.getpid(), bucket)
     cached = _stores.get(cache_key)
     if cached is not None and cached[0] is choice.route:
         store = cached[1]
     else:
-        for old in [k for k in _stores if k[:2] == cache_key[:2]]:
-            del _stores[old]
         store = S3Store(
             bucket,
             retry_config=_RETRY,  # type: ignore[arg-type]

@@ -144,6 +144,8 @@ class S3Route:
         Headers botocore adds that obstore would not send (lower case).
     signing:
         Why the signature is not one obstore makes, if it is not.
+    loop:
+        The s3fs filesystem's event loop: refreshable credentials are refreshed on it.
     """
 
     endpoint: str
@@ -462,23 +464,15 @@ def choose_transport(url: str, storage_options: StorageOptions | None = None) ->
     route = s3_route(url, storage_options)
     if isinstance(route, str):
         return TransportChoice("fsspec", route, selected)
-    config = obstore_config(route)
     if selected == "obstore":
         if unmapped := _unmappable(route):
             return TransportChoice("fsspec", unmapped, selected, route=route)
         usable = route.frozen is not None and not route.unsigned
         provider = BotocoreCredentials(route) if usable else None
-        return TransportChoice(
-            "obstore", f"{TRANSPORT_ENV}=obstore", selected, config, provider, route
-        )
-    if (why := _not_exact(route)) is not None:
+        reason = f"{TRANSPORT_ENV}=obstore"
+    elif (why := _not_exact(route)) is not None:
         return TransportChoice("fsspec", why, selected, route=route)
-    provider = None if route.unsigned else BotocoreCredentials(route)
-    return TransportChoice(
-        "obstore",
-        "auto: the endpoint, region and credentials s3fs's botocore resolved",
-        selected,
-        config,
-        provider,
-        route,
-    )
+    else:
+        provider = None if route.unsigned else BotocoreCredentials(route)
+        reason = "auto: the endpoint, region and credentials s3fs's botocore resolved"
+    return TransportChoice("obstore", reason, selected, obstore_config(route), provider, route)

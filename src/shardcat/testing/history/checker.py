@@ -19,17 +19,15 @@
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from .model import Anomaly, Model, build_model, writer_of
+from .model import INF, Anomaly, Model, build_model, error_name, writer_of
 from .ops import FILE_REMOVERS, READS, Op
 
 __all__ = ["CheckReport", "check_history", "summarize", "tag_candidates"]
 
-INF = math.inf
 # A file a read (or a job reading shards) needed was removed under it.
 _FILE_GONE = ("ShardNotFoundError", "StorageError", "ChecksumError")
 
@@ -62,9 +60,7 @@ def check_history(ops: list[Op], observation: dict[str, Any], keys: list[str]) -
     report.anomalies.extend(model.anomalies)
     removers = [op for op in ops if op.kind in FILE_REMOVERS]
     for op in sorted(ops, key=lambda o: o.t0):
-        report.outcomes[
-            f"{op.kind}:{'ok' if op.ok else (op.error[0][0] if op.error else '?')}"
-        ] += 1
+        report.outcomes[f"{op.kind}:{'ok' if op.ok else error_name(op)}"] += 1
         if not op.done:
             continue
         if op.kind in READS:
@@ -558,7 +554,7 @@ def _check_copies(model: Model, obs: dict[str, Any], keys: list[str], rep: Check
             continue
         versions = model.latest_candidates(op.t0, op.end)
         rep.pairs += len(keys)
-        if not any(state == {k: v for k, v in model.states[v].items()} for v in versions):
+        if not any(state == model.states[v] for v in versions):
             best = min(
                 versions, key=lambda v: len(set(state.items()) ^ set(model.states[v].items()))
             )

@@ -16,11 +16,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .ops import Op
+from .ops import WRITES, Op
 
-__all__ = ["Anomaly", "Model", "build_model", "writer_of"]
+__all__ = ["INF", "Anomaly", "Model", "build_model", "error_name", "writer_of"]
 
-WRITES = ("append", "replace", "skip", "overwrite", "create")
 INF = math.inf
 
 
@@ -202,7 +201,7 @@ def build_model(ops: Iterable[Op], observation: dict[str, Any]) -> Model:
                 Anomaly(
                     "failed-op-left-version",
                     f"{named.kind} op {named.id} failed "
-                    f"({_error_name(named)}) but version {v['number']} carries its message",
+                    f"({error_name(named)}) but version {v['number']} carries its message",
                     (named.id,),
                     (),
                     v["number"],
@@ -249,6 +248,8 @@ def build_model(ops: Iterable[Op], observation: dict[str, Any]) -> Model:
         (o for o in by_id.values() if o.kind == "move" and o.ok and not _claims_any(claims, o)),
         key=lambda o: o.t0,
     )
+    # An operation whose process died may have made any version nobody claims.
+    indeterminate = any(not op.done for op in by_id.values())
     for version in range(1, model.latest + 1):
         owners = claims.get(version, [])
         if len(owners) > 1:
@@ -268,7 +269,7 @@ def build_model(ops: Iterable[Op], observation: dict[str, Any]) -> Model:
             model.made_by[version] = moves_left.pop(0)
         else:
             model.made_by[version] = None
-            if version not in claims and not _indeterminate(by_id):
+            if version not in claims and not indeterminate:
                 add(
                     Anomaly(
                         "version-without-op",
@@ -302,10 +303,6 @@ def _claims_any(claims: dict[int, list[Op]], op: Op) -> bool:
     return any(op in owners for owners in claims.values())
 
 
-def _indeterminate(ops: dict[int, Op]) -> bool:
-    return any(not op.done for op in ops.values())
-
-
 def _must_commit(op: Op) -> bool:
     if op.kind in (*WRITES, "delete", "move"):
         return True
@@ -316,7 +313,8 @@ def _must_commit(op: Op) -> bool:
     )
 
 
-def _error_name(op: Op) -> str:
+def error_name(op: Op) -> str:
+    """The class name of the error ``op`` failed with (``?`` if none was logged)."""
     return op.error[0][0] if op.error else "?"
 
 

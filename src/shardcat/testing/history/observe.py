@@ -6,10 +6,12 @@ loaded and checked again without the catalog.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ...errors import ShardcatError
 from .ops import HistoryConfig, Op
+from .worker import read_pairs, read_state
 
 __all__ = ["observe"]
 
@@ -20,8 +22,6 @@ def observe(cat: Any, config: HistoryConfig, ops: list[Op], model_versions: int)
     ``model_versions``: the highest version number to probe (versions the
     log no longer lists must answer VersionNotFoundError).
     """
-    import shardcat
-
     ds, keys = config.dataset, config.keys
     info = cat.dataset(ds)
     out: dict[str, Any] = {
@@ -45,12 +45,14 @@ def observe(cat: Any, config: HistoryConfig, ops: list[Op], model_versions: int)
     }
     kept = [v["number"] for v in out["versions"]]
     # Every kept version, read two ways: batch lookups and the streaming reader.
-    out["states"] = {str(n): _state(cat, ds, keys, n) for n in kept}
-    out["streams"] = {str(n): _stream(shardcat, cat, ds, n) for n in kept}
-    out["tags"] = {t: _state(cat, ds, keys, t) for v in out["versions"] for t in v["tags"]}
-    out["latest_state"] = _state(cat, ds, keys, None)
+    out["states"] = {str(n): _or_error(read_state, cat, ds, keys, n) for n in kept}
+    out["streams"] = {str(n): _or_error(read_pairs, cat, ds, n) for n in kept}
+    out["tags"] = {
+        t: _or_error(read_state, cat, ds, keys, t) for v in out["versions"] for t in v["tags"]
+    }
+    out["latest_state"] = _or_error(read_state, cat, ds, keys, None)
     out["keys"] = _or_error(lambda: list(cat.keys(ds)))
-    out["count"] = _or_error(lambda: cat.count(ds))
+    out["count"] = _or_error(cat.count, ds)
     # Versions no longer kept: a lookup there must be refused.
     out["gone"] = {
         str(n): _probe(cat, ds, keys[0], n)
@@ -65,33 +67,12 @@ def observe(cat: Any, config: HistoryConfig, ops: list[Op], model_versions: int)
     return out
 
 
-def _or_error(call: Any) -> Any:
+def _or_error(call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)``, or the error it raised as ``{"error": [name, message]}``."""
     try:
-        return call()
+        return call(*args)
     except Exception as e:
         return {"error": [type(e).__name__, str(e)[:300]]}
-
-
-def _state(cat: Any, ds: str, keys: list[str], version: int | str | None) -> Any:
-    def read() -> dict[str, str]:
-        batch = cat.get_many(ds, keys, version=version)
-        return {k: r["txt"].decode() for k, r in batch.found().items()}
-
-    return _or_error(read)
-
-
-def _stream(shardcat: Any, cat: Any, ds: str, version: int) -> Any:
-    def read() -> list[list[str]]:
-        samples = shardcat.read(cat, ds, version=version).compute(scheduler="sync")
-        return [[s["__key__"], _text(s["txt"])] for s in samples]
-
-    return _or_error(read)
-
-
-def _text(value: Any) -> str:
-    return (
-        bytes(value).decode() if isinstance(value, (bytes, bytearray, memoryview)) else str(value)
-    )
 
 
 def _probe(cat: Any, ds: str, key: str, version: int) -> str:
@@ -117,6 +98,6 @@ def _copy(cat: Any, name: str, keys: list[str]) -> dict[str, Any]:
     return {
         "exists": True,
         "versions": versions,
-        "state": _state(cat, name, keys, None),
-        "count": _or_error(lambda: cat.count(name)),
+        "state": _or_error(read_state, cat, name, keys, None),
+        "count": _or_error(cat.count, name),
     }

@@ -22,9 +22,9 @@ from typing import Any
 
 __all__ = [
     "FILE_REMOVERS",
-    "MUTATIONS",
     "READS",
     "WEIGHTS",
+    "WRITES",
     "HistoryConfig",
     "Op",
     "OpSpec",
@@ -57,10 +57,8 @@ WEIGHTS: dict[str, int] = {
     "count": 2,
     "read": 2,
 }
-MUTATIONS = frozenset(
-    {"append", "replace", "skip", "overwrite", "create", "delete", "compact", "copy", "move"}
-)
-"""Kinds that may commit a version (copy commits one in its target dataset)."""
+WRITES = ("append", "replace", "skip", "overwrite", "create")
+"""Kinds that run ``shardcat.write``."""
 READS = frozenset({"get", "get_many", "keys", "count", "read"})
 FILE_REMOVERS = frozenset({"gc", "move"})
 """Kinds that delete files: a read racing one may find a file gone (a typed error)."""
@@ -145,9 +143,6 @@ class Op:
     @property
     def end(self) -> float:
         return float("inf") if self.t1 is None else self.t1
-
-    def failed_with(self, *names: str) -> bool:
-        return self.error is not None and any(n in self.error[0] for n in names)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

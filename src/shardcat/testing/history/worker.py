@@ -18,13 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import KeyNotFoundError, ShardcatError
-from .ops import HistoryConfig, Op, OpSpec, op_id, op_message, plan_ops, value_of
+from .ops import WRITES, HistoryConfig, Op, OpSpec, op_id, op_message, plan_ops, value_of
 
 __all__ = [
     "GC_GRACE",
     "INJECTED",
     "Journal",
     "read_log",
+    "read_pairs",
+    "read_state",
     "release_catalogs",
     "run_process",
     "version_spec",
@@ -159,7 +161,7 @@ def _draw(cat: Any, config: HistoryConfig, spec: OpSpec, args: dict[str, Any]) -
     if "back" in args:
         current = cat.dataset(config.dataset).version
         args["version"] = max(1, current - args.pop("back"))
-    if spec.kind in ("append", "replace", "skip", "overwrite", "create"):
+    if spec.kind in WRITES:
         args["root"] = cat.dataset(config.dataset).root_url  # a move may have changed it
     if spec.kind == "copy":
         args["target"] = f"{config.dataset}-c{spec.id}"
@@ -183,7 +185,7 @@ def _execute(cat: Any, client: Any, config: HistoryConfig, op: Op) -> Any:
     from shardcat.orchestration.gc import gc
 
     ds, a = config.dataset, op.args
-    if op.kind in ("append", "replace", "skip", "overwrite", "create"):
+    if op.kind in WRITES:
         mode: Any = {"overwrite": "overwrite", "create": "create"}.get(op.kind, "append")
         on_duplicate: Any = {"replace": "replace", "skip": "skip"}.get(op.kind, "error")
         written = shardcat.write(
@@ -236,8 +238,6 @@ def _execute(cat: Any, client: Any, config: HistoryConfig, op: Op) -> Any:
 
 
 def _read(cat: Any, config: HistoryConfig, op: Op) -> Any:
-    import shardcat
-
     ds, version = config.dataset, version_spec(op.args)
     if op.kind == "get":
         try:
@@ -246,17 +246,28 @@ def _read(cat: Any, config: HistoryConfig, op: Op) -> Any:
             return {"value": None}
         return {"value": record["txt"].decode()}
     if op.kind == "get_many":
-        batch = cat.get_many(ds, config.keys, version=version)
-        return {"state": {k: r["txt"].decode() for k, r in batch.found().items()}}
+        return {"state": read_state(cat, ds, config.keys, version)}
     if op.kind == "keys":
         return {"keys": list(cat.keys(ds))}
     if op.kind == "count":
         return {"count": cat.count(ds)}
     if op.kind == "read":
-        bag = shardcat.read(cat, ds, version=version)
-        samples = bag.compute(scheduler="sync")
-        return {"pairs": [[s["__key__"], _text(s["txt"])] for s in samples]}
+        return {"pairs": read_pairs(cat, ds, version)}
     raise ValueError(f"unknown operation kind {op.kind!r}")
+
+
+def read_state(cat: Any, ds: str, keys: list[str], version: int | str | None) -> dict[str, str]:
+    """``get_many`` of ``keys`` at ``version``: the value of each key found."""
+    batch = cat.get_many(ds, keys, version=version)
+    return {k: r["txt"].decode() for k, r in batch.found().items()}
+
+
+def read_pairs(cat: Any, ds: str, version: int | str | None) -> list[list[str]]:
+    """``shardcat.read`` at ``version``: its (key, value) pairs in the order it streams them."""
+    import shardcat
+
+    samples = shardcat.read(cat, ds, version=version).compute(scheduler="sync")
+    return [[s["__key__"], _text(s["txt"])] for s in samples]
 
 
 def _text(value: Any) -> str:
