@@ -422,7 +422,9 @@ class Catalog(VersionsApi):
         """
         with self._uow() as s:
             target = _selection.selection_target(s, dataset, version)
-        return _selection.run_selection(self.engine, target, where, params, limits)
+        # On a connection of its own, out of the unit of work: a fork waits for it all the same.
+        with fence.shared():
+            return _selection.run_selection(self.engine, target, where, params, limits)
 
     def declare_fields(self, dataset: str, fields: Mapping[str, type]) -> dict[str, str]:
         """Declare scalar per-sample fields (name → int, float, bool or str); returns all, name → kind.

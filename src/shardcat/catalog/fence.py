@@ -16,8 +16,9 @@ and lets none start until the child exists:
 * the compiled point lookup takes no gate (``_cpoint.c``, "Lifetimes"): the
   fork turns its new calls away (they take the Python path, and its gate)
   and waits until none is in flight (:func:`register_compiled`);
-* units of work, the opening of a thread's lookup and the key stream's
-  fetches run inside :func:`shared`, which the fork takes exclusively.
+* units of work, the opening of a thread's lookup, the key stream's
+  fetches and a selection's query (``where=``) run inside :func:`shared`,
+  which the fork takes exclusively.
 
 The child then finds SQLite's mutexes free and opens its own connections
 (the parent's are dropped, never used: :func:`.connection.fork_generation`).
