@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import text
 
+from .._forks import fork_generation
 from .._lazy import lazy_module
 from .._types import OnDuplicate, StorageOptions
 from ..errors import CatalogClosedError
 from ..format import Record, ShardInfo, recordcodec
 from ..storage import expand_braces, resolve_remote_max_gap
 from . import fence
-from .connection import fork_generation
 from .history import VersionsApi, with_retries
 from .lookup import LayoutCache, Lookup, Version
 from .migrate import ensure_schema

@@ -21,7 +21,7 @@ and lets none start until the child exists:
   which the fork takes exclusively.
 
 The child then finds SQLite's mutexes free and opens its own connections
-(the parent's are dropped, never used: :func:`.connection.fork_generation`).
+(the parent's are dropped, never used: :func:`shardcat._forks.fork_generation`).
 A fork never waits for itself: the forking thread may be inside either.
 """
 

@@ -25,6 +25,7 @@ import numpy as np
 import xxhash
 from sqlalchemy import Engine
 
+from .._forks import fork_generation
 from .._ranges import LOCAL_MAX_GAP, MergedReads
 from .._types import ByteRange, StorageOptions
 from ..errors import (
@@ -46,7 +47,7 @@ from ..storage import SourceCache, redact
 from ..storage import cache as _cache  # its pread_linked, looked up per call (tests count reads)
 from ..storage.cache import ONE_PREAD
 from . import fence
-from .connection import RawConnection, fork_generation
+from .connection import RawConnection
 from .kinds import decode_record
 from .point import open_point
 from .results import BatchResult, Location
