@@ -10,7 +10,9 @@ anything unusual must go back to the Python path.
 from __future__ import annotations
 
 import json
+import random
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -137,6 +139,33 @@ def test_colliding_hashes_come_back_as_rows_and_never_as_the_wrong_record(cat, l
     table = recordcodec.batch_table(wrong, {"not-" + keys[0]: None})
     assert table.keys == []
     assert fast is not None and sorted(fast) == sorted(tuple(r) for r in slow)
+
+
+def test_a_close_asked_while_the_batch_runs_leaves_it_to_the_python_path(cat, local_root):
+    """The close is deferred to the batch's end (``busy``), and the rows it fetched are not handed
+    out: the Python path answers, with the closed lookup's error."""
+    make_dataset(cat, local_root, 1)
+    keys = shard_keys(0)
+    c = cat._lookup()._point_c
+    # Long enough to be closed in the middle: 200,000 hashes probed, a few of them live keys.
+    rng = random.Random(0)
+    hashes = _hashes(keys) + [rng.randrange(-(2**63), 2**63) for _ in range(200_000)]
+    seen_busy: list[int] = []
+
+    def close_when_busy() -> None:
+        deadline = time.monotonic() + _TIMEOUT
+        while not c.busy and time.monotonic() < deadline:
+            pass
+        seen_busy.append(c.busy)
+        c.close()
+
+    closer = threading.Thread(target=close_when_busy)
+    closer.start()
+    got = c.rows("train", hashes)
+    closer.join(_TIMEOUT)
+    assert seen_busy and seen_busy[0] != 0, "the close did not land while the batch ran"
+    assert got is None
+    assert c.closed
 
 
 def test_unusual_cases_go_back_to_the_python_path(cat, local_root, sqlite_url):

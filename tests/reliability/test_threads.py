@@ -53,12 +53,18 @@ def run_child(cfg: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
-@pytest.fixture(params=["local", "s3"])
+# Each catalog with local shards; S3 once, with SQLite: it covers the remote read path.
+places = pytest.mark.parametrize(
+    ("catalog_url", "dataset"),
+    [("sqlite", "local"), ("postgresql", "local"), ("sqlite", "s3")],
+    indirect=True,
+)
+
+
+@pytest.fixture
 def dataset(request: pytest.FixtureRequest, catalog_url: str, tmp_path: Path) -> dict[str, Any]:
-    """A dataset of 4 shards; ``{"url", "storage_options"}`` for the child."""
+    """A dataset of 4 shards, local or on S3; ``{"url", "storage_options"}`` for the child."""
     if request.param == "s3":
-        if not catalog_url.startswith("sqlite"):
-            pytest.skip("S3 with SQLite covers the remote read path; PostgreSQL runs locally")
         s3 = request.getfixturevalue("s3")
         root, options = f"{s3['url']}/train", s3["storage_options"]
     else:
@@ -68,6 +74,7 @@ def dataset(request: pytest.FixtureRequest, catalog_url: str, tmp_path: Path) ->
     return {"url": catalog_url, "storage_options": options}
 
 
+@places
 def test_close_while_threads_look_up_batch_stream_and_come_and_go(dataset: dict[str, Any]) -> None:
     """Close from the main thread while 6 threads use the catalog: 8 rounds in one process."""
     rounds = 8 if dataset["storage_options"] is None else 3
@@ -76,6 +83,7 @@ def test_close_while_threads_look_up_batch_stream_and_come_and_go(dataset: dict[
     assert summary["calls"] > 0 and summary["closed_errors"] > 0
 
 
+@places
 def test_fork_while_threads_look_up_batch_and_stream(dataset: dict[str, Any]) -> None:
     """Children forked while 4 threads use the catalog look up through it: never a hang."""
     # SQLite on local shards is where children hung (SQLite's own mutexes); fewer elsewhere.

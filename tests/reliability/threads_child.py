@@ -13,9 +13,10 @@ must hold the bytes written for its key; every failure after the close must
 be ``CatalogClosedError``; none before it; and every API call after it raises
 ``CatalogClosedError``.
 
-``fork``: threads look up, batch and stream, while the main thread forks
-children that look up through the same ``Catalog`` object; each child must
-finish (its lookups served, or a typed error) within a timeout.
+``fork``: threads look up, batch, stream and select (``where=``), while the
+main thread forks children that look up through the same ``Catalog``
+object; each child must finish (its lookups served, or a typed error)
+within a timeout.
 
 Usage: ``python threads_child.py '{"mode": "close", "url": ..., "rounds": 8, ...}'``
 """
@@ -200,9 +201,12 @@ def fork_mode(cfg: dict[str, Any], keys: list[str]) -> dict[str, Any]:
     def stream() -> int:
         return len(list(cat.keys("train", limit=50)))
 
+    def select() -> int:
+        return cat.select("train", "key <> ''").count
+
     threads = [
         threading.Thread(target=run_thread, args=(tally, closed, stop, c), daemon=True)
-        for c in (get, get, get_many, stream)
+        for c in (get, get, get_many, stream, select)
     ]
     for t in threads:
         t.start()

@@ -713,10 +713,10 @@ static PyObject *point_rows(Point *self, PyObject *const *args, Py_ssize_t nargs
     Py_BEGIN_ALLOW_THREADS
     ok = batch_fetch(self, d, dataset_len, json, json_len, &b);
     Py_END_ALLOW_THREADS
+    if (self->close_pending) /* closed meanwhile: not handled (leave() clears the mark) */
+        ok = 0;
     leave(self); /* the rows are copied out: nothing below uses SQLite */
     free(json);
-    if (self->close_pending)
-        ok = 0;
     PyObject *out = NULL;
     PyObject *urls[URLS_SHARED];
     int shared = 0;

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import text
 
+from .._forks import fork_generation
 from .._lazy import lazy_module
 from .._types import OnDuplicate, StorageOptions
 from ..errors import CatalogClosedError
 from ..format import Record, ShardInfo, recordcodec
 from ..storage import expand_braces, resolve_remote_max_gap
 from . import fence
-from .connection import fork_generation
 from .history import VersionsApi, with_retries
 from .lookup import LayoutCache, Lookup, Version
 from .migrate import ensure_schema
@@ -422,7 +422,9 @@ class Catalog(VersionsApi):
         """
         with self._uow() as s:
             target = _selection.selection_target(s, dataset, version)
-        return _selection.run_selection(self.engine, target, where, params, limits)
+        # On a connection of its own, out of the unit of work: a fork waits for it all the same.
+        with fence.shared():
+            return _selection.run_selection(self.engine, target, where, params, limits)
 
     def declare_fields(self, dataset: str, fields: Mapping[str, type]) -> dict[str, str]:
         """Declare scalar per-sample fields (name → int, float, bool or str); returns all, name → kind.

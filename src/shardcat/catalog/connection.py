@@ -15,10 +15,9 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.pool import StaticPool
 
-from .._forks import fork_generation
 from .session import translate_exception
 
-__all__ = ["RawConnection", "fork_generation"]
+__all__ = ["RawConnection"]
 
 
 class RawConnection:

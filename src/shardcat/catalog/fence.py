@@ -16,11 +16,12 @@ and lets none start until the child exists:
 * the compiled point lookup takes no gate (``_cpoint.c``, "Lifetimes"): the
   fork turns its new calls away (they take the Python path, and its gate)
   and waits until none is in flight (:func:`register_compiled`);
-* units of work, the opening of a thread's lookup and the key stream's
-  fetches run inside :func:`shared`, which the fork takes exclusively.
+* units of work, the opening of a thread's lookup, the key stream's
+  fetches and a selection's query (``where=``) run inside :func:`shared`,
+  which the fork takes exclusively.
 
 The child then finds SQLite's mutexes free and opens its own connections
-(the parent's are dropped, never used: :func:`.connection.fork_generation`).
+(the parent's are dropped, never used: :func:`shardcat._forks.fork_generation`).
 A fork never waits for itself: the forking thread may be inside either.
 """
 
@@ -34,7 +35,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Protocol
 
-__all__ = ["Gated", "register", "register_compiled", "shared"]
+__all__ = ["Gated", "register", "register_compiled", "shared", "wait_for_compiled"]
 
 
 class Gated(Protocol):
@@ -63,6 +64,16 @@ def register(gated: Gated) -> None:
 def register_compiled(hold: Callable[[bool], None], inflight: Callable[[], int]) -> None:
     """Make a fork call ``hold(True)`` (new calls turned away), then wait until ``inflight()`` is 0."""
     _compiled.append((hold, inflight))
+
+
+def wait_for_compiled(in_flight: Callable[[], object]) -> None:
+    """Wait until ``in_flight()`` is false: compiled calls (``_cpoint.c``) end.
+
+    A compiled call in flight takes no lock to wait on: it is short, and
+    sleeping lets it take the GIL to finish.
+    """
+    while in_flight():
+        time.sleep(_WAIT_STEP)
 
 
 @contextmanager
@@ -108,11 +119,8 @@ def _before_fork() -> None:
         gate = gated.gate
         gate.acquire()
         _held.append(gate)
-    # A compiled call in flight takes no lock to wait on: it is short, and
-    # sleeping lets it take the GIL to finish.
     for _, inflight in _compiled:
-        while inflight():
-            time.sleep(_WAIT_STEP)
+        wait_for_compiled(inflight)
 
 
 def _after_fork_in_parent() -> None:

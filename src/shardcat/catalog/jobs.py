@@ -115,20 +115,17 @@ _SAME_KEY_IN_JOB = (
     "AND n.dataset_id = records.dataset_id AND n.key_hash = records.key_hash "
     "AND n.key = records.key)"
 )
-_SAME_KEY_LIVE = (
-    "EXISTS (SELECT 1 FROM records o JOIN shards s ON s.id = o.shard_id WHERE "
+# The live committed record (`o`, its shard `s`) of the key of `records`' row.
+_LIVE_OF_KEY = (
+    "FROM records o JOIN shards s ON s.id = o.shard_id WHERE "
     "s.dataset_id = :d AND s.state = 'committed' AND o.removed_version IS NULL "
     "AND o.dataset_id = records.dataset_id AND o.key_hash = records.key_hash "
-    "AND o.key = records.key)"
+    "AND o.key = records.key"
 )
+_SAME_KEY_LIVE = f"EXISTS (SELECT 1 {_LIVE_OF_KEY})"
 # A rewritten record (``rewrite=``) goes live only while the key's live record is one that was
 # live at the job's base version: the record the job read and copied, unchanged since.
-_UNCHANGED_SINCE_BASE = (
-    "EXISTS (SELECT 1 FROM records o JOIN shards s ON s.id = o.shard_id WHERE "
-    "s.dataset_id = :d AND s.state = 'committed' AND s.added_version <= :base "
-    "AND o.removed_version IS NULL AND o.dataset_id = records.dataset_id "
-    "AND o.key_hash = records.key_hash AND o.key = records.key)"
-)
+_UNCHANGED_SINCE_BASE = f"EXISTS (SELECT 1 {_LIVE_OF_KEY} AND s.added_version <= :base)"
 # SQLite plans this join as index probes by itself.
 _DUPLICATES = text(
     "SELECT DISTINCT n.key FROM records n JOIN shards ns ON ns.id = n.shard_id "

@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import json
 import threading
-import time
 from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
 from functools import partial
@@ -26,6 +25,7 @@ import numpy as np
 import xxhash
 from sqlalchemy import Engine
 
+from .._forks import fork_generation
 from .._ranges import LOCAL_MAX_GAP, MergedReads
 from .._types import ByteRange, StorageOptions
 from ..errors import (
@@ -46,7 +46,8 @@ from ..format.spec import Codec
 from ..storage import SourceCache, redact
 from ..storage import cache as _cache  # its pread_linked, looked up per call (tests count reads)
 from ..storage.cache import ONE_PREAD
-from .connection import RawConnection, fork_generation
+from . import fence
+from .connection import RawConnection
 from .kinds import decode_record
 from .point import open_point
 from .results import BatchResult, Location
@@ -737,16 +738,12 @@ class Lookup:
             self._point_c.close()  # new compiled calls are not handled; one in flight closes it
             # A compiled call in flight on the lookup's thread (it takes no gate) still
             # reads the files and may query the connection closed below: wait for it.
-            me = threading.get_ident()
-            while self._point_c.busy not in (0, me):
-                time.sleep(_WAIT_STEP)
+            point_c, me = self._point_c, threading.get_ident()
+            fence.wait_for_compiled(lambda: point_c.busy not in (0, me))
         self._sources.close()
         self._read_pool.clear()
         self.raw.close()
 
-
-_WAIT_STEP = 0.0005
-"""Seconds between looks at a compiled call in flight that :meth:`Lookup.close` waits for."""
 
 _JOIN_BYTES = 1 << 20
 """The batch path joins its reads into buffers of about this size."""

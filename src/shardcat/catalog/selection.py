@@ -45,7 +45,6 @@ __all__ = [
     "Selection",
     "SelectionTarget",
     "run_selection",
-    "select_records",
     "selection_target",
 ]
 
@@ -294,29 +293,3 @@ _BATCH_ROWS = 20_000
 # SQLite: the longest value a filter may build (keys are at most 64 KiB); a longer one fails
 # as it is built, as replace(replace(key, ...)) bombs would fill the memory.
 _MAX_VALUE_BYTES = 1024**2
-
-
-def select_records(
-    session: Session,
-    dataset: str,
-    where: str,
-    params: Mapping[str, Any] | None = None,
-    version: int | str | None = None,
-    limits: FilterLimits | None = None,
-) -> Selection:
-    """The committed records of ``dataset`` for which ``where`` holds, grouped by shard.
-
-    :func:`selection_target` in ``session``, then :func:`run_selection` on
-    its engine, on a connection of its own: call it outside other units of
-    work of an in-memory SQLite catalog (one shared connection).
-
-    Raises
-    ------
-    DatasetNotFoundError, VersionNotFoundError
-        As :func:`selection_target`.
-    QueryRefusedError, QueryLimitError, QueryTimeoutError, QueryError
-        As :func:`run_selection`.
-    """
-    target = selection_target(session, dataset, version)
-    bind: Any = session.get_bind()
-    return run_selection(bind.engine, target, where, params, limits)
