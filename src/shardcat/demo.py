@@ -157,10 +157,10 @@ def run_demo(
     import sqlalchemy as sa
     from distributed import Client, LocalCluster
 
-    from .catalog import Catalog
     from .orchestration import read, write
     from .orchestration.gc import gc
     from .orchestration.scheduler import connect
+    from .reading import Catalog
 
     if is_local(out):
         out = os.path.abspath(out)

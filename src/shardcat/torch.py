@@ -26,7 +26,6 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
 from ._trips import BUNDLE_BATCHES, BUNDLE_SAMPLES, Bundle, PerBatch, bundled, unbundled
-from .catalog import Catalog
 from .readers import (
     Decoder,
     KeySamples,
@@ -38,6 +37,7 @@ from .readers import (
     plan_tasks,
     positions_after,
 )
+from .reading import Catalog
 from .storage import LocalShardCache
 
 __all__ = [

@@ -19,9 +19,10 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shardcat.catalog import Catalog, downgrade, head_revision, upgrade
+from shardcat.catalog import downgrade, head_revision, upgrade
 from shardcat.errors import ChecksumError, DuplicateKeyError, FormatError
 from shardcat.format.tar import scan_tar
+from shardcat.reading import Catalog
 from shardcat.testing.tars import record_as_sample, wds_samples, write_wds_tar
 
 

@@ -12,10 +12,10 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from .._redact import redact_url as redact
 from ..errors import DatasetExistsError, Hint, InvalidNameError
 from ..format.spec import FORMAT_VERSION
-from ..storage import redact
-from .lookup import unknown_dataset
+from .missing import unknown_dataset
 from .models import (
     Dataset,
     DatasetField,

@@ -16,8 +16,8 @@ from sqlalchemy import select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from .._redact import redact_url as redact
 from ..errors import CatalogError, DuplicateKeyError, ShardNotFoundError
-from ..storage import redact
 from . import jobs
 from .datasets import find_dataset
 from .models import LIVE_STATES, Dataset, Job, Shard

@@ -172,7 +172,7 @@ def open_catalog(state: State, *, create: bool = False) -> Any:
     CatalogError
         If the catalog does not exist or cannot be opened.
     """
-    from ..catalog import Catalog
+    from ..reading import Catalog
 
     if not create:
         require_catalog(state.catalog_url)

@@ -59,7 +59,7 @@ def compact(
 
         logging.getLogger("distributed").setLevel(logging.WARNING)
     with open_catalog(state) as cat:
-        root = cat.dataset(dataset).root_url
+        root = cat.info(dataset).root_url
         with _client(workers, scheduler, root) as client:
             summary = compact_dataset(
                 cat,

@@ -2063,7 +2063,7 @@ finally:
 /* batch_table(rows, wanted) -> (table, keys, spans, urls, alignments, others, seen) | None
 
    The rows of a batch query (url, offset, length, spans, key, alignment, kind,
-   signature: catalog/lookup.py's statement), as the batch decoder's input, in
+   signature: reading/lookup.py's statement), as the batch decoder's input, in
    one pass: records.batch_table is the reference, and this returns None (the
    caller then runs the reference) for any row it does not expect. A row
    counts if its key is in `wanted` and no row before it had that key (equal
@@ -3254,7 +3254,7 @@ static PyMethodDef getitem_method_def = {"__getitem__", (PyCFunction)(void (*)(v
 /* tar_record(data, key, specs, spans, offset, record) -> Record | None
 
    format/tar/read.py's read_tar_record, compiled, for the point lookup of a
-   tar sample (issue 11; catalog/point.py's TarFinisher calls it): `data` the
+   tar sample (issue 11; reading/point.py's TarFinisher calls it): `data` the
    sample's bytes (bytes), `specs` a tuple of (name, content_type) per entry
    (the layout's), `spans` the catalog row's packed (offset in the sample,
    size, CRC32C) per entry (catalog/spans.py: <III or <QQI + <I each),

@@ -161,7 +161,7 @@ _active: Name
 def compiled_tar_record() -> Callable[..., Record | None] | None:
     """The compiled codec's ``tar_record`` (``read_tar_record`` compiled, None on any mismatch), if built.
 
-    The compiled point lookup's tar finisher (``catalog/point.py``) calls it.
+    The compiled point lookup's tar finisher (``reading/point.py``) calls it.
     """
     return None if _compiled is None else getattr(_compiled, "tar_record", None)
 

@@ -96,7 +96,7 @@ class DatasetWriter(CloseOrAbort):
         message: str | None = None,
         prefix: str | None = None,
     ) -> None:
-        from ..catalog import Catalog
+        from ..reading import Catalog
 
         check_mode(mode, on_duplicate)
         self._own_catalog = not isinstance(catalog, Catalog)

@@ -27,9 +27,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..catalog.kinds import scan_tar_url
 from ..errors import EmptySourceError, FormatError, ShardcatError, ShardNotFoundError
 from ..format.tar import Taridx, verify_scan
+from ..reading.checks import scan_tar_url
 from ..storage import redact, resolve
 from ..storage.patterns import expand_patterns
 from .reach import refuse_in_memory, refuse_unreachable
@@ -37,7 +37,7 @@ from .tasks import catalog_for
 from .write import _cluster
 
 if TYPE_CHECKING:
-    from ..catalog import CatalogHandle
+    from ..reading import CatalogHandle
 
 __all__ = [
     "IndexTarSummary",
@@ -235,7 +235,7 @@ def run_index_job(
 
     ``fid`` of a tar is its position in ``tars`` (``taridx import``).
     """
-    from ..catalog import Catalog
+    from ..reading import Catalog
 
     if on_error not in ("fail", "skip"):
         raise ValueError(f"on_error must be 'fail' or 'skip', not {on_error!r}")

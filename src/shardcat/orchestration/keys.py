@@ -49,7 +49,7 @@ def delete_keys(
     >>> shardcat.delete_keys("sqlite:///shardcat.db", "train", ["img/0001"])  # doctest: +SKIP
     3
     """
-    from ..catalog import Catalog
+    from ..reading import Catalog
 
     if isinstance(catalog, Catalog):
         return catalog.delete_keys(dataset, keys, missing_ok=missing_ok, message=message)

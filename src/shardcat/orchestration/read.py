@@ -6,6 +6,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._types import ByteRange
+from ..catalog import internal
 from ..errors import ChecksumError
 from ..format import Record
 from ..format.footer import EntrySpec
@@ -16,8 +17,8 @@ from ..storage.shards import ShardReader
 from .tasks import catalog_for
 
 if TYPE_CHECKING:
-    from ..catalog import CatalogHandle
     from ..catalog.results import RecordRow
+    from ..reading import CatalogHandle
 
 __all__ = ["iter_shard", "iter_tar_records", "iter_tar_shard", "open_registered", "read"]
 
@@ -157,7 +158,7 @@ def _read_tar_partition(
     storage_options: dict[str, Any],
     decode: bool,
 ) -> list[dict[str, Any]]:
-    rows = catalog_for(handle).record_rows(shard_id)
+    rows = internal.record_rows(catalog_for(handle), shard_id)
     return list(iter_tar_shard(url, rows, entries, storage_options, decode))
 
 
@@ -206,10 +207,10 @@ def read(
     import dask.bag as db
     from dask.delayed import delayed
 
-    from ..catalog import Catalog
+    from ..reading import Catalog
 
     cat = catalog if isinstance(catalog, Catalog) else Catalog(str(catalog))
-    number, shards = cat.visible_shards(dataset, version)
+    number, shards = internal.visible_shards(cat, dataset, version)
     names = None if entries is None else list(entries)
     opts = dict(cat.storage_options if storage_options is None else storage_options)
     handle = cat.handle()

@@ -38,7 +38,8 @@ from .plan import SHARDS_PER_PARTITION
 from .tasks import ATTEMPT, LAST_COUNT, PartitionResult
 
 if TYPE_CHECKING:
-    from ..catalog import Catalog, JobInfo, ShardRow
+    from ..catalog import JobInfo, ShardRow
+    from ..reading import Catalog
 
 __all__ = [
     "ResumePoint",

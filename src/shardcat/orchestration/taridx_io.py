@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..catalog import internal
 from ..catalog.results import RecordRow, ShardRow
 from ..errors import ShardcatError
 from ..format.checksums import key_hash
@@ -83,7 +84,7 @@ def export_taridx(
         )
     if not shards:
         raise ShardcatError(f"dataset {dataset!r} has no committed tar to export")
-    infos = [tar_info_from_rows(s, catalog.record_rows(s.id)) for s in shards]
+    infos = [tar_info_from_rows(s, internal.record_rows(catalog, s.id)) for s in shards]
     index = taridx_from_scans(infos)
     data = index.to_bytes()
     fs, path = resolve(out, dict(storage_options or {}))

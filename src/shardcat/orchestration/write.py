@@ -290,7 +290,7 @@ def write(
     >>> events[-1]  # doctest: +SKIP
     WriteProgress(done_partitions=64, total_partitions=64, records=1000000, bytes=..., seconds=...)
     """
-    from ..catalog import Catalog
+    from ..reading import Catalog
 
     cat = catalog if isinstance(catalog, Catalog) else Catalog(str(catalog))
     check_mode(mode, on_duplicate)
@@ -471,7 +471,7 @@ def begin_write_job(
     """Open a write job: ``(job, base_version, partition_base)``."""
     # What an overwrite replaces: the dataset as it is now. Another commit
     # meanwhile makes this job's commit fail instead of dropping that data.
-    base_version: int = cat.dataset(dataset).version
+    base_version: int = cat.info(dataset).version
     # Number this job's partitions after every shard the dataset had (readable
     # names in order); the job id in every name is what keeps jobs apart.
     numbers = [s.shard_number for s in existing if s.shard_number is not None]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..catalog import Catalog
+from ..reading import Catalog
 from ..storage.shards import ShardReader
 from .keyed import open_catalog
 from .plan import ShardTask

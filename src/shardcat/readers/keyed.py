@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..catalog import Catalog
 from ..errors import KeyNotFoundError
+from ..reading import Catalog
 from .stream import Decoder, apply_decoder
 
 __all__ = ["KeySamples", "open_catalog"]

@@ -42,12 +42,12 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from ..catalog import fence
+from ..catalog.connection import RawConnection
 from ..format import Record, recordcodec
 from ..format.implementations import Name, choose
 from ..format.spec import Codec
 from ..storage.cache import ONE_PREAD
-from . import fence
-from .connection import RawConnection
 
 __all__ = ["ENV_VAR", "TarFinisher", "active", "available", "load", "open_point", "use"]
 
