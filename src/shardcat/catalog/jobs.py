@@ -38,6 +38,7 @@ from ..errors import (
     JobNotFoundError,
     KeyConflictError,
 )
+from . import visibility
 from .datasets import find_dataset
 from .models import Dataset, Job, Record, RecordField, Shard
 from .register import duplicate_error
@@ -85,13 +86,18 @@ _ENDED_OTHERWISE: dict[tuple[Ending, str], str] = {
     ),
 }
 
+# What each version sees is visibility.py's; these statements embed its rules as text.
+_S_COMMITTED = visibility.sql(visibility.committed, "shards AS s")
 # A job's records are its staged ones but those the commit hides (``hidden=``: already removed).
-_NEW = "ns.job_id = :job AND ns.state = 'staged' AND n.removed_version IS NULL"
+_NEW = (
+    "ns.job_id = :job AND ns.state = 'staged' "
+    f"AND {visibility.sql(visibility.not_removed, 'records AS n')}"
+)
 _OTHER = (
     "o.dataset_id = n.dataset_id AND o.key_hash = n.key_hash AND o.key = n.key "
     "AND (o.shard_id <> n.shard_id OR o.byte_offset <> n.byte_offset) "
-    "AND o.removed_version IS NULL "
-    "AND (s.state = 'committed' OR (s.job_id = :job AND s.state = 'staged'))"
+    f"AND {visibility.sql(visibility.not_removed, 'records AS o')} "
+    f"AND ({_S_COMMITTED} OR (s.job_id = :job AND s.state = 'staged'))"
 )
 # Keys of the job that repeat within the job (always an error, whatever on_duplicate says).
 _WITHIN_JOB = text(
@@ -102,30 +108,39 @@ _WITHIN_JOB = text(
 _CHANGED_SINCE = text(
     "SELECT DISTINCT n.key FROM records n JOIN shards ns ON ns.id = n.shard_id "
     "JOIN records o ON o.dataset_id = n.dataset_id AND o.key_hash = n.key_hash AND o.key = n.key "
-    f"JOIN shards s ON s.id = o.shard_id WHERE {_NEW} AND s.state = 'committed' "
-    "AND (s.added_version > :base OR o.removed_version > :base) LIMIT 1001"
+    f"JOIN shards s ON s.id = o.shard_id WHERE {_NEW} AND {_S_COMMITTED} "
+    f"AND {visibility.sql(visibility.changed_since, 'records AS o', 'shards AS s', ':base')} "
+    "LIMIT 1001"
 )
 # The job's staged records: `records` unaliased so remove_records can correlate on it.
 _OF_JOB = "records.shard_id IN (SELECT id FROM shards WHERE job_id = :job AND state = 'staged')"
+# The dataset's records in committed shards (remove_records keeps the live ones).
 _LIVE_ELSEWHERE = (
-    "records.shard_id IN (SELECT id FROM shards WHERE dataset_id = :d AND state = 'committed')"
+    "records.shard_id IN (SELECT id FROM shards WHERE dataset_id = :d "
+    f"AND {visibility.sql(visibility.committed, 'shards')})"
 )
 _SAME_KEY_IN_JOB = (
     f"EXISTS (SELECT 1 FROM records n JOIN shards ns ON ns.id = n.shard_id WHERE {_NEW} "
     "AND n.dataset_id = records.dataset_id AND n.key_hash = records.key_hash "
     "AND n.key = records.key)"
 )
-# The live committed record (`o`, its shard `s`) of the key of `records`' row.
-_LIVE_OF_KEY = (
-    "FROM records o JOIN shards s ON s.id = o.shard_id WHERE "
-    "s.dataset_id = :d AND s.state = 'committed' AND o.removed_version IS NULL "
+# The committed records (`o`, its shard `s`) of the key of `records`' row.
+_OF_KEY = (
+    "FROM records o JOIN shards s ON s.id = o.shard_id WHERE s.dataset_id = :d "
     "AND o.dataset_id = records.dataset_id AND o.key_hash = records.key_hash "
     "AND o.key = records.key"
 )
-_SAME_KEY_LIVE = f"EXISTS (SELECT 1 {_LIVE_OF_KEY})"
+# The key has a live record.
+_SAME_KEY_LIVE = (
+    f"EXISTS (SELECT 1 {_OF_KEY} AND "
+    f"{visibility.sql(visibility.live, 'records AS o', 'shards AS s')})"
+)
 # A rewritten record (``rewrite=``) goes live only while the key's live record is one that was
 # live at the job's base version: the record the job read and copied, unchanged since.
-_UNCHANGED_SINCE_BASE = f"EXISTS (SELECT 1 {_LIVE_OF_KEY} AND s.added_version <= :base)"
+_UNCHANGED_SINCE_BASE = (
+    f"EXISTS (SELECT 1 {_OF_KEY} AND "
+    f"{visibility.sql(visibility.live_since, 'records AS o', 'shards AS s', ':base')})"
+)
 # SQLite plans this join as index probes by itself.
 _DUPLICATES = text(
     "SELECT DISTINCT n.key FROM records n JOIN shards ns ON ns.id = n.shard_id "
@@ -500,7 +515,7 @@ def commit(
         counted = session.execute(
             text(
                 f"SELECT count(*), coalesce(sum(byte_length), 0) FROM records WHERE {_OF_JOB} "
-                "AND records.removed_version IS NULL"
+                f"AND {visibility.sql(visibility.not_removed, 'records')}"
             ),
             params,
         ).one()
@@ -716,7 +731,7 @@ def has_committed(session: Session, dataset_id: int) -> bool:
 
 
 def _committed_exists(dataset_id: int) -> Exists:
-    return exists().where(Shard.dataset_id == dataset_id, Shard.state == "committed")
+    return exists().where(Shard.dataset_id == dataset_id, visibility.committed(Shard))
 
 
 def delete_records(session: Session, shard_ids: Sequence[int]) -> None:
