@@ -30,7 +30,7 @@ from sqlalchemy import select
 
 import shardcat
 from shardcat.catalog import Catalog, visibility
-from shardcat.catalog.lookup import Lookup
+from shardcat.catalog.lookup import LayoutCache, Lookup
 from shardcat.catalog.models import Record, Shard
 from shardcat.errors import DuplicateKeyError, KeyNotFoundError
 
@@ -73,7 +73,7 @@ def test_rendered_once_and_grouped_for_an_and() -> None:
 def test_the_point_lookup_prepares_the_rule(tmp_path: Any) -> None:
     cat = Catalog(f"sqlite:///{tmp_path}/c.db")
     try:
-        lookup = Lookup(cat.engine, None, cat._layouts if hasattr(cat, "_layouts") else None)  # type: ignore[arg-type]
+        lookup = Lookup(cat.engine, None, LayoutCache())
         latest = visibility.sql(visibility.live, "records AS r", "shards AS s")
         for statement in (lookup._point, lookup._record, lookup._record_by_shard, lookup._batch):
             assert statement.endswith(f" AND {latest}"), statement
@@ -197,6 +197,51 @@ class VisibilityHistory(RuleBasedStateMachine):
                 moved[k] = (payload, url)
         assert len(moved) == summary.records
         self._new_version({**live, **moved})
+
+    @precondition(lambda self: bool(self.live()))
+    @rule(data=st.data(), replace=st.booleans())
+    def compact_racing(self, data: st.DataObject, replace: bool) -> None:
+        """Another commit deletes or replaces a key after the compaction read it, before it commits.
+
+        The compaction's commit decides what goes live with the rule, inside its
+        transaction: the other commit's change stands, nothing comes back.
+        """
+        live = self.live()
+        # A key the compaction rewrites: in a shard some of whose records are no longer live.
+        in_file = {row.url: row.record_count for row in self.cat.shards(self.name)}
+        urls = [u for _, u in live.values()]
+        rewritten = sorted(k for k, (_, u) in live.items() if urls.count(u) < in_file[u])
+        victim = data.draw(st.sampled_from(rewritten or sorted(live)))
+        real = self.cat.commit_job
+        raced: list[Model] = []
+
+        def commit_job(job: Any, **kw: Any) -> Any:
+            if kw.get("operation") == "compact" and not raced:
+                raced.append({})
+                if replace:
+                    step, url = self._commit([victim], on_duplicate="replace")
+                    raced[0] = {**live, victim: (f"{victim}@{step}", url)}
+                else:
+                    self.cat.delete_keys(self.name, [victim])
+                    raced[0] = {k: v for k, v in live.items() if k != victim}
+                self._new_version(raced[0])
+            return real(job, **kw)
+
+        self.cat.commit_job = commit_job  # type: ignore[method-assign]
+        try:
+            summary = shardcat.compact(self.cat, self.name, min_live=1.0, client=_client())
+        finally:
+            del self.cat.commit_job
+        if summary.version is None:
+            return
+        state = raced[0]
+        moved = {}
+        for k, (payload, _) in state.items():
+            url = self.cat.locate(self.name, k).url
+            if url in summary.written:
+                moved[k] = (payload, url)
+        assert len(moved) == summary.records
+        self._new_version({**state, **moved})
 
     @precondition(lambda self: bool(self.versions))
     @rule(data=st.data(), name=st.sampled_from(["t1", "t2"]))

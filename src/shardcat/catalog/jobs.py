@@ -493,7 +493,7 @@ def commit(
     removed = (0, 0)
     if replace:
         removed = remove_records(session, f"records.dataset_id = :d AND {_LIVE_ELSEWHERE}", params)
-    hidden_copies = 0
+    hidden_copies = skipped = 0
     if rewrite:
         hidden_copies, removed = _rewrite(session, dataset, job, params, removed)
         check = False
@@ -510,7 +510,7 @@ def commit(
             session.execute(select(or_(staged > 1, _committed_exists(dataset.id)))).scalar()
         )
     if check:
-        removed = _resolve_duplicates(session, dataset, job, on_duplicate, params, removed)
+        removed, skipped = _resolve_duplicates(session, dataset, job, on_duplicate, params, removed)
     if added is None:
         counted = session.execute(
             text(
@@ -526,7 +526,9 @@ def commit(
         .values(state="committed", committed_at=func.now(), added_version=version),
         execution_options=NO_SYNC,
     )
-    if removed[0] or hidden_copies:
+    if removed[0] or hidden_copies or skipped or hidden:
+        # A shard left without a live record (removed here, or all of its own records
+        # hidden or skipped) gets its removed_version, so expire can retire it.
         mark_fully_removed(session, dataset.id, version)
     ended: dict[str, Any] = {"state": "committed", "version": version, "finished_at": func.now()}
     if rewrite:
@@ -560,8 +562,11 @@ def _resolve_duplicates(
     on_duplicate: OnDuplicate,
     params: dict[str, object],
     removed: tuple[int, int],
-) -> tuple[int, int]:
-    """Apply ``on_duplicate`` to the job's keys that are live already; returns records/bytes removed.
+) -> tuple[tuple[int, int], int]:
+    """Apply ``on_duplicate`` to the job's keys that are live already.
+
+    Returns the records/bytes removed (``removed`` plus those it replaced) and
+    how many of the job's own records it skipped.
 
     Raises
     ------
@@ -572,7 +577,7 @@ def _resolve_duplicates(
     """
     dups = duplicate_keys(session, job.id)
     if not dups:
-        return removed
+        return removed, 0
     where = f"in job {job.id} of dataset {dataset.name!r}"
     if on_duplicate == "error":
         raise duplicate_error(dups, f"{where} (within the job or against committed shards)")
@@ -599,10 +604,10 @@ def _resolve_duplicates(
             f"records.dataset_id = :d AND {_LIVE_ELSEWHERE} AND {_SAME_KEY_IN_JOB}",
             params,
         )
-        return removed[0] + gone[0], removed[1] + gone[1]
+        return (removed[0] + gone[0], removed[1] + gone[1]), 0
     # skip: the job's own records of those keys are added and removed in the same version.
-    remove_records(session, f"{_OF_JOB} AND {_SAME_KEY_LIVE}", params)
-    return removed
+    skipped, _ = remove_records(session, f"{_OF_JOB} AND {_SAME_KEY_LIVE}", params)
+    return removed, skipped
 
 
 def _rewrite(
