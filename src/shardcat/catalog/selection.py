@@ -24,8 +24,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import and_
+
 from .._units import format_bytes, parse_size
 from ..errors import CatalogError, QueryLimitError, QueryTimeoutError
+from . import visibility
 from .datasets import find_dataset
 from .fields import FIELD_NAME, declared_fields
 from .readonly import compile_filter, open_read_only
@@ -130,17 +133,22 @@ SELECT r.shard_id AS shard_id, r.key AS key, r.byte_offset AS byte_offset,
        r.byte_length AS byte_length, s.url AS shard_url, s.shard_number AS shard_number,
        s.job_id AS job_id{fields}
 FROM records r JOIN shards s ON s.id = r.shard_id{joins}
-WHERE r.dataset_id = {dataset_id} AND s.state = 'committed'
+WHERE r.dataset_id = {dataset_id}
   AND {visible}
 """
 
-_LATEST = "r.removed_version IS NULL"
-# At a kept version: what ``versions.visible_shards`` streams, shard by shard and record by record.
-_AT_VERSION = (
-    "s.added_version <= {version}"
-    " AND (s.removed_version IS NULL OR s.removed_version > {version})"
-    " AND (r.removed_version IS NULL OR r.removed_version > {version})"
-)
+_LATEST = visibility.sql(visibility.live, "records AS r", "shards AS s")
+
+
+def _at_version(records: Any, shards: Any, version: Any) -> Any:
+    """What ``versions.visible_shards`` streams at ``version``, shard by shard and record by record."""
+    return and_(
+        visibility.shard_visible_at(shards, version),
+        visibility.visible_at(records, shards, version),
+    )
+
+
+_AT_VERSION = visibility.sql(_at_version, "records AS r", "shards AS s", "{version}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +183,11 @@ class SelectionTarget:
                 f"\nLEFT JOIN record_fields {alias} ON {alias}.shard_id = r.shard_id"
                 f" AND {alias}.byte_offset = r.byte_offset AND {alias}.name = '{name}'"
             )
-        visible = _LATEST if self.version is None else _AT_VERSION.format(version=int(self.version))
+        visible = (
+            _LATEST
+            if self.version is None
+            else _AT_VERSION.replace("{version}", str(int(self.version)))
+        )
         sample = (
             _SAMPLE.replace("{fields}", "".join(columns))
             .replace("{joins}", "".join(joins))
