@@ -31,9 +31,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import donfig
+if TYPE_CHECKING:
+    import donfig
 
 __all__ = [
     "CONFIG_ENV",
@@ -284,27 +285,29 @@ def collect_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     return found
 
 
-class _Store(donfig.Config):  # type: ignore[misc]
-    """donfig's store, filled from :func:`collect` (this module's file and variables)."""
-
-    def collect(self, paths: Any = None, env: Any = None) -> dict[str, Any]:
-        return collect()
-
-
 class _State:
     """The store (made on first use) and a flat view of it, dropped whenever a value changes."""
 
     lock = threading.RLock()
-    store: _Store | None = None
+    store: donfig.Config | None = None
     view: dict[str, Any] | None = None
 
 
-def _store() -> _Store:
+def _store() -> donfig.Config:
     with _State.lock:
         if _State.store is None:
+            # Imported here: `shardcat --help` and `import shardcat.format` need no store.
+            import donfig
+
+            class Store(donfig.Config):  # type: ignore[misc]
+                """donfig's store, filled from :func:`collect` (the TOML file, the variables)."""
+
+                def collect(self, paths: Any = None, env: Any = None) -> dict[str, Any]:
+                    return collect()
+
             # paths=[]: no YAML files (donfig's default); env_var: donfig would read
             # $SHARDCAT_CONFIG as YAML, but it names shardcat's TOML file (collect reads it).
-            _State.store = _Store(
+            _State.store = Store(
                 "shardcat", defaults=[defaults()], paths=[], env={}, env_var="SHARDCAT_NO_YAML"
             )
         return _State.store
