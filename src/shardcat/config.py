@@ -245,9 +245,9 @@ def read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ValueError(f"{p}: unknown key(s) {', '.join(unknown)}; known: {', '.join(_BY_KEY)}")
     if not isinstance(doc.get("storage_options", {}), dict):
         raise ValueError(f"{p}: storage_options must be a table")
-    for key in ("catalog", "sql_role"):
+    for key, what in (("catalog", "a string URL"), ("sql_role", "a string")):
         if key in doc and not isinstance(doc[key], str):
-            raise ValueError(f"{p}: {key} must be a string")
+            raise ValueError(f"{p}: {key} must be {what}")
     return doc
 
 
