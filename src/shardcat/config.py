@@ -296,7 +296,7 @@ class _State:
 def _store() -> donfig.Config:
     with _State.lock:
         if _State.store is None:
-            # Imported here: `shardcat --help` and `import shardcat.format` need no store.
+            # Imported here, not with this module: `shardcat --help` needs no store.
             import donfig
 
             class Store(donfig.Config):  # type: ignore[misc]
