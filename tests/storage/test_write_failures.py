@@ -134,7 +134,7 @@ def test_a_block_failing_on_the_write_thread_is_typed_and_publishes_nothing(
 def test_blocks_land_in_order_with_and_without_the_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, behind: str
 ) -> None:
-    monkeypatch.setenv(atomic.WRITE_BEHIND_ENV, behind)
+    shardcat.config.set(write_behind=behind)
     url = str(tmp_path / "big.shard")
     payloads = [bytes([i % 251]) * (3_000 + i % 7_000) for i in range(4_000)]  # ~26 MB
     with shardcat.ShardWriter(url) as w:
@@ -149,7 +149,7 @@ def test_blocks_land_in_order_with_and_without_the_thread(
 def test_write_behind_can_be_switched_off(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, behind: str
 ) -> None:
-    monkeypatch.setenv(atomic.WRITE_BEHIND_ENV, behind)
+    shardcat.config.set(write_behind=behind)
     pending = atomic.open_pending(str(tmp_path / "x.shard"))
     try:
         assert pending.file.behind is (behind == "1" and atomic._cwrite is not None)  # type: ignore[attr-defined]
@@ -191,7 +191,7 @@ def test_position_counts_a_block_in_flight(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, behind: str
 ) -> None:
     """``tell``/``seek`` wait for the block on the thread: positions are the file's, never stale."""
-    monkeypatch.setenv(atomic.WRITE_BEHIND_ENV, behind)
+    shardcat.config.set(write_behind=behind)
     pending = atomic.open_pending(str(tmp_path / "x.shard"))
     f: Any = pending.file
     try:

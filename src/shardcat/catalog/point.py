@@ -38,10 +38,10 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 from collections.abc import Callable
 from typing import Any
 
+from .. import config
 from ..format import Record, recordcodec
 from ..format.implementations import Name, choose
 from ..format.spec import Codec
@@ -232,7 +232,7 @@ class TarFinisher:
 
 
 load()
-use(os.environ.get(ENV_VAR, "auto"))
+use(config.get("point_lookup"))
 if _compiled is not None:
     # A fork turns new compiled calls away and waits for those in flight (fence.py).
     fence.register_compiled(_compiled.hold, _compiled.inflight)

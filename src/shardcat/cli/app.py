@@ -13,6 +13,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.markup import escape
 
+from .. import config
 from .._redact import Scrubber
 from .._version import __version__
 from ..errors import ShardcatError
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
     redacted URLs already, this catches what a library quoted on its own.
     """
     args = sys.argv[1:] if argv is None else argv
-    verbose = any(_VERBOSE.fullmatch(a) for a in args) or os.environ.get("SHARDCAT_DEBUG")
+    verbose = any(_VERBOSE.fullmatch(a) for a in args) or bool(config.collect_env().get("debug"))
     set_scrubber(command_line_secrets(args, os.environ))
     try:
         # Outside standalone mode click returns typer.Exit's code instead of exiting.

@@ -5,7 +5,8 @@ codec (``_ccodec.c``, built with the package when a C compiler is present)
 checks everything the reference (:mod:`.records`) checks and hands every
 failure back to it, so the reference's error is the one raised.
 
-``SHARDCAT_RECORD_CODEC`` chooses, when shardcat is imported:
+The ``record_codec`` setting (``SHARDCAT_RECORD_CODEC``) chooses, when
+shardcat is imported:
 
 ``auto`` (default)
     The compiled codec if it was built, else the reference.
@@ -25,14 +26,13 @@ not at import, so that a switch reaches them.
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import crc32c as _crc32c_package
 import numpy as np
 
-from .. import _pread
+from .. import _pread, config
 from . import records, scatter
 from .entries import Record, _StoredEntry
 from .implementations import Name, choose
@@ -233,4 +233,4 @@ def use(name: str) -> Name:
     return previous  # type: ignore[no-any-return]
 
 
-use(os.environ.get(ENV_VAR, "auto"))
+use(config.get("record_codec"))

@@ -31,6 +31,7 @@ import sys
 import uuid
 from typing import Any, BinaryIO, cast
 
+from .. import config
 from .._types import StorageOptions
 from ..errors import ObjectExistsError, ShardcatError
 from . import multipart, objput
@@ -261,12 +262,16 @@ WRITE_BEHIND_ENV = "SHARDCAT_WRITE_BEHIND"
 def _write_behind() -> bool:
     """Whether a new local shard file writes its blocks on the C thread.
 
-    Yes where the helper is built, unless ``SHARDCAT_WRITE_BEHIND=0``: the
+    Yes where the helper is built, unless the ``write_behind`` setting is off
+    (``SHARDCAT_WRITE_BEHIND=0``): the
     thread pays where a core is idle while the writer encodes; on a machine
     with no idle core (more busy processes than cores) its hand-overs can
     cost more than they save. Read for every file, so it can change at run time.
     """
-    return _cwrite is not None and os.environ.get(WRITE_BEHIND_ENV, "1").strip() != "0"
+    if _cwrite is None:
+        return False
+    value = config.get("write_behind")
+    return value is not False and str(value).strip() != "0"
 
 
 class _WritebackFile(io.BufferedWriter):

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import quote, urlsplit
 
+from .. import config
 from .._types import StorageOptions
 from ..errors import StorageError
 from .fs import S3_PROTOCOLS, protocol_of, resolve
@@ -179,14 +180,14 @@ class TransportChoice:
 
 
 def mode() -> str:
-    """``SHARDCAT_S3_TRANSPORT`` (lowercase, ``auto`` when unset or empty).
+    """The ``s3_transport`` setting (``SHARDCAT_S3_TRANSPORT``; lowercase, ``auto`` when empty).
 
     Raises
     ------
     StorageError
         The value is not ``auto``, ``obstore`` or ``fsspec``.
     """
-    value = os.environ.get(TRANSPORT_ENV, "").strip().lower() or "auto"
+    value = str(config.get("s3_transport") or "").strip().lower() or "auto"
     if value not in _MODES:
         raise StorageError(
             f"{TRANSPORT_ENV}={value!r}: expected 'auto', 'obstore' or 'fsspec' (unset means auto)"

@@ -27,10 +27,10 @@ benchmarks run both). The walker looks :data:`walk` up here when it starts.
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Callable
 from typing import Any
 
+from ... import config
 from ..implementations import Name, choose
 
 __all__ = [
@@ -112,4 +112,4 @@ def use(name: str) -> Name:
     return previous  # type: ignore[no-any-return]
 
 
-use(os.environ.get(ENV_VAR, "auto"))
+use(config.get("tar_walker"))
