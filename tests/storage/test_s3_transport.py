@@ -535,3 +535,13 @@ def test_expiring_credentials_stay_with_s3fs_unless_forced_then_botocore_refresh
     assert keyed.transport == "obstore", keyed.reason
     assert keyed.credentials is not None and keyed.credentials()["access_key_id"] == "k"
     assert keyed.credentials()["expires_at"] is None
+    # Expiring keys without a session token expire all the same.
+    process.write_text(
+        "#!/bin/sh\necho '"
+        '{"Version": 1, "AccessKeyId": "AKIAPROC", "SecretAccessKey": "s", '
+        '"Expiration": "2099-01-01T00:00:00Z"}'
+        "'\n"
+    )
+    _fresh()
+    untokened = choose_transport(URL, {})
+    assert untokened.transport == "fsspec" and "expire" in untokened.reason

@@ -324,10 +324,10 @@ def _probe(fs: Any, bucket: str) -> S3Route | str:
     frozen = None if unsigned else get["frozen"]
     session = getattr(fs, "session", None)
     creds = None
-    if frozen is not None and frozen[2] is not None:
-        # Only credentials with a session token can expire (SSO, roles, instance metadata,
-        # a credential process); botocore's client signs with its session's credentials
-        # unless keys were given to it, so those are the ones it refreshes.
+    if frozen is not None and frozen[0] != getattr(fs, "key", None):
+        # Not the keys s3fs was given (those never expire): botocore's client signs with
+        # its session's credentials, resolved when it was made; those are the ones that
+        # may expire (SSO, roles, instance metadata, a credential process) and be refreshed.
         creds = sync(fs.loop, _session_credentials, session, frozen[0])
     configured = bool(
         (getattr(fs, "client_kwargs", None) or {}).get("region_name")
