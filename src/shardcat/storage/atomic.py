@@ -164,12 +164,13 @@ class PendingFile:
     def write(self, data: bytes | bytearray | memoryview) -> int:
         """Append ``data``; a local file's failure (a full disk) is raised as a typed error."""
         try:
-            return int(self.file.write(data))
+            n = self.file.write(data)
         except OSError as e:
             typed = self._typed(e)
             if typed is e:
                 raise
             raise typed from e
+        return len(data) if n is None else int(n)
 
     def flush(self) -> None:
         try:

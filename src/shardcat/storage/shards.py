@@ -89,8 +89,20 @@ class ShardWriter(_writer.ShardWriter):
     """Write one shard to a file object or a URL (``s3://bucket/train-000000.shard``, a path, ...).
 
     :class:`shardcat.format.ShardWriter` over the sink :func:`open_writer`
-    builds for the target: the same parameters, the same behaviour. Use
-    this class where a ``ShardWriter(url)`` reads best; it adds nothing else.
+    builds for the target, and nothing else: a URL is published only when
+    the writer closes successfully (see :func:`open_writer`).
+
+    Parameters
+    ----------
+    target:
+        A URL or path, or a writable binary file object.
+    storage_options:
+        fsspec options for the URL's filesystem (credentials, endpoint, ...).
+    exclusive:
+        Never replace an existing object (:class:`~shardcat.errors.ObjectExistsError`
+        at ``close()``); by default a URL target is replaced.
+    **kwargs:
+        Every option of :class:`shardcat.format.ShardWriter`.
     """
 
     def __init__(
