@@ -509,3 +509,45 @@ def test_a_region_beside_the_other_options_works_through_both(s3, monkeypatch, n
         reader = shardcat.ShardReader(url, storage_options=options)
         assert reader.get("a")["bin"].data == transport.encode()
         assert shardcat.storage.resolve(url, options)[0].ls(s3["bucket"])
+
+
+def test_expiring_credentials_stay_with_s3fs_unless_forced_then_botocore_refreshes_them(
+    aws_env, monkeypatch, tmp_path
+):
+    """A profile's credential process gives credentials that expire: botocore refreshes them."""
+    process = tmp_path / "credentials.sh"
+    process.write_text(
+        "#!/bin/sh\necho '"
+        '{"Version": 1, "AccessKeyId": "AKIAPROC", "SecretAccessKey": "s", '
+        '"SessionToken": "tok", "Expiration": "2099-01-01T00:00:00Z"}'
+        "'\n"
+    )
+    process.chmod(0o755)
+    aws_env.write_text(f"[default]\nregion = eu-west-1\ncredential_process = {process}\n")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    choice = choose_transport(URL, {})
+    assert choice.transport == "fsspec" and "expire" in choice.reason
+    monkeypatch.setenv(TRANSPORT_ENV, "obstore")
+    forced = choose_transport(URL, {})
+    assert forced.transport == "obstore" and forced.credentials is not None
+    given = forced.credentials()
+    assert (given["access_key_id"], given["token"]) == ("AKIAPROC", "tok")
+    assert given["expires_at"] is not None and given["expires_at"].year < 2099  # asked again
+    # Keys (with a token) in the options are what the client signs with, not the profile's:
+    # they do not expire, and auto reads through obstore.
+    monkeypatch.delenv(TRANSPORT_ENV)
+    _fresh()
+    keyed = choose_transport(URL, {"key": "k", "secret": "s", "token": "t"})
+    assert keyed.transport == "obstore", keyed.reason
+    assert keyed.credentials is not None and keyed.credentials()["access_key_id"] == "k"
+    assert keyed.credentials()["expires_at"] is None
+    # Expiring keys without a session token expire all the same.
+    process.write_text(
+        "#!/bin/sh\necho '"
+        '{"Version": 1, "AccessKeyId": "AKIAPROC", "SecretAccessKey": "s", '
+        '"Expiration": "2099-01-01T00:00:00Z"}'
+        "'\n"
+    )
+    _fresh()
+    untokened = choose_transport(URL, {})
+    assert untokened.transport == "fsspec" and "expire" in untokened.reason

@@ -47,6 +47,11 @@ _NO_LINK = {errno.EPERM, errno.EXDEV, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTS
 class PendingFile:
     """A file being written; :meth:`commit` publishes it, :meth:`discard` drops it.
 
+    It is the :class:`~shardcat.format.sink.ShardSink` a shard writer writes
+    a URL through (:func:`shardcat.storage.open_writer`): ``write`` and
+    ``flush`` raise shardcat's typed storage errors, ``close`` commits,
+    ``abort`` discards.
+
     Local files are written under a temporary name in the same folder, synced,
     and then linked or renamed into place. Object stores publish an object only
     when its upload completes, so they are written in place and a failed
@@ -63,6 +68,8 @@ class PendingFile:
         (:class:`ObjectExistsError`).
     """
 
+    keeps_partial = False
+    """An aborted file is dropped: nothing of it stays to salvage."""
     publishes_in_background = False
     """Whether :meth:`commit` is mostly a wait without the GIL (a local file's ``fsync``
     and link, an S3 PUT through obstore), worth running on a thread while the caller goes
@@ -152,6 +159,41 @@ class PendingFile:
             except (ValueError, NotImplementedError, TypeError):
                 pass  # this backend has no exclusive mode: check before completing instead
         return self._fs.open(self._path, "wb", **kwargs)  # type: ignore[no-any-return]
+
+    # --- the ShardSink a shard writer writes through ---------------------------------
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        """Append ``data``; a local file's failure (a full disk) is raised as a typed error."""
+        try:
+            n = self.file.write(data)
+        except OSError as e:
+            typed = self._typed(e)
+            if typed is e:
+                raise
+            raise typed from e
+        return len(data) if n is None else int(n)
+
+    def flush(self) -> None:
+        try:
+            self.file.flush()
+        except OSError as e:
+            typed = self._typed(e)
+            if typed is e:
+                raise
+            raise typed from e
+
+    def close(self) -> None:
+        """:meth:`commit` (the sink's name for it)."""
+        self.commit()
+
+    def abort(self) -> None:
+        """:meth:`discard` (the sink's name for it)."""
+        self.discard()
+
+    def _typed(self, e: OSError) -> Exception:
+        if isinstance(e, ShardcatError):
+            return e
+        return translate(e, self.url, writing=True)
 
     def _exists(self) -> ObjectExistsError:
         return ObjectExistsError(
