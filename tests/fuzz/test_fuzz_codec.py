@@ -1,4 +1,4 @@
-"""Differential fuzzing of the compiled record codec (``_ccodec.c``) against its Python reference.
+"""Differential fuzzing of the compiled record codec (``format/ccodec/``) against its Python reference.
 
 Every entry point of the compiled module, and every method it installs on
 the Python classes, is listed in :data:`FUZZERS` with the test that fuzzes it

@@ -1,7 +1,7 @@
 """Which record codec runs: the compiled one, or the pure-Python reference.
 
 Both read and write the same bytes and raise the same errors: the compiled
-codec (``_ccodec.c``, built with the package when a C compiler is present)
+codec (``format/ccodec/``, built with the package when a C compiler is present)
 checks everything the reference (:mod:`.records`) checks and hands every
 failure back to it, so the reference's error is the one raised.
 

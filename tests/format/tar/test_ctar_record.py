@@ -1,4 +1,4 @@
-"""The compiled ``tar_record`` (``_ccodec.c``) against ``read_tar_record``, its Python reference.
+"""The compiled ``tar_record`` (``format/ccodec/tar_record.c``) against ``read_tar_record``, its Python reference.
 
 It must build the same record (names, bytes, content types, offset, length)
 and return None wherever the reference raises, so the point lookup hands

@@ -7,7 +7,7 @@ in one request and each entry is checked before it is returned, exactly as
 for native shards.
 
 The compiled point lookup runs a compiled twin of :func:`read_tar_record`
-(the record codec's ``tar_record``, ``format/_ccodec.c``) that returns None
+(the record codec's ``tar_record``, ``format/ccodec/tar_record.c``) that returns None
 where this function raises, so the errors stay this function's
 (``tests/format/tar/test_ctar_record.py`` holds the two to the same records).
 """
