@@ -151,9 +151,7 @@ def open_point(
     """
     if _active != "compiled" or recordcodec.active() != "compiled" or raw.dialect != "sqlite":
         return None
-    tar_record = recordcodec.compiled_tar_record()
-    if tar_record is None:
-        return None
+    tar_record = recordcodec.tar_record
     # URI options (mode=, immutable=, vfs=...): only the Python driver applies them.
     if raw.url.query:
         return None

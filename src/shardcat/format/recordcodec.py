@@ -33,17 +33,17 @@ import crc32c as _crc32c_package
 import numpy as np
 
 from .. import _pread
-from . import records, scatter
+from . import records, runs, scatter
 from .entries import Record, _StoredEntry
 from .implementations import Name, choose
 from .spec import BATCH_ROW_DTYPE, Codec
+from .tar import read as tar_read
 
 __all__ = [
     "ENV_VAR",
     "active",
     "available",
     "batch_table",
-    "compiled_tar_record",
     "crc32c",
     "crc32c_spans",
     "decode_batch",
@@ -59,6 +59,7 @@ __all__ = [
     "scatter_copy",
     "scatter_read",
     "scatter_read_runs",
+    "tar_record",
     "use",
 ]
 
@@ -130,11 +131,11 @@ decode_record: Callable[..., Record]
 decode_indexed: Callable[..., Record]
 decode_spanned: Callable[..., Record]
 """The point lookup's decoder (:func:`.records.decode_spanned`): positional arguments only."""
-decode_run: DecodeRun | None
-"""The batch decoder of a stream buffer (the compiled codec only; None otherwise)."""
-decode_records: Callable[..., tuple[list[Record], int]] | None
-iter_records: Callable[..., Any] | None
-"""``decode_records`` as an iterator of records with ``used``/``count`` (compiled only)."""
+decode_run: DecodeRun
+"""The whole, sound records of a stream buffer, with their views (:func:`.runs.decode_run`)."""
+decode_records: Callable[..., tuple[list[Record], int]]
+iter_records: Callable[..., Any]
+"""``decode_records`` as an iterator of records with ``used``/``count`` (:func:`.runs.iter_records`)."""
 decode_batch: DecodeBatch
 """Every record of a batch of indexed reads (:func:`.records.decode_batch`)."""
 batch_table: Callable[[list[Any], dict[str, Any]], records.BatchTable]
@@ -143,8 +144,12 @@ read_packed: Callable[..., Sequence[bytes | memoryview] | None]
 """A batch's records read from local files into packed buffers (:func:`shardcat._pread.read_packed`);
 the compiled one, given a pool, returns memoryviews of the pool's buffers it read into."""
 crc32c: Callable[..., int]
-add_plain: Callable[..., int | None] | None
-"""``ShardWriter.add``'s common case (the compiled codec only; None otherwise)."""
+add_plain: Callable[..., int | None]
+"""``ShardWriter.add``'s common case: the record's index, or None for its own path
+(:func:`.records.add_plain`, which always answers None)."""
+tar_record: Callable[..., Record | None]
+"""A tar sample's record from a catalog row, or None where :func:`.tar.read.read_tar_record`
+raises (:func:`.tar.read.tar_record`): the point lookup's tar finisher."""
 scatter_read: Callable[..., bool]
 """A run of a local file read straight into pieces of a buffer (:func:`.scatter.scatter_read`)."""
 scatter_read_runs: Callable[..., int]
@@ -156,14 +161,6 @@ scatter_copy: Callable[..., None]
 crc32c_spans: Callable[..., bytes]
 """The CRC32C of many spans of one buffer (:func:`.scatter.crc32c_spans`)."""
 _active: Name
-
-
-def compiled_tar_record() -> Callable[..., Record | None] | None:
-    """The compiled codec's ``tar_record`` (``read_tar_record`` compiled, None on any mismatch), if built.
-
-    The compiled point lookup's tar finisher (``catalog/point.py``) calls it.
-    """
-    return None if _compiled is None else getattr(_compiled, "tar_record", None)
 
 
 def available() -> list[Name]:
@@ -188,7 +185,7 @@ def use(name: str) -> Name:
     """
     global encode_record, decode_record, decode_indexed, decode_spanned, decode_run, decode_records
     global decode_batch, iter_records, read_packed, batch_table
-    global crc32c, add_plain, scatter_read, scatter_read_runs, gather_copy, scatter_copy
+    global crc32c, add_plain, tar_record, scatter_read, scatter_read_runs, gather_copy, scatter_copy
     global crc32c_spans, _active
     previous = globals().get("_active", "python")
     choice = choose(
@@ -208,6 +205,7 @@ def use(name: str) -> Name:
         read_packed = getattr(_compiled, "read_packed", _pread.read_packed)
         crc32c = _compiled.crc32c
         add_plain = _compiled.add_plain
+        tar_record = _compiled.tar_record
         scatter_read = getattr(_compiled, "scatter_read", scatter.scatter_read)
         scatter_read_runs = getattr(_compiled, "scatter_read_runs", scatter.scatter_read_runs)
         scatter_copy = _compiled.scatter_copy
@@ -218,12 +216,15 @@ def use(name: str) -> Name:
         decode_record = records.decode_record
         decode_indexed = records.decode_indexed
         decode_spanned = records.decode_spanned
-        decode_run = decode_records = iter_records = None
+        decode_run = runs.decode_run
+        decode_records = runs.decode_records
+        iter_records = runs.iter_records
         decode_batch = records.decode_batch
         batch_table = records.batch_table
         read_packed = _pread.read_packed
         crc32c = _crc32c_package.crc32c
-        add_plain = None
+        add_plain = records.add_plain
+        tar_record = tar_read.tar_record
         scatter_read = scatter.scatter_read
         scatter_read_runs = scatter.scatter_read_runs
         scatter_copy = scatter.scatter_copy
