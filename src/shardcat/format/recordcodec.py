@@ -16,7 +16,8 @@ failure back to it, so the reference's error is the one raised.
 
 The variable is not ``SHARDCAT_CODEC`` because "codec" already names an
 entry's compression (:class:`~shardcat.format.Codec`). :func:`active` tells
-which one runs; :func:`use` switches (tests and benchmarks run both).
+which one runs; :func:`use` switches (tests and benchmarks run both), through
+the registry of implementations (:mod:`.implementations`).
 
 Callers look the functions up here at call time (``recordcodec.decode_record``),
 not at import, so that a switch reaches them.
@@ -25,7 +26,6 @@ not at import, so that a switch reaches them.
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -33,9 +33,9 @@ import crc32c as _crc32c_package
 import numpy as np
 
 from .. import _pread
-from . import records, runs, scatter
+from . import implementations, records, runs, scatter
 from .entries import Record, _StoredEntry
-from .implementations import Name, choose
+from .implementations import Name
 from .spec import BATCH_ROW_DTYPE, Codec
 from .tar import read as tar_read
 
@@ -160,17 +160,59 @@ scatter_copy: Callable[..., None]
 """Bytes laid out in pieces of a buffer (:func:`.scatter.scatter_copy`)."""
 crc32c_spans: Callable[..., bytes]
 """The CRC32C of many spans of one buffer (:func:`.scatter.crc32c_spans`)."""
-_active: Name
+COMPONENT = "record codec"
+
+_PYTHON: dict[str, Any] = {
+    "encode_record": records.encode_record,
+    "decode_record": records.decode_record,
+    "decode_indexed": records.decode_indexed,
+    "decode_spanned": records.decode_spanned,
+    "decode_run": runs.decode_run,
+    "decode_records": runs.decode_records,
+    "iter_records": runs.iter_records,
+    "decode_batch": records.decode_batch,
+    "batch_table": records.batch_table,
+    "read_packed": _pread.read_packed,
+    "crc32c": _crc32c_package.crc32c,
+    "add_plain": records.add_plain,
+    "tar_record": tar_read.tar_record,
+    "scatter_read": scatter.scatter_read,
+    "scatter_read_runs": scatter.scatter_read_runs,
+    "scatter_copy": scatter.scatter_copy,
+    "gather_copy": scatter.gather_copy,
+    "crc32c_spans": scatter.crc32c_spans,
+}
+_COMPILED: dict[str, Any] = {}
+if _compiled is not None:
+    _COMPILED = {
+        name: getattr(_compiled, name, _PYTHON[name])
+        # Built where pread is (POSIX); elsewhere the reference, which reads no faster.
+        for name in _PYTHON
+    }
+    _COMPILED["decode_batch"] = _compiled_decode_batch
+    _COMPILED["batch_table"] = _compiled_batch_table
+
+implementations.register(
+    implementations.Component(
+        COMPONENT,
+        ENV_VAR,
+        globals(),
+        _PYTHON,
+        _COMPILED,
+        built=lambda: _compiled is not None,
+        missing=lambda: _missing,
+    )
+)
 
 
 def available() -> list[Name]:
     """The codecs this installation has: always ``"python"``, and ``"compiled"`` if it was built."""
-    return ["compiled", "python"] if _compiled is not None else ["python"]
+    return implementations.available(COMPONENT)
 
 
 def active() -> Name:
     """The codec in use: ``"compiled"`` or ``"python"``."""
-    return _active
+    return implementations.active(COMPONENT)
 
 
 def use(name: str) -> Name:
@@ -183,55 +225,7 @@ def use(name: str) -> Name:
     ValueError
         An unknown name.
     """
-    global encode_record, decode_record, decode_indexed, decode_spanned, decode_run, decode_records
-    global decode_batch, iter_records, read_packed, batch_table
-    global crc32c, add_plain, tar_record, scatter_read, scatter_read_runs, gather_copy, scatter_copy
-    global crc32c_spans, _active
-    previous = globals().get("_active", "python")
-    choice = choose(
-        name, built=_compiled is not None, missing=_missing, what="record codec", env_var=ENV_VAR
-    )
-    if choice == "compiled":
-        encode_record = _compiled.encode_record
-        decode_record = _compiled.decode_record
-        decode_indexed = _compiled.decode_indexed
-        decode_spanned = _compiled.decode_spanned
-        decode_run = _compiled.decode_run
-        decode_records = _compiled.decode_records
-        iter_records = _compiled.iter_records
-        decode_batch = _compiled_decode_batch
-        batch_table = _compiled_batch_table
-        # Built where pread is (POSIX); elsewhere the reference, which reads no faster.
-        read_packed = getattr(_compiled, "read_packed", _pread.read_packed)
-        crc32c = _compiled.crc32c
-        add_plain = _compiled.add_plain
-        tar_record = _compiled.tar_record
-        scatter_read = getattr(_compiled, "scatter_read", scatter.scatter_read)
-        scatter_read_runs = getattr(_compiled, "scatter_read_runs", scatter.scatter_read_runs)
-        scatter_copy = _compiled.scatter_copy
-        gather_copy = _compiled.gather_copy
-        crc32c_spans = _compiled.crc32c_spans
-    else:
-        encode_record = records.encode_record
-        decode_record = records.decode_record
-        decode_indexed = records.decode_indexed
-        decode_spanned = records.decode_spanned
-        decode_run = runs.decode_run
-        decode_records = runs.decode_records
-        iter_records = runs.iter_records
-        decode_batch = records.decode_batch
-        batch_table = records.batch_table
-        read_packed = _pread.read_packed
-        crc32c = _crc32c_package.crc32c
-        add_plain = records.add_plain
-        tar_record = tar_read.tar_record
-        scatter_read = scatter.scatter_read
-        scatter_read_runs = scatter.scatter_read_runs
-        scatter_copy = scatter.scatter_copy
-        gather_copy = scatter.gather_copy
-        crc32c_spans = scatter.crc32c_spans
-    _active = choice
-    return previous  # type: ignore[no-any-return]
+    return implementations.use(COMPONENT, name)
 
 
-use(os.environ.get(ENV_VAR, "auto"))
+use(implementations.configured(COMPONENT))
