@@ -6,7 +6,8 @@ returns, so :mod:`.stream` calls one name whichever codec runs. Each decodes
 records with :func:`.records.decode_record` until the first that is not
 whole in ``view[at:stop]``, would pass the file offset ``end`` (-1: none), or
 does not decode; it stops in front of that record, and the stream's
-one-record path reads more or raises the reference's error there.
+one-record path reads more or raises the reference's error there. As the compiled
+runs, they read only a read-only byte memoryview (anything else: no record).
 """
 
 from __future__ import annotations
@@ -44,12 +45,17 @@ def _length(
 
 
 def _plain(view: Any) -> bool:
-    """Whether ``view`` exports a 1-D, contiguous run of bytes (what the compiled runs read)."""
+    """Whether ``view`` is what the compiled runs read: a read-only, contiguous byte memoryview."""
     try:
-        m = memoryview(view)
-    except (TypeError, ValueError):  # not a buffer, or a released view
+        return (
+            type(view) is memoryview
+            and view.readonly
+            and view.ndim == 1
+            and view.format == "B"
+            and view.c_contiguous
+        )
+    except ValueError:  # released
         return False
-    return m.ndim == 1 and m.itemsize == 1 and m.c_contiguous
 
 
 class RecordRun:
