@@ -30,6 +30,7 @@ __all__ = [
     "choose",
     "components",
     "configured",
+    "cpython_tricks",
     "register",
     "use",
 ]
@@ -79,6 +80,16 @@ def components() -> list[str]:
 def configured(component: str) -> str:
     """The implementation ``component`` is set to use: its setting, ``"auto"`` by default."""
     return os.environ.get(_COMPONENTS[component].env_var, "auto")
+
+
+def cpython_tricks() -> bool:
+    """Whether the compiled codec may use its CPython-internal tricks (``format/ccodec/ccodec.h``).
+
+    On unless ``SHARDCAT_CPYTHON_TRICKS=0``; the extension keeps them off
+    wherever they were not compiled in (free-threaded builds, untested
+    versions). Read once, when the codec is set up.
+    """
+    return os.environ.get("SHARDCAT_CPYTHON_TRICKS", "1").strip() != "0"
 
 
 def available(component: str) -> list[Name]:

@@ -67,6 +67,9 @@ ENV_VAR = "SHARDCAT_RECORD_CODEC"
 
 _compiled: Any
 _missing: ImportError | None = None
+cpython_tricks = False
+"""Whether the compiled codec runs with its CPython-internal tricks (``ccodec.h`` lists them)
+or the plain path; chosen once, when it is set up (:func:`.implementations.cpython_tricks`)."""
 try:
     _compiled = importlib.import_module(f"{__package__}._ccodec")
 except ImportError as e:  # built without a compiler, or a source checkout not built
@@ -75,7 +78,7 @@ except ImportError as e:  # built without a compiler, or a source checkout not b
 else:
     from . import lazy  # LazyRecord needs the extension
 
-    _compiled._setup(
+    cpython_tricks = _compiled._setup(
         lazy.LazyRecord,
         lazy.make_layout,
         records.EncodedRecord,
@@ -86,6 +89,7 @@ else:
         _StoredEntry,
         records.decode_spanned,
         lazy._SpanEntry,
+        implementations.cpython_tricks(),
     )
 
 DecodeRun = Callable[..., tuple[list[tuple[memoryview, Record]], int]]

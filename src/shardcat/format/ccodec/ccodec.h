@@ -66,6 +66,32 @@
 #pragma GCC visibility push(hidden)
 #endif
 
+/* CPython-internal tricks, behind one switch. The codec's speed leans on
+   what CPython's C API allows but does not promise to keep:
+     - records (and their sealed entries) taken out of the cyclic GC and put
+       back when Python sets anything on them (decode_one, lazy.c);
+     - a free list of LazyRecord objects as the type's tp_dealloc (lazy.c);
+     - properties and methods installed on the Python classes by _setup
+       (LazyRecord.__getitem__, _StoredEntry.__len__/.view/.data);
+     - tar_record's Record and _StoredEntry objects made by writing their
+       empty slots in place, without calling the classes.
+   SC_TRICKS_BUILT: compiled in only where they were tested, a build of
+   CPython 3.10-3.13 with the GIL; never in a free-threaded build
+   (Py_GIL_DISABLED), whose collector and allocator they would race.
+   cpython_tricks: on at run time unless _setup is told otherwise
+   (recordcodec passes implementations.cpython_tricks(),
+   SHARDCAT_CPYTHON_TRICKS=0 in the environment); 0 where not built. Off,
+   the codec takes the plain path, the reference: every record stays under
+   the collector, is freed by CPython, and the classes keep their Python
+   accessors. Slot offsets read from the types' member descriptors
+   (structmember's own API) stay in both modes. */
+#if !defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030A0000 && PY_VERSION_HEX < 0x030E0000
+#define SC_TRICKS_BUILT 1
+#else
+#define SC_TRICKS_BUILT 0
+#endif
+extern int cpython_tricks;
+
 #define SC_CRC_SHARED 1 /* one copy of the CRC tables, in crc.c */
 #include "../_crc32c.h"
 

@@ -9,6 +9,8 @@
    or a frozenset of str, `path` is None or a str (see decode_one). */
 int args_acyclic(PyObject *names, PyObject *path)
 {
+    if (!cpython_tricks) /* the plain path: every record stays under the collector */
+        return 0;
     if (path != Py_None && !PyUnicode_CheckExact(path))
         return 0;
     if (names == Py_None)

@@ -31,14 +31,20 @@ Py_ssize_t span_i_at, span_source_at;
    slot (LazyRecord shadows it with a property): tar_record writes a plain
    record's slots in place. 0 if Record's `entries` is not such a slot. */
 PyObject *RecordType;
+int cpython_tricks; /* ccodec.h: set by _setup */
 Py_ssize_t record_entries_at;
 
 static PyObject *py_setup(PyObject *self, PyObject *args)
 {
     PyObject *objs[8], *spanned = NULL, *span_entry = NULL;
-    if (!PyArg_ParseTuple(args, "OOOOOOOO|OO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5], &objs[6],
-                          &objs[7], &spanned, &span_entry))
+    int tricks = 1;
+    if (!PyArg_ParseTuple(args, "OOOOOOOO|OOp", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5], &objs[6],
+                          &objs[7], &spanned, &span_entry, &tricks))
         return NULL;
+    if (LazyRecord != NULL && (tricks && SC_TRICKS_BUILT) != cpython_tricks) {
+        PyErr_SetString(PyExc_RuntimeError, "_setup: the CPython tricks are chosen once, at the first set-up");
+        return NULL;
+    }
     /* The sealed entries' class: a subclass of StoredEntry with slots `_i` and `_source`. */
     Py_ssize_t span_at[2] = {0, 0};
     if (span_entry != NULL && span_entry != Py_None) {
@@ -119,15 +125,18 @@ static PyObject *py_setup(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_RuntimeError, "_setup: LazyRecord was already set up with another class");
         return NULL;
     }
-    PyObject *getitem_method = PyDescr_NewMethod((PyTypeObject *)objs[0], &getitem_method_def);
-    if (getitem_method == NULL || PyObject_SetAttrString(objs[0], "__getitem__", getitem_method) < 0) {
-        Py_XDECREF(getitem_method);
-        return NULL;
+    cpython_tricks = tricks && SC_TRICKS_BUILT;
+    if (cpython_tricks) {
+        PyObject *getitem_method = PyDescr_NewMethod((PyTypeObject *)objs[0], &getitem_method_def);
+        if (getitem_method == NULL || PyObject_SetAttrString(objs[0], "__getitem__", getitem_method) < 0) {
+            Py_XDECREF(getitem_method);
+            return NULL;
+        }
+        Py_DECREF(getitem_method);
+        if (install_entry_methods((PyTypeObject *)objs[7]) < 0)
+            return NULL;
+        install_record_free_list((PyTypeObject *)objs[0]);
     }
-    Py_DECREF(getitem_method);
-    if (install_entry_methods((PyTypeObject *)objs[7]) < 0)
-        return NULL;
-    install_record_free_list((PyTypeObject *)objs[0]);
     for (int i = 0; i < 8; i++) {
         Py_INCREF(objs[i]);
         Py_XSETREF(*targets[i], objs[i]);
@@ -153,7 +162,7 @@ static PyObject *py_setup(PyObject *self, PyObject *args)
         span_source_at = span_at[1];
         Py_XSETREF(SpanEntry, Py_NewRef(span_entry));
     }
-    Py_RETURN_NONE;
+    return PyBool_FromLong(cpython_tricks);
 }
 
 
@@ -223,7 +232,8 @@ PyMODINIT_FUNC PyInit__ccodec(void)
         PyModule_AddIntConstant(m, "BATCH_ROW_SIZE", BATCH_ROW_SIZE) < 0 ||
         PyModule_AddIntConstant(m, "JOIN_LIMIT", JOIN_LIMIT) < 0 ||
         PyModule_AddIntConstant(m, "TEXT_CACHE_MAX", TEXT_CACHE_MAX) < 0 ||
-        PyModule_AddIntConstant(m, "GIL_FREE_CRC", GIL_FREE_CRC) < 0) {
+        PyModule_AddIntConstant(m, "GIL_FREE_CRC", GIL_FREE_CRC) < 0 ||
+        PyModule_AddIntConstant(m, "CPYTHON_TRICKS_BUILT", SC_TRICKS_BUILT) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -59,18 +59,20 @@ PyObject *py_tar_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_ssize_t size = (Py_ssize_t)(width == 12 ? ld32(d + 4) : ld64(d + 8));
         PyObject *spec = PyTuple_GET_ITEM(specs, i);
         PyObject *payload = subview(view, at, size);
-        PyObject *entry = payload ? PyType_GenericAlloc((PyTypeObject *)StoredEntry, 0) : NULL;
-        if (entry == NULL) {
-            Py_XDECREF(payload);
+        PyObject *entry = NULL;
+        if (payload != NULL && cpython_tricks) {
+            /* As _StoredEntry(payload, content_type, Codec.NONE): the empty slots, written in place. */
+            entry = PyType_GenericAlloc((PyTypeObject *)StoredEntry, 0);
+            PyObject *values[N_ESLOTS] = {payload, payload, CodecNone, PyTuple_GET_ITEM(spec, 1)};
+            for (int k = 0; entry != NULL && k < N_ESLOTS; k++)
+                *(PyObject **)((char *)entry + eslot_at[k]) = Py_NewRef(values[k]);
+        } else if (payload != NULL) {
+            PyObject *call[3] = {payload, PyTuple_GET_ITEM(spec, 1), CodecNone};
+            entry = PyObject_Vectorcall(StoredEntry, call, 3, NULL);
+        }
+        Py_XDECREF(payload);
+        if (entry == NULL)
             goto done;
-        }
-        /* As _StoredEntry(payload, content_type, Codec.NONE): the empty slots, written in place. */
-        PyObject *values[N_ESLOTS] = {payload, payload, CodecNone, PyTuple_GET_ITEM(spec, 1)};
-        for (int k = 0; k < N_ESLOTS; k++) {
-            Py_INCREF(values[k]);
-            *(PyObject **)((char *)entry + eslot_at[k]) = values[k];
-        }
-        Py_DECREF(payload);
         int failed = PyDict_SetItem(entries, PyTuple_GET_ITEM(spec, 0), entry);
         Py_DECREF(entry);
         if (failed < 0)
@@ -80,7 +82,7 @@ PyObject *py_tar_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     minus_one = PyLong_FromLong(-1);
     if (length == NULL || minus_one == NULL)
         goto done;
-    if (record == RecordType && record_entries_at > 0) {
+    if (record == RecordType && record_entries_at > 0 && cpython_tricks) {
         /* Record(key, entries, -1, offset, length) without its __init__'s
            Python frame: the empty slots of a new record, written in place. */
         out = PyType_GenericAlloc((PyTypeObject *)RecordType, 0);
