@@ -182,6 +182,15 @@ SETTINGS: tuple[Setting, ...] = (
         "implementation",
     ),
     Setting(
+        "cpython_tricks",
+        True,
+        "bool",
+        "The compiled codec's CPython-internal shortcuts (records outside the cyclic GC, free "
+        "lists) where they were compiled in (`0`: the plain path, the reference). Read when the "
+        "codec is set up.",
+        "implementation",
+    ),
+    Setting(
         "tar_walker",
         "auto",
         "auto, compiled, python",

@@ -527,7 +527,7 @@ def test_expiring_credentials_stay_with_s3fs_unless_forced_then_botocore_refresh
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
     choice = choose_transport(URL, {})
     assert choice.transport == "fsspec" and "expire" in choice.reason
-    monkeypatch.setenv(TRANSPORT_ENV, "obstore")
+    shardcat.config.set(s3_transport="obstore")
     forced = choose_transport(URL, {})
     assert forced.transport == "obstore" and forced.credentials is not None
     given = forced.credentials()
@@ -535,7 +535,7 @@ def test_expiring_credentials_stay_with_s3fs_unless_forced_then_botocore_refresh
     assert given["expires_at"] is not None and given["expires_at"].year < 2099  # asked again
     # Keys (with a token) in the options are what the client signs with, not the profile's:
     # they do not expire, and auto reads through obstore.
-    monkeypatch.delenv(TRANSPORT_ENV)
+    shardcat.config.set(s3_transport=None)
     _fresh()
     keyed = choose_transport(URL, {"key": "k", "secret": "s", "token": "t"})
     assert keyed.transport == "obstore", keyed.reason

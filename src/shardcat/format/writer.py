@@ -220,15 +220,13 @@ class ShardWriter(CloseOrAbort):
         """
         if self._info is not None or self._failed:
             raise WriterClosedError(f"{self.path}: cannot add {key!r}, the writer is closed")
-        add_plain = recordcodec.add_plain
-        if add_plain is not None:
-            # The common record (bytes values under names seen before) in one compiled
-            # call; None where this method's own path below has to run.
-            index = add_plain(
-                self, key, entries, key_hash, MAX_KEY_BYTES, MAX_ENTRIES, _BLOCK_BYTES
-            )
-            if index is not None:
-                return index
+        # The common record (bytes values under names seen before) in one compiled
+        # call; None where this method's own path below has to run (always, in Python).
+        index = recordcodec.add_plain(
+            self, key, entries, key_hash, MAX_KEY_BYTES, MAX_ENTRIES, _BLOCK_BYTES
+        )
+        if index is not None:
+            return index
         # The common key (ASCII text within the limit) without a call; the rest checked there.
         if type(key) is str and key.isascii() and 0 < len(key) <= MAX_KEY_BYTES:
             raw_key = key.encode("ascii")
