@@ -7,12 +7,15 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from ..errors import CatalogError
 from .output import Output, output_for
+
+if TYPE_CHECKING:
+    from ..orchestration.cluster import DaskCluster
 
 __all__ = [
     "CONFIG_ENV",
@@ -20,6 +23,7 @@ __all__ = [
     "SchedulerOption",
     "State",
     "WorkersOption",
+    "dask_cluster",
     "load_config",
     "merge_options",
     "open_catalog",
@@ -39,6 +43,24 @@ SchedulerOption = Annotated[
     str | None,
     typer.Option(help="Use a running Dask scheduler (tcp://host:8786) instead.", metavar="ADDRESS"),
 ]
+
+
+def dask_cluster(workers: int | None, scheduler: str | None) -> DaskCluster | None:
+    """Where ``--workers``/``--scheduler`` say a job runs (None: the job's default cluster).
+
+    Raises
+    ------
+    typer.BadParameter
+        Both are given.
+    """
+    if workers is not None and scheduler is not None:
+        raise typer.BadParameter("give --workers or --scheduler, not both", param_hint="--workers")
+    if workers is None and scheduler is None:
+        return None
+    from ..orchestration.cluster import DaskCluster
+
+    return DaskCluster(scheduler=scheduler, workers=workers)
+
 
 CONFIG_ENV = "SHARDCAT_CONFIG"
 CATALOG_ENV = "SHARDCAT_CATALOG"
