@@ -15,6 +15,7 @@ from ..errors import CatalogError
 from .output import Output, output_for
 
 if TYPE_CHECKING:
+    from ..catalog import Catalog
     from ..orchestration.cluster import DaskCluster
 
 __all__ = [
@@ -183,7 +184,7 @@ def require_catalog(url: str) -> None:
         )
 
 
-def open_catalog(state: State, *, create: bool = False) -> Any:
+def open_catalog(state: State, *, create: bool = False) -> Catalog:
     """The catalog the global options name, with their storage options.
 
     Commands that only read create nothing: a SQLite file that does not
