@@ -33,7 +33,6 @@ from .readers import (
     MixedStream,
     PackedBatch,
     SampleStream,
-    open_catalog,
     pack_samples,
     plan_tasks,
     positions_after,
@@ -144,10 +143,12 @@ class ShardIterableDataset(IterableDataset[Any]):
         if shuffle_buffer < 1:
             raise ValueError(f"shuffle_buffer must be at least 1, not {shuffle_buffer}")
         _check_placement(rank, world_size, batch_size, collate)
-        cat = open_catalog(catalog, storage_options)
-        opts = dict(cat.storage_options if storage_options is None else storage_options)
-        # The plan is made here, once: workers get shard URLs, never a connection.
-        tasks = tuple(plan_tasks(cat, dataset, where, params, version))
+        with Catalog.opened(catalog, storage_options=storage_options, create=False) as cat:
+            opts = dict(cat.storage_options if storage_options is None else storage_options)
+            # The plan is made here, once: workers get shard URLs, never a connection.
+            tasks = tuple(plan_tasks(cat, dataset, where, params, version))
+            # Tars have no footer: readers fetch their record rows from the catalog.
+            handle = cat.handle() if any(t.kind == "tar" for t in tasks) else None
         stream = SampleStream(
             tasks,
             opts,
@@ -157,11 +158,8 @@ class ShardIterableDataset(IterableDataset[Any]):
             shuffle_buffer,
             decode,
             None if cache_dir is None else LocalShardCache.create(cache_dir, cache_limit),
-            # Tars have no footer: readers fetch their record rows from the catalog.
-            cat.handle() if any(t.kind == "tar" for t in tasks) else None,
+            handle,
         )
-        if not isinstance(catalog, Catalog):
-            cat.close()
         self.dataset = dataset
         self._setup(stream, rank, world_size, batch_size, collate)
 
@@ -663,7 +661,8 @@ class KeyDataset(Dataset[Any]):
     The key list is read from the catalog once (every committed key in key
     order, the keys a ``where`` filter chose, or ``keys``). A DataLoader
     asks for whole batches through ``__getitems__``: one query and
-    coalesced, concurrent reads per batch.
+    coalesced, concurrent reads per batch. A catalog opened here from a URL
+    is closed by :meth:`close` (or a ``with`` block, or garbage collection).
 
     Parameters
     ----------
@@ -738,3 +737,13 @@ class KeyDataset(Dataset[Any]):
             If the dataset has no committed record with this key.
         """
         return self.samples.get(key)
+
+    def close(self) -> None:
+        """Close the catalog if it was opened here from a URL (idempotent)."""
+        self.samples.close()
+
+    def __enter__(self) -> KeyDataset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

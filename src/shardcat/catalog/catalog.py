@@ -201,6 +201,39 @@ class Catalog(VersionsApi):
         self._closed = False
         self._generation = fork_generation()
 
+    @classmethod
+    @contextmanager
+    def opened(cls, catalog: Catalog | str | None, **options: Any) -> Iterator[Catalog]:
+        """``catalog`` itself if it is a Catalog, else one opened on that URL and closed at exit.
+
+        What every function taking "a Catalog or its URL" enters: it closes
+        only what it opened, so a caller's Catalog stays open and usable.
+
+        Parameters
+        ----------
+        catalog:
+            A :class:`Catalog` (yielded as it is, never closed), or its URL
+            (None: the default catalog, as for ``Catalog()``).
+        **options:
+            Passed to :class:`Catalog` when a URL is opened (``storage_options``,
+            ``create``, ...); ignored for a Catalog.
+
+        Raises
+        ------
+        SchemaVersionError, CatalogError
+            As :class:`Catalog` does, when a URL is opened.
+
+        Examples
+        --------
+        >>> with Catalog.opened(catalog_or_url) as cat:  # doctest: +SKIP
+        ...     cat.datasets()
+        """
+        if isinstance(catalog, Catalog):
+            yield catalog
+            return
+        with cls(None if catalog is None else str(catalog), **options) as cat:
+            yield cat
+
     @property
     def url(self) -> str:
         """The catalog URL with any password hidden."""

@@ -6,13 +6,17 @@ import datetime as dt
 import os
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from .. import config as cfg
 from ..errors import CatalogError
 from .output import Output, output_for
+
+if TYPE_CHECKING:
+    from ..catalog import Catalog
+    from ..orchestration.cluster import DaskCluster
 
 __all__ = [
     "CONFIG_ENV",
@@ -21,6 +25,7 @@ __all__ = [
     "State",
     "WorkersOption",
     "collect_settings",
+    "dask_cluster",
     "load_config",
     "merge_options",
     "open_catalog",
@@ -40,6 +45,24 @@ SchedulerOption = Annotated[
     str | None,
     typer.Option(help="Use a running Dask scheduler (tcp://host:8786) instead.", metavar="ADDRESS"),
 ]
+
+
+def dask_cluster(workers: int | None, scheduler: str | None) -> DaskCluster | None:
+    """Where ``--workers``/``--scheduler`` say a job runs (None: the job's default cluster).
+
+    Raises
+    ------
+    typer.BadParameter
+        Both are given.
+    """
+    if workers is not None and scheduler is not None:
+        raise typer.BadParameter("give --workers or --scheduler, not both", param_hint="--workers")
+    if workers is None and scheduler is None:
+        return None
+    from ..orchestration.cluster import DaskCluster
+
+    return DaskCluster(scheduler=scheduler, workers=workers)
+
 
 CONFIG_ENV = cfg.CONFIG_ENV
 CATALOG_ENV = cfg.env_var("catalog")
@@ -149,7 +172,7 @@ def require_catalog(url: str) -> None:
         )
 
 
-def open_catalog(state: State, *, create: bool = False) -> Any:
+def open_catalog(state: State, *, create: bool = False) -> Catalog:
     """The catalog the global options name, with their storage options.
 
     Commands that only read create nothing: a SQLite file that does not

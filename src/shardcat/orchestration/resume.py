@@ -38,6 +38,8 @@ from .plan import SHARDS_PER_PARTITION
 from .tasks import ATTEMPT, LAST_COUNT, PartitionResult
 
 if TYPE_CHECKING:
+    from distributed import Client
+
     from ..catalog import Catalog, JobInfo, ShardRow
 
 __all__ = [
@@ -221,7 +223,7 @@ def check_attempt(rows: list[ShardRow], storage_options: Mapping[str, Any]) -> b
 def finished_partitions(
     cat: Catalog,
     point: ResumePoint,
-    client: Any,
+    client: Client,
     storage_options: Mapping[str, Any],
 ) -> dict[int, PartitionResult]:
     """The partitions of the job that an earlier run finished, verified (one task per attempt)."""
