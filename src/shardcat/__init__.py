@@ -108,7 +108,7 @@ _LAZY = {
     "write": ".orchestration",
     "to_dask_dataframe": ".readers",
 }
-_SUBPACKAGES = ("catalog", "format", "orchestration", "readers", "reading", "storage")
+_SUBPACKAGES = ("catalog", "config", "format", "orchestration", "readers", "reading", "storage")
 
 
 def __getattr__(name: str) -> object:

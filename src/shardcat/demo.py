@@ -155,11 +155,10 @@ def run_demo(
     :func:`shardcat.write`.
     """
     import sqlalchemy as sa
-    from distributed import Client, LocalCluster
 
-    from .orchestration import read, write
+    from .catalog import visibility
+    from .orchestration import DaskCluster, client_for, read, write
     from .orchestration.gc import gc
-    from .orchestration.scheduler import connect
     from .reading import Catalog
 
     if is_local(out):
@@ -171,21 +170,13 @@ def run_demo(
     )
     opts = dict(storage_options or {})
     report = DemoReport(root=out)
-    cat = Catalog(catalog, storage_options=opts)
-    report.catalog = cat.url
+    cluster = DaskCluster(scheduler=scheduler) if scheduler else DaskCluster(workers=workers)
+    with Catalog(catalog, storage_options=opts) as cat:
+        report.catalog = cat.url
 
-    if not logging.getLogger().isEnabledFor(logging.INFO):
-        logging.getLogger("distributed").setLevel(logging.WARNING)
-    if scheduler:
-        client_cm: Any = connect(scheduler)
-        cluster_cm: Any = None
-    else:
-        cluster_cm = LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0"
-        )
-        client_cm = Client(cluster_cm)
-    try:
-        with client_cm as client:
+        if not logging.getLogger().isEnabledFor(logging.INFO):
+            logging.getLogger("distributed").setLevel(logging.WARNING)
+        with client_for(cluster, out) as client:
             import dask.bag as db
             from dask.delayed import delayed
 
@@ -241,14 +232,16 @@ def run_demo(
             ) / (len(batches) - 1)
             report.batch = size
 
-            # The catalog is plain SQL: count samples per label prefix of the key.
+            # The catalog is plain SQL: count samples per label prefix of the key, among the
+            # records the latest version sees.
+            latest = visibility.sql(visibility.live, "records AS r", "shards AS s")
             with cat.engine.connect() as conn:
                 rows = conn.execute(
                     sa.text(
                         "SELECT substr(r.key, 1, instr(r.key, '/') - 1) AS label, count(*) AS n "
                         "FROM records r JOIN shards s ON s.id = r.shard_id "
                         "JOIN datasets d ON d.id = s.dataset_id "
-                        "WHERE d.name = 'demo' AND s.state = 'committed' AND r.removed_version IS NULL "
+                        f"WHERE d.name = 'demo' AND {latest} "
                         "GROUP BY label ORDER BY n DESC"
                     )
                     if cat.engine.dialect.name == "sqlite"
@@ -256,7 +249,7 @@ def run_demo(
                         "SELECT split_part(r.key, '/', 1) AS label, count(*) AS n "
                         "FROM records r JOIN shards s ON s.id = r.shard_id "
                         "JOIN datasets d ON d.id = s.dataset_id "
-                        "WHERE d.name = 'demo' AND s.state = 'committed' AND r.removed_version IS NULL "
+                        f"WHERE d.name = 'demo' AND {latest} "
                         "GROUP BY label ORDER BY n DESC"
                     )
                 ).all()
@@ -267,14 +260,10 @@ def run_demo(
             report.stream_seconds = time.perf_counter() - t1
             if report.streamed != report.records:
                 raise AssertionError(f"streamed {report.streamed} samples, wrote {report.records}")
-    finally:
-        if cluster_cm is not None:
-            cluster_cm.close()
 
-    verdict = cat.verify("demo")
-    if not verdict.ok:
-        raise AssertionError(f"the demo dataset does not verify:\n{verdict}")
-    report.verified_shards = report.shards
-    gc(cat, "demo", grace=dt.timedelta(0), storage_options=opts)  # shards a rerun replaced
-    cat.close()
+        verdict = cat.verify("demo")
+        if not verdict.ok:
+            raise AssertionError(f"the demo dataset does not verify:\n{verdict}")
+        report.verified_shards = report.shards
+        gc(cat, "demo", grace=dt.timedelta(0), storage_options=opts)  # shards a rerun replaced
     return report

@@ -10,8 +10,7 @@ from typing import Annotated
 
 import typer
 
-from .common import SchedulerOption, WorkersOption, open_catalog, state_of
-from .write_cmd import _client
+from .common import SchedulerOption, WorkersOption, dask_cluster, open_catalog, state_of
 
 __all__ = ["register"]
 
@@ -51,23 +50,20 @@ def compact(
     """
     from ..orchestration.compact import compact as compact_dataset
 
-    if workers is not None and scheduler is not None:
-        raise typer.BadParameter("give --workers or --scheduler, not both", param_hint="--workers")
+    cluster = dask_cluster(workers, scheduler)
     state = state_of(ctx)
     if state.verbose < 2:  # Dask's INFO lines (scheduler, nanny) are noise here
         import distributed  # noqa: F401  (importing it sets its loggers' levels; override after)
 
         logging.getLogger("distributed").setLevel(logging.WARNING)
     with open_catalog(state) as cat:
-        root = cat.info(dataset).root_url
-        with _client(workers, scheduler, root) as client:
-            summary = compact_dataset(
-                cat,
-                dataset,
-                min_live=min_live,
-                shard_size=shard_size,
-                client=client,
-                storage_options=state.storage_options,
-                message=message,
-            )
+        summary = compact_dataset(
+            cat,
+            dataset,
+            min_live=min_live,
+            shard_size=shard_size,
+            client=cluster,
+            storage_options=state.storage_options,
+            message=message,
+        )
     state.out.compact_summary(summary)

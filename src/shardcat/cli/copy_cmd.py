@@ -10,9 +10,8 @@ from typing import Annotated
 
 import typer
 
-from .common import SchedulerOption, WorkersOption, open_catalog, state_of
+from .common import SchedulerOption, WorkersOption, dask_cluster, open_catalog, state_of
 from .storage_options import parse_storage_options
-from .write_cmd import _client
 
 __all__ = ["register"]
 
@@ -74,15 +73,14 @@ def copy(
     """
     from ..orchestration.copy import copy_dataset
 
-    if workers is not None and scheduler is not None:
-        raise typer.BadParameter("give --workers or --scheduler, not both", param_hint="--workers")
+    cluster = dask_cluster(workers, scheduler)
     state = state_of(ctx)
     if state.verbose < 2:  # Dask's INFO lines (scheduler, nanny) are noise here
         import distributed  # noqa: F401  (importing it sets its loggers' levels; override after)
 
         logging.getLogger("distributed").setLevel(logging.WARNING)
     dest_options = parse_storage_options(dest_option) if dest_option else None
-    with open_catalog(state) as cat, _client(workers, scheduler, dest_url) as client:
+    with open_catalog(state) as cat:
         summary = copy_dataset(
             cat,
             dataset,
@@ -92,6 +90,6 @@ def copy(
             move=move,
             storage_options=state.storage_options,
             destination_options=dest_options,
-            client=client,
+            client=cluster,
         )
     state.out.copy_summary(summary)

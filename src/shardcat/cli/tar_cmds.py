@@ -12,9 +12,8 @@ from typing import Annotated
 
 import typer
 
-from .common import SchedulerOption, WorkersOption, open_catalog, state_of
+from .common import SchedulerOption, WorkersOption, dask_cluster, open_catalog, state_of
 from .global_options import GlobalOptionsGroup, use_global_options
-from .write_cmd import _client
 
 __all__ = ["register"]
 
@@ -74,20 +73,16 @@ def index_tar(
     """
     from ..orchestration import index_tar as run
 
-    if workers is not None and scheduler is not None:
-        raise typer.BadParameter("give --workers or --scheduler, not both", param_hint="--workers")
+    cluster = dask_cluster(workers, scheduler)
     state = state_of(ctx)
     _quiet_dask(state.verbose)
-    with (
-        open_catalog(state, create=True) as cat,
-        _client(workers, scheduler, pattern[0]) as client,
-    ):
+    with open_catalog(state, create=True) as cat:
         summary = run(
             pattern,
             catalog=cat,
             dataset=dataset,
             storage_options=state.storage_options,
-            client=client,
+            client=cluster,
             on_error=on_error.value,
         )
     state.out.tar_indexed(summary)
@@ -131,20 +126,16 @@ def import_(
     """
     from ..orchestration.taridx_io import import_taridx
 
-    if workers is not None and scheduler is not None:
-        raise typer.BadParameter("give --workers or --scheduler, not both", param_hint="--workers")
+    cluster = dask_cluster(workers, scheduler)
     state = state_of(ctx)
     _quiet_dask(state.verbose)
-    with (
-        open_catalog(state, create=True) as cat,
-        _client(workers, scheduler, tars) as client,
-    ):
+    with open_catalog(state, create=True) as cat:
         summary = import_taridx(
             cat,
             in_path,
             tars,
             dataset=dataset,
             storage_options=state.storage_options,
-            client=client,
+            client=cluster,
         )
     state.out.taridx_done("imported", in_path, dataset, len(summary.tars), summary.records)

@@ -6,15 +6,13 @@ workers' reads are :func:`shardcat.from_files` and :func:`shardcat.write`.
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import logging
-from collections.abc import Iterator
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from .common import SchedulerOption, WorkersOption, open_catalog, state_of
+from .common import SchedulerOption, WorkersOption, dask_cluster, open_catalog, state_of
 
 __all__ = ["register"]
 
@@ -40,35 +38,6 @@ class KeyRule(str, enum.Enum):
 
 def register(app: typer.Typer) -> None:
     app.command("write")(write)
-
-
-@contextlib.contextmanager
-def _client(workers: int | None, scheduler: str | None, url: str) -> Iterator[Any]:
-    """A Dask client: the given scheduler's, a local cluster of ``workers`` processes, or None."""
-    if scheduler is None and workers is None:
-        yield None  # shardcat.write starts a local cluster sized to the machine
-        return
-    from distributed import Client, LocalCluster
-
-    from ..orchestration.scheduler import connect
-
-    if scheduler is not None:
-        with connect(scheduler) as client:
-            yield client
-        return
-    in_process = url.startswith("memory://")  # memory:// lives in this process only
-    with (
-        LocalCluster(  # type: ignore[no-untyped-call]
-            n_workers=workers,
-            threads_per_worker=1,
-            processes=not in_process,
-            # A free loopback port: None still binds :8787, which a second write would fight for.
-            dashboard_address="127.0.0.1:0",
-            scheduler_port=0,
-        ) as cluster,
-        Client(cluster) as client,  # type: ignore[no-untyped-call]
-    ):
-        yield client
 
 
 def _check_size(value: str) -> str:
@@ -213,8 +182,7 @@ def write(
     from ..orchestration.files import list_source
     from ..orchestration.write import write as write_dataset
 
-    if workers is not None and scheduler is not None:
-        raise typer.BadParameter("give --workers or --scheduler, not both", param_hint="--workers")
+    cluster = dask_cluster(workers, scheduler)
     if no_ext_entry is not None and skip_unmatched:
         raise typer.BadParameter(
             "give --no-ext-entry or --skip-unmatched, not both", param_hint="--skip-unmatched"
@@ -239,7 +207,6 @@ def write(
     out = state.out
     with (
         open_catalog(state, create=True) as cat,
-        _client(workers, scheduler, url) as client,
         out.write_progress(progress) as bar,
     ):
         summary = write_dataset(
@@ -253,7 +220,7 @@ def write(
             on_duplicate=on_duplicate.value,
             message=message,
             storage_options=state.storage_options,
-            client=client,
+            client=cluster,
             progress=bar,
             job_name=job_name,
             resume=resume,

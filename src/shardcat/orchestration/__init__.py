@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .cluster import ClientChoice, DaskCluster, client_for
 from .compact import CompactSummary, compact
 from .copy import CopySummary, copy_dataset
 from .dataset_writer import DatasetWriter
@@ -14,8 +15,10 @@ from .read import iter_shard, iter_tar_records, iter_tar_shard, open_registered,
 from .write import WriteSummary, write
 
 __all__ = [
+    "ClientChoice",
     "CompactSummary",
     "CopySummary",
+    "DaskCluster",
     "DatasetWriter",
     "FileSource",
     "IndexTarSummary",
@@ -24,6 +27,7 @@ __all__ = [
     "WriteProgressBar",
     "WriteProgressCallback",
     "WriteSummary",
+    "client_for",
     "compact",
     "copy_dataset",
     "delete_keys",

@@ -39,10 +39,10 @@ from ..catalog import internal
 from ..errors import ChecksumError, CommitConflictError
 from ..storage import dataset_prefix, first_free, redact
 from ..storage.shards import RollingShardWriter, ShardReader
+from .cluster import ClientChoice, client_for
 from .plan import SHARDS_PER_PARTITION, WritePlan
 from .reach import refuse_in_memory, refuse_unreachable
 from .tasks import ATTEMPT, PartitionResult, _remove_quietly, catalog_for
-from .write import _cluster
 
 if TYPE_CHECKING:
     from ..catalog import ShardRow
@@ -198,12 +198,12 @@ def compact_group(plan: WritePlan, group: int, sources: Sequence[Source]) -> Par
 
 
 def compact(
-    catalog: Any,
+    catalog: Catalog | str,
     dataset: str,
     *,
     min_live: float = 0.5,
     shard_size: int | str = "256MB",
-    client: Any = None,
+    client: ClientChoice = None,
     storage_options: Mapping[str, Any] | None = None,
     message: str | None = None,
     retries: int = 2,
@@ -223,7 +223,10 @@ def compact(
     shard_size:
         Live bytes per task and size of the new shards (``"256MB"``, bytes).
     client:
-        A ``distributed.Client``; by default the current one or a local cluster.
+        A ``distributed.Client``, or a :class:`~shardcat.orchestration.DaskCluster`
+        (a scheduler's address, or N local worker processes started for this
+        call); by default the current client, else a local cluster started
+        for this call (:func:`~shardcat.orchestration.client_for`).
     storage_options:
         fsspec options (by default the catalog's); never stored.
     message:
@@ -248,78 +251,78 @@ def compact(
     if not 0 <= min_live <= 1:
         raise ValueError(f"min_live must be between 0 and 1, not {min_live!r}")
     size = parse_size(shard_size)
-    cat = catalog if isinstance(catalog, Catalog) else Catalog(str(catalog))
-    refuse_in_memory(cat)
-    opts = dict(storage_options if storage_options is not None else cat.storage_options)
-    t0 = time.perf_counter()
-    root = cat.info(dataset).root_url
-    chosen, kept, tars = _choose(cat, dataset, min_live)
-    if tars:
-        log.info("%s: %d tar shards are never compacted", dataset, tars)
-    if not chosen:
-        return CompactSummary(
-            dataset, None, None, [], [], 0, 0, 0, tars, time.perf_counter() - t0, kept
-        )
-    # The job, then the choice again: the job's base version is what the commit's
-    # key-conflict check compares to, so any change after the shards are chosen is seen.
-    job = cat.begin_job(
-        dataset, description="shardcat.compact", properties={"operation": "compact"}
-    )
-    try:
+    with Catalog.opened(catalog) as cat:
+        refuse_in_memory(cat)
+        opts = dict(storage_options if storage_options is not None else cat.storage_options)
+        t0 = time.perf_counter()
+        root = cat.info(dataset).root_url
         chosen, kept, tars = _choose(cat, dataset, min_live)
-        if not chosen:  # another compaction took them meanwhile
-            cat.abort_job(job)
+        if tars:
+            log.info("%s: %d tar shards are never compacted", dataset, tars)
+        if not chosen:
             return CompactSummary(
                 dataset, None, None, [], [], 0, 0, 0, tars, time.perf_counter() - t0, kept
             )
-        plan = WritePlan(
-            dataset=dataset,
-            root=root,
-            prefix=dataset_prefix(dataset),
-            job_id=job.id,
-            catalog=cat.handle(),
-            shard_size=size,
-            storage_options=opts,
-            fields=tuple(cat.fields(dataset)),
+        # The job, then the choice again: the job's base version is what the commit's
+        # key-conflict check compares to, so any change after the shards are chosen is seen.
+        job = cat.begin_job(
+            dataset, description="shardcat.compact", properties={"operation": "compact"}
         )
-        groups = _groups(chosen, size)
-        with _cluster(client, root) as dask_client:
-            refuse_unreachable(cat, dask_client)
-            futures = [
-                dask_client.submit(compact_group, plan, n, group, pure=False, retries=retries)
-                for n, group in enumerate(groups)
-            ]
-            try:
-                results: list[PartitionResult] = dask_client.gather(futures)
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    dask_client.cancel(futures)
-                raise
-        written = [url for r in results for url in r.shards]
-        cat.commit_job(job, shards=written, rewrite=True, operation="compact", message=message)
-    except BaseException:
-        with contextlib.suppress(Exception):
-            cat.abort_job(job)
-        raise
-    ended = cat.job(job.id)
-    rewritten = sum(r.records for r in results)
-    superseded = int((ended.properties or {}).get(SUPERSEDED, 0))
-    summary = CompactSummary(
-        dataset=dataset,
-        version=ended.version,
-        job_id=job.id,
-        compacted=[row.url for row, _ in chosen],
-        written=written,
-        records=rewritten - superseded,
-        bytes_before=sum(row.size_bytes for row, _ in chosen),
-        bytes_after=sum(r.bytes for r in results),
-        tar_shards=tars,
-        seconds=time.perf_counter() - t0,
-        kept=kept,
-        superseded=superseded,
-    )
-    log.info("%s", summary)
-    return summary
+        try:
+            chosen, kept, tars = _choose(cat, dataset, min_live)
+            if not chosen:  # another compaction took them meanwhile
+                cat.abort_job(job)
+                return CompactSummary(
+                    dataset, None, None, [], [], 0, 0, 0, tars, time.perf_counter() - t0, kept
+                )
+            plan = WritePlan(
+                dataset=dataset,
+                root=root,
+                prefix=dataset_prefix(dataset),
+                job_id=job.id,
+                catalog=cat.handle(),
+                shard_size=size,
+                storage_options=opts,
+                fields=tuple(cat.fields(dataset)),
+            )
+            groups = _groups(chosen, size)
+            with client_for(client, root) as dask_client:
+                refuse_unreachable(cat, dask_client)
+                futures = [
+                    dask_client.submit(compact_group, plan, n, group, pure=False, retries=retries)
+                    for n, group in enumerate(groups)
+                ]
+                try:
+                    results: list[PartitionResult] = dask_client.gather(futures)
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        dask_client.cancel(futures)
+                    raise
+            written = [url for r in results for url in r.shards]
+            cat.commit_job(job, shards=written, rewrite=True, operation="compact", message=message)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                cat.abort_job(job)
+            raise
+        ended = cat.job(job.id)
+        rewritten = sum(r.records for r in results)
+        superseded = int((ended.properties or {}).get(SUPERSEDED, 0))
+        summary = CompactSummary(
+            dataset=dataset,
+            version=ended.version,
+            job_id=job.id,
+            compacted=[row.url for row, _ in chosen],
+            written=written,
+            records=rewritten - superseded,
+            bytes_before=sum(row.size_bytes for row, _ in chosen),
+            bytes_after=sum(r.bytes for r in results),
+            tar_shards=tars,
+            seconds=time.perf_counter() - t0,
+            kept=kept,
+            superseded=superseded,
+        )
+        log.info("%s", summary)
+        return summary
 
 
 def _choose(

@@ -40,7 +40,7 @@ from ..storage import is_local, join, local_path, open_pending, redact, resolve
 from ..storage.removal import remove_files
 from ..storage.shards import ShardReader
 from ..storage.translate import storage_errors
-from .write import _cluster
+from .cluster import ClientChoice, client_for
 
 if TYPE_CHECKING:
     from ..catalog import ShardRow
@@ -168,16 +168,16 @@ def _verified(url: str, file_id: str, data_crc: int, options: dict[str, Any]) ->
 
 
 def copy_dataset(
-    catalog: Any,
+    catalog: Catalog | str,
     dataset: str,
     destination: str,
     *,
-    to_catalog: Any = None,
+    to_catalog: Catalog | str | None = None,
     name: str | None = None,
     move: bool = False,
     storage_options: Mapping[str, Any] | None = None,
     destination_options: Mapping[str, Any] | None = None,
-    client: Any = None,
+    client: ClientChoice = None,
     retries: int = 2,
 ) -> CopySummary:
     """Copy a dataset's committed shards to ``destination`` and register the copy in one commit.
@@ -202,7 +202,10 @@ def copy_dataset(
         fsspec options of the source (by default the source catalog's) and of
         the destination (by default the source's). Never stored.
     client:
-        A ``distributed.Client``; by default the current one or a local cluster.
+        A ``distributed.Client``, or a :class:`~shardcat.orchestration.DaskCluster`
+        (a scheduler's address, or N local worker processes started for this
+        call); by default the current client, else a local cluster started
+        for this call (:func:`~shardcat.orchestration.client_for`).
     retries:
         How often Dask may retry a failed copy task.
 
@@ -226,123 +229,130 @@ def copy_dataset(
     """
     from ..reading import Catalog
 
-    src_cat = catalog if isinstance(catalog, Catalog) else Catalog(str(catalog))
-    if move and (to_catalog is not None or name not in (None, dataset)):
-        raise ValueError(
-            "a move keeps the dataset's name and catalog: leave out to_catalog/name "
-            "(--to-catalog/--as), or copy instead"
+    with contextlib.ExitStack() as opened:
+        src_cat = opened.enter_context(Catalog.opened(catalog))
+        if move and (to_catalog is not None or name not in (None, dataset)):
+            raise ValueError(
+                "a move keeps the dataset's name and catalog: leave out to_catalog/name "
+                "(--to-catalog/--as), or copy instead"
+            )
+        dst_cat = (
+            src_cat if to_catalog is None else opened.enter_context(Catalog.opened(to_catalog))
         )
-    if to_catalog is None:
-        dst_cat = src_cat
-    elif isinstance(to_catalog, Catalog):
-        dst_cat = to_catalog
-    else:
-        dst_cat = Catalog(str(to_catalog))
-    target = name or dataset
-    if not move and dst_cat.url == src_cat.url and target == dataset:
-        raise DatasetExistsError(
-            f"dataset {dataset!r} cannot be copied onto itself in catalog {src_cat.url}: "
-            "name the copy (name=, --as NAME), register it in another catalog "
-            "(to_catalog=, --to-catalog URL), or move it (move=True, --move)"
+        target = name or dataset
+        if not move and dst_cat.url == src_cat.url and target == dataset:
+            raise DatasetExistsError(
+                f"dataset {dataset!r} cannot be copied onto itself in catalog {src_cat.url}: "
+                "name the copy (name=, --as NAME), register it in another catalog "
+                "(to_catalog=, --to-catalog URL), or move it (move=True, --move)"
+            )
+        src_opts = dict(storage_options if storage_options is not None else src_cat.storage_options)
+        dst_opts = dict(destination_options if destination_options is not None else src_opts)
+        if is_local(destination):
+            destination = os.path.abspath(local_path(destination))
+        destination = destination.rstrip("/")
+        t0 = time.perf_counter()
+        ds = src_cat.info(dataset)
+        # The latest version's shards and, in each, the records it no longer serves (deleted or
+        # replaced since). A copy is one new version whose commit hides those records again.
+        version, visible = internal.visible_shards(src_cat, dataset)
+        served = sum(row.record_count - len(offsets) for row, offsets in visible)
+        # A move keeps every kept version: it takes the shards only older versions read, too.
+        rows = (
+            [r for r in src_cat.shards(dataset, state=None) if r.state == "committed"]
+            if move
+            else [row for row, _ in visible]
         )
-    src_opts = dict(storage_options if storage_options is not None else src_cat.storage_options)
-    dst_opts = dict(destination_options if destination_options is not None else src_opts)
-    if is_local(destination):
-        destination = os.path.abspath(local_path(destination))
-    destination = destination.rstrip("/")
-    t0 = time.perf_counter()
-    ds = src_cat.info(dataset)
-    # The latest version's shards and, in each, the records it no longer serves (deleted or
-    # replaced since). A copy is one new version whose commit hides those records again.
-    version, visible = internal.visible_shards(src_cat, dataset)
-    served = sum(row.record_count - len(offsets) for row, offsets in visible)
-    # A move keeps every kept version: it takes the shards only older versions read, too.
-    rows = (
-        [r for r in src_cat.shards(dataset, state=None) if r.state == "committed"]
-        if move
-        else [row for row, _ in visible]
-    )
-    tars = [r.url for r in rows if r.kind != "native"]
-    if tars:
-        raise ValueError(
-            f"dataset {dataset!r} has {len(tars)} tar shard(s) registered in place "
-            f"({redact(tars[0])}, ...): copy_dataset copies native shards only; copy the tars "
-            "with your storage tools, then index them with shardcat index-tar"
-        )
-    plan = {row.url: join(destination, _relative(row.url, ds.root_url)) for row in rows}
-    hidden = {plan[row.url]: offsets for row, offsets in visible if offsets}
-    if len(set(plan.values())) != len(plan):
-        raise ValueError(f"two shards of {dataset!r} would get one name under {destination}")
-    in_place = [url for url, dest in plan.items() if url == dest]
-    if move and rows and len(in_place) == len(rows):
-        # Every shard is there already: a move that committed and was cut short before
-        # recording the root (or a move onto the dataset's own folder).
-        internal.set_dataset_root(src_cat, dataset, redact(destination))
+        tars = [r.url for r in rows if r.kind != "native"]
+        if tars:
+            raise ValueError(
+                f"dataset {dataset!r} has {len(tars)} tar shard(s) registered in place "
+                f"({redact(tars[0])}, ...): copy_dataset copies native shards only; copy the tars "
+                "with your storage tools, then index them with shardcat index-tar"
+            )
+        plan = {row.url: join(destination, _relative(row.url, ds.root_url)) for row in rows}
+        hidden = {plan[row.url]: offsets for row, offsets in visible if offsets}
+        if len(set(plan.values())) != len(plan):
+            raise ValueError(f"two shards of {dataset!r} would get one name under {destination}")
+        in_place = [url for url, dest in plan.items() if url == dest]
+        if move and rows and len(in_place) == len(rows):
+            # Every shard is there already: a move that committed and was cut short before
+            # recording the root (or a move onto the dataset's own folder).
+            internal.set_dataset_root(src_cat, dataset, redact(destination))
+            return _summary(
+                dataset,
+                ds.root_url,
+                destination,
+                rows,
+                0,
+                move,
+                t0,
+                [],
+                job_id=None,
+                records=served,
+            )
+        if in_place:
+            raise DestinationNotEmptyError(
+                f"destination {redact(destination)} is where dataset {dataset!r} keeps its shards: "
+                "copy into another folder"
+            )
+        if not move:
+            _refuse_taken(dst_cat, target)
+        _refuse_foreign(destination, set(plan.values()), dst_opts)
+        with client_for(client, destination) as dask_client:
+            futures = [
+                dask_client.submit(
+                    copy_shard,
+                    row.url,
+                    plan[row.url],
+                    row.file_id,
+                    row.data_crc,
+                    src_opts,
+                    dst_opts,
+                    pure=False,
+                    retries=retries,
+                )
+                for row in rows
+            ]
+            try:
+                done: list[_Copied] = dask_client.gather(futures)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    dask_client.cancel(futures)
+                raise
+        infos = [d.info for d in done]
+        if move:
+            internal.move_shards(
+                src_cat,
+                dataset,
+                {row.url: (plan[row.url], row.file_id) for row in rows},
+                expected_version=version,
+                root_url=destination,
+            )
+            job_id = None
+            log.info("moved %d shards of %r to %s", len(rows), dataset, redact(destination))
+            left = remove_files(list(plan), src_opts)
+            sources_left = sorted(left.failed)
+            if sources_left:
+                log.warning(
+                    "%d moved sources could not be removed (nothing refers to them: delete them)",
+                    len(sources_left),
+                )
+        else:
+            job_id = _commit_copy(dst_cat, target, destination, infos, dataset, src_cat, hidden)
+            sources_left = []
         return _summary(
-            dataset, ds.root_url, destination, rows, 0, move, t0, [], job_id=None, records=served
+            target,
+            ds.root_url,
+            destination,
+            rows,
+            sum(d.copied for d in done),
+            move,
+            t0,
+            sources_left,
+            job_id=job_id,
+            records=served,
         )
-    if in_place:
-        raise DestinationNotEmptyError(
-            f"destination {redact(destination)} is where dataset {dataset!r} keeps its shards: "
-            "copy into another folder"
-        )
-    if not move:
-        _refuse_taken(dst_cat, target)
-    _refuse_foreign(destination, set(plan.values()), dst_opts)
-    with _cluster(client, destination) as dask_client:
-        futures = [
-            dask_client.submit(
-                copy_shard,
-                row.url,
-                plan[row.url],
-                row.file_id,
-                row.data_crc,
-                src_opts,
-                dst_opts,
-                pure=False,
-                retries=retries,
-            )
-            for row in rows
-        ]
-        try:
-            done: list[_Copied] = dask_client.gather(futures)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                dask_client.cancel(futures)
-            raise
-    infos = [d.info for d in done]
-    if move:
-        internal.move_shards(
-            src_cat,
-            dataset,
-            {row.url: (plan[row.url], row.file_id) for row in rows},
-            expected_version=version,
-            root_url=destination,
-        )
-        job_id = None
-        log.info("moved %d shards of %r to %s", len(rows), dataset, redact(destination))
-        left = remove_files(list(plan), src_opts)
-        sources_left = sorted(left.failed)
-        if sources_left:
-            log.warning(
-                "%d moved sources could not be removed (nothing refers to them: delete them)",
-                len(sources_left),
-            )
-    else:
-        job_id = _commit_copy(dst_cat, target, destination, infos, dataset, src_cat, hidden)
-        sources_left = []
-    return _summary(
-        target,
-        ds.root_url,
-        destination,
-        rows,
-        sum(d.copied for d in done),
-        move,
-        t0,
-        sources_left,
-        job_id=job_id,
-        records=served,
-    )
 
 
 def _summary(

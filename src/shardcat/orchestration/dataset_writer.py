@@ -10,10 +10,11 @@ and ``shardcat gc`` removes its files.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._closing import CloseOrAbort
 from .._types import OnDuplicate
@@ -31,6 +32,9 @@ from .write import (
     dataset_root,
     open_dataset,
 )
+
+if TYPE_CHECKING:
+    from ..reading import Catalog
 
 __all__ = ["DatasetWriter"]
 
@@ -82,7 +86,7 @@ class DatasetWriter(CloseOrAbort):
 
     def __init__(
         self,
-        catalog: Any,
+        catalog: Catalog | str,
         dataset: str,
         url: str,
         *,
@@ -99,18 +103,19 @@ class DatasetWriter(CloseOrAbort):
         from ..reading import Catalog
 
         check_mode(mode, on_duplicate)
-        self._own_catalog = not isinstance(catalog, Catalog)
-        self.catalog: Catalog = catalog if isinstance(catalog, Catalog) else Catalog(str(catalog))
+        # Closes, with the writer, only a catalog the writer opened.
+        self._opened = contextlib.ExitStack()
+        self.catalog: Catalog = self._opened.enter_context(Catalog.opened(catalog))
         self.dataset = dataset
         self._mode = mode
         self._on_duplicate = on_duplicate
         self._message = message
         self._t0 = time.perf_counter()
         opts = dict(storage_options or {})
-        url = dataset_root(url, opts)
         self.summary: WriteSummary | None = None
         """What the committed job wrote (set when the writer closes without error)."""
         try:
+            url = dataset_root(url, opts)
             existing = open_dataset(self.catalog, dataset, url, mode)
             job, self._base_version, partition_base = begin_write_job(
                 self.catalog, dataset, url, mode, existing, f"shardcat.DatasetWriter ({mode})"
@@ -242,5 +247,4 @@ class DatasetWriter(CloseOrAbort):
             )
 
     def _close_catalog(self) -> None:
-        if self._own_catalog:
-            self.catalog.close()
+        self._opened.close()

@@ -30,7 +30,7 @@ import datetime as dt
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._units import format_bytes
 from ..catalog import internal
@@ -39,6 +39,9 @@ from ..catalog.models import LIVE_STATES
 from ..errors import ShardcatError, StorageError
 from ..storage import redact, resolve
 from ..storage.removal import existing_urls, remove_files
+
+if TYPE_CHECKING:
+    from ..reading import Catalog
 
 __all__ = ["DeleteReport", "GcReport", "delete_dataset", "gc"]
 
@@ -89,7 +92,7 @@ class GcReport:
 
 
 def gc(
-    catalog: Any,
+    catalog: Catalog | str,
     dataset: str | None = None,
     *,
     dry_run: bool = False,
@@ -122,61 +125,61 @@ def gc(
     """
     from ..reading import Catalog
 
-    cat = catalog if isinstance(catalog, Catalog) else Catalog(str(catalog))
-    opts = dict(storage_options or cat.storage_options or {})
-    report = GcReport(dry_run=dry_run)
-    names = [dataset] if dataset is not None else [d.name for d in cat.datasets()]
-    if dataset is not None:
-        cat.info(dataset)  # DatasetNotFoundError for an unknown name
-    now = dt.datetime.now(dt.timezone.utc)
-    for name in names:
-        for job in cat.jobs(name, state="open"):
-            if now - job.created_at >= stale_after:
-                report.aborted_jobs.append(job.id)
+    with Catalog.opened(catalog) as cat:
+        opts = dict(storage_options or cat.storage_options or {})
+        report = GcReport(dry_run=dry_run)
+        names = [dataset] if dataset is not None else [d.name for d in cat.datasets()]
+        if dataset is not None:
+            cat.info(dataset)  # DatasetNotFoundError for an unknown name
+        now = dt.datetime.now(dt.timezone.utc)
+        for name in names:
+            for job in cat.jobs(name, state="open"):
+                if now - job.created_at >= stale_after:
+                    report.aborted_jobs.append(job.id)
+                    if not dry_run:
+                        cat.abort_job(job.id)
+            root = cat.info(name).root_url
+            deleted = cat.shards(name, state="deleted")
+            if deleted:
+                live = {_key(u, opts) for u in cat.shard_urls(states=LIVE_STATES)}
+                doomed = []
+                for shard in deleted:
+                    reason = _keep_reason(shard.url, root, live, opts)
+                    if reason is None and not shard_kind(shard.kind).owns_files:
+                        reason = "a tar indexed in place: gc forgets its row, never the file"
+                    if reason is not None:
+                        report.kept.append(f"{shard.url}: {reason}")
+                    else:
+                        doomed.append(shard.url)
+                        report.sizes[shard.url] = shard.size_bytes
+                        report.reasons[shard.url] = (
+                            "no kept version reads it (expired, replaced or removed)"
+                            if shard.added_version is not None
+                            else "left by a failed, aborted or retried job (never committed)"
+                        )
                 if not dry_run:
-                    cat.abort_job(job.id)
-        root = cat.info(name).root_url
-        deleted = cat.shards(name, state="deleted")
-        if deleted:
-            live = {_key(u, opts) for u in cat.shard_urls(states=LIVE_STATES)}
-            doomed = []
-            for shard in deleted:
-                reason = _keep_reason(shard.url, root, live, opts)
-                if reason is None and not shard_kind(shard.kind).owns_files:
-                    reason = "a tar indexed in place: gc forgets its row, never the file"
-                if reason is not None:
-                    report.kept.append(f"{shard.url}: {reason}")
-                else:
-                    doomed.append(shard.url)
-                    report.sizes[shard.url] = shard.size_bytes
-                    report.reasons[shard.url] = (
-                        "no kept version reads it (expired, replaced or removed)"
-                        if shard.added_version is not None
-                        else "left by a failed, aborted or retried job (never committed)"
+                    # Re-checked just before deleting, in one query: a registration may
+                    # have raced the reading above.
+                    doomed = _recheck(doomed, cat.shard_urls(states=LIVE_STATES), opts, report)
+                    _remove(doomed, opts, report)
+                    internal.purge_shards(cat, name, [s.url for s in deleted])
+                report.deleted_shards.extend(doomed)
+            # Every dataset's shards count as known: datasets may share a folder.
+            known = {_key(u, opts) for u in cat.shard_urls()}
+            orphans = []
+            for url, modified, size in _list_files(root, opts, report):
+                if _key(url, opts) not in known and now - modified >= grace:
+                    orphans.append(url)
+                    report.sizes[url] = size
+                    report.reasons[url] = (
+                        f"no catalog row names it; older than the grace period ({grace})"
                     )
             if not dry_run:
-                # Re-checked just before deleting, in one query: a registration may
-                # have raced the reading above.
-                doomed = _recheck(doomed, cat.shard_urls(states=LIVE_STATES), opts, report)
-                _remove(doomed, opts, report)
-                internal.purge_shards(cat, name, [s.url for s in deleted])
-            report.deleted_shards.extend(doomed)
-        # Every dataset's shards count as known: datasets may share a folder.
-        known = {_key(u, opts) for u in cat.shard_urls()}
-        orphans = []
-        for url, modified, size in _list_files(root, opts, report):
-            if _key(url, opts) not in known and now - modified >= grace:
-                orphans.append(url)
-                report.sizes[url] = size
-                report.reasons[url] = (
-                    f"no catalog row names it; older than the grace period ({grace})"
-                )
-        if not dry_run:
-            orphans = _recheck(orphans, cat.shard_urls(), opts, report)
-            _remove(orphans, opts, report)
-        report.orphans.extend(orphans)
-    log.info("%s", report)
-    return report
+                orphans = _recheck(orphans, cat.shard_urls(), opts, report)
+                _remove(orphans, opts, report)
+            report.orphans.extend(orphans)
+        log.info("%s", report)
+        return report
 
 
 @dataclass
@@ -197,7 +200,7 @@ class DeleteReport:
 
 
 def delete_dataset(
-    catalog: Any,
+    catalog: Catalog | str,
     dataset: str,
     *,
     dry_run: bool = False,
@@ -224,55 +227,57 @@ def delete_dataset(
     """
     from ..reading import Catalog
 
-    cat = catalog if isinstance(catalog, Catalog) else Catalog(str(catalog))
-    opts = dict(storage_options or cat.storage_options or {})
-    root = cat.info(dataset).root_url
-    shards = cat.shards(dataset, state=None)
-    report = DeleteReport(dataset, dry_run, len(shards), sum(s.size_bytes for s in shards))
-    mine = cat.shard_urls(dataset=dataset)
-    # Per URL: may deleting the dataset delete the file (kinds.py decides per shard kind)?
-    owned = {s.url: shard_kind(s.kind).owns_files or delete_tars for s in shards}
-    others = {
-        _key(u, opts)
-        for d in cat.datasets()
-        if d.name != dataset
-        for u in cat.shard_urls(states=LIVE_STATES, dataset=d.name)
-    }
-    doomed = []
-    for url in sorted(mine):
-        reason = _keep_reason(url, root, others, opts, "a shard row of another dataset names it")
-        if reason is None and not owned.get(url, True):
-            reason = (
-                "a tar indexed in place: only its rows are deleted "
-                "(delete_tars=True / --delete-tars removes it)"
+    with Catalog.opened(catalog) as cat:
+        opts = dict(storage_options or cat.storage_options or {})
+        root = cat.info(dataset).root_url
+        shards = cat.shards(dataset, state=None)
+        report = DeleteReport(dataset, dry_run, len(shards), sum(s.size_bytes for s in shards))
+        mine = cat.shard_urls(dataset=dataset)
+        # Per URL: may deleting the dataset delete the file (kinds.py decides per shard kind)?
+        owned = {s.url: shard_kind(s.kind).owns_files or delete_tars for s in shards}
+        others = {
+            _key(u, opts)
+            for d in cat.datasets()
+            if d.name != dataset
+            for u in cat.shard_urls(states=LIVE_STATES, dataset=d.name)
+        }
+        doomed = []
+        for url in sorted(mine):
+            reason = _keep_reason(
+                url, root, others, opts, "a shard row of another dataset names it"
             )
-        if reason is not None:
-            report.kept.append(f"{url}: {reason}")
+            if reason is None and not owned.get(url, True):
+                reason = (
+                    "a tar indexed in place: only its rows are deleted "
+                    "(delete_tars=True / --delete-tars removes it)"
+                )
+            if reason is not None:
+                report.kept.append(f"{url}: {reason}")
+            else:
+                doomed.append(url)
+        if dry_run:
+            try:
+                present = existing_urls(doomed, opts)
+            except (OSError, ShardcatError) as e:
+                report.errors.append(f"cannot list the shards of {dataset!r}: {e}")
+                present = set()
+            report.removed = [u for u in doomed if u in present]
+            report.missing = [u for u in doomed if u not in present]
         else:
-            doomed.append(url)
-    if dry_run:
-        try:
-            present = existing_urls(doomed, opts)
-        except (OSError, ShardcatError) as e:
-            report.errors.append(f"cannot list the shards of {dataset!r}: {e}")
-            present = set()
-        report.removed = [u for u in doomed if u in present]
-        report.missing = [u for u in doomed if u not in present]
-    else:
-        # One batched delete per filesystem (s3fs: 1,000 keys per request).
-        removal = remove_files(doomed, opts)
-        report.removed, report.missing = removal.removed, removal.missing
-        report.errors.extend(
-            f"cannot remove {redact(url)}: {why}" for url, why in removal.failed.items()
-        )
-    if report.errors:
-        raise StorageError(
-            f"could not remove {len(report.errors)} shard object(s) of {dataset!r}, catalog rows "
-            f"kept (run delete again): {report.errors[0]}"
-        )
-    if not dry_run:
-        cat.delete_dataset(dataset)
-    return report
+            # One batched delete per filesystem (s3fs: 1,000 keys per request).
+            removal = remove_files(doomed, opts)
+            report.removed, report.missing = removal.removed, removal.missing
+            report.errors.extend(
+                f"cannot remove {redact(url)}: {why}" for url, why in removal.failed.items()
+            )
+        if report.errors:
+            raise StorageError(
+                f"could not remove {len(report.errors)} shard object(s) of {dataset!r}, catalog rows "
+                f"kept (run delete again): {report.errors[0]}"
+            )
+        if not dry_run:
+            cat.delete_dataset(dataset)
+        return report
 
 
 def _keep_reason(

@@ -32,12 +32,12 @@ from ..format.tar import Taridx, verify_scan
 from ..reading.checks import scan_tar_url
 from ..storage import redact, resolve
 from ..storage.patterns import expand_patterns
+from .cluster import ClientChoice, client_for
 from .reach import refuse_in_memory, refuse_unreachable
 from .tasks import catalog_for
-from .write import _cluster
 
 if TYPE_CHECKING:
-    from ..reading import CatalogHandle
+    from ..reading import Catalog, CatalogHandle
 
 __all__ = [
     "IndexTarSummary",
@@ -178,10 +178,10 @@ def index_tar_task(
 def index_tar(
     urls: str | Iterable[str],
     *,
-    catalog: Any = None,
+    catalog: Catalog | str | None = None,
     dataset: str,
     storage_options: Mapping[str, Any] | None = None,
-    client: Any = None,
+    client: ClientChoice = None,
     on_error: OnError = "fail",
     retries: int = 2,
 ) -> IndexTarSummary:
@@ -199,7 +199,10 @@ def index_tar(
     storage_options:
         fsspec options for reading the tars (never stored).
     client:
-        A ``distributed.Client`` (default: the current one, else a local cluster).
+        A ``distributed.Client``, or a :class:`~shardcat.orchestration.DaskCluster`
+        (a scheduler's address, or N local worker processes started for this
+        call); by default the current client, else a local cluster started
+        for this call (:func:`~shardcat.orchestration.client_for`).
     on_error:
         ``"fail"``: a bad or missing tar fails the job (nothing is committed);
         ``"skip"``: it is reported in :attr:`IndexTarSummary.failed` and left out.
@@ -223,10 +226,10 @@ def index_tar(
 
 def run_index_job(
     tars: list[str],
-    catalog: Any,
+    catalog: Catalog | str | None,
     dataset: str,
     opts: dict[str, Any],
-    client: Any,
+    client: ClientChoice,
     on_error: OnError = "fail",
     retries: int = 2,
     index: Taridx | None = None,
@@ -239,66 +242,66 @@ def run_index_job(
 
     if on_error not in ("fail", "skip"):
         raise ValueError(f"on_error must be 'fail' or 'skip', not {on_error!r}")
-    cat = catalog if isinstance(catalog, Catalog) else Catalog(catalog, storage_options=opts)
-    refuse_in_memory(cat)
-    for url in tars:
-        resolve(url, opts)  # a bad URL fails here, typed, before any worker sees it
-    t0 = time.perf_counter()
-    with _cluster(client, tars[0]) as dask_client:
-        refuse_unreachable(cat, dask_client)
-        cat.create_dataset(dataset, redact(posixpath.dirname(tars[0])), exist_ok=True)
-        job = cat.begin_job(
-            dataset, description="shardcat.index_tar", properties={"tars": len(tars)}
-        )
-        handle = cat.handle()
-        scattered = dask_client.scatter(index, broadcast=False) if index is not None else None
-        # Job ids restart at 1 in every catalog: a key of the job id alone would let a
-        # cluster hand this job another catalog's results for the same key.
-        run = uuid.uuid4().hex[:12]
-        futures = []
-        numbers = tar_shard_numbers(tars)
-        try:
+    with Catalog.opened(catalog, storage_options=opts) as cat:
+        refuse_in_memory(cat)
+        for url in tars:
+            resolve(url, opts)  # a bad URL fails here, typed, before any worker sees it
+        t0 = time.perf_counter()
+        with client_for(client, tars[0]) as dask_client:
+            refuse_unreachable(cat, dask_client)
+            cat.create_dataset(dataset, redact(posixpath.dirname(tars[0])), exist_ok=True)
+            job = cat.begin_job(
+                dataset, description="shardcat.index_tar", properties={"tars": len(tars)}
+            )
+            handle = cat.handle()
+            scattered = dask_client.scatter(index, broadcast=False) if index is not None else None
+            # Job ids restart at 1 in every catalog: a key of the job id alone would let a
+            # cluster hand this job another catalog's results for the same key.
+            run = uuid.uuid4().hex[:12]
+            futures = []
+            numbers = tar_shard_numbers(tars)
             try:
-                futures = [
-                    dask_client.submit(
-                        index_tar_task,
-                        url,
-                        opts,
-                        handle,
-                        dataset,
-                        job.id,
-                        on_error,
-                        i,
-                        scattered,
-                        numbers[i],
-                        key=f"shardcat-index-tar-{job.id}-{run}-{i}",
-                        retries=retries,
-                        pure=False,
-                    )
-                    for i, url in enumerate(tars)
-                ]
-                results: list[TarResult] = dask_client.gather(futures)
+                try:
+                    futures = [
+                        dask_client.submit(
+                            index_tar_task,
+                            url,
+                            opts,
+                            handle,
+                            dataset,
+                            job.id,
+                            on_error,
+                            i,
+                            scattered,
+                            numbers[i],
+                            key=f"shardcat-index-tar-{job.id}-{run}-{i}",
+                            retries=retries,
+                            pure=False,
+                        )
+                        for i, url in enumerate(tars)
+                    ]
+                    results: list[TarResult] = dask_client.gather(futures)
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        dask_client.cancel(futures)
+                    raise
+                done = [r for r in results if r.failure is None]
+                failed = [r.failure for r in results if r.failure is not None]
+                for f in failed:
+                    log.warning("skipped %s: %s", f.url, f.message)
+                cat.commit_job(job.id, shards=[r.url for r in done])
             except BaseException:
-                with contextlib.suppress(Exception):
-                    dask_client.cancel(futures)
+                with contextlib.suppress(ShardcatError, Exception):
+                    cat.abort_job(job.id)
                 raise
-            done = [r for r in results if r.failure is None]
-            failed = [r.failure for r in results if r.failure is not None]
-            for f in failed:
-                log.warning("skipped %s: %s", f.url, f.message)
-            cat.commit_job(job.id, shards=[r.url for r in done])
-        except BaseException:
-            with contextlib.suppress(ShardcatError, Exception):
-                cat.abort_job(job.id)
-            raise
-    summary = IndexTarSummary(
-        dataset=dataset,
-        job_id=job.id,
-        tars=[r.url for r in done],
-        records=sum(r.records for r in done),
-        bytes=sum(r.bytes for r in done),
-        seconds=time.perf_counter() - t0,
-        failed=failed,
-    )
-    log.info("%s", summary)
-    return summary
+        summary = IndexTarSummary(
+            dataset=dataset,
+            job_id=job.id,
+            tars=[r.url for r in done],
+            records=sum(r.records for r in done),
+            bytes=sum(r.bytes for r in done),
+            seconds=time.perf_counter() - t0,
+            failed=failed,
+        )
+        log.info("%s", summary)
+        return summary

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..reading import Catalog
 
 __all__ = ["delete_keys"]
 
 
 def delete_keys(
-    catalog: Any,
+    catalog: Catalog | str,
     dataset: str,
     keys: Iterable[str],
     *,
@@ -51,7 +54,5 @@ def delete_keys(
     """
     from ..reading import Catalog
 
-    if isinstance(catalog, Catalog):
-        return catalog.delete_keys(dataset, keys, missing_ok=missing_ok, message=message)
-    with Catalog(str(catalog)) as cat:
+    with Catalog.opened(catalog) as cat:
         return cat.delete_keys(dataset, keys, missing_ok=missing_ok, message=message)

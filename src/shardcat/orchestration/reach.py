@@ -16,14 +16,19 @@ tasks, such jobs are refused before anything is written.
 from __future__ import annotations
 
 import socket
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..errors import CatalogError
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from ..reading import Catalog
 
 __all__ = ["refuse_in_memory", "refuse_unreachable"]
 
 
-def _sqlite_database(cat: Any) -> str | None:
+def _sqlite_database(cat: Catalog) -> str | None:
     """The SQLite database of a catalog (``""`` for memory), or ``None`` for a server."""
     url = cat.engine.url
     if url.get_backend_name() != "sqlite":
@@ -39,7 +44,7 @@ def _this_host() -> str:
     return socket.gethostname()
 
 
-def refuse_in_memory(cat: Any) -> None:
+def refuse_in_memory(cat: Catalog) -> None:
     """Refuse an in-memory catalog: a worker cannot open this process's memory.
 
     Raises
@@ -55,7 +60,7 @@ def refuse_in_memory(cat: Any) -> None:
         )
 
 
-def refuse_unreachable(cat: Any, client: Any) -> None:
+def refuse_unreachable(cat: Catalog, client: Client) -> None:
     """Refuse a SQLite file catalog when a worker runs on another machine.
 
     Raises

@@ -17,8 +17,10 @@ from ..storage.shards import ShardReader
 from .tasks import catalog_for
 
 if TYPE_CHECKING:
+    from dask.bag import Bag
+
     from ..catalog.results import RecordRow
-    from ..reading import CatalogHandle
+    from ..reading import Catalog, CatalogHandle
 
 __all__ = ["iter_shard", "iter_tar_records", "iter_tar_shard", "open_registered", "read"]
 
@@ -174,14 +176,14 @@ def _read_partition(
 
 
 def read(
-    catalog: Any,
+    catalog: Catalog | str,
     dataset: str,
     entries: Iterable[str] | None = None,
     *,
     storage_options: Mapping[str, Any] | None = None,
     decode: bool = True,
     version: int | str | None = None,
-) -> Any:
+) -> Bag:
     """The records of ``dataset`` (at a version) as a ``dask.bag.Bag`` with one partition per shard.
 
     Parameters
@@ -209,11 +211,11 @@ def read(
 
     from ..reading import Catalog
 
-    cat = catalog if isinstance(catalog, Catalog) else Catalog(str(catalog))
-    number, shards = internal.visible_shards(cat, dataset, version)
+    with Catalog.opened(catalog) as cat:
+        number, shards = internal.visible_shards(cat, dataset, version)
+        opts = dict(cat.storage_options if storage_options is None else storage_options)
+        handle = cat.handle()  # the partitions read shards only; a tar's reopens the catalog
     names = None if entries is None else list(entries)
-    opts = dict(cat.storage_options if storage_options is None else storage_options)
-    handle = cat.handle()
     parts = [
         # A tar has no footer: its partition walks the shard's catalog rows (kind "tar").
         delayed(_read_tar_partition)(
@@ -231,6 +233,5 @@ def read(
         )
         for i, (s, hidden) in enumerate(shards)
     ]
-    if not parts:
-        return db.from_sequence([], npartitions=1)
-    return db.from_delayed(parts)
+    bag: Bag = db.from_delayed(parts) if parts else db.from_sequence([], npartitions=1)
+    return bag

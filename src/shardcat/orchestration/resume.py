@@ -38,6 +38,8 @@ from .plan import SHARDS_PER_PARTITION
 from .tasks import ATTEMPT, LAST_COUNT, PartitionResult
 
 if TYPE_CHECKING:
+    from distributed import Client
+
     from ..catalog import JobInfo, ShardRow
     from ..reading import Catalog
 
@@ -222,7 +224,7 @@ def check_attempt(rows: list[ShardRow], storage_options: Mapping[str, Any]) -> b
 def finished_partitions(
     cat: Catalog,
     point: ResumePoint,
-    client: Any,
+    client: Client,
     storage_options: Mapping[str, Any],
 ) -> dict[int, PartitionResult]:
     """The partitions of the job that an earlier run finished, verified (one task per attempt)."""

@@ -10,9 +10,12 @@ failure is a typed error that says what to do.
 from __future__ import annotations
 
 import socket
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..errors import SchedulerUnreachableError
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 __all__ = ["connect"]
 
@@ -20,7 +23,7 @@ PROBE_TIMEOUT = 5.0
 """Seconds the probe waits for the scheduler's port (a refused one fails at once)."""
 
 
-def connect(address: str) -> Any:
+def connect(address: str) -> Client:
     """``distributed.Client(address)``, after checking that something listens there.
 
     Raises

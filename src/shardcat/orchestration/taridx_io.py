@@ -16,7 +16,7 @@ An index that does not describe its tars fails the job; nothing is committed.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,7 +28,11 @@ from ..format.footer import EntrySpec
 from ..format.spec import ENTRY_ROW_DTYPE, RECORD_ROW_DTYPE, Codec
 from ..format.tar import Taridx, TaridxError, TarShardInfo, taridx_from_scans
 from ..storage import open_source, redact, resolve
+from .cluster import ClientChoice
 from .index_tar import IndexTarSummary, expand_tar_urls, run_index_job
+
+if TYPE_CHECKING:
+    from ..reading import Catalog
 
 __all__ = ["export_taridx", "import_taridx", "tar_info_from_rows"]
 
@@ -62,7 +66,11 @@ def tar_info_from_rows(shard: ShardRow, rows: Sequence[RecordRow]) -> TarShardIn
 
 
 def export_taridx(
-    catalog: Any, dataset: str, out: str, *, storage_options: Mapping[str, Any] | None = None
+    catalog: Catalog | str,
+    dataset: str,
+    out: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> tuple[Taridx, list[str]]:
     """Write ``dataset``'s committed tars as a TARIDX file at ``out`` (any fsspec URL).
 
@@ -75,16 +83,19 @@ def export_taridx(
     TaridxError
         More tars or extensions than TARIDX can number.
     """
-    shards = sorted(catalog.shards(dataset), key=lambda s: (s.url, s.id))
-    native = [s.url for s in shards if s.kind != "tar"]
-    if native:
-        raise ShardcatError(
-            f"dataset {dataset!r} has {len(native)} native shard(s) ({native[0]}, ...): a TARIDX "
-            "file indexes tars only; export a dataset made by `shardcat index-tar`"
-        )
-    if not shards:
-        raise ShardcatError(f"dataset {dataset!r} has no committed tar to export")
-    infos = [tar_info_from_rows(s, internal.record_rows(catalog, s.id)) for s in shards]
+    from ..reading import Catalog
+
+    with Catalog.opened(catalog) as cat:
+        shards = sorted(cat.shards(dataset), key=lambda s: (s.url, s.id))
+        native = [s.url for s in shards if s.kind != "tar"]
+        if native:
+            raise ShardcatError(
+                f"dataset {dataset!r} has {len(native)} native shard(s) ({native[0]}, ...): a "
+                "TARIDX file indexes tars only; export a dataset made by `shardcat index-tar`"
+            )
+        if not shards:
+            raise ShardcatError(f"dataset {dataset!r} has no committed tar to export")
+        infos = [tar_info_from_rows(s, internal.record_rows(cat, s.id)) for s in shards]
     index = taridx_from_scans(infos)
     data = index.to_bytes()
     fs, path = resolve(out, dict(storage_options or {}))
@@ -94,13 +105,13 @@ def export_taridx(
 
 
 def import_taridx(
-    catalog: Any,
+    catalog: Catalog | str,
     taridx: str,
     tars: str | Sequence[str],
     *,
     dataset: str,
     storage_options: Mapping[str, Any] | None = None,
-    client: Any = None,
+    client: ClientChoice = None,
 ) -> IndexTarSummary:
     """Register the tars ``taridx`` indexes (``fid`` = position in the expanded ``tars``).
 

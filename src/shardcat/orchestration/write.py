@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .._types import ON_DUPLICATE, OnDuplicate
 from .._units import count_of, format_bytes, parse_size
@@ -30,6 +30,7 @@ from ..errors import (
     UnmatchedFilesError,
 )
 from ..storage import brace_patterns, dataset_prefix, is_local, local_path, redact, resolve
+from .cluster import ClientChoice, client_for
 from .files import FileListing, FileSource, SampleFiles, list_source, plan_partitions, read_samples
 from .inputs import InputsFingerprint, fingerprint
 from .plan import SHARDS_PER_PARTITION, WritePlan
@@ -44,6 +45,10 @@ from .resume import (
 )
 from .samples import batched, check_frame, is_pandas_frame, rows_to_samples
 from .tasks import PartitionResult, write_partition
+
+if TYPE_CHECKING:
+    from ..catalog import JobInfo, ShardRow
+    from ..reading import Catalog
 
 __all__ = ["WriteSummary", "write"]
 
@@ -130,7 +135,7 @@ def write(
     data: Any,
     url: str,
     *,
-    catalog: Any,
+    catalog: Catalog | str,
     dataset: str,
     shard_size: int | str = "256MB",
     max_records_per_shard: int | None = None,
@@ -144,7 +149,7 @@ def write(
     json_entry: str = "json",
     fields: Mapping[str, type] | None = None,
     prefix: str | None = None,
-    client: Any = None,
+    client: ClientChoice = None,
     batch_size: int = 2048,
     retries: int = 2,
     progress: bool | WriteProgressCallback | None = True,
@@ -204,8 +209,10 @@ def write(
         object); declared on the dataset before the tasks start, stored by
         each task with its staged shard.
     client:
-        A ``distributed.Client``; by default the current one, or a local
-        cluster started for this call.
+        A ``distributed.Client``, or a :class:`~shardcat.orchestration.DaskCluster`
+        (a scheduler's address, or N local worker processes started for this
+        call); by default the current client, else a local cluster started
+        for this call (:func:`~shardcat.orchestration.client_for`).
     retries:
         How often Dask may retry a failed partition task (a task lost with
         its worker is rescheduled by Dask in any case). A retry writes under
@@ -292,130 +299,134 @@ def write(
     """
     from ..reading import Catalog
 
-    cat = catalog if isinstance(catalog, Catalog) else Catalog(str(catalog))
-    check_mode(mode, on_duplicate)
-    size = parse_size(shard_size)
-    callback, drawing = _progress_drawer(progress)
-    opts = dict(storage_options or {})
-    url = dataset_root(url, opts)
-    refuse_in_memory(cat)
-    t0 = time.perf_counter()
-    # Files are listed (and refused: empty, unmatched) before anything is created.
-    source = _prepare(data, key_column, json_entry)
-    # Packed files are cut into partitions once: what the fingerprint records, the tasks write.
-    parts = plan_partitions(source.samples, size) if isinstance(source, FileListing) else []
-    # Recorded by every job: a job whose client died may be resumed by resume=True too.
-    inputs = fingerprint(data, source, parts=parts)
+    with Catalog.opened(catalog) as cat:
+        check_mode(mode, on_duplicate)
+        size = parse_size(shard_size)
+        callback, drawing = _progress_drawer(progress)
+        opts = dict(storage_options or {})
+        url = dataset_root(url, opts)
+        refuse_in_memory(cat)
+        t0 = time.perf_counter()
+        # Files are listed (and refused: empty, unmatched) before anything is created.
+        source = _prepare(data, key_column, json_entry)
+        # Packed files are cut into partitions once: what the fingerprint records, the tasks write.
+        parts = plan_partitions(source.samples, size) if isinstance(source, FileListing) else []
+        # Recorded by every job: a job whose client died may be resumed by resume=True too.
+        inputs = fingerprint(data, source, parts=parts)
 
-    def resume_point() -> ResumePoint | None:
-        point = resumable_job(
-            cat, dataset, job_name=job_name, resume=resume, root=redact(url), mode=mode
-        )
-        if point is not None:
-            check_inputs(point, inputs, allow_changed=allow_changed_inputs, parts=parts)
-        return point
-
-    if (job_name is not None or resume) and not allow_changed_inputs:
-        with contextlib.suppress(DatasetNotFoundError):  # a new dataset has no job to resume
-            resume_point()  # other inputs are refused before a cluster starts
-    with _cluster(client, url) as dask_client:
-        refuse_unreachable(cat, dask_client)
-        existing = open_dataset(cat, dataset, url, mode)
-        point = resume_point()
-        if point is not None:
-            job, partition_base, base_version = point.job, point.partition_base, point.base_version
-            finished = finished_partitions(cat, point, dask_client, opts)
-        else:
-            job, base_version, partition_base = begin_write_job(
-                cat, dataset, url, mode, existing, f"shardcat.write ({mode})", job_name, inputs
+        def resume_point() -> ResumePoint | None:
+            point = resumable_job(
+                cat, dataset, job_name=job_name, resume=resume, root=redact(url), mode=mode
             )
-            finished = {}
-        if fields:
-            cat.declare_fields(dataset, fields)
-        plan = WritePlan(
-            dataset=dataset,
-            root=url.rstrip("/"),
-            prefix=prefix or dataset_prefix(dataset),
-            job_id=job.id,
-            catalog=cat.handle(),  # with its password: workers must connect (never shown)
-            shard_size=size,
-            max_records=max_records_per_shard,
-            compression=compression,
-            metadata=dict(metadata or {}),
-            storage_options=opts,
-            partition_base=partition_base,
-            fields=tuple(fields or ()),
-            fields_entry=json_entry,
-        )
-        reporter = ProgressReporter(callback, dataset=dataset, job_id=job.id)
-        try:
-            futures: list[Any] = []
+            if point is not None:
+                check_inputs(point, inputs, allow_changed=allow_changed_inputs, parts=parts)
+            return point
+
+        if (job_name is not None or resume) and not allow_changed_inputs:
+            with contextlib.suppress(DatasetNotFoundError):  # a new dataset has no job to resume
+                resume_point()  # other inputs are refused before a cluster starts
+        with client_for(client, url) as dask_client:
+            refuse_unreachable(cat, dask_client)
+            existing = open_dataset(cat, dataset, url, mode)
+            point = resume_point()
+            if point is not None:
+                job, partition_base, base_version = (
+                    point.job,
+                    point.partition_base,
+                    point.base_version,
+                )
+                finished = finished_partitions(cat, point, dask_client, opts)
+            else:
+                job, base_version, partition_base = begin_write_job(
+                    cat, dataset, url, mode, existing, f"shardcat.write ({mode})", job_name, inputs
+                )
+                finished = {}
+            if fields:
+                cat.declare_fields(dataset, fields)
+            plan = WritePlan(
+                dataset=dataset,
+                root=url.rstrip("/"),
+                prefix=prefix or dataset_prefix(dataset),
+                job_id=job.id,
+                catalog=cat.handle(),  # with its password: workers must connect (never shown)
+                shard_size=size,
+                max_records=max_records_per_shard,
+                compression=compression,
+                metadata=dict(metadata or {}),
+                storage_options=opts,
+                partition_base=partition_base,
+                fields=tuple(fields or ()),
+                fields_entry=json_entry,
+            )
+            reporter = ProgressReporter(callback, dataset=dataset, job_id=job.id)
             try:
-                with drawing:
-                    results = _run(
-                        source,
-                        parts,
-                        plan,
-                        dask_client,
-                        key_column,
-                        json_entry,
-                        batch_size,
-                        retries,
-                        reporter,
-                        futures,
-                        set(finished),
+                futures: list[Any] = []
+                try:
+                    with drawing:
+                        results = _run(
+                            source,
+                            parts,
+                            plan,
+                            dask_client,
+                            key_column,
+                            json_entry,
+                            batch_size,
+                            retries,
+                            reporter,
+                            futures,
+                            set(finished),
+                        )
+                    results.extend(finished.values())
+                except BaseException:
+                    # Tasks still queued never start; running ones stop at their next
+                    # shard, and the catalog refuses what they try to stage.
+                    with contextlib.suppress(Exception):
+                        dask_client.cancel(futures)
+                    raise
+                commit_write_job(
+                    cat,
+                    job.id,
+                    [u for r in results for u in r.shards],
+                    mode,
+                    base_version,
+                    on_duplicate,
+                    message,
+                )
+            except KeyboardInterrupt:
+                if job_name is None and not resume:
+                    with contextlib.suppress(Exception):
+                        cat.abort_job(job.id)
+                else:  # interrupted, not failed: what it staged is kept for the rerun
+                    log.warning(
+                        "job %d of dataset %r interrupted; it stays open: rerun the write with "
+                        "job_name=%r (or resume=True) to finish it",
+                        job.id,
+                        dataset,
+                        job_name,
                     )
-                results.extend(finished.values())
-            except BaseException:
-                # Tasks still queued never start; running ones stop at their next
-                # shard, and the catalog refuses what they try to stage.
-                with contextlib.suppress(Exception):
-                    dask_client.cancel(futures)
                 raise
-            commit_write_job(
-                cat,
-                job.id,
-                [u for r in results for u in r.shards],
-                mode,
-                base_version,
-                on_duplicate,
-                message,
-            )
-        except KeyboardInterrupt:
-            if job_name is None and not resume:
+            except BaseException:
                 with contextlib.suppress(Exception):
                     cat.abort_job(job.id)
-            else:  # interrupted, not failed: what it staged is kept for the rerun
-                log.warning(
-                    "job %d of dataset %r interrupted; it stays open: rerun the write with "
-                    "job_name=%r (or resume=True) to finish it",
-                    job.id,
-                    dataset,
-                    job_name,
-                )
-            raise
-        except BaseException:
-            with contextlib.suppress(Exception):
-                cat.abort_job(job.id)
-            raise
-    results.sort(key=lambda r: r.partition)
-    shards = [s for r in results for s in r.shards]
-    summary = WriteSummary(
-        dataset=dataset,
-        job_id=job.id,
-        records=sum(r.records for r in results),
-        shards=shards,
-        bytes=sum(r.bytes for r in results),
-        payload_bytes=sum(r.payload_bytes for r in results),
-        seconds=time.perf_counter() - t0,
-        partitions=len(results),
-        shard_patterns=brace_patterns(shards),
-        skipped_files=len(source.skipped) if isinstance(source, FileListing) else 0,
-        hidden_files=source.hidden if isinstance(source, FileListing) else 0,
-        resumed_partitions=len(finished),
-    )
-    log.info("%s", summary)
-    return summary
+                raise
+        results.sort(key=lambda r: r.partition)
+        shards = [s for r in results for s in r.shards]
+        summary = WriteSummary(
+            dataset=dataset,
+            job_id=job.id,
+            records=sum(r.records for r in results),
+            shards=shards,
+            bytes=sum(r.bytes for r in results),
+            payload_bytes=sum(r.payload_bytes for r in results),
+            seconds=time.perf_counter() - t0,
+            partitions=len(results),
+            shard_patterns=brace_patterns(shards),
+            skipped_files=len(source.skipped) if isinstance(source, FileListing) else 0,
+            hidden_files=source.hidden if isinstance(source, FileListing) else 0,
+            resumed_partitions=len(finished),
+        )
+        log.info("%s", summary)
+        return summary
 
 
 def check_mode(mode: str, on_duplicate: str) -> None:
@@ -440,7 +451,7 @@ def dataset_root(url: str, storage_options: dict[str, Any]) -> str:
     return url
 
 
-def open_dataset(cat: Any, dataset: str, url: str, mode: str) -> list[Any]:
+def open_dataset(cat: Catalog, dataset: str, url: str, mode: str) -> list[ShardRow]:
     """Create the dataset if it is new, refuse ``create`` on one with records; its shards' rows.
 
     Raises
@@ -449,7 +460,7 @@ def open_dataset(cat: Any, dataset: str, url: str, mode: str) -> list[Any]:
         ``mode="create"`` and the dataset already has committed records.
     """
     cat.create_dataset(dataset, redact(url), exist_ok=True)
-    existing: list[Any] = cat.shards(dataset, state=None)
+    existing = cat.shards(dataset, state=None)
     if mode == "create" and any(s.state == "committed" for s in existing):
         raise DatasetExistsError(
             f"dataset {dataset!r} already has records",
@@ -459,15 +470,15 @@ def open_dataset(cat: Any, dataset: str, url: str, mode: str) -> list[Any]:
 
 
 def begin_write_job(
-    cat: Any,
+    cat: Catalog,
     dataset: str,
     url: str,
     mode: str,
-    existing: list[Any],
+    existing: list[ShardRow],
     description: str,
     job_name: str | None = None,
     inputs: InputsFingerprint | None = None,
-) -> tuple[Any, int, int]:
+) -> tuple[JobInfo, int, int]:
     """Open a write job: ``(job, base_version, partition_base)``."""
     # What an overwrite replaces: the dataset as it is now. Another commit
     # meanwhile makes this job's commit fail instead of dropping that data.
@@ -492,7 +503,7 @@ def begin_write_job(
 
 
 def commit_write_job(
-    cat: Any,
+    cat: Catalog,
     job_id: int,
     shards: list[str],
     mode: str,
@@ -530,38 +541,6 @@ def _progress_drawer(
             f"{type(progress).__name__}"
         )
     return progress, contextlib.nullcontext()
-
-
-@contextlib.contextmanager
-def _cluster(client: Any, url: str) -> Iterator[Any]:
-    """The distributed client to run on: the given one, the current one, or a local cluster."""
-    from distributed import Client, LocalCluster, default_client
-
-    if client is not None:
-        yield client
-        return
-    # memory:// lives in one process, so its cluster must be threads in this process
-    # (never the current client's worker processes, which would write elsewhere).
-    in_process = url.startswith("memory://")
-    if not in_process:
-        try:
-            current = default_client()
-        except ValueError:
-            current = None
-        if current is not None:
-            yield current
-            return
-    with (
-        LocalCluster(
-            processes=not in_process,
-            n_workers=1 if in_process else None,
-            threads_per_worker=2 if in_process else 1,
-            dashboard_address="127.0.0.1:0",
-            scheduler_port=0,
-        ) as cluster,
-        Client(cluster) as c,
-    ):
-        yield c
 
 
 def _prepare(data: Any, key_column: str, json_entry: str) -> Any:

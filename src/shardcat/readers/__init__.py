@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .fields import index_fields
 from .frame import flatten, to_dask_dataframe
-from .keyed import KeySamples, open_catalog
+from .keyed import KeySamples
 from .mix import MixedStream
 from .packed import BlockRing, PackedBatch, PackedColumn, pack_samples
 from .plan import ShardTask, assign, buffered_order, epoch_rng
@@ -40,7 +40,6 @@ __all__ = [
     "flatten",
     "index_fields",
     "iter_task_records",
-    "open_catalog",
     "pack_samples",
     "plan_tasks",
     "positions_after",

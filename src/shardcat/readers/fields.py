@@ -6,7 +6,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..reading import Catalog
-from .keyed import open_catalog
 from .plan import ShardTask
 from .stream import iter_task_records
 
@@ -40,8 +39,7 @@ def index_fields(
     ChecksumError, ShardNotFoundError, FormatError
         A shard cannot be read as registered.
     """
-    cat = open_catalog(catalog, storage_options)
-    try:
+    with Catalog.opened(catalog, storage_options=storage_options, create=False) as cat:
         cat.declare_fields(dataset, fields)
         opts = dict(cat.storage_options if storage_options is None else storage_options)
         stored = 0
@@ -56,6 +54,3 @@ def index_fields(
                     values.append((rec.offset, {n: obj[n] for n in fields if n in obj}))
             stored += cat.store_fields(dataset, shard.id, values)
         return stored
-    finally:
-        if not isinstance(catalog, Catalog):
-            cat.close()

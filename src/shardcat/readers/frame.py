@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..reading import Catalog
 from ..storage.shards import ShardReader
-from .keyed import open_catalog
 from .plan import ShardTask
 from .stream import iter_task_records, plan_tasks
+
+if TYPE_CHECKING:
+    from dask.dataframe import DataFrame
 
 __all__ = ["flatten", "to_dask_dataframe"]
 
@@ -52,7 +54,7 @@ def to_dask_dataframe(
     where: str | None = None,
     params: Mapping[str, Any] | None = None,
     storage_options: Mapping[str, Any] | None = None,
-) -> Any:
+) -> DataFrame:
     """The dataset as a ``dask.dataframe.DataFrame``: one row per record, one partition per shard.
 
     Columns: ``__key__``, each scalar entry (text, a JSON number or string),
@@ -76,20 +78,24 @@ def to_dask_dataframe(
     import dask.dataframe as dd
     import pandas as pd
 
-    cat = open_catalog(catalog, storage_options)
-    tasks = plan_tasks(cat, dataset, where, params)
-    opts = dict(cat.storage_options if storage_options is None else storage_options)
+    # The catalog plans the partitions; they read shards only.
+    with Catalog.opened(catalog, storage_options=storage_options, create=False) as cat:
+        tasks = plan_tasks(cat, dataset, where, params)
+        opts = dict(cat.storage_options if storage_options is None else storage_options)
     names = None if entries is None else tuple(entries)
     tasks = [t for t in tasks if t.count]
     if not tasks:
-        return dd.from_pandas(pd.DataFrame({"__key__": pd.Series([], dtype=object)}), npartitions=1)
+        empty: DataFrame = dd.from_pandas(
+            pd.DataFrame({"__key__": pd.Series([], dtype=object)}), npartitions=1
+        )
+        return empty
     first = next(iter_task_records(tasks[0], opts, names)) if tasks[0].offsets else None
     if first is None:
         with ShardReader(tasks[0].url, storage_options=opts) as r:
             first = r.read(0, names)
     columns = list(flatten(first.decode()))
     meta = pd.DataFrame([flatten(first.decode())], columns=columns).iloc[:0]
-    return dd.from_map(
+    frame: DataFrame = dd.from_map(
         _frame,
         tasks,
         storage_options=opts,
@@ -99,3 +105,4 @@ def to_dask_dataframe(
         enforce_metadata=False,
         label="shardcat-read",
     )
+    return frame

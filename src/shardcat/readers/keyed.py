@@ -11,25 +11,25 @@ reconnects there, by fork or by spawn.
 
 from __future__ import annotations
 
+import contextlib
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
+from types import TracebackType
 from typing import Any
 
 from ..errors import KeyNotFoundError
 from ..reading import Catalog
 from .stream import Decoder, apply_decoder
 
-__all__ = ["KeySamples", "open_catalog"]
-
-
-def open_catalog(catalog: Catalog | str, storage_options: Mapping[str, Any] | None) -> Catalog:
-    """``catalog`` itself, or a Catalog opened on that URL (with these storage options)."""
-    if isinstance(catalog, Catalog):
-        return catalog
-    return Catalog(str(catalog), storage_options=dict(storage_options or {}), create=False)
+__all__ = ["KeySamples"]
 
 
 class KeySamples:
     """Map-style access to a dataset's samples, by position in a fixed key list.
+
+    A catalog opened here from a URL is closed by :meth:`close` (or leaving
+    a ``with`` block, or when the object is garbage collected); a
+    :class:`~shardcat.catalog.Catalog` passed in is left open.
 
     Parameters
     ----------
@@ -76,19 +76,55 @@ class KeySamples:
     ) -> None:
         if keys is not None and where is not None:
             raise ValueError("pass keys or where, not both")
-        self.catalog = open_catalog(catalog, storage_options)
+        opened = contextlib.ExitStack()
+        self.catalog = opened.enter_context(
+            Catalog.opened(catalog, storage_options=storage_options, create=False)
+        )
+        # Not at exit: a daemon thread may still be looking up then.
+        self._close = weakref.finalize(self, opened.close)
+        self._close.atexit = False
         self.dataset = dataset
         self.version = version
-        if keys is not None:
-            self.keys = list(keys)
-        elif where is not None or version is not None:
-            # Code point order is UTF-8 byte order: the order of Catalog.keys.
-            chosen = self.catalog.select(dataset, where or "1 = 1", params, version=version).keys
-            self.keys = sorted(k for ks in chosen.values() for k in ks)
-        else:
-            self.keys = list(self.catalog.keys(dataset))
+        try:
+            if keys is not None:
+                self.keys = list(keys)
+            elif where is not None or version is not None:
+                # Code point order is UTF-8 byte order: the order of Catalog.keys.
+                chosen = self.catalog.select(dataset, where or "1 = 1", params, version=version)
+                self.keys = sorted(k for ks in chosen.keys.values() for k in ks)
+            else:
+                self.keys = list(self.catalog.keys(dataset))
+        except BaseException:
+            self.close()
+            raise
         self.entries = None if entries is None else tuple(entries)
         self.decode = decode
+
+    def close(self) -> None:
+        """Close the catalog if it was opened here from a URL (idempotent)."""
+        self._close()
+
+    def __enter__(self) -> KeySamples:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        del state["_close"]  # a finalizer does not pickle
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        # The catalog was reopened from its handle for this copy: the copy's to close.
+        self._close = weakref.finalize(self, self.catalog.close)
+        self._close.atexit = False
 
     def __len__(self) -> int:
         return len(self.keys)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -147,6 +148,39 @@ class Catalog(SqlCatalog):
         # Every thread's lookup, to close with the catalog (a thread's own goes when it ends).
         self._lookups: set[Lookup] = set()
         self._layouts = LayoutCache()
+
+    @classmethod
+    @contextmanager
+    def opened(cls, catalog: Catalog | str | None, **options: Any) -> Iterator[Catalog]:
+        """``catalog`` itself if it is a Catalog, else one opened on that URL and closed at exit.
+
+        What every function taking "a Catalog or its URL" enters: it closes
+        only what it opened, so a caller's Catalog stays open and usable.
+
+        Parameters
+        ----------
+        catalog:
+            A :class:`Catalog` (yielded as it is, never closed), or its URL
+            (None: the default catalog, as for ``Catalog()``).
+        **options:
+            Passed to :class:`Catalog` when a URL is opened (``storage_options``,
+            ``create``, ...); ignored for a Catalog.
+
+        Raises
+        ------
+        SchemaVersionError, CatalogError
+            As :class:`Catalog` does, when a URL is opened.
+
+        Examples
+        --------
+        >>> with Catalog.opened(catalog_or_url) as cat:  # doctest: +SKIP
+        ...     cat.datasets()
+        """
+        if isinstance(catalog, Catalog):
+            yield catalog
+            return
+        with cls(None if catalog is None else str(catalog), **options) as cat:
+            yield cat
 
     def handle(self) -> CatalogHandle:
         """What a worker process needs to open this catalog (URL with password, options).
