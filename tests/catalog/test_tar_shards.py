@@ -231,6 +231,11 @@ def test_every_kind_the_schema_allows_has_its_operations():
     from shardcat.catalog.models import SHARD_KINDS
 
     assert tuple(KINDS) == SHARD_KINDS
+    # The read layer reads every kind the catalog registers, and no other.
+    from shardcat.reading.checks import CHECKS, SUMMARIES
+    from shardcat.reading.decode import DECODERS
+
+    assert tuple(DECODERS) == tuple(CHECKS) == tuple(SUMMARIES) == SHARD_KINDS
     with pytest.raises(FormatError, match="unknown"):
         shard_kind("zip")
 

@@ -1,7 +1,7 @@
 """Dataset rows: find, create, list, summarise and delete them, inside a unit of work.
 
 Each function takes the session of the caller's transaction; the
-:class:`~shardcat.catalog.Catalog` opens it and documents the public methods.
+:class:`~shardcat.catalog.SqlCatalog` opens it and documents the public methods.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The Catalog's version methods (log, tag, diff, delete_keys, expire, ...) and commit retries.
 
-A mixin of :class:`~shardcat.catalog.Catalog`, kept apart so each module
+A mixin of :class:`~shardcat.catalog.SqlCatalog`, kept apart so each module
 stays small; the SQL lives in ``versions.py`` and ``jobs.py``
 (docs/LIFECYCLE.md).
 """

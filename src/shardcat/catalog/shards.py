@@ -1,7 +1,7 @@
 """Shard rows: list them, register a shard with its records, retire and purge them.
 
 Each function takes the session of the caller's transaction; the
-:class:`~shardcat.catalog.Catalog` opens it and documents the public methods.
+:class:`~shardcat.catalog.SqlCatalog` opens it and documents the public methods.
 A shard's rows are computed from its footer before the transaction starts
 (:func:`~shardcat.catalog.register.prepare_shard`), so only SQL runs under
 the lock.

@@ -213,7 +213,7 @@ def compact(
     Parameters
     ----------
     catalog:
-        A :class:`~shardcat.catalog.Catalog` or its SQLAlchemy URL.
+        A :class:`~shardcat.Catalog` or its SQLAlchemy URL.
     dataset:
         The dataset to compact.
     min_live:

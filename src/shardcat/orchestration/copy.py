@@ -185,7 +185,7 @@ def copy_dataset(
     Parameters
     ----------
     catalog:
-        The source's :class:`~shardcat.catalog.Catalog` or SQLAlchemy URL.
+        The source's :class:`~shardcat.Catalog` or SQLAlchemy URL.
     dataset:
         The dataset to copy.
     destination:

@@ -53,7 +53,7 @@ class DatasetWriter(CloseOrAbort):
     Parameters
     ----------
     catalog:
-        A :class:`shardcat.catalog.Catalog` or its SQLAlchemy URL (an
+        A :class:`shardcat.Catalog` or its SQLAlchemy URL (an
         in-memory ``sqlite://`` catalog works too: it is this process's).
     dataset:
         The dataset's name in the catalog (created if new).

@@ -105,7 +105,7 @@ def gc(
     Parameters
     ----------
     catalog:
-        A :class:`~shardcat.catalog.Catalog` or its URL.
+        A :class:`~shardcat.Catalog` or its URL.
     dataset:
         Only this dataset (default: every dataset).
     dry_run:

@@ -193,7 +193,7 @@ def index_tar(
         Tar URLs or patterns: ``"s3://b/wds/train-{000000..000099}.tar"``,
         globs (``"wds/*.tar"``), or a list of them.
     catalog:
-        A :class:`~shardcat.catalog.Catalog` or its URL (default: the default catalog).
+        A :class:`~shardcat.Catalog` or its URL (default: the default catalog).
     dataset:
         The dataset to add the tars to (created if missing, rooted at the first tar's folder).
     storage_options:

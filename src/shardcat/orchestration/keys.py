@@ -29,7 +29,7 @@ def delete_keys(
     Parameters
     ----------
     catalog:
-        A :class:`shardcat.catalog.Catalog` or its SQLAlchemy URL.
+        A :class:`shardcat.Catalog` or its SQLAlchemy URL.
     dataset:
         The dataset's name.
     keys:

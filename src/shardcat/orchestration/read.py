@@ -189,7 +189,7 @@ def read(
     Parameters
     ----------
     catalog:
-        A :class:`shardcat.catalog.Catalog` or its URL.
+        A :class:`shardcat.Catalog` or its URL.
     entries:
         Read only these entries of each record.
     storage_options:

@@ -171,7 +171,7 @@ def write(
     url:
         The dataset's folder: a path, ``s3://bucket/datasets/train``, ...
     catalog:
-        A :class:`shardcat.catalog.Catalog` or its SQLAlchemy URL.
+        A :class:`shardcat.Catalog` or its SQLAlchemy URL.
     dataset:
         The dataset's name in the catalog.
     shard_size:

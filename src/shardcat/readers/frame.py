@@ -68,7 +68,7 @@ def to_dask_dataframe(
         Read only these entries.
     where, params:
         A SQL filter choosing the records (see :meth:`Catalog.select
-        <shardcat.catalog.Catalog.select>`).
+        <shardcat.Catalog.select>`).
 
     Raises
     ------

@@ -25,7 +25,7 @@ class KeyDataset(Dataset[Any]):
     Parameters
     ----------
     catalog:
-        A :class:`~shardcat.catalog.Catalog` or its URL.
+        A :class:`~shardcat.Catalog` or its URL.
     dataset:
         The dataset's name.
     keys:
