@@ -33,6 +33,7 @@ S3 requests per batch. The figures behind ``_ranges.REMOTE_MAX_GAP``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import logging
 import os
@@ -215,22 +216,12 @@ def stream(args: argparse.Namespace) -> None:
     print("x raw, x lance: medians of per-alternation ratios of wall times")
 
 
-class _transport:
-    """``SHARDCAT_S3_TRANSPORT`` set to ``value`` inside the block (None: as it is)."""
+def _transport(value: str | None) -> contextlib.AbstractContextManager[Any]:
+    """The ``s3_transport`` setting (``SHARDCAT_S3_TRANSPORT``) set to ``value`` inside the block
+    (None: as it is)."""
+    import shardcat.config
 
-    def __init__(self, value: str | None) -> None:
-        self.value = value
-
-    def __enter__(self) -> None:
-        self.before = os.environ.get("SHARDCAT_S3_TRANSPORT")
-        if self.value is not None:
-            os.environ["SHARDCAT_S3_TRANSPORT"] = self.value
-
-    def __exit__(self, *exc: object) -> None:
-        if self.before is None:
-            os.environ.pop("SHARDCAT_S3_TRANSPORT", None)
-        else:
-            os.environ["SHARDCAT_S3_TRANSPORT"] = self.before
+    return contextlib.nullcontext() if value is None else shardcat.config.set(s3_transport=value)
 
 
 def _load_prefetch(path: str) -> Any:

@@ -58,6 +58,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=rank)
 
 
+# --- settings ------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _settings_restored() -> Iterator[None]:
+    """Every test starts and ends with shardcat's settings as the environment gives them.
+
+    Tests switch a setting with ``shardcat.config.set(key=value)`` (``None``: the
+    default); this puts each back when the test ends (after monkeypatch's undo).
+    """
+    yield
+    import sys
+
+    if "shardcat.config" in sys.modules:
+        sys.modules["shardcat.config"].refresh()
+
+
 # --- S3 through moto ---------------------------------------------------------
 
 

@@ -95,11 +95,11 @@ def _expected_files() -> set[str]:
         for p in (ROOT / "migrations").rglob("*.py")
     }
     return files | {
-        # The compiled record codec (src/shardcat/format/_ccodec.c), built for this Python.
+        # The compiled record codec (src/shardcat/format/ccodec/), built for this Python.
         "shardcat/format/_ccodec" + sysconfig.get_config_var("EXT_SUFFIX"),
         # Guarded read-only mappings (src/shardcat/format/_cmapguard.c).
         "shardcat/format/_cmapguard" + sysconfig.get_config_var("EXT_SUFFIX"),
-        # The compiled tar walker (src/shardcat/format/tar/_ctar.c).
+        # The compiled tar walker (src/shardcat/format/tar/_ctar.c, _samples.c).
         "shardcat/format/tar/_ctar" + sysconfig.get_config_var("EXT_SUFFIX"),
         # The write-behind of local shard blocks (src/shardcat/storage/_cwrite.c).
         "shardcat/storage/_cwrite" + sysconfig.get_config_var("EXT_SUFFIX"),
@@ -124,9 +124,9 @@ def test_the_wheel_carries_both_licences(wheel):
             n.rsplit(".dist-info/", 1)[1]: z.read(n) for n in z.namelist() if "/licenses/" in n
         }
         metadata = next(z.read(n) for n in z.namelist() if n.endswith(".dist-info/METADATA"))
-    assert set(licences) == {"licenses/LICENSE", "licenses/src/shardcat/format/tar/_xxhash/LICENSE"}
+    assert set(licences) == {"licenses/LICENSE", "licenses/src/shardcat/_vendor/xxhash/LICENSE"}
     assert b"Apache License" in licences["licenses/LICENSE"]
-    assert b"BSD 2-Clause" in licences["licenses/src/shardcat/format/tar/_xxhash/LICENSE"]
+    assert b"BSD 2-Clause" in licences["licenses/src/shardcat/_vendor/xxhash/LICENSE"]
     assert b"License-Expression: Apache-2.0 AND BSD-2-Clause" in metadata
 
 

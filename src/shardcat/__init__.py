@@ -107,7 +107,7 @@ _LAZY = {
     "write": ".orchestration",
     "to_dask_dataframe": ".readers",
 }
-_SUBPACKAGES = ("catalog", "format", "orchestration", "readers", "storage")
+_SUBPACKAGES = ("catalog", "config", "format", "orchestration", "readers", "storage")
 
 
 def __getattr__(name: str) -> object:

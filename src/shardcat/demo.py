@@ -156,7 +156,7 @@ def run_demo(
     """
     import sqlalchemy as sa
 
-    from .catalog import Catalog
+    from .catalog import Catalog, visibility
     from .orchestration import DaskCluster, client_for, read, write
     from .orchestration.gc import gc
 
@@ -231,14 +231,16 @@ def run_demo(
             ) / (len(batches) - 1)
             report.batch = size
 
-            # The catalog is plain SQL: count samples per label prefix of the key.
+            # The catalog is plain SQL: count samples per label prefix of the key, among the
+            # records the latest version sees.
+            latest = visibility.sql(visibility.live, "records AS r", "shards AS s")
             with cat.engine.connect() as conn:
                 rows = conn.execute(
                     sa.text(
                         "SELECT substr(r.key, 1, instr(r.key, '/') - 1) AS label, count(*) AS n "
                         "FROM records r JOIN shards s ON s.id = r.shard_id "
                         "JOIN datasets d ON d.id = s.dataset_id "
-                        "WHERE d.name = 'demo' AND s.state = 'committed' AND r.removed_version IS NULL "
+                        f"WHERE d.name = 'demo' AND {latest} "
                         "GROUP BY label ORDER BY n DESC"
                     )
                     if cat.engine.dialect.name == "sqlite"
@@ -246,7 +248,7 @@ def run_demo(
                         "SELECT split_part(r.key, '/', 1) AS label, count(*) AS n "
                         "FROM records r JOIN shards s ON s.id = r.shard_id "
                         "JOIN datasets d ON d.id = s.dataset_id "
-                        "WHERE d.name = 'demo' AND s.state = 'committed' AND r.removed_version IS NULL "
+                        f"WHERE d.name = 'demo' AND {latest} "
                         "GROUP BY label ORDER BY n DESC"
                     )
                 ).all()

@@ -40,7 +40,7 @@ def shard(request: pytest.FixtureRequest, tmp_path: Any) -> dict[str, Any]:
         s3 = request.getfixturevalue("s3")
         root, options = f"{s3['url']}/gaps", s3["storage_options"]
         # Requests are counted in s3fs (S3FileSystem._call_s3): read through it, not obstore.
-        request.getfixturevalue("monkeypatch").setenv("SHARDCAT_S3_TRANSPORT", "fsspec")
+        shardcat.config.set(s3_transport="fsspec")
     url = f"{root}/train-000000.shard"
     with shardcat.ShardWriter(url, storage_options=options) as w:
         for i in range(N):
@@ -68,7 +68,7 @@ def batch(catalog_url: str, shard: dict[str, Any], reads: ReadCounter, **kwargs:
 def test_remote_reads_through_gaps_up_to_the_setting(
     catalog_url: str, shard: dict[str, Any], reads: ReadCounter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv(REMOTE_MAX_GAP_ENV, raising=False)
+    shardcat.config.set(remote_max_gap=None)
     sp = shard["spans"]
     exact = [(sp[0][0], sp[1][1]), (sp[10][0], sp[10][1]), (sp[100][0], sp[100][1])]
     merged_near = [(sp[0][0], sp[10][1]), (sp[100][0], sp[100][1])]
@@ -84,7 +84,7 @@ def test_remote_reads_through_gaps_up_to_the_setting(
     # The default, 1 MiB: one request from the first record to the last.
     assert batch(catalog_url, shard, reads) == [(sp[0][0], sp[100][1])]
     # The environment sets the default, an argument overrides it.
-    monkeypatch.setenv(REMOTE_MAX_GAP_ENV, "0")
+    shardcat.config.set(remote_max_gap="0")
     assert batch(catalog_url, shard, reads) == exact
     assert batch(catalog_url, shard, reads, remote_max_gap=102_400) == merged_near
 
@@ -101,14 +101,14 @@ def test_the_setting_travels_with_the_catalog_handle(sqlite_url: str) -> None:
 
 
 def test_resolving_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(REMOTE_MAX_GAP_ENV, raising=False)
+    shardcat.config.set(remote_max_gap=None)
     assert resolve_remote_max_gap() == 1024 * 1024
     assert resolve_remote_max_gap(0) == 0
     assert resolve_remote_max_gap("64KiB") == 65536
-    monkeypatch.setenv(REMOTE_MAX_GAP_ENV, "2MB")
+    shardcat.config.set(remote_max_gap="2MB")
     assert resolve_remote_max_gap() == 2_000_000
     assert resolve_remote_max_gap(5) == 5
-    monkeypatch.setenv(REMOTE_MAX_GAP_ENV, "262144")
+    shardcat.config.set(remote_max_gap="262144")
     assert resolve_remote_max_gap() == 262144
 
 
@@ -122,6 +122,7 @@ def test_a_bad_environment_variable_names_itself(
     sqlite_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(REMOTE_MAX_GAP_ENV, "a lot")
+    shardcat.config.refresh()
     with pytest.raises(ValueError, match=f"{REMOTE_MAX_GAP_ENV}='a lot' is not a size"):
         Catalog(sqlite_url)
 
@@ -129,7 +130,7 @@ def test_a_bad_environment_variable_names_itself(
 def test_records_read_through_wide_gaps_keep_only_their_own_bytes(
     sqlite_url: str, shard: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv(REMOTE_MAX_GAP_ENV, raising=False)
+    shardcat.config.set(remote_max_gap=None)
     with Catalog(sqlite_url, storage_options=shard["options"]) as cat:
         cat.create_dataset("train", shard["root"])
         cat.register_shard("train", shard["info"])
@@ -145,7 +146,7 @@ def test_records_read_through_wide_gaps_keep_only_their_own_bytes(
 def test_entries_read_through_wide_gaps_keep_only_their_own_bytes(
     sqlite_url: str, shard: dict[str, Any], reads: ReadCounter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv(REMOTE_MAX_GAP_ENV, raising=False)
+    shardcat.config.set(remote_max_gap=None)
     with Catalog(sqlite_url, storage_options=shard["options"]) as cat:
         cat.create_dataset("train", shard["root"])
         cat.register_shard("train", shard["info"])

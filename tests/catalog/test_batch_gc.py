@@ -3,7 +3,7 @@
 ``Catalog.get_many`` of 10,000 local keys with the compiled codec must leave
 the collector O(1) new objects to walk, even once every record's entries were
 read (``.data``, ``len``, ``decode``): records, their entries and the lists
-that cache them stay outside it (``_ccodec.c``, "sealed entries"). The
+that cache them stay outside it (``format/ccodec/lazy.c``, "sealed entries"). The
 pure-Python reference's records are ordinary tracked objects; the same count
 shows the difference, so the property is measured, not assumed.
 """

@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import shardcat.config
 from shardcat.catalog import Catalog
 from shardcat.catalog.readonly import FILTER_FUNCTIONS, MAX_FILTER_CHARS, compile_filter
 from shardcat.catalog.selection import MAX_ROWS_ENV, SAMPLE_COLUMNS, FilterLimits
@@ -253,19 +254,19 @@ def test_a_selection_past_its_bounds_fails_instead_of_being_cut(world, monkeypat
     assert MAX_ROWS_ENV in str(e.value)
     with pytest.raises(QueryLimitError, match="SHARDCAT_WHERE_MAX_BYTES"):
         chosen(world, "1 = 1", limits=FilterLimits(max_bytes=100))
-    monkeypatch.setenv(MAX_ROWS_ENV, "5")
+    shardcat.config.set(where_max_rows="5")
     with pytest.raises(QueryLimitError, match="more than 5 records"):
         chosen(world, "1 = 1")
     assert chosen(world, "key < 'a/020'") == ["a/010", "a/015"]  # within the bound
-    monkeypatch.setenv(MAX_ROWS_ENV, "0")  # no bound
+    shardcat.config.set(where_max_rows="0")  # no bound
     assert len(chosen(world, "1 = 1")) == len(LIVE)
-    monkeypatch.setenv("SHARDCAT_WHERE_TIMEOUT", "soon")
+    shardcat.config.set(where_timeout="soon")
     with pytest.raises(ValueError, match="SHARDCAT_WHERE_TIMEOUT"):
         chosen(world, "1 = 1")
 
 
 def test_the_configured_role_runs_the_filter_on_postgresql(world, monkeypatch):
-    monkeypatch.setenv("SHARDCAT_SQL_ROLE", "shardcat_no_such_role")
+    shardcat.config.set(sql_role="shardcat_no_such_role")
     if world.engine.dialect.name != "postgresql":
         assert chosen(world, "1 = 1") == sorted(LIVE)  # a team-wide role does not stop SQLite
         return

@@ -62,6 +62,27 @@ def test_postgres_dollar_quotes_cannot_hide_a_second_statement():
 
 
 @pytest.mark.parametrize(
+    ("query", "dialect"),
+    [
+        # SQLite has no dollar quotes ($name is a parameter): the ; between them ends a statement.
+        ("SELECT $$ ; DELETE FROM records; SELECT $$", "sqlite"),
+        ("SELECT $a$ ; DELETE FROM records; SELECT $a$", "sqlite"),
+        # SQLite's block comments end at the first */; PostgreSQL's nest.
+        ("SELECT 1 /* /* */ ; DELETE FROM records -- */", "sqlite"),
+        ("SELECT 1 /* /* */ */ ; DELETE FROM records", "postgresql"),
+    ],
+)
+def test_each_databases_own_lexical_rules_decide_where_a_statement_ends(query, dialect):
+    with pytest.raises(CatalogError, match="one statement"):
+        check_read_only(query, dialect)
+
+
+def test_nested_postgresql_comments_hide_nothing_and_stay_one_statement():
+    query = "SELECT 1 /* /* */ ; DELETE FROM records -- */"
+    assert check_read_only(query, "postgresql") == "SELECT 1"
+
+
+@pytest.mark.parametrize(
     ("text", "seconds"),
     [
         ("0", 0),

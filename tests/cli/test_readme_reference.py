@@ -1,14 +1,18 @@
-"""The README's CLI reference lists exactly the commands and options the real CLI has."""
+"""The CLI reference (docs/CLI.md) lists exactly the commands and options the real CLI has,
+and is what scripts/cli_docs.py generates from the commands' --help."""
 
 from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from _forkrun import run_one
 
-README = Path(__file__).parents[2] / "README.md"
+ROOT = Path(__file__).parents[2]
+REFERENCE = ROOT / "docs" / "CLI.md"
 
 
 def cli_help(*args: str, real: bool = False) -> str:
@@ -21,8 +25,8 @@ def cli_help(*args: str, real: bool = False) -> str:
 
 
 def readme_reference() -> str:
-    text = README.read_text()
-    section = text[text.index("## Command line") : text.index("## Documentation")]
+    text = REFERENCE.read_text()
+    section = text[text.index("## Global options") :]
     return section
 
 
@@ -83,3 +87,15 @@ def test_documented_options_exist():
     for option in ("--catalog", "--config", "--storage-option", "--json", "--verbose"):
         assert option in top
         assert option in section or option.replace("--storage-option", "-S") in section
+
+
+def test_the_reference_is_what_the_commands_help_says():
+    """docs/CLI.md's generated part is current: after changing a command, run the script."""
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "cli_docs.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr

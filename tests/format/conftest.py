@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +22,7 @@ import numpy as np
 import pytest
 import xxhash
 
+from shardcat import config
 from shardcat.format import Entry, ShardWriter, encode_value, recordcodec
 from shardcat.format.checksums import crc32c
 from shardcat.format.spec import (
@@ -62,7 +62,7 @@ def record_codec(request: pytest.FixtureRequest) -> Any:
     compiler); where it cannot be, ``SHARDCAT_RECORD_CODEC=python`` skips it.
     """
     name = request.param
-    if name not in recordcodec.available() and os.environ.get(recordcodec.ENV_VAR) == "python":
+    if name not in recordcodec.available() and config.get("record_codec") == "python":
         pytest.skip("the compiled record codec is not built (SHARDCAT_RECORD_CODEC=python)")
     previous = recordcodec.use(name)
     yield name

@@ -1,6 +1,6 @@
 """The compiled codec reads only memory it holds: released views, changed buffers, changed lists.
 
-Issue 30 found four ways `_ccodec.c` read memory it did not own: a big
+Issue 30 found four ways `_ccodec` (format/ccodec/) read memory it did not own: a big
 record's key read after the buffer's last reference was dropped by another
 thread (``decode_one``), memoryviews read after the caller released them
 (``iter_records`` then returned a record whose key was never in the buffer),

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import zstandard
 
+import shardcat.config
 from shardcat.errors import DecompressionLimitError, FormatError, TruncatedError
 from shardcat.format import (
     BytesSource,
@@ -65,7 +66,7 @@ GIB = 1 << 30
 
 @pytest.fixture(autouse=True)
 def _default_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(MAX_DECOMPRESSED_ENV, raising=False)
+    shardcat.config.set(max_decompressed_bytes=None)
 
 
 @contextmanager
@@ -452,16 +453,17 @@ def test_the_limit_is_set_by_an_environment_variable(monkeypatch):
     frame = zstandard.ZstdCompressor().compress(content)
     assert max_decompressed_bytes() == GIB
     monkeypatch.setenv(MAX_DECOMPRESSED_ENV, str(1 << 20))
+    shardcat.config.refresh()  # the environment is read when asked to, not on every call
     assert max_decompressed_bytes() == 1 << 20
     with pytest.raises(DecompressionLimitError, match=f"limit of {1 << 20:,} bytes") as info:
         decompress(frame, Codec.ZSTD, name="bin", path="x.shard", offset=128)
     assert str(info.value).startswith("x.shard at offset 128: entry 'bin' declares 2,097,152")
     assert f"{MAX_DECOMPRESSED_ENV}=1GiB" in str(info.value)
-    monkeypatch.setenv(MAX_DECOMPRESSED_ENV, "4MiB")
+    shardcat.config.set(max_decompressed_bytes="4MiB")
     assert max_decompressed_bytes() == 4 << 20
     assert decompress(frame, Codec.ZSTD) == content
     for bad in ("lots", "-5", "0", "1.5.2GB"):
-        monkeypatch.setenv(MAX_DECOMPRESSED_ENV, bad)
+        shardcat.config.set(max_decompressed_bytes=bad)
         with pytest.raises(ValueError, match=MAX_DECOMPRESSED_ENV):
             max_decompressed_bytes()
 
@@ -478,7 +480,7 @@ def test_large_honest_entries_round_trip_through_both_decompression_paths():
 
 
 def test_the_writer_stores_entries_above_the_limit_uncompressed(monkeypatch):
-    monkeypatch.setenv(MAX_DECOMPRESSED_ENV, "1MiB")
+    shardcat.config.set(max_decompressed_bytes="1MiB")
     big, small = bytes(2 << 20), bytes(512 << 10)
     data = write_shard(
         [
@@ -496,7 +498,7 @@ def test_the_writer_stores_entries_above_the_limit_uncompressed(monkeypatch):
     r = ShardReader(data)
     assert r.read(0)["big.bin"].data == big and r.read(0)["small.bin"].data == small
     r.verify()
-    monkeypatch.delenv(MAX_DECOMPRESSED_ENV)
+    shardcat.config.set(max_decompressed_bytes=None)
     data = write_shard([{"__key__": "a", "big.bin": big}], compression="zstd")
     assert parse_layout(data).records[0].entries[0].codec == Codec.ZSTD
 

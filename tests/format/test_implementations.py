@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shardcat.errors import CodecUnavailableError
-from shardcat.format import recordcodec
+from shardcat.format import implementations, recordcodec, records, runs
 from shardcat.format.implementations import choose
 from shardcat.format.tar import tarwalker
 
@@ -38,3 +38,29 @@ def test_use_switches_and_returns_the_previous_choice(module):
         assert module.active() == "python"  # a refused name changes nothing
     finally:
         module.use(before)
+
+
+def test_one_registry_holds_every_accelerated_component():
+    import shardcat.catalog.point  # noqa: F401 - registers the point lookup
+
+    assert {"record codec", "tar walker", "point lookup"} <= set(implementations.components())
+    assert implementations.active("record codec") == recordcodec.active()
+
+
+def test_a_switch_rebinds_each_function_once_to_the_chosen_side():
+    before = recordcodec.active()
+    try:
+        recordcodec.use("python")
+        # The Python side: the reference, or a twin with the compiled function's arguments.
+        assert recordcodec.decode_record is records.decode_record
+        assert recordcodec.iter_records is runs.iter_records
+        assert recordcodec.add_plain is records.add_plain
+        if "compiled" in recordcodec.available():
+            recordcodec.use("compiled")
+            from shardcat.format import _ccodec
+
+            assert recordcodec.decode_record is _ccodec.decode_record
+            assert recordcodec.iter_records is _ccodec.iter_records
+            assert recordcodec.tar_record is _ccodec.tar_record
+    finally:
+        recordcodec.use(before)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import gc
-import os
 import sys
 import weakref
 from typing import Any
@@ -18,13 +17,14 @@ from typing import Any
 import crc32c as crc32c_package
 import pytest
 
+from shardcat import config
 from shardcat.format import recordcodec, records
 from shardcat.format.codecs import compress
 from shardcat.format.entries import Entry, _StoredEntry
 from shardcat.format.records import PreparedEntry
 from shardcat.format.spec import Codec
 
-if "compiled" not in recordcodec.available() and os.environ.get(recordcodec.ENV_VAR) == "python":
+if "compiled" not in recordcodec.available() and config.get("record_codec") == "python":
     pytest.skip("the compiled record codec is not built", allow_module_level=True)
 from shardcat.format import _ccodec as ccodec
 from shardcat.format.lazy import _SpanEntry

@@ -10,7 +10,6 @@ only when the record is bad (the reference then raises), never a good one.
 
 from __future__ import annotations
 
-import os
 import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +21,7 @@ import xxhash
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from shardcat import config
 from shardcat.catalog.spans import unpack_spans
 from shardcat.errors import FormatError
 from shardcat.format import lazy, recordcodec, records
@@ -35,7 +35,7 @@ from shardcat.format.spec import (
     Codec,
 )
 
-if "compiled" not in recordcodec.available() and os.environ.get(recordcodec.ENV_VAR) == "python":
+if "compiled" not in recordcodec.available() and config.get("record_codec") == "python":
     pytest.skip("the compiled record codec is not built", allow_module_level=True)
 from shardcat.format import _ccodec as ccodec
 

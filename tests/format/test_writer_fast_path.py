@@ -13,7 +13,6 @@ the Python path leaves it.
 from __future__ import annotations
 
 import io
-import os
 from typing import Any
 
 import numpy as np
@@ -21,11 +20,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from shardcat import config
 from shardcat.errors import WriterClosedError
 from shardcat.format import ShardReader, ShardWriter, recordcodec, writer
 from shardcat.format.spec import ALIGNMENTS, MAX_ENTRIES, MAX_KEY_BYTES
 
-if "compiled" not in recordcodec.available() and os.environ.get(recordcodec.ENV_VAR) == "python":
+if "compiled" not in recordcodec.available() and config.get("record_codec") == "python":
     pytest.skip("the compiled record codec is not built", allow_module_level=True)
 
 from shardcat.format import _ccodec as ccodec

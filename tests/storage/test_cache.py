@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import shardcat.config
 from catalog.helpers import descriptors_of, needs_proc
 from shardcat._types import ByteRange
 from shardcat.errors import ShardNotFoundError
@@ -117,7 +118,7 @@ def test_read_sorted_reads_local_files_with_pread_and_merges(shard, tmp_path, mo
 def test_read_sorted_reads_remote_files_with_one_cat_ranges(s3, monkeypatch):
     import s3fs
 
-    monkeypatch.setenv("SHARDCAT_S3_TRANSPORT", "fsspec")  # s3fs's cat_ranges, counted
+    shardcat.config.set(s3_transport="fsspec")  # s3fs's cat_ranges, counted
 
     fs = s3fs.S3FileSystem(**s3["storage_options"])
     urls = [f"{s3['url']}/a.bin", f"{s3['url']}/b.bin"]

@@ -25,7 +25,7 @@ def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     """Every test with s3fs and with obstore as the S3 read transport (children inherit it)."""
     if request.param == "obstore":
         pytest.importorskip("obstore")
-    monkeypatch.setenv("SHARDCAT_S3_TRANSPORT", request.param)
+    shardcat.config.set(s3_transport=request.param)
     return str(request.param)
 
 

@@ -91,7 +91,7 @@ def test_a_missing_bucket_fails_the_write(s3):
 @pytest.mark.parametrize("transport", ["fsspec", "auto"])
 def test_shards_written_to_s3_go_through_concurrent_uploads(s3, monkeypatch, transport):
     """s3fs: this module's concurrent multipart upload; auto (obstore): one PUT from memory."""
-    monkeypatch.setenv("SHARDCAT_S3_TRANSPORT", transport)
+    shardcat.config.set(s3_transport=transport)
     url, opts = f"{s3['url']}/ds/train-000000.shard", s3["storage_options"]
     pending = open_pending(url, opts, exclusive=True)
     upload = pending.file._file  # type: ignore[attr-defined]

@@ -23,7 +23,7 @@ from shardcat.errors import (
     StorageUnreachableError,
 )
 from shardcat.storage import FsspecSource, SourceCache, choose_transport, open_source
-from shardcat.storage.objstore import TRANSPORT_ENV, ObstoreSource
+from shardcat.storage.objstore import ObstoreSource
 
 pytest.importorskip("obstore")
 
@@ -32,7 +32,7 @@ DATA = bytes(range(256)) * 40
 
 @pytest.fixture
 def obstore_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(TRANSPORT_ENV, "obstore")
+    shardcat.config.set(s3_transport="obstore")
 
 
 def _put(s3: dict[str, Any], name: str, data: bytes) -> str:
@@ -80,16 +80,16 @@ def test_s3fs_options_map_to_obstore_or_keep_s3fs(monkeypatch):
 
 def test_transport_is_auto_by_default(s3, monkeypatch):
     url = _put(s3, "a.bin", DATA)
-    monkeypatch.delenv(TRANSPORT_ENV, raising=False)
+    shardcat.config.set(s3_transport=None)
     # The fixture's options carry keys, an endpoint and a region: obstore reads as s3fs would.
     assert isinstance(open_source(url, s3["storage_options"]), ObstoreSource)
-    monkeypatch.setenv(TRANSPORT_ENV, "fsspec")
+    shardcat.config.set(s3_transport="fsspec")
     assert isinstance(open_source(url, s3["storage_options"]), FsspecSource)
-    monkeypatch.setenv(TRANSPORT_ENV, "obstore")
+    shardcat.config.set(s3_transport="obstore")
     assert isinstance(open_source(url, s3["storage_options"]), ObstoreSource)
     unmapped = {**s3["storage_options"], "requester_pays": True}
     assert isinstance(open_source(url, unmapped), FsspecSource)
-    monkeypatch.setenv(TRANSPORT_ENV, "rust")
+    shardcat.config.set(s3_transport="rust")
     with pytest.raises(StorageError, match="expected 'auto', 'obstore' or 'fsspec'"):
         open_source(url, s3["storage_options"])
 

@@ -63,7 +63,7 @@ def test_exclusive_publication_never_replaces_an_existing_object(target):
 def test_exclusive_multipart_upload_is_refused_at_completion(s3, monkeypatch):
     """Through s3fs large objects go up in parts; S3 checks If-None-Match when the upload
     completes. (obstore's one exclusive PUT: tests/storage/test_s3_upload.py.)"""
-    monkeypatch.setenv("SHARDCAT_S3_TRANSPORT", "fsspec")
+    shardcat.config.set(s3_transport="fsspec")
     url, opts = f"{s3['url']}/big/x.bin", s3["storage_options"]
     fs, path = fsspec.core.url_to_fs(url, **opts)
     fs.pipe_file(path, b"original")

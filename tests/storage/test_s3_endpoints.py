@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 
+import shardcat.config
 from _servers import counting_moto, moto_client, requests_seen
-from shardcat.storage import TRANSPORT_ENV, open_source
+from shardcat.storage import open_source
 
 pytest.importorskip("obstore")
 
@@ -51,7 +52,7 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     for name in list(os.environ):
         if name.startswith("AWS_"):
             monkeypatch.delenv(name)
-    monkeypatch.delenv(TRANSPORT_ENV, raising=False)
+    shardcat.config.set(s3_transport=None)
     (tmp_path / "config").write_text("")
     (tmp_path / "credentials").write_text("")
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
@@ -187,7 +188,7 @@ def _setup(case: Case, twins: Ep, aws_env: Path, monkeypatch: pytest.MonkeyPatch
 
 
 def _read(options: dict[str, Any], transport: str) -> tuple[bytes, str]:
-    os.environ[TRANSPORT_ENV] = transport
+    shardcat.config.set(s3_transport=transport)
     src = open_source(URL, options)
     try:
         return src.read(0, len(BODY["A"])), str(src.transport)  # type: ignore[attr-defined]
@@ -200,7 +201,7 @@ def test_every_transport_reads_where_s3fs_reads_and_signs_nowhere_else(
     twins, aws_env, monkeypatch, case
 ):
     options = _setup(case, twins, aws_env, monkeypatch)
-    monkeypatch.setenv(TRANSPORT_ENV, "fsspec")  # restored after the test
+    shardcat.config.set(s3_transport="fsspec")  # restored after the test
     expected = case[-1]
     other = "B" if expected == "A" else "A"
     signed: dict[str, set[tuple[str | None, str | None]]] = {}

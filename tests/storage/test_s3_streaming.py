@@ -21,7 +21,7 @@ def requests_sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str | None
     import s3fs
 
     # These tests count s3fs's requests: not obstore's, which auto would pick for these options.
-    monkeypatch.setenv("SHARDCAT_S3_TRANSPORT", "fsspec")
+    shardcat.config.set(s3_transport="fsspec")
 
     sent: list[tuple[str, str | None]] = []
     call = s3fs.S3FileSystem._call_s3

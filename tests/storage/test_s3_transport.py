@@ -26,7 +26,6 @@ from shardcat.errors import (
     StorageUnreachableError,
 )
 from shardcat.storage import (
-    TRANSPORT_ENV,
     FsspecSource,
     SourceCache,
     choose_transport,
@@ -58,7 +57,7 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     for name in list(os.environ):
         if name.startswith("AWS_"):
             monkeypatch.delenv(name)
-    monkeypatch.delenv(TRANSPORT_ENV, raising=False)
+    shardcat.config.set(s3_transport=None)
     config = tmp_path / "aws-config"
     config.write_text("")
     monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
@@ -291,20 +290,20 @@ def test_forced_values_and_an_unknown_one(aws_env, monkeypatch):
     options = {**KEYS, **ENDPOINT}
     monkeypatch.setenv("AWS_SERVER_SIDE_ENCRYPTION", "aws:kms")
     assert choose_transport(URL, options).transport == "fsspec"
-    monkeypatch.setenv(TRANSPORT_ENV, "obstore")  # forced: obstore, at botocore's endpoint
+    shardcat.config.set(s3_transport="obstore")  # forced: obstore, at botocore's endpoint
     forced = choose_transport(URL, options)
     assert forced.transport == "obstore" and forced.config is not None
     assert forced.config["endpoint"] == "http://127.0.0.1:9"
     # Where botocore cannot tell where a request would go, not even forced obstore guesses.
     assert choose_transport(URL, {"profile": "dev"}).transport == "fsspec"
-    monkeypatch.setenv(TRANSPORT_ENV, "fsspec")
+    shardcat.config.set(s3_transport="fsspec")
     assert choose_transport(URL, options).transport == "fsspec"
-    monkeypatch.setenv(TRANSPORT_ENV, "rust")
+    shardcat.config.set(s3_transport="rust")
     with pytest.raises(
         shardcat.errors.StorageError, match="expected 'auto', 'obstore' or 'fsspec'"
     ):
         choose_transport(URL, KEYS)
-    monkeypatch.setenv(TRANSPORT_ENV, "")
+    shardcat.config.set(s3_transport="")
     assert choose_transport("gs://bucket/x", KEYS).reason == "not an s3:// URL"
 
 
@@ -314,7 +313,7 @@ def test_without_obstore_auto_is_s3fs_and_forcing_it_says_what_to_install(aws_en
     choice = choose_transport(URL, {**KEYS, **ENDPOINT})
     assert choice.transport == "fsspec" and "pip install 'shardcat[s3]'" in choice.reason
     assert isinstance(open_source(URL, {**KEYS, **ENDPOINT}), FsspecSource)
-    monkeypatch.setenv(TRANSPORT_ENV, "obstore")
+    shardcat.config.set(s3_transport="obstore")
     with pytest.raises(shardcat.errors.StorageError, match=r"pip install 'shardcat\[s3\]'"):
         open_source(URL, {**KEYS, **ENDPOINT})
 
@@ -339,7 +338,7 @@ def test_a_region_redirect_moves_auto_to_s3fs_and_forced_obstore_says_what_to_do
     assert "obstore cannot follow" not in str(err.value)
     assert src.transport == "fsspec"  # type: ignore[attr-defined]
     assert isinstance(open_source(url, options), FsspecSource)  # later opens of the bucket
-    monkeypatch.setenv(TRANSPORT_ENV, "obstore")
+    shardcat.config.set(s3_transport="obstore")
     forced = open_source(url, options)
     with pytest.raises(shardcat.errors.StorageError) as err:
         forced.read(0, 4)
@@ -359,7 +358,7 @@ def _put(s3: dict[str, Any], name: str, data: bytes) -> str:
 
 
 def test_obstore_reads_the_moto_fixtures_by_default(s3, monkeypatch, caplog):
-    monkeypatch.delenv(TRANSPORT_ENV, raising=False)
+    shardcat.config.set(s3_transport=None)
     url = _put(s3, "a.bin", b"0123456789" * 100)
     with caplog.at_level(logging.DEBUG, logger="shardcat.storage.objstore"):
         src = open_source(url, s3["storage_options"])
@@ -368,7 +367,7 @@ def test_obstore_reads_the_moto_fixtures_by_default(s3, monkeypatch, caplog):
     assert f"{s3['url']} read through obstore: auto" in caplog.text
     with SourceCache(s3["storage_options"]) as cache:
         assert cache.read(url, 0, 4) == b"0123"
-    monkeypatch.setenv(TRANSPORT_ENV, "fsspec")
+    shardcat.config.set(s3_transport="fsspec")
     src = open_source(url, s3["storage_options"])
     assert isinstance(src, FsspecSource) and src.transport == "fsspec"
 
@@ -380,7 +379,7 @@ def _errors(monkeypatch: pytest.MonkeyPatch, fn: Any) -> dict[str, BaseException
     """The error ``fn()`` raises under each transport."""
     out = {}
     for transport in TRANSPORTS:
-        monkeypatch.setenv(TRANSPORT_ENV, transport)
+        shardcat.config.set(s3_transport=transport)
         with pytest.raises(shardcat.errors.ShardcatError) as err:
             fn()
         out[transport] = err.value
@@ -399,7 +398,8 @@ def _read_head(url: str, options: dict[str, Any], transport: str) -> bytes:
 def test_a_missing_object_is_the_same_error_on_both(s3, monkeypatch):
     url = f"{s3['url']}/gone/x.shard"
     errors = _errors(
-        monkeypatch, lambda: _read_head(url, s3["storage_options"], os.environ[TRANSPORT_ENV])
+        monkeypatch,
+        lambda: _read_head(url, s3["storage_options"], shardcat.config.get("s3_transport")),
     )
     for e in errors.values():
         assert type(e) is ShardNotFoundError and isinstance(e, FileNotFoundError)
@@ -412,7 +412,9 @@ def test_a_refused_connection_is_the_same_error_on_both(monkeypatch):
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
     options = {**KEYS, "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"}}
-    errors = _errors(monkeypatch, lambda: _read_head(URL, options, os.environ[TRANSPORT_ENV]))
+    errors = _errors(
+        monkeypatch, lambda: _read_head(URL, options, shardcat.config.get("s3_transport"))
+    )
     for e in errors.values():
         assert type(e) is StorageUnreachableError and isinstance(e, ConnectionError)
         assert str(e).endswith("check the endpoint and the network")
@@ -428,7 +430,9 @@ def test_no_credentials_is_the_same_error_on_both(s3, aws_env, monkeypatch):
     options = {"client_kwargs": {"endpoint_url": s3["endpoint"], "region_name": "us-east-1"}}
     url = f"{s3['url']}/x.shard"
     assert choose_transport(url, options).transport == "fsspec"  # auto: no keys anywhere
-    errors = _errors(monkeypatch, lambda: _read_head(url, options, os.environ[TRANSPORT_ENV]))
+    errors = _errors(
+        monkeypatch, lambda: _read_head(url, options, shardcat.config.get("s3_transport"))
+    )
     for e in errors.values():
         assert type(e) is StorageCredentialsError and isinstance(e, PermissionError)
         assert str(e).startswith(f"no S3 credentials found for {url}: set AWS_ACCESS_KEY_ID")
@@ -454,7 +458,9 @@ def test_bad_credentials_are_the_same_error_on_both(signing_moto, monkeypatch, u
         "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
     }
     url = "s3://sig/x.shard"
-    errors = _errors(monkeypatch, lambda: _read_head(url, options, os.environ[TRANSPORT_ENV]))
+    errors = _errors(
+        monkeypatch, lambda: _read_head(url, options, shardcat.config.get("s3_transport"))
+    )
     for e in errors.values():
         assert type(e) is StoragePermissionError and isinstance(e, PermissionError)
         assert str(e).startswith(f"{url}: access denied")
@@ -495,7 +501,7 @@ def test_a_region_beside_the_other_options_works_through_both(s3, monkeypatch, n
     options = {**s3["storage_options"], name: "us-east-1"}
     options["client_kwargs"] = {"endpoint_url": s3["endpoint"]}
     for transport in TRANSPORTS:
-        monkeypatch.setenv(TRANSPORT_ENV, transport)
+        shardcat.config.set(s3_transport=transport)
         url = f"{s3['url']}/{transport}-{name}.shard"
         with shardcat.ShardWriter(url, storage_options=options, exclusive=True) as w:
             w.add("a", {"bin": transport.encode()})
@@ -503,3 +509,45 @@ def test_a_region_beside_the_other_options_works_through_both(s3, monkeypatch, n
         reader = shardcat.ShardReader(url, storage_options=options)
         assert reader.get("a")["bin"].data == transport.encode()
         assert shardcat.storage.resolve(url, options)[0].ls(s3["bucket"])
+
+
+def test_expiring_credentials_stay_with_s3fs_unless_forced_then_botocore_refreshes_them(
+    aws_env, monkeypatch, tmp_path
+):
+    """A profile's credential process gives credentials that expire: botocore refreshes them."""
+    process = tmp_path / "credentials.sh"
+    process.write_text(
+        "#!/bin/sh\necho '"
+        '{"Version": 1, "AccessKeyId": "AKIAPROC", "SecretAccessKey": "s", '
+        '"SessionToken": "tok", "Expiration": "2099-01-01T00:00:00Z"}'
+        "'\n"
+    )
+    process.chmod(0o755)
+    aws_env.write_text(f"[default]\nregion = eu-west-1\ncredential_process = {process}\n")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    choice = choose_transport(URL, {})
+    assert choice.transport == "fsspec" and "expire" in choice.reason
+    shardcat.config.set(s3_transport="obstore")
+    forced = choose_transport(URL, {})
+    assert forced.transport == "obstore" and forced.credentials is not None
+    given = forced.credentials()
+    assert (given["access_key_id"], given["token"]) == ("AKIAPROC", "tok")
+    assert given["expires_at"] is not None and given["expires_at"].year < 2099  # asked again
+    # Keys (with a token) in the options are what the client signs with, not the profile's:
+    # they do not expire, and auto reads through obstore.
+    shardcat.config.set(s3_transport=None)
+    _fresh()
+    keyed = choose_transport(URL, {"key": "k", "secret": "s", "token": "t"})
+    assert keyed.transport == "obstore", keyed.reason
+    assert keyed.credentials is not None and keyed.credentials()["access_key_id"] == "k"
+    assert keyed.credentials()["expires_at"] is None
+    # Expiring keys without a session token expire all the same.
+    process.write_text(
+        "#!/bin/sh\necho '"
+        '{"Version": 1, "AccessKeyId": "AKIAPROC", "SecretAccessKey": "s", '
+        '"Expiration": "2099-01-01T00:00:00Z"}'
+        "'\n"
+    )
+    _fresh()
+    untokened = choose_transport(URL, {})
+    assert untokened.transport == "fsspec" and "expire" in untokened.reason

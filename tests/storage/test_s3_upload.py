@@ -21,16 +21,14 @@ from shardcat.errors import (
     StoragePermissionError,
 )
 from shardcat.storage.atomic import open_pending
-from shardcat.storage.objput import MEMORY_ENV
-from shardcat.storage.transport import TRANSPORT_ENV
 
 MIB = 1 << 20
 
 
 @pytest.fixture(autouse=True)
 def _auto_transport(monkeypatch):
-    monkeypatch.delenv(TRANSPORT_ENV, raising=False)
-    monkeypatch.delenv(MEMORY_ENV, raising=False)
+    shardcat.config.set(s3_transport=None)
+    shardcat.config.set(s3_upload_memory=None)
 
 
 def _client(s3: dict[str, Any]) -> Any:
@@ -94,7 +92,7 @@ def test_discard_publishes_nothing(s3):
 
 @pytest.mark.parametrize("exclusive", [True, False], ids=["exclusive", "plain"])
 def test_past_the_memory_limit_the_upload_moves_to_s3fs(s3, monkeypatch, exclusive):
-    monkeypatch.setenv(MEMORY_ENV, "6MiB")
+    shardcat.config.set(s3_upload_memory="6MiB")
     url = f"{s3['url']}/moved.bin"
     pending = open_pending(url, s3["storage_options"], exclusive=exclusive)
     data = os.urandom(21 * MIB)
@@ -115,7 +113,7 @@ def test_past_the_memory_limit_the_upload_moves_to_s3fs(s3, monkeypatch, exclusi
 
 
 def test_an_exclusive_upload_gathers_at_most_what_one_put_takes(s3, monkeypatch):
-    monkeypatch.setenv(MEMORY_ENV, "8GiB")
+    shardcat.config.set(s3_upload_memory="8GiB")
     exclusive = open_pending(f"{s3['url']}/x.bin", s3["storage_options"], exclusive=True)
     plain = open_pending(f"{s3['url']}/y.bin", s3["storage_options"])
     assert exclusive.file._file._limit == 5 << 30  # type: ignore[attr-defined]  # S3's PUT limit
@@ -125,13 +123,13 @@ def test_an_exclusive_upload_gathers_at_most_what_one_put_takes(s3, monkeypatch)
 
 
 def test_a_memory_limit_that_is_not_a_size_is_refused(s3, monkeypatch):
-    monkeypatch.setenv(MEMORY_ENV, "lots")
+    shardcat.config.set(s3_upload_memory="lots")
     with pytest.raises(StorageError, match="SHARDCAT_S3_UPLOAD_MEMORY='lots' is not a size"):
         open_pending(f"{s3['url']}/x.bin", s3["storage_options"], exclusive=True)
 
 
 def test_the_fsspec_transport_keeps_the_s3fs_upload(s3, monkeypatch):
-    monkeypatch.setenv(TRANSPORT_ENV, "fsspec")
+    shardcat.config.set(s3_transport="fsspec")
     pending = open_pending(f"{s3['url']}/f.bin", s3["storage_options"], exclusive=True)
     assert pending.transport == "fsspec"
     assert not pending.publishes_in_background
@@ -156,7 +154,7 @@ def test_refused_credentials_are_the_same_error_as_through_s3fs(monkeypatch):
     with iam_world("deny-put") as (endpoint, key, secret):
         errors = {}
         for transport in ("obstore", "fsspec"):
-            monkeypatch.setenv(TRANSPORT_ENV, transport)
+            shardcat.config.set(s3_transport=transport)
             for name, options in {
                 "no policy": {"key": key, "secret": secret},
                 "wrong secret": {"key": key, "secret": "not-the-secret-x1"},

@@ -12,6 +12,7 @@ from typing import Any
 import fsspec
 import pytest
 
+import shardcat.config
 from shardcat._types import RangeSource
 from shardcat.format import BytesSource, FileSource
 from shardcat.testing import RangeSourceTests, StorageTests
@@ -50,7 +51,7 @@ class TestS3(StorageTests):
     def store(
         self, s3: dict[str, Any], monkeypatch: pytest.MonkeyPatch
     ) -> tuple[str, dict[str, Any]]:
-        monkeypatch.setenv("SHARDCAT_S3_TRANSPORT", "fsspec")
+        shardcat.config.set(s3_transport="fsspec")
         return f"{s3['url']}/conformance", s3["storage_options"]
 
 
@@ -63,7 +64,7 @@ class TestS3Obstore(StorageTests):
         self, s3: dict[str, Any], monkeypatch: pytest.MonkeyPatch
     ) -> tuple[str, dict[str, Any]]:
         pytest.importorskip("obstore")
-        monkeypatch.setenv("SHARDCAT_S3_TRANSPORT", "obstore")
+        shardcat.config.set(s3_transport="obstore")
         return f"{s3['url']}/conformance", s3["storage_options"]
 
 

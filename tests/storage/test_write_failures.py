@@ -115,7 +115,7 @@ def test_a_block_failing_on_the_write_thread_is_typed_and_publishes_nothing(
             for i in range(3_000):  # ~15 MB: a block fails on the thread, a later call reports it
                 if i == 100:
                     full = os.open("/dev/full", os.O_WRONLY)
-                    os.dup2(full, w._file.fileno())
+                    os.dup2(full, w.sink.file.fileno())
                     os.close(full)
                 w.add(f"k/{i:05d}", {"bin": bytes([i % 251]) * 5_000})
                 added.append(i)
@@ -134,7 +134,7 @@ def test_a_block_failing_on_the_write_thread_is_typed_and_publishes_nothing(
 def test_blocks_land_in_order_with_and_without_the_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, behind: str
 ) -> None:
-    monkeypatch.setenv(atomic.WRITE_BEHIND_ENV, behind)
+    shardcat.config.set(write_behind=behind)
     url = str(tmp_path / "big.shard")
     payloads = [bytes([i % 251]) * (3_000 + i % 7_000) for i in range(4_000)]  # ~26 MB
     with shardcat.ShardWriter(url) as w:
@@ -149,7 +149,7 @@ def test_blocks_land_in_order_with_and_without_the_thread(
 def test_write_behind_can_be_switched_off(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, behind: str
 ) -> None:
-    monkeypatch.setenv(atomic.WRITE_BEHIND_ENV, behind)
+    shardcat.config.set(write_behind=behind)
     pending = atomic.open_pending(str(tmp_path / "x.shard"))
     try:
         assert pending.file.behind is (behind == "1" and atomic._cwrite is not None)  # type: ignore[attr-defined]
@@ -166,13 +166,13 @@ def test_a_forked_child_never_waits_for_the_parents_write_thread(tmp_path: Path)
     payloads = [bytes([i % 251]) * 5_000 for i in range(2_000)]
     w = shardcat.ShardWriter(url)
     i = 0
-    while w._file._pending is None:  # type: ignore[attr-defined]
+    while w.sink.file._pending is None:  # type: ignore[attr-defined]
         w.add(f"k/{i:05d}", {"bin": payloads[i]})
         i += 1
     pid = os.fork()
     if pid == 0:  # the child: give up its copy of the writer, without touching the parent's file
         try:
-            w._file._wait()  # type: ignore[attr-defined]
+            w.sink.file._wait()  # type: ignore[attr-defined]
             os._exit(0)
         except BaseException:
             os._exit(1)
@@ -191,7 +191,7 @@ def test_position_counts_a_block_in_flight(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, behind: str
 ) -> None:
     """``tell``/``seek`` wait for the block on the thread: positions are the file's, never stale."""
-    monkeypatch.setenv(atomic.WRITE_BEHIND_ENV, behind)
+    shardcat.config.set(write_behind=behind)
     pending = atomic.open_pending(str(tmp_path / "x.shard"))
     f: Any = pending.file
     try:

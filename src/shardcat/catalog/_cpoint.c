@@ -56,7 +56,7 @@
 #include <unistd.h>
 
 #define XXH_INLINE_ALL
-#include "../format/tar/_xxhash/xxhash.h"
+#include "../_vendor/xxhash/xxhash.h"
 
 /* The few SQLite constants and prototypes used (sqlite3.h's values, stable ABI). */
 #define SQLITE_OK 0

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from ..errors import DatasetExistsError, Hint, InvalidNameError
 from ..format.spec import FORMAT_VERSION
 from ..storage import redact
+from . import visibility
 from .lookup import unknown_dataset
 from .models import (
     Dataset,
@@ -186,9 +187,7 @@ def summarize_datasets(session: Session) -> list[DatasetSummary]:
         )
         .outerjoin(
             Shard,
-            (Shard.dataset_id == Dataset.id)
-            & (Shard.state == "committed")
-            & Shard.removed_version.is_(None),
+            (Shard.dataset_id == Dataset.id) & visibility.shard_live(Shard),
         )
         .group_by(Dataset.id, Dataset.name, Dataset.root_url, Dataset.created_at)
         .order_by(Dataset.name)
@@ -220,13 +219,9 @@ def entry_kinds(session: Session, name: str, version: int | None = None) -> list
         .join(Shard, Shard.id == RecordRow.shard_id)
         .where(
             RecordRow.dataset_id == dataset_id,
-            Shard.state == "committed",
-            RecordRow.removed_version.is_(None)
+            visibility.live(RecordRow, Shard)
             if version is None
-            else (
-                (Shard.added_version <= version)
-                & (RecordRow.removed_version.is_(None) | (RecordRow.removed_version > version))
-            ),
+            else visibility.visible_at(RecordRow, Shard, version),
         )
         .group_by(RecordRow.layout_id)
         .subquery()

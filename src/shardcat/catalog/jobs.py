@@ -38,6 +38,7 @@ from ..errors import (
     JobNotFoundError,
     KeyConflictError,
 )
+from . import visibility
 from .datasets import find_dataset
 from .models import Dataset, Job, Record, RecordField, Shard
 from .register import duplicate_error
@@ -85,13 +86,18 @@ _ENDED_OTHERWISE: dict[tuple[Ending, str], str] = {
     ),
 }
 
+# What each version sees is visibility.py's; these statements embed its rules as text.
+_S_COMMITTED = visibility.sql(visibility.committed, "shards AS s")
 # A job's records are its staged ones but those the commit hides (``hidden=``: already removed).
-_NEW = "ns.job_id = :job AND ns.state = 'staged' AND n.removed_version IS NULL"
+_NEW = (
+    "ns.job_id = :job AND ns.state = 'staged' "
+    f"AND {visibility.sql(visibility.not_removed, 'records AS n')}"
+)
 _OTHER = (
     "o.dataset_id = n.dataset_id AND o.key_hash = n.key_hash AND o.key = n.key "
     "AND (o.shard_id <> n.shard_id OR o.byte_offset <> n.byte_offset) "
-    "AND o.removed_version IS NULL "
-    "AND (s.state = 'committed' OR (s.job_id = :job AND s.state = 'staged'))"
+    f"AND {visibility.sql(visibility.not_removed, 'records AS o')} "
+    f"AND ({_S_COMMITTED} OR (s.job_id = :job AND s.state = 'staged'))"
 )
 # Keys of the job that repeat within the job (always an error, whatever on_duplicate says).
 _WITHIN_JOB = text(
@@ -102,30 +108,39 @@ _WITHIN_JOB = text(
 _CHANGED_SINCE = text(
     "SELECT DISTINCT n.key FROM records n JOIN shards ns ON ns.id = n.shard_id "
     "JOIN records o ON o.dataset_id = n.dataset_id AND o.key_hash = n.key_hash AND o.key = n.key "
-    f"JOIN shards s ON s.id = o.shard_id WHERE {_NEW} AND s.state = 'committed' "
-    "AND (s.added_version > :base OR o.removed_version > :base) LIMIT 1001"
+    f"JOIN shards s ON s.id = o.shard_id WHERE {_NEW} AND {_S_COMMITTED} "
+    f"AND {visibility.sql(visibility.changed_since, 'records AS o', 'shards AS s', ':base')} "
+    "LIMIT 1001"
 )
 # The job's staged records: `records` unaliased so remove_records can correlate on it.
 _OF_JOB = "records.shard_id IN (SELECT id FROM shards WHERE job_id = :job AND state = 'staged')"
+# The dataset's records in committed shards (remove_records keeps the live ones).
 _LIVE_ELSEWHERE = (
-    "records.shard_id IN (SELECT id FROM shards WHERE dataset_id = :d AND state = 'committed')"
+    "records.shard_id IN (SELECT id FROM shards WHERE dataset_id = :d "
+    f"AND {visibility.sql(visibility.committed, 'shards')})"
 )
 _SAME_KEY_IN_JOB = (
     f"EXISTS (SELECT 1 FROM records n JOIN shards ns ON ns.id = n.shard_id WHERE {_NEW} "
     "AND n.dataset_id = records.dataset_id AND n.key_hash = records.key_hash "
     "AND n.key = records.key)"
 )
-# The live committed record (`o`, its shard `s`) of the key of `records`' row.
-_LIVE_OF_KEY = (
-    "FROM records o JOIN shards s ON s.id = o.shard_id WHERE "
-    "s.dataset_id = :d AND s.state = 'committed' AND o.removed_version IS NULL "
+# The committed records (`o`, its shard `s`) of the key of `records`' row.
+_OF_KEY = (
+    "FROM records o JOIN shards s ON s.id = o.shard_id WHERE s.dataset_id = :d "
     "AND o.dataset_id = records.dataset_id AND o.key_hash = records.key_hash "
     "AND o.key = records.key"
 )
-_SAME_KEY_LIVE = f"EXISTS (SELECT 1 {_LIVE_OF_KEY})"
+# The key has a live record.
+_SAME_KEY_LIVE = (
+    f"EXISTS (SELECT 1 {_OF_KEY} AND "
+    f"{visibility.sql(visibility.live, 'records AS o', 'shards AS s')})"
+)
 # A rewritten record (``rewrite=``) goes live only while the key's live record is one that was
 # live at the job's base version: the record the job read and copied, unchanged since.
-_UNCHANGED_SINCE_BASE = f"EXISTS (SELECT 1 {_LIVE_OF_KEY} AND s.added_version <= :base)"
+_UNCHANGED_SINCE_BASE = (
+    f"EXISTS (SELECT 1 {_OF_KEY} AND "
+    f"{visibility.sql(visibility.live_since, 'records AS o', 'shards AS s', ':base')})"
+)
 # SQLite plans this join as index probes by itself.
 _DUPLICATES = text(
     "SELECT DISTINCT n.key FROM records n JOIN shards ns ON ns.id = n.shard_id "
@@ -478,7 +493,7 @@ def commit(
     removed = (0, 0)
     if replace:
         removed = remove_records(session, f"records.dataset_id = :d AND {_LIVE_ELSEWHERE}", params)
-    hidden_copies = 0
+    hidden_copies = skipped = 0
     if rewrite:
         hidden_copies, removed = _rewrite(session, dataset, job, params, removed)
         check = False
@@ -495,12 +510,12 @@ def commit(
             session.execute(select(or_(staged > 1, _committed_exists(dataset.id)))).scalar()
         )
     if check:
-        removed = _resolve_duplicates(session, dataset, job, on_duplicate, params, removed)
+        removed, skipped = _resolve_duplicates(session, dataset, job, on_duplicate, params, removed)
     if added is None:
         counted = session.execute(
             text(
                 f"SELECT count(*), coalesce(sum(byte_length), 0) FROM records WHERE {_OF_JOB} "
-                "AND records.removed_version IS NULL"
+                f"AND {visibility.sql(visibility.not_removed, 'records')}"
             ),
             params,
         ).one()
@@ -511,7 +526,9 @@ def commit(
         .values(state="committed", committed_at=func.now(), added_version=version),
         execution_options=NO_SYNC,
     )
-    if removed[0] or hidden_copies:
+    if removed[0] or hidden_copies or skipped or hidden:
+        # A shard left without a live record (removed here, or all of its own records
+        # hidden or skipped) gets its removed_version, so expire can retire it.
         mark_fully_removed(session, dataset.id, version)
     ended: dict[str, Any] = {"state": "committed", "version": version, "finished_at": func.now()}
     if rewrite:
@@ -545,8 +562,11 @@ def _resolve_duplicates(
     on_duplicate: OnDuplicate,
     params: dict[str, object],
     removed: tuple[int, int],
-) -> tuple[int, int]:
-    """Apply ``on_duplicate`` to the job's keys that are live already; returns records/bytes removed.
+) -> tuple[tuple[int, int], int]:
+    """Apply ``on_duplicate`` to the job's keys that are live already.
+
+    Returns the records/bytes removed (``removed`` plus those it replaced) and
+    how many of the job's own records it skipped.
 
     Raises
     ------
@@ -557,7 +577,7 @@ def _resolve_duplicates(
     """
     dups = duplicate_keys(session, job.id)
     if not dups:
-        return removed
+        return removed, 0
     where = f"in job {job.id} of dataset {dataset.name!r}"
     if on_duplicate == "error":
         raise duplicate_error(dups, f"{where} (within the job or against committed shards)")
@@ -584,10 +604,10 @@ def _resolve_duplicates(
             f"records.dataset_id = :d AND {_LIVE_ELSEWHERE} AND {_SAME_KEY_IN_JOB}",
             params,
         )
-        return removed[0] + gone[0], removed[1] + gone[1]
+        return (removed[0] + gone[0], removed[1] + gone[1]), 0
     # skip: the job's own records of those keys are added and removed in the same version.
-    remove_records(session, f"{_OF_JOB} AND {_SAME_KEY_LIVE}", params)
-    return removed
+    skipped, _ = remove_records(session, f"{_OF_JOB} AND {_SAME_KEY_LIVE}", params)
+    return removed, skipped
 
 
 def _rewrite(
@@ -716,7 +736,7 @@ def has_committed(session: Session, dataset_id: int) -> bool:
 
 
 def _committed_exists(dataset_id: int) -> Exists:
-    return exists().where(Shard.dataset_id == dataset_id, Shard.state == "committed")
+    return exists().where(Shard.dataset_id == dataset_id, visibility.committed(Shard))
 
 
 def delete_records(session: Session, shard_ids: Sequence[int]) -> None:

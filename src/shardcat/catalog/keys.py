@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Engine, Select, collate, func, select
 from sqlalchemy.orm import Session
 
-from . import fence
+from . import fence, visibility
 from .models import KEY_ORDER, Record, Shard
 from .session import translate_errors
 
@@ -55,9 +55,7 @@ def _key(dialect: str) -> ColumnElement[str]:
 def _where(stmt: Select[Any], dialect: str, dataset_id: int, prefix: str | None) -> Select[Any]:
     key = _key(dialect)
     stmt = stmt.join(Shard, Shard.id == Record.shard_id).where(
-        Record.dataset_id == dataset_id,
-        Shard.state == "committed",
-        Record.removed_version.is_(None),
+        Record.dataset_id == dataset_id, visibility.live(Record, Shard)
     )
     if prefix:
         stmt = stmt.where(key >= prefix)

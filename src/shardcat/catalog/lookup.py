@@ -46,7 +46,7 @@ from ..format.spec import Codec
 from ..storage import SourceCache, redact
 from ..storage import cache as _cache  # its pread_linked, looked up per call (tests count reads)
 from ..storage.cache import ONE_PREAD
-from . import fence
+from . import fence, visibility
 from .connection import RawConnection
 from .kinds import decode_record
 from .point import open_point
@@ -91,20 +91,21 @@ _SHARDS = (
     " WHERE dataset_id = (SELECT id FROM datasets WHERE name = {p})"
 )
 _DATASET = "r.dataset_id = (SELECT id FROM datasets WHERE name = {p})"
-# The latest version: a committed shard's live records (docs/LIFECYCLE.md).
-_COMMITTED = "s.state = 'committed' AND r.removed_version IS NULL"
-# Version {v}, a kept one: visible at it, and it still exists (not expired).
-_AT_NUMBER = (
-    "s.state = 'committed' AND s.added_version <= {p} AND (r.removed_version IS NULL "
-    "OR r.removed_version > {p}) AND EXISTS (SELECT 1 FROM dataset_versions dv "
-    "WHERE dv.dataset_id = r.dataset_id AND dv.number = {p})"
-)
-# A tag names its version (tagged versions are never expired).
+# What each version sees is visibility.py's, rendered once as text: the latest
+# version (a committed shard's live records), a kept version given by number
+# (visible at it, and not expired), a tag (its subquery is the version; tagged
+# versions are never expired).
+_COMMITTED = visibility.sql(visibility.live, "records AS r", "shards AS s")
 _TAG = "(SELECT t.version FROM dataset_tags t WHERE t.dataset_id = r.dataset_id AND t.name = {p})"
-_AT_TAG = (
-    "s.state = 'committed' AND s.added_version <= {t} AND (r.removed_version IS NULL "
-    "OR r.removed_version > {t})"
-)
+
+
+def _at_number(p: str) -> str:
+    return visibility.sql(visibility.visible_at_kept, "records AS r", "shards AS s", p)
+
+
+def _at_tag(p: str) -> str:
+    return visibility.sql(visibility.visible_at, "records AS r", "shards AS s", _TAG.format(p=p))
+
 
 Version = int | str | None
 """A version number, a tag, or None (the latest)."""
@@ -116,8 +117,8 @@ def _visible(p: str, version: Version) -> tuple[str, tuple[Any, ...]]:
         return _COMMITTED, ()
     if isinstance(version, int) or version.isdigit():
         n = int(version)
-        return _AT_NUMBER.format(p=p), (n, n, n)
-    return _AT_TAG.format(t=_TAG.format(p=p)), (version, version)
+        return _at_number(p), (n, n, n)
+    return _at_tag(p), (version, version)
 
 
 # Rows: url, alignment, offset, length, spans, kind, signature[, key]. The spans

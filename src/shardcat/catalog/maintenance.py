@@ -24,7 +24,7 @@ from ..errors import (
     FormatError,
 )
 from ..storage import redact
-from . import jobs
+from . import jobs, visibility
 from .datasets import find_dataset
 from .kinds import FileCheck, Summary, shard_kind
 from .models import Job, Shard
@@ -121,7 +121,7 @@ def reindex_shards(session: Session, dataset: str, preps: list[PreparedShard]) -
     for prep in preps:
         old = session.execute(
             select(Shard.id, Shard.job_id, Shard.shard_number).where(
-                Shard.dataset_id == ds.id, Shard.url == prep.url, Shard.state == "committed"
+                Shard.dataset_id == ds.id, Shard.url == prep.url, visibility.committed(Shard)
             )
         ).all()
         jobs.drop_shards(session, [o.id for o in old])
@@ -168,13 +168,9 @@ def committed_shards(
         If there is no such dataset.
     """
     ds = find_dataset(session, dataset)
-    q = select(Shard).where(Shard.dataset_id == ds.id, Shard.state == "committed")
+    q = select(Shard).where(Shard.dataset_id == ds.id, visibility.committed(Shard))
     if version is not None:
-        v = resolve_version(session, ds, version)
-        q = q.where(
-            Shard.added_version <= v,
-            Shard.removed_version.is_(None) | (Shard.removed_version > v),
-        )
+        q = q.where(visibility.shard_visible_at(Shard, resolve_version(session, ds, version)))
     return list(session.execute(q.order_by(Shard.shard_number, Shard.url, Shard.id)).scalars())
 
 

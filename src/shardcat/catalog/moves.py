@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from ..errors import CommitConflictError
 from ..storage import redact
+from . import visibility
 from .datasets import find_dataset
 from .jobs import VersionMoved, bump_version
 from .models import Shard
@@ -47,7 +48,7 @@ def move_shards(
             .where(
                 Shard.dataset_id == ds.id,
                 Shard.url == redact(old),
-                Shard.state == "committed",
+                visibility.committed(Shard),
                 Shard.file_id == file_id,
             )
             .values(url=redact(new)),

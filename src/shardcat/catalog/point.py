@@ -38,12 +38,11 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 from collections.abc import Callable
 from typing import Any
 
-from ..format import Record, recordcodec
-from ..format.implementations import Name, choose
+from ..format import Record, implementations, recordcodec
+from ..format.implementations import Name
 from ..format.spec import Codec
 from ..storage.cache import ONE_PREAD
 from . import fence
@@ -98,12 +97,19 @@ def available() -> bool:
     return _compiled is not None and _sqlite_version is not None
 
 
-_active: Name = "python"
+COMPONENT = "point lookup"
+
+# Nothing is rebound: open_point asks which side is active when a lookup opens.
+implementations.register(
+    implementations.Component(
+        COMPONENT, ENV_VAR, globals(), {}, {}, built=available, missing=lambda: _missing
+    )
+)
 
 
 def active() -> Name:
     """``"compiled"`` if new lookups take the compiled path, else ``"python"``."""
-    return _active
+    return implementations.active(COMPONENT)
 
 
 def use(name: str) -> Name:
@@ -116,12 +122,7 @@ def use(name: str) -> Name:
     ValueError
         An unknown name.
     """
-    global _active
-    previous = _active
-    _active = choose(
-        name, built=available(), missing=_missing, what="point lookup", env_var=ENV_VAR
-    )
-    return previous
+    return implementations.use(COMPONENT, name)
 
 
 def open_point(
@@ -149,11 +150,9 @@ def open_point(
     dataset and a JSON array of key hashes): the object's ``rows(dataset,
     hashes)`` returns its rows as the Python driver would, or None.
     """
-    if _active != "compiled" or recordcodec.active() != "compiled" or raw.dialect != "sqlite":
+    if active() != "compiled" or recordcodec.active() != "compiled" or raw.dialect != "sqlite":
         return None
-    tar_record = recordcodec.compiled_tar_record()
-    if tar_record is None:
-        return None
+    tar_record = recordcodec.tar_record
     # URI options (mode=, immutable=, vfs=...): only the Python driver applies them.
     if raw.url.query:
         return None
@@ -232,7 +231,7 @@ class TarFinisher:
 
 
 load()
-use(os.environ.get(ENV_VAR, "auto"))
+use(implementations.configured(COMPONENT))
 if _compiled is not None:
     # A fork turns new compiled calls away and waits for those in flight (fence.py).
     fence.register_compiled(_compiled.hold, _compiled.inflight)

@@ -19,17 +19,19 @@ documents them and the rules.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import and_
+
+from .. import config
 from .._units import format_bytes, parse_size
 from ..errors import CatalogError, QueryLimitError, QueryTimeoutError
+from . import visibility
 from .datasets import find_dataset
 from .fields import FIELD_NAME, declared_fields
 from .readonly import compile_filter, open_read_only
-from .readonly.roles import SQL_ROLE_ENV
 from .versions import resolve_version
 
 if TYPE_CHECKING:
@@ -96,32 +98,36 @@ class FilterLimits:
 
     @classmethod
     def from_env(cls) -> FilterLimits:
-        """The defaults, with each ``SHARDCAT_WHERE_*`` variable that is set.
+        """The ``where_*`` settings (``$SHARDCAT_WHERE_*``, docs/CONFIG.md).
 
         Raises
         ------
         ValueError
-            A variable that is not a number (or a size, for the bytes).
+            A setting that is not a number (or a size, for the bytes).
         """
         default = cls()
         values: dict[str, Any] = {}
-        for name, attr, read in (
-            (TIMEOUT_ENV, "timeout", float),
-            (MAX_ROWS_ENV, "max_rows", int),
-            (MAX_BYTES_ENV, "max_bytes", _size),
+        for key, attr, read in (
+            ("where_timeout", "timeout", float),
+            ("where_max_rows", "max_rows", int),
+            ("where_max_bytes", "max_bytes", _size),
         ):
-            raw = os.environ.get(name, "").strip()
-            if not raw:
+            raw = config.get(key)
+            if isinstance(raw, str):
+                raw = raw.strip()
+            if raw is None or raw == "":
                 values[attr] = getattr(default, attr)
                 continue
             try:
                 values[attr] = read(raw)
-            except ValueError as e:
-                raise ValueError(f"${name}={raw!r}: {e} (0 = no limit)") from None
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"${config.env_var(key)}={raw!r}: {e} (0 = no limit)") from None
         return cls(**values)
 
 
-def _size(raw: str) -> int:
+def _size(raw: int | str) -> int:
+    if isinstance(raw, int):
+        return 0 if raw == 0 else parse_size(raw)
     return 0 if raw == "0" else parse_size(int(raw) if raw.isdigit() else raw)
 
 
@@ -130,17 +136,22 @@ SELECT r.shard_id AS shard_id, r.key AS key, r.byte_offset AS byte_offset,
        r.byte_length AS byte_length, s.url AS shard_url, s.shard_number AS shard_number,
        s.job_id AS job_id{fields}
 FROM records r JOIN shards s ON s.id = r.shard_id{joins}
-WHERE r.dataset_id = {dataset_id} AND s.state = 'committed'
+WHERE r.dataset_id = {dataset_id}
   AND {visible}
 """
 
-_LATEST = "r.removed_version IS NULL"
-# At a kept version: what ``versions.visible_shards`` streams, shard by shard and record by record.
-_AT_VERSION = (
-    "s.added_version <= {version}"
-    " AND (s.removed_version IS NULL OR s.removed_version > {version})"
-    " AND (r.removed_version IS NULL OR r.removed_version > {version})"
-)
+_LATEST = visibility.sql(visibility.live, "records AS r", "shards AS s")
+
+
+def _at_version(records: Any, shards: Any, version: Any) -> Any:
+    """What ``versions.visible_shards`` streams at ``version``, shard by shard and record by record."""
+    return and_(
+        visibility.shard_visible_at(shards, version),
+        visibility.visible_at(records, shards, version),
+    )
+
+
+_AT_VERSION = visibility.sql(_at_version, "records AS r", "shards AS s", "{version}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +186,11 @@ class SelectionTarget:
                 f"\nLEFT JOIN record_fields {alias} ON {alias}.shard_id = r.shard_id"
                 f" AND {alias}.byte_offset = r.byte_offset AND {alias}.name = '{name}'"
             )
-        visible = _LATEST if self.version is None else _AT_VERSION.format(version=int(self.version))
+        visible = (
+            _LATEST
+            if self.version is None
+            else _AT_VERSION.replace("{version}", str(int(self.version)))
+        )
         sample = (
             _SAMPLE.replace("{fields}", "".join(columns))
             .replace("{joins}", "".join(joins))
@@ -243,7 +258,7 @@ def run_selection(
     dialect = engine.dialect.name
     checked = compile_filter(where, columns=target.columns, dialect=dialect, params=params)
     statement = checked.statement(target.template())
-    role = os.environ.get(SQL_ROLE_ENV, "").strip() or None if dialect == "postgresql" else None
+    role = (config.get("sql_role") or "").strip() or None if dialect == "postgresql" else None
     offsets: dict[int, list[int]] = {}
     keys: dict[int, list[str]] = {}
     shown = checked.sql if len(checked.sql) <= 200 else checked.sql[:200] + "..."

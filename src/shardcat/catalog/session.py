@@ -32,6 +32,7 @@ from sqlalchemy.pool import StaticPool
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
+from .. import config
 from .._redact import mask_url, mentions_secret, scrub, url_secrets
 from ..errors import (
     CatalogError,
@@ -63,6 +64,7 @@ DEFAULT_URL = "sqlite:///shardcat.db"
 DEFAULT_BUSY_TIMEOUT = 30.0
 """Seconds a SQLite writer waits for another one before CatalogLockedError."""
 ENV_VAR = "SHARDCAT_CATALOG"
+"""The environment variable of the ``catalog`` setting (docs/CONFIG.md)."""
 
 _WRITE = "shardcat_write"
 
@@ -89,8 +91,8 @@ def upgrade_hint(where: str, *, backup: bool = False) -> Hint:
 
 
 def default_url() -> str:
-    """``$SHARDCAT_CATALOG`` if set, else ``sqlite:///shardcat.db``."""
-    return os.environ.get(ENV_VAR) or DEFAULT_URL
+    """The ``catalog`` setting (``$SHARDCAT_CATALOG``), else ``sqlite:///shardcat.db``."""
+    return str(config.get("catalog") or DEFAULT_URL)
 
 
 def normalize_url(url: str | URL) -> URL:

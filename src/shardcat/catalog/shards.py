@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from ..errors import CatalogError, DuplicateKeyError, ShardNotFoundError
 from ..storage import redact
-from . import jobs
+from . import jobs, visibility
 from .datasets import find_dataset
 from .models import LIVE_STATES, Dataset, Job, Shard
 from .register import PreparedShard, ensure_layouts, insert_ignore, insert_records
@@ -50,7 +50,7 @@ def list_shards(session: Session, dataset: str, state: str | None) -> list[Shard
     if state is not None:
         q = q.where(Shard.state == state)
     if state == "committed":  # the latest version's shards, not those only older versions read
-        q = q.where(Shard.removed_version.is_(None))
+        q = q.where(visibility.shard_live(Shard))
     q = q.order_by(Shard.shard_number, Shard.url, Shard.id)
     return [shard_row(r, ds.name) for r in session.execute(q).scalars()]
 
@@ -196,13 +196,19 @@ def _check_url_free(
     by_url = {p.url: p for p in preps}
     # One read of the URLs' live rows; which of them are in the way is decided here.
     rows = session.execute(
-        select(Shard.id, Shard.url, Shard.state, Shard.job_id, Shard.removed_version).where(
+        select(
+            Shard.id,
+            Shard.url,
+            Shard.state,
+            Shard.job_id,
+            visibility.shard_live(Shard).label("live"),
+        ).where(
             Shard.dataset_id == ds.id,
             Shard.url.in_(list(by_url)) if len(by_url) > 1 else Shard.url == preps[0].url,
             Shard.state.in_(LIVE_STATES),
         )
     ).all()
-    gone = [r.id for r in rows if r.state == "committed" and r.removed_version is not None]
+    gone = [r.id for r in rows if r.state == "committed" and not r.live]
     for r in rows:
         if r.id in gone:
             continue
@@ -285,8 +291,7 @@ def remove_shard(session: Session, dataset: str, url: str) -> ShardRow:
         select(Shard).where(
             Shard.dataset_id == ds.id,
             Shard.url == url,
-            Shard.state == "committed",
-            Shard.removed_version.is_(None),
+            visibility.shard_live(Shard),
         )
     ).scalar_one_or_none()
     if row is None:

@@ -2,9 +2,8 @@
 
 Each function takes the session of the caller's transaction; the
 :class:`~shardcat.catalog.Catalog` opens it and documents the public methods.
-docs/LIFECYCLE.md describes the model: a record is visible at version ``V``
-iff its shard is committed with ``added_version <= V`` and the record's
-``removed_version`` is NULL or greater than ``V``.
+docs/LIFECYCLE.md describes the model; :mod:`.visibility` defines what each
+version sees, and every statement here takes its conditions from there.
 """
 
 from __future__ import annotations
@@ -15,17 +14,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import delete, func, insert, select, text
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from ..errors import KeyNotFoundError, VersionNotFoundError
 from ..format.checksums import signed_key_hash
+from . import visibility
 from .datasets import find_dataset
-from .models import Dataset, DatasetTag, DatasetVersion, Shard
+from .models import Dataset, DatasetTag, DatasetVersion, Record, Shard
 from .results import VersionDiff, VersionInfo
 from .session import NO_SYNC
 
 __all__ = [
-    "VISIBLE_AT",
     "ExpireResult",
     "delete_keys",
     "diff_versions",
@@ -41,12 +40,6 @@ __all__ = [
     "untag",
     "visible_shards",
 ]
-
-VISIBLE_AT = (
-    "s.state = 'committed' AND s.added_version <= {v} "
-    "AND (r.removed_version IS NULL OR r.removed_version > {v})"
-)
-"""Which rows of ``records r JOIN shards s`` are visible at version ``{v}`` (docs/LIFECYCLE.md)."""
 
 _CHUNK = 500
 
@@ -145,9 +138,9 @@ def remove_records(session: Session, where: str, params: dict[str, object]) -> t
     """Set ``removed_version = :v`` on live records matching ``where``; returns (records, bytes).
 
     ``where`` is SQL over ``records`` (unaliased, so it may correlate); it is
-    combined with ``removed_version IS NULL``.
+    combined with :func:`.visibility.not_removed`.
     """
-    cond = f"records.removed_version IS NULL AND {where}"
+    cond = f"{visibility.sql(visibility.not_removed, 'records')} AND {where}"
     count, size = session.execute(
         text(f"SELECT count(*), coalesce(sum(byte_length), 0) FROM records WHERE {cond}"), params
     ).one()
@@ -165,8 +158,9 @@ def mark_fully_removed(session: Session, dataset_id: int, version: int) -> None:
     session.execute(
         text(
             "UPDATE shards SET removed_version = :v WHERE dataset_id = :d "
-            "AND state = 'committed' AND removed_version IS NULL AND NOT EXISTS "
-            "(SELECT 1 FROM records r WHERE r.shard_id = shards.id AND r.removed_version IS NULL)"
+            f"AND {visibility.sql(visibility.shard_live, 'shards')} AND NOT EXISTS "
+            "(SELECT 1 FROM records r WHERE r.shard_id = shards.id "
+            f"AND {visibility.sql(visibility.not_removed, 'records AS r')})"
         ),
         {"v": version, "d": dataset_id},
         execution_options=NO_SYNC,
@@ -185,10 +179,11 @@ def delete_keys(
     """
     unique = list(dict.fromkeys(keys))
     total = (0, 0)
+    # The keys' records in committed shards; remove_records keeps the live ones.
     live = (
         "records.dataset_id = :d AND records.key_hash IN ({h}) AND records.key IN ({k}) "
         "AND records.shard_id IN (SELECT id FROM shards WHERE dataset_id = :d "
-        "AND state = 'committed')"
+        f"AND {visibility.sql(visibility.committed, 'shards')})"
     )
     found: set[str] = set()
     for i in range(0, len(unique), _CHUNK):
@@ -203,7 +198,10 @@ def delete_keys(
         )
         found.update(
             session.execute(
-                text(f"SELECT key FROM records WHERE records.removed_version IS NULL AND {where}"),
+                text(
+                    "SELECT key FROM records WHERE "
+                    f"{visibility.sql(visibility.not_removed, 'records')} AND {where}"
+                ),
                 params,
             ).scalars()
         )
@@ -314,11 +312,15 @@ def diff_versions(
     v2 = resolve_version(session, ds, new)
     lo, hi = min(v1, v2), max(v1, v2)
     base = "SELECT r.key, r.shard_id, r.byte_offset FROM records r JOIN shards s ON s.id = r.shard_id WHERE r.dataset_id = :d AND "
-    # Only records that changed between the two versions: added after lo, or removed after lo.
+    # Only records that changed between the two versions: visible at hi and added after lo,
+    # or visible at lo and removed by hi.
     after = {
         k: (sh, off)
         for k, sh, off in session.execute(
-            text(base + VISIBLE_AT.format(v=":hi") + " AND s.added_version > :lo"),
+            text(
+                f"{base}{visibility.sql(visibility.visible_at, 'records AS r', 'shards AS s', ':hi')}"
+                f" AND {visibility.sql(visibility.added_after, 'shards AS s', ':lo')}"
+            ),
             {"d": ds.id, "lo": lo, "hi": hi},
         )
     }
@@ -326,8 +328,8 @@ def diff_versions(
         k: (sh, off)
         for k, sh, off in session.execute(
             text(
-                base + VISIBLE_AT.format(v=":lo") + " AND r.removed_version IS NOT NULL "
-                "AND r.removed_version <= :hi"
+                f"{base}{visibility.sql(visibility.visible_at, 'records AS r', 'shards AS s', ':lo')}"
+                f" AND {visibility.sql(visibility.gone_by, 'records AS r', ':hi')}"
             ),
             {"d": ds.id, "lo": lo, "hi": hi},
         )
@@ -357,14 +359,20 @@ def unreferenced_shards(session: Session, dataset_id: int) -> list[tuple[int, st
     ``removed_version`` is NULL or greater than ``K`` (its last live record was
     removed at ``removed_version``).
     """
+    s = aliased(Shard, name="s")
+    v = aliased(DatasetVersion, name="v")
+    referenced = (
+        select(v.number)
+        .where(v.dataset_id == s.dataset_id, visibility.shard_visible_at(s, v.number))
+        .exists()
+    )
     rows = session.execute(
-        text(
-            "SELECT s.id, s.url FROM shards s WHERE s.dataset_id = :d AND s.state = 'committed' "
-            "AND s.removed_version IS NOT NULL AND NOT EXISTS (SELECT 1 FROM dataset_versions v "
-            "WHERE v.dataset_id = s.dataset_id AND v.number >= s.added_version "
-            "AND v.number < s.removed_version)"
-        ),
-        {"d": dataset_id},
+        select(s.id, s.url).where(
+            s.dataset_id == dataset_id,
+            visibility.committed(s),
+            ~visibility.shard_live(s),
+            ~referenced,
+        )
     )
     return [(int(i), str(u)) for i, u in rows]
 
@@ -444,23 +452,15 @@ def visible_shards(
     shards = list(
         session.execute(
             select(Shard)
-            .where(
-                Shard.dataset_id == ds.id,
-                Shard.state == "committed",
-                Shard.added_version <= number,
-                (Shard.removed_version.is_(None)) | (Shard.removed_version > number),
-            )
+            .where(Shard.dataset_id == ds.id, visibility.shard_visible_at(Shard, number))
             .order_by(Shard.shard_number, Shard.url, Shard.id)
         ).scalars()
     )
     hidden: dict[int, set[int]] = {}
     for shard_id, offset in session.execute(
-        text(
-            "SELECT r.shard_id, r.byte_offset FROM records r JOIN shards s ON s.id = r.shard_id "
-            "WHERE r.dataset_id = :d AND s.state = 'committed' AND s.added_version <= :v "
-            "AND r.removed_version IS NOT NULL AND r.removed_version <= :v"
-        ),
-        {"d": ds.id, "v": number},
+        select(Record.shard_id, Record.byte_offset)
+        .join(Shard, Shard.id == Record.shard_id)
+        .where(Record.dataset_id == ds.id, visibility.hidden_at(Record, Shard, number))
     ):
         hidden.setdefault(int(shard_id), set()).add(int(offset))
     return number, [(s, frozenset(hidden.get(s.id, ()))) for s in shards]

@@ -13,10 +13,12 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.markup import escape
 
+from .. import config
 from .._redact import Scrubber
 from .._version import __version__
 from ..errors import ShardcatError
 from .common import CATALOG_ENV, State
+from .dask_logs import failed_tasks_quiet
 from .global_options import GlobalOptionsGroup, scrubber, set_scrubber, use_global_options
 from .output import err_console
 from .storage_options import parse_storage_options
@@ -137,17 +139,20 @@ def command_line_secrets(args: list[str], environ: Mapping[str, str]) -> Scrubbe
 def main(argv: list[str] | None = None) -> None:
     """Entry point: map shardcat errors to one line on stderr and exit code 1.
 
-    With ``-v`` (or ``$SHARDCAT_DEBUG``) the traceback is printed instead. Every
+    An error raised in a Dask task is printed the same way: Dask workers' own report of
+    it is kept quiet (:mod:`.dask_logs`). With ``-v`` (or ``$SHARDCAT_DEBUG``) the
+    traceback is printed instead, and the workers' reports too. Every
     error text, traceback and usage message is passed through the invocation's
     :class:`~shardcat._redact.Scrubber` first: the messages are built from
     redacted URLs already, this catches what a library quoted on its own.
     """
     args = sys.argv[1:] if argv is None else argv
-    verbose = any(_VERBOSE.fullmatch(a) for a in args) or os.environ.get("SHARDCAT_DEBUG")
+    verbose = any(_VERBOSE.fullmatch(a) for a in args) or bool(config.collect_env().get("debug"))
     set_scrubber(command_line_secrets(args, os.environ))
     try:
         # Outside standalone mode click returns typer.Exit's code instead of exiting.
-        code = app(args, prog_name="shardcat", standalone_mode=False)
+        with failed_tasks_quiet(verbose):
+            code = app(args, prog_name="shardcat", standalone_mode=False)
         if isinstance(code, int) and code:
             sys.exit(code)
     except ShardcatError as e:

@@ -5,11 +5,11 @@ Register with ``app.add_typer(catalog_app, name="catalog")``.
 
 from __future__ import annotations
 
-import os
 from typing import Annotated
 
 import typer
 
+from .. import config
 from .common import state_of
 from .global_options import GlobalOptionsGroup, use_global_options
 from .output import Output
@@ -26,7 +26,7 @@ catalog_app = typer.Typer(
     cls=GlobalOptionsGroup,
 )
 
-PASSWORD_ENV = "SHARDCAT_ROLE_PASSWORD"
+PASSWORD_ENV = config.env_var("role_password")
 
 
 def _output(ctx: typer.Context) -> Output:
@@ -93,7 +93,7 @@ def create_readonly_role(
         require_postgres(engine, "shardcat catalog create-readonly-role")  # before asking anything
         password = None
         if login:
-            password = os.environ.get(PASSWORD_ENV) or typer.prompt(
+            password = config.get("role_password") or typer.prompt(
                 f"password for role {name}", hide_input=True, confirmation_prompt=True
             )
         role = create(engine, name, password=password)

@@ -6,11 +6,11 @@ import datetime as dt
 import os
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from .. import config as cfg
 from ..errors import CatalogError
 from .output import Output, output_for
 
@@ -24,6 +24,7 @@ __all__ = [
     "SchedulerOption",
     "State",
     "WorkersOption",
+    "collect_settings",
     "dask_cluster",
     "load_config",
     "merge_options",
@@ -63,11 +64,10 @@ def dask_cluster(workers: int | None, scheduler: str | None) -> DaskCluster | No
     return DaskCluster(scheduler=scheduler, workers=workers)
 
 
-CONFIG_ENV = "SHARDCAT_CONFIG"
-CATALOG_ENV = "SHARDCAT_CATALOG"
-SQL_ROLE_ENV = "SHARDCAT_SQL_ROLE"
+CONFIG_ENV = cfg.CONFIG_ENV
+CATALOG_ENV = cfg.env_var("catalog")
+SQL_ROLE_ENV = cfg.env_var("sql_role")
 DEFAULT_CATALOG = "sqlite:///shardcat.db"
-_CONFIG_KEYS = ("catalog", "sql_role", "storage_options")
 
 
 class State:
@@ -80,7 +80,8 @@ class State:
     out:
         The :class:`Output` that ``--output``/``--json`` chose.
     config:
-        The config file's contents (empty without one).
+        The settings the config file and the environment give (empty without
+        either); they are in :mod:`shardcat.config` too while the command runs.
     """
 
     def __init__(
@@ -95,7 +96,7 @@ class State:
         self.out: Output = output_for(output)
         self.verbose = verbose
         self.storage_options = dict(storage_options or {})
-        self.catalog_url = catalog_url or os.environ.get(CATALOG_ENV) or DEFAULT_CATALOG
+        self.catalog_url = catalog_url or cfg.get("catalog") or DEFAULT_CATALOG
         self.config: dict[str, Any] = dict(config or {})
 
     def __repr__(self) -> str:
@@ -109,7 +110,8 @@ def state_of(ctx: typer.Context) -> State:
 
 
 def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a TOML config file: ``catalog = "..."``, ``sql_role = "..."``, ``[storage_options]``.
+    """Read a TOML config file: ``catalog = "..."``, ``[storage_options]``, any setting of
+    docs/CONFIG.md (:func:`shardcat.config.read_file`).
 
     Raises
     ------
@@ -117,38 +119,23 @@ def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
         If the file is missing, is not TOML, or has unknown keys.
     """
     try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        try:
-            import tomli as tomllib  # type: ignore[no-redef]
-        except ModuleNotFoundError:
-            raise typer.BadParameter(
-                "reading a config file needs Python 3.11+ or `pip install tomli`",
-                param_hint="--config",
-            ) from None
+        return cfg.read_file(path)
+    except (OSError, ValueError) as e:
+        raise typer.BadParameter(str(e), param_hint="--config") from None
 
-    p = Path(path)
+
+def collect_settings(path: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """The settings of the file ``path`` (default ``$SHARDCAT_CONFIG``) and the environment.
+
+    Raises
+    ------
+    typer.BadParameter
+        As :func:`load_config`.
+    """
     try:
-        with p.open("rb") as f:
-            doc = tomllib.load(f)
-    except FileNotFoundError:
-        raise typer.BadParameter(f"no config file {p}", param_hint="--config") from None
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        # The decoder's message names a line and column, never the file's values.
-        raise typer.BadParameter(f"cannot read {p}: {e}", param_hint="--config") from None
-    unknown = sorted(set(doc) - set(_CONFIG_KEYS))
-    if unknown:
-        raise typer.BadParameter(
-            f"{p}: unknown key(s) {', '.join(unknown)}; known: {', '.join(_CONFIG_KEYS)}",
-            param_hint="--config",
-        )
-    if "catalog" in doc and not isinstance(doc["catalog"], str):
-        raise typer.BadParameter(f"{p}: catalog must be a string URL", param_hint="--config")
-    if "sql_role" in doc and not isinstance(doc["sql_role"], str):
-        raise typer.BadParameter(f"{p}: sql_role must be a string", param_hint="--config")
-    if not isinstance(doc.get("storage_options", {}), dict):
-        raise typer.BadParameter(f"{p}: storage_options must be a table", param_hint="--config")
-    return doc
+        return cfg.collect(path)
+    except (OSError, ValueError) as e:
+        raise typer.BadParameter(str(e), param_hint="--config") from None
 
 
 def merge_options(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -162,9 +149,10 @@ def merge_options(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str,
     return out
 
 
-def resolve_catalog_url(flag: str | None, config: Mapping[str, Any]) -> str:
-    """Command line, then ``$SHARDCAT_CATALOG``, then the config file, then the default."""
-    return flag or os.environ.get(CATALOG_ENV) or config.get("catalog") or DEFAULT_CATALOG
+def resolve_catalog_url(flag: str | None, settings: Mapping[str, Any]) -> str:
+    """Command line, then the ``catalog`` setting (``$SHARDCAT_CATALOG``, then the config
+    file: ``settings``, as :func:`collect_settings` gives them), then the default."""
+    return flag or settings.get("catalog") or DEFAULT_CATALOG
 
 
 def require_catalog(url: str) -> None:

@@ -21,8 +21,15 @@ import rich
 import typer
 from typer.core import TyperCommand, TyperGroup
 
+from .. import config
 from .._redact import Scrubber
-from .common import CONFIG_ENV, State, load_config, merge_options, resolve_catalog_url
+from .common import (
+    CONFIG_ENV,
+    State,
+    collect_settings,
+    merge_options,
+    resolve_catalog_url,
+)
 from .metavars import clean_params
 from .storage_options import STORAGE_OPTION_HELP, parse_storage_options
 
@@ -205,17 +212,14 @@ def configure(ctx: typer.Context, args: GlobalArgs) -> State:
     )
     # Progress bars and spinners (rich's global console) go to stderr: stdout is for results.
     rich.reconfigure(stderr=True)
-    config = args.config
-    if config is None:
-        import os
-
-        env = os.environ.get(CONFIG_ENV)
-        config = Path(env) if env else None
-    doc = load_config(config) if config is not None else {}
+    # The file (--config, else $SHARDCAT_CONFIG) under the environment, read now and put
+    # into shardcat.config for as long as the command runs; the options given win over both.
+    settings = collect_settings(args.config)
+    ctx.with_resource(config.set(settings))
     options = merge_options(
-        doc.get("storage_options", {}), parse_storage_options(list(args.storage_option))
+        settings.get("storage_options", {}), parse_storage_options(list(args.storage_option))
     )
-    catalog_url = resolve_catalog_url(args.catalog, doc)
+    catalog_url = resolve_catalog_url(args.catalog, settings)
     scrubber().add_url(catalog_url)
     scrubber().add_options(options)
     state = State(
@@ -223,7 +227,7 @@ def configure(ctx: typer.Context, args: GlobalArgs) -> State:
         storage_options=options,
         catalog_url=catalog_url,
         output=args.output_name(),
-        config=doc,
+        config=settings,
     )
     ctx.obj = state
     return state

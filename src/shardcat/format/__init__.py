@@ -12,6 +12,7 @@ from .header import Header, Trailer
 from .info import ShardInfo
 from .reader import ShardReader
 from .recordcodec import active as record_codec
+from .sink import FileSink, ShardSink
 from .sources import BytesSource, FileSource
 from .spec import FORMAT_VERSION, HEADER_MAGIC, TRAILER_MAGIC, Codec
 from .stream import iter_partial
@@ -26,12 +27,14 @@ __all__ = [
     "Codec",
     "Entry",
     "EntrySpec",
+    "FileSink",
     "FileSource",
     "Footer",
     "Header",
     "Record",
     "ShardInfo",
     "ShardReader",
+    "ShardSink",
     "ShardWriter",
     "Trailer",
     "VerifyReport",

@@ -1,7 +1,11 @@
-/* CRC32C (Castagnoli) for the compiled modules, _ccodec.c and tar/_ctar.c.
+/* CRC32C (Castagnoli) for the compiled modules, ccodec/ and tar/_ctar.c.
  *
- * Included once by each: every function is static, so each extension holds its
- * own tables (filled by crc_init() in its module init). Slicing-by-8 in
+ * A module of one translation unit (_ctar.c) includes it as it is: every
+ * function is static, so each extension holds its own tables (filled by
+ * crc_init() in its module init). A module of several units (ccodec/) defines
+ * SC_CRC_SHARED before including it: the tables are then one copy, defined by
+ * the unit that also defines SC_CRC_DEFINE (ccodec/crc.c, whose crc_init the
+ * module init calls), and crc32c() stays inline in every unit. Slicing-by-8 in
  * software; the SSE4.2 CRC32 instruction on three interleaved streams where the
  * CPU has it (checked at run time). Results equal the crc32c package's.
  */
@@ -30,10 +34,27 @@ static inline uint64_t ld64(const unsigned char *p) { return (uint64_t)ld32(p) |
 #define LONG_BLOCK 8192
 #define SHORT_BLOCK 256
 
-static uint32_t crc_table[8][256];
-static uint32_t shift_long[4][256];  /* multiply a CRC register by x^(8 * LONG_BLOCK) */
-static uint32_t shift_short[4][256]; /* ... by x^(8 * SHORT_BLOCK) */
-static int have_sse42;
+#if !defined(SC_CRC_SHARED)
+#define SC_CRC_STORAGE static
+#define SC_CRC_TABLES_HERE 1
+#elif defined(SC_CRC_DEFINE)
+#define SC_CRC_STORAGE
+#define SC_CRC_TABLES_HERE 1
+#else
+#define SC_CRC_STORAGE extern
+#endif
+#if defined(__GNUC__) || defined(__clang__)
+#define SC_MAYBE_UNUSED __attribute__((unused))
+#else
+#define SC_MAYBE_UNUSED
+#endif
+
+SC_CRC_STORAGE uint32_t crc_table[8][256];
+SC_CRC_STORAGE uint32_t shift_long[4][256];  /* multiply a CRC register by x^(8 * LONG_BLOCK) */
+SC_CRC_STORAGE uint32_t shift_short[4][256]; /* ... by x^(8 * SHORT_BLOCK) */
+SC_CRC_STORAGE int have_sse42;
+
+#ifdef SC_CRC_TABLES_HERE
 
 /* a * b modulo the polynomial, in the reflected bit order (x^0 is bit 31). */
 static uint32_t multmodp(uint32_t a, uint32_t b)
@@ -75,13 +96,11 @@ static void shift_table(uint32_t table[4][256], size_t n)
             table[k][v] = multmodp(op, v << (8 * k));
 }
 
-static inline uint32_t shift(uint32_t table[4][256], uint32_t crc)
-{
-    return table[0][crc & 0xff] ^ table[1][(crc >> 8) & 0xff] ^ table[2][(crc >> 16) & 0xff] ^
-           table[3][crc >> 24];
-}
-
+#ifdef SC_CRC_SHARED
+void crc_init(void)
+#else
 static void crc_init(void)
+#endif
 {
     for (uint32_t n = 0; n < 256; n++) {
         uint32_t c = n;
@@ -99,8 +118,17 @@ static void crc_init(void)
     have_sse42 = __builtin_cpu_supports("sse4.2");
 #endif
 }
+#else
+void crc_init(void);
+#endif /* SC_CRC_TABLES_HERE */
 
-static uint32_t crc_sw(uint32_t crc, const unsigned char *buf, size_t len)
+static inline uint32_t shift(uint32_t table[4][256], uint32_t crc)
+{
+    return table[0][crc & 0xff] ^ table[1][(crc >> 8) & 0xff] ^ table[2][(crc >> 16) & 0xff] ^
+           table[3][crc >> 24];
+}
+
+SC_MAYBE_UNUSED static uint32_t crc_sw(uint32_t crc, const unsigned char *buf, size_t len)
 {
     uint32_t c = ~crc;
     while (len && ((uintptr_t)buf & 7)) {
@@ -132,7 +160,7 @@ static uint32_t crc_sw(uint32_t crc, const unsigned char *buf, size_t len)
 /* One crc32 instruction has a latency of three cycles and a throughput of
    one: three independent streams keep the unit busy, and the shift tables
    join them (register(A B C) = shift(shift(reg A) ^ reg B) ^ reg C). */
-__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const unsigned char *buf, size_t len)
+__attribute__((target("sse4.2"))) SC_MAYBE_UNUSED static uint32_t crc_hw(uint32_t crc, const unsigned char *buf, size_t len)
 {
     uint32_t c0 = ~crc;
     const size_t w = sizeof(CRC_WORD);

@@ -15,10 +15,10 @@ Every failure is a :class:`~shardcat.errors.FormatError` naming the entry.
 from __future__ import annotations
 
 import importlib
-import os
 import threading
 from typing import Any
 
+from .. import config
 from .._units import format_bytes, parse_size
 from ..errors import CodecUnavailableError, DecompressionLimitError, FormatError
 from .spec import Codec
@@ -80,21 +80,22 @@ _parsed_limits: dict[str, int] = {}
 def max_decompressed_bytes() -> int:
     """The largest decompressed entry this process reads (and its writers compress).
 
-    ``SHARDCAT_MAX_DECOMPRESSED_BYTES`` (bytes, or a size such as ``"4GiB"``)
-    if set, else 1 GiB. Read on every call, so it can be changed at run time.
+    The ``max_decompressed_bytes`` setting (``SHARDCAT_MAX_DECOMPRESSED_BYTES``:
+    bytes, or a size such as ``"4GiB"``; 1 GiB by default), read on every
+    call, so that :func:`shardcat.config.set` changes it at run time.
 
     Raises
     ------
     ValueError
-        The variable is set but is not a positive size.
+        The setting is not a positive size.
     """
-    raw = os.environ.get(MAX_DECOMPRESSED_ENV)
-    if not raw:
+    raw = config.get("max_decompressed_bytes")
+    if not raw and raw != 0:
         return DEFAULT_MAX_DECOMPRESSED_BYTES
     limit = _parsed_limits.get(raw)
     if limit is None:
         try:
-            limit = parse_size(int(raw) if raw.strip().isdigit() else raw)
+            limit = parse_size(int(raw) if isinstance(raw, str) and raw.strip().isdigit() else raw)
         except ValueError as e:
             raise ValueError(
                 f"{MAX_DECOMPRESSED_ENV}={raw!r} is not a size: {e} (write e.g. 4GiB or 4294967296)"

@@ -9,7 +9,7 @@ record, or only keys, pays for no other. Its public behaviour is
 :class:`~shardcat.format.Record`'s.
 
 A new record is left out of Python's cyclic garbage collector (it can be in
-no reference cycle: ``_ccodec.c``, ``decode_one``, says why), so batches and
+no reference cycle: ``ccodec/decode.c``, ``decode_one``, says why), so batches and
 streams of records do not make each collection walk them all; it goes back
 under the collector before it refers to anything a caller can change.
 
@@ -18,7 +18,7 @@ also outside the collector, and so is the list that caches them: a batch of
 10,000 records whose entries were read adds no object for the collector to
 walk but the memoryviews asked for (``Entry.view``; ``Entry.data`` and
 ``len`` make none). Setting an attribute of one puts it, its record and that
-list back under the collector first (``_ccodec.c``, "sealed entries").
+list back under the collector first (``ccodec/lazy.c``, "sealed entries").
 """
 
 from __future__ import annotations

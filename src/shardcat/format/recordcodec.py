@@ -1,7 +1,7 @@
 """Which record codec runs: the compiled one, or the pure-Python reference.
 
 Both read and write the same bytes and raise the same errors: the compiled
-codec (``_ccodec.c``, built with the package when a C compiler is present)
+codec (``format/ccodec/``, built with the package when a C compiler is present)
 checks everything the reference (:mod:`.records`) checks and hands every
 failure back to it, so the reference's error is the one raised.
 
@@ -16,7 +16,8 @@ failure back to it, so the reference's error is the one raised.
 
 The variable is not ``SHARDCAT_CODEC`` because "codec" already names an
 entry's compression (:class:`~shardcat.format.Codec`). :func:`active` tells
-which one runs; :func:`use` switches (tests and benchmarks run both).
+which one runs; :func:`use` switches (tests and benchmarks run both), through
+the registry of implementations (:mod:`.implementations`).
 
 Callers look the functions up here at call time (``recordcodec.decode_record``),
 not at import, so that a switch reaches them.
@@ -25,7 +26,6 @@ not at import, so that a switch reaches them.
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -33,17 +33,17 @@ import crc32c as _crc32c_package
 import numpy as np
 
 from .. import _pread
-from . import records, scatter
+from . import implementations, records, runs, scatter
 from .entries import Record, _StoredEntry
-from .implementations import Name, choose
+from .implementations import Name
 from .spec import BATCH_ROW_DTYPE, Codec
+from .tar import read as tar_read
 
 __all__ = [
     "ENV_VAR",
     "active",
     "available",
     "batch_table",
-    "compiled_tar_record",
     "crc32c",
     "crc32c_spans",
     "decode_batch",
@@ -59,6 +59,7 @@ __all__ = [
     "scatter_copy",
     "scatter_read",
     "scatter_read_runs",
+    "tar_record",
     "use",
 ]
 
@@ -66,6 +67,9 @@ ENV_VAR = "SHARDCAT_RECORD_CODEC"
 
 _compiled: Any
 _missing: ImportError | None = None
+cpython_tricks = False
+"""Whether the compiled codec runs with its CPython-internal tricks (``ccodec.h`` lists them)
+or the plain path; chosen once, when it is set up (:func:`.implementations.cpython_tricks`)."""
 try:
     _compiled = importlib.import_module(f"{__package__}._ccodec")
 except ImportError as e:  # built without a compiler, or a source checkout not built
@@ -74,7 +78,7 @@ except ImportError as e:  # built without a compiler, or a source checkout not b
 else:
     from . import lazy  # LazyRecord needs the extension
 
-    _compiled._setup(
+    cpython_tricks = _compiled._setup(
         lazy.LazyRecord,
         lazy.make_layout,
         records.EncodedRecord,
@@ -85,6 +89,7 @@ else:
         _StoredEntry,
         records.decode_spanned,
         lazy._SpanEntry,
+        implementations.cpython_tricks(),
     )
 
 DecodeRun = Callable[..., tuple[list[tuple[memoryview, Record]], int]]
@@ -130,11 +135,11 @@ decode_record: Callable[..., Record]
 decode_indexed: Callable[..., Record]
 decode_spanned: Callable[..., Record]
 """The point lookup's decoder (:func:`.records.decode_spanned`): positional arguments only."""
-decode_run: DecodeRun | None
-"""The batch decoder of a stream buffer (the compiled codec only; None otherwise)."""
-decode_records: Callable[..., tuple[list[Record], int]] | None
-iter_records: Callable[..., Any] | None
-"""``decode_records`` as an iterator of records with ``used``/``count`` (compiled only)."""
+decode_run: DecodeRun
+"""The whole, sound records of a stream buffer, with their views (:func:`.runs.decode_run`)."""
+decode_records: Callable[..., tuple[list[Record], int]]
+iter_records: Callable[..., Any]
+"""``decode_records`` as an iterator of records with ``used``/``count`` (:func:`.runs.iter_records`)."""
 decode_batch: DecodeBatch
 """Every record of a batch of indexed reads (:func:`.records.decode_batch`)."""
 batch_table: Callable[[list[Any], dict[str, Any]], records.BatchTable]
@@ -143,8 +148,12 @@ read_packed: Callable[..., Sequence[bytes | memoryview] | None]
 """A batch's records read from local files into packed buffers (:func:`shardcat._pread.read_packed`);
 the compiled one, given a pool, returns memoryviews of the pool's buffers it read into."""
 crc32c: Callable[..., int]
-add_plain: Callable[..., int | None] | None
-"""``ShardWriter.add``'s common case (the compiled codec only; None otherwise)."""
+add_plain: Callable[..., int | None]
+"""``ShardWriter.add``'s common case: the record's index, or None for its own path
+(:func:`.records.add_plain`, which always answers None)."""
+tar_record: Callable[..., Record | None]
+"""A tar sample's record from a catalog row, or None where :func:`.tar.read.read_tar_record`
+raises (:func:`.tar.read.tar_record`): the point lookup's tar finisher."""
 scatter_read: Callable[..., bool]
 """A run of a local file read straight into pieces of a buffer (:func:`.scatter.scatter_read`)."""
 scatter_read_runs: Callable[..., int]
@@ -155,25 +164,59 @@ scatter_copy: Callable[..., None]
 """Bytes laid out in pieces of a buffer (:func:`.scatter.scatter_copy`)."""
 crc32c_spans: Callable[..., bytes]
 """The CRC32C of many spans of one buffer (:func:`.scatter.crc32c_spans`)."""
-_active: Name
+COMPONENT = "record codec"
 
+_PYTHON: dict[str, Any] = {
+    "encode_record": records.encode_record,
+    "decode_record": records.decode_record,
+    "decode_indexed": records.decode_indexed,
+    "decode_spanned": records.decode_spanned,
+    "decode_run": runs.decode_run,
+    "decode_records": runs.decode_records,
+    "iter_records": runs.iter_records,
+    "decode_batch": records.decode_batch,
+    "batch_table": records.batch_table,
+    "read_packed": _pread.read_packed,
+    "crc32c": _crc32c_package.crc32c,
+    "add_plain": records.add_plain,
+    "tar_record": tar_read.tar_record,
+    "scatter_read": scatter.scatter_read,
+    "scatter_read_runs": scatter.scatter_read_runs,
+    "scatter_copy": scatter.scatter_copy,
+    "gather_copy": scatter.gather_copy,
+    "crc32c_spans": scatter.crc32c_spans,
+}
+_COMPILED: dict[str, Any] = {}
+if _compiled is not None:
+    _COMPILED = {
+        name: getattr(_compiled, name, _PYTHON[name])
+        # Built where pread is (POSIX); elsewhere the reference, which reads no faster.
+        for name in _PYTHON
+    }
+    _COMPILED["decode_batch"] = _compiled_decode_batch
+    _COMPILED["batch_table"] = _compiled_batch_table
 
-def compiled_tar_record() -> Callable[..., Record | None] | None:
-    """The compiled codec's ``tar_record`` (``read_tar_record`` compiled, None on any mismatch), if built.
-
-    The compiled point lookup's tar finisher (``catalog/point.py``) calls it.
-    """
-    return None if _compiled is None else getattr(_compiled, "tar_record", None)
+implementations.register(
+    implementations.Component(
+        COMPONENT,
+        ENV_VAR,
+        globals(),
+        _PYTHON,
+        _COMPILED,
+        built=lambda: _compiled is not None,
+        missing=lambda: _missing,
+    )
+)
 
 
 def available() -> list[Name]:
     """The codecs this installation has: always ``"python"``, and ``"compiled"`` if it was built."""
-    return ["compiled", "python"] if _compiled is not None else ["python"]
+    return implementations.available(COMPONENT)
 
 
 def active() -> Name:
     """The codec in use: ``"compiled"`` or ``"python"``."""
-    return _active
+    return implementations.active(COMPONENT)
 
 
 def use(name: str) -> Name:
@@ -186,51 +229,7 @@ def use(name: str) -> Name:
     ValueError
         An unknown name.
     """
-    global encode_record, decode_record, decode_indexed, decode_spanned, decode_run, decode_records
-    global decode_batch, iter_records, read_packed, batch_table
-    global crc32c, add_plain, scatter_read, scatter_read_runs, gather_copy, scatter_copy
-    global crc32c_spans, _active
-    previous = globals().get("_active", "python")
-    choice = choose(
-        name, built=_compiled is not None, missing=_missing, what="record codec", env_var=ENV_VAR
-    )
-    if choice == "compiled":
-        encode_record = _compiled.encode_record
-        decode_record = _compiled.decode_record
-        decode_indexed = _compiled.decode_indexed
-        decode_spanned = _compiled.decode_spanned
-        decode_run = _compiled.decode_run
-        decode_records = _compiled.decode_records
-        iter_records = _compiled.iter_records
-        decode_batch = _compiled_decode_batch
-        batch_table = _compiled_batch_table
-        # Built where pread is (POSIX); elsewhere the reference, which reads no faster.
-        read_packed = getattr(_compiled, "read_packed", _pread.read_packed)
-        crc32c = _compiled.crc32c
-        add_plain = _compiled.add_plain
-        scatter_read = getattr(_compiled, "scatter_read", scatter.scatter_read)
-        scatter_read_runs = getattr(_compiled, "scatter_read_runs", scatter.scatter_read_runs)
-        scatter_copy = _compiled.scatter_copy
-        gather_copy = _compiled.gather_copy
-        crc32c_spans = _compiled.crc32c_spans
-    else:
-        encode_record = records.encode_record
-        decode_record = records.decode_record
-        decode_indexed = records.decode_indexed
-        decode_spanned = records.decode_spanned
-        decode_run = decode_records = iter_records = None
-        decode_batch = records.decode_batch
-        batch_table = records.batch_table
-        read_packed = _pread.read_packed
-        crc32c = _crc32c_package.crc32c
-        add_plain = None
-        scatter_read = scatter.scatter_read
-        scatter_read_runs = scatter.scatter_read_runs
-        scatter_copy = scatter.scatter_copy
-        gather_copy = scatter.gather_copy
-        crc32c_spans = scatter.crc32c_spans
-    _active = choice
-    return previous  # type: ignore[no-any-return]
+    return implementations.use(COMPONENT, name)
 
 
-use(os.environ.get(ENV_VAR, "auto"))
+use(implementations.configured(COMPONENT))

@@ -30,6 +30,7 @@ __all__ = [
     "BatchTable",
     "EncodedRecord",
     "PreparedEntry",
+    "add_plain",
     "batch_table",
     "decode_batch",
     "decode_entry",
@@ -119,6 +120,25 @@ def encode_record(
     )
     parts[0] = RECORD_TAG + crc32c(rest).to_bytes(4, "little") + rest
     return EncodedRecord(parts, record_length, head_length, offsets)
+
+
+def add_plain(
+    writer: Any,
+    key: Any,
+    entries: Any,
+    key_hash: Any,
+    max_key_bytes: int,
+    max_entries: int,
+    block_bytes: int,
+) -> int | None:
+    """``ShardWriter.add``'s common case: the twin of the compiled ``add_plain``.
+
+    Compiled, it encodes and appends a record of bytes entries under names the
+    writer has seen and returns its index, or returns None for anything else.
+    This twin returns None for every record: ``ShardWriter.add``'s own path,
+    the reference, then writes it.
+    """
+    return None
 
 
 def decode_record(

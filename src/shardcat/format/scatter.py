@@ -4,7 +4,7 @@ A packed batch made straight from a shard's bytes (:mod:`shardcat.readers.direct
 reads a run of whole records so that each payload lands at its column's
 place in shared memory and everything else (record heads, padding, other
 entries) in a rest area, then checks every head and payload in one call.
-The compiled codec (``_ccodec.c``: ``scatter_read``, ``scatter_copy``,
+The compiled codec (``ccodec/scatter.c``: ``scatter_read``, ``scatter_copy``,
 ``crc32c_spans``) does each in one C call; these are the pure-Python
 references, chosen with ``SHARDCAT_RECORD_CODEC=python``.
 """

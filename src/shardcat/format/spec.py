@@ -248,7 +248,7 @@ assert TRAILER_DTYPE.itemsize == TRAILER_SIZE
 # --- batch read plan: where each record of a batched read lies -----------
 # Not in the file: the in-memory table a batch of indexed reads hands the
 # record codec's batch decoder (``decode_batch``), one row per record, in
-# read order. The compiled codec reads these rows by offset (_ccodec.c).
+# read order. The compiled codec reads these rows by offset (format/ccodec/batch.c).
 BATCH_ROW_DTYPE = np.dtype(
     [
         ("blob", "<u4"),  # 0   which read buffer holds the record

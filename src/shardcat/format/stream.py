@@ -147,46 +147,44 @@ def _batches(
             raise FormatError("non-zero padding after the header", path=path, offset=HEADER_SIZE)
         index = 0
         decode_record = recordcodec.decode_record
-        # The compiled codec's batch decoder takes every whole, sound record
-        # of the buffer in one call; the loop below then handles the record
-        # it stopped at (one that straddles two chunks, or a damaged one).
-        decode_run = recordcodec.decode_run if views else None
-        iter_run = None if views else recordcodec.iter_records
+        # The codec's run decoder takes every whole, sound record of the
+        # buffer in one call; the loop below then handles the record it
+        # stopped at (one that straddles two chunks, or a damaged one).
+        decode_run = recordcodec.decode_run
+        iter_run = recordcodec.iter_records
         stop_at = -1 if end is None else end
         # Without ``end`` (salvage), the first damaged or incomplete record
         # raises and the caller stops there.
         while end is None or pos < end:
-            if iter_run is not None or decode_run is not None:
-                args = (
-                    buf.view,
-                    buf.pos,
-                    buf.end if iter_run is not None else min(buf.end, buf.pos + _RUN_BYTES),
-                    pos,
-                    stop_at,
-                    alignment,
-                    index,
-                    names,
-                    cache,
-                    verify,
-                    path,
-                )
-                if iter_run is not None:
-                    run = iter_run(*args)
-                    yield run
-                    for _ in run:  # a consumer that stopped early: skip what it left
-                        pass
-                    used, decoded = run.used, run.count
-                else:
-                    assert decode_run is not None
-                    pairs, used = decode_run(*args)
-                    decoded = len(pairs)
-                    if used:
-                        yield pairs
+            args = (
+                buf.view,
+                buf.pos,
+                min(buf.end, buf.pos + _RUN_BYTES) if views else buf.end,
+                pos,
+                stop_at,
+                alignment,
+                index,
+                names,
+                cache,
+                verify,
+                path,
+            )
+            if not views:
+                run = iter_run(*args)
+                yield run
+                for _ in run:  # a consumer that stopped early: skip what it left
+                    pass
+                used, decoded = run.used, run.count
+            else:
+                pairs, used = decode_run(*args)
+                decoded = len(pairs)
                 if used:
-                    buf.pos += used
-                    pos += used
-                    index += decoded
-                    continue
+                    yield pairs
+            if used:
+                buf.pos += used
+                pos += used
+                index += decoded
+                continue
             # Inlined buffer bookkeeping: this loop runs once per record.
             at = buf.pos
             if buf.end - at < head_size:

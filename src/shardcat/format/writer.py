@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import threading
 import time
 from array import array
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -23,6 +25,7 @@ from .footer import EntrySpec, Footer, nesting_exceeds
 from .header import Header
 from .info import ShardInfo
 from .records import PreparedEntry
+from .sink import ShardSink, as_sink
 from .spec import (
     ALIGNMENTS,
     DEFAULT_ALIGNMENT,
@@ -66,14 +69,17 @@ class ShardWriter(CloseOrAbort):
     Memory is bounded by the largest record, the 4 MiB of records gathered
     for the next write, and the index (40 bytes and the key per record, 32
     bytes per entry); nothing is ever seeked back to, so the target can be an
-    object-store upload. Records reach the file in 4 MiB writes: a reader of
-    the file sees them once the block is written, and every one by ``close``
-    (or ``abort``, which writes what it gathered and no footer).
+    object-store upload. Records reach the sink in 4 MiB writes: a reader of
+    a file sees them once the block is written, and every one by ``close``
+    (or ``abort``, which writes what it gathered and no footer where the sink
+    keeps partial shards).
 
     Parameters
     ----------
-    file:
-        A writable binary stream. It is not closed unless ``close_file``.
+    sink:
+        Where the bytes go: a :class:`~shardcat.format.sink.ShardSink`
+        (``shardcat.storage.open_writer`` builds one for a URL), or a writable
+        binary stream, which is not closed unless ``close_file``.
     path:
         Name of the shard, used in error messages and in :class:`ShardInfo`.
     metadata:
@@ -103,7 +109,7 @@ class ShardWriter(CloseOrAbort):
 
     def __init__(
         self,
-        file: BinaryIO,
+        sink: ShardSink | BinaryIO,
         *,
         path: str = "<stream>",
         metadata: Mapping[str, Any] | None = None,
@@ -118,8 +124,7 @@ class ShardWriter(CloseOrAbort):
         if alignment not in ALIGNMENTS:
             raise ValueError(f"alignment must be one of {ALIGNMENTS}, not {alignment}")
         self.path = path
-        self._file = file
-        self._close_file = close_file
+        self._sink = as_sink(sink, close_file=close_file)
         self._codec = Codec.parse(compression)
         self._level = compression_level
         self._alignment = alignment
@@ -139,7 +144,7 @@ class ShardWriter(CloseOrAbort):
         self._header = Header.decode(header, path=path)  # carries its CRC
         # Zero padding up to the alignment, so payload offsets are aligned in the file.
         pad = bytes(data_start(alignment) - HEADER_SIZE)
-        self._file.write(header + pad)
+        self._sink.write(header + pad)
         self._pos = HEADER_SIZE + len(pad)
         self._data_crc = recordcodec.crc32c(pad)
         self._seen: set[bytes] = set()
@@ -160,9 +165,15 @@ class ShardWriter(CloseOrAbort):
         self._guessed: dict[str, str] = {}
         self._specs: dict[tuple[bytes, bytes, Codec], int] = {}
         self._info: ShardInfo | None = None
+        self._published: Future[ShardInfo] | None = None
         self._failed = False
 
     # --- state ---------------------------------------------------------------
+
+    @property
+    def sink(self) -> ShardSink:
+        """Where the shard's bytes go."""
+        return self._sink
 
     @property
     def record_count(self) -> int:
@@ -209,15 +220,13 @@ class ShardWriter(CloseOrAbort):
         """
         if self._info is not None or self._failed:
             raise WriterClosedError(f"{self.path}: cannot add {key!r}, the writer is closed")
-        add_plain = recordcodec.add_plain
-        if add_plain is not None:
-            # The common record (bytes values under names seen before) in one compiled
-            # call; None where this method's own path below has to run.
-            index = add_plain(
-                self, key, entries, key_hash, MAX_KEY_BYTES, MAX_ENTRIES, _BLOCK_BYTES
-            )
-            if index is not None:
-                return index
+        # The common record (bytes values under names seen before) in one compiled
+        # call; None where this method's own path below has to run (always, in Python).
+        index = recordcodec.add_plain(
+            self, key, entries, key_hash, MAX_KEY_BYTES, MAX_ENTRIES, _BLOCK_BYTES
+        )
+        if index is not None:
+            return index
         # The common key (ASCII text within the limit) without a call; the rest checked there.
         if type(key) is str and key.isascii() and 0 < len(key) <= MAX_KEY_BYTES:
             raw_key = key.encode("ascii")
@@ -369,8 +378,9 @@ class ShardWriter(CloseOrAbort):
         self._write_block()
         crc32c = recordcodec.crc32c
         crc = self._data_crc
+        write = self._sink.write
         for part in parts:
-            self._file.write(part)
+            write(part)
             crc = crc32c(part, crc)
         self._data_crc = crc
 
@@ -381,7 +391,7 @@ class ShardWriter(CloseOrAbort):
         blob = b"".join(self._block)  # immutable: the file may keep it
         self._block.clear()
         self._block_bytes = 0
-        self._file.write(blob)
+        self._sink.write(blob)
         self._data_crc = recordcodec.crc32c(blob, self._data_crc)
 
     # --- closing -------------------------------------------------------------
@@ -420,40 +430,91 @@ class ShardWriter(CloseOrAbort):
         self._user_metadata = _checked_metadata(self.path, {**self._user_metadata, **values})
 
     def close(self) -> ShardInfo:
-        """Write the footer and trailer and return the shard's summary (idempotent)."""
+        """Write the footer and trailer, publish the shard and return its summary (idempotent).
+
+        Raises
+        ------
+        WriterClosedError
+            An earlier write failed (the shard was given up).
+        Exception
+            What the sink raised writing the footer or publishing the shard
+            (nothing is published then), again on every later call.
+        """
+        return self._publish(in_background=False).result()
+
+    def close_in_background(self) -> Future[ShardInfo]:
+        """Finish the shard here; publish it on a thread where publishing is a wait for the store.
+
+        The footer is written before this returns (its errors are raised
+        here). Where the sink's publication is mostly a wait without the GIL
+        (:attr:`ShardSink.publishes_in_background`: a local file's ``fsync``
+        and link, an S3 PUT through obstore) it runs on a thread and the
+        caller can encode the next shard meanwhile; elsewhere it happens
+        before this returns. Either way the future's ``result()`` is the
+        shard's summary once it is published, or raises the publication's
+        error (nothing is published then). :meth:`close` waits for it.
+        """
+        return self._publish(in_background=True)
+
+    def _publish(self, *, in_background: bool) -> Future[ShardInfo]:
+        if self._published is not None:
+            return self._published
+        info = self._finish()
+        sink = self._sink
+        future = self._published = Future()
+
+        def publish() -> None:
+            try:
+                sink.close()
+            except BaseException as e:  # the caller's result() raises it
+                future.set_exception(e)
+            else:
+                future.set_result(info)
+
+        if not (in_background and sink.publishes_in_background):
+            publish()
+            return future
+        # Not a daemon: a shard in flight is published before the interpreter exits.
+        thread = threading.Thread(target=publish, name=f"shardcat-publish {self.path}")
+        try:
+            thread.start()
+        except RuntimeError:  # no thread can start (the interpreter is exiting): publish here
+            publish()
+        return future
+
+    def _finish(self) -> ShardInfo:
+        """Write the rest of the records and the footer (the shard is given up if that fails)."""
         if self._info is not None:
             return self._info
         if self._failed:
+            with contextlib.suppress(Exception):
+                self._sink.abort()
             raise WriterClosedError(
                 f"{self.path}: an earlier write failed; the shard is incomplete and must be rewritten"
             )
         try:
             self._write_block()
+            n = self._count
+            records = _table(self._rows, RECORD_ROW_DTYPE, _RECORD_FIELDS)
+            entries = _table(self._entry_rows, ENTRY_ROW_DTYPE, _ENTRY_FIELDS)
+            specs = [EntrySpec(n.decode("utf-8"), t.decode("ascii"), c) for n, t, c in self._specs]
+            metadata = self._footer_metadata(specs, entries)
+            keys_blob = b"".join(self._keys)
+            tail = Footer.encode(
+                records,
+                entries,
+                keys_blob,
+                metadata,
+                footer_offset=self._pos,
+                data_crc=self._data_crc,
+                header_crc=self._header.crc,
+            )
+            self._sink.write(tail)
+            self._sink.flush()
         except BaseException:
             self._failed = True
-            raise
-        n = self._count
-        records = _table(self._rows, RECORD_ROW_DTYPE, _RECORD_FIELDS)
-        entries = _table(self._entry_rows, ENTRY_ROW_DTYPE, _ENTRY_FIELDS)
-        specs = [EntrySpec(n.decode("utf-8"), t.decode("ascii"), c) for n, t, c in self._specs]
-        metadata = self._footer_metadata(specs, entries)
-        keys_blob = b"".join(self._keys)
-        tail = Footer.encode(
-            records,
-            entries,
-            keys_blob,
-            metadata,
-            footer_offset=self._pos,
-            data_crc=self._data_crc,
-            header_crc=self._header.crc,
-        )
-        try:
-            self._file.write(tail)
-            self._file.flush()
-            if self._close_file:
-                self._file.close()
-        except BaseException:
-            self._failed = True
+            with contextlib.suppress(Exception):  # the error that led here is the one to see
+                self._sink.abort()
             raise
         info = ShardInfo(
             path=self.path,
@@ -473,18 +534,21 @@ class ShardWriter(CloseOrAbort):
         return info
 
     def abort(self) -> None:
-        """Give up on the shard: no footer is written, so readers reject it."""
+        """Give up on the shard: no footer is written, so readers reject it.
+
+        A sink that keeps partial shards (a plain file) still gets the records
+        gathered so far: they stay salvageable (``iter_partial``), as if
+        written one by one. Once closed (published, or being published by
+        :meth:`close_in_background`), nothing changes.
+        """
         if self._info is not None:
             return
-        if not self._failed:
-            # The records added so far still go to the file: a partial shard's
-            # records stay salvageable (iter_partial), as if written one by one.
+        if not self._failed and self._sink.keeps_partial:
             with contextlib.suppress(Exception):  # the error that led here is the one to see
                 self._write_block()
         self._failed = True
         self._block.clear()
-        if self._close_file:
-            self._file.close()
+        self._sink.abort()
 
 
 _new_tuple = tuple.__new__

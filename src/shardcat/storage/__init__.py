@@ -16,6 +16,7 @@ from .fs import (
 )
 from .local_cache import LocalShardCache
 from .locations import dataset_prefix, first_free, shard_name
+from .shards import open_writer
 from .sources import FsspecSource, open_source
 from .streaming import iter_shards
 from .transport import TRANSPORT_ENV, TransportChoice, choose_transport
@@ -41,6 +42,7 @@ __all__ = [
     "local_path",
     "open_pending",
     "open_source",
+    "open_writer",
     "redact",
     "resolve",
     "resolve_remote_max_gap",

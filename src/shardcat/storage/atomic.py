@@ -31,6 +31,7 @@ import sys
 import uuid
 from typing import Any, BinaryIO, cast
 
+from .. import config
 from .._types import StorageOptions
 from ..errors import ObjectExistsError, ShardcatError
 from . import multipart, objput
@@ -45,6 +46,11 @@ _NO_LINK = {errno.EPERM, errno.EXDEV, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTS
 
 class PendingFile:
     """A file being written; :meth:`commit` publishes it, :meth:`discard` drops it.
+
+    It is the :class:`~shardcat.format.sink.ShardSink` a shard writer writes
+    a URL through (:func:`shardcat.storage.open_writer`): ``write`` and
+    ``flush`` raise shardcat's typed storage errors, ``close`` commits,
+    ``abort`` discards.
 
     Local files are written under a temporary name in the same folder, synced,
     and then linked or renamed into place. Object stores publish an object only
@@ -62,6 +68,8 @@ class PendingFile:
         (:class:`ObjectExistsError`).
     """
 
+    keeps_partial = False
+    """An aborted file is dropped: nothing of it stays to salvage."""
     publishes_in_background = False
     """Whether :meth:`commit` is mostly a wait without the GIL (a local file's ``fsync``
     and link, an S3 PUT through obstore), worth running on a thread while the caller goes
@@ -151,6 +159,41 @@ class PendingFile:
             except (ValueError, NotImplementedError, TypeError):
                 pass  # this backend has no exclusive mode: check before completing instead
         return self._fs.open(self._path, "wb", **kwargs)  # type: ignore[no-any-return]
+
+    # --- the ShardSink a shard writer writes through ---------------------------------
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        """Append ``data``; a local file's failure (a full disk) is raised as a typed error."""
+        try:
+            n = self.file.write(data)
+        except OSError as e:
+            typed = self._typed(e)
+            if typed is e:
+                raise
+            raise typed from e
+        return len(data) if n is None else int(n)
+
+    def flush(self) -> None:
+        try:
+            self.file.flush()
+        except OSError as e:
+            typed = self._typed(e)
+            if typed is e:
+                raise
+            raise typed from e
+
+    def close(self) -> None:
+        """:meth:`commit` (the sink's name for it)."""
+        self.commit()
+
+    def abort(self) -> None:
+        """:meth:`discard` (the sink's name for it)."""
+        self.discard()
+
+    def _typed(self, e: OSError) -> Exception:
+        if isinstance(e, ShardcatError):
+            return e
+        return translate(e, self.url, writing=True)
 
     def _exists(self) -> ObjectExistsError:
         return ObjectExistsError(
@@ -261,12 +304,16 @@ WRITE_BEHIND_ENV = "SHARDCAT_WRITE_BEHIND"
 def _write_behind() -> bool:
     """Whether a new local shard file writes its blocks on the C thread.
 
-    Yes where the helper is built, unless ``SHARDCAT_WRITE_BEHIND=0``: the
+    Yes where the helper is built, unless the ``write_behind`` setting is off
+    (``SHARDCAT_WRITE_BEHIND=0``): the
     thread pays where a core is idle while the writer encodes; on a machine
     with no idle core (more busy processes than cores) its hand-overs can
     cost more than they save. Read for every file, so it can change at run time.
     """
-    return _cwrite is not None and os.environ.get(WRITE_BEHIND_ENV, "1").strip() != "0"
+    if _cwrite is None:
+        return False
+    value = config.get("write_behind")
+    return value is not False and str(value).strip() != "0"
 
 
 class _WritebackFile(io.BufferedWriter):

@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from .. import config
 from .._ranges import (
     DEFAULT_MAX_GAP,
     DEFAULT_MAX_SPAN,
@@ -70,9 +71,10 @@ if hasattr(os, "register_at_fork"):
 
 
 def resolve_remote_max_gap(value: int | str | None = None) -> int:
-    """The gap batch reads of remote files read through: ``value``, else the environment, else 1 MiB.
+    """The gap batch reads of remote files read through: ``value``, else the setting (1 MiB).
 
-    ``value`` and ``SHARDCAT_REMOTE_MAX_GAP`` are bytes or a size such as
+    ``value`` and the ``remote_max_gap`` setting (``SHARDCAT_REMOTE_MAX_GAP``,
+    docs/CONFIG.md) are bytes or a size such as
     ``"256KiB"``; 0 merges only adjacent or overlapping ranges. See
     :data:`shardcat._ranges.REMOTE_MAX_GAP` for the cost model behind the default.
 
@@ -83,10 +85,13 @@ def resolve_remote_max_gap(value: int | str | None = None) -> int:
     """
     source = "remote_max_gap"
     if value is None:
-        raw = os.environ.get(REMOTE_MAX_GAP_ENV, "").strip()
-        if not raw:
+        raw = config.get("remote_max_gap")
+        if isinstance(raw, str):
+            raw = raw.strip()
+            raw = int(raw) if raw.isdigit() else raw
+        if raw is None or raw == "":
             return REMOTE_MAX_GAP
-        value, source = (int(raw) if raw.isdigit() else raw), REMOTE_MAX_GAP_ENV
+        value, source = raw, REMOTE_MAX_GAP_ENV
     if isinstance(value, bool):
         raise ValueError(f"{source} must be a size in bytes, not {value!r}")
     if value == 0:

@@ -2,16 +2,16 @@
 
 s3fs's own file object uploads one part at a time, inside ``write``, so a
 shard writer waits for every part. :class:`MultipartUpload` hands each part
-to s3fs's event loop and returns at once; up to ``concurrency`` parts are in
-flight, which bounds memory to about ``(concurrency + 2) * part_bytes``. An
-object under two parts goes up as one PUT.
-Requests go through s3fs (``_call_s3``): its credentials, retries, extra
-arguments and error translation all apply.
+to a thread and returns at once; up to ``concurrency`` parts are in flight,
+which bounds memory to about ``(concurrency + 2) * part_bytes``. An object
+under two parts goes up as one PUT.
+Requests go through s3fs's public ``call_s3`` (each waits on s3fs's event
+loop, so the threads only wait): its credentials, retries, extra arguments
+and error translation all apply.
 """
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 from typing import Any
 
@@ -30,7 +30,7 @@ _ABORT_WAIT_SECONDS = 60.0
 
 def supports(fs: Any) -> bool:
     """Whether ``fs`` is an s3fs filesystem (whose requests this module can send)."""
-    return callable(getattr(fs, "_call_s3", None)) and getattr(fs, "loop", None) is not None
+    return callable(getattr(fs, "call_s3", None)) and callable(getattr(fs, "split_path", None))
 
 
 class MultipartUpload:
@@ -70,6 +70,7 @@ class MultipartUpload:
         self._size = 0
         self._upload_id: str | None = None
         self._parts: list[concurrent.futures.Future[Any]] = []
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.closed = False
 
     def write(self, data: Any) -> int:
@@ -112,15 +113,18 @@ class MultipartUpload:
         if self._upload_id is None:
             self._upload_id = self._call("create_multipart_upload")["UploadId"]
         self._wait(self._concurrency - 1)
-        coroutine = self._fs._call_s3(
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                self._concurrency, thread_name_prefix=f"shardcat-upload {self._key}"
+            )
+        part = self._pool.submit(
+            self._call,
             "upload_part",
-            Bucket=self._bucket,
-            Key=self._key,
             UploadId=self._upload_id,
             PartNumber=len(self._parts) + 1,
             Body=body,
         )
-        self._parts.append(asyncio.run_coroutine_threadsafe(coroutine, self._fs.loop))
+        self._parts.append(part)
 
     def _wait(self, in_flight: int) -> None:
         """Wait until at most ``in_flight`` parts are still uploading; raise a part's error."""
@@ -146,6 +150,7 @@ class MultipartUpload:
         if blob:
             self._send(blob)
         self._wait(0)
+        self._release()
         parts = []
         for number, f in enumerate(self._parts, 1):
             out = f.result()
@@ -168,6 +173,13 @@ class MultipartUpload:
         for f in self._parts:
             f.cancel()
         concurrent.futures.wait(self._parts, timeout=_ABORT_WAIT_SECONDS)
+        self._release()
         if self._upload_id is not None:
             upload_id, self._upload_id = self._upload_id, None
             self._call("abort_multipart_upload", UploadId=upload_id)
+
+    def _release(self) -> None:
+        """Let the part threads go (parts still in flight finish on their own)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False)

@@ -28,9 +28,9 @@ Which uploads take obstore is :mod:`.transport`'s rule, the same as for reads.
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
+from .. import config
 from .._types import StorageOptions
 from .._units import parse_size
 from ..errors import StorageError
@@ -50,15 +50,17 @@ _MAX_PUT_BYTES = 5 << 30
 
 
 def memory_limit() -> int:
-    """``SHARDCAT_S3_UPLOAD_MEMORY`` in bytes (512 MiB when unset).
+    """The ``s3_upload_memory`` setting (``SHARDCAT_S3_UPLOAD_MEMORY``) in bytes (512 MiB by default).
 
     Raises
     ------
     StorageError
         The value is not a size.
     """
-    value = os.environ.get(MEMORY_ENV, "").strip()
-    if not value:
+    value = config.get("s3_upload_memory")
+    if isinstance(value, str):
+        value = value.strip()
+    if value is None or value == "":
         return _DEFAULT_MEMORY
     try:
         return parse_size(value)

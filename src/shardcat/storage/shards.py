@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any, BinaryIO
@@ -12,30 +11,34 @@ from typing import Any, BinaryIO
 from .._closing import CloseOrAbort
 from .._types import RangeSource, StorageOptions
 from .._units import parse_size
-from ..errors import ShardcatError
 from ..format import reader as _reader
 from ..format import writer as _writer
 from ..format.entries import sample_key
 from ..format.info import ShardInfo
-from .atomic import open_pending
+from .atomic import PendingFile, open_pending
 from .fs import join, redact
 from .sources import open_source
-from .translate import translate
 
-__all__ = ["RollingShardWriter", "ShardReader", "ShardWriter", "open_shard"]
+__all__ = ["RollingShardWriter", "ShardReader", "ShardWriter", "open_shard", "open_writer"]
 
 _log = logging.getLogger(__name__)
 
 
-class ShardWriter(_writer.ShardWriter):
-    """Write one shard to a file object or a URL (``s3://bucket/train-000000.shard``, a path, ...).
+def open_writer(
+    target: str | os.PathLike[str] | BinaryIO,
+    *,
+    storage_options: StorageOptions | None = None,
+    exclusive: bool = False,
+    **writer_options: Any,
+) -> _writer.ShardWriter:
+    """A :class:`shardcat.format.ShardWriter` writing one shard to a URL, a path or a file object.
 
-    A URL target is published only when the writer closes successfully:
-    local files are renamed into place, object-store uploads complete at
-    close and are aborted on error. Accepts every option of
-    :class:`shardcat.format.ShardWriter`. A local file gets the writer's
-    4 MiB blocks on a background thread, one block in flight at most, while
-    the next one is encoded; object stores upload parts concurrently.
+    A URL is written through the sink :func:`.atomic.open_pending` builds for
+    it, published only when the writer closes successfully: a local file is
+    synced and renamed (or linked) into place, its 4 MiB blocks written by a
+    background thread while the next one is encoded; an object-store upload
+    completes at close (its parts sent concurrently) and is aborted on error.
+    A file object is written as it is (``close_file`` closes it).
 
     Parameters
     ----------
@@ -48,6 +51,58 @@ class ShardWriter(_writer.ShardWriter):
         :class:`~shardcat.errors.ObjectExistsError` if the name is taken by
         then (and nothing is published). By default a URL target is replaced,
         like ``open(path, "wb")``.
+    **writer_options:
+        Every option of :class:`shardcat.format.ShardWriter`.
+
+    Raises
+    ------
+    StorageError
+        The URL cannot be written (a missing bucket, refused credentials, ...).
+    """
+    sink, options = _sink(target, storage_options, exclusive, writer_options)
+    try:
+        return _writer.ShardWriter(sink, **options)
+    except BaseException:
+        _drop(sink)
+        raise
+
+
+def _sink(
+    target: str | os.PathLike[str] | BinaryIO,
+    storage_options: StorageOptions | None,
+    exclusive: bool,
+    options: dict[str, Any],
+) -> tuple[Any, dict[str, Any]]:
+    """The sink for ``target`` (a URL's :class:`.atomic.PendingFile`, or the file object)."""
+    if not isinstance(target, (str, os.PathLike)):
+        return target, options
+    url = os.fspath(target)
+    return open_pending(url, storage_options, exclusive=exclusive), {"path": redact(url), **options}
+
+
+def _drop(sink: Any) -> None:
+    if isinstance(sink, PendingFile):
+        sink.discard()
+
+
+class ShardWriter(_writer.ShardWriter):
+    """Write one shard to a file object or a URL (``s3://bucket/train-000000.shard``, a path, ...).
+
+    :class:`shardcat.format.ShardWriter` over the sink :func:`open_writer`
+    builds for the target, and nothing else: a URL is published only when
+    the writer closes successfully (see :func:`open_writer`).
+
+    Parameters
+    ----------
+    target:
+        A URL or path, or a writable binary file object.
+    storage_options:
+        fsspec options for the URL's filesystem (credentials, endpoint, ...).
+    exclusive:
+        Never replace an existing object (:class:`~shardcat.errors.ObjectExistsError`
+        at ``close()``); by default a URL target is replaced.
+    **kwargs:
+        Every option of :class:`shardcat.format.ShardWriter`.
     """
 
     def __init__(
@@ -58,119 +113,12 @@ class ShardWriter(_writer.ShardWriter):
         exclusive: bool = False,
         **kwargs: Any,
     ) -> None:
-        self._pending = None
-        self._published: Future[ShardInfo] | None = None  # close_in_background's publication
-        if isinstance(target, (str, os.PathLike)):
-            url = os.fspath(target)
-            self._pending = open_pending(url, storage_options, exclusive=exclusive)
-            kwargs.setdefault("path", redact(url))
-            try:
-                super().__init__(self._pending.file, **kwargs)
-            except BaseException:
-                self._pending.discard()
-                raise
-        else:
-            super().__init__(target, **kwargs)
-
-    # A failed write of the records is translated where it happens (a 4 MiB block, or a
-    # large record's parts), not by wrapping add: that would cost a frame per record.
-    def _write_block(self) -> None:
+        sink, options = _sink(target, storage_options, exclusive, kwargs)
         try:
-            super()._write_block()
-        except OSError as e:
-            typed = self._storage_error(e)
-            if typed is e:
-                raise
-            raise typed from e
-
-    def _emit(self, parts: list[bytes | bytearray | memoryview], length: int) -> None:
-        try:
-            super()._emit(parts, length)
-        except OSError as e:
-            typed = self._storage_error(e)
-            if typed is e:
-                raise
-            raise typed from e
-
-    def close(self) -> ShardInfo:
-        # docstring inherited
-        if self._published is not None:
-            # Published (or being published) by close_in_background: its outcome, once known.
-            return self._published.result()
-        info = self._finish()
-        if self._pending is not None:
-            self._pending.commit()
-        return info
-
-    def close_in_background(self) -> Future[ShardInfo]:
-        """Finish the shard here; publish it on a thread where publishing is a wait for the store.
-
-        The footer is written before this returns (its errors are raised
-        here). Where the URL's publication is mostly a wait without the GIL
-        (a local file's ``fsync`` and link, an S3 PUT through obstore:
-        :attr:`PendingFile.publishes_in_background`),
-        it runs on a thread and the caller can encode the next shard meanwhile;
-        elsewhere it happens before this returns. Either way the future's
-        ``result()`` is the shard's summary once it is published, or raises
-        the publication's error (the file is then discarded).
-        """
-        if self._published is not None:
-            return self._published
-        pending = self._pending
-        if pending is None or not pending.publishes_in_background:
-            future: Future[ShardInfo] = Future()
-            try:
-                future.set_result(self.close())
-            except Exception as e:
-                future.set_exception(e)
-            self._published = future
-            return future
-        info = self._finish()
-        future = self._published = Future()
-
-        def publish() -> None:
-            try:
-                pending.commit()
-            except BaseException as e:  # the caller's result() raises it
-                future.set_exception(e)
-            else:
-                future.set_result(info)
-
-        # Not a daemon: a shard in flight is published before the interpreter exits.
-        thread = threading.Thread(target=publish, name=f"shardcat-publish {self.path}")
-        try:
-            thread.start()
-        except RuntimeError:  # no thread can start (the interpreter is exiting): publish here
-            publish()
-        return future
-
-    def _finish(self) -> ShardInfo:
-        """The footer written (the file discarded if that fails), not yet published."""
-        try:
-            return super().close()
-        except BaseException as e:
-            if self._pending is not None:
-                self._pending.discard()
-            typed = self._storage_error(e) if isinstance(e, OSError) else e
-            if typed is e:
-                raise
-            raise typed from e
-
-    def _storage_error(self, e: OSError) -> Exception:
-        """A local file's write failure (a full disk, an I/O error) as shardcat's typed error."""
-        if isinstance(e, ShardcatError) or self._pending is None:
-            return e
-        return translate(e, self._pending.url, writing=True)
-
-    def abort(self) -> None:
-        # docstring inherited
-        if self._info is not None:
-            return  # closed: published, or being published by close_in_background
-        if self._pending is not None:
-            self._block.clear()  # the file is discarded: its gathered records need not be written
-        super().abort()
-        if self._pending is not None:
-            self._pending.discard()
+            super().__init__(sink, **options)
+        except BaseException:
+            _drop(sink)
+            raise
 
 
 class ShardReader(_reader.ShardReader):
@@ -263,7 +211,7 @@ class RollingShardWriter(CloseOrAbort):
         self._storage_options = storage_options
         self._on_closed = on_shard_closed
         self._options = writer_options
-        self._current: ShardWriter | None = None
+        self._current: _writer.ShardWriter | None = None
         self._publishing: Future[ShardInfo] | None = None
         self._last: dict[str, Any] | None = None
         self.shards: list[ShardInfo] = []
@@ -280,7 +228,7 @@ class RollingShardWriter(CloseOrAbort):
         if w is None:
             number = self.next_number
             self.next_number += 1
-            w = self._current = ShardWriter(
+            w = self._current = open_writer(
                 self.url_of(number),
                 storage_options=self._storage_options,
                 shard_number=number,

@@ -49,9 +49,11 @@ import threading
 import uuid
 import weakref
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 from urllib.parse import quote, urlsplit
 
+from .. import config
 from .._types import StorageOptions
 from ..errors import StorageError
 from .fs import S3_PROTOCOLS, protocol_of, resolve
@@ -104,6 +106,8 @@ _BENIGN_HEADERS = frozenset(
         "x-amz-checksum-sha256",
     }
 )
+# How long obstore keeps refreshable credentials before it asks botocore again.
+_ASK_AGAIN = timedelta(minutes=5)
 # The system CA bundles obstore (rustls-native-certs, via openssl-probe) trusts anyway.
 _SYSTEM_CA_FILES = (
     "/etc/ssl/certs/ca-certificates.crt",
@@ -139,7 +143,8 @@ class S3Route:
     frozen:
         ``(access key, secret, token)`` as they were when resolved.
     verify:
-        botocore's certificate setting: True, False or a CA bundle's path.
+        botocore's certificate setting: True, False or a CA bundle's path
+        (None: it could not be read, and https goes through s3fs).
     headers:
         Headers botocore adds that obstore would not send (lower case).
     signing:
@@ -179,14 +184,14 @@ class TransportChoice:
 
 
 def mode() -> str:
-    """``SHARDCAT_S3_TRANSPORT`` (lowercase, ``auto`` when unset or empty).
+    """The ``s3_transport`` setting (``SHARDCAT_S3_TRANSPORT``; lowercase, ``auto`` when empty).
 
     Raises
     ------
     StorageError
         The value is not ``auto``, ``obstore`` or ``fsspec``.
     """
-    value = os.environ.get(TRANSPORT_ENV, "").strip().lower() or "auto"
+    value = str(config.get("s3_transport") or "").strip().lower() or "auto"
     if value not in _MODES:
         raise StorageError(
             f"{TRANSPORT_ENV}={value!r}: expected 'auto', 'obstore' or 'fsspec' (unset means auto)"
@@ -236,57 +241,68 @@ def s3_route(url: str, storage_options: StorageOptions | None = None) -> S3Route
 
 
 def _probe(fs: Any, bucket: str) -> S3Route | str:
-    """Prepare a GetObject and a PutObject through s3fs and read where they would go."""
+    """Prepare a GetObject and a PutObject through s3fs and read where they would go.
+
+    Only public interfaces: s3fs's ``connect``, ``get_s3`` and ``call_s3``
+    (so s3fs adds what it adds to every request: requester pays, its extra
+    arguments), botocore's ``before-sign`` event and what it is given (the
+    prepared request, the signer's public ``get_auth_instance``, which hands
+    out the credentials the request would be signed with).
+    """
     from fsspec.asyn import sync
 
     marker = f"shardcat-route-probe-{uuid.uuid4().hex}"
     seen: dict[str, dict[str, Any]] = {}
 
     def hook(operation: str) -> Any:
-        def before_sign(request: Any, **kwargs: Any) -> None:
+        async def before_sign(request: Any, **kwargs: Any) -> None:
             if marker not in request.url:
                 return  # another thread's request through the same client: not ours
             signing = request.context.get("signing") or {}
             headers = {k.lower(): str(v) for k, v in request.headers.items()}
             if headers.get("content-encoding") == "aws-chunked":
                 del headers["content-encoding"]  # the trailing checksum's framing, not the object's
+            version = kwargs.get("signature_version")
+            name = signing.get("signing_name") or kwargs.get("signing_name")
+            region = signing.get("region") or kwargs.get("region_name")
             seen[operation] = {
                 "url": request.url,
                 "headers": set(headers),
-                "version": kwargs.get("signature_version"),
-                "name": signing.get("signing_name") or kwargs.get("signing_name"),
-                "region": signing.get("region") or kwargs.get("region_name"),
+                "version": version,
+                "name": name,
+                "region": region,
+                "frozen": await _signing_credentials(
+                    kwargs.get("request_signer"), name, region, version
+                ),
             }
             raise _Prepared
 
         return before_sign
 
-    async def run() -> tuple[Any, Any]:
-        await fs.set_session()
-        client = await fs.get_s3(bucket)
-        events = client.meta.events
-        calls = (
-            ("GetObject", "get_object", {"Range": "bytes=0-0"}),
-            ("PutObject", "put_object", {"Body": b""}),
-        )
-        for operation, method, extra in calls:
-            name = f"before-sign.s3.{operation}"
-            events.register_first(name, hook(operation), unique_id=marker)
-            try:
-                await fs._call_s3(method, Bucket=bucket, Key=marker, **extra)
-            except BaseException as e:  # _Prepared, or what botocore raised before it
-                if operation not in seen:
-                    seen[operation] = {"error": f"{type(e).__name__}: {e}"}
-            finally:
-                events.unregister(name, unique_id=marker)
-        creds = getattr(getattr(client, "_request_signer", None), "_credentials", None)
-        frozen = await creds.get_frozen_credentials() if creds is not None else None
-        return client, (creds, frozen)
-
     try:
-        client, (creds, frozen) = sync(fs.loop, run)
+        fs.connect()
+        client = sync(
+            fs.loop, fs.get_s3, bucket
+        )  # the bucket's client (s3fs may keep one per region)
     except Exception as e:
         return f"botocore could not prepare a request ({type(e).__name__}: {e})"
+    events = client.meta.events
+    calls = (
+        ("GetObject", "get_object", {"Range": "bytes=0-0"}),
+        ("PutObject", "put_object", {"Body": b""}),
+    )
+    for operation, method, extra in calls:
+        name = f"before-sign.s3.{operation}"
+        events.register_first(name, hook(operation), unique_id=marker)
+        try:
+            fs.call_s3(method, Bucket=bucket, Key=marker, **extra)
+        except (
+            BaseException
+        ) as e:  # _Prepared (as s3fs passes it on), or what botocore raised before
+            if operation not in seen:
+                seen[operation] = {"error": f"{type(e).__name__}: {e}"}
+        finally:
+            events.unregister(name, unique_id=marker)
     get, put = seen.get("GetObject", {}), seen.get("PutObject", {})
     for prepared in (get, put):
         if "error" in prepared or "url" not in prepared:
@@ -306,14 +322,18 @@ def _probe(fs: Any, bucket: str) -> S3Route | str:
     signing = None
     if not unsigned and (str(version) not in ("s3v4", "v4") or get["name"] != "s3"):
         signing = f"botocore signs with {version} for {get['name']}"
-    from aiobotocore.credentials import AioRefreshableCredentials
-
+    frozen = None if unsigned else get["frozen"]
     session = getattr(fs, "session", None)
+    creds = None
+    if frozen is not None and frozen[0] != getattr(fs, "key", None):
+        # Not the keys s3fs was given (those never expire): botocore's client signs with
+        # its session's credentials, resolved when it was made; those are the ones that
+        # may expire (SSO, roles, instance metadata, a credential process) and be refreshed.
+        creds = sync(fs.loop, _session_credentials, session, frozen[0])
     configured = bool(
         (getattr(fs, "client_kwargs", None) or {}).get("region_name")
         or (session is not None and session.get_config_variable("region"))
     )
-    http = getattr(getattr(client, "_endpoint", None), "http_session", None)
     return S3Route(
         endpoint=endpoint.rstrip("/"),
         virtual_hosted=virtual,
@@ -321,13 +341,53 @@ def _probe(fs: Any, bucket: str) -> S3Route | str:
         unsigned=unsigned,
         region_configured=configured,
         credentials=creds,
-        refreshable=isinstance(creds, AioRefreshableCredentials),
-        frozen=(frozen.access_key, frozen.secret_key, frozen.token) if frozen else None,
-        verify=getattr(http, "_verify", True),
+        refreshable=creds is not None,
+        frozen=frozen,
+        verify=_verify(client),
         headers=tuple(sorted((get["headers"] | put["headers"]) - _BENIGN_HEADERS)),
         signing=signing,
         loop=fs.loop,
     )
+
+
+async def _signing_credentials(
+    signer: Any, name: str | None, region: str | None, version: Any
+) -> tuple[str, str, str | None] | None:
+    """``(access key, secret, token)`` a request would be signed with (None: none found)."""
+    if signer is None or version is None or type(version).__name__ == "UNSIGNED":
+        return None
+    try:
+        auth = await signer.get_auth_instance(name or "s3", region, str(version))
+    except Exception:
+        return None  # botocore cannot sign it: the route says why (signing), s3fs reads it
+    found = getattr(auth, "credentials", None)
+    if found is None:
+        return None
+    return (found.access_key, found.secret_key, found.token)
+
+
+async def _session_credentials(session: Any, access_key: str) -> Any:
+    """The session's refreshable credentials, where the client signs with them; else None."""
+    from aiobotocore.credentials import AioRefreshableCredentials
+
+    if session is None:
+        return None
+    try:
+        creds = await session.get_credentials()
+    except Exception:
+        return None
+    if not isinstance(creds, AioRefreshableCredentials):
+        return None
+    current = await creds.get_frozen_credentials()
+    return creds if current.access_key == access_key else None
+
+
+def _verify(client: Any) -> Any:
+    """botocore's certificate setting for ``client``: True, False, a CA bundle's path, or
+    None where it cannot be read (aiobotocore keeps it on its HTTP session, which has no
+    public accessor; None sends https reads through s3fs)."""
+    http = getattr(getattr(client, "_endpoint", None), "http_session", None)
+    return getattr(http, "_verify", None)
 
 
 # --- obstore's configuration from the route ----------------------------------------------
@@ -349,10 +409,11 @@ class BotocoreCredentials:
         if route.refreshable:
             from fsspec.asyn import sync
 
-            creds = route.credentials
-            fresh = sync(route.loop, creds.get_frozen_credentials)
+            # botocore refreshes them well before they expire (10-15 minutes); obstore asks
+            # again after this, and gets what botocore holds then.
+            fresh = sync(route.loop, route.credentials.get_frozen_credentials)
             frozen = (fresh.access_key, fresh.secret_key, fresh.token)
-            expires = getattr(creds, "_expiry_time", None)
+            expires = datetime.now(timezone.utc) + _ASK_AGAIN
         if frozen is None:
             raise StorageError("no S3 credentials to sign with")
         key, secret, token = frozen
@@ -388,6 +449,8 @@ def _untrusted(route: S3Route) -> str | None:
     """Why obstore would not trust the certificates botocore trusts, if so (https only)."""
     if not route.endpoint.startswith("https://") or route.verify is True:
         return None
+    if route.verify is None:
+        return "botocore's certificate setting could not be read"
     if route.verify is False:
         return "botocore does not verify certificates (verify=False); obstore would"
     path = os.path.realpath(os.path.expanduser(str(route.verify)))

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
 
+from shardcat import config
 from shardcat.format.tar import tarwalker
 
 
@@ -14,7 +14,7 @@ from shardcat.format.tar import tarwalker
 def tar_walker(request: pytest.FixtureRequest) -> Any:
     """The compiled walker must have been built; ``SHARDCAT_TAR_WALKER=python`` skips it where it cannot be."""
     name = request.param
-    if name not in tarwalker.available() and os.environ.get(tarwalker.ENV_VAR) == "python":
+    if name not in tarwalker.available() and config.get("tar_walker") == "python":
         pytest.skip("the compiled tar walker is not built (SHARDCAT_TAR_WALKER=python)")
     previous = tarwalker.use(name)
     yield name

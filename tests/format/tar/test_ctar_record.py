@@ -1,6 +1,7 @@
-"""The compiled ``tar_record`` (``_ccodec.c``) against ``read_tar_record``, its Python reference.
+"""``tar_record``, compiled (``format/ccodec/tar_record.c``) and its Python twin
+(``format/tar/read.py``), against ``read_tar_record``, the reference.
 
-It must build the same record (names, bytes, content types, offset, length)
+Each must build the same record (names, bytes, content types, offset, length)
 and return None wherever the reference raises, so the point lookup hands
 those samples to the Python path and its typed errors.
 """
@@ -8,6 +9,7 @@ those samples to the Python path and its typed errors.
 from __future__ import annotations
 
 import gc
+import importlib
 import struct
 import sys
 from typing import Any
@@ -16,11 +18,19 @@ import pytest
 
 from shardcat.errors import ChecksumError, TruncatedError
 from shardcat.format import Record, recordcodec
-from shardcat.format.tar import read_tar_record, scan_tar
+from shardcat.format.tar import read, read_tar_record, scan_tar
 from shardcat.testing.tars import write_wds_tar
 
-tar_record = recordcodec.compiled_tar_record()
-pytestmark = pytest.mark.skipif(tar_record is None, reason="the compiled record codec is not built")
+
+@pytest.fixture(params=["compiled", "python"])
+def tar_record(request: pytest.FixtureRequest) -> Any:
+    """The compiled ``tar_record`` (where it was built) and its Python twin."""
+    if request.param == "python":
+        return read.tar_record
+    if "compiled" not in recordcodec.available():
+        pytest.skip("the compiled record codec is not built")
+    return importlib.import_module("shardcat.format._ccodec").tar_record
+
 
 NARROW, WIDE = struct.Struct("<III"), struct.Struct("<QQI")
 
@@ -55,7 +65,7 @@ def _described(record: Record) -> tuple[Any, ...]:
 
 
 @pytest.mark.parametrize("packing", [NARROW, WIDE], ids=["narrow", "wide"])
-def test_the_same_record_as_the_reference(tmp_path, packing):
+def test_the_same_record_as_the_reference(tar_record, tmp_path, packing):
     for data, key, layout, spans, offset in _samples(tmp_path):
         got = tar_record(data, key, _specs(layout), _packed(spans, packing), offset, Record)
         expected = read_tar_record(data, key, layout, spans, path="a.tar", offset=offset)
@@ -65,7 +75,7 @@ def test_the_same_record_as_the_reference(tmp_path, packing):
         assert all(e.view.obj is data for e in got.entries.values())  # views of the read bytes
 
 
-def test_another_record_class_is_called(tmp_path):
+def test_another_record_class_is_called(tar_record, tmp_path):
     # Record itself is made with its slots written in place; any other class
     # is called with Record's arguments, as the Python function does.
     class Tagged(Record):
@@ -83,7 +93,7 @@ def test_another_record_class_is_called(tmp_path):
     assert _described(got) == _described(plain)
 
 
-def test_none_wherever_the_reference_raises(tmp_path):
+def test_none_wherever_the_reference_raises(tar_record, tmp_path):
     data, key, layout, spans, offset = _samples(tmp_path)[4]
     specs, packed = _specs(layout), _packed(spans, NARROW)
     at, size, _ = spans[-1]
@@ -110,7 +120,7 @@ def test_none_wherever_the_reference_raises(tmp_path):
         tar_record(data, key, specs, packed, offset)
 
 
-def test_no_reference_leaks(tmp_path):
+def test_no_reference_leaks(tar_record, tmp_path):
     samples = _samples(tmp_path)
     args = [(d, k, _specs(lay), _packed(s, NARROW), o) for d, k, lay, s, o in samples]
     bad = bytearray(args[0][0])

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+import shardcat.config
 from shardcat.format.tar import iter_tar_samples, scan_tar
 from shardcat.format.tar.errors import TarChecksumError, TarError, TarTruncatedError
 from shardcat.format.tar.readahead import THREAD_NAME, ChunkReader, is_local_file
@@ -203,7 +204,7 @@ def test_on_s3_the_thread_reads_one_sequential_stream(s3, monkeypatch):
     import fsspec
 
     # The requests are counted in s3fs's file object: read through s3fs, not obstore (auto).
-    monkeypatch.setenv("SHARDCAT_S3_TRANSPORT", "fsspec")
+    shardcat.config.set(s3_transport="fsspec")
 
     from shardcat.storage import open_source
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import webdataset as wds
 
+import shardcat.config
 from shardcat.format import BytesSource, FileSource
 from shardcat.format.checksums import crc32c, key_hash
 from shardcat.format.tar import iter_tar_samples, scan_tar
@@ -128,7 +129,7 @@ def test_on_s3_the_scan_is_one_stream_and_lookups_one_range_each(s3, wds_tar, mo
     import fsspec
 
     # The requests are counted in s3fs's file object: read through s3fs, not obstore (auto).
-    monkeypatch.setenv("SHARDCAT_S3_TRANSPORT", "fsspec")
+    shardcat.config.set(s3_transport="fsspec")
 
     from shardcat.storage import open_source
 

@@ -1,8 +1,18 @@
-"""Layer 1 of ``shardcat sql``: exactly one read statement, told apart from quoted text and comments."""
+"""Layer 1 of ``shardcat sql``: exactly one read statement, as sqlglot's lexer for the dialect reads it.
+
+Quoted text, comments, PostgreSQL's dollar quotes and ``E'...'`` strings,
+SQLite's ``[names]``: each database's lexical rules are sqlglot's (the
+lexer its parser uses), not re-written here. What a statement then does is
+the database's to enforce (a read-only transaction, ``query_only``, a
+read-only role: :mod:`.runner`); this layer only refuses text that holds
+more than one statement or does not start as a read does.
+"""
 
 from __future__ import annotations
 
-import re
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.errors import TokenError
+from sqlglot.tokenizer_core import Token, TokenType
 
 from ...errors import QueryRefusedError
 
@@ -11,111 +21,61 @@ __all__ = ["NAMEDATALEN", "READ_ONLY_VERBS", "check_read_only", "parse"]
 READ_ONLY_VERBS = ("select", "with", "explain", "values")
 NAMEDATALEN = 63  # PostgreSQL cuts longer identifiers to this many bytes
 
-_VERB = re.compile(r"[\s(]*([A-Za-z_][A-Za-z0-9_$]*)")
-_DOLLAR_TAG = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
+# SQLAlchemy's dialect names as sqlglot spells them (others: sqlglot's generic SQL).
+_SQLGLOT_DIALECTS = {"postgresql": "postgres", "sqlite": "sqlite"}
 
 
-def _is_identifier_char(c: str) -> bool:
-    return c.isalnum() or c in "_$" or ord(c) > 127
-
-
-def _code(query: str, dialect: str) -> str:
-    """The query with quoted text as ``x`` and comments as spaces, position for position.
-
-    Unterminated quotes or comments raise. PostgreSQL's dollar quotes and
-    ``E'...'`` strings (where a backslash escapes the next character) are
-    understood there; block comments end at the first ``*/`` (even where
-    PostgreSQL nests them), which can only make more text count as code, so
-    the checks err towards refusing.
-    """
-    out: list[str] = []
-    i, n = 0, len(query)
-    postgres = dialect == "postgresql"
-    while i < n:
-        c = query[i]
-        if c in "'\"`" or (c == "[" and dialect == "sqlite"):
-            close = "]" if c == "[" else c
-            # E'...' (PostgreSQL): the E starts a token, it does not end a name like `name'`.
-            escapes = (
-                postgres
-                and c == "'"
-                and i > 0
-                and query[i - 1] in "eE"
-                and (i == 1 or not _is_identifier_char(query[i - 2]))
-            )
-            j = i + 1
-            while True:
-                if escapes:
-                    while j < n and query[j] not in "\\'":
-                        j += 1
-                    if j < n and query[j] == "\\":
-                        j += 2
-                        continue
-                    j = j if j < n else -1
-                else:
-                    j = query.find(close, j)
-                if j < 0 or j >= n:
-                    raise QueryRefusedError("refused: the query has an unterminated quote")
-                if close != "]" and query.startswith(close * 2, j):  # '' escapes a quote
-                    j += 2
-                    continue
-                break
-            out.append("x" * (j + 1 - i))
-            i = j + 1
-        elif query.startswith("--", i):
-            j = query.find("\n", i)
-            j = n if j < 0 else j
-            out.append(" " * (j - i))
-            i = j
-        elif query.startswith("/*", i):
-            j = query.find("*/", i + 2)
-            if j < 0:
-                raise QueryRefusedError("refused: the query has an unterminated /* comment")
-            out.append(" " * (j + 2 - i))
-            i = j + 2
-        elif c == "$" and postgres and (m := _DOLLAR_TAG.match(query, i)):
-            prev = query[i - 1] if i else " "
-            if prev.isalnum() or prev == "_":  # part of a name like a$b$, not a quote
-                out.append(c)
-                i += 1
-                continue
-            j = query.find(m.group(0), m.end())
-            if j < 0:
-                raise QueryRefusedError("refused: the query has an unterminated dollar quote")
-            j += len(m.group(0))
-            out.append("x" * (j - i))
-            i = j
+def _tokens(query: str, dialect: str) -> list[Token]:
+    """``query``'s tokens as the database of ``dialect`` splits it (comments dropped)."""
+    try:
+        return Dialect.get_or_raise(_SQLGLOT_DIALECTS.get(dialect)).tokenize(query)
+    except TokenError as e:
+        # sqlglot names what it missed ("Missing ' from 1:7"); an open comment runs off the end.
+        missing = str(e.__cause__ or "")
+        if missing.startswith("Missing $"):
+            what = "dollar quote"
+        elif missing.startswith("Missing "):
+            what = "quote"
+        elif "/*" in query:
+            what = "/* comment"
         else:
-            out.append(c)
-            i += 1
-    return "".join(out)
+            raise QueryRefusedError(f"refused: the query does not read as SQL ({e})") from None
+        raise QueryRefusedError(f"refused: the query has an unterminated {what}") from None
 
 
 def parse(query: str, dialect: str) -> tuple[str, str]:
-    code = _code(query, dialect)
-    end = len(code.rstrip())
-    while end and code[end - 1] == ";":
-        end = len(code[: end - 1].rstrip())
-    body = code[:end]
-    if ";" in body:
+    """The one statement of ``query`` (trailing ``;`` and comments dropped) and its verb.
+
+    Raises
+    ------
+    QueryRefusedError
+        The text is empty, does not lex, holds several statements, or starts with another verb.
+    """
+    tokens = _tokens(query, dialect)
+    while tokens and tokens[-1].token_type == TokenType.SEMICOLON:
+        tokens.pop()
+    if any(t.token_type == TokenType.SEMICOLON for t in tokens):
         raise QueryRefusedError("refused: shardcat sql runs one statement at a time")
-    m = _VERB.match(body)
-    verb = m.group(1).lower() if m else ""
-    if not body.strip():
+    if not tokens:
         raise QueryRefusedError("refused: the query is empty")
+    first = next((t for t in tokens if t.token_type != TokenType.L_PAREN), tokens[0])
+    # The word as written: a quoted "select" or 'select' is no verb.
+    word = query[first.start : first.end + 1]
+    verb = word.lower() if word.isidentifier() else ""
     if verb not in READ_ONLY_VERBS:
-        shown = verb.upper() or body.strip()[:20]
+        shown = verb.upper() or query[first.start :].strip()[:20]
         raise QueryRefusedError(
             f"refused: {shown} statements are not allowed; shardcat sql is read-only "
             "(one SELECT, WITH, EXPLAIN or VALUES statement)"
         )
-    return query[:end], verb
+    end = max(t.end for t in tokens) + 1
+    return query[:end].rstrip(), verb
 
 
 def check_read_only(query: str, dialect: str = "sqlite") -> str:
     """The statement, if it is one SELECT, WITH, EXPLAIN or VALUES (trailing ``;`` dropped).
 
-    This is the first guard of several (see the module docstring): the
+    This is the first guard of several (see the package docstring): the
     statement also runs in a read-only transaction, which stops writes
     hidden inside an allowed statement (``WITH x AS (DELETE ...) SELECT``,
     ``EXPLAIN ANALYZE DELETE``).

@@ -9,7 +9,7 @@
  * and padding all in the buffer), the member's name, first header offset,
  * payload offset, size and the payload's CRC32C, as five lists.
  *
- * How errors are reported, as in _ccodec.c: this code raises none of the
+ * How errors are reported, as in the record codec (format/ccodec/): this code raises none of the
  * archive's errors. It stops in front of the first group it does not accept
  * (a bad checksum or number, a pax header it cannot parse, a size past the
  * file's end, a sparse file, the end-of-archive block, a group cut by the
@@ -23,28 +23,8 @@
  * the CPU has it, chosen at import, else slicing-by-8 tables; the same
  * results as the crc32c package (tests/format/tar/test_ctar.py).
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <errno.h>
-#include <stdint.h>
-#include <string.h>
-#include "../_crc32c.h"
-#ifdef __linux__
-#include <sys/mman.h>
-#include <unistd.h>
-#endif
-#ifdef __SSE2__
-#include <emmintrin.h>
-#endif
-
-/* Layout constants: spec.py and walk.py declare them; test_ctar.py checks these copies. */
-#define BLOCK 512
-#define CHKSUM_AT 148
-#define SIZE_AT 124
-#define TYPE_AT 156
-#define MAGIC_AT 257
-#define PREFIX_AT 345
-#define MAX_EXTENSION_BYTES (16 << 20)
+#define SC_CRC_DEFINE 1
+#include "_ctar.h"
 
 /* ------------------------------------------------------------------------ */
 /* header fields                                                             */
@@ -201,31 +181,10 @@ static int parse_pax(const unsigned char *d, size_t n, PaxRecords *out)
 /* ------------------------------------------------------------------------ */
 /* the walk                                                                  */
 
-/* One regular member found by scan(): its name is prefix + '/' + name when
-   prefix is not NULL; both point into the buffer or the global path. */
-typedef struct {
-    const unsigned char *prefix;
-    size_t prefix_len;
-    const unsigned char *name;
-    size_t name_len;
-    long long first;
-    long long payload;
-    int64_t size;
-    uint32_t crc;
-} Found;
-
-typedef struct {
-    Py_ssize_t committed; /* after the last group accepted */
-    long members, skipped;
-    const unsigned char *global; /* the pax global path after the last group */
-    Py_ssize_t global_len;
-    Py_ssize_t found;
-} ScanState;
-
 /* The walk proper: no Python object is touched, so it runs without the GIL
    (a read-ahead thread reads the next chunk meanwhile). `out` has room for
    one member per 512 bytes of buf[start:end]. */
-static void scan(const unsigned char *buf, Py_ssize_t start, Py_ssize_t end, long long base,
+void scan(const unsigned char *buf, Py_ssize_t start, Py_ssize_t end, long long base,
                  long long expected, ScanState *st, Found *out)
 {
     const unsigned char *global = st->global;
@@ -467,8 +426,6 @@ done:
     PyBuffer_Release(&view);
     return result;
 }
-
-#include "_samples.h"
 
 /* headers(buf, positions) -> the indexes into `positions` of the headers whose checksum
    checksum_ok() does not accept: the reference re-checks only those (walk.py's _verify,

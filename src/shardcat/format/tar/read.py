@@ -6,25 +6,32 @@ its size and CRC32C (computed at indexing); the bytes of the range are read
 in one request and each entry is checked before it is returned, exactly as
 for native shards.
 
-The compiled point lookup runs a compiled twin of :func:`read_tar_record`
-(the record codec's ``tar_record``, ``format/_ccodec.c``) that returns None
-where this function raises, so the errors stay this function's
-(``tests/format/tar/test_ctar_record.py`` holds the two to the same records).
+The point lookup calls :func:`tar_record`, :func:`read_tar_record` with the
+catalog row's packed spans, which returns None where that function raises
+(the lookup then asks again on its Python path, which raises the typed
+error); its compiled twin (``format/ccodec/tar_record.c``) takes the same
+arguments (``tests/format/tar/test_ctar_record.py`` and
+``tests/fuzz/test_fuzz_codec.py`` hold the two to the same records).
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 
 from ..._types import ByteRange, RangeSource
-from ...errors import ChecksumError, TruncatedError
+from ...errors import ChecksumError, ShardcatError, TruncatedError
 from ..checksums import crc32c
 from ..entries import Entry, Record
 from ..footer import EntrySpec
 from ..spec import Codec
 from .info import TarShardInfo
 
-__all__ = ["read_tar_record", "read_tar_sample"]
+__all__ = ["read_tar_record", "read_tar_sample", "tar_record"]
+
+# catalog/spans.py's packings of (offset in the sample, size, CRC32C) per entry: narrow first.
+_NARROW = struct.Struct("<III")
+_WIDE = struct.Struct("<QQI")
 
 
 def read_tar_record(
@@ -92,6 +99,37 @@ def read_tar_record(
             )
         entries[spec.name] = Entry.from_stored(payload, spec.content_type, Codec.NONE)
     return Record(key, entries, index, offset, len(view))
+
+
+def tar_record(
+    data: bytes,
+    key: str,
+    specs: tuple[tuple[str, str], ...],
+    spans: bytes,
+    offset: int,
+    record: type[Record],
+) -> Record | None:
+    """:func:`read_tar_record` of a catalog row, or None where it raises (the compiled twin's contract).
+
+    ``specs`` are the layout's ``(name, content_type)`` pairs, ``spans`` the
+    row's packed spans, ``record`` the class of the result (made as
+    ``record(key, entries, -1, offset, len(data))``).
+    """
+    if type(data) is not bytes or type(specs) is not tuple or type(spans) is not bytes:
+        return None
+    for packing in (_NARROW, _WIDE):
+        if len(spans) == packing.size * len(specs):
+            break
+    else:
+        return None
+    try:
+        layout = [EntrySpec(name, ctype, Codec.NONE) for name, ctype in specs]
+        rec = read_tar_record(data, key, layout, list(packing.iter_unpack(spans)), offset=offset)
+    except (ShardcatError, ValueError, TypeError):
+        return None
+    if record is Record:
+        return rec
+    return record(key, rec.entries, -1, offset, len(data))
 
 
 def read_tar_sample(source: RangeSource, info: TarShardInfo, index: int) -> Record:

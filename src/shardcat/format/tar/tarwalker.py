@@ -27,11 +27,11 @@ benchmarks run both). The walker looks :data:`walk` up here when it starts.
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Callable
 from typing import Any
 
-from ..implementations import Name, choose
+from .. import implementations
+from ..implementations import Name
 
 __all__ = [
     "ENV_VAR",
@@ -73,17 +73,32 @@ headers: Callable[[Any, list[int]], list[int]] | None
 """The compiled header-checksum check (indexes it does not accept), or ``None``."""
 Grouper: Callable[[], Any] | None
 """The compiled sample grouping (``_ctar.Grouper``: blocks to footer rows), or ``None``."""
-_active: Name
+COMPONENT = "tar walker"
+
+# The reference walker (walk.py) and grouping (scan.py) run alone where these are None.
+_PYTHON: dict[str, Any] = {"walk": None, "walk_block": None, "headers": None, "Grouper": None}
+
+implementations.register(
+    implementations.Component(
+        COMPONENT,
+        ENV_VAR,
+        globals(),
+        _PYTHON,
+        {} if _compiled is None else {name: getattr(_compiled, name) for name in _PYTHON},
+        built=lambda: _compiled is not None,
+        missing=lambda: _missing,
+    )
+)
 
 
 def available() -> list[Name]:
     """The walkers this installation has: always ``"python"``, and ``"compiled"`` if it was built."""
-    return ["compiled", "python"] if _compiled is not None else ["python"]
+    return implementations.available(COMPONENT)
 
 
 def active() -> Name:
     """The walker in use: ``"compiled"`` or ``"python"``."""
-    return _active
+    return implementations.active(COMPONENT)
 
 
 def use(name: str) -> Name:
@@ -96,20 +111,7 @@ def use(name: str) -> Name:
     ValueError
         An unknown name.
     """
-    global walk, walk_block, headers, Grouper, _active
-    previous = globals().get("_active", "python")
-    choice = choose(
-        name, built=_compiled is not None, missing=_missing, what="tar walker", env_var=ENV_VAR
-    )
-    if choice == "compiled":
-        walk = _compiled.walk
-        walk_block = _compiled.walk_block
-        headers = _compiled.headers
-        Grouper = _compiled.Grouper
-    else:
-        walk = walk_block = headers = Grouper = None
-    _active = choice
-    return previous  # type: ignore[no-any-return]
+    return implementations.use(COMPONENT, name)
 
 
-use(os.environ.get(ENV_VAR, "auto"))
+use(implementations.configured(COMPONENT))

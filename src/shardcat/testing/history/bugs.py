@@ -9,12 +9,12 @@ observation, in the parent, are never patched):
   forgets a key, a lookup that serves the version before the latest, an
   expiry that retires shards kept versions still read, a commit that lands
   and then reports failure, a compaction whose commit no longer checks that
-  what it rewrites is still live: issue 30's bug); the checker must report each;
+  what it rewrites is still live); the checker must report each;
 * forced schedules run the real library but make a race happen every time:
   ``delete-in-compact`` and ``overwrite-in-compact`` run, inside a
   compaction and just before its commit, a ``delete_keys`` of every key the
   compaction rewrote (or an overwrite of the dataset) as operations of their
-  own, logged like the others: issue 30's reproduction, as a history;
+  own, logged like the others: a compaction racing a delete, as a history;
   ``expire-after-compact`` runs, right after each compaction's commit and
   before it returns, another commit and an expiry that keeps only that one.
 """
@@ -115,7 +115,7 @@ def _phantom_failure(journal: Any) -> None:
 
 
 def _compact_resurrects(journal: Any) -> None:
-    """Issue 30's fix undone: a compaction's copies go live even where another commit deleted
+    """The rewrite check undone: a compaction's copies go live even where another commit deleted
     or replaced the key after the job began (the commit's test that the record a copy
     replaces is still one live at the base version always passes)."""
     from ...catalog import jobs

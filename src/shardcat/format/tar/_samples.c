@@ -1,6 +1,6 @@
 /*
- * From the walk's members to the scan's record and entry rows, in C (part of
- * _ctar.c, included once by it: it uses scan() and Found).
+ * From the walk's members to the scan's record and entry rows, in C (the second
+ * unit of the _ctar module: it uses _ctar.c's scan() and Found, declared in _ctar.h).
  *
  * walk_block() is walk() with the members kept in one C block (Members)
  * instead of five Python lists: names copied out of the reused chunk buffer,
@@ -23,15 +23,17 @@
  * its GIL-free part), so two threads feeding or taking at once wait for
  * each other; a call from inside another on the same thread is refused.
  */
+#include "_ctar.h"
+
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the record and entry rows are written in native order, which must be little-endian"
 #endif
 
 #define XXH_INLINE_ALL
 #define XXH_NO_XXH3
-#include "_xxhash/xxhash.h"
+#include "../../_vendor/xxhash/xxhash.h"
 
-/* The format's limits and row layouts: format/spec.py declares them; test_ctar.py checks these. */
+/* The format's limits and row layouts: format/spec.py declares them; tests/format/test_c_layout.py checks these. */
 #define MAX_KEY_BYTES 0xFFFF
 #define MAX_ENTRIES 0xFFFF
 #define MAX_SPECS 0x10000
@@ -219,7 +221,7 @@ static int members_fill(Members *b, const Found *found, Py_ssize_t n)
     return 0;
 }
 
-static PyObject *py_walk_block(PyObject *self, PyObject *args)
+PyObject *py_walk_block(PyObject *self, PyObject *args)
 {
     (void)self;
     Py_buffer view;
@@ -841,7 +843,7 @@ static PyTypeObject GrouperType = {
     .tp_new = grouper_new,
 };
 
-static int add_sample_types(PyObject *m)
+int add_sample_types(PyObject *m)
 {
     if (PyType_Ready(&MembersType) < 0 || PyType_Ready(&GrouperType) < 0)
         return -1;
