@@ -47,6 +47,8 @@ from .samples import batched, check_frame, is_pandas_frame, rows_to_samples
 from .tasks import PartitionResult, write_partition
 
 if TYPE_CHECKING:
+    from distributed import Client
+
     from ..catalog import Catalog, JobInfo, ShardRow
 
 __all__ = ["WriteSummary", "write"]
@@ -582,7 +584,7 @@ def _run(
     data: Any,
     file_parts: list[list[SampleFiles]],
     plan: WritePlan,
-    client: Any,
+    client: Client,
     key_column: str,
     json_entry: str,
     batch_size: int,
@@ -637,7 +639,7 @@ def _run_bounded(
     calls: Iterable[Call],
     total: int | None,
     plan: WritePlan,
-    client: Any,
+    client: Client,
     retries: int,
     reporter: ProgressReporter,
     futures: list[Any],
