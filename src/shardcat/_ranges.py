@@ -44,7 +44,7 @@ its own instead costs about one latency, which on an object store is what
 about 1 MB of transfer costs (S3: tens of ms at tens of MB/s per
 connection; moto on loopback through s3fs: 2-4 ms of request handling at
 300-400 MB/s). So gaps up to that many bytes are merged. Measured on moto
-(1,000 random keys of 40,000, ``benchmarks/README.md``): 64 KiB gaps, 734
+(1,000 random keys of 40,000, ``benchmarks/README.md`` at a731c64): 64 KiB gaps, 734
 requests, 242-325 keys/s; 1 MiB, 14-19 requests, 930-1,360 keys/s. Tunable
 per catalog (``Catalog(remote_max_gap=...)``) or process
 (``SHARDCAT_REMOTE_MAX_GAP``): lower where bytes are dear (egress, slow

@@ -7,7 +7,7 @@ threads, ``depth`` ranged reads in flight at once, and hands them over in
 order, so fetching overlaps decoding and several requests overlap each other
 (on S3 through s3fs one request at a time left the connection idle between
 a response and the next request, and the decoder waiting on both: see
-``benchmarks/README.md``).
+``benchmarks/README.md`` at a731c64).
 
 Streaming uses it for sources that say their reads may come from another
 thread (``RangeSource.read_ahead``, true for remote fsspec and obstore
@@ -42,7 +42,7 @@ READ_AHEAD_FIRST = 4 * 1024 * 1024
 The decoder waits for the whole first chunk before it starts: a smaller one
 starts it sooner, but every extra request has a fixed cost (on the
 benchmarks' in-process moto server 3-4 ms of CPU: starting at 1 MiB cost
-about 10 % more CPU per stream than 8 MiB reads, ``benchmarks/README.md``),
+about 10 % more CPU per stream than 8 MiB reads, ``benchmarks/README.md`` at a731c64),
 so the first read is half a chunk: one request more per stream.
 """
 READ_AHEAD_DEPTH = 2

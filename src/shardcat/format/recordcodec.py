@@ -37,7 +37,6 @@ from . import implementations, records, runs, scatter
 from .entries import Record, _StoredEntry
 from .implementations import Name
 from .spec import BATCH_ROW_DTYPE, Codec
-from .tar import read as tar_read
 
 __all__ = [
     "ENV_VAR",
@@ -166,6 +165,24 @@ crc32c_spans: Callable[..., bytes]
 """The CRC32C of many spans of one buffer (:func:`.scatter.crc32c_spans`)."""
 COMPONENT = "record codec"
 
+
+def _tar_record(
+    data: bytes,
+    key: str,
+    specs: tuple[tuple[str, str], ...],
+    spans: bytes,
+    offset: int,
+    record: type[Record],
+) -> Record | None:
+    """The Python twin of the compiled ``tar_record``: :func:`.tar.read.tar_record`.
+
+    Imported on first call: a lookup of a shard (no tar) loads no tar module.
+    """
+    from .tar.read import tar_record
+
+    return tar_record(data, key, specs, spans, offset, record)
+
+
 _PYTHON: dict[str, Any] = {
     "encode_record": records.encode_record,
     "decode_record": records.decode_record,
@@ -179,7 +196,7 @@ _PYTHON: dict[str, Any] = {
     "read_packed": _pread.read_packed,
     "crc32c": _crc32c_package.crc32c,
     "add_plain": records.add_plain,
-    "tar_record": tar_read.tar_record,
+    "tar_record": _tar_record,
     "scatter_read": scatter.scatter_read,
     "scatter_read_runs": scatter.scatter_read_runs,
     "scatter_copy": scatter.scatter_copy,

@@ -34,7 +34,7 @@ most of them alive and promoted them, so full collections ran every ~20,000
 records and walked the whole heap: in a process holding boto3 and a moto
 server (the S3 benchmark) 0.3-0.6 s of GC per 210 MB streamed, over half of
 the wall time, and 5x the CPU of 256 KiB batches (~50 records), whose
-records die young (``benchmarks/README.md``, streaming on S3).
+records die young (``benchmarks/README.md`` at a731c64, streaming on S3).
 """
 
 

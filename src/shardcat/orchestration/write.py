@@ -47,6 +47,8 @@ from .samples import batched, check_frame, is_pandas_frame, rows_to_samples
 from .tasks import PartitionResult, write_partition
 
 if TYPE_CHECKING:
+    from distributed import Client
+
     from ..catalog import JobInfo, ShardRow
     from ..reading import Catalog
 
@@ -583,7 +585,7 @@ def _run(
     data: Any,
     file_parts: list[list[SampleFiles]],
     plan: WritePlan,
-    client: Any,
+    client: Client,
     key_column: str,
     json_entry: str,
     batch_size: int,
@@ -638,7 +640,7 @@ def _run_bounded(
     calls: Iterable[Call],
     total: int | None,
     plan: WritePlan,
-    client: Any,
+    client: Client,
     retries: int,
     reporter: ProgressReporter,
     futures: list[Any],

@@ -4,7 +4,7 @@ s3fs (aiobotocore + aiohttp) does each request's signing, parsing and body
 copies in Python, holding the GIL; obstore does them in Rust, without it.
 On the benchmarks' moto server that made one ranged GET ~3 x faster and a
 batch's merged ranges ~3.5 x (``benchmarks/bench_s3_client.py``,
-``benchmarks/README.md``). Which URLs it reads is decided in
+``benchmarks/README.md`` at a731c64). Which URLs it reads is decided in
 :mod:`.transport` (``SHARDCAT_S3_TRANSPORT``, ``auto`` by default: obstore
 where it finds the same credentials, endpoint and region as s3fs, s3fs
 everywhere else); fsspec stays the way every other store is read.

@@ -8,7 +8,7 @@ per window (:func:`_populate`). Once the compiled walk grouped
 members in C and prefetched ahead of itself (a mapped file's pages are
 scattered, and the CPU's prefetcher stops at page boundaries), the mapping
 cost less CPU than the read on the 2-core VM measured (0.23 against 0.29 s
-per GiB, ``benchmarks/README.md`` 2026-11-24), so it is the default
+per GiB, ``benchmarks/README.md`` at a731c64 2026-11-24), so it is the default
 (``map_file=True``; ``False`` reads). :class:`~.walk.TarWalker` maps a
 stream, if asked, when it is a regular local file positioned at its start (:func:`map_stream`); anything
 else (a pipe, a special file, an fsspec file, a failed ``mmap``) is read as a
@@ -311,7 +311,7 @@ def _populate(m: mmap.mmap, start: int, length: int) -> None:
 
     ``MADV_POPULATE_READ`` takes the fault path once for the whole window: on
     the 2-core VM a 1 GiB walk went from ~26,000 page faults to ~10,800 (the
-    rest are the grouper's own memory), ``benchmarks/README.md``. Older
+    rest are the grouper's own memory), ``benchmarks/README.md`` at a731c64. Older
     kernels answer ``EINVAL`` and get ``MADV_WILLNEED``; a window past the
     file's end (it was cut) answers ``EFAULT``, never ``SIGBUS``.
     """
