@@ -46,8 +46,8 @@ import numpy as np
 import shardcat
 from shardcat._ranges import coalesce
 from shardcat._types import ByteRange
-from shardcat.catalog import Catalog
 from shardcat.format.checksums import signed_key_hash
+from shardcat.reading import Catalog
 from shardcat.storage import local_path, resolve
 
 # Run as a script, or imported by one (bench_tar.py): make the benchmarks package importable.
@@ -270,7 +270,7 @@ def bench_point(
     # runs before it two times in three), which neither shardcat's
     # connection nor the limit's definition has (issue 10, branch cpoint).
     lim_conn = env.raw_sql()[0] if env.backend == "local" else conn
-    dataset_id = cat.dataset("train").id
+    dataset_id = cat.info("train").id
     floor_sql = FLOOR_POINT_SQL.format(p=p)
     fs_cache: dict[str, tuple[Any, str]] = {}
 
@@ -371,7 +371,7 @@ def bench_batch(
     env: Env, cat: Catalog, keys: list[str], size: int, repeats: int, rng: random.Random
 ) -> dict[str, Any]:
     conn, p = env.raw_sql()
-    dataset_id = cat.dataset("train").id
+    dataset_id = cat.info("train").id
     if p == "?":
         sql = (
             "SELECT s.url, r.byte_offset, r.byte_length, r.key FROM records r JOIN shards s ON s.id = r.shard_id "

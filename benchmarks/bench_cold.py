@@ -72,7 +72,7 @@ def main() -> None:
                 for i in range(args.records):
                     w.add(f"img/{i:08d}", {"bin": rng.randbytes(2048 + i % 6144)})
             cat.register_shard("train", w.close())
-            assert cat.dataset("train").id == 1
+            assert cat.info("train").id == 1
         keys = [f"img/{rng.randrange(args.records):08d}" for _ in range(args.runs)]
         ours: list[tuple[float, float]] = []
         limit: list[tuple[float, float]] = []

@@ -26,7 +26,8 @@ import tempfile
 import time
 
 import shardcat
-from shardcat.catalog import Catalog
+from shardcat.catalog import internal
+from shardcat.reading import Catalog
 
 
 def _lookups(cat: Catalog, keys: list[str], n: int) -> float:
@@ -77,7 +78,7 @@ def main() -> None:
         dead: list[str] = []
         for n, shard in enumerate(cat.shards("b")):
             if n % 2 == 0:
-                rows = cat.record_rows(shard.id)
+                rows = internal.record_rows(cat, shard.id)
                 dead += [r.key for r in rows[: int(len(rows) * args.dead)]]
         cat.delete_keys("b", dead)
         live = sorted(set(keys) - set(dead))

@@ -55,8 +55,8 @@ WARM = 300
 
 def prepare(folder: str, n_keys: int, per_shard: int) -> None:
     import shardcat
-    from shardcat.catalog import Catalog
-    from shardcat.catalog.kinds import scan_tar_url
+    from shardcat.reading import Catalog
+    from shardcat.reading.checks import scan_tar_url
 
     rng = random.Random(1)
     blob = rng.randbytes(4096)
@@ -102,7 +102,7 @@ def run(folder: str, mode: str, count: int, batch_keys: int = 1000) -> None:
         sample = json.load(f)
     keys = sample[WARM : WARM + count]
     if mode == "batch":
-        from shardcat.catalog import Catalog
+        from shardcat.reading import Catalog
 
         cat = Catalog(f"sqlite:///{folder}/catalog.db")
         batches = [
@@ -115,7 +115,7 @@ def run(folder: str, mode: str, count: int, batch_keys: int = 1000) -> None:
             cat.get_many("train", b)
         return
     if mode in ("ours", "tar"):
-        from shardcat.catalog import Catalog
+        from shardcat.reading import Catalog
 
         cat = Catalog(f"sqlite:///{folder}/catalog.db")
         get = cat.get

@@ -127,9 +127,9 @@ def bench_lookups(
     import random
 
     import shardcat
-    from shardcat.catalog import Catalog
-    from shardcat.catalog.kinds import scan_tar_url
     from shardcat.format.checksums import signed_key_hash
+    from shardcat.reading import Catalog
+    from shardcat.reading.checks import scan_tar_url
     from shardcat.storage import resolve
     from shardcat.storage.shards import ShardReader
 
@@ -176,7 +176,7 @@ def bench_lookups(
         cat.register_shard("tar", info)
         cat.create_dataset("native", tmp)
         cat.register_shard("native", native_info)
-        ids = {name: cat.dataset(name).id for name in ("tar", "native")}
+        ids = {name: cat.info(name).id for name in ("tar", "native")}
         times: dict[str, list[float]] = {
             n: [] for n in ("tar", "native", "tar_floor", "native_floor")
         }

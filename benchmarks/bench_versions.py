@@ -29,8 +29,8 @@ import time
 from typing import Any
 
 import shardcat
-from shardcat.catalog import Catalog
 from shardcat.format.checksums import signed_key_hash
+from shardcat.reading import Catalog
 
 FLOOR_SQL = (
     "SELECT s.url, r.byte_offset, r.byte_length FROM records r JOIN shards s ON s.id = r.shard_id "
@@ -52,7 +52,7 @@ def measure(
     cat: Catalog, db: str, keys: list[str], version: Any, rng: random.Random, count: int
 ) -> tuple[float, float]:
     conn = sqlite3.connect(db)
-    dataset_id = cat.dataset("train").id
+    dataset_id = cat.info("train").id
     files: dict[str, int] = {}
 
     def floor(key: str, h: int) -> bytes:
@@ -116,7 +116,7 @@ def main() -> None:
             cases: list[tuple[str, Any, list[str]]] = [("latest", None, live)]
             if not args.latest_only:
                 cases += [("version 1 (number)", 1, keys), ("version 1 (tag)", "first", keys)]
-            print(f"{args.keys:,} keys, {cat.dataset('train').version} version(s), SQLite, local")
+            print(f"{args.keys:,} keys, {cat.info('train').version} version(s), SQLite, local")
             print("| lookup | shardcat get (µs) | floor: raw sqlite3 + os.pread (µs) | ratio |")
             print("| --- | --- | --- | --- |")
             for name, version, pool in cases:

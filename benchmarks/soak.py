@@ -41,7 +41,7 @@ import numpy as np
 import sqlalchemy as sa
 
 import shardcat
-from shardcat.catalog import Catalog
+from shardcat.reading import Catalog
 
 POSTGRES_URL = os.environ.get(
     "SHARDCAT_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"

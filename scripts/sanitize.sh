@@ -26,7 +26,7 @@ SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-fram
     build_ext --inplace >build.log 2>&1 || { cat build.log >&2; exit 1; }
 )
 # The extensions are optional in a normal build; here each one must have been built.
-for ext in format/_ccodec format/_cmapguard storage/_cwrite format/tar/_ctar catalog/_cpoint; do
+for ext in format/_ccodec format/_cmapguard storage/_cwrite format/tar/_ctar reading/_cpoint; do
   if ! ls "$OUT/src/shardcat/$ext".*.so >/dev/null 2>&1; then
     echo "error: $ext was not built with the sanitizers (see $OUT/build.log)" >&2
     exit 1
@@ -45,7 +45,7 @@ export SHARDCAT_SANITIZED=1
 cd "$OUT"
 "$PY" - <<'PY'
 import os
-import shardcat.catalog._cpoint as p
+import shardcat.reading._cpoint as p
 import shardcat.format._ccodec as c
 import shardcat.format._cmapguard as g
 import shardcat.format.tar._ctar as t

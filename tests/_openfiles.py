@@ -39,7 +39,7 @@ def catalog_given(kind: str, url: str) -> Iterator[Any]:
     After the block, a URL's catalog must be closed (no descriptor left on the
     file); a Catalog passed in must still be open and usable.
     """
-    from shardcat.catalog import Catalog
+    from shardcat.reading import Catalog
 
     assert sqlite_files_open(url) == 0, "the test began with the catalog open"
     if kind == "url":

@@ -50,10 +50,10 @@ def test_lazy_names_load_their_layer_on_first_use():
 
 def test_lazy_names_are_the_real_objects():
     import shardcat
-    import shardcat.catalog
     import shardcat.format
+    import shardcat.reading
 
-    assert shardcat.Catalog is shardcat.catalog.Catalog
+    assert shardcat.Catalog is shardcat.reading.Catalog
     assert issubclass(shardcat.ShardReader, shardcat.format.ShardReader)
     assert issubclass(shardcat.ShardWriter, shardcat.format.ShardWriter)
     assert shardcat.__version__ == importlib.metadata.version("shardcat")

@@ -103,8 +103,8 @@ def _expected_files() -> set[str]:
         "shardcat/format/tar/_ctar" + sysconfig.get_config_var("EXT_SUFFIX"),
         # The write-behind of local shard blocks (src/shardcat/storage/_cwrite.c).
         "shardcat/storage/_cwrite" + sysconfig.get_config_var("EXT_SUFFIX"),
-        # The compiled SQLite point lookup (src/shardcat/catalog/_cpoint.c).
-        "shardcat/catalog/_cpoint" + sysconfig.get_config_var("EXT_SUFFIX"),
+        # The compiled SQLite point lookup (src/shardcat/reading/_cpoint.c).
+        "shardcat/reading/_cpoint" + sysconfig.get_config_var("EXT_SUFFIX"),
         "shardcat/py.typed",
         "shardcat/migrations/script.py.mako",
         "shardcat/migrations/README.md",
@@ -194,7 +194,7 @@ def test_without_a_compiler_the_wheel_builds_and_runs_the_python_codec(tmp_path)
     code = (
         "import shardcat.format as f, shardcat.format.recordcodec as rc; "
         "import shardcat.format.tar.tarwalker as tw; "
-        "import shardcat.catalog.point as pt; "
+        "import shardcat.reading.point as pt; "
         "import shardcat.format.mapguard as mg; "
         "print(f.record_codec(), rc.available(), tw.active(), tw.available(), "
         "pt.active(), pt.available(), mg.available())"

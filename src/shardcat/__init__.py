@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from . import catalog as catalog
     from . import format as format
     from . import orchestration as orchestration
+    from . import reading as reading
     from . import storage as storage
-    from .catalog import Catalog
     from .format import Codec, Entry, Record, ShardInfo, VerifyReport
 
     # From the defining modules: compact, index_tar, read and write are also the
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from .orchestration.read import read
     from .orchestration.write import write
     from .readers import to_dask_dataframe
+    from .reading import Catalog
     from .storage.shards import RollingShardWriter, ShardReader, ShardWriter, open_shard
     from .storage.streaming import iter_shards
 
@@ -96,7 +97,7 @@ _LAZY = {
     "ShardWriter": ".storage.shards",
     "open_shard": ".storage.shards",
     "iter_shards": ".storage.streaming",
-    "Catalog": ".catalog",
+    "Catalog": ".reading",
     "compact": ".orchestration",
     "copy_dataset": ".orchestration",
     "DatasetWriter": ".orchestration",
@@ -107,7 +108,7 @@ _LAZY = {
     "write": ".orchestration",
     "to_dask_dataframe": ".readers",
 }
-_SUBPACKAGES = ("catalog", "config", "format", "orchestration", "readers", "storage")
+_SUBPACKAGES = ("catalog", "config", "format", "orchestration", "readers", "reading", "storage")
 
 
 def __getattr__(name: str) -> object:

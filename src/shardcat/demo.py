@@ -156,9 +156,10 @@ def run_demo(
     """
     import sqlalchemy as sa
 
-    from .catalog import Catalog, visibility
+    from .catalog import visibility
     from .orchestration import DaskCluster, client_for, read, write
     from .orchestration.gc import gc
+    from .reading import Catalog
 
     if is_local(out):
         out = os.path.abspath(out)

@@ -361,7 +361,7 @@ class InvalidNameError(CatalogError, InvalidKeyError):
 
 
 class CatalogClosedError(CatalogError, ValueError):
-    """The :class:`~shardcat.catalog.Catalog` was closed: it serves no more calls, from any thread.
+    """The :class:`~shardcat.Catalog` was closed: it serves no more calls, from any thread.
 
     Open a new ``Catalog`` on the same URL (or keep this one open until every
     thread is done with it).

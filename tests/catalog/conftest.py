@@ -9,7 +9,7 @@ from typing import Any
 import fsspec
 import pytest
 
-from shardcat.catalog import Catalog
+from shardcat.reading import Catalog
 
 from .helpers import ReadCounter
 

@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import event
 
 import shardcat
-from shardcat.catalog import Catalog
+from shardcat.reading import Catalog
 
 KEYS_PER_SHARD = 40
 

@@ -1,4 +1,4 @@
-"""The batch statement stepped in C (catalog/_cpoint.c ``rows()``, issue 10), on real SQLite files.
+"""The batch statement stepped in C (reading/_cpoint.c ``rows()``, issue 10), on real SQLite files.
 
 ``get_many`` of whole records at the latest version runs the lookup's own
 batch statement on the compiled point lookup's connection. Its rows must be
@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from shardcat.catalog import Catalog, point
 from shardcat.errors import DatasetNotFoundError
 from shardcat.format import recordcodec
 from shardcat.format.checksums import signed_key_hashes
 from shardcat.format.tar import scan_tar
+from shardcat.reading import Catalog, point
 from shardcat.testing.tars import wds_samples, write_wds_tar
 
 from . import test_point_compiled as point_tests

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import shardcat
-from shardcat.catalog import Catalog
+from shardcat.reading import Catalog
 from shardcat.storage import REMOTE_MAX_GAP_ENV, resolve_remote_max_gap
 
 from .helpers import ReadCounter

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 import shardcat
-from shardcat.catalog import Catalog
 from shardcat.format import recordcodec
+from shardcat.reading import Catalog
 
 N = 10_000
 SHARDS = 3

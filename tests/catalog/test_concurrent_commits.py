@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from shardcat.catalog import Catalog
 from shardcat.errors import CommitConflictError
+from shardcat.reading import Catalog
 
 from .helpers import write_shard
 

@@ -9,7 +9,6 @@ import traceback
 import pytest
 import sqlalchemy as sa
 
-from shardcat.catalog import Catalog
 from shardcat.catalog.session import display_url, translate_exception
 from shardcat.errors import (
     CatalogError,
@@ -20,6 +19,7 @@ from shardcat.errors import (
     InvalidNameError,
     KeyNotFoundError,
 )
+from shardcat.reading import Catalog
 from shardcat.storage import redact
 
 from .helpers import make_dataset, shard_keys, write_shard
@@ -165,7 +165,7 @@ def test_credentials_never_reach_the_catalog(catalog_url, local_root):
         )
         row = cat.register_shard("train", info)
         assert row.url == "https://example.com/train/a.shard?part=1"
-        assert cat.dataset("train").root_url == "s3://bucket/train/"
+        assert cat.info("train").root_url == "s3://bucket/train/"
         dump = _all_text(cat)
     for secret in (
         "AKIA-SECRET-KEY",

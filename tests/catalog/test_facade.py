@@ -8,14 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from shardcat.catalog import (
-    Catalog,
-    CatalogHandle,
-    DatasetSummary,
-    EntryKind,
-    catalog_exists,
-)
+from shardcat.catalog import DatasetSummary, EntryKind, catalog_exists
 from shardcat.errors import CommitConflictError, DatasetNotFoundError
+from shardcat.reading import Catalog, CatalogHandle
 
 from .helpers import make_dataset, shard_keys, write_shard
 
@@ -46,7 +41,7 @@ def test_dataset_summaries_count_committed_shards_only(cat, local_root):
         sum(i.size for i in infos),
     )
     assert train.root_url == local_root
-    assert train.created_at == cat.dataset("train").created_at
+    assert train.created_at == cat.info("train").created_at
     assert train.created_at.tzinfo is not None
     assert abs(train.created_at - dt.datetime.now(dt.timezone.utc)) < dt.timedelta(hours=1)
 

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 import shardcat
 from shardcat import _pread
-from shardcat.catalog import Catalog
+from shardcat.reading import Catalog
 
 from .helpers import make_dataset, sample, shard_keys
 
@@ -67,7 +67,7 @@ def test_units_of_work_recover_after_the_server_drops_pooled_connections(postgre
     with cat.engine.connect() as conn:  # the pooled connection the next unit of work gets
         pid = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
     _terminate(postgres_url, pid)
-    assert cat.dataset("train").name == "train"
+    assert cat.info("train").name == "train"
     assert len(cat.shards("train")) == 1
     cat.close()
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from shardcat.catalog import Catalog, check, downgrade, head_revision, upgrade
+from shardcat.catalog import check, downgrade, head_revision, upgrade
 from shardcat.errors import CatalogError
+from shardcat.reading import Catalog
 
 from .helpers import make_dataset, shard_keys, write_shard
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from shardcat.catalog import internal
 from shardcat.errors import (
     CommitConflictError,
     DuplicateKeyError,
@@ -39,12 +40,12 @@ def test_staged_shards_are_invisible_until_commit(cat, local_root):
         and done.shard_count == 3
         and done.record_count == 3 * len(shard_keys(0))
     )
-    assert done.version == cat.dataset("train").version
+    assert done.version == cat.info("train").version
     assert cat.get("train", key).key == key
     assert [s.state for s in cat.shards("train")] == ["committed"] * 3
     # A retried barrier task commits again: harmless.
     assert cat.commit_job(job.id).state == "committed"
-    assert cat.dataset("train").version == done.version
+    assert cat.info("train").version == done.version
 
 
 def test_abort_leaves_nothing_visible(cat, local_root):
@@ -100,7 +101,7 @@ def test_duplicate_keys_across_shards_of_a_job(cat, local_root):
 def test_duplicate_keys_against_committed_records(cat, local_root):
     cat.create_dataset("train", local_root)
     cat.register_shard("train", write_shard(_url(local_root, 0), ["a", "b", "c"]))
-    version = cat.dataset("train").version
+    version = cat.info("train").version
     job = cat.begin_job("train")
     cat.register_shard("train", write_shard(_url(local_root, 1), ["x", "b"]), job=job)
     with pytest.raises(DuplicateKeyError) as err:
@@ -111,7 +112,7 @@ def test_duplicate_keys_against_committed_records(cat, local_root):
         cat.register_shard("train", write_shard(_url(local_root, 2), ["y", "c", "a"]))
     assert err.value.keys == ["a", "c"]
     assert len(cat.shards("train", state=None)) == 2  # the committed one and the open job's
-    assert cat.dataset("train").version == version
+    assert cat.info("train").version == version
     with pytest.raises(KeyNotFoundError):
         cat.get("train", "y")
 
@@ -136,7 +137,7 @@ def test_keys_are_unique_per_dataset_not_per_catalog(cat, local_root):
 
 def test_commit_with_a_stale_expected_version_conflicts(cat, local_root):
     cat.create_dataset("train", local_root)
-    seen = cat.dataset("train").version
+    seen = cat.info("train").version
     job = cat.begin_job("train")
     cat.register_shard("train", write_shard(_url(local_root, 0), ["a"]), job=job)
     cat.register_shard("train", write_shard(_url(local_root, 1), ["b"]))  # someone else commits
@@ -152,13 +153,13 @@ def test_every_commit_is_a_job_and_a_version(cat, local_root):
     b = cat.register_shard("train", write_shard(_url(local_root, 1), ["b"]))
     assert a.job_id != b.job_id
     assert cat.job(a.job_id).version == 1 and cat.job(b.job_id).version == 2
-    assert cat.dataset("train").version == 2
+    assert cat.info("train").version == 2
     with pytest.raises(ShardNotFoundError, match="no committed shard"):
         cat.remove_shard("train", _url(local_root, 9))
     removed = cat.remove_shard("train", _url(local_root, 0))
     # Out of the latest version, still read by version 2 (until it expires).
     assert (removed.state, removed.removed_version) == ("committed", 3)
-    assert cat.dataset("train").version == 3
+    assert cat.info("train").version == 3
     assert cat.get("train", "a", version=2).key == "a"
     with pytest.raises(KeyNotFoundError):
         cat.get("train", "a")
@@ -231,7 +232,9 @@ def test_jobs_listing_and_purging_tombstones(cat, local_root):
     assert jobs[0].created_at.tzinfo is not None
     # Only tombstones are purged, never live shards.
     assert (
-        cat.purge_shards("train", [_url(local_root, 0), _url(local_root, 1), _url(local_root, 2)])
+        internal.purge_shards(
+            cat, "train", [_url(local_root, 0), _url(local_root, 1), _url(local_root, 2)]
+        )
         == 1
     )
     assert [s.url for s in cat.shards("train", state=None)] == [

@@ -7,9 +7,9 @@ import sys
 import pytest
 import sqlalchemy as sa
 
-from shardcat.catalog import Catalog
 from shardcat.catalog.keys import keys_statement, prefix_end
 from shardcat.errors import DatasetNotFoundError
+from shardcat.reading import Catalog
 
 from .helpers import write_shard
 

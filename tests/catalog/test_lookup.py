@@ -11,8 +11,8 @@ import random
 
 import pytest
 
-from shardcat.catalog import Catalog
 from shardcat.errors import DatasetNotFoundError, KeyNotFoundError, ShardNotFoundError
+from shardcat.reading import Catalog
 
 from .helpers import (
     QueryCounter,
@@ -183,8 +183,8 @@ def test_hash_collision_never_returns_the_wrong_sample(cat, local_root, monkeypa
     """Two keys with the same xxh64: the catalog compares the key text too."""
     import xxhash
 
-    import shardcat.catalog.lookup as lookup
     import shardcat.format.writer as writer
+    import shardcat.reading.lookup as lookup
     from shardcat.format.checksums import key_hash, signed_key_hash
 
     colliding = {b"cat/a", b"cat/b"}
@@ -274,7 +274,7 @@ def test_a_forked_child_opens_its_own_connections(cat, local_root):
         try:
             record = cat.get("train", key)
             fresh = cat._lookup() is not parent_lookup
-            queue.put((record.key, cat.dataset("train").name, fresh))
+            queue.put((record.key, cat.info("train").name, fresh))
         except Exception as e:  # report, do not hang the parent
             queue.put(repr(e))
 

@@ -10,9 +10,10 @@ import sqlalchemy as sa
 from typer.testing import CliRunner
 
 import shardcat
-from shardcat.catalog import Catalog, check, current, downgrade, head_revision, migrate, upgrade
+from shardcat.catalog import check, current, downgrade, head_revision, migrate, upgrade
 from shardcat.cli.catalog import catalog_app
 from shardcat.errors import SchemaVersionError
+from shardcat.reading import Catalog
 
 
 def _tables(url: str) -> set[str]:

@@ -1,4 +1,4 @@
-"""The compiled point lookup (catalog/_cpoint.c, catalog/point.py) on real SQLite files.
+"""The compiled point lookup (reading/_cpoint.c, reading/point.py) on real SQLite files.
 
 It must return what the Python path returns, never a record the statement
 does not see (uncommitted, deleted, removed: also while another process
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from shardcat.catalog import Catalog, point
+from shardcat.catalog import internal
 from shardcat.errors import (
     CodecUnavailableError,
     DatasetNotFoundError,
@@ -30,6 +30,7 @@ from shardcat.errors import (
     ShardNotFoundError,
 )
 from shardcat.format import recordcodec
+from shardcat.reading import Catalog, point
 
 from .helpers import descriptors_of, make_dataset, needs_proc, shard_keys, write_shard
 
@@ -303,10 +304,11 @@ def test_a_moved_shard_is_found_at_its_new_place_and_a_lost_one_is_reported(cat,
     new_path = os.path.join(new_root, os.path.basename(info.path))
     shutil.copyfile(info.path, new_path)
     (row,) = cat.shards("train")
-    cat.move_shards(
+    internal.move_shards(
+        cat,
         "train",
         {row.url: (new_path, row.file_id)},
-        expected_version=cat.dataset("train").version,
+        expected_version=cat.info("train").version,
         root_url=new_root,
     )
     os.remove(info.path)

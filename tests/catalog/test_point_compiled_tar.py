@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from shardcat.catalog import Catalog, point
+from shardcat.catalog import internal
 from shardcat.errors import ChecksumError, KeyNotFoundError, TruncatedError
 from shardcat.format import recordcodec
 from shardcat.format.tar import scan_tar
+from shardcat.reading import Catalog, point
 from shardcat.testing.tars import record_as_sample, wds_samples, write_wds_tar
 
 from .helpers import shard_keys, write_shard
@@ -192,10 +193,11 @@ def test_a_moved_tar_is_found_at_its_new_place_and_served_compiled_again(cat, ta
     new_path = new_root / tar_path.name
     shutil.copyfile(tar_path, new_path)
     (row,) = cat.shards("wds")
-    cat.move_shards(
+    internal.move_shards(
+        cat,
         "wds",
         {row.url: (str(new_path), row.file_id)},
-        expected_version=cat.dataset("wds").version,
+        expected_version=cat.info("wds").version,
         root_url=str(new_root),
     )
     os.remove(tar_path)  # the cached descriptor has no name left: never read

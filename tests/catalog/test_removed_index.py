@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from shardcat.catalog import Catalog, check, downgrade, head_revision, upgrade
+from shardcat.catalog import check, downgrade, head_revision, internal, upgrade
+from shardcat.reading import Catalog
 
 from .helpers import make_dataset, shard_keys
 
@@ -44,7 +45,7 @@ def test_upgrade_from_0006_indexes_the_records_already_removed(catalog_url, loca
     with Catalog(catalog_url) as cat:
         assert _INDEX in _indexes(cat.engine)
         assert _INDEX in _plan(cat)
-        number, shards = cat.visible_shards("train")
+        number, shards = internal.visible_shards(cat, "train")
         assert sum(len(hidden) for _, hidden in shards) == 5
         got = cat.get_many("train", shard_keys(0))
         assert sorted(got.missing) == sorted(removed)

@@ -7,10 +7,10 @@ from pathlib import Path
 import sqlalchemy as sa
 
 import shardcat
-from shardcat.catalog import Catalog
-from shardcat.catalog.lookup import _batch_sql
 from shardcat.catalog.statistics import ANALYZE_MIN_ROWS, refresh_after_growth
 from shardcat.format.checksums import signed_key_hashes
+from shardcat.reading import Catalog
+from shardcat.reading.lookup import _batch_sql
 
 PER_SHARD = ANALYZE_MIN_ROWS // 2 + 5_000  # two shards: a commit just over the threshold
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from shardcat.catalog import Catalog
 from shardcat.catalog import versions as versions_module
 from shardcat.errors import VersionNotFoundError
+from shardcat.reading import Catalog
 
 from .helpers import write_shard
 

@@ -19,9 +19,10 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shardcat.catalog import Catalog, downgrade, head_revision, upgrade
+from shardcat.catalog import downgrade, head_revision, upgrade
 from shardcat.errors import ChecksumError, DuplicateKeyError, FormatError
 from shardcat.format.tar import scan_tar
+from shardcat.reading import Catalog
 from shardcat.testing.tars import record_as_sample, wds_samples, write_wds_tar
 
 
@@ -230,6 +231,11 @@ def test_every_kind_the_schema_allows_has_its_operations():
     from shardcat.catalog.models import SHARD_KINDS
 
     assert tuple(KINDS) == SHARD_KINDS
+    # The read layer reads every kind the catalog registers, and no other.
+    from shardcat.reading.checks import CHECKS, SUMMARIES
+    from shardcat.reading.decode import DECODERS
+
+    assert tuple(DECODERS) == tuple(CHECKS) == tuple(SUMMARIES) == SHARD_KINDS
     with pytest.raises(FormatError, match="unknown"):
         shard_kind("zip")
 

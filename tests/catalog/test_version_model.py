@@ -28,10 +28,10 @@ from hypothesis.stateful import (
 )
 
 import shardcat
-from shardcat.catalog import Catalog
 from shardcat.catalog.versions import unreferenced_shards
 from shardcat.errors import DuplicateKeyError
 from shardcat.orchestration.gc import gc
+from shardcat.reading import Catalog
 
 UNIVERSE = [f"k{i}" for i in range(8)]
 _dask: list[Any] = []
@@ -102,7 +102,7 @@ class VersionModel(RuleBasedStateMachine):
     def _new_version(self, state: dict[str, str]) -> None:
         self.latest += 1
         self.versions[self.latest] = state
-        assert self.cat.dataset(self.name).version == self.latest
+        assert self.cat.info(self.name).version == self.latest
 
     # --- rules -------------------------------------------------------------
 
@@ -189,7 +189,7 @@ class VersionModel(RuleBasedStateMachine):
             got = {k: r["txt"].decode() for k, r in batch.found().items()}
             assert got == state, (version, got, state)
         assert self.cat.count(self.name) == len(self.live())
-        dataset_id = self.cat.dataset(self.name).id
+        dataset_id = self.cat.info(self.name).id
         with self.cat._uow() as s:  # no committed shard that no kept version reads
             assert unreferenced_shards(s, dataset_id) == []
 

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from shardcat.catalog import Catalog
 from shardcat.errors import (
     CommitConflictError,
     DuplicateKeyError,
@@ -15,6 +14,7 @@ from shardcat.errors import (
     KeyNotFoundError,
     VersionNotFoundError,
 )
+from shardcat.reading import Catalog
 
 from .helpers import write_shard
 
@@ -39,7 +39,7 @@ def commit_keys(
     info = write_shard(f"{root}/s-{next(_names):05d}.shard", keys, make=_text(tag))
     cat.register_shard("train", info, job=job)
     cat.commit_job(job, on_duplicate=on_duplicate, replace=replace)  # type: ignore[arg-type]
-    return cat.dataset("train").version
+    return cat.info("train").version
 
 
 def value(cat: Catalog, key: str, version: int | str | None = None) -> str | None:
@@ -111,7 +111,7 @@ def test_delete_keys_makes_a_version_without_them(train):
     with pytest.raises(KeyNotFoundError, match="'nope'"):
         cat.delete_keys("train", ["a", "nope"])
     assert value(cat, "a") == "a@1"  # nothing changed
-    assert cat.dataset("train").version == v1
+    assert cat.info("train").version == v1
     v2 = cat.delete_keys("train", ["a", "nope"], missing_ok=True, message="gdpr")
     assert value(cat, "a") is None and value(cat, "a", v1) == "a@1"
     entry = cat.log("train")[0]

@@ -29,10 +29,11 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from sqlalchemy import select
 
 import shardcat
-from shardcat.catalog import Catalog, visibility
-from shardcat.catalog.lookup import LayoutCache, Lookup
+from shardcat.catalog import internal, visibility
 from shardcat.catalog.models import Record, Shard
 from shardcat.errors import DuplicateKeyError, KeyNotFoundError
+from shardcat.reading import Catalog
+from shardcat.reading.lookup import LayoutCache, Lookup
 
 from .test_version_model import _client
 
@@ -131,7 +132,7 @@ class VisibilityHistory(RuleBasedStateMachine):
     def _new_version(self, state: Model) -> None:
         self.latest += 1
         self.versions[self.latest] = state
-        assert self.cat.dataset(self.name).version == self.latest
+        assert self.cat.info(self.name).version == self.latest
 
     def _commit(self, keys: list[str], **kw: Any) -> tuple[str, str]:
         step = f"s{next(self.steps)}"
@@ -275,13 +276,13 @@ class VisibilityHistory(RuleBasedStateMachine):
         chosen = cat.select(name, "1 = 1", version=version)
         assert sorted(k for keys in chosen.keys.values() for k in keys) == sorted(state)
         assert sum(e.record_count for e in cat.entry_kinds(name, version=version)) == len(state)
-        _, shards = cat.visible_shards(name, version)
+        _, shards = internal.visible_shards(cat, name, version)
         assert sum(s.record_count - len(hidden) for s, hidden in shards) == len(state)
         assert {s.url for s, _ in shards} == {u for _, u in state.values()}
 
     def _check_sql(self, number: int, state: Model) -> None:
         """The rule as a Core expression, and in Python over the raw rows, against the model."""
-        dataset_id = self.cat.dataset(self.name).id
+        dataset_id = self.cat.info(self.name).id
         with self.cat._uow() as s:
             keys = s.execute(
                 select(Record.key)
@@ -321,7 +322,7 @@ class VisibilityHistory(RuleBasedStateMachine):
                 select(Record.key)
                 .join(Shard, Shard.id == Record.shard_id)
                 .where(
-                    Record.dataset_id == self.cat.dataset(self.name).id,
+                    Record.dataset_id == self.cat.info(self.name).id,
                     visibility.live(Record, Shard),
                 )
             ).scalars()

@@ -26,7 +26,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import shardcat.config
-from shardcat.catalog import Catalog
 from shardcat.catalog.readonly import FILTER_FUNCTIONS, MAX_FILTER_CHARS, compile_filter
 from shardcat.catalog.selection import MAX_ROWS_ENV, SAMPLE_COLUMNS, FilterLimits
 from shardcat.errors import (
@@ -36,6 +35,7 @@ from shardcat.errors import (
     QueryRefusedError,
     QueryTimeoutError,
 )
+from shardcat.reading import Catalog
 
 from .helpers import write_shard
 

@@ -11,7 +11,7 @@ import pytest
 
 from _servers import moto_client
 from conftest import postgres_schema
-from shardcat.catalog import Catalog
+from shardcat.reading import Catalog
 
 from .nosecrets import SRC_KEYS, World, base_env, write_dataset
 

@@ -40,7 +40,7 @@ import pytest
 import _forkrun
 from _forkrun import Call
 from shardcat import ShardWriter
-from shardcat.catalog import Catalog
+from shardcat.reading import Catalog
 
 POSTGRES_URL = os.environ.get(
     "SHARDCAT_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"

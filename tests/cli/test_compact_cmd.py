@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 import shardcat
-from shardcat.catalog import Catalog
 from shardcat.cli.app import app
+from shardcat.reading import Catalog
 
 
 def _shard(root: Path, name: str, keys: list[str]) -> shardcat.ShardInfo:

@@ -21,7 +21,7 @@ import pytest
 
 import shardcat
 from _forkrun import Call, completed
-from shardcat.catalog import Catalog
+from shardcat.reading import Catalog
 
 PNG_HEAD = b"\x89PNG\r\n\x1a\n"
 FOLDERS = ("cats", "dogs", "birds/nested")
@@ -548,7 +548,7 @@ def test_job_names_copy_and_move_from_the_command_line(tmp_path):
     )
     assert "copy: moved" in moved.stdout
     with Catalog(catalog) as cat:
-        assert cat.dataset("copy").root_url == str(tmp_path / "moved")
+        assert cat.info("copy").root_url == str(tmp_path / "moved")
         assert cat.get("copy", "cats/img002")["png"].data == samples["cats/img002"]["png"]
         assert not list((tmp_path / "copy").rglob("*.shard"))  # the move removed the sources
         assert cat.count("pics") == len(samples)  # the original is untouched

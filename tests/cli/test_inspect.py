@@ -97,8 +97,8 @@ def test_inspect_and_get_of_hostile_shards_exit_1_with_one_line(tmp_path):
     # Shards with every CRC right (tests/format/hostile.py). Before: a RecursionError
     # traceback from inspect, and `shardcat get` allocated 1.1 GB before a ZstdError.
     from format.hostile import build_shard, with_metadata, zstd_frame
-    from shardcat.catalog import Catalog
     from shardcat.format import Codec
+    from shardcat.reading import Catalog
 
     fine = ("txt", "text/plain", Codec.NONE, b"fine")
     lie = zstd_frame(os.urandom(32 << 10), 1_100_000_000)
@@ -122,7 +122,7 @@ def test_inspect_and_get_of_hostile_shards_exit_1_with_one_line(tmp_path):
         _one_line_error(
             run("--catalog", catalog, *args), "hostile.shard", "'bin'", "1,100,000,000 bytes"
         )
-    # A single-entry lookup (catalog/lookup.py) does not pass the entry's name and place.
+    # A single-entry lookup (reading/lookup.py) does not pass the entry's name and place.
     _one_line_error(run("--catalog", catalog, "get", "d", "bomb", "-e", "bin"), "1,100,000,000")
     ok = run("--catalog", catalog, "get", "d", "ok")
     assert ok.returncode == 0 and "fine" in ok.stdout, ok.stderr

@@ -20,8 +20,8 @@ import typer
 
 import shardcat
 from _forkrun import run_one
-from shardcat.catalog import Catalog
 from shardcat.cli.storage_options import parse_storage_options
+from shardcat.reading import Catalog
 
 Result = subprocess.CompletedProcess[str]
 KEYS = [f"cam{c}/{i:03d}" for c in (1, 3, 30) for i in range(4)] + ["cam3", "cam4/x"]

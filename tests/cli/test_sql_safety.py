@@ -32,9 +32,10 @@ from sqlalchemy.engine import make_url
 
 import shardcat
 from _forkrun import Call, completed
-from shardcat.catalog import Catalog, create_catalog_engine
+from shardcat.catalog import create_catalog_engine
 from shardcat.catalog.readonly import check_read_only, run_read_only
 from shardcat.errors import CatalogError, QueryTimeoutError
+from shardcat.reading import Catalog
 
 Result = subprocess.CompletedProcess[Any]
 

@@ -41,7 +41,7 @@ def test_use_switches_and_returns_the_previous_choice(module):
 
 
 def test_one_registry_holds_every_accelerated_component():
-    import shardcat.catalog.point  # noqa: F401 - registers the point lookup
+    import shardcat.reading.point  # noqa: F401 - registers the point lookup
 
     assert {"record codec", "tar walker", "point lookup"} <= set(implementations.components())
     assert implementations.active("record codec") == recordcodec.active()

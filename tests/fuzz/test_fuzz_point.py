@@ -35,10 +35,10 @@ from typing import Any
 import pytest
 
 import shardcat
-from shardcat.catalog import Catalog, point
-from shardcat.catalog.kinds import scan_tar_url
 from shardcat.format import recordcodec
 from shardcat.format.checksums import signed_key_hash
+from shardcat.reading import Catalog, point
+from shardcat.reading.checks import scan_tar_url
 
 pytestmark = pytest.mark.skipif(
     not point.available() or recordcodec.active() != "compiled",

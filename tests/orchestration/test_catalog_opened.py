@@ -15,10 +15,10 @@ import pytest
 
 import shardcat
 from _openfiles import catalog_given, needs_proc, sqlite_files_open
-from shardcat.catalog import Catalog
 from shardcat.errors import CatalogClosedError, DatasetExistsError, DatasetNotFoundError
 from shardcat.orchestration.gc import delete_dataset, gc
 from shardcat.orchestration.taridx_io import export_taridx, import_taridx
+from shardcat.reading import Catalog
 from shardcat.testing.tars import write_wds_tar
 
 pytestmark = needs_proc

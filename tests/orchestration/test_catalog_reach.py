@@ -7,9 +7,9 @@ import os
 import pytest
 
 import shardcat
-from shardcat.catalog import Catalog
 from shardcat.errors import CatalogError
 from shardcat.orchestration import reach
+from shardcat.reading import Catalog
 
 from .test_write import sample_bag
 

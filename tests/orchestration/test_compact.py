@@ -11,9 +11,10 @@ import dask.bag as db
 import pytest
 
 import shardcat
-from shardcat.catalog import Catalog
+from shardcat.catalog import internal
 from shardcat.errors import ChecksumError
 from shardcat.orchestration.gc import gc
+from shardcat.reading import Catalog
 
 from .samples import make_samples
 
@@ -52,9 +53,9 @@ def test_compact_rewrites_sparse_shards_and_gc_reclaims_them(tmp_path, catalog_u
     sparse = {s.url for s in shards[:3]}
     gone = []
     for shard in shards[:3]:
-        gone += [r.key for r in cat.record_rows(shard.id)][:15]
-    gone += [r.key for r in cat.record_rows(shards[3].id)][:5]
-    before_delete = cat.dataset("c").version
+        gone += [r.key for r in internal.record_rows(cat, shard.id)][:15]
+    gone += [r.key for r in internal.record_rows(cat, shards[3].id)][:5]
+    before_delete = cat.info("c").version
     cat.delete_keys("c", gone)
     live = [k for k in keys if k not in set(gone)]
     latest = _snapshot(cat, keys)
@@ -105,7 +106,7 @@ def _sparse_first_shard(root: Path, url: str, client: Any) -> tuple[Catalog, lis
     """A dataset whose first shard keeps 2 of its 20 records; returns its keys and those 2."""
     keys = _write(root, url, client)
     cat = Catalog(url)
-    first = [r.key for r in cat.record_rows(cat.shards("c")[0].id)]
+    first = [r.key for r in internal.record_rows(cat, cat.shards("c")[0].id)]
     cat.delete_keys("c", first[:18])
     return cat, keys, first[18:]
 
@@ -124,7 +125,7 @@ def _meanwhile(cat: Catalog, change: Any) -> None:
 def test_a_key_deleted_while_compacting_stays_deleted(tmp_path, catalog_url, client):
     cat, keys, survivors = _sparse_first_shard(tmp_path / "c", catalog_url, client)
     latest = _snapshot(cat, keys)
-    version = cat.dataset("c").version
+    version = cat.info("c").version
     _meanwhile(cat, lambda: Catalog(catalog_url).delete_keys("c", survivors[:1]))
     summary = shardcat.compact(cat, "c", min_live=0.5, client=client)
     # The delete landed first; the compaction rewrote both survivors but serves only the other.
@@ -244,7 +245,7 @@ def test_compact_lands_after_a_commit_on_other_keys(tmp_path, catalog_url, clien
     cat, keys, survivors = _sparse_first_shard(tmp_path / "c", catalog_url, client)
     other = keys[-1]  # in the last shard, which is not compacted
     latest = _snapshot(cat, keys)
-    version = cat.dataset("c").version
+    version = cat.info("c").version
     _meanwhile(cat, lambda: Catalog(catalog_url).delete_keys("c", [other]))
     summary = shardcat.compact(cat, "c", min_live=0.5, client=client)
     assert summary.version == version + 2 and summary.records == len(survivors)
@@ -259,9 +260,9 @@ def test_compact_refuses_a_damaged_shard_and_changes_nothing(tmp_path, sqlite_ur
     _write(tmp_path / "c", sqlite_url, client)
     cat = Catalog(sqlite_url)
     first = cat.shards("c")[0]
-    rows = cat.record_rows(first.id)
+    rows = internal.record_rows(cat, first.id)
     cat.delete_keys("c", [r.key for r in rows][:15])
-    version = cat.dataset("c").version
+    version = cat.info("c").version
     path = Path(first.url)
     data = bytearray(path.read_bytes())
     last = rows[-1]
@@ -270,7 +271,7 @@ def test_compact_refuses_a_damaged_shard_and_changes_nothing(tmp_path, sqlite_ur
     path.write_bytes(bytes(data))
     with pytest.raises(ChecksumError):
         shardcat.compact(cat, "c", client=client, retries=0)
-    assert cat.dataset("c").version == version
+    assert cat.info("c").version == version
     assert cat.jobs("c", state="open") == []
     assert {s.url for s in cat.shards("c")} >= {first.url}
 
@@ -313,11 +314,11 @@ def test_tar_shards_are_never_compacted(tmp_path, sqlite_url, client):
     cat = Catalog(sqlite_url)
     keys = [s["__key__"] for s in wds_samples(tar)]
     cat.delete_keys("wds", keys[:18])  # 10 % live
-    version = cat.dataset("wds").version
+    version = cat.info("wds").version
     summary = shardcat.compact(cat, "wds", min_live=0.5, client=client)
     assert (summary.version, summary.tar_shards, summary.compacted) == (None, 1, [])
     assert "1 tar shard never compacted" in str(summary)
-    assert cat.dataset("wds").version == version
+    assert cat.info("wds").version == version
     assert [j for j in cat.jobs("wds") if j.description == "shardcat.compact"] == []
     assert [s.url for s in cat.shards("wds")] == [str(tar)]
 

@@ -10,8 +10,9 @@ import dask.bag as db
 import pytest
 
 import shardcat
-from shardcat.catalog import Catalog
+from shardcat.catalog import internal
 from shardcat.errors import ChecksumError, DatasetExistsError, DestinationNotEmptyError
+from shardcat.reading import Catalog
 
 from .samples import numbered_sample
 
@@ -53,7 +54,7 @@ def test_copy_local_to_s3_to_local_across_sqlite_and_postgres(
     )
     assert (summary.shards, summary.copied, summary.records) == (6, 6, N)
     pg = Catalog(postgres_url)
-    assert pg.dataset("src").root_url == there
+    assert pg.info("src").root_url == there
     assert all(s.url.startswith(there + "/") for s in pg.shards("src"))
     assert pg.job(summary.job_id).state == "committed"
     back = shardcat.copy_dataset(
@@ -103,7 +104,7 @@ def test_move_repoints_the_dataset_then_removes_the_sources(tmp_path, sqlite_url
     _write(tmp_path / "src", sqlite_url, client)
     cat = Catalog(sqlite_url)
     expected = _records(cat, "src")
-    before = cat.dataset("src").version
+    before = cat.info("src").version
     old = {s.url for s in cat.shards("src")}
     keys = [f"n/{i:05d}" for i in range(0, N, 7)]
     points = [(k, cat.get("src", k)["bin"].data) for k in keys]  # the lookup caches the old URLs
@@ -112,16 +113,16 @@ def test_move_repoints_the_dataset_then_removes_the_sources(tmp_path, sqlite_url
     assert not any(Path(u).exists() for u in old)
     # Its cached URLs name files that are gone: it asks the catalog again and reads the copies.
     assert [(k, cat.get("src", k)["bin"].data) for k in keys] == points
-    assert cat.dataset("src").root_url == str(tmp_path / "moved")
-    assert cat.dataset("src").version > before
+    assert cat.info("src").root_url == str(tmp_path / "moved")
+    assert cat.info("src").version > before
     assert all(s.url.startswith(str(tmp_path / "moved")) for s in cat.shards("src"))
     assert _records(cat, "src") == expected
     assert cat.shards("src", state="deleted") == []  # the removed sources' rows are purged
     # A rerun of a move that committed (cut short before recording the root) only records it.
-    moved_version = cat.dataset("src").version
+    moved_version = cat.info("src").version
     again = shardcat.copy_dataset(cat, "src", str(tmp_path / "moved"), move=True, client=client)
     assert again.job_id is None and again.copied == 0
-    assert cat.dataset("src").version == moved_version  # nothing committed
+    assert cat.info("src").version == moved_version  # nothing committed
     assert _records(cat, "src") == expected
     with pytest.raises(ValueError, match="keeps the dataset's name"):
         shardcat.copy_dataset(cat, "src", str(tmp_path / "x"), move=True, name="y", client=client)
@@ -251,7 +252,7 @@ def test_records_deleted_or_replaced_stay_hidden_in_a_copy_and_a_move(
         dest = Catalog(to)
         assert _served(dest, "copy") == served
         assert dest.count("copy") == N - 2
-        assert sum(len(h) for _, h in dest.visible_shards("copy")[1]) == 3
+        assert sum(len(h) for _, h in internal.visible_shards(dest, "copy")[1]) == 3
         assert [v.total_records for v in dest.log("copy")] == [N - 2]
         assert dest.verify("copy").ok
     first = {r.key: r["bin"].data for r in cat.get_many("src", ["n/00001", "n/00005"], version=1)}

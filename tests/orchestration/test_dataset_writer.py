@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 import shardcat
-from shardcat.catalog import Catalog
 from shardcat.errors import (
     CommitConflictError,
     DatasetExistsError,
@@ -24,6 +23,7 @@ from shardcat.errors import (
     WriterClosedError,
 )
 from shardcat.orchestration.gc import gc
+from shardcat.reading import Catalog
 
 NOW = dt.timedelta(0)
 

@@ -6,7 +6,6 @@ import fsspec.implementations.local as fs_local
 import pytest
 
 import shardcat
-from shardcat.catalog import Catalog
 from shardcat.errors import (
     DuplicateKeyError,
     EmptySourceError,
@@ -22,6 +21,7 @@ from shardcat.orchestration.files import (
     read_samples,
     sample_parts,
 )
+from shardcat.reading import Catalog
 
 
 def make_tree(root, files: dict[str, bytes]) -> None:

@@ -9,8 +9,8 @@ import dask.bag as db
 import pytest
 
 import shardcat
-from shardcat.catalog import Catalog
 from shardcat.orchestration.gc import gc
+from shardcat.reading import Catalog
 
 from .samples import FailLate, make_samples, partition_with
 

@@ -14,9 +14,10 @@ import pytest
 from typer.testing import CliRunner
 
 import shardcat
-from shardcat.catalog import Catalog
+from shardcat.catalog import internal
 from shardcat.cli.app import app
 from shardcat.format.tar import NotATarError, TarChecksumError, TaridxError, read_taridx, scan_tar
+from shardcat.reading import Catalog
 from shardcat.testing.tars import record_as_sample as _as_dict
 from shardcat.testing.tars import wds_samples, write_wds_tar
 
@@ -244,7 +245,7 @@ def test_read_of_a_tar_shard_streams_checked_samples_and_only_asked_entries(sqli
     with Catalog(sqlite_url) as cat:
         cat.create_dataset("r", str(tmp_path))
         row = cat.register_shard("r", scan_tar(path))
-        rows = cat.record_rows(row.id)
+        rows = internal.record_rows(cat, row.id)
         got = list(iter_tar_shard(str(path), rows, decode=False))
         assert [
             {"__key__": g["__key__"], **{k: bytes(v.data) for k, v in g.items() if k != "__key__"}}

@@ -14,11 +14,11 @@ import pytest
 from rich.console import Console
 
 import shardcat
-from shardcat.catalog import Catalog
 from shardcat.errors import KeyNotFoundError, ProgressCallbackError
 from shardcat.orchestration import WriteProgress, WriteProgressBar
 from shardcat.orchestration.progress import ProgressReporter
 from shardcat.orchestration.tasks import PartitionResult
+from shardcat.reading import Catalog
 
 from .samples import make_samples
 

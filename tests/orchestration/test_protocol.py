@@ -18,9 +18,9 @@ import dask.bag as db
 import pytest
 
 import shardcat
-from shardcat.catalog import Catalog
 from shardcat.errors import CommitConflictError, DatasetExistsError
 from shardcat.orchestration.gc import gc
+from shardcat.reading import Catalog
 from shardcat.storage import resolve
 
 from .samples import (

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 import shardcat
-from shardcat.catalog import Catalog
 from shardcat.errors import VersionNotFoundError
+from shardcat.reading import Catalog
 
 
 def _commit(cat: Catalog, root: Path, name: str, keys: list[str], **kw: object) -> None:

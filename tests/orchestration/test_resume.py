@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shardcat
-from shardcat.catalog import Catalog
 from shardcat.errors import JobExistsError
 from shardcat.orchestration.resume import attempts
+from shardcat.reading import Catalog
 
 from .killclient import kill_client
 from .samples import numbered_sample

@@ -22,8 +22,8 @@ import dask.bag as db
 import pytest
 
 import shardcat
-from shardcat.catalog import Catalog
 from shardcat.errors import JobExistsError, JobInputsChangedError
+from shardcat.reading import Catalog
 
 from .killclient import kill_client
 from .samples import valued_sample

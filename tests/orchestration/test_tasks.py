@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from shardcat.catalog import Catalog
 from shardcat.errors import InvalidKeyError
 from shardcat.orchestration.plan import WritePlan
 from shardcat.orchestration.tasks import write_partition
+from shardcat.reading import Catalog
 
 
 def test_a_task_refuses_samples_without_a_key_or_not_dicts(tmp_path, sqlite_url):

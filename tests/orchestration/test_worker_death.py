@@ -8,8 +8,8 @@ import dask
 import dask.bag as db
 
 import shardcat
-from shardcat.catalog import Catalog
 from shardcat.orchestration.gc import gc
+from shardcat.reading import Catalog
 
 from .samples import KillOnce, make_samples, partition_with
 

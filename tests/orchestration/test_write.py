@@ -12,8 +12,8 @@ import pytest
 import sqlalchemy as sa
 
 import shardcat
-from shardcat.catalog import Catalog
 from shardcat.errors import DatasetExistsError, DuplicateKeyError, InvalidKeyError, KeyNotFoundError
+from shardcat.reading import Catalog
 
 from .samples import AlwaysFail, FailOnce, NoKeyLogged, make_samples, partition_with
 

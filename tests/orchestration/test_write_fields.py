@@ -6,10 +6,10 @@ import pandas as pd
 import pytest
 
 import shardcat
-from shardcat.catalog import Catalog
 from shardcat.errors import CatalogError
 from shardcat.orchestration.plan import WritePlan
 from shardcat.orchestration.tasks import field_values, write_partition
+from shardcat.reading import Catalog
 
 
 def test_a_task_stores_each_shards_field_values_with_its_records(tmp_path, sqlite_url):

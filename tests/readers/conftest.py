@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import shardcat
-from shardcat.catalog import Catalog
 from shardcat.format import recordcodec
+from shardcat.reading import Catalog
 
 # Unequal shards, so balancing by records differs from balancing by shard count.
 SHARD_SIZES = (23, 7, 31, 12, 5, 18)
@@ -144,7 +144,7 @@ def make_tar_dataset(
     """
     import fsspec
 
-    from shardcat.catalog.kinds import scan_tar_url
+    from shardcat.reading.checks import scan_tar_url
     from shardcat.testing.tars import write_wds_tar
 
     folder.mkdir(parents=True, exist_ok=True)

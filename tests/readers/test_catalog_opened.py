@@ -17,9 +17,9 @@ import pytest
 
 import shardcat
 from _openfiles import catalog_given, needs_proc, sqlite_files_open
-from shardcat.catalog import Catalog
 from shardcat.errors import CatalogClosedError, DatasetNotFoundError
 from shardcat.readers import KeySamples, index_fields
+from shardcat.reading import Catalog
 
 from .conftest import key, make_dataset
 

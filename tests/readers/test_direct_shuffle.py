@@ -12,10 +12,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from shardcat.catalog import Catalog  # noqa: E402
 from shardcat.errors import ChecksumError, TruncatedError  # noqa: E402
 from shardcat.format import recordcodec  # noqa: E402
 from shardcat.readers import PackedBatch, direct, gather, pack_samples, packed  # noqa: E402
+from shardcat.reading import Catalog  # noqa: E402
 from shardcat.torch import ShardIterableDataset, ShardLoader  # noqa: E402
 
 from .conftest import make_bytes_dataset, make_mixed_dataset, make_tar_dataset, stop_and_resume  # noqa: E402

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 import shardcat
-from shardcat.catalog import Catalog
 from shardcat.errors import CatalogError
 from shardcat.readers import SampleStream, index_fields, plan_tasks
+from shardcat.reading import Catalog
 
 from .conftest import make_dataset
 

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from shardcat.catalog import Catalog
+from shardcat.reading import Catalog
 
 from .conftest import make_dataset, stop_and_resume
 

@@ -17,9 +17,9 @@ from torch.utils.data import DataLoader  # noqa: E402
 
 import shardcat  # noqa: E402
 import shardcat.torch  # noqa: E402
-from shardcat.catalog import Catalog  # noqa: E402
 from shardcat.readers import PackedBatch, pack_samples, packed  # noqa: E402
 from shardcat.readers.packed import pack_records, process_ring  # noqa: E402
+from shardcat.reading import Catalog  # noqa: E402
 from shardcat.torch import ShardIterableDataset, ShardLoader  # noqa: E402
 
 from .conftest import make_bytes_dataset, payload, stop_and_resume  # noqa: E402

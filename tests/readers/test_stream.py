@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import shardcat
-from shardcat.catalog import Catalog
 from shardcat.errors import ChecksumError, QueryError
 from shardcat.readers import SampleStream, plan_tasks
+from shardcat.reading import Catalog
 
 from .conftest import SHARD_SIZES, key, make_dataset, sample
 

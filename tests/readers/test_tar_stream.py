@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 import shardcat
-from shardcat.catalog import Catalog
 from shardcat.errors import CatalogError, ChecksumError
 from shardcat.readers import SampleStream, plan_tasks
+from shardcat.reading import Catalog
 from shardcat.testing.tars import wds_samples
 
 from .conftest import TAR_SIZES, make_tar_dataset, stop_and_resume

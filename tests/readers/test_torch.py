@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 from torch.utils.data import DataLoader  # noqa: E402
 
-from shardcat.catalog import Catalog  # noqa: E402
+from shardcat.reading import Catalog  # noqa: E402
 from shardcat.torch import KeyDataset, ShardIterableDataset, ShardLoader  # noqa: E402
 
 from .conftest import key, make_dataset, stop_and_resume  # noqa: E402

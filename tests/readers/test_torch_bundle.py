@@ -11,8 +11,8 @@ torch = pytest.importorskip("torch")
 
 from torch.utils.data import DataLoader  # noqa: E402
 
-from shardcat.catalog import Catalog  # noqa: E402
 from shardcat.readers import PackedBatch, pack_samples, packed  # noqa: E402
+from shardcat.reading import Catalog  # noqa: E402
 from shardcat.torch import Bundle, ShardIterableDataset, ShardLoader, unchanged  # noqa: E402
 
 from .conftest import make_bytes_dataset, stop_and_resume  # noqa: E402

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 import shardcat
-from shardcat.catalog import Catalog
 from shardcat.errors import VersionNotFoundError
+from shardcat.reading import Catalog
 
 torch = pytest.importorskip("torch")
 
@@ -30,7 +30,7 @@ def commit(cat: Catalog, root: str, name: str, keys: list[str], tag: str, **kw: 
             w.add(k, {"txt": f"{k}@{tag}"})
     cat.register_shard("train", w.close(), job=job)
     cat.commit_job(job, **kw)
-    return cat.dataset("train").version
+    return cat.info("train").version
 
 
 @pytest.fixture

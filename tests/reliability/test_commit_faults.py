@@ -27,9 +27,9 @@ import pytest
 import sqlalchemy as sa
 
 import shardcat
-from shardcat.catalog import Catalog
 from shardcat.errors import ShardcatError
 from shardcat.orchestration.gc import gc
+from shardcat.reading import Catalog
 
 JOBS = 30
 PER_SHARD = 200

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 import shardcat
-from shardcat.catalog import Catalog
 from shardcat.errors import CatalogLockedError
+from shardcat.reading import Catalog
 
 WRITERS = 8
 READERS = 2

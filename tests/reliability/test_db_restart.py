@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 import shardcat
-from shardcat.catalog import Catalog
 from shardcat.errors import CatalogError
+from shardcat.reading import Catalog
 
 
 def _bindir() -> Path:

@@ -26,9 +26,9 @@ import numpy as np
 import pytest
 
 from catalog.helpers import make_dataset, sample, shard_keys
-from shardcat.catalog import Catalog
 from shardcat.format import recordcodec
 from shardcat.format.sources import FileSource
+from shardcat.reading import Catalog
 
 SIZE = 1 << 16
 FILES = 6

@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 
 import shardcat
-from shardcat.catalog import Catalog
 from shardcat.errors import ShardcatError
 from shardcat.orchestration.gc import gc
+from shardcat.reading import Catalog
 from shardcat.testing.faults import FaultPlan, register
 
 N_KEYS = 60

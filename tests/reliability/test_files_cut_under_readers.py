@@ -53,7 +53,7 @@ def digest(info):
     return h.hexdigest()
 
 def tar_index(path):
-    from shardcat.catalog.kinds import scan_tar_url
+    from shardcat.reading.checks import scan_tar_url
     ready()
     return {"ok": digest(scan_tar_url(path, None))}
 
@@ -231,7 +231,7 @@ def test_shuffled_packed_batches_from_a_shard_cut_under_them_are_a_typed_error_o
     if not packed._SHARED:
         pytest.skip("shared blocks need memfd_create")
     import shardcat
-    from shardcat.catalog import Catalog
+    from shardcat.reading import Catalog
 
     root = tmp_path / "shards"
     root.mkdir()

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 import shardcat
-from shardcat.catalog import Catalog
 from shardcat.errors import StorageFullError
 from shardcat.orchestration.gc import gc
+from shardcat.reading import Catalog
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 N = 300

@@ -20,13 +20,13 @@ import pytest
 
 import shardcat
 from cli.test_dataset_cmds import run, runs
-from shardcat.catalog import Catalog
 from shardcat.errors import (
     DatasetNotFoundError,
     InvalidKeyError,
     InvalidNameError,
     KeyNotFoundError,
 )
+from shardcat.reading import Catalog
 
 NAMES = [
     'it\'s "quoted"',

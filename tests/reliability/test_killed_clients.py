@@ -30,8 +30,8 @@ import sqlalchemy as sa
 
 from orchestration.killclient import kill_client, run_client
 from reliability.test_commit_faults import _with_app_name
-from shardcat.catalog import Catalog
 from shardcat.orchestration.gc import gc
+from shardcat.reading import Catalog
 
 SHARDS, PER_SHARD = 2, 2000
 # Kill moments, as fractions of a measured commit: 0 to 1.5, spread evenly. The long
@@ -43,7 +43,7 @@ PLAIN = textwrap.dedent(
     """
     import sys, time
     import shardcat
-    from shardcat.catalog import Catalog
+    from shardcat.reading import Catalog
 
     catalog, root, dataset, tag, hold = sys.argv[1:6]
     shards, per = int(sys.argv[6]), int(sys.argv[7])

@@ -18,7 +18,7 @@ import pytest
 
 from orchestration.killclient import kill_client, run_client
 from reliability.test_killed_clients import _after_kill, _client_url, _exactly_once
-from shardcat.catalog import Catalog
+from shardcat.reading import Catalog
 
 DASK_N, DASK_PARTS = 200, 10
 DASK_WINDOW = (0.0, 0.5)  # the write's commit, from its last progress event on

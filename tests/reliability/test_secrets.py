@@ -25,8 +25,8 @@ import pytest
 import sqlalchemy as sa
 
 from shardcat import ShardWriter
-from shardcat.catalog import Catalog
 from shardcat.errors import ShardcatError
+from shardcat.reading import Catalog
 
 MARK = f"Sx{uuid.uuid4().hex[:12]}Qv"
 

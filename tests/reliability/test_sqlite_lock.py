@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 import shardcat
-from shardcat.catalog import Catalog
 from shardcat.errors import CatalogLockedError
+from shardcat.reading import Catalog
 
 PER_SHARD, SHARDS, LOOKUPS = 200, 2, 20
 

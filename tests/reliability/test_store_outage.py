@@ -24,9 +24,9 @@ import pytest
 
 import shardcat
 from _servers import OutageProxy
-from shardcat.catalog import Catalog
 from shardcat.errors import ShardcatError, StorageError
 from shardcat.orchestration.gc import gc
+from shardcat.reading import Catalog
 from shardcat.storage import resolve
 
 N = 1200

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from catalog.helpers import make_dataset
-from shardcat.catalog import Catalog
+from shardcat.reading import Catalog
 
 CHILD = Path(__file__).with_name("threads_child.py")
 TIMEOUT = 240  # seconds for one child process, whatever happens in it

@@ -38,8 +38,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: catalog.helpers
 
 from catalog.helpers import sample
-from shardcat.catalog import Catalog
 from shardcat.errors import CatalogClosedError, CatalogError
+from shardcat.reading import Catalog
 
 JOIN_TIMEOUT = 60.0
 

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 import shardcat
-from shardcat.catalog import Catalog
 from shardcat.errors import (
     BucketNotFoundError,
     ShardNotFoundError,
@@ -22,6 +21,7 @@ from shardcat.errors import (
     StoragePermissionError,
     StorageUnreachableError,
 )
+from shardcat.reading import Catalog
 from shardcat.storage import FsspecSource, SourceCache, choose_transport, open_source
 from shardcat.storage.objstore import ObstoreSource
 

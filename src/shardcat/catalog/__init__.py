@@ -1,12 +1,9 @@
-"""The SQL catalog: datasets, shards and records, found by key in one query plus one read.
+"""The SQL catalog: datasets, shards, jobs, versions and where every record is.
 
 See docs/CATALOG.md for the schema, how lookups work and example queries.
-
->>> from shardcat.catalog import Catalog
->>> with Catalog("sqlite:///shardcat.db") as cat:  # doctest: +SKIP
-...     cat.create_dataset("train", "s3://bucket/train/", exist_ok=True)
-...     cat.register_shard("train", info)
-...     record = cat.get("train", "img/00412345")
+Reading records by key is the layer above (:mod:`shardcat.reading`), whose
+:class:`~shardcat.reading.Catalog` (``shardcat.Catalog``) adds it to
+:class:`SqlCatalog`.
 """
 
 from __future__ import annotations
@@ -14,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from .catalog import Catalog, CatalogHandle
+from .catalog import SqlCatalog
 from .migrate import check, current, downgrade, head_revision, upgrade, verify_schema
 from .results import (
     BatchResult,
@@ -52,8 +49,6 @@ __all__ = [
     "DEFAULT_URL",
     "SAMPLE_COLUMNS",
     "BatchResult",
-    "Catalog",
-    "CatalogHandle",
     "CatalogReport",
     "DatasetInfo",
     "DatasetSummary",
@@ -64,6 +59,7 @@ __all__ = [
     "Problem",
     "Selection",
     "ShardRow",
+    "SqlCatalog",
     "VersionDiff",
     "VersionInfo",
     "catalog_exists",

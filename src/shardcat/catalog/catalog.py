@@ -1,59 +1,54 @@
-"""The Catalog: datasets, shards, jobs and key lookups over one SQL database.
+"""The SQL catalog: datasets, shards, jobs and versions over one SQL database.
 
-:class:`Catalog` is a facade. It owns the engine, the units of work and the
-per-thread lookups, and each public method opens one unit of work and hands
-its session to a module function that holds the SQL: ``datasets.py``,
-``shards.py``, ``jobs.py``, ``maintenance.py``; lookups go to ``lookup.py``;
-the version methods (``log``, ``tag``, ``expire``, ...) come from the
-``history.py`` mixin over ``versions.py``.
+:class:`SqlCatalog` is a facade. It owns the engine and the units of work,
+and each public method opens one unit of work and hands its session to a
+module function that holds the SQL: ``datasets.py``, ``shards.py``,
+``jobs.py``, ``maintenance.py``; the version methods (``log``, ``tag``,
+``expire``, ...) come from the ``history.py`` mixin over ``versions.py``.
+Reading records (``get``, ``get_many``, ``locate``, ``verify``) is the read
+layer's: the public :class:`shardcat.Catalog` (:mod:`shardcat.reading`)
+adds it to this class.
 """
 
 from __future__ import annotations
 
 import threading
-import weakref
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+import warnings
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import text
 
 from .._forks import fork_generation
 from .._lazy import lazy_module
-from .._types import OnDuplicate, StorageOptions
+from .._types import OnDuplicate
 from ..errors import CatalogClosedError
-from ..format import Record, ShardInfo, recordcodec
-from ..storage import expand_braces, resolve_remote_max_gap
+from ..format import ShardInfo
 from . import fence
-from .history import VersionsApi, with_retries
-from .lookup import LayoutCache, Lookup, Version
+from .history import Version, VersionsApi, with_retries
 from .migrate import ensure_schema
 from .results import (
-    BatchResult,
-    CatalogReport,
     DatasetInfo,
     DatasetSummary,
     EntryKind,
     JobInfo,
-    Location,
     RecordRow,
     ShardRow,
 )
 
-# The modules behind everything but lookups (the ORM models, tar scanning)
-# load on first use: opening a catalog and looking a key up needs none of them.
+# The modules behind everything (the ORM models, tar scanning) load on first
+# use: opening a catalog and looking a key up needs none of them.
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from ..format.tar import TarShardInfo
     from . import datasets as _datasets
     from . import fields as _fields
+    from . import internal as _internal
     from . import jobs as _jobs
     from . import keys as _keys
-    from . import maintenance as _maintenance
-    from . import moves as _moves
     from . import register as _register
     from . import selection as _selection
     from . import shards as _shards
@@ -62,10 +57,9 @@ if TYPE_CHECKING:
 else:
     _datasets = lazy_module("shardcat.catalog.datasets")
     _fields = lazy_module("shardcat.catalog.fields")
+    _internal = lazy_module("shardcat.catalog.internal")
     _jobs = lazy_module("shardcat.catalog.jobs")
     _keys = lazy_module("shardcat.catalog.keys")
-    _maintenance = lazy_module("shardcat.catalog.maintenance")
-    _moves = lazy_module("shardcat.catalog.moves")
     _register = lazy_module("shardcat.catalog.register")
     _selection = lazy_module("shardcat.catalog.selection")
     _shards = lazy_module("shardcat.catalog.shards")
@@ -80,53 +74,25 @@ from .session import (
 )
 from .statistics import refresh_after_growth
 
-__all__ = ["Catalog", "CatalogHandle"]
+__all__ = ["SqlCatalog"]
+
+_C = TypeVar("_C", bound="SqlCatalog")  # typing.Self is Python 3.11+
 
 
-@dataclass(frozen=True, slots=True)
-class CatalogHandle:
-    """What another process needs to open the same catalog: small and picklable.
-
-    Dask tasks get one instead of a :class:`Catalog` (whose engine and
-    connections cannot travel) and open it once per worker process. It
-    carries the URL with its password, since workers must connect, and the
-    storage options: neither is ever shown (``repr`` hides them).
-
-    Examples
-    --------
-    >>> handle = cat.handle()  # doctest: +SKIP
-    >>> with handle.open() as worker_cat:  # doctest: +SKIP
-    ...     worker_cat.register_shard("train", info, job=job_id)
-    """
-
-    url: str = field(repr=False)
-    storage_options: dict[str, Any] = field(default_factory=dict, repr=False, hash=False)
-    busy_timeout: float = DEFAULT_BUSY_TIMEOUT
-    max_open_shards: int = 64
-    remote_max_gap: int | None = None
-
-    def open(self) -> Catalog:
-        """A new :class:`Catalog` on this URL, with these options.
-
-        Raises
-        ------
-        SchemaVersionError, CatalogError
-            As :class:`Catalog` does.
-        """
-        return Catalog(
-            self.url,
-            storage_options=self.storage_options,
-            busy_timeout=self.busy_timeout,
-            max_open_shards=self.max_open_shards,
-            remote_max_gap=self.remote_max_gap,
-        )
-
-    def __repr__(self) -> str:
-        return f"CatalogHandle({display_url(self.url)!r})"
+def _deprecated(name: str) -> None:
+    warnings.warn(
+        f"Catalog.{name}() is internal now and goes in the next release; shardcat's own "
+        f"layers call shardcat.catalog.internal.{name}(catalog, ...)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
 
 
-class Catalog(VersionsApi):
-    """A SQL catalog of datasets, their shards and every record's location.
+class SqlCatalog(VersionsApi):
+    """The SQL side of a catalog: datasets, their shards, jobs, versions and every record's location.
+
+    Use :class:`shardcat.Catalog`, which adds reading records to it; this
+    class reads no shard file.
 
     Parameters
     ----------
@@ -135,24 +101,11 @@ class Catalog(VersionsApi):
         (the default, or ``$SHARDCAT_CATALOG``), ``sqlite://`` for memory,
         ``postgresql+psycopg://user@host/db``. A relative SQLite path is
         resolved against the working folder now, so that Dask workers open
-        the same file. ``shardcat.write`` refuses ``sqlite://`` (its workers
-        cannot see this process's memory).
-    storage_options:
-        fsspec options used to read shards (credentials, endpoint, ...);
-        never stored in the catalog.
+        the same file.
     busy_timeout:
         SQLite: seconds to wait for another writer before CatalogLockedError.
     create:
         Create the tables when the database is empty (else SchemaVersionError).
-    max_open_shards:
-        Local shard files each thread keeps open for lookups.
-    remote_max_gap:
-        Batch lookups (``get_many``) on object stores read through gaps of
-        up to this many bytes between wanted records rather than send another
-        request: bytes or a size such as ``"256KiB"``, 0 for no gaps. By
-        default ``$SHARDCAT_REMOTE_MAX_GAP``, else 1 MiB, what one request's
-        latency costs in transfer on S3 (the cost model and measurements:
-        ``docs/CATALOG.md``, batch lookups). Local shards merge gaps of up to 8 KiB.
 
     Raises
     ------
@@ -160,32 +113,18 @@ class Catalog(VersionsApi):
         If the catalog's schema is not the one this shardcat needs.
     CatalogError
         If the database cannot be opened.
-
-    Examples
-    --------
-    >>> cat = Catalog("sqlite:///shardcat.db")  # doctest: +SKIP
-    >>> cat.create_dataset("train", "s3://bucket/train/")  # doctest: +SKIP
-    >>> cat.register_shard("train", writer.close())  # doctest: +SKIP
-    >>> cat.get("train", "img/00412345")["jpg"].data  # doctest: +SKIP
     """
 
     def __init__(
         self,
         url: str | None = None,
         *,
-        storage_options: StorageOptions | None = None,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
         create: bool = True,
-        max_open_shards: int = 64,
-        remote_max_gap: int | str | None = None,
     ) -> None:
         # Absolute now: workers and later processes must open this same file.
         self._url = absolute_sqlite_url(str(url or default_url()))
-        self.storage_options = dict(storage_options or {})
         self.busy_timeout = busy_timeout
-        self.max_open_shards = max_open_shards
-        # Resolved now: a bad value fails here, and workers get the same number.
-        self.remote_max_gap = resolve_remote_max_gap(remote_max_gap)
         self.engine = create_catalog_engine(self._url, busy_timeout=busy_timeout)
         try:
             with fence.shared():
@@ -193,71 +132,17 @@ class Catalog(VersionsApi):
         except BaseException:
             self.engine.dispose()
             raise
-        self._local = threading.local()
-        # Every thread's lookup, to close with the catalog (a thread's own goes when it ends).
-        self._lookups: set[Lookup] = set()
         self._lock = threading.Lock()
-        self._layouts = LayoutCache()
         self._closed = False
         self._generation = fork_generation()
-
-    @classmethod
-    @contextmanager
-    def opened(cls, catalog: Catalog | str | None, **options: Any) -> Iterator[Catalog]:
-        """``catalog`` itself if it is a Catalog, else one opened on that URL and closed at exit.
-
-        What every function taking "a Catalog or its URL" enters: it closes
-        only what it opened, so a caller's Catalog stays open and usable.
-
-        Parameters
-        ----------
-        catalog:
-            A :class:`Catalog` (yielded as it is, never closed), or its URL
-            (None: the default catalog, as for ``Catalog()``).
-        **options:
-            Passed to :class:`Catalog` when a URL is opened (``storage_options``,
-            ``create``, ...); ignored for a Catalog.
-
-        Raises
-        ------
-        SchemaVersionError, CatalogError
-            As :class:`Catalog` does, when a URL is opened.
-
-        Examples
-        --------
-        >>> with Catalog.opened(catalog_or_url) as cat:  # doctest: +SKIP
-        ...     cat.datasets()
-        """
-        if isinstance(catalog, Catalog):
-            yield catalog
-            return
-        with cls(None if catalog is None else str(catalog), **options) as cat:
-            yield cat
 
     @property
     def url(self) -> str:
         """The catalog URL with any password hidden."""
         return display_url(self._url)
 
-    def handle(self) -> CatalogHandle:
-        """What a worker process needs to open this catalog (URL with password, options).
-
-        Pass it to Dask tasks instead of the Catalog; never log its ``url``.
-        """
-        return CatalogHandle(
-            self._url,
-            dict(self.storage_options),
-            self.busy_timeout,
-            self.max_open_shards,
-            self.remote_max_gap,
-        )
-
     def __repr__(self) -> str:
-        return f"Catalog({self.url!r})"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Dask ships catalogs to workers: reconnect there instead of pickling connections.
-        return (_reopen, (self.handle(),))
+        return f"{type(self).__name__}({self.url!r})"
 
     # --- units of work ---------------------------------------------------
 
@@ -267,9 +152,11 @@ class Catalog(VersionsApi):
         if self._generation != fork_generation():
             self._generation = fork_generation()
             self.engine.dispose(close=False)
-            self._local = threading.local()
-            self._lookups = set()
             self._lock = threading.Lock()
+            self._forget_parent()
+
+    def _forget_parent(self) -> None:
+        """In a forked child: drop what else the parent's threads opened (subclasses)."""
 
     def _closed_error(self) -> CatalogClosedError:
         return CatalogClosedError(
@@ -287,34 +174,6 @@ class Catalog(VersionsApi):
             unit_of_work(self.engine, write=write, busy_timeout=self.busy_timeout) as s,
         ):
             yield s
-
-    def _lookup(self) -> Lookup:
-        lookup: Lookup | None = getattr(self._local, "lookup", None)
-        if lookup is None or lookup.generation != fork_generation():
-            self._after_fork()
-            if self._closed:
-                raise self._closed_error()
-            with fence.shared():
-                lookup = Lookup(
-                    self.engine,
-                    self.storage_options,
-                    self._layouts,
-                    self.max_open_shards,
-                    self.remote_max_gap,
-                )
-                fence.register(lookup)
-            with self._lock:
-                closed = self._closed
-                if not closed:
-                    self._lookups.add(lookup)
-            if closed:  # closed while it opened: close() did not see it
-                with lookup.gate:
-                    lookup.close()
-                raise self._closed_error()
-            self._local.lookup = lookup
-            # The lookup (connection, files, batch buffers) goes when the thread does.
-            self._local.end = _ThreadEnd(lookup, self._lookups)
-        return lookup
 
     # --- datasets --------------------------------------------------------
 
@@ -336,8 +195,8 @@ class Catalog(VersionsApi):
         with self._uow(write=True) as s:
             return _datasets.create_dataset(s, name, root_url, properties, exist_ok=exist_ok)
 
-    def dataset(self, name: str) -> DatasetInfo:
-        """The dataset's row.
+    def info(self, name: str) -> DatasetInfo:
+        """The dataset's row: id, root URL, format and current version, properties.
 
         Raises
         ------
@@ -508,29 +367,14 @@ class Catalog(VersionsApi):
     def copy_fields(
         self, dataset: str, shard_id: int, moves: Iterable[tuple[int, int, int]]
     ) -> int:
-        """Copy declared fields' values to one shard's records from the records they copy.
-
-        ``moves`` are ``(source shard id, source offset, offset in shard_id)``
-        (what compaction rewrote where); returns the values copied.
-
-        Raises
-        ------
-        CatalogError
-            A shard is not the dataset's.
-        """
-        with self._uow(write=True) as s:
-            return _fields.copy_field_values(s, dataset, shard_id, moves)
+        """Deprecated: shardcat's own layers call :func:`shardcat.catalog.internal.copy_fields`."""
+        _deprecated("copy_fields")
+        return _internal.copy_fields(self, dataset, shard_id, moves)
 
     def set_dataset_root(self, name: str, root_url: str) -> None:
-        """Record that the dataset's shards now live under ``root_url`` (after a move).
-
-        Raises
-        ------
-        DatasetNotFoundError
-            If there is no such dataset.
-        """
-        with self._uow(write=True) as s:
-            _datasets.set_root(s, name, root_url)
+        """Deprecated: shardcat's own layers call :func:`shardcat.catalog.internal.set_dataset_root`."""
+        _deprecated("set_dataset_root")
+        return _internal.set_dataset_root(self, name, root_url)
 
     def move_shards(
         self,
@@ -540,25 +384,11 @@ class Catalog(VersionsApi):
         expected_version: int,
         root_url: str,
     ) -> int:
-        """Point shards at byte-identical copies and the dataset at its new root, in one commit.
-
-        ``moves``: old URL -> (new URL, file id the row must have). Every
-        row keeps its records and versions (what each kept version serves
-        or hides is unchanged); a version with operation ``move`` records
-        it. Returns that version's number.
-
-        Raises
-        ------
-        CommitConflictError
-            The dataset moved past ``expected_version``, or a shard is no
-            longer committed with that file id; nothing changes.
-        DatasetNotFoundError
-            If there is no such dataset.
-        """
-        with self._uow(write=True) as s:
-            return _moves.move_shards(
-                s, dataset, moves, expected_version=expected_version, root_url=root_url
-            )
+        """Deprecated: shardcat's own layers call :func:`shardcat.catalog.internal.move_shards`."""
+        _deprecated("move_shards")
+        return _internal.move_shards(
+            self, dataset, moves, expected_version=expected_version, root_url=root_url
+        )
 
     def delete_dataset(self, name: str, *, missing_ok: bool = False) -> None:
         """Remove a dataset and all its rows from the catalog (shard files are not touched).
@@ -589,13 +419,16 @@ class Catalog(VersionsApi):
             return _shards.list_shards(s, dataset, state)
 
     def record_rows(self, shard_id: int) -> list[RecordRow]:
-        """Every record row of one shard (any state), in file order, spans decoded.
+        """Deprecated: shardcat's own layers call :func:`shardcat.catalog.internal.record_rows`."""
+        _deprecated("record_rows")
+        return _internal.record_rows(self, shard_id)
 
-        For readers that walk a shard through the catalog (tar shards have no
-        footer of their own) and for ``taridx export``.
-        """
-        with self._uow() as s:
-            return _shards.record_rows(s, shard_id)
+    def visible_shards(
+        self, dataset: str, version: Version = None
+    ) -> tuple[int, list[tuple[ShardRow, frozenset[int]]]]:
+        """Deprecated: shardcat's own layers call :func:`shardcat.catalog.internal.visible_shards`."""
+        _deprecated("visible_shards")
+        return _internal.visible_shards(self, dataset, version)
 
     def shard_urls(
         self,
@@ -731,17 +564,9 @@ class Catalog(VersionsApi):
             return _shards.remove_shard(s, dataset, url)
 
     def purge_shards(self, dataset: str, urls: Iterable[str]) -> int:
-        """Forget ``deleted`` shards (tombstones) once their files are gone; returns rows removed.
-
-        Shards in other states are never touched.
-
-        Raises
-        ------
-        DatasetNotFoundError
-            If there is no such dataset.
-        """
-        with self._uow(write=True) as s:
-            return _shards.purge_shards(s, dataset, urls)
+        """Deprecated: shardcat's own layers call :func:`shardcat.catalog.internal.purge_shards`."""
+        _deprecated("purge_shards")
+        return _internal.purge_shards(self, dataset, urls)
 
     # --- jobs ------------------------------------------------------------
 
@@ -908,152 +733,6 @@ class Catalog(VersionsApi):
             _jobs.abort_job(s, job_id, catalog=self.url)
         return self.job(job_id)
 
-    # --- lookups ---------------------------------------------------------
-
-    def get(
-        self,
-        dataset: str,
-        key: str,
-        entries: Iterable[str] | None = None,
-        *,
-        version: Version = None,
-    ) -> Record:
-        """The record with exactly this key: one SQL query, then one ranged read.
-
-        Parameters
-        ----------
-        dataset:
-            The dataset's name.
-        key:
-            The key (compared exactly: a hash collision never returns another record).
-        entries:
-            Read only these entries' bytes (the rest of the record is not read).
-        version:
-            A kept version's number or a tag (default: the latest version).
-
-        Raises
-        ------
-        KeyNotFoundError
-            If no committed record has this key (at that version).
-        VersionNotFoundError
-            If the dataset has no such kept version or tag.
-        DatasetNotFoundError
-            If there is no such dataset.
-        ShardNotFoundError
-            If the shard the catalog names is gone.
-        ChecksumError, FormatError
-            If the shard changed since it was registered.
-        """
-        # _lookup()'s fast case inline: one frame less on the point lookup's path.
-        lookup: Lookup | None = getattr(self._local, "lookup", None)
-        if lookup is None or lookup.generation != fork_generation():
-            lookup = self._lookup()
-        fast = lookup.fast_get
-        if fast is not None and entries is None and version is None:
-            # The compiled point lookup (point.py); None: not handled there, or
-            # closed. It fences itself (_cpoint.c, "Lifetimes"): no gate here.
-            record = fast(dataset, key, recordcodec.decode_spanned)
-            if record is not None:
-                return record  # type: ignore[no-any-return]
-        # Held for the call: close() and a fork wait for it (Lookup.gate).
-        with lookup.gate:
-            if lookup.closed:
-                raise self._closed_error()
-            return lookup.get(dataset, key, entries, version)
-
-    def get_many(
-        self,
-        dataset: str,
-        keys: Iterable[str],
-        entries: Iterable[str] | None = None,
-        *,
-        version: Version = None,
-    ) -> BatchResult:
-        """Records for many keys, in input order: one query, then coalesced concurrent reads.
-
-        Missing keys are reported in ``result.missing`` (``None`` in their
-        places); call ``result.raise_for_missing()`` to make them an error.
-
-        Raises
-        ------
-        DatasetNotFoundError
-            If there is no such dataset.
-        ShardNotFoundError, ChecksumError, FormatError
-            As for :meth:`get`.
-        """
-        lookup = self._lookup()
-        with lookup.gate:
-            if lookup.closed:
-                raise self._closed_error()
-            return lookup.get_many(dataset, keys, entries, version)
-
-    def locate(self, dataset: str, key: str, *, version: Version = None) -> Location:
-        """Where the record is: shard URL, byte offset and length (one query, no read).
-
-        Raises
-        ------
-        KeyNotFoundError, DatasetNotFoundError
-            As for :meth:`get`.
-        """
-        lookup = self._lookup()
-        with lookup.gate:
-            if lookup.closed:
-                raise self._closed_error()
-            return lookup.locate(dataset, key, version)
-
-    # --- maintenance -----------------------------------------------------
-
-    def reindex(
-        self, dataset: str, urls: str | Iterable[str], *, workers: int = 8, kind: str = "native"
-    ) -> list[ShardRow]:
-        """Rebuild the rows of these shards from their footers alone, committed in one transaction.
-
-        Rows already registered under a URL are replaced (the shard keeps its job).
-        ``kind="tar"``: the URLs are WebDataset tars, scanned again (after a
-        tar changed, or to register tars without a Dask cluster).
-
-        Raises
-        ------
-        ShardNotFoundError, FormatError
-            If a shard is missing or unreadable (nothing changes).
-        DuplicateKeyError
-            If the shards' keys collide with each other or with other committed shards.
-        """
-        url_list = expand_braces(urls) if isinstance(urls, str) else list(urls)
-        preps = _maintenance.prepare_from_footers(url_list, self.storage_options, workers, kind)
-        with self._uow(write=True) as s:
-            return _maintenance.reindex_shards(s, dataset, preps)
-
-    def verify(
-        self,
-        dataset: str,
-        *,
-        workers: int = 4,
-        on_shard: Callable[[str, int], None] | None = None,
-        version: Version = None,
-    ) -> CatalogReport:
-        """Check every committed shard against the catalog, and every CRC; report each disagreement.
-
-        Without ``version`` every committed shard is checked (every file a
-        kept version reads); with it, the shards that version reads.
-
-        ``on_shard(url, total)`` is called as each shard's check finishes
-        (from worker threads), for progress bars.
-
-        Raises
-        ------
-        DatasetNotFoundError
-            If there is no such dataset.
-        """
-        with self._uow() as s:
-            rows = _maintenance.committed_shards(s, dataset, version)
-        # The files are read outside any transaction: that takes as long as the data.
-        checks = _maintenance.check_files(
-            rows, self.storage_options, workers=workers, on_shard=on_shard
-        )
-        with self._uow() as s:
-            return _maintenance.compare_with_catalog(s, dataset, rows, checks)
-
     def analyze(self) -> None:
         """Refresh the database's planner statistics (after registering many records).
 
@@ -1068,30 +747,20 @@ class Catalog(VersionsApi):
             else:
                 s.execute(text("PRAGMA optimize"))
 
-    # --- lifetime --------------------------------------------------------
-
     def close(self) -> None:
-        """Close lookup connections, open shard files and the engine (idempotent, any thread).
-
-        Lookups in flight on other threads finish first (their connections
-        and files are closed after, never under them); every later call, on
-        any thread, raises :class:`~shardcat.errors.CatalogClosedError`.
-        """
-        self._after_fork()  # a forked child closes its own lookups, never its parent's
+        """Close the engine (idempotent, any thread); every later call raises CatalogClosedError."""
+        self._after_fork()
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            lookups, self._lookups = list(self._lookups), set()
-        for lookup in lookups:
-            # One gate at a time: a fork (which takes them all) never waits on this thread.
-            with lookup.gate:
-                lookup.close()
-        self._local = threading.local()
+        self._dispose()
+
+    def _dispose(self) -> None:
         with fence.shared():
             self.engine.dispose()
 
-    def __enter__(self) -> Catalog:
+    def __enter__(self: _C) -> _C:
         return self
 
     def __exit__(
@@ -1101,37 +770,3 @@ class Catalog(VersionsApi):
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-class _ThreadEnd:
-    """Kept in a thread's local state only: closes its lookup once that state goes with the thread.
-
-    A thread's lookup holds a connection, up to ``max_open_shards`` open
-    files and up to 64 MiB of read buffers (``lookup._POOL_BUFFERS``); a
-    service that runs each request on a new thread must not keep one of
-    each per thread it ever had.
-    """
-
-    __slots__ = ("__weakref__",)
-
-    def __init__(self, lookup: Lookup, listed: set[Lookup]) -> None:
-        # Not at exit: a daemon thread may still be looking up then.
-        weakref.finalize(self, _end_of_thread, lookup, listed).atexit = False
-
-
-def _end_of_thread(lookup: Lookup, listed: set[Lookup]) -> None:
-    """Close a lookup whose thread ended (the finalizer of :class:`_ThreadEnd`)."""
-    if lookup.closed or lookup.generation != fork_generation():
-        return  # closed with the catalog; or a forked child's copy, its parent's to close
-    # Never waits: a finalizer runs on any thread, maybe under a lock (a fork
-    # holds every gate). Not taken: the lookup stays listed for close().
-    if lookup.gate.acquire(blocking=False):
-        try:
-            lookup.close()
-        finally:
-            lookup.gate.release()
-        listed.discard(lookup)
-
-
-def _reopen(handle: CatalogHandle) -> Catalog:
-    return handle.open()

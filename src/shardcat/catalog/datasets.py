@@ -1,7 +1,7 @@
 """Dataset rows: find, create, list, summarise and delete them, inside a unit of work.
 
 Each function takes the session of the caller's transaction; the
-:class:`~shardcat.catalog.Catalog` opens it and documents the public methods.
+:class:`~shardcat.catalog.SqlCatalog` opens it and documents the public methods.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from .._redact import redact_url as redact
 from ..errors import DatasetExistsError, Hint, InvalidNameError
 from ..format.spec import FORMAT_VERSION
-from ..storage import redact
 from . import visibility
-from .lookup import unknown_dataset
+from .missing import unknown_dataset
 from .models import (
     Dataset,
     DatasetField,

@@ -1,6 +1,6 @@
 """The Catalog's version methods (log, tag, diff, delete_keys, expire, ...) and commit retries.
 
-A mixin of :class:`~shardcat.catalog.Catalog`, kept apart so each module
+A mixin of :class:`~shardcat.catalog.SqlCatalog`, kept apart so each module
 stays small; the SQL lives in ``versions.py`` and ``jobs.py``
 (docs/LIFECYCLE.md).
 """
@@ -15,22 +15,22 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_module
-from .lookup import Version
-from .results import ShardRow, VersionDiff, VersionInfo
+from .results import VersionDiff, VersionInfo
 
 # The ORM models load on first use, not when a catalog is opened for lookups.
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from . import jobs as _jobs
-    from . import rows as _rows
     from . import versions as _versions
 else:
     _jobs = lazy_module("shardcat.catalog.jobs")
-    _rows = lazy_module("shardcat.catalog.rows")
     _versions = lazy_module("shardcat.catalog.versions")
 
-__all__ = ["COMMIT_ATTEMPTS", "VersionsApi", "with_retries"]
+__all__ = ["COMMIT_ATTEMPTS", "Version", "VersionsApi", "with_retries"]
+
+Version = int | str | None
+"""A version number, a tag, or None (the latest)."""
 
 COMMIT_ATTEMPTS = 8
 """How often a commit that lost the race for the dataset's version is run (whole transaction)."""
@@ -148,23 +148,6 @@ class VersionsApi:
             return _versions.expire_versions(
                 s, dataset, keep_last=keep_last, older_than=older_than, dry_run=dry_run
             )
-
-    def visible_shards(
-        self, dataset: str, version: Version = None
-    ) -> tuple[int, list[tuple[ShardRow, frozenset[int]]]]:
-        """The version's number and its shards, each with the offsets of records it hides.
-
-        What :func:`shardcat.read` streams: a shard's records minus the hidden
-        ones (deleted, replaced or skipped at that version).
-
-        Raises
-        ------
-        VersionNotFoundError
-            If there is no such kept version or tag.
-        """
-        with self._uow() as s:
-            number, rows = _versions.visible_shards(s, dataset, version)
-            return number, [(_rows.shard_row(r, dataset), hidden) for r, hidden in rows]
 
 
 def with_retries(attempt: Callable[[], None]) -> None:

@@ -1,7 +1,7 @@
 """Jobs: open them, look them up, and commit or abort them, all at once or not at all.
 
 Each function takes the session of the caller's transaction; the
-:class:`~shardcat.catalog.Catalog` opens it and documents the public methods.
+:class:`~shardcat.catalog.SqlCatalog` opens it and documents the public methods.
 A job is ``open`` until it ends ``committed`` or ``aborted``; one guard,
 :func:`unsettled_job`, decides what a commit or an abort of a job that
 already ended does (nothing, if it ended that way: a retried barrier task

@@ -1,19 +1,18 @@
-"""Shard kinds: what differs between a native shard and a tar indexed in place, in one place.
+"""Shard kinds: what a native shard and a tar indexed in place register, in one place.
 
 A ``shards`` row is either a shardcat shard file (``kind = 'native'``) or a
 WebDataset tar registered where it lies (``kind = 'tar'``, revision 0004).
 Both register the same ``records`` rows (byte range, per-entry offset, size
-and CRC32C in ``spans``, a layout); they differ in four things, each looked
-up here by the row's kind and nowhere else:
+and CRC32C in ``spans``, a layout); the catalog's side of what differs is
+looked up here by the row's kind:
 
 - the ``shards`` columns a summary gives (a tar has no header or footer);
-- how a whole record's bytes become a :class:`~shardcat.format.Record`
-  (the native record frame, or the tar payloads at their spans);
-- how a file is read again to check it (footer + every CRC, or a re-scan);
 - whether deleting a dataset deletes its files by default (tars are the
   user's: only when asked).
 
-Single-entry reads are the same for both (the payload at its span, CRC-checked).
+How each kind is read (a whole record decoded, a file checked again) is
+the read layer's: :mod:`shardcat.reading.decode` and
+:mod:`shardcat.reading.checks`, keyed by the same names.
 """
 
 from __future__ import annotations
@@ -26,17 +25,13 @@ from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
-from ..errors import FormatError, ShardcatError, ShardNotFoundError
-from ..format import Record, ShardInfo, recordcodec
+from ..errors import FormatError
+from ..format import ShardInfo
 from ..format.checksums import crc32c
-from ..format.footer import EntrySpec
-from ..format.spec import NO_SHARD_NUMBER, Codec
-from ..storage import open_source
+from ..format.spec import NO_SHARD_NUMBER
 from .results import Problem
-from .spans import unpack_spans
 
-# Tar scanning and the URL-aware shard reader load on first use: a native
-# point lookup (and a cold first one) needs neither (issue 10).
+# Tar scanning loads on first use: a native point lookup (and a cold first one) needs none.
 if TYPE_CHECKING:
     from ..format.tar import TarShardInfo
 
@@ -45,17 +40,14 @@ __all__ = [
     "FileCheck",
     "ShardKind",
     "Summary",
-    "decode_native",
-    "decode_record",
     "kind_of",
     "shard_kind",
+    "tar_file_id",
 ]
 
 # A forward reference (Union, not |): the tar module loads lazily.
 Summary = Union[ShardInfo, "TarShardInfo"]
 """What registering a shard takes: a native footer's summary or a tar's scan."""
-
-Layout = list[tuple[str, str, Codec]]
 
 FileCheck = tuple[Summary | None, list[Problem], int]
 """What reading one file found: its summary (if readable), problems, records checked."""
@@ -68,12 +60,6 @@ class ShardKind:
     name: str
     columns: Callable[[Any], dict[str, Any]]
     """``shards`` columns (besides url, state, job) from the summary."""
-    decode: Callable[..., Record]
-    """A whole record from its bytes, every entry checked against the row's spans."""
-    check: Callable[[str, Any], FileCheck]
-    """Read the file again and check every byte it can: ``(summary, problems, records checked)``."""
-    summary: Callable[[str, Any], Summary]
-    """The summary the catalog rows are rebuilt from (reindex)."""
     owns_files: bool
     """Deleting its dataset deletes the file by default (native shards), else only if asked."""
 
@@ -145,136 +131,8 @@ def _tar_columns(info: TarShardInfo) -> dict[str, Any]:
     }
 
 
-def decode_native(
-    view: memoryview,
-    key: str,
-    length: int,
-    url: str,
-    offset: int,
-    alignment: int,
-    spans: bytes,
-    text_cache: dict[Any, Any],
-) -> Record:
-    """A native record from its bytes: the frame names its entries, the row's spans check them.
-
-    The point lookup calls the record codec's ``decode_spanned`` itself for
-    native rows (no dispatch, no layout, no frame of this function).
-    """
-    return recordcodec.decode_spanned(
-        view, key, length, url, offset, alignment, spans, unpack_spans, text_cache
-    )
-
-
-def _native_decode(
-    view: memoryview,
-    *,
-    key: str,
-    length: int,
-    url: str,
-    offset: int,
-    alignment: int,
-    spans: bytes,
-    layout: Callable[[], Layout],
-    text_cache: dict[Any, Any],
-) -> Record:
-    return decode_native(view, key, length, url, offset, alignment, spans, text_cache)
-
-
-def _tar_decode(
-    view: memoryview,
-    *,
-    key: str,
-    length: int,
-    url: str,
-    offset: int,
-    alignment: int,
-    spans: bytes,
-    layout: Callable[[], Layout],
-    text_cache: dict[Any, Any],
-) -> Record:
-    # A tar sample has no frame: the layout names the entries, the spans place them.
-    names = layout()
-    try:
-        located = unpack_spans(spans, len(names))
-    except ValueError as e:
-        raise FormatError(
-            f"catalog row is inconsistent: {e}; re-index the tar", path=url, offset=offset
-        ) from e
-    specs = [EntrySpec(name, ctype, codec) for name, ctype, codec in names]
-    from ..format.tar import read_tar_record
-
-    return read_tar_record(view, key, specs, located, path=url, offset=offset)
-
-
-def _native_check(url: str, storage_options: Any) -> FileCheck:
-    try:
-        from ..storage.shards import ShardReader
-
-        reader = ShardReader(url, storage_options=storage_options)
-    except ShardNotFoundError as e:
-        return None, [Problem(url, "missing", f"the shard file does not exist: {e}")], 0
-    except (ShardcatError, OSError) as e:
-        return None, [Problem(url, "unreadable", str(e))], 0
-    with reader:
-        try:
-            info = reader.info
-        except (ShardcatError, OSError) as e:
-            return None, [Problem(url, "unreadable", str(e))], 0
-        try:
-            checked = reader.verify().records
-        except (FormatError, OSError) as e:
-            # The footer is still compared with the catalog.
-            return info, [Problem(url, "corrupt", str(e))], 0
-    return info, [], checked
-
-
-def _native_summary(url: str, storage_options: Any) -> Summary:
-    from ..storage.shards import ShardReader
-
-    with ShardReader(url, storage_options=storage_options) as reader:
-        return reader.info
-
-
-def scan_tar_url(url: str, storage_options: Any) -> TarShardInfo:
-    """Scan the tar at ``url`` once, streaming (one request per 8 MiB, never one per member).
-
-    Raises
-    ------
-    ShardNotFoundError
-        No file at ``url``.
-    TarError
-        The tar is damaged (the error names the file and the byte offset).
-    """
-    from ..format.tar import scan_tar
-
-    source = open_source(url, storage_options)
-    try:
-        size = source.size()
-        stream = source.open_stream()
-        try:
-            return scan_tar(stream, url, size=size)
-        finally:
-            stream.close()
-    finally:
-        source.close()
-
-
-def _tar_check(url: str, storage_options: Any) -> FileCheck:
-    # Scanning reads every byte and checks every header; the payload CRCs it
-    # computes are then compared with the rows (a changed payload is a mismatch).
-    try:
-        info = scan_tar_url(url, storage_options)
-    except ShardNotFoundError as e:
-        return None, [Problem(url, "missing", f"the tar does not exist: {e}")], 0
-    except FormatError as e:
-        return None, [Problem(url, "corrupt", f"the tar cannot be scanned: {e}")], 0
-    except (ShardcatError, OSError) as e:
-        return None, [Problem(url, "unreadable", str(e))], 0
-    return info, [], len(info.records)
-
-
-NATIVE = ShardKind("native", _native_columns, _native_decode, _native_check, _native_summary, True)
-TAR = ShardKind("tar", _tar_columns, _tar_decode, _tar_check, scan_tar_url, False)
+NATIVE = ShardKind("native", _native_columns, True)
+TAR = ShardKind("tar", _tar_columns, False)
 
 KINDS: dict[str, ShardKind] = {k.name: k for k in (NATIVE, TAR)}
 
@@ -301,33 +159,3 @@ def kind_of(info: Summary) -> ShardKind:
     from ..format.tar import TarShardInfo
 
     return TAR if isinstance(info, TarShardInfo) else NATIVE
-
-
-def decode_record(
-    kind: str,
-    view: memoryview,
-    *,
-    key: str,
-    length: int,
-    url: str,
-    offset: int,
-    alignment: int,
-    spans: bytes,
-    layout: Callable[[], Layout],
-    text_cache: dict[Any, Any],
-) -> Record:
-    """A whole record of a shard of ``kind`` from its bytes, checked (the lookup dispatch).
-
-    ``layout`` is called only by kinds that need it (tar samples have no frame).
-    """
-    return shard_kind(kind).decode(
-        view,
-        key=key,
-        length=length,
-        url=url,
-        offset=offset,
-        alignment=alignment,
-        spans=spans,
-        layout=layout,
-        text_cache=text_cache,
-    )

@@ -2,17 +2,12 @@
 
 The shards are the source of truth: everything the catalog stores about a
 shard can be recomputed from its header and footer (:func:`prepare_shard`).
-Reading files takes time, so it happens outside any transaction
-(:func:`prepare_from_footers`, :func:`check_files`); the functions taking a
-session then only run SQL, in the transaction the
-:class:`~shardcat.catalog.Catalog` opens.
+Reading files takes time, so the read layer does it outside any transaction
+(:mod:`shardcat.reading.checks`); the functions here take a session and only
+run SQL with what was read, in the transaction the catalog opens.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from sqlalchemy import select, text, update
 from sqlalchemy.exc import SQLAlchemyError
@@ -23,10 +18,9 @@ from ..errors import (
     DuplicateKeyError,
     FormatError,
 )
-from ..storage import redact
 from . import jobs, visibility
 from .datasets import find_dataset
-from .kinds import FileCheck, Summary, shard_kind
+from .kinds import FileCheck, Summary
 from .models import Job, Shard
 from .register import PreparedShard, prepare_shard
 from .results import CatalogReport, Problem, ShardRow
@@ -35,15 +29,7 @@ from .session import NO_SYNC
 from .shards import insert_shard
 from .versions import resolve_version
 
-__all__ = [
-    "FileCheck",
-    "check_files",
-    "committed_shards",
-    "compare_with_catalog",
-    "prepare_from_footers",
-    "read_footers",
-    "reindex_shards",
-]
+__all__ = ["FileCheck", "committed_shards", "compare_with_catalog", "reindex_shards"]
 
 
 _LISTED = 20
@@ -63,51 +49,6 @@ _COMPARED = (
     "data_crc",
     "footer_crc",
 )
-
-
-def read_footers(
-    urls: list[str], storage_options: Any, workers: int, kind: str = "native"
-) -> list[Summary]:
-    """Each shard's summary (concurrently for several shards).
-
-    From its header and footer for native shards; a tar (``kind="tar"``) is scanned.
-
-    Raises
-    ------
-    ShardNotFoundError, FormatError
-        For the first shard that is missing or unreadable.
-    """
-    summary = shard_kind(kind).summary
-
-    def one(url: str) -> Summary:
-        return summary(url, storage_options)
-
-    if len(urls) <= 1 or workers <= 1:
-        return [one(u) for u in urls]
-    with ThreadPoolExecutor(max_workers=min(workers, len(urls))) as pool:
-        return list(pool.map(one, urls))
-
-
-def prepare_from_footers(
-    urls: list[str], storage_options: Any, workers: int, kind: str = "native"
-) -> list[PreparedShard]:
-    """The catalog rows of each shard, rebuilt from its footer (no SQL: before the transaction).
-
-    Raises
-    ------
-    ValueError
-        If a URL is named twice.
-    ShardNotFoundError, FormatError
-        For the first shard that is missing or unreadable.
-    """
-    if len(set(urls)) != len(urls):
-        raise ValueError("reindex() got the same shard URL twice")
-    preps: list[PreparedShard] = []
-    for url, info in zip(urls, read_footers(urls, storage_options, workers, kind)):
-        prep = prepare_shard(info)
-        prep.url = redact(url)  # as the caller names it, not as the reader resolved it
-        preps.append(prep)
-    return preps
 
 
 def reindex_shards(session: Session, dataset: str, preps: list[PreparedShard]) -> list[ShardRow]:
@@ -174,39 +115,6 @@ def committed_shards(
     return list(session.execute(q.order_by(Shard.shard_number, Shard.url, Shard.id)).scalars())
 
 
-def check_files(
-    shards: list[Shard],
-    storage_options: Any,
-    *,
-    workers: int,
-    on_shard: Callable[[str, int], None] | None = None,
-) -> list[FileCheck]:
-    """Read every shard again and check every CRC (no SQL: outside any transaction).
-
-    How a file is checked depends on its kind (:mod:`.kinds`): a native
-    shard's footer and every CRC, a tar's full re-scan.
-
-    ``on_shard(url, total)`` is called as each shard's check finishes.
-    """
-
-    def check_file(shard: Shard) -> FileCheck:
-        url = shard.url
-        try:
-            return shard_kind(shard.kind).check(url, storage_options)
-        except Exception as e:
-            # The last line of defence: whatever one shard does, it is reported and the
-            # others are still checked (a shard is data from outside, errors or not).
-            return None, [Problem(url, "unreadable", f"{type(e).__name__}: {e}")], 0
-        finally:
-            if on_shard is not None:
-                on_shard(url, len(shards))
-
-    if len(shards) > 1 and workers > 1:
-        with ThreadPoolExecutor(max_workers=min(workers, len(shards))) as pool:
-            return list(pool.map(check_file, shards))
-    return [check_file(sh) for sh in shards]
-
-
 def compare_with_catalog(
     session: Session, dataset: str, shards: list[Shard], checks: list[FileCheck]
 ) -> CatalogReport:
@@ -224,7 +132,7 @@ def compare_with_catalog(
             problems.extend(_compare(session, shard, info))
         except (CatalogError, SQLAlchemyError):
             raise  # the catalog failed, not the shard
-        except Exception as e:  # as in check_file: report the shard, check the next
+        except Exception as e:  # as in reading.checks.check_files: report the shard, check the next
             problems.append(
                 Problem(
                     shard.url,

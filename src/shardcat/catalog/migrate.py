@@ -2,7 +2,7 @@
 
 The folder ships in the wheel as the ``shardcat.migrations`` package
 (``pyproject.toml`` maps the package to the folder). ``shardcat catalog
-upgrade`` calls :func:`upgrade`; a :class:`~shardcat.catalog.Catalog` calls
+upgrade`` calls :func:`upgrade`; a :class:`~shardcat.catalog.SqlCatalog` calls
 :func:`ensure_schema`, which creates an empty catalog at the newest revision
 and refuses, with a message naming the upgrade command, one at another.
 """

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
+from .._redact import redact_url as redact
 from ..errors import CommitConflictError
-from ..storage import redact
 from . import visibility
 from .datasets import find_dataset
 from .jobs import VersionMoved, bump_version

@@ -18,8 +18,8 @@ import numpy as np
 from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
+from .._redact import redact_url as redact
 from ..errors import DuplicateKeyError, FormatError
-from ..storage import redact
 from .kinds import Summary, kind_of
 from .models import Base, Layout, LayoutEntry, Record
 from .pgcopy import copy_binary

@@ -1,7 +1,7 @@
 """Shard rows: list them, register a shard with its records, retire and purge them.
 
 Each function takes the session of the caller's transaction; the
-:class:`~shardcat.catalog.Catalog` opens it and documents the public methods.
+:class:`~shardcat.catalog.SqlCatalog` opens it and documents the public methods.
 A shard's rows are computed from its footer before the transaction starts
 (:func:`~shardcat.catalog.register.prepare_shard`), so only SQL runs under
 the lock.
@@ -16,8 +16,8 @@ from sqlalchemy import select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from .._redact import redact_url as redact
 from ..errors import CatalogError, DuplicateKeyError, ShardNotFoundError
-from ..storage import redact
 from . import jobs, visibility
 from .datasets import find_dataset
 from .models import LIVE_STATES, Dataset, Job, Shard

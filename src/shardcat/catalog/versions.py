@@ -1,7 +1,7 @@
 """Dataset versions: record them at commit, name them with tags, list, compare and expire them.
 
 Each function takes the session of the caller's transaction; the
-:class:`~shardcat.catalog.Catalog` opens it and documents the public methods.
+:class:`~shardcat.catalog.SqlCatalog` opens it and documents the public methods.
 docs/LIFECYCLE.md describes the model; :mod:`.visibility` defines what each
 version sees, and every statement here takes its conditions from there.
 """

@@ -15,8 +15,8 @@ from ..errors import CatalogError
 from .output import Output, output_for
 
 if TYPE_CHECKING:
-    from ..catalog import Catalog
     from ..orchestration.cluster import DaskCluster
+    from ..reading import Catalog
 
 __all__ = [
     "CONFIG_ENV",
@@ -183,7 +183,7 @@ def open_catalog(state: State, *, create: bool = False) -> Catalog:
     CatalogError
         If the catalog does not exist or cannot be opened.
     """
-    from ..catalog import Catalog
+    from ..reading import Catalog
 
     if not create:
         require_catalog(state.catalog_url)

@@ -74,21 +74,19 @@ def stats(
     state = state_of(ctx)
     at = parse_version(version)
     with open_catalog(state) as cat:
-        info = cat.dataset(dataset)
         # The version's shards, and the records in them it no longer serves
         # (replaced or deleted since): counted apart, as `compact` reclaims them.
-        number, visible = cat.visible_shards(dataset, at)
-        shards = [s for s, _ in visible]
-        hidden = sum(len(offsets) for _, offsets in visible)
-        kinds = [
-            {
-                "name": k.name,
-                "content_type": k.content_type,
-                "codec": k.codec,
-                "records": k.record_count,
-            }
-            for k in cat.entry_kinds(dataset, version=at)
-        ]
+        found = cat.dataset(dataset).stats(version=at)
+    kinds = [
+        {
+            "name": k.name,
+            "content_type": k.content_type,
+            "codec": k.codec,
+            "records": k.record_count,
+        }
+        for k in found.entry_kinds
+    ]
+    info, shards, number, hidden = found.info, found.shards, found.version, found.hidden_records
     state.out.dataset_stats(info, shards, kinds, version=number, hidden_records=hidden)
 
 

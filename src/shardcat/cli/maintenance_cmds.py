@@ -43,7 +43,7 @@ def verify(
     out = state.out
     with open_catalog(state) as cat:
         at = parse_version(version)
-        n = len(cat.visible_shards(dataset, at)[1]) if at is not None else len(cat.shards(dataset))
+        n = len(cat.dataset(dataset).shards(version=at))
         with out.verify_progress(n) as on_shard:
             report = cat.verify(dataset, workers=workers, on_shard=on_shard, version=at)
     out.verify_report(dataset, report)
@@ -202,7 +202,7 @@ def delete(
     state = state_of(ctx)
     out = state.out
     with open_catalog(state) as cat:
-        info = cat.dataset(dataset)
+        info = cat.info(dataset)
         shards = cat.shards(dataset, state=None)
         size = sum(s.size_bytes for s in shards)
         versions = cat.log(dataset)

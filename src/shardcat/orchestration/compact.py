@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._units import count_of, format_bytes, parse_size
+from ..catalog import internal
 from ..errors import ChecksumError, CommitConflictError
 from ..storage import dataset_prefix, first_free, redact
 from ..storage.shards import RollingShardWriter, ShardReader
@@ -44,7 +45,8 @@ from .reach import refuse_in_memory, refuse_unreachable
 from .tasks import ATTEMPT, PartitionResult, _remove_quietly, catalog_for
 
 if TYPE_CHECKING:
-    from ..catalog import Catalog, ShardRow
+    from ..catalog import ShardRow
+    from ..reading import Catalog
 
 __all__ = ["CompactSummary", "Source", "compact", "compact_group"]
 
@@ -148,8 +150,8 @@ def compact_group(plan: WritePlan, group: int, sources: Sequence[Source]) -> Par
         del pending[: info.record_count]
         if plan.fields:  # declared fields' values follow their records
             offsets = info.offsets.tolist()
-            catalog.copy_fields(
-                plan.dataset, row.id, [(s, o, n) for (s, o), n in zip(moved, offsets)]
+            internal.copy_fields(
+                catalog, plan.dataset, row.id, [(s, o, n) for (s, o), n in zip(moved, offsets)]
             )
 
     writer = RollingShardWriter(
@@ -211,7 +213,7 @@ def compact(
     Parameters
     ----------
     catalog:
-        A :class:`~shardcat.catalog.Catalog` or its SQLAlchemy URL.
+        A :class:`~shardcat.Catalog` or its SQLAlchemy URL.
     dataset:
         The dataset to compact.
     min_live:
@@ -243,8 +245,8 @@ def compact(
     ChecksumError
         A shard to compact is damaged (the job is aborted, nothing changes).
     """
-    from ..catalog import Catalog
     from ..catalog.jobs import SUPERSEDED
+    from ..reading import Catalog
 
     if not 0 <= min_live <= 1:
         raise ValueError(f"min_live must be between 0 and 1, not {min_live!r}")
@@ -253,7 +255,7 @@ def compact(
         refuse_in_memory(cat)
         opts = dict(storage_options if storage_options is not None else cat.storage_options)
         t0 = time.perf_counter()
-        root = cat.dataset(dataset).root_url
+        root = cat.info(dataset).root_url
         chosen, kept, tars = _choose(cat, dataset, min_live)
         if tars:
             log.info("%s: %d tar shards are never compacted", dataset, tars)
@@ -327,7 +329,7 @@ def _choose(
     cat: Catalog, dataset: str, min_live: float
 ) -> tuple[list[tuple[ShardRow, frozenset[int]]], list[str], int]:
     """The latest version's native shards below ``min_live``, the other native ones, the tar count."""
-    _, visible = cat.visible_shards(dataset)
+    _, visible = internal.visible_shards(cat, dataset)
     chosen = [
         (row, hidden)
         for row, hidden in visible

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._units import count_of
+from ..catalog import internal
 from ..errors import ChecksumError, DatasetExistsError, DestinationNotEmptyError
 from ..storage import is_local, join, local_path, open_pending, redact, resolve
 from ..storage.removal import remove_files
@@ -42,8 +43,9 @@ from ..storage.translate import storage_errors
 from .cluster import ClientChoice, client_for
 
 if TYPE_CHECKING:
-    from ..catalog import Catalog, ShardRow
+    from ..catalog import ShardRow
     from ..format.info import ShardInfo
+    from ..reading import Catalog
 
 __all__ = ["CopySummary", "copy_dataset", "copy_shard"]
 
@@ -183,7 +185,7 @@ def copy_dataset(
     Parameters
     ----------
     catalog:
-        The source's :class:`~shardcat.catalog.Catalog` or SQLAlchemy URL.
+        The source's :class:`~shardcat.Catalog` or SQLAlchemy URL.
     dataset:
         The dataset to copy.
     destination:
@@ -225,7 +227,7 @@ def copy_dataset(
     CommitConflictError
         ``move`` and the dataset changed while its shards were copied.
     """
-    from ..catalog import Catalog
+    from ..reading import Catalog
 
     with contextlib.ExitStack() as opened:
         src_cat = opened.enter_context(Catalog.opened(catalog))
@@ -250,10 +252,10 @@ def copy_dataset(
             destination = os.path.abspath(local_path(destination))
         destination = destination.rstrip("/")
         t0 = time.perf_counter()
-        ds = src_cat.dataset(dataset)
+        ds = src_cat.info(dataset)
         # The latest version's shards and, in each, the records it no longer serves (deleted or
         # replaced since). A copy is one new version whose commit hides those records again.
-        version, visible = src_cat.visible_shards(dataset)
+        version, visible = internal.visible_shards(src_cat, dataset)
         served = sum(row.record_count - len(offsets) for row, offsets in visible)
         # A move keeps every kept version: it takes the shards only older versions read, too.
         rows = (
@@ -276,7 +278,7 @@ def copy_dataset(
         if move and rows and len(in_place) == len(rows):
             # Every shard is there already: a move that committed and was cut short before
             # recording the root (or a move onto the dataset's own folder).
-            src_cat.set_dataset_root(dataset, redact(destination))
+            internal.set_dataset_root(src_cat, dataset, redact(destination))
             return _summary(
                 dataset,
                 ds.root_url,
@@ -320,7 +322,8 @@ def copy_dataset(
                 raise
         infos = [d.info for d in done]
         if move:
-            src_cat.move_shards(
+            internal.move_shards(
+                src_cat,
                 dataset,
                 {row.url: (plan[row.url], row.file_id) for row in rows},
                 expected_version=version,
@@ -395,7 +398,7 @@ def _refuse_taken(cat: Catalog, name: str) -> None:
     from ..errors import DatasetNotFoundError
 
     try:
-        cat.dataset(name)
+        cat.info(name)
     except DatasetNotFoundError:
         return
     if cat.shards(name):

@@ -34,7 +34,7 @@ from .write import (
 )
 
 if TYPE_CHECKING:
-    from ..catalog import Catalog
+    from ..reading import Catalog
 
 __all__ = ["DatasetWriter"]
 
@@ -53,7 +53,7 @@ class DatasetWriter(CloseOrAbort):
     Parameters
     ----------
     catalog:
-        A :class:`shardcat.catalog.Catalog` or its SQLAlchemy URL (an
+        A :class:`shardcat.Catalog` or its SQLAlchemy URL (an
         in-memory ``sqlite://`` catalog works too: it is this process's).
     dataset:
         The dataset's name in the catalog (created if new).
@@ -100,7 +100,7 @@ class DatasetWriter(CloseOrAbort):
         message: str | None = None,
         prefix: str | None = None,
     ) -> None:
-        from ..catalog import Catalog
+        from ..reading import Catalog
 
         check_mode(mode, on_duplicate)
         # Closes, with the writer, only a catalog the writer opened.

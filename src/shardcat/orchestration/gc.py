@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._units import format_bytes
+from ..catalog import internal
 from ..catalog.kinds import shard_kind
 from ..catalog.models import LIVE_STATES
 from ..errors import ShardcatError, StorageError
@@ -40,7 +41,7 @@ from ..storage import redact, resolve
 from ..storage.removal import existing_urls, remove_files
 
 if TYPE_CHECKING:
-    from ..catalog import Catalog
+    from ..reading import Catalog
 
 __all__ = ["DeleteReport", "GcReport", "delete_dataset", "gc"]
 
@@ -104,7 +105,7 @@ def gc(
     Parameters
     ----------
     catalog:
-        A :class:`~shardcat.catalog.Catalog` or its URL.
+        A :class:`~shardcat.Catalog` or its URL.
     dataset:
         Only this dataset (default: every dataset).
     dry_run:
@@ -122,14 +123,14 @@ def gc(
     DatasetNotFoundError
         ``dataset`` is not in the catalog.
     """
-    from ..catalog import Catalog
+    from ..reading import Catalog
 
     with Catalog.opened(catalog) as cat:
         opts = dict(storage_options or cat.storage_options or {})
         report = GcReport(dry_run=dry_run)
         names = [dataset] if dataset is not None else [d.name for d in cat.datasets()]
         if dataset is not None:
-            cat.dataset(dataset)  # DatasetNotFoundError for an unknown name
+            cat.info(dataset)  # DatasetNotFoundError for an unknown name
         now = dt.datetime.now(dt.timezone.utc)
         for name in names:
             for job in cat.jobs(name, state="open"):
@@ -137,7 +138,7 @@ def gc(
                     report.aborted_jobs.append(job.id)
                     if not dry_run:
                         cat.abort_job(job.id)
-            root = cat.dataset(name).root_url
+            root = cat.info(name).root_url
             deleted = cat.shards(name, state="deleted")
             if deleted:
                 live = {_key(u, opts) for u in cat.shard_urls(states=LIVE_STATES)}
@@ -161,7 +162,7 @@ def gc(
                     # have raced the reading above.
                     doomed = _recheck(doomed, cat.shard_urls(states=LIVE_STATES), opts, report)
                     _remove(doomed, opts, report)
-                    cat.purge_shards(name, [s.url for s in deleted])
+                    internal.purge_shards(cat, name, [s.url for s in deleted])
                 report.deleted_shards.extend(doomed)
             # Every dataset's shards count as known: datasets may share a folder.
             known = {_key(u, opts) for u in cat.shard_urls()}
@@ -224,11 +225,11 @@ def delete_dataset(
     StorageError
         Some objects could not be removed; the catalog rows are kept.
     """
-    from ..catalog import Catalog
+    from ..reading import Catalog
 
     with Catalog.opened(catalog) as cat:
         opts = dict(storage_options or cat.storage_options or {})
-        root = cat.dataset(dataset).root_url
+        root = cat.info(dataset).root_url
         shards = cat.shards(dataset, state=None)
         report = DeleteReport(dataset, dry_run, len(shards), sum(s.size_bytes for s in shards))
         mine = cat.shard_urls(dataset=dataset)

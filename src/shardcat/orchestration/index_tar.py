@@ -27,9 +27,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..catalog.kinds import scan_tar_url
 from ..errors import EmptySourceError, FormatError, ShardcatError, ShardNotFoundError
 from ..format.tar import Taridx, verify_scan
+from ..reading.checks import scan_tar_url
 from ..storage import redact, resolve
 from ..storage.patterns import expand_patterns
 from .cluster import ClientChoice, client_for
@@ -37,7 +37,7 @@ from .reach import refuse_in_memory, refuse_unreachable
 from .tasks import catalog_for
 
 if TYPE_CHECKING:
-    from ..catalog import Catalog, CatalogHandle
+    from ..reading import Catalog, CatalogHandle
 
 __all__ = [
     "IndexTarSummary",
@@ -193,7 +193,7 @@ def index_tar(
         Tar URLs or patterns: ``"s3://b/wds/train-{000000..000099}.tar"``,
         globs (``"wds/*.tar"``), or a list of them.
     catalog:
-        A :class:`~shardcat.catalog.Catalog` or its URL (default: the default catalog).
+        A :class:`~shardcat.Catalog` or its URL (default: the default catalog).
     dataset:
         The dataset to add the tars to (created if missing, rooted at the first tar's folder).
     storage_options:
@@ -238,7 +238,7 @@ def run_index_job(
 
     ``fid`` of a tar is its position in ``tars`` (``taridx import``).
     """
-    from ..catalog import Catalog
+    from ..reading import Catalog
 
     if on_error not in ("fail", "skip"):
         raise ValueError(f"on_error must be 'fail' or 'skip', not {on_error!r}")

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..catalog import Catalog
+    from ..reading import Catalog
 
 __all__ = ["delete_keys"]
 
@@ -29,7 +29,7 @@ def delete_keys(
     Parameters
     ----------
     catalog:
-        A :class:`shardcat.catalog.Catalog` or its SQLAlchemy URL.
+        A :class:`shardcat.Catalog` or its SQLAlchemy URL.
     dataset:
         The dataset's name.
     keys:
@@ -52,7 +52,7 @@ def delete_keys(
     >>> shardcat.delete_keys("sqlite:///shardcat.db", "train", ["img/0001"])  # doctest: +SKIP
     3
     """
-    from ..catalog import Catalog
+    from ..reading import Catalog
 
     with Catalog.opened(catalog) as cat:
         return cat.delete_keys(dataset, keys, missing_ok=missing_ok, message=message)

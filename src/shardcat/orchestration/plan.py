@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from ..storage import join, shard_name
 
 if TYPE_CHECKING:
-    from ..catalog import CatalogHandle
+    from ..reading import CatalogHandle
 
 __all__ = ["MAX_ATTEMPTS", "SHARDS_PER_PARTITION", "WritePlan"]
 

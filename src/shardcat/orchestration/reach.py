@@ -23,7 +23,7 @@ from ..errors import CatalogError
 if TYPE_CHECKING:
     from distributed import Client
 
-    from ..catalog import Catalog
+    from ..reading import Catalog
 
 __all__ = ["refuse_in_memory", "refuse_unreachable"]
 

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._types import ByteRange
+from ..catalog import internal
 from ..errors import ChecksumError
 from ..format import Record
 from ..format.footer import EntrySpec
@@ -18,8 +19,8 @@ from .tasks import catalog_for
 if TYPE_CHECKING:
     from dask.bag import Bag
 
-    from ..catalog import Catalog, CatalogHandle
     from ..catalog.results import RecordRow
+    from ..reading import Catalog, CatalogHandle
 
 __all__ = ["iter_shard", "iter_tar_records", "iter_tar_shard", "open_registered", "read"]
 
@@ -159,7 +160,7 @@ def _read_tar_partition(
     storage_options: dict[str, Any],
     decode: bool,
 ) -> list[dict[str, Any]]:
-    rows = catalog_for(handle).record_rows(shard_id)
+    rows = internal.record_rows(catalog_for(handle), shard_id)
     return list(iter_tar_shard(url, rows, entries, storage_options, decode))
 
 
@@ -188,7 +189,7 @@ def read(
     Parameters
     ----------
     catalog:
-        A :class:`shardcat.catalog.Catalog` or its URL.
+        A :class:`shardcat.Catalog` or its URL.
     entries:
         Read only these entries of each record.
     storage_options:
@@ -208,10 +209,10 @@ def read(
     import dask.bag as db
     from dask.delayed import delayed
 
-    from ..catalog import Catalog
+    from ..reading import Catalog
 
     with Catalog.opened(catalog) as cat:
-        number, shards = cat.visible_shards(dataset, version)
+        number, shards = internal.visible_shards(cat, dataset, version)
         opts = dict(cat.storage_options if storage_options is None else storage_options)
         handle = cat.handle()  # the partitions read shards only; a tar's reopens the catalog
     names = None if entries is None else list(entries)

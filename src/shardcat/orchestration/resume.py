@@ -40,7 +40,8 @@ from .tasks import ATTEMPT, LAST_COUNT, PartitionResult
 if TYPE_CHECKING:
     from distributed import Client
 
-    from ..catalog import Catalog, JobInfo, ShardRow
+    from ..catalog import JobInfo, ShardRow
+    from ..reading import Catalog
 
 __all__ = [
     "ResumePoint",

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..catalog import internal
 from ..catalog.results import RecordRow, ShardRow
 from ..errors import ShardcatError
 from ..format.checksums import key_hash
@@ -31,7 +32,7 @@ from .cluster import ClientChoice
 from .index_tar import IndexTarSummary, expand_tar_urls, run_index_job
 
 if TYPE_CHECKING:
-    from ..catalog import Catalog
+    from ..reading import Catalog
 
 __all__ = ["export_taridx", "import_taridx", "tar_info_from_rows"]
 
@@ -82,7 +83,7 @@ def export_taridx(
     TaridxError
         More tars or extensions than TARIDX can number.
     """
-    from ..catalog import Catalog
+    from ..reading import Catalog
 
     with Catalog.opened(catalog) as cat:
         shards = sorted(cat.shards(dataset), key=lambda s: (s.url, s.id))
@@ -94,7 +95,7 @@ def export_taridx(
             )
         if not shards:
             raise ShardcatError(f"dataset {dataset!r} has no committed tar to export")
-        infos = [tar_info_from_rows(s, cat.record_rows(s.id)) for s in shards]
+        infos = [tar_info_from_rows(s, internal.record_rows(cat, s.id)) for s in shards]
     index = taridx_from_scans(infos)
     data = index.to_bytes()
     fs, path = resolve(out, dict(storage_options or {}))

@@ -27,7 +27,7 @@ from .plan import SHARDS_PER_PARTITION, WritePlan
 from .samples import as_sample
 
 if TYPE_CHECKING:
-    from ..catalog import Catalog, CatalogHandle
+    from ..reading import Catalog, CatalogHandle
 
 __all__ = ["ATTEMPT", "LAST_COUNT", "PartitionResult", "write_partition"]
 

@@ -49,7 +49,8 @@ from .tasks import PartitionResult, write_partition
 if TYPE_CHECKING:
     from distributed import Client
 
-    from ..catalog import Catalog, JobInfo, ShardRow
+    from ..catalog import JobInfo, ShardRow
+    from ..reading import Catalog
 
 __all__ = ["WriteSummary", "write"]
 
@@ -172,7 +173,7 @@ def write(
     url:
         The dataset's folder: a path, ``s3://bucket/datasets/train``, ...
     catalog:
-        A :class:`shardcat.catalog.Catalog` or its SQLAlchemy URL.
+        A :class:`shardcat.Catalog` or its SQLAlchemy URL.
     dataset:
         The dataset's name in the catalog.
     shard_size:
@@ -298,7 +299,7 @@ def write(
     >>> events[-1]  # doctest: +SKIP
     WriteProgress(done_partitions=64, total_partitions=64, records=1000000, bytes=..., seconds=...)
     """
-    from ..catalog import Catalog
+    from ..reading import Catalog
 
     with Catalog.opened(catalog) as cat:
         check_mode(mode, on_duplicate)
@@ -483,7 +484,7 @@ def begin_write_job(
     """Open a write job: ``(job, base_version, partition_base)``."""
     # What an overwrite replaces: the dataset as it is now. Another commit
     # meanwhile makes this job's commit fail instead of dropping that data.
-    base_version: int = cat.dataset(dataset).version
+    base_version: int = cat.info(dataset).version
     # Number this job's partitions after every shard the dataset had (readable
     # names in order); the job id in every name is what keeps jobs apart.
     numbers = [s.shard_number for s in existing if s.shard_number is not None]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..catalog import Catalog
+from ..reading import Catalog
 from .plan import ShardTask
 from .stream import iter_task_records
 
@@ -25,7 +25,7 @@ def index_fields(
     Reads only that entry of every committed shard, in shard order, and
     stores each shard's values in its own transaction (running it again
     replaces them). Afterwards ``where="label = 3"`` works in
-    :meth:`Catalog.select <shardcat.catalog.Catalog.select>`, the torch
+    :meth:`Catalog.select <shardcat.Catalog.select>`, the torch
     datasets and :func:`~shardcat.readers.to_dask_dataframe`. A record
     whose entry lacks a field (or is not a JSON object) has NULL there.
     Returns the number of values stored.

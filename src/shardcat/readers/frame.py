@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..catalog import Catalog
+from ..reading import Catalog
 from ..storage.shards import ShardReader
 from .plan import ShardTask
 from .stream import iter_task_records, plan_tasks
@@ -68,7 +68,7 @@ def to_dask_dataframe(
         Read only these entries.
     where, params:
         A SQL filter choosing the records (see :meth:`Catalog.select
-        <shardcat.catalog.Catalog.select>`).
+        <shardcat.Catalog.select>`).
 
     Raises
     ------

@@ -4,7 +4,7 @@
 key list comes from the catalog in one query (all keys in key order, or the
 ones a ``where`` filter chose), ``samples[i]`` is one indexed query plus one
 ranged read, and :meth:`KeySamples.getitems` fetches a whole batch with
-:meth:`Catalog.get_many <shardcat.catalog.Catalog.get_many>` (one query and
+:meth:`Catalog.get_many <shardcat.Catalog.get_many>` (one query and
 coalesced reads). The catalog travels to worker processes as its handle and
 reconnects there, by fork or by spawn.
 """
@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
-from ..catalog import Catalog
 from ..errors import KeyNotFoundError
+from ..reading import Catalog
 from .stream import Decoder, apply_decoder
 
 __all__ = ["KeySamples"]
@@ -29,12 +29,12 @@ class KeySamples:
 
     A catalog opened here from a URL is closed by :meth:`close` (or leaving
     a ``with`` block, or when the object is garbage collected); a
-    :class:`~shardcat.catalog.Catalog` passed in is left open.
+    :class:`~shardcat.Catalog` passed in is left open.
 
     Parameters
     ----------
     catalog:
-        A :class:`~shardcat.catalog.Catalog` or its URL.
+        A :class:`~shardcat.Catalog` or its URL.
     dataset:
         The dataset's name.
     keys:
@@ -42,7 +42,7 @@ class KeySamples:
         key in key order, or with ``where`` the chosen ones).
     where, params:
         A SQL filter choosing the keys (see :meth:`Catalog.select
-        <shardcat.catalog.Catalog.select>`).
+        <shardcat.Catalog.select>`).
     version:
         A kept version (number or tag): its keys, and every lookup reads
         the records it sees (default: the latest).

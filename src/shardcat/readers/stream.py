@@ -16,13 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from ..catalog import Catalog, CatalogHandle
+from ..catalog import internal
 from ..catalog.kinds import shard_kind
 from ..catalog.results import RecordRow
 from ..errors import CatalogError
 from ..format import Record
 from ..orchestration import iter_tar_records, open_registered
 from ..orchestration.tasks import catalog_for
+from ..reading import Catalog, CatalogHandle
 from ..storage import LocalShardCache, is_local, redact
 from . import gather
 from .direct import iter_direct
@@ -72,7 +73,7 @@ def plan_tasks(
     VersionNotFoundError
         If there is no such kept version or tag.
     """
-    _, visible = catalog.visible_shards(dataset, version)
+    _, visible = internal.visible_shards(catalog, dataset, version)
     for s, _ in visible:
         shard_kind(s.kind)  # a kind this shardcat cannot read fails here, not in a worker
     if where is None:
@@ -395,7 +396,7 @@ def _tar_rows(task: ShardTask, catalog: CatalogHandle | None) -> list[RecordRow]
             f"{redact(task.url)} is a tar indexed in place: reading it needs the catalog's "
             "rows (pass SampleStream(catalog=cat.handle()) and tasks from plan_tasks)"
         )
-    rows = catalog_for(catalog).record_rows(task.shard_id)
+    rows = internal.record_rows(catalog_for(catalog), task.shard_id)
     if task.offsets is not None:
         chosen = frozenset(task.offsets)
         rows = [r for r in rows if r.offset in chosen]

@@ -196,7 +196,7 @@ class _Shard:
                 ]
             )
         # The catalog knows the originals; the files are then damaged under it.
-        from ..catalog import Catalog
+        from ..reading import Catalog
 
         self.catalog = Catalog(f"sqlite:///{workdir / 'catalog.db'}")
         self.paths = []

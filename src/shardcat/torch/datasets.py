@@ -11,7 +11,6 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .._trips import bundled
-from ..catalog import Catalog
 from ..readers import (
     Decoder,
     MixedStream,
@@ -20,6 +19,7 @@ from ..readers import (
     pack_samples,
     plan_tasks,
 )
+from ..reading import Catalog
 from ..storage import LocalShardCache
 
 __all__ = ["ShardIterableDataset", "batched", "check_placement"]
@@ -37,7 +37,7 @@ class ShardIterableDataset(IterableDataset[Any]):
     Parameters
     ----------
     catalog:
-        A :class:`~shardcat.catalog.Catalog` or its URL.
+        A :class:`~shardcat.Catalog` or its URL.
     dataset:
         The dataset's name.
     version:
@@ -47,7 +47,7 @@ class ShardIterableDataset(IterableDataset[Any]):
         Read only these entries of each record.
     where, params:
         A SQL filter choosing the records, with ``:name`` parameters (see
-        :meth:`Catalog.select <shardcat.catalog.Catalog.select>`), among
+        :meth:`Catalog.select <shardcat.Catalog.select>`), among
         those of ``version``.
     shuffle:
         Shuffle shards and samples (default), or read in shard-number and file order.

@@ -7,8 +7,8 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from ..catalog import Catalog
 from ..readers import Decoder, KeySamples
+from ..reading import Catalog
 
 __all__ = ["KeyDataset"]
 
@@ -25,7 +25,7 @@ class KeyDataset(Dataset[Any]):
     Parameters
     ----------
     catalog:
-        A :class:`~shardcat.catalog.Catalog` or its URL.
+        A :class:`~shardcat.Catalog` or its URL.
     dataset:
         The dataset's name.
     keys:

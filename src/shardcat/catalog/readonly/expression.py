@@ -1,7 +1,7 @@
 """Layer 0 of ``where=``: one boolean SQL expression over named columns, parsed and re-written.
 
 A filter (``where=`` of the readers, :meth:`Catalog.select
-<shardcat.catalog.Catalog.select>`) is text a person wrote that becomes
+<shardcat.Catalog.select>`) is text a person wrote that becomes
 part of a statement. Pasting it in lets it close the statement's
 parenthesis and go on (``1=0) UNION ALL SELECT ...``), so it is parsed by
 sqlglot into a tree instead, every node of the tree is checked against an

@@ -46,7 +46,7 @@ __all__ = ["Output", "QueryRows", "ShardInspection", "VerifyProgressCallback", "
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 VerifyProgressCallback = Callable[[str, int], None]
-"""``on_shard(url, total)`` of :meth:`shardcat.catalog.Catalog.verify`."""
+"""``on_shard(url, total)`` of :meth:`shardcat.Catalog.verify`."""
 
 
 class QueryRows(Protocol):

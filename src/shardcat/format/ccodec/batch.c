@@ -7,7 +7,7 @@
 /* batch_table(rows, wanted) -> (table, keys, spans, urls, alignments, others, seen) | None
 
    The rows of a batch query (url, offset, length, spans, key, alignment, kind,
-   signature: catalog/lookup.py's statement), as the batch decoder's input, in
+   signature: reading/lookup.py's statement), as the batch decoder's input, in
    one pass: records.batch_table is the reference, and this returns None (the
    caller then runs the reference) for any row it does not expect. A row
    counts if its key is in `wanted` and no row before it had that key (equal

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ...catalog import internal
 from ...errors import CatalogError
 
 __all__ = ["PLANTED", "apply"]
@@ -45,7 +46,7 @@ def apply(plant: str | None, journal: Any) -> None:
 
 def _lost_delete(journal: Any) -> None:
     """``delete_keys`` removes every key but the last one it is given, and reports success."""
-    from ...catalog import Catalog
+    from ...reading import Catalog
 
     real = Catalog.delete_keys
 
@@ -58,7 +59,7 @@ def _lost_delete(journal: Any) -> None:
 
 def _stale_read(journal: Any) -> None:
     """Lookups of the latest version serve the version before it (a stale replica)."""
-    from ...catalog import Catalog
+    from ...reading import Catalog
 
     real_get, real_many = Catalog.get, Catalog.get_many
 
@@ -103,7 +104,7 @@ def _expire_retires_kept(journal: Any) -> None:
 
 def _phantom_failure(journal: Any) -> None:
     """``delete_keys`` commits its version, then reports a failure (a lost acknowledgement)."""
-    from ...catalog import Catalog
+    from ...reading import Catalog
 
     real = Catalog.delete_keys
 
@@ -127,7 +128,7 @@ def _in_compact(inject: Callable[[Any, Any, str, list[str]], None]) -> Callable[
     """A forced schedule: ``inject`` runs inside each compaction, right before its commit."""
 
     def plant(journal: Any) -> None:
-        from ...catalog import Catalog
+        from ...reading import Catalog
 
         real = Catalog.commit_job
 
@@ -139,13 +140,13 @@ def _in_compact(inject: Callable[[Any, Any, str, list[str]], None]) -> Callable[
                     r.key
                     for s in self.shards(dataset, state="staged")
                     if s.job_id == job_id
-                    for r in self.record_rows(s.id)
+                    for r in internal.record_rows(self, s.id)
                 )
                 if rewritten:
                     inject(journal, self, dataset, rewritten)
             return real(self, job, **kw)
 
-        Catalog.commit_job = commit_job  # type: ignore[method-assign]
+        Catalog.commit_job = commit_job  # type: ignore[method-assign,assignment]
 
     return plant
 
@@ -154,7 +155,7 @@ def _after_compact(inject: Callable[[Any, Any, str], None]) -> Callable[[Any], N
     """A forced schedule: ``inject`` runs inside each compaction, right after its commit."""
 
     def plant(journal: Any) -> None:
-        from ...catalog import Catalog
+        from ...reading import Catalog
 
         real = Catalog.commit_job
 
@@ -164,7 +165,7 @@ def _after_compact(inject: Callable[[Any, Any, str], None]) -> Callable[[Any], N
                 inject(journal, self, journal.config.dataset)
             return done
 
-        Catalog.commit_job = commit_job  # type: ignore[method-assign]
+        Catalog.commit_job = commit_job  # type: ignore[method-assign,assignment]
 
     return plant
 
@@ -182,7 +183,7 @@ def _delete_rewritten(journal: Any, cat: Any, dataset: str, keys: list[str]) -> 
 
 def _overwrite(journal: Any, cat: Any, dataset: str, keys: list[str]) -> None:
     fresh = [k for k in journal.config.keys if k not in keys][:2] or journal.config.keys[:2]
-    args = {"keys": fresh, "root": cat.dataset(dataset).root_url}
+    args = {"keys": fresh, "root": cat.info(dataset).root_url}
     journal.record(journal.next_injected_id(), "overwrite", args)
 
 

@@ -23,7 +23,7 @@ def observe(cat: Any, config: HistoryConfig, ops: list[Op], model_versions: int)
     log no longer lists must answer VersionNotFoundError).
     """
     ds, keys = config.dataset, config.keys
-    info = cat.dataset(ds)
+    info = cat.info(ds)
     out: dict[str, Any] = {
         "latest": int(info.version),
         "root_url": info.root_url,

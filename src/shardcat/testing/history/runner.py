@@ -53,7 +53,7 @@ def run_history(
     """
     from distributed import Client
 
-    from ...catalog import Catalog
+    from ...reading import Catalog
 
     t0 = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)

@@ -42,7 +42,7 @@ INJECTED = 500
 
 def run_process(config: HistoryConfig, process: int, log_path: str, go: Any) -> None:
     """Run one process's operations (spawned by :func:`~.runner.run_history`)."""
-    from ...catalog import Catalog
+    from ...reading import Catalog
     from . import bugs
 
     specs = plan_ops(config, process)
@@ -159,10 +159,10 @@ class Journal:
 def _draw(cat: Any, config: HistoryConfig, spec: OpSpec, args: dict[str, Any]) -> None:
     """Run-time choices, made before the invocation: a version to read or tag, the root."""
     if "back" in args:
-        current = cat.dataset(config.dataset).version
+        current = cat.info(config.dataset).version
         args["version"] = max(1, current - args.pop("back"))
     if spec.kind in WRITES:
-        args["root"] = cat.dataset(config.dataset).root_url  # a move may have changed it
+        args["root"] = cat.info(config.dataset).root_url  # a move may have changed it
     if spec.kind == "copy":
         args["target"] = f"{config.dataset}-c{spec.id}"
         args["dest"] = f"{config.base.rstrip('/')}/copies/{spec.id}"

@@ -1,10 +1,10 @@
 """The lookup hot path: one SQL query, then one ranged read.
 
-This module is the catalog's half: the statements and what an empty result
-or a failed read means. The statements run on the thread's
-:class:`~.connection.RawConnection`; the bytes come from the thread's
+A thread's lookup: the statements and what an empty result or a failed
+read means. The statements run on the thread's
+:class:`~shardcat.catalog.connection.RawConnection`; the bytes come from the thread's
 :class:`~shardcat.storage.SourceCache` (local shards stay open and are read
-with ``os.pread``), and the row's shard kind (:mod:`.kinds`) decodes and
+with ``os.pread``), and the row's shard kind (:mod:`.decode`) decodes and
 checks them against the row: the active record codec's ``decode_indexed``
 for native shards (:mod:`shardcat.format.recordcodec`: compiled, or the
 Python reference), the CRC-checked payloads of a tar sample for tar shards.
@@ -28,10 +28,15 @@ from sqlalchemy import Engine
 from .._forks import fork_generation
 from .._ranges import LOCAL_MAX_GAP, MergedReads
 from .._types import ByteRange, StorageOptions
+from ..catalog import fence, visibility
+from ..catalog.connection import RawConnection
+from ..catalog.history import Version
+from ..catalog.missing import unknown_dataset
+from ..catalog.results import BatchResult, Location
+from ..catalog.spans import unpack_spans
 from ..errors import (
     DatasetNotFoundError,
     FormatError,
-    Hint,
     InvalidKeyError,
     KeyNotFoundError,
     ShardNotFoundError,
@@ -46,14 +51,10 @@ from ..format.spec import Codec
 from ..storage import SourceCache, redact
 from ..storage import cache as _cache  # its pread_linked, looked up per call (tests count reads)
 from ..storage.cache import ONE_PREAD
-from . import fence, visibility
-from .connection import RawConnection
-from .kinds import decode_record
+from .decode import decode_record
 from .point import open_point
-from .results import BatchResult, Location
-from .spans import unpack_spans
 
-__all__ = ["LayoutCache", "Lookup", "Version"]
+__all__ = ["LayoutCache", "Lookup"]
 
 _SELECT = (
     "SELECT s.url, s.alignment, r.byte_offset, r.byte_length, r.spans, s.kind, l.signature{extra}"
@@ -107,10 +108,6 @@ def _at_tag(p: str) -> str:
     return visibility.sql(visibility.visible_at, "records AS r", "shards AS s", _TAG.format(p=p))
 
 
-Version = int | str | None
-"""A version number, a tag, or None (the latest)."""
-
-
 def _visible(p: str, version: Version) -> tuple[str, tuple[Any, ...]]:
     """The visibility condition for ``version`` and its parameters (after the statement's own)."""
     if version is None:
@@ -124,7 +121,7 @@ def _visible(p: str, version: Version) -> tuple[str, tuple[Any, ...]]:
 # Rows: url, alignment, offset, length, spans, kind, signature[, key]. The spans
 # (each entry's offset, size and CRC) let every read be checked against what
 # was registered, not only against the shard's own CRCs; the kind says how a
-# whole record is decoded (kinds.py), the layout names a tar sample's entries.
+# whole record is decoded (decode.py), the layout names a tar sample's entries.
 
 
 def _point_sql(p: str, visible: str = _COMMITTED, select: str = _SELECT.format(extra="")) -> str:
@@ -457,7 +454,7 @@ class Lookup:
             self._tars[tar_id] = url
         try:
             data = self._sources.read(url, offset, offset + length)
-            if kind is None:  # native: kinds.decode_native, without its frame or the dispatch
+            if kind is None:  # native: decode.decode_native, without its frame or the dispatch
                 return recordcodec.decode_spanned(
                     data, key, length, url, offset, alignment, spans, unpack_spans, self._texts
                 )
@@ -839,23 +836,4 @@ def _wanted_entry(
         crc=crc,
         path=url,
         offset=offset + e_off,
-    )
-
-
-def unknown_dataset(name: str, known: list[str]) -> DatasetNotFoundError:
-    """DatasetNotFoundError listing (the first few) known dataset names."""
-    if known:
-        shown = ", ".join(repr(k) for k in known[:10]) + (
-            f" and {len(known) - 10} more" if len(known) > 10 else ""
-        )
-        return DatasetNotFoundError(
-            f"no dataset named {name!r} in the catalog; known datasets: {shown}"
-        )
-    return DatasetNotFoundError(
-        f"no dataset named {name!r}: the catalog has no datasets yet",
-        hint=Hint(
-            python="write one with shardcat.write, or create one with Catalog.create_dataset",
-            cli="write one with `shardcat write SRC URL -d NAME`, or rebuild one from its "
-            "shards with `shardcat reindex NAME URL...`",
-        ),
     )

@@ -41,12 +41,12 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from ..catalog import fence
+from ..catalog.connection import RawConnection
 from ..format import Record, implementations, recordcodec
 from ..format.implementations import Name
 from ..format.spec import Codec
 from ..storage.cache import ONE_PREAD
-from . import fence
-from .connection import RawConnection
 
 __all__ = ["ENV_VAR", "TarFinisher", "active", "available", "load", "open_point", "use"]
 

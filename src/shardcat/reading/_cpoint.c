@@ -837,7 +837,7 @@ static PyGetSetDef point_getset[] = {
 };
 
 static PyTypeObject PointType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shardcat.catalog._cpoint.Point",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shardcat.reading._cpoint.Point",
     .tp_basicsize = sizeof(Point),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "Point(path, sql, busy_timeout_ms, cache_size, shards, fds, touch, unpack, texts, one_pread, "

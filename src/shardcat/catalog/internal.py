@@ -1,0 +1,140 @@
+"""Catalog calls made only by shardcat's own layers (orchestration, readers), not public API.
+
+Each takes the catalog and opens one unit of work on it, as its methods do;
+the SQL is in the modules named. They were ``Catalog`` methods; those names
+still work for one release, with a DeprecationWarning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_module
+from .history import Version
+from .results import RecordRow, ShardRow
+
+if TYPE_CHECKING:
+    from . import datasets as _datasets
+    from . import fields as _fields
+    from . import moves as _moves
+    from . import rows as _rows
+    from . import shards as _shards
+    from . import versions as _versions
+    from .catalog import SqlCatalog
+else:
+    _datasets = lazy_module("shardcat.catalog.datasets")
+    _fields = lazy_module("shardcat.catalog.fields")
+    _moves = lazy_module("shardcat.catalog.moves")
+    _rows = lazy_module("shardcat.catalog.rows")
+    _shards = lazy_module("shardcat.catalog.shards")
+    _versions = lazy_module("shardcat.catalog.versions")
+
+__all__ = [
+    "copy_fields",
+    "move_shards",
+    "purge_shards",
+    "record_rows",
+    "set_dataset_root",
+    "visible_shards",
+]
+
+
+def copy_fields(
+    cat: SqlCatalog, dataset: str, shard_id: int, moves: Iterable[tuple[int, int, int]]
+) -> int:
+    """Copy declared fields' values to one shard's records from the records they copy.
+
+    ``moves`` are ``(source shard id, source offset, offset in shard_id)``
+    (what compaction rewrote where); returns the values copied.
+
+    Raises
+    ------
+    CatalogError
+        A shard is not the dataset's.
+    """
+    with cat._uow(write=True) as s:
+        return _fields.copy_field_values(s, dataset, shard_id, moves)
+
+
+def set_dataset_root(cat: SqlCatalog, name: str, root_url: str) -> None:
+    """Record that the dataset's shards now live under ``root_url`` (after a move).
+
+    Raises
+    ------
+    DatasetNotFoundError
+        If there is no such dataset.
+    """
+    with cat._uow(write=True) as s:
+        _datasets.set_root(s, name, root_url)
+
+
+def move_shards(
+    cat: SqlCatalog,
+    dataset: str,
+    moves: Mapping[str, tuple[str, str]],
+    *,
+    expected_version: int,
+    root_url: str,
+) -> int:
+    """Point shards at byte-identical copies and the dataset at its new root, in one commit.
+
+    ``moves``: old URL -> (new URL, file id the row must have). Every
+    row keeps its records and versions (what each kept version serves
+    or hides is unchanged); a version with operation ``move`` records
+    it. Returns that version's number.
+
+    Raises
+    ------
+    CommitConflictError
+        The dataset moved past ``expected_version``, or a shard is no
+        longer committed with that file id; nothing changes.
+    DatasetNotFoundError
+        If there is no such dataset.
+    """
+    with cat._uow(write=True) as s:
+        return _moves.move_shards(
+            s, dataset, moves, expected_version=expected_version, root_url=root_url
+        )
+
+
+def purge_shards(cat: SqlCatalog, dataset: str, urls: Iterable[str]) -> int:
+    """Forget ``deleted`` shards (tombstones) once their files are gone; returns rows removed.
+
+    Shards in other states are never touched.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        If there is no such dataset.
+    """
+    with cat._uow(write=True) as s:
+        return _shards.purge_shards(s, dataset, urls)
+
+
+def record_rows(cat: SqlCatalog, shard_id: int) -> list[RecordRow]:
+    """Every record row of one shard (any state), in file order, spans decoded.
+
+    For readers that walk a shard through the catalog (tar shards have no
+    footer of their own) and for ``taridx export``.
+    """
+    with cat._uow() as s:
+        return _shards.record_rows(s, shard_id)
+
+
+def visible_shards(
+    cat: SqlCatalog, dataset: str, version: Version = None
+) -> tuple[int, list[tuple[ShardRow, frozenset[int]]]]:
+    """The version's number and its shards, each with the offsets of records it hides.
+
+    What :func:`shardcat.read` streams: a shard's records minus the hidden
+    ones (deleted, replaced or skipped at that version).
+
+    Raises
+    ------
+    VersionNotFoundError
+        If there is no such kept version or tag.
+    """
+    with cat._uow() as s:
+        number, rows = _versions.visible_shards(s, dataset, version)
+        return number, [(_rows.shard_row(r, dataset), hidden) for r, hidden in rows]

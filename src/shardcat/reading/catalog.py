@@ -1,0 +1,446 @@
+"""The public :class:`Catalog`: the SQL catalog, plus reading records by key.
+
+It adds to :class:`~shardcat.catalog.catalog.SqlCatalog` what needs the
+shard files: the per-thread lookups (:mod:`.lookup`: one SQL query, then
+one ranged read; the compiled point lookup of :mod:`.point`), rebuilding
+rows from footers (``reindex``) and checking files against the catalog
+(``verify``, :mod:`.checks`), and what another process needs to open the
+same catalog (:class:`CatalogHandle`). Its lookups close with it, with
+their thread, and are dropped (never closed) in a forked child.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .._forks import fork_generation
+from .._lazy import lazy_module
+from .._types import StorageOptions
+from ..catalog import fence
+from ..catalog.catalog import SqlCatalog
+from ..catalog.history import Version
+from ..catalog.results import BatchResult, CatalogReport, Location, ShardRow
+from ..catalog.session import DEFAULT_BUSY_TIMEOUT, display_url
+from ..format import Record, recordcodec
+from ..storage import expand_braces, resolve_remote_max_gap
+from .dataset import Dataset
+from .lookup import LayoutCache, Lookup
+
+# What reindex and verify need (the ORM models, the shard reader) loads on
+# first use: opening a catalog and looking a key up needs none of it.
+if TYPE_CHECKING:
+    from ..catalog import maintenance as _maintenance
+    from . import checks as _checks
+else:
+    _maintenance = lazy_module("shardcat.catalog.maintenance")
+    _checks = lazy_module("shardcat.reading.checks")
+
+__all__ = ["Catalog", "CatalogHandle"]
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogHandle:
+    """What another process needs to open the same catalog: small and picklable.
+
+    Dask tasks get one instead of a :class:`Catalog` (whose engine and
+    connections cannot travel) and open it once per worker process. It
+    carries the URL with its password, since workers must connect, and the
+    storage options: neither is ever shown (``repr`` hides them).
+
+    Examples
+    --------
+    >>> handle = cat.handle()  # doctest: +SKIP
+    >>> with handle.open() as worker_cat:  # doctest: +SKIP
+    ...     worker_cat.register_shard("train", info, job=job_id)
+    """
+
+    url: str = field(repr=False)
+    storage_options: dict[str, Any] = field(default_factory=dict, repr=False, hash=False)
+    busy_timeout: float = DEFAULT_BUSY_TIMEOUT
+    max_open_shards: int = 64
+    remote_max_gap: int | None = None
+
+    def open(self) -> Catalog:
+        """A new :class:`Catalog` on this URL, with these options.
+
+        Raises
+        ------
+        SchemaVersionError, CatalogError
+            As :class:`Catalog` does.
+        """
+        return Catalog(
+            self.url,
+            storage_options=self.storage_options,
+            busy_timeout=self.busy_timeout,
+            max_open_shards=self.max_open_shards,
+            remote_max_gap=self.remote_max_gap,
+        )
+
+    def __repr__(self) -> str:
+        return f"CatalogHandle({display_url(self.url)!r})"
+
+
+class Catalog(SqlCatalog):
+    """A SQL catalog of datasets, their shards and every record's location.
+
+    Parameters
+    ----------
+    url:
+        SQLAlchemy URL of the catalog database: ``sqlite:///shardcat.db``
+        (the default, or ``$SHARDCAT_CATALOG``), ``sqlite://`` for memory,
+        ``postgresql+psycopg://user@host/db``. A relative SQLite path is
+        resolved against the working folder now, so that Dask workers open
+        the same file. ``shardcat.write`` refuses ``sqlite://`` (its workers
+        cannot see this process's memory).
+    storage_options:
+        fsspec options used to read shards (credentials, endpoint, ...);
+        never stored in the catalog.
+    busy_timeout:
+        SQLite: seconds to wait for another writer before CatalogLockedError.
+    create:
+        Create the tables when the database is empty (else SchemaVersionError).
+    max_open_shards:
+        Local shard files each thread keeps open for lookups.
+    remote_max_gap:
+        Batch lookups (``get_many``) on object stores read through gaps of
+        up to this many bytes between wanted records rather than send another
+        request: bytes or a size such as ``"256KiB"``, 0 for no gaps. By
+        default ``$SHARDCAT_REMOTE_MAX_GAP``, else 1 MiB, what one request's
+        latency costs in transfer on S3 (the cost model and measurements:
+        ``docs/CATALOG.md``, batch lookups). Local shards merge gaps of up to 8 KiB.
+
+    Raises
+    ------
+    SchemaVersionError
+        If the catalog's schema is not the one this shardcat needs.
+    CatalogError
+        If the database cannot be opened.
+
+    Examples
+    --------
+    >>> cat = Catalog("sqlite:///shardcat.db")  # doctest: +SKIP
+    >>> cat.create_dataset("train", "s3://bucket/train/")  # doctest: +SKIP
+    >>> cat.register_shard("train", writer.close())  # doctest: +SKIP
+    >>> cat.get("train", "img/00412345")["jpg"].data  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        storage_options: StorageOptions | None = None,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        create: bool = True,
+        max_open_shards: int = 64,
+        remote_max_gap: int | str | None = None,
+    ) -> None:
+        self.storage_options = dict(storage_options or {})
+        self.max_open_shards = max_open_shards
+        # Resolved now: a bad value fails here, and workers get the same number.
+        self.remote_max_gap = resolve_remote_max_gap(remote_max_gap)
+        super().__init__(url, busy_timeout=busy_timeout, create=create)
+        self._local = threading.local()
+        # Every thread's lookup, to close with the catalog (a thread's own goes when it ends).
+        self._lookups: set[Lookup] = set()
+        self._layouts = LayoutCache()
+
+    @classmethod
+    @contextmanager
+    def opened(cls, catalog: Catalog | str | None, **options: Any) -> Iterator[Catalog]:
+        """``catalog`` itself if it is a Catalog, else one opened on that URL and closed at exit.
+
+        What every function taking "a Catalog or its URL" enters: it closes
+        only what it opened, so a caller's Catalog stays open and usable.
+
+        Parameters
+        ----------
+        catalog:
+            A :class:`Catalog` (yielded as it is, never closed), or its URL
+            (None: the default catalog, as for ``Catalog()``).
+        **options:
+            Passed to :class:`Catalog` when a URL is opened (``storage_options``,
+            ``create``, ...); ignored for a Catalog.
+
+        Raises
+        ------
+        SchemaVersionError, CatalogError
+            As :class:`Catalog` does, when a URL is opened.
+
+        Examples
+        --------
+        >>> with Catalog.opened(catalog_or_url) as cat:  # doctest: +SKIP
+        ...     cat.datasets()
+        """
+        if isinstance(catalog, Catalog):
+            yield catalog
+            return
+        with cls(None if catalog is None else str(catalog), **options) as cat:
+            yield cat
+
+    def handle(self) -> CatalogHandle:
+        """What a worker process needs to open this catalog (URL with password, options).
+
+        Pass it to Dask tasks instead of the Catalog; never log its ``url``.
+        """
+        return CatalogHandle(
+            self._url,
+            dict(self.storage_options),
+            self.busy_timeout,
+            self.max_open_shards,
+            self.remote_max_gap,
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Dask ships catalogs to workers: reconnect there instead of pickling connections.
+        return (_reopen, (self.handle(),))
+
+    def dataset(self, name: str) -> Dataset:
+        """A handle on the dataset: its reads, queries and versions with the name bound.
+
+        As pyiceberg's ``load_table``: the name is checked now (one query).
+        The dataset's row is :meth:`info`.
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If there is no such dataset.
+        """
+        return Dataset(self, self.info(name))
+
+    def _forget_parent(self) -> None:
+        # A forked child's lookups are its own: the parent's stay the parent's to close.
+        self._local = threading.local()
+        self._lookups = set()
+
+    def _lookup(self) -> Lookup:
+        lookup: Lookup | None = getattr(self._local, "lookup", None)
+        if lookup is None or lookup.generation != fork_generation():
+            self._after_fork()
+            if self._closed:
+                raise self._closed_error()
+            with fence.shared():
+                lookup = Lookup(
+                    self.engine,
+                    self.storage_options,
+                    self._layouts,
+                    self.max_open_shards,
+                    self.remote_max_gap,
+                )
+                fence.register(lookup)
+            with self._lock:
+                closed = self._closed
+                if not closed:
+                    self._lookups.add(lookup)
+            if closed:  # closed while it opened: close() did not see it
+                with lookup.gate:
+                    lookup.close()
+                raise self._closed_error()
+            self._local.lookup = lookup
+            # The lookup (connection, files, batch buffers) goes when the thread does.
+            self._local.end = _ThreadEnd(lookup, self._lookups)
+        return lookup
+
+    # --- lookups ---------------------------------------------------------
+
+    def get(
+        self,
+        dataset: str,
+        key: str,
+        entries: Iterable[str] | None = None,
+        *,
+        version: Version = None,
+    ) -> Record:
+        """The record with exactly this key: one SQL query, then one ranged read.
+
+        Parameters
+        ----------
+        dataset:
+            The dataset's name.
+        key:
+            The key (compared exactly: a hash collision never returns another record).
+        entries:
+            Read only these entries' bytes (the rest of the record is not read).
+        version:
+            A kept version's number or a tag (default: the latest version).
+
+        Raises
+        ------
+        KeyNotFoundError
+            If no committed record has this key (at that version).
+        VersionNotFoundError
+            If the dataset has no such kept version or tag.
+        DatasetNotFoundError
+            If there is no such dataset.
+        ShardNotFoundError
+            If the shard the catalog names is gone.
+        ChecksumError, FormatError
+            If the shard changed since it was registered.
+        """
+        # _lookup()'s fast case inline: one frame less on the point lookup's path.
+        lookup: Lookup | None = getattr(self._local, "lookup", None)
+        if lookup is None or lookup.generation != fork_generation():
+            lookup = self._lookup()
+        fast = lookup.fast_get
+        if fast is not None and entries is None and version is None:
+            # The compiled point lookup (point.py); None: not handled there, or
+            # closed. It fences itself (_cpoint.c, "Lifetimes"): no gate here.
+            record = fast(dataset, key, recordcodec.decode_spanned)
+            if record is not None:
+                return record  # type: ignore[no-any-return]
+        # Held for the call: close() and a fork wait for it (Lookup.gate).
+        with lookup.gate:
+            if lookup.closed:
+                raise self._closed_error()
+            return lookup.get(dataset, key, entries, version)
+
+    def get_many(
+        self,
+        dataset: str,
+        keys: Iterable[str],
+        entries: Iterable[str] | None = None,
+        *,
+        version: Version = None,
+    ) -> BatchResult:
+        """Records for many keys, in input order: one query, then coalesced concurrent reads.
+
+        Missing keys are reported in ``result.missing`` (``None`` in their
+        places); call ``result.raise_for_missing()`` to make them an error.
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If there is no such dataset.
+        ShardNotFoundError, ChecksumError, FormatError
+            As for :meth:`get`.
+        """
+        lookup = self._lookup()
+        with lookup.gate:
+            if lookup.closed:
+                raise self._closed_error()
+            return lookup.get_many(dataset, keys, entries, version)
+
+    def locate(self, dataset: str, key: str, *, version: Version = None) -> Location:
+        """Where the record is: shard URL, byte offset and length (one query, no read).
+
+        Raises
+        ------
+        KeyNotFoundError, DatasetNotFoundError
+            As for :meth:`get`.
+        """
+        lookup = self._lookup()
+        with lookup.gate:
+            if lookup.closed:
+                raise self._closed_error()
+            return lookup.locate(dataset, key, version)
+
+    # --- maintenance -----------------------------------------------------
+
+    def reindex(
+        self, dataset: str, urls: str | Iterable[str], *, workers: int = 8, kind: str = "native"
+    ) -> list[ShardRow]:
+        """Rebuild the rows of these shards from their footers alone, committed in one transaction.
+
+        Rows already registered under a URL are replaced (the shard keeps its job).
+        ``kind="tar"``: the URLs are WebDataset tars, scanned again (after a
+        tar changed, or to register tars without a Dask cluster).
+
+        Raises
+        ------
+        ShardNotFoundError, FormatError
+            If a shard is missing or unreadable (nothing changes).
+        DuplicateKeyError
+            If the shards' keys collide with each other or with other committed shards.
+        """
+        url_list = expand_braces(urls) if isinstance(urls, str) else list(urls)
+        preps = _checks.prepare_from_footers(url_list, self.storage_options, workers, kind)
+        with self._uow(write=True) as s:
+            return _maintenance.reindex_shards(s, dataset, preps)
+
+    def verify(
+        self,
+        dataset: str,
+        *,
+        workers: int = 4,
+        on_shard: Callable[[str, int], None] | None = None,
+        version: Version = None,
+    ) -> CatalogReport:
+        """Check every committed shard against the catalog, and every CRC; report each disagreement.
+
+        Without ``version`` every committed shard is checked (every file a
+        kept version reads); with it, the shards that version reads.
+
+        ``on_shard(url, total)`` is called as each shard's check finishes
+        (from worker threads), for progress bars.
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If there is no such dataset.
+        """
+        with self._uow() as s:
+            rows = _maintenance.committed_shards(s, dataset, version)
+        # The files are read outside any transaction: that takes as long as the data.
+        checks = _checks.check_files(rows, self.storage_options, workers=workers, on_shard=on_shard)
+        with self._uow() as s:
+            return _maintenance.compare_with_catalog(s, dataset, rows, checks)
+
+    # --- lifetime --------------------------------------------------------
+
+    def close(self) -> None:
+        """Close lookup connections, open shard files and the engine (idempotent, any thread).
+
+        Lookups in flight on other threads finish first (their connections
+        and files are closed after, never under them); every later call, on
+        any thread, raises :class:`~shardcat.errors.CatalogClosedError`.
+        """
+        self._after_fork()  # a forked child closes its own lookups, never its parent's
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            lookups, self._lookups = list(self._lookups), set()
+        for lookup in lookups:
+            # One gate at a time: a fork (which takes them all) never waits on this thread.
+            with lookup.gate:
+                lookup.close()
+        self._local = threading.local()
+        self._dispose()
+
+
+class _ThreadEnd:
+    """Kept in a thread's local state only: closes its lookup once that state goes with the thread.
+
+    A thread's lookup holds a connection, up to ``max_open_shards`` open
+    files and up to 64 MiB of read buffers (``lookup._POOL_BUFFERS``); a
+    service that runs each request on a new thread must not keep one of
+    each per thread it ever had.
+    """
+
+    __slots__ = ("__weakref__",)
+
+    def __init__(self, lookup: Lookup, listed: set[Lookup]) -> None:
+        # Not at exit: a daemon thread may still be looking up then.
+        weakref.finalize(self, _end_of_thread, lookup, listed).atexit = False
+
+
+def _end_of_thread(lookup: Lookup, listed: set[Lookup]) -> None:
+    """Close a lookup whose thread ended (the finalizer of :class:`_ThreadEnd`)."""
+    if lookup.closed or lookup.generation != fork_generation():
+        return  # closed with the catalog; or a forked child's copy, its parent's to close
+    # Never waits: a finalizer runs on any thread, maybe under a lock (a fork
+    # holds every gate). Not taken: the lookup stays listed for close().
+    if lookup.gate.acquire(blocking=False):
+        try:
+            lookup.close()
+        finally:
+            lookup.gate.release()
+        listed.discard(lookup)
+
+
+def _reopen(handle: CatalogHandle) -> Catalog:
+    return handle.open()

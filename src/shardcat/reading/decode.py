@@ -1,0 +1,131 @@
+"""A whole record's bytes become a :class:`~shardcat.format.Record`, by the shard's kind.
+
+A native shard's record frame names its entries; a tar sample has no frame,
+so its layout names the entries and the row's spans place them. Either way
+every entry is checked against what the catalog registered (the spans'
+offsets, sizes and CRCs), not only against the shard's own CRCs. The kinds
+themselves (what a ``shards`` row is) are the catalog's
+(:mod:`shardcat.catalog.kinds`); this is how each is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..catalog.kinds import shard_kind
+from ..catalog.spans import unpack_spans
+from ..errors import FormatError
+from ..format import Record, recordcodec
+from ..format.footer import EntrySpec
+from ..format.spec import Codec
+
+__all__ = ["DECODERS", "Layout", "decode_native", "decode_record"]
+
+Layout = list[tuple[str, str, Codec]]
+
+
+def decode_native(
+    view: memoryview,
+    key: str,
+    length: int,
+    url: str,
+    offset: int,
+    alignment: int,
+    spans: bytes,
+    text_cache: dict[Any, Any],
+) -> Record:
+    """A native record from its bytes: the frame names its entries, the row's spans check them.
+
+    The point lookup calls the record codec's ``decode_spanned`` itself for
+    native rows (no dispatch, no layout, no frame of this function).
+    """
+    return recordcodec.decode_spanned(
+        view, key, length, url, offset, alignment, spans, unpack_spans, text_cache
+    )
+
+
+def _native_decode(
+    view: memoryview,
+    *,
+    key: str,
+    length: int,
+    url: str,
+    offset: int,
+    alignment: int,
+    spans: bytes,
+    layout: Callable[[], Layout],
+    text_cache: dict[Any, Any],
+) -> Record:
+    return decode_native(view, key, length, url, offset, alignment, spans, text_cache)
+
+
+def _tar_decode(
+    view: memoryview,
+    *,
+    key: str,
+    length: int,
+    url: str,
+    offset: int,
+    alignment: int,
+    spans: bytes,
+    layout: Callable[[], Layout],
+    text_cache: dict[Any, Any],
+) -> Record:
+    # A tar sample has no frame: the layout names the entries, the spans place them.
+    names = layout()
+    try:
+        located = unpack_spans(spans, len(names))
+    except ValueError as e:
+        raise FormatError(
+            f"catalog row is inconsistent: {e}; re-index the tar", path=url, offset=offset
+        ) from e
+    specs = [EntrySpec(name, ctype, codec) for name, ctype, codec in names]
+    # Tar reading loads on first use: a native lookup needs none of it.
+    from ..format.tar import read_tar_record
+
+    return read_tar_record(view, key, specs, located, path=url, offset=offset)
+
+
+DECODERS: dict[str, Callable[..., Record]] = {"native": _native_decode, "tar": _tar_decode}
+"""Shard kind -> how a whole record of it is decoded (every kind of :data:`~shardcat.catalog.kinds.KINDS`)."""
+
+
+def decode_record(
+    kind: str,
+    view: memoryview,
+    *,
+    key: str,
+    length: int,
+    url: str,
+    offset: int,
+    alignment: int,
+    spans: bytes,
+    layout: Callable[[], Layout],
+    text_cache: dict[Any, Any],
+) -> Record:
+    """A whole record of a shard of ``kind`` from its bytes, checked (the lookup dispatch).
+
+    ``layout`` is called only by kinds that need it (tar samples have no frame).
+
+    Raises
+    ------
+    FormatError
+        The catalog names a kind this shardcat does not know, or the row and
+        the bytes disagree.
+    """
+    decode = DECODERS.get(kind)
+    if decode is None:
+        shard_kind(kind)  # the catalog's error for a kind it does not know
+        raise FormatError(f"shard kind {kind!r} has no decoder")  # KINDS and DECODERS differ
+    return decode(
+        view,
+        key=key,
+        length=length,
+        url=url,
+        offset=offset,
+        alignment=alignment,
+        spans=spans,
+        layout=layout,
+        text_cache=text_cache,
+    )
