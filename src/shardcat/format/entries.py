@@ -13,6 +13,7 @@ import functools
 import io
 import json
 import mimetypes
+import threading
 import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -349,6 +350,24 @@ def _charset(content_type: str) -> str:
     return "utf-8"
 
 
+_NPY_HEADER_LOCK = threading.Lock()
+
+
+@functools.lru_cache(maxsize=256)
+def _npy_header(text: str) -> tuple[np.dtype[Any], tuple[int, ...], bool]:
+    """A .npy header's dtype, shape and order; a dataset's arrays repeat a few headers.
+
+    One thread at a time: CPython 3.11 keeps the AST converter's recursion
+    depth per interpreter, not per thread (gh-106905), so two threads in
+    ``literal_eval`` at once can fail with a SystemError.
+    """
+    with _NPY_HEADER_LOCK:
+        header = ast.literal_eval(text)
+    dtype = np.lib.format.descr_to_dtype(header["descr"])
+    shape = tuple(int(dim) for dim in header["shape"])
+    return dtype, shape, bool(header["fortran_order"])
+
+
 def _npy_view(view: memoryview) -> np.ndarray:
     """A read-only array viewing the .npy bytes (np.load would need a file and copy).
 
@@ -371,10 +390,7 @@ def _npy_view(view: memoryview) -> np.ndarray:
         raise FormatError(f".npy header of {size} bytes overruns the {len(view)}-byte entry")
     try:
         text = str(view[start : start + size], "utf-8" if major == 3 else "latin-1")
-        header = ast.literal_eval(text)
-        dtype = np.lib.format.descr_to_dtype(header["descr"])
-        shape = tuple(int(dim) for dim in header["shape"])
-        fortran = bool(header["fortran_order"])
+        dtype, shape, fortran = _npy_header(text)
     except (SyntaxError, ValueError, TypeError, KeyError, MemoryError, RecursionError) as e:
         raise FormatError(f"not a .npy array: its header is not valid ({e!r:.200})") from e
     count = 1
