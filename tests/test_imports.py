@@ -86,3 +86,12 @@ def test_opening_a_catalog_and_looking_up_loads_no_migrations_orm_or_fsspec(tmp_
     )
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout) == []
+
+
+def test_the_public_catalog_moved_up_and_the_old_import_says_where():
+    with pytest.raises(ImportError, match="from shardcat import Catalog"):
+        from shardcat.catalog import Catalog  # noqa: F401
+    import shardcat.catalog
+
+    with pytest.raises(ImportError, match="from shardcat import CatalogHandle"):
+        _ = shardcat.catalog.CatalogHandle

@@ -36,12 +36,23 @@ if TYPE_CHECKING:
 # opening a catalog for lookups does not (issue 10).
 _LAZY = {"SAMPLE_COLUMNS": ".selection", "Selection": ".selection", "ExpireResult": ".versions"}
 
+# Names that moved up to shardcat.reading (the layers forbid importing them back here).
+_MOVED = frozenset({"Catalog", "CatalogHandle"})
+
 
 def __getattr__(name: str) -> object:
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name], __name__), name)
         globals()[name] = value  # the next access skips this function
         return value
+    if name in _MOVED:
+        # An ImportError, not an AttributeError: `from shardcat.catalog import Catalog`
+        # shows this message instead of Python's bare "cannot import name".
+        raise ImportError(
+            f"shardcat.catalog.{name} moved: the catalog package holds the SQL only, and the "
+            f"public {name} (SQL plus reads) is in the read layer; use "
+            f"`from shardcat import {name}` (or `from shardcat.reading import {name}`)"
+        )
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
