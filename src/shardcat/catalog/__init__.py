@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .versions import ExpireResult
 
 # Names whose modules load the ORM models: imported on first use, so that
-# opening a catalog for lookups does not (issue 10).
+# opening a catalog for lookups does not.
 _LAZY = {"SAMPLE_COLUMNS": ".selection", "Selection": ".selection", "ExpireResult": ".versions"}
 
 # Names that moved up to shardcat.reading (the layers forbid importing them back here).

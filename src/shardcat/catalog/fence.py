@@ -1,4 +1,4 @@
-"""What a fork waits for: shardcat's SQLite calls in flight on other threads (issue 30).
+"""What a fork waits for: shardcat's SQLite calls in flight on other threads.
 
 SQLite keeps process-wide mutexes (its allocator's, its VFS's list of open
 files) that a thread holds while it is inside SQLite. A process forked at

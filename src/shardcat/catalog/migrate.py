@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 # Alembic and the ORM models load only where a migration, a comparison or a
-# creation needs them: opening a catalog at head checks one row (issue 10).
+# creation needs them: opening a catalog at head checks one row.
 
 __all__ = [
     "VERSION_TABLE",

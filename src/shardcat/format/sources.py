@@ -108,7 +108,7 @@ class FileSource:
     (:meth:`held`) and :meth:`close` in another thread meanwhile defers the
     ``close(2)`` to the last holder. ``pread`` runs without the GIL; a
     descriptor closed under it, and its number reused by another open, would
-    read another file's bytes (issue 30). The holders are counted in a list
+    read another file's bytes. The holders are counted in a list
     (``append``/``pop`` are atomic under the GIL): a lock taken twice per
     read cost more than the read's own Python.
     """

@@ -1,12 +1,12 @@
 /*
- * The compiled point lookup (issue 10): Catalog.get(dataset, key) of the
+ * The compiled point lookup: Catalog.get(dataset, key) of the
  * latest version's whole record on a file-backed SQLite catalog, in one C
  * call: the key's xxHash64, one step of the lookup's own prepared statement
  * (the SQL text lookup.py builds, so the statement alone decides which
  * records are visible), the shard's cached URL and descriptor, one pread,
  * then the record codec's decode_spanned. point.py is the Python side.
  *
- * Tar shards (issue 11) take the same statement, cache and pread; the
+ * Tar shards take the same statement, cache and pread; the
  * layout's entry names (cached per layout id; point.py's TarFinisher fills
  * the cache on a miss), the bytes and the row's spans then go to the record
  * codec's tar_record (read_tar_record compiled, which checks every CRC32C
@@ -30,7 +30,7 @@
  * that thread alone (the `busy` flag refuses reentry and defers a close
  * asked for by another thread), never by a forked child (the fork count).
  *
- * Lifetimes (issue 30): the statement, the connection, the descriptors in
+ * Lifetimes: the statement, the connection, the descriptors in
  * `fds` and the lookup's Python connection (the tar finisher's) are used
  * without the GIL, and Catalog.get calls get() without taking the lookup's
  * gate (lookup.py: Lookup.gate; a lock per lookup costs ~7 % of its
@@ -518,7 +518,7 @@ not_handled:
     Py_RETURN_NONE;
 }
 
-/* --- rows(): the batch statement's rows (issue 10) ------------------------
+/* --- rows(): the batch statement's rows ------------------------
 
    Catalog.get_many's whole records at the latest version: the lookup's own
    batch statement (lookup.py's _batch_sql, bound as dataset and a JSON array

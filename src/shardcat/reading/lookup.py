@@ -78,7 +78,7 @@ _RECORD_SELECT = (
 # caches them per shard (Lookup._shard_of). The join stays: it is what
 # checks, in the same statement, that the shard is committed. Issue 10: the
 # URL's text and the CASEs were ~15 % of a lookup's instructions (callgrind).
-# The layout id names a tar sample's entries (point.TarFinisher, issue 11):
+# The layout id names a tar sample's entries (point.TarFinisher):
 # an integer of the row already read, no join.
 _RECORD_BY_SHARD_SELECT = (
     "SELECT r.shard_id, r.byte_offset, r.byte_length, r.spans, r.layout_id"
@@ -138,7 +138,7 @@ def _record_sql(p: str, visible: str = _COMMITTED) -> str:
 # A batch's rows: url, offset, length, spans, key, alignment, kind, signature.
 # Whole records (no entries=) select kind and layout as NULL for native shards,
 # as the point lookup does: no string per row and no layouts join, about 10 %
-# of the statement's instructions (callgrind, 10,000 keys; issue 10).
+# of the statement's instructions (callgrind, 10,000 keys).
 _BATCH_SELECT = (
     "SELECT s.url, r.byte_offset, r.byte_length, r.spans, r.key, s.alignment,"
     " CASE WHEN s.kind = 'native' THEN NULL ELSE s.kind END,"
@@ -226,7 +226,7 @@ class Lookup:
 
         Its connections, statements and open files are used without the GIL
         (SQLite steps, ``pread``): closing them under a call in flight was a
-        use after free (issue 30). The compiled point lookup (:attr:`fast_get`)
+        use after free. The compiled point lookup (:attr:`fast_get`)
         fences itself instead (its ``busy``; a lock per lookup would cost
         ~7 % of its instructions), and :meth:`close` waits for it as well.
         Re-entrant: a signal handler or finalizer of the same thread may close
@@ -367,7 +367,7 @@ class Lookup:
         entries: Iterable[str] | None = None,
         version: Version = None,
     ) -> Record:
-        # The hot path (issue 10): one statement, one pread, one compiled decode,
+        # The hot path: one statement, one pread, one compiled decode,
         # and as few Python frames around them as the checks allow (_hash inline).
         # Catalog.get tries fast_get first; a None from it comes here.
         try:
@@ -649,7 +649,7 @@ class Lookup:
     def _read_packed(self, urls: list[str], table: np.ndarray) -> list[memoryview] | None:
         """Every record of ``table`` read into packed buffers, if all its shards are local files.
 
-        The local batch path (issue 10): one compiled call reads the records
+        The local batch path: one compiled call reads the records
         of each file with as few ``preadv`` as gaps of up to 8 KiB allow,
         straight into ~1 MiB buffers that hold the records alone (no bytes
         object per read, no join), and sets each row's ``blob`` and ``at``.
@@ -750,7 +750,7 @@ _POOL_BUFFERS = 64
 """Buffers of ``_JOIN_BYTES`` a lookup keeps for its next local batch (64 MiB at most).
 
 A batch read into new memory faults in every page of it, about half of
-the read's time for 10,000 keys of 2-8 KiB on the 2-core VMs of issue 10;
+the read's time for 10,000 keys of 2-8 KiB on a 2-core VM;
 buffers no record refers to any more are written again instead
 (``_ccodec.read_packed``)."""
 

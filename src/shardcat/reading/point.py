@@ -1,11 +1,11 @@
 """The compiled point lookup (``_cpoint.c``): whether it runs, and opening it for a lookup.
 
 ``Catalog.get(dataset, key)`` of the latest version's whole record on a
-file-backed SQLite catalog runs in one C call (issue 10): the key's hash,
+file-backed SQLite catalog runs in one C call: the key's hash,
 one step of the *same* prepared statement the Python path runs (so the
 statement alone decides visibility: committed shards, live records), the
 shard's cached URL and open descriptor, one ``pread``, and the record
-codec's ``decode_spanned``. A tar shard (issue 11) takes the same
+codec's ``decode_spanned``. A tar shard takes the same
 statement, cache and ``pread``, then the layout's entry names (cached per layout id; a
 :class:`TarFinisher` fills the cache) and calls the record codec's
 ``tar_record`` (``read_tar_record`` compiled, every CRC32C checked).
@@ -188,7 +188,7 @@ def open_point(
 
 
 class TarFinisher:
-    """What the compiled point lookup needs to finish a tar sample's record (issue 11).
+    """What the compiled point lookup needs to finish a tar sample's record.
 
     The compiled lookup calls the record codec's ``tar_record``
     (:attr:`decode`: ``read_tar_record`` compiled, every payload's CRC32C

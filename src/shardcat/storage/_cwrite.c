@@ -14,7 +14,7 @@
  *
  * finish() is idempotent and may be called from several threads at once:
  * the first joins the thread, the others wait for that join (joining one
- * thread twice is undefined: the second never returned, issue 30), and
+ * thread twice is undefined: the second never returned), and
  * every call reports the write's outcome.
  *
  * writeback_length > 0 asks the thread, after the write, to start the disk

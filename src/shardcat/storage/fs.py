@@ -12,7 +12,7 @@ from .._types import StorageOptions
 from ..errors import StorageError
 
 # fsspec loads with the first remote (or fsspec-opened) URL: a local lookup
-# reads with os.pread and never needs it (issue 10, the cold first lookup).
+# reads with os.pread and never needs it (the cold first lookup).
 if TYPE_CHECKING:
     import fsspec
 

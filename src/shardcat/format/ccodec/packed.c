@@ -92,7 +92,7 @@ PyObject *py_pread_linked(PyObject *self, PyObject *const *args, Py_ssize_t narg
    are new bytes objects of exactly their size.
 
    The descriptors are numbers, read without the GIL: the caller keeps each
-   open until this returns (FileSource.held, issue 30), since one closed
+   open until this returns (FileSource.held), since one closed
    meanwhile and its number reused by another open would read another file. */
 
 #define PACKED_MAX_GAP (1 << 20)
@@ -143,7 +143,7 @@ static int append_group(PyObject *groups, uint64_t size)
 
    Reading a 10,000-key batch into new buffers faults in every page of them
    (~13,000 minor faults for 50 MB, about half of the whole read on the
-   2-core VMs of issue 10), since the allocator hands the freed memory back
+   2-core VMs), since the allocator hands the freed memory back
    to the system between batches. A pool buffer is a bytes object of exactly
    `group_bytes` that only the pool refers to once its batch is gone: every
    view of it (a memoryview, numpy's frombuffer, any buffer consumer) holds a

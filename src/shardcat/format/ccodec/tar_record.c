@@ -5,7 +5,7 @@
 /* tar_record(data, key, specs, spans, offset, record) -> Record | None
 
    format/tar/read.py's read_tar_record, compiled, for the point lookup of a
-   tar sample (issue 11; reading/point.py's TarFinisher calls it): `data` the
+   tar sample (reading/point.py's TarFinisher calls it): `data` the
    sample's bytes (bytes), `specs` a tuple of (name, content_type) per entry
    (the layout's), `spans` the catalog row's packed (offset in the sample,
    size, CRC32C) per entry (catalog/spans.py: <III or <QQI + <I each),
