@@ -197,17 +197,16 @@ class ReadCounter:
 
         # The point lookup reads a cached descriptor with the compiled
         # pread_linked (fstat + pread in C), which os.pread does not see.
-        import shardcat.storage.cache as cache
         from shardcat.format import sources
 
-        real_linked = cache.pread_linked
+        real_linked = sources.pread_linked
         if real_linked is not sources._pread_linked:  # the reference calls os.pread itself
 
             def linked(fd: int, n: int, offset: int) -> bytes | None:
                 reads.append(("pread", offset, offset + n))
                 return real_linked(fd, n, offset)
 
-            monkeypatch.setattr(cache, "pread_linked", linked)
+            monkeypatch.setattr(sources, "pread_linked", linked)
 
         # The local batch path reads with the compiled read_packed (preadv in C):
         # its reads are the runs of _pread.packed_runs (the reference preads each).

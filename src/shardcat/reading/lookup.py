@@ -44,12 +44,12 @@ from ..errors import (
     VersionNotFoundError,
 )
 from ..format import Entry, Record, recordcodec
+from ..format import sources as _sources
 from ..format.checksums import signed_key_hash, signed_key_hashes
 from ..format.records import BatchTable, decode_entry
 from ..format.sources import FileSource
 from ..format.spec import Codec
 from ..storage import SourceCache, redact
-from ..storage import cache as _cache  # its pread_linked, looked up per call (tests count reads)
 from ..storage.cache import ONE_PREAD
 from .decode import decode_record
 from .point import open_point
@@ -403,7 +403,7 @@ class Lookup:
             data = None
             if fd is not None and 0 < length <= ONE_PREAD:
                 try:
-                    data = _cache.pread_linked(fd, length, offset)
+                    data = _sources.pread_linked(fd, length, offset)
                 except OSError:
                     data = None
             if data is None or len(data) != length:

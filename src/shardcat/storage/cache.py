@@ -38,8 +38,8 @@ from .._ranges import (
 )
 from .._types import ByteRange, RangeSource, StorageOptions
 from .._units import parse_size
+from ..format import sources as _sources
 from ..format.sources import FileSource
-from ..format.sources import pread_linked as pread_linked  # tests count its calls here
 from .objstore import ObstoreSource
 from .sources import FsspecSource, open_source
 from .translate import is_backend_error, translate
@@ -188,7 +188,7 @@ class SourceCache:
             # The point lookup's path: one pread on the open descriptor, if the
             # file still has a name (else None, and it is reopened below).
             if fd is not None and 0 < end - start <= ONE_PREAD:
-                data = pread_linked(fd, end - start, start)
+                data = _sources.pread_linked(fd, end - start, start)
                 if data is not None and len(data) == end - start:
                     self._open.move_to_end(url)
                     return data

@@ -56,18 +56,17 @@ class RequestLog:
         monkeypatch.setattr(os, "pread", pread)
         # The cache's point reads of an open descriptor go through the compiled
         # pread_linked (fstat + pread in C), which os.pread does not see: count
-        # them where the cache calls it (the reference calls os.pread itself).
+        # them where every caller finds it (the reference calls os.pread itself).
         from ..format import sources as _format_sources
-        from ..storage import cache as _cache
 
-        real_linked = _cache.pread_linked
+        real_linked = _format_sources.pread_linked
         if real_linked is not _format_sources._pread_linked:
 
             def linked(fd: int, length: int, offset: int) -> bytes | None:
                 requests.append((offset, offset + length))
                 return real_linked(fd, length, offset)
 
-            monkeypatch.setattr(_cache, "pread_linked", linked)
+            monkeypatch.setattr(_format_sources, "pread_linked", linked)
         self._install_obstore(monkeypatch)
         if fs is None:
             return self
@@ -310,9 +309,8 @@ class StorageTests(RangeSourceTests):
         monkeypatch.setattr(os, "pread", short_pread)
         # The point read's compiled pread_linked does not call os.pread: use its reference.
         from ..format import sources as _format_sources
-        from ..storage import cache as _cache
 
-        monkeypatch.setattr(_cache, "pread_linked", _format_sources._pread_linked)
+        monkeypatch.setattr(_format_sources, "pread_linked", _format_sources._pread_linked)
         assert cache.read(url, 10, 15_010) == DATA[10:15_010]
         views = cache.read_batch([(url, ByteRange(0, 9000)), (url, ByteRange(18_000, 20_000))])
         assert [bytes(v) for v in views] == [DATA[:9000], DATA[18_000:]]
