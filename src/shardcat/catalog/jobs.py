@@ -530,6 +530,17 @@ def commit(
         # A shard left without a live record (removed here, or all of its own records
         # hidden or skipped) gets its removed_version, so expire can retire it.
         mark_fully_removed(session, dataset.id, version)
+        # A shard of this job added and removed in this same version is read by no
+        # version at all: it is retired now (gc removes its file), not left committed.
+        never_read = session.execute(
+            select(Shard.id).where(
+                Shard.dataset_id == dataset.id,
+                Shard.job_id == job.id,
+                Shard.added_version == version,
+                Shard.removed_version == version,
+            )
+        ).scalars()
+        retire(session, list(never_read))
     ended: dict[str, Any] = {"state": "committed", "version": version, "finished_at": func.now()}
     if rewrite:
         # What the commit decided stays on the job's row (a later expiry may drop the version's).
