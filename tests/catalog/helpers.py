@@ -300,3 +300,25 @@ class ReadCounter:
     def clear(self) -> None:
         self.reads.clear()
         self.other_requests.clear()
+
+
+# --- hypothesis state machines on SQLite and PostgreSQL --------------------
+
+
+def machine_settings(env: str, examples: int, steps: int, *, postgres: bool = False) -> Any:
+    """The settings of a catalog state machine: ``$env`` examples (else ``examples``), no deadline.
+
+    The PostgreSQL case runs under a function-scoped fixture (its URL), which
+    hypothesis is told is fine: the machine makes its own catalog per example.
+    """
+    from hypothesis import HealthCheck, settings
+
+    checks = [HealthCheck.too_slow]
+    if postgres:
+        checks.append(HealthCheck.function_scoped_fixture)
+    return settings(
+        max_examples=int(os.environ.get(env, str(examples))),
+        stateful_step_count=steps,
+        deadline=None,
+        suppress_health_check=checks,
+    )

@@ -17,7 +17,6 @@ import uuid
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -32,6 +31,8 @@ from shardcat.catalog.versions import unreferenced_shards
 from shardcat.errors import DuplicateKeyError
 from shardcat.orchestration.gc import gc
 from shardcat.reading import Catalog
+
+from .helpers import machine_settings
 
 UNIVERSE = [f"k{i}" for i in range(8)]
 _dask: list[Any] = []
@@ -194,12 +195,7 @@ class VersionModel(RuleBasedStateMachine):
             assert unreferenced_shards(s, dataset_id) == []
 
 
-VersionModel.TestCase.settings = settings(
-    max_examples=int(os.environ.get("SHARDCAT_MODEL_EXAMPLES", "25")),
-    stateful_step_count=15,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+VersionModel.TestCase.settings = machine_settings("SHARDCAT_MODEL_EXAMPLES", 25, 15)
 TestVersionModelSQLite = VersionModel.TestCase
 
 
@@ -216,9 +212,4 @@ def _pg_model(postgres_url: str) -> Any:
 
 @pytest.mark.usefixtures("_pg_model")
 class TestVersionModelPostgres(VersionModelPostgres.TestCase):  # type: ignore[misc,valid-type]
-    settings = settings(
-        max_examples=int(os.environ.get("SHARDCAT_MODEL_EXAMPLES_PG", "8")),
-        stateful_step_count=12,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-    )
+    settings = machine_settings("SHARDCAT_MODEL_EXAMPLES_PG", 8, 12, postgres=True)

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from sqlalchemy import select
@@ -35,6 +34,7 @@ from shardcat.errors import DuplicateKeyError, KeyNotFoundError
 from shardcat.reading import Catalog
 from shardcat.reading.lookup import LayoutCache, Lookup
 
+from .helpers import machine_settings
 from .test_version_model import _client
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -337,12 +337,7 @@ class VisibilityHistory(RuleBasedStateMachine):
             assert diff.replaced_keys == sorted(k for k in set(a) & set(b) if a[k] != b[k])
 
 
-VisibilityHistory.TestCase.settings = settings(
-    max_examples=int(os.environ.get("SHARDCAT_MODEL_EXAMPLES", "20")),
-    stateful_step_count=12,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+VisibilityHistory.TestCase.settings = machine_settings("SHARDCAT_MODEL_EXAMPLES", 20, 12)
 TestVisibilityHistorySQLite = VisibilityHistory.TestCase
 
 
@@ -359,12 +354,7 @@ def _pg_history(postgres_url: str) -> Any:
 
 @pytest.mark.usefixtures("_pg_history")
 class TestVisibilityHistoryPostgres(VisibilityHistoryPostgres.TestCase):  # type: ignore[misc,valid-type]
-    settings = settings(
-        max_examples=int(os.environ.get("SHARDCAT_MODEL_EXAMPLES_PG", "6")),
-        stateful_step_count=10,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-    )
+    settings = machine_settings("SHARDCAT_MODEL_EXAMPLES_PG", 6, 10, postgres=True)
 
 
 def test_no_hand_written_copy_of_the_rule() -> None:
