@@ -23,6 +23,7 @@ __all__ = [
     "CatalogClosedError",
     "CatalogError",
     "CatalogLockedError",
+    "CatalogUnreachableError",
     "ChecksumError",
     "CodecUnavailableError",
     "CommitConflictError",
@@ -370,6 +371,14 @@ class CatalogClosedError(CatalogError, ValueError):
 
 class CatalogLockedError(CatalogError):
     """Another process holds a lock on the catalog for longer than the busy timeout."""
+
+
+class CatalogUnreachableError(CatalogError, ConnectionError):
+    """The catalog's database server refused the connection or did not answer.
+
+    Check that the server is running and that the URL's host, port, user and
+    database are right.
+    """
 
 
 class DatasetNotFoundError(CatalogError, KeyError):
