@@ -196,8 +196,10 @@ class CodecUnavailableError(ShardcatError, ImportError):
 class DuplicateKeyError(ShardcatError, ValueError):
     """The same key was written twice into one shard or one dataset."""
 
-    def __init__(self, message: str, keys: list[str] | None = None) -> None:
-        super().__init__(message)
+    def __init__(
+        self, message: str, keys: list[str] | None = None, *, hint: Hint | None = None
+    ) -> None:
+        super().__init__(message, hint=hint)
         self.keys = list(keys or [])
 
 
@@ -434,8 +436,10 @@ class KeyConflictError(CommitConflictError):
     rerun it against the current version.
     """
 
-    def __init__(self, message: str, keys: list[str] | None = None) -> None:
-        super().__init__(message)
+    def __init__(
+        self, message: str, keys: list[str] | None = None, *, hint: Hint | None = None
+    ) -> None:
+        super().__init__(message, hint=hint)
         self.keys = list(keys or [])
 
 
