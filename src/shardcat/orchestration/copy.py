@@ -35,7 +35,12 @@ from typing import TYPE_CHECKING, Any
 
 from .._units import count_of
 from ..catalog import internal
-from ..errors import ChecksumError, DatasetExistsError, DestinationNotEmptyError
+from ..errors import (
+    ChecksumError,
+    DatasetExistsError,
+    DestinationNotEmptyError,
+    ShardNotFoundError,
+)
 from ..storage import is_local, join, local_path, open_pending, redact, resolve
 from ..storage.removal import remove_files
 from ..storage.shards import ShardReader
@@ -299,6 +304,7 @@ def copy_dataset(
         if not move:
             _refuse_taken(dst_cat, target)
         _refuse_foreign(destination, set(plan.values()), dst_opts)
+        _refuse_missing(dataset, [row.url for row in rows], src_opts)
         with client_for(client, destination) as dask_client:
             futures = [
                 dask_client.submit(
@@ -405,6 +411,39 @@ def _refuse_taken(cat: Catalog, name: str) -> None:
         raise DatasetExistsError(
             f"catalog {cat.url} has a dataset {name!r} with records already: name the copy "
             "(name=, --as NAME) or delete that dataset first"
+        )
+
+
+def _refuse_missing(dataset: str, urls: list[str], options: dict[str, Any]) -> None:
+    """Fail before any task runs if source shards are gone: one listing per folder.
+
+    A shard deleted or moved outside shardcat would otherwise surface as one
+    task's bare "no such shard" after a cluster has started and other shards
+    were copied. A store that cannot list (HTTP) leaves the check to the tasks.
+    """
+    folders: dict[str, list[str]] = {}
+    for url in urls:
+        folders.setdefault(url.rsplit("/", 1)[0], []).append(url)
+    missing: list[str] = []
+    for folder, members in folders.items():
+        try:
+            fs, path = resolve(folder, options)
+            present = {p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(path, detail=False)}
+        except FileNotFoundError:
+            present = set()
+        except Exception:  # listing unsupported or failing: each task reports its own shard
+            continue
+        missing.extend(u for u in members if u.rsplit("/", 1)[-1] not in present)
+    if missing:
+        shown = ", ".join(redact(u) for u in sorted(missing)[:3])
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise ShardNotFoundError(
+            f"cannot copy dataset {dataset!r}: {count_of(len(missing), 'shard')} of its {len(urls):,} "
+            f"{'is' if len(missing) == 1 else 'are'} missing from the store ({shown}{more}); "
+            "nothing was copied. Were they deleted or moved outside shardcat? Run "
+            f"`shardcat verify {dataset}` to list every problem; restore the files, or remove "
+            "their rows (Catalog.remove_shard) to copy the rest",
+            path=redact(sorted(missing)[0]),
         )
 
 
