@@ -153,6 +153,14 @@ SETTINGS: tuple[Setting, ...] = (
         "machines with no idle core).",
     ),
     Setting(
+        "in_process_max_bytes",
+        "256MiB",
+        "size",
+        "A write of files totalling at most this size, with no client or cluster named and "
+        "no current Dask client, runs on two threads in the calling process instead of "
+        "starting local worker processes (0: always start them).",
+    ),
+    Setting(
         "role_password",
         None,
         "secret",

@@ -55,7 +55,9 @@ ClientChoice: TypeAlias = "Client | DaskCluster | None"
 
 
 @contextlib.contextmanager
-def client_for(choice: ClientChoice = None, url: str = "") -> Iterator[Client]:
+def client_for(
+    choice: ClientChoice = None, url: str = "", *, small: bool = False
+) -> Iterator[Client]:
     """The ``distributed.Client`` a job runs on; what is started here is stopped at exit.
 
     Parameters
@@ -69,6 +71,10 @@ def client_for(choice: ClientChoice = None, url: str = "") -> Iterator[Client]:
         Where the job writes or reads. ``memory://`` lives in this process
         only, so its cluster is threads in this process, and the current
         client (whose workers are other processes) is never used for it.
+    small:
+        The job is small enough that starting worker processes would cost
+        more than it saves: with no choice and no current client, its
+        cluster is threads in this process too.
 
     Raises
     ------
@@ -96,13 +102,14 @@ def client_for(choice: ClientChoice = None, url: str = "") -> Iterator[Client]:
         if current is not None:
             yield current
             return
-    if workers is None and in_process:
+    threaded = workers is None and (in_process or small)
+    if threaded:
         workers, threads = 1, 2
     else:
         threads = 1
     with (
         LocalCluster(
-            processes=not in_process,
+            processes=not threaded,
             n_workers=workers,
             threads_per_worker=threads,
             # A free loopback port: None still binds :8787, which a second job would fight for.
