@@ -432,13 +432,14 @@ class TextOutput(Output):
     def expired(self, result: ExpireResult, *, dry_run: bool) -> None:
         verb = "would expire" if dry_run else "expired"
         shown = ", ".join(str(n) for n in result.expired) or "none"
+        retired = "would be retired" if dry_run else "retired"
         self._line(
-            f"{result.dataset}: {verb} {len(result.expired)} version(s) ({shown}); "
-            f"{len(result.kept)} kept; {len(result.retired_shards)} shard(s) no kept version "
-            "reads (their files go with the next `shardcat gc`)"
+            f"{result.dataset}: {verb} {count_of(len(result.expired), 'version')} ({shown}); "
+            f"{len(result.kept):,} kept; {count_of(len(result.retired_shards), 'shard')} "
+            f"{retired}: no kept version reads them (their files go with the next `shardcat gc`)"
         )
         for url in result.retired_shards:
-            self._line(f"retired\t{url}")
+            self._line(f"{retired}\t{url}")
 
     def gc_report(self, report: GcReport) -> None:
         rows: list[list[Any]] = [["aborted job", j] for j in report.aborted_jobs]
