@@ -55,6 +55,7 @@ __all__ = [
     "SchemaVersionError",
     "ShardNotFoundError",
     "ShardcatError",
+    "SourceIsShardsError",
     "StorageCredentialsError",
     "StorageError",
     "StorageFullError",
@@ -221,6 +222,22 @@ class EmptySourceError(ShardcatError, FileNotFoundError):
 
     def __init__(self, message: str, *, source: str | None = None) -> None:
         super().__init__(message)
+        self.source = source
+
+
+class SourceIsShardsError(ShardcatError, ValueError):
+    """A source to pack holds only shardcat shards: most likely SRC and URL were swapped.
+
+    Attributes
+    ----------
+    source:
+        The source URL or pattern (never with credentials).
+    """
+
+    def __init__(
+        self, message: str, *, hint: Hint | None = None, source: str | None = None
+    ) -> None:
+        super().__init__(message, hint=hint)
         self.source = source
 
 
