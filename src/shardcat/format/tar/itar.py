@@ -19,10 +19,13 @@ tar, header by header, together with the header of the entry after it
 from __future__ import annotations
 
 import bisect
+import contextlib
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..._types import ByteRange, RangeSource
+from ..sources import FileSource
 from .errors import TaridxError
 from .headers import parse_number
 from .info import TarShardInfo
@@ -32,6 +35,9 @@ __all__ = ["TarHeaders", "header_gaps", "itar_split", "tar_headers"]
 
 _PREFETCH = 64 << 10
 """Bytes read at once from the start of a gap (most gaps are a pax header and its payload)."""
+_MERGE_GAP = 256 << 10
+"""Gaps closer than this are read in one request (a request costs more than these bytes)."""
+_MAX_READ = 8 << 20
 _ZERO_BLOCK = bytes(BLOCK)
 
 
@@ -88,7 +94,8 @@ def header_gaps(info: TarShardInfo) -> list[tuple[int, int]]:
 def tar_headers(info: TarShardInfo, source: RangeSource | None = None) -> TarHeaders:
     """iTar's headers of a scanned tar: the scan's entries plus the headers between them.
 
-    ``source`` is read only where :func:`header_gaps` finds a gap.
+    ``source`` is read only where :func:`header_gaps` finds a gap (by
+    default ``info.path``, when that is a local file).
 
     Raises
     ------
@@ -105,6 +112,9 @@ def tar_headers(info: TarShardInfo, source: RangeSource | None = None) -> TarHea
     gaps = header_gaps(info)
     if not gaps:
         return TarHeaders(offsets, sizes, entry_names, list(range(len(offsets))))
+    if source is None and os.path.isfile(info.path):
+        with contextlib.closing(FileSource(info.path)) as local:
+            return tar_headers(info, local)
     if source is None:
         raise TaridxError(
             f"the tar has headers outside its samples ({len(gaps)} gap(s), the first at byte "
@@ -113,10 +123,12 @@ def tar_headers(info: TarShardInfo, source: RangeSource | None = None) -> TarHea
             offset=gaps[0][0],
         )
     entry_at = {off: i for i, off in enumerate(offsets)}
-    # Each gap is read with the header after it (the entry's own name field).
+    # Each gap is read with the header after it (the entry's own name field), and
+    # nearby gaps in one request: a pax header before every member is common.
     end = info.size or gaps[-1][1] + BLOCK
-    ranges = [ByteRange(a, max(a, min(b + BLOCK, a + _PREFETCH, end))) for a, b in gaps]
-    reader = _Reader(source, list(zip(ranges, source.read_ranges(ranges))))
+    wanted = [ByteRange(a, max(a, min(b + BLOCK, a + _PREFETCH, end))) for a, b in gaps]
+    ranges = _merged(wanted)
+    reader = _Reader(source, ranges, source.read_ranges(ranges))
     out = TarHeaders([], [], [], [])
     pos = 0
     for a, b in gaps:
@@ -193,15 +205,34 @@ def _walk(
     return off
 
 
-class _Reader:
-    """512-byte reads served from the prefetched gap buffers, else from the source."""
+def _merged(ranges: list[ByteRange]) -> list[ByteRange]:
+    """Sorted ranges, those less than ``_MERGE_GAP`` apart read as one (up to ``_MAX_READ``)."""
+    out: list[ByteRange] = []
+    for r in ranges:
+        last = out[-1] if out else None
+        if (
+            last is not None
+            and r.start - last.end <= _MERGE_GAP
+            and r.end - last.start <= _MAX_READ
+        ):
+            out[-1] = ByteRange(last.start, max(last.end, r.end))
+        else:
+            out.append(r)
+    return out
 
-    def __init__(self, source: RangeSource, buffers: list[tuple[ByteRange, bytes]]) -> None:
+
+class _Reader:
+    """512-byte reads served from the prefetched buffers, else from the source."""
+
+    def __init__(self, source: RangeSource, ranges: list[ByteRange], data: list[bytes]) -> None:
         self._source = source
-        self._buffers = buffers
+        self._starts = [r.start for r in ranges]
+        self._data = data
 
     def read(self, off: int) -> bytes:
-        for r, data in self._buffers:
-            if r.start <= off and off + BLOCK <= r.start + len(data):
-                return data[off - r.start : off - r.start + BLOCK]
+        i = bisect.bisect_right(self._starts, off) - 1
+        if i >= 0:
+            start, data = self._starts[i], self._data[i]
+            if off + BLOCK <= start + len(data):
+                return data[off - start : off - start + BLOCK]
         return self._source.read(off, off + BLOCK)
