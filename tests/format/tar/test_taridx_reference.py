@@ -135,7 +135,11 @@ def itar_model(tars: list[bytes], hasher: Hasher) -> bytes:
             ext = base[len(stem) + 1 :].lower()
             h = hasher(stem.encode("utf-8"))
             stems.add(stem)
-            crashid = 0 if canonical.setdefault(h, stem) == stem else crash.setdefault(stem, len(crash) + 1)
+            crashid = (
+                0
+                if canonical.setdefault(h, stem) == stem
+                else crash.setdefault(stem, len(crash) + 1)
+            )
             rows.append((fid, off, size, exts.setdefault(ext, len(exts)), crashid, h))
             off += 512 + (size + 511) // 512 * 512
     ext_block = "\n".join(exts).encode("utf-8")
@@ -177,9 +181,7 @@ def tar_layouts(draw: st.DrawFn) -> list[tuple[str, bytes, bool]]:
         elif extra == "dotfirst" and folder not in dotted:
             dotted.add(folder)  # iTar: stem "" (WebDataset: key "<folder>", entry "hidden")
             members.append((f"{folder}.hidden", b"h", False))
-        exts = draw(
-            st.lists(st.sampled_from(EXTS), min_size=1, max_size=3, unique_by=str.lower)
-        )
+        exts = draw(st.lists(st.sampled_from(EXTS), min_size=1, max_size=3, unique_by=str.lower))
         for ext in exts:
             size = draw(st.integers(0, 1500))
             members.append((f"{folder}{stem}.{ext}", bytes([len(ext)]) * size, False))
