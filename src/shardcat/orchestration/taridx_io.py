@@ -46,6 +46,7 @@ from .cluster import ClientChoice
 from .index_tar import IndexTarSummary, expand_tar_urls, run_index_job
 
 if TYPE_CHECKING:
+    from .._types import RangeSource
     from ..reading import Catalog
 
 __all__ = ["TaridxExport", "export_taridx", "import_taridx", "tar_info_from_rows"]
@@ -129,7 +130,7 @@ def export_taridx(
             raise ShardcatError(f"dataset {dataset!r} has no committed tar to export")
         infos = [tar_info_from_rows(s, internal.record_rows(cat, s.id)) for s in shards]
     with ExitStack() as stack:
-        sources = []
+        sources: list[RangeSource | None] = []
         for info in infos:
             if header_gaps(info):
                 source = open_source(info.path, opts)

@@ -11,6 +11,7 @@ directly over the tar's bytes (not through shardcat's scan or its code).
 from __future__ import annotations
 
 import io
+import itertools
 import struct
 import tarfile
 from collections.abc import Callable
@@ -144,7 +145,7 @@ def itar_model(tars: list[bytes], hasher: Hasher) -> bytes:
             off += 512 + (size + 511) // 512 * 512
     ext_block = "\n".join(exts).encode("utf-8")
     crash_block = "\n".join(crash).encode("utf-8")
-    runs = 1 + sum((a[5], a[4]) != (b[5], b[4]) for a, b in zip(rows, rows[1:]))
+    runs = 1 + sum((a[5], a[4]) != (b[5], b[4]) for a, b in itertools.pairwise(rows))
     contiguous = len(rows) < 2 or runs == len(stems)
     header = HEADER.pack(
         b"TARIDX\0\0", 1, 0, 32, 64, len(stems), len(rows), len(exts), len(crash),

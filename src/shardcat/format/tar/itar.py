@@ -178,14 +178,7 @@ def _walk(
                     offset=off,
                 )
             return off
-        try:
-            size = parse_number(header[SIZE_AT : SIZE_AT + SIZE_LEN])
-        except ValueError as e:
-            raise TaridxError(
-                f"the tar header at byte {off} has no readable size ({e})",
-                path=info.path,
-                offset=off + SIZE_AT,
-            ) from e
+        size = _size(header, off, info)
         name = header[:100].split(b"\0", 1)[0].decode("utf-8", "replace")
         out.offsets.append(off)
         out.sizes.append(size)
@@ -203,6 +196,22 @@ def _walk(
             return next_off
         off = next_off
     return off
+
+
+def _size(header: bytes, off: int, info: TarShardInfo) -> int:
+    field = header[SIZE_AT : SIZE_AT + SIZE_LEN]
+    try:
+        return int(field.split(b"\0", 1)[0] or b"0", 8)  # iTar's own reading, and fast
+    except ValueError:
+        pass
+    try:
+        return parse_number(field)  # GNU base-256: iTar cannot read it, shardcat can
+    except ValueError as e:
+        raise TaridxError(
+            f"the tar header at byte {off} has no readable size ({e})",
+            path=info.path,
+            offset=off + SIZE_AT,
+        ) from e
 
 
 def _merged(ranges: list[ByteRange]) -> list[ByteRange]:
