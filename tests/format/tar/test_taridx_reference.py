@@ -10,6 +10,7 @@ directly over the tar's bytes (not through shardcat's scan or its code).
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import itertools
 import struct
@@ -92,9 +93,12 @@ def test_mixed_the_rules_one_by_one():
     assert rows["offset"].tolist() == [3072, 4096, 5120, 6144]  # train/ and val/ as one stem
     assert index.extension_of(index.lookup("x0001")) == ["jpg", "seg.png", "json"]
     assert shared_stems([info]) == (2, 1)
-    # `noext` is a header the samples do not cover: its row needs the tar.
+    # `noext` is a header the samples do not cover: its row needs the tar, read from
+    # info.path when that is a local file, else from the source given.
+    assert taridx_from_scans([info]).to_bytes() == index.to_bytes()
+    elsewhere = dataclasses.replace(info, path="s3://bucket/mixed-000000.tar")
     with pytest.raises(TaridxError, match="headers outside its samples"):
-        taridx_from_scans([info])
+        taridx_from_scans([elsewhere])
 
 
 # --- the rules, stated independently, against random layouts -----------------
