@@ -17,7 +17,10 @@ from contextlib import contextmanager
 
 __all__ = ["failed_tasks_quiet"]
 
-_LOGGER = "distributed.worker"  # "Compute Failed", and heartbeats lost as a cluster shuts down
+_LOGGERS = (
+    "distributed.worker",  # "Compute Failed" (with the task's traceback), lost heartbeats
+    "distributed.nanny",  # "Worker process still alive ..., killing" as a failed job's cluster stops
+)
 _ENV = "DASK_LOGGING"  # Dask parses the value as a Python literal: {logger: level}
 
 
@@ -30,12 +33,14 @@ def failed_tasks_quiet(verbose: object) -> Iterator[None]:
     if verbose or _ENV in os.environ:
         yield
         return
-    logger = logging.getLogger(_LOGGER)
-    level = logger.level
-    os.environ[_ENV] = repr({_LOGGER: "critical"})
-    logger.setLevel(logging.CRITICAL)
+    loggers = [logging.getLogger(name) for name in _LOGGERS]
+    levels = [logger.level for logger in loggers]
+    os.environ[_ENV] = repr(dict.fromkeys(_LOGGERS, "critical"))
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
     try:
         yield
     finally:
         os.environ.pop(_ENV, None)
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)

@@ -93,13 +93,26 @@ def export(
     dataset: Annotated[str, typer.Argument(help="A tar dataset's name.", metavar="DATASET")],
     out_path: Annotated[str, typer.Argument(help="The .taridx file to write.", metavar="OUT")],
 ) -> None:
-    """Write a tar dataset's index as a TARIDX 1.0 file (fid = the tar's place in `ls`)."""
+    """Write a tar dataset's index as a TARIDX 1.0 file (fid = the tar's place in `ls`).
+
+    The file is the one iTar writes: a row per tar header, samples named by
+    their stem (the name after the last '/', up to the first dot), so
+    train/0007 and val/0007 are one stem there; the command says how many
+    samples share a stem.
+    """
     from ..orchestration.taridx_io import export_taridx
 
     state = state_of(ctx)
     with open_catalog(state) as cat:
-        index, tars = export_taridx(cat, dataset, out_path, storage_options=state.storage_options)
-    state.out.taridx_done("exported", out_path, dataset, len(tars), len(index.rows))
+        done = export_taridx(cat, dataset, out_path, storage_options=state.storage_options)
+    state.out.taridx_done(
+        "exported",
+        out_path,
+        dataset,
+        len(done.tars),
+        len(done.index.rows),
+        shared=(done.shared_samples, done.shared_stems),
+    )
 
 
 def import_(

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..errors import EmptySourceError, FormatError, ShardcatError, ShardNotFoundError
 from ..format.tar import Taridx, verify_scan
 from ..reading.checks import scan_tar_url
-from ..storage import redact, resolve
+from ..storage import open_source, redact, resolve
 from ..storage.patterns import expand_patterns
 from .cluster import ClientChoice, client_for
 from .reach import refuse_in_memory, refuse_unreachable
@@ -164,7 +164,11 @@ def index_tar_task(
     try:
         info = scan_tar_url(url, storage_options)
         if index is not None:
-            verify_scan(index, fid, info)
+            source = open_source(url, storage_options)  # read only where the scan skipped headers
+            try:
+                verify_scan(index, fid, info, source=source)
+            finally:
+                source.close()
     except (FormatError, ShardNotFoundError) as e:
         if on_error == "fail":
             raise

@@ -209,8 +209,24 @@ class TextOutput(Output):
         for f in summary.failed:
             err_console.print(f"skipped {f.url}: {f.error}: {f.message}", markup=False)
 
-    def taridx_done(self, action: str, path: str, dataset: str, tars: int, rows: int) -> None:
+    def taridx_done(
+        self,
+        action: str,
+        path: str,
+        dataset: str,
+        tars: int,
+        rows: int,
+        *,
+        shared: tuple[int, int] = (0, 0),
+    ) -> None:
         self._line(f"{action} {path}: dataset {dataset!r}, {tars} tar(s), {rows:,} member row(s)")
+        samples, stems = shared
+        if samples:
+            self._line(
+                f"{samples:,} samples share a stem with another sample ({stems:,} stem(s)): "
+                "TARIDX names a sample by the name after its last '/', so they are one "
+                "stem there"
+            )
 
     # --- datasets -----------------------------------------------------------
 
