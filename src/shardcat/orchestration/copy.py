@@ -41,6 +41,7 @@ from ..storage.removal import remove_files
 from ..storage.shards import ShardReader
 from ..storage.translate import storage_errors
 from .cluster import ClientChoice, client_for
+from .watch import JobRef, gather, interrupted
 
 if TYPE_CHECKING:
     from ..catalog import ShardRow
@@ -315,10 +316,12 @@ def copy_dataset(
                 for row in rows
             ]
             try:
-                done: list[_Copied] = dask_client.gather(futures)
-            except BaseException:
+                done: list[_Copied] = gather(dask_client, futures, JobRef("copy", dataset))
+            except BaseException as e:
                 with contextlib.suppress(Exception):
                     dask_client.cancel(futures)
+                if isinstance(e, KeyboardInterrupt):
+                    raise interrupted(JobRef("copy", dataset)) from e
                 raise
         infos = [d.info for d in done]
         if move:
