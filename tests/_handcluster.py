@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 __all__ = ["HandCluster", "folder_of_samples", "hand_cluster"]
@@ -83,10 +83,8 @@ class HandCluster:
     def kill_workers(self) -> None:
         """SIGKILL every worker (nanny and worker process), and wait until they are gone."""
         for p in self._workers:
-            try:
+            with suppress(ProcessLookupError):  # gone already
                 os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         for p in self._workers:
             p.wait(timeout=30)
         self._workers = []

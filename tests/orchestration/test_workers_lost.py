@@ -88,7 +88,10 @@ def test_a_cluster_without_workers_from_the_start_ends_a_compact_wait_too(tmp_pa
 
     from shardcat.orchestration.watch import gather
 
-    with hand_cluster(tmp_path / "cluster", workers=1) as cluster, Client(cluster.address) as client:
+    with (
+        hand_cluster(tmp_path / "cluster", workers=1) as cluster,
+        Client(cluster.address) as client,
+    ):
         future = client.submit(sum, [1, 2], pure=False)
         assert gather(client, [future], JobRef("compact", "d", 7)) == [3]
         cluster.kill_workers()
@@ -107,11 +110,13 @@ def test_a_cluster_without_workers_from_the_start_ends_a_compact_wait_too(tmp_pa
             assert [waiter.result(f) for f in waiter] == [7]
 
 
-def test_a_bad_timeout_setting_names_its_variable(monkeypatch):
+def test_a_bad_timeout_setting_names_its_variable():
     from shardcat.orchestration.watch import no_workers_timeout
 
-    with shardcat.config.set(dask_no_workers_timeout="soon"):
-        with pytest.raises(ValueError, match=r"\$SHARDCAT_DASK_NO_WORKERS_TIMEOUT='soon'"):
-            no_workers_timeout()
+    with (
+        shardcat.config.set(dask_no_workers_timeout="soon"),
+        pytest.raises(ValueError, match=r"\$SHARDCAT_DASK_NO_WORKERS_TIMEOUT='soon'"),
+    ):
+        no_workers_timeout()
     with shardcat.config.set(dask_no_workers_timeout="2.5"):
         assert no_workers_timeout() == 2.5

@@ -31,6 +31,8 @@ _TICK = 0.05
 """Seconds between looks at the finished futures (distributed's own iterator polls at 0.1)."""
 _MAX_CHECK_INTERVAL = 1.0
 """The scheduler is asked for its workers at most this often (once per timeout/4 if shorter)."""
+_MAX_RESULT_WAIT = 60.0
+"""Seconds one attempt to fetch a finished task's result may take, between checks."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,13 +154,16 @@ class Waiter:
         """
         if self._timeout <= 0:
             return future.result()
+        wait = self._interval
         while True:
             try:
-                return future.result(timeout=self._interval)
+                return future.result(timeout=wait)
             except TimeoutError:
-                if future.status != "pending" and future.status != "lost":
+                if future.status == "error":
                     raise  # the task's own TimeoutError, not the wait's
                 self.check()
+                # A big result may take longer to fetch than the interval: allow it more each time.
+                wait = min(2 * wait, _MAX_RESULT_WAIT)
 
     def check(self) -> None:
         """Ask the scheduler for its workers (at most once per interval); end a wait with none.
