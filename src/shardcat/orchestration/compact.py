@@ -243,6 +243,9 @@ def compact(
     ------
     ValueError
         ``min_live`` is not between 0 and 1.
+    WorkersLostError
+        The Dask cluster had no workers for ``dask_no_workers_timeout`` seconds;
+        the job was aborted.
     ChecksumError
         A shard to compact is damaged (the job is aborted, nothing changes).
     """

@@ -218,6 +218,9 @@ def copy_dataset(
     ------
     DatasetExistsError
         The copy's name is taken in the target catalog by a dataset with records.
+    WorkersLostError
+        The Dask cluster had no workers for ``dask_no_workers_timeout`` seconds;
+        the job was aborted.
     DestinationNotEmptyError
         ``destination`` holds objects that are not this copy's shards.
     ValueError

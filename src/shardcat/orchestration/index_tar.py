@@ -218,6 +218,9 @@ def index_tar(
         A key repeats across tars or exists among committed records (nothing committed).
     ShardNotFoundError, StorageError, EmptySourceError
         A tar or pattern cannot be read.
+    WorkersLostError
+        The Dask cluster had no workers for ``dask_no_workers_timeout`` seconds;
+        the job was aborted.
     """
     opts = dict(storage_options or {})
     return run_index_job(

@@ -275,14 +275,22 @@ def write(
         this one ran. Nothing of this job becomes visible.
     ProgressCallbackError
         The ``progress`` callback raised (its exception is the cause).
+    WorkersLostError
+        The Dask cluster had no workers for ``dask_no_workers_timeout``
+        seconds (docs/CONFIG.md). The job stays open: rerun the write with
+        its ``job_name`` (or ``resume=True``) once workers are back.
+    JobInterrupted
+        Ctrl-C (a ``KeyboardInterrupt``): its message says whether the job
+        stays open (``job_name``, ``resume``) or was aborted.
 
     Notes
     -----
     Every failure aborts the job: its queued tasks are cancelled, running ones
     stop at their next shard, nothing it staged becomes visible, and what it
     wrote is removed by :func:`shardcat.orchestration.gc.gc`. Only a job whose
-    client died, or a named or resumed job (``job_name``, ``resume``) that
-    was interrupted (``KeyboardInterrupt``), stays open, to be resumed.
+    client died, whose workers were all lost (WorkersLostError), or a named
+    or resumed job (``job_name``, ``resume``) that was interrupted
+    (``KeyboardInterrupt``), stays open, to be resumed.
 
     **Progress.** A ``progress`` callable receives a frozen
     :class:`~shardcat.orchestration.WriteProgress` (``done_partitions``,
