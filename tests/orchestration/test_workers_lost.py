@@ -82,7 +82,7 @@ def test_all_workers_killed_mid_write_is_a_typed_error_and_the_named_job_resumes
         assert cat.verify("lost").ok
 
 
-def test_a_cluster_without_workers_from_the_start_ends_a_compact_wait_too(tmp_path, sqlite_url):
+def test_any_job_wait_ends_once_no_workers_are_left_and_0_waits_for_a_new_one(tmp_path):
     """The watch is the job's, not the write's: any wait (here :func:`gather`'s) ends the same way."""
     from distributed import Client
 
