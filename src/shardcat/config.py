@@ -161,6 +161,13 @@ SETTINGS: tuple[Setting, ...] = (
         "starting local worker processes (0: always start them).",
     ),
     Setting(
+        "dask_no_workers_timeout",
+        60.0,
+        "seconds",
+        "How long a job (write, compact, copy, index-tar) waits while its Dask cluster has no "
+        "workers before it stops with WorkersLostError, which says how to resume (0: no limit).",
+    ),
+    Setting(
         "role_password",
         None,
         "secret",

@@ -41,6 +41,7 @@ __all__ = [
     "InvalidNameError",
     "JobExistsError",
     "JobInputsChangedError",
+    "JobInterrupted",
     "JobNotFoundError",
     "KeyConflictError",
     "KeyNotFoundError",
@@ -66,6 +67,7 @@ __all__ = [
     "UnmatchedFilesError",
     "VersionError",
     "VersionNotFoundError",
+    "WorkersLostError",
     "WriterClosedError",
 ]
 
@@ -258,6 +260,65 @@ class UnmatchedFilesError(ShardcatError, ValueError):
 
 class SchedulerUnreachableError(ShardcatError, ConnectionError):
     """No Dask scheduler answers at the address given (``--scheduler``)."""
+
+
+class WorkersLostError(ShardcatError, TimeoutError):
+    """A job's Dask cluster had no workers for longer than ``dask_no_workers_timeout``.
+
+    Every worker died (or none was started) and none came back: the job stops
+    waiting instead of hanging. The message says what became of the job and
+    how to resume it (a write stays open: rerun it with its job name).
+
+    Attributes
+    ----------
+    dataset:
+        The job's dataset.
+    job_id:
+        The job's id in the catalog (None for a copy, whose job begins after its tasks).
+    job_name:
+        The write job's name, if it has one.
+    seconds:
+        How long the cluster had had no workers.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: Hint | None = None,
+        dataset: str = "",
+        job_id: int | None = None,
+        job_name: str | None = None,
+        seconds: float = 0.0,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.dataset = dataset
+        self.job_id = job_id
+        self.job_name = job_name
+        self.seconds = seconds
+
+
+class JobInterrupted(KeyboardInterrupt):
+    """Ctrl-C (``KeyboardInterrupt``) stopped a shardcat job; the message says what became of it.
+
+    Not a :class:`ShardcatError`: an interrupt is no error, and code that
+    catches ``Exception`` must never swallow one. It is a ``KeyboardInterrupt``,
+    so ``except KeyboardInterrupt`` catches it; like a ShardcatError it
+    carries a :class:`Hint` (how to resume the job or remove what it wrote) and
+    renders it per interface, which is how the CLI prints it as one line.
+    """
+
+    def __init__(self, message: str, *, hint: Hint | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+    def render(self, interface: Interface = "python") -> str:
+        """The message followed by the hint for ``interface``."""
+        message = str(self.args[0])
+        return message if self.hint is None else f"{message}; {getattr(self.hint, interface)}"
+
+    def __str__(self) -> str:
+        return self.render("python")
 
 
 # --- lookups and storage --------------------------------------------------

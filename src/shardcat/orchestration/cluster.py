@@ -83,6 +83,7 @@ def client_for(
     """
     from distributed import Client, LocalCluster, default_client
 
+    from .interrupts import interrupts_to_this_thread
     from .scheduler import connect
 
     if choice is not None and not isinstance(choice, DaskCluster):
@@ -107,15 +108,19 @@ def client_for(
         workers, threads = 1, 2
     else:
         threads = 1
-    with (
-        LocalCluster(
-            processes=not threaded,
-            n_workers=workers,
-            threads_per_worker=threads,
-            # A free loopback port: None still binds :8787, which a second job would fight for.
-            dashboard_address="127.0.0.1:0",
-            scheduler_port=0,
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+    with contextlib.ExitStack() as stack:
+        # Ctrl-C is the client's: the cluster's thread and worker processes never see it.
+        with interrupts_to_this_thread():
+            cluster = stack.enter_context(
+                LocalCluster(
+                    processes=not threaded,
+                    n_workers=workers,
+                    threads_per_worker=threads,
+                    # A free loopback port: None still binds :8787, which a second job would
+                    # fight for.
+                    dashboard_address="127.0.0.1:0",
+                    scheduler_port=0,
+                )
+            )
+            client = stack.enter_context(Client(cluster))
         yield client

@@ -46,6 +46,7 @@ from ..storage.removal import remove_files
 from ..storage.shards import ShardReader
 from ..storage.translate import storage_errors
 from .cluster import ClientChoice, client_for
+from .watch import JobRef, gather, interrupted
 
 if TYPE_CHECKING:
     from ..catalog import ShardRow
@@ -222,6 +223,9 @@ def copy_dataset(
     ------
     DatasetExistsError
         The copy's name is taken in the target catalog by a dataset with records.
+    WorkersLostError
+        The Dask cluster had no workers for ``dask_no_workers_timeout`` seconds;
+        the job was aborted.
     DestinationNotEmptyError
         ``destination`` holds objects that are not this copy's shards.
     ValueError
@@ -321,10 +325,12 @@ def copy_dataset(
                 for row in rows
             ]
             try:
-                done: list[_Copied] = dask_client.gather(futures)
-            except BaseException:
+                done: list[_Copied] = gather(dask_client, futures, JobRef("copy", dataset))
+            except BaseException as e:
                 with contextlib.suppress(Exception):
                     dask_client.cancel(futures)
+                if isinstance(e, KeyboardInterrupt):
+                    raise interrupted(JobRef("copy", dataset)) from e
                 raise
         infos = [d.info for d in done]
         if move:

@@ -35,6 +35,7 @@ from ..storage.patterns import expand_patterns
 from .cluster import ClientChoice, client_for
 from .reach import refuse_in_memory, refuse_unreachable
 from .tasks import catalog_for
+from .watch import JobRef, gather, interrupted
 
 if TYPE_CHECKING:
     from ..reading import Catalog, CatalogHandle
@@ -221,6 +222,9 @@ def index_tar(
         A key repeats across tars or exists among committed records (nothing committed).
     ShardNotFoundError, StorageError, EmptySourceError
         A tar or pattern cannot be read.
+    WorkersLostError
+        The Dask cluster had no workers for ``dask_no_workers_timeout`` seconds;
+        the job was aborted.
     """
     opts = dict(storage_options or {})
     return run_index_job(
@@ -257,6 +261,7 @@ def run_index_job(
             job = cat.begin_job(
                 dataset, description="shardcat.index_tar", properties={"tars": len(tars)}
             )
+            ref = JobRef("index-tar", dataset, job.id)
             handle = cat.handle()
             scattered = dask_client.scatter(index, broadcast=False) if index is not None else None
             # Job ids restart at 1 in every catalog: a key of the job id alone would let a
@@ -284,7 +289,7 @@ def run_index_job(
                         )
                         for i, url in enumerate(tars)
                     ]
-                    results: list[TarResult] = dask_client.gather(futures)
+                    results: list[TarResult] = gather(dask_client, futures, ref)
                 except BaseException:
                     with contextlib.suppress(Exception):
                         dask_client.cancel(futures)
@@ -294,6 +299,10 @@ def run_index_job(
                 for f in failed:
                     log.warning("skipped %s: %s", f.url, f.message)
                 cat.commit_job(job.id, shards=[r.url for r in done])
+            except KeyboardInterrupt as e:
+                with contextlib.suppress(Exception):
+                    cat.abort_job(job.id)
+                raise interrupted(ref) from e
             except BaseException:
                 with contextlib.suppress(ShardcatError, Exception):
                     cat.abort_job(job.id)

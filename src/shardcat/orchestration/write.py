@@ -33,6 +33,7 @@ from ..errors import (
     InvalidKeyError,
     RecordTooLargeError,
     UnmatchedFilesError,
+    WorkersLostError,
 )
 from ..storage import brace_patterns, dataset_prefix, is_local, local_path, redact, resolve
 from .cluster import ClientChoice, client_for
@@ -50,6 +51,7 @@ from .resume import (
 )
 from .samples import batched, check_frame, is_pandas_frame, rows_to_samples
 from .tasks import PartitionResult, write_partition
+from .watch import JobRef, Waiter, interrupted
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -86,9 +88,9 @@ def _attempt(fn: Callable[..., PartitionResult], *args: Any) -> PartitionResult 
         return _Refused(e)
 
 
-def _result(future: Any) -> PartitionResult:
+def _result(waiter: Waiter, future: Any) -> PartitionResult:
     """A partition task's result; its data error raised here, on the client."""
-    result = future.result()
+    result = waiter.result(future)
     if isinstance(result, _Refused):
         raise result.error
     return result  # type: ignore[no-any-return]
@@ -278,14 +280,22 @@ def write(
         this one ran. Nothing of this job becomes visible.
     ProgressCallbackError
         The ``progress`` callback raised (its exception is the cause).
+    WorkersLostError
+        The Dask cluster had no workers for ``dask_no_workers_timeout``
+        seconds (docs/CONFIG.md). The job stays open: rerun the write with
+        its ``job_name`` (or ``resume=True``) once workers are back.
+    JobInterrupted
+        Ctrl-C (a ``KeyboardInterrupt``): its message says whether the job
+        stays open (``job_name``, ``resume``) or was aborted.
 
     Notes
     -----
     Every failure aborts the job: its queued tasks are cancelled, running ones
     stop at their next shard, nothing it staged becomes visible, and what it
     wrote is removed by :func:`shardcat.orchestration.gc.gc`. Only a job whose
-    client died, or a named or resumed job (``job_name``, ``resume``) that
-    was interrupted (``KeyboardInterrupt``), stays open, to be resumed.
+    client died, whose workers were all lost (WorkersLostError), or a named
+    or resumed job (``job_name``, ``resume``) that was interrupted
+    (``KeyboardInterrupt``), stays open, to be resumed.
 
     **Progress.** A ``progress`` callable receives a frozen
     :class:`~shardcat.orchestration.WriteProgress` (``done_partitions``,
@@ -342,11 +352,13 @@ def write(
                     point.partition_base,
                     point.base_version,
                 )
-                finished = finished_partitions(cat, point, dask_client, opts)
+                ref = JobRef("write", dataset, job.id, job_name, resumable=True)
+                finished = finished_partitions(cat, point, dask_client, opts, ref)
             else:
                 job, base_version, partition_base = begin_write_job(
                     cat, dataset, url, mode, existing, f"shardcat.write ({mode})", job_name, inputs
                 )
+                ref = JobRef("write", dataset, job.id, job_name, resumable=True)
                 finished = {}
             if fields:
                 cat.declare_fields(dataset, fields)
@@ -382,6 +394,7 @@ def write(
                             reporter,
                             futures,
                             set(finished),
+                            ref,
                         )
                     results.extend(finished.values())
                 except BaseException:
@@ -399,19 +412,15 @@ def write(
                     on_duplicate,
                     message,
                 )
-            except KeyboardInterrupt:
-                if job_name is None and not resume:
+            except KeyboardInterrupt as e:
+                stays_open = job_name is not None or resume
+                if not stays_open:
                     with contextlib.suppress(Exception):
                         cat.abort_job(job.id)
-                else:  # interrupted, not failed: what it staged is kept for the rerun
-                    log.warning(
-                        "job %d of dataset %r interrupted; it stays open: rerun the write with "
-                        "job_name=%r (or resume=True) to finish it",
-                        job.id,
-                        dataset,
-                        job_name,
-                    )
-                raise
+                # Interrupted, not failed: a named job keeps what it staged for the rerun.
+                raise interrupted(ref, stays_open=stays_open) from e
+            except WorkersLostError:
+                raise  # the job stays open: its rerun resumes it (the error says how)
             except BaseException:
                 with contextlib.suppress(Exception):
                     cat.abort_job(job.id)
@@ -662,6 +671,7 @@ def _run(
     reporter: ProgressReporter,
     futures: list[Any],
     skip: set[int],
+    job: JobRef,
 ) -> list[PartitionResult]:
     """Run the partition tasks; every future submitted is appended to ``futures`` (to cancel).
 
@@ -678,7 +688,7 @@ def _run(
             if i not in skip
         )
         return _run_bounded(
-            file_calls, len(file_parts) - len(skip), plan, client, retries, reporter, futures
+            file_calls, len(file_parts) - len(skip), plan, client, retries, reporter, futures, job
         )
     if _is_dask_dataframe(data):
         tasks = [
@@ -687,7 +697,7 @@ def _run(
             if i not in skip
         ]
         futures.extend(client.compute(tasks, retries=retries))
-        return _gather(futures, reporter, len(tasks))
+        return _gather(client, futures, reporter, len(tasks), job)
     if isinstance(data, db.Bag):
         parts = data.to_delayed()
         tasks = [
@@ -696,13 +706,13 @@ def _run(
             if i not in skip
         ]
         futures.extend(client.compute(tasks, retries=retries))
-        return _gather(futures, reporter, len(tasks))
+        return _gather(client, futures, reporter, len(tasks), job)
     calls: Iterator[Call] = (
         (write_partition, (batch, plan, i))
         for i, batch in enumerate(batched(data, batch_size))
         if i not in skip
     )
-    return _run_bounded(calls, None, plan, client, retries, reporter, futures)
+    return _run_bounded(calls, None, plan, client, retries, reporter, futures, job)
 
 
 def _run_bounded(
@@ -713,19 +723,23 @@ def _run_bounded(
     retries: int,
     reporter: ProgressReporter,
     futures: list[Any],
+    job: JobRef,
 ) -> list[PartitionResult]:
     """Submit task calls as they come, a few per worker thread in flight (bounded client memory).
 
     ``total`` is the number of calls if known (the progress bar shows it),
     else ``None`` until ``calls`` runs out.
     """
-    from distributed import wait
-
-    workers = client.scheduler_info().get("workers", {})
-    threads = sum(int(w.get("nthreads", 1)) for w in workers.values())
+    threads = sum(client.nthreads().values())
     in_flight_limit = 2 * max(1, threads)
-    pending: list[Any] = []
+    waiter = Waiter(client, job)
     done: list[PartitionResult] = []
+
+    def finish(batch: list[Any]) -> None:
+        for f in batch:
+            done.append(_result(waiter, f))
+            reporter.partition_done(done[-1])
+
     sent = 0
     # Per run: two catalogs' job 1 on one cluster, or a resumed job and its first run,
     # must never share task keys (the scheduler would hand one the other's results).
@@ -742,28 +756,24 @@ def _run_bounded(
         )
         sent += 1
         futures.append(future)
-        pending.append(future)
-        if len(pending) >= in_flight_limit:
-            finished, rest = wait(pending, return_when="FIRST_COMPLETED")
-            for f in finished:
-                done.append(_result(f))
-                reporter.partition_done(done[-1])
-            pending = list(rest)
+        waiter.add(future)
+        if waiter.count() >= in_flight_limit:
+            finish(waiter.next_batch())
     if total is None:
         reporter.total_known(sent)
-    for f in pending:
-        done.append(_result(f))
-        reporter.partition_done(done[-1])
+    for batch in iter(waiter.next_batch, []):
+        finish(batch)
     return done
 
 
-def _gather(futures: list[Any], reporter: ProgressReporter, total: int) -> list[PartitionResult]:
-    from distributed import as_completed
-
+def _gather(
+    client: Client, futures: list[Any], reporter: ProgressReporter, total: int, job: JobRef
+) -> list[PartitionResult]:
     results: list[PartitionResult] = []
     reporter.start(total)
-    for future in as_completed(futures):
-        results.append(_result(future))
+    waiter = Waiter(client, job, futures)
+    for future in waiter:
+        results.append(_result(waiter, future))
         reporter.partition_done(results[-1])
     return results
 
