@@ -170,6 +170,7 @@ def call(
     start = time.monotonic()
     stop = start + policy.deadline
     failures = 0
+    telling: BaseException | None = None  # the last failure that says more than "no answer"
     while True:
         try:
             return read(max(_MIN_TRY, stop - time.monotonic()))
@@ -178,12 +179,16 @@ def call(
                 raise
             url = redact(url)
             failures += 1
+            if not is_timeout(e):
+                telling = e
             left = stop - time.monotonic()
             if left <= 0:
-                raise _gave_up(e, url, failures, time.monotonic() - start, policy) from e
+                last = telling or e
+                raise _gave_up(last, url, failures, time.monotonic() - start, policy) from e
             pause = min(policy.pause(failures), left)
             if failures == 1:
-                _log.warning(
+                # INFO, not WARNING: the CLI prints warnings, and a failed read is one line.
+                _log.info(
                     "%s: %s; retrying for up to %.0f s (%s)",
                     url,
                     _why(e, url),

@@ -135,6 +135,11 @@ def retried(
     retried where one of them is transient.
     """
     bound = getattr(fs, "async_impl", False)
+    if bound and getattr(fs, "_s3", False) is None:
+        # s3fs makes its botocore client at its first call (a second or more: the service
+        # model is parsed on the event loop's thread). Made here, untimed, it is not taken
+        # for a store that does not answer.
+        fs.connect()
 
     def attempt(timeout: float | None) -> Any:
         call = getattr(fs, method)
