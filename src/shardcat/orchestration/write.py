@@ -22,11 +22,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from .._types import ON_DUPLICATE, OnDuplicate
 from .._units import count_of, format_bytes, parse_size
 from ..errors import (
+    BucketNotFoundError,
     DatasetExistsError,
     DatasetNotFoundError,
     DuplicateKeyError,
     InvalidKeyError,
     RecordTooLargeError,
+    StorageCredentialsError,
+    StoragePermissionError,
     UnmatchedFilesError,
 )
 from ..storage import brace_patterns, dataset_prefix, is_local, local_path, redact, resolve
@@ -60,10 +63,20 @@ Mode = Literal["create", "append", "overwrite"]
 Call = tuple[Callable[..., PartitionResult], tuple[Any, ...]]
 """A partition task to submit: the function and its arguments."""
 
-# The samples' own faults: the same data fails the same way on every attempt.
-# A task returns them instead of raising, so Dask's retries (for lost workers
-# and flaky stores) do not run it again only to fail again; the client raises.
-_DATA_ERRORS = (InvalidKeyError, RecordTooLargeError, DuplicateKeyError, UnmatchedFilesError)
+# The samples' own faults, and the store's that no attempt mends (a missing bucket,
+# missing or refused credentials): the same task fails the same way on every attempt.
+# A task returns them instead of raising, so Dask's retries (for lost workers and
+# flaky stores) do not build its shard again only to fail again, each failure printed
+# by the worker ("Compute Failed"); the client raises.
+_DATA_ERRORS = (
+    InvalidKeyError,
+    RecordTooLargeError,
+    DuplicateKeyError,
+    UnmatchedFilesError,
+    BucketNotFoundError,
+    StorageCredentialsError,
+    StoragePermissionError,
+)
 
 
 @dataclass(frozen=True)
