@@ -202,7 +202,7 @@ def call(
 def is_retryable(e: BaseException) -> bool:
     """Whether :func:`call` retries after ``e``: a transient failure of the store."""
     if isinstance(e, ShardcatError):
-        return isinstance(e, StorageUnreachableError)
+        return isinstance(e, StorageUnreachableError) and not getattr(e, "deadline_passed", False)
     return is_backend_error(e) and is_transient(e)
 
 
@@ -224,9 +224,12 @@ def _why(e: BaseException, url: str) -> str:
 def _gave_up(
     e: BaseException, url: str, tries: int, took: float, policy: RetryPolicy
 ) -> StorageUnreachableError:
-    return StorageUnreachableError(
-        f"{_why(e, url)}; still failing after {tries} {'try' if tries == 1 else 'tries'} in {took:.1f} s: check the "
-        "endpoint and that the store is up and reachable from here, or wait longer "
+    counted = f"{tries} try" if tries == 1 else f"{tries} tries"
+    error = StorageUnreachableError(
+        f"{_why(e, url)}; still failing after {counted} in {took:.1f} s: check the endpoint "
+        "and that the store is up and reachable from here, or wait longer "
         f"({config.env_var(_KEY)}, now {policy.deadline:g} s)",
         path=url,
     )
+    error.deadline_passed = True  # type: ignore[attr-defined]  # not retried again by an outer call
+    return error
