@@ -146,6 +146,15 @@ SETTINGS: tuple[Setting, ...] = (
         "Bytes one S3 upload gathers in memory before it moves to a multipart upload.",
     ),
     Setting(
+        "storage_retry_deadline",
+        60.0,
+        "seconds",
+        "How long a read of an object store retries transient failures (refused or reset "
+        "connections, timeouts, HTTP 5xx, throttling), with exponential backoff and jitter, "
+        "before it fails (0: one try). A missing bucket or object, or refused credentials, "
+        "fail at once.",
+    ),
+    Setting(
         "write_behind",
         True,
         "bool",

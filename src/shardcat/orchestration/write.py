@@ -25,6 +25,7 @@ from .._units import count_of, format_bytes, parse_size
 from ..catalog import internal
 from ..catalog.missing import unknown_dataset
 from ..errors import (
+    BucketNotFoundError,
     DatasetExistsError,
     DatasetNotFoundError,
     DatasetRootError,
@@ -32,6 +33,8 @@ from ..errors import (
     Hint,
     InvalidKeyError,
     RecordTooLargeError,
+    StorageCredentialsError,
+    StoragePermissionError,
     UnmatchedFilesError,
     WorkersLostError,
 )
@@ -67,10 +70,20 @@ Mode = Literal["create", "append", "overwrite"]
 Call = tuple[Callable[..., PartitionResult], tuple[Any, ...]]
 """A partition task to submit: the function and its arguments."""
 
-# The samples' own faults: the same data fails the same way on every attempt.
-# A task returns them instead of raising, so Dask's retries (for lost workers
-# and flaky stores) do not run it again only to fail again; the client raises.
-_DATA_ERRORS = (InvalidKeyError, RecordTooLargeError, DuplicateKeyError, UnmatchedFilesError)
+# The samples' own faults, and the store's that no attempt mends (a missing bucket,
+# missing or refused credentials): the same task fails the same way on every attempt.
+# A task returns them instead of raising, so Dask's retries (for lost workers and
+# flaky stores) do not build its shard again only to fail again, each failure printed
+# by the worker ("Compute Failed"); the client raises.
+_DATA_ERRORS = (
+    InvalidKeyError,
+    RecordTooLargeError,
+    DuplicateKeyError,
+    UnmatchedFilesError,
+    BucketNotFoundError,
+    StorageCredentialsError,
+    StoragePermissionError,
+)
 
 
 @dataclass(frozen=True)
