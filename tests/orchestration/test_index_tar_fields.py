@@ -175,3 +175,35 @@ def test_cli_index_tar_and_write_take_field(client, sqlite_url, tmp_path, tars):
         result = runner.invoke(app, [*base, "index-tar", pattern, "-d", "x", "--field", bad])
         assert result.exit_code == 2, result.output
         assert "NAME:TYPE" in result.output
+
+
+def test_a_tar_s_fields_are_read_from_its_json_members_only(
+    client, sqlite_url, tmp_path, monkeypatch
+):
+    """Images of 40 KiB, JSON of a few bytes: the fields cost the JSON, not a second scan."""
+    import os
+
+    import webdataset as wds
+
+    from shardcat.orchestration.fields import shard_field_values
+
+    path = tmp_path / "big-000000.tar"
+    with wds.TarWriter(str(path)) as sink:
+        for i in range(20):
+            sink.write(
+                {"__key__": f"big/{i:03d}", "jpg": os.urandom(40_000), "json": b'{"i": %d}' % i}
+            )
+    with Catalog(sqlite_url) as cat:
+        shardcat.index_tar([str(path)], catalog=cat, dataset="big", client=client)
+        (row,) = cat.shards("big")
+        read: list[int] = []
+        real = os.pread
+
+        def pread(fd: int, n: int, offset: int) -> bytes:
+            read.append(n)
+            return real(fd, n, offset)
+
+        monkeypatch.setattr(os, "pread", pread)
+        values = shard_field_values(cat, row, ("i",), "json", {})
+    assert sorted(v["i"] for _, v in values) == list(range(20))
+    assert 0 < sum(read) < 20 * 1024  # the tar is ~820 KB

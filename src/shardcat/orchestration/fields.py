@@ -7,7 +7,8 @@ reads them here, one shard at a time, whatever its kind:
 
 - a native shard: its records' ``entry`` through the footer, one sequential read;
 - a tar indexed in place (no footer): its record rows from the catalog, and
-  only the ``entry`` payload of each sample, in coalesced ranges, each
+  only the ``entry`` payload of each sample, in ranges coalesced across
+  small gaps (8 KiB locally, ``remote_max_gap`` on object stores), each
   checked against the CRC32C computed when the tar was indexed.
 
 A record whose entry is missing, is not a JSON object or lacks a field has
@@ -19,13 +20,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._ranges import DEFAULT_MAX_GAP, coalesce, split
+from .._ranges import LOCAL_MAX_GAP, coalesce, split
 from .._types import ByteRange
 from ..catalog import internal
 from ..format.footer import EntrySpec
 from ..format.spec import Codec
 from ..format.tar import read_tar_record
-from ..storage import open_source, redact
+from ..storage import is_local, open_source, redact, resolve_remote_max_gap
 from .read import open_registered
 from .tasks import field_values
 
@@ -106,6 +107,8 @@ def _tar_entries(
             if name == entry:
                 wanted.append((row, EntrySpec(name, content_type, Codec.NONE), span))
                 break
+    # The batch reads' gap policy: read through small gaps rather than issue another request.
+    gap = LOCAL_MAX_GAP if is_local(url) else resolve_remote_max_gap()
     source = open_source(url, dict(storage_options))
     try:
         for i in range(0, len(wanted), _ROWS_PER_READ):
@@ -113,7 +116,7 @@ def _tar_entries(
             ranges = [
                 ByteRange(row.offset + at, row.offset + at + size) for row, _, (at, size, _) in part
             ]
-            merged = coalesce(ranges, max_gap=DEFAULT_MAX_GAP)
+            merged = coalesce(ranges, max_gap=gap)
             blobs = source.read_ranges([c.range for c in merged])
             for (row, spec, (at, size, crc)), data in zip(part, split(merged, blobs, ranges)):
                 record = read_tar_record(
