@@ -171,6 +171,30 @@ def test_cli_index_tar_and_write_take_field(client, sqlite_url, tmp_path, tars):
             "a/img5",
         ]
         assert cat.select("imgs", "name = 'n4'").count == 1
+    # taridx import indexes tars too: the same option.
+    out = tmp_path / "wds.taridx"
+    result = runner.invoke(app, [*base, "taridx", "export", "wds", str(out)])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(
+        app,
+        [
+            *base,
+            "taridx",
+            "import",
+            str(out),
+            "--tars",
+            pattern,
+            "-d",
+            "again",
+            "--field",
+            "i:int",
+            "--scheduler",
+            address,
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    with Catalog(sqlite_url) as cat:
+        assert cat.select("again", "i = 29").count == 3
     for bad in ("label", "label:integer", ":int"):
         result = runner.invoke(app, [*base, "index-tar", pattern, "-d", "x", "--field", bad])
         assert result.exit_code == 2, result.output

@@ -132,6 +132,8 @@ def import_(
     dataset: Annotated[
         str, typer.Option("--dataset", "-d", help="The dataset's name.", metavar="NAME")
     ],
+    field: FieldOption = None,
+    field_entry: FieldEntryOption = "json",
     workers: WorkersOption = None,
     scheduler: SchedulerOption = None,
 ) -> None:
@@ -142,6 +144,7 @@ def import_(
     """
     from ..orchestration.taridx_io import import_taridx
 
+    fields = parse_fields(field)
     cluster = dask_cluster(workers, scheduler)
     state = state_of(ctx)
     _quiet_dask(state.verbose)
@@ -153,5 +156,7 @@ def import_(
             dataset=dataset,
             storage_options=state.storage_options,
             client=cluster,
+            fields=fields,
+            fields_entry=field_entry,
         )
     state.out.taridx_done("imported", in_path, dataset, len(summary.tars), summary.records)
