@@ -33,6 +33,7 @@ from ..reading.checks import scan_tar_url
 from ..storage import open_source, redact, resolve
 from ..storage.patterns import expand_patterns
 from .cluster import ClientChoice, client_for
+from .fields import store_shard_fields
 from .reach import refuse_in_memory, refuse_unreachable
 from .tasks import catalog_for
 from .watch import JobRef, gather, interrupted
@@ -152,10 +153,14 @@ def index_tar_task(
     fid: int = 0,
     index: Taridx | None = None,
     shard_number: int | None = None,
+    fields: tuple[str, ...] = (),
+    fields_entry: str = "json",
 ) -> TarResult:
     """Scan one tar and stage it in the job (runs on a worker).
 
     With ``index`` (``taridx import``), the scan must match the index's rows for ``fid``.
+    With ``fields``, their values are then read from each sample's ``fields_entry``
+    (only those members, CRC-checked) and stored with the staged shard.
 
     Raises
     ------
@@ -176,7 +181,13 @@ def index_tar_task(
         return TarResult(url, failure=TarFailure(redact(url), type(e).__name__, str(e)))
     if shard_number is not None:
         info = dataclasses.replace(info, shard_number=shard_number)
-    catalog_for(catalog).register_shard(dataset, info, job=job_id)
+    cat = catalog_for(catalog)
+    row = cat.register_shard(dataset, info, job=job_id)
+    if fields:
+        # Read through the URL the task was given (the row's may have had credentials removed).
+        store_shard_fields(
+            cat, dataset, dataclasses.replace(row, url=url), fields, fields_entry, storage_options
+        )
     return TarResult(redact(url), len(info.records), info.size)
 
 
@@ -189,6 +200,8 @@ def index_tar(
     client: ClientChoice = None,
     on_error: OnError = "fail",
     retries: int = 2,
+    fields: Mapping[str, type] | None = None,
+    fields_entry: str = "json",
 ) -> IndexTarSummary:
     """Register WebDataset tars in place as a dataset's shards, committed as one job.
 
@@ -213,9 +226,21 @@ def index_tar(
         ``"skip"``: it is reported in :attr:`IndexTarSummary.failed` and left out.
     retries:
         Dask retries per task (a killed worker's task runs again).
+    fields:
+        Scalar fields to store in the catalog for ``where=`` filters
+        (``{"label": int}``; int, float, bool or str), declared for the
+        dataset. Each task reads them from every sample's ``fields_entry``
+        (a JSON object; only those members are read, in coalesced ranges,
+        each CRC-checked) and stores them with the tar it stages: they become
+        visible with the commit. A sample without the entry or the field has
+        NULL there. Filled afterwards by :func:`shardcat.readers.index_fields`.
+    fields_entry:
+        The JSON entry (member extension) the fields are read from.
 
     Raises
     ------
+    CatalogError
+        A field name is not allowed, or a value does not fit its declared type.
     TarError
         A tar is damaged (``on_error="fail"``); it names the file and byte offset.
     DuplicateKeyError
@@ -228,7 +253,15 @@ def index_tar(
     """
     opts = dict(storage_options or {})
     return run_index_job(
-        expand_tar_urls(urls, opts), catalog, dataset, opts, client, on_error, retries
+        expand_tar_urls(urls, opts),
+        catalog,
+        dataset,
+        opts,
+        client,
+        on_error,
+        retries,
+        fields=fields,
+        fields_entry=fields_entry,
     )
 
 
@@ -241,6 +274,9 @@ def run_index_job(
     on_error: OnError = "fail",
     retries: int = 2,
     index: Taridx | None = None,
+    *,
+    fields: Mapping[str, type] | None = None,
+    fields_entry: str = "json",
 ) -> IndexTarSummary:
     """:func:`index_tar` of expanded URLs; with ``index``, each tar is checked against its rows.
 
@@ -258,6 +294,8 @@ def run_index_job(
         with client_for(client, tars[0]) as dask_client:
             refuse_unreachable(cat, dask_client)
             cat.create_dataset(dataset, redact(posixpath.dirname(tars[0])), exist_ok=True)
+            if fields:
+                cat.declare_fields(dataset, fields)  # a bad name or type fails before any task
             job = cat.begin_job(
                 dataset, description="shardcat.index_tar", properties={"tars": len(tars)}
             )
@@ -283,6 +321,8 @@ def run_index_job(
                             i,
                             scattered,
                             numbers[i],
+                            tuple(fields or ()),
+                            fields_entry,
                             key=f"shardcat-index-tar-{job.id}-{run}-{i}",
                             retries=retries,
                             pure=False,

@@ -155,15 +155,20 @@ def import_taridx(
     dataset: str,
     storage_options: Mapping[str, Any] | None = None,
     client: ClientChoice = None,
+    fields: Mapping[str, type] | None = None,
+    fields_entry: str = "json",
 ) -> IndexTarSummary:
     """Register the tars ``taridx`` indexes (``fid`` = position in the expanded ``tars``).
+
+    ``fields``/``fields_entry``: declared fields stored as the tars are staged,
+    as :func:`~shardcat.index_tar` does.
 
     Raises
     ------
     TaridxError
         The file is not a valid TARIDX, names a ``fid`` past the tars given,
         or does not describe a tar (nothing is committed).
-    TarError, ShardNotFoundError, DuplicateKeyError
+    TarError, ShardNotFoundError, DuplicateKeyError, CatalogError
         As :func:`index_tar` with ``on_error="fail"``.
     """
     opts = dict(storage_options or {})
@@ -182,4 +187,6 @@ def import_taridx(
                 "(fid = position in the expanded pattern)",
                 path=redact(taridx),
             )
-    return run_index_job(urls, catalog, dataset, opts, client, index=index)
+    return run_index_job(
+        urls, catalog, dataset, opts, client, index=index, fields=fields, fields_entry=fields_entry
+    )
