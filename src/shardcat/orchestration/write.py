@@ -27,6 +27,7 @@ from ..errors import (
     DuplicateKeyError,
     InvalidKeyError,
     RecordTooLargeError,
+    SampleDecodeError,
     UnmatchedFilesError,
 )
 from ..storage import brace_patterns, dataset_prefix, is_local, local_path, redact, resolve
@@ -63,7 +64,13 @@ Call = tuple[Callable[..., PartitionResult], tuple[Any, ...]]
 # The samples' own faults: the same data fails the same way on every attempt.
 # A task returns them instead of raising, so Dask's retries (for lost workers
 # and flaky stores) do not run it again only to fail again; the client raises.
-_DATA_ERRORS = (InvalidKeyError, RecordTooLargeError, DuplicateKeyError, UnmatchedFilesError)
+_DATA_ERRORS = (
+    InvalidKeyError,
+    RecordTooLargeError,
+    DuplicateKeyError,
+    UnmatchedFilesError,
+    SampleDecodeError,
+)
 
 
 @dataclass(frozen=True)
@@ -712,8 +719,24 @@ def write_files_partition(
     plan: WritePlan,
     partition: int,
 ) -> PartitionResult:
-    """Read one partition's files on the worker and write them as its shard."""
-    return write_partition(read_samples(samples, root_url, source_options), plan, partition)
+    """Read one partition's files on the worker and write them as its shard.
+
+    Raises
+    ------
+    SampleDecodeError
+        A file would not decode as its entry's type says (an empty ``.json``):
+        it names the file.
+    """
+    try:
+        return write_partition(read_samples(samples, root_url, source_options), plan, partition)
+    except SampleDecodeError as e:
+        fs, _ = resolve(root_url, source_options)
+        for s in samples:
+            if s.key == e.key:
+                e.source = next(
+                    (redact(fs.unstrip_protocol(p)) for n, p in s.files if n == e.entry), None
+                )
+        raise
 
 
 def _is_dask_dataframe(data: Any) -> bool:

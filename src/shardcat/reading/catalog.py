@@ -27,6 +27,7 @@ from ..catalog.history import Version
 from ..catalog.results import BatchResult, CatalogReport, Location, ShardRow
 from ..catalog.session import DEFAULT_BUSY_TIMEOUT, display_url
 from ..format import Record, recordcodec
+from ..format.entries import locate_entries
 from ..storage import expand_braces, resolve_remote_max_gap
 from .dataset import Dataset
 from .lookup import LayoutCache, Lookup
@@ -291,12 +292,13 @@ class Catalog(SqlCatalog):
             # closed. It fences itself (_cpoint.c, "Lifetimes"): no gate here.
             record = fast(dataset, key, recordcodec.decode_spanned)
             if record is not None:
-                return record  # type: ignore[no-any-return]
+                # Its entries name the dataset, key and shard if they fail to decode.
+                return locate_entries(record, dataset)
         # Held for the call: close() and a fork wait for it (Lookup.gate).
         with lookup.gate:
             if lookup.closed:
                 raise self._closed_error()
-            return lookup.get(dataset, key, entries, version)
+            return locate_entries(lookup.get(dataset, key, entries, version), dataset)
 
     def get_many(
         self,
