@@ -12,10 +12,12 @@ counting them. Every test runs on SQLite and on PostgreSQL.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
 import pickle
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +245,53 @@ def test_resuming_after_a_skipped_sample_yields_the_rest_exactly_once(bad_datase
     assert again.skipped == 2 - state["skipped"]
 
 
+def test_a_tar_indexed_in_place_with_an_empty_json(catalog_url, tmp_path):
+    """A WebDataset tar is never written by shardcat, so no write checked it: the readers must cope."""
+    tar = tmp_path / "wds" / "part-000000.tar"
+    tar.parent.mkdir()
+    with tarfile.open(tar, "w") as t:
+        for i in range(12):
+            for ext, data in (("jpg", JPEG), ("json", b"" if i == 5 else label(i))):
+                info = tarfile.TarInfo(f"t/s{i:02d}.{ext}")
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+    with Catalog(catalog_url) as cat:
+        cat.create_dataset("wds", str(tar.parent))
+        cat.reindex("wds", [str(tar)], kind="tar")
+        with pytest.raises(SampleDecodeError) as e:
+            cat.get("wds", "t/s05")["json"].decode()
+        assert (e.value.dataset, e.value.key, e.value.entry) == ("wds", "t/s05", "json")
+        assert e.value.path is not None and e.value.path.endswith("part-000000.tar")
+    with pytest.raises(SampleDecodeError) as e:
+        list(ShardIterableDataset(catalog_url, "wds"))
+    assert (e.value.dataset, e.value.key, e.value.entry) == ("wds", "t/s05", "json")
+    assert e.value.path is not None and e.value.path.endswith("part-000000.tar")
+    ds = ShardIterableDataset(catalog_url, "wds", on_error="skip")
+    assert keys_of(ds) == [f"t/s{i:02d}" for i in range(12) if i != 5]
+    assert ds.skipped == 1
+
+
+def test_shards_on_s3_are_named_by_their_url(catalog_url, s3):
+    root = f"{s3['url']}/imgs"
+    opts = s3["storage_options"]
+    with Catalog(catalog_url, storage_options=opts) as cat:
+        cat.create_dataset("imgs", root)
+        with shardcat.ShardWriter(f"{root}/imgs-000000.shard", storage_options=opts) as w:
+            for i in range(6):
+                w.add(f"k{i:02d}", {"jpg": JPEG, "json": b"" if i == 2 else label(i)})
+        cat.register_shard("imgs", w.close())
+        with pytest.raises(SampleDecodeError) as e:
+            cat.get("imgs", "k02")["json"].decode()
+        assert e.value.path == f"{root}/imgs-000000.shard"
+        assert f"key 'k02', entry 'json', shard {root}/imgs-000000.shard" in str(e.value)
+        assert "testing" not in str(e.value)  # never a credential
+    ds = ShardIterableDataset(catalog_url, "imgs", storage_options=opts, on_error="skip")
+    assert keys_of(ds) == ["k00", "k01", "k03", "k04", "k05"] and ds.skipped == 1
+    with pytest.raises(SampleDecodeError) as e:
+        list(ShardIterableDataset(catalog_url, "imgs", storage_options=opts))
+    assert e.value.path == f"{root}/imgs-000000.shard" and e.value.dataset == "imgs"
+
+
 def test_on_error_must_be_one_of_the_three(bad_dataset):
     with pytest.raises(ValueError, match="on_error must be one of 'raise', 'skip', 'log'"):
         ShardIterableDataset(bad_dataset, "imgs", on_error="ignore")  # type: ignore[arg-type]
@@ -272,11 +321,13 @@ def _npy(array: np.ndarray) -> bytes:
 def test_the_python_writer_refuses_an_entry_that_would_not_decode(
     catalog_url, tmp_path, name, value, reason
 ):
-    with pytest.raises(SampleDecodeError) as e, shardcat.DatasetWriter(
-        catalog_url, "imgs", str(tmp_path / "shards")
-    ) as w:
-        w.write({"__key__": "a", "jpg": JPEG, "json": label(1)})
-        w.write({"__key__": "b", "jpg": JPEG, name: value})
+    def write() -> None:
+        with shardcat.DatasetWriter(catalog_url, "imgs", str(tmp_path / "shards")) as w:
+            w.write({"__key__": "a", "jpg": JPEG, "json": label(1)})
+            w.write({"__key__": "b", "jpg": JPEG, name: value})
+
+    with pytest.raises(SampleDecodeError) as e:
+        write()
     assert e.value.writing and (e.value.dataset, e.value.key, e.value.entry) == ("imgs", "b", name)
     assert reason in str(e.value) and "nothing of this job was committed" in str(e.value)
     with Catalog(catalog_url) as cat, pytest.raises((KeyNotFoundError, DatasetNotFoundError)):
