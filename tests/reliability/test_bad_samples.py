@@ -262,10 +262,11 @@ def test_a_tar_indexed_in_place_with_an_empty_json(catalog_url, tmp_path):
             cat.get("wds", "t/s05")["json"].decode()
         assert (e.value.dataset, e.value.key, e.value.entry) == ("wds", "t/s05", "json")
         assert e.value.path is not None and e.value.path.endswith("part-000000.tar")
-    with pytest.raises(SampleDecodeError) as e:
-        list(ShardIterableDataset(catalog_url, "wds"))
-    assert (e.value.dataset, e.value.key, e.value.entry) == ("wds", "t/s05", "json")
-    assert e.value.path is not None and e.value.path.endswith("part-000000.tar")
+    for shuffle in (True, False):
+        with pytest.raises(SampleDecodeError) as e:
+            list(ShardIterableDataset(catalog_url, "wds", shuffle=shuffle))
+        assert (e.value.dataset, e.value.key, e.value.entry) == ("wds", "t/s05", "json")
+        assert e.value.path is not None and e.value.path.endswith("part-000000.tar")
     ds = ShardIterableDataset(catalog_url, "wds", on_error="skip")
     assert keys_of(ds) == [f"t/s{i:02d}" for i in range(12) if i != 5]
     assert ds.skipped == 1

@@ -195,7 +195,8 @@ class SampleStream:
 
     def _bad(self, error: SampleDecodeError, url: str, skipped: Skipped | None) -> Any:
         """What takes a sample's place when it does not decode: raises, or drops it."""
-        error.locate(dataset=self.dataset, path=redact(url))
+        error.locate(dataset=self.dataset)
+        error.path = redact(url)  # the shard as registered (a record may name its cached copy)
         if self.on_error == "raise":
             raise error
         if self.on_error == "log":
@@ -332,24 +333,32 @@ class SampleStream:
     ) -> Iterator[Any]:
         """The reader's samples in file order from the ``start``-th: what ``buffered_order`` is then."""
         decode = self.decode
-        for rec in self._file_order_records(tasks, bases, start):
-            try:
-                sample = rec.decode(writable=True)
-            except SampleDecodeError as e:
-                self._bad(e, getattr(rec, "_path", None) or "", skipped)
-                continue
-            yield sample if decode is None else apply_decoder(sample, decode)
+        for task, records in self._file_order_shards(tasks, bases, start):
+            for rec in records:
+                try:
+                    sample = rec.decode(writable=True)
+                except SampleDecodeError as e:
+                    self._bad(e, task.url, skipped)
+                    continue
+                yield sample if decode is None else apply_decoder(sample, decode)
 
     def _file_order_records(
         self, tasks: Sequence[ShardTask], bases: np.ndarray, start: int
     ) -> Iterator[Record]:
+        for _, records in self._file_order_shards(tasks, bases, start):
+            yield from records
+
+    def _file_order_shards(
+        self, tasks: Sequence[ShardTask], bases: np.ndarray, start: int
+    ) -> Iterator[tuple[ShardTask, Iterator[Record]]]:
+        """Each shard from the one holding the ``start``-th sample, with its records from there."""
         first = int(np.searchsorted(bases, start, side="right")) - 1
         for t in range(first, len(tasks)):
             records = self._records(tasks[t])
             if t == first and start > bases[t]:
                 # Records are decoded lazily: the ones yielded before are skipped, not decoded.
                 records = itertools.islice(records, start - int(bases[t]), None)
-            yield from records
+            yield tasks[t], records
 
     def iter_packed(
         self,
