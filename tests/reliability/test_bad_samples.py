@@ -39,7 +39,7 @@ torch = pytest.importorskip("torch")
 
 from torch.utils.data import DataLoader  # noqa: E402
 
-from shardcat.torch import ShardIterableDataset  # noqa: E402
+from shardcat.torch import MixedDataset, ShardIterableDataset  # noqa: E402
 
 JPEG = b"\xff\xd8\xff\xe0" + bytes(range(256))
 BAD = {"k07": b"", "k23": b'{"label": 3'}  # empty; cut short
@@ -291,6 +291,15 @@ def test_shards_on_s3_are_named_by_their_url(catalog_url, s3):
     with pytest.raises(SampleDecodeError) as e:
         list(ShardIterableDataset(catalog_url, "imgs", storage_options=opts))
     assert e.value.path == f"{root}/imgs-000000.shard" and e.value.dataset == "imgs"
+
+
+def test_a_mix_passes_over_what_its_datasets_drop(bad_dataset):
+    parts = [
+        (ShardIterableDataset(bad_dataset, "imgs", on_error="skip", seed=s), None) for s in (0, 1)
+    ]
+    mix = MixedDataset(parts, seed=5)
+    assert keys_of(mix) == sorted(GOOD * 2)
+    assert mix.skipped == 4
 
 
 def test_on_error_must_be_one_of_the_three(bad_dataset):
