@@ -464,11 +464,32 @@ def locate_entries(
     """
     where = getattr(record, "_path", None) or path
     key = record.key
-    for name in record:
-        entry = record[name]
-        if not decodes_to_bytes(entry.content_type):
-            entry._origin = (dataset, key, name, where)
+    for name in _parsed_names(record):
+        record[name]._origin = (dataset, key, name, where)
     return record
+
+
+_PARSED: dict[int, tuple[Any, tuple[str, ...]]] = {}
+"""id(layout) -> (layout, its entries that decode to other than bytes): records share a few layouts."""
+
+
+def _parsed_names(record: Record) -> tuple[str, ...]:
+    """The names of ``record``'s entries that decode to other than bytes (JSON, text, ``.npy``).
+
+    A compiled record's are read from its layout, once per layout: its
+    other entries are never made (a lookup's record makes them on first use).
+    """
+    layout = getattr(record, "_layout", None)
+    if layout is None:
+        return tuple(n for n, e in record.entries.items() if not decodes_to_bytes(e.content_type))
+    hit = _PARSED.get(id(layout))
+    if hit is None or hit[0] is not layout:
+        if len(_PARSED) >= 256:
+            _PARSED.clear()
+        specs, where = layout.specs, layout.where
+        names = tuple(n for n in layout.order if not decodes_to_bytes(specs[where[n]][1]))
+        hit = _PARSED[id(layout)] = (layout, names)
+    return hit[1]
 
 
 @functools.lru_cache(maxsize=256)
