@@ -420,9 +420,14 @@ def check_sample(
 
     Raises
     ------
+    InvalidKeyError
+        The sample has no ``__key__`` (and no ``key`` was given): checked
+        first, as the writer would, so a sample's first fault is the one named.
     SampleDecodeError
         Naming the dataset, the sample's key and the first such entry.
     """
+    if key is None:
+        key = sample_key(sample)
     for name, value in sample.items():
         if type(value) is bytes:
             if _checked_type(name) is None:
@@ -436,7 +441,7 @@ def check_sample(
                 reason,
                 content_type=ctype or "",
                 dataset=dataset,
-                key=sample.get(KEY) if key is None else key,
+                key=key,
                 entry=name,
                 writing=True,
             )
