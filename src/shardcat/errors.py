@@ -15,7 +15,8 @@ how the CLI prints errors.
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+import functools
+from typing import Any, Literal
 
 __all__ = [
     "BatchSenderGoneError",
@@ -53,6 +54,7 @@ __all__ = [
     "QueryRefusedError",
     "QueryTimeoutError",
     "RecordTooLargeError",
+    "SampleDecodeError",
     "SchedulerUnreachableError",
     "SchemaVersionError",
     "ShardNotFoundError",
@@ -168,6 +170,118 @@ class DecompressionLimitError(FormatError):
     with the ``SHARDCAT_MAX_DECOMPRESSED_BYTES`` environment variable to read
     a trusted shard with larger entries.
     """
+
+
+class SampleDecodeError(FormatError):
+    """An entry's bytes are not what its content type says: a JSON entry that is not JSON,
+    text that is not in its charset, a ``.npy`` entry that is not an array.
+
+    The shard itself is sound (its checksums held): one sample was written
+    bad. A :class:`FormatError` and so a :class:`ValueError`. The message
+    names what is known of where the sample is; readers fill in what the
+    entry alone does not know (the dataset, the shard) before it reaches you.
+
+    Attributes
+    ----------
+    dataset, key, entry, path:
+        The dataset, the record's key, the entry's name and the shard's URL
+        (never with credentials), each None where unknown.
+    writing:
+        Raised by a write, before the sample was stored (its advice differs).
+    source:
+        The file the entry was read from (packing files), if known.
+    content_type:
+        The entry's declared content type.
+    reason:
+        What is wrong with the bytes (the decoder's own message).
+    """
+
+    SKIP = Hint(
+        python="write that sample again with valid bytes (mode='append', "
+        "on_duplicate='replace'), or read with on_error='skip' (or 'log') to drop bad samples",
+        cli="write that sample again with valid bytes (--mode append --on-duplicate replace), "
+        "or read with on_error='skip' (or 'log') to drop bad samples",
+    )
+    """The hint of a sample read back: rewrite it, or let readers drop such samples."""
+    FIX_SOURCE = Hint(
+        python="fix or remove that entry (or the whole sample) and write again; "
+        "nothing of this job was committed",
+        cli="fix or remove that file (or its whole sample) and run the write again; "
+        "nothing of this job was committed",
+    )
+    """The hint of a sample refused at write time."""
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        content_type: str = "",
+        dataset: str | None = None,
+        key: str | None = None,
+        entry: str | None = None,
+        path: str | None = None,
+        offset: int | None = None,
+        writing: bool = False,
+        source: str | None = None,
+    ) -> None:
+        super().__init__(reason, path=path, offset=offset)
+        self.hint = self.FIX_SOURCE if writing else self.SKIP
+        self.writing = writing
+        self.source = source
+        self.reason = reason
+        self.content_type = content_type
+        self.dataset = dataset
+        self.key = key
+        self.entry = entry
+
+    def locate(
+        self,
+        *,
+        dataset: str | None = None,
+        key: str | None = None,
+        entry: str | None = None,
+        path: str | None = None,
+    ) -> SampleDecodeError:
+        """Fill in where the sample is, where not known yet; returns ``self`` (to re-raise)."""
+        self.dataset = self.dataset or dataset
+        self.key = self.key if self.key is not None else key
+        self.entry = self.entry if self.entry is not None else entry
+        self.path = self.path or path
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Across processes (Dask, DataLoader workers) with every field, not the first message.
+        fields: dict[str, Any] = {
+            "content_type": self.content_type,
+            "dataset": self.dataset,
+            "key": self.key,
+            "entry": self.entry,
+            "path": self.path,
+            "offset": self.offset,
+            "writing": self.writing,
+            "source": self.source,
+        }
+        return (functools.partial(SampleDecodeError, **fields), (self.reason,))
+
+    @property
+    def message(self) -> str:
+        # Built when shown: readers add the dataset and the shard after it was raised.
+        parts = []
+        if self.dataset is not None:
+            parts.append(f"dataset {self.dataset!r}")
+        if self.key is not None:
+            parts.append(f"key {self.key!r}")
+        if self.entry is not None:
+            parts.append(f"entry {self.entry!r}")
+        if self.path:
+            parts.append(f"shard {self.path}")
+        where = ", ".join(parts) if parts else "an entry"
+        what = f" ({self.content_type})" if self.content_type else ""
+        if self.source:
+            what += f" from file {self.source}"
+        if self.writing:
+            return f"refusing to write {where}{what}: it would not decode: {self.reason}"
+        return f"cannot decode {where}{what}: {self.reason}"
 
 
 class VersionError(FormatError):

@@ -176,9 +176,11 @@ def write(
     name (--key-rule last-dot: the last dot); the rest of the name is the
     entry (`x.seg.png` -> entry `seg.png`). A file with no extension fails
     the command, naming it, unless --no-ext-entry or --skip-unmatched says
-    what to do; two files with the same key and entry fail it too. Hidden
-    files (names starting with '.') are never packed and are counted. An
-    empty source is an error. SRC is read with the same -S storage options
+    what to do; two files with the same key and entry fail it too, and so
+    does a file readers would not decode (an empty or broken .json, a .txt
+    that is not UTF-8, a bad .npy), naming it, before anything is
+    committed. Hidden files (names starting with '.') are never packed and
+    are counted. An empty source is an error. SRC is read with the same -S storage options
     as URL.
 
     The client only lists the files and plans shards of about --shard-size

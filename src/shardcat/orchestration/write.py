@@ -33,6 +33,7 @@ from ..errors import (
     Hint,
     InvalidKeyError,
     RecordTooLargeError,
+    SampleDecodeError,
     StorageCredentialsError,
     StoragePermissionError,
     UnmatchedFilesError,
@@ -83,6 +84,7 @@ _DATA_ERRORS = (
     BucketNotFoundError,
     StorageCredentialsError,
     StoragePermissionError,
+    SampleDecodeError,
 )
 
 
@@ -804,8 +806,24 @@ def write_files_partition(
     plan: WritePlan,
     partition: int,
 ) -> PartitionResult:
-    """Read one partition's files on the worker and write them as its shard."""
-    return write_partition(read_samples(samples, root_url, source_options), plan, partition)
+    """Read one partition's files on the worker and write them as its shard.
+
+    Raises
+    ------
+    SampleDecodeError
+        A file would not decode as its entry's type says (an empty ``.json``):
+        it names the file.
+    """
+    try:
+        return write_partition(read_samples(samples, root_url, source_options), plan, partition)
+    except SampleDecodeError as e:
+        fs, _ = resolve(root_url, source_options)
+        for s in samples:
+            if s.key == e.key:
+                e.source = next(
+                    (redact(fs.unstrip_protocol(p)) for n, p in s.files if n == e.entry), None
+                )
+        raise
 
 
 def _is_dask_dataframe(data: Any) -> bool:
