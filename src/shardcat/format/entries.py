@@ -15,7 +15,7 @@ import json
 import mimetypes
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -34,7 +34,6 @@ __all__ = [
     "decode_value",
     "decodes_to_bytes",
     "encode_value",
-    "locate_entries",
     "sample_key",
 ]
 
@@ -99,11 +98,7 @@ class Entry:
         ``None`` lets the writer decide.
     """
 
-    __slots__ = ("_origin", "_raw", "_stored", "codec", "content_type")
-    # ``_origin``: (dataset, key, name, shard) of an entry a lookup returned
-    # (:func:`locate_entries`), named by a failed :meth:`decode`; unset on
-    # the entries streams make (the record names them there).
-    _origin: tuple[str | None, str, str, str | Callable[[], str | None] | None]
+    __slots__ = ("_raw", "_stored", "codec", "content_type")
 
     def __init__(
         self,
@@ -203,9 +198,9 @@ class Entry:
         ------
         SampleDecodeError
             The bytes are not what the content type says (see
-            :func:`decode_value`); a ``ValueError``. It names the key, entry
-            and shard where the entry knows them (entries of
-            ``Catalog.get``'s records do).
+            :func:`decode_value`); a ``ValueError``. A lone entry names no
+            key: decode the whole record (``record.decode()``) for an error
+            that names the key, entry and shard.
         """
         view = self.view
         try:
@@ -214,13 +209,12 @@ class Entry:
             raise self._located(e) from e.__cause__
 
     def _located(self, error: SampleDecodeError) -> SampleDecodeError:
-        """``error`` with what this entry knows of where it is."""
-        origin = getattr(self, "_origin", None)
-        if origin is not None:
-            dataset, key, name, path = origin
-            if callable(path):  # asked only now that it failed (a tar sample's shard)
-                path = path()
-            return error.locate(dataset=dataset, key=key, entry=name, path=path)
+        """``error`` with what this entry knows of where it is.
+
+        An entry holds no key (it would cost every lookup a slot and a store):
+        a compressed one knows its name and shard; ``Record.decode`` and the
+        readers name the key.
+        """
         name = getattr(self, "_name", None)  # a compressed entry knows its name and shard
         return error.locate(entry=name, path=getattr(self, "_path", None))
 
@@ -452,49 +446,6 @@ def _checked_type(name: str) -> str | None:
     """The content type a bytes value under ``name`` is written with, if it is one decoders parse."""
     ctype = guess_content_type(name)
     return None if decodes_to_bytes(ctype) else ctype
-
-
-def locate_entries(
-    record: Record,
-    dataset: str | None,
-    path: str | Callable[[], str | None] | None = None,
-) -> Record:
-    """Tell ``record``'s decoded entries where they are, for :meth:`Entry.decode`'s errors.
-
-    For lookups, which return records one at a time: every entry whose
-    content type decodes to other than bytes (JSON, text, ``.npy``) learns
-    the dataset, key, its name and the shard: the record's own path where
-    it has one, else ``path`` (a URL, or a function asked for it only if a
-    decode fails). Returns ``record``.
-    """
-    where = getattr(record, "_path", None) or path
-    key = record.key
-    for name in _parsed_names(record):
-        record[name]._origin = (dataset, key, name, where)
-    return record
-
-
-_PARSED: dict[int, tuple[Any, tuple[str, ...]]] = {}
-"""id(layout) -> (layout, its entries that decode to other than bytes): records share a few layouts."""
-
-
-def _parsed_names(record: Record) -> tuple[str, ...]:
-    """The names of ``record``'s entries that decode to other than bytes (JSON, text, ``.npy``).
-
-    A compiled record's are read from its layout, once per layout: its
-    other entries are never made (a lookup's record makes them on first use).
-    """
-    layout = getattr(record, "_layout", None)
-    if layout is None:
-        return tuple(n for n, e in record.entries.items() if not decodes_to_bytes(e.content_type))
-    hit = _PARSED.get(id(layout))
-    if hit is None or hit[0] is not layout:
-        if len(_PARSED) >= 256:
-            _PARSED.clear()
-        specs, where = layout.specs, layout.where
-        names = tuple(n for n in layout.order if not decodes_to_bytes(specs[where[n]][1]))
-        hit = _PARSED[id(layout)] = (layout, names)
-    return hit[1]
 
 
 @functools.lru_cache(maxsize=256)

@@ -27,7 +27,6 @@ from ..catalog.history import Version
 from ..catalog.results import BatchResult, CatalogReport, Location, ShardRow
 from ..catalog.session import DEFAULT_BUSY_TIMEOUT, display_url
 from ..format import Record, recordcodec
-from ..format.entries import locate_entries
 from ..storage import expand_braces, resolve_remote_max_gap
 from .dataset import Dataset
 from .lookup import LayoutCache, Lookup
@@ -292,37 +291,12 @@ class Catalog(SqlCatalog):
             # closed. It fences itself (_cpoint.c, "Lifetimes"): no gate here.
             record = fast(dataset, key, recordcodec.decode_spanned)
             if record is not None:
-                # Its entries name the dataset, key and shard if they fail to decode.
-                return self._located(record, dataset, key, version)
+                return record  # type: ignore[no-any-return]
         # Held for the call: close() and a fork wait for it (Lookup.gate).
         with lookup.gate:
             if lookup.closed:
                 raise self._closed_error()
-            record = lookup.get(dataset, key, entries, version)
-        return self._located(record, dataset, key, version)
-
-    def _located(self, record: Record, dataset: str, key: str, version: Version) -> Record:
-        """``record``, its entries told where they are (:func:`locate_entries`)."""
-        if getattr(record, "_path", None) is None:  # a tar sample, or the Python codec's
-            return locate_entries(record, dataset, self._shard_of(dataset, key, version))
-        return locate_entries(record, dataset)
-
-    def _shard_of(self, dataset: str, key: str, version: Version) -> Callable[[], str | None]:
-        """The URL of the shard holding ``key``, asked only when an entry fails to decode.
-
-        For records that do not carry their shard's path (tar samples): a
-        query then, never on the lookup's path. Holds the catalog weakly.
-        """
-        ref = weakref.ref(self)
-
-        def url() -> str | None:
-            cat = ref()
-            try:
-                return None if cat is None else cat.locate(dataset, key, version=version).url
-            except Exception:  # the decode error is the one to report, not this
-                return None
-
-        return url
+            return lookup.get(dataset, key, entries, version)
 
     def get_many(
         self,
