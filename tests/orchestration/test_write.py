@@ -12,15 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 import shardcat
-from shardcat.errors import (
-    DatasetExistsError,
-    DatasetNotFoundError,
-    DatasetRootError,
-    DuplicateKeyError,
-    InvalidKeyError,
-    KeyNotFoundError,
-)
-from shardcat.orchestration.write import WriteSummary
+from shardcat.errors import DatasetExistsError, DuplicateKeyError, InvalidKeyError, KeyNotFoundError
 from shardcat.reading import Catalog
 
 from .samples import AlwaysFail, FailOnce, NoKeyLogged, make_samples, partition_with
@@ -281,53 +273,6 @@ def test_modes_create_and_append(client, tmp_path, sqlite_url):
             progress=False,
         )
     assert sum(s.record_count for s in cat.shards("m")) == 150
-
-
-def test_append_needs_the_dataset_and_its_own_folder(client, tmp_path, sqlite_url):
-    """A misspelt name or another folder is refused before anything is written."""
-    root = str(tmp_path / "ds")
-
-    def append(dataset: str, url: str) -> WriteSummary:
-        return shardcat.write(
-            sample_bag(1, 5, "x"),
-            url,
-            catalog=sqlite_url,
-            dataset=dataset,
-            mode="append",
-            client=client,
-            progress=False,
-        )
-
-    shardcat.write(
-        sample_bag(1, 5, "a"), root, catalog=sqlite_url, dataset="m", client=client, progress=False
-    )
-    with pytest.raises(DatasetNotFoundError, match=r"cannot append: no dataset named 'mm'") as e:
-        append("mm", root)
-    assert "'m'" in str(e.value) and "mode='create'" in str(e.value)
-    assert "--mode create" in e.value.render("cli")
-    with pytest.raises(DatasetRootError, match="one dataset lives in one folder") as e:
-        append("m", str(tmp_path / "elsewhere"))
-    assert root in str(e.value) and "--move" in e.value.render("cli")
-    assert not (tmp_path / "elsewhere").exists()
-    cat = Catalog(sqlite_url)
-    assert [d.name for d in cat.datasets()] == ["m"]
-    assert append("m", root + "/").records == 5  # the same folder, however it is written
-
-
-def test_a_dataset_left_without_shards_takes_the_next_jobs_folder(client, tmp_path, sqlite_url):
-    """A first job that failed (a wrong bucket) must not pin the dataset to its folder."""
-    cat = Catalog(sqlite_url)
-    cat.create_dataset("m", str(tmp_path / "wrong"))
-    summary = shardcat.write(
-        sample_bag(1, 5, "a"),
-        str(tmp_path / "right"),
-        catalog=sqlite_url,
-        dataset="m",
-        client=client,
-        progress=False,
-    )
-    assert cat.info("m").root_url == str(tmp_path / "right")
-    assert all(u.startswith(str(tmp_path / "right")) for u in summary.shards)
 
 
 def test_four_concurrent_jobs_into_one_postgres_catalog(client, tmp_path, postgres_url):

@@ -22,15 +22,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from .. import config
 from .._types import ON_DUPLICATE, OnDuplicate
 from .._units import count_of, format_bytes, parse_size
-from ..catalog import internal
-from ..catalog.missing import unknown_dataset
 from ..errors import (
     BucketNotFoundError,
     DatasetExistsError,
     DatasetNotFoundError,
-    DatasetRootError,
     DuplicateKeyError,
-    Hint,
     InvalidKeyError,
     RecordTooLargeError,
     SampleDecodeError,
@@ -507,61 +503,19 @@ def dataset_root(url: str, storage_options: dict[str, Any]) -> str:
 def open_dataset(cat: Catalog, dataset: str, url: str, mode: str) -> list[ShardRow]:
     """Create the dataset if it is new, refuse ``create`` on one with records; its shards' rows.
 
-    ``append`` adds to a dataset that exists, in its own folder: a misspelt name
-    would otherwise start a new dataset, and another folder would spread one
-    dataset over two. A dataset with no shard at all (a first job that failed)
-    takes ``url`` as its folder.
-
     Raises
     ------
     DatasetExistsError
         ``mode="create"`` and the dataset already has committed records.
-    DatasetNotFoundError
-        ``mode="append"`` and there is no such dataset.
-    DatasetRootError
-        ``mode="append"`` into another folder than the dataset's.
     """
-    root = redact(url)
-    if mode == "append":
-        known = {d.name: d for d in cat.datasets()}
-        if dataset not in known:
-            found = unknown_dataset(dataset, sorted(known))
-            raise DatasetNotFoundError(
-                f"cannot append: {found.message}",
-                hint=Hint(
-                    python="check the name, or write with mode='create' to start a new dataset",
-                    cli="check the name, or write with --mode create to start a new dataset",
-                ),
-            )
-    info = cat.create_dataset(dataset, root, exist_ok=True)
+    cat.create_dataset(dataset, redact(url), exist_ok=True)
     existing = cat.shards(dataset, state=None)
-    if not _same_folder(info.root_url, root):
-        if not existing:
-            internal.set_dataset_root(cat, dataset, root)
-        elif mode == "append":
-            raise DatasetRootError(
-                f"dataset {dataset!r} keeps its shards under {info.root_url}, not {root}: "
-                "one dataset lives in one folder",
-                hint=Hint(
-                    python=f"append with url={info.root_url!r}, or copy the dataset first "
-                    "(shardcat.copy_dataset(..., move=True))",
-                    cli=f"append into {info.root_url}, or move the dataset first "
-                    f"(`shardcat copy {dataset} {root} --move`)",
-                ),
-            )
     if mode == "create" and any(s.state == "committed" for s in existing):
         raise DatasetExistsError(
             f"dataset {dataset!r} already has records",
             hint=DatasetExistsError.APPEND_OR_OVERWRITE,
         )
     return existing
-
-
-def _same_folder(a: str, b: str) -> bool:
-    """Whether two dataset roots name one folder (``/d``, ``/d/``, ``file:///d``)."""
-    if is_local(a) and is_local(b):
-        return os.path.abspath(local_path(a)) == os.path.abspath(local_path(b))
-    return a.rstrip("/") == b.rstrip("/")
 
 
 def begin_write_job(
