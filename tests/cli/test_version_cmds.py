@@ -101,7 +101,7 @@ def test_stats_and_verify_take_a_version_and_delete_lists_tags(catalog):
     assert verified.exit_code == 0, verified.output
     refused = cli(catalog, "delete", "train", json_out=False)  # no terminal: --yes is required
     assert refused.exit_code == 1
-    assert "tagged first (version 1)" in refused.output and "2 kept version(s)" in refused.output
+    assert "tagged first (version 1)" in refused.output and "2 kept versions" in refused.output
 
 
 def test_a_dry_run_of_expire_says_what_would_be_retired_and_retires_nothing(catalog, tmp_path):

@@ -157,7 +157,7 @@ def test_cli_index_tar_and_taridx_export_import(client, sqlite_url, tars, tmp_pa
         ["--catalog", sqlite_url, "index-tar", pattern, "--dataset", "wds", "--scheduler", address],
     )
     assert result.exit_code == 0, result.output
-    assert "90 samples in 3 tar(s)" in result.output
+    assert "90 samples in 3 tars" in result.output
     out = tmp_path / "wds.taridx"
     result = runner.invoke(app, ["--catalog", sqlite_url, "taridx", "export", "wds", str(out)])
     assert result.exit_code == 0, result.output

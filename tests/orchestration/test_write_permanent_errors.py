@@ -55,3 +55,43 @@ def test_a_missing_bucket_is_tried_once_whatever_retries_allow(client, sqlite_ur
         ]
     assert err.value.bucket == "not-here"
     assert len(uploads) == 1, uploads  # one attempt: Dask's 2 retries were not used
+
+
+def test_credentials_the_client_has_and_the_workers_lack_are_said_to_be_the_workers(
+    s3, sqlite_url, monkeypatch
+):
+    """The user's case: AWS_* set in the client's shell, not in the workers' environment."""
+    import dask.bag as db
+    from distributed import Client, LocalCluster
+
+    from shardcat.errors import StorageCredentialsError
+
+    env = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE")
+    for name in env:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance metadata to ask
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        # Only now does this process get them: the worker started without.
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        options = {k: v for k, v in s3["storage_options"].items() if k not in ("key", "secret")}
+        with pytest.raises(StorageCredentialsError) as err:
+            shardcat.write(
+                db.from_sequence([{"__key__": "k", "txt": "x"}], npartitions=1),
+                f"{s3['url']}/ds",
+                catalog=sqlite_url,
+                dataset="ds",
+                storage_options=options,
+                client=client,
+                progress=False,
+            )
+    text = str(err.value)
+    assert text.startswith("on the Dask workers: ") and "storage options" in text
+    assert "testing" not in text

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from .._units import count_of
 from ..errors import EmptySourceError, FormatError, ShardcatError, ShardNotFoundError
 from ..format.tar import Taridx, verify_scan
 from ..reading.checks import scan_tar_url
@@ -92,9 +93,9 @@ class IndexTarSummary:
         return self.bytes / 1e6 / max(self.seconds, 1e-9)
 
     def __str__(self) -> str:
-        skipped = f", {len(self.failed)} tar(s) skipped" if self.failed else ""
+        skipped = f", {count_of(len(self.failed), 'tar')} skipped" if self.failed else ""
         return (
-            f"indexed {self.records:,} samples in {len(self.tars)} tar(s) into {self.dataset!r} "
+            f"indexed {count_of(self.records, 'sample')} in {count_of(len(self.tars), 'tar')} into {self.dataset!r} "
             f"(job {self.job_id}, {self.bytes / 1e6:.1f} MB, {self.mb_per_s:.1f} MB/s{skipped})"
         )
 

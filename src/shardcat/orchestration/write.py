@@ -89,6 +89,8 @@ class _Refused:
     """A partition's data error, returned by :func:`_attempt` (raised by :func:`_result`)."""
 
     error: BaseException
+    pid: int = 0
+    """The process that ran the task: another one than the client's is a Dask worker."""
 
 
 def _attempt(fn: Callable[..., PartitionResult], *args: Any) -> PartitionResult | _Refused:
@@ -96,15 +98,34 @@ def _attempt(fn: Callable[..., PartitionResult], *args: Any) -> PartitionResult 
     try:
         return fn(*args)
     except _DATA_ERRORS as e:
-        return _Refused(e)
+        return _Refused(e, os.getpid())
 
 
 def _result(waiter: Waiter, future: Any) -> PartitionResult:
     """A partition task's result; its data error raised here, on the client."""
     result = waiter.result(future)
     if isinstance(result, _Refused):
-        raise result.error
+        error = result.error
+        if isinstance(error, StorageCredentialsError) and result.pid not in (0, os.getpid()):
+            raise _on_workers(error) from error
+        raise error
     return result  # type: ignore[no-any-return]
+
+
+def _on_workers(error: StorageCredentialsError) -> StorageCredentialsError:
+    """A credentials error a worker met: the advice is about the workers, not this process.
+
+    The client may have the credentials (its environment, its profile) and
+    the workers not: storage options travel with each task, the environment
+    does not.
+    """
+    return StorageCredentialsError(
+        f"on the Dask workers: {error.message}; the workers need the credentials too, not "
+        "only this process: pass them as storage options (-S key=... -S secret=..., "
+        "storage_options=), which travel with each task, or set them in the workers' "
+        "environment",
+        path=error.path,
+    )
 
 
 @dataclass(frozen=True)
