@@ -421,3 +421,82 @@ class OutageProxy:
         self._closed = True
         self.down()
         self._listener.close()
+
+
+# --- a moto server that can be stopped and started again on the same port ---------------
+
+
+class RestartableMoto:
+    """moto's S3 app on 127.0.0.1, in this process, that :meth:`stop` takes down for real (the
+    port refuses connections, open ones are cut) and :meth:`start` brings back on the same
+    port. Its buckets and objects live in moto's in-process backend, so they outlast a
+    restart, as a real store's do."""
+
+    def __init__(self) -> None:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = int(s.getsockname()[1])
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        from moto.server import DomainDispatcherApplication, create_backend_app
+        from werkzeug.serving import ThreadedWSGIServer
+
+        class Server(ThreadedWSGIServer):  # type: ignore[misc]
+            """Remembers its connections, so that stopping can cut them."""
+
+            def __init__(self, *args: Any) -> None:
+                super().__init__(*args)
+                self.open: set[Any] = set()
+
+            def process_request(self, request: Any, client_address: Any) -> None:
+                self.open.add(request)
+                super().process_request(request, client_address)
+
+            def shutdown_request(self, request: Any) -> None:
+                self.open.discard(request)
+                super().shutdown_request(request)
+
+        app = DomainDispatcherApplication(create_backend_app)
+        self._server = Server("127.0.0.1", self.port, app)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        import socket
+
+        if self._server is None:
+            return
+        server, self._server = self._server, None
+        server.shutdown()
+        server.server_close()  # the port refuses new connections
+        for s in list(server.open):
+            with suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+        if self._thread is not None:
+            self._thread.join(10)
+
+
+@contextmanager
+def silent_store() -> Iterator[str]:
+    """An endpoint that accepts connections and never answers (a hung or frozen server: the
+    kernel completes the handshake, nothing reads the request). Yields its URL."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(128)
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        listener.close()

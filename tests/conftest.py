@@ -31,6 +31,10 @@ POSTGRES_URL = os.environ.get(
     "SHARDCAT_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+# Reads of a store that is away retry for a minute by default; the tests that meet one on
+# purpose (a closed port, an outage) fail in seconds. The tests of the deadline set their own.
+# Set here, not per test: Dask workers and CLI runs started by tests inherit it.
+os.environ.setdefault("SHARDCAT_STORAGE_RETRY_DEADLINE", "3")
 
 
 # The longest files first (their run times in `pytest --durations`): with two

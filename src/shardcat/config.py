@@ -146,11 +146,35 @@ SETTINGS: tuple[Setting, ...] = (
         "Bytes one S3 upload gathers in memory before it moves to a multipart upload.",
     ),
     Setting(
+        "storage_retry_deadline",
+        60.0,
+        "seconds",
+        "How long a read of an object store retries transient failures (refused or reset "
+        "connections, timeouts, HTTP 5xx, throttling), with exponential backoff and jitter, "
+        "before it fails (0: one try). A missing bucket or object, or refused credentials, "
+        "fail at once.",
+    ),
+    Setting(
         "write_behind",
         True,
         "bool",
         "Local shard files write their 4 MiB blocks on a C thread (`0`: inline, for "
         "machines with no idle core).",
+    ),
+    Setting(
+        "in_process_max_bytes",
+        "256MiB",
+        "size",
+        "A write of files totalling at most this size, with no client or cluster named and "
+        "no current Dask client, runs on two threads in the calling process instead of "
+        "starting local worker processes (0: always start them).",
+    ),
+    Setting(
+        "dask_no_workers_timeout",
+        60.0,
+        "seconds",
+        "How long a job (write, compact, copy, index-tar) waits while its Dask cluster has no "
+        "workers before it stops with WorkersLostError, which says how to resume (0: no limit).",
     ),
     Setting(
         "role_password",

@@ -15,7 +15,8 @@ how the CLI prints errors.
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+import functools
+from typing import Any, Literal
 
 __all__ = [
     "BatchSenderGoneError",
@@ -23,6 +24,7 @@ __all__ = [
     "CatalogClosedError",
     "CatalogError",
     "CatalogLockedError",
+    "CatalogUnreachableError",
     "ChecksumError",
     "CodecUnavailableError",
     "CommitConflictError",
@@ -39,6 +41,7 @@ __all__ = [
     "InvalidNameError",
     "JobExistsError",
     "JobInputsChangedError",
+    "JobInterrupted",
     "JobNotFoundError",
     "KeyConflictError",
     "KeyNotFoundError",
@@ -50,10 +53,12 @@ __all__ = [
     "QueryRefusedError",
     "QueryTimeoutError",
     "RecordTooLargeError",
+    "SampleDecodeError",
     "SchedulerUnreachableError",
     "SchemaVersionError",
     "ShardNotFoundError",
     "ShardcatError",
+    "SourceIsShardsError",
     "StorageCredentialsError",
     "StorageError",
     "StorageFullError",
@@ -63,6 +68,7 @@ __all__ = [
     "UnmatchedFilesError",
     "VersionError",
     "VersionNotFoundError",
+    "WorkersLostError",
     "WriterClosedError",
 ]
 
@@ -165,6 +171,118 @@ class DecompressionLimitError(FormatError):
     """
 
 
+class SampleDecodeError(FormatError):
+    """An entry's bytes are not what its content type says: a JSON entry that is not JSON,
+    text that is not in its charset, a ``.npy`` entry that is not an array.
+
+    The shard itself is sound (its checksums held): one sample was written
+    bad. A :class:`FormatError` and so a :class:`ValueError`. The message
+    names what is known of where the sample is; readers fill in what the
+    entry alone does not know (the dataset, the shard) before it reaches you.
+
+    Attributes
+    ----------
+    dataset, key, entry, path:
+        The dataset, the record's key, the entry's name and the shard's URL
+        (never with credentials), each None where unknown.
+    writing:
+        Raised by a write, before the sample was stored (its advice differs).
+    source:
+        The file the entry was read from (packing files), if known.
+    content_type:
+        The entry's declared content type.
+    reason:
+        What is wrong with the bytes (the decoder's own message).
+    """
+
+    SKIP = Hint(
+        python="write that sample again with valid bytes (mode='append', "
+        "on_duplicate='replace'), or read with on_error='skip' (or 'log') to drop bad samples",
+        cli="write that sample again with valid bytes (--mode append --on-duplicate replace), "
+        "or read with on_error='skip' (or 'log') to drop bad samples",
+    )
+    """The hint of a sample read back: rewrite it, or let readers drop such samples."""
+    FIX_SOURCE = Hint(
+        python="fix or remove that entry (or the whole sample) and write again; "
+        "nothing of this job was committed",
+        cli="fix or remove that file (or its whole sample) and run the write again; "
+        "nothing of this job was committed",
+    )
+    """The hint of a sample refused at write time."""
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        content_type: str = "",
+        dataset: str | None = None,
+        key: str | None = None,
+        entry: str | None = None,
+        path: str | None = None,
+        offset: int | None = None,
+        writing: bool = False,
+        source: str | None = None,
+    ) -> None:
+        super().__init__(reason, path=path, offset=offset)
+        self.hint = self.FIX_SOURCE if writing else self.SKIP
+        self.writing = writing
+        self.source = source
+        self.reason = reason
+        self.content_type = content_type
+        self.dataset = dataset
+        self.key = key
+        self.entry = entry
+
+    def locate(
+        self,
+        *,
+        dataset: str | None = None,
+        key: str | None = None,
+        entry: str | None = None,
+        path: str | None = None,
+    ) -> SampleDecodeError:
+        """Fill in where the sample is, where not known yet; returns ``self`` (to re-raise)."""
+        self.dataset = self.dataset or dataset
+        self.key = self.key if self.key is not None else key
+        self.entry = self.entry if self.entry is not None else entry
+        self.path = self.path or path
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Across processes (Dask, DataLoader workers) with every field, not the first message.
+        fields: dict[str, Any] = {
+            "content_type": self.content_type,
+            "dataset": self.dataset,
+            "key": self.key,
+            "entry": self.entry,
+            "path": self.path,
+            "offset": self.offset,
+            "writing": self.writing,
+            "source": self.source,
+        }
+        return (functools.partial(SampleDecodeError, **fields), (self.reason,))
+
+    @property
+    def message(self) -> str:
+        # Built when shown: readers add the dataset and the shard after it was raised.
+        parts = []
+        if self.dataset is not None:
+            parts.append(f"dataset {self.dataset!r}")
+        if self.key is not None:
+            parts.append(f"key {self.key!r}")
+        if self.entry is not None:
+            parts.append(f"entry {self.entry!r}")
+        if self.path:
+            parts.append(f"shard {self.path}")
+        where = ", ".join(parts) if parts else "an entry"
+        what = f" ({self.content_type})" if self.content_type else ""
+        if self.source:
+            what += f" from file {self.source}"
+        if self.writing:
+            return f"refusing to write {where}{what}: it would not decode: {self.reason}"
+        return f"cannot decode {where}{what}: {self.reason}"
+
+
 class VersionError(FormatError):
     """The file's format version cannot be read by this version of shardcat."""
 
@@ -195,8 +313,10 @@ class CodecUnavailableError(ShardcatError, ImportError):
 class DuplicateKeyError(ShardcatError, ValueError):
     """The same key was written twice into one shard or one dataset."""
 
-    def __init__(self, message: str, keys: list[str] | None = None) -> None:
-        super().__init__(message)
+    def __init__(
+        self, message: str, keys: list[str] | None = None, *, hint: Hint | None = None
+    ) -> None:
+        super().__init__(message, hint=hint)
         self.keys = list(keys or [])
 
 
@@ -221,6 +341,22 @@ class EmptySourceError(ShardcatError, FileNotFoundError):
         self.source = source
 
 
+class SourceIsShardsError(ShardcatError, ValueError):
+    """A source to pack holds only shardcat shards: most likely SRC and URL were swapped.
+
+    Attributes
+    ----------
+    source:
+        The source URL or pattern (never with credentials).
+    """
+
+    def __init__(
+        self, message: str, *, hint: Hint | None = None, source: str | None = None
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.source = source
+
+
 class UnmatchedFilesError(ShardcatError, ValueError):
     """Files of a source do not fit the key rule (no entry name): packing them would lose them.
 
@@ -237,6 +373,65 @@ class UnmatchedFilesError(ShardcatError, ValueError):
 
 class SchedulerUnreachableError(ShardcatError, ConnectionError):
     """No Dask scheduler answers at the address given (``--scheduler``)."""
+
+
+class WorkersLostError(ShardcatError, TimeoutError):
+    """A job's Dask cluster had no workers for longer than ``dask_no_workers_timeout``.
+
+    Every worker died (or none was started) and none came back: the job stops
+    waiting instead of hanging. The message says what became of the job and
+    how to resume it (a write stays open: rerun it with its job name).
+
+    Attributes
+    ----------
+    dataset:
+        The job's dataset.
+    job_id:
+        The job's id in the catalog (None for a copy, whose job begins after its tasks).
+    job_name:
+        The write job's name, if it has one.
+    seconds:
+        How long the cluster had had no workers.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: Hint | None = None,
+        dataset: str = "",
+        job_id: int | None = None,
+        job_name: str | None = None,
+        seconds: float = 0.0,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.dataset = dataset
+        self.job_id = job_id
+        self.job_name = job_name
+        self.seconds = seconds
+
+
+class JobInterrupted(KeyboardInterrupt):
+    """Ctrl-C (``KeyboardInterrupt``) stopped a shardcat job; the message says what became of it.
+
+    Not a :class:`ShardcatError`: an interrupt is no error, and code that
+    catches ``Exception`` must never swallow one. It is a ``KeyboardInterrupt``,
+    so ``except KeyboardInterrupt`` catches it; like a ShardcatError it
+    carries a :class:`Hint` (how to resume the job or remove what it wrote) and
+    renders it per interface, which is how the CLI prints it as one line.
+    """
+
+    def __init__(self, message: str, *, hint: Hint | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+    def render(self, interface: Interface = "python") -> str:
+        """The message followed by the hint for ``interface``."""
+        message = str(self.args[0])
+        return message if self.hint is None else f"{message}; {getattr(self.hint, interface)}"
+
+    def __str__(self) -> str:
+        return self.render("python")
 
 
 # --- lookups and storage --------------------------------------------------
@@ -372,6 +567,14 @@ class CatalogLockedError(CatalogError):
     """Another process holds a lock on the catalog for longer than the busy timeout."""
 
 
+class CatalogUnreachableError(CatalogError, ConnectionError):
+    """The catalog's database server refused the connection or did not answer.
+
+    Check that the server is running and that the URL's host, port, user and
+    database are right.
+    """
+
+
 class DatasetNotFoundError(CatalogError, KeyError):
     """No dataset of this name is registered in the catalog."""
 
@@ -425,8 +628,10 @@ class KeyConflictError(CommitConflictError):
     rerun it against the current version.
     """
 
-    def __init__(self, message: str, keys: list[str] | None = None) -> None:
-        super().__init__(message)
+    def __init__(
+        self, message: str, keys: list[str] | None = None, *, hint: Hint | None = None
+    ) -> None:
+        super().__init__(message, hint=hint)
         self.keys = list(keys or [])
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import socket
 import sqlite3
 import traceback
 
@@ -13,6 +14,7 @@ from shardcat.catalog.session import display_url, translate_exception
 from shardcat.errors import (
     CatalogError,
     CatalogLockedError,
+    CatalogUnreachableError,
     DatasetExistsError,
     DatasetNotFoundError,
     InvalidKeyError,
@@ -132,6 +134,37 @@ def test_bad_catalog_urls():
         Catalog("no-scheme-here")
     with pytest.raises(CatalogError, match="psycopg"):
         Catalog("postgresql+psycopg2://u@127.0.0.1/db")
+
+
+def test_postgres_scheme_is_the_same_database_as_postgresql(postgres_url):
+    # libpq and hosting panels print postgres://; it is no reason to refuse the catalog.
+    url = sa.make_url(postgres_url).set(drivername="postgres").render_as_string(False)
+    with Catalog(url) as cat:
+        cat.create_dataset("train", "file:///tmp/unused-train", exist_ok=True)
+        assert [d.name for d in cat.datasets()] == ["train"]
+        assert cat.engine.url.drivername == "postgresql+psycopg"
+
+
+def test_a_sqlite_url_with_two_slashes_says_how_to_write_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CatalogError, match="two slashes") as err:
+        Catalog("sqlite://shardcat.db").datasets()
+    assert "sqlite:///shardcat.db" in str(err.value)
+    assert "Valid SQLite URL forms" not in str(err.value)  # not SQLAlchemy's four lines
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_refused_postgres_port_is_a_connection_error_naming_host_and_port():
+    with socket.socket() as s:  # a port nobody listens on: bound, never listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        url = f"postgresql://postgres:{PASSWORD}@127.0.0.1:{port}/test"
+        with pytest.raises(CatalogUnreachableError) as err:
+            Catalog(url).datasets()
+    text = str(err.value)
+    assert isinstance(err.value, ConnectionError)
+    assert f"127.0.0.1:{port}" in text and "check that the server is running" in text
+    assert "OperationalError" not in text and PASSWORD not in _everything_printed(err.value)
 
 
 def test_a_sqlite_file_in_a_missing_folder_says_so(tmp_path):

@@ -92,6 +92,8 @@ def test_duplicate_keys_across_shards_of_a_job(cat, local_root):
     with pytest.raises(DuplicateKeyError, match=r"2 duplicate key\(s\).*'a', 'c'") as err:
         cat.commit_job(job)
     assert err.value.keys == ["a", "c"]
+    # Within one job, on_duplicate cannot help: the advice is to write each key once.
+    assert "write each key once" in str(err.value) and "on_duplicate" not in str(err.value)
     # Nothing became visible; the job can still be aborted.
     assert cat.shards("train") == []
     assert cat.job(job).state == "open"
@@ -107,6 +109,11 @@ def test_duplicate_keys_against_committed_records(cat, local_root):
     with pytest.raises(DuplicateKeyError) as err:
         cat.commit_job(job)
     assert err.value.keys == ["b"]
+    # The way out names both policies, in the caller's terms; never "remove the shard".
+    assert 'on_duplicate="replace"' in str(err.value) and '"skip"' in str(err.value)
+    cli = err.value.render("cli")
+    assert "--on-duplicate replace" in cli and "--on-duplicate skip" in cli
+    assert "remove the shard" not in cli
     # Without a job, the same check runs at registration, and nothing is kept.
     with pytest.raises(DuplicateKeyError) as err:
         cat.register_shard("train", write_shard(_url(local_root, 2), ["y", "c", "a"]))

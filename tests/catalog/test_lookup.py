@@ -396,18 +396,25 @@ def test_point_lookups_beside_a_commit_and_a_delete_see_only_committed_shards(ca
                     outcome = type(e).__name__
                 seen.append((start, time.monotonic(), key, outcome))
 
+    def settle() -> None:
+        """Until lookups started after now have finished (not a fixed sleep: a loaded machine)."""
+        since = time.monotonic()
+        deadline = since + 60
+        while time.monotonic() < deadline and sum(s > since for s, *_ in seen[-5:]) < 3:
+            time.sleep(0.01)
+
     reader = threading.Thread(target=look)
     reader.start()
     try:
-        time.sleep(0.05)
+        settle()
         commit_start = time.monotonic()
         cat.commit_job(job)
         commit_end = time.monotonic()
-        time.sleep(0.05)
+        settle()
         delete_start = time.monotonic()
         cat.delete_dataset("train")
         delete_end = time.monotonic()
-        time.sleep(0.05)
+        settle()
     finally:
         stop.set()
         reader.join()

@@ -120,6 +120,26 @@ def test_delete_keys_makes_a_version_without_them(train):
     assert sorted(cat.keys("train")) == ["b", "c"]
 
 
+def test_a_deleted_key_says_which_version_deleted_it_and_which_still_reads_it(train):
+    cat, root = train
+    v1 = commit_keys(cat, root, ["a", "b"], "1")
+    v2 = cat.delete_keys("train", ["a"])
+    with pytest.raises(KeyNotFoundError) as err:
+        cat.get("train", "a")
+    text = str(err.value)
+    assert f"version {v2} deleted it" in text
+    assert f"version {v1} still reads it (get(..., version={v1})" in text
+    with pytest.raises(KeyNotFoundError) as err:
+        cat.get("train", "never")
+    assert "deleted" not in str(err.value)
+    commit_keys(cat, root, ["c"], "3")
+    cat.expire("train", keep_last=1)
+    with pytest.raises(KeyNotFoundError) as err:
+        cat.get("train", "a")
+    assert f"version {v2} deleted it" in str(err.value)
+    assert "no kept version reads it" in str(err.value)
+
+
 def test_tags_name_versions_and_survive_expire(train):
     cat, root = train
     v1 = commit_keys(cat, root, ["a"], "1")

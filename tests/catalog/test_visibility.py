@@ -7,9 +7,10 @@ hypothesis state machine on SQLite and PostgreSQL: random appends (each
 and expiries, and after every step, at every kept version, tag and the
 latest, ``get``/``locate``/``get_many``/``select``/``entry_kinds``/
 ``visible_shards``/``keys``/``count``, the version log's totals, ``diff``
-between kept versions and the rule as a Core expression all agree with a
-Python model of the versions, and the rule evaluated in Python over the raw
-rows agrees with the SQL.
+between kept versions, the rule as a Core expression and the views users
+query (``records_at``/``shards_at`` at each kept version, ``live_records``/
+``live_shards``) all agree with a Python model of the versions, and the rule
+evaluated in Python over the raw rows agrees with the SQL.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 import shardcat
 from shardcat.catalog import internal, visibility
@@ -299,6 +300,22 @@ class VisibilityHistory(RuleBasedStateMachine):
             ).all()
         by_python = [k for k, a, st_, r in rows if _python_visible(a, st_, r, number)]
         assert sorted(by_python) == sorted(state)
+        # The views users query (docs/CATALOG.md §12.1), generated from the same rule.
+        self._check_views("records_at", "shards_at", state, number)
+
+    def _check_views(self, records: str, shards: str, state: Model, number: int | None) -> None:
+        at = "" if number is None else f" AND version = {int(number)}"
+        dataset_id = self.cat.info(self.name).id
+        with self.cat.engine.connect() as conn:
+            rows = conn.execute(
+                text(f"SELECT key, shard_url FROM {records} WHERE dataset_id = :d{at}"),
+                {"d": dataset_id},
+            ).all()
+            urls = conn.execute(
+                text(f"SELECT url FROM {shards} WHERE dataset = :n{at}"), {"n": self.name}
+            ).scalars()
+            assert sorted(urls) == sorted({u for _, u in state.values()}), (shards, number)
+        assert sorted(map(tuple, rows)) == sorted((k, u) for k, (_, u) in state.items()), number
 
     @invariant()
     def every_read_agrees_at_every_version(self) -> None:
@@ -327,6 +344,7 @@ class VisibilityHistory(RuleBasedStateMachine):
                 )
             ).scalars()
             assert sorted(latest) == sorted(live)
+        self._check_views("live_records", "live_shards", live, None)
         # Diffs between consecutive kept versions: what the model says changed.
         kept = sorted(self.versions)
         for old, new in itertools.pairwise(kept):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -62,3 +63,31 @@ def test_a_failed_task_with_v_shows_the_rest(split_sample_tar):
     assert "Traceback (most recent call last)" in p.stderr
     assert p.stderr.rstrip().splitlines()[-1].startswith("shardcat.format.tar.errors.")
     assert NOT_ADJACENT in p.stderr.rstrip().splitlines()[-1]
+
+
+def test_a_failed_taridx_import_is_one_line(tmp_path: Path):
+    """An index of other tars: the task's TaridxError, and nothing of its traceback.
+
+    Both tasks fail, on two workers: neither the workers' reports of the failed tasks
+    nor the nannies' warnings as the failed job's cluster stops reach the terminal.
+    """
+    reference = Path(__file__).parents[1] / "data" / "taridx_reference"
+    for case in ("flat", "folders"):
+        shutil.copytree(reference / case, tmp_path / case)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("SHARDCAT_CATALOG", "SHARDCAT_CONFIG", "SHARDCAT_DEBUG", "DASK_LOGGING")
+    }
+    env.update({"COLUMNS": "200", "NO_COLOR": "1"})
+    args = (
+        "taridx", "import", str(tmp_path / "flat" / "flat.taridx"),
+        "--tars", str(tmp_path / "folders" / "folders-{000000..000001}.tar"),
+        "-d", "bad", "-c", f"sqlite:///{tmp_path / 'catalog.db'}", "--workers", "2",
+    )  # fmt: skip
+    p = run_one(*args, env=env, cwd=tmp_path, timeout=180, real=True)
+    assert p.returncode == 1, p.stderr
+    (line,) = p.stderr.splitlines()
+    assert line.startswith(f"error: {tmp_path / 'folders'}/folders-00000")
+    assert "member 0 of tar " in line and "('img/00" in line and "not of this tar" in line
+    assert "raise" not in p.stderr and "Traceback" not in p.stderr

@@ -254,7 +254,7 @@ def test_get_keys_from_a_file_saves_the_found_and_exits_1_for_the_missing(writte
     out = tmp_path / "many"
     p = run("get", "pics", "--keys-from", str(keys), "-o", str(out), catalog=written["catalog"])
     assert p.returncode == 1 and "Traceback" not in p.stderr
-    assert "1 key(s) not found" in p.stderr and "no/such/key" in p.stderr
+    assert "1 key not found" in p.stderr and "no/such/key" in p.stderr
     assert len([f for f in out.rglob("*") if f.is_file()]) == 3 + 3 + 2
     assert (out / "dogs" / "img009.txt").read_bytes() == b"a photo of dogs number 9\n"
     stdin = run(
@@ -321,9 +321,9 @@ def test_sql_selects_and_refuses_anything_that_writes(written):
         ("sql", "WITH doomed AS (SELECT 1) DELETE FROM records"),
         catalog=written["catalog"],
     )
-    assert "cats/img000" in ok(select).stdout and "10 row(s)" in select.stdout
+    assert "cats/img000" in ok(select).stdout and "10 rows" in select.stdout
     assert json.loads(ok(count).stdout)["rows"] == [{"n": 31}]
-    assert "5 row(s)" in ok(capped).stdout and "first 5 rows" in capped.stderr
+    assert "5 rows" in ok(capped).stdout and "first 5 rows" in capped.stderr
     assert delete.returncode == 1 and "DELETE statements are not allowed" in delete.stderr
     # passes the statement check (it starts with WITH); the read-only transaction stops it
     assert cte.returncode == 1 and "tried to write" in cte.stderr
@@ -343,7 +343,7 @@ def test_gc_dry_run_lists_orphans_and_removes_nothing(written):
         catalog=written["catalog"],
     )
     assert "Would remove" in ok(dry).stdout and stray.name in dry.stdout
-    assert "would remove 0 deleted shard(s) and 1 orphan" in dry.stdout
+    assert "would remove 0 deleted shards and 1 orphan" in dry.stdout
     doc = json.loads(ok(young).stdout)
     assert doc["orphans"] == [] and doc["dry_run"] is True
     assert stray.exists()
@@ -388,7 +388,7 @@ def test_reindex_verify_a_corrupted_shard_then_delete_files_and_rows(tmp_path):
     )
     assert text.returncode == 1
     assert victim.name in text.stdout and "corrupt" in text.stdout and "CRC32C" in text.stdout
-    assert "1 problem(s) in 1 shard(s)" in text.stdout
+    assert "1 problem in 1 shard" in text.stdout
     doc = json.loads(as_json.stdout)
     assert as_json.returncode == 1 and doc["ok"] is False
     assert [x["shard"] for x in doc["problems"]] == [str(victim)]

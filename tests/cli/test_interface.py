@@ -329,9 +329,11 @@ def test_sql_defaults_repeated_for_a_fast_help_agree_with_the_runner():
 def test_a_scheduler_address_nobody_answers_is_a_one_line_error(tmp_path):
     import socket
 
-    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    # Bound and never listening for the whole test: connections are refused, and no other
+    # process (a Dask worker of a parallel test) can take the port meanwhile.
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    port = blocker.getsockname()[1]
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "a.txt").write_text("x")
     url = f"sqlite:///{tmp_path / 'c.db'}"
@@ -346,5 +348,5 @@ def test_a_scheduler_address_nobody_answers_is_a_one_line_error(tmp_path):
     from shardcat.errors import SchedulerUnreachableError
     from shardcat.orchestration.scheduler import connect
 
-    with pytest.raises(SchedulerUnreachableError, match="check the address"):
+    with blocker, pytest.raises(SchedulerUnreachableError, match="check the address"):
         connect(f"127.0.0.1:{port}")

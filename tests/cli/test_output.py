@@ -195,7 +195,7 @@ def test_shards_with_every_state(text, js, capsys):
     text.shards("pics", rows, all_states=True)
     out = capsys.readouterr().out
     assert out.startswith("Shards of pics\n") and "2024-01-02 03:04:05" in out
-    assert out.endswith("3 shard(s) (2 committed, 1 deleted): 2,468 committed records, 4.0 KiB\n")
+    assert out.endswith("3 shards (2 committed, 1 deleted): 2,468 committed records, 4.0 KiB\n")
     text.shards("pics", rows[:1], all_states=False)
     assert capsys.readouterr().out.startswith("Shards of pics (committed)\n")
     js.shards("pics", rows[:1], all_states=False)
@@ -222,6 +222,20 @@ def test_stats_of_an_empty_dataset(text, js, capsys):
     text.dataset_stats(info, [], [])
     out = capsys.readouterr().out
     assert "- / - / -" in out and "Entry kinds" in out
+
+
+def test_stats_piped_are_raw_numbers(monkeypatch, capsys):
+    """TSV is for scripts: shard sizes in bytes, counts without separators (docs/CLI.md)."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    tsv = TextOutput(tsv=True)
+    info = DatasetInfo(1, "pics", "/d", (1, 0), 1, {}, WHEN)
+    tsv.dataset_stats(info, [shard(0, records=1234), shard(1, records=2000)], [])
+    rows = dict(
+        line.split("\t", 1) for line in capsys.readouterr().out.splitlines() if "\t" in line
+    )
+    assert rows["shard size min / median / max"] == "2048 / 2048 / 2048"
+    assert rows["records per shard min / median / max"].split(" / ")[::2] == ["1234", "2000"]
+    assert rows["records"] == "3234" and "KiB" not in rows["bytes"]
 
 
 # --- samples -------------------------------------------------------------------
@@ -282,7 +296,7 @@ def test_saved_files(text, js, capsys):
     js.saved(Path("/o"), files, 1, ["gone"])
     assert doc(capsys) == {"saved": files, "missing": ["gone"]}
     text.saved(Path("/o"), files, 1, ["gone"])
-    assert capsys.readouterr().out == "saved 1 file(s), 2.0 KiB, of 1 sample(s) to /o\n"
+    assert capsys.readouterr().out == "saved 1 file, 2.0 KiB, of 1 sample to /o\n"
 
 
 # --- maintenance -------------------------------------------------------------------
@@ -292,7 +306,7 @@ def test_verify_reports(text, js, capsys):
     good = CatalogReport("pics", 2, 1234, 4096, [])
     text.verify_report("pics", good)
     assert capsys.readouterr().out == (
-        "ok: dataset 'pics': 2 shard(s), 1,234 records, 4.0 KiB checked, no problems\n"
+        "ok: dataset 'pics': 2 shards, 1,234 records, 4.0 KiB checked, no problems\n"
     )
     problem = Problem("/d/a.shard", "corrupt", "CRC32C [mismatch]", ("k1",))
     bad = CatalogReport("pics", 2, 1000, 4096, [problem])
@@ -316,7 +330,7 @@ def test_verify_reports(text, js, capsys):
     out = capsys.readouterr().out
     assert "Problems in pics" in out and "CRC32C [mismatch]" in out
     assert out.endswith(
-        "dataset 'pics': 2 shard(s), 1,000 records, 4.0 KiB checked; 1 problem(s) in 1 shard(s)\n"
+        "dataset 'pics': 2 shards, 1,000 records, 4.0 KiB checked; 1 problem in 1 shard\n"
     )
 
 
@@ -329,7 +343,7 @@ def test_reindexed_shards(text, js, capsys):
     text.reindexed("pics", rows)
     out = capsys.readouterr().out
     assert out.startswith("Reindexed shards of pics\n") and "/data/pics-001.shard" in out
-    assert out.endswith("2 shard(s), 2,468 records reindexed\n")
+    assert out.endswith("2 shards, 2,468 records reindexed\n")
 
 
 def test_gc_reports(text, js, capsys):
@@ -447,7 +461,7 @@ def test_query_cells(text, js, capsys):
     }
     text.query_result(rows_of(columns, [row]))
     out = capsys.readouterr().out
-    assert out.startswith("1 row(s)\n")
+    assert out.startswith("1 row\n")
     assert "00ff" in out and "<40 bytes>" in out and "2020-01-02T03:04:05" in out
     assert "(+904 characters; --json prints whole values)" in out
 

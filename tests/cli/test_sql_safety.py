@@ -33,7 +33,7 @@ from sqlalchemy.engine import make_url
 import shardcat
 from _forkrun import Call, completed
 from shardcat.catalog import create_catalog_engine
-from shardcat.catalog.readonly import check_read_only, run_read_only
+from shardcat.catalog.readonly import check_read_only, create_readonly_role, run_read_only
 from shardcat.errors import CatalogError, QueryTimeoutError
 from shardcat.reading import Catalog
 
@@ -397,7 +397,7 @@ def test_three_million_rows_with_limit_3_are_streamed(filled):
         "sql", "--limit", "3", THREE_MILLION[_dialect(filled)], "--output", "table", catalog=filled
     )
     assert code == 0, err
-    assert "3 row(s)" in out and "first 3 rows" in err
+    assert "3 rows" in out and "first 3 rows" in err
     assert mib < MIB_BOUND, f"peak RSS {mib:.0f} MiB"
 
 
@@ -586,6 +586,25 @@ def test_a_login_role_gets_a_hashed_password_and_can_only_read(pg, admin, roles)
             # logged in as the role, not even SET ROLE back to a superuser works
             with pytest.raises(CatalogError, match=r"permission denied|must be a superuser"):
                 run_read_only(engine, query, check_functions=False)
+    finally:
+        engine.dispose()
+
+
+def test_the_readonly_role_reads_the_version_views(pg, roles):
+    """The views of what versions see (docs/CATALOG.md §12.1) are granted with the tables."""
+    name = role_name()
+    roles.append(name)
+    engine = create_catalog_engine(pg)
+    try:
+        made = create_readonly_role(engine, name)
+        assert {"live_records", "live_shards", "records_at", "shards_at"} <= set(made.tables)
+        for view, expected in (("live_records", RECORDS), ("live_shards", 1)):
+            result = run_read_only(engine, f"SELECT count(*) FROM {view}", role=name)
+            assert result.rows == ((expected,),)
+        result = run_read_only(
+            engine, "SELECT version, count(*) FROM records_at GROUP BY version", role=name
+        )
+        assert result.rows == ((1, RECORDS),)
     finally:
         engine.dispose()
 

@@ -101,4 +101,24 @@ def test_stats_and_verify_take_a_version_and_delete_lists_tags(catalog):
     assert verified.exit_code == 0, verified.output
     refused = cli(catalog, "delete", "train", json_out=False)  # no terminal: --yes is required
     assert refused.exit_code == 1
-    assert "tagged first (version 1)" in refused.output and "2 kept version(s)" in refused.output
+    assert "tagged first (version 1)" in refused.output and "2 kept versions" in refused.output
+
+
+def test_a_dry_run_of_expire_says_what_would_be_retired_and_retires_nothing(catalog, tmp_path):
+    keys = tmp_path / "keys.txt"
+    keys.write_text("b\n")
+    assert cli(catalog, "delete-keys", "train", "--keys-from", str(keys)).exit_code == 0
+    dry = cli(catalog, "expire", "train", "--keep-last", "1", "-n", json_out=False)
+    assert dry.exit_code == 0, dry.output
+    text = " ".join(dry.output.split())  # rich wraps long lines
+    assert "would expire 2 versions (2, 1)" in text and "1 shard would be retired" in text
+    assert f"would be retired {tmp_path / 'one.shard'}" in text
+    assert " retired\t" not in dry.output and "1 shards" not in text
+    assert [v["number"] for v in json.loads(cli(catalog, "log", "train").output)["versions"]] == [
+        3,
+        2,
+        1,
+    ]
+    done = cli(catalog, "expire", "train", "--keep-last", "1", json_out=False)
+    assert "expired 2 versions (2, 1)" in " ".join(done.output.split())
+    assert "would" not in done.output

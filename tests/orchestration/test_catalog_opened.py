@@ -133,7 +133,8 @@ def test_index_tar_and_taridx_export_import(client, tmp_path, url, kind):
     with catalog_given(kind, url) as catalog:
         shardcat.index_tar(tar, catalog=catalog, dataset="t", client=client)
     with catalog_given(kind, url) as catalog:
-        index, tars = export_taridx(catalog, "t", str(tmp_path / "t.taridx"))
+        done = export_taridx(catalog, "t", str(tmp_path / "t.taridx"))
+    index, tars = done.index, done.tars
     assert tars == [tar] and len(index.rows) > 0
     with catalog_given(kind, url) as catalog:
         summary = import_taridx(

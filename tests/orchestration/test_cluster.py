@@ -60,3 +60,61 @@ def test_an_unreachable_scheduler_is_a_typed_error():
         client_for(DaskCluster(scheduler=f"tcp://127.0.0.1:{port}")),
     ):
         pass
+
+
+_SPY = """
+import sys
+
+import distributed
+
+import shardcat
+
+seen = []
+real = distributed.LocalCluster.__init__
+
+
+def spy(self, *args, **kwargs):  # records how the real cluster was started, and starts it
+    seen.append(kwargs.get("processes"))
+    real(self, *args, **kwargs)
+
+
+distributed.LocalCluster.__init__ = spy
+if __name__ == "__main__":  # worker processes import this file again
+    src, out, limit = sys.argv[1:]
+    with shardcat.config.set(in_process_max_bytes=limit):
+        summary = shardcat.write(
+            shardcat.from_files(src),
+            out,
+            catalog=f"sqlite:///{out}.db",
+            dataset="d",
+            progress=False,
+        )
+    print(summary.records, seen)
+"""
+
+
+@pytest.mark.parametrize(("limit", "processes"), [("1MiB", False), ("0", True)])
+def test_a_small_pack_with_no_client_runs_on_threads_of_this_process(tmp_path, limit, processes):
+    """Worker processes cost seconds to start: files under in_process_max_bytes skip them."""
+    import subprocess
+    import sys
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(20):
+        (src / f"s{i:02d}.json").write_text(f'{{"i": {i}}}')
+    script = tmp_path / "spy.py"
+    script.write_text(_SPY)
+    out = subprocess.run(
+        [sys.executable, str(script), str(src), str(tmp_path / "out"), limit],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=True,
+    )
+    assert out.stdout.split() == ["20", f"[{processes}]"]
+
+
+def test_a_small_job_still_uses_the_current_client(client):
+    with client_for(None, "/data", small=True) as chosen:
+        assert chosen is client

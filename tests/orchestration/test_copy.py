@@ -290,3 +290,41 @@ def test_a_source_gone_before_its_copy_is_a_typed_error(tmp_path, store, request
         copy_shard(f"{base}/src/gone.shard", f"{base}/dst/gone.shard", "id", 0, opts, opts)
     fs, path = shardcat.storage.resolve(f"{base}/dst", opts)
     assert not fs.exists(f"{path}/gone.shard")  # nothing published
+
+
+@pytest.mark.parametrize("store", ["local", "s3"])
+def test_missing_source_shards_are_named_before_anything_is_copied(
+    tmp_path, sqlite_url, client, store, request
+):
+    """Shards deleted outside shardcat: one typed error naming them and `verify`, nothing copied."""
+    from shardcat.errors import ShardNotFoundError
+
+    if store == "s3":
+        s3 = request.getfixturevalue("s3")
+        base, opts = f"{s3['url']}/missing-{tmp_path.name}", s3["storage_options"]
+    else:
+        base, opts = str(tmp_path), {}
+    shardcat.write(
+        db.from_sequence(range(N), npartitions=3).map(numbered_sample),
+        f"{base}/src",
+        catalog=sqlite_url,
+        dataset="src",
+        max_records_per_shard=20,
+        client=client,
+        progress=False,
+        storage_options=opts,
+    )
+    cat = Catalog(sqlite_url, storage_options=opts)
+    gone = sorted(s.url for s in cat.shards("src"))[1:3]
+    fs, _ = shardcat.storage.resolve(base, opts)
+    for url in gone:
+        fs.rm_file(shardcat.storage.resolve(url, opts)[1])
+    with pytest.raises(ShardNotFoundError) as err:
+        shardcat.copy_dataset(
+            cat, "src", f"{base}/copy", name="copy", storage_options=opts, client=client
+        )
+    text = str(err.value)
+    assert "2 shards of its 6 are missing" in text and "shardcat verify src" in text
+    assert all(url.rsplit("/", 1)[-1] in text for url in gone)
+    assert not fs.exists(shardcat.storage.resolve(f"{base}/copy", opts)[1])
+    assert "copy" not in [d.name for d in cat.datasets()]

@@ -9,6 +9,7 @@ import shardcat
 from shardcat.errors import (
     DuplicateKeyError,
     EmptySourceError,
+    SourceIsShardsError,
     StorageError,
     UnmatchedFilesError,
 )
@@ -233,3 +234,35 @@ def test_an_empty_source_creates_nothing(client, tmp_path, sqlite_url):
             progress=False,
         )
     assert Catalog(sqlite_url).datasets() == []
+
+
+def test_a_folder_of_shards_as_the_source_is_refused_naming_the_swap(tmp_path, sqlite_url):
+    """`shardcat write shards/images ../data/copy`: SRC and URL swapped, caught before writing."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(3):
+        (data / f"s{i}.json").write_text(f'{{"i": {i}}}')
+    shards = tmp_path / "shards"
+    shardcat.write(
+        from_files(str(data)), str(shards), catalog=sqlite_url, dataset="d", progress=False
+    )
+    before = sorted(p.name for p in data.iterdir())
+    cli = [sys.executable, "-m", "shardcat", "-c", sqlite_url]
+    p = subprocess.run(
+        [*cli, "write", str(shards), str(data / "copy"), "-d", "copy", "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 1, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "holds only shardcat shards" in p.stderr and "did you swap SRC and URL" in p.stderr
+    assert sorted(p.name for p in data.iterdir()) == before  # nothing written into the source
+    assert [d.name for d in Catalog(sqlite_url).datasets()] == ["d"]
+    with pytest.raises(SourceIsShardsError, match=r"shardcat\.copy_dataset"):
+        shardcat.write(
+            from_files(str(shards)), str(data / "copy"), catalog=sqlite_url, dataset="copy"
+        )

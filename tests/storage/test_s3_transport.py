@@ -412,6 +412,8 @@ def test_a_refused_connection_is_the_same_error_on_both(monkeypatch):
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
     options = {**KEYS, "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"}}
+    # One try: how the failure is told (retries: tests/storage/test_read_retries.py).
+    shardcat.config.set(storage_retry_deadline=0)
     errors = _errors(
         monkeypatch, lambda: _read_head(URL, options, shardcat.config.get("s3_transport"))
     )

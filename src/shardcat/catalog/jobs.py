@@ -590,11 +590,12 @@ def _resolve_duplicates(
     if not dups:
         return removed, 0
     where = f"in job {job.id} of dataset {dataset.name!r}"
-    if on_duplicate == "error":
-        raise duplicate_error(dups, f"{where} (within the job or against committed shards)")
+    # Keys twice within the job first: no on_duplicate policy can resolve those.
     within = sorted(session.execute(_WITHIN_JOB, {"job": job.id}).scalars())
     if within:
         raise duplicate_error(within, f"{where} (within the job)")
+    if on_duplicate == "error":
+        raise duplicate_error(dups, f"{where} (against committed shards)", live=True)
     if job.base_version is not None:
         changed = sorted(
             session.execute(_CHANGED_SINCE, {"job": job.id, "base": job.base_version}).scalars()

@@ -50,7 +50,7 @@ __all__ = [
 
 VERSION_TABLE = "alembic_version"
 
-HEAD_REVISION = "0007"
+HEAD_REVISION = "0008"
 """The newest revision in ``migrations/versions`` (a test checks it is Alembic's head).
 
 Opening a catalog compares the stamped revision with it, without reading the
@@ -246,9 +246,10 @@ def _verify(conn: Connection, engine: Engine) -> str:
 def ensure_schema(engine: Engine, *, create: bool = True) -> str:
     """Verify the schema; a catalog with no tables at all is first created at head.
 
-    Creation runs ``create_all`` and stamps the head revision in one
-    transaction (the Alembic cookbook's recipe); ``test_migrations.py`` checks
-    it yields the same schema as running every migration.
+    Creation runs ``create_all``, creates the views (:mod:`.views`) and
+    stamps the head revision in one transaction (the Alembic cookbook's
+    recipe); ``test_migrations.py`` checks it yields the same schema as
+    running every migration.
 
     Raises
     ------
@@ -262,6 +263,7 @@ def ensure_schema(engine: Engine, *, create: bool = True) -> str:
             empty = not inspect(conn).get_table_names()
         if create and empty:
             from .models import Base
+            from .views import create_views
 
             with engine.execution_options(shardcat_write=True).begin() as conn:
                 _require_schema(conn, engine)
@@ -271,6 +273,7 @@ def ensure_schema(engine: Engine, *, create: bool = True) -> str:
                     conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _CREATE_LOCK})
                 if not inspect(conn).get_table_names():  # still empty under the write lock
                     Base.metadata.create_all(conn)
+                    create_views(conn)
                     _stamp(conn, head_revision())
         return verify_schema(engine)
 

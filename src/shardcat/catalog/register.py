@@ -19,7 +19,7 @@ from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from .._redact import redact_url as redact
-from ..errors import DuplicateKeyError, FormatError
+from ..errors import DuplicateKeyError, FormatError, Hint
 from .kinds import Summary, kind_of
 from .models import Base, Layout, LayoutEntry, Record
 from .pgcopy import copy_binary
@@ -161,14 +161,28 @@ def check_unique_across(preps: list[PreparedShard]) -> None:
     check_unique(keys, hashes, "the shards registered together")
 
 
-def duplicate_error(keys: list[str], where: str) -> DuplicateKeyError:
+def duplicate_error(keys: list[str], where: str, *, live: bool = False) -> DuplicateKeyError:
+    """The error for ``keys`` written twice; ``live``: some are already in the dataset.
+
+    Only a key already in the dataset can be replaced or skipped by a write's
+    ``on_duplicate``; a key twice within the written data can only be written once.
+    """
     listed = ", ".join(repr(k) for k in keys[:MAX_LISTED_KEYS])
     more = f" and {len(keys) - MAX_LISTED_KEYS} more" if len(keys) > MAX_LISTED_KEYS else ""
     return DuplicateKeyError(
-        f"{len(keys)} duplicate key(s) {where}: {listed}{more}; keys must be unique per dataset "
-        "(write each key once, or remove the shard that already holds it)",
+        f"{len(keys)} duplicate key(s) {where}: {listed}{more}; keys are unique per dataset",
         keys=keys[:1000],
+        hint=DUPLICATE_HINT if live else Hint("write each key once", "write each key once"),
     )
+
+
+DUPLICATE_HINT = Hint(
+    python='write each key once, or pass on_duplicate="replace" (the new sample wins) or '
+    '"skip" (the sample already there stays)',
+    cli="write each key once, or pass --on-duplicate replace (the new sample wins) or "
+    "--on-duplicate skip (the sample already there stays)",
+)
+"""What to do about a key written twice: the same advice for every path that finds one."""
 
 
 def _layouts(

@@ -37,6 +37,7 @@ from .._redact import mask_url, mentions_secret, scrub, url_secrets
 from ..errors import (
     CatalogError,
     CatalogLockedError,
+    CatalogUnreachableError,
     Hint,
     InvalidNameError,
     QueryError,
@@ -111,13 +112,23 @@ def normalize_url(url: str | URL) -> URL:
             f"not a catalog URL: {display_url(url)!r} ({_scrubbed(e, url)}); "
             "use e.g. sqlite:///shardcat.db"
         ) from None
+    if parsed.drivername == "postgres" or parsed.drivername.startswith("postgres+"):
+        # libpq, Heroku and most hosting panels write postgres://: the same database.
+        parsed = parsed.set(drivername="postgresql" + parsed.drivername[len("postgres") :])
     backend = parsed.get_backend_name()
     if backend not in SUPPORTED_DIALECTS:
         raise CatalogError(
             f"catalog URL {display_url(parsed)} names a {backend} database; shardcat catalogs "
             f"run on {_SUPPORTED}"
         )
-    if parsed.drivername in ("postgresql", "postgres"):
+    if backend == "sqlite" and parsed.host and not parsed.database:
+        # sqlite://shardcat.db: the file name landed where a server's host goes.
+        raise CatalogError(
+            f"catalog URL {display_url(parsed)} has two slashes where SQLite needs three: "
+            f"write sqlite:///{parsed.host} (a file in this folder) or "
+            f"sqlite:////absolute/path/{parsed.host}"
+        )
+    if parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
     elif parsed.drivername.startswith("postgresql+") and parsed.drivername != "postgresql+psycopg":
         raise CatalogError(
@@ -355,6 +366,7 @@ _SQLITE_LOCKED = 6
 # PostgreSQL SQLSTATE codes.
 _PG_LOCKED = ("55P03", "40P01")  # lock_not_available, deadlock_detected
 _PG_MISSING = ("42P01", "42703")  # undefined_table, undefined_column
+_PG_CONNECTION = "08"  # connection_exception and its subclasses
 _PG_BAD_CHARACTER = "22021"  # character_not_in_repertoire: a NUL sent by COPY
 # What a query's text decides: class 42 (syntax error or access rule violation: 42601,
 # 42883, ...), 22 (data exception: a bad cast, division by zero), 25 (invalid
@@ -455,6 +467,19 @@ def translate_exception(
         return SchemaVersionError(
             f"catalog {where} does not have the tables this shardcat expects ({text})",
             hint=upgrade_hint(where),
+        )
+    if driver == "postgresql" and (
+        (code or "").startswith(_PG_CONNECTION) or (code is None and "connection failed" in text)
+    ):
+        try:
+            parsed = make_url(url)
+            server = f"{parsed.host or 'localhost'}:{parsed.port or 5432}"
+        except Exception:  # reported as given: the URL itself is in the message already
+            server = where
+        return CatalogUnreachableError(
+            f"catalog {where}: cannot reach the PostgreSQL server at {server} ({text}): check "
+            "that the server is running and that the URL's host, port, user and database are "
+            "right (e.g. `psql` with the same values)"
         )
     if driver == "sqlite" and code == str(sqlite3.SQLITE_CANTOPEN):
         return CatalogError(

@@ -16,10 +16,16 @@ from rich.markup import escape
 from .. import config
 from .._redact import Scrubber
 from .._version import __version__
-from ..errors import ShardcatError
+from ..errors import JobInterrupted, ShardcatError
 from .common import CATALOG_ENV, State
 from .dask_logs import failed_tasks_quiet
-from .global_options import GlobalOptionsGroup, scrubber, set_scrubber, use_global_options
+from .global_options import (
+    GlobalOptionsGroup,
+    Interrupted,
+    scrubber,
+    set_scrubber,
+    use_global_options,
+)
 from .output import err_console
 from .storage_options import parse_storage_options
 
@@ -157,6 +163,8 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(code)
     except ShardcatError as e:
         _fail(e, verbose)
+    except Interrupted as e:
+        _interrupted(e.interrupt, verbose)
     except typer.Abort:
         err_console.print("aborted")
         sys.exit(1)
@@ -170,14 +178,27 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.write(scrubber()(shown.getvalue()))
         sys.exit(e.exit_code)
     except KeyboardInterrupt as e:
-        if verbose:
-            _print_traceback(e)
-        else:
-            err_console.print("interrupted")
-        sys.exit(130)
+        _interrupted(e, verbose)
     except Exception as e:  # not shardcat's: a bug, or a library's error nothing translated
         _print_traceback(e)
         sys.exit(1)
+
+
+def _interrupted(e: KeyboardInterrupt, verbose: object) -> NoReturn:
+    """Ctrl-C: one line saying what became of the job (how to resume it or clean up), exit 130."""
+    if verbose:
+        _print_traceback(e)
+        sys.exit(130)
+    # A second Ctrl-C while the job stopped (its cluster shutting down) says no more.
+    seen: BaseException | None = e
+    while seen is not None and not isinstance(seen, JobInterrupted):
+        seen = seen.__context__
+    if isinstance(seen, JobInterrupted):
+        text = scrubber()(seen.render("cli"))
+        err_console.print(escape(text), markup=True, highlight=False)
+    else:
+        err_console.print("interrupted")
+    sys.exit(130)
 
 
 def _fail(e: BaseException, verbose: object) -> NoReturn:

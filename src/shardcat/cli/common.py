@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 __all__ = [
     "CONFIG_ENV",
     "SQL_ROLE_ENV",
+    "FieldEntryOption",
+    "FieldOption",
     "SchedulerOption",
     "State",
     "WorkersOption",
@@ -30,6 +32,7 @@ __all__ = [
     "merge_options",
     "open_catalog",
     "parse_duration",
+    "parse_fields",
     "require_catalog",
     "resolve_catalog_url",
     "state_of",
@@ -45,6 +48,51 @@ SchedulerOption = Annotated[
     str | None,
     typer.Option(help="Use a running Dask scheduler (tcp://host:8786) instead.", metavar="ADDRESS"),
 ]
+
+# Declared fields (docs/TRAINING.md, "Filtering on sample fields"), for every command that
+# registers samples: each a column of where= filters.
+FieldOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--field",
+        help="Store a scalar of each sample's JSON entry in the catalog, a column of where= "
+        "filters: NAME:TYPE, TYPE one of int, float, bool, str (repeat for more).",
+        metavar="NAME:TYPE",
+    ),
+]
+FieldEntryOption = Annotated[
+    str,
+    typer.Option(
+        "--field-entry", help="The JSON entry --field values are read from.", metavar="ENTRY"
+    ),
+]
+_FIELD_TYPES: dict[str, type] = {"int": int, "float": float, "bool": bool, "str": str}
+
+
+def parse_fields(specs: list[str] | None) -> dict[str, type] | None:
+    """``["label:int", "split:str"]`` as ``{"label": int, "split": str}`` (None: no --field).
+
+    Raises
+    ------
+    typer.BadParameter
+        A spec that is not NAME:TYPE with a known TYPE, or a name given twice.
+    """
+    if not specs:
+        return None
+    out: dict[str, type] = {}
+    for spec in specs:
+        name, sep, kind = spec.partition(":")
+        name, kind = name.strip(), kind.strip().lower()
+        if not sep or not name or kind not in _FIELD_TYPES:
+            raise typer.BadParameter(
+                f"{spec!r} is not NAME:TYPE; write e.g. label:int (TYPE: "
+                f"{', '.join(_FIELD_TYPES)})",
+                param_hint="--field",
+            )
+        if name in out:
+            raise typer.BadParameter(f"field {name!r} is given twice", param_hint="--field")
+        out[name] = _FIELD_TYPES[kind]
+    return out
 
 
 def dask_cluster(workers: int | None, scheduler: str | None) -> DaskCluster | None:

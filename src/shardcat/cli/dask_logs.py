@@ -5,7 +5,9 @@ task, a ``Traceback: '...'`` line) before the client re-raises the error,
 which :func:`shardcat.cli.app.main` prints as one line. A local cluster's
 workers are processes of their own that take their logging from Dask's
 configuration, read from the environment as they start: so the level is set
-there, and on this process's logger for workers that run in it.
+there, and on this process's logger for workers that run in it. The nannies of a
+local cluster run in this process: when a job stops (failed, interrupted) they
+warn about the workers they stop, which is their business, not the user's.
 """
 
 from __future__ import annotations
@@ -17,25 +19,33 @@ from contextlib import contextmanager
 
 __all__ = ["failed_tasks_quiet"]
 
-_LOGGER = "distributed.worker"  # "Compute Failed", and heartbeats lost as a cluster shuts down
+_LEVELS = {
+    "distributed.worker": logging.CRITICAL,  # "Compute Failed"; heartbeats lost at shutdown
+    "distributed.nanny": logging.ERROR,  # "Worker process still alive after 4.0 seconds, killing"
+}
 _ENV = "DASK_LOGGING"  # Dask parses the value as a Python literal: {logger: level}
 
 
 @contextmanager
 def failed_tasks_quiet(verbose: object) -> Iterator[None]:
-    """While the command runs, Dask workers log only their critical messages (unless ``verbose``).
+    """While the command runs, Dask workers log only their critical messages, nannies their
+    errors (unless ``verbose``).
 
     A ``$DASK_LOGGING`` of the user's own wins: it is left as it is.
     """
     if verbose or _ENV in os.environ:
         yield
         return
-    logger = logging.getLogger(_LOGGER)
-    level = logger.level
-    os.environ[_ENV] = repr({_LOGGER: "critical"})
-    logger.setLevel(logging.CRITICAL)
+    loggers = {name: logging.getLogger(name) for name in _LEVELS}
+    before = {name: logger.level for name, logger in loggers.items()}
+    os.environ[_ENV] = repr(
+        {name: logging.getLevelName(lv).lower() for name, lv in _LEVELS.items()}
+    )
+    for name, logger in loggers.items():
+        logger.setLevel(_LEVELS[name])
     try:
         yield
     finally:
         os.environ.pop(_ENV, None)
-        logger.setLevel(level)
+        for name, logger in loggers.items():
+            logger.setLevel(before[name])

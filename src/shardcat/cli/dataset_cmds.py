@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from .._units import count_of
 from ..errors import InvalidKeyError, KeyNotFoundError
 from .common import open_catalog, state_of
 from .output import timestamp
@@ -246,5 +247,5 @@ def get(
     if missing:
         shown = ", ".join(repr(k) for k in missing[:10])
         more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
-        out.error(f"{len(missing)} key(s) not found in {dataset!r}: {shown}{more}")
+        out.error(f"{count_of(len(missing), 'key')} not found in {dataset!r}: {shown}{more}")
         raise typer.Exit(1)

@@ -39,6 +39,7 @@ __all__ = [
     "GlobalArgs",
     "GlobalOptionsCommand",
     "GlobalOptionsGroup",
+    "Interrupted",
     "configure",
     "scrubber",
     "set_scrubber",
@@ -278,12 +279,27 @@ class GlobalOptionsCommand(_GlobalParams, TyperCommand):
         return super().invoke(ctx)
 
 
+class Interrupted(Exception):
+    """Ctrl-C during a command, carried past typer to :func:`shardcat.cli.app.main`.
+
+    typer turns a ``KeyboardInterrupt`` into exit code 130 and prints nothing;
+    the command line says what became of the job instead (one line).
+    """
+
+    def __init__(self, interrupt: KeyboardInterrupt) -> None:
+        super().__init__(str(interrupt))
+        self.interrupt = interrupt
+
+
 class GlobalOptionsGroup(_GlobalParams, TyperGroup):
     """A group (the root, ``catalog``) that takes the global options before its command."""
 
     def invoke(self, ctx: Any) -> Any:
         _take_global_options(ctx)
-        return super().invoke(ctx)
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as e:
+            raise Interrupted(e) from e
 
 
 def use_global_options(app: typer.Typer) -> None:

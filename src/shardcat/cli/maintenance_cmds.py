@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .._units import format_bytes
+from .._units import count_of, format_bytes
 from .common import open_catalog, parse_duration, state_of
 from .version_cmds import VersionOption, parse_version
 
@@ -211,7 +211,7 @@ def delete(
         tags = [f"{t} (version {v.number})" for v in versions for t in v.tags]
         what = (
             f"dataset {dataset!r} (root {info.root_url}): {len(shards)} shard object(s), "
-            f"{format_bytes(size)}, {records:,} live records, {len(versions)} kept version(s)"
+            f"{format_bytes(size)}, {count_of(records, 'live record')}, {count_of(len(versions), 'kept version')}"
             + (f", tagged {', '.join(tags)}" if tags else "")
         )
         if not yes:

@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from .._units import count_of
 from .common import SQL_ROLE_ENV, require_catalog, state_of
 
 __all__ = ["register"]  # and check_read_only, loaded on use (__getattr__)
@@ -128,6 +129,6 @@ def sql(
         out.note(f"(showing the first {limit} rows; raise --limit, or 0 for every row)")
     elif result.cut == "max_bytes":
         out.note(
-            f"(output cut after {result.rows} row(s): the next row would pass --max-bytes "
+            f"(output cut after {count_of(result.rows, 'row')}: the next row would pass --max-bytes "
             f"{format_bytes(budget)}; raise --max-bytes (0 = no limit) or select less)"
         )

@@ -12,7 +12,16 @@ from typing import Annotated
 
 import typer
 
-from .common import SchedulerOption, WorkersOption, dask_cluster, open_catalog, state_of
+from .common import (
+    FieldEntryOption,
+    FieldOption,
+    SchedulerOption,
+    WorkersOption,
+    dask_cluster,
+    open_catalog,
+    parse_fields,
+    state_of,
+)
 from .global_options import GlobalOptionsGroup, use_global_options
 
 __all__ = ["register"]
@@ -62,6 +71,8 @@ def index_tar(
         OnError,
         typer.Option(help="fail: a bad tar fails the job; skip: report it and leave it out."),
     ] = OnError.fail,
+    field: FieldOption = None,
+    field_entry: FieldEntryOption = "json",
     workers: WorkersOption = None,
     scheduler: SchedulerOption = None,
 ) -> None:
@@ -69,10 +80,13 @@ def index_tar(
 
     Each tar is read once as a stream by one Dask task (no download, no
     request per member); the whole job commits at once. The tars are never
-    changed; `delete` leaves them unless given --delete-tars.
+    changed; `delete` leaves them unless given --delete-tars. With --field
+    label:int, each task then reads the samples' JSON entries (only those
+    members) and stores the field, so `where="label = 3"` works at once.
     """
     from ..orchestration import index_tar as run
 
+    fields = parse_fields(field)
     cluster = dask_cluster(workers, scheduler)
     state = state_of(ctx)
     _quiet_dask(state.verbose)
@@ -84,6 +98,8 @@ def index_tar(
             storage_options=state.storage_options,
             client=cluster,
             on_error=on_error.value,
+            fields=fields,
+            fields_entry=field_entry,
         )
     state.out.tar_indexed(summary)
 
@@ -93,13 +109,26 @@ def export(
     dataset: Annotated[str, typer.Argument(help="A tar dataset's name.", metavar="DATASET")],
     out_path: Annotated[str, typer.Argument(help="The .taridx file to write.", metavar="OUT")],
 ) -> None:
-    """Write a tar dataset's index as a TARIDX 1.0 file (fid = the tar's place in `ls`)."""
+    """Write a tar dataset's index as a TARIDX 1.0 file (fid = the tar's place in `ls`).
+
+    The file is the one iTar writes: a row per tar header, samples named by
+    their stem (the name after the last '/', up to the first dot), so
+    train/0007 and val/0007 are one stem there; the command says how many
+    samples share a stem.
+    """
     from ..orchestration.taridx_io import export_taridx
 
     state = state_of(ctx)
     with open_catalog(state) as cat:
-        index, tars = export_taridx(cat, dataset, out_path, storage_options=state.storage_options)
-    state.out.taridx_done("exported", out_path, dataset, len(tars), len(index.rows))
+        done = export_taridx(cat, dataset, out_path, storage_options=state.storage_options)
+    state.out.taridx_done(
+        "exported",
+        out_path,
+        dataset,
+        len(done.tars),
+        len(done.index.rows),
+        shared=(done.shared_samples, done.shared_stems),
+    )
 
 
 def import_(
@@ -116,6 +145,8 @@ def import_(
     dataset: Annotated[
         str, typer.Option("--dataset", "-d", help="The dataset's name.", metavar="NAME")
     ],
+    field: FieldOption = None,
+    field_entry: FieldEntryOption = "json",
     workers: WorkersOption = None,
     scheduler: SchedulerOption = None,
 ) -> None:
@@ -126,6 +157,7 @@ def import_(
     """
     from ..orchestration.taridx_io import import_taridx
 
+    fields = parse_fields(field)
     cluster = dask_cluster(workers, scheduler)
     state = state_of(ctx)
     _quiet_dask(state.verbose)
@@ -137,5 +169,7 @@ def import_(
             dataset=dataset,
             storage_options=state.storage_options,
             client=cluster,
+            fields=fields,
+            fields_entry=field_entry,
         )
     state.out.taridx_done("imported", in_path, dataset, len(summary.tars), summary.records)

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from .._units import count_of
 from .common import open_catalog, parse_duration, state_of
 
 __all__ = ["VersionOption", "as_version", "parse_version", "register"]
@@ -124,7 +125,7 @@ def delete_keys(
         number = cat.delete_keys(dataset, wanted, missing_ok=missing_ok, message=message)
         removed = cat.log(dataset)[0].records_removed
     state.out.version_change(
-        f"{dataset}: version {number} deletes {removed} key(s)",
+        f"{dataset}: version {number} deletes {count_of(removed, 'key')}",
         {"dataset": dataset, "version": number, "deleted": removed, "asked": len(wanted)},
     )
 

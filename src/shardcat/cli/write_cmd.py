@@ -12,7 +12,16 @@ from typing import Annotated
 
 import typer
 
-from .common import SchedulerOption, WorkersOption, dask_cluster, open_catalog, state_of
+from .common import (
+    FieldEntryOption,
+    FieldOption,
+    SchedulerOption,
+    WorkersOption,
+    dask_cluster,
+    open_catalog,
+    parse_fields,
+    state_of,
+)
 
 __all__ = ["register"]
 
@@ -130,6 +139,8 @@ def write(
             help="Skip files with no extension instead of failing; the summary counts them.",
         ),
     ] = False,
+    field: FieldOption = None,
+    field_entry: FieldEntryOption = "json",
     workers: WorkersOption = None,
     scheduler: SchedulerOption = None,
     progress: Annotated[
@@ -165,9 +176,11 @@ def write(
     name (--key-rule last-dot: the last dot); the rest of the name is the
     entry (`x.seg.png` -> entry `seg.png`). A file with no extension fails
     the command, naming it, unless --no-ext-entry or --skip-unmatched says
-    what to do; two files with the same key and entry fail it too. Hidden
-    files (names starting with '.') are never packed and are counted. An
-    empty source is an error. SRC is read with the same -S storage options
+    what to do; two files with the same key and entry fail it too, and so
+    does a file readers would not decode (an empty or broken .json, a .txt
+    that is not UTF-8, a bad .npy), naming it, before anything is
+    committed. Hidden files (names starting with '.') are never packed and
+    are counted. An empty source is an error. SRC is read with the same -S storage options
     as URL.
 
     The client only lists the files and plans shards of about --shard-size
@@ -177,11 +190,15 @@ def write(
     unfinished: rerun the command with its --job-name (or --resume) and only
     what it had not written is written. A resume is refused if the files under
     SRC changed since the job began (--allow-changed-inputs overrides).
+    --field label:int stores each sample's `label` from its JSON entry
+    (`a/img1.json`; --field-entry names another) in the catalog with its
+    shard, a column of where= filters once the job commits.
     """
     from ..orchestration import from_files
     from ..orchestration.files import list_source
     from ..orchestration.write import write as write_dataset
 
+    fields = parse_fields(field)
     cluster = dask_cluster(workers, scheduler)
     if no_ext_entry is not None and skip_unmatched:
         raise typer.BadParameter(
@@ -225,5 +242,7 @@ def write(
             job_name=job_name,
             resume=resume,
             allow_changed_inputs=allow_changed_inputs,
+            fields=fields,
+            json_entry=field_entry,
         )
     out.write_summary(summary)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import EntryNotFoundError, FormatError, InvalidKeyError
+from ..errors import EntryNotFoundError, FormatError, InvalidKeyError, SampleDecodeError
 from .codecs import decompress
 from .spec import Codec
 
@@ -29,6 +29,8 @@ __all__ = [
     "NPY_TYPE",
     "Entry",
     "Record",
+    "check_sample",
+    "check_value",
     "decode_value",
     "decodes_to_bytes",
     "encode_value",
@@ -194,10 +196,27 @@ class Entry:
 
         Raises
         ------
-        ValueError
-            The bytes are not what the content type says (see :func:`decode_value`).
+        SampleDecodeError
+            The bytes are not what the content type says (see
+            :func:`decode_value`); a ``ValueError``. A lone entry names no
+            key: decode the whole record (``record.decode()``) for an error
+            that names the key, entry and shard.
         """
-        return decode_value(self.view, self.content_type, writable=writable)
+        view = self.view
+        try:
+            return decode_value(view, self.content_type, writable=writable)
+        except SampleDecodeError as e:
+            raise self._located(e) from e.__cause__
+
+    def _located(self, error: SampleDecodeError) -> SampleDecodeError:
+        """``error`` with what this entry knows of where it is.
+
+        An entry holds no key (it would cost every lookup a slot and a store):
+        a compressed one knows its name and shard; ``Record.decode`` and the
+        readers name the key.
+        """
+        name = getattr(self, "_name", None)  # a compressed entry knows its name and shard
+        return error.locate(entry=name, path=getattr(self, "_path", None))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Entry):
@@ -308,26 +327,125 @@ def decode_value(view: memoryview, content_type: str, *, writable: bool = False)
 
     Raises
     ------
-    ValueError
-        The bytes are not what the content type says: invalid JSON or text
-        (``json.JSONDecodeError``, ``UnicodeDecodeError``), or a JSON value or
-        ``.npy`` array that cannot be decoded safely (``FormatError``).
+    SampleDecodeError
+        The bytes are not what the content type says: invalid JSON or text,
+        or a JSON value or ``.npy`` array that cannot be decoded safely (a
+        ``FormatError``, a ``ValueError``; the decoder's own error,
+        ``json.JSONDecodeError`` or ``UnicodeDecodeError``, is its cause).
+        It knows no key or shard: callers that do add them.
     """
     base = content_type.split(";", 1)[0].strip()
-    if base == NPY_TYPE:
-        array = _npy_view(view)
-        # A copy, never setflags(write=True): the view shares the shard's read buffer.
-        return array.copy(order="K") if writable else array
-    if base == JSON_TYPE or base.endswith("+json"):
-        try:
-            return json.loads(bytes(view))
-        except RecursionError as e:  # json recurses once per level of nesting
-            raise FormatError(
-                "JSON entry is nested too deeply to decode; read its bytes instead"
-            ) from e
-    if base.startswith("text/"):
-        return str(view, _charset(content_type))
+    try:
+        if base == NPY_TYPE:
+            array = _npy_view(view)
+            # A copy, never setflags(write=True): the view shares the shard's read buffer.
+            return array.copy(order="K") if writable else array
+        if base == JSON_TYPE or base.endswith("+json"):
+            try:
+                return json.loads(bytes(view))
+            except RecursionError as e:  # json recurses once per level of nesting
+                raise FormatError(
+                    "JSON entry is nested too deeply to decode; read its bytes instead"
+                ) from e
+        if base.startswith("text/"):
+            return str(view, _charset(content_type))
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, FormatError
+        raise SampleDecodeError(_reason(e, len(view)), content_type=content_type) from e
     return bytes(view)
+
+
+def _reason(error: ValueError, size: int) -> str:
+    """What is wrong with an entry's ``size`` bytes, in one line."""
+    if isinstance(error, json.JSONDecodeError):
+        if size == 0:
+            return "it is empty (0 bytes), not a JSON value"
+        return f"its {size:,} bytes are not valid JSON ({error})"
+    if isinstance(error, UnicodeDecodeError):
+        return f"its {size:,} bytes are not valid {error.encoding} text ({error.reason} at byte {error.start})"
+    detail = error.detail if isinstance(error, FormatError) else str(error)
+    return f"its {size:,} bytes: {detail}"
+
+
+def check_value(name: str, value: Any) -> str | None:
+    """Why an entry about to be written would not decode, or None: the write-time check.
+
+    Only entries that declare a content type the decoders parse are
+    checked (a bytes value's type comes from its name: ``json`` by a JSON
+    parse, ``npy`` by its header, text by its charset); anything else is
+    stored as given, and values shardcat encodes itself decode by construction.
+    """
+    if type(value) is bytes:  # the common case: a file's bytes, typed by the entry's name
+        ctype = _checked_type(name)
+        if ctype is None:
+            return None
+        if ctype == JSON_TYPE:
+            try:  # json.loads of the bytes themselves: no view, no copy
+                json.loads(value)
+                return None
+            except (ValueError, RecursionError):
+                pass  # the reason, as a reader would give it, below
+        view = memoryview(value)
+    elif isinstance(value, Entry):
+        ctype = value.content_type
+        if decodes_to_bytes(ctype):
+            return None
+        view = value.view
+    elif isinstance(value, (bytearray, memoryview)):
+        checked = _checked_type(name)
+        if checked is None:
+            return None
+        ctype, view = checked, memoryview(value)
+    else:
+        return None
+    try:
+        decode_value(view, ctype)
+    except SampleDecodeError as e:
+        return e.reason
+    return None
+
+
+def check_sample(
+    sample: Mapping[str, Any], dataset: str | None = None, key: str | None = None
+) -> None:
+    """Refuse a sample about to be written whose entries would not decode (:func:`check_value`).
+
+    ``key``: the sample's key, if ``sample`` has no ``__key__`` (entries only).
+    Cheap where nothing is parsed: a dict lookup per bytes entry, cached by name.
+
+    Raises
+    ------
+    InvalidKeyError
+        The sample has no ``__key__`` (and no ``key`` was given): checked
+        first, as the writer would, so a sample's first fault is the one named.
+    SampleDecodeError
+        Naming the dataset, the sample's key and the first such entry.
+    """
+    if key is None:
+        key = sample_key(sample)
+    for name, value in sample.items():
+        if type(value) is bytes:
+            if _checked_type(name) is None:
+                continue
+        elif not isinstance(value, (bytearray, memoryview, Entry)):
+            continue
+        reason = check_value(name, value)
+        if reason is not None:
+            ctype = value.content_type if isinstance(value, Entry) else _checked_type(name)
+            raise SampleDecodeError(
+                reason,
+                content_type=ctype or "",
+                dataset=dataset,
+                key=key,
+                entry=name,
+                writing=True,
+            )
+
+
+@functools.lru_cache(maxsize=4096)
+def _checked_type(name: str) -> str | None:
+    """The content type a bytes value under ``name`` is written with, if it is one decoders parse."""
+    ctype = guess_content_type(name)
+    return None if decodes_to_bytes(ctype) else ctype
 
 
 @functools.lru_cache(maxsize=256)
@@ -473,9 +591,16 @@ class Record(Mapping[str, Entry]):
         ``writable=True`` makes ``.npy`` arrays writable copies (see :meth:`Entry.decode`).
         """
         out: dict[str, Any] = {KEY: self.key}
-        for name, entry in self.entries.items():
-            out[name] = entry.decode(writable=writable)
+        try:
+            for name, entry in self.entries.items():
+                out[name] = entry.decode(writable=writable)
+        except SampleDecodeError as e:
+            raise self._decode_error(e, name) from e.__cause__
         return out
+
+    def _decode_error(self, error: SampleDecodeError, name: str) -> SampleDecodeError:
+        """``error`` of entry ``name``, naming this record's key (and shard, where it knows it)."""
+        return error.locate(key=self.key, entry=name, path=getattr(self, "_path", None))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Record):

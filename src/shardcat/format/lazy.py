@@ -27,6 +27,7 @@ import importlib
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
+from ..errors import SampleDecodeError
 from .entries import KEY, Entry, Record, _CompressedEntry, _StoredEntry
 from .spec import ENTRY_DESC_STRUCT, RECORD_HEAD_STRUCT, Codec
 
@@ -182,8 +183,11 @@ class LazyRecord(Record):
         # Entry by entry: building ``entries`` (a dict callers may change)
         # would put the record back under the cyclic GC.
         out: dict[str, Any] = {KEY: self.key}
-        for name in self._layout.order:
-            out[name] = self[name].decode(writable=writable)
+        try:
+            for name in self._layout.order:
+                out[name] = self[name].decode(writable=writable)
+        except SampleDecodeError as e:
+            raise self._decode_error(e, name) from e.__cause__
         return out
 
     # The entry called ``name``: ``self._entries[name]`` once they were all

@@ -55,7 +55,9 @@ ClientChoice: TypeAlias = "Client | DaskCluster | None"
 
 
 @contextlib.contextmanager
-def client_for(choice: ClientChoice = None, url: str = "") -> Iterator[Client]:
+def client_for(
+    choice: ClientChoice = None, url: str = "", *, small: bool = False
+) -> Iterator[Client]:
     """The ``distributed.Client`` a job runs on; what is started here is stopped at exit.
 
     Parameters
@@ -69,6 +71,10 @@ def client_for(choice: ClientChoice = None, url: str = "") -> Iterator[Client]:
         Where the job writes or reads. ``memory://`` lives in this process
         only, so its cluster is threads in this process, and the current
         client (whose workers are other processes) is never used for it.
+    small:
+        The job is small enough that starting worker processes would cost
+        more than it saves: with no choice and no current client, its
+        cluster is threads in this process too.
 
     Raises
     ------
@@ -77,6 +83,7 @@ def client_for(choice: ClientChoice = None, url: str = "") -> Iterator[Client]:
     """
     from distributed import Client, LocalCluster, default_client
 
+    from .interrupts import interrupts_to_this_thread
     from .scheduler import connect
 
     if choice is not None and not isinstance(choice, DaskCluster):
@@ -96,19 +103,24 @@ def client_for(choice: ClientChoice = None, url: str = "") -> Iterator[Client]:
         if current is not None:
             yield current
             return
-    if workers is None and in_process:
+    threaded = workers is None and (in_process or small)
+    if threaded:
         workers, threads = 1, 2
     else:
         threads = 1
-    with (
-        LocalCluster(
-            processes=not in_process,
-            n_workers=workers,
-            threads_per_worker=threads,
-            # A free loopback port: None still binds :8787, which a second job would fight for.
-            dashboard_address="127.0.0.1:0",
-            scheduler_port=0,
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+    with contextlib.ExitStack() as stack:
+        # Ctrl-C is the client's: the cluster's thread and worker processes never see it.
+        with interrupts_to_this_thread():
+            cluster = stack.enter_context(
+                LocalCluster(
+                    processes=not threaded,
+                    n_workers=workers,
+                    threads_per_worker=threads,
+                    # A free loopback port: None still binds :8787, which a second job would
+                    # fight for.
+                    dashboard_address="127.0.0.1:0",
+                    scheduler_port=0,
+                )
+            )
+            client = stack.enter_context(Client(cluster))
         yield client

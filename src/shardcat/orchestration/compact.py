@@ -43,6 +43,7 @@ from .cluster import ClientChoice, client_for
 from .plan import SHARDS_PER_PARTITION, WritePlan
 from .reach import refuse_in_memory, refuse_unreachable
 from .tasks import ATTEMPT, PartitionResult, _remove_quietly, catalog_for
+from .watch import JobRef, gather, interrupted
 
 if TYPE_CHECKING:
     from ..catalog import ShardRow
@@ -242,6 +243,9 @@ def compact(
     ------
     ValueError
         ``min_live`` is not between 0 and 1.
+    WorkersLostError
+        The Dask cluster had no workers for ``dask_no_workers_timeout`` seconds;
+        the job was aborted.
     ChecksumError
         A shard to compact is damaged (the job is aborted, nothing changes).
     """
@@ -268,6 +272,7 @@ def compact(
         job = cat.begin_job(
             dataset, description="shardcat.compact", properties={"operation": "compact"}
         )
+        ref = JobRef("compact", dataset, job.id)
         try:
             chosen, kept, tars = _choose(cat, dataset, min_live)
             if not chosen:  # another compaction took them meanwhile
@@ -293,13 +298,17 @@ def compact(
                     for n, group in enumerate(groups)
                 ]
                 try:
-                    results: list[PartitionResult] = dask_client.gather(futures)
+                    results: list[PartitionResult] = gather(dask_client, futures, ref)
                 except BaseException:
                     with contextlib.suppress(Exception):
                         dask_client.cancel(futures)
                     raise
             written = [url for r in results for url in r.shards]
             cat.commit_job(job, shards=written, rewrite=True, operation="compact", message=message)
+        except KeyboardInterrupt as e:
+            with contextlib.suppress(Exception):
+                cat.abort_job(job)
+            raise interrupted(ref) from e
         except BaseException:
             with contextlib.suppress(Exception):
                 cat.abort_job(job)

@@ -35,12 +35,18 @@ from typing import TYPE_CHECKING, Any
 
 from .._units import count_of
 from ..catalog import internal
-from ..errors import ChecksumError, DatasetExistsError, DestinationNotEmptyError
+from ..errors import (
+    ChecksumError,
+    DatasetExistsError,
+    DestinationNotEmptyError,
+    ShardNotFoundError,
+)
 from ..storage import is_local, join, local_path, open_pending, redact, resolve
 from ..storage.removal import remove_files
 from ..storage.shards import ShardReader
 from ..storage.translate import storage_errors
 from .cluster import ClientChoice, client_for
+from .watch import JobRef, gather, interrupted
 
 if TYPE_CHECKING:
     from ..catalog import ShardRow
@@ -217,6 +223,9 @@ def copy_dataset(
     ------
     DatasetExistsError
         The copy's name is taken in the target catalog by a dataset with records.
+    WorkersLostError
+        The Dask cluster had no workers for ``dask_no_workers_timeout`` seconds;
+        the job was aborted.
     DestinationNotEmptyError
         ``destination`` holds objects that are not this copy's shards.
     ValueError
@@ -299,6 +308,7 @@ def copy_dataset(
         if not move:
             _refuse_taken(dst_cat, target)
         _refuse_foreign(destination, set(plan.values()), dst_opts)
+        _refuse_missing(dataset, [row.url for row in rows], src_opts)
         with client_for(client, destination) as dask_client:
             futures = [
                 dask_client.submit(
@@ -315,10 +325,12 @@ def copy_dataset(
                 for row in rows
             ]
             try:
-                done: list[_Copied] = dask_client.gather(futures)
-            except BaseException:
+                done: list[_Copied] = gather(dask_client, futures, JobRef("copy", dataset))
+            except BaseException as e:
                 with contextlib.suppress(Exception):
                     dask_client.cancel(futures)
+                if isinstance(e, KeyboardInterrupt):
+                    raise interrupted(JobRef("copy", dataset)) from e
                 raise
         infos = [d.info for d in done]
         if move:
@@ -405,6 +417,39 @@ def _refuse_taken(cat: Catalog, name: str) -> None:
         raise DatasetExistsError(
             f"catalog {cat.url} has a dataset {name!r} with records already: name the copy "
             "(name=, --as NAME) or delete that dataset first"
+        )
+
+
+def _refuse_missing(dataset: str, urls: list[str], options: dict[str, Any]) -> None:
+    """Fail before any task runs if source shards are gone: one listing per folder.
+
+    A shard deleted or moved outside shardcat would otherwise surface as one
+    task's bare "no such shard" after a cluster has started and other shards
+    were copied. A store that cannot list (HTTP) leaves the check to the tasks.
+    """
+    folders: dict[str, list[str]] = {}
+    for url in urls:
+        folders.setdefault(url.rsplit("/", 1)[0], []).append(url)
+    missing: list[str] = []
+    for folder, members in folders.items():
+        try:
+            fs, path = resolve(folder, options)
+            present = {p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(path, detail=False)}
+        except FileNotFoundError:
+            present = set()
+        except Exception:  # listing unsupported or failing: each task reports its own shard
+            continue
+        missing.extend(u for u in members if u.rsplit("/", 1)[-1] not in present)
+    if missing:
+        shown = ", ".join(redact(u) for u in sorted(missing)[:3])
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise ShardNotFoundError(
+            f"cannot copy dataset {dataset!r}: {count_of(len(missing), 'shard')} of its {len(urls):,} "
+            f"{'is' if len(missing) == 1 else 'are'} missing from the store ({shown}{more}); "
+            "nothing was copied. Were they deleted or moved outside shardcat? Run "
+            f"`shardcat verify {dataset}` to list every problem; restore the files, or remove "
+            "their rows (Catalog.remove_shard) to copy the rest",
+            path=redact(sorted(missing)[0]),
         )
 
 

@@ -20,6 +20,7 @@ from .._closing import CloseOrAbort
 from .._types import OnDuplicate
 from .._units import parse_size
 from ..errors import WriterClosedError
+from ..format.entries import check_sample
 from ..storage import brace_patterns, dataset_prefix, first_free, redact
 from ..storage.shards import RollingShardWriter
 from .plan import SHARDS_PER_PARTITION, WritePlan
@@ -161,11 +162,13 @@ class DatasetWriter(CloseOrAbort):
     def add(self, key: str, entries: Mapping[str, Any]) -> None:
         """Add a record: ``entries`` maps entry names to values (see ``ShardWriter.add``)."""
         self._check_open()
+        check_sample(entries, self.dataset, key)
         self._writer.add(key, entries)
 
     def write(self, sample: Mapping[str, Any]) -> None:
         """Add a sample dict ``{"__key__": key, name: value, ...}``."""
         self._check_open()
+        check_sample(sample, self.dataset)
         self._writer.write(sample)
 
     def _check_open(self) -> None:

@@ -27,7 +27,15 @@ from typing import Any, Literal
 from braceexpand import braceexpand
 from fsspec.implementations.local import LocalFileSystem
 
-from ..errors import DuplicateKeyError, EmptySourceError, StorageError, UnmatchedFilesError
+from .._units import count_of
+from ..errors import (
+    DuplicateKeyError,
+    EmptySourceError,
+    Hint,
+    SourceIsShardsError,
+    StorageError,
+    UnmatchedFilesError,
+)
 from ..storage import redact, resolve
 
 __all__ = [
@@ -242,6 +250,21 @@ def list_source(source: FileSource) -> FileListing:
             f"name under the {source.key_rule} key rule: {shown}. Pack them as an entry of their "
             "own key (--no-ext-entry NAME), skip them (--skip-unmatched), or rename them",
             paths=unmatched,
+        )
+    if by_key and all(files.keys() == {"shard"} for files in by_key.values()):
+        first = _rel(next(iter(by_key.values()))["shard"][0], prefix)
+        raise SourceIsShardsError(
+            f"{redact(source.url)} holds only shardcat shards ({count_of(len(by_key), 'file')} "
+            f"named *.shard, e.g. {first}), not files to pack; nothing was written",
+            hint=Hint(
+                python="the data to write comes first and the dataset's folder second: "
+                "shardcat.write(shardcat.from_files(SRC), URL, ...); to copy a dataset use "
+                "shardcat.copy_dataset, to register existing shards Catalog.reindex",
+                cli="did you swap SRC and URL? `shardcat write SRC URL -d NAME` packs the files "
+                "under SRC into shards under URL; to copy a dataset use `shardcat copy`, to "
+                "register existing shards `shardcat reindex NAME URL...`",
+            ),
+            source=redact(source.url),
         )
     if not by_key:
         what = (

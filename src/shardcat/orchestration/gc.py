@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .._units import format_bytes
+from .._units import count_of, format_bytes
 from ..catalog import internal
 from ..catalog.kinds import shard_kind
 from ..catalog.models import LIVE_STATES
@@ -80,14 +80,15 @@ class GcReport:
     def __str__(self) -> str:
         verb = "would remove" if self.dry_run else "removed"
         return (
-            f"gc {verb} {len(self.deleted_shards)} deleted shard(s) and {len(self.orphans)} orphan "
-            f"file(s) ({format_bytes(self.bytes)}); aborted {len(self.aborted_jobs)} stale job(s)"
+            f"gc {verb} {count_of(len(self.deleted_shards), 'deleted shard')} and "
+            f"{count_of(len(self.orphans), 'orphan file')} ({format_bytes(self.bytes)}); "
+            f"aborted {count_of(len(self.aborted_jobs), 'stale job')}"
             + (
-                f"; kept {len(self.kept)} file(s) still in use or outside the root"
+                f"; kept {count_of(len(self.kept), 'file')} still in use or outside the root"
                 if self.kept
                 else ""
             )
-            + (f"; {len(self.errors)} error(s)" if self.errors else "")
+            + (f"; {count_of(len(self.errors), 'error')}" if self.errors else "")
         )
 
 

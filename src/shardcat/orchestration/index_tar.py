@@ -27,14 +27,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from .._units import count_of
 from ..errors import EmptySourceError, FormatError, ShardcatError, ShardNotFoundError
 from ..format.tar import Taridx, verify_scan
 from ..reading.checks import scan_tar_url
-from ..storage import redact, resolve
+from ..storage import open_source, redact, resolve
 from ..storage.patterns import expand_patterns
 from .cluster import ClientChoice, client_for
+from .fields import store_shard_fields
 from .reach import refuse_in_memory, refuse_unreachable
 from .tasks import catalog_for
+from .watch import JobRef, gather, interrupted
 
 if TYPE_CHECKING:
     from ..reading import Catalog, CatalogHandle
@@ -90,9 +93,9 @@ class IndexTarSummary:
         return self.bytes / 1e6 / max(self.seconds, 1e-9)
 
     def __str__(self) -> str:
-        skipped = f", {len(self.failed)} tar(s) skipped" if self.failed else ""
+        skipped = f", {count_of(len(self.failed), 'tar')} skipped" if self.failed else ""
         return (
-            f"indexed {self.records:,} samples in {len(self.tars)} tar(s) into {self.dataset!r} "
+            f"indexed {count_of(self.records, 'sample')} in {count_of(len(self.tars), 'tar')} into {self.dataset!r} "
             f"(job {self.job_id}, {self.bytes / 1e6:.1f} MB, {self.mb_per_s:.1f} MB/s{skipped})"
         )
 
@@ -151,10 +154,14 @@ def index_tar_task(
     fid: int = 0,
     index: Taridx | None = None,
     shard_number: int | None = None,
+    fields: tuple[str, ...] = (),
+    fields_entry: str = "json",
 ) -> TarResult:
     """Scan one tar and stage it in the job (runs on a worker).
 
     With ``index`` (``taridx import``), the scan must match the index's rows for ``fid``.
+    With ``fields``, their values are then read from each sample's ``fields_entry``
+    (only those members, CRC-checked) and stored with the staged shard.
 
     Raises
     ------
@@ -164,14 +171,24 @@ def index_tar_task(
     try:
         info = scan_tar_url(url, storage_options)
         if index is not None:
-            verify_scan(index, fid, info)
+            source = open_source(url, storage_options)  # read only where the scan skipped headers
+            try:
+                verify_scan(index, fid, info, source=source)
+            finally:
+                source.close()
     except (FormatError, ShardNotFoundError) as e:
         if on_error == "fail":
             raise
         return TarResult(url, failure=TarFailure(redact(url), type(e).__name__, str(e)))
     if shard_number is not None:
         info = dataclasses.replace(info, shard_number=shard_number)
-    catalog_for(catalog).register_shard(dataset, info, job=job_id)
+    cat = catalog_for(catalog)
+    row = cat.register_shard(dataset, info, job=job_id)
+    if fields:
+        # Read through the URL the task was given (the row's may have had credentials removed).
+        store_shard_fields(
+            cat, dataset, dataclasses.replace(row, url=url), fields, fields_entry, storage_options
+        )
     return TarResult(redact(url), len(info.records), info.size)
 
 
@@ -184,6 +201,8 @@ def index_tar(
     client: ClientChoice = None,
     on_error: OnError = "fail",
     retries: int = 2,
+    fields: Mapping[str, type] | None = None,
+    fields_entry: str = "json",
 ) -> IndexTarSummary:
     """Register WebDataset tars in place as a dataset's shards, committed as one job.
 
@@ -208,19 +227,42 @@ def index_tar(
         ``"skip"``: it is reported in :attr:`IndexTarSummary.failed` and left out.
     retries:
         Dask retries per task (a killed worker's task runs again).
+    fields:
+        Scalar fields to store in the catalog for ``where=`` filters
+        (``{"label": int}``; int, float, bool or str), declared for the
+        dataset. Each task reads them from every sample's ``fields_entry``
+        (a JSON object; only those members are read, in coalesced ranges,
+        each CRC-checked) and stores them with the tar it stages: they become
+        visible with the commit. A sample without the entry or the field has
+        NULL there. Filled afterwards by :func:`shardcat.readers.index_fields`.
+    fields_entry:
+        The JSON entry (member extension) the fields are read from.
 
     Raises
     ------
+    CatalogError
+        A field name is not allowed, or a value does not fit its declared type.
     TarError
         A tar is damaged (``on_error="fail"``); it names the file and byte offset.
     DuplicateKeyError
         A key repeats across tars or exists among committed records (nothing committed).
     ShardNotFoundError, StorageError, EmptySourceError
         A tar or pattern cannot be read.
+    WorkersLostError
+        The Dask cluster had no workers for ``dask_no_workers_timeout`` seconds;
+        the job was aborted.
     """
     opts = dict(storage_options or {})
     return run_index_job(
-        expand_tar_urls(urls, opts), catalog, dataset, opts, client, on_error, retries
+        expand_tar_urls(urls, opts),
+        catalog,
+        dataset,
+        opts,
+        client,
+        on_error,
+        retries,
+        fields=fields,
+        fields_entry=fields_entry,
     )
 
 
@@ -233,6 +275,9 @@ def run_index_job(
     on_error: OnError = "fail",
     retries: int = 2,
     index: Taridx | None = None,
+    *,
+    fields: Mapping[str, type] | None = None,
+    fields_entry: str = "json",
 ) -> IndexTarSummary:
     """:func:`index_tar` of expanded URLs; with ``index``, each tar is checked against its rows.
 
@@ -250,9 +295,12 @@ def run_index_job(
         with client_for(client, tars[0]) as dask_client:
             refuse_unreachable(cat, dask_client)
             cat.create_dataset(dataset, redact(posixpath.dirname(tars[0])), exist_ok=True)
+            if fields:
+                cat.declare_fields(dataset, fields)  # a bad name or type fails before any task
             job = cat.begin_job(
                 dataset, description="shardcat.index_tar", properties={"tars": len(tars)}
             )
+            ref = JobRef("index-tar", dataset, job.id)
             handle = cat.handle()
             scattered = dask_client.scatter(index, broadcast=False) if index is not None else None
             # Job ids restart at 1 in every catalog: a key of the job id alone would let a
@@ -274,13 +322,15 @@ def run_index_job(
                             i,
                             scattered,
                             numbers[i],
+                            tuple(fields or ()),
+                            fields_entry,
                             key=f"shardcat-index-tar-{job.id}-{run}-{i}",
                             retries=retries,
                             pure=False,
                         )
                         for i, url in enumerate(tars)
                     ]
-                    results: list[TarResult] = dask_client.gather(futures)
+                    results: list[TarResult] = gather(dask_client, futures, ref)
                 except BaseException:
                     with contextlib.suppress(Exception):
                         dask_client.cancel(futures)
@@ -290,6 +340,10 @@ def run_index_job(
                 for f in failed:
                     log.warning("skipped %s: %s", f.url, f.message)
                 cat.commit_job(job.id, shards=[r.url for r in done])
+            except KeyboardInterrupt as e:
+                with contextlib.suppress(Exception):
+                    cat.abort_job(job.id)
+                raise interrupted(ref) from e
             except BaseException:
                 with contextlib.suppress(ShardcatError, Exception):
                     cat.abort_job(job.id)

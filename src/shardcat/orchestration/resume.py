@@ -36,6 +36,7 @@ from .files import SampleFiles
 from .inputs import INPUTS_PROPERTY, InputsFingerprint, differences
 from .plan import SHARDS_PER_PARTITION
 from .tasks import ATTEMPT, LAST_COUNT, PartitionResult
+from .watch import JobRef, gather
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -226,8 +227,15 @@ def finished_partitions(
     point: ResumePoint,
     client: Client,
     storage_options: Mapping[str, Any],
+    job: JobRef,
 ) -> dict[int, PartitionResult]:
-    """The partitions of the job that an earlier run finished, verified (one task per attempt)."""
+    """The partitions of the job that an earlier run finished, verified (one task per attempt).
+
+    Raises
+    ------
+    WorkersLostError
+        The cluster has had no workers for too long (``job`` is what the error names).
+    """
     staged = [s for s in cat.shards(point.job.dataset, state="staged") if s.job_id == point.job.id]
     found = attempts(staged, point.partition_base)
     # The newest complete attempt of each partition first; an older one if it fails.
@@ -239,7 +247,7 @@ def finished_partitions(
         pure=False,
     )
     done: dict[int, PartitionResult] = {}
-    for (partition, rows), ok in zip(candidates, client.gather(futures), strict=True):
+    for (partition, rows), ok in zip(candidates, gather(client, futures, job), strict=True):
         if ok and partition not in done:
             done[partition] = PartitionResult(
                 partition=partition,

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CommitConflictError
+from ..format.entries import check_sample
 from ..storage import first_free, redact, resolve
 from ..storage.shards import RollingShardWriter
 from .plan import SHARDS_PER_PARTITION, WritePlan
@@ -135,6 +136,8 @@ def write_partition(samples: Iterable[Any], plan: WritePlan, partition: int) -> 
         previous: Any = _NOTHING
         for sample in samples:
             sample = as_sample(sample)
+            # A JSON or .npy entry that would not decode fails the job here, not a training run.
+            check_sample(sample, plan.dataset)
             if plan.fields:
                 pending.append(field_values(sample, plan.fields, plan.fields_entry))
             if previous is not _NOTHING:

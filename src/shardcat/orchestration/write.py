@@ -19,15 +19,21 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from .. import config
 from .._types import ON_DUPLICATE, OnDuplicate
 from .._units import count_of, format_bytes, parse_size
 from ..errors import (
+    BucketNotFoundError,
     DatasetExistsError,
     DatasetNotFoundError,
     DuplicateKeyError,
     InvalidKeyError,
     RecordTooLargeError,
+    SampleDecodeError,
+    StorageCredentialsError,
+    StoragePermissionError,
     UnmatchedFilesError,
+    WorkersLostError,
 )
 from ..storage import brace_patterns, dataset_prefix, is_local, local_path, redact, resolve
 from .cluster import ClientChoice, client_for
@@ -45,6 +51,7 @@ from .resume import (
 )
 from .samples import batched, check_frame, is_pandas_frame, rows_to_samples
 from .tasks import PartitionResult, write_partition
+from .watch import JobRef, Waiter, interrupted
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -60,10 +67,21 @@ Mode = Literal["create", "append", "overwrite"]
 Call = tuple[Callable[..., PartitionResult], tuple[Any, ...]]
 """A partition task to submit: the function and its arguments."""
 
-# The samples' own faults: the same data fails the same way on every attempt.
-# A task returns them instead of raising, so Dask's retries (for lost workers
-# and flaky stores) do not run it again only to fail again; the client raises.
-_DATA_ERRORS = (InvalidKeyError, RecordTooLargeError, DuplicateKeyError, UnmatchedFilesError)
+# The samples' own faults, and the store's that no attempt mends (a missing bucket,
+# missing or refused credentials): the same task fails the same way on every attempt.
+# A task returns them instead of raising, so Dask's retries (for lost workers and
+# flaky stores) do not build its shard again only to fail again, each failure printed
+# by the worker ("Compute Failed"); the client raises.
+_DATA_ERRORS = (
+    InvalidKeyError,
+    RecordTooLargeError,
+    DuplicateKeyError,
+    UnmatchedFilesError,
+    BucketNotFoundError,
+    StorageCredentialsError,
+    StoragePermissionError,
+    SampleDecodeError,
+)
 
 
 @dataclass(frozen=True)
@@ -71,6 +89,8 @@ class _Refused:
     """A partition's data error, returned by :func:`_attempt` (raised by :func:`_result`)."""
 
     error: BaseException
+    pid: int = 0
+    """The process that ran the task: another one than the client's is a Dask worker."""
 
 
 def _attempt(fn: Callable[..., PartitionResult], *args: Any) -> PartitionResult | _Refused:
@@ -78,15 +98,34 @@ def _attempt(fn: Callable[..., PartitionResult], *args: Any) -> PartitionResult 
     try:
         return fn(*args)
     except _DATA_ERRORS as e:
-        return _Refused(e)
+        return _Refused(e, os.getpid())
 
 
-def _result(future: Any) -> PartitionResult:
+def _result(waiter: Waiter, future: Any) -> PartitionResult:
     """A partition task's result; its data error raised here, on the client."""
-    result = future.result()
+    result = waiter.result(future)
     if isinstance(result, _Refused):
-        raise result.error
+        error = result.error
+        if isinstance(error, StorageCredentialsError) and result.pid not in (0, os.getpid()):
+            raise _on_workers(error) from error
+        raise error
     return result  # type: ignore[no-any-return]
+
+
+def _on_workers(error: StorageCredentialsError) -> StorageCredentialsError:
+    """A credentials error a worker met: the advice is about the workers, not this process.
+
+    The client may have the credentials (its environment, its profile) and
+    the workers not: storage options travel with each task, the environment
+    does not.
+    """
+    return StorageCredentialsError(
+        f"on the Dask workers: {error.message}; the workers need the credentials too, not "
+        "only this process: pass them as storage options (-S key=... -S secret=..., "
+        "storage_options=), which travel with each task, or set them in the workers' "
+        "environment",
+        path=error.path,
+    )
 
 
 @dataclass(frozen=True)
@@ -273,14 +312,22 @@ def write(
         this one ran. Nothing of this job becomes visible.
     ProgressCallbackError
         The ``progress`` callback raised (its exception is the cause).
+    WorkersLostError
+        The Dask cluster had no workers for ``dask_no_workers_timeout``
+        seconds (docs/CONFIG.md). The job stays open: rerun the write with
+        its ``job_name`` (or ``resume=True``) once workers are back.
+    JobInterrupted
+        Ctrl-C (a ``KeyboardInterrupt``): its message says whether the job
+        stays open (``job_name``, ``resume``) or was aborted.
 
     Notes
     -----
     Every failure aborts the job: its queued tasks are cancelled, running ones
     stop at their next shard, nothing it staged becomes visible, and what it
     wrote is removed by :func:`shardcat.orchestration.gc.gc`. Only a job whose
-    client died, or a named or resumed job (``job_name``, ``resume``) that
-    was interrupted (``KeyboardInterrupt``), stays open, to be resumed.
+    client died, whose workers were all lost (WorkersLostError), or a named
+    or resumed job (``job_name``, ``resume``) that was interrupted
+    (``KeyboardInterrupt``), stays open, to be resumed.
 
     **Progress.** A ``progress`` callable receives a frozen
     :class:`~shardcat.orchestration.WriteProgress` (``done_partitions``,
@@ -327,7 +374,7 @@ def write(
         if (job_name is not None or resume) and not allow_changed_inputs:
             with contextlib.suppress(DatasetNotFoundError):  # a new dataset has no job to resume
                 resume_point()  # other inputs are refused before a cluster starts
-        with client_for(client, url) as dask_client:
+        with client_for(client, url, small=_small(source)) as dask_client:
             refuse_unreachable(cat, dask_client)
             existing = open_dataset(cat, dataset, url, mode)
             point = resume_point()
@@ -337,11 +384,13 @@ def write(
                     point.partition_base,
                     point.base_version,
                 )
-                finished = finished_partitions(cat, point, dask_client, opts)
+                ref = JobRef("write", dataset, job.id, job_name, resumable=True)
+                finished = finished_partitions(cat, point, dask_client, opts, ref)
             else:
                 job, base_version, partition_base = begin_write_job(
                     cat, dataset, url, mode, existing, f"shardcat.write ({mode})", job_name, inputs
                 )
+                ref = JobRef("write", dataset, job.id, job_name, resumable=True)
                 finished = {}
             if fields:
                 cat.declare_fields(dataset, fields)
@@ -377,6 +426,7 @@ def write(
                             reporter,
                             futures,
                             set(finished),
+                            ref,
                         )
                     results.extend(finished.values())
                 except BaseException:
@@ -394,19 +444,15 @@ def write(
                     on_duplicate,
                     message,
                 )
-            except KeyboardInterrupt:
-                if job_name is None and not resume:
+            except KeyboardInterrupt as e:
+                stays_open = job_name is not None or resume
+                if not stays_open:
                     with contextlib.suppress(Exception):
                         cat.abort_job(job.id)
-                else:  # interrupted, not failed: what it staged is kept for the rerun
-                    log.warning(
-                        "job %d of dataset %r interrupted; it stays open: rerun the write with "
-                        "job_name=%r (or resume=True) to finish it",
-                        job.id,
-                        dataset,
-                        job_name,
-                    )
-                raise
+                # Interrupted, not failed: a named job keeps what it staged for the rerun.
+                raise interrupted(ref, stays_open=stays_open) from e
+            except WorkersLostError:
+                raise  # the job stays open: its rerun resumes it (the error says how)
             except BaseException:
                 with contextlib.suppress(Exception):
                     cat.abort_job(job.id)
@@ -429,6 +475,28 @@ def write(
         )
         log.info("%s", summary)
         return summary
+
+
+def _small(source: Any) -> bool:
+    """Whether files to pack total at most ``in_process_max_bytes`` (the setting).
+
+    Starting worker processes costs seconds (6-7 s of an 11 s pack of 59 MiB
+    here); below this size two threads of the calling process pack faster.
+    Other data (a bag, a frame) has no size known before it is computed.
+    """
+    if not isinstance(source, FileListing):
+        return False
+    raw = config.get("in_process_max_bytes")
+    if raw in (None, "", 0, "0"):
+        return False
+    try:
+        limit = parse_size(raw)
+    except ValueError:
+        raise ValueError(
+            f"in_process_max_bytes={raw!r} is not a size: give bytes or a size such as "
+            "'256MiB' (0: always start worker processes)"
+        ) from None
+    return source.bytes <= limit
 
 
 def check_mode(mode: str, on_duplicate: str) -> None:
@@ -593,6 +661,7 @@ def _run(
     reporter: ProgressReporter,
     futures: list[Any],
     skip: set[int],
+    job: JobRef,
 ) -> list[PartitionResult]:
     """Run the partition tasks; every future submitted is appended to ``futures`` (to cancel).
 
@@ -609,7 +678,7 @@ def _run(
             if i not in skip
         )
         return _run_bounded(
-            file_calls, len(file_parts) - len(skip), plan, client, retries, reporter, futures
+            file_calls, len(file_parts) - len(skip), plan, client, retries, reporter, futures, job
         )
     if _is_dask_dataframe(data):
         tasks = [
@@ -618,7 +687,7 @@ def _run(
             if i not in skip
         ]
         futures.extend(client.compute(tasks, retries=retries))
-        return _gather(futures, reporter, len(tasks))
+        return _gather(client, futures, reporter, len(tasks), job)
     if isinstance(data, db.Bag):
         parts = data.to_delayed()
         tasks = [
@@ -627,13 +696,13 @@ def _run(
             if i not in skip
         ]
         futures.extend(client.compute(tasks, retries=retries))
-        return _gather(futures, reporter, len(tasks))
+        return _gather(client, futures, reporter, len(tasks), job)
     calls: Iterator[Call] = (
         (write_partition, (batch, plan, i))
         for i, batch in enumerate(batched(data, batch_size))
         if i not in skip
     )
-    return _run_bounded(calls, None, plan, client, retries, reporter, futures)
+    return _run_bounded(calls, None, plan, client, retries, reporter, futures, job)
 
 
 def _run_bounded(
@@ -644,19 +713,23 @@ def _run_bounded(
     retries: int,
     reporter: ProgressReporter,
     futures: list[Any],
+    job: JobRef,
 ) -> list[PartitionResult]:
     """Submit task calls as they come, a few per worker thread in flight (bounded client memory).
 
     ``total`` is the number of calls if known (the progress bar shows it),
     else ``None`` until ``calls`` runs out.
     """
-    from distributed import wait
-
-    workers = client.scheduler_info().get("workers", {})
-    threads = sum(int(w.get("nthreads", 1)) for w in workers.values())
+    threads = sum(client.nthreads().values())
     in_flight_limit = 2 * max(1, threads)
-    pending: list[Any] = []
+    waiter = Waiter(client, job)
     done: list[PartitionResult] = []
+
+    def finish(batch: list[Any]) -> None:
+        for f in batch:
+            done.append(_result(waiter, f))
+            reporter.partition_done(done[-1])
+
     sent = 0
     # Per run: two catalogs' job 1 on one cluster, or a resumed job and its first run,
     # must never share task keys (the scheduler would hand one the other's results).
@@ -673,28 +746,24 @@ def _run_bounded(
         )
         sent += 1
         futures.append(future)
-        pending.append(future)
-        if len(pending) >= in_flight_limit:
-            finished, rest = wait(pending, return_when="FIRST_COMPLETED")
-            for f in finished:
-                done.append(_result(f))
-                reporter.partition_done(done[-1])
-            pending = list(rest)
+        waiter.add(future)
+        if waiter.count() >= in_flight_limit:
+            finish(waiter.next_batch())
     if total is None:
         reporter.total_known(sent)
-    for f in pending:
-        done.append(_result(f))
-        reporter.partition_done(done[-1])
+    for batch in iter(waiter.next_batch, []):
+        finish(batch)
     return done
 
 
-def _gather(futures: list[Any], reporter: ProgressReporter, total: int) -> list[PartitionResult]:
-    from distributed import as_completed
-
+def _gather(
+    client: Client, futures: list[Any], reporter: ProgressReporter, total: int, job: JobRef
+) -> list[PartitionResult]:
     results: list[PartitionResult] = []
     reporter.start(total)
-    for future in as_completed(futures):
-        results.append(_result(future))
+    waiter = Waiter(client, job, futures)
+    for future in waiter:
+        results.append(_result(waiter, future))
         reporter.partition_done(results[-1])
     return results
 
@@ -712,8 +781,24 @@ def write_files_partition(
     plan: WritePlan,
     partition: int,
 ) -> PartitionResult:
-    """Read one partition's files on the worker and write them as its shard."""
-    return write_partition(read_samples(samples, root_url, source_options), plan, partition)
+    """Read one partition's files on the worker and write them as its shard.
+
+    Raises
+    ------
+    SampleDecodeError
+        A file would not decode as its entry's type says (an empty ``.json``):
+        it names the file.
+    """
+    try:
+        return write_partition(read_samples(samples, root_url, source_options), plan, partition)
+    except SampleDecodeError as e:
+        fs, _ = resolve(root_url, source_options)
+        for s in samples:
+            if s.key == e.key:
+                e.source = next(
+                    (redact(fs.unstrip_protocol(p)) for n, p in s.files if n == e.entry), None
+                )
+        raise
 
 
 def _is_dask_dataframe(data: Any) -> bool:

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ChecksumError, FormatError, TruncatedError
+from ..errors import ChecksumError, FormatError, SampleDecodeError, TruncatedError
 from ..format import Codec, ShardReader, recordcodec
 from ..format.entries import JSON_TYPE, _StoredEntry, decodes_to_bytes
 from ..format.sources import FileSource
@@ -379,10 +379,13 @@ class BlockFill:
                 kind = first.kinds[i]
                 decoded = _json_column(view, spans) if kind == JSON_TYPE else None
                 if decoded is None:
-                    decoded = [
-                        _StoredEntry(view[a : a + b], kind, Codec.NONE).decode(writable=True)
-                        for a, b in spans
-                    ]
+                    try:
+                        decoded = [
+                            _StoredEntry(view[a : a + b], kind, Codec.NONE).decode(writable=True)
+                            for a, b in spans
+                        ]
+                    except SampleDecodeError as e:
+                        raise _bad_value(e, view, spans, kind, keys, first.names[i]) from e
                 values[first.names[i]] = decoded
             del view
         return sealed(
@@ -396,6 +399,23 @@ class BlockFill:
             self.columns,
             values,
         )
+
+
+def _bad_value(
+    error: SampleDecodeError,
+    view: memoryview,
+    spans: list[list[int]],
+    kind: str,
+    keys: list[str],
+    name: str,
+) -> SampleDecodeError:
+    """``error``, naming the key of the batch's first value of ``name`` that does not decode."""
+    for key, (a, b) in zip(keys, spans):
+        try:
+            _StoredEntry(view[a : a + b], kind, Codec.NONE).decode()
+        except SampleDecodeError as e:
+            return e.locate(key=key, entry=name)
+    return error.locate(entry=name)
 
 
 def _json_column(view: memoryview, spans: list[list[int]]) -> list[Any] | None:

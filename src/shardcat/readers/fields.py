@@ -1,13 +1,12 @@
-"""Filling declared fields from a JSON entry of every record: one sequential read per shard."""
+"""Filling declared fields from a JSON entry of every record, for shards of every kind."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+from ..orchestration.fields import store_shard_fields
 from ..reading import Catalog
-from .plan import ShardTask
-from .stream import iter_task_records
 
 __all__ = ["index_fields"]
 
@@ -22,12 +21,13 @@ def index_fields(
 ) -> int:
     """Declare ``fields`` and store their values, taken from each record's JSON ``entry``.
 
-    Reads only that entry of every committed shard, in shard order, and
-    stores each shard's values in its own transaction (running it again
-    replaces them). Afterwards ``where="label = 3"`` works in
+    Reads only that entry of every committed shard, in shard order (a
+    native shard in one sequential read; a tar indexed in place, only that
+    member of each sample, CRC-checked), and stores each shard's values in
+    its own transaction (running it again replaces them). Afterwards ``where="label = 3"`` works in
     :meth:`Catalog.select <shardcat.Catalog.select>`, the torch
     datasets and :func:`~shardcat.readers.to_dask_dataframe`. A record
-    whose entry lacks a field (or is not a JSON object) has NULL there.
+    whose entry is missing, lacks a field or is not a JSON object has NULL there.
     Returns the number of values stored.
 
     Raises
@@ -42,15 +42,7 @@ def index_fields(
     with Catalog.opened(catalog, storage_options=storage_options, create=False) as cat:
         cat.declare_fields(dataset, fields)
         opts = dict(cat.storage_options if storage_options is None else storage_options)
-        stored = 0
-        for shard in cat.shards(dataset, state="committed"):
-            task = ShardTask(shard.url, shard.record_count, (shard.file_id, shard.footer_crc))
-            values = []
-            for rec in iter_task_records(task, opts, (entry,)):
-                if entry not in rec:
-                    continue
-                obj = rec[entry].decode()
-                if isinstance(obj, dict):
-                    values.append((rec.offset, {n: obj[n] for n in fields if n in obj}))
-            stored += cat.store_fields(dataset, shard.id, values)
-        return stored
+        return sum(
+            store_shard_fields(cat, dataset, shard, tuple(fields), entry, opts)
+            for shard in cat.shards(dataset, state="committed")
+        )

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
-from ..errors import KeyNotFoundError
+from ..errors import KeyNotFoundError, SampleDecodeError
 from ..reading import Catalog
 from .stream import Decoder, apply_decoder
 
@@ -139,6 +139,8 @@ class KeySamples:
         ------
         KeyNotFoundError
             If the dataset has no committed record with this key.
+        SampleDecodeError
+            If the sample does not decode (it names the dataset, key, entry and shard).
         """
         rec = self.catalog.get(self.dataset, key, self.entries, version=self.version)
         return apply_decoder(rec.decode(writable=True), self.decode)
@@ -150,13 +152,19 @@ class KeySamples:
         ------
         KeyNotFoundError
             If a key is no longer in the catalog (all missing keys are named).
+        SampleDecodeError
+            If a sample does not decode (it names the dataset, key, entry and shard).
         """
         keys = [self.keys[i] for i in indices]
         result = self.catalog.get_many(self.dataset, keys, self.entries, version=self.version)
         result.raise_for_missing()
         out = []
-        for key, rec in zip(keys, result):
-            if rec is None:  # raise_for_missing raised already; keeps the types honest
-                raise KeyNotFoundError(f"key {key!r} not found in {self.dataset!r}")
-            out.append(apply_decoder(rec.decode(writable=True), self.decode))
+        try:
+            for key, rec in zip(keys, result):
+                if rec is None:  # raise_for_missing raised already; keeps the types honest
+                    raise KeyNotFoundError(f"key {key!r} not found in {self.dataset!r}")
+                out.append(apply_decoder(rec.decode(writable=True), self.decode))
+        except SampleDecodeError as e:  # it names the key and shard; the dataset is ours
+            e.locate(dataset=self.dataset)
+            raise
         return out

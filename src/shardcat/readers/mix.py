@@ -29,12 +29,14 @@ from typing import Any
 import numpy as np
 
 from .plan import epoch_rng
-from .stream import SampleStream
+from .stream import SampleStream, Skipped
 
 __all__ = ["MixedStream"]
 
 _MIX = 0x6D6978  # keeps the draws apart from the streams' own shuffles of the same seed
 _CHOOSE = 0x63686F  # and the subsets of resized streams apart from both
+_ENDED: Any = object()
+"""What an exhausted stream gives: it dropped samples (on_error), so fewer than allotted."""
 
 
 def allot(counts: Sequence[int], total: int) -> list[int]:
@@ -179,21 +181,28 @@ class MixedStream:
         worker: int = 0,
         workers: int = 1,
         start: int = 0,
+        *,
+        skipped: Skipped | None = None,
     ) -> Iterator[Any]:
         """The mixed samples of one reader in ``epoch``, from its ``start``-th on.
 
         Resuming at ``start`` yields what an uninterrupted run yields after
         its first ``start`` samples; each stream skips what it gave before.
+        ``skipped`` is told of the samples a stream dropped (its
+        ``on_error``); a stream that dropped some ends early, and its later
+        picks are passed over.
         """
         picks = self.draws(epoch, rank, world, worker, workers)
         done = np.bincount(picks[:start], minlength=len(self.streams)).tolist()
         allotted = self.allotted(epoch, rank, world, worker, workers)
         readers: list[Iterator[Any]] = [
-            self._resized(i, m, epoch, rank, world, worker, workers, d)
+            self._resized(i, m, epoch, rank, world, worker, workers, d, skipped)
             for i, (m, d) in enumerate(zip(allotted, done))
         ]
         for pick in picks[start:].tolist():
-            yield next(readers[pick])
+            sample = next(readers[pick], _ENDED)
+            if sample is not _ENDED:
+                yield sample
 
     def _resized(
         self,
@@ -205,6 +214,7 @@ class MixedStream:
         worker: int,
         workers: int,
         start: int,
+        skipped: Skipped | None = None,
     ) -> Iterator[Any]:
         """``allotted`` samples of one reader's share of stream ``index``, from the ``start``-th.
 
@@ -213,7 +223,9 @@ class MixedStream:
         """
         stream = self.streams[index]
         if not self.sizes or self.sizes[index] is None:
-            yield from stream.iter_reader(epoch, rank, world, worker, workers, start)
+            yield from stream.iter_reader(
+                epoch, rank, world, worker, workers, start, skipped=skipped
+            )
             return
         n = stream.reader_counts(epoch, rank, world, workers)[worker]
         if n == 0:
@@ -230,7 +242,7 @@ class MixedStream:
                 keep = np.zeros(n, dtype=bool)
                 keep[rng.choice(n, size=rest, replace=False)] = True
             yield from stream.iter_reader(
-                epoch, rank, world, worker, workers, start, repeat=k, keep=keep
+                epoch, rank, world, worker, workers, start, repeat=k, keep=keep, skipped=skipped
             )
             start = 0
 

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BatchSenderGoneError
+from ..errors import BatchSenderGoneError, SampleDecodeError
 from ..format.entries import KEY, Record, decodes_to_bytes
 
 __all__ = ["BlockRing", "PackedBatch", "PackedColumn", "pack_records", "pack_samples"]
@@ -355,7 +355,10 @@ def pack_records(
         if fn is None and decodes_to_bytes(kind) and all(e.content_type == kind for e in entries):
             packed.append((name, [e.view for e in entries]))
             continue
-        col = [e.decode(writable=True) for e in entries]
+        try:
+            col = [e.decode(writable=True) for e in entries]
+        except SampleDecodeError as e:
+            raise _bad_entry(e, records, name) from e.__cause__
         if fn is not None:
             col = [fn(v) for v in col]
         if all(type(v) is bytes for v in col):
@@ -363,6 +366,16 @@ def pack_records(
         else:
             values[name] = col
     return _assemble([r.key for r in records], names, packed, values)
+
+
+def _bad_entry(error: SampleDecodeError, records: Sequence[Record], name: str) -> SampleDecodeError:
+    """``error``, naming the first record whose entry ``name`` does not decode."""
+    for record in records:
+        try:
+            record.entries[name].decode()
+        except SampleDecodeError as e:
+            return record._decode_error(e, name)
+    return error.locate(entry=name)
 
 
 def _decoded(record: Record, decode: Mapping[str, Callable[[Any], Any]] | None) -> dict[str, Any]:

@@ -10,16 +10,17 @@ It needs no torch; :mod:`shardcat.torch` wraps it.
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from ..catalog import internal
 from ..catalog.kinds import shard_kind
 from ..catalog.results import RecordRow
-from ..errors import CatalogError
+from ..errors import CatalogError, SampleDecodeError
 from ..format import Record
 from ..orchestration import iter_tar_records, open_registered
 from ..orchestration.tasks import catalog_for
@@ -31,13 +32,45 @@ from .packed import PackedBatch, pack_records, pack_samples
 from .plan import ShardTask, assign, buffered_order, epoch_rng
 
 __all__ = [
+    "ON_ERROR",
     "Decoder",
+    "OnError",
     "SampleStream",
     "apply_decoder",
     "iter_task_records",
     "plan_tasks",
     "positions_after",
 ]
+
+log = logging.getLogger(__name__)
+
+OnError = Literal["raise", "skip", "log"]
+"""What a reader does with a sample that does not decode (:class:`~shardcat.errors.SampleDecodeError`):
+raise it, drop it silently, or drop it with a warning; dropped samples are counted."""
+ON_ERROR: tuple[OnError, ...] = ("raise", "skip", "log")
+
+Skipped = Callable[[SampleDecodeError], None]
+"""Told of each sample a reader dropped (``on_error="skip"`` or ``"log"``)."""
+
+
+def check_on_error(on_error: str) -> OnError:
+    """``on_error`` if it is one of :data:`ON_ERROR`.
+
+    Raises
+    ------
+    ValueError
+        If it is not.
+    """
+    if on_error not in ON_ERROR:
+        raise ValueError(
+            f"on_error must be one of {', '.join(map(repr, ON_ERROR))}, not {on_error!r}"
+        )
+    return on_error
+
+
+_DROPPED: Any = object()
+"""Where a dropped sample was: it keeps its position (resuming counts it), never yielded."""
+
 
 Decoder = Callable[[dict[str, Any]], Any] | Mapping[str, Callable[[Any], Any]] | None
 """A function of the whole sample, or one function per entry name (of its stored-type value)."""
@@ -135,6 +168,13 @@ class SampleStream:
     direct:
         Make packed batches (:meth:`iter_packed`) straight from the shards'
         bytes where that applies (:mod:`.direct`); False: from records always.
+    on_error:
+        A sample whose entries do not decode (:class:`~shardcat.errors.SampleDecodeError`):
+        ``"raise"`` it (default), ``"skip"`` it or ``"log"`` a warning and
+        skip it. Skipped samples keep their place (resuming counts them) and
+        are reported to the ``skipped`` callback of :meth:`iter_reader`.
+    dataset:
+        The dataset's name, for the errors.
     """
 
     tasks: tuple[ShardTask, ...]
@@ -147,6 +187,23 @@ class SampleStream:
     cache: LocalShardCache | None = None
     catalog: CatalogHandle | None = None
     direct: bool = True
+    on_error: OnError = "raise"
+    dataset: str | None = None
+
+    def __post_init__(self) -> None:
+        check_on_error(self.on_error)
+
+    def _bad(self, error: SampleDecodeError, url: str, skipped: Skipped | None) -> Any:
+        """What takes a sample's place when it does not decode: raises, or drops it."""
+        error.locate(dataset=self.dataset)
+        error.path = redact(url)  # the shard as registered (a record may name its cached copy)
+        if self.on_error == "raise":
+            raise error
+        if self.on_error == "log":
+            log.warning("skipped a sample: %s", error.message)
+        if skipped is not None:
+            skipped(error)
+        return _DROPPED
 
     @property
     def num_samples(self) -> int:
@@ -198,6 +255,7 @@ class SampleStream:
         *,
         repeat: int = 0,
         keep: np.ndarray | None = None,
+        skipped: Skipped | None = None,
     ) -> Iterator[Any]:
         """Samples of one reader in ``epoch``, from its ``start``-th on.
 
@@ -207,7 +265,13 @@ class SampleStream:
         again in another order (the ``repeat``-th pass of a stream repeated
         within an epoch); ``keep`` (booleans, one per sample of the reader,
         in file order) yields only those samples, in the same order as the
-        rest would have come.
+        rest would have come. ``skipped`` is told of each sample dropped
+        (``on_error``); a dropped sample counts as yielded for ``start``.
+
+        Raises
+        ------
+        SampleDecodeError
+            A sample does not decode, with ``on_error="raise"``.
         """
         tasks = self.reader_tasks(epoch, rank, world, worker, workers)
         counts = np.fromiter((t.count for t in tasks), dtype=np.int64, count=len(tasks))
@@ -223,7 +287,7 @@ class SampleStream:
             return
         if keep is None and (not self.shuffle or self.shuffle_buffer <= 1):
             # File order (the buffer changes nothing): no bookkeeping per sample.
-            yield from self._in_file_order(tasks, bases, start)
+            yield from self._in_file_order(tasks, bases, start, skipped)
             return
         # Python ints and bytes, not numpy scalars: this loop runs once per sample.
         skip = np.zeros(n, dtype=bool) if keep is None else ~keep
@@ -242,37 +306,59 @@ class SampleStream:
                     continue
                 # Decoded at once (writable copies): a pending sample must not pin
                 # the shard's read buffer, and torch wants writable arrays.
-                sample = rec.decode(writable=True)
+                try:
+                    sample = rec.decode(writable=True)
+                except SampleDecodeError as e:
+                    sample = self._bad(e, tasks[t].url, skipped)
                 if p != want:
                     pending[p] = sample
                     continue
-                yield sample if decode is None else apply_decoder(sample, decode)
+                if sample is not _DROPPED:
+                    yield sample if decode is None else apply_decoder(sample, decode)
                 want = next(todo, -1)
                 while want in pending:
-                    yield apply_decoder(pending.pop(want), decode)
+                    sample = pending.pop(want)
+                    if sample is not _DROPPED:
+                        yield apply_decoder(sample, decode)
                     want = next(todo, -1)
                 if want < 0:
                     return
 
     def _in_file_order(
-        self, tasks: Sequence[ShardTask], bases: np.ndarray, start: int
+        self,
+        tasks: Sequence[ShardTask],
+        bases: np.ndarray,
+        start: int,
+        skipped: Skipped | None = None,
     ) -> Iterator[Any]:
         """The reader's samples in file order from the ``start``-th: what ``buffered_order`` is then."""
         decode = self.decode
-        for rec in self._file_order_records(tasks, bases, start):
-            sample = rec.decode(writable=True)
-            yield sample if decode is None else apply_decoder(sample, decode)
+        for task, records in self._file_order_shards(tasks, bases, start):
+            for rec in records:
+                try:
+                    sample = rec.decode(writable=True)
+                except SampleDecodeError as e:
+                    self._bad(e, task.url, skipped)
+                    continue
+                yield sample if decode is None else apply_decoder(sample, decode)
 
     def _file_order_records(
         self, tasks: Sequence[ShardTask], bases: np.ndarray, start: int
     ) -> Iterator[Record]:
+        for _, records in self._file_order_shards(tasks, bases, start):
+            yield from records
+
+    def _file_order_shards(
+        self, tasks: Sequence[ShardTask], bases: np.ndarray, start: int
+    ) -> Iterator[tuple[ShardTask, Iterator[Record]]]:
+        """Each shard from the one holding the ``start``-th sample, with its records from there."""
         first = int(np.searchsorted(bases, start, side="right")) - 1
         for t in range(first, len(tasks)):
             records = self._records(tasks[t])
             if t == first and start > bases[t]:
                 # Records are decoded lazily: the ones yielded before are skipped, not decoded.
                 records = itertools.islice(records, start - int(bases[t]), None)
-            yield from records
+            yield tasks[t], records
 
     def iter_packed(
         self,
@@ -284,6 +370,7 @@ class SampleStream:
         start: int = 0,
         *,
         batch_size: int,
+        skipped: Skipped | None = None,
     ) -> Iterator[PackedBatch]:
         """:meth:`iter_reader`'s samples from the ``start``-th, in packed batches of ``batch_size``.
 
@@ -294,13 +381,17 @@ class SampleStream:
         holds the positions of its samples, not the samples. Otherwise, in
         file order and without a whole-sample ``decode``, they are packed
         from the records' read buffers, with no sample dict made in between.
+        With ``on_error`` other than ``"raise"`` they are packed from
+        :meth:`iter_reader`'s samples (which drops the bad ones).
         """
         tasks = self.reader_tasks(epoch, rank, world, worker, workers)
         decode = self.decode
         buffered = self.shuffle and self.shuffle_buffer > 1
+        dropping = self.on_error != "raise"
         direct = (
             self.direct
             and decode is None
+            and not dropping
             and all(t.kind != "tar" and (self.cache is not None or is_local(t.url)) for t in tasks)
         )
         if direct and buffered:
@@ -309,12 +400,13 @@ class SampleStream:
             # A buffer spanning too many small shards would hold them all open: the record
             # path below reads one shard at a time instead.
             if gather.shards_needed_at_once(sizes, order, batch_size) <= gather.MAX_OPEN_SHARDS:
-                yield from gather.iter_gathered(
+                gathered = gather.iter_gathered(
                     tasks, self.storage_options, self.entries, self.cache, order, batch_size
                 )
+                yield from self._named(gathered)
                 return
-        if buffered or callable(decode):
-            samples = self.iter_reader(epoch, rank, world, worker, workers, start)
+        if buffered or callable(decode) or dropping:
+            samples = self.iter_reader(epoch, rank, world, worker, workers, start, skipped=skipped)
             for batch in _chunks(samples, batch_size):
                 yield pack_samples(batch)
             return
@@ -322,8 +414,10 @@ class SampleStream:
             # Read straight into the batches' blocks (readers/direct.py): no record objects.
             # Local files only: a remote shard streams better with read-ahead than in ranged
             # reads of a batch each (unless the cache makes a local copy first).
-            yield from iter_direct(
-                tasks, self.storage_options, self.entries, self.cache, start, batch_size
+            yield from self._named(
+                iter_direct(
+                    tasks, self.storage_options, self.entries, self.cache, start, batch_size
+                )
             )
             return
         counts = np.fromiter((t.count for t in tasks), dtype=np.int64, count=len(tasks))
@@ -331,8 +425,17 @@ class SampleStream:
         if start >= int(bases[-1]):
             return
         records = self._file_order_records(tasks, bases, start)
-        for batch in _chunks(records, batch_size):
-            yield pack_records(batch, decode)
+        yield from self._named(
+            pack_records(batch, decode) for batch in _chunks(records, batch_size)
+        )
+
+    def _named(self, batches: Iterator[PackedBatch]) -> Iterator[PackedBatch]:
+        """``batches``; a sample in them that does not decode is raised naming the dataset."""
+        try:
+            yield from batches
+        except SampleDecodeError as e:
+            e.locate(dataset=self.dataset)
+            raise
 
     def _records(self, task: ShardTask) -> Iterator[Record]:
         return iter_task_records(task, self.storage_options, self.entries, self.cache, self.catalog)

@@ -97,6 +97,13 @@ _DATASET = "r.dataset_id = (SELECT id FROM datasets WHERE name = {p})"
 # (visible at it, and not expired), a tag (its subquery is the version; tagged
 # versions are never expired).
 _COMMITTED = visibility.sql(visibility.live, "records AS r", "shards AS s")
+# The latest commit that removed a key's record, from a committed shard (a key deleted since).
+_REMOVED = (
+    "SELECT MAX(r.removed_version) FROM records r JOIN shards s ON s.id = r.shard_id"
+    " WHERE r.dataset_id = {p} AND r.key_hash = {p} AND r.key = {p} AND "
+    + visibility.sql(visibility.committed, "shards AS s")
+    + " AND r.removed_version IS NOT NULL"
+)
 _TAG = "(SELECT t.version FROM dataset_tags t WHERE t.dataset_id = r.dataset_id AND t.name = {p})"
 
 
@@ -304,10 +311,32 @@ class Lookup:
             at = f" at version {version!r}"
         if key is None:
             return KeyNotFoundError(f"no keys found in dataset {dataset!r}{at}")
+        hint = ""
+        if version is None:
+            hint = self._removed_hint(int(found[0][0]), key) or self._stem_hint(dataset, key)
         return KeyNotFoundError(
             f"no record with key {key!r} in dataset {dataset!r}{at or ' (among committed shards)'}"
-            + ("" if version is not None else self._stem_hint(dataset, key))
+            + hint
         )
+
+    def _removed_hint(self, dataset_id: int, key: str) -> str:
+        """A key a commit deleted: which version did, and whether a kept version still reads it."""
+        p = self._p
+        h, _ = _hash(key)
+        rows = self._query(_REMOVED.format(p=p), (dataset_id, h, key))
+        gone = rows[0][0] if rows else None
+        if gone is None:
+            return ""
+        before = int(gone) - 1
+        sql = f"SELECT 1 FROM dataset_versions WHERE dataset_id = {p} AND number = {p}"
+        if before >= 1 and self._query(sql, (dataset_id, before)):
+            still = (
+                f"; version {before} still reads it (get(..., version={before}), "
+                f"`--version {before}`)"
+            )
+        else:
+            still = "; no kept version reads it"
+        return f": version {gone} deleted it (`shardcat log` says how){still}"
 
     def _stem_hint(self, dataset: str, key: str) -> str:
         """A file name given as the key (``a/img1.jpg``): the key of its sample, if that exists.

@@ -41,7 +41,7 @@ from .._units import parse_size
 from ..format import sources as _sources
 from ..format.sources import FileSource
 from .objstore import ObstoreSource
-from .sources import FsspecSource, open_source
+from .sources import FsspecSource, open_source, retried
 from .translate import is_backend_error, translate
 
 __all__ = ["REMOTE_MAX_GAP_ENV", "SourceCache", "fetch_ranges", "resolve_remote_max_gap"]
@@ -334,7 +334,9 @@ class SourceCache:
             try:
                 # Keywords and lists, never positional ranges (s3fs's cat_file takes
                 # a version id second); on_error="return" tells which file failed.
-                blobs = fs.cat_ranges(paths, r_starts, r_ends, on_error="return")
+                blobs = retried(
+                    fs, "cat_ranges", urls[files[at[0]]], paths, r_starts, r_ends, on_error="return"
+                )
             except Exception as e:
                 if not is_backend_error(e):
                     raise
@@ -357,8 +359,14 @@ class SourceCache:
         try:
             # Keywords and lists, never positional ranges: s3fs's cat_file takes a
             # version id second. on_error="return" tells which file failed.
-            blobs = fs.cat_ranges(
-                paths, [r.start for r in flat], [r.end for r in flat], on_error="return"
+            blobs = retried(
+                fs,
+                "cat_ranges",
+                plan[0][0],
+                paths,
+                [r.start for r in flat],
+                [r.end for r in flat],
+                on_error="return",
             )
         except Exception as e:
             if not is_backend_error(e):

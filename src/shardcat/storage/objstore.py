@@ -19,11 +19,11 @@ import io
 import logging
 import os
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import Any, BinaryIO, cast
 
 from .._types import ByteRange, StorageOptions
 from ..errors import StorageError
+from . import retry
 from .fs import protocol_of, redact
 from .translate import storage_errors
 from .transport import S3_PROTOCOLS, TRANSPORT_ENV, TransportChoice, choose_transport
@@ -32,20 +32,9 @@ __all__ = ["TRANSPORT_ENV", "ObstoreSource", "open_obstore", "s3_store"]
 
 _log = logging.getLogger(__name__)
 _STREAM_BUFFER = 8 << 20
-# A refused connection fails in under a second, as s3fs's does (object_store's
-# default retries for three minutes).
-_RETRY = {
-    "max_retries": 3,
-    "backoff": {
-        "init_backoff": timedelta(milliseconds=100),
-        "max_backoff": timedelta(seconds=2),
-        "base": 2,
-    },
-    "retry_timeout": timedelta(seconds=30),
-}
-# Per process and bucket: the route it was built for (the s3fs filesystem's botocore
-# resolution) and the store.
-_stores: dict[tuple[int, str], tuple[Any, Any]] = {}
+# Per process, bucket, use (reads or uploads) and timeout: the route it was built for (the
+# s3fs filesystem's botocore resolution) and the store.
+_stores: dict[tuple[int, str, bool, float], tuple[Any, Any]] = {}
 # The process that started obstore's (tokio) runtime. The runtime's threads do
 # not survive fork: in a forked child (a DataLoader worker) every obstore call
 # hangs, so a child of a process that used it reads through s3fs instead.
@@ -77,7 +66,7 @@ def open_obstore(url: str, storage_options: StorageOptions | None = None) -> Obs
     StorageError
         ``obstore`` is selected but not installed, or the variable's value is unknown.
     """
-    found = s3_store(url, storage_options)
+    found = s3_store(url, storage_options, reads=True)
     if found is None:
         return None
     store, key, choice = found
@@ -92,12 +81,14 @@ def open_obstore(url: str, storage_options: StorageOptions | None = None) -> Obs
 
 
 def s3_store(
-    url: str, storage_options: StorageOptions | None = None
+    url: str, storage_options: StorageOptions | None = None, *, reads: bool = False
 ) -> tuple[Any, str, TransportChoice] | None:
     """obstore's ``S3Store`` for ``url``'s bucket, the object's key and why; None where s3fs serves.
 
-    Stores are cached per process, bucket and configuration. The rules and the
-    errors are :func:`open_obstore`'s.
+    ``reads``: a store for :class:`ObstoreSource`, which retries under
+    :mod:`.retry`'s deadline (obstore's own retries off); else for uploads
+    (:mod:`.objput`), which keep obstore's. Stores are cached per process,
+    bucket, use and configuration. The rules and the errors are :func:`open_obstore`'s.
     """
     global _runtime_pid
     if protocol_of(url) not in S3_PROTOCOLS:
@@ -121,16 +112,23 @@ def s3_store(
         ) from None
     # One store per bucket and route: a new s3fs filesystem (other options, or its cache
     # cleared) is resolved again, and its store replaces the bucket's old one.
-    cache_key = (os.getpid(), bucket)
+    timeouts = retry.obstore_retry_config(reads=reads)
+    limit = timeouts["client_options"]["timeout"].total_seconds()
+    cache_key = (os.getpid(), bucket, reads, limit)
     cached = _stores.get(cache_key)
     if cached is not None and cached[0] is choice.route:
         store = cached[1]
     else:
+        options = {**choice.config}
+        options["client_options"] = {
+            **options.get("client_options", {}),
+            **timeouts["client_options"],
+        }
         store = S3Store(
             bucket,
-            retry_config=_RETRY,  # type: ignore[arg-type]
+            retry_config=timeouts["retry_config"],
             credential_provider=choice.credentials,
-            **choice.config,
+            **options,
         )
         _stores[cache_key] = (choice.route, store)
     _runtime_pid = os.getpid()
@@ -228,13 +226,16 @@ class ObstoreSource:
             return int(inherited.size())
         import obstore
 
-        with storage_errors(self._name):
+        def attempt(timeout: float | None) -> int:
             try:
                 return int(obstore.head(self.store, self.path)["size"])
             except Exception as e:
                 if self._redirected(e):
                     return self.size()
                 raise
+
+        with storage_errors(self._name):
+            return retry.call(attempt, self._name)
 
     def read(self, start: int, end: int) -> bytes:
         return bytes(self.read_buffer(start, end))
@@ -247,7 +248,7 @@ class ObstoreSource:
             return memoryview(inherited.read(start, end))
         import obstore
 
-        with storage_errors(self._name):
+        def attempt(timeout: float | None) -> memoryview:
             try:
                 return memoryview(obstore.get_range(self.store, self.path, start=start, end=end))
             except Exception as e:
@@ -257,12 +258,15 @@ class ObstoreSource:
                     return self.read_buffer(start, end)
                 raise
 
+        with storage_errors(self._name):
+            return retry.call(attempt, self._name)
+
     def read_suffix(self, length: int) -> bytes:
         if (inherited := self._forked()) is not None:
             return bytes(inherited.read_suffix(length))
         import obstore
 
-        with storage_errors(self._name):
+        def attempt(timeout: float | None) -> bytes:
             try:
                 result = obstore.get(self.store, self.path, options={"range": {"suffix": length}})
                 return bytes(result.bytes())
@@ -270,6 +274,9 @@ class ObstoreSource:
                 if self._redirected(e):
                     return self.read_suffix(length)
                 raise
+
+        with storage_errors(self._name):
+            return retry.call(attempt, self._name)
 
     def read_many(self, starts: Sequence[int], ends: Sequence[int]) -> list[memoryview]:
         """Ranges ``[starts[i], ends[i])`` as views of obstore's buffers (no copy).
@@ -283,11 +290,16 @@ class ObstoreSource:
             return [memoryview(b) for b in inherited.read_ranges(ranges)]
         import obstore
 
-        with storage_errors(self._name):
-            try:
-                out = obstore.get_ranges(
+        def attempt(timeout: float | None) -> list[Any]:
+            return list(
+                obstore.get_ranges(
                     self.store, self.path, starts=list(starts), ends=list(ends), coalesce=0
                 )
+            )
+
+        with storage_errors(self._name):
+            try:
+                out = retry.call(attempt, self._name)
             except BaseException as e:
                 # A range that starts past the end fails (HTTP 416); one that ends
                 # past it makes object_store 0.12's get_ranges panic (a Rust panic

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from .._types import ByteRange, RangeSource, StorageOptions
 from ..format.sources import FileSource
+from . import retry
 from .fs import is_local, local_path, redact, resolve
 from .objstore import open_obstore
 from .translate import is_backend_error, storage_errors, translate
@@ -69,19 +70,19 @@ class FsspecSource:
 
     def size(self) -> int:
         with storage_errors(self._name, fs=self.fs):
-            return int(self.fs.size(self.path))
+            return int(retried(self.fs, "size", self._name, self.path))
 
     def read(self, start: int, end: int) -> bytes:
         if end <= start:
             return b""
         with storage_errors(self._name, fs=self.fs):
-            return bytes(self.fs.cat_file(self.path, start=start, end=end))
+            return bytes(retried(self.fs, "cat_file", self._name, self.path, start=start, end=end))
 
     def read_suffix(self, length: int) -> bytes:
         if self.suffix_reads:
             try:
                 # A negative start is one suffix-range request on HTTP stores.
-                return bytes(self.fs.cat_file(self.path, start=-length))
+                return bytes(retried(self.fs, "cat_file", self._name, self.path, start=-length))
             except (ValueError, NotImplementedError):
                 # This backend has no suffix reads: remember it for its class, and
                 # fall back (a real failure shows again in the reads below).
@@ -100,7 +101,10 @@ class FsspecSource:
         if len(ranges) == 1:
             return [self.read(ranges[0].start, ranges[0].end)]
         with storage_errors(self._name, fs=self.fs):
-            out = self.fs.cat_ranges(
+            out = retried(
+                self.fs,
+                "cat_ranges",
+                self._name,
                 [self.path] * len(ranges),
                 [r.start for r in ranges],
                 [r.end for r in ranges],
@@ -117,6 +121,36 @@ class FsspecSource:
 
     def close(self) -> None:
         pass
+
+
+def retried(
+    fs: fsspec.AbstractFileSystem, method: str, name: str, *args: Any, **kwargs: Any
+) -> Any:
+    """``fs.<method>(*args, **kwargs)``, retried through transient failures (:func:`.retry.call`).
+
+    On an async filesystem (s3fs, gcsfs, adlfs) each try is cut off when the
+    deadline's time left runs out (fsspec's ``timeout=``, which cancels the
+    request): a store that never answers fails in time. A try that returns
+    failures among its results (``cat_ranges(on_error="return")``) is
+    retried where one of them is transient.
+    """
+    bound = getattr(fs, "async_impl", False)
+    if bound and getattr(fs, "_s3", False) is None:
+        # s3fs makes its botocore client at its first call (a second or more: the service
+        # model is parsed on the event loop's thread). Made here, untimed, it is not taken
+        # for a store that does not answer.
+        fs.connect()
+
+    def attempt(timeout: float | None) -> Any:
+        call = getattr(fs, method)
+        out = call(*args, timeout=timeout, **kwargs) if bound and timeout else call(*args, **kwargs)
+        if isinstance(out, list):
+            for item in out:
+                if isinstance(item, Exception) and retry.is_retryable(item):
+                    raise item
+        return out
+
+    return retry.call(attempt, name)
 
 
 def open_source(

@@ -39,7 +39,7 @@ from ..errors import (
 )
 from .fs import BUCKET_PROTOCOLS, protocol_of, redact
 
-__all__ = ["is_backend_error", "storage_errors", "translate"]
+__all__ = ["is_backend_error", "is_timeout", "is_transient", "storage_errors", "translate"]
 
 # Packages whose exceptions are the store's (raised through fsspec).
 _BACKEND_MODULES = (
@@ -97,6 +97,50 @@ _UNREACHABLE = frozenset(
         "ServiceRequestError",  # azure.core: the request never got an answer
         "ConnectionError",  # requests
     }
+)
+# Failures that another try of the same request may not meet (storage/retry.py): the
+# connection dropped or timed out, the answer came back cut or garbled.
+_TRANSIENT_NAMES = frozenset(
+    {
+        "ReadTimeoutError",  # botocore
+        "ConnectionClosedError",
+        "ResponseStreamingError",
+        "IncompleteReadError",
+        "IncompleteRead",  # http.client, urllib3
+        "ResponseParserError",
+        "FSTimeoutError",  # fsspec: a call cut off at its timeout
+        "ClientPayloadError",  # aiohttp
+        "ClientOSError",
+        "ServerTimeoutError",
+        "ServiceResponseError",  # azure.core
+        "ProtocolError",  # urllib3
+        "ChunkedEncodingError",  # requests
+    }
+)
+_TRANSIENT_CODES = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "TooManyRequests",
+        "RequestTimeout",
+        "InternalError",
+        "ServiceUnavailable",
+        "ServerBusy",
+        "OperationTimedOut",
+    }
+)
+# obstore (reqwest, hyper) says it in its message only.
+_OBSTORE_TRANSIENT = (
+    "error sending request",
+    "operation timed out",
+    "connection closed",
+    "connection reset",
+    "Connection reset",
+    "error decoding response body",
+    "unexpected end of file",
+    "IncompleteMessage",
 )
 _CREDENTIAL_HINTS = {
     "s3": "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), "
@@ -270,6 +314,44 @@ def _no_bucket(url: str) -> BucketNotFoundError:
         path=shown,
         bucket=bucket,
     )
+
+
+def is_timeout(e: BaseException) -> bool:
+    """Whether the store's failure ``e`` is a request that got no answer in time."""
+    return any(
+        isinstance(x, TimeoutError)
+        or "Timeout" in type(x).__name__
+        or (_from_obstore(x) and "timed out" in str(x))
+        for x in _chain(e)
+    )
+
+
+def is_transient(e: BaseException) -> bool:
+    """Whether another try of the request that failed with ``e`` may succeed.
+
+    Yes for an unreachable store (refused, reset, unknown host for now),
+    timeouts, connections dropped mid-answer, HTTP 5xx and 429 and the
+    stores' "slow down" codes. Never for what :func:`translate` calls a
+    missing bucket or object, missing or refused credentials, or a full
+    disk: those fail the same way every time.
+    """
+    error = _translate(e, "", False)
+    if isinstance(
+        error,
+        (ShardNotFoundError, StorageCredentialsError, StoragePermissionError, StorageFullError),
+    ):
+        return False
+    if isinstance(error, StorageUnreachableError) or is_timeout(e):
+        return True
+    for x in _chain(e):
+        status = _status(x)
+        if status is not None and (status >= 500 or status == 429):
+            return True
+        if _code(x) in _TRANSIENT_CODES or _names(x) & _TRANSIENT_NAMES:
+            return True
+        if _from_obstore(x) and any(t in str(x) for t in _OBSTORE_TRANSIENT):
+            return True
+    return False
 
 
 def _translate(e: BaseException, url: str, writing: bool) -> ShardcatError:

@@ -11,6 +11,7 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .._trips import bundled
+from ..errors import SampleDecodeError
 from ..readers import (
     Decoder,
     MixedStream,
@@ -19,10 +20,14 @@ from ..readers import (
     pack_samples,
     plan_tasks,
 )
+from ..readers.stream import OnError, Skipped, check_on_error
 from ..reading import Catalog
 from ..storage import LocalShardCache
 
 __all__ = ["ShardIterableDataset", "batched", "check_placement"]
+
+_SKIP_SLOTS = 64
+"""Shared counters of dropped samples, one per DataLoader worker (ids beyond share one)."""
 
 
 class ShardIterableDataset(IterableDataset[Any]):
@@ -77,6 +82,14 @@ class ShardIterableDataset(IterableDataset[Any]):
         ``DataLoader(ds, batch_size=None, collate_fn=shardcat.torch.unchanged)``:
         the loader then moves one object per batch between processes and
         runs no per-sample loop of its own. ``len()`` still counts samples.
+    on_error:
+        A sample whose entries do not decode (an empty or broken ``.json``,
+        a bad ``.npy``): ``"raise"`` (default) raises
+        :class:`~shardcat.errors.SampleDecodeError` naming the dataset,
+        key, entry and shard; ``"skip"`` drops it; ``"log"`` drops it with a
+        warning naming it. Dropped samples are counted in :attr:`skipped`
+        (over every DataLoader worker) and in :meth:`state_dict`; an epoch
+        then yields fewer than ``len()`` samples.
 
     Raises
     ------
@@ -108,7 +121,9 @@ class ShardIterableDataset(IterableDataset[Any]):
         cache_limit: int | str = "20GB",
         batch_size: int | None = None,
         collate: Callable[[list[Any]], Any] | None = None,
+        on_error: OnError = "raise",
     ) -> None:
+        check_on_error(on_error)
         if shuffle_buffer < 1:
             raise ValueError(f"shuffle_buffer must be at least 1, not {shuffle_buffer}")
         check_placement(rank, world_size, batch_size, collate)
@@ -128,6 +143,8 @@ class ShardIterableDataset(IterableDataset[Any]):
             decode,
             None if cache_dir is None else LocalShardCache.create(cache_dir, cache_limit),
             handle,
+            on_error=on_error,
+            dataset=dataset,
         )
         self.dataset = dataset
         self._setup(stream, rank, world_size, batch_size, collate)
@@ -149,7 +166,9 @@ class ShardIterableDataset(IterableDataset[Any]):
         # per trip (set by ShardLoader), in shared memory: persistent DataLoader workers
         # keep the dataset they started with, but see set_epoch() through this (torch
         # passes a shared tensor to fork and spawn workers alike).
-        self._shared = torch.zeros(3, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
+        # After those three, the samples each worker dropped (on_error), counted where
+        # the main process sees them.
+        self._shared = torch.zeros(3 + _SKIP_SLOTS, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
         self._loads = 0
         # Resuming: per reader (rank * workers + worker), the samples it yielded
         # before; and which reader the new loader's worker 0 takes over.
@@ -182,6 +201,22 @@ class ShardIterableDataset(IterableDataset[Any]):
     def epoch(self, epoch: int) -> None:
         self._shared[0] = epoch
 
+    @property
+    def skipped(self) -> int:
+        """Samples dropped because they did not decode (``on_error``), by every worker, since made."""
+        return int(self._shared[3:].sum())
+
+    def _skip_counter(self, worker: int, in_process: bool) -> Skipped:
+        """The ``skipped`` callback of a reader: counts in shared memory (and, in process, its place)."""
+        shared, slot = self._shared, 3 + worker % _SKIP_SLOTS
+
+        def skipped(error: SampleDecodeError) -> None:
+            shared[slot] += 1
+            if in_process:  # a dropped sample's place counts as yielded, for state_dict
+                self._yielded += 1
+
+        return skipped
+
     def __len__(self) -> int:
         """Samples this rank yields per epoch (ranks differ by at most one shard's records)."""
         return self.stream.rank_count(self.epoch, self.rank, self.world_size)
@@ -210,6 +245,7 @@ class ShardIterableDataset(IterableDataset[Any]):
         role = self.worker_roles(workers)[worker]
         start = self.resume_positions(workers)[role]
         bundle = int(self._shared[2]) if info is not None else 0
+        skipped = self._skip_counter(worker, info is None)
         if (
             self.collate is pack_samples
             and self.batch_size is not None
@@ -224,6 +260,7 @@ class ShardIterableDataset(IterableDataset[Any]):
                 workers,
                 start,
                 batch_size=self.batch_size,
+                skipped=skipped,
             )
             if info is None:
                 yield from self._counted_batches(batches, start)
@@ -231,7 +268,7 @@ class ShardIterableDataset(IterableDataset[Any]):
                 yield from bundled(batches, bundle, worker) if bundle > 1 else batches
             return
         samples = self.stream.iter_reader(
-            self.epoch, self.rank, self.world_size, role, workers, start
+            self.epoch, self.rank, self.world_size, role, workers, start, skipped=skipped
         )
         if info is None:
             samples = self._counted(samples, start)
@@ -279,6 +316,7 @@ class ShardIterableDataset(IterableDataset[Any]):
             "num_workers": workers,
             "positions": {base + w: int(n) for w, n in positions.items()},
             "rotation": rotation,
+            "skipped": self.skipped,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:

@@ -47,7 +47,7 @@ class ReadOnlyRole:
     schema:
         The catalog's schema, which the role may use.
     tables:
-        The catalog tables the role may SELECT.
+        The catalog tables and views (``live_records``, ...) the role may SELECT.
     created:
         False when the role existed already (its grants were brought up to date).
     login:
@@ -72,7 +72,7 @@ def create_readonly_role(engine: Engine, name: str, *, password: str | None = No
     """Create (or update) a PostgreSQL role that can only read the catalog.
 
     The role gets USAGE on the catalog's schema (the connection's
-    ``current_schema()``), SELECT on the catalog tables, SELECT on tables
+    ``current_schema()``), SELECT on the catalog tables and views, SELECT on tables
     the catalog's owner creates there later (default privileges, for new
     migrations), and CONNECT on the database if it may log in. It is
     granted to the connected user, so ``shardcat sql --role NAME`` can
@@ -124,6 +124,7 @@ def _create_role(
     from psycopg import sql
 
     from ..models import Base
+    from ..views import VIEW_NAMES
 
     cur = conn.cursor()
     here: Any = cur.execute("SELECT current_schema(), current_user, current_database()").fetchone()
@@ -132,14 +133,19 @@ def _create_role(
         raise CatalogError(f"catalog {where}: its search_path names no schema that exists")
     present = {
         r[0]
-        for r in cur.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,))
+        for r in cur.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s"
+            " UNION ALL SELECT viewname FROM pg_views WHERE schemaname = %s",
+            (schema, schema),
+        )
     }
     if "datasets" not in present:
         raise SchemaVersionError(
             f"catalog {where} has no catalog tables in schema {schema}: run "
             f"`shardcat catalog upgrade --catalog {where}` first"
         )
-    tables = tuple(sorted(t for t in (*Base.metadata.tables, "alembic_version") if t in present))
+    catalog = (*Base.metadata.tables, "alembic_version", *VIEW_NAMES)
+    tables = tuple(sorted(t for t in catalog if t in present))
     if name == user:
         raise CatalogError(f"role {name} is the user you are connected as; choose another name")
     role = sql.Identifier(name)

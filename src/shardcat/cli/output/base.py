@@ -139,8 +139,20 @@ class Output(ABC):
         """What a committed ``index-tar`` job registered, and the tars it skipped."""
 
     @abstractmethod
-    def taridx_done(self, action: str, path: str, dataset: str, tars: int, rows: int) -> None:
-        """A ``.taridx`` written (``action="exported"``) or registered (``"imported"``)."""
+    def taridx_done(
+        self,
+        action: str,
+        path: str,
+        dataset: str,
+        tars: int,
+        rows: int,
+        *,
+        shared: tuple[int, int] = (0, 0),
+    ) -> None:
+        """A ``.taridx`` written (``action="exported"``) or registered (``"imported"``).
+
+        ``shared``: (samples, stems) of samples that share their TARIDX stem.
+        """
 
     # --- datasets: ls, stats, get -------------------------------------------
 

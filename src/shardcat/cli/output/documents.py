@@ -205,9 +205,26 @@ class JsonOutput(Output):
     def tar_indexed(self, summary: IndexTarSummary) -> None:
         self._print({**dataclasses.asdict(summary), "mb_per_s": round(summary.mb_per_s, 3)})
 
-    def taridx_done(self, action: str, path: str, dataset: str, tars: int, rows: int) -> None:
+    def taridx_done(
+        self,
+        action: str,
+        path: str,
+        dataset: str,
+        tars: int,
+        rows: int,
+        *,
+        shared: tuple[int, int] = (0, 0),
+    ) -> None:
         self._print(
-            {"action": action, "path": path, "dataset": dataset, "tars": tars, "rows": rows}
+            {
+                "action": action,
+                "path": path,
+                "dataset": dataset,
+                "tars": tars,
+                "rows": rows,
+                "samples_sharing_a_stem": shared[0],
+                "shared_stems": shared[1],
+            }
         )
 
     def datasets(self, catalog: str, rows: Sequence[Mapping[str, Any]]) -> None:

@@ -90,6 +90,9 @@ def tsv_cell(value: Any) -> str:
     return str(value).translate(_TSV_ESCAPES)
 
 
+_SPREAD = ("min", "median", "max")
+
+
 class Cell:
     """A value shown one way in a table (``1.2 MB``) and written as it is in TSV (``1234567``)."""
 
@@ -209,8 +212,26 @@ class TextOutput(Output):
         for f in summary.failed:
             err_console.print(f"skipped {f.url}: {f.error}: {f.message}", markup=False)
 
-    def taridx_done(self, action: str, path: str, dataset: str, tars: int, rows: int) -> None:
-        self._line(f"{action} {path}: dataset {dataset!r}, {tars} tar(s), {rows:,} member row(s)")
+    def taridx_done(
+        self,
+        action: str,
+        path: str,
+        dataset: str,
+        tars: int,
+        rows: int,
+        *,
+        shared: tuple[int, int] = (0, 0),
+    ) -> None:
+        self._line(
+            f"{action} {path}: dataset {dataset!r}, {count_of(tars, 'tar')}, {count_of(rows, 'member row')}"
+        )
+        samples, stems = shared
+        if samples:
+            self._line(
+                f"{samples:,} samples share a stem with another sample ({stems:,} stem(s)): "
+                "TARIDX names a sample by the name after its last '/', so they are one "
+                "stem there"
+            )
 
     # --- datasets -----------------------------------------------------------
 
@@ -252,7 +273,9 @@ class TextOutput(Output):
         by_state = Counter(s.state for s in shards)
         states = ", ".join(f"{n} {state}" for state, n in sorted(by_state.items()))
         self._summary(
-            f"{len(shards)} shard(s)" + (f" ({states})" if all_states and shards else "") + ": "
+            count_of(len(shards), "shard")
+            + (f" ({states})" if all_states and shards else "")
+            + ": "
             f"{sum(s.record_count for s in committed):,} committed records, "
             f"{format_bytes(sum(s.size_bytes for s in committed))}"
         )
@@ -286,11 +309,13 @@ class TextOutput(Output):
                     doc["payload_bytes"],
                     f"{doc['payload_bytes']:,} ({format_bytes(doc['payload_bytes'])})",
                 ),
-                "shard size min / median / max": " / ".join(
-                    size(sb[k]) for k in ("min", "median", "max")
+                "shard size min / median / max": Cell(
+                    " / ".join("-" if sb[k] is None else str(sb[k]) for k in _SPREAD),
+                    " / ".join(size(sb[k]) for k in _SPREAD),
                 ),
-                "records per shard min / median / max": " / ".join(
-                    "-" if sr[k] is None else f"{sr[k]:,}" for k in ("min", "median", "max")
+                "records per shard min / median / max": Cell(
+                    " / ".join("-" if sr[k] is None else str(sr[k]) for k in _SPREAD),
+                    " / ".join("-" if sr[k] is None else f"{sr[k]:,}" for k in _SPREAD),
                 ),
             },
         )
@@ -341,7 +366,7 @@ class TextOutput(Output):
     ) -> None:
         total = sum(f["bytes"] for f in files)
         self._line(
-            f"saved {len(files)} file(s), {format_bytes(total)}, of {samples} sample(s) to {folder}"
+            f"saved {count_of(len(files), 'file')}, {format_bytes(total)}, of {count_of(samples, 'sample')} to {folder}"
         )
 
     # --- maintenance --------------------------------------------------------
@@ -351,7 +376,7 @@ class TextOutput(Output):
 
     def verify_report(self, dataset: str, report: CatalogReport) -> None:
         summary = (
-            f"{report.shards_checked} shard(s), {report.records_checked:,} records, "
+            f"{count_of(report.shards_checked, 'shard')}, {count_of(report.records_checked, 'record')}, "
             f"{format_bytes(report.bytes_checked)} checked"
         )
         if report.ok:
@@ -367,7 +392,7 @@ class TextOutput(Output):
         )
         bad = len(report.by_shard())
         self._summary(
-            f"dataset {dataset!r}: {summary}; {len(report.problems)} problem(s) in {bad} shard(s)"
+            f"dataset {dataset!r}: {summary}; {count_of(len(report.problems), 'problem')} in {count_of(bad, 'shard')}"
         )
 
     def reindexed(self, dataset: str, rows: Sequence[ShardRow]) -> None:
@@ -377,7 +402,7 @@ class TextOutput(Output):
             [[r.url, _count(r.record_count), _size(r.size_bytes)] for r in rows],
         )
         self._summary(
-            f"{len(rows)} shard(s), {sum(r.record_count for r in rows):,} records reindexed"
+            f"{count_of(len(rows), 'shard')}, {count_of(sum(r.record_count for r in rows), 'record')} reindexed"
         )
 
     def version_log(self, dataset: str, versions: Sequence[VersionInfo]) -> None:
@@ -411,7 +436,7 @@ class TextOutput(Output):
                 for v in versions
             ],
         )
-        self._summary(f"{len(versions)} kept version(s)")
+        self._summary(count_of(len(versions), "kept version"))
 
     def version_change(self, message: str, document: Mapping[str, Any]) -> None:
         self._line(message)
@@ -432,13 +457,14 @@ class TextOutput(Output):
     def expired(self, result: ExpireResult, *, dry_run: bool) -> None:
         verb = "would expire" if dry_run else "expired"
         shown = ", ".join(str(n) for n in result.expired) or "none"
+        retired = "would be retired" if dry_run else "retired"
         self._line(
-            f"{result.dataset}: {verb} {len(result.expired)} version(s) ({shown}); "
-            f"{len(result.kept)} kept; {len(result.retired_shards)} shard(s) no kept version "
-            "reads (their files go with the next `shardcat gc`)"
+            f"{result.dataset}: {verb} {count_of(len(result.expired), 'version')} ({shown}); "
+            f"{len(result.kept):,} kept; {count_of(len(result.retired_shards), 'shard')} "
+            f"{retired}: no kept version reads them (their files go with the next `shardcat gc`)"
         )
         for url in result.retired_shards:
-            self._line(f"retired\t{url}")
+            self._line(f"{retired}\t{url}")
 
     def gc_report(self, report: GcReport) -> None:
         rows: list[list[Any]] = [["aborted job", j] for j in report.aborted_jobs]
@@ -508,7 +534,7 @@ class TextOutput(Output):
             return
         if result.limit:  # at most `limit` rows: one table
             rows = [[text_cell(v) for v in row] for row in result]
-            self._table(f"{len(rows)} row(s)", columns, rows)
+            self._table(count_of(len(rows), "row"), columns, rows)
             return
         # No limit: a table per page of rows, so memory stays bounded however many come.
         page: list[list[Any]] = []
@@ -521,7 +547,7 @@ class TextOutput(Output):
                 page = []
         if page or first == 1:
             last = first + len(page) - 1
-            title = f"{len(page)} row(s)" if first == 1 else f"rows {first:,}–{last:,}"
+            title = count_of(len(page), "row") if first == 1 else f"rows {first:,}–{last:,}"
             self._table(title, columns, page)
 
     def keys(self, dataset: str, keys: Iterator[str]) -> None:

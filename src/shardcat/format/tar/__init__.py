@@ -10,7 +10,14 @@ See docs/TAR.md.
 
 from __future__ import annotations
 
-from .convert import MEMBER_DTYPE, taridx_from_scans, taridx_members, verify_scan
+from .convert import (
+    MEMBER_DTYPE,
+    shared_stems,
+    taridx_from_scans,
+    taridx_members,
+    taridx_of_headers,
+    verify_scan,
+)
 from .errors import (
     DuplicateMemberError,
     NotATarError,
@@ -32,6 +39,7 @@ from .errors import (
     TarTruncatedError,
 )
 from .info import TarEntry, TarSample, TarShardInfo
+from .itar import TarHeaders, header_gaps, itar_split, tar_headers
 from .read import read_tar_record, read_tar_sample
 from .scan import iter_tar_samples, scan_tar, split_member_name
 from .taridx import SAMPLE_RANGE_DTYPE, Taridx, read_taridx, stem_groups
@@ -45,6 +53,7 @@ __all__ = [
     "TarChecksumError",
     "TarEntry",
     "TarError",
+    "TarHeaders",
     "TarMemberNameError",
     "TarNumberError",
     "TarSample",
@@ -61,14 +70,19 @@ __all__ = [
     "TaridxMagicError",
     "TaridxTruncatedError",
     "TaridxVersionError",
+    "header_gaps",
+    "itar_split",
     "iter_tar_samples",
     "read_tar_record",
     "read_tar_sample",
     "read_taridx",
     "scan_tar",
+    "shared_stems",
     "split_member_name",
     "stem_groups",
+    "tar_headers",
     "taridx_from_scans",
     "taridx_members",
+    "taridx_of_headers",
     "verify_scan",
 ]

@@ -6,7 +6,9 @@ names and the crash stems as newline-joined UTF-8, then one 32-byte row per
 member (``fid``, header ``offset``, payload ``size``, ``extid``,
 ``crashid``, ``keyhash``).
 
-A *stem* is a sample key; its ``keyhash`` is xxHash64 of its UTF-8 bytes.
+A *stem* names a sample as iTar does: the member name after its last ``/``,
+up to the first dot (:func:`~.itar.itar_split`; not WebDataset's key, which
+keeps the folders); its ``keyhash`` is xxHash64 of its UTF-8 bytes.
 Two stems can share a hash: the first one met (in row order) keeps crash id
 0, every other stem with that hash is listed in the crash block and its rows
 carry its position there (1, 2, ...) as ``crashid``. ``(keyhash, crashid)``

@@ -1,0 +1,267 @@
+"""Every wait of a shardcat job on its Dask tasks, bounded by the cluster's workers.
+
+``distributed`` waits for a lost task as long as it takes: when every worker
+is gone, a client blocked on a future hangs for good (it prints ``Couldn't
+gather 1 keys, rescheduling`` and nothing more). So the jobs (write, compact,
+copy, index-tar) wait only through this module: a :class:`Waiter` hands back
+futures as they finish and asks the scheduler about once a second how many
+workers it has; once it has had none for longer than the
+``dask_no_workers_timeout`` setting, the wait ends with
+:class:`~shardcat.errors.WorkersLostError`, whose message says what became
+of the job and how to resume it. :func:`interrupted` words a Ctrl-C the same
+way (:class:`~shardcat.errors.JobInterrupted`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .. import config
+from ..errors import Hint, JobInterrupted, WorkersLostError
+
+if TYPE_CHECKING:
+    from distributed import Client, Future
+
+__all__ = ["JobRef", "Waiter", "gather", "interrupted", "no_workers_timeout"]
+
+_TICK = 0.05
+"""Seconds between looks at the finished futures (distributed's own iterator polls at 0.1)."""
+_MAX_CHECK_INTERVAL = 1.0
+"""The scheduler is asked for its workers at most this often (once per timeout/4 if shorter)."""
+_MAX_RESULT_WAIT = 60.0
+"""Seconds one attempt to fetch a finished task's result may take, between checks."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobRef:
+    """The job a wait belongs to: what its messages name.
+
+    Attributes
+    ----------
+    operation:
+        ``"write"``, ``"compact"``, ``"copy"`` or ``"index-tar"``.
+    dataset:
+        The job's dataset.
+    job_id:
+        The job's id (None for a copy: its job begins once every shard is copied).
+    job_name:
+        A write job's name, if it was given one.
+    resumable:
+        A write job: it stays open when its workers are lost, to be resumed.
+    """
+
+    operation: str
+    dataset: str
+    job_id: int | None = None
+    job_name: str | None = None
+    resumable: bool = False
+
+    @property
+    def what(self) -> str:
+        job = f" job {self.job_id}" if self.job_id is not None else ""
+        return f"{self.operation}{job} of dataset {self.dataset!r}"
+
+
+def no_workers_timeout() -> float:
+    """The ``dask_no_workers_timeout`` setting in seconds (0: wait for workers forever).
+
+    Raises
+    ------
+    ValueError
+        The setting is not a number of seconds (the message names its variable).
+    """
+    raw = config.get("dask_no_workers_timeout")
+    try:
+        seconds = float(str(raw).strip())
+    except ValueError:
+        raise ValueError(
+            f"${config.env_var('dask_no_workers_timeout')}={raw!r} is not a number of seconds "
+            "(0 = no limit)"
+        ) from None
+    if seconds < 0:
+        raise ValueError(
+            f"${config.env_var('dask_no_workers_timeout')}={raw!r} is negative (0 = no limit)"
+        )
+    return seconds
+
+
+class Waiter:
+    """A job's futures, handed back as they finish; a cluster left without workers ends the wait.
+
+    Parameters
+    ----------
+    client:
+        The job's client (made current while its futures are tracked: the
+        default client may be another one).
+    job:
+        What :class:`~shardcat.errors.WorkersLostError` names.
+    futures:
+        The futures to wait for; more may be added (:meth:`add`).
+    """
+
+    def __init__(self, client: Client, job: JobRef, futures: Iterable[Future[Any]] = ()) -> None:
+        from distributed import as_completed
+
+        self._client = client
+        self._job = job
+        self._timeout = no_workers_timeout()
+        self._interval = max(_TICK, min(_MAX_CHECK_INTERVAL, self._timeout / 4))
+        self._next_check = 0.0
+        self._none_since: float | None = None
+        with client.as_current():
+            self._finished = as_completed(list(futures))
+
+    def add(self, future: Future[Any]) -> None:
+        """Wait for ``future`` too."""
+        self._finished.add(future)
+
+    def count(self) -> int:
+        """Futures not handed back yet (running or finished)."""
+        return int(self._finished.count())
+
+    def next_batch(self) -> list[Future[Any]]:
+        """The futures finished since the last call, at least one; ``[]`` once none is left.
+
+        Raises
+        ------
+        WorkersLostError
+            The cluster has had no workers for longer than the timeout.
+        """
+        while True:
+            batch: list[Future[Any]] = self._finished.next_batch(block=False)
+            if batch or self._finished.is_empty():
+                return batch
+            self.check()
+            time.sleep(_TICK)
+
+    def __iter__(self) -> Iterator[Future[Any]]:
+        """Each future as it finishes (see :meth:`next_batch`)."""
+        while batch := self.next_batch():
+            yield from batch
+
+    def result(self, future: Future[Any]) -> Any:
+        """``future.result()``; a result lost with its worker is waited for as a task is.
+
+        Raises
+        ------
+        WorkersLostError
+            As :meth:`next_batch`.
+        BaseException
+            The task's own error.
+        """
+        if self._timeout <= 0:
+            return future.result()
+        wait = self._interval
+        while True:
+            try:
+                return future.result(timeout=wait)
+            except TimeoutError:
+                if future.status == "error":
+                    raise  # the task's own TimeoutError, not the wait's
+                self.check()
+                # A big result may take longer to fetch than the interval: allow it more each time.
+                wait = min(2 * wait, _MAX_RESULT_WAIT)
+
+    def check(self) -> None:
+        """Ask the scheduler for its workers (at most once per interval); end a wait with none.
+
+        Raises
+        ------
+        WorkersLostError
+            No workers for longer than the timeout.
+        """
+        if self._timeout <= 0:
+            return
+        now = time.monotonic()
+        if now < self._next_check:
+            return
+        self._next_check = now + self._interval
+        if self._client.nthreads():
+            self._none_since = None
+        elif self._none_since is None:
+            self._none_since = now
+        elif now - self._none_since > self._timeout:
+            raise _lost(self._job, now - self._none_since, _address(self._client))
+
+
+def gather(client: Client, futures: list[Future[Any]], job: JobRef) -> list[Any]:
+    """``client.gather(futures)``, bounded by the workers (:class:`Waiter`).
+
+    The results in the order of ``futures``; the first task to fail raises
+    its error at once, as ``gather`` does.
+    """
+    waiter = Waiter(client, job, futures)
+    for future in waiter:
+        if future.status == "error":
+            waiter.result(future)  # raises the task's error
+    return [waiter.result(f) for f in futures]
+
+
+def _address(client: Client) -> str:
+    return str(getattr(client.scheduler, "address", None) or "its scheduler")
+
+
+def _lost(job: JobRef, seconds: float, address: str) -> WorkersLostError:
+    start = f"start workers (`dask worker {address}`) and "
+    if job.resumable:
+        state = "it stays open"
+        if job.job_name is not None:
+            hint = Hint(
+                python=f"{start}rerun the write with job_name={job.job_name!r} to resume it",
+                cli=f"{start}rerun the command with --job-name {job.job_name} to resume it",
+            )
+        else:
+            hint = Hint(
+                python=f"{start}rerun the write with resume=True to resume it",
+                cli=f"{start}rerun the command with --resume to resume it",
+            )
+    else:
+        state = "it was aborted, nothing of it is visible"
+        hint = Hint(
+            python=f"{start}run it again; shardcat.orchestration.gc.gc(catalog, {job.dataset!r}) "
+            "removes what it wrote",
+            cli=f"{start}run the command again; `shardcat gc {job.dataset}` removes what it wrote",
+        )
+    return WorkersLostError(
+        f"the Dask cluster at {address} has had no workers for {seconds:.0f} s "
+        f"(all lost, or none started), so {job.what} stopped: {state}",
+        hint=hint,
+        dataset=job.dataset,
+        job_id=job.job_id,
+        job_name=job.job_name,
+        seconds=seconds,
+    )
+
+
+def interrupted(job: JobRef, *, stays_open: bool = False) -> JobInterrupted:
+    """The :class:`~shardcat.errors.JobInterrupted` of ``job`` stopped by Ctrl-C.
+
+    ``stays_open``: a named or resumed write, kept open for its rerun; any
+    other job was aborted.
+    """
+    if stays_open:
+        name = job.job_name
+        return JobInterrupted(
+            f"interrupted: {job.what} stays open",
+            hint=Hint(
+                python="rerun the write with "
+                + (f"job_name={name!r}" if name else "resume=True")
+                + " to finish it",
+                cli="rerun the command with "
+                + (f"--job-name {name}" if name else "--resume")
+                + " to finish it",
+            ),
+        )
+    resume = " (name a write with --job-name to make it resumable)" if job.resumable else ""
+    resume_py = " (name a write with job_name= to make it resumable)" if job.resumable else ""
+    return JobInterrupted(
+        f"interrupted: {job.what} was aborted, nothing of it is visible",
+        hint=Hint(
+            python=f"run it again{resume_py}; shardcat.orchestration.gc.gc(catalog, "
+            f"{job.dataset!r}) removes what it wrote",
+            cli=f"run the command again{resume}; `shardcat gc {job.dataset}` removes what it wrote",
+        ),
+    )
