@@ -97,12 +97,11 @@ _DATASET = "r.dataset_id = (SELECT id FROM datasets WHERE name = {p})"
 # (visible at it, and not expired), a tag (its subquery is the version; tagged
 # versions are never expired).
 _COMMITTED = visibility.sql(visibility.live, "records AS r", "shards AS s")
-# The latest commit that removed a key's record, from a committed shard (a key deleted since).
+# The latest commit that removed a key's record, from a committed shard (MAX skips NULLs).
 _REMOVED = (
     "SELECT MAX(r.removed_version) FROM records r JOIN shards s ON s.id = r.shard_id"
     " WHERE r.dataset_id = {p} AND r.key_hash = {p} AND r.key = {p} AND "
     + visibility.sql(visibility.committed, "shards AS s")
-    + " AND r.removed_version IS NOT NULL"
 )
 _TAG = "(SELECT t.version FROM dataset_tags t WHERE t.dataset_id = r.dataset_id AND t.name = {p})"
 

@@ -143,7 +143,10 @@ def retried(
 
     def attempt(timeout: float | None) -> Any:
         call = getattr(fs, method)
-        out = call(*args, timeout=timeout, **kwargs) if bound and timeout else call(*args, **kwargs)
+        # Only fsspec's sync wrappers of async methods (set on the instance) take timeout=:
+        # a filesystem's own sync method (adlfs's size) does not.
+        timed = bound and timeout and method in vars(fs)
+        out = call(*args, timeout=timeout, **kwargs) if timed else call(*args, **kwargs)
         if isinstance(out, list):
             for item in out:
                 if isinstance(item, Exception) and retry.is_retryable(item):
