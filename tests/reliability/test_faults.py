@@ -62,9 +62,16 @@ def written(tmp_path: Path, plan: FaultPlan, sqlite_url: str) -> tuple[Catalog, 
     return cat, root
 
 
+def _no_retries(get):
+    return lambda key, *a, **k: 0 if key == "storage_retry_deadline" else get(key, *a, **k)
+
+
 @pytest.mark.parametrize("mode", ["error", "timeout", "short"])
-def test_read_faults_are_typed_errors_or_exact_data(written, plan, mode):
+def test_read_faults_are_typed_errors_or_exact_data(written, plan, mode, monkeypatch):
     cat, _ = written
+    # One try per read: each injected fault must reach the lookup, not be retried through.
+    monkeypatch.setenv("SHARDCAT_STORAGE_RETRY_DEADLINE", "0")
+    monkeypatch.setattr(shardcat.config, "get", _no_retries(shardcat.config.get))
     keys = [f"f/{i:04d}" for i in range(N_KEYS)]
     outcomes: dict[str, int] = {"refused": 0, "served": 0}
     for nth in range(1, 7):
