@@ -44,6 +44,7 @@ __all__ = [
     "collect",
     "collect_env",
     "defaults",
+    "enabled",
     "env_var",
     "get",
     "markdown_table",
@@ -160,6 +161,14 @@ SETTINGS: tuple[Setting, ...] = (
         "bool",
         "Local shard files write their 4 MiB blocks on a C thread (`0`: inline, for "
         "machines with no idle core).",
+    ),
+    Setting(
+        "history_in_bucket",
+        True,
+        "bool",
+        "Every commit writes its version's manifest beside the dataset's shards "
+        "(`_versions/`), so `shardcat reindex` rebuilds every version and tag from the bucket "
+        "(`0`: the history is in the catalog only, and `verify` does not check the folder's).",
     ),
     Setting(
         "in_process_max_bytes",
@@ -357,6 +366,12 @@ def _view() -> dict[str, Any]:
                 view[s.key] = s.default if value is None else value
             _State.view = view
     return view
+
+
+def enabled(key: str) -> bool:
+    """A ``bool`` setting: off only for ``False``, ``0``, ``false``, ``no`` or ``off``."""
+    value = get(key)
+    return value is not False and str(value).strip().lower() not in ("0", "false", "no", "off")
 
 
 def get(key: str) -> Any:

@@ -37,6 +37,7 @@ __all__ = [
     "EntryNotFoundError",
     "FormatError",
     "Hint",
+    "HistoryWarning",
     "InvalidKeyError",
     "InvalidNameError",
     "JobExistsError",
@@ -285,6 +286,14 @@ class SampleDecodeError(FormatError):
 
 class VersionError(FormatError):
     """The file's format version cannot be read by this version of shardcat."""
+
+
+class HistoryWarning(UserWarning):
+    """A commit landed in the catalog, but the dataset's manifest beside its shards was not written.
+
+    The message says what to run once the store is reachable
+    (``shardcat verify --write-history DATASET``).
+    """
 
 
 class NewerVersionWarning(UserWarning):

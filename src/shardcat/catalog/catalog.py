@@ -27,6 +27,7 @@ from .._types import OnDuplicate
 from ..errors import CatalogClosedError
 from ..format import ShardInfo
 from . import fence
+from .changes import HistoryChange, changes_of
 from .history import Version, VersionsApi, with_retries
 from .migrate import ensure_schema
 from .results import (
@@ -174,6 +175,13 @@ class SqlCatalog(VersionsApi):
             unit_of_work(self.engine, write=write, busy_timeout=self.busy_timeout) as s,
         ):
             yield s
+        if write:
+            changed = changes_of(s)
+            if changed:
+                self._history_changed(changed)
+
+    def _history_changed(self, changes: list[HistoryChange]) -> None:
+        """After a commit that changed datasets' histories (the read layer writes their manifests)."""
 
     # --- datasets --------------------------------------------------------
 

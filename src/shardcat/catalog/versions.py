@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session, aliased
 from ..errors import KeyNotFoundError, VersionNotFoundError
 from ..format.checksums import signed_key_hash
 from . import visibility
+from .changes import note
 from .datasets import find_dataset
 from .models import Dataset, DatasetTag, DatasetVersion, Record, Shard
 from .results import VersionDiff, VersionInfo
@@ -105,6 +106,7 @@ def record_version(
     The totals are the previous version's plus the change, read by the INSERT
     itself (one round trip).
     """
+    note(session, dataset_id, number)
     prev = DatasetVersion.__table__.alias("prev")
 
     def previous(column: str) -> Any:
@@ -288,6 +290,7 @@ def set_tag(session: Session, dataset: str, version: int | str, name: str, *, mo
     else:
         session.add(DatasetTag(dataset_id=ds.id, name=name, version=number))
     session.flush()
+    note(session, ds.id)
     return number
 
 
@@ -300,6 +303,7 @@ def untag(session: Session, dataset: str, name: str) -> int:
     number = int(row.version)
     session.delete(row)
     session.flush()
+    note(session, ds.id)
     return number
 
 
@@ -422,6 +426,8 @@ def expire_versions(
     _drop_versions(session, ds.id, expired)
     retired = unreferenced_shards(session, ds.id)
     retire(session, [i for i, _ in retired])
+    if expired:
+        note(session, ds.id)
     # Rows of records no kept version sees stay while their shard is live: every lookup
     # already skips them (removed_version), and verify checks a live shard's footer against
     # all of its rows. They go with their shard when it is retired.

@@ -34,14 +34,31 @@ def verify(
     dataset: Annotated[str, typer.Argument(help="The dataset's name.", metavar="DATASET")],
     workers: Annotated[int, typer.Option(min=1, help="Shards checked at once.")] = 4,
     version: VersionOption = None,
+    write_history: Annotated[
+        bool,
+        typer.Option(
+            "--write-history",
+            help="First write the version manifests the dataset's folder lacks (_versions/), "
+            "from the catalog.",
+        ),
+    ] = False,
 ) -> None:
     """Read every committed shard, check every CRC and compare it with the catalog.
 
-    Prints every problem (shard, kind, detail); exits 1 if there is any.
+    Also compares the version manifests in the dataset's folder
+    (`_versions/`) with the catalog. Prints every problem (shard, kind,
+    detail); exits 1 if there is any.
     """
     state = state_of(ctx)
     out = state.out
     with open_catalog(state) as cat:
+        if write_history:
+            done = cat.write_history(dataset)
+            out.note(
+                f"wrote {count_of(len(done.written), 'version manifest')} "
+                f"({len(done.present):,} there already)"
+                + ("; updated the tags file" if done.refs_written else "")
+            )
         at = parse_version(version)
         n = len(cat.dataset(dataset).shards(version=at))
         with out.verify_progress(n) as on_shard:
@@ -68,6 +85,14 @@ def reindex(
         ShardKindChoice,
         typer.Option(help="native: shardcat shards; tar: WebDataset tars, scanned again."),
     ] = ShardKindChoice.native,
+    history: Annotated[
+        bool | None,
+        typer.Option(
+            "--history/--no-history",
+            help="Rebuild every kept version and tag from the folder's manifests (_versions/). "
+            "Default: when URL is one folder that has them.",
+        ),
+    ] = None,
 ) -> None:
     """Rebuild a dataset's catalog rows from its shards alone, committed together.
 
@@ -76,10 +101,25 @@ def reindex(
     stored absolute (local paths resolved, other URLs normalised), so the
     catalog works from any folder. Rows already registered under a URL are
     replaced.
+
+    A dataset's folder keeps its history (`_versions/`: one manifest per
+    version, and the tags): given that folder, reindex rebuilds every kept
+    version, what each reads and hides, and the tags, into a new dataset.
     """
-    from ..storage.patterns import expand_patterns
+    from ..reading.history import has_history
+    from ..storage.patterns import absolute_url, expand_patterns
 
     state = state_of(ctx)
+    if history is not False and kind is ShardKindChoice.native and len(urls) == 1:
+        root = absolute_url(urls[0].rstrip("/"), state.storage_options)
+        if has_history(root, state.storage_options):
+            _rebuild_history(state, dataset, root, workers)
+            return
+    if history:
+        raise typer.BadParameter(
+            "--history needs one folder URL that holds a _versions/ folder of manifests",
+            param_hint="URL",
+        )
     suffix = ".tar" if kind is ShardKindChoice.tar else ".shard"
     expanded = expand_patterns(urls, state.storage_options, folder_suffix=suffix)
     with open_catalog(state, create=True) as cat:
@@ -100,6 +140,24 @@ def reindex(
         if created:
             state.out.note(f"created dataset {dataset!r} (root {root})")
     state.out.reindexed(dataset, rows)
+
+
+def _rebuild_history(state: Any, dataset: str, root: str, workers: int) -> None:
+    with open_catalog(state, create=True) as cat:
+        created = dataset not in {d.name for d in cat.datasets()}
+        if created:
+            cat.create_dataset(dataset, root)
+        try:
+            rebuilt = cat.rebuild_history(dataset, root, workers=workers)
+        except BaseException:
+            if created:
+                with contextlib.suppress(Exception):
+                    if not cat.shards(dataset):
+                        cat.delete_dataset(dataset)
+            raise
+        if created:
+            state.out.note(f"created dataset {dataset!r} (root {root})")
+    state.out.history_rebuilt(rebuilt)
 
 
 def _common_root(urls: list[str]) -> str:

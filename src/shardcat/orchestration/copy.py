@@ -41,6 +41,7 @@ from ..errors import (
     DestinationNotEmptyError,
     ShardNotFoundError,
 )
+from ..reading.history import copy_history
 from ..storage import is_local, join, local_path, open_pending, redact, resolve
 from ..storage.removal import remove_files
 from ..storage.shards import ShardReader
@@ -334,6 +335,8 @@ def copy_dataset(
                 raise
         infos = [d.info for d in done]
         if move:
+            # The history goes first: the move's own manifest is written beside it, at the new root.
+            history = copy_history(ds.root_url, destination, dataset, src_opts, dst_opts)
             internal.move_shards(
                 src_cat,
                 dataset,
@@ -343,7 +346,7 @@ def copy_dataset(
             )
             job_id = None
             log.info("moved %d shards of %r to %s", len(rows), dataset, redact(destination))
-            left = remove_files(list(plan), src_opts)
+            left = remove_files([*plan, *history], src_opts)
             sources_left = sorted(left.failed)
             if sources_left:
                 log.warning(

@@ -37,6 +37,7 @@ from ..catalog import internal
 from ..catalog.kinds import shard_kind
 from ..catalog.models import LIVE_STATES
 from ..errors import ShardcatError, StorageError
+from ..reading.history import history_files
 from ..storage import redact, resolve
 from ..storage.removal import existing_urls, remove_files
 
@@ -277,6 +278,8 @@ def delete_dataset(
                 f"kept (run delete again): {report.errors[0]}"
             )
         if not dry_run:
+            # Its history goes with it (a failure here leaves files, never rows without shards).
+            remove_files(history_files(root, dataset, opts), opts)
             cat.delete_dataset(dataset)
         return report
 

@@ -23,6 +23,7 @@ from .._lazy import lazy_module
 from .._types import StorageOptions
 from ..catalog import fence
 from ..catalog.catalog import SqlCatalog
+from ..catalog.changes import HistoryChange
 from ..catalog.history import Version
 from ..catalog.results import BatchResult, CatalogReport, Location, ShardRow
 from ..catalog.session import DEFAULT_BUSY_TIMEOUT, display_url
@@ -36,9 +37,12 @@ from .lookup import LayoutCache, Lookup
 if TYPE_CHECKING:
     from ..catalog import maintenance as _maintenance
     from . import checks as _checks
+    from . import history as _history
+    from .history import HistoryRebuild, HistoryWrite
 else:
     _maintenance = lazy_module("shardcat.catalog.maintenance")
     _checks = lazy_module("shardcat.reading.checks")
+    _history = lazy_module("shardcat.reading.history")
 
 __all__ = ["Catalog", "CatalogHandle"]
 
@@ -368,11 +372,17 @@ class Catalog(SqlCatalog):
         workers: int = 4,
         on_shard: Callable[[str, int], None] | None = None,
         version: Version = None,
+        history: bool = True,
     ) -> CatalogReport:
         """Check every committed shard against the catalog, and every CRC; report each disagreement.
 
         Without ``version`` every committed shard is checked (every file a
         kept version reads); with it, the shards that version reads.
+
+        ``history``: also compare the version manifests in the dataset's
+        folder (``_versions/``) with the catalog: a manifest that is missing,
+        altered or says otherwise is a problem (``history-*``), which
+        :meth:`write_history` fixes when the catalog is the one to trust.
 
         ``on_shard(url, total)`` is called as each shard's check finishes
         (from worker threads), for progress bars.
@@ -387,7 +397,57 @@ class Catalog(SqlCatalog):
         # The files are read outside any transaction: that takes as long as the data.
         checks = _checks.check_files(rows, self.storage_options, workers=workers, on_shard=on_shard)
         with self._uow() as s:
-            return _maintenance.compare_with_catalog(s, dataset, rows, checks)
+            report = _maintenance.compare_with_catalog(s, dataset, rows, checks)
+        if history:
+            report.problems.extend(
+                _history.check_history(self, dataset, self.info(dataset).root_url)
+            )
+        return report
+
+    # --- history in the dataset's folder ------------------------------------
+
+    def _history_changed(self, changes: list[HistoryChange]) -> None:
+        _history.publish(self, changes)
+
+    def write_history(self, dataset: str) -> HistoryWrite:
+        """Write the version manifests (and tags file) the dataset's folder lacks, from the catalog.
+
+        For datasets made before manifests were kept, or after a commit could
+        not write its manifest (a HistoryWarning said so). Files already
+        there are never replaced; the tags file is brought up to date.
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If there is no such dataset.
+        StorageError
+            The store refused a write (run it again).
+        """
+        return _history.write_history(self, dataset, self.info(dataset).root_url)
+
+    def rebuild_history(
+        self, dataset: str, root: str, *, workers: int = 8, history_of: str | None = None
+    ) -> HistoryRebuild:
+        """Rebuild an empty dataset's versions, tags and rows from the manifests and shards under ``root``.
+
+        Disaster recovery for versioned datasets: every kept version reads
+        what it read, deleted and replaced keys stay hidden, tags come back.
+        Shards only expired versions read are not registered; shard files no
+        manifest names (left by failed jobs) are listed, not registered.
+        ``history_of``: the dataset whose history to take when ``root`` holds
+        several (default: ``dataset``'s, or the only one there).
+
+        Raises
+        ------
+        ManifestError
+            A manifest is altered, missing from the sequence, or disagrees
+            with a shard's file (nothing is committed).
+        DatasetExistsError
+            The dataset has shards already.
+        ShardNotFoundError, FormatError
+            A shard some kept version reads is missing or unreadable.
+        """
+        return _history.rebuild_history(self, dataset, root, workers, history_of)
 
     # --- lifetime --------------------------------------------------------
 

@@ -312,8 +312,7 @@ def _write_behind() -> bool:
     """
     if _cwrite is None:
         return False
-    value = config.get("write_behind")
-    return value is not False and str(value).strip() != "0"
+    return config.enabled("write_behind")
 
 
 class _WritebackFile(io.BufferedWriter):

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         WriteSummary,
     )
     from ...orchestration.gc import DeleteReport, GcReport
+    from ...reading.history import HistoryRebuild
 
 __all__ = ["Output", "QueryRows", "ShardInspection", "VerifyProgressCallback", "err_console"]
 
@@ -217,6 +218,10 @@ class Output(ABC):
     @abstractmethod
     def reindexed(self, dataset: str, rows: Sequence[ShardRow]) -> None:
         """The shard rows reindex rebuilt."""
+
+    @abstractmethod
+    def history_rebuilt(self, rebuilt: HistoryRebuild) -> None:
+        """What reindex of a folder with manifests put back: versions, tags, shards."""
 
     # --- versions: log, tag, untag, diff, delete-keys, expire ----------------
 

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         WriteSummary,
     )
     from ...orchestration.gc import DeleteReport, GcReport
+    from ...reading.history import HistoryRebuild
 
 __all__ = [
     "JsonOutput",
@@ -291,6 +292,21 @@ class JsonOutput(Output):
                 }
                 for r in rows
             ]
+        )
+
+    def history_rebuilt(self, rebuilt: HistoryRebuild) -> None:
+        self._print(
+            {
+                "dataset": rebuilt.dataset,
+                "root": rebuilt.root,
+                "history": rebuilt.folder,
+                "latest": rebuilt.latest,
+                "versions": rebuilt.versions,
+                "tags": rebuilt.tags,
+                "shards": rebuilt.shards,
+                "not_registered": rebuilt.gone,
+                "unlisted": rebuilt.unlisted,
+            }
         )
 
     def version_log(self, dataset: str, versions: Sequence[VersionInfo]) -> None:

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
         WriteSummary,
     )
     from ...orchestration.gc import DeleteReport, GcReport
+    from ...reading.history import HistoryRebuild
 
 __all__ = ["TextOutput", "text_cell", "tsv_cell"]
 
@@ -404,6 +405,24 @@ class TextOutput(Output):
         self._summary(
             f"{count_of(len(rows), 'shard')}, {count_of(sum(r.record_count for r in rows), 'record')} reindexed"
         )
+
+    def history_rebuilt(self, rebuilt: HistoryRebuild) -> None:
+        tags = ", ".join(f"{name}={number}" for name, number in sorted(rebuilt.tags.items()))
+        self._summary(
+            f"rebuilt dataset {rebuilt.dataset!r} from {rebuilt.folder}: "
+            f"{count_of(len(rebuilt.versions), 'kept version')} (latest {rebuilt.latest}), "
+            f"{count_of(rebuilt.shards, 'shard')}" + (f", tags {tags}" if tags else "")
+        )
+        if rebuilt.gone:
+            self.note(
+                f"{count_of(len(rebuilt.gone), 'shard')} only expired versions read were not "
+                "registered (`shardcat gc` removes what is left of them)"
+            )
+        if rebuilt.unlisted:
+            self.note(
+                f"{count_of(len(rebuilt.unlisted), 'shard file')} in the folder no manifest names "
+                f"(left by failed jobs; `shardcat gc` removes them), e.g. {rebuilt.unlisted[0]}"
+            )
 
     def version_log(self, dataset: str, versions: Sequence[VersionInfo]) -> None:
         self._table(

@@ -470,6 +470,7 @@ def _check_final(model: Model, obs: dict[str, Any], keys: list[str], rep: CheckR
     _check_final_tags(model, obs, keys, rep)
     _check_copies(model, obs, keys, rep)
     _check_root(model, obs, rep)
+    _check_bucket_history(model, obs, keys, rep)
 
 
 def _compare(
@@ -581,6 +582,38 @@ def _check_copies(model: Model, obs: dict[str, Any], keys: list[str], rep: Check
                     (op.id,),
                 )
             )
+
+
+def _check_bucket_history(
+    model: Model, obs: dict[str, Any], keys: list[str], rep: CheckReport
+) -> None:
+    """The manifests in the dataset's folder agree with the catalog, and rebuild every kept version."""
+    got = obs.get("history")
+    if got is None:  # a history dumped before manifests existed
+        return
+    if "error" in got:
+        rep.anomalies.append(
+            Anomaly("history-rebuild", f"rebuilding from the bucket failed: {got['error']}")
+        )
+        return
+    for problem in got["problems"]:
+        rep.anomalies.append(Anomaly("history-rebuild", f"verify: {problem}"))
+    kept = [v["number"] for v in obs["versions"]]
+    if got["versions"] != sorted(kept):
+        rep.anomalies.append(
+            Anomaly(
+                "history-rebuild",
+                f"the rebuild kept versions {got['versions']}, the catalog {sorted(kept)}",
+            )
+        )
+    named = {t: v["number"] for v in obs["versions"] for t in v["tags"]}
+    if got["tags"] != named:
+        rep.anomalies.append(
+            Anomaly("history-rebuild", f"the rebuild's tags {got['tags']}, the catalog's {named}")
+        )
+    for n in got["versions"]:
+        state = model.states[n] if n <= model.latest else {}
+        _compare(rep, f"rebuilt version {n}", got["states"].get(str(n)), state, keys, model, n)
 
 
 def _check_root(model: Model, obs: dict[str, Any], rep: CheckReport) -> None:

@@ -64,7 +64,23 @@ def observe(cat: Any, config: HistoryConfig, ops: list[Op], model_versions: int)
         for op in ops
         if op.kind == "copy" and "target" in op.args
     }
+    out["history"] = _or_error(_history, cat, ds, info.root_url, keys)
     return out
+
+
+def _history(cat: Any, ds: str, root: str, keys: list[str]) -> dict[str, Any]:
+    """The dataset's history in its folder: what verify says of it, and a rebuild from it alone."""
+    problems = [str(p) for p in cat.verify(ds).problems if p.kind.startswith("history")]
+    twin = f"{ds}-rebuilt"
+    cat.create_dataset(twin, root)
+    rebuilt = cat.rebuild_history(twin, root, history_of=ds)
+    states = {str(n): _or_error(read_state, cat, twin, keys, n) for n in rebuilt.versions}
+    return {
+        "problems": problems,
+        "versions": rebuilt.versions,
+        "tags": rebuilt.tags,
+        "states": states,
+    }
 
 
 def _or_error(call: Callable[..., Any], *args: Any) -> Any:

@@ -1,0 +1,445 @@
+"""A dataset's history as manifests (format/manifest.py): derived from the catalog, and rebuilt into it.
+
+What a version added and removed is in the catalog's rows: shards carry the
+version that added them, records the version that removed them. A
+transaction that makes a version or changes tags or expiry notes it on its
+session (:func:`.changes.note`); once it commits, the read layer writes the matching
+files beside the shards (:mod:`.changes`, ``shardcat.reading.history``). Going back,
+:func:`rebuild` turns manifests and the shards' footers into the same rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import insert, select, text, update
+from sqlalchemy.orm import Session
+
+from ..errors import CatalogError, DatasetExistsError
+from ..format.manifest import (
+    AddedShard,
+    ManifestError,
+    Refs,
+    RemovedRecords,
+    VersionManifest,
+    absolute_url,
+    relative_path,
+)
+from . import visibility
+from .datasets import find_dataset
+from .models import Dataset, DatasetTag, DatasetVersion, Job, Shard
+from .register import PreparedShard
+from .session import NO_SYNC
+from .shards import insert_shard
+
+__all__ = [
+    "Replay",
+    "build_manifest",
+    "build_refs",
+    "committed_paths",
+    "kept_versions",
+    "rebuild",
+    "replay",
+]
+
+
+def kept_versions(session: Session, dataset_id: int) -> list[int]:
+    return [
+        int(n)
+        for n in session.execute(
+            select(DatasetVersion.number)
+            .where(DatasetVersion.dataset_id == dataset_id)
+            .order_by(DatasetVersion.number)
+        ).scalars()
+    ]
+
+
+def committed_paths(session: Session, dataset_id: int) -> set[str]:
+    """The dataset's committed shards as manifests name them (relative to its root)."""
+    root = session.get_one(Dataset, dataset_id).root_url
+    return {
+        relative_path(url, root)
+        for url in session.execute(
+            select(Shard.url).where(Shard.dataset_id == dataset_id, visibility.committed(Shard))
+        ).scalars()
+    }
+
+
+def build_refs(session: Session, dataset_id: int) -> Refs:
+    """The dataset's tags, and the versions up to its latest that are no longer kept."""
+    ds = session.get_one(Dataset, dataset_id)
+    tags = {
+        str(name): int(version)
+        for name, version in session.execute(
+            select(DatasetTag.name, DatasetTag.version).where(DatasetTag.dataset_id == dataset_id)
+        )
+    }
+    kept = set(kept_versions(session, dataset_id))
+    expired = tuple(n for n in range(1, int(ds.version) + 1) if n not in kept)
+    return Refs(tags, expired)
+
+
+def build_manifest(
+    session: Session, dataset_id: int, number: int, *, checkpoint: bool = False
+) -> VersionManifest | None:
+    """The manifest of a kept version, from the catalog's rows (None if it is not kept).
+
+    ``checkpoint``: what the version read, whole (every shard it reads, and
+    their records hidden by then), for a version some expired versions before
+    it left no manifest.
+    """
+    ds = session.get_one(Dataset, dataset_id)
+    row = session.get(DatasetVersion, (dataset_id, number))
+    if row is None:
+        return None
+    root = ds.root_url
+    added_at = Shard.added_version == number
+    if checkpoint:
+        added_at = visibility.shard_visible_at(Shard, number)
+    shards = session.execute(
+        select(
+            Shard.id,
+            Shard.url,
+            Shard.file_id,
+            Shard.kind,
+            Shard.record_count,
+            Shard.size_bytes,
+            Shard.shard_number,
+        )
+        .where(Shard.dataset_id == dataset_id, visibility.committed(Shard), added_at)
+        .order_by(Shard.shard_number, Shard.url)
+    ).all()
+    added = tuple(
+        AddedShard(
+            relative_path(s.url, root),
+            s.file_id,
+            s.kind,
+            int(s.record_count),
+            int(s.size_bytes),
+            s.shard_number,
+        )
+        for s in shards
+    )
+    # Removed at exactly this version; in a checkpoint, by this version (of the shards it reads).
+    at = "r.removed_version = :v"
+    if checkpoint:
+        reads = visibility.sql(visibility.shard_visible_at, "shards AS s", ":v")
+        at = f"r.removed_version <= :v AND {reads}"
+    committed = visibility.sql(visibility.committed, "shards AS s")
+    offsets: dict[tuple[str, str], list[int]] = {}
+    for url, file_id, offset in session.execute(
+        text(
+            "SELECT s.url, s.file_id, r.byte_offset FROM records r JOIN shards s ON s.id = r.shard_id "
+            f"WHERE r.dataset_id = :d AND {at} AND {committed} ORDER BY s.url, r.byte_offset"
+        ),
+        {"d": dataset_id, "v": number},
+    ):
+        offsets.setdefault((url, file_id), []).append(int(offset))
+    # A shard none of whose records outlives this version is written "all", not offset by offset.
+    outliving: dict[str, int] = {
+        url: int(n)
+        for url, n in session.execute(
+            text(
+                "SELECT s.url, count(*) FROM records r JOIN shards s ON s.id = r.shard_id "
+                f"WHERE r.dataset_id = :d AND NOT ({visibility.sql(visibility.gone_by, 'records AS r', ':v')}) "
+                f"AND {committed} AND s.id IN (SELECT r.shard_id FROM records r "
+                f"WHERE r.dataset_id = :d AND {at}) GROUP BY s.url"
+            ),
+            {"d": dataset_id, "v": number},
+        )
+    }
+    removed = tuple(
+        RemovedRecords(
+            relative_path(url, root),
+            file_id,
+            None if not outliving.get(url) else tuple(offs),
+        )
+        for (url, file_id), offs in sorted(offsets.items())
+    )
+    created = row.created_at
+    if created.tzinfo is None:
+        created = created.replace(tzinfo=dt.UTC)
+    return VersionManifest(
+        version=number,
+        operation=row.operation,
+        message=row.message,
+        created_at=created.astimezone(dt.UTC).isoformat(),
+        records_added=int(row.records_added),
+        records_removed=int(row.records_removed),
+        bytes_added=int(row.bytes_added),
+        bytes_removed=int(row.bytes_removed),
+        total_records=int(row.total_records),
+        total_bytes=int(row.total_bytes),
+        added=added,
+        removed=removed,
+        root=root,
+        checkpoint=checkpoint,
+    )
+
+
+@dataclass
+class _ShardLife:
+    added: AddedShard
+    version: int
+    removed: dict[int, int]
+    """Offset -> the version that removed it."""
+    all_removed: list[int]
+    """Versions that removed every record still live (in order)."""
+
+    def remove(self, version: int, offsets: tuple[int, ...] | None) -> None:
+        """Records removed at ``version``: these offsets, or (None) every one still live."""
+        if offsets is None:
+            self.all_removed.append(version)
+        else:
+            for o in offsets:
+                self.removed.setdefault(o, version)
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """What a history says, before any footer is read: the shards to register and how."""
+
+    root: str
+    latest: int
+    kept: list[int]
+    shards: dict[str, _ShardLife]
+    """URL -> its life, for every shard some kept version reads."""
+    gone: list[str]
+    """Shards only expired versions read (their files may be gone already)."""
+
+
+def replay(manifests: Sequence[VersionManifest], refs: Refs, root: str) -> Replay:
+    """Apply the manifests in version order: which shards some kept version reads, and what it hides.
+
+    ``manifests`` holds at most one per version: a version's checkpoint when
+    there is one (it stands in for the expired versions before it that left
+    no manifest), else its manifest.
+
+    Raises
+    ------
+    ManifestError
+        The history has a gap it does not explain, or removes records of a shard it never added.
+    """
+    if not manifests:
+        raise ManifestError(f"the history in {root} has no manifest")
+    expired = set(refs.expired)
+    by_number = {m.version: m for m in manifests}
+    if len(by_number) != len(manifests):
+        raise ManifestError(f"the history in {root} gives a version twice")
+    latest = max(by_number)
+    kept = [n for n in range(1, latest + 1) if n not in expired]
+    fix = (
+        "restore the files, or write them from a catalog that still has this history "
+        "(`shardcat verify --write-history`)"
+    )
+    for n in range(1, latest + 1):
+        if n in by_number:
+            continue
+        if n not in expired:
+            raise ManifestError(
+                f"the history in {root} lacks the manifest of version {n}, which it does not "
+                f"list as expired; {fix}"
+            )
+        after = next(k for k in kept if k > n)  # the latest version is never expired
+        if not by_number.get(after, _NONE).checkpoint:
+            raise ManifestError(
+                f"the history in {root} lacks the manifest of expired version {n}, and version "
+                f"{after} after it has no checkpoint; {fix}"
+            )
+    missing_kept = [k for k in kept if k not in by_number]
+    if missing_kept:  # pragma: no cover - the loop above names them first
+        raise ManifestError(f"the history in {root} lacks version {missing_kept[0]}; {fix}")
+    lives: dict[str, _ShardLife] = {}
+    for number in sorted(by_number):
+        m = by_number[number]
+        if m.checkpoint:
+            _merge_checkpoint(lives, m, root)
+            continue
+        for a in m.added:
+            # Added again (an old-style reindex re-registered it): its rows start afresh.
+            lives[absolute_url(a.path, root)] = _ShardLife(a, m.version, {}, [])
+        for r in m.removed:
+            _life_of(lives, m, r, root).remove(m.version, r.offsets)
+    read: dict[str, _ShardLife] = {}
+    gone: list[str] = []
+    for url, life in lives.items():
+        end = _end_of(life)
+        if any(life.version <= k and (end is None or k < end) for k in kept):
+            read[url] = life
+        else:
+            gone.append(url)
+    return Replay(root, latest, kept, read, sorted(gone))
+
+
+_NONE = VersionManifest(0, "", None, "", 0, 0, 0, 0, 0, 0)
+
+
+def _life_of(
+    lives: dict[str, _ShardLife], m: VersionManifest, r: RemovedRecords, root: str
+) -> _ShardLife:
+    life = lives.get(absolute_url(r.path, root))
+    if life is None or life.added.file_id != r.file_id:
+        raise ManifestError(
+            f"version {m.version}'s manifest removes records of {r.path}, which no earlier "
+            "manifest added (with that file id); the history is incomplete"
+        )
+    return life
+
+
+def _merge_checkpoint(lives: dict[str, _ShardLife], m: VersionManifest, root: str) -> None:
+    """What version ``m.version`` read, whole, over what the manifests before it said.
+
+    What the history knew stays (older kept versions still read it); what
+    changed in the versions that left no manifest is dated at the checkpoint:
+    shards it reads that were unknown are added there, known shards it no
+    longer reads are removed there, and records it hides that were live are
+    removed there.
+    """
+    reads = {absolute_url(a.path, root): a for a in m.added}
+    for url, life in lives.items():
+        if url not in reads and _end_of(life) is None:
+            life.remove(m.version, None)
+    for url, a in reads.items():
+        known = lives.get(url)
+        if known is None or known.added.file_id != a.file_id:
+            lives[url] = _ShardLife(a, m.version, {}, [])
+    for r in m.removed:
+        if absolute_url(r.path, root) in reads:
+            _life_of(lives, m, r, root).remove(m.version, r.offsets)
+
+
+def _end_of(life: _ShardLife) -> int | None:
+    """The version from which none of the shard's records is live, if known without its footer."""
+    if life.all_removed:
+        return min(life.all_removed)
+    if len(life.removed) >= life.added.record_count:
+        return max(life.removed.values())
+    return None
+
+
+def rebuild(
+    session: Session,
+    dataset: str,
+    manifests: Mapping[int, VersionManifest],
+    refs: Refs,
+    plan: Replay,
+    preps: Mapping[str, PreparedShard],
+) -> int:
+    """Write a replayed history into an empty dataset; returns its latest version.
+
+    Raises
+    ------
+    DatasetExistsError
+        The dataset has committed shards already (rebuild into a new one).
+    ManifestError
+        A shard's file is not the one the history added, or lacks a record it removes.
+    """
+    ds = find_dataset(session, dataset)
+    if session.execute(
+        select(Shard.id).where(Shard.dataset_id == ds.id, Shard.state != "deleted").limit(1)
+    ).first():
+        raise DatasetExistsError(
+            f"dataset {dataset!r} has shards already: a history is rebuilt into an empty "
+            "dataset; delete it first (`shardcat delete`) or rebuild under another name"
+        )
+    jobs: dict[int, int] = {}
+    for number, m in manifests.items():
+        if m.added:
+            job = Job(
+                dataset_id=ds.id,
+                state="committed",
+                description=f"{m.operation} (rebuilt from its manifest)",
+                version=number,
+                base_version=number - 1,
+                finished_at=dt.datetime.now(dt.UTC),
+            )
+            session.add(job)
+            session.flush()
+            jobs[number] = job.id
+    for url, life in plan.shards.items():
+        prep = preps[url]
+        if prep.columns["file_id"] != life.added.file_id:
+            raise ManifestError(
+                f"{url} is not the file version {life.version} added: its file id is "
+                f"{prep.columns['file_id']}, the manifest's {life.added.file_id}; the shard was "
+                "replaced after it was committed"
+            )
+        shard_id = insert_shard(session, ds.id, jobs[life.version], prep)
+        hidden = dict(life.removed)
+        for v in life.all_removed:
+            for o in prep.offsets.tolist():
+                hidden.setdefault(int(o), v)
+        unknown = set(hidden) - set(prep.offsets.tolist())
+        if unknown:
+            raise ManifestError(
+                f"{url} has no record at offset(s) {sorted(unknown)[:5]} that the history removes"
+            )
+        end = max(hidden.values()) if len(hidden) == len(prep.offsets) and hidden else None
+        session.execute(
+            update(Shard)
+            .where(Shard.id == shard_id)
+            .values(
+                state="committed",
+                committed_at=dt.datetime.now(dt.UTC),
+                added_version=life.version,
+                removed_version=end,
+                shard_number=life.added.shard_number,
+            ),
+            execution_options=NO_SYNC,
+        )
+        rows = [{"s": shard_id, "o": o, "v": v} for o, v in hidden.items()]
+        if rows:
+            session.execute(
+                text(
+                    "UPDATE records SET removed_version = :v "
+                    "WHERE shard_id = :s AND byte_offset = :o"
+                ),
+                rows,
+                execution_options=NO_SYNC,
+            )
+    for number in plan.kept:
+        m = manifests[number]
+        session.execute(
+            insert(DatasetVersion).values(
+                dataset_id=ds.id,
+                number=number,
+                job_id=jobs.get(number),
+                operation=m.operation,
+                message=m.message,
+                created_at=dt.datetime.fromisoformat(m.created_at),
+                records_added=m.records_added,
+                records_removed=m.records_removed,
+                bytes_added=m.bytes_added,
+                bytes_removed=m.bytes_removed,
+                total_records=m.total_records,
+                total_bytes=m.total_bytes,
+            )
+        )
+    kept = set(plan.kept)
+    for name, number in sorted(refs.tags.items()):
+        if number in kept:
+            session.add(DatasetTag(dataset_id=ds.id, name=name, version=number))
+    ds.version = plan.latest
+    session.flush()
+    _check_totals(session, ds, manifests[plan.latest])
+    return plan.latest
+
+
+def _check_totals(session: Session, ds: Dataset, latest: VersionManifest) -> None:
+    """The rebuilt latest version holds what its manifest says it held."""
+    count, size = session.execute(
+        text(
+            "SELECT count(*), coalesce(sum(r.byte_length), 0) FROM records r "
+            "JOIN shards s ON s.id = r.shard_id WHERE r.dataset_id = :d AND "
+            + visibility.sql(visibility.live, "records AS r", "shards AS s")
+        ),
+        {"d": ds.id},
+    ).one()
+    if (int(count), int(size)) != (latest.total_records, latest.total_bytes):
+        raise CatalogError(
+            f"the rebuilt dataset {ds.name!r} holds {count} records ({size} bytes) at version "
+            f"{latest.version}, its manifest {latest.total_records} ({latest.total_bytes} bytes); "
+            "nothing was committed: check the shards against the history with `shardcat verify`"
+        )

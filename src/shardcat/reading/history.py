@@ -1,0 +1,456 @@
+"""A dataset's history in its own folder: written after each commit, checked by verify, read by reindex.
+
+The catalog derives each manifest from its rows (:mod:`shardcat.catalog.manifests`);
+this module moves them to and from ``<root>/_versions/`` through storage.
+A commit never fails because its manifest could not be written (the version
+is in the catalog already): it warns, and ``verify`` reports the gap until
+``verify --write-history`` fills it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from .. import config
+from .._types import StorageOptions
+from ..catalog.changes import HistoryChange
+from ..catalog.results import Problem
+from ..errors import HistoryWarning, ShardcatError
+from ..format.manifest import (
+    FOLDER,
+    REFS_NAME,
+    ManifestError,
+    Refs,
+    VersionManifest,
+    decode_manifest,
+    decode_refs,
+    encode_manifest,
+    encode_refs,
+    manifest_name,
+    parse_name,
+)
+from ..storage.fs import protocol_of, redact
+from ..storage.locations import dataset_prefix
+from ..storage.small import list_names, put, read_or_none
+
+if TYPE_CHECKING:
+    from .catalog import Catalog
+
+__all__ = [
+    "History",
+    "HistoryRebuild",
+    "HistoryWrite",
+    "check_history",
+    "copy_history",
+    "find_history",
+    "folder_of",
+    "has_history",
+    "history_files",
+    "publish",
+    "read_history",
+    "rebuild_history",
+    "write_history",
+]
+
+_READ_ONLY = ("http", "https")
+
+
+def folder_of(root: str, dataset: str) -> str:
+    """Where a dataset's history lies: ``<root>/_versions/<name as a file name>``.
+
+    One folder per dataset name (escaped as shard names are): datasets may share a root.
+    """
+    return f"{root.rstrip('/')}/{FOLDER}/{dataset_prefix(dataset)}"
+
+
+def _histories(root: str, options: StorageOptions | None) -> list[str]:
+    """The history folders under ``root`` that hold manifests."""
+    base = f"{root.rstrip('/')}/{FOLDER}"
+    return [
+        f"{base}/{name}"
+        for name in list_names(base, options)
+        if any(parse_name(n) is not None for n in list_names(f"{base}/{name}", options))
+    ]
+
+
+def find_history(root: str, dataset: str, options: StorageOptions | None) -> str | None:
+    """The history folder to rebuild ``dataset`` from: its own, or the only one under ``root``.
+
+    Raises
+    ------
+    ManifestError
+        ``root`` holds several datasets' histories and none is ``dataset``'s.
+    """
+    found = _histories(root, options)
+    own = folder_of(root, dataset)
+    if own in found:
+        return own
+    if len(found) > 1:
+        names = ", ".join(f.rsplit("/", 1)[-1] for f in found)
+        raise ManifestError(
+            f"{redact(root)} holds the histories of several datasets ({names}) and none of "
+            f"{dataset!r}: rebuild under the name of the one you want",
+            path=redact(root),
+        )
+    return found[0] if found else None
+
+
+def keeps_history(root: str) -> bool:
+    """Whether manifests are kept beside this root: the ``history_in_bucket`` setting is on,
+    and the root is writable (not HTTP)."""
+    return config.enabled("history_in_bucket") and protocol_of(root) not in _READ_ONLY
+
+
+def has_history(root: str, options: StorageOptions | None) -> bool:
+    """Whether ``root`` holds any dataset's version manifests."""
+    return bool(_histories(root, options))
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """What a dataset's folder holds of its history."""
+
+    root: str
+    manifests: dict[int, VersionManifest]
+    checkpoints: dict[int, VersionManifest]
+    refs: Refs | None
+    problems: list[Problem] = field(default_factory=list)
+    """Files that could not be read (corrupt, altered, foreign)."""
+
+    def stored(self, number: int, checkpoint: bool) -> VersionManifest | None:
+        return (self.checkpoints if checkpoint else self.manifests).get(number)
+
+    def sequence(self) -> list[VersionManifest]:
+        """One manifest a version, in order: its checkpoint where there is one."""
+        both = {**self.manifests, **self.checkpoints}
+        return [both[n] for n in sorted(both)]
+
+
+@dataclass
+class HistoryWrite:
+    """What :func:`write_history` wrote."""
+
+    written: list[int] = field(default_factory=list)
+    present: list[int] = field(default_factory=list)
+    refs_written: bool = False
+
+
+def read_history(root: str, folder: str, options: StorageOptions | None) -> History:
+    """Every manifest and the refs file in ``folder`` (a file that fails its checks is a problem)."""
+    found: dict[bool, dict[int, VersionManifest]] = {False: {}, True: {}}
+    refs = None
+    problems: list[Problem] = []
+    for name in list_names(folder, options):
+        parsed = parse_name(name)
+        if parsed is None and name != REFS_NAME:
+            continue
+        url = f"{folder}/{name}"
+        data = read_or_none(url, options)
+        if data is None:
+            continue
+        try:
+            if parsed is None:
+                refs = decode_refs(data, redact(url))
+                continue
+            m = decode_manifest(data, redact(url))
+            if (m.version, m.checkpoint) != parsed:
+                raise ManifestError(
+                    f"{redact(url)} holds version {m.version}'s "
+                    f"{'checkpoint' if m.checkpoint else 'manifest'}, not what its name says",
+                    path=redact(url),
+                )
+            found[m.checkpoint][m.version] = m
+        except ManifestError as e:
+            problems.append(Problem(redact(url), "history-corrupt", str(e)))
+    return History(root, found[False], found[True], refs, problems)
+
+
+def publish(cat: Catalog, changes: Iterable[HistoryChange]) -> None:
+    """Write the manifests (and refs) of what a committed transaction changed; warn on failure."""
+    from ..catalog import manifests as _manifests
+    from ..catalog.models import Dataset
+
+    by_dataset: dict[int, list[int]] = {}
+    for c in changes:
+        by_dataset.setdefault(c.dataset_id, []).append(c.version)
+    options = cat.storage_options
+    for dataset_id, versions in by_dataset.items():
+        with cat._uow() as s:
+            ds = s.get(Dataset, dataset_id)
+            if ds is None:
+                continue  # deleted meanwhile: its folder goes with it
+            name, root = ds.name, ds.root_url
+            if not keeps_history(root):
+                continue
+            folder = folder_of(root, name)
+            built = [(v, _manifests.build_manifest(s, dataset_id, v)) for v in versions if v]
+            refs = _manifests.build_refs(s, dataset_id) if 0 in versions else None
+        for number, manifest in built:
+            if manifest is None:
+                continue  # expired before its manifest was written
+            url = f"{folder}/{manifest_name(number)}"
+            try:
+                put(url, encode_manifest(manifest), options, once=True)
+            except (ShardcatError, OSError) as e:
+                _warn(name, f"version {number} is committed, but its manifest {redact(url)}", e)
+        if refs is not None:
+            url = f"{folder}/{REFS_NAME}"
+            try:
+                _publish_refs(cat, dataset_id, url, refs)
+            except (ShardcatError, OSError) as e:
+                _warn(name, f"the tags and expiry are committed, but {redact(url)}", e)
+
+
+_REFS_ROUNDS = 5
+
+
+def _publish_refs(cat: Catalog, dataset_id: int, url: str, refs: Refs) -> None:
+    """Write the refs file until it holds what the catalog holds after the write.
+
+    The file is rewritten, not written once, and two processes tagging at
+    once may write in the opposite order of their commits. Each writer
+    reads the catalog again after its write and writes again if the file is
+    behind: the last writer's check runs after every write, so the file
+    ends as the catalog is (verify reports it otherwise).
+    """
+    from ..catalog import manifests as _manifests
+
+    for _ in range(_REFS_ROUNDS):
+        put(url, encode_refs(refs), cat.storage_options, once=False)
+        with cat._uow() as s:
+            now = _manifests.build_refs(s, dataset_id)
+        if now == refs:
+            return
+        refs = now
+
+
+def _warn(dataset: str, what: str, e: BaseException) -> None:
+    warnings.warn(
+        f"dataset {dataset!r}: {what} could not be written ({e}); the catalog is right, the "
+        f"folder's history is behind: run `shardcat verify --write-history {dataset}` once the "
+        "store is reachable",
+        HistoryWarning,
+        stacklevel=4,
+    )
+
+
+def _expected(
+    cat: Catalog, dataset: str, stored: History
+) -> tuple[list[VersionManifest], Refs, set[str]]:
+    """What the folder should hold, as the catalog has it: the refs, and per kept version its
+    manifest, or its checkpoint when expired versions before it left no manifest; and the
+    paths of the shards the catalog still has committed.
+    """
+    from ..catalog import manifests as _manifests
+    from ..catalog.datasets import find_dataset
+
+    with cat._uow() as s:
+        ds = find_dataset(s, dataset)
+        out: list[VersionManifest] = []
+        previous = 0
+        for number in _manifests.kept_versions(s, ds.id):
+            gap = range(previous + 1, number)
+            checkpoint = number in stored.checkpoints or any(
+                v not in stored.manifests and v not in stored.checkpoints for v in gap
+            )
+            m = _manifests.build_manifest(s, ds.id, number, checkpoint=checkpoint)
+            if m is not None:
+                out.append(m)
+            previous = number
+        return out, _manifests.build_refs(s, ds.id), _manifests.committed_paths(s, ds.id)
+
+
+def check_history(cat: Catalog, dataset: str, root: str) -> list[Problem]:
+    """Compare the folder's history with the catalog: one problem per missing or differing file."""
+    if not keeps_history(root):
+        return []
+    stored = read_history(root, folder_of(root, dataset), cat.storage_options)
+    expected, refs, committed = _expected(cat, dataset, stored)
+    folder = redact(folder_of(root, dataset))
+    problems = list(stored.problems)
+    fix = f"write it from the catalog with `shardcat verify --write-history {dataset}`"
+    for m in expected:
+        url = f"{folder}/{manifest_name(m.version, checkpoint=m.checkpoint)}"
+        have = stored.stored(m.version, m.checkpoint)
+        if have is None:
+            what = (
+                "a checkpoint (versions before it expired without their manifests)"
+                if m.checkpoint
+                else "a manifest"
+            )
+            if not any(p.url == url for p in problems):
+                problems.append(
+                    Problem(url, "history-missing", f"version {m.version} has no {what}: {fix}")
+                )
+        elif _still(have, committed, m.root) != _still(m, committed, m.root):
+            problems.append(
+                Problem(
+                    url,
+                    "history-mismatch",
+                    f"version {m.version}'s manifest does not say what the catalog says "
+                    f"({_difference(have, m)}); find out which is right before reindexing from it",
+                )
+            )
+    # No refs file is the same as no tags and nothing expired.
+    if (stored.refs or Refs()) != refs:
+        what = "is missing" if stored.refs is None else "differs from the catalog's tags and expiry"
+        problems.append(Problem(f"{folder}/{REFS_NAME}", "history-refs", f"{what}: {fix}"))
+    return problems
+
+
+def _still(m: VersionManifest, committed: set[str], root: str | None) -> VersionManifest:
+    """What of a manifest the catalog can still be held to.
+
+    A shard retired since (no kept version reads it: expired, or added and
+    removed at once) has lost its rows, and the root the version was made at
+    is history, not state.
+    """
+    return replace(
+        m,
+        root=root,
+        added=tuple(a for a in m.added if a.path in committed),
+        removed=tuple(r for r in m.removed if r.path in committed),
+    )
+
+
+def _difference(have: VersionManifest, want: VersionManifest) -> str:
+    for name in ("operation", "records_added", "records_removed", "total_records"):
+        if getattr(have, name) != getattr(want, name):
+            return f"{name}: {getattr(have, name)!r} in the file, {getattr(want, name)!r} in the catalog"
+    if have.added != want.added:
+        return "the shards it added differ"
+    if have.removed != want.removed:
+        return "the records it removed differ"
+    return "its other fields differ"
+
+
+def write_history(cat: Catalog, dataset: str, root: str) -> HistoryWrite:
+    """Write every kept version's manifest the folder lacks, and the refs file.
+
+    Raises
+    ------
+    StorageError
+        The store refused a write (what was written stays: run it again).
+    """
+    folder = folder_of(root, dataset)
+    stored = read_history(root, folder, cat.storage_options)
+    expected, refs, _ = _expected(cat, dataset, stored)
+    out = HistoryWrite()
+    for m in expected:
+        if stored.stored(m.version, m.checkpoint) is not None:
+            out.present.append(m.version)
+            continue
+        url = f"{folder}/{manifest_name(m.version, checkpoint=m.checkpoint)}"
+        if put(url, encode_manifest(m), cat.storage_options, once=True):
+            out.written.append(m.version)
+        else:
+            out.present.append(m.version)
+    if (stored.refs or Refs()) != refs:
+        put(f"{folder}/{REFS_NAME}", encode_refs(refs), cat.storage_options, once=False)
+        out.refs_written = True
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRebuild:
+    """What :meth:`Catalog.rebuild_history` put back into the catalog."""
+
+    dataset: str
+    root: str
+    folder: str
+    """The history it was rebuilt from (another dataset name's, if the only one there)."""
+    latest: int
+    versions: list[int]
+    tags: dict[str, int]
+    shards: int
+    gone: list[str]
+    """Shards only expired versions read: not registered (gc removes what is left of them)."""
+    unlisted: list[str]
+    """Shard files in the folder that no manifest names (left by failed jobs: gc's to remove)."""
+
+
+def rebuild_history(
+    cat: Catalog, dataset: str, root: str, workers: int, history_of: str | None = None
+) -> HistoryRebuild:
+    """See :meth:`Catalog.rebuild_history`."""
+    from ..catalog import manifests as _manifests
+    from ..storage.patterns import expand_patterns
+    from . import checks
+
+    folder = find_history(root, history_of or dataset, cat.storage_options)
+    if folder is None:
+        raise ManifestError(
+            f"{redact(root)}/{FOLDER} holds no version manifest: rebuild the dataset from its "
+            "shards alone with `shardcat reindex DATASET URL...` (one version, no history)",
+            path=redact(root),
+        )
+    stored = read_history(root, folder, cat.storage_options)
+    if stored.problems:
+        raise ManifestError(stored.problems[0].message, path=stored.problems[0].url)
+    refs = stored.refs or Refs()
+    sequence = stored.sequence()
+    plan = _manifests.replay(sequence, refs, root)
+    preps = {}
+    by_kind: dict[str, list[str]] = {}
+    for url, life in plan.shards.items():
+        by_kind.setdefault(life.added.kind, []).append(url)
+    for kind, urls in by_kind.items():
+        for prep in checks.prepare_from_footers(urls, cat.storage_options, workers, kind):
+            preps[prep.url] = prep
+    preps = {url: preps[redact(url)] for url in plan.shards}
+    with cat._uow(write=True) as s:
+        latest = _manifests.rebuild(s, dataset, {m.version: m for m in sequence}, refs, plan, preps)
+    named = set(plan.shards) | set(plan.gone)
+    try:
+        files = expand_patterns([root], cat.storage_options, folder_suffix=".shard")
+    except (ShardcatError, OSError):
+        files = []
+    kept = set(plan.kept)
+    return HistoryRebuild(
+        dataset=dataset,
+        root=root,
+        folder=redact(folder),
+        latest=latest,
+        versions=plan.kept,
+        tags={k: v for k, v in refs.tags.items() if v in kept},
+        shards=len(plan.shards),
+        gone=plan.gone,
+        unlisted=sorted(f for f in files if f not in named),
+    )
+
+
+def history_files(root: str, dataset: str, options: StorageOptions | None) -> list[str]:
+    """The URLs of the dataset's history files (manifests and refs) under ``root``."""
+    folder = folder_of(root, dataset)
+    return [
+        f"{folder}/{name}"
+        for name in list_names(folder, options)
+        if name == REFS_NAME or parse_name(name) is not None
+    ]
+
+
+def copy_history(
+    source_root: str,
+    destination_root: str,
+    dataset: str,
+    source_options: StorageOptions | None,
+    destination_options: StorageOptions | None,
+) -> list[str]:
+    """Copy the dataset's history files to another root (a move); returns the sources copied.
+
+    Manifests name shards relative to the root, so the copies describe the
+    moved shards. A manifest already at the destination is kept (write-once).
+    """
+    copied = []
+    target = folder_of(destination_root, dataset)
+    for url in history_files(source_root, dataset, source_options):
+        data = read_or_none(url, source_options)
+        if data is None:
+            continue
+        name = url.rsplit("/", 1)[-1]
+        put(f"{target}/{name}", data, destination_options, once=name != REFS_NAME)
+        copied.append(url)
+    return copied

@@ -1,0 +1,61 @@
+"""Small whole-object reads and writes (a dataset's version manifests), with shardcat's errors."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import ObjectExistsError, ShardNotFoundError
+from .atomic import open_pending
+from .fs import is_local, local_path, resolve
+from .translate import storage_errors
+
+__all__ = ["list_names", "put", "read_or_none"]
+
+
+def put(url: str, data: bytes, options: Mapping[str, Any] | None, *, once: bool) -> bool:
+    """Publish ``data`` at ``url`` whole; returns False if ``once`` and an object exists there.
+
+    ``once``: write-once, as shards are (the object is never replaced).
+
+    Raises
+    ------
+    StorageError
+        The store failed; nothing was published.
+    """
+    pending = open_pending(url, dict(options or {}), exclusive=once)
+    try:
+        pending.write(data)
+    except BaseException:
+        pending.discard()
+        raise
+    try:
+        pending.commit()
+    except ObjectExistsError:
+        return False
+    return True
+
+
+def read_or_none(url: str, options: Mapping[str, Any] | None) -> bytes | None:
+    """The object's bytes, or None if there is none (StorageError for anything else)."""
+    try:
+        if is_local(url):
+            with open(local_path(url), "rb") as f:
+                return f.read()
+        fs, path = resolve(url, dict(options or {}))
+        with storage_errors(url, fs=fs):
+            data: bytes = fs.cat_file(path)
+            return data
+    except (FileNotFoundError, ShardNotFoundError):
+        return None
+
+
+def list_names(url: str, options: Mapping[str, Any] | None) -> list[str]:
+    """The names of the objects directly in a folder (none if it does not exist)."""
+    fs, path = resolve(url, dict(options or {}))
+    try:
+        with storage_errors(url, fs=fs):
+            found = fs.ls(path, detail=False)
+    except (FileNotFoundError, ShardNotFoundError):
+        return []
+    return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in found)
