@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import threading
 from pathlib import Path
@@ -114,6 +115,4 @@ def test_a_record_over_2_gib_is_read_by_random_access(sqlite_url):
         assert cat.get("big", "after")["txt"].decode() == "after"
         cat.close()
     finally:
-        for name in os.listdir(folder):
-            os.unlink(os.path.join(folder, name))
-        os.rmdir(folder)
+        shutil.rmtree(folder)  # the shard and the dataset's history (_versions/)

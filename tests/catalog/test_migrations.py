@@ -223,7 +223,8 @@ def test_upgrade_from_0001_keeps_the_data_and_resolves_rows_that_share_a_file(
     engine.dispose()
     with Catalog(catalog_url) as cat:
         assert cat.get_many("train", shard_keys(0) + shard_keys(1)).ok
-        assert cat.verify("train").ok
+        # The downgrade rewrote the catalog's history; the folder keeps the one written before.
+        assert cat.verify("train", history=False).ok
         with pytest.raises(shardcat.errors.DuplicateKeyError, match="already committed"):
             cat.register_shard("train", infos[0])
 

@@ -8,9 +8,9 @@ from shardcat import Catalog
 from shardcat.errors import DuplicateKeyError
 
 from .helpers import write_shard
-from .test_register_statements import statements
+from .test_register_statements import MANIFEST_STATEMENTS, statements
 
-BULK_STATEMENTS = 12
+BULK_STATEMENTS = 12 + MANIFEST_STATEMENTS
 """register_shards: fixed statements, plus one shard row per shard (a loop of register_shard
 sends up to 13 per shard); the records' bulk inserts are not counted (see test_register_statements)."""
 

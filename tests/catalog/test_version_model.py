@@ -170,7 +170,7 @@ class VersionModel(RuleBasedStateMachine):
     def collect(self) -> None:
         gc(self.cat, self.name, grace=dt.timedelta(0))
         # Nothing unregistered is left, and every file a live row names is there.
-        on_disk = {os.path.join(self.root, f) for f in os.listdir(self.root)}
+        on_disk = {os.path.join(self.root, f) for f in os.listdir(self.root) if f != "_versions"}
         named = self.cat.shard_urls(states=["staged", "committed"], dataset=self.name)
         assert on_disk == named
 

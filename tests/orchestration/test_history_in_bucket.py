@@ -189,7 +189,7 @@ def test_a_moved_dataset_takes_its_history_and_a_deleted_one_leaves_none(
         shardcat.delete_keys(cat, "ds", ["k004"])
         cat.tag("ds", 1, "first")
         shardcat.copy_dataset(cat, "ds", str(new), move=True, client=client)
-        assert not list((old / "_versions" / "ds").iterdir())
+        assert not (old / "_versions").exists()  # files gone, and the folders they left empty
         assert sorted(p.name for p in (new / "_versions" / "ds").iterdir()) == [
             "000000000001.json",
             "000000000002.json",
@@ -207,7 +207,7 @@ def test_a_moved_dataset_takes_its_history_and_a_deleted_one_leaves_none(
         assert cat.rebuild_history("twin", str(new)).folder.endswith("_versions/ds")
         report = delete_dataset(cat, "ds")
         assert report.kept  # the shard stays: twin's rows name it
-        assert not list((new / "_versions" / "ds").iterdir())
+        assert not (new / "_versions" / "ds").exists()
 
 
 def test_versions_that_expired_without_their_manifests_are_stood_in_for_by_a_checkpoint(
@@ -260,7 +260,9 @@ def test_a_dataset_made_before_manifests_gets_its_history_written(
         cat.expire("ds", keep_last=1)
         for p in (root / "_versions" / "ds").iterdir():
             p.unlink()
-        assert {p.kind for p in cat.verify("ds").problems} == {"history-missing", "history-refs"}
+        problems = cat.verify("ds").problems
+        assert [p.kind for p in problems] == ["history-missing"]
+        assert "keeps no history of dataset 'ds'" in problems[0].message
         cat.write_history("ds")
         assert sorted(p.name for p in (root / "_versions" / "ds").iterdir()) == [
             "000000000003.checkpoint.json",

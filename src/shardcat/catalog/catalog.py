@@ -27,7 +27,7 @@ from .._types import OnDuplicate
 from ..errors import CatalogClosedError
 from ..format import ShardInfo
 from . import fence
-from .changes import HistoryChange, changes_of
+from .changes import changes_of, note_options, options_of
 from .history import Version, VersionsApi, with_retries
 from .migrate import ensure_schema
 from .results import (
@@ -50,10 +50,12 @@ if TYPE_CHECKING:
     from . import internal as _internal
     from . import jobs as _jobs
     from . import keys as _keys
+    from . import manifests as _manifests
     from . import register as _register
     from . import selection as _selection
     from . import shards as _shards
     from . import versions as _versions
+    from .manifests import DatasetHistory
     from .selection import FilterLimits, Selection
 else:
     _datasets = lazy_module("shardcat.catalog.datasets")
@@ -61,6 +63,7 @@ else:
     _internal = lazy_module("shardcat.catalog.internal")
     _jobs = lazy_module("shardcat.catalog.jobs")
     _keys = lazy_module("shardcat.catalog.keys")
+    _manifests = lazy_module("shardcat.catalog.manifests")
     _register = lazy_module("shardcat.catalog.register")
     _selection = lazy_module("shardcat.catalog.selection")
     _shards = lazy_module("shardcat.catalog.shards")
@@ -170,18 +173,27 @@ class SqlCatalog(VersionsApi):
             raise self._closed_error()
         self._after_fork()
         # A fork waits for the unit of work, whose SQLite calls hold process-wide mutexes.
+        history = None
         with (
             fence.shared(),
             unit_of_work(self.engine, write=write, busy_timeout=self.busy_timeout) as s,
         ):
             yield s
-        if write:
-            changed = changes_of(s)
+            changed = changes_of(s) if write else None
             if changed:
-                self._history_changed(changed)
+                # Made in the transaction (what it committed, exactly), written after it.
+                history = _manifests.build_changes(s, changed, self._keeps_history)
+        if history:
+            self._write_history(history, options_of(s))
 
-    def _history_changed(self, changes: list[HistoryChange]) -> None:
-        """After a commit that changed datasets' histories (the read layer writes their manifests)."""
+    def _keeps_history(self, root: str) -> bool:
+        """Whether commits write manifests beside this dataset root (the read layer decides)."""
+        return False
+
+    def _write_history(
+        self, history: list[DatasetHistory], storage_options: dict[str, Any] | None
+    ) -> None:
+        """After a commit that changed datasets' histories (the read layer writes their files)."""
 
     # --- datasets --------------------------------------------------------
 
@@ -631,6 +643,7 @@ class SqlCatalog(VersionsApi):
         message: str | None = None,
         hidden: Mapping[str, Collection[int]] | None = None,
         rewrite: bool = False,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> JobInfo:
         """Make every staged shard of the job visible, together, in one transaction.
 
@@ -672,6 +685,10 @@ class SqlCatalog(VersionsApi):
             commit deleted, replaced or rewrote meanwhile are added and
             removed in the new version, so nothing deleted comes back.
             Takes the place of ``on_duplicate``.
+        storage_options:
+            fsspec options of the dataset's folder, where the new version's
+            manifest is written (docs/LIFECYCLE.md §8), when they are not
+            the catalog's (a job given its own).
 
         The commit is a conditional update of the dataset's version, read
         under the dataset row's lock (concurrent commits queue for it); a
@@ -703,6 +720,7 @@ class SqlCatalog(VersionsApi):
 
         def attempt() -> None:
             with self._uow(write=True) as s:
+                note_options(s, storage_options)
                 committed[:] = [
                     _jobs.commit_job(
                         s,

@@ -16,6 +16,7 @@ from .._redact import redact_url as redact
 from ..errors import DatasetExistsError, Hint, InvalidNameError
 from ..format.spec import FORMAT_VERSION
 from . import visibility
+from .changes import note_dataset
 from .missing import unknown_dataset
 from .models import (
     Dataset,
@@ -82,6 +83,7 @@ def find_dataset(session: Session, name: str) -> Dataset:
         raise unknown_dataset(
             name, list(session.execute(select(Dataset.name).order_by(Dataset.name)).scalars())
         )
+    note_dataset(session, row.id, row.name, row.root_url)
     return row
 
 
@@ -140,7 +142,9 @@ def list_datasets(session: Session) -> list[DatasetInfo]:
 
 def set_root(session: Session, name: str, root_url: str) -> None:
     """See :meth:`Catalog.set_dataset_root`."""
-    find_dataset(session, name).root_url = redact(root_url)
+    ds = find_dataset(session, name)
+    ds.root_url = redact(root_url)
+    note_dataset(session, ds.id, ds.name, ds.root_url)
 
 
 def delete_dataset(session: Session, name: str, *, missing_ok: bool) -> None:

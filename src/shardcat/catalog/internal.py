@@ -8,9 +8,10 @@ still work for one release, with a DeprecationWarning.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._lazy import lazy_module
+from .changes import note_options
 from .history import Version
 from .results import RecordRow, ShardRow
 
@@ -76,13 +77,15 @@ def move_shards(
     *,
     expected_version: int,
     root_url: str,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> int:
     """Point shards at byte-identical copies and the dataset at its new root, in one commit.
 
     ``moves``: old URL -> (new URL, file id the row must have). Every
     row keeps its records and versions (what each kept version serves
     or hides is unchanged); a version with operation ``move`` records
-    it. Returns that version's number.
+    it. Returns that version's number. ``storage_options``: the new
+    root's, for the version's manifest.
 
     Raises
     ------
@@ -93,6 +96,7 @@ def move_shards(
         If there is no such dataset.
     """
     with cat._uow(write=True) as s:
+        note_options(s, storage_options)
         return _moves.move_shards(
             s, dataset, moves, expected_version=expected_version, root_url=root_url
         )

@@ -11,8 +11,9 @@ files beside the shards (:mod:`.changes`, ``shardcat.reading.history``). Going b
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import insert, select, text, update
 from sqlalchemy.orm import Session
@@ -28,6 +29,7 @@ from ..format.manifest import (
     relative_path,
 )
 from . import visibility
+from .changes import HistoryChange, noted_dataset, noted_row
 from .datasets import find_dataset
 from .models import Dataset, DatasetTag, DatasetVersion, Job, Shard
 from .register import PreparedShard
@@ -35,7 +37,9 @@ from .session import NO_SYNC
 from .shards import insert_shard
 
 __all__ = [
+    "DatasetHistory",
     "Replay",
+    "build_changes",
     "build_manifest",
     "build_refs",
     "committed_paths",
@@ -56,14 +60,71 @@ def kept_versions(session: Session, dataset_id: int) -> list[int]:
     ]
 
 
-def committed_paths(session: Session, dataset_id: int) -> set[str]:
-    """The dataset's committed shards as manifests name them (relative to its root)."""
+@dataclass(frozen=True, slots=True)
+class DatasetHistory:
+    """What a commit changed in one dataset's history, as files to write after it."""
+
+    name: str
+    root: str
+    dataset_id: int
+    manifests: tuple[VersionManifest, ...]
+    refs: Refs | None
+    """The tags and expired versions, when the commit changed them."""
+
+
+def build_changes(
+    session: Session, changes: Sequence[HistoryChange], keeps: Callable[[str], bool]
+) -> list[DatasetHistory]:
+    """The manifests of what this transaction changed, built inside it (before it commits).
+
+    In the transaction, the rows are exactly what the commit made: no later
+    commit or expiry can change them first. ``keeps(root)``: whether that
+    root keeps a history at all.
+    """
+    by_dataset: dict[int, list[int]] = {}
+    for c in changes:
+        by_dataset.setdefault(c.dataset_id, []).append(c.version)
+    out = []
+    for dataset_id, versions in by_dataset.items():
+        known = noted_dataset(session, dataset_id)
+        if known is None:
+            found = session.execute(
+                select(Dataset.name, Dataset.root_url).where(Dataset.id == dataset_id)
+            ).first()
+            if found is None:
+                continue
+            known = (str(found[0]), str(found[1]))
+        name, root = known
+        if not keeps(root):
+            continue
+        built = (
+            build_manifest(session, dataset_id, v, root=root, row=noted_row(session, dataset_id, v))
+            for v in versions
+            if v
+        )
+        out.append(
+            DatasetHistory(
+                name,
+                root,
+                dataset_id,
+                tuple(m for m in built if m is not None),
+                build_refs(session, dataset_id) if 0 in versions else None,
+            )
+        )
+    return out
+
+
+def committed_paths(session: Session, dataset_id: int) -> dict[str, int]:
+    """The dataset's committed shards as manifests name them (relative to its root), and the
+    version each one's rows were added at."""
     root = session.get_one(Dataset, dataset_id).root_url
     return {
-        relative_path(url, root)
-        for url in session.execute(
-            select(Shard.url).where(Shard.dataset_id == dataset_id, visibility.committed(Shard))
-        ).scalars()
+        relative_path(url, root): int(added or 0)
+        for url, added in session.execute(
+            select(Shard.url, Shard.added_version).where(
+                Shard.dataset_id == dataset_id, visibility.committed(Shard)
+            )
+        )
     }
 
 
@@ -82,19 +143,27 @@ def build_refs(session: Session, dataset_id: int) -> Refs:
 
 
 def build_manifest(
-    session: Session, dataset_id: int, number: int, *, checkpoint: bool = False
+    session: Session,
+    dataset_id: int,
+    number: int,
+    *,
+    checkpoint: bool = False,
+    root: str | None = None,
+    row: Any = None,
 ) -> VersionManifest | None:
     """The manifest of a kept version, from the catalog's rows (None if it is not kept).
 
     ``checkpoint``: what the version read, whole (every shard it reads, and
     their records hidden by then), for a version some expired versions before
-    it left no manifest.
+    it left no manifest. ``root``, ``row``: the dataset's root and the version's row, when
+    the caller has them.
     """
-    ds = session.get_one(Dataset, dataset_id)
-    row = session.get(DatasetVersion, (dataset_id, number))
+    if row is None:
+        row = session.get(DatasetVersion, (dataset_id, number))
     if row is None:
         return None
-    root = ds.root_url
+    if root is None:
+        root = session.get_one(Dataset, dataset_id).root_url
     added_at = Shard.added_version == number
     if checkpoint:
         added_at = visibility.shard_visible_at(Shard, number)
@@ -122,11 +191,22 @@ def build_manifest(
         )
         for s in shards
     )
+    if (
+        not checkpoint
+        and not row.records_removed
+        and sum(a.record_count for a in added) == row.records_added
+    ):
+        # Every record it added is live and it removed none: nothing to ask (most writes).
+        return _manifest(row, root, added, (), checkpoint)
     # Removed at exactly this version; in a checkpoint, by this version (of the shards it reads).
     at = "r.removed_version = :v"
     if checkpoint:
-        reads = visibility.sql(visibility.shard_visible_at, "shards AS s", ":v")
-        at = f"r.removed_version <= :v AND {reads}"
+        at = " AND ".join(
+            (
+                visibility.sql(visibility.gone_by, "records AS r", ":v"),
+                visibility.sql(visibility.shard_visible_at, "shards AS s", ":v"),
+            )
+        )
     committed = visibility.sql(visibility.committed, "shards AS s")
     offsets: dict[tuple[str, str], list[int]] = {}
     for url, file_id, offset in session.execute(
@@ -158,11 +238,21 @@ def build_manifest(
         )
         for (url, file_id), offs in sorted(offsets.items())
     )
+    return _manifest(row, root, added, removed, checkpoint)
+
+
+def _manifest(
+    row: Any,
+    root: str,
+    added: tuple[AddedShard, ...],
+    removed: tuple[RemovedRecords, ...],
+    checkpoint: bool,
+) -> VersionManifest:
     created = row.created_at
     if created.tzinfo is None:
         created = created.replace(tzinfo=dt.UTC)
     return VersionManifest(
-        version=number,
+        version=int(row.number),
         operation=row.operation,
         message=row.message,
         created_at=created.astimezone(dt.UTC).isoformat(),

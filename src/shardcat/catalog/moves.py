@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from .._redact import redact_url as redact
 from ..errors import CommitConflictError
 from . import visibility
+from .changes import note_dataset
 from .datasets import find_dataset
 from .jobs import VersionMoved, bump_version
 from .models import Shard
@@ -60,6 +61,7 @@ def move_shards(
                 f"{file_id}; nothing was moved: rerun the move"
             )
     ds.root_url = redact(root_url)
+    note_dataset(session, ds.id, ds.name, ds.root_url)  # the move's manifest goes to the new root
     record_version(
         session,
         ds.id,

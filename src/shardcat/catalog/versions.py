@@ -104,9 +104,9 @@ def record_version(
     """Insert the version row of a commit: ``added``/``removed`` are (records, bytes).
 
     The totals are the previous version's plus the change, read by the INSERT
-    itself (one round trip).
+    itself (one round trip), which returns the row: the version's manifest is
+    made from it in this transaction without asking again (:mod:`.changes`).
     """
-    note(session, dataset_id, number)
     prev = DatasetVersion.__table__.alias("prev")
 
     def previous(column: str) -> Any:
@@ -119,8 +119,9 @@ def record_version(
         )
         return func.coalesce(last, 0)
 
-    session.execute(
-        insert(DatasetVersion).values(
+    row = session.execute(
+        insert(DatasetVersion)
+        .values(
             dataset_id=dataset_id,
             number=number,
             job_id=job_id,
@@ -133,7 +134,9 @@ def record_version(
             total_records=previous("total_records") + (added[0] - removed[0]),
             total_bytes=previous("total_bytes") + (added[1] - removed[1]),
         )
-    )
+        .returning(*DatasetVersion.__table__.c)
+    ).one()
+    note(session, dataset_id, number, row)
 
 
 def remove_records(session: Session, where: str, params: dict[str, object]) -> tuple[int, int]:

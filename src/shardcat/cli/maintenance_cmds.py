@@ -157,7 +157,8 @@ def _rebuild_history(state: Any, dataset: str, root: str, workers: int) -> None:
             raise
         if created:
             state.out.note(f"created dataset {dataset!r} (root {root})")
-    state.out.history_rebuilt(rebuilt)
+        rows = cat.shards(dataset)
+    state.out.history_rebuilt(rebuilt, rows)
 
 
 def _common_root(urls: list[str]) -> str:

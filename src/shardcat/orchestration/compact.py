@@ -304,7 +304,14 @@ def compact(
                         dask_client.cancel(futures)
                     raise
             written = [url for r in results for url in r.shards]
-            cat.commit_job(job, shards=written, rewrite=True, operation="compact", message=message)
+            cat.commit_job(
+                job,
+                shards=written,
+                rewrite=True,
+                operation="compact",
+                message=message,
+                storage_options=opts,
+            )
         except KeyboardInterrupt as e:
             with contextlib.suppress(Exception):
                 cat.abort_job(job)

@@ -41,7 +41,7 @@ from ..errors import (
     DestinationNotEmptyError,
     ShardNotFoundError,
 )
-from ..reading.history import copy_history
+from ..reading.history import copy_history, folder_of, remove_history
 from ..storage import is_local, join, local_path, open_pending, redact, resolve
 from ..storage.removal import remove_files
 from ..storage.shards import ShardReader
@@ -336,17 +336,21 @@ def copy_dataset(
         infos = [d.info for d in done]
         if move:
             # The history goes first: the move's own manifest is written beside it, at the new root.
-            history = copy_history(ds.root_url, destination, dataset, src_opts, dst_opts)
+            history = copy_history(
+                ds.root_url, destination, dataset, src_opts, dst_opts, moves=plan
+            )
             internal.move_shards(
                 src_cat,
                 dataset,
                 {row.url: (plan[row.url], row.file_id) for row in rows},
                 expected_version=version,
                 root_url=destination,
+                storage_options=dst_opts,
             )
             job_id = None
             log.info("moved %d shards of %r to %s", len(rows), dataset, redact(destination))
-            left = remove_files([*plan, *history], src_opts)
+            left = remove_files(list(plan), src_opts)
+            remove_history(history, folder_of(ds.root_url, dataset), src_opts)
             sources_left = sorted(left.failed)
             if sources_left:
                 log.warning(
@@ -354,7 +358,9 @@ def copy_dataset(
                     len(sources_left),
                 )
         else:
-            job_id = _commit_copy(dst_cat, target, destination, infos, dataset, src_cat, hidden)
+            job_id = _commit_copy(
+                dst_cat, target, destination, infos, dataset, src_cat, hidden, dst_opts
+            )
             sources_left = []
         return _summary(
             target,
@@ -489,6 +495,7 @@ def _commit_copy(
     source: str,
     src_cat: Catalog,
     hidden: Mapping[str, Collection[int]],
+    options: Mapping[str, Any],
 ) -> int:
     """Register the copies under one job of a (new or empty) dataset and commit it."""
     cat.create_dataset(name, redact(root), exist_ok=True)
@@ -500,7 +507,13 @@ def _commit_copy(
     try:
         for info in infos:
             cat.register_shard(name, info, job=job)
-        cat.commit_job(job, shards=[i.path for i in infos], require_empty=True, hidden=hidden)
+        cat.commit_job(
+            job,
+            shards=[i.path for i in infos],
+            require_empty=True,
+            hidden=hidden,
+            storage_options=options,
+        )
     except BaseException:
         with contextlib.suppress(Exception):
             cat.abort_job(job)

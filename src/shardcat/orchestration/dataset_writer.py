@@ -113,6 +113,7 @@ class DatasetWriter(CloseOrAbort):
         self._message = message
         self._t0 = time.perf_counter()
         opts = dict(storage_options or {})
+        self._storage_options = opts
         self.summary: WriteSummary | None = None
         """What the committed job wrote (set when the writer closes without error)."""
         try:
@@ -200,6 +201,7 @@ class DatasetWriter(CloseOrAbort):
                 self._base_version,
                 self._on_duplicate,
                 self._message,
+                self._storage_options,
             )
         except BaseException:
             self._abort_job()

@@ -37,7 +37,7 @@ from ..catalog import internal
 from ..catalog.kinds import shard_kind
 from ..catalog.models import LIVE_STATES
 from ..errors import ShardcatError, StorageError
-from ..reading.history import history_files
+from ..reading.history import folder_of, history_files, remove_history
 from ..storage import redact, resolve
 from ..storage.removal import existing_urls, remove_files
 
@@ -279,7 +279,7 @@ def delete_dataset(
             )
         if not dry_run:
             # Its history goes with it (a failure here leaves files, never rows without shards).
-            remove_files(history_files(root, dataset, opts), opts)
+            remove_history(history_files(root, dataset, opts), folder_of(root, dataset), opts)
             cat.delete_dataset(dataset)
         return report
 

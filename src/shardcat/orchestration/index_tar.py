@@ -339,7 +339,7 @@ def run_index_job(
                 failed = [r.failure for r in results if r.failure is not None]
                 for f in failed:
                     log.warning("skipped %s: %s", f.url, f.message)
-                cat.commit_job(job.id, shards=[r.url for r in done])
+                cat.commit_job(job.id, shards=[r.url for r in done], storage_options=opts)
             except KeyboardInterrupt as e:
                 with contextlib.suppress(Exception):
                     cat.abort_job(job.id)

@@ -443,6 +443,7 @@ def write(
                     base_version,
                     on_duplicate,
                     message,
+                    opts,
                 )
             except KeyboardInterrupt as e:
                 stays_open = job_name is not None or resume
@@ -580,6 +581,7 @@ def commit_write_job(
     base_version: int,
     on_duplicate: OnDuplicate,
     message: str | None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> None:
     """Commit a write job's shards as one version, as ``mode`` says (see :func:`write`)."""
     cat.commit_job(
@@ -591,6 +593,7 @@ def commit_write_job(
         on_duplicate=on_duplicate,
         operation={"create": "write"}.get(mode, mode),
         message=message,
+        storage_options=storage_options,
     )
 
 

@@ -23,7 +23,6 @@ from .._lazy import lazy_module
 from .._types import StorageOptions
 from ..catalog import fence
 from ..catalog.catalog import SqlCatalog
-from ..catalog.changes import HistoryChange
 from ..catalog.history import Version
 from ..catalog.results import BatchResult, CatalogReport, Location, ShardRow
 from ..catalog.session import DEFAULT_BUSY_TIMEOUT, display_url
@@ -36,6 +35,7 @@ from .lookup import LayoutCache, Lookup
 # first use: opening a catalog and looking a key up needs none of it.
 if TYPE_CHECKING:
     from ..catalog import maintenance as _maintenance
+    from ..catalog.manifests import DatasetHistory
     from . import checks as _checks
     from . import history as _history
     from .history import HistoryRebuild, HistoryWrite
@@ -406,8 +406,13 @@ class Catalog(SqlCatalog):
 
     # --- history in the dataset's folder ------------------------------------
 
-    def _history_changed(self, changes: list[HistoryChange]) -> None:
-        _history.publish(self, changes)
+    def _keeps_history(self, root: str) -> bool:
+        return _history.keeps_history(root)
+
+    def _write_history(
+        self, history: list[DatasetHistory], storage_options: dict[str, Any] | None
+    ) -> None:
+        _history.publish(self, history, storage_options or self.storage_options)
 
     def write_history(self, dataset: str) -> HistoryWrite:
         """Write the version manifests (and tags file) the dataset's folder lacks, from the catalog.

@@ -9,31 +9,37 @@ is in the catalog already): it warns, and ``verify`` reports the gap until
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
+import os
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from .. import config
 from .._types import StorageOptions
-from ..catalog.changes import HistoryChange
+from ..catalog.manifests import DatasetHistory
 from ..catalog.results import Problem
-from ..errors import HistoryWarning, ShardcatError
+from ..errors import HistoryWarning, ShardcatError, StorageError
 from ..format.manifest import (
     FOLDER,
     REFS_NAME,
     ManifestError,
     Refs,
     VersionManifest,
+    absolute_url,
     decode_manifest,
     decode_refs,
     encode_manifest,
     encode_refs,
     manifest_name,
     parse_name,
+    relative_path,
 )
-from ..storage.fs import protocol_of, redact
+from ..storage.fs import is_local, local_path, protocol_of, redact
 from ..storage.locations import dataset_prefix
+from ..storage.removal import remove_files
 from ..storage.small import list_names, put, read_or_none
 
 if TYPE_CHECKING:
@@ -49,9 +55,11 @@ __all__ = [
     "folder_of",
     "has_history",
     "history_files",
+    "move_files",
     "publish",
     "read_history",
     "rebuild_history",
+    "remove_history",
     "write_history",
 ]
 
@@ -168,46 +176,66 @@ def read_history(root: str, folder: str, options: StorageOptions | None) -> Hist
     return History(root, found[False], found[True], refs, problems)
 
 
-def publish(cat: Catalog, changes: Iterable[HistoryChange]) -> None:
-    """Write the manifests (and refs) of what a committed transaction changed; warn on failure."""
-    from ..catalog import manifests as _manifests
-    from ..catalog.models import Dataset
-
-    by_dataset: dict[int, list[int]] = {}
-    for c in changes:
-        by_dataset.setdefault(c.dataset_id, []).append(c.version)
-    options = cat.storage_options
-    for dataset_id, versions in by_dataset.items():
-        with cat._uow() as s:
-            ds = s.get(Dataset, dataset_id)
-            if ds is None:
-                continue  # deleted meanwhile: its folder goes with it
-            name, root = ds.name, ds.root_url
-            if not keeps_history(root):
-                continue
-            folder = folder_of(root, name)
-            built = [(v, _manifests.build_manifest(s, dataset_id, v)) for v in versions if v]
-            refs = _manifests.build_refs(s, dataset_id) if 0 in versions else None
-        for number, manifest in built:
-            if manifest is None:
-                continue  # expired before its manifest was written
-            url = f"{folder}/{manifest_name(number)}"
+def publish(
+    cat: Catalog, history: Iterable[DatasetHistory], options: StorageOptions | None
+) -> None:
+    """Write the manifests (and refs) a committed transaction made; warn on failure."""
+    for h in history:
+        folder = folder_of(h.root, h.name)
+        for manifest in h.manifests:
+            url = f"{folder}/{manifest_name(manifest.version)}"
             try:
-                put(url, encode_manifest(manifest), options, once=True)
+                _publish_manifest(url, manifest, options, h.name, folder)
             except (ShardcatError, OSError) as e:
-                _warn(name, f"version {number} is committed, but its manifest {redact(url)}", e)
-        if refs is not None:
+                what = f"version {manifest.version} is committed, but its manifest {redact(url)}"
+                _warn(h.name, what, e)
+        if h.refs is not None:
             url = f"{folder}/{REFS_NAME}"
             try:
-                _publish_refs(cat, dataset_id, url, refs)
+                _publish_refs(cat, h.dataset_id, url, h.refs, options)
             except (ShardcatError, OSError) as e:
-                _warn(name, f"the tags and expiry are committed, but {redact(url)}", e)
+                _warn(h.name, f"the tags and expiry are committed, but {redact(url)}", e)
+
+
+def _publish_manifest(
+    url: str, manifest: VersionManifest, options: StorageOptions | None, name: str, folder: str
+) -> None:
+    """Write a version's manifest once; a first version finding another's sets that history aside.
+
+    Another version 1 in the folder is the history of an earlier dataset of
+    this name (a catalog lost and the shards registered again, or a dataset
+    deleted from the catalog only): it is moved to ``<folder>~<time>``, kept
+    for whoever wants it, and this dataset's history starts afresh.
+    """
+    data = encode_manifest(manifest)
+    if put(url, data, options, once=True):
+        return
+    there = read_or_none(url, options)
+    if there == data:
+        return  # written already (write_history, or a retried publication)
+    if manifest.version != 1:
+        raise StorageError(
+            f"{redact(url)} holds another manifest of version {manifest.version}; "
+            "`shardcat verify` shows how it differs"
+        )
+    aside = f"{folder}~{dt.datetime.now(dt.UTC).strftime('%Y%m%dT%H%M%S%fZ')}"
+    moved = move_files(folder, aside, options)
+    warnings.warn(
+        f"dataset {name!r}: its folder held the history of an earlier dataset of that name "
+        f"({moved} files); it was moved to {redact(aside)} and this dataset's history starts "
+        "at its version 1",
+        HistoryWarning,
+        stacklevel=5,
+    )
+    put(url, data, options, once=True)
 
 
 _REFS_ROUNDS = 5
 
 
-def _publish_refs(cat: Catalog, dataset_id: int, url: str, refs: Refs) -> None:
+def _publish_refs(
+    cat: Catalog, dataset_id: int, url: str, refs: Refs, options: StorageOptions | None
+) -> None:
     """Write the refs file until it holds what the catalog holds after the write.
 
     The file is rewritten, not written once, and two processes tagging at
@@ -219,7 +247,7 @@ def _publish_refs(cat: Catalog, dataset_id: int, url: str, refs: Refs) -> None:
     from ..catalog import manifests as _manifests
 
     for _ in range(_REFS_ROUNDS):
-        put(url, encode_refs(refs), cat.storage_options, once=False)
+        put(url, encode_refs(refs), options, once=False)
         with cat._uow() as s:
             now = _manifests.build_refs(s, dataset_id)
         if now == refs:
@@ -239,7 +267,7 @@ def _warn(dataset: str, what: str, e: BaseException) -> None:
 
 def _expected(
     cat: Catalog, dataset: str, stored: History
-) -> tuple[list[VersionManifest], Refs, set[str]]:
+) -> tuple[list[VersionManifest], Refs, dict[str, int]]:
     """What the folder should hold, as the catalog has it: the refs, and per kept version its
     manifest, or its checkpoint when expired versions before it left no manifest; and the
     paths of the shards the catalog still has committed.
@@ -272,14 +300,24 @@ def check_history(cat: Catalog, dataset: str, root: str) -> list[Problem]:
     folder = redact(folder_of(root, dataset))
     problems = list(stored.problems)
     fix = f"write it from the catalog with `shardcat verify --write-history {dataset}`"
+    if not (stored.manifests or stored.checkpoints or stored.refs or problems):
+        return [
+            Problem(
+                folder,
+                "history-missing",
+                f"the folder keeps no history of dataset {dataset!r} (made before shardcat kept "
+                "one, or with history_in_bucket off): write it from the catalog with "
+                f"`shardcat verify --write-history {dataset}`",
+            )
+        ]
     for m in expected:
         url = f"{folder}/{manifest_name(m.version, checkpoint=m.checkpoint)}"
         have = stored.stored(m.version, m.checkpoint)
         if have is None:
             what = (
-                "a checkpoint (versions before it expired without their manifests)"
+                "checkpoint (versions before it expired without their manifests)"
                 if m.checkpoint
-                else "a manifest"
+                else "manifest"
             )
             if not any(p.url == url for p in problems):
                 problems.append(
@@ -301,18 +339,24 @@ def check_history(cat: Catalog, dataset: str, root: str) -> list[Problem]:
     return problems
 
 
-def _still(m: VersionManifest, committed: set[str], root: str | None) -> VersionManifest:
+def _still(m: VersionManifest, committed: dict[str, int], root: str | None) -> VersionManifest:
     """What of a manifest the catalog can still be held to.
 
     A shard retired since (no kept version reads it: expired, or added and
-    removed at once) has lost its rows, and the root the version was made at
-    is history, not state.
+    removed at once) has lost its rows; one registered again by a later
+    version (a reindex of its file) has new rows from then on; and the root
+    the version was made at is history, not state.
     """
+
+    def added_here(path: str) -> bool:
+        at = committed.get(path)
+        return at is not None and (at <= m.version if m.checkpoint else at == m.version)
+
     return replace(
         m,
         root=root,
-        added=tuple(a for a in m.added if a.path in committed),
-        removed=tuple(r for r in m.removed if r.path in committed),
+        added=tuple(a for a in m.added if added_here(a.path)),
+        removed=tuple(r for r in m.removed if committed.get(r.path, m.version + 1) <= m.version),
     )
 
 
@@ -422,6 +466,26 @@ def rebuild_history(
     )
 
 
+def move_files(source: str, target: str, options: StorageOptions | None) -> int:
+    """Move every file of a history folder to another folder (copy, then remove); returns how many."""
+    names = list_names(source, options)
+    for name in names:
+        data = read_or_none(f"{source}/{name}", options)
+        if data is not None:
+            put(f"{target}/{name}", data, options, once=False)
+    remove_history([f"{source}/{name}" for name in names], source, options)
+    return len(names)
+
+
+def remove_history(urls: list[str], folder: str, options: StorageOptions | None) -> None:
+    """Remove history files, then their folder and ``_versions`` if left empty (local disks)."""
+    remove_files(urls, options)
+    if is_local(folder):
+        for path in (local_path(folder), os.path.dirname(local_path(folder))):
+            with contextlib.suppress(OSError):
+                os.rmdir(path)  # only an empty folder goes
+
+
 def history_files(root: str, dataset: str, options: StorageOptions | None) -> list[str]:
     """The URLs of the dataset's history files (manifests and refs) under ``root``."""
     folder = folder_of(root, dataset)
@@ -438,11 +502,13 @@ def copy_history(
     dataset: str,
     source_options: StorageOptions | None,
     destination_options: StorageOptions | None,
+    moves: Mapping[str, str] | None = None,
 ) -> list[str]:
     """Copy the dataset's history files to another root (a move); returns the sources copied.
 
-    Manifests name shards relative to the root, so the copies describe the
-    moved shards. A manifest already at the destination is kept (write-once).
+    ``moves``: old shard URL -> new; each manifest is written again naming the
+    shards where they now are (relative to the new root). A manifest already
+    at the destination is kept (write-once).
     """
     copied = []
     target = folder_of(destination_root, dataset)
@@ -451,6 +517,21 @@ def copy_history(
         if data is None:
             continue
         name = url.rsplit("/", 1)[-1]
+        if name != REFS_NAME:
+            m = decode_manifest(data, redact(url))
+            data = encode_manifest(_moved(m, source_root, destination_root, moves or {}))
         put(f"{target}/{name}", data, destination_options, once=name != REFS_NAME)
         copied.append(url)
     return copied
+
+
+def _moved(m: VersionManifest, old: str, new: str, moves: Mapping[str, str]) -> VersionManifest:
+    def path(p: str) -> str:
+        url = absolute_url(p, old)
+        return relative_path(moves.get(url, url), new)
+
+    return replace(
+        m,
+        added=tuple(replace(a, path=path(a.path)) for a in m.added),
+        removed=tuple(replace(r, path=path(r.path)) for r in m.removed),
+    )

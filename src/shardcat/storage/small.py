@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -51,7 +52,12 @@ def read_or_none(url: str, options: Mapping[str, Any] | None) -> bytes | None:
 
 
 def list_names(url: str, options: Mapping[str, Any] | None) -> list[str]:
-    """The names of the objects directly in a folder (none if it does not exist)."""
+    """The names of the objects directly in a folder (none if it does not exist, or is a file)."""
+    if is_local(url):
+        try:
+            return sorted(os.listdir(local_path(url)))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
     fs, path = resolve(url, dict(options or {}))
     try:
         with storage_errors(url, fs=fs):

@@ -220,8 +220,8 @@ class Output(ABC):
         """The shard rows reindex rebuilt."""
 
     @abstractmethod
-    def history_rebuilt(self, rebuilt: HistoryRebuild) -> None:
-        """What reindex of a folder with manifests put back: versions, tags, shards."""
+    def history_rebuilt(self, rebuilt: HistoryRebuild, rows: Sequence[ShardRow]) -> None:
+        """What reindex of a folder with manifests put back: versions, tags, the shards' rows."""
 
     # --- versions: log, tag, untag, diff, delete-keys, expire ----------------
 

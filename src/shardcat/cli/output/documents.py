@@ -294,7 +294,7 @@ class JsonOutput(Output):
             ]
         )
 
-    def history_rebuilt(self, rebuilt: HistoryRebuild) -> None:
+    def history_rebuilt(self, rebuilt: HistoryRebuild, rows: Sequence[ShardRow]) -> None:
         self._print(
             {
                 "dataset": rebuilt.dataset,

@@ -406,8 +406,9 @@ class TextOutput(Output):
             f"{count_of(len(rows), 'shard')}, {count_of(sum(r.record_count for r in rows), 'record')} reindexed"
         )
 
-    def history_rebuilt(self, rebuilt: HistoryRebuild) -> None:
+    def history_rebuilt(self, rebuilt: HistoryRebuild, rows: Sequence[ShardRow]) -> None:
         tags = ", ".join(f"{name}={number}" for name, number in sorted(rebuilt.tags.items()))
+        self.reindexed(rebuilt.dataset, rows)
         self._summary(
             f"rebuilt dataset {rebuilt.dataset!r} from {rebuilt.folder}: "
             f"{count_of(len(rebuilt.versions), 'kept version')} (latest {rebuilt.latest}), "
