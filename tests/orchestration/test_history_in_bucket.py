@@ -286,3 +286,25 @@ def test_the_history_in_bucket_setting_turns_it_off(catalog_url: str, tmp_path: 
         cat.delete_keys("ds", ["k"])
         assert not (root / "_versions").exists()
         assert cat.verify("ds").ok
+
+
+def test_a_new_dataset_in_the_folder_of_a_forgotten_one_sets_its_history_aside(
+    catalog_url: str, tmp_path: Any, client: Any
+) -> None:
+    root = tmp_path / "ds"
+    with Catalog(catalog_url) as cat:
+        kw: dict[str, Any] = dict(catalog=cat, dataset="ds", progress=False, client=client)
+        shardcat.write(_samples(range(10)), str(root), **kw)
+        cat.delete_dataset("ds")  # forgotten by the catalog; its files stay
+        with pytest.warns(HistoryWarning, match="held the history of an earlier dataset"):
+            shardcat.write(_samples(range(10, 20)), str(root), **kw)
+        aside = [p.name for p in (root / "_versions").iterdir() if p.name.startswith("ds~")]
+        assert len(aside) == 1
+        assert sorted(p.name for p in (root / "_versions" / aside[0]).iterdir()) == [
+            "000000000001.json"
+        ]
+        assert cat.verify("ds").ok
+        cat.delete_dataset("ds")
+        cat.create_dataset("ds", str(root))
+        assert cat.rebuild_history("ds", str(root)).versions == [1]
+        assert cat.count("ds") == 10
