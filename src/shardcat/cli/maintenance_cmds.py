@@ -6,6 +6,7 @@ import contextlib
 import datetime as dt
 import enum
 import sys
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
 import typer
@@ -122,43 +123,43 @@ def reindex(
         )
     suffix = ".tar" if kind is ShardKindChoice.tar else ".shard"
     expanded = expand_patterns(urls, state.storage_options, folder_suffix=suffix)
-    with open_catalog(state, create=True) as cat:
-        created = dataset not in {d.name for d in cat.datasets()}
-        if created:
-            root = _common_root(expanded)
-            cat.create_dataset(dataset, root, exist_ok=True)
-        try:
-            rows = cat.reindex(dataset, expanded, workers=workers, kind=kind.value)
-        except BaseException:
-            if created:
-                # Nothing was committed: leave no empty dataset behind (the
-                # reindex's own error is the one to report, not a cleanup's).
-                with contextlib.suppress(Exception):
-                    if not cat.shards(dataset):
-                        cat.delete_dataset(dataset)
-            raise
-        if created:
-            state.out.note(f"created dataset {dataset!r} (root {root})")
+    with (
+        open_catalog(state, create=True) as cat,
+        _rebuilding(cat, state, dataset, lambda: _common_root(expanded)),
+    ):
+        rows = cat.reindex(dataset, expanded, workers=workers, kind=kind.value)
     state.out.reindexed(dataset, rows)
 
 
 def _rebuild_history(state: Any, dataset: str, root: str, workers: int) -> None:
-    with open_catalog(state, create=True) as cat:
-        created = dataset not in {d.name for d in cat.datasets()}
-        if created:
-            cat.create_dataset(dataset, root)
-        try:
-            rebuilt = cat.rebuild_history(dataset, root, workers=workers)
-        except BaseException:
-            if created:
-                with contextlib.suppress(Exception):
-                    if not cat.shards(dataset):
-                        cat.delete_dataset(dataset)
-            raise
-        if created:
-            state.out.note(f"created dataset {dataset!r} (root {root})")
+    with (
+        open_catalog(state, create=True) as cat,
+        _rebuilding(cat, state, dataset, lambda: root),
+    ):
+        rebuilt = cat.rebuild_history(dataset, root, workers=workers)
         rows = cat.shards(dataset)
     state.out.history_rebuilt(rebuilt, rows)
+
+
+@contextlib.contextmanager
+def _rebuilding(cat: Any, state: Any, dataset: str, root: Callable[[], str]) -> Iterator[None]:
+    """The dataset a reindex fills: created if the catalog lacks it (at ``root()``), and
+    removed again if the reindex fails before committing anything (its own error is the one
+    to report, not a cleanup's)."""
+    created = dataset not in {d.name for d in cat.datasets()}
+    if created:
+        folder = root()
+        cat.create_dataset(dataset, folder, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        if created:
+            with contextlib.suppress(Exception):
+                if not cat.shards(dataset):
+                    cat.delete_dataset(dataset)
+        raise
+    if created:
+        state.out.note(f"created dataset {dataset!r} (root {folder})")
 
 
 def _common_root(urls: list[str]) -> str:
