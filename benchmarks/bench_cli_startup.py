@@ -1,0 +1,127 @@
+"""A CLI call's wall time: ``shardcat get``, ``ls`` and ``count`` on SQLite vs ``python -c pass``.
+
+Issue 37's goal is at most 0.3 s a call, warm, on a 2-core development VM
+where ``python -c pass`` takes about 0.02 s: as a ratio to that baseline,
+measured in the same run, **15 ×** (``--target``). Each command runs
+``--runs`` times in a fresh interpreter (``python -m shardcat``, the
+checkout's), interleaved with the baseline so both see the same load, after
+one unmeasured warm-up run each. The dataset is 50 one-line text files
+written by ``shardcat write`` into a temporary folder's SQLite catalog, the
+working folder of every call (the default ``sqlite:///shardcat.db``).
+
+"Warm" includes Python's bytecode cache: the calls write and reuse ``.pyc``
+files under the temporary folder (``PYTHONPYCACHEPREFIX``), even where the
+environment sets ``PYTHONDONTWRITEBYTECODE`` (which adds ~0.1 s of compiling
+to every call); ``--no-pyc-cache`` keeps the environment's setting.
+``$SHARDCAT_*`` variables are dropped so that no config file or catalog of
+the caller's is read.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_cli_startup.py [--runs 10] [--target 15]
+
+Prints the median wall time of each, its ratio to the baseline, and exits 1
+when a command's median ratio exceeds the target (a benchmark's verdict, not a
+test: tests/cli/test_startup.py guards what made the calls fast, without timing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+COMMANDS = {
+    "get": ["get", "ds", "s1"],
+    "ls": ["ls"],
+    "count": ["count", "ds"],
+}
+TARGET_SECONDS = 0.3
+BASELINE_SECONDS = 0.02  # `python -c pass` on the development VM the goal was set on
+TARGET_RATIO = TARGET_SECONDS / BASELINE_SECONDS
+
+
+def environment(folder: Path, pyc_cache: bool) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHARDCAT_")}
+    if pyc_cache:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
+    return env
+
+
+def build(folder: Path, env: dict[str, str]) -> None:
+    """50 tiny samples in dataset ``ds`` of ``folder/shardcat.db``."""
+    files = folder / "files"
+    files.mkdir()
+    for i in range(1, 51):
+        (files / f"s{i}.txt").write_text(f"hello {i}\n")
+    subprocess.run(
+        [sys.executable, "-m", "shardcat", "write", "files", "shards/ds", "--dataset", "ds"],
+        cwd=folder,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+
+
+def timed(argv: list[str], folder: Path, env: dict[str, str]) -> float:
+    t = time.perf_counter()
+    done = subprocess.run(argv, cwd=folder, env=env, capture_output=True)
+    wall = time.perf_counter() - t
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed:\n{done.stderr.decode(errors='replace')}")
+    return wall
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=10, help="timed runs of each (default 10)")
+    parser.add_argument(
+        "--target",
+        type=float,
+        default=TARGET_RATIO,
+        help=f"largest median ratio to `python -c pass` (default {TARGET_RATIO:g}: "
+        f"{TARGET_SECONDS} s / {BASELINE_SECONDS} s)",
+    )
+    parser.add_argument(
+        "--no-pyc-cache",
+        action="store_true",
+        help="keep the environment's bytecode settings (PYTHONDONTWRITEBYTECODE)",
+    )
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="shardcat-cli-") as tmp:
+        folder = Path(tmp)
+        env = environment(folder, not args.no_pyc_cache)
+        build(folder, env)
+        argvs = {"python -c pass": [sys.executable, "-c", "pass"]}
+        argvs |= {name: [sys.executable, "-m", "shardcat", *a] for name, a in COMMANDS.items()}
+        times: dict[str, list[float]] = {name: [] for name in argvs}
+        for argv in argvs.values():  # warm-up: bytecode written, files in the page cache
+            timed(argv, folder, env)
+        for _ in range(args.runs):
+            for name, argv in argvs.items():
+                times[name].append(timed(argv, folder, env))
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    base = medians["python -c pass"]
+    print(f"{args.runs} runs each, interleaved; median wall time; target ratio {args.target:g}")
+    print(f"{'command':16} {'median s':>9} {'ratio':>7}  ok")
+    failed = []
+    for name, median in medians.items():
+        ratio = median / base
+        ok = name == "python -c pass" or ratio <= args.target
+        if not ok:
+            failed.append(name)
+        print(f"{name:16} {median:9.3f} {ratio:7.1f}  {'yes' if ok else 'NO'}")
+    if failed:
+        print(f"over the target: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
