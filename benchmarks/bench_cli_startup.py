@@ -19,18 +19,22 @@ the caller's is read.
 Usage::
 
     .venv/bin/python benchmarks/bench_cli_startup.py [--runs 10] [--target 15] [--by wall|cpu]
+        [--instructions]
 
 Prints the median wall time and CPU time (user + system of the child, the
 steadier figure on a loaded machine) of each and their ratios to the
 baseline's, and exits 1 when a command's median ratio (``--by wall``, the
 default, or ``cpu``) exceeds the target: a benchmark's verdict, not a test
 (tests/cli/test_startup.py guards what made the calls fast, without timing).
+``--instructions`` adds each call's instruction count under callgrind and its
+ratio to the baseline's: the figure to compare two commits on a busy machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -84,6 +88,24 @@ def timed(argv: list[str], folder: Path, env: dict[str, str]) -> tuple[float, fl
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+def instructions(argv: list[str], folder: Path, env: dict[str, str]) -> int:
+    """User-space instructions of one run under callgrind (the same on a loaded machine)."""
+    out = folder / "cg.out"
+    subprocess.run(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *argv],
+        cwd=folder,
+        # Deterministic counts: one hash seed, and no OpenBLAS threads spinning in numpy.
+        env={**env, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"},
+        check=True,
+        capture_output=True,
+    )
+    for line in out.read_text().splitlines():
+        m = re.match(r"(?:summary|totals): (\d+)", line)
+        if m:
+            return int(m.group(1))
+    raise RuntimeError(f"no totals in {out}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=10, help="timed runs of each (default 10)")
@@ -99,6 +121,12 @@ def main() -> int:
         choices=("wall", "cpu"),
         default="wall",
         help="which median the verdict compares (cpu: steadier on a loaded machine)",
+    )
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="also count each call's instructions once under callgrind (load-independent; "
+        "needs valgrind, ~20 s a call)",
     )
     parser.add_argument(
         "--no-pyc-cache",
@@ -118,6 +146,9 @@ def main() -> int:
         for _ in range(args.runs):
             for name, argv in argvs.items():
                 times[name].append(timed(argv, folder, env))
+        counted = (
+            {n: instructions(a, folder, env) for n, a in argvs.items()} if args.instructions else {}
+        )
     wall = {name: statistics.median(w for w, _ in t) for name, t in times.items()}
     cpu = {name: statistics.median(c for _, c in t) for name, t in times.items()}
     base = "python -c pass"
@@ -136,6 +167,8 @@ def main() -> int:
             f"{name:16} {wall[name]:8.3f} {ratios['wall']:6.1f} {cpu[name]:8.3f} "
             f"{ratios['cpu']:6.1f}  {'yes' if ok else 'NO'}"
         )
+    for name, n in counted.items():
+        print(f"{name:16} {n / 1e6:8.0f} M instructions {n / counted[base]:6.1f} x")
     if failed:
         print(f"over the target: {', '.join(failed)}", file=sys.stderr)
         return 1
