@@ -100,16 +100,26 @@ def test_a_truncated_tar_is_a_typed_error_naming_the_file_and_offset(client, sql
     assert err.value.path == str(tars[0]) and err.value.offset is not None
 
 
-def test_a_bad_tar_fails_the_job_and_leaves_nothing_visible(client, sqlite_url, tars):
+def test_a_bad_tar_fails_the_job_and_leaves_nothing_visible(client, catalog_url, tars):
     data = bytearray(tars[1].read_bytes())
     data[100] ^= 0x40  # inside the first header: its checksum no longer matches
     tars[1].write_bytes(bytes(data))
     with pytest.raises(TarChecksumError) as err:
-        shardcat.index_tar([str(t) for t in tars], catalog=sqlite_url, dataset="wds", client=client)
+        shardcat.index_tar(
+            [str(t) for t in tars], catalog=catalog_url, dataset="wds", client=client
+        )
     assert str(tars[1]) in str(err.value) and err.value.offset == 0
-    with Catalog(sqlite_url) as cat:
-        assert cat.shards("wds") == []
-        assert [j.state for j in cat.jobs("wds")] == ["aborted"]
+    with Catalog(catalog_url) as cat:
+        # The failed first job created the dataset: it goes; the tars are never touched.
+        assert cat.datasets() == []
+        assert all(t.exists() for t in tars)
+        # A dataset that existed before the job stays, as it was.
+        shardcat.index_tar(str(tars[0]), catalog=cat, dataset="wds", client=client)
+        with pytest.raises(TarChecksumError):
+            shardcat.index_tar(str(tars[1]), catalog=cat, dataset="wds", client=client)
+        assert [d.name for d in cat.datasets()] == ["wds"]
+        assert cat.count("wds") == 30
+        assert [j.state for j in cat.jobs("wds")] == ["committed", "aborted"]
 
 
 def test_on_error_skip_reports_and_leaves_bad_tars_out(client, sqlite_url, tars):
@@ -181,7 +191,7 @@ def test_cli_index_tar_and_taridx_export_import(client, sqlite_url, tars, tmp_pa
     with pytest.raises(TaridxError, match="not of this tar"):
         import_taridx(third, str(out), swapped, dataset="bad", client=client)
     with Catalog(third) as cat:
-        assert cat.shards("bad") == []
+        assert cat.datasets() == []  # the failed first job's dataset went with it
 
 
 def test_taridx_import_refuses_a_fid_past_the_pattern(sqlite_url, tars, tmp_path):

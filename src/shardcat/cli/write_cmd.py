@@ -104,7 +104,10 @@ def write(
     ] = None,
     mode: Annotated[
         Mode,
-        typer.Option(help="create: new dataset; append: add keys; overwrite: replace its records."),
+        typer.Option(
+            help="create: new dataset; append: add keys to an existing dataset, in its own "
+            "folder URL; overwrite: replace its records."
+        ),
     ] = Mode.create,
     on_duplicate: Annotated[
         OnDuplicate,

@@ -28,13 +28,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._units import count_of
-from ..errors import EmptySourceError, FormatError, ShardcatError, ShardNotFoundError
+from ..errors import DatasetExistsError, EmptySourceError, FormatError, ShardNotFoundError
 from ..format.tar import Taridx, verify_scan
 from ..reading.checks import scan_tar_url
 from ..storage import open_source, redact, resolve
 from ..storage.patterns import expand_patterns
 from .cluster import ClientChoice, client_for
 from .fields import store_shard_fields
+from .gc import forget_failed_dataset
 from .reach import refuse_in_memory, refuse_unreachable
 from .tasks import catalog_for
 from .watch import JobRef, gather, interrupted
@@ -214,7 +215,8 @@ def index_tar(
     catalog:
         A :class:`~shardcat.Catalog` or its URL (default: the default catalog).
     dataset:
-        The dataset to add the tars to (created if missing, rooted at the first tar's folder).
+        The dataset to add the tars to (created if missing, rooted at the first tar's folder;
+        removed again if this first job fails).
     storage_options:
         fsspec options for reading the tars (never stored).
     client:
@@ -294,9 +296,11 @@ def run_index_job(
         t0 = time.perf_counter()
         with client_for(client, tars[0]) as dask_client:
             refuse_unreachable(cat, dask_client)
-            cat.create_dataset(dataset, redact(posixpath.dirname(tars[0])), exist_ok=True)
-            if fields:
-                cat.declare_fields(dataset, fields)  # a bad name or type fails before any task
+            try:
+                cat.create_dataset(dataset, redact(posixpath.dirname(tars[0])))
+                created = True
+            except DatasetExistsError:
+                created = False
             job = cat.begin_job(
                 dataset, description="shardcat.index_tar", properties={"tars": len(tars)}
             )
@@ -309,6 +313,8 @@ def run_index_job(
             futures = []
             numbers = tar_shard_numbers(tars)
             try:
+                if fields:  # a bad name or type aborts the job before any task
+                    cat.declare_fields(dataset, fields)
                 try:
                     futures = [
                         dask_client.submit(
@@ -345,8 +351,10 @@ def run_index_job(
                     cat.abort_job(job.id)
                 raise interrupted(ref) from e
             except BaseException:
-                with contextlib.suppress(ShardcatError, Exception):
+                with contextlib.suppress(Exception):
                     cat.abort_job(job.id)
+                if created:  # a failed first job leaves no empty dataset behind
+                    forget_failed_dataset(cat, dataset, job.id, opts)
                 raise
         summary = IndexTarSummary(
             dataset=dataset,
