@@ -596,7 +596,16 @@ def test_job_names_copy_and_move_from_the_command_line(tmp_path):
     assert doc["copied"] == doc["shards"] and not doc["moved"]
 
     moved = ok(
-        run("copy", "copy", str(tmp_path / "moved"), "--move", "--workers", "1", catalog=catalog)
+        run(
+            "copy",
+            "copy",
+            str(tmp_path / "moved"),
+            "--move",
+            "--workers",
+            "1",
+            "--no-progress",
+            catalog=catalog,
+        )
     )
     assert "copy: moved" in moved.stdout
     with Catalog(catalog) as cat:

@@ -164,8 +164,8 @@ def test_cli_index_tar_and_taridx_export_import(client, sqlite_url, tars, tmp_pa
     address = client.scheduler.address
     result = runner.invoke(
         app,
-        ["--catalog", sqlite_url, "index-tar", pattern, "--dataset", "wds", "--scheduler", address],
-    )
+        ["--catalog", sqlite_url, "index-tar", pattern, "-d", "wds", "--scheduler", address, "--no-progress"],
+    )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "90 samples in 3 tars" in result.output
     out = tmp_path / "wds.taridx"
@@ -179,8 +179,20 @@ def test_cli_index_tar_and_taridx_export_import(client, sqlite_url, tars, tmp_pa
     other = f"sqlite:///{tmp_path / 'other.db'}"
     from shardcat.orchestration.taridx_io import import_taridx
 
-    summary = import_taridx(other, str(out), pattern, dataset="again", client=client)
+    seen: list[tuple[int, int]] = []
+    summary = import_taridx(
+        other, str(out), pattern, dataset="again", client=client,
+        progress=lambda done, total: seen.append((done, total)),
+    )  # fmt: skip
     assert summary.records == 90
+    assert seen == [(0, 3), (1, 3), (2, 3), (3, 3)]  # before any tar, then after each
+    # The command takes --no-progress as write does (and draws the same bar without it).
+    result = runner.invoke(
+        app,
+        ["--catalog", f"sqlite:///{tmp_path / 'fourth.db'}", "taridx", "import", str(out),
+         "--tars", pattern, "-d", "again", "--scheduler", address, "--no-progress"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
     with Catalog(other) as cat:
         for t in tars:
             for s in wds_samples(t):

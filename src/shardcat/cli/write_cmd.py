@@ -15,6 +15,7 @@ import typer
 from .common import (
     FieldEntryOption,
     FieldOption,
+    ProgressOption,
     SchedulerOption,
     WorkersOption,
     dask_cluster,
@@ -146,9 +147,7 @@ def write(
     field_entry: FieldEntryOption = "json",
     workers: WorkersOption = None,
     scheduler: SchedulerOption = None,
-    progress: Annotated[
-        bool, typer.Option(help="Show a progress bar (on stderr; never with --json).")
-    ] = True,
+    progress: ProgressOption = True,
     job_name: Annotated[
         str | None,
         typer.Option(

@@ -38,7 +38,7 @@ from .fields import store_shard_fields
 from .gc import forget_failed_dataset
 from .reach import refuse_in_memory, refuse_unreachable
 from .tasks import catalog_for
-from .watch import JobRef, gather, interrupted
+from .watch import JobRef, TaskProgressCallback, gather, interrupted
 
 if TYPE_CHECKING:
     from ..reading import Catalog, CatalogHandle
@@ -204,6 +204,7 @@ def index_tar(
     retries: int = 2,
     fields: Mapping[str, type] | None = None,
     fields_entry: str = "json",
+    progress: TaskProgressCallback | None = None,
 ) -> IndexTarSummary:
     """Register WebDataset tars in place as a dataset's shards, committed as one job.
 
@@ -239,6 +240,9 @@ def index_tar(
         NULL there. Filled afterwards by :func:`shardcat.readers.index_fields`.
     fields_entry:
         The JSON entry (member extension) the fields are read from.
+    progress:
+        Called as ``progress(done, total)`` with the tars indexed so far, in
+        the calling thread, as the tasks finish (the CLI draws a bar with it).
 
     Raises
     ------
@@ -265,6 +269,7 @@ def index_tar(
         retries,
         fields=fields,
         fields_entry=fields_entry,
+        progress=progress,
     )
 
 
@@ -280,6 +285,7 @@ def run_index_job(
     *,
     fields: Mapping[str, type] | None = None,
     fields_entry: str = "json",
+    progress: TaskProgressCallback | None = None,
 ) -> IndexTarSummary:
     """:func:`index_tar` of expanded URLs; with ``index``, each tar is checked against its rows.
 
@@ -336,7 +342,7 @@ def run_index_job(
                         )
                         for i, url in enumerate(tars)
                     ]
-                    results: list[TarResult] = gather(dask_client, futures, ref)
+                    results: list[TarResult] = gather(dask_client, futures, ref, progress)
                 except BaseException:
                     with contextlib.suppress(Exception):
                         dask_client.cancel(futures)

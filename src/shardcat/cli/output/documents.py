@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         WriteSummary,
     )
     from ...orchestration.gc import DeleteReport, GcReport
+    from ...orchestration.watch import TaskProgressCallback
 
 __all__ = [
     "JsonOutput",
@@ -191,6 +192,11 @@ class JsonOutput(Output):
     def write_progress(
         self, enabled: bool = True
     ) -> AbstractContextManager[WriteProgressCallback | None]:
+        return contextlib.nullcontext(None)
+
+    def task_progress(
+        self, doing: str, unit: str, enabled: bool = True
+    ) -> AbstractContextManager[TaskProgressCallback | None]:
         return contextlib.nullcontext(None)
 
     def write_summary(self, summary: WriteSummary) -> None:
