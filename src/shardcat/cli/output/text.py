@@ -198,7 +198,9 @@ class TextOutput(Output):
     def task_progress(
         self, doing: str, unit: str, enabled: bool = True
     ) -> AbstractContextManager[TaskProgressCallback | None]:
-        if not enabled:
+        # A transient bar leaves a blank line on a stderr that is no terminal (a log, a
+        # pipe): there, an error stays the one line it is.
+        if not enabled or not err_console.is_terminal:
             return contextlib.nullcontext(None)
         return _task_bar(doing, unit)
 
