@@ -30,6 +30,7 @@ __all__ = [
     "CommitConflictError",
     "DatasetExistsError",
     "DatasetNotFoundError",
+    "DatasetRootError",
     "DecompressionLimitError",
     "DestinationNotEmptyError",
     "DuplicateKeyError",
@@ -600,6 +601,10 @@ class DatasetExistsError(CatalogError):
         cli="write with --mode append to add to it or --mode overwrite to replace it",
     )
     """The hint of a write in mode ``create`` that found records."""
+
+
+class DatasetRootError(CatalogError, ValueError):
+    """A write names another folder than the one the dataset keeps its shards in."""
 
 
 class JobExistsError(CatalogError):

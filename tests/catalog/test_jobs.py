@@ -248,3 +248,27 @@ def test_jobs_listing_and_purging_tombstones(cat, local_root):
         _url(local_root, 0),
         _url(local_root, 1),
     ]
+
+
+def test_a_dataset_is_dropped_only_if_the_failed_job_was_all_it_had(cat, local_root):
+    """What a failed first job removes (shardcat.orchestration.gc.forget_failed_dataset)."""
+    cat.create_dataset("train", local_root)
+    job = cat.begin_job("train")
+    cat.register_shard("train", write_shard(_url(local_root, 0), shard_keys(0)), job=job)
+    other = cat.begin_job("train")  # a concurrent job of the same new dataset
+    cat.abort_job(job)
+    assert not internal.drop_unused_dataset(cat, "train", job.id)  # another job: kept
+    cat.abort_job(other)
+    assert not internal.drop_unused_dataset(cat, "train", job.id)  # still another job's
+    cat.create_dataset("solo", local_root)
+    solo = cat.begin_job("solo")
+    cat.register_shard("solo", write_shard(_url(local_root, 1), shard_keys(1)), job=solo)
+    assert not internal.drop_unused_dataset(cat, "solo", solo.id)  # its shard is live (staged)
+    cat.abort_job(solo)
+    assert internal.drop_unused_dataset(cat, "solo", solo.id)
+    assert [d.name for d in cat.datasets()] == ["train"]
+    committed = cat.begin_job("train")
+    cat.register_shard("train", write_shard(_url(local_root, 2), shard_keys(2)), job=committed)
+    cat.commit_job(committed)
+    assert not internal.drop_unused_dataset(cat, "train", committed.id)  # it has a version
+    assert not internal.drop_unused_dataset(cat, "nope", 1)  # no such dataset: nothing to do

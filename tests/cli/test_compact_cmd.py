@@ -50,7 +50,7 @@ def test_compact_json_then_nothing_left(catalog, tmp_path):
     assert {k: cat.get("train", k)["txt"].data for k in "abc"} == before
     assert cat.get("train", "a", version=1)["txt"].data == b"a@one"
     assert cat.locate("train", "b").url == out["written"][0]
-    text = _cli(catalog, "compact", "train", "--min-live", "0.6", "--workers", "1")
+    text = _cli(catalog, "compact", "train", "--min-live", "0.6", "--workers", "1", "--no-progress")
     assert text.exit_code == 0, text.output
     assert "nothing to compact" in text.output
     assert cat.log("train")[0].number == 3

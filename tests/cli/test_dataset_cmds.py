@@ -163,6 +163,58 @@ def test_write_refuses_an_existing_dataset_and_conflicting_options(written, tmp_
     assert both.returncode == 2 and "not both" in both.stderr
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_append_refuses_a_misspelt_dataset_and_another_folder(written, tmp_path, kind, request):
+    """What a user met in their first week: both were accepted silently, before."""
+    if kind == "sqlite":
+        catalog = f"sqlite:///{tmp_path / 'catalog.db'}"
+    else:
+        catalog = request.getfixturevalue("postgres_url")
+    src, root = str(written["src"]), str(tmp_path / "pics")
+    ok(run("write", src, root, "-d", "pics", "--skip-unmatched", "--no-progress", catalog=catalog))
+    misspelt, elsewhere = runs(
+        ("write", src, root, "-d", "pic", "--mode", "append", "--skip-unmatched"),
+        ("write", src, str(tmp_path / "other"), "-d", "pics", "--mode", "append", "--skip-unmatched"),
+        catalog=catalog,
+    )  # fmt: skip
+    assert misspelt.returncode == 1 and "Traceback" not in misspelt.stderr
+    assert "cannot append: no dataset named 'pic'" in misspelt.stderr
+    assert "known datasets: 'pics'" in misspelt.stderr and "--mode create" in misspelt.stderr
+    assert elsewhere.returncode == 1 and "one dataset lives in one folder" in elsewhere.stderr
+    assert f"shardcat copy pics {tmp_path / 'other'} --move" in elsewhere.stderr
+    assert not (tmp_path / "other").exists()
+    with Catalog(catalog) as cat:
+        assert [d.name for d in cat.datasets()] == ["pics"]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_a_failed_first_write_leaves_no_dataset_and_the_rerun_picks_the_folder(
+    written, tmp_path, kind, request, s3
+):
+    """A first write into a bucket that does not exist, then into the right one."""
+    if kind == "sqlite":
+        catalog = f"sqlite:///{tmp_path / 'catalog.db'}"
+    else:
+        catalog = request.getfixturevalue("postgres_url")
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL_S3": s3["endpoint"],  # every s3:// URL goes to moto
+    }
+    args = ("write", str(written["src"]))
+    opts = ("-d", "pics", "--skip-unmatched", "--workers", "1", "--no-progress")
+    wrong = run(*args, "s3://no-such-bucket-shardcat/x", *opts, catalog=catalog, env=env)
+    assert wrong.returncode == 1 and "no-such-bucket-shardcat" in wrong.stderr
+    assert "Traceback" not in wrong.stderr
+    with Catalog(catalog) as cat:
+        assert cat.datasets() == []
+    right = f"{s3['url']}/pics"
+    ok(run(*args, right, *opts, catalog=catalog, env=env))
+    with Catalog(catalog) as cat:
+        assert [(d.name, d.root_url) for d in cat.datasets()] == [("pics", right)]
+
+
 # --- ls and stats -----------------------------------------------------------
 
 
@@ -544,7 +596,16 @@ def test_job_names_copy_and_move_from_the_command_line(tmp_path):
     assert doc["copied"] == doc["shards"] and not doc["moved"]
 
     moved = ok(
-        run("copy", "copy", str(tmp_path / "moved"), "--move", "--workers", "1", catalog=catalog)
+        run(
+            "copy",
+            "copy",
+            str(tmp_path / "moved"),
+            "--move",
+            "--workers",
+            "1",
+            "--no-progress",
+            catalog=catalog,
+        )
     )
     assert "copy: moved" in moved.stdout
     with Catalog(catalog) as cat:

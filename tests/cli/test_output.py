@@ -593,3 +593,29 @@ def test_keys_and_counts(text, js, capsys):
     assert doc(capsys) == {"dataset": "pics", "prefix": "a/", "count": 3}
     text.key_count("pics", None, 3)
     assert capsys.readouterr().out == "3\n"
+
+
+def test_a_jobs_task_bar_is_drawn_on_a_terminal_and_never_in_a_pipe_or_json(monkeypatch):
+    """index-tar, taridx import, copy, compact: tasks done of all; --no-progress draws nothing."""
+    import io
+
+    from rich.console import Console
+
+    import shardcat.cli.output.text as text_module
+
+    screen = io.StringIO()
+    terminal = Console(file=screen, force_terminal=True, width=100)
+    monkeypatch.setattr(text_module, "err_console", terminal)
+    with TextOutput().task_progress("indexing", "tars") as bar:
+        assert bar is not None
+        bar(0, 3)
+        bar(3, 3)
+        terminal.file.flush()
+    assert "indexing" in screen.getvalue() and "3/3" in screen.getvalue()
+    with TextOutput().task_progress("indexing", "tars", enabled=False) as off:
+        assert off is None  # --no-progress
+    with JsonOutput().task_progress("indexing", "tars") as doc:
+        assert doc is None
+    monkeypatch.setattr(text_module, "err_console", Console(file=io.StringIO()))  # a pipe
+    with TextOutput().task_progress("indexing", "tars") as piped:
+        assert piped is None

@@ -219,7 +219,7 @@ def _hide_three(root: Path, cat: Catalog, client: Any) -> dict[str, Any]:
     shardcat.delete_keys(cat, "src", ["n/00001", "n/00002"])
     shardcat.write(
         db.from_sequence([{"__key__": "n/00005", "bin": b"new", "json": {"i": -5}}]),
-        str(root / "again"),
+        str(root / "src"),  # an append goes to the dataset's own folder
         catalog=cat,
         dataset="src",
         mode="append",

@@ -100,16 +100,26 @@ def test_a_truncated_tar_is_a_typed_error_naming_the_file_and_offset(client, sql
     assert err.value.path == str(tars[0]) and err.value.offset is not None
 
 
-def test_a_bad_tar_fails_the_job_and_leaves_nothing_visible(client, sqlite_url, tars):
+def test_a_bad_tar_fails_the_job_and_leaves_nothing_visible(client, catalog_url, tars):
     data = bytearray(tars[1].read_bytes())
     data[100] ^= 0x40  # inside the first header: its checksum no longer matches
     tars[1].write_bytes(bytes(data))
     with pytest.raises(TarChecksumError) as err:
-        shardcat.index_tar([str(t) for t in tars], catalog=sqlite_url, dataset="wds", client=client)
+        shardcat.index_tar(
+            [str(t) for t in tars], catalog=catalog_url, dataset="wds", client=client
+        )
     assert str(tars[1]) in str(err.value) and err.value.offset == 0
-    with Catalog(sqlite_url) as cat:
-        assert cat.shards("wds") == []
-        assert [j.state for j in cat.jobs("wds")] == ["aborted"]
+    with Catalog(catalog_url) as cat:
+        # The failed first job created the dataset: it goes; the tars are never touched.
+        assert cat.datasets() == []
+        assert all(t.exists() for t in tars)
+        # A dataset that existed before the job stays, as it was.
+        shardcat.index_tar(str(tars[0]), catalog=cat, dataset="wds", client=client)
+        with pytest.raises(TarChecksumError):
+            shardcat.index_tar(str(tars[1]), catalog=cat, dataset="wds", client=client)
+        assert [d.name for d in cat.datasets()] == ["wds"]
+        assert cat.count("wds") == 30
+        assert [j.state for j in cat.jobs("wds")] == ["committed", "aborted"]
 
 
 def test_on_error_skip_reports_and_leaves_bad_tars_out(client, sqlite_url, tars):
@@ -154,8 +164,8 @@ def test_cli_index_tar_and_taridx_export_import(client, sqlite_url, tars, tmp_pa
     address = client.scheduler.address
     result = runner.invoke(
         app,
-        ["--catalog", sqlite_url, "index-tar", pattern, "--dataset", "wds", "--scheduler", address],
-    )
+        ["--catalog", sqlite_url, "index-tar", pattern, "-d", "wds", "--scheduler", address, "--no-progress"],
+    )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "90 samples in 3 tars" in result.output
     out = tmp_path / "wds.taridx"
@@ -169,8 +179,20 @@ def test_cli_index_tar_and_taridx_export_import(client, sqlite_url, tars, tmp_pa
     other = f"sqlite:///{tmp_path / 'other.db'}"
     from shardcat.orchestration.taridx_io import import_taridx
 
-    summary = import_taridx(other, str(out), pattern, dataset="again", client=client)
+    seen: list[tuple[int, int]] = []
+    summary = import_taridx(
+        other, str(out), pattern, dataset="again", client=client,
+        progress=lambda done, total: seen.append((done, total)),
+    )  # fmt: skip
     assert summary.records == 90
+    assert seen == [(0, 3), (1, 3), (2, 3), (3, 3)]  # before any tar, then after each
+    # The command takes --no-progress as write does (and draws the same bar without it).
+    result = runner.invoke(
+        app,
+        ["--catalog", f"sqlite:///{tmp_path / 'fourth.db'}", "taridx", "import", str(out),
+         "--tars", pattern, "-d", "again", "--scheduler", address, "--no-progress"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
     with Catalog(other) as cat:
         for t in tars:
             for s in wds_samples(t):
@@ -181,7 +203,7 @@ def test_cli_index_tar_and_taridx_export_import(client, sqlite_url, tars, tmp_pa
     with pytest.raises(TaridxError, match="not of this tar"):
         import_taridx(third, str(out), swapped, dataset="bad", client=client)
     with Catalog(third) as cat:
-        assert cat.shards("bad") == []
+        assert cat.datasets() == []  # the failed first job's dataset went with it
 
 
 def test_taridx_import_refuses_a_fid_past_the_pattern(sqlite_url, tars, tmp_path):

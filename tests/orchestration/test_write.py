@@ -12,10 +12,19 @@ import pytest
 import sqlalchemy as sa
 
 import shardcat
-from shardcat.errors import DatasetExistsError, DuplicateKeyError, InvalidKeyError, KeyNotFoundError
+from shardcat.errors import (
+    BucketNotFoundError,
+    DatasetExistsError,
+    DatasetNotFoundError,
+    DatasetRootError,
+    DuplicateKeyError,
+    InvalidKeyError,
+    KeyNotFoundError,
+)
+from shardcat.orchestration.write import WriteSummary
 from shardcat.reading import Catalog
 
-from .samples import AlwaysFail, FailOnce, NoKeyLogged, make_samples, partition_with
+from .samples import AlwaysFail, FailLate, FailOnce, NoKeyLogged, make_samples, partition_with
 
 
 def assert_holds(record, sample) -> None:
@@ -150,6 +159,14 @@ def test_s3_credentials_reach_workers_but_never_the_catalog(client, s3, sqlite_u
 
 def test_a_failing_partition_leaves_nothing_visible(client, tmp_path, sqlite_url):
     marker = str(tmp_path / "never")
+    shardcat.write(
+        sample_bag(1, 10, "first"),
+        str(tmp_path / "ds"),
+        catalog=sqlite_url,
+        dataset="fail",
+        client=client,
+        progress=False,
+    )
     parts = [dask.delayed(make_samples)(p, 100) for p in range(3)]
     parts.append(dask.delayed(partition_with)(3, 100, AlwaysFail, 50, marker))
     with pytest.raises(RuntimeError, match="never succeeds"):
@@ -158,6 +175,7 @@ def test_a_failing_partition_leaves_nothing_visible(client, tmp_path, sqlite_url
             str(tmp_path / "ds"),
             catalog=sqlite_url,
             dataset="fail",
+            mode="append",
             client=client,
             retries=1,
             progress=False,
@@ -165,8 +183,8 @@ def test_a_failing_partition_leaves_nothing_visible(client, tmp_path, sqlite_url
     cat = Catalog(sqlite_url)
     with pytest.raises(KeyNotFoundError):
         cat.get("fail", "s/000/00001")  # its partition succeeded and was staged, never committed
-    assert cat.shards("fail") == []
-    assert all(s.state == "deleted" for s in cat.shards("fail", state=None))
+    assert cat.count("fail") == 10  # the dataset existed before: it stays, as it was
+    assert all(s.state == "deleted" for s in cat.shards("fail", state=None) if "-j1-" not in s.url)
 
 
 def test_a_samples_own_error_is_raised_once_never_retried(client, tmp_path, sqlite_url):
@@ -189,8 +207,8 @@ def test_a_samples_own_error_is_raised_once_never_retried(client, tmp_path, sqli
                 retries=2,
                 progress=False,
             )
-        assert cat.shards(dataset) == []
-        assert all(s.state == "deleted" for s in cat.shards(dataset, state=None))
+        assert dataset not in [d.name for d in cat.datasets()]  # went with its failed first job
+        assert list((tmp_path / dataset).glob("*.shard")) == []
     # The sample is read in the task that writes its shard: one attempt, not three.
     with open(log) as f:
         assert len(f.read().split()) == 1
@@ -230,7 +248,8 @@ def test_duplicate_keys_within_a_job_are_reported_and_nothing_commits(client, tm
             progress=False,
         )
     assert "s/000/00000" in err.value.keys
-    assert Catalog(sqlite_url).shards("dups") == []
+    assert Catalog(sqlite_url).datasets() == []  # nothing committed; the dataset went too
+    assert list((tmp_path / "ds").glob("*.shard")) == []
 
 
 def test_modes_create_and_append(client, tmp_path, sqlite_url):
@@ -273,6 +292,115 @@ def test_modes_create_and_append(client, tmp_path, sqlite_url):
             progress=False,
         )
     assert sum(s.record_count for s in cat.shards("m")) == 150
+
+
+def test_append_needs_the_dataset_and_its_own_folder(client, tmp_path, catalog_url):
+    """A misspelt name or another folder is refused before anything is written."""
+    root = str(tmp_path / "ds")
+
+    def append(dataset: str, url: str) -> WriteSummary:
+        return shardcat.write(
+            sample_bag(1, 5, "x"),
+            url,
+            catalog=catalog_url,
+            dataset=dataset,
+            mode="append",
+            client=client,
+            progress=False,
+        )
+
+    with pytest.raises(DatasetNotFoundError, match=r"cannot append: no dataset named 'm'"):
+        append("m", root)  # the catalog is empty: an append never starts a dataset
+    shardcat.write(
+        sample_bag(1, 5, "a"), root, catalog=catalog_url, dataset="m", client=client, progress=False
+    )
+    with pytest.raises(DatasetNotFoundError, match=r"cannot append: no dataset named 'mm'") as e:
+        append("mm", root)
+    assert "known datasets: 'm'" in str(e.value) and "mode='create'" in str(e.value)
+    assert "--mode create" in e.value.render("cli")
+    with pytest.raises(DatasetRootError, match="one dataset lives in one folder") as e:
+        append("m", str(tmp_path / "elsewhere"))
+    assert root in str(e.value) and f"shardcat copy m {tmp_path / 'elsewhere'} --move" in (
+        e.value.render("cli")
+    )
+    assert not (tmp_path / "elsewhere").exists()
+    with Catalog(catalog_url) as cat:
+        assert [d.name for d in cat.datasets()] == ["m"]
+        assert [j.state for j in cat.jobs("m")] == ["committed"]  # no job was begun
+    assert append("m", root + "/").records == 5  # the same folder, however it is written
+
+
+def test_a_failed_first_write_leaves_no_dataset_behind(client, tmp_path, catalog_url):
+    """A source failing mid-job: the dataset it created goes, with the shards it wrote."""
+    root = tmp_path / "ds"
+    parts = [dask.delayed(make_samples)(p, 100) for p in range(3)]
+    # Fails once the other partitions have staged their shards.
+    parts.append(dask.delayed(partition_with)(3, 100, FailLate, 50, "2"))
+    with pytest.raises(RuntimeError, match="never succeeds"):
+        shardcat.write(
+            db.from_delayed(parts),
+            str(root),
+            catalog=catalog_url,
+            dataset="first",
+            client=client,
+            retries=0,
+            progress=False,
+        )
+    with Catalog(catalog_url) as cat:
+        assert cat.datasets() == []
+        assert list(root.glob("*.shard")) == []
+        # The rerun, into another folder, starts the dataset there.
+        summary = shardcat.write(
+            sample_bag(1, 5), str(tmp_path / "right"), catalog=cat, dataset="first",
+            client=client, progress=False,
+        )  # fmt: skip
+        assert cat.info("first").root_url == str(tmp_path / "right")
+        assert cat.count("first") == 5 and summary.job_id == cat.jobs("first")[0].id
+
+
+def test_a_first_write_into_a_missing_bucket_leaves_no_dataset(client, catalog_url, s3):
+    """The dataset is not pinned to ``s3://no-such-bucket/x`` once a later job succeeds."""
+    opts = s3["storage_options"]
+    with pytest.raises(BucketNotFoundError):
+        shardcat.write(
+            sample_bag(2, 5), "s3://no-such-bucket-shardcat/x", catalog=catalog_url,
+            dataset="m", storage_options=opts, client=client, progress=False,
+        )  # fmt: skip
+    with Catalog(catalog_url) as cat:
+        assert cat.datasets() == []
+    good = f"{s3['url']}/x"
+    shardcat.write(
+        sample_bag(2, 5), good, catalog=catalog_url, dataset="m", storage_options=opts,
+        client=client, progress=False,
+    )  # fmt: skip
+    with Catalog(catalog_url) as cat:
+        assert [(d.name, d.root_url) for d in cat.datasets()] == [("m", good)]
+
+
+def test_a_dataset_without_shards_takes_the_next_jobs_folder(client, tmp_path, catalog_url):
+    """A dataset created by hand (or left by an interrupted first job) is not pinned to its folder."""
+    with Catalog(catalog_url) as cat:
+        cat.create_dataset("m", str(tmp_path / "wrong"))
+    summary = shardcat.write(
+        sample_bag(1, 5, "a"),
+        str(tmp_path / "right"),
+        catalog=catalog_url,
+        dataset="m",
+        mode="append",
+        client=client,
+        progress=False,
+    )
+    with Catalog(catalog_url) as cat:
+        assert cat.info("m").root_url == str(tmp_path / "right")
+        assert all(u.startswith(str(tmp_path / "right")) for u in summary.shards)
+        # A failure now keeps it: it existed before the job.
+        with pytest.raises(RuntimeError, match="never succeeds"):
+            shardcat.write(
+                db.from_delayed([dask.delayed(partition_with)(0, 5, AlwaysFail, 1, "x")]),
+                str(tmp_path / "right"), catalog=cat, dataset="m", mode="append",
+                client=client, retries=0, progress=False,
+            )  # fmt: skip
+        assert cat.count("m") == 5
 
 
 def test_four_concurrent_jobs_into_one_postgres_catalog(client, tmp_path, postgres_url):

@@ -38,6 +38,7 @@ __all__ = [
     "create_dataset",
     "delete_dataset",
     "describe_dataset",
+    "drop_unused_dataset",
     "entry_kinds",
     "find_dataset",
     "list_datasets",
@@ -167,6 +168,36 @@ def delete_dataset(session: Session, name: str, *, missing_ok: bool) -> None:
         delete(Dataset).where(Dataset.id == ds),
     ):
         session.execute(stmt, execution_options=NO_SYNC)
+
+
+def drop_unused_dataset(session: Session, name: str, job_id: int) -> bool:
+    """Delete the dataset if job ``job_id`` was all it ever had; whether it did.
+
+    That is: no committed version, no other job, no shard of another job nor a
+    live shard of this one (an aborted job's shards are ``deleted``). The
+    dataset's row is locked first, so a job beginning meanwhile either comes
+    first (and keeps the dataset) or waits for the delete.
+    """
+    row = session.execute(
+        select(Dataset).where(Dataset.name == name).with_for_update()
+    ).scalar_one_or_none()
+    if row is None or row.version != 0:
+        return False
+    others = session.execute(
+        select(Job.id).where(Job.dataset_id == row.id, Job.id != job_id).limit(1)
+    ).first()
+    used = session.execute(
+        select(Shard.id)
+        .where(
+            Shard.dataset_id == row.id,
+            (Shard.job_id != job_id) | Shard.job_id.is_(None) | (Shard.state != "deleted"),
+        )
+        .limit(1)
+    ).first()
+    if others is not None or used is not None:
+        return False
+    delete_dataset(session, name, missing_ok=True)
+    return True
 
 
 def summarize_datasets(session: Session) -> list[DatasetSummary]:

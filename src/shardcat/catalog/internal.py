@@ -33,6 +33,7 @@ else:
 
 __all__ = [
     "copy_fields",
+    "drop_unused_dataset",
     "move_shards",
     "purge_shards",
     "record_rows",
@@ -56,6 +57,16 @@ def copy_fields(
     """
     with cat._uow(write=True) as s:
         return _fields.copy_field_values(s, dataset, shard_id, moves)
+
+
+def drop_unused_dataset(cat: SqlCatalog, name: str, job_id: int) -> bool:
+    """Delete a dataset that a failed first job created and left unused; whether it did.
+
+    Kept if it has a committed version, another job, or a shard that is not
+    one of ``job_id``'s deleted ones (see :func:`.datasets.drop_unused_dataset`).
+    """
+    with cat._uow(write=True) as s:
+        return _datasets.drop_unused_dataset(s, name, job_id)
 
 
 def set_dataset_root(cat: SqlCatalog, name: str, root_url: str) -> None:

@@ -300,6 +300,9 @@ def set_tag(session: Session, dataset: str, version: int | str, name: str, *, mo
 def untag(session: Session, dataset: str, name: str) -> int:
     """See :meth:`Catalog.untag`; returns the version the tag named."""
     ds = find_dataset(session, dataset)
+    # Under the lock tag() takes: a tag moved and removed at once would otherwise fail the
+    # move's UPDATE with StaleDataError (found by the concurrent histories on PostgreSQL).
+    lock_versions(session, ds)
     row = session.get(DatasetTag, (ds.id, name))
     if row is None:
         raise VersionNotFoundError(f"dataset {ds.name!r} has no tag {name!r}")

@@ -23,6 +23,7 @@ __all__ = [
     "SQL_ROLE_ENV",
     "FieldEntryOption",
     "FieldOption",
+    "ProgressOption",
     "SchedulerOption",
     "State",
     "WorkersOption",
@@ -47,6 +48,11 @@ WorkersOption = Annotated[
 SchedulerOption = Annotated[
     str | None,
     typer.Option(help="Use a running Dask scheduler (tcp://host:8786) instead.", metavar="ADDRESS"),
+]
+
+# Every command that runs a Dask job draws its progress on stderr unless told not to.
+ProgressOption = Annotated[
+    bool, typer.Option(help="Show a progress bar (on stderr; never with --json).")
 ]
 
 # Declared fields (docs/TRAINING.md, "Filtering on sample fields"), for every command that

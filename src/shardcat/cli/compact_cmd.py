@@ -10,7 +10,14 @@ from typing import Annotated
 
 import typer
 
-from .common import SchedulerOption, WorkersOption, dask_cluster, open_catalog, state_of
+from .common import (
+    ProgressOption,
+    SchedulerOption,
+    WorkersOption,
+    dask_cluster,
+    open_catalog,
+    state_of,
+)
 
 __all__ = ["register"]
 
@@ -41,6 +48,7 @@ def compact(
     ] = None,
     workers: WorkersOption = None,
     scheduler: SchedulerOption = None,
+    progress: ProgressOption = True,
 ) -> None:
     """Rewrite the live records of mostly-dead shards into new shards, committed as one version.
 
@@ -56,7 +64,10 @@ def compact(
         import distributed  # noqa: F401  (importing it sets its loggers' levels; override after)
 
         logging.getLogger("distributed").setLevel(logging.WARNING)
-    with open_catalog(state) as cat:
+    with (
+        open_catalog(state) as cat,
+        state.out.task_progress("compacting", "groups", progress) as bar,
+    ):
         summary = compact_dataset(
             cat,
             dataset,
@@ -65,5 +76,6 @@ def compact(
             client=cluster,
             storage_options=state.storage_options,
             message=message,
+            progress=bar,
         )
     state.out.compact_summary(summary)

@@ -10,7 +10,14 @@ from typing import Annotated
 
 import typer
 
-from .common import SchedulerOption, WorkersOption, dask_cluster, open_catalog, state_of
+from .common import (
+    ProgressOption,
+    SchedulerOption,
+    WorkersOption,
+    dask_cluster,
+    open_catalog,
+    state_of,
+)
 from .storage_options import parse_storage_options
 
 __all__ = ["register"]
@@ -63,6 +70,7 @@ def copy(
     ] = None,
     workers: WorkersOption = None,
     scheduler: SchedulerOption = None,
+    progress: ProgressOption = True,
 ) -> None:
     """Copy a dataset's committed shards to DEST_URL and register the copy in one commit.
 
@@ -80,7 +88,10 @@ def copy(
 
         logging.getLogger("distributed").setLevel(logging.WARNING)
     dest_options = parse_storage_options(dest_option) if dest_option else None
-    with open_catalog(state) as cat:
+    with (
+        open_catalog(state) as cat,
+        state.out.task_progress("moving" if move else "copying", "shards", progress) as bar,
+    ):
         summary = copy_dataset(
             cat,
             dataset,
@@ -91,5 +102,6 @@ def copy(
             storage_options=state.storage_options,
             destination_options=dest_options,
             client=cluster,
+            progress=bar,
         )
     state.out.copy_summary(summary)

@@ -15,6 +15,7 @@ import typer
 from .common import (
     FieldEntryOption,
     FieldOption,
+    ProgressOption,
     SchedulerOption,
     WorkersOption,
     dask_cluster,
@@ -75,6 +76,7 @@ def index_tar(
     field_entry: FieldEntryOption = "json",
     workers: WorkersOption = None,
     scheduler: SchedulerOption = None,
+    progress: ProgressOption = True,
 ) -> None:
     """Index WebDataset tars in place: every sample gets a key lookup, CRC-checked.
 
@@ -90,7 +92,10 @@ def index_tar(
     cluster = dask_cluster(workers, scheduler)
     state = state_of(ctx)
     _quiet_dask(state.verbose)
-    with open_catalog(state, create=True) as cat:
+    with (
+        open_catalog(state, create=True) as cat,
+        state.out.task_progress("indexing", "tars", progress) as bar,
+    ):
         summary = run(
             pattern,
             catalog=cat,
@@ -100,6 +105,7 @@ def index_tar(
             on_error=on_error.value,
             fields=fields,
             fields_entry=field_entry,
+            progress=bar,
         )
     state.out.tar_indexed(summary)
 
@@ -149,6 +155,7 @@ def import_(
     field_entry: FieldEntryOption = "json",
     workers: WorkersOption = None,
     scheduler: SchedulerOption = None,
+    progress: ProgressOption = True,
 ) -> None:
     """Register the tars a .taridx file indexes; every tar must match its rows.
 
@@ -161,7 +168,10 @@ def import_(
     cluster = dask_cluster(workers, scheduler)
     state = state_of(ctx)
     _quiet_dask(state.verbose)
-    with open_catalog(state, create=True) as cat:
+    with (
+        open_catalog(state, create=True) as cat,
+        state.out.task_progress("checking", "tars", progress) as bar,
+    ):
         summary = import_taridx(
             cat,
             in_path,
@@ -171,5 +181,6 @@ def import_(
             client=cluster,
             fields=fields,
             fields_entry=field_entry,
+            progress=bar,
         )
     state.out.taridx_done("imported", in_path, dataset, len(summary.tars), summary.records)

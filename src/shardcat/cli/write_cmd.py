@@ -15,6 +15,7 @@ import typer
 from .common import (
     FieldEntryOption,
     FieldOption,
+    ProgressOption,
     SchedulerOption,
     WorkersOption,
     dask_cluster,
@@ -104,7 +105,10 @@ def write(
     ] = None,
     mode: Annotated[
         Mode,
-        typer.Option(help="create: new dataset; append: add keys; overwrite: replace its records."),
+        typer.Option(
+            help="create: new dataset; append: add keys to an existing dataset, in its own "
+            "folder URL; overwrite: replace its records."
+        ),
     ] = Mode.create,
     on_duplicate: Annotated[
         OnDuplicate,
@@ -143,9 +147,7 @@ def write(
     field_entry: FieldEntryOption = "json",
     workers: WorkersOption = None,
     scheduler: SchedulerOption = None,
-    progress: Annotated[
-        bool, typer.Option(help="Show a progress bar (on stderr; never with --json).")
-    ] = True,
+    progress: ProgressOption = True,
     job_name: Annotated[
         str | None,
         typer.Option(

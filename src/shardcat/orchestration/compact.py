@@ -43,7 +43,7 @@ from .cluster import ClientChoice, client_for
 from .plan import SHARDS_PER_PARTITION, WritePlan
 from .reach import refuse_in_memory, refuse_unreachable
 from .tasks import ATTEMPT, PartitionResult, _remove_quietly, catalog_for
-from .watch import JobRef, gather, interrupted
+from .watch import JobRef, TaskProgressCallback, gather, interrupted
 
 if TYPE_CHECKING:
     from ..catalog import ShardRow
@@ -208,6 +208,7 @@ def compact(
     storage_options: Mapping[str, Any] | None = None,
     message: str | None = None,
     retries: int = 2,
+    progress: TaskProgressCallback | None = None,
 ) -> CompactSummary:
     """Rewrite the live records of the dataset's mostly-dead shards into new shards, as one version.
 
@@ -234,6 +235,9 @@ def compact(
         Recorded with the new version (``shardcat log``).
     retries:
         How often Dask may retry a failed task.
+    progress:
+        Called as ``progress(done, total)`` with the groups of shards rewritten
+        so far, in the calling thread, as the tasks finish (the CLI draws a bar).
 
     Returns
     -------
@@ -298,7 +302,7 @@ def compact(
                     for n, group in enumerate(groups)
                 ]
                 try:
-                    results: list[PartitionResult] = gather(dask_client, futures, ref)
+                    results: list[PartitionResult] = gather(dask_client, futures, ref, progress)
                 except BaseException:
                     with contextlib.suppress(Exception):
                         dask_client.cancel(futures)

@@ -47,7 +47,7 @@ from ..storage.removal import remove_files
 from ..storage.shards import ShardReader
 from ..storage.translate import storage_errors
 from .cluster import ClientChoice, client_for
-from .watch import JobRef, gather, interrupted
+from .watch import JobRef, TaskProgressCallback, gather, interrupted
 
 if TYPE_CHECKING:
     from ..catalog import ShardRow
@@ -186,6 +186,7 @@ def copy_dataset(
     destination_options: Mapping[str, Any] | None = None,
     client: ClientChoice = None,
     retries: int = 2,
+    progress: TaskProgressCallback | None = None,
 ) -> CopySummary:
     """Copy a dataset's committed shards to ``destination`` and register the copy in one commit.
 
@@ -215,6 +216,9 @@ def copy_dataset(
         for this call (:func:`~shardcat.orchestration.client_for`).
     retries:
         How often Dask may retry a failed copy task.
+    progress:
+        Called as ``progress(done, total)`` with the shards copied so far, in
+        the calling thread, as the tasks finish (the CLI draws a bar with it).
 
     Returns
     -------
@@ -326,7 +330,9 @@ def copy_dataset(
                 for row in rows
             ]
             try:
-                done: list[_Copied] = gather(dask_client, futures, JobRef("copy", dataset))
+                done: list[_Copied] = gather(
+                    dask_client, futures, JobRef("copy", dataset), progress
+                )
             except BaseException as e:
                 with contextlib.suppress(Exception):
                     dask_client.cancel(futures)

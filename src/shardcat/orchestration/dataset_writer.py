@@ -23,6 +23,7 @@ from ..errors import WriterClosedError
 from ..format.entries import check_sample
 from ..storage import brace_patterns, dataset_prefix, first_free, redact
 from ..storage.shards import RollingShardWriter
+from .gc import forget_failed_dataset
 from .plan import SHARDS_PER_PARTITION, WritePlan
 from .write import (
     Mode,
@@ -113,12 +114,13 @@ class DatasetWriter(CloseOrAbort):
         self._message = message
         self._t0 = time.perf_counter()
         opts = dict(storage_options or {})
-        self._storage_options = opts
+        self._options = opts
+        self._created = False
         self.summary: WriteSummary | None = None
         """What the committed job wrote (set when the writer closes without error)."""
         try:
             url = dataset_root(url, opts)
-            existing = open_dataset(self.catalog, dataset, url, mode)
+            existing, self._created = open_dataset(self.catalog, dataset, url, mode)
             job, self._base_version, partition_base = begin_write_job(
                 self.catalog, dataset, url, mode, existing, f"shardcat.DatasetWriter ({mode})"
             )
@@ -201,7 +203,7 @@ class DatasetWriter(CloseOrAbort):
                 self._base_version,
                 self._on_duplicate,
                 self._message,
-                self._storage_options,
+                self._options,
             )
         except BaseException:
             self._abort_job()
@@ -227,7 +229,9 @@ class DatasetWriter(CloseOrAbort):
     def abort(self) -> None:
         """Stop without committing: the job is aborted, nothing becomes visible.
 
-        Published shards stay until ``shardcat gc`` removes them with the job.
+        Published shards stay until ``shardcat gc`` removes them with the job;
+        if the writer created the dataset, the dataset and those shards are
+        removed now (as after any failed first job).
         """
         if self._done:
             return
@@ -250,6 +254,9 @@ class DatasetWriter(CloseOrAbort):
                 self.dataset,
                 e,
             )
+        else:
+            if self._created:  # a failed first job leaves no empty dataset behind
+                forget_failed_dataset(self.catalog, self.dataset, self.job_id, self._options)
 
     def _close_catalog(self) -> None:
         self._opened.close()

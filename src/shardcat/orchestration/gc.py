@@ -44,7 +44,7 @@ from ..storage.removal import existing_urls, remove_files
 if TYPE_CHECKING:
     from ..reading import Catalog
 
-__all__ = ["DeleteReport", "GcReport", "delete_dataset", "gc"]
+__all__ = ["DeleteReport", "GcReport", "delete_dataset", "forget_failed_dataset", "gc"]
 
 log = logging.getLogger(__name__)
 
@@ -282,6 +282,41 @@ def delete_dataset(
             remove_history(history_files(root, dataset, opts), folder_of(root, dataset), opts)
             cat.delete_dataset(dataset)
         return report
+
+
+def forget_failed_dataset(
+    cat: Catalog, dataset: str, job_id: int, storage_options: Mapping[str, Any]
+) -> bool:
+    """Remove the dataset a failed first job created, if that job was all it had; whether it did.
+
+    The files of the job's (aborted, so ``deleted``) shards go first, as gc
+    would remove them: afterwards no row names them. A file that cannot be
+    removed keeps the dataset, for gc to retry. The dataset stays too if it
+    has a committed version, another job, or another shard (a concurrent
+    job); a tar indexed in place is never removed, only its row. Never raises:
+    the job's own error is what the caller reports.
+    """
+    try:
+        root = cat.info(dataset).root_url
+        shards = [s for s in cat.shards(dataset, state=None) if s.job_id == job_id]
+        if any(s.state != "deleted" for s in shards):
+            return False
+        live = {_key(u, storage_options) for u in cat.shard_urls(states=LIVE_STATES)}
+        doomed = [
+            s.url
+            for s in shards
+            if shard_kind(s.kind).owns_files
+            and _keep_reason(s.url, root, live, storage_options) is None
+        ]
+        if doomed and remove_files(doomed, storage_options).failed:
+            return False
+        dropped = internal.drop_unused_dataset(cat, dataset, job_id)
+    except Exception as e:
+        log.warning("could not remove dataset %r left by failed job %s: %s", dataset, job_id, e)
+        return False
+    if dropped:
+        log.info("removed dataset %r: its first job (%s) failed", dataset, job_id)
+    return dropped
 
 
 def _keep_reason(

@@ -28,16 +28,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._units import count_of
-from ..errors import EmptySourceError, FormatError, ShardcatError, ShardNotFoundError
+from ..errors import DatasetExistsError, EmptySourceError, FormatError, ShardNotFoundError
 from ..format.tar import Taridx, verify_scan
 from ..reading.checks import scan_tar_url
 from ..storage import open_source, redact, resolve
 from ..storage.patterns import expand_patterns
 from .cluster import ClientChoice, client_for
 from .fields import store_shard_fields
+from .gc import forget_failed_dataset
 from .reach import refuse_in_memory, refuse_unreachable
 from .tasks import catalog_for
-from .watch import JobRef, gather, interrupted
+from .watch import JobRef, TaskProgressCallback, gather, interrupted
 
 if TYPE_CHECKING:
     from ..reading import Catalog, CatalogHandle
@@ -203,6 +204,7 @@ def index_tar(
     retries: int = 2,
     fields: Mapping[str, type] | None = None,
     fields_entry: str = "json",
+    progress: TaskProgressCallback | None = None,
 ) -> IndexTarSummary:
     """Register WebDataset tars in place as a dataset's shards, committed as one job.
 
@@ -214,7 +216,8 @@ def index_tar(
     catalog:
         A :class:`~shardcat.Catalog` or its URL (default: the default catalog).
     dataset:
-        The dataset to add the tars to (created if missing, rooted at the first tar's folder).
+        The dataset to add the tars to (created if missing, rooted at the first tar's folder;
+        removed again if this first job fails).
     storage_options:
         fsspec options for reading the tars (never stored).
     client:
@@ -237,6 +240,9 @@ def index_tar(
         NULL there. Filled afterwards by :func:`shardcat.readers.index_fields`.
     fields_entry:
         The JSON entry (member extension) the fields are read from.
+    progress:
+        Called as ``progress(done, total)`` with the tars indexed so far, in
+        the calling thread, as the tasks finish (the CLI draws a bar with it).
 
     Raises
     ------
@@ -263,6 +269,7 @@ def index_tar(
         retries,
         fields=fields,
         fields_entry=fields_entry,
+        progress=progress,
     )
 
 
@@ -278,6 +285,7 @@ def run_index_job(
     *,
     fields: Mapping[str, type] | None = None,
     fields_entry: str = "json",
+    progress: TaskProgressCallback | None = None,
 ) -> IndexTarSummary:
     """:func:`index_tar` of expanded URLs; with ``index``, each tar is checked against its rows.
 
@@ -294,9 +302,11 @@ def run_index_job(
         t0 = time.perf_counter()
         with client_for(client, tars[0]) as dask_client:
             refuse_unreachable(cat, dask_client)
-            cat.create_dataset(dataset, redact(posixpath.dirname(tars[0])), exist_ok=True)
-            if fields:
-                cat.declare_fields(dataset, fields)  # a bad name or type fails before any task
+            try:
+                cat.create_dataset(dataset, redact(posixpath.dirname(tars[0])))
+                created = True
+            except DatasetExistsError:
+                created = False
             job = cat.begin_job(
                 dataset, description="shardcat.index_tar", properties={"tars": len(tars)}
             )
@@ -309,6 +319,8 @@ def run_index_job(
             futures = []
             numbers = tar_shard_numbers(tars)
             try:
+                if fields:  # a bad name or type aborts the job before any task
+                    cat.declare_fields(dataset, fields)
                 try:
                     futures = [
                         dask_client.submit(
@@ -330,7 +342,7 @@ def run_index_job(
                         )
                         for i, url in enumerate(tars)
                     ]
-                    results: list[TarResult] = gather(dask_client, futures, ref)
+                    results: list[TarResult] = gather(dask_client, futures, ref, progress)
                 except BaseException:
                     with contextlib.suppress(Exception):
                         dask_client.cancel(futures)
@@ -345,8 +357,10 @@ def run_index_job(
                     cat.abort_job(job.id)
                 raise interrupted(ref) from e
             except BaseException:
-                with contextlib.suppress(ShardcatError, Exception):
+                with contextlib.suppress(Exception):
                     cat.abort_job(job.id)
+                if created:  # a failed first job leaves no empty dataset behind
+                    forget_failed_dataset(cat, dataset, job.id, opts)
                 raise
         summary = IndexTarSummary(
             dataset=dataset,

@@ -44,6 +44,7 @@ from ..format.tar import (
 from ..storage import open_source, redact, resolve
 from .cluster import ClientChoice
 from .index_tar import IndexTarSummary, expand_tar_urls, run_index_job
+from .watch import TaskProgressCallback
 
 if TYPE_CHECKING:
     from .._types import RangeSource
@@ -157,11 +158,13 @@ def import_taridx(
     client: ClientChoice = None,
     fields: Mapping[str, type] | None = None,
     fields_entry: str = "json",
+    progress: TaskProgressCallback | None = None,
 ) -> IndexTarSummary:
     """Register the tars ``taridx`` indexes (``fid`` = position in the expanded ``tars``).
 
     ``fields``/``fields_entry``: declared fields stored as the tars are staged,
-    as :func:`~shardcat.index_tar` does.
+    and ``progress(done, total)`` called as tars are checked, as
+    :func:`~shardcat.index_tar` does.
 
     Raises
     ------
@@ -188,5 +191,13 @@ def import_taridx(
                 path=redact(taridx),
             )
     return run_index_job(
-        urls, catalog, dataset, opts, client, index=index, fields=fields, fields_entry=fields_entry
+        urls,
+        catalog,
+        dataset,
+        opts,
+        client,
+        index=index,
+        fields=fields,
+        fields_entry=fields_entry,
+        progress=progress,
     )

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CommitConflictError
+from ..errors import CommitConflictError, DatasetNotFoundError, JobNotFoundError
 from ..format.entries import check_sample
 from ..storage import first_free, redact, resolve
 from ..storage.shards import RollingShardWriter
@@ -107,9 +107,10 @@ def write_partition(samples: Iterable[Any], plan: WritePlan, partition: int) -> 
                 del pending[: info.record_count]
                 offsets = info.offsets.tolist()
                 catalog.store_fields(plan.dataset, row.id, zip(offsets, values))
-        except CommitConflictError:
-            # The job ended without us: the file is ours alone (published
-            # exclusively, under this job's name), so nothing else can need it.
+        except (CommitConflictError, JobNotFoundError, DatasetNotFoundError):
+            # The job ended without us (or went with the dataset its failed first
+            # job created): the file is ours alone (published exclusively, under
+            # this job's name), so nothing else can need it.
             _remove_quietly(info.path, plan)
             raise
 

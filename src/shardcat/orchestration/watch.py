@@ -15,7 +15,7 @@ way (:class:`~shardcat.errors.JobInterrupted`).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +25,19 @@ from ..errors import Hint, JobInterrupted, WorkersLostError
 if TYPE_CHECKING:
     from distributed import Client, Future
 
-__all__ = ["JobRef", "Waiter", "gather", "interrupted", "no_workers_timeout"]
+__all__ = [
+    "JobRef",
+    "TaskProgressCallback",
+    "Waiter",
+    "gather",
+    "interrupted",
+    "no_workers_timeout",
+]
+
+TaskProgressCallback = Callable[[int, int], None]
+"""What the ``progress=`` of index_tar, import_taridx, copy_dataset and compact accepts:
+called as ``progress(done, total)`` in the calling thread each time one of the job's
+tasks finishes (``done`` only grows); its return value is ignored."""
 
 _TICK = 0.05
 """Seconds between looks at the finished futures (distributed's own iterator polls at 0.1)."""
@@ -187,16 +199,28 @@ class Waiter:
             raise _lost(self._job, now - self._none_since, _address(self._client))
 
 
-def gather(client: Client, futures: list[Future[Any]], job: JobRef) -> list[Any]:
+def gather(
+    client: Client,
+    futures: list[Future[Any]],
+    job: JobRef,
+    progress: TaskProgressCallback | None = None,
+) -> list[Any]:
     """``client.gather(futures)``, bounded by the workers (:class:`Waiter`).
 
     The results in the order of ``futures``; the first task to fail raises
-    its error at once, as ``gather`` does.
+    its error at once, as ``gather`` does. ``progress(done, total)`` is
+    called once before any task finishes and after each task that succeeds.
     """
     waiter = Waiter(client, job, futures)
+    done = 0
+    if progress is not None:
+        progress(done, len(futures))
     for future in waiter:
         if future.status == "error":
             waiter.result(future)  # raises the task's error
+        done += 1
+        if progress is not None:
+            progress(done, len(futures))
     return [waiter.result(f) for f in futures]
 
 

@@ -22,11 +22,15 @@ from typing import TYPE_CHECKING, Any, Literal
 from .. import config
 from .._types import ON_DUPLICATE, OnDuplicate
 from .._units import count_of, format_bytes, parse_size
+from ..catalog import internal
+from ..catalog.missing import unknown_dataset
 from ..errors import (
     BucketNotFoundError,
     DatasetExistsError,
     DatasetNotFoundError,
+    DatasetRootError,
     DuplicateKeyError,
+    Hint,
     InvalidKeyError,
     RecordTooLargeError,
     SampleDecodeError,
@@ -38,6 +42,7 @@ from ..errors import (
 from ..storage import brace_patterns, dataset_prefix, is_local, local_path, redact, resolve
 from .cluster import ClientChoice, client_for
 from .files import FileListing, FileSource, SampleFiles, list_source, plan_partitions, read_samples
+from .gc import forget_failed_dataset
 from .inputs import InputsFingerprint, fingerprint
 from .plan import SHARDS_PER_PARTITION, WritePlan
 from .progress import ProgressReporter, WriteProgressCallback
@@ -56,7 +61,7 @@ from .watch import JobRef, Waiter, interrupted
 if TYPE_CHECKING:
     from distributed import Client
 
-    from ..catalog import JobInfo, ShardRow
+    from ..catalog import DatasetInfo, JobInfo, ShardRow
     from ..reading import Catalog
 
 __all__ = ["WriteSummary", "write"]
@@ -219,8 +224,9 @@ def write(
         A shard is closed once it reaches this size (``"256MB"``, bytes).
     mode:
         ``"create"`` (the dataset must not have records yet, also when the
-        job commits), ``"append"`` (add records; keys must be new; appends
-        may run concurrently) or ``"overwrite"`` (replace the dataset's
+        job commits), ``"append"`` (add records to a dataset that exists, in
+        its own folder ``url``; keys must be new; appends may run
+        concurrently) or ``"overwrite"`` (replace the dataset's
         records when the job commits; if another job committed to the
         dataset meanwhile, the overwrite fails with CommitConflictError
         rather than drop data it never saw). Every committed write is a new
@@ -301,6 +307,12 @@ def write(
         database, or a SQLite file while workers run on other machines.
     DatasetExistsError
         ``mode="create"`` and the dataset already has records.
+    DatasetNotFoundError
+        ``mode="append"`` and there is no such dataset (a misspelt name
+        would otherwise start a new one): write with ``mode="create"``.
+    DatasetRootError
+        ``mode="append"`` into another folder than the one the dataset's
+        shards are in (one dataset lives in one folder).
     JobExistsError
         The job named ``job_name`` committed already, or writes elsewhere.
     JobInputsChangedError
@@ -327,7 +339,12 @@ def write(
     wrote is removed by :func:`shardcat.orchestration.gc.gc`. Only a job whose
     client died, whose workers were all lost (WorkersLostError), or a named
     or resumed job (``job_name``, ``resume``) that was interrupted
-    (``KeyboardInterrupt``), stays open, to be resumed.
+    (``KeyboardInterrupt``), stays open, to be resumed. A dataset the failed
+    job created itself (its first job) is removed again, with the shards the
+    job wrote: no empty dataset, pinned to a folder that may be wrong, is
+    left behind. A dataset that existed before the job is never removed, nor
+    one whose first job was interrupted (its message names ``shardcat gc``);
+    a dataset without shards takes the folder of the next write into it.
 
     **Progress.** A ``progress`` callable receives a frozen
     :class:`~shardcat.orchestration.WriteProgress` (``done_partitions``,
@@ -374,9 +391,11 @@ def write(
         if (job_name is not None or resume) and not allow_changed_inputs:
             with contextlib.suppress(DatasetNotFoundError):  # a new dataset has no job to resume
                 resume_point()  # other inputs are refused before a cluster starts
+        if mode == "append":  # a misspelt name or another folder fails before a cluster starts
+            _append_target(cat, dataset, redact(url))
         with client_for(client, url, small=_small(source)) as dask_client:
             refuse_unreachable(cat, dask_client)
-            existing = open_dataset(cat, dataset, url, mode)
+            existing, created = open_dataset(cat, dataset, url, mode)
             point = resume_point()
             if point is not None:
                 job, partition_base, base_version = (
@@ -392,8 +411,6 @@ def write(
                 )
                 ref = JobRef("write", dataset, job.id, job_name, resumable=True)
                 finished = {}
-            if fields:
-                cat.declare_fields(dataset, fields)
             plan = WritePlan(
                 dataset=dataset,
                 root=url.rstrip("/"),
@@ -411,6 +428,8 @@ def write(
             )
             reporter = ProgressReporter(callback, dataset=dataset, job_id=job.id)
             try:
+                if fields:  # a bad name or type aborts the job before any task
+                    cat.declare_fields(dataset, fields)
                 futures: list[Any] = []
                 try:
                     with drawing:
@@ -457,6 +476,8 @@ def write(
             except BaseException:
                 with contextlib.suppress(Exception):
                     cat.abort_job(job.id)
+                if created:  # a failed first job leaves no empty dataset behind
+                    forget_failed_dataset(cat, dataset, job.id, opts)
                 raise
         results.sort(key=lambda r: r.partition)
         shards = [s for r in results for s in r.shards]
@@ -522,22 +543,87 @@ def dataset_root(url: str, storage_options: dict[str, Any]) -> str:
     return url
 
 
-def open_dataset(cat: Catalog, dataset: str, url: str, mode: str) -> list[ShardRow]:
-    """Create the dataset if it is new, refuse ``create`` on one with records; its shards' rows.
+def open_dataset(cat: Catalog, dataset: str, url: str, mode: str) -> tuple[list[ShardRow], bool]:
+    """Create the dataset if it is new, refuse what the mode does not allow; its shards' rows.
+
+    Returns the dataset's shard rows (every state) and whether this call
+    created it (a failed first job removes it again: :func:`forget_failed_dataset`).
+
+    ``append`` adds to a dataset that exists, in its own folder: a misspelt
+    name would otherwise start a new dataset, and another folder would spread
+    one dataset over two. A dataset without any shard row (created by hand,
+    or a first job that failed before staging anything) takes ``url`` as
+    its folder.
 
     Raises
     ------
     DatasetExistsError
         ``mode="create"`` and the dataset already has committed records.
+    DatasetNotFoundError
+        ``mode="append"`` and there is no such dataset.
+    DatasetRootError
+        ``mode="append"`` into another folder than the dataset's.
     """
-    cat.create_dataset(dataset, redact(url), exist_ok=True)
-    existing = cat.shards(dataset, state=None)
+    root = redact(url)
+    if mode == "append":
+        created = False
+        info, existing = _append_target(cat, dataset, root)
+    else:
+        try:
+            info, created = cat.create_dataset(dataset, root), True
+        except DatasetExistsError:
+            created, info = False, cat.info(dataset)
+        existing = cat.shards(dataset, state=None)
+    if not existing and not _same_folder(info.root_url, root):
+        internal.set_dataset_root(cat, dataset, root)
     if mode == "create" and any(s.state == "committed" for s in existing):
         raise DatasetExistsError(
             f"dataset {dataset!r} already has records",
             hint=DatasetExistsError.APPEND_OR_OVERWRITE,
         )
-    return existing
+    return existing, created
+
+
+def _append_target(cat: Catalog, dataset: str, root: str) -> tuple[DatasetInfo, list[ShardRow]]:
+    """The dataset an append adds to, and its shard rows; refused if missing or elsewhere.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        There is no such dataset (the message names the known ones).
+    DatasetRootError
+        The dataset has shards, under another folder than ``root``.
+    """
+    names = [d.name for d in cat.datasets()]
+    if dataset not in names:
+        raise DatasetNotFoundError(
+            f"cannot append: {unknown_dataset(dataset, names).message}",
+            hint=Hint(
+                python="check the name, or write with mode='create' to start a new dataset",
+                cli="check the name, or write with --mode create to start a new dataset",
+            ),
+        )
+    info = cat.info(dataset)
+    existing = cat.shards(dataset, state=None)
+    if existing and not _same_folder(info.root_url, root):
+        raise DatasetRootError(
+            f"dataset {dataset!r} keeps its shards under {info.root_url}, not {root}: "
+            "one dataset lives in one folder",
+            hint=Hint(
+                python=f"append with url={info.root_url!r}, or move the dataset there first "
+                f"(shardcat.copy_dataset(catalog, {dataset!r}, {root!r}, move=True))",
+                cli=f"append into {info.root_url}, or move the dataset there first "
+                f"(`shardcat copy {dataset} {root} --move`)",
+            ),
+        )
+    return info, existing
+
+
+def _same_folder(a: str, b: str) -> bool:
+    """Whether two dataset roots name one folder (``/d``, ``/d/``, ``file:///d``)."""
+    if is_local(a) and is_local(b):
+        return os.path.abspath(local_path(a)) == os.path.abspath(local_path(b))
+    return a.rstrip("/") == b.rstrip("/")
 
 
 def begin_write_job(

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         WriteSummary,
     )
     from ...orchestration.gc import DeleteReport, GcReport
+    from ...orchestration.watch import TaskProgressCallback
     from ...reading.history import HistoryRebuild
 
 __all__ = ["Output", "QueryRows", "ShardInspection", "VerifyProgressCallback", "err_console"]
@@ -120,6 +121,16 @@ class Output(ABC):
     ) -> AbstractContextManager[WriteProgressCallback | None]:
         """A drawer for ``shardcat.write(progress=...)`` while the context lasts, or ``None``.
 
+        ``enabled=False`` (``--no-progress``) draws nothing in any output.
+        """
+
+    @abstractmethod
+    def task_progress(
+        self, doing: str, unit: str, enabled: bool = True
+    ) -> AbstractContextManager[TaskProgressCallback | None]:
+        """A ``progress(done, total)`` drawer of a job's tasks (index-tar, copy, ...), or ``None``.
+
+        ``doing`` and ``unit`` word the bar (``indexing 3/10 tars``);
         ``enabled=False`` (``--no-progress``) draws nothing in any output.
         """
 

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         WriteSummary,
     )
     from ...orchestration.gc import DeleteReport, GcReport
+    from ...orchestration.watch import TaskProgressCallback
     from ...reading.history import HistoryRebuild
 
 __all__ = [
@@ -192,6 +193,11 @@ class JsonOutput(Output):
     def write_progress(
         self, enabled: bool = True
     ) -> AbstractContextManager[WriteProgressCallback | None]:
+        return contextlib.nullcontext(None)
+
+    def task_progress(
+        self, doing: str, unit: str, enabled: bool = True
+    ) -> AbstractContextManager[TaskProgressCallback | None]:
         return contextlib.nullcontext(None)
 
     def write_summary(self, summary: WriteSummary) -> None:

@@ -17,7 +17,7 @@ import datetime as dt
 import json
 import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
         WriteSummary,
     )
     from ...orchestration.gc import DeleteReport, GcReport
+    from ...orchestration.watch import TaskProgressCallback
     from ...reading.history import HistoryRebuild
 
 __all__ = ["TextOutput", "text_cell", "tsv_cell"]
@@ -194,6 +195,15 @@ class TextOutput(Output):
 
         # rich's global console: the CLI points it at stderr (stdout is for results).
         return WriteProgressBar()
+
+    def task_progress(
+        self, doing: str, unit: str, enabled: bool = True
+    ) -> AbstractContextManager[TaskProgressCallback | None]:
+        # A transient bar leaves a blank line on a stderr that is no terminal (a log, a
+        # pipe): there, an error stays the one line it is.
+        if not enabled or not err_console.is_terminal:
+            return contextlib.nullcontext(None)
+        return _task_bar(doing, unit)
 
     def write_summary(self, summary: WriteSummary) -> None:
         self._line(str(summary))
@@ -616,8 +626,11 @@ def _shown(entry: Entry) -> Any:
 
 
 @contextlib.contextmanager
-def _verify_bar(total: int) -> Iterator[VerifyProgressCallback]:
-    """verify's bar on stderr: shards checked of ``total``; gone when verify ends."""
+def _count_bar(doing: str, unit: str, total: int | None) -> Iterator[Callable[[int, int], None]]:
+    """A bar on stderr, ``DOING done/total UNIT``; gone when the work ends.
+
+    Yields ``update(done, total)``.
+    """
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -627,13 +640,32 @@ def _verify_bar(total: int) -> Iterator[VerifyProgressCallback]:
     )
 
     with Progress(
-        TextColumn("verifying"),
+        TextColumn(doing),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("shards"),
+        TextColumn(unit),
         TimeElapsedColumn(),
         console=err_console,
         transient=True,
     ) as bar:
-        task = bar.add_task("verify", total=total)
-        yield lambda _url, _total: bar.advance(task)
+        task = bar.add_task(doing, total=total)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+@contextlib.contextmanager
+def _verify_bar(total: int) -> Iterator[VerifyProgressCallback]:
+    """verify's bar on stderr: shards checked of ``total``."""
+    done = 0
+
+    def on_shard(_url: str, _total: int) -> None:
+        nonlocal done
+        done += 1
+        update(done, total)
+
+    with _count_bar("verifying", "shards", total) as update:
+        yield on_shard
+
+
+def _task_bar(doing: str, unit: str) -> AbstractContextManager[TaskProgressCallback]:
+    """A job's bar on stderr: its tasks done of all (known once they are submitted)."""
+    return _count_bar(doing, unit, None)

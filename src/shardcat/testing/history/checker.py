@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .model import INF, Anomaly, Model, build_model, error_name, writer_of
-from .ops import FILE_REMOVERS, READS, Op
+from .ops import FILE_REMOVERS, READS, WRITES, Op
 
 __all__ = ["CheckReport", "check_history", "summarize", "tag_candidates"]
 
@@ -303,6 +303,8 @@ def _check_failure(model: Model, op: Op, removers: list[Op], rep: CheckReport) -
         explained = any(keys & model.touched(v) for v in during)
     elif op.kind == "create" and "DatasetExistsError" in names:
         explained = True  # committed shards decide it, which the model does not see
+    elif op.kind in WRITES and "DatasetRootError" in names:
+        explained = _moved_since_drawn(model, op)
     elif op.kind == "overwrite" and "CommitConflictError" in names:
         explained = bool(during)
     elif op.kind == "move" and "CommitConflictError" in names:
@@ -329,6 +331,27 @@ def _check_failure(model: Model, op: Op, removers: list[Op], rep: CheckReport) -
                 tuple(sorted(keys)),
             )
         )
+
+
+def _moved_since_drawn(model: Model, op: Op) -> bool:
+    """Whether a move elsewhere may have committed after the write read the dataset's root.
+
+    The root is read before the write's invocation, after its process's
+    previous operation ended: a move ending since then (and starting before
+    the write failed) explains an append refused for writing into the old folder.
+    """
+    drawn = max(
+        (o.end for o in model.ops.values() if o.process == op.process and o.end <= op.t0),
+        default=float("-inf"),
+    )
+    return any(
+        m.kind == "move"
+        and m.ok
+        and m.end >= drawn
+        and m.t0 <= op.end
+        and str(m.args["dest"]).rstrip("/") != str(op.args.get("root", "")).rstrip("/")
+        for m in model.ops.values()
+    )
 
 
 def _check_success(model: Model, op: Op, rep: CheckReport) -> None:

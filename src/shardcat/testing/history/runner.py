@@ -96,8 +96,12 @@ def run_history(
 
 
 def _setup(cat: Any, client: Any, config: HistoryConfig) -> Op:
-    """Operation 0: the dataset's first version, half the keys (chosen by the seed)."""
+    """Operation 0: the dataset's first version, half the keys (chosen by the seed).
+
+    An append adds to a dataset that exists: the dataset is created first.
+    """
     keys = sorted(random.Random(config.seed).sample(config.keys, len(config.keys) // 2))
+    cat.create_dataset(config.dataset, config.root)
     op = Op(0, -1, "append", {"keys": keys, "root": config.root}, t0=time.monotonic())
     op.result = _execute(cat, client, config, op)
     op.ok, op.t1 = True, time.monotonic()
