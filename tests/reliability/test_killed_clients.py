@@ -71,7 +71,8 @@ PLAIN = textwrap.dedent(
 
 
 def _files(root: Path) -> set[str]:
-    return {str(p) for p in root.rglob("*") if p.is_file()}
+    # Every file but the dataset's history (_versions/: manifests of committed versions).
+    return {str(p) for p in root.rglob("*") if p.is_file() and "_versions" not in p.parts}
 
 
 def _client_url(url: str, dataset: str) -> str:

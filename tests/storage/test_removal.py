@@ -77,7 +77,8 @@ def test_delete_dataset_on_s3_is_one_batched_delete(s3, rm_calls, tmp_path):
         rm_calls.clear()
         report = delete_dataset(cat, "d")
         assert sorted(report.removed) == urls[1:] and report.missing == [urls[0]]
-        assert len(rm_calls) == 1 and len(rm_calls[0]) == 4
+        # One request: the four shard objects and the version's manifest (docs/LIFECYCLE.md §8).
+        assert len(rm_calls) == 1 and len(rm_calls[0]) == 5
         assert [d.name for d in cat.datasets()] == []
     assert existing_urls(urls, opts) == set()
 

@@ -107,7 +107,7 @@ def reindex(
     version, and the tags): given that folder, reindex rebuilds every kept
     version, what each reads and hides, and the tags, into a new dataset.
     """
-    from ..reading.history import has_history
+    from ..reading import has_history
     from ..storage.patterns import absolute_url, expand_patterns
 
     state = state_of(ctx)

@@ -41,6 +41,7 @@ __all__ = [
     "decode_refs",
     "encode_manifest",
     "encode_refs",
+    "is_history_file",
     "manifest_name",
     "parse_name",
     "relative_path",
@@ -62,6 +63,17 @@ class ManifestError(FormatError):
 
 
 _CHECKPOINT = ".checkpoint"
+
+
+def is_history_file(path: str) -> bool:
+    """Whether ``path`` is one of a dataset's history files (``.../_versions/<name>/<file>``).
+
+    Folder listings that look for data (files to pack) leave them out.
+    """
+    parts = path.rstrip("/").rsplit("/", 3)
+    if len(parts) < 3 or parts[-3] != FOLDER:
+        return False
+    return parts[-1] == REFS_NAME or parse_name(parts[-1]) is not None
 
 
 def manifest_name(version: int, *, checkpoint: bool = False) -> str:

@@ -36,6 +36,7 @@ from ..errors import (
     StorageError,
     UnmatchedFilesError,
 )
+from ..format.manifest import is_history_file
 from ..storage import redact, resolve
 
 __all__ = [
@@ -328,10 +329,11 @@ def _list_one(fs: Any, path: str) -> dict[str, tuple[int, str]]:
 
 
 def _files(details: Mapping[str, Any]) -> dict[str, tuple[int, str]]:
+    """The files of a folder listing; a dataset's history files (_versions/) are not data."""
     return {
         p: (int(i.get("size") or 0), _stamp(i))
         for p, i in details.items()
-        if i.get("type") != "directory"
+        if i.get("type") != "directory" and not is_history_file(p)
     }
 
 

@@ -68,6 +68,8 @@ class GcReport:
     """Bytes of each removed (or, dry run, removable) object, where known."""
     reasons: dict[str, str] = field(default_factory=dict)
     """Why each removed object is garbage."""
+    history_written: dict[str, list[int]] = field(default_factory=dict)
+    """Per dataset, the versions whose manifests gc wrote (their commit's client died first)."""
 
     @property
     def removed(self) -> int:
@@ -87,6 +89,12 @@ class GcReport:
             + (
                 f"; kept {count_of(len(self.kept), 'file')} still in use or outside the root"
                 if self.kept
+                else ""
+            )
+            + (
+                f"; wrote {count_of(sum(map(len, self.history_written.values())), 'version manifest')}"
+                " killed clients left unwritten"
+                if self.history_written
                 else ""
             )
             + (f"; {count_of(len(self.errors), 'error')}" if self.errors else "")
@@ -180,6 +188,15 @@ def gc(
                 orphans = _recheck(orphans, cat.shard_urls(), opts, report)
                 _remove(orphans, opts, report)
             report.orphans.extend(orphans)
+            if not dry_run:
+                # What a client killed between its commit and its manifest left unwritten.
+                try:
+                    written = cat.write_history(name, storage_options=opts).written
+                except (OSError, ShardcatError) as e:
+                    report.errors.append(f"cannot write the history of {name!r}: {e}")
+                else:
+                    if written:
+                        report.history_written[name] = written
         log.info("%s", report)
         return report
 
@@ -266,9 +283,12 @@ def delete_dataset(
             report.removed = [u for u in doomed if u in present]
             report.missing = [u for u in doomed if u not in present]
         else:
-            # One batched delete per filesystem (s3fs: 1,000 keys per request).
-            removal = remove_files(doomed, opts)
-            report.removed, report.missing = removal.removed, removal.missing
+            # One batched delete per filesystem (s3fs: 1,000 keys per request), the
+            # dataset's history (_versions/) with its shards.
+            history = history_files(root, dataset, opts)
+            removal = remove_files([*doomed, *history], opts)
+            report.removed = [u for u in removal.removed if u not in history]
+            report.missing = [u for u in removal.missing if u not in history]
             report.errors.extend(
                 f"cannot remove {redact(url)}: {why}" for url, why in removal.failed.items()
             )
@@ -278,8 +298,7 @@ def delete_dataset(
                 f"kept (run delete again): {report.errors[0]}"
             )
         if not dry_run:
-            # Its history goes with it (a failure here leaves files, never rows without shards).
-            remove_history(history_files(root, dataset, opts), folder_of(root, dataset), opts)
+            remove_history([], folder_of(root, dataset), opts)  # the folders it left empty
             cat.delete_dataset(dataset)
         return report
 

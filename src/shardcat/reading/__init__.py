@@ -15,5 +15,14 @@ from __future__ import annotations
 
 from .catalog import Catalog, CatalogHandle
 from .dataset import Dataset, DatasetStats
+from .history import HistoryRebuild, HistoryWrite, has_history
 
-__all__ = ["Catalog", "CatalogHandle", "Dataset", "DatasetStats"]
+__all__ = [
+    "Catalog",
+    "CatalogHandle",
+    "Dataset",
+    "DatasetStats",
+    "HistoryRebuild",
+    "HistoryWrite",
+    "has_history",
+]

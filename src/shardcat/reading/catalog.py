@@ -414,12 +414,16 @@ class Catalog(SqlCatalog):
     ) -> None:
         _history.publish(self, history, storage_options or self.storage_options)
 
-    def write_history(self, dataset: str) -> HistoryWrite:
+    def write_history(
+        self, dataset: str, *, storage_options: StorageOptions | None = None
+    ) -> HistoryWrite:
         """Write the version manifests (and tags file) the dataset's folder lacks, from the catalog.
 
         For datasets made before manifests were kept, or after a commit could
-        not write its manifest (a HistoryWarning said so). Files already
-        there are never replaced; the tags file is brought up to date.
+        not write its manifest (a HistoryWarning said so, or its client was
+        killed first: ``gc`` runs this too). Files already there are never
+        replaced; the tags file is brought up to date. ``storage_options``:
+        the folder's, if not the catalog's.
 
         Raises
         ------
@@ -428,7 +432,9 @@ class Catalog(SqlCatalog):
         StorageError
             The store refused a write (run it again).
         """
-        return _history.write_history(self, dataset, self.info(dataset).root_url)
+        return _history.write_history(
+            self, dataset, self.info(dataset).root_url, storage_options or self.storage_options
+        )
 
     def rebuild_history(
         self, dataset: str, root: str, *, workers: int = 8, history_of: str | None = None

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 
 from .. import config
 from .._types import StorageOptions
-from ..catalog.manifests import DatasetHistory
 from ..catalog.results import Problem
 from ..errors import HistoryWarning, ShardcatError, StorageError
 from ..format.manifest import (
@@ -43,6 +42,7 @@ from ..storage.removal import remove_files
 from ..storage.small import list_names, put, read_or_none
 
 if TYPE_CHECKING:
+    from ..catalog.manifests import DatasetHistory
     from .catalog import Catalog
 
 __all__ = [
@@ -371,7 +371,9 @@ def _difference(have: VersionManifest, want: VersionManifest) -> str:
     return "its other fields differ"
 
 
-def write_history(cat: Catalog, dataset: str, root: str) -> HistoryWrite:
+def write_history(
+    cat: Catalog, dataset: str, root: str, options: StorageOptions | None = None
+) -> HistoryWrite:
     """Write every kept version's manifest the folder lacks, and the refs file.
 
     Raises
@@ -379,8 +381,12 @@ def write_history(cat: Catalog, dataset: str, root: str) -> HistoryWrite:
     StorageError
         The store refused a write (what was written stays: run it again).
     """
+    if options is None:
+        options = cat.storage_options
+    if not keeps_history(root):
+        return HistoryWrite()
     folder = folder_of(root, dataset)
-    stored = read_history(root, folder, cat.storage_options)
+    stored = read_history(root, folder, options)
     expected, refs, _ = _expected(cat, dataset, stored)
     out = HistoryWrite()
     for m in expected:
@@ -388,12 +394,12 @@ def write_history(cat: Catalog, dataset: str, root: str) -> HistoryWrite:
             out.present.append(m.version)
             continue
         url = f"{folder}/{manifest_name(m.version, checkpoint=m.checkpoint)}"
-        if put(url, encode_manifest(m), cat.storage_options, once=True):
+        if put(url, encode_manifest(m), options, once=True):
             out.written.append(m.version)
         else:
             out.present.append(m.version)
     if (stored.refs or Refs()) != refs:
-        put(f"{folder}/{REFS_NAME}", encode_refs(refs), cat.storage_options, once=False)
+        put(f"{folder}/{REFS_NAME}", encode_refs(refs), options, once=False)
         out.refs_written = True
     return out
 
@@ -479,7 +485,8 @@ def move_files(source: str, target: str, options: StorageOptions | None) -> int:
 
 def remove_history(urls: list[str], folder: str, options: StorageOptions | None) -> None:
     """Remove history files, then their folder and ``_versions`` if left empty (local disks)."""
-    remove_files(urls, options)
+    if urls:
+        remove_files(urls, options)
     if is_local(folder):
         for path in (local_path(folder), os.path.dirname(local_path(folder))):
             with contextlib.suppress(OSError):

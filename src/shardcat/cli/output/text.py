@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     )
     from ...orchestration.gc import DeleteReport, GcReport
     from ...orchestration.watch import TaskProgressCallback
-    from ...reading.history import HistoryRebuild
+    from ...reading import HistoryRebuild
 
 __all__ = ["TextOutput", "text_cell", "tsv_cell"]
 
