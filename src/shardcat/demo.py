@@ -136,6 +136,20 @@ class DemoReport:
         ]
 
 
+def _start_afresh(out: str) -> None:
+    """Remove a previous run's dataset (its shards and history) and its catalog from ``out``."""
+    from .orchestration.gc import delete_dataset
+    from .reading import Catalog
+
+    db = os.path.join(out, "catalog.db")
+    if not os.path.exists(db):
+        return
+    with Catalog(f"sqlite:///{db}") as old:
+        if "demo" in {d.name for d in old.datasets()}:
+            delete_dataset(old, "demo")
+    os.remove(db)
+
+
 def run_demo(
     out: str = "shardcat-demo",
     count: int = 4000,
@@ -151,8 +165,10 @@ def run_demo(
     """Write ``count`` samples as the dataset ``demo`` under ``out`` and exercise it.
 
     Reruns replace the dataset (``mode="overwrite"``) and remove the replaced
-    shards, so the demo can be run again and again. ``progress`` is handed to
-    :func:`shardcat.write`.
+    shards, so the demo can be run again and again; in a local folder with its
+    own catalog, a rerun starts afresh (catalog and shards removed first), so
+    the shard names the README shows stay those of a first run. ``progress`` is
+    handed to :func:`shardcat.write`.
     """
     import sqlalchemy as sa
 
@@ -164,6 +180,8 @@ def run_demo(
     if is_local(out):
         out = os.path.abspath(out)
         os.makedirs(out, exist_ok=True)
+        if catalog is None:
+            _start_afresh(out)
     catalog = (
         catalog
         or f"sqlite:///{os.path.join(out, 'catalog.db') if is_local(out) else 'shardcat-demo.db'}"

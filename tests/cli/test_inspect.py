@@ -84,6 +84,13 @@ def test_demo_writes_reads_and_verifies(tmp_path):
     shards = sorted((tmp_path / "demo").glob("demo-*.shard"))
     assert len(shards) >= 2
     assert sum(len(shardcat.ShardReader(s)) for s in shards) == 300
+    # Run again (the Quickstart twice): the shard the README inspects is still there.
+    again = run(
+        "demo", "--out", str(tmp_path / "demo"), "--samples", "300", "--shard-size", "200KB"
+    )
+    assert again.returncode == 0, again.stderr
+    assert sorted((tmp_path / "demo").glob("demo-*.shard")) == shards
+    assert (tmp_path / "demo" / "demo-j1-000000-000.shard").exists()
 
 
 def _one_line_error(p: subprocess.CompletedProcess[str], *texts: str) -> None:
