@@ -201,3 +201,25 @@ def test_copy_destination_secrets_are_known_too():
         {},
     )  # fmt: skip
     assert scrubber("topass11 topass22 dstsecret1 dstkey22 train") == "*** *** *** *** train"
+
+
+def test_the_suggested_command_is_the_one_the_user_ran(tmp_path, monkeypatch):
+    """`.venv/bin/shardcat demo` from a checkout suggests `.venv/bin/shardcat ...`, not `shardcat`."""
+    import os
+    import sys
+
+    from shardcat.cli.invocation import command_name
+
+    venv_bin = tmp_path / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    script = venv_bin / "shardcat"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [".venv/bin/shardcat", "demo"])
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert command_name() == ".venv/bin/shardcat"
+    monkeypatch.setenv("PATH", f"{venv_bin}{os.pathsep}/usr/bin")
+    assert command_name() == "shardcat"
+    monkeypatch.setattr(sys, "argv", ["/x/shardcat/__main__.py", "demo"])
+    assert command_name() == f"{os.path.basename(sys.executable)} -m shardcat"

@@ -29,6 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..._units import count_of, format_bytes
+from ..invocation import command_name
 from .base import Output, QueryRows, ShardInspection, VerifyProgressCallback, err_console
 from .documents import describe_entry, stats_doc, timestamp
 
@@ -553,7 +554,7 @@ class TextOutput(Output):
     def demo_report(self, report: DemoReport) -> None:
         for line in report.lines():
             self._line(line)
-        self._line(f"try: shardcat --catalog {report.catalog} ls demo")
+        self._line(f"try: {command_name()} --catalog {report.catalog} ls demo")
 
     # --- the catalog --------------------------------------------------------
 
