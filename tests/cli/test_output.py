@@ -364,6 +364,7 @@ def test_gc_reports(text, js, capsys):
         "errors": [],
         "sizes": {},
         "reasons": {},
+        "history_written": {},
     }
     text.gc_report(report)
     out = capsys.readouterr().out
