@@ -208,35 +208,46 @@ def build_manifest(
             )
         )
     committed = visibility.sql(visibility.committed, "shards AS s")
-    offsets: dict[tuple[str, str], list[int]] = {}
-    for url, file_id, offset in session.execute(
+    params = {"d": dataset_id, "v": number}
+    # Per shard: whether any record outlives this version. One that has none is written
+    # "all" and its offsets are never fetched (an overwrite of millions of records).
+    touched = session.execute(
         text(
-            "SELECT s.url, s.file_id, r.byte_offset FROM records r JOIN shards s ON s.id = r.shard_id "
-            f"WHERE r.dataset_id = :d AND {at} AND {committed} ORDER BY s.url, r.byte_offset"
+            "SELECT s.id, s.url, s.file_id, sum(CASE WHEN "
+            f"{visibility.sql(visibility.gone_by, 'records AS r', ':v')} THEN 0 ELSE 1 END) "
+            "FROM records r JOIN shards s ON s.id = r.shard_id "
+            f"WHERE r.dataset_id = :d AND {committed} AND s.id IN "
+            f"(SELECT r.shard_id FROM records r WHERE r.dataset_id = :d AND {at}) "
+            "GROUP BY s.id, s.url, s.file_id"
         ),
-        {"d": dataset_id, "v": number},
-    ):
-        offsets.setdefault((url, file_id), []).append(int(offset))
-    # A shard none of whose records outlives this version is written "all", not offset by offset.
-    outliving: dict[str, int] = {
-        url: int(n)
-        for url, n in session.execute(
+        params,
+    ).all()
+    partly = [int(shard_id) for shard_id, _, _, outliving in touched if outliving]
+    offsets: dict[int, list[int]] = {}
+    for i in range(0, len(partly), 500):
+        chunk = partly[i : i + 500]
+        names = ", ".join(f":s{j}" for j in range(len(chunk)))
+        for shard_id, offset in session.execute(
             text(
-                "SELECT s.url, count(*) FROM records r JOIN shards s ON s.id = r.shard_id "
-                f"WHERE r.dataset_id = :d AND NOT ({visibility.sql(visibility.gone_by, 'records AS r', ':v')}) "
-                f"AND {committed} AND s.id IN (SELECT r.shard_id FROM records r "
-                f"WHERE r.dataset_id = :d AND {at}) GROUP BY s.url"
+                "SELECT r.shard_id, r.byte_offset FROM records r JOIN shards s ON "
+                f"s.id = r.shard_id WHERE r.shard_id IN ({names}) AND {at} "
+                "ORDER BY r.shard_id, r.byte_offset"
             ),
-            {"d": dataset_id, "v": number},
-        )
-    }
+            {**params, **{f"s{j}": sid for j, sid in enumerate(chunk)}},
+        ):
+            offsets.setdefault(int(shard_id), []).append(int(offset))
     removed = tuple(
-        RemovedRecords(
-            relative_path(url, root),
-            file_id,
-            None if not outliving.get(url) else tuple(offs),
+        sorted(
+            (
+                RemovedRecords(
+                    relative_path(url, root),
+                    file_id,
+                    tuple(offsets.get(int(shard_id), ())) if outliving else None,
+                )
+                for shard_id, url, file_id, outliving in touched
+            ),
+            key=lambda r: r.path,
         )
-        for (url, file_id), offs in sorted(offsets.items())
     )
     return _manifest(row, root, added, removed, checkpoint)
 
