@@ -88,6 +88,7 @@ def test_workers_killed_during_write_scheduler_is_one_line_and_the_rerun_resumes
         cluster.kill_workers()
         out, err = _finish(p)
         assert p.returncode == 1, err
+        assert len(err.splitlines()) == 1, err
         (line,) = err.splitlines()
         assert line.startswith(f"error: the Dask cluster at {cluster.address} has had no workers")
         assert "write job 1 of dataset 'imgs' stopped: it stays open" in line

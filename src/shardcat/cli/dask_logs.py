@@ -22,7 +22,27 @@ __all__ = ["failed_tasks_quiet"]
 _LEVELS = {
     "distributed.worker": logging.CRITICAL,  # "Compute Failed"; heartbeats lost at shutdown
     "distributed.nanny": logging.ERROR,  # "Worker process still alive after 4.0 seconds, killing"
+    # "Couldn't gather 1 keys, rescheduling": every worker gone; the job's own error says so.
+    "distributed.client": logging.ERROR,
 }
+
+
+class _AbandonedGather(logging.Filter):
+    """Drops asyncio's "Task exception was never retrieved" for a gather the job gave up on.
+
+    When every worker is lost the job stops with WorkersLostError; the gather it
+    abandoned ends in Dask's ``AllExit``, which asyncio reports when the task is
+    collected, possibly as the process exits: so the filter stays for the process.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is None:
+            exc = getattr(record, "msg", None) if isinstance(record.msg, BaseException) else None
+        return not (exc is not None and type(exc).__name__ == "AllExit")
+
+
+_ABANDONED = _AbandonedGather()
 _ENV = "DASK_LOGGING"  # Dask parses the value as a Python literal: {logger: level}
 
 
@@ -36,6 +56,7 @@ def failed_tasks_quiet(verbose: object) -> Iterator[None]:
     if verbose or _ENV in os.environ:
         yield
         return
+    logging.getLogger("asyncio").addFilter(_ABANDONED)  # once: a filter is added at most once
     loggers = {name: logging.getLogger(name) for name in _LEVELS}
     before = {name: logger.level for name, logger in loggers.items()}
     os.environ[_ENV] = repr(
