@@ -121,7 +121,6 @@ def has_history(root: str, options: StorageOptions | None) -> bool:
 class History:
     """What a dataset's folder holds of its history."""
 
-    root: str
     manifests: dict[int, VersionManifest]
     checkpoints: dict[int, VersionManifest]
     refs: Refs | None
@@ -146,7 +145,7 @@ class HistoryWrite:
     refs_written: bool = False
 
 
-def read_history(root: str, folder: str, options: StorageOptions | None) -> History:
+def read_history(folder: str, options: StorageOptions | None) -> History:
     """Every manifest and the refs file in ``folder`` (a file that fails its checks is a problem)."""
     found: dict[bool, dict[int, VersionManifest]] = {False: {}, True: {}}
     refs = None
@@ -173,7 +172,7 @@ def read_history(root: str, folder: str, options: StorageOptions | None) -> Hist
             found[m.checkpoint][m.version] = m
         except ManifestError as e:
             problems.append(Problem(redact(url), "history-corrupt", str(e)))
-    return History(root, found[False], found[True], refs, problems)
+    return History(found[False], found[True], refs, problems)
 
 
 def publish(
@@ -266,11 +265,14 @@ def _warn(dataset: str, what: str, e: BaseException) -> None:
 
 
 def _expected(
-    cat: Catalog, dataset: str, stored: History
+    cat: Catalog, dataset: str, stored: History, *, missing_only: bool = False
 ) -> tuple[list[VersionManifest], Refs, dict[str, int]]:
     """What the folder should hold, as the catalog has it: the refs, and per kept version its
     manifest, or its checkpoint when expired versions before it left no manifest; and the
     paths of the shards the catalog still has committed.
+
+    ``missing_only``: only the manifests the folder lacks, and no paths (what
+    :func:`write_history`, which gc runs on every dataset, needs).
     """
     from ..catalog import manifests as _manifests
     from ..catalog.datasets import find_dataset
@@ -284,18 +286,21 @@ def _expected(
             checkpoint = number in stored.checkpoints or any(
                 v not in stored.manifests and v not in stored.checkpoints for v in gap
             )
+            previous = number
+            if missing_only and stored.stored(number, checkpoint) is not None:
+                continue
             m = _manifests.build_manifest(s, ds.id, number, checkpoint=checkpoint)
             if m is not None:
                 out.append(m)
-            previous = number
-        return out, _manifests.build_refs(s, ds.id), _manifests.committed_paths(s, ds.id)
+        paths = {} if missing_only else _manifests.committed_paths(s, ds.id)
+        return out, _manifests.build_refs(s, ds.id), paths
 
 
 def check_history(cat: Catalog, dataset: str, root: str) -> list[Problem]:
     """Compare the folder's history with the catalog: one problem per missing or differing file."""
     if not keeps_history(root):
         return []
-    stored = read_history(root, folder_of(root, dataset), cat.storage_options)
+    stored = read_history(folder_of(root, dataset), cat.storage_options)
     expected, refs, committed = _expected(cat, dataset, stored)
     folder = redact(folder_of(root, dataset))
     problems = list(stored.problems)
@@ -386,13 +391,10 @@ def write_history(
     if not keeps_history(root):
         return HistoryWrite()
     folder = folder_of(root, dataset)
-    stored = read_history(root, folder, options)
-    expected, refs, _ = _expected(cat, dataset, stored)
-    out = HistoryWrite()
+    stored = read_history(folder, options)
+    expected, refs, _ = _expected(cat, dataset, stored, missing_only=True)
+    out = HistoryWrite(present=sorted({*stored.manifests, *stored.checkpoints}))
     for m in expected:
-        if stored.stored(m.version, m.checkpoint) is not None:
-            out.present.append(m.version)
-            continue
         url = f"{folder}/{manifest_name(m.version, checkpoint=m.checkpoint)}"
         if put(url, encode_manifest(m), options, once=True):
             out.written.append(m.version)
@@ -437,7 +439,7 @@ def rebuild_history(
             "shards alone with `shardcat reindex DATASET URL...` (one version, no history)",
             path=redact(root),
         )
-    stored = read_history(root, folder, cat.storage_options)
+    stored = read_history(folder, cat.storage_options)
     if stored.problems:
         raise ManifestError(stored.problems[0].message, path=stored.problems[0].url)
     refs = stored.refs or Refs()
