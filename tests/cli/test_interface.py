@@ -167,6 +167,7 @@ def test_storage_option_values_stay_strings_unless_typed():
             "client_kwargs.region_name=0001",
             "retries:int=5",
             'cfg:json={"a": [1]}',
+            'config_kwargs={"retries": {"max_attempts": 2}}',  # a whole table: JSON
         ]
     )
     assert got == {
@@ -177,8 +178,10 @@ def test_storage_option_values_stay_strings_unless_typed():
         "client_kwargs": {"region_name": "0001"},
         "retries": 5,
         "cfg": {"a": [1]},
+        "config_kwargs": {"retries": {"max_attempts": 2}},
     }
     for bad, says in (
+        ("client_kwargs=maybe", "type json"),
         ("anon=maybe", "type bool"),
         ("x:complex=1", "unknown type"),
         ("nokey", "KEY=VALUE"),

@@ -1,15 +1,18 @@
-"""A write into a missing bucket fails once, not once per Dask retry.
+"""A write that the store refuses for good fails once, not once per Dask retry.
 
-Each attempt of a partition task builds its shard, then uploads it; a
-missing bucket fails the upload the same way every time. The task returns
-such a failure instead of raising (``orchestration/write.py``), so Dask's
-``retries=`` do not run it again. Counted at the store: a moto server in a
-process of its own records the uploads it answers (``counting_moto``); a
-real LocalCluster with worker processes runs the tasks.
+A missing bucket is refused before any task runs (the job lists its folder
+first: ``orchestration/reach.py``), so not even one upload is tried. A
+refusal the listing cannot foresee (a key that may list but not write) fails
+each attempt's upload the same way: the task returns such a failure instead
+of raising (``orchestration/write.py``), so Dask's ``retries=`` do not run it
+again. Counted at the store: a moto server in a process of its own records
+the uploads it answers (``counting_moto``); a real LocalCluster with worker
+processes runs the tasks.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -30,7 +33,7 @@ def _options(endpoint: str) -> dict[str, Any]:
     }
 
 
-def test_a_missing_bucket_is_tried_once_whatever_retries_allow(client, sqlite_url):
+def test_a_missing_bucket_is_refused_before_any_upload(client, sqlite_url):
     import dask.bag as db
 
     samples = [{"__key__": f"k/{i:03d}", "txt": f"sample {i}"} for i in range(40)]
@@ -54,7 +57,53 @@ def test_a_missing_bucket_is_tried_once_whatever_retries_allow(client, sqlite_ur
             if r["method"] in ("PUT", "POST") and r["path"].startswith("/not-here/")
         ]
     assert err.value.bucket == "not-here"
-    assert len(uploads) == 1, uploads  # one attempt: Dask's 2 retries were not used
+    assert uploads == []  # refused before scheduling: no shard built, none sent
+
+
+def test_a_key_that_may_list_but_not_write_fails_once_typed(client, sqlite_url):
+    """The listing passes; every upload is denied: one attempt, shardcat's error, no retry."""
+    import dask.bag as db
+
+    from _servers import moto_enforcing_auth
+    from shardcat.errors import StoragePermissionError
+
+    with moto_enforcing_auth(free_actions=4) as endpoint:
+        s3, iam = moto_client(endpoint), moto_client(endpoint, "iam")
+        s3.create_bucket(Bucket="read-only")
+        iam.create_user(UserName="lister")
+        key = iam.create_access_key(UserName="lister")["AccessKey"]
+        iam.put_user_policy(  # from here on every request is checked
+            UserName="lister",
+            PolicyName="list-only",
+            PolicyDocument=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Action": ["s3:ListBucket", "s3:GetObject"],
+                            "Resource": ["arn:aws:s3:::read-only", "arn:aws:s3:::read-only/*"],
+                        }
+                    ],
+                }
+            ),
+        )
+        options = _options(endpoint) | {"key": key["AccessKeyId"], "secret": key["SecretAccessKey"]}
+        with pytest.raises(StoragePermissionError) as err:
+            shardcat.write(
+                db.from_sequence(
+                    [{"__key__": f"k/{i:03d}", "txt": "x"} for i in range(10)], npartitions=1
+                ),
+                "s3://read-only/ds",
+                catalog=sqlite_url,
+                dataset="ds",
+                storage_options=options,
+                client=client,
+                progress=False,
+                retries=2,
+            )
+    assert "check the credentials" in str(err.value)
+    assert key["SecretAccessKey"] not in str(err.value)
 
 
 def test_credentials_the_client_has_and_the_workers_lack_are_said_to_be_the_workers(

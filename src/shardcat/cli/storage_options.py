@@ -57,6 +57,10 @@ TYPED_OPTIONS: dict[str, str] = {
     "max_concurrency": "int",
     "fixed_upload_size": "bool",
     "cache_regions": "bool",
+    # whole tables of options, given at once as JSON (or key by key: client_kwargs.region_name=...)
+    "client_kwargs": "json",
+    "config_kwargs": "json",
+    "s3_additional_kwargs": "json",
     "connect_timeout": "float",
     "read_timeout": "float",
     "max_pool_connections": "int",

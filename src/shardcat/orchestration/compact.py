@@ -41,7 +41,7 @@ from ..storage import dataset_prefix, first_free, redact
 from ..storage.shards import RollingShardWriter, ShardReader
 from .cluster import ClientChoice, client_for
 from .plan import SHARDS_PER_PARTITION, WritePlan
-from .reach import refuse_in_memory, refuse_unreachable
+from .reach import refuse_in_memory, refuse_unreachable, refuse_unreachable_stores
 from .tasks import ATTEMPT, PartitionResult, _remove_quietly, catalog_for
 from .watch import JobRef, TaskProgressCallback, gather, interrupted
 
@@ -295,8 +295,10 @@ def compact(
                 fields=tuple(cat.fields(dataset)),
             )
             groups = _groups(chosen, size)
+            refuse_unreachable_stores({root: opts})  # before a cluster starts
             with client_for(client, root) as dask_client:
                 refuse_unreachable(cat, dask_client)
+                refuse_unreachable_stores({root: opts}, dask_client)
                 futures = [
                     dask_client.submit(compact_group, plan, n, group, pure=False, retries=retries)
                     for n, group in enumerate(groups)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import posixpath
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ from ..storage.removal import remove_files
 from ..storage.shards import ShardReader
 from ..storage.translate import storage_errors
 from .cluster import ClientChoice, client_for
+from .reach import refuse_unreachable_stores
 from .watch import JobRef, TaskProgressCallback, gather, interrupted
 
 if TYPE_CHECKING:
@@ -315,6 +317,10 @@ def copy_dataset(
         _refuse_foreign(destination, set(plan.values()), dst_opts)
         _refuse_missing(dataset, [row.url for row in rows], src_opts)
         with client_for(client, destination) as dask_client:
+            folders = {destination: dst_opts}
+            for row in rows:
+                folders.setdefault(posixpath.dirname(row.url), src_opts)
+            refuse_unreachable_stores(folders, dask_client)
             futures = [
                 dask_client.submit(
                     copy_shard,

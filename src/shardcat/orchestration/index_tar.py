@@ -36,7 +36,7 @@ from ..storage.patterns import expand_patterns
 from .cluster import ClientChoice, client_for
 from .fields import store_shard_fields
 from .gc import forget_failed_dataset
-from .reach import refuse_in_memory, refuse_unreachable
+from .reach import refuse_in_memory, refuse_unreachable, refuse_unreachable_stores
 from .tasks import catalog_for
 from .watch import JobRef, TaskProgressCallback, gather, interrupted
 
@@ -299,9 +299,12 @@ def run_index_job(
         refuse_in_memory(cat)
         for url in tars:
             resolve(url, opts)  # a bad URL fails here, typed, before any worker sees it
+        folders = dict.fromkeys((posixpath.dirname(url) for url in tars), opts)
+        refuse_unreachable_stores(folders)  # before a cluster starts
         t0 = time.perf_counter()
         with client_for(client, tars[0]) as dask_client:
             refuse_unreachable(cat, dask_client)
+            refuse_unreachable_stores(folders, dask_client)
             try:
                 cat.create_dataset(dataset, redact(posixpath.dirname(tars[0])))
                 created = True

@@ -46,7 +46,7 @@ from .gc import forget_failed_dataset
 from .inputs import InputsFingerprint, fingerprint
 from .plan import SHARDS_PER_PARTITION, WritePlan
 from .progress import ProgressReporter, WriteProgressCallback
-from .reach import refuse_in_memory, refuse_unreachable
+from .reach import on_workers, refuse_in_memory, refuse_unreachable, refuse_unreachable_stores
 from .resume import (
     ResumePoint,
     check_inputs,
@@ -112,25 +112,9 @@ def _result(waiter: Waiter, future: Any) -> PartitionResult:
     if isinstance(result, _Refused):
         error = result.error
         if isinstance(error, StorageCredentialsError) and result.pid not in (0, os.getpid()):
-            raise _on_workers(error) from error
+            raise on_workers(error) from error
         raise error
     return result  # type: ignore[no-any-return]
-
-
-def _on_workers(error: StorageCredentialsError) -> StorageCredentialsError:
-    """A credentials error a worker met: the advice is about the workers, not this process.
-
-    The client may have the credentials (its environment, its profile) and
-    the workers not: storage options travel with each task, the environment
-    does not.
-    """
-    return StorageCredentialsError(
-        f"on the Dask workers: {error.message}; the workers need the credentials too, not "
-        "only this process: pass them as storage options (-S key=... -S secret=..., "
-        "storage_options=), which travel with each task, or set them in the workers' "
-        "environment",
-        path=error.path,
-    )
 
 
 @dataclass(frozen=True)
@@ -393,8 +377,10 @@ def write(
                 resume_point()  # other inputs are refused before a cluster starts
         if mode == "append":  # a misspelt name or another folder fails before a cluster starts
             _append_target(cat, dataset, redact(url))
+        refuse_unreachable_stores({url: opts})  # a missing bucket: said before a cluster starts
         with client_for(client, url, small=_small(source)) as dask_client:
             refuse_unreachable(cat, dask_client)
+            refuse_unreachable_stores(_folders(url, opts, source), dask_client)
             existing, created = open_dataset(cat, dataset, url, mode)
             point = resume_point()
             if point is not None:
@@ -519,6 +505,14 @@ def _small(source: Any) -> bool:
             "'256MiB' (0: always start worker processes)"
         ) from None
     return source.bytes <= limit
+
+
+def _folders(url: str, opts: dict[str, Any], source: Any) -> dict[str, dict[str, Any]]:
+    """The folders a write's tasks open, with their storage options: its own, and its files'."""
+    folders = {url: opts}
+    if isinstance(source, FileListing):
+        folders.setdefault(source.root_url, source.storage_options)
+    return folders
 
 
 def check_mode(mode: str, on_duplicate: str) -> None:

@@ -1,0 +1,58 @@
+"""Can this process reach a folder's store? Asked before a job schedules any work.
+
+A job that writes into a missing bucket, or with a wrong secret, would
+otherwise find out from its first task, after a worker built a whole shard,
+in the worker's log. One listing of the folder says it first: it needs the
+bucket to exist and the credentials to be accepted, and costs one request
+(two when the folder does not exist yet: then the bucket is asked for).
+Transient failures are retried under the one policy (:mod:`.retry`).
+
+Local folders and ``memory://`` are not asked (nothing there to be refused
+that the job would not meet at once); HTTP is read-only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import ShardNotFoundError
+from .fs import BUCKET_PROTOCOLS, protocol_of, resolve
+from .sources import retried
+from .translate import translate
+
+__all__ = ["check_folder"]
+
+_ASK_FOR_BUCKET = frozenset({"az", "abfs", "abfss"})
+
+
+def check_folder(url: str, storage_options: Mapping[str, Any] | None = None) -> None:
+    """Raise shardcat's error if the store of folder ``url`` cannot be listed.
+
+    A folder that does not exist yet is fine when its bucket does.
+
+    Raises
+    ------
+    BucketNotFoundError
+        The bucket (container) does not exist.
+    StorageCredentialsError
+        The store refused the credentials, or none were found.
+    StorageUnreachableError
+        The store did not answer within ``storage_retry_deadline``.
+    StorageError
+        Another failure of the store, or a URL that cannot be opened.
+    """
+    if protocol_of(url) not in BUCKET_PROTOCOLS:
+        return
+    fs, path = resolve(url, dict(storage_options or {}))
+    fs.invalidate_cache(path)  # a listing cached by an earlier job is no answer from the store
+    try:
+        retried(fs, "ls", url, path, detail=False)
+    except Exception as e:
+        # S3 and GCS say "no such bucket" in the listing's own error; asking for the bucket
+        # could be refused to a key that may list its folder (HeadBucket is a permission of
+        # its own), so only Azure (whose listing says "no such file" for both) is asked.
+        error = translate(e, url, fs=fs if protocol_of(url) in _ASK_FOR_BUCKET else None)
+        if type(error) is ShardNotFoundError:
+            return  # no object under the folder yet, in a bucket that exists
+        raise error from e
