@@ -61,9 +61,9 @@ SAMPLE_COLUMNS = (
 )
 """What a ``where`` filter may name, besides the dataset's declared fields."""
 
-TIMEOUT_ENV = "SHARDCAT_WHERE_TIMEOUT"
-MAX_ROWS_ENV = "SHARDCAT_WHERE_MAX_ROWS"
-MAX_BYTES_ENV = "SHARDCAT_WHERE_MAX_BYTES"
+TIMEOUT_ENV = config.env_var("where_timeout")
+MAX_ROWS_ENV = config.env_var("where_max_rows")
+MAX_BYTES_ENV = config.env_var("where_max_bytes")
 
 
 @dataclass(frozen=True, slots=True)

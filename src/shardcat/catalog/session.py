@@ -64,7 +64,7 @@ DEFAULT_URL = "sqlite:///shardcat.db"
 """A SQLite file in the working folder."""
 DEFAULT_BUSY_TIMEOUT = 30.0
 """Seconds a SQLite writer waits for another one before CatalogLockedError."""
-ENV_VAR = "SHARDCAT_CATALOG"
+ENV_VAR = config.env_var("catalog")
 """The environment variable of the ``catalog`` setting (docs/CONFIG.md)."""
 
 _WRITE = "shardcat_write"

@@ -35,7 +35,7 @@ __all__ = [
     "should_compress",
 ]
 
-MAX_DECOMPRESSED_ENV = "SHARDCAT_MAX_DECOMPRESSED_BYTES"
+MAX_DECOMPRESSED_ENV = config.env_var("max_decompressed_bytes")
 """Environment variable: the largest entry (decompressed) a reader accepts, e.g. ``4GiB``."""
 DEFAULT_MAX_DECOMPRESSED_BYTES = 1 << 30
 """1 GiB: the limit when ``SHARDCAT_MAX_DECOMPRESSED_BYTES`` is not set."""

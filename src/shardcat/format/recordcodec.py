@@ -32,7 +32,7 @@ from typing import Any
 import crc32c as _crc32c_package
 import numpy as np
 
-from .. import _pread
+from .. import _pread, config
 from . import implementations, records, runs, scatter
 from .entries import Record, _StoredEntry
 from .implementations import Name
@@ -62,7 +62,7 @@ __all__ = [
     "use",
 ]
 
-ENV_VAR = "SHARDCAT_RECORD_CODEC"
+ENV_VAR = config.env_var("record_codec")
 
 _compiled: Any
 _missing: ImportError | None = None

@@ -41,6 +41,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from .. import config
 from ..catalog import fence
 from ..catalog.connection import RawConnection
 from ..format import Record, implementations, recordcodec
@@ -50,7 +51,7 @@ from ..storage.cache import ONE_PREAD
 
 __all__ = ["ENV_VAR", "TarFinisher", "active", "available", "load", "open_point", "use"]
 
-ENV_VAR = "SHARDCAT_POINT_LOOKUP"
+ENV_VAR = config.env_var("point_lookup")
 
 _log = logging.getLogger(__name__)
 

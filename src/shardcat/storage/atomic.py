@@ -298,7 +298,7 @@ try:
 except ImportError:  # not built (no C compiler, or no POSIX threads): blocks written inline
     _cwrite = None
 
-WRITE_BEHIND_ENV = "SHARDCAT_WRITE_BEHIND"
+WRITE_BEHIND_ENV = config.env_var("write_behind")
 
 
 def _write_behind() -> bool:

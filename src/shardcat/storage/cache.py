@@ -46,7 +46,7 @@ from .translate import is_backend_error, translate
 
 __all__ = ["REMOTE_MAX_GAP_ENV", "SourceCache", "fetch_ranges", "resolve_remote_max_gap"]
 
-REMOTE_MAX_GAP_ENV = "SHARDCAT_REMOTE_MAX_GAP"
+REMOTE_MAX_GAP_ENV = config.env_var("remote_max_gap")
 """Environment variable: the default gap merged on object stores (bytes, or e.g. ``256KiB``)."""
 
 DEFAULT_MAX_OPEN = 64

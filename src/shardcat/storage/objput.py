@@ -42,7 +42,7 @@ __all__ = ["MEMORY_ENV", "MemoryUpload", "memory_limit", "open_upload"]
 
 _log = logging.getLogger(__name__)
 
-MEMORY_ENV = "SHARDCAT_S3_UPLOAD_MEMORY"
+MEMORY_ENV = config.env_var("s3_upload_memory")
 """Environment variable: bytes one upload gathers in memory before moving to s3fs ("512MiB")."""
 _DEFAULT_MEMORY = 512 << 20
 _MAX_PUT_BYTES = 5 << 30

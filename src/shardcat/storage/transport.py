@@ -67,7 +67,7 @@ __all__ = [
     "s3_route",
 ]
 
-TRANSPORT_ENV = "SHARDCAT_S3_TRANSPORT"
+TRANSPORT_ENV = config.env_var("s3_transport")
 """Environment variable: ``auto`` (default), ``obstore`` or ``fsspec``."""
 
 _MODES = ("auto", "obstore", "fsspec")

@@ -6,6 +6,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ... import config
 from ...errors import CatalogError, SchemaVersionError
 from ..session import display_url, translate_errors
 from .statement import NAMEDATALEN
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SQL_ROLE_ENV", "ReadOnlyRole", "create_readonly_role", "require_postgres"]
 
-SQL_ROLE_ENV = "SHARDCAT_SQL_ROLE"
+SQL_ROLE_ENV = config.env_var("sql_role")
 """PostgreSQL: the role ``shardcat sql`` and ``where=`` filters run as (``SET LOCAL ROLE``)."""
 
 

@@ -30,6 +30,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+from ... import config
 from .. import implementations
 from ..implementations import Name
 
@@ -46,7 +47,7 @@ __all__ = [
     "walk_block",
 ]
 
-ENV_VAR = "SHARDCAT_TAR_WALKER"
+ENV_VAR = config.env_var("tar_walker")
 
 WalkResult = tuple[
     int, int, int, bytes | None, list[bytes], list[int], list[int], list[int], list[int]
