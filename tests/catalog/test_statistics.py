@@ -10,7 +10,7 @@ import shardcat
 from shardcat.catalog.statistics import ANALYZE_MIN_ROWS, refresh_after_growth
 from shardcat.format.checksums import signed_key_hashes
 from shardcat.reading import Catalog
-from shardcat.reading.lookup import _batch_sql
+from shardcat.reading.statements import batch_sql as _batch_sql
 
 PER_SHARD = ANALYZE_MIN_ROWS // 2 + 5_000  # two shards: a commit just over the threshold
 

@@ -25,9 +25,9 @@ from ..storage import brace_patterns, dataset_prefix, first_free, redact
 from ..storage.shards import RollingShardWriter
 from .gc import forget_failed_dataset
 from .plan import SHARDS_PER_PARTITION, WritePlan
-from .write import (
+from .write import WriteSummary
+from .write_job import (
     Mode,
-    WriteSummary,
     begin_write_job,
     check_mode,
     commit_write_job,

@@ -17,20 +17,15 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from .. import config
-from .._types import ON_DUPLICATE, OnDuplicate
+from .._types import OnDuplicate
 from .._units import count_of, format_bytes, parse_size
-from ..catalog import internal
-from ..catalog.missing import unknown_dataset
 from ..errors import (
     BucketNotFoundError,
-    DatasetExistsError,
     DatasetNotFoundError,
-    DatasetRootError,
     DuplicateKeyError,
-    Hint,
     InvalidKeyError,
     RecordTooLargeError,
     SampleDecodeError,
@@ -39,36 +34,37 @@ from ..errors import (
     UnmatchedFilesError,
     WorkersLostError,
 )
-from ..storage import brace_patterns, dataset_prefix, is_local, local_path, redact, resolve
+from ..storage import brace_patterns, dataset_prefix, redact, resolve
 from .cluster import ClientChoice, client_for
 from .files import FileListing, FileSource, SampleFiles, list_source, plan_partitions, read_samples
 from .gc import forget_failed_dataset
-from .inputs import InputsFingerprint, fingerprint
-from .plan import SHARDS_PER_PARTITION, WritePlan
+from .inputs import fingerprint
+from .plan import WritePlan
 from .progress import ProgressReporter, WriteProgressCallback
 from .reach import on_workers, refuse_in_memory, refuse_unreachable, refuse_unreachable_stores
-from .resume import (
-    ResumePoint,
-    check_inputs,
-    finished_partitions,
-    job_properties,
-    resumable_job,
-)
+from .resume import ResumePoint, check_inputs, finished_partitions, resumable_job
 from .samples import batched, check_frame, is_pandas_frame, rows_to_samples
 from .tasks import PartitionResult, write_partition
 from .watch import JobRef, Waiter, interrupted
+from .write_job import (
+    Mode,
+    append_target,
+    begin_write_job,
+    check_mode,
+    commit_write_job,
+    dataset_root,
+    open_dataset,
+)
 
 if TYPE_CHECKING:
     from distributed import Client
 
-    from ..catalog import DatasetInfo, JobInfo, ShardRow
     from ..reading import Catalog
 
 __all__ = ["WriteSummary", "write"]
 
 log = logging.getLogger(__name__)
 
-Mode = Literal["create", "append", "overwrite"]
 Call = tuple[Callable[..., PartitionResult], tuple[Any, ...]]
 """A partition task to submit: the function and its arguments."""
 
@@ -376,7 +372,7 @@ def write(
             with contextlib.suppress(DatasetNotFoundError):  # a new dataset has no job to resume
                 resume_point()  # other inputs are refused before a cluster starts
         if mode == "append":  # a misspelt name or another folder fails before a cluster starts
-            _append_target(cat, dataset, redact(url))
+            append_target(cat, dataset, redact(url))
         refuse_unreachable_stores({url: opts})  # a missing bucket: said before a cluster starts
         with client_for(client, url, small=_small(source)) as dask_client:
             refuse_unreachable(cat, dask_client)
@@ -513,168 +509,6 @@ def _folders(url: str, opts: dict[str, Any], source: Any) -> dict[str, dict[str,
     if isinstance(source, FileListing):
         folders.setdefault(source.root_url, source.storage_options)
     return folders
-
-
-def check_mode(mode: str, on_duplicate: str) -> None:
-    """Refuse a write mode and duplicate policy that do not go together (ValueError)."""
-    if mode not in ("create", "append", "overwrite"):
-        raise ValueError(f"mode must be 'create', 'append' or 'overwrite', not {mode!r}")
-    if on_duplicate not in ON_DUPLICATE:
-        raise ValueError(f"on_duplicate must be one of {ON_DUPLICATE}, not {on_duplicate!r}")
-    if on_duplicate != "error" and mode != "append":
-        raise ValueError(f"on_duplicate={on_duplicate!r} needs mode='append', not {mode!r}")
-
-
-def dataset_root(url: str, storage_options: dict[str, Any]) -> str:
-    """The dataset folder's URL as stored: a local path made absolute, the URL checked.
-
-    A relative path would make the catalog depend on the working folder. A
-    bad URL fails here, typed, before a job is opened or a worker sees it.
-    """
-    if is_local(url):
-        url = os.path.abspath(local_path(url))
-    resolve(url, storage_options)
-    return url
-
-
-def open_dataset(cat: Catalog, dataset: str, url: str, mode: str) -> tuple[list[ShardRow], bool]:
-    """Create the dataset if it is new, refuse what the mode does not allow; its shards' rows.
-
-    Returns the dataset's shard rows (every state) and whether this call
-    created it (a failed first job removes it again: :func:`forget_failed_dataset`).
-
-    ``append`` adds to a dataset that exists, in its own folder: a misspelt
-    name would otherwise start a new dataset, and another folder would spread
-    one dataset over two. A dataset without any shard row (created by hand,
-    or a first job that failed before staging anything) takes ``url`` as
-    its folder.
-
-    Raises
-    ------
-    DatasetExistsError
-        ``mode="create"`` and the dataset already has committed records.
-    DatasetNotFoundError
-        ``mode="append"`` and there is no such dataset.
-    DatasetRootError
-        ``mode="append"`` into another folder than the dataset's.
-    """
-    root = redact(url)
-    if mode == "append":
-        created = False
-        info, existing = _append_target(cat, dataset, root)
-    else:
-        try:
-            info, created = cat.create_dataset(dataset, root), True
-        except DatasetExistsError:
-            created, info = False, cat.info(dataset)
-        existing = cat.shards(dataset, state=None)
-    if not existing and not _same_folder(info.root_url, root):
-        internal.set_dataset_root(cat, dataset, root)
-    if mode == "create" and any(s.state == "committed" for s in existing):
-        raise DatasetExistsError(
-            f"dataset {dataset!r} already has records",
-            hint=DatasetExistsError.APPEND_OR_OVERWRITE,
-        )
-    return existing, created
-
-
-def _append_target(cat: Catalog, dataset: str, root: str) -> tuple[DatasetInfo, list[ShardRow]]:
-    """The dataset an append adds to, and its shard rows; refused if missing or elsewhere.
-
-    Raises
-    ------
-    DatasetNotFoundError
-        There is no such dataset (the message names the known ones).
-    DatasetRootError
-        The dataset has shards, under another folder than ``root``.
-    """
-    names = [d.name for d in cat.datasets()]
-    if dataset not in names:
-        raise DatasetNotFoundError(
-            f"cannot append: {unknown_dataset(dataset, names).message}",
-            hint=Hint(
-                python="check the name, or write with mode='create' to start a new dataset",
-                cli="check the name, or write with --mode create to start a new dataset",
-            ),
-        )
-    info = cat.info(dataset)
-    existing = cat.shards(dataset, state=None)
-    if existing and not _same_folder(info.root_url, root):
-        raise DatasetRootError(
-            f"dataset {dataset!r} keeps its shards under {info.root_url}, not {root}: "
-            "one dataset lives in one folder",
-            hint=Hint(
-                python=f"append with url={info.root_url!r}, or move the dataset there first "
-                f"(shardcat.copy_dataset(catalog, {dataset!r}, {root!r}, move=True))",
-                cli=f"append into {info.root_url}, or move the dataset there first "
-                f"(`shardcat copy {dataset} {root} --move`)",
-            ),
-        )
-    return info, existing
-
-
-def _same_folder(a: str, b: str) -> bool:
-    """Whether two dataset roots name one folder (``/d``, ``/d/``, ``file:///d``)."""
-    if is_local(a) and is_local(b):
-        return os.path.abspath(local_path(a)) == os.path.abspath(local_path(b))
-    return a.rstrip("/") == b.rstrip("/")
-
-
-def begin_write_job(
-    cat: Catalog,
-    dataset: str,
-    url: str,
-    mode: str,
-    existing: list[ShardRow],
-    description: str,
-    job_name: str | None = None,
-    inputs: InputsFingerprint | None = None,
-) -> tuple[JobInfo, int, int]:
-    """Open a write job: ``(job, base_version, partition_base)``."""
-    # What an overwrite replaces: the dataset as it is now. Another commit
-    # meanwhile makes this job's commit fail instead of dropping that data.
-    base_version: int = cat.info(dataset).version
-    # Number this job's partitions after every shard the dataset had (readable
-    # names in order); the job id in every name is what keeps jobs apart.
-    numbers = [s.shard_number for s in existing if s.shard_number is not None]
-    partition_base = max(numbers) // SHARDS_PER_PARTITION + 1 if numbers else 0
-    job = cat.begin_job(
-        dataset,
-        description=description,
-        properties=job_properties(
-            mode=mode,
-            root=redact(url),
-            base_version=base_version,
-            partition_base=partition_base,
-            job_name=job_name,
-            inputs=inputs,
-        ),
-    )
-    return job, base_version, partition_base
-
-
-def commit_write_job(
-    cat: Catalog,
-    job_id: int,
-    shards: list[str],
-    mode: str,
-    base_version: int,
-    on_duplicate: OnDuplicate,
-    message: str | None,
-    storage_options: Mapping[str, Any] | None = None,
-) -> None:
-    """Commit a write job's shards as one version, as ``mode`` says (see :func:`write`)."""
-    cat.commit_job(
-        job_id,
-        shards=shards,
-        replace=mode == "overwrite",
-        expected_version=base_version if mode == "overwrite" else None,
-        require_empty=mode == "create",
-        on_duplicate=on_duplicate,
-        operation={"create": "write"}.get(mode, mode),
-        message=message,
-        storage_options=storage_options,
-    )
 
 
 def _progress_drawer(

@@ -28,7 +28,7 @@ from sqlalchemy import Engine
 from .._forks import fork_generation
 from .._ranges import LOCAL_MAX_GAP, MergedReads
 from .._types import ByteRange, StorageOptions
-from ..catalog import fence, visibility
+from ..catalog import fence
 from ..catalog.connection import RawConnection
 from ..catalog.history import Version
 from ..catalog.missing import unknown_dataset
@@ -51,123 +51,11 @@ from ..format.sources import FileSource
 from ..format.spec import Codec
 from ..storage import SourceCache, redact
 from ..storage.cache import ONE_PREAD
+from . import statements
 from .decode import decode_record
 from .point import open_point
 
 __all__ = ["LayoutCache", "Lookup"]
-
-_SELECT = (
-    "SELECT s.url, s.alignment, r.byte_offset, r.byte_length, r.spans, s.kind, l.signature{extra}"
-    " FROM records r JOIN shards s ON s.id = r.shard_id JOIN layouts l ON l.id = r.layout_id"
-)
-# A whole record's point lookup: the same row, but a native shard's record
-# names its own entries, so its layout is not fetched (CASE evaluates the
-# subquery for tar rows only) and its kind comes back as NULL (no string
-# to make per lookup). Issue 10: the layouts join was about 5 % of a
-# lookup's instructions (callgrind; SQLite planned it as a scan of layouts).
-_RECORD_SELECT = (
-    "SELECT s.url, s.alignment, r.byte_offset, r.byte_length, r.spans,"
-    " CASE WHEN s.kind = 'native' THEN NULL ELSE s.kind END,"
-    " CASE WHEN s.kind = 'native' THEN NULL"
-    " ELSE (SELECT l.signature FROM layouts l WHERE l.id = r.layout_id) END"
-    " FROM records r JOIN shards s ON s.id = r.shard_id"
-)
-# The latest version's point lookup of a whole record, the hot path: the
-# record's shard id, not the shard's URL, alignment and kind, which never
-# change for an id (ids are never reused) but a move's new URL; the lookup
-# caches them per shard (Lookup._shard_of). The join stays: it is what
-# checks, in the same statement, that the shard is committed. Issue 10: the
-# URL's text and the CASEs were ~15 % of a lookup's instructions (callgrind).
-# The layout id names a tar sample's entries (point.TarFinisher):
-# an integer of the row already read, no join.
-_RECORD_BY_SHARD_SELECT = (
-    "SELECT r.shard_id, r.byte_offset, r.byte_length, r.spans, r.layout_id"
-    " FROM records r JOIN shards s ON s.id = r.shard_id"
-)
-# What a miss of that cache loads: every shard of the dataset, in one
-# statement, so a thread's later lookups stay one statement each (a shard
-# committed since is one more miss and load).
-_SHARDS = (
-    "SELECT id, url, alignment, kind FROM shards"
-    " WHERE dataset_id = (SELECT id FROM datasets WHERE name = {p})"
-)
-_DATASET = "r.dataset_id = (SELECT id FROM datasets WHERE name = {p})"
-# What each version sees is visibility.py's, rendered once as text: the latest
-# version (a committed shard's live records), a kept version given by number
-# (visible at it, and not expired), a tag (its subquery is the version; tagged
-# versions are never expired).
-_COMMITTED = visibility.sql(visibility.live, "records AS r", "shards AS s")
-# The latest commit that removed a key's record, from a committed shard (MAX skips NULLs).
-_REMOVED = (
-    "SELECT MAX(r.removed_version) FROM records r JOIN shards s ON s.id = r.shard_id"
-    " WHERE r.dataset_id = {p} AND r.key_hash = {p} AND r.key = {p} AND "
-    + visibility.sql(visibility.committed, "shards AS s")
-)
-_TAG = "(SELECT t.version FROM dataset_tags t WHERE t.dataset_id = r.dataset_id AND t.name = {p})"
-
-
-def _at_number(p: str) -> str:
-    return visibility.sql(visibility.visible_at_kept, "records AS r", "shards AS s", p)
-
-
-def _at_tag(p: str) -> str:
-    return visibility.sql(visibility.visible_at, "records AS r", "shards AS s", _TAG.format(p=p))
-
-
-def _visible(p: str, version: Version) -> tuple[str, tuple[Any, ...]]:
-    """The visibility condition for ``version`` and its parameters (after the statement's own)."""
-    if version is None:
-        return _COMMITTED, ()
-    if isinstance(version, int) or version.isdigit():
-        n = int(version)
-        return _at_number(p), (n, n, n)
-    return _at_tag(p), (version, version)
-
-
-# Rows: url, alignment, offset, length, spans, kind, signature[, key]. The spans
-# (each entry's offset, size and CRC) let every read be checked against what
-# was registered, not only against the shard's own CRCs; the kind says how a
-# whole record is decoded (decode.py), the layout names a tar sample's entries.
-
-
-def _point_sql(p: str, visible: str = _COMMITTED, select: str = _SELECT.format(extra="")) -> str:
-    return (
-        select + f" WHERE {_DATASET.format(p=p)} AND r.key_hash = {p} AND r.key = {p} AND {visible}"
-    )
-
-
-def _record_sql(p: str, visible: str = _COMMITTED) -> str:
-    """The point lookup of a whole record: kind and layout NULL for native shards (``_RECORD_SELECT``)."""
-    return _point_sql(p, visible, _RECORD_SELECT)
-
-
-# A batch's rows: url, offset, length, spans, key, alignment, kind, signature.
-# Whole records (no entries=) select kind and layout as NULL for native shards,
-# as the point lookup does: no string per row and no layouts join, about 10 %
-# of the statement's instructions (callgrind, 10,000 keys).
-_BATCH_SELECT = (
-    "SELECT s.url, r.byte_offset, r.byte_length, r.spans, r.key, s.alignment,"
-    " CASE WHEN s.kind = 'native' THEN NULL ELSE s.kind END,"
-    " CASE WHEN s.kind = 'native' THEN NULL"
-    " ELSE (SELECT l.signature FROM layouts l WHERE l.id = r.layout_id) END"
-    " FROM records r JOIN shards s ON s.id = r.shard_id"
-)
-# Some entries of each record: every row's layout names them.
-_BATCH_ENTRIES_SELECT = (
-    "SELECT s.url, r.byte_offset, r.byte_length, r.spans, r.key, s.alignment, s.kind, l.signature"
-    " FROM records r JOIN shards s ON s.id = r.shard_id JOIN layouts l ON l.id = r.layout_id"
-)
-
-
-def _batch_sql(dialect: str, visible: str = _COMMITTED, entries: bool = False) -> str:
-    if dialect == "postgresql":
-        match = "r.key_hash = ANY(%s::int8[])"
-        p = "%s"
-    else:  # one JSON parameter, however many keys: no parameter limit to chunk around
-        match = "r.key_hash IN (SELECT value FROM json_each(?))"
-        p = "?"
-    select = _BATCH_ENTRIES_SELECT if entries else _BATCH_SELECT
-    return select + f" WHERE {_DATASET.format(p=p)} AND {match} AND {visible}"
 
 
 class LayoutCache:
@@ -244,16 +132,18 @@ class Lookup:
         self.layouts = layouts
         self.generation = fork_generation()
         p = self._p = self.raw.placeholder
-        self._point = _point_sql(p)
-        self._record = _record_sql(p)
-        self._record_by_shard = _point_sql(p, _COMMITTED, _RECORD_BY_SHARD_SELECT)
-        self._shards_sql = _SHARDS.format(p=p)
+        self._point = statements.point_sql(p)
+        self._record = statements.record_sql(p)
+        self._record_by_shard = statements.point_sql(
+            p, statements.COMMITTED, statements.RECORD_BY_SHARD_SELECT
+        )
+        self._shards_sql = statements.SHARDS.format(p=p)
         # Shard id -> (url, alignment) of native shards (None: another kind),
         # and the URL of each tar shard among the others (the compiled path's).
         self._shards: dict[int, tuple[str, int] | None] = {}
         self._tars: dict[int, str] = {}
-        self._batch = _batch_sql(self.dialect)
-        self._batch_entries = _batch_sql(self.dialect, entries=True)
+        self._batch = statements.batch_sql(self.dialect)
+        self._batch_entries = statements.batch_sql(self.dialect, entries=True)
         self._versioned: dict[tuple[str, bool], str] = {}
         self._sources = SourceCache(storage_options, max_open, remote_max_gap=remote_max_gap)
         self._fds = self._sources.local_fds
@@ -281,16 +171,16 @@ class Lookup:
 
     def _sql(self, kind: str, version: Version) -> tuple[str, tuple[Any, ...]]:
         """The statement for a lookup at ``version`` (not None) and its extra parameters."""
-        visible, extra = _visible(self._p, version)
+        visible, extra = statements.visible_at(self._p, version)
         cache_key = (kind, len(extra) == 2)
         sql = self._versioned.get(cache_key)
         if sql is None:
             if kind == "point":
-                sql = _point_sql(self._p, visible)
+                sql = statements.point_sql(self._p, visible)
             elif kind == "record":
-                sql = _record_sql(self._p, visible)
+                sql = statements.record_sql(self._p, visible)
             else:
-                sql = _batch_sql(self.dialect, visible, entries=kind == "batch_entries")
+                sql = statements.batch_sql(self.dialect, visible, entries=kind == "batch_entries")
             self._versioned[cache_key] = sql
         return sql, extra
 
@@ -322,7 +212,7 @@ class Lookup:
         """A key a commit deleted: which version did, and whether a kept version still reads it."""
         p = self._p
         h, _ = _hash(key)
-        rows = self._query(_REMOVED.format(p=p), (dataset_id, h, key))
+        rows = self._query(statements.REMOVED.format(p=p), (dataset_id, h, key))
         gone = rows[0][0] if rows else None
         if gone is None:
             return ""

@@ -1,0 +1,141 @@
+"""The lookup's SQL statements, as text: one round trip each, on SQLite and PostgreSQL.
+
+Text, not SQLAlchemy expressions: the lookup runs them on the DBAPI connection
+(and the compiled point lookup prepares the very same text), where building and
+compiling an expression per call would cost more than the statement. What a
+version sees comes from :mod:`shardcat.catalog.visibility`, rendered here once.
+``{p}`` is the dialect's parameter marker.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..catalog import visibility
+from ..catalog.history import Version
+
+__all__ = [
+    "COMMITTED",
+    "DATASET",
+    "RECORD_BY_SHARD_SELECT",
+    "REMOVED",
+    "SELECT",
+    "SHARDS",
+    "batch_sql",
+    "point_sql",
+    "record_sql",
+    "visible_at",
+]
+
+SELECT = (
+    "SELECT s.url, s.alignment, r.byte_offset, r.byte_length, r.spans, s.kind, l.signature{extra}"
+    " FROM records r JOIN shards s ON s.id = r.shard_id JOIN layouts l ON l.id = r.layout_id"
+)
+# A whole record's point lookup: the same row, but a native shard's record
+# names its own entries, so its layout is not fetched (CASE evaluates the
+# subquery for tar rows only) and its kind comes back as NULL (no string
+# to make per lookup). Issue 10: the layouts join was about 5 % of a
+# lookup's instructions (callgrind; SQLite planned it as a scan of layouts).
+RECORD_SELECT = (
+    "SELECT s.url, s.alignment, r.byte_offset, r.byte_length, r.spans,"
+    " CASE WHEN s.kind = 'native' THEN NULL ELSE s.kind END,"
+    " CASE WHEN s.kind = 'native' THEN NULL"
+    " ELSE (SELECT l.signature FROM layouts l WHERE l.id = r.layout_id) END"
+    " FROM records r JOIN shards s ON s.id = r.shard_id"
+)
+# The latest version's point lookup of a whole record, the hot path: the
+# record's shard id, not the shard's URL, alignment and kind, which never
+# change for an id (ids are never reused) but a move's new URL; the lookup
+# caches them per shard (Lookup._shard_of). The join stays: it is what
+# checks, in the same statement, that the shard is committed. Issue 10: the
+# URL's text and the CASEs were ~15 % of a lookup's instructions (callgrind).
+# The layout id names a tar sample's entries (point.TarFinisher):
+# an integer of the row already read, no join.
+RECORD_BY_SHARD_SELECT = (
+    "SELECT r.shard_id, r.byte_offset, r.byte_length, r.spans, r.layout_id"
+    " FROM records r JOIN shards s ON s.id = r.shard_id"
+)
+# What a miss of that cache loads: every shard of the dataset, in one
+# statement, so a thread's later lookups stay one statement each (a shard
+# committed since is one more miss and load).
+SHARDS = (
+    "SELECT id, url, alignment, kind FROM shards"
+    " WHERE dataset_id = (SELECT id FROM datasets WHERE name = {p})"
+)
+DATASET = "r.dataset_id = (SELECT id FROM datasets WHERE name = {p})"
+# What each version sees is visibility.py's, rendered once as text: the latest
+# version (a committed shard's live records), a kept version given by number
+# (visible at it, and not expired), a tag (its subquery is the version; tagged
+# versions are never expired).
+COMMITTED = visibility.sql(visibility.live, "records AS r", "shards AS s")
+# The latest commit that removed a key's record, from a committed shard (MAX skips NULLs).
+REMOVED = (
+    "SELECT MAX(r.removed_version) FROM records r JOIN shards s ON s.id = r.shard_id"
+    " WHERE r.dataset_id = {p} AND r.key_hash = {p} AND r.key = {p} AND "
+    + visibility.sql(visibility.committed, "shards AS s")
+)
+TAG = "(SELECT t.version FROM dataset_tags t WHERE t.dataset_id = r.dataset_id AND t.name = {p})"
+
+
+def at_number(p: str) -> str:
+    return visibility.sql(visibility.visible_at_kept, "records AS r", "shards AS s", p)
+
+
+def at_tag(p: str) -> str:
+    return visibility.sql(visibility.visible_at, "records AS r", "shards AS s", TAG.format(p=p))
+
+
+def visible_at(p: str, version: Version) -> tuple[str, tuple[Any, ...]]:
+    """The visibility condition for ``version`` and its parameters (after the statement's own)."""
+    if version is None:
+        return COMMITTED, ()
+    if isinstance(version, int) or version.isdigit():
+        n = int(version)
+        return at_number(p), (n, n, n)
+    return at_tag(p), (version, version)
+
+
+# Rows: url, alignment, offset, length, spans, kind, signature[, key]. The spans
+# (each entry's offset, size and CRC) let every read be checked against what
+# was registered, not only against the shard's own CRCs; the kind says how a
+# whole record is decoded (decode.py), the layout names a tar sample's entries.
+
+
+def point_sql(p: str, visible: str = COMMITTED, select: str = SELECT.format(extra="")) -> str:
+    return (
+        select + f" WHERE {DATASET.format(p=p)} AND r.key_hash = {p} AND r.key = {p} AND {visible}"
+    )
+
+
+def record_sql(p: str, visible: str = COMMITTED) -> str:
+    """The point lookup of a whole record: kind and layout NULL for native shards (``RECORD_SELECT``)."""
+    return point_sql(p, visible, RECORD_SELECT)
+
+
+# A batch's rows: url, offset, length, spans, key, alignment, kind, signature.
+# Whole records (no entries=) select kind and layout as NULL for native shards,
+# as the point lookup does: no string per row and no layouts join, about 10 %
+# of the statement's instructions (callgrind, 10,000 keys).
+BATCH_SELECT = (
+    "SELECT s.url, r.byte_offset, r.byte_length, r.spans, r.key, s.alignment,"
+    " CASE WHEN s.kind = 'native' THEN NULL ELSE s.kind END,"
+    " CASE WHEN s.kind = 'native' THEN NULL"
+    " ELSE (SELECT l.signature FROM layouts l WHERE l.id = r.layout_id) END"
+    " FROM records r JOIN shards s ON s.id = r.shard_id"
+)
+# Some entries of each record: every row's layout names them.
+BATCH_ENTRIES_SELECT = (
+    "SELECT s.url, r.byte_offset, r.byte_length, r.spans, r.key, s.alignment, s.kind, l.signature"
+    " FROM records r JOIN shards s ON s.id = r.shard_id JOIN layouts l ON l.id = r.layout_id"
+)
+
+
+def batch_sql(dialect: str, visible: str = COMMITTED, entries: bool = False) -> str:
+    if dialect == "postgresql":
+        match = "r.key_hash = ANY(%s::int8[])"
+        p = "%s"
+    else:  # one JSON parameter, however many keys: no parameter limit to chunk around
+        match = "r.key_hash IN (SELECT value FROM json_each(?))"
+        p = "?"
+    select = BATCH_ENTRIES_SELECT if entries else BATCH_SELECT
+    return select + f" WHERE {DATASET.format(p=p)} AND {match} AND {visible}"
