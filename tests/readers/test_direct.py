@@ -243,7 +243,7 @@ def test_scatter_and_crc_references_match_the_compiled_ones(tmp_path):
 def test_a_head_that_disagrees_with_the_footer_is_refused(bytes_dataset, monkeypatch, field):
     """A record whose head CRC holds but says other than the footer (a forged or mixed-up file)."""
     url, _ = bytes_dataset
-    real = direct._expected_heads
+    real = direct.expected_heads
 
     def off_by_one(recs: Any, rel: Any, size: Any, crc: Any) -> Any:
         recs = recs.copy()
@@ -256,6 +256,6 @@ def test_a_head_that_disagrees_with_the_footer_is_refused(bytes_dataset, monkeyp
             crc[2, 0] ^= 1
         return real(recs, rel, size, crc)
 
-    monkeypatch.setattr(direct, "_expected_heads", off_by_one)
+    monkeypatch.setattr(direct, "expected_heads", off_by_one)
     with pytest.raises(shardcat.errors.FormatError, match="does not match the footer"):
         list(dataset(url))

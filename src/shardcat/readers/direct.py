@@ -37,8 +37,8 @@ import numpy as np
 from ..errors import ChecksumError, FormatError, SampleDecodeError, TruncatedError
 from ..format import Codec, ShardReader, recordcodec
 from ..format.entries import JSON_TYPE, _StoredEntry, decodes_to_bytes
+from ..format.heads import expected_heads, verify_heads
 from ..format.sources import FileSource
-from ..format.spec import ENTRY_DESC_DTYPE, RECORD_HEAD_DTYPE, RECORD_TAG
 from ..orchestration import open_registered
 from ..storage import LocalShardCache
 from .packed import (
@@ -206,7 +206,7 @@ def _plan(reader: ShardReader, task: ShardTask, entries: Sequence[str] | None) -
     shard.crcs = np.ascontiguousarray(crc[:, cols])
     shard.keys = [k for k, keep in zip(footer.keys(), _mask(n, rows)) if keep]
     shard.head_length = rel[:, 0]
-    shard.expect, shard.mask = _expected_heads(mine, rel, size, crc)
+    shard.expect, shard.mask = expected_heads(mine, rel, size, crc)
     reader.header  # noqa: B018 - read and checked (bound to the footer), as a stream reads it
     shard.direct = True
     return shard
@@ -473,44 +473,6 @@ def read_run(
     recordcodec.scatter_copy(data, whole, dest, length)
 
 
-def _heads_dtype(width: int) -> np.dtype[Any]:
-    """A record head and its ``width`` entry descriptors, as one structured row."""
-    return np.dtype([("head", RECORD_HEAD_DTYPE), ("desc", ENTRY_DESC_DTYPE, (width,))])
-
-
-_CHECKED = ("tag", "record_length", "key_hash", "head_length", "key_length", "entry_count")
-_CHECKED_DESC = ("payload_offset", "stored_size", "payload_crc")
-
-
-def _expected_heads(
-    recs: np.ndarray, rel: np.ndarray, size: np.ndarray, crc: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """The head bytes the footer implies for each record, and the mask of the bytes it implies.
-
-    The head CRC, names, content types, codecs (the footer's specs, the
-    same for every record) and reserved bytes are left out (mask 0).
-    """
-    dtype = _heads_dtype(rel.shape[1])
-    expect = np.zeros(len(recs), dtype=dtype)
-    head, desc = expect["head"], expect["desc"]
-    head["tag"] = RECORD_TAG
-    head["record_length"] = recs["length"]
-    head["key_hash"] = recs["key_hash"]
-    head["head_length"] = rel[:, 0]
-    head["key_length"] = recs["key_length"]
-    head["entry_count"] = rel.shape[1]
-    desc["payload_offset"] = rel
-    desc["stored_size"] = size
-    desc["payload_crc"] = crc
-    mask = np.zeros(1, dtype=dtype)
-    for name in _CHECKED:
-        mask["head"][name] = b"\xff" * 4 if name == "tag" else np.iinfo(RECORD_HEAD_DTYPE[name]).max
-    for name in _CHECKED_DESC:
-        mask["desc"][name] = np.iinfo(ENTRY_DESC_DTYPE[name]).max
-    as_bytes = expect.view(np.uint8).reshape(len(recs), dtype.itemsize)
-    return as_bytes, mask.view(np.uint8).ravel()
-
-
 def _locator(shard: DirectShard, starts: np.ndarray) -> Callable[[int], tuple[str, int]]:
     """Where record ``r`` of ``starts`` (offsets in ``shard``) lies, for an error."""
     return lambda r: (shard.reader.path, int(starts[r]))
@@ -525,38 +487,3 @@ def _check(
     verify_heads(
         whole, heads, crcs, shard.expect[sel], shard.mask, _locator(shard, shard.start[sel])
     )
-
-
-def verify_heads(
-    whole: np.ndarray,
-    heads: np.ndarray,
-    crcs: np.ndarray,
-    expect: np.ndarray,
-    mask: np.ndarray,
-    locate: Callable[[int], tuple[str, int]],
-) -> None:
-    """Record heads at ``heads`` in the block: their CRCs (computed: ``crcs``) and what the footer says.
-
-    Raises
-    ------
-    ChecksumError
-        A head's stored CRC differs from the computed one.
-    FormatError
-        A head says other than the footer (``expect``, compared where ``mask`` is set).
-    """
-    rows = whole[heads[:, None] + np.arange(mask.size)]
-    stored = np.ascontiguousarray(rows[:, 4:8]).view("<u4").ravel()
-    bad = np.flatnonzero(crcs != stored)
-    if len(bad):
-        r = int(bad[0])
-        path, offset = locate(r)
-        raise ChecksumError(
-            f"record head CRC32C mismatch (stored {int(stored[r]):#010x}, computed "
-            f"{int(crcs[r]):#010x})",
-            path=path,
-            offset=offset,
-        )
-    differ = ((rows & mask) != expect).any(axis=1)
-    if differ.any():
-        path, offset = locate(int(np.flatnonzero(differ)[0]))
-        raise FormatError("record head does not match the footer index", path=path, offset=offset)

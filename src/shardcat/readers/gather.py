@@ -43,9 +43,10 @@ import numpy as np
 
 from ..errors import TruncatedError
 from ..format import recordcodec
+from ..format.heads import verify_heads
 from ..format.mapguard import GuardedMap, map_guarded
 from ..storage import LocalShardCache
-from .direct import BlockFill, DirectShard, open_direct, read_run, verify_heads
+from .direct import BlockFill, DirectShard, open_direct, read_run
 from .packed import PackedBatch, pack_records
 from .plan import ShardTask
 
