@@ -13,12 +13,10 @@ counting them. Every test runs on SQLite and on PostgreSQL.
 from __future__ import annotations
 
 import io
-import json
 import logging
 import os
 import pickle
 import tarfile
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,7 +26,6 @@ import shardcat
 from _forkrun import Call, completed
 from shardcat.errors import (
     DatasetNotFoundError,
-    FormatError,
     KeyNotFoundError,
     SampleDecodeError,
 )
@@ -41,56 +38,14 @@ from torch.utils.data import DataLoader  # noqa: E402
 
 from shardcat.torch import MixedDataset, ShardIterableDataset  # noqa: E402
 
-JPEG = b"\xff\xd8\xff\xe0" + bytes(range(256))
-BAD = {"k07": b"", "k23": b'{"label": 3'}  # empty; cut short
-"""The bad samples of :func:`bad_dataset`: key -> its JSON entry's bytes."""
-N = 30
-
-
-def label(i: int) -> bytes:
-    return json.dumps({"label": i % 4}).encode()
-
-
-@pytest.fixture
-def bad_dataset(catalog_url: str, tmp_path: Path) -> str:
-    """30 samples in two shards, two of them with a JSON entry that does not decode.
-
-    Written with ``ShardWriter``, which stores bytes as given, as a shard
-    written before the write-time check (or by another tool) holds them.
-    """
-    root = tmp_path / "shards"
-    with Catalog(catalog_url) as cat:
-        cat.create_dataset("imgs", str(root))
-        for n, keys in enumerate((range(15), range(15, N))):
-            with shardcat.ShardWriter(str(root / f"imgs-{n:06d}.shard"), shard_number=n) as w:
-                for i in keys:
-                    k = f"k{i:02d}"
-                    w.add(k, {"jpg": JPEG, "json": BAD.get(k, label(i))})
-            cat.register_shard("imgs", w.close())
-    return catalog_url
-
-
-GOOD = sorted(f"k{i:02d}" for i in range(N) if f"k{i:02d}" not in BAD)
-
-
-def keys_of(samples: Any) -> list[str]:
-    return sorted(s["__key__"] for s in samples)
-
-
-def assert_names_the_sample(
-    e: SampleDecodeError, key: str = "k07", dataset: str | None = "imgs"
-) -> None:
-    """``dataset`` None: a record of a lookup, which knows its key and shard, not its dataset."""
-    shard = "imgs-000000.shard" if key == "k07" else "imgs-000001.shard"
-    assert isinstance(e, FormatError) and isinstance(e, ValueError)
-    assert (e.dataset, e.key, e.entry) == (dataset, key, "json")
-    assert e.path is not None and e.path.endswith(shard)
-    text = str(e)
-    named = f"dataset '{dataset}', " if dataset else ""
-    assert f"{named}key '{key}', entry 'json', shard " in text and shard in text
-    assert "on_error='skip'" in text  # what to do
-    assert isinstance(e.__cause__, json.JSONDecodeError)
-
+from .badsamples import (  # noqa: E402
+    BAD,
+    GOOD,
+    JPEG,
+    assert_names_the_sample,
+    keys_of,
+    label,
+)
 
 # --- the user's story, through the command line ------------------------------
 

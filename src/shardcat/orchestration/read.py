@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .._onerror import BAD_SAMPLE, OnError, check_on_error, drop_or_raise
 from .._types import ByteRange
 from ..catalog import internal
 from ..errors import ChecksumError
@@ -63,6 +64,9 @@ def iter_shard(
     decode: bool = True,
     expect: tuple[str, int] | None = None,
     hidden: frozenset[int] = frozenset(),
+    *,
+    on_error: OnError = "raise",
+    dataset: str | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Every sample of one shard in file order: ``{"__key__": ..., name: value, ...}``.
 
@@ -71,16 +75,36 @@ def iter_shard(
     ``expect`` is the ``(file_id, footer_crc)`` the catalog registered: a
     shard replaced since (even by a valid one) raises ChecksumError instead
     of streaming other records. Records starting at an offset in ``hidden``
-    (not visible at the version being read) are skipped.
+    (not visible at the version being read) are skipped. A sample that does
+    not decode is raised or dropped as ``on_error`` says (see
+    :func:`read`); ``dataset`` is named in the error.
+
+    Raises
+    ------
+    SampleDecodeError
+        A sample does not decode, with ``decode`` and ``on_error="raise"``.
     """
     with open_registered(url, storage_options, expect) as r:
-        for rec in r.iter_records(entries):
-            if hidden and rec.offset in hidden:
-                continue
-            if decode:
-                yield rec.decode()
-            else:
-                yield {"__key__": rec.key, **rec.entries}
+        records = r.iter_records(entries)
+        if hidden:
+            records = (rec for rec in records if rec.offset not in hidden)
+        yield from _samples(records, url, decode, on_error, dataset)
+
+
+def _samples(
+    records: Iterable[Record], url: str, decode: bool, on_error: OnError, dataset: str | None
+) -> Iterator[dict[str, Any]]:
+    """``records`` as sample dicts (decoded, or raw entries); a bad one raised or dropped."""
+    for rec in records:
+        if not decode:
+            yield {"__key__": rec.key, **rec.entries}
+            continue
+        try:
+            sample = rec.decode()
+        except BAD_SAMPLE as e:
+            drop_or_raise(e, on_error, dataset=dataset, path=redact(url))
+            continue
+        yield sample
 
 
 _TAR_READ_BYTES = 8 * 2**20
@@ -93,15 +117,19 @@ def iter_tar_shard(
     entries: Iterable[str] | None = None,
     storage_options: Mapping[str, Any] | None = None,
     decode: bool = True,
+    *,
+    on_error: OnError = "raise",
+    dataset: str | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Every sample of a tar shard, from its catalog rows, each entry's CRC32C checked.
 
     ``rows`` are the shard's :meth:`Catalog.record_rows` (file order). The
     tar is read in ranges of whole samples (~8 MiB each), never per member;
-    a payload that changed since indexing raises ChecksumError.
+    a payload that changed since indexing raises ChecksumError. A sample
+    that does not decode is raised or dropped as ``on_error`` says.
     """
-    for rec in iter_tar_records(url, rows, entries, storage_options):
-        yield rec.decode() if decode else {"__key__": rec.key, **rec.entries}
+    records = iter_tar_records(url, rows, entries, storage_options)
+    yield from _samples(records, url, decode, on_error, dataset)
 
 
 def iter_tar_records(
@@ -159,9 +187,14 @@ def _read_tar_partition(
     entries: list[str] | None,
     storage_options: dict[str, Any],
     decode: bool,
+    on_error: OnError,
+    dataset: str,
 ) -> list[dict[str, Any]]:
     rows = internal.record_rows(catalog_for(handle), shard_id)
-    return list(iter_tar_shard(url, rows, entries, storage_options, decode))
+    samples = iter_tar_shard(
+        url, rows, entries, storage_options, decode, on_error=on_error, dataset=dataset
+    )
+    return list(samples)
 
 
 def _read_partition(
@@ -171,8 +204,13 @@ def _read_partition(
     decode: bool,
     expect: tuple[str, int],
     hidden: frozenset[int],
+    on_error: OnError,
+    dataset: str,
 ) -> list[dict[str, Any]]:
-    return list(iter_shard(url, entries, storage_options, decode, expect, hidden))
+    samples = iter_shard(
+        url, entries, storage_options, decode, expect, hidden, on_error=on_error, dataset=dataset
+    )
+    return list(samples)
 
 
 def read(
@@ -183,6 +221,7 @@ def read(
     storage_options: Mapping[str, Any] | None = None,
     decode: bool = True,
     version: int | str | None = None,
+    on_error: OnError = "raise",
 ) -> Bag:
     """The records of ``dataset`` (at a version) as a ``dask.bag.Bag`` with one partition per shard.
 
@@ -198,6 +237,14 @@ def read(
         Decode values by content type (default) or return raw entries.
     version:
         A kept version's number or a tag (default: the latest).
+    on_error:
+        A sample whose entries do not decode
+        (:class:`~shardcat.errors.SampleDecodeError`; only with ``decode``):
+        ``"raise"`` it (default; it names the dataset, key, entry and shard)
+        when its partition is computed, ``"skip"`` it, or ``"log"`` a
+        warning naming it and skip it. A partition then holds its shard's
+        good samples. Other errors (a missing or replaced shard, an
+        unreachable store or catalog) raise regardless.
 
     Raises
     ------
@@ -211,6 +258,7 @@ def read(
 
     from ..reading import Catalog
 
+    check_on_error(on_error)
     with Catalog.opened(catalog) as cat:
         number, shards = internal.visible_shards(cat, dataset, version)
         opts = dict(cat.storage_options if storage_options is None else storage_options)
@@ -219,7 +267,15 @@ def read(
     parts = [
         # A tar has no footer: its partition walks the shard's catalog rows (kind "tar").
         delayed(_read_tar_partition)(
-            handle, s.id, s.url, names, opts, decode, dask_key_name=f"shardcat-read-{i}-{s.url}"
+            handle,
+            s.id,
+            s.url,
+            names,
+            opts,
+            decode,
+            on_error,
+            dataset,
+            dask_key_name=f"shardcat-read-{i}-{s.url}",
         )
         if s.kind == "tar"
         else delayed(_read_partition)(
@@ -229,6 +285,8 @@ def read(
             decode,
             (s.file_id, s.footer_crc),
             hidden,
+            on_error,
+            dataset,
             dask_key_name=f"shardcat-read-{number}-{i}-{s.url}",
         )
         for i, (s, hidden) in enumerate(shards)

@@ -16,26 +16,34 @@ from .mix import MixedStream
 from .packed import BlockRing, PackedBatch, PackedColumn, pack_samples
 from .plan import ShardTask, assign, buffered_order, epoch_rng
 from .stream import (
+    ON_ERROR,
     Decoder,
+    OnError,
     SampleStream,
+    Skipped,
     apply_decoder,
+    check_on_error,
     iter_task_records,
     plan_tasks,
     positions_after,
 )
 
 __all__ = [
+    "ON_ERROR",
     "BlockRing",
     "Decoder",
     "KeySamples",
     "MixedStream",
+    "OnError",
     "PackedBatch",
     "PackedColumn",
     "SampleStream",
     "ShardTask",
+    "Skipped",
     "apply_decoder",
     "assign",
     "buffered_order",
+    "check_on_error",
     "epoch_rng",
     "flatten",
     "index_fields",

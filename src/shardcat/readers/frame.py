@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from .._onerror import BAD_SAMPLE, OnError, check_on_error, drop_or_raise
 from ..reading import Catalog
+from ..storage import redact
 from ..storage.shards import ShardReader
 from .plan import ShardTask
 from .stream import iter_task_records, plan_tasks
@@ -39,11 +41,50 @@ def _frame(
     storage_options: dict[str, Any],
     entries: tuple[str, ...] | None,
     columns: list[str],
+    on_error: OnError = "raise",
+    dataset: str | None = None,
 ) -> Any:
+    """One partition: a row per record of ``task`` that decodes (the others raise or are dropped)."""
     import pandas as pd
 
-    rows = [flatten(rec.decode()) for rec in iter_task_records(task, storage_options, entries)]
+    rows = []
+    for rec in iter_task_records(task, storage_options, entries):
+        try:
+            sample = rec.decode()
+        except BAD_SAMPLE as e:
+            drop_or_raise(e, on_error, dataset=dataset, path=redact(task.url))
+            continue
+        rows.append(flatten(sample))
     return pd.DataFrame(rows, columns=columns)
+
+
+def _first_row(
+    tasks: list[ShardTask],
+    storage_options: dict[str, Any],
+    entries: tuple[str, ...] | None,
+    on_error: OnError,
+    dataset: str,
+) -> dict[str, Any]:
+    """The row of the first record, read now (it names the columns); of the first that decodes if
+    ``on_error`` drops bad samples (the partition that holds them warns and counts, not this)."""
+    first = (
+        next(iter_task_records(tasks[0], storage_options, entries)) if tasks[0].offsets else None
+    )
+    if first is None:
+        with ShardReader(tasks[0].url, storage_options=storage_options) as r:
+            first = r.read(0, entries)
+    try:
+        return flatten(first.decode())
+    except BAD_SAMPLE as e:
+        if on_error == "raise":
+            drop_or_raise(e, on_error, dataset=dataset, path=redact(tasks[0].url))
+    for task in tasks:
+        for rec in iter_task_records(task, storage_options, entries):
+            try:
+                return flatten(rec.decode())
+            except BAD_SAMPLE:
+                continue
+    return {"__key__": ""}  # no record decodes: every partition is empty
 
 
 def to_dask_dataframe(
@@ -54,6 +95,7 @@ def to_dask_dataframe(
     where: str | None = None,
     params: Mapping[str, Any] | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    on_error: OnError = "raise",
 ) -> DataFrame:
     """The dataset as a ``dask.dataframe.DataFrame``: one row per record, one partition per shard.
 
@@ -69,15 +111,26 @@ def to_dask_dataframe(
     where, params:
         A SQL filter choosing the records (see :meth:`Catalog.select
         <shardcat.Catalog.select>`).
+    on_error:
+        A record whose entries do not decode
+        (:class:`~shardcat.errors.SampleDecodeError`): ``"raise"`` it
+        (default; it names the dataset, key, entry and shard) when its
+        partition is computed, ``"skip"`` it, or ``"log"`` a warning naming
+        it and skip it. A partition's rows are then its good records. Other
+        errors (a missing shard, an unreachable store) raise regardless.
 
     Raises
     ------
     DatasetNotFoundError
         If there is no such dataset.
+    SampleDecodeError
+        If the first record (read now for the columns) does not decode, with
+        ``on_error="raise"``.
     """
     import dask.dataframe as dd
     import pandas as pd
 
+    check_on_error(on_error)
     # The catalog plans the partitions; they read shards only.
     with Catalog.opened(catalog, storage_options=storage_options, create=False) as cat:
         tasks = plan_tasks(cat, dataset, where, params)
@@ -89,18 +142,17 @@ def to_dask_dataframe(
             pd.DataFrame({"__key__": pd.Series([], dtype=object)}), npartitions=1
         )
         return empty
-    first = next(iter_task_records(tasks[0], opts, names)) if tasks[0].offsets else None
-    if first is None:
-        with ShardReader(tasks[0].url, storage_options=opts) as r:
-            first = r.read(0, names)
-    columns = list(flatten(first.decode()))
-    meta = pd.DataFrame([flatten(first.decode())], columns=columns).iloc[:0]
+    row = _first_row(tasks, opts, names, on_error, dataset)
+    columns = list(row)
+    meta = pd.DataFrame([row], columns=columns).iloc[:0]
     frame: DataFrame = dd.from_map(
         _frame,
         tasks,
         storage_options=opts,
         entries=names,
         columns=columns,
+        on_error=on_error,
+        dataset=dataset,
         meta=meta,
         enforce_metadata=False,
         label="shardcat-read",

@@ -10,13 +10,22 @@ It needs no torch; :mod:`shardcat.torch` wraps it.
 from __future__ import annotations
 
 import itertools
-import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
+from .._onerror import (
+    BAD_SAMPLE,
+    DROPPED,
+    ON_ERROR,
+    Dropped,
+    OnError,
+    Skipped,
+    check_on_error,
+    drop_or_raise,
+)
 from ..catalog import internal
 from ..catalog.kinds import shard_kind
 from ..catalog.results import RecordRow
@@ -36,41 +45,13 @@ __all__ = [
     "Decoder",
     "OnError",
     "SampleStream",
+    "Skipped",
     "apply_decoder",
+    "check_on_error",
     "iter_task_records",
     "plan_tasks",
     "positions_after",
 ]
-
-log = logging.getLogger(__name__)
-
-OnError = Literal["raise", "skip", "log"]
-"""What a reader does with a sample that does not decode (:class:`~shardcat.errors.SampleDecodeError`):
-raise it, drop it silently, or drop it with a warning; dropped samples are counted."""
-ON_ERROR: tuple[OnError, ...] = ("raise", "skip", "log")
-
-Skipped = Callable[[SampleDecodeError], None]
-"""Told of each sample a reader dropped (``on_error="skip"`` or ``"log"``)."""
-
-
-def check_on_error(on_error: str) -> OnError:
-    """``on_error`` if it is one of :data:`ON_ERROR`.
-
-    Raises
-    ------
-    ValueError
-        If it is not.
-    """
-    if on_error not in ON_ERROR:
-        raise ValueError(
-            f"on_error must be one of {', '.join(map(repr, ON_ERROR))}, not {on_error!r}"
-        )
-    return on_error
-
-
-_DROPPED: Any = object()
-"""Where a dropped sample was: it keeps its position (resuming counts it), never yielded."""
-
 
 Decoder = Callable[[dict[str, Any]], Any] | Mapping[str, Callable[[Any], Any]] | None
 """A function of the whole sample, or one function per entry name (of its stored-type value)."""
@@ -193,17 +174,10 @@ class SampleStream:
     def __post_init__(self) -> None:
         check_on_error(self.on_error)
 
-    def _bad(self, error: SampleDecodeError, url: str, skipped: Skipped | None) -> Any:
+    def _bad(self, error: SampleDecodeError, url: str, skipped: Skipped | None) -> Dropped:
         """What takes a sample's place when it does not decode: raises, or drops it."""
-        error.locate(dataset=self.dataset)
-        error.path = redact(url)  # the shard as registered (a record may name its cached copy)
-        if self.on_error == "raise":
-            raise error
-        if self.on_error == "log":
-            log.warning("skipped a sample: %s", error.message)
-        if skipped is not None:
-            skipped(error)
-        return _DROPPED
+        # The shard as registered (a record may name its cached copy).
+        return drop_or_raise(error, self.on_error, skipped, dataset=self.dataset, path=redact(url))
 
     @property
     def num_samples(self) -> int:
@@ -295,7 +269,7 @@ class SampleStream:
         done = skip.tobytes()
         todo = iter(order[start:].tolist())
         first_shard = int(np.searchsorted(bases, int(order[start:].min()), side="right")) - 1
-        pending: dict[int, dict[str, Any]] = {}
+        pending: dict[int, dict[str, Any] | Dropped] = {}
         decode = self.decode
         want = next(todo)
         for t in range(first_shard, len(tasks)):
@@ -306,19 +280,20 @@ class SampleStream:
                     continue
                 # Decoded at once (writable copies): a pending sample must not pin
                 # the shard's read buffer, and torch wants writable arrays.
+                sample: dict[str, Any] | Dropped
                 try:
                     sample = rec.decode(writable=True)
-                except SampleDecodeError as e:
+                except BAD_SAMPLE as e:
                     sample = self._bad(e, tasks[t].url, skipped)
                 if p != want:
                     pending[p] = sample
                     continue
-                if sample is not _DROPPED:
+                if sample is not DROPPED:
                     yield sample if decode is None else apply_decoder(sample, decode)
                 want = next(todo, -1)
                 while want in pending:
                     sample = pending.pop(want)
-                    if sample is not _DROPPED:
+                    if sample is not DROPPED:
                         yield apply_decoder(sample, decode)
                     want = next(todo, -1)
                 if want < 0:
@@ -337,7 +312,7 @@ class SampleStream:
             for rec in records:
                 try:
                     sample = rec.decode(writable=True)
-                except SampleDecodeError as e:
+                except BAD_SAMPLE as e:
                     self._bad(e, task.url, skipped)
                     continue
                 yield sample if decode is None else apply_decoder(sample, decode)

@@ -24,7 +24,7 @@ from .._trips import BUNDLE_BATCHES, BUNDLE_SAMPLES, Bundle
 from ..readers import PackedBatch, pack_samples
 from ._pipe import RESULT_PIPE_BYTES, widen_result_pipe
 from .datasets import ShardIterableDataset
-from .keyed import KeyDataset
+from .keyed import KeyDataset, collate_good
 from .loader import ShardLoader, unchanged
 from .mixed import MixedDataset, MixStream
 
@@ -39,6 +39,7 @@ __all__ = [
     "PackedBatch",
     "ShardIterableDataset",
     "ShardLoader",
+    "collate_good",
     "pack_samples",
     "unchanged",
     "widen_result_pipe",

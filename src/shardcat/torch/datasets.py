@@ -23,11 +23,9 @@ from ..readers import (
 from ..readers.stream import OnError, Skipped, check_on_error
 from ..reading import Catalog
 from ..storage import LocalShardCache
+from ._skips import SkipCounts
 
 __all__ = ["ShardIterableDataset", "batched", "check_placement"]
-
-_SKIP_SLOTS = 64
-"""Shared counters of dropped samples, one per DataLoader worker (ids beyond share one)."""
 
 
 class ShardIterableDataset(IterableDataset[Any]):
@@ -166,9 +164,9 @@ class ShardIterableDataset(IterableDataset[Any]):
         # per trip (set by ShardLoader), in shared memory: persistent DataLoader workers
         # keep the dataset they started with, but see set_epoch() through this (torch
         # passes a shared tensor to fork and spawn workers alike).
-        # After those three, the samples each worker dropped (on_error), counted where
-        # the main process sees them.
-        self._shared = torch.zeros(3 + _SKIP_SLOTS, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
+        self._shared = torch.zeros(3, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
+        # The samples each worker dropped (on_error), counted where the main process sees them.
+        self._skips = SkipCounts()
         self._loads = 0
         # Resuming: per reader (rank * workers + worker), the samples it yielded
         # before; and which reader the new loader's worker 0 takes over.
@@ -204,14 +202,14 @@ class ShardIterableDataset(IterableDataset[Any]):
     @property
     def skipped(self) -> int:
         """Samples dropped because they did not decode (``on_error``), by every worker, since made."""
-        return int(self._shared[3:].sum())
+        return self._skips.total
 
     def _skip_counter(self, worker: int, in_process: bool) -> Skipped:
         """The ``skipped`` callback of a reader: counts in shared memory (and, in process, its place)."""
-        shared, slot = self._shared, 3 + worker % _SKIP_SLOTS
+        skips = self._skips
 
         def skipped(error: SampleDecodeError) -> None:
-            shared[slot] += 1
+            skips.add(worker)
             if in_process:  # a dropped sample's place counts as yielded, for state_dict
                 self._yielded += 1
 
