@@ -343,7 +343,9 @@ def requests_seen(endpoint: str) -> list[dict[str, Any]]:
 
 class OutageProxy:
     """Forwards 127.0.0.1:<port> to a server; :meth:`down` drops every connection and refuses
-    new ones (the server "goes away" without losing its state), :meth:`up` brings it back."""
+    new ones (the server "goes away" without losing its state), :meth:`up` brings it back.
+    :meth:`lose_answers` lets requests through but cuts the connection instead of passing
+    the server's next answers on (a request applied whose answer never came back)."""
 
     def __init__(self, target_port: int) -> None:
         import socket
@@ -360,6 +362,8 @@ class OutageProxy:
         self._available.set()
         self._closed = False
         self.refused = 0
+        self._to_lose = 0
+        self.lost = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
     @property
@@ -385,15 +389,34 @@ class OutageProxy:
                 continue
             with self._lock:
                 self._open.update((client, upstream))
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            for a, b, answers in ((client, upstream, False), (upstream, client, True)):
+                threading.Thread(target=self._pump, args=(a, b, answers), daemon=True).start()
 
-    def _pump(self, src: Any, dst: Any) -> None:
+    def lose_answers(self, n: int) -> None:
+        """The server's next ``n`` answers are not passed on: their connections are cut."""
+        with self._lock:
+            self._to_lose = n
+
+    def _pump(self, src: Any, dst: Any, answers: bool = False) -> None:
+        import socket
+
         try:
             while True:
                 data = src.recv(65536)
                 if not data:
                     break
+                # "100 Continue" (botocore's Expect: 100-continue) is not an answer: the body follows.
+                if answers and not data.startswith(b"HTTP/1.1 100 "):
+                    with self._lock:
+                        lose = self._to_lose > 0
+                        if lose:
+                            self._to_lose -= 1
+                            self.lost += 1
+                    if lose:  # the request was applied; its answer is dropped with the connection
+                        for s in (src, dst):
+                            with suppress(OSError):
+                                s.shutdown(socket.SHUT_RDWR)
+                        break
                 dst.sendall(data)
         except OSError:
             pass

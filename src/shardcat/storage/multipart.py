@@ -7,15 +7,23 @@ which bounds memory to about ``(concurrency + 2) * part_bytes``. An object
 under two parts goes up as one PUT.
 Requests go through s3fs's public ``call_s3`` (each waits on s3fs's event
 loop, so the threads only wait): its credentials, retries, extra arguments
-and error translation all apply.
+and error translation all apply. Each request is sent again through
+transient failures until the deadline (:func:`.retry.call`): a part alone,
+never the whole upload. The object carries a token of its upload
+(:data:`TOKEN`), so that a publication refused on a retry ("exists", "no
+such upload") is told apart: the object is ours (an earlier try was
+applied, but its answer was lost), or another writer's.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import uuid
 from typing import Any
 
-__all__ = ["CONCURRENCY", "PART_BYTES", "MultipartUpload", "supports"]
+from . import retry
+
+__all__ = ["CONCURRENCY", "PART_BYTES", "TOKEN", "MultipartUpload", "new_token", "supports"]
 
 PART_BYTES = 8 << 20
 """Part size: above S3's 5 MiB minimum, small enough to keep several parts in flight."""
@@ -26,6 +34,17 @@ _PARTS_PER_SIZE = 1000
 10,000-part limit allows objects of hundreds of GiB."""
 _ABORT_WAIT_SECONDS = 60.0
 """How long :meth:`MultipartUpload.discard` waits for parts in flight before aborting."""
+TOKEN = "shardcat-upload"
+"""The user metadata (``x-amz-meta-shardcat-upload``) naming the upload that wrote an object."""
+
+
+def new_token() -> str:
+    """A token of one upload (:data:`TOKEN`): no other upload has it."""
+    return uuid.uuid4().hex
+
+
+class _Dropped(Exception):
+    """A part's retries stop: the upload was discarded (not the store's failure: not retried)."""
 
 
 def supports(fs: Any) -> bool:
@@ -62,7 +81,10 @@ class MultipartUpload:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
         self._fs = fs
         self._bucket, self._key, _ = fs.split_path(path)
+        self._url = f"s3://{self._bucket}/{self._key}"
         self._match = {"IfNoneMatch": "*"} if exclusive else {}
+        self._token = new_token()
+        self._dropped = False
         self._part_bytes = part_bytes
         self._concurrency = concurrency
         self._chunks: list[bytes] = []
@@ -107,11 +129,47 @@ class MultipartUpload:
         self._buffered = len(blob) - start
 
     def _call(self, method: str, **kwargs: Any) -> Any:
-        return self._fs.call_s3(method, Bucket=self._bucket, Key=self._key, **kwargs)
+        """One request, sent again through transient failures until the deadline."""
+
+        def attempt(timeout: float | None) -> Any:
+            if self._dropped and method == "upload_part":
+                raise _Dropped  # discarded: a part in flight stops retrying
+            # call_s3 is fsspec's sync wrapper: timeout= cancels the request when it runs out.
+            return self._fs.call_s3(
+                method, Bucket=self._bucket, Key=self._key, timeout=timeout, **kwargs
+            )
+
+        return retry.call(attempt, self._url)
+
+    def _publish(self, method: str, **kwargs: Any) -> None:
+        """Send the request that makes the object appear; a refusal that says it is there
+        already, or that the upload is gone, is no failure if the object is this upload's
+        (a try whose answer was lost had been applied: s3fs's retries, or ours)."""
+        try:
+            self._call(method, **kwargs)
+        except FileExistsError:
+            if not self._ours():
+                raise
+        except FileNotFoundError:
+            # NoSuchUpload: the completion was applied, or the upload aborted. A PUT is
+            # refused so for a missing bucket only.
+            if method == "put_object" or not self._ours():
+                raise
+
+    def _ours(self) -> bool:
+        """Whether the object under the key is the one this upload wrote (its token)."""
+        try:
+            head = self._call("head_object")
+        except FileNotFoundError:
+            return False
+        return bool(head.get("Metadata", {}).get(TOKEN) == self._token)
 
     def _send(self, body: bytes) -> None:
         if self._upload_id is None:
-            self._upload_id = self._call("create_multipart_upload")["UploadId"]
+            # Sent twice (an answer lost), it leaves an empty upload behind: no parts, no object.
+            self._upload_id = self._call("create_multipart_upload", Metadata={TOKEN: self._token})[
+                "UploadId"
+            ]
         self._wait(self._concurrency - 1)
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(
@@ -145,7 +203,7 @@ class MultipartUpload:
         blob = b"".join(self._chunks)
         self._chunks = []
         if self._upload_id is None:
-            self._call("put_object", Body=blob, **self._match)
+            self._publish("put_object", Body=blob, Metadata={TOKEN: self._token}, **self._match)
             return
         if blob:
             self._send(blob)
@@ -158,7 +216,7 @@ class MultipartUpload:
             if "ChecksumSHA256" in out:
                 part["ChecksumSHA256"] = out["ChecksumSHA256"]
             parts.append(part)
-        self._call(
+        self._publish(
             "complete_multipart_upload",
             UploadId=self._upload_id,
             MultipartUpload={"Parts": parts},
@@ -169,6 +227,7 @@ class MultipartUpload:
     def discard(self) -> None:
         """Drop the upload: no object appears (parts already sent are deleted)."""
         self.closed = True
+        self._dropped = True
         self._chunks = []
         for f in self._parts:
             f.cancel()

@@ -16,6 +16,15 @@ publishes them when it is closed:
   request (S3 takes up to 5 GiB in one PUT);
 * otherwise a multipart upload from memory, its parts sent concurrently.
 
+A PUT that fails transiently is sent again, same key, same bytes, until the
+deadline (:func:`.retry.call`, obstore's own retries off); a part of the
+multipart upload is sent again by object_store itself, under the same
+deadline (obstore has no call that sends one part; :func:`.retry.obstore_retry_config`).
+The object carries its upload's token (:data:`.multipart.TOKEN`): an
+exclusive PUT refused on a retry because the name is taken is a success if
+the object there is ours (the earlier try had been applied, its answer
+lost), and ``FileExistsError`` if it is another writer's.
+
 Publishing blocks the caller (without the GIL): ``RollingShardWriter`` runs
 it on a thread while the next shard is encoded (:mod:`.shards`). Memory is
 bounded by ``SHARDCAT_S3_UPLOAD_MEMORY`` (default 512 MiB): an object that
@@ -34,7 +43,7 @@ from .. import config
 from .._types import StorageOptions
 from .._units import parse_size
 from ..errors import StorageError
-from . import multipart
+from . import multipart, retry
 from .fs import redact, resolve
 from .objstore import region_redirected, s3_store
 
@@ -78,6 +87,8 @@ def open_upload(
     if found is None:
         return None
     store, key, choice = found
+    # A plain upload of a large object goes up in parts, retried by object_store.
+    parts = None if exclusive else s3_store(url, storage_options, parts=True)
     return MemoryUpload(
         store,
         key,
@@ -87,6 +98,7 @@ def open_upload(
         region_fallback=choice.mode == "auto",
         # One PUT takes at most 5 GiB: an exclusive upload moves to s3fs's multipart before.
         limit=min(memory_limit(), _MAX_PUT_BYTES) if exclusive else memory_limit(),
+        parts_store=store if parts is None else parts[0],
     )
 
 
@@ -109,8 +121,11 @@ class MemoryUpload:
         exclusive: bool,
         region_fallback: bool,
         limit: int,
+        parts_store: Any = None,
     ) -> None:
         self._store = store
+        self._parts_store = store if parts_store is None else parts_store
+        self._token = multipart.new_token()
         self._key = key
         self._url = url
         self._options = storage_options
@@ -184,17 +199,51 @@ class MemoryUpload:
 
     def _put(self, obstore: Any) -> None:
         chunks = self._chunks
+        token = {multipart.TOKEN: self._token}
         if self._exclusive:
-            obstore.put(self._store, self._key, chunks, mode="create", use_multipart=False)
+
+            def create(timeout: float | None) -> None:
+                obstore.put(
+                    self._store,
+                    self._key,
+                    chunks,
+                    mode="create",
+                    use_multipart=False,
+                    attributes=token,
+                )
+
+            try:
+                retry.call(create, self._url)
+            except (obstore.exceptions.AlreadyExistsError, obstore.exceptions.PreconditionError):
+                if not self._ours(obstore):
+                    raise
             return
-        obstore.put(
-            self._store,
-            self._key,
-            chunks,
-            use_multipart=self._size > 2 * multipart.PART_BYTES,
-            chunk_size=multipart.PART_BYTES,
-            max_concurrency=multipart.CONCURRENCY,
-        )
+        many = self._size > 2 * multipart.PART_BYTES
+
+        def put(timeout: float | None) -> None:
+            obstore.put(
+                self._parts_store if many else self._store,
+                self._key,
+                chunks,
+                use_multipart=many,
+                chunk_size=multipart.PART_BYTES,
+                max_concurrency=multipart.CONCURRENCY,
+                attributes=token,
+            )
+
+        retry.call(put, self._url)
+
+    def _ours(self, obstore: Any) -> bool:
+        """Whether the object under the key is the one this upload wrote (its token)."""
+
+        def head(timeout: float | None) -> Any:
+            return obstore.get(self._store, self._key, options={"head": True}).attributes
+
+        try:
+            found = retry.call(head, self._url)
+        except obstore.exceptions.NotFoundError:
+            return False
+        return bool(found.get(multipart.TOKEN) == self._token)
 
     def discard(self) -> None:
         """Drop the upload: no object appears."""

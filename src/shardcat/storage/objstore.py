@@ -32,9 +32,9 @@ __all__ = ["TRANSPORT_ENV", "ObstoreSource", "open_obstore", "s3_store"]
 
 _log = logging.getLogger(__name__)
 _STREAM_BUFFER = 8 << 20
-# Per process, bucket, use (reads or uploads) and timeout: the route it was built for (the
-# s3fs filesystem's botocore resolution) and the store.
-_stores: dict[tuple[int, str, bool, float], tuple[Any, Any]] = {}
+# Per process, bucket, use (obstore's multipart uploads, or everything else) and retry
+# settings: the route it was built for (the s3fs filesystem's botocore resolution) and the store.
+_stores: dict[tuple[int, str, bool, str], tuple[Any, Any]] = {}
 # The process that started obstore's (tokio) runtime. The runtime's threads do
 # not survive fork: in a forked child (a DataLoader worker) every obstore call
 # hangs, so a child of a process that used it reads through s3fs instead.
@@ -66,7 +66,7 @@ def open_obstore(url: str, storage_options: StorageOptions | None = None) -> Obs
     StorageError
         ``obstore`` is selected but not installed, or the variable's value is unknown.
     """
-    found = s3_store(url, storage_options, reads=True)
+    found = s3_store(url, storage_options)
     if found is None:
         return None
     store, key, choice = found
@@ -81,13 +81,14 @@ def open_obstore(url: str, storage_options: StorageOptions | None = None) -> Obs
 
 
 def s3_store(
-    url: str, storage_options: StorageOptions | None = None, *, reads: bool = False
+    url: str, storage_options: StorageOptions | None = None, *, parts: bool = False
 ) -> tuple[Any, str, TransportChoice] | None:
     """obstore's ``S3Store`` for ``url``'s bucket, the object's key and why; None where s3fs serves.
 
-    ``reads``: a store for :class:`ObstoreSource`, which retries under
-    :mod:`.retry`'s deadline (obstore's own retries off); else for uploads
-    (:mod:`.objput`), which keep obstore's. Stores are cached per process,
+    Its requests are retried under :mod:`.retry`'s deadline by the caller
+    (obstore's own retries off), except with ``parts``: a store for obstore's
+    multipart uploads (:mod:`.objput`), which retries each part itself
+    (:func:`.retry.obstore_retry_config`). Stores are cached per process,
     bucket, use and configuration. The rules and the errors are :func:`open_obstore`'s.
     """
     global _runtime_pid
@@ -112,9 +113,8 @@ def s3_store(
         ) from None
     # One store per bucket and route: a new s3fs filesystem (other options, or its cache
     # cleared) is resolved again, and its store replaces the bucket's old one.
-    timeouts = retry.obstore_retry_config(reads=reads)
-    limit = timeouts["client_options"]["timeout"].total_seconds()
-    cache_key = (os.getpid(), bucket, reads, limit)
+    timeouts = retry.obstore_retry_config(parts=parts)
+    cache_key = (os.getpid(), bucket, parts, repr(timeouts))  # a new deadline: a new store
     cached = _stores.get(cache_key)
     if cached is not None and cached[0] is choice.route:
         store = cached[1]

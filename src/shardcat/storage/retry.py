@@ -1,7 +1,8 @@
-"""Reads of an object store retried through transient failures, up to a deadline: one policy, every transport.
+"""Requests to an object store retried through transient failures, up to a deadline: one policy,
+reads and writes, every transport.
 
-A read that fails because the store could not be reached, did not answer in
-time, dropped the connection, or answered HTTP 5xx or "slow down" is sent
+A request that fails because the store could not be reached, did not answer
+in time, dropped the connection, or answered HTTP 5xx or "slow down" is sent
 again after a pause that grows exponentially with full jitter (a random
 pause between 0 and ``min(cap, base * 2**n)``, AWS's "full jitter": clients
 that failed together do not come back together), until it succeeds or
@@ -11,9 +12,18 @@ saying what to check. A failure that another try cannot mend (a missing
 bucket or object, missing or refused credentials, a full disk, a bug) fails
 at once: which is which is :func:`.translate.is_transient`'s call.
 
-Both S3 transports read through :func:`call`: obstore (whose own retries
-are off for reads, so that this is the one policy: :mod:`.objstore`) and
-fsspec (:mod:`.sources`, :mod:`.cache`). Each try is bounded too, so that a
+Both S3 transports go through :func:`call`, for reads and for uploads:
+obstore (whose own retries are off, so that this is the one policy:
+:mod:`.objstore`, :mod:`.objput`) and fsspec (:mod:`.sources`,
+:mod:`.cache`, :mod:`.multipart`). Only requests that may be sent twice are
+retried: a read, a part of a multipart upload (same part number, same
+bytes), a PUT of a whole object (same key, same bytes). A publication that
+must happen once (``If-None-Match: *``, a multipart completion) is sent
+again too, and a refusal that says the object exists (or the upload is
+gone) is checked against the object: if it is the one this upload sent (its
+token, :data:`.multipart.TOKEN`), a try that failed had in fact been
+applied, and the upload succeeded; else it is another writer's, and
+nothing is replaced (:mod:`.atomic`). Each try is bounded too, so that a
 store that accepts connections and never answers fails in time: an async
 fsspec filesystem's call (s3fs, gcsfs, adlfs) is cancelled when the time
 left runs out (fsspec's ``timeout=``); obstore's requests time out after
@@ -49,7 +59,7 @@ _log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_DEADLINE = 60.0
-"""Seconds a read keeps retrying (``storage_retry_deadline``)."""
+"""Seconds a request keeps retrying (``storage_retry_deadline``)."""
 _KEY = "storage_retry_deadline"
 # A try gets at least this long, even when less of the deadline is left: a
 # store that has just come back answers, rather than the last try being cut
@@ -63,7 +73,7 @@ _CONNECT = 5.0
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """How reads retry: until ``deadline`` seconds after the first try, pausing
+    """How requests retry: until ``deadline`` seconds after the first try, pausing
     ``uniform(0, min(cap, base * 2**n))`` seconds after the n-th failure (n from 0).
 
     ``deadline`` 0: one try, no retries (each library's own behaviour).
@@ -97,7 +107,7 @@ class RetryPolicy:
                 raise ValueError
         except (TypeError, ValueError):
             raise StorageError(
-                f"{config.env_var(_KEY)}={raw!r}: give the seconds reads may retry, e.g. 60 "
+                f"{config.env_var(_KEY)}={raw!r}: give the seconds a storage request may retry, e.g. 60 "
                 "(0: no retries)"
             ) from None
         return cls(deadline=deadline)
@@ -117,24 +127,29 @@ def request_timeout(policy: RetryPolicy | None = None) -> float:
     return max(_MIN_TRY, min(_MAX_REQUEST, policy.deadline / 2))
 
 
-def obstore_retry_config(*, reads: bool) -> dict[str, Any]:
+def obstore_retry_config(*, parts: bool = False) -> dict[str, Any]:
     """obstore's ``retry_config`` and ``client_options`` timeouts, as
     ``{"retry_config": ..., "client_options": ...}``.
 
-    Reads: no retries of obstore's own (:func:`call` retries them, under
-    the one deadline). Uploads keep obstore's few quick retries (3, within
-    30 s); the writers' failures are retried by the job (Dask's ``retries=``).
+    No retries of obstore's own: :func:`call` retries reads and PUTs, under
+    the one deadline. ``parts``: a store for obstore's multipart upload from
+    memory (:mod:`.objput`), whose parts only object_store can send again
+    (obstore has no call that sends one part): it retries each request
+    itself, for at most the same deadline, its pauses within the same bounds.
     """
-    timeout = request_timeout()
+    policy = RetryPolicy.from_config()
+    timeout = request_timeout(policy)
+    retries = parts and policy.deadline > 0
     return {
         "retry_config": {
-            "max_retries": 0 if reads else 3,
+            # Bounded: at the policy's longest pause (cap), the deadline allows no more.
+            "max_retries": int(policy.deadline / policy.base) + 1 if retries else 0,
             "backoff": {
-                "init_backoff": timedelta(milliseconds=100),
-                "max_backoff": timedelta(seconds=2),
+                "init_backoff": timedelta(seconds=policy.base),
+                "max_backoff": timedelta(seconds=policy.cap),
                 "base": 2,
             },
-            "retry_timeout": timedelta(seconds=_MAX_REQUEST),
+            "retry_timeout": timedelta(seconds=policy.deadline if retries else _MAX_REQUEST),
         },
         "client_options": {
             "timeout": timedelta(seconds=timeout),
@@ -144,16 +159,18 @@ def obstore_retry_config(*, reads: bool) -> dict[str, Any]:
 
 
 def call(
-    read: Callable[[float | None], T],
+    attempt: Callable[[float | None], T],
     url: str,
     *,
     policy: RetryPolicy | None = None,
 ) -> T:
-    """``read(timeout)`` until it returns, retrying transient failures under ``policy``.
+    """``attempt(timeout)`` until it returns, retrying transient failures under ``policy``.
 
-    ``timeout`` is how long this try may take (the deadline's time left, at
-    least a second), or None without a deadline; a read that cannot be cut
-    off ignores it. ``url`` names the file in messages (without credentials).
+    ``attempt`` sends one request (a read, a part, a PUT): it must be safe to
+    send again (see the module's docstring for a publication that must happen
+    once). ``timeout`` is how long this try may take (the deadline's time
+    left, at least a second), or None without a deadline; a request that
+    cannot be cut off ignores it. ``url`` names the file in messages (without credentials).
 
     Raises
     ------
@@ -166,14 +183,14 @@ def call(
     """
     policy = RetryPolicy.from_config() if policy is None else policy
     if policy.deadline == 0:
-        return read(None)
+        return attempt(None)
     start = time.monotonic()
     stop = start + policy.deadline
     failures = 0
     telling: BaseException | None = None  # the last failure that says more than "no answer"
     while True:
         try:
-            return read(max(_MIN_TRY, stop - time.monotonic()))
+            return attempt(max(_MIN_TRY, stop - time.monotonic()))
         except Exception as e:
             if not is_retryable(e):
                 raise
@@ -187,7 +204,7 @@ def call(
                 raise _gave_up(last, url, failures, time.monotonic() - start, policy) from e
             pause = min(policy.pause(failures), left)
             if failures == 1:
-                # INFO, not WARNING: the CLI prints warnings, and a failed read is one line.
+                # INFO, not WARNING: the CLI prints warnings, and a failed request is one line.
                 _log.info(
                     "%s: %s; retrying for up to %.0f s (%s)",
                     url,

@@ -1,0 +1,233 @@
+"""Uploads ride out a store that goes away for a few seconds, and give up, typed, at the deadline.
+
+The writes' side of tests/storage/test_read_retries.py, with its servers: a
+real moto server on 127.0.0.1 stopped and started again on the same port
+(``RestartableMoto``), one that counts the requests it answers
+(``counting_moto``) and a proxy that lets a request through and loses its
+answer (``OutageProxy.lose_answers``). botocore's own retries are off, so
+what rides an outage out is shardcat's (storage/retry.py). Attempts are
+counted (requests the server saw, the retry log's records, answers lost),
+never timed; each wait is bounded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import test_read_retries as reads
+from test_read_retries import RETRY_LOG, _in_thread, _options, _retries
+
+import shardcat
+from _servers import OutageProxy, RestartableMoto, counting_moto, moto_client, requests_seen
+from shardcat.errors import BucketNotFoundError, ObjectExistsError, StorageUnreachableError
+from shardcat.storage import multipart
+from shardcat.storage.atomic import open_pending
+from shardcat.storage.small import put
+
+pytest.importorskip("obstore")
+
+
+# The read tests' fixtures: the transport (each test runs on both), a moto server of the test's own.
+transport = reads.transport
+store = reads.store
+
+MIB = 1 << 20
+
+
+def _body(endpoint: str, bucket: str, key: str) -> bytes:
+    return bytes(moto_client(endpoint).get_object(Bucket=bucket, Key=key)["Body"].read())
+
+
+def _keys(endpoint: str, bucket: str) -> list[str]:
+    found = moto_client(endpoint).list_objects_v2(Bucket=bucket).get("Contents", [])
+    return sorted(o["Key"] for o in found)
+
+
+@pytest.fixture
+def outage() -> Iterator[Any]:
+    """``outage(server)``: stops ``server`` now and starts it again 3 s later (on a timer)."""
+    timers: list[threading.Timer] = []
+
+    def start(server: RestartableMoto) -> threading.Timer:
+        server.stop()
+        timer = threading.Timer(3.0, server.start)
+        timers.append(timer)
+        timer.start()
+        return timer
+
+    yield start
+    for timer in timers:
+        timer.join(30)
+
+
+@pytest.mark.parametrize("exclusive", [True, False], ids=["exclusive", "plain"])
+def test_a_multipart_sized_write_rides_out_a_store_stopped_for_3s(
+    store: tuple[RestartableMoto, str, dict[str, Any]],
+    transport: str,
+    exclusive: bool,
+    outage: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server, bucket, options = store
+    shardcat.config.set(storage_retry_deadline=60)
+    data = os.urandom(28 * MIB)  # over two 8 MiB parts: s3fs and obstore (plain) send parts
+    pending = open_pending(f"s3://{bucket}/ds/big.shard", options, exclusive=exclusive)
+    assert pending.transport == transport
+    with caplog.at_level(logging.DEBUG, logger=RETRY_LOG):
+        for i in range(0, len(data), 4 * MIB):
+            if i == 20 * MIB:  # s3fs has parts in flight; obstore sends all at commit
+                outage(server)
+            pending.write(data[i : i + 4 * MIB])
+        _in_thread(pending.commit)
+    assert _body(server.endpoint, bucket, "ds/big.shard") == data
+    if not (transport == "obstore" and not exclusive):
+        # obstore's parts are sent again by object_store, which logs nothing of ours; the
+        # store was away when the commit began, so that one too met the outage.
+        assert _retries(caplog) >= 1, "no request met the outage: the test tests nothing"
+
+
+def test_a_shard_writer_rides_out_a_store_stopped_for_3s(
+    store: tuple[RestartableMoto, str, dict[str, Any]], transport: str, outage: Any
+) -> None:
+    server, bucket, options = store
+    shardcat.config.set(storage_retry_deadline=60)
+    url = f"s3://{bucket}/ds/train-000000.shard"
+    values = [os.urandom(64 << 10) for _ in range(300)]  # ~19 MiB
+    with shardcat.ShardWriter(url, storage_options=options, exclusive=True) as w:
+        for i, value in enumerate(values):
+            if i == 280:
+                outage(server)
+            w.add(f"k/{i:04d}", {"bin": value})
+        _in_thread(w.close)
+    with shardcat.ShardReader(url, storage_options=options) as r:
+        assert [bytes(r.read(i)["bin"].data) for i in range(len(values))] == values
+
+
+def test_a_small_put_rides_out_a_store_stopped_for_3s(
+    store: tuple[RestartableMoto, str, dict[str, Any]],
+    transport: str,
+    outage: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server, bucket, options = store
+    shardcat.config.set(storage_retry_deadline=60)
+    data = b'{"refs": {"main": 3}}'
+    outage(server)
+    with caplog.at_level(logging.DEBUG, logger=RETRY_LOG):
+        assert _in_thread(lambda: put(f"s3://{bucket}/h/refs.json", data, options, once=True))
+    assert _body(server.endpoint, bucket, "h/refs.json") == data
+    assert _retries(caplog) >= 1
+
+
+def test_a_store_that_never_comes_back_fails_a_write_typed_within_the_deadline(
+    store: tuple[RestartableMoto, str, dict[str, Any]],
+    transport: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server, bucket, options = store
+    shardcat.config.set(storage_retry_deadline=2)
+    url = f"s3://{bucket}/ds/train-000000.shard"
+    w = shardcat.ShardWriter(url, storage_options=options, exclusive=True)
+    w.add("k", {"bin": b"x" * 1000})
+    server.stop()
+    with (
+        caplog.at_level(logging.DEBUG, logger=RETRY_LOG),
+        pytest.raises(StorageUnreachableError) as err,
+    ):
+        _in_thread(w.close)
+    message = str(err.value)
+    assert message.startswith(f"cannot reach {server.endpoint}/ (connection refused); still")
+    assert "check the endpoint and that the store is up and reachable from here" in message
+    assert "SHARDCAT_STORAGE_RETRY_DEADLINE, now 2 s" in message
+    assert _retries(caplog) >= 1
+    told = [r for r in caplog.records if r.name == RETRY_LOG and r.levelno >= logging.INFO]
+    assert len(told) == 1  # one record per request (INFO), not one per try
+    server.start()
+    assert _keys(server.endpoint, bucket) == []  # nothing was published
+
+
+@pytest.mark.parametrize("size", [1000, 20 * MIB], ids=["put", "parts"])
+def test_a_missing_bucket_fails_a_write_at_its_first_try(
+    transport: str, size: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+    shardcat.config.set(storage_retry_deadline=60)  # long: a retry would show in the count
+    with counting_moto() as endpoint:
+        moto_client(endpoint).create_bucket(Bucket="here")
+        pending = open_pending("s3://not-here/x.shard", _options(endpoint), exclusive=False)
+        assert pending.transport == transport
+        requests_seen(endpoint)  # forget the set-up
+
+        def publish() -> None:
+            pending.write(os.urandom(size))  # s3fs starts a multipart upload here
+            pending.commit()
+
+        with caplog.at_level(logging.DEBUG, logger=RETRY_LOG), pytest.raises(BucketNotFoundError):
+            _in_thread(publish)
+        sent = [r for r in requests_seen(endpoint) if r["path"].startswith("/not-here")]
+    assert len(sent) == 1, sent  # one request: no retry of a missing bucket
+    assert not [r for r in caplog.records if r.name == RETRY_LOG]
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+@pytest.fixture
+def lossy() -> Iterator[tuple[RestartableMoto, OutageProxy, str, dict[str, Any]]]:
+    """A moto server of its own behind a proxy that can lose answers; a bucket; options."""
+    import s3fs
+
+    server = RestartableMoto()
+    proxy = OutageProxy(server.port)
+    bucket = f"lossy-{uuid.uuid4().hex[:12]}"  # moto's backend outlives the server
+    moto_client(server.endpoint).create_bucket(Bucket=bucket)
+    s3fs.S3FileSystem.clear_instance_cache()
+    try:
+        yield server, proxy, bucket, _options(proxy.endpoint)
+    finally:
+        proxy.close()
+        server.stop()
+        s3fs.S3FileSystem.clear_instance_cache()
+
+
+@pytest.mark.parametrize("size", [1000, 24 * MIB], ids=["put", "parts"])
+def test_a_publication_applied_but_unanswered_is_not_a_conflict(
+    lossy: tuple[RestartableMoto, OutageProxy, str, dict[str, Any]], transport: str, size: int
+) -> None:
+    server, proxy, bucket, options = lossy
+    shardcat.config.set(storage_retry_deadline=60)
+    data = os.urandom(size)
+    pending = open_pending(f"s3://{bucket}/x.shard", options, exclusive=True)
+    assert pending.transport == transport
+    pending.write(data)
+    if transport == "fsspec" and size > 2 * multipart.PART_BYTES:
+        # Three whole parts, sent as written: the commit sends only the completion.
+        pending.file._file._wait(0)  # type: ignore[attr-defined]
+    # The publishing request (the PUT, or the completion) is applied; its answer is lost.
+    proxy.lose_answers(1)
+    _in_thread(pending.commit)  # the retry is refused ("exists"): the object is ours
+    assert proxy.lost == 1, "no answer was lost: the test tests nothing"
+    assert _body(server.endpoint, bucket, "x.shard") == data
+    head = moto_client(server.endpoint).head_object(Bucket=bucket, Key="x.shard")
+    assert set(head["Metadata"]) == {multipart.TOKEN}
+
+
+def test_another_writers_object_is_still_a_conflict(
+    lossy: tuple[RestartableMoto, OutageProxy, str, dict[str, Any]], transport: str
+) -> None:
+    server, _, bucket, options = lossy
+    shardcat.config.set(storage_retry_deadline=60)
+    theirs = open_pending(f"s3://{bucket}/x.shard", options, exclusive=True)
+    theirs.write(b"theirs")
+    theirs.commit()
+    pending = open_pending(f"s3://{bucket}/x.shard", options, exclusive=True)
+    pending.write(b"ours")
+    with pytest.raises(ObjectExistsError):
+        _in_thread(pending.commit)
+    assert _body(server.endpoint, bucket, "x.shard") == b"theirs"
