@@ -9,6 +9,7 @@ each while the other's partitions are held in the cluster's memory.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -147,3 +148,25 @@ def test_a_shard_replaced_at_its_url_is_read_again(client, catalog_url, tmp_path
         assert not task_keys(new) & task_keys(old)
         assert sorted(s["txt"] for s in new.compute()) == [f"new {i}" for i in range(5)]
         assert sorted(s["txt"] for s in held.compute()) == [f"old {i}" for i in range(5)]
+
+
+def test_a_tar_dataset_read_both_ways_in_one_client(client, catalog_url, tmp_path):
+    """Tar partitions reopen the catalog on the workers for their rows (SQLite file or PostgreSQL)."""
+    from readers.conftest import make_tar_dataset
+    from shardcat.testing.tars import wds_samples
+
+    with Catalog(catalog_url) as cat:
+        tars = make_tar_dataset(cat, tmp_path / "wds")
+    expected = [s for t in tars for s in wds_samples(t)]
+    with dask.config.set(scheduler=client):
+        classes = shardcat.read(catalog_url, "wds", entries=["cls"]).compute()
+        frame, ids = dask.compute(
+            shardcat.to_dask_dataframe(catalog_url, "wds", entries=["cls"]),
+            shardcat.to_dask_dataframe(catalog_url, "wds", entries=["json"]),
+        )
+    assert [(s["__key__"], s["cls"]) for s in classes] == [
+        (s["__key__"], s["cls"].decode()) for s in expected
+    ]
+    assert list(frame.columns) == ["__key__", "cls"] and list(ids.columns) == ["__key__", "json.i"]
+    assert frame["cls"].tolist() == [s["cls"].decode() for s in expected]
+    assert ids["json.i"].tolist() == [json.loads(s["json"])["i"] for s in expected]
