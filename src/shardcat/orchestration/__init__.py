@@ -11,7 +11,7 @@ from .index_tar import IndexTarSummary, TarFailure, index_tar
 from .keys import delete_keys
 from .progress import WriteProgress, WriteProgressCallback
 from .progress_bar import WriteProgressBar
-from .read import iter_shard, iter_tar_records, iter_tar_shard, open_registered, read
+from .read import iter_shard, iter_tar_records, iter_tar_shard, open_registered, read, tar_rows
 from .write import WriteSummary, write
 
 __all__ = [
@@ -38,5 +38,6 @@ __all__ = [
     "iter_tar_shard",
     "open_registered",
     "read",
+    "tar_rows",
     "write",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._onerror import BAD_SAMPLE, OnError, check_on_error, drop_or_raise
@@ -20,10 +20,17 @@ from .tasks import catalog_for
 if TYPE_CHECKING:
     from dask.bag import Bag
 
-    from ..catalog.results import RecordRow
+    from ..catalog.results import RecordRow, ShardRow
     from ..reading import Catalog, CatalogHandle
 
-__all__ = ["iter_shard", "iter_tar_records", "iter_tar_shard", "open_registered", "read"]
+__all__ = [
+    "iter_shard",
+    "iter_tar_records",
+    "iter_tar_shard",
+    "open_registered",
+    "read",
+    "tar_rows",
+]
 
 
 def open_registered(
@@ -180,6 +187,25 @@ def iter_tar_records(
         source.close()
 
 
+def tar_rows(
+    catalog: Catalog,
+    shard_id: int,
+    offsets: Collection[int] | None = None,
+    hidden: frozenset[int] = frozenset(),
+) -> list[RecordRow]:
+    """The catalog rows of the records a read of one tar sees, in file order.
+
+    ``offsets`` (a filter's choice) keeps those records only; otherwise
+    every record but the ``hidden`` ones (deleted or replaced at the
+    version read: the catalog keeps their rows).
+    """
+    rows = internal.record_rows(catalog, shard_id)
+    if offsets is not None:
+        chosen = frozenset(offsets)
+        return [r for r in rows if r.offset in chosen]
+    return [r for r in rows if r.offset not in hidden] if hidden else rows
+
+
 def _read_tar_partition(
     handle: CatalogHandle,
     shard_id: int,
@@ -187,10 +213,11 @@ def _read_tar_partition(
     entries: list[str] | None,
     storage_options: dict[str, Any],
     decode: bool,
+    hidden: frozenset[int],
     on_error: OnError,
     dataset: str,
 ) -> list[dict[str, Any]]:
-    rows = internal.record_rows(catalog_for(handle), shard_id)
+    rows = tar_rows(catalog_for(handle), shard_id, hidden=hidden)
     samples = iter_tar_shard(
         url, rows, entries, storage_options, decode, on_error=on_error, dataset=dataset
     )
@@ -254,6 +281,7 @@ def read(
         No such kept version or tag.
     """
     import dask.bag as db
+    from dask.base import tokenize
     from dask.delayed import delayed
 
     from ..reading import Catalog
@@ -264,6 +292,9 @@ def read(
         opts = dict(cat.storage_options if storage_options is None else storage_options)
         handle = cat.handle()  # the partitions read shards only; a tar's reopens the catalog
     names = None if entries is None else list(entries)
+    # Every argument that changes a partition's samples is in its key: Dask
+    # reuses a result held under the same key (another read's, in one client).
+    read_token = tokenize(handle.url, dataset, number, names, opts, decode, on_error)
     parts = [
         # A tar has no footer: its partition walks the shard's catalog rows (kind "tar").
         delayed(_read_tar_partition)(
@@ -273,9 +304,10 @@ def read(
             names,
             opts,
             decode,
+            hidden,
             on_error,
             dataset,
-            dask_key_name=f"shardcat-read-{i}-{s.url}",
+            dask_key_name=_partition_key(read_token, i, s, hidden),
         )
         if s.kind == "tar"
         else delayed(_read_partition)(
@@ -287,9 +319,26 @@ def read(
             hidden,
             on_error,
             dataset,
-            dask_key_name=f"shardcat-read-{number}-{i}-{s.url}",
+            dask_key_name=_partition_key(read_token, i, s, hidden),
         )
         for i, (s, hidden) in enumerate(shards)
     ]
     bag: Bag = db.from_delayed(parts) if parts else db.from_sequence([], npartitions=1)
     return bag
+
+
+def _partition_key(read_token: str, i: int, shard: ShardRow, hidden: frozenset[int]) -> str:
+    """The Dask key of partition ``i``: equal for equal reads, another for any difference.
+
+    ``read_token`` covers the read's options and the catalog, dataset and
+    version; the shard adds its row id and content identity (a shard
+    replaced at the same URL has another file id), and ``hidden`` the
+    records the version does not see. No URL in the key: keys are shown
+    (dashboard, logs) and a URL may hold a secret.
+    """
+    from dask.base import tokenize
+
+    token = tokenize(
+        read_token, shard.id, shard.url, shard.kind, shard.file_id, shard.footer_crc, hidden
+    )
+    return f"shardcat-read-{i}-{token}"

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from contextlib import closing
 from typing import TYPE_CHECKING, Any
 
 from .._onerror import BAD_SAMPLE, OnError, check_on_error, drop_or_raise
-from ..reading import Catalog
+from ..reading import Catalog, CatalogHandle
 from ..storage import redact
 from ..storage.shards import ShardReader
 from .plan import ShardTask
@@ -43,12 +44,16 @@ def _frame(
     columns: list[str],
     on_error: OnError = "raise",
     dataset: str | None = None,
+    catalog: CatalogHandle | None = None,
 ) -> Any:
-    """One partition: a row per record of ``task`` that decodes (the others raise or are dropped)."""
+    """One partition: a row per record of ``task`` that decodes (the others raise or are dropped).
+
+    ``catalog`` is needed for a tar task (its records are the catalog's rows).
+    """
     import pandas as pd
 
     rows = []
-    for rec in iter_task_records(task, storage_options, entries):
+    for rec in iter_task_records(task, storage_options, entries, catalog=catalog):
         try:
             sample = rec.decode()
         except BAD_SAMPLE as e:
@@ -64,26 +69,30 @@ def _first_row(
     entries: tuple[str, ...] | None,
     on_error: OnError,
     dataset: str,
+    catalog: CatalogHandle,
 ) -> dict[str, Any]:
     """The row of the first record, read now (it names the columns); of the first that decodes if
     ``on_error`` drops bad samples (the partition that holds them warns and counts, not this)."""
-    first = (
-        next(iter_task_records(tasks[0], storage_options, entries)) if tasks[0].offsets else None
-    )
-    if first is None:
-        with ShardReader(tasks[0].url, storage_options=storage_options) as r:
+    task = tasks[0]
+    if task.offsets is None and task.kind != "tar":
+        # One ranged read of record 0 rather than the first buffer of a stream.
+        with ShardReader(task.url, storage_options=storage_options) as r:
             first = r.read(0, entries)
+    else:
+        with closing(iter_task_records(task, storage_options, entries, catalog=catalog)) as recs:
+            first = next(recs)
     try:
         return flatten(first.decode())
     except BAD_SAMPLE as e:
         if on_error == "raise":
-            drop_or_raise(e, on_error, dataset=dataset, path=redact(tasks[0].url))
+            drop_or_raise(e, on_error, dataset=dataset, path=redact(task.url))
     for task in tasks:
-        for rec in iter_task_records(task, storage_options, entries):
-            try:
-                return flatten(rec.decode())
-            except BAD_SAMPLE:
-                continue
+        with closing(iter_task_records(task, storage_options, entries, catalog=catalog)) as recs:
+            for rec in recs:
+                try:
+                    return flatten(rec.decode())
+                except BAD_SAMPLE:
+                    continue
     return {"__key__": ""}  # no record decodes: every partition is empty
 
 
@@ -135,6 +144,7 @@ def to_dask_dataframe(
     with Catalog.opened(catalog, storage_options=storage_options, create=False) as cat:
         tasks = plan_tasks(cat, dataset, where, params)
         opts = dict(cat.storage_options if storage_options is None else storage_options)
+        handle = cat.handle()  # a tar's partition reads its records' rows from the catalog
     names = None if entries is None else tuple(entries)
     tasks = [t for t in tasks if t.count]
     if not tasks:
@@ -142,9 +152,13 @@ def to_dask_dataframe(
             pd.DataFrame({"__key__": pd.Series([], dtype=object)}), npartitions=1
         )
         return empty
-    row = _first_row(tasks, opts, names, on_error, dataset)
+    row = _first_row(tasks, opts, names, on_error, dataset, handle)
     columns = list(row)
     meta = pd.DataFrame([row], columns=columns).iloc[:0]
+    # The partitions' keys are a tokenize of _frame and every argument below
+    # (each task holds its shard's URL, file id and CRC, hidden records and
+    # filter): two reads that differ in anything never share a key, and the
+    # same read builds the same keys.
     frame: DataFrame = dd.from_map(
         _frame,
         tasks,
@@ -153,6 +167,7 @@ def to_dask_dataframe(
         columns=columns,
         on_error=on_error,
         dataset=dataset,
+        catalog=handle,
         meta=meta,
         enforce_metadata=False,
         label="shardcat-read",

@@ -10,7 +10,7 @@ It needs no torch; :mod:`shardcat.torch` wraps it.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +31,7 @@ from ..catalog.kinds import shard_kind
 from ..catalog.results import RecordRow
 from ..errors import CatalogError, SampleDecodeError
 from ..format import Record
-from ..orchestration import iter_tar_records, open_registered
+from ..orchestration import iter_tar_records, open_registered, tar_rows
 from ..orchestration.tasks import catalog_for
 from ..reading import Catalog, CatalogHandle
 from ..storage import LocalShardCache, is_local, redact
@@ -428,7 +428,7 @@ def iter_task_records(
     entries: Sequence[str] | None,
     cache: LocalShardCache | None = None,
     catalog: CatalogHandle | None = None,
-) -> Iterator[Record]:
+) -> Generator[Record, None, None]:
     """The records of one task in file order, in one sequential read of its shard.
 
     With ``cache`` a remote shard is read from its local copy (downloaded
@@ -474,12 +474,7 @@ def _tar_rows(task: ShardTask, catalog: CatalogHandle | None) -> list[RecordRow]
             f"{redact(task.url)} is a tar indexed in place: reading it needs the catalog's "
             "rows (pass SampleStream(catalog=cat.handle()) and tasks from plan_tasks)"
         )
-    rows = internal.record_rows(catalog_for(catalog), task.shard_id)
-    if task.offsets is not None:
-        chosen = frozenset(task.offsets)
-        rows = [r for r in rows if r.offset in chosen]
-    elif task.hidden:
-        rows = [r for r in rows if r.offset not in task.hidden]
+    rows = tar_rows(catalog_for(catalog), task.shard_id, task.offsets, task.hidden)
     if len(rows) != task.count:
         raise CatalogError(
             f"the catalog holds {len(rows)} readable records of tar {redact(task.url)}, the "
