@@ -365,6 +365,7 @@ class OutageProxy:
         self._closed = False
         self.refused = 0
         self._to_lose = 0
+        self._lose_to: bytes | None = None  # only answers to requests starting so are lost
         self.lost = 0
         self._hold: bytes | None = None  # the request line (its start) whose answer is held
         self._held = threading.Event()  # an answer is being held
@@ -395,15 +396,17 @@ class OutageProxy:
                 continue
             with self._lock:
                 self._open.update((client, upstream))
-            # Per connection: whether the answer to its latest request is to be held.
-            held: dict[str, bool] = {"next": False}
+            # Per connection: whether the answer to its latest request is to be held, or lost.
+            held: dict[str, bool] = {"next": False, "lose": False}
             for a, b, answers in ((client, upstream, False), (upstream, client, True)):
                 threading.Thread(target=self._pump, args=(a, b, answers, held), daemon=True).start()
 
-    def lose_answers(self, n: int) -> None:
-        """The server's next ``n`` answers are not passed on: their connections are cut."""
+    def lose_answers(self, n: int, request: bytes | None = None) -> None:
+        """The server's next ``n`` answers are not passed on: their connections are cut.
+        ``request``: only answers to requests whose first line starts so (``b"POST /b?delete"``)."""
         with self._lock:
             self._to_lose = n
+            self._lose_to = request
 
     def hold_answer(self, request: bytes) -> None:
         """The answer to the next request whose first line starts with ``request`` (e.g.
@@ -435,10 +438,12 @@ class OutageProxy:
                         if self._hold is not None and data.startswith(self._hold):
                             self._hold = None
                             held["next"] = True
+                        if self._lose_to is not None:
+                            held["lose"] = data.startswith(self._lose_to)
                 # "100 Continue" (botocore's Expect: 100-continue) is not an answer: the body follows.
                 if answers and not data.startswith(b"HTTP/1.1 100 "):
                     with self._lock:
-                        lose = self._to_lose > 0
+                        lose = self._to_lose > 0 and (self._lose_to is None or held["lose"])
                         if lose:
                             self._to_lose -= 1
                             self.lost += 1
