@@ -345,7 +345,9 @@ class OutageProxy:
     """Forwards 127.0.0.1:<port> to a server; :meth:`down` drops every connection and refuses
     new ones (the server "goes away" without losing its state), :meth:`up` brings it back.
     :meth:`lose_answers` lets requests through but cuts the connection instead of passing
-    the server's next answers on (a request applied whose answer never came back)."""
+    the server's next answers on (a request applied whose answer never came back).
+    :meth:`hold_answer` keeps the answer to a request back until :meth:`release` (a request
+    in flight for as long as the test needs it to be, without a sleep)."""
 
     def __init__(self, target_port: int) -> None:
         import socket
@@ -363,7 +365,12 @@ class OutageProxy:
         self._closed = False
         self.refused = 0
         self._to_lose = 0
+        self._lose_to: bytes | None = None  # only answers to requests starting so are lost
         self.lost = 0
+        self._hold: bytes | None = None  # the request line (its start) whose answer is held
+        self._held = threading.Event()  # an answer is being held
+        self._released = threading.Event()
+        self._released.set()
         threading.Thread(target=self._accept, daemon=True).start()
 
     @property
@@ -389,15 +396,36 @@ class OutageProxy:
                 continue
             with self._lock:
                 self._open.update((client, upstream))
+            # Per connection: whether the answer to its latest request is to be held, or lost.
+            held: dict[str, bool] = {"next": False, "lose": False}
             for a, b, answers in ((client, upstream, False), (upstream, client, True)):
-                threading.Thread(target=self._pump, args=(a, b, answers), daemon=True).start()
+                threading.Thread(target=self._pump, args=(a, b, answers, held), daemon=True).start()
 
-    def lose_answers(self, n: int) -> None:
-        """The server's next ``n`` answers are not passed on: their connections are cut."""
+    def lose_answers(self, n: int, request: bytes | None = None) -> None:
+        """The server's next ``n`` answers are not passed on: their connections are cut.
+        ``request``: only answers to requests whose first line starts so (``b"POST /b?delete"``)."""
         with self._lock:
             self._to_lose = n
+            self._lose_to = request
 
-    def _pump(self, src: Any, dst: Any, answers: bool = False) -> None:
+    def hold_answer(self, request: bytes) -> None:
+        """The answer to the next request whose first line starts with ``request`` (e.g.
+        ``b"PUT /bucket/key"``) is held back until :meth:`release`; the request itself goes
+        through (the store applies it). :meth:`wait_held` tells when it is being held."""
+        with self._lock:
+            self._hold = request
+            self._held.clear()
+            self._released.clear()
+
+    def wait_held(self, timeout: float = 60.0) -> bool:
+        """Whether the answer :meth:`hold_answer` asked for is held (waits up to ``timeout``)."""
+        return self._held.wait(timeout)
+
+    def release(self) -> None:
+        """Pass the held answer on."""
+        self._released.set()
+
+    def _pump(self, src: Any, dst: Any, answers: bool, held: dict[str, bool]) -> None:
         import socket
 
         try:
@@ -405,10 +433,17 @@ class OutageProxy:
                 data = src.recv(65536)
                 if not data:
                     break
+                if not answers:
+                    with self._lock:
+                        if self._hold is not None and data.startswith(self._hold):
+                            self._hold = None
+                            held["next"] = True
+                        if self._lose_to is not None:
+                            held["lose"] = data.startswith(self._lose_to)
                 # "100 Continue" (botocore's Expect: 100-continue) is not an answer: the body follows.
                 if answers and not data.startswith(b"HTTP/1.1 100 "):
                     with self._lock:
-                        lose = self._to_lose > 0
+                        lose = self._to_lose > 0 and (self._lose_to is None or held["lose"])
                         if lose:
                             self._to_lose -= 1
                             self.lost += 1
@@ -417,6 +452,10 @@ class OutageProxy:
                             with suppress(OSError):
                                 s.shutdown(socket.SHUT_RDWR)
                         break
+                    if held["next"]:
+                        held["next"] = False
+                        self._held.set()
+                        self._released.wait(60)  # bounded: a test that never releases ends
                 dst.sendall(data)
         except OSError:
             pass
@@ -442,6 +481,7 @@ class OutageProxy:
 
     def close(self) -> None:
         self._closed = True
+        self._released.set()
         self.down()
         self._listener.close()
 

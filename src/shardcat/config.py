@@ -150,7 +150,8 @@ SETTINGS: tuple[Setting, ...] = (
         "storage_retry_deadline",
         60.0,
         "seconds",
-        "How long a read of an object store retries transient failures (refused or reset "
+        "How long a request to an object store (a read or a listing, an upload's PUT or part, "
+        "a delete) retries transient failures (refused or reset "
         "connections, timeouts, HTTP 5xx, throttling), with exponential backoff and jitter, "
         "before it fails (0: one try). A missing bucket or object, or refused credentials, "
         "fail at once.",

@@ -14,6 +14,7 @@ import boto3
 import pytest
 
 import shardcat
+from _servers import OutageProxy
 from shardcat.errors import (
     BucketNotFoundError,
     ObjectExistsError,
@@ -203,13 +204,18 @@ def test_shards_are_reported_in_order_each_once_published(s3):
         reported.append(key)
 
     counts: list[int] = []
+    seen: list[int] = []
     w = _rolling(s3, "ds", on_closed)
     with w:
         for i in range(35):
             w.add(f"k{i:04d}", {"bin": bytes(400)})
             counts.append(w.closed_shards)
+            seen.append(len(reported))
     expected = [f"ds/shard-{n:06d}.shard" for n in range(4)]
     assert reported == expected
+    # A shard published on a thread is reported by the next call that waits for it (the
+    # next rollover, close()), never by the add() that started it, however fast the store.
+    assert seen[9] == 0 and seen[19] == 1 and seen[29] == seen[34] == 2
     assert [i.path for i in w.shards] == [f"{s3['url']}/{k}" for k in expected]
     # A shard counts as closed as soon as it is handed to its upload, reported or not.
     assert counts[9] == 1 and counts[19] == 2 and counts[34] == 3
@@ -251,13 +257,46 @@ def test_abort_reports_the_shard_in_flight_and_drops_the_open_one(s3):
 
 
 def test_a_failing_report_during_abort_is_logged_not_raised(s3, caplog):
+    """Shard 0's PUT is applied but its answer held until the source has failed: abort, not
+    add(), meets the published shard, and logs the hook's error (the source's is raised).
+
+    Before, this depended on how fast the store answered: a shard published by the time of
+    the rollover's check was reported inside add(), whose ValueError replaced the source's.
+    """
+    port = int(s3["endpoint"].rsplit(":", 1)[1])
+    proxy = OutageProxy(port)
+    options = dict(s3["storage_options"])
+    options["client_kwargs"] = {**options["client_kwargs"], "endpoint_url": proxy.endpoint}
+
     def on_closed(info: Any) -> None:
         raise ValueError("the catalog is gone")
 
-    w = _rolling(s3, "rep", on_closed)
-    with pytest.raises(RuntimeError, match="the source failed"):
-        _fail_after(w, 12)
+    w = shardcat.RollingShardWriter(
+        f"{s3['url']}/rep",
+        max_records=10,
+        storage_options=options,
+        on_shard_closed=on_closed,
+        exclusive=True,
+    )
+
+    def fail_while_shard_0_is_unanswered() -> None:
+        with w:
+            for i in range(12):
+                w.add(f"k{i:04d}", {"bin": bytes(100)})
+            # The rollover at the 10th record started the PUT; it is applied, unanswered.
+            assert proxy.wait_held(), "shard 0's PUT never came: the test tests nothing"
+            assert _keys(s3, "rep/") == ["rep/shard-000000.shard"]
+            proxy.release()
+            raise RuntimeError("the source failed")
+
+    proxy.hold_answer(f"PUT /{s3['bucket']}/rep/shard-000000.shard".encode())
+    try:
+        with pytest.raises(RuntimeError, match="the source failed"):
+            fail_while_shard_0_is_unanswered()
+    finally:
+        proxy.close()
     assert "was published but not reported: the catalog is gone" in caplog.text
+    assert [i.path for i in w.shards] == [f"{s3['url']}/rep/shard-000000.shard"]
 
 
 def test_close_after_close_in_background_raises_the_failed_publication(s3):

@@ -12,6 +12,7 @@ never timed; each wait is bounded.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import threading
@@ -26,8 +27,10 @@ from test_read_retries import RETRY_LOG, _in_thread, _options, _retries
 import shardcat
 from _servers import OutageProxy, RestartableMoto, counting_moto, moto_client, requests_seen
 from shardcat.errors import BucketNotFoundError, ObjectExistsError, StorageUnreachableError
+from shardcat.orchestration.gc import delete_dataset, gc
 from shardcat.storage import multipart
 from shardcat.storage.atomic import open_pending
+from shardcat.storage.removal import remove_files
 from shardcat.storage.small import put
 
 pytest.importorskip("obstore")
@@ -231,3 +234,141 @@ def test_another_writers_object_is_still_a_conflict(
     with pytest.raises(ObjectExistsError):
         _in_thread(pending.commit)
     assert _body(server.endpoint, bucket, "x.shard") == b"theirs"
+
+
+# --- deletes: gc and delete of a dataset ---------------------------------------------------
+
+
+def _shard(url: str, options: dict[str, Any], tag: str) -> Any:
+    with shardcat.ShardWriter(url, storage_options=options, exclusive=True) as w:
+        for i in range(20):
+            w.add(f"{tag}/{i:03d}", {"txt": f"{tag} {i}"})
+    return w.close()
+
+
+@pytest.fixture
+def leftovers(
+    store: tuple[RestartableMoto, str, dict[str, Any]], tmp_path: Any
+) -> Iterator[tuple[Any, str, list[str], list[str]]]:
+    """Dataset ``d`` in the bucket: 3 committed shards (and their version's manifest), 2 of an
+    aborted job (``deleted`` rows) and an orphan file. Yields ``(catalog, root, committed,
+    garbage)``: garbage is what gc removes (the aborted job's shards, then the orphan)."""
+    _, bucket, options = store
+    root = f"s3://{bucket}/ds"
+    cat = shardcat.Catalog(f"sqlite:///{tmp_path / 'c.db'}", storage_options=options, create=True)
+    cat.create_dataset("d", root)
+    committed = [f"{root}/ok-{n}.shard" for n in range(3)]
+    job = cat.begin_job("d")
+    for url in committed:
+        cat.register_shard("d", _shard(url, options, url), job=job)
+    cat.commit_job(job)
+    aborted = [f"{root}/bad-{n}.shard" for n in range(2)]
+    job = cat.begin_job("d")
+    for url in aborted:
+        cat.register_shard("d", _shard(url, options, url), job=job)
+    cat.abort_job(job)
+    orphan = f"{root}/lost-0.shard"
+    _shard(orphan, options, "lost")  # written, never registered
+    try:
+        yield cat, root, committed, [*aborted, orphan]
+    finally:
+        cat.close()
+
+
+def _gc(cat: Any) -> Any:
+    return gc(cat, "d", grace=dt.timedelta(0))
+
+
+def test_gc_rides_out_a_store_stopped_for_3s(
+    store: tuple[RestartableMoto, str, dict[str, Any]],
+    leftovers: tuple[Any, str, list[str], list[str]],
+    outage: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server, bucket, _ = store
+    cat, _, committed, garbage = leftovers
+    shardcat.config.set(storage_retry_deadline=60)
+    outage(server)  # gc's first request meets it
+    with caplog.at_level(logging.DEBUG, logger=RETRY_LOG):
+        report = _in_thread(lambda: _gc(cat))
+    assert _retries(caplog) >= 1, "no request met the outage: the test tests nothing"
+    assert report.errors == []
+    assert sorted([*report.deleted_shards, *report.orphans]) == sorted(garbage)
+    assert cat.shards("d", state="deleted") == []
+    shards = [k for k in _keys(server.endpoint, bucket) if k.endswith(".shard")]
+    assert shards == sorted(u.split(f"{bucket}/", 1)[1] for u in committed)
+
+
+def test_delete_of_a_dataset_rides_out_a_store_stopped_for_3s(
+    store: tuple[RestartableMoto, str, dict[str, Any]],
+    leftovers: tuple[Any, str, list[str], list[str]],
+    outage: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server, bucket, _ = store
+    cat, _, committed, garbage = leftovers
+    assert any("/_versions/" in k for k in _keys(server.endpoint, bucket))  # its history
+    shardcat.config.set(storage_retry_deadline=60)
+    outage(server)
+    with caplog.at_level(logging.DEBUG, logger=RETRY_LOG):
+        report = _in_thread(lambda: delete_dataset(cat, "d"))
+    assert _retries(caplog) >= 1, "no request met the outage: the test tests nothing"
+    assert report.errors == []
+    # Every row's file (the orphan has no row: a later gc of the folder would take it).
+    assert sorted(report.removed) == sorted([*committed, *garbage[:2]])
+    assert [d.name for d in cat.datasets()] == []
+    assert _keys(server.endpoint, bucket) == ["ds/lost-0.shard"]
+
+
+@pytest.mark.parametrize("operation", ["gc", "delete"])
+def test_a_store_that_never_comes_back_fails_gc_and_delete_typed_keeping_the_rows(
+    store: tuple[RestartableMoto, str, dict[str, Any]],
+    leftovers: tuple[Any, str, list[str], list[str]],
+    operation: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server, bucket, _ = store
+    cat, _, _, garbage = leftovers
+    before = _keys(server.endpoint, bucket)
+    rows = sorted(s.url for s in cat.shards("d", state=None))
+    shardcat.config.set(storage_retry_deadline=2)
+    run = (lambda: _gc(cat)) if operation == "gc" else (lambda: delete_dataset(cat, "d"))
+    server.stop()
+    with (
+        caplog.at_level(logging.DEBUG, logger=RETRY_LOG),
+        pytest.raises(StorageUnreachableError) as err,
+    ):
+        _in_thread(run)
+    message = str(err.value)
+    assert f"run {operation} again" in message and "catalog rows" in message
+    assert "SHARDCAT_STORAGE_RETRY_DEADLINE, now 2 s" in message
+    # It stopped at the first request that gave up: one deadline, not one per request.
+    told = [r for r in caplog.records if r.name == RETRY_LOG and r.levelno >= logging.INFO]
+    assert len(told) == 1, [r.message for r in told]
+    assert sorted(s.url for s in cat.shards("d", state=None)) == rows  # every row kept
+    server.start()
+    assert _keys(server.endpoint, bucket) == before
+    shardcat.config.set(storage_retry_deadline=60)
+    if operation == "gc":  # run again, it finishes the job
+        assert sorted([*(r := _gc(cat)).deleted_shards, *r.orphans]) == sorted(garbage)
+    else:
+        delete_dataset(cat, "d")
+        assert [d.name for d in cat.datasets()] == []
+
+
+def test_a_delete_applied_but_unanswered_is_no_error(
+    lossy: tuple[RestartableMoto, OutageProxy, str, dict[str, Any]],
+) -> None:
+    server, proxy, bucket, options = lossy
+    shardcat.config.set(storage_retry_deadline=60)
+    urls = [f"s3://{bucket}/ds/s-{n}.shard" for n in range(5)]
+    for url in urls[:4]:
+        put(url, b"x", options, once=True)
+    # The batched delete (DeleteObjects) is applied; its answer is lost.
+    proxy.lose_answers(1, request=f"POST /{bucket}?delete".encode())
+    result = _in_thread(lambda: remove_files(urls, options))
+    # Sent again (by s3fs within a try, or by ours): a delete may be, and a key gone is no error.
+    assert proxy.lost == 1, "no answer was lost: the test tests nothing"
+    assert result.failed == {} and result.unreachable is None
+    assert sorted(result.removed) == urls[:4] and result.missing == urls[4:]  # missing: no error
+    assert _keys(server.endpoint, bucket) == []

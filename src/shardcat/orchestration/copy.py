@@ -43,7 +43,7 @@ from ..errors import (
     ShardNotFoundError,
 )
 from ..reading.history import copy_history, folder_of, remove_history
-from ..storage import is_local, join, local_path, open_pending, redact, resolve
+from ..storage import is_local, join, local_path, open_pending, redact, resolve, retried
 from ..storage.removal import remove_files
 from ..storage.shards import ShardReader
 from ..storage.translate import storage_errors
@@ -126,8 +126,10 @@ def copy_shard(
     if present is not None:
         return _Copied(present, copied=False)
     dst_fs, dst_path = resolve(destination, dst_opts)
-    if dst_fs.exists(dst_path):  # not the shard we want (an unverifiable leftover): replace it
-        dst_fs.rm_file(dst_path)
+    shown = redact(destination)
+    if retried(dst_fs, "exists", shown, dst_path):
+        # Not the shard we want (an unverifiable leftover): replace it.
+        _remove(dst_fs, dst_path, shown)
     src_fs, src_path = resolve(source, dict(source_options))
     pending = open_pending(destination, dst_opts, exclusive=True)
     try:
@@ -149,7 +151,7 @@ def copy_shard(
     info = _verified(destination, file_id, data_crc, dst_opts)
     if info is None:
         with contextlib.suppress(Exception):
-            dst_fs.rm_file(dst_path)
+            _remove(dst_fs, dst_path, shown)
         raise ChecksumError(
             f"the copy of {redact(source)} at {redact(destination)} does not verify against the "
             "catalog row of its source; it was removed and nothing was committed: check the "
@@ -157,6 +159,13 @@ def copy_shard(
             path=redact(destination),
         )
     return _Copied(info, copied=True)
+
+
+def _remove(fs: Any, path: str, shown: str) -> None:
+    """Remove one file, retried (storage/retry.py): gone already (a try whose answer was
+    lost, another remover) is removed."""
+    with contextlib.suppress(FileNotFoundError):
+        retried(fs, "rm_file", shown, path)
 
 
 def _verified(url: str, file_id: str, data_crc: int, options: dict[str, Any]) -> ShardInfo | None:

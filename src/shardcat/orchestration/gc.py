@@ -22,6 +22,11 @@ What gc never deletes, whatever the rows say:
 * a tar indexed in place (shard kind ``tar``): the tar is the user's file.
 
 Both are reported in :attr:`GcReport.kept`.
+
+A file that cannot be removed keeps its row (the next gc tries again). Every
+request rides out a store that goes away for a while (storage/retry.py); one
+that stays away past ``storage_retry_deadline`` stops gc and delete with
+:class:`~shardcat.errors.StorageUnreachableError`, the rows of what is left kept.
 """
 
 from __future__ import annotations
@@ -36,10 +41,10 @@ from .._units import count_of, format_bytes
 from ..catalog import internal
 from ..catalog.kinds import shard_kind
 from ..catalog.models import LIVE_STATES
-from ..errors import ShardcatError, StorageError
+from ..errors import ShardcatError, StorageError, StorageUnreachableError
 from ..reading.history import folder_of, history_files, remove_history
-from ..storage import redact, resolve
-from ..storage.removal import existing_urls, remove_files
+from ..storage import gave_up, redact, resolve, retried
+from ..storage.removal import Removal, existing_urls, remove_files
 
 if TYPE_CHECKING:
     from ..reading import Catalog
@@ -132,6 +137,10 @@ def gc(
     ------
     DatasetNotFoundError
         ``dataset`` is not in the catalog.
+    StorageUnreachableError
+        The store stayed unreachable past ``storage_retry_deadline``: gc
+        stopped there; what it removed is forgotten, the rest keeps its rows
+        (run gc again).
     """
     from ..reading import Catalog
 
@@ -171,8 +180,12 @@ def gc(
                     # Re-checked just before deleting, in one query: a registration may
                     # have raced the reading above.
                     doomed = _recheck(doomed, cat.shard_urls(states=LIVE_STATES), opts, report)
-                    _remove(doomed, opts, report)
-                    internal.purge_shards(cat, name, [s.url for s in deleted])
+                    removal = _remove(doomed, opts, report)
+                    # A file still there keeps its row: the next gc removes it.
+                    left = set(removal.failed)
+                    internal.purge_shards(cat, name, [s.url for s in deleted if s.url not in left])
+                    doomed = [u for u in doomed if u not in left]
+                    _stop_if_unreachable(removal, report)
                 report.deleted_shards.extend(doomed)
             # Every dataset's shards count as known: datasets may share a folder.
             known = {_key(u, opts) for u in cat.shard_urls()}
@@ -186,13 +199,17 @@ def gc(
                     )
             if not dry_run:
                 orphans = _recheck(orphans, cat.shard_urls(), opts, report)
-                _remove(orphans, opts, report)
+                removal = _remove(orphans, opts, report)
+                orphans = [u for u in orphans if u not in removal.failed]
+                _stop_if_unreachable(removal, report)
             report.orphans.extend(orphans)
             if not dry_run:
                 # What a client killed between its commit and its manifest left unwritten.
                 try:
                     written = cat.write_history(name, storage_options=opts).written
                 except (OSError, ShardcatError) as e:
+                    if gave_up(e):
+                        raise _stopped(e, "gc", "run gc again") from e
                     report.errors.append(f"cannot write the history of {name!r}: {e}")
                 else:
                     if written:
@@ -241,6 +258,9 @@ def delete_dataset(
     ------
     DatasetNotFoundError
         No such dataset.
+    StorageUnreachableError
+        The store stayed unreachable past ``storage_retry_deadline``; the
+        catalog rows are kept.
     StorageError
         Some objects could not be removed; the catalog rows are kept.
     """
@@ -274,29 +294,38 @@ def delete_dataset(
                 report.kept.append(f"{url}: {reason}")
             else:
                 doomed.append(url)
+        unreachable: BaseException | None = None
         if dry_run:
             try:
                 present = existing_urls(doomed, opts)
             except (OSError, ShardcatError) as e:
                 report.errors.append(f"cannot list the shards of {dataset!r}: {e}")
                 present = set()
+                unreachable = e if gave_up(e) else None
             report.removed = [u for u in doomed if u in present]
             report.missing = [u for u in doomed if u not in present]
         else:
+            try:
+                history = history_files(root, dataset, opts)
+            except StorageUnreachableError as e:
+                if not gave_up(e):
+                    raise
+                raise _stopped(e, f"delete of {dataset!r}", "run delete again") from e
             # One batched delete per filesystem (s3fs: 1,000 keys per request), the
             # dataset's history (_versions/) with its shards.
-            history = history_files(root, dataset, opts)
             removal = remove_files([*doomed, *history], opts)
+            unreachable = removal.unreachable
             report.removed = [u for u in removal.removed if u not in history]
             report.missing = [u for u in removal.missing if u not in history]
             report.errors.extend(
                 f"cannot remove {redact(url)}: {why}" for url, why in removal.failed.items()
             )
         if report.errors:
-            raise StorageError(
+            kind = StorageError if unreachable is None else StorageUnreachableError
+            raise kind(
                 f"could not remove {len(report.errors)} shard object(s) of {dataset!r}, catalog rows "
                 f"kept (run delete again): {report.errors[0]}"
-            )
+            ) from unreachable
         if not dry_run:
             remove_history([], folder_of(root, dataset), opts)  # the folders it left empty
             cat.delete_dataset(dataset)
@@ -364,10 +393,12 @@ def _list_files(
     """Shard-like files under ``root`` with their modification times (UTC) and sizes."""
     try:
         fs, path = resolve(root, opts)
-        if not fs.exists(path):
+        if not retried(fs, "exists", redact(root), path):
             return []
-        found = fs.find(path, detail=True)
+        found = retried(fs, "find", redact(root), path, detail=True)
     except (OSError, ShardcatError) as e:
+        if gave_up(e):
+            raise _stopped(e, "gc", "run gc again") from e
         report.errors.append(f"cannot list {redact(root)}: {e}")
         return []
     protocol = root.split("://", 1)[0] if "://" in root else None
@@ -413,15 +444,34 @@ def _recheck(
     return out
 
 
-def _remove(urls: list[str], opts: Mapping[str, Any], report: GcReport) -> None:
-    """Remove ``urls`` in one batched delete per filesystem; failures go to ``report.errors``."""
+def _remove(urls: list[str], opts: Mapping[str, Any], report: GcReport) -> Removal:
+    """Remove ``urls`` in one batched delete per filesystem; failures go to ``report.errors``
+    (and :attr:`Removal.failed`)."""
     if not urls:
-        return
+        return Removal()
     try:
         removal = remove_files(urls, opts)
     except (OSError, ShardcatError) as e:
         report.errors.append(f"cannot remove {len(urls)} file(s): {e}")
-        return
+        return Removal(failed={url: str(e) for url in urls})
     report.errors.extend(
         f"cannot remove {redact(url)}: {why}" for url, why in removal.failed.items()
+    )
+    return removal
+
+
+def _stop_if_unreachable(removal: Removal, report: GcReport) -> None:
+    """gc stops where the store stayed away past the retry deadline: each further request
+    would wait as long (``report`` is logged: what it did do)."""
+    if removal.unreachable is not None:
+        log.info("%s", report)
+        raise _stopped(removal.unreachable, "gc", "run gc again") from removal.unreachable
+
+
+def _stopped(e: BaseException, what: str, again: str) -> StorageUnreachableError:
+    """``e`` (the store unreachable past the deadline) as the error of ``what``, which stopped
+    there with the rows of every file left kept; ``again``: how to finish the job."""
+    return StorageUnreachableError(
+        f"{what} stopped, the catalog rows of the files left kept ({again}): {e}",
+        path=getattr(e, "path", None),
     )

@@ -11,6 +11,7 @@ retired at commit and removed by gc.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CommitConflictError, DatasetNotFoundError, JobNotFoundError
 from ..format.entries import check_sample
-from ..storage import first_free, redact, resolve
+from ..storage import first_free, redact, resolve, retried
 from ..storage.shards import RollingShardWriter
 from .plan import SHARDS_PER_PARTITION, WritePlan
 from .samples import as_sample
@@ -186,6 +187,8 @@ def _require_open(catalog: Catalog, plan: WritePlan) -> None:
 def _remove_quietly(url: str, plan: WritePlan) -> None:
     try:
         fs, path = resolve(url, plan.storage_options)
-        fs.rm_file(path)
+        # Retried (storage/retry.py); gone already (a try whose answer was lost) is removed.
+        with contextlib.suppress(FileNotFoundError):
+            retried(fs, "rm_file", redact(url), path)
     except Exception as e:  # gc removes it later; the task's own error is what matters
         log.warning("could not remove %s after its job ended: %s", redact(url), e)

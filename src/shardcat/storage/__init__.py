@@ -16,8 +16,9 @@ from .fs import (
 )
 from .local_cache import LocalShardCache
 from .locations import dataset_prefix, first_free, shard_name
+from .retry import gave_up
 from .shards import open_writer
-from .sources import FsspecSource, open_source
+from .sources import FsspecSource, open_source, retried
 from .streaming import iter_shards
 from .transport import TRANSPORT_ENV, TransportChoice, choose_transport
 
@@ -36,6 +37,7 @@ __all__ = [
     "expand_braces",
     "fetch_ranges",
     "first_free",
+    "gave_up",
     "is_local",
     "iter_shards",
     "join",
@@ -46,5 +48,6 @@ __all__ = [
     "redact",
     "resolve",
     "resolve_remote_max_gap",
+    "retried",
     "shard_name",
 ]

@@ -50,6 +50,7 @@ __all__ = [
     "DEFAULT_DEADLINE",
     "RetryPolicy",
     "call",
+    "gave_up",
     "is_retryable",
     "obstore_retry_config",
     "request_timeout",
@@ -219,8 +220,14 @@ def call(
 def is_retryable(e: BaseException) -> bool:
     """Whether :func:`call` retries after ``e``: a transient failure of the store."""
     if isinstance(e, ShardcatError):
-        return isinstance(e, StorageUnreachableError) and not getattr(e, "deadline_passed", False)
+        return isinstance(e, StorageUnreachableError) and not gave_up(e)
     return is_backend_error(e) and is_transient(e)
+
+
+def gave_up(e: BaseException) -> bool:
+    """Whether ``e`` is :func:`call` giving up: the store stayed unreachable past the deadline
+    (an operation of many requests stops there, rather than wait a deadline per request)."""
+    return isinstance(e, StorageUnreachableError) and getattr(e, "deadline_passed", False)
 
 
 def _why(e: BaseException, url: str) -> str:

@@ -169,7 +169,11 @@ class RollingShardWriter(CloseOrAbort):
     shard is mostly a wait for the store (a local file's ``fsync`` and link,
     an S3 PUT through obstore) it runs on a thread while the next shard is
     encoded; ``on_shard_closed`` is called, in shard order, once
-    a shard is published (at the latest by :meth:`close`).
+    a shard is published: at once where it was published before the next is
+    opened, else by the next call that waits for it (the next shard's
+    closing, :meth:`close` or :meth:`abort`). Its error is raised by that
+    call, or logged by :meth:`abort` (the error that led there is the one to
+    see).
 
     Parameters
     ----------
@@ -185,7 +189,7 @@ class RollingShardWriter(CloseOrAbort):
     start:
         Number of the first shard.
     on_shard_closed:
-        Called with each shard's :class:`ShardInfo` as soon as it is closed.
+        Called with each shard's :class:`ShardInfo` once it is published (see above).
     **writer_options:
         Passed to every :class:`ShardWriter` (``compression``, ``metadata``, ...).
     """
@@ -276,7 +280,12 @@ class RollingShardWriter(CloseOrAbort):
             w.abort()
             raise
         self._publishing = w.close_in_background()
-        if self._publishing.done():  # published already (local files, other stores)
+        # A shard published before close_in_background returned (s3fs, memory://, a file
+        # object) is reported here. One published on a thread is reported by the next call
+        # that waits for it (the next rollover, close() or abort()), however fast the store
+        # answered: which call runs on_shard_closed, and so where its error surfaces, does
+        # not depend on a race with the thread.
+        if not w.sink.publishes_in_background:
             self._report_published()
 
     def _report_published(self) -> None:

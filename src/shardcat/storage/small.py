@@ -1,4 +1,7 @@
-"""Small whole-object reads and writes (a dataset's version manifests), with shardcat's errors."""
+"""Small whole-object reads and writes (a dataset's version manifests), with shardcat's errors.
+
+Each request rides out a store that goes away for a while (:mod:`.retry`).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,8 @@ from typing import Any
 
 from ..errors import ObjectExistsError, ShardNotFoundError
 from .atomic import open_pending
-from .fs import is_local, local_path, resolve
+from .fs import is_local, local_path, redact, resolve
+from .sources import retried
 from .translate import storage_errors
 
 __all__ = ["list_names", "put", "read_or_none"]
@@ -45,7 +49,7 @@ def read_or_none(url: str, options: Mapping[str, Any] | None) -> bytes | None:
                 return f.read()
         fs, path = resolve(url, dict(options or {}))
         with storage_errors(url, fs=fs):
-            data: bytes = fs.cat_file(path)
+            data: bytes = retried(fs, "cat_file", redact(url), path)
             return data
     except (FileNotFoundError, ShardNotFoundError):
         return None
@@ -61,7 +65,7 @@ def list_names(url: str, options: Mapping[str, Any] | None) -> list[str]:
     fs, path = resolve(url, dict(options or {}))
     try:
         with storage_errors(url, fs=fs):
-            found = fs.ls(path, detail=False)
+            found = retried(fs, "ls", redact(url), path, detail=False)
     except (FileNotFoundError, ShardNotFoundError):
         return []
     return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in found)

@@ -21,7 +21,7 @@ from .translate import is_backend_error, storage_errors, translate
 if TYPE_CHECKING:
     import fsspec
 
-__all__ = ["FsspecSource", "open_source"]
+__all__ = ["FsspecSource", "open_source", "retried", "try_once"]
 
 _STREAM_BLOCK = 8 * 1024 * 1024
 
@@ -142,11 +142,7 @@ def retried(
         fs.connect()
 
     def attempt(timeout: float | None) -> Any:
-        call = getattr(fs, method)
-        # Only fsspec's sync wrappers of async methods (set on the instance) take timeout=:
-        # a filesystem's own sync method (adlfs's size) does not.
-        timed = bound and timeout and method in vars(fs)
-        out = call(*args, timeout=timeout, **kwargs) if timed else call(*args, **kwargs)
+        out = try_once(fs, method, timeout, *args, **kwargs)
         if isinstance(out, list):
             for item in out:
                 if isinstance(item, Exception) and retry.is_retryable(item):
@@ -154,6 +150,18 @@ def retried(
         return out
 
     return retry.call(attempt, name)
+
+
+def try_once(
+    fs: fsspec.AbstractFileSystem, method: str, timeout: float | None, *args: Any, **kwargs: Any
+) -> Any:
+    """One try of ``fs.<method>(*args, **kwargs)``, cut off after ``timeout`` seconds where the
+    filesystem can cut it off (an async one's sync wrappers: fsspec's ``timeout=``)."""
+    call = getattr(fs, method)
+    # Only fsspec's sync wrappers of async methods (set on the instance) take timeout=:
+    # a filesystem's own sync method (adlfs's size) does not.
+    timed = getattr(fs, "async_impl", False) and timeout and method in vars(fs)
+    return call(*args, timeout=timeout, **kwargs) if timed else call(*args, **kwargs)
 
 
 def open_source(
