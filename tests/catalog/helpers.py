@@ -62,6 +62,8 @@ def shard_keys(i: int, n: int = KEYS_PER_SHARD) -> list[str]:
 def make_dataset(
     cat: Catalog, root: str, shards: int = 2, *, storage_options: Any = None, name: str = "train"
 ) -> list[shardcat.ShardInfo]:
+    if storage_options is not None:  # each commit writes its manifest beside the shards
+        cat.storage_options = storage_options
     cat.create_dataset(name, root)
     infos = []
     for i in range(shards):
