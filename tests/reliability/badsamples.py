@@ -6,7 +6,10 @@ Shared by the tests of every reader's ``on_error`` (``test_bad_samples.py``,
 
 from __future__ import annotations
 
+import io
 import json
+import tarfile
+from pathlib import Path
 from typing import Any
 
 import shardcat
@@ -22,6 +25,24 @@ GOOD = sorted(f"k{i:02d}" for i in range(N) if f"k{i:02d}" not in BAD)
 
 def label(i: int) -> bytes:
     return json.dumps({"label": i % 4}).encode()
+
+
+def tar_dataset_with_an_empty_json(catalog_url: str, folder: Path) -> None:
+    """Dataset ``wds``: one WebDataset tar indexed in place, 12 samples; ``t/s05``'s JSON is empty.
+
+    shardcat never wrote the tar, so no write checked it: the readers must cope.
+    """
+    tar = folder / "part-000000.tar"
+    folder.mkdir()
+    with tarfile.open(tar, "w") as t:
+        for i in range(12):
+            for ext, data in (("jpg", JPEG), ("json", b"" if i == 5 else label(i))):
+                info = tarfile.TarInfo(f"t/s{i:02d}.{ext}")
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+    with Catalog(catalog_url) as cat:
+        cat.create_dataset("wds", str(folder))
+        cat.reindex("wds", [str(tar)], kind="tar")
 
 
 def write_bad_dataset(

@@ -16,7 +16,6 @@ import io
 import logging
 import os
 import pickle
-import tarfile
 from typing import Any
 
 import numpy as np
@@ -45,6 +44,7 @@ from .badsamples import (  # noqa: E402
     assert_names_the_sample,
     keys_of,
     label,
+    tar_dataset_with_an_empty_json,
 )
 
 # --- the user's story, through the command line ------------------------------
@@ -209,17 +209,8 @@ def test_resuming_after_a_skipped_sample_yields_the_rest_exactly_once(bad_datase
 
 def test_a_tar_indexed_in_place_with_an_empty_json(catalog_url, tmp_path):
     """A WebDataset tar is never written by shardcat, so no write checked it: the readers must cope."""
-    tar = tmp_path / "wds" / "part-000000.tar"
-    tar.parent.mkdir()
-    with tarfile.open(tar, "w") as t:
-        for i in range(12):
-            for ext, data in (("jpg", JPEG), ("json", b"" if i == 5 else label(i))):
-                info = tarfile.TarInfo(f"t/s{i:02d}.{ext}")
-                info.size = len(data)
-                t.addfile(info, io.BytesIO(data))
+    tar_dataset_with_an_empty_json(catalog_url, tmp_path / "wds")
     with Catalog(catalog_url) as cat:
-        cat.create_dataset("wds", str(tar.parent))
-        cat.reindex("wds", [str(tar)], kind="tar")
         with pytest.raises(SampleDecodeError) as e:
             cat.get("wds", "t/s05")["json"].decode()
         with pytest.raises(SampleDecodeError) as e:
@@ -274,7 +265,6 @@ def test_on_error_must_be_one_of_the_three(bad_dataset):
 
 
 def _npy(array: np.ndarray) -> bytes:
-    import io
 
     buf = io.BytesIO()
     np.save(buf, array)

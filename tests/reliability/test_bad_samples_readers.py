@@ -11,10 +11,8 @@ sample's (a missing shard or key) raises under every ``on_error``.
 
 from __future__ import annotations
 
-import io
 import logging
 import os
-import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +25,10 @@ from shardcat.reading import Catalog
 from .badsamples import (
     BAD,
     GOOD,
-    JPEG,
     N,
     assert_names_the_sample,
     keys_of,
-    label,
+    tar_dataset_with_an_empty_json,
     write_bad_dataset,
 )
 
@@ -254,17 +251,7 @@ def test_read_raises_a_missing_shard(bad_dataset, tmp_path, on_error):
 
 
 def test_read_a_tar_indexed_in_place_with_an_empty_json(catalog_url, tmp_path):
-    tar = tmp_path / "wds" / "part-000000.tar"
-    tar.parent.mkdir()
-    with tarfile.open(tar, "w") as t:
-        for i in range(12):
-            for ext, data in (("jpg", JPEG), ("json", b"" if i == 5 else label(i))):
-                info = tarfile.TarInfo(f"t/s{i:02d}.{ext}")
-                info.size = len(data)
-                t.addfile(info, io.BytesIO(data))
-    with Catalog(catalog_url) as cat:
-        cat.create_dataset("wds", str(tar.parent))
-        cat.reindex("wds", [str(tar)], kind="tar")
+    tar_dataset_with_an_empty_json(catalog_url, tmp_path / "wds")
     with pytest.raises(SampleDecodeError) as e:
         shardcat.read(catalog_url, "wds").compute(scheduler="sync")
     assert (e.value.dataset, e.value.key, e.value.entry) == ("wds", "t/s05", "json")
