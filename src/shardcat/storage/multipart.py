@@ -43,6 +43,9 @@ def new_token() -> str:
     return uuid.uuid4().hex
 
 
+_CARRIES_DATA = frozenset({"put_object", "upload_part"})
+
+
 class _Dropped(Exception):
     """A part's retries stop: the upload was discarded (not the store's failure: not retried)."""
 
@@ -135,6 +138,11 @@ class MultipartUpload:
             if self._dropped and method == "upload_part":
                 raise _Dropped  # discarded: a part in flight stops retrying
             # call_s3 is fsspec's sync wrapper: timeout= cancels the request when it runs out.
+            # A request that carries the bytes is never cut off: on a slow link a part or a
+            # whole PUT may rightly take longer than the deadline; a store that stops
+            # answering mid-transfer is caught by botocore's own read timeout.
+            if method in _CARRIES_DATA:
+                timeout = None
             return self._fs.call_s3(
                 method, Bucket=self._bucket, Key=self._key, timeout=timeout, **kwargs
             )

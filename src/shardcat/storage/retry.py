@@ -27,8 +27,11 @@ nothing is replaced (:mod:`.atomic`). Each try is bounded too, so that a
 store that accepts connections and never answers fails in time: an async
 fsspec filesystem's call (s3fs, gcsfs, adlfs) is cancelled when the time
 left runs out (fsspec's ``timeout=``); obstore's requests time out after
-:func:`request_timeout`. botocore's and s3fs's own retries stay as they are
-configured: they happen within one try.
+:func:`request_timeout`. An s3fs request that carries an upload's bytes (a
+PUT, a part) is not cut off: on a slow link it may rightly outlast the
+deadline, and botocore's read timeout catches a store that stops answering.
+botocore's and s3fs's own retries stay as they are configured: they happen
+within one try.
 """
 
 from __future__ import annotations
