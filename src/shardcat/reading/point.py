@@ -1,24 +1,37 @@
-"""The compiled point lookup (``_cpoint.c``): whether it runs, and opening it for a lookup.
+"""The point lookup: the compiled one (``_cpoint.c``) where it runs, else its Python twin.
 
-``Catalog.get(dataset, key)`` of the latest version's whole record on a
-file-backed SQLite catalog runs in one C call: the key's hash,
-one step of the *same* prepared statement the Python path runs (so the
-statement alone decides visibility: committed shards, live records), the
-shard's cached URL and open descriptor, one ``pread``, and the record
-codec's ``decode_spanned``. A tar shard takes the same
-statement, cache and ``pread``, then the layout's entry names (cached per layout id; a
-:class:`TarFinisher` fills the cache) and calls the record codec's
-``tar_record`` (``read_tar_record`` compiled, every CRC32C checked).
-Everything else (no row, any SQLite result code but a row, a shard not
-cached yet, a read that fails or comes back short, a record the decoder or
-the finisher rejects; entries=, version=, in-memory SQLite, PostgreSQL)
-comes back "not handled" and the Python path in :mod:`.lookup` answers, so
-its errors and recovery stay the only ones.
+``Catalog.get(dataset, key)`` of the latest version's whole record first
+asks the lookup's point object (``Lookup.fast_get``); ``get_many`` of whole
+records at the latest version asks it for the batch statement's rows. Every
+lookup has one, of either kind, with the same calls and the same answers
+(:func:`open_point`):
+
+* the compiled ``Point`` (file-backed SQLite catalogs) does it in one C
+  call: the key's hash, one step of the *same* prepared statement the
+  Python path runs (so the statement alone decides visibility: committed
+  shards, live records), the shard's cached URL and open descriptor, one
+  ``pread``, and the record codec's ``decode_spanned``. A tar shard takes
+  the same statement, cache and ``pread``, then the layout's entry names
+  (cached per layout id; a :class:`TarFinisher` fills the cache) and calls
+  the record codec's ``tar_record`` (``read_tar_record`` compiled, every
+  CRC32C checked). It runs on a read-only connection of its own;
+* :class:`~.pypoint.PyPoint`, its Python twin (every other catalog:
+  in-memory SQLite, SQLite URI options, PostgreSQL; and wherever the
+  compiled one is off), takes the same steps on the lookup's own
+  connection, with the record codec's functions it is handed.
+
+Either returns "not handled" (None) in the same cases: no row, a statement
+that fails, a shard not cached yet, no open descriptor, a read that fails
+or comes back short, a record the decoder or the finisher rejects, a
+closed lookup, a forked child's copy. The Python path in :mod:`.lookup`
+then answers (entries= and version= always go there), so its errors and
+recovery stay the only ones. ``tests/catalog/test_point_twin.py`` runs the
+two side by side on the same lookup state.
 
 SQLite's functions are looked up at run time in the library Python's own
 ``_sqlite3`` module uses: a second copy of SQLite in one process would
 break its POSIX locks (sqlite.org/howtocorrupt.html, 2.2.1). Where they
-cannot be found, the fast path is off.
+cannot be found, the compiled path is off.
 
 ``SHARDCAT_POINT_LOOKUP`` chooses, when shardcat is imported:
 
@@ -27,10 +40,10 @@ cannot be found, the fast path is off.
 ``compiled``
     The same, and importing shardcat fails where it is not available.
 ``python``
-    The Python path only.
+    The Python twin only.
 
-``SHARDCAT_RECORD_CODEC=python`` turns it off as well (the reference codec
-then runs on the Python path). :func:`use` switches; lookups opened after a
+``SHARDCAT_RECORD_CODEC=python`` chooses the twin as well (with the
+reference codec's functions). :func:`use` switches; lookups opened after a
 switch follow it.
 """
 
@@ -38,7 +51,8 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import config
@@ -48,8 +62,20 @@ from ..format import Record, implementations, recordcodec
 from ..format.implementations import Name
 from ..format.spec import Codec
 from ..storage.cache import ONE_PREAD
+from .pypoint import PointLookup, PyPoint
 
-__all__ = ["ENV_VAR", "TarFinisher", "active", "available", "load", "open_point", "use"]
+__all__ = [
+    "ENV_VAR",
+    "PointLookup",
+    "PyPoint",
+    "TarFinisher",
+    "active",
+    "available",
+    "is_compiled",
+    "load",
+    "open_point",
+    "use",
+]
 
 ENV_VAR = config.env_var("point_lookup")
 
@@ -108,6 +134,11 @@ implementations.register(
 )
 
 
+def is_compiled(point: object) -> bool:
+    """Whether ``point`` (a lookup's, from :func:`open_point`) is the compiled one."""
+    return _compiled is not None and isinstance(point, _compiled.Point)
+
+
 def active() -> Name:
     """``"compiled"`` if new lookups take the compiled path, else ``"python"``."""
     return implementations.active(COMPONENT)
@@ -128,17 +159,18 @@ def use(name: str) -> Name:
 
 def open_point(
     raw: RawConnection,
+    gate: threading.RLock,
     sql: str,
     shards: dict[int, tuple[str, int] | None],
-    fds: Any,
+    fds: Mapping[str, int],
     touch: Callable[[str], None],
     unpack: Callable[..., Any],
     texts: dict[Any, Any],
     tars: dict[int, str],
     parse: Callable[[str], list[tuple[str, str, Codec]]],
     batch_sql: str | None = None,
-) -> Any | None:
-    """The compiled point lookup for a lookup's state, or None where it does not apply.
+) -> PointLookup:
+    """The point lookup for a lookup's state: the compiled one where it applies, else the twin.
 
     ``sql`` is the lookup's own statement (bound as dataset, key hash,
     key; it selects shard id, offset, length, spans and layout id);
@@ -148,12 +180,34 @@ def open_point(
     gives a layout's entries to the :class:`TarFinisher` of tar samples. The object's
     ``get(dataset, key, decode)`` returns a record or None. ``batch_sql`` is the
     lookup's batch statement of whole records at the latest version (bound as
-    dataset and a JSON array of key hashes): the object's ``rows(dataset,
-    hashes)`` returns its rows as the Python driver would, or None.
+    dataset and a JSON array of key hashes, an array on PostgreSQL): the object's
+    ``rows(dataset, hashes)`` returns its rows as the Python driver would, or None.
+    ``gate`` is the lookup's, held by each call of the Python twin.
     """
+    finish = TarFinisher(raw.query, raw.placeholder, parse, recordcodec.tar_record)
+    compiled = _open_compiled(raw, sql, shards, fds, touch, unpack, texts, tars, finish, batch_sql)
+    if compiled is not None:
+        return compiled
+    return PyPoint(
+        raw, gate, sql, shards, fds, touch, unpack, texts, ONE_PREAD, tars, finish, batch_sql
+    )
+
+
+def _open_compiled(
+    raw: RawConnection,
+    sql: str,
+    shards: dict[int, tuple[str, int] | None],
+    fds: Mapping[str, int],
+    touch: Callable[[str], None],
+    unpack: Callable[..., Any],
+    texts: dict[Any, Any],
+    tars: dict[int, str],
+    finish: TarFinisher,
+    batch_sql: str | None,
+) -> PointLookup | None:
+    """The compiled ``Point`` for a lookup's state, or None where it does not apply."""
     if active() != "compiled" or recordcodec.active() != "compiled" or raw.dialect != "sqlite":
         return None
-    tar_record = recordcodec.tar_record
     # URI options (mode=, immutable=, vfs=...): only the Python driver applies them.
     if raw.url.query:
         return None
@@ -166,7 +220,7 @@ def open_point(
         # The same busy timeout and page cache as the lookup's Python connection.
         (busy_ms,) = conn.execute("PRAGMA busy_timeout").fetchone()
         (cache_size,) = conn.execute("PRAGMA cache_size").fetchone()
-        return _compiled.Point(
+        return _compiled.Point(  # type: ignore[no-any-return]
             file,
             sql,
             int(busy_ms),
@@ -178,30 +232,31 @@ def open_point(
             texts,
             ONE_PREAD,
             tars,
-            TarFinisher(raw.query, raw.placeholder, parse, tar_record),
+            finish,
             batch_sql,
         )
     except Exception as e:
         # Cannot open or prepare (or a file name SQLite cannot hand back as
-        # text): the Python path serves this lookup, as it would without C.
+        # text): the Python twin serves this lookup, as it would without C.
         _log.debug("compiled point lookup off for %s: %s", raw.url, e)
         return None
 
 
 class TarFinisher:
-    """What the compiled point lookup needs to finish a tar sample's record.
+    """What the point lookup (compiled or twin) needs to finish a tar sample's record.
 
-    The compiled lookup calls the record codec's ``tar_record``
-    (:attr:`decode`: ``read_tar_record`` compiled, every payload's CRC32C
-    checked, the same :class:`~shardcat.format.Record` (:attr:`record`) and
-    entries) itself, with the layout's ``(name, content_type)`` pairs from
-    :attr:`specs`, which it fills by calling this object on a miss: one
-    query per layout and thread (a layout never changes for an id). None,
-    or any error, tells the compiled path "not handled": the Python path
-    then asks again and raises the typed error from ``read_tar_record``
-    itself. Not a method of the lookup: the compiled lookup holds it, and a
-    bound method would make a reference cycle of the two. ``query`` is the
-    lookup's ``RawConnection.query``, ``parse`` its shared ``LayoutCache.get``.
+    The point lookup calls the record codec's ``tar_record``
+    (:attr:`decode`: ``read_tar_record`` compiled or its reference, every
+    payload's CRC32C checked, the same :class:`~shardcat.format.Record`
+    (:attr:`record`) and entries) itself, with the layout's
+    ``(name, content_type)`` pairs from :attr:`specs`, which it fills by
+    calling this object on a miss: one query per layout and thread (a
+    layout never changes for an id). None, or any error, tells the point
+    lookup "not handled": the Python path then asks again and raises the
+    typed error from ``read_tar_record`` itself. Not a method of the lookup:
+    the point lookup holds it, and a bound method would make a reference
+    cycle of the two. ``query`` is the lookup's ``RawConnection.query``,
+    ``parse`` its shared ``LayoutCache.get``.
     """
 
     __slots__ = ("_parse", "_query", "_sql", "decode", "record", "specs")
