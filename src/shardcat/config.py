@@ -211,7 +211,7 @@ SETTINGS: tuple[Setting, ...] = (
         "auto",
         "auto, compiled, python",
         "The point lookup's compiled path where built and SQLite's functions were found "
-        "(`auto`), or the Python path. Chosen when the catalog is imported.",
+        "(`auto`), or its Python twin (`reading/pypoint.py`). Chosen when the catalog is imported.",
         "implementation",
     ),
     Setting(
