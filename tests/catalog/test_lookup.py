@@ -12,7 +12,7 @@ import random
 import pytest
 
 from shardcat.errors import DatasetNotFoundError, KeyNotFoundError, ShardNotFoundError
-from shardcat.reading import Catalog, point
+from shardcat.reading import Catalog
 
 from .helpers import (
     QueryCounter,
@@ -48,16 +48,9 @@ def test_get_returns_the_sample_with_one_query_and_one_read(cat, store, reads):
     key = shard_keys(1)[7]
     cat.get("train", shard_keys(0)[0])  # warm: opens the connection, prepares statements
     reads.clear()
-    lookup = cat._lookup()
-    # A shard not open yet is not handled by the point lookup (point.py): the
-    # Python twin's step of the statement is sent before the Python path's
-    # (the compiled one's runs on its own connection; with no local shard
-    # open, the twin asks nothing).
-    declined = int(not point.is_compiled(lookup._point_lookup) and bool(lookup._fds))
     with QueryCounter(cat) as q:
         record = cat.get("train", key)
-    assert q.count == 1 + declined, q.statements
-    assert len(set(q.statements)) == 1, q.statements  # the same statement
+    assert q.count == 1, q.statements
     assert reads.count == 1, reads.reads
     assert reads.other_requests == []  # S3: no HEAD or listing either
     loc = cat.locate("train", key)

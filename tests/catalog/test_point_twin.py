@@ -6,13 +6,15 @@ with what changes that state (shards cached or not, files open or
 closed, keys deleted, shards moved, records corrupted) and checks after
 each lookup that the compiled ``Point``, the twin with the compiled codec
 and the twin with the reference codec give the same record, or all three
-None ("not handled"). The twin also serves catalogs the compiled one
-never opens (in memory, PostgreSQL): there the Python path is asked only
-for what the twin does not handle.
+None ("not handled"). In the Python mode the twin serves file-backed
+SQLite catalogs and hands what it does not handle to the Python path with
+the rows it fetched; other catalogs (in memory, PostgreSQL) get a point
+lookup that declines at once: no statement runs twice.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -26,7 +28,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from shardcat.catalog import internal
 from shardcat.catalog.spans import unpack_spans
-from shardcat.errors import KeyNotFoundError, ShardcatError
+from shardcat.errors import DatasetNotFoundError, KeyNotFoundError, ShardcatError
 from shardcat.format import recordcodec, records
 from shardcat.format.checksums import signed_key_hashes
 from shardcat.format.tar import scan_tar
@@ -35,7 +37,7 @@ from shardcat.reading import Catalog, point
 from shardcat.storage.cache import ONE_PREAD
 from shardcat.testing.tars import wds_samples, write_wds_tar
 
-from .helpers import machine_settings, make_dataset, shard_keys
+from .helpers import QueryCounter, machine_settings, make_dataset, shard_keys
 
 compiled_only = pytest.mark.skipif(
     not point.available() or recordcodec.active() != "compiled",
@@ -312,22 +314,9 @@ def test_each_case_is_handled_by_both_or_by_neither(sqlite_url: str, local_root:
         assert points.twin.rows("train", [1]) is None
 
 
-class _CountingGet:
-    """Counts the calls of a lookup's Python path (``Lookup.get``)."""
-
-    def __init__(self, cat: Catalog) -> None:
-        lookup = cat._lookup()
-        self.inner, self.calls = lookup.get, 0
-        lookup.get = self  # type: ignore[method-assign]
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls += 1
-        return self.inner(*args, **kwargs)
-
-
 @pytest.fixture(params=["sqlite-python", "sqlite-memory", "postgresql"])
-def twin_catalog(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Catalog]:
-    """A catalog whose lookup has the Python twin: the switch off, in memory, PostgreSQL."""
+def python_catalog(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Catalog]:
+    """A catalog without the compiled lookup: the switch off, in memory, PostgreSQL."""
     if request.param == "sqlite-python":
         url = f"sqlite:///{tmp_path / 'catalog.db'}"
     elif request.param == "sqlite-memory":
@@ -345,22 +334,48 @@ def twin_catalog(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cat
         yield cat
 
 
-def test_the_twin_serves_the_catalogs_the_compiled_lookup_does_not(
-    twin_catalog: Catalog, local_root: str
+def _statements(cat: Catalog, call: Any) -> int:
+    """Statements ``call()`` sends (its ShardcatError kept)."""
+    with QueryCounter(cat) as q, contextlib.suppress(ShardcatError):
+        call()
+    return q.count
+
+
+def test_the_twin_runs_in_the_python_mode_and_never_runs_the_statement_twice(
+    python_catalog: Catalog, local_root: str
 ) -> None:
-    cat = twin_catalog
-    assert isinstance(cat._lookup()._point_lookup, point.PyPoint)
+    """The twin where the compiled lookup would run; a declining one elsewhere (no statement)."""
+    cat = python_catalog
+    point_lookup = cat._lookup()._point_lookup
+    file_backed = cat.url.startswith("sqlite:///")
+    assert type(point_lookup) is (point.PyPoint if file_backed else point.NoPoint)
     make_dataset(cat, local_root, 2)
     keys = shard_keys(0) + shard_keys(1)
-    counter = _CountingGet(cat)
-    first = [cat.get("train", k) for k in keys]
-    # The Python path: the first lookup (nothing cached) and the first in the second file.
-    assert counter.calls == 2
-    assert [content(r) for r in first] == [content(cat.get("train", k)) for k in keys]
-    assert counter.calls == 2  # every other lookup: the twin
+    first = [cat.get("train", keys[0])]  # the shards cached, the first file open
+    # A key in the file not open yet, a hit: the point statement alone. A
+    # missing key: it, then the error path's own queries (its hints).
+    assert _statements(cat, lambda: first.append(cat.get("train", keys[-1]))) == 1
+    assert _statements(cat, lambda: first.append(cat.get("train", keys[1]))) == 1
+    hints = _statements(cat, lambda: cat._lookup()._missing("train", "nope"))
+    assert _statements(cat, lambda: cat.get("train", "nope")) == 1 + hints
+    with pytest.raises(KeyNotFoundError):
+        cat.get("train", "nope")
+    with pytest.raises(DatasetNotFoundError):
+        cat.get("no-such", keys[0])
+    again = [cat.get("train", k) for k in (keys[0], keys[-1], keys[1])]
+    assert [content(r) for r in again] == [content(r) for r in first]
+    direct = point_lookup.get("train", keys[1], recordcodec.decode_spanned)
+    if file_backed:  # the twin itself: the same record as the Python path
+        assert content(direct) == content(first[2])
+    else:  # declines at once, running nothing
+        with QueryCounter(cat) as q:
+            assert direct is None
+            assert point_lookup.get("train", keys[1], recordcodec.decode_spanned) is None
+            assert point_lookup.rows("train", [1, 2]) is None
+        assert q.count == 0
     batch = cat.get_many("train", [*keys, "nope"])
     assert batch.missing == ["nope"]
-    assert [content(r) for r in batch.records[:-1]] == [content(r) for r in first]
+    assert [r.key for r in batch.records[:-1]] == keys
     cat.delete_keys("train", [keys[0]])
     with pytest.raises(ShardcatError, match="deleted it"):
         cat.get("train", keys[0])

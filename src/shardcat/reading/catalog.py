@@ -290,9 +290,11 @@ class Catalog(SqlCatalog):
         if lookup is None or lookup.generation != fork_generation():
             lookup = self._lookup()
         if entries is None and version is None:
-            # The point lookup (point.py): compiled, or its Python twin; None:
-            # not handled there, or closed. The compiled one fences itself
-            # (_cpoint.c, "Lifetimes"), the twin takes the gate: none here.
+            # The point lookup (point.py): compiled, its Python twin (which
+            # hands the rows it fetched to the Python path: a missing key
+            # raises here), or none; None: not handled there, or closed. The
+            # compiled one fences itself (_cpoint.c, "Lifetimes"), the twin
+            # takes the gate: none here.
             record = lookup.fast_get(dataset, key, recordcodec.decode_spanned)
             if record is not None:
                 return record

@@ -120,8 +120,8 @@ class Lookup:
 
         Its connections, statements and open files are used without the GIL
         (SQLite steps, ``pread``): closing them under a call in flight was a
-        use after free. Its Python point lookup (:attr:`fast_get`) holds
-        it too; the compiled one fences itself instead (its ``busy``; a lock
+        use after free. Its Python twin point lookup (:attr:`fast_get`)
+        holds it too; the compiled one fences itself instead (its ``busy``; a lock
         per lookup would cost ~7 % of its instructions), and :meth:`close`
         waits for it as well.
         Re-entrant: a signal handler or finalizer of the same thread may close
@@ -152,7 +152,8 @@ class Lookup:
         self._texts: dict[Any, Any] = {}  # the record codec's memo of entry names and types
         self._read_pool: list[bytes] = []  # local batches' buffers, lent again (_POOL_BUFFERS)
         # The point lookup (point.py): the same statement, cache and
-        # descriptors, in one C call where it is compiled, else its Python twin.
+        # descriptors, in one C call where it is compiled, else its Python
+        # twin (file-backed SQLite, Python mode), else one that declines.
         self._point_lookup: PointLookup = open_point(
             self.raw,
             self.gate,
@@ -165,6 +166,7 @@ class Lookup:
             self._tars,
             layouts.get,
             self._batch,
+            self._from_rows,  # a cycle until close() (PyPoint.close drops it)
         )
         self.fast_get: Callable[[str, str, Callable[..., Any]], Record | None] = (
             self._point_lookup.get
@@ -308,6 +310,14 @@ class Lookup:
             rows = self.raw.execute(sql, params).fetchall()
         except Exception as e:
             rows = self.raw.recover(e, sql, params)
+        return self._from_rows(dataset, key, h, rows)
+
+    def _from_rows(self, dataset: str, key: str, h: int, rows: list[Any]) -> Record:
+        """The latest whole record of ``key`` from the point statement's ``rows`` (:meth:`get`).
+
+        Also the Python twin's ``rest`` (pypoint.py): what it does not
+        handle once it has run the statement comes here with its rows.
+        """
         if not rows:
             raise self._missing(dataset, key, None)
         shard_id, offset, length, spans, _ = rows[0]

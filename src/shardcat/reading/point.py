@@ -1,10 +1,10 @@
-"""The point lookup: the compiled one (``_cpoint.c``) where it runs, else its Python twin.
+"""The point lookup: the compiled one (``_cpoint.c``), its Python twin, or none.
 
 ``Catalog.get(dataset, key)`` of the latest version's whole record first
 asks the lookup's point object (``Lookup.fast_get``); ``get_many`` of whole
 records at the latest version asks it for the batch statement's rows. Every
-lookup has one, of either kind, with the same calls and the same answers
-(:func:`open_point`):
+lookup has one, with the same calls (:func:`open_point`), so callers never
+ask which:
 
 * the compiled ``Point`` (file-backed SQLite catalogs) does it in one C
   call: the key's hash, one step of the *same* prepared statement the
@@ -15,18 +15,24 @@ lookup has one, of either kind, with the same calls and the same answers
   (cached per layout id; a :class:`TarFinisher` fills the cache) and calls
   the record codec's ``tar_record`` (``read_tar_record`` compiled, every
   CRC32C checked). It runs on a read-only connection of its own;
-* :class:`~.pypoint.PyPoint`, its Python twin (every other catalog:
-  in-memory SQLite, SQLite URI options, PostgreSQL; and wherever the
-  compiled one is off), takes the same steps on the lookup's own
-  connection, with the record codec's functions it is handed.
+* :class:`~.pypoint.PyPoint`, its Python twin, where the compiled one would
+  run (file-backed SQLite) in the Python mode (below): the same steps on
+  the lookup's own connection, with the record codec's functions it is
+  handed; the reference the compiled one is tested against;
+* :class:`~.pypoint.NoPoint` everywhere else (PostgreSQL, in-memory
+  SQLite, SQLite URI options, a compiled one that could not open): it
+  declines every call at once, running nothing.
 
-Either returns "not handled" (None) in the same cases: no row, a statement
+The compiled one returns "not handled" (None) for: no row, a statement
 that fails, a shard not cached yet, no open descriptor, a read that fails
 or comes back short, a record the decoder or the finisher rejects, a
-closed lookup, a forked child's copy. The Python path in :mod:`.lookup`
+closed lookup, a forked child's copy; the Python path in :mod:`.lookup`
 then answers (entries= and version= always go there), so its errors and
-recovery stay the only ones. ``tests/catalog/test_point_twin.py`` runs the
-two side by side on the same lookup state.
+recovery stay the only ones. The twin declines in the same cases, but
+once it has run the statement it hands the rows to that Python path
+instead of returning None: the statement never runs twice in the Python
+mode. ``tests/catalog/test_point_twin.py`` runs the two side by side on
+the same lookup state.
 
 SQLite's functions are looked up at run time in the library Python's own
 ``_sqlite3`` module uses: a second copy of SQLite in one process would
@@ -40,7 +46,7 @@ cannot be found, the compiled path is off.
 ``compiled``
     The same, and importing shardcat fails where it is not available.
 ``python``
-    The Python twin only.
+    The Python twin (on file-backed SQLite) and the Python path.
 
 ``SHARDCAT_RECORD_CODEC=python`` chooses the twin as well (with the
 reference codec's functions). :func:`use` switches; lookups opened after a
@@ -62,10 +68,11 @@ from ..format import Record, implementations, recordcodec
 from ..format.implementations import Name
 from ..format.spec import Codec
 from ..storage.cache import ONE_PREAD
-from .pypoint import PointLookup, PyPoint
+from .pypoint import NoPoint, PointLookup, PyPoint, Rest
 
 __all__ = [
     "ENV_VAR",
+    "NoPoint",
     "PointLookup",
     "PyPoint",
     "TarFinisher",
@@ -169,8 +176,9 @@ def open_point(
     tars: dict[int, str],
     parse: Callable[[str], list[tuple[str, str, Codec]]],
     batch_sql: str | None = None,
+    rest: Rest | None = None,
 ) -> PointLookup:
-    """The point lookup for a lookup's state: the compiled one where it applies, else the twin.
+    """The point lookup for a lookup's state: compiled, its Python twin, or one that declines.
 
     ``sql`` is the lookup's own statement (bound as dataset, key hash,
     key; it selects shard id, offset, length, spans and layout id);
@@ -182,14 +190,26 @@ def open_point(
     lookup's batch statement of whole records at the latest version (bound as
     dataset and a JSON array of key hashes, an array on PostgreSQL): the object's
     ``rows(dataset, hashes)`` returns its rows as the Python driver would, or None.
-    ``gate`` is the lookup's, held by each call of the Python twin.
+    ``gate`` is the lookup's, held by each call of the Python twin; ``rest``
+    its Python path from the point statement's rows on, to which the twin
+    hands what it does not handle once it has run the statement.
+
+    The twin serves where the compiled one would (a file-backed SQLite
+    catalog) in the Python mode, as its reference; elsewhere (PostgreSQL,
+    in-memory SQLite, URI options, or a compiled one that could not open)
+    a :class:`NoPoint` declines every call without running anything.
     """
+    if raw.dialect != "sqlite" or raw.url.query or raw.url.database in (None, "", ":memory:"):
+        # URI options (mode=, immutable=, vfs=...): only the Python driver applies them.
+        return NoPoint()
     finish = TarFinisher(raw.query, raw.placeholder, parse, recordcodec.tar_record)
-    compiled = _open_compiled(raw, sql, shards, fds, touch, unpack, texts, tars, finish, batch_sql)
-    if compiled is not None:
-        return compiled
+    if active() == "compiled" and recordcodec.active() == "compiled":
+        compiled = _open_compiled(
+            raw, sql, shards, fds, touch, unpack, texts, tars, finish, batch_sql
+        )
+        return NoPoint() if compiled is None else compiled
     return PyPoint(
-        raw, gate, sql, shards, fds, touch, unpack, texts, ONE_PREAD, tars, finish, batch_sql
+        raw, gate, sql, shards, fds, touch, unpack, texts, ONE_PREAD, tars, finish, batch_sql, rest
     )
 
 
@@ -205,12 +225,7 @@ def _open_compiled(
     finish: TarFinisher,
     batch_sql: str | None,
 ) -> PointLookup | None:
-    """The compiled ``Point`` for a lookup's state, or None where it does not apply."""
-    if active() != "compiled" or recordcodec.active() != "compiled" or raw.dialect != "sqlite":
-        return None
-    # URI options (mode=, immutable=, vfs=...): only the Python driver applies them.
-    if raw.url.query:
-        return None
+    """The compiled ``Point`` for a file-backed SQLite lookup's state, or None if it cannot open."""
     conn = raw.conn
     try:
         rows = conn.execute("PRAGMA database_list").fetchall()
@@ -237,7 +252,7 @@ def _open_compiled(
         )
     except Exception as e:
         # Cannot open or prepare (or a file name SQLite cannot hand back as
-        # text): the Python twin serves this lookup, as it would without C.
+        # text): the Python path serves this lookup, as it would without C.
         _log.debug("compiled point lookup off for %s: %s", raw.url, e)
         return None
 
