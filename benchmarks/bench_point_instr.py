@@ -14,6 +14,8 @@ lookup from run to run.
   (issue 11: a tar lookup's target is the native one's ratio to the limit);
 * ``limit``: the raw sqlite3 query of ``bench_catalog.py`` (the key's hash
   precomputed) plus one ``os.pread`` on a descriptor kept open;
+* ``miss`` (only with ``--modes``): ``Catalog.get("train", key)`` of keys the
+  catalog does not have (``KeyNotFoundError``, its hints' queries included);
 * ``batch`` (only with ``--modes``): ``Catalog.get_many("train", keys)`` of
   ``--batch-keys`` keys (default 1,000), per batch: the batch path's compiled
   ``rows()`` and ``read_packed``.
@@ -35,6 +37,7 @@ Nothing here is a test: it prints counts and their ratio, never asserts.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -114,6 +117,16 @@ def run(folder: str, mode: str, count: int, batch_keys: int = 1000) -> None:
         for b in batches[3:]:
             cat.get_many("train", b)
         return
+    if mode == "miss":
+        from shardcat.errors import KeyNotFoundError
+        from shardcat.reading import Catalog
+
+        cat = Catalog(f"sqlite:///{folder}/catalog.db")
+        cat.get("train", sample[0])  # warm: the shard cache loaded, a shard open
+        for k in [f"nope/{i}" for i in range(WARM // 10 + count)]:
+            with contextlib.suppress(KeyNotFoundError):
+                cat.get("train", k)
+        return
     if mode in ("ours", "tar"):
         from shardcat.reading import Catalog
 
@@ -189,9 +202,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lookups", type=int, default=2_000)
     parser.add_argument("--prepare", metavar="DIR", help="only make the catalog and shards in DIR")
     parser.add_argument("--run", metavar="DIR", help="only run lookups on DIR (under valgrind)")
-    parser.add_argument("--mode", choices=["ours", "tar", "limit", "batch", "none"], default="ours")
     parser.add_argument(
-        "--modes", default="ours,tar,limit", help="kinds measured, comma-separated (also: batch)"
+        "--mode", choices=["ours", "tar", "limit", "miss", "batch", "none"], default="ours"
+    )
+    parser.add_argument(
+        "--modes",
+        default="ours,tar,limit",
+        help="kinds measured, comma-separated (also: miss, batch)",
     )
     parser.add_argument("--batch-keys", type=int, default=1000, help="keys per get_many (batch)")
     args = parser.parse_args(argv)

@@ -212,7 +212,8 @@ SETTINGS: tuple[Setting, ...] = (
         "auto",
         "auto, compiled, python",
         "The point lookup's compiled path where built and SQLite's functions were found "
-        "(`auto`), or the Python path. Chosen when the catalog is imported.",
+        "(`auto`), or the Python path (its twin `reading/pypoint.py` on file-backed SQLite). "
+        "Chosen when the catalog is imported.",
         "implementation",
     ),
     Setting(

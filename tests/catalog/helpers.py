@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import event
 
 import shardcat
-from shardcat.reading import Catalog
+from shardcat.reading import Catalog, point
 
 KEYS_PER_SHARD = 40
 
@@ -98,16 +98,22 @@ def descriptors_of(path: str | os.PathLike[str]) -> list[int]:
 
 
 class _CountingRows:
-    """The compiled lookup, its ``rows()`` calls that ran the batch statement counted."""
+    """The compiled lookup, its ``rows()`` and ``get()`` calls that ran a statement counted."""
 
-    def __init__(self, inner: Any, sql: str, statements: list[str]) -> None:
-        self.inner, self.sql, self.statements = inner, sql, statements
+    def __init__(self, inner: Any, sql: str, point_sql: str, statements: list[str]) -> None:
+        self.inner, self.sql, self.point_sql, self.statements = inner, sql, point_sql, statements
 
     def rows(self, dataset: str, hashes: list[int]) -> Any:
         rows = self.inner.rows(dataset, hashes)
         if rows is not None:
             self.statements.append(self.sql)
         return rows
+
+    def get(self, dataset: str, key: str, decode: Any) -> Any:
+        record = self.inner.get(dataset, key, decode)
+        if record is not None:  # it stepped its point statement (a None may not have)
+            self.statements.append(self.point_sql)
+        return record
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -153,18 +159,23 @@ class QueryCounter:
     def __enter__(self) -> QueryCounter:
         lookup = self.cat._lookup()
         self._hook(lookup.raw.conn)
-        # A batch's statement stepped on the compiled lookup's own connection
-        # (_cpoint.c rows()) is sent too, though not through the DBAPI one.
-        self._compiled = lookup, lookup._point_c
-        if lookup._point_c is not None:
-            lookup._point_c = _CountingRows(lookup._point_c, lookup._batch, self.statements)
+        # A statement stepped on the compiled lookup's own connection
+        # (_cpoint.c get() and rows()) is sent too, though not through the
+        # DBAPI one. (The Python twin steps them on the DBAPI connection.)
+        self._compiled = lookup, lookup._point_lookup, lookup.fast_get
+        if point.is_compiled(lookup._point_lookup):
+            counting = _CountingRows(
+                lookup._point_lookup, lookup._batch, lookup._record_by_shard, self.statements
+            )
+            lookup._point_lookup = counting
+            lookup.fast_get = counting.get
         event.listen(self.cat.engine, "checkout", self._on_checkout)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         event.remove(self.cat.engine, "checkout", self._on_checkout)
-        lookup, compiled = self._compiled
-        lookup._point_c = compiled
+        lookup, compiled, lookup.fast_get = self._compiled
+        lookup._point_lookup = compiled
         for conn in self._hooked:
             if isinstance(conn, sqlite3.Connection):
                 conn.set_trace_callback(None)

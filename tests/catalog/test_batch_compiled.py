@@ -47,9 +47,9 @@ def _hashes(keys: list[str]) -> list[int]:
 def _both(cat: Catalog, dataset: str, keys: list[str]) -> tuple[Any, list[Any]]:
     """The compiled rows (None: not handled) and the Python driver's rows of one batch."""
     lookup = cat._lookup()
-    assert lookup._point_c is not None, "the compiled lookup is off for this catalog"
+    assert point.is_compiled(lookup._point_lookup), "the compiled lookup is off for this catalog"
     hashes = _hashes(keys)
-    fast = lookup._point_c.rows(dataset, hashes)
+    fast = lookup._point_lookup.rows(dataset, hashes)
     slow = lookup._query(lookup._batch, (dataset, json.dumps(hashes)))
     return fast, slow
 
@@ -106,7 +106,7 @@ def test_rows_equal_the_drivers_in_every_state_the_statement_decides(cat, local_
     previous = point.use("python")
     try:
         with Catalog(cat.url) as slow:
-            assert slow._lookup()._point_c is None
+            assert not point.is_compiled(slow._lookup()._point_lookup)
             assert _described(slow.get_many("train", asked)) == _described(compiled)
     finally:
         point.use(previous)
@@ -134,7 +134,7 @@ def test_colliding_hashes_come_back_as_rows_and_never_as_the_wrong_record(cat, l
     # hashes), and the key check after it drops it.
     fast, slow = _both(cat, "train", keys[:3])
     lookup = cat._lookup()
-    wrong = lookup._point_c.rows("train", _hashes([keys[0]]))
+    wrong = lookup._point_lookup.rows("train", _hashes([keys[0]]))
     assert [r[4] for r in wrong] == [keys[0]]
     table = recordcodec.batch_table(wrong, {"not-" + keys[0]: None})
     assert table.keys == []
@@ -146,7 +146,7 @@ def test_a_close_asked_while_the_batch_runs_leaves_it_to_the_python_path(cat, lo
     out: the Python path answers, with the closed lookup's error."""
     make_dataset(cat, local_root, 1)
     keys = shard_keys(0)
-    c = cat._lookup()._point_c
+    c = cat._lookup()._point_lookup
     # Long enough to be closed in the middle: 200,000 hashes probed, a few of them live keys.
     rng = random.Random(0)
     hashes = _hashes(keys) + [rng.randrange(-(2**63), 2**63) for _ in range(200_000)]
@@ -172,7 +172,7 @@ def test_unusual_cases_go_back_to_the_python_path(cat, local_root, sqlite_url):
     make_dataset(cat, local_root, 1)
     keys = shard_keys(0)
     lookup = cat._lookup()
-    c = lookup._point_c
+    c = lookup._point_lookup
     assert c.rows("train", []) == []
     assert c.rows(7, _hashes(keys)) is None  # type: ignore[arg-type]
     assert c.rows("bad\udcff", _hashes(keys)) is None  # not UTF-8: the Python path
@@ -202,7 +202,7 @@ def test_unusual_cases_go_back_to_the_python_path(cat, local_root, sqlite_url):
 def test_a_forked_child_never_steps_the_parents_statement(cat, local_root):
     make_dataset(cat, local_root, 1)
     keys = shard_keys(0)
-    parent = cat._lookup()._point_c
+    parent = cat._lookup()._point_lookup
     assert parent.rows("train", _hashes(keys)) is not None
 
     def child() -> Any:
@@ -228,7 +228,7 @@ def test_batches_while_another_process_commits_and_deletes(sqlite_url, local_roo
             finished = done.value
             floor, gone = published.value, removed.value
             asked = [*hot, f"staged/{floor}", "gone/1"]
-            handled += lookup._point_c.rows("train", _hashes(asked)) is not None
+            handled += lookup._point_lookup.rows("train", _hashes(asked)) is not None
             result = _by_key(cat.get_many("train", asked))
             for key in hot:
                 g = int(result[key]["txt"].decode())

@@ -58,6 +58,10 @@ def test_get_returns_the_sample_with_one_query_and_one_read(cat, store, reads):
     assert record.key == key
     assert record.decode() == {"__key__": key, **sample(key)}
     assert loc.url == infos[1].path
+    # The shard open: one statement, the point lookup's.
+    with QueryCounter(cat) as q:
+        assert cat.get("train", shard_keys(1)[8]).key == shard_keys(1)[8]
+    assert q.count == 1, q.statements
 
 
 def test_get_one_entry_reads_only_that_entry(cat, store, reads):

@@ -58,9 +58,9 @@ def cat(sqlite_url: str) -> Iterator[Catalog]:
 
 def _fast(cat: Catalog, dataset: str, key: str) -> Any:
     """The compiled path alone: a record, or None (not handled)."""
-    fast = cat._lookup().fast_get
-    assert fast is not None, "the compiled point lookup is off for this catalog"
-    return fast(dataset, key, recordcodec.decode_spanned)
+    lookup = cat._lookup()
+    assert point.is_compiled(lookup._point_lookup), "the compiled point lookup is off here"
+    return lookup.fast_get(dataset, key, recordcodec.decode_spanned)
 
 
 def _warm(cat: Catalog, dataset: str, key: str) -> None:
@@ -96,7 +96,7 @@ def test_both_paths_return_identical_records_for_every_key(sqlite_url, local_roo
     finally:
         point.use(previous)
     try:
-        assert slow_cat._lookup().fast_get is None
+        assert not point.is_compiled(slow_cat._lookup()._point_lookup)
         keys = [k for i in range(3) for k in shard_keys(i)]
         for i in range(3):
             _warm(fast_cat, "train", shard_keys(i)[0])
@@ -282,8 +282,14 @@ def test_corrupted_bytes_give_the_python_paths_error(cat, local_root):
     assert _fast(cat, "train", key) is None
     with pytest.raises(FormatError) as fast_error:
         cat.get("train", key)
-    with Catalog(cat.url) as slow:
-        slow._lookup().fast_get = None
+    previous = point.use("python")
+    try:
+        slow = Catalog(cat.url)
+        slow._lookup()  # opened now: it follows the switch
+    finally:
+        point.use(previous)
+    with slow:
+        assert not point.is_compiled(slow._lookup()._point_lookup)
         with pytest.raises(FormatError) as slow_error:
             slow.get("train", key)
     assert type(fast_error.value) is type(slow_error.value)
@@ -402,7 +408,8 @@ def test_close_finalizes_and_nothing_leaks_per_lookup(sqlite_url, local_root):
     keys = shard_keys(0)
     _warm(cat, "train", keys[0])
     lookup = cat._lookup()
-    c_point = lookup._point_c
+    c_point = lookup._point_lookup
+    assert point.is_compiled(c_point)
     fast = lookup.fast_get
     decode = recordcodec.decode_spanned
     dataset, key = "train", keys[9]
@@ -428,23 +435,24 @@ def test_close_finalizes_and_nothing_leaks_per_lookup(sqlite_url, local_root):
 def test_the_switches_turn_it_off(sqlite_url, local_root, python_path):
     with Catalog(sqlite_url) as cat:
         make_dataset(cat, local_root, 1)
-        assert cat._lookup().fast_get is None
+        assert not point.is_compiled(cat._lookup()._point_lookup)
         assert cat.get("train", shard_keys(0)[1]).key == shard_keys(0)[1]
     point.use("auto")
     previous = recordcodec.use("python")
     try:
         with Catalog(sqlite_url) as cat:
-            assert cat._lookup().fast_get is None  # the reference codec: the Python path
+            # The reference codec: the Python twin.
+            assert not point.is_compiled(cat._lookup()._point_lookup)
     finally:
         recordcodec.use(previous)
     with Catalog("sqlite://") as memory:  # in memory: no file another connection could open
-        assert memory._lookup().fast_get is None
+        assert not point.is_compiled(memory._lookup()._point_lookup)
     with pytest.raises(ValueError, match=point.ENV_VAR):
         point.use("fast")
     point.use("compiled")
     assert point.active() == "compiled"
     with Catalog(sqlite_url) as cat:
-        assert cat._lookup().fast_get is not None
+        assert point.is_compiled(cat._lookup()._point_lookup)
 
 
 def test_without_sqlites_functions_the_fast_path_is_off(sqlite_url, local_root):
@@ -453,7 +461,7 @@ def test_without_sqlites_functions_the_fast_path_is_off(sqlite_url, local_root):
         make_dataset(before, local_root, 1)
         _warm(before, "train", shard_keys(0)[0])
         old_fast = before._lookup().fast_get
-        assert old_fast is not None
+        assert point.is_compiled(before._lookup()._point_lookup)
         try:
             # A loaded library without SQLite in it (nor in what it links).
             assert point.load(ccodec.__file__) is False
@@ -461,7 +469,7 @@ def test_without_sqlites_functions_the_fast_path_is_off(sqlite_url, local_root):
             with pytest.raises(CodecUnavailableError, match="point lookup"):
                 point.use("compiled")
             with Catalog(sqlite_url) as after:
-                assert after._lookup().fast_get is None
+                assert not point.is_compiled(after._lookup()._point_lookup)
                 assert after.get("train", shard_keys(0)[2]).key == shard_keys(0)[2]
             # A lookup opened before keeps the functions it was opened with.
             assert old_fast("train", shard_keys(0)[2], recordcodec.decode_spanned) is not None
@@ -470,4 +478,4 @@ def test_without_sqlites_functions_the_fast_path_is_off(sqlite_url, local_root):
             assert point.load() is True
         point.use("auto")
         with Catalog(sqlite_url) as again:
-            assert again._lookup().fast_get is not None
+            assert point.is_compiled(again._lookup()._point_lookup)

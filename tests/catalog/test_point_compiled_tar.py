@@ -33,9 +33,9 @@ pytestmark = pytest.mark.skipif(
 
 def _fast(cat: Catalog, dataset: str, key: str) -> Any:
     """The compiled path alone: a record, or None (not handled)."""
-    fast = cat._lookup().fast_get
-    assert fast is not None, "the compiled point lookup is off for this catalog"
-    return fast(dataset, key, recordcodec.decode_spanned)
+    lookup = cat._lookup()
+    assert point.is_compiled(lookup._point_lookup), "the compiled point lookup is off here"
+    return lookup.fast_get(dataset, key, recordcodec.decode_spanned)
 
 
 def _python_catalog(url: str) -> Catalog:
@@ -43,7 +43,7 @@ def _python_catalog(url: str) -> Catalog:
     previous = point.use("python")
     try:
         cat = Catalog(url)
-        assert cat._lookup().fast_get is None
+        assert not point.is_compiled(cat._lookup()._point_lookup)
     finally:
         point.use(previous)
     return cat

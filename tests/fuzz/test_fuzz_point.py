@@ -208,8 +208,9 @@ def test_compiled_point_lookup_and_rows_match_the_python_path(seed: int, tmp_pat
         point.use(previous)
     try:
         fast = compiled._lookup().fast_get
-        c_point = compiled._lookup()._point_c
-        assert fast is not None and python._lookup().fast_get is None
+        c_point = compiled._lookup()._point_lookup
+        assert point.is_compiled(c_point)
+        assert not point.is_compiled(python._lookup()._point_lookup)
         decode = recordcodec.decode_spanned
         handled = 0
         rng = random.Random(seed)

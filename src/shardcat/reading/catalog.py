@@ -2,7 +2,7 @@
 
 It adds to :class:`~shardcat.catalog.catalog.SqlCatalog` what needs the
 shard files: the per-thread lookups (:mod:`.lookup`: one SQL query, then
-one ranged read; the compiled point lookup of :mod:`.point`), rebuilding
+one ranged read; the point lookup of :mod:`.point`, compiled or not), rebuilding
 rows from footers (``reindex``) and checking files against the catalog
 (``verify``, :mod:`.checks`), and what another process needs to open the
 same catalog (:class:`CatalogHandle`). Its lookups close with it, with
@@ -289,13 +289,15 @@ class Catalog(SqlCatalog):
         lookup: Lookup | None = getattr(self._local, "lookup", None)
         if lookup is None or lookup.generation != fork_generation():
             lookup = self._lookup()
-        fast = lookup.fast_get
-        if fast is not None and entries is None and version is None:
-            # The compiled point lookup (point.py); None: not handled there, or
-            # closed. It fences itself (_cpoint.c, "Lifetimes"): no gate here.
-            record = fast(dataset, key, recordcodec.decode_spanned)
+        if entries is None and version is None:
+            # The point lookup (point.py): compiled, its Python twin (which
+            # hands the rows it fetched to the Python path: a missing key
+            # raises here), or none; None: not handled there, or closed. The
+            # compiled one fences itself (_cpoint.c, "Lifetimes"), the twin
+            # takes the gate: none here.
+            record = lookup.fast_get(dataset, key, recordcodec.decode_spanned)
             if record is not None:
-                return record  # type: ignore[no-any-return]
+                return record
         # Held for the call: close() and a fork wait for it (Lookup.gate).
         with lookup.gate:
             if lookup.closed:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
 from functools import partial
 from itertools import pairwise
@@ -53,7 +53,7 @@ from ..storage import SourceCache, redact
 from ..storage.cache import ONE_PREAD
 from . import statements
 from .decode import decode_record
-from .point import open_point
+from .point import PointLookup, open_point
 
 __all__ = ["LayoutCache", "Lookup"]
 
@@ -120,9 +120,10 @@ class Lookup:
 
         Its connections, statements and open files are used without the GIL
         (SQLite steps, ``pread``): closing them under a call in flight was a
-        use after free. The compiled point lookup (:attr:`fast_get`)
-        fences itself instead (its ``busy``; a lock per lookup would cost
-        ~7 % of its instructions), and :meth:`close` waits for it as well.
+        use after free. Its Python twin point lookup (:attr:`fast_get`)
+        holds it too; the compiled one fences itself instead (its ``busy``; a lock
+        per lookup would cost ~7 % of its instructions), and :meth:`close`
+        waits for it as well.
         Re-entrant: a signal handler or finalizer of the same thread may close
         the lookup between two statements of a call."""
         self.closed = False
@@ -150,10 +151,12 @@ class Lookup:
         self._touch = self._sources.touch
         self._texts: dict[Any, Any] = {}  # the record codec's memo of entry names and types
         self._read_pool: list[bytes] = []  # local batches' buffers, lent again (_POOL_BUFFERS)
-        # The compiled point lookup (point.py): the same statement, cache and
-        # descriptors, in one C call; None where it does not apply.
-        self._point_c = open_point(
+        # The point lookup (point.py): the same statement, cache and
+        # descriptors, in one C call where it is compiled, else its Python
+        # twin (file-backed SQLite, Python mode), else one that declines.
+        self._point_lookup: PointLookup = open_point(
             self.raw,
+            self.gate,
             self._record_by_shard,
             self._shards,
             self._fds,
@@ -163,8 +166,11 @@ class Lookup:
             self._tars,
             layouts.get,
             self._batch,
+            self._from_rows,  # a cycle until close() (PyPoint.close drops it)
         )
-        self.fast_get: Any = None if self._point_c is None else self._point_c.get
+        self.fast_get: Callable[[str, str, Callable[..., Any]], Record | None] = (
+            self._point_lookup.get
+        )
         """``get(dataset, key, decode)``: the latest whole record, or None if not handled (then :meth:`get`)."""
 
     # --- SQL ---------------------------------------------------------------
@@ -287,7 +293,7 @@ class Lookup:
     ) -> Record:
         # The hot path: one statement, one pread, one compiled decode,
         # and as few Python frames around them as the checks allow (_hash inline).
-        # Catalog.get tries fast_get first; a None from it comes here.
+        # Catalog.get tries fast_get (the point lookup) first; a None from it comes here.
         try:
             h = _from_bytes(_xxh64_digest(key.encode("utf-8")), "big", signed=True)
         except (UnicodeEncodeError, AttributeError):
@@ -304,6 +310,14 @@ class Lookup:
             rows = self.raw.execute(sql, params).fetchall()
         except Exception as e:
             rows = self.raw.recover(e, sql, params)
+        return self._from_rows(dataset, key, h, rows)
+
+    def _from_rows(self, dataset: str, key: str, h: int, rows: list[Any]) -> Record:
+        """The latest whole record of ``key`` from the point statement's ``rows`` (:meth:`get`).
+
+        Also the Python twin's ``rest`` (pypoint.py): what it does not
+        handle once it has run the statement comes here with its rows.
+        """
         if not rows:
             raise self._missing(dataset, key, None)
         shard_id, offset, length, spans, _ = rows[0]
@@ -458,9 +472,9 @@ class Lookup:
         if version is not None:
             sql, extra = self._sql("batch" if names is None else "batch_entries", version)
         rows = None
-        if names is None and version is None and self._point_c is not None and hashes:
-            # The same statement, stepped in C (point.py: rows()); None: not handled there.
-            rows = self._point_c.rows(dataset, hashes)
+        if names is None and version is None and hashes:
+            # The same statement, through the point lookup (point.py: rows()); None: not handled there.
+            rows = self._point_lookup.rows(dataset, hashes)
         if rows is None:
             param: Any = hashes if self.dialect == "postgresql" else json.dumps(hashes)
             rows = self._query(sql, (dataset, param, *extra)) if hashes else []
@@ -649,13 +663,12 @@ class Lookup:
         if self.closed:
             return
         self.closed = True
-        self.fast_get = None
-        if self._point_c is not None:
-            self._point_c.close()  # new compiled calls are not handled; one in flight closes it
-            # A compiled call in flight on the lookup's thread (it takes no gate) still
-            # reads the files and may query the connection closed below: wait for it.
-            point_c, me = self._point_c, threading.get_ident()
-            fence.wait_for_compiled(lambda: point_c.busy not in (0, me))
+        point = self._point_lookup
+        point.close()  # new calls are not handled; a compiled one in flight closes it
+        # A compiled call in flight on the lookup's thread (it takes no gate) still
+        # reads the files and may query the connection closed below: wait for it.
+        me = threading.get_ident()
+        fence.wait_for_compiled(lambda: point.busy not in (0, me))
         self._sources.close()
         self._read_pool.clear()
         self.raw.close()

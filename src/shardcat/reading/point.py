@@ -1,24 +1,43 @@
-"""The compiled point lookup (``_cpoint.c``): whether it runs, and opening it for a lookup.
+"""The point lookup: the compiled one (``_cpoint.c``), its Python twin, or none.
 
-``Catalog.get(dataset, key)`` of the latest version's whole record on a
-file-backed SQLite catalog runs in one C call: the key's hash,
-one step of the *same* prepared statement the Python path runs (so the
-statement alone decides visibility: committed shards, live records), the
-shard's cached URL and open descriptor, one ``pread``, and the record
-codec's ``decode_spanned``. A tar shard takes the same
-statement, cache and ``pread``, then the layout's entry names (cached per layout id; a
-:class:`TarFinisher` fills the cache) and calls the record codec's
-``tar_record`` (``read_tar_record`` compiled, every CRC32C checked).
-Everything else (no row, any SQLite result code but a row, a shard not
-cached yet, a read that fails or comes back short, a record the decoder or
-the finisher rejects; entries=, version=, in-memory SQLite, PostgreSQL)
-comes back "not handled" and the Python path in :mod:`.lookup` answers, so
-its errors and recovery stay the only ones.
+``Catalog.get(dataset, key)`` of the latest version's whole record first
+asks the lookup's point object (``Lookup.fast_get``); ``get_many`` of whole
+records at the latest version asks it for the batch statement's rows. Every
+lookup has one, with the same calls (:func:`open_point`), so callers never
+ask which:
+
+* the compiled ``Point`` (file-backed SQLite catalogs) does it in one C
+  call: the key's hash, one step of the *same* prepared statement the
+  Python path runs (so the statement alone decides visibility: committed
+  shards, live records), the shard's cached URL and open descriptor, one
+  ``pread``, and the record codec's ``decode_spanned``. A tar shard takes
+  the same statement, cache and ``pread``, then the layout's entry names
+  (cached per layout id; a :class:`TarFinisher` fills the cache) and calls
+  the record codec's ``tar_record`` (``read_tar_record`` compiled, every
+  CRC32C checked). It runs on a read-only connection of its own;
+* :class:`~.pypoint.PyPoint`, its Python twin, where the compiled one would
+  run (file-backed SQLite) in the Python mode (below): the same steps on
+  the lookup's own connection, with the record codec's functions it is
+  handed; the reference the compiled one is tested against;
+* :class:`~.pypoint.NoPoint` everywhere else (PostgreSQL, in-memory
+  SQLite, SQLite URI options, a compiled one that could not open): it
+  declines every call at once, running nothing.
+
+The compiled one returns "not handled" (None) for: no row, a statement
+that fails, a shard not cached yet, no open descriptor, a read that fails
+or comes back short, a record the decoder or the finisher rejects, a
+closed lookup, a forked child's copy; the Python path in :mod:`.lookup`
+then answers (entries= and version= always go there), so its errors and
+recovery stay the only ones. The twin declines in the same cases, but
+once it has run the statement it hands the rows to that Python path
+instead of returning None: the statement never runs twice in the Python
+mode. ``tests/catalog/test_point_twin.py`` runs the two side by side on
+the same lookup state.
 
 SQLite's functions are looked up at run time in the library Python's own
 ``_sqlite3`` module uses: a second copy of SQLite in one process would
 break its POSIX locks (sqlite.org/howtocorrupt.html, 2.2.1). Where they
-cannot be found, the fast path is off.
+cannot be found, the compiled path is off.
 
 ``SHARDCAT_POINT_LOOKUP`` chooses, when shardcat is imported:
 
@@ -27,10 +46,10 @@ cannot be found, the fast path is off.
 ``compiled``
     The same, and importing shardcat fails where it is not available.
 ``python``
-    The Python path only.
+    The Python twin (on file-backed SQLite) and the Python path.
 
-``SHARDCAT_RECORD_CODEC=python`` turns it off as well (the reference codec
-then runs on the Python path). :func:`use` switches; lookups opened after a
+``SHARDCAT_RECORD_CODEC=python`` chooses the twin as well (with the
+reference codec's functions). :func:`use` switches; lookups opened after a
 switch follow it.
 """
 
@@ -38,7 +57,8 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import config
@@ -48,8 +68,21 @@ from ..format import Record, implementations, recordcodec
 from ..format.implementations import Name
 from ..format.spec import Codec
 from ..storage.cache import ONE_PREAD
+from .pypoint import NoPoint, PointLookup, PyPoint, Rest
 
-__all__ = ["ENV_VAR", "TarFinisher", "active", "available", "load", "open_point", "use"]
+__all__ = [
+    "ENV_VAR",
+    "NoPoint",
+    "PointLookup",
+    "PyPoint",
+    "TarFinisher",
+    "active",
+    "available",
+    "is_compiled",
+    "load",
+    "open_point",
+    "use",
+]
 
 ENV_VAR = config.env_var("point_lookup")
 
@@ -108,6 +141,11 @@ implementations.register(
 )
 
 
+def is_compiled(point: object) -> bool:
+    """Whether ``point`` (a lookup's, from :func:`open_point`) is the compiled one."""
+    return _compiled is not None and isinstance(point, _compiled.Point)
+
+
 def active() -> Name:
     """``"compiled"`` if new lookups take the compiled path, else ``"python"``."""
     return implementations.active(COMPONENT)
@@ -128,17 +166,19 @@ def use(name: str) -> Name:
 
 def open_point(
     raw: RawConnection,
+    gate: threading.RLock,
     sql: str,
     shards: dict[int, tuple[str, int] | None],
-    fds: Any,
+    fds: Mapping[str, int],
     touch: Callable[[str], None],
     unpack: Callable[..., Any],
     texts: dict[Any, Any],
     tars: dict[int, str],
     parse: Callable[[str], list[tuple[str, str, Codec]]],
     batch_sql: str | None = None,
-) -> Any | None:
-    """The compiled point lookup for a lookup's state, or None where it does not apply.
+    rest: Rest | None = None,
+) -> PointLookup:
+    """The point lookup for a lookup's state: compiled, its Python twin, or one that declines.
 
     ``sql`` is the lookup's own statement (bound as dataset, key hash,
     key; it selects shard id, offset, length, spans and layout id);
@@ -148,15 +188,44 @@ def open_point(
     gives a layout's entries to the :class:`TarFinisher` of tar samples. The object's
     ``get(dataset, key, decode)`` returns a record or None. ``batch_sql`` is the
     lookup's batch statement of whole records at the latest version (bound as
-    dataset and a JSON array of key hashes): the object's ``rows(dataset,
-    hashes)`` returns its rows as the Python driver would, or None.
+    dataset and a JSON array of key hashes, an array on PostgreSQL): the object's
+    ``rows(dataset, hashes)`` returns its rows as the Python driver would, or None.
+    ``gate`` is the lookup's, held by each call of the Python twin; ``rest``
+    its Python path from the point statement's rows on, to which the twin
+    hands what it does not handle once it has run the statement.
+
+    The twin serves where the compiled one would (a file-backed SQLite
+    catalog) in the Python mode, as its reference; elsewhere (PostgreSQL,
+    in-memory SQLite, URI options, or a compiled one that could not open)
+    a :class:`NoPoint` declines every call without running anything.
     """
-    if active() != "compiled" or recordcodec.active() != "compiled" or raw.dialect != "sqlite":
-        return None
-    tar_record = recordcodec.tar_record
-    # URI options (mode=, immutable=, vfs=...): only the Python driver applies them.
-    if raw.url.query:
-        return None
+    if raw.dialect != "sqlite" or raw.url.query or raw.url.database in (None, "", ":memory:"):
+        # URI options (mode=, immutable=, vfs=...): only the Python driver applies them.
+        return NoPoint()
+    finish = TarFinisher(raw.query, raw.placeholder, parse, recordcodec.tar_record)
+    if active() == "compiled" and recordcodec.active() == "compiled":
+        compiled = _open_compiled(
+            raw, sql, shards, fds, touch, unpack, texts, tars, finish, batch_sql
+        )
+        return NoPoint() if compiled is None else compiled
+    return PyPoint(
+        raw, gate, sql, shards, fds, touch, unpack, texts, ONE_PREAD, tars, finish, batch_sql, rest
+    )
+
+
+def _open_compiled(
+    raw: RawConnection,
+    sql: str,
+    shards: dict[int, tuple[str, int] | None],
+    fds: Mapping[str, int],
+    touch: Callable[[str], None],
+    unpack: Callable[..., Any],
+    texts: dict[Any, Any],
+    tars: dict[int, str],
+    finish: TarFinisher,
+    batch_sql: str | None,
+) -> PointLookup | None:
+    """The compiled ``Point`` for a file-backed SQLite lookup's state, or None if it cannot open."""
     conn = raw.conn
     try:
         rows = conn.execute("PRAGMA database_list").fetchall()
@@ -166,7 +235,7 @@ def open_point(
         # The same busy timeout and page cache as the lookup's Python connection.
         (busy_ms,) = conn.execute("PRAGMA busy_timeout").fetchone()
         (cache_size,) = conn.execute("PRAGMA cache_size").fetchone()
-        return _compiled.Point(
+        return _compiled.Point(  # type: ignore[no-any-return]
             file,
             sql,
             int(busy_ms),
@@ -178,7 +247,7 @@ def open_point(
             texts,
             ONE_PREAD,
             tars,
-            TarFinisher(raw.query, raw.placeholder, parse, tar_record),
+            finish,
             batch_sql,
         )
     except Exception as e:
@@ -189,19 +258,20 @@ def open_point(
 
 
 class TarFinisher:
-    """What the compiled point lookup needs to finish a tar sample's record.
+    """What the point lookup (compiled or twin) needs to finish a tar sample's record.
 
-    The compiled lookup calls the record codec's ``tar_record``
-    (:attr:`decode`: ``read_tar_record`` compiled, every payload's CRC32C
-    checked, the same :class:`~shardcat.format.Record` (:attr:`record`) and
-    entries) itself, with the layout's ``(name, content_type)`` pairs from
-    :attr:`specs`, which it fills by calling this object on a miss: one
-    query per layout and thread (a layout never changes for an id). None,
-    or any error, tells the compiled path "not handled": the Python path
-    then asks again and raises the typed error from ``read_tar_record``
-    itself. Not a method of the lookup: the compiled lookup holds it, and a
-    bound method would make a reference cycle of the two. ``query`` is the
-    lookup's ``RawConnection.query``, ``parse`` its shared ``LayoutCache.get``.
+    The point lookup calls the record codec's ``tar_record``
+    (:attr:`decode`: ``read_tar_record`` compiled or its reference, every
+    payload's CRC32C checked, the same :class:`~shardcat.format.Record`
+    (:attr:`record`) and entries) itself, with the layout's
+    ``(name, content_type)`` pairs from :attr:`specs`, which it fills by
+    calling this object on a miss: one query per layout and thread (a
+    layout never changes for an id). None, or any error, tells the point
+    lookup "not handled": the Python path then asks again and raises the
+    typed error from ``read_tar_record`` itself. Not a method of the lookup:
+    the point lookup holds it, and a bound method would make a reference
+    cycle of the two. ``query`` is the lookup's ``RawConnection.query``,
+    ``parse`` its shared ``LayoutCache.get``.
     """
 
     __slots__ = ("_parse", "_query", "_sql", "decode", "record", "specs")

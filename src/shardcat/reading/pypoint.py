@@ -1,0 +1,293 @@
+"""The Python twin of the compiled point lookup (``_cpoint.c``): the same calls, in Python.
+
+:func:`.point.open_point` gives every lookup a point lookup, so
+``Catalog.get`` and ``get_many`` run the same calls in every mode and
+never ask whether there is one: the compiled object where it applies
+(file-backed SQLite, both compiled switches on); on file-backed SQLite in
+the Python mode (``SHARDCAT_POINT_LOOKUP=python``, ``point.use("python")``
+or the reference record codec) a :class:`PyPoint`, the reference the
+compiled one is tested against; everywhere else (PostgreSQL, in-memory
+SQLite, SQLite URLs with query options) a :class:`NoPoint` that declines
+at once, so the Python path runs its statement once, as before.
+
+A :class:`PyPoint` does what the compiled ``Point`` does, step by step: the
+key's xxHash64, the lookup's own point statement (on the lookup's Python
+connection, not a second one), the lookup's shard cache and open
+descriptors, one ``pread``, then the decoder it is handed (native shards)
+or the tar finisher's (tar samples). It declines in exactly the cases the
+compiled code does (no row, a statement that fails, a shard not cached, no
+open descriptor, a short or failed read, a record the decoder rejects, a
+closed lookup or a forked child's copy). Where the statement has run, a
+lookup's twin hands its rows to the lookup's Python path (``rest``), which
+answers or raises its typed errors without running the statement again;
+a twin without ``rest`` (the differential tests) returns None there, as
+the compiled code does.
+
+Two more differences, neither visible in a result: its calls hold the
+lookup's gate (the compiled code fences itself without one; a Python call
+cannot mark itself atomically), and with no local shard open it returns
+None without asking the catalog (no row could be read then; the Python
+path runs the statement once).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import xxhash
+
+from .._forks import fork_generation
+from ..catalog.connection import RawConnection
+from ..format import Record
+from ..format import sources as _sources
+
+__all__ = ["NoPoint", "PointLookup", "PyPoint", "Rest", "TarFinish"]
+
+_xxh64_digest = xxhash.xxh64_digest
+_from_bytes = int.from_bytes
+
+
+class TarFinish(Protocol):
+    """What finishes a tar sample's record (:class:`.point.TarFinisher`)."""
+
+    specs: dict[int, tuple[tuple[str, str], ...]]
+    decode: Callable[..., Record | None]
+    record: type[Record]
+
+    def __call__(self, layout_id: int) -> tuple[tuple[str, str], ...] | None: ...
+
+
+Rest = Callable[[str, str, int, list[Any]], Record]
+"""The Python path from the point statement's rows on (``Lookup._from_rows``): ``(dataset, key, key hash, rows)``."""
+
+
+class PointLookup(Protocol):
+    """A lookup's point lookup: the compiled ``_cpoint.Point`` or a :class:`PyPoint`."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def busy(self) -> int: ...
+
+    def get(self, dataset: str, key: str, decode: Callable[..., Any]) -> Record | None:
+        """The latest version's whole record, or None if not handled here."""
+
+    def rows(self, dataset: str, hashes: list[int]) -> list[Any] | None:
+        """The batch statement's rows for these key hashes, or None if not handled here."""
+
+    def close(self) -> None: ...
+
+
+class PyPoint:
+    """The compiled ``Point``'s twin, over a lookup's connection, caches and gate.
+
+    Parameters are the compiled ``Point``'s (``point.open_point`` documents
+    them), with the lookup's :class:`RawConnection` in place of a file to
+    open, and the lookup's ``gate``, held by each call. ``rest``, the
+    lookup's own Python path from the statement's rows on, takes what the
+    twin does not handle once it has run the statement (so it never runs
+    twice); without it (the differential tests) such calls return None, as
+    the compiled code's do.
+    """
+
+    __slots__ = (
+        "_batch_sql",
+        "_fds",
+        "_finish",
+        "_gate",
+        "_generation",
+        "_one_pread",
+        "_postgres",
+        "_raw",
+        "_rest",
+        "_shards",
+        "_sql",
+        "_tars",
+        "_texts",
+        "_touch",
+        "_unpack",
+        "closed",
+    )
+
+    busy = 0
+    """Always 0 to a thread that holds the gate (:meth:`.lookup.Lookup.close`): each call holds it."""
+
+    def __init__(
+        self,
+        raw: RawConnection,
+        gate: threading.RLock,
+        sql: str,
+        shards: dict[int, tuple[str, int] | None],
+        fds: Mapping[str, int],
+        touch: Callable[[str], None],
+        unpack: Callable[..., Any],
+        texts: dict[Any, Any],
+        one_pread: int,
+        tars: dict[int, str],
+        finish: TarFinish,
+        batch_sql: str | None = None,
+        rest: Rest | None = None,
+    ) -> None:
+        self._raw = raw
+        self._gate = gate
+        self._sql = sql
+        self._shards = shards
+        self._fds = fds
+        self._touch = touch
+        self._unpack = unpack
+        self._texts = texts
+        self._one_pread = one_pread
+        self._tars = tars
+        self._finish = finish
+        self._batch_sql = batch_sql
+        self._rest = rest
+        self._postgres = raw.dialect == "postgresql"
+        self._generation = fork_generation()
+        self.closed = False
+        """Whether :meth:`close` has run: every call is then not handled."""
+
+    def get(self, dataset: str, key: str, decode: Callable[..., Any]) -> Record | None:
+        """The latest version's whole record of ``key``, or None if not handled here.
+
+        ``decode`` is the record codec's ``decode_spanned``, called as
+        :meth:`.lookup.Lookup.get` calls it. With ``rest``, once the
+        statement has run, what is not handled here is its answer (a record,
+        or the typed error: a missing key's included), not None.
+        """
+        if type(dataset) is not str:
+            return None
+        try:
+            h = _from_bytes(_xxh64_digest(key.encode("utf-8")), "big", signed=True)
+        except (UnicodeEncodeError, AttributeError):  # not UTF-8 text: the Python path names it
+            return None
+        fds = self._fds
+        if not fds:  # no local shard open: no row could be read here
+            return None
+        with self._gate:
+            if self.closed or self._generation != fork_generation():
+                return None
+            params = (dataset, h, key)
+            try:
+                rows = self._raw.execute(self._sql, params).fetchall()
+            except Exception as e:  # the Python path asks again, and recovers or reports
+                if self._rest is None:
+                    return None
+                rows = self._raw.recover(e, self._sql, params)
+            if not rows:
+                return self._declined(dataset, key, h, rows)
+            # The statement's columns are NOT NULL integers and a blob (the
+            # schema): the compiled code's checks of their types are its own.
+            shard_id, offset, length, spans, layout = rows[0]
+            if not 0 < length <= self._one_pread or offset < 0:
+                return self._declined(dataset, key, h, rows)
+            shard = self._shards.get(shard_id, _UNCACHED)
+            tar = shard is None
+            if tar:  # another kind: a tar's URL, or not handled
+                url = self._tars.get(shard_id)
+                if url is None:
+                    return self._declined(dataset, key, h, rows)
+            elif shard is _UNCACHED:
+                return self._declined(dataset, key, h, rows)
+            else:
+                url, alignment = shard
+            fd = fds.get(url)
+            if fd is None:  # not open (yet), or closed
+                return self._declined(dataset, key, h, rows)
+            # pread_linked: a descriptor whose file has no name left is not read.
+            try:
+                data = _sources.pread_linked(fd, length, offset)
+            except OSError:
+                data = None
+            if data is None or len(data) != length:
+                return self._declined(dataset, key, h, rows)
+            self._touch(url)
+            try:
+                if not tar:
+                    return decode(  # type: ignore[no-any-return]
+                        data,
+                        key,
+                        length,
+                        url,
+                        offset,
+                        alignment,
+                        spans,
+                        self._unpack,
+                        self._texts,
+                    )
+                finish = self._finish
+                specs = finish.specs.get(layout)
+                if specs is None:
+                    specs = finish(layout)  # None: the layout is gone
+                if specs is not None:
+                    record = finish.decode(data, key, specs, spans, offset, finish.record)
+                    if record is not None:
+                        return record
+            except Exception:
+                # A record that does not match the catalog: the Python path
+                # asks again (with the rows) and reports it.
+                pass
+            return self._declined(dataset, key, h, rows)
+
+    def _declined(self, dataset: str, key: str, h: int, rows: list[Any]) -> Record | None:
+        """After the statement ran: the Python path's answer from its ``rows`` (``rest``), or None."""
+        rest = self._rest
+        return None if rest is None else rest(dataset, key, h, rows)
+
+    def rows(self, dataset: str, hashes: list[int]) -> list[Any] | None:
+        """The batch statement's rows for ``hashes`` (signed xxHash64 values), or None if not handled.
+
+        The rows are the driver's, as the Python path would fetch them.
+        """
+        if self._batch_sql is None or type(dataset) is not str or type(hashes) is not list:
+            return None
+        param: Any = hashes if self._postgres else json.dumps(hashes)
+        with self._gate:
+            if self.closed or self._generation != fork_generation():
+                return None
+            try:
+                return self._raw.execute(self._batch_sql, (dataset, param)).fetchall()  # type: ignore[no-any-return]
+            except Exception:  # the Python path asks again, and recovers or reports
+                return None
+
+    def close(self) -> None:
+        """Turn every later call away (idempotent); the lookup closes the connection and files."""
+        self.closed = True
+        self._rest = None  # a bound method of the lookup: no cycle left once closed
+
+
+class NoPoint:
+    """The point lookup where neither the compiled one nor the twin runs: it declines at once.
+
+    PostgreSQL, in-memory SQLite and SQLite URLs with query options, and a
+    file-backed SQLite catalog whose compiled lookup could not be opened:
+    :meth:`get` and :meth:`rows` return None ("not handled") without
+    running anything, so the Python path runs its statement once, as it
+    did before there was a twin, and callers still never ask for None.
+    """
+
+    __slots__ = ("closed",)
+
+    busy = 0
+    """Never in a call: it has none to wait for."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def get(self, dataset: str, key: str, decode: Callable[..., Any]) -> Record | None:
+        """Not handled here: always None."""
+        return None
+
+    def rows(self, dataset: str, hashes: list[int]) -> list[Any] | None:
+        """Not handled here: always None."""
+        return None
+
+    def close(self) -> None:
+        self.closed = True
+
+
+_UNCACHED: Any = object()
+"""A shard id not (yet) in the shard cache."""
