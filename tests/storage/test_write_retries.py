@@ -134,7 +134,9 @@ def test_a_store_that_never_comes_back_fails_a_write_typed_within_the_deadline(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     server, bucket, options = store
-    shardcat.config.set(storage_retry_deadline=2)
+    # Long enough for one s3fs try (its own retries of a refused connection, ~2 s) to end
+    # before the deadline, so that shardcat's policy is seen to retry.
+    shardcat.config.set(storage_retry_deadline=6)
     url = f"s3://{bucket}/ds/train-000000.shard"
     w = shardcat.ShardWriter(url, storage_options=options, exclusive=True)
     w.add("k", {"bin": b"x" * 1000})
@@ -147,7 +149,7 @@ def test_a_store_that_never_comes_back_fails_a_write_typed_within_the_deadline(
     message = str(err.value)
     assert message.startswith(f"cannot reach {server.endpoint}/ (connection refused); still")
     assert "check the endpoint and that the store is up and reachable from here" in message
-    assert "SHARDCAT_STORAGE_RETRY_DEADLINE, now 2 s" in message
+    assert "SHARDCAT_STORAGE_RETRY_DEADLINE, now 6 s" in message
     assert _retries(caplog) >= 1
     told = [r for r in caplog.records if r.name == RETRY_LOG and r.levelno >= logging.INFO]
     assert len(told) == 1  # one record per request (INFO), not one per try
