@@ -52,6 +52,24 @@ def test_check_folder_accepts_a_new_folder_of_an_existing_bucket_and_refuses_a_m
     assert "create it first" in str(err.value)
 
 
+def test_check_folder_asks_a_bounded_question_of_a_folder_of_many_objects():
+    # A listing of this folder takes two pages (S3 answers at most 1,000 keys a page); the
+    # preflight runs on the client and on every worker, so it must not grow with the dataset.
+    with counting_moto() as endpoint:
+        client = moto_client(endpoint)
+        client.create_bucket(Bucket="big")
+        for i in range(1_001):
+            client.put_object(Bucket="big", Key=f"ds/shard-{i:06d}.shard", Body=b"")
+        requests_seen(endpoint)  # forget the set-up
+        check_folder("s3://big/ds", _options(endpoint))
+        asked = requests_seen(endpoint)
+        check_folder("s3://big/ds/", _options(endpoint))
+        asked_with_slash = requests_seen(endpoint)
+    # A HEAD of the folder's own name (no such object) and one listing of at most one key.
+    assert [r["method"] for r in asked] == ["HEAD", "GET"], asked
+    assert [r["method"] for r in asked_with_slash] == ["HEAD", "GET"], asked_with_slash
+
+
 def test_check_folder_on_azure_tells_a_new_folder_from_a_missing_container(azure):
     options = azure["storage_options"]
     check_folder(f"{azure['url']}/not/yet/written", options)

@@ -2,10 +2,14 @@
 
 A job that writes into a missing bucket, or with a wrong secret, would
 otherwise find out from its first task, after a worker built a whole shard,
-in the worker's log. One listing of the folder says it first: it needs the
-bucket to exist and the credentials to be accepted, and costs one request
-(two when the folder does not exist yet: then the bucket is asked for).
-Transient failures are retried under the one policy (:mod:`.retry`).
+in the worker's log. Asking the store about the folder says it first: it
+needs the bucket to exist and the credentials to be accepted. The question
+is bounded whatever the folder holds: the filesystem's ``info`` (S3: a
+HEAD and one listing of at most one key; Azure: a properties request and
+one listing page of one blob), never a listing of a dataset's shards,
+which a job on a large dataset would otherwise pay on the client and on
+every worker. Transient failures are retried under the one policy
+(:mod:`.retry`).
 
 Local folders and ``memory://`` are not asked (nothing there to be refused
 that the job would not meet at once); HTTP is read-only.
@@ -47,7 +51,7 @@ def check_folder(url: str, storage_options: Mapping[str, Any] | None = None) -> 
     fs, path = resolve(url, dict(storage_options or {}))
     fs.invalidate_cache(path)  # a listing cached by an earlier job is no answer from the store
     try:
-        retried(fs, "ls", url, path, detail=False)
+        retried(fs, "info", url, path)
     except Exception as e:
         # S3 and GCS say "no such bucket" in the listing's own error; asking for the bucket
         # could be refused to a key that may list its folder (HeadBucket is a permission of
