@@ -322,3 +322,23 @@ def test_cli_prints_storage_errors_as_one_line(http_server, s3):
         lines = p.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: "), p.stderr
         assert expected in lines[0], lines[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "transient"),
+    [
+        # reqwest's words for a connection lost while an answer's body was read (seen
+        # mid-stream from a loaded moto server): another try reads the range again.
+        ("Generic S3 error: request or response body error", True),
+        ("Generic S3 error: error decoding response body", True),
+        ("Generic S3 error: error sending request", True),
+        ("Generic S3 error: Error performing request: connection reset", True),
+        ("Generic S3 error: the URL's bucket name is not valid", False),
+    ],
+)
+def test_obstore_failures_are_retried_when_another_try_may_succeed(text, transient):
+    import obstore.exceptions
+
+    from shardcat.storage.translate import is_transient
+
+    assert is_transient(obstore.exceptions.GenericError(text)) is transient

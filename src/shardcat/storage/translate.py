@@ -139,6 +139,7 @@ _OBSTORE_TRANSIENT = (
     "connection reset",
     "Connection reset",
     "error decoding response body",
+    "request or response body error",  # the connection dropped while a body was read
     "unexpected end of file",
     "IncompleteMessage",
 )
