@@ -364,3 +364,35 @@ def test_refused_credentials_are_a_permission_error(status, message):
     text = str(err.value)
     assert text.startswith("gs://bucket/ds/x.shard: access denied (HTTP ")
     assert f"HTTP {status}" in text and "check the credentials" in text and "\n" not in text
+
+
+# --- which gcsfs filesystem an endpoint gets ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "env", "json_api"),
+    [
+        ({"token": "anon", "endpoint_url": "http://127.0.0.1:9023"}, None, True),
+        ({"token": "anon"}, "127.0.0.1:9023", True),  # gcsfs's own emulator variable
+        ({"token": "anon"}, "http://localhost:4443", True),
+        ({"token": "anon"}, None, False),  # Google Cloud Storage itself
+        ({"token": "anon", "endpoint_url": "https://storage.example.com"}, None, False),
+    ],
+)
+def test_an_emulator_endpoint_gets_the_json_api_filesystem(options, env, json_api, monkeypatch):
+    """gcsfs's default class first asks a gRPC API that emulators lack (60 s per call against
+    one): a plain-HTTP endpoint gets gcsfs's JSON-API class, from the options alone."""
+    import gcsfs
+    from gcsfs.core import GCSFileSystem
+
+    if env is None:
+        monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    else:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", env)
+    GCSFileSystem.clear_instance_cache()
+    fs, path = resolve("gs://bucket/ds/x.shard", options)
+    assert path == "bucket/ds/x.shard"
+    if json_api:
+        assert type(fs) is GCSFileSystem
+    else:
+        assert type(fs) is gcsfs.GCSFileSystem  # whichever gcsfs picks (its extended class)
