@@ -32,6 +32,7 @@ from shardcat.errors import (
     BucketNotFoundError,
     ObjectExistsError,
     ShardNotFoundError,
+    StorageCredentialsError,
     StoragePermissionError,
     StorageUnreachableError,
 )
@@ -364,6 +365,20 @@ def test_refused_credentials_are_a_permission_error(status, message):
     text = str(err.value)
     assert text.startswith("gs://bucket/ds/x.shard: access denied (HTTP ")
     assert f"HTTP {status}" in text and "check the credentials" in text and "\n" not in text
+
+
+def test_no_credentials_found_is_a_credentials_error_with_the_fix(gcs, tmp_path, monkeypatch):
+    # token="google_default": Google's chain only (no key file, no gcloud login, no VM).
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
+    monkeypatch.setenv("NO_GCE_CHECK", "true")
+    monkeypatch.setenv("GCE_METADATA_HOST", f"127.0.0.1:{free_port()}")
+    options = {"token": "google_default", "endpoint_url": gcs["endpoint"]}
+    with pytest.raises(StorageCredentialsError) as err:
+        read_head(f"{gcs['url']}/ds/x.shard", options)
+    text = str(err.value)
+    assert text.startswith(f"no Google Cloud credentials found for {gcs['url']}/ds/x.shard: ")
+    assert "GOOGLE_APPLICATION_CREDENTIALS" in text and "-S token=" in text and "\n" not in text
 
 
 # --- which gcsfs filesystem an endpoint gets ---------------------------------------------

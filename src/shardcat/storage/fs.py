@@ -87,6 +87,8 @@ def resolve(
     StorageError
         The URL cannot be opened: unknown scheme, missing backend package,
         credentials in the URL, or options the backend rejects.
+    StorageCredentialsError
+        The backend looked for credentials when it was made and found none (gcsfs).
     """
     from fsspec.core import url_to_fs
 
@@ -109,6 +111,14 @@ def resolve(
         ) from e
     except ValueError as e:
         raise StorageError(f"cannot open {redact(url)}: {e}") from e
+    except Exception as e:
+        # A backend that looks for credentials when it is made (gcsfs: google.auth's
+        # DefaultCredentialsError) fails here, before any request: typed like a request's failure.
+        from .translate import is_backend_error, translate
+
+        if not is_backend_error(e):
+            raise
+        raise translate(e, url) from e
     return fs, str(path)
 
 
