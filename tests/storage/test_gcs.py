@@ -203,6 +203,55 @@ def test_a_dataset_copied_from_s3_to_gcs_and_moved_back(s3, gcs, tmp_path: Path,
         assert cat.get("copy", "k0119")["txt"].decode() == "value 119"
 
 
+def test_gc_and_delete_remove_objects_on_gcs(gcs, tmp_path: Path):
+    """gc removes an aborted job's shards and an orphan (older than the grace); delete removes
+    the rest: listing, age (the objects' times) and deletes against the emulator."""
+    import datetime as dt
+
+    from shardcat.orchestration.gc import delete_dataset, gc
+
+    options = gcs["storage_options"]
+    root = f"{gcs['url']}/ds"
+
+    def shard(url: str, tag: str) -> Any:
+        with ShardWriter(url, storage_options=options, exclusive=True) as w:
+            for i in range(20):
+                w.add(f"{tag}/{i:03d}", {"txt": f"{tag} {i}"})
+        return w.close()
+
+    fs, folder = resolve(root, options)
+
+    def objects() -> list[str]:
+        fs.invalidate_cache()
+        return sorted(p.rsplit("/", 1)[1] for p in fs.find(folder) if p.endswith(".shard"))
+
+    catalog = f"sqlite:///{tmp_path / 'c.db'}"
+    with shardcat.Catalog(catalog, storage_options=options, create=True) as cat:
+        cat.create_dataset("d", root)
+        job = cat.begin_job("d")
+        for n in range(3):
+            cat.register_shard("d", shard(f"{root}/ok-{n}.shard", f"ok{n}"), job=job)
+        cat.commit_job(job)
+        job = cat.begin_job("d")
+        for n in range(2):
+            cat.register_shard("d", shard(f"{root}/bad-{n}.shard", f"bad{n}"), job=job)
+        cat.abort_job(job)
+        shard(f"{root}/lost-0.shard", "lost")  # written, never registered
+        ok = [f"ok-{n}.shard" for n in range(3)]
+        assert objects() == ["bad-0.shard", "bad-1.shard", "lost-0.shard", *ok]
+
+        report = gc(cat, "d", grace=dt.timedelta(0))
+        assert not report.errors, report.errors
+        removed = sorted(u.rsplit("/", 1)[1] for u in report.deleted_shards)
+        assert removed == ["bad-0.shard", "bad-1.shard"]
+        assert [u.rsplit("/", 1)[1] for u in report.orphans] == ["lost-0.shard"]
+        assert objects() == ok
+        assert cat.get("d", "ok1/007")["txt"].decode() == "ok1 7"
+
+        delete_dataset(cat, "d")
+        assert objects() == []
+
+
 # --- the preflight ---------------------------------------------------------------------
 
 
