@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from urllib.parse import quote
 
-from .conftest import HOSTILE, MARKER, KEYS
+from .conftest import HOSTILE, KEYS, MARKER
 
 
 def q(text: str) -> str:

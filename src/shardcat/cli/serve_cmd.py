@@ -61,7 +61,7 @@ def serve(
         bool,
         typer.Option(
             "--allow-anonymous",
-            help="Answer requests without a token; refused unless --host is a loopback address."
+            help="Answer requests without a token; refused unless --host is a loopback address.",
         ),
     ] = False,
     workers: Annotated[int, typer.Option(min=1, help="uvicorn worker processes.")] = 1,
@@ -84,7 +84,7 @@ def serve(
         typer.Option(
             "--sql",
             help="Serve POST /api/v1/sql to tokens made without --dataset (it reads every table, "
-            "shard URLs included)."
+            "shard URLs included).",
         ),
     ] = False,
     log_level: Annotated[str, typer.Option(help="uvicorn's log level.", metavar="LEVEL")] = "info",
