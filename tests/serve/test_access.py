@@ -320,3 +320,49 @@ def test_token_bucket_refills_at_its_rate():
         limiter.take("a")
     limiter.take("b")
     RateLimiter(rate=0, burst=1).take("x")  # 0: no limit
+
+
+# --- several catalogs ---------------------------------------------------------------------
+
+
+def test_one_server_serves_several_catalogs_and_tokens_stay_in_their_own(
+    catalog_url, root, tmp_path
+):
+    from .conftest import make_catalog, write
+
+    _, tokens = make_catalog(catalog_url, root)
+    other_url = f"sqlite:///{tmp_path / 'other.db'}"
+    with Catalog(other_url) as cat:
+        cat.create_dataset("train", f"{root}/other")
+        write(cat, "train", f"{root}/other", ["o/1", "o/2"])
+        other_token = create_token(cat, name="other").token
+    config = ServeConfig(catalogs=(("main", catalog_url), ("other", other_url)), rate_limit=0)
+    with client_for(config) as client:
+        main = {"Authorization": f"Bearer {tokens['full']}"}
+        other = {"Authorization": f"Bearer {other_token}"}
+        listed = client.get("/api/v1/datasets", headers=main).json()["datasets"]
+        assert {d["catalog"] for d in listed} == {"main"}
+        listed = client.get("/api/v1/datasets", headers=other).json()["datasets"]
+        assert [(d["catalog"], d["name"], d["record_count"]) for d in listed] == [
+            ("other", "train", 2)
+        ]
+        # A token's catalog is the default of ?catalog=; another catalog is a 404.
+        keys = client.get("/api/v1/datasets/train/keys", headers=other).json()["keys"]
+        assert keys == ["o/1", "o/2"]
+        r = client.get("/api/v1/datasets/train/keys?catalog=other", headers=main)
+        assert r.status_code == 404
+        r = client.get("/api/v1/datasets/train/keys?catalog=nope", headers=main)
+        assert r.status_code == 404
+        doc = client.get("/api/v1/datasets/train/samples/o%2F1", headers=other).json()
+        assert doc["catalog"] == "other"
+        assert all(e["href"].endswith("?catalog=other") for e in doc["entries"])
+        assert client.get(doc["entries"][0]["href"], headers=other).status_code == 200
+
+
+def test_head_asks_for_an_entrys_headers_only(served):
+    url = "/api/v1/datasets/train/samples/img%2F0004/entries/jpg"
+    r = served.client.head(url, headers=served.auth())
+    assert r.status_code == 200
+    assert r.content == b""
+    assert int(r.headers["content-length"]) == len(payload("img/0004")["jpg"])
+    assert r.headers["etag"] == served.get(url).headers["etag"]
