@@ -38,6 +38,7 @@ __all__ = [
     "DuplicateKeyError",
     "EmptySourceError",
     "EntryNotFoundError",
+    "ExtraNotInstalledError",
     "FormatError",
     "Hint",
     "HistoryWarning",
@@ -705,6 +706,11 @@ class BatchSenderGoneError(ShardcatError, RuntimeError):
 
 
 # --- shardcat serve -------------------------------------------------------
+
+
+class ExtraNotInstalledError(ShardcatError, ImportError):
+    """A part of shardcat needs an optional extra that is not installed; the message names it
+    (``pip install 'shardcat[serve]'``)."""
 
 
 class AccessDeniedError(ShardcatError, PermissionError):

@@ -366,3 +366,12 @@ def test_head_asks_for_an_entrys_headers_only(served):
     assert r.content == b""
     assert int(r.headers["content-length"]) == len(payload("img/0004")["jpg"])
     assert r.headers["etag"] == served.get(url).headers["etag"]
+
+
+def test_a_missing_extra_says_what_to_install(monkeypatch):
+    import shardcat.serve
+    from shardcat.errors import ExtraNotInstalledError
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # what an install without it imports
+    with pytest.raises(ExtraNotInstalledError, match=r"pip install 'shardcat\[serve\]'"):
+        shardcat.serve.require_extra()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from ..errors import ExtraNotInstalledError
 from .config import ServeConfig, is_loopback
 
 if TYPE_CHECKING:
@@ -37,15 +38,15 @@ def require_extra() -> None:
 
     Raises
     ------
-    ModuleNotFoundError
+    ExtraNotInstalledError
         If Starlette or uvicorn is missing; the message says what to install.
     """
     for module in ("starlette", "uvicorn"):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as e:
-            raise ModuleNotFoundError(
-                f"shardcat serve needs {module}: pip install 'shardcat[serve]'", name=module
+            raise ExtraNotInstalledError(
+                f"shardcat serve needs the {module!r} package: pip install 'shardcat[serve]'"
             ) from e
 
 

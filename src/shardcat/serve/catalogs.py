@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..catalog import display_url
@@ -61,6 +63,13 @@ class Principal:
 
     def sees(self, catalog: str, dataset: str) -> bool:
         return self.sees_catalog(catalog) and (self.datasets is None or dataset in self.datasets)
+
+
+def _not_found(name: str) -> DatasetNotFoundError:
+    return DatasetNotFoundError(
+        f"no dataset {name[:255]!r} here (or not for this token); "
+        "GET /api/v1/datasets lists the datasets it may read"
+    )
 
 
 def parse_version(value: str | None) -> Version:
@@ -129,22 +138,41 @@ class Catalogs:
         return name
 
     def dataset(self, who: Principal, catalog: str, name: str) -> Dataset:
-        """The dataset ``name`` of ``catalog`` if ``who`` may read it.
+        """The handle of dataset ``name`` of ``catalog`` if ``who`` may read it (one query).
 
         Raises
         ------
         DatasetNotFoundError
             If it does not exist or ``who`` may not see it: the same message either way.
         """
-        if who.sees(catalog, name):
-            try:
-                return self.get(catalog).dataset(name)
-            except DatasetNotFoundError:
-                pass  # the catalog's own message lists the other datasets' names
-        raise DatasetNotFoundError(
-            f"no dataset {name[:255]!r} here (or not for this token); "
-            "GET /api/v1/datasets lists the datasets it may read"
-        )
+        cat = self.reader(who, catalog, name)
+        with self.hiding(name):
+            return cat.dataset(name)
+
+    def reader(self, who: Principal, catalog: str, name: str) -> Catalog:
+        """The catalog to read dataset ``name`` from, if ``who`` may (no query: lookups
+        check the dataset themselves; wrap them in :meth:`hiding`).
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If ``who`` may not see it (the message of a dataset that does not exist).
+        """
+        if not who.sees(catalog, name):
+            raise _not_found(name)
+        return self.get(catalog)
+
+    @staticmethod
+    @contextmanager
+    def hiding(name: str) -> Iterator[None]:
+        """Re-raise a missing dataset with the message of one the caller may not see.
+
+        The catalog's own message lists the other datasets' names.
+        """
+        try:
+            yield
+        except DatasetNotFoundError:
+            raise _not_found(name) from None
 
     def scrub(self, text: str) -> str:
         """``text`` with every dataset root and catalog URL of this server replaced by ``<hidden>``."""

@@ -32,7 +32,7 @@ from ..errors import (
     ShardcatError,
 )
 from ..format import Record
-from ..reading import Dataset
+from ..reading import Catalog, Dataset
 from .auth import Authenticator
 from .catalogs import Catalogs, Principal, parse_version
 from .config import ServeConfig
@@ -196,8 +196,17 @@ def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
 
 
 def _dataset(request: Request, services: Services, who: Principal) -> tuple[str, Dataset]:
+    """The catalog's name and the dataset's handle (a query: for the dataset's documents)."""
     catalog = services.catalogs.choose(who, _query(request, "catalog"))
     return catalog, services.catalogs.dataset(who, catalog, segment(request, "dataset"))
+
+
+def _reader(request: Request, services: Services, who: Principal) -> tuple[str, Catalog, str]:
+    """The catalog's name, the catalog and the dataset's name, with no query: for lookups,
+    which check the dataset themselves (inside :meth:`.Catalogs.hiding`)."""
+    catalog = services.catalogs.choose(who, _query(request, "catalog"))
+    name = segment(request, "dataset")
+    return catalog, services.catalogs.reader(who, catalog, name), name
 
 
 def _href(
@@ -287,12 +296,13 @@ def dataset_tags(request: Request, services: Services, who: Principal) -> Respon
 
 def dataset_keys(request: Request, services: Services, who: Principal) -> Response:
     """A page of keys in byte order: ``?prefix=``, ``?after=`` (the previous ``next``), ``?limit=``."""
-    _, ds = _dataset(request, services, who)
+    _, cat, name = _reader(request, services, who)
     limit = _int(request, "limit", 100, 1, MAX_KEYS_PAGE)
     prefix = _query(request, "prefix") or None
     after = _query(request, "after") or None
     # One more than the page: whether there is a next page is known without another query.
-    keys = list(ds.keys(prefix=prefix, after=after, limit=limit + 1))
+    with services.catalogs.hiding(name):
+        keys = list(cat.keys(name, prefix=prefix, after=after, limit=limit + 1))
     more = len(keys) > limit
     keys = keys[:limit]
     return JsonBody({"keys": keys, "next": keys[-1] if more else None})
@@ -300,22 +310,26 @@ def dataset_keys(request: Request, services: Services, who: Principal) -> Respon
 
 def sample(request: Request, services: Services, who: Principal) -> Response:
     """A sample as JSON: its entries' names, types, sizes and CRCs, small text and JSON inline."""
-    catalog, ds = _dataset(request, services, who)
+    catalog, cat, name = _reader(request, services, who)
     key = segment(request, "key")
     version = parse_version(_query(request, "version"))
-    record = ds.get(key, version=version)
-    href = _href(request, catalog, ds.name, key, version)
-    return JsonBody(sample_json(catalog, ds.name, record, version, href))
+    with services.catalogs.hiding(name):
+        record = cat.get(name, key, version=version)
+    href = _href(request, catalog, name, key, version)
+    return JsonBody(sample_json(catalog, name, record, version, href))
 
 
 def entry(request: Request, services: Services, who: Principal) -> Response:
     """An entry's bytes, with its content type, ETag, ``Range`` and caching (:mod:`.entries`)."""
-    _, ds = _dataset(request, services, who)
+    _, cat, dataset = _reader(request, services, who)
     key, name = segment(request, "key"), segment(request, "entry")
     version = parse_version(_query(request, "version"))
-    record = ds.get(key, [name], version=version)
-    if name not in record:
-        raise EntryNotFoundError(name, key=key, names=_names(ds, key, version))
+    with services.catalogs.hiding(dataset):
+        # Only this entry's bytes are read: a thumbnail does not cost its sample's video.
+        record = cat.get(dataset, key, [name], version=version)
+        if name not in record:
+            names = tuple(cat.get(dataset, key, version=version))  # a rare miss: read it all
+            raise EntryNotFoundError(name, key=key, names=names)
     found = record[name]
     data = found.view
     headers = request.headers
@@ -339,11 +353,6 @@ def entry(request: Request, services: Services, who: Principal) -> Response:
     return response
 
 
-def _names(ds: Dataset, key: str, version: Version) -> tuple[str, ...]:
-    # The record's entry names, for the message (a miss is rare: the whole record is read).
-    return tuple(ds.get(key, version=version))
-
-
 def _body(request: Request) -> Any:
     """The request's JSON body (read by :func:`endpoint`, at most :data:`MAX_BODY_BYTES`)."""
     raw: bytes = request.state.body
@@ -360,7 +369,7 @@ def batch(request: Request, services: Services, who: Principal) -> Response:
     the answer is NDJSON, one line per key in the order asked:
     ``{"index", "key", "status": "found"|"not_found", "sample": {...}}``.
     """
-    catalog, ds = _dataset(request, services, who)
+    catalog, cat, name = _reader(request, services, who)
     body = _body(request)
     if not isinstance(body, dict) or not isinstance(body.get("keys"), list):
         raise BadRequestError('the body must be {"keys": [...]} (with "entries", "version")')
@@ -378,7 +387,8 @@ def batch(request: Request, services: Services, who: Principal) -> Response:
         raise BadRequestError("version must be a number or a tag")
     version = parse_version(None if raw_version is None else str(raw_version))
     data = body.get("data", False) is True
-    result = ds.get_many(keys, entries, version=version)
+    with services.catalogs.hiding(name):
+        result = cat.get_many(name, keys, entries, version=version)
     size = sum(
         view.nbytes * (2 if data else 1)  # base64 is 4/3: counted as 2 with the JSON around it
         for record in result
@@ -390,7 +400,7 @@ def batch(request: Request, services: Services, who: Principal) -> Response:
 
     def lines() -> Iterator[bytes]:
         for i, (key, record) in enumerate(zip(keys, result)):
-            yield dumps(_batch_line(request, catalog, ds, i, key, record, version, data)) + b"\n"
+            yield dumps(_batch_line(request, catalog, name, i, key, record, version, data)) + b"\n"
 
     return StreamingResponse(lines(), media_type=NDJSON)
 
@@ -398,7 +408,7 @@ def batch(request: Request, services: Services, who: Principal) -> Response:
 def _batch_line(
     request: Request,
     catalog: str,
-    ds: Dataset,
+    dataset: str,
     index: int,
     key: str,
     record: Record | None,
@@ -407,12 +417,12 @@ def _batch_line(
 ) -> dict[str, Any]:
     if record is None:
         return {"index": index, "key": key, "status": "not_found"}
-    href = _href(request, catalog, ds.name, key, version)
+    href = _href(request, catalog, dataset, key, version)
     return {
         "index": index,
         "key": key,
         "status": "found",
-        "sample": sample_json(catalog, ds.name, record, version, href, data=data),
+        "sample": sample_json(catalog, dataset, record, version, href, data=data),
     }
 
 
