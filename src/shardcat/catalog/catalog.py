@@ -257,7 +257,12 @@ class SqlCatalog(VersionsApi):
             return _datasets.entry_kinds(s, dataset, number)
 
     def keys(
-        self, dataset: str, *, prefix: str | None = None, limit: int | None = None
+        self,
+        dataset: str,
+        *,
+        prefix: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
     ) -> Iterator[str]:
         """The dataset's committed keys in byte (UTF-8) order, streamed as they are read.
 
@@ -271,6 +276,9 @@ class SqlCatalog(VersionsApi):
             Only keys starting with this string.
         limit:
             At most this many keys (None or 0: all).
+        after:
+            Only keys after this one in the same order: the last key of the
+            previous page, to page through a range with the index (no ``OFFSET``).
 
         Raises
         ------
@@ -279,7 +287,7 @@ class SqlCatalog(VersionsApi):
         """
         with self._uow() as s:
             dataset_id = _datasets.find_dataset(s, dataset).id
-        return _keys.iter_keys(self.engine, dataset_id, prefix or None, limit or None)
+        return _keys.iter_keys(self.engine, dataset_id, prefix or None, limit or None, after)
 
     def count(self, dataset: str, *, prefix: str | None = None) -> int:
         """How many committed keys the dataset has (starting with ``prefix``), from the key index.

@@ -134,9 +134,11 @@ class Dataset:
         """Where the record is: shard URL, offset and length (:meth:`Catalog.locate`)."""
         return self._catalog.locate(self.name, key, version=version)
 
-    def keys(self, *, prefix: str | None = None, limit: int | None = None) -> Iterator[str]:
+    def keys(
+        self, *, prefix: str | None = None, limit: int | None = None, after: str | None = None
+    ) -> Iterator[str]:
         """The committed keys in byte order, streamed (:meth:`Catalog.keys`)."""
-        return self._catalog.keys(self.name, prefix=prefix, limit=limit)
+        return self._catalog.keys(self.name, prefix=prefix, limit=limit, after=after)
 
     def count(self, *, prefix: str | None = None) -> int:
         """How many committed keys (starting with ``prefix``) (:meth:`Catalog.count`)."""

@@ -1,0 +1,129 @@
+"""An entry's bytes over HTTP: content type, ETag, conditional requests, ``Range`` and caching.
+
+* ``ETag``: the CRC32C and length of the bytes (:func:`.encoding.etag_of`);
+  ``If-None-Match`` with it (or ``*``) answers 304 without a body.
+* ``Range: bytes=a-b``, ``a-`` or ``-n`` (one range) answers 206 with
+  ``Content-Range``; a range that starts past the end answers 416 with
+  ``Content-Range: bytes */size``. Several ranges, or a header that is not
+  a byte range, are ignored (the whole entry, 200), as RFC 9110 allows;
+  ``If-Range`` with another ETag asks for the whole entry too.
+* ``Cache-Control``: an entry addressed at a version number never changes
+  (``max-age=31536000, immutable``); at the latest version or a tag (which
+  ``shardcat tag --move`` may move) it is ``no-cache``: kept, but checked
+  with its ETag each time (a 304 costs a catalog query and no transfer).
+  ``private`` whenever a token was needed, so that no shared cache hands
+  one caller's bytes to another; ``public`` on an anonymous server.
+* The bytes are data, never a page of this site: ``nosniff``, and a
+  sandboxing ``Content-Security-Policy`` in case an entry is HTML or SVG.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from starlette.responses import Response
+
+from .encoding import etag_of
+
+__all__ = ["ByteSpan", "Unsatisfiable", "cache_control", "entry_response", "parse_range"]
+
+_RANGE = re.compile(r"\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*", re.IGNORECASE)
+_SAFE = {
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": "default-src 'none'; sandbox",
+    "Accept-Ranges": "bytes",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ByteSpan:
+    """Bytes ``[start, end)`` of an entry."""
+
+    start: int
+    end: int
+
+
+class Unsatisfiable(Exception):
+    """A range that selects no byte of the entry (HTTP 416)."""
+
+
+def parse_range(header: str | None, size: int) -> ByteSpan | None:
+    """The one byte range a ``Range`` header asks for (None: send everything).
+
+    Raises
+    ------
+    Unsatisfiable
+        If the range starts at or past ``size``, or is a suffix of zero bytes.
+    """
+    if not header or "," in header:
+        return None  # none, or several ranges: the whole entry (RFC 9110 §14.2 allows it)
+    m = _RANGE.fullmatch(header)
+    if m is None:
+        return None
+    first, last = m.group(1), m.group(2)
+    if not first and not last:
+        return None
+    if not first:  # a suffix: the last n bytes
+        n = int(last)
+        if n == 0 or size == 0:
+            raise Unsatisfiable
+        return ByteSpan(max(0, size - n), size)
+    start = int(first)
+    end = size if not last else min(size, int(last) + 1)
+    if last and int(last) < start:
+        return None  # invalid: ignored
+    if start >= size:
+        raise Unsatisfiable
+    return ByteSpan(start, end)
+
+
+def cache_control(*, pinned: bool, private: bool) -> str:
+    """``Cache-Control`` of an entry: immutable when ``pinned`` to a version number."""
+    scope = "private" if private else "public"
+    return f"{scope}, max-age=31536000, immutable" if pinned else f"{scope}, no-cache"
+
+
+def _matches(header: str, etag: str) -> bool:
+    tags = [t.strip().removeprefix("W/") for t in header.split(",")]
+    return "*" in tags or etag in tags
+
+
+def entry_response(
+    data: memoryview,
+    content_type: str,
+    crc: int,
+    *,
+    pinned: bool,
+    private: bool,
+    if_none_match: str | None,
+    range_header: str | None,
+    if_range: str | None,
+) -> Response:
+    """The response for an entry's bytes, given the request's conditional and range headers."""
+    size = data.nbytes
+    etag = etag_of(crc, size)
+    headers = {
+        **_SAFE,
+        "ETag": etag,
+        "Cache-Control": cache_control(pinned=pinned, private=private),
+    }
+    if if_none_match is not None and _matches(if_none_match, etag):
+        return Response(status_code=304, headers=headers)
+    if if_range is not None and if_range.strip() != etag:
+        range_header = None  # the client's copy is another version: send it all
+    try:
+        span = parse_range(range_header, size)
+    except Unsatisfiable:
+        return Response(
+            status_code=416,
+            headers={**headers, "Content-Range": f"bytes */{size}"},
+        )
+    if span is None:
+        return Response(bytes(data), status_code=200, media_type=content_type, headers=headers)
+    return Response(
+        bytes(data[span.start : span.end]),
+        status_code=206,
+        media_type=content_type,
+        headers={**headers, "Content-Range": f"bytes {span.start}-{span.end - 1}/{size}"},
+    )
