@@ -26,6 +26,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import BadRequestError
 from . import routes as r
+from . import session
 from .catalogs import Principal
 from .config import ServeConfig
 from .openapi import openapi_spec
@@ -122,6 +123,8 @@ def api_routes() -> list[BaseRoute]:
         _api(ds + "/samples/{key}/entries/{entry}", r.entry),
         _api(ds + "/batch", r.batch, ("POST",)),
         _api("/sql", r.sql, ("POST",)),
+        Route(API + "/session", session.start_session, methods=["POST"], name="start_session"),
+        Route(API + "/session", session.end_session, methods=["DELETE"], name="end_session"),
     ]
 
 
@@ -199,8 +202,13 @@ def create_app(
         HTTPException: _http_error,
         Exception: _server_error,
     }
+    pages: list[BaseRoute] = []
+    if config.page:
+        from .page import page_routes
+
+        pages = page_routes()
     app = Starlette(
-        routes=[*api_routes(), *routes],
+        routes=[*api_routes(), *pages, *routes],
         middleware=stack,
         exception_handlers=handlers,
         lifespan=lifespan,

@@ -20,7 +20,10 @@ from ..errors import AccessDeniedError, Hint
 from .catalogs import Catalogs, Principal
 from .tokens import hash_token, lookup_token
 
-__all__ = ["Authenticator"]
+__all__ = ["COOKIE", "Authenticator", "bearer"]
+
+COOKIE = "shardcat_token"
+"""The cookie a browser's session keeps its token in (:mod:`.session`)."""
 
 _MAX_CACHED = 10_000
 _HOW = Hint(
@@ -28,6 +31,13 @@ _HOW = Hint(
     cli="send the header Authorization: Bearer <token> (make one with "
     "`shardcat serve token create`)",
 )
+
+
+def bearer(authorization: str | None, cookie: str | None) -> str | None:
+    """The request's ``Authorization`` header; without one, the session cookie's token as one."""
+    if authorization:
+        return authorization
+    return f"Bearer {cookie}" if cookie else None
 
 
 class Authenticator:

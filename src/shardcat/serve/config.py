@@ -104,6 +104,8 @@ class ServeConfig:
         token is refused at most this long after ``token revoke``.
     storage_options:
         fsspec options for reading shards (credentials: never shown).
+    page:
+        Serve the dataset browser at ``/ui/`` (:mod:`.page`).
     """
 
     catalogs: tuple[tuple[str, str], ...] = field(repr=False)
@@ -122,6 +124,7 @@ class ServeConfig:
     rate_burst: int = 200
     token_cache_seconds: float = 5.0
     storage_options: dict[str, Any] = field(default_factory=dict, repr=False)
+    page: bool = True
 
     def __post_init__(self) -> None:
         if not self.catalogs:

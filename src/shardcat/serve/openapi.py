@@ -359,6 +359,47 @@ def openapi_spec() -> dict[str, Any]:
                     },
                 }
             },
+            "/api/v1/session": {
+                "post": {
+                    "summary": "A browser's session: the token checked, then kept in an HttpOnly, "
+                    "SameSite=Strict cookie that every endpoint accepts in place of the header.",
+                    "security": [],
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["token"],
+                                    "properties": {"token": {"type": "string"}},
+                                }
+                            }
+                        },
+                    },
+                    "responses": {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "properties": {
+                                    "name": {"type": ["string", "null"]},
+                                    "catalog": {"type": ["string", "null"]},
+                                    "datasets": {
+                                        "type": ["array", "null"],
+                                        "items": {"type": "string"},
+                                    },
+                                },
+                            },
+                            "The token's name and scope; Set-Cookie holds it.",
+                        ),
+                        **_ERR,
+                    },
+                },
+                "delete": {
+                    "summary": "End the browser's session (the cookie is removed).",
+                    "security": [],
+                    "responses": {"204": {"description": "The cookie is removed."}},
+                },
+            },
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},

@@ -33,7 +33,7 @@ from ..errors import (
 )
 from ..format import Record
 from ..reading import Catalog, Dataset
-from .auth import Authenticator
+from .auth import COOKIE, Authenticator, bearer
 from .catalogs import Catalogs, Principal, parse_version
 from .config import ServeConfig
 from .encoding import (
@@ -51,7 +51,15 @@ from .encoding import (
 from .entries import entry_response
 from .limits import RateLimiter, check_batch, check_bytes
 
-__all__ = ["MAX_BODY_BYTES", "MAX_KEYS_PAGE", "Services", "endpoint", "segment"]
+__all__ = [
+    "MAX_BODY_BYTES",
+    "MAX_KEYS_PAGE",
+    "JsonBody",
+    "Services",
+    "endpoint",
+    "read_body",
+    "segment",
+]
 
 MAX_KEYS_PAGE = 10_000
 """The largest ``limit`` of a keys page."""
@@ -100,7 +108,8 @@ class Services:
     def principal(self, request: Request) -> Principal:
         """Who sent ``request`` (blocking: catalog queries), counted against the rate limit."""
         client = request.client.host if request.client else "unknown"
-        who = self.auth.principal(request.headers.get("authorization"), client)
+        header = bearer(request.headers.get("authorization"), request.cookies.get(COOKIE))
+        who = self.auth.principal(header, client)
         self.rate.take(who.caller)
         return who
 
@@ -120,7 +129,7 @@ def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         services: Services = request.app.state.services
         if request.method == "POST":
             try:
-                request.state.body = await _read_body(request)
+                request.state.body = await read_body(request)
             except ShardcatError as e:
                 return services.error(e)
 
@@ -138,7 +147,7 @@ def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     return run
 
 
-async def _read_body(request: Request) -> bytes:
+async def read_body(request: Request) -> bytes:
     """The body, refused past :data:`MAX_BODY_BYTES` (before reading it, when its length is sent).
 
     Raises

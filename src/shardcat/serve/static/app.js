@@ -199,7 +199,7 @@ async function datasetView() {
   ]);
   const versions = el("select", { name: "v", id: "version" },
     el("option", { value: "", text: `latest (v${info.version})` }),
-    log.versions.slice().reverse().map((x) => el("option", {
+    log.versions.map((x) => el("option", {
       value: x.number, selected: String(x.number) === v,
       text: `v${x.number} · ${x.operation}${x.tags.length ? " · " + x.tags.join(", ") : ""}`,
     })));
@@ -286,7 +286,10 @@ function placeLine(cards, line) {
     card.append(el("p", { class: "muted", text: line.status.replace("_", " ") }));
     return;
   }
-  for (const entry of line.sample.entries) card.append(renderEntry(entry, false));
+  // What a person looks at first: pictures and media, then arrays, then text and JSON.
+  const rank = (e) => (/^(image|video|audio)\//.test(e.content_type) ? 0 : e.content_type === "application/x-npy" ? 1 : 2);
+  const entries = line.sample.entries.slice().sort((a, b) => rank(a) - rank(b));
+  for (const entry of entries) card.append(renderEntry(entry, false));
 }
 
 // --- entries, by content type ----------------------------------------------------------
@@ -433,7 +436,7 @@ async function sampleView() {
   const history = el("table", { id: "history" },
     el("thead", {}, el("tr", {}, el("th", { text: "version" }), el("th", { text: "operation" }),
       el("th", { text: "when" }), el("th", { text: "tags" }), el("th", { text: "message" }))),
-    el("tbody", {}, log.versions.slice().reverse().map((x) => el("tr", {},
+    el("tbody", {}, log.versions.map((x) => el("tr", {},
       el("td", {}, String(x.number) === v ? el("strong", { text: `v${x.number}` })
         : el("a", { href: link("sample", { d, c, k, v: x.number }), text: `v${x.number}` })),
       el("td", { text: x.operation }),
