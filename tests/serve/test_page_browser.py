@@ -56,6 +56,19 @@ def _image(i: int, fmt: str) -> bytes:
     return out.getvalue()
 
 
+def _wav(seconds: float, rate: int = 8000) -> bytes:
+    import wave
+
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        t = np.arange(int(seconds * rate)) / rate
+        w.writeframes((np.sin(2 * np.pi * 440 * t) * 8000).astype("<i2").tobytes())
+    return out.getvalue()
+
+
 def _samples() -> Iterator[tuple[str, dict[str, Any]]]:
     for n, key in enumerate([*KEYS, ODD_KEY]):
         sample: dict[str, Any] = {
@@ -68,6 +81,9 @@ def _samples() -> Iterator[tuple[str, dict[str, Any]]]:
             sample["jpg"] = _image(n, "JPEG")
         if n % 7 == 0:
             sample["npy"] = np.sin(np.linspace(0, 6.28, 64, dtype=np.float32))
+        if n == 5:
+            sample["wav"] = _wav(1.5)  # played through Range requests
+            sample["npy"] = np.arange(12 * 20, dtype=np.uint8).reshape(12, 20)  # a grey image
         yield key, sample
 
 
@@ -320,6 +336,27 @@ def test_a_sample_page_shows_every_entry_its_history_and_the_command(served, bro
     assert browser.find_element("id", "command").text == f"shardcat get pics {key} --version 1"
     assert len(_rendered(browser, "#entries img")) == 1
     assert _script_errors(browser) == []
+
+
+def test_audio_plays_through_range_requests_and_a_2d_array_is_drawn(served, browser):
+    _open(browser, f"{served['anonymous']}/ui/sample?d=pics&k={quote(KEYS[5], safe='')}")
+    # The browser read the WAV's header through the entry's URL (Range requests) and knows
+    # its length: 1.5 s.
+    duration = _until(
+        browser,
+        lambda d: d.execute_script(
+            "const a = document.querySelector('#entries audio');"
+            "return a && a.readyState >= 1 ? a.duration : null"
+        ),
+        "the audio's metadata",
+    )
+    assert abs(duration - 1.5) < 0.01
+    npy = browser.find_element("css selector", '#entries [data-entry="npy"]')
+    _until(browser, lambda d: "shape (12, 20)" in npy.text, "the array's summary")
+    size = browser.execute_script(
+        "const c = arguments[0].querySelector('canvas.thumb'); return [c.width, c.height]", npy
+    )
+    assert size == [20, 12]  # one pixel per element
 
 
 def test_a_missing_sample_is_the_apis_error_not_a_blank_page(served, browser):
