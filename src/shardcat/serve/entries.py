@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from starlette.responses import Response
 
 from .encoding import etag_of
+from .limits import check_bytes
 
 __all__ = ["ByteSpan", "Unsatisfiable", "cache_control", "entry_response", "parse_range"]
 
@@ -99,8 +100,17 @@ def entry_response(
     if_none_match: str | None,
     range_header: str | None,
     if_range: str | None,
+    max_bytes: int = 0,
+    what: str = "the entry",
 ) -> Response:
-    """The response for an entry's bytes, given the request's conditional and range headers."""
+    """The response for an entry's bytes, given the request's conditional and range headers.
+
+    Raises
+    ------
+    RequestTooLargeError
+        If the bytes to send (the entry, or the range asked for) are more than
+        ``max_bytes`` (0: no limit); a 304 or a 416 is answered whatever the size.
+    """
     size = data.nbytes
     etag = etag_of(crc, size)
     headers = {
@@ -119,6 +129,12 @@ def entry_response(
             status_code=416,
             headers={**headers, "Content-Range": f"bytes */{size}"},
         )
+    if max_bytes:
+        # Checked before the bytes are copied into the response.
+        if span is None:
+            check_bytes(size, max_bytes, what, ranged=True)
+        else:
+            check_bytes(span.end - span.start, max_bytes, "the range", ranged=True)
     if span is None:
         return Response(bytes(data), status_code=200, media_type=content_type, headers=headers)
     return Response(

@@ -100,7 +100,12 @@ class Services:
     def principal(self, request: Request) -> Principal:
         """Who sent ``request`` (blocking: catalog queries), counted against the rate limit."""
         client = request.client.host if request.client else "unknown"
-        who = self.auth.principal(request.headers.get("authorization"), client)
+        try:
+            who = self.auth.principal(request.headers.get("authorization"), client)
+        except AccessDeniedError:
+            # Refused tokens count too, per address: guessing costs a query per catalog.
+            self.rate.take(f"refused:{client}")
+            raise
         self.rate.take(who.caller)
         return who
 
@@ -333,24 +338,18 @@ def entry(request: Request, services: Services, who: Principal) -> Response:
     found = record[name]
     data = found.view
     headers = request.headers
-    ranged = headers.get("range")
-    if not ranged or "," in ranged:
-        check_bytes(data.nbytes, services.config.max_response_bytes, f"entry {name!r}", ranged=True)
-    response = entry_response(
+    return entry_response(
         data,
         content_type_of(name, found.content_type),
         crc_of(data),
         pinned=isinstance(version, int),
         private=not services.config.allow_anonymous,
         if_none_match=headers.get("if-none-match"),
-        range_header=ranged,
+        range_header=headers.get("range"),
         if_range=headers.get("if-range"),
+        max_bytes=services.config.max_response_bytes,
+        what=f"entry {name!r}",
     )
-    if response.status_code == 206:
-        check_bytes(
-            len(response.body), services.config.max_response_bytes, "the range", ranged=True
-        )
-    return response
 
 
 def _body(request: Request) -> Any:
@@ -383,7 +382,9 @@ def batch(request: Request, services: Services, who: Principal) -> Response:
     ):
         raise BadRequestError("entries must be a list of entry names")
     raw_version = body.get("version")
-    if raw_version is not None and not isinstance(raw_version, (int, str)):
+    if raw_version is not None and (
+        not isinstance(raw_version, (int, str)) or isinstance(raw_version, bool)
+    ):
         raise BadRequestError("version must be a number or a tag")
     version = parse_version(None if raw_version is None else str(raw_version))
     data = body.get("data", False) is True
@@ -449,7 +450,10 @@ def sql(request: Request, services: Services, who: Principal) -> Response:
     limit = body.get("limit", 1000)
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 100_000:
         raise BadRequestError("limit must be a whole number from 1 to 100000")
-    catalog = services.catalogs.choose(who, body.get("catalog") or _query(request, "catalog"))
+    asked = body.get("catalog") or _query(request, "catalog")
+    if asked is not None and not isinstance(asked, str):
+        raise BadRequestError("catalog must be a catalog's name")
+    catalog = services.catalogs.choose(who, asked)
     cat = services.catalogs.get(catalog)
     postgres = cat.engine.dialect.name == "postgresql"
     result = run_read_only(
