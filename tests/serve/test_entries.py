@@ -225,3 +225,34 @@ def test_compressed_entries_are_listed_as_they_are_served(catalog_url, tmp_path)
         )
         part = client.get(entries["bin"]["href"], headers={"Range": "bytes=-10"})
         assert part.status_code == 206 and part.content == blob[-10:]
+
+
+def test_tars_indexed_in_place_are_served_too(catalog_url, tmp_path):
+    import crc32c
+
+    from shardcat.format.tar import scan_tar
+    from shardcat.reading import Catalog
+    from shardcat.serve import ServeConfig
+    from shardcat.testing.tars import wds_samples, write_wds_tar
+
+    from .conftest import client_for
+
+    tar = write_wds_tar(tmp_path / "a.tar")
+    with Catalog(catalog_url) as cat:
+        cat.create_dataset("wds", str(tmp_path))
+        cat.register_shard("wds", scan_tar(tar))
+    config = ServeConfig(catalogs=(("main", catalog_url),), allow_anonymous=True, rate_limit=0)
+    with client_for(config) as client:
+        for sample in wds_samples(tar)[:5]:
+            key = sample["__key__"]
+            doc = client.get(f"/api/v1/datasets/wds/samples/{q(key)}").json()
+            names = [e["name"] for e in doc["entries"]]
+            assert sorted(names) == sorted(n for n in sample if n != "__key__")
+            for e in doc["entries"]:
+                r = client.get(e["href"])
+                assert r.status_code == 200
+                assert r.content == sample[e["name"]]
+                assert e["crc32c"] == f"{crc32c.crc32c(r.content):08x}"
+                assert e["size"] == len(r.content)
+                again = client.get(e["href"], headers={"If-None-Match": r.headers["etag"]})
+                assert again.status_code == 304
