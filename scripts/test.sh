@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install shardcat with every extra into .venv and run the whole test suite:
-# ruff, then pytest against real SQLite, PostgreSQL, S3 (moto), Azure (Azurite) and Dask.
+# ruff, then pytest against real SQLite, PostgreSQL, S3 (moto), Azure (Azurite), GCS
+# (gcp-storage-emulator, installed with the dev extra) and Dask.
 # Usage: bash scripts/test.sh [pytest args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,6 +57,23 @@ if [ ! -x "$AZURITE" ]; then
     exit 1
   fi
   echo "warning: azurite is not installed (needs npm); the Azure tests will be skipped (they never are in CI)" >&2
+fi
+
+# Debian's Chromium and ChromeDriver for the browser tests of `shardcat serve`'s page
+# (tests/serve/test_page_browser.py drives them headless through Selenium).
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = "0" ]; then
+    echo "installing chromium and chromium-driver (apt)..."
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) \
+      >/dev/null 2>&1 || true
+  fi
+fi
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  if [ "${CI:-}" = "true" ]; then
+    echo "error: chromium and chromedriver could not be installed (apt-get install chromium chromium-driver)" >&2
+    exit 1
+  fi
+  echo "warning: chromium is not installed; the browser tests will be skipped (they never are in CI)" >&2
 fi
 
 .venv/bin/ruff check .

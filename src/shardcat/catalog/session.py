@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -271,6 +272,32 @@ def create_catalog_engine(
         ) from _safe_cause(e, parsed)
 
 
+def _use_wal(cur: sqlite3.Cursor, busy_timeout: float) -> None:
+    """Switch a file's journal to WAL (once per file; a no-op after), waiting out other openers.
+
+    Two connections switching a new file at the same moment both hold a
+    read lock and want the exclusive one: SQLite refuses one of them at once
+    ("database is locked") without calling the busy handler, since waiting
+    could deadlock. That one tries again, within the busy timeout; a file
+    another process switched meanwhile is found in WAL already.
+    """
+    deadline = time.monotonic() + busy_timeout
+    pause = 0.005
+    while True:
+        try:
+            if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                cur.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if (
+                not _sqlite_locked(e, error_code(e)[1], str(e))
+                or time.monotonic() + pause > deadline
+            ):
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.2)
+
+
 def _configure_sqlite(engine: Engine, busy_timeout: float, memory: bool) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: sqlite3.Connection, record: Any) -> None:
@@ -279,8 +306,8 @@ def _configure_sqlite(engine: Engine, busy_timeout: float, memory: bool) -> None
         cur = dbapi_conn.cursor()
         try:
             cur.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-            if not memory and cur.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                cur.execute("PRAGMA journal_mode = WAL")
+            if not memory:
+                _use_wal(cur, busy_timeout)
             cur.execute("PRAGMA foreign_keys = ON")
             cur.execute("PRAGMA synchronous = NORMAL")
             # 64 MiB of page cache: bulk registration touches many index pages.

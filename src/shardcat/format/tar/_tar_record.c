@@ -1,6 +1,7 @@
 /* tar_record: the record of a tar sample found by the point lookup,
  * format/tar/read.py's read_tar_record compiled. */
-#include "ccodec.h"
+/* Linked into the record codec (format._ccodec): it builds the codec's own record objects. */
+#include "../ccodec/ccodec.h"
 
 /* tar_record(data, key, specs, spans, offset, record) -> Record | None
 
