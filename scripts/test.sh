@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install shardcat with every extra into .venv and run the whole test suite:
-# ruff, then pytest against real SQLite, PostgreSQL, S3 (moto), Azure (Azurite) and Dask.
+# ruff, then pytest against real SQLite, PostgreSQL, S3 (moto), Azure (Azurite), GCS
+# (gcp-storage-emulator, installed with the dev extra) and Dask.
 # Usage: bash scripts/test.sh [pytest args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."

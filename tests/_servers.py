@@ -1,4 +1,5 @@
-"""Real servers for the storage tests, on 127.0.0.1 and free ports: Azurite and a ranged HTTP server.
+"""Real servers for the storage tests, on 127.0.0.1 and free ports: Azurite, a GCS emulator and a
+ranged HTTP server.
 
 Used by the fixtures in ``tests/conftest.py``; each start is bounded in time
 and each server is stopped by its fixture.
@@ -122,6 +123,115 @@ def azurite(binary: str, workdir: Path, timeout: float = 60.0) -> Iterator[int]:
     finally:
         stop(proc)
         reader.join(5)
+
+
+# --- a Google Cloud Storage emulator (PyPI package "gcp-storage-emulator") --------------
+
+# The emulator logs each request it answers (http.server's log line, at DEBUG): counted by tests.
+_GCS_REQUEST = re.compile(r'"(GET|POST|PUT|PATCH|DELETE|HEAD) (\S+) HTTP/1\.[01]" (\d{3})')
+
+
+class GcsEmulator:
+    """gcp-storage-emulator in a process of its own on 127.0.0.1 (in memory), started by
+    :func:`gcs_emulator`. Its log (stderr, to a file) names every request it answered."""
+
+    def __init__(self, port: int, log: Path) -> None:
+        self.port = port
+        self.log = log
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def mark(self) -> int:
+        """Where the log ends now: :meth:`requests_since` that mark counts what came after."""
+        return self.log.stat().st_size
+
+    def requests_since(self, mark: int) -> list[tuple[str, str]]:
+        """``(method, path)`` of each request answered since :meth:`mark`."""
+        with self.log.open("rb") as f:
+            f.seek(mark)
+            text = f.read().decode("utf-8", "replace")
+        return [(m.group(1), m.group(2)) for m in _GCS_REQUEST.finditer(text)]
+
+    def create_bucket(self, name: str) -> None:
+        """Create a bucket through the emulator's JSON API (as ``gcloud storage buckets create``)."""
+        import json
+        import urllib.request
+
+        request = urllib.request.Request(
+            f"{self.endpoint}/storage/v1/b?project=test",
+            data=json.dumps({"name": name}).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=30) as r:
+            assert r.status == 200, r.status
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def gcs_emulator(workdir: Path, timeout: float = 60.0) -> Iterator[GcsEmulator]:
+    """Run ``gcp-storage-emulator start --in-memory`` on 127.0.0.1 and a free port.
+
+    Raises
+    ------
+    RuntimeError
+        If it does not answer its health check within ``timeout`` seconds (its log is quoted).
+    """
+    import sys
+    import time
+    import urllib.error
+    import urllib.request
+
+    last = ""
+    for attempt in range(3):  # the free port may be taken between the check and the start
+        port = free_port()
+        log = workdir / f"gcs-emulator-{attempt}.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "gcp_storage_emulator",
+                    "start",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--in-memory",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            deadline = time.monotonic() + timeout
+            up = False
+            while time.monotonic() < deadline and proc.poll() is None:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as r:
+                        up = r.read() == b"OK"
+                except (urllib.error.URLError, OSError):
+                    pass
+                if up:
+                    break
+                time.sleep(0.1)
+            if up:
+                yield GcsEmulator(port, log)
+                return
+            last = log.read_text(errors="replace")[-2000:]
+        finally:
+            stop(proc)
+        if "Address already in use" not in last:
+            break
+    raise RuntimeError(f"the GCS emulator did not start within {timeout:.0f}s: {last.strip()}")
 
 
 # --- a read-only HTTP server that answers ranged requests -------------------------------

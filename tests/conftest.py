@@ -1,11 +1,12 @@
-"""Real parts for the tests: S3 (moto), Azure (Azurite) and HTTP servers on loopback, and PostgreSQL.
+"""Real parts for the tests: S3 (moto), Azure (Azurite), GCS (gcp-storage-emulator) and HTTP
+servers on loopback, and PostgreSQL.
 
 No mocks: s3fs talks HTTP to a moto server on 127.0.0.1, adlfs to an
-Azurite emulator, fsspec's HTTPFileSystem to a ranged file server
-(tests/_servers.py), and catalog tests run against the real PostgreSQL
-named by SHARDCAT_TEST_POSTGRES_URL, each test in a schema of its own. In
-CI (CI=true) a missing PostgreSQL or Azurite fails the run instead of
-skipping tests.
+Azurite emulator, gcsfs to gcp-storage-emulator, fsspec's HTTPFileSystem to
+a ranged file server (tests/_servers.py), and catalog tests run against the
+real PostgreSQL named by SHARDCAT_TEST_POSTGRES_URL, each test in a schema
+of its own. In CI (CI=true) a missing PostgreSQL, Azurite or GCS emulator
+fails the run instead of skipping tests.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from typing import Any
 import pytest
 
 from _servers import (
+    GcsEmulator,
     azurite,
     azurite_binary,
     azurite_connection_string,
+    gcs_emulator,
     moto_client,
     ranged_http_server,
 )
@@ -164,6 +167,55 @@ def azure(azurite_connection: str) -> Iterator[dict[str, Any]]:
     finally:
         service.delete_container(container)
         service.close()
+
+
+# --- Google Cloud Storage through gcp-storage-emulator --------------------------------
+
+
+@pytest.fixture(scope="session")
+def gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsEmulator]:
+    """gcp-storage-emulator on 127.0.0.1 (a free port, in memory) for the session. Skips
+    without the emulator or gcsfs (both in the dev extra), except in CI, where it fails."""
+    import importlib.util
+
+    missing = [m for m in ("gcp_storage_emulator", "gcsfs") if importlib.util.find_spec(m) is None]
+    if missing:
+        message = (
+            f"{' and '.join(missing)} not installed "
+            "(pip install -e '.[dev]' -c constraints/dev.txt, as scripts/test.sh does)"
+        )
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    try:
+        with gcs_emulator(tmp_path_factory.mktemp("gcs")) as server:
+            yield server
+    except RuntimeError as e:
+        if IN_CI:
+            pytest.fail(str(e))
+        pytest.skip(str(e))
+
+
+@pytest.fixture
+def gcs(gcs_server: GcsEmulator) -> Iterator[dict[str, Any]]:
+    """A fresh bucket; yields ``{"bucket", "url", "storage_options", "endpoint", "server"}``.
+
+    The options are what a user gives gcsfs for an emulator: no credentials
+    (``token="anon"``) and the endpoint; they travel to Dask workers with each task.
+    """
+    from gcsfs.core import GCSFileSystem
+
+    bucket = f"test-{uuid.uuid4().hex[:12]}"
+    gcs_server.create_bucket(bucket)
+    GCSFileSystem.clear_instance_cache()
+    yield {
+        "bucket": bucket,
+        "url": f"gs://{bucket}",
+        "storage_options": {"token": "anon", "endpoint_url": gcs_server.endpoint},
+        "endpoint": gcs_server.endpoint,
+        "server": gcs_server,
+    }
+    GCSFileSystem.clear_instance_cache()
 
 
 # --- HTTP(S): read-only shards behind a ranged file server -------------------------

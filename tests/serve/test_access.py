@@ -282,6 +282,9 @@ def test_response_bytes_limit_is_413_and_ranges_get_through(catalog_url, root):
         assert r.status_code == 206 and r.content == data[:512]
         r = client.get(url, headers={**headers, "Range": "bytes=0-512"})
         assert r.status_code == 413
+        # Revalidating costs no transfer: a 304 whatever the entry's size.
+        etag = client.get(url, headers={**headers, "Range": "bytes=0-1"}).headers["etag"]
+        assert client.get(url, headers={**headers, "If-None-Match": etag}).status_code == 304
         body = {"keys": ["img/0008"], "data": True}
         r = client.post("/api/v1/datasets/train/batch", headers=headers, json=body)
         assert r.status_code == 413
@@ -304,6 +307,22 @@ def test_rate_limit_is_429_with_retry_after(catalog_url, root):
         # Each token has a bucket of its own.
         assert client.get("/api/v1/datasets", headers=train).status_code == 200
         assert client.get("/healthz").status_code == 200  # health checks are never limited
+
+
+def test_refused_tokens_are_rate_limited_by_address(catalog_url, root):
+    from .conftest import make_catalog
+
+    _, tokens = make_catalog(catalog_url, root)
+    config = ServeConfig(catalogs=(("main", catalog_url),), rate_limit=0.5, rate_burst=3)
+    with client_for(config) as client:
+        codes = [
+            client.get("/api/v1/datasets", headers={"Authorization": f"Bearer sct_guess{i}"})
+            for i in range(5)
+        ]
+        assert [r.status_code for r in codes] == [401, 401, 401, 429, 429]
+        # A valid token has a bucket of its own.
+        ok = client.get("/api/v1/datasets", headers={"Authorization": f"Bearer {tokens['full']}"})
+        assert ok.status_code == 200
 
 
 def test_token_bucket_refills_at_its_rate():

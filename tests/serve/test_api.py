@@ -167,7 +167,14 @@ def test_batch_with_entries_version_and_data(served):
 
 
 def test_batch_refuses_malformed_bodies(served):
-    for body in ({"key": ["a"]}, {"keys": "a"}, {"keys": [1]}, {"keys": ["a"], "entries": "jpg"}):
+    for body in (
+        {"key": ["a"]},
+        {"keys": "a"},
+        {"keys": [1]},
+        {"keys": ["a"], "entries": "jpg"},
+        {"keys": ["a"], "version": True},
+        {"keys": ["a"], "version": [1]},
+    ):
         r = served.post("/api/v1/datasets/train/batch", json=body)
         assert r.status_code == 400, body
         assert r.json()["error"] == "BadRequestError"
@@ -207,6 +214,10 @@ def test_sql_errors_are_the_users(served):
     assert r.status_code == 400
     assert r.json()["error"] == "QueryError"
     assert served.post("/api/v1/sql", json={"query": 5}).status_code == 400
+    bad = served.post("/api/v1/sql", json={"query": "SELECT 1", "catalog": 5})
+    assert bad.status_code == 400
+    other = served.post("/api/v1/sql", json={"query": "SELECT 1", "catalog": "nope"})
+    assert other.status_code == 404
     assert served.post("/api/v1/sql", json={"query": "SELECT 1", "limit": 0}).status_code == 400
 
 

@@ -160,3 +160,99 @@ def test_traversal_and_encoding_tricks_find_nothing_else(served):
     # Unicode dataset name that does not exist.
     r = served.get(f"/api/v1/datasets/{q('データ')}")
     assert r.status_code == 404 and r.json()["error"] == "DatasetNotFoundError"
+
+
+# --- what is read -------------------------------------------------------------------------
+
+
+def test_a_revalidation_and_a_listing_read_no_shard(served, root):
+    """304 and the sample's document come from the catalog's row: with the shard file gone,
+    they still answer (what needs bytes fails, without a path in its answer)."""
+    import os
+
+    url = entry_url("img/0003", "jpg")
+    etag = served.get(url).headers["etag"]
+    for name in os.listdir(f"{root}/train"):
+        if name.endswith(".shard"):
+            os.remove(f"{root}/train/{name}")
+    assert served.get(url, headers={"If-None-Match": etag}).status_code == 304
+    assert served.get(url).status_code == 502
+
+
+def test_compressed_entries_are_listed_as_they_are_served(catalog_url, tmp_path):
+    import crc32c
+
+    import shardcat
+    from shardcat.reading import Catalog
+    from shardcat.serve import ServeConfig
+
+    from .conftest import client_for
+
+    text = "compressible " * 5000
+    blob = b"\x00" * 200_000
+    raw = b"\x01" * 100_000
+    with Catalog(catalog_url) as cat:
+        cat.create_dataset("z", str(tmp_path / "z"))
+        with shardcat.ShardWriter(str(tmp_path / "z" / "z-000000.shard")) as w:
+            w.add(
+                "k",
+                {
+                    "txt": shardcat.Entry(text.encode(), "text/plain", codec="zstd"),
+                    "bin": shardcat.Entry(blob, "application/octet-stream", codec="zstd"),
+                    "raw": shardcat.Entry(raw, "application/octet-stream"),
+                },
+            )
+        cat.register_shard("z", w.close())
+        described = {i.name: i for i in cat.describe("z", "k")}
+        assert described["bin"].codec == "zstd" and described["bin"].size < len(blob)
+        assert described["raw"].size == 100_000
+    config = ServeConfig(catalogs=(("main", catalog_url),), allow_anonymous=True, rate_limit=0)
+    with client_for(config) as client:
+        doc = client.get("/api/v1/datasets/z/samples/k").json()
+        entries = {e["name"]: e for e in doc["entries"]}
+        assert [e["name"] for e in doc["entries"]] == ["txt", "bin", "raw"]
+        assert entries["txt"]["size"] == len(text) and entries["txt"]["inline"] == text
+        assert entries["bin"]["size"] == len(blob)
+        assert entries["bin"]["crc32c"] == f"{crc32c.crc32c(blob):08x}"
+        assert entries["raw"]["crc32c"] == f"{crc32c.crc32c(raw):08x}"
+        r = client.get(entries["bin"]["href"])
+        assert r.content == blob
+        assert (
+            client.get(
+                entries["bin"]["href"], headers={"If-None-Match": r.headers["etag"]}
+            ).status_code
+            == 304
+        )
+        part = client.get(entries["bin"]["href"], headers={"Range": "bytes=-10"})
+        assert part.status_code == 206 and part.content == blob[-10:]
+
+
+def test_tars_indexed_in_place_are_served_too(catalog_url, tmp_path):
+    import crc32c
+
+    from shardcat.format.tar import scan_tar
+    from shardcat.reading import Catalog
+    from shardcat.serve import ServeConfig
+    from shardcat.testing.tars import wds_samples, write_wds_tar
+
+    from .conftest import client_for
+
+    tar = write_wds_tar(tmp_path / "a.tar")
+    with Catalog(catalog_url) as cat:
+        cat.create_dataset("wds", str(tmp_path))
+        cat.register_shard("wds", scan_tar(tar))
+    config = ServeConfig(catalogs=(("main", catalog_url),), allow_anonymous=True, rate_limit=0)
+    with client_for(config) as client:
+        for sample in wds_samples(tar)[:5]:
+            key = sample["__key__"]
+            doc = client.get(f"/api/v1/datasets/wds/samples/{q(key)}").json()
+            names = [e["name"] for e in doc["entries"]]
+            assert sorted(names) == sorted(n for n in sample if n != "__key__")
+            for e in doc["entries"]:
+                r = client.get(e["href"])
+                assert r.status_code == 200
+                assert r.content == sample[e["name"]]
+                assert e["crc32c"] == f"{crc32c.crc32c(r.content):08x}"
+                assert e["size"] == len(r.content)
+                again = client.get(e["href"], headers={"If-None-Match": r.headers["etag"]})
+                assert again.status_code == 304

@@ -124,6 +124,22 @@ class RecordRow:
 
 
 @dataclass(frozen=True, slots=True)
+class EntryInfo:
+    """One entry of a record as its catalog row describes it: no byte of the shard read.
+
+    ``size`` and ``crc32c`` are of the bytes as stored, which are the entry's
+    bytes when ``codec`` is ``none`` (a compressed entry is larger once read).
+    """
+
+    name: str
+    content_type: str
+    codec: str
+    """The codec's label: ``none``, ``zstd`` or ``lz4``."""
+    size: int
+    crc32c: int
+
+
+@dataclass(frozen=True, slots=True)
 class Location:
     """Where a record's bytes are: ``url``, bytes ``[offset, offset + length)``."""
 

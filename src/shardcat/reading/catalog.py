@@ -24,7 +24,7 @@ from .._types import StorageOptions
 from ..catalog import fence
 from ..catalog.catalog import SqlCatalog
 from ..catalog.history import Version
-from ..catalog.results import BatchResult, CatalogReport, Location, ShardRow
+from ..catalog.results import BatchResult, CatalogReport, EntryInfo, Location, ShardRow
 from ..catalog.session import DEFAULT_BUSY_TIMEOUT, display_url
 from ..format import Record, recordcodec
 from ..storage import expand_braces, resolve_remote_max_gap
@@ -343,6 +343,25 @@ class Catalog(SqlCatalog):
             if lookup.closed:
                 raise self._closed_error()
             return lookup.locate(dataset, key, version)
+
+    def describe(self, dataset: str, key: str, *, version: Version = None) -> list[EntryInfo]:
+        """The record's entries, in record order, from its catalog row: one query, no read.
+
+        Each :class:`~shardcat.catalog.EntryInfo` has the entry's name,
+        content type, codec, and the size and CRC32C of its stored bytes (its
+        bytes, when not compressed): what a listing of a sample needs
+        without reading a large entry.
+
+        Raises
+        ------
+        KeyNotFoundError, VersionNotFoundError, DatasetNotFoundError
+            As for :meth:`get`.
+        """
+        lookup = self._lookup()
+        with lookup.gate:
+            if lookup.closed:
+                raise self._closed_error()
+            return lookup.describe(dataset, key, version)
 
     # --- maintenance -----------------------------------------------------
 

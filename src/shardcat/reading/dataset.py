@@ -19,6 +19,7 @@ from ..catalog.results import (
     BatchResult,
     CatalogReport,
     DatasetInfo,
+    EntryInfo,
     EntryKind,
     Location,
     ShardRow,
@@ -129,6 +130,10 @@ class Dataset:
     ) -> BatchResult:
         """Records for many keys, in input order (:meth:`Catalog.get_many`)."""
         return self._catalog.get_many(self.name, keys, entries, version=version)
+
+    def describe(self, key: str, *, version: Version = None) -> list[EntryInfo]:
+        """The record's entries from its catalog row, no read (:meth:`Catalog.describe`)."""
+        return self._catalog.describe(self.name, key, version=version)
 
     def locate(self, key: str, *, version: Version = None) -> Location:
         """Where the record is: shard URL, offset and length (:meth:`Catalog.locate`)."""

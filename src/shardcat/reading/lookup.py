@@ -32,7 +32,7 @@ from ..catalog import fence
 from ..catalog.connection import RawConnection
 from ..catalog.history import Version
 from ..catalog.missing import unknown_dataset
-from ..catalog.results import BatchResult, Location
+from ..catalog.results import BatchResult, EntryInfo, Location
 from ..catalog.spans import unpack_spans
 from ..errors import (
     DatasetNotFoundError,
@@ -432,8 +432,26 @@ class Lookup:
             raise self._read_failed(e, url, dataset) from e
         return record
 
+    def describe(self, dataset: str, key: str, version: Version = None) -> list[EntryInfo]:
+        """The record's entries from its catalog row (one query, no read): :meth:`Catalog.describe`."""
+        h, _ = _hash(key)
+        if version is None:
+            rows = self._query(self._point, (dataset, h, key))
+        else:
+            sql, extra = self._sql("point", version)
+            rows = self._query(sql, (dataset, h, key, *extra))
+        if not rows:
+            raise self._missing(dataset, key, version)
+        url, _, offset, _, spans, _, signature = rows[0]
+        return [
+            EntryInfo(name, ctype, codec.label, size, crc)
+            for name, ctype, codec, _, size, crc in self._wanted(
+                url, offset, bytes(spans), signature, None
+            )
+        ]
+
     def _wanted(
-        self, url: str, offset: int, spans: bytes, signature: str, names: frozenset[str]
+        self, url: str, offset: int, spans: bytes, signature: str, names: frozenset[str] | None
     ) -> list[tuple[str, str, Codec, int, int, int]]:
         layout = self.layouts.get(signature)
         try:
@@ -447,7 +465,7 @@ class Lookup:
         return [
             (name, ctype, codec, e_off, size, crc)
             for (name, ctype, codec), (e_off, size, crc) in zip(layout, located)
-            if name in names
+            if names is None or name in names
         ]
 
     # --- batches -----------------------------------------------------------

@@ -14,13 +14,13 @@ import base64
 import datetime as dt
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import crc32c
 
 from .. import errors as e
-from ..catalog.results import DatasetSummary, VersionInfo
+from ..catalog.results import DatasetSummary, EntryInfo, VersionInfo
 from ..format import Entry, Record
 from ..format.entries import guess_content_type
 
@@ -30,6 +30,7 @@ __all__ = [
     "content_type_of",
     "crc_of",
     "dataset_json",
+    "described_json",
     "dumps",
     "entry_json",
     "error_body",
@@ -38,6 +39,7 @@ __all__ = [
     "json_cell",
     "sample_json",
     "version_json",
+    "wants_bytes",
 ]
 
 INLINE_MAX = 64 * 1024
@@ -133,7 +135,7 @@ def crc_of(view: memoryview | bytes) -> int:
 
 
 def etag_of(crc: int, size: int) -> str:
-    """The quoted ETag of an entry's bytes: their CRC32C and length, in hex."""
+    """The quoted ETag of an entry: the CRC32C and length of its stored bytes, in hex."""
     return f'"{crc:08x}-{size:x}"'
 
 
@@ -162,6 +164,26 @@ def entry_json(name: str, entry: Entry, href: str, *, data: bool = False) -> dic
     return doc
 
 
+def described_json(info: EntryInfo, href: str) -> dict[str, Any]:
+    """An uncompressed entry known from its catalog row only (its bytes were not read)."""
+    return {
+        "name": info.name,
+        "content_type": content_type_of(info.name, info.content_type),
+        "size": info.size,
+        "crc32c": f"{info.crc32c:08x}",
+        "href": href,
+    }
+
+
+def wants_bytes(info: EntryInfo) -> bool:
+    """Whether a sample's document needs an entry's bytes: text or JSON to inline, or a
+    compressed entry, whose size and CRC once read the catalog row does not hold."""
+    if info.codec != "none":
+        return True
+    kind = content_type_of(info.name, info.content_type)
+    return info.size <= INLINE_MAX and kind.startswith(_INLINE_TYPES)
+
+
 def sample_json(
     catalog: str,
     dataset: str,
@@ -170,16 +192,28 @@ def sample_json(
     href: Callable[[str], str],
     *,
     data: bool = False,
+    described: Sequence[EntryInfo] | None = None,
 ) -> dict[str, Any]:
-    """A sample: its key, the version asked for, and each of its entries (:func:`entry_json`)."""
+    """A sample: its key, the version asked for, and each of its entries (:func:`entry_json`).
+
+    ``described``: every entry of the record from its catalog row, in record
+    order; those ``record`` lacks (not read) are listed from the row.
+    """
+    if described is None:
+        entries = [entry_json(n, e, href(n), data=data) for n, e in record.items()]
+    else:
+        entries = [
+            entry_json(i.name, record[i.name], href(i.name), data=data)
+            if i.name in record
+            else described_json(i, href(i.name))
+            for i in described
+        ]
     return {
         "catalog": catalog,
         "dataset": dataset,
         "key": record.key,
         "version": version,
-        "entries": [
-            entry_json(name, entry, href(name), data=data) for name, entry in record.items()
-        ],
+        "entries": entries,
     }
 
 

@@ -1,7 +1,9 @@
 """An entry's bytes over HTTP: content type, ETag, conditional requests, ``Range`` and caching.
 
-* ``ETag``: the CRC32C and length of the bytes (:func:`.encoding.etag_of`);
-  ``If-None-Match`` with it (or ``*``) answers 304 without a body.
+* ``ETag``: the CRC32C and length of the stored bytes, from the catalog's row
+  (:func:`.encoding.etag_of`): the bytes' own for an uncompressed entry.
+  ``If-None-Match`` with it (or ``*``) answers 304 without a body, and
+  without reading the shard.
 * ``Range: bytes=a-b``, ``a-`` or ``-n`` (one range) answers 206 with
   ``Content-Range``; a range that starts past the end answers 416 with
   ``Content-Range: bytes */size``. Several ranges, or a header that is not
@@ -24,9 +26,17 @@ from dataclasses import dataclass
 
 from starlette.responses import Response
 
-from .encoding import etag_of
+from .limits import check_bytes
 
-__all__ = ["ByteSpan", "Unsatisfiable", "cache_control", "entry_response", "parse_range"]
+__all__ = [
+    "ByteSpan",
+    "Unsatisfiable",
+    "cache_control",
+    "entry_response",
+    "if_none_match",
+    "not_modified",
+    "parse_range",
+]
 
 _RANGE = re.compile(r"\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*", re.IGNORECASE)
 _SAFE = {
@@ -84,32 +94,46 @@ def cache_control(*, pinned: bool, private: bool) -> str:
     return f"{scope}, max-age=31536000, immutable" if pinned else f"{scope}, no-cache"
 
 
-def _matches(header: str, etag: str) -> bool:
+def if_none_match(header: str | None, etag: str) -> bool:
+    """Whether an ``If-None-Match`` header matches ``etag`` (or is ``*``): answer 304."""
+    if header is None:
+        return False
     tags = [t.strip().removeprefix("W/") for t in header.split(",")]
     return "*" in tags or etag in tags
+
+
+def _headers(etag: str, *, pinned: bool, private: bool) -> dict[str, str]:
+    return {**_SAFE, "ETag": etag, "Cache-Control": cache_control(pinned=pinned, private=private)}
+
+
+def not_modified(etag: str, *, pinned: bool, private: bool) -> Response:
+    """304: the client's copy is current (no body)."""
+    return Response(status_code=304, headers=_headers(etag, pinned=pinned, private=private))
 
 
 def entry_response(
     data: memoryview,
     content_type: str,
-    crc: int,
+    etag: str,
     *,
     pinned: bool,
     private: bool,
-    if_none_match: str | None,
     range_header: str | None,
     if_range: str | None,
+    max_bytes: int = 0,
+    what: str = "the entry",
 ) -> Response:
-    """The response for an entry's bytes, given the request's conditional and range headers."""
+    """The response for an entry's bytes (``etag``: its validator), given the request's
+    range headers (``If-None-Match`` is :func:`if_none_match`'s, before the bytes are read).
+
+    Raises
+    ------
+    RequestTooLargeError
+        If the bytes to send (the entry, or the range asked for) are more than
+        ``max_bytes`` (0: no limit); a 416 is answered whatever the size.
+    """
     size = data.nbytes
-    etag = etag_of(crc, size)
-    headers = {
-        **_SAFE,
-        "ETag": etag,
-        "Cache-Control": cache_control(pinned=pinned, private=private),
-    }
-    if if_none_match is not None and _matches(if_none_match, etag):
-        return Response(status_code=304, headers=headers)
+    headers = _headers(etag, pinned=pinned, private=private)
     if if_range is not None and if_range.strip() != etag:
         range_header = None  # the client's copy is another version: send it all
     try:
@@ -119,6 +143,12 @@ def entry_response(
             status_code=416,
             headers={**headers, "Content-Range": f"bytes */{size}"},
         )
+    if max_bytes:
+        # Checked before the bytes are copied into the response.
+        if span is None:
+            check_bytes(size, max_bytes, what, ranged=True)
+        else:
+            check_bytes(span.end - span.start, max_bytes, "the range", ranged=True)
     if span is None:
         return Response(bytes(data), status_code=200, media_type=content_type, headers=headers)
     return Response(

@@ -39,16 +39,17 @@ from .config import ServeConfig
 from .encoding import (
     INLINE_MAX,
     content_type_of,
-    crc_of,
     dataset_json,
     dumps,
     error_body,
     error_status,
+    etag_of,
     json_cell,
     sample_json,
     version_json,
+    wants_bytes,
 )
-from .entries import entry_response
+from .entries import entry_response, if_none_match, not_modified
 from .limits import RateLimiter, check_batch, check_bytes
 
 __all__ = [
@@ -109,7 +110,12 @@ class Services:
         """Who sent ``request`` (blocking: catalog queries), counted against the rate limit."""
         client = request.client.host if request.client else "unknown"
         header = bearer(request.headers.get("authorization"), request.cookies.get(COOKIE))
-        who = self.auth.principal(header, client)
+        try:
+            who = self.auth.principal(header, client)
+        except AccessDeniedError:
+            # Refused tokens count too, per address: guessing costs a query per catalog.
+            self.rate.take(f"refused:{client}")
+            raise
         self.rate.take(who.caller)
         return who
 
@@ -323,9 +329,13 @@ def sample(request: Request, services: Services, who: Principal) -> Response:
     key = segment(request, "key")
     version = parse_version(_query(request, "version"))
     with services.catalogs.hiding(name):
-        record = cat.get(name, key, version=version)
+        # The row says what the sample holds; only the entries to inline (and compressed
+        # ones, whose size once read it does not hold) are read: never its video.
+        described = cat.describe(name, key, version=version)
+        wanted = [i.name for i in described if wants_bytes(i)]
+        record = cat.get(name, key, wanted, version=version)
     href = _href(request, catalog, name, key, version)
-    return JsonBody(sample_json(catalog, name, record, version, href))
+    return JsonBody(sample_json(catalog, name, record, version, href, described=described))
 
 
 def entry(request: Request, services: Services, who: Principal) -> Response:
@@ -333,33 +343,35 @@ def entry(request: Request, services: Services, who: Principal) -> Response:
     _, cat, dataset = _reader(request, services, who)
     key, name = segment(request, "key"), segment(request, "entry")
     version = parse_version(_query(request, "version"))
+    headers = request.headers
     with services.catalogs.hiding(dataset):
+        described = {i.name: i for i in cat.describe(dataset, key, version=version)}
+        info = described.get(name)
+        if info is None:
+            raise EntryNotFoundError(name, key=key, names=tuple(described))
+        # The validator is the row's: a revalidation (304) reads no byte of the shard.
+        etag = etag_of(info.crc32c, info.size)
+        if if_none_match(headers.get("if-none-match"), etag):
+            return not_modified(etag, pinned=isinstance(version, int), private=private(services))
         # Only this entry's bytes are read: a thumbnail does not cost its sample's video.
         record = cat.get(dataset, key, [name], version=version)
-        if name not in record:
-            names = tuple(cat.get(dataset, key, version=version))  # a rare miss: read it all
-            raise EntryNotFoundError(name, key=key, names=names)
     found = record[name]
-    data = found.view
-    headers = request.headers
-    ranged = headers.get("range")
-    if not ranged or "," in ranged:
-        check_bytes(data.nbytes, services.config.max_response_bytes, f"entry {name!r}", ranged=True)
-    response = entry_response(
-        data,
+    return entry_response(
+        found.view,
         content_type_of(name, found.content_type),
-        crc_of(data),
+        etag,
         pinned=isinstance(version, int),
-        private=not services.config.allow_anonymous,
-        if_none_match=headers.get("if-none-match"),
-        range_header=ranged,
+        private=private(services),
+        range_header=headers.get("range"),
         if_range=headers.get("if-range"),
+        max_bytes=services.config.max_response_bytes,
+        what=f"entry {name!r}",
     )
-    if response.status_code == 206:
-        check_bytes(
-            len(response.body), services.config.max_response_bytes, "the range", ranged=True
-        )
-    return response
+
+
+def private(services: Services) -> bool:
+    """Whether answers are for one caller only (tokens required): ``Cache-Control: private``."""
+    return not services.config.allow_anonymous
 
 
 def _body(request: Request) -> Any:
@@ -392,7 +404,9 @@ def batch(request: Request, services: Services, who: Principal) -> Response:
     ):
         raise BadRequestError("entries must be a list of entry names")
     raw_version = body.get("version")
-    if raw_version is not None and not isinstance(raw_version, (int, str)):
+    if raw_version is not None and (
+        not isinstance(raw_version, (int, str)) or isinstance(raw_version, bool)
+    ):
         raise BadRequestError("version must be a number or a tag")
     version = parse_version(None if raw_version is None else str(raw_version))
     data = body.get("data", False) is True
@@ -458,7 +472,10 @@ def sql(request: Request, services: Services, who: Principal) -> Response:
     limit = body.get("limit", 1000)
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 100_000:
         raise BadRequestError("limit must be a whole number from 1 to 100000")
-    catalog = services.catalogs.choose(who, body.get("catalog") or _query(request, "catalog"))
+    asked = body.get("catalog") or _query(request, "catalog")
+    if asked is not None and not isinstance(asked, str):
+        raise BadRequestError("catalog must be a catalog's name")
+    catalog = services.catalogs.choose(who, asked)
     cat = services.catalogs.get(catalog)
     postgres = cat.engine.dialect.name == "postgresql"
     result = run_read_only(

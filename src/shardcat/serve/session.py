@@ -27,7 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..errors import BadRequestError, ShardcatError
+from ..errors import AccessDeniedError, BadRequestError, ShardcatError
 from .auth import COOKIE
 from .routes import JsonBody, Services, read_body
 
@@ -59,7 +59,11 @@ async def start_session(request: Request) -> Response:
         client = request.client.host if request.client else "unknown"
 
         def check() -> dict[str, object]:
-            who = services.auth.principal(f"Bearer {token}", client)
+            try:
+                who = services.auth.principal(f"Bearer {token}", client)
+            except AccessDeniedError:
+                services.rate.take(f"refused:{client}")  # as for any request: guessing is rated
+                raise
             services.rate.take(who.caller)
             return {
                 "name": who.name,

@@ -231,7 +231,9 @@ class PendingFile:
             self._cleanup()
             if isinstance(e, ShardcatError) or not is_backend_error(e):
                 raise
-            raise translate(e, self.url, writing=True) from e
+            # Given the filesystem, a "not found" of an upload is told to be a missing bucket
+            # (gcsfs says 404 for both; S3 names its NoSuchBucket itself).
+            raise translate(e, self.url, writing=True, fs=self._fs) from e
 
     def _publish_local(self, temp: str) -> None:
         self.file.flush()

@@ -18,8 +18,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BUCKET_PROTOCOLS",
+    "GCS_PROTOCOLS",
     "S3_PROTOCOLS",
     "expand_braces",
+    "gcs_emulator",
     "is_local",
     "join",
     "local_path",
@@ -31,8 +33,8 @@ __all__ = [
 _BACKENDS = {
     "s3": ("s3fs", "s3"),
     "s3a": ("s3fs", "s3"),
-    "gs": ("gcsfs", "gcs: pip install gcsfs"),
-    "gcs": ("gcsfs", "gcs: pip install gcsfs"),
+    "gs": ("gcsfs", "gcs"),
+    "gcs": ("gcsfs", "gcs"),
     "az": ("adlfs", "azure"),
     "abfs": ("adlfs", "azure"),
     "abfss": ("adlfs", "azure"),
@@ -40,9 +42,11 @@ _BACKENDS = {
 
 
 BUCKET_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"})
+"""Object stores whose URLs start with a bucket (or container), which shardcat never creates."""
 S3_PROTOCOLS = frozenset({"s3", "s3a"})
 """s3fs's URL schemes."""
-"""Object stores whose URLs start with a bucket (or container), which shardcat never creates."""
+GCS_PROTOCOLS = frozenset({"gs", "gcs"})
+"""gcsfs's URL schemes."""
 
 
 def protocol_of(url: str) -> str:
@@ -83,6 +87,8 @@ def resolve(
     StorageError
         The URL cannot be opened: unknown scheme, missing backend package,
         credentials in the URL, or options the backend rejects.
+    StorageCredentialsError
+        The backend looked for credentials when it was made and found none (gcsfs).
     """
     from fsspec.core import url_to_fs
 
@@ -93,7 +99,10 @@ def resolve(
         options = storage_options or {}
         if protocol in S3_PROTOCOLS:
             options = _region_for_s3fs(options)
-        fs, path = url_to_fs(url, **_in_key_order(options))
+        if protocol in GCS_PROTOCOLS and "::" not in url and gcs_emulator(options):
+            fs, path = _gcs_json_api(url, _in_key_order(options))
+        else:
+            fs, path = url_to_fs(url, **_in_key_order(options))
     except ImportError as e:
         package, extra = _BACKENDS.get(protocol, (protocol, protocol))
         hint = f"pip install 'shardcat[{extra}]'" if ":" not in extra else extra.split(": ", 1)[1]
@@ -102,7 +111,45 @@ def resolve(
         ) from e
     except ValueError as e:
         raise StorageError(f"cannot open {redact(url)}: {e}") from e
+    except Exception as e:
+        # A backend that looks for credentials when it is made (gcsfs: google.auth's
+        # DefaultCredentialsError) fails here, before any request: typed like a request's failure.
+        from .translate import is_backend_error, translate
+
+        if not is_backend_error(e):
+            raise
+        raise translate(e, url) from e
     return fs, str(path)
+
+
+def gcs_emulator(options: Mapping[str, Any]) -> str | None:
+    """The plain-HTTP endpoint of a GCS emulator that ``options`` (``endpoint_url``) or
+    ``STORAGE_EMULATOR_HOST`` name, or None (Google Cloud Storage itself, over HTTPS)."""
+    endpoint = options.get("endpoint_url") or os.environ.get("STORAGE_EMULATOR_HOST", "")
+    if not isinstance(endpoint, str) or endpoint in ("", "default"):
+        return None
+    if endpoint.startswith("https://"):
+        return None
+    # gcsfs reads a bare "host:port" as http://host:port.
+    return endpoint if endpoint.startswith("http://") else f"http://{endpoint}"
+
+
+def _gcs_json_api(url: str, options: Mapping[str, Any]) -> tuple[fsspec.AbstractFileSystem, str]:
+    """gcsfs's JSON-API filesystem for an emulator, whatever gcsfs would pick.
+
+    gcsfs (since 2026.x) hands ``gs://`` to its extended filesystem, which
+    first asks Google's gRPC Storage Control API for each bucket's layout, at
+    the same endpoint. An emulator (gcp-storage-emulator, fake-gcs-server)
+    serves only the JSON API over plain HTTP: that question fails after 60 s
+    of gRPC retries, on every call (a failed answer is not cached). The
+    JSON-API class asks nothing of the kind, as gcsfs does with
+    ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false``; chosen here from the options,
+    it needs no environment on the Dask workers.
+    """
+    from gcsfs.core import GCSFileSystem
+
+    fs = GCSFileSystem(**{**GCSFileSystem._get_kwargs_from_urls(url), **options})
+    return fs, str(fs._strip_protocol(url))
 
 
 # Object stores whose URLs have no user part: "s3://KEY:SECRET@bucket" would be

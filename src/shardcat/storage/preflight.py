@@ -6,7 +6,8 @@ in the worker's log. Asking the store about the folder says it first: it
 needs the bucket to exist and the credentials to be accepted. The question
 is bounded whatever the folder holds: the filesystem's ``info`` (S3: a
 HEAD and one listing of at most one key; Azure: a properties request and
-one listing page of one blob), never a listing of a dataset's shards,
+one listing page of one blob; GCS: an object GET and a listing of at most one
+object), never a listing of a dataset's shards,
 which a job on a large dataset would otherwise pay on the client and on
 every worker. Transient failures are retried under the one policy
 (:mod:`.retry`).
@@ -27,7 +28,10 @@ from .translate import translate
 
 __all__ = ["check_folder"]
 
-_ASK_FOR_BUCKET = frozenset({"az", "abfs", "abfss"})
+# Stores whose listing of a missing bucket says only "no such file" (adlfs; gcsfs turns
+# every 404 into a bare FileNotFoundError): the bucket is asked for. gcsfs asks for it by
+# listing it when a key may not read the bucket's metadata, so no permission of its own is needed.
+_ASK_FOR_BUCKET = frozenset({"az", "abfs", "abfss", "gs", "gcs"})
 
 
 def check_folder(url: str, storage_options: Mapping[str, Any] | None = None) -> None:
@@ -53,9 +57,9 @@ def check_folder(url: str, storage_options: Mapping[str, Any] | None = None) -> 
     try:
         retried(fs, "info", url, path)
     except Exception as e:
-        # S3 and GCS say "no such bucket" in the listing's own error; asking for the bucket
-        # could be refused to a key that may list its folder (HeadBucket is a permission of
-        # its own), so only Azure (whose listing says "no such file" for both) is asked.
+        # S3 says "no such bucket" in the listing's own error; asking for the bucket could be
+        # refused to a key that may list its folder (HeadBucket is a permission of its own),
+        # so only Azure and GCS (whose listings say "no such file" for both) are asked.
         error = translate(e, url, fs=fs if protocol_of(url) in _ASK_FOR_BUCKET else None)
         if type(error) is ShardNotFoundError:
             return  # no object under the folder yet, in a bucket that exists

@@ -148,7 +148,8 @@ _CREDENTIAL_HINTS = {
     "or pass -S key=... -S secret=... (storage_options={'key': ..., 'secret': ...})",
     "az": "pass -S connection_string=... or -S account_name=... -S account_key=... "
     "(or set AZURE_STORAGE_CONNECTION_STRING)",
-    "gs": "set GOOGLE_APPLICATION_CREDENTIALS or pass -S token=...",
+    "gs": "set GOOGLE_APPLICATION_CREDENTIALS, or pass -S token=PATH_TO_KEY.json "
+    "(storage_options={'token': ...}; token=anon for a public bucket or an emulator)",
 }
 _FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 _ALIASES = {"s3a": "s3", "abfs": "az", "abfss": "az", "gcs": "gs"}
@@ -183,6 +184,15 @@ def _from_obstore(e: BaseException) -> bool:
     return type(e).__module__.startswith("obstore")
 
 
+def _from_gcsfs(e: BaseException) -> bool:
+    return type(e).__module__.startswith("gcsfs")
+
+
+def _gcsfs_forbidden(e: BaseException) -> bool:
+    """gcsfs's HTTP 403: a plain ``OSError("Forbidden: <path>\\n<the store's message>")``."""
+    return type(e) is OSError and str(e).startswith("Forbidden: ")
+
+
 def _obstore_connect_failed(e: BaseException) -> bool:
     text = str(e)
     return _from_obstore(e) and ("tcp connect error" in text or "kind: Connect" in text)
@@ -193,7 +203,8 @@ def _status(e: BaseException) -> int | None:
     if _from_obstore(e):
         m = _OBSTORE_STATUS.search(str(e))
         return int(m.group(1)) if m else None
-    for attr in ("status", "status_code"):
+    attrs = ("status", "status_code", "code") if _from_gcsfs(e) else ("status", "status_code")
+    for attr in attrs:  # gcsfs's HttpError keeps the status as .code
         value = getattr(e, attr, None)
         if isinstance(value, int) and 100 <= value < 600:
             return value
@@ -398,7 +409,10 @@ def _translate(e: BaseException, url: str, writing: bool) -> ShardcatError:
             or code in _REJECTED_CODES
             or isinstance(x, PermissionError)
             or _names(x) & _OBSTORE_DENIED
+            or _gcsfs_forbidden(x)
         ):
+            if _gcsfs_forbidden(x):
+                status = 403
             why = _obstore_message(x) or (f"HTTP {status}" if status else (code or first_line(x)))
             return StoragePermissionError(
                 f"{shown}: access denied ({why}): check the credentials, and that they may "
