@@ -87,12 +87,19 @@ def serve(
             "shard URLs included).",
         ),
     ] = False,
+    page: Annotated[
+        bool,
+        typer.Option(
+            "--page/--no-page",
+            help="Serve the dataset browser at /ui/ (a web page; it holds no data of its own).",
+        ),
+    ] = True,
     log_level: Annotated[str, typer.Option(help="uvicorn's log level.", metavar="LEVEL")] = "info",
 ) -> None:
     """Serve the catalog's datasets over HTTP, read-only: `serve token` makes its tokens.
 
-    Datasets, keys, samples, entries (with Range), batches and read-only SQL under /api/v1
-    (docs/SERVE.md; needs the serve extra). Every request needs 'Authorization: Bearer
+    Datasets, keys, samples, entries (with Range), batches and read-only SQL under /api/v1,
+    and a dataset browser at /ui/ (docs/SERVE.md; needs the serve extra). Every request needs 'Authorization: Bearer
     TOKEN' (`shardcat serve token create`) unless --allow-anonymous is given with a loopback
     --host. Limits: the settings serve_max_batch_keys, serve_max_response_bytes,
     serve_rate_limit, serve_rate_burst (docs/CONFIG.md).
@@ -121,14 +128,16 @@ def serve(
         sql=sql,
         sql_role=role if isinstance(role, str) else None,
         storage_options=state.storage_options,
+        page=page,
     )
     require_extra()
     from ..serve import run
 
     where = f"http://{host}:{port}{root_path}"
     state.out.note(
-        f"serving {len(catalogs)} catalog(s) at {where}/api/v1 "
-        f"({'anonymous access' if allow_anonymous else 'tokens required'}); Ctrl-C stops"
+        f"serving {len(catalogs)} catalog(s) at {where}/api/v1"
+        + (f" and the dataset browser at {where}/ui/" if page else "")
+        + f" ({'anonymous access' if allow_anonymous else 'tokens required'}); Ctrl-C stops"
     )
     run(config, log_level=log_level)
 
