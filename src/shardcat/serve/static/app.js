@@ -58,6 +58,10 @@ function count(n) {
   return n === null || n === undefined ? "" : Number(n).toLocaleString("en-US");
 }
 
+function plural(n, word) {
+  return `${count(n)} ${word}${n === 1 ? "" : "s"}`;
+}
+
 function show(...nodes) {
   const main = document.getElementById("main");
   main.replaceChildren(...nodes.flat());
@@ -215,12 +219,12 @@ async function datasetView() {
     v ? el("input", { type: "hidden", name: "v", value: v }) : null,
     el("textarea", {
       name: "sql", id: "sql",
-      placeholder: `SELECT key FROM live_records WHERE dataset = '${d}' AND key LIKE 'a/%' (read-only SQL; the keys it returns are shown)`,
+      placeholder: `SELECT key FROM live_records WHERE dataset = '${d}' AND key LIKE 'cam3/%'  (read-only SQL: the keys it returns are shown)`,
     }, sql),
     el("button", { type: "submit", text: "Filter" }));
 
   const summary = el("p", { class: "muted" },
-    `${count(info.record_count)} samples in ${count(info.shard_count)} shards, ${bytes(info.size_bytes)}; version ${info.version}`);
+    `${plural(info.record_count, "sample")} in ${plural(info.shard_count, "shard")}, ${bytes(info.size_bytes)}; version ${info.version}`);
   const grid = el("div", { class: "grid", id: "grid" });
   const pager = el("div", { class: "pager" });
   show(el("h1", { text: d }), summary, search, filter, grid, pager);
