@@ -95,6 +95,30 @@ def test_pages_after_a_cursor_cover_every_key_once(cat):
     assert list(cat.keys("d", after="\U0010ffffz")) == []
 
 
+def test_a_kept_versions_keys_are_the_ones_it_reads(cat, tmp_path):
+    from shardcat.errors import VersionNotFoundError
+
+    from .helpers import write_shard
+
+    first = cat.info("d").version
+    info = write_shard(str(tmp_path / "more.shard"), ["a1", "zz"])
+    cat.register_shard("d", info)
+    cat.delete_keys("d", ["b"])
+    cat.dataset("d").tag(first, "before")
+    latest = list(cat.keys("d"))
+    assert "zz" in latest and "b" not in latest
+    then = list(cat.keys("d", version=first))
+    assert then == sorted(KEYS, key=lambda k: k.encode())  # as it was: b there, zz not yet
+    assert list(cat.keys("d", version="before", prefix="a", after="a/")) == [
+        k for k in then if k.startswith("a") and k > "a/"
+    ]
+    assert list(cat.dataset("d").keys(version=first, limit=2)) == then[:2]
+    with pytest.raises(VersionNotFoundError):
+        cat.keys("d", version=999)
+    with pytest.raises(VersionNotFoundError):
+        cat.keys("d", version="no-such-tag")
+
+
 def test_a_page_after_a_cursor_seeks_the_key_index_without_offset(cat):
     dialect = cat.engine.dialect.name
     stmt = keys_statement(dialect, 1, "a", 10, after="a/b")

@@ -83,6 +83,19 @@ def test_keys_pages_with_a_cursor_until_the_end(served):
     assert narrow["keys"] == [f"img/001{i}" for i in range(10)]
 
 
+def test_keys_at_a_version_are_the_ones_it_reads(served):
+    # Version 1 (tag v1) had the first 20 keys; version 2 added the rest.
+    for version in ("1", "v1"):
+        page = served.get(
+            "/api/v1/datasets/train/keys", params={"version": version, "limit": "100"}
+        ).json()
+        assert page == {"keys": sorted(KEYS[:20]), "next": None}, version
+    latest = served.get("/api/v1/datasets/train/keys", params={"limit": "100"}).json()
+    assert latest["keys"] == sorted(KEYS)
+    r = served.get("/api/v1/datasets/train/keys", params={"version": "9"})
+    assert r.status_code == 404 and r.json()["error"] == "VersionNotFoundError", r.text
+
+
 def test_keys_refuses_a_bad_limit(served):
     for bad in ("0", "x", "10001"):
         r = served.get("/api/v1/datasets/train/keys", params={"limit": bad})

@@ -53,11 +53,21 @@ def _key(dialect: str) -> ColumnElement[str]:
 
 
 def _where(
-    stmt: Select[Any], dialect: str, dataset_id: int, prefix: str | None, after: str | None = None
+    stmt: Select[Any],
+    dialect: str,
+    dataset_id: int,
+    prefix: str | None,
+    after: str | None = None,
+    version: int | None = None,
 ) -> Select[Any]:
     key = _key(dialect)
+    seen = (
+        visibility.live(Record, Shard)
+        if version is None
+        else visibility.visible_at(Record, Shard, version)
+    )
     stmt = stmt.join(Shard, Shard.id == Record.shard_id).where(
-        Record.dataset_id == dataset_id, visibility.live(Record, Shard)
+        Record.dataset_id == dataset_id, seen
     )
     if after is not None:
         # A cursor: the range continues after the last key a page showed (a seek, never OFFSET).
@@ -76,9 +86,14 @@ def keys_statement(
     prefix: str | None = None,
     limit: int | None = None,
     after: str | None = None,
+    version: int | None = None,
 ) -> Select[Any]:
-    """The committed keys of a dataset (starting with ``prefix``, after ``after``), in byte order."""
-    stmt = _where(select(Record.key), dialect, dataset_id, prefix, after).order_by(_key(dialect))
+    """The keys of a dataset (starting with ``prefix``, after ``after``), in byte order.
+
+    ``version``: the keys that (kept) version reads; None: the latest version's.
+    """
+    stmt = _where(select(Record.key), dialect, dataset_id, prefix, after, version)
+    stmt = stmt.order_by(_key(dialect))
     return stmt.limit(limit) if limit else stmt
 
 
@@ -88,17 +103,19 @@ def iter_keys(
     prefix: str | None = None,
     limit: int | None = None,
     after: str | None = None,
+    version: int | None = None,
 ) -> Iterator[str]:
     """Stream the keys: fetched ``_BATCH`` at a time while the caller consumes them.
 
     ``after``: only keys that sort after it (the last key of the previous page).
+    ``version``: a kept version's number (resolved by the caller); None: the latest.
 
     Raises
     ------
     CatalogError
         If the database fails (translated).
     """
-    stmt = keys_statement(engine.dialect.name, dataset_id, prefix, limit, after)
+    stmt = keys_statement(engine.dialect.name, dataset_id, prefix, limit, after, version)
     with translate_errors(engine.url), engine.connect() as conn:
         # stream_results: a server-side cursor on PostgreSQL; SQLite steps its cursor anyway.
         with fence.shared():

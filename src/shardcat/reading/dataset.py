@@ -140,10 +140,17 @@ class Dataset:
         return self._catalog.locate(self.name, key, version=version)
 
     def keys(
-        self, *, prefix: str | None = None, limit: int | None = None, after: str | None = None
+        self,
+        *,
+        prefix: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+        version: Version = None,
     ) -> Iterator[str]:
         """The committed keys in byte order, streamed (:meth:`Catalog.keys`)."""
-        return self._catalog.keys(self.name, prefix=prefix, limit=limit, after=after)
+        return self._catalog.keys(
+            self.name, prefix=prefix, limit=limit, after=after, version=version
+        )
 
     def count(self, *, prefix: str | None = None) -> int:
         """How many committed keys (starting with ``prefix``) (:meth:`Catalog.count`)."""

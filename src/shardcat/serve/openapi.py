@@ -241,6 +241,7 @@ def openapi_spec() -> dict[str, Any]:
                     _param(
                         "limit", "query", "Keys per page.", type="integer", minimum=1, maximum=10000
                     ),
+                    _VERSION,
                 ],
                 _json(
                     {

@@ -310,14 +310,16 @@ def dataset_tags(request: Request, services: Services, who: Principal) -> Respon
 
 
 def dataset_keys(request: Request, services: Services, who: Principal) -> Response:
-    """A page of keys in byte order: ``?prefix=``, ``?after=`` (the previous ``next``), ``?limit=``."""
+    """A page of keys in byte order: ``?prefix=``, ``?after=`` (the previous ``next``),
+    ``?limit=``, ``?version=`` (a kept version's keys; default the latest's)."""
     _, cat, name = _reader(request, services, who)
     limit = _int(request, "limit", 100, 1, MAX_KEYS_PAGE)
     prefix = _query(request, "prefix") or None
     after = _query(request, "after") or None
+    version = parse_version(_query(request, "version"))
     # One more than the page: whether there is a next page is known without another query.
     with services.catalogs.hiding(name):
-        keys = list(cat.keys(name, prefix=prefix, after=after, limit=limit + 1))
+        keys = list(cat.keys(name, prefix=prefix, after=after, limit=limit + 1, version=version))
     more = len(keys) > limit
     keys = keys[:limit]
     return JsonBody({"keys": keys, "next": keys[-1] if more else None})
