@@ -363,6 +363,41 @@ class Catalog(SqlCatalog):
                 raise self._closed_error()
             return lookup.describe(dataset, key, version)
 
+    def read_part(
+        self,
+        dataset: str,
+        key: str,
+        entry: str,
+        start: int,
+        end: int,
+        *,
+        version: Version = None,
+    ) -> memoryview:
+        """Bytes ``[start, end)`` of one uncompressed entry: one query, one ranged read of them alone.
+
+        For a part of a large entry (a window of a video, a slice of an array
+        that an HTTP ``Range`` asks for), which :meth:`get` would read whole.
+        The CRC32C covers the whole entry, so a part is **not checked**:
+        read the entry with :meth:`get` when its bytes must be proven.
+
+        Raises
+        ------
+        KeyNotFoundError, VersionNotFoundError, DatasetNotFoundError
+            As for :meth:`get`.
+        EntryNotFoundError
+            If the record has no such entry.
+        ValueError
+            If the entry is compressed (its stored bytes are not its bytes:
+            read it whole), or ``[start, end)`` is not within it.
+        StorageError, ShardNotFoundError
+            If the shard cannot be read.
+        """
+        lookup = self._lookup()
+        with lookup.gate:
+            if lookup.closed:
+                raise self._closed_error()
+            return lookup.read_part(dataset, key, entry, start, end, version)
+
     # --- maintenance -----------------------------------------------------
 
     def reindex(

@@ -36,6 +36,7 @@ from ..catalog.results import BatchResult, EntryInfo, Location
 from ..catalog.spans import unpack_spans
 from ..errors import (
     DatasetNotFoundError,
+    EntryNotFoundError,
     FormatError,
     InvalidKeyError,
     KeyNotFoundError,
@@ -431,6 +432,35 @@ class Lookup:
         except (OSError, FormatError) as e:
             raise self._read_failed(e, url, dataset) from e
         return record
+
+    def read_part(
+        self, dataset: str, key: str, name: str, start: int, end: int, version: Version = None
+    ) -> memoryview:
+        """Bytes ``[start, end)`` of an uncompressed entry, read alone: :meth:`Catalog.read_part`."""
+        h, _ = _hash(key)
+        if version is None:
+            rows = self._query(self._point, (dataset, h, key))
+        else:
+            sql, extra = self._sql("point", version)
+            rows = self._query(sql, (dataset, h, key, *extra))
+        if not rows:
+            raise self._missing(dataset, key, version)
+        url, _, offset, _, spans, _, signature = rows[0]
+        wanted = self._wanted(url, offset, bytes(spans), signature, frozenset((name,)))
+        if not wanted:
+            names = tuple(n for n, *_ in self._wanted(url, offset, bytes(spans), signature, None))
+            raise EntryNotFoundError(name, key=key, names=names)
+        _, _, codec, e_off, size, _ = wanted[0]
+        if codec.label != "none":
+            raise ValueError(f"entry {name!r} is compressed ({codec.label}): read it whole")
+        if not 0 <= start <= end <= size:
+            raise ValueError(f"bytes [{start}, {end}) are not within the entry's {size} bytes")
+        if start == end:
+            return memoryview(b"")
+        try:
+            return memoryview(self._sources.read(url, offset + e_off + start, offset + e_off + end))
+        except (OSError, FormatError) as e:
+            raise self._read_failed(e, url, dataset) from e
 
     def describe(self, dataset: str, key: str, version: Version = None) -> list[EntryInfo]:
         """The record's entries from its catalog row (one query, no read): :meth:`Catalog.describe`."""

@@ -5,7 +5,10 @@
   ``If-None-Match`` with it (or ``*``) answers 304 without a body, and
   without reading the shard.
 * ``Range: bytes=a-b``, ``a-`` or ``-n`` (one range) answers 206 with
-  ``Content-Range``; a range that starts past the end answers 416 with
+  ``Content-Range``, reading only that range of an uncompressed entry
+  (:meth:`Catalog.read_part <shardcat.Catalog.read_part>`: a seek in a video
+  costs the bytes sent, not the video; such a part is not CRC-checked, the
+  whole entry is); a range that starts past the end answers 416 with
   ``Content-Range: bytes */size``. Several ranges, or a header that is not
   a byte range, are ignored (the whole entry, 200), as RFC 9110 allows;
   ``If-Range`` with another ETag asks for the whole entry too.
@@ -22,6 +25,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from starlette.responses import Response
@@ -30,6 +34,7 @@ from .limits import check_bytes
 
 __all__ = [
     "ByteSpan",
+    "Reader",
     "Unsatisfiable",
     "cache_control",
     "entry_response",
@@ -111,8 +116,13 @@ def not_modified(etag: str, *, pinned: bool, private: bool) -> Response:
     return Response(status_code=304, headers=_headers(etag, pinned=pinned, private=private))
 
 
+Reader = Callable[["ByteSpan | None"], "memoryview | bytes"]
+"""Reads the entry's bytes: all of them (None), or one span of them."""
+
+
 def entry_response(
-    data: memoryview,
+    size: int,
+    read: Reader,
     content_type: str,
     etag: str,
     *,
@@ -123,8 +133,10 @@ def entry_response(
     max_bytes: int = 0,
     what: str = "the entry",
 ) -> Response:
-    """The response for an entry's bytes (``etag``: its validator), given the request's
-    range headers (``If-None-Match`` is :func:`if_none_match`'s, before the bytes are read).
+    """The response for an entry of ``size`` bytes (``etag``: its validator), given the
+    request's range headers (``If-None-Match`` is :func:`if_none_match`'s, before the bytes are
+    read). ``read`` is called once, after the limits are checked, for what is sent: a range
+    of a large entry costs a read of that range.
 
     Raises
     ------
@@ -132,7 +144,6 @@ def entry_response(
         If the bytes to send (the entry, or the range asked for) are more than
         ``max_bytes`` (0: no limit); a 416 is answered whatever the size.
     """
-    size = data.nbytes
     headers = _headers(etag, pinned=pinned, private=private)
     if if_range is not None and if_range.strip() != etag:
         range_header = None  # the client's copy is another version: send it all
@@ -150,9 +161,11 @@ def entry_response(
         else:
             check_bytes(span.end - span.start, max_bytes, "the range", ranged=True)
     if span is None:
-        return Response(bytes(data), status_code=200, media_type=content_type, headers=headers)
+        return Response(
+            bytes(read(None)), status_code=200, media_type=content_type, headers=headers
+        )
     return Response(
-        bytes(data[span.start : span.end]),
+        bytes(read(span)),
         status_code=206,
         media_type=content_type,
         headers={**headers, "Content-Range": f"bytes {span.start}-{span.end - 1}/{size}"},

@@ -49,7 +49,7 @@ from .encoding import (
     version_json,
     wants_bytes,
 )
-from .entries import entry_response, if_none_match, not_modified
+from .entries import ByteSpan, entry_response, if_none_match, not_modified
 from .limits import RateLimiter, check_batch, check_bytes
 
 __all__ = [
@@ -355,20 +355,39 @@ def entry(request: Request, services: Services, who: Principal) -> Response:
         etag = etag_of(info.crc32c, info.size)
         if if_none_match(headers.get("if-none-match"), etag):
             return not_modified(etag, pinned=isinstance(version, int), private=private(services))
-        # Only this entry's bytes are read: a thumbnail does not cost its sample's video.
-        record = cat.get(dataset, key, [name], version=version)
-    found = record[name]
-    return entry_response(
-        found.view,
-        content_type_of(name, found.content_type),
-        etag,
-        pinned=isinstance(version, int),
-        private=private(services),
-        range_header=headers.get("range"),
-        if_range=headers.get("if-range"),
-        max_bytes=services.config.max_response_bytes,
-        what=f"entry {name!r}",
-    )
+
+        def whole() -> memoryview:
+            # Only this entry's bytes are read (CRC-checked): a thumbnail does not cost its
+            # sample's video.
+            return cat.get(dataset, key, [name], version=version)[name].view
+
+        if info.codec == "none":
+            # Its stored bytes are its bytes: a range is read alone (a seek in a video).
+            def read(span: ByteSpan | None) -> memoryview:
+                if span is None or span.end - span.start >= info.size:
+                    return whole()
+                return cat.read_part(dataset, key, name, span.start, span.end, version=version)
+
+            size = info.size
+        else:
+            data = whole()  # decoded to learn its size; a range is a slice of it
+
+            def read(span: ByteSpan | None) -> memoryview:
+                return data if span is None else data[span.start : span.end]
+
+            size = data.nbytes
+        return entry_response(
+            size,
+            read,
+            content_type_of(name, info.content_type),
+            etag,
+            pinned=isinstance(version, int),
+            private=private(services),
+            range_header=headers.get("range"),
+            if_range=headers.get("if-range"),
+            max_bytes=services.config.max_response_bytes,
+            what=f"entry {name!r}",
+        )
 
 
 def private(services: Services) -> bool:
