@@ -275,14 +275,7 @@ class Lookup:
 
     def locate(self, dataset: str, key: str, version: Version = None) -> Location:
         h, key = _hash(key)
-        if version is None:
-            rows = self._query(self._point, (dataset, h, key))
-        else:
-            sql, extra = self._sql("point", version)
-            rows = self._query(sql, (dataset, h, key, *extra))
-        if not rows:
-            raise self._missing(dataset, key, version)
-        url, _, offset, length = rows[0][:4]
+        url, _, offset, length = self._point_row(dataset, key, h, version)[:4]
         return Location(url, int(offset), int(length))
 
     def get(
@@ -406,9 +399,8 @@ class Lookup:
         except (OSError, FormatError) as e:
             raise self._read_failed(e, url, dataset) from e
 
-    def _get_entries(
-        self, dataset: str, key: str, h: int, names: frozenset[str], version: Version
-    ) -> Record:
+    def _point_row(self, dataset: str, key: str, h: int, version: Version) -> Any:
+        """The record's row (the point statement's columns) at ``version``, or its missing error."""
         if version is None:
             rows = self._query(self._point, (dataset, h, key))
         else:
@@ -416,7 +408,12 @@ class Lookup:
             rows = self._query(sql, (dataset, h, key, *extra))
         if not rows:
             raise self._missing(dataset, key, version)
-        url, _, offset, length, spans, _, signature = rows[0]
+        return rows[0]
+
+    def _get_entries(
+        self, dataset: str, key: str, h: int, names: frozenset[str], version: Version
+    ) -> Record:
+        url, _, offset, length, spans, _, signature = self._point_row(dataset, key, h, version)
         wanted = self._wanted(url, offset, bytes(spans), signature, names)
         record = Record(key, {}, offset=offset, length=length)
         if not wanted:
@@ -437,15 +434,9 @@ class Lookup:
         self, dataset: str, key: str, name: str, start: int, end: int, version: Version = None
     ) -> memoryview:
         """Bytes ``[start, end)`` of an uncompressed entry, read alone: :meth:`Catalog.read_part`."""
-        h, _ = _hash(key)
-        if version is None:
-            rows = self._query(self._point, (dataset, h, key))
-        else:
-            sql, extra = self._sql("point", version)
-            rows = self._query(sql, (dataset, h, key, *extra))
-        if not rows:
-            raise self._missing(dataset, key, version)
-        url, _, offset, _, spans, _, signature = rows[0]
+        url, _, offset, _, spans, _, signature = self._point_row(
+            dataset, key, _hash(key)[0], version
+        )
         wanted = self._wanted(url, offset, bytes(spans), signature, frozenset((name,)))
         if not wanted:
             names = tuple(n for n, *_ in self._wanted(url, offset, bytes(spans), signature, None))
@@ -464,15 +455,9 @@ class Lookup:
 
     def describe(self, dataset: str, key: str, version: Version = None) -> list[EntryInfo]:
         """The record's entries from its catalog row (one query, no read): :meth:`Catalog.describe`."""
-        h, _ = _hash(key)
-        if version is None:
-            rows = self._query(self._point, (dataset, h, key))
-        else:
-            sql, extra = self._sql("point", version)
-            rows = self._query(sql, (dataset, h, key, *extra))
-        if not rows:
-            raise self._missing(dataset, key, version)
-        url, _, offset, _, spans, _, signature = rows[0]
+        url, _, offset, _, spans, _, signature = self._point_row(
+            dataset, key, _hash(key)[0], version
+        )
         return [
             EntryInfo(name, ctype, codec.label, size, crc)
             for name, ctype, codec, _, size, crc in self._wanted(
