@@ -9,6 +9,8 @@ bytes as they are (a part is not checked: docs/SERVE.md says so).
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 from typing import Any
 
@@ -93,3 +95,42 @@ def test_read_part_reads_a_window_of_an_uncompressed_entry(damaged):
             cat.read_part("v", "clip", "wav", 0, 1)
         with pytest.raises(KeyNotFoundError):
             cat.read_part("v", "no-such-clip", "mp4", 0, 1)
+
+
+def test_a_batch_lists_large_entries_without_reading_them_and_a_damaged_record_is_its_own_line(
+    damaged,
+):
+    # 'clip' has a damaged 3 MiB video: a page of samples lists it (size, CRC from the row)
+    # without reading it; only when its bytes are asked for ("data") is it read, and then
+    # its damage is that key's error line, not the batch's.
+    with Catalog(damaged["url"]) as cat:
+        cat.register_shard("v", _healthy(cat))
+    config = ServeConfig(catalogs=(("main", damaged["url"]),), allow_anonymous=True, rate_limit=0)
+    with client_for(config) as client:
+        r = client.post("/api/v1/datasets/v/batch", json={"keys": ["clip", "ok", "gone"]})
+        assert r.status_code == 200, r.text
+        lines = [json.loads(line) for line in r.text.splitlines()]
+        assert [(x["key"], x["status"]) for x in lines] == [
+            ("clip", "found"),
+            ("ok", "found"),
+            ("gone", "not_found"),
+        ]
+        video = {e["name"]: e for e in lines[0]["sample"]["entries"]}["mp4"]
+        assert video["size"] == SIZE and "inline" not in video  # described, not read
+        r = client.post(
+            "/api/v1/datasets/v/batch",
+            json={"keys": ["clip", "ok"], "entries": ["mp4"], "data": True},
+        )
+        lines = [json.loads(line) for line in r.text.splitlines()]
+        assert [x["status"] for x in lines] == ["error", "found"]
+        assert lines[0]["error"]["error"] == "ChecksumError"
+        assert "verify" in lines[0]["error"]["hint"]
+        assert "/" not in lines[0]["error"]["message"]  # no path of the store
+        assert base64.b64decode(lines[1]["sample"]["entries"][0]["data"]) == b"fine"
+
+
+def _healthy(cat: Catalog) -> Any:
+    root = cat.info("v").root_url
+    with shardcat.ShardWriter(f"{root}/v-000001.shard") as w:
+        w.add("ok", {"mp4": shardcat.Entry(b"fine", "video/mp4")})
+    return w.close()

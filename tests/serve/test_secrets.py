@@ -86,3 +86,20 @@ def test_a_store_failure_says_what_failed_and_no_path(served, root):
         assert "log" in body["message"]
     r = served.post("/api/v1/datasets/val/batch", json={"keys": ["v/0"]})
     assert r.status_code == 502 and MARKER not in r.text
+
+
+def test_sql_cannot_read_the_sqlite_catalogs_file_path(tmp_path):
+    from shardcat.reading import Catalog
+    from shardcat.serve import ServeConfig
+
+    from .conftest import MARKER, client_for
+
+    folder = tmp_path / f"cat-{MARKER}"
+    folder.mkdir()
+    url = f"sqlite:///{folder / 'catalog.db'}"
+    Catalog(url).close()
+    config = ServeConfig(catalogs=(("main", url),), allow_anonymous=True, rate_limit=0, sql=True)
+    with client_for(config) as client:
+        r = client.post("/api/v1/sql", json={"query": "SELECT file FROM pragma_database_list"})
+        assert r.status_code == 200, r.text
+        assert MARKER not in r.text and "<hidden>" in r.text

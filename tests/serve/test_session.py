@@ -24,7 +24,15 @@ def test_a_valid_token_becomes_an_http_only_strict_cookie_the_api_accepts(served
     client = served.client
     r = client.post("/api/v1/session", json={"token": served.train})
     assert r.status_code == 200, r.text
-    assert r.json() == {"name": "train", "catalog": "main", "datasets": ["train"]}
+    assert r.json() == {
+        "name": "train",
+        "catalog": "main",
+        "datasets": ["train"],
+        "anonymous": False,
+        "sql": False,  # the server runs SQL, but not for a token scoped to datasets
+    }
+    # Who the page is signed in as: the cookie alone says it.
+    assert client.get("/api/v1/session").json()["name"] == "train"
     cookie = _cookie_header(r)
     assert cookie.startswith("shardcat_token=")
     for attribute in ("HttpOnly", "SameSite=strict", "Path=/"):
@@ -45,6 +53,27 @@ def test_a_valid_token_becomes_an_http_only_strict_cookie_the_api_accepts(served
     assert 'shardcat_token=""' in _cookie_header(r) or "max-age=0" in _cookie_header(r).lower()
     client.cookies.clear()
     assert client.get("/api/v1/datasets/train/keys").status_code == 401
+    assert client.get("/api/v1/session").status_code == 401
+
+
+def test_who_am_i_says_what_the_page_may_offer(served, catalog_url):
+    me = served.get("/api/v1/session").json()  # the full token, on a server with --sql
+    assert me == {
+        "name": "full",
+        "catalog": "main",
+        "datasets": None,
+        "anonymous": False,
+        "sql": True,
+    }
+    config = ServeConfig(catalogs=(("main", catalog_url),), allow_anonymous=True, rate_limit=0)
+    with client_for(config) as client:
+        assert client.get("/api/v1/session").json() == {
+            "name": None,
+            "catalog": None,
+            "datasets": None,
+            "anonymous": True,
+            "sql": False,  # this server runs no SQL
+        }
 
 
 def test_a_bad_token_sets_no_cookie_and_says_why(served):
@@ -108,6 +137,20 @@ def test_the_page_is_served_with_its_own_headers_and_no_data(served):
         assert r.status_code == 200 and kind in r.headers["content-type"], asset
     assert client.get("/ui/static/../app.py").status_code == 404
     assert client.get("/ui/static/%2e%2e/app.py").status_code == 404
+
+
+def test_the_page_is_told_the_root_path_the_browser_must_use(catalog_url):
+    # Behind a proxy that strips /data, this process sees /ui/; the browser must still call
+    # /data/api/v1 (where the session cookie is scoped): the page is told, in a meta tag.
+    config = ServeConfig(catalogs=(("main", catalog_url),), root_path="/data", page=True)
+    with client_for(config) as client:
+        for path in ("/ui/", "/data/ui/"):
+            r = client.get(path)
+            assert r.status_code == 200, path
+            assert '<meta name="shardcat-root" content="/data">' in r.text
+        assert client.get("/", follow_redirects=False).headers["location"] == "/data/ui/"
+    with client_for(ServeConfig(catalogs=(("main", catalog_url),))) as client:
+        assert '<meta name="shardcat-root" content="">' in client.get("/ui/").text
 
 
 def test_a_server_started_without_the_page_has_only_the_api(catalog_url):

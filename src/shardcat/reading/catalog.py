@@ -24,7 +24,14 @@ from .._types import StorageOptions
 from ..catalog import fence
 from ..catalog.catalog import SqlCatalog
 from ..catalog.history import Version
-from ..catalog.results import BatchResult, CatalogReport, EntryInfo, Location, ShardRow
+from ..catalog.results import (
+    BatchResult,
+    CatalogReport,
+    DescribedBatch,
+    EntryInfo,
+    Location,
+    ShardRow,
+)
 from ..catalog.session import DEFAULT_BUSY_TIMEOUT, display_url
 from ..format import Record, recordcodec
 from ..storage import expand_braces, resolve_remote_max_gap
@@ -362,6 +369,38 @@ class Catalog(SqlCatalog):
             if lookup.closed:
                 raise self._closed_error()
             return lookup.describe(dataset, key, version)
+
+    def describe_many(
+        self,
+        dataset: str,
+        keys: Iterable[str],
+        *,
+        want: Callable[[EntryInfo], bool] = lambda info: False,
+        version: Version = None,
+    ) -> DescribedBatch:
+        """Many samples described from their catalog rows, reading only the entries ``want`` picks.
+
+        One query for every key, then the picked entries' bytes in one
+        coalesced batch of reads, each checked: a page of samples lists its
+        videos without reading them, and reads its captions. A record whose
+        read bytes do not match its row is that key's error
+        (:attr:`~shardcat.catalog.results.DescribedBatch.errors`), not the
+        batch's.
+
+        Raises
+        ------
+        DatasetNotFoundError, VersionNotFoundError
+            As for :meth:`get_many`.
+        InvalidKeyError
+            If a key is not a valid key.
+        StorageError, ShardNotFoundError
+            If the store fails the batch's reads.
+        """
+        lookup = self._lookup()
+        with lookup.gate:
+            if lookup.closed:
+                raise self._closed_error()
+            return lookup.describe_many(dataset, keys, want, version)
 
     def read_part(
         self,

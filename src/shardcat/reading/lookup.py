@@ -32,7 +32,7 @@ from ..catalog import fence
 from ..catalog.connection import RawConnection
 from ..catalog.history import Version
 from ..catalog.missing import unknown_dataset
-from ..catalog.results import BatchResult, EntryInfo, Location
+from ..catalog.results import BatchResult, DescribedBatch, EntryInfo, Location
 from ..catalog.spans import unpack_spans
 from ..errors import (
     DatasetNotFoundError,
@@ -533,6 +533,67 @@ class Lookup:
         del rows
         records = self._read_batch(dataset, found, names)
         return BatchResult(asked, [records.get(k) for k in asked], missing)
+
+    def describe_many(
+        self,
+        dataset: str,
+        keys: Iterable[str],
+        want: Callable[[EntryInfo], bool],
+        version: Version = None,
+    ) -> DescribedBatch:
+        """:meth:`Catalog.describe_many`: one query; the entries ``want`` picks read, each checked."""
+        asked = list(dict.fromkeys(keys))
+        try:
+            hashes = signed_key_hashes(map(str.encode, asked))
+        except (UnicodeEncodeError, TypeError):
+            for k in asked:
+                _hash(k)  # raises InvalidKeyError naming the key
+            raise
+        sql, extra = (
+            (self._batch_entries, ()) if version is None else self._sql("batch_entries", version)
+        )
+        param: Any = hashes if self.dialect == "postgresql" else json.dumps(hashes)
+        rows = self._query(sql, (dataset, param, *extra)) if hashes else []
+        if not rows and hashes:
+            err = self._missing(dataset, None, version)
+            if isinstance(err, DatasetNotFoundError | VersionNotFoundError):
+                raise err
+        wanted_keys = set(asked)
+        found: dict[str, Any] = {}
+        for row in rows:
+            if row[4] in wanted_keys and row[4] not in found:  # equal hashes, other key: no match
+                found[row[4]] = row
+        out = DescribedBatch({}, {}, {}, [k for k in asked if k not in found])
+        requests: list[tuple[str, ByteRange]] = []
+        plan: list[tuple[str, Any, list[Any]]] = []
+        for key, row in found.items():
+            url, offset = row[:2]
+            every = self._wanted(url, offset, bytes(row[3]), row[7], None)
+            out.described[key] = [
+                EntryInfo(name, ctype, codec.label, size, crc)
+                for name, ctype, codec, _, size, crc in every
+            ]
+            chosen = [w for w, info in zip(every, out.described[key]) if want(info)]
+            for w in chosen:
+                requests.append((url, ByteRange(offset + w[3], offset + w[3] + w[4])))
+            plan.append((key, row, chosen))
+        try:
+            views = self._sources.read_batch(requests)
+        except (ShardNotFoundError, StorageError) as e:
+            raise self._read_failed(e, e.path, dataset) from e
+        at = 0
+        for key, row, chosen in plan:
+            url, offset, length = row[:3]
+            record = Record(key, {}, offset=offset, length=length)
+            try:
+                for j, w in enumerate(chosen):
+                    record.entries[w[0]] = _wanted_entry(views[at + j], w, url, offset)
+                out.records[key] = record
+            except FormatError as e:
+                # This record's bytes do not match its row: its own error, not the batch's.
+                out.errors[key] = self._read_failed(e, url, dataset)
+            at += len(chosen)
+        return out
 
     def _read_batch(
         self, dataset: str, found: dict[str, Any], names: frozenset[str]

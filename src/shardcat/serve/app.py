@@ -123,6 +123,7 @@ def api_routes() -> list[BaseRoute]:
         _api(ds + "/samples/{key}/entries/{entry}", r.entry),
         _api(ds + "/batch", r.batch, ("POST",)),
         _api("/sql", r.sql, ("POST",)),
+        Route(API + "/session", session.session_info, methods=["GET"], name="session_info"),
         Route(API + "/session", session.start_session, methods=["POST"], name="start_session"),
         Route(API + "/session", session.end_session, methods=["DELETE"], name="end_session"),
     ]

@@ -14,11 +14,14 @@ last guard behind :mod:`.encoding`, which names no location to begin with.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+
+from sqlalchemy.engine import make_url
 
 from ..catalog import display_url
 from ..catalog.history import Version
@@ -188,6 +191,10 @@ class Catalogs:
             found: set[str] = set()
             for name, url in self._urls.items():
                 found.update((url, display_url(url)))
+                # A SQLite catalog's file as the database names it (pragma_database_list).
+                database = make_url(url).database
+                if make_url(url).get_backend_name() == "sqlite" and database:
+                    found.update((database, os.path.realpath(database), os.path.abspath(database)))
                 try:
                     infos = self.get(name).datasets()
                 except Exception:  # a catalog that cannot answer hides its URL still

@@ -273,7 +273,13 @@ def error_body(error: BaseException, scrub: Callable[[str], str]) -> dict[str, A
             "the server could not read this sample from its store "
             f"({name}); the server's log says why"
         )
-        hint = "retry later, or ask the server's operator to run `shardcat verify`"
+        hint = (
+            # The bytes are there but not what the catalog says: waiting will not change them.
+            "the sample's shard no longer matches the catalog: tell the server's operator "
+            "(`shardcat verify` lists what is damaged)"
+            if isinstance(error, e.FormatError)
+            else "retry later; if it persists, tell the server's operator"
+        )
     elif isinstance(error, e.ShardcatError) and status != 500:
         message = error.message
         hint = error.hint.cli if error.hint is not None else None

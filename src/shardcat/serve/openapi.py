@@ -153,8 +153,9 @@ def _schemas() -> dict[str, Any]:
             "properties": {
                 "index": integer,
                 "key": string,
-                "status": {"enum": ["found", "not_found"]},
+                "status": {"enum": ["found", "not_found", "error"]},
                 "sample": _ref("Sample"),
+                "error": _ref("Error"),
             },
         },
     }
@@ -361,6 +362,29 @@ def openapi_spec() -> dict[str, Any]:
                 }
             },
             "/api/v1/session": {
+                "get": {
+                    "summary": "Who the caller is (header or session cookie), and whether it "
+                    "may run SQL.",
+                    "responses": {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "properties": {
+                                    "name": {"type": ["string", "null"]},
+                                    "catalog": {"type": ["string", "null"]},
+                                    "datasets": {
+                                        "type": ["array", "null"],
+                                        "items": {"type": "string"},
+                                    },
+                                    "anonymous": {"type": "boolean"},
+                                    "sql": {"type": "boolean"},
+                                },
+                            },
+                            "The caller.",
+                        ),
+                        **_ERR,
+                    },
+                },
                 "post": {
                     "summary": "A browser's session: the token checked, then kept in an HttpOnly, "
                     "SameSite=Strict cookie that every endpoint accepts in place of the header.",
@@ -388,9 +412,11 @@ def openapi_spec() -> dict[str, Any]:
                                         "type": ["array", "null"],
                                         "items": {"type": "string"},
                                     },
+                                    "anonymous": {"type": "boolean"},
+                                    "sql": {"type": "boolean"},
                                 },
                             },
-                            "The token's name and scope; Set-Cookie holds it.",
+                            "The token's name and scope (as GET); Set-Cookie holds it.",
                         ),
                         **_ERR,
                     },

@@ -11,6 +11,7 @@ on its own URL.
 
 from __future__ import annotations
 
+import html
 from importlib.resources import files
 
 from starlette.requests import Request
@@ -52,13 +53,25 @@ class _Static(StaticFiles):
 
 def page_routes() -> list[BaseRoute]:
     """The page's routes: ``/`` and ``/ui`` lead to ``/ui/``; each view; ``/ui/static/``."""
-    document = _index()
+    plain = _index()
+    by_root: dict[str, bytes] = {}
+
+    def document(root: str) -> bytes:
+        # The root path the API is under, for the page's script: a reverse proxy may strip it
+        # from the paths this process sees, but the browser must send it (the session cookie
+        # is scoped to it). Escaped as an attribute: it is the operator's text.
+        if root not in by_root:
+            meta = f'<meta name="shardcat-root" content="{html.escape(root, quote=True)}">'
+            by_root[root] = plain.replace(b"<head>", b"<head>\n  " + meta.encode(), 1)
+        return by_root[root]
 
     async def page(request: Request) -> Response:
-        return Response(document, media_type="text/html; charset=utf-8", headers=PAGE_HEADERS)
+        root = request.app.state.services.config.root_path
+        return Response(document(root), media_type="text/html; charset=utf-8", headers=PAGE_HEADERS)
 
     async def home(request: Request) -> Response:
-        return RedirectResponse(f"{request.scope.get('root_path', '')}/ui/", status_code=308)
+        root = request.app.state.services.config.root_path
+        return RedirectResponse(f"{root}/ui/", status_code=308)
 
     return [
         Route("/", home, methods=["GET", "HEAD"], name="home"),

@@ -23,6 +23,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..catalog.history import Version
 from ..catalog.readonly import run_read_only
+from ..catalog.results import DescribedBatch, EntryInfo
 from ..errors import (
     AccessDeniedError,
     BadRequestError,
@@ -31,7 +32,6 @@ from ..errors import (
     RequestTooLargeError,
     ShardcatError,
 )
-from ..format import Record
 from ..reading import Catalog, Dataset
 from .auth import COOKIE, Authenticator, bearer
 from .catalogs import Catalogs, Principal, parse_version
@@ -431,20 +431,33 @@ def batch(request: Request, services: Services, who: Principal) -> Response:
         raise BadRequestError("version must be a number or a tag")
     version = parse_version(None if raw_version is None else str(raw_version))
     data = body.get("data", False) is True
+    picked = None if entries is None else frozenset(entries)
+
+    def want(info: EntryInfo) -> bool:
+        # With the bytes asked for ("data"), every entry asked for; else only what the
+        # document inlines (small text and JSON; compressed entries, for their size): a page
+        # of samples lists its videos, it does not read them.
+        if picked is not None and info.name not in picked:
+            return False
+        return data or wants_bytes(info)
+
     with services.catalogs.hiding(name):
-        result = cat.get_many(name, keys, entries, version=version)
+        # One query; the picked entries read in one coalesced batch, each record checked on
+        # its own: a damaged record is its key's error line, not the batch's.
+        found = cat.describe_many(name, keys, want=want, version=version)
     size = sum(
         view.nbytes * (2 if data else 1)  # base64 is 4/3: counted as 2 with the JSON around it
-        for record in result
-        if record is not None
+        for record in found.records.values()
         for view in (e.view for e in record.values())
         if data or view.nbytes <= INLINE_MAX
     )
     check_bytes(size, services.config.max_response_bytes, "the batch's answer")
+    scrub = services.catalogs.scrub
 
     def lines() -> Iterator[bytes]:
-        for i, (key, record) in enumerate(zip(keys, result)):
-            yield dumps(_batch_line(request, catalog, name, i, key, record, version, data)) + b"\n"
+        for i, key in enumerate(keys):
+            line = _batch_line(request, catalog, name, i, key, found, picked, version, data, scrub)
+            yield dumps(line) + b"\n"
 
     return StreamingResponse(lines(), media_type=NDJSON)
 
@@ -455,18 +468,28 @@ def _batch_line(
     dataset: str,
     index: int,
     key: str,
-    record: Record | None,
+    found: DescribedBatch,
+    picked: frozenset[str] | None,
     version: Version,
     data: bool,
+    scrub: Callable[[str], str],
 ) -> dict[str, Any]:
+    error = found.errors.get(key)
+    if error is not None:
+        _log.error("batch of %r: key %r: %s", dataset, key, error)  # the path is for the operator
+        return {"index": index, "key": key, "status": "error", "error": error_body(error, scrub)}
+    record = found.records.get(key)
     if record is None:
         return {"index": index, "key": key, "status": "not_found"}
     href = _href(request, catalog, dataset, key, version)
+    described = [i for i in found.described[key] if picked is None or i.name in picked]
     return {
         "index": index,
         "key": key,
         "status": "found",
-        "sample": sample_json(catalog, dataset, record, version, href, data=data),
+        "sample": sample_json(
+            catalog, dataset, record, version, href, data=data, described=described
+        ),
     }
 
 

@@ -16,7 +16,8 @@ it; every endpoint then takes the cookie where no header was sent
 * scoped to the app's root path, and a session cookie (gone when the browser
   closes; the token's own expiry and revocation still apply at every request).
 
-``DELETE /api/v1/session`` removes it.
+``GET /api/v1/session`` says who the caller is (the page's "signed in as")
+and whether it may run SQL; ``DELETE /api/v1/session`` removes the cookie.
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ from starlette.responses import Response
 
 from ..errors import AccessDeniedError, BadRequestError, ShardcatError
 from .auth import COOKIE
-from .routes import JsonBody, Services, read_body
+from .catalogs import Principal
+from .routes import JsonBody, Services, endpoint, read_body
 
-__all__ = ["end_session", "start_session"]
+__all__ = ["end_session", "session_info", "start_session"]
 
 
 def _secure(request: Request) -> bool:
@@ -65,11 +67,7 @@ async def start_session(request: Request) -> Response:
                 services.rate.take(f"refused:{client}")  # as for any request: guessing is rated
                 raise
             services.rate.take(who.caller)
-            return {
-                "name": who.name,
-                "catalog": who.catalog,
-                "datasets": None if who.datasets is None else sorted(who.datasets),
-            }
+            return _who(who, services)
 
         answer = await run_in_threadpool(check)
     except ShardcatError as e:
@@ -83,6 +81,25 @@ async def start_session(request: Request) -> Response:
         samesite="strict",
         secure=_secure(request),
     )
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def _who(who: Principal, services: Services) -> dict[str, object]:
+    """A caller as the page shows it: the token's name and scope, and what the server allows."""
+    return {
+        "name": who.name,
+        "catalog": who.catalog,
+        "datasets": None if who.datasets is None else sorted(who.datasets),
+        "anonymous": who.name is None and who.caller.startswith("anon:"),
+        "sql": services.config.sql and who.unscoped,
+    }
+
+
+@endpoint
+def session_info(request: Request, services: Services, who: Principal) -> Response:
+    """Who this request is (its header or its session cookie): the page's "signed in as"."""
+    response = JsonBody(_who(who, services))
     response.headers["Cache-Control"] = "no-store"
     return response
 
