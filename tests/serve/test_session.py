@@ -158,3 +158,9 @@ def test_a_server_started_without_the_page_has_only_the_api(catalog_url):
     with client_for(config) as client:
         assert client.get("/ui/").status_code == 404
         assert client.get("/healthz").status_code == 200
+
+
+def test_a_key_sent_with_a_bare_slash_is_told_to_encode_it(served):
+    r = served.get("/api/v1/datasets/train/samples/img/0001")
+    assert r.status_code == 404
+    assert "%2F" in r.json()["hint"]

@@ -142,10 +142,17 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         if exc.status_code == 404
         else f"{request.method} is not allowed here"
     )
+    hint = None
+    if exc.status_code == 404 and "/datasets/" in request.url.path:
+        # The usual cause: a key's "/" sent as is, which splits it into two path segments.
+        hint = (
+            "a dataset name, key or entry name is one path segment: percent-encode it "
+            "(encodeURIComponent; '/' is %2F)"
+        )
     body = {
         "error": "NotFound" if exc.status_code == 404 else "MethodNotAllowed",
         "message": error.message,
-        "hint": None,
+        "hint": hint,
     }
     return r.JsonBody(body, status_code=exc.status_code, headers=exc.headers)
 
