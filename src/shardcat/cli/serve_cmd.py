@@ -98,11 +98,12 @@ def serve(
 ) -> None:
     """Serve the catalog's datasets over HTTP, read-only: `serve token` makes its tokens.
 
-    Datasets, keys, samples, entries (with Range), batches and read-only SQL under /api/v1,
-    and a dataset browser at /ui/ (docs/SERVE.md; needs the serve extra). Every request needs 'Authorization: Bearer
-    TOKEN' (`shardcat serve token create`) unless --allow-anonymous is given with a loopback
-    --host. Limits: the settings serve_max_batch_keys, serve_max_response_bytes,
-    serve_rate_limit, serve_rate_burst (docs/CONFIG.md).
+    Datasets, keys, samples, entries (with Range), batches and read-only SQL under
+    /api/v1, and a dataset browser at /ui/ (docs/SERVE.md; needs the serve extra).
+    Every request needs 'Authorization: Bearer TOKEN' (`shardcat serve token create`)
+    unless --allow-anonymous is given with a loopback --host. Limits: the settings
+    serve_max_batch_keys, serve_max_response_bytes, serve_rate_limit, serve_rate_burst
+    (docs/CONFIG.md).
     """
     if ctx.invoked_subcommand is not None:
         return
