@@ -129,7 +129,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
 
     servers = {}
     threads = []
-    for mode in ("anonymous", "token", "rooted"):
+    # "small" answers at most 1000 bytes: a page's batch (24 samples' JSON and text) is over it.
+    for mode in ("anonymous", "token", "rooted", "small"):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
@@ -141,6 +142,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
             root_path="/data" if mode == "rooted" else "",
             sql=True,
             token_cache_seconds=0,  # a revoked token is refused at once
+            max_response_bytes=1000 if mode == "small" else 64 * 1024**2,
         )
         server = uvicorn.Server(
             uvicorn.Config(create_app(config), host="127.0.0.1", port=port, log_level="warning")
@@ -158,6 +160,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
             "anonymous": servers["anonymous"][1],
             "token": servers["token"][1],
             "rooted": servers["rooted"][1],
+            "small": servers["small"][1],
             "secret": token,
             "brief": brief,
             "url": url,
@@ -439,6 +442,12 @@ def test_a_sample_page_shows_every_entry_its_history_and_the_command(served, bro
     _open(browser, f"{base}/ui/sample?d=pics&k={quote(key, safe='')}&v=1")
     assert browser.find_element("id", "command").text == f"shardcat get pics {key} --version 1"
     assert len(_rendered(browser, "#entries img")) == 1
+
+    # At a tag: its version's number is said, and is the history's row in bold.
+    _open(browser, f"{base}/ui/sample?d=pics&k={quote(key, safe='')}&v=first")
+    summary = browser.find_element("id", "summary").text
+    assert summary == "pics, version 1, tag first (latest is 2); 4 entries"
+    assert browser.find_element("css selector", "#history strong").text == "v1"
     assert _script_errors(browser) == []
 
 
@@ -518,6 +527,23 @@ def test_a_broken_sample_is_its_cards_error_and_keys_no_path_carries_work(served
     assert _script_errors(browser) == []
 
 
+def test_a_refused_batch_is_said_above_the_grid_which_stays(served, browser):
+    _open(browser, f"{served['small']}/ui/dataset?d=pics")
+    error = browser.find_element("css selector", "#notes .error")
+    assert error.get_attribute("data-error") == "RequestTooLargeError"
+    assert "ask for fewer keys" in error.text
+    # The page around it stays: the search, the cards with their keys (saying they got no
+    # answer), the pager.
+    assert browser.find_element("id", "prefix").is_displayed()
+    assert _grid_keys(browser) == sorted([*KEYS, ODD_KEY])[:24]
+    statuses = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#grid .card')).map(c => c.dataset.status)"
+    )
+    assert statuses == ["missing"] * 24
+    assert browser.find_element("id", "next").is_displayed()
+    _screenshot(browser, "batch-refused")
+
+
 def test_a_missing_sample_is_the_apis_error_not_a_blank_page(served, browser):
     _open(browser, f"{served['anonymous']}/ui/sample?d=pics&k=no-such-key")
     error = browser.find_element("css selector", ".error")
@@ -537,9 +563,10 @@ def test_a_server_with_tokens_asks_for_one_then_images_load_with_it(served, brow
     form.find_element("tag name", "button").click()
     _until(
         browser,
-        lambda d: "unknown token" in d.find_element("css selector", "#signin-reason .error").text,
+        lambda d: "unknown token" in d.find_element("id", "signin-reason").text,
         "refused",
     )
+    assert browser.find_elements("css selector", "#signin-reason .error")
 
     browser.find_element("id", "token").clear()
     browser.find_element("id", "token").send_keys(served["secret"])
@@ -608,7 +635,15 @@ def test_a_narrow_window_does_not_scroll_sideways(served, browser):
     try:
         for name, url in views.items():
             _open(browser, url)
-            _rendered(browser, "img")
+            # The grid's batch has answered (lazy images below the fold may never load here).
+            _until(
+                browser,
+                lambda d: d.execute_script(
+                    "return Array.from(document.querySelectorAll('#grid .card'))"
+                    ".every(c => c.dataset.status)"
+                ),
+                "every card answered",
+            )
             wide = browser.execute_script(
                 "const e = document.documentElement; return [e.scrollWidth, e.clientWidth]"
             )

@@ -632,12 +632,13 @@ async function sampleView() {
   const versions = list(log.versions);
   // The log is newest first: its first number is the latest, said even when none was asked.
   const latest = versions.length ? versions[0].number : null;
-  const where = versionPhrase(v, versionNumber(v, versions), latest);
+  const number = versionNumber(v, versions);
+  const where = versionPhrase(v, number, latest);
   if (line.status !== "found") {
     const error = line.status === "error" ? lineError(line)
       : line.status === "not_found" ? new PageError("SampleNotFound", `no sample '${k}' in dataset '${d}' at ${where}`)
         : new PageError("PageError", `an answer this page does not know: status ${line.status}`);
-    show(el("h1", { text: k }), failure(error), historyOf(versions, d, c, k, v));
+    show(el("h1", { text: k }), failure(error), historyOf(versions, d, c, k, v && number));
     return;
   }
   const entries = sampleEntries(line);
@@ -652,19 +653,20 @@ async function sampleView() {
     el("p", { class: "muted", id: "summary", text: `${d}, ${where}; ${plural(entries.length, "entry", "entries")}` }),
     el("div", { class: "cmd" }, code, copy),
     el("div", { class: "sample", id: "entries" }, entries.map((e) => renderEntry(e, true))),
-    historyOf(versions, d, c, k, v),
+    historyOf(versions, d, c, k, v && number),
   );
 }
 
-// The dataset's versions, newest first, each a link to this sample as that version reads it.
-function historyOf(versions, d, c, k, v) {
+// The dataset's versions, newest first, each a link to this sample as that version reads it;
+// `shown`, the number of the version asked for (a tag resolved), is in bold instead.
+function historyOf(versions, d, c, k, shown) {
   return el("section", {},
     el("h2", { text: "Versions" }),
     el("div", { class: "scroll" }, el("table", { id: "history" },
       el("thead", {}, el("tr", {}, el("th", { text: "version" }), el("th", { text: "operation" }),
         el("th", { text: "when" }), el("th", { text: "tags" }), el("th", { text: "message" }))),
       el("tbody", {}, versions.map((x) => el("tr", {},
-        el("td", {}, String(x.number) === v ? el("strong", { text: `v${x.number}` })
+        el("td", {}, x.number === shown ? el("strong", { text: `v${x.number}` })
           : el("a", { href: link("sample", { d, c, k, v: x.number }), text: `v${x.number}` })),
         el("td", { text: x.operation || "" }),
         el("td", { text: x.created_at || "" }),
