@@ -99,10 +99,14 @@ function crumbs(...items) {
 // words, not shown as a bare "TypeError: ...".
 function failure(error) {
   const ours = error instanceof Error && !(error instanceof ApiError) && !(error instanceof PageError);
-  const type = ours ? "PageError" : error.type || "Error";
-  const message = ours
-    ? `This page could not show the server's answer (${error.message}). Reloading may help; if not, the API's JSON is at ${API}.`
-    : error.message || String(error);
+  // fetch() rejects with a TypeError when no answer came at all (server down, network).
+  const unanswered = ours && error instanceof TypeError && /fetch|network/i.test(error.message);
+  const type = unanswered ? "NoAnswer" : ours ? "PageError" : error.type || "Error";
+  const message = unanswered
+    ? `The server did not answer (${error.message}): is it still running? Reload to try again.`
+    : ours
+      ? `This page could not show the server's answer (${error.message}). Reloading may help; if not, the API's JSON is at ${API}.`
+      : error.message || String(error);
   return el("div", { class: "error", role: "alert", "data-error": type },
     message, error.hint && !ours ? `\n${error.hint}` : "");
 }
