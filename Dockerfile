@@ -19,14 +19,15 @@ COPY pyproject.toml README.md LICENSE ./
 # migrations/ installs as the package shardcat.migrations (pyproject.toml's package-dir).
 COPY migrations ./migrations
 COPY src ./src
-# The extras a cluster needs: S3, PostgreSQL, Dask, zstd/lz4, and bokeh for the Dask
-# dashboard; versions from constraints/dev.txt (without it pip may pick untested ones).
-RUN pip install -c constraints/dev.txt '.[compression,s3,postgres,dask,dashboard]'
+# The extras a cluster needs: S3, PostgreSQL, Dask, zstd/lz4, bokeh for the Dask
+# dashboard, and the HTTP API (serve); versions from constraints/dev.txt (without it pip
+# may pick untested ones).
+RUN pip install -c constraints/dev.txt '.[compression,s3,postgres,dask,dashboard,serve]'
 
 # Run as a user, in a folder of its own (a SQLite catalog or local output lands here).
 RUN useradd --create-home --uid 1000 shardcat
 USER shardcat
 WORKDIR /home/shardcat
 
-# The scheduler, the workers and the demo get their commands from docker-compose.yml.
+# The scheduler, the workers, the demo and the API get their commands from docker-compose.yml.
 CMD ["shardcat", "--help"]

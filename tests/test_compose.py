@@ -33,7 +33,7 @@ from shardcat.cli.app import app, parse_storage_options
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
-SHARDCAT_SERVICES = ("scheduler", "worker-1", "worker-2", "demo")
+SHARDCAT_SERVICES = ("scheduler", "worker-1", "worker-2", "demo", "serve")
 WORKERS = ("worker-1", "worker-2")
 # click's UsageError, wherever this typer takes click from (newer typers vendor it).
 USAGE_ERROR: type[Exception] = next(
@@ -184,7 +184,7 @@ def test_every_package_the_image_installs_is_pinned() -> None:
     """The extras the Dockerfile installs, and what they need, are in constraints/dev.txt."""
     pins = _constraints()
     requirements = importlib.metadata.requires("shardcat") or []
-    for extra in ("compression", "s3", "postgres", "dask", "dashboard"):
+    for extra in ("compression", "s3", "postgres", "dask", "dashboard", "serve"):
         wanted = [r for r in requirements if f'extra == "{extra}"' in r]
         assert wanted, extra
         for requirement in wanted:
@@ -232,6 +232,34 @@ def test_the_demo_waits_for_healthy_servers(services: dict[str, Any]) -> None:
         port = str(worker["dashboard_address"]).rsplit(":", 1)[1]
         test = str(services[name]["healthcheck"]["test"])
         assert f"localhost:{port}/health" in test, name
+
+
+def test_the_api_serves_the_demos_catalog_behind_its_health_check(
+    services: dict[str, Any],
+) -> None:
+    """The serve service: the demo's catalog and store, tokens required, /healthz checked."""
+    from shardcat.serve import ServeConfig
+
+    serve = services["serve"]
+    args = _command(serve)
+    assert args[0] == "shardcat" and "serve" in args, args
+    i = args.index("serve")
+    global_args, serve_args = args[1:i], args[i + 1 :]
+    demo_globals, _ = _demo_args(services)
+    assert global_args == demo_globals  # the same catalog and S3 endpoint as the demo
+    group: Any = typer.main.get_command(app)
+    ctx = group.make_context("shardcat", [*global_args, "serve"])
+    command = group.get_command(ctx, "serve")
+    assert command is not None
+    params = command.make_context("serve", list(serve_args), parent=ctx).params
+    assert params["host"] == "0.0.0.0" and not params["allow_anonymous"]
+    # The options the server would start with are accepted (anonymous would be refused here).
+    ServeConfig(catalogs=(("default", "sqlite://"),), host=params["host"], port=params["port"])
+    assert params["port"] in _container_ports(serve)
+    assert f"localhost:{params['port']}/healthz" in str(serve["healthcheck"]["test"])
+    assert serve["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert _env(serve).get("SHARDCAT_CATALOG") == _option(global_args, "--catalog", "-c")
+    assert serve.get("restart") == "unless-stopped"
 
 
 def test_restart_policies(services: dict[str, Any]) -> None:

@@ -108,6 +108,10 @@ def _expected_files() -> set[str]:
         "shardcat/py.typed",
         "shardcat/migrations/script.py.mako",
         "shardcat/migrations/README.md",
+        # shardcat serve's page, served from the installed package.
+        "shardcat/serve/static/index.html",
+        "shardcat/serve/static/style.css",
+        "shardcat/serve/static/app.js",
     }
 
 

@@ -514,6 +514,12 @@ def write_report(results: list[Result], info: dict[str, Any], args: argparse.Nam
         "",
         "Raw results (every latency) are in `docs/benchmarks/results.json`.",
         "",
+        "## Elsewhere",
+        "",
+        "Benchmarks of one part, not of the peers, keep their figures beside the part's documentation:"
+        " `shardcat serve` under concurrent HTTP clients against the same framework serving the same"
+        " bytes from files (`benchmarks/bench_serve.py`): [SERVE.md, Performance](SERVE.md#performance).",
+        "",
     ]
     path = os.path.join(args.out, "BENCHMARKS.md")
     with open(path, "w") as f:

@@ -194,6 +194,33 @@ SETTINGS: tuple[Setting, ...] = (
         "(else it asks).",
     ),
     Setting(
+        "serve_max_batch_keys",
+        1000,
+        "count",
+        "`shardcat serve`: keys one batch request may ask for (more: HTTP 413).",
+    ),
+    Setting(
+        "serve_max_response_bytes",
+        "64MiB",
+        "size",
+        "`shardcat serve`: the largest response body (an entry, a batch, a SQL result); a "
+        "larger entry is read in parts with `Range` requests.",
+    ),
+    Setting(
+        "serve_rate_limit",
+        50.0,
+        "requests per second",
+        "`shardcat serve`: the requests each token (or, anonymous, each client address) may "
+        "make per second and per worker process, on average (0: no limit; more: HTTP 429).",
+    ),
+    Setting(
+        "serve_rate_burst",
+        200,
+        "count",
+        "`shardcat serve`: requests a token may make at once above `serve_rate_limit` before "
+        "it is slowed down.",
+    ),
+    Setting(
         "debug",
         False,
         "bool",

@@ -19,6 +19,8 @@ import functools
 from typing import Any, Literal
 
 __all__ = [
+    "AccessDeniedError",
+    "BadRequestError",
     "BatchSenderGoneError",
     "BucketNotFoundError",
     "CatalogClosedError",
@@ -36,6 +38,7 @@ __all__ = [
     "DuplicateKeyError",
     "EmptySourceError",
     "EntryNotFoundError",
+    "ExtraNotInstalledError",
     "FormatError",
     "Hint",
     "HistoryWarning",
@@ -54,7 +57,9 @@ __all__ = [
     "QueryLimitError",
     "QueryRefusedError",
     "QueryTimeoutError",
+    "RateLimitedError",
     "RecordTooLargeError",
+    "RequestTooLargeError",
     "SampleDecodeError",
     "SchedulerUnreachableError",
     "SchemaVersionError",
@@ -66,6 +71,7 @@ __all__ = [
     "StorageFullError",
     "StoragePermissionError",
     "StorageUnreachableError",
+    "TokenNotFoundError",
     "TruncatedError",
     "UnmatchedFilesError",
     "VersionError",
@@ -589,6 +595,10 @@ class DatasetNotFoundError(CatalogError, KeyError):
     """No dataset of this name is registered in the catalog."""
 
 
+class TokenNotFoundError(CatalogError, KeyError):
+    """No access token of ``shardcat serve`` has this name or id in the catalog."""
+
+
 class JobNotFoundError(CatalogError, KeyError):
     """No job with this id is registered in the catalog."""
 
@@ -693,3 +703,50 @@ class QueryLimitError(QueryError):
 
 class BatchSenderGoneError(ShardcatError, RuntimeError):
     """A packed batch arrived after the process that packed it exited: its shared memory went with it."""
+
+
+# --- shardcat serve -------------------------------------------------------
+
+
+class ExtraNotInstalledError(ShardcatError, ImportError):
+    """A part of shardcat needs an optional extra that is not installed; the message names it
+    (``pip install 'shardcat[serve]'``)."""
+
+
+class AccessDeniedError(ShardcatError, PermissionError):
+    """``shardcat serve`` refused a request's credentials: no token, an unknown, expired or
+    revoked one (HTTP 401), or one whose scope does not allow what it asked (HTTP 403).
+
+    Attributes
+    ----------
+    status:
+        401 (who are you?) or 403 (not with this token).
+    """
+
+    def __init__(self, message: str, *, status: int = 401, hint: Hint | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.status = status
+
+
+class BadRequestError(ShardcatError, ValueError):
+    """A request to ``shardcat serve`` is malformed: a parameter, a body or a path segment."""
+
+
+class RequestTooLargeError(ShardcatError, ValueError):
+    """A request to ``shardcat serve`` asks for more than its limits allow (batch size,
+    response bytes); the message names the limit and its setting."""
+
+
+class RateLimitedError(ShardcatError):
+    """A token (or an anonymous client) of ``shardcat serve`` sent requests faster than
+    ``serve_rate_limit`` allows; ``retry_after`` is how many seconds to wait.
+
+    Attributes
+    ----------
+    retry_after:
+        Seconds until the next request is accepted.
+    """
+
+    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after

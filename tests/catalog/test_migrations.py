@@ -266,3 +266,24 @@ def test_upgrade_from_0003_makes_each_dataset_one_version(catalog_url, local_roo
         assert cat.delete_keys("train", [keys[0]]) == 5
         assert cat.get("train", keys[0], version=4).key == keys[0]
         assert cat.count("train") == len(keys) - 1
+
+
+def test_upgrade_from_0008_adds_the_tokens_table_and_keeps_the_data(catalog_url, local_root):
+    """0009 (api_tokens): a catalog of the release before opens again after an upgrade."""
+    from shardcat.serve.tokens import create_token, lookup_token
+
+    from .helpers import make_dataset, shard_keys
+
+    with Catalog(catalog_url) as cat:
+        make_dataset(cat, local_root, 2)
+    assert downgrade(catalog_url, "0008") == (head_revision(), "0008")
+    assert "api_tokens" not in _tables(catalog_url)
+    with pytest.raises(SchemaVersionError, match="shardcat catalog upgrade"):
+        Catalog(catalog_url)
+    assert upgrade(catalog_url) == ("0008", head_revision())
+    assert check(catalog_url) == []
+    with Catalog(catalog_url) as cat:
+        assert cat.get_many("train", shard_keys(0) + shard_keys(1)).ok
+        made = create_token(cat, datasets=["train"], expires="1d")
+        row = lookup_token(cat, made.token)
+        assert row is not None and row.datasets == ("train",) and row.state() == "active"

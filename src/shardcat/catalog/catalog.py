@@ -257,7 +257,13 @@ class SqlCatalog(VersionsApi):
             return _datasets.entry_kinds(s, dataset, number)
 
     def keys(
-        self, dataset: str, *, prefix: str | None = None, limit: int | None = None
+        self,
+        dataset: str,
+        *,
+        prefix: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+        version: int | str | None = None,
     ) -> Iterator[str]:
         """The dataset's committed keys in byte (UTF-8) order, streamed as they are read.
 
@@ -271,15 +277,26 @@ class SqlCatalog(VersionsApi):
             Only keys starting with this string.
         limit:
             At most this many keys (None or 0: all).
+        after:
+            Only keys after this one in the same order: the last key of the
+            previous page, to page through a range with the index (no ``OFFSET``).
+        version:
+            The keys a kept version reads (a number or a tag); None: the latest.
 
         Raises
         ------
         DatasetNotFoundError
             If there is no such dataset (raised at once, before iterating).
+        VersionNotFoundError
+            If there is no such kept version or tag (raised at once).
         """
         with self._uow() as s:
-            dataset_id = _datasets.find_dataset(s, dataset).id
-        return _keys.iter_keys(self.engine, dataset_id, prefix or None, limit or None)
+            ds = _datasets.find_dataset(s, dataset)
+            number = None if version is None else _versions.resolve_version(s, ds, version)
+            dataset_id = ds.id
+        return _keys.iter_keys(
+            self.engine, dataset_id, prefix or None, limit or None, after, number
+        )
 
     def count(self, dataset: str, *, prefix: str | None = None) -> int:
         """How many committed keys the dataset has (starting with ``prefix``), from the key index.

@@ -52,11 +52,26 @@ def _key(dialect: str) -> ColumnElement[str]:
     return Record.key  # type: ignore[return-value]
 
 
-def _where(stmt: Select[Any], dialect: str, dataset_id: int, prefix: str | None) -> Select[Any]:
+def _where(
+    stmt: Select[Any],
+    dialect: str,
+    dataset_id: int,
+    prefix: str | None,
+    after: str | None = None,
+    version: int | None = None,
+) -> Select[Any]:
     key = _key(dialect)
-    stmt = stmt.join(Shard, Shard.id == Record.shard_id).where(
-        Record.dataset_id == dataset_id, visibility.live(Record, Shard)
+    seen = (
+        visibility.live(Record, Shard)
+        if version is None
+        else visibility.visible_at(Record, Shard, version)
     )
+    stmt = stmt.join(Shard, Shard.id == Record.shard_id).where(
+        Record.dataset_id == dataset_id, seen
+    )
+    if after is not None:
+        # A cursor: the range continues after the last key a page showed (a seek, never OFFSET).
+        stmt = stmt.where(key > after)
     if prefix:
         stmt = stmt.where(key >= prefix)
         end = prefix_end(prefix)
@@ -66,24 +81,41 @@ def _where(stmt: Select[Any], dialect: str, dataset_id: int, prefix: str | None)
 
 
 def keys_statement(
-    dialect: str, dataset_id: int, prefix: str | None = None, limit: int | None = None
+    dialect: str,
+    dataset_id: int,
+    prefix: str | None = None,
+    limit: int | None = None,
+    after: str | None = None,
+    version: int | None = None,
 ) -> Select[Any]:
-    """The committed keys of a dataset (starting with ``prefix``), in byte order."""
-    stmt = _where(select(Record.key), dialect, dataset_id, prefix).order_by(_key(dialect))
+    """The keys of a dataset (starting with ``prefix``, after ``after``), in byte order.
+
+    ``version``: the keys that (kept) version reads; None: the latest version's.
+    """
+    stmt = _where(select(Record.key), dialect, dataset_id, prefix, after, version)
+    stmt = stmt.order_by(_key(dialect))
     return stmt.limit(limit) if limit else stmt
 
 
 def iter_keys(
-    engine: Engine, dataset_id: int, prefix: str | None = None, limit: int | None = None
+    engine: Engine,
+    dataset_id: int,
+    prefix: str | None = None,
+    limit: int | None = None,
+    after: str | None = None,
+    version: int | None = None,
 ) -> Iterator[str]:
     """Stream the keys: fetched ``_BATCH`` at a time while the caller consumes them.
+
+    ``after``: only keys that sort after it (the last key of the previous page).
+    ``version``: a kept version's number (resolved by the caller); None: the latest.
 
     Raises
     ------
     CatalogError
         If the database fails (translated).
     """
-    stmt = keys_statement(engine.dialect.name, dataset_id, prefix, limit)
+    stmt = keys_statement(engine.dialect.name, dataset_id, prefix, limit, after, version)
     with translate_errors(engine.url), engine.connect() as conn:
         # stream_results: a server-side cursor on PostgreSQL; SQLite steps its cursor anyway.
         with fence.shared():

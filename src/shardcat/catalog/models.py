@@ -12,6 +12,7 @@ Tables::
         ├──< dataset_fields                (dataset_id on every table)
         ├──< dataset_versions      (one row per kept version)
         └──< dataset_tags          (name -> version)
+    api_tokens                     (``shardcat serve``'s access tokens, hashed)
 
 ``records`` has no foreign-key constraints on purpose: PostgreSQL checks
 them row by row during COPY (three of them cut bulk registration by more
@@ -53,6 +54,7 @@ __all__ = [
     "NAMING_CONVENTION",
     "SHARD_KINDS",
     "SHARD_STATES",
+    "ApiToken",
     "Base",
     "Dataset",
     "DatasetField",
@@ -352,3 +354,25 @@ class RecordField(Base):
     dataset_id: Mapped[int] = mapped_column(Integer)
     num: Mapped[float | None] = mapped_column(Double)
     text: Mapped[str | None] = mapped_column(Text)
+
+
+class ApiToken(Base):
+    """An access token of ``shardcat serve``: only its SHA-256 is kept (revision 0009).
+
+    The token itself is printed once when it is made; a request's token is
+    hashed and looked up here. ``datasets`` scopes it (NULL: every dataset of
+    this catalog).
+    """
+
+    __tablename__ = "api_tokens"
+    __table_args__ = {"sqlite_autoincrement": True}  # noqa: RUF012
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    """SHA-256 (hex) of the token."""
+    datasets: Mapped[list[str] | None] = mapped_column(JSONType)
+    """JSON list of the dataset names it may read; NULL: every dataset."""
+    created_at: Mapped[dt.datetime] = mapped_column(Timestamp, server_default=func.now())
+    expires_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)
+    revoked_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)

@@ -16,6 +16,7 @@ __all__ = [
     "CatalogReport",
     "DatasetInfo",
     "DatasetSummary",
+    "DescribedBatch",
     "EntryKind",
     "JobInfo",
     "Location",
@@ -124,6 +125,22 @@ class RecordRow:
 
 
 @dataclass(frozen=True, slots=True)
+class EntryInfo:
+    """One entry of a record as its catalog row describes it: no byte of the shard read.
+
+    ``size`` and ``crc32c`` are of the bytes as stored, which are the entry's
+    bytes when ``codec`` is ``none`` (a compressed entry is larger once read).
+    """
+
+    name: str
+    content_type: str
+    codec: str
+    """The codec's label: ``none``, ``zstd`` or ``lz4``."""
+    size: int
+    crc32c: int
+
+
+@dataclass(frozen=True, slots=True)
 class Location:
     """Where a record's bytes are: ``url``, bytes ``[offset, offset + length)``."""
 
@@ -134,6 +151,23 @@ class Location:
     @property
     def end(self) -> int:
         return self.offset + self.length
+
+
+@dataclass(slots=True)
+class DescribedBatch:
+    """Many samples described from their catalog rows, with the entries asked for read.
+
+    ``described``: every entry of each found key, in record order (no read);
+    ``records``: each found key's record holding the entries that were read
+    (CRC-checked); ``errors``: keys whose read bytes did not match their row,
+    with the error (the other keys are unaffected); ``missing``: keys not
+    found at the version asked for.
+    """
+
+    described: dict[str, list[EntryInfo]]
+    records: dict[str, Record]
+    errors: dict[str, Exception]
+    missing: list[str]
 
 
 class BatchResult(Sequence["Record | None"]):

@@ -71,6 +71,7 @@ def _register() -> None:
         copy_cmd,
         dataset_cmds,
         maintenance_cmds,
+        serve_cmd,
         shard_cmds,
         sql_cmd,
         tar_cmds,
@@ -91,6 +92,7 @@ def _register() -> None:
     use_global_options(app)
     app.add_typer(catalog_app, name="catalog")
     app.add_typer(tar_cmds.taridx_app, name="taridx")
+    app.add_typer(serve_cmd.serve_app, name="serve")
 
 
 _register()

@@ -24,7 +24,14 @@ from .._types import StorageOptions
 from ..catalog import fence
 from ..catalog.catalog import SqlCatalog
 from ..catalog.history import Version
-from ..catalog.results import BatchResult, CatalogReport, Location, ShardRow
+from ..catalog.results import (
+    BatchResult,
+    CatalogReport,
+    DescribedBatch,
+    EntryInfo,
+    Location,
+    ShardRow,
+)
 from ..catalog.session import DEFAULT_BUSY_TIMEOUT, display_url
 from ..format import Record, recordcodec
 from ..storage import expand_braces, resolve_remote_max_gap
@@ -343,6 +350,92 @@ class Catalog(SqlCatalog):
             if lookup.closed:
                 raise self._closed_error()
             return lookup.locate(dataset, key, version)
+
+    def describe(self, dataset: str, key: str, *, version: Version = None) -> list[EntryInfo]:
+        """The record's entries, in record order, from its catalog row: one query, no read.
+
+        Each :class:`~shardcat.catalog.EntryInfo` has the entry's name,
+        content type, codec, and the size and CRC32C of its stored bytes (its
+        bytes, when not compressed): what a listing of a sample needs
+        without reading a large entry.
+
+        Raises
+        ------
+        KeyNotFoundError, VersionNotFoundError, DatasetNotFoundError
+            As for :meth:`get`.
+        """
+        lookup = self._lookup()
+        with lookup.gate:
+            if lookup.closed:
+                raise self._closed_error()
+            return lookup.describe(dataset, key, version)
+
+    def describe_many(
+        self,
+        dataset: str,
+        keys: Iterable[str],
+        *,
+        want: Callable[[EntryInfo], bool] = lambda info: False,
+        version: Version = None,
+    ) -> DescribedBatch:
+        """Many samples described from their catalog rows, reading only the entries ``want`` picks.
+
+        One query for every key, then the picked entries' bytes in one
+        coalesced batch of reads, each checked: a page of samples lists its
+        videos without reading them, and reads its captions. A record whose
+        read bytes do not match its row is that key's error
+        (:attr:`~shardcat.catalog.results.DescribedBatch.errors`), not the
+        batch's.
+
+        Raises
+        ------
+        DatasetNotFoundError, VersionNotFoundError
+            As for :meth:`get_many`.
+        InvalidKeyError
+            If a key is not a valid key.
+        StorageError, ShardNotFoundError
+            If the store fails the batch's reads.
+        """
+        lookup = self._lookup()
+        with lookup.gate:
+            if lookup.closed:
+                raise self._closed_error()
+            return lookup.describe_many(dataset, keys, want, version)
+
+    def read_part(
+        self,
+        dataset: str,
+        key: str,
+        entry: str,
+        start: int,
+        end: int,
+        *,
+        version: Version = None,
+    ) -> memoryview:
+        """Bytes ``[start, end)`` of one uncompressed entry: one query, one ranged read of them alone.
+
+        For a part of a large entry (a window of a video, a slice of an array
+        that an HTTP ``Range`` asks for), which :meth:`get` would read whole.
+        The CRC32C covers the whole entry, so a part is **not checked**:
+        read the entry with :meth:`get` when its bytes must be proven.
+
+        Raises
+        ------
+        KeyNotFoundError, VersionNotFoundError, DatasetNotFoundError
+            As for :meth:`get`.
+        EntryNotFoundError
+            If the record has no such entry.
+        ValueError
+            If the entry is compressed (its stored bytes are not its bytes:
+            read it whole), or ``[start, end)`` is not within it.
+        StorageError, ShardNotFoundError
+            If the shard cannot be read.
+        """
+        lookup = self._lookup()
+        with lookup.gate:
+            if lookup.closed:
+                raise self._closed_error()
+            return lookup.read_part(dataset, key, entry, start, end, version)
 
     # --- maintenance -----------------------------------------------------
 

@@ -19,6 +19,7 @@ from ..catalog.results import (
     BatchResult,
     CatalogReport,
     DatasetInfo,
+    EntryInfo,
     EntryKind,
     Location,
     ShardRow,
@@ -130,13 +131,26 @@ class Dataset:
         """Records for many keys, in input order (:meth:`Catalog.get_many`)."""
         return self._catalog.get_many(self.name, keys, entries, version=version)
 
+    def describe(self, key: str, *, version: Version = None) -> list[EntryInfo]:
+        """The record's entries from its catalog row, no read (:meth:`Catalog.describe`)."""
+        return self._catalog.describe(self.name, key, version=version)
+
     def locate(self, key: str, *, version: Version = None) -> Location:
         """Where the record is: shard URL, offset and length (:meth:`Catalog.locate`)."""
         return self._catalog.locate(self.name, key, version=version)
 
-    def keys(self, *, prefix: str | None = None, limit: int | None = None) -> Iterator[str]:
+    def keys(
+        self,
+        *,
+        prefix: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+        version: Version = None,
+    ) -> Iterator[str]:
         """The committed keys in byte order, streamed (:meth:`Catalog.keys`)."""
-        return self._catalog.keys(self.name, prefix=prefix, limit=limit)
+        return self._catalog.keys(
+            self.name, prefix=prefix, limit=limit, after=after, version=version
+        )
 
     def count(self, *, prefix: str | None = None) -> int:
         """How many committed keys (starting with ``prefix``) (:meth:`Catalog.count`)."""

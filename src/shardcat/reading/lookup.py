@@ -32,10 +32,11 @@ from ..catalog import fence
 from ..catalog.connection import RawConnection
 from ..catalog.history import Version
 from ..catalog.missing import unknown_dataset
-from ..catalog.results import BatchResult, Location
+from ..catalog.results import BatchResult, DescribedBatch, EntryInfo, Location
 from ..catalog.spans import unpack_spans
 from ..errors import (
     DatasetNotFoundError,
+    EntryNotFoundError,
     FormatError,
     InvalidKeyError,
     KeyNotFoundError,
@@ -274,14 +275,7 @@ class Lookup:
 
     def locate(self, dataset: str, key: str, version: Version = None) -> Location:
         h, key = _hash(key)
-        if version is None:
-            rows = self._query(self._point, (dataset, h, key))
-        else:
-            sql, extra = self._sql("point", version)
-            rows = self._query(sql, (dataset, h, key, *extra))
-        if not rows:
-            raise self._missing(dataset, key, version)
-        url, _, offset, length = rows[0][:4]
+        url, _, offset, length = self._point_row(dataset, key, h, version)[:4]
         return Location(url, int(offset), int(length))
 
     def get(
@@ -405,9 +399,8 @@ class Lookup:
         except (OSError, FormatError) as e:
             raise self._read_failed(e, url, dataset) from e
 
-    def _get_entries(
-        self, dataset: str, key: str, h: int, names: frozenset[str], version: Version
-    ) -> Record:
+    def _point_row(self, dataset: str, key: str, h: int, version: Version) -> Any:
+        """The record's row (the point statement's columns) at ``version``, or its missing error."""
         if version is None:
             rows = self._query(self._point, (dataset, h, key))
         else:
@@ -415,7 +408,12 @@ class Lookup:
             rows = self._query(sql, (dataset, h, key, *extra))
         if not rows:
             raise self._missing(dataset, key, version)
-        url, _, offset, length, spans, _, signature = rows[0]
+        return rows[0]
+
+    def _get_entries(
+        self, dataset: str, key: str, h: int, names: frozenset[str], version: Version
+    ) -> Record:
+        url, _, offset, length, spans, _, signature = self._point_row(dataset, key, h, version)
         wanted = self._wanted(url, offset, bytes(spans), signature, names)
         record = Record(key, {}, offset=offset, length=length)
         if not wanted:
@@ -432,8 +430,43 @@ class Lookup:
             raise self._read_failed(e, url, dataset) from e
         return record
 
+    def read_part(
+        self, dataset: str, key: str, name: str, start: int, end: int, version: Version = None
+    ) -> memoryview:
+        """Bytes ``[start, end)`` of an uncompressed entry, read alone: :meth:`Catalog.read_part`."""
+        url, _, offset, _, spans, _, signature = self._point_row(
+            dataset, key, _hash(key)[0], version
+        )
+        wanted = self._wanted(url, offset, bytes(spans), signature, frozenset((name,)))
+        if not wanted:
+            names = tuple(n for n, *_ in self._wanted(url, offset, bytes(spans), signature, None))
+            raise EntryNotFoundError(name, key=key, names=names)
+        _, _, codec, e_off, size, _ = wanted[0]
+        if codec.label != "none":
+            raise ValueError(f"entry {name!r} is compressed ({codec.label}): read it whole")
+        if not 0 <= start <= end <= size:
+            raise ValueError(f"bytes [{start}, {end}) are not within the entry's {size} bytes")
+        if start == end:
+            return memoryview(b"")
+        try:
+            return memoryview(self._sources.read(url, offset + e_off + start, offset + e_off + end))
+        except (OSError, FormatError) as e:
+            raise self._read_failed(e, url, dataset) from e
+
+    def describe(self, dataset: str, key: str, version: Version = None) -> list[EntryInfo]:
+        """The record's entries from its catalog row (one query, no read): :meth:`Catalog.describe`."""
+        url, _, offset, _, spans, _, signature = self._point_row(
+            dataset, key, _hash(key)[0], version
+        )
+        return [
+            EntryInfo(name, ctype, codec.label, size, crc)
+            for name, ctype, codec, _, size, crc in self._wanted(
+                url, offset, bytes(spans), signature, None
+            )
+        ]
+
     def _wanted(
-        self, url: str, offset: int, spans: bytes, signature: str, names: frozenset[str]
+        self, url: str, offset: int, spans: bytes, signature: str, names: frozenset[str] | None
     ) -> list[tuple[str, str, Codec, int, int, int]]:
         layout = self.layouts.get(signature)
         try:
@@ -447,7 +480,7 @@ class Lookup:
         return [
             (name, ctype, codec, e_off, size, crc)
             for (name, ctype, codec), (e_off, size, crc) in zip(layout, located)
-            if name in names
+            if names is None or name in names
         ]
 
     # --- batches -----------------------------------------------------------
@@ -500,6 +533,67 @@ class Lookup:
         del rows
         records = self._read_batch(dataset, found, names)
         return BatchResult(asked, [records.get(k) for k in asked], missing)
+
+    def describe_many(
+        self,
+        dataset: str,
+        keys: Iterable[str],
+        want: Callable[[EntryInfo], bool],
+        version: Version = None,
+    ) -> DescribedBatch:
+        """:meth:`Catalog.describe_many`: one query; the entries ``want`` picks read, each checked."""
+        asked = list(dict.fromkeys(keys))
+        try:
+            hashes = signed_key_hashes(map(str.encode, asked))
+        except (UnicodeEncodeError, TypeError):
+            for k in asked:
+                _hash(k)  # raises InvalidKeyError naming the key
+            raise
+        sql, extra = (
+            (self._batch_entries, ()) if version is None else self._sql("batch_entries", version)
+        )
+        param: Any = hashes if self.dialect == "postgresql" else json.dumps(hashes)
+        rows = self._query(sql, (dataset, param, *extra)) if hashes else []
+        if not rows and hashes:
+            err = self._missing(dataset, None, version)
+            if isinstance(err, DatasetNotFoundError | VersionNotFoundError):
+                raise err
+        wanted_keys = set(asked)
+        found: dict[str, Any] = {}
+        for row in rows:
+            if row[4] in wanted_keys and row[4] not in found:  # equal hashes, other key: no match
+                found[row[4]] = row
+        out = DescribedBatch({}, {}, {}, [k for k in asked if k not in found])
+        requests: list[tuple[str, ByteRange]] = []
+        plan: list[tuple[str, Any, list[Any]]] = []
+        for key, row in found.items():
+            url, offset = row[:2]
+            every = self._wanted(url, offset, bytes(row[3]), row[7], None)
+            out.described[key] = [
+                EntryInfo(name, ctype, codec.label, size, crc)
+                for name, ctype, codec, _, size, crc in every
+            ]
+            chosen = [w for w, info in zip(every, out.described[key]) if want(info)]
+            for w in chosen:
+                requests.append((url, ByteRange(offset + w[3], offset + w[3] + w[4])))
+            plan.append((key, row, chosen))
+        try:
+            views = self._sources.read_batch(requests)
+        except (ShardNotFoundError, StorageError) as e:
+            raise self._read_failed(e, e.path, dataset) from e
+        at = 0
+        for key, row, chosen in plan:
+            url, offset, length = row[:3]
+            record = Record(key, {}, offset=offset, length=length)
+            try:
+                for j, w in enumerate(chosen):
+                    record.entries[w[0]] = _wanted_entry(views[at + j], w, url, offset)
+                out.records[key] = record
+            except FormatError as e:
+                # This record's bytes do not match its row: its own error, not the batch's.
+                out.errors[key] = self._read_failed(e, url, dataset)
+            at += len(chosen)
+        return out
 
     def _read_batch(
         self, dataset: str, found: dict[str, Any], names: frozenset[str]
