@@ -1,11 +1,12 @@
-"""Epochs of a shuffled packed dataset in this process, for callgrind (instructions per epoch).
+"""Epochs of a packed dataset in this process, for callgrind (instructions per epoch).
 
     python benchmarks/shuffled_epoch.py ROOT write            # bench_readers' dataset, once
     valgrind --tool=callgrind python benchmarks/shuffled_epoch.py ROOT direct 256 1
     valgrind --tool=callgrind python benchmarks/shuffled_epoch.py ROOT direct 256 0
 
 The second run's instructions less the third's are one epoch's (``direct``: straight from
-shard bytes where it applies; ``records``: ``direct=False``).
+shard bytes where it applies; ``records``: ``direct=False``). A fifth argument sets the
+shuffle buffer (default 1000; ``1``: shards shuffled, samples in file order).
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ def main() -> None:
         write(root, 20000, 16, 4)
         return
     batch, epochs = int(sys.argv[3]), int(sys.argv[4])
+    buffer = int(sys.argv[5]) if len(sys.argv) > 5 else 1000
     ds = ShardIterableDataset(
         f"sqlite:///{root}/catalog.db",
         "bench",
         shuffle=True,
-        shuffle_buffer=1000,
+        shuffle_buffer=buffer,
         batch_size=batch,
         collate=pack_samples,
     )

@@ -1,4 +1,4 @@
-"""Packed batches read straight from shard bytes (readers/direct.py), against the record path."""
+"""Packed batches read straight from shard bytes in file order (readers/direct.py), against the record path."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import shardcat  # noqa: E402
-from shardcat.errors import ChecksumError  # noqa: E402
+from shardcat.errors import ChecksumError, TruncatedError  # noqa: E402
 from shardcat.format import ShardReader, recordcodec  # noqa: E402
 from shardcat.readers import PackedBatch, direct, pack_samples, packed  # noqa: E402
 from shardcat.reading import Catalog  # noqa: E402
@@ -44,14 +44,13 @@ def plain(batches: list[Any]) -> list[list[dict[str, Any]]]:
 def spied(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the batches made straight from shard bytes (in this process)."""
     made: list[int] = []
-    real = direct._direct_batch
 
-    def spy(segments: Any) -> PackedBatch:
-        batch = real(segments)
-        made.append(len(batch))
-        return batch
+    class Counted(direct.BlockFill):
+        def __init__(self, first: Any, sizes: np.ndarray, span: int) -> None:
+            made.append(len(sizes))
+            super().__init__(first, sizes, span)
 
-    monkeypatch.setattr(direct, "_direct_batch", spy)
+    monkeypatch.setattr(direct, "BlockFill", Counted)
     return made
 
 
@@ -164,6 +163,28 @@ def test_a_damaged_record_raises_checksum_error_in_the_training_process(
         list(loader)  # from a worker, typed as it was raised there
 
 
+def test_a_shard_cut_short_after_its_plan_raises_truncated(bytes_dataset, codec, monkeypatch):
+    """The file shrinks between planning (footer read) and reading a run of its records."""
+    url, _ = bytes_dataset
+    real = direct.open_direct
+    cut: list[tuple[str, int]] = []
+
+    def then_truncate(*args: Any) -> direct.DirectShard:
+        shard = real(*args)
+        if not cut:
+            at = int(shard.plan.start[len(shard.plan.start) // 2]) + 3
+            with open(shard.reader.path, "r+b") as f:
+                f.truncate(at)
+            cut.append((shard.reader.path, at))
+        return shard
+
+    monkeypatch.setattr(direct, "open_direct", then_truncate)
+    with pytest.raises(TruncatedError, match=r"ends inside records \[") as e:
+        list(dataset(url, batch_size=64))
+    assert e.value.path == cut[0][0]
+    assert e.value.offset is not None and e.value.offset < cut[0][1]
+
+
 @pytest.mark.parametrize("stop", [1, 3])
 def test_resume(bytes_dataset, stop):
     url, _ = bytes_dataset
@@ -243,7 +264,9 @@ def test_scatter_and_crc_references_match_the_compiled_ones(tmp_path):
 def test_a_head_that_disagrees_with_the_footer_is_refused(bytes_dataset, monkeypatch, field):
     """A record whose head CRC holds but says other than the footer (a forged or mixed-up file)."""
     url, _ = bytes_dataset
-    real = direct.expected_heads
+    from shardcat.format import plans
+
+    real = plans.expected_heads
 
     def off_by_one(recs: Any, rel: Any, size: Any, crc: Any) -> Any:
         recs = recs.copy()
@@ -256,6 +279,6 @@ def test_a_head_that_disagrees_with_the_footer_is_refused(bytes_dataset, monkeyp
             crc[2, 0] ^= 1
         return real(recs, rel, size, crc)
 
-    monkeypatch.setattr(direct, "expected_heads", off_by_one)
+    monkeypatch.setattr(plans, "expected_heads", off_by_one)
     with pytest.raises(shardcat.errors.FormatError, match="does not match the footer"):
         list(dataset(url))

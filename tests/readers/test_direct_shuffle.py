@@ -1,4 +1,4 @@
-"""Packed batches through the shuffle buffer, read straight from shard bytes (readers/gather.py)."""
+"""Packed batches through the shuffle buffer, read straight from shard bytes (readers/direct.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 from shardcat.errors import ChecksumError, TruncatedError  # noqa: E402
 from shardcat.format import recordcodec  # noqa: E402
-from shardcat.readers import PackedBatch, direct, gather, pack_samples, packed  # noqa: E402
+from shardcat.readers import PackedBatch, direct, pack_samples, packed  # noqa: E402
 from shardcat.reading import Catalog  # noqa: E402
 from shardcat.torch import ShardIterableDataset, ShardLoader  # noqa: E402
 
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(not packed._SHARED, reason="shared blocks need m
 def reads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Records gathered from the shards' mappings (the default) or with one ``preadv`` each."""
     if request.param == "preadv":
-        monkeypatch.setattr(gather, "_map", lambda shard: None)
+        monkeypatch.setattr(direct, "_map", lambda shard: None)
     return str(request.param)
 
 
@@ -38,12 +38,12 @@ def gathered(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the samples of shuffled batches made straight from shard bytes (in this process)."""
     made: list[int] = []
 
-    class Counted(gather.BlockFill):
+    class Counted(direct.BlockFill):
         def __init__(self, first: Any, sizes: np.ndarray, span: int) -> None:
             made.append(len(sizes))
             super().__init__(first, sizes, span)
 
-    monkeypatch.setattr(gather, "BlockFill", Counted)
+    monkeypatch.setattr(direct, "BlockFill", Counted)
     return made
 
 
@@ -176,12 +176,12 @@ def test_shards_close_as_their_last_sample_goes(bytes_dataset, monkeypatch):
         closed.append(shard)
         real_close(shard)
 
-    monkeypatch.setattr(gather, "open_direct", spy_open)
+    monkeypatch.setattr(direct, "open_direct", spy_open)
     monkeypatch.setattr(direct.DirectShard, "close", spy_close)
     ds = dataset(url, batch_size=3, shuffle_buffer=6)
     tasks = ds.stream.reader_tasks(0)
     order = ds.stream.order(0, (0, 0), sum(t.count for t in tasks))
-    at_once = gather.shards_needed_at_once([t.count for t in tasks], order, 3)
+    at_once = direct.shards_needed_at_once([t.count for t in tasks], order, 3)
     assert 1 < at_once < len(tasks)
     fds = len(os.listdir("/proc/self/fd"))
     most = 0
@@ -197,7 +197,7 @@ def test_shards_close_as_their_last_sample_goes(bytes_dataset, monkeypatch):
 def test_a_buffer_over_too_many_shards_takes_the_record_path(bytes_dataset, gathered, monkeypatch):
     url, expected = bytes_dataset
     ref = copies(dataset(url, direct_=False, shuffle_buffer=1000))
-    monkeypatch.setattr(gather, "MAX_OPEN_SHARDS", 2)
+    monkeypatch.setattr(direct, "MAX_OPEN_SHARDS", 2)
     assert copies(dataset(url, shuffle_buffer=1000)) == ref
     assert not gathered
     # A small buffer over the same shards needs few at once: direct again.
@@ -207,22 +207,22 @@ def test_a_buffer_over_too_many_shards_takes_the_record_path(bytes_dataset, gath
 
 def test_shards_needed_at_once() -> None:
     order = np.arange(10)
-    assert gather.shards_needed_at_once([5, 5], order, 5) == 1
-    assert gather.shards_needed_at_once([5, 5], order, 4) == 2  # batch 1 takes from both
-    assert gather.shards_needed_at_once([5, 5], np.array([0, 5, 1, 6, 2, 7, 3, 8, 4, 9]), 1) == 2
-    assert gather.shards_needed_at_once([5, 5], order[:0], 4) == 0
-    assert gather.shards_needed_at_once([3, 0, 3], np.arange(6), 6) == 2  # empty shards count not
+    assert direct.shards_needed_at_once([5, 5], order, 5) == 1
+    assert direct.shards_needed_at_once([5, 5], order, 4) == 2  # batch 1 takes from both
+    assert direct.shards_needed_at_once([5, 5], np.array([0, 5, 1, 6, 2, 7, 3, 8, 4, 9]), 1) == 2
+    assert direct.shards_needed_at_once([5, 5], order[:0], 4) == 0
+    assert direct.shards_needed_at_once([3, 0, 3], np.arange(6), 6) == 2  # empty shards count not
 
 
 def test_hidden_records_and_compressed_shards(tmp_path, codec, gathered, monkeypatch):
     decoded: list[int] = []
-    real = gather.pack_records
+    real = direct.pack_records
 
     def spy(records: Any) -> PackedBatch:
         decoded.append(len(records))
         return real(records)
 
-    monkeypatch.setattr(gather, "pack_records", spy)
+    monkeypatch.setattr(direct, "pack_records", spy)
     url, expected = make_mixed_dataset(tmp_path)
     kw = {"batch_size": 7, "shuffle_buffer": 15}
     ref = copies(dataset(url, direct_=False, **kw))
@@ -308,10 +308,10 @@ def test_a_shard_cut_short_after_its_plan_raises_truncated(
     def then_truncate(*args: Any) -> direct.DirectShard:
         shard = real(*args)
         with open(shard.reader.path, "r+b") as f:
-            f.truncate(int(shard.start[len(shard.start) // 2]) + 3)
+            f.truncate(int(shard.plan.start[len(shard.plan.start) // 2]) + 3)
         return shard
 
-    monkeypatch.setattr(gather, "open_direct", then_truncate)
+    monkeypatch.setattr(direct, "open_direct", then_truncate)
     with pytest.raises(TruncatedError, match="ends inside the record"):
         list(dataset(url, shuffle_buffer=1000))
 

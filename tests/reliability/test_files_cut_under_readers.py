@@ -226,7 +226,7 @@ def test_shuffled_packed_batches_from_a_shard_cut_under_them_are_a_typed_error_o
     tmp_path, reader
 ):
     pytest.importorskip("torch")
-    from shardcat.readers import gather, packed
+    from shardcat.readers import direct, packed
 
     if not packed._SHARED:
         pytest.skip("shared blocks need memfd_create")
@@ -248,7 +248,7 @@ def test_shuffled_packed_batches_from_a_shard_cut_under_them_are_a_typed_error_o
                     i += 1
             cat.register_shard("train", w.close())
             pristine[path] = path.read_bytes()
-    assert gather.MAX_OPEN_SHARDS >= 8
+    assert direct.MAX_OPEN_SHARDS >= 8
     rng = random.Random("gather-cut")
     shards = sorted(pristine)
     reader.start("gather", url)

@@ -1,10 +1,10 @@
 """What the record heads of a shard must say, given its footer: built and compared for many records at once.
 
-A reader that takes records' bytes in bulk (the direct and gathered
-training readers) checks each head against the footer's index in one
-vectorised pass: the bytes the footer implies (tag, lengths, key hash, entry
-offsets, sizes and CRCs), a mask of which bytes it implies, and the heads'
-own CRCs. The layout is :mod:`.spec`'s.
+A reader that takes records' bytes in bulk (packed training batches made
+straight from shard bytes, planned by :mod:`.plans`) checks each head
+against the footer's index in one vectorised pass: the bytes the footer
+implies (tag, lengths, key hash, entry offsets, sizes and CRCs), a mask of
+which bytes it implies, and the heads' own CRCs. The layout is :mod:`.spec`'s.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Users' files mapped read-only, guarded: a file cut while it is mapped is an error, never SIGBUS.
 
 Reading a mapped file costs no copy (the shuffled packed batches copy records
-straight from their shards' mappings: ``readers/gather.py``), but a page of
+straight from their shards' mappings: ``readers/direct.py``), but a page of
 a mapping that lies past the file's end faults with SIGBUS, which kills the
 process, and any process may cut a user's file (a tar being rewritten, a
 shard being replaced in place) while shardcat reads it. So a user's file is

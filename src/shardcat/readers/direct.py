@@ -1,43 +1,75 @@
-"""Packed batches read straight from shard bytes: no record object, no copy, per sample.
+"""Packed batches read straight from shard bytes: no record object, no sample dict, per sample.
 
-The plain path (:func:`.packed.pack_records`) decodes every record of a
+The record path (:func:`.packed.pack_records`) decodes every record of a
 batch into a :class:`~shardcat.format.Record` and then copies its entries
 into a shared block. Here the footer index (which the shard's reader has
-already, CRC-checked) says where every record and payload lies, so a run
-of whole records is read once, straight into the block
-(:func:`~shardcat.format.recordcodec.scatter_read`, one ``preadv``): each
-``bytes`` payload lands at its column's place, everything else (record
-heads, padding, other entries) in a rest area after the columns. One
-compiled call (:func:`~shardcat.format.recordcodec.crc32c_spans`) then
-checks every record head and payload; the heads are compared with the
-footer in numpy. What crosses to the training process is the same
-descriptor as any :class:`.packed.PackedBatch`.
+already, CRC-checked) says where every record and payload lies (the plan:
+:func:`~shardcat.format.plans.plan_records`), so each record is copied
+once, straight into the batch's block: each ``bytes`` payload at its
+column's place, everything else (record heads, padding, other entries) in a
+rest area after the columns. One compiled call
+(:func:`~shardcat.format.recordcodec.crc32c_spans`) then computes every
+record head's and payload's CRC, and the heads are compared with the footer
+in numpy (:mod:`shardcat.format.heads`). What crosses to the training
+process is the same descriptor as any :class:`.packed.PackedBatch`.
+
+A reader's samples come in an order of positions over its shards' records
+(:func:`iter_direct`): file order, or the shuffle buffer's order
+(:func:`.plan.buffered_order`, a function of the seed, the epoch and the
+reader, computed before anything is read). So the buffer holds positions,
+not samples: what is held between batches is the plan of each shard that
+still has a sample to come (one open file each). A shard opens with the
+first batch that takes one of its records and closes after the last.
+Consecutive records of one shard are one run of bytes.
+
+How the bytes are copied depends on the order, behind the same plans and
+checks. In file order a batch is a few long runs, each read with one
+``preadv`` (:func:`~shardcat.format.recordcodec.scatter_read_runs`): the
+kernel copies from its cache with no page faults and no mapping to keep
+(in one process, file order took 2% less CPU per sample this way than
+copied from the mappings in batches of 64, 7% less in batches of 256).
+A shuffled batch is as many runs as records, and a system call
+per record costs more than copying it from the file mapped read-only
+(:func:`~shardcat.format.recordcodec.gather_copy`, a memcpy per piece:
+~10% less CPU per batch). A shard is a user's file another process may cut
+at any time, and a mapped page past a file's end faults with SIGBUS, so
+shards are mapped only under the guard of :mod:`shardcat.format.mapguard`:
+a page found cut reads as zeros, and after every copy the batch asks the
+guard of each file it read whether it lost anything, raising a
+:class:`~shardcat.errors.TruncatedError` naming the file and the record. A
+file found shorter than its footer says, or one that cannot be mapped under
+the guard, is read with ``preadv``, which reports where it ends.
 
 It applies to local shards (a remote one streams better with read-ahead,
-:mod:`.stream` decides), native ones whose records all have the same uncompressed
-entries, every record but the hidden ones (no ``where=``), without
-``decode=``; here in file order, through a shuffle buffer in
-:mod:`.gather` (which reuses the plans and checks). A batch that meets a
-shard it does not apply to is made from that shard's records instead
-(:meth:`ShardReader.take <shardcat.format.ShardReader.take>` and
-:func:`.packed.pack_records`). Same batches, same bytes, same errors
-(a damaged record raises :class:`~shardcat.errors.ChecksumError`).
+:mod:`.stream` decides), native ones whose records all have the same
+uncompressed entries, every record but the hidden ones (no ``where=``),
+without ``decode=``. A batch that takes a record of a shard it does not
+apply to (or of shards of different layouts) is made from those records
+instead (:meth:`ShardReader.take <shardcat.format.ShardReader.take>` and
+:func:`.packed.pack_records`). Same batches, same bytes, same errors (a
+damaged record raises :class:`~shardcat.errors.ChecksumError`, a cut file
+:class:`~shardcat.errors.TruncatedError`).
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import itertools
 import json
+import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..errors import ChecksumError, FormatError, SampleDecodeError, TruncatedError
 from ..format import Codec, ShardReader, recordcodec
-from ..format.entries import JSON_TYPE, _StoredEntry, decodes_to_bytes
-from ..format.heads import expected_heads, verify_heads
+from ..format.entries import JSON_TYPE, _StoredEntry
+from ..format.heads import verify_heads
+from ..format.mapguard import GuardedMap, map_guarded
+from ..format.plans import RecordPlan, plan_records
 from ..format.sources import FileSource
 from ..orchestration import open_registered
 from ..storage import LocalShardCache
@@ -53,53 +85,50 @@ from .packed import (
 )
 from .plan import ShardTask
 
-__all__ = ["DirectShard", "iter_direct", "open_direct"]
+__all__ = ["MAX_OPEN_SHARDS", "DirectShard", "iter_direct", "open_direct", "shards_needed_at_once"]
 
 _RAW_DECODE = json.JSONDecoder().raw_decode
 _I8 = np.int64
-_NONE = np.empty(0, dtype=np.int64)  # a shard not read directly has no plan
+_CHUNK = 1 << 16  # positions placed per step: memory per reader stays bounded, whatever its size
+
+MAX_OPEN_SHARDS = 64
+"""Shards a shuffled reader may hold open at once (see :func:`shards_needed_at_once`)."""
+
+
+def shards_needed_at_once(counts: Sequence[int], order: np.ndarray, batch_size: int) -> int:
+    """The most shards a reader of ``order`` over shards of ``counts`` samples holds open at once.
+
+    A shard opens with the first batch that takes one of its records and
+    closes after the last: a shuffle buffer spanning many small shards
+    keeps as many open (one file and one footer plan each).
+    """
+    if not len(order):
+        return 0
+    bases = np.concatenate([[0], np.cumsum(np.asarray(counts, dtype=_I8))])
+    shard = np.searchsorted(bases, order, side="right") - 1
+    batch = np.arange(len(order), dtype=_I8) // batch_size
+    first = np.full(len(counts), len(order), dtype=_I8)
+    last = np.full(len(counts), -1, dtype=_I8)
+    np.minimum.at(first, shard, batch)
+    np.maximum.at(last, shard, batch)
+    used = last >= 0
+    opened = np.zeros(int(batch[-1]) + 2, dtype=_I8)
+    np.add.at(opened, first[used], 1)
+    np.add.at(opened, last[used] + 1, -1)
+    return int(np.cumsum(opened).max())
 
 
 @dataclass(slots=True)
 class DirectShard:
-    """One open shard, planned from its footer: which records, where their bytes go.
+    """One open shard: the records to yield (``rows``: indices, file order) and their plan.
 
-    ``rows`` are the records to yield (indices, file order). When ``direct``
-    is False the shard's records are decoded instead (``why`` says why).
-    Every other array has one row per record of ``rows``, so a batch takes
-    slices of them (views), never gathers. A record is read as ``2P + 1``
-    pieces (``pieces``: their lengths): the gap before its first column
-    payload (its head, padding, other entries), then each of its ``P``
-    column payloads followed by the gap after it; the last gap runs to the
-    next record of ``rows`` (over hidden records), or to the record's end
-    (``tail``) when the record ends a run.
+    ``plan`` is None when the shard's records are decoded instead (``why`` says why).
     """
 
     reader: ShardReader
     rows: np.ndarray
-    direct: bool = False
+    plan: RecordPlan | None = None
     why: str = ""
-    names: tuple[str, ...] = ()
-    kinds: tuple[str, ...] = ()  # content type per name
-    packed: tuple[bool, ...] = ()  # per name: its values are its bytes (a column)
-    start: np.ndarray = field(default_factory=lambda: _NONE)  # record offsets
-    end: np.ndarray = field(default_factory=lambda: _NONE)  # record ends
-    pieces: np.ndarray = field(default_factory=lambda: _NONE)  # (records, 2P + 1) lengths
-    tail: np.ndarray = field(default_factory=lambda: _NONE)  # last gap up to the record's end
-    value_piece: tuple[int, ...] = ()  # per non-column name: the gap piece holding it
-    value_delta: np.ndarray = field(default_factory=lambda: _NONE)  # (records, V) offset in it
-    sizes: np.ndarray = field(default_factory=lambda: _NONE)  # (records, names) payload sizes
-    crcs: np.ndarray = field(default_factory=lambda: _NONE)  # (records, names) payload CRCs
-    keys: list[str] = field(default_factory=list)
-    # What each record's head and entry descriptors must hold (from the footer's rows), as
-    # bytes: (records, head bytes), and which of those bytes are compared (``mask``).
-    head_length: np.ndarray = field(default_factory=lambda: _NONE)
-    expect: np.ndarray = field(default_factory=lambda: _NONE)
-    mask: np.ndarray = field(default_factory=lambda: _NONE)
-
-    @property
-    def layout(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        return self.names, self.kinds
 
     def close(self) -> None:
         self.reader.close()
@@ -132,10 +161,8 @@ def open_direct(
 
 
 def _plan(reader: ShardReader, task: ShardTask, entries: Sequence[str] | None) -> DirectShard:
-    footer = reader.footer
-    recs = footer.records
-    n = len(recs)
-    rows = np.arange(n, dtype=_I8)
+    recs = reader.footer.records
+    rows = np.arange(len(recs), dtype=_I8)
     if task.offsets is not None:  # the records a where= filter chose (decoded: see below)
         picked = np.fromiter(task.offsets, dtype=np.uint64, count=len(task.offsets))
         rows = rows[np.isin(recs["offset"], picked)]
@@ -152,71 +179,13 @@ def _plan(reader: ShardReader, task: ShardTask, entries: Sequence[str] | None) -
     if task.offsets is not None:
         shard.why = "where= chose some records"
         return shard
-    counts = recs["entry_count"]
-    width = int(counts[0]) if n else 0
-    if not len(rows) or width == 0 or bool((counts != width).any()):
-        shard.why = "records have different entries"
+    plan = plan_records(reader.footer, rows, entries)
+    if isinstance(plan, str):
+        shard.why = plan
         return shard
-    spec = footer.entries["spec"].reshape(n, width)
-    if bool((spec != spec[0]).any()):
-        shard.why = "records have different entries"
-        return shard
-    wanted = None if entries is None else frozenset(entries)
-    chosen = [
-        (c, footer.specs[s])
-        for c, s in enumerate(spec[0].tolist())
-        if wanted is None or footer.specs[s].name in wanted
-    ]
-    if any(sp.codec is not Codec.NONE for _, sp in chosen):
-        shard.why = "compressed entries"
-        return shard
-    shard.names = tuple(sp.name for _, sp in chosen)
-    shard.kinds = tuple(sp.content_type for _, sp in chosen)
-    shard.packed = tuple(decodes_to_bytes(k) for k in shard.kinds)
-    cols = np.asarray([c for c, _ in chosen], dtype=_I8)
-    pcols = cols[list(shard.packed)] if chosen else cols
-    mine = recs[rows]
-    start = mine["offset"].astype(_I8)
-    end = start + mine["length"].astype(_I8)
-    rel = footer.entries["offset"].reshape(n, width)[rows].astype(_I8)
-    size = footer.entries["size"].reshape(n, width)[rows].astype(_I8)
-    crc = footer.entries["crc"].reshape(n, width)[rows]
-    nxt = np.concatenate([start[1:], end[-1:]])
-    p_start = start[:, None] + rel[:, pcols]
-    p_end = p_start + size[:, pcols]
-    gap_from = np.concatenate([start[:, None], p_end], axis=1)  # (K, P + 1)
-    gap_to = np.concatenate([p_start, nxt[:, None]], axis=1)
-    pieces = np.empty((len(rows), 2 * len(pcols) + 1), dtype=_I8)
-    pieces[:, 0::2] = gap_to - gap_from
-    pieces[:, 1::2] = p_end - p_start
-    shard.start, shard.end, shard.pieces = start, end, pieces
-    shard.tail = end - gap_from[:, -1]
-    # A non-column entry lies in the gap after the column payloads that come before it.
-    value_cols = [
-        c for c, (_, sp) in zip(cols.tolist(), chosen) if not decodes_to_bytes(sp.content_type)
-    ]
-    gaps = [int((pcols < c).sum()) for c in value_cols]
-    shard.value_piece = tuple(2 * g for g in gaps)
-    shard.value_delta = (
-        np.stack([start + rel[:, c] - gap_from[:, g] for c, g in zip(value_cols, gaps)], axis=1)
-        if value_cols
-        else np.empty((len(rows), 0), dtype=_I8)
-    )
-    shard.sizes = np.ascontiguousarray(size[:, cols])
-    shard.crcs = np.ascontiguousarray(crc[:, cols])
-    shard.keys = [k for k, keep in zip(footer.keys(), _mask(n, rows)) if keep]
-    shard.head_length = rel[:, 0]
-    shard.expect, shard.mask = expected_heads(mine, rel, size, crc)
     reader.header  # noqa: B018 - read and checked (bound to the footer), as a stream reads it
-    shard.direct = True
+    shard.plan = plan
     return shard
-
-
-def _mask(n: int, rows: np.ndarray) -> list[bool]:
-    keep = np.zeros(n, dtype=bool)
-    keep[rows] = True
-    out: list[bool] = keep.tolist()
-    return out
 
 
 def iter_direct(
@@ -224,80 +193,411 @@ def iter_direct(
     storage_options: Mapping[str, Any],
     entries: Sequence[str] | None,
     cache: LocalShardCache | None,
-    start: int,
     batch_size: int,
+    *,
+    start: int = 0,
+    order: np.ndarray | None = None,
 ) -> Iterator[PackedBatch]:
-    """A reader's ``tasks`` from its ``start``-th sample on, in file order, in packed batches."""
-    segments: list[tuple[DirectShard, int, int]] = []
-    filled = 0
-    opened: list[DirectShard] = []
+    """A reader's samples in packed batches: at ``order``, or in file order from the ``start``-th.
+
+    ``order`` holds positions over ``tasks``' samples (file order), as the
+    shuffle buffer emits them: its batches copy their records from the
+    shards' mappings. Without it the batches are the samples from position
+    ``start`` on in file order, read in runs with ``preadv``.
+    """
+    counts = np.fromiter((t.count for t in tasks), dtype=_I8, count=len(tasks))
+    bases = np.concatenate([[0], np.cumsum(counts)])
+    n = len(order) if order is not None else max(0, int(bases[-1]) - start)
+
+    def positions(lo: int, hi: int) -> np.ndarray:
+        if order is not None:
+            return order[lo:hi]
+        return np.arange(start + lo, start + hi, dtype=_I8)
+
+    opens, closes = _schedule(bases, n, positions, batch_size)
+    window = Window(len(tasks), mapped=order is not None)
+    step = max(1, _CHUNK // batch_size) * batch_size
     try:
-        skip = start
-        for task in tasks:
-            if skip >= task.count:
-                skip -= task.count
-                continue
-            shard = open_direct(task, storage_options, entries, cache)
-            opened.append(shard)
-            pos, skip = skip, 0
-            total = len(shard.rows)
-            while pos < total:
-                take = min(batch_size - filled, total - pos)
-                segments.append((shard, pos, pos + take))
-                filled += take
-                pos += take
-                if filled == batch_size:
-                    yield _batch(segments, entries)
-                    segments, filled = [], 0
-                    for done in opened[:-1]:
-                        done.close()
-                    del opened[:-1]
-        if segments:
-            yield _batch(segments, entries)
+        for chunk in range(0, n, step):
+            pos = positions(chunk, min(chunk + step, n))
+            which = np.searchsorted(bases, pos, side="right") - 1
+            rows = pos - bases[which]
+            # Batches of consecutive positions take slices (views) of the plans, not gathers.
+            broken = np.concatenate([[0], np.cumsum(np.diff(pos) != 1)])
+            los = np.arange(0, len(pos), batch_size)
+            his = np.minimum(los + batch_size, len(pos))
+            flags = (broken[his - 1] == broken[los]).tolist()
+            for lo, hi, sliced in zip(los.tolist(), his.tolist(), flags):
+                b = (chunk + lo) // batch_size
+                for t in opens.get(b, ()):
+                    window.open(t, open_direct(tasks[t], storage_options, entries, cache))
+                yield window.batch(which[lo:hi], rows[lo:hi], entries, sliced)
+                for t in closes.get(b, ()):
+                    window.close(t)
     finally:
-        for shard in opened:
+        window.close_all()
+
+
+def _schedule(
+    bases: np.ndarray, n: int, positions: Callable[[int, int], np.ndarray], batch_size: int
+) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+    """Per batch, the shards it opens (its first) and closes (their last batch), by task."""
+    tasks = len(bases) - 1
+    first = np.full(tasks, n, dtype=_I8)
+    last = np.full(tasks, -1, dtype=_I8)
+    for lo in range(0, n, _CHUNK):
+        pos = positions(lo, min(lo + _CHUNK, n))
+        which = np.searchsorted(bases, pos, side="right") - 1
+        batch = (lo + np.arange(len(pos), dtype=_I8)) // batch_size
+        np.minimum.at(first, which, batch)
+        np.maximum.at(last, which, batch)
+    opens: dict[int, list[int]] = {}
+    closes: dict[int, list[int]] = {}
+    for t in np.flatnonzero(last >= 0).tolist():
+        opens.setdefault(int(first[t]), []).append(t)
+        closes.setdefault(int(last[t]), []).append(t)
+    return opens, closes
+
+
+class Window:
+    """The open shards, and their plans as tables a batch takes its rows from.
+
+    A batch of consecutive positions (file order) takes a slice of its
+    shard's own table (views of its plan, no copy), or of a table of the
+    few rows it takes from each shard it spans. Any other batch (shuffled)
+    takes its rows with one fancy index from the table of the open shards
+    of its layout, end to end. ``mapped``: copy records from the shards'
+    guarded mappings (a shuffled order) rather than read runs with ``preadv``.
+    """
+
+    def __init__(self, tasks: int, *, mapped: bool) -> None:
+        self.mapped = mapped
+        self.shards: dict[int, DirectShard] = {}
+        self.maps: dict[int, GuardedMap | None] = {}  # per open shard: its file, mapped
+        self.own: dict[int, Table] = {}  # per open shard with a plan: its table (views)
+        self.group = np.full(tasks, -1, dtype=_I8)  # per task open with a plan: its layout's
+        self.base = np.full(tasks, -1, dtype=_I8)  # per task: its first row in its group's table
+        self.groups: dict[tuple[Any, ...], int] = {}
+        self.tables: list[Table | None] = []  # per group; None: rebuilt at its next batch
+
+    def open(self, task: int, shard: DirectShard) -> None:
+        self.shards[task] = shard
+        if shard.plan is None:
+            return
+        gid = self.groups.setdefault(shard.plan.layout, len(self.groups))
+        if gid == len(self.tables):
+            self.tables.append(None)
+        self.group[task] = gid
+        self.tables[gid] = None
+        if self.mapped:
+            self.maps[task] = _map(shard)
+
+    def close(self, task: int) -> None:
+        # Its rows stay in its group's table, out of reach, until a shard of the group opens:
+        # a rebuild per shard, not two. Its mapping goes now (a source of nothing from here on).
+        gid = int(self.group[task])
+        self.group[task] = self.base[task] = -1
+        self.own.pop(task, None)
+        mapped = self.maps.pop(task, None)  # only shards with a plan are mapped
+        if mapped is not None:
+            table = self.tables[gid]
+            if table is not None:
+                table.forget(mapped)
+            mapped.close()
+        self.shards.pop(task).close()
+
+    def close_all(self) -> None:
+        self.tables = []
+        self.own.clear()
+        for mapped in self.maps.values():
+            if mapped is not None:
+                mapped.close()
+        for shard in self.shards.values():
             with contextlib.suppress(Exception):
                 shard.close()
+        self.shards.clear()
+        self.maps.clear()
 
+    def batch(
+        self, which: np.ndarray, rows: np.ndarray, entries: Sequence[str] | None, sliced: bool
+    ) -> PackedBatch:
+        """Sample ``i`` is record ``rows[i]`` of the shard of task ``which[i]``.
 
-def _batch(
-    segments: list[tuple[DirectShard, int, int]], entries: Sequence[str] | None
-) -> PackedBatch:
-    first = segments[0][0]
-    if not all(s.direct and s.layout == first.layout for s, _, _ in segments):
-        records = [
-            rec for s, lo, hi in segments for rec in s.reader.take(s.rows[lo:hi].tolist(), entries)
-        ]
+        ``sliced``: the samples are consecutive positions (file order): each
+        shard's rows among them are consecutive.
+        """
+        m = len(which)
+        if sliced:
+            t = int(which[0])
+            if t == int(which[-1]):  # the usual batch: a slice of one shard's plan
+                table = self._own(t)
+                if table is None:
+                    return self._from_records(which, rows, entries)
+                r = int(rows[0])
+                return table.batch(slice(r, r + m), m)
+            # Over the end of a shard: a table of the rows it takes from each.
+            cuts = [0, *(np.flatnonzero(np.diff(which)) + 1).tolist(), m]
+            parts = [
+                (self.shards[int(which[a])], slice(int(rows[a]), int(rows[b - 1]) + 1))
+                for a, b in itertools.pairwise(cuts)
+            ]
+            layouts = {None if s.plan is None else s.plan.layout for s, _ in parts}
+            if None in layouts or len(layouts) > 1:
+                return self._from_records(which, rows, entries)
+            maps = [self.maps.get(int(which[a])) for a in cuts[:-1]]
+            return Table(parts, maps).batch(slice(0, m), m)
+        gid = self.group[which]
+        g = int(gid[0])
+        if g < 0 or bool((gid != g).any()):
+            return self._from_records(which, rows, entries)
+        table = self.tables[g]
+        if table is None:
+            members = [(t, s) for t, s in sorted(self.shards.items()) if self.group[t] == g]
+            parts = [(s, slice(None)) for _, s in members]
+            table = self.tables[g] = Table(parts, [self.maps.get(t) for t, _ in members])
+            self.base[[t for t, _ in members]] = table.bases
+        return table.batch(self.base[which] + rows, m)
+
+    def _own(self, task: int) -> Table | None:
+        """The table of the shard of ``task`` alone (None: it has no plan)."""
+        table = self.own.get(task)
+        if table is None:
+            shard = self.shards[task]
+            if shard.plan is None:
+                return None
+            table = self.own[task] = Table([(shard, slice(None))], [self.maps.get(task)])
+        return table
+
+    def _from_records(
+        self, which: np.ndarray, rows: np.ndarray, entries: Sequence[str] | None
+    ) -> PackedBatch:
+        """The batch decoded from records: it takes some from a shard not read directly."""
+        records: list[Any] = [None] * len(which)
+        for t in np.unique(which).tolist():
+            shard = self.shards[t]
+            at = np.flatnonzero(which == t)
+            mine = rows[at]
+            by_file = np.argsort(mine, kind="stable")
+            taken = shard.reader.take(shard.rows[mine[by_file]].tolist(), entries)
+            for i, rec in zip(at[by_file].tolist(), taken):
+                records[i] = rec
         return pack_records(records)
-    return _direct_batch(segments)
 
 
-def _direct_batch(segments: list[tuple[DirectShard, int, int]]) -> PackedBatch:
-    first = segments[0][0]
-    sizes = np.concatenate([s.sizes[lo:hi] for s, lo, hi in segments])
-    span = sum(int(s.end[hi - 1] - s.start[lo]) for s, lo, hi in segments)
-    out = BlockFill(first, sizes, span)
-    done = 0
-    value_spans: list[np.ndarray] = []
-    for s, lo, hi in segments:
-        m = hi - lo
-        length = s.pieces[lo:hi].copy()
-        length[-1, -1] = s.tail[hi - 1]  # the run ends with this record
-        dest = out.place(length, done)
-        read_run(s.reader, int(s.start[lo]), int(s.end[hi - 1]), out.whole, dest, length)
-        _check(s, slice(lo, hi), out.whole, dest[:, 0])
-        where = out.payloads(dest, s.value_delta[lo:hi])
-        value_spans.append(where[:, out.vnames])
-        out.check_payloads(where, s.sizes[lo:hi], s.crcs[lo:hi], _locator(s, s.start[lo:hi]))
-        done += m
-    keys = [k for s, lo, hi in segments for k in s.keys[lo:hi]]
-    return out.seal(keys, np.concatenate(value_spans))
+def _map(shard: DirectShard) -> GuardedMap | None:
+    """The shard's file mapped read-only under the guard (None where it cannot be: then it is
+    read with ``preadv``)."""
+    fd = getattr(shard.reader._source, "pread_fd", None)
+    if fd is None or shard.plan is None:
+        return None
+    mapped = map_guarded(fd, shard.reader.path)
+    if mapped is None:
+        return None
+    if len(shard.plan.end) and len(mapped) < int(shard.plan.end.max()):
+        mapped.close()  # shorter than its footer says: preadv reports where it ends
+        return None
+    return mapped
+
+
+def _joined(arrays: list[np.ndarray]) -> np.ndarray:
+    """``arrays`` end to end; one alone is used as it is (a view of its plan, no copy)."""
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+
+class Table:
+    """Rows of the plans of shards of one layout, end to end: a batch's rows in one index.
+
+    ``parts``: each shard and the rows of its plan taken (a slice). A batch
+    then takes each array with one slice or one fancy index.
+    """
+
+    def __init__(
+        self, parts: list[tuple[DirectShard, slice]], maps: list[GuardedMap | None]
+    ) -> None:
+        plans = [(s.plan, rows) for s, rows in parts if s.plan is not None]
+        self.first = plans[0][0]
+        self.sizes = _joined([p.sizes[r] for p, r in plans])
+        self.crcs = _joined([p.crcs[r] for p, r in plans])
+        self.start = _joined([p.start[r] for p, r in plans])
+        self.end = _joined([p.end[r] for p, r in plans])
+        self.pieces = _joined([p.pieces[r] for p, r in plans])
+        self.tail = _joined([p.tail[r] for p, r in plans])
+        self.delta = _joined([p.value_delta[r] for p, r in plans])
+        self.head_length = _joined([p.head_length[r] for p, r in plans])
+        self.expect = _joined([p.expect[r] for p, r in plans])
+        self.keys = (
+            [k for p, r in plans for k in p.keys[r]]
+            if len(plans) > 1
+            else plans[0][0].keys[plans[0][1]]
+        )
+        counts = np.asarray([len(p.start[r]) for p, r in plans], dtype=_I8)
+        ends = np.cumsum(counts)
+        self.bases = ends - counts
+        self.ends: list[int] = ends.tolist()  # where each part's rows end: runs break there
+        self.owner = np.repeat(np.arange(len(plans), dtype=_I8), counts)
+        self._joins: np.ndarray | None = None
+        self.paths = [s.reader.path for s, _ in parts]
+        self.readers = [s.reader for s, _ in parts]
+        # Raw numbers, read without the GIL: these readers are the iterator's own, closed by
+        # it alone (Window.close) after the last batch that reads them.
+        fds = [getattr(s.reader._source, "pread_fd", None) for s, _ in parts]
+        self.fds = np.asarray([-1 if f is None else f for f in fds], dtype=_I8)
+        self.preads = all(f is not None for f in fds)
+        self.guards = maps
+        self.sources: list[Any] = [m.map if m is not None else None for m in maps]
+        self.mapped = all(m is not None for m in maps)
+        if self.mapped:  # each record read alone: its last gap ends with it
+            self.pieces = self.pieces.copy()
+            self.pieces[:, -1] = self.tail
+
+    def forget(self, mapped: GuardedMap) -> None:
+        """``mapped`` is closing: no batch reads from it again (its shard is done)."""
+        self.sources = [b"" if m is mapped.map else m for m in self.sources]
+        self.guards = [None if m is mapped else m for m in self.guards]
+
+    def batch(self, sel: slice | np.ndarray, m: int) -> PackedBatch:
+        """The batch of rows ``sel`` (``m`` of them): copied, checked and sealed."""
+        sizes, start, end = self.sizes[sel], self.start[sel], self.end[sel]
+        owners = self.owner[sel]
+        if self.mapped:
+            # Each record a run of its own (its last gap ends with it): a memcpy per piece.
+            pieces = self.pieces[sel]
+            runs = None
+            span = int(end.sum() - start.sum())
+        else:
+            # Consecutive records of one file are one run: one preadv for them all.
+            pieces = self.pieces[sel].copy() if isinstance(sel, slice) else self.pieces[sel]
+            runs = self._runs(sel, m)
+            tail = self.tail[sel]
+            span = 0
+            for f, la in zip(*runs):
+                pieces[la, -1] = tail[la]
+                span += int(end[la]) - int(start[f])
+        out = BlockFill(self.first, sizes, span)
+        dest = out.place(pieces, 0)
+        self._read(owners, start, end, runs, out.whole, dest, pieces)
+        heads = dest[:, 0]
+        where = out.payloads(dest, self.delta[sel])
+        # Every head's and payload's CRC in one call.
+        crcs = np.frombuffer(
+            recordcodec.crc32c_spans(
+                out.whole,
+                np.concatenate([heads + 8, where.ravel()]),
+                np.concatenate([self.head_length[sel] - 8, sizes.ravel()]),
+            ),
+            dtype="<u4",
+        )
+
+        def locate(r: int) -> tuple[str, int]:
+            return self.paths[int(owners[r])], int(start[r])
+
+        verify_heads(out.whole, heads, crcs[:m], self.expect[sel], self.first.mask, locate)
+        out.check_payloads(where, sizes, self.crcs[sel], locate, crcs[m:])
+        if isinstance(sel, slice):
+            keys = self.keys[sel]
+        elif m > 1:
+            keys = list(operator.itemgetter(*sel.tolist())(self.keys))
+        else:
+            keys = [self.keys[int(sel[0])]]
+        return out.seal(keys, where[:, out.vnames])
+
+    def _runs(self, sel: slice | np.ndarray, m: int) -> tuple[list[int], list[int]]:
+        """The runs of rows ``sel``: each one's first and last record (of the batch)."""
+        if isinstance(sel, slice):
+            # A slice breaks only where a shard's rows end.
+            a = int(sel.start)
+            i = bisect.bisect_right(self.ends, a)
+            cuts = []
+            while self.ends[i] < a + m:
+                cuts.append(self.ends[i] - a)
+                i += 1
+            return [0, *cuts], [c - 1 for c in cuts] + [m - 1]
+        if self._joins is None:
+            # A row whose record is followed in its file by the next row's: one run.
+            self._joins = np.ones(len(self.start), dtype=bool)
+            self._joins[np.asarray(self.ends) - 1] = False
+        joined = self._joins[sel[:-1]] & (sel[1:] == sel[:-1] + 1)
+        ends: list[int] = np.flatnonzero(~joined).tolist()
+        return [0] + [e + 1 for e in ends], [*ends, m - 1]
+
+    def _read(
+        self,
+        owners: np.ndarray,
+        start: np.ndarray,
+        end: np.ndarray,
+        runs: tuple[list[int], list[int]] | None,
+        whole: np.ndarray,
+        dest: np.ndarray,
+        pieces: np.ndarray,
+    ) -> None:
+        """Records ``start``/``end`` of files ``owners`` into ``dest``: from the mappings
+        (``runs`` None), or with one ``preadv`` per run (records ``first[k]`` to ``last[k]``)."""
+        width = pieces.shape[1]
+        if runs is None:
+            # From the mappings: a memcpy per piece, no system call per record. A page of
+            # a file cut before or during the copy reads as zeros (the guard), so every
+            # mapped file is then asked whether this batch read anything it lost.
+            counts = np.full(len(start), width, dtype=_I8)
+            recordcodec.gather_copy(self.sources, owners, start, counts, whole, dest, pieces)
+            self._check_cut(owners, start, end)
+            return
+        first, last = runs
+        at = [int(start[f]) for f in first]
+        who = [int(owners[f]) for f in first]
+        if not self.preads:  # a source without a descriptor: run by run
+            for k, (f, la) in enumerate(zip(first, last)):
+                reader = self.readers[who[k]]
+                rows = slice(f, la + 1)
+                read_run(reader, at[k], int(end[la]), whole, dest[rows], pieces[rows])
+            return
+        cut = recordcodec.scatter_read_runs(
+            self.fds[who],
+            np.array(at, dtype=_I8),
+            np.array([(la - f + 1) * width for f, la in zip(first, last)], dtype=_I8),
+            whole,
+            dest,
+            pieces,
+        )
+        if cut >= 0:
+            a, b = at[cut], int(end[last[cut]])
+            what = f"the record at [{a}, {b})" if first[cut] == last[cut] else f"records [{a}, {b})"
+            raise TruncatedError(
+                f"the file ends inside {what}", path=self.paths[who[cut]], offset=a
+            )
+
+    def _check_cut(self, owners: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+        """Raise if a file was cut under the records just copied from its mapping.
+
+        One ``fstat`` per mapped file.
+
+        Raises
+        ------
+        TruncatedError
+            A record of this batch ends past the first byte its file's guard
+            says was lost (a page cut while mapped, or the file now shorter).
+        """
+        for o, guarded in enumerate(self.guards):
+            if guarded is None or guarded.lost(len(guarded)) is None:
+                continue
+            mine = owners == o
+            if not mine.any():
+                continue  # cut, but this batch took nothing from it
+            lost = guarded.lost(int(end[mine].max()))
+            if lost is None:
+                continue  # cut past every record this batch took from it
+            r = int(np.flatnonzero(mine & (end > lost))[0])
+            raise TruncatedError(
+                f"the file was cut at byte {lost} while the record at [{int(start[r])}, "
+                f"{int(end[r])}) was read from it; read it again once it is whole",
+                path=self.paths[o],
+                offset=int(start[r]),
+            )
 
 
 class BlockFill:
-    """A direct batch's block being filled: its columns' places, then its checks and its seal."""
+    """A batch's block being filled: its columns' places, then its checks and its seal."""
 
-    def __init__(self, first: DirectShard, sizes: np.ndarray, span: int) -> None:
+    def __init__(self, first: RecordPlan, sizes: np.ndarray, span: int) -> None:
         self.first = first
         self.pnames = [i for i, p in enumerate(first.packed) if p]  # names that are columns
         self.vnames = [i for i, p in enumerate(first.packed) if not p]
@@ -471,19 +771,3 @@ def read_run(
             f"the file ends inside records [{start}, {end})", path=reader.path, offset=start
         )
     recordcodec.scatter_copy(data, whole, dest, length)
-
-
-def _locator(shard: DirectShard, starts: np.ndarray) -> Callable[[int], tuple[str, int]]:
-    """Where record ``r`` of ``starts`` (offsets in ``shard``) lies, for an error."""
-    return lambda r: (shard.reader.path, int(starts[r]))
-
-
-def _check(
-    shard: DirectShard, sel: slice | np.ndarray, whole: np.ndarray, heads: np.ndarray
-) -> None:
-    """The heads of records ``sel`` (of ``rows``), at ``heads`` in the block: sound, and what the footer says."""
-    head_length = shard.head_length[sel]
-    crcs = np.frombuffer(recordcodec.crc32c_spans(whole, heads + 8, head_length - 8), dtype="<u4")
-    verify_heads(
-        whole, heads, crcs, shard.expect[sel], shard.mask, _locator(shard, shard.start[sel])
-    )

@@ -35,8 +35,7 @@ from ..orchestration import iter_tar_records, open_registered, tar_rows
 from ..orchestration.tasks import catalog_for
 from ..reading import Catalog, CatalogHandle
 from ..storage import LocalShardCache, is_local, redact
-from . import gather
-from .direct import iter_direct
+from . import direct
 from .packed import PackedBatch, pack_records, pack_samples
 from .plan import ShardTask, assign, buffered_order, epoch_rng
 
@@ -363,37 +362,40 @@ class SampleStream:
         decode = self.decode
         buffered = self.shuffle and self.shuffle_buffer > 1
         dropping = self.on_error != "raise"
-        direct = (
+        straight = (
             self.direct
             and decode is None
             and not dropping
             and all(t.kind != "tar" and (self.cache is not None or is_local(t.url)) for t in tasks)
         )
-        if direct and buffered:
-            sizes = [t.count for t in tasks]
-            order = self.order(epoch, (rank, worker), sum(sizes))[start:]
-            # A buffer spanning too many small shards would hold them all open: the record
-            # path below reads one shard at a time instead.
-            if gather.shards_needed_at_once(sizes, order, batch_size) <= gather.MAX_OPEN_SHARDS:
-                gathered = gather.iter_gathered(
-                    tasks, self.storage_options, self.entries, self.cache, order, batch_size
+        if straight:
+            # Local files only: a remote shard streams better with read-ahead than in ranged
+            # reads of a batch each (unless the cache makes a local copy first).
+            order = None
+            if buffered:
+                sizes = [t.count for t in tasks]
+                order = self.order(epoch, (rank, worker), sum(sizes))[start:]
+                # A buffer spanning too many small shards would hold them all open: the
+                # record path below reads one shard at a time instead.
+                at_once = direct.shards_needed_at_once(sizes, order, batch_size)
+                straight = at_once <= direct.MAX_OPEN_SHARDS
+            if straight:
+                yield from self._named(
+                    direct.iter_direct(
+                        tasks,
+                        self.storage_options,
+                        self.entries,
+                        self.cache,
+                        batch_size,
+                        start=start,
+                        order=order,
+                    )
                 )
-                yield from self._named(gathered)
                 return
         if buffered or callable(decode) or dropping:
             samples = self.iter_reader(epoch, rank, world, worker, workers, start, skipped=skipped)
             for batch in _chunks(samples, batch_size):
                 yield pack_samples(batch)
-            return
-        if direct:
-            # Read straight into the batches' blocks (readers/direct.py): no record objects.
-            # Local files only: a remote shard streams better with read-ahead than in ranged
-            # reads of a batch each (unless the cache makes a local copy first).
-            yield from self._named(
-                iter_direct(
-                    tasks, self.storage_options, self.entries, self.cache, start, batch_size
-                )
-            )
             return
         counts = np.fromiter((t.count for t in tasks), dtype=np.int64, count=len(tasks))
         bases = np.concatenate([[0], np.cumsum(counts)])
