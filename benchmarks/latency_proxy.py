@@ -258,10 +258,12 @@ class LatencyProxy:
     async def _shutdown(self) -> None:
         if self._server is not None:
             self._server.close()
-            await self._server.wait_closed()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._server is not None:
+            # After the connections: from Python 3.12 this waits for them to close.
+            await self._server.wait_closed()
 
     async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -289,6 +291,8 @@ class LatencyProxy:
             finally:
                 for p in pumps:
                     p.cancel()
+                # Reaped before the loop closes (else: "Task was destroyed but it is pending").
+                await asyncio.gather(*pumps, return_exceptions=True)
                 server_w.close()
         except asyncio.CancelledError:
             pass  # stop(): asyncio's stream callback would log a cancelled handler as an error
