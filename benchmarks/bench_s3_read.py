@@ -20,13 +20,17 @@ cyclic-GC time of each pass: the figures behind ``format/stream.py``'s batch siz
 shardcat and Lance; batches of random keys through ``Catalog.get_many`` for
 each ``remote_max_gap`` (and, with ``--spans``, ``max_span``), with Lance's
 ``key IN (...)`` in the same run: keys/s, bytes the server sent per key, and
-S3 requests per batch. The figures behind ``_ranges.REMOTE_MAX_GAP``.
+S3 requests per batch, beside the floor's (one query + one ``cat_ranges`` of
+the exact ranges) and its ratio to it. The figures behind ``_ranges.REMOTE_MAX_GAP``.
+``--profile same-region`` (either command) puts ``benchmarks/latency_proxy.py``
+between the clients and moto: first-byte latency and a bandwidth cap per connection.
 
     .venv/bin/python -m benchmarks.bench_s3_read stream [--shards 3] [--repeat 6] [--no-lance]
         [--moto process|in-process]  # also for batch: where the moto server runs
         [--before-prefetch FILE]   # e.g. FILE from: git show main:src/shardcat/format/prefetch.py
         [--transports auto,fsspec] # iter_shards with each SHARDCAT_S3_TRANSPORT value
     .venv/bin/python -m benchmarks.bench_s3_read batch [--scale 0.2] [--gaps 64KiB,1MiB] [--no-lance]
+        [--no-floor] [--profile loopback|same-region|cross-region]
         [--transports fsspec,auto,obstore]
 """
 
@@ -43,6 +47,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks.latency_proxy import PROFILES
 from benchmarks.moto_server import MODES
 from benchmarks.peers.s3 import MotoS3
 
@@ -90,7 +95,7 @@ def stream(args: argparse.Namespace) -> None:
     from shardcat.format import stream as stream_module
     from shardcat.storage import choose_transport
 
-    server = MotoS3(args.moto)
+    server = MotoS3(args.moto, args.profile)
     opts = server.store().storage_options
     fs = fsspec.filesystem("s3", **opts)
     rng = random.Random(0)
@@ -263,11 +268,18 @@ def batch(args: argparse.Namespace) -> None:
 
     logging.disable(logging.WARNING)
     _count_requests()
-    server = MotoS3(args.moto)
+    server = MotoS3(args.moto, args.profile)
     store = server.store()
     ds = Dataset.scaled(args.scale)
     mine = Shardcat(store, ds)
     mine.write()
+    floor: Any = None
+    if not args.no_floor:
+        from benchmarks.peers.floor import Floor
+
+        floor = Floor(store, ds)
+        floor.write()
+        floor.open()
     lance: Any = None
     if not args.no_lance:
         from benchmarks.peers.lance_system import Lance
@@ -292,11 +304,23 @@ def batch(args: argparse.Namespace) -> None:
         i = secs.index(statistics.median(secs))
         return len(batches[i]) / secs[i], nbytes[i] / len(batches[i]), nreq[i]
 
-    print(f"{ds.count:,} samples, batches of {len(batches[0]):,} keys, median of {args.repeat}")
+    where = "moto directly" if server.proxy is None else server.proxy.profile.describe()
+    print(
+        f"{ds.count:,} samples, batches of {len(batches[0]):,} keys, median of {args.repeat};"
+        f" S3: {where}; load {os.getloadavg()[0]:.1f}"
+    )
     for _ in range(args.rounds):
+        base: tuple[float, float] | None = None
+        if floor is not None:
+            kps, bpk, nreq = measure(floor.get_many)
+            base = kps, bpk
+            print(
+                f"floor (cat_ranges)                     {kps:7.0f} keys/s {bpk:9,.0f} B/key"
+                f" {nreq:5} requests"
+            )
         if lance is not None:
             kps, bpk, _ = measure(lance.get_many)
-            print(f"lance                       {kps:7.0f} keys/s {bpk:9,.0f} B/key")
+            print(f"lance                                  {kps:7.0f} keys/s {bpk:9,.0f} B/key")
         for transport in args.transports:
             for gap in args.gaps:
                 for span in args.spans:
@@ -314,11 +338,15 @@ def batch(args: argparse.Namespace) -> None:
                             mine.cat.close()
                     # Requests are counted in s3fs only.
                     shown = f"{nreq:5}" if transport == "fsspec" else "    ?"
+                    vs = "" if base is None else f"  {kps / base[0]:5.2f} x floor keys/s"
+                    vs += "" if base is None else f" {bpk / base[1]:6.1f} x floor B/key"
                     print(
                         f"shardcat {transport:7} gap {gap >> 10:5} KiB span {span >> 20:2} MiB"
-                        f" {kps:7.0f} keys/s {bpk:9,.0f} B/key {shown} requests"
+                        f" {kps:7.0f} keys/s {bpk:9,.0f} B/key {shown} requests{vs}"
                     )
     cache.SourceCache.read_sorted = read_sorted  # type: ignore[method-assign]
+    if floor is not None:
+        floor.close()
     server.stop()
 
 
@@ -357,12 +385,20 @@ def main() -> None:
     b.add_argument("--gaps", default="64KiB,256KiB,1MiB,4MiB")
     b.add_argument("--spans", default="16MiB")
     b.add_argument("--no-lance", action="store_true")
+    b.add_argument("--no-floor", action="store_true", help="skip the floor (one cat_ranges)")
     b.add_argument(
         "--transports", default="fsspec", help="SHARDCAT_S3_TRANSPORT values: fsspec,auto,obstore"
     )
     for each in (s, b):
         each.add_argument(
             "--moto", choices=MODES, default="process", help="the moto server's process"
+        )
+        each.add_argument(
+            "--profile",
+            choices=list(PROFILES),
+            default=None,
+            help="reach moto through benchmarks/latency_proxy.py with this profile (default:"
+            " directly)",
         )
     args = p.parse_args()
     if args.what == "stream":

@@ -120,6 +120,41 @@ def test_harness_on_s3_served_by_moto_in_its_own_process(tmp_path):
     assert s3.bytes_sent() == 0  # the run stopped its server
 
 
+def test_harness_on_s3_through_the_latency_proxy(tmp_path):
+    """--profile same-region: every S3 client goes through benchmarks/latency_proxy.py.
+
+    The one timing checked is the proxy's own delay, as a lower bound: no lookup through it
+    can answer before the profile's first-byte latency.
+    """
+    pytest.importorskip("moto.server")
+    from benchmarks.latency_proxy import PROFILES
+
+    args = parse(
+        [
+            "--scale", "0.001",
+            "--backends", "s3",
+            "--systems", "floor,shardcat",
+            "--points", "200",
+            "--s3-batch", "20",
+            "--batch-repeats", "1",
+            "--no-cold",
+            "--profile", "same-region",
+            "--out", str(tmp_path),
+        ]
+    )  # fmt: skip
+    results, info = run(args)
+    assert info["profile"] == "same-region"
+    latency_ms = PROFILES["same-region"].latency * 1e3
+    for r in results:
+        assert r.skipped is None and len(r.point_ms) == 20 and r.stream_mbps
+        assert min(r.point_ms) >= latency_ms
+    floor = results[0]
+    # The server still counts the bytes it sent: the proxy adds no body bytes.
+    assert floor.batch_bytes_per_key and 2048 <= floor.batch_bytes_per_key <= 8192 + 200
+    text = Path(write_report(results, info, args)).read_text()
+    assert "through the latency proxy (`--profile same-region`: same-region (20 ms, 90 MB/s" in text
+
+
 class _CorruptFloor(Floor):
     """The floor, but every looked-up payload has one flipped bit."""
 

@@ -340,7 +340,20 @@ def _s3_line(info: dict[str, Any]) -> str:
     return (
         "- **S3**: moto's server on 127.0.0.1, patched to answer a ranged GET by seek + read (stock"
         " moto reads the whole object per ranged GET); shardcat and the floor use s3fs, Lance its"
-        f" own object-store client. The server ran {where}."
+        f" own object-store client. The server ran {where}.{_profile_sentence(info)}"
+    )
+
+
+def _profile_sentence(info: dict[str, Any]) -> str:
+    """The latency profile the S3 rows ran through (``--profile``), if any."""
+    name = info.get("profile")
+    if not name:
+        return ""
+    from benchmarks.latency_proxy import profile
+
+    return (
+        f" Every S3 client reached it through the latency proxy (`--profile {name}`:"
+        f" {profile(name).describe()}; `benchmarks/latency_proxy.py`)."
     )
 
 

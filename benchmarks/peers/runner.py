@@ -5,6 +5,7 @@ Usage (from the repository root)::
     .venv/bin/python -m benchmarks.peers [--scale 1.0] [--backends local,s3]
                                          [--systems floor,shardcat,lance,...] [--out docs]
                                          [--moto process|in-process]
+                                         [--profile loopback|same-region|cross-region]
 
 ``--scale 0.05`` writes 10,000 samples instead of 200,000 (a quick run).
 Every value a system returns is checked byte for byte against the source
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from benchmarks.latency_proxy import PROFILES
 from benchmarks.moto_server import MODES
 from benchmarks.peers.base import Store, System
 from benchmarks.peers.data import Dataset, MismatchError
@@ -253,7 +255,7 @@ def run(args: argparse.Namespace) -> tuple[list[Result], dict[str, Any]]:
         if backend == "s3":
             from benchmarks.peers.s3 import MotoS3
 
-            server = MotoS3(args.moto)
+            server = MotoS3(args.moto, args.profile)
             store = server.store()
         else:
             store = Store("local", tempfile.mkdtemp(prefix="shardcat-peers-data-"))
@@ -336,6 +338,7 @@ def run(args: argparse.Namespace) -> tuple[list[Result], dict[str, Any]]:
         "s3_batch": min(args.s3_batch, ds.count // 2),
         "batch_repeats": args.batch_repeats,
         "moto": args.moto if "s3" in args.backends else None,
+        "profile": args.profile if "s3" in args.backends else None,
         "docs": {
             c.name: (c.__module__, (sys.modules[c.__module__].__doc__ or "").strip())
             for c in chosen
@@ -376,6 +379,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         default="process",
         help="S3: run the moto server in its own process (default: its Python code does not share"
         " the client's GIL, as with a real S3) or in this one (as before, to compare)",
+    )
+    parser.add_argument(
+        "--profile",
+        choices=list(PROFILES),
+        default=None,
+        help="S3: reach the moto server through benchmarks/latency_proxy.py with this profile"
+        " (first-byte latency and a bandwidth cap per connection; default: directly)",
     )
     parser.add_argument(
         "--out", default=os.path.join(REPO, "docs"), help="where BENCHMARKS.md goes"

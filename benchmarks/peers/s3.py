@@ -6,10 +6,18 @@ alike. By default it runs in its own process (``--moto process``): an
 in-process server's Python code would share the GIL with the client being
 measured, slowing Python clients (s3fs: shardcat and the floor) more than
 clients that release it (Lance), as a real S3 never does.
+
+With a ``profile`` other than None, every client reaches the server through
+``benchmarks/latency_proxy.py`` (first-byte latency and a bandwidth cap per
+connection: ``same-region``, ``cross-region``, or ``loopback`` for the proxy
+alone); the server still counts the bytes it sent.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from benchmarks.latency_proxy import LatencyProxy
 from benchmarks.moto_server import MotoServer
 from benchmarks.peers.base import Store
 
@@ -25,16 +33,30 @@ class MotoS3:
     """A moto server on a free port with bucket ``bench``; ``store()`` points systems at it.
 
     ``mode``: ``"process"`` (its own process) or ``"in-process"`` (threads of this one).
+    ``profile``: a latency profile's name (``benchmarks.latency_proxy.PROFILES``): clients
+    then go through the latency proxy; None (the default) reaches moto directly.
     """
 
-    def __init__(self, mode: str = "process") -> None:
+    def __init__(self, mode: str = "process", profile: str | None = None) -> None:
         self.server = MotoServer(mode)
         self.mode = mode
-        self.endpoint = self.server.endpoint
+        self.proxy: LatencyProxy | None = None
+        if profile is not None:
+            try:
+                self.proxy = LatencyProxy(self.server.endpoint, profile)
+            except BaseException:
+                self.server.stop()
+                raise
+        self.endpoint = self.server.endpoint if self.proxy is None else self.proxy.endpoint
         _active.append(self.server)
 
+    def storage_options(self) -> dict[str, Any]:
+        opts = self.server.storage_options()
+        opts["client_kwargs"] = dict(opts["client_kwargs"], endpoint_url=self.endpoint)
+        return opts
+
     def store(self) -> Store:
-        return Store("s3", "s3://bench", self.server.storage_options(), endpoint=self.endpoint)
+        return Store("s3", "s3://bench", self.storage_options(), endpoint=self.endpoint)
 
     def bytes_sent(self) -> int:
         return self.server.bytes_sent()
@@ -45,4 +67,6 @@ class MotoS3:
     def stop(self) -> None:
         if self.server in _active:
             _active.remove(self.server)
+        if self.proxy is not None:
+            self.proxy.stop()
         self.server.stop()
