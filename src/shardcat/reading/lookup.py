@@ -563,66 +563,62 @@ class Lookup:
         for row in rows:
             if row[4] in wanted_keys and row[4] not in found:  # equal hashes, other key: no match
                 found[row[4]] = row
-        out = DescribedBatch({}, {}, {}, [k for k in asked if k not in found])
-        requests: list[tuple[str, ByteRange]] = []
-        plan: list[tuple[str, Any, list[Any]]] = []
+        described: dict[str, list[EntryInfo]] = {}
+        plan = []
         for key, row in found.items():
-            url, offset = row[:2]
-            every = self._wanted(url, offset, bytes(row[3]), row[7], None)
-            out.described[key] = [
+            every = self._wanted(row[0], row[1], bytes(row[3]), row[7], None)
+            described[key] = [
                 EntryInfo(name, ctype, codec.label, size, crc)
                 for name, ctype, codec, _, size, crc in every
             ]
-            chosen = [w for w, info in zip(every, out.described[key]) if want(info)]
-            for w in chosen:
-                requests.append((url, ByteRange(offset + w[3], offset + w[3] + w[4])))
-            plan.append((key, row, chosen))
-        try:
-            views = self._sources.read_batch(requests)
-        except (ShardNotFoundError, StorageError) as e:
-            raise self._read_failed(e, e.path, dataset) from e
-        at = 0
-        for key, row, chosen in plan:
-            url, offset, length = row[:3]
-            record = Record(key, {}, offset=offset, length=length)
-            try:
-                for j, w in enumerate(chosen):
-                    record.entries[w[0]] = _wanted_entry(views[at + j], w, url, offset)
-                out.records[key] = record
-            except FormatError as e:
-                # This record's bytes do not match its row: its own error, not the batch's.
-                out.errors[key] = self._read_failed(e, url, dataset)
-            at += len(chosen)
-        return out
+            plan.append((key, row, [w for w, i in zip(every, described[key]) if want(i)]))
+        # A record whose bytes do not match its row is its key's error, not the batch's.
+        records, errors = self._read_plan(dataset, plan, isolate=True)
+        return DescribedBatch(described, records, errors, [k for k in asked if k not in found])
 
     def _read_batch(
         self, dataset: str, found: dict[str, Any], names: frozenset[str]
     ) -> dict[str, Record]:
-        requests: list[tuple[str, ByteRange]] = []
-        plan: list[tuple[str, Any, list[Any]]] = []
+        plan = []
         for key, row in found.items():
             url, offset = row[:2]
-            wanted = self._wanted(url, offset, bytes(row[3]), row[7], names)
-            for w in wanted:
-                requests.append((url, ByteRange(offset + w[3], offset + w[3] + w[4])))
-            plan.append((key, row, wanted))
+            plan.append((key, row, self._wanted(url, offset, bytes(row[3]), row[7], names)))
+        records, _ = self._read_plan(dataset, plan, isolate=False)
+        return records
+
+    def _read_plan(
+        self, dataset: str, plan: list[tuple[str, Any, list[Any]]], *, isolate: bool
+    ) -> tuple[dict[str, Record], dict[str, Exception]]:
+        """Each planned record's chosen entries, read in one coalesced batch and checked.
+
+        ``plan``: ``(key, row, chosen entries)`` per record. A record whose bytes
+        do not match its row raises, or with ``isolate`` is that key's error.
+        """
+        requests = [
+            (row[0], ByteRange(row[1] + w[3], row[1] + w[3] + w[4]))
+            for _, row, chosen in plan
+            for w in chosen
+        ]
         try:
             views = self._sources.read_batch(requests)
         except (ShardNotFoundError, StorageError) as e:
             raise self._read_failed(e, e.path, dataset) from e
-        out: dict[str, Record] = {}
+        records: dict[str, Record] = {}
+        errors: dict[str, Exception] = {}
         at = 0
-        for key, row, wanted in plan:
+        for key, row, chosen in plan:
             url, offset, length = row[:3]
             try:
                 record = Record(key, {}, offset=offset, length=length)
-                for w in wanted:
-                    record.entries[w[0]] = _wanted_entry(views[at], w, url, offset)
-                    at += 1
+                for j, w in enumerate(chosen):
+                    record.entries[w[0]] = _wanted_entry(views[at + j], w, url, offset)
+                records[key] = record
             except FormatError as e:
-                raise self._read_failed(e, url, dataset) from e
-            out[key] = record
-        return out
+                if not isolate:
+                    raise self._read_failed(e, url, dataset) from e
+                errors[key] = self._read_failed(e, url, dataset)
+            at += len(chosen)
+        return records, errors
 
     def _read_records(self, dataset: str, batch: BatchTable) -> dict[str, Record]:
         """Whole records: sorted and merged reads of the batch's table, one decoder call."""

@@ -147,6 +147,17 @@ def _schemas() -> dict[str, Any]:
                 "entries": {"type": "array", "items": _ref("Entry")},
             },
         },
+        "Session": {
+            "type": "object",
+            "description": "Who the caller is: a token's name and scope, or anonymous.",
+            "properties": {
+                "name": {"type": ["string", "null"]},
+                "catalog": {"type": ["string", "null"]},
+                "datasets": {"type": ["array", "null"], "items": {"type": "string"}},
+                "anonymous": {"type": "boolean"},
+                "sql": {"type": "boolean", "description": "Whether it may run POST /api/v1/sql."},
+            },
+        },
         "BatchLine": {
             "type": "object",
             "required": ["index", "key", "status"],
@@ -367,19 +378,7 @@ def openapi_spec() -> dict[str, Any]:
                     "may run SQL.",
                     "responses": {
                         "200": _json(
-                            {
-                                "type": "object",
-                                "properties": {
-                                    "name": {"type": ["string", "null"]},
-                                    "catalog": {"type": ["string", "null"]},
-                                    "datasets": {
-                                        "type": ["array", "null"],
-                                        "items": {"type": "string"},
-                                    },
-                                    "anonymous": {"type": "boolean"},
-                                    "sql": {"type": "boolean"},
-                                },
-                            },
+                            _ref("Session"),
                             "The caller.",
                         ),
                         **_ERR,
@@ -403,19 +402,7 @@ def openapi_spec() -> dict[str, Any]:
                     },
                     "responses": {
                         "200": _json(
-                            {
-                                "type": "object",
-                                "properties": {
-                                    "name": {"type": ["string", "null"]},
-                                    "catalog": {"type": ["string", "null"]},
-                                    "datasets": {
-                                        "type": ["array", "null"],
-                                        "items": {"type": "string"},
-                                    },
-                                    "anonymous": {"type": "boolean"},
-                                    "sql": {"type": "boolean"},
-                                },
-                            },
+                            _ref("Session"),
                             "The token's name and scope (as GET); Set-Cookie holds it.",
                         ),
                         **_ERR,
