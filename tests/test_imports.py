@@ -45,7 +45,9 @@ def test_lazy_names_load_their_layer_on_first_use():
     # fsspec loads with the first URL resolved through it: local files are read with os.pread.
     assert loaded_after("import shardcat; shardcat.ShardWriter") == []
     assert loaded_after("import shardcat; shardcat.storage.resolve('memory://x')") == ["fsspec"]
-    assert "sqlalchemy" in loaded_after("import shardcat; shardcat.Catalog")
+    # A catalog loads SQLAlchemy with its first unit of work, not with its class.
+    assert loaded_after("import shardcat; shardcat.Catalog") == []
+    assert "sqlalchemy" in loaded_after("import shardcat; shardcat.Catalog('sqlite://').close()")
 
 
 def test_lazy_names_are_the_real_objects():
@@ -95,3 +97,55 @@ def test_the_public_catalog_moved_up_and_the_old_import_says_where():
 
     with pytest.raises(ImportError, match="from shardcat import CatalogHandle"):
         _ = shardcat.catalog.CatalogHandle
+
+
+# What a CLI call of get, ls or count on a SQLite catalog must not load: each is
+# a large share of a call's start-up (benchmarks/bench_cli_startup.py): SQLAlchemy
+# and Alembic (the lookups' statements are text on sqlite3), numpy (no array is
+# read), the crc32c package (the compiled codec checks), obstore's stack and ssl.
+_STARTUP_HEAVY = ("sqlalchemy", "alembic", "numpy", "crc32c", "fsspec", "obstore", "ssl", "dask")
+
+
+@pytest.mark.parametrize(
+    ("argv", "allowed"),
+    [
+        (["get", "d", "k1"], ()),
+        # Some entries of a record are read and checked by the Python path (crc32c's package).
+        (["get", "d", "k1", "--entry", "txt"], ("crc32c",)),
+        (["ls"], ()),
+        (["count", "d"], ()),
+        (["count", "d", "--prefix", "k"], ()),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else "",
+)
+def test_cli_reads_of_a_sqlite_catalog_load_no_sql_toolkit_numpy_or_stores(tmp_path, argv, allowed):
+    import shardcat
+
+    with shardcat.ShardWriter(str(tmp_path / "s-000000.shard")) as w:
+        w.add("k1", {"txt": "one", "json": {"a": 1}})
+        w.add("k2", {"txt": "two", "json": {"a": 2}})
+    with shardcat.Catalog(f"sqlite:///{tmp_path / 'shardcat.db'}") as cat:
+        cat.create_dataset("d", str(tmp_path))
+        cat.register_shard("d", w.close())
+    code = (
+        "import json, sys\n"
+        "from shardcat.cli.app import main\n"
+        "try:\n"
+        f"    main({argv!r})\n"
+        "except SystemExit as e:\n"
+        "    assert not e.code, e.code\n"
+        f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({_STARTUP_HEAVY!r}))),"
+        " file=sys.stderr)"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert p.returncode == 0, p.stderr
+    loaded = set(json.loads(p.stderr.strip().splitlines()[-1])) - set(allowed)
+    assert loaded == set()
+    assert p.stdout.strip(), "the command printed nothing"

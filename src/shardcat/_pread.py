@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+
 
 __all__ = ["PREAD_MAX", "packed_runs", "pread_full", "read_packed"]
 
@@ -94,6 +97,8 @@ def read_packed(
     OSError
         A read failed.
     """
+    import numpy as np
+
     if not 0 <= max_gap <= 1 << 20 or group_bytes < 1:
         raise ValueError("read_packed: max_gap must be in [0, 1 MiB], group_bytes >= 1")
     if pool is not None and type(pool) is not list:

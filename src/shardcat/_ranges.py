@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ._types import ByteRange
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "DEFAULT_MAX_GAP",
@@ -136,6 +138,8 @@ def merge_sorted(
     ``max_span`` (only such reads are walked in Python). Each input index is
     served by exactly one read; overlapping and duplicate ranges share one.
     """
+    import numpy as np
+
     n = len(start)
     file = np.asarray(file, dtype=np.int64)
     start = np.asarray(start, dtype=np.int64)

@@ -416,6 +416,10 @@ def test_close_finalizes_and_nothing_leaks_per_lookup(sqlite_url, local_root):
     for _ in range(200):
         fast(dataset, key, decode)
         fast(dataset, "nope", decode)
+    db = sqlite_url.removeprefix("sqlite:///")
+    # The lookup's Python connection and the compiled one's, beside any the engine's pool keeps.
+    pooled = cat._engine.pool.checkedin() if cat._engine is not None else 0
+    assert len(descriptors_of(db)) == 2 + pooled
     refs = (sys.getrefcount(dataset), sys.getrefcount(key), sys.getrefcount(decode))
     blocks = sys.getallocatedblocks()
     for _ in range(5000):
@@ -423,8 +427,7 @@ def test_close_finalizes_and_nothing_leaks_per_lookup(sqlite_url, local_root):
         fast(dataset, "nope", decode)
     assert (sys.getrefcount(dataset), sys.getrefcount(key), sys.getrefcount(decode)) == refs
     assert sys.getallocatedblocks() - blocks < 100  # no object left behind per call
-    db = sqlite_url.removeprefix("sqlite:///")
-    assert len(descriptors_of(db)) == 2  # the Python connection's and the compiled one's
+    assert len(descriptors_of(db)) == 2 + pooled  # none opened per call
     cat.close()
     assert c_point.closed
     assert fast(dataset, key, decode) is None  # closed: not handled

@@ -19,20 +19,16 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import text
-
 from .._forks import fork_generation
 from .._lazy import lazy_module
 from .._types import OnDuplicate
 from ..errors import CatalogClosedError
-from ..format import ShardInfo
-from . import fence
+from . import fence, sqlite_file
 from .changes import changes_of, note_options, options_of
 from .history import Version, VersionsApi, with_retries
-from .migrate import ensure_schema
+from .migrate import HEAD_REVISION, ensure_schema
 from .results import (
     DatasetInfo,
-    DatasetSummary,
     EntryKind,
     JobInfo,
     RecordRow,
@@ -42,8 +38,11 @@ from .results import (
 # The modules behind everything (the ORM models, tar scanning) load on first
 # use: opening a catalog and looking a key up needs none of them.
 if TYPE_CHECKING:
+    import sqlalchemy as _sa
+    from sqlalchemy import Engine
     from sqlalchemy.orm import Session
 
+    from ..format import ShardInfo
     from ..format.tar import TarShardInfo
     from . import datasets as _datasets
     from . import fields as _fields
@@ -54,6 +53,7 @@ if TYPE_CHECKING:
     from . import register as _register
     from . import selection as _selection
     from . import shards as _shards
+    from . import statistics as _statistics
     from . import versions as _versions
     from .manifests import DatasetHistory
     from .selection import FilterLimits, Selection
@@ -68,6 +68,8 @@ else:
     _selection = lazy_module("shardcat.catalog.selection")
     _shards = lazy_module("shardcat.catalog.shards")
     _versions = lazy_module("shardcat.catalog.versions")
+    _statistics = lazy_module("shardcat.catalog.statistics")
+    _sa = lazy_module("sqlalchemy")
 from .session import (
     DEFAULT_BUSY_TIMEOUT,
     absolute_sqlite_url,
@@ -76,7 +78,6 @@ from .session import (
     display_url,
     unit_of_work,
 )
-from .statistics import refresh_after_growth
 
 __all__ = ["SqlCatalog"]
 
@@ -129,16 +130,42 @@ class SqlCatalog(VersionsApi):
         # Absolute now: workers and later processes must open this same file.
         self._url = absolute_sqlite_url(str(url or default_url()))
         self.busy_timeout = busy_timeout
-        self.engine = create_catalog_engine(self._url, busy_timeout=busy_timeout)
-        try:
-            with fence.shared():
-                self.revision = ensure_schema(self.engine, create=create)
-        except BaseException:
-            self.engine.dispose()
-            raise
         self._lock = threading.Lock()
         self._closed = False
         self._generation = fork_generation()
+        self._engine: Engine | None = None
+        path = sqlite_file.file_path(self._url)
+        self._file = None if path is None else sqlite_file.SqliteFile(self._url, path, busy_timeout)
+        with fence.shared():
+            # A SQLite file at head needs no engine to be opened: one row read
+            # through sqlite3 (SQLAlchemy loads with the first unit of work).
+            if (
+                path is not None
+                and sqlite_file.stamped_revision(path, busy_timeout) == HEAD_REVISION
+            ):
+                self.revision = HEAD_REVISION
+                return
+            try:
+                self.revision = ensure_schema(self.engine, create=create)
+            except BaseException:
+                self.engine.dispose()
+                raise
+
+    @property
+    def engine(self) -> Engine:
+        """The catalog's SQLAlchemy engine, made on first use."""
+        engine = self._engine
+        if engine is None:
+            with self._lock:
+                if self._engine is None:
+                    self._engine = create_catalog_engine(self._url, busy_timeout=self.busy_timeout)
+                engine = self._engine
+        return engine
+
+    @property
+    def sqlite_file(self) -> sqlite_file.SqliteFile | None:
+        """The catalog's SQLite file, for connections of its own (lookups); None on other databases."""
+        return self._file
 
     @property
     def url(self) -> str:
@@ -155,8 +182,9 @@ class SqlCatalog(VersionsApi):
         # parent's connections: drop them without closing them under the parent.
         if self._generation != fork_generation():
             self._generation = fork_generation()
-            self.engine.dispose(close=False)
             self._lock = threading.Lock()
+            if self._engine is not None:
+                self._engine.dispose(close=False)
             self._forget_parent()
 
     def _forget_parent(self) -> None:
@@ -231,11 +259,6 @@ class SqlCatalog(VersionsApi):
         with self._uow() as s:
             return _datasets.list_datasets(s)
 
-    def dataset_summaries(self) -> list[DatasetSummary]:
-        """Every dataset, by name, with its committed shard, record and byte counts (one query)."""
-        with self._uow() as s:
-            return _datasets.summarize_datasets(s)
-
     def entry_kinds(self, dataset: str, *, version: Version = None) -> list[EntryKind]:
         """The dataset's kinds of entry (name, content type, codec) and the committed records holding each.
 
@@ -297,18 +320,6 @@ class SqlCatalog(VersionsApi):
         return _keys.iter_keys(
             self.engine, dataset_id, prefix or None, limit or None, after, number
         )
-
-    def count(self, dataset: str, *, prefix: str | None = None) -> int:
-        """How many committed keys the dataset has (starting with ``prefix``), from the key index.
-
-        Raises
-        ------
-        DatasetNotFoundError
-            If there is no such dataset.
-        """
-        with self._uow() as s:
-            dataset_id = _datasets.find_dataset(s, dataset).id
-            return _keys.count_keys(s, self.engine.dialect.name, dataset_id, prefix or None)
 
     def select(
         self,
@@ -544,7 +555,7 @@ class SqlCatalog(VersionsApi):
 
         with_retries(attempt)
         if state == "committed":
-            refresh_after_growth(self.engine, out[-1].record_count)
+            _statistics.refresh_after_growth(self.engine, out[-1].record_count)
         return out[-1]
 
     def register_shards(
@@ -586,7 +597,7 @@ class SqlCatalog(VersionsApi):
                 out[:] = [_shards.register_shards(s, dataset, preps, catalog=self.url)]
 
         with_retries(attempt)
-        refresh_after_growth(self.engine, sum(p.record_count for p in preps))
+        _statistics.refresh_after_growth(self.engine, sum(p.record_count for p in preps))
         return out[-1]
 
     def remove_shard(self, dataset: str, url: str) -> ShardRow:
@@ -758,7 +769,7 @@ class SqlCatalog(VersionsApi):
         with_retries(attempt)
         info = self.job(job_id)
         if committed == [True]:
-            refresh_after_growth(self.engine, info.record_count)
+            _statistics.refresh_after_growth(self.engine, info.record_count)
         return info
 
     def abort_job(self, job: int | JobInfo) -> JobInfo:
@@ -785,10 +796,10 @@ class SqlCatalog(VersionsApi):
         """
         with self._uow(write=True) as s:
             if self.engine.dialect.name == "postgresql":
-                s.execute(text("ANALYZE records"))
-                s.execute(text("ANALYZE shards"))
+                s.execute(_sa.text("ANALYZE records"))
+                s.execute(_sa.text("ANALYZE shards"))
             else:
-                s.execute(text("PRAGMA optimize"))
+                s.execute(_sa.text("PRAGMA optimize"))
 
     def close(self) -> None:
         """Close the engine (idempotent, any thread); every later call raises CatalogClosedError."""
@@ -800,8 +811,10 @@ class SqlCatalog(VersionsApi):
         self._dispose()
 
     def _dispose(self) -> None:
+        if self._engine is None:
+            return
         with fence.shared():
-            self.engine.dispose()
+            self._engine.dispose()
 
     def __enter__(self: _C) -> _C:
         return self

@@ -10,40 +10,59 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine
-from sqlalchemy.pool import StaticPool
-
+from .._lazy import lazy_module
 from .session import translate_exception
+from .sqlite_file import SqliteFile
+
+if TYPE_CHECKING:
+    import sqlalchemy as _sa
+    from sqlalchemy import Engine
+else:
+    _sa = lazy_module("sqlalchemy")  # loaded already where an Engine is given
 
 __all__ = ["RawConnection"]
 
 
 class RawConnection:
-    """A driver connection taken from ``engine`` and detached from its pool.
+    """A driver connection of its own: a SQLite file's, or one taken from ``source``'s pool and detached.
 
-    An in-memory SQLite catalog (``StaticPool``) has one connection that all
-    share: it is used, never detached or closed here.
+    A SQLite file is connected through :mod:`sqlite3` with the engine's
+    settings (:class:`~.sqlite_file.SqliteFile`), so a lookup loads no
+    SQLAlchemy. An in-memory SQLite catalog (``StaticPool``) has one
+    connection that all share: it is used, never detached or closed here.
     """
 
-    def __init__(self, engine: Engine) -> None:
-        self.url = engine.url
-        self.dialect = engine.dialect.name
+    def __init__(self, source: Engine | SqliteFile) -> None:
+        self._source = source
+        self.file: str | None
+        """A SQLite catalog's file, for connections of other libraries (None: a server, memory, URI options)."""
+        if isinstance(source, SqliteFile):
+            self.url: Any = source.url
+            self.dialect = "sqlite"
+            self.file = source.path
+            self._detached = True
+        else:
+            self.url = source.url
+            self.dialect = source.dialect.name
+            db = source.url.database
+            plain = self.dialect == "sqlite" and not source.url.query
+            self.file = db if plain and db not in (None, "", ":memory:") else None
+            self._detached = not isinstance(source.pool, _sa.pool.StaticPool)
         self.placeholder = "%s" if self.dialect == "postgresql" else "?"
-        self._engine = engine
-        self._detached = not isinstance(engine.pool, StaticPool)
         self._connect()
 
     def _connect(self) -> None:
+        source = self._source
         try:
-            fairy = self._engine.raw_connection()
+            fairy = None if isinstance(source, SqliteFile) else source.raw_connection()
+            conn: Any = source.connect() if fairy is None else fairy.driver_connection
         except Exception as e:
             raise translate_exception(e, self.url) from e
-        conn: Any = fairy.driver_connection
         self.conn = conn
         self._fairy = fairy
-        if self._detached:
+        if fairy is not None and self._detached:
             fairy.detach()  # ours alone: autocommit, never returned to the pool
         if self.dialect == "postgresql":
             self.conn.autocommit = True
@@ -95,5 +114,5 @@ class RawConnection:
         with contextlib.suppress(Exception):
             if self._detached:
                 self.conn.close()
-            else:
+            elif self._fairy is not None:
                 self._fairy.close()

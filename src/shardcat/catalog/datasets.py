@@ -21,7 +21,6 @@ from .missing import unknown_dataset
 from .models import (
     Dataset,
     DatasetField,
-    DatasetVersion,
     Job,
     Layout,
     LayoutEntry,
@@ -29,8 +28,8 @@ from .models import (
     Shard,
 )
 from .models import Record as RecordRow
-from .results import DatasetInfo, DatasetSummary, EntryKind
-from .rows import dataset_info, utc
+from .results import DatasetInfo, EntryKind
+from .rows import dataset_info
 from .session import NO_SYNC
 
 __all__ = [
@@ -43,7 +42,6 @@ __all__ = [
     "find_dataset",
     "list_datasets",
     "set_root",
-    "summarize_datasets",
 ]
 
 
@@ -198,46 +196,6 @@ def drop_unused_dataset(session: Session, name: str, job_id: int) -> bool:
         return False
     delete_dataset(session, name, missing_ok=True)
     return True
-
-
-def summarize_datasets(session: Session) -> list[DatasetSummary]:
-    """Every dataset with its committed shard, record and byte counts, by name (one query)."""
-    q = (
-        select(
-            Dataset.name,
-            Dataset.root_url,
-            Dataset.created_at,
-            func.count(Shard.id),
-            # Live records: the latest version's running total (deleted keys are not counted).
-            func.coalesce(
-                select(DatasetVersion.total_records)
-                .where(
-                    DatasetVersion.dataset_id == Dataset.id,
-                    DatasetVersion.number == Dataset.version,
-                )
-                .scalar_subquery(),
-                0,
-            ),
-            func.coalesce(func.sum(Shard.size_bytes), 0),
-        )
-        .outerjoin(
-            Shard,
-            (Shard.dataset_id == Dataset.id) & visibility.shard_live(Shard),
-        )
-        .group_by(Dataset.id, Dataset.name, Dataset.root_url, Dataset.created_at)
-        .order_by(Dataset.name)
-    )
-    return [
-        DatasetSummary(
-            name=name,
-            root_url=root,
-            created_at=utc(created),
-            shard_count=int(shards),
-            record_count=int(records),
-            size_bytes=int(size),
-        )
-        for name, root, created, shards, records, size in session.execute(q)
-    ]
 
 
 def entry_kinds(session: Session, name: str, version: int | None = None) -> list[EntryKind]:

@@ -11,38 +11,19 @@ read the range from the index (tests/catalog/test_keys.py checks the plans).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, Select, collate, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import ColumnElement, Engine, Select, collate, select
 
 from . import fence, visibility
-from .models import KEY_ORDER, Record, Shard
+from .keyrange import KEY_ORDER, prefix_end
+from .models import Record, Shard
 from .session import translate_errors
 
-__all__ = ["count_keys", "iter_keys", "keys_statement", "prefix_end"]
+__all__ = ["iter_keys", "keys_statement", "prefix_end"]
 
 _BATCH = 1000  # keys fetched per round trip (a server-side cursor on PostgreSQL)
-_SURROGATES = range(0xD800, 0xE000)  # not characters: UTF-8 cannot encode them
-
-
-def prefix_end(prefix: str) -> str | None:
-    """The first string after every string that starts with ``prefix`` (None: no such string).
-
-    >>> prefix_end("cam3/")
-    'cam30'
-    """
-    chars = list(prefix)
-    while chars:
-        code = ord(chars.pop()) + 1
-        if code in _SURROGATES:
-            code = _SURROGATES.stop
-        if code <= sys.maxunicode:
-            return "".join(chars) + chr(code)
-        # The last character is the largest there is: the range ends after the one before it.
-    return None
 
 
 def _key(dialect: str) -> ColumnElement[str]:
@@ -128,9 +109,3 @@ def iter_keys(
             if batch is None:
                 return
             yield from batch
-
-
-def count_keys(session: Session, dialect: str, dataset_id: int, prefix: str | None = None) -> int:
-    """How many committed keys the dataset has (starting with ``prefix``)."""
-    stmt = _where(select(func.count()).select_from(Record), dialect, dataset_id, prefix)
-    return int(session.execute(stmt).scalar_one())

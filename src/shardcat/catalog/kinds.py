@@ -23,16 +23,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
 
-import numpy as np
-
 from ..errors import FormatError
-from ..format import ShardInfo
 from ..format.checksums import crc32c
 from ..format.spec import NO_SHARD_NUMBER
 from .results import Problem
 
 # Tar scanning loads on first use: a native point lookup (and a cold first one) needs none.
 if TYPE_CHECKING:
+    from ..format import ShardInfo
     from ..format.tar import TarShardInfo
 
 __all__ = [
@@ -46,7 +44,7 @@ __all__ = [
 ]
 
 # A forward reference (Union, not |): the tar module loads lazily.
-Summary = Union[ShardInfo, "TarShardInfo"]
+Summary = Union["ShardInfo", "TarShardInfo"]
 """What registering a shard takes: a native footer's summary or a tar's scan."""
 
 FileCheck = tuple[Summary | None, list[Problem], int]
@@ -96,6 +94,8 @@ def tar_file_id(info: TarShardInfo) -> str:
     A tar has no id of its own; this one changes whenever a payload, a key or
     a member's place changes, so ``verify`` reports a rewritten tar as such.
     """
+    import numpy as np
+
     h = hashlib.blake2b(digest_size=16)
     h.update(np.ascontiguousarray(info.records).tobytes())
     h.update(np.ascontiguousarray(info.entries).tobytes())
@@ -103,6 +103,8 @@ def tar_file_id(info: TarShardInfo) -> str:
 
 
 def _tar_columns(info: TarShardInfo) -> dict[str, Any]:
+    import numpy as np
+
     crcs = np.ascontiguousarray(info.entries["crc"], dtype="<u4")
     return {
         "kind": "tar",

@@ -17,9 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Engine, inspect, text
-from sqlalchemy.exc import DBAPIError
-
+from .._lazy import lazy_module
 from ..errors import CatalogError, SchemaVersionError
 from .session import (
     create_catalog_engine,
@@ -30,7 +28,11 @@ from .session import (
 )
 
 if TYPE_CHECKING:
+    import sqlalchemy as _sa
     from alembic.config import Config
+    from sqlalchemy import Connection, Engine
+else:
+    _sa = lazy_module("sqlalchemy")
 
 # Alembic and the ORM models load only where a migration, a comparison or a
 # creation needs them: opening a catalog at head checks one row.
@@ -113,7 +115,7 @@ def known_revisions() -> frozenset[str]:
 
 @contextmanager
 def _engine(target: str | Engine) -> Iterator[Engine]:
-    if isinstance(target, Engine):
+    if not isinstance(target, str):
         yield target
         return
     engine = create_catalog_engine(target)
@@ -227,7 +229,7 @@ def _verify(conn: Connection, engine: Engine) -> str:
         return rev
     if rev is None:
         _require_schema(conn, engine)
-        tables = set(inspect(conn).get_table_names())
+        tables = set(_sa.inspect(conn).get_table_names())
         detail = "has no schema revision" if tables else "is empty"
         raise SchemaVersionError(
             f"catalog {where} {detail}; create or upgrade its tables", hint=upgrade_hint(where)
@@ -260,7 +262,7 @@ def ensure_schema(engine: Engine, *, create: bool = True) -> str:
         with engine.connect() as conn:
             if _stamped(conn) == HEAD_REVISION:
                 return HEAD_REVISION
-            empty = not inspect(conn).get_table_names()
+            empty = not _sa.inspect(conn).get_table_names()
         if create and empty:
             from .models import Base
             from .views import create_views
@@ -270,8 +272,10 @@ def ensure_schema(engine: Engine, *, create: bool = True) -> str:
                 if conn.dialect.name == "postgresql":
                     # Many processes may open a new catalog at once (a Dask job's
                     # workers): one creates it, the others wait and find it made.
-                    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _CREATE_LOCK})
-                if not inspect(conn).get_table_names():  # still empty under the write lock
+                    conn.execute(
+                        _sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _CREATE_LOCK}
+                    )
+                if not _sa.inspect(conn).get_table_names():  # still empty under the write lock
                     Base.metadata.create_all(conn)
                     create_views(conn)
                     _stamp(conn, head_revision())
@@ -286,7 +290,7 @@ def _stamped(conn: Connection) -> str | None:
     """
     try:
         rows = conn.exec_driver_sql(f"SELECT version_num FROM {VERSION_TABLE}").all()
-    except DBAPIError:
+    except _sa.exc.DBAPIError:
         conn.rollback()  # PostgreSQL: the failed statement ended the transaction
         return None
     return str(rows[0][0]) if len(rows) == 1 else None
@@ -306,9 +310,9 @@ def _require_schema(conn: Connection, engine: Engine) -> None:
     """
     if conn.dialect.name != "postgresql":
         return
-    if conn.execute(text("SELECT current_schema()")).scalar() is not None:
+    if conn.execute(_sa.text("SELECT current_schema()")).scalar() is not None:
         return
-    path = conn.execute(text("SHOW search_path")).scalar()
+    path = conn.execute(_sa.text("SHOW search_path")).scalar()
     first = str(path).split(",")[0].strip().strip('"') or "myschema"
     raise SchemaVersionError(
         f"catalog {display_url(engine.url)}: no schema of its search path ({path}) exists; "

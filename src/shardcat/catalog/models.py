@@ -48,6 +48,8 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeEngine
 
+from .keyrange import KEY_ORDER
+
 __all__ = [
     "JOB_STATES",
     "LIVE_STATES",
@@ -97,10 +99,6 @@ Timestamp = DateTime(timezone=True)
 def _in(column: str, values: tuple[str, ...]) -> str:
     quoted = ", ".join(f"'{v}'" for v in values)
     return f"{column} IN ({quoted})"
-
-
-KEY_ORDER = 'COLLATE "C"'
-"""PostgreSQL: how ``ix_records_dataset_id_key`` orders keys (bytes, like SQLite)."""
 
 
 class Base(DeclarativeBase):

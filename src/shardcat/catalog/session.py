@@ -19,21 +19,14 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import time
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-from sqlalchemy.pool import StaticPool
-
-if TYPE_CHECKING:
-    from sqlalchemy.orm import Session
-
 from .. import config
+from .._lazy import lazy_module
 from .._redact import mask_url, mentions_secret, scrub, url_secrets
 from ..errors import (
     CatalogError,
@@ -45,6 +38,17 @@ from ..errors import (
     SchemaVersionError,
     ShardcatError,
 )
+from . import sqlite_file
+
+if TYPE_CHECKING:
+    import sqlalchemy as _sa
+    from sqlalchemy import Engine
+    from sqlalchemy.engine import URL
+    from sqlalchemy.orm import Session
+else:
+    # SQLAlchemy loads when an engine or a unit of work is first needed: a
+    # lookup on a SQLite file needs neither (sqlite_file.py).
+    _sa = lazy_module("sqlalchemy")
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
@@ -106,7 +110,7 @@ def normalize_url(url: str | URL) -> URL:
         If the URL cannot be parsed or names an unsupported driver.
     """
     try:
-        parsed = make_url(url)
+        parsed = _sa.make_url(url)
     except Exception as e:  # ArgumentError, ValueError: both mean a malformed URL
         # No cause: SQLAlchemy's ArgumentError quotes the whole URL, password and all.
         raise CatalogError(
@@ -153,8 +157,11 @@ def absolute_sqlite_url(url: str) -> str:
     the same file. Server URLs, in-memory databases, ``file:`` URIs and
     absolute paths come back unchanged (the same string).
     """
+    plain = sqlite_file.absolute(url)
+    if plain is not None:
+        return plain
     try:
-        parsed = make_url(url)
+        parsed = _sa.make_url(url)
     except Exception:  # the engine reports malformed URLs, with secrets masked
         return url
     if parsed.get_backend_name() != "sqlite":
@@ -172,8 +179,11 @@ def catalog_exists(url: str | URL) -> bool:
     an empty one). A server database, an in-memory one and a URL that does not
     parse count as there: opening them reports what is wrong.
     """
+    path = sqlite_file.file_path(url) if isinstance(url, str) else None
+    if path is not None:
+        return Path(path).exists()
     try:
-        parsed = make_url(url)
+        parsed = _sa.make_url(url)
     except Exception:  # the catalog reports malformed URLs itself
         return True
     if parsed.get_backend_name() != "sqlite":
@@ -188,19 +198,22 @@ def display_url(url: str | URL) -> str:
     A URL that does not parse is masked as text: whatever stands between
     ``://`` and the host's ``@`` becomes ``user:***``.
     """
+    if isinstance(url, str) and sqlite_file.file_path(url) is not None:
+        return mask_url(url)  # a file's path: no password, nothing to parse
     try:
-        text = make_url(url).render_as_string(hide_password=True)
+        text = _sa.make_url(url).render_as_string(hide_password=True)
     except Exception:
-        text = url.render_as_string(hide_password=True) if isinstance(url, URL) else str(url)
+        text = str(url) if isinstance(url, str) else url.render_as_string(hide_password=True)
     # Also for parsed URLs: an '@' in the password makes SQLAlchemy take part of it for the host.
     return mask_url(text)
 
 
 def _secrets(url: str | URL) -> list[str]:
     """What must never appear in a message about ``url``."""
-    text = url.render_as_string(hide_password=False) if isinstance(url, URL) else str(url)
-    found = url_secrets(text)
-    if isinstance(url, URL) and url.password:
+    if isinstance(url, str):
+        return url_secrets(url)
+    found = url_secrets(url.render_as_string(hide_password=False))
+    if url.password:
         found.append(str(url.password))
     return found
 
@@ -246,9 +259,9 @@ def create_catalog_engine(
         if memory:
             # One shared connection: every new connection to :memory: is a new, empty database.
             connect_args.setdefault("check_same_thread", False)
-            kwargs.setdefault("poolclass", StaticPool)
+            kwargs.setdefault("poolclass", _sa.pool.StaticPool)
         try:
-            engine = create_engine(parsed, connect_args=connect_args, **kwargs)
+            engine = _sa.create_engine(parsed, connect_args=connect_args, **kwargs)
         except Exception as e:
             raise CatalogError(
                 f"cannot open catalog {display_url(parsed)}: {_scrubbed(e, parsed)}"
@@ -259,7 +272,7 @@ def create_catalog_engine(
     # test each one as it is checked out (one round trip) instead of failing.
     kwargs.setdefault("pool_pre_ping", True)
     try:
-        return create_engine(parsed, **kwargs)
+        return _sa.create_engine(parsed, **kwargs)
     except ImportError as e:
         need = SUPPORTED_DIALECTS[parsed.get_backend_name()]
         raise CatalogError(
@@ -272,55 +285,12 @@ def create_catalog_engine(
         ) from _safe_cause(e, parsed)
 
 
-def _use_wal(cur: sqlite3.Cursor, busy_timeout: float) -> None:
-    """Switch a file's journal to WAL (once per file; a no-op after), waiting out other openers.
-
-    Two connections switching a new file at the same moment both hold a
-    read lock and want the exclusive one: SQLite refuses one of them at once
-    ("database is locked") without calling the busy handler, since waiting
-    could deadlock. That one tries again, within the busy timeout; a file
-    another process switched meanwhile is found in WAL already.
-    """
-    deadline = time.monotonic() + busy_timeout
-    pause = 0.005
-    while True:
-        try:
-            if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                cur.execute("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError as e:
-            if (
-                not _sqlite_locked(e, error_code(e)[1], str(e))
-                or time.monotonic() + pause > deadline
-            ):
-                raise
-        time.sleep(pause)
-        pause = min(pause * 2, 0.2)
-
-
 def _configure_sqlite(engine: Engine, busy_timeout: float, memory: bool) -> None:
-    @event.listens_for(engine, "connect")
+    @_sa.event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: sqlite3.Connection, record: Any) -> None:
-        # Take transaction control from the sqlite3 module (it would not BEGIN before DDL).
-        dbapi_conn.isolation_level = None
-        cur = dbapi_conn.cursor()
-        try:
-            cur.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-            if not memory:
-                _use_wal(cur, busy_timeout)
-            cur.execute("PRAGMA foreign_keys = ON")
-            cur.execute("PRAGMA synchronous = NORMAL")
-            # 64 MiB of page cache: bulk registration touches many index pages.
-            cur.execute("PRAGMA cache_size = -65536")
-            if not memory:
-                # Checkpoint the WAL every ~64 MiB instead of every 4 MiB (bulk
-                # registration: ~20 % faster here), and trim it back afterwards.
-                cur.execute("PRAGMA wal_autocheckpoint = 16384")
-                cur.execute("PRAGMA journal_size_limit = 67108864")
-        finally:
-            cur.close()
+        sqlite_file.configure(dbapi_conn, busy_timeout, memory=memory)
 
-    @event.listens_for(engine, "begin")
+    @_sa.event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
         write = conn.get_execution_options().get(_WRITE, False)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
@@ -370,16 +340,26 @@ def translate_errors(
         yield
     except ShardcatError:
         raise
-    except (SQLAlchemyError, sqlite3.Error) as e:
+    except Exception as e:
+        if not (_is_sqlalchemy_error(e) or isinstance(e, sqlite3.Error) or _is_psycopg_error(e)):
+            raise
         raise translate_exception(e, url, busy_timeout, user_query=user_query) from _safe_cause(
             e, url
         )
-    except Exception as e:
-        if _is_psycopg_error(e):
-            raise translate_exception(e, url, busy_timeout, user_query=user_query) from _safe_cause(
-                e, url
-            )
-        raise
+
+
+def _is_sqlalchemy_error(e: BaseException) -> bool:
+    # Not loaded yet: nothing of SQLAlchemy's can have raised it.
+    exc = sys.modules.get("sqlalchemy.exc")
+    return exc is not None and isinstance(e, exc.SQLAlchemyError)
+
+
+def _driver_error(e: BaseException) -> BaseException:
+    """The driver's own error under SQLAlchemy's ``DBAPIError`` wrapper, or ``e`` itself."""
+    exc = sys.modules.get("sqlalchemy.exc")
+    if exc is not None and isinstance(e, exc.DBAPIError) and e.orig is not None:
+        return e.orig  # type: ignore[no-any-return]
+    return e
 
 
 def _is_psycopg_error(e: BaseException) -> bool:
@@ -387,9 +367,6 @@ def _is_psycopg_error(e: BaseException) -> bool:
     return mod.startswith("psycopg")
 
 
-# SQLite result codes (the primary code: the low byte of the extended one).
-_SQLITE_BUSY = 5
-_SQLITE_LOCKED = 6
 # PostgreSQL SQLSTATE codes.
 _PG_LOCKED = ("55P03", "40P01")  # lock_not_available, deadlock_detected
 _PG_MISSING = ("42P01", "42703")  # undefined_table, undefined_column
@@ -408,7 +385,7 @@ def error_code(e: BaseException) -> tuple[str, str | None]:
     The SQLite code is the primary result code as text (``"1"`` for
     SQLITE_ERROR, ``"5"`` for SQLITE_BUSY). ``("", None)`` for anything else.
     """
-    orig = e.orig if isinstance(e, DBAPIError) and e.orig is not None else e
+    orig = _driver_error(e)
     if isinstance(orig, sqlite3.Error):
         code = getattr(orig, "sqlite_errorcode", None)  # Python 3.11+
         return "sqlite", None if code is None else str(code & 0xFF)
@@ -428,15 +405,6 @@ def _sqlite_missing_schema(orig: BaseException, text: str) -> bool:
     )
 
 
-def _sqlite_locked(orig: BaseException, code: str | None, text: str) -> bool:
-    if code is not None:
-        return code in (str(_SQLITE_BUSY), str(_SQLITE_LOCKED))
-    # Python 3.10's sqlite3 has no error codes: its messages are then all there is.
-    return isinstance(orig, sqlite3.OperationalError) and text.startswith(
-        ("database is locked", "database table is locked", "database is busy")
-    )
-
-
 def translate_exception(
     e: BaseException,
     url: str | URL,
@@ -452,12 +420,12 @@ def translate_exception(
     of ``url``'s secrets: psycopg quotes the host it could not reach, which is
     where a password with a raw ``@`` in it ends up.
     """
-    orig = e.orig if isinstance(e, DBAPIError) and e.orig is not None else e
+    orig = _driver_error(e)
     where = display_url(url)
     message = scrub(str(orig), _secrets(url)).strip()
     text = message.splitlines()[0] if message else type(orig).__name__
     driver, code = error_code(orig)
-    if (driver == "sqlite" and _sqlite_locked(orig, code, text)) or (
+    if (driver == "sqlite" and sqlite_file.is_locked(orig)) or (
         driver == "postgresql" and code in _PG_LOCKED
     ):
         if driver == "sqlite":
@@ -499,7 +467,7 @@ def translate_exception(
         (code or "").startswith(_PG_CONNECTION) or (code is None and "connection failed" in text)
     ):
         try:
-            parsed = make_url(url)
+            parsed = _sa.make_url(url)
             server = f"{parsed.host or 'localhost'}:{parsed.port or 5432}"
         except Exception:  # reported as given: the URL itself is in the message already
             server = where

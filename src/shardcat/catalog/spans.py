@@ -19,18 +19,37 @@ from __future__ import annotations
 import itertools
 import struct
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, Any, cast
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+
+    NARROW: np.dtype
+    WIDE: np.dtype
 
 __all__ = ["NARROW", "WIDE", "PackedSpans", "pack_spans", "unpack_spans"]
 
-NARROW = np.dtype([("offset", "<u4"), ("size", "<u4"), ("crc", "<u4")])
-WIDE = np.dtype([("offset", "<u8"), ("size", "<u8"), ("crc", "<u4")], align=False)
+# The two packings as numpy dtypes (NARROW, WIDE), built on first use: a
+# lookup unpacks one value with struct and loads no numpy.
+_FIELDS = {
+    "NARROW": [("offset", "<u4"), ("size", "<u4"), ("crc", "<u4")],
+    "WIDE": [("offset", "<u8"), ("size", "<u8"), ("crc", "<u4")],
+}
 _NARROW = struct.Struct("<III")
 _WIDE = struct.Struct("<QQI")
-assert NARROW.itemsize == _NARROW.size == 12
-assert WIDE.itemsize == _WIDE.size == 20
+assert _NARROW.size == 12 and _WIDE.size == 20
+
+
+def __getattr__(name: str) -> Any:
+    fields = _FIELDS.get(name)
+    if fields is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import numpy as np
+
+    dtype = np.dtype(fields)  # packed: no alignment padding
+    assert dtype.itemsize == (_NARROW if name == "NARROW" else _WIDE).size
+    globals()[name] = dtype  # the next access skips this function
+    return dtype
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,10 +65,14 @@ class PackedSpans:
         return len(self.starts) - 1
 
     def lengths(self) -> np.ndarray:
+        import numpy as np
+
         return np.diff(self.starts)
 
     def tolist(self) -> list[bytes]:
         """One ``bytes`` per record."""
+        import numpy as np
+
         n = len(self)
         if n == 0:
             return []
@@ -76,12 +99,14 @@ def pack_spans(entries: np.ndarray, counts: np.ndarray) -> PackedSpans:
     counts:
         Entries per record.
     """
+    import numpy as np
+
     starts = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=starts[1:])
     if len(entries) == 0:
         return PackedSpans(np.zeros(0, dtype=np.uint8), starts)
     ends = entries["offset"].astype(np.uint64) + entries["size"].astype(np.uint64)
-    dtype = NARROW if int(ends.max()) < 1 << 32 else WIDE
+    dtype = __getattr__("NARROW" if int(ends.max()) < 1 << 32 else "WIDE")
     packed = np.empty(len(entries), dtype=dtype)
     packed["offset"] = entries["offset"]
     packed["size"] = entries["size"]

@@ -13,16 +13,19 @@ import functools
 import io
 import json
 import mimetypes
+import sys
 import threading
 import warnings
 from collections.abc import Iterator, Mapping
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ..errors import EntryNotFoundError, FormatError, InvalidKeyError, SampleDecodeError
 from .codecs import decompress
 from .spec import Codec
+
+# numpy loads with the first .npy entry: a sample without arrays needs none of it.
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "KEY",
@@ -72,12 +75,15 @@ def guess_content_type(name: str) -> str:
     known = _EXTRA_TYPES.get(ext)
     if known is not None:
         return known
-    guessed, _ = _MIMETYPES.guess_type(f"x.{ext}", strict=True)
+    guessed, _ = _mimetypes().guess_type(f"x.{ext}", strict=True)
     return guessed or OCTET_TYPE
 
 
-# Python's built-in table only: the host's /etc/mime.types must not change the bytes we write.
-_MIMETYPES = mimetypes.MimeTypes(filenames=())
+@functools.cache
+def _mimetypes() -> mimetypes.MimeTypes:
+    # Python's built-in table only: the host's /etc/mime.types must not change the
+    # bytes we write. Made on first use: making one reads the host's files (~6 ms).
+    return mimetypes.MimeTypes(filenames=())
 
 
 class Entry:
@@ -294,10 +300,12 @@ def encode_value(name: str, value: Any) -> Entry:
         if ctype == OCTET_TYPE or not ctype.startswith(("text/", "application/json")):
             ctype = TEXT_TYPE
         return Entry(value.encode("utf-8"), ctype)
-    if isinstance(value, np.ndarray):
-        return Entry(_npy_bytes(value), NPY_TYPE)
-    if isinstance(value, np.generic):
-        return Entry(_npy_bytes(np.asarray(value)), NPY_TYPE)
+    numpy = sys.modules.get("numpy")  # not loaded: the value cannot be one of its arrays
+    if numpy is not None:
+        if isinstance(value, numpy.ndarray):
+            return Entry(_npy_bytes(value), NPY_TYPE)
+        if isinstance(value, numpy.generic):
+            return Entry(_npy_bytes(numpy.asarray(value)), NPY_TYPE)
     if value is None or isinstance(value, (dict, list, tuple, int, float, bool)):
         return Entry(
             json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode(), JSON_TYPE
@@ -311,6 +319,8 @@ def encode_value(name: str, value: Any) -> Entry:
 def _npy_bytes(array: np.ndarray) -> bytes:
     if array.dtype.hasobject:
         raise TypeError("numpy arrays of Python objects cannot be stored; convert them first")
+    import numpy as np
+
     buf = io.BytesIO()
     with warnings.catch_warnings():
         # Field names beyond Latin-1 need .npy 3.0; numpy warns that old numpy cannot read it.
@@ -479,6 +489,8 @@ def _npy_header(text: str) -> tuple[np.dtype[Any], tuple[int, ...], bool]:
     depth per interpreter, not per thread (gh-106905), so two threads in
     ``literal_eval`` at once can fail with a SystemError.
     """
+    import numpy as np
+
     with _NPY_HEADER_LOCK:
         header = ast.literal_eval(text)
     dtype = np.lib.format.descr_to_dtype(header["descr"])
@@ -522,6 +534,8 @@ def _npy_view(view: memoryview) -> np.ndarray:
             f".npy array of shape {shape} and dtype {dtype} needs {count * dtype.itemsize} "
             f"bytes, the entry holds {available}"
         )
+    import numpy as np
+
     try:
         array = np.frombuffer(view, dtype=dtype, count=count, offset=start + size)
         return array.reshape(shape, order="F" if fortran else "C")

@@ -9,24 +9,24 @@ from __future__ import annotations
 import itertools
 import json
 from dataclasses import dataclass, field
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ChecksumError, FormatError
+from . import spec
 from .checksums import crc32c
 from .header import Trailer
 from .spec import (
-    ENTRY_ROW_DTYPE,
     HEADER_SIZE,
     MAX_DATA_START,
     MAX_METADATA_BYTES,
     MAX_METADATA_DEPTH,
-    RECORD_ROW_DTYPE,
     TRAILER_SIZE,
     Codec,
     footer_layout,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["EntrySpec", "Footer", "nesting_exceeds"]
 
@@ -155,6 +155,8 @@ class Footer:
     @property
     def key_starts(self) -> np.ndarray:
         """Start of each key in ``keys_blob`` (one more than there are records)."""
+        import numpy as np
+
         if self._key_starts is None:
             starts = np.zeros(len(self.records) + 1, dtype=np.int64)
             np.cumsum(self.records["key_length"], out=starts[1:])
@@ -164,6 +166,8 @@ class Footer:
     @property
     def entry_starts(self) -> np.ndarray:
         """First entry row of each record (one more than there are records)."""
+        import numpy as np
+
         if self._entry_starts is None:
             starts = np.zeros(len(self.records) + 1, dtype=np.int64)
             np.cumsum(self.records["entry_count"], out=starts[1:])
@@ -194,6 +198,8 @@ class Footer:
 
     def find(self, key: bytes, key_hash: int) -> int:
         """Index of the record with this exact key, or -1."""
+        import numpy as np
+
         if self._hash_order is None:
             self._hash_order = np.argsort(self.records["key_hash"], kind="stable")
         order = self._hash_order
@@ -233,8 +239,8 @@ class Footer:
         *_, pad_at, total = footer_layout(len(records), len(entries), len(keys_blob), len(meta))
         body = b"".join(
             [
-                records.astype(RECORD_ROW_DTYPE, copy=False).tobytes(),
-                entries.astype(ENTRY_ROW_DTYPE, copy=False).tobytes(),
+                records.astype(spec.RECORD_ROW_DTYPE, copy=False).tobytes(),
+                entries.astype(spec.ENTRY_ROW_DTYPE, copy=False).tobytes(),
                 keys_blob,
                 meta,
                 bytes(total - pad_at),
@@ -265,6 +271,8 @@ class Footer:
     @classmethod
     def decode(cls, body: bytes | memoryview, trailer: Trailer, *, path: str | None) -> Footer:
         """Decode the footer from ``body``: the bytes from ``footer_offset`` up to the trailer."""
+        import numpy as np
+
         t = trailer
         entries_at, keys_at, meta_at, pad_at, total = footer_layout(
             t.record_count, t.entry_count, t.keys_length, t.metadata_length
@@ -283,8 +291,10 @@ class Footer:
                 path=path,
                 offset=t.footer_offset,
             )
-        records = np.frombuffer(body, dtype=RECORD_ROW_DTYPE, count=t.record_count, offset=0)
-        entries = np.frombuffer(body, dtype=ENTRY_ROW_DTYPE, count=t.entry_count, offset=entries_at)
+        records = np.frombuffer(body, dtype=spec.RECORD_ROW_DTYPE, count=t.record_count, offset=0)
+        entries = np.frombuffer(
+            body, dtype=spec.ENTRY_ROW_DTYPE, count=t.entry_count, offset=entries_at
+        )
         keys_blob = bytes(body[keys_at:meta_at])
         if bytes(body[pad_at:total]) != bytes(total - pad_at):
             raise FormatError(
@@ -301,6 +311,8 @@ class Footer:
 
     def _check(self, path: str | None) -> None:
         """Structural checks that need no record bytes."""
+        import numpy as np
+
         t = self.trailer
         recs = self.records
         if int(self.key_starts[-1]) != t.keys_length:

@@ -27,16 +27,16 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Sequence
-from typing import Any
-
-import crc32c as _crc32c_package
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from .. import _pread, config
-from . import implementations, records, runs, scatter
+from . import checksums, implementations, records, runs, scatter, spec
 from .entries import Record, _StoredEntry
 from .implementations import Name
-from .spec import BATCH_ROW_DTYPE, Codec
+from .spec import Codec
+
+if TYPE_CHECKING:
+    pass
 
 __all__ = [
     "ENV_VAR",
@@ -121,11 +121,13 @@ def _compiled_decode_batch(
 
 def _compiled_batch_table(rows: list[Any], wanted: dict[str, Any]) -> records.BatchTable:
     """records.batch_table, compiled: one C pass; rows it does not expect go to the reference."""
+    import numpy as np
+
     done = _compiled.batch_table(rows, wanted)
     if done is None:
         return records.batch_table(rows, wanted)
     table, *rest = done
-    return records.BatchTable(np.frombuffer(table, dtype=BATCH_ROW_DTYPE), *rest)
+    return records.BatchTable(np.frombuffer(table, dtype=spec.BATCH_ROW_DTYPE), *rest)
 
 
 # The active functions (set by use() below).
@@ -194,7 +196,7 @@ _PYTHON: dict[str, Any] = {
     "decode_batch": records.decode_batch,
     "batch_table": records.batch_table,
     "read_packed": _pread.read_packed,
-    "crc32c": _crc32c_package.crc32c,
+    "crc32c": checksums.crc32c,
     "add_plain": records.add_plain,
     "tar_record": _tar_record,
     "scatter_read": scatter.scatter_read,

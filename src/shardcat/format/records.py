@@ -11,20 +11,21 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, NamedTuple
-
-import numpy as np
-from crc32c import crc32c  # the C function itself: this module is the hot path
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import ChecksumError, FormatError, TruncatedError
+from . import spec
+from .checksums import package_crc32c
 from .entries import Entry, Record, _CompressedEntry, _StoredEntry
 from .spec import (
-    BATCH_ROW_DTYPE,
     ENTRY_DESC_STRUCT,
     RECORD_HEAD_STRUCT,
     RECORD_TAG,
     Codec,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "BatchTable",
@@ -39,6 +40,22 @@ __all__ = [
     "decode_spanned",
     "encode_record",
 ]
+
+
+def _first_crc32c(data: bytes | bytearray | memoryview, value: int = 0) -> int:
+    global crc32c
+    crc32c = package_crc32c()
+    return crc32c(data, value)
+
+
+crc32c: Callable[..., int] = _first_crc32c
+"""The ``crc32c`` package's C function, which the first call puts here.
+
+This module is a hot path: its checks call the C function itself, not a
+wrapper; importing the package waits for the first check (its start-up
+cost: :func:`.checksums.package_crc32c`).
+"""
+
 
 _HEAD = RECORD_HEAD_STRUCT.size
 _DESC = ENTRY_DESC_STRUCT.size
@@ -407,9 +424,11 @@ def batch_table(rows: Sequence[Sequence[Any]], wanted: dict[str, Any]) -> BatchT
     another key: a collision, never a match). ``blob`` and ``at`` are left
     zero for the reads to fill. The compiled codec does the same in C.
     """
+    import numpy as np
+
     seen: dict[str, int] = {}
     shard_of: dict[str, int] = {}
-    out = BatchTable(np.zeros(0, dtype=BATCH_ROW_DTYPE), [], [], [], [], [], seen)
+    out = BatchTable(np.zeros(0, dtype=spec.BATCH_ROW_DTYPE), [], [], [], [], [], seen)
     fields: list[tuple[int, int, int, int, int, int, int]] = []
     for url, offset, length, spans, key, alignment, kind, signature, *_ in rows:
         if key not in wanted or key in seen:
@@ -425,7 +444,7 @@ def batch_table(rows: Sequence[Sequence[Any]], wanted: dict[str, Any]) -> BatchT
         out.spans.append(spans if type(spans) is bytes else bytes(spans))
         if kind is not None:
             out.others.append((n, kind, signature))
-    return out._replace(table=np.array(fields, dtype=BATCH_ROW_DTYPE))
+    return out._replace(table=np.array(fields, dtype=spec.BATCH_ROW_DTYPE))
 
 
 def decode_batch(

@@ -18,11 +18,11 @@ from typing import Any
 from ..errors import ShardcatError
 from .entries import Record
 from .records import decode_record
-from .spec import ALIGNMENTS, RECORD_HEAD_DTYPE
+from .spec import ALIGNMENTS, RECORD_HEAD_STRUCT
 
 __all__ = ["RecordRun", "decode_records", "decode_run", "iter_records"]
 
-_HEAD = RECORD_HEAD_DTYPE.itemsize
+_HEAD = RECORD_HEAD_STRUCT.size
 _LAST = (1 << 63) - 1  # the compiled runs count offsets and indexes in signed 64 bits
 
 

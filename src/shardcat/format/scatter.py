@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
-
-import crc32c as _crc32c_package
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from .._pread import pread_full
+from .checksums import package_crc32c
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["crc32c_spans", "gather_copy", "scatter_copy", "scatter_read", "scatter_read_runs"]
 
@@ -140,7 +141,10 @@ def crc32c_spans(
     buf: bytes | memoryview | np.ndarray, starts: np.ndarray, lengths: np.ndarray
 ) -> bytes:
     """The CRC32C of each span ``buf[starts[i] : starts[i] + lengths[i]]``, as little-endian uint32s."""
+    import numpy as np
+
     view = (buf.data if isinstance(buf, np.ndarray) else memoryview(buf)).cast("B")
     pieces = _pieces(starts, lengths, len(view))
-    crcs = [_crc32c_package.crc32c(view[p : p + n]) for p, n in pieces]
+    crc32c = package_crc32c()
+    crcs = [crc32c(view[p : p + n]) for p, n in pieces]
     return np.asarray(crcs, dtype="<u4").tobytes()

@@ -26,11 +26,20 @@ xxHash64 (seed 0) of the key's UTF-8 bytes.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
 from enum import IntEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+
+    # Built on first use from their fields below (``__getattr__``).
+    HEADER_DTYPE: np.dtype
+    RECORD_HEAD_DTYPE: np.dtype
+    ENTRY_DESC_DTYPE: np.dtype
+    RECORD_ROW_DTYPE: np.dtype
+    ENTRY_ROW_DTYPE: np.dtype
+    TRAILER_DTYPE: np.dtype
+    BATCH_ROW_DTYPE: np.dtype
 
 __all__ = [
     "ALIGNMENTS",
@@ -155,144 +164,149 @@ class Codec(IntEnum):
             raise ValueError(f"unknown compression {value!r}; choose one of {choices}") from None
 
 
+# Each layout below is declared once, as the fields of a packed little-endian
+# numpy record dtype (``NAME_DTYPE``), built on first use: reading a record
+# by key needs none of them, nor numpy (about a tenth of a CLI call's time).
+_FIELDS: dict[str, list[tuple[str, str]]] = {}
+_SIZES: dict[str, int] = {}
+
 # --- header: the first 64 bytes ------------------------------------------
-HEADER_DTYPE = np.dtype(
-    [
-        ("magic", "S8"),  # 0   HEADER_MAGIC
-        ("version_major", "<u2"),  # 8   incompatible layout changes
-        ("version_minor", "<u2"),  # 10  compatible additions
-        ("flags", "<u4"),  # 12  informational bits; unknown bits ignored
-        ("created_us", "<i8"),  # 16  writer's clock at open, µs since the Unix epoch (UTC)
-        ("file_id", "V16"),  # 24  random UUID; the trailer names it through header_crc
-        ("shard_number", "<i8"),  # 40  position in the dataset, NO_SHARD_NUMBER if none
-        ("alignment", "<u4"),  # 48  records and payloads start on multiples of this
-        ("default_codec", "u1"),  # 52  the writer's compression setting (Codec)
-        ("reserved", "V7"),  # 53  zero when written, ignored when read
-        ("header_crc", "<u4"),  # 60  CRC32C of bytes 0..60
-    ]
-)
-assert HEADER_DTYPE.itemsize == HEADER_SIZE
+_FIELDS["HEADER_DTYPE"] = [
+    ("magic", "S8"),  # 0   HEADER_MAGIC
+    ("version_major", "<u2"),  # 8   incompatible layout changes
+    ("version_minor", "<u2"),  # 10  compatible additions
+    ("flags", "<u4"),  # 12  informational bits; unknown bits ignored
+    ("created_us", "<i8"),  # 16  writer's clock at open, µs since the Unix epoch (UTC)
+    ("file_id", "V16"),  # 24  random UUID; the trailer names it through header_crc
+    ("shard_number", "<i8"),  # 40  position in the dataset, NO_SHARD_NUMBER if none
+    ("alignment", "<u4"),  # 48  records and payloads start on multiples of this
+    ("default_codec", "u1"),  # 52  the writer's compression setting (Codec)
+    ("reserved", "V7"),  # 53  zero when written, ignored when read
+    ("header_crc", "<u4"),  # 60  CRC32C of bytes 0..60
+]
+_SIZES["HEADER_DTYPE"] = HEADER_SIZE
 
 # --- record head: the first 32 bytes of every record ---------------------
-RECORD_HEAD_DTYPE = np.dtype(
-    [
-        ("tag", "S4"),  # 0   RECORD_TAG
-        ("head_crc", "<u4"),  # 4   CRC32C of bytes 8..head_length of the record
-        ("record_length", "<u8"),  # 8   whole record incl. padding; a multiple of alignment
-        ("key_hash", "<u8"),  # 16  xxh64(key)
-        ("head_length", "<u4"),  # 24  bytes before the first payload; a multiple of alignment
-        ("key_length", "<u2"),  # 28  UTF-8 bytes of the key
-        ("entry_count", "<u2"),  # 30  number of entry descriptors that follow
-    ]
-)
-assert RECORD_HEAD_DTYPE.itemsize == 32
+_FIELDS["RECORD_HEAD_DTYPE"] = [
+    ("tag", "S4"),  # 0   RECORD_TAG
+    ("head_crc", "<u4"),  # 4   CRC32C of bytes 8..head_length of the record
+    ("record_length", "<u8"),  # 8   whole record incl. padding; a multiple of alignment
+    ("key_hash", "<u8"),  # 16  xxh64(key)
+    ("head_length", "<u4"),  # 24  bytes before the first payload; a multiple of alignment
+    ("key_length", "<u2"),  # 28  UTF-8 bytes of the key
+    ("entry_count", "<u2"),  # 30  number of entry descriptors that follow
+]
+_SIZES["RECORD_HEAD_DTYPE"] = 32
 
 # --- entry descriptor: one per entry, right after the record head --------
-ENTRY_DESC_DTYPE = np.dtype(
-    [
-        ("payload_offset", "<u8"),  # 0   from the record's first byte; aligned
-        ("stored_size", "<u8"),  # 8   payload bytes on disk (after compression)
-        ("payload_crc", "<u4"),  # 16  CRC32C of the stored payload
-        ("name_length", "<u2"),  # 20  UTF-8 bytes of the entry name
-        ("type_length", "<u2"),  # 22  ASCII bytes of the content type
-        ("codec", "u1"),  # 24  Codec
-        ("reserved", "V7"),  # 25  zero when written, ignored when read
-    ]
-)
-assert ENTRY_DESC_DTYPE.itemsize == 32
+_FIELDS["ENTRY_DESC_DTYPE"] = [
+    ("payload_offset", "<u8"),  # 0   from the record's first byte; aligned
+    ("stored_size", "<u8"),  # 8   payload bytes on disk (after compression)
+    ("payload_crc", "<u4"),  # 16  CRC32C of the stored payload
+    ("name_length", "<u2"),  # 20  UTF-8 bytes of the entry name
+    ("type_length", "<u2"),  # 22  ASCII bytes of the content type
+    ("codec", "u1"),  # 24  Codec
+    ("reserved", "V7"),  # 25  zero when written, ignored when read
+]
+_SIZES["ENTRY_DESC_DTYPE"] = 32
 
 # --- footer: record rows, then entry rows, keys, metadata JSON -----------
-RECORD_ROW_DTYPE = np.dtype(
-    [
-        ("offset", "<u8"),  # 0   record's first byte in the file
-        ("length", "<u8"),  # 8   record_length
-        ("key_hash", "<u8"),  # 16  xxh64(key)
-        ("key_length", "<u2"),  # 24  key bytes in the keys blob (keys are concatenated)
-        ("entry_count", "<u2"),  # 26  entry rows of this record (rows are concatenated)
-        ("reserved", "V4"),  # 28  zero when written, ignored when read
-    ]
-)
-assert RECORD_ROW_DTYPE.itemsize == 32
+_FIELDS["RECORD_ROW_DTYPE"] = [
+    ("offset", "<u8"),  # 0   record's first byte in the file
+    ("length", "<u8"),  # 8   record_length
+    ("key_hash", "<u8"),  # 16  xxh64(key)
+    ("key_length", "<u2"),  # 24  key bytes in the keys blob (keys are concatenated)
+    ("entry_count", "<u2"),  # 26  entry rows of this record (rows are concatenated)
+    ("reserved", "V4"),  # 28  zero when written, ignored when read
+]
+_SIZES["RECORD_ROW_DTYPE"] = 32
 
-ENTRY_ROW_DTYPE = np.dtype(
-    [
-        ("offset", "<u8"),  # 0   payload_offset (relative to the record)
-        ("size", "<u8"),  # 8   stored_size
-        ("crc", "<u4"),  # 16  payload_crc
-        ("spec", "<u2"),  # 20  index into metadata["entry_specs"]: [name, type, codec]
-        ("reserved", "V2"),  # 22  zero when written, ignored when read
-    ]
-)
-assert ENTRY_ROW_DTYPE.itemsize == 24
+_FIELDS["ENTRY_ROW_DTYPE"] = [
+    ("offset", "<u8"),  # 0   payload_offset (relative to the record)
+    ("size", "<u8"),  # 8   stored_size
+    ("crc", "<u4"),  # 16  payload_crc
+    ("spec", "<u2"),  # 20  index into metadata["entry_specs"]: [name, type, codec]
+    ("reserved", "V2"),  # 22  zero when written, ignored when read
+]
+_SIZES["ENTRY_ROW_DTYPE"] = 24
 
 # --- trailer: the last 64 bytes ------------------------------------------
-TRAILER_DTYPE = np.dtype(
-    [
-        ("footer_offset", "<u8"),  # 0   first byte after the last record
-        ("record_count", "<u8"),  # 8
-        ("entry_count", "<u8"),  # 16  total entry rows
-        ("keys_length", "<u8"),  # 24  bytes of the keys blob
-        ("metadata_length", "<u4"),  # 32  bytes of the metadata JSON
-        ("data_crc", "<u4"),  # 36  CRC32C of [HEADER_SIZE, footer_offset)
-        ("footer_crc", "<u4"),  # 40  CRC32C of [footer_offset, trailer start)
-        ("header_crc", "<u4"),  # 44  copy of the header's CRC: binds this footer to its header
-        ("version_major", "<u2"),  # 48  same as the header's
-        ("version_minor", "<u2"),  # 50
-        ("trailer_crc", "<u4"),  # 52  CRC32C of bytes 0..52 of the trailer
-        ("magic", "S8"),  # 56  TRAILER_MAGIC: the file's last 8 bytes
-    ]
-)
-assert TRAILER_DTYPE.itemsize == TRAILER_SIZE
+_FIELDS["TRAILER_DTYPE"] = [
+    ("footer_offset", "<u8"),  # 0   first byte after the last record
+    ("record_count", "<u8"),  # 8
+    ("entry_count", "<u8"),  # 16  total entry rows
+    ("keys_length", "<u8"),  # 24  bytes of the keys blob
+    ("metadata_length", "<u4"),  # 32  bytes of the metadata JSON
+    ("data_crc", "<u4"),  # 36  CRC32C of [HEADER_SIZE, footer_offset)
+    ("footer_crc", "<u4"),  # 40  CRC32C of [footer_offset, trailer start)
+    ("header_crc", "<u4"),  # 44  copy of the header's CRC: binds this footer to its header
+    ("version_major", "<u2"),  # 48  same as the header's
+    ("version_minor", "<u2"),  # 50
+    ("trailer_crc", "<u4"),  # 52  CRC32C of bytes 0..52 of the trailer
+    ("magic", "S8"),  # 56  TRAILER_MAGIC: the file's last 8 bytes
+]
+_SIZES["TRAILER_DTYPE"] = TRAILER_SIZE
 
 
 # --- batch read plan: where each record of a batched read lies -----------
 # Not in the file: the in-memory table a batch of indexed reads hands the
 # record codec's batch decoder (``decode_batch``), one row per record, in
 # read order. The compiled codec reads these rows by offset (format/ccodec/batch.c).
-BATCH_ROW_DTYPE = np.dtype(
-    [
-        ("blob", "<u4"),  # 0   which read buffer holds the record
-        ("shard", "<u4"),  # 4   which file: index into the batch's paths and alignments
-        ("row", "<u4"),  # 8   which asked-for record: index into keys, spans and the result
-        ("reserved", "<u4"),  # 12  zero
-        ("at", "<u8"),  # 16  the record's first byte in its buffer
-        ("length", "<u8"),  # 24  record_length, as the index gives it
-        ("offset", "<u8"),  # 32  the record's first byte in its file
-    ]
-)
-assert BATCH_ROW_DTYPE.itemsize == 40
+_FIELDS["BATCH_ROW_DTYPE"] = [
+    ("blob", "<u4"),  # 0   which read buffer holds the record
+    ("shard", "<u4"),  # 4   which file: index into the batch's paths and alignments
+    ("row", "<u4"),  # 8   which asked-for record: index into keys, spans and the result
+    ("reserved", "<u4"),  # 12  zero
+    ("at", "<u8"),  # 16  the record's first byte in its buffer
+    ("length", "<u8"),  # 24  record_length, as the index gives it
+    ("offset", "<u8"),  # 32  the record's first byte in its file
+]
+_SIZES["BATCH_ROW_DTYPE"] = 40
 
 
-def struct_of(dtype: np.dtype) -> struct.Struct:
-    """The ``struct`` codec of a packed little-endian numpy record dtype.
+def __getattr__(name: str) -> Any:
+    fields = _FIELDS.get(name)
+    if fields is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import numpy as np
 
-    The dtypes above are the single declaration of each layout; hot paths
+    dtype = np.dtype(fields)
+    assert dtype.itemsize == _SIZES[name], name
+    globals()[name] = dtype  # the next access skips this function
+    return dtype
+
+
+def struct_of(layout: np.dtype | list[tuple[str, str]]) -> struct.Struct:
+    """The ``struct`` codec of a packed little-endian record layout: a numpy dtype or its fields.
+
+    The layouts above are the single declaration of each structure; hot paths
     that handle one structure at a time use this derived codec, which is
     several times faster than a numpy scalar for a single record.
     """
     codes = {"u1": "B", "u2": "H", "u4": "I", "u8": "Q", "i1": "b", "i2": "h", "i4": "i", "i8": "q"}
+    fields = layout if isinstance(layout, list) else layout.descr
     fmt = ["<"]
-    at = 0
-    fields: Mapping[str, Any] = dtype.fields or {}
-    for name in dtype.names or ():
-        field, offset = fields[name][:2]
-        if offset != at:
-            raise TypeError(f"{name}: gap before offset {offset}")
-        if field.kind in "SV":
-            fmt.append(f"{field.itemsize}s")
-        else:
-            fmt.append(codes[f"{field.kind}{field.itemsize}"])
-        at += field.itemsize
-    codec = struct.Struct("".join(fmt))
-    if codec.size != dtype.itemsize:
-        raise TypeError(f"struct size {codec.size} != dtype size {dtype.itemsize}")
-    return codec
+    for name, code, *shape in fields:
+        # A dtype's descr names a gap '' (and big-endian fields '>'): neither is packed.
+        kind, order = code.lstrip("<|"), code[0]
+        if not name or order == ">" or shape:
+            raise TypeError(f"{code} at field {name!r}: not a packed little-endian layout")
+        size = int(kind[1:])
+        fmt.append(f"{size}s" if kind[0] in "SV" else codes[f"{kind[0]}{size}"])
+    return struct.Struct("".join(fmt))
 
 
-HEADER_STRUCT = struct_of(HEADER_DTYPE)
-RECORD_HEAD_STRUCT = struct_of(RECORD_HEAD_DTYPE)
-ENTRY_DESC_STRUCT = struct_of(ENTRY_DESC_DTYPE)
-TRAILER_STRUCT = struct_of(TRAILER_DTYPE)
+HEADER_STRUCT = struct_of(_FIELDS["HEADER_DTYPE"])
+RECORD_HEAD_STRUCT = struct_of(_FIELDS["RECORD_HEAD_DTYPE"])
+ENTRY_DESC_STRUCT = struct_of(_FIELDS["ENTRY_DESC_DTYPE"])
+TRAILER_STRUCT = struct_of(_FIELDS["TRAILER_DTYPE"])
+for _name, _codec in (
+    ("HEADER_DTYPE", HEADER_STRUCT),
+    ("RECORD_HEAD_DTYPE", RECORD_HEAD_STRUCT),
+    ("ENTRY_DESC_DTYPE", ENTRY_DESC_STRUCT),
+    ("TRAILER_DTYPE", TRAILER_STRUCT),
+):
+    assert _codec.size == _SIZES[_name], _name
 
 
 def align_up(n: int, alignment: int) -> int:
@@ -312,8 +326,8 @@ def footer_layout(
     record_count: int, entry_count: int, keys_length: int, metadata_length: int
 ) -> tuple[int, int, int, int, int]:
     """Relative offsets (entries, keys, metadata, padding, total) of the footer's parts."""
-    entries_at = record_count * RECORD_ROW_DTYPE.itemsize
-    keys_at = entries_at + entry_count * ENTRY_ROW_DTYPE.itemsize
+    entries_at = record_count * _SIZES["RECORD_ROW_DTYPE"]
+    keys_at = entries_at + entry_count * _SIZES["ENTRY_ROW_DTYPE"]
     meta_at = keys_at + keys_length
     pad_at = meta_at + metadata_length
     return entries_at, keys_at, meta_at, pad_at, align_up(pad_at, 8)

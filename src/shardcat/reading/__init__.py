@@ -13,9 +13,14 @@ decoded and checked against the catalog's row. See docs/CATALOG.md.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_names
 from .catalog import Catalog, CatalogHandle
 from .dataset import Dataset, DatasetStats
-from .history import HistoryRebuild, HistoryWrite, has_history
+
+if TYPE_CHECKING:
+    from .history import HistoryRebuild, HistoryWrite, has_history
 
 __all__ = [
     "Catalog",
@@ -26,3 +31,9 @@ __all__ = [
     "HistoryWrite",
     "has_history",
 ]
+
+# History (manifests in the store: the storage writers) loads on first use: a lookup needs none of it.
+_LAZY = {"HistoryRebuild": ".history", "HistoryWrite": ".history", "has_history": ".history"}
+
+
+__getattr__ = lazy_names(__name__, _LAZY)

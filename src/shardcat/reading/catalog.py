@@ -27,6 +27,7 @@ from ..catalog.history import Version
 from ..catalog.results import (
     BatchResult,
     CatalogReport,
+    DatasetSummary,
     DescribedBatch,
     EntryInfo,
     Location,
@@ -35,6 +36,7 @@ from ..catalog.results import (
 from ..catalog.session import DEFAULT_BUSY_TIMEOUT, display_url
 from ..format import Record, recordcodec
 from ..storage import expand_braces, resolve_remote_max_gap
+from . import listing
 from .dataset import Dataset
 from .lookup import LayoutCache, Lookup
 
@@ -236,7 +238,7 @@ class Catalog(SqlCatalog):
                 raise self._closed_error()
             with fence.shared():
                 lookup = Lookup(
-                    self.engine,
+                    self.sqlite_file or self.engine,
                     self.storage_options,
                     self._layouts,
                     self.max_open_shards,
@@ -310,6 +312,28 @@ class Catalog(SqlCatalog):
             if lookup.closed:
                 raise self._closed_error()
             return lookup.get(dataset, key, entries, version)
+
+    def count(self, dataset: str, *, prefix: str | None = None) -> int:
+        """How many keys the dataset's latest version has (starting with ``prefix``), from the key index.
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If there is no such dataset.
+        """
+        lookup = self._lookup()
+        with lookup.gate:
+            if lookup.closed:
+                raise self._closed_error()
+            return listing.count_keys(lookup.raw, dataset, prefix or None)
+
+    def dataset_summaries(self) -> list[DatasetSummary]:
+        """Every dataset, by name, with the shards, records and bytes its latest version reads (one query)."""
+        lookup = self._lookup()
+        with lookup.gate:
+            if lookup.closed:
+                raise self._closed_error()
+            return listing.dataset_summaries(lookup.raw)
 
     def get_many(
         self,

@@ -19,11 +19,9 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
 from functools import partial
 from itertools import pairwise
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import xxhash
-from sqlalchemy import Engine
 
 from .._forks import fork_generation
 from .._ranges import LOCAL_MAX_GAP, MergedReads
@@ -34,6 +32,7 @@ from ..catalog.history import Version
 from ..catalog.missing import unknown_dataset
 from ..catalog.results import BatchResult, DescribedBatch, EntryInfo, Location
 from ..catalog.spans import unpack_spans
+from ..catalog.sqlite_file import SqliteFile
 from ..errors import (
     DatasetNotFoundError,
     EntryNotFoundError,
@@ -55,6 +54,10 @@ from ..storage.cache import ONE_PREAD
 from . import statements
 from .decode import decode_record
 from .point import PointLookup, open_point
+
+if TYPE_CHECKING:
+    import numpy as np
+    from sqlalchemy import Engine
 
 __all__ = ["LayoutCache", "Lookup"]
 
@@ -96,8 +99,8 @@ class Lookup:
 
     Parameters
     ----------
-    engine:
-        The catalog engine; a connection is taken from it and detached from its pool.
+    source:
+        The catalog's SQLite file, or its engine: a connection of its own comes from it.
     storage_options:
         fsspec options for reading shards.
     layouts:
@@ -110,7 +113,7 @@ class Lookup:
 
     def __init__(
         self,
-        engine: Engine,
+        source: Engine | SqliteFile,
         storage_options: StorageOptions | None,
         layouts: LayoutCache,
         max_open: int = 64,
@@ -128,7 +131,7 @@ class Lookup:
         Re-entrant: a signal handler or finalizer of the same thread may close
         the lookup between two statements of a call."""
         self.closed = False
-        self.raw = RawConnection(engine)
+        self.raw = RawConnection(source)
         self._query = self.raw.query  # bound once: no extra frame on the hot path
         self.dialect = self.raw.dialect
         self.layouts = layouts
@@ -622,6 +625,8 @@ class Lookup:
 
     def _read_records(self, dataset: str, batch: BatchTable) -> dict[str, Record]:
         """Whole records: sorted and merged reads of the batch's table, one decoder call."""
+        import numpy as np
+
         if not batch.keys:
             return {}
         table = batch.table[np.lexsort((batch.table["offset"], batch.table["shard"]))]
@@ -700,6 +705,8 @@ class Lookup:
 
     def _read_merged(self, dataset: str, urls: list[str], table: np.ndarray) -> list[memoryview]:
         """Every record of ``table`` through merged reads of any store; sets ``blob`` and ``at``."""
+        import numpy as np
+
         start = table["offset"].astype(np.int64)
         try:
             reads, merged = self._sources.read_sorted(
@@ -788,6 +795,8 @@ def _joined(
     cause. Reads that came back short (a file ends early) are kept as they
     are, so a record that overruns one is still found truncated.
     """
+    import numpy as np
+
     n = len(blobs)
     sizes = np.fromiter(map(len, blobs), dtype=np.int64, count=n)
     if n < 2 or not np.array_equal(sizes, merged.end - merged.start):
@@ -805,6 +814,8 @@ def _join_groups(
     Returns ``(buffers, which, base)``: part ``i`` lies at ``base[i]`` in
     ``buffers[which[i]]``.
     """
+    import numpy as np
+
     n = len(parts)
     at = np.cumsum(sizes) - sizes  # where each part lands if all were joined
     group = at // _JOIN_BYTES
@@ -832,6 +843,8 @@ def _compacted(
     record at 1,000 keys of 40,000) for as long as any of them lives, and
     joining them would copy every gap once more.
     """
+    import numpy as np
+
     sizes = np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs))
     wanted = int(length.sum())
     if int(sizes.sum()) <= 2 * wanted or not np.array_equal(sizes, merged.end - merged.start):

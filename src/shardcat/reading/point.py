@@ -199,7 +199,7 @@ def open_point(
     in-memory SQLite, URI options, or a compiled one that could not open)
     a :class:`NoPoint` declines every call without running anything.
     """
-    if raw.dialect != "sqlite" or raw.url.query or raw.url.database in (None, "", ":memory:"):
+    if raw.file is None:
         # URI options (mode=, immutable=, vfs=...): only the Python driver applies them.
         return NoPoint()
     finish = TarFinisher(raw.query, raw.placeholder, parse, recordcodec.tar_record)

@@ -3,7 +3,8 @@
 Text, not SQLAlchemy expressions: the lookup runs them on the DBAPI connection
 (and the compiled point lookup prepares the very same text), where building and
 compiling an expression per call would cost more than the statement. What a
-version sees comes from :mod:`shardcat.catalog.visibility`, rendered here once.
+version sees comes from :mod:`shardcat.catalog.visibility`, rendered as text
+(:mod:`shardcat.catalog.visibility_text`: no SQLAlchemy on a lookup's path).
 ``{p}`` is the dialect's parameter marker.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..catalog import visibility
+from ..catalog import visibility_text
 from ..catalog.history import Version
 
 __all__ = [
@@ -67,22 +68,22 @@ DATASET = "r.dataset_id = (SELECT id FROM datasets WHERE name = {p})"
 # version (a committed shard's live records), a kept version given by number
 # (visible at it, and not expired), a tag (its subquery is the version; tagged
 # versions are never expired).
-COMMITTED = visibility.sql(visibility.live, "records AS r", "shards AS s")
+COMMITTED = visibility_text.sql("live", "records AS r", "shards AS s")
 # The latest commit that removed a key's record, from a committed shard (MAX skips NULLs).
 REMOVED = (
     "SELECT MAX(r.removed_version) FROM records r JOIN shards s ON s.id = r.shard_id"
     " WHERE r.dataset_id = {p} AND r.key_hash = {p} AND r.key = {p} AND "
-    + visibility.sql(visibility.committed, "shards AS s")
+    + visibility_text.sql("committed", "shards AS s")
 )
 TAG = "(SELECT t.version FROM dataset_tags t WHERE t.dataset_id = r.dataset_id AND t.name = {p})"
 
 
 def at_number(p: str) -> str:
-    return visibility.sql(visibility.visible_at_kept, "records AS r", "shards AS s", p)
+    return visibility_text.sql("visible_at_kept", "records AS r", "shards AS s", p)
 
 
 def at_tag(p: str) -> str:
-    return visibility.sql(visibility.visible_at, "records AS r", "shards AS s", TAG.format(p=p))
+    return visibility_text.sql("visible_at", "records AS r", "shards AS s", TAG.format(p=p))
 
 
 def visible_at(p: str, version: Version) -> tuple[str, tuple[Any, ...]]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import importlib
 import io
 import os
 import sys
@@ -296,7 +297,7 @@ _BACKGROUND_BYTES = 1 << 20
 """Writes of at least this many bytes (the shard writer's 4 MiB blocks) go to a thread."""
 
 try:
-    from . import _cwrite  # type: ignore[attr-defined]
+    _cwrite: Any = importlib.import_module(f"{__package__}._cwrite")
 except ImportError:  # not built (no C compiler, or no POSIX threads): blocks written inline
     _cwrite = None
 

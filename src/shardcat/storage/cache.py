@@ -20,9 +20,7 @@ import weakref
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, NoReturn
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .. import config
 from .._ranges import (
@@ -43,6 +41,9 @@ from ..format.sources import FileSource
 from .objstore import ObstoreSource
 from .sources import FsspecSource, open_source, retried
 from .translate import is_backend_error, translate
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["REMOTE_MAX_GAP_ENV", "SourceCache", "fetch_ranges", "resolve_remote_max_gap"]
 
@@ -278,6 +279,8 @@ class SourceCache:
         StorageError
             The store failed to read a file (``error.path`` names it, when one failed alone).
         """
+        import numpy as np
+
         sources: list[RangeSource] = []
         for url in urls:
             try:

@@ -44,7 +44,6 @@ obstore ran reads and writes through s3fs (:mod:`.objstore`).
 from __future__ import annotations
 
 import os
-import ssl
 import threading
 import uuid
 import weakref
@@ -453,6 +452,8 @@ def _untrusted(route: S3Route) -> str | None:
         return "botocore's certificate setting could not be read"
     if route.verify is False:
         return "botocore does not verify certificates (verify=False); obstore would"
+    import ssl  # here: loading it costs a local lookup ~20 ms, and only https asks
+
     path = os.path.realpath(os.path.expanduser(str(route.verify)))
     trusted = (*_SYSTEM_CA_FILES, _env("SSL_CERT_FILE"), ssl.get_default_verify_paths().cafile)
     if any(t and os.path.realpath(t) == path for t in trusted):
