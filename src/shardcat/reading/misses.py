@@ -9,8 +9,7 @@ through ``query`` (the thread's :class:`~shardcat.catalog.connection.RawConnecti
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..catalog.history import Version
 from ..catalog.missing import unknown_dataset
@@ -18,10 +17,14 @@ from ..errors import KeyNotFoundError, VersionNotFoundError
 from ..format.checksums import signed_key_hash
 from . import statements
 
-__all__ = ["Query", "missing"]
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
 
-Query = Callable[[str, Sequence[Any]], list[Any]]
-"""Run one statement with its parameters and return its rows."""
+    # Runs one statement with its parameters and returns its rows (a type only: nothing to
+    # build when a lookup opens).
+    Query = Callable[[str, Sequence[Any]], list[Any]]
+
+__all__ = ["missing"]
 
 
 def missing(
