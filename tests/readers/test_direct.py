@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 import shardcat  # noqa: E402
 from shardcat.errors import ChecksumError, TruncatedError  # noqa: E402
 from shardcat.format import ShardReader, recordcodec  # noqa: E402
-from shardcat.readers import PackedBatch, direct, pack_samples, packed  # noqa: E402
+from shardcat.readers import PackedBatch, direct, direct_batch, pack_samples, packed  # noqa: E402
 from shardcat.reading import Catalog  # noqa: E402
 from shardcat.torch import ShardIterableDataset, ShardLoader  # noqa: E402
 
@@ -45,12 +45,12 @@ def spied(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the batches made straight from shard bytes (in this process)."""
     made: list[int] = []
 
-    class Counted(direct.BlockFill):
+    class Counted(direct_batch.BlockFill):
         def __init__(self, first: Any, sizes: np.ndarray, span: int) -> None:
             made.append(len(sizes))
             super().__init__(first, sizes, span)
 
-    monkeypatch.setattr(direct, "BlockFill", Counted)
+    monkeypatch.setattr(direct_batch, "BlockFill", Counted)
     return made
 
 

@@ -60,3 +60,13 @@ def test_this_torch_still_has_the_private_pipe():
         assert sorted(int(x) for x in it) == list(range(8))
     finally:
         it._shutdown_workers()
+
+
+def test_without_the_private_pipe_the_iterator_reads_as_it_would():
+    # A single-process iterator has no worker result queue: exactly what an iterator of a torch
+    # whose internals moved looks like to _pipe. Nothing is widened, and the batches still come.
+    it = iter(DataLoader(_Numbers(), batch_size=None, num_workers=0))
+    with pytest.raises(AttributeError):
+        _pipe.result_pipe(it)
+    assert _pipe.widen_result_pipe(it) is None
+    assert [int(x) for x in it] == list(range(8))

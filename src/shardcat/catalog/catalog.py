@@ -4,7 +4,8 @@
 and each public method opens one unit of work and hands its session to a
 module function that holds the SQL: ``datasets.py``, ``shards.py``,
 ``jobs.py``, ``maintenance.py``; the version methods (``log``, ``tag``,
-``expire``, ...) come from the ``history.py`` mixin over ``versions.py``.
+``expire``, ...) come from the ``history.py`` mixin over ``versions.py``; the
+methods that went internal, kept one release with a warning, from ``deprecated.py``.
 Reading records (``get``, ``get_many``, ``locate``, ``verify``) is the read
 layer's: the public :class:`shardcat.Catalog` (:mod:`shardcat.reading`)
 adds it to this class.
@@ -13,7 +14,6 @@ adds it to this class.
 from __future__ import annotations
 
 import threading
-import warnings
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from types import TracebackType
@@ -25,13 +25,13 @@ from .._types import OnDuplicate
 from ..errors import CatalogClosedError
 from . import fence, sqlite_file
 from .changes import changes_of, note_options, options_of
+from .deprecated import DeprecatedMethods
 from .history import Version, VersionsApi, with_retries
 from .migrate import HEAD_REVISION, ensure_schema
 from .results import (
     DatasetInfo,
     EntryKind,
     JobInfo,
-    RecordRow,
     ShardRow,
 )
 
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     from ..format.tar import TarShardInfo
     from . import datasets as _datasets
     from . import fields as _fields
-    from . import internal as _internal
     from . import jobs as _jobs
     from . import keys as _keys
     from . import manifests as _manifests
@@ -60,7 +59,6 @@ if TYPE_CHECKING:
 else:
     _datasets = lazy_module("shardcat.catalog.datasets")
     _fields = lazy_module("shardcat.catalog.fields")
-    _internal = lazy_module("shardcat.catalog.internal")
     _jobs = lazy_module("shardcat.catalog.jobs")
     _keys = lazy_module("shardcat.catalog.keys")
     _manifests = lazy_module("shardcat.catalog.manifests")
@@ -84,16 +82,7 @@ __all__ = ["SqlCatalog"]
 _C = TypeVar("_C", bound="SqlCatalog")  # typing.Self is Python 3.11+
 
 
-def _deprecated(name: str) -> None:
-    warnings.warn(
-        f"Catalog.{name}() is internal now and goes in the next release; shardcat's own "
-        f"layers call shardcat.catalog.internal.{name}(catalog, ...)",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-
-
-class SqlCatalog(VersionsApi):
+class SqlCatalog(VersionsApi, DeprecatedMethods):
     """The SQL side of a catalog: datasets, their shards, jobs, versions and every record's location.
 
     Use :class:`shardcat.Catalog`, which adds reading records to it; this
@@ -412,32 +401,6 @@ class SqlCatalog(VersionsApi):
         with self._uow(write=True) as s:
             return _fields.store_field_values(s, dataset, shard_id, values)
 
-    def copy_fields(
-        self, dataset: str, shard_id: int, moves: Iterable[tuple[int, int, int]]
-    ) -> int:
-        """Deprecated: shardcat's own layers call :func:`shardcat.catalog.internal.copy_fields`."""
-        _deprecated("copy_fields")
-        return _internal.copy_fields(self, dataset, shard_id, moves)
-
-    def set_dataset_root(self, name: str, root_url: str) -> None:
-        """Deprecated: shardcat's own layers call :func:`shardcat.catalog.internal.set_dataset_root`."""
-        _deprecated("set_dataset_root")
-        return _internal.set_dataset_root(self, name, root_url)
-
-    def move_shards(
-        self,
-        dataset: str,
-        moves: Mapping[str, tuple[str, str]],
-        *,
-        expected_version: int,
-        root_url: str,
-    ) -> int:
-        """Deprecated: shardcat's own layers call :func:`shardcat.catalog.internal.move_shards`."""
-        _deprecated("move_shards")
-        return _internal.move_shards(
-            self, dataset, moves, expected_version=expected_version, root_url=root_url
-        )
-
     def delete_dataset(self, name: str, *, missing_ok: bool = False) -> None:
         """Remove a dataset and all its rows from the catalog (shard files are not touched).
 
@@ -465,18 +428,6 @@ class SqlCatalog(VersionsApi):
         """
         with self._uow() as s:
             return _shards.list_shards(s, dataset, state)
-
-    def record_rows(self, shard_id: int) -> list[RecordRow]:
-        """Deprecated: shardcat's own layers call :func:`shardcat.catalog.internal.record_rows`."""
-        _deprecated("record_rows")
-        return _internal.record_rows(self, shard_id)
-
-    def visible_shards(
-        self, dataset: str, version: Version = None
-    ) -> tuple[int, list[tuple[ShardRow, frozenset[int]]]]:
-        """Deprecated: shardcat's own layers call :func:`shardcat.catalog.internal.visible_shards`."""
-        _deprecated("visible_shards")
-        return _internal.visible_shards(self, dataset, version)
 
     def shard_urls(
         self,
@@ -610,11 +561,6 @@ class SqlCatalog(VersionsApi):
         """
         with self._uow(write=True) as s:
             return _shards.remove_shard(s, dataset, url)
-
-    def purge_shards(self, dataset: str, urls: Iterable[str]) -> int:
-        """Deprecated: shardcat's own layers call :func:`shardcat.catalog.internal.purge_shards`."""
-        _deprecated("purge_shards")
-        return _internal.purge_shards(self, dataset, urls)
 
     # --- jobs ------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """The Catalog's version methods (log, tag, diff, delete_keys, expire, ...) and commit retries.
 
 A mixin of :class:`~shardcat.catalog.SqlCatalog`, kept apart so each module
-stays small; the SQL lives in ``versions.py`` and ``jobs.py``
+stays small; the SQL lives in ``versions.py`` and ``commit.py``
 (docs/LIFECYCLE.md).
 """
 
@@ -21,10 +21,10 @@ from .results import VersionDiff, VersionInfo
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-    from . import jobs as _jobs
+    from . import commit as _commit
     from . import versions as _versions
 else:
-    _jobs = lazy_module("shardcat.catalog.jobs")
+    _commit = lazy_module("shardcat.catalog.commit")
     _versions = lazy_module("shardcat.catalog.versions")
 
 __all__ = ["COMMIT_ATTEMPTS", "Version", "VersionsApi", "with_retries"]
@@ -112,7 +112,9 @@ class VersionsApi:
         def attempt() -> None:
             with self._uow(write=True) as s:
                 out.append(
-                    _jobs.commit_delete(s, dataset, wanted, missing_ok=missing_ok, message=message)
+                    _commit.commit_delete(
+                        s, dataset, wanted, missing_ok=missing_ok, message=message
+                    )
                 )
 
         with_retries(attempt)
@@ -156,9 +158,9 @@ def with_retries(attempt: Callable[[], None]) -> None:
         try:
             attempt()
             return
-        except _jobs.VersionMoved as e:
+        except _commit.VersionMoved as e:
             if n == COMMIT_ATTEMPTS - 1:
-                raise _jobs.VersionMoved(
+                raise _commit.VersionMoved(
                     f"{e}; gave up after {COMMIT_ATTEMPTS} attempts (other writers kept "
                     "committing first): retry later"
                 ) from e

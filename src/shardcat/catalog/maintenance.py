@@ -18,12 +18,14 @@ from ..errors import (
     DuplicateKeyError,
     FormatError,
 )
-from . import jobs, visibility
+from . import visibility
+from .commit import commit
 from .datasets import find_dataset
 from .kinds import FileCheck, Summary
 from .models import Job, Shard
 from .register import PreparedShard, prepare_shard
 from .results import CatalogReport, Problem, ShardRow
+from .retire import drop_shards
 from .rows import shard_row
 from .session import NO_SYNC
 from .shards import insert_shard
@@ -65,7 +67,7 @@ def reindex_shards(session: Session, dataset: str, preps: list[PreparedShard]) -
                 Shard.dataset_id == ds.id, Shard.url == prep.url, visibility.committed(Shard)
             )
         ).all()
-        jobs.drop_shards(session, [o.id for o in old])
+        drop_shards(session, [o.id for o in old])
         shard_id = insert_shard(session, ds.id, job.id, prep)
         new_ids.append(shard_id)
         if old:
@@ -80,7 +82,7 @@ def reindex_shards(session: Session, dataset: str, preps: list[PreparedShard]) -
                 )
     # A new version with fresh rows: versions before it no longer read these
     # shards through their old rows (docs/LIFECYCLE.md).
-    jobs.commit(session, ds, job, operation="reindex")
+    commit(session, ds, job, operation="reindex")
     for shard_id, old_job in keep_job.items():
         # The shard is the same file: it stays attributed to the job that wrote it.
         session.execute(

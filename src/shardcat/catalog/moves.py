@@ -17,8 +17,8 @@ from .._redact import redact_url as redact
 from ..errors import CommitConflictError
 from . import visibility
 from .changes import note_dataset
+from .commit import VersionMoved, bump_version
 from .datasets import find_dataset
-from .jobs import VersionMoved, bump_version
 from .models import Shard
 from .session import NO_SYNC
 from .versions import record_version

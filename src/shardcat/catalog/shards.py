@@ -18,11 +18,14 @@ from sqlalchemy.orm import Session
 
 from .._redact import redact_url as redact
 from ..errors import CatalogError, DuplicateKeyError, ShardNotFoundError
-from . import jobs, visibility
+from . import visibility
+from .commit import bump_version, commit
 from .datasets import find_dataset
+from .jobs import stageable_job
 from .models import LIVE_STATES, Dataset, Job, Shard
 from .register import PreparedShard, ensure_layouts, insert_ignore, insert_records
 from .results import RecordRow, ShardRow
+from .retire import drop_shards, retire
 from .rows import shard_row
 from .spans import unpack_spans
 from .versions import mark_fully_removed, record_version, remove_records
@@ -128,7 +131,7 @@ def register_shard(
     ds = find_dataset(session, dataset)
     _check_url_free(session, ds, prep, job_id)
     if job_id is not None:
-        job_row = jobs.stageable_job(session, job_id, ds, catalog=catalog)
+        job_row = stageable_job(session, job_id, ds, catalog=catalog)
         # A retried task registers the same URL again: its earlier rows go.
         retried = (
             session.execute(
@@ -139,7 +142,7 @@ def register_shard(
             .scalars()
             .all()
         )
-        jobs.drop_shards(session, list(retried))
+        drop_shards(session, list(retried))
     else:
         job_row = Job(dataset_id=ds.id, state="open", description="register_shard")
         session.add(job_row)
@@ -148,7 +151,7 @@ def register_shard(
     if state == "committed":
         # The one shard just staged: its records and bytes are known here (one query less).
         added = (prep.record_count, int(prep.lengths.sum()))
-        jobs.commit(session, ds, job_row, operation="register", added=added)
+        commit(session, ds, job_row, operation="register", added=added)
     return shard_row(session.get_one(Shard, shard_id, populate_existing=True), ds.name)
 
 
@@ -175,7 +178,7 @@ def register_shards(
         for prep in preps
     ]
     added = (sum(p.record_count for p in preps), sum(int(p.lengths.sum()) for p in preps))
-    jobs.commit(session, ds, job_row, operation="register", added=added, keys_unique=True)
+    commit(session, ds, job_row, operation="register", added=added, keys_unique=True)
     query = select(Shard).where(Shard.job_id == job_row.id)
     loaded = session.execute(query.execution_options(populate_existing=True)).scalars()
     rows = {r.id: r for r in loaded}
@@ -217,7 +220,7 @@ def _check_url_free(
         if job_id is None or other_job or r.state == "committed":
             # The transaction rolls back: retiring ``gone`` first would change nothing.
             raise _url_taken(by_url[r.url], ds.name, r.state, r.job_id)
-    jobs.retire(session, gone)
+    retire(session, gone)
 
 
 def insert_shard(
@@ -299,7 +302,7 @@ def remove_shard(session: Session, dataset: str, url: str) -> ShardRow:
             f"no committed shard {url} in dataset {dataset!r}; list them with Catalog.shards()"
         )
     # A new version without the shard's records; older versions still see them.
-    version = jobs.bump_version(session, ds, None)
+    version = bump_version(session, ds, None)
     removed = remove_records(session, "records.shard_id = :shard", {"shard": row.id, "v": version})
     mark_fully_removed(session, ds.id, version)
     record_version(
@@ -330,7 +333,7 @@ def purge_shards(session: Session, dataset: str, urls: Iterable[str]) -> int:
                 )
             ).scalars()
         )
-        jobs.drop_shards(session, ids)
+        drop_shards(session, ids)
         removed += len(ids)
     return removed
 

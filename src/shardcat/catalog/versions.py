@@ -23,6 +23,7 @@ from .changes import note
 from .datasets import find_dataset
 from .models import Dataset, DatasetTag, DatasetVersion, Record, Shard
 from .results import VersionDiff, VersionInfo
+from .retire import retire
 from .session import NO_SYNC
 
 __all__ = [
@@ -396,7 +397,6 @@ def expire_versions(
     dry_run: bool,
 ) -> ExpireResult:
     """See :meth:`Catalog.expire`."""
-    from .jobs import retire
 
     if keep_last < 1:
         raise ValueError(

@@ -253,7 +253,7 @@ def compact(
     ChecksumError
         A shard to compact is damaged (the job is aborted, nothing changes).
     """
-    from ..catalog.jobs import SUPERSEDED
+    from ..catalog.commit import SUPERSEDED
     from ..reading import Catalog
 
     if not 0 <= min_live <= 1:

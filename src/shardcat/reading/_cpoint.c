@@ -524,7 +524,7 @@ not_handled:
    batch statement (lookup.py's _batch_sql, bound as dataset and a JSON array
    of key hashes), stepped here on this connection without the GIL, then
    made into the tuples Python's sqlite3 module would return. What that
-   saves per 10,000-key batch (callgrind): the JSON text of the hashes made
+   saves per batch: the JSON text of the hashes made
    in Python; a mutex per column value (Python's connection is SQLite's
    serialized mode, this one is opened NOMUTEX); the GIL dropped and taken
    per row; and one str per row for the shard's URL (rows share the

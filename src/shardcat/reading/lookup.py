@@ -29,7 +29,6 @@ from .._types import ByteRange, StorageOptions
 from ..catalog import fence
 from ..catalog.connection import RawConnection
 from ..catalog.history import Version
-from ..catalog.missing import unknown_dataset
 from ..catalog.results import BatchResult, DescribedBatch, EntryInfo, Location
 from ..catalog.spans import unpack_spans
 from ..catalog.sqlite_file import SqliteFile
@@ -38,7 +37,6 @@ from ..errors import (
     EntryNotFoundError,
     FormatError,
     InvalidKeyError,
-    KeyNotFoundError,
     ShardNotFoundError,
     StorageError,
     VersionNotFoundError,
@@ -53,6 +51,7 @@ from ..storage import SourceCache, redact
 from ..storage.cache import ONE_PREAD
 from . import statements
 from .decode import decode_record
+from .misses import missing
 from .point import PointLookup, open_point
 
 if TYPE_CHECKING:
@@ -195,84 +194,8 @@ class Lookup:
         return sql, extra
 
     def _missing(self, dataset: str, key: str | None, version: Version = None) -> Exception:
-        """The error for an empty result: unknown dataset or version, or missing key (extra queries are fine here)."""
-        p = self._p
-        found = self._query(f"SELECT id FROM datasets WHERE name = {p}", (dataset,))
-        if not found:
-            return unknown_dataset(
-                dataset, [r[0] for r in self._query("SELECT name FROM datasets ORDER BY name", ())]
-            )
-        at = ""
-        if version is not None:
-            gone = self._version_missing(int(found[0][0]), dataset, version)
-            if gone is not None:
-                return gone
-            at = f" at version {version!r}"
-        if key is None:
-            return KeyNotFoundError(f"no keys found in dataset {dataset!r}{at}")
-        hint = ""
-        if version is None:
-            hint = self._removed_hint(int(found[0][0]), key) or self._stem_hint(dataset, key)
-        return KeyNotFoundError(
-            f"no record with key {key!r} in dataset {dataset!r}{at or ' (among committed shards)'}"
-            + hint
-        )
-
-    def _removed_hint(self, dataset_id: int, key: str) -> str:
-        """A key a commit deleted: which version did, and whether a kept version still reads it."""
-        p = self._p
-        h, _ = _hash(key)
-        rows = self._query(statements.REMOVED.format(p=p), (dataset_id, h, key))
-        gone = rows[0][0] if rows else None
-        if gone is None:
-            return ""
-        before = int(gone) - 1
-        sql = f"SELECT 1 FROM dataset_versions WHERE dataset_id = {p} AND number = {p}"
-        if before >= 1 and self._query(sql, (dataset_id, before)):
-            still = (
-                f"; version {before} still reads it (get(..., version={before}), "
-                f"`--version {before}`)"
-            )
-        else:
-            still = "; no kept version reads it"
-        return f": version {gone} deleted it (`shardcat log` says how){still}"
-
-    def _stem_hint(self, dataset: str, key: str) -> str:
-        """A file name given as the key (``a/img1.jpg``): the key of its sample, if that exists.
-
-        Packed folders key a sample by its path up to the file name's first
-        dot (``--key-rule first-dot``) or last dot; the extension names the
-        entry. One more query per miss, only for a name with a dot.
-        """
-        folder, _, name = key.rpartition("/")
-        prefix = f"{folder}/" if folder else ""
-        for stem in dict.fromkeys((name.split(".", 1)[0], name.rsplit(".", 1)[0])):
-            if not stem or stem == name:
-                continue
-            h, _ = _hash(prefix + stem)
-            if self._query(self._point, (dataset, h, prefix + stem)):
-                return (
-                    f"; keys have no file extension: the sample {prefix + stem!r} exists "
-                    f"(the extension names its entry: {name[len(stem) + 1 :]!r})"
-                )
-        return ""
-
-    def _version_missing(self, dataset_id: int, dataset: str, version: Version) -> Exception | None:
-        p = self._p
-        if isinstance(version, int) or (isinstance(version, str) and version.isdigit()):
-            sql = f"SELECT 1 FROM dataset_versions WHERE dataset_id = {p} AND number = {p}"
-            if not self._query(sql, (dataset_id, int(version))):
-                return VersionNotFoundError(
-                    f"dataset {dataset!r} has no version {version} (never made, or expired); "
-                    f"list the kept versions with `shardcat log {dataset}`"
-                )
-            return None
-        sql = f"SELECT 1 FROM dataset_tags WHERE dataset_id = {p} AND name = {p}"
-        if not self._query(sql, (dataset_id, version)):
-            return VersionNotFoundError(
-                f"dataset {dataset!r} has no tag {version!r}; list tags with `shardcat log {dataset}`"
-            )
-        return None
+        """The error for an empty result (:func:`.misses.missing`)."""
+        return missing(self._query, self._p, self._point, dataset, key, version)
 
     # --- point lookups -----------------------------------------------------
 

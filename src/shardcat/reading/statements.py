@@ -35,8 +35,7 @@ SELECT = (
 # A whole record's point lookup: the same row, but a native shard's record
 # names its own entries, so its layout is not fetched (CASE evaluates the
 # subquery for tar rows only) and its kind comes back as NULL (no string
-# to make per lookup). Issue 10: the layouts join was about 5 % of a
-# lookup's instructions (callgrind; SQLite planned it as a scan of layouts).
+# to make per lookup): SQLite plans the layouts join as a scan of layouts.
 RECORD_SELECT = (
     "SELECT s.url, s.alignment, r.byte_offset, r.byte_length, r.spans,"
     " CASE WHEN s.kind = 'native' THEN NULL ELSE s.kind END,"
@@ -48,8 +47,8 @@ RECORD_SELECT = (
 # record's shard id, not the shard's URL, alignment and kind, which never
 # change for an id (ids are never reused) but a move's new URL; the lookup
 # caches them per shard (Lookup._shard_of). The join stays: it is what
-# checks, in the same statement, that the shard is committed. Issue 10: the
-# URL's text and the CASEs were ~15 % of a lookup's instructions (callgrind).
+# checks, in the same statement, that the shard is committed. The URL's
+# text and the CASEs cost a measurable share of a lookup's instructions.
 # The layout id names a tar sample's entries (point.TarFinisher):
 # an integer of the row already read, no join.
 RECORD_BY_SHARD_SELECT = (
@@ -115,8 +114,7 @@ def record_sql(p: str, visible: str = COMMITTED) -> str:
 
 # A batch's rows: url, offset, length, spans, key, alignment, kind, signature.
 # Whole records (no entries=) select kind and layout as NULL for native shards,
-# as the point lookup does: no string per row and no layouts join, about 10 %
-# of the statement's instructions (callgrind, 10,000 keys).
+# as the point lookup does: no string per row and no layouts join.
 BATCH_SELECT = (
     "SELECT s.url, r.byte_offset, r.byte_length, r.spans, r.key, s.alignment,"
     " CASE WHEN s.kind = 'native' THEN NULL ELSE s.kind END,"

@@ -251,8 +251,8 @@ static PyObject *span_view(PyObject *entry)
    freed by record_dealloc (which detaches its source), not from a stream
    run or a point lookup (`_source` False). Those hand out one record at a
    time, which callers mostly drop before the next; a source would cost each
-   ~290 instructions (callgrind, benchmarks/stream_instructions.py --access
-   view: 7,800 -> 8,087 per record) for little. Batches hand out thousands
+   about 4% more instructions (benchmarks/stream_instructions.py --access
+   view) for little. Batches hand out thousands
    that callers keep (and ShardReader.take, through decode_indexed). */
 static int seals(PyObject *rec)
 {

@@ -119,9 +119,9 @@ def _compact_resurrects(journal: Any) -> None:
     """The rewrite check undone: a compaction's copies go live even where another commit deleted
     or replaced the key after the job began (the commit's test that the record a copy
     replaces is still one live at the base version always passes)."""
-    from ...catalog import jobs
+    from ...catalog import duplicates
 
-    jobs._UNCHANGED_SINCE_BASE = "(1 = 1)"
+    duplicates._UNCHANGED_SINCE_BASE = "(1 = 1)"
 
 
 def _in_compact(inject: Callable[[Any, Any, str, list[str]], None]) -> Callable[[Any], None]:

@@ -1,0 +1,209 @@
+"""What a commit does with the job's keys that are live already: the duplicate checks.
+
+Each function takes the session of the commit's transaction (see
+:func:`.commit.commit`), after the version moved and under its lock:
+
+- a key twice within the job is always an error (:class:`DuplicateKeyError`);
+- a key of the job live in the dataset follows ``on_duplicate``: an error,
+  the job's record replaces the live one, or the job's record is skipped;
+  replace and skip first check that no other commit changed the key since
+  the job began (:class:`KeyConflictError`);
+- a rewrite (compaction, ``rewrite=``) puts a copy live only in place of the
+  record it copied, still live since the job's base version.
+
+The statements are SQL text that embeds :mod:`.visibility`'s rules, so
+"live" is decided with the same definition lookups use.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Exists, exists, select, text
+from sqlalchemy.orm import Session
+
+from .._types import OnDuplicate
+from ..errors import KeyConflictError
+from . import visibility
+from .models import Dataset, Job, Shard
+from .register import duplicate_error
+from .versions import remove_records
+
+__all__ = [
+    "LIVE_ELSEWHERE",
+    "OF_JOB",
+    "committed_exists",
+    "duplicate_keys",
+    "has_committed",
+    "resolve_duplicates",
+    "resolve_rewrite",
+]
+
+# What each version sees is visibility.py's; these statements embed its rules as text.
+_S_COMMITTED = visibility.sql(visibility.committed, "shards AS s")
+# A job's records are its staged ones but those the commit hides (``hidden=``: already removed).
+_NEW = (
+    "ns.job_id = :job AND ns.state = 'staged' "
+    f"AND {visibility.sql(visibility.not_removed, 'records AS n')}"
+)
+_OTHER = (
+    "o.dataset_id = n.dataset_id AND o.key_hash = n.key_hash AND o.key = n.key "
+    "AND (o.shard_id <> n.shard_id OR o.byte_offset <> n.byte_offset) "
+    f"AND {visibility.sql(visibility.not_removed, 'records AS o')} "
+    f"AND ({_S_COMMITTED} OR (s.job_id = :job AND s.state = 'staged'))"
+)
+# Keys of the job that repeat within the job (always an error, whatever on_duplicate says).
+_WITHIN_JOB = text(
+    "SELECT n.key FROM records n JOIN shards ns ON ns.id = n.shard_id WHERE "
+    f"{_NEW} GROUP BY n.key_hash, n.key HAVING count(*) > 1 LIMIT 1001"
+)
+# Keys of the job whose record another commit added or removed after the job began.
+_CHANGED_SINCE = text(
+    "SELECT DISTINCT n.key FROM records n JOIN shards ns ON ns.id = n.shard_id "
+    "JOIN records o ON o.dataset_id = n.dataset_id AND o.key_hash = n.key_hash AND o.key = n.key "
+    f"JOIN shards s ON s.id = o.shard_id WHERE {_NEW} AND {_S_COMMITTED} "
+    f"AND {visibility.sql(visibility.changed_since, 'records AS o', 'shards AS s', ':base')} "
+    "LIMIT 1001"
+)
+# The job's staged records: `records` unaliased so remove_records can correlate on it.
+OF_JOB = "records.shard_id IN (SELECT id FROM shards WHERE job_id = :job AND state = 'staged')"
+# The dataset's records in committed shards (remove_records keeps the live ones).
+LIVE_ELSEWHERE = (
+    "records.shard_id IN (SELECT id FROM shards WHERE dataset_id = :d "
+    f"AND {visibility.sql(visibility.committed, 'shards')})"
+)
+_SAME_KEY_IN_JOB = (
+    f"EXISTS (SELECT 1 FROM records n JOIN shards ns ON ns.id = n.shard_id WHERE {_NEW} "
+    "AND n.dataset_id = records.dataset_id AND n.key_hash = records.key_hash "
+    "AND n.key = records.key)"
+)
+# The committed records (`o`, its shard `s`) of the key of `records`' row.
+_OF_KEY = (
+    "FROM records o JOIN shards s ON s.id = o.shard_id WHERE s.dataset_id = :d "
+    "AND o.dataset_id = records.dataset_id AND o.key_hash = records.key_hash "
+    "AND o.key = records.key"
+)
+# The key has a live record.
+_SAME_KEY_LIVE = (
+    f"EXISTS (SELECT 1 {_OF_KEY} AND "
+    f"{visibility.sql(visibility.live, 'records AS o', 'shards AS s')})"
+)
+# A rewritten record (``rewrite=``) goes live only while the key's live record is one that was
+# live at the job's base version: the record the job read and copied, unchanged since.
+_UNCHANGED_SINCE_BASE = (
+    f"EXISTS (SELECT 1 {_OF_KEY} AND "
+    f"{visibility.sql(visibility.live_since, 'records AS o', 'shards AS s', ':base')})"
+)
+# SQLite plans this join as index probes by itself.
+_DUPLICATES = text(
+    "SELECT DISTINCT n.key FROM records n JOIN shards ns ON ns.id = n.shard_id "
+    "JOIN records o ON o.dataset_id = n.dataset_id AND o.key_hash = n.key_hash "
+    f"JOIN shards s ON s.id = o.shard_id WHERE {_NEW} AND {_OTHER} LIMIT 1001"
+)
+# PostgreSQL, right after a bulk load (no statistics yet), may hash-join the
+# whole records table instead; LATERAL ... LIMIT 1 pins one index probe per key.
+_DUPLICATES_PG = text(
+    "SELECT DISTINCT n.key FROM records n JOIN shards ns ON ns.id = n.shard_id "
+    "CROSS JOIN LATERAL (SELECT 1 FROM records o JOIN shards s ON s.id = o.shard_id "
+    f"WHERE {_OTHER} LIMIT 1) AS hit WHERE {_NEW} LIMIT 1001"
+)
+
+
+def duplicate_keys(session: Session, job_id: int) -> list[str]:
+    """Keys of the job's staged records that repeat in the job or among committed records."""
+    pg = session.get_bind().dialect.name == "postgresql"
+    query = _DUPLICATES_PG if pg else _DUPLICATES
+    return sorted(session.execute(query, {"job": job_id}).scalars().all())
+
+
+def has_committed(session: Session, dataset_id: int) -> bool:
+    """Whether the dataset has any committed shard (else there is nothing to collide with)."""
+    return bool(session.execute(select(committed_exists(dataset_id))).scalar())
+
+
+def committed_exists(dataset_id: int) -> Exists:
+    """``EXISTS`` a committed shard of the dataset, to ask with other conditions in one query."""
+    return exists().where(Shard.dataset_id == dataset_id, visibility.committed(Shard))
+
+
+def resolve_duplicates(
+    session: Session,
+    dataset: Dataset,
+    job: Job,
+    on_duplicate: OnDuplicate,
+    params: dict[str, object],
+    removed: tuple[int, int],
+) -> tuple[tuple[int, int], int]:
+    """Apply ``on_duplicate`` to the job's keys that are live already.
+
+    Returns the records/bytes removed (``removed`` plus those it replaced) and
+    how many of the job's own records it skipped.
+
+    Raises
+    ------
+    DuplicateKeyError
+        Keys repeat within the job, or (``"error"``) are live in the dataset.
+    KeyConflictError
+        (``"replace"``/``"skip"``) Another commit changed some of the keys after the job began.
+    """
+    dups = duplicate_keys(session, job.id)
+    if not dups:
+        return removed, 0
+    where = f"in job {job.id} of dataset {dataset.name!r}"
+    # Keys twice within the job first: no on_duplicate policy can resolve those.
+    within = sorted(session.execute(_WITHIN_JOB, {"job": job.id}).scalars())
+    if within:
+        raise duplicate_error(within, f"{where} (within the job)")
+    if on_duplicate == "error":
+        raise duplicate_error(dups, f"{where} (against committed shards)", live=True)
+    if job.base_version is not None:
+        changed = sorted(
+            session.execute(_CHANGED_SINCE, {"job": job.id, "base": job.base_version}).scalars()
+        )
+        if changed:
+            shown = ", ".join(repr(k) for k in changed[:10])
+            more = f" and {len(changed) - 10} more" if len(changed) > 10 else ""
+            raise KeyConflictError(
+                f"job {job.id} would {on_duplicate} {len(changed)} key(s) of dataset "
+                f"{dataset.name!r} that another commit changed after the job began (at version "
+                f"{job.base_version}): {shown}{more}; the job was not committed: rerun it "
+                "against the current version",
+                keys=changed[:1000],
+            )
+    if on_duplicate == "replace":
+        gone = remove_records(
+            session,
+            f"records.dataset_id = :d AND {LIVE_ELSEWHERE} AND {_SAME_KEY_IN_JOB}",
+            params,
+        )
+        return (removed[0] + gone[0], removed[1] + gone[1]), 0
+    # skip: the job's own records of those keys are added and removed in the same version.
+    skipped, _ = remove_records(session, f"{OF_JOB} AND {_SAME_KEY_LIVE}", params)
+    return removed, skipped
+
+
+def resolve_rewrite(
+    session: Session,
+    dataset: Dataset,
+    job: Job,
+    params: dict[str, object],
+    removed: tuple[int, int],
+) -> tuple[int, tuple[int, int]]:
+    """Apply ``commit(rewrite=True)``; returns the copies hidden and the records/bytes removed.
+
+    Raises
+    ------
+    DuplicateKeyError
+        A key repeats within the job.
+    """
+    within = sorted(session.execute(_WITHIN_JOB, {"job": job.id}).scalars())
+    if within:
+        raise duplicate_error(
+            within, f"in job {job.id} of dataset {dataset.name!r} (within the job)"
+        )
+    at_base = {**params, "base": job.base_version}
+    # First the copies of records another commit removed since the base version: they stay out.
+    stale, _ = remove_records(session, f"{OF_JOB} AND NOT {_UNCHANGED_SINCE_BASE}", at_base)
+    # Then what the remaining copies replace: exactly the records they copied.
+    gone = remove_records(
+        session, f"records.dataset_id = :d AND {LIVE_ELSEWHERE} AND {_SAME_KEY_IN_JOB}", params
+    )
+    return stale, (removed[0] + gone[0], removed[1] + gone[1])
