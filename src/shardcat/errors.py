@@ -316,9 +316,11 @@ class InvalidKeyError(ShardcatError, ValueError):
 
 
 class ExportNameError(InvalidKeyError):
-    """A key or entry name that a WebDataset tar cannot hold so that it reads back the same.
+    """A sample a WebDataset tar cannot hold so that it reads back the same: a key or
+    entry name WebDataset would read otherwise, or a sample without entries.
 
-    ``key`` and ``entry`` name the first sample refused.
+    ``key`` and ``entry`` name the first sample refused (``entry`` is empty for a
+    sample without entries).
     """
 
     def __init__(self, *args: object, key: str = "", entry: str = "", **kwargs: Any) -> None:

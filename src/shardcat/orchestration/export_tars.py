@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import ChecksumError, DestinationNotEmptyError, ObjectExistsError
 from ..format.checksums import crc32c
 from ..format.tar import TarHeaders, taridx_of_headers
-from ..format.tar.members import END_OF_ARCHIVE, member_headers, member_name, member_span
+from ..format.tar.members import END_OF_ARCHIVE, member_headers, member_names, member_span
 from ..format.tar.spec import blocks
 from ..storage import open_pending, open_source, redact
 from .read import iter_tar_records, open_registered
@@ -88,12 +88,10 @@ def sample_span(row: RecordRow, sizes: Sequence[int]) -> int:
     Raises
     ------
     ExportNameError
-        A member name would not read back as its key and entry.
+        A member name would not read back as its key and entry, or the sample has no entry.
     """
-    return sum(
-        member_span(member_name(row.key, name), size)
-        for (name, _, _), size in zip(row.entries, sizes)
-    )
+    names = member_names(row.key, [name for name, _, _ in row.entries])
+    return sum(member_span(name, size) for name, size in zip(names, sizes))
 
 
 def plan_tars(
@@ -249,9 +247,10 @@ def write_tar(
                             "it was registered; run `shardcat verify`",
                             path=redact(piece.url),
                         )
-                    for name, entry in rec.items():
+                    names = member_names(rec.key, list(rec))
+                    for name, entry in zip(names, rec.values()):
                         view = entry.view
-                        head = member_headers(member_name(rec.key, name), view.nbytes)
+                        head = member_headers(name, view.nbytes)
                         # TARIDX rows every header; a pax header is no entry of the scan.
                         for k, (n, s, o) in enumerate(zip(head.names, head.sizes, head.offsets)):
                             headers.names.append(n)

@@ -19,6 +19,7 @@ export written twice is the same bytes.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ...errors import ExportNameError, RecordTooLargeError
@@ -30,6 +31,7 @@ __all__ = [
     "MemberHeaders",
     "member_headers",
     "member_name",
+    "member_names",
     "member_span",
 ]
 
@@ -60,12 +62,31 @@ def member_name(key: str, entry: str) -> str:
     if why is not None:
         raise ExportNameError(
             f"sample {key!r}, entry {entry!r}: {why}, so it cannot be exported as a WebDataset "
-            "member and read back the same; rename it (write the dataset again with such keys "
-            "changed) or export without it (delete the key in a new version)",
+            "member and read back the same; write the sample again under another key (or "
+            "entry name), or export without it (delete the key in a new version)",
             key=key,
             entry=entry,
         )
     return name
+
+
+def member_names(key: str, entries: Sequence[str]) -> list[str]:
+    """The member names of sample ``key`` with these entries, in order.
+
+    Raises
+    ------
+    ExportNameError
+        A name would not read back (:func:`member_name`), or the sample has no
+        entry: a tar holds a sample only as its members, so it would vanish.
+    """
+    if not entries:
+        raise ExportNameError(
+            f"sample {key!r} has no entries, and a tar holds a sample only as its members "
+            "(key.entry), so it would not be there to read back; give it an entry, or "
+            "export without it (delete the key in a new version)",
+            key=key,
+        )
+    return [member_name(key, entry) for entry in entries]
 
 
 def _refusal(key: str, entry: str, name: str) -> str | None:
