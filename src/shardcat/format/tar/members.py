@@ -44,8 +44,6 @@ _PAX_NAME = b"././@PaxHeader"
 """The name field of a pax header, as Python's ``tarfile`` writes it."""
 _WDS_KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 """WebDataset's own split (``webdataset.tariterators.base_plus_ext``)."""
-_WDS_SAMPLE_FIELDS = frozenset(("__key__", "__url__", "__local_path__"))
-"""Names WebDataset gives its sample dicts itself: an entry of that name collides with them."""
 
 
 def member_name(key: str, entry: str) -> str:
@@ -107,8 +105,9 @@ def _refusal(key: str, entry: str, name: str) -> str | None:
         return "the entry name is empty or holds a '/'"
     if entry != entry.lower():
         return "WebDataset lower-cases entry names when it reads them"
-    if entry in _WDS_SAMPLE_FIELDS:
-        return f"WebDataset's samples have a field {entry!r} of their own"
+    if entry.startswith("__"):
+        # __key__, __url__, __local_path__: readers take every "__" name for one of these.
+        return "WebDataset keeps entry names starting with '__' for fields of its own"
     match = _WDS_KEY.match(name)
     if match is None or (match.group(1), match.group(2)) != (key, entry):
         return "WebDataset would split the member name elsewhere"
