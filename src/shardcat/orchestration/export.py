@@ -40,6 +40,7 @@ from ..errors import (
     Hint,
     JobInterrupted,
 )
+from ..format.tar.members import member_names
 from ..storage import dataset_prefix, is_local, join, local_path, redact, resolve
 from ..storage.removal import remove_files
 from .cluster import ClientChoice, client_for
@@ -191,6 +192,9 @@ def export(
         number, shards = internal.visible_shards(cat, dataset, version)
         # Every visible row, in read order; the hidden ones (deleted or replaced) left out.
         visible = [(s, _visible_rows(cat, s, hidden)) for s, hidden in shards]
+        for _, rows in visible:  # a name that would not read back fails before any work
+            for row in rows:
+                member_names(row.key, [name for name, _, _ in row.entries])
         prefix = name or dataset_prefix(dataset)
         ours = re.compile(re.escape(prefix) + r"-\d{6,}\.(tar|taridx)$")
         _refuse_taken(destination, dst_opts, ours, overwrite)
@@ -307,9 +311,13 @@ def _refuse_taken(
             f"name than this export's ({shown}): export into an empty folder, or remove them"
         )
     if tars:
-        shown = ", ".join(redact(u) for u in sorted(tars)[:3])
+        # Name the tars first: each has a .taridx beside it.
+        tars.sort(key=lambda u: (not u.endswith(".tar"), u))
+        n = sum(u.endswith(".tar") for u in tars)
+        what = count_of(n, "tar") if n else count_of(len(tars), ".taridx file")
+        shown = ", ".join(redact(u) for u in tars[:3])
         raise DestinationNotEmptyError(
-            f"destination {redact(destination)} holds {count_of(len(tars), 'tar')} already "
+            f"destination {redact(destination)} holds {what} already "
             f"({shown}{' ...' if len(tars) > 3 else ''}): export into an empty folder",
             hint=Hint(
                 python="or pass overwrite=True to replace an earlier export's tars",
