@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import ChecksumError, DestinationNotEmptyError, ObjectExistsError
 from ..format.checksums import crc32c
 from ..format.tar import TarHeaders, taridx_of_headers
-from ..format.tar.members import END_OF_ARCHIVE, member_headers, member_names, member_span
+from ..format.tar.members import END_OF_ARCHIVE, member_headers, member_span
 from ..format.tar.spec import blocks
 from ..storage import open_pending, open_source, redact
 from .read import iter_tar_records, open_registered
@@ -42,6 +42,7 @@ __all__ = [
     "write_tar",
 ]
 
+_ZEROS = memoryview(bytes(512))
 _BATCH = 8 << 20
 """Bytes of samples read, and of tar written, at a time (memory per task stays bounded)."""
 
@@ -85,13 +86,12 @@ class TarWritten:
 def sample_span(row: RecordRow, sizes: Sequence[int]) -> int:
     """Bytes the sample of ``row`` takes in a tar, its entries being ``sizes`` bytes once read.
 
-    Raises
-    ------
-    ExportNameError
-        A member name would not read back as its key and entry, or the sample has no entry.
+    Its names are not checked here: :func:`~shardcat.format.tar.members.member_names`
+    checks every row once, before the plan.
     """
-    names = member_names(row.key, [name for name, _, _ in row.entries])
-    return sum(member_span(name, size) for name, size in zip(names, sizes))
+    return sum(
+        member_span(f"{row.key}.{name}", size) for (name, _, _), size in zip(row.entries, sizes)
+    )
 
 
 def plan_tars(
@@ -247,21 +247,33 @@ def write_tar(
                             "it was registered; run `shardcat verify`",
                             path=redact(piece.url),
                         )
-                    names = member_names(rec.key, list(rec))
-                    for name, entry in zip(names, rec.values()):
+                    if len(rec) != len(row.entries) or any(
+                        n != e[0] for n, e in zip(rec, row.entries)
+                    ):
+                        raise ChecksumError(
+                            f"record {rec.key!r} has entries {list(rec)}, its catalog row "
+                            f"{[e[0] for e in row.entries]}: the shard changed since it was "
+                            "registered; run `shardcat verify`",
+                            path=redact(piece.url),
+                        )
+                    # The names were checked on the client (member_names), from these rows.
+                    for name, entry in rec.items():
                         view = entry.view
-                        head = member_headers(name, view.nbytes)
+                        size = view.nbytes
+                        head = member_headers(f"{rec.key}.{name}", size)
                         # TARIDX rows every header; a pax header is no entry of the scan.
-                        for k, (n, s, o) in enumerate(zip(head.names, head.sizes, head.offsets)):
-                            headers.names.append(n)
-                            headers.sizes.append(s)
-                            headers.offsets.append(offset + o)
-                            headers.entry.append(entries if k == len(head.names) - 1 else -1)
+                        last = len(head.names) - 1
+                        for k in range(last + 1):
+                            headers.names.append(head.names[k])
+                            headers.sizes.append(head.sizes[k])
+                            headers.offsets.append(offset + head.offsets[k])
+                            headers.entry.append(entries if k == last else -1)
                         entries += 1
+                        padded = blocks(size)
                         chunk += head.data
                         chunk += view
-                        chunk += bytes(blocks(view.nbytes) - view.nbytes)
-                        offset += len(head.data) + blocks(view.nbytes)
+                        chunk += _ZEROS[: padded - size]
+                        offset += len(head.data) + padded
                     if len(chunk) >= _BATCH:
                         crc = crc32c(chunk, crc)
                         pending.file.write(chunk)

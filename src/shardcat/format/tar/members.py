@@ -194,19 +194,39 @@ def _pax_record(raw: bytes) -> bytes:
     return str(n).encode() + body
 
 
-def _ustar(name: bytes, prefix: bytes, size: int, *, typeflag: bytes = b"0") -> bytes:
+def _fixed_fields(typeflag: bytes) -> tuple[bytes, bytes, bytes, int]:
+    """The header's bytes around its name, size and prefix fields, and their byte sum."""
     header = bytearray(BLOCK)
-    header[0 : len(name)] = name
-    header[100:108] = b"0000644\0"
-    header[108:116] = b"0000000\0"
-    header[116:124] = b"0000000\0"
-    header[124:136] = b"%011o\0" % size
-    header[136:148] = b"00000000000\0"
-    header[148:156] = b" " * 8
+    header[100:124] = b"0000644\0" + b"0000000\0" * 2  # mode, uid, gid
+    header[136:148] = b"00000000000\0"  # mtime
+    header[148:156] = b" " * 8  # the checksum field counts as spaces
     header[156:157] = typeflag
     header[257:265] = b"ustar\x0000"
-    header[329:337] = b"0000000\0"
-    header[337:345] = b"0000000\0"
-    header[345 : 345 + len(prefix)] = prefix
-    header[148:156] = b"%06o\0 " % sum(header)
-    return bytes(header)
+    header[329:345] = b"0000000\0" * 2  # devmajor, devminor
+    return bytes(header[100:124]), bytes(header[136:148]), bytes(header[156:345]), sum(header)
+
+
+_FILE = _fixed_fields(b"0")
+_PAX = _fixed_fields(b"x")
+
+
+def _ustar(name: bytes, prefix: bytes, size: int, *, typeflag: bytes = b"0") -> bytes:
+    """One 512-byte ustar header; the fixed fields are joined, not rebuilt, per member."""
+    ids, mtime, rest, fixed_sum = _PAX if typeflag == b"x" else _FILE
+    size_field = b"%011o\0" % size
+    chksum = b"%06o\0 " % (fixed_sum + sum(name) + sum(prefix) + sum(size_field))
+    return b"".join(
+        (
+            name.ljust(100, b"\0"),
+            ids,
+            size_field,
+            mtime,
+            chksum,
+            rest,
+            prefix.ljust(155, b"\0"),
+            _PAD12,
+        )
+    )
+
+
+_PAD12 = bytes(12)
