@@ -365,6 +365,20 @@ def test_destination_with_tars_is_refused_unless_overwrite(tmp_path, sqlite_url,
     (dest / "other-000000.tar").write_bytes(b"")
     with pytest.raises(DestinationNotEmptyError, match="another name"):
         shardcat.export(sqlite_url, "src", str(dest), overwrite=True, client=client)
+    # A tar dataset exported with overwrite onto the tars it reads is refused.
+    (dest / "other-000000.tar").unlink()
+    shardcat.index_tar(again.tars, catalog=sqlite_url, dataset="tars", client=client)
+    with pytest.raises(DestinationNotEmptyError, match="this export reads"):
+        shardcat.export(sqlite_url, "tars", str(dest), name="src", overwrite=True, client=client)
+    assert _webdataset(again.tars) == _raw(Catalog(sqlite_url), "src", None)
+    # An empty version exports nothing (and registers nothing).
+    shardcat.delete_keys(
+        sqlite_url, "tars", [k for k, _ in _raw(Catalog(sqlite_url), "tars", None)]
+    )
+    empty = shardcat.export(
+        sqlite_url, "tars", str(tmp_path / "empty"), register="none", client=client
+    )
+    assert (empty.tars, empty.samples, empty.registered) == ([], 0, None)
     # A registration name that exists is refused before anything is written.
     with pytest.raises(DatasetExistsError):
         shardcat.export(sqlite_url, "src", str(tmp_path / "reg"), register="src", client=client)

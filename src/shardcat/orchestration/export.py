@@ -197,7 +197,7 @@ def export(
                 member_names(row.key, [name for name, _, _ in row.entries])
         prefix = name or dataset_prefix(dataset)
         ours = re.compile(re.escape(prefix) + r"-\d{6,}\.(tar|taridx)$")
-        _refuse_taken(destination, dst_opts, ours, overwrite)
+        _refuse_taken(destination, dst_opts, ours, overwrite, {s.url for s, _ in visible})
         folders = {
             destination: dst_opts,
             **{posixpath.dirname(s.url): src_opts for s, _ in visible},
@@ -297,10 +297,22 @@ def _listing(destination: str, options: dict[str, Any]) -> list[str]:
 
 
 def _refuse_taken(
-    destination: str, options: dict[str, Any], ours: re.Pattern[str], overwrite: bool
+    destination: str,
+    options: dict[str, Any],
+    ours: re.Pattern[str],
+    overwrite: bool,
+    sources: set[str],
 ) -> None:
-    """Refuse a destination holding tars (with ``overwrite``, tars not named like ours)."""
+    """Refuse a destination holding tars (with ``overwrite``, tars not named like ours, or
+    tars the export reads: a tar dataset exported onto its own files)."""
     tars = [u for u in _listing(destination, options) if _TARS.match(u.rsplit("/", 1)[-1])]
+    read = sorted(set(tars) & sources)
+    if overwrite and read:
+        raise DestinationNotEmptyError(
+            f"destination {redact(destination)} holds {count_of(len(read), 'tar')} this export "
+            f"reads ({redact(read[0])}): overwriting would remove them; export into another "
+            "folder, or give the tars another name (name=, --name)"
+        )
     if overwrite:
         tars = [u for u in tars if not ours.match(u.rsplit("/", 1)[-1])]
         if not tars:
