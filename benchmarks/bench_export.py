@@ -28,27 +28,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
+from bench_copy import make_partition as copy_samples
 
 
 def make_partition(seed: int, nbytes: int) -> list[dict]:
-    rng = np.random.default_rng(seed)
-    blob = rng.integers(0, 256, size=1 << 20, dtype=np.uint8).tobytes()
-    out, size, i = [], 0, 0
-    while size < nbytes:
-        n = int(rng.integers(2048, 8193))
-        start = int(rng.integers(0, len(blob) - n))
-        out.append(
-            {
-                "__key__": f"p{seed:04d}/{i:08d}",
-                "bin": blob[start : start + n],
-                "json": {"i": i, "partition": seed, "label": int(rng.integers(0, 1000))},
-                "cls": str(i % 10).encode(),
-            }
-        )
-        size += n
-        i += 1
-    return out
+    """bench_copy's samples (a 2-8 KiB ``bin``), each with a small ``json`` and a ``cls``."""
+    return [
+        {**s, "json": {"i": i, "partition": seed}, "cls": str(i % 10).encode()}
+        for i, s in enumerate(copy_samples(seed, nbytes))
+    ]
 
 
 def folder_bytes(folder: Path, suffix: str = ".tar") -> int:

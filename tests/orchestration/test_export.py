@@ -106,6 +106,16 @@ def _webdataset(urls: list[str]) -> list[tuple[str, dict[str, bytes]]]:
     ]
 
 
+def _check_taridx(url: str) -> None:
+    """The .taridx beside a tar is the one iTar (and shardcat's own taridx export) makes."""
+    source = open_source(url, {})
+    try:
+        reference = taridx_from_scans([scan_tar_url(url, {})], sources=[source]).to_bytes()
+    finally:
+        source.close()
+    assert Path(url.replace(".tar", ".taridx")).read_bytes() == reference
+
+
 def _check_decoded(got: list[tuple[str, dict[str, bytes]]], version: int) -> None:
     want = _expected(version)
     assert sorted(k for k, _ in got) == sorted(want)
@@ -184,14 +194,7 @@ def test_tars_are_cut_at_the_size_and_never_split_a_sample(tmp_path, sqlite_url,
         order.extend(keys)
         size = os.path.getsize(url)
         assert size <= limit or len(keys) == 1, (url, size, len(keys))
-        # The .taridx beside it is the one iTar (and shardcat's own taridx export) makes.
-        info = scan_tar_url(url, {})
-        source = open_source(url, {})
-        try:
-            reference = taridx_from_scans([info], sources=[source]).to_bytes()
-        finally:
-            source.close()
-        assert Path(url.replace(".tar", ".taridx")).read_bytes() == reference
+        _check_taridx(url)
     assert order == [k for k, _ in _raw(Catalog(sqlite_url), "src", None)]
     # A limit below one sample: every sample gets its own tar.
     alone = shardcat.export(sqlite_url, "src", str(tmp_path / "alone"), shard_size=1, client=client)
@@ -231,13 +234,7 @@ def test_hostile_keys_round_trip_or_are_refused_before_anything_is_written(
         (r.key, {n: e.data for n, e in r.items()})
         for r in cat.get_many("hostile_back", [k for k, _ in want]).records
     ] == want
-    info = scan_tar_url(summary.tars[0], {})
-    source = open_source(summary.tars[0], {})
-    try:
-        reference = taridx_from_scans([info], sources=[source]).to_bytes()
-    finally:
-        source.close()
-    assert Path(summary.tars[0].replace(".tar", ".taridx")).read_bytes() == reference
+    _check_taridx(summary.tars[0])
 
     for key, entry, why in [
         ("a.b", "txt", "first dot"),

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import logging
 from typing import Annotated
 
 import typer
@@ -21,7 +20,9 @@ from .common import (
     state_of,
 )
 from .storage_options import parse_storage_options
+from .tar_cmds import _quiet_dask
 from .version_cmds import VersionOption, parse_version
+from .write_cmd import _check_size
 
 __all__ = ["register"]
 
@@ -32,16 +33,6 @@ class ExportFormat(str, enum.Enum):
 
 def register(app: typer.Typer) -> None:
     app.command("export")(export)
-
-
-def _check_size(value: str) -> str:
-    from .._units import parse_size
-
-    try:
-        parse_size(value)
-    except ValueError as e:
-        raise typer.BadParameter(str(e)) from None
-    return value
 
 
 def export(
@@ -117,10 +108,7 @@ def export(
 
     cluster = dask_cluster(workers, scheduler)
     state = state_of(ctx)
-    if state.verbose < 2:  # Dask's INFO lines (scheduler, nanny) are noise here
-        import distributed  # noqa: F401  (importing it sets its loggers' levels; override after)
-
-        logging.getLogger("distributed").setLevel(logging.WARNING)
+    _quiet_dask(state.verbose)
     dest_options = parse_storage_options(dest_option) if dest_option else None
     with (
         open_catalog(state) as cat,
