@@ -15,6 +15,8 @@ import pytest
 import webdataset as wds
 
 import shardcat
+import shardcat.config
+from _handcluster import hand_cluster
 from shardcat.catalog import internal
 from shardcat.errors import (
     ChecksumError,
@@ -22,6 +24,7 @@ from shardcat.errors import (
     DestinationNotEmptyError,
     ExportNameError,
     JobInterrupted,
+    WorkersLostError,
 )
 from shardcat.format.tar import Taridx, taridx_from_scans
 from shardcat.orchestration import DaskCluster
@@ -339,6 +342,45 @@ def test_a_failed_or_interrupted_export_leaves_no_tar_under_a_final_name(
             progress=stop_after_two,
         )
     assert 2 in calls
+    assert sorted(p.name for p in dest.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_an_export_whose_workers_are_all_lost_stops_typed_and_removes_its_tars(tmp_path):
+    from distributed import Client
+
+    catalog = f"sqlite:///{tmp_path / 'c.db'}"
+    with shardcat.DatasetWriter(catalog, "src", str(tmp_path / "src")) as w:
+        for i in range(200):
+            w.add(f"k/{i:04d}", {"bin": bytes([i % 256]) * 4000})
+    dest = tmp_path / "out"
+    with (
+        hand_cluster(tmp_path / "cluster", workers=1) as cluster,
+        Client(cluster.address) as client,
+    ):
+        done: list[int] = []
+
+        def kill_after_the_first_tar(n: int, total: int) -> None:
+            done.append(n)
+            if n == 1:
+                cluster.kill_workers()
+
+        with (
+            shardcat.config.set(dask_no_workers_timeout=1),
+            pytest.raises(WorkersLostError) as raised,
+        ):
+            shardcat.export(
+                catalog,
+                "src",
+                str(dest),
+                shard_size="20KB",
+                client=client,
+                progress=kill_after_the_first_tar,
+            )
+    assert max(done) >= 1  # tars were published before the workers went (and then removed)
+    text = raised.value.render("cli")
+    assert "export of dataset 'src' stopped: it was aborted, and the files it had" in text
+    assert text.endswith("run the command again")
     assert sorted(p.name for p in dest.iterdir()) == []
 
 

@@ -203,7 +203,7 @@ def export(
             **{posixpath.dirname(s.url): src_opts for s, _ in visible},
         }
         refuse_unreachable_stores(folders)
-        ref = JobRef("export", dataset)
+        ref = JobRef("export", dataset, removes_output=True)
         planned: list[TarPlan] = []
         published: list[str] = []
         try:
@@ -229,14 +229,14 @@ def export(
                         published, cat, register, dst_opts, dask_client, retries=retries
                     ).job_id
         except KeyboardInterrupt as e:
-            _remove_published(planned, dst_opts, keep=published)
+            _remove_published(destination, planned, dst_opts, keep=published)
             raise JobInterrupted(
                 f"interrupted: the export of dataset {dataset!r} stopped and the tars it had "
                 f"published in {redact(destination)} were removed",
                 hint=Hint(python="run it again", cli="run the command again"),
             ) from e
         except BaseException:
-            _remove_published(planned, dst_opts, keep=published)
+            _remove_published(destination, planned, dst_opts, keep=published)
             raise
     summary = ExportSummary(
         dataset=dataset,
@@ -349,13 +349,21 @@ def _remove_ours(destination: str, options: dict[str, Any], ours: re.Pattern[str
         )
 
 
-def _remove_published(planned: Sequence[TarPlan], options: dict[str, Any], keep: list[str]) -> None:
-    """Remove what the failed export published (its names were free when it began)."""
-    if keep:  # every tar was written: only the registration failed, the tars stay
+def _remove_published(
+    destination: str, planned: Sequence[TarPlan], options: dict[str, Any], keep: list[str]
+) -> None:
+    """Remove what the failed export published (its names were free when it began), and
+    the temporary files of local tars whose worker was killed while writing them."""
+    if keep or not planned:  # every tar was written: only the registration failed, they stay
         return
     urls = [u for p in planned for u in (p.url, p.index_url)]
-    if not urls:
-        return
+    names = {u.rsplit("/", 1)[-1] for u in urls}
+    for url in _listing(destination, options):
+        base = url.rsplit("/", 1)[-1]
+        # storage/atomic.py's pending name: ".<name>.<12 hex>.partial"
+        pending = base.startswith(".") and base.endswith(".partial")
+        if pending and base[1:].rsplit(".", 2)[0] in names:
+            urls.append(url)
     left = remove_files(urls, options)
     if left.failed:
         log.warning(
