@@ -46,7 +46,7 @@ from ..storage.removal import remove_files
 from .cluster import ClientChoice, client_for
 from .export_tars import TarPlan, TarWritten, entry_sizes, plan_tars, write_tar
 from .index_tar import run_index_job
-from .reach import refuse_unreachable_stores
+from .reach import refuse_in_memory, refuse_unreachable_stores
 from .watch import JobRef, TaskProgressCallback, gather
 
 if TYPE_CHECKING:
@@ -166,6 +166,9 @@ def export(
         is not set.
     DatasetExistsError
         ``register`` names a dataset that exists.
+    CatalogError
+        ``register`` with an in-memory SQLite catalog (its Dask workers could
+        not open it).
     DatasetNotFoundError, VersionNotFoundError
         No such dataset, or no such kept version or tag.
     ChecksumError, ShardNotFoundError, StorageError
@@ -187,7 +190,8 @@ def export(
             destination = os.path.abspath(local_path(destination))
         destination = destination.rstrip("/")
         resolve(destination, dst_opts)  # a bad URL fails here, typed
-        if register is not None:
+        if register is not None:  # before anything is written: the tars would stay unregistered
+            refuse_in_memory(cat)
             _refuse_registered(cat, register)
         number, shards = internal.visible_shards(cat, dataset, version)
         # Every visible row, in read order; the hidden ones (deleted or replaced) left out.
