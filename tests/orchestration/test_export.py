@@ -282,6 +282,11 @@ def test_s3_destination_and_an_in_process_memory_one(tmp_path, postgres_url, s3,
     with Catalog(postgres_url, storage_options=s3["storage_options"]) as on_s3:
         got = on_s3.get_many("on_s3", [k for k, _ in want])
         assert [(r.key, {n: e.data for n, e in r.items()}) for r in got.records] == want
+        # Back from S3: the tars registered there, read from their catalog rows, to local tars.
+        back = shardcat.export(
+            on_s3, "on_s3", str(tmp_path / "back"), destination_options={}, client=client
+        )
+    assert len(back.tars) == 1 and _webdataset(back.tars) == want
     # memory:// lives in this process: the export runs on threads here (no client given).
     mem = shardcat.export(cat, "src", "memory://exports/src", shard_size="30KB")
     import fsspec
