@@ -33,11 +33,12 @@ if TYPE_CHECKING:
     from . import storage as storage
     from .format import Codec, Entry, Record, ShardInfo, VerifyReport
 
-    # From the defining modules: compact, index_tar, read and write are also the
+    # From the defining modules: compact, export, index_tar, read and write are also the
     # names of orchestration's submodules, which mypy may otherwise bind first.
     from .orchestration.compact import compact
     from .orchestration.copy import copy_dataset
     from .orchestration.dataset_writer import DatasetWriter
+    from .orchestration.export import export
     from .orchestration.files import from_files
     from .orchestration.index_tar import index_tar
     from .orchestration.keys import delete_keys
@@ -72,6 +73,7 @@ __all__ = [
     "compact",
     "copy_dataset",
     "delete_keys",
+    "export",
     "from_files",
     "index_tar",
     "iter_shards",
@@ -102,6 +104,7 @@ _LAZY = {
     "copy_dataset": ".orchestration",
     "DatasetWriter": ".orchestration",
     "delete_keys": ".orchestration",
+    "export": ".orchestration",
     "from_files": ".orchestration",
     "index_tar": ".orchestration",
     "read": ".orchestration",

@@ -38,6 +38,7 @@ __all__ = [
     "DuplicateKeyError",
     "EmptySourceError",
     "EntryNotFoundError",
+    "ExportNameError",
     "ExtraNotInstalledError",
     "FormatError",
     "Hint",
@@ -312,6 +313,20 @@ class NewerVersionWarning(UserWarning):
 
 class InvalidKeyError(ShardcatError, ValueError):
     """A key (or entry name) is empty, not valid UTF-8 or too long."""
+
+
+class ExportNameError(InvalidKeyError):
+    """A sample a WebDataset tar cannot hold so that it reads back the same: a key or
+    entry name WebDataset would read otherwise, or a sample without entries.
+
+    ``key`` and ``entry`` name the first sample refused (``entry`` is empty for a
+    sample without entries).
+    """
+
+    def __init__(self, *args: object, key: str = "", entry: str = "", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.key = key
+        self.entry = entry
 
 
 class RecordTooLargeError(ShardcatError, ValueError):
@@ -638,7 +653,8 @@ class JobInputsChangedError(JobExistsError, ValueError):
 
 
 class DestinationNotEmptyError(ShardcatError, FileExistsError):
-    """A copy's destination folder holds objects that are not this copy's shards."""
+    """A copy's destination folder holds objects that are not this copy's shards, or an
+    export's destination holds tars already."""
 
 
 class CommitConflictError(CatalogError):

@@ -70,6 +70,7 @@ def _register() -> None:
         compact_cmd,
         copy_cmd,
         dataset_cmds,
+        export_cmd,
         maintenance_cmds,
         serve_cmd,
         shard_cmds,
@@ -82,6 +83,7 @@ def _register() -> None:
 
     write_cmd.register(app)
     copy_cmd.register(app)
+    export_cmd.register(app)
     compact_cmd.register(app)
     dataset_cmds.register(app)
     maintenance_cmds.register(app)

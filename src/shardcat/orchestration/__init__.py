@@ -1,4 +1,4 @@
-"""Dask orchestration: parallel shard writes and tar indexing committed at once, and parallel reads."""
+"""Dask orchestration: parallel shard writes and tar indexing committed at once, parallel reads, exports."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from .cluster import ClientChoice, DaskCluster, client_for
 from .compact import CompactSummary, compact
 from .copy import CopySummary, copy_dataset
 from .dataset_writer import DatasetWriter
+from .export import ExportSummary, export
 from .files import FileSource, from_files
 from .index_tar import IndexTarSummary, TarFailure, index_tar
 from .keys import delete_keys
@@ -20,6 +21,7 @@ __all__ = [
     "CopySummary",
     "DaskCluster",
     "DatasetWriter",
+    "ExportSummary",
     "FileSource",
     "IndexTarSummary",
     "TarFailure",
@@ -31,6 +33,7 @@ __all__ = [
     "compact",
     "copy_dataset",
     "delete_keys",
+    "export",
     "from_files",
     "index_tar",
     "iter_shard",

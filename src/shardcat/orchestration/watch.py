@@ -54,7 +54,7 @@ class JobRef:
     Attributes
     ----------
     operation:
-        ``"write"``, ``"compact"``, ``"copy"`` or ``"index-tar"``.
+        ``"write"``, ``"compact"``, ``"copy"``, ``"index-tar"`` or ``"export"``.
     dataset:
         The job's dataset.
     job_id:
@@ -70,6 +70,8 @@ class JobRef:
     job_id: int | None = None
     job_name: str | None = None
     resumable: bool = False
+    removes_output: bool = False
+    """An export: a stopped job removes the files it published (nothing to gc)."""
 
     @property
     def what(self) -> str:
@@ -242,6 +244,9 @@ def _lost(job: JobRef, seconds: float, address: str) -> WorkersLostError:
                 python=f"{start}rerun the write with resume=True to resume it",
                 cli=f"{start}rerun the command with --resume to resume it",
             )
+    elif job.removes_output:
+        state = "it was aborted, and the files it had published are removed"
+        hint = Hint(python=f"{start}run it again", cli=f"{start}run the command again")
     else:
         state = "it was aborted, nothing of it is visible"
         hint = Hint(
