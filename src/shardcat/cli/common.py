@@ -50,6 +50,16 @@ SchedulerOption = Annotated[
     typer.Option(help="Use a running Dask scheduler (tcp://host:8786) instead.", metavar="ADDRESS"),
 ]
 
+# Options of a second store, for commands that write somewhere else (copy, export).
+DestOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--dest-option",
+        help="fsspec option of the destination (KEY=VALUE, repeatable; default: the -S options).",
+        metavar="KEY=VALUE",
+    ),
+]
+
 # Every command that runs a Dask job draws its progress on stderr unless told not to.
 ProgressOption = Annotated[
     bool, typer.Option(help="Show a progress bar (on stderr; never with --json).")

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from .common import (
+    DestOption,
     ProgressOption,
     SchedulerOption,
     WorkersOption,
@@ -60,14 +61,7 @@ def copy(
             "its old shards are removed.",
         ),
     ] = False,
-    dest_option: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--dest-option",
-            help="fsspec option of DEST_URL (KEY=VALUE, repeatable; default: the -S options).",
-            metavar="KEY=VALUE",
-        ),
-    ] = None,
+    dest_option: DestOption = None,
     workers: WorkersOption = None,
     scheduler: SchedulerOption = None,
     progress: ProgressOption = True,

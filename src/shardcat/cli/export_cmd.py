@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from .common import (
+    DestOption,
     ProgressOption,
     SchedulerOption,
     WorkersOption,
@@ -83,14 +84,7 @@ def export(
             "and .taridx; other files are kept).",
         ),
     ] = False,
-    dest_option: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--dest-option",
-            help="fsspec option of DEST (KEY=VALUE, repeatable; default: the -S options).",
-            metavar="KEY=VALUE",
-        ),
-    ] = None,
+    dest_option: DestOption = None,
     workers: WorkersOption = None,
     scheduler: SchedulerOption = None,
     progress: ProgressOption = True,
