@@ -24,7 +24,8 @@ given number of bytes, so the bound is one more threshold.
 ``L`` and ``B`` come from the requests themselves: every remote read reports
 ``(requests, bytes, seconds, requests in flight)`` to its store's
 :class:`Estimator` (one per store, keyed by client and endpoint,
-:data:`MAX_STORES` of them at most). From one call it takes a request's time
+:data:`MAX_STORES` of them at most; a store's first call, which also sets up
+the client, is not counted). From one call it takes a request's time
 ``y = seconds * min(requests, C) / requests`` and mean size ``x``; a small
 request (transfer under half the latency) updates the latency with
 ``y - x / B``, a large one (a stream's chunk, a wide merge) the bandwidth with
@@ -125,6 +126,7 @@ class Estimator:
         self._lock = threading.Lock()
         self._latency = PRIOR_LATENCY
         self._bandwidth = PRIOR_BANDWIDTH
+        self._warm = False
         self._samples = 0
         self._latency_samples = 0
         self._bandwidth_samples = 0
@@ -133,6 +135,11 @@ class Estimator:
         """One call that sent ``requests`` requests, ``in_flight`` at a time, and got
         ``nbytes`` bytes in ``seconds``."""
         if requests < 1 or seconds <= 0:
+            return
+        if not self._warm:
+            # A store's first call also pays for the client's setup (its session,
+            # credentials, the first connections): not a measure of the store.
+            self._warm = True
             return
         y = seconds * min(requests, max(1, in_flight)) / requests
         x = max(0, nbytes) / requests
