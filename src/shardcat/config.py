@@ -133,7 +133,7 @@ SETTINGS: tuple[Setting, ...] = (
         "Batch reads of object-store files read through gaps up to this size rather than "
         "send another request (0: only adjacent ranges). `auto`: derived per store from its "
         "measured latency L and bandwidth B, L x B / requests in flight within 16KiB-1MiB, "
-        "and the gaps one batch reads add at most its records' bytes (docs/CATALOG.md, "
+        "and the gaps one batch reads add at most 0.75 x its records' bytes (docs/CATALOG.md, "
         "batch lookups); `Catalog(remote_max_gap=)` wins.",
     ),
     Setting(

@@ -16,9 +16,10 @@ also a byte of egress and of memory; ``/ C`` is the gap that is right when the
 requests in flight share the link, and errs towards fewer bytes otherwise.
 
 A second bound holds whatever the measurements say: the gaps one batch reads
-through add at most :data:`READ_BUDGET` times the bytes it wants
-(:func:`budget_gap`), so a batch never reads more than twice its records'
-bytes. Merging the smallest gaps first is what saves the most requests for a
+through add at most :data:`READ_BUDGET` (0.75) times the bytes it wants
+(:func:`budget_gap`), so a batch never fetches more than 1.75 times its
+records' bytes, under twice their payloads (the records' keys and framing
+take the rest). Merging the smallest gaps first is what saves the most requests for a
 given number of bytes, so the bound is one more threshold.
 
 ``L`` and ``B`` come from the requests themselves: every remote read reports
@@ -80,8 +81,9 @@ PRIOR_BANDWIDTH = 100e6
 IN_FLIGHT = 10
 """Requests a batch keeps in flight: botocore's ``max_pool_connections`` and object_store's
 ``get_ranges`` default."""
-READ_BUDGET = 1.0
-"""Gaps a batch reads through add at most this many times the bytes it wants."""
+READ_BUDGET = 0.75
+"""Gaps a batch reads through add at most this many times the bytes it wants: a batch
+fetches at most 1.75 x its records, under twice their payloads with the records' framing."""
 ALPHA = 0.2
 """Weight of each new measurement in the running means."""
 MAX_STORES = 64
