@@ -303,8 +303,8 @@ class SourceCache:
         if max_gap is None and self.remote_max_gap is None:
             # Derived gaps are held to the batch's read budget (gap.budget_gap).
             is_remote = np.array([_remote(src) for src in sources], dtype=bool)
-            mine = is_remote[np.asarray(file, dtype=np.int64)]
-            if mine.any():
+            mine = is_remote[np.asarray(file, dtype=np.int64)] if is_remote.any() else None
+            if mine is not None and mine.any():
                 cap = _gap.budget_gap(file[mine], start[mine], end[mine])
                 gaps[is_remote] = np.minimum(gaps[is_remote], cap)
         merged = merge_sorted(file, start, end, gaps, max_span)
