@@ -115,7 +115,14 @@ def test_read_sorted_reads_local_files_with_pread_and_merges(shard, tmp_path, mo
     assert calls[:4] == [20, 100, 2, 300]
 
 
-def test_read_sorted_reads_remote_files_with_one_cat_ranges(s3, monkeypatch):
+@pytest.mark.parametrize(
+    ("setting", "sent"),
+    [
+        ("64KiB", 2),  # the first file's ranges merged across their 10 KB gap
+        (None, 3),  # derived: a 10 KB gap is far past the read budget of 52 bytes wanted
+    ],
+)
+def test_read_sorted_reads_remote_files_with_one_cat_ranges(s3, monkeypatch, setting, sent):
     import s3fs
 
     shardcat.config.set(s3_transport="fsspec")  # s3fs's cat_ranges, counted
@@ -125,7 +132,7 @@ def test_read_sorted_reads_remote_files_with_one_cat_ranges(s3, monkeypatch):
     fs.pipe(urls[0], DATA)
     fs.pipe(urls[1], DATA[::-1])
     rows = [(0, 0, 10), (0, 10_200, 10_240), (1, 5, 7)]
-    with SourceCache(s3["storage_options"]) as cache:
+    with SourceCache(s3["storage_options"], remote_max_gap=setting) as cache:
         calls: list[int] = []
         fs = cache.source(urls[0]).fs  # type: ignore[attr-defined]
         real = fs.cat_ranges
@@ -137,7 +144,7 @@ def test_read_sorted_reads_remote_files_with_one_cat_ranges(s3, monkeypatch):
         fs.cat_ranges = counted
         got = _sorted_reads(cache, urls, rows)
     assert got == [DATA[0:10], DATA[10_200:], DATA[::-1][5:7]]
-    assert calls == [2]  # one call; the first file's ranges merged (64 KiB gaps remotely)
+    assert calls == [sent]  # one call for both files
 
 
 def test_read_sorted_names_a_missing_file(tmp_path, shard):
