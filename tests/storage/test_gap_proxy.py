@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import random
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,7 @@ s3fs = pytest.importorskip("s3fs")
 from benchmarks.latency_proxy import PROFILES, LatencyProxy  # noqa: E402
 
 import shardcat  # noqa: E402
-from _servers import moto_client  # noqa: E402
+from _servers import moto_bucket  # noqa: E402
 from shardcat.reading import Catalog  # noqa: E402
 from shardcat.storage import gap, open_source  # noqa: E402
 
@@ -43,14 +42,7 @@ ASKED = 300
 @pytest.fixture(scope="module")
 def written(s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Two shards on moto, registered in a SQLite catalog; their records' bytes and places."""
-    bucket = f"gap-{uuid.uuid4().hex[:12]}"
-    moto_client(s3_endpoint).create_bucket(Bucket=bucket)
-    options = {
-        "key": "testing",
-        "secret": "testing",
-        "client_kwargs": {"endpoint_url": s3_endpoint, "region_name": "us-east-1"},
-        "use_listings_cache": False,
-    }
+    bucket, options = moto_bucket(s3_endpoint, "gap")
     rng = random.Random(7)
     catalog = f"sqlite:///{tmp_path_factory.mktemp('gap')}/catalog.db"
     records: dict[str, bytes] = {}
