@@ -92,6 +92,7 @@ def test_remote_reads_through_gaps_up_to_the_setting(
     shardcat.config.set(remote_max_gap="1MiB")
     assert batch(catalog_url, shard, reads) == [(sp[0][0], sp[100][1])]
     assert batch(catalog_url, shard, reads, remote_max_gap=102_400) == merged_near
+    assert batch(catalog_url, shard, reads, remote_max_gap="auto") == exact
 
 
 def test_the_setting_travels_with_the_catalog_handle(sqlite_url: str) -> None:

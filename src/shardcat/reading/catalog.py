@@ -245,7 +245,8 @@ class Catalog(SqlCatalog):
                     self.storage_options,
                     self._layouts,
                     self.max_open_shards,
-                    self.remote_max_gap,
+                    # Resolved when the catalog opened: None is "auto", not "the setting".
+                    "auto" if self.remote_max_gap is None else self.remote_max_gap,
                 )
                 fence.register(lookup)
             with self._lock:

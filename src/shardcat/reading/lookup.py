@@ -116,7 +116,7 @@ class Lookup:
         storage_options: StorageOptions | None,
         layouts: LayoutCache,
         max_open: int = 64,
-        remote_max_gap: int | None = None,
+        remote_max_gap: int | str | None = None,
     ) -> None:
         self.gate = threading.RLock()
         """Held by every call on this lookup (its thread's) and by :meth:`close` from any thread.
