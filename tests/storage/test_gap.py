@@ -7,6 +7,7 @@ test_gap_proxy.py.
 
 from __future__ import annotations
 
+import multiprocessing
 import uuid
 
 import numpy as np
@@ -140,6 +141,23 @@ def test_stores_are_estimated_apart_and_a_slower_store_merges_wider_gaps():
     assert gap.estimate(far).latency == pytest.approx(0.080, rel=0.01)
     assert gap.gap_for(near, IN_FLIGHT) == MIN_GAP  # 1 ms x 100 MB/s / 10 = 10 KB
     assert gap.gap_for(far, IN_FLIGHT) == pytest.approx(800_000, rel=0.001)  # 80 ms x ...
+
+
+def _child_estimate(key: str) -> int:
+    return gap.estimate(key).samples
+
+
+def test_a_forked_child_starts_afresh_even_while_a_parents_thread_measures():
+    key = f"test fork {uuid.uuid4()}"
+    for _ in range(3):
+        gap.observe(key, 1, 1000, 0.01, 1)
+    assert gap.estimate(key).samples == 2
+    # Another thread of the parent in the middle of an update when the fork happens.
+    estimator = gap._estimator(key)
+    with gap._stores_lock, estimator._lock:
+        with multiprocessing.get_context("fork").Pool(1) as pool:
+            samples = pool.apply_async(_child_estimate, (key,)).get(timeout=60)
+    assert samples == 0
 
 
 # --- the read budget --------------------------------------------------------------------

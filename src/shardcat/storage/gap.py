@@ -41,6 +41,7 @@ replaces all of this; local files keep ``LOCAL_MAX_GAP``.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -171,6 +172,18 @@ class Estimator:
 
 _stores: OrderedDict[str, Estimator] = OrderedDict()
 _stores_lock = threading.Lock()
+
+
+def _forget_in_child() -> None:
+    # A forked child may inherit a lock another thread of its parent held: it starts
+    # afresh (its own connections measure its own requests anyway).
+    global _stores, _stores_lock
+    _stores = OrderedDict()
+    _stores_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def _estimator(key: str) -> Estimator:
