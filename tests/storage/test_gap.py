@@ -154,9 +154,8 @@ def test_a_forked_child_starts_afresh_even_while_a_parents_thread_measures():
     assert gap.estimate(key).samples == 2
     # Another thread of the parent in the middle of an update when the fork happens.
     estimator = gap._estimator(key)
-    with gap._stores_lock, estimator._lock:
-        with multiprocessing.get_context("fork").Pool(1) as pool:
-            samples = pool.apply_async(_child_estimate, (key,)).get(timeout=60)
+    with gap._stores_lock, estimator._lock, multiprocessing.get_context("fork").Pool(1) as pool:
+        samples = pool.apply_async(_child_estimate, (key,)).get(timeout=60)
     assert samples == 0
 
 
