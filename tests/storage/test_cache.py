@@ -152,3 +152,26 @@ def test_read_sorted_names_a_missing_file(tmp_path, shard):
     with SourceCache() as cache, pytest.raises(ShardNotFoundError) as info:
         _sorted_reads(cache, [str(shard), str(missing)], [(0, 0, 4), (1, 0, 4)])
     assert str(missing) in str(info.value.path)
+
+
+def test_a_batch_beside_remote_files_keeps_the_local_gap(shard, monkeypatch):
+    # The derived remote gap's read budget (20 bytes wanted remotely: no gap read there)
+    # holds for remote files only: the local file still merges its 4,990-byte gap.
+    import fsspec
+
+    remote = "memory://gap-local/a.bin"
+    fsspec.filesystem("memory").pipe_file(remote, DATA)
+    calls: list[int] = []
+    real = os.pread
+
+    def counted(fd, n, off):
+        calls.append(n)
+        return real(fd, n, off)
+
+    monkeypatch.setattr(os, "pread", counted)
+    requests = [(url, ByteRange(a, a + 10)) for url in (str(shard), remote) for a in (0, 5000)]
+    with SourceCache() as cache:
+        assert cache.remote_max_gap is None  # derived
+        got = [bytes(v) for v in cache.read_batch(requests)]
+    assert got == [DATA[0:10], DATA[5000:5010]] * 2
+    assert calls == [5010]

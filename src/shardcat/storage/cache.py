@@ -239,14 +239,15 @@ class SourceCache:
                 opened.append((url, idxs, self.source(url)))
             except OSError as e:
                 self._raise_failed(url, e)
-        cap = _DERIVED
+        cap = _NO_CAP
         if max_gap is None and self.remote_max_gap is None:
             cap = _budget(
                 [[requests[i][1] for i in idxs] for _, idxs, src in opened if _remote(src)]
             )
         for url, idxs, src in opened:
             ranges = [requests[i][1] for i in idxs]
-            merged = coalesce(ranges, min(cap, self._gap(src, max_gap)), max_span)
+            gap = self._gap(src, max_gap)
+            merged = coalesce(ranges, min(cap, gap) if _remote(src) else gap, max_span)
             if isinstance(src, FsspecSource):
                 remote.setdefault(id(src.fs), (src.fs, []))[1].append((url, idxs, merged, src.path))
                 continue
@@ -457,7 +458,7 @@ class SourceCache:
         self.close()
 
 
-_DERIVED = 1 << 62  # no cap: an explicit gap is used as it is
+_NO_CAP = 1 << 62  # no cap: an explicit gap is used as it is
 
 
 def _remote(src: RangeSource) -> bool:
@@ -469,7 +470,7 @@ def _budget(groups: list[list[ByteRange]]) -> int:
     import numpy as np
 
     if not groups:
-        return _DERIVED
+        return _NO_CAP
     file = np.repeat(np.arange(len(groups)), [len(g) for g in groups])
     start = np.fromiter((r.start for g in groups for r in g), dtype=np.int64, count=len(file))
     end = np.fromiter((r.end for g in groups for r in g), dtype=np.int64, count=len(file))
