@@ -25,6 +25,19 @@ def shard(tmp_path: Path) -> Path:
     return path
 
 
+def _count_preads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of every ``os.pread`` from now on (the list fills as they happen)."""
+    calls: list[int] = []
+    real = os.pread
+
+    def counted(fd: int, n: int, off: int) -> bytes:
+        calls.append(n)
+        return real(fd, n, off)
+
+    monkeypatch.setattr(os, "pread", counted)
+    return calls
+
+
 @needs_proc
 def test_a_local_source_stays_open_until_closed(shard):
     cache = SourceCache()
@@ -98,14 +111,7 @@ def _sorted_reads(cache, urls, rows):
 def test_read_sorted_reads_local_files_with_pread_and_merges(shard, tmp_path, monkeypatch):
     other = tmp_path / "b.bin"
     other.write_bytes(DATA[::-1])
-    calls: list[int] = []
-    real = os.pread
-
-    def counted(fd, n, off):
-        calls.append(n)
-        return real(fd, n, off)
-
-    monkeypatch.setattr(os, "pread", counted)
+    calls = _count_preads(monkeypatch)
     rows = [(0, 0, 10), (0, 10, 20), (0, 9000, 9100), (1, 5, 7), (1, 10_000, 10_300)]
     with SourceCache() as cache:
         got = _sorted_reads(cache, [str(shard), f"file://{other}"], rows)
@@ -161,14 +167,7 @@ def test_a_batch_beside_remote_files_keeps_the_local_gap(shard, monkeypatch):
 
     remote = "memory://gap-local/a.bin"
     fsspec.filesystem("memory").pipe_file(remote, DATA)
-    calls: list[int] = []
-    real = os.pread
-
-    def counted(fd, n, off):
-        calls.append(n)
-        return real(fd, n, off)
-
-    monkeypatch.setattr(os, "pread", counted)
+    calls = _count_preads(monkeypatch)
     requests = [(url, ByteRange(a, a + 10)) for url in (str(shard), remote) for a in (0, 5000)]
     with SourceCache() as cache:
         assert cache.remote_max_gap is None  # derived
