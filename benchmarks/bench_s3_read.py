@@ -18,10 +18,11 @@ cyclic-GC time of each pass: the figures behind ``format/stream.py``'s batch siz
 
 ``batch``: the peers harness's data (``benchmarks.peers``) written by
 shardcat and Lance; batches of random keys through ``Catalog.get_many`` for
-each ``remote_max_gap`` (and, with ``--spans``, ``max_span``), with Lance's
+each ``remote_max_gap`` (``auto``: derived per store, ``storage/gap.py``, with
+the estimate and the gaps it chose printed; and, with ``--spans``, ``max_span``), with Lance's
 ``key IN (...)`` in the same run: keys/s, bytes the server sent per key, and
 S3 requests per batch, beside the floor's (one query + one ``cat_ranges`` of
-the exact ranges) and its ratio to it. The figures behind ``_ranges.REMOTE_MAX_GAP``.
+the exact ranges) and its ratio to it. The figures behind ``storage/gap.py``.
 ``--profile same-region`` (either command) puts ``benchmarks/latency_proxy.py``
 between the clients and moto: first-byte latency and a bandwidth cap per connection.
 
@@ -29,7 +30,7 @@ between the clients and moto: first-byte latency and a bandwidth cap per connect
         [--moto process|in-process]  # also for batch: where the moto server runs
         [--before-prefetch FILE]   # e.g. FILE from: git show main:src/shardcat/format/prefetch.py
         [--transports auto,fsspec] # iter_shards with each SHARDCAT_S3_TRANSPORT value
-    .venv/bin/python -m benchmarks.bench_s3_read batch [--scale 0.2] [--gaps 64KiB,1MiB] [--no-lance]
+    .venv/bin/python -m benchmarks.bench_s3_read batch [--scale 0.2] [--gaps auto,64KiB,1MiB] [--no-lance]
         [--no-floor] [--profile loopback|same-region|cross-region]
         [--transports fsspec,auto,obstore]
 """
@@ -292,6 +293,15 @@ def batch(args: argparse.Namespace) -> None:
     keys = ds.keys()
     batches = [rng.sample(keys, min(args.batch, len(keys) // 2)) for _ in range(args.repeat)]
     read_sorted = cache.SourceCache.read_sorted
+    # The gaps each batch merged with (the rule's choice where the gap is auto).
+    used: list[int] = []
+    merge_sorted = cache.merge_sorted
+
+    def seen(file: Any, start: Any, end: Any, gaps: Any, *a: Any, **k: Any) -> Any:
+        used.append(int(gaps.max()) if len(gaps) else 0)
+        return merge_sorted(file, start, end, gaps, *a, **k)
+
+    cache.merge_sorted = seen  # type: ignore[assignment]
 
     def measure(fn: Callable[[list[str]], Any]) -> tuple[float, float, int]:
         secs, nbytes, nreq = [], [], []
@@ -330,32 +340,60 @@ def batch(args: argparse.Namespace) -> None:
                         return read_sorted(self, *a, **k)
 
                     cache.SourceCache.read_sorted = spanned  # type: ignore[method-assign]
+                    used.clear()
                     with _transport(transport):
                         mine.cat = shardcat_catalog(mine, gap)
                         try:
                             kps, bpk, nreq = measure(mine.get_many)
+                            chosen = "" if gap is not None else _chosen(mine, used)
                         finally:
                             mine.cat.close()
                     # Requests are counted in s3fs only.
                     shown = f"{nreq:5}" if transport == "fsspec" else "    ?"
                     vs = "" if base is None else f"  {kps / base[0]:5.2f} x floor keys/s"
                     vs += "" if base is None else f" {bpk / base[1]:6.1f} x floor B/key"
+                    shown_gap = "auto     " if gap is None else f"{gap >> 10:5} KiB"
                     print(
-                        f"shardcat {transport:7} gap {gap >> 10:5} KiB span {span >> 20:2} MiB"
+                        f"shardcat {transport:7} gap {shown_gap} span {span >> 20:2} MiB"
                         f" {kps:7.0f} keys/s {bpk:9,.0f} B/key {shown} requests{vs}"
                     )
+                    if chosen:
+                        print(f"    {chosen}")
     cache.SourceCache.read_sorted = read_sorted  # type: ignore[method-assign]
     if floor is not None:
         floor.close()
     server.stop()
 
 
-def shardcat_catalog(system: Any, gap: int) -> Any:
+def _chosen(system: Any, used: list[int]) -> str:
+    """What the derived gap's rule saw and chose (storage/gap.py), for one line of output."""
+    from shardcat.storage import gap, open_source
+
+    shard = system.cat.shards("train")[0].url
+    source = open_source(shard, system.store.storage_options)
+    e = gap.estimate(source.store_key)
+    derived = gap.derived_gap(e.latency, e.bandwidth, source.in_flight)
+    return (
+        f"rule: L {e.latency * 1e3:.1f} ms, B {e.bandwidth / 1e6:.0f} MB/s"
+        f" ({e.bandwidth_samples} of {e.samples} calls measured it), C {source.in_flight}"
+        f" -> {derived >> 10} KiB; merged with (read budget applied) "
+        + ", ".join(f"{g >> 10} KiB" for g in used)
+    )
+
+
+def shardcat_catalog(system: Any, gap: int | None) -> Any:
     import shardcat
 
     return shardcat.Catalog(
         system.catalog_url, storage_options=system.store.storage_options, remote_max_gap=gap
     )
+
+
+def _gap_arg(text: str) -> int | None:
+    """A ``--gaps`` value: a size, 0, or ``auto`` (None: the gap derived per store)."""
+    if text == "auto":
+        return None
+    return 0 if text == "0" else parse_size(text)
 
 
 def main() -> None:
@@ -382,7 +420,9 @@ def main() -> None:
     b.add_argument("--batch", type=int, default=1000)
     b.add_argument("--repeat", type=int, default=3)
     b.add_argument("--rounds", type=int, default=2)
-    b.add_argument("--gaps", default="64KiB,256KiB,1MiB,4MiB")
+    b.add_argument(
+        "--gaps", default="auto,64KiB,256KiB,1MiB", help="sizes, or auto: the derived gap"
+    )
     b.add_argument("--spans", default="16MiB")
     b.add_argument("--no-lance", action="store_true")
     b.add_argument("--no-floor", action="store_true", help="skip the floor (one cat_ranges)")
@@ -407,7 +447,7 @@ def main() -> None:
             args.transports.append("obstore")
         stream(args)
     else:
-        args.gaps = [0 if g.strip() == "0" else parse_size(g.strip()) for g in args.gaps.split(",")]
+        args.gaps = [_gap_arg(g.strip()) for g in args.gaps.split(",")]
         args.spans = [parse_size(x.strip()) for x in args.spans.split(",")]
         args.transports = [t.strip() for t in args.transports.split(",")]
         batch(args)

@@ -29,6 +29,21 @@ def stop(proc: subprocess.Popen[Any], timeout: float = 10.0) -> None:
         proc.wait(timeout)
 
 
+def moto_bucket(endpoint: str, prefix: str = "test") -> tuple[str, dict[str, Any]]:
+    """A new bucket on the moto server at ``endpoint``: its name and s3fs's options for it."""
+    import uuid
+
+    bucket = f"{prefix}-{uuid.uuid4().hex[:12]}"
+    moto_client(endpoint).create_bucket(Bucket=bucket)
+    options = {
+        "key": "testing",
+        "secret": "testing",
+        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
+        "use_listings_cache": False,
+    }
+    return bucket, options
+
+
 def moto_client(endpoint: str, service: str = "s3") -> Any:
     """A boto3 client of ``service`` on the moto server at ``endpoint`` (moto's test keys)."""
     import boto3

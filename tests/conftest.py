@@ -26,7 +26,7 @@ from _servers import (
     azurite_binary,
     azurite_connection_string,
     gcs_emulator,
-    moto_client,
+    moto_bucket,
     ranged_http_server,
 )
 
@@ -109,14 +109,7 @@ def s3(s3_endpoint: str) -> Iterator[dict[str, Any]]:
     """A fresh bucket; yields ``{"bucket", "url", "storage_options", "endpoint"}``."""
     import s3fs
 
-    bucket = f"test-{uuid.uuid4().hex[:12]}"
-    moto_client(s3_endpoint).create_bucket(Bucket=bucket)
-    options = {
-        "key": "testing",
-        "secret": "testing",
-        "client_kwargs": {"endpoint_url": s3_endpoint, "region_name": "us-east-1"},
-        "use_listings_cache": False,
-    }
+    bucket, options = moto_bucket(s3_endpoint)
     s3fs.S3FileSystem.clear_instance_cache()
     yield {
         "bucket": bucket,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import shardcat.config
-from shardcat._ranges import REMOTE_MAX_GAP
 from shardcat._units import parse_size
+from shardcat.storage import resolve_remote_max_gap
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,7 +45,8 @@ def test_the_defaults_are_those_of_the_code_that_uses_them():
     assert int(d["where_max_rows"]) == limits.max_rows
     assert parse_size(d["where_max_bytes"]) == limits.max_bytes
     assert parse_size(d["max_decompressed_bytes"]) == DEFAULT_MAX_DECOMPRESSED_BYTES
-    assert parse_size(d["remote_max_gap"]) == REMOTE_MAX_GAP
+    assert d["remote_max_gap"] == "auto"
+    assert resolve_remote_max_gap() is None  # auto: derived per store
     assert parse_size(d["s3_upload_memory"]) == objput._DEFAULT_MEMORY
     assert {s.env for s in shardcat.config.SETTINGS} >= {
         "SHARDCAT_CATALOG",

@@ -25,10 +25,10 @@ __all__ = [
     "DEFAULT_MAX_GAP",
     "DEFAULT_MAX_SPAN",
     "LOCAL_MAX_GAP",
-    "REMOTE_MAX_GAP",
     "Coalesced",
     "MergedReads",
     "coalesce",
+    "furthest_ends",
     "merge_sorted",
     "split",
 ]
@@ -36,22 +36,10 @@ __all__ = [
 DEFAULT_MAX_GAP = 64 * 1024
 """Read through gaps up to this size rather than issue another request."""
 LOCAL_MAX_GAP = 8 * 1024
-"""Local files: another ``pread`` costs microseconds, reading through a gap costs bandwidth."""
-REMOTE_MAX_GAP = 1024 * 1024
-"""Object stores, batch lookups: read through gaps up to this size rather than send another request.
+"""Local files: another ``pread`` costs microseconds, reading through a gap costs bandwidth.
 
-The cost model: a batch costs ``requests x latency + bytes / bandwidth``.
-Reading through a gap of ``g`` bytes costs ``g / bandwidth``; a request of
-its own instead costs about one latency, which on an object store is what
-about 1 MB of transfer costs (S3: tens of ms at tens of MB/s per
-connection; moto on loopback through s3fs: 2-4 ms of request handling at
-300-400 MB/s). So gaps up to that many bytes are merged. Measured on moto
-(1,000 random keys of 40,000, ``benchmarks/README.md`` at a731c64): 64 KiB gaps, 734
-requests, 242-325 keys/s; 1 MiB, 14-19 requests, 930-1,360 keys/s. Tunable
-per catalog (``Catalog(remote_max_gap=...)``) or process
-(``SHARDCAT_REMOTE_MAX_GAP``): lower where bytes are dear (egress, slow
-links), higher where requests are slow.
-"""
+(Object stores' gap is derived from their measured latency and bandwidth:
+``shardcat.storage.gap``.)"""
 DEFAULT_MAX_SPAN = 16 * 1024 * 1024
 """Never merge into one request larger than this."""
 
@@ -123,6 +111,19 @@ class MergedReads:
         return len(self.start)
 
 
+def furthest_ends(file: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per range (sorted by file): the furthest end so far in its file (a range may end
+    inside the one before it), where the next range's gap is measured from."""
+    import numpy as np
+
+    n = len(end)
+    reach = np.empty(n, dtype=np.int64)
+    bounds = np.flatnonzero(np.diff(file)) + 1
+    for a, b in zip(np.concatenate(([0], bounds)), np.concatenate((bounds, [n]))):
+        np.maximum.accumulate(end[a:b], out=reach[a:b])
+    return reach
+
+
 def merge_sorted(
     file: np.ndarray,
     start: np.ndarray,
@@ -149,11 +150,7 @@ def merge_sorted(
         return MergedReads(empty, empty, empty, empty)
     if np.any(file[1:] < file[:-1]) or np.any((file[1:] == file[:-1]) & (start[1:] < start[:-1])):
         raise ValueError("merge_sorted: ranges must be sorted by (file, start)")
-    # The furthest end so far, per file (a range may end inside the one before it).
-    reach = np.empty(n, dtype=np.int64)
-    bounds = np.flatnonzero(np.diff(file)) + 1
-    for a, b in zip(np.concatenate(([0], bounds)), np.concatenate((bounds, [n]))):
-        np.maximum.accumulate(end[a:b], out=reach[a:b])
+    reach = furthest_ends(file, end)
     gaps = np.asarray(max_gap, dtype=np.int64)[file]
     new = np.ones(n, dtype=bool)
     new[1:] = (file[1:] != file[:-1]) | (start[1:] - reach[:-1] > gaps[1:])

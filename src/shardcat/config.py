@@ -128,10 +128,13 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "remote_max_gap",
-        "1MiB",
-        "size",
+        "auto",
+        "size, auto",
         "Batch reads of object-store files read through gaps up to this size rather than "
-        "send another request (0: only adjacent ranges); `Catalog(remote_max_gap=)` wins.",
+        "send another request (0: only adjacent ranges). `auto`: derived per store from its "
+        "measured latency L and bandwidth B, L x B / requests in flight within 16KiB-1MiB, "
+        "and the gaps one batch reads add at most 0.75 x its records' bytes (docs/CATALOG.md, "
+        "batch lookups); `Catalog(remote_max_gap=)` wins.",
     ),
     Setting(
         "s3_transport",

@@ -1,8 +1,9 @@
 """The gap policy of batch lookups: which ranges are merged, how many requests and bytes.
 
 Remote shards (S3 on moto, fsspec's memory store) read through gaps of up
-to ``remote_max_gap`` bytes (1 MiB by default); local shards merge only gaps
-of up to 8 KiB, whatever it says. Requests are counted where they are sent
+to ``remote_max_gap`` bytes (by default derived per store, and never adding
+more than the records' own bytes: ``storage/gap.py``); local shards merge
+only gaps of up to 8 KiB, whatever it says. Requests are counted where they are sent
 (``S3FileSystem._call_s3``, ``MemoryFileSystem.cat_file``, ``os.pread``).
 """
 
@@ -81,12 +82,17 @@ def test_remote_reads_through_gaps_up_to_the_setting(
     assert batch(catalog_url, shard, reads, remote_max_gap=0) == exact
     # 100 KiB: the 80 KB gap is read through, the 900 KB one is not.
     assert batch(catalog_url, shard, reads, remote_max_gap="100KiB") == merged_near
-    # The default, 1 MiB: one request from the first record to the last.
-    assert batch(catalog_url, shard, reads) == [(sp[0][0], sp[100][1])]
-    # The environment sets the default, an argument overrides it.
-    shardcat.config.set(remote_max_gap="0")
+    # 1 MiB: one request from the first record to the last.
+    assert batch(catalog_url, shard, reads, remote_max_gap="1MiB") == [(sp[0][0], sp[100][1])]
+    # The default, derived: the 80 KB gap alone would double the ~40 KB of records
+    # asked for, past the read budget, so nothing is read through.
     assert batch(catalog_url, shard, reads) == exact
+    assert batch(catalog_url, shard, reads, remote_max_gap="auto") == exact
+    # The environment sets the default, an argument overrides it.
+    shardcat.config.set(remote_max_gap="1MiB")
+    assert batch(catalog_url, shard, reads) == [(sp[0][0], sp[100][1])]
     assert batch(catalog_url, shard, reads, remote_max_gap=102_400) == merged_near
+    assert batch(catalog_url, shard, reads, remote_max_gap="auto") == exact
 
 
 def test_the_setting_travels_with_the_catalog_handle(sqlite_url: str) -> None:
@@ -102,7 +108,9 @@ def test_the_setting_travels_with_the_catalog_handle(sqlite_url: str) -> None:
 
 def test_resolving_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     shardcat.config.set(remote_max_gap=None)
-    assert resolve_remote_max_gap() == 1024 * 1024
+    assert resolve_remote_max_gap() is None  # auto: derived per store (storage/gap.py)
+    assert resolve_remote_max_gap("auto") is None
+    assert resolve_remote_max_gap(" AUTO ") is None
     assert resolve_remote_max_gap(0) == 0
     assert resolve_remote_max_gap("64KiB") == 65536
     shardcat.config.set(remote_max_gap="2MB")
@@ -130,7 +138,7 @@ def test_a_bad_environment_variable_names_itself(
 def test_records_read_through_wide_gaps_keep_only_their_own_bytes(
     sqlite_url: str, shard: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    shardcat.config.set(remote_max_gap=None)
+    shardcat.config.set(remote_max_gap="1MiB")
     with Catalog(sqlite_url, storage_options=shard["options"]) as cat:
         cat.create_dataset("train", shard["root"])
         cat.register_shard("train", shard["info"])
@@ -146,7 +154,7 @@ def test_records_read_through_wide_gaps_keep_only_their_own_bytes(
 def test_entries_read_through_wide_gaps_keep_only_their_own_bytes(
     sqlite_url: str, shard: dict[str, Any], reads: ReadCounter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    shardcat.config.set(remote_max_gap=None)
+    shardcat.config.set(remote_max_gap="1MiB")
     with Catalog(sqlite_url, storage_options=shard["options"]) as cat:
         cat.create_dataset("train", shard["root"])
         cat.register_shard("train", shard["info"])

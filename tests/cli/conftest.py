@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import shutil
-import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
 
 import pytest
 
-from _servers import moto_client
+from _servers import moto_bucket
 from conftest import postgres_schema
 from shardcat.reading import Catalog
 
@@ -25,13 +24,7 @@ def world(
     src.mkdir()
     for k in SRC_KEYS:
         (src / f"{k}.txt").write_text(f"text of {k}")
-    bucket = f"nsx-{uuid.uuid4().hex[:12]}"
-    moto_client(s3_endpoint).create_bucket(Bucket=bucket)
-    s3_options = {
-        "key": "testing",
-        "secret": "testing",
-        "client_kwargs": {"endpoint_url": s3_endpoint, "region_name": "us-east-1"},
-    }
+    bucket, s3_options = moto_bucket(s3_endpoint, "nsx")
     catalog = f"sqlite:///{root / 'catalog.db'}"
     with Catalog(catalog, storage_options=s3_options) as cat:
         shard = write_dataset(cat, "d1", str(root / "shards"), None)

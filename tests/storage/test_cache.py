@@ -25,6 +25,19 @@ def shard(tmp_path: Path) -> Path:
     return path
 
 
+def _count_preads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of every ``os.pread`` from now on (the list fills as they happen)."""
+    calls: list[int] = []
+    real = os.pread
+
+    def counted(fd: int, n: int, off: int) -> bytes:
+        calls.append(n)
+        return real(fd, n, off)
+
+    monkeypatch.setattr(os, "pread", counted)
+    return calls
+
+
 @needs_proc
 def test_a_local_source_stays_open_until_closed(shard):
     cache = SourceCache()
@@ -98,14 +111,7 @@ def _sorted_reads(cache, urls, rows):
 def test_read_sorted_reads_local_files_with_pread_and_merges(shard, tmp_path, monkeypatch):
     other = tmp_path / "b.bin"
     other.write_bytes(DATA[::-1])
-    calls: list[int] = []
-    real = os.pread
-
-    def counted(fd, n, off):
-        calls.append(n)
-        return real(fd, n, off)
-
-    monkeypatch.setattr(os, "pread", counted)
+    calls = _count_preads(monkeypatch)
     rows = [(0, 0, 10), (0, 10, 20), (0, 9000, 9100), (1, 5, 7), (1, 10_000, 10_300)]
     with SourceCache() as cache:
         got = _sorted_reads(cache, [str(shard), f"file://{other}"], rows)
@@ -115,7 +121,14 @@ def test_read_sorted_reads_local_files_with_pread_and_merges(shard, tmp_path, mo
     assert calls[:4] == [20, 100, 2, 300]
 
 
-def test_read_sorted_reads_remote_files_with_one_cat_ranges(s3, monkeypatch):
+@pytest.mark.parametrize(
+    ("setting", "sent"),
+    [
+        ("64KiB", 2),  # the first file's ranges merged across their 10 KB gap
+        (None, 3),  # derived: a 10 KB gap is far past the read budget of 52 bytes wanted
+    ],
+)
+def test_read_sorted_reads_remote_files_with_one_cat_ranges(s3, monkeypatch, setting, sent):
     import s3fs
 
     shardcat.config.set(s3_transport="fsspec")  # s3fs's cat_ranges, counted
@@ -125,7 +138,7 @@ def test_read_sorted_reads_remote_files_with_one_cat_ranges(s3, monkeypatch):
     fs.pipe(urls[0], DATA)
     fs.pipe(urls[1], DATA[::-1])
     rows = [(0, 0, 10), (0, 10_200, 10_240), (1, 5, 7)]
-    with SourceCache(s3["storage_options"]) as cache:
+    with SourceCache(s3["storage_options"], remote_max_gap=setting) as cache:
         calls: list[int] = []
         fs = cache.source(urls[0]).fs  # type: ignore[attr-defined]
         real = fs.cat_ranges
@@ -137,7 +150,7 @@ def test_read_sorted_reads_remote_files_with_one_cat_ranges(s3, monkeypatch):
         fs.cat_ranges = counted
         got = _sorted_reads(cache, urls, rows)
     assert got == [DATA[0:10], DATA[10_200:], DATA[::-1][5:7]]
-    assert calls == [2]  # one call; the first file's ranges merged (64 KiB gaps remotely)
+    assert calls == [sent]  # one call for both files
 
 
 def test_read_sorted_names_a_missing_file(tmp_path, shard):
@@ -145,3 +158,19 @@ def test_read_sorted_names_a_missing_file(tmp_path, shard):
     with SourceCache() as cache, pytest.raises(ShardNotFoundError) as info:
         _sorted_reads(cache, [str(shard), str(missing)], [(0, 0, 4), (1, 0, 4)])
     assert str(missing) in str(info.value.path)
+
+
+def test_a_batch_beside_remote_files_keeps_the_local_gap(shard, monkeypatch):
+    # The derived remote gap's read budget (20 bytes wanted remotely: no gap read there)
+    # holds for remote files only: the local file still merges its 4,990-byte gap.
+    import fsspec
+
+    remote = "memory://gap-local/a.bin"
+    fsspec.filesystem("memory").pipe_file(remote, DATA)
+    calls = _count_preads(monkeypatch)
+    requests = [(url, ByteRange(a, a + 10)) for url in (str(shard), remote) for a in (0, 5000)]
+    with SourceCache() as cache:
+        assert cache.remote_max_gap is None  # derived
+        got = [bytes(v) for v in cache.read_batch(requests)]
+    assert got == [DATA[0:10], DATA[5000:5010]] * 2
+    assert calls == [5010]

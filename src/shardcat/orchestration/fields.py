@@ -27,6 +27,7 @@ from ..format.footer import EntrySpec
 from ..format.spec import Codec
 from ..format.tar import read_tar_record
 from ..storage import is_local, open_source, redact, resolve_remote_max_gap
+from ..storage.gap import gap_for
 from .read import open_registered
 from .tasks import field_values
 
@@ -108,8 +109,10 @@ def _tar_entries(
                 wanted.append((row, EntrySpec(name, content_type, Codec.NONE), span))
                 break
     # The batch reads' gap policy: read through small gaps rather than issue another request.
-    gap = LOCAL_MAX_GAP if is_local(url) else resolve_remote_max_gap()
     source = open_source(url, dict(storage_options))
+    gap = LOCAL_MAX_GAP if is_local(url) else resolve_remote_max_gap()
+    if gap is None:  # derived from the store's measured latency and bandwidth
+        gap = gap_for(source.store_key, source.in_flight)  # type: ignore[attr-defined]
     try:
         for i in range(0, len(wanted), _ROWS_PER_READ):
             part = wanted[i : i + _ROWS_PER_READ]

@@ -123,9 +123,12 @@ class Catalog(SqlCatalog):
         Batch lookups (``get_many``) on object stores read through gaps of
         up to this many bytes between wanted records rather than send another
         request: bytes or a size such as ``"256KiB"``, 0 for no gaps. By
-        default ``$SHARDCAT_REMOTE_MAX_GAP``, else 1 MiB, what one request's
-        latency costs in transfer on S3 (the cost model and measurements:
-        ``docs/CATALOG.md``, batch lookups). Local shards merge gaps of up to 8 KiB.
+        default ``$SHARDCAT_REMOTE_MAX_GAP``, else ``auto``: derived per store
+        from its measured latency and bandwidth (what one request costs in
+        transfer, shared by the requests in flight), and the gaps a batch reads
+        through add at most 0.75 x its records' bytes (the cost model and
+        measurements: ``docs/CATALOG.md``, batch lookups; ``storage/gap.py``).
+        Local shards merge gaps of up to 8 KiB.
 
     Raises
     ------
@@ -242,7 +245,8 @@ class Catalog(SqlCatalog):
                     self.storage_options,
                     self._layouts,
                     self.max_open_shards,
-                    self.remote_max_gap,
+                    # Resolved when the catalog opened: None is "auto", not "the setting".
+                    "auto" if self.remote_max_gap is None else self.remote_max_gap,
                 )
                 fence.register(lookup)
             with self._lock:

@@ -116,7 +116,7 @@ class Lookup:
         storage_options: StorageOptions | None,
         layouts: LayoutCache,
         max_open: int = 64,
-        remote_max_gap: int | None = None,
+        remote_max_gap: int | str | None = None,
     ) -> None:
         self.gate = threading.RLock()
         """Held by every call on this lookup (its thread's) and by :meth:`close` from any thread.
@@ -760,11 +760,11 @@ def _compacted(
     Returns ``(buffers, blob, at)`` (record ``i`` at ``at[i]`` in
     ``buffers[blob[i]]``), or None where the reads are mostly records (where
     :func:`_joined` copies about as much, with no slice per record) or one
-    came back short. Remote batches read through gaps of up to a MiB
-    (:func:`~shardcat.storage.resolve_remote_max_gap`): records keeping
-    those reads would hold ~20 times their own size (200 KB read per 10 KB
-    record at 1,000 keys of 40,000) for as long as any of them lives, and
-    joining them would copy every gap once more.
+    came back short. Remote batches may read through gaps of up to a MiB
+    (an explicit :func:`~shardcat.storage.resolve_remote_max_gap`): records
+    keeping those reads would hold ~20 times their own size (200 KB read per
+    10 KB record at 1,000 keys of 40,000) for as long as any of them lives,
+    and joining them would copy every gap once more.
     """
     import numpy as np
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import weakref
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -27,7 +28,6 @@ from .._ranges import (
     DEFAULT_MAX_GAP,
     DEFAULT_MAX_SPAN,
     LOCAL_MAX_GAP,
-    REMOTE_MAX_GAP,
     Coalesced,
     MergedReads,
     coalesce,
@@ -38,8 +38,9 @@ from .._types import ByteRange, RangeSource, StorageOptions
 from .._units import parse_size
 from ..format import sources as _sources
 from ..format.sources import FileSource
+from . import gap as _gap
 from .objstore import ObstoreSource
-from .sources import FsspecSource, open_source, retried
+from .sources import FsspecSource, in_flight, open_source, retried
 from .translate import is_backend_error, translate
 
 if TYPE_CHECKING:
@@ -71,18 +72,19 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_close_inherited)
 
 
-def resolve_remote_max_gap(value: int | str | None = None) -> int:
-    """The gap batch reads of remote files read through: ``value``, else the setting (1 MiB).
+def resolve_remote_max_gap(value: int | str | None = None) -> int | None:
+    """The gap batch reads of remote files read through: ``value``, else the setting; None: derived.
 
     ``value`` and the ``remote_max_gap`` setting (``SHARDCAT_REMOTE_MAX_GAP``,
-    docs/CONFIG.md) are bytes or a size such as
-    ``"256KiB"``; 0 merges only adjacent or overlapping ranges. See
-    :data:`shardcat._ranges.REMOTE_MAX_GAP` for the cost model behind the default.
+    docs/CONFIG.md) are bytes, a size such as ``"256KiB"`` (0 merges only
+    adjacent or overlapping ranges), or ``"auto"`` (the default): None, the
+    gap derived per store from its measured latency and bandwidth and held
+    to the batch's read budget (:mod:`shardcat.storage.gap`).
 
     Raises
     ------
     ValueError
-        Not a size, or negative.
+        Not a size nor ``"auto"``, or negative.
     """
     source = "remote_max_gap"
     if value is None:
@@ -91,17 +93,19 @@ def resolve_remote_max_gap(value: int | str | None = None) -> int:
             raw = raw.strip()
             raw = int(raw) if raw.isdigit() else raw
         if raw is None or raw == "":
-            return REMOTE_MAX_GAP
+            return None
         value, source = raw, REMOTE_MAX_GAP_ENV
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return None
     if isinstance(value, bool):
-        raise ValueError(f"{source} must be a size in bytes, not {value!r}")
+        raise ValueError(f"{source} must be a size in bytes or 'auto', not {value!r}")
     if value == 0:
         return 0
     try:
         return parse_size(value)
     except ValueError as e:
         raise ValueError(
-            f"{source}={value!r} is not a size: {e} (write e.g. 1MiB, 262144 or 0)"
+            f"{source}={value!r} is not a size: {e} (write e.g. auto, 1MiB, 262144 or 0)"
         ) from None
 
 
@@ -121,9 +125,10 @@ class SourceCache:
         Sources kept open.
     remote_max_gap:
         Batched reads of remote files read through gaps up to this many bytes
-        rather than send another request (:func:`resolve_remote_max_gap`: 1 MiB unless
-        ``SHARDCAT_REMOTE_MAX_GAP`` says otherwise). Local files merge gaps
-        up to 8 KiB, whatever this says.
+        rather than send another request (:func:`resolve_remote_max_gap`:
+        derived per store from its measured latency and bandwidth, unless
+        ``SHARDCAT_REMOTE_MAX_GAP`` says otherwise; :mod:`.gap`). Local
+        files merge gaps up to 8 KiB, whatever this says.
     """
 
     def __init__(
@@ -228,19 +233,24 @@ class SourceCache:
         out: list[memoryview | None] = [None] * len(requests)
         # Remote reads, one plan per filesystem: (url, indices, merged reads, path).
         remote: dict[int, tuple[Any, list[tuple[str, list[int], list[Coalesced], str]]]] = {}
+        opened: list[tuple[str, list[int], RangeSource]] = []
         for url, idxs in by_url.items():
-            ranges = [requests[i][1] for i in idxs]
             try:
-                src = self.source(url)
+                opened.append((url, idxs, self.source(url)))
             except OSError as e:
                 self._raise_failed(url, e)
+        cap = _NO_CAP
+        if max_gap is None and self.remote_max_gap is None:
+            cap = _budget(
+                [[requests[i][1] for i in idxs] for _, idxs, src in opened if _remote(src)]
+            )
+        for url, idxs, src in opened:
+            ranges = [requests[i][1] for i in idxs]
+            gap = self._gap(src, max_gap)
+            merged = coalesce(ranges, min(cap, gap) if _remote(src) else gap, max_span)
             if isinstance(src, FsspecSource):
-                gap = self.remote_max_gap if max_gap is None else max_gap
-                merged = coalesce(ranges, gap, max_span)
                 remote.setdefault(id(src.fs), (src.fs, []))[1].append((url, idxs, merged, src.path))
                 continue
-            default_gap = self.remote_max_gap if isinstance(src, ObstoreSource) else LOCAL_MAX_GAP
-            merged = coalesce(ranges, default_gap if max_gap is None else max_gap, max_span)
             try:
                 blobs = src.read_ranges([m.range for m in merged])
             except OSError as e:
@@ -290,15 +300,14 @@ class SourceCache:
         # More files than the cache keeps open: opening the last ones closed the
         # first, so each is asked for again (reopened) just before its reads.
         reopen = len(urls) > self.max_open
-        gaps = np.array(
-            [
-                (self.remote_max_gap if isinstance(src, _REMOTE) else LOCAL_MAX_GAP)
-                if max_gap is None
-                else max_gap
-                for src in sources
-            ],
-            dtype=np.int64,
-        )
+        gaps = np.array([self._gap(src, max_gap) for src in sources], dtype=np.int64)
+        if max_gap is None and self.remote_max_gap is None:
+            # Derived gaps are held to the batch's read budget (gap.budget_gap).
+            is_remote = np.array([_remote(src) for src in sources], dtype=bool)
+            mine = is_remote[np.asarray(file, dtype=np.int64)] if is_remote.any() else None
+            if mine is not None and mine.any():
+                cap = _gap.budget_gap(file[mine], start[mine], end[mine])
+                gaps[is_remote] = np.minimum(gaps[is_remote], cap)
         merged = merge_sorted(file, start, end, gaps, max_span)
         out: list[bytes | memoryview] = [b""] * len(merged)
         # Remote reads, per filesystem: (read indices, paths, starts, ends).
@@ -337,6 +346,7 @@ class SourceCache:
             try:
                 # Keywords and lists, never positional ranges (s3fs's cat_file takes
                 # a version id second); on_error="return" tells which file failed.
+                started = time.perf_counter()
                 blobs = retried(
                     fs, "cat_ranges", urls[files[at[0]]], paths, r_starts, r_ends, on_error="return"
                 )
@@ -348,6 +358,7 @@ class SourceCache:
                 if isinstance(blob, BaseException):
                     self._raise_failed(urls[files[k]], blob)
                 out[k] = memoryview(bytes(blob))
+            _measured(fs, blobs, started)
         return out, merged
 
     def _read_remote(
@@ -362,6 +373,7 @@ class SourceCache:
         try:
             # Keywords and lists, never positional ranges: s3fs's cat_file takes a
             # version id second. on_error="return" tells which file failed.
+            started = time.perf_counter()
             blobs = retried(
                 fs,
                 "cat_ranges",
@@ -376,6 +388,8 @@ class SourceCache:
                 raise
             # The whole call failed (no credentials, no endpoint): named by its first file.
             self._raise_failed(plan[0][0], e)
+        if not any(isinstance(b, BaseException) for b in blobs):
+            _measured(fs, blobs, started)
         at = 0
         for url, idxs, merged, _ in plan:
             mine = blobs[at : at + len(merged)]
@@ -391,6 +405,17 @@ class SourceCache:
                 views = [memoryview(bytes(v)) for v in views]
             for i, view in zip(idxs, views):
                 out[i] = view
+
+    def _gap(self, src: RangeSource, max_gap: int | None) -> int:
+        """The gap ``src``'s ranges are merged across: ``max_gap``, else LOCAL_MAX_GAP for a local
+        file, else ``remote_max_gap``, else the one derived for its store."""
+        if max_gap is not None:
+            return max_gap
+        if not _remote(src):
+            return LOCAL_MAX_GAP
+        if self.remote_max_gap is not None:
+            return self.remote_max_gap
+        return _gap.gap_for(src.store_key, src.in_flight)  # type: ignore[attr-defined]
 
     def _raise_failed(self, url: str, e: BaseException) -> NoReturn:
         """Raise ``e`` as shardcat's error naming the file; the file is reopened on next use."""
@@ -431,6 +456,32 @@ class SourceCache:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+_NO_CAP = 1 << 62  # no cap: an explicit gap is used as it is
+
+
+def _remote(src: RangeSource) -> bool:
+    return isinstance(src, _REMOTE)
+
+
+def _budget(groups: list[list[ByteRange]]) -> int:
+    """:func:`.gap.budget_gap` of ranges given per file, in any order."""
+    import numpy as np
+
+    if not groups:
+        return _NO_CAP
+    file = np.repeat(np.arange(len(groups)), [len(g) for g in groups])
+    start = np.fromiter((r.start for g in groups for r in g), dtype=np.int64, count=len(file))
+    end = np.fromiter((r.end for g in groups for r in g), dtype=np.int64, count=len(file))
+    order = np.lexsort((start, file))
+    return _gap.budget_gap(file[order], start[order], end[order])
+
+
+def _measured(fs: Any, blobs: Sequence[Any], started: float) -> None:
+    """Report one ``cat_ranges`` call of ``fs`` that began at ``started`` to its store's estimate."""
+    nbytes = sum(len(b) for b in blobs if not isinstance(b, BaseException))
+    _gap.record(_gap.fsspec_store_key(fs), len(blobs), nbytes, started, in_flight(fs))
 
 
 def _close_quietly(src: RangeSource) -> None:

@@ -18,12 +18,13 @@ from __future__ import annotations
 import io
 import logging
 import os
+import time
 from collections.abc import Sequence
 from typing import Any, BinaryIO, cast
 
 from .._types import ByteRange, StorageOptions
 from ..errors import StorageError
-from . import retry
+from . import gap, retry
 from .fs import protocol_of, redact
 from .translate import storage_errors
 from .transport import S3_PROTOCOLS, TRANSPORT_ENV, TransportChoice, choose_transport
@@ -77,6 +78,7 @@ def open_obstore(url: str, storage_options: StorageOptions | None = None) -> Obs
         url=url,
         storage_options=storage_options,
         region_fallback=choice.mode == "auto",
+        store_key=f"obstore {choice.config.get('endpoint') if choice.config else None}",
     )
 
 
@@ -177,8 +179,13 @@ class ObstoreSource:
         url: str | None = None,
         storage_options: StorageOptions | None = None,
         region_fallback: bool = False,
+        store_key: str = "obstore",
     ) -> None:
         self.store = store
+        self.store_key = store_key
+        """Whose latency and bandwidth this file's reads measure (:mod:`.gap`)."""
+        self.in_flight = gap.IN_FLIGHT
+        """Requests :meth:`read_many` keeps in flight (object_store's ``get_ranges``)."""
         self.path = path
         self._name = name
         self._url = url
@@ -258,8 +265,11 @@ class ObstoreSource:
                     return self.read_buffer(start, end)
                 raise
 
+        started = time.perf_counter()
         with storage_errors(self._name):
-            return retry.call(attempt, self._name)
+            data = retry.call(attempt, self._name)
+        gap.record(self.store_key, 1, len(data), started, 1)
+        return data
 
     def read_suffix(self, length: int) -> bytes:
         if (inherited := self._forked()) is not None:
@@ -275,8 +285,11 @@ class ObstoreSource:
                     return self.read_suffix(length)
                 raise
 
+        started = time.perf_counter()
         with storage_errors(self._name):
-            return retry.call(attempt, self._name)
+            data = retry.call(attempt, self._name)
+        gap.record(self.store_key, 1, len(data), started, 1)
+        return data
 
     def read_many(self, starts: Sequence[int], ends: Sequence[int]) -> list[memoryview]:
         """Ranges ``[starts[i], ends[i])`` as views of obstore's buffers (no copy).
@@ -297,6 +310,7 @@ class ObstoreSource:
                 )
             )
 
+        started = time.perf_counter()
         with storage_errors(self._name):
             try:
                 out = retry.call(attempt, self._name)
@@ -310,7 +324,9 @@ class ObstoreSource:
                 if not (_past_end(e) or type(e).__name__ == "PanicException"):
                     raise
                 return [memoryview(self.read(a, b)) for a, b in zip(starts, ends)]
-        return [memoryview(b) for b in out]
+        views = [memoryview(b) for b in out]
+        gap.record(self.store_key, len(views), sum(map(len, views)), started, self.in_flight)
+        return views
 
     def read_ranges(self, ranges: Sequence[ByteRange]) -> list[bytes]:
         views = self.read_many([r.start for r in ranges], [r.end for r in ranges])

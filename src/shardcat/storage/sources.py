@@ -8,12 +8,13 @@ verify, reindex, streaming) or through a :class:`~shardcat.storage.cache.SourceC
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from .._types import ByteRange, RangeSource, StorageOptions
 from ..format.sources import FileSource
-from . import retry
+from . import gap, retry
 from .fs import is_local, local_path, redact, resolve
 from .objstore import open_obstore
 from .translate import is_backend_error, storage_errors, translate
@@ -21,7 +22,7 @@ from .translate import is_backend_error, storage_errors, translate
 if TYPE_CHECKING:
     import fsspec
 
-__all__ = ["FsspecSource", "open_source", "retried", "try_once"]
+__all__ = ["FsspecSource", "in_flight", "open_source", "retried", "try_once"]
 
 _STREAM_BLOCK = 8 * 1024 * 1024
 
@@ -63,6 +64,10 @@ class FsspecSource:
         self._name = name
         self.suffix_reads = _suffix_reads(fs)
         """Whether :meth:`read_suffix` is one request (False: a size, then a ranged read)."""
+        self.store_key = gap.fsspec_store_key(fs)
+        """Whose latency and bandwidth this file's reads measure (:mod:`.gap`)."""
+        self.in_flight = in_flight(fs)
+        """Requests one ``cat_ranges`` call keeps in flight."""
 
     @property
     def name(self) -> str:
@@ -75,14 +80,19 @@ class FsspecSource:
     def read(self, start: int, end: int) -> bytes:
         if end <= start:
             return b""
+        started = time.perf_counter()
         with storage_errors(self._name, fs=self.fs):
-            return bytes(retried(self.fs, "cat_file", self._name, self.path, start=start, end=end))
+            data = bytes(retried(self.fs, "cat_file", self._name, self.path, start=start, end=end))
+        gap.record(self.store_key, 1, len(data), started, 1)
+        return data
 
     def read_suffix(self, length: int) -> bytes:
         if self.suffix_reads:
             try:
                 # A negative start is one suffix-range request on HTTP stores.
+                started = time.perf_counter()
                 data = bytes(retried(self.fs, "cat_file", self._name, self.path, start=-length))
+                gap.record(self.store_key, 1, len(data), started, 1)
                 # A server that ignores a suffix range answers with the whole object
                 # (gcp-storage-emulator does; gcsfs does not check for a 206): its end is
                 # the suffix asked for.
@@ -104,6 +114,7 @@ class FsspecSource:
             return []
         if len(ranges) == 1:
             return [self.read(ranges[0].start, ranges[0].end)]
+        started = time.perf_counter()
         with storage_errors(self._name, fs=self.fs):
             out = retried(
                 self.fs,
@@ -114,7 +125,9 @@ class FsspecSource:
                 [r.end for r in ranges],
                 on_error="raise",
             )
-        return [bytes(b) for b in out]
+        blobs = [bytes(b) for b in out]
+        gap.record(self.store_key, len(blobs), sum(map(len, blobs)), started, self.in_flight)
+        return blobs
 
     def open_stream(self, start: int = 0) -> BinaryIO:
         with storage_errors(self._name, fs=self.fs):
@@ -125,6 +138,15 @@ class FsspecSource:
 
     def close(self) -> None:
         pass
+
+
+def in_flight(fs: fsspec.AbstractFileSystem) -> int:
+    """Requests one ``cat_ranges`` call of ``fs`` has in flight at once: an async filesystem's
+    connection pool (botocore's ``max_pool_connections``), else one after another."""
+    if not getattr(fs, "async_impl", False):
+        return 1
+    config = getattr(fs, "config_kwargs", None) or {}
+    return max(1, int(config.get("max_pool_connections", gap.IN_FLIGHT)))
 
 
 def retried(
