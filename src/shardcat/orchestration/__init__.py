@@ -1,4 +1,4 @@
-"""Dask orchestration: parallel shard writes and tar indexing committed at once, parallel reads, exports."""
+"""Dask orchestration: parallel shard writes, tar and folder indexing committed at once, parallel reads, exports."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from .copy import CopySummary, copy_dataset
 from .dataset_writer import DatasetWriter
 from .export import ExportSummary, export
 from .files import FileSource, from_files
+from .index_files import FileFailure, IndexFilesSummary, index_files
 from .index_tar import IndexTarSummary, TarFailure, index_tar
 from .keys import delete_keys
 from .progress import WriteProgress, WriteProgressCallback
@@ -22,7 +23,9 @@ __all__ = [
     "DaskCluster",
     "DatasetWriter",
     "ExportSummary",
+    "FileFailure",
     "FileSource",
+    "IndexFilesSummary",
     "IndexTarSummary",
     "TarFailure",
     "WriteProgress",
@@ -35,6 +38,7 @@ __all__ = [
     "delete_keys",
     "export",
     "from_files",
+    "index_files",
     "index_tar",
     "iter_shard",
     "iter_tar_records",

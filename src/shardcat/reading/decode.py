@@ -87,7 +87,50 @@ def _tar_decode(
     return read_tar_record(view, key, specs, located, path=url, offset=offset)
 
 
-DECODERS: dict[str, Callable[..., Record]] = {"native": _native_decode, "tar": _tar_decode}
+def _files_decode(
+    view: memoryview,
+    *,
+    key: str,
+    length: int,
+    url: str,
+    offset: int,
+    alignment: int,
+    spans: bytes,
+    layout: Callable[[], Layout],
+    text_cache: dict[Any, Any],
+) -> Record:
+    # A folder's record is its files end to end (reading/folder.py): each entry is checked
+    # as a tar payload is, and an error names the entry's own file.
+    from ..format.folder import entry_path, folder_of
+    from ..format.tar import read_tar_record
+
+    names = layout()
+    try:
+        located = unpack_spans(spans, len(names))
+        folder = folder_of(url)
+    except ValueError as e:
+        raise FormatError(
+            f"catalog row is inconsistent: {e}; index the folder again", path=url, offset=offset
+        ) from e
+    record = Record(key, {}, -1, offset, len(view))
+    for (name, ctype, codec), (at, size, crc) in zip(names, located):
+        one = read_tar_record(
+            view[at : at + size],
+            key,
+            [EntrySpec(name, ctype, codec)],
+            [(0, size, crc)],
+            path=entry_path(folder, key, name),
+            holder="file",
+        )
+        record.entries[name] = one.entries[name]
+    return record
+
+
+DECODERS: dict[str, Callable[..., Record]] = {
+    "native": _native_decode,
+    "tar": _tar_decode,
+    "files": _files_decode,
+}
 """Shard kind -> how a whole record of it is decoded (every kind of :data:`~shardcat.catalog.kinds.KINDS`)."""
 
 
