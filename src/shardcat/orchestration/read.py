@@ -8,11 +8,13 @@ from typing import TYPE_CHECKING, Any
 from .._onerror import BAD_SAMPLE, OnError, check_on_error, drop_or_raise
 from .._types import ByteRange
 from ..catalog import internal
-from ..errors import ChecksumError
+from ..errors import ChecksumError, ShardNotFoundError, StorageError
 from ..format import Record
+from ..format.folder import entry_path, folder_of
 from ..format.footer import EntrySpec
 from ..format.spec import Codec
 from ..format.tar import read_tar_record
+from ..reading.folder import read_files
 from ..storage import open_source, redact
 from ..storage.shards import ShardReader
 from .tasks import catalog_for
@@ -127,15 +129,19 @@ def iter_tar_shard(
     *,
     on_error: OnError = "raise",
     dataset: str | None = None,
+    kind: str = "tar",
 ) -> Iterator[dict[str, Any]]:
     """Every sample of a tar shard, from its catalog rows, each entry's CRC32C checked.
+
+    ``kind="files"``: a folder group's (its files read, :func:`iter_folder_records`).
 
     ``rows`` are the shard's :meth:`Catalog.record_rows` (file order). The
     tar is read in ranges of whole samples (~8 MiB each), never per member;
     a payload that changed since indexing raises ChecksumError. A sample
     that does not decode is raised or dropped as ``on_error`` says.
     """
-    records = iter_tar_records(url, rows, entries, storage_options)
+    walk = iter_folder_records if kind == "files" else iter_tar_records
+    records = walk(url, rows, entries, storage_options)
     yield from _samples(records, url, decode, on_error, dataset)
 
 
@@ -187,6 +193,66 @@ def iter_tar_records(
         source.close()
 
 
+_FOLDER_READ_FILES = 64
+"""A folder group's files are read this many at a time (concurrently on object stores)."""
+
+
+def iter_folder_records(
+    url: str,
+    rows: Sequence[RecordRow],
+    entries: Iterable[str] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> Iterator[Record]:
+    """The records of ``rows`` (catalog rows of one folder group), each file's CRC32C checked.
+
+    Raises
+    ------
+    ChecksumError
+        A file changed since the folder was indexed.
+    ShardNotFoundError, StorageError
+        A file is gone, or cannot be read.
+    """
+    names = None if entries is None else frozenset(entries)
+    folder = folder_of(url)
+    opts = dict(storage_options or {})
+    for i in range(0, len(rows), _FOLDER_READ_FILES):
+        part = rows[i : i + _FOLDER_READ_FILES]
+        picks = [
+            [k for k, e in enumerate(row.entries) if names is None or e[0] in names] for row in part
+        ]
+        paths = [
+            entry_path(folder, row.key, row.entries[k][0])
+            for row, pick in zip(part, picks)
+            for k in pick
+        ]
+        data = read_files(paths, opts)
+        for row, pick in zip(part, picks):
+            record = Record(row.key, {}, -1, row.offset, row.length)
+            for k in pick:
+                name, content_type, _ = row.entries[k]
+                path = entry_path(folder, row.key, name)
+                got = data[path]
+                if isinstance(got, FileNotFoundError):
+                    raise ShardNotFoundError(
+                        f"{redact(path)}: the file of key {row.key!r} is gone; restore it, or "
+                        "index the folder again (`shardcat index-files`)",
+                        path=redact(path),
+                    ) from got
+                if isinstance(got, Exception):
+                    raise StorageError(f"cannot read {redact(path)}: {got}", path=redact(path))
+                size, crc = row.spans[k][1], row.spans[k][2]
+                one = read_tar_record(
+                    got,
+                    row.key,
+                    [EntrySpec(name, content_type, Codec.NONE)],
+                    [(0, size, crc)],
+                    path=redact(path),
+                    holder="file",
+                )
+                record.entries[name] = one.entries[name]
+            yield record
+
+
 def tar_rows(
     catalog: Catalog,
     shard_id: int,
@@ -216,10 +282,11 @@ def _read_tar_partition(
     hidden: frozenset[int],
     on_error: OnError,
     dataset: str,
+    kind: str = "tar",
 ) -> list[dict[str, Any]]:
     rows = tar_rows(catalog_for(handle), shard_id, hidden=hidden)
     samples = iter_tar_shard(
-        url, rows, entries, storage_options, decode, on_error=on_error, dataset=dataset
+        url, rows, entries, storage_options, decode, on_error=on_error, dataset=dataset, kind=kind
     )
     return list(samples)
 
@@ -296,7 +363,7 @@ def read(
     # reuses a result held under the same key (another read's, in one client).
     read_token = tokenize(handle.url, dataset, number, names, opts, decode, on_error)
     parts = [
-        # A tar has no footer: its partition walks the shard's catalog rows (kind "tar").
+        # A tar or a folder has no footer: its partition walks the shard's catalog rows.
         delayed(_read_tar_partition)(
             handle,
             s.id,
@@ -307,9 +374,10 @@ def read(
             hidden,
             on_error,
             dataset,
+            s.kind,
             dask_key_name=_partition_key(read_token, i, s, hidden),
         )
-        if s.kind == "tar"
+        if s.kind in ("tar", "files")
         else delayed(_read_partition)(
             s.url,
             names,
