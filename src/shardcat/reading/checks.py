@@ -129,20 +129,25 @@ catalog names (``files``) also gets its records' :data:`FolderSamples`."""
 NAMED_BY_CATALOG = frozenset({"files"})
 """Kinds whose files the catalog's rows name (a folder group): their check needs those rows."""
 
+
+def _files_summary(url: str, storage_options: Any) -> Summary:
+    # A group's files are named by its catalog rows alone: there is nothing to rebuild them from.
+    raise ValueError(
+        f"{redact_url(url)} is a group of a folder indexed in place: its rows are not rebuilt "
+        "from one file; index the folder again (`shardcat index-files`, shardcat.index_files)"
+    )
+
+
 SUMMARIES: dict[str, Callable[[str, Any], Summary]] = {
     "native": _native_summary,
     "tar": scan_tar_url,
+    "files": _files_summary,
 }
 """Shard kind -> the summary its catalog rows are rebuilt from (reindex)."""
 
 
 def _by_kind(table: Mapping[str, Callable[..., Any]], kind: str) -> Callable[..., Any]:
     shard_kind(kind)  # a kind this shardcat does not know: the catalog's FormatError
-    if kind not in table:
-        raise ValueError(
-            f"shards of kind {kind!r} are not rebuilt from their files one by one: "
-            "index the folder again with `shardcat index-files` (shardcat.index_files)"
-        )
     return table[kind]
 
 

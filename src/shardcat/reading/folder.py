@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from fsspec.implementations.local import LocalFileSystem
-
 from .._types import ByteRange
 from ..catalog.kinds import FileCheck
 from ..catalog.results import Problem
@@ -115,6 +113,8 @@ def read_files(
     files are read with a plain ``open`` (fsspec's costs ~3 times as much per
     small file).
     """
+    from fsspec.implementations.local import LocalFileSystem
+
     if not paths:
         return {}
     fs, _ = resolve(paths[0], dict(storage_options))

@@ -44,7 +44,6 @@ from ..errors import (
 from ..format import Entry, Record, recordcodec
 from ..format import sources as _sources
 from ..format.checksums import signed_key_hash, signed_key_hashes
-from ..format.folder import entry_path, folder_of
 from ..format.records import BatchTable, decode_entry
 from ..format.sources import FileSource
 from ..format.spec import Codec
@@ -52,7 +51,6 @@ from ..storage import SourceCache, redact
 from ..storage.cache import ONE_PREAD
 from . import statements
 from .decode import decode_record
-from .folder import folder_requests, join_reads, read_folder_record
 from .misses import missing
 from .point import PointLookup, open_point
 
@@ -343,6 +341,8 @@ class Lookup:
         """Bytes ``[lo, hi)`` of a record: from its shard, or a folder's from its files."""
         if kind == "files":
             names = [name for name, _, _ in self.layouts.get(signature)]
+            from .folder import read_folder_record  # folders load on first use
+
             return read_folder_record(
                 self._sources.read_batch, url, key, names, bytes(spans), lo, hi
             )
@@ -642,6 +642,8 @@ class Lookup:
         self, dataset: str, batch: BatchTable, table: np.ndarray, other: dict[int, Any]
     ) -> dict[int, Record]:
         """Whole records of folders indexed in place: all their files in one batch of reads."""
+        from .folder import folder_requests, join_reads
+
         rows = table.tolist()
         plans = []
         requests: list[tuple[str, ByteRange]] = []
@@ -803,6 +805,8 @@ def _entry_request(key: str, row: Any, w: Any) -> tuple[str, ByteRange]:
     """The one read of an entry (a batch row's): a range of its shard, or a folder's file."""
     url, offset = row[0], row[1]
     if row[6] == "files":
+        from ..format.folder import entry_path, folder_of
+
         return entry_path(folder_of(url), key, w[0]), ByteRange(0, w[4])
     return url, ByteRange(offset + w[3], offset + w[3] + w[4])
 
