@@ -18,12 +18,19 @@ from .._types import ByteRange
 from ..catalog.kinds import FileCheck
 from ..catalog.results import Problem
 from ..catalog.spans import unpack_spans
-from ..errors import FormatError, TruncatedError
+from ..errors import FormatError, ShardNotFoundError, StorageError, TruncatedError
 from ..format.checksums import crc32c
 from ..format.folder import entry_path, folder_of
-from ..storage import redact, resolve
+from ..storage import is_local, local_path, redact, resolve
 
-__all__ = ["check_folder", "folder_requests", "join_reads", "read_files", "read_folder_record"]
+__all__ = [
+    "check_folder",
+    "folder_requests",
+    "join_reads",
+    "read_files",
+    "read_folder_record",
+    "read_requests",
+]
 
 _CAT_BATCH = 64
 """Files one concurrent ``cat`` asks an object store for: the memory a batch holds stays bounded."""
@@ -80,6 +87,35 @@ def join_reads(requests: Requests, views: Sequence[memoryview | bytes]) -> bytes
     return b"".join(views)
 
 
+def read_requests(
+    requests: Requests, read_batch: Callable[[Requests], list[memoryview]]
+) -> list[memoryview | bytes]:
+    """The bytes of each request: local files with a plain ``open``, others by ``read_batch``.
+
+    A local file is opened, read and closed (a folder has far more files than
+    a lookup keeps open: keeping them would only churn the cache of open shards).
+
+    Raises
+    ------
+    ShardNotFoundError
+        A local file is gone (``error.path`` names it); remote ones as ``read_batch`` raises.
+    """
+    if not requests or not is_local(requests[0][0]):
+        return list(read_batch(requests))
+    out: list[memoryview | bytes] = []
+    for url, rng in requests:
+        try:
+            with open(local_path(url), "rb") as f:
+                if rng.start:
+                    f.seek(rng.start)
+                out.append(f.read(rng.end - rng.start))
+        except FileNotFoundError as e:
+            raise ShardNotFoundError(f"{url}: no such file", path=url) from e
+        except OSError as e:
+            raise StorageError(f"cannot read {url}: {e}", path=url) from e
+    return out
+
+
 def read_folder_record(
     read_batch: Callable[[Requests], list[memoryview]],
     url: str,
@@ -101,7 +137,7 @@ def read_folder_record(
     requests = folder_requests(url, key, names, spans, lo, hi)
     if not requests:
         return b""
-    return join_reads(requests, read_batch(requests))
+    return join_reads(requests, read_requests(requests, read_batch))
 
 
 def read_files(

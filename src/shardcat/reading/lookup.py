@@ -642,7 +642,7 @@ class Lookup:
         self, dataset: str, batch: BatchTable, table: np.ndarray, other: dict[int, Any]
     ) -> dict[int, Record]:
         """Whole records of folders indexed in place: all their files in one batch of reads."""
-        from .folder import folder_requests, join_reads
+        from .folder import folder_requests, join_reads, read_requests
 
         rows = table.tolist()
         plans = []
@@ -654,7 +654,7 @@ class Lookup:
             plans.append((row, url, key, length, offset, signature, len(requests), len(wanted)))
             requests.extend(wanted)
         try:
-            views = self._sources.read_batch(requests)
+            views = read_requests(requests, self._sources.read_batch)
         except (ShardNotFoundError, StorageError) as e:
             raise self._read_failed(e, e.path, dataset, folder=True) from e
         out: dict[int, Record] = {}
