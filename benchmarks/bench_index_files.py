@@ -109,7 +109,9 @@ def main() -> None:
             # The workers' first task imports shardcat (numpy, SQLAlchemy): not what is measured.
             warm = os.path.join(tmp, "warm")
             make_folder(warm, 4 * args.workers, 1)
-            shardcat.index_files(warm, catalog=catalog, dataset="warm", client=client, group_files=2)
+            shardcat.index_files(
+                warm, catalog=catalog, dataset="warm", client=client, group_files=2
+            )
             t = time.perf_counter()
             summary = shardcat.index_files(root, catalog=catalog, dataset="folder", client=client)
             index_s = time.perf_counter() - t
@@ -162,7 +164,9 @@ def main() -> None:
         for fd in fds.values():
             os.close(fd)
         print(f"  lookups, p50 of {args.lookups:,} random keys (SQLite, local disk):")
-        print(f"    folder: {folder_ms:.4f} ms (floor: open+read of 2 files {folder_floor_ms:.4f} ms)")
+        print(
+            f"    folder: {folder_ms:.4f} ms (floor: open+read of 2 files {folder_floor_ms:.4f} ms)"
+        )
         print(f"    native: {native_ms:.4f} ms (floor: one pread {native_floor_ms:.4f} ms)")
         print(f"    folder / native: {folder_ms / native_ms:.2f} (goal <= 1.2)")
     finally:

@@ -25,7 +25,7 @@ from .common import (
     state_of,
 )
 from .global_options import GlobalOptionsGroup, use_global_options
-from .write_cmd import KeyRule
+from .write_cmd import KeyRule, KeyRuleOption
 
 __all__ = ["register"]
 
@@ -129,13 +129,7 @@ def index_files(
             help="fail: an unreadable file fails the job; skip: report it, leave its sample out."
         ),
     ] = OnError.fail,
-    key_rule: Annotated[
-        KeyRule,
-        typer.Option(
-            help="Where a file name splits into key and entry: at its first dot (x.seg.png -> "
-            "key x, entry seg.png) or its last dot."
-        ),
-    ] = KeyRule.first_dot,
+    key_rule: KeyRuleOption = KeyRule.first_dot,
     skip_unmatched: Annotated[
         bool,
         typer.Option("--skip-unmatched", help="Skip files with no extension instead of failing."),

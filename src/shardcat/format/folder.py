@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .checksums import key_hash
-from .entries import guess_content_type
+from .entries import Entry, guess_content_type
 from .footer import EntrySpec
 from .info import RowArrays
 from .spec import ENTRY_ROW_DTYPE, RECORD_ROW_DTYPE, Codec
@@ -32,6 +32,7 @@ __all__ = [
     "FOLDER_MARK",
     "FolderSample",
     "FolderShardInfo",
+    "checked_file",
     "entry_path",
     "folder_info",
     "folder_of",
@@ -95,6 +96,24 @@ class FolderShardInfo(RowArrays):
     @property
     def folder(self) -> str:
         return folder_of(self.path)
+
+
+def checked_file(
+    data: bytes | memoryview, key: str, spec: EntrySpec, size: int, crc: int, path: str
+) -> Entry:
+    """Entry ``spec`` of sample ``key`` from its file's bytes, its size and CRC32C checked.
+
+    Raises
+    ------
+    ChecksumError
+        The file's bytes are not those indexed (changed or damaged since).
+    TruncatedError
+        The file is shorter than when it was indexed.
+    """
+    from .tar.read import read_tar_record
+
+    record = read_tar_record(data, key, [spec], [(0, size, crc)], path=path, holder="file")
+    return record.entries[spec.name]
 
 
 def folder_info(

@@ -10,7 +10,7 @@ from .._types import ByteRange
 from ..catalog import internal
 from ..errors import ChecksumError, ShardNotFoundError, StorageError
 from ..format import Record
-from ..format.folder import entry_path, folder_of
+from ..format.folder import checked_file, entry_path, folder_of
 from ..format.footer import EntrySpec
 from ..format.spec import Codec
 from ..format.tar import read_tar_record
@@ -240,16 +240,9 @@ def iter_folder_records(
                     ) from got
                 if isinstance(got, Exception):
                     raise StorageError(f"cannot read {redact(path)}: {got}", path=redact(path))
-                size, crc = row.spans[k][1], row.spans[k][2]
-                one = read_tar_record(
-                    got,
-                    row.key,
-                    [EntrySpec(name, content_type, Codec.NONE)],
-                    [(0, size, crc)],
-                    path=redact(path),
-                    holder="file",
-                )
-                record.entries[name] = one.entries[name]
+                spec = EntrySpec(name, content_type, Codec.NONE)
+                _, size, crc = row.spans[k]
+                record.entries[name] = checked_file(got, row.key, spec, size, crc, redact(path))
             yield record
 
 

@@ -73,13 +73,7 @@ def _tar_decode(
     text_cache: dict[Any, Any],
 ) -> Record:
     # A tar sample has no frame: the layout names the entries, the spans place them.
-    names = layout()
-    try:
-        located = unpack_spans(spans, len(names))
-    except ValueError as e:
-        raise FormatError(
-            f"catalog row is inconsistent: {e}; re-index the tar", path=url, offset=offset
-        ) from e
+    names, located = _placed(layout, spans, url, offset, "re-index the tar")
     specs = [EntrySpec(name, ctype, codec) for name, ctype, codec in names]
     # Tar reading loads on first use: a native lookup needs none of it.
     from ..format.tar import read_tar_record
@@ -101,29 +95,29 @@ def _files_decode(
 ) -> Record:
     # A folder's record is its files end to end (reading/folder.py): each entry is checked
     # as a tar payload is, and an error names the entry's own file.
-    from ..format.folder import entry_path, folder_of
-    from ..format.tar import read_tar_record
+    from ..format.folder import checked_file, entry_path, folder_of
 
-    names = layout()
-    try:
-        located = unpack_spans(spans, len(names))
-        folder = folder_of(url)
-    except ValueError as e:
-        raise FormatError(
-            f"catalog row is inconsistent: {e}; index the folder again", path=url, offset=offset
-        ) from e
+    names, located = _placed(layout, spans, url, offset, "index the folder again")
+    folder = folder_of(url)
     record = Record(key, {}, -1, offset, len(view))
     for (name, ctype, codec), (at, size, crc) in zip(names, located):
-        one = read_tar_record(
-            view[at : at + size],
-            key,
-            [EntrySpec(name, ctype, codec)],
-            [(0, size, crc)],
-            path=entry_path(folder, key, name),
-            holder="file",
-        )
-        record.entries[name] = one.entries[name]
+        path = entry_path(folder, key, name)
+        spec = EntrySpec(name, ctype, codec)
+        record.entries[name] = checked_file(view[at : at + size], key, spec, size, crc, path)
     return record
+
+
+def _placed(
+    layout: Callable[[], Layout], spans: bytes, url: str, offset: int, fix: str
+) -> tuple[Layout, list[tuple[int, int, int]]]:
+    """A frame-less record's entries (its layout) and where each lies (its row's spans)."""
+    names = layout()
+    try:
+        return names, unpack_spans(spans, len(names))
+    except ValueError as e:
+        raise FormatError(
+            f"catalog row is inconsistent: {e}; {fix}", path=url, offset=offset
+        ) from e
 
 
 DECODERS: dict[str, Callable[..., Record]] = {
