@@ -266,3 +266,23 @@ def test_a_group_summary_lays_its_samples_end_to_end():
     assert entry_path(info.folder, "a/1", "json") == "/data/imgs/a/1.json"
     with pytest.raises(ValueError, match="not the URL of a folder group"):
         folder_of("/data/imgs/train-000000.tar")
+
+
+def test_a_folder_dataset_streams_and_exports_as_webdataset(client, sqlite_url, tmp_path, folder):
+    from shardcat.readers import SampleStream, plan_tasks
+
+    root, samples = folder
+    shardcat.index_files(str(root), catalog=sqlite_url, dataset="pets", client=client)
+    with Catalog(sqlite_url) as cat:
+        stream = SampleStream(
+            tuple(plan_tasks(cat, "pets", "key LIKE 'cats/%'", None)),
+            catalog=cat.handle(),
+            shuffle=False,
+        )
+    got = {s.pop("__key__"): s for s in stream.iter_reader(0)}
+    cats = {k: v for k, v in samples.items() if k.startswith("cats/")}
+    assert got == {k: {**v, "json": json.loads(v["json"])} for k, v in cats.items()}
+    shardcat.export(sqlite_url, "pets", str(tmp_path / "wds"), register="pets_tars", client=client)
+    with Catalog(sqlite_url) as cat:
+        keys = sorted(samples)
+        assert [_bytes(r) for r in cat.get_many("pets_tars", keys)] == [samples[k] for k in keys]

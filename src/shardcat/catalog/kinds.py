@@ -64,8 +64,11 @@ class ShardKind:
     """``shards`` columns (besides url, state, job) from the summary."""
     owns_files: bool
     """Deleting its dataset deletes the file by default (native shards), else only if asked."""
-    deletable: bool = True
-    """Its URL is a file shardcat may be asked to delete (a folder group's never is)."""
+    from_rows: bool = False
+    """It has no footer: its records are read from their catalog rows (tars, folder groups)."""
+    is_file: bool = True
+    """Its URL is the one file that holds its records (a folder group's names no file): it can
+    be copied, and deleted when asked."""
 
 
 def _native_columns(info: ShardInfo) -> dict[str, Any]:
@@ -152,8 +155,8 @@ def _files_columns(info: FolderShardInfo) -> dict[str, Any]:
 
 
 NATIVE = ShardKind("native", _native_columns, True)
-TAR = ShardKind("tar", _tar_columns, False)
-FILES = ShardKind("files", _files_columns, False, deletable=False)
+TAR = ShardKind("tar", _tar_columns, False, from_rows=True)
+FILES = ShardKind("files", _files_columns, False, from_rows=True, is_file=False)
 
 KINDS: dict[str, ShardKind] = {k.name: k for k in (NATIVE, TAR, FILES)}
 

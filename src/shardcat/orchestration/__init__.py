@@ -13,7 +13,15 @@ from .index_tar import IndexTarSummary, TarFailure, index_tar
 from .keys import delete_keys
 from .progress import WriteProgress, WriteProgressCallback
 from .progress_bar import WriteProgressBar
-from .read import iter_shard, iter_tar_records, iter_tar_shard, open_registered, read, tar_rows
+from .read import (
+    iter_row_records,
+    iter_shard,
+    iter_tar_records,
+    iter_tar_shard,
+    open_registered,
+    read,
+    tar_rows,
+)
 from .write import WriteSummary, write
 
 __all__ = [
@@ -40,6 +48,7 @@ __all__ = [
     "from_files",
     "index_files",
     "index_tar",
+    "iter_row_records",
     "iter_shard",
     "iter_tar_records",
     "iter_tar_shard",

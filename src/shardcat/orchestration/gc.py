@@ -291,7 +291,7 @@ def delete_dataset(
         mine = cat.shard_urls(dataset=dataset)
         # Per URL: may deleting the dataset delete the file (kinds.py decides per shard kind)?
         owned = {
-            s.url: shard_kind(s.kind).owns_files or (delete_tars and shard_kind(s.kind).deletable)
+            s.url: shard_kind(s.kind).owns_files or (delete_tars and shard_kind(s.kind).is_file)
             for s in shards
         }
         kinds = {s.url: s.kind for s in shards}

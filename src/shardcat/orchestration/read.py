@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from .._onerror import BAD_SAMPLE, OnError, check_on_error, drop_or_raise
 from .._types import ByteRange
 from ..catalog import internal
+from ..catalog.kinds import shard_kind
 from ..errors import ChecksumError, ShardNotFoundError, StorageError
 from ..format import Record
 from ..format.folder import checked_file, entry_path, folder_of
@@ -140,9 +141,21 @@ def iter_tar_shard(
     a payload that changed since indexing raises ChecksumError. A sample
     that does not decode is raised or dropped as ``on_error`` says.
     """
-    walk = iter_folder_records if kind == "files" else iter_tar_records
-    records = walk(url, rows, entries, storage_options)
+    records = iter_row_records(kind, url, rows, entries, storage_options)
     yield from _samples(records, url, decode, on_error, dataset)
+
+
+def iter_row_records(
+    kind: str,
+    url: str,
+    rows: Sequence[RecordRow],
+    entries: Iterable[str] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> Iterator[Record]:
+    """The records of ``rows`` of a shard read from its catalog rows, by its kind (a tar's, a
+    folder group's), each entry's CRC32C checked."""
+    walk = iter_folder_records if kind == "files" else iter_tar_records
+    return walk(url, rows, entries, storage_options)
 
 
 def iter_tar_records(
@@ -370,7 +383,7 @@ def read(
             s.kind,
             dask_key_name=_partition_key(read_token, i, s, hidden),
         )
-        if s.kind in ("tar", "files")
+        if shard_kind(s.kind).from_rows
         else delayed(_read_partition)(
             s.url,
             names,
