@@ -146,6 +146,11 @@ class Lookup:
         # and the URL of each tar shard among the others (the compiled path's).
         self._shards: dict[int, tuple[str, int] | None] = {}
         self._tars: dict[int, str] = {}
+        # The URL of each folder group among the others, and layouts' signatures by id:
+        # a folder's whole-record lookup reads its files from the point statement's row.
+        self._folders: dict[int, str] = {}
+        self._signatures: dict[int, str] = {}
+        self._signature_sql = f"SELECT signature FROM layouts WHERE id = {p}"
         self._batch = statements.batch_sql(self.dialect)
         self._batch_entries = statements.batch_sql(self.dialect, entries=True)
         self._versioned: dict[tuple[str, bool], str] = {}
@@ -244,7 +249,10 @@ class Lookup:
         shard = self._shards.get(shard_id, _UNKNOWN)
         if shard is _UNKNOWN:
             shard = self._shard_of(dataset, shard_id)
-        if shard is None:  # a tar shard: its kind's decoder and layout
+        if shard is None:  # another kind: a folder's from its files, a tar's by its decoder
+            folder = self._folders.get(shard_id)
+            if folder is not None:
+                return self._folder_record(dataset, key, folder, offset, length, spans, rows[0][4])
             return self._get_record(dataset, key, h, None, shard_id)
         url, alignment = shard
         try:
@@ -274,6 +282,31 @@ class Lookup:
                 raise self._read_failed(e, url, dataset) from e
             return self._get_record(dataset, key, h, None)
 
+    def _folder_record(
+        self, dataset: str, key: str, url: str, offset: int, length: int, spans: bytes, layout: int
+    ) -> Record:
+        """A folder group's whole record from the point statement's row: one read per file."""
+        signature = self._signatures.get(layout)
+        if signature is None:
+            (row,) = self._query(self._signature_sql, (layout,))
+            signature = self._signatures[layout] = row[0]
+        try:
+            data = self._read_range("files", url, key, offset, 0, length, spans, signature)
+            return decode_record(
+                "files",
+                memoryview(data),
+                key=key,
+                length=length,
+                url=url,
+                offset=offset,
+                alignment=1,
+                spans=bytes(spans),
+                layout=partial(self.layouts.get, signature),
+                text_cache=self._texts,
+            )
+        except (OSError, FormatError) as e:
+            raise self._read_failed(e, _failed_at(e, url, "files"), dataset, folder=True) from e
+
     def _shard_of(self, dataset: str, shard_id: int) -> tuple[str, int] | None:
         """``(url, alignment)`` of a native shard (None for other kinds or a purged one).
 
@@ -283,6 +316,8 @@ class Lookup:
             self._shards[sid] = (url, int(alignment)) if kind == "native" else None
             if kind == "tar":
                 self._tars[sid] = url
+            elif kind == "files":
+                self._folders[sid] = url
         return self._shards.get(shard_id)
 
     def _get_record(
