@@ -60,9 +60,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     # Rows of the new kind cannot be described by the old schema: they go first.
-    op.execute(
-        "DELETE FROM records WHERE shard_id IN (SELECT id FROM shards WHERE kind = 'files')"
-    )
+    op.execute("DELETE FROM records WHERE shard_id IN (SELECT id FROM shards WHERE kind = 'files')")
     op.execute(
         "DELETE FROM record_fields WHERE shard_id IN (SELECT id FROM shards WHERE kind = 'files')"
     )
