@@ -292,20 +292,26 @@ class Lookup:
             signature = self._signatures[layout] = row[0]
         try:
             data = self._read_range("files", url, key, offset, 0, length, spans, signature)
-            return decode_record(
-                "files",
-                memoryview(data),
-                key=key,
-                length=length,
-                url=url,
-                offset=offset,
-                alignment=1,
-                spans=bytes(spans),
-                layout=partial(self.layouts.get, signature),
-                text_cache=self._texts,
-            )
+            return self._decode_folder(data, key, length, url, offset, spans, signature)
         except (OSError, FormatError) as e:
             raise self._read_failed(e, _failed_at(e, url, "files"), dataset, folder=True) from e
+
+    def _decode_folder(
+        self, data: bytes, key: str, length: int, url: str, offset: int, spans: Any, signature: str
+    ) -> Record:
+        """A folder group's record from its files' bytes end to end, every file checked."""
+        return decode_record(
+            "files",
+            memoryview(data),
+            key=key,
+            length=length,
+            url=url,
+            offset=offset,
+            alignment=1,
+            spans=bytes(spans),
+            layout=partial(self.layouts.get, signature),
+            text_cache=self._texts,
+        )
 
     def _shard_of(self, dataset: str, shard_id: int) -> tuple[str, int] | None:
         """``(url, alignment)`` of a native shard (None for other kinds or a purged one).
@@ -696,18 +702,8 @@ class Lookup:
         for row, url, key, length, offset, signature, at, n in plans:
             try:
                 data = join_reads(requests[at : at + n], views[at : at + n])
-                out[row] = decode_record(
-                    "files",
-                    memoryview(data),
-                    key=key,
-                    length=length,
-                    url=url,
-                    offset=offset,
-                    alignment=1,
-                    spans=bytes(batch.spans[row]),
-                    layout=partial(self.layouts.get, signature),
-                    text_cache=self._texts,
-                )
+                spans = batch.spans[row]
+                out[row] = self._decode_folder(data, key, length, url, offset, spans, signature)
             except FormatError as e:
                 raise self._read_failed(e, e.path or url, dataset, folder=True) from e
         return out
