@@ -1,4 +1,4 @@
-"""TARIDX export and import (docs/TAR.md), against listing the same tars with Python's tarfile.
+"""TARIDX export and import (docs/IN-PLACE.md), against listing the same tars with Python's tarfile.
 
 Builds ``--tars`` tars of ``--samples`` samples each (a .jpg-sized and a .json
 member per sample), in two layouts: plain ustar members, and webdataset-style

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from .orchestration.dataset_writer import DatasetWriter
     from .orchestration.export import export
     from .orchestration.files import from_files
+    from .orchestration.index_files import index_files
     from .orchestration.index_tar import index_tar
     from .orchestration.keys import delete_keys
     from .orchestration.read import read
@@ -75,6 +76,7 @@ __all__ = [
     "delete_keys",
     "export",
     "from_files",
+    "index_files",
     "index_tar",
     "iter_shards",
     "open_shard",
@@ -106,6 +108,7 @@ _LAZY = {
     "delete_keys": ".orchestration",
     "export": ".orchestration",
     "from_files": ".orchestration",
+    "index_files": ".orchestration",
     "index_tar": ".orchestration",
     "read": ".orchestration",
     "write": ".orchestration",

@@ -287,3 +287,36 @@ def test_upgrade_from_0008_adds_the_tokens_table_and_keeps_the_data(catalog_url,
         made = create_token(cat, datasets=["train"], expires="1d")
         row = lookup_token(cat, made.token)
         assert row is not None and row.datasets == ("train",) and row.state() == "active"
+
+
+def test_upgrade_from_0009_admits_folder_groups_and_keeps_the_data(
+    catalog_url, local_root, tmp_path
+):
+    """0010 (kind 'files'): the shards table keeps its rows, views and indexes; a group registers."""
+    from shardcat.format.folder import FolderSample, folder_info, group_url
+
+    from .helpers import make_dataset, shard_keys
+
+    with Catalog(catalog_url) as cat:
+        make_dataset(cat, local_root, 2)
+    assert downgrade(catalog_url, "0009") == (head_revision(), "0009")
+    group = folder_info(group_url(str(tmp_path), 1, 0), [FolderSample("a", (("txt", 1, 0),))])
+    with pytest.raises(SchemaVersionError, match="shardcat catalog upgrade"):
+        Catalog(catalog_url)
+    assert upgrade(catalog_url) == ("0009", head_revision())
+    assert check(catalog_url) == []
+    with Catalog(catalog_url) as cat:
+        assert cat.get_many("train", shard_keys(0) + shard_keys(1)).ok
+        cat.create_dataset("folder", str(tmp_path))
+        assert cat.register_shard("folder", group).kind == "files"
+    engine = sa.create_engine(catalog_url)
+    try:
+        with engine.connect() as conn:  # the views read the rebuilt table
+            assert conn.execute(sa.text("SELECT count(*) FROM live_shards")).scalar() == 3
+        indexes = {i["name"]: i for i in sa.inspect(engine).get_indexes("shards")}
+        live_url = indexes["uq_shards_live_url"]  # one live row per URL, as before
+        assert live_url["unique"]
+        where = live_url.get("dialect_options", {})
+        assert "state" in str(where.get("sqlite_where", where.get("postgresql_where", "")))
+    finally:
+        engine.dispose()

@@ -42,8 +42,6 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
     from sqlalchemy.orm import Session
 
-    from ..format import ShardInfo
-    from ..format.tar import TarShardInfo
     from . import datasets as _datasets
     from . import fields as _fields
     from . import jobs as _jobs
@@ -54,6 +52,7 @@ if TYPE_CHECKING:
     from . import shards as _shards
     from . import statistics as _statistics
     from . import versions as _versions
+    from .kinds import Summary
     from .manifests import DatasetHistory
     from .selection import FilterLimits, Selection
 else:
@@ -451,7 +450,7 @@ class SqlCatalog(VersionsApi, DeprecatedMethods):
     def register_shard(
         self,
         dataset: str,
-        info: ShardInfo | TarShardInfo,
+        info: Summary,
         *,
         job: int | JobInfo | None = None,
         state: str | None = None,
@@ -509,9 +508,7 @@ class SqlCatalog(VersionsApi, DeprecatedMethods):
             _statistics.refresh_after_growth(self.engine, out[-1].record_count)
         return out[-1]
 
-    def register_shards(
-        self, dataset: str, infos: Iterable[ShardInfo | TarShardInfo]
-    ) -> list[ShardRow]:
+    def register_shards(self, dataset: str, infos: Iterable[Summary]) -> list[ShardRow]:
         """Register many shards and all their records in one transaction, as one version.
 
         What a loop of :meth:`register_shard` calls does, committed together:

@@ -1,14 +1,17 @@
-"""Shard kinds: what a native shard and a tar indexed in place register, in one place.
+"""Shard kinds: what a native shard and data indexed in place register, in one place.
 
-A ``shards`` row is either a shardcat shard file (``kind = 'native'``) or a
-WebDataset tar registered where it lies (``kind = 'tar'``, revision 0004).
-Both register the same ``records`` rows (byte range, per-entry offset, size
+A ``shards`` row is a shardcat shard file (``kind = 'native'``), a
+WebDataset tar registered where it lies (``kind = 'tar'``, revision 0004),
+or a group of samples of a plain folder of files registered where they lie
+(``kind = 'files'``, revision 0010: its URL names the folder and the group,
+each entry is a whole file, :mod:`shardcat.format.folder`).
+All register the same ``records`` rows (byte range, per-entry offset, size
 and CRC32C in ``spans``, a layout); the catalog's side of what differs is
 looked up here by the row's kind:
 
 - the ``shards`` columns a summary gives (a tar has no header or footer);
 - whether deleting a dataset deletes its files by default (tars are the
-  user's: only when asked).
+  user's: only when asked; a folder's files never).
 
 How each kind is read (a whole record decoded, a file checked again) is
 the read layer's: :mod:`shardcat.reading.decode` and
@@ -31,6 +34,7 @@ from .results import Problem
 # Tar scanning loads on first use: a native point lookup (and a cold first one) needs none.
 if TYPE_CHECKING:
     from ..format import ShardInfo
+    from ..format.folder import FolderShardInfo
     from ..format.tar import TarShardInfo
 
 __all__ = [
@@ -44,8 +48,8 @@ __all__ = [
 ]
 
 # A forward reference (Union, not |): the tar module loads lazily.
-Summary = Union["ShardInfo", "TarShardInfo"]
-"""What registering a shard takes: a native footer's summary or a tar's scan."""
+Summary = Union["ShardInfo", "TarShardInfo", "FolderShardInfo"]
+"""What registering a shard takes: a native footer's summary, a tar's scan or a folder group's."""
 
 FileCheck = tuple[Summary | None, list[Problem], int]
 """What reading one file found: its summary (if readable), problems, records checked."""
@@ -60,6 +64,11 @@ class ShardKind:
     """``shards`` columns (besides url, state, job) from the summary."""
     owns_files: bool
     """Deleting its dataset deletes the file by default (native shards), else only if asked."""
+    from_rows: bool = False
+    """It has no footer: its records are read from their catalog rows (tars, folder groups)."""
+    is_file: bool = True
+    """Its URL is the one file that holds its records (a folder group's names no file): it can
+    be copied, and deleted when asked."""
 
 
 def _native_columns(info: ShardInfo) -> dict[str, Any]:
@@ -88,7 +97,7 @@ def _native_columns(info: ShardInfo) -> dict[str, Any]:
     }
 
 
-def tar_file_id(info: TarShardInfo) -> str:
+def tar_file_id(info: TarShardInfo | FolderShardInfo) -> str:
     """A tar's id: BLAKE2b-128 of its record and entry rows (keys' hashes, offsets, sizes, CRCs).
 
     A tar has no id of its own; this one changes whenever a payload, a key or
@@ -102,18 +111,19 @@ def tar_file_id(info: TarShardInfo) -> str:
     return h.hexdigest()
 
 
-def _tar_columns(info: TarShardInfo) -> dict[str, Any]:
+def _in_place_columns(info: TarShardInfo | FolderShardInfo, kind: str) -> dict[str, Any]:
+    """The columns of data indexed where it lies: no header or footer, a CRC per payload."""
     import numpy as np
 
     crcs = np.ascontiguousarray(info.entries["crc"], dtype="<u4")
     return {
-        "kind": "tar",
+        "kind": kind,
         "shard_number": info.shard_number,
         "file_id": tar_file_id(info),
         "format_major": 0,
         "format_minor": 0,
         "flags": 0,
-        "created_at": dt.datetime.now(dt.UTC),  # when it was indexed: a tar has no writer clock
+        "created_at": dt.datetime.now(dt.UTC),  # when it was indexed: it has no writer clock
         "alignment": 1,
         "compression": "none",
         "header_crc": 0,
@@ -123,20 +133,32 @@ def _tar_columns(info: TarShardInfo) -> dict[str, Any]:
         "payload_bytes": info.payload_bytes(),
         "data_crc": crc32c(crcs.tobytes()),
         "footer_crc": 0,
-        "user_metadata": {
-            "tar": {
-                "end_offset": int(info.end_offset),
-                "member_count": int(info.member_count),
-                "skipped": int(info.skipped),
-            }
-        },
     }
 
 
-NATIVE = ShardKind("native", _native_columns, True)
-TAR = ShardKind("tar", _tar_columns, False)
+def _tar_columns(info: TarShardInfo) -> dict[str, Any]:
+    columns = _in_place_columns(info, "tar")
+    columns["user_metadata"] = {
+        "tar": {
+            "end_offset": int(info.end_offset),
+            "member_count": int(info.member_count),
+            "skipped": int(info.skipped),
+        }
+    }
+    return columns
 
-KINDS: dict[str, ShardKind] = {k.name: k for k in (NATIVE, TAR)}
+
+def _files_columns(info: FolderShardInfo) -> dict[str, Any]:
+    columns = _in_place_columns(info, "files")
+    columns["user_metadata"] = {"files": {"folder": info.folder, "count": len(info.entries)}}
+    return columns
+
+
+NATIVE = ShardKind("native", _native_columns, True)
+TAR = ShardKind("tar", _tar_columns, False, from_rows=True)
+FILES = ShardKind("files", _files_columns, False, from_rows=True, is_file=False)
+
+KINDS: dict[str, ShardKind] = {k.name: k for k in (NATIVE, TAR, FILES)}
 
 
 def shard_kind(name: str) -> ShardKind:
@@ -157,7 +179,10 @@ def shard_kind(name: str) -> ShardKind:
 
 
 def kind_of(info: Summary) -> ShardKind:
-    """The kind of a summary: a tar scan or a native footer."""
+    """The kind of a summary: a tar scan, a folder group or a native footer."""
+    from ..format.folder import FolderShardInfo
     from ..format.tar import TarShardInfo
 
+    if isinstance(info, FolderShardInfo):
+        return FILES
     return TAR if isinstance(info, TarShardInfo) else NATIVE

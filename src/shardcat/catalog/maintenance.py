@@ -22,7 +22,7 @@ from . import visibility
 from .commit import commit
 from .datasets import find_dataset
 from .kinds import FileCheck, Summary
-from .models import Job, Shard
+from .models import Job, Layout, Record, Shard
 from .register import PreparedShard, prepare_shard
 from .results import CatalogReport, Problem, ShardRow
 from .retire import drop_shards
@@ -31,7 +31,13 @@ from .session import NO_SYNC
 from .shards import insert_shard
 from .versions import resolve_version
 
-__all__ = ["FileCheck", "committed_shards", "compare_with_catalog", "reindex_shards"]
+__all__ = [
+    "FileCheck",
+    "committed_shards",
+    "compare_with_catalog",
+    "named_samples",
+    "reindex_shards",
+]
 
 
 _LISTED = 20
@@ -96,6 +102,30 @@ _CATALOG_ROWS = text(
     "SELECT r.key, r.key_hash, r.byte_offset, r.byte_length, r.spans, l.signature "
     "FROM records r LEFT JOIN layouts l ON l.id = r.layout_id WHERE r.shard_id = :shard"
 )
+
+
+def named_samples(
+    session: Session, shard_ids: list[int]
+) -> dict[int, list[tuple[str, int, list[str]]]]:
+    """Per shard, its records' ``(key, offset, entry names)`` in file order: a folder group's files.
+
+    Every record, whatever version removed it: ``verify`` checks what any kept version reads.
+    """
+    import json
+
+    out: dict[int, list[tuple[str, int, list[str]]]] = {i: [] for i in shard_ids}
+    names: dict[str, list[str]] = {}
+    rows = session.execute(
+        select(Record.shard_id, Record.key, Record.byte_offset, Layout.signature)
+        .join(Layout, Layout.id == Record.layout_id)
+        .where(Record.shard_id.in_(shard_ids))
+        .order_by(Record.shard_id, Record.byte_offset)
+    )
+    for shard_id, key, offset, signature in rows:
+        if signature not in names:
+            names[signature] = [entry[0] for entry in json.loads(signature)]
+        out[shard_id].append((key, int(offset), names[signature]))
+    return out
 
 
 def committed_shards(

@@ -88,8 +88,9 @@ LIVE_STATES = ("staged", "committed")
 
 JOB_STATES = ("open", "committed", "aborted")
 
-SHARD_KINDS = ("native", "tar")
-"""``native``: a shardcat shard file; ``tar``: a WebDataset tar indexed in place (revision 0004)."""
+SHARD_KINDS = ("native", "tar", "files")
+"""``native``: a shardcat shard file; ``tar``: a WebDataset tar indexed in place (revision 0004);
+``files``: a group of samples of a plain folder indexed in place (revision 0010)."""
 
 # JSONB on PostgreSQL (indexable, operators like ->> and @>), JSON elsewhere.
 JSONType: TypeEngine[Any] = JSON().with_variant(JSONB(), "postgresql")
@@ -182,7 +183,7 @@ class Shard(Base):
     shard_number: Mapped[int | None] = mapped_column(BigInteger)
     state: Mapped[str] = mapped_column(String(16))
     kind: Mapped[str] = mapped_column(String(16), server_default=text("'native'"))
-    """``native`` or ``tar`` (see :mod:`shardcat.catalog.kinds`)."""
+    """``native``, ``tar`` or ``files`` (see :mod:`shardcat.catalog.kinds`)."""
     # --- from the header -------------------------------------------------
     file_id: Mapped[str] = mapped_column(String(32))
     format_major: Mapped[int] = mapped_column(SmallInteger)

@@ -1,7 +1,8 @@
-"""``shardcat index-tar`` and ``shardcat taridx export|import``: WebDataset tars in place.
+"""``shardcat index-tar``, ``index-files`` and ``taridx export|import``: data indexed in place.
 
-The commands only parse: indexing is :func:`shardcat.index_tar`, the TARIDX
-conversions are :mod:`shardcat.orchestration.taridx_io`.
+The commands only parse: indexing is :func:`shardcat.index_tar` and
+:func:`shardcat.index_files`, the TARIDX conversions are
+:mod:`shardcat.orchestration.taridx_io`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .common import (
     state_of,
 )
 from .global_options import GlobalOptionsGroup, use_global_options
+from .write_cmd import KeyRule, KeyRuleOption
 
 __all__ = ["register"]
 
@@ -44,6 +46,7 @@ class OnError(str, enum.Enum):
 
 def register(app: typer.Typer) -> None:
     app.command("index-tar")(index_tar)
+    app.command("index-files")(index_files)
     taridx_app.command("export")(export)
     taridx_app.command("import")(import_)
     use_global_options(taridx_app)
@@ -101,6 +104,68 @@ def index_tar(
             catalog=cat,
             dataset=dataset,
             storage_options=state.storage_options,
+            client=cluster,
+            on_error=on_error.value,
+            fields=fields,
+            fields_entry=field_entry,
+            progress=bar,
+        )
+    state.out.tar_indexed(summary)
+
+
+def index_files(
+    ctx: typer.Context,
+    source: Annotated[
+        str,
+        typer.Argument(
+            help="A folder, URL, glob (s3://raw/*/img*.jpg) or brace pattern (part-{000..009}/).",
+            metavar="SRC",
+        ),
+    ],
+    dataset: Annotated[str, typer.Argument(help="The dataset's name.", metavar="DATASET")],
+    on_error: Annotated[
+        OnError,
+        typer.Option(
+            help="fail: an unreadable file fails the job; skip: report it, leave its sample out."
+        ),
+    ] = OnError.fail,
+    key_rule: KeyRuleOption = KeyRule.first_dot,
+    skip_unmatched: Annotated[
+        bool,
+        typer.Option("--skip-unmatched", help="Skip files with no extension instead of failing."),
+    ] = False,
+    field: FieldOption = None,
+    field_entry: FieldEntryOption = "json",
+    workers: WorkersOption = None,
+    scheduler: SchedulerOption = None,
+    progress: ProgressOption = True,
+) -> None:
+    """Index a folder of files in place: samples by key (x.jpg + x.json), each file CRC-checked.
+
+    Files are grouped into samples by the key rule of `shardcat write SRC`
+    and registered where they are: nothing is copied, and `gc` and `delete`
+    never delete them. Each Dask task reads a group of files once (their
+    CRC32C) and the job commits at once; the dataset's new version is the
+    folder as read, so running it again picks up added, removed and changed
+    files while older versions still read theirs.
+    """
+    from ..orchestration import index_files as run
+
+    fields = parse_fields(field)
+    cluster = dask_cluster(workers, scheduler)
+    state = state_of(ctx)
+    _quiet_dask(state.verbose)
+    with (
+        open_catalog(state, create=True) as cat,
+        state.out.task_progress("indexing", "file groups", progress) as bar,
+    ):
+        summary = run(
+            source,
+            catalog=cat,
+            dataset=dataset,
+            storage_options=state.storage_options,
+            key_rule=key_rule.value,
+            skip_unmatched=skip_unmatched,
             client=cluster,
             on_error=on_error.value,
             fields=fields,

@@ -46,6 +46,15 @@ class KeyRule(str, enum.Enum):
     last_dot = "last-dot"
 
 
+KeyRuleOption = Annotated[
+    KeyRule,
+    typer.Option(
+        help="Where a file name splits into key and entry: at its first dot (WebDataset: "
+        "x.seg.png -> key x, entry seg.png) or its last dot (pip-1.2.whl -> pip-1.2, whl)."
+    ),
+]
+
+
 def register(app: typer.Typer) -> None:
     app.command("write")(write)
 
@@ -121,13 +130,7 @@ def write(
         str | None,
         typer.Option("--message", "-m", help="Recorded with the new version (shardcat log)."),
     ] = None,
-    key_rule: Annotated[
-        KeyRule,
-        typer.Option(
-            help="Where a file name splits into key and entry: at its first dot (WebDataset: "
-            "x.seg.png -> key x, entry seg.png) or its last dot (pip-1.2.whl -> pip-1.2, whl)."
-        ),
-    ] = KeyRule.first_dot,
+    key_rule: KeyRuleOption = KeyRule.first_dot,
     no_ext_entry: Annotated[
         str | None,
         typer.Option(

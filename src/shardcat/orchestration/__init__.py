@@ -1,4 +1,4 @@
-"""Dask orchestration: parallel shard writes and tar indexing committed at once, parallel reads, exports."""
+"""Dask orchestration: parallel shard writes, tar and folder indexing committed at once, parallel reads, exports."""
 
 from __future__ import annotations
 
@@ -8,11 +8,20 @@ from .copy import CopySummary, copy_dataset
 from .dataset_writer import DatasetWriter
 from .export import ExportSummary, export
 from .files import FileSource, from_files
+from .index_files import FileFailure, IndexFilesSummary, index_files
 from .index_tar import IndexTarSummary, TarFailure, index_tar
 from .keys import delete_keys
 from .progress import WriteProgress, WriteProgressCallback
 from .progress_bar import WriteProgressBar
-from .read import iter_shard, iter_tar_records, iter_tar_shard, open_registered, read, tar_rows
+from .read import (
+    iter_row_records,
+    iter_shard,
+    iter_tar_records,
+    iter_tar_shard,
+    open_registered,
+    read,
+    tar_rows,
+)
 from .write import WriteSummary, write
 
 __all__ = [
@@ -22,7 +31,9 @@ __all__ = [
     "DaskCluster",
     "DatasetWriter",
     "ExportSummary",
+    "FileFailure",
     "FileSource",
+    "IndexFilesSummary",
     "IndexTarSummary",
     "TarFailure",
     "WriteProgress",
@@ -35,7 +46,9 @@ __all__ = [
     "delete_keys",
     "export",
     "from_files",
+    "index_files",
     "index_tar",
+    "iter_row_records",
     "iter_shard",
     "iter_tar_records",
     "iter_tar_shard",

@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..catalog.kinds import shard_kind
 from ..errors import ChecksumError, DestinationNotEmptyError, ObjectExistsError
 from ..format.checksums import crc32c
 from ..format.tar import TarHeaders, taridx_of_headers
 from ..format.tar.members import END_OF_ARCHIVE, member_headers, member_span
 from ..format.tar.spec import blocks
 from ..storage import open_pending, open_source, redact
-from .read import iter_tar_records, open_registered
+from .read import iter_row_records, open_registered
 
 if TYPE_CHECKING:
     from ..catalog.results import RecordRow, ShardRow
@@ -180,8 +181,8 @@ def entry_sizes(
 
 def _records(piece: SourcePiece, options: Mapping[str, Any]) -> Iterator[Record]:
     """The records of ``piece``, in its order, every CRC checked."""
-    if piece.kind == "tar":
-        yield from iter_tar_records(piece.url, piece.rows, None, options)
+    if shard_kind(piece.kind).from_rows:
+        yield from iter_row_records(piece.kind, piece.url, piece.rows, None, options)
         return
     with open_registered(piece.url, options, piece.expect) as reader:
         if piece.whole:

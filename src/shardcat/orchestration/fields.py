@@ -6,6 +6,8 @@ import``) or fills fields afterwards (:func:`shardcat.readers.index_fields`)
 reads them here, one shard at a time, whatever its kind:
 
 - a native shard: its records' ``entry`` through the footer, one sequential read;
+- a folder indexed in place: its record rows from the catalog, and only the
+  ``entry`` file of each sample, checked against its CRC32C;
 - a tar indexed in place (no footer): its record rows from the catalog, and
   only the ``entry`` payload of each sample, in ranges coalesced across
   small gaps (8 KiB locally, ``remote_max_gap`` on object stores), each
@@ -28,7 +30,7 @@ from ..format.spec import Codec
 from ..format.tar import read_tar_record
 from ..storage import is_local, open_source, redact, resolve_remote_max_gap
 from ..storage.gap import gap_for
-from .read import open_registered
+from .read import iter_folder_records, open_registered
 from .tasks import field_values
 
 if TYPE_CHECKING:
@@ -65,6 +67,14 @@ def shard_field_values(
             found = field_values({entry: value}, names, entry)
             if found:
                 out.append((offset, found))
+        return out
+    if shard.kind == "files":  # a folder group: only the entry's files are read
+        rows = internal.record_rows(catalog, shard.id)
+        for rec in iter_folder_records(shard.url, rows, (entry,), storage_options):
+            if entry in rec.entries:
+                found = field_values({entry: rec[entry].decode()}, names, entry)
+                if found:
+                    out.append((rec.offset, found))
         return out
     expect = (shard.file_id, shard.footer_crc)
     with open_registered(shard.url, storage_options, expect) as reader:

@@ -19,7 +19,11 @@ What gc never deletes, whatever the rows say:
   tombstone may share its URL with a row registered again later;
 * a file outside the dataset's root folder — a row registered by hand may
   name any file; gc forgets such a tombstone and leaves the file alone;
-* a tar indexed in place (shard kind ``tar``): the tar is the user's file.
+* a tar indexed in place (shard kind ``tar``): the tar is the user's file;
+* a file of a folder indexed in place (shard kind ``files``), nor any file
+  under such a folder: a group's row names the folder, never a file gc may
+  remove, and the folder's files are the user's even where they end in
+  ``.shard``.
 
 Both are reported in :attr:`GcReport.kept`.
 
@@ -42,6 +46,8 @@ from ..catalog import internal
 from ..catalog.kinds import shard_kind
 from ..catalog.models import LIVE_STATES
 from ..errors import ShardcatError, StorageError, StorageUnreachableError
+from ..format.folder import FOLDER_MARK
+from ..format.folder import folder_of as group_folder
 from ..reading.history import folder_of, history_files, remove_history
 from ..storage import gave_up, redact, resolve, retried
 from ..storage.removal import Removal, existing_urls, remove_files
@@ -54,6 +60,8 @@ __all__ = ["DeleteReport", "GcReport", "delete_dataset", "forget_failed_dataset"
 log = logging.getLogger(__name__)
 
 _SHARDISH = (".shard", ".partial")
+
+_IN_PLACE = {"tar": "a tar", "files": "a folder group"}
 
 
 @dataclass
@@ -165,7 +173,10 @@ def gc(
                 for shard in deleted:
                     reason = _keep_reason(shard.url, root, live, opts)
                     if reason is None and not shard_kind(shard.kind).owns_files:
-                        reason = "a tar indexed in place: gc forgets its row, never the file"
+                        reason = (
+                            f"{_IN_PLACE[shard.kind]} indexed in place: gc forgets its row, "
+                            "never the file"
+                        )
                     if reason is not None:
                         report.kept.append(f"{shard.url}: {reason}")
                     else:
@@ -188,10 +199,16 @@ def gc(
                     _stop_if_unreachable(removal, report)
                 report.deleted_shards.extend(doomed)
             # Every dataset's shards count as known: datasets may share a folder.
-            known = {_key(u, opts) for u in cat.shard_urls()}
+            every = cat.shard_urls()
+            known = {_key(u, opts) for u in every}
+            # Folders indexed in place hold the user's files, whatever their names.
+            theirs = {_key(group_folder(u), opts)[1] + "/" for u in every if FOLDER_MARK in u}
             orphans = []
             for url, modified, size in _list_files(root, opts, report):
-                if _key(url, opts) not in known and now - modified >= grace:
+                key = _key(url, opts)
+                if any(key[1].startswith(folder) for folder in theirs):
+                    continue
+                if key not in known and now - modified >= grace:
                     orphans.append(url)
                     report.sizes[url] = size
                     report.reasons[url] = (
@@ -273,7 +290,11 @@ def delete_dataset(
         report = DeleteReport(dataset, dry_run, len(shards), sum(s.size_bytes for s in shards))
         mine = cat.shard_urls(dataset=dataset)
         # Per URL: may deleting the dataset delete the file (kinds.py decides per shard kind)?
-        owned = {s.url: shard_kind(s.kind).owns_files or delete_tars for s in shards}
+        owned = {
+            s.url: shard_kind(s.kind).owns_files or (delete_tars and shard_kind(s.kind).is_file)
+            for s in shards
+        }
+        kinds = {s.url: s.kind for s in shards}
         others = {
             _key(u, opts)
             for d in cat.datasets()
@@ -289,6 +310,8 @@ def delete_dataset(
                 reason = (
                     "a tar indexed in place: only its rows are deleted "
                     "(delete_tars=True / --delete-tars removes it)"
+                    if kinds.get(url) == "tar"
+                    else "a folder indexed in place: only its rows are deleted, never its files"
                 )
             if reason is not None:
                 report.kept.append(f"{url}: {reason}")

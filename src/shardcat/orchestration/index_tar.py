@@ -15,30 +15,27 @@ successful tasks reported. No tar is ever written or deleted here.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import os
 import posixpath
 import re
-import time
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._units import count_of
-from ..errors import DatasetExistsError, EmptySourceError, FormatError, ShardNotFoundError
+from ..errors import EmptySourceError, FormatError, ShardNotFoundError
 from ..format.tar import Taridx, verify_scan
 from ..reading.checks import scan_tar_url
 from ..storage import open_source, redact, resolve
 from ..storage.patterns import expand_patterns
-from .cluster import ClientChoice, client_for
+from .cluster import ClientChoice
 from .fields import store_shard_fields
-from .gc import forget_failed_dataset
-from .reach import refuse_in_memory, refuse_unreachable, refuse_unreachable_stores
+from .in_place import InPlaceTasks, run_in_place
+from .reach import refuse_in_memory
 from .tasks import catalog_for
-from .watch import JobRef, TaskProgressCallback, gather, interrupted
+from .watch import TaskProgressCallback
 
 if TYPE_CHECKING:
     from ..reading import Catalog, CatalogHandle
@@ -299,79 +296,60 @@ def run_index_job(
         refuse_in_memory(cat)
         for url in tars:
             resolve(url, opts)  # a bad URL fails here, typed, before any worker sees it
-        folders = dict.fromkeys((posixpath.dirname(url) for url in tars), opts)
-        refuse_unreachable_stores(folders)  # before a cluster starts
-        t0 = time.perf_counter()
-        with client_for(client, tars[0]) as dask_client:
-            refuse_unreachable(cat, dask_client)
-            refuse_unreachable_stores(folders, dask_client)
-            try:
-                cat.create_dataset(dataset, redact(posixpath.dirname(tars[0])))
-                created = True
-            except DatasetExistsError:
-                created = False
-            job = cat.begin_job(
-                dataset, description="shardcat.index_tar", properties={"tars": len(tars)}
-            )
-            ref = JobRef("index-tar", dataset, job.id)
-            handle = cat.handle()
+        numbers = tar_shard_numbers(tars)
+
+        def submit(dask_client: Any, tasks: InPlaceTasks) -> list[Any]:
             scattered = dask_client.scatter(index, broadcast=False) if index is not None else None
-            # Job ids restart at 1 in every catalog: a key of the job id alone would let a
-            # cluster hand this job another catalog's results for the same key.
-            run = uuid.uuid4().hex[:12]
-            futures = []
-            numbers = tar_shard_numbers(tars)
-            try:
-                if fields:  # a bad name or type aborts the job before any task
-                    cat.declare_fields(dataset, fields)
-                try:
-                    futures = [
-                        dask_client.submit(
-                            index_tar_task,
-                            url,
-                            opts,
-                            handle,
-                            dataset,
-                            job.id,
-                            on_error,
-                            i,
-                            scattered,
-                            numbers[i],
-                            tuple(fields or ()),
-                            fields_entry,
-                            key=f"shardcat-index-tar-{job.id}-{run}-{i}",
-                            retries=retries,
-                            pure=False,
-                        )
-                        for i, url in enumerate(tars)
-                    ]
-                    results: list[TarResult] = gather(dask_client, futures, ref, progress)
-                except BaseException:
-                    with contextlib.suppress(Exception):
-                        dask_client.cancel(futures)
-                    raise
-                done = [r for r in results if r.failure is None]
-                failed = [r.failure for r in results if r.failure is not None]
-                for f in failed:
-                    log.warning("skipped %s: %s", f.url, f.message)
-                cat.commit_job(job.id, shards=[r.url for r in done], storage_options=opts)
-            except KeyboardInterrupt as e:
-                with contextlib.suppress(Exception):
-                    cat.abort_job(job.id)
-                raise interrupted(ref) from e
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    cat.abort_job(job.id)
-                if created:  # a failed first job leaves no empty dataset behind
-                    forget_failed_dataset(cat, dataset, job.id, opts)
-                raise
+            return [
+                dask_client.submit(
+                    index_tar_task,
+                    url,
+                    opts,
+                    tasks.handle,
+                    dataset,
+                    tasks.job_id,
+                    on_error,
+                    i,
+                    scattered,
+                    numbers[i],
+                    tuple(fields or ()),
+                    fields_entry,
+                    key=f"{tasks.key}-{i}",
+                    retries=retries,
+                    pure=False,
+                )
+                for i, url in enumerate(tars)
+            ]
+
+        def manifest(results: list[TarResult]) -> list[str]:
+            return [r.url for r in results if r.failure is None]
+
+        job_id, results, seconds = run_in_place(
+            cat,
+            what="index-tar",
+            dataset=dataset,
+            root=posixpath.dirname(tars[0]),
+            folders=dict.fromkeys((posixpath.dirname(url) for url in tars), opts),
+            client=client,
+            near=tars[0],
+            properties={"tars": len(tars)},
+            submit=submit,
+            manifest=manifest,
+            fields=fields,
+            progress=progress,
+            storage_options=opts,
+        )
+        done = [r for r in results if r.failure is None]
+        failed = [r.failure for r in results if r.failure is not None]
+        for f in failed:
+            log.warning("skipped %s: %s", f.url, f.message)
         summary = IndexTarSummary(
             dataset=dataset,
-            job_id=job.id,
+            job_id=job_id,
             tars=[r.url for r in done],
             records=sum(r.records for r in done),
             bytes=sum(r.bytes for r in done),
-            seconds=time.perf_counter() - t0,
+            seconds=seconds,
             failed=failed,
         )
         log.info("%s", summary)

@@ -8,11 +8,14 @@ from typing import TYPE_CHECKING, Any
 from .._onerror import BAD_SAMPLE, OnError, check_on_error, drop_or_raise
 from .._types import ByteRange
 from ..catalog import internal
-from ..errors import ChecksumError
+from ..catalog.kinds import shard_kind
+from ..errors import ChecksumError, ShardNotFoundError, StorageError
 from ..format import Record
+from ..format.folder import checked_file, entry_path, folder_of
 from ..format.footer import EntrySpec
 from ..format.spec import Codec
 from ..format.tar import read_tar_record
+from ..reading.folder import read_files
 from ..storage import open_source, redact
 from ..storage.shards import ShardReader
 from .tasks import catalog_for
@@ -127,16 +130,32 @@ def iter_tar_shard(
     *,
     on_error: OnError = "raise",
     dataset: str | None = None,
+    kind: str = "tar",
 ) -> Iterator[dict[str, Any]]:
     """Every sample of a tar shard, from its catalog rows, each entry's CRC32C checked.
+
+    ``kind="files"``: a folder group's (its files read, :func:`iter_folder_records`).
 
     ``rows`` are the shard's :meth:`Catalog.record_rows` (file order). The
     tar is read in ranges of whole samples (~8 MiB each), never per member;
     a payload that changed since indexing raises ChecksumError. A sample
     that does not decode is raised or dropped as ``on_error`` says.
     """
-    records = iter_tar_records(url, rows, entries, storage_options)
+    records = iter_row_records(kind, url, rows, entries, storage_options)
     yield from _samples(records, url, decode, on_error, dataset)
+
+
+def iter_row_records(
+    kind: str,
+    url: str,
+    rows: Sequence[RecordRow],
+    entries: Iterable[str] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> Iterator[Record]:
+    """The records of ``rows`` of a shard read from its catalog rows, by its kind (a tar's, a
+    folder group's), each entry's CRC32C checked."""
+    walk = iter_folder_records if kind == "files" else iter_tar_records
+    return walk(url, rows, entries, storage_options)
 
 
 def iter_tar_records(
@@ -187,6 +206,59 @@ def iter_tar_records(
         source.close()
 
 
+_FOLDER_READ_FILES = 64
+"""A folder group's files are read this many at a time (concurrently on object stores)."""
+
+
+def iter_folder_records(
+    url: str,
+    rows: Sequence[RecordRow],
+    entries: Iterable[str] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> Iterator[Record]:
+    """The records of ``rows`` (catalog rows of one folder group), each file's CRC32C checked.
+
+    Raises
+    ------
+    ChecksumError
+        A file changed since the folder was indexed.
+    ShardNotFoundError, StorageError
+        A file is gone, or cannot be read.
+    """
+    names = None if entries is None else frozenset(entries)
+    folder = folder_of(url)
+    opts = dict(storage_options or {})
+    for i in range(0, len(rows), _FOLDER_READ_FILES):
+        part = rows[i : i + _FOLDER_READ_FILES]
+        picks = [
+            [k for k, e in enumerate(row.entries) if names is None or e[0] in names] for row in part
+        ]
+        paths = [
+            entry_path(folder, row.key, row.entries[k][0])
+            for row, pick in zip(part, picks)
+            for k in pick
+        ]
+        data = read_files(paths, opts)
+        for row, pick in zip(part, picks):
+            record = Record(row.key, {}, -1, row.offset, row.length)
+            for k in pick:
+                name, content_type, _ = row.entries[k]
+                path = entry_path(folder, row.key, name)
+                got = data[path]
+                if isinstance(got, FileNotFoundError):
+                    raise ShardNotFoundError(
+                        f"{redact(path)}: the file of key {row.key!r} is gone; restore it, or "
+                        "index the folder again (`shardcat index-files`)",
+                        path=redact(path),
+                    ) from got
+                if isinstance(got, Exception):
+                    raise StorageError(f"cannot read {redact(path)}: {got}", path=redact(path))
+                spec = EntrySpec(name, content_type, Codec.NONE)
+                _, size, crc = row.spans[k]
+                record.entries[name] = checked_file(got, row.key, spec, size, crc, redact(path))
+            yield record
+
+
 def tar_rows(
     catalog: Catalog,
     shard_id: int,
@@ -216,10 +288,11 @@ def _read_tar_partition(
     hidden: frozenset[int],
     on_error: OnError,
     dataset: str,
+    kind: str = "tar",
 ) -> list[dict[str, Any]]:
     rows = tar_rows(catalog_for(handle), shard_id, hidden=hidden)
     samples = iter_tar_shard(
-        url, rows, entries, storage_options, decode, on_error=on_error, dataset=dataset
+        url, rows, entries, storage_options, decode, on_error=on_error, dataset=dataset, kind=kind
     )
     return list(samples)
 
@@ -296,7 +369,7 @@ def read(
     # reuses a result held under the same key (another read's, in one client).
     read_token = tokenize(handle.url, dataset, number, names, opts, decode, on_error)
     parts = [
-        # A tar has no footer: its partition walks the shard's catalog rows (kind "tar").
+        # A tar or a folder has no footer: its partition walks the shard's catalog rows.
         delayed(_read_tar_partition)(
             handle,
             s.id,
@@ -307,9 +380,10 @@ def read(
             hidden,
             on_error,
             dataset,
+            s.kind,
             dask_key_name=_partition_key(read_token, i, s, hidden),
         )
-        if s.kind == "tar"
+        if shard_kind(s.kind).from_rows
         else delayed(_read_partition)(
             s.url,
             names,

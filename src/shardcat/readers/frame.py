@@ -7,6 +7,7 @@ from contextlib import closing
 from typing import TYPE_CHECKING, Any
 
 from .._onerror import BAD_SAMPLE, OnError, check_on_error, drop_or_raise
+from ..catalog.kinds import shard_kind
 from ..reading import Catalog, CatalogHandle
 from ..storage import redact
 from ..storage.shards import ShardReader
@@ -74,7 +75,7 @@ def _first_row(
     """The row of the first record, read now (it names the columns); of the first that decodes if
     ``on_error`` drops bad samples (the partition that holds them warns and counts, not this)."""
     task = tasks[0]
-    if task.offsets is None and task.kind != "tar":
+    if task.offsets is None and not shard_kind(task.kind).from_rows:
         # One ranged read of record 0 rather than the first buffer of a stream.
         with ShardReader(task.url, storage_options=storage_options) as r:
             first = r.read(0, entries)

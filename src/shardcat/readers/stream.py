@@ -31,7 +31,7 @@ from ..catalog.kinds import shard_kind
 from ..catalog.results import RecordRow
 from ..errors import CatalogError, SampleDecodeError
 from ..format import Record
-from ..orchestration import iter_tar_records, open_registered, tar_rows
+from ..orchestration import iter_row_records, open_registered, tar_rows
 from ..orchestration.tasks import catalog_for
 from ..reading import Catalog, CatalogHandle
 from ..storage import LocalShardCache, is_local, redact
@@ -366,7 +366,10 @@ class SampleStream:
             self.direct
             and decode is None
             and not dropping
-            and all(t.kind != "tar" and (self.cache is not None or is_local(t.url)) for t in tasks)
+            and all(
+                not shard_kind(t.kind).from_rows and (self.cache is not None or is_local(t.url))
+                for t in tasks
+            )
         )
         if straight:
             # Local files only: a remote shard streams better with read-ahead than in ranged
@@ -448,10 +451,12 @@ def iter_task_records(
         A tar task without ``catalog``, or whose rows no longer match the plan.
     """
     url = task.url
-    if cache is not None and task.expect is not None:
+    kind = shard_kind(task.kind)
+    if cache is not None and task.expect is not None and kind.is_file:
         url = cache.fetch(url, task.expect[0], storage_options)
-    if task.kind == "tar":
-        yield from iter_tar_records(url, _tar_rows(task, catalog), entries, storage_options)
+    if kind.from_rows:
+        rows = _tar_rows(task, catalog)
+        yield from iter_row_records(task.kind, url, rows, entries, storage_options)
         return
     with open_registered(url, storage_options, task.expect) as reader:
         records = reader.iter_records(entries)

@@ -517,8 +517,12 @@ class Catalog(SqlCatalog):
         """
         with self._uow() as s:
             rows = _maintenance.committed_shards(s, dataset, version)
+            named = [r.id for r in rows if r.kind in _checks.NAMED_BY_CATALOG]
+            samples = _maintenance.named_samples(s, named) if named else {}
         # The files are read outside any transaction: that takes as long as the data.
-        checks = _checks.check_files(rows, self.storage_options, workers=workers, on_shard=on_shard)
+        checks = _checks.check_files(
+            rows, self.storage_options, workers=workers, on_shard=on_shard, samples=samples
+        )
         with self._uow() as s:
             report = _maintenance.compare_with_catalog(s, dataset, rows, checks)
         if history:

@@ -6,12 +6,12 @@ Reading files takes time, so it happens here, outside any transaction
 (:func:`prepare_from_footers`, :func:`check_files`); the catalog's
 :mod:`~shardcat.catalog.maintenance` then only runs SQL with what was read.
 How a file is read depends on its kind: a native shard's footer and every
-CRC, a tar's full re-scan.
+CRC, a tar's full re-scan, every file of a folder group read again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHECKS",
+    "NAMED_BY_CATALOG",
     "SUMMARIES",
+    "FolderSamples",
     "check_files",
     "prepare_from_footers",
     "read_footers",
@@ -104,17 +106,47 @@ def _tar_check(url: str, storage_options: Any) -> FileCheck:
     return info, [], len(info.records)
 
 
-CHECKS: dict[str, Callable[[str, Any], FileCheck]] = {"native": _native_check, "tar": _tar_check}
-"""Shard kind -> read the file again and check every byte it can: ``(summary, problems, records checked)``."""
+FolderSamples = Sequence[tuple[str, int, list[str]]]
+"""A folder group's records as the catalog names them: ``(key, offset, entry names)``."""
+
+
+def _files_check(url: str, storage_options: Any, samples: FolderSamples = ()) -> FileCheck:
+    from .folder import check_folder
+
+    return check_folder(url, samples, storage_options)
+
+
+CHECKS: dict[str, Callable[..., FileCheck]] = {
+    "native": _native_check,
+    "tar": _tar_check,
+    "files": _files_check,
+}
+"""Shard kind -> read the file again and check every byte it can: ``(summary, problems, records checked)``.
+
+Called as ``check(url, storage_options)``; a kind whose files only the
+catalog names (``files``) also gets its records' :data:`FolderSamples`."""
+
+NAMED_BY_CATALOG = frozenset({"files"})
+"""Kinds whose files the catalog's rows name (a folder group): their check needs those rows."""
+
+
+def _files_summary(url: str, storage_options: Any) -> Summary:
+    # A group's files are named by its catalog rows alone: there is nothing to rebuild them from.
+    raise ValueError(
+        f"{redact_url(url)} is a group of a folder indexed in place: its rows are not rebuilt "
+        "from one file; index the folder again (`shardcat index-files`, shardcat.index_files)"
+    )
+
 
 SUMMARIES: dict[str, Callable[[str, Any], Summary]] = {
     "native": _native_summary,
     "tar": scan_tar_url,
+    "files": _files_summary,
 }
 """Shard kind -> the summary its catalog rows are rebuilt from (reindex)."""
 
 
-def _by_kind(table: dict[str, Callable[[str, Any], Any]], kind: str) -> Callable[[str, Any], Any]:
+def _by_kind(table: Mapping[str, Callable[..., Any]], kind: str) -> Callable[..., Any]:
     shard_kind(kind)  # a kind this shardcat does not know: the catalog's FormatError
     return table[kind]
 
@@ -170,6 +202,7 @@ def check_files(
     *,
     workers: int,
     on_shard: Callable[[str, int], None] | None = None,
+    samples: Mapping[int, FolderSamples] | None = None,
 ) -> list[FileCheck]:
     """Read every shard again and check every CRC (no SQL: outside any transaction).
 
@@ -177,12 +210,16 @@ def check_files(
     shard's footer and every CRC, a tar's full re-scan.
 
     ``on_shard(url, total)`` is called as each shard's check finishes.
+    ``samples``: per shard id of a kind in :data:`NAMED_BY_CATALOG`, its records.
     """
 
     def check_file(shard: Shard) -> FileCheck:
         url = shard.url
         try:
-            return _by_kind(CHECKS, shard.kind)(url, storage_options)  # type: ignore[no-any-return]
+            check = _by_kind(CHECKS, shard.kind)
+            if shard.kind in NAMED_BY_CATALOG:
+                return check(url, storage_options, (samples or {}).get(shard.id, ()))  # type: ignore[no-any-return]
+            return check(url, storage_options)  # type: ignore[no-any-return]
         except Exception as e:
             # The last line of defence: whatever one shard does, it is reported and the
             # others are still checked (a shard is data from outside, errors or not).

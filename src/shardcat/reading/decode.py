@@ -73,13 +73,7 @@ def _tar_decode(
     text_cache: dict[Any, Any],
 ) -> Record:
     # A tar sample has no frame: the layout names the entries, the spans place them.
-    names = layout()
-    try:
-        located = unpack_spans(spans, len(names))
-    except ValueError as e:
-        raise FormatError(
-            f"catalog row is inconsistent: {e}; re-index the tar", path=url, offset=offset
-        ) from e
+    names, located = _placed(layout, spans, url, offset, "re-index the tar")
     specs = [EntrySpec(name, ctype, codec) for name, ctype, codec in names]
     # Tar reading loads on first use: a native lookup needs none of it.
     from ..format.tar import read_tar_record
@@ -87,7 +81,50 @@ def _tar_decode(
     return read_tar_record(view, key, specs, located, path=url, offset=offset)
 
 
-DECODERS: dict[str, Callable[..., Record]] = {"native": _native_decode, "tar": _tar_decode}
+def _files_decode(
+    view: memoryview,
+    *,
+    key: str,
+    length: int,
+    url: str,
+    offset: int,
+    alignment: int,
+    spans: bytes,
+    layout: Callable[[], Layout],
+    text_cache: dict[Any, Any],
+) -> Record:
+    # A folder's record is its files end to end (reading/folder.py): each entry is checked
+    # as a tar payload is, and an error names the entry's own file.
+    from ..format.folder import checked_file, entry_path, folder_of
+
+    names, located = _placed(layout, spans, url, offset, "index the folder again")
+    folder = folder_of(url)
+    record = Record(key, {}, -1, offset, len(view))
+    for (name, ctype, codec), (at, size, crc) in zip(names, located):
+        path = entry_path(folder, key, name)
+        spec = EntrySpec(name, ctype, codec)
+        record.entries[name] = checked_file(view[at : at + size], key, spec, size, crc, path)
+    return record
+
+
+def _placed(
+    layout: Callable[[], Layout], spans: bytes, url: str, offset: int, fix: str
+) -> tuple[Layout, list[tuple[int, int, int]]]:
+    """A frame-less record's entries (its layout) and where each lies (its row's spans)."""
+    names = layout()
+    try:
+        return names, unpack_spans(spans, len(names))
+    except ValueError as e:
+        raise FormatError(
+            f"catalog row is inconsistent: {e}; {fix}", path=url, offset=offset
+        ) from e
+
+
+DECODERS: dict[str, Callable[..., Record]] = {
+    "native": _native_decode,
+    "tar": _tar_decode,
+    "files": _files_decode,
+}
 """Shard kind -> how a whole record of it is decoded (every kind of :data:`~shardcat.catalog.kinds.KINDS`)."""
 
 

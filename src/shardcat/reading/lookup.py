@@ -146,6 +146,11 @@ class Lookup:
         # and the URL of each tar shard among the others (the compiled path's).
         self._shards: dict[int, tuple[str, int] | None] = {}
         self._tars: dict[int, str] = {}
+        # The URL of each folder group among the others, and layouts' signatures by id:
+        # a folder's whole-record lookup reads its files from the point statement's row.
+        self._folders: dict[int, str] = {}
+        self._signatures: dict[int, str] = {}
+        self._signature_sql = f"SELECT signature FROM layouts WHERE id = {p}"
         self._batch = statements.batch_sql(self.dialect)
         self._batch_entries = statements.batch_sql(self.dialect, entries=True)
         self._versioned: dict[tuple[str, bool], str] = {}
@@ -244,7 +249,10 @@ class Lookup:
         shard = self._shards.get(shard_id, _UNKNOWN)
         if shard is _UNKNOWN:
             shard = self._shard_of(dataset, shard_id)
-        if shard is None:  # a tar shard: its kind's decoder and layout
+        if shard is None:  # another kind: a folder's from its files, a tar's by its decoder
+            folder = self._folders.get(shard_id)
+            if folder is not None:
+                return self._folder_record(dataset, key, folder, offset, length, spans, rows[0][4])
             return self._get_record(dataset, key, h, None, shard_id)
         url, alignment = shard
         try:
@@ -274,6 +282,37 @@ class Lookup:
                 raise self._read_failed(e, url, dataset) from e
             return self._get_record(dataset, key, h, None)
 
+    def _folder_record(
+        self, dataset: str, key: str, url: str, offset: int, length: int, spans: bytes, layout: int
+    ) -> Record:
+        """A folder group's whole record from the point statement's row: one read per file."""
+        signature = self._signatures.get(layout)
+        if signature is None:
+            (row,) = self._query(self._signature_sql, (layout,))
+            signature = self._signatures[layout] = row[0]
+        try:
+            data = self._read_range("files", url, key, offset, 0, length, spans, signature)
+            return self._decode_folder(data, key, length, url, offset, spans, signature)
+        except (OSError, FormatError) as e:
+            raise self._read_failed(e, _failed_at(e, url, "files"), dataset, folder=True) from e
+
+    def _decode_folder(
+        self, data: bytes, key: str, length: int, url: str, offset: int, spans: Any, signature: str
+    ) -> Record:
+        """A folder group's record from its files' bytes end to end, every file checked."""
+        return decode_record(
+            "files",
+            memoryview(data),
+            key=key,
+            length=length,
+            url=url,
+            offset=offset,
+            alignment=1,
+            spans=bytes(spans),
+            layout=partial(self.layouts.get, signature),
+            text_cache=self._texts,
+        )
+
     def _shard_of(self, dataset: str, shard_id: int) -> tuple[str, int] | None:
         """``(url, alignment)`` of a native shard (None for other kinds or a purged one).
 
@@ -283,6 +322,8 @@ class Lookup:
             self._shards[sid] = (url, int(alignment)) if kind == "native" else None
             if kind == "tar":
                 self._tars[sid] = url
+            elif kind == "files":
+                self._folders[sid] = url
         return self._shards.get(shard_id)
 
     def _get_record(
@@ -305,7 +346,7 @@ class Lookup:
         if tar_id is not None and kind == "tar" and self._tars.get(tar_id) != url:
             self._tars[tar_id] = url
         try:
-            data = self._sources.read(url, offset, offset + length)
+            data = self._read_range(kind, url, key, offset, 0, length, spans, signature)
             if kind is None:  # native: decode.decode_native, without its frame or the dispatch
                 return recordcodec.decode_spanned(
                     data, key, length, url, offset, alignment, spans, unpack_spans, self._texts
@@ -323,7 +364,30 @@ class Lookup:
                 text_cache=self._texts,
             )
         except (OSError, FormatError) as e:
-            raise self._read_failed(e, url, dataset) from e
+            raise self._read_failed(
+                e, _failed_at(e, url, kind), dataset, folder=kind == "files"
+            ) from e
+
+    def _read_range(
+        self,
+        kind: str | None,
+        url: str,
+        key: str,
+        offset: int,
+        lo: int,
+        hi: int,
+        spans: bytes,
+        signature: str,
+    ) -> bytes:
+        """Bytes ``[lo, hi)`` of a record: from its shard, or a folder's from its files."""
+        if kind == "files":
+            names = [name for name, _, _ in self.layouts.get(signature)]
+            from .folder import read_folder_record  # folders load on first use
+
+            return read_folder_record(
+                self._sources.read_batch, url, key, names, bytes(spans), lo, hi
+            )
+        return self._sources.read(url, offset + lo, offset + hi)
 
     def _point_row(self, dataset: str, key: str, h: int, version: Version) -> Any:
         """The record's row (the point statement's columns) at ``version``, or its missing error."""
@@ -339,7 +403,7 @@ class Lookup:
     def _get_entries(
         self, dataset: str, key: str, h: int, names: frozenset[str], version: Version
     ) -> Record:
-        url, _, offset, length, spans, _, signature = self._point_row(dataset, key, h, version)
+        url, _, offset, length, spans, kind, signature = self._point_row(dataset, key, h, version)
         wanted = self._wanted(url, offset, bytes(spans), signature, names)
         record = Record(key, {}, offset=offset, length=length)
         if not wanted:
@@ -347,20 +411,22 @@ class Lookup:
         lo = min(w[3] for w in wanted)
         hi = max(w[3] + w[4] for w in wanted)
         try:
-            data = memoryview(self._sources.read(url, offset + lo, offset + hi))
+            data = memoryview(self._read_range(kind, url, key, offset, lo, hi, spans, signature))
             for w in wanted:
                 record.entries[w[0]] = _wanted_entry(
                     data[w[3] - lo : w[3] - lo + w[4]], w, url, offset
                 )
         except (OSError, FormatError) as e:
-            raise self._read_failed(e, url, dataset) from e
+            raise self._read_failed(
+                e, _failed_at(e, url, kind), dataset, folder=kind == "files"
+            ) from e
         return record
 
     def read_part(
         self, dataset: str, key: str, name: str, start: int, end: int, version: Version = None
     ) -> memoryview:
         """Bytes ``[start, end)`` of an uncompressed entry, read alone: :meth:`Catalog.read_part`."""
-        url, _, offset, _, spans, _, signature = self._point_row(
+        url, _, offset, _, spans, kind, signature = self._point_row(
             dataset, key, _hash(key)[0], version
         )
         wanted = self._wanted(url, offset, bytes(spans), signature, frozenset((name,)))
@@ -375,9 +441,12 @@ class Lookup:
         if start == end:
             return memoryview(b"")
         try:
-            return memoryview(self._sources.read(url, offset + e_off + start, offset + e_off + end))
+            lo, hi = e_off + start, e_off + end
+            return memoryview(self._read_range(kind, url, key, offset, lo, hi, spans, signature))
         except (OSError, FormatError) as e:
-            raise self._read_failed(e, url, dataset) from e
+            raise self._read_failed(
+                e, _failed_at(e, url, kind), dataset, folder=kind == "files"
+            ) from e
 
     def describe(self, dataset: str, key: str, version: Version = None) -> list[EntryInfo]:
         """The record's entries from its catalog row (one query, no read): :meth:`Catalog.describe`."""
@@ -520,15 +589,12 @@ class Lookup:
         ``plan``: ``(key, row, chosen entries)`` per record. A record whose bytes
         do not match its row raises, or with ``isolate`` is that key's error.
         """
-        requests = [
-            (row[0], ByteRange(row[1] + w[3], row[1] + w[3] + w[4]))
-            for _, row, chosen in plan
-            for w in chosen
-        ]
+        requests = [_entry_request(key, row, w) for key, row, chosen in plan for w in chosen]
+        in_folder = any(row[6] == "files" for _, row, _ in plan)
         try:
             views = self._sources.read_batch(requests)
         except (ShardNotFoundError, StorageError) as e:
-            raise self._read_failed(e, e.path, dataset) from e
+            raise self._read_failed(e, e.path, dataset, folder=in_folder) from e
         records: dict[str, Record] = {}
         errors: dict[str, Exception] = {}
         at = 0
@@ -541,8 +607,12 @@ class Lookup:
                 records[key] = record
             except FormatError as e:
                 if not isolate:
-                    raise self._read_failed(e, url, dataset) from e
-                errors[key] = self._read_failed(e, url, dataset)
+                    raise self._read_failed(
+                        e, _failed_at(e, url, row[6]), dataset, folder=row[6] == "files"
+                    ) from e
+                errors[key] = self._read_failed(
+                    e, _failed_at(e, url, row[6]), dataset, folder=row[6] == "files"
+                )
             at += len(chosen)
         return records, errors
 
@@ -554,12 +624,23 @@ class Lookup:
             return {}
         table = batch.table[np.lexsort((batch.table["offset"], batch.table["shard"]))]
         urls, alignments, keys, spans = batch.urls, batch.alignments, batch.keys, batch.spans
+        other = {row: (kind, signature) for row, kind, signature in batch.others}
+        # A folder's records are read from their files, not from a range of their shard.
+        folder = [row for row, (kind, _) in other.items() if kind == "files"]
+        found: dict[int, Record] = {}
+        if folder:
+            mine = np.isin(table["row"], folder)
+            found = self._read_folder_rows(dataset, batch, table[mine], other)
+            table = table[~mine]
+            for row in folder:
+                del other[row]
+            if not len(table):
+                return {keys[row]: record for row, record in found.items()}
         blobs = self._read_packed(urls, table)
         if blobs is None:
             blobs = self._read_merged(dataset, urls, table)
         # Native records in one call of the record codec's batch decoder; rows of
         # other kinds (tar samples indexed in place) one by one, by their kind.
-        other = {row: (kind, signature) for row, kind, signature in batch.others}
         native = np.ones(len(keys), dtype=bool)
         native[list(other)] = False
         native = native[table["row"]]
@@ -594,7 +675,38 @@ class Lookup:
                 )
             except FormatError as e:
                 raise self._read_failed(e, url, dataset) from e
+        for row, record in found.items():
+            records[row] = record
         return dict(zip(keys, records))  # type: ignore[arg-type]  # every row has a record
+
+    def _read_folder_rows(
+        self, dataset: str, batch: BatchTable, table: np.ndarray, other: dict[int, Any]
+    ) -> dict[int, Record]:
+        """Whole records of folders indexed in place: all their files in one batch of reads."""
+        from .folder import folder_requests, join_reads, read_requests
+
+        rows = table.tolist()
+        plans = []
+        requests: list[tuple[str, ByteRange]] = []
+        for _, shard, row, _, _, length, offset in rows:
+            url, key, signature = batch.urls[shard], batch.keys[row], other[row][1]
+            names = [name for name, _, _ in self.layouts.get(signature)]
+            wanted = folder_requests(url, key, names, bytes(batch.spans[row]), 0, length)
+            plans.append((row, url, key, length, offset, signature, len(requests), len(wanted)))
+            requests.extend(wanted)
+        try:
+            views = read_requests(requests, self._sources.read_batch)
+        except (ShardNotFoundError, StorageError) as e:
+            raise self._read_failed(e, e.path, dataset, folder=True) from e
+        out: dict[int, Record] = {}
+        for row, url, key, length, offset, signature, at, n in plans:
+            try:
+                data = join_reads(requests[at : at + n], views[at : at + n])
+                spans = batch.spans[row]
+                out[row] = self._decode_folder(data, key, length, url, offset, spans, signature)
+            except FormatError as e:
+                raise self._read_failed(e, e.path or url, dataset, folder=True) from e
+        return out
 
     def _read_packed(self, urls: list[str], table: np.ndarray) -> list[memoryview] | None:
         """Every record of ``table`` read into packed buffers, if all its shards are local files.
@@ -649,8 +761,10 @@ class Lookup:
 
     # --- errors ------------------------------------------------------------
 
-    def _read_failed(self, e: BaseException, url: str | None, dataset: str) -> Exception:
-        """A read error, restated: which shard, what it means, what to do."""
+    def _read_failed(
+        self, e: BaseException, url: str | None, dataset: str, *, folder: bool = False
+    ) -> Exception:
+        """A read error, restated: which shard (or, ``folder``, which file), what it means, what to do."""
         if url is not None:
             self._sources.forget(url)  # reopened on next use
         shown = redact(url) if url else "a shard"
@@ -658,6 +772,11 @@ class Lookup:
             f"run `shardcat verify` on dataset {dataset!r} to list the affected shards, then restore them "
             "or rebuild their rows with `shardcat reindex` (Catalog.verify / Catalog.reindex)"
         )
+        if folder:
+            fix = (
+                f"restore the file, or index the folder again (`shardcat index-files`) for a new "
+                f"version of dataset {dataset!r} that reads it as it is now"
+            )
         if isinstance(e, FormatError):
             return type(e)(
                 f"{e.detail}; the shard no longer matches the catalog (changed since it was registered): {fix}",
@@ -669,8 +788,9 @@ class Lookup:
             # denied): the same error, as a new object the caller chains to it.
             return copy.copy(e)
         if isinstance(e, FileNotFoundError):
+            what = "file of a folder indexed in place" if folder else "shard"
             return ShardNotFoundError(
-                f"{shown}: the catalog names this shard but it does not exist (deleted or moved?): {fix}",
+                f"{shown}: the catalog names this {what} but it does not exist (deleted or moved?): {fix}",
                 path=shown,
             )
         # The store's own error, not the storage layer's restatement of it (which names the file).
@@ -704,6 +824,22 @@ A batch read into new memory faults in every page of it, about half of
 the read's time for 10,000 keys of 2-8 KiB on a 2-core VM;
 buffers no record refers to any more are written again instead
 (``_ccodec.read_packed``)."""
+
+
+def _failed_at(e: BaseException, url: str, kind: str | None) -> str:
+    """What a failed read names: the shard, or the file of a folder's entry that failed."""
+    path = getattr(e, "path", None) if kind == "files" else None
+    return path or url
+
+
+def _entry_request(key: str, row: Any, w: Any) -> tuple[str, ByteRange]:
+    """The one read of an entry (a batch row's): a range of its shard, or a folder's file."""
+    url, offset = row[0], row[1]
+    if row[6] == "files":
+        from ..format.folder import entry_path, folder_of
+
+        return entry_path(folder_of(url), key, w[0]), ByteRange(0, w[4])
+    return url, ByteRange(offset + w[3], offset + w[3] + w[4])
 
 
 def _joined(

@@ -11,6 +11,7 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .._trips import bundled
+from ..catalog.kinds import shard_kind
 from ..errors import SampleDecodeError
 from ..readers import (
     Decoder,
@@ -129,8 +130,8 @@ class ShardIterableDataset(IterableDataset[Any]):
             opts = dict(cat.storage_options if storage_options is None else storage_options)
             # The plan is made here, once: workers get shard URLs, never a connection.
             tasks = tuple(plan_tasks(cat, dataset, where, params, version))
-            # Tars have no footer: readers fetch their record rows from the catalog.
-            handle = cat.handle() if any(t.kind == "tar" for t in tasks) else None
+            # Tars and folders have no footer: readers fetch their record rows from the catalog.
+            handle = cat.handle() if any(shard_kind(t.kind).from_rows for t in tasks) else None
         stream = SampleStream(
             tasks,
             opts,

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ...orchestration import (
         CompactSummary,
         CopySummary,
+        IndexFilesSummary,
         IndexTarSummary,
         WriteProgressCallback,
         WriteSummary,
@@ -147,8 +148,8 @@ class Output(ABC):
         """What a committed copy or move produced."""
 
     @abstractmethod
-    def tar_indexed(self, summary: IndexTarSummary) -> None:
-        """What a committed ``index-tar`` job registered, and the tars it skipped."""
+    def tar_indexed(self, summary: IndexTarSummary | IndexFilesSummary) -> None:
+        """What a committed ``index-tar`` or ``index-files`` job registered, and what it skipped."""
 
     @abstractmethod
     def taridx_done(

@@ -5,7 +5,7 @@ and summarises every sample (key, byte range, per-entry payload offset, size
 and CRC32C) as a :class:`TarShardInfo` the catalog registers like a native
 shard; :func:`read_tar_record` reads a sample back and checks its CRCs;
 :class:`Taridx` reads and writes iTar's ``.taridx`` index byte for byte.
-See docs/TAR.md.
+See docs/IN-PLACE.md.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ walking thread went from ~0.27 to ~0.16 s CPU, and the scan ran at the
 plain read's speed when the other core was free (no faster than one thread
 when it was busy: a task the thread has not started by the time the walk
 needs its window is cancelled and mapped by the walk itself).
-``docs/TAR.md`` section 5 has the figures.
+``docs/IN-PLACE.md`` section 5 has the figures.
 
 A mapped file that shrinks while it is walked would kill the process with
 SIGBUS at the first page past its new end, and a user's tar can be cut by

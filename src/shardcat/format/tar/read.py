@@ -43,6 +43,7 @@ def read_tar_record(
     path: str | None = None,
     offset: int = 0,
     index: int = -1,
+    holder: str = "tar",
 ) -> Record:
     """The entries of one sample from the bytes of its range, each CRC-checked.
 
@@ -60,6 +61,8 @@ def read_tar_record(
         The tar's URL and the range's offset in it, named in errors.
     index:
         The record's position, kept on the returned :class:`Record`.
+    holder:
+        What holds the payloads, named in errors (``"tar"``; a folder's ``"file"``).
 
     Returns
     -------
@@ -84,7 +87,7 @@ def read_tar_record(
         if at + size > len(view):
             raise TruncatedError(
                 f"entry {spec.name!r} of key {key!r} needs bytes up to {at + size} of the "
-                f"sample, only {len(view)} were read; the tar is shorter than when it was indexed",
+                f"sample, only {len(view)} were read; the {holder} is shorter than when it was indexed",
                 path=path,
                 offset=offset + at,
             )
@@ -93,7 +96,7 @@ def read_tar_record(
         if actual != crc:
             raise ChecksumError(
                 f"entry {spec.name!r} of key {key!r}: CRC32C {actual:#010x}, indexed as "
-                f"{crc:#010x}; the tar was changed or damaged after indexing (re-index it)",
+                f"{crc:#010x}; the {holder} was changed or damaged after indexing (re-index it)",
                 path=path,
                 offset=offset + at,
             )

@@ -391,7 +391,7 @@ def iter_tar_samples(
         Walk a local file (a path, or an open regular file at offset 0) in a
         guarded read-only mapping instead of reading it: no read copy, page
         faults instead. Off by default (the read cost less CPU when last
-        measured, docs/TAR.md section 5). Mapped or read, a file cut while it
+        measured, docs/IN-PLACE.md section 5). Mapped or read, a file cut while it
         is walked is a ``TarTruncatedError``, never SIGBUS. Other streams,
         and any file where the guard is not available, are always read.
 

@@ -1,6 +1,6 @@
 """TARIDX 1.0: iTar's index of tar members, read and written byte for byte.
 
-The layout is declared in :mod:`.spec`; docs/TAR.md says what of the
+The layout is declared in :mod:`.spec`; docs/IN-PLACE.md says what of the
 specification is implemented. In short: a 64-byte header, the extension
 names and the crash stems as newline-joined UTF-8, then one 32-byte row per
 member (``fid``, header ``offset``, payload ``size``, ``extid``,

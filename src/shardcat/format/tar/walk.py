@@ -21,7 +21,7 @@ size; a file cut while it is walked (even inside a window) is a
 and when it raises, the walk asks the guard whether anything it read was lost.
 No read-ahead thread reads a mapped file, but by default a second thread maps
 the next window into the page tables (:mod:`.mapped`; ``readahead=0`` keeps the
-walk to one thread). The default reads (measured cheaper here: docs/TAR.md).
+walk to one thread). The default reads (measured cheaper here: docs/IN-PLACE.md).
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ class TarWalker:
         guarded read-only mapping instead of reading it (:mod:`.mapped`); any
         other stream, or a file that cannot be mapped under the guard, is
         read. Off by default: on the VM measured last the read cost less CPU
-        than the mapping's page faults (docs/TAR.md section 5).
+        than the mapping's page faults (docs/IN-PLACE.md section 5).
     blocks:
         With the compiled walker, yield :data:`Pieces` instead of batches:
         the compiled loop's members stay in C blocks (``_ctar.Members``)

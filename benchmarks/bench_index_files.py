@@ -1,0 +1,177 @@
+"""Indexing a folder of files in place (``shardcat.index_files``) against reading it, and its lookups.
+
+Generates ``--samples`` samples of a ``.jpg``-sized file (``--file-kib``) and
+a small ``.json`` label each, in sub-folders of 1,000, in a temporary folder
+on local disk, with a warm page cache (every file read once before any
+clock runs), then measures:
+
+- **indexing throughput**: ``index_files`` on a LocalCluster of
+  ``--workers`` worker processes (started, and warmed by indexing a tiny
+  folder, before the clock runs; SQLite catalog), in MB/s of the files' bytes, against a plain sequential read of
+  the same files in one process (``open().read()`` of each, no CRC).
+  Goal: >= 0.8 x.
+- **lookup p50**: ``Catalog.get`` of ``--lookups`` random keys of the folder
+  dataset, against the same samples written as a native dataset
+  (``shardcat.write`` into one shard folder) and looked up alike.
+  Goal: <= 1.2 x. A folder's lookup reads one whole file per entry (two here),
+  a native one reads the sample's one byte range: the floor of each is
+  reported (``os.pread`` of the same bytes, one call per file or range).
+
+    .venv/bin/python benchmarks/bench_index_files.py [--samples 20000] [--file-kib 16] [--workers 2] [--lookups 5000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import tempfile
+import time
+
+import numpy as np
+
+
+def make_folder(root: str, count: int, kib: int) -> tuple[int, list[str]]:
+    rng = np.random.default_rng(0)
+    blob = rng.integers(0, 256, size=1 << 20, dtype=np.uint8).tobytes()
+    total = 0
+    keys = []
+    for i in range(count):
+        sub = f"d{i // 1000:04d}"
+        if i % 1000 == 0:
+            os.makedirs(os.path.join(root, sub), exist_ok=True)
+        n = kib * 1024 + int(rng.integers(-512, 512))
+        start = int(rng.integers(0, len(blob) - n))
+        key = f"{sub}/img{i:07d}"
+        with open(os.path.join(root, key + ".jpg"), "wb") as f:
+            f.write(blob[start : start + n])
+        label = json.dumps({"label": i % 10, "box": [i % 7, 4, 20, 30]}).encode()
+        with open(os.path.join(root, key + ".json"), "wb") as f:
+            f.write(label)
+        total += n + len(label)
+        keys.append(key)
+    return total, keys
+
+
+def sequential_read(root: str) -> tuple[float, int]:
+    """Every file read once with open().read(), in listing order: the baseline."""
+    t = time.perf_counter()
+    total = 0
+    for folder, _, files in sorted(os.walk(root)):
+        for name in sorted(files):
+            with open(os.path.join(folder, name), "rb") as f:
+                total += len(f.read())
+    return time.perf_counter() - t, total
+
+
+def p50_ms(fn, keys: list[str]) -> float:
+    clock = time.perf_counter_ns
+    times = []
+    for key in keys:
+        t = clock()
+        fn(key)
+        times.append(clock() - t)
+    return statistics.median(times) / 1e6
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--samples", type=int, default=20000)
+    ap.add_argument("--file-kib", type=int, default=16)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--lookups", type=int, default=5000)
+    args = ap.parse_args()
+
+    from distributed import Client, LocalCluster
+
+    import shardcat
+
+    tmp = tempfile.mkdtemp(prefix="bench-index-files-")
+    try:
+        root = os.path.join(tmp, "images")
+        total, keys = make_folder(root, args.samples, args.file_kib)
+        sequential_read(root)  # warm the page cache
+        read_s, read_bytes = min(sequential_read(root) for _ in range(3))
+        assert read_bytes == total
+        catalog = f"sqlite:///{tmp}/catalog.db"
+        with (
+            LocalCluster(
+                n_workers=args.workers,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+            ) as cluster,
+            Client(cluster) as client,
+        ):
+            # The workers' first task imports shardcat (numpy, SQLAlchemy): not what is measured.
+            warm = os.path.join(tmp, "warm")
+            make_folder(warm, 4 * args.workers, 1)
+            shardcat.index_files(
+                warm, catalog=catalog, dataset="warm", client=client, group_files=2
+            )
+            t = time.perf_counter()
+            summary = shardcat.index_files(root, catalog=catalog, dataset="folder", client=client)
+            index_s = time.perf_counter() - t
+            assert summary.bytes == total
+            shardcat.write(
+                shardcat.from_files(root),
+                os.path.join(tmp, "native"),
+                catalog=catalog,
+                dataset="native",
+                client=client,
+            )
+        read_mb_s = total / 1e6 / read_s
+        index_mb_s = total / 1e6 / index_s
+        print(
+            f"{args.samples:,} samples ({2 * args.samples:,} files, {total / 1e6:.1f} MB), "
+            f"{args.workers} worker process(es), page cache warm"
+        )
+        print(f"  sequential read (1 process): {read_s:.2f} s, {read_mb_s:.1f} MB/s")
+        print(
+            f"  index_files:                 {index_s:.2f} s, {index_mb_s:.1f} MB/s "
+            f"({summary.groups} groups), ratio {index_mb_s / read_mb_s:.2f} (goal >= 0.8)"
+        )
+
+        rng = random.Random(1)
+        chosen = [rng.choice(keys) for _ in range(args.lookups)]
+        with shardcat.Catalog(catalog) as cat:
+            for key in chosen[:200]:  # open the lookups' connections and caches
+                cat.get("folder", key)
+                cat.get("native", key)
+            folder_ms = p50_ms(lambda k: cat.get("folder", k), chosen)
+            native_ms = p50_ms(lambda k: cat.get("native", k), chosen)
+            loc = {k: cat.locate("native", k) for k in chosen}
+
+        def folder_floor(key: str) -> None:
+            for ext in ("jpg", "json"):
+                with open(os.path.join(root, f"{key}.{ext}"), "rb") as f:
+                    f.read()
+
+        fds: dict[str, int] = {}
+
+        def native_floor(key: str) -> None:
+            where = loc[key]
+            fd = fds.get(where.url)
+            if fd is None:
+                fd = fds[where.url] = os.open(where.url, os.O_RDONLY)
+            os.pread(fd, where.length, where.offset)
+
+        folder_floor_ms = p50_ms(folder_floor, chosen)
+        native_floor_ms = p50_ms(native_floor, chosen)
+        for fd in fds.values():
+            os.close(fd)
+        print(f"  lookups, p50 of {args.lookups:,} random keys (SQLite, local disk):")
+        print(
+            f"    folder: {folder_ms:.4f} ms (floor: open+read of 2 files {folder_floor_ms:.4f} ms)"
+        )
+        print(f"    native: {native_ms:.4f} ms (floor: one pread {native_floor_ms:.4f} ms)")
+        print(f"    folder / native: {folder_ms / native_ms:.2f} (goal <= 1.2)")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
