@@ -84,8 +84,11 @@ def test_a_job_ends_once_and_a_repeated_ending_is_harmless(cat, local_root):
 def test_a_handle_opens_the_same_catalog_and_hides_its_password():
     cat = Catalog("sqlite://", storage_options={"anon": True}, busy_timeout=7, max_open_shards=3)
     handle = cat.handle()
-    # The gap merged on object stores is resolved when the catalog opens: workers use the same.
-    assert handle == CatalogHandle("sqlite://", {"anon": True}, 7, 3, 1 << 20)
+    # The gap merged on object stores is resolved when the catalog opens: unset, it is
+    # derived from each store's measured latency (storage/gap.py), so workers derive their own.
+    assert handle == CatalogHandle("sqlite://", {"anon": True}, 7, 3, None)
+    with Catalog("sqlite://", remote_max_gap="64KiB") as fixed:
+        assert fixed.handle().remote_max_gap == 64 << 10  # an explicit gap travels as it is
     clone = pickle.loads(pickle.dumps(handle))
     assert clone == handle and hash(clone) == hash(handle)
     with clone.open() as other:
