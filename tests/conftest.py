@@ -45,6 +45,7 @@ os.environ.setdefault("SHARDCAT_STORAGE_RETRY_DEADLINE", "3")
 # last keeps one worker busy while the other idles; collected first, the short
 # ones fill in around it. Order within a file is kept.
 _LONG_FIRST = (
+    "tests/test_interpreters.py",
     "tests/reliability/",
     "tests/doc_commands/",
     "tests/orchestration/test_protocol.py",

@@ -46,6 +46,10 @@ START = int(os.environ.get("SHARDCAT_FUZZ_START", "0") or 0)
 class Case(random.Random):
     """A case's generator; ``str(case)`` says how to replay it."""
 
+    def __new__(cls, name: str, number: int) -> Case:
+        # Python 3.10's Random.__new__ takes at most the seed, even for a subclass.
+        return super().__new__(cls)
+
     def __init__(self, name: str, number: int) -> None:
         super().__init__(f"{SEED}/{name}/{number}")
         self.name, self.number = name, number

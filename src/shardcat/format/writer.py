@@ -56,8 +56,7 @@ _JOIN_LIMIT = 64 << 10
 # size: one write call (and one data-CRC update) per block, not per record,
 # which matters most for object-store uploads, whose write calls are Python.
 _BLOCK_BYTES = 4 << 20
-# checksums.key_hash without its Python frame (called once per record); the same name,
-# so that tests can swap it for a colliding one.
+# checksums.key_hash without its Python frame: it is called once per record.
 key_hash = xxhash.xxh64_intdigest
 _RECORD_FIELDS = ("offset", "length", "key_hash", "key_length", "entry_count")
 _ENTRY_FIELDS = ("offset", "size", "crc", "spec")
