@@ -154,6 +154,26 @@ def slow_tagged(tag: str, partition: int, count: int, seconds: float) -> list[An
     return samples
 
 
+class Trickle(KillOnce):
+    """Sleeps ``seconds`` each time the writer reads it, then appends a line to ``marker``:
+    the lines show whether a task is still running."""
+
+    def __init__(self, sample: dict[str, Any], marker: str, seconds: float) -> None:
+        super().__init__(sample, marker)
+        self.seconds = seconds
+
+    def _maybe_die(self) -> None:
+        import time
+
+        time.sleep(self.seconds)
+        with open(self.marker, "a") as f:
+            f.write(f"{self.sample['__key__']}\n")
+
+
+def trickling(partition: int, count: int, seconds: float, log: str) -> list[Any]:
+    return [Trickle(s, log, seconds) for s in make_samples(partition, count)]
+
+
 def failing_tagged(tag: str, partition: int, count: int) -> list[Any]:
     samples: list[Any] = tagged_samples(tag, partition, count)
     samples[0] = AlwaysFail(samples[0], "")

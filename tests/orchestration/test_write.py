@@ -25,7 +25,15 @@ from shardcat.errors import (
 from shardcat.orchestration.write import WriteSummary
 from shardcat.reading import Catalog
 
-from .samples import AlwaysFail, FailLate, FailOnce, NoKeyLogged, make_samples, partition_with
+from .samples import (
+    AlwaysFail,
+    FailLate,
+    FailOnce,
+    NoKeyLogged,
+    make_samples,
+    partition_with,
+    trickling,
+)
 
 
 def assert_holds(record, sample) -> None:
@@ -363,6 +371,27 @@ def test_a_failed_first_write_leaves_no_dataset_behind(client, tmp_path, catalog
         )  # fmt: skip
         assert cat.info("first").root_url == str(tmp_path / "right")
         assert cat.count("first") == 5 and summary.job_id == cat.jobs("first")[0].id
+
+
+def test_a_failed_write_returns_once_its_running_tasks_have_stopped(client, tmp_path, sqlite_url):
+    """A task a worker was running when the job failed cannot be interrupted; the write waits
+    until it stops at its next shard, so the clean-up sees the last file it published."""
+    log = tmp_path / "trickle.log"
+    parts = [
+        dask.delayed(trickling)(0, 100, 0.25, str(log)),  # 25 s alone, a shard every few samples
+        dask.delayed(partition_with)(1, 20, FailLate, 10, "1.0"),
+    ]
+    with pytest.raises(RuntimeError, match="never succeeds"):
+        shardcat.write(
+            db.from_delayed(parts), str(tmp_path / "ds"), catalog=sqlite_url, dataset="late",
+            client=client, retries=0, progress=False, shard_size="4KB",
+        )  # fmt: skip
+    written = log.read_text().count("\n")
+    assert 0 < written < 100  # it was running, and stopped early
+    time.sleep(1.5)
+    assert log.read_text().count("\n") == written  # nothing of the job runs on
+    assert list((tmp_path / "ds").glob("*.shard")) == []
+    assert Catalog(sqlite_url).datasets() == []
 
 
 def test_a_first_write_into_a_missing_bucket_leaves_no_dataset(client, catalog_url, s3):

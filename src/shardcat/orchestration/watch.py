@@ -14,6 +14,7 @@ way (:class:`~shardcat.errors.JobInterrupted`).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ __all__ = [
     "gather",
     "interrupted",
     "no_workers_timeout",
+    "settle",
+    "stop_tasks",
 ]
 
 TaskProgressCallback = Callable[[int, int], None]
@@ -45,6 +48,8 @@ _MAX_CHECK_INTERVAL = 1.0
 """The scheduler is asked for its workers at most this often (once per timeout/4 if shorter)."""
 _MAX_RESULT_WAIT = 60.0
 """Seconds one attempt to fetch a finished task's result may take, between checks."""
+_SETTLE_TIMEOUT = 30.0
+"""Seconds a failed job waits for its running tasks to notice (the rest of one shard's write)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +229,39 @@ def gather(
         if progress is not None:
             progress(done, len(futures))
     return [waiter.result(f) for f in futures]
+
+
+def stop_tasks(client: Client, futures: list[Future[Any]]) -> list[Future[Any]]:
+    """Cancel the tasks of a failing job that no worker has started; return the others.
+
+    A running Dask task cannot be interrupted: cancelling its future only
+    forgets it, while the worker goes on writing. Such a task ends at its
+    next check of the job once the job is aborted (removing what the catalog
+    refused), so the caller aborts the job, then waits for these (:func:`settle`)
+    before it cleans up: otherwise a file published after the clean-up stays.
+    """
+    try:
+        assigned = {key for keys in client.processing().values() for key in keys}
+    except Exception:  # the scheduler is gone: nothing can be told apart, or waited for
+        assigned = set()
+    running = [f for f in futures if f.key in assigned]
+    client.cancel([f for f in futures if f.key not in assigned])
+    return running
+
+
+def settle(client: Client, running: list[Future[Any]], timeout: float = _SETTLE_TIMEOUT) -> None:
+    """Wait (at most ``timeout`` seconds) for ``running`` tasks to end, then forget them.
+
+    Their errors are theirs to log: the job's own error is what the caller reports.
+    """
+    if not running:
+        return
+    from distributed import wait
+
+    with contextlib.suppress(Exception):
+        wait(running, timeout=timeout)
+    with contextlib.suppress(Exception):
+        client.cancel(running)
 
 
 def _address(client: Client) -> str:

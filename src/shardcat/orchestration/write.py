@@ -45,7 +45,7 @@ from .reach import on_workers, refuse_in_memory, refuse_unreachable, refuse_unre
 from .resume import ResumePoint, check_inputs, finished_partitions, resumable_job
 from .samples import batched, check_frame, is_pandas_frame, rows_to_samples
 from .tasks import PartitionResult, write_partition
-from .watch import JobRef, Waiter, interrupted
+from .watch import JobRef, Waiter, interrupted, settle, stop_tasks
 from .write_job import (
     Mode,
     append_target,
@@ -409,6 +409,7 @@ def write(
                 fields_entry=json_entry,
             )
             reporter = ProgressReporter(callback, dataset=dataset, job_id=job.id)
+            running: list[Any] = []  # tasks a worker was running when the job failed
             try:
                 if fields:  # a bad name or type aborts the job before any task
                     cat.declare_fields(dataset, fields)
@@ -432,9 +433,9 @@ def write(
                     results.extend(finished.values())
                 except BaseException:
                     # Tasks still queued never start; running ones stop at their next
-                    # shard, and the catalog refuses what they try to stage.
+                    # shard once the job is aborted, and remove what the catalog refuses.
                     with contextlib.suppress(Exception):
-                        dask_client.cancel(futures)
+                        running = stop_tasks(dask_client, futures)
                     raise
                 commit_write_job(
                     cat,
@@ -451,6 +452,7 @@ def write(
                 if not stays_open:
                     with contextlib.suppress(Exception):
                         cat.abort_job(job.id)
+                settle(dask_client, running, timeout=0)  # no wait after a Ctrl-C
                 # Interrupted, not failed: a named job keeps what it staged for the rerun.
                 raise interrupted(ref, stays_open=stays_open) from e
             except WorkersLostError:
@@ -458,6 +460,7 @@ def write(
             except BaseException:
                 with contextlib.suppress(Exception):
                     cat.abort_job(job.id)
+                settle(dask_client, running)  # before the clean-up: their last files go too
                 if created:  # a failed first job leaves no empty dataset behind
                     forget_failed_dataset(cat, dataset, job.id, opts)
                 raise
