@@ -20,7 +20,10 @@ tens to a hundred MB/s. Put this proxy in front of the benchmarks' moto server
 Profiles (:data:`PROFILES`): ``loopback`` (0 ms, unlimited: the proxy's own
 cost only), ``same-region`` (20 ms, 90 MB/s per connection: S3 from an
 instance in the bucket's region), ``cross-region`` (80 ms, 30 MB/s). It counts
-connections, requests and bytes each way (:class:`Counts`).
+connections, requests and bytes each way (:class:`Counts`), and keeps each
+response's span (:class:`Response`: from its request's first byte to its own
+last byte) so that a benchmark can tell how many connections a read kept busy
+at once (:func:`peak_concurrency`).
 
 It listens on 127.0.0.1 only and forwards to 127.0.0.1 only. In the
 benchmarks and tests it runs on a thread of the calling process
@@ -129,6 +132,26 @@ class Counts:
         )
 
 
+@dataclass(frozen=True)
+class Response:
+    """One response as the proxy saw it: ``time.monotonic()`` of its request's first byte
+    (``start``) and of its own last byte (``end``), and its bytes (headers included)."""
+
+    start: float
+    end: float
+    nbytes: int
+
+
+def peak_concurrency(responses: list[Response]) -> int:
+    """The most of ``responses`` in flight at once (a response ending as another starts: not both)."""
+    events = sorted([(r.start, 1) for r in responses] + [(r.end, -1) for r in responses])
+    peak = now = 0
+    for _, step in events:  # at equal times the end (-1) sorts first
+        now += step
+        peak = max(peak, now)
+    return peak
+
+
 class _Bucket:
     """A token bucket: ``take(n)`` waits until ``n`` bytes may go at ``rate`` bytes/s."""
 
@@ -151,17 +174,33 @@ class _Bucket:
 class _Connection:
     """One client connection and its upstream one: the request/response state between the pumps."""
 
-    def __init__(self, prof: Profile, counts: Counts) -> None:
+    def __init__(self, prof: Profile, counts: Counts, done: list[Response]) -> None:
         self.profile = prof
         self.counts = counts
         self.answered = True  # before the first request, as after a response
         self.request_at = 0.0
+        self.last_byte_at = 0.0
+        self.response_bytes = 0
+        self.done = done  # the proxy's finished responses
         self.bucket = None if prof.bandwidth is None else _Bucket(prof.bandwidth)
+
+    def current(self) -> Response | None:
+        """The response this connection sent last (or is sending), if it sent any byte."""
+        if not self.response_bytes:
+            return None
+        return Response(self.request_at, self.last_byte_at, self.response_bytes)
+
+    def finish(self) -> None:
+        """Its response is complete (the next request began, or the connection ended)."""
+        if (r := self.current()) is not None:
+            self.done.append(r)
+        self.response_bytes = 0
 
     async def upstream(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
         """Client -> server: each send after an answer starts a request."""
         while data := await src.read(CHUNK):
             if self.answered:
+                self.finish()
                 self.answered = False
                 self.request_at = time.monotonic()
                 self.counts.requests += 1
@@ -182,6 +221,8 @@ class _Connection:
             if self.bucket is not None:
                 await self.bucket.take(len(data))
             self.counts.bytes_down += len(data)
+            self.response_bytes += len(data)
+            self.last_byte_at = time.monotonic()
             dst.write(data)
             await dst.drain()
         if dst.can_write_eof():
@@ -217,6 +258,8 @@ class LatencyProxy:
         self._failed: BaseException | None = None
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._done: list[Response] = []
+        self._open: set[_Connection] = set()
         self.port = port
         self._thread = threading.Thread(target=self._run, name="latency-proxy", daemon=True)
         self._thread.start()
@@ -277,7 +320,8 @@ class LatencyProxy:
             except OSError:
                 return  # the client sees its connection closed, as with a store that is down
             self.counts.connections += 1
-            conn = _Connection(self.profile, self.counts)
+            conn = _Connection(self.profile, self.counts, self._done)
+            self._open.add(conn)
             pumps = [
                 asyncio.ensure_future(conn.upstream(client_r, server_w)),
                 asyncio.ensure_future(conn.downstream(server_r, client_w)),
@@ -294,6 +338,8 @@ class LatencyProxy:
                 # Reaped before the loop closes (else: "Task was destroyed but it is pending").
                 await asyncio.gather(*pumps, return_exceptions=True)
                 server_w.close()
+                self._open.discard(conn)
+                conn.finish()
         except asyncio.CancelledError:
             pass  # stop(): asyncio's stream callback would log a cancelled handler as an error
         finally:
@@ -303,6 +349,14 @@ class LatencyProxy:
     def snapshot(self) -> Counts:
         """The counts so far (a copy: subtract two to count what happened between them)."""
         return self.counts.snapshot()
+
+    def responses(self, since: float = 0.0) -> list[Response]:
+        """Every response whose request began at or after ``since`` (``time.monotonic()``),
+        finished or still being sent (up to its last byte so far), in no particular order."""
+        # Copies first: the loop's thread appends and adds while this runs (each copy is atomic).
+        done = list(self._done)
+        sending = [c.current() for c in list(self._open)]
+        return [r for r in done + sending if r is not None and r.start >= since]
 
     def stop(self) -> None:
         """Close the listener and every connection; idempotent."""

@@ -241,3 +241,22 @@ def test_a_bad_target_on_the_command_line_is_a_clear_error():
     )
     assert out.returncode != 0
     assert "127.0.0.1 only" in out.stderr
+
+
+def test_each_response_is_kept_with_its_span_and_bytes(moto):
+    """What the peers harness counts streaming connections from: concurrent GETs overlap."""
+    from benchmarks.latency_proxy import Response, peak_concurrency
+
+    with LatencyProxy(moto.endpoint, "same-region") as proxy:
+        fs = _fs(moto, proxy)
+        fs.cat_file("bench/small.bin", start=0, end=10)
+        since = time.monotonic()
+        half = len(BIG) // 2
+        fs.cat_ranges(["bench/big.bin"] * 2, [0, half], [half, len(BIG)])
+        big = [r for r in proxy.responses(since) if r.nbytes >= 1 << 20]
+    assert len(big) == 2 and all(half < r.nbytes < half + 8192 for r in big)
+    assert all(r.end - r.start >= PROFILES["same-region"].latency for r in big)
+    assert peak_concurrency(big) == 2
+    # Back to back is not at once.
+    assert peak_concurrency([Response(0.0, 1.0, 1), Response(1.0, 2.0, 1)]) == 1
+    assert peak_concurrency([]) == 0

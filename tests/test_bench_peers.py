@@ -121,7 +121,8 @@ def test_harness_on_s3_served_by_moto_in_its_own_process(tmp_path):
 
 
 def test_harness_on_s3_through_the_latency_proxy(tmp_path):
-    """--profile same-region: every S3 client goes through benchmarks/latency_proxy.py.
+    """--profile same-region (the older alias of --profiles): every S3 client goes through
+    benchmarks/latency_proxy.py.
 
     The one timing checked is the proxy's own delay, as a lower bound: no lookup through it
     can answer before the profile's first-byte latency.
@@ -142,17 +143,79 @@ def test_harness_on_s3_through_the_latency_proxy(tmp_path):
             "--out", str(tmp_path),
         ]
     )  # fmt: skip
+    assert args.profiles == ["same-region"]
     results, info = run(args)
-    assert info["profile"] == "same-region"
+    assert info["profiles"] == ["same-region"]
     latency_ms = PROFILES["same-region"].latency * 1e3
     for r in results:
+        assert r.backend == "s3 same-region"
         assert r.skipped is None and len(r.point_ms) == 20 and r.stream_mbps
         assert min(r.point_ms) >= latency_ms
     floor = results[0]
     # The server still counts the bytes it sent: the proxy adds no body bytes.
     assert floor.batch_bytes_per_key and 2048 <= floor.batch_bytes_per_key <= 8192 + 200
     text = Path(write_report(results, info, args)).read_text()
-    assert "through the latency proxy (`--profile same-region`: same-region (20 ms, 90 MB/s" in text
+    assert "| s3 same-region (20 ms, 90 MB/s per connection): point lookup p50 ms |" in text
+
+
+def test_every_s3_row_runs_direct_and_on_each_profile_side_by_side(tmp_path):
+    """--profiles direct,same-region: one S3 backend per profile in one run and one report.
+
+    Each profile's rows are ratios to the floor of that profile; through the proxy the floor's
+    ranged GET alone is timed, the requests per batch and the connections streaming used are counted,
+    and the report's goals table of issue 36 holds the same-region rows.
+    """
+    pytest.importorskip("moto.server")
+    args = parse(
+        [
+            "--scale", "0.001",
+            "--backends", "s3",
+            "--systems", "floor,shardcat",
+            "--points", "200",
+            "--s3-batch", "20",
+            "--batch-repeats", "1",
+            "--profiles", "direct,same-region",
+            "--out", str(tmp_path),
+        ]
+    )  # fmt: skip
+    results, info = run(args)
+    assert info["profiles"] == ["direct", "same-region"]
+    assert [(r.backend, r.system) for r in results] == [
+        ("s3", "floor"),
+        ("s3", "shardcat"),
+        ("s3 same-region", "floor"),
+        ("s3 same-region", "shardcat"),
+    ]
+    direct_floor, _, floor, ours = results
+    # The floor's GET alone, on every S3 backend (through the proxy: at least the latency).
+    assert len(direct_floor.ranged_get_ms) == len(floor.ranged_get_ms) == 20
+    assert min(floor.ranged_get_ms) >= 20.0
+    # The counts need the proxy.
+    assert direct_floor.stream_connections is None and direct_floor.batch_requests is None
+    for r in (floor, ours):
+        assert r.cold_ms and r.batch_requests and r.batch_requests >= 1
+        # 200 samples fit one shard of ~1 MB: streamed by at least one response of >= 64 KiB.
+        assert r.stream_connections and r.stream_connections >= 1
+        assert r.stream_line_mbps == 90.0 * r.stream_connections
+        assert r.stream_mean_connections and r.stream_mean_connections > 0
+    assert floor.batch_requests == 20  # the naive floor: one GET per key
+    text = Path(write_report(results, info, args)).read_text()
+    assert "| s3: point lookup p50 ms |" in text
+    assert "| s3 same-region (20 ms, 90 MB/s per connection): point lookup p50 ms |" in text
+    assert "## shardcat against the goals of issue 36" in text
+    assert "| point p50 ≤ 1.1 × one ranged GET of the record | s3 same-region (20 ms" in text
+    assert "streaming ≥ 0.9 × the line rate of the connections it used" in text
+    assert "The rows `s3:` reached it directly (`direct`)." in text
+    for png in ("latency-s3.png", "latency-s3-same-region.png"):
+        assert (tmp_path / "benchmarks" / png).is_file()
+
+
+def test_profiles_must_be_known_and_distinct():
+    with pytest.raises(SystemExit):
+        parse(["--profiles", "direct,moon"])
+    with pytest.raises(SystemExit):
+        parse(["--profiles", "same-region,same-region"])
+    assert parse([]).profiles == ["direct"]
 
 
 class _CorruptFloor(Floor):
@@ -340,3 +403,43 @@ def test_batches_are_interleaved_the_same_batches_for_every_system(tmp_path, mon
     assert len({batches[0], batches[2], batches[4]}) == 3 and len(batches[0]) == 30
     for r in results:
         assert r.batch_kps and r.stream_mbps and r.skipped is None
+
+
+def test_goals_of_issue_36_say_met_missed_and_the_floors_own_figure():
+    from benchmarks.peers.report import goals
+    from benchmarks.peers.runner import Result
+
+    b = "s3 same-region"
+    floor = Result("floor", b, write_mbps=60.0, batch_kps=200.0, batch_bytes_per_key=5000.0)
+    floor.point_ms, floor.ranged_get_ms = [26.0, 26.0], [24.0, 24.0]
+    floor.stream_mbps, floor.stream_line_mbps, floor.cold_ms = 80.0, 90.0, 400.0
+    ours = Result("shardcat", b, write_mbps=70.0, batch_kps=600.0, batch_bytes_per_key=12000.0)
+    ours.point_ms, ours.cold_ms = [25.0, 25.0], 300.0
+    ours.stream_mbps, ours.stream_connections, ours.stream_line_mbps = 150.0, 2, 180.0
+    lance = Result("lance", b, write_mbps=80.0, batch_kps=300.0)
+    info = {"batch": 10_000, "s3_batch": 1000}
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in goals([floor, ours, lance], info)}
+    assert rows["point p50 ≤ 1.1 × one ranged GET of the record"].endswith("| 1.04 | 1.08 | met |")
+    assert rows["batch of 1,000 keys ≥ 2.5 × Lance's take"].endswith(
+        "| 2.00 | 0.67 | missed: 0.80 of the target; the floor misses it too (0.67) |"
+    )
+    assert rows["batch keys/s ≥ the floor's"].endswith("| 3.00 |  | met |")
+    assert rows["batch bytes fetched per key ≤ 2 × the floor's"].endswith(
+        "| 2.40 |  | missed: 1.20 × the bound |"
+    )
+    stream = (
+        "streaming ≥ 0.9 × the line rate of the connections it used (2 × the profile's bandwidth)"
+    )
+    assert rows[stream].endswith(
+        "| 0.83 | 0.89 | missed: 0.93 of the target; the floor misses it too (0.89) |"
+    )
+    assert rows["write ≥ the fastest peer (lance), publication exclusive"].endswith(
+        "| 0.88 | 0.75 | missed: 0.88 of the target; the floor misses it too (0.75) |"
+    )
+    assert rows["cold first lookup in a fresh process (reported, no bound)"].endswith(
+        "| 300 ms | 400 ms | reported |"
+    )
+    # Without a bandwidth cap (loopback, or direct) there are no cloud goals to hold it to.
+    for r in (floor, ours, lance):
+        r.backend = "s3"
+    assert goals([floor, ours, lance], info) == []

@@ -26,13 +26,21 @@ SHARD_BYTES = 64 << 20
 
 @dataclass
 class Store:
-    """Local disk (a temporary folder) or S3 (a bucket on the moto server)."""
+    """Local disk (a temporary folder) or S3 (a bucket on the moto server).
+
+    ``backend`` names it in the results: its ``kind``, or for S3 behind the latency
+    proxy ``"s3 PROFILE"`` (e.g. ``"s3 same-region"``), one backend per profile.
+    """
 
     kind: str  # "local" | "s3"
     base: str  # a local folder or "s3://bucket"
     storage_options: dict[str, Any] = field(default_factory=dict)
     endpoint: str = ""
     scratch: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="shardcat-peers-"))
+    backend: str = ""
+
+    def __post_init__(self) -> None:
+        self.backend = self.backend or self.kind
 
     def root(self, name: str) -> str:
         return f"{self.base}/{name}"

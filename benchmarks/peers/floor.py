@@ -163,15 +163,27 @@ class Floor(System):
         view = memoryview(buf)
         return view[:plen], view[plen:]
 
-    def get(self, key: str) -> Pair:
-        file, offset, plen, llen = self.conn.execute(
+    def locate(self, key: str) -> tuple[int, int, int, int]:
+        """The record's file, offset, payload and label lengths: one primary-key query."""
+        row: tuple[int, int, int, int] = self.conn.execute(
             "SELECT file, offset, plen, llen FROM samples WHERE key = ?", (key,)
         ).fetchone()
+        return row
+
+    def read(self, file: int, offset: int, plen: int, llen: int) -> Pair:
+        """The record's bytes alone: one ``os.pread`` (local) or one ranged GET (S3).
+
+        The runner also times this apart from ``locate`` on S3 (issue 36's
+        "one ranged GET of the record", the bound of a point lookup there).
+        """
         if self.store.kind == "local":
             buf = os.pread(self._fd(file), plen + llen, offset)
         else:
             buf = self.fs.cat_file(self.files[file], start=offset, end=offset + plen + llen)
         return self._split(buf, plen)
+
+    def get(self, key: str) -> Pair:
+        return self.read(*self.locate(key))
 
     def get_many(self, keys: list[str]) -> list[Pair]:
         rows = self.conn.execute(

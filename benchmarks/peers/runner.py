@@ -5,9 +5,15 @@ Usage (from the repository root)::
     .venv/bin/python -m benchmarks.peers [--scale 1.0] [--backends local,s3]
                                          [--systems floor,shardcat,lance,...] [--out docs]
                                          [--moto process|in-process]
-                                         [--profile loopback|same-region|cross-region]
+                                         [--profiles direct,loopback,same-region,cross-region]
 
 ``--scale 0.05`` writes 10,000 samples instead of 200,000 (a quick run).
+``--profiles`` runs the S3 backend once per profile, each on a fresh moto
+server (every system writes again): ``direct`` reaches moto with nothing in
+between (the backend ``s3``), any other name goes through
+``benchmarks/latency_proxy.py`` with that profile (the backend ``s3 NAME``),
+so the report shows loopback and cloud-latency rows side by side, each
+system's ratios taken to the floor of the same backend.
 Every value a system returns is checked byte for byte against the source
 sample; a mismatch stops the run (``MismatchError``). Nothing here is a test.
 """
@@ -29,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from benchmarks.latency_proxy import PROFILES
+from benchmarks.latency_proxy import PROFILES, LatencyProxy, peak_concurrency
 from benchmarks.moto_server import MODES
 from benchmarks.peers.base import Store, System
 from benchmarks.peers.data import Dataset, MismatchError
@@ -37,10 +43,14 @@ from benchmarks.peers.floor import Floor
 from benchmarks.peers.lance_system import Lance
 from benchmarks.peers.litdata_system import LitData
 from benchmarks.peers.mds_system import MosaicStreaming
+from benchmarks.peers.s3 import DIRECT
 from benchmarks.peers.shardcat_system import Shardcat
 from benchmarks.peers.wds_system import WebDataset
 
 SYSTEMS: list[type[System]] = [Floor, Shardcat, Lance, MosaicStreaming, WebDataset, LitData]
+BULK = 64 << 10
+"""A streaming response this large or larger counts as one streaming connection: it outlasts
+the proxy's burst (``latency_proxy.BURST``), so the bandwidth cap, not the latency, paces it."""
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 log = logging.getLogger("benchmarks.peers")
 
@@ -64,6 +74,15 @@ class Result:
     mmap_reads: bool = False  # its local bytes fetched cannot be counted
     catalog_small_ms: float | None = None  # point p50 with --catalog-small keys (bigcatalog)
     catalog_large_ms: float | None = None  # point p50 with --catalog-keys keys
+    # The floor on S3: its ranged GET of the record alone, timed apart from its SQL query.
+    ranged_get_ms: list[float] = field(default_factory=list)
+    batch_requests: float | None = None  # median requests per batch (through the latency proxy)
+    # Streaming through the latency proxy: the most responses of >= BULK bytes in flight at
+    # once, their mean number in flight over the stream, and the line rate the profile's
+    # per-connection bandwidth gives that peak (None: unlimited, or no proxy).
+    stream_connections: int | None = None
+    stream_mean_connections: float | None = None
+    stream_line_mbps: float | None = None
 
 
 def fetched_counter(store: Store) -> Callable[[], int]:
@@ -91,7 +110,7 @@ def prepare(
     cls: type[System], store: Store, ds: Dataset, args: argparse.Namespace, rng: random.Random
 ) -> tuple[System, Result]:
     """Write (timed), take the cold lookup, open and warm the system up."""
-    res = Result(cls.name, store.kind, mmap_reads=cls.mmap_reads and store.kind == "local")
+    res = Result(cls.name, store.backend, mmap_reads=cls.mmap_reads and store.kind == "local")
     system = cls(store, ds)
     t = time.perf_counter()
     system.write()
@@ -99,7 +118,7 @@ def prepare(
     system.after_write()
     if system.registration_seconds:
         res.registration_kps = ds.count / system.registration_seconds
-    log.info("%s/%s: written at %.0f MB/s", store.kind, cls.name, res.write_mbps)
+    log.info("%s/%s: written at %.0f MB/s", store.backend, cls.name, res.write_mbps)
     if args.cold:
         res.cold_ms = cold_lookup(system, rng.choice(ds.keys()), store)
     system.open()
@@ -128,14 +147,25 @@ def point_lookups(
             got[res.system].append(fetched() - b0 - overhead)
             res.point_ms.append(dt / 1e6)
             ds.check(key, p, lab)
+            if isinstance(system, Floor) and store.kind == "s3":
+                # One ranged GET of the record and nothing else (its location found untimed).
+                where = system.locate(key)
+                t0 = clock()
+                p, lab = system.read(*where)
+                res.ranged_get_ms.append((clock() - t0) / 1e6)
+                ds.check(key, p, lab)
     for _, res in opened:
         if not res.mmap_reads:
             res.point_bytes = float(np.median(got[res.system]))
-        log.info("%s/%s: point p50 %.3f ms", store.kind, res.system, np.median(res.point_ms))
+        log.info("%s/%s: point p50 %.3f ms", store.backend, res.system, np.median(res.point_ms))
 
 
 def batch_lookups(
-    opened: list[tuple[System, Result]], store: Store, ds: Dataset, args: argparse.Namespace
+    opened: list[tuple[System, Result]],
+    store: Store,
+    ds: Dataset,
+    args: argparse.Namespace,
+    proxy: LatencyProxy | None = None,
 ) -> None:
     """The same batches for every system, interleaved as point lookups are (who goes first rotates).
 
@@ -151,6 +181,7 @@ def batch_lookups(
     size = min(args.batch if store.kind == "local" else args.s3_batch, len(keys) // 2)
     secs: dict[str, list[float]] = {res.system: [] for _, res in opened}
     nbytes: dict[str, list[int]] = {res.system: [] for _, res in opened}
+    requests: dict[str, list[int]] = {res.system: [] for _, res in opened}
     for n in range(args.batch_repeats):
         batch = rng.sample(keys, size)
         for k in range(len(opened)):
@@ -160,11 +191,14 @@ def batch_lookups(
             # more than a batch. Whoever's allocation tips the collector into one
             # would pay for every system's objects; each batch starts collected.
             gc.collect()
+            r0 = proxy.snapshot().requests if proxy is not None else 0
             b0 = fetched()
             t0 = time.perf_counter()
             pairs = system.get_many(batch)
             secs[res.system].append(time.perf_counter() - t0)
             nbytes[res.system].append(fetched() - b0 - overhead)
+            if proxy is not None:
+                requests[res.system].append(proxy.snapshot().requests - r0)
             if len(pairs) != len(batch):
                 raise MismatchError(f"{res.system}: {len(pairs)} results for {len(batch)} keys")
             for key, (p, lab) in zip(batch, pairs):
@@ -174,19 +208,31 @@ def batch_lookups(
         res.batch_kps = size / float(np.median(secs[res.system]))
         if not res.mmap_reads:
             res.batch_bytes_per_key = float(np.median(nbytes[res.system])) / size
+        if requests[res.system]:
+            res.batch_requests = float(np.median(requests[res.system]))
         log.info(
             "%s/%s: batch %.0f keys/s (ms: %s)",
-            store.kind,
+            store.backend,
             res.system,
             res.batch_kps,
             ", ".join(f"{x * 1e3:.0f}" for x in secs[res.system]),
         )
 
 
-def stream_and_close(system: System, res: Result, ds: Dataset) -> None:
-    """The full streaming read, every sample checked; closes the system."""
+def stream_and_close(
+    system: System, res: Result, ds: Dataset, proxy: LatencyProxy | None = None
+) -> None:
+    """The full streaming read, every sample checked; closes the system.
+
+    Through the latency proxy it also counts the connections the read kept
+    busy: the most responses of ``BULK`` bytes or more in flight at once. The
+    profile's line rate for this system is that many connections at the
+    profile's bandwidth each: what the network would give the read as it
+    issued its requests.
+    """
     try:
         seen = 0
+        since = time.monotonic()
         t0 = time.perf_counter()
         for key, p, lab in system.stream():
             ds.check(key, p, lab)  # in the timed loop for every system alike (a memcmp each)
@@ -195,6 +241,13 @@ def stream_and_close(system: System, res: Result, ds: Dataset) -> None:
         if seen != ds.count:
             raise MismatchError(f"{res.system}: streamed {seen} samples of {ds.count}")
         res.stream_mbps = ds.nbytes / dt / 1e6
+        if proxy is not None:
+            bulk = [r for r in proxy.responses(since) if r.nbytes >= BULK]
+            res.stream_connections = peak_concurrency(bulk)
+            res.stream_mean_connections = sum(r.end - r.start for r in bulk) / dt
+            rate = proxy.profile.bandwidth
+            if rate is not None and res.stream_connections:
+                res.stream_line_mbps = rate * res.stream_connections / 1e6
     finally:
         system.close()
     res.notes = system.notes
@@ -250,21 +303,25 @@ def run(args: argparse.Namespace) -> tuple[list[Result], dict[str, Any]]:
         "load_start": os.getloadavg(),
         "time_start": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
-    for backend in args.backends:
+    # One run per S3 profile, each on a server of its own: every S3 row exists once per profile.
+    runs = [(b, p) for b in args.backends for p in (args.profiles if b == "s3" else [None])]
+    for kind, prof in runs:
         server = None
-        if backend == "s3":
+        if kind == "s3":
             from benchmarks.peers.s3 import MotoS3
 
-            server = MotoS3(args.moto, args.profile)
+            server = MotoS3(args.moto, prof)
             store = server.store()
         else:
             store = Store("local", tempfile.mkdtemp(prefix="shardcat-peers-data-"))
+        backend = store.backend
+        proxy = server.proxy if server is not None else None
         try:
             opened: list[tuple[System, Result]] = []
             try:
                 for cls in chosen:
                     rng = random.Random(args.seed)  # the same keys for every system
-                    if backend not in cls.backends:
+                    if kind not in cls.backends:
                         results.append(
                             Result(cls.name, backend, skipped="local disk only (see its notes)")
                         )
@@ -277,23 +334,23 @@ def run(args: argparse.Namespace) -> tuple[list[Result], dict[str, Any]]:
                     opened.append(prepare(cls, store, ds, args, rng))
                     results.append(opened[-1][1])
                 rng = random.Random(args.seed)
-                points = rng.sample(ds.keys(), min(ds.count, args.points[backend]))
+                points = rng.sample(ds.keys(), min(ds.count, args.points[kind]))
                 point_lookups(opened, store, ds, points)
-                batch_lookups(opened, store, ds, args)
+                batch_lookups(opened, store, ds, args, proxy)
             except BaseException:
                 for system, _ in opened:
                     system.close()
                 raise
             for at, (system, res) in enumerate(opened):
                 try:
-                    stream_and_close(system, res, ds)
+                    stream_and_close(system, res, ds, proxy)
                 except BaseException:
                     for later, _ in opened[at + 1 :]:
                         later.close()
                     raise
         finally:
             store.cleanup()
-            if backend == "local":
+            if kind == "local":
                 import shutil
 
                 shutil.rmtree(store.base, ignore_errors=True)
@@ -338,7 +395,7 @@ def run(args: argparse.Namespace) -> tuple[list[Result], dict[str, Any]]:
         "s3_batch": min(args.s3_batch, ds.count // 2),
         "batch_repeats": args.batch_repeats,
         "moto": args.moto if "s3" in args.backends else None,
-        "profile": args.profile if "s3" in args.backends else None,
+        "profiles": args.profiles if "s3" in args.backends else [],
         "docs": {
             c.name: (c.__module__, (sys.modules[c.__module__].__doc__ or "").strip())
             for c in chosen
@@ -381,17 +438,31 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         " the client's GIL, as with a real S3) or in this one (as before, to compare)",
     )
     parser.add_argument(
+        "--profiles",
+        default=DIRECT,
+        help="S3: comma-separated, one S3 backend each, side by side in the report: 'direct'"
+        " (moto with nothing in between: the backend 's3') or a profile of"
+        f" benchmarks/latency_proxy.py ({', '.join(PROFILES)}: first-byte latency and a"
+        " bandwidth cap per connection; the backend 's3 NAME'). Default: direct",
+    )
+    parser.add_argument(
         "--profile",
         choices=list(PROFILES),
         default=None,
-        help="S3: reach the moto server through benchmarks/latency_proxy.py with this profile"
-        " (first-byte latency and a bandwidth cap per connection; default: directly)",
+        help="S3: one profile alone, as --profiles NAME (kept for older commands)",
     )
     parser.add_argument(
         "--out", default=os.path.join(REPO, "docs"), help="where BENCHMARKS.md goes"
     )
     args = parser.parse_args(argv)
     args.backends = [b for b in args.backends.split(",") if b]
+    args.profiles = [args.profile] if args.profile else [p for p in args.profiles.split(",") if p]
+    unknown = [p for p in args.profiles if p != DIRECT and p not in PROFILES]
+    if unknown or not args.profiles or len(set(args.profiles)) != len(args.profiles):
+        parser.error(
+            f"--profiles {','.join(args.profiles)}: expected distinct names among"
+            f" {DIRECT}, {', '.join(PROFILES)}"
+        )
     args.systems = [s for s in args.systems.split(",") if s]
     args.points = {"local": args.points, "s3": max(20, args.points // 10)}
     args.argv = argv if argv is not None else sys.argv[1:]

@@ -24,6 +24,15 @@ from benchmarks.peers.base import Store
 _active: list[MotoServer] = []  # the server bytes_sent() reads (the last one started)
 
 
+DIRECT = "direct"
+"""``--profiles`` name of S3 reached with no proxy in between (the results' backend ``s3``)."""
+
+
+def backend_name(profile: str | None) -> str:
+    """The backend S3 rows are reported under: ``s3`` (direct) or ``s3 PROFILE``."""
+    return "s3" if profile in (None, DIRECT) else f"s3 {profile}"
+
+
 def bytes_sent() -> int:
     """Body bytes of every GET the running server answered so far (0 when none runs)."""
     return _active[-1].bytes_sent() if _active else 0
@@ -34,14 +43,14 @@ class MotoS3:
 
     ``mode``: ``"process"`` (its own process) or ``"in-process"`` (threads of this one).
     ``profile``: a latency profile's name (``benchmarks.latency_proxy.PROFILES``): clients
-    then go through the latency proxy; None (the default) reaches moto directly.
+    then go through the latency proxy; None (the default) or ``"direct"`` reaches moto directly.
     """
 
     def __init__(self, mode: str = "process", profile: str | None = None) -> None:
         self.server = MotoServer(mode)
         self.mode = mode
         self.proxy: LatencyProxy | None = None
-        if profile is not None:
+        if profile is not None and profile != DIRECT:
             try:
                 self.proxy = LatencyProxy(self.server.endpoint, profile)
             except BaseException:
@@ -56,7 +65,13 @@ class MotoS3:
         return opts
 
     def store(self) -> Store:
-        return Store("s3", "s3://bench", self.storage_options(), endpoint=self.endpoint)
+        return Store(
+            "s3",
+            "s3://bench",
+            self.storage_options(),
+            endpoint=self.endpoint,
+            backend=backend_name(None if self.proxy is None else self.proxy.profile.name),
+        )
 
     def bytes_sent(self) -> int:
         return self.server.bytes_sent()
