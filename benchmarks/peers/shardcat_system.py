@@ -64,8 +64,8 @@ class Shardcat(System):
             with shardcat.RollingShardWriter(tmp, on_shard_closed=infos.append) as rolling:
                 rolling.add("warm/up", {"bin": b"x", "json": b"{}"})
             with shardcat.Catalog("sqlite://") as cat:
-                cat.create_dataset("warmup", tmp)
-                cat.register_shards("warmup", infos)
+                cat.create_dataset("registered", tmp)  # not "warmup": its history is there
+                cat.register_shards("registered", infos)
         return None
 
     def write(self) -> None:
