@@ -88,10 +88,10 @@ def test_harness_runs_floor_shardcat_and_wids_and_writes_the_report(tmp_path):
     )
 
 
-def test_harness_on_s3_served_by_moto_in_its_own_process(tmp_path):
-    """--moto process (the default): the server's byte counter is read across processes."""
+def _s3_args(tmp_path, *extra):
+    """A tiny S3 run of the floor and shardcat: 200 samples, 20 points, one batch of 20 keys."""
     pytest.importorskip("moto.server")
-    args = parse(
+    return parse(
         [
             "--scale", "0.001",
             "--backends", "s3",
@@ -99,10 +99,15 @@ def test_harness_on_s3_served_by_moto_in_its_own_process(tmp_path):
             "--points", "200",
             "--s3-batch", "20",
             "--batch-repeats", "1",
-            "--no-cold",
             "--out", str(tmp_path),
+            *extra,
         ]
     )  # fmt: skip
+
+
+def test_harness_on_s3_served_by_moto_in_its_own_process(tmp_path):
+    """--moto process (the default): the server's byte counter is read across processes."""
+    args = _s3_args(tmp_path, "--no-cold")
     assert args.moto == "process"
     results, info = run(args)
     assert info["moto"] == "process"
@@ -127,22 +132,9 @@ def test_harness_on_s3_through_the_latency_proxy(tmp_path):
     The one timing checked is the proxy's own delay, as a lower bound: no lookup through it
     can answer before the profile's first-byte latency.
     """
-    pytest.importorskip("moto.server")
     from benchmarks.latency_proxy import PROFILES
 
-    args = parse(
-        [
-            "--scale", "0.001",
-            "--backends", "s3",
-            "--systems", "floor,shardcat",
-            "--points", "200",
-            "--s3-batch", "20",
-            "--batch-repeats", "1",
-            "--no-cold",
-            "--profile", "same-region",
-            "--out", str(tmp_path),
-        ]
-    )  # fmt: skip
+    args = _s3_args(tmp_path, "--no-cold", "--profile", "same-region")
     assert args.profiles == ["same-region"]
     results, info = run(args)
     assert info["profiles"] == ["same-region"]
@@ -165,19 +157,7 @@ def test_every_s3_row_runs_direct_and_on_each_profile_side_by_side(tmp_path):
     ranged GET alone is timed, the requests per batch and the connections streaming used are counted,
     and the report's goals table of issue 36 holds the same-region rows.
     """
-    pytest.importorskip("moto.server")
-    args = parse(
-        [
-            "--scale", "0.001",
-            "--backends", "s3",
-            "--systems", "floor,shardcat",
-            "--points", "200",
-            "--s3-batch", "20",
-            "--batch-repeats", "1",
-            "--profiles", "direct,same-region",
-            "--out", str(tmp_path),
-        ]
-    )  # fmt: skip
+    args = _s3_args(tmp_path, "--profiles", "direct,same-region")
     results, info = run(args)
     assert info["profiles"] == ["direct", "same-region"]
     assert [(r.backend, r.system) for r in results] == [

@@ -298,43 +298,40 @@ def goals(results: list[Result], info: dict[str, Any]) -> list[str]:
         ours, floor = by.get((backend, "shardcat")), by.get((backend, "floor"))
         if ours is None or floor is None:
             continue
+
+        def add(
+            what: str,
+            value: float,
+            bound: float,
+            floor_allows: float | None = None,
+            at: str = backend,
+        ) -> None:
+            higher = "≤" not in what  # "≥": a rate; "≤": a time or bytes
+            rows.append((what, at, value, bound, higher, floor_allows))
+
         lance = by.get((backend, "lance"))
         peers = [r for (b, n), r in by.items() if b == backend and n not in ("floor", "shardcat")]
         fastest = max(peers, key=lambda r: r.write_mbps or 0.0, default=None)
         if backend == "local":
             if ours.batch_kps and floor.batch_kps:
-                rows.append(
-                    (
-                        f"batch of {info['batch']:,} keys ≥ 1.0 × the raw limit (the floor:"
-                        " one query + sorted preads)",
-                        backend,
-                        ours.batch_kps / floor.batch_kps,
-                        1.0,
-                        True,
-                        None,
-                    )
+                add(
+                    f"batch of {info['batch']:,} keys ≥ 1.0 × the raw limit (the floor:"
+                    " one query + sorted preads)",
+                    ours.batch_kps / floor.batch_kps,
+                    1.0,
                 )
             if ours.write_mbps and lance and lance.write_mbps:
-                rows.append(
-                    (
-                        "write ≥ Lance, every shard synced (Lance syncs none)",
-                        backend,
-                        ours.write_mbps / lance.write_mbps,
-                        1.0,
-                        True,
-                        (floor.write_mbps or 0.0) / lance.write_mbps,
-                    )
+                add(
+                    "write ≥ Lance, every shard synced (Lance syncs none)",
+                    ours.write_mbps / lance.write_mbps,
+                    1.0,
+                    (floor.write_mbps or 0.0) / lance.write_mbps,
                 )
             if ours.registration_kps and floor.registration_kps:
-                rows.append(
-                    (
-                        "registration ≥ 0.9 × a bare insert into the same table",
-                        backend,
-                        ours.registration_kps / floor.registration_kps,
-                        0.9,
-                        True,
-                        None,
-                    )
+                add(
+                    "registration ≥ 0.9 × a bare insert into the same table",
+                    ours.registration_kps / floor.registration_kps,
+                    0.9,
                 )
             continue
         if not backend.startswith("s3 "):
@@ -346,79 +343,49 @@ def goals(results: list[Result], info: dict[str, Any]) -> list[str]:
         p50, get50 = _pct(ours.point_ms, 50), _pct(floor.ranged_get_ms, 50)
         f50 = _pct(floor.point_ms, 50)
         if p50 and get50:
-            rows.append(
-                (
-                    "point p50 ≤ 1.1 × one ranged GET of the record",
-                    backend,
-                    p50 / get50,
-                    1.1,
-                    False,
-                    f50 / get50 if f50 else None,
-                )
+            add(
+                "point p50 ≤ 1.1 × one ranged GET of the record",
+                p50 / get50,
+                1.1,
+                f50 / get50 if f50 else None,
             )
         if ours.batch_kps and lance and lance.batch_kps:
-            rows.append(
-                (
-                    f"batch of {info.get('s3_batch', info['batch']):,} keys ≥ 2.5 × Lance's"
-                    " (`key IN (...)` on its BTREE index)",
-                    backend,
-                    ours.batch_kps / lance.batch_kps,
-                    2.5,
-                    True,
-                    (floor.batch_kps or 0.0) / lance.batch_kps,
-                )
+            add(
+                f"batch of {info.get('s3_batch', info['batch']):,} keys ≥ 2.5 × Lance's"
+                " (`key IN (...)` on its BTREE index)",
+                ours.batch_kps / lance.batch_kps,
+                2.5,
+                (floor.batch_kps or 0.0) / lance.batch_kps,
             )
         if ours.batch_kps and floor.batch_kps:
-            rows.append(
-                (
-                    "batch keys/s ≥ the floor's",
-                    backend,
-                    ours.batch_kps / floor.batch_kps,
-                    1.0,
-                    True,
-                    None,
-                )
-            )
+            add("batch keys/s ≥ the floor's", ours.batch_kps / floor.batch_kps, 1.0)
         if ours.batch_bytes_per_key and floor.batch_bytes_per_key:
-            rows.append(
-                (
-                    "batch bytes fetched per key ≤ 2 × the floor's",
-                    backend,
-                    ours.batch_bytes_per_key / floor.batch_bytes_per_key,
-                    2.0,
-                    False,
-                    None,
-                )
+            add(
+                "batch bytes fetched per key ≤ 2 × the floor's",
+                ours.batch_bytes_per_key / floor.batch_bytes_per_key,
+                2.0,
             )
         if ours.stream_mbps:
             # The mean in flight forgives the moments it kept fewer connections busy: shown too.
             mean = ours.stream_mean_connections or 0.0
             line = ours.stream_line_mbps / (ours.stream_connections or 1)
             at_mean = f"; at the mean {mean:.1f} in flight: {ours.stream_mbps / (line * mean):.2f}"
-            rows.append(
-                (
-                    f"streaming ≥ 0.9 × the line rate of the connections it used"
-                    f" ({ours.stream_connections} at once × the profile's bandwidth"
-                    f"{at_mean if mean else ''})",
-                    backend,
-                    ours.stream_mbps / ours.stream_line_mbps,
-                    0.9,
-                    True,
-                    floor.stream_mbps / floor.stream_line_mbps
-                    if floor.stream_mbps and floor.stream_line_mbps
-                    else None,
-                )
+            add(
+                f"streaming ≥ 0.9 × the line rate of the connections it used"
+                f" ({ours.stream_connections} at once × the profile's bandwidth"
+                f"{at_mean if mean else ''})",
+                ours.stream_mbps / ours.stream_line_mbps,
+                0.9,
+                floor.stream_mbps / floor.stream_line_mbps
+                if floor.stream_mbps and floor.stream_line_mbps
+                else None,
             )
         if ours.write_mbps and fastest is not None and fastest.write_mbps:
-            rows.append(
-                (
-                    f"write ≥ the fastest peer ({fastest.system}), publication exclusive",
-                    backend,
-                    ours.write_mbps / fastest.write_mbps,
-                    1.0,
-                    True,
-                    (floor.write_mbps or 0.0) / fastest.write_mbps,
-                )
+            add(
+                f"write ≥ the fastest peer ({fastest.system}), publication exclusive",
+                ours.write_mbps / fastest.write_mbps,
+                1.0,
+                (floor.write_mbps or 0.0) / fastest.write_mbps,
             )
     lines = [
         "| goal | backend | measured | the floor's own figure | met? |",
