@@ -158,10 +158,10 @@ def test_the_loopback_profile_adds_next_to_nothing(moto):
         through = min(_median_get(fs), _median_get(fs))
         assert (proxy.snapshot() - before).requests == 18
         assert fs.cat_file("bench/big.bin") == BIG  # unlimited: no bucket to hold it
-    # Generous: the proxy's callbacks cost tens of microseconds per request, far below the
-    # 20 ms of the lightest real profile even on a loaded machine.
+    # Only a proxy that holds responses back fails this: what the proxy itself costs per
+    # request is a benchmark's figure (bench_s3_read.py --profile loopback), not a test's.
     alone = min(_median_get(direct), _median_get(direct))
-    assert through < alone + PROFILES["same-region"].latency
+    assert through < alone + SLACK
 
 
 def test_the_proxy_stops_closes_its_port_and_refuses_anything_but_loopback(moto):
