@@ -308,9 +308,8 @@ def index_files(
         refuse_in_memory(cat)
 
         def submit(dask_client: Any, tasks: InPlaceTasks) -> list[Any]:
-            return [
-                dask_client.submit(
-                    index_files_task,
+            calls = [
+                (
                     samples,
                     folder,
                     i,
@@ -321,12 +320,10 @@ def index_files(
                     on_error,
                     tuple(fields or ()),
                     fields_entry,
-                    key=f"{tasks.key}-{i}",
-                    retries=retries,
-                    pure=False,
                 )
                 for i, samples in enumerate(work)
             ]
+            return tasks.submit(dask_client, index_files_task, calls, retries)
 
         def manifest(results: list[GroupResult]) -> list[str]:
             return [r.url for r in results if r.url is not None]

@@ -297,9 +297,8 @@ def run_index_job(
 
         def submit(dask_client: Any, tasks: InPlaceTasks) -> list[Any]:
             scattered = dask_client.scatter(index, broadcast=False) if index is not None else None
-            return [
-                dask_client.submit(
-                    index_tar_task,
+            calls = [
+                (
                     url,
                     opts,
                     tasks.handle,
@@ -311,12 +310,10 @@ def run_index_job(
                     numbers[i],
                     tuple(fields or ()),
                     fields_entry,
-                    key=f"{tasks.key}-{i}",
-                    retries=retries,
-                    pure=False,
                 )
                 for i, url in enumerate(tars)
             ]
+            return tasks.submit(dask_client, index_tar_task, calls, retries)
 
         def manifest(results: list[TarResult]) -> list[str]:
             return [r.url for r in results if r.failure is None]
