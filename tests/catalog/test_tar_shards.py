@@ -103,6 +103,26 @@ def test_a_tar_changed_after_indexing_is_reported_never_served(registered, tar_p
     assert any(sample.key in p.keys for p in report.problems)
 
 
+@pytest.mark.usefixtures("registered")
+def test_a_row_whose_spans_do_not_fit_its_layout_is_reported_with_what_to_do(catalog_url, tar_path):
+    engine = sa.create_engine(catalog_url)
+    try:
+        with engine.begin() as conn:  # 5 bytes: no whole span of any of the 4 entries
+            conn.execute(sa.text("UPDATE records SET spans = :spans"), {"spans": b"\x00" * 5})
+    finally:
+        engine.dispose()
+    key = "s0/sample00000"
+    inconsistent = "catalog row is inconsistent: spans of 5 bytes do not describe 4 entries"
+    with Catalog(catalog_url) as cat:
+        with pytest.raises(FormatError, match=f"{inconsistent}; re-index the tar") as whole:
+            cat.get("wds", key)
+        assert whole.value.path == str(tar_path) and whole.value.offset == 0
+        with pytest.raises(FormatError, match=f"{inconsistent}; rebuild it with reindex"):
+            cat.get("wds", key, entries=["cls"])
+        with pytest.raises(FormatError, match=f"{inconsistent}; re-index the tar"):
+            cat.get_many("wds", [key])
+
+
 def test_verify_passes_on_an_untouched_tar_and_reports_a_missing_or_broken_one(
     registered, tar_path
 ):

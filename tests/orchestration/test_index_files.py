@@ -19,11 +19,12 @@ from pathlib import Path
 
 import fsspec
 import pytest
+import sqlalchemy as sa
 from typer.testing import CliRunner
 
 import shardcat
 from shardcat.cli.app import app
-from shardcat.errors import ChecksumError, ShardNotFoundError
+from shardcat.errors import ChecksumError, FormatError, ShardNotFoundError
 from shardcat.format.folder import FOLDER_MARK, FolderSample, entry_path, folder_info, folder_of
 from shardcat.orchestration.gc import delete_dataset, gc
 from shardcat.reading import Catalog
@@ -100,6 +101,28 @@ def test_a_folder_indexed_in_place_reads_back_its_files(client, catalog_url, fol
         r["__key__"]: {k: bytes(v.data) for k, v in r.items() if k != "__key__"} for r in streamed
     }
     assert got == samples
+
+
+def test_a_row_whose_spans_do_not_fit_its_layout_says_index_the_folder_again(
+    client, sqlite_url, folder
+):
+    root, _ = folder
+    shardcat.index_files(str(root), catalog=sqlite_url, dataset="pets", client=client)
+    engine = sa.create_engine(sqlite_url)
+    try:
+        with engine.begin() as conn:  # 5 bytes: no whole span of either entry
+            conn.execute(sa.text("UPDATE records SET spans = :spans"), {"spans": b"\x00" * 5})
+    finally:
+        engine.dispose()
+    inconsistent = "catalog row is inconsistent: spans of 5 bytes do not describe 2 entries"
+    with Catalog(sqlite_url) as cat:
+        with pytest.raises(FormatError, match=f"{inconsistent}; index the folder again") as e:
+            cat.get("pets", "cats/0001")
+        assert FOLDER_MARK in str(e.value.path)
+        with pytest.raises(FormatError, match=f"{inconsistent}; index the folder again"):
+            cat.get_many("pets", ["cats/0001"])
+        with pytest.raises(FormatError, match=f"{inconsistent}; rebuild it with reindex"):
+            cat.get("pets", "cats/0001", entries=["json"])
 
 
 def test_a_file_changed_after_indexing_is_a_checksum_error_and_a_verify_problem(

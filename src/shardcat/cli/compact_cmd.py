@@ -5,19 +5,12 @@ The command only parses its options; the work is :func:`shardcat.compact`.
 
 from __future__ import annotations
 
-import logging
 from typing import Annotated
 
 import typer
 
-from .common import (
-    ProgressOption,
-    SchedulerOption,
-    WorkersOption,
-    dask_cluster,
-    open_catalog,
-    state_of,
-)
+from .common import ProgressOption, SchedulerOption, WorkersOption
+from .jobs import dask_job
 
 __all__ = ["register"]
 
@@ -58,24 +51,13 @@ def compact(
     """
     from ..orchestration.compact import compact as compact_dataset
 
-    cluster = dask_cluster(workers, scheduler)
-    state = state_of(ctx)
-    if state.verbose < 2:  # Dask's INFO lines (scheduler, nanny) are noise here
-        import distributed  # noqa: F401  (importing it sets its loggers' levels; override after)
-
-        logging.getLogger("distributed").setLevel(logging.WARNING)
-    with (
-        open_catalog(state) as cat,
-        state.out.task_progress("compacting", "groups", progress) as bar,
-    ):
+    with dask_job(ctx, workers, scheduler, progress, "compacting", "groups") as job:
         summary = compact_dataset(
-            cat,
+            job.catalog,
             dataset,
             min_live=min_live,
             shard_size=shard_size,
-            client=cluster,
-            storage_options=state.storage_options,
             message=message,
-            progress=bar,
+            **job.args,
         )
-    state.out.compact_summary(summary)
+    job.out.compact_summary(summary)

@@ -5,20 +5,12 @@ The command only parses its options; the work is :func:`shardcat.copy_dataset`.
 
 from __future__ import annotations
 
-import logging
 from typing import Annotated
 
 import typer
 
-from .common import (
-    DestOption,
-    ProgressOption,
-    SchedulerOption,
-    WorkersOption,
-    dask_cluster,
-    open_catalog,
-    state_of,
-)
+from .common import DestOption, ProgressOption, SchedulerOption, WorkersOption
+from .jobs import dask_job
 from .storage_options import parse_storage_options
 
 __all__ = ["register"]
@@ -75,27 +67,17 @@ def copy(
     """
     from ..orchestration.copy import copy_dataset
 
-    cluster = dask_cluster(workers, scheduler)
-    state = state_of(ctx)
-    if state.verbose < 2:  # Dask's INFO lines (scheduler, nanny) are noise here
-        import distributed  # noqa: F401  (importing it sets its loggers' levels; override after)
-
-        logging.getLogger("distributed").setLevel(logging.WARNING)
     dest_options = parse_storage_options(dest_option) if dest_option else None
-    with (
-        open_catalog(state) as cat,
-        state.out.task_progress("moving" if move else "copying", "shards", progress) as bar,
-    ):
+    doing = "moving" if move else "copying"
+    with dask_job(ctx, workers, scheduler, progress, doing, "shards") as job:
         summary = copy_dataset(
-            cat,
+            job.catalog,
             dataset,
             dest_url,
             to_catalog=to_catalog,
             name=as_name,
             move=move,
-            storage_options=state.storage_options,
             destination_options=dest_options,
-            client=cluster,
-            progress=bar,
+            **job.args,
         )
-    state.out.copy_summary(summary)
+    job.out.copy_summary(summary)

@@ -11,17 +11,9 @@ from typing import Annotated
 
 import typer
 
-from .common import (
-    DestOption,
-    ProgressOption,
-    SchedulerOption,
-    WorkersOption,
-    dask_cluster,
-    open_catalog,
-    state_of,
-)
+from .common import DestOption, ProgressOption, SchedulerOption, WorkersOption
+from .jobs import dask_job
 from .storage_options import parse_storage_options
-from .tar_cmds import _quiet_dask
 from .version_cmds import VersionOption, parse_version
 from .write_cmd import _check_size
 
@@ -100,16 +92,10 @@ def export(
     """
     from ..orchestration.export import export as run
 
-    cluster = dask_cluster(workers, scheduler)
-    state = state_of(ctx)
-    _quiet_dask(state.verbose)
     dest_options = parse_storage_options(dest_option) if dest_option else None
-    with (
-        open_catalog(state) as cat,
-        state.out.task_progress("exporting", "tars", progress) as bar,
-    ):
+    with dask_job(ctx, workers, scheduler, progress, "exporting", "tars") as job:
         summary = run(
-            cat,
+            job.catalog,
             dataset,
             dest_url,
             format=format.value,
@@ -118,11 +104,9 @@ def export(
             name=name,
             register=register_as,
             overwrite=overwrite,
-            storage_options=state.storage_options,
             destination_options=dest_options,
-            client=cluster,
-            progress=bar,
+            **job.args,
         )
-    state.out.version_change(
+    job.out.version_change(
         str(summary), {**dataclasses.asdict(summary), "mb_per_s": round(summary.mb_per_s, 3)}
     )

@@ -8,7 +8,6 @@ The commands only parse: indexing is :func:`shardcat.index_tar` and
 from __future__ import annotations
 
 import enum
-import logging
 from typing import Annotated
 
 import typer
@@ -19,12 +18,12 @@ from .common import (
     ProgressOption,
     SchedulerOption,
     WorkersOption,
-    dask_cluster,
     open_catalog,
     parse_fields,
     state_of,
 )
 from .global_options import GlobalOptionsGroup, use_global_options
+from .jobs import dask_job
 from .write_cmd import KeyRule, KeyRuleOption
 
 __all__ = ["register"]
@@ -50,13 +49,6 @@ def register(app: typer.Typer) -> None:
     taridx_app.command("export")(export)
     taridx_app.command("import")(import_)
     use_global_options(taridx_app)
-
-
-def _quiet_dask(verbose: int) -> None:
-    if verbose < 2:  # Dask's INFO lines (scheduler, nanny) bury the result
-        import distributed  # noqa: F401  (importing it sets its loggers' levels; override after)
-
-        logging.getLogger("distributed").setLevel(logging.WARNING)
 
 
 def index_tar(
@@ -92,25 +84,17 @@ def index_tar(
     from ..orchestration import index_tar as run
 
     fields = parse_fields(field)
-    cluster = dask_cluster(workers, scheduler)
-    state = state_of(ctx)
-    _quiet_dask(state.verbose)
-    with (
-        open_catalog(state, create=True) as cat,
-        state.out.task_progress("indexing", "tars", progress) as bar,
-    ):
+    with dask_job(ctx, workers, scheduler, progress, "indexing", "tars", create=True) as job:
         summary = run(
             pattern,
-            catalog=cat,
+            catalog=job.catalog,
             dataset=dataset,
-            storage_options=state.storage_options,
-            client=cluster,
             on_error=on_error.value,
             fields=fields,
             fields_entry=field_entry,
-            progress=bar,
+            **job.args,
         )
-    state.out.tar_indexed(summary)
+    job.out.tar_indexed(summary)
 
 
 def index_files(
@@ -152,27 +136,19 @@ def index_files(
     from ..orchestration import index_files as run
 
     fields = parse_fields(field)
-    cluster = dask_cluster(workers, scheduler)
-    state = state_of(ctx)
-    _quiet_dask(state.verbose)
-    with (
-        open_catalog(state, create=True) as cat,
-        state.out.task_progress("indexing", "file groups", progress) as bar,
-    ):
+    with dask_job(ctx, workers, scheduler, progress, "indexing", "file groups", create=True) as job:
         summary = run(
             source,
-            catalog=cat,
+            catalog=job.catalog,
             dataset=dataset,
-            storage_options=state.storage_options,
             key_rule=key_rule.value,
             skip_unmatched=skip_unmatched,
-            client=cluster,
             on_error=on_error.value,
             fields=fields,
             fields_entry=field_entry,
-            progress=bar,
+            **job.args,
         )
-    state.out.tar_indexed(summary)
+    job.out.tar_indexed(summary)
 
 
 def export(
@@ -230,22 +206,14 @@ def import_(
     from ..orchestration.taridx_io import import_taridx
 
     fields = parse_fields(field)
-    cluster = dask_cluster(workers, scheduler)
-    state = state_of(ctx)
-    _quiet_dask(state.verbose)
-    with (
-        open_catalog(state, create=True) as cat,
-        state.out.task_progress("checking", "tars", progress) as bar,
-    ):
+    with dask_job(ctx, workers, scheduler, progress, "checking", "tars", create=True) as job:
         summary = import_taridx(
-            cat,
+            job.catalog,
             in_path,
             tars,
             dataset=dataset,
-            storage_options=state.storage_options,
-            client=cluster,
             fields=fields,
             fields_entry=field_entry,
-            progress=bar,
+            **job.args,
         )
-    state.out.taridx_done("imported", in_path, dataset, len(summary.tars), summary.records)
+    job.out.taridx_done("imported", in_path, dataset, len(summary.tars), summary.records)

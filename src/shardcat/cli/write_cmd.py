@@ -23,6 +23,7 @@ from .common import (
     parse_fields,
     state_of,
 )
+from .jobs import quiet_dask
 
 __all__ = ["register"]
 
@@ -210,10 +211,7 @@ def write(
             "give --no-ext-entry or --skip-unmatched, not both", param_hint="--skip-unmatched"
         )
     state = state_of(ctx)
-    if state.verbose < 2:  # Dask's INFO lines (scheduler, nanny) bury the progress bar
-        import distributed  # noqa: F401  (importing it sets its loggers' levels; override after)
-
-        logging.getLogger("distributed").setLevel(logging.WARNING)
+    quiet_dask(state.verbose)
     try:
         source = from_files(
             src,

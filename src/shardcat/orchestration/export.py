@@ -47,6 +47,7 @@ from .cluster import ClientChoice, client_for
 from .export_tars import TarPlan, TarWritten, entry_sizes, plan_tars, write_tar
 from .index_tar import run_index_job
 from .reach import refuse_in_memory, refuse_unreachable_stores
+from .throughput import Throughput
 from .watch import JobRef, TaskProgressCallback, gather
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ _TARS = re.compile(r".+\.(tar|taridx)$")
 
 
 @dataclass(frozen=True)
-class ExportSummary:
+class ExportSummary(Throughput):
     """What an export wrote (and registered)."""
 
     dataset: str
@@ -82,10 +83,6 @@ class ExportSummary:
     job_id: int | None = None
     """The registering job."""
 
-    @property
-    def mb_per_s(self) -> float:
-        return self.bytes / 1e6 / max(self.seconds, 1e-9)
-
     def __str__(self) -> str:
         registered = (
             f"; registered as {self.registered!r} (job {self.job_id})" if self.registered else ""
@@ -93,7 +90,7 @@ class ExportSummary:
         return (
             f"{self.dataset} v{self.version}: exported {count_of(self.samples, 'sample')} in "
             f"{count_of(len(self.tars), 'tar')} to {self.destination} "
-            f"({self.bytes / 1e6:.1f} MB, {self.mb_per_s:.1f} MB/s){registered}"
+            f"({self.volume}){registered}"
         )
 
 

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -41,13 +41,23 @@ R = TypeVar("R")
 
 @dataclass(frozen=True, slots=True)
 class InPlaceTasks:
-    """What a task submitter is given: the job, the catalog's handle, a unique key prefix."""
+    """What a task submitter is given: the job, the catalog's handle, a unique key prefix (and
+    :meth:`submit`, which keys each task with it)."""
 
     job_id: int
     handle: CatalogHandle
     key: str
     """``shardcat-<what>-<job>-<run>``: a task's key is this and its number (job ids restart
     at 1 in every catalog, so the run's random part keeps two catalogs' tasks apart)."""
+
+    def submit(
+        self, client: Client, task: Callable[..., R], calls: Iterable[tuple[Any, ...]], retries: int
+    ) -> list[Future[R]]:
+        """One task ``task(*args)`` per tuple of ``calls``, keyed ``<key>-<its number>``."""
+        return [
+            client.submit(task, *args, key=f"{self.key}-{i}", retries=retries, pure=False)
+            for i, args in enumerate(calls)
+        ]
 
 
 def run_in_place(

@@ -36,6 +36,7 @@ from .files import KeyRule, SampleFiles, from_files, list_source
 from .in_place import InPlaceTasks, run_in_place
 from .reach import refuse_in_memory
 from .tasks import catalog_for, field_values
+from .throughput import Throughput
 from .watch import TaskProgressCallback
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ class GroupResult:
 
 
 @dataclass(frozen=True)
-class IndexFilesSummary:
+class IndexFilesSummary(Throughput):
     """What a committed folder indexing job registered."""
 
     dataset: str
@@ -94,16 +95,12 @@ class IndexFilesSummary:
     skipped: list[str] = field(default_factory=list)
     """Files without an entry name skipped on request (``skip_unmatched``)."""
 
-    @property
-    def mb_per_s(self) -> float:
-        return self.bytes / 1e6 / max(self.seconds, 1e-9)
-
     def __str__(self) -> str:
         skipped = f", {count_of(len(self.failed), 'sample')} skipped" if self.failed else ""
         return (
             f"indexed {count_of(self.records, 'sample')} ({count_of(self.files, 'file')}) of "
             f"{self.folder} into {self.dataset!r} (job {self.job_id}, "
-            f"{self.bytes / 1e6:.1f} MB, {self.mb_per_s:.1f} MB/s{skipped})"
+            f"{self.volume}{skipped})"
         )
 
 
@@ -311,9 +308,8 @@ def index_files(
         refuse_in_memory(cat)
 
         def submit(dask_client: Any, tasks: InPlaceTasks) -> list[Any]:
-            return [
-                dask_client.submit(
-                    index_files_task,
+            calls = [
+                (
                     samples,
                     folder,
                     i,
@@ -324,12 +320,10 @@ def index_files(
                     on_error,
                     tuple(fields or ()),
                     fields_entry,
-                    key=f"{tasks.key}-{i}",
-                    retries=retries,
-                    pure=False,
                 )
                 for i, samples in enumerate(work)
             ]
+            return tasks.submit(dask_client, index_files_task, calls, retries)
 
         def manifest(results: list[GroupResult]) -> list[str]:
             return [r.url for r in results if r.url is not None]

@@ -35,6 +35,7 @@ from .fields import store_shard_fields
 from .in_place import InPlaceTasks, run_in_place
 from .reach import refuse_in_memory
 from .tasks import catalog_for
+from .throughput import Throughput
 from .watch import TaskProgressCallback
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ class TarResult:
 
 
 @dataclass(frozen=True)
-class IndexTarSummary:
+class IndexTarSummary(Throughput):
     """What a committed indexing job registered."""
 
     dataset: str
@@ -86,15 +87,11 @@ class IndexTarSummary:
     seconds: float
     failed: list[TarFailure] = field(default_factory=list)
 
-    @property
-    def mb_per_s(self) -> float:
-        return self.bytes / 1e6 / max(self.seconds, 1e-9)
-
     def __str__(self) -> str:
         skipped = f", {count_of(len(self.failed), 'tar')} skipped" if self.failed else ""
         return (
             f"indexed {count_of(self.records, 'sample')} in {count_of(len(self.tars), 'tar')} into {self.dataset!r} "
-            f"(job {self.job_id}, {self.bytes / 1e6:.1f} MB, {self.mb_per_s:.1f} MB/s{skipped})"
+            f"(job {self.job_id}, {self.volume}{skipped})"
         )
 
 
@@ -300,9 +297,8 @@ def run_index_job(
 
         def submit(dask_client: Any, tasks: InPlaceTasks) -> list[Any]:
             scattered = dask_client.scatter(index, broadcast=False) if index is not None else None
-            return [
-                dask_client.submit(
-                    index_tar_task,
+            calls = [
+                (
                     url,
                     opts,
                     tasks.handle,
@@ -314,12 +310,10 @@ def run_index_job(
                     numbers[i],
                     tuple(fields or ()),
                     fields_entry,
-                    key=f"{tasks.key}-{i}",
-                    retries=retries,
-                    pure=False,
                 )
                 for i, url in enumerate(tars)
             ]
+            return tasks.submit(dask_client, index_tar_task, calls, retries)
 
         def manifest(results: list[TarResult]) -> list[str]:
             return [r.url for r in results if r.failure is None]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
 
 from ..errors import ProgressCallbackError
+from .throughput import Throughput
 
 if TYPE_CHECKING:
     from .tasks import PartitionResult
@@ -22,7 +23,7 @@ __all__ = ["ProgressReporter", "WriteProgress", "WriteProgressCallback"]
 
 
 @dataclass(frozen=True, slots=True)
-class WriteProgress:
+class WriteProgress(Throughput):
     """Where a write job stands, as a progress callback receives it.
 
     Every field only grows from one event to the next, and ``total_partitions``
@@ -53,11 +54,6 @@ class WriteProgress:
     def finished(self) -> bool:
         """Whether every partition has finished (the commit comes next)."""
         return self.total_partitions is not None and self.done_partitions >= self.total_partitions
-
-    @property
-    def mb_per_s(self) -> float:
-        """Write throughput so far, in MB (10**6 bytes) per second."""
-        return self.bytes / 1e6 / max(self.seconds, 1e-9)
 
 
 WriteProgressCallback: TypeAlias = Callable[[WriteProgress], object]

@@ -45,6 +45,7 @@ from .reach import on_workers, refuse_in_memory, refuse_unreachable, refuse_unre
 from .resume import ResumePoint, check_inputs, finished_partitions, resumable_job
 from .samples import batched, check_frame, is_pandas_frame, rows_to_samples
 from .tasks import PartitionResult, write_partition
+from .throughput import Throughput
 from .watch import JobRef, Waiter, interrupted, settle, stop_tasks
 from .write_job import (
     Mode,
@@ -114,7 +115,7 @@ def _result(waiter: Waiter, future: Any) -> PartitionResult:
 
 
 @dataclass(frozen=True)
-class WriteSummary:
+class WriteSummary(Throughput):
     """What a committed write job produced."""
 
     dataset: str
@@ -132,10 +133,6 @@ class WriteSummary:
     """Hidden files of a :func:`from_files` source (never packed)."""
     resumed_partitions: int = 0
     """Partitions an earlier, interrupted run of the job had finished (not written again)."""
-
-    @property
-    def mb_per_s(self) -> float:
-        return self.bytes / 1e6 / max(self.seconds, 1e-9)
 
     def __str__(self) -> str:
         skipped = [

@@ -11,7 +11,8 @@ themselves (what a ``shards`` row is) are the catalog's
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeAlias
 
 from ..catalog.kinds import shard_kind
 from ..catalog.spans import unpack_spans
@@ -20,86 +21,89 @@ from ..format import Record, recordcodec
 from ..format.footer import EntrySpec
 from ..format.spec import Codec
 
-__all__ = ["DECODERS", "Layout", "decode_native", "decode_record"]
+__all__ = [
+    "DECODERS",
+    "Decoder",
+    "Layout",
+    "RowAt",
+    "decode_native",
+    "decode_record",
+    "inconsistent_row",
+    "row_spans",
+]
 
 Layout = list[tuple[str, str, Codec]]
 
 
-def decode_native(
-    view: memoryview,
-    key: str,
-    length: int,
-    url: str,
-    offset: int,
-    alignment: int,
-    spans: bytes,
-    text_cache: dict[Any, Any],
-) -> Record:
+@dataclass(slots=True)
+class RowAt:
+    """A catalog row's record as a decoder is given it, beside the record's bytes.
+
+    Attributes
+    ----------
+    key, length, url, offset, alignment, spans:
+        The row's: the record's key, its bytes, the shard's URL, where the
+        record starts in it, the shard's alignment, its packed spans.
+    layout:
+        The row's layout (entry names, content types, codecs); called only by
+        kinds that need it (tar samples have no frame).
+    text_cache:
+        Decoded texts shared between records (the record codec's cache).
+    """
+
+    key: str
+    length: int
+    url: str
+    offset: int
+    alignment: int
+    spans: bytes
+    layout: Callable[[], Layout]
+    text_cache: dict[Any, Any]
+
+
+Decoder: TypeAlias = Callable[[memoryview, RowAt], Record]
+"""How a whole record of one shard kind is decoded from its bytes and its row."""
+
+
+def decode_native(view: memoryview, row: RowAt) -> Record:
     """A native record from its bytes: the frame names its entries, the row's spans check them.
 
     The point lookup calls the record codec's ``decode_spanned`` itself for
     native rows (no dispatch, no layout, no frame of this function).
     """
     return recordcodec.decode_spanned(
-        view, key, length, url, offset, alignment, spans, unpack_spans, text_cache
+        view,
+        row.key,
+        row.length,
+        row.url,
+        row.offset,
+        row.alignment,
+        row.spans,
+        unpack_spans,
+        row.text_cache,
     )
 
 
-def _native_decode(
-    view: memoryview,
-    *,
-    key: str,
-    length: int,
-    url: str,
-    offset: int,
-    alignment: int,
-    spans: bytes,
-    layout: Callable[[], Layout],
-    text_cache: dict[Any, Any],
-) -> Record:
-    return decode_native(view, key, length, url, offset, alignment, spans, text_cache)
-
-
-def _tar_decode(
-    view: memoryview,
-    *,
-    key: str,
-    length: int,
-    url: str,
-    offset: int,
-    alignment: int,
-    spans: bytes,
-    layout: Callable[[], Layout],
-    text_cache: dict[Any, Any],
-) -> Record:
+def _tar_decode(view: memoryview, row: RowAt) -> Record:
     # A tar sample has no frame: the layout names the entries, the spans place them.
-    names, located = _placed(layout, spans, url, offset, "re-index the tar")
+    names = row.layout()
+    located = row_spans(row.spans, len(names), row.url, "re-index the tar", row.offset)
     specs = [EntrySpec(name, ctype, codec) for name, ctype, codec in names]
     # Tar reading loads on first use: a native lookup needs none of it.
     from ..format.tar import read_tar_record
 
-    return read_tar_record(view, key, specs, located, path=url, offset=offset)
+    return read_tar_record(view, row.key, specs, located, path=row.url, offset=row.offset)
 
 
-def _files_decode(
-    view: memoryview,
-    *,
-    key: str,
-    length: int,
-    url: str,
-    offset: int,
-    alignment: int,
-    spans: bytes,
-    layout: Callable[[], Layout],
-    text_cache: dict[Any, Any],
-) -> Record:
+def _files_decode(view: memoryview, row: RowAt) -> Record:
     # A folder's record is its files end to end (reading/folder.py): each entry is checked
     # as a tar payload is, and an error names the entry's own file.
     from ..format.folder import checked_file, entry_path, folder_of
 
-    names, located = _placed(layout, spans, url, offset, "index the folder again")
-    folder = folder_of(url)
-    record = Record(key, {}, -1, offset, len(view))
+    key, names = row.key, row.layout()
+    located = row_spans(row.spans, len(names), row.url, "index the folder again", row.offset)
+    folder = folder_of(row.url)
+    record = Record(key, {}, -1, row.offset, len(view))
     for (name, ctype, codec), (at, size, crc) in zip(names, located):
         path = entry_path(folder, key, name)
         spec = EntrySpec(name, ctype, codec)
@@ -107,43 +111,39 @@ def _files_decode(
     return record
 
 
-def _placed(
-    layout: Callable[[], Layout], spans: bytes, url: str, offset: int, fix: str
-) -> tuple[Layout, list[tuple[int, int, int]]]:
-    """A frame-less record's entries (its layout) and where each lies (its row's spans)."""
-    names = layout()
+def inconsistent_row(
+    error: ValueError, url: str, fix: str, offset: int | None = None
+) -> FormatError:
+    """The error of a catalog row that does not fit its layout or shard; ``fix``: what to do."""
+    return FormatError(f"catalog row is inconsistent: {error}; {fix}", path=url, offset=offset)
+
+
+def row_spans(
+    spans: bytes, count: int, url: str, fix: str, offset: int | None = None
+) -> list[tuple[int, int, int]]:
+    """Where each of a row's ``count`` entries lies: ``(offset, size, crc)`` from its spans.
+
+    Raises
+    ------
+    FormatError
+        The spans do not hold ``count`` entries (:func:`inconsistent_row`).
+    """
     try:
-        return names, unpack_spans(spans, len(names))
+        return unpack_spans(spans, count)
     except ValueError as e:
-        raise FormatError(
-            f"catalog row is inconsistent: {e}; {fix}", path=url, offset=offset
-        ) from e
+        raise inconsistent_row(e, url, fix, offset) from e
 
 
-DECODERS: dict[str, Callable[..., Record]] = {
-    "native": _native_decode,
+DECODERS: dict[str, Decoder] = {
+    "native": decode_native,
     "tar": _tar_decode,
     "files": _files_decode,
 }
 """Shard kind -> how a whole record of it is decoded (every kind of :data:`~shardcat.catalog.kinds.KINDS`)."""
 
 
-def decode_record(
-    kind: str,
-    view: memoryview,
-    *,
-    key: str,
-    length: int,
-    url: str,
-    offset: int,
-    alignment: int,
-    spans: bytes,
-    layout: Callable[[], Layout],
-    text_cache: dict[Any, Any],
-) -> Record:
+def decode_record(kind: str, view: memoryview, row: RowAt) -> Record:
     """A whole record of a shard of ``kind`` from its bytes, checked (the lookup dispatch).
-
-    ``layout`` is called only by kinds that need it (tar samples have no frame).
 
     Raises
     ------
@@ -155,14 +155,4 @@ def decode_record(
     if decode is None:
         shard_kind(kind)  # the catalog's error for a kind it does not know
         raise FormatError(f"shard kind {kind!r} has no decoder")  # KINDS and DECODERS differ
-    return decode(
-        view,
-        key=key,
-        length=length,
-        url=url,
-        offset=offset,
-        alignment=alignment,
-        spans=spans,
-        layout=layout,
-        text_cache=text_cache,
-    )
+    return decode(view, row)

@@ -18,10 +18,11 @@ from .._types import ByteRange
 from ..catalog.kinds import FileCheck
 from ..catalog.results import Problem
 from ..catalog.spans import unpack_spans
-from ..errors import FormatError, ShardNotFoundError, StorageError, TruncatedError
+from ..errors import ShardNotFoundError, StorageError, TruncatedError
 from ..format.checksums import crc32c
 from ..format.folder import entry_path, folder_of
 from ..storage import is_local, local_path, redact, resolve
+from .decode import inconsistent_row
 
 __all__ = [
     "check_folder",
@@ -52,9 +53,7 @@ def folder_requests(
         located = unpack_spans(spans, len(names))
         folder = folder_of(url)
     except ValueError as e:
-        raise FormatError(
-            f"catalog row is inconsistent: {e}; index the folder again", path=url
-        ) from e
+        raise inconsistent_row(e, url, "index the folder again") from e
     out: Requests = []
     for name, (at, size, _) in zip(names, located):
         start, end = max(lo, at), min(hi, at + size)

@@ -50,7 +50,7 @@ from ..format.spec import Codec
 from ..storage import SourceCache, redact
 from ..storage.cache import ONE_PREAD
 from . import statements
-from .decode import decode_record
+from .decode import RowAt, decode_record, row_spans
 from .misses import missing
 from .point import PointLookup, open_point
 
@@ -303,15 +303,15 @@ class Lookup:
         return decode_record(
             "files",
             memoryview(data),
-            key=key,
-            length=length,
-            url=url,
-            offset=offset,
-            alignment=1,
-            spans=bytes(spans),
-            layout=partial(self.layouts.get, signature),
-            text_cache=self._texts,
+            self._row_at(key, length, url, offset, 1, spans, signature),
         )
+
+    def _row_at(
+        self, key: str, length: int, url: str, offset: int, alignment: int, spans: Any, sig: str
+    ) -> RowAt:
+        """A row as its kind's decoder takes it (the layout looked up only if the kind reads it)."""
+        layout = partial(self.layouts.get, sig)
+        return RowAt(key, length, url, offset, alignment, bytes(spans), layout, self._texts)
 
     def _shard_of(self, dataset: str, shard_id: int) -> tuple[str, int] | None:
         """``(url, alignment)`` of a native shard (None for other kinds or a purged one).
@@ -354,14 +354,7 @@ class Lookup:
             return decode_record(
                 kind,
                 memoryview(data),
-                key=key,
-                length=length,
-                url=url,
-                offset=offset,
-                alignment=alignment,
-                spans=bytes(spans),
-                layout=partial(self.layouts.get, signature),
-                text_cache=self._texts,
+                self._row_at(key, length, url, offset, alignment, spans, signature),
             )
         except (OSError, FormatError) as e:
             raise self._read_failed(
@@ -464,14 +457,7 @@ class Lookup:
         self, url: str, offset: int, spans: bytes, signature: str, names: frozenset[str] | None
     ) -> list[tuple[str, str, Codec, int, int, int]]:
         layout = self.layouts.get(signature)
-        try:
-            located = unpack_spans(spans, len(layout))
-        except ValueError as e:
-            raise FormatError(
-                f"catalog row is inconsistent: {e}; rebuild it with reindex",
-                path=url,
-                offset=offset,
-            ) from e
+        located = row_spans(spans, len(layout), url, "rebuild it with reindex", offset)
         return [
             (name, ctype, codec, e_off, size, crc)
             for (name, ctype, codec), (e_off, size, crc) in zip(layout, located)
@@ -664,14 +650,9 @@ class Lookup:
                 records[row] = decode_record(
                     kind,
                     blobs[blob][at : at + length],
-                    key=keys[row],
-                    length=length,
-                    url=url,
-                    offset=offset,
-                    alignment=alignments[shard],
-                    spans=spans[row],
-                    layout=partial(self.layouts.get, signature),
-                    text_cache=self._texts,
+                    self._row_at(
+                        keys[row], length, url, offset, alignments[shard], spans[row], signature
+                    ),
                 )
             except FormatError as e:
                 raise self._read_failed(e, url, dataset) from e
