@@ -129,12 +129,24 @@ def plan_groups(
     return groups
 
 
+@dataclass(frozen=True, slots=True)
+class GroupWork:
+    """One task's samples, ``(key, entry names)`` each, the files being ``folder/key.entry``.
+
+    A holder rather than the list itself: Dask walks every list and tuple
+    of a task's arguments looking for futures, which cost the client
+    ~25 ms per group of 2,048 files (half a second for 40,000 files).
+    """
+
+    samples: list[tuple[str, tuple[str, ...]]]
+
+
 # Files read at once by a task: the bytes it holds stay bounded (a group may be 256 MiB).
 _READ_FILES = 64
 
 
 def index_files_task(
-    samples: list[tuple[str, tuple[str, ...]]],
+    work: GroupWork,
     folder: str,
     group: int,
     storage_options: dict[str, Any],
@@ -147,8 +159,6 @@ def index_files_task(
 ) -> GroupResult:
     """Read one group's files, and stage the group in the job (runs on a worker).
 
-    ``samples``: ``(key, entry names)`` per sample; the files are ``folder/key.entry``.
-
     Raises
     ------
     ShardNotFoundError, StorageError
@@ -160,6 +170,7 @@ def index_files_task(
     read: list[FolderSample] = []
     failures: list[FileFailure] = []
     values: list[dict[str, Any]] = []
+    samples = work.samples
     for i in range(0, len(samples), _READ_FILES):
         part = samples[i : i + _READ_FILES]
         paths = [entry_path(folder, key, name) for key, names in part for name in names]
@@ -306,7 +317,7 @@ def index_files(
     folder = local_path(listing.root_url) if is_local(listing.root_url) else listing.root_url
     folder = folder.rstrip("/") or "/"
     groups = plan_groups(listing.samples, group_files)
-    work = [[(s.key, tuple(entry for entry, _ in s.files)) for s in g] for g in groups]
+    work = [GroupWork([(s.key, tuple(entry for entry, _ in s.files)) for s in g]) for g in groups]
     with Catalog.opened(catalog, storage_options=opts) as cat:
         refuse_in_memory(cat)
 
