@@ -130,6 +130,73 @@ def test_a_file_changed_after_indexing_is_a_checksum_error_and_a_verify_problem(
     assert [p.url for p in missing] == [str(root / "dogs/0002.json")]
 
 
+def test_a_file_that_only_grew_fails_every_read_though_its_indexed_bytes_match(
+    client, catalog_url, folder
+):
+    root, samples = folder
+    shardcat.index_files(str(root), catalog=catalog_url, dataset="pets", client=client)
+    grown = root / "cats/0001.json"
+    with Catalog(catalog_url) as cat:
+        assert _bytes(cat.get("pets", "cats/0001")) == samples["cats/0001"]  # its file kept open
+        with grown.open("ab") as f:
+            f.write(b"\n")  # the indexed bytes unchanged: their CRC32C still matches
+        grown_error = "longer than its .* bytes when it was indexed"
+        with pytest.raises(ChecksumError, match=grown_error) as e:
+            cat.get("pets", "cats/0001")
+        assert e.value.path == str(grown)
+        with pytest.raises(ChecksumError, match=grown_error):
+            cat.get("pets", "cats/0001", entries=["json"])
+        with pytest.raises(ChecksumError, match=grown_error):
+            cat.get_many("pets", ["cats/0001", "cats/0003"])
+        with pytest.raises(ChecksumError, match=grown_error):
+            cat.get_many("pets", ["cats/0001", "cats/0003"], entries=["json"])
+        with pytest.raises(ChecksumError, match=grown_error):
+            list(shardcat.read(cat, "pets", decode=False).compute(scheduler="sync"))
+        # A part before the file's indexed end still reads: those bytes are as indexed.
+        assert cat.read_part("pets", "cats/0001", "json", 0, 1) == b"{"
+        assert _bytes(cat.get("pets", "cats/0003")) == samples["cats/0003"]
+        report = cat.verify("pets")
+    assert {k for p in report.problems for k in p.keys} == {"cats/0001"}
+
+
+def test_a_file_replaced_or_rewritten_after_a_lookup_is_read_again_not_from_its_old_descriptor(
+    client, catalog_url, folder
+):
+    root, samples = folder
+    shardcat.index_files(str(root), catalog=catalog_url, dataset="pets", client=client)
+    label = root / "dogs/0002.json"
+    image = root / "dogs/0004.png"
+    with Catalog(catalog_url) as cat:
+        for _ in range(2):  # the second lookup reads the descriptors the first one opened
+            assert _bytes(cat.get("pets", "dogs/0002")) == samples["dogs/0002"]
+            assert _bytes(cat.get("pets", "dogs/0004")) == samples["dogs/0004"]
+        # Replaced by another file (a new inode; the old one deleted), same size.
+        new = bytearray(samples["dogs/0002"]["json"])
+        new[1] ^= 0x01
+        tmp = root / "dogs/.0002.json.tmp"
+        tmp.write_bytes(bytes(new))
+        os.replace(tmp, label)
+        with pytest.raises(ChecksumError) as e:
+            cat.get("pets", "dogs/0002")
+        assert e.value.path == str(label)
+        # Rewritten in place (the same inode, the descriptor still valid), same size.
+        data = bytearray(samples["dogs/0004"]["png"])
+        data[-3] ^= 0xFF
+        with image.open("r+b") as f:
+            f.write(bytes(data))
+        with pytest.raises(ChecksumError):
+            cat.get("pets", "dogs/0004")
+        # Put back as indexed: read again, whole.
+        label.write_bytes(samples["dogs/0002"]["json"])
+        image.write_bytes(samples["dogs/0004"]["png"])
+        assert _bytes(cat.get("pets", "dogs/0002")) == samples["dogs/0002"]
+        assert _bytes(cat.get("pets", "dogs/0004")) == samples["dogs/0004"]
+        image.unlink()
+        with pytest.raises(ShardNotFoundError) as gone:
+            cat.get("pets", "dogs/0004")
+        assert gone.value.path == str(image)
+
+
 def test_indexing_again_is_a_new_version_with_the_files_added_and_removed(
     client, catalog_url, folder
 ):
