@@ -246,20 +246,42 @@ def test_gc_and_delete_never_delete_the_folders_files(client, sqlite_url, tmp_pa
     assert sorted(p for p in root.rglob("*") if p.is_file()) == before
 
 
-def test_on_error_skip_leaves_a_sample_out_and_fail_commits_nothing(client, sqlite_url, folder):
+def test_on_error_skip_leaves_out_only_the_unreadable_files_and_fail_commits_nothing(
+    client, sqlite_url, folder
+):
     root, samples = folder
     os.symlink(root / "nowhere.jpg", root / "cats/0999.jpg")  # listed, but cannot be read
-    with pytest.raises(ShardNotFoundError, match="cats/0999"):
+    label = root / "cats/0001.json"  # one file of a sample whose image is fine
+    label.unlink()
+    os.symlink(root / "nowhere.json", label)
+    with pytest.raises(ShardNotFoundError, match=r"cats/0(001|999)"):
         shardcat.index_files(str(root), catalog=sqlite_url, dataset="pets", client=client)
     with Catalog(sqlite_url) as cat:
         assert "pets" not in {d.name for d in cat.datasets()}  # the failed first job left nothing
     summary = shardcat.index_files(
         str(root), catalog=sqlite_url, dataset="pets", client=client, on_error="skip"
     )
-    assert [(f.key, f.error) for f in summary.failed] == [("cats/0999", "ShardNotFoundError")]
-    assert summary.records == len(samples)
-    with Catalog(sqlite_url) as cat, pytest.raises(shardcat.KeyNotFoundError):
-        cat.get("pets", "cats/0999")
+    got = sorted((f.key, f.entry, f.error, f.sample_left_out) for f in summary.failed)
+    assert got == [
+        ("cats/0001", "json", "ShardNotFoundError", False),
+        ("cats/0999", "jpg", "ShardNotFoundError", True),
+    ]
+    assert summary.samples_left_out == 1
+    assert summary.records == len(samples)  # cats/0001 without its label; cats/0999 left out
+    assert summary.files == 2 * len(samples) - 1
+    assert "2 unreadable files skipped: 1 sample indexed without them, 1 left out" in str(summary)
+    with Catalog(sqlite_url) as cat:
+        with pytest.raises(shardcat.KeyNotFoundError):
+            cat.get("pets", "cats/0999")
+        assert _bytes(cat.get("pets", "cats/0001")) == {"png": samples["cats/0001"]["png"]}
+        assert cat.verify("pets").ok
+    # The CLI says what it skipped, file by file.
+    args = ["-c", sqlite_url, "index-files", str(root), "pets", "--on-error", "skip"]
+    args += ["--scheduler", client.scheduler.address, "--no-progress"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "1 sample indexed without them, 1 left out" in result.output
+    assert "cats/0001.json: ShardNotFoundError" in result.output
 
 
 def test_a_folder_on_s3_indexed_in_place(client, sqlite_url, s3, tmp_path):
