@@ -228,6 +228,19 @@ def test_indexing_again_is_a_new_version_with_the_files_added_and_removed(
         assert not cat.verify("pets", version=1).ok
 
 
+def test_copy_refuses_a_folder_dataset_and_says_how_to_pack_or_copy_it(
+    client, sqlite_url, tmp_path, folder
+):
+    root, _ = folder
+    shardcat.index_files(str(root), catalog=sqlite_url, dataset="pets", client=client)
+    with pytest.raises(ValueError, match="folder of files indexed in place") as e:
+        shardcat.copy_dataset(sqlite_url, "pets", str(tmp_path / "copy"), name="pets2")
+    assert str(root) in str(e.value) and "shardcat write" in str(e.value)
+    assert not (tmp_path / "copy").exists()
+    with Catalog(sqlite_url) as cat:
+        assert "pets2" not in {d.name for d in cat.datasets()}
+
+
 def test_gc_and_delete_never_delete_the_folders_files(client, sqlite_url, tmp_path, folder):
     root, _ = folder
     (root / "weights.shard").write_bytes(b"the user's own file, named like a shard")
