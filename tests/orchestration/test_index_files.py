@@ -27,6 +27,7 @@ from shardcat.errors import ChecksumError, ShardNotFoundError
 from shardcat.format.folder import FOLDER_MARK, FolderSample, entry_path, folder_info, folder_of
 from shardcat.orchestration.gc import delete_dataset, gc
 from shardcat.reading import Catalog
+from shardcat.storage import resolve
 
 Image = pytest.importorskip("PIL.Image")
 
@@ -325,6 +326,46 @@ def test_a_folder_on_s3_indexed_in_place(client, sqlite_url, s3, tmp_path):
     # Nothing written beside the files but the version manifests (_versions/, as for tars).
     written = [p for p in fs.find(f"{s3['bucket']}/raw") if "/_versions/" not in p]
     assert len(written) == 12
+
+
+@pytest.mark.parametrize("store", ["azure", "gcs"])
+def test_a_folder_on_azure_and_gcs_indexed_in_place(client, catalog_url, tmp_path, request, store):
+    where = request.getfixturevalue(store)  # Azurite, gcp-storage-emulator: fresh container
+    opts = where["storage_options"]
+    samples = _write_folder(tmp_path / "up", n=6)
+    fs, _ = resolve(where["url"], opts)
+    base = fs._strip_protocol(where["url"])
+    for key, files in samples.items():
+        for entry, data in files.items():
+            fs.pipe_file(f"{base}/raw/{key}.{entry}", data)
+    summary = shardcat.index_files(
+        f"{where['url']}/raw/", catalog=catalog_url, dataset="raw", client=client,
+        storage_options=opts, fields={"label": int},
+    )  # fmt: skip
+    assert (summary.records, summary.files, summary.failed) == (6, 12, [])
+    with Catalog(catalog_url, storage_options=opts) as cat:
+        # The folder as the store's filesystem names it (adlfs: abfs://, not az://).
+        assert {folder_of(s.url).split("://")[1] for s in cat.shards("raw")} == {f"{base}/raw"}
+        keys = sorted(samples)
+        assert [_bytes(r) for r in cat.get_many("raw", keys)] == [samples[k] for k in keys]
+        assert _bytes(cat.get("raw", "dogs/0000")) == samples["dogs/0000"]
+        assert _bytes(cat.get("raw", "cats/0001", entries=["json"])) == {
+            "json": samples["cats/0001"]["json"]
+        }
+        assert sorted(k for ks in cat.select("raw", "label = 0").keys.values() for k in ks) == [
+            k for k in keys if json.loads(samples[k]["json"])["label"] == 0
+        ]
+        assert cat.verify("raw").ok
+        # A file that only grew: the read one byte past its indexed end finds it here too.
+        fs.pipe_file(f"{base}/raw/cats/0001.json", samples["cats/0001"]["json"] + b" ")
+        with pytest.raises(ChecksumError, match="longer than"):
+            cat.get("raw", "cats/0001")
+        with pytest.raises(ChecksumError, match="longer than"):
+            cat.get_many("raw", ["cats/0001"], entries=["json"])
+        assert not cat.verify("raw").ok
+        fs.rm_file(f"{base}/raw/dogs/0002.json")
+        with pytest.raises(ShardNotFoundError, match="dogs/0002"):
+            cat.get("raw", "dogs/0002")
 
 
 def test_the_cli_indexes_a_folder(client, sqlite_url, folder):
