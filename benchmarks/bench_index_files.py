@@ -7,17 +7,20 @@ clock runs), then measures:
 
 - **indexing throughput**: ``index_files`` on a LocalCluster of
   ``--workers`` worker processes (started, and warmed by indexing a tiny
-  folder, before the clock runs; SQLite catalog), in MB/s of the files' bytes, against a plain sequential read of
-  the same files in one process (``open().read()`` of each, no CRC).
+  folder, before the clock runs; SQLite catalog; best of ``--repeat`` runs,
+  each a new version of the same folder), in MB/s of the files' bytes, against
+  a plain sequential read of the same files in one process (``open().read()``
+  of each, no CRC; best of 3).
   Goal: >= 0.8 x.
 - **lookup p50**: ``Catalog.get`` of ``--lookups`` random keys of the folder
   dataset, against the same samples written as a native dataset
   (``shardcat.write`` into one shard folder) and looked up alike.
   Goal: <= 1.2 x. A folder's lookup reads one whole file per entry (two here),
   a native one reads the sample's one byte range: the floor of each is
-  reported (``os.pread`` of the same bytes, one call per file or range).
+  reported (the files' ``open`` + ``read`` + ``close``; one ``os.pread`` of the range on
+  an open descriptor).
 
-    .venv/bin/python benchmarks/bench_index_files.py [--samples 20000] [--file-kib 16] [--workers 2] [--lookups 5000]
+    .venv/bin/python benchmarks/bench_index_files.py [--samples 20000] [--file-kib 16] [--workers 2] [--lookups 5000] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -83,6 +86,7 @@ def main() -> None:
     ap.add_argument("--file-kib", type=int, default=16)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--lookups", type=int, default=5000)
+    ap.add_argument("--repeat", type=int, default=3, help="index the folder this many times: best")
     args = ap.parse_args()
 
     from distributed import Client, LocalCluster
@@ -112,9 +116,15 @@ def main() -> None:
             shardcat.index_files(
                 warm, catalog=catalog, dataset="warm", client=client, group_files=2
             )
-            t = time.perf_counter()
-            summary = shardcat.index_files(root, catalog=catalog, dataset="folder", client=client)
-            index_s = time.perf_counter() - t
+            # Best of --repeat: each run indexes the whole folder again (a new version of
+            # the same samples), so a neighbour's load spike on a shared machine costs one run.
+            index_s = float("inf")
+            for _ in range(args.repeat):
+                t = time.perf_counter()
+                summary = shardcat.index_files(
+                    root, catalog=catalog, dataset="folder", client=client
+                )
+                index_s = min(index_s, time.perf_counter() - t)
             assert summary.bytes == total
             shardcat.write(
                 shardcat.from_files(root),

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-__all__ = ["PREAD_MAX", "packed_runs", "pread_full", "read_packed"]
+__all__ = ["PREAD_MAX", "packed_runs", "pread_file", "pread_full", "read_packed", "read_whole"]
 
 PREAD_MAX = 0x7FFFF000
 """Linux returns at most this many bytes from one read call (2 GiB − 4 KiB), whatever was asked."""
@@ -35,6 +35,54 @@ def pread_full(fd: int, length: int, offset: int) -> bytes:
         parts.append(more)
         got += len(more)
     return b"".join(parts)
+
+
+def pread_file(path: str, length: int, offset: int) -> bytes:
+    """Up to ``length`` bytes of the file ``path`` from ``offset``: open, one ``pread``, close.
+
+    A short read is the file's end (a read that asks one byte past where a
+    file should end learns whether it grew); reads above :data:`PREAD_MAX`
+    are continued (:func:`pread_full`).
+
+    Raises
+    ------
+    OSError
+        As ``os.open`` or ``os.pread`` raise it.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if length > PREAD_MAX:
+            return pread_full(fd, length, offset)
+        return os.pread(fd, length, offset)
+    finally:
+        os.close(fd)
+
+
+def read_whole(path: str) -> bytes:
+    """A whole file's bytes: ``os.open``, one ``fstat``, one read of its size and one more byte.
+
+    Half the cost of ``open(path, "rb").read()`` per small file (no file
+    object, one stat instead of two, no second read to find the end): what
+    indexing and reading folders of small files spend most on. A file that
+    grows while it is read is read to its end.
+
+    Raises
+    ------
+    OSError
+        As ``os.open`` or ``os.read`` raise it (``FileNotFoundError``, ``IsADirectoryError``...).
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        size = os.fstat(fd).st_size
+        data = os.read(fd, min(size + 1, PREAD_MAX))
+        if len(data) <= size and len(data) < PREAD_MAX:
+            return data  # the common case: a regular file's short read is its end
+        parts = [data]
+        while more := os.read(fd, PREAD_MAX):
+            parts.append(more)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
 
 
 def packed_runs(table: np.ndarray, max_gap: int) -> list[tuple[int, int, int, int, int]]:

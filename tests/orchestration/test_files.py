@@ -166,7 +166,7 @@ def no_client_reads(monkeypatch):
 
     monkeypatch.setattr(fs_local.LocalFileSystem, "_open", refuse)
     monkeypatch.setattr(fs_local.LocalFileSystem, "cat_file", refuse)
-    monkeypatch.setattr(files_module, "_read_local", refuse)
+    monkeypatch.setattr(files_module, "read_whole", refuse)
 
 
 def test_workers_read_the_files_and_shards_come_out_near_the_requested_size(

@@ -28,6 +28,7 @@ from shardcat.errors import ChecksumError, FormatError, ShardNotFoundError
 from shardcat.format.folder import FOLDER_MARK, FolderSample, entry_path, folder_info, folder_of
 from shardcat.orchestration.gc import delete_dataset, gc
 from shardcat.reading import Catalog
+from shardcat.storage import resolve
 
 Image = pytest.importorskip("PIL.Image")
 
@@ -153,6 +154,73 @@ def test_a_file_changed_after_indexing_is_a_checksum_error_and_a_verify_problem(
     assert [p.url for p in missing] == [str(root / "dogs/0002.json")]
 
 
+def test_a_file_that_only_grew_fails_every_read_though_its_indexed_bytes_match(
+    client, catalog_url, folder
+):
+    root, samples = folder
+    shardcat.index_files(str(root), catalog=catalog_url, dataset="pets", client=client)
+    grown = root / "cats/0001.json"
+    with Catalog(catalog_url) as cat:
+        assert _bytes(cat.get("pets", "cats/0001")) == samples["cats/0001"]  # its file kept open
+        with grown.open("ab") as f:
+            f.write(b"\n")  # the indexed bytes unchanged: their CRC32C still matches
+        grown_error = "longer than its .* bytes when it was indexed"
+        with pytest.raises(ChecksumError, match=grown_error) as e:
+            cat.get("pets", "cats/0001")
+        assert e.value.path == str(grown)
+        with pytest.raises(ChecksumError, match=grown_error):
+            cat.get("pets", "cats/0001", entries=["json"])
+        with pytest.raises(ChecksumError, match=grown_error):
+            cat.get_many("pets", ["cats/0001", "cats/0003"])
+        with pytest.raises(ChecksumError, match=grown_error):
+            cat.get_many("pets", ["cats/0001", "cats/0003"], entries=["json"])
+        with pytest.raises(ChecksumError, match=grown_error):
+            list(shardcat.read(cat, "pets", decode=False).compute(scheduler="sync"))
+        # A part before the file's indexed end still reads: those bytes are as indexed.
+        assert cat.read_part("pets", "cats/0001", "json", 0, 1) == b"{"
+        assert _bytes(cat.get("pets", "cats/0003")) == samples["cats/0003"]
+        report = cat.verify("pets")
+    assert {k for p in report.problems for k in p.keys} == {"cats/0001"}
+
+
+def test_a_file_replaced_or_rewritten_after_a_lookup_is_read_again_not_from_its_old_descriptor(
+    client, catalog_url, folder
+):
+    root, samples = folder
+    shardcat.index_files(str(root), catalog=catalog_url, dataset="pets", client=client)
+    label = root / "dogs/0002.json"
+    image = root / "dogs/0004.png"
+    with Catalog(catalog_url) as cat:
+        for _ in range(2):  # the second lookup reads the descriptors the first one opened
+            assert _bytes(cat.get("pets", "dogs/0002")) == samples["dogs/0002"]
+            assert _bytes(cat.get("pets", "dogs/0004")) == samples["dogs/0004"]
+        # Replaced by another file (a new inode; the old one deleted), same size.
+        new = bytearray(samples["dogs/0002"]["json"])
+        new[1] ^= 0x01
+        tmp = root / "dogs/.0002.json.tmp"
+        tmp.write_bytes(bytes(new))
+        os.replace(tmp, label)
+        with pytest.raises(ChecksumError) as e:
+            cat.get("pets", "dogs/0002")
+        assert e.value.path == str(label)
+        # Rewritten in place (the same inode, the descriptor still valid), same size.
+        data = bytearray(samples["dogs/0004"]["png"])
+        data[-3] ^= 0xFF
+        with image.open("r+b") as f:
+            f.write(bytes(data))
+        with pytest.raises(ChecksumError):
+            cat.get("pets", "dogs/0004")
+        # Put back as indexed: read again, whole.
+        label.write_bytes(samples["dogs/0002"]["json"])
+        image.write_bytes(samples["dogs/0004"]["png"])
+        assert _bytes(cat.get("pets", "dogs/0002")) == samples["dogs/0002"]
+        assert _bytes(cat.get("pets", "dogs/0004")) == samples["dogs/0004"]
+        image.unlink()
+        with pytest.raises(ShardNotFoundError) as gone:
+            cat.get("pets", "dogs/0004")
+        assert gone.value.path == str(image)
+
+
 def test_indexing_again_is_a_new_version_with_the_files_added_and_removed(
     client, catalog_url, folder
 ):
@@ -184,6 +252,19 @@ def test_indexing_again_is_a_new_version_with_the_files_added_and_removed(
         assert not cat.verify("pets", version=1).ok
 
 
+def test_copy_refuses_a_folder_dataset_and_says_how_to_pack_or_copy_it(
+    client, sqlite_url, tmp_path, folder
+):
+    root, _ = folder
+    shardcat.index_files(str(root), catalog=sqlite_url, dataset="pets", client=client)
+    with pytest.raises(ValueError, match="folder of files indexed in place") as e:
+        shardcat.copy_dataset(sqlite_url, "pets", str(tmp_path / "copy"), name="pets2")
+    assert str(root) in str(e.value) and "shardcat write" in str(e.value)
+    assert not (tmp_path / "copy").exists()
+    with Catalog(sqlite_url) as cat:
+        assert "pets2" not in {d.name for d in cat.datasets()}
+
+
 def test_gc_and_delete_never_delete_the_folders_files(client, sqlite_url, tmp_path, folder):
     root, _ = folder
     (root / "weights.shard").write_bytes(b"the user's own file, named like a shard")
@@ -202,20 +283,42 @@ def test_gc_and_delete_never_delete_the_folders_files(client, sqlite_url, tmp_pa
     assert sorted(p for p in root.rglob("*") if p.is_file()) == before
 
 
-def test_on_error_skip_leaves_a_sample_out_and_fail_commits_nothing(client, sqlite_url, folder):
+def test_on_error_skip_leaves_out_only_the_unreadable_files_and_fail_commits_nothing(
+    client, sqlite_url, folder
+):
     root, samples = folder
     os.symlink(root / "nowhere.jpg", root / "cats/0999.jpg")  # listed, but cannot be read
-    with pytest.raises(ShardNotFoundError, match="cats/0999"):
+    label = root / "cats/0001.json"  # one file of a sample whose image is fine
+    label.unlink()
+    os.symlink(root / "nowhere.json", label)
+    with pytest.raises(ShardNotFoundError, match=r"cats/0(001|999)"):
         shardcat.index_files(str(root), catalog=sqlite_url, dataset="pets", client=client)
     with Catalog(sqlite_url) as cat:
         assert "pets" not in {d.name for d in cat.datasets()}  # the failed first job left nothing
     summary = shardcat.index_files(
         str(root), catalog=sqlite_url, dataset="pets", client=client, on_error="skip"
     )
-    assert [(f.key, f.error) for f in summary.failed] == [("cats/0999", "ShardNotFoundError")]
-    assert summary.records == len(samples)
-    with Catalog(sqlite_url) as cat, pytest.raises(shardcat.KeyNotFoundError):
-        cat.get("pets", "cats/0999")
+    got = sorted((f.key, f.entry, f.error, f.sample_left_out) for f in summary.failed)
+    assert got == [
+        ("cats/0001", "json", "ShardNotFoundError", False),
+        ("cats/0999", "jpg", "ShardNotFoundError", True),
+    ]
+    assert summary.samples_left_out == 1
+    assert summary.records == len(samples)  # cats/0001 without its label; cats/0999 left out
+    assert summary.files == 2 * len(samples) - 1
+    assert "2 unreadable files skipped: 1 sample indexed without them, 1 left out" in str(summary)
+    with Catalog(sqlite_url) as cat:
+        with pytest.raises(shardcat.KeyNotFoundError):
+            cat.get("pets", "cats/0999")
+        assert _bytes(cat.get("pets", "cats/0001")) == {"png": samples["cats/0001"]["png"]}
+        assert cat.verify("pets").ok
+    # The CLI says what it skipped, file by file.
+    args = ["-c", sqlite_url, "index-files", str(root), "pets", "--on-error", "skip"]
+    args += ["--scheduler", client.scheduler.address, "--no-progress"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "1 sample indexed without them, 1 left out" in result.output
+    assert "cats/0001.json: ShardNotFoundError" in result.output
 
 
 def test_a_folder_on_s3_indexed_in_place(client, sqlite_url, s3, tmp_path):
@@ -246,6 +349,46 @@ def test_a_folder_on_s3_indexed_in_place(client, sqlite_url, s3, tmp_path):
     # Nothing written beside the files but the version manifests (_versions/, as for tars).
     written = [p for p in fs.find(f"{s3['bucket']}/raw") if "/_versions/" not in p]
     assert len(written) == 12
+
+
+@pytest.mark.parametrize("store", ["azure", "gcs"])
+def test_a_folder_on_azure_and_gcs_indexed_in_place(client, catalog_url, tmp_path, request, store):
+    where = request.getfixturevalue(store)  # Azurite, gcp-storage-emulator: fresh container
+    opts = where["storage_options"]
+    samples = _write_folder(tmp_path / "up", n=6)
+    fs, _ = resolve(where["url"], opts)
+    base = fs._strip_protocol(where["url"])
+    for key, files in samples.items():
+        for entry, data in files.items():
+            fs.pipe_file(f"{base}/raw/{key}.{entry}", data)
+    summary = shardcat.index_files(
+        f"{where['url']}/raw/", catalog=catalog_url, dataset="raw", client=client,
+        storage_options=opts, fields={"label": int},
+    )  # fmt: skip
+    assert (summary.records, summary.files, summary.failed) == (6, 12, [])
+    with Catalog(catalog_url, storage_options=opts) as cat:
+        # The folder as the store's filesystem names it (adlfs: abfs://, not az://).
+        assert {folder_of(s.url).split("://")[1] for s in cat.shards("raw")} == {f"{base}/raw"}
+        keys = sorted(samples)
+        assert [_bytes(r) for r in cat.get_many("raw", keys)] == [samples[k] for k in keys]
+        assert _bytes(cat.get("raw", "dogs/0000")) == samples["dogs/0000"]
+        assert _bytes(cat.get("raw", "cats/0001", entries=["json"])) == {
+            "json": samples["cats/0001"]["json"]
+        }
+        assert sorted(k for ks in cat.select("raw", "label = 0").keys.values() for k in ks) == [
+            k for k in keys if json.loads(samples[k]["json"])["label"] == 0
+        ]
+        assert cat.verify("raw").ok
+        # A file that only grew: the read one byte past its indexed end finds it here too.
+        fs.pipe_file(f"{base}/raw/cats/0001.json", samples["cats/0001"]["json"] + b" ")
+        with pytest.raises(ChecksumError, match="longer than"):
+            cat.get("raw", "cats/0001")
+        with pytest.raises(ChecksumError, match="longer than"):
+            cat.get_many("raw", ["cats/0001"], entries=["json"])
+        assert not cat.verify("raw").ok
+        fs.rm_file(f"{base}/raw/dogs/0002.json")
+        with pytest.raises(ShardNotFoundError, match="dogs/0002"):
+            cat.get("raw", "dogs/0002")
 
 
 def test_the_cli_indexes_a_folder(client, sqlite_url, folder):

@@ -110,7 +110,8 @@ def index_files(
     on_error: Annotated[
         OnError,
         typer.Option(
-            help="fail: an unreadable file fails the job; skip: report it, leave its sample out."
+            help="fail: an unreadable file fails the job; skip: report it and leave it out (its "
+            "sample keeps its other files)."
         ),
     ] = OnError.fail,
     key_rule: KeyRuleOption = KeyRule.first_dot,

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import ChecksumError
 from .checksums import key_hash
 from .entries import Entry, guess_content_type
 from .footer import EntrySpec
@@ -106,12 +107,18 @@ def checked_file(
     Raises
     ------
     ChecksumError
-        The file's bytes are not those indexed (changed or damaged since).
+        The file's bytes are not those indexed (changed or damaged since), or it is longer.
     TruncatedError
         The file is shorter than when it was indexed.
     """
     from .tar.read import read_tar_record
 
+    if len(data) > size:  # its first size bytes may be unchanged: not the file indexed, though
+        raise ChecksumError(
+            f"key {key!r}: the file is longer than its {size:,} bytes when it was indexed "
+            "(appended to or rewritten since); index the folder again",
+            path=path,
+        )
     record = read_tar_record(data, key, [spec], [(0, size, crc)], path=path, holder="file")
     return record.entries[spec.name]
 

@@ -42,6 +42,7 @@ from ..errors import (
     DestinationNotEmptyError,
     ShardNotFoundError,
 )
+from ..format.folder import folder_of as group_folder
 from ..reading.history import copy_history, folder_of, remove_history
 from ..storage import is_local, join, local_path, open_pending, redact, resolve, retried
 from ..storage.removal import remove_files
@@ -288,6 +289,18 @@ def copy_dataset(
             if move
             else [row for row, _ in visible]
         )
+        groups = [r.url for r in rows if r.kind == "files"]
+        if groups:
+            # A folder's files are the user's (gc never deletes them): copying them elsewhere is
+            # a storage tool's job, and packing them into shards is shardcat write's.
+            raise ValueError(
+                f"dataset {dataset!r} is a folder of files indexed in place ({len(groups)} "
+                f"group(s) of {redact(group_folder(groups[0]))}): copy_dataset copies native shards "
+                "only. To get native shards, pack the folder: shardcat.write(shardcat.from_files"
+                "(FOLDER), URL, ...) or `shardcat write FOLDER URL -d NAME`; to copy the folder "
+                "itself, copy it with your storage tools and index the copy with "
+                "shardcat index-files"
+            )
         tars = [r.url for r in rows if r.kind != "native"]
         if tars:
             raise ValueError(

@@ -44,10 +44,11 @@ from ..errors import (
 from ..format import Entry, Record, recordcodec
 from ..format import sources as _sources
 from ..format.checksums import signed_key_hash, signed_key_hashes
+from ..format.footer import EntrySpec
 from ..format.records import BatchTable, decode_entry
 from ..format.sources import FileSource
 from ..format.spec import Codec
-from ..storage import SourceCache, redact
+from ..storage import SourceCache, is_local, local_path, redact
 from ..storage.cache import ONE_PREAD
 from . import statements
 from .decode import RowAt, decode_record, row_spans
@@ -149,12 +150,20 @@ class Lookup:
         # The URL of each folder group among the others, and layouts' signatures by id:
         # a folder's whole-record lookup reads its files from the point statement's row.
         self._folders: dict[int, str] = {}
+        self._local_folders: dict[str, str | None] = {}  # _local_folder's
+        self._specs: dict[str, list[EntrySpec]] = {}  # a layout's entry specs, by signature
+        self.folder_datasets: set[str] = set()
+        """Datasets whose latest whole-record lookup read a folder's files: the point lookup
+        declines such rows after running its statement, so :meth:`Catalog.get` comes straight
+        here for them (one statement, not two). A native or tar record takes a dataset out."""
         self._signatures: dict[int, str] = {}
         self._signature_sql = f"SELECT signature FROM layouts WHERE id = {p}"
         self._batch = statements.batch_sql(self.dialect)
         self._batch_entries = statements.batch_sql(self.dialect, entries=True)
         self._versioned: dict[tuple[str, bool], str] = {}
         self._sources = SourceCache(storage_options, max_open, remote_max_gap=remote_max_gap)
+        self._files: SourceCache | None = None  # folders' files kept open (_folder_files)
+        self._remote_max_gap = remote_max_gap
         self._fds = self._sources.local_fds
         self._touch = self._sources.touch
         self._texts: dict[Any, Any] = {}  # the record codec's memo of entry names and types
@@ -252,8 +261,11 @@ class Lookup:
         if shard is None:  # another kind: a folder's from its files, a tar's by its decoder
             folder = self._folders.get(shard_id)
             if folder is not None:
+                self.folder_datasets.add(dataset)
                 return self._folder_record(dataset, key, folder, offset, length, spans, rows[0][4])
+            self.folder_datasets.discard(dataset)
             return self._get_record(dataset, key, h, None, shard_id)
+        self.folder_datasets.discard(dataset)
         url, alignment = shard
         try:
             # SourceCache.read's one-pread case without its frame (a local
@@ -291,10 +303,30 @@ class Lookup:
             (row,) = self._query(self._signature_sql, (layout,))
             signature = self._signatures[layout] = row[0]
         try:
+            local = self._local_folders.get(url, _UNKNOWN)
+            if local is _UNKNOWN:
+                local = self._local_folder(url)
+            if local is not None:  # the common case, without the general path's layers
+                from .folder import read_local_record
+
+                specs = self._specs.get(signature)
+                if specs is None:
+                    layout_of = self.layouts.get(signature)
+                    specs = self._specs[signature] = [EntrySpec(*spec) for spec in layout_of]
+                return read_local_record(local, key, specs, bytes(spans), offset)
             data = self._read_range("files", url, key, offset, 0, length, spans, signature)
             return self._decode_folder(data, key, length, url, offset, spans, signature)
         except (OSError, FormatError) as e:
             raise self._read_failed(e, _failed_at(e, url, "files"), dataset, folder=True) from e
+
+    def _local_folder(self, url: str) -> str | None:
+        """The path of a local folder group's folder (None: remote), cached by the group's URL."""
+        from ..format.folder import folder_of
+
+        folder = folder_of(url)
+        local = local_path(folder) if is_local(folder) else None
+        self._local_folders[url] = local
+        return local
 
     def _decode_folder(
         self, data: bytes, key: str, length: int, url: str, offset: int, spans: Any, signature: str
@@ -377,10 +409,19 @@ class Lookup:
             names = [name for name, _, _ in self.layouts.get(signature)]
             from .folder import read_folder_record  # folders load on first use
 
-            return read_folder_record(
-                self._sources.read_batch, url, key, names, bytes(spans), lo, hi
-            )
+            return read_folder_record(self._folder_files(), url, key, names, bytes(spans), lo, hi)
         return self._sources.read(url, offset + lo, offset + hi)
+
+    def _folder_files(self) -> SourceCache:
+        """The cache of folders' files this lookup keeps open: its own, so they never close a shard."""
+        files = self._files
+        if files is None:
+            from .folder import FILES_OPEN
+
+            files = self._files = SourceCache(
+                self._sources.storage_options, FILES_OPEN, remote_max_gap=self._remote_max_gap
+            )
+        return files
 
     def _point_row(self, dataset: str, key: str, h: int, version: Version) -> Any:
         """The record's row (the point statement's columns) at ``version``, or its missing error."""
@@ -589,7 +630,12 @@ class Lookup:
             try:
                 record = Record(key, {}, offset=offset, length=length)
                 for j, w in enumerate(chosen):
-                    record.entries[w[0]] = _wanted_entry(views[at + j], w, url, offset)
+                    view = views[at + j]
+                    if row[6] == "files" and len(view) != w[4]:
+                        from .folder import check_read
+
+                        check_read(view, requests[at + j][0], 0, w[4])
+                    record.entries[w[0]] = _wanted_entry(view, w, url, offset)
                 records[key] = record
             except FormatError as e:
                 if not isolate:
@@ -664,11 +710,11 @@ class Lookup:
         self, dataset: str, batch: BatchTable, table: np.ndarray, other: dict[int, Any]
     ) -> dict[int, Record]:
         """Whole records of folders indexed in place: all their files in one batch of reads."""
-        from .folder import folder_requests, join_reads, read_requests
+        from .folder import Requests, folder_requests, join_reads, read_requests
 
         rows = table.tolist()
         plans = []
-        requests: list[tuple[str, ByteRange]] = []
+        requests: Requests = []
         for _, shard, row, _, _, length, offset in rows:
             url, key, signature = batch.urls[shard], batch.keys[row], other[row][1]
             names = [name for name, _, _ in self.layouts.get(signature)]
@@ -676,7 +722,7 @@ class Lookup:
             plans.append((row, url, key, length, offset, signature, len(requests), len(wanted)))
             requests.extend(wanted)
         try:
-            views = read_requests(requests, self._sources.read_batch)
+            views = read_requests(requests, self._folder_files())
         except (ShardNotFoundError, StorageError) as e:
             raise self._read_failed(e, e.path, dataset, folder=True) from e
         out: dict[int, Record] = {}
@@ -791,6 +837,8 @@ class Lookup:
         me = threading.get_ident()
         fence.wait_for_compiled(lambda: point.busy not in (0, me))
         self._sources.close()
+        if self._files is not None:
+            self._files.close()
         self._read_pool.clear()
         self.raw.close()
 
@@ -819,7 +867,8 @@ def _entry_request(key: str, row: Any, w: Any) -> tuple[str, ByteRange]:
     if row[6] == "files":
         from ..format.folder import entry_path, folder_of
 
-        return entry_path(folder_of(url), key, w[0]), ByteRange(0, w[4])
+        # One byte past the indexed size: a file that grew since says so (_read_plan).
+        return entry_path(folder_of(url), key, w[0]), ByteRange(0, w[4] + 1)
     return url, ByteRange(offset + w[3], offset + w[3] + w[4])
 
 
