@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from .orchestration.dataset_writer import DatasetWriter
     from .orchestration.export import export
     from .orchestration.files import from_files
+    from .orchestration.index_columnar import index_litdata, index_mds
     from .orchestration.index_files import index_files
     from .orchestration.index_tar import index_tar
     from .orchestration.keys import delete_keys
@@ -77,6 +78,8 @@ __all__ = [
     "export",
     "from_files",
     "index_files",
+    "index_litdata",
+    "index_mds",
     "index_tar",
     "iter_shards",
     "open_shard",
@@ -109,6 +112,8 @@ _LAZY = {
     "export": ".orchestration",
     "from_files": ".orchestration",
     "index_files": ".orchestration",
+    "index_litdata": ".orchestration",
+    "index_mds": ".orchestration",
     "index_tar": ".orchestration",
     "read": ".orchestration",
     "write": ".orchestration",

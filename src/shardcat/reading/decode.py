@@ -11,6 +11,7 @@ themselves (what a ``shards`` row is) are the catalog's
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from ..catalog.kinds import shard_kind
@@ -60,7 +61,7 @@ def _native_decode(
     return decode_native(view, key, length, url, offset, alignment, spans, text_cache)
 
 
-def _tar_decode(
+def _ranges_decode(
     view: memoryview,
     *,
     key: str,
@@ -71,14 +72,17 @@ def _tar_decode(
     spans: bytes,
     layout: Callable[[], Layout],
     text_cache: dict[Any, Any],
+    fix: str = "re-index the tar",
+    holder: str = "tar",
 ) -> Record:
-    # A tar sample has no frame: the layout names the entries, the spans place them.
-    names, located = _placed(layout, spans, url, offset, "re-index the tar")
+    # A tar sample (an MDS or LitData sample) has no frame: the layout names the
+    # entries, the spans place them inside the sample's range of the file.
+    names, located = _placed(layout, spans, url, offset, fix)
     specs = [EntrySpec(name, ctype, codec) for name, ctype, codec in names]
     # Tar reading loads on first use: a native lookup needs none of it.
     from ..format.tar import read_tar_record
 
-    return read_tar_record(view, key, specs, located, path=url, offset=offset)
+    return read_tar_record(view, key, specs, located, path=url, offset=offset, holder=holder)
 
 
 def _files_decode(
@@ -122,8 +126,12 @@ def _placed(
 
 DECODERS: dict[str, Callable[..., Record]] = {
     "native": _native_decode,
-    "tar": _tar_decode,
+    "tar": _ranges_decode,
     "files": _files_decode,
+    "mds": partial(_ranges_decode, fix="index the MDS directory again", holder="MDS shard"),
+    "litdata": partial(
+        _ranges_decode, fix="index the LitData directory again", holder="LitData chunk"
+    ),
 }
 """Shard kind -> how a whole record of it is decoded (every kind of :data:`~shardcat.catalog.kinds.KINDS`)."""
 

@@ -1,0 +1,276 @@
+"""``shardcat.index_mds`` and ``index_litdata``: MDS and LitData directories registered in place.
+
+The client reads the directory's ``index.json`` (:mod:`shardcat.reading.columnar`):
+its files and their layout, which is refused here, typed, before a cluster
+starts, if the files are compressed or of a layout shardcat cannot read
+from byte ranges. One Dask task per file reads it whole (one request),
+computes every column's CRC32C while scanning its samples, and stages it
+under the job as a shard of kind ``mds`` or ``litdata``: each sample a
+record whose byte range is its range in the file, each column an entry.
+When every task has reported, the client commits the job in one
+transaction (:func:`~shardcat.orchestration.in_place.run_in_place`), as
+for tars: a bad file fails the job (``on_error="fail"``, nothing visible)
+or is reported and left out (``"skip"``). No file is ever written or
+deleted here, and ``gc`` and ``delete`` never delete them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .._units import count_of
+from ..errors import FormatError, ShardNotFoundError
+from ..format.columnar import ColumnFile, ColumnLayout
+from ..reading.columnar import directory_files, scan_file
+from ..storage import is_local, local_path, redact
+from .cluster import ClientChoice
+from .in_place import InPlaceTasks, run_in_place
+from .index_tar import OnError, TarFailure, TarResult
+from .reach import refuse_in_memory
+from .tasks import catalog_for
+from .watch import TaskProgressCallback
+
+if TYPE_CHECKING:
+    from ..reading import Catalog, CatalogHandle
+
+__all__ = ["IndexColumnarSummary", "index_litdata", "index_mds"]
+
+log = logging.getLogger(__name__)
+
+_NAMES = {"mds": ("MDS", "shard"), "litdata": ("LitData", "chunk")}
+
+
+@dataclass(frozen=True)
+class IndexColumnarSummary:
+    """What a committed MDS or LitData indexing job registered (``failed``: files left out)."""
+
+    dataset: str
+    job_id: int
+    kind: str
+    """``mds`` or ``litdata``."""
+    directory: str
+    files: list[str]
+    records: int
+    bytes: int
+    seconds: float
+    failed: list[TarFailure] = field(default_factory=list)
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes / 1e6 / max(self.seconds, 1e-9)
+
+    def __str__(self) -> str:
+        fmt, unit = _NAMES[self.kind]
+        skipped = f", {count_of(len(self.failed), unit)} skipped" if self.failed else ""
+        return (
+            f"indexed {count_of(self.records, 'sample')} in {count_of(len(self.files), fmt + ' ' + unit)} "
+            f"of {self.directory} into {self.dataset!r} (job {self.job_id}, "
+            f"{self.bytes / 1e6:.1f} MB, {self.mb_per_s:.1f} MB/s{skipped})"
+        )
+
+
+def index_columnar_task(
+    file: ColumnFile,
+    layout: ColumnLayout,
+    number: int,
+    storage_options: dict[str, Any],
+    catalog: CatalogHandle,
+    dataset: str,
+    job_id: int,
+    on_error: OnError,
+) -> TarResult:
+    """Read one file, scan it and stage it in the job (runs on a worker).
+
+    Raises
+    ------
+    ColumnarError, ShardNotFoundError, StorageError
+        With ``on_error="fail"``; with ``"skip"`` the result carries the failure instead.
+    """
+    try:
+        info = scan_file(file, layout, storage_options, number)
+    except (FormatError, ShardNotFoundError) as e:
+        if on_error == "fail":
+            raise
+        return TarResult(file.url, failure=TarFailure(redact(file.url), type(e).__name__, str(e)))
+    catalog_for(catalog).register_shard(dataset, info, job=job_id)
+    return TarResult(redact(file.url), len(info.records), info.size)
+
+
+def index_mds(
+    source: str | os.PathLike[str],
+    *,
+    catalog: Catalog | str | None = None,
+    dataset: str,
+    key_column: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    client: ClientChoice = None,
+    on_error: OnError = "fail",
+    retries: int = 2,
+    progress: TaskProgressCallback | None = None,
+) -> IndexColumnarSummary:
+    """Register an MDS directory (MosaicML Streaming) in place, committed as one job.
+
+    Every sample of every shard gets a key lookup (one SQL query, one ranged
+    read of its bytes in the shard), each column an entry of its name,
+    CRC32C-checked on every read.
+
+    Parameters
+    ----------
+    source:
+        The directory holding ``index.json`` and its shards: a local path or any fsspec URL.
+    catalog:
+        A :class:`~shardcat.Catalog` or its URL (default: the default catalog).
+    dataset:
+        The dataset to add the samples to (created if missing, rooted at the
+        directory; removed again if this first job fails).
+    key_column:
+        The column whose values are the keys (text or integer; it is then no
+        entry); by default a sample's key is its index in the directory
+        (``"0"``, ``"1"``...: the index ``StreamingDataset`` gives it).
+    storage_options:
+        fsspec options for reading the directory (never stored).
+    client:
+        As for :func:`shardcat.index_tar`.
+    on_error:
+        ``"fail"``: a damaged or missing shard fails the job (nothing is
+        committed); ``"skip"``: it is reported in
+        :attr:`IndexColumnarSummary.failed` and left out.
+    retries:
+        Dask retries per task (a killed worker's task runs again).
+    progress:
+        Called as ``progress(done, total)`` with the shards indexed so far.
+
+    Raises
+    ------
+    CompressedShardsError
+        The shards are compressed (the error names the compression).
+    ColumnarError
+        ``index.json`` is not an MDS index, a shard is damaged (``on_error="fail"``),
+        or ``key_column`` is not a text or integer column.
+    ColumnarTruncatedError
+        A shard is shorter than ``index.json`` says.
+    DuplicateKeyError
+        A key repeats, or exists among committed records (nothing committed).
+    ShardNotFoundError, StorageError
+        ``index.json`` or a shard cannot be read.
+    """
+    return _index_directory(
+        "mds", source, catalog, dataset, key_column, storage_options, client, on_error, retries, progress
+    )
+
+
+def index_litdata(
+    source: str | os.PathLike[str],
+    *,
+    catalog: Catalog | str | None = None,
+    dataset: str,
+    key_column: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    client: ClientChoice = None,
+    on_error: OnError = "fail",
+    retries: int = 2,
+    progress: TaskProgressCallback | None = None,
+) -> IndexColumnarSummary:
+    """Register a LitData optimized directory (``litdata.optimize``) in place, as one job.
+
+    As :func:`index_mds`: each chunk one task, each sample a record, each
+    leaf of the sample's tree an entry named by its path (``image``,
+    ``meta.a``); ``key_column`` names a leaf (text or ``int``); by default
+    a sample's key is its index (the one ``litdata.StreamingDataset`` gives).
+
+    Raises
+    ------
+    CompressedShardsError
+        The chunks are compressed or encrypted.
+    ColumnarError
+        ``index.json`` is not a LitData index of the default item loader, a
+        chunk is damaged (``on_error="fail"``), or ``key_column`` cannot be keys.
+    ColumnarTruncatedError, DuplicateKeyError, ShardNotFoundError, StorageError
+        As :func:`index_mds`.
+    """
+    return _index_directory(
+        "litdata", source, catalog, dataset, key_column, storage_options, client, on_error, retries, progress
+    )
+
+
+def _index_directory(
+    kind: str,
+    source: str | os.PathLike[str],
+    catalog: Catalog | str | None,
+    dataset: str,
+    key_column: str | None,
+    storage_options: Mapping[str, Any] | None,
+    client: ClientChoice,
+    on_error: OnError,
+    retries: int,
+    progress: TaskProgressCallback | None,
+) -> IndexColumnarSummary:
+    from ..reading import Catalog
+
+    if on_error not in ("fail", "skip"):
+        raise ValueError(f"on_error must be 'fail' or 'skip', not {on_error!r}")
+    opts = dict(storage_options or {})
+    url = os.fspath(source)
+    # Local directories are stored as absolute paths, as tars are: what lookups open with pread.
+    root = os.path.abspath(local_path(url)) if is_local(url) else url.rstrip("/")
+    layout, files = directory_files(kind, root, opts, key_column)
+    with Catalog.opened(catalog, storage_options=opts) as cat:
+        refuse_in_memory(cat)
+
+        def submit(dask_client: Any, tasks: InPlaceTasks) -> list[Any]:
+            return [
+                dask_client.submit(
+                    index_columnar_task,
+                    file,
+                    layout,
+                    i,
+                    opts,
+                    tasks.handle,
+                    dataset,
+                    tasks.job_id,
+                    on_error,
+                    key=f"{tasks.key}-{i}",
+                    retries=retries,
+                    pure=False,
+                )
+                for i, file in enumerate(files)
+            ]
+
+        def manifest(results: list[TarResult]) -> list[str]:
+            return [r.url for r in results if r.failure is None]
+
+        job_id, results, seconds = run_in_place(
+            cat,
+            what=f"index-{kind}",
+            dataset=dataset,
+            root=root,
+            folders={root: opts},
+            client=client,
+            near=root,
+            properties={"files": len(files), "key_column": key_column},
+            submit=submit,
+            manifest=manifest,
+            progress=progress,
+            storage_options=opts,
+        )
+    done = [r for r in results if r.failure is None]
+    failed = [r.failure for r in results if r.failure is not None]
+    for f in failed:
+        log.warning("skipped %s: %s", f.url, f.message)
+    summary = IndexColumnarSummary(
+        dataset=dataset,
+        job_id=job_id,
+        kind=kind,
+        directory=redact(root),
+        files=[r.url for r in done],
+        records=sum(r.records for r in done),
+        bytes=sum(r.bytes for r in done),
+        seconds=seconds,
+        failed=failed,
+    )
+    log.info("%s", summary)
+    return summary
