@@ -230,7 +230,10 @@ def scan_columns(
     if len(wrong):
         i = int(wrong[0])
         raise _bad_sample(
-            file, i, int(starts[i]), f"its columns take {int(ends[i])} of its {int(lengths[i])} bytes"
+            file,
+            i,
+            int(starts[i]),
+            f"its columns take {int(ends[i])} of its {int(lengths[i])} bytes",
         )
     inside = head + np.cumsum(sizes, axis=1) - sizes
     keys = _keys(view, file, layout, starts + inside[:, layout.key_column or 0], sizes)

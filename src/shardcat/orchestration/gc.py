@@ -300,7 +300,9 @@ def delete_dataset(
         # Per URL: may deleting the dataset delete the file (kinds.py decides per shard kind)?
         owned = {
             s.url: shard_kind(s.kind).owns_files
-            or (delete_tars and shard_kind(s.kind).is_file and shard_kind(s.kind).deleted_on_request)
+            or (
+                delete_tars and shard_kind(s.kind).is_file and shard_kind(s.kind).deleted_on_request
+            )
             for s in shards
         }
         kinds = {s.url: s.kind for s in shards}

@@ -159,7 +159,16 @@ def index_mds(
         ``index.json`` or a shard cannot be read.
     """
     return _index_directory(
-        "mds", source, catalog, dataset, key_column, storage_options, client, on_error, retries, progress
+        "mds",
+        source,
+        catalog,
+        dataset,
+        key_column,
+        storage_options,
+        client,
+        on_error,
+        retries,
+        progress,
     )
 
 
@@ -193,7 +202,16 @@ def index_litdata(
         As :func:`index_mds`.
     """
     return _index_directory(
-        "litdata", source, catalog, dataset, key_column, storage_options, client, on_error, retries, progress
+        "litdata",
+        source,
+        catalog,
+        dataset,
+        key_column,
+        storage_options,
+        client,
+        on_error,
+        retries,
+        progress,
     )
 
 

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ...orchestration import (
         CompactSummary,
         CopySummary,
+        IndexColumnarSummary,
         IndexFilesSummary,
         IndexTarSummary,
         WriteProgressCallback,
@@ -210,7 +211,9 @@ class JsonOutput(Output):
     def copy_summary(self, summary: CopySummary) -> None:
         self._print(dataclasses.asdict(summary))
 
-    def tar_indexed(self, summary: IndexTarSummary | IndexFilesSummary) -> None:
+    def tar_indexed(
+        self, summary: IndexTarSummary | IndexFilesSummary | IndexColumnarSummary
+    ) -> None:
         self._print({**dataclasses.asdict(summary), "mb_per_s": round(summary.mb_per_s, 3)})
 
     def taridx_done(
