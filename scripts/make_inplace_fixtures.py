@@ -24,32 +24,20 @@ from __future__ import annotations
 import argparse
 import base64
 import hashlib
-import importlib.util
 import io
 import json
 import shutil
 import sys
-import types
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from PIL import Image
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from mds_readers import import_streaming  # streaming.base without torchvision
+
 N = 12
-
-
-def import_streaming() -> Any:
-    """``streaming.base`` without the package's ``__init__`` (it imports torchvision)."""
-    spec = importlib.util.find_spec("streaming")
-    if spec is None or spec.submodule_search_locations is None:
-        raise SystemExit("mosaicml-streaming is not installed in this python")
-    pkg = types.ModuleType("streaming")
-    pkg.__path__ = list(spec.submodule_search_locations)
-    sys.modules["streaming"] = pkg
-    import streaming.base as base
-
-    return base
 
 
 def image(i: int, fmt: str) -> Image.Image:

@@ -1,4 +1,4 @@
-"""``shardcat.index_mds`` and ``index_litdata`` on a real Dask cluster, local disk and S3.
+"""``shardcat.index_directory`` (MDS, LitData) on a real Dask cluster, local disk and S3.
 
 The directories under tests/data/inplace/ were written by ``mosaicml-streaming``
 and ``litdata`` themselves (scripts/make_inplace_fixtures.py), with every
@@ -83,8 +83,13 @@ def _check(record: shardcat.Record, want: dict[str, Any]) -> None:
 
 def test_an_mds_directory_reads_back_as_streaming_reads_it(client, catalog_url, data):
     expected = _expected("mds")
-    summary = shardcat.index_mds(
-        data / "mds", catalog=catalog_url, dataset="mds", key_column="id", client=client
+    summary = shardcat.index_directory(
+        data / "mds",
+        format="mds",
+        catalog=catalog_url,
+        dataset="mds",
+        key_column="id",
+        client=client,
     )
     assert (summary.records, len(summary.files), summary.failed) == (12, 6, [])
     assert summary.bytes == sum(p.stat().st_size for p in (data / "mds").glob("*.mds"))
@@ -116,7 +121,9 @@ def test_an_mds_directory_reads_back_as_streaming_reads_it(client, catalog_url, 
 
 def test_mds_keys_default_to_the_sample_index(client, sqlite_url, data):
     expected = _expected("mds")
-    shardcat.index_mds(data / "mds", catalog=sqlite_url, dataset="mds", client=client)
+    shardcat.index_directory(
+        data / "mds", format="mds", catalog=sqlite_url, dataset="mds", client=client
+    )
     with Catalog(sqlite_url) as cat:
         assert cat.count("mds") == 12
         for i, sample in enumerate(expected):
@@ -125,8 +132,8 @@ def test_mds_keys_default_to_the_sample_index(client, sqlite_url, data):
 
 def test_a_litdata_directory_reads_back_as_litdata_reads_it(client, catalog_url, data):
     expected = [_flat(s) for s in _expected("litdata")]
-    summary = shardcat.index_litdata(
-        str(data / "litdata"), catalog=catalog_url, dataset="lit", client=client
+    summary = shardcat.index_directory(
+        str(data / "litdata"), format="litdata", catalog=catalog_url, dataset="lit", client=client
     )
     assert (summary.records, len(summary.files), summary.failed) == (12, 3, [])
     with Catalog(catalog_url) as cat:
@@ -140,9 +147,13 @@ def test_a_litdata_directory_reads_back_as_litdata_reads_it(client, catalog_url,
         assert cat.verify("lit").ok
 
 
-def test_litdata_keys_from_a_text_leaf(client, sqlite_url, data):
-    shardcat.index_litdata(
-        data / "litdata", catalog=sqlite_url, dataset="lit", key_column="text", client=client
+def test_litdata_keys_from_a_text_leaf_the_format_read_from_the_index(client, sqlite_url, data):
+    shardcat.index_directory(
+        data / "litdata",
+        catalog=sqlite_url,
+        dataset="lit",
+        key_column="text",
+        client=client,
     )
     with Catalog(sqlite_url) as cat:
         record = cat.get("lit", "text 3")
@@ -152,40 +163,53 @@ def test_litdata_keys_from_a_text_leaf(client, sqlite_url, data):
 
 def test_a_key_column_must_exist_and_be_text_or_integer(sqlite_url, data):
     with pytest.raises(ColumnarError, match="no column 'nope'"):
-        shardcat.index_mds(data / "mds", catalog=sqlite_url, dataset="m", key_column="nope")
+        shardcat.index_directory(
+            data / "mds", format="mds", catalog=sqlite_url, dataset="m", key_column="nope"
+        )
     with pytest.raises(ColumnarError, match="float32"):
-        shardcat.index_mds(data / "mds", catalog=sqlite_url, dataset="m", key_column="score")
+        shardcat.index_directory(
+            data / "mds", format="mds", catalog=sqlite_url, dataset="m", key_column="score"
+        )
     with pytest.raises(DuplicateKeyError):  # label repeats: nothing is committed
-        shardcat.index_mds(data / "mds", catalog=sqlite_url, dataset="m", key_column="label")
+        shardcat.index_directory(
+            data / "mds", format="mds", catalog=sqlite_url, dataset="m", key_column="label"
+        )
     with Catalog(sqlite_url) as cat:
         assert "m" not in {d.name for d in cat.datasets()}
 
 
 def test_compressed_shards_are_refused_naming_the_compression(sqlite_url, data):
     with pytest.raises(CompressedShardsError, match=r"compressed \(gz\)") as e:
-        shardcat.index_mds(data / "mds-gz", catalog=sqlite_url, dataset="gz")
+        shardcat.index_directory(data / "mds-gz", catalog=sqlite_url, dataset="gz")
     assert e.value.path == str(data / "mds-gz" / "index.json")
+    (data / "index.json").write_text('{"version": 2}')
+    with pytest.raises(ColumnarError, match="neither an MDS nor a LitData index"):
+        shardcat.index_directory(data, catalog=sqlite_url, dataset="x")
     with pytest.raises(ColumnarError, match="not a LitData index"):
-        shardcat.index_litdata(data / "mds", catalog=sqlite_url, dataset="x")
+        shardcat.index_directory(data / "mds", format="litdata", catalog=sqlite_url, dataset="x")
     with pytest.raises(ColumnarError, match="not an MDS index"):
-        shardcat.index_mds(data / "litdata", catalog=sqlite_url, dataset="x")
+        shardcat.index_directory(data / "litdata", format="mds", catalog=sqlite_url, dataset="x")
 
 
 def test_a_file_damaged_after_indexing_is_a_checksum_error_and_a_verify_problem(
     client, sqlite_url, data
 ):
-    shardcat.index_mds(data / "mds", catalog=sqlite_url, dataset="mds", key_column="id")
+    shardcat.index_directory(
+        data / "mds", format="mds", catalog=sqlite_url, dataset="mds", key_column="id"
+    )
     shard = data / "mds" / "shard.00001.mds"  # samples 2 and 3
     raw = bytearray(shard.read_bytes())
     raw[-3] ^= 0xFF  # inside sample 3's last column, the same size
     shard.write_bytes(bytes(raw))
     with Catalog(sqlite_url) as cat:
-        with pytest.raises(ChecksumError, match="MDS shard") as e:
-            cat.get("mds", "sample-003")
-        assert e.value.path == str(shard)
-        with pytest.raises(ChecksumError):
-            cat.get_many("mds", ["sample-001", "sample-003"])
         assert cat.get("mds", "sample-002").key == "sample-002"  # its neighbour is intact
+        for read in (
+            lambda: cat.get("mds", "sample-003"),
+            lambda: cat.get_many("mds", ["sample-001", "sample-003"]),
+        ):
+            with pytest.raises(ChecksumError, match="the MDS shard was changed") as e:
+                read()
+            assert e.value.path == str(shard)
         report = cat.verify("mds")
     assert not report.ok
     assert {k for p in report.problems for k in p.keys} == {"sample-003"}
@@ -201,12 +225,19 @@ def test_damaged_and_truncated_files_fail_the_job_or_are_skipped(client, catalog
     raw = chunk.read_bytes()
     chunk.write_bytes(raw[: len(raw) - 100])
     with pytest.raises(ColumnarTruncatedError, match="last sample ends") as e:
-        shardcat.index_litdata(data / "litdata", catalog=catalog_url, dataset="lit", client=client)
+        shardcat.index_directory(
+            data / "litdata", format="litdata", catalog=catalog_url, dataset="lit", client=client
+        )
     assert e.value.path == str(chunk)
     with Catalog(catalog_url) as cat:
         assert "lit" not in {d.name for d in cat.datasets()}  # nothing committed
-    summary = shardcat.index_litdata(
-        data / "litdata", catalog=catalog_url, dataset="lit", client=client, on_error="skip"
+    summary = shardcat.index_directory(
+        data / "litdata",
+        format="litdata",
+        catalog=catalog_url,
+        dataset="lit",
+        client=client,
+        on_error="skip",
     )
     assert [(f.url, f.error) for f in summary.failed] == [(str(chunk), "ColumnarTruncatedError")]
     assert summary.records == 7
@@ -217,14 +248,20 @@ def test_damaged_and_truncated_files_fail_the_job_or_are_skipped(client, catalog
     raw[8:12] = (1 << 30).to_bytes(4, "little")  # sample 1's start, past the file's end
     shard.write_bytes(bytes(raw))
     with pytest.raises(ColumnarError, match="not in order") as e:
-        shardcat.index_mds(data / "mds", catalog=catalog_url, dataset="mds", client=client)
+        shardcat.index_directory(
+            data / "mds", format="mds", catalog=catalog_url, dataset="mds", client=client
+        )
     assert e.value.path == str(shard)
 
 
 def test_gc_and_delete_never_delete_the_directorys_files(client, sqlite_url, data):
     before = sorted(p for p in data.rglob("*") if p.is_file())
-    shardcat.index_mds(data / "mds", catalog=sqlite_url, dataset="mds", client=client)
-    shardcat.index_litdata(data / "litdata", catalog=sqlite_url, dataset="lit", client=client)
+    shardcat.index_directory(
+        data / "mds", format="mds", catalog=sqlite_url, dataset="mds", client=client
+    )
+    shardcat.index_directory(
+        data / "litdata", format="litdata", catalog=sqlite_url, dataset="lit", client=client
+    )
     with Catalog(sqlite_url) as cat:
         cat.delete_keys("mds", ["0"])
     gc(sqlite_url, grace=dt.timedelta(0))
@@ -241,12 +278,12 @@ def test_mds_and_litdata_on_s3_indexed_in_place(client, catalog_url, s3):
         for path in (DATA / name).iterdir():
             fs.pipe_file(f"{s3['bucket']}/{name}/{path.name}", path.read_bytes())
     opts = s3["storage_options"]
-    mds = shardcat.index_mds(
-        f"{s3['url']}/mds/", catalog=catalog_url, dataset="mds", client=client,
+    mds = shardcat.index_directory(
+        f"{s3['url']}/mds/", format="mds", catalog=catalog_url, dataset="mds", client=client,
         key_column="id", storage_options=opts,
     )  # fmt: skip
-    lit = shardcat.index_litdata(
-        f"{s3['url']}/litdata", catalog=catalog_url, dataset="lit", client=client,
+    lit = shardcat.index_directory(
+        f"{s3['url']}/litdata", format="litdata", catalog=catalog_url, dataset="lit", client=client,
         storage_options=opts,
     )  # fmt: skip
     assert (mds.records, lit.records) == (12, 12)

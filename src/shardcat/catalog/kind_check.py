@@ -28,13 +28,10 @@ def set_shard_kinds(kinds: Sequence[str]) -> None:
         return
     # The rebuild drops the table: the views that read it go first and come back as they
     # were, and its indexes are made again from their own text (partial ones included).
-    views = bind.execute(sa.text("SELECT name, sql FROM sqlite_master WHERE type = 'view'")).all()
-    indexes = bind.execute(
-        sa.text(
-            "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'shards' "
-            "AND sql IS NOT NULL"
-        )
-    ).all()
+    master = "SELECT name, sql FROM sqlite_master WHERE "
+    views = bind.execute(sa.text(master + "type = 'view'")).all()
+    shards_indexes = "type = 'index' AND tbl_name = 'shards' AND sql IS NOT NULL"
+    indexes = bind.execute(sa.text(master + shards_indexes)).all()
     for name, _ in views:
         op.execute(f'DROP VIEW "{name}"')
     with op.batch_alter_table("shards", recreate="always") as batch:

@@ -58,7 +58,7 @@ Summary = Union["ShardInfo", "TarShardInfo", "FolderShardInfo", "ColumnShardInfo
 or an MDS shard's or LitData chunk's scan."""
 
 InPlaceInfo = Union["TarShardInfo", "FolderShardInfo", "ColumnShardInfo"]
-"""A summary of data indexed where it lies: rows and CRCs, no header or footer."""
+"""A summary of data indexed where it lies (an :class:`~shardcat.format.info.InPlaceShardInfo`)."""
 
 FileCheck = tuple[Summary | None, list[Problem], int]
 """What reading one file found: its summary (if readable), problems, records checked."""

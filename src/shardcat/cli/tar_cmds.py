@@ -1,16 +1,18 @@
 """``shardcat index-tar``, ``index-files``, ``index-mds``, ``index-litdata`` and ``taridx``.
 
 Data indexed in place. The commands only parse: indexing is
-:func:`shardcat.index_tar`, :func:`shardcat.index_files`,
-:func:`shardcat.index_mds` and :func:`shardcat.index_litdata`, the TARIDX
+:func:`shardcat.index_tar`, :func:`shardcat.index_files` and
+:func:`shardcat.index_directory`, the TARIDX
 conversions are :mod:`shardcat.orchestration.taridx_io`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
-from typing import Annotated
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any
 
 import typer
 
@@ -55,6 +57,27 @@ def register(app: typer.Typer) -> None:
     use_global_options(taridx_app)
 
 
+@contextlib.contextmanager
+def _job(
+    ctx: typer.Context,
+    workers: int | None,
+    scheduler: str | None,
+    progress: bool,
+    unit: str,
+    verb: str = "indexing",
+) -> Iterator[tuple[Any, Any, Any, Any]]:
+    """What an indexing command runs in: its state, the catalog (created if missing), the
+    Dask cluster it asked for, and a progress bar of ``unit`` done."""
+    cluster = dask_cluster(workers, scheduler)
+    state = state_of(ctx)
+    _quiet_dask(state.verbose)
+    with (
+        open_catalog(state, create=True) as cat,
+        state.out.task_progress(verb, unit, progress) as bar,
+    ):
+        yield state, cat, cluster, bar
+
+
 def _quiet_dask(verbose: int) -> None:
     if verbose < 2:  # Dask's INFO lines (scheduler, nanny) bury the result
         import distributed  # noqa: F401  (importing it sets its loggers' levels; override after)
@@ -95,13 +118,7 @@ def index_tar(
     from ..orchestration import index_tar as run
 
     fields = parse_fields(field)
-    cluster = dask_cluster(workers, scheduler)
-    state = state_of(ctx)
-    _quiet_dask(state.verbose)
-    with (
-        open_catalog(state, create=True) as cat,
-        state.out.task_progress("indexing", "tars", progress) as bar,
-    ):
+    with _job(ctx, workers, scheduler, progress, "tars") as (state, cat, cluster, bar):
         summary = run(
             pattern,
             catalog=cat,
@@ -155,13 +172,7 @@ def index_files(
     from ..orchestration import index_files as run
 
     fields = parse_fields(field)
-    cluster = dask_cluster(workers, scheduler)
-    state = state_of(ctx)
-    _quiet_dask(state.verbose)
-    with (
-        open_catalog(state, create=True) as cat,
-        state.out.task_progress("indexing", "file groups", progress) as bar,
-    ):
+    with _job(ctx, workers, scheduler, progress, "file groups") as (state, cat, cluster, bar):
         summary = run(
             source,
             catalog=cat,
@@ -196,48 +207,47 @@ FileOnError = Annotated[
 ]
 
 
-def index_mds(
-    ctx: typer.Context,
-    source: DirectoryArgument,
-    dataset: Annotated[str, typer.Argument(help="The dataset's name.", metavar="DATASET")],
-    key_column: KeyColumnOption = None,
-    on_error: FileOnError = OnError.fail,
-    workers: WorkersOption = None,
-    scheduler: SchedulerOption = None,
-    progress: ProgressOption = True,
-) -> None:
+def _directory_command(kind: str, doc: str) -> Callable[..., None]:
+    """The command that indexes a directory of ``kind`` (``index-mds``, ``index-litdata``)."""
+
+    def command(
+        ctx: typer.Context,
+        source: DirectoryArgument,
+        dataset: Annotated[str, typer.Argument(help="The dataset's name.", metavar="DATASET")],
+        key_column: KeyColumnOption = None,
+        on_error: FileOnError = OnError.fail,
+        workers: WorkersOption = None,
+        scheduler: SchedulerOption = None,
+        progress: ProgressOption = True,
+    ) -> None:
+        _index_directory(
+            ctx, kind, source, dataset, key_column, on_error, workers, scheduler, progress
+        )
+
+    command.__doc__ = doc
+    return command
+
+
+index_mds = _directory_command(
+    "mds",
     """Index an MDS directory (MosaicML Streaming) in place: a key lookup per sample, CRC-checked.
 
     Each shard is read once by one Dask task, which computes every column's
     CRC32C; the job commits at once. Each column becomes an entry of its
     name (the --key-column one excepted). Compressed shards are refused. The
     files are never changed, and `gc` and `delete` never delete them.
-    """
-    _index_directory(
-        ctx, "mds", source, dataset, key_column, on_error, workers, scheduler, progress
-    )
-
-
-def index_litdata(
-    ctx: typer.Context,
-    source: DirectoryArgument,
-    dataset: Annotated[str, typer.Argument(help="The dataset's name.", metavar="DATASET")],
-    key_column: KeyColumnOption = None,
-    on_error: FileOnError = OnError.fail,
-    workers: WorkersOption = None,
-    scheduler: SchedulerOption = None,
-    progress: ProgressOption = True,
-) -> None:
+    """,
+)
+index_litdata = _directory_command(
+    "litdata",
     """Index a LitData optimized directory in place: a key lookup per sample, CRC-checked.
 
     As index-mds: each chunk one Dask task, each leaf of a sample an entry
     named by its path (image, meta.a). Compressed or encrypted chunks are
     refused. The files are never changed, and `gc` and `delete` never
     delete them.
-    """
-    _index_directory(
-        ctx, "litdata", source, dataset, key_column, on_error, workers, scheduler, progress
-    )
+    """,
+)
 
 
 def _index_directory(
@@ -251,20 +261,14 @@ def _index_directory(
     scheduler: str | None,
     progress: bool,
 ) -> None:
-    from ..orchestration import index_columnar
+    from ..orchestration import index_directory
 
-    run = index_columnar.index_mds if kind == "mds" else index_columnar.index_litdata
-    cluster = dask_cluster(workers, scheduler)
-    state = state_of(ctx)
-    _quiet_dask(state.verbose)
-    with (
-        open_catalog(state, create=True) as cat,
-        state.out.task_progress("indexing", "files", progress) as bar,
-    ):
-        summary = run(
+    with _job(ctx, workers, scheduler, progress, "files") as (state, cat, cluster, bar):
+        summary = index_directory(
             source,
             catalog=cat,
             dataset=dataset,
+            format="mds" if kind == "mds" else "litdata",
             key_column=key_column,
             storage_options=state.storage_options,
             client=cluster,
@@ -329,12 +333,11 @@ def import_(
     from ..orchestration.taridx_io import import_taridx
 
     fields = parse_fields(field)
-    cluster = dask_cluster(workers, scheduler)
-    state = state_of(ctx)
-    _quiet_dask(state.verbose)
-    with (
-        open_catalog(state, create=True) as cat,
-        state.out.task_progress("checking", "tars", progress) as bar,
+    with _job(ctx, workers, scheduler, progress, "tars", verb="checking") as (
+        state,
+        cat,
+        cluster,
+        bar,
     ):
         summary = import_taridx(
             cat,

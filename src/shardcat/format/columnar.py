@@ -23,14 +23,14 @@ No IO here: the orchestration reads the file and gives its bytes to
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import FormatError, TruncatedError
 from .checksums import key_hash
 from .footer import EntrySpec
-from .info import RowArrays
+from .info import InPlaceShardInfo
 from .scatter import crc32c_spans
 from .spec import ENTRY_ROW_DTYPE, RECORD_ROW_DTYPE, Codec
 
@@ -42,6 +42,8 @@ __all__ = [
     "ColumnarError",
     "ColumnarTruncatedError",
     "CompressedShardsError",
+    "FileEntry",
+    "directory_layout",
     "key_index",
     "scan_columns",
 ]
@@ -106,21 +108,42 @@ class ColumnFile:
 
 
 @dataclass(frozen=True, slots=True)
-class ColumnShardInfo(RowArrays):
-    """One MDS shard or LitData chunk as scanned, shaped like :class:`~shardcat.format.ShardInfo`."""
+class ColumnShardInfo(InPlaceShardInfo):
+    """One MDS shard or LitData chunk as scanned: each sample a record, each column an entry."""
 
-    kind: str
-    path: str
-    size: int
-    keys: list[str]
-    records: np.ndarray = field(repr=False)
-    entries: np.ndarray = field(repr=False)
-    specs: list[EntrySpec] = field(default_factory=list)
-    shard_number: int | None = None
+    kind: str = "mds"
+    """The catalog's shard kind: ``mds`` or ``litdata``."""
     first_index: int = 0
+    """The directory-wide index of its first sample."""
 
 
 _U32 = np.dtype("<u4")
+
+FileEntry = tuple[str, int, int | None]
+"""A file as ``index.json`` lists it: its name in the directory, its samples, its bytes (if said)."""
+
+
+def directory_layout(
+    kind: str,
+    columns: tuple[Column, ...],
+    entries: Sequence[FileEntry],
+    root: str,
+    key_column: str | None = None,
+) -> tuple[ColumnLayout, list[ColumnFile]]:
+    """The layout and files of a directory from what its ``index.json`` lists, files in its order.
+
+    Raises
+    ------
+    ColumnarError
+        ``key_column`` is no column, or not a text or integer one.
+    """
+    layout = ColumnLayout(kind, columns, key_index(columns, key_column, f"{root}/index.json"))
+    files: list[ColumnFile] = []
+    first = 0
+    for name, samples, size in entries:
+        files.append(ColumnFile(f"{root}/{name}", samples, first, size))
+        first += samples
+    return layout, files
 
 
 def key_index(columns: Sequence[Column], key_column: str | None, where: str) -> int | None:
@@ -255,7 +278,6 @@ def scan_columns(
     records["entry_count"] = len(kept)
     specs = [EntrySpec(columns[j].name, columns[j].content_type, Codec.NONE) for j in kept]
     return ColumnShardInfo(
-        layout.kind,
         url,
         len(view),
         keys,
@@ -263,7 +285,8 @@ def scan_columns(
         entries,
         specs,
         shard_number,
-        file.first_index,
+        kind=layout.kind,
+        first_index=file.first_index,
     )
 
 

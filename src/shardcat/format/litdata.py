@@ -15,21 +15,13 @@ are no samples at byte ranges of a file: they are refused, named.
 from __future__ import annotations
 
 import json
-import posixpath
 from collections.abc import Mapping
 from typing import Any
 
-from .columnar import (
-    Column,
-    ColumnarError,
-    ColumnFile,
-    ColumnLayout,
-    CompressedShardsError,
-    key_index,
-)
+from .columnar import Column, ColumnarError, CompressedShardsError, FileEntry
 from .entries import OCTET_TYPE, TEXT_TYPE, guess_content_type, raw_array_type
 
-__all__ = ["leaf_names", "litdata_column", "litdata_files"]
+__all__ = ["leaf_names", "litdata_column", "litdata_columns"]
 
 _NUMBERS = {"int": "<i8", "float": "<f8", "bool": "|b1"}
 
@@ -87,20 +79,19 @@ def leaf_names(data_spec: str | None, count: int, where: str) -> list[str]:
     return names
 
 
-def litdata_files(
-    index: Mapping[str, Any], root: str, key_column: str | None = None
-) -> tuple[ColumnLayout, list[ColumnFile]]:
-    """The layout and the chunk files of the LitData directory ``root`` from its ``index.json``.
+def litdata_columns(
+    index: Mapping[str, Any], where: str
+) -> tuple[tuple[Column, ...], list[FileEntry]]:
+    """The leaves and the chunk files (``(name, samples, None)``) a LitData ``index.json`` lists.
 
     Raises
     ------
     CompressedShardsError
         Its chunks are compressed or encrypted.
     ColumnarError
-        Not a LitData index, an item loader other than the default one (tokens),
-        or a ``key_column`` that is not a text or integer leaf.
+        Not a LitData index, or one of an item loader other than the default
+        one (tokens: items without size headers).
     """
-    where = posixpath.join(root, "index.json")
     config, chunks = index.get("config"), index.get("chunks")
     if not isinstance(config, dict) or not isinstance(chunks, list):
         raise ColumnarError(
@@ -126,15 +117,8 @@ def litdata_files(
     if not isinstance(formats, list) or not chunks:
         raise ColumnarError("the index lists no data_format or no chunk", path=where)
     names = leaf_names(config.get("data_spec"), len(formats), where)
-    columns = tuple(litdata_column(n, str(f)) for n, f in zip(names, formats))
-    layout = ColumnLayout("litdata", columns, key_index(columns, key_column, where))
-    files: list[ColumnFile] = []
-    first = 0
-    for chunk in chunks:
-        try:
-            filename, samples = chunk["filename"], int(chunk["chunk_size"])
-        except (KeyError, TypeError, ValueError) as e:
-            raise ColumnarError(f"a chunk's entry lacks {e}", path=where) from e
-        files.append(ColumnFile(posixpath.join(root, filename), samples, first))
-        first += samples
-    return layout, files
+    try:
+        files: list[FileEntry] = [(str(c["filename"]), int(c["chunk_size"]), None) for c in chunks]
+    except (KeyError, TypeError, ValueError) as e:
+        raise ColumnarError(f"a chunk's entry lacks {e}", path=where) from e
+    return tuple(litdata_column(n, str(f)) for n, f in zip(names, formats)), files

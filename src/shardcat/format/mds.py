@@ -17,21 +17,13 @@ naming the encoding so ``streaming``'s ``mds_decode`` can read it.
 
 from __future__ import annotations
 
-import posixpath
 from collections.abc import Mapping
 from typing import Any
 
-from .columnar import (
-    Column,
-    ColumnarError,
-    ColumnFile,
-    ColumnLayout,
-    CompressedShardsError,
-    key_index,
-)
+from .columnar import Column, ColumnarError, CompressedShardsError, FileEntry
 from .entries import JSON_TYPE, OCTET_TYPE, TEXT_TYPE, raw_array_type
 
-__all__ = ["column_for", "mds_files"]
+__all__ = ["column_for", "mds_columns"]
 
 _SCALARS = {
     "int": "<i8",
@@ -67,20 +59,18 @@ def column_for(name: str, encoding: str, size: int | None) -> Column:
     return Column(name, encoding, size, ctype, text_key=encoding in _TEXT_KEYS)
 
 
-def mds_files(
-    index: Mapping[str, Any], root: str, key_column: str | None = None
-) -> tuple[ColumnLayout, list[ColumnFile]]:
-    """The layout and the shard files of the MDS directory ``root`` from its ``index.json``.
+def mds_columns(index: Mapping[str, Any], where: str) -> tuple[tuple[Column, ...], list[FileEntry]]:
+    """The columns and the shard files (``(name, samples, bytes)``) an MDS ``index.json`` lists.
+
+    ``where`` names the index in errors.
 
     Raises
     ------
     CompressedShardsError
         Its shards are compressed (the error names the compression).
     ColumnarError
-        Not an MDS index of format version 2, shards of different columns, or
-        a ``key_column`` that is not a text or integer column.
+        Not an MDS index of format version 2, or shards of different columns.
     """
-    where = posixpath.join(root, "index.json")
     shards = index.get("shards")
     if index.get("version") != 2 or not isinstance(shards, list):
         raise ColumnarError(
@@ -90,9 +80,8 @@ def mds_files(
         )
     if not shards:
         raise ColumnarError("the index lists no shard", path=where)
-    layout: ColumnLayout | None = None
-    files: list[ColumnFile] = []
-    first = 0
+    found: tuple[Column, ...] | None = None
+    files: list[FileEntry] = []
     for shard in shards:
         try:
             fmt, compression = shard.get("format"), shard.get("compression")
@@ -114,11 +103,9 @@ def mds_files(
             column_for(n, e, None if s is None else int(s))
             for n, e, s in zip(names, encodings, sizes, strict=True)
         )
-        if layout is None:
-            layout = ColumnLayout("mds", columns, key_index(columns, key_column, where))
-        elif columns != layout.columns:
+        if found is not None and columns != found:
             raise ColumnarError(f"{basename} has other columns than the first shard", path=where)
-        files.append(ColumnFile(posixpath.join(root, basename), samples, first, size))
-        first += samples
-    assert layout is not None
-    return layout, files
+        found = columns
+        files.append((basename, samples, size))
+    assert found is not None
+    return found, files

@@ -8,7 +8,7 @@ from .copy import CopySummary, copy_dataset
 from .dataset_writer import DatasetWriter
 from .export import ExportSummary, export
 from .files import FileSource, from_files
-from .index_columnar import IndexColumnarSummary, index_litdata, index_mds
+from .index_columnar import IndexColumnarSummary, index_directory
 from .index_files import FileFailure, IndexFilesSummary, index_files
 from .index_tar import IndexTarSummary, TarFailure, index_tar
 from .keys import delete_keys
@@ -48,9 +48,8 @@ __all__ = [
     "delete_keys",
     "export",
     "from_files",
+    "index_directory",
     "index_files",
-    "index_litdata",
-    "index_mds",
     "index_tar",
     "iter_row_records",
     "iter_shard",

@@ -49,6 +49,15 @@ class InPlaceTasks:
     """``shardcat-<what>-<job>-<run>``: a task's key is this and its number (job ids restart
     at 1 in every catalog, so the run's random part keeps two catalogs' tasks apart)."""
 
+    def submit_each(
+        self, client: Client, fn: Callable[..., Any], work: list[tuple[Any, ...]], retries: int
+    ) -> list[Future[Any]]:
+        """``fn(*args)`` for each ``args`` of ``work``, one task each, keyed by its number."""
+        return [
+            client.submit(fn, *args, key=f"{self.key}-{i}", retries=retries, pure=False)
+            for i, args in enumerate(work)
+        ]
+
 
 def run_in_place(
     cat: Catalog,

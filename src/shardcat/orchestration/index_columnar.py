@@ -1,4 +1,4 @@
-"""``shardcat.index_mds`` and ``index_litdata``: MDS and LitData directories registered in place.
+"""``shardcat.index_directory``: MDS and LitData directories registered in place.
 
 The client reads the directory's ``index.json`` (:mod:`shardcat.reading.columnar`):
 its files and their layout, which is refused here, typed, before a cluster
@@ -20,7 +20,7 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .._units import count_of
 from ..errors import FormatError, ShardNotFoundError
@@ -29,7 +29,7 @@ from ..reading.columnar import directory_files, scan_file
 from ..storage import is_local, local_path, redact
 from .cluster import ClientChoice
 from .in_place import InPlaceTasks, run_in_place
-from .index_tar import OnError, TarFailure, TarResult
+from .index_tar import OnError, TarFailure, TarResult, Throughput, registered_urls, split_results
 from .reach import refuse_in_memory
 from .tasks import catalog_for
 from .watch import TaskProgressCallback
@@ -37,7 +37,7 @@ from .watch import TaskProgressCallback
 if TYPE_CHECKING:
     from ..reading import Catalog, CatalogHandle
 
-__all__ = ["IndexColumnarSummary", "index_litdata", "index_mds"]
+__all__ = ["IndexColumnarSummary", "index_directory"]
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ _NAMES = {"mds": ("MDS", "shard"), "litdata": ("LitData", "chunk")}
 
 
 @dataclass(frozen=True)
-class IndexColumnarSummary:
+class IndexColumnarSummary(Throughput):
     """What a committed MDS or LitData indexing job registered (``failed``: files left out)."""
 
     dataset: str
@@ -53,15 +53,23 @@ class IndexColumnarSummary:
     kind: str
     """``mds`` or ``litdata``."""
     directory: str
+    seconds: float
     files: list[str]
+    """The files registered, and their samples and bytes."""
     records: int
     bytes: int
-    seconds: float
     failed: list[TarFailure] = field(default_factory=list)
 
-    @property
-    def mb_per_s(self) -> float:
-        return self.bytes / 1e6 / max(self.seconds, 1e-9)
+    @classmethod
+    def of(
+        cls, dataset: str, job_id: int, kind: str, directory: str, seconds: float,
+        results: list[TarResult],
+    ) -> IndexColumnarSummary:  # fmt: skip
+        """The summary of the tasks' ``results`` (the files left out logged)."""
+        done, failed = split_results(results)
+        files = [r.url for r in done]
+        records, size = sum(r.records for r in done), sum(r.bytes for r in done)
+        return cls(dataset, job_id, kind, directory, seconds, files, records, size, failed)
 
     def __str__(self) -> str:
         fmt, unit = _NAMES[self.kind]
@@ -100,11 +108,12 @@ def index_columnar_task(
     return TarResult(redact(file.url), len(info.records), info.size)
 
 
-def index_mds(
+def index_directory(
     source: str | os.PathLike[str],
     *,
     catalog: Catalog | str | None = None,
     dataset: str,
+    format: Literal["mds", "litdata"] | None = None,
     key_column: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
     client: ClientChoice = None,
@@ -112,121 +121,60 @@ def index_mds(
     retries: int = 2,
     progress: TaskProgressCallback | None = None,
 ) -> IndexColumnarSummary:
-    """Register an MDS directory (MosaicML Streaming) in place, committed as one job.
+    """Register an MDS or LitData directory in place, committed as one job.
 
-    Every sample of every shard gets a key lookup (one SQL query, one ranged
-    read of its bytes in the shard), each column an entry of its name,
-    CRC32C-checked on every read.
+    Every sample gets a key lookup (one SQL query, one ranged read of its
+    bytes in its file), each column an entry, CRC32C-checked on every read.
+    An MDS column becomes an entry of its name; a LitData sample's leaf one
+    named by its path in the sample's tree (``image``, ``meta.a``).
 
     Parameters
     ----------
     source:
-        The directory holding ``index.json`` and its shards: a local path or any fsspec URL.
+        The directory holding ``index.json`` and its files (MDS shards,
+        LitData chunks): a local path or any fsspec URL.
     catalog:
         A :class:`~shardcat.Catalog` or its URL (default: the default catalog).
     dataset:
         The dataset to add the samples to (created if missing, rooted at the
         directory; removed again if this first job fails).
+    format:
+        ``"mds"`` (MosaicML Streaming's ``MDSWriter``) or ``"litdata"``
+        (``litdata.optimize``); by default what ``index.json`` is.
     key_column:
         The column whose values are the keys (text or integer; it is then no
-        entry); by default a sample's key is its index in the directory
-        (``"0"``, ``"1"``...: the index ``StreamingDataset`` gives it).
+        entry). By default a sample's key is its index in the directory
+        (``"0"``, ``"1"``...: the index the library's ``StreamingDataset`` gives it).
     storage_options:
         fsspec options for reading the directory (never stored).
     client:
         As for :func:`shardcat.index_tar`.
     on_error:
-        ``"fail"``: a damaged or missing shard fails the job (nothing is
+        ``"fail"``: a damaged or missing file fails the job (nothing is
         committed); ``"skip"``: it is reported in
         :attr:`IndexColumnarSummary.failed` and left out.
     retries:
         Dask retries per task (a killed worker's task runs again).
     progress:
-        Called as ``progress(done, total)`` with the shards indexed so far.
+        Called as ``progress(done, total)`` with the files indexed so far.
 
     Raises
     ------
     CompressedShardsError
-        The shards are compressed (the error names the compression).
+        The files are compressed (or LitData's encrypted); the error names how.
     ColumnarError
-        ``index.json`` is not an MDS index, a shard is damaged (``on_error="fail"``),
-        or ``key_column`` is not a text or integer column.
+        ``index.json`` is not an index of ``format`` (of LitData's default item
+        loader), a file is damaged (``on_error="fail"``), or ``key_column``
+        is not a text or integer column.
     ColumnarTruncatedError
-        A shard is shorter than ``index.json`` says.
+        A file is shorter than its offset table or ``index.json`` says.
     DuplicateKeyError
         A key repeats, or exists among committed records (nothing committed).
     ShardNotFoundError, StorageError
-        ``index.json`` or a shard cannot be read.
+        ``index.json`` or a file cannot be read.
+    WorkersLostError
+        The Dask cluster had no workers for ``dask_no_workers_timeout`` seconds.
     """
-    return _index_directory(
-        "mds",
-        source,
-        catalog,
-        dataset,
-        key_column,
-        storage_options,
-        client,
-        on_error,
-        retries,
-        progress,
-    )
-
-
-def index_litdata(
-    source: str | os.PathLike[str],
-    *,
-    catalog: Catalog | str | None = None,
-    dataset: str,
-    key_column: str | None = None,
-    storage_options: Mapping[str, Any] | None = None,
-    client: ClientChoice = None,
-    on_error: OnError = "fail",
-    retries: int = 2,
-    progress: TaskProgressCallback | None = None,
-) -> IndexColumnarSummary:
-    """Register a LitData optimized directory (``litdata.optimize``) in place, as one job.
-
-    As :func:`index_mds`: each chunk one task, each sample a record, each
-    leaf of the sample's tree an entry named by its path (``image``,
-    ``meta.a``); ``key_column`` names a leaf (text or ``int``); by default
-    a sample's key is its index (the one ``litdata.StreamingDataset`` gives).
-
-    Raises
-    ------
-    CompressedShardsError
-        The chunks are compressed or encrypted.
-    ColumnarError
-        ``index.json`` is not a LitData index of the default item loader, a
-        chunk is damaged (``on_error="fail"``), or ``key_column`` cannot be keys.
-    ColumnarTruncatedError, DuplicateKeyError, ShardNotFoundError, StorageError
-        As :func:`index_mds`.
-    """
-    return _index_directory(
-        "litdata",
-        source,
-        catalog,
-        dataset,
-        key_column,
-        storage_options,
-        client,
-        on_error,
-        retries,
-        progress,
-    )
-
-
-def _index_directory(
-    kind: str,
-    source: str | os.PathLike[str],
-    catalog: Catalog | str | None,
-    dataset: str,
-    key_column: str | None,
-    storage_options: Mapping[str, Any] | None,
-    client: ClientChoice,
-    on_error: OnError,
-    retries: int,
-    progress: TaskProgressCallback | None,
-) -> IndexColumnarSummary:
     from ..reading import Catalog
 
     if on_error not in ("fail", "skip"):
@@ -235,60 +183,31 @@ def _index_directory(
     url = os.fspath(source)
     # Local directories are stored as absolute paths, as tars are: what lookups open with pread.
     root = os.path.abspath(local_path(url)) if is_local(url) else url.rstrip("/")
-    layout, files = directory_files(kind, root, opts, key_column)
+    layout, files = directory_files(format, root, opts, key_column)
     with Catalog.opened(catalog, storage_options=opts) as cat:
         refuse_in_memory(cat)
 
         def submit(dask_client: Any, tasks: InPlaceTasks) -> list[Any]:
-            return [
-                dask_client.submit(
-                    index_columnar_task,
-                    file,
-                    layout,
-                    i,
-                    opts,
-                    tasks.handle,
-                    dataset,
-                    tasks.job_id,
-                    on_error,
-                    key=f"{tasks.key}-{i}",
-                    retries=retries,
-                    pure=False,
-                )
-                for i, file in enumerate(files)
+            work = [
+                (f, layout, i, opts, tasks.handle, dataset, tasks.job_id, on_error)
+                for i, f in enumerate(files)
             ]
-
-        def manifest(results: list[TarResult]) -> list[str]:
-            return [r.url for r in results if r.failure is None]
+            return tasks.submit_each(dask_client, index_columnar_task, work, retries)
 
         job_id, results, seconds = run_in_place(
             cat,
-            what=f"index-{kind}",
+            what=f"index-{layout.kind}",
             dataset=dataset,
             root=root,
             folders={root: opts},
             client=client,
             near=root,
             properties={"files": len(files), "key_column": key_column},
-            submit=submit,
-            manifest=manifest,
-            progress=progress,
             storage_options=opts,
+            submit=submit,
+            progress=progress,
+            manifest=registered_urls,
         )
-    done = [r for r in results if r.failure is None]
-    failed = [r.failure for r in results if r.failure is not None]
-    for f in failed:
-        log.warning("skipped %s: %s", f.url, f.message)
-    summary = IndexColumnarSummary(
-        dataset=dataset,
-        job_id=job_id,
-        kind=kind,
-        directory=redact(root),
-        files=[r.url for r in done],
-        records=sum(r.records for r in done),
-        bytes=sum(r.bytes for r in done),
-        seconds=seconds,
-        failed=failed,
-    )
+    summary = IndexColumnarSummary.of(dataset, job_id, layout.kind, redact(root), seconds, results)
     log.info("%s", summary)
     return summary

@@ -74,8 +74,20 @@ class TarResult:
     failure: TarFailure | None = None
 
 
+class Throughput:
+    """What a summary of ``bytes`` read in ``seconds`` derives: its MB/s."""
+
+    __slots__ = ()
+    bytes: int
+    seconds: float
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes / 1e6 / max(self.seconds, 1e-9)
+
+
 @dataclass(frozen=True)
-class IndexTarSummary:
+class IndexTarSummary(Throughput):
     """What a committed indexing job registered."""
 
     dataset: str
@@ -85,10 +97,6 @@ class IndexTarSummary:
     bytes: int
     seconds: float
     failed: list[TarFailure] = field(default_factory=list)
-
-    @property
-    def mb_per_s(self) -> float:
-        return self.bytes / 1e6 / max(self.seconds, 1e-9)
 
     def __str__(self) -> str:
         skipped = f", {count_of(len(self.failed), 'tar')} skipped" if self.failed else ""
@@ -140,6 +148,20 @@ def tar_shard_numbers(urls: list[str]) -> list[int | None]:
         if n is not None:
             seen[n] = seen.get(n, 0) + 1
     return [n if n is not None and seen[n] == 1 else None for n in numbers]
+
+
+def registered_urls(results: list[TarResult]) -> list[str]:
+    """The files the successful tasks staged: what the commit makes visible."""
+    return [r.url for r in results if r.failure is None]
+
+
+def split_results(results: list[TarResult]) -> tuple[list[TarResult], list[TarFailure]]:
+    """The tasks' results: the files registered, and those left out (``on_error="skip"``, logged)."""
+    done = [r for r in results if r.failure is None]
+    failed = [r.failure for r in results if r.failure is not None]
+    for f in failed:
+        log.warning("skipped %s: %s", f.url, f.message)
+    return done, failed
 
 
 def index_tar_task(
@@ -321,9 +343,6 @@ def run_index_job(
                 for i, url in enumerate(tars)
             ]
 
-        def manifest(results: list[TarResult]) -> list[str]:
-            return [r.url for r in results if r.failure is None]
-
         job_id, results, seconds = run_in_place(
             cat,
             what="index-tar",
@@ -334,15 +353,12 @@ def run_index_job(
             near=tars[0],
             properties={"tars": len(tars)},
             submit=submit,
-            manifest=manifest,
+            manifest=registered_urls,
             fields=fields,
             progress=progress,
             storage_options=opts,
         )
-        done = [r for r in results if r.failure is None]
-        failed = [r.failure for r in results if r.failure is not None]
-        for f in failed:
-            log.warning("skipped %s: %s", f.url, f.message)
+        done, failed = split_results(results)
         summary = IndexTarSummary(
             dataset=dataset,
             job_id=job_id,

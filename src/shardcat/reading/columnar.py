@@ -18,18 +18,22 @@ from typing import Any
 
 from .._redact import redact_url
 from ..errors import ShardNotFoundError
-from ..format.columnar import ColumnarError, ColumnFile, ColumnLayout, ColumnShardInfo, scan_columns
-from ..format.litdata import litdata_files
-from ..format.mds import mds_files
+from ..format import columnar
+from ..format.columnar import ColumnarError, ColumnFile, ColumnLayout, ColumnShardInfo
+from ..format.litdata import litdata_columns
+from ..format.mds import mds_columns
 from ..storage import open_source
 
 __all__ = ["INDEX_NAME", "directory_files", "read_index", "rescan", "scan_file"]
 
 INDEX_NAME = "index.json"
 
-_FORMATS: dict[str, Callable[..., tuple[ColumnLayout, list[ColumnFile]]]] = {
-    "mds": mds_files,
-    "litdata": litdata_files,
+_FORMATS: dict[
+    str,
+    Callable[[dict[str, Any], str], tuple[tuple[columnar.Column, ...], list[columnar.FileEntry]]],
+] = {
+    "mds": mds_columns,
+    "litdata": litdata_columns,
 }
 
 
@@ -59,16 +63,26 @@ def read_index(root: str, storage_options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def directory_files(
-    kind: str, root: str, storage_options: Mapping[str, Any], key_column: str | None = None
+    kind: str | None, root: str, storage_options: Mapping[str, Any], key_column: str | None = None
 ) -> tuple[ColumnLayout, list[ColumnFile]]:
-    """The layout and files of the ``kind`` (``mds``, ``litdata``) directory ``root``.
+    """The layout and files of the ``kind`` (``mds``, ``litdata``; None: either) directory ``root``.
 
     Raises
     ------
     ShardNotFoundError, ColumnarError, CompressedShardsError
-        As :func:`read_index` and the format's reader.
+        As :func:`read_index` and the format's reader; an index of neither format.
     """
-    return _FORMATS[kind](read_index(root, storage_options), root.rstrip("/"), key_column)
+    root = root.rstrip("/")
+    index = read_index(root, storage_options)
+    where = posixpath.join(root, INDEX_NAME)
+    if kind is None:  # MDS lists "shards", LitData "chunks"
+        kind = "mds" if "shards" in index else "litdata" if "chunks" in index else None
+        if kind is None:
+            raise ColumnarError("neither an MDS nor a LitData index", path=redact_url(where))
+    if kind not in _FORMATS:
+        raise ValueError(f"format must be 'mds' or 'litdata', not {kind!r}")
+    columns, entries = _FORMATS[kind](index, where)
+    return columnar.directory_layout(kind, columns, entries, root, key_column)
 
 
 def scan_file(
@@ -91,7 +105,7 @@ def scan_file(
         data = source.read(0, source.size())
     finally:
         source.close()
-    return scan_columns(data, file, layout, shard_number)
+    return columnar.scan_columns(data, file, layout, shard_number)
 
 
 def rescan(
