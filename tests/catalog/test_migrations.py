@@ -326,23 +326,20 @@ def test_upgrade_from_0010_admits_mds_and_litdata_shards_and_keeps_the_data(
     catalog_url, local_root, tmp_path
 ):
     """0011 (kinds 'mds', 'litdata'): every row stays, a folder group's too; both kinds register."""
-    import json
     import shutil
     from pathlib import Path
 
-    from shardcat.format.columnar import scan_columns
     from shardcat.format.folder import FolderSample, folder_info, group_url
-    from shardcat.format.litdata import litdata_files
-    from shardcat.format.mds import mds_files
+    from shardcat.reading.columnar import directory_files, scan_file
 
     from .helpers import make_dataset, shard_keys
 
     data = tmp_path / "inplace"  # a copy: registering writes the datasets' history beside it
     shutil.copytree(Path(__file__).parents[1] / "data" / "inplace", data)
     scanned = {}
-    for kind, read in (("mds", mds_files), ("litdata", litdata_files)):
-        layout, files = read(json.loads((data / kind / "index.json").read_text()), str(data / kind))
-        scanned[kind] = scan_columns((data / kind / files[0].url).read_bytes(), files[0], layout)
+    for kind in ("mds", "litdata"):
+        layout, files = directory_files(kind, str(data / kind), {})
+        scanned[kind] = scan_file(files[0], layout, {})
     with Catalog(catalog_url) as cat:
         make_dataset(cat, local_root, 2)
         cat.create_dataset("folder", str(tmp_path / "folder"))
