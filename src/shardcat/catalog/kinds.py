@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "KINDS",
+    "RANGES_OF_FILE",
     "FileCheck",
     "ShardKind",
     "Summary",
@@ -81,6 +82,12 @@ class ShardKind:
     deleted_on_request: bool = True
     """Deleting its dataset deletes the file when asked (``delete_tars``): a tar's. A file
     another file names (an MDS shard in its ``index.json``) is never deleted."""
+
+    @property
+    def ranges_of_file(self) -> bool:
+        """Its records are byte ranges of its one file, placed by their rows (a tar, an MDS
+        shard, a LitData chunk): a lookup reads a record's range, as a native one's."""
+        return self.from_rows and self.is_file
 
 
 def _native_columns(info: ShardInfo) -> dict[str, Any]:
@@ -179,6 +186,9 @@ MDS = ShardKind("mds", _columnar_columns, False, from_rows=True, deleted_on_requ
 LITDATA = ShardKind("litdata", _columnar_columns, False, from_rows=True, deleted_on_request=False)
 
 KINDS: dict[str, ShardKind] = {k.name: k for k in (NATIVE, TAR, FILES, MDS, LITDATA)}
+
+RANGES_OF_FILE = frozenset(k.name for k in KINDS.values() if k.ranges_of_file)
+"""The kinds whose records are byte ranges of their file read from their rows (not native)."""
 
 
 def shard_kind(name: str) -> ShardKind:

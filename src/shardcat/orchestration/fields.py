@@ -62,8 +62,7 @@ def shard_field_values(
     """
     names = tuple(fields)
     out: list[tuple[int, dict[str, Any]]] = []
-    kind = shard_kind(shard.kind)
-    if kind.from_rows and kind.is_file:  # samples are byte ranges of the file (no footer)
+    if shard_kind(shard.kind).ranges_of_file:  # samples are byte ranges of the file, no footer
         rows = internal.record_rows(catalog, shard.id)
         for offset, value in _tar_entries(shard.url, rows, entry, storage_options):
             found = field_values({entry: value}, names, entry)
