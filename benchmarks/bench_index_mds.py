@@ -90,9 +90,9 @@ def main() -> None:
         samples = make_samples(args.samples, args.file_kib)
         with open(os.path.join(tmp, "samples.pkl"), "wb") as f:
             pickle.dump(samples, f)
+        writer = [args.mds_python, str(HERE / "mds_readers.py"), "--write-only"]
         subprocess.run(
-            [args.mds_python, str(HERE / "mds_readers.py"), f"{tmp}/samples.pkl", tmp]
-            + ["--write-only"],
+            [*writer, f"{tmp}/samples.pkl", tmp],
             check=True,
             stdout=subprocess.DEVNULL,
         )

@@ -318,6 +318,9 @@ def test_the_cli_indexes_an_mds_and_a_litdata_directory(client, sqlite_url, data
     )
     assert result.exit_code == 0, result.output
     assert "indexed 12 samples in 3 LitData chunks" in result.output
+    got = CliRunner().invoke(app, ["--catalog", sqlite_url, "--json", "get", "mds", "sample-001"])
+    entries = json.loads(got.output)["entries"]
+    assert (entries["label"]["value"], entries["score"]["value"]) == (1, 0.125)  # numbers shown
     with Catalog(sqlite_url) as cat:
         assert cat.get("mds", "sample-001")["caption"].decode() == "caption 1 \u00e9"
         assert np.isclose(cat.get("lit", "9")["score"].decode(), 9 / 8)
