@@ -23,13 +23,11 @@ project's venv), warms the page cache, then measures:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pickle
 import random
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,6 +35,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from bench_index_files import arguments, lookup_p50s, p50_ms  # the same options and clocks
 
 HERE = Path(__file__).resolve().parent
 
@@ -62,22 +62,8 @@ def sequential_read(paths: list[str]) -> tuple[float, int]:
     return time.perf_counter() - t, total
 
 
-def p50_ms(fn, keys: list[str]) -> float:
-    clock = time.perf_counter_ns
-    times = []
-    for key in keys:
-        t = clock()
-        fn(key)
-        times.append(clock() - t)
-    return statistics.median(times) / 1e6
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--samples", type=int, default=20000)
-    ap.add_argument("--file-kib", type=int, default=16)
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--lookups", type=int, default=5000)
+    ap = arguments()
     ap.add_argument("--mds-python", default="/tmp/mdsvenv/bin/python")
     args = ap.parse_args()
 
@@ -116,33 +102,25 @@ def main() -> None:
             )
             index_s = time.perf_counter() - t
             assert summary.bytes == total and summary.records == args.samples
+            native = [{"__key__": k, "jpg": jpg, "json": {"label": y}} for k, jpg, y in samples]
             shardcat.write(
-                [{"__key__": k, "jpg": jpg, "json": {"label": y}} for k, jpg, y in samples],
-                os.path.join(tmp, "native"),
-                catalog=catalog,
-                dataset="native",
-                client=client,
+                native, f"{tmp}/native", dataset="native", catalog=catalog, client=client
             )
-        read_mb_s = total / 1e6 / read_s
-        index_mb_s = total / 1e6 / index_s
+        mb_s = {"read": total / 1e6 / read_s, "index": total / 1e6 / index_s}
+        shape = f"{args.samples:,} samples in {len(shards)} MDS shards ({total / 1e6:.1f} MB)"
+        print(f"{shape}, {args.workers} worker process(es), page cache warm")
+        print(f"  sequential read (1 process): {read_s:.2f} s, {mb_s['read']:.1f} MB/s")
+        ratio = mb_s["index"] / mb_s["read"]
         print(
-            f"{args.samples:,} samples in {len(shards)} MDS shards ({total / 1e6:.1f} MB), "
-            f"{args.workers} worker process(es), page cache warm"
-        )
-        print(f"  sequential read (1 process): {read_s:.2f} s, {read_mb_s:.1f} MB/s")
-        print(
-            f"  index_directory (mds):       {index_s:.2f} s, {index_mb_s:.1f} MB/s, "
-            f"ratio {index_mb_s / read_mb_s:.2f} (goal >= 0.8)"
+            f"  index_directory (mds):       {index_s:.2f} s, {mb_s['index']:.1f} MB/s, "
+            f"ratio {ratio:.2f} (goal >= 0.8)"
         )
 
         rng = random.Random(1)
         chosen = [rng.choice(samples)[0] for _ in range(args.lookups)]
         with shardcat.Catalog(catalog) as cat:
-            for key in chosen[:200]:  # open the lookups' connections and caches
-                cat.get("mds", key)
-                cat.get("native", key)
-            mds_ms = p50_ms(lambda k: cat.get("mds", k), chosen)
-            native_ms = p50_ms(lambda k: cat.get("native", k), chosen)
+            p50 = lookup_p50s(cat, ("mds", "native"), chosen)
+            mds_ms, native_ms = p50["mds"], p50["native"]
             where = {d: {k: cat.locate(d, k) for k in chosen} for d in ("mds", "native")}
         fds: dict[str, int] = {}
 
@@ -163,9 +141,7 @@ def main() -> None:
         print(f"    mds:    {mds_ms:.4f} ms (floor: one pread {mds_floor:.4f} ms)")
         print(f"    native: {native_ms:.4f} ms (floor: one pread {native_floor:.4f} ms)")
         print(f"    mds / native: {mds_ms / native_ms:.2f} (goal <= 1.2)")
-        print(
-            json.dumps({"index_ratio": index_mb_s / read_mb_s, "lookup_ratio": mds_ms / native_ms})
-        )
+        print(json.dumps({"index_ratio": ratio, "lookup_ratio": mds_ms / native_ms}))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
