@@ -116,7 +116,11 @@ def test_an_mds_directory_reads_back_as_streaming_reads_it(client, catalog_url, 
         assert described["image"] == "image/jpeg" and described["meta"] == "application/json"
         assert cat.verify("mds").ok
         streamed = shardcat.read(cat, "mds", decode=False).compute(scheduler="sync")
-    assert sorted(r["__key__"] for r in streamed) == sorted(keys)
+        got = {
+            r["__key__"]: {k: bytes(v.data) for k, v in r.items() if k != "__key__"}
+            for r in streamed
+        }
+        assert got == {k: {n: bytes(e.data) for n, e in cat.get("mds", k).items()} for k in keys}
 
 
 def test_mds_keys_default_to_the_sample_index(client, sqlite_url, data):
