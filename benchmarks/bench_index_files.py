@@ -80,14 +80,28 @@ def p50_ms(fn, keys: list[str]) -> float:
     return statistics.median(times) / 1e6
 
 
-def main() -> None:
+def lookup_p50s(cat, datasets: tuple[str, ...], keys: list[str]) -> dict[str, float]:
+    """p50 (ms) of ``Catalog.get`` of ``keys`` in each dataset, after 200 lookups that open
+    the lookups' connections and caches."""
+    for key in keys[:200]:
+        for name in datasets:
+            cat.get(name, key)
+    return {name: p50_ms(lambda k, n=name: cat.get(n, k), keys) for name in datasets}
+
+
+def arguments() -> argparse.ArgumentParser:
+    """The options of this benchmark (and of bench_index_mds.py, which adds its own)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--samples", type=int, default=20000)
     ap.add_argument("--file-kib", type=int, default=16)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--lookups", type=int, default=5000)
     ap.add_argument("--repeat", type=int, default=3, help="index the folder this many times: best")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = arguments().parse_args()
 
     from distributed import Client, LocalCluster
 
@@ -148,11 +162,8 @@ def main() -> None:
         rng = random.Random(1)
         chosen = [rng.choice(keys) for _ in range(args.lookups)]
         with shardcat.Catalog(catalog) as cat:
-            for key in chosen[:200]:  # open the lookups' connections and caches
-                cat.get("folder", key)
-                cat.get("native", key)
-            folder_ms = p50_ms(lambda k: cat.get("folder", k), chosen)
-            native_ms = p50_ms(lambda k: cat.get("native", k), chosen)
+            p50 = lookup_p50s(cat, ("folder", "native"), chosen)
+            folder_ms, native_ms = p50["folder"], p50["native"]
             loc = {k: cat.locate("native", k) for k in chosen}
 
         def folder_floor(key: str) -> None:

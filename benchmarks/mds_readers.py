@@ -9,7 +9,8 @@ from ``streaming.base`` with the package's ``__init__`` left out.
     /tmp/mdsvenv/bin/python benchmarks/mds_readers.py SAMPLES.pkl ROOT --repeat 3
 
 reads the ``(key, jpg bytes, label)`` samples ``bench_readers.py`` pickled,
-writes them with ``MDSWriter`` and prints one JSON line: samples/s through a
+writes them with ``MDSWriter`` (``--write-only``: and stops, for
+``bench_index_mds.py``) and prints one JSON line: samples/s through a
 ``DataLoader`` (list-collate, batches of 64) with 0, 1 and 2 workers, unshuffled
 and shuffled, best of ``--repeat``.
 """
@@ -47,6 +48,9 @@ def main() -> None:
     ap.add_argument("samples")
     ap.add_argument("root")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--write-only", action="store_true", help="write ROOT/mds and stop (bench_index_mds.py)"
+    )
     args = ap.parse_args()
     base = import_streaming()
     from torch.utils.data import DataLoader
@@ -58,6 +62,9 @@ def main() -> None:
     with base.MDSWriter(out=out, columns=columns, size_limit=1 << 26) as w:
         for key, jpg, label in samples:
             w.write({"key": key, "jpg": jpg, "json": {"label": label}})
+    if args.write_only:
+        print(json.dumps({"written": len(samples)}))
+        return
     rates: dict[str, float] = {}
     for shuffle in (False, True):
         for workers in (0, 1, 2):

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from .orchestration.dataset_writer import DatasetWriter
     from .orchestration.export import export
     from .orchestration.files import from_files
+    from .orchestration.index_columnar import index_directory
     from .orchestration.index_files import index_files
     from .orchestration.index_tar import index_tar
     from .orchestration.keys import delete_keys
@@ -76,6 +77,7 @@ __all__ = [
     "delete_keys",
     "export",
     "from_files",
+    "index_directory",
     "index_files",
     "index_tar",
     "iter_shards",
@@ -108,6 +110,7 @@ _LAZY = {
     "delete_keys": ".orchestration",
     "export": ".orchestration",
     "from_files": ".orchestration",
+    "index_directory": ".orchestration",
     "index_files": ".orchestration",
     "index_tar": ".orchestration",
     "read": ".orchestration",

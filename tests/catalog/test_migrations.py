@@ -320,3 +320,56 @@ def test_upgrade_from_0009_admits_folder_groups_and_keeps_the_data(
         assert "state" in str(where.get("sqlite_where", where.get("postgresql_where", "")))
     finally:
         engine.dispose()
+
+
+def test_upgrade_from_0010_admits_mds_and_litdata_shards_and_keeps_the_data(
+    catalog_url, local_root, tmp_path
+):
+    """0011 (kinds 'mds', 'litdata'): every row stays, a folder group's too; both kinds register."""
+    import shutil
+    from pathlib import Path
+
+    from shardcat.format.folder import FolderSample, folder_info, group_url
+    from shardcat.reading.columnar import directory_files, scan_file
+
+    from .helpers import make_dataset, shard_keys
+
+    data = tmp_path / "inplace"  # a copy: registering writes the datasets' history beside it
+    shutil.copytree(Path(__file__).parents[1] / "data" / "inplace", data)
+    scanned = {}
+    for kind in ("mds", "litdata"):
+        layout, files = directory_files(kind, str(data / kind), {})
+        scanned[kind] = scan_file(files[0], layout, {})
+    with Catalog(catalog_url) as cat:
+        make_dataset(cat, local_root, 2)
+        cat.create_dataset("folder", str(tmp_path / "folder"))
+        folder = group_url(str(tmp_path / "folder"), 1, 0)
+        group = folder_info(folder, [FolderSample("a", (("txt", 1, 0),))])
+        cat.register_shard("folder", group)
+    assert downgrade(catalog_url, "0010") == (head_revision(), "0010")
+    with pytest.raises(SchemaVersionError, match="shardcat catalog upgrade"):
+        Catalog(catalog_url)
+    engine = sa.create_engine(catalog_url)
+    try:
+        # The 0010 check refuses the new kinds.
+        with engine.connect() as conn, pytest.raises(sa.exc.IntegrityError):
+            conn.execute(sa.text("UPDATE shards SET kind = 'mds' WHERE url LIKE '%#files-%'"))
+    finally:
+        engine.dispose()
+    assert upgrade(catalog_url) == ("0010", head_revision())
+    assert check(catalog_url) == []
+    with Catalog(catalog_url) as cat:
+        assert cat.get_many("train", shard_keys(0) + shard_keys(1)).ok
+        assert [s.kind for s in cat.shards("folder", state=None)] == ["files"]
+        for kind, info in scanned.items():
+            cat.create_dataset(kind, str(data / kind))
+            assert cat.register_shard(kind, info).kind == kind
+    assert downgrade(catalog_url, "0010") == (head_revision(), "0010")  # the new kinds' rows go
+    engine = sa.create_engine(catalog_url)
+    try:
+        with engine.connect() as conn:
+            kinds = conn.execute(sa.text("SELECT DISTINCT kind FROM shards ORDER BY kind")).all()
+            assert [k for (k,) in kinds] == ["files", "native"]
+    finally:
+        engine.dispose()
+    assert upgrade(catalog_url) == ("0010", head_revision())

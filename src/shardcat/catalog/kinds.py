@@ -4,14 +4,18 @@ A ``shards`` row is a shardcat shard file (``kind = 'native'``), a
 WebDataset tar registered where it lies (``kind = 'tar'``, revision 0004),
 or a group of samples of a plain folder of files registered where they lie
 (``kind = 'files'``, revision 0010: its URL names the folder and the group,
-each entry is a whole file, :mod:`shardcat.format.folder`).
+each entry is a whole file, :mod:`shardcat.format.folder`), or an MDS shard
+or LitData chunk registered where it lies (``kind = 'mds'``, ``'litdata'``,
+revision 0011: each sample a byte range of the file, each column an entry,
+:mod:`shardcat.format.columnar`).
 All register the same ``records`` rows (byte range, per-entry offset, size
 and CRC32C in ``spans``, a layout); the catalog's side of what differs is
 looked up here by the row's kind:
 
 - the ``shards`` columns a summary gives (a tar has no header or footer);
 - whether deleting a dataset deletes its files by default (tars are the
-  user's: only when asked; a folder's files never).
+  user's: only when asked; a folder's files, MDS shards and LitData chunks
+  never: their directory's ``index.json`` names them).
 
 How each kind is read (a whole record decoded, a file checked again) is
 the read layer's: :mod:`shardcat.reading.decode` and
@@ -34,11 +38,13 @@ from .results import Problem
 # Tar scanning loads on first use: a native point lookup (and a cold first one) needs none.
 if TYPE_CHECKING:
     from ..format import ShardInfo
+    from ..format.columnar import ColumnShardInfo
     from ..format.folder import FolderShardInfo
     from ..format.tar import TarShardInfo
 
 __all__ = [
     "KINDS",
+    "RANGES_OF_FILE",
     "FileCheck",
     "ShardKind",
     "Summary",
@@ -48,8 +54,12 @@ __all__ = [
 ]
 
 # A forward reference (Union, not |): the tar module loads lazily.
-Summary = Union["ShardInfo", "TarShardInfo", "FolderShardInfo"]
-"""What registering a shard takes: a native footer's summary, a tar's scan or a folder group's."""
+Summary = Union["ShardInfo", "TarShardInfo", "FolderShardInfo", "ColumnShardInfo"]
+"""What registering a shard takes: a native footer's summary, a tar's scan, a folder group's,
+or an MDS shard's or LitData chunk's scan."""
+
+InPlaceInfo = Union["TarShardInfo", "FolderShardInfo", "ColumnShardInfo"]
+"""A summary of data indexed where it lies (an :class:`~shardcat.format.info.InPlaceShardInfo`)."""
 
 FileCheck = tuple[Summary | None, list[Problem], int]
 """What reading one file found: its summary (if readable), problems, records checked."""
@@ -68,7 +78,16 @@ class ShardKind:
     """It has no footer: its records are read from their catalog rows (tars, folder groups)."""
     is_file: bool = True
     """Its URL is the one file that holds its records (a folder group's names no file): it can
-    be copied, and deleted when asked."""
+    be copied."""
+    deleted_on_request: bool = True
+    """Deleting its dataset deletes the file when asked (``delete_tars``): a tar's. A file
+    another file names (an MDS shard in its ``index.json``) is never deleted."""
+
+    @property
+    def ranges_of_file(self) -> bool:
+        """Its records are byte ranges of its one file, placed by their rows (a tar, an MDS
+        shard, a LitData chunk): a lookup reads a record's range, as a native one's."""
+        return self.from_rows and self.is_file
 
 
 def _native_columns(info: ShardInfo) -> dict[str, Any]:
@@ -97,7 +116,7 @@ def _native_columns(info: ShardInfo) -> dict[str, Any]:
     }
 
 
-def tar_file_id(info: TarShardInfo | FolderShardInfo) -> str:
+def tar_file_id(info: InPlaceInfo) -> str:
     """A tar's id: BLAKE2b-128 of its record and entry rows (keys' hashes, offsets, sizes, CRCs).
 
     A tar has no id of its own; this one changes whenever a payload, a key or
@@ -111,7 +130,7 @@ def tar_file_id(info: TarShardInfo | FolderShardInfo) -> str:
     return h.hexdigest()
 
 
-def _in_place_columns(info: TarShardInfo | FolderShardInfo, kind: str) -> dict[str, Any]:
+def _in_place_columns(info: InPlaceInfo, kind: str) -> dict[str, Any]:
     """The columns of data indexed where it lies: no header or footer, a CRC per payload."""
     import numpy as np
 
@@ -154,11 +173,22 @@ def _files_columns(info: FolderShardInfo) -> dict[str, Any]:
     return columns
 
 
+def _columnar_columns(info: ColumnShardInfo) -> dict[str, Any]:
+    columns = _in_place_columns(info, info.kind)
+    columns["user_metadata"] = {info.kind: {"first_index": info.first_index}}
+    return columns
+
+
 NATIVE = ShardKind("native", _native_columns, True)
 TAR = ShardKind("tar", _tar_columns, False, from_rows=True)
 FILES = ShardKind("files", _files_columns, False, from_rows=True, is_file=False)
+MDS = ShardKind("mds", _columnar_columns, False, from_rows=True, deleted_on_request=False)
+LITDATA = ShardKind("litdata", _columnar_columns, False, from_rows=True, deleted_on_request=False)
 
-KINDS: dict[str, ShardKind] = {k.name: k for k in (NATIVE, TAR, FILES)}
+KINDS: dict[str, ShardKind] = {k.name: k for k in (NATIVE, TAR, FILES, MDS, LITDATA)}
+
+RANGES_OF_FILE = frozenset(k.name for k in KINDS.values() if k.ranges_of_file)
+"""The kinds whose records are byte ranges of their file read from their rows (not native)."""
 
 
 def shard_kind(name: str) -> ShardKind:
@@ -179,10 +209,13 @@ def shard_kind(name: str) -> ShardKind:
 
 
 def kind_of(info: Summary) -> ShardKind:
-    """The kind of a summary: a tar scan, a folder group or a native footer."""
+    """The kind of a summary: a tar scan, a folder group, a columnar file or a native footer."""
+    from ..format.columnar import ColumnShardInfo
     from ..format.folder import FolderShardInfo
     from ..format.tar import TarShardInfo
 
     if isinstance(info, FolderShardInfo):
         return FILES
+    if isinstance(info, ColumnShardInfo):
+        return KINDS[info.kind]
     return TAR if isinstance(info, TarShardInfo) else NATIVE

@@ -88,9 +88,10 @@ LIVE_STATES = ("staged", "committed")
 
 JOB_STATES = ("open", "committed", "aborted")
 
-SHARD_KINDS = ("native", "tar", "files")
+SHARD_KINDS = ("native", "tar", "files", "mds", "litdata")
 """``native``: a shardcat shard file; ``tar``: a WebDataset tar indexed in place (revision 0004);
-``files``: a group of samples of a plain folder indexed in place (revision 0010)."""
+``files``: a group of samples of a plain folder indexed in place (revision 0010); ``mds`` and
+``litdata``: an MDS shard or a LitData chunk indexed in place (revision 0011)."""
 
 # JSONB on PostgreSQL (indexable, operators like ->> and @>), JSON elsewhere.
 JSONType: TypeEngine[Any] = JSON().with_variant(JSONB(), "postgresql")

@@ -1,13 +1,15 @@
-"""``shardcat index-tar``, ``index-files`` and ``taridx export|import``: data indexed in place.
+"""``shardcat index-tar``, ``index-files``, ``index-mds``, ``index-litdata`` and ``taridx``.
 
-The commands only parse: indexing is :func:`shardcat.index_tar` and
-:func:`shardcat.index_files`, the TARIDX conversions are
-:mod:`shardcat.orchestration.taridx_io`.
+Data indexed in place. The commands only parse: indexing is
+:func:`shardcat.index_tar`, :func:`shardcat.index_files` and
+:func:`shardcat.index_directory`, the TARIDX
+conversions are :mod:`shardcat.orchestration.taridx_io`.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
@@ -46,6 +48,8 @@ class OnError(str, enum.Enum):
 def register(app: typer.Typer) -> None:
     app.command("index-tar")(index_tar)
     app.command("index-files")(index_files)
+    app.command("index-mds")(index_mds)
+    app.command("index-litdata")(index_litdata)
     taridx_app.command("export")(export)
     taridx_app.command("import")(import_)
     use_global_options(taridx_app)
@@ -147,6 +151,93 @@ def index_files(
             on_error=on_error.value,
             fields=fields,
             fields_entry=field_entry,
+            **job.args,
+        )
+    job.out.tar_indexed(summary)
+
+
+DirectoryArgument = Annotated[
+    str,
+    typer.Argument(help="The directory holding index.json: a path or URL.", metavar="SRC"),
+]
+KeyColumnOption = Annotated[
+    str | None,
+    typer.Option(
+        "--key-column",
+        help="The column whose values are the keys (text or integer); default: the sample index.",
+        metavar="COLUMN",
+    ),
+]
+FileOnError = Annotated[
+    OnError,
+    typer.Option(help="fail: a damaged file fails the job; skip: report it and leave it out."),
+]
+
+
+def _directory_command(kind: str, doc: str) -> Callable[..., None]:
+    """The command that indexes a directory of ``kind`` (``index-mds``, ``index-litdata``)."""
+
+    def command(
+        ctx: typer.Context,
+        source: DirectoryArgument,
+        dataset: Annotated[str, typer.Argument(help="The dataset's name.", metavar="DATASET")],
+        key_column: KeyColumnOption = None,
+        on_error: FileOnError = OnError.fail,
+        workers: WorkersOption = None,
+        scheduler: SchedulerOption = None,
+        progress: ProgressOption = True,
+    ) -> None:
+        _index_directory(
+            ctx, kind, source, dataset, key_column, on_error, workers, scheduler, progress
+        )
+
+    command.__doc__ = doc
+    return command
+
+
+index_mds = _directory_command(
+    "mds",
+    """Index an MDS directory (MosaicML Streaming) in place: a key lookup per sample, CRC-checked.
+
+    Each shard is read once by one Dask task, which computes every column's
+    CRC32C; the job commits at once. Each column becomes an entry of its
+    name (the --key-column one excepted). Compressed shards are refused. The
+    files are never changed, and `gc` and `delete` never delete them.
+    """,
+)
+index_litdata = _directory_command(
+    "litdata",
+    """Index a LitData optimized directory in place: a key lookup per sample, CRC-checked.
+
+    As index-mds: each chunk one Dask task, each leaf of a sample an entry
+    named by its path (image, meta.a). Compressed or encrypted chunks are
+    refused. The files are never changed, and `gc` and `delete` never
+    delete them.
+    """,
+)
+
+
+def _index_directory(
+    ctx: typer.Context,
+    kind: str,
+    source: str,
+    dataset: str,
+    key_column: str | None,
+    on_error: OnError,
+    workers: int | None,
+    scheduler: str | None,
+    progress: bool,
+) -> None:
+    from ..orchestration import index_directory
+
+    with dask_job(ctx, workers, scheduler, progress, "indexing", "files", create=True) as job:
+        summary = index_directory(
+            source,
+            catalog=job.catalog,
+            dataset=dataset,
+            format="mds" if kind == "mds" else "litdata",
+            key_column=key_column,
+            on_error=on_error.value,
             **job.args,
         )
     job.out.tar_indexed(summary)

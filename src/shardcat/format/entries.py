@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "KEY",
     "NPY_TYPE",
+    "RAW_ARRAY_TYPE",
     "Entry",
     "Record",
     "check_sample",
@@ -37,6 +38,7 @@ __all__ = [
     "decode_value",
     "decodes_to_bytes",
     "encode_value",
+    "raw_array_type",
     "sample_key",
 ]
 
@@ -47,6 +49,10 @@ NPY_TYPE = "application/x-npy"
 JSON_TYPE = "application/json"
 TEXT_TYPE = "text/plain; charset=utf-8"
 OCTET_TYPE = "application/octet-stream"
+RAW_ARRAY_TYPE = "application/x-raw-array"
+"""Numbers as a C-order array's bytes, no header: ``application/x-raw-array; dtype=<i8``
+(a scalar: decoded to a Python number) or ``...; dtype=<f4; shape=3,4`` (a numpy array).
+MDS and LitData store numeric columns so; an entry indexed in place is their bytes."""
 
 # Names that mimetypes does not know, or knows differently on some systems.
 _EXTRA_TYPES = {
@@ -359,6 +365,8 @@ def decode_value(view: memoryview, content_type: str, *, writable: bool = False)
                 ) from e
         if base.startswith("text/"):
             return str(view, _charset(content_type))
+        if base == RAW_ARRAY_TYPE:
+            return _raw_array(view, content_type, writable)
     except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, FormatError
         raise SampleDecodeError(_reason(e, len(view)), content_type=content_type) from e
     return bytes(view)
@@ -462,7 +470,48 @@ def _checked_type(name: str) -> str | None:
 def decodes_to_bytes(content_type: str) -> bool:
     """Whether :func:`decode_value` returns an entry of this content type as its bytes, unchanged."""
     base = content_type.split(";", 1)[0].strip()
-    return not (base in (NPY_TYPE, JSON_TYPE) or base.endswith("+json") or base.startswith("text/"))
+    return not (
+        base in (NPY_TYPE, JSON_TYPE, RAW_ARRAY_TYPE)
+        or base.endswith("+json")
+        or base.startswith("text/")
+    )
+
+
+def raw_array_type(dtype: str, shape: tuple[int, ...] | None = None) -> str:
+    """The content type of :data:`RAW_ARRAY_TYPE` values of ``dtype`` (a scalar if no ``shape``)."""
+    import numpy as np
+
+    text = f"{RAW_ARRAY_TYPE}; dtype={np.dtype(dtype).str}"
+    return text if shape is None else f"{text}; shape={','.join(map(str, shape))}"
+
+
+@functools.lru_cache(maxsize=256)
+def _raw_params(content_type: str) -> tuple[np.dtype[Any], tuple[int, ...] | None]:
+    import numpy as np
+
+    params = dict(p.strip().partition("=")[::2] for p in content_type.split(";")[1:])
+    try:
+        dtype = np.dtype(params["dtype"].strip())
+        if dtype.hasobject:
+            raise ValueError("object arrays are not raw numbers")
+        shape = params.get("shape")
+        dims = None if shape is None else tuple(int(d) for d in shape.split(",") if d.strip())
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"content type {content_type!r} names no valid dtype") from e
+    return dtype, dims
+
+
+def _raw_array(view: memoryview, content_type: str, writable: bool) -> Any:
+    import numpy as np
+
+    dtype, shape = _raw_params(content_type)
+    array = np.frombuffer(view, dtype)  # a size that is no multiple of the dtype: ValueError
+    if shape is None:
+        if len(array) != 1:
+            raise ValueError(f"{len(view)} bytes are not one {dtype} value")
+        return array[0].item()
+    array = array.reshape(shape)
+    return array.copy() if writable else array
 
 
 @functools.lru_cache(maxsize=256)

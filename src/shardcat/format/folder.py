@@ -18,7 +18,7 @@ CRCs to :func:`folder_info`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from ..errors import ChecksumError
 from .checksums import key_hash
 from .entries import Entry, guess_content_type
 from .footer import EntrySpec
-from .info import RowArrays
+from .info import InPlaceShardInfo
 from .spec import ENTRY_ROW_DTYPE, RECORD_ROW_DTYPE, Codec
 
 __all__ = [
@@ -77,22 +77,9 @@ class FolderSample:
 
 
 @dataclass(frozen=True, slots=True)
-class FolderShardInfo(RowArrays):
-    """A group of samples of a folder, shaped like :class:`~shardcat.format.ShardInfo`.
-
-    ``records`` and ``entries`` use the native footer's row layouts, so the
-    catalog registers a group the way it registers a shard.
-    """
-
-    path: str
-    """The group's URL (:func:`group_url`)."""
-    size: int
-    """Bytes of all its files."""
-    keys: list[str]
-    records: np.ndarray = field(repr=False)
-    entries: np.ndarray = field(repr=False)
-    specs: list[EntrySpec] = field(default_factory=list)
-    shard_number: int | None = None
+class FolderShardInfo(InPlaceShardInfo):
+    """A group of samples of a folder: ``path`` is the group's URL (:func:`group_url`),
+    ``size`` the bytes of all its files."""
 
     @property
     def folder(self) -> str:

@@ -11,7 +11,7 @@ import numpy as np
 from .footer import EntrySpec, Footer
 from .header import Header
 
-__all__ = ["RowArrays", "ShardInfo"]
+__all__ = ["InPlaceShardInfo", "RowArrays", "ShardInfo"]
 
 
 class RowArrays:
@@ -103,3 +103,22 @@ class ShardInfo(RowArrays):
             entries=footer.entries,
             specs=footer.specs,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class InPlaceShardInfo(RowArrays):
+    """Data registered where it lies (no header, no footer), shaped like :class:`ShardInfo`.
+
+    ``records`` and ``entries`` use the native footer's row layouts, so the
+    catalog registers it the way it registers a shard; each entry row holds
+    the CRC32C computed while indexing.
+    """
+
+    path: str
+    size: int
+    """Bytes of the data it covers."""
+    keys: list[str]
+    records: np.ndarray = field(repr=False)
+    entries: np.ndarray = field(repr=False)
+    specs: list[EntrySpec] = field(default_factory=list)
+    shard_number: int | None = None

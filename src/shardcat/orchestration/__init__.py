@@ -1,4 +1,4 @@
-"""Dask orchestration: parallel shard writes, tar and folder indexing committed at once, parallel reads, exports."""
+"""Dask orchestration: parallel shard writes, tar, folder, MDS and LitData indexing committed at once, parallel reads, exports."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from .copy import CopySummary, copy_dataset
 from .dataset_writer import DatasetWriter
 from .export import ExportSummary, export
 from .files import FileSource, from_files
+from .index_columnar import IndexColumnarSummary, index_directory
 from .index_files import FileFailure, IndexFilesSummary, index_files
 from .index_tar import IndexTarSummary, TarFailure, index_tar
 from .keys import delete_keys
@@ -33,6 +34,7 @@ __all__ = [
     "ExportSummary",
     "FileFailure",
     "FileSource",
+    "IndexColumnarSummary",
     "IndexFilesSummary",
     "IndexTarSummary",
     "TarFailure",
@@ -46,6 +48,7 @@ __all__ = [
     "delete_keys",
     "export",
     "from_files",
+    "index_directory",
     "index_files",
     "index_tar",
     "iter_row_records",

@@ -8,7 +8,7 @@ reads them here, one shard at a time, whatever its kind:
 - a native shard: its records' ``entry`` through the footer, one sequential read;
 - a folder indexed in place: its record rows from the catalog, and only the
   ``entry`` file of each sample, checked against its CRC32C;
-- a tar indexed in place (no footer): its record rows from the catalog, and
+- a tar, MDS shard or LitData chunk indexed in place (no footer): its record rows from the catalog, and
   only the ``entry`` payload of each sample, in ranges coalesced across
   small gaps (8 KiB locally, ``remote_max_gap`` on object stores), each
   checked against the CRC32C computed when the tar was indexed.
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from .._ranges import LOCAL_MAX_GAP, coalesce, split
 from .._types import ByteRange
 from ..catalog import internal
+from ..catalog.kinds import shard_kind
 from ..format.footer import EntrySpec
 from ..format.spec import Codec
 from ..format.tar import read_tar_record
@@ -61,7 +62,7 @@ def shard_field_values(
     """
     names = tuple(fields)
     out: list[tuple[int, dict[str, Any]]] = []
-    if shard.kind == "tar":
+    if shard_kind(shard.kind).ranges_of_file:  # samples are byte ranges of the file, no footer
         rows = internal.record_rows(catalog, shard.id)
         for offset, value in _tar_entries(shard.url, rows, entry, storage_options):
             found = field_values({entry: value}, names, entry)

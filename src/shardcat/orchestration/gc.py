@@ -23,9 +23,12 @@ What gc never deletes, whatever the rows say:
 * a file of a folder indexed in place (shard kind ``files``), nor any file
   under such a folder: a group's row names the folder, never a file gc may
   remove, and the folder's files are the user's even where they end in
-  ``.shard``.
+  ``.shard``;
+* an MDS shard or LitData chunk indexed in place (kinds ``mds``,
+  ``litdata``): the directory's ``index.json`` names it, so not even
+  ``delete_tars`` removes it.
 
-Both are reported in :attr:`GcReport.kept`.
+Each is reported in :attr:`GcReport.kept`.
 
 A file that cannot be removed keeps its row (the next gc tries again). Every
 request rides out a store that goes away for a while (storage/retry.py); one
@@ -61,7 +64,12 @@ log = logging.getLogger(__name__)
 
 _SHARDISH = (".shard", ".partial")
 
-_IN_PLACE = {"tar": "a tar", "files": "a folder group"}
+_IN_PLACE = {
+    "tar": "a tar",
+    "files": "a folder group",
+    "mds": "an MDS shard",
+    "litdata": "a LitData chunk",
+}
 
 
 @dataclass
@@ -291,7 +299,10 @@ def delete_dataset(
         mine = cat.shard_urls(dataset=dataset)
         # Per URL: may deleting the dataset delete the file (kinds.py decides per shard kind)?
         owned = {
-            s.url: shard_kind(s.kind).owns_files or (delete_tars and shard_kind(s.kind).is_file)
+            s.url: shard_kind(s.kind).owns_files
+            or (
+                delete_tars and shard_kind(s.kind).is_file and shard_kind(s.kind).deleted_on_request
+            )
             for s in shards
         }
         kinds = {s.url: s.kind for s in shards}
@@ -311,7 +322,8 @@ def delete_dataset(
                     "a tar indexed in place: only its rows are deleted "
                     "(delete_tars=True / --delete-tars removes it)"
                     if kinds.get(url) == "tar"
-                    else "a folder indexed in place: only its rows are deleted, never its files"
+                    else f"{_IN_PLACE[kinds[url]]} indexed in place: only its rows are deleted, "
+                    "never its files"
                 )
             if reason is not None:
                 report.kept.append(f"{url}: {reason}")

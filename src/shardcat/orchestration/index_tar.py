@@ -139,6 +139,20 @@ def tar_shard_numbers(urls: list[str]) -> list[int | None]:
     return [n if n is not None and seen[n] == 1 else None for n in numbers]
 
 
+def registered_urls(results: list[TarResult]) -> list[str]:
+    """The files the successful tasks staged: what the commit makes visible."""
+    return [r.url for r in results if r.failure is None]
+
+
+def split_results(results: list[TarResult]) -> tuple[list[TarResult], list[TarFailure]]:
+    """The tasks' results: the files registered, and those left out (``on_error="skip"``, logged)."""
+    done = [r for r in results if r.failure is None]
+    failed = [r.failure for r in results if r.failure is not None]
+    for f in failed:
+        log.warning("skipped %s: %s", f.url, f.message)
+    return done, failed
+
+
 def index_tar_task(
     url: str,
     storage_options: dict[str, Any],
@@ -315,9 +329,6 @@ def run_index_job(
             ]
             return tasks.submit(dask_client, index_tar_task, calls, retries)
 
-        def manifest(results: list[TarResult]) -> list[str]:
-            return [r.url for r in results if r.failure is None]
-
         job_id, results, seconds = run_in_place(
             cat,
             what="index-tar",
@@ -328,15 +339,12 @@ def run_index_job(
             near=tars[0],
             properties={"tars": len(tars)},
             submit=submit,
-            manifest=manifest,
+            manifest=registered_urls,
             fields=fields,
             progress=progress,
             storage_options=opts,
         )
-        done = [r for r in results if r.failure is None]
-        failed = [r.failure for r in results if r.failure is not None]
-        for f in failed:
-            log.warning("skipped %s: %s", f.url, f.message)
+        done, failed = split_results(results)
         summary = IndexTarSummary(
             dataset=dataset,
             job_id=job_id,

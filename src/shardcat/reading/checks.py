@@ -6,13 +6,15 @@ Reading files takes time, so it happens here, outside any transaction
 (:func:`prepare_from_footers`, :func:`check_files`); the catalog's
 :mod:`~shardcat.catalog.maintenance` then only runs SQL with what was read.
 How a file is read depends on its kind: a native shard's footer and every
-CRC, a tar's full re-scan, every file of a folder group read again.
+CRC, a tar's full re-scan, every file of a folder group read again, an MDS
+shard or LitData chunk scanned again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .._redact import redact_url
@@ -92,18 +94,33 @@ def scan_tar_url(url: str, storage_options: Any) -> TarShardInfo:
         source.close()
 
 
-def _tar_check(url: str, storage_options: Any) -> FileCheck:
-    # Scanning reads every byte and checks every header; the payload CRCs it
-    # computes are then compared with the rows (a changed payload is a mismatch).
+def _scanned(url: str, what: str, scan: Callable[[], Any]) -> FileCheck:
+    """A file of data indexed in place scanned again: its summary, or why there is none."""
     try:
-        info = scan_tar_url(url, storage_options)
+        info = scan()
     except ShardNotFoundError as e:
-        return None, [Problem(url, "missing", f"the tar does not exist: {e}")], 0
+        return None, [Problem(url, "missing", f"the {what} does not exist: {e}")], 0
     except FormatError as e:
-        return None, [Problem(url, "corrupt", f"the tar cannot be scanned: {e}")], 0
+        return None, [Problem(url, "corrupt", f"the {what} cannot be scanned: {e}")], 0
     except (ShardcatError, OSError) as e:
         return None, [Problem(url, "unreadable", str(e))], 0
     return info, [], len(info.records)
+
+
+def _tar_check(url: str, storage_options: Any) -> FileCheck:
+    # Scanning reads every byte and checks every header; the payload CRCs it
+    # computes are then compared with the rows (a changed payload is a mismatch).
+    return _scanned(url, "tar", lambda: scan_tar_url(url, storage_options))
+
+
+def _columnar_check(
+    kind: str, url: str, storage_options: Any, samples: FolderSamples = ()
+) -> FileCheck:
+    # The file is scanned again as its index.json now says (every column's CRC32C);
+    # the catalog's rows name the key column (the one column that is no entry).
+    from .columnar import rescan
+
+    return _scanned(url, f"{kind} file", lambda: rescan(kind, url, storage_options, samples))
 
 
 FolderSamples = Sequence[tuple[str, int, list[str]]]
@@ -120,28 +137,34 @@ CHECKS: dict[str, Callable[..., FileCheck]] = {
     "native": _native_check,
     "tar": _tar_check,
     "files": _files_check,
+    "mds": partial(_columnar_check, "mds"),
+    "litdata": partial(_columnar_check, "litdata"),
 }
 """Shard kind -> read the file again and check every byte it can: ``(summary, problems, records checked)``.
 
 Called as ``check(url, storage_options)``; a kind whose files only the
 catalog names (``files``) also gets its records' :data:`FolderSamples`."""
 
-NAMED_BY_CATALOG = frozenset({"files"})
-"""Kinds whose files the catalog's rows name (a folder group): their check needs those rows."""
+NAMED_BY_CATALOG = frozenset({"files", "mds", "litdata"})
+"""Kinds whose check needs the catalog's rows: a folder group's name its files, an MDS
+shard's or LitData chunk's name the column its keys came from."""
 
 
-def _files_summary(url: str, storage_options: Any) -> Summary:
-    # A group's files are named by its catalog rows alone: there is nothing to rebuild them from.
+def _not_rebuilt(what: str, command: str, url: str, storage_options: Any) -> Summary:
+    # A folder group's files (a columnar file's key column) are named by its catalog rows
+    # alone: there is nothing to rebuild them from.
     raise ValueError(
-        f"{redact_url(url)} is a group of a folder indexed in place: its rows are not rebuilt "
-        "from one file; index the folder again (`shardcat index-files`, shardcat.index_files)"
+        f"{redact_url(url)} is {what} indexed in place: its rows are not rebuilt from one "
+        f"file; index it again (`shardcat {command}`)"
     )
 
 
 SUMMARIES: dict[str, Callable[[str, Any], Summary]] = {
     "native": _native_summary,
     "tar": scan_tar_url,
-    "files": _files_summary,
+    "files": partial(_not_rebuilt, "a group of a folder", "index-files"),
+    "mds": partial(_not_rebuilt, "a shard of an MDS directory", "index-mds"),
+    "litdata": partial(_not_rebuilt, "a chunk of a LitData directory", "index-litdata"),
 }
 """Shard kind -> the summary its catalog rows are rebuilt from (reindex)."""
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeAlias
 
 from ..catalog.kinds import shard_kind
@@ -84,15 +85,20 @@ def decode_native(view: memoryview, row: RowAt) -> Record:
     )
 
 
-def _tar_decode(view: memoryview, row: RowAt) -> Record:
-    # A tar sample has no frame: the layout names the entries, the spans place them.
+def _ranges_decode(
+    view: memoryview, row: RowAt, fix: str = "re-index the tar", holder: str = "tar"
+) -> Record:
+    # A tar sample (an MDS or LitData sample) has no frame: the layout names the
+    # entries, the spans place them inside the sample's range of the file.
     names = row.layout()
-    located = row_spans(row.spans, len(names), row.url, "re-index the tar", row.offset)
+    located = row_spans(row.spans, len(names), row.url, fix, row.offset)
     specs = [EntrySpec(name, ctype, codec) for name, ctype, codec in names]
     # Tar reading loads on first use: a native lookup needs none of it.
     from ..format.tar import read_tar_record
 
-    return read_tar_record(view, row.key, specs, located, path=row.url, offset=row.offset)
+    return read_tar_record(
+        view, row.key, specs, located, path=row.url, offset=row.offset, holder=holder
+    )
 
 
 def _files_decode(view: memoryview, row: RowAt) -> Record:
@@ -136,8 +142,12 @@ def row_spans(
 
 DECODERS: dict[str, Decoder] = {
     "native": decode_native,
-    "tar": _tar_decode,
+    "tar": _ranges_decode,
     "files": _files_decode,
+    "mds": partial(_ranges_decode, fix="index the MDS directory again", holder="MDS shard"),
+    "litdata": partial(
+        _ranges_decode, fix="index the LitData directory again", holder="LitData chunk"
+    ),
 }
 """Shard kind -> how a whole record of it is decoded (every kind of :data:`~shardcat.catalog.kinds.KINDS`)."""
 

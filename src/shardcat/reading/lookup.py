@@ -29,6 +29,7 @@ from .._types import ByteRange, StorageOptions
 from ..catalog import fence
 from ..catalog.connection import RawConnection
 from ..catalog.history import Version
+from ..catalog.kinds import RANGES_OF_FILE
 from ..catalog.results import BatchResult, DescribedBatch, EntryInfo, Location
 from ..catalog.spans import unpack_spans
 from ..catalog.sqlite_file import SqliteFile
@@ -352,7 +353,7 @@ class Lookup:
         """
         for sid, url, alignment, kind in self._query(self._shards_sql, (dataset,)):
             self._shards[sid] = (url, int(alignment)) if kind == "native" else None
-            if kind == "tar":
+            if kind in RANGES_OF_FILE:  # a tar sample's, an MDS or LitData sample's range
                 self._tars[sid] = url
             elif kind == "files":
                 self._folders[sid] = url
@@ -375,7 +376,7 @@ class Lookup:
         if not rows:
             raise self._missing(dataset, key, version)
         url, alignment, offset, length, spans, kind, signature = rows[0]
-        if tar_id is not None and kind == "tar" and self._tars.get(tar_id) != url:
+        if tar_id is not None and kind in RANGES_OF_FILE and self._tars.get(tar_id) != url:
             self._tars[tar_id] = url
         try:
             data = self._read_range(kind, url, key, offset, 0, length, spans, signature)

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ...orchestration import (
         CompactSummary,
         CopySummary,
+        IndexColumnarSummary,
         IndexFilesSummary,
         IndexTarSummary,
         WriteProgressCallback,
@@ -148,8 +149,11 @@ class Output(ABC):
         """What a committed copy or move produced."""
 
     @abstractmethod
-    def tar_indexed(self, summary: IndexTarSummary | IndexFilesSummary) -> None:
-        """What a committed ``index-tar`` or ``index-files`` job registered, and what it skipped."""
+    def tar_indexed(
+        self, summary: IndexTarSummary | IndexFilesSummary | IndexColumnarSummary
+    ) -> None:
+        """What a committed ``index-tar``, ``index-files``, ``index-mds`` or ``index-litdata`` job
+        registered, and what it skipped."""
 
     @abstractmethod
     def taridx_done(

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ...orchestration import (
         CompactSummary,
         CopySummary,
+        IndexColumnarSummary,
         IndexFilesSummary,
         IndexTarSummary,
         WriteProgressCallback,
@@ -68,8 +69,8 @@ def timestamp(value: dt.datetime | None) -> str | None:
 def describe_entry(entry: Entry) -> tuple[Any, bool]:
     """(printable value, whether it is the decoded content) of an entry.
 
-    Text and JSON are decoded; a ``.npy`` array is described by its shape
-    and dtype; anything else (or what does not decode) as ``<N bytes type>``.
+    Text, JSON and raw numbers are decoded; an array (``.npy``, raw) is described
+    by its shape and dtype; anything else (or what does not decode) as ``<N bytes type>``.
     """
     ctype = entry.content_type
     base = ctype.split(";", 1)[0].strip()
@@ -78,9 +79,11 @@ def describe_entry(entry: Entry) -> tuple[Any, bool]:
             return entry.decode(), True
         except ValueError:  # undecodable text or JSON: show it as bytes
             pass
-    if base == "application/x-npy":
+    if base in ("application/x-npy", "application/x-raw-array"):
         try:
             a = entry.decode()
+            if not hasattr(a, "shape"):  # a raw scalar (an MDS or LitData number): its value
+                return a, True
             return f"<array shape={tuple(a.shape)} dtype={a.dtype}>", False
         except ValueError:
             pass
@@ -210,7 +213,9 @@ class JsonOutput(Output):
     def copy_summary(self, summary: CopySummary) -> None:
         self._print(dataclasses.asdict(summary))
 
-    def tar_indexed(self, summary: IndexTarSummary | IndexFilesSummary) -> None:
+    def tar_indexed(
+        self, summary: IndexTarSummary | IndexFilesSummary | IndexColumnarSummary
+    ) -> None:
         self._print({**dataclasses.asdict(summary), "mb_per_s": round(summary.mb_per_s, 3)})
 
     def taridx_done(

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from ...orchestration import (
         CompactSummary,
         CopySummary,
+        IndexColumnarSummary,
         IndexFilesSummary,
         IndexTarSummary,
         WriteProgressCallback,
@@ -220,7 +221,9 @@ class TextOutput(Output):
         for url in summary.sources_left:
             self._line(f"  not removed (no longer used: delete it): {url}")
 
-    def tar_indexed(self, summary: IndexTarSummary | IndexFilesSummary) -> None:
+    def tar_indexed(
+        self, summary: IndexTarSummary | IndexFilesSummary | IndexColumnarSummary
+    ) -> None:
         self._line(str(summary))
         for f in summary.failed:
             err_console.print(f"skipped {f.url}: {f.error}: {f.message}", markup=False)

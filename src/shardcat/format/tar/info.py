@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..footer import EntrySpec
-from ..info import RowArrays
+from ..info import InPlaceShardInfo
 from .spec import BLOCK
 
 __all__ = ["TarEntry", "TarSample", "TarShardInfo"]
@@ -50,7 +50,7 @@ class TarSample:
 
 
 @dataclass(frozen=True, slots=True)
-class TarShardInfo(RowArrays):
+class TarShardInfo(InPlaceShardInfo):
     """Summary of one scanned tar, shaped like :class:`~shardcat.format.ShardInfo`.
 
     ``records``, ``entries`` and ``specs`` use the native footer's row
@@ -58,27 +58,19 @@ class TarShardInfo(RowArrays):
     record's ``offset``/``length`` are its byte range in the tar, each entry
     row's ``offset`` is the payload's offset inside that range, with its size
     and CRC32C; ``spec`` indexes ``specs`` (name, content type, codec
-    ``none``). Every array is in archive order.
+    ``none``). Every array is in archive order. ``size`` counts every byte
+    of the file (end-of-archive blocks and padding included);
+    ``shard_number`` is the catalog's: a tar has none of its own;
+    ``index_tar`` sets it from the URL's trailing digits when no other tar
+    of the job has the same.
     """
 
-    path: str
-    size: int
-    """Bytes in the file (end-of-archive blocks and padding included)."""
-    end_offset: int
+    end_offset: int = 0
     """Where the end-of-archive block starts."""
-    member_count: int
+    member_count: int = 0
     """Members seen, extension headers not counted."""
-    skipped: int
+    skipped: int = 0
     """Members that are not sample entries: directories, links, other types, names without a key."""
-    keys: list[str]
-    records: np.ndarray = field(repr=False)
-    """RECORD_ROW_DTYPE: offset, length, key_hash (xxh64 of the key), key_length, entry_count."""
-    entries: np.ndarray = field(repr=False)
-    """ENTRY_ROW_DTYPE: offset (from the record's first byte), size, crc, spec."""
-    specs: list[EntrySpec] = field(default_factory=list)
-    shard_number: int | None = None
-    """The catalog's ``shard_number``: a tar has none of its own; ``index_tar`` sets it
-    from the URL's trailing digits when no other tar of the job has the same."""
 
     def payload_offsets(self) -> np.ndarray:
         """Each entry's payload offset in the tar (uint64, archive order)."""
