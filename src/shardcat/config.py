@@ -190,6 +190,14 @@ SETTINGS: tuple[Setting, ...] = (
         "workers before it stops with WorkersLostError, which says how to resume (0: no limit).",
     ),
     Setting(
+        "dask_failed_task_wait",
+        30.0,
+        "seconds",
+        "How long a failed write waits for the tasks its workers were running to stop (each "
+        "stops at its next shard) before it removes what the job wrote (0: no wait; a late "
+        "task still removes its own shard, and gc anything left).",
+    ),
+    Setting(
         "role_password",
         None,
         "secret",

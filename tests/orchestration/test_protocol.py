@@ -190,7 +190,11 @@ def test_a_failed_jobs_late_tasks_never_touch_the_rerun(catalog_url, where, tmp_
         # Partition 0 fails at once; the others are still writing when the job aborts.
         parts = [dask.delayed(failing_tagged)("old", 0, 50)]
         parts += [dask.delayed(slow_tagged)("old", p, 50, 6.0) for p in range(1, 4)]
-        with pytest.raises(RuntimeError, match="never succeeds"):
+        # No wait for them (as after a wait that ran out, or a killed client): they run on.
+        with (
+            shardcat.config.set(dask_failed_task_wait=0),
+            pytest.raises(RuntimeError, match="never succeeds"),
+        ):
             shardcat.write(db.from_delayed(parts), root, dataset="ds", retries=0, **common)
         # The user reruns at once, while the old job's tasks are still running.
         summary = shardcat.write(tagged_bag("new", 4, 50), root, dataset="ds", **common)

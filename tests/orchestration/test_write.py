@@ -394,6 +394,20 @@ def test_a_failed_write_returns_once_its_running_tasks_have_stopped(client, tmp_
     assert Catalog(sqlite_url).datasets() == []
 
 
+def test_the_wait_for_a_failed_jobs_tasks_is_a_number_of_seconds():
+    from shardcat.orchestration.watch import failed_task_wait
+
+    assert failed_task_wait() == 30.0
+    with shardcat.config.set(dask_failed_task_wait="2.5"):
+        assert failed_task_wait() == 2.5
+    for bad, why in (("soon", "is not a number of seconds"), ("-1", "is negative")):
+        with (
+            shardcat.config.set(dask_failed_task_wait=bad),
+            pytest.raises(ValueError, match=f"SHARDCAT_DASK_FAILED_TASK_WAIT='{bad}' {why}"),
+        ):
+            failed_task_wait()
+
+
 def test_a_first_write_into_a_missing_bucket_leaves_no_dataset(client, catalog_url, s3):
     """The dataset is not pinned to ``s3://no-such-bucket/x`` once a later job succeeds."""
     opts = s3["storage_options"]

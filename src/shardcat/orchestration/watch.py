@@ -30,6 +30,7 @@ __all__ = [
     "JobRef",
     "TaskProgressCallback",
     "Waiter",
+    "failed_task_wait",
     "gather",
     "interrupted",
     "no_workers_timeout",
@@ -48,8 +49,6 @@ _MAX_CHECK_INTERVAL = 1.0
 """The scheduler is asked for its workers at most this often (once per timeout/4 if shorter)."""
 _MAX_RESULT_WAIT = 60.0
 """Seconds one attempt to fetch a finished task's result may take, between checks."""
-_SETTLE_TIMEOUT = 30.0
-"""Seconds a failed job waits for its running tasks to notice (the rest of one shard's write)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,18 +91,24 @@ def no_workers_timeout() -> float:
     ValueError
         The setting is not a number of seconds (the message names its variable).
     """
-    raw = config.get("dask_no_workers_timeout")
+    return _seconds("dask_no_workers_timeout", "0 = no limit")
+
+
+def failed_task_wait() -> float:
+    """The ``dask_failed_task_wait`` setting in seconds (0: no wait), checked as above."""
+    return _seconds("dask_failed_task_wait", "0 = no wait")
+
+
+def _seconds(key: str, zero: str) -> float:
+    raw = config.get(key)
     try:
         seconds = float(str(raw).strip())
     except ValueError:
         raise ValueError(
-            f"${config.env_var('dask_no_workers_timeout')}={raw!r} is not a number of seconds "
-            "(0 = no limit)"
+            f"${config.env_var(key)}={raw!r} is not a number of seconds ({zero})"
         ) from None
     if seconds < 0:
-        raise ValueError(
-            f"${config.env_var('dask_no_workers_timeout')}={raw!r} is negative (0 = no limit)"
-        )
+        raise ValueError(f"${config.env_var(key)}={raw!r} is negative ({zero})")
     return seconds
 
 
@@ -249,14 +254,18 @@ def stop_tasks(client: Client, futures: list[Future[Any]]) -> list[Future[Any]]:
     return running
 
 
-def settle(client: Client, running: list[Future[Any]], timeout: float = _SETTLE_TIMEOUT) -> None:
-    """Wait (at most ``timeout`` seconds) for ``running`` tasks to end, then forget them.
+def settle(client: Client, running: list[Future[Any]], timeout: float | None = None) -> None:
+    """Wait (at most ``timeout`` seconds, by default the ``dask_failed_task_wait``
+    setting) for ``running`` tasks to end, then forget them.
 
     Their errors are theirs to log: the job's own error is what the caller reports.
     """
     if not running:
         return
     from distributed import wait
+
+    if timeout is None:
+        timeout = failed_task_wait()
 
     with contextlib.suppress(Exception):
         wait(running, timeout=timeout)
