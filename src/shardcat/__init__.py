@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from .orchestration.copy import copy_dataset
     from .orchestration.dataset_writer import DatasetWriter
     from .orchestration.export import export
+    from .orchestration.groups import add_entries
     from .orchestration.files import from_files
     from .orchestration.index_files import index_files
     from .orchestration.index_tar import index_tar
@@ -71,6 +72,7 @@ __all__ = [
     "VerifyReport",
     "VersionError",
     "__version__",
+    "add_entries",
     "compact",
     "copy_dataset",
     "delete_keys",
@@ -102,6 +104,7 @@ _LAZY = {
     "open_shard": ".storage.shards",
     "iter_shards": ".storage.streaming",
     "Catalog": ".reading",
+    "add_entries": ".orchestration",
     "compact": ".orchestration",
     "copy_dataset": ".orchestration",
     "DatasetWriter": ".orchestration",

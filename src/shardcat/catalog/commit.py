@@ -33,6 +33,7 @@ from .._types import ON_DUPLICATE, OnDuplicate
 from ..errors import CommitConflictError, DatasetExistsError
 from . import visibility
 from .datasets import find_dataset
+from .groups import SKIPPED_KEYS, GroupWrite, apply_group
 from .duplicates import (
     LIVE_ELSEWHERE,
     OF_JOB,
@@ -104,6 +105,7 @@ def commit(
     added: tuple[int, int] | None = None,
     keys_unique: bool = False,
     rewrite: bool = False,
+    group: GroupWrite | None = None,
 ) -> int:
     """Make the job's staged shards visible as a new dataset version; returns its number.
 
@@ -152,6 +154,12 @@ def commit(
         the new version, so nothing deleted or replaced comes back; the
         job's ``properties["superseded"]`` counts them. Takes the place of
         ``on_duplicate``.
+    group:
+        The job's records are a column group's (``add_entries``,
+        docs/GROUPS.md): :func:`.groups.apply_group` makes them the group's
+        and checks their keys and entry names; then ``group.mode`` takes the
+        place of ``on_duplicate`` (``append``: error, ``replace``: replace),
+        within the group.
     added:
         The (records, bytes) the job adds, when the caller knows them without
         asking: one shard it just staged, committed without ``hidden``,
@@ -199,6 +207,12 @@ def commit(
     if replace:
         removed = remove_records(session, f"records.dataset_id = :d AND {LIVE_ELSEWHERE}", params)
     hidden_copies = skipped = 0
+    if group is not None:
+        if rewrite or replace:
+            raise ValueError("a group's commit cannot also rewrite or overwrite")
+        _, skipped = apply_group(session, dataset, job, group, version)
+        on_duplicate = "replace" if group.mode == "replace" else "error"
+        check = True
     if rewrite:
         hidden_copies, removed = resolve_rewrite(session, dataset, job, params, removed)
         check = False
@@ -215,7 +229,8 @@ def commit(
             session.execute(select(or_(staged > 1, committed_exists(dataset.id)))).scalar()
         )
     if check:
-        removed, skipped = resolve_duplicates(session, dataset, job, on_duplicate, params, removed)
+        removed, dropped = resolve_duplicates(session, dataset, job, on_duplicate, params, removed)
+        skipped += dropped
     if added is None:
         counted = session.execute(
             text(
@@ -250,6 +265,8 @@ def commit(
     if rewrite:
         # What the commit decided stays on the job's row (a later expiry may drop the version's).
         ended["properties"] = {**(job.properties or {}), SUPERSEDED: hidden_copies}
+    elif group is not None:
+        ended["properties"] = {**(job.properties or {}), "group": group.name, SKIPPED_KEYS: skipped}
     done = session.execute(
         update(Job).where(Job.id == job.id, Job.state == "open").values(**ended),
         execution_options=NO_SYNC,

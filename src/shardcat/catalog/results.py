@@ -142,11 +142,16 @@ class EntryInfo:
 
 @dataclass(frozen=True, slots=True)
 class Location:
-    """Where a record's bytes are: ``url``, bytes ``[offset, offset + length)``."""
+    """Where a record's bytes are: ``url``, bytes ``[offset, offset + length)``.
+
+    ``groups``: where the sample's column groups' records are, in group order
+    (docs/GROUPS.md); empty for a sample without groups.
+    """
 
     url: str
     offset: int
     length: int
+    groups: tuple[Location, ...] = ()
 
     @property
     def end(self) -> int:

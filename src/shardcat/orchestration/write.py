@@ -35,6 +35,7 @@ from ..errors import (
     WorkersLostError,
 )
 from ..storage import brace_patterns, dataset_prefix, redact, resolve
+from ..catalog.groups import SKIPPED_KEYS, GroupWrite
 from .cluster import ClientChoice, client_for
 from .files import FileListing, FileSource, SampleFiles, list_source, plan_partitions, read_samples
 from .gc import forget_failed_dataset
@@ -132,6 +133,8 @@ class WriteSummary:
     """Hidden files of a :func:`from_files` source (never packed)."""
     resumed_partitions: int = 0
     """Partitions an earlier, interrupted run of the job had finished (not written again)."""
+    skipped_keys: int = 0
+    """``add_entries(on_missing="skip")``: samples left out, their keys not in the dataset."""
 
     @property
     def mb_per_s(self) -> float:
@@ -343,6 +346,37 @@ def write(
     >>> events[-1]  # doctest: +SKIP
     WriteProgress(done_partitions=64, total_partitions=64, records=1000000, bytes=..., seconds=...)
     """
+    return _write(group=None, **locals())
+
+
+def _write(
+    data: Any,
+    url: str,
+    *,
+    catalog: Catalog | str,
+    dataset: str,
+    shard_size: int | str,
+    max_records_per_shard: int | None,
+    compression: str | None,
+    metadata: Mapping[str, Any] | None,
+    mode: Mode,
+    on_duplicate: OnDuplicate,
+    message: str | None,
+    storage_options: Mapping[str, Any] | None,
+    key_column: str,
+    json_entry: str,
+    fields: Mapping[str, type] | None,
+    prefix: str | None,
+    client: ClientChoice,
+    batch_size: int,
+    retries: int,
+    progress: bool | WriteProgressCallback | None,
+    job_name: str | None,
+    resume: bool,
+    allow_changed_inputs: bool,
+    group: GroupWrite | None,
+) -> WriteSummary:
+    """:func:`write`; with ``group``, :func:`~.groups.add_entries`' job (an append committed as a group's)."""
     from ..reading import Catalog
 
     with Catalog.opened(catalog) as cat:
@@ -445,6 +479,7 @@ def write(
                     on_duplicate,
                     message,
                     opts,
+                    group,
                 )
             except KeyboardInterrupt as e:
                 stays_open = job_name is not None or resume
@@ -476,9 +511,15 @@ def write(
             skipped_files=len(source.skipped) if isinstance(source, FileListing) else 0,
             hidden_files=source.hidden if isinstance(source, FileListing) else 0,
             resumed_partitions=len(finished),
+            skipped_keys=_skipped_keys(cat, job.id) if group is not None else 0,
         )
         log.info("%s", summary)
         return summary
+
+
+def _skipped_keys(cat: Catalog, job_id: int) -> int:
+    """What a group's commit left out (keys not in the dataset), from the job's row."""
+    return int((cat.job(job_id).properties or {}).get(SKIPPED_KEYS, 0))
 
 
 def _small(source: Any) -> bool:
