@@ -43,6 +43,7 @@ __all__ = [
     "ExtraNotInstalledError",
     "FormatError",
     "GroupNotFoundError",
+    "GroupsUnsupportedError",
     "Hint",
     "HistoryWarning",
     "InvalidKeyError",
@@ -715,6 +716,14 @@ class EntryExistsError(CatalogError, ValueError):
 
 class GroupNotFoundError(CatalogError, KeyError):
     """The dataset has no live column group of that name."""
+
+
+class GroupsUnsupportedError(CatalogError, ValueError):
+    """An operation that does not handle column groups yet met a dataset that has some.
+
+    Copy, move and compaction of datasets with groups come in a later phase
+    (docs/GROUPS.md §5): drop the groups first, or wait for it.
+    """
 
 
 class VersionNotFoundError(CatalogError, KeyError):

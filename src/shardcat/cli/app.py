@@ -78,6 +78,7 @@ def _register() -> None:
         tar_cmds,
         version_cmds,
         write_cmd,
+        groups_cmds,
     )
     from .catalog import catalog_app
 
@@ -88,6 +89,7 @@ def _register() -> None:
     dataset_cmds.register(app)
     maintenance_cmds.register(app)
     version_cmds.register(app)
+    groups_cmds.register(app)
     sql_cmd.register(app)
     shard_cmds.register(app)
     tar_cmds.register(app)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..catalog.groups import GroupMode, GroupWrite, OnMissing, check_group_write
+from ..errors import GroupsUnsupportedError
 from ..storage import dataset_prefix
 from .cluster import ClientChoice
 from .progress import WriteProgressCallback
@@ -21,7 +22,24 @@ from .write import WriteSummary, _write
 if TYPE_CHECKING:
     from ..reading import Catalog
 
-__all__ = ["add_entries", "group_prefix"]
+__all__ = ["add_entries", "group_prefix", "refuse_groups"]
+
+
+def refuse_groups(cat: Catalog, dataset: str, what: str) -> None:
+    """Refuse ``what`` on a dataset with live column groups (not handled yet: docs/GROUPS.md §5).
+
+    Raises
+    ------
+    GroupsUnsupportedError
+        The dataset has a live group.
+    """
+    live = [g.name for g in cat.groups(dataset) if g.dropped_version is None]
+    if live:
+        raise GroupsUnsupportedError(
+            f"dataset {dataset!r} has column groups {live}: {what} of a dataset with groups is "
+            "not supported yet (it would leave the groups' entries behind); drop the groups "
+            f"first (Catalog.drop_group / `shardcat drop-group {dataset} NAME`) if that is meant"
+        )
 
 
 def group_prefix(dataset: str, group: str) -> str:

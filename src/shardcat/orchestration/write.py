@@ -157,6 +157,11 @@ class WriteSummary:
                 else ""
             )
             + (f"; {', '.join(skipped)}" if skipped else "")
+            + (
+                f"; {count_of(self.skipped_keys, 'sample')} skipped (keys not in the dataset)"
+                if self.skipped_keys
+                else ""
+            )
         )
 
 

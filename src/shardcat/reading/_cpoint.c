@@ -757,7 +757,7 @@ static PyObject *point_rows(Point *self, PyObject *const *args, Py_ssize_t nargs
                 urls[shared++] = url;
             }
         }
-        PyObject *row = PyTuple_New(8);
+        PyObject *row = PyTuple_New(9);
         if (row == NULL) {
             Py_DECREF(url);
             goto fail;
@@ -786,6 +786,10 @@ static PyObject *point_rows(Point *self, PyObject *const *args, Py_ssize_t nargs
         if ((v = text_or_none(b.bytes + r->sig, r->sig_len)) == NULL)
             goto fail;
         PyTuple_SET_ITEM(row, 7, v);
+        /* group_id: always the base's (batch_fetch declines a group's row). */
+        if ((v = PyLong_FromLong(0)) == NULL)
+            goto fail;
+        PyTuple_SET_ITEM(row, 8, v);
     }
     goto done;
 fail:

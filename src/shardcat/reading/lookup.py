@@ -575,8 +575,8 @@ class Lookup:
         as any batch is); the base's rows come first, the groups' in group order.
         """
         by_group: dict[int, list[Any]] = {}
-        for row in rows:  # the compiled rows (8 columns) are the base's: it declines groups
-            by_group.setdefault(row[statements.BATCH_GROUP] if len(row) > 8 else 0, []).append(row)
+        for row in rows:
+            by_group.setdefault(row[statements.BATCH_GROUP], []).append(row)
         del rows
         parts: dict[str, list[Record]] = {}
         for group in sorted(by_group):

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         VersionDiff,
         VersionInfo,
     )
+    from ...catalog.groups import GroupInfo
     from ...catalog.readonly import ReadOnlyRole
     from ...demo import DemoReport
     from ...format import Record, VerifyReport
@@ -186,11 +187,13 @@ class Output(ABC):
         *,
         version: int | None = None,
         hidden_records: int = 0,
+        groups: Sequence[GroupInfo] = (),
     ) -> None:
         """A dataset's totals, shard size distribution and entry kinds.
 
         ``version``: the version described (default the dataset's latest);
-        ``hidden_records``: records its shards hold that it does not serve.
+        ``hidden_records``: records its shards hold that it does not serve;
+        ``groups``: its column groups (their shards are not among ``shards``).
         """
 
     @abstractmethod
@@ -240,6 +243,10 @@ class Output(ABC):
     @abstractmethod
     def version_log(self, dataset: str, versions: Sequence[VersionInfo]) -> None:
         """A dataset's kept versions, newest first, with counts and tags."""
+
+    @abstractmethod
+    def groups(self, dataset: str, groups: Sequence[GroupInfo]) -> None:
+        """A dataset's column groups (``shardcat groups``)."""
 
     @abstractmethod
     def version_change(self, message: str, document: Mapping[str, Any]) -> None:
