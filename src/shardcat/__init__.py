@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     from .orchestration.copy import copy_dataset
     from .orchestration.dataset_writer import DatasetWriter
     from .orchestration.export import export
-    from .orchestration.groups import add_entries
     from .orchestration.files import from_files
+    from .orchestration.groups import add_entries
     from .orchestration.index_files import index_files
     from .orchestration.index_tar import index_tar
     from .orchestration.keys import delete_keys

@@ -96,7 +96,11 @@ def test_the_duplicate_rule_is_per_group(cat, local_root):
     with pytest.raises(EntryExistsError):
         add_group(cat, local_root, keys[:1], name="fix", make=lambda k: {"cap.txt": "fixed"})
     add_group(
-        cat, local_root, keys[:1], name="fix", replace_entries=True,
+        cat,
+        local_root,
+        keys[:1],
+        name="fix",
+        replace_entries=True,
         make=lambda k: {"cap.txt": "fixed"},
     )
     assert cat.get("train", keys[0])["cap.txt"].decode() == "fixed"
@@ -104,7 +108,12 @@ def test_the_duplicate_rule_is_per_group(cat, local_root):
     # Writing that name into the older group is refused: the newer one would hide it.
     with pytest.raises(EntryExistsError, match="added after"):
         add_group(
-            cat, local_root, keys[:1], number=2, mode="replace", replace_entries=True,
+            cat,
+            local_root,
+            keys[:1],
+            number=2,
+            mode="replace",
+            replace_entries=True,
             make=lambda k: {"cap.txt": "again"},
         )
 
@@ -132,7 +141,9 @@ def test_the_compiled_path_serves_keys_without_groups_and_declines_the_others(
         # The batch statement's compiled rows decline a group's row as well.
         from shardcat.format.checksums import signed_key_hashes
 
-        assert lookup._point_lookup.rows("train", signed_key_hashes([k.encode() for k in keys[5:9]]))
+        assert lookup._point_lookup.rows(
+            "train", signed_key_hashes([k.encode() for k in keys[5:9]])
+        )
         assert lookup._point_lookup.rows("train", signed_key_hashes([keys[1].encode()])) is None
 
 

@@ -81,9 +81,11 @@ def test_add_entries_writes_only_the_group_and_every_read_merges_it(client, tmp_
         assert list(cat.get("train", "k007", entries=["txt"])) == ["txt"]
         assert list(cat.get("train", "k007", entries=["cls", "txt"])) == ["cls", "txt"]
         assert list(cat.get("train", "k007", entries=["txt"], version=before)) == []
-        many = cat.get_many("train", keys[:10] + ["nope"])
+        many = cat.get_many("train", [*keys[:10], "nope"])
         assert many.missing == ["nope"]
-        assert [r["txt"].decode() for r in many.records[:10]] == [f"a photo of {k}" for k in keys[:10]]
+        assert [r["txt"].decode() for r in many.records[:10]] == [
+            f"a photo of {k}" for k in keys[:10]
+        ]
         assert all(set(r) == {"jpg", "cls", "txt"} for r in many.records[:10])
         old = cat.get_many("train", keys[:10], version=before)
         assert all(set(r) == {"jpg", "cls"} for r in old.records)
@@ -109,7 +111,7 @@ def test_unknown_keys_are_an_error_or_skipped_and_counted(client, tmp_path, cata
         assert cat.info("train").version == version  # nothing committed
         assert cat.groups("train") == []
         summary = add(cat, client, samples, on_missing="skip")
-        assert summary.skipped_keys == 2
+        assert summary.skipped_keys == 2 and summary.records == 2
         assert cat.get("train", "k001")["txt"].decode() == "a photo of k001"
         assert "txt" not in cat.get("train", "k003")
         with pytest.raises(KeyNotFoundError):
@@ -129,7 +131,9 @@ def test_entry_names_the_samples_have_need_replace_entries(client, tmp_path, cat
         assert cat.get("train", "k004")["cls"].decode() == "fixed"
         assert cat.get("train", "k004", entries=["cls"])["cls"].decode() == "fixed"
         assert cat.get_many("train", ["k004"]).records[0]["cls"].decode() == "fixed"
-        assert cat.get_many("train", ["k004"], entries=["cls"]).records[0]["cls"].decode() == "fixed"
+        assert (
+            cat.get_many("train", ["k004"], entries=["cls"]).records[0]["cls"].decode() == "fixed"
+        )
         assert cat.get("train", "k004", version=before)["cls"].decode() == "1"
         assert list(cat.get("train", "k004")) == ["jpg", "cls"]  # replaced in its place
         assert cat.read_part("train", "k004", "cls", 0, 5).tobytes() == b"fixed"
@@ -152,7 +156,10 @@ def test_replace_mode_fixes_part_of_a_group_as_a_new_version(client, tmp_path, c
         assert cat.get("train", "k001", version=first)["txt"].decode() == "a photo of k001"
         got = cat.get_many("train", keys[:4])
         assert [r["txt"].decode() for r in got.records] == [
-            "fixed k000", "fixed k001", "fixed k002", "a photo of k003"
+            "fixed k000",
+            "fixed k001",
+            "fixed k002",
+            "a photo of k003",
         ]
         assert cat.groups("train")[0].records == 20
         with pytest.raises(GroupNotFoundError):

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from . import shards as _shards
     from . import statistics as _statistics
     from . import versions as _versions
+    from .groups import GroupWrite
     from .kinds import Summary
     from .manifests import DatasetHistory
     from .selection import FilterLimits, Selection

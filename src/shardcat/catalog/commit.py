@@ -33,7 +33,6 @@ from .._types import ON_DUPLICATE, OnDuplicate
 from ..errors import CommitConflictError, DatasetExistsError
 from . import visibility
 from .datasets import find_dataset
-from .groups import SKIPPED_KEYS, GroupWrite, apply_group
 from .duplicates import (
     LIVE_ELSEWHERE,
     OF_JOB,
@@ -42,6 +41,7 @@ from .duplicates import (
     resolve_duplicates,
     resolve_rewrite,
 )
+from .groups import SKIPPED_KEYS, GroupWrite, apply_group
 from .models import Dataset, Job, Record, Shard
 from .retire import retire
 from .session import NO_SYNC

@@ -164,7 +164,7 @@ def apply_group(
         session.add(row)
         session.flush()
     gid = int(row.id)
-    params = {"job": job.id, "v": version, "d": dataset.id, "g": gid}
+    params: dict[str, object] = {"job": job.id, "v": version, "d": dataset.id, "g": gid}
     session.execute(
         text(f"UPDATE records SET group_id = :g WHERE {OF_JOB}"), params, execution_options=NO_SYNC
     )
@@ -279,8 +279,6 @@ def list_groups(session: Session, dataset_id: int) -> list[GroupInfo]:
         select(Group).where(Group.dataset_id == dataset_id).order_by(Group.id)
     ).scalars()
     return [
-        GroupInfo(
-            g.name, g.id, g.added_version, g.dropped_version, *counts.get(g.id, (0, 0))
-        )
+        GroupInfo(g.name, g.id, g.added_version, g.dropped_version, *counts.get(g.id, (0, 0)))
         for g in rows
     ]

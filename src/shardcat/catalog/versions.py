@@ -464,9 +464,7 @@ def visible_shards(
     # The base's shards: a column group's shards hold entries of samples, not samples
     # (streaming, copies and compaction of groups come later: docs/GROUPS.md §5).
     # A group's shard holds its records only: its first record's group says (one seek).
-    group_of = (
-        select(Record.group_id).where(Record.shard_id == Shard.id).limit(1).scalar_subquery()
-    )
+    group_of = select(Record.group_id).where(Record.shard_id == Shard.id).limit(1).scalar_subquery()
     shards = list(
         session.execute(
             select(Shard)

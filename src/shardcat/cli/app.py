@@ -71,6 +71,7 @@ def _register() -> None:
         copy_cmd,
         dataset_cmds,
         export_cmd,
+        groups_cmds,
         maintenance_cmds,
         serve_cmd,
         shard_cmds,
@@ -78,7 +79,6 @@ def _register() -> None:
         tar_cmds,
         version_cmds,
         write_cmd,
-        groups_cmds,
     )
     from .catalog import catalog_app
 

@@ -126,7 +126,7 @@ def add_entries(
             dataset=dataset,
             group=group,
             mode="replace" if mode is GroupMode.replace_them else "append",
-            on_missing=on_missing.value,  # type: ignore[arg-type]
+            on_missing="skip" if on_missing is OnMissing.skip else "error",
             replace_entries=replace_entries,
             shard_size=shard_size,
             compression=compression,

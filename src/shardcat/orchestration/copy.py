@@ -47,8 +47,8 @@ from ..storage import is_local, join, local_path, open_pending, redact, resolve,
 from ..storage.removal import remove_files
 from ..storage.shards import ShardReader
 from ..storage.translate import storage_errors
-from .groups import refuse_groups
 from .cluster import ClientChoice, client_for
+from .groups import refuse_groups
 from .reach import refuse_unreachable_stores
 from .watch import JobRef, TaskProgressCallback, gather, interrupted
 

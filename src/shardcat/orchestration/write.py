@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from .. import config
 from .._types import OnDuplicate
 from .._units import count_of, format_bytes, parse_size
+from ..catalog.groups import SKIPPED_KEYS, GroupWrite
 from ..errors import (
     BucketNotFoundError,
     DatasetNotFoundError,
@@ -35,7 +36,6 @@ from ..errors import (
     WorkersLostError,
 )
 from ..storage import brace_patterns, dataset_prefix, redact, resolve
-from ..catalog.groups import SKIPPED_KEYS, GroupWrite
 from .cluster import ClientChoice, client_for
 from .files import FileListing, FileSource, SampleFiles, list_source, plan_partitions, read_samples
 from .gc import forget_failed_dataset
@@ -503,10 +503,11 @@ def _write(
                 raise
         results.sort(key=lambda r: r.partition)
         shards = [s for r in results for s in r.shards]
+        skipped_keys = _skipped_keys(cat, job.id) if group is not None else 0
         summary = WriteSummary(
             dataset=dataset,
             job_id=job.id,
-            records=sum(r.records for r in results),
+            records=sum(r.records for r in results) - skipped_keys,  # what the version serves
             shards=shards,
             bytes=sum(r.bytes for r in results),
             payload_bytes=sum(r.payload_bytes for r in results),
@@ -516,7 +517,7 @@ def _write(
             skipped_files=len(source.skipped) if isinstance(source, FileListing) else 0,
             hidden_files=source.hidden if isinstance(source, FileListing) else 0,
             resumed_partitions=len(finished),
-            skipped_keys=_skipped_keys(cat, job.id) if group is not None else 0,
+            skipped_keys=skipped_keys,
         )
         log.info("%s", summary)
         return summary

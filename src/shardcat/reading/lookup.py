@@ -615,7 +615,9 @@ class Lookup:
         described: dict[str, list[EntryInfo]] = {}
         plan = []
         for key, key_rows in found.items():
-            everies = [self._wanted(row[0], row[1], bytes(row[3]), row[7], None) for row in key_rows]
+            everies = [
+                self._wanted(row[0], row[1], bytes(row[3]), row[7], None) for row in key_rows
+            ]
             # A later group's entry of a name is the one described and read (docs/GROUPS.md).
             holder = {w[0]: i for i, every in enumerate(everies) for w in every}
             infos: dict[str, EntryInfo] = {}
