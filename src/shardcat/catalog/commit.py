@@ -23,7 +23,7 @@ The job rows (open, stageable, ended) are :mod:`.jobs`'.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import func, or_, select, text, update
@@ -47,7 +47,14 @@ from .retire import retire
 from .session import NO_SYNC
 from .versions import delete_keys, mark_fully_removed, record_version, remove_records
 
-__all__ = ["SUPERSEDED", "VersionMoved", "bump_version", "commit", "commit_delete"]
+__all__ = [
+    "SUPERSEDED",
+    "VersionMoved",
+    "bump_version",
+    "commit",
+    "commit_delete",
+    "shardless_version",
+]
 
 SUPERSEDED = "superseded"
 """The job property a rewrite's commit records: how many of its records it left out."""
@@ -376,24 +383,48 @@ def commit_delete(
 ) -> int:
     """See :meth:`Catalog.delete_keys`: a job with no shards whose version removes the keys."""
     ds = find_dataset(session, dataset)
+    return shardless_version(
+        session,
+        ds,
+        "delete_keys",
+        "delete",
+        message,
+        lambda version: delete_keys(session, ds, keys, version, missing_ok=missing_ok),
+    )
+
+
+def shardless_version(
+    session: Session,
+    ds: Dataset,
+    description: str,
+    operation: str,
+    message: str | None,
+    change: Callable[[int], tuple[int, int]],
+    properties: dict[str, Any] | None = None,
+) -> int:
+    """A version that only removes records: a committed job without shards, ``change`` its work.
+
+    ``change(version)`` removes what the version removes and returns (records, bytes).
+    """
     version = bump_version(session, ds, None)
     job = Job(
         dataset_id=ds.id,
         state="committed",
-        description="delete_keys",
+        description=description,
         base_version=version - 1,
         version=version,
         finished_at=func.now(),
+        properties=properties,
     )
     session.add(job)
     session.flush()
-    removed = delete_keys(session, ds, keys, version, missing_ok=missing_ok)
+    removed = change(version)
     record_version(
         session,
         ds.id,
         version,
         job_id=job.id,
-        operation="delete",
+        operation=operation,
         message=message,
         added=(0, 0),
         removed=removed,

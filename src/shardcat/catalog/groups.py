@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from sqlalchemy import func, select, text
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from ..errors import EntryExistsError, GroupNotFoundError, Hint, UnknownKeysError
@@ -22,7 +22,7 @@ from .datasets import find_dataset
 from .duplicates import LIVE_ELSEWHERE, OF_JOB
 from .models import BASE_GROUP, Dataset, Group, Job
 from .session import NO_SYNC
-from .versions import mark_fully_removed, record_version, remove_records
+from .versions import mark_fully_removed, remove_records
 
 __all__ = [
     "GROUP_MODES",
@@ -216,9 +216,9 @@ def apply_group(
 
 def drop_group(session: Session, dataset: str, name: str, message: str | None) -> int:
     """See :meth:`Catalog.drop_group`: a version that removes the group's records."""
-    ds = find_dataset(session, dataset)
-    from .commit import bump_version  # commit imports this module
+    from .commit import shardless_version  # commit imports this module
 
+    ds = find_dataset(session, dataset)
     row = session.execute(
         select(Group).where(
             Group.dataset_id == ds.id, Group.name == name, Group.dropped_version.is_(None)
@@ -229,35 +229,22 @@ def drop_group(session: Session, dataset: str, name: str, message: str | None) -
             f"dataset {dataset!r} has no group {name!r}; its groups are "
             f"{[g.name for g in list_groups(session, ds.id) if g.dropped_version is None]}"
         )
-    version = bump_version(session, ds, None)
-    job = Job(
-        dataset_id=ds.id,
-        state="committed",
-        description="drop_group",
-        base_version=version - 1,
-        version=version,
-        finished_at=func.now(),
-        properties={"group": name},
+    group = row
+
+    def drop(version: int) -> tuple[int, int]:
+        params: dict[str, object] = {"d": ds.id, "v": version, "g": group.id}
+        removed = remove_records(
+            session,
+            f"records.dataset_id = :d AND records.group_id = :g AND {LIVE_ELSEWHERE}",
+            params,
+        )
+        group.dropped_version = version
+        mark_fully_removed(session, ds.id, version)
+        return removed
+
+    return shardless_version(
+        session, ds, "drop_group", "drop-group", message, drop, properties={"group": name}
     )
-    session.add(job)
-    session.flush()
-    params: dict[str, object] = {"d": ds.id, "v": version, "g": row.id}
-    removed = remove_records(
-        session, f"records.dataset_id = :d AND records.group_id = :g AND {LIVE_ELSEWHERE}", params
-    )
-    row.dropped_version = version
-    mark_fully_removed(session, ds.id, version)
-    record_version(
-        session,
-        ds.id,
-        version,
-        job_id=job.id,
-        operation="drop-group",
-        message=message,
-        added=(0, 0),
-        removed=removed,
-    )
-    return version
 
 
 def list_groups(session: Session, dataset_id: int) -> list[GroupInfo]:

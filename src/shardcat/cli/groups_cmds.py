@@ -20,7 +20,13 @@ from .common import (
     open_catalog,
     state_of,
 )
-from .write_cmd import KeyRule, KeyRuleOption, _check_codec, _check_size
+from .write_cmd import (
+    CompressionOption,
+    KeyRule,
+    KeyRuleOption,
+    MessageOption,
+    ShardSizeOption,
+)
 
 __all__ = ["register"]
 
@@ -79,21 +85,9 @@ def add_entries(
             "new version on (else an error).",
         ),
     ] = False,
-    shard_size: Annotated[
-        str, typer.Option(help="Target shard size.", callback=_check_size, metavar="SIZE")
-    ] = "256MB",
-    compression: Annotated[
-        str | None,
-        typer.Option(
-            help="Compress entries: zstd or lz4 (default: none).",
-            callback=_check_codec,
-            metavar="CODEC",
-        ),
-    ] = None,
-    message: Annotated[
-        str | None,
-        typer.Option("--message", "-m", help="Recorded with the new version (shardcat log)."),
-    ] = None,
+    shard_size: ShardSizeOption = "256MB",
+    compression: CompressionOption = None,
+    message: MessageOption = None,
     key_rule: KeyRuleOption = KeyRule.first_dot,
     workers: WorkersOption = None,
     scheduler: SchedulerOption = None,
@@ -142,9 +136,7 @@ def drop_group(
     ctx: typer.Context,
     dataset: DatasetArg,
     group: Annotated[str, typer.Argument(help="The group to drop.", metavar="GROUP")],
-    message: Annotated[
-        str | None, typer.Option("--message", "-m", help="Recorded with the new version.")
-    ] = None,
+    message: MessageOption = None,
 ) -> None:
     """Make a new version without a column group (older versions keep reading it)."""
     state = state_of(ctx)
