@@ -21,6 +21,7 @@ from . import visibility
 from .datasets import find_dataset
 from .duplicates import LIVE_ELSEWHERE, OF_JOB
 from .models import BASE_GROUP, Dataset, Group, Job
+from .results import GroupInfo
 from .session import NO_SYNC
 from .versions import mark_fully_removed, remove_records
 
@@ -60,19 +61,6 @@ class GroupWrite:
     """A key with no live base record: an error (UnknownKeysError) or left out, counted."""
     replace_entries: bool = False
     """An entry name the sample has in its base or an older group is replaced instead of refused."""
-
-
-@dataclass(frozen=True, slots=True)
-class GroupInfo:
-    """A column group of a dataset: ``shardcat groups``, :meth:`Catalog.groups`."""
-
-    name: str
-    id: int
-    added_version: int
-    dropped_version: int | None
-    records: int
-    """Its live records (0 once dropped)."""
-    bytes: int
 
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from . import commit as _commit
     from . import groups as _groups
     from . import versions as _versions
-    from .groups import GroupInfo
+    from .results import GroupInfo
 else:
     _commit = lazy_module("shardcat.catalog.commit")
     _groups = lazy_module("shardcat.catalog.groups")

@@ -18,6 +18,7 @@ __all__ = [
     "DatasetSummary",
     "DescribedBatch",
     "EntryKind",
+    "GroupInfo",
     "JobInfo",
     "Location",
     "Problem",
@@ -138,6 +139,19 @@ class EntryInfo:
     """The codec's label: ``none``, ``zstd`` or ``lz4``."""
     size: int
     crc32c: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    """A column group of a dataset: ``shardcat groups``, :meth:`Catalog.groups`."""
+
+    name: str
+    id: int
+    added_version: int
+    dropped_version: int | None
+    records: int
+    """Its live records (0 once dropped)."""
+    bytes: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,11 +25,11 @@ if TYPE_CHECKING:
         CatalogReport,
         DatasetInfo,
         ExpireResult,
+        GroupInfo,
         ShardRow,
         VersionDiff,
         VersionInfo,
     )
-    from ...catalog.groups import GroupInfo
     from ...catalog.readonly import ReadOnlyRole
     from ...demo import DemoReport
     from ...format import Entry, Record
