@@ -104,6 +104,14 @@ def test_the_duplicate_rule_is_per_group(cat, local_root):
         make=lambda k: {"cap.txt": "fixed"},
     )
     assert cat.get("train", keys[0])["cap.txt"].decode() == "fixed"
+    assert cat.get("train", keys[0], entries=["cap.txt"])["cap.txt"].decode() == "fixed"
+    assert [e.name for e in cat.describe("train", keys[0])] == [
+        "jpg",
+        "json",
+        "txt",
+        "cap.txt",
+        "more.txt",
+    ]
     assert cat.get_many("train", keys[:1]).records[0]["cap.txt"].decode() == "fixed"
     # Writing that name into the older group is refused: the newer one would hide it.
     with pytest.raises(EntryExistsError, match="added after"):

@@ -253,11 +253,9 @@ class Lookup:
             raise self._missing(dataset, key, None)
         if len(rows) > 1:  # column groups: each row's record, merged in group order
             rows.sort(key=_BY_SHARD_GROUP)
-            return _merged(key, [self._from_row(dataset, key, h, row) for row in rows])
-        return self._from_row(dataset, key, h, rows[0])
-
-    def _from_row(self, dataset: str, key: str, h: int, row: Any) -> Record:
-        """The record of one row of the point statement (:meth:`_from_rows`)."""
+            return _merged(key, [self._from_rows(dataset, key, h, [row]) for row in rows])
+        # One row (no groups): read here, no further Python frame on the hot path.
+        row = rows[0]
         shard_id, offset, length, spans, _, _ = row
         shard = self._shards.get(shard_id, _UNKNOWN)
         if shard is _UNKNOWN:
@@ -430,8 +428,21 @@ class Lookup:
     ) -> Record:
         rows = self._point_rows(dataset, key, h, version)
         record = Record(key, {}, offset=rows[0][2], length=rows[0][3])
-        for row in rows:  # only the groups that hold an asked-for entry are read
-            self._row_entries(dataset, key, row, names, record)
+        if len(rows) == 1:
+            self._row_entries(dataset, key, rows[0], names, record)
+            return record
+        # Each name from the last group that has it (docs/GROUPS.md): only those rows are read.
+        left, plan = set(names), []
+        for row in reversed(rows):
+            url, _, offset, _, spans, _, signature, _ = row
+            mine = {
+                w[0] for w in self._wanted(url, offset, bytes(spans), signature, frozenset(left))
+            }
+            left -= mine
+            plan.append((row, frozenset(mine)))
+        for row, mine in reversed(plan):
+            if mine:
+                self._row_entries(dataset, key, row, mine, record)
         return record
 
     def _row_entries(
