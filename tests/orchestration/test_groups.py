@@ -67,6 +67,7 @@ def test_add_entries_writes_only_the_group_and_every_read_merges_it(client, tmp_
         v = cat.info("train").version
         assert v == before + 1
         assert cat.log("train")[0].operation == "add-entries"
+        assert cat.diff("train", before, v).added == 0  # no sample added: entries of them
         rec = cat.get("train", "k007")
         assert dict(rec.decode()) == {
             "__key__": "k007",

@@ -322,7 +322,11 @@ def diff_versions(
     v1 = resolve_version(session, ds, old)
     v2 = resolve_version(session, ds, new)
     lo, hi = min(v1, v2), max(v1, v2)
-    base = "SELECT r.key, r.shard_id, r.byte_offset FROM records r JOIN shards s ON s.id = r.shard_id WHERE r.dataset_id = :d AND "
+    # Samples (base records): a column group's change shows in `log`, not as keys added here.
+    base = (
+        "SELECT r.key, r.shard_id, r.byte_offset FROM records r JOIN shards s ON s.id = r.shard_id"
+        f" WHERE r.dataset_id = :d AND r.group_id = {BASE_GROUP} AND "
+    )
     # Only records that changed between the two versions: visible at hi and added after lo,
     # or visible at lo and removed by hi.
     after = {
