@@ -206,8 +206,8 @@ static int point_init(Point *self, PyObject *args, PyObject *kwargs)
     if (rc == SQLITE_OK && batch_sql != NULL)
         rc = a->prepare_v2(db, batch_sql, (int)batch_len + 1, &batch, NULL);
     Py_END_ALLOW_THREADS
-    if (rc == SQLITE_OK && (stmt == NULL || a->column_count(stmt) != 6)) {
-        PyErr_SetString(PyExc_ValueError, "the point statement must select 6 columns");
+    if (rc == SQLITE_OK && (stmt == NULL || a->column_count(stmt) != 5)) {
+        PyErr_SetString(PyExc_ValueError, "the point statement must select 5 columns");
     } else if (rc == SQLITE_OK && batch_sql != NULL && (batch == NULL || a->column_count(batch) != 9)) {
         PyErr_SetString(PyExc_ValueError, "the batch statement must select 9 columns");
     } else if (rc != SQLITE_OK) {

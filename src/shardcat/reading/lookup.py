@@ -147,6 +147,8 @@ class Lookup:
         # and the URL of each tar shard among the others (the compiled path's).
         self._shards: dict[int, tuple[str, int] | None] = {}
         self._tars: dict[int, str] = {}
+        # Shard id -> its column group (0: the base), which orders a key's rows when merged.
+        self._groups: dict[int, int] = {}
         # The URL of each folder group among the others, and layouts' signatures by id:
         # a folder's whole-record lookup reads its files from the point statement's row.
         self._folders: dict[int, str] = {}
@@ -252,11 +254,14 @@ class Lookup:
         if not rows:
             raise self._missing(dataset, key, None)
         if len(rows) > 1:  # column groups: each row's record, merged in group order
-            rows.sort(key=_BY_SHARD_GROUP)
+            groups = self._groups
+            if any(row[0] not in groups for row in rows):
+                self._shard_of(dataset, rows[0][0])  # a group's shard committed since: reload
+            rows.sort(key=lambda row: groups.get(row[0], 0))
             return _merged(key, [self._from_rows(dataset, key, h, [row]) for row in rows])
         # One row (no groups): read here, no further Python frame on the hot path.
         row = rows[0]
-        shard_id, offset, length, spans, _, _ = row
+        shard_id, offset, length, spans, _ = row
         shard = self._shards.get(shard_id, _UNKNOWN)
         if shard is _UNKNOWN:
             shard = self._shard_of(dataset, shard_id)
@@ -329,8 +334,9 @@ class Lookup:
 
         Loads (again) the cache of every shard of ``dataset``: one statement.
         """
-        for sid, url, alignment, kind in self._query(self._shards_sql, (dataset,)):
+        for sid, url, alignment, kind, group in self._query(self._shards_sql, (dataset,)):
             self._shards[sid] = (url, int(alignment)) if kind == "native" else None
+            self._groups[sid] = int(group)
             if kind == "tar":
                 self._tars[sid] = url
             elif kind == "files":
@@ -896,7 +902,6 @@ class Lookup:
 
 
 _GROUP = operator.itemgetter(statements.GROUP)
-_BY_SHARD_GROUP = operator.itemgetter(statements.BY_SHARD_GROUP)
 _BATCH_GROUP = operator.itemgetter(statements.BATCH_GROUP)
 
 

@@ -181,7 +181,7 @@ class PyPoint:
                 return self._declined(dataset, key, h, rows)
             # The statement's columns are NOT NULL integers and a blob (the
             # schema): the compiled code's checks of their types are its own.
-            shard_id, offset, length, spans, layout, _ = rows[0]
+            shard_id, offset, length, spans, layout = rows[0]
             if not 0 < length <= self._one_pread or offset < 0:
                 return self._declined(dataset, key, h, rows)
             shard = self._shards.get(shard_id, _UNCACHED)

@@ -17,7 +17,6 @@ from ..catalog.history import Version
 
 __all__ = [
     "BATCH_GROUP",
-    "BY_SHARD_GROUP",
     "COMMITTED",
     "DATASET",
     "GROUP",
@@ -59,19 +58,21 @@ RECORD_SELECT = (
 # text and the CASEs cost a measurable share of a lookup's instructions.
 # The layout id names a tar sample's entries (point.TarFinisher):
 # an integer of the row already read, no join. A second row (a column group's)
-# sends the compiled path to the Python one, which merges them.
-BY_SHARD_GROUP = 5
-"""The column of ``group_id`` in ``RECORD_BY_SHARD_SELECT``'s rows."""
+# sends the compiled path to the Python one, which merges them in group order:
+# a shard's group comes with the shard cache (SHARDS), not in this statement
+# (a column here costs every lookup; docs/GROUPS.md §4).
 RECORD_BY_SHARD_SELECT = (
-    "SELECT r.shard_id, r.byte_offset, r.byte_length, r.spans, r.layout_id, r.group_id"
+    "SELECT r.shard_id, r.byte_offset, r.byte_length, r.spans, r.layout_id"
     " FROM records r JOIN shards s ON s.id = r.shard_id"
 )
 # What a miss of that cache loads: every shard of the dataset, in one
 # statement, so a thread's later lookups stay one statement each (a shard
-# committed since is one more miss and load).
+# committed since is one more miss and load). A shard's column group is its
+# first record's (a group's shards hold its records only): one seek per shard.
 SHARDS = (
-    "SELECT id, url, alignment, kind FROM shards"
-    " WHERE dataset_id = (SELECT id FROM datasets WHERE name = {p})"
+    "SELECT id, url, alignment, kind,"
+    " coalesce((SELECT r.group_id FROM records r WHERE r.shard_id = shards.id LIMIT 1), 0)"
+    " FROM shards WHERE dataset_id = (SELECT id FROM datasets WHERE name = {p})"
 )
 DATASET = "r.dataset_id = (SELECT id FROM datasets WHERE name = {p})"
 # What each version sees is visibility.py's, rendered once as text: the latest
