@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from .orchestration.dataset_writer import DatasetWriter
     from .orchestration.export import export
     from .orchestration.files import from_files
+    from .orchestration.groups import add_entries
     from .orchestration.index_columnar import index_directory
     from .orchestration.index_files import index_files
     from .orchestration.index_tar import index_tar
@@ -72,6 +73,7 @@ __all__ = [
     "VerifyReport",
     "VersionError",
     "__version__",
+    "add_entries",
     "compact",
     "copy_dataset",
     "delete_keys",
@@ -104,6 +106,7 @@ _LAZY = {
     "open_shard": ".storage.shards",
     "iter_shards": ".storage.streaming",
     "Catalog": ".reading",
+    "add_entries": ".orchestration",
     "compact": ".orchestration",
     "copy_dataset": ".orchestration",
     "DatasetWriter": ".orchestration",

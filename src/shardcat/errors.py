@@ -37,10 +37,13 @@ __all__ = [
     "DestinationNotEmptyError",
     "DuplicateKeyError",
     "EmptySourceError",
+    "EntryExistsError",
     "EntryNotFoundError",
     "ExportNameError",
     "ExtraNotInstalledError",
     "FormatError",
+    "GroupNotFoundError",
+    "GroupsUnsupportedError",
     "Hint",
     "HistoryWarning",
     "InvalidKeyError",
@@ -74,6 +77,7 @@ __all__ = [
     "StorageUnreachableError",
     "TokenNotFoundError",
     "TruncatedError",
+    "UnknownKeysError",
     "UnmatchedFilesError",
     "VersionError",
     "VersionNotFoundError",
@@ -673,6 +677,53 @@ class KeyConflictError(CommitConflictError):
     ) -> None:
         super().__init__(message, hint=hint)
         self.keys = list(keys or [])
+
+
+class UnknownKeysError(KeyNotFoundError, CatalogError):
+    """Entries were written for keys the dataset does not have (``add_entries``).
+
+    ``keys`` names some of them (at most 1,000). Nothing of the job became
+    visible; ``on_missing="skip"`` leaves such samples out instead.
+    """
+
+    def __init__(
+        self, message: str, keys: list[str] | None = None, *, hint: Hint | None = None
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.keys = list(keys or [])
+
+
+class EntryExistsError(CatalogError, ValueError):
+    """A group's entry has a name the sample already has in its base or another group.
+
+    ``names`` lists the names, ``keys`` some samples that have them. Nothing
+    of the job became visible; ``replace_entries=True`` makes the new entry
+    replace the old one from the new version on.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        names: list[str] | None = None,
+        keys: list[str] | None = None,
+        *,
+        hint: Hint | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.names = list(names or [])
+        self.keys = list(keys or [])
+
+
+class GroupNotFoundError(CatalogError, KeyError):
+    """The dataset has no live column group of that name."""
+
+
+class GroupsUnsupportedError(CatalogError, ValueError):
+    """An operation that does not handle column groups yet met a dataset that has some.
+
+    Copy, move and compaction of datasets with groups come in a later phase
+    (docs/GROUPS.md §5): drop the groups first, or wait for it.
+    """
 
 
 class VersionNotFoundError(CatalogError, KeyError):

@@ -373,3 +373,43 @@ def test_upgrade_from_0010_admits_mds_and_litdata_shards_and_keeps_the_data(
     finally:
         engine.dispose()
     assert upgrade(catalog_url) == ("0010", head_revision())
+
+
+def test_upgrade_from_0011_adds_groups_and_keeps_the_data(catalog_url, local_root):
+    """0012 (column groups): existing records become the base (group 0); a group commits after."""
+    from shardcat.catalog.groups import GroupWrite
+
+    from .helpers import make_dataset, shard_keys, write_shard
+
+    with Catalog(catalog_url) as cat:
+        make_dataset(cat, local_root, 2)
+        before = cat.get_many("train", shard_keys(0) + shard_keys(1)).records
+    assert downgrade(catalog_url, "0011") == (head_revision(), "0011")
+    assert "groups" not in _tables(catalog_url)
+    with pytest.raises(SchemaVersionError, match="shardcat catalog upgrade"):
+        Catalog(catalog_url)
+    assert upgrade(catalog_url) == ("0011", head_revision())
+    assert check(catalog_url) == []
+    engine = sa.create_engine(catalog_url)
+    try:
+        with engine.connect() as conn:
+            groups = conn.execute(sa.text("SELECT DISTINCT group_id FROM records")).scalars()
+            assert list(groups) == [0]
+    finally:
+        engine.dispose()
+    with Catalog(catalog_url) as cat:
+        assert cat.get_many("train", shard_keys(0) + shard_keys(1)).records == before
+        job = cat.begin_job("train")
+        info = write_shard(f"{local_root}/g.shard", shard_keys(0)[:3], make=lambda k: {"g": k})
+        cat.register_shard("train", info, job=job)
+        cat.commit_job(job, group=GroupWrite("g"))
+        assert cat.get("train", shard_keys(0)[1])["g"].decode() == shard_keys(0)[1]
+    # Down again: the group's records and shard go, the base reads as before.
+    assert downgrade(catalog_url, "0011") == (head_revision(), "0011")
+    assert upgrade(catalog_url) == ("0011", head_revision())
+    with Catalog(catalog_url) as cat:
+        assert cat.get_many("train", shard_keys(0) + shard_keys(1)).records == before
+        assert [s.url for s in cat.shards("train")] == [
+            f"{local_root}/train-000000.shard",
+            f"{local_root}/train-000001.shard",
+        ]

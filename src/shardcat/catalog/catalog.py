@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from . import shards as _shards
     from . import statistics as _statistics
     from . import versions as _versions
+    from .groups import GroupWrite
     from .kinds import Summary
     from .manifests import DatasetHistory
     from .selection import FilterLimits, Selection
@@ -615,6 +616,7 @@ class SqlCatalog(VersionsApi, DeprecatedMethods):
         hidden: Mapping[str, Collection[int]] | None = None,
         rewrite: bool = False,
         storage_options: Mapping[str, Any] | None = None,
+        group: GroupWrite | None = None,
     ) -> JobInfo:
         """Make every staged shard of the job visible, together, in one transaction.
 
@@ -660,6 +662,10 @@ class SqlCatalog(VersionsApi, DeprecatedMethods):
             fsspec options of the dataset's folder, where the new version's
             manifest is written (docs/LIFECYCLE.md §8), when they are not
             the catalog's (a job given its own).
+        group:
+            The job's records are entries of this column group of existing
+            samples (``add_entries``, docs/GROUPS.md); its mode takes the
+            place of ``on_duplicate``.
 
         The commit is a conditional update of the dataset's version, read
         under the dataset row's lock (concurrent commits queue for it); a
@@ -706,6 +712,7 @@ class SqlCatalog(VersionsApi, DeprecatedMethods):
                         message=message,
                         hidden=hidden,
                         rewrite=rewrite,
+                        group=group,
                     )
                 ]
 

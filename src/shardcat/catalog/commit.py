@@ -23,7 +23,7 @@ The job rows (open, stageable, ended) are :mod:`.jobs`'.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import func, or_, select, text, update
@@ -41,12 +41,20 @@ from .duplicates import (
     resolve_duplicates,
     resolve_rewrite,
 )
+from .groups import SKIPPED_KEYS, GroupWrite, apply_group
 from .models import Dataset, Job, Record, Shard
 from .retire import retire
 from .session import NO_SYNC
 from .versions import delete_keys, mark_fully_removed, record_version, remove_records
 
-__all__ = ["SUPERSEDED", "VersionMoved", "bump_version", "commit", "commit_delete"]
+__all__ = [
+    "SUPERSEDED",
+    "VersionMoved",
+    "bump_version",
+    "commit",
+    "commit_delete",
+    "shardless_version",
+]
 
 SUPERSEDED = "superseded"
 """The job property a rewrite's commit records: how many of its records it left out."""
@@ -104,6 +112,7 @@ def commit(
     added: tuple[int, int] | None = None,
     keys_unique: bool = False,
     rewrite: bool = False,
+    group: GroupWrite | None = None,
 ) -> int:
     """Make the job's staged shards visible as a new dataset version; returns its number.
 
@@ -152,6 +161,12 @@ def commit(
         the new version, so nothing deleted or replaced comes back; the
         job's ``properties["superseded"]`` counts them. Takes the place of
         ``on_duplicate``.
+    group:
+        The job's records are a column group's (``add_entries``,
+        docs/GROUPS.md): :func:`.groups.apply_group` makes them the group's
+        and checks their keys and entry names; then ``group.mode`` takes the
+        place of ``on_duplicate`` (``append``: error, ``replace``: replace),
+        within the group.
     added:
         The (records, bytes) the job adds, when the caller knows them without
         asking: one shard it just staged, committed without ``hidden``,
@@ -199,6 +214,12 @@ def commit(
     if replace:
         removed = remove_records(session, f"records.dataset_id = :d AND {LIVE_ELSEWHERE}", params)
     hidden_copies = skipped = 0
+    if group is not None:
+        if rewrite or replace:
+            raise ValueError("a group's commit cannot also rewrite or overwrite")
+        _, skipped = apply_group(session, dataset, job, group, version)
+        on_duplicate = "replace" if group.mode == "replace" else "error"
+        check = True
     if rewrite:
         hidden_copies, removed = resolve_rewrite(session, dataset, job, params, removed)
         check = False
@@ -215,7 +236,8 @@ def commit(
             session.execute(select(or_(staged > 1, committed_exists(dataset.id)))).scalar()
         )
     if check:
-        removed, skipped = resolve_duplicates(session, dataset, job, on_duplicate, params, removed)
+        removed, dropped = resolve_duplicates(session, dataset, job, on_duplicate, params, removed)
+        skipped += dropped
     if added is None:
         counted = session.execute(
             text(
@@ -250,6 +272,8 @@ def commit(
     if rewrite:
         # What the commit decided stays on the job's row (a later expiry may drop the version's).
         ended["properties"] = {**(job.properties or {}), SUPERSEDED: hidden_copies}
+    elif group is not None:
+        ended["properties"] = {**(job.properties or {}), "group": group.name, SKIPPED_KEYS: skipped}
     done = session.execute(
         update(Job).where(Job.id == job.id, Job.state == "open").values(**ended),
         execution_options=NO_SYNC,
@@ -359,24 +383,48 @@ def commit_delete(
 ) -> int:
     """See :meth:`Catalog.delete_keys`: a job with no shards whose version removes the keys."""
     ds = find_dataset(session, dataset)
+    return shardless_version(
+        session,
+        ds,
+        "delete_keys",
+        "delete",
+        message,
+        lambda version: delete_keys(session, ds, keys, version, missing_ok=missing_ok),
+    )
+
+
+def shardless_version(
+    session: Session,
+    ds: Dataset,
+    description: str,
+    operation: str,
+    message: str | None,
+    change: Callable[[int], tuple[int, int]],
+    properties: dict[str, Any] | None = None,
+) -> int:
+    """A version that only removes records: a committed job without shards, ``change`` its work.
+
+    ``change(version)`` removes what the version removes and returns (records, bytes).
+    """
     version = bump_version(session, ds, None)
     job = Job(
         dataset_id=ds.id,
         state="committed",
-        description="delete_keys",
+        description=description,
         base_version=version - 1,
         version=version,
         finished_at=func.now(),
+        properties=properties,
     )
     session.add(job)
     session.flush()
-    removed = delete_keys(session, ds, keys, version, missing_ok=missing_ok)
+    removed = change(version)
     record_version(
         session,
         ds.id,
         version,
         job_id=job.id,
-        operation="delete",
+        operation=operation,
         message=message,
         added=(0, 0),
         removed=removed,

@@ -44,8 +44,10 @@ _NEW = (
     "ns.job_id = :job AND ns.state = 'staged' "
     f"AND {visibility.sql(visibility.not_removed, 'records AS n')}"
 )
+# One live record per key per group (docs/GROUPS.md): a key's records in other groups are no duplicates.
 _OTHER = (
     "o.dataset_id = n.dataset_id AND o.key_hash = n.key_hash AND o.key = n.key "
+    "AND o.group_id = n.group_id "
     "AND (o.shard_id <> n.shard_id OR o.byte_offset <> n.byte_offset) "
     f"AND {visibility.sql(visibility.not_removed, 'records AS o')} "
     f"AND ({_S_COMMITTED} OR (s.job_id = :job AND s.state = 'staged'))"
@@ -53,12 +55,13 @@ _OTHER = (
 # Keys of the job that repeat within the job (always an error, whatever on_duplicate says).
 _WITHIN_JOB = text(
     "SELECT n.key FROM records n JOIN shards ns ON ns.id = n.shard_id WHERE "
-    f"{_NEW} GROUP BY n.key_hash, n.key HAVING count(*) > 1 LIMIT 1001"
+    f"{_NEW} GROUP BY n.key_hash, n.key, n.group_id HAVING count(*) > 1 LIMIT 1001"
 )
 # Keys of the job whose record another commit added or removed after the job began.
 _CHANGED_SINCE = text(
     "SELECT DISTINCT n.key FROM records n JOIN shards ns ON ns.id = n.shard_id "
     "JOIN records o ON o.dataset_id = n.dataset_id AND o.key_hash = n.key_hash AND o.key = n.key "
+    "AND o.group_id = n.group_id "
     f"JOIN shards s ON s.id = o.shard_id WHERE {_NEW} AND {_S_COMMITTED} "
     f"AND {visibility.sql(visibility.changed_since, 'records AS o', 'shards AS s', ':base')} "
     "LIMIT 1001"
@@ -73,13 +76,13 @@ LIVE_ELSEWHERE = (
 _SAME_KEY_IN_JOB = (
     f"EXISTS (SELECT 1 FROM records n JOIN shards ns ON ns.id = n.shard_id WHERE {_NEW} "
     "AND n.dataset_id = records.dataset_id AND n.key_hash = records.key_hash "
-    "AND n.key = records.key)"
+    "AND n.key = records.key AND n.group_id = records.group_id)"
 )
 # The committed records (`o`, its shard `s`) of the key of `records`' row.
 _OF_KEY = (
     "FROM records o JOIN shards s ON s.id = o.shard_id WHERE s.dataset_id = :d "
     "AND o.dataset_id = records.dataset_id AND o.key_hash = records.key_hash "
-    "AND o.key = records.key"
+    "AND o.key = records.key AND o.group_id = records.group_id"
 )
 # The key has a live record.
 _SAME_KEY_LIVE = (

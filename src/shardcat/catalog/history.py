@@ -22,9 +22,12 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from . import commit as _commit
+    from . import groups as _groups
     from . import versions as _versions
+    from .results import GroupInfo
 else:
     _commit = lazy_module("shardcat.catalog.commit")
+    _groups = lazy_module("shardcat.catalog.groups")
     _versions = lazy_module("shardcat.catalog.versions")
 
 __all__ = ["COMMIT_ATTEMPTS", "Version", "VersionsApi", "with_retries"]
@@ -119,6 +122,40 @@ class VersionsApi:
 
         with_retries(attempt)
         return out[-1]
+
+    def drop_group(self, dataset: str, group: str, *, message: str | None = None) -> int:
+        """A new version without the column group's entries; returns its number (docs/GROUPS.md).
+
+        No shard is rewritten: the group's records are removed at the new
+        version, so older versions keep reading them until they expire (then
+        gc deletes the group's shards).
+
+        Raises
+        ------
+        GroupNotFoundError
+            If the dataset has no live group of that name.
+        """
+        out: list[int] = []
+
+        def attempt() -> None:
+            with self._uow(write=True) as s:
+                out.append(_groups.drop_group(s, dataset, group, message))
+
+        with_retries(attempt)
+        return out[-1]
+
+    def groups(self, dataset: str) -> list[GroupInfo]:
+        """The dataset's column groups, oldest first (dropped ones too), with their live records.
+
+        Raises
+        ------
+        DatasetNotFoundError
+            If there is no such dataset.
+        """
+        from .datasets import find_dataset
+
+        with self._uow() as s:
+            return _groups.list_groups(s, find_dataset(s, dataset).id)
 
     def expire(
         self,

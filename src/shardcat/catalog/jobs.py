@@ -20,6 +20,7 @@ from .._types import OnDuplicate
 from ..errors import CommitConflictError, JobNotFoundError
 from .commit import commit
 from .datasets import find_dataset
+from .groups import GroupWrite
 from .models import Dataset, Job, Shard
 from .results import JobInfo
 from .retire import retire
@@ -196,6 +197,7 @@ def commit_job(
     message: str | None = None,
     hidden: Mapping[str, Collection[int]] | None = None,
     rewrite: bool = False,
+    group: GroupWrite | None = None,
 ) -> bool:
     """See :meth:`Catalog.commit_job`: :func:`commit` unless the job is committed already.
 
@@ -216,6 +218,7 @@ def commit_job(
             message=message,
             hidden=hidden,
             rewrite=rewrite,
+            group=group,
         )
     return row is not None
 

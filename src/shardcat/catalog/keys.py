@@ -18,7 +18,7 @@ from sqlalchemy import ColumnElement, Engine, Select, collate, select
 
 from . import fence, visibility
 from .keyrange import KEY_ORDER, prefix_end
-from .models import Record, Shard
+from .models import BASE_GROUP, Record, Shard
 from .session import translate_errors
 
 __all__ = ["iter_keys", "keys_statement", "prefix_end"]
@@ -47,8 +47,9 @@ def _where(
         if version is None
         else visibility.visible_at(Record, Shard, version)
     )
+    # A sample is its base record (a column group's records are entries of it).
     stmt = stmt.join(Shard, Shard.id == Record.shard_id).where(
-        Record.dataset_id == dataset_id, seen
+        Record.dataset_id == dataset_id, Record.group_id == BASE_GROUP, seen
     )
     if after is not None:
         # A cursor: the range continues after the last key a page showed (a seek, never OFFSET).

@@ -73,9 +73,22 @@ def reindex_shards(session: Session, dataset: str, preps: list[PreparedShard]) -
                 Shard.dataset_id == ds.id, Shard.url == prep.url, visibility.committed(Shard)
             )
         ).all()
+        # A column group's shard stays the group's (its records all are: the first says).
+        group = (
+            session.execute(
+                select(Record.group_id).where(Record.shard_id == old[0].id).limit(1)
+            ).scalar_one_or_none()
+            if old
+            else None
+        )
         drop_shards(session, [o.id for o in old])
         shard_id = insert_shard(session, ds.id, job.id, prep)
         new_ids.append(shard_id)
+        if group:
+            session.execute(
+                update(Record).where(Record.shard_id == shard_id).values(group_id=group),
+                execution_options=NO_SYNC,
+            )
         if old:
             keep_job[shard_id] = old[0].job_id
             if prep.columns["kind"] == "tar" and old[0].shard_number is not None:

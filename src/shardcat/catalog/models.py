@@ -11,6 +11,7 @@ Tables::
         │                               └──< record_fields (shard_id, byte_offset)
         ├──< dataset_fields                (dataset_id on every table)
         ├──< dataset_versions      (one row per kept version)
+        ├──< groups                (column groups: records.group_id, 0 = the base)
         └──< dataset_tags          (name -> version)
     api_tokens                     (``shardcat serve``'s access tokens, hashed)
 
@@ -51,6 +52,7 @@ from sqlalchemy.types import TypeEngine
 from .keyrange import KEY_ORDER
 
 __all__ = [
+    "BASE_GROUP",
     "JOB_STATES",
     "LIVE_STATES",
     "NAMING_CONVENTION",
@@ -62,6 +64,7 @@ __all__ = [
     "DatasetField",
     "DatasetTag",
     "DatasetVersion",
+    "Group",
     "Job",
     "Layout",
     "LayoutEntry",
@@ -316,6 +319,38 @@ class Record(Base):
     """Per entry, in layout order: offset in the record, stored size, CRC32C (see spans.py)."""
     removed_version: Mapped[int | None] = mapped_column(BigInteger)
     """The version that removed it (replaced, deleted, skipped, overwritten); NULL: live."""
+    group_id: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    """The column group it belongs to (``groups.id``); 0: the base (revision 0012, docs/GROUPS.md)."""
+
+
+BASE_GROUP = 0
+"""``records.group_id`` of a dataset's base records: the default, and no ``groups`` row."""
+
+
+class Group(Base):
+    """A named set of entries added to a dataset's samples in shards of its own (docs/GROUPS.md)."""
+
+    __tablename__ = "groups"
+    __table_args__ = (
+        # One live group per name and dataset; a dropped name may be added again.
+        Index(
+            "uq_groups_live_name",
+            "dataset_id",
+            "name",
+            unique=True,
+            sqlite_where=text("dropped_version IS NULL"),
+            postgresql_where=text("dropped_version IS NULL"),
+        ),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(255))
+    added_version: Mapped[int] = mapped_column(BigInteger)
+    """The version whose commit created it."""
+    dropped_version: Mapped[int | None] = mapped_column(BigInteger)
+    """The version that dropped it (its records removed there); NULL: live."""
 
 
 FIELD_KINDS = ("number", "text")

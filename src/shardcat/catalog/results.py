@@ -18,6 +18,7 @@ __all__ = [
     "DatasetSummary",
     "DescribedBatch",
     "EntryKind",
+    "GroupInfo",
     "JobInfo",
     "Location",
     "Problem",
@@ -141,12 +142,30 @@ class EntryInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupInfo:
+    """A column group of a dataset: ``shardcat groups``, :meth:`Catalog.groups`."""
+
+    name: str
+    id: int
+    added_version: int
+    dropped_version: int | None
+    records: int
+    """Its live records (0 once dropped)."""
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class Location:
-    """Where a record's bytes are: ``url``, bytes ``[offset, offset + length)``."""
+    """Where a record's bytes are: ``url``, bytes ``[offset, offset + length)``.
+
+    ``groups``: where the sample's column groups' records are, in group order
+    (docs/GROUPS.md); empty for a sample without groups.
+    """
 
     url: str
     offset: int
     length: int
+    groups: tuple[Location, ...] = ()
 
     @property
     def end(self) -> int:

@@ -136,7 +136,7 @@ SELECT r.shard_id AS shard_id, r.key AS key, r.byte_offset AS byte_offset,
        r.byte_length AS byte_length, s.url AS shard_url, s.shard_number AS shard_number,
        s.job_id AS job_id{fields}
 FROM records r JOIN shards s ON s.id = r.shard_id{joins}
-WHERE r.dataset_id = {dataset_id}
+WHERE r.dataset_id = {dataset_id} AND r.group_id = 0
   AND {visible}
 """
 

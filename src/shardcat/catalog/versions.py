@@ -21,7 +21,7 @@ from ..format.checksums import signed_key_hash
 from . import visibility
 from .changes import note
 from .datasets import find_dataset
-from .models import Dataset, DatasetTag, DatasetVersion, Record, Shard
+from .models import BASE_GROUP, Dataset, DatasetTag, DatasetVersion, Record, Shard
 from .results import VersionDiff, VersionInfo
 from .retire import retire
 from .session import NO_SYNC
@@ -322,7 +322,11 @@ def diff_versions(
     v1 = resolve_version(session, ds, old)
     v2 = resolve_version(session, ds, new)
     lo, hi = min(v1, v2), max(v1, v2)
-    base = "SELECT r.key, r.shard_id, r.byte_offset FROM records r JOIN shards s ON s.id = r.shard_id WHERE r.dataset_id = :d AND "
+    # Samples (base records): a column group's change shows in `log`, not as keys added here.
+    base = (
+        "SELECT r.key, r.shard_id, r.byte_offset FROM records r JOIN shards s ON s.id = r.shard_id"
+        f" WHERE r.dataset_id = :d AND r.group_id = {BASE_GROUP} AND "
+    )
     # Only records that changed between the two versions: visible at hi and added after lo,
     # or visible at lo and removed by hi.
     after = {
@@ -461,10 +465,18 @@ def visible_shards(
     """See :meth:`Catalog.visible_shards`: the version's number, its shards and hidden offsets."""
     ds = find_dataset(session, dataset)
     number = resolve_version(session, ds, version) if version is not None else int(ds.version)
+    # The base's shards: a column group's shards hold entries of samples, not samples
+    # (streaming, copies and compaction of groups come later: docs/GROUPS.md §5).
+    # A group's shard holds its records only: its first record's group says (one seek).
+    group_of = select(Record.group_id).where(Record.shard_id == Shard.id).limit(1).scalar_subquery()
     shards = list(
         session.execute(
             select(Shard)
-            .where(Shard.dataset_id == ds.id, visibility.shard_visible_at(Shard, number))
+            .where(
+                Shard.dataset_id == ds.id,
+                visibility.shard_visible_at(Shard, number),
+                func.coalesce(group_of, BASE_GROUP) == BASE_GROUP,
+            )
             .order_by(Shard.shard_number, Shard.url, Shard.id)
         ).scalars()
     )

@@ -71,6 +71,7 @@ def _register() -> None:
         copy_cmd,
         dataset_cmds,
         export_cmd,
+        groups_cmds,
         maintenance_cmds,
         serve_cmd,
         shard_cmds,
@@ -88,6 +89,7 @@ def _register() -> None:
     dataset_cmds.register(app)
     maintenance_cmds.register(app)
     version_cmds.register(app)
+    groups_cmds.register(app)
     sql_cmd.register(app)
     shard_cmds.register(app)
     tar_cmds.register(app)

@@ -78,6 +78,7 @@ def stats(
         # The version's shards, and the records in them it no longer serves
         # (replaced or deleted since): counted apart, as `compact` reclaims them.
         found = cat.dataset(dataset).stats(version=at)
+        groups = cat.groups(dataset)  # their shards are not the base's (docs/GROUPS.md)
     kinds = [
         {
             "name": k.name,
@@ -88,7 +89,9 @@ def stats(
         for k in found.entry_kinds
     ]
     info, shards, number, hidden = found.info, found.shards, found.version, found.hidden_records
-    state.out.dataset_stats(info, shards, kinds, version=number, hidden_records=hidden)
+    state.out.dataset_stats(
+        info, shards, kinds, version=number, hidden_records=hidden, groups=groups
+    )
 
 
 # --- keys, count ------------------------------------------------------------

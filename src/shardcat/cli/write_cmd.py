@@ -81,6 +81,28 @@ def _check_codec(value: str | None) -> str | None:
     return value
 
 
+ShardSizeOption = Annotated[
+    str,
+    typer.Option(
+        help="Target shard size: files are planned into shards of about this size.",
+        callback=_check_size,
+        metavar="SIZE",
+    ),
+]
+CompressionOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Compress entries: zstd or lz4 (default: none).",
+        callback=_check_codec,
+        metavar="CODEC",
+    ),
+]
+MessageOption = Annotated[
+    str | None,
+    typer.Option("--message", "-m", help="Recorded with the new version (shardcat log)."),
+]
+
+
 def write(
     ctx: typer.Context,
     src: Annotated[
@@ -97,22 +119,8 @@ def write(
     dataset: Annotated[
         str, typer.Option("--dataset", "-d", help="The dataset's name.", metavar="NAME")
     ],
-    shard_size: Annotated[
-        str,
-        typer.Option(
-            help="Target shard size: files are planned into shards of about this size.",
-            callback=_check_size,
-            metavar="SIZE",
-        ),
-    ] = "256MB",
-    compression: Annotated[
-        str | None,
-        typer.Option(
-            help="Compress entries: zstd or lz4 (default: none).",
-            callback=_check_codec,
-            metavar="CODEC",
-        ),
-    ] = None,
+    shard_size: ShardSizeOption = "256MB",
+    compression: CompressionOption = None,
     mode: Annotated[
         Mode,
         typer.Option(
@@ -127,10 +135,7 @@ def write(
             "the new sample) or skip the new sample."
         ),
     ] = OnDuplicate.error,
-    message: Annotated[
-        str | None,
-        typer.Option("--message", "-m", help="Recorded with the new version (shardcat log)."),
-    ] = None,
+    message: MessageOption = None,
     key_rule: KeyRuleOption = KeyRule.first_dot,
     no_ext_entry: Annotated[
         str | None,

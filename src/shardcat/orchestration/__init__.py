@@ -8,6 +8,7 @@ from .copy import CopySummary, copy_dataset
 from .dataset_writer import DatasetWriter
 from .export import ExportSummary, export
 from .files import FileSource, from_files
+from .groups import add_entries
 from .index_columnar import IndexColumnarSummary, index_directory
 from .index_files import FileFailure, IndexFilesSummary, index_files
 from .index_tar import IndexTarSummary, TarFailure, index_tar
@@ -42,6 +43,7 @@ __all__ = [
     "WriteProgressBar",
     "WriteProgressCallback",
     "WriteSummary",
+    "add_entries",
     "client_for",
     "compact",
     "copy_dataset",

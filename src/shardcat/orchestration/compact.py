@@ -40,6 +40,7 @@ from ..errors import ChecksumError, CommitConflictError
 from ..storage import dataset_prefix, first_free, redact
 from ..storage.shards import RollingShardWriter, ShardReader
 from .cluster import ClientChoice, client_for
+from .groups import refuse_groups
 from .plan import SHARDS_PER_PARTITION, WritePlan
 from .reach import refuse_in_memory, refuse_unreachable, refuse_unreachable_stores
 from .tasks import ATTEMPT, PartitionResult, _remove_quietly, catalog_for
@@ -264,6 +265,7 @@ def compact(
         opts = dict(storage_options if storage_options is not None else cat.storage_options)
         t0 = time.perf_counter()
         root = cat.info(dataset).root_url
+        refuse_groups(cat, dataset, "compaction")
         chosen, kept, tars = _choose(cat, dataset, min_live)
         if tars:
             log.info("%s: %d tar shards are never compacted", dataset, tars)

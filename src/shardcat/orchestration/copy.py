@@ -49,6 +49,7 @@ from ..storage.removal import remove_files
 from ..storage.shards import ShardReader
 from ..storage.translate import storage_errors
 from .cluster import ClientChoice, client_for
+from .groups import refuse_groups
 from .reach import refuse_unreachable_stores
 from .watch import JobRef, TaskProgressCallback, gather, interrupted
 
@@ -266,6 +267,7 @@ def copy_dataset(
             src_cat if to_catalog is None else opened.enter_context(Catalog.opened(to_catalog))
         )
         target = name or dataset
+        refuse_groups(src_cat, dataset, "a move" if move else "a copy")
         if not move and dst_cat.url == src_cat.url and target == dataset:
             raise DatasetExistsError(
                 f"dataset {dataset!r} cannot be copied onto itself in catalog {src_cat.url}: "

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from .. import config
 from .._types import OnDuplicate
 from .._units import count_of, format_bytes, parse_size
+from ..catalog.groups import SKIPPED_KEYS, GroupWrite
 from ..errors import (
     BucketNotFoundError,
     DatasetNotFoundError,
@@ -133,6 +134,8 @@ class WriteSummary(Throughput):
     """Hidden files of a :func:`from_files` source (never packed)."""
     resumed_partitions: int = 0
     """Partitions an earlier, interrupted run of the job had finished (not written again)."""
+    skipped_keys: int = 0
+    """``add_entries(on_missing="skip")``: samples left out, their keys not in the dataset."""
 
     def __str__(self) -> str:
         skipped = [
@@ -151,6 +154,11 @@ class WriteSummary(Throughput):
                 else ""
             )
             + (f"; {', '.join(skipped)}" if skipped else "")
+            + (
+                f"; {count_of(self.skipped_keys, 'sample')} skipped (keys not in the dataset)"
+                if self.skipped_keys
+                else ""
+            )
         )
 
 
@@ -340,6 +348,37 @@ def write(
     >>> events[-1]  # doctest: +SKIP
     WriteProgress(done_partitions=64, total_partitions=64, records=1000000, bytes=..., seconds=...)
     """
+    return _write(group=None, **locals())
+
+
+def _write(
+    data: Any,
+    url: str,
+    *,
+    catalog: Catalog | str,
+    dataset: str,
+    shard_size: int | str,
+    max_records_per_shard: int | None,
+    compression: str | None,
+    metadata: Mapping[str, Any] | None,
+    mode: Mode,
+    on_duplicate: OnDuplicate,
+    message: str | None,
+    storage_options: Mapping[str, Any] | None,
+    key_column: str,
+    json_entry: str,
+    fields: Mapping[str, type] | None,
+    prefix: str | None,
+    client: ClientChoice,
+    batch_size: int,
+    retries: int,
+    progress: bool | WriteProgressCallback | None,
+    job_name: str | None,
+    resume: bool,
+    allow_changed_inputs: bool,
+    group: GroupWrite | None,
+) -> WriteSummary:
+    """:func:`write`; with ``group``, :func:`~.groups.add_entries`' job (an append committed as a group's)."""
     from ..reading import Catalog
 
     with Catalog.opened(catalog) as cat:
@@ -443,6 +482,7 @@ def write(
                     on_duplicate,
                     message,
                     opts,
+                    group,
                 )
             except KeyboardInterrupt as e:
                 stays_open = job_name is not None or resume
@@ -463,10 +503,11 @@ def write(
                 raise
         results.sort(key=lambda r: r.partition)
         shards = [s for r in results for s in r.shards]
+        skipped_keys = _skipped_keys(cat, job.id) if group is not None else 0
         summary = WriteSummary(
             dataset=dataset,
             job_id=job.id,
-            records=sum(r.records for r in results),
+            records=sum(r.records for r in results) - skipped_keys,  # what the version serves
             shards=shards,
             bytes=sum(r.bytes for r in results),
             payload_bytes=sum(r.payload_bytes for r in results),
@@ -476,9 +517,15 @@ def write(
             skipped_files=len(source.skipped) if isinstance(source, FileListing) else 0,
             hidden_files=source.hidden if isinstance(source, FileListing) else 0,
             resumed_partitions=len(finished),
+            skipped_keys=skipped_keys,
         )
         log.info("%s", summary)
         return summary
+
+
+def _skipped_keys(cat: Catalog, job_id: int) -> int:
+    """What a group's commit left out (keys not in the dataset), from the job's row."""
+    return int((cat.job(job_id).properties or {}).get(SKIPPED_KEYS, 0))
 
 
 def _small(source: Any) -> bool:

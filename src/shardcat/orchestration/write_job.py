@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .._types import ON_DUPLICATE, OnDuplicate
 from ..catalog import internal
+from ..catalog.groups import GroupWrite
 from ..catalog.missing import unknown_dataset
 from ..errors import DatasetExistsError, DatasetNotFoundError, DatasetRootError, Hint
 from ..storage import is_local, local_path, redact, resolve
@@ -185,8 +186,15 @@ def commit_write_job(
     on_duplicate: OnDuplicate,
     message: str | None,
     storage_options: Mapping[str, Any] | None = None,
+    group: GroupWrite | None = None,
 ) -> None:
-    """Commit a write job's shards as one version, as ``mode`` says (see :func:`write`)."""
+    """Commit a write job's shards as one version, as ``mode`` says (see :func:`write`).
+
+    ``group``: the job is ``add_entries``' (an append whose records become the group's).
+    """
+    operation = {"create": "write"}.get(mode, mode)
+    if group is not None:
+        operation = "replace-entries" if group.mode == "replace" else "add-entries"
     cat.commit_job(
         job_id,
         shards=shards,
@@ -194,7 +202,8 @@ def commit_write_job(
         expected_version=base_version if mode == "overwrite" else None,
         require_empty=mode == "create",
         on_duplicate=on_duplicate,
-        operation={"create": "write"}.get(mode, mode),
+        operation=operation,
         message=message,
         storage_options=storage_options,
+        group=group,
     )

@@ -12,7 +12,8 @@
  * codec's tar_record (read_tar_record compiled, which checks every CRC32C
  * and returns None where the Python function would raise).
  *
- * Anything this code does not expect (no row, any SQLite result code but a
+ * Anything this code does not expect (no row, a second row (a key with
+ * column groups: the Python path merges its rows), any SQLite result code but a
  * row, a shard not cached or neither native nor tar, no open descriptor, a short or
  * failed read, a record the decoder rejects) returns None, "not handled":
  * the caller then runs the Python path, which asks again and raises the
@@ -207,8 +208,8 @@ static int point_init(Point *self, PyObject *args, PyObject *kwargs)
     Py_END_ALLOW_THREADS
     if (rc == SQLITE_OK && (stmt == NULL || a->column_count(stmt) != 5)) {
         PyErr_SetString(PyExc_ValueError, "the point statement must select 5 columns");
-    } else if (rc == SQLITE_OK && batch_sql != NULL && (batch == NULL || a->column_count(batch) != 8)) {
-        PyErr_SetString(PyExc_ValueError, "the batch statement must select 8 columns");
+    } else if (rc == SQLITE_OK && batch_sql != NULL && (batch == NULL || a->column_count(batch) != 9)) {
+        PyErr_SetString(PyExc_ValueError, "the batch statement must select 9 columns");
     } else if (rc != SQLITE_OK) {
         PyErr_Format(PyExc_RuntimeError, "cannot open %s for point lookups: %s (SQLite code %d)", path,
                      db != NULL ? a->errmsg(db) : "out of memory", rc);
@@ -294,8 +295,11 @@ typedef struct {
     unsigned char *heap_spans;
 } Row;
 
-/* Steps the statement once for (dataset, hash, key) and resets it, without
-   the GIL. 1: a row of the expected types in *row; 0: anything else. */
+/* Steps the statement for (dataset, hash, key) and resets it, without
+   the GIL. 1: exactly one row, of the expected types, in *row; 0: anything
+   else. A second row is a column group's (docs/GROUPS.md): the Python path
+   merges a key's rows. Without groups the second step only finds the end of
+   the index range the first one was already at. */
 static int fetch(Point *self, const char *dataset, Py_ssize_t dataset_len, long long hash, const char *key,
                  Py_ssize_t key_len, Row *row)
 {
@@ -322,7 +326,7 @@ static int fetch(Point *self, const char *dataset, Py_ssize_t dataset_len, long 
             memcpy(dest, blob, (size_t)n);
             row->spans = dest;
             row->spans_len = n;
-            ok = 1;
+            ok = a->step(st) == SQLITE_DONE;
         }
     }
     /* Ends the statement's read transaction: no snapshot is held between lookups. */
@@ -606,8 +610,9 @@ static int batch_fetch(Point *self, const char *dataset, Py_ssize_t dataset_len,
             b->cap = cap;
         }
         BatchRow *r = &b->rows[b->n];
+        /* A column group's row (group_id != 0): the Python path merges a key's rows. */
         if (a->column_type(st, 1) != SQLITE_INTEGER || a->column_type(st, 2) != SQLITE_INTEGER ||
-            a->column_type(st, 5) != SQLITE_INTEGER)
+            a->column_type(st, 5) != SQLITE_INTEGER || a->column_int64(st, 8) != 0)
             break;
         r->offset = a->column_int64(st, 1);
         r->length = a->column_int64(st, 2);
@@ -752,7 +757,7 @@ static PyObject *point_rows(Point *self, PyObject *const *args, Py_ssize_t nargs
                 urls[shared++] = url;
             }
         }
-        PyObject *row = PyTuple_New(8);
+        PyObject *row = PyTuple_New(9);
         if (row == NULL) {
             Py_DECREF(url);
             goto fail;
@@ -781,6 +786,10 @@ static PyObject *point_rows(Point *self, PyObject *const *args, Py_ssize_t nargs
         if ((v = text_or_none(b.bytes + r->sig, r->sig_len)) == NULL)
             goto fail;
         PyTuple_SET_ITEM(row, 7, v);
+        /* group_id: always the base's (batch_fetch declines a group's row). */
+        if ((v = PyLong_FromLong(0)) == NULL)
+            goto fail;
+        PyTuple_SET_ITEM(row, 8, v);
     }
     goto done;
 fail:

@@ -57,7 +57,7 @@ def count_keys(raw: RawConnection, dataset: str, prefix: str | None = None) -> i
     key = f"r.key {KEY_ORDER}" if raw.dialect == "postgresql" else "r.key"
     sql = (
         "SELECT count(*) FROM records r JOIN shards s ON s.id = r.shard_id"
-        f" WHERE r.dataset_id = {p} AND {_LIVE}"
+        f" WHERE r.dataset_id = {p} AND r.group_id = 0 AND {_LIVE}"  # samples: base records
     )
     if prefix:
         sql += f" AND {key} >= {p}"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import operator
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
@@ -148,6 +149,8 @@ class Lookup:
         # and the URL of each tar shard among the others (the compiled path's).
         self._shards: dict[int, tuple[str, int] | None] = {}
         self._tars: dict[int, str] = {}
+        # Shard id -> its column group (0: the base), which orders a key's rows when merged.
+        self._groups: dict[int, int] = {}
         # The URL of each folder group among the others, and layouts' signatures by id:
         # a folder's whole-record lookup reads its files from the point statement's row.
         self._folders: dict[int, str] = {}
@@ -216,8 +219,13 @@ class Lookup:
 
     def locate(self, dataset: str, key: str, version: Version = None) -> Location:
         h, key = _hash(key)
-        url, _, offset, length = self._point_row(dataset, key, h, version)[:4]
-        return Location(url, int(offset), int(length))
+        base, *groups = self._point_rows(dataset, key, h, version)
+        return Location(
+            base[0],
+            int(base[2]),
+            int(base[3]),
+            tuple(Location(row[0], int(row[2]), int(row[3])) for row in groups),
+        )
 
     def get(
         self,
@@ -255,7 +263,15 @@ class Lookup:
         """
         if not rows:
             raise self._missing(dataset, key, None)
-        shard_id, offset, length, spans, _ = rows[0]
+        if len(rows) > 1:  # column groups: each row's record, merged in group order
+            groups = self._groups
+            if any(row[0] not in groups for row in rows):
+                self._shard_of(dataset, rows[0][0])  # a group's shard committed since: reload
+            rows.sort(key=lambda row: groups.get(row[0], 0))
+            return _merged(key, [self._from_rows(dataset, key, h, [row]) for row in rows])
+        # One row (no groups): read here, no further Python frame on the hot path.
+        row = rows[0]
+        shard_id, offset, length, spans, _ = row
         shard = self._shards.get(shard_id, _UNKNOWN)
         if shard is _UNKNOWN:
             shard = self._shard_of(dataset, shard_id)
@@ -263,7 +279,7 @@ class Lookup:
             folder = self._folders.get(shard_id)
             if folder is not None:
                 self.folder_datasets.add(dataset)
-                return self._folder_record(dataset, key, folder, offset, length, spans, rows[0][4])
+                return self._folder_record(dataset, key, folder, offset, length, spans, row[4])
             self.folder_datasets.discard(dataset)
             return self._get_record(dataset, key, h, None, shard_id)
         self.folder_datasets.discard(dataset)
@@ -351,8 +367,9 @@ class Lookup:
 
         Loads (again) the cache of every shard of ``dataset``: one statement.
         """
-        for sid, url, alignment, kind in self._query(self._shards_sql, (dataset,)):
+        for sid, url, alignment, kind, group in self._query(self._shards_sql, (dataset,)):
             self._shards[sid] = (url, int(alignment)) if kind == "native" else None
+            self._groups[sid] = int(group)
             if kind in RANGES_OF_FILE:  # a tar sample's, an MDS or LitData sample's range
                 self._tars[sid] = url
             elif kind == "files":
@@ -375,7 +392,14 @@ class Lookup:
         rows = self._query(sql, params)
         if not rows:
             raise self._missing(dataset, key, version)
-        url, alignment, offset, length, spans, kind, signature = rows[0]
+        if len(rows) > 1:  # column groups: each row's record, merged in group order
+            rows.sort(key=_GROUP)
+            return _merged(key, [self._record_of(dataset, key, row, tar_id) for row in rows])
+        return self._record_of(dataset, key, rows[0], tar_id)
+
+    def _record_of(self, dataset: str, key: str, row: Any, tar_id: int | None) -> Record:
+        """The whole record of one row of the record statement (:meth:`_get_record`)."""
+        url, alignment, offset, length, spans, kind, signature, _ = row
         if tar_id is not None and kind in RANGES_OF_FILE and self._tars.get(tar_id) != url:
             self._tars[tar_id] = url
         try:
@@ -424,8 +448,11 @@ class Lookup:
             )
         return files
 
-    def _point_row(self, dataset: str, key: str, h: int, version: Version) -> Any:
-        """The record's row (the point statement's columns) at ``version``, or its missing error."""
+    def _point_rows(self, dataset: str, key: str, h: int, version: Version) -> list[Any]:
+        """The key's rows (the point statement's columns) at ``version``, base first, or its missing error.
+
+        One row per column group the version sees (docs/GROUPS.md), in group order.
+        """
         if version is None:
             rows = self._query(self._point, (dataset, h, key))
         else:
@@ -433,16 +460,40 @@ class Lookup:
             rows = self._query(sql, (dataset, h, key, *extra))
         if not rows:
             raise self._missing(dataset, key, version)
-        return rows[0]
+        if len(rows) > 1:
+            rows.sort(key=_GROUP)
+        return rows
 
     def _get_entries(
         self, dataset: str, key: str, h: int, names: frozenset[str], version: Version
     ) -> Record:
-        url, _, offset, length, spans, kind, signature = self._point_row(dataset, key, h, version)
-        wanted = self._wanted(url, offset, bytes(spans), signature, names)
-        record = Record(key, {}, offset=offset, length=length)
-        if not wanted:
+        rows = self._point_rows(dataset, key, h, version)
+        record = Record(key, {}, offset=rows[0][2], length=rows[0][3])
+        if len(rows) == 1:
+            self._row_entries(dataset, key, rows[0], names, record)
             return record
+        # Each name from the last group that has it (docs/GROUPS.md): only those rows are read.
+        left, plan = set(names), []
+        for row in reversed(rows):
+            url, _, offset, _, spans, _, signature, _ = row
+            mine = {
+                w[0] for w in self._wanted(url, offset, bytes(spans), signature, frozenset(left))
+            }
+            left -= mine
+            plan.append((row, frozenset(mine)))
+        for row, mine in reversed(plan):
+            if mine:
+                self._row_entries(dataset, key, row, mine, record)
+        return record
+
+    def _row_entries(
+        self, dataset: str, key: str, row: Any, names: frozenset[str], record: Record
+    ) -> None:
+        """The asked-for entries of one row, in one ranged read, put into ``record``."""
+        url, _, offset, _, spans, kind, signature, _ = row
+        wanted = self._wanted(url, offset, bytes(spans), signature, names)
+        if not wanted:
+            return
         lo = min(w[3] for w in wanted)
         hi = max(w[3] + w[4] for w in wanted)
         try:
@@ -455,18 +506,20 @@ class Lookup:
             raise self._read_failed(
                 e, _failed_at(e, url, kind), dataset, folder=kind == "files"
             ) from e
-        return record
 
     def read_part(
         self, dataset: str, key: str, name: str, start: int, end: int, version: Version = None
     ) -> memoryview:
         """Bytes ``[start, end)`` of an uncompressed entry, read alone: :meth:`Catalog.read_part`."""
-        url, _, offset, _, spans, kind, signature = self._point_row(
-            dataset, key, _hash(key)[0], version
-        )
-        wanted = self._wanted(url, offset, bytes(spans), signature, frozenset((name,)))
-        if not wanted:
-            names = tuple(n for n, *_ in self._wanted(url, offset, bytes(spans), signature, None))
+        rows = self._point_rows(dataset, key, _hash(key)[0], version)
+        # The last group that has the entry holds the one read (docs/GROUPS.md).
+        for row in reversed(rows):
+            url, _, offset, _, spans, kind, signature, _ = row
+            wanted = self._wanted(url, offset, bytes(spans), signature, frozenset((name,)))
+            if wanted:
+                break
+        else:
+            names = tuple(info.name for info in self._describe_rows(rows))
             raise EntryNotFoundError(name, key=key, names=names)
         _, _, codec, e_off, size, _ = wanted[0]
         if codec.label != "none":
@@ -485,15 +538,18 @@ class Lookup:
 
     def describe(self, dataset: str, key: str, version: Version = None) -> list[EntryInfo]:
         """The record's entries from its catalog row (one query, no read): :meth:`Catalog.describe`."""
-        url, _, offset, _, spans, _, signature = self._point_row(
-            dataset, key, _hash(key)[0], version
-        )
-        return [
-            EntryInfo(name, ctype, codec.label, size, crc)
+        return self._describe_rows(self._point_rows(dataset, key, _hash(key)[0], version))
+
+    def _describe_rows(self, rows: list[Any]) -> list[EntryInfo]:
+        """The entries of a key's rows in group order; a later group's entry replaces an earlier one."""
+        out: dict[str, EntryInfo] = {}
+        for row in rows:
+            url, _, offset, _, spans, _, signature, _ = row
             for name, ctype, codec, _, size, crc in self._wanted(
                 url, offset, bytes(spans), signature, None
-            )
-        ]
+            ):
+                out[name] = EntryInfo(name, ctype, codec.label, size, crc)
+        return list(out.values())
 
     def _wanted(
         self, url: str, offset: int, spans: bytes, signature: str, names: frozenset[str] | None
@@ -542,19 +598,38 @@ class Lookup:
             # Whole records: the rows become the batch decoder's table in one
             # compiled pass (collisions and repeated keys dropped there).
             batch = recordcodec.batch_table(rows, unique)
+            if len(batch.keys) < len(rows):  # a key's several rows: column groups (or collisions)
+                return self._many_grouped(dataset, asked, unique, rows)
             # 10,000 tuples fewer for the cyclic GC to walk while the reads run.
             del rows
             missing = [k for k in unique if k not in batch.seen]
             records = self._read_records(dataset, batch)
             return BatchResult(asked, [records.get(k) for k in asked], missing)
-        found: dict[str, Any] = {}
-        for row in rows:
-            # Equal hashes, different key: a collision, never a match.
-            if row[4] in unique and row[4] not in found:
-                found[row[4]] = row
+        found = _rows_by_key(rows, unique)
         missing = [k for k in unique if k not in found]
         del rows
         records = self._read_batch(dataset, found, names)
+        return BatchResult(asked, [records.get(k) for k in asked], missing)
+
+    def _many_grouped(
+        self, dataset: str, asked: list[str], unique: dict[str, Any], rows: list[Any]
+    ) -> BatchResult:
+        """Whole records of keys with column groups: each group's rows read as a batch, merged.
+
+        At most one ranged read per group of a key (merged with its neighbours'
+        as any batch is); the base's rows come first, the groups' in group order.
+        """
+        by_group: dict[int, list[Any]] = {}
+        for row in rows:
+            by_group.setdefault(row[statements.BATCH_GROUP], []).append(row)
+        del rows
+        parts: dict[str, list[Record]] = {}
+        for group in sorted(by_group):
+            batch = recordcodec.batch_table(by_group[group], unique)
+            for key, record in self._read_records(dataset, batch).items():
+                parts.setdefault(key, []).append(record)
+        records = {k: p[0] if len(p) == 1 else _merged(k, p) for k, p in parts.items()}
+        missing = [k for k in unique if k not in records]
         return BatchResult(asked, [records.get(k) for k in asked], missing)
 
     def describe_many(
@@ -581,31 +656,37 @@ class Lookup:
             err = self._missing(dataset, None, version)
             if isinstance(err, DatasetNotFoundError | VersionNotFoundError):
                 raise err
-        wanted_keys = set(asked)
-        found: dict[str, Any] = {}
-        for row in rows:
-            if row[4] in wanted_keys and row[4] not in found:  # equal hashes, other key: no match
-                found[row[4]] = row
+        found = _rows_by_key(rows, dict.fromkeys(asked))
         described: dict[str, list[EntryInfo]] = {}
         plan = []
-        for key, row in found.items():
-            every = self._wanted(row[0], row[1], bytes(row[3]), row[7], None)
-            described[key] = [
-                EntryInfo(name, ctype, codec.label, size, crc)
-                for name, ctype, codec, _, size, crc in every
+        for key, key_rows in found.items():
+            everies = [
+                self._wanted(row[0], row[1], bytes(row[3]), row[7], None) for row in key_rows
             ]
-            plan.append((key, row, [w for w, i in zip(every, described[key]) if want(i)]))
+            # A later group's entry of a name is the one described and read (docs/GROUPS.md).
+            holder = {w[0]: i for i, every in enumerate(everies) for w in every}
+            infos: dict[str, EntryInfo] = {}
+            for i, (row, every) in enumerate(zip(key_rows, everies)):
+                chosen = []
+                for w in every:
+                    info = EntryInfo(w[0], w[1], w[2].label, w[4], w[5])
+                    infos[w[0]] = info
+                    if holder[w[0]] == i and want(info):
+                        chosen.append(w)
+                plan.append((key, row, chosen))
+            described[key] = list(infos.values())
         # A record whose bytes do not match its row is its key's error, not the batch's.
         records, errors = self._read_plan(dataset, plan, isolate=True)
         return DescribedBatch(described, records, errors, [k for k in asked if k not in found])
 
     def _read_batch(
-        self, dataset: str, found: dict[str, Any], names: frozenset[str]
+        self, dataset: str, found: dict[str, list[Any]], names: frozenset[str]
     ) -> dict[str, Record]:
         plan = []
-        for key, row in found.items():
-            url, offset = row[:2]
-            plan.append((key, row, self._wanted(url, offset, bytes(row[3]), row[7], names)))
+        for key, key_rows in found.items():
+            for row in key_rows:  # base first, then each group (only those holding a name are read)
+                url, offset = row[:2]
+                plan.append((key, row, self._wanted(url, offset, bytes(row[3]), row[7], names)))
         records, _ = self._read_plan(dataset, plan, isolate=False)
         return records
 
@@ -629,7 +710,11 @@ class Lookup:
         for key, row, chosen in plan:
             url, offset, length = row[:3]
             try:
-                record = Record(key, {}, offset=offset, length=length)
+                # A key's rows come base first: its record takes the base's place; the
+                # groups' rows add their entries to it.
+                record = records.get(key)
+                if record is None:
+                    record = Record(key, {}, offset=offset, length=length)
                 for j, w in enumerate(chosen):
                     view = views[at + j]
                     if row[6] == "files" and len(view) != w[4]:
@@ -637,8 +722,10 @@ class Lookup:
 
                         check_read(view, requests[at + j][0], 0, w[4])
                     record.entries[w[0]] = _wanted_entry(view, w, url, offset)
-                records[key] = record
+                if key not in errors:
+                    records[key] = record
             except FormatError as e:
+                records.pop(key, None)
                 if not isolate:
                     raise self._read_failed(
                         e, _failed_at(e, url, row[6]), dataset, folder=row[6] == "files"
@@ -844,6 +931,24 @@ class Lookup:
         self.raw.close()
 
 
+_GROUP = operator.itemgetter(statements.GROUP)
+_BATCH_GROUP = operator.itemgetter(statements.BATCH_GROUP)
+
+
+def _merged(key: str, parts: list[Record]) -> Record:
+    """A sample's records of its base and column groups (in group order) as one record.
+
+    A later group's entry of a name replaces an earlier one's, in its place:
+    two groups share a name only where the later one was written to replace it
+    (``replace_entries``; docs/GROUPS.md). Offset and length are the base's.
+    """
+    base = parts[0]
+    entries = dict(base.entries)
+    for part in parts[1:]:
+        entries.update(part.entries)
+    return Record(key, entries, offset=base.offset, length=base.length)
+
+
 _JOIN_BYTES = 1 << 20
 """The batch path joins its reads into buffers of about this size."""
 
@@ -854,6 +959,26 @@ A batch read into new memory faults in every page of it, about half of
 the read's time for 10,000 keys of 2-8 KiB on a 2-core VM;
 buffers no record refers to any more are written again instead
 (``_ccodec.read_packed``)."""
+
+
+def _rows_by_key(rows: list[Any], wanted: dict[str, Any]) -> dict[str, list[Any]]:
+    """A batch's rows of the keys asked for, per key, in group order (one row without groups)."""
+    found: dict[str, list[Any]] = {}
+    several = False
+    for row in rows:
+        key = row[4]
+        if key not in wanted:  # equal hashes, other key: a collision, never a match
+            continue
+        had = found.get(key)
+        if had is None:
+            found[key] = [row]
+        else:
+            had.append(row)
+            several = True
+    if several:
+        for key_rows in found.values():
+            key_rows.sort(key=_BATCH_GROUP)
+    return found
 
 
 def _failed_at(e: BaseException, url: str, kind: str | None) -> str:

@@ -177,7 +177,7 @@ class PyPoint:
                 if self._rest is None:
                     return None
                 rows = self._raw.recover(e, self._sql, params)
-            if not rows:
+            if len(rows) != 1:  # none, or a key with column groups (the Python path merges)
                 return self._declined(dataset, key, h, rows)
             # The statement's columns are NOT NULL integers and a blob (the
             # schema): the compiled code's checks of their types are its own.

@@ -16,8 +16,10 @@ from ..catalog import visibility_text
 from ..catalog.history import Version
 
 __all__ = [
+    "BATCH_GROUP",
     "COMMITTED",
     "DATASET",
+    "GROUP",
     "RECORD_BY_SHARD_SELECT",
     "REMOVED",
     "SELECT",
@@ -28,8 +30,13 @@ __all__ = [
     "visible_at",
 ]
 
+# Every statement ends with r.group_id (0: the base): a key's rows are one per
+# column group its version sees, merged by the lookup in group order (docs/GROUPS.md).
+GROUP = 7
+"""The column of ``group_id`` in the point statement's rows (``SELECT``, ``RECORD_SELECT``)."""
 SELECT = (
-    "SELECT s.url, s.alignment, r.byte_offset, r.byte_length, r.spans, s.kind, l.signature{extra}"
+    "SELECT s.url, s.alignment, r.byte_offset, r.byte_length, r.spans, s.kind, l.signature,"
+    " r.group_id{extra}"
     " FROM records r JOIN shards s ON s.id = r.shard_id JOIN layouts l ON l.id = r.layout_id"
 )
 # A whole record's point lookup: the same row, but a native shard's record
@@ -40,7 +47,7 @@ RECORD_SELECT = (
     "SELECT s.url, s.alignment, r.byte_offset, r.byte_length, r.spans,"
     " CASE WHEN s.kind = 'native' THEN NULL ELSE s.kind END,"
     " CASE WHEN s.kind = 'native' THEN NULL"
-    " ELSE (SELECT l.signature FROM layouts l WHERE l.id = r.layout_id) END"
+    " ELSE (SELECT l.signature FROM layouts l WHERE l.id = r.layout_id) END, r.group_id"
     " FROM records r JOIN shards s ON s.id = r.shard_id"
 )
 # The latest version's point lookup of a whole record, the hot path: the
@@ -50,17 +57,22 @@ RECORD_SELECT = (
 # checks, in the same statement, that the shard is committed. The URL's
 # text and the CASEs cost a measurable share of a lookup's instructions.
 # The layout id names a tar sample's entries (point.TarFinisher):
-# an integer of the row already read, no join.
+# an integer of the row already read, no join. A second row (a column group's)
+# sends the compiled path to the Python one, which merges them in group order:
+# a shard's group comes with the shard cache (SHARDS), not in this statement
+# (a column here costs every lookup; docs/GROUPS.md §4).
 RECORD_BY_SHARD_SELECT = (
     "SELECT r.shard_id, r.byte_offset, r.byte_length, r.spans, r.layout_id"
     " FROM records r JOIN shards s ON s.id = r.shard_id"
 )
 # What a miss of that cache loads: every shard of the dataset, in one
 # statement, so a thread's later lookups stay one statement each (a shard
-# committed since is one more miss and load).
+# committed since is one more miss and load). A shard's column group is its
+# first record's (a group's shards hold its records only): one seek per shard.
 SHARDS = (
-    "SELECT id, url, alignment, kind FROM shards"
-    " WHERE dataset_id = (SELECT id FROM datasets WHERE name = {p})"
+    "SELECT id, url, alignment, kind,"
+    " coalesce((SELECT r.group_id FROM records r WHERE r.shard_id = shards.id LIMIT 1), 0)"
+    " FROM shards WHERE dataset_id = (SELECT id FROM datasets WHERE name = {p})"
 )
 DATASET = "r.dataset_id = (SELECT id FROM datasets WHERE name = {p})"
 # What each version sees is visibility.py's, rendered once as text: the latest
@@ -95,7 +107,7 @@ def visible_at(p: str, version: Version) -> tuple[str, tuple[Any, ...]]:
     return at_tag(p), (version, version)
 
 
-# Rows: url, alignment, offset, length, spans, kind, signature[, key]. The spans
+# Rows: url, alignment, offset, length, spans, kind, signature, group_id. The spans
 # (each entry's offset, size and CRC) let every read be checked against what
 # was registered, not only against the shard's own CRCs; the kind says how a
 # whole record is decoded (decode.py), the layout names a tar sample's entries.
@@ -112,20 +124,22 @@ def record_sql(p: str, visible: str = COMMITTED) -> str:
     return point_sql(p, visible, RECORD_SELECT)
 
 
-# A batch's rows: url, offset, length, spans, key, alignment, kind, signature.
+# A batch's rows: url, offset, length, spans, key, alignment, kind, signature, group_id.
 # Whole records (no entries=) select kind and layout as NULL for native shards,
 # as the point lookup does: no string per row and no layouts join.
 BATCH_SELECT = (
     "SELECT s.url, r.byte_offset, r.byte_length, r.spans, r.key, s.alignment,"
     " CASE WHEN s.kind = 'native' THEN NULL ELSE s.kind END,"
     " CASE WHEN s.kind = 'native' THEN NULL"
-    " ELSE (SELECT l.signature FROM layouts l WHERE l.id = r.layout_id) END"
+    " ELSE (SELECT l.signature FROM layouts l WHERE l.id = r.layout_id) END, r.group_id"
     " FROM records r JOIN shards s ON s.id = r.shard_id"
 )
+BATCH_GROUP = 8
+"""The column of ``group_id`` in a batch's rows."""
 # Some entries of each record: every row's layout names them.
 BATCH_ENTRIES_SELECT = (
-    "SELECT s.url, r.byte_offset, r.byte_length, r.spans, r.key, s.alignment, s.kind, l.signature"
-    " FROM records r JOIN shards s ON s.id = r.shard_id JOIN layouts l ON l.id = r.layout_id"
+    "SELECT s.url, r.byte_offset, r.byte_length, r.spans, r.key, s.alignment, s.kind, l.signature,"
+    " r.group_id FROM records r JOIN shards s ON s.id = r.shard_id JOIN layouts l ON l.id = r.layout_id"
 )
 
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         CatalogReport,
         DatasetInfo,
         ExpireResult,
+        GroupInfo,
         ShardRow,
         VersionDiff,
         VersionInfo,
@@ -190,11 +191,13 @@ class Output(ABC):
         *,
         version: int | None = None,
         hidden_records: int = 0,
+        groups: Sequence[GroupInfo] = (),
     ) -> None:
         """A dataset's totals, shard size distribution and entry kinds.
 
         ``version``: the version described (default the dataset's latest);
-        ``hidden_records``: records its shards hold that it does not serve.
+        ``hidden_records``: records its shards hold that it does not serve;
+        ``groups``: its column groups (their shards are not among ``shards``).
         """
 
     @abstractmethod
@@ -244,6 +247,10 @@ class Output(ABC):
     @abstractmethod
     def version_log(self, dataset: str, versions: Sequence[VersionInfo]) -> None:
         """A dataset's kept versions, newest first, with counts and tags."""
+
+    @abstractmethod
+    def groups(self, dataset: str, groups: Sequence[GroupInfo]) -> None:
+        """A dataset's column groups (``shardcat groups``)."""
 
     @abstractmethod
     def version_change(self, message: str, document: Mapping[str, Any]) -> None:

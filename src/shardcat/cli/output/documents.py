@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         CatalogReport,
         DatasetInfo,
         ExpireResult,
+        GroupInfo,
         ShardRow,
         VersionDiff,
         VersionInfo,
@@ -254,10 +255,10 @@ class JsonOutput(Output):
         *,
         version: int | None = None,
         hidden_records: int = 0,
+        groups: Sequence[GroupInfo] = (),
     ) -> None:
-        self._print(
-            stats_doc(info, shards, entry_kinds, version=version, hidden_records=hidden_records)
-        )
+        doc = stats_doc(info, shards, entry_kinds, version=version, hidden_records=hidden_records)
+        self._print({**doc, "groups": [dataclasses.asdict(g) for g in groups]})
 
     def sample(self, record: Record, *, raw_entry: str | None = None) -> None:
         # Raw bytes are for pipes: JSON describes the entry like any other.
@@ -331,6 +332,9 @@ class JsonOutput(Output):
                 ],
             }
         )
+
+    def groups(self, dataset: str, groups: Sequence[GroupInfo]) -> None:
+        self._print([dataclasses.asdict(g) for g in groups])
 
     def version_change(self, message: str, document: Mapping[str, Any]) -> None:
         self._print(dict(document))

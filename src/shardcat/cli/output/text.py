@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         CatalogReport,
         DatasetInfo,
         ExpireResult,
+        GroupInfo,
         ShardRow,
         VersionDiff,
         VersionInfo,
@@ -304,6 +305,7 @@ class TextOutput(Output):
         *,
         version: int | None = None,
         hidden_records: int = 0,
+        groups: Sequence[GroupInfo] = (),
     ) -> None:
         doc = stats_doc(info, shards, entry_kinds, version=version, hidden_records=hidden_records)
 
@@ -340,6 +342,8 @@ class TextOutput(Output):
             ["name", "content_type", "codec", "records"],
             [[k["name"], k["content_type"], k["codec"], _count(k["records"])] for k in entry_kinds],
         )
+        if groups:
+            self.groups(info.name, groups)
 
     def sample(self, record: Record, *, raw_entry: str | None = None) -> None:
         if raw_entry is None:
@@ -472,6 +476,26 @@ class TextOutput(Output):
             ],
         )
         self._summary(count_of(len(versions), "kept version"))
+
+    def groups(self, dataset: str, groups: Sequence[GroupInfo]) -> None:
+        self._table(
+            f"Column groups of {dataset}",
+            ["name", "added", "dropped", "records", "bytes"],
+            [
+                [
+                    g.name,
+                    g.added_version,
+                    "" if g.dropped_version is None else g.dropped_version,
+                    _count(g.records),
+                    _size(g.bytes),
+                ]
+                for g in groups
+            ],
+        )
+        if not groups:
+            self._summary(
+                f"no groups yet: add one with `shardcat add-entries SRC {dataset} --group NAME`"
+            )
 
     def version_change(self, message: str, document: Mapping[str, Any]) -> None:
         self._line(message)

@@ -1,0 +1,259 @@
+"""Column groups in the catalog: a group's commit, its drop, and the list (docs/GROUPS.md).
+
+A group's records are ordinary records whose ``group_id`` names it (0: the
+base). What a version sees stays :mod:`.visibility`'s one rule: adding a
+group commits shards, fixing part of it removes the records it replaces,
+dropping it removes its records, each at a new version. The statements here
+embed that rule's text, as :mod:`.duplicates` does.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from sqlalchemy import select, text
+from sqlalchemy.orm import Session
+
+from ..errors import EntryExistsError, GroupNotFoundError, Hint, UnknownKeysError
+from . import visibility
+from .datasets import find_dataset
+from .duplicates import LIVE_ELSEWHERE, OF_JOB
+from .models import BASE_GROUP, Dataset, Group, Job
+from .results import GroupInfo
+from .session import NO_SYNC
+from .versions import mark_fully_removed, remove_records
+
+__all__ = [
+    "GROUP_MODES",
+    "ON_MISSING",
+    "GroupInfo",
+    "GroupMode",
+    "GroupWrite",
+    "OnMissing",
+    "apply_group",
+    "check_group_write",
+    "drop_group",
+    "list_groups",
+]
+
+GroupMode = Literal["append", "replace"]
+GROUP_MODES: tuple[str, ...] = get_args(GroupMode)
+OnMissing = Literal["error", "skip"]
+ON_MISSING: tuple[str, ...] = get_args(OnMissing)
+
+SKIPPED_KEYS = "skipped_keys"
+"""The job property a group's commit records: how many of its samples had no base record."""
+
+_SHOWN = 20
+"""Keys or names an error message lists (the exception holds up to 1000)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupWrite:
+    """What a job's commit does with its records as a group's (``add_entries``)."""
+
+    name: str
+    mode: GroupMode = "append"
+    """``append``: keys new to the group; ``replace``: the group's records of these keys are replaced."""
+    on_missing: OnMissing = "error"
+    """A key with no live base record: an error (UnknownKeysError) or left out, counted."""
+    replace_entries: bool = False
+    """An entry name the sample has in its base or an older group is replaced instead of refused."""
+
+
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
+"""A group's name: part of its shards' file names (``<dataset>.<group>-...``)."""
+
+
+def check_group_write(group: GroupWrite) -> None:
+    """Refuse a group write's options that mean nothing (ValueError), before any job."""
+    if not isinstance(group.name, str) or not _NAME.fullmatch(group.name):
+        raise ValueError(
+            f"a group's name is 1-100 letters, digits, '.', '_' or '-' (not first), "
+            f"not {group.name!r}"
+        )
+    if group.mode not in GROUP_MODES:
+        raise ValueError(f"mode must be one of {GROUP_MODES}, not {group.mode!r}")
+    if group.on_missing not in ON_MISSING:
+        raise ValueError(f"on_missing must be one of {ON_MISSING}, not {group.on_missing!r}")
+
+
+# A job's records: staged, not hidden (as duplicates._NEW).
+_NEW = (
+    "ns.job_id = :job AND ns.state = 'staged' "
+    f"AND {visibility.sql(visibility.not_removed, 'records AS n')}"
+)
+# The key of ``records`` (unaliased, so remove_records can correlate) has a live base record.
+_HAS_BASE = (
+    "EXISTS (SELECT 1 FROM records b JOIN shards bs ON bs.id = b.shard_id "
+    "WHERE b.dataset_id = records.dataset_id AND b.key_hash = records.key_hash "
+    f"AND b.key = records.key AND b.group_id = {BASE_GROUP} "
+    f"AND {visibility.sql(visibility.live, 'records AS b', 'shards AS bs')})"
+)
+_UNKNOWN = text(
+    f"SELECT records.key FROM records JOIN shards ns ON ns.id = records.shard_id "
+    f"WHERE ns.job_id = :job AND ns.state = 'staged' "
+    f"AND {visibility.sql(visibility.not_removed, 'records')} AND NOT {_HAS_BASE} "
+    "ORDER BY records.key LIMIT 1000"
+)
+# Entry names of the job's records that a live record of the same key in another group
+# (or the base) has too, with that group's id.
+_SAME_NAMES = text(
+    "SELECT DISTINCT n.key, ne.name, o.group_id FROM records n "
+    "JOIN shards ns ON ns.id = n.shard_id "
+    "JOIN layout_entries ne ON ne.layout_id = n.layout_id "
+    "JOIN records o ON o.dataset_id = n.dataset_id AND o.key_hash = n.key_hash "
+    "AND o.key = n.key AND o.group_id <> n.group_id "
+    "JOIN shards s ON s.id = o.shard_id "
+    "JOIN layout_entries oe ON oe.layout_id = o.layout_id AND oe.name = ne.name "
+    f"WHERE {_NEW} AND {visibility.sql(visibility.live, 'records AS o', 'shards AS s')} "
+    "LIMIT 1000"
+)
+
+
+def apply_group(
+    session: Session, dataset: Dataset, job: Job, group: GroupWrite, version: int
+) -> tuple[int, int]:
+    """Make the job's staged records the group's, checked; returns (group id, keys skipped).
+
+    Runs in the commit's transaction, under the dataset's lock, before the
+    duplicate check (which then compares keys within the group).
+
+    Raises
+    ------
+    GroupNotFoundError
+        ``mode="replace"`` of a group the dataset does not have.
+    UnknownKeysError
+        Keys without a live base record, and ``on_missing="error"``.
+    EntryExistsError
+        Entry names the samples have already (and not ``replace_entries``),
+        or that a newer group holds.
+    """
+    row = session.execute(
+        select(Group).where(
+            Group.dataset_id == dataset.id,
+            Group.name == group.name,
+            Group.dropped_version.is_(None),
+        )
+    ).scalar_one_or_none()
+    if row is None:
+        if group.mode == "replace":
+            raise GroupNotFoundError(
+                f"dataset {dataset.name!r} has no group {group.name!r} to replace entries of; "
+                f"job {job.id} was not committed",
+                hint=Hint(
+                    python="add it first: add_entries(..., mode='append')",
+                    cli="add it first: shardcat add-entries ... (without --mode replace)",
+                ),
+            )
+        row = Group(dataset_id=dataset.id, name=group.name, added_version=version)
+        session.add(row)
+        session.flush()
+    gid = int(row.id)
+    params: dict[str, object] = {"job": job.id, "v": version, "d": dataset.id, "g": gid}
+    session.execute(
+        text(f"UPDATE records SET group_id = :g WHERE {OF_JOB}"), params, execution_options=NO_SYNC
+    )
+    skipped = 0
+    unknown = list(session.execute(_UNKNOWN, params).scalars())
+    if unknown and group.on_missing == "error":
+        shown = ", ".join(repr(k) for k in unknown[:_SHOWN])
+        more = f" and more (at least {len(unknown)})" if len(unknown) > _SHOWN else ""
+        raise UnknownKeysError(
+            f"job {job.id} adds entries to group {group.name!r} for keys dataset "
+            f"{dataset.name!r} does not have: {shown}{more}; the job was not committed",
+            keys=unknown,
+            hint=Hint(
+                python="check the keys, or pass on_missing='skip' to leave those samples out",
+                cli="check the keys, or pass --on-missing skip to leave those samples out",
+            ),
+        )
+    if unknown:
+        skipped, _ = remove_records(session, f"{OF_JOB} AND NOT {_HAS_BASE}", params)
+    clashes = session.execute(_SAME_NAMES, params).all()
+    newer = [c for c in clashes if int(c.group_id) > gid]
+    if newer or (clashes and not group.replace_entries):
+        bad = newer or clashes
+        names = sorted({c.name for c in bad})
+        keys = sorted({c.key for c in bad})
+        if newer:
+            why = (
+                f"a group added after {group.name!r} holds them (the newest group's entry is the one "
+                "read): write the fix into that group"
+            )
+            hint = None
+        else:
+            why = "the samples have them already"
+            hint = Hint(
+                python="pass replace_entries=True to replace them from the new version on, "
+                "or name the entries differently",
+                cli="pass --replace-entries to replace them from the new version on, "
+                "or name the entries differently",
+            )
+        raise EntryExistsError(
+            f"job {job.id} writes entries {names[:_SHOWN]} into group {group.name!r} of dataset "
+            f"{dataset.name!r}, but {why} (e.g. keys {keys[:5]}); the job was not committed",
+            names=names,
+            keys=keys,
+            hint=hint,
+        )
+    return gid, skipped
+
+
+def drop_group(session: Session, dataset: str, name: str, message: str | None) -> int:
+    """See :meth:`Catalog.drop_group`: a version that removes the group's records."""
+    from .commit import shardless_version  # commit imports this module
+
+    ds = find_dataset(session, dataset)
+    row = session.execute(
+        select(Group).where(
+            Group.dataset_id == ds.id, Group.name == name, Group.dropped_version.is_(None)
+        )
+    ).scalar_one_or_none()
+    if row is None:
+        raise GroupNotFoundError(
+            f"dataset {dataset!r} has no group {name!r}; its groups are "
+            f"{[g.name for g in list_groups(session, ds.id) if g.dropped_version is None]}"
+        )
+    group = row
+
+    def drop(version: int) -> tuple[int, int]:
+        params: dict[str, object] = {"d": ds.id, "v": version, "g": group.id}
+        removed = remove_records(
+            session,
+            f"records.dataset_id = :d AND records.group_id = :g AND {LIVE_ELSEWHERE}",
+            params,
+        )
+        group.dropped_version = version
+        mark_fully_removed(session, ds.id, version)
+        return removed
+
+    return shardless_version(
+        session, ds, "drop_group", "drop-group", message, drop, properties={"group": name}
+    )
+
+
+def list_groups(session: Session, dataset_id: int) -> list[GroupInfo]:
+    """Every group the dataset was given, oldest first, with its live records and bytes."""
+    live = visibility.sql(visibility.live, "records AS r", "shards AS s")
+    counts = {
+        int(gid): (int(n), int(b))
+        for gid, n, b in session.execute(
+            text(
+                "SELECT r.group_id, count(*), coalesce(sum(r.byte_length), 0) FROM records r "
+                "JOIN shards s ON s.id = r.shard_id "
+                f"WHERE r.dataset_id = :d AND r.group_id <> {BASE_GROUP} AND {live} "
+                "GROUP BY r.group_id"
+            ),
+            {"d": dataset_id},
+        )
+    }
+    rows = session.execute(
+        select(Group).where(Group.dataset_id == dataset_id).order_by(Group.id)
+    ).scalars()
+    return [
+        GroupInfo(g.name, g.id, g.added_version, g.dropped_version, *counts.get(g.id, (0, 0)))
+        for g in rows
+    ]

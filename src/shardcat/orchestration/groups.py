@@ -1,0 +1,147 @@
+"""Column groups: :func:`add_entries` writes entries of existing samples as a group (docs/GROUPS.md).
+
+The write job is :func:`~.write.write`'s, appending into the dataset's own
+folder: shards that hold only the new entries, keyed like the dataset, and
+one commit that makes them a group's (:func:`shardcat.catalog.groups.apply_group`
+checks the keys and entry names in the commit's transaction). Dropping a group
+is :meth:`Catalog.drop_group`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..catalog.groups import GroupMode, GroupWrite, OnMissing, check_group_write
+from ..errors import GroupsUnsupportedError
+from ..storage import dataset_prefix
+from .cluster import ClientChoice
+from .progress import WriteProgressCallback
+from .write import WriteSummary, _write
+
+if TYPE_CHECKING:
+    from ..reading import Catalog
+
+__all__ = ["add_entries", "group_prefix", "refuse_groups"]
+
+
+def refuse_groups(cat: Catalog, dataset: str, what: str) -> None:
+    """Refuse ``what`` on a dataset with live column groups (not handled yet: docs/GROUPS.md §5).
+
+    Raises
+    ------
+    GroupsUnsupportedError
+        The dataset has a live group.
+    """
+    live = [g.name for g in cat.groups(dataset) if g.dropped_version is None]
+    if live:
+        raise GroupsUnsupportedError(
+            f"dataset {dataset!r} has column groups {live}: {what} of a dataset with groups is "
+            "not supported yet (it would leave the groups' entries behind); drop the groups "
+            f"first (Catalog.drop_group / `shardcat drop-group {dataset} NAME`) if that is meant"
+        )
+
+
+def group_prefix(dataset: str, group: str) -> str:
+    """The file-name prefix of a group's shards: the dataset's, then the group's name."""
+    return f"{dataset_prefix(dataset)}.{group}"
+
+
+def add_entries(
+    samples: Any,
+    *,
+    catalog: Catalog | str,
+    dataset: str,
+    group: str,
+    mode: GroupMode = "append",
+    on_missing: OnMissing = "error",
+    replace_entries: bool = False,
+    shard_size: int | str = "256MB",
+    max_records_per_shard: int | None = None,
+    compression: str | None = None,
+    message: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    key_column: str = "__key__",
+    json_entry: str = "json",
+    client: ClientChoice = None,
+    batch_size: int = 2048,
+    retries: int = 2,
+    progress: bool | WriteProgressCallback | None = True,
+    job_name: str | None = None,
+    resume: bool = False,
+) -> WriteSummary:
+    """Add entries to samples the dataset has, as the column group ``group``: one new version.
+
+    A Dask job writes shards into the dataset's folder that hold only these
+    entries, keyed like the dataset (no shard of the dataset is rewritten), and
+    commits them as one version. Lookups then return each sample's base
+    entries and every group's (docs/GROUPS.md).
+
+    Parameters
+    ----------
+    samples:
+        What :func:`shardcat.write` takes: a Dask bag or iterable of sample
+        dicts (``{"__key__": key, "caption.txt": ...}``), a dataframe, or
+        :func:`shardcat.from_files` (files named ``KEY.ENTRY``).
+    group:
+        The group's name (letters, digits, ``.``, ``_``, ``-``).
+    mode:
+        ``"append"``: a new group, or keys new to it (a key the group has is
+        a DuplicateKeyError); ``"replace"``: the group's entries of these keys
+        are replaced from the new version on (fix part of a group; keys it
+        did not have are added).
+    on_missing:
+        A key the dataset does not have: ``"error"`` (UnknownKeysError naming
+        some) or ``"skip"`` (left out, counted in ``WriteSummary.skipped_keys``).
+    replace_entries:
+        An entry name a sample already has (in its base or an older group)
+        is an EntryExistsError unless this is true: then the new entry is the
+        one read from the new version on (older versions read the old one).
+
+    The other parameters are :func:`shardcat.write`'s.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        There is no such dataset.
+    UnknownKeysError
+        Keys the dataset does not have (``on_missing="error"``).
+    EntryExistsError
+        Entry names the samples have already (see ``replace_entries``).
+    GroupNotFoundError
+        ``mode="replace"`` of a group the dataset does not have.
+    DuplicateKeyError
+        A key twice in ``samples``, or (``append``) already in the group.
+    """
+    spec = GroupWrite(group, mode, on_missing, replace_entries)
+    check_group_write(spec)
+    from ..reading import Catalog
+
+    with Catalog.opened(catalog) as cat:
+        root = cat.info(dataset).root_url  # DatasetNotFoundError before anything starts
+        return _write(
+            samples,
+            root,
+            catalog=cat,
+            dataset=dataset,
+            shard_size=shard_size,
+            max_records_per_shard=max_records_per_shard,
+            compression=compression,
+            metadata=None,
+            mode="append",
+            on_duplicate="error",
+            message=message,
+            storage_options=storage_options,
+            key_column=key_column,
+            json_entry=json_entry,
+            fields=None,
+            prefix=group_prefix(dataset, group),
+            client=client,
+            batch_size=batch_size,
+            retries=retries,
+            progress=progress,
+            job_name=job_name,
+            resume=resume,
+            allow_changed_inputs=False,
+            group=spec,
+        )

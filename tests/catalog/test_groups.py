@@ -1,0 +1,173 @@
+"""Column groups in the catalog (docs/GROUPS.md): one query returns every group's row.
+
+Groups are committed here without Dask (a job, its staged shard, ``commit_job(group=)``),
+on SQLite and PostgreSQL: the compiled point path keeps serving keys without groups and
+declines keys with several rows, which the Python path (and its twin) merges.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from shardcat.catalog.groups import GroupWrite
+from shardcat.errors import DuplicateKeyError, EntryExistsError
+from shardcat.format import recordcodec
+from shardcat.reading import Catalog, point
+
+from .helpers import QueryCounter, ReadCounter, make_dataset, shard_keys, write_shard
+
+
+def caption(key: str) -> dict[str, Any]:
+    return {"cap.txt": f"caption of {key}"}
+
+
+def add_group(
+    cat: Catalog, root: str, keys: list[str], name: str = "captions", number: int = 0, **kw: Any
+) -> int:
+    """Stage one shard of ``keys``' entries in a job and commit it as the group ``name``."""
+    make = kw.pop("make", caption)
+    job = cat.begin_job("train")
+    info = write_shard(f"{root}/{name}-{number}.shard", keys, make=make)
+    cat.register_shard("train", info, job=job)
+    try:
+        cat.commit_job(job, group=GroupWrite(name, **kw))
+    except Exception:
+        cat.abort_job(job)  # its shard's row goes: the file name may be used again
+        raise
+    return cat.info("train").version
+
+
+@pytest.fixture
+def cat(catalog_url: str):
+    with Catalog(catalog_url) as c:
+        yield c
+
+
+def test_one_query_returns_every_groups_row_and_reads_merge_them(cat, local_root, monkeypatch):
+    make_dataset(cat, local_root, 2)
+    before = cat.info("train").version
+    keys = shard_keys(0)
+    after = add_group(cat, local_root, keys[:10])
+    key = keys[3]
+    cat.get("train", keys[0])  # warm: both shards open
+    reads = ReadCounter(monkeypatch)
+    with QueryCounter(cat) as queries:
+        rec = cat.get("train", key, entries=["cap.txt"])
+    assert list(rec) == ["cap.txt"] and rec["cap.txt"].decode() == f"caption of {key}"
+    assert queries.count == 1 and len(reads.reads) == 1  # only the group that holds it is read
+    reads.reads.clear()
+    with QueryCounter(cat) as queries:
+        cat.get("train", key)
+    assert queries.count == 1 and len(reads.reads) == 2  # one ranged read per group
+    with QueryCounter(cat) as queries:
+        whole = cat.get("train", key)
+    assert queries.count == 1
+    assert list(whole) == ["jpg", "json", "txt", "cap.txt"]
+    assert list(cat.get("train", key, version=before)) == ["jpg", "json", "txt"]
+    assert list(cat.get("train", key, version=after)) == ["jpg", "json", "txt", "cap.txt"]
+    assert list(cat.get("train", keys[20])) == ["jpg", "json", "txt"]  # no caption: base only
+    got = cat.get_many("train", keys)
+    assert got.ok
+    assert [("cap.txt" in r) for r in got.records] == [True] * 10 + [False] * 30
+    assert got.records[3] == whole
+    assert cat.get_many("train", keys[:10], version=before).records[3] == cat.get(
+        "train", key, version=before
+    )
+    described = cat.describe_many("train", keys[:4], want=lambda info: info.name == "cap.txt")
+    assert [e.name for e in described.described[key]] == ["jpg", "json", "txt", "cap.txt"]
+    assert list(described.records[key]) == ["cap.txt"]
+    # The keys, the count and the versions' samples are the base's.
+    assert cat.count("train") == 80
+    assert len(list(cat.keys("train"))) == 80
+
+
+def test_the_duplicate_rule_is_per_group(cat, local_root):
+    make_dataset(cat, local_root, 1)
+    keys = shard_keys(0)
+    add_group(cat, local_root, keys[:5])
+    with pytest.raises(DuplicateKeyError):
+        add_group(cat, local_root, keys[:2], number=1)
+    # Another group may have the same keys; the base's duplicate check ignores groups.
+    add_group(cat, local_root, keys[:5], name="more", make=lambda k: {"more.txt": k})
+    assert list(cat.get("train", keys[0])) == ["jpg", "json", "txt", "cap.txt", "more.txt"]
+    # A name an older group holds needs replace_entries; the newer group's entry is read.
+    with pytest.raises(EntryExistsError):
+        add_group(cat, local_root, keys[:1], name="fix", make=lambda k: {"cap.txt": "fixed"})
+    add_group(
+        cat,
+        local_root,
+        keys[:1],
+        name="fix",
+        replace_entries=True,
+        make=lambda k: {"cap.txt": "fixed"},
+    )
+    assert cat.get("train", keys[0])["cap.txt"].decode() == "fixed"
+    assert cat.get("train", keys[0], entries=["cap.txt"])["cap.txt"].decode() == "fixed"
+    assert [e.name for e in cat.describe("train", keys[0])] == [
+        "jpg",
+        "json",
+        "txt",
+        "cap.txt",
+        "more.txt",
+    ]
+    assert cat.get_many("train", keys[:1]).records[0]["cap.txt"].decode() == "fixed"
+    # Writing that name into the older group is refused: the newer one would hide it.
+    with pytest.raises(EntryExistsError, match="added after"):
+        add_group(
+            cat,
+            local_root,
+            keys[:1],
+            number=2,
+            mode="replace",
+            replace_entries=True,
+            make=lambda k: {"cap.txt": "again"},
+        )
+
+
+@pytest.mark.skipif(
+    not point.available() or recordcodec.active() != "compiled",
+    reason="the compiled point lookup is not available here",
+)
+def test_the_compiled_path_serves_keys_without_groups_and_declines_the_others(
+    sqlite_url, local_root
+):
+    with Catalog(sqlite_url) as cat:
+        make_dataset(cat, local_root, 1)
+        keys = shard_keys(0)
+        lookup = cat._lookup()
+        assert point.is_compiled(lookup._point_lookup)
+        cat.get("train", keys[0])  # warm: the shard cached and open
+        fast = lookup.fast_get("train", keys[1], recordcodec.decode_spanned)
+        assert fast is not None and list(fast) == ["jpg", "json", "txt"]
+        add_group(cat, local_root, keys[:5])
+        cat.get("train", keys[0])  # the group's shard cached and open too
+        assert lookup.fast_get("train", keys[1], recordcodec.decode_spanned) is None
+        assert lookup.fast_get("train", keys[9], recordcodec.decode_spanned) is not None
+        assert list(cat.get("train", keys[1])) == ["jpg", "json", "txt", "cap.txt"]
+        # The batch statement's compiled rows decline a group's row as well.
+        from shardcat.format.checksums import signed_key_hashes
+
+        assert lookup._point_lookup.rows(
+            "train", signed_key_hashes([k.encode() for k in keys[5:9]])
+        )
+        assert lookup._point_lookup.rows("train", signed_key_hashes([keys[1].encode()])) is None
+
+
+def test_the_python_twin_merges_as_the_compiled_path_hands_over(sqlite_url, local_root):
+    previous = point.use("python")
+    try:
+        with Catalog(sqlite_url) as cat:
+            make_dataset(cat, local_root, 1)
+            keys = shard_keys(0)
+            add_group(cat, local_root, keys[:5])
+            assert not point.is_compiled(cat._lookup()._point_lookup)
+            cat.get("train", keys[0])
+            assert list(cat.get("train", keys[1])) == ["jpg", "json", "txt", "cap.txt"]
+            assert list(cat.get("train", keys[7])) == ["jpg", "json", "txt"]
+            assert cat.get_many("train", keys[:6]).records[1]["cap.txt"].decode() == (
+                f"caption of {keys[1]}"
+            )
+    finally:
+        point.use(previous)

@@ -1,0 +1,65 @@
+"""``shardcat add-entries``, ``drop-group``, ``groups`` and ``get``/``stats`` of a dataset with groups."""
+
+from __future__ import annotations
+
+import json
+
+from shardcat.reading import Catalog
+
+from .test_dataset_cmds import ok, run
+
+
+def test_add_entries_then_get_stats_groups_and_drop(tmp_path):
+    src, caps = tmp_path / "src", tmp_path / "caps"
+    src.mkdir()
+    caps.mkdir()
+    for name in ("a", "b", "c"):
+        (src / f"{name}.bin").write_bytes(name.encode() * 10)
+        (caps / f"{name}.txt").write_text(f"caption {name}")
+    (caps / "zz.txt").write_text("no such sample")
+    catalog = f"sqlite:///{tmp_path / 'catalog.db'}"
+    ok(
+        run(
+            "write",
+            str(src),
+            str(tmp_path / "shards"),
+            "-d",
+            "pics",
+            "--workers",
+            "1",
+            catalog=catalog,
+        )
+    )
+    refused = run(
+        "add-entries", str(caps), "pics", "--group", "captions", "--workers", "1", catalog=catalog
+    )
+    assert refused.returncode == 1 and "'zz'" in refused.stderr
+    assert "--on-missing skip" in refused.stderr
+    added = ok(
+        run(
+            "add-entries",
+            str(caps),
+            "pics",
+            "-g",
+            "captions",
+            "--on-missing",
+            "skip",
+            "--workers",
+            "1",
+            catalog=catalog,
+        )
+    )
+    assert "committed 3 records" in added.stdout and "1 sample skipped" in added.stdout
+    got = ok(run("--json", "get", "pics", "b", catalog=catalog))
+    doc = json.loads(got.stdout)
+    assert set(doc["entries"]) == {"bin", "txt"}
+    listed = ok(run("--json", "groups", "pics", catalog=catalog))
+    (group,) = json.loads(listed.stdout)
+    assert (group["name"], group["records"], group["dropped_version"]) == ("captions", 3, None)
+    stats = ok(run("stats", "pics", catalog=catalog))
+    assert "\ncaptions\t2\t\t3\t" in stats.stdout  # name, added, dropped, records (TSV: no tty)
+    dropped = ok(run("drop-group", "pics", "captions", catalog=catalog))
+    assert "drops group 'captions'" in dropped.stdout
+    with Catalog(catalog) as cat:
+        assert list(cat.get("pics", "b")) == ["bin"]
+        assert cat.log("pics")[0].operation == "drop-group"
