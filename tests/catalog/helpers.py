@@ -335,3 +335,29 @@ def machine_settings(env: str, examples: int, steps: int, *, postgres: bool = Fa
         deadline=None,
         suppress_health_check=checks,
     )
+
+
+def machine_cases(
+    machine: Any, sqlite: tuple[int, int], postgres: tuple[int, int]
+) -> tuple[Any, Any, Any]:
+    """A catalog state machine's test case on SQLite, the fixture that gives its PostgreSQL
+    twin the test server's URL, and that twin: a test module binds all three to its names.
+
+    ``sqlite`` and ``postgres``: (examples, steps) of each (:func:`machine_settings`).
+    """
+    machine.TestCase.settings = machine_settings("SHARDCAT_MODEL_EXAMPLES", *sqlite)
+    twin = type(f"{machine.__name__}Postgres", (machine,), {})
+    name = f"_pg_{machine.__name__}"
+
+    @pytest.fixture(name=name)
+    def url(postgres_url: str) -> Any:
+        twin.url = postgres_url
+        yield
+        twin.url = ""
+
+    case = type(
+        f"Test{machine.__name__}Postgres",
+        (twin.TestCase,),
+        {"settings": machine_settings("SHARDCAT_MODEL_EXAMPLES_PG", *postgres, postgres=True)},
+    )
+    return machine.TestCase, url, pytest.mark.usefixtures(name)(case)

@@ -22,7 +22,7 @@ from shardcat.catalog.groups import GroupWrite
 from shardcat.errors import DuplicateKeyError, EntryExistsError, UnknownKeysError
 from shardcat.reading import Catalog
 
-from .helpers import machine_settings
+from .helpers import machine_cases
 
 UNIVERSE = [f"k{i}" for i in range(6)]
 GROUPS = ["g1", "g2", "g3"]
@@ -176,21 +176,6 @@ class GroupModel(RuleBasedStateMachine):
         assert self.cat.count(self.name) == len(self.base)
 
 
-GroupModel.TestCase.settings = machine_settings("SHARDCAT_MODEL_EXAMPLES", 20, 12)
-TestGroupModelSQLite = GroupModel.TestCase
-
-
-class GroupModelPostgres(GroupModel):
-    pass
-
-
-@pytest.fixture
-def _pg_model(postgres_url: str) -> Any:
-    GroupModelPostgres.url = postgres_url
-    yield
-    GroupModelPostgres.url = ""
-
-
-@pytest.mark.usefixtures("_pg_model")
-class TestGroupModelPostgres(GroupModelPostgres.TestCase):  # type: ignore[misc,valid-type]
-    settings = machine_settings("SHARDCAT_MODEL_EXAMPLES_PG", 6, 10, postgres=True)
+TestGroupModelSQLite, _pg_model, TestGroupModelPostgres = machine_cases(
+    GroupModel, (20, 12), (6, 10)
+)

@@ -32,7 +32,7 @@ from shardcat.errors import DuplicateKeyError
 from shardcat.orchestration.gc import gc
 from shardcat.reading import Catalog
 
-from .helpers import machine_settings
+from .helpers import machine_cases
 
 UNIVERSE = [f"k{i}" for i in range(8)]
 _dask: list[Any] = []
@@ -195,21 +195,6 @@ class VersionModel(RuleBasedStateMachine):
             assert unreferenced_shards(s, dataset_id) == []
 
 
-VersionModel.TestCase.settings = machine_settings("SHARDCAT_MODEL_EXAMPLES", 25, 15)
-TestVersionModelSQLite = VersionModel.TestCase
-
-
-class VersionModelPostgres(VersionModel):
-    pass
-
-
-@pytest.fixture
-def _pg_model(postgres_url: str) -> Any:
-    VersionModelPostgres.url = postgres_url
-    yield
-    VersionModelPostgres.url = ""
-
-
-@pytest.mark.usefixtures("_pg_model")
-class TestVersionModelPostgres(VersionModelPostgres.TestCase):  # type: ignore[misc,valid-type]
-    settings = machine_settings("SHARDCAT_MODEL_EXAMPLES_PG", 8, 12, postgres=True)
+TestVersionModelSQLite, _pg_model, TestVersionModelPostgres = machine_cases(
+    VersionModel, (25, 15), (8, 12)
+)

@@ -35,7 +35,7 @@ from shardcat.errors import DuplicateKeyError, KeyNotFoundError
 from shardcat.reading import Catalog
 from shardcat.reading.lookup import LayoutCache, Lookup
 
-from .helpers import machine_settings
+from .helpers import machine_cases
 from .test_version_model import _client
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -355,24 +355,9 @@ class VisibilityHistory(RuleBasedStateMachine):
             assert diff.replaced_keys == sorted(k for k in set(a) & set(b) if a[k] != b[k])
 
 
-VisibilityHistory.TestCase.settings = machine_settings("SHARDCAT_MODEL_EXAMPLES", 20, 12)
-TestVisibilityHistorySQLite = VisibilityHistory.TestCase
-
-
-class VisibilityHistoryPostgres(VisibilityHistory):
-    pass
-
-
-@pytest.fixture
-def _pg_history(postgres_url: str) -> Any:
-    VisibilityHistoryPostgres.url = postgres_url
-    yield
-    VisibilityHistoryPostgres.url = ""
-
-
-@pytest.mark.usefixtures("_pg_history")
-class TestVisibilityHistoryPostgres(VisibilityHistoryPostgres.TestCase):  # type: ignore[misc,valid-type]
-    settings = machine_settings("SHARDCAT_MODEL_EXAMPLES_PG", 6, 10, postgres=True)
+TestVisibilityHistorySQLite, _pg_history, TestVisibilityHistoryPostgres = machine_cases(
+    VisibilityHistory, (20, 12), (6, 10)
+)
 
 
 def test_no_hand_written_copy_of_the_rule() -> None:
