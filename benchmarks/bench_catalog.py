@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -68,6 +68,31 @@ FLOOR_POINT_SQL = (
 # --- environment ------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def pg_schema(base_url: str, prefix: str = "bench") -> Iterator[str]:
+    """A fresh schema in ``base_url``'s database: yields a URL whose search_path is it; dropped after."""
+    import sqlalchemy as sa
+
+    schema = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(base_url)
+    try:
+        with admin.begin() as conn:
+            conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+        sep = "&" if "?" in base_url else "?"
+        try:
+            yield f"{base_url}{sep}options=-csearch_path%3D{schema}"
+        finally:
+            with admin.begin() as conn:
+                conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+    finally:
+        admin.dispose()
+
+
+def psycopg_conninfo(url: str) -> str:
+    """A SQLAlchemy ``postgresql+psycopg://`` URL as psycopg's own connection string."""
+    return url.replace("postgresql+psycopg://", "postgresql://")
+
+
 class Env:
     """Where shards and catalog live for this run; cleans up after itself."""
 
@@ -80,7 +105,6 @@ class Env:
         self.tmp = tempfile.TemporaryDirectory(prefix="shardcat-bench-")
         self.storage_options: dict[str, Any] | None = None
         self._server: MotoServer | None = None
-        self._schema: str | None = None
         if backend == "local":
             self.root = os.path.join(self.tmp.name, "shards")
             os.makedirs(self.root)
@@ -88,21 +112,11 @@ class Env:
             self._server = MotoServer(moto, ranges=not stock_moto)
             self.storage_options = self._server.storage_options()
             self.root = "s3://bench/train"
+        self._stack = contextlib.ExitStack()
         if catalog == "sqlite":
             self.catalog_url = f"sqlite:///{self.tmp.name}/catalog.db"
         else:
-            self.catalog_url = self._make_schema()
-
-    def _make_schema(self) -> str:
-        import sqlalchemy as sa
-
-        self._schema = f"bench_{uuid.uuid4().hex[:10]}"
-        admin = sa.create_engine(POSTGRES_URL)
-        with admin.begin() as conn:
-            conn.execute(sa.text(f'CREATE SCHEMA "{self._schema}"'))
-        admin.dispose()
-        sep = "&" if "?" in POSTGRES_URL else "?"
-        return f"{POSTGRES_URL}{sep}options=-csearch_path%3D{self._schema}"
+            self.catalog_url = self._stack.enter_context(pg_schema(POSTGRES_URL))
 
     def raw_sql(self) -> tuple[Any, str]:
         """A raw DBAPI connection to the catalog (autocommit) and its placeholder."""
@@ -113,17 +127,10 @@ class Env:
             return conn, "?"
         import psycopg
 
-        conninfo = self.catalog_url.replace("postgresql+psycopg://", "postgresql://")
-        return psycopg.connect(conninfo, autocommit=True), "%s"
+        return psycopg.connect(psycopg_conninfo(self.catalog_url), autocommit=True), "%s"
 
     def close(self) -> None:
-        if self._schema:
-            import sqlalchemy as sa
-
-            admin = sa.create_engine(POSTGRES_URL)
-            with admin.begin() as conn:
-                conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{self._schema}" CASCADE'))
-            admin.dispose()
+        self._stack.close()
         if self._server is not None:
             self._server.stop()
         self.tmp.cleanup()

@@ -48,25 +48,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.latency_proxy import PROFILES
+from benchmarks.latency_proxy import PROFILES, PROXY_MODES, peak_concurrency
 from benchmarks.moto_server import MODES
 from benchmarks.peers.s3 import MotoS3
 
 from shardcat._units import parse_size
-
-_requests = [0]
-
-
-def _count_requests() -> None:
-    import s3fs
-
-    call = s3fs.S3FileSystem._call_s3
-
-    async def counted(self: Any, method: str, *args: Any, **kwargs: Any) -> Any:
-        _requests[0] += 1
-        return await call(self, method, *args, **kwargs)
-
-    s3fs.S3FileSystem._call_s3 = counted  # type: ignore[method-assign]
 
 
 class _GcClock:
@@ -96,7 +82,7 @@ def stream(args: argparse.Namespace) -> None:
     from shardcat.format import stream as stream_module
     from shardcat.storage import choose_transport
 
-    server = MotoS3(args.moto, args.profile)
+    server = MotoS3(args.moto, args.profile, args.proxy)
     opts = server.store().storage_options
     fs = fsspec.filesystem("s3", **opts)
     rng = random.Random(0)
@@ -268,8 +254,7 @@ def batch(args: argparse.Namespace) -> None:
     import shardcat.storage.cache as cache
 
     logging.disable(logging.WARNING)
-    _count_requests()
-    server = MotoS3(args.moto, args.profile)
+    server = MotoS3(args.moto, args.profile, args.proxy)
     store = server.store()
     ds = Dataset.scaled(args.scale)
     mine = Shardcat(store, ds)
@@ -303,34 +288,49 @@ def batch(args: argparse.Namespace) -> None:
 
     cache.merge_sorted = seen  # type: ignore[assignment]
 
+    peaks: list[int] = []  # the median batch's most requests in flight at once (the proxy's)
+
     def measure(fn: Callable[[list[str]], Any]) -> tuple[float, float, int]:
-        secs, nbytes, nreq = [], [], []
+        secs, nbytes, nreq, peak = [], [], [], []
         for b in batches:
-            b0, r0, t = server.bytes_sent(), _requests[0], time.perf_counter()
+            b0, r0, t = server.bytes_sent(), server.gets(), time.perf_counter()
+            since = time.monotonic()
             fn(b)
             secs.append(time.perf_counter() - t)
             nbytes.append(server.bytes_sent() - b0)
-            nreq.append(_requests[0] - r0)
+            nreq.append(server.gets() - r0)  # GETs the server answered: every client's
+            if server.proxy is not None:
+                peak.append(peak_concurrency(server.proxy.responses(since)))
         i = secs.index(statistics.median(secs))
+        peaks[:] = peak[i : i + 1]
         return len(batches[i]) / secs[i], nbytes[i] / len(batches[i]), nreq[i]
+
+    def in_flight() -> str:
+        return f" {peaks[0]:3} at once" if peaks else ""
 
     where = "moto directly" if server.proxy is None else server.proxy.profile.describe()
     print(
         f"{ds.count:,} samples, batches of {len(batches[0]):,} keys, median of {args.repeat};"
         f" S3: {where}; load {os.getloadavg()[0]:.1f}"
+        + (f"; proxy {args.proxy}" if server.proxy is not None else "")
     )
     for _ in range(args.rounds):
         base: tuple[float, float] | None = None
+        lance_kps: float | None = None
         if floor is not None:
             kps, bpk, nreq = measure(floor.get_many)
             base = kps, bpk
             print(
                 f"floor (cat_ranges)                     {kps:7.0f} keys/s {bpk:9,.0f} B/key"
-                f" {nreq:5} requests"
+                f" {nreq:5} requests{in_flight()}"
             )
         if lance is not None:
-            kps, bpk, _ = measure(lance.get_many)
-            print(f"lance                                  {kps:7.0f} keys/s {bpk:9,.0f} B/key")
+            kps, bpk, nreq = measure(lance.get_many)
+            lance_kps = kps
+            print(
+                f"lance                                  {kps:7.0f} keys/s {bpk:9,.0f} B/key"
+                f" {nreq:5} requests{in_flight()}"
+            )
         for transport in args.transports:
             for gap in args.gaps:
                 for span in args.spans:
@@ -348,14 +348,14 @@ def batch(args: argparse.Namespace) -> None:
                             chosen = "" if gap is not None else _chosen(mine, used)
                         finally:
                             mine.cat.close()
-                    # Requests are counted in s3fs only.
-                    shown = f"{nreq:5}" if transport == "fsspec" else "    ?"
+                    shown = f"{nreq:5}"
                     vs = "" if base is None else f"  {kps / base[0]:5.2f} x floor keys/s"
                     vs += "" if base is None else f" {bpk / base[1]:6.1f} x floor B/key"
+                    vs += "" if lance_kps is None else f"  {kps / lance_kps:5.2f} x lance"
                     shown_gap = "auto     " if gap is None else f"{gap >> 10:5} KiB"
                     print(
                         f"shardcat {transport:7} gap {shown_gap} span {span >> 20:2} MiB"
-                        f" {kps:7.0f} keys/s {bpk:9,.0f} B/key {shown} requests{vs}"
+                        f" {kps:7.0f} keys/s {bpk:9,.0f} B/key {shown} requests{in_flight()}{vs}"
                     )
                     if chosen:
                         print(f"    {chosen}")
@@ -439,6 +439,12 @@ def main() -> None:
             default=None,
             help="reach moto through benchmarks/latency_proxy.py with this profile (default:"
             " directly)",
+        )
+        each.add_argument(
+            "--proxy",
+            choices=PROXY_MODES,
+            default="process",
+            help="where the latency proxy runs (its own process: not sharing this one's GIL)",
         )
     args = p.parse_args()
     if args.what == "stream":

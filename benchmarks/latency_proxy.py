@@ -25,14 +25,21 @@ response's span (:class:`Response`: from its request's first byte to its own
 last byte) so that a benchmark can tell how many connections a read kept busy
 at once (:func:`peak_concurrency`).
 
-It listens on 127.0.0.1 only and forwards to 127.0.0.1 only. In the
-benchmarks and tests it runs on a thread of the calling process
-(:class:`LatencyProxy`); its work per request is a few event-loop callbacks.
-As a program::
+It listens on 127.0.0.1 only and forwards to 127.0.0.1 only. In tests it
+runs on a thread of the calling process (:class:`LatencyProxy`); in the
+benchmarks in a process of its own (:class:`ProxyProcess`, the same
+interface), because on a thread its Python callbacks (one per 64 KiB chunk
+paced, ~1,400 a second per connection at 90 MB/s) share the GIL with the
+client being measured: a Python client (s3fs, shardcat's decoding) then
+waits on the proxy's work as it never waits on a real network's. As a program::
 
     python benchmarks/latency_proxy.py --target 127.0.0.1:PORT --profile same-region [--port 0]
 
 prints ``{"port": N}`` once it listens and serves until Ctrl-C, then prints its counts.
+With ``--control`` it serves until its stdin closes and answers one JSON
+line per command line read there: ``counts`` (:class:`Counts`) and
+``responses SINCE`` (:meth:`LatencyProxy.responses`: ``time.monotonic()``
+is the system's monotonic clock, the same in both processes).
 """
 
 from __future__ import annotations
@@ -41,6 +48,8 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
+import subprocess
 import sys
 import threading
 import time
@@ -372,6 +381,133 @@ class LatencyProxy:
         self.stop()
 
 
+class ProxyProcess:
+    """:class:`LatencyProxy` in a process of its own (``python latency_proxy.py --control``):
+    the same ``port``, ``endpoint``, ``profile``, ``snapshot()``, ``responses()`` and ``stop()``,
+    without sharing the caller's GIL. It also stops when the caller dies (its stdin closes).
+
+    Raises
+    ------
+    ValueError
+        As :class:`LatencyProxy` (checked here first).
+    RuntimeError
+        The process did not say it listens within ``START_TIMEOUT`` seconds (its stderr is in the message).
+    """
+
+    def __init__(self, target: str, prof: Profile | str = "loopback", port: int = 0) -> None:
+        host, target_port = parse_target(target)
+        self.profile = profile(prof) if isinstance(prof, str) else prof
+        if self.profile.name not in PROFILES or PROFILES[self.profile.name] != self.profile:
+            raise ValueError(f"a proxy process takes a named profile ({', '.join(PROFILES)})")
+        self._lock = threading.Lock()
+        self._proc = subprocess.Popen(
+            [
+                sys.executable,
+                os.path.abspath(__file__),
+                "--control",
+                "--target",
+                f"{host}:{target_port}",
+                "--profile",
+                self.profile.name,
+                "--port",
+                str(port),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        ready: dict[str, object] = {}
+
+        def first_line() -> None:
+            assert self._proc.stdout is not None
+            line = self._proc.stdout.readline()
+            if line:
+                ready.update(json.loads(line))
+
+        waiter = threading.Thread(target=first_line, daemon=True)
+        waiter.start()
+        waiter.join(START_TIMEOUT)
+        if "port" not in ready:
+            self._proc.kill()
+            _, err = self._proc.communicate(timeout=STOP_TIMEOUT)
+            raise RuntimeError(f"the latency proxy process did not start: {err.strip()[-2000:]}")
+        self.port = int(ready["port"])  # type: ignore[call-overload]
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._proc.poll() is None
+
+    def _ask(self, command: str) -> object:
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        with self._lock:
+            self._proc.stdin.write(command + "\n")
+            self._proc.stdin.flush()
+            line = self._proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the latency proxy process ended")
+        return json.loads(line)
+
+    def snapshot(self) -> Counts:
+        """The counts so far (as :meth:`LatencyProxy.snapshot`)."""
+        return Counts(**self._ask("counts"))  # type: ignore[arg-type]
+
+    def responses(self, since: float = 0.0) -> list[Response]:
+        """As :meth:`LatencyProxy.responses`."""
+        return [Response(*r) for r in self._ask(f"responses {since!r}")]  # type: ignore[union-attr]
+
+    def stop(self) -> None:
+        """Close its stdin (it stops) and wait for it; idempotent."""
+        if self._proc.poll() is None:
+            with contextlib.suppress(OSError):
+                assert self._proc.stdin is not None
+                self._proc.stdin.close()
+            try:
+                self._proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(STOP_TIMEOUT)
+        for stream in (self._proc.stdout, self._proc.stderr):
+            if stream is not None:
+                stream.close()
+
+    def __enter__(self) -> ProxyProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+PROXY_MODES = ("process", "in-process")
+"""Where a benchmark's proxy runs: :class:`ProxyProcess` or :class:`LatencyProxy`."""
+
+
+def start_proxy(
+    target: str, prof: Profile | str, mode: str = "process"
+) -> LatencyProxy | ProxyProcess:
+    """A proxy in front of ``target`` with profile ``prof``, run as ``mode`` says (:data:`PROXY_MODES`)."""
+    if mode not in PROXY_MODES:
+        raise ValueError(f"proxy mode {mode!r}: expected one of {', '.join(PROXY_MODES)}")
+    return ProxyProcess(target, prof) if mode == "process" else LatencyProxy(target, prof)
+
+
+def _control(proxy: LatencyProxy) -> None:
+    """Answer the commands of stdin (``counts``, ``responses SINCE``) until it closes."""
+    for line in sys.stdin:
+        command, _, arg = line.strip().partition(" ")
+        if command == "counts":
+            answer: object = proxy.snapshot().__dict__
+        elif command == "responses":
+            answer = [[r.start, r.end, r.nbytes] for r in proxy.responses(float(arg or 0))]
+        else:
+            answer = {"error": f"unknown command {command!r}"}
+        print(json.dumps(answer), flush=True)
+
+
 def parse_target(target: str) -> tuple[str, int]:
     """``(host, port)`` of ``"[http://]127.0.0.1:PORT"``.
 
@@ -397,12 +533,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--target", required=True, help="the server: 127.0.0.1:PORT")
     parser.add_argument("--profile", default="same-region", choices=list(PROFILES))
     parser.add_argument("--port", type=int, default=0, help="where to listen (0: a free port)")
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="serve until stdin closes, answering its commands (counts, responses SINCE)",
+    )
     args = parser.parse_args(argv)
     try:
         proxy = LatencyProxy(args.target, args.profile, args.port)
     except (ValueError, RuntimeError) as e:
         sys.exit(f"latency_proxy: {e}")
     print(json.dumps({"port": proxy.port, "profile": proxy.profile.describe()}), flush=True)
+    if args.control:
+        try:
+            _control(proxy)
+        finally:
+            proxy.stop()
+        return
     try:
         while proxy.running:
             time.sleep(0.5)

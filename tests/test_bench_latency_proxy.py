@@ -36,6 +36,7 @@ from benchmarks.latency_proxy import (  # noqa: E402
     PROFILES,
     LatencyProxy,
     Profile,
+    ProxyProcess,
     parse_target,
     profile,
 )
@@ -260,3 +261,29 @@ def test_each_response_is_kept_with_its_span_and_bytes(moto):
     # Back to back is not at once.
     assert peak_concurrency([Response(0.0, 1.0, 1), Response(1.0, 2.0, 1)]) == 1
     assert peak_concurrency([]) == 0
+
+
+def test_the_proxy_in_a_process_of_its_own_counts_and_keeps_spans_as_on_a_thread(moto):
+    # The benchmarks' default: the proxy's pacing does not share the client's GIL.
+    with ProxyProcess(moto.endpoint, "same-region") as proxy:
+        assert proxy.running and proxy.profile is PROFILES["same-region"]
+        fs = _fs(moto, proxy)  # type: ignore[arg-type]
+        fs.cat_file("bench/small.bin", start=0, end=10)
+        before, since = proxy.snapshot(), time.monotonic()
+        assert fs.cat_ranges(["bench/small.bin"] * 3, [0, 100, 200], [10, 110, 210]) == [
+            SMALL[0:10],
+            SMALL[100:110],
+            SMALL[200:210],
+        ]
+        diff = proxy.snapshot() - before
+        spans = proxy.responses(since)
+    assert not proxy.running
+    assert diff.requests == 3 and diff.bytes_down > 30
+    assert len(spans) == 3
+    # The other process's monotonic clock is this one's: each span starts after `since`
+    # and lasts at least the latency.
+    assert all(
+        r.start >= since and r.end - r.start >= PROFILES["same-region"].latency for r in spans
+    )
+    with pytest.raises(ValueError, match="named profile"):
+        ProxyProcess(moto.endpoint, Profile("x", 0.1, None, "not named"))

@@ -35,7 +35,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from benchmarks.latency_proxy import PROFILES, LatencyProxy, peak_concurrency
+from benchmarks.latency_proxy import (
+    PROFILES,
+    PROXY_MODES,
+    LatencyProxy,
+    ProxyProcess,
+    peak_concurrency,
+)
 from benchmarks.moto_server import MODES
 from benchmarks.peers.base import Store, System
 from benchmarks.peers.data import Dataset, MismatchError
@@ -165,7 +171,7 @@ def batch_lookups(
     store: Store,
     ds: Dataset,
     args: argparse.Namespace,
-    proxy: LatencyProxy | None = None,
+    proxy: LatencyProxy | ProxyProcess | None = None,
 ) -> None:
     """The same batches for every system, interleaved as point lookups are (who goes first rotates).
 
@@ -220,7 +226,7 @@ def batch_lookups(
 
 
 def stream_and_close(
-    system: System, res: Result, ds: Dataset, proxy: LatencyProxy | None = None
+    system: System, res: Result, ds: Dataset, proxy: LatencyProxy | ProxyProcess | None = None
 ) -> None:
     """The full streaming read, every sample checked; closes the system.
 
@@ -310,7 +316,7 @@ def run(args: argparse.Namespace) -> tuple[list[Result], dict[str, Any]]:
         if kind == "s3":
             from benchmarks.peers.s3 import MotoS3
 
-            server = MotoS3(args.moto, prof)
+            server = MotoS3(args.moto, prof, args.proxy)
             store = server.store()
         else:
             store = Store("local", tempfile.mkdtemp(prefix="shardcat-peers-data-"))
@@ -436,6 +442,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         default="process",
         help="S3: run the moto server in its own process (default: its Python code does not share"
         " the client's GIL, as with a real S3) or in this one (as before, to compare)",
+    )
+    parser.add_argument(
+        "--proxy",
+        choices=PROXY_MODES,
+        default="process",
+        help="S3 through a profile: run the latency proxy in its own process (default: its"
+        " pacing does not share the client's GIL) or on a thread of this one",
     )
     parser.add_argument(
         "--profiles",

@@ -10,14 +10,16 @@ clients that release it (Lance), as a real S3 never does.
 With a ``profile`` other than None, every client reaches the server through
 ``benchmarks/latency_proxy.py`` (first-byte latency and a bandwidth cap per
 connection: ``same-region``, ``cross-region``, or ``loopback`` for the proxy
-alone); the server still counts the bytes it sent.
+alone); the server still counts the bytes it sent. The proxy runs in a process
+of its own too (``proxy_mode="process"``, ``--proxy process``, the default),
+for the same reason: on a thread its pacing would share the client's GIL.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.latency_proxy import LatencyProxy
+from benchmarks.latency_proxy import LatencyProxy, ProxyProcess, start_proxy
 from benchmarks.moto_server import MotoServer
 from benchmarks.peers.base import Store
 
@@ -44,15 +46,18 @@ class MotoS3:
     ``mode``: ``"process"`` (its own process) or ``"in-process"`` (threads of this one).
     ``profile``: a latency profile's name (``benchmarks.latency_proxy.PROFILES``): clients
     then go through the latency proxy; None (the default) or ``"direct"`` reaches moto directly.
+    ``proxy_mode``: where the proxy runs (``latency_proxy.PROXY_MODES``).
     """
 
-    def __init__(self, mode: str = "process", profile: str | None = None) -> None:
+    def __init__(
+        self, mode: str = "process", profile: str | None = None, proxy_mode: str = "process"
+    ) -> None:
         self.server = MotoServer(mode)
         self.mode = mode
-        self.proxy: LatencyProxy | None = None
+        self.proxy: LatencyProxy | ProxyProcess | None = None
         if profile is not None and profile != DIRECT:
             try:
-                self.proxy = LatencyProxy(self.server.endpoint, profile)
+                self.proxy = start_proxy(self.server.endpoint, profile, proxy_mode)
             except BaseException:
                 self.server.stop()
                 raise

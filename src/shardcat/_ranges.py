@@ -80,7 +80,9 @@ def coalesce(
 
 
 def split(
-    coalesced: Sequence[Coalesced], blobs: Sequence[bytes], ranges: Sequence[ByteRange]
+    coalesced: Sequence[Coalesced],
+    blobs: Sequence[bytes | memoryview],
+    ranges: Sequence[ByteRange],
 ) -> list[memoryview]:
     """Cut the merged reads back into one view per original range, in input order."""
     out: list[memoryview | None] = [None] * len(ranges)

@@ -132,9 +132,19 @@ SETTINGS: tuple[Setting, ...] = (
         "size, auto",
         "Batch reads of object-store files read through gaps up to this size rather than "
         "send another request (0: only adjacent ranges). `auto`: derived per store from its "
-        "measured latency L and bandwidth B, L x B / requests in flight within 16KiB-1MiB, "
+        "measured latency L and bandwidth B, L x B / `remote_in_flight` within 16KiB-1MiB, "
         "and the gaps one batch reads add at most 0.75 x its records' bytes (docs/CATALOG.md, "
         "batch lookups); `Catalog(remote_max_gap=)` wins.",
+    ),
+    Setting(
+        "remote_in_flight",
+        64,
+        "count",
+        "Requests a batch read keeps in flight at once on an object store, across all the "
+        "files it reads (obstore), and the connections s3fs pools for them (botocore's "
+        "`max_pool_connections`, unless `config_kwargs` names it). At 20-80 ms per request a "
+        "batch moves at about this many requests per round trip; 64 is what Lance keeps in "
+        "flight on object stores. Local files are read as before.",
     ),
     Setting(
         "s3_transport",

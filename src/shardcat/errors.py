@@ -719,10 +719,10 @@ class GroupNotFoundError(CatalogError, KeyError):
 
 
 class GroupsUnsupportedError(CatalogError, ValueError):
-    """An operation that does not handle column groups yet met a dataset that has some.
+    """An operation that does not handle column groups met a dataset that has some.
 
-    Copy, move and compaction of datasets with groups come in a later phase
-    (docs/GROUPS.md §5): drop the groups first, or wait for it.
+    Every operation handles them since phase 2 (docs/GROUPS.md §6); kept so that
+    code catching it still imports.
     """
 
 

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import tempfile
+import uuid
 from typing import Any
 
 import pytest
+from hypothesis.stateful import RuleBasedStateMachine
 from sqlalchemy import event
 
 import shardcat
@@ -297,8 +300,16 @@ class ReadCounter:
             others.append("head_object")
             return real_head(store, path, *args, **kw)
 
+        real_range_async = obstore.get_range_async
+
+        async def get_range_async(store: Any, path: str, *, start: int, end: int, **kw: Any) -> Any:
+            # A batch's ranges across files (storage/fanout.py): one request each.
+            reads.append(("s3", start, end))
+            return await real_range_async(store, path, start=start, end=end, **kw)
+
         for name, fn in (("get_range", get_range), ("get_ranges", get_ranges)):
             monkeypatch.setattr(obstore, name, fn)
+        monkeypatch.setattr(obstore, "get_range_async", get_range_async)
         monkeypatch.setattr(obstore, "get", get)
         monkeypatch.setattr(obstore, "head", head)
 
@@ -361,3 +372,28 @@ def machine_cases(
         {"settings": machine_settings("SHARDCAT_MODEL_EXAMPLES_PG", *postgres, postgres=True)},
     )
     return machine.TestCase, url, pytest.mark.usefixtures(name)(case)
+
+
+class CatalogMachine(RuleBasedStateMachine):
+    """A catalog state machine's per-example dataset, and its teardown.
+
+    ``url``: the catalog (empty: a fresh SQLite file per example; set by the
+    PostgreSQL twin of :func:`machine_cases`). Each example's dataset gets a
+    name of its own, since the PostgreSQL twin shares one schema across examples.
+    """
+
+    url: str = ""
+
+    def open_dataset(self, prefix: str) -> None:
+        """``self.cat``, ``self.name`` and ``self.root`` (the dataset's folder) of a new example."""
+        self.tmp = tempfile.TemporaryDirectory()
+        self.root = os.path.join(self.tmp.name, "ds")
+        os.mkdir(self.root)
+        self.cat = Catalog(self.url or f"sqlite:///{self.tmp.name}/catalog.db")
+        self.name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        self.cat.create_dataset(self.name, self.root)
+
+    def teardown(self) -> None:
+        if hasattr(self, "cat"):
+            self.cat.close()
+            self.tmp.cleanup()

@@ -68,7 +68,7 @@ def history(cat: Catalog, root: str) -> dict[str, Any]:
 
 def test_every_example_runs_and_answers(cat, local_root):
     examples = _examples()
-    assert len(examples) == 13
+    assert len(examples) == 14
     made = history(cat, local_root)
     url = made["url"]
     size = {row.url: row.size_bytes for row in cat.shards("train") + cat.shards("val")}
@@ -95,7 +95,10 @@ def test_every_example_runs_and_answers(cat, local_root):
         log,
         by_job,
         leftovers,
+        group_parts,
     ) = results
+    # No column groups in this history: every live record is a base record.
+    assert [(r.part, r.records) for r in group_parts] == [("(base)", 5)]
 
     assert [tuple(r) for r in per_shard] == [
         (0, url["a"], 2, 4, size[url["a"]]),  # cam3/002 deleted, img/00000007 replaced

@@ -9,20 +9,17 @@ from __future__ import annotations
 
 import itertools
 import os
-import tempfile
-import uuid
 from typing import Any
 
 import pytest
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import initialize, invariant, precondition, rule
 
 import shardcat
 from shardcat.catalog.groups import GroupWrite
 from shardcat.errors import DuplicateKeyError, EntryExistsError, UnknownKeysError
-from shardcat.reading import Catalog
 
-from .helpers import machine_cases
+from .helpers import CatalogMachine, machine_cases
 
 UNIVERSE = [f"k{i}" for i in range(6)]
 GROUPS = ["g1", "g2", "g3"]
@@ -31,30 +28,18 @@ keys_st = st.lists(st.sampled_from(UNIVERSE), min_size=1, max_size=4, unique=Tru
 Sample = dict[str, str]  # entry name -> value
 
 
-class GroupModel(RuleBasedStateMachine):
+class GroupModel(CatalogMachine):
     """``versions``: number -> {key: {entry: value}}, the merged samples each version reads."""
-
-    url: str = ""
 
     @initialize()
     def start(self) -> None:
-        self.tmp = tempfile.TemporaryDirectory()
-        self.root = os.path.join(self.tmp.name, "ds")
-        os.mkdir(self.root)
-        self.cat = Catalog(self.url or f"sqlite:///{self.tmp.name}/catalog.db")
-        self.name = f"train-{uuid.uuid4().hex[:8]}"
-        self.cat.create_dataset(self.name, self.root)
+        self.open_dataset("train")
         self.steps = itertools.count()
         self.versions: dict[int, dict[str, Sample]] = {}
         self.latest = 0
         # The latest version's parts: the base, and each live group (in creation order).
         self.base: dict[str, str] = {}
         self.groups: dict[str, dict[str, Sample]] = {}
-
-    def teardown(self) -> None:
-        if hasattr(self, "cat"):
-            self.cat.close()
-            self.tmp.cleanup()
 
     # --- helpers ---------------------------------------------------------
 
@@ -153,6 +138,16 @@ class GroupModel(RuleBasedStateMachine):
             del self.base[k]
             for records in self.groups.values():
                 records.pop(k, None)
+        self._new_version()
+
+    @rule(keys=keys_st)
+    def overwrite(self, keys: list[str]) -> None:
+        """A new base (an overwrite, or a folder indexed again): groups keep the keys it has."""
+        tag = self._commit({k: {"b": k} for k in keys}, replace=True)
+        self.base = {k: f"{k}@{tag}" for k in keys}
+        for records in self.groups.values():
+            for k in [k for k in records if k not in self.base]:
+                del records[k]
         self._new_version()
 
     # --- the check ---------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from shardcat.catalog.groups import GroupWrite
-from shardcat.errors import DuplicateKeyError, EntryExistsError
+from shardcat.errors import DuplicateKeyError, EntryExistsError, KeyNotFoundError
 from shardcat.format import recordcodec
 from shardcat.reading import Catalog, point
 
@@ -171,3 +171,34 @@ def test_the_python_twin_merges_as_the_compiled_path_hands_over(sqlite_url, loca
             )
     finally:
         point.use(previous)
+
+
+def test_an_overwrite_keeps_the_groups_entries_of_the_keys_it_still_has(cat, local_root):
+    """Groups belong to keys: a new base keeps their captions; a key it lost loses its caption."""
+    make_dataset(cat, local_root, 1)
+    keys = shard_keys(0)
+    captioned = add_group(cat, local_root, keys[:10])
+    job = cat.begin_job("train")
+    kept = keys[5:]  # the new base lost keys 0-4
+    info = write_shard(
+        f"{local_root}/new.shard", kept, make=lambda k: {"txt": f"new {k}", "json": {"k": k}}
+    )
+    cat.register_shard("train", info, job=job)
+    cat.commit_job(job, replace=True)
+    overwritten = cat.info("train").version
+    assert sorted(cat.keys("train")) == sorted(kept)
+    rec = cat.get("train", keys[7])
+    assert list(rec) == ["txt", "json", "cap.txt"]
+    assert rec["txt"].decode() == f"new {keys[7]}"
+    assert rec["cap.txt"].decode() == f"caption of {keys[7]}"
+    assert list(cat.get("train", keys[20])) == ["txt", "json"]
+    with pytest.raises(KeyNotFoundError):
+        cat.get("train", keys[2])
+    assert [(g.name, g.records) for g in cat.groups("train")] == [("captions", 5)]
+    # Older versions read what they read.
+    assert cat.get("train", keys[2], version=captioned)["cap.txt"].decode() == (
+        f"caption of {keys[2]}"
+    )
+    assert list(cat.get("train", keys[7], version=captioned)) == ["jpg", "json", "txt", "cap.txt"]
+    got = cat.get_many("train", keys[5:10], version=overwritten)
+    assert [r["cap.txt"].decode() for r in got.records] == [f"caption of {k}" for k in keys[5:10]]

@@ -413,3 +413,55 @@ def test_upgrade_from_0011_adds_groups_and_keeps_the_data(catalog_url, local_roo
             f"{local_root}/train-000000.shard",
             f"{local_root}/train-000001.shard",
         ]
+
+
+def test_upgrade_from_0012_names_the_group_of_each_record_in_the_views(catalog_url, local_root):
+    """0013: live_records and records_at gain group_id and group_name; the rows stay."""
+    from shardcat.catalog.groups import GroupWrite
+
+    from .helpers import make_dataset, shard_keys, write_shard
+
+    key = shard_keys(0)[1]
+    with Catalog(catalog_url) as cat:
+        make_dataset(cat, local_root, 2)
+        job = cat.begin_job("train")
+        info = write_shard(f"{local_root}/g.shard", shard_keys(0)[:3], make=lambda k: {"g": k})
+        cat.register_shard("train", info, job=job)
+        cat.commit_job(job, group=GroupWrite("captions"))
+        merged = cat.get("train", key)
+        version = cat.info("train").version
+    query = sa.text(
+        "SELECT group_id, group_name FROM live_records WHERE key = :k ORDER BY group_id"
+    )
+    at = sa.text(
+        "SELECT version, group_name FROM records_at WHERE key = :k AND group_id <> 0 "
+        "ORDER BY version"
+    )
+
+    def columns(view: str) -> list[str]:
+        engine = sa.create_engine(catalog_url)
+        try:
+            with engine.connect() as conn:
+                return [c["name"] for c in sa.inspect(conn).get_columns(view)]
+        finally:
+            engine.dispose()
+
+    assert downgrade(catalog_url, "0012") == (head_revision(), "0012")
+    assert "group_id" not in columns("live_records")
+    assert "group_name" not in columns("records_at")
+    with pytest.raises(SchemaVersionError, match="shardcat catalog upgrade"):
+        Catalog(catalog_url)
+    assert upgrade(catalog_url) == ("0012", head_revision())
+    assert check(catalog_url) == []
+    assert columns("live_records")[-2:] == ["group_id", "group_name"]
+    assert columns("records_at")[-2:] == ["group_id", "group_name"]
+    engine = sa.create_engine(catalog_url)
+    try:
+        with engine.connect() as conn:
+            gid = conn.execute(sa.text("SELECT id FROM groups WHERE name = 'captions'")).scalar()
+            assert conn.execute(query, {"k": key}).all() == [(0, None), (gid, "captions")]
+            assert conn.execute(at, {"k": key}).all() == [(version, "captions")]
+    finally:
+        engine.dispose()
+    with Catalog(catalog_url) as cat:
+        assert cat.get("train", key) == merged

@@ -12,14 +12,11 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import os
-import tempfile
-import uuid
 from typing import Any
 
 import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import (
-    RuleBasedStateMachine,
     initialize,
     invariant,
     precondition,
@@ -30,9 +27,8 @@ import shardcat
 from shardcat.catalog.versions import unreferenced_shards
 from shardcat.errors import DuplicateKeyError
 from shardcat.orchestration.gc import gc
-from shardcat.reading import Catalog
 
-from .helpers import machine_cases
+from .helpers import CatalogMachine, machine_cases
 
 UNIVERSE = [f"k{i}" for i in range(8)]
 _dask: list[Any] = []
@@ -58,28 +54,16 @@ def _client() -> Any:
 keys_st = st.lists(st.sampled_from(UNIVERSE), min_size=1, max_size=5, unique=True)
 
 
-class VersionModel(RuleBasedStateMachine):
+class VersionModel(CatalogMachine):
     """The catalog against ``versions``: number -> {key: payload} for every kept version."""
-
-    url: str = ""
 
     @initialize()
     def start(self) -> None:
-        self.tmp = tempfile.TemporaryDirectory()
-        self.root = os.path.join(self.tmp.name, "ds")
-        os.mkdir(self.root)
-        self.cat = Catalog(self.url or f"sqlite:///{self.tmp.name}/catalog.db")
-        self.name = f"train-{uuid.uuid4().hex[:8]}"  # PostgreSQL: one schema for every example
-        self.cat.create_dataset(self.name, self.root)
+        self.open_dataset("train")
         self.versions: dict[int, dict[str, str]] = {}
         self.tags: dict[str, int] = {}
         self.latest = 0
         self.steps = itertools.count()
-
-    def teardown(self) -> None:
-        if hasattr(self, "cat"):
-            self.cat.close()
-            self.tmp.cleanup()
 
     # --- helpers ---------------------------------------------------------
 

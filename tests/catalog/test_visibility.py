@@ -18,14 +18,12 @@ from __future__ import annotations
 import itertools
 import os
 import re
-import tempfile
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import initialize, invariant, precondition, rule
 from sqlalchemy import select, text
 
 import shardcat
@@ -35,7 +33,7 @@ from shardcat.errors import DuplicateKeyError, KeyNotFoundError
 from shardcat.reading import Catalog
 from shardcat.reading.lookup import LayoutCache, Lookup
 
-from .helpers import machine_cases
+from .helpers import CatalogMachine, machine_cases
 from .test_version_model import _client
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -104,28 +102,16 @@ def _python_visible(added: int | None, state: str, removed: int | None, version:
     )
 
 
-class VisibilityHistory(RuleBasedStateMachine):
+class VisibilityHistory(CatalogMachine):
     """The catalog's every read path against ``versions``: number -> Model of every kept version."""
-
-    url: str = ""
 
     @initialize()
     def start(self) -> None:
-        self.tmp = tempfile.TemporaryDirectory()
-        self.root = os.path.join(self.tmp.name, "ds")
-        os.mkdir(self.root)
-        self.cat = Catalog(self.url or f"sqlite:///{self.tmp.name}/catalog.db")
-        self.name = f"vis-{uuid.uuid4().hex[:8]}"
-        self.cat.create_dataset(self.name, self.root)
+        self.open_dataset("vis")
         self.versions: dict[int, Model] = {}
         self.tags: dict[str, int] = {}
         self.latest = 0
         self.steps = itertools.count()
-
-    def teardown(self) -> None:
-        if hasattr(self, "cat"):
-            self.cat.close()
-            self.tmp.cleanup()
 
     def live(self) -> Model:
         return dict(self.versions.get(self.latest, {}))

@@ -35,6 +35,7 @@ _added = st.builds(
     record_count=st.integers(0, 10**9),
     size_bytes=st.integers(0, 2**62),
     shard_number=st.none() | st.integers(0, 10**6),
+    group=st.none() | _text,
 )
 _removed = st.builds(
     RemovedRecords,
@@ -57,6 +58,8 @@ _manifests = st.builds(
     added=st.lists(_added, max_size=5).map(tuple),
     removed=st.lists(_removed, max_size=5).map(tuple),
     root=st.none() | _text,
+    groups_added=st.lists(_text, max_size=3).map(tuple),
+    groups_dropped=st.lists(_text, max_size=3).map(tuple),
 )
 
 

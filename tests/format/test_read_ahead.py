@@ -20,7 +20,7 @@ import pytest
 from shardcat.errors import ChecksumError, StorageError
 from shardcat.format import BytesSource, ShardReader, iter_partial
 from shardcat.format import stream as stream_module
-from shardcat.format.prefetch import READ_AHEAD_DEPTH, ReadAhead
+from shardcat.format.prefetch import READ_AHEAD_DEPTH, ReadAhead, ReadSlots
 
 from .conftest import plain, write_shard
 
@@ -247,3 +247,86 @@ def test_closing_while_the_consumer_is_behind_stops_the_thread() -> None:
     assert not ra.alive
     assert len(src.reads) < 1024  # it stopped, rather than reading the whole file
     assert ra.read() == b""
+
+
+# --- streams sharing their read slots (iter_shards) ------------------------------------------
+
+
+def test_streams_sharing_slots_never_ask_for_more_and_the_next_starts_before_the_first_ends() -> (
+    None
+):
+    slots = ReadSlots(3)
+    asked: list[tuple[str, int]] = []  # (stream, start), in the order asked
+    lock = threading.Lock()
+
+    class Logged(RemoteLike):
+        def read(self, start: int, end: int) -> bytes:
+            with lock:
+                asked.append((self.name, start))
+            return super().read(start, end)
+
+    data = [bytes([i]) * 1000 for i in range(3)]
+    sources = [Logged(d) for d in data]
+    for i, src in enumerate(sources):
+        src._name = f"remote://bucket/{i}.shard"
+    streams = [ReadAhead(src, 0, 1000, chunk=100, first=100, slots=slots) for src in sources]
+    delivered = 0
+    got = [b"", b"", b""]
+    first_of_next_asked_at = None
+    for i, stream in enumerate(streams):
+        while chunk := stream.read():
+            got[i] += bytes(chunk)
+            delivered += 1
+            with lock:
+                # Asked and not handed over: never more than the slots, over all streams.
+                assert len(asked) <= delivered + 3
+            # Set when a chunk is asked for (in the read() that freed the slot), not when read.
+            if first_of_next_asked_at is None and i == 0 and streams[1]._next > 0:
+                first_of_next_asked_at = delivered
+    assert got == data
+    # The second stream's first chunk was asked for while the first still had chunks to hand
+    # over (it had asked for its last), not after its end.
+    # 3 slots, 10 chunks: the first stream asked for its last at its 7th handover, the
+    # 8th slot freed went to the second.
+    assert first_of_next_asked_at == 8
+    # Each chunk of each stream was asked for once.
+    for src in sources:
+        assert sorted(a for n, a in asked if n == src.name) == list(range(0, 1000, 100))
+    for stream in streams:
+        stream.close()
+    assert slots.free == 3 and slots.streams == []
+
+
+def test_a_stream_closed_early_gives_its_slots_to_the_next() -> None:
+    slots = ReadSlots(2)
+    first = ReadAhead(RemoteLike(b"a" * 1000), 0, 1000, chunk=100, first=100, slots=slots)
+    second = ReadAhead(RemoteLike(b"b" * 1000), 0, 1000, chunk=100, first=100, slots=slots)
+    assert bytes(first.read()) == b"a" * 100
+    first.close()  # the caller stopped: its slots (and the reads holding them) come back
+    out = _bounded_read_all(second)
+    assert out == b"b" * 1000
+    assert slots.free == 2
+
+
+def test_a_failed_read_in_a_shared_stream_is_raised_and_gives_its_slot_back() -> None:
+    slots = ReadSlots(2)
+    bad = ReadAhead(
+        RemoteLike(b"a" * 1000, fail_at=250), 0, 1000, chunk=100, first=100, slots=slots
+    )
+    nxt = ReadAhead(RemoteLike(b"b" * 1000), 0, 1000, chunk=100, first=100, slots=slots)
+    assert bytes(bad.read()) + bytes(bad.read()) == b"a" * 200
+    with pytest.raises(StorageError, match="connection reset"):
+        bad.read()
+    assert _bounded_read_all(nxt) == b"b" * 1000
+    assert slots.free == 2
+
+
+def _bounded_read_all(stream: ReadAhead, bound: float = 30.0) -> bytes:
+    """Every chunk of ``stream`` read on a thread; fails if that never ends (a lost slot)."""
+    out: list[bytes] = []
+    t = threading.Thread(target=lambda: out.extend(bytes(c) for c in iter(stream.read, b"")))
+    t.daemon = True
+    t.start()
+    t.join(bound)
+    assert not t.is_alive(), "the stream waits for a slot that never comes back"
+    return b"".join(out)

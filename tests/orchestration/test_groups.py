@@ -205,11 +205,7 @@ def test_groups_on_s3(client, s3, sqlite_url):
         assert list(cat.get("train", "k002", entries=["txt"])) == ["txt"]
 
 
-def test_verify_reindex_streaming_and_the_operations_not_ready_for_groups(
-    client, tmp_path, catalog_url
-):
-    from shardcat.errors import GroupsUnsupportedError
-
+def test_verify_reindex_and_streaming_of_a_dataset_with_groups(client, tmp_path, catalog_url):
     with Catalog(catalog_url) as cat:
         make(cat, tmp_path / "ds", client, n=20)
         summary = add(cat, client, captions([f"k{i:03d}" for i in range(20)]))
@@ -221,14 +217,11 @@ def test_verify_reindex_streaming_and_the_operations_not_ready_for_groups(
         cat.reindex("train", summary.shards[0])
         assert cat.get("train", "k001")["txt"].decode() == "a photo of k001"
         assert list(cat.get("train", "k001")) == ["jpg", "cls", "txt"]
-        # Streaming reads the samples (the base) for now: groups join in a later phase.
+        # Streaming reads whole samples (tests/orchestration/test_group_reads.py has the rest).
         streamed = shardcat.read(cat, "train").compute(scheduler="sync")
         assert sorted(r["__key__"] for r in streamed) == [f"k{i:03d}" for i in range(20)]
+        assert all(r["txt"] == f"a photo of {r['__key__']}" for r in streamed)
         assert cat.count("train") == 20
-        with pytest.raises(GroupsUnsupportedError, match="drop the groups"):
-            shardcat.compact(cat, "train", client=client)
-        with pytest.raises(GroupsUnsupportedError):
-            shardcat.copy_dataset(cat, "train", str(tmp_path / "copy"), name="copy")
         cat.drop_group("train", "captions")
         gone = cat.groups("train")[0]
         assert gone.records == 0 and gone.dropped_version == cat.info("train").version

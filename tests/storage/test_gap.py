@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from shardcat import config
 from shardcat._ranges import merge_sorted
 from shardcat.storage import gap
 from shardcat.storage.gap import (
-    IN_FLIGHT,
     MAX_GAP,
     MIN_GAP,
     PRIOR_BANDWIDTH,
@@ -30,6 +30,7 @@ from shardcat.storage.gap import (
 )
 
 KiB = 1024
+BOTOCORE_POOL = 10  # requests in flight these cases assume (botocore's default pool)
 
 
 # --- the formula ------------------------------------------------------------------------
@@ -84,8 +85,10 @@ def test_before_any_measurement_the_priors_give_the_start_gap():
         0,
     )
     store = f"test {uuid.uuid4()}"
-    assert gap.gap_for(store, IN_FLIGHT) == derived_gap(PRIOR_LATENCY, PRIOR_BANDWIDTH, IN_FLIGHT)
-    assert gap.gap_for(store, IN_FLIGHT) == 200_000
+    assert gap.gap_for(store, BOTOCORE_POOL) == derived_gap(
+        PRIOR_LATENCY, PRIOR_BANDWIDTH, BOTOCORE_POOL
+    )
+    assert gap.gap_for(store, BOTOCORE_POOL) == 200_000
 
 
 def _warm() -> Estimator:
@@ -139,8 +142,8 @@ def test_stores_are_estimated_apart_and_a_slower_store_merges_wider_gaps():
         gap.observe(far, 1, 1000, 0.080, 1)
     assert gap.estimate(near).latency == pytest.approx(0.001 - 1000 / PRIOR_BANDWIDTH)
     assert gap.estimate(far).latency == pytest.approx(0.080, rel=0.01)
-    assert gap.gap_for(near, IN_FLIGHT) == MIN_GAP  # 1 ms x 100 MB/s / 10 = 10 KB
-    assert gap.gap_for(far, IN_FLIGHT) == pytest.approx(800_000, rel=0.001)  # 80 ms x ...
+    assert gap.gap_for(near, BOTOCORE_POOL) == MIN_GAP  # 1 ms x 100 MB/s / 10 = 10 KB
+    assert gap.gap_for(far, BOTOCORE_POOL) == pytest.approx(800_000, rel=0.001)  # 80 ms x ...
 
 
 def _child_estimate(key: str) -> int:
@@ -211,3 +214,33 @@ def test_merging_within_the_budget_never_reads_more_than_it_allows(rows):
     wanted = int((end - start).sum())
     assert _bytes_read(file, start, end, cap) <= (1 + READ_BUDGET) * wanted
     assert READ_BUDGET < 1  # under twice what is wanted
+
+
+# --- the requests in flight ----------------------------------------------------------------
+
+
+def test_requests_in_flight_come_from_the_setting_and_a_bad_value_names_the_variable():
+    assert gap.requests_in_flight() == config.defaults()["remote_in_flight"] == 64
+    with config.set(remote_in_flight="8"):
+        assert gap.requests_in_flight() == 8
+    for bad in ("0", "many", "-3", True):
+        with (
+            config.set(remote_in_flight=bad),
+            pytest.raises(ValueError, match="SHARDCAT_REMOTE_IN_FLIGHT"),
+        ):
+            gap.requests_in_flight()
+
+
+def test_a_streams_chunk_keeps_the_first_byte_wait_to_a_tenth_of_a_request():
+    mib = 1024 * 1024
+    # The priors (20 ms, 100 MB/s): 9 x L x B = 18 MB, held to the 16 MiB ceiling.
+    assert gap.stream_chunk(f"test {uuid.uuid4()}") == gap.STREAM_CHUNK_MAX == 16 * mib
+    near = f"test {uuid.uuid4()}"
+    gap.observe(near, 1, 1000, 0.5, 1)  # the first call sets the client up: not counted
+    gap.observe(near, 1, 1000, 0.001, 1)  # 1 ms to the first byte: 0.9 MB wanted
+    assert gap.stream_chunk(near) == gap.STREAM_CHUNK_MIN == 8 * mib
+    middle = f"test {uuid.uuid4()}"
+    gap.observe(middle, 1, 1000, 0.5, 1)
+    gap.observe(middle, 1, 1000, 0.011, 1)  # ~11 ms: 9.9 MB, rounded up to whole MiB
+    chunk = gap.stream_chunk(middle)
+    assert chunk % mib == 0 and 9 * mib < chunk <= 10 * mib

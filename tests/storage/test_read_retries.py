@@ -22,6 +22,7 @@ import pytest
 
 import shardcat
 from _servers import RestartableMoto, counting_moto, moto_client, requests_seen, silent_store
+from _threads import bounded
 from shardcat.errors import (
     BucketNotFoundError,
     ShardNotFoundError,
@@ -84,26 +85,6 @@ def _retries(caplog: pytest.LogCaptureFixture) -> int:
     return sum(1 for r in caplog.records if r.name == RETRY_LOG and "failed; next" in r.message)
 
 
-def _in_thread(read: Any, bound: float = 120.0) -> Any:
-    """``read()`` on a thread, its result or its error; fails if it outlives ``bound`` seconds
-    (a bound on the test, far above any deadline here: not a timed assertion)."""
-    out: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            out["value"] = read()
-        except BaseException as e:
-            out["error"] = e
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(bound)
-    assert not t.is_alive(), "the read never ended: nothing bounded it"
-    if "error" in out:
-        raise out["error"]
-    return out["value"]
-
-
 def test_the_policy_pauses_with_full_jitter_under_an_exponential_ceiling() -> None:
     policy = RetryPolicy(deadline=60, base=0.1, cap=2.0)
     for failures, ceiling in ((1, 0.1), (2, 0.2), (3, 0.4), (5, 1.6), (6, 2.0), (40, 2.0)):
@@ -140,13 +121,13 @@ def test_reads_ride_out_a_store_stopped_for_3s_mid_read(
                 if i == 100:  # mid-read: the store goes away, and is back in 3 s
                     server.stop()
                     restart.start()
-                got.append(bytes(_in_thread(lambda i=i: reader.read(i))["bin"].data))
+                got.append(bytes(bounded(lambda i=i: reader.read(i))["bin"].data))
             restart.join(30)
             # A batch (ranged reads of several records) after a second outage.
             server.stop()
             again = threading.Timer(3.0, server.start)
             again.start()
-            batch = _in_thread(lambda: reader.take([5, 150, 299]))
+            batch = bounded(lambda: reader.take([5, 150, 299]))
             again.join(30)
     finally:
         restart.cancel()
@@ -175,7 +156,7 @@ def test_batches_of_the_source_cache_ride_out_a_restart(
         restart = threading.Timer(3.0, server.start)
         restart.start()
         try:
-            views = _in_thread(
+            views = bounded(
                 lambda: cache.read_batch(
                     [(url, ByteRange(10, 20)), (url, ByteRange(9000, 9100))], max_gap=0
                 )
@@ -202,7 +183,7 @@ def test_a_store_that_never_comes_back_fails_typed_within_the_deadline(
             caplog.at_level(logging.DEBUG, logger=RETRY_LOG),
             pytest.raises(StorageUnreachableError) as err,
         ):
-            _in_thread(lambda: reader.read(200))
+            bounded(lambda: reader.read(200))
     message = str(err.value)
     assert message.startswith(f"cannot reach {server.endpoint}/ (connection refused); still")
     assert "check the endpoint" in message
@@ -223,7 +204,7 @@ def test_a_hung_store_fails_typed_within_the_deadline_and_says_what_to_check(
         src = open_source("s3://bucket/ds/x.shard", _options(endpoint))
         assert src.transport == transport  # type: ignore[attr-defined]
         with pytest.raises(StorageUnreachableError) as err:
-            _in_thread(lambda: src.read(0, 100))
+            bounded(lambda: src.read(0, 100))
     message = str(err.value)
     assert message.startswith("s3://bucket/ds/x.shard: no answer")
     assert "check the endpoint and that the store is up and reachable from here" in message
@@ -247,7 +228,7 @@ def test_a_permanent_error_fails_at_its_first_try(
         requests_seen(endpoint)  # forget the set-up
         expected = BucketNotFoundError if missing == "bucket" else ShardNotFoundError
         with caplog.at_level(logging.DEBUG, logger=RETRY_LOG), pytest.raises(expected) as err:
-            _in_thread(lambda: src.read(0, 10))
+            bounded(lambda: src.read(0, 10))
         reads = [r for r in requests_seen(endpoint) if r["path"] == f"/{bucket}/x.shard"]
     assert missing == "bucket" or not isinstance(err.value, BucketNotFoundError)
     assert len(reads) == 1, reads  # one GET: no retry of a missing bucket or object

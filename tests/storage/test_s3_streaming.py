@@ -11,6 +11,7 @@ import pytest
 import shardcat
 from shardcat.errors import ShardNotFoundError
 from shardcat.format import stream as stream_module
+from shardcat.storage import gap
 
 CHUNK = 64 * 1024
 
@@ -47,6 +48,8 @@ def test_stream_reads_the_data_region_in_chunks_once_and_nothing_else(
     s3: dict[str, Any], requests_sent: list[tuple[str, str | None]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(stream_module, "_STREAM_CHUNK", CHUNK)
+    # Remote files size their requests from the store's latency: these small ones here.
+    monkeypatch.setattr(gap, "stream_chunk", lambda key: CHUNK)
     url, opts = f"{s3['url']}/ds/a.shard", s3["storage_options"]
     samples = write(url, opts)
     reader = shardcat.ShardReader(url, storage_options=opts)
@@ -70,6 +73,8 @@ def test_a_shard_deleted_while_streaming_is_shard_not_found(
     import fsspec
 
     monkeypatch.setattr(stream_module, "_STREAM_CHUNK", CHUNK)
+    # Remote files size their requests from the store's latency: these small ones here.
+    monkeypatch.setattr(gap, "stream_chunk", lambda key: CHUNK)
     url, opts = f"{s3['url']}/ds/b.shard", s3["storage_options"]
     write(url, opts)
     it = iter(shardcat.ShardReader(url, storage_options=opts))

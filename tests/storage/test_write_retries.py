@@ -22,10 +22,11 @@ from typing import Any
 
 import pytest
 import test_read_retries as reads
-from test_read_retries import RETRY_LOG, _in_thread, _options, _retries
+from test_read_retries import RETRY_LOG, _options, _retries
 
 import shardcat
 from _servers import OutageProxy, RestartableMoto, counting_moto, moto_client, requests_seen
+from _threads import bounded
 from shardcat.errors import BucketNotFoundError, ObjectExistsError, StorageUnreachableError
 from shardcat.orchestration.gc import delete_dataset, gc
 from shardcat.storage import multipart
@@ -87,7 +88,7 @@ def test_a_multipart_sized_write_rides_out_a_store_stopped_for_3s(
             if i == 20 * MIB:  # s3fs has parts in flight; obstore sends all at commit
                 outage(server)
             pending.write(data[i : i + 4 * MIB])
-        _in_thread(pending.commit)
+        bounded(pending.commit)
     assert _body(server.endpoint, bucket, "ds/big.shard") == data
     if not (transport == "obstore" and not exclusive):
         # obstore's parts are sent again by object_store, which logs nothing of ours; the
@@ -107,7 +108,7 @@ def test_a_shard_writer_rides_out_a_store_stopped_for_3s(
             if i == 280:
                 outage(server)
             w.add(f"k/{i:04d}", {"bin": value})
-        _in_thread(w.close)
+        bounded(w.close)
     with shardcat.ShardReader(url, storage_options=options) as r:
         assert [bytes(r.read(i)["bin"].data) for i in range(len(values))] == values
 
@@ -123,7 +124,7 @@ def test_a_small_put_rides_out_a_store_stopped_for_3s(
     data = b'{"refs": {"main": 3}}'
     outage(server)
     with caplog.at_level(logging.DEBUG, logger=RETRY_LOG):
-        assert _in_thread(lambda: put(f"s3://{bucket}/h/refs.json", data, options, once=True))
+        assert bounded(lambda: put(f"s3://{bucket}/h/refs.json", data, options, once=True))
     assert _body(server.endpoint, bucket, "h/refs.json") == data
     assert _retries(caplog) >= 1
 
@@ -145,7 +146,7 @@ def test_a_store_that_never_comes_back_fails_a_write_typed_within_the_deadline(
         caplog.at_level(logging.DEBUG, logger=RETRY_LOG),
         pytest.raises(StorageUnreachableError) as err,
     ):
-        _in_thread(w.close)
+        bounded(w.close)
     message = str(err.value)
     assert message.startswith(f"cannot reach {server.endpoint}/ (connection refused); still")
     assert "check the endpoint and that the store is up and reachable from here" in message
@@ -176,7 +177,7 @@ def test_a_missing_bucket_fails_a_write_at_its_first_try(
             pending.commit()
 
         with caplog.at_level(logging.DEBUG, logger=RETRY_LOG), pytest.raises(BucketNotFoundError):
-            _in_thread(publish)
+            bounded(publish)
         sent = [r for r in requests_seen(endpoint) if r["path"].startswith("/not-here")]
     assert len(sent) == 1, sent  # one request: no retry of a missing bucket
     assert not [r for r in caplog.records if r.name == RETRY_LOG]
@@ -216,7 +217,7 @@ def test_a_publication_applied_but_unanswered_is_not_a_conflict(
         pending.file._file._wait(0)  # type: ignore[attr-defined]
     # The publishing request (the PUT, or the completion) is applied; its answer is lost.
     proxy.lose_answers(1)
-    _in_thread(pending.commit)  # the retry is refused ("exists"): the object is ours
+    bounded(pending.commit)  # the retry is refused ("exists"): the object is ours
     assert proxy.lost == 1, "no answer was lost: the test tests nothing"
     assert _body(server.endpoint, bucket, "x.shard") == data
     head = moto_client(server.endpoint).head_object(Bucket=bucket, Key="x.shard")
@@ -234,7 +235,7 @@ def test_another_writers_object_is_still_a_conflict(
     pending = open_pending(f"s3://{bucket}/x.shard", options, exclusive=True)
     pending.write(b"ours")
     with pytest.raises(ObjectExistsError):
-        _in_thread(pending.commit)
+        bounded(pending.commit)
     assert _body(server.endpoint, bucket, "x.shard") == b"theirs"
 
 
@@ -292,7 +293,7 @@ def test_gc_rides_out_a_store_stopped_for_3s(
     shardcat.config.set(storage_retry_deadline=60)
     outage(server)  # gc's first request meets it
     with caplog.at_level(logging.DEBUG, logger=RETRY_LOG):
-        report = _in_thread(lambda: _gc(cat))
+        report = bounded(lambda: _gc(cat))
     assert _retries(caplog) >= 1, "no request met the outage: the test tests nothing"
     assert report.errors == []
     assert sorted([*report.deleted_shards, *report.orphans]) == sorted(garbage)
@@ -313,7 +314,7 @@ def test_delete_of_a_dataset_rides_out_a_store_stopped_for_3s(
     shardcat.config.set(storage_retry_deadline=60)
     outage(server)
     with caplog.at_level(logging.DEBUG, logger=RETRY_LOG):
-        report = _in_thread(lambda: delete_dataset(cat, "d"))
+        report = bounded(lambda: delete_dataset(cat, "d"))
     assert _retries(caplog) >= 1, "no request met the outage: the test tests nothing"
     assert report.errors == []
     # Every row's file (the orphan has no row: a later gc of the folder would take it).
@@ -340,7 +341,7 @@ def test_a_store_that_never_comes_back_fails_gc_and_delete_typed_keeping_the_row
         caplog.at_level(logging.DEBUG, logger=RETRY_LOG),
         pytest.raises(StorageUnreachableError) as err,
     ):
-        _in_thread(run)
+        bounded(run)
     message = str(err.value)
     assert f"run {operation} again" in message and "catalog rows" in message
     assert "SHARDCAT_STORAGE_RETRY_DEADLINE, now 2 s" in message
@@ -368,7 +369,7 @@ def test_a_delete_applied_but_unanswered_is_no_error(
         put(url, b"x", options, once=True)
     # The batched delete (DeleteObjects) is applied; its answer is lost.
     proxy.lose_answers(1, request=f"POST /{bucket}?delete".encode())
-    result = _in_thread(lambda: remove_files(urls, options))
+    result = bounded(lambda: remove_files(urls, options))
     # Sent again (by s3fs within a try, or by ours): a delete may be, and a key gone is no error.
     assert proxy.lost == 1, "no answer was lost: the test tests nothing"
     assert result.failed == {} and result.unreachable is None

@@ -617,6 +617,7 @@ class SqlCatalog(VersionsApi, DeprecatedMethods):
         rewrite: bool = False,
         storage_options: Mapping[str, Any] | None = None,
         group: GroupWrite | None = None,
+        groups: Mapping[str, Collection[str]] | None = None,
     ) -> JobInfo:
         """Make every staged shard of the job visible, together, in one transaction.
 
@@ -666,6 +667,11 @@ class SqlCatalog(VersionsApi, DeprecatedMethods):
             The job's records are entries of this column group of existing
             samples (``add_entries``, docs/GROUPS.md); its mode takes the
             place of ``on_duplicate``.
+        groups:
+            Group name -> URLs of the job's staged shards holding that
+            group's records, in the groups' order (a copy or reindex of a
+            dataset with groups, docs/GROUPS.md): they become those groups'
+            records, and a group the dataset lacks is created.
 
         The commit is a conditional update of the dataset's version, read
         under the dataset row's lock (concurrent commits queue for it); a
@@ -713,6 +719,7 @@ class SqlCatalog(VersionsApi, DeprecatedMethods):
                         hidden=hidden,
                         rewrite=rewrite,
                         group=group,
+                        groups=groups,
                     )
                 ]
 

@@ -34,6 +34,7 @@ from ..errors import CommitConflictError, DatasetExistsError
 from . import visibility
 from .datasets import find_dataset
 from .duplicates import (
+    KEY_IN_JOB,
     LIVE_ELSEWHERE,
     OF_JOB,
     committed_exists,
@@ -41,8 +42,8 @@ from .duplicates import (
     resolve_duplicates,
     resolve_rewrite,
 )
-from .groups import SKIPPED_KEYS, GroupWrite, apply_group
-from .models import Dataset, Job, Record, Shard
+from .groups import SKIPPED_KEYS, GroupWrite, apply_group, assign_groups
+from .models import BASE_GROUP, Dataset, Job, Record, Shard
 from .retire import retire
 from .session import NO_SYNC
 from .versions import delete_keys, mark_fully_removed, record_version, remove_records
@@ -113,6 +114,7 @@ def commit(
     keys_unique: bool = False,
     rewrite: bool = False,
     group: GroupWrite | None = None,
+    groups: Mapping[str, Collection[str]] | None = None,
 ) -> int:
     """Make the job's staged shards visible as a new dataset version; returns its number.
 
@@ -130,9 +132,10 @@ def commit(
         memory at registration) and nothing committed in the dataset, decided
         under the lock so a concurrent first commit is not missed.
     replace:
-        Overwrite: every record live before is removed in the new version
-        (older versions still see them), so the latest version is exactly
-        this job's shards.
+        Overwrite: every base record live before is removed in the new
+        version (older versions still see them), so the latest version's base
+        is exactly this job's shards; column groups keep their entries of the
+        keys the new base has, and lose the others (docs/GROUPS.md).
     shards:
         The job's manifest: the URLs of exactly the shards to commit (what
         the tasks that succeeded reported). Staged shards of the job that it
@@ -167,6 +170,13 @@ def commit(
         and checks their keys and entry names; then ``group.mode`` takes the
         place of ``on_duplicate`` (``append``: error, ``replace``: replace),
         within the group.
+    groups:
+        Group name -> URLs of staged shards of the job that hold that
+        group's records (a copy of a dataset with groups, a reindex of group
+        shards), in the order the groups were created: the records become
+        the groups' (:func:`.groups.assign_groups`), a group the dataset
+        lacks is created at the new version, and the duplicate check then
+        compares keys within each group.
     added:
         The (records, bytes) the job adds, when the caller knows them without
         asking: one shard it just staged, committed without ``hidden``,
@@ -210,9 +220,18 @@ def commit(
     params: dict[str, object] = {"v": version, "d": dataset.id, "job": job.id}
     if hidden:
         _hide(session, dataset, job, hidden, version)
+    if groups:
+        assign_groups(session, dataset, job, groups, version)
     removed = (0, 0)
     if replace:
-        removed = remove_records(session, f"records.dataset_id = :d AND {LIVE_ELSEWHERE}", params)
+        # Groups belong to keys (docs/GROUPS.md): the job's records are the new base; the
+        # groups keep their entries of the keys it has, and lose those of the keys it lost.
+        removed = remove_records(
+            session,
+            f"records.dataset_id = :d AND {LIVE_ELSEWHERE} "
+            f"AND (records.group_id = {BASE_GROUP} OR NOT {KEY_IN_JOB})",
+            params,
+        )
     hidden_copies = skipped = 0
     if group is not None:
         if rewrite or replace:

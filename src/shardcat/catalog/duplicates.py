@@ -28,6 +28,7 @@ from .register import duplicate_error
 from .versions import remove_records
 
 __all__ = [
+    "KEY_IN_JOB",
     "LIVE_ELSEWHERE",
     "OF_JOB",
     "committed_exists",
@@ -72,6 +73,12 @@ OF_JOB = "records.shard_id IN (SELECT id FROM shards WHERE job_id = :job AND sta
 LIVE_ELSEWHERE = (
     "records.shard_id IN (SELECT id FROM shards WHERE dataset_id = :d "
     f"AND {visibility.sql(visibility.committed, 'shards')})"
+)
+# Whether the job's records have the key of `records`' row, in any group.
+KEY_IN_JOB = (
+    f"EXISTS (SELECT 1 FROM records n JOIN shards ns ON ns.id = n.shard_id WHERE {_NEW} "
+    "AND n.dataset_id = records.dataset_id AND n.key_hash = records.key_hash "
+    "AND n.key = records.key)"
 )
 _SAME_KEY_IN_JOB = (
     f"EXISTS (SELECT 1 FROM records n JOIN shards ns ON ns.id = n.shard_id WHERE {_NEW} "

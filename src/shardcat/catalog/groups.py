@@ -10,6 +10,7 @@ embed that rule's text, as :mod:`.duplicates` does.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -33,9 +34,12 @@ __all__ = [
     "GroupWrite",
     "OnMissing",
     "apply_group",
+    "assign_groups",
     "check_group_write",
     "drop_group",
     "list_groups",
+    "live_group",
+    "shard_groups",
 ]
 
 GroupMode = Literal["append", "replace"]
@@ -131,13 +135,7 @@ def apply_group(
         Entry names the samples have already (and not ``replace_entries``),
         or that a newer group holds.
     """
-    row = session.execute(
-        select(Group).where(
-            Group.dataset_id == dataset.id,
-            Group.name == group.name,
-            Group.dropped_version.is_(None),
-        )
-    ).scalar_one_or_none()
+    row = live_group(session, dataset.id, group.name)
     if row is None:
         if group.mode == "replace":
             raise GroupNotFoundError(
@@ -202,16 +200,78 @@ def apply_group(
     return gid, skipped
 
 
+def live_group(session: Session, dataset_id: int, name: str) -> Group | None:
+    """The dataset's live group of that name, if it has one."""
+    return session.execute(
+        select(Group).where(
+            Group.dataset_id == dataset_id, Group.name == name, Group.dropped_version.is_(None)
+        )
+    ).scalar_one_or_none()
+
+
+def assign_groups(
+    session: Session,
+    dataset: Dataset,
+    job: Job,
+    groups: Mapping[str, Collection[str]],
+    version: int,
+) -> None:
+    """Make the records of the job's staged shards named here their groups' (a copy's, a reindex's).
+
+    ``groups``: group name -> URLs of the job's staged shards that hold its
+    records, in the order the groups were created (a later group's entry wins
+    a name both hold: the order is kept). A name without a live group gets a
+    new one, added at ``version``. Unlike :func:`apply_group`, nothing is
+    checked here but what the duplicate check then checks: the records are
+    copies (or re-registrations) of records that were a group's already.
+    """
+    for name, urls in groups.items():
+        row = live_group(session, dataset.id, name)
+        if row is None:
+            row = Group(dataset_id=dataset.id, name=name, added_version=version)
+            session.add(row)
+            session.flush()
+        listed = sorted(urls)
+        for i in range(0, len(listed), 500):
+            chunk = listed[i : i + 500]
+            names = ", ".join(f":u{j}" for j in range(len(chunk)))
+            session.execute(
+                text(
+                    "UPDATE records SET group_id = :g WHERE shard_id IN (SELECT id FROM shards "
+                    f"WHERE job_id = :job AND state = 'staged' AND url IN ({names}))"
+                ),
+                {"g": row.id, "job": job.id, **{f"u{j}": u for j, u in enumerate(chunk)}},
+                execution_options=NO_SYNC,
+            )
+
+
+def shard_groups(session: Session, dataset_id: int) -> dict[str, str]:
+    """The dataset's committed shards that hold a group's records: shard URL -> the group's name.
+
+    A shard holds one group's records (or the base's): its first record says
+    which, found through the primary key ``(shard_id, byte_offset)``.
+    """
+    first = (
+        "(SELECT r.group_id FROM records r WHERE r.shard_id = s.id ORDER BY r.byte_offset LIMIT 1)"
+    )
+    return {
+        str(url): str(name)
+        for url, name in session.execute(
+            text(
+                f"SELECT s.url, g.name FROM shards s JOIN groups g ON g.id = {first} "
+                f"WHERE s.dataset_id = :d AND {visibility.sql(visibility.committed, 'shards AS s')}"
+            ),
+            {"d": dataset_id},
+        )
+    }
+
+
 def drop_group(session: Session, dataset: str, name: str, message: str | None) -> int:
     """See :meth:`Catalog.drop_group`: a version that removes the group's records."""
     from .commit import shardless_version  # commit imports this module
 
     ds = find_dataset(session, dataset)
-    row = session.execute(
-        select(Group).where(
-            Group.dataset_id == ds.id, Group.name == name, Group.dropped_version.is_(None)
-        )
-    ).scalar_one_or_none()
+    row = live_group(session, ds.id, name)
     if row is None:
         raise GroupNotFoundError(
             f"dataset {dataset!r} has no group {name!r}; its groups are "
@@ -227,6 +287,7 @@ def drop_group(session: Session, dataset: str, name: str, message: str | None) -
             params,
         )
         group.dropped_version = version
+        session.flush()  # before the version's manifest is built from the rows
         mark_fully_removed(session, ds.id, version)
         return removed
 

@@ -18,6 +18,8 @@ from .results import RecordRow, ShardRow
 if TYPE_CHECKING:
     from . import datasets as _datasets
     from . import fields as _fields
+    from . import group_rows as _group_rows
+    from . import groups as _groups
     from . import moves as _moves
     from . import rows as _rows
     from . import shards as _shards
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
 else:
     _datasets = lazy_module("shardcat.catalog.datasets")
     _fields = lazy_module("shardcat.catalog.fields")
+    _group_rows = lazy_module("shardcat.catalog.group_rows")
+    _groups = lazy_module("shardcat.catalog.groups")
     _moves = lazy_module("shardcat.catalog.moves")
     _rows = lazy_module("shardcat.catalog.rows")
     _shards = lazy_module("shardcat.catalog.shards")
@@ -34,10 +38,12 @@ else:
 __all__ = [
     "copy_fields",
     "drop_unused_dataset",
+    "group_rows",
     "move_shards",
     "purge_shards",
     "record_rows",
     "set_dataset_root",
+    "shard_groups",
     "visible_shards",
 ]
 
@@ -137,13 +143,31 @@ def record_rows(cat: SqlCatalog, shard_id: int) -> list[RecordRow]:
         return _shards.record_rows(s, shard_id)
 
 
+def shard_groups(cat: SqlCatalog, dataset: str) -> tuple[list[str], dict[str, str]]:
+    """The dataset's live column groups, oldest first, and which committed shards hold their records.
+
+    Returns ``(names, {shard URL: group name})``; a shard not named holds
+    base records (docs/GROUPS.md).
+
+    Raises
+    ------
+    DatasetNotFoundError
+        If there is no such dataset.
+    """
+    with cat._uow() as s:
+        ds = _datasets.find_dataset(s, dataset)
+        live = [g.name for g in _groups.list_groups(s, ds.id) if g.dropped_version is None]
+        return live, _groups.shard_groups(s, ds.id)
+
+
 def visible_shards(
-    cat: SqlCatalog, dataset: str, version: Version = None
+    cat: SqlCatalog, dataset: str, version: Version = None, *, with_groups: bool = False
 ) -> tuple[int, list[tuple[ShardRow, frozenset[int]]]]:
     """The version's number and its shards, each with the offsets of records it hides.
 
     What :func:`shardcat.read` streams: a shard's records minus the hidden
-    ones (deleted, replaced or skipped at that version).
+    ones (deleted, replaced or skipped at that version). ``with_groups``: the
+    column groups' shards too (docs/GROUPS.md), else the base's only.
 
     Raises
     ------
@@ -151,5 +175,14 @@ def visible_shards(
         If there is no such kept version or tag.
     """
     with cat._uow() as s:
-        number, rows = _versions.visible_shards(s, dataset, version)
+        number, rows = _versions.visible_shards(s, dataset, version, with_groups=with_groups)
         return number, [(_rows.shard_row(r, dataset), hidden) for r, hidden in rows]
+
+
+def group_rows(cat: SqlCatalog, dataset: str, number: int) -> _group_rows.GroupRows:
+    """The column-group records version ``number`` sees, beside their base records (readers' joins)."""
+    from .datasets import find_dataset
+
+    with cat._uow() as s:
+        ds = find_dataset(s, dataset)
+        return _group_rows.group_rows(s, ds.id, dataset, number)

@@ -198,6 +198,7 @@ def commit_job(
     hidden: Mapping[str, Collection[int]] | None = None,
     rewrite: bool = False,
     group: GroupWrite | None = None,
+    groups: Mapping[str, Collection[str]] | None = None,
 ) -> bool:
     """See :meth:`Catalog.commit_job`: :func:`commit` unless the job is committed already.
 
@@ -219,6 +220,7 @@ def commit_job(
             hidden=hidden,
             rewrite=rewrite,
             group=group,
+            groups=groups,
         )
     return row is not None
 

@@ -9,6 +9,8 @@ run SQL with what was read, in the transaction the catalog opens.
 
 from __future__ import annotations
 
+import datetime as dt
+
 from sqlalchemy import select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -21,8 +23,9 @@ from ..errors import (
 from . import visibility
 from .commit import commit
 from .datasets import find_dataset
+from .groups import GroupWrite, check_group_write, list_groups
 from .kinds import FileCheck, Summary
-from .models import Job, Layout, Record, Shard
+from .models import Group, Job, Layout, Record, Shard
 from .register import PreparedShard, prepare_shard
 from .results import CatalogReport, Problem, ShardRow
 from .retire import drop_shards
@@ -60,35 +63,50 @@ _COMPARED = (
 
 
 def reindex_shards(session: Session, dataset: str, preps: list[PreparedShard]) -> list[ShardRow]:
-    """See :meth:`Catalog.reindex`: replace these shards' rows, committed as one job."""
+    """See :meth:`Catalog.reindex`: replace these shards' rows, committed as one job.
+
+    A shard whose footer names a column group (``PreparedShard.group``) gets
+    its records registered as that group's: the dataset's live group of that
+    name, or a new one added at the reindex's version (new groups in the order
+    of their oldest shard's creation, which is the order their jobs wrote
+    them). A shard written before footers named groups stays the group its
+    old rows said.
+    """
     ds = find_dataset(session, dataset)
     job = Job(dataset_id=ds.id, state="open", description="reindex")
     session.add(job)
     session.flush()
     keep_job: dict[int, int | None] = {}
     new_ids: list[int] = []
+    groups: dict[str, list[str]] = {}
+    first_written: dict[str, dt.datetime] = {}
     for prep in preps:
         old = session.execute(
             select(Shard.id, Shard.job_id, Shard.shard_number).where(
                 Shard.dataset_id == ds.id, Shard.url == prep.url, visibility.committed(Shard)
             )
         ).all()
-        # A column group's shard stays the group's (its records all are: the first says).
-        group = (
-            session.execute(
-                select(Record.group_id).where(Record.shard_id == old[0].id).limit(1)
+        group = prep.group
+        if group is None and old:
+            group = session.execute(
+                select(Group.name)
+                .join(Record, Record.group_id == Group.id)
+                .where(Record.shard_id == old[0].id)
+                .limit(1)
             ).scalar_one_or_none()
-            if old
-            else None
-        )
+        if group is not None:
+            try:
+                check_group_write(GroupWrite(group))
+            except ValueError as e:
+                raise FormatError(
+                    f"{prep.url} names column group {group!r}: {e}", path=prep.url
+                ) from None
+            groups.setdefault(group, []).append(prep.url)
+            created = prep.columns["created_at"]
+            first_written[group] = min(first_written.get(group, created), created)
         drop_shards(session, [o.id for o in old])
         shard_id = insert_shard(session, ds.id, job.id, prep)
         new_ids.append(shard_id)
-        if group:
-            session.execute(
-                update(Record).where(Record.shard_id == shard_id).values(group_id=group),
-                execution_options=NO_SYNC,
-            )
         if old:
             keep_job[shard_id] = old[0].job_id
             if prep.columns["kind"] == "tar" and old[0].shard_number is not None:
@@ -99,9 +117,12 @@ def reindex_shards(session: Session, dataset: str, preps: list[PreparedShard]) -
                     .values(shard_number=old[0].shard_number),
                     execution_options=NO_SYNC,
                 )
+    live = [g.name for g in list_groups(session, ds.id) if g.dropped_version is None]
+    known = {g: i for i, g in enumerate(live)}
+    order = sorted(groups, key=lambda g: (known.get(g, len(known)), first_written[g], g))
     # A new version with fresh rows: versions before it no longer read these
     # shards through their old rows (docs/LIFECYCLE.md).
-    commit(session, ds, job, operation="reindex")
+    commit(session, ds, job, operation="reindex", groups={g: groups[g] for g in order})
     for shard_id, old_job in keep_job.items():
         # The shard is the same file: it stays attributed to the job that wrote it.
         session.execute(

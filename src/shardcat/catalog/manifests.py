@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import insert, select, text, update
+from sqlalchemy import insert, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from ..errors import CatalogError, DatasetExistsError
@@ -31,7 +31,7 @@ from ..format.manifest import (
 from . import visibility
 from .changes import HistoryChange, noted_dataset, noted_row
 from .datasets import find_dataset
-from .models import Dataset, DatasetTag, DatasetVersion, Job, Shard
+from .models import Dataset, DatasetTag, DatasetVersion, Group, Job, Record, Shard
 from .register import PreparedShard
 from .session import NO_SYNC
 from .shards import insert_shard
@@ -167,6 +167,16 @@ def build_manifest(
     added_at = Shard.added_version == number
     if checkpoint:
         added_at = visibility.shard_visible_at(Shard, number)
+    # A group's shard holds its records only: its first record's group names it (one seek).
+    first_group = (
+        select(Record.group_id)
+        .where(Record.shard_id == Shard.id)
+        .order_by(Record.byte_offset)
+        .limit(1)
+        .correlate(Shard)
+        .scalar_subquery()
+    )
+    group_of = select(Group.name).where(Group.id == first_group).correlate(Shard).scalar_subquery()
     shards = session.execute(
         select(
             Shard.id,
@@ -176,6 +186,7 @@ def build_manifest(
             Shard.record_count,
             Shard.size_bytes,
             Shard.shard_number,
+            group_of.label("group_name"),
         )
         .where(Shard.dataset_id == dataset_id, visibility.committed(Shard), added_at)
         .order_by(Shard.shard_number, Shard.url)
@@ -188,16 +199,18 @@ def build_manifest(
             int(s.record_count),
             int(s.size_bytes),
             s.shard_number,
+            s.group_name,
         )
         for s in shards
     )
+    groups = _group_events(session, dataset_id, number, checkpoint)
     if (
         not checkpoint
         and not row.records_removed
         and sum(a.record_count for a in added) == row.records_added
     ):
         # Every record it added is live and it removed none: nothing to ask (most writes).
-        return _manifest(row, root, added, (), checkpoint)
+        return _manifest(row, root, added, (), checkpoint, groups)
     # Removed at exactly this version; in a checkpoint, by this version (of the shards it reads).
     at = "r.removed_version = :v"
     if checkpoint:
@@ -249,7 +262,32 @@ def build_manifest(
             key=lambda r: r.path,
         )
     )
-    return _manifest(row, root, added, removed, checkpoint)
+    return _manifest(row, root, added, removed, checkpoint, groups)
+
+
+def _group_events(
+    session: Session, dataset_id: int, number: int, checkpoint: bool
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The column groups a version created and dropped; a checkpoint's: every group live at it."""
+    if checkpoint:
+        every = session.execute(
+            select(Group.name, Group.added_version, Group.dropped_version)
+            .where(Group.dataset_id == dataset_id)
+            .order_by(Group.id)
+        ).all()
+        return tuple(g.name for g in every if _GroupLife(*g).live_at(number)), ()
+    rows = session.execute(
+        select(Group.name, Group.added_version, Group.dropped_version)
+        .where(
+            Group.dataset_id == dataset_id,
+            or_(Group.added_version == number, Group.dropped_version == number),
+        )
+        .order_by(Group.id)
+    ).all()
+    return (
+        tuple(r.name for r in rows if r.added_version == number),
+        tuple(r.name for r in rows if r.dropped_version == number),
+    )
 
 
 def _manifest(
@@ -258,6 +296,7 @@ def _manifest(
     added: tuple[AddedShard, ...],
     removed: tuple[RemovedRecords, ...],
     checkpoint: bool,
+    groups: tuple[tuple[str, ...], tuple[str, ...]] = ((), ()),
 ) -> VersionManifest:
     created = row.created_at
     if created.tzinfo is None:
@@ -277,6 +316,8 @@ def _manifest(
         removed=removed,
         root=root,
         checkpoint=checkpoint,
+        groups_added=groups[0],
+        groups_dropped=groups[1],
     )
 
 
@@ -298,6 +339,37 @@ class _ShardLife:
                 self.removed.setdefault(o, version)
 
 
+@dataclass
+class _GroupLife:
+    """One column group as the history tells it: its name, and the versions that added and dropped it."""
+
+    name: str
+    added: int
+    dropped: int | None = None
+
+    def live_at(self, version: int) -> bool:
+        return self.added <= version and (self.dropped is None or version < self.dropped)
+
+
+def _live_group(groups: list[_GroupLife], name: str) -> _GroupLife | None:
+    return next((g for g in groups if g.name == name and g.dropped is None), None)
+
+
+def _replay_groups(groups: list[_GroupLife], m: VersionManifest) -> None:
+    """Apply one manifest's group events: a checkpoint lists every group live at it."""
+    if m.checkpoint:
+        for g in groups:
+            if g.dropped is None and g.name not in m.groups_added:
+                g.dropped = m.version
+    for name in m.groups_dropped:
+        live = _live_group(groups, name)
+        if live is not None:
+            live.dropped = m.version
+    for name in m.groups_added:
+        if _live_group(groups, name) is None:
+            groups.append(_GroupLife(name, m.version))
+
+
 @dataclass(frozen=True, slots=True)
 class Replay:
     """What a history says, before any footer is read: the shards to register and how."""
@@ -309,6 +381,8 @@ class Replay:
     """URL -> its life, for every shard some kept version reads."""
     gone: list[str]
     """Shards only expired versions read (their files may be gone already)."""
+    groups: list[_GroupLife]
+    """The column groups the history created, in creation order (docs/GROUPS.md)."""
 
 
 def replay(manifests: Sequence[VersionManifest], refs: Refs, root: str) -> Replay:
@@ -350,8 +424,10 @@ def replay(manifests: Sequence[VersionManifest], refs: Refs, root: str) -> Repla
                 f"{after} after it has no checkpoint; {fix}"
             )
     lives: dict[str, _ShardLife] = {}
+    groups: list[_GroupLife] = []
     for number in sorted(by_number):
         m = by_number[number]
+        _replay_groups(groups, m)
         if m.checkpoint:
             _merge_checkpoint(lives, m, root)
             continue
@@ -368,7 +444,7 @@ def replay(manifests: Sequence[VersionManifest], refs: Refs, root: str) -> Repla
             read[url] = life
         else:
             gone.append(url)
-    return Replay(root, latest, kept, read, sorted(gone))
+    return Replay(root, latest, kept, read, sorted(gone), groups)
 
 
 _NONE = VersionManifest(0, "", None, "", 0, 0, 0, 0, 0, 0)
@@ -443,6 +519,7 @@ def rebuild(
             "dataset; delete it first (`shardcat delete`) or rebuild under another name"
         )
     jobs: dict[int, int] = {}
+    shard_groups: dict[int, tuple[_GroupLife, list[int]]] = {}
     for number, m in manifests.items():
         if m.added:
             job = Job(
@@ -465,6 +542,9 @@ def rebuild(
                 "replaced after it was committed"
             )
         shard_id = insert_shard(session, ds.id, jobs[life.version], prep)
+        group = _group_of(url, life, prep, plan.groups)
+        if group is not None:
+            shard_groups.setdefault(id(group), (group, []))[1].append(shard_id)
         hidden = dict(life.removed)
         for v in life.all_removed:
             for o in prep.offsets.tolist():
@@ -497,6 +577,7 @@ def rebuild(
                 rows,
                 execution_options=NO_SYNC,
             )
+    _insert_groups(session, ds.id, plan.groups, shard_groups)
     for number in plan.kept:
         m = manifests[number]
         session.execute(
@@ -523,6 +604,54 @@ def rebuild(
     session.flush()
     _check_totals(session, ds, manifests[plan.latest])
     return plan.latest
+
+
+def _group_of(
+    url: str, life: _ShardLife, prep: PreparedShard, groups: list[_GroupLife]
+) -> _GroupLife | None:
+    """The group a rebuilt shard's records are: named by its manifest entry or its footer.
+
+    A history written before manifests named groups says nothing of them: the
+    footer's name is then taken as a group added with the shard's version.
+    """
+    name = life.added.group or prep.group
+    if life.added.group and prep.group and life.added.group != prep.group:
+        raise ManifestError(
+            f"{url} holds column group {prep.group!r} by its footer, but version "
+            f"{life.version}'s manifest says {life.added.group!r}; the history is not this shard's"
+        )
+    if name is None:
+        return None
+    found = next((g for g in groups if g.name == name and g.live_at(life.version)), None)
+    if found is None:
+        found = _live_group(groups, name)
+        if found is None or found.added > life.version:
+            found = _GroupLife(name, life.version)
+            groups.append(found)
+    return found
+
+
+def _insert_groups(
+    session: Session,
+    dataset_id: int,
+    groups: list[_GroupLife],
+    shards: Mapping[int, tuple[_GroupLife, list[int]]],
+) -> None:
+    """The ``groups`` rows, in creation order (a later group's entry wins a name both hold),
+    and their shards' records made theirs."""
+    ids: dict[int, int] = {}
+    for g in sorted(groups, key=lambda g: g.added):
+        row = Group(
+            dataset_id=dataset_id, name=g.name, added_version=g.added, dropped_version=g.dropped
+        )
+        session.add(row)
+        session.flush()
+        ids[id(g)] = row.id
+    for key, (_, shard_ids) in shards.items():
+        session.execute(
+            update(Record).where(Record.shard_id.in_(shard_ids)).values(group_id=ids[key]),
+            execution_options=NO_SYNC,
+        )
 
 
 def _check_totals(session: Session, ds: Dataset, latest: VersionManifest) -> None:

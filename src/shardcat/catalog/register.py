@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from .._redact import redact_url as redact
 from ..errors import DuplicateKeyError, FormatError, Hint
+from ..format.info import ShardInfo
 from .kinds import Summary, kind_of
 from .models import Base, Layout, LayoutEntry, Record
 from .pgcopy import copy_binary
@@ -73,6 +74,8 @@ class PreparedShard:
     layout_index: np.ndarray
     """Per record: index into ``layouts``."""
     spans: PackedSpans
+    group: str | None = None
+    """The column group whose entries the shard holds, as its footer names it; None: the base."""
 
     @property
     def record_count(self) -> int:
@@ -118,6 +121,7 @@ def prepare_shard(info: Summary) -> PreparedShard:
         layouts=layouts,
         layout_index=layout_index,
         spans=pack_spans(info.entries, counts),
+        group=info.group if isinstance(info, ShardInfo) else None,
     )
 
 

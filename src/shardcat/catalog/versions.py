@@ -460,24 +460,28 @@ def _aware(t: dt.datetime) -> dt.datetime:
 
 
 def visible_shards(
-    session: Session, dataset: str, version: int | str | None
+    session: Session, dataset: str, version: int | str | None, *, with_groups: bool = False
 ) -> tuple[int, list[tuple[Shard, frozenset[int]]]]:
-    """See :meth:`Catalog.visible_shards`: the version's number, its shards and hidden offsets."""
+    """See :meth:`Catalog.visible_shards`: the version's number, its shards and hidden offsets.
+
+    ``with_groups``: the column groups' shards too (a copy takes every file the
+    version reads); else the base's only: a group's shards hold entries of
+    samples, not samples (docs/GROUPS.md).
+    """
     ds = find_dataset(session, dataset)
     number = resolve_version(session, ds, version) if version is not None else int(ds.version)
-    # The base's shards: a column group's shards hold entries of samples, not samples
-    # (streaming, copies and compaction of groups come later: docs/GROUPS.md §5).
-    # A group's shard holds its records only: its first record's group says (one seek).
-    group_of = select(Record.group_id).where(Record.shard_id == Shard.id).limit(1).scalar_subquery()
+    conditions = [Shard.dataset_id == ds.id, visibility.shard_visible_at(Shard, number)]
+    if not with_groups:
+        # The base's shards: a column group's shards hold entries of samples, not samples
+        # (readers join a group's records to them: catalog/group_rows.py, docs/GROUPS.md §5).
+        # A group's shard holds its records only: its first record's group says (one seek).
+        group_of = (
+            select(Record.group_id).where(Record.shard_id == Shard.id).limit(1).scalar_subquery()
+        )
+        conditions.append(func.coalesce(group_of, BASE_GROUP) == BASE_GROUP)
     shards = list(
         session.execute(
-            select(Shard)
-            .where(
-                Shard.dataset_id == ds.id,
-                visibility.shard_visible_at(Shard, number),
-                func.coalesce(group_of, BASE_GROUP) == BASE_GROUP,
-            )
-            .order_by(Shard.shard_number, Shard.url, Shard.id)
+            select(Shard).where(*conditions).order_by(Shard.shard_number, Shard.url, Shard.id)
         ).scalars()
     )
     hidden: dict[int, set[int]] = {}

@@ -13,9 +13,11 @@ Their SQL is generated here, from the expressions of :mod:`.visibility`
 rendered as plain SQL that SQLite and PostgreSQL read alike. A new catalog
 gets them with its tables (``models.Base.metadata`` creates them after the
 tables, drops them before); migration 0008 created them in catalogs made
-before, from a frozen copy of the same text (``tests/catalog/test_views.py``
-checks the copy is this text, and that the views agree with the rule on
-random histories). A change of the rule therefore needs a migration that
+before, from a frozen copy of the same text, and 0013 replaced the record
+views with ones that name each record's column group (``group_id``, 0: the
+base; ``group_name``, NULL for the base: docs/GROUPS.md)
+(``tests/catalog/test_views.py`` checks the copies are this text, and that
+the views agree with the rule on random histories). A change of the rule therefore needs a migration that
 replaces the views (drop, then :func:`create_statements`).
 """
 
@@ -29,7 +31,7 @@ from sqlalchemy import Connection, Select, select
 from sqlalchemy.engine.default import DefaultDialect
 
 from . import visibility
-from .models import Dataset, DatasetVersion, Record, Shard
+from .models import Dataset, DatasetVersion, Group, Record, Shard
 
 __all__ = ["VIEW_NAMES", "create_statements", "create_views", "drop_statements", "drop_views"]
 
@@ -37,15 +39,17 @@ VIEW_NAMES = ("live_records", "live_shards", "records_at", "shards_at")
 """The views, in the order they are created (none reads another)."""
 
 
-def _tables() -> tuple[Any, Any, Any, Any]:
+def _tables() -> tuple[Any, Any, Any, Any, Any]:
     r = Record.__table__.alias("r")
     s = Shard.__table__.alias("s")
     d = Dataset.__table__.alias("d")
     v = DatasetVersion.__table__.alias("v")
-    return r, s, d, v
+    g = Group.__table__.alias("g")
+    return r, s, d, v, g
 
 
-def _record_columns(r: Any, s: Any, d: Any) -> list[Any]:
+def _record_columns(r: Any, s: Any, d: Any, g: Any) -> list[Any]:
+    # group_id and group_name last (revision 0013): columns a query names by position stay.
     return [
         r.c.dataset_id,
         d.c.name.label("dataset"),
@@ -58,6 +62,8 @@ def _record_columns(r: Any, s: Any, d: Any) -> list[Any]:
         r.c.byte_offset,
         r.c.byte_length,
         r.c.layout_id,
+        r.c.group_id,
+        g.c.name.label("group_name"),
     ]
 
 
@@ -81,18 +87,23 @@ def _shard_columns(s: Any, d: Any) -> list[Any]:
 
 
 def _selects() -> dict[str, Select[Any]]:
-    r, s, d, v = _tables()
-    records = r.join(s, s.c.id == r.c.shard_id).join(d, d.c.id == r.c.dataset_id)
+    r, s, d, v, g = _tables()
+    # The base (group_id 0) has no groups row: its group_name is NULL.
+    records = (
+        r.join(s, s.c.id == r.c.shard_id)
+        .join(d, d.c.id == r.c.dataset_id)
+        .outerjoin(g, g.c.id == r.c.group_id)
+    )
     shards = s.join(d, d.c.id == s.c.dataset_id)
     return {
-        "live_records": select(*_record_columns(r, s, d))
+        "live_records": select(*_record_columns(r, s, d, g))
         .select_from(records)
         .where(visibility.live(r.c, s.c)),
         "live_shards": select(*_shard_columns(s, d))
         .select_from(shards)
         .where(visibility.shard_live(s.c)),
         # One row per kept version (a dataset_versions row) and record visible there.
-        "records_at": select(v.c.number.label("version"), *_record_columns(r, s, d))
+        "records_at": select(v.c.number.label("version"), *_record_columns(r, s, d, g))
         .select_from(records.join(v, v.c.dataset_id == r.c.dataset_id))
         .where(visibility.visible_at(r.c, s.c, v.c.number)),
         "shards_at": select(v.c.number.label("version"), *_shard_columns(s, d))

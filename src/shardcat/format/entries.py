@@ -16,7 +16,7 @@ import mimetypes
 import sys
 import threading
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import EntryNotFoundError, FormatError, InvalidKeyError, SampleDecodeError
@@ -38,6 +38,7 @@ __all__ = [
     "decode_value",
     "decodes_to_bytes",
     "encode_value",
+    "merge_records",
     "raw_array_type",
     "sample_key",
 ]
@@ -705,3 +706,17 @@ def as_entries(entries: Mapping[str, Any]) -> dict[str, Entry]:
         for name, value in entries.items()
         if not name.startswith("__")
     }
+
+
+def merge_records(key: str, parts: Sequence[Record]) -> Record:
+    """A sample's records of its base and column groups (in group order) as one record.
+
+    A later group's entry of a name replaces an earlier one's, in its place:
+    two groups share a name only where the later one was written to replace it
+    (``replace_entries``; docs/GROUPS.md). Offset and length are the base's.
+    """
+    base = parts[0]
+    entries = dict(base.entries)
+    for part in parts[1:]:
+        entries.update(part.entries)
+    return Record(key, entries, offset=base.offset, length=base.length)

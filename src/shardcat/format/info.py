@@ -8,10 +8,35 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import FormatError
 from .footer import EntrySpec, Footer
 from .header import Header
 
-__all__ = ["InPlaceShardInfo", "RowArrays", "ShardInfo"]
+__all__ = ["GROUP_KEY", "InPlaceShardInfo", "RowArrays", "ShardInfo", "group_metadata"]
+
+GROUP_KEY = "column_group"
+"""Footer metadata key (among the writer's user metadata): the column group whose entries the shard holds (docs/GROUPS.md).
+
+Absent in a base shard's footer (and in every shard written before groups
+existed): such a shard holds samples. A reindex from the shards alone tells
+a group's shards by it."""
+
+
+def group_metadata(metadata: dict[str, Any], group: str | None) -> dict[str, Any]:
+    """A job's footer metadata: the user's, plus the group's name for a group's job.
+
+    Raises
+    ------
+    ValueError
+        The user's metadata names :data:`GROUP_KEY` (reserved: a reindex would
+        take the shards for a group's).
+    """
+    if GROUP_KEY in metadata:
+        raise ValueError(
+            f"shard metadata key {GROUP_KEY!r} is shardcat's (it names the column group a shard "
+            "holds entries of): use another key"
+        )
+    return metadata if group is None else {**metadata, GROUP_KEY: group}
 
 
 class RowArrays:
@@ -87,6 +112,26 @@ class ShardInfo(RowArrays):
     @property
     def file_id(self) -> str:
         return self.header.file_id.hex()
+
+    @property
+    def group(self) -> str | None:
+        """The column group whose entries the shard holds; None: the base (docs/GROUPS.md).
+
+        Raises
+        ------
+        FormatError
+            The footer names a group, but not as a non-empty string.
+        """
+        user = self.metadata.get("user")
+        group = user.get(GROUP_KEY) if isinstance(user, dict) else None
+        if group is None:
+            return None
+        if not isinstance(group, str) or not group:
+            raise FormatError(
+                f"footer metadata {GROUP_KEY!r} must name a column group, not {group!r}",
+                path=self.path,
+            )
+        return group
 
     @classmethod
     def from_footer(cls, path: str, header: Header, footer: Footer) -> ShardInfo:

@@ -103,6 +103,8 @@ class AddedShard:
     record_count: int
     size_bytes: int
     shard_number: int | None
+    group: str | None = None
+    """The column group whose records it holds (docs/GROUPS.md); None: the base."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +139,11 @@ class VersionManifest:
     """A checkpoint says what the version read, whole: every shard it read (``added``) and
     every record of them hidden by then (``removed``). Written when versions before it
     expired without leaving their manifests, it stands in for them (docs/LIFECYCLE.md §8)."""
+    groups_added: tuple[str, ...] = ()
+    """Column groups the version created (docs/GROUPS.md), in creation order; in a
+    checkpoint, every group live at the version."""
+    groups_dropped: tuple[str, ...] = ()
+    """Column groups the version dropped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +191,7 @@ def _open(data: bytes, where: str, expected: str) -> dict[str, Any]:
 
 
 def encode_manifest(m: VersionManifest) -> bytes:
-    body = {
+    body: dict[str, Any] = {
         "format": MANIFEST_FORMAT,
         "version": m.version,
         "operation": m.operation,
@@ -206,6 +213,8 @@ def encode_manifest(m: VersionManifest) -> bytes:
                 "record_count": a.record_count,
                 "size_bytes": a.size_bytes,
                 "shard_number": a.shard_number,
+                # Named only for a group's shard: a base shard's entry is as it always was.
+                **({} if a.group is None else {"group": a.group}),
             }
             for a in m.added
         ],
@@ -218,6 +227,8 @@ def encode_manifest(m: VersionManifest) -> bytes:
             for r in m.removed
         ],
     }
+    if m.groups_added or m.groups_dropped:
+        body["groups"] = {"added": list(m.groups_added), "dropped": list(m.groups_dropped)}
     return _seal(body)
 
 
@@ -252,6 +263,7 @@ def decode_manifest(data: bytes, where: str) -> VersionManifest:
                     int(a["record_count"]),
                     int(a["size_bytes"]),
                     None if a["shard_number"] is None else int(a["shard_number"]),
+                    None if a.get("group") is None else str(a["group"]),
                 )
                 for a in b["added"]
             ),
@@ -263,8 +275,10 @@ def decode_manifest(data: bytes, where: str) -> VersionManifest:
                 )
                 for r in b["removed"]
             ),
+            groups_added=tuple(str(g) for g in b.get("groups", {}).get("added", ())),
+            groups_dropped=tuple(str(g) for g in b.get("groups", {}).get("dropped", ())),
         )
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ManifestError(
             f"{where}: a field is missing or of the wrong type ({e.__class__.__name__}: {e}); "
             "restore it from a copy",

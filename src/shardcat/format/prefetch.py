@@ -21,6 +21,7 @@ instead of two measured the same there (the server is the limit).
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -31,6 +32,8 @@ __all__ = [
     "READ_AHEAD_DEPTH",
     "READ_AHEAD_FIRST",
     "ReadAhead",
+    "ReadSlots",
+    "stream_chunk",
     "wants_read_ahead",
 ]
 
@@ -50,12 +53,54 @@ READ_AHEAD_DEPTH = 2
 
 Memory: up to ``depth + 1`` chunks (the one being decoded besides them),
 24 MiB with the defaults (a stream of 8 MiB reads, one at a time, held as much).
+Streams that share :class:`ReadSlots` hold up to ``slots`` chunks together instead.
 """
 
 
 def wants_read_ahead(source: object) -> bool:
     """Whether streams of ``source`` should read ahead on a thread (its ``read_ahead`` flag)."""
     return bool(getattr(source, "read_ahead", False))
+
+
+def stream_chunk(source: object, default: int = READ_AHEAD_CHUNK) -> int:
+    """Bytes per read-ahead request for ``source``: its ``stream_chunk`` where it has one (a
+    remote store's, sized from its latency and bandwidth), else ``default``."""
+    chunk = getattr(source, "stream_chunk", None)
+    return default if chunk is None else max(1, int(chunk))
+
+
+class ReadSlots:
+    """Chunk reads that several streams, read one after another, may have in flight together.
+
+    :func:`~shardcat.storage.iter_shards` gives one to the current shard's stream
+    and to those opened ahead: a free slot goes to the earliest stream that
+    has a chunk left to ask for, so the next shard's reads start as soon as
+    the current one has asked for its last chunk, and the streams together
+    never have more than ``slots`` reads in flight or waiting to be handed
+    over. The connections busy stay ``slots`` across shard boundaries
+    instead of doubling at each, idle the rest of the time.
+    """
+
+    def __init__(self, slots: int) -> None:
+        self.slots = max(1, slots)
+        self.free = self.slots
+        self.cond = threading.Condition(threading.Lock())
+        """Guards ``free``, ``streams`` and the submitting state of every stream here."""
+        self.streams: list[ReadAhead] = []
+        """Streams with chunks left to ask for, in the order they joined."""
+
+    def grant(self) -> None:
+        """Hand the free slots out, earliest stream first (``cond`` held)."""
+        for stream in list(self.streams):
+            if self.free <= 0:
+                break
+            stream._fill()
+        self.cond.notify_all()
+
+    def give_back(self, n: int) -> None:
+        with self.cond:
+            self.free += n
+            self.grant()
 
 
 class ReadAhead:
@@ -83,6 +128,7 @@ class ReadAhead:
         chunk: int = READ_AHEAD_CHUNK,
         depth: int = READ_AHEAD_DEPTH,
         first: int = READ_AHEAD_FIRST,
+        slots: ReadSlots | None = None,
     ) -> None:
         self._source = source
         # A source with ``read_buffer`` (obstore) hands over its own buffer: no copy.
@@ -93,12 +139,29 @@ class ReadAhead:
         self._next = start  # where the next read to submit starts
         self._pending: deque[tuple[int, Future[bytes | memoryview]]] = deque()
         self._done = False
-        depth = max(1, depth)
+        self._slots = slots
+        depth = max(1, depth if slots is None else slots.slots)
         self._pool = ThreadPoolExecutor(
             max_workers=depth, thread_name_prefix=f"shardcat-read-ahead {source.name}"
         )
-        for _ in range(depth):
+        if slots is None:
+            for _ in range(depth):
+                self._submit()
+        else:
+            with slots.cond:
+                slots.streams.append(self)
+                slots.grant()
+
+    def _fill(self) -> None:
+        """Ask for chunks while the shared slots allow (their ``cond`` held); leave the
+        slots' queue once every chunk was asked for."""
+        slots = self._slots
+        assert slots is not None
+        while slots.free > 0 and not self._done and self._next < self._end:
             self._submit()
+            slots.free -= 1
+        if (self._done or self._next >= self._end) and self in slots.streams:
+            slots.streams.remove(self)
 
     def _submit(self) -> None:
         if self._next >= self._end:
@@ -111,6 +174,15 @@ class ReadAhead:
 
     def read(self, size: int = -1) -> bytes | memoryview:
         """The next chunk, ``b""`` at the end; raises the error of a failed read."""
+        slots = self._slots
+        if slots is not None:
+            with slots.cond:
+                # Shared slots: wait until one is ours (the streams before this one
+                # have asked for all their chunks, and handed some over).
+                while not self._pending and not self._done and self._next < self._end:
+                    slots.grant()
+                    if not self._pending:
+                        slots.cond.wait()
         if self._done or not self._pending:
             self.close()
             return b""
@@ -118,19 +190,37 @@ class ReadAhead:
         try:
             data = future.result()
         except BaseException:
+            if slots is not None:
+                slots.give_back(1)
             self.close()
             raise
+        if slots is not None:
+            slots.give_back(1)  # handed over: the slot goes to the earliest stream
         if len(data) < want:
             self.close()  # the file ends here: drop the reads past it
             return data
-        self._submit()  # keep ``depth`` reads going
+        if slots is None:
+            self._submit()  # keep ``depth`` reads going
         return data
 
     def close(self) -> None:
         """Stop reading ahead and wait for the reads in flight (idempotent)."""
-        self._done = True
-        self._pending.clear()
+        slots = self._slots
+        if slots is None:
+            self._done = True
+            self._pending.clear()
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            return
+        with slots.cond:
+            self._done = True
+            if self in slots.streams:
+                slots.streams.remove(self)
+            held = len(self._pending)
+            self._pending.clear()
+        # The slots come back once the reads holding them have stopped.
         self._pool.shutdown(wait=True, cancel_futures=True)
+        if held:
+            slots.give_back(held)
 
     @property
     def alive(self) -> bool:

@@ -21,6 +21,7 @@ from .entries import Record
 from .footer import Footer
 from .header import Header, Trailer, describe_bad_magic
 from .info import ShardInfo
+from .prefetch import ReadSlots
 from .records import decode_entry
 from .sources import as_source
 from .spec import HEADER_MAGIC, HEADER_SIZE, TAIL_READ_SIZE, TRAILER_MAGIC, TRAILER_SIZE
@@ -377,13 +378,15 @@ class ShardReader:
         return chain.from_iterable(self.record_batches(entries))
 
     def record_batches(
-        self, entries: Iterable[str] | None = None
+        self, entries: Iterable[str] | None = None, *, read_slots: ReadSlots | None = None
     ) -> Generator[Iterable[Record], None, None]:
         """The records of :meth:`iter_records`, one iterable per decoded run of a read buffer.
 
         Each iterable must be consumed before the next is asked for. Closing
         the generator stops the stream at once (its read-ahead included):
         what a caller that keeps several streams open does when it stops early.
+        ``read_slots``: a remote file's read-ahead shares them with the other
+        streams given the same (:class:`~shardcat.format.prefetch.ReadSlots`).
         """
         names = None if entries is None else frozenset(entries)
         self._check_size()  # the stream reads up to footer_offset
@@ -395,6 +398,7 @@ class ShardReader:
             names,
             self._footer.trailer.header_crc,
             len(self._footer.records),
+            read_slots,
         )
 
     # --- verification ------------------------------------------------------

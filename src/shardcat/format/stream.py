@@ -17,7 +17,7 @@ from ..errors import FormatError, TruncatedError
 from . import recordcodec
 from .entries import Record
 from .header import Header
-from .prefetch import ReadAhead, wants_read_ahead
+from .prefetch import ReadAhead, ReadSlots, stream_chunk, wants_read_ahead
 from .sources import as_source
 from .spec import HEADER_SIZE, RECORD_HEAD_STRUCT, data_start
 
@@ -95,6 +95,7 @@ def stream_record_batches(
     names: frozenset[str] | None,
     header_crc: int | None,
     count: int | None = None,
+    slots: ReadSlots | None = None,
 ) -> Iterator[Iterable[Record]]:
     """The records of :func:`stream_records` without their bytes, an iterable per read buffer.
 
@@ -106,8 +107,9 @@ def stream_record_batches(
 
     With ``count`` (the footer's record count), a stream that ends with
     another number of records raises :class:`~shardcat.errors.FormatError`.
+    ``slots``: the read-ahead shares them with other streams (:class:`.prefetch.ReadSlots`).
     """
-    return _batches(source, path, end, names, header_crc, False, False, count)
+    return _batches(source, path, end, names, header_crc, False, False, count, slots)
 
 
 def _batches(
@@ -119,6 +121,7 @@ def _batches(
     verify: bool,
     views: bool,
     count: int | None = None,
+    slots: ReadSlots | None = None,
 ) -> Iterator[Iterable[Any]]:
     """Iterables of records (``views``: lists of ``(bytes, record)`` pairs), in file order.
 
@@ -128,7 +131,8 @@ def _batches(
     """
     stream: BinaryIO | ReadAhead
     if wants_read_ahead(source):
-        stream = ReadAhead(source, 0, source.size() if end is None else end, _STREAM_CHUNK)
+        size = source.size() if end is None else end
+        stream = ReadAhead(source, 0, size, stream_chunk(source, _STREAM_CHUNK), slots=slots)
     else:
         stream = source.open_stream(0)
     head_size = RECORD_HEAD_STRUCT.size

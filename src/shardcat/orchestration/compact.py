@@ -20,6 +20,13 @@ meanwhile keeps what that process left, and its rewritten copy is added and
 removed in the compaction's version (``superseded`` in the summary), so
 nothing deleted comes back and no newer value is lost. Tar shards are never
 compacted (their bytes are the user's tar files).
+
+Column groups stay groups (docs/GROUPS.md §5): compaction rewrites base
+shards only, and a sample's group records are found by its key, not by its
+base record's place, so they keep joining the rewritten base records (the
+rewrite's replacement compares ``group_id``, as every duplicate rule does).
+Group shards themselves are not compacted, and groups are not folded into
+the base.
 """
 
 from __future__ import annotations
@@ -40,7 +47,6 @@ from ..errors import ChecksumError, CommitConflictError
 from ..storage import dataset_prefix, first_free, redact
 from ..storage.shards import RollingShardWriter, ShardReader
 from .cluster import ClientChoice, client_for
-from .groups import refuse_groups
 from .plan import SHARDS_PER_PARTITION, WritePlan
 from .reach import refuse_in_memory, refuse_unreachable, refuse_unreachable_stores
 from .tasks import ATTEMPT, PartitionResult, _remove_quietly, catalog_for
@@ -265,7 +271,6 @@ def compact(
         opts = dict(storage_options if storage_options is not None else cat.storage_options)
         t0 = time.perf_counter()
         root = cat.info(dataset).root_url
-        refuse_groups(cat, dataset, "compaction")
         chosen, kept, tars = _choose(cat, dataset, min_live)
         if tars:
             log.info("%s: %d tar shards are never compacted", dataset, tars)

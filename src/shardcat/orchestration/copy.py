@@ -21,6 +21,11 @@ then are the sources removed.
 Copies are whole files: records that the latest version no longer serves
 (deleted or replaced) are in them. A copy's commit registers them hidden
 (added and removed in its one version), so they never come back.
+
+Column groups (docs/GROUPS.md) go along: a copy's commit creates the
+source's live groups, in their order, and registers each group shard's copy
+as that group's, so a ``get`` of the copy merges what a ``get`` of the source
+merges. A move keeps every row, so every group with it.
 """
 
 from __future__ import annotations
@@ -49,7 +54,6 @@ from ..storage.removal import remove_files
 from ..storage.shards import ShardReader
 from ..storage.translate import storage_errors
 from .cluster import ClientChoice, client_for
-from .groups import refuse_groups
 from .reach import refuse_unreachable_stores
 from .watch import JobRef, TaskProgressCallback, gather, interrupted
 
@@ -267,7 +271,6 @@ def copy_dataset(
             src_cat if to_catalog is None else opened.enter_context(Catalog.opened(to_catalog))
         )
         target = name or dataset
-        refuse_groups(src_cat, dataset, "a move" if move else "a copy")
         if not move and dst_cat.url == src_cat.url and target == dataset:
             raise DatasetExistsError(
                 f"dataset {dataset!r} cannot be copied onto itself in catalog {src_cat.url}: "
@@ -283,21 +286,23 @@ def copy_dataset(
         ds = src_cat.info(dataset)
         # The latest version's shards and, in each, the records it no longer serves (deleted or
         # replaced since). A copy is one new version whose commit hides those records again.
-        version, visible = internal.visible_shards(src_cat, dataset)
+        version, visible = internal.visible_shards(src_cat, dataset, with_groups=True)
         served = sum(row.record_count - len(offsets) for row, offsets in visible)
+        # The groups as the version read: their names in order, and which shard holds whose.
+        live, of_shard = internal.shard_groups(src_cat, dataset)
         # A move keeps every kept version: it takes the shards only older versions read, too.
         rows = (
             [r for r in src_cat.shards(dataset, state=None) if r.state == "committed"]
             if move
             else [row for row, _ in visible]
         )
-        groups = [r.url for r in rows if r.kind == "files"]
-        if groups:
+        folder_groups = [r.url for r in rows if r.kind == "files"]
+        if folder_groups:
             # A folder's files are the user's (gc never deletes them): copying them elsewhere is
             # a storage tool's job, and packing them into shards is shardcat write's.
             raise ValueError(
-                f"dataset {dataset!r} is a folder of files indexed in place ({len(groups)} "
-                f"group(s) of {redact(group_folder(groups[0]))}): copy_dataset copies native shards "
+                f"dataset {dataset!r} is a folder of files indexed in place ({len(folder_groups)} "
+                f"group(s) of {redact(group_folder(folder_groups[0]))}): copy_dataset copies native shards "
                 "only. To get native shards, pack the folder: shardcat.write(shardcat.from_files"
                 "(FOLDER), URL, ...) or `shardcat write FOLDER URL -d NAME`; to copy the folder "
                 "itself, copy it with your storage tools and index the copy with "
@@ -312,6 +317,10 @@ def copy_dataset(
             )
         plan = {row.url: join(destination, _relative(row.url, ds.root_url)) for row in rows}
         hidden = {plan[row.url]: offsets for row, offsets in visible if offsets}
+        groups: dict[str, list[str]] = {name: [] for name in live}
+        for row in rows:
+            if row.url in of_shard:
+                groups.setdefault(of_shard[row.url], []).append(plan[row.url])
         if len(set(plan.values())) != len(plan):
             raise ValueError(f"two shards of {dataset!r} would get one name under {destination}")
         in_place = [url for url, dest in plan.items() if url == dest]
@@ -395,7 +404,7 @@ def copy_dataset(
                 )
         else:
             job_id = _commit_copy(
-                dst_cat, target, destination, infos, dataset, src_cat, hidden, dst_opts
+                dst_cat, target, destination, infos, dataset, src_cat, hidden, dst_opts, groups
             )
             sources_left = []
         return _summary(
@@ -532,8 +541,12 @@ def _commit_copy(
     src_cat: Catalog,
     hidden: Mapping[str, Collection[int]],
     options: Mapping[str, Any],
+    groups: Mapping[str, Collection[str]],
 ) -> int:
-    """Register the copies under one job of a (new or empty) dataset and commit it."""
+    """Register the copies under one job of a (new or empty) dataset and commit it.
+
+    ``groups``: the source's live column groups, in order, and the copies of
+    their shards (those records become the copy's groups')."""
     cat.create_dataset(name, redact(root), exist_ok=True)
     job = cat.begin_job(
         name,
@@ -549,6 +562,7 @@ def _commit_copy(
             require_empty=True,
             hidden=hidden,
             storage_options=options,
+            groups=groups,
         )
     except BaseException:
         with contextlib.suppress(Exception):

@@ -21,6 +21,7 @@ from .._types import OnDuplicate
 from .._units import parse_size
 from ..errors import WriterClosedError
 from ..format.entries import check_sample
+from ..format.info import group_metadata
 from ..storage import brace_patterns, dataset_prefix, first_free, redact
 from ..storage.shards import RollingShardWriter
 from .gc import forget_failed_dataset
@@ -156,7 +157,12 @@ class DatasetWriter(CloseOrAbort):
             on_shard_closed=stage,
             compression=compression,
             exclusive=True,
-            metadata={**dict(metadata or {}), "dataset": dataset, "job": job.id, "partition": 0},
+            metadata={
+                **group_metadata(dict(metadata or {}), None),
+                "dataset": dataset,
+                "job": job.id,
+                "partition": 0,
+            },
         )
         self._done = False
 

@@ -39,7 +39,7 @@ from ..errors import (
 )
 from ..format.manifest import FOLDER as HISTORY_FOLDER
 from ..format.manifest import is_history_file
-from ..storage import redact, resolve
+from ..storage import GROUPS_FOLDER, is_group_shard, redact, resolve
 from ..storage.local_listing import fast_local
 
 __all__ = [
@@ -333,15 +333,19 @@ def _list_one(fs: Any, path: str) -> dict[str, tuple[int, str]]:
 
 
 def _files(details: Mapping[str, Any]) -> dict[str, tuple[int, str]]:
-    """The files of a folder listing; a dataset's history files (_versions/) are not data."""
+    """The files of a folder listing; a dataset's history files (_versions/) and its column
+    groups' shards (_groups/) are not data."""
     return {
         p: (int(i.get("size") or 0), _stamp(i))
         for p, i in details.items()
-        if i.get("type") != "directory" and (_HISTORY not in p or not is_history_file(p))
+        if i.get("type") != "directory"
+        and (_HISTORY not in p or not is_history_file(p))
+        and (_GROUPS not in p or not is_group_shard(p))
     }
 
 
 _HISTORY = f"/{HISTORY_FOLDER}/"
+_GROUPS = f"/{GROUPS_FOLDER}/"
 
 
 # What a listing says changes when a file is rewritten: local and most stores' modification

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..catalog.groups import GroupMode, GroupWrite, OnMissing, check_group_write
-from ..errors import GroupsUnsupportedError
-from ..storage import dataset_prefix
+from ..catalog.kinds import shard_kind
+from ..storage import GROUPS_FOLDER, dataset_prefix, join
 from .cluster import ClientChoice
 from .progress import WriteProgressCallback
 from .write import WriteSummary, _write
@@ -22,29 +22,27 @@ from .write import WriteSummary, _write
 if TYPE_CHECKING:
     from ..reading import Catalog
 
-__all__ = ["add_entries", "group_prefix", "refuse_groups"]
-
-
-def refuse_groups(cat: Catalog, dataset: str, what: str) -> None:
-    """Refuse ``what`` on a dataset with live column groups (not handled yet: docs/GROUPS.md §5).
-
-    Raises
-    ------
-    GroupsUnsupportedError
-        The dataset has a live group.
-    """
-    live = [g.name for g in cat.groups(dataset) if g.dropped_version is None]
-    if live:
-        raise GroupsUnsupportedError(
-            f"dataset {dataset!r} has column groups {live}: {what} of a dataset with groups is "
-            "not supported yet (it would leave the groups' entries behind); drop the groups "
-            f"first (Catalog.drop_group / `shardcat drop-group {dataset} NAME`) if that is meant"
-        )
+__all__ = ["add_entries", "group_prefix", "group_root"]
 
 
 def group_prefix(dataset: str, group: str) -> str:
     """The file-name prefix of a group's shards: the dataset's, then the group's name."""
     return f"{dataset_prefix(dataset)}.{group}"
+
+
+def group_root(cat: Catalog, dataset: str) -> str:
+    """Where a group's shards are written: the dataset's folder, or its ``_groups/`` folder when
+    the base is indexed in place (the folder is the user's: indexing it again must not find them).
+
+    Raises
+    ------
+    DatasetNotFoundError
+        There is no such dataset.
+    """
+    root = cat.info(dataset).root_url
+    if all(shard_kind(s.kind).owns_files for s in cat.shards(dataset)):
+        return root
+    return join(root, GROUPS_FOLDER)
 
 
 def add_entries(
@@ -72,8 +70,9 @@ def add_entries(
 ) -> WriteSummary:
     """Add entries to samples the dataset has, as the column group ``group``: one new version.
 
-    A Dask job writes shards into the dataset's folder that hold only these
-    entries, keyed like the dataset (no shard of the dataset is rewritten), and
+    A Dask job writes shards into the dataset's folder (its ``_groups/`` folder when
+    the base is indexed in place) that hold only these entries, keyed like the
+    dataset (no shard of the dataset is rewritten), and
     commits them as one version. Lookups then return each sample's base
     entries and every group's (docs/GROUPS.md).
 
@@ -118,7 +117,7 @@ def add_entries(
     from ..reading import Catalog
 
     with Catalog.opened(catalog) as cat:
-        root = cat.info(dataset).root_url  # DatasetNotFoundError before anything starts
+        root = group_root(cat, dataset)  # DatasetNotFoundError before anything starts
         return _write(
             samples,
             root,

@@ -18,6 +18,7 @@ from ..format.tar import read_tar_record
 from ..reading.folder import read_files
 from ..storage import open_source, redact
 from ..storage.shards import ShardReader
+from .joins import GroupJoin, join_records, join_summary, log_joins, plan_joins
 from .tasks import catalog_for
 
 if TYPE_CHECKING:
@@ -306,11 +307,26 @@ def _read_partition(
     hidden: frozenset[int],
     on_error: OnError,
     dataset: str,
+    joins: tuple[GroupJoin, ...] = (),
 ) -> list[dict[str, Any]]:
-    samples = iter_shard(
-        url, entries, storage_options, decode, expect, hidden, on_error=on_error, dataset=dataset
-    )
-    return list(samples)
+    if not joins:
+        samples = iter_shard(
+            url,
+            entries,
+            storage_options,
+            decode,
+            expect,
+            hidden,
+            on_error=on_error,
+            dataset=dataset,
+        )
+        return list(samples)
+    with open_registered(url, storage_options, expect) as r:
+        records: Iterable[Record] = r.iter_records(entries)
+        if hidden:
+            records = (rec for rec in records if rec.offset not in hidden)
+        whole = join_records(records, joins, storage_options, entries)
+        return list(_samples(whole, url, decode, on_error, dataset))
 
 
 def read(
@@ -324,6 +340,10 @@ def read(
     on_error: OnError = "raise",
 ) -> Bag:
     """The records of ``dataset`` (at a version) as a ``dask.bag.Bag`` with one partition per shard.
+
+    Samples are whole: a dataset's column groups are joined to its base
+    records as the version sees them (docs/GROUPS.md §5), and ``entries``
+    reads only the groups holding one of them.
 
     Parameters
     ----------
@@ -360,11 +380,15 @@ def read(
     from ..reading import Catalog
 
     check_on_error(on_error)
+    names = None if entries is None else list(entries)
     with Catalog.opened(catalog) as cat:
         number, shards = internal.visible_shards(cat, dataset, version)
+        # Column groups (docs/GROUPS.md §5): each partition joins its samples' groups.
+        joins = plan_joins(internal.group_rows(cat, dataset, number), names)
         opts = dict(cat.storage_options if storage_options is None else storage_options)
         handle = cat.handle()  # the partitions read shards only; a tar's reopens the catalog
-    names = None if entries is None else list(entries)
+    if joins:
+        log_joins(dataset, join_summary(joins.values()))
     # Every argument that changes a partition's samples is in its key: Dask
     # reuses a result held under the same key (another read's, in one client).
     read_token = tokenize(handle.url, dataset, number, names, opts, decode, on_error)
@@ -393,7 +417,8 @@ def read(
             hidden,
             on_error,
             dataset,
-            dask_key_name=_partition_key(read_token, i, s, hidden),
+            joins.get(s.id, ()),
+            dask_key_name=_partition_key(read_token, i, s, hidden, joins.get(s.id, ())),
         )
         for i, (s, hidden) in enumerate(shards)
     ]
@@ -401,18 +426,31 @@ def read(
     return bag
 
 
-def _partition_key(read_token: str, i: int, shard: ShardRow, hidden: frozenset[int]) -> str:
+def _partition_key(
+    read_token: str,
+    i: int,
+    shard: ShardRow,
+    hidden: frozenset[int],
+    joins: tuple[GroupJoin, ...] = (),
+) -> str:
     """The Dask key of partition ``i``: equal for equal reads, another for any difference.
 
     ``read_token`` covers the read's options and the catalog, dataset and
     version; the shard adds its row id and content identity (a shard
-    replaced at the same URL has another file id), and ``hidden`` the
-    records the version does not see. No URL in the key: keys are shown
+    replaced at the same URL has another file id), ``hidden`` the
+    records the version does not see and ``joins`` its column groups' records. No URL in the key: keys are shown
     (dashboard, logs) and a URL may hold a secret.
     """
     from dask.base import tokenize
 
     token = tokenize(
-        read_token, shard.id, shard.url, shard.kind, shard.file_id, shard.footer_crc, hidden
+        read_token,
+        shard.id,
+        shard.url,
+        shard.kind,
+        shard.file_id,
+        shard.footer_crc,
+        hidden,
+        [(j.group, j.streamed, j.keyed) for j in joins],
     )
     return f"shardcat-read-{i}-{token}"

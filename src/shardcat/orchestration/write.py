@@ -35,6 +35,7 @@ from ..errors import (
     UnmatchedFilesError,
     WorkersLostError,
 )
+from ..format.info import group_metadata
 from ..storage import brace_patterns, dataset_prefix, redact, resolve
 from .cluster import ClientChoice, client_for
 from .files import FileListing, FileSource, SampleFiles, list_source, plan_partitions, read_samples
@@ -408,12 +409,12 @@ def _write(
             with contextlib.suppress(DatasetNotFoundError):  # a new dataset has no job to resume
                 resume_point()  # other inputs are refused before a cluster starts
         if mode == "append":  # a misspelt name or another folder fails before a cluster starts
-            append_target(cat, dataset, redact(url))
+            append_target(cat, dataset, redact(url), group=group is not None)
         refuse_unreachable_stores({url: opts})  # a missing bucket: said before a cluster starts
         with client_for(client, url, small=_small(source)) as dask_client:
             refuse_unreachable(cat, dask_client)
             refuse_unreachable_stores(_folders(url, opts, source), dask_client)
-            existing, created = open_dataset(cat, dataset, url, mode)
+            existing, created = open_dataset(cat, dataset, url, mode, group=group is not None)
             point = resume_point()
             if point is not None:
                 job, partition_base, base_version = (
@@ -438,7 +439,9 @@ def _write(
                 shard_size=size,
                 max_records=max_records_per_shard,
                 compression=compression,
-                metadata=dict(metadata or {}),
+                metadata=group_metadata(
+                    dict(metadata or {}), None if group is None else group.name
+                ),
                 storage_options=opts,
                 partition_base=partition_base,
                 fields=tuple(fields or ()),

@@ -17,7 +17,7 @@ from ..catalog import internal
 from ..catalog.groups import GroupWrite
 from ..catalog.missing import unknown_dataset
 from ..errors import DatasetExistsError, DatasetNotFoundError, DatasetRootError, Hint
-from ..storage import is_local, local_path, redact, resolve
+from ..storage import GROUPS_FOLDER, is_local, join, local_path, redact, resolve
 from .inputs import InputsFingerprint
 from .plan import SHARDS_PER_PARTITION
 from .resume import job_properties
@@ -61,7 +61,9 @@ def dataset_root(url: str, storage_options: dict[str, Any]) -> str:
     return url
 
 
-def open_dataset(cat: Catalog, dataset: str, url: str, mode: str) -> tuple[list[ShardRow], bool]:
+def open_dataset(
+    cat: Catalog, dataset: str, url: str, mode: str, *, group: bool = False
+) -> tuple[list[ShardRow], bool]:
     """Create the dataset if it is new, refuse what the mode does not allow; its shards' rows.
 
     Returns the dataset's shard rows (every state) and whether this call
@@ -71,7 +73,7 @@ def open_dataset(cat: Catalog, dataset: str, url: str, mode: str) -> tuple[list[
     name would otherwise start a new dataset, and another folder would spread
     one dataset over two. A dataset without any shard row (created by hand,
     or a first job that failed before staging anything) takes ``url`` as
-    its folder.
+    its folder. ``group``: the job writes a column group (:func:`append_target`).
 
     Raises
     ------
@@ -85,7 +87,7 @@ def open_dataset(cat: Catalog, dataset: str, url: str, mode: str) -> tuple[list[
     root = redact(url)
     if mode == "append":
         created = False
-        info, existing = append_target(cat, dataset, root)
+        info, existing = append_target(cat, dataset, root, group=group)
     else:
         try:
             info, created = cat.create_dataset(dataset, root), True
@@ -102,8 +104,13 @@ def open_dataset(cat: Catalog, dataset: str, url: str, mode: str) -> tuple[list[
     return existing, created
 
 
-def append_target(cat: Catalog, dataset: str, root: str) -> tuple[DatasetInfo, list[ShardRow]]:
+def append_target(
+    cat: Catalog, dataset: str, root: str, *, group: bool = False
+) -> tuple[DatasetInfo, list[ShardRow]]:
     """The dataset an append adds to, and its shard rows; refused if missing or elsewhere.
+
+    ``group``: the append writes a column group, whose shards may also go in the
+    dataset's ``_groups/`` folder (:func:`~.groups.group_root`).
 
     Raises
     ------
@@ -123,7 +130,8 @@ def append_target(cat: Catalog, dataset: str, root: str) -> tuple[DatasetInfo, l
         )
     info = cat.info(dataset)
     existing = cat.shards(dataset, state=None)
-    if existing and not _same_folder(info.root_url, root):
+    folders = [info.root_url, join(info.root_url, GROUPS_FOLDER)] if group else [info.root_url]
+    if existing and not any(_same_folder(folder, root) for folder in folders):
         raise DatasetRootError(
             f"dataset {dataset!r} keeps its shards under {info.root_url}, not {root}: "
             "one dataset lives in one folder",

@@ -75,7 +75,7 @@ def _first_row(
     """The row of the first record, read now (it names the columns); of the first that decodes if
     ``on_error`` drops bad samples (the partition that holds them warns and counts, not this)."""
     task = tasks[0]
-    if task.offsets is None and not shard_kind(task.kind).from_rows:
+    if task.offsets is None and not task.joins and not shard_kind(task.kind).from_rows:
         # One ranged read of record 0 rather than the first buffer of a stream.
         with ShardReader(task.url, storage_options=storage_options) as r:
             first = r.read(0, entries)
@@ -142,11 +142,11 @@ def to_dask_dataframe(
 
     check_on_error(on_error)
     # The catalog plans the partitions; they read shards only.
+    names = None if entries is None else tuple(entries)
     with Catalog.opened(catalog, storage_options=storage_options, create=False) as cat:
-        tasks = plan_tasks(cat, dataset, where, params)
+        tasks = plan_tasks(cat, dataset, where, params, entries=names)
         opts = dict(cat.storage_options if storage_options is None else storage_options)
         handle = cat.handle()  # a tar's partition reads its records' rows from the catalog
-    names = None if entries is None else tuple(entries)
     tasks = [t for t in tasks if t.count]
     if not tasks:
         empty: DataFrame = dd.from_pandas(

@@ -17,8 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ..orchestration.joins import GroupJoin
 
 __all__ = ["ShardTask", "assign", "buffered_order", "epoch_rng"]
 
@@ -33,6 +37,7 @@ class ShardTask:
     registered ``(file_id, footer_crc)``, checked when the shard is opened.
     ``kind`` is the shard row's kind: a ``"tar"`` indexed in place has no
     footer, so its records are read from the catalog rows of ``shard_id``.
+    ``joins`` are its samples' column groups (docs/GROUPS.md §5), in group order.
     """
 
     url: str
@@ -42,6 +47,7 @@ class ShardTask:
     hidden: frozenset[int] = frozenset()
     kind: str = "native"
     shard_id: int | None = None
+    joins: tuple[GroupJoin, ...] = ()
 
 
 def epoch_rng(seed: int, epoch: int, *stream: int) -> np.random.Generator:

@@ -10,7 +10,7 @@ It needs no torch; :mod:`shardcat.torch` wraps it.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,7 @@ from ..catalog.results import RecordRow
 from ..errors import CatalogError, SampleDecodeError
 from ..format import Record
 from ..orchestration import iter_row_records, open_registered, tar_rows
+from ..orchestration.joins import GroupJoin, join_records, join_summary, log_joins, plan_joins
 from ..orchestration.tasks import catalog_for
 from ..reading import Catalog, CatalogHandle
 from ..storage import LocalShardCache, is_local, redact
@@ -74,22 +75,28 @@ def plan_tasks(
     where: str | None,
     params: Mapping[str, Any] | None,
     version: int | str | None = None,
+    *,
+    entries: Collection[str] | None = None,
 ) -> list[ShardTask]:
     """The shards of a version (default the latest) as tasks, by shard number; with ``where`` only chosen records.
 
     Exactly the records :func:`shardcat.read` streams at that version: its
-    shards minus the records it hides (deleted or replaced by then). Two
-    queries at most (shards, then the filter); no shard is read.
+    shards minus the records it hides (deleted or replaced by then). Each
+    task carries its samples' column groups as that version sees them
+    (:func:`~shardcat.orchestration.joins.plan_joins`; with ``entries`` only
+    groups holding one of them). Three queries at most (shards, groups,
+    then the filter) and one more per group; no shard is read.
 
     Raises
     ------
     VersionNotFoundError
         If there is no such kept version or tag.
     """
-    _, visible = internal.visible_shards(catalog, dataset, version)
+    number, visible = internal.visible_shards(catalog, dataset, version)
     for s, _ in visible:
         shard_kind(s.kind)  # a kind this shardcat cannot read fails here, not in a worker
     if where is None:
+        joins = _joins(catalog, dataset, number, entries, None)
         return [
             ShardTask(
                 s.url,
@@ -99,11 +106,13 @@ def plan_tasks(
                 hidden,
                 s.kind,
                 s.id,
+                joins.get(s.id, ()),
             )
             for s, hidden in visible
             if s.record_count > len(hidden)
         ]
     chosen = catalog.select(dataset, where, params, version=version).offsets
+    joins = _joins(catalog, dataset, number, entries, chosen)
     return [
         ShardTask(
             s.url,
@@ -112,10 +121,25 @@ def plan_tasks(
             tuple(chosen[s.id]),
             kind=s.kind,
             shard_id=s.id,
+            joins=joins.get(s.id, ()),
         )
         for s, _ in visible
         if s.id in chosen
     ]
+
+
+def _joins(
+    catalog: Catalog,
+    dataset: str,
+    number: int,
+    entries: Collection[str] | None,
+    chosen: Mapping[int, Collection[int]] | None,
+) -> dict[int, tuple[GroupJoin, ...]]:
+    """Each base shard's column-group joins at version ``number``, logged per group."""
+    joins = plan_joins(internal.group_rows(catalog, dataset, number), entries, chosen)
+    if joins:
+        log_joins(dataset, join_summary(joins.values()))
+    return joins
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +206,16 @@ class SampleStream:
     def num_samples(self) -> int:
         """Samples in one epoch, over every reader."""
         return sum(t.count for t in self.tasks)
+
+    @property
+    def groups(self) -> dict[str, dict[str, int]]:
+        """How each column group is joined: ``{name: {"streamed": n, "keyed": m}}``.
+
+        ``streamed`` records are read in order beside the base (an aligned
+        group: all of them); ``keyed`` ones by location in batched ranged
+        reads (docs/GROUPS.md §5). Empty for a dataset without groups.
+        """
+        return join_summary(t.joins for t in self.tasks)
 
     def reader_tasks(
         self, epoch: int, rank: int = 0, world: int = 1, worker: int = 0, workers: int = 1
@@ -367,7 +401,9 @@ class SampleStream:
             and decode is None
             and not dropping
             and all(
-                not shard_kind(t.kind).from_rows and (self.cache is not None or is_local(t.url))
+                not shard_kind(t.kind).from_rows
+                and not t.joins  # a group's entries come from other shards: records path
+                and (self.cache is not None or is_local(t.url))
                 for t in tasks
             )
         )
@@ -436,6 +472,9 @@ def iter_task_records(
 ) -> Generator[Record, None, None]:
     """The records of one task in file order, in one sequential read of its shard.
 
+    A task with column groups (``task.joins``) yields whole samples: each
+    base record merged with its groups' records (docs/GROUPS.md §5).
+
     With ``cache`` a remote shard is read from its local copy (downloaded
     first if needed). A tar's records come from its catalog rows (read from
     ``catalog``) and its bytes in ranges of whole samples, every entry
@@ -450,6 +489,21 @@ def iter_task_records(
     CatalogError
         A tar task without ``catalog``, or whose rows no longer match the plan.
     """
+    base = _base_records(task, storage_options, entries, cache, catalog)
+    if not task.joins:
+        yield from base
+        return
+    yield from join_records(base, task.joins, storage_options, entries, cache)
+
+
+def _base_records(
+    task: ShardTask,
+    storage_options: Mapping[str, Any],
+    entries: Sequence[str] | None,
+    cache: LocalShardCache | None,
+    catalog: CatalogHandle | None,
+) -> Generator[Record, None, None]:
+    """The base records of one task (:func:`iter_task_records` without the groups)."""
     url = task.url
     kind = shard_kind(task.kind)
     if cache is not None and task.expect is not None and kind.is_file:

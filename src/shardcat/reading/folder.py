@@ -26,7 +26,7 @@ from ..format.folder import checked_file, entry_path, folder_of
 from ..format.footer import EntrySpec
 from ..format.tar.read import read_tar_record
 from ..storage import is_local, local_path, redact, resolve
-from .decode import inconsistent_row
+from .decode import inconsistent_row, row_spans
 
 if TYPE_CHECKING:
     from ..storage import SourceCache
@@ -165,11 +165,11 @@ def read_requests(requests: Requests, files: SourceCache) -> list[memoryview | b
 
 
 def read_local_record(
-    folder: str, key: str, specs: Sequence[EntrySpec], spans: bytes, offset: int
+    url: str, folder: str, key: str, specs: Sequence[EntrySpec], spans: bytes, offset: int
 ) -> Record:
     """A whole record of a local folder group: each file opened, read, closed; every one checked.
 
-    The point lookup's path for local folders (``folder`` is a path): the
+    The point lookup's path for local folders (``url``: the group's, ``folder``: its path): the
     steps of :func:`read_folder_record` and the ``files`` decoder without
     their general cases. Each file is asked for one byte past its indexed
     size (one that grew says so) and all are checked in one pass; on a
@@ -185,12 +185,7 @@ def read_local_record(
         The row's spans do not fit its layout; or a file is shorter, longer or
         other than indexed (:class:`TruncatedError`, :class:`ChecksumError`).
     """
-    try:
-        located = unpack_spans(spans, len(specs))
-    except ValueError as e:
-        raise FormatError(
-            f"catalog row is inconsistent: {e}; index the folder again", path=folder
-        ) from e
+    located = row_spans(spans, len(specs), url, "index the folder again", offset)
     parts: list[bytes] = []
     for spec, (_, size, _) in zip(specs, located):
         path = f"{folder}/{key}.{spec.name}"

@@ -46,6 +46,7 @@ from ..errors import (
 from ..format import Entry, Record, recordcodec
 from ..format import sources as _sources
 from ..format.checksums import signed_key_hash, signed_key_hashes
+from ..format.entries import merge_records as _merged
 from ..format.footer import EntrySpec
 from ..format.records import BatchTable, decode_entry
 from ..format.sources import FileSource
@@ -330,7 +331,7 @@ class Lookup:
                 if specs is None:
                     layout_of = self.layouts.get(signature)
                     specs = self._specs[signature] = [EntrySpec(*spec) for spec in layout_of]
-                return read_local_record(local, key, specs, bytes(spans), offset)
+                return read_local_record(url, local, key, specs, bytes(spans), offset)
             data = self._read_range("files", url, key, offset, 0, length, spans, signature)
             return self._decode_folder(data, key, length, url, offset, spans, signature)
         except (OSError, FormatError) as e:
@@ -933,20 +934,6 @@ class Lookup:
 
 _GROUP = operator.itemgetter(statements.GROUP)
 _BATCH_GROUP = operator.itemgetter(statements.BATCH_GROUP)
-
-
-def _merged(key: str, parts: list[Record]) -> Record:
-    """A sample's records of its base and column groups (in group order) as one record.
-
-    A later group's entry of a name replaces an earlier one's, in its place:
-    two groups share a name only where the later one was written to replace it
-    (``replace_entries``; docs/GROUPS.md). Offset and length are the base's.
-    """
-    base = parts[0]
-    entries = dict(base.entries)
-    for part in parts[1:]:
-        entries.update(part.entries)
-    return Record(key, entries, offset=base.offset, length=base.length)
 
 
 _JOIN_BYTES = 1 << 20

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
         resolve,
     )
     from .local_cache import LocalShardCache
-    from .locations import dataset_prefix, first_free, shard_name
+    from .locations import GROUPS_FOLDER, dataset_prefix, first_free, is_group_shard, shard_name
     from .retry import gave_up
     from .shards import open_writer
     from .sources import FsspecSource, open_source, retried
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .transport import TRANSPORT_ENV, TransportChoice, choose_transport
 
 __all__ = [
+    "GROUPS_FOLDER",
     "REMOTE_MAX_GAP_ENV",
     "TRANSPORT_ENV",
     "FsspecSource",
@@ -43,6 +44,7 @@ __all__ = [
     "fetch_ranges",
     "first_free",
     "gave_up",
+    "is_group_shard",
     "is_local",
     "iter_shards",
     "join",
@@ -76,8 +78,10 @@ _LAZY = {
     "redact": ".fs",
     "resolve": ".fs",
     "LocalShardCache": ".local_cache",
+    "GROUPS_FOLDER": ".locations",
     "dataset_prefix": ".locations",
     "first_free": ".locations",
+    "is_group_shard": ".locations",
     "shard_name": ".locations",
     "gave_up": ".retry",
     "open_writer": ".shards",

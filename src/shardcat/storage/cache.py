@@ -5,7 +5,10 @@ opens: local files stay open and are read with ``os.pread`` (no open or
 close per read, and none per batch); remote files keep their fsspec
 filesystem (a forked child drops them and resolves its own). Point reads are one request; batched reads merge nearby
 ranges per file and send every remote range of a filesystem in one
-``cat_ranges`` call, which async stores (s3fs, gcsfs) issue concurrently.
+``cat_ranges`` call, which async stores (s3fs, gcsfs) issue concurrently
+(s3fs: as many at once as its pool, sized to ``remote_in_flight``), and
+every obstore range of all files at once, ``remote_in_flight`` in flight
+(:mod:`.fanout`).
 
 Errors name the file as data (``error.path``, credentials removed), so a
 caller knows which shard failed without parsing messages. A forked child
@@ -39,6 +42,7 @@ from .._units import parse_size
 from ..format import sources as _sources
 from ..format.sources import FileSource
 from . import gap as _gap
+from .fanout import Job, read_across
 from .objstore import ObstoreSource
 from .sources import FsspecSource, in_flight, open_source, retried
 from .translate import is_backend_error, translate
@@ -244,6 +248,9 @@ class SourceCache:
             cap = _budget(
                 [[requests[i][1] for i in idxs] for _, idxs, src in opened if _remote(src)]
             )
+        # obstore files, read all at once: (url, indices, merged reads), and the jobs.
+        across: list[tuple[str, list[int], list[Coalesced]]] = []
+        jobs: list[Job] = []
         for url, idxs, src in opened:
             ranges = [requests[i][1] for i in idxs]
             gap = self._gap(src, max_gap)
@@ -251,12 +258,25 @@ class SourceCache:
             if isinstance(src, FsspecSource):
                 remote.setdefault(id(src.fs), (src.fs, []))[1].append((url, idxs, merged, src.path))
                 continue
+            if isinstance(src, ObstoreSource):
+                across.append((url, idxs, merged))
+                jobs.append((src, [m.range.start for m in merged], [m.range.end for m in merged]))
+                continue
             try:
                 blobs = src.read_ranges([m.range for m in merged])
             except OSError as e:
                 self._raise_failed(url, e)
             for i, view in zip(idxs, split(merged, blobs, ranges)):
                 out[i] = view
+        if jobs:
+
+            def failed(k: int, e: BaseException) -> NoReturn:
+                self._raise_failed(across[k][0], e)
+
+            for (_, idxs, merged), views in zip(across, read_across(jobs, failed)):
+                ranges = [requests[i][1] for i in idxs]
+                for i, view in zip(idxs, split(merged, views, ranges)):
+                    out[i] = view
         for fs, plan in remote.values():
             self._read_remote(fs, plan, requests, out)
         return [v if v is not None else memoryview(b"") for v in out]
@@ -312,6 +332,9 @@ class SourceCache:
         out: list[bytes | memoryview] = [b""] * len(merged)
         # Remote reads, per filesystem: (read indices, paths, starts, ends).
         remote: dict[int, tuple[Any, list[int], list[str], list[int], list[int]]] = {}
+        # obstore reads, of all files at once: (first read, last read + 1, url), and the jobs.
+        across: list[tuple[int, int, str]] = []
+        jobs: list[Job] = []
         files, starts, ends = merged.file.tolist(), merged.start.tolist(), merged.end.tolist()
         i = 0
         while i < len(files):
@@ -331,10 +354,12 @@ class SourceCache:
                 plan[2].extend([src.path] * (j - i))
                 plan[3].extend(starts[i:j])
                 plan[4].extend(ends[i:j])
+            elif isinstance(src, ObstoreSource):
+                across.append((i, j, urls[f]))
+                jobs.append((src, starts[i:j], ends[i:j]))
             else:
                 try:
-                    if isinstance(src, (FileSource, ObstoreSource)):
-                        # obstore: this file's reads at once, without the GIL.
+                    if isinstance(src, FileSource):
                         blobs = src.read_many(starts[i:j], ends[i:j])
                     else:
                         blobs = [src.read(a, b) for a, b in zip(starts[i:j], ends[i:j])]
@@ -342,6 +367,13 @@ class SourceCache:
                     self._raise_failed(urls[f], e)
                 out[i:j] = blobs  # bytes: no GC-tracked object per read
             i = j
+        if jobs:
+
+            def failed(k: int, e: BaseException) -> NoReturn:
+                self._raise_failed(across[k][2], e)
+
+            for (a, b, _), views in zip(across, read_across(jobs, failed)):
+                out[a:b] = views
         for fs, at, paths, r_starts, r_ends in remote.values():
             try:
                 # Keywords and lists, never positional ranges (s3fs's cat_file takes

@@ -98,7 +98,7 @@ def resolve(
     try:
         options = storage_options or {}
         if protocol in S3_PROTOCOLS:
-            options = _region_for_s3fs(options)
+            options = _pool_for_s3fs(_region_for_s3fs(options))
         if protocol in GCS_PROTOCOLS and "::" not in url and gcs_emulator(options):
             fs, path = _gcs_json_api(url, _in_key_order(options))
         else:
@@ -201,6 +201,19 @@ def _region_for_s3fs(options: StorageOptions) -> StorageOptions:
     client["region_name"] = region
     moved["client_kwargs"] = client
     return moved
+
+
+def _pool_for_s3fs(options: StorageOptions) -> StorageOptions:
+    """``config_kwargs["max_pool_connections"]`` set to the requests a batch keeps in flight
+    (:func:`.gap.requests_in_flight`), unless the options name it: botocore's pool of 10
+    would hold a batch's ``cat_ranges`` to 10 requests at a time."""
+    from .gap import requests_in_flight
+
+    config = dict(options.get("config_kwargs") or {})
+    if "max_pool_connections" in config:
+        return options
+    config["max_pool_connections"] = requests_in_flight()
+    return {**options, "config_kwargs": config}
 
 
 def redact(url: str) -> str:

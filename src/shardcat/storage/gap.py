@@ -1,7 +1,9 @@
 """The merge gap of remote batch reads, derived from what the store's own requests measure.
 
 The cost model. A batch sends its merged ranges ``C`` at a time (the
-client's requests in flight: botocore's and object_store's 10). One request
+requests it keeps in flight: the ``remote_in_flight`` setting,
+:func:`requests_in_flight`, 64 by default; s3fs's connection pool is sized
+to match, :func:`.fs.resolve`). One request
 costs a first-byte latency ``L``; its bytes then come at ``B`` bytes/s
 (what one request gets). Reading through a gap of ``g`` bytes instead of
 sending another request trades ``L / C`` of the batch's time (the request's
@@ -33,7 +35,7 @@ request (transfer under half the latency) updates the latency with
 ``x / (y - L)``; both as exponentially weighted means (weight
 :data:`ALPHA`). Before a store has answered, :data:`PRIOR_LATENCY` and
 :data:`PRIOR_BANDWIDTH` (S3 in its region) stand in: a start gap of
-``20 ms * 100 MB/s / 10 = 195 KiB``, held to the read budget like any other.
+``20 ms * 100 MB/s / 64 = 30 KiB``, held to the read budget like any other.
 
 An explicit ``remote_max_gap`` (argument, setting or ``SHARDCAT_REMOTE_MAX_GAP``)
 replaces all of this; local files keep ``LOCAL_MAX_GAP``.
@@ -48,13 +50,14 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .. import config
 from .._ranges import furthest_ends
 
 if TYPE_CHECKING:
     import numpy as np
 
 __all__ = [
-    "IN_FLIGHT",
+    "IN_FLIGHT_ENV",
     "MAX_GAP",
     "MIN_GAP",
     "PRIOR_BANDWIDTH",
@@ -69,6 +72,8 @@ __all__ = [
     "gap_for",
     "observe",
     "record",
+    "requests_in_flight",
+    "stream_chunk",
 ]
 
 MIN_GAP = 16 * 1024
@@ -79,9 +84,8 @@ PRIOR_LATENCY = 0.020
 """Seconds to the first byte assumed before a store has answered (S3 in the caller's region)."""
 PRIOR_BANDWIDTH = 100e6
 """Bytes/s one request is assumed to get before a large request has measured it."""
-IN_FLIGHT = 10
-"""Requests a batch keeps in flight: botocore's ``max_pool_connections`` and object_store's
-``get_ranges`` default."""
+IN_FLIGHT_ENV = config.env_var("remote_in_flight")
+"""Environment variable: requests a remote batch keeps in flight (:func:`requests_in_flight`)."""
 READ_BUDGET = 0.75
 """Gaps a batch reads through add at most this many times the bytes it wants: a batch
 fetches at most 1.75 x its records, under twice their payloads with the records' framing."""
@@ -90,6 +94,50 @@ ALPHA = 0.2
 MAX_STORES = 64
 """Stores whose estimates are kept (the least recently used is dropped beyond this)."""
 _MIN_BANDWIDTH, _MAX_BANDWIDTH = 1e6, 1e11
+
+
+def requests_in_flight() -> int:
+    """Requests a batch read keeps in flight on an object store: the ``remote_in_flight``
+    setting (``SHARDCAT_REMOTE_IN_FLIGHT``, docs/CONFIG.md).
+
+    Raises
+    ------
+    ValueError
+        The setting is not a whole number of at least 1 (the message names the variable).
+    """
+    raw = config.get("remote_in_flight")
+    try:
+        value = int(str(raw).strip()) if not isinstance(raw, bool) else 0
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(
+            f"{IN_FLIGHT_ENV}={raw!r} is not a number of requests: write a whole number of at"
+            " least 1 (e.g. 64; 1 sends a batch's requests one after another)"
+        )
+    return value
+
+
+STREAM_CHUNK_MIN = 8 * 1024 * 1024
+"""A stream's requests are never smaller than this (each costs a round trip and some CPU)."""
+STREAM_CHUNK_MAX = 16 * 1024 * 1024
+"""Nor larger: the read-ahead holds a few of them (memory, format/prefetch.py)."""
+STREAM_IDLE = 0.1
+"""The share of a streaming request's time its connection may spend waiting for the first byte."""
+
+
+def stream_chunk(key: str) -> int:
+    """Bytes per streaming request to store ``key``: long enough that the first-byte latency
+    is at most :data:`STREAM_IDLE` of the request (``L * B * (1 - f) / f``: 9 x L x B), in whole
+    MiB within [:data:`STREAM_CHUNK_MIN`, :data:`STREAM_CHUNK_MAX`].
+
+    A connection that waits ``L`` for every chunk of ``T = chunk / B`` seconds moves
+    ``T / (T + L)`` of its line rate: 8 MiB at 20 ms and 90 MB/s is 0.82 of it, 16 MiB 0.90.
+    """
+    e = estimate(key)
+    want = e.latency * e.bandwidth * (1 - STREAM_IDLE) / STREAM_IDLE
+    mib = 1024 * 1024
+    return int(min(STREAM_CHUNK_MAX, max(STREAM_CHUNK_MIN, -(-want // mib) * mib)))
 
 
 def derived_gap(latency: float, bandwidth: float, in_flight: int) -> int:

@@ -24,12 +24,32 @@ from typing import Any
 from .fs import join, resolve
 from .translate import storage_errors
 
-__all__ = ["MAX_PREFIX", "dataset_prefix", "first_free", "shard_name"]
+__all__ = [
+    "GROUPS_FOLDER",
+    "MAX_PREFIX",
+    "dataset_prefix",
+    "first_free",
+    "is_group_shard",
+    "shard_name",
+]
 
 MAX_PREFIX = 96
 """Longest prefix kept as is; longer ones end in a hash of the whole name (file names stop at 255 bytes)."""
 
 _PLAIN = re.compile(r"[A-Za-z0-9._-]")
+
+GROUPS_FOLDER = "_groups"
+"""The sub-folder of a dataset indexed in place that holds its column groups' shards: its own
+folder is the user's files (a folder indexed again must not find them; docs/GROUPS.md)."""
+
+
+def is_group_shard(path: str) -> bool:
+    """Whether ``path`` is a column group's shard in a :data:`GROUPS_FOLDER` (``.../_groups/x.shard``).
+
+    Folder listings that look for data (files to index or pack) leave them out.
+    """
+    folder, _, name = path.rstrip("/").rpartition("/")
+    return folder.rpartition("/")[2] == GROUPS_FOLDER and name.endswith(".shard")
 
 
 def dataset_prefix(name: str) -> str:

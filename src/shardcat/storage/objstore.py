@@ -184,8 +184,8 @@ class ObstoreSource:
         self.store = store
         self.store_key = store_key
         """Whose latency and bandwidth this file's reads measure (:mod:`.gap`)."""
-        self.in_flight = gap.IN_FLIGHT
-        """Requests :meth:`read_many` keeps in flight (object_store's ``get_ranges``)."""
+        self.in_flight = gap.requests_in_flight()
+        """Requests a batch of this file's store keeps in flight (:mod:`.fanout`)."""
         self.path = path
         self._name = name
         self._url = url
@@ -223,6 +223,12 @@ class ObstoreSource:
             fs, path = resolve(self._url, self._options)
             self._s3fs = FsspecSource(fs, path, self._name)
         return self._s3fs
+
+    @property
+    def stream_chunk(self) -> int:
+        """Bytes per read-ahead request of a stream, from the store's measured latency and
+        bandwidth (:func:`.gap.stream_chunk`)."""
+        return gap.stream_chunk(self.store_key)
 
     @property
     def name(self) -> str:

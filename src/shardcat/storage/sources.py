@@ -70,6 +70,12 @@ class FsspecSource:
         """Requests one ``cat_ranges`` call keeps in flight."""
 
     @property
+    def stream_chunk(self) -> int:
+        """Bytes per read-ahead request of a stream, from the store's measured latency and
+        bandwidth (:func:`.gap.stream_chunk`)."""
+        return gap.stream_chunk(self.store_key)
+
+    @property
     def name(self) -> str:
         return self._name
 
@@ -140,13 +146,19 @@ class FsspecSource:
         pass
 
 
+_POOL = 10
+"""botocore's default ``max_pool_connections`` (an s3fs filesystem made without
+:func:`.fs.resolve`, which sizes it to ``remote_in_flight``), and what other async
+filesystems are taken to keep in flight."""
+
+
 def in_flight(fs: fsspec.AbstractFileSystem) -> int:
     """Requests one ``cat_ranges`` call of ``fs`` has in flight at once: an async filesystem's
     connection pool (botocore's ``max_pool_connections``), else one after another."""
     if not getattr(fs, "async_impl", False):
         return 1
     config = getattr(fs, "config_kwargs", None) or {}
-    return max(1, int(config.get("max_pool_connections", gap.IN_FLIGHT)))
+    return max(1, int(config.get("max_pool_connections", _POOL)))
 
 
 def retried(

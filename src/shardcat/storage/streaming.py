@@ -7,6 +7,17 @@ of it at every shard boundary. :func:`iter_shards` opens the next
 ``ahead`` shards on a background thread and starts their streams
 (read-ahead included), so the boundary costs nothing when the consumer is
 slower than the store.
+
+The streams share :class:`~shardcat.format.prefetch.ReadSlots`: ``2 * (ahead + 1)``
+chunk reads in flight (or read and not yet handed over) across the current
+shard and those opened ahead, the earliest first. The next shard's reads
+start as soon as the current one has asked for its last chunk, so the same
+number of connections stay busy across shard boundaries (at cloud latency,
+throughput is connections busy x bandwidth each), rather than the next
+shard's reads doubling them at its start and leaving them idle after.
+Memory: those chunks (8-16 MiB each, :func:`.gap.stream_chunk`), plus the one
+being decoded and the first decoded batch of each shard opened ahead: up to
+``2 * (ahead + 1) + ahead + 1`` chunks, 96 MiB with ``ahead=1`` at 16 MiB.
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ from itertools import chain
 
 from .._types import StorageOptions
 from ..format.entries import Record
+from ..format.prefetch import READ_AHEAD_DEPTH, ReadSlots
 from .shards import ShardReader
 
 __all__ = ["iter_shards"]
@@ -47,9 +59,10 @@ def _open(
     url: str | os.PathLike[str],
     storage_options: StorageOptions | None,
     entries: frozenset[str] | None,
+    slots: ReadSlots,
 ) -> _Opened:
     reader = ShardReader(url, storage_options=storage_options)
-    batches = reader.record_batches(entries)
+    batches = reader.record_batches(entries, read_slots=slots)
     try:
         # Runs the stream up to its first batch: the size check, the read-ahead
         # started, the first chunk read and the header checked.
@@ -72,9 +85,9 @@ def iter_shards(
 
     The same records as ``ShardReader(url).iter_records(entries)`` for each
     URL in turn, with the next ``ahead`` shards opened on a background
-    thread meanwhile (``ahead=0``: one after another). Memory: a remote
-    shard's stream holds up to three 8 MiB chunks (:mod:`.format.prefetch`),
-    so up to ``3 * (ahead + 1)`` chunks in all. An error of a shard (not
+    thread meanwhile (``ahead=0``: one after another). Memory: the remote
+    shards' streams share ``2 * (ahead + 1)`` chunk reads of 8-16 MiB (this
+    module's docstring), up to ``3 * ahead + 3`` chunks in all. An error of a shard (not
     found, damaged, a failed read) is raised when the stream reaches that
     shard, after every record of the shards before it. Leaving the loop
     early (dropping the iterator) closes every shard opened ahead and waits
@@ -105,16 +118,17 @@ def _batches(
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shardcat-next-shard")
     pending: deque[Future[_Opened]] = deque()
     queued = iter(todo)
+    slots = ReadSlots(READ_AHEAD_DEPTH * (ahead + 1))
 
     def submit() -> None:
         url = next(queued, None)
         if url is not None:
-            pending.append(pool.submit(_open, url, storage_options, names))
+            pending.append(pool.submit(_open, url, storage_options, names, slots))
 
     current: _Opened | None = None
     try:
         # The first shard is opened here: nothing to overlap it with.
-        current = _open(todo[0], storage_options, names)
+        current = _open(todo[0], storage_options, names, slots)
         next(queued)
         for _ in range(ahead):
             submit()

@@ -98,10 +98,16 @@ class RequestLog:
             return
         requests = self.requests
         real_range, real_ranges, real_get = obstore.get_range, obstore.get_ranges, obstore.get
+        real_async = obstore.get_range_async
 
         def get_range(store: Any, path: str, *, start: int, end: int) -> Any:
             requests.append((start, end))
             return real_range(store, path, start=start, end=end)
+
+        def get_range_async(store: Any, path: str, *, start: int, end: int) -> Any:
+            # A batch's ranges of all files (storage/fanout.py), on fsspec's event loop.
+            requests.append((start, end))
+            return real_async(store, path, start=start, end=end)
 
         def get_ranges(store: Any, path: str, *, starts: Any, ends: Any, **kw: Any) -> Any:
             requests.extend(zip(starts, ends))
@@ -113,6 +119,7 @@ class RequestLog:
             return real_get(store, path, options=options)
 
         monkeypatch.setattr(obstore, "get_range", get_range)
+        monkeypatch.setattr(obstore, "get_range_async", get_range_async)
         monkeypatch.setattr(obstore, "get_ranges", get_ranges)
         monkeypatch.setattr(obstore, "get", get)
 

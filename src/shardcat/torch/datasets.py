@@ -126,16 +126,17 @@ class ShardIterableDataset(IterableDataset[Any]):
         if shuffle_buffer < 1:
             raise ValueError(f"shuffle_buffer must be at least 1, not {shuffle_buffer}")
         check_placement(rank, world_size, batch_size, collate)
+        entries = None if entries is None else tuple(entries)
         with Catalog.opened(catalog, storage_options=storage_options, create=False) as cat:
             opts = dict(cat.storage_options if storage_options is None else storage_options)
             # The plan is made here, once: workers get shard URLs, never a connection.
-            tasks = tuple(plan_tasks(cat, dataset, where, params, version))
+            tasks = tuple(plan_tasks(cat, dataset, where, params, version, entries=entries))
             # Tars and folders have no footer: readers fetch their record rows from the catalog.
             handle = cat.handle() if any(shard_kind(t.kind).from_rows for t in tasks) else None
         stream = SampleStream(
             tasks,
             opts,
-            None if entries is None else tuple(entries),
+            entries,
             shuffle,
             seed,
             shuffle_buffer,
@@ -199,6 +200,15 @@ class ShardIterableDataset(IterableDataset[Any]):
     @epoch.setter
     def epoch(self, epoch: int) -> None:
         self._shared[0] = epoch
+
+    @property
+    def groups(self) -> dict[str, dict[str, int]]:
+        """How each column group joins the stream: records ``"streamed"`` in order, ``"keyed"`` by location.
+
+        An aligned group has ``keyed`` 0 (docs/GROUPS.md §5); empty without groups.
+        """
+        stream = self.stream
+        return stream.groups if isinstance(stream, SampleStream) else {}
 
     @property
     def skipped(self) -> int:
