@@ -37,8 +37,7 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -49,6 +48,7 @@ from shardcat._types import ByteRange
 from shardcat.format.checksums import signed_key_hash
 from shardcat.reading import Catalog
 from shardcat.storage import local_path, resolve
+from shardcat.testing.postgres import postgres_schema
 
 # Run as a script, or imported by one (bench_tar.py): make the benchmarks package importable.
 if not __package__:
@@ -66,26 +66,6 @@ FLOOR_POINT_SQL = (
 
 
 # --- environment ------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def pg_schema(base_url: str, prefix: str = "bench") -> Iterator[str]:
-    """A fresh schema in ``base_url``'s database: yields a URL whose search_path is it; dropped after."""
-    import sqlalchemy as sa
-
-    schema = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(base_url)
-    try:
-        with admin.begin() as conn:
-            conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
-        sep = "&" if "?" in base_url else "?"
-        try:
-            yield f"{base_url}{sep}options=-csearch_path%3D{schema}"
-        finally:
-            with admin.begin() as conn:
-                conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-    finally:
-        admin.dispose()
 
 
 def psycopg_conninfo(url: str) -> str:
@@ -116,7 +96,9 @@ class Env:
         if catalog == "sqlite":
             self.catalog_url = f"sqlite:///{self.tmp.name}/catalog.db"
         else:
-            self.catalog_url = self._stack.enter_context(pg_schema(POSTGRES_URL))
+            self.catalog_url = self._stack.enter_context(
+                postgres_schema(POSTGRES_URL, prefix="bench")
+            )
 
     def raw_sql(self) -> tuple[Any, str]:
         """A raw DBAPI connection to the catalog (autocommit) and its placeholder."""

@@ -69,9 +69,11 @@ import numpy as np
 # Run as a script, or imported (tests): make the benchmarks package importable.
 if not __package__:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks.bench_catalog import pg_schema, psycopg_conninfo
+from benchmarks.bench_catalog import psycopg_conninfo
 from benchmarks.peers.bigcatalog import payload, read_info, write_tiny_shard, write_tiny_shards
 from benchmarks.peers.data import Dataset, MismatchError
+
+from shardcat.testing.postgres import postgres_schema
 
 DATASET = "scale"
 ALIGNMENT = 8
@@ -193,7 +195,7 @@ class PostgresBackend:
 
     @contextlib.contextmanager
     def fresh(self, tag: str) -> Iterator[str]:
-        with pg_schema(self.url, prefix=f"scale_{tag}") as url:
+        with postgres_schema(self.url, prefix=f"scale_{tag}") as url:
             yield url
 
     def _connect(self, url: str) -> Any:

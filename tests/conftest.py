@@ -15,7 +15,6 @@ import logging
 import os
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -29,6 +28,7 @@ from _servers import (
     moto_bucket,
     ranged_http_server,
 )
+from shardcat.testing.postgres import postgres_schema
 
 POSTGRES_URL = os.environ.get(
     "SHARDCAT_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -254,24 +254,6 @@ def postgres_server() -> str:
     finally:
         engine.dispose()
     return POSTGRES_URL
-
-
-@contextmanager
-def postgres_schema(server: str) -> Iterator[str]:
-    """A catalog URL on ``server`` whose tables live in a schema of their own, dropped afterwards."""
-    import sqlalchemy as sa
-
-    schema = f"t_{uuid.uuid4().hex[:16]}"
-    admin = sa.create_engine(server)
-    with admin.begin() as conn:
-        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
-    sep = "&" if "?" in server else "?"
-    try:
-        yield f"{server}{sep}options=-csearch_path%3D{schema}"
-    finally:
-        with admin.begin() as conn:
-            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        admin.dispose()
 
 
 @pytest.fixture

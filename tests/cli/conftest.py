@@ -9,8 +9,8 @@ from contextlib import ExitStack
 import pytest
 
 from _servers import moto_bucket
-from conftest import postgres_schema
 from shardcat.reading import Catalog
+from shardcat.testing.postgres import postgres_schema
 
 from .nosecrets import SRC_KEYS, World, base_env, write_dataset
 

@@ -21,8 +21,10 @@ __all__ = [
     "changes_of",
     "note",
     "note_dataset",
+    "note_group",
     "note_options",
     "noted_dataset",
+    "noted_groups",
     "noted_row",
     "options_of",
 ]
@@ -31,6 +33,7 @@ _NOTES = "shardcat.history"
 _OPTIONS = "shardcat.history.storage_options"
 _ROWS = "shardcat.history.rows"
 _DATASETS = "shardcat.history.datasets"
+_GROUPS = "shardcat.history.groups"
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -55,6 +58,27 @@ def note(session: Session, dataset_id: int, version: int = 0, row: Any = None) -
 def noted_row(session: Session, dataset_id: int, version: int) -> Any:
     """The version row :func:`note` was given, if any."""
     return session.info.get(_ROWS, {}).get((dataset_id, version))
+
+
+def note_group(
+    session: Session, dataset_id: int, version: int, name: str, *, dropped: bool = False
+) -> None:
+    """A column group this transaction's version created (or dropped): its manifest says so.
+
+    Every change of a group's ``added_version`` or ``dropped_version`` to a version
+    the transaction makes is noted here, so that version's manifest needs no query
+    for them (:func:`noted_groups`).
+    """
+    added, gone = session.info.setdefault(_GROUPS, {}).setdefault((dataset_id, version), ([], []))
+    (gone if dropped else added).append(name)
+
+
+def noted_groups(
+    session: Session, dataset_id: int, version: int
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The groups :func:`note_group` recorded for a version: (created, dropped), in order."""
+    added, gone = session.info.get(_GROUPS, {}).get((dataset_id, version), ((), ()))
+    return tuple(added), tuple(gone)
 
 
 def note_dataset(session: Session, dataset_id: int, name: str, root: str) -> None:

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from ..errors import EntryExistsError, GroupNotFoundError, Hint, UnknownKeysError
 from . import visibility
+from .changes import note_group
 from .datasets import find_dataset
 from .duplicates import LIVE_ELSEWHERE, OF_JOB
 from .models import BASE_GROUP, Dataset, Group, Job
@@ -149,6 +150,7 @@ def apply_group(
         row = Group(dataset_id=dataset.id, name=group.name, added_version=version)
         session.add(row)
         session.flush()
+        note_group(session, dataset.id, version, group.name)
     gid = int(row.id)
     params: dict[str, object] = {"job": job.id, "v": version, "d": dataset.id, "g": gid}
     session.execute(
@@ -231,6 +233,7 @@ def assign_groups(
             row = Group(dataset_id=dataset.id, name=name, added_version=version)
             session.add(row)
             session.flush()
+            note_group(session, dataset.id, version, name)
         listed = sorted(urls)
         for i in range(0, len(listed), 500):
             chunk = listed[i : i + 500]
@@ -287,6 +290,7 @@ def drop_group(session: Session, dataset: str, name: str, message: str | None) -
             params,
         )
         group.dropped_version = version
+        note_group(session, ds.id, version, name, dropped=True)
         session.flush()  # before the version's manifest is built from the rows
         mark_fully_removed(session, ds.id, version)
         return removed

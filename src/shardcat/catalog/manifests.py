@@ -29,7 +29,7 @@ from ..format.manifest import (
     relative_path,
 )
 from . import visibility
-from .changes import HistoryChange, noted_dataset, noted_row
+from .changes import HistoryChange, noted_dataset, noted_groups, noted_row
 from .datasets import find_dataset
 from .models import Dataset, DatasetTag, DatasetVersion, Group, Job, Record, Shard
 from .register import PreparedShard
@@ -97,11 +97,7 @@ def build_changes(
         name, root = known
         if not keeps(root):
             continue
-        built = (
-            build_manifest(session, dataset_id, v, root=root, row=noted_row(session, dataset_id, v))
-            for v in versions
-            if v
-        )
+        built = (_made_here(session, dataset_id, v, root) for v in versions if v)
         out.append(
             DatasetHistory(
                 name,
@@ -112,6 +108,17 @@ def build_changes(
             )
         )
     return out
+
+
+def _made_here(
+    session: Session, dataset_id: int, version: int, root: str
+) -> VersionManifest | None:
+    """The manifest of a version this transaction made: its row and groups were noted as made."""
+    row = noted_row(session, dataset_id, version)
+    if row is None:
+        return build_manifest(session, dataset_id, version, root=root)
+    groups = noted_groups(session, dataset_id, version)
+    return build_manifest(session, dataset_id, version, root=root, row=row, groups=groups)
 
 
 def committed_paths(session: Session, dataset_id: int) -> dict[str, int]:
@@ -150,13 +157,14 @@ def build_manifest(
     checkpoint: bool = False,
     root: str | None = None,
     row: Any = None,
+    groups: tuple[tuple[str, ...], tuple[str, ...]] | None = None,
 ) -> VersionManifest | None:
     """The manifest of a kept version, from the catalog's rows (None if it is not kept).
 
     ``checkpoint``: what the version read, whole (every shard it reads, and
     their records hidden by then), for a version some expired versions before
-    it left no manifest. ``root``, ``row``: the dataset's root and the version's row, when
-    the caller has them.
+    it left no manifest. ``root``, ``row``, ``groups``: the dataset's root, the version's
+    row and the groups it created and dropped, when the caller has them.
     """
     if row is None:
         row = session.get(DatasetVersion, (dataset_id, number))
@@ -203,7 +211,8 @@ def build_manifest(
         )
         for s in shards
     )
-    groups = _group_events(session, dataset_id, number, checkpoint)
+    if groups is None or checkpoint:
+        groups = _group_events(session, dataset_id, number, checkpoint)
     if (
         not checkpoint
         and not row.records_removed
