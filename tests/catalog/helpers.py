@@ -196,6 +196,35 @@ class QueryCounter:
 # --- counting storage reads ------------------------------------------------
 
 
+class PointReadCounter:
+    """The point lookup's reads (compiled or twin): the shard URL of each, in order.
+
+    The compiled point lookup reads in C (``pread``), which no Python wrapper
+    sees; it marks each shard it read in the lookup's source cache (``touch``,
+    once per read), as the twin does. Counted from lookups opened while this
+    is active (construct it before the catalog's first read in the thread).
+    """
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from shardcat.storage.cache import SourceCache
+
+        self.reads: list[str] = []
+        reads = self.reads
+        real_init = SourceCache.__init__
+
+        def init(cache: Any, *args: Any, **kw: Any) -> None:
+            real_init(cache, *args, **kw)
+            real_touch = cache.touch
+
+            def touch(url: str) -> None:
+                reads.append(url)
+                real_touch(url)
+
+            cache.touch = touch
+
+        monkeypatch.setattr(SourceCache, "__init__", init)
+
+
 class ReadCounter:
     """Every read request to a shard store: ``(kind, start, end)``; other S3 requests by name."""
 

@@ -14,9 +14,16 @@ import pytest
 from shardcat.catalog.groups import GroupWrite
 from shardcat.errors import DuplicateKeyError, EntryExistsError, KeyNotFoundError
 from shardcat.format import recordcodec
-from shardcat.reading import Catalog, point
+from shardcat.reading import Catalog, point, pypoint
 
-from .helpers import QueryCounter, ReadCounter, make_dataset, shard_keys, write_shard
+from .helpers import (
+    PointReadCounter,
+    QueryCounter,
+    ReadCounter,
+    make_dataset,
+    shard_keys,
+    write_shard,
+)
 
 
 def caption(key: str) -> dict[str, Any]:
@@ -46,6 +53,7 @@ def cat(catalog_url: str):
 
 
 def test_one_query_returns_every_groups_row_and_reads_merge_them(cat, local_root, monkeypatch):
+    point_reads = PointReadCounter(monkeypatch)  # whole records: compiled, twin or Python path
     make_dataset(cat, local_root, 2)
     before = cat.info("train").version
     keys = shard_keys(0)
@@ -57,10 +65,12 @@ def test_one_query_returns_every_groups_row_and_reads_merge_them(cat, local_root
         rec = cat.get("train", key, entries=["cap.txt"])
     assert list(rec) == ["cap.txt"] and rec["cap.txt"].decode() == f"caption of {key}"
     assert queries.count == 1 and len(reads.reads) == 1  # only the group that holds it is read
-    reads.reads.clear()
+    point_reads.reads.clear()
     with QueryCounter(cat) as queries:
         cat.get("train", key)
-    assert queries.count == 1 and len(reads.reads) == 2  # one ranged read per group
+    # One statement (the compiled one's counted when it answers) and one read per group.
+    assert queries.count == 1 and len(point_reads.reads) == 2
+    assert point_reads.reads[0] != point_reads.reads[1]  # the base's shard and the group's
     with QueryCounter(cat) as queries:
         whole = cat.get("train", key)
     assert queries.count == 1
@@ -130,9 +140,7 @@ def test_the_duplicate_rule_is_per_group(cat, local_root):
     not point.available() or recordcodec.active() != "compiled",
     reason="the compiled point lookup is not available here",
 )
-def test_the_compiled_path_serves_keys_without_groups_and_declines_the_others(
-    sqlite_url, local_root
-):
+def test_the_compiled_path_merges_a_keys_groups_in_one_statement(sqlite_url, local_root):
     with Catalog(sqlite_url) as cat:
         make_dataset(cat, local_root, 1)
         keys = shard_keys(0)
@@ -143,10 +151,28 @@ def test_the_compiled_path_serves_keys_without_groups_and_declines_the_others(
         assert fast is not None and list(fast) == ["jpg", "json", "txt"]
         add_group(cat, local_root, keys[:5])
         cat.get("train", keys[0])  # the group's shard cached and open too
-        assert lookup.fast_get("train", keys[1], recordcodec.decode_spanned) is None
+        # A key with a group: its rows read (one pread each) and merged in C's call.
+        merged = lookup.fast_get("train", keys[1], recordcodec.decode_spanned)
+        assert merged is not None and list(merged) == ["jpg", "json", "txt", "cap.txt"]
+        assert merged["cap.txt"].decode() == f"caption of {keys[1]}"
+        with lookup.gate:  # the general Python path merges the same record
+            assert merged == lookup.get("train", keys[1])
+        assert merged.offset == cat.locate("train", keys[1]).offset  # the base's place
         assert lookup.fast_get("train", keys[9], recordcodec.decode_spanned) is not None
-        assert list(cat.get("train", keys[1])) == ["jpg", "json", "txt", "cap.txt"]
-        # The batch statement's compiled rows decline a group's row as well.
+        # A group replacing a base entry: the newer group's entry, in the base's place.
+        fix = {"name": "fix", "replace_entries": True, "make": lambda k: {"txt": "fixed"}}
+        add_group(cat, local_root, keys[:2], **fix)
+        cat.get("train", keys[0])
+        fixed = lookup.fast_get("train", keys[1], recordcodec.decode_spanned)
+        assert fixed is not None and list(fixed) == ["jpg", "json", "txt", "cap.txt"]
+        assert fixed["txt"].decode() == "fixed" and fixed.decode()["txt"] == "fixed"
+        # More rows than the compiled code merges (MAX_ROWS): the Python path's.
+        for n in range(pypoint.MAX_ROWS):
+            add_group(cat, local_root, keys[:1], name=f"g{n}", make=lambda k, n=n: {f"g{n}": k})
+        cat.get("train", keys[2])
+        assert lookup.fast_get("train", keys[0], recordcodec.decode_spanned) is None
+        assert len(cat.get("train", keys[0])) == 4 + pypoint.MAX_ROWS
+        # The batch statement's compiled rows decline a group's row.
         from shardcat.format.checksums import signed_key_hashes
 
         assert lookup._point_lookup.rows(
@@ -162,9 +188,14 @@ def test_the_python_twin_merges_as_the_compiled_path_hands_over(sqlite_url, loca
             make_dataset(cat, local_root, 1)
             keys = shard_keys(0)
             add_group(cat, local_root, keys[:5])
-            assert not point.is_compiled(cat._lookup()._point_lookup)
+            twin = cat._lookup()._point_lookup
+            assert not point.is_compiled(twin)
             cat.get("train", keys[0])
             assert list(cat.get("train", keys[1])) == ["jpg", "json", "txt", "cap.txt"]
+            # The twin merges a key's groups itself, as the compiled code does (not via rest).
+            twin._rest = None
+            merged = twin.get("train", keys[1], recordcodec.decode_spanned)
+            assert merged is not None and list(merged) == ["jpg", "json", "txt", "cap.txt"]
             assert list(cat.get("train", keys[7])) == ["jpg", "json", "txt"]
             assert cat.get_many("train", keys[:6]).records[1]["cap.txt"].decode() == (
                 f"caption of {keys[1]}"

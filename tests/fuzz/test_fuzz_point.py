@@ -4,14 +4,19 @@ Each case is a seeded random catalog on a SQLite file: native shards and a
 tar indexed in place, versions made by appends, replacements
 (``on_duplicate="replace"``) and ``delete_keys``; key hashes collided on
 purpose (a row given another key's hash, as a real xxHash64 collision would
-be); a record's bytes flipped after registration. Then random keys (present,
+be); column groups added over some of the live keys (none, one to three, or
+more than the compiled code merges itself), one replacing the base's ``txt``,
+one fixed in part (``mode="replace"``), one dropped; a record's bytes (a
+base's or a group's) flipped after registration. Then random keys (present,
 deleted, replaced, collided, missing, near misses, non-ASCII, not UTF-8) are
 looked up through the compiled path and through the Python path
 (``point.use("python")``), one catalog each, and compared:
 
 * ``Point.get`` returns None ("not handled") or exactly the record the Python
   path returns; never a record where the Python path raises (the compiled
-  code may reject more than its reference, never accept less);
+  code may reject more than its reference, never accept less); a key with
+  groups is also compared with the general Python path (``Lookup.get``, which
+  merges the point statement's rows itself, not the twin's ``merge_point``);
 * ``Catalog.get`` and ``Catalog.get_many`` give the same records, or the same
   error (type and message), either way;
 * ``Point.rows`` returns None or exactly the rows the Python driver returns
@@ -35,6 +40,7 @@ from typing import Any
 import pytest
 
 import shardcat
+from shardcat.catalog.groups import GroupWrite
 from shardcat.format import recordcodec
 from shardcat.format.checksums import signed_key_hash
 from shardcat.reading import Catalog, point
@@ -78,6 +84,7 @@ class Case:
         self.url = f"sqlite:///{folder / 'catalog.db'}"
         self.asked: list[str] = []
         self.shard_no = 0
+        self.group_count = 0
 
     def build(self) -> None:
         rng = self.rng
@@ -96,6 +103,7 @@ class Case:
                     live = [k for k in live if k not in gone]
                     self.asked += gone
                 self.asked += keys + replaced
+            self.groups(cat, live)
             self.tar(cat)
         self.collide(live)
         self.flip(live)
@@ -116,6 +124,39 @@ class Case:
         job = cat.begin_job("ds")
         cat.register_shard("ds", w.close(), job=job)
         cat.commit_job(job, on_duplicate="replace" if replace else "error")
+
+    def groups(self, cat: Catalog, live: list[str]) -> None:
+        """Column groups over some live keys: each key's rows are merged by the point lookup."""
+        rng = self.rng
+        count = rng.choice([0, 1, 2, 3, 9])  # 9: more rows than _cpoint.c's MAX_ROWS
+        self.group_count = count
+        if not live or not count:
+            return
+        for g in range(count):
+            keys = rng.sample(live, rng.randrange(1, len(live) + 1))
+            replace = g == 1  # a later group replacing the base's entry of that name
+            self.group(cat, f"g{g}", keys, {"txt" if replace else f"g{g}.txt"}, replace=replace)
+            self.asked += keys
+        if count > 1:  # part of the first group fixed: the key's newer record is read
+            fixed = rng.sample(live, rng.randrange(1, len(live) + 1))
+            self.group(cat, "g0", fixed, {"g0.txt"}, mode="replace")
+        if count > 2 and rng.random() < 0.5:
+            cat.drop_group("ds", "g2")
+
+    def group(
+        self, cat: Catalog, name: str, keys: list[str], names: set[str], **write: Any
+    ) -> None:
+        url = str(self.folder / "shards" / f"ds.{name}-{self.shard_no:06d}.shard")
+        size = self.rng.choice([0, 5, 200])
+        with shardcat.ShardWriter(url, shard_number=self.shard_no) as w:
+            for key in keys:
+                w.add(key, {n: f"{name} {key} ".ljust(size, "~") for n in names})
+        self.shard_no += 1
+        job = cat.begin_job("ds")
+        cat.register_shard("ds", w.close(), job=job)
+        write.setdefault("on_missing", "skip")
+        write["replace_entries"] = write.pop("replace", False)
+        cat.commit_job(job, group=GroupWrite(name, **write))
 
     def tar(self, cat: Catalog) -> None:
         """A tar indexed in place, in a dataset of its own: its samples take the tar finisher."""
@@ -212,7 +253,7 @@ def test_compiled_point_lookup_and_rows_match_the_python_path(seed: int, tmp_pat
         assert point.is_compiled(c_point)
         assert not point.is_compiled(python._lookup()._point_lookup)
         decode = recordcodec.decode_spanned
-        handled = 0
+        handled = grouped = 0
         rng = random.Random(seed)
         for _ in range(QUERIES):
             key = rng.choice(case.asked)
@@ -223,6 +264,11 @@ def test_compiled_point_lookup_and_rows_match_the_python_path(seed: int, tmp_pat
             if got is not None:
                 handled += 1
                 assert got == reference, (seed, dataset, key)
+                if len(got[3]) > 2:  # a key with groups: the general path merges the same
+                    grouped += 1
+                    general = python._lookup()
+                    with general.gate:
+                        assert outcome(general.get, dataset, key) == got, (seed, key)
             assert outcome(compiled.get, dataset, key) == reference, (seed, dataset, key)
             batch = rng.sample(case.asked, min(len(case.asked), rng.randrange(1, 30)))
             assert outcome(compiled.get_many, dataset, batch) == outcome(
@@ -235,6 +281,8 @@ def test_compiled_point_lookup_and_rows_match_the_python_path(seed: int, tmp_pat
                 expected = lookup._query(lookup._batch, (dataset, json.dumps(hashes)))
                 assert sorted(map(tuple, rows)) == sorted(map(tuple, expected)), (seed, batch)
         assert handled > 0  # the compiled path answered some: the comparison is not vacuous
+        if 0 < case.group_count < 9:  # and merged some keys' groups itself
+            assert grouped > 0, seed
     finally:
         compiled.close()
         python.close()

@@ -32,6 +32,7 @@ __all__ = [
     "NPY_TYPE",
     "RAW_ARRAY_TYPE",
     "Entry",
+    "MergedRecord",
     "Record",
     "check_sample",
     "check_value",
@@ -714,9 +715,83 @@ def merge_records(key: str, parts: Sequence[Record]) -> Record:
     A later group's entry of a name replaces an earlier one's, in its place:
     two groups share a name only where the later one was written to replace it
     (``replace_entries``; docs/GROUPS.md). Offset and length are the base's.
+    The merge is made on use (:class:`MergedRecord`): a reader pays for the
+    entries it asks for, as with one part's record.
     """
-    base = parts[0]
-    entries = dict(base.entries)
-    for part in parts[1:]:
-        entries.update(part.entries)
-    return Record(key, entries, offset=base.offset, length=base.length)
+    return MergedRecord(key, tuple(parts))
+
+
+class MergedRecord(Record):
+    """The record of a sample's base and column-group parts, merged on use (:func:`merge_records`).
+
+    ``rec[name]`` asks the parts, newest group first, without building the
+    others' entries; the names are the base's in write order, then each
+    group's new ones. ``entries`` (the merged dict) is built on first use,
+    once. Behaves as :class:`Record` in every other way.
+    """
+
+    __slots__ = ("_entries", "_names", "_parts")
+
+    def __init__(self, key: str, parts: tuple[Record, ...]) -> None:
+        base = parts[0]
+        self.key = key
+        self.index = -1
+        self.offset = base.offset
+        self.length = base.length
+        self._parts = parts
+        self._entries: dict[str, Entry] | None = None
+        self._names: tuple[str, ...] | None = None
+
+    @property
+    def entries(self) -> dict[str, Entry]:
+        """Every entry, in the merged order (built on first use; the same dict afterwards)."""
+        full = self._entries
+        if full is None:
+            full = self._entries = {name: self[name] for name in self._order()}
+        return full
+
+    @entries.setter
+    def entries(self, value: dict[str, Entry]) -> None:
+        self._entries = value
+
+    def _order(self) -> tuple[str, ...]:
+        names = self._names
+        if names is None:
+            merged: dict[str, None] = {}
+            for part in self._parts:
+                merged.update(dict.fromkeys(part))
+            names = self._names = tuple(merged)
+        return names
+
+    def __getitem__(self, name: str) -> Entry:
+        if self._entries is not None:
+            return super().__getitem__(name)
+        for part in reversed(self._parts):
+            if name in part:
+                return part[name]
+        raise self._no_entry(name)
+
+    def __contains__(self, name: object) -> bool:
+        if self._entries is not None:
+            return name in self._entries
+        return any(name in part for part in self._parts)
+
+    def __iter__(self) -> Iterator[str]:
+        if self._entries is not None:
+            return iter(self._entries)
+        return iter(self._order())
+
+    def __len__(self) -> int:
+        if self._entries is not None:
+            return len(self._entries)
+        return len(self._order())
+
+    def decode(self, *, writable: bool = False) -> dict[str, Any]:
+        # docstring inherited
+        out: dict[str, Any] = {KEY: self.key}
+        try:
+            for name in self:
+                out[name] = self[name].decode(writable=writable)
+        except SampleDecodeError as e:
+            raise self._decode_error(e, name) from e.__cause__
+        return out

@@ -12,8 +12,12 @@
  * codec's tar_record (read_tar_record compiled, which checks every CRC32C
  * and returns None where the Python function would raise).
  *
- * Anything this code does not expect (no row, a second row (a key with
- * column groups: the Python path merges its rows), any SQLite result code but a
+ * A key with column groups has one row per group (up to MAX_ROWS): each
+ * row's record is read and decoded the same way, then merge() (lookup.py's
+ * merge_point) merges them in group order.
+ *
+ * Anything this code does not expect (no row, more rows than MAX_ROWS or
+ * no merge given, any SQLite result code but a
  * row, a shard not cached or neither native nor tar, no open descriptor, a short or
  * failed read, a record the decoder rejects) returns None, "not handled":
  * the caller then runs the Python path, which asks again and raises the
@@ -140,6 +144,7 @@ typedef struct {
     PyObject *touch;  /* callable(url): the source cache's LRU mark */
     PyObject *unpack; /* spans.unpack_spans, for decode_spanned */
     PyObject *texts;  /* the lookup's memo of entry names and types */
+    PyObject *merge;  /* callable(key, records, shard ids): a key's group rows merged, or None */
 } Point;
 
 static void point_release(Point *self)
@@ -162,17 +167,17 @@ static void point_release(Point *self)
 static int point_init(Point *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"path", "sql", "busy_timeout_ms", "cache_size", "shards", "fds", "touch",
-                             "unpack", "texts", "one_pread", "tars", "finish", "batch_sql", NULL};
+                             "unpack", "texts", "one_pread", "tars", "finish", "batch_sql", "merge", NULL};
     const char *path, *sql, *batch_sql = NULL;
     Py_ssize_t sql_len, batch_len = 0;
     int busy_ms;
     long long cache_size;
-    PyObject *shards, *fds, *touch, *unpack, *texts, *tars, *finish;
+    PyObject *shards, *fds, *touch, *unpack, *texts, *tars, *finish, *merge = Py_None;
     Py_ssize_t one_pread;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ss#iLO!O!OOO!nO!O|z#", kwlist, &path, &sql,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ss#iLO!O!OOO!nO!O|z#O", kwlist, &path, &sql,
                                      &sql_len, &busy_ms, &cache_size, &PyDict_Type, &shards, &PyDict_Type,
                                      &fds, &touch, &unpack, &PyDict_Type, &texts, &one_pread, &PyDict_Type,
-                                     &tars, &finish, &batch_sql, &batch_len))
+                                     &tars, &finish, &batch_sql, &batch_len, &merge))
         return -1;
     /* The Python connection's page cache size (PRAGMA cache_size: pages, or KiB if negative). */
     char pragma[64];
@@ -236,6 +241,8 @@ static int point_init(Point *self, PyObject *args, PyObject *kwargs)
     Py_INCREF(texts), self->texts = texts;
     Py_INCREF(tars), self->tars = tars;
     Py_INCREF(finish), self->finish = finish;
+    if (merge != Py_None)
+        Py_INCREF(merge), self->merge = merge;
     self->tar_specs = PyObject_GetAttrString(finish, "specs");
     self->tar_record = self->tar_specs ? PyObject_GetAttrString(finish, "decode") : NULL;
     self->record = self->tar_record ? PyObject_GetAttrString(finish, "record") : NULL;
@@ -260,6 +267,7 @@ static int point_traverse(Point *self, visitproc visit, void *arg)
     Py_VISIT(self->tar_specs);
     Py_VISIT(self->tar_record);
     Py_VISIT(self->record);
+    Py_VISIT(self->merge);
     return 0;
 }
 
@@ -275,6 +283,7 @@ static int point_clear(Point *self)
     Py_CLEAR(self->tar_specs);
     Py_CLEAR(self->tar_record);
     Py_CLEAR(self->record);
+    Py_CLEAR(self->merge);
     return 0;
 }
 
@@ -295,43 +304,53 @@ typedef struct {
     unsigned char *heap_spans;
 } Row;
 
+/* The most rows (the base and its column groups) one get() merges itself;
+   a key with more is the Python path's. */
+#define MAX_ROWS 8
+
 /* Steps the statement for (dataset, hash, key) and resets it, without
-   the GIL. 1: exactly one row, of the expected types, in *row; 0: anything
-   else. A second row is a column group's (docs/GROUPS.md): the Python path
-   merges a key's rows. Without groups the second step only finds the end of
-   the index range the first one was already at. */
+   the GIL. The number of rows (1 to MAX_ROWS), each of the expected types,
+   copied into rows[]; 0: anything else (no row, more than MAX_ROWS, an
+   unexpected type or result code). More than one row is a key with column
+   groups (docs/GROUPS.md): one row per group the version sees, merged by
+   get(). Without groups the second step only finds the end of the index
+   range the first one was already at. The caller frees each row's
+   heap_spans (NULL where unused), whatever this returns. */
 static int fetch(Point *self, const char *dataset, Py_ssize_t dataset_len, long long hash, const char *key,
-                 Py_ssize_t key_len, Row *row)
+                 Py_ssize_t key_len, Row *rows)
 {
     const Api *a = self->api;
     sqlite3_stmt *st = self->stmt;
-    int ok = 0;
+    int n = 0, rc;
     if (a->bind_text(st, 1, dataset, (int)dataset_len, SQLITE_STATIC) != SQLITE_OK ||
         a->bind_int64(st, 2, hash) != SQLITE_OK ||
         a->bind_text(st, 3, key, (int)key_len, SQLITE_STATIC) != SQLITE_OK) {
         a->reset(st);
         return 0;
     }
-    if (a->step(st) == SQLITE_ROW && a->column_type(st, 0) == SQLITE_INTEGER &&
-        a->column_type(st, 1) == SQLITE_INTEGER && a->column_type(st, 2) == SQLITE_INTEGER &&
-        a->column_type(st, 3) == SQLITE_BLOB && a->column_type(st, 4) == SQLITE_INTEGER) {
+    while ((rc = a->step(st)) == SQLITE_ROW) {
+        if (n == MAX_ROWS || a->column_type(st, 0) != SQLITE_INTEGER ||
+            a->column_type(st, 1) != SQLITE_INTEGER || a->column_type(st, 2) != SQLITE_INTEGER ||
+            a->column_type(st, 3) != SQLITE_BLOB || a->column_type(st, 4) != SQLITE_INTEGER)
+            break;
+        Row *row = &rows[n];
         row->shard = a->column_int64(st, 0);
         row->offset = a->column_int64(st, 1);
         row->length = a->column_int64(st, 2);
         row->layout = a->column_int64(st, 4);
         const void *blob = a->column_blob(st, 3);
-        int n = a->column_bytes(st, 3);
-        unsigned char *dest = n <= SPANS_INLINE ? row->inline_spans : (row->heap_spans = malloc((size_t)n));
-        if (dest != NULL && (blob != NULL || n == 0)) {
-            memcpy(dest, blob, (size_t)n);
-            row->spans = dest;
-            row->spans_len = n;
-            ok = a->step(st) == SQLITE_DONE;
-        }
+        int len = a->column_bytes(st, 3);
+        unsigned char *dest = len <= SPANS_INLINE ? row->inline_spans : (row->heap_spans = malloc((size_t)len));
+        if (dest == NULL || (blob == NULL && len != 0))
+            break;
+        memcpy(dest, blob, (size_t)len);
+        row->spans = dest;
+        row->spans_len = len;
+        n++;
     }
     /* Ends the statement's read transaction: no snapshot is held between lookups. */
     a->reset(st);
-    return ok;
+    return rc == SQLITE_DONE ? n : 0;
 }
 
 /* A call's start and end (the GIL held): see "Lifetimes" at the top. */
@@ -352,6 +371,7 @@ static inline void leave(Point *self)
 }
 
 static PyObject *get_found(Point *self, PyObject *key, PyObject *decode, Row *row);
+static PyObject *get_merged(Point *self, PyObject *key, PyObject *decode, Row *rows, int n);
 
 /* get(dataset, key, decode) -> Record | None
 
@@ -381,20 +401,57 @@ static PyObject *point_get(Point *self, PyObject *const *args, Py_ssize_t nargs)
     if (dataset_len > INT_MAX || key_len > INT_MAX)
         Py_RETURN_NONE;
     long long hash = (long long)XXH64(k, (size_t)key_len, 0);
-    Row row;
-    row.heap_spans = NULL;
+    Row rows[MAX_ROWS];
+    for (int i = 0; i < MAX_ROWS; i++)
+        rows[i].heap_spans = NULL;
     int found;
     enter(self);
     Py_BEGIN_ALLOW_THREADS
-    found = fetch(self, d, dataset_len, hash, k, key_len, &row);
+    found = fetch(self, d, dataset_len, hash, k, key_len, rows);
     Py_END_ALLOW_THREADS
     PyObject *out = NULL;
-    if (found && !self->close_pending)
-        out = get_found(self, key, decode, &row);
+    if (found == 1 && !self->close_pending)
+        out = get_found(self, key, decode, &rows[0]);
+    else if (found > 1 && self->merge != NULL && !self->close_pending)
+        out = get_merged(self, key, decode, rows, found);
     else
         out = Py_NewRef(Py_None);
-    free(row.heap_spans);
+    for (int i = 0; i < MAX_ROWS; i++)
+        free(rows[i].heap_spans);
     leave(self);
+    return out;
+}
+
+/* A key with column groups: each row's record as get_found() reads it (one
+   pread per group), then merge(key, records, shard ids) (lookup.py's
+   merge_point: the group order comes with the shard cache). Any row not
+   handled, or a None from merge, is "not handled" for the whole key. */
+static PyObject *get_merged(Point *self, PyObject *key, PyObject *decode, Row *rows, int n)
+{
+    PyObject *records = PyList_New(n), *ids = PyList_New(n), *out = NULL;
+    if (records == NULL || ids == NULL)
+        goto done;
+    for (int i = 0; i < n; i++) {
+        PyObject *id = PyLong_FromLongLong(rows[i].shard);
+        if (id == NULL)
+            goto done;
+        PyList_SET_ITEM(ids, i, id);
+        PyObject *rec = get_found(self, key, decode, &rows[i]);
+        if (rec == NULL)
+            goto done;
+        PyList_SET_ITEM(records, i, rec);
+        if (rec == Py_None || self->close_pending) {
+            out = Py_NewRef(Py_None);
+            goto done;
+        }
+    }
+    {
+        PyObject *call[3] = {key, records, ids};
+        out = PyObject_Vectorcall(self->merge, call, 3, NULL);
+    }
+done:
+    Py_XDECREF(records);
+    Py_XDECREF(ids);
     return out;
 }
 

@@ -23,6 +23,11 @@ ask which:
   SQLite, SQLite URI options, a compiled one that could not open): it
   declines every call at once, running nothing.
 
+A key with column groups (one row per group, up to ``MAX_ROWS``) is
+handled too: each row's record is read (one ``pread`` per group) and
+decoded as a one-row key's, then merged in group order
+(:func:`~.pypoint.merge_point`): one statement, one read per group.
+
 The compiled one returns "not handled" (None) for: no row, a statement
 that fails, a shard not cached yet, no open descriptor, a read that fails
 or comes back short, a record the decoder or the finisher rejects, a
@@ -68,7 +73,7 @@ from ..format import Record, implementations, recordcodec
 from ..format.implementations import Name
 from ..format.spec import Codec
 from ..storage.cache import ONE_PREAD
-from .pypoint import NoPoint, PointLookup, PyPoint, Rest
+from .pypoint import Merge, NoPoint, PointLookup, PyPoint, Rest
 
 __all__ = [
     "ENV_VAR",
@@ -177,6 +182,7 @@ def open_point(
     parse: Callable[[str], list[tuple[str, str, Codec]]],
     batch_sql: str | None = None,
     rest: Rest | None = None,
+    merge: Merge | None = None,
 ) -> PointLookup:
     """The point lookup for a lookup's state: compiled, its Python twin, or one that declines.
 
@@ -192,7 +198,11 @@ def open_point(
     ``rows(dataset, hashes)`` returns its rows as the Python driver would, or None.
     ``gate`` is the lookup's, held by each call of the Python twin; ``rest``
     its Python path from the point statement's rows on, to which the twin
-    hands what it does not handle once it has run the statement.
+    hands what it does not handle once it has run the statement. ``merge``
+    (:func:`~.pypoint.merge_point` bound to the lookup's shard groups) merges
+    the records of a key with column groups (up to ``MAX_ROWS`` rows, each
+    read and decoded as a one-row key's); without it such keys are not
+    handled.
 
     The twin serves where the compiled one would (a file-backed SQLite
     catalog) in the Python mode, as its reference; elsewhere (PostgreSQL,
@@ -203,27 +213,16 @@ def open_point(
         # URI options (mode=, immutable=, vfs=...): only the Python driver applies them.
         return NoPoint()
     finish = TarFinisher(raw.query, raw.placeholder, parse, recordcodec.tar_record)
+    # The state both take, in the compiled Point's order after its own arguments.
+    state = (shards, fds, touch, unpack, texts, ONE_PREAD, tars, finish, batch_sql)
     if active() == "compiled" and recordcodec.active() == "compiled":
-        compiled = _open_compiled(
-            raw, sql, shards, fds, touch, unpack, texts, tars, finish, batch_sql
-        )
+        compiled = _open_compiled(raw, sql, state, merge)
         return NoPoint() if compiled is None else compiled
-    return PyPoint(
-        raw, gate, sql, shards, fds, touch, unpack, texts, ONE_PREAD, tars, finish, batch_sql, rest
-    )
+    return PyPoint(raw, gate, sql, *state, rest, merge)
 
 
 def _open_compiled(
-    raw: RawConnection,
-    sql: str,
-    shards: dict[int, tuple[str, int] | None],
-    fds: Mapping[str, int],
-    touch: Callable[[str], None],
-    unpack: Callable[..., Any],
-    texts: dict[Any, Any],
-    tars: dict[int, str],
-    finish: TarFinisher,
-    batch_sql: str | None,
+    raw: RawConnection, sql: str, state: tuple[Any, ...], merge: Merge | None
 ) -> PointLookup | None:
     """The compiled ``Point`` for a file-backed SQLite lookup's state, or None if it cannot open."""
     conn = raw.conn
@@ -236,19 +235,7 @@ def _open_compiled(
         (busy_ms,) = conn.execute("PRAGMA busy_timeout").fetchone()
         (cache_size,) = conn.execute("PRAGMA cache_size").fetchone()
         return _compiled.Point(  # type: ignore[no-any-return]
-            file,
-            sql,
-            int(busy_ms),
-            int(cache_size),
-            shards,
-            fds,
-            touch,
-            unpack,
-            texts,
-            ONE_PREAD,
-            tars,
-            finish,
-            batch_sql,
+            file, sql, int(busy_ms), int(cache_size), *state, merge
         )
     except Exception as e:
         # Cannot open or prepare (or a file name SQLite cannot hand back as

@@ -33,6 +33,7 @@ path runs the statement once).
 from __future__ import annotations
 
 import json
+import operator
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
@@ -43,8 +44,18 @@ from .._forks import fork_generation
 from ..catalog.connection import RawConnection
 from ..format import Record
 from ..format import sources as _sources
+from ..format.entries import MergedRecord
 
-__all__ = ["NoPoint", "PointLookup", "PyPoint", "Rest", "TarFinish"]
+__all__ = [
+    "MAX_ROWS",
+    "Merge",
+    "NoPoint",
+    "PointLookup",
+    "PyPoint",
+    "Rest",
+    "TarFinish",
+    "merge_point",
+]
 
 _xxh64_digest = xxhash.xxh64_digest
 _from_bytes = int.from_bytes
@@ -58,6 +69,38 @@ class TarFinish(Protocol):
     record: type[Record]
 
     def __call__(self, layout_id: int) -> tuple[tuple[str, str], ...] | None: ...
+
+
+MAX_ROWS = 8
+"""The most rows (a key's base and column groups) a point lookup merges itself (``_cpoint.c``'s)."""
+
+Merge = Callable[[str, list[Any], list[int]], Record | None]
+"""``merge(key, records, shard ids)``: a key's rows' records merged (:func:`merge_point`), or None."""
+
+
+def merge_point(
+    groups: Mapping[int, int], key: str, records: list[Any], ids: list[int]
+) -> Record | None:
+    """A key's records of several rows, one per column group, merged in group order.
+
+    ``groups`` is the lookup's shard cache of groups (shard id → group id,
+    0 the base), filled with its shard cache: a point lookup reads only
+    cached shards, so every id is there; one that is not (a group's shard
+    cached since by another path) is "not handled" (None), and the Python
+    path reloads the cache. The point lookups (compiled and twin) call it
+    bound to the lookup's ``groups`` (``functools.partial``: no reference
+    to the lookup, so no cycle).
+    """
+    get = groups.get
+    order = [get(sid) for sid in ids]
+    if None in order:
+        return None
+    if order != sorted(order):  # type: ignore[type-var]
+        records = [rec for _, rec in sorted(zip(order, records), key=_FIRST)]
+    return MergedRecord(key, tuple(records))
+
+
+_FIRST = operator.itemgetter(0)
 
 
 Rest = Callable[[str, str, int, list[Any]], Record]
@@ -100,6 +143,7 @@ class PyPoint:
         "_finish",
         "_gate",
         "_generation",
+        "_merge",
         "_one_pread",
         "_postgres",
         "_raw",
@@ -131,6 +175,7 @@ class PyPoint:
         finish: TarFinish,
         batch_sql: str | None = None,
         rest: Rest | None = None,
+        merge: Merge | None = None,
     ) -> None:
         self._raw = raw
         self._gate = gate
@@ -145,6 +190,7 @@ class PyPoint:
         self._finish = finish
         self._batch_sql = batch_sql
         self._rest = rest
+        self._merge = merge
         self._postgres = raw.dialect == "postgresql"
         self._generation = fork_generation()
         self.closed = False
@@ -177,60 +223,76 @@ class PyPoint:
                 if self._rest is None:
                     return None
                 rows = self._raw.recover(e, self._sql, params)
-            if len(rows) != 1:  # none, or a key with column groups (the Python path merges)
+            n = len(rows)
+            if n == 1:
+                record = self._one(key, rows[0], decode)
+            elif 1 < n <= MAX_ROWS and self._merge is not None:
+                # A key with column groups: each row's record as one row's, then merged.
+                records = []
+                for row in rows:
+                    part = self._one(key, row, decode)
+                    if part is None:
+                        return self._declined(dataset, key, h, rows)
+                    records.append(part)
+                record = self._merge(key, records, [row[0] for row in rows])
+            else:  # none, or more rows than the compiled code merges
+                record = None
+            if record is None:
                 return self._declined(dataset, key, h, rows)
-            # The statement's columns are NOT NULL integers and a blob (the
-            # schema): the compiled code's checks of their types are its own.
-            shard_id, offset, length, spans, layout = rows[0]
-            if not 0 < length <= self._one_pread or offset < 0:
-                return self._declined(dataset, key, h, rows)
-            shard = self._shards.get(shard_id, _UNCACHED)
-            tar = shard is None
-            if tar:  # another kind: a tar's URL, or not handled
-                url = self._tars.get(shard_id)
-                if url is None:
-                    return self._declined(dataset, key, h, rows)
-            elif shard is _UNCACHED:
-                return self._declined(dataset, key, h, rows)
-            else:
-                url, alignment = shard
-            fd = fds.get(url)
-            if fd is None:  # not open (yet), or closed
-                return self._declined(dataset, key, h, rows)
-            # pread_linked: a descriptor whose file has no name left is not read.
-            try:
-                data = _sources.pread_linked(fd, length, offset)
-            except OSError:
-                data = None
-            if data is None or len(data) != length:
-                return self._declined(dataset, key, h, rows)
-            self._touch(url)
-            try:
-                if not tar:
-                    return decode(  # type: ignore[no-any-return]
-                        data,
-                        key,
-                        length,
-                        url,
-                        offset,
-                        alignment,
-                        spans,
-                        self._unpack,
-                        self._texts,
-                    )
-                finish = self._finish
-                specs = finish.specs.get(layout)
-                if specs is None:
-                    specs = finish(layout)  # None: the layout is gone
-                if specs is not None:
-                    record = finish.decode(data, key, specs, spans, offset, finish.record)
-                    if record is not None:
-                        return record
-            except Exception:
-                # A record that does not match the catalog: the Python path
-                # asks again (with the rows) and reports it.
-                pass
-            return self._declined(dataset, key, h, rows)
+            return record
+
+    def _one(self, key: str, row: Any, decode: Callable[..., Any]) -> Record | None:
+        """One row's record (the compiled ``get_found``): its shard, one ``pread``, the decoder; or None."""
+        # The statement's columns are NOT NULL integers and a blob (the
+        # schema): the compiled code's checks of their types are its own.
+        shard_id, offset, length, spans, layout = row
+        if not 0 < length <= self._one_pread or offset < 0:
+            return None
+        shard = self._shards.get(shard_id, _UNCACHED)
+        tar = shard is None
+        if tar:  # another kind: a tar's URL, or not handled
+            url = self._tars.get(shard_id)
+            if url is None:
+                return None
+        elif shard is _UNCACHED:
+            return None
+        else:
+            url, alignment = shard
+        fd = self._fds.get(url)
+        if fd is None:  # not open (yet), or closed
+            return None
+        # pread_linked: a descriptor whose file has no name left is not read.
+        try:
+            data = _sources.pread_linked(fd, length, offset)
+        except OSError:
+            data = None
+        if data is None or len(data) != length:
+            return None
+        self._touch(url)
+        try:
+            if not tar:
+                return decode(  # type: ignore[no-any-return]
+                    data,
+                    key,
+                    length,
+                    url,
+                    offset,
+                    alignment,
+                    spans,
+                    self._unpack,
+                    self._texts,
+                )
+            finish = self._finish
+            specs = finish.specs.get(layout)
+            if specs is None:
+                specs = finish(layout)  # None: the layout is gone
+            if specs is not None:
+                return finish.decode(data, key, specs, spans, offset, finish.record)
+        except Exception:
+            # A record that does not match the catalog: the Python path
+            # asks again (with the rows) and reports it.
+            pass
+        return None
 
     def _declined(self, dataset: str, key: str, h: int, rows: list[Any]) -> Record | None:
         """After the statement ran: the Python path's answer from its ``rows`` (``rest``), or None."""
