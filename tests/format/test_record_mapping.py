@@ -147,3 +147,34 @@ def test_stored_entry_data_is_compiled_where_the_codec_is() -> None:
         pytest.skip("the compiled record codec is not built")
     fget = _StoredEntry.__dict__["data"].fget
     assert type(fget).__name__ == "builtin_function_or_method"
+
+
+@pytest.mark.parametrize("built", [False, True])
+def test_a_merged_record_of_groups_reads_each_name_from_its_newest_part(built: bool) -> None:
+    """merge_records (column groups): the base's names first, a later group's replacing in place."""
+    from shardcat.format.entries import MergedRecord, as_entries, merge_records
+
+    data = write_shard([{"__key__": "k", "jpg": b"img", "txt": "base", "cls": "1"}])
+    base = ShardReader(data).get("k")
+    cap = ShardReader(write_shard([{"__key__": "k", "cap": "a cat", "txt": "fixed"}])).get("k")
+    plain = Record("k", as_entries({"depth.npy": ARRAY}))  # a Record of any kind
+    merged = merge_records("k", [base, cap, plain])
+    assert isinstance(merged, MergedRecord)
+    if built:
+        assert list(merged.entries) == ["jpg", "txt", "cls", "cap", "depth.npy"]
+    assert list(merged) == ["jpg", "txt", "cls", "cap", "depth.npy"] and len(merged) == 5
+    assert merged["txt"] is cap["txt"] and merged["jpg"] is base["jpg"]
+    assert "cap" in merged and "missing" not in merged and "__key__" not in merged
+    assert merged.key == "k" and (merged.offset, merged.length) == (base.offset, base.length)
+    assert [n for n, _ in merged.items()] == list(merged)
+    assert list(merged.values()) == [merged[n] for n in merged]
+    decoded = merged.decode()
+    assert decoded["txt"] == "fixed" and decoded["cap"] == "a cat" and decoded["__key__"] == "k"
+    assert np.array_equal(decoded["depth.npy"], ARRAY)
+    as_record = Record("k", {n: merged[n] for n in merged})
+    assert merged == as_record and as_record == merged
+    with pytest.raises(EntryNotFoundError, match="cap"):
+        merged["missing"]
+    # Records of the same layouts share the merge of their names (one rule, made once).
+    again = merge_records("k", [base, cap, plain])
+    assert list(again) == list(merged) and again["txt"] is cap["txt"]

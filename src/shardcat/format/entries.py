@@ -16,7 +16,7 @@ import mimetypes
 import sys
 import threading
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import ItemsView, Iterator, Mapping, Sequence, ValuesView
 from typing import TYPE_CHECKING, Any
 
 from ..errors import EntryNotFoundError, FormatError, InvalidKeyError, SampleDecodeError
@@ -644,6 +644,10 @@ class Record(Mapping[str, Entry]):
     def __contains__(self, name: object) -> bool:
         return name in self.entries
 
+    def _names(self) -> tuple[str, ...]:
+        """The entry names in order, as a tuple (records of one layout may share it)."""
+        return tuple(self.entries)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self.entries)
 
@@ -709,6 +713,28 @@ def as_entries(entries: Mapping[str, Any]) -> dict[str, Entry]:
     }
 
 
+_MERGED_NAMES: dict[tuple[tuple[str, ...], ...], dict[str, int]] = {}
+""":func:`_merged_names`' answers by the parts' names: the records of a stream or a dataset share a few."""
+
+
+def _merged_names(names: tuple[tuple[str, ...], ...]) -> dict[str, int]:
+    """The merge rule: each name of the parts' ``names`` → the part whose entry it is.
+
+    In the merged order: the base's names in write order, then each group's
+    new ones; a name two parts have keeps its first place and is the newer
+    part's (a later group replaces it). Cached (never changed by callers).
+    """
+    owners = _MERGED_NAMES.get(names)
+    if owners is None:
+        owners = {}
+        for i, part in enumerate(names):
+            owners.update(dict.fromkeys(part, i))
+        if len(_MERGED_NAMES) >= 1024:  # a bound, not a policy: they are cheap to make again
+            _MERGED_NAMES.clear()
+        _MERGED_NAMES[names] = owners
+    return owners
+
+
 def merge_records(key: str, parts: Sequence[Record]) -> Record:
     """A sample's records of its base and column groups (in group order) as one record.
 
@@ -724,13 +750,17 @@ def merge_records(key: str, parts: Sequence[Record]) -> Record:
 class MergedRecord(Record):
     """The record of a sample's base and column-group parts, merged on use (:func:`merge_records`).
 
-    ``rec[name]`` asks the parts, newest group first, without building the
-    others' entries; the names are the base's in write order, then each
-    group's new ones. ``entries`` (the merged dict) is built on first use,
-    once. Behaves as :class:`Record` in every other way.
+    The names are the base's in write order, then each group's new ones; a
+    name is the newest part's that has it (:meth:`_owners`, made on first
+    use). ``rec[name]`` asks that part alone, without building the others'
+    entries; ``entries`` (the merged dict, which ``values()`` and
+    ``items()`` read) is built on first use, once. Behaves as
+    :class:`Record` in every other way.
     """
 
-    __slots__ = ("_entries", "_names", "_parts")
+    __slots__ = ("_entries", "_owner", "_parts")
+
+    _owner: dict[str, int] | None
 
     def __init__(self, key: str, parts: tuple[Record, ...]) -> None:
         base = parts[0]
@@ -740,51 +770,57 @@ class MergedRecord(Record):
         self.length = base.length
         self._parts = parts
         self._entries: dict[str, Entry] | None = None
-        self._names: tuple[str, ...] | None = None
+        self._owner = None
 
     @property
     def entries(self) -> dict[str, Entry]:
         """Every entry, in the merged order (built on first use; the same dict afterwards)."""
         full = self._entries
         if full is None:
-            full = self._entries = {name: self[name] for name in self._order()}
+            parts = self._parts
+            full = self._entries = {name: parts[i][name] for name, i in self._owners().items()}
         return full
 
     @entries.setter
     def entries(self, value: dict[str, Entry]) -> None:
         self._entries = value
 
-    def _order(self) -> tuple[str, ...]:
-        names = self._names
-        if names is None:
-            merged: dict[str, None] = {}
-            for part in self._parts:
-                merged.update(dict.fromkeys(part))
-            names = self._names = tuple(merged)
-        return names
+    def _owners(self) -> dict[str, int]:
+        """Each name → the part whose entry it is, in the merged order (:func:`_merged_names`)."""
+        owners = self._owner
+        if owners is None:
+            owners = self._owner = _merged_names(tuple([part._names() for part in self._parts]))
+        return owners
 
     def __getitem__(self, name: str) -> Entry:
         if self._entries is not None:
             return super().__getitem__(name)
-        for part in reversed(self._parts):
-            if name in part:
-                return part[name]
-        raise self._no_entry(name)
+        i = self._owners().get(name)
+        if i is None:
+            raise self._no_entry(name)
+        return self._parts[i][name]
 
     def __contains__(self, name: object) -> bool:
         if self._entries is not None:
             return name in self._entries
-        return any(name in part for part in self._parts)
+        return name in self._owners()
 
     def __iter__(self) -> Iterator[str]:
         if self._entries is not None:
             return iter(self._entries)
-        return iter(self._order())
+        return iter(self._owners())
 
     def __len__(self) -> int:
         if self._entries is not None:
             return len(self._entries)
-        return len(self._order())
+        return len(self._owners())
+
+    def values(self) -> ValuesView[Entry]:
+        # The merged dict's own view: every entry is made as it is iterated anyway.
+        return self.entries.values()
+
+    def items(self) -> ItemsView[str, Entry]:
+        return self.entries.items()
 
     def decode(self, *, writable: bool = False) -> dict[str, Any]:
         # docstring inherited

@@ -206,6 +206,12 @@ class LazyRecord(Record):
             return iter(self._entries)
         return iter(self._layout.order)
 
+    def _names(self) -> tuple[str, ...]:
+        # The layout's own tuple, shared by the records of that layout.
+        if self._entries is not None:
+            return tuple(self._entries)
+        return self._layout.order
+
     def __len__(self) -> int:
         if self._entries is not None:
             return len(self._entries)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..format import Record
-from ..format.entries import merge_records
+from ..format.entries import MergedRecord
 
 if TYPE_CHECKING:
     from ..catalog.group_rows import GroupRows
@@ -225,13 +225,19 @@ def join_records(
     names = None if entries is None else list(entries)
     readers: list[_Join] = [_Join(j, storage_options, names, cache) for j in joins]
     try:
+        if len(readers) == 1:  # one group (the usual case): no list of parts per record
+            take = readers[0].take
+            for rec in records:
+                part = take(rec.offset)
+                yield rec if part is None else MergedRecord(rec.key, (rec, part))
+            return
         for rec in records:
             parts = [rec]
             for r in readers:
                 part = r.take(rec.offset)
                 if part is not None:
                     parts.append(part)
-            yield rec if len(parts) == 1 else merge_records(rec.key, parts)
+            yield rec if len(parts) == 1 else MergedRecord(rec.key, tuple(parts))
     finally:
         for r in readers:
             r.close()
@@ -273,12 +279,13 @@ class _Join:
 
     def take(self, base: int) -> Record | None:
         """The group's record joining the base record at offset ``base``, if it has one."""
-        while self._next is not None and self._next[0] < base:
+        head = self._next
+        while head is not None and head[0] < base:
+            head = next(self._stream, None)
+        if head is not None and head[0] == base:
             self._next = next(self._stream, None)
-        if self._next is not None and self._next[0] == base:
-            rec = self._next[1]
-            self._next = next(self._stream, None)
-            return rec
+            return head[1]
+        self._next = head
         if not self._keyed:
             return None
         if base in self._loaded:
@@ -328,6 +335,11 @@ def _streamed(
     """``(base offset, group record)`` of the parts in order, in forward ranged reads."""
     for part in parts:
         with open_part(part) as reader:
+            if len(part.offsets) == reader.num_records:
+                # The whole shard, in file order (offsets only increase in a part): each
+                # record is the next base's, paired without a matching step per record.
+                yield from zip(part.bases, reader.iter_records(entries))
+                continue
             if 2 * len(part.offsets) >= reader.num_records:
                 # Most of the shard (an aligned group's usual case): one sequential stream
                 # of it (the compiled record stream), the records of other base shards passed.
