@@ -13,11 +13,11 @@
  * and returns None where the Python function would raise).
  *
  * A key with column groups has one row per group (up to MAX_ROWS): each
- * row's record is read and decoded the same way, then merge() (lookup.py's
- * merge_point) merges them in group order.
+ * row's record is read and decoded the same way, in group order (the
+ * shard cache's `groups`), then merge() (MergedRecord) merges them.
  *
  * Anything this code does not expect (no row, more rows than MAX_ROWS or
- * no merge given, any SQLite result code but a
+ * no merge given, a shard whose group is not cached, any SQLite result code but a
  * row, a shard not cached or neither native nor tar, no open descriptor, a short or
  * failed read, a record the decoder rejects) returns None, "not handled":
  * the caller then runs the Python path, which asks again and raises the
@@ -144,7 +144,8 @@ typedef struct {
     PyObject *touch;  /* callable(url): the source cache's LRU mark */
     PyObject *unpack; /* spans.unpack_spans, for decode_spanned */
     PyObject *texts;  /* the lookup's memo of entry names and types */
-    PyObject *merge;  /* callable(key, records, shard ids): a key's group rows merged, or None */
+    PyObject *merge;  /* callable(key, parts): a key's records in group order merged (MergedRecord) */
+    PyObject *groups; /* dict: shard id -> its column group (0: the base), filled with `shards` */
 } Point;
 
 static void point_release(Point *self)
@@ -167,17 +168,17 @@ static void point_release(Point *self)
 static int point_init(Point *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"path", "sql", "busy_timeout_ms", "cache_size", "shards", "fds", "touch",
-                             "unpack", "texts", "one_pread", "tars", "finish", "batch_sql", "merge", NULL};
+                             "unpack", "texts", "one_pread", "tars", "finish", "batch_sql", "merge", "groups", NULL};
     const char *path, *sql, *batch_sql = NULL;
     Py_ssize_t sql_len, batch_len = 0;
     int busy_ms;
     long long cache_size;
-    PyObject *shards, *fds, *touch, *unpack, *texts, *tars, *finish, *merge = Py_None;
+    PyObject *shards, *fds, *touch, *unpack, *texts, *tars, *finish, *merge = Py_None, *groups = Py_None;
     Py_ssize_t one_pread;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ss#iLO!O!OOO!nO!O|z#O", kwlist, &path, &sql,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ss#iLO!O!OOO!nO!O|z#OO", kwlist, &path, &sql,
                                      &sql_len, &busy_ms, &cache_size, &PyDict_Type, &shards, &PyDict_Type,
                                      &fds, &touch, &unpack, &PyDict_Type, &texts, &one_pread, &PyDict_Type,
-                                     &tars, &finish, &batch_sql, &batch_len, &merge))
+                                     &tars, &finish, &batch_sql, &batch_len, &merge, &groups))
         return -1;
     /* The Python connection's page cache size (PRAGMA cache_size: pages, or KiB if negative). */
     char pragma[64];
@@ -241,8 +242,14 @@ static int point_init(Point *self, PyObject *args, PyObject *kwargs)
     Py_INCREF(texts), self->texts = texts;
     Py_INCREF(tars), self->tars = tars;
     Py_INCREF(finish), self->finish = finish;
-    if (merge != Py_None)
+    if ((merge == Py_None) != (groups == Py_None) || (groups != Py_None && !PyDict_Check(groups))) {
+        PyErr_SetString(PyExc_TypeError, "merge and groups (a dict) are given together, or neither");
+        return -1;
+    }
+    if (merge != Py_None) {
         Py_INCREF(merge), self->merge = merge;
+        Py_INCREF(groups), self->groups = groups;
+    }
     self->tar_specs = PyObject_GetAttrString(finish, "specs");
     self->tar_record = self->tar_specs ? PyObject_GetAttrString(finish, "decode") : NULL;
     self->record = self->tar_record ? PyObject_GetAttrString(finish, "record") : NULL;
@@ -268,6 +275,7 @@ static int point_traverse(Point *self, visitproc visit, void *arg)
     Py_VISIT(self->tar_record);
     Py_VISIT(self->record);
     Py_VISIT(self->merge);
+    Py_VISIT(self->groups);
     return 0;
 }
 
@@ -284,6 +292,7 @@ static int point_clear(Point *self)
     Py_CLEAR(self->tar_record);
     Py_CLEAR(self->record);
     Py_CLEAR(self->merge);
+    Py_CLEAR(self->groups);
     return 0;
 }
 
@@ -422,36 +431,59 @@ static PyObject *point_get(Point *self, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
-/* A key with column groups: each row's record as get_found() reads it (one
-   pread per group), then merge(key, records, shard ids) (lookup.py's
-   merge_point: the group order comes with the shard cache). Any row not
-   handled, or a None from merge, is "not handled" for the whole key. */
+/* A key with column groups: its rows put in group order (`groups`, the
+   shard cache's; stable, as the Python path's sort), each row's record read
+   as get_found() reads it (one pread per group), then merge(key, parts)
+   (MergedRecord). A shard whose group is not cached, any row not handled, or
+   a None from merge is "not handled" for the whole key. pypoint.py's
+   merge_point is the Python twin of the ordering. */
 static PyObject *get_merged(Point *self, PyObject *key, PyObject *decode, Row *rows, int n)
 {
-    PyObject *records = PyList_New(n), *ids = PyList_New(n), *out = NULL;
-    if (records == NULL || ids == NULL)
-        goto done;
+    long long group[MAX_ROWS];
+    int order[MAX_ROWS];
     for (int i = 0; i < n; i++) {
         PyObject *id = PyLong_FromLongLong(rows[i].shard);
         if (id == NULL)
-            goto done;
-        PyList_SET_ITEM(ids, i, id);
-        PyObject *rec = get_found(self, key, decode, &rows[i]);
+            return NULL;
+        PyObject *g = PyDict_GetItemWithError(self->groups, id); /* borrowed */
+        Py_DECREF(id);
+        if (g == NULL) {
+            if (PyErr_Occurred())
+                return NULL;
+            Py_RETURN_NONE; /* not cached: the Python path reloads the shard cache */
+        }
+        group[i] = PyLong_Check(g) ? PyLong_AsLongLong(g) : -1;
+        if (group[i] == -1) {
+            if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_OverflowError))
+                return NULL;
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        /* Insertion sort (n <= MAX_ROWS), stable: equal groups keep the statement's order. */
+        int j = i;
+        for (; j > 0 && group[order[j - 1]] > group[i]; j--)
+            order[j] = order[j - 1];
+        order[j] = i;
+    }
+    PyObject *parts = PyTuple_New(n), *out = NULL;
+    if (parts == NULL)
+        return NULL;
+    for (int k = 0; k < n; k++) {
+        PyObject *rec = get_found(self, key, decode, &rows[order[k]]);
         if (rec == NULL)
             goto done;
-        PyList_SET_ITEM(records, i, rec);
+        PyTuple_SET_ITEM(parts, k, rec);
         if (rec == Py_None || self->close_pending) {
             out = Py_NewRef(Py_None);
             goto done;
         }
     }
     {
-        PyObject *call[3] = {key, records, ids};
-        out = PyObject_Vectorcall(self->merge, call, 3, NULL);
+        PyObject *call[2] = {key, parts};
+        out = PyObject_Vectorcall(self->merge, call, 2, NULL);
     }
 done:
-    Py_XDECREF(records);
-    Py_XDECREF(ids);
+    Py_DECREF(parts);
     return out;
 }
 

@@ -57,7 +57,6 @@ from . import statements
 from .decode import RowAt, decode_record, row_spans
 from .misses import missing
 from .point import PointLookup, open_point
-from .pypoint import merge_point
 
 if TYPE_CHECKING:
     import numpy as np
@@ -190,7 +189,7 @@ class Lookup:
             layouts.get,
             self._batch,
             self._from_rows,  # a cycle until close() (PyPoint.close drops it)
-            partial(merge_point, self._groups),  # a key's group rows: no reference to self
+            self._groups,  # a key's rows merged in group order
         )
         self.fast_get: Callable[[str, str, Callable[..., Any]], Record | None] = (
             self._point_lookup.get

@@ -26,7 +26,8 @@ ask which:
 A key with column groups (one row per group, up to ``MAX_ROWS``) is
 handled too: each row's record is read (one ``pread`` per group) and
 decoded as a one-row key's, then merged in group order
-(:func:`~.pypoint.merge_point`): one statement, one read per group.
+(:class:`~shardcat.format.entries.MergedRecord`; the twin's
+:func:`~.pypoint.merge_point`): one statement, one read per group.
 
 The compiled one returns "not handled" (None) for: no row, a statement
 that fails, a shard not cached yet, no open descriptor, a read that fails
@@ -70,10 +71,11 @@ from .. import config
 from ..catalog import fence
 from ..catalog.connection import RawConnection
 from ..format import Record, implementations, recordcodec
+from ..format.entries import MergedRecord
 from ..format.implementations import Name
 from ..format.spec import Codec
 from ..storage.cache import ONE_PREAD
-from .pypoint import Merge, NoPoint, PointLookup, PyPoint, Rest
+from .pypoint import NoPoint, PointLookup, PyPoint, Rest
 
 __all__ = [
     "ENV_VAR",
@@ -182,7 +184,7 @@ def open_point(
     parse: Callable[[str], list[tuple[str, str, Codec]]],
     batch_sql: str | None = None,
     rest: Rest | None = None,
-    merge: Merge | None = None,
+    groups: dict[int, int] | None = None,
 ) -> PointLookup:
     """The point lookup for a lookup's state: compiled, its Python twin, or one that declines.
 
@@ -198,11 +200,12 @@ def open_point(
     ``rows(dataset, hashes)`` returns its rows as the Python driver would, or None.
     ``gate`` is the lookup's, held by each call of the Python twin; ``rest``
     its Python path from the point statement's rows on, to which the twin
-    hands what it does not handle once it has run the statement. ``merge``
-    (:func:`~.pypoint.merge_point` bound to the lookup's shard groups) merges
-    the records of a key with column groups (up to ``MAX_ROWS`` rows, each
-    read and decoded as a one-row key's); without it such keys are not
-    handled.
+    hands what it does not handle once it has run the statement. ``groups``
+    is the lookup's shard id → column group cache (filled with ``shards``):
+    with it, a key with column groups (up to ``MAX_ROWS`` rows) is handled,
+    each row read and decoded as a one-row key's, in group order, and merged
+    (:class:`~shardcat.format.entries.MergedRecord`); without it such keys are
+    not handled.
 
     The twin serves where the compiled one would (a file-backed SQLite
     catalog) in the Python mode, as its reference; elsewhere (PostgreSQL,
@@ -216,13 +219,13 @@ def open_point(
     # The state both take, in the compiled Point's order after its own arguments.
     state = (shards, fds, touch, unpack, texts, ONE_PREAD, tars, finish, batch_sql)
     if active() == "compiled" and recordcodec.active() == "compiled":
-        compiled = _open_compiled(raw, sql, state, merge)
+        compiled = _open_compiled(raw, sql, state, groups)
         return NoPoint() if compiled is None else compiled
-    return PyPoint(raw, gate, sql, *state, rest, merge)
+    return PyPoint(raw, gate, sql, *state, rest, groups)
 
 
 def _open_compiled(
-    raw: RawConnection, sql: str, state: tuple[Any, ...], merge: Merge | None
+    raw: RawConnection, sql: str, state: tuple[Any, ...], groups: dict[int, int] | None
 ) -> PointLookup | None:
     """The compiled ``Point`` for a file-backed SQLite lookup's state, or None if it cannot open."""
     conn = raw.conn
@@ -235,13 +238,18 @@ def _open_compiled(
         (busy_ms,) = conn.execute("PRAGMA busy_timeout").fetchone()
         (cache_size,) = conn.execute("PRAGMA cache_size").fetchone()
         return _compiled.Point(  # type: ignore[no-any-return]
-            file, sql, int(busy_ms), int(cache_size), *state, merge
+            file, sql, int(busy_ms), int(cache_size), *state, *_merging(groups)
         )
     except Exception as e:
         # Cannot open or prepare (or a file name SQLite cannot hand back as
         # text): the Python path serves this lookup, as it would without C.
         _log.debug("compiled point lookup off for %s: %s", raw.url, e)
         return None
+
+
+def _merging(groups: dict[int, int] | None) -> tuple[Any, Any]:
+    """The compiled Point's ``merge`` and ``groups``: both, or neither (keys with groups declined)."""
+    return (None, None) if groups is None else (MergedRecord, groups)
 
 
 class TarFinisher:

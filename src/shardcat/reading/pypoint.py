@@ -48,7 +48,6 @@ from ..format.entries import MergedRecord
 
 __all__ = [
     "MAX_ROWS",
-    "Merge",
     "NoPoint",
     "PointLookup",
     "PyPoint",
@@ -74,9 +73,6 @@ class TarFinish(Protocol):
 MAX_ROWS = 8
 """The most rows (a key's base and column groups) a point lookup merges itself (``_cpoint.c``'s)."""
 
-Merge = Callable[[str, list[Any], list[int]], Record | None]
-"""``merge(key, records, shard ids)``: a key's rows' records merged (:func:`merge_point`), or None."""
-
 
 def merge_point(
     groups: Mapping[int, int], key: str, records: list[Any], ids: list[int]
@@ -85,17 +81,16 @@ def merge_point(
 
     ``groups`` is the lookup's shard cache of groups (shard id → group id,
     0 the base), filled with its shard cache: a point lookup reads only
-    cached shards, so every id is there; one that is not (a group's shard
-    cached since by another path) is "not handled" (None), and the Python
-    path reloads the cache. The point lookups (compiled and twin) call it
-    bound to the lookup's ``groups`` (``functools.partial``: no reference
-    to the lookup, so no cycle).
+    cached shards, so every id is there; one that is not is "not handled"
+    (None), and the Python path reloads the cache. The twin's; the compiled
+    ``get_merged`` orders the rows the same way (a stable sort by group)
+    before reading them, then makes the same :class:`MergedRecord`.
     """
-    get = groups.get
-    order = [get(sid) for sid in ids]
-    if None in order:
+    try:
+        order = list(map(groups.__getitem__, ids))
+    except KeyError:
         return None
-    if order != sorted(order):  # type: ignore[type-var]
+    if order != sorted(order):
         records = [rec for _, rec in sorted(zip(order, records), key=_FIRST)]
     return MergedRecord(key, tuple(records))
 
@@ -143,7 +138,7 @@ class PyPoint:
         "_finish",
         "_gate",
         "_generation",
-        "_merge",
+        "_groups",
         "_one_pread",
         "_postgres",
         "_raw",
@@ -175,7 +170,7 @@ class PyPoint:
         finish: TarFinish,
         batch_sql: str | None = None,
         rest: Rest | None = None,
-        merge: Merge | None = None,
+        groups: Mapping[int, int] | None = None,
     ) -> None:
         self._raw = raw
         self._gate = gate
@@ -190,7 +185,7 @@ class PyPoint:
         self._finish = finish
         self._batch_sql = batch_sql
         self._rest = rest
-        self._merge = merge
+        self._groups = groups
         self._postgres = raw.dialect == "postgresql"
         self._generation = fork_generation()
         self.closed = False
@@ -226,7 +221,7 @@ class PyPoint:
             n = len(rows)
             if n == 1:
                 record = self._one(key, rows[0], decode)
-            elif 1 < n <= MAX_ROWS and self._merge is not None:
+            elif 1 < n <= MAX_ROWS and self._groups is not None:
                 # A key with column groups: each row's record as one row's, then merged.
                 records = []
                 for row in rows:
@@ -234,7 +229,7 @@ class PyPoint:
                     if part is None:
                         return self._declined(dataset, key, h, rows)
                     records.append(part)
-                record = self._merge(key, records, [row[0] for row in rows])
+                record = merge_point(self._groups, key, records, [row[0] for row in rows])
             else:  # none, or more rows than the compiled code merges
                 record = None
             if record is None:
