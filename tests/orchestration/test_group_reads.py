@@ -199,3 +199,42 @@ def test_compact_keeps_groups_as_groups(client, tmp_path, catalog_url):
         # The version before reads what it read.
         assert bag_samples(cat, version=before) == want_before
         assert cat.get("train", "k022", version=before)["txt"].decode() == "fixed"
+
+
+def test_a_whole_group_shard_streams_beside_a_base_read_in_part(tmp_path, sqlite_url):
+    """A group shard that is all of one base shard's records is paired by position alone;
+    a base read of some of its records (a filter, a resumed read) passes the others' over."""
+    import dataclasses
+
+    from shardcat.catalog.groups import GroupWrite
+    from shardcat.readers import iter_task_records
+
+    keys = [f"k{i:03d}" for i in range(30)]
+    with Catalog(sqlite_url) as cat:
+        cat.create_dataset("train", str(tmp_path))
+        with shardcat.ShardWriter(f"{tmp_path}/train-000000.shard", shard_number=0) as w:
+            for k in keys:
+                w.add(k, {"jpg": k.encode() * 3, "txt": f"base {k}"})
+        cat.register_shard("train", w.close())
+        job = cat.begin_job("train")
+        url = f"{tmp_path}/train.captions-000000.shard"
+        with shardcat.ShardWriter(url, metadata={"column_group": "captions"}) as w:
+            for k in keys:
+                w.add(k, {"cap": f"caption {k}", "txt": f"fixed {k}"})
+        cat.register_shard("train", w.close(), job=job)
+        cat.commit_job(job, group=GroupWrite("captions", replace_entries=True))
+        (task,) = plan_tasks(cat, "train", None, None)
+        (join,) = task.joins
+        assert (join.streamed_count, join.keyed_count) == (30, 0)
+        assert len(join.streamed) == 1 and len(join.streamed[0].offsets) == 30
+        whole = list(iter_task_records(task, {}, None))
+        assert [r.key for r in whole] == keys
+        for rec in whole:
+            assert list(rec) == ["jpg", "txt", "cap"]
+            assert rec.decode() == cat.get("train", rec.key).decode()
+            assert rec["txt"].decode() == f"fixed {rec.key}"
+        # Every third base record from the fourth on (a filter's or a resumed read's).
+        chosen = tuple(r.offset for r in whole[3::3])
+        part = list(iter_task_records(dataclasses.replace(task, offsets=chosen), {}, None))
+        assert [r.key for r in part] == keys[3::3]
+        assert [r["cap"].decode() for r in part] == [f"caption {k}" for k in keys[3::3]]

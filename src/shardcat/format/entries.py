@@ -789,7 +789,13 @@ class MergedRecord(Record):
         """Each name → the part whose entry it is, in the merged order (:func:`_merged_names`)."""
         owners = self._owner
         if owners is None:
-            owners = self._owner = _merged_names(tuple([part._names() for part in self._parts]))
+            parts = self._parts
+            names = (
+                (parts[0]._names(), parts[1]._names())  # one group: no comprehension
+                if len(parts) == 2
+                else tuple([part._names() for part in parts])
+            )
+            owners = self._owner = _merged_names(names)
         return owners
 
     def __getitem__(self, name: str) -> Entry:

@@ -225,7 +225,21 @@ def join_records(
     names = None if entries is None else list(entries)
     readers: list[_Join] = [_Join(j, storage_options, names, cache) for j in joins]
     try:
-        if len(readers) == 1:  # one group (the usual case): no list of parts per record
+        if len(readers) == 1 and not readers[0].keyed:
+            # One group, all streamed (an aligned group): _Join.take's streamed case inline,
+            # no call or list of parts per record.
+            stream, head = readers[0].streamed()
+            for rec in records:
+                base = rec.offset
+                while head is not None and head[0] < base:
+                    head = next(stream, None)
+                if head is not None and head[0] == base:
+                    yield MergedRecord(rec.key, (rec, head[1]))
+                    head = next(stream, None)
+                else:
+                    yield rec
+            return
+        if len(readers) == 1:  # one group: no list of parts per record
             take = readers[0].take
             for rec in records:
                 part = take(rec.offset)
@@ -276,6 +290,16 @@ class _Join:
         if self._cache is not None and part.expect is not None:
             url = self._cache.fetch(url, part.expect[0], self._opts)
         return open_registered(url, self._opts, part.expect)
+
+    @property
+    def keyed(self) -> bool:
+        """Whether some of the group's records are read by key (not all streamed)."""
+        return bool(self._keyed)
+
+    def streamed(self) -> tuple[Iterator[tuple[int, Record]], tuple[int, Record] | None]:
+        """The streamed records' iterator and its next ``(base offset, record)``, for a caller
+        that takes them in base order itself instead of calling :meth:`take` (then not called)."""
+        return self._stream, self._next
 
     def take(self, base: int) -> Record | None:
         """The group's record joining the base record at offset ``base``, if it has one."""

@@ -180,6 +180,10 @@ static int point_init(Point *self, PyObject *args, PyObject *kwargs)
                                      &fds, &touch, &unpack, &PyDict_Type, &texts, &one_pread, &PyDict_Type,
                                      &tars, &finish, &batch_sql, &batch_len, &merge, &groups))
         return -1;
+    if ((merge == Py_None) != (groups == Py_None) || (groups != Py_None && !PyDict_Check(groups))) {
+        PyErr_SetString(PyExc_TypeError, "merge and groups (a dict) are given together, or neither");
+        return -1;
+    }
     /* The Python connection's page cache size (PRAGMA cache_size: pages, or KiB if negative). */
     char pragma[64];
     snprintf(pragma, sizeof pragma, "PRAGMA cache_size = %lld", cache_size);
@@ -242,10 +246,6 @@ static int point_init(Point *self, PyObject *args, PyObject *kwargs)
     Py_INCREF(texts), self->texts = texts;
     Py_INCREF(tars), self->tars = tars;
     Py_INCREF(finish), self->finish = finish;
-    if ((merge == Py_None) != (groups == Py_None) || (groups != Py_None && !PyDict_Check(groups))) {
-        PyErr_SetString(PyExc_TypeError, "merge and groups (a dict) are given together, or neither");
-        return -1;
-    }
     if (merge != Py_None) {
         Py_INCREF(merge), self->merge = merge;
         Py_INCREF(groups), self->groups = groups;
