@@ -152,7 +152,8 @@ def test_stored_entry_data_is_compiled_where_the_codec_is() -> None:
 @pytest.mark.parametrize("built", [False, True])
 def test_a_merged_record_of_groups_reads_each_name_from_its_newest_part(built: bool) -> None:
     """merge_records (column groups): the base's names first, a later group's replacing in place."""
-    from shardcat.format.entries import MergedRecord, as_entries, merge_records
+    from shardcat.format.entries import as_entries
+    from shardcat.format.merged import MergedRecord, merge_records
 
     data = write_shard([{"__key__": "k", "jpg": b"img", "txt": "base", "cls": "1"}])
     base = ShardReader(data).get("k")

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..format import Record
-from ..format.entries import MergedRecord
+from ..format.merged import MergedRecord
 
 if TYPE_CHECKING:
     from ..catalog.group_rows import GroupRows

@@ -46,8 +46,8 @@ from ..errors import (
 from ..format import Entry, Record, recordcodec
 from ..format import sources as _sources
 from ..format.checksums import signed_key_hash, signed_key_hashes
-from ..format.entries import merge_records as _merged
 from ..format.footer import EntrySpec
+from ..format.merged import merge_records as _merged
 from ..format.records import BatchTable, decode_entry
 from ..format.sources import FileSource
 from ..format.spec import Codec

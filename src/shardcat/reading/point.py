@@ -26,7 +26,7 @@ ask which:
 A key with column groups (one row per group, up to ``MAX_ROWS``) is
 handled too: each row's record is read (one ``pread`` per group) and
 decoded as a one-row key's, then merged in group order
-(:class:`~shardcat.format.entries.MergedRecord`; the twin's
+(:class:`~shardcat.format.merged.MergedRecord`; the twin's
 :func:`~.pypoint.merge_point`): one statement, one read per group.
 
 The compiled one returns "not handled" (None) for: no row, a statement
@@ -71,8 +71,8 @@ from .. import config
 from ..catalog import fence
 from ..catalog.connection import RawConnection
 from ..format import Record, implementations, recordcodec
-from ..format.entries import MergedRecord
 from ..format.implementations import Name
+from ..format.merged import MergedRecord
 from ..format.spec import Codec
 from ..storage.cache import ONE_PREAD
 from .pypoint import NoPoint, PointLookup, PyPoint, Rest
@@ -204,7 +204,7 @@ def open_point(
     is the lookup's shard id → column group cache (filled with ``shards``):
     with it, a key with column groups (up to ``MAX_ROWS`` rows) is handled,
     each row read and decoded as a one-row key's, in group order, and merged
-    (:class:`~shardcat.format.entries.MergedRecord`); without it such keys are
+    (:class:`~shardcat.format.merged.MergedRecord`); without it such keys are
     not handled.
 
     The twin serves where the compiled one would (a file-backed SQLite

@@ -44,7 +44,7 @@ from .._forks import fork_generation
 from ..catalog.connection import RawConnection
 from ..format import Record
 from ..format import sources as _sources
-from ..format.entries import MergedRecord
+from ..format.merged import MergedRecord
 
 __all__ = [
     "MAX_ROWS",
