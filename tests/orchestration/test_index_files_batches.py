@@ -29,19 +29,20 @@ from shardcat.reading import Catalog
 from shardcat.reading.folder import read_local_record
 from shardcat.storage.local_listing import ScandirFileSystem
 
+from .samples import write_sample_files
+
 SAMPLES = 3 * _READ_FILES + 10  # several parts per task, several tasks
 
 
 def _folder(root: Path) -> dict[str, dict[str, bytes]]:
-    samples: dict[str, dict[str, bytes]] = {}
-    for i in range(SAMPLES):
-        key = f"p{i % 3}/{i:05d}"
-        files = {"bin": bytes([i % 256]) * (i % 7 + 1), "json": json.dumps({"label": i}).encode()}
-        for entry, data in files.items():
-            path = root / f"{key}.{entry}"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-        samples[key] = files
+    samples = {
+        f"p{i % 3}/{i:05d}": {
+            "bin": bytes([i % 256]) * (i % 7 + 1),
+            "json": json.dumps({"label": i}).encode(),
+        }
+        for i in range(SAMPLES)
+    }
+    write_sample_files(root, samples)
     return samples
 
 
