@@ -164,9 +164,13 @@ class Waiter:
             # queueing it; checked under the condition, so no notification is missed), not
             # polled: a job's end was noticed up to a tick late.
             finished = self._finished
-            with finished.thread_condition:
+            woken = getattr(finished, "thread_condition", None)
+            if woken is None:  # a distributed without it: look again after a tick
+                time.sleep(_TICK)
+                continue
+            with woken:
                 if not finished.has_ready():
-                    finished.thread_condition.wait(timeout=_TICK)
+                    woken.wait(timeout=_TICK)
 
     def __iter__(self) -> Iterator[Future[Any]]:
         """Each future as it finishes (see :meth:`next_batch`)."""
