@@ -242,3 +242,12 @@ def valued_sample(i: int, tag: str = "first", slow_from: int = -1, seconds: floa
     sample = {"__key__": f"t/{i:05d}", "txt": f"{tag} {i}", "json": {"i": i, "tag": tag}}
     slow_from, seconds = _slow_from_env(slow_from, seconds)
     return Slow(sample, str(seconds)) if 0 <= slow_from <= i else sample
+
+
+def write_sample_files(root: Path, samples: Mapping[str, Mapping[str, bytes]]) -> None:
+    """Each sample's entries as files ``root/KEY.ENTRY`` (a folder to index in place or pack)."""
+    for key, files in samples.items():
+        for entry, data in files.items():
+            path = root / f"{key}.{entry}"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)

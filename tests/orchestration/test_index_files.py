@@ -30,6 +30,8 @@ from shardcat.orchestration.gc import delete_dataset, gc
 from shardcat.reading import Catalog
 from shardcat.storage import resolve
 
+from .samples import write_sample_files
+
 Image = pytest.importorskip("PIL.Image")
 
 
@@ -46,12 +48,8 @@ def _write_folder(root: Path, n: int = 12) -> dict[str, dict[str, bytes]]:
     for i in range(n):
         key = f"{'cats' if i % 2 else 'dogs'}/{i:04d}"
         ext, fmt = ("png", "PNG") if i % 3 else ("jpg", "JPEG")
-        files = {ext: _image(i, fmt), "json": json.dumps({"label": i % 3, "i": i}).encode()}
-        for entry, data in files.items():
-            path = root / f"{key}.{entry}"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-        samples[key] = files
+        samples[key] = {ext: _image(i, fmt), "json": json.dumps({"label": i % 3, "i": i}).encode()}
+    write_sample_files(root, samples)
     return samples
 
 

@@ -124,23 +124,55 @@ def folder_info(
     ValueError
         A sample has no file, or more than 65,535 (an entry count is 16 bits).
     """
-    records = np.zeros(len(samples), dtype=RECORD_ROW_DTYPE)
-    count = sum(len(s.files) for s in samples)
-    entries = np.zeros(count, dtype=ENTRY_ROW_DTYPE)
+    # Column by column from plain lists: a structured array's row assignment costs ~1 µs a row.
+    inside: list[int] = []
+    starts: list[int] = []
+    sizes: list[int] = []
+    crcs: list[int] = []
+    spec_of: list[int] = []
+    keys: list[str] = []
+    hashes: list[int] = []
+    key_lengths: list[int] = []
+    counts: list[int] = []
     spec_ids: dict[str, int] = {}
-    at = offset = 0
-    for i, sample in enumerate(samples):
-        if not 0 < len(sample.files) <= 0xFFFF:
-            raise ValueError(f"sample {sample.key!r} has {len(sample.files)} files")
+    for sample in samples:
+        files = sample.files
+        if not 0 < len(files) <= 0xFFFF:
+            raise ValueError(f"sample {sample.key!r} has {len(files)} files")
         key = sample.key.encode("utf-8")
-        inside = 0
-        for entry, size, crc in sample.files:
-            entries[at] = (inside, size, crc, spec_ids.setdefault(entry, len(spec_ids)), b"")
-            inside += size
-            at += 1
-        at_offset = offset if offsets is None else offsets[i]
-        records[i] = (at_offset, inside, key_hash(key), len(key), len(sample.files), b"")
-        offset += max(inside, 1)  # a sample of empty files still has an offset of its own
+        at = 0
+        for entry, size, crc in files:
+            starts.append(at)
+            sizes.append(size)
+            crcs.append(crc)
+            spec = spec_ids.get(entry)
+            if spec is None:
+                spec = spec_ids[entry] = len(spec_ids)
+            spec_of.append(spec)
+            at += size
+        inside.append(at)
+        keys.append(sample.key)
+        hashes.append(key_hash(key))
+        key_lengths.append(len(key))
+        counts.append(len(files))
+    lengths = np.array(inside, dtype=np.uint64)
+    records = np.zeros(len(samples), dtype=RECORD_ROW_DTYPE)
+    records["length"] = lengths
+    if offsets is None:
+        # Laid end to end; a sample of empty files still has an offset of its own.
+        ends = np.cumsum(np.maximum(lengths, 1), dtype=np.uint64)
+        records["offset"][1:] = ends[:-1]
+    else:
+        records["offset"] = np.array(offsets, dtype=np.uint64)
+    records["key_hash"] = np.array(hashes, dtype=np.uint64)
+    records["key_length"] = key_lengths
+    records["entry_count"] = counts
+    entries = np.zeros(len(sizes), dtype=ENTRY_ROW_DTYPE)
+    entries["offset"] = starts
+    entries["size"] = np.array(sizes, dtype=np.uint64)
+    entries["crc"] = np.array(crcs, dtype=np.uint32)
+    entries["spec"] = spec_of
+    count = len(sizes)
     specs = [EntrySpec(name, guess_content_type(name), Codec.NONE) for name in spec_ids]
     size = int(entries["size"].sum()) if count else 0
-    return FolderShardInfo(url, size, [s.key for s in samples], records, entries, specs)
+    return FolderShardInfo(url, size, keys, records, entries, specs)

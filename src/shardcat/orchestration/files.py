@@ -40,7 +40,7 @@ from ..errors import (
 from ..format.manifest import FOLDER as HISTORY_FOLDER
 from ..format.manifest import is_history_file
 from ..storage import GROUPS_FOLDER, is_group_shard, redact, resolve
-from ..storage.local_listing import fast_local
+from ..storage.local_listing import ScandirFileSystem, fast_local
 
 __all__ = [
     "FileListing",
@@ -225,19 +225,25 @@ def list_source(source: FileSource) -> FileListing:
     hidden = 0
     unmatched: list[str] = []
     by_key: dict[str, dict[str, tuple[str, int]]] = {}
-    for path, (size, _) in sorted(found.items()):
-        rel = path[len(prefix) :] if path.startswith(prefix) else path.rpartition("/")[2]
+    cut = len(prefix)
+    key_rule = source.key_rule
+    for path in sorted(found):
+        rel = path[cut:] if path.startswith(prefix) else path.rpartition("/")[2]
         if rel.startswith(".") or "/." in rel:  # a dot-name anywhere in its path
             hidden += 1
             continue
-        parts = sample_parts(rel, source.key_rule)
+        parts = sample_parts(rel, key_rule)
         if parts is None:
             if source.no_ext_entry is None:
                 unmatched.append(rel)
                 continue
             parts = (rel, source.no_ext_entry)
         key, entry = parts
-        files = by_key.setdefault(key, {})
+        size = found[path][0]
+        files = by_key.get(key)
+        if files is None:
+            by_key[key] = {entry: (path, size)}
+            continue
         if entry in files:
             raise DuplicateKeyError(
                 f"{_rel(files[entry][0], prefix)} and {rel} both map to key {key!r}, entry "
@@ -282,24 +288,30 @@ def list_source(source: FileSource) -> FileListing:
             "(hidden files, names starting with '.', are never packed)",
             source=redact(source.url),
         )
-    samples = [
-        SampleFiles(
-            key,
-            tuple((entry, path) for entry, (path, _) in sorted(files.items())),
-            sum(size for _, size in files.values()),
-        )
-        for key, files in sorted(by_key.items())
-    ]
+    samples = [_sample(key, by_key[key]) for key in sorted(by_key)]
     return FileListing(
         root_url=fs.unstrip_protocol(root),
         samples=samples,
-        files=sum(len(s.files) for s in samples),
+        files=sum(len(files) for files in by_key.values()),
         bytes=sum(s.size for s in samples),
         hidden=hidden,
         skipped=sorted(unmatched),
         storage_options=dict(opts),
         stamps={path: f"{size}:{stamp}" for path, (size, stamp) in found.items()},
     )
+
+
+def _sample(key: str, files: dict[str, tuple[str, int]]) -> SampleFiles:
+    """A key's sample: its ``(entry, path)`` pairs sorted by entry, and their bytes."""
+    if len(files) == 1:  # the common case of one file, without the general one's sort and sums
+        ((entry, (path, size)),) = files.items()
+        return SampleFiles(key, ((entry, path),), size)
+    pairs = []
+    size = 0
+    for entry, (path, bytes_) in sorted(files.items()):
+        pairs.append((entry, path))
+        size += bytes_
+    return SampleFiles(key, tuple(pairs), size)
 
 
 def _fixed_root(fs: Any, pattern: str) -> str:
@@ -319,6 +331,12 @@ def _list_one(fs: Any, path: str) -> dict[str, tuple[int, str]]:
     """Files (path → size and stamp) under one brace alternative: a folder, a glob or a file."""
     if _MAGIC.search(path):
         matched = fs.glob(path, detail=True)
+    elif isinstance(fs, ScandirFileSystem) and fs.isdir(path):  # the hot case: no dict per file
+        return {
+            p: (size, f"mtime={mtime}")
+            for p, (size, mtime) in fs.file_sizes(path).items()
+            if _is_data(p)
+        }
     elif fs.isdir(path):
         return _files(fs.find(path, detail=True))
     else:
@@ -338,10 +356,15 @@ def _files(details: Mapping[str, Any]) -> dict[str, tuple[int, str]]:
     return {
         p: (int(i.get("size") or 0), _stamp(i))
         for p, i in details.items()
-        if i.get("type") != "directory"
-        and (_HISTORY not in p or not is_history_file(p))
-        and (_GROUPS not in p or not is_group_shard(p))
+        if i.get("type") != "directory" and _is_data(p)
     }
+
+
+def _is_data(path: str) -> bool:
+    """True unless a dataset's history file (_versions/) or a column group's shard (_groups/)."""
+    return (_HISTORY not in path or not is_history_file(path)) and (
+        _GROUPS not in path or not is_group_shard(path)
+    )
 
 
 _HISTORY = f"/{HISTORY_FOLDER}/"

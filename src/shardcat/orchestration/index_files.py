@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from .._pread import read_whole
 from .._units import count_of
 from ..errors import ShardNotFoundError, StorageError
 from ..format.checksums import crc32c
@@ -185,30 +186,47 @@ def index_files_task(
     failures: list[FileFailure] = []
     values: list[dict[str, Any]] = []
     samples = work.samples
+    local = is_local(folder)
+    base = local_path(folder) if local else folder
     for i in range(0, len(samples), _READ_FILES):
         part = samples[i : i + _READ_FILES]
-        paths = [entry_path(folder, key, name) for key, names in part for name in names]
-        data = read_files(paths, storage_options)
+        if local:  # read file by file below: no batch to hold, no dict of it
+            fetched: Mapping[str, bytes | Exception] = {}
+        else:  # an object store's files of these samples, in concurrent requests
+            paths = [entry_path(base, key, name) for key, names in part for name in names]
+            fetched = read_files(paths, storage_options)
         for key, names in part:
             # A file that cannot be read is left out alone (on_error="skip"): the sample
             # keeps its other files, as a sample that never had that entry would.
             files = []
             lost = []
+            label = None
             for name in names:
-                path = entry_path(folder, key, name)
-                got = data[path]
+                path = entry_path(base, key, name)
+                if local:
+                    try:
+                        got: bytes | Exception = read_whole(path)
+                    except OSError as e:
+                        got = e
+                else:
+                    got = fetched[path]
                 if isinstance(got, Exception):
                     lost.append(_failure(path, key, name, got, on_error))
                     continue
                 files.append((name, len(got), crc32c(got)))
+                if name == fields_entry:
+                    label = got
             if not files:
-                lost = [replace(f, sample_left_out=True) for f in lost]
-            failures.extend(lost)
-            if not files:
+                failures.extend(replace(f, sample_left_out=True) for f in lost)
                 continue
+            failures.extend(lost)
             read.append(FolderSample(key, tuple(files)))
-            if fields:
-                values.append(_field_values(key, folder, data, names, fields, fields_entry))
+            if fields:  # a sample without its fields entry (or with it unreadable) has none
+                values.append(
+                    {}
+                    if label is None
+                    else field_values({fields_entry: label}, fields, fields_entry)
+                )
     if not read:
         return GroupResult(None, failures=tuple(failures))
     info = folder_info(group_url(folder, job_id, group), read)
@@ -235,20 +253,6 @@ def _failure(path: str, key: str, entry: str, e: Exception, on_error: OnError) -
     if on_error == "fail":
         raise typed from e
     return FileFailure(shown, key, type(typed).__name__, str(typed), entry)
-
-
-def _field_values(
-    key: str,
-    folder: str,
-    data: Mapping[str, bytes | Exception],
-    names: Sequence[str],
-    fields: tuple[str, ...],
-    entry: str,
-) -> dict[str, Any]:
-    payload = data[entry_path(folder, key, entry)] if entry in names else None
-    if not isinstance(payload, bytes):
-        return {}
-    return field_values({entry: payload}, fields, entry)
 
 
 def index_files(

@@ -44,7 +44,8 @@ called as ``progress(done, total)`` in the calling thread each time one of the j
 tasks finishes (``done`` only grows); its return value is ignored."""
 
 _TICK = 0.05
-"""Seconds between looks at the finished futures (distributed's own iterator polls at 0.1)."""
+"""Seconds a wait for the next finished future lasts at most before the workers are looked at
+again (a future that finishes ends the wait at once)."""
 _MAX_CHECK_INTERVAL = 1.0
 """The scheduler is asked for its workers at most this often (once per timeout/4 if shorter)."""
 _MAX_RESULT_WAIT = 60.0
@@ -159,7 +160,17 @@ class Waiter:
             if batch or self._finished.is_empty():
                 return batch
             self.check()
-            time.sleep(_TICK)
+            # Woken by the next future to finish (as_completed notifies its condition after
+            # queueing it; checked under the condition, so no notification is missed), not
+            # polled: a job's end was noticed up to a tick late.
+            finished = self._finished
+            woken = getattr(finished, "thread_condition", None)
+            if woken is None:  # a distributed without it: look again after a tick
+                time.sleep(_TICK)
+                continue
+            with woken:
+                if not finished.has_ready():
+                    woken.wait(timeout=_TICK)
 
     def __iter__(self) -> Iterator[Future[Any]]:
         """Each future as it finishes (see :meth:`next_batch`)."""

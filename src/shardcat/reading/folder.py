@@ -19,7 +19,8 @@ from .._types import ByteRange
 from ..catalog.kinds import FileCheck
 from ..catalog.results import Problem
 from ..catalog.spans import unpack_spans
-from ..errors import ChecksumError, FormatError, ShardNotFoundError, StorageError, TruncatedError
+from ..errors import ChecksumError, ShardNotFoundError, StorageError, TruncatedError
+from ..format import recordcodec
 from ..format.checksums import crc32c
 from ..format.entries import Record
 from ..format.folder import checked_file, entry_path, folder_of
@@ -165,15 +166,24 @@ def read_requests(requests: Requests, files: SourceCache) -> list[memoryview | b
 
 
 def read_local_record(
-    url: str, folder: str, key: str, specs: Sequence[EntrySpec], spans: bytes, offset: int
+    url: str,
+    folder: str,
+    key: str,
+    specs: Sequence[EntrySpec],
+    spans: bytes,
+    offset: int,
+    pairs: tuple[tuple[str, str], ...] | None = None,
 ) -> Record:
     """A whole record of a local folder group: each file opened, read, closed; every one checked.
 
     The point lookup's path for local folders (``url``: the group's, ``folder``: its path): the
     steps of :func:`read_folder_record` and the ``files`` decoder without
     their general cases. Each file is asked for one byte past its indexed
-    size (one that grew says so) and all are checked in one pass; on a
-    mismatch each is checked alone, so the error names its file.
+    size (one that grew says so); the files laid end to end are checked and
+    decoded by the record codec's ``tar_record`` (compiled where built: every
+    CRC32C in one call), given ``pairs``, the layout's ``(name, content_type)``
+    pairs (the caller's cached ones; made from ``specs`` if None). Where it
+    declines, each file is checked alone, so the error names its file.
 
     Raises
     ------
@@ -198,13 +208,16 @@ def read_local_record(
         if len(data) != size:
             check_read(data, path, 0, size)
         parts.append(data)
-    try:
-        joined = parts[0] if len(parts) == 1 else b"".join(parts)
-        return read_tar_record(joined, key, specs, located, offset=offset, holder="file")
-    except FormatError:
-        for spec, (_, size, crc), data in zip(specs, located, parts):
-            checked_file(data, key, spec, size, crc, f"{folder}/{key}.{spec.name}")
-        raise
+    joined = parts[0] if len(parts) == 1 else b"".join(parts)
+    if pairs is None:
+        pairs = tuple((spec.name, spec.content_type) for spec in specs)
+    record = recordcodec.tar_record(joined, key, pairs, spans, offset, Record)
+    if record is not None:
+        return record
+    # Declined: a file's bytes are not those indexed. Each alone names the one that failed.
+    for spec, (_, size, crc), data in zip(specs, located, parts):
+        checked_file(data, key, spec, size, crc, f"{folder}/{key}.{spec.name}")
+    return read_tar_record(joined, key, specs, located, offset=offset, holder="file")
 
 
 def read_folder_record(

@@ -156,7 +156,8 @@ class Lookup:
         # a folder's whole-record lookup reads its files from the point statement's row.
         self._folders: dict[int, str] = {}
         self._local_folders: dict[str, str | None] = {}  # _local_folder's
-        self._specs: dict[str, list[EntrySpec]] = {}  # a layout's entry specs, by signature
+        # A layout's entry specs and their (name, content type) pairs, by signature.
+        self._specs: dict[str, tuple[list[EntrySpec], tuple[tuple[str, str], ...]]] = {}
         self.folder_datasets: set[str] = set()
         """Datasets whose latest whole-record lookup read a folder's files: the point lookup
         declines such rows after running its statement, so :meth:`Catalog.get` comes straight
@@ -328,11 +329,14 @@ class Lookup:
             if local is not None:  # the common case, without the general path's layers
                 from .folder import read_local_record
 
-                specs = self._specs.get(signature)
-                if specs is None:
-                    layout_of = self.layouts.get(signature)
-                    specs = self._specs[signature] = [EntrySpec(*spec) for spec in layout_of]
-                return read_local_record(url, local, key, specs, bytes(spans), offset)
+                cached = self._specs.get(signature)
+                if cached is None:
+                    specs = [EntrySpec(*spec) for spec in self.layouts.get(signature)]
+                    pairs = tuple((spec.name, spec.content_type) for spec in specs)
+                    cached = self._specs[signature] = (specs, pairs)
+                return read_local_record(
+                    url, local, key, cached[0], bytes(spans), offset, cached[1]
+                )
             data = self._read_range("files", url, key, offset, 0, length, spans, signature)
             return self._decode_folder(data, key, length, url, offset, spans, signature)
         except (OSError, FormatError) as e:

@@ -6,8 +6,10 @@ fields, a path normalisation): ~15 µs a file, 0.6 s for 40,000 files, most
 of a folder indexing job's time. :class:`ScandirFileSystem` overrides
 ``find`` only, with the same result (names, types, sizes and mtimes; the
 same entries, symlinks and unreadable folders included or left out alike),
-so ``glob``, ``isdir`` and everything else stay fsspec's. Its rules, as
-fsspec's:
+so ``glob``, ``isdir`` and everything else stay fsspec's; and adds
+``file_sizes``, the same walk's files as ``path -> (size, mtime)`` without a
+dict per file, which is what a listing of a large folder
+(``orchestration/files.py``) takes. Its rules, as fsspec's:
 
 - a symlink is never followed into: it is listed as a file (type
   ``other``) whose size is its target's (0 if dangling) and whose mtime is
@@ -47,16 +49,40 @@ class ScandirFileSystem(LocalFileSystem):  # type: ignore[misc]  # fsspec is unt
         out: dict[str, dict[str, Any]] = {}
         if withdirs and path != "":
             out[path] = self.info(path)
-        _walk(path, maxdepth, withdirs, out)
+        found: list[tuple[str, str, int, float]] = []
+        _walk(path, maxdepth, withdirs, found)
+        for name, kind, size, mtime in found:
+            out[name] = {"name": name, "size": size, "type": kind, "mtime": mtime}
         names = sorted(out)
         if not detail:
             return names
         return {name: out[name] for name in names}
 
+    def file_sizes(self, path: str) -> dict[str, tuple[int, float]]:
+        """Every file under the folder ``path`` (what ``find`` lists): its size and mtime.
 
-def _walk(path: str, depth: int | None, withdirs: bool, out: dict[str, dict[str, Any]]) -> None:
-    """Add the entries under ``path`` to ``out``, as fsspec's ``walk`` and ``ls`` would list them."""
-    found: dict[str, dict[str, Any]] = {}
+        ``find(path, detail=True)`` without a dict per file, in no particular
+        order: what a listing of many small files needs (a third of the time).
+
+        Raises
+        ------
+        NotADirectoryError
+            ``path`` is not a folder.
+        """
+        path = self._strip_protocol(path)
+        if not self.isdir(path):
+            raise NotADirectoryError(path)
+        found: list[tuple[str, str, int, float]] = []
+        _walk(path, None, False, found)
+        return {name: (size, mtime) for name, _, size, mtime in found}
+
+
+def _walk(
+    path: str, depth: int | None, withdirs: bool, out: list[tuple[str, str, int, float]]
+) -> None:
+    """Add ``(path, type, size, mtime)`` of each entry under ``path`` to ``out``, as fsspec's
+    ``walk`` and ``ls`` would list them (folders only with ``withdirs``)."""
+    found: list[tuple[str, str, int, float]] = []
     subdirs: list[str] = []
     try:
         with os.scandir(path) as it:
@@ -67,12 +93,7 @@ def _walk(path: str, depth: int | None, withdirs: bool, out: dict[str, dict[str,
                     if entry.is_dir(follow_symlinks=False):
                         subdirs.append(name)
                         if withdirs:
-                            found[name] = {
-                                "name": name,
-                                "size": st.st_size,
-                                "type": "directory",
-                                "mtime": st.st_mtime,
-                            }
+                            found.append((name, "directory", st.st_size, st.st_mtime))
                         continue
                     size = st.st_size
                     if _stat.S_ISLNK(st.st_mode):
@@ -85,10 +106,10 @@ def _walk(path: str, depth: int | None, withdirs: bool, out: dict[str, dict[str,
                         kind = "file" if _stat.S_ISREG(st.st_mode) else "other"
                 except FileNotFoundError:  # gone since scandir saw it: fsspec skips it too
                     continue
-                found[name] = {"name": name, "size": size, "type": kind, "mtime": st.st_mtime}
+                found.append((name, kind, size, st.st_mtime))
     except OSError:  # fsspec's walk omits a folder it cannot list, with all it held
         return
-    out.update(found)
+    out.extend(found)
     if depth is not None:
         depth -= 1
         if depth < 1:
