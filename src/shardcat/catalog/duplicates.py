@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from .._types import OnDuplicate
 from ..errors import KeyConflictError
 from . import visibility
+from .hashkeys import HASH, KEY_READER, hash_only_duplicates, needs_key_text
 from .models import Dataset, Job, Shard
 from .register import duplicate_error
 from .versions import remove_records
@@ -154,6 +155,10 @@ def resolve_duplicates(
     KeyConflictError
         (``"replace"``/``"skip"``) Another commit changed some of the keys after the job began.
     """
+    if dataset.key_mode == HASH:  # no key text: equal hashes, then the keys the shards hold
+        return hash_only_duplicates(
+            session, dataset, job, on_duplicate, params, removed, session.info.get(KEY_READER)
+        )
     dups = duplicate_keys(session, job.id)
     if not dups:
         return removed, 0
@@ -203,7 +208,10 @@ def resolve_rewrite(
     ------
     DuplicateKeyError
         A key repeats within the job.
+    KeyTextUnavailableError
+        The dataset keeps only key hashes (a rewrite matches copies to records by key text).
     """
+    needs_key_text(dataset.name, dataset.key_mode, "rewriting records (compact, rewrite=True)")
     within = sorted(session.execute(_WITHIN_JOB, {"job": job.id}).scalars())
     if within:
         raise duplicate_error(

@@ -54,6 +54,7 @@ from .keyrange import KEY_ORDER
 __all__ = [
     "BASE_GROUP",
     "JOB_STATES",
+    "KEY_MODES",
     "LIVE_STATES",
     "NAMING_CONVENTION",
     "SHARD_KINDS",
@@ -113,6 +114,13 @@ class Base(DeclarativeBase):
     type_annotation_map = {dict[str, Any]: JSONType, dt.datetime: Timestamp}  # noqa: RUF012
 
 
+KEY_MODES = ("text", "hash")
+"""What a dataset's records keep of their key: its text and hash, or the hash alone.
+
+Checked by :func:`shardcat.catalog.hashkeys.key_mode`, not by a CHECK constraint: adding
+one to ``datasets`` on SQLite would rebuild the table every other table refers to."""
+
+
 class Dataset(Base):
     """A named collection of shards whose keys are unique."""
 
@@ -130,6 +138,9 @@ class Dataset(Base):
     """Bumped by every commit; the optimistic-concurrency token."""
     properties: Mapped[dict[str, Any]] = mapped_column(JSONType)
     created_at: Mapped[dt.datetime] = mapped_column(Timestamp, server_default=func.now())
+    key_mode: Mapped[str] = mapped_column(String(8), server_default=text("'text'"))
+    """``text``: records keep their key's text; ``hash``: only its hash (revision 0014,
+    :mod:`shardcat.catalog.hashkeys`)."""
 
 
 class Job(Base):
@@ -293,7 +304,15 @@ class Record(Base):
         # Keys in order, for listings and prefix searches (`shardcat keys --prefix`), as a
         # range on the index. PostgreSQL: in byte order (COLLATE "C"), where a prefix is a
         # range whatever the database's collation; SQLite's default collation is bytes.
-        Index(None, "dataset_id", "key", postgresql_ops={"key": KEY_ORDER}),
+        # Partial: a hash-only dataset's rows (key NULL) cost it no bytes (migration 0014).
+        Index(
+            None,
+            "dataset_id",
+            "key",
+            postgresql_ops={"key": KEY_ORDER},
+            sqlite_where=text("key IS NOT NULL"),
+            postgresql_where=text("key IS NOT NULL"),
+        ),
         # Removed records only (partial): what a version hides is a range of it, and
         # inserting live records costs it nothing (migration 0007).
         Index(
@@ -312,7 +331,8 @@ class Record(Base):
     dataset_id: Mapped[int] = mapped_column(Integer)
     key_hash: Mapped[int] = mapped_column(BigInteger)
     """xxHash64 (seed 0) of the key's UTF-8 bytes, as a signed 64-bit integer."""
-    key: Mapped[str] = mapped_column(Text)
+    key: Mapped[str | None] = mapped_column(Text)
+    """The key's text; NULL in a hash-only dataset (``keys="hash"``), whose shards hold it."""
     byte_length: Mapped[int] = mapped_column(BigInteger)
     layout_id: Mapped[int] = mapped_column(Integer)
     spans: Mapped[bytes] = mapped_column(LargeBinary)

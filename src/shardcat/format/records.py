@@ -39,6 +39,8 @@ __all__ = [
     "decode_record",
     "decode_spanned",
     "encode_record",
+    "head_key",
+    "key_span",
 ]
 
 
@@ -561,3 +563,50 @@ def decode_entry(
             offset=offset,
         )
     return Entry.from_stored(view, content_type, codec, name=name, path=path, offset=offset)
+
+
+KEY_PEEK = 512
+"""Bytes of a record read to find its key: the head and the key of most records."""
+
+
+def key_span(view: memoryview | bytes, *, path: str | None, offset: int) -> tuple[int, int]:
+    """Where a record's key lies in its first bytes: ``(start, end)`` (``view`` holds the head).
+
+    Raises
+    ------
+    FormatError
+        The bytes are not a record head.
+    """
+    if len(view) < _HEAD:
+        raise TruncatedError(
+            f"record head needs {_HEAD} bytes, only {len(view)} remain", path=path, offset=offset
+        )
+    tag, _, _, _, _, key_len, n_entries = _unpack_head(view)
+    if tag != RECORD_TAG:
+        raise FormatError(
+            f"expected a record tag {RECORD_TAG!r}, found {bytes(tag)!r}", path=path, offset=offset
+        )
+    start = _HEAD + _DESC * n_entries
+    return start, start + key_len
+
+
+def head_key(view: memoryview | bytes, *, path: str | None, offset: int) -> str:
+    """The key a record's head names (``view``: at least its first :func:`key_span` bytes).
+
+    What a hash-only dataset's lookup compares: the catalog keeps the key's hash,
+    the record its text (docs/CATALOG.md, "Hash-only datasets").
+
+    Raises
+    ------
+    FormatError
+        The bytes are not a record head, or its key is cut short or not UTF-8.
+    """
+    start, end = key_span(view, path=path, offset=offset)
+    if len(view) < end:
+        raise TruncatedError(
+            f"record key needs {end} bytes, only {len(view)} remain", path=path, offset=offset
+        )
+    try:
+        return str(bytes(view[start:end]), "utf-8")
+    except UnicodeDecodeError as e:
+        raise FormatError(f"record key is not valid UTF-8: {e}", path=path, offset=offset) from e

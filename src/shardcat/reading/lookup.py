@@ -43,7 +43,7 @@ from ..errors import (
     StorageError,
     VersionNotFoundError,
 )
-from ..format import Entry, Record, recordcodec
+from ..format import Entry, Record, checksums, recordcodec
 from ..format import sources as _sources
 from ..format.checksums import signed_key_hash, signed_key_hashes
 from ..format.entries import merge_records as _merged
@@ -55,6 +55,7 @@ from ..storage import SourceCache, is_local, local_path, redact
 from ..storage.cache import ONE_PREAD
 from . import statements
 from .decode import RowAt, decode_record, row_spans
+from .keyread import record_key
 from .misses import missing
 from .point import PointLookup, open_point
 
@@ -157,6 +158,10 @@ class Lookup:
         self._folders: dict[int, str] = {}
         self._local_folders: dict[str, str | None] = {}  # _local_folder's
         self._specs: dict[str, list[EntrySpec]] = {}  # a layout's entry specs, by signature
+        self.hash_datasets: set[str] = set()
+        """Datasets found hash-only (``keys="hash"``): their rows have no key text, so the point
+        lookup, which matches it, never finds them; :meth:`Catalog.get` comes straight here.
+        Only an order of statements: :meth:`_get_record` still asks for key text first."""
         self.folder_datasets: set[str] = set()
         """Datasets whose latest whole-record lookup read a folder's files: the point lookup
         declines such rows after running its statement, so :meth:`Catalog.get` comes straight
@@ -165,7 +170,7 @@ class Lookup:
         self._signature_sql = f"SELECT signature FROM layouts WHERE id = {p}"
         self._batch = statements.batch_sql(self.dialect)
         self._batch_entries = statements.batch_sql(self.dialect, entries=True)
-        self._versioned: dict[tuple[str, bool], str] = {}
+        self._versioned: dict[tuple[str, int], str] = {}
         self._sources = SourceCache(storage_options, max_open, remote_max_gap=remote_max_gap)
         self._files: SourceCache | None = None  # folders' files kept open (_folder_files)
         self._remote_max_gap = remote_max_gap
@@ -198,12 +203,20 @@ class Lookup:
     # --- SQL ---------------------------------------------------------------
 
     def _sql(self, kind: str, version: Version) -> tuple[str, tuple[Any, ...]]:
-        """The statement for a lookup at ``version`` (not None) and its extra parameters."""
+        """The statement for a lookup at ``version`` and its extra parameters.
+
+        ``kind``: ``point``, ``record``, their hash-only candidates (``point_hash``,
+        ``record_hash``: any version), ``batch`` or ``batch_entries``.
+        """
         visible, extra = statements.visible_at(self._p, version)
-        cache_key = (kind, len(extra) == 2)
+        cache_key = (kind, len(extra))
         sql = self._versioned.get(cache_key)
         if sql is None:
-            if kind == "point":
+            if kind == "point_hash":
+                sql = statements.point_sql(self._p, visible, keyed=False)
+            elif kind == "record_hash":
+                sql = statements.record_sql(self._p, visible, keyed=False)
+            elif kind == "point":
                 sql = statements.point_sql(self._p, visible)
             elif kind == "record":
                 sql = statements.record_sql(self._p, visible)
@@ -215,6 +228,53 @@ class Lookup:
     def _missing(self, dataset: str, key: str | None, version: Version = None) -> Exception:
         """The error for an empty result (:func:`.misses.missing`)."""
         return missing(self._query, self._p, self._point, dataset, key, version)
+
+    # --- hash-only datasets (docs/CATALOG.md, "Hash-only datasets") ----------
+
+    def _hash_only(self, kind: str, dataset: str, key: str, version: Version) -> list[Any]:
+        """A hash-only dataset's rows of ``key``: its hash's candidates whose record holds ``key``.
+
+        Where a statement that matches key text found nothing. ``kind``: ``point``
+        or ``record`` (rows of that statement: URL first, offset and length third
+        and fourth). Each candidate's key is read from its record's head: two keys
+        of one hash (a collision) are two candidates, and only the key's own is kept.
+        Empty for a dataset with key text (its rows are never NULL): one index probe.
+        """
+        h = checksums.signed_key_hash(key.encode("utf-8"))  # the one definition (tests force it)
+        sql, extra = self._sql(f"{kind}_hash", version)
+        rows = self._query(sql, (dataset, h, *extra))
+        if not rows:
+            return rows
+        self.hash_datasets.add(dataset)
+        kept = []
+        for row in rows:
+            url, offset, length = row[0], int(row[2]), int(row[3])
+            try:
+                if record_key(self._sources, url, offset, length) == key:
+                    kept.append(row)
+            except (OSError, FormatError) as e:
+                raise self._read_failed(e, url, dataset) from e
+        if len(kept) > 1:
+            kept.sort(key=_GROUP)
+        return kept
+
+    def _with_keys(self, dataset: str, rows: list[Any]) -> list[Any]:
+        """A batch's rows with each hash-only row's key (NULL in the catalog) read from its record.
+
+        Batch rows: URL, offset, length first, key fifth. Rows with key text pass as they are.
+        """
+        out = []
+        for row in rows:
+            if row[4] is None:
+                url, offset, length = row[0], int(row[1]), int(row[2])
+                self.hash_datasets.add(dataset)
+                try:
+                    key = record_key(self._sources, url, offset, length)
+                except (OSError, FormatError) as e:
+                    raise self._read_failed(e, url, dataset) from e
+                row = (*row[:4], key, *row[5:])
+            out.append(row)
+        return out
 
     # --- point lookups -----------------------------------------------------
 
@@ -245,7 +305,7 @@ class Lookup:
             raise
         if entries is not None:
             return self._get_entries(dataset, key, h, frozenset(entries), version)
-        if version is not None:
+        if version is not None or dataset in self.hash_datasets:
             return self._get_record(dataset, key, h, version)
         # RawConnection.query without its frame: the driver's execute, and
         # only where that raised, its recovery (reconnect, or the error).
@@ -262,8 +322,8 @@ class Lookup:
         Also the Python twin's ``rest`` (pypoint.py): what it does not
         handle once it has run the statement comes here with its rows.
         """
-        if not rows:
-            raise self._missing(dataset, key, None)
+        if not rows:  # a missing key, or a hash-only dataset's (no key text to match)
+            return self._get_record(dataset, key, h, None)
         if len(rows) > 1:  # column groups: each row's record, merged in group order
             groups = self._groups
             if any(row[0] not in groups for row in rows):
@@ -390,7 +450,7 @@ class Lookup:
         else:
             sql, extra = self._sql("record", version)
             params = (dataset, h, key, *extra)
-        rows = self._query(sql, params)
+        rows = self._query(sql, params) or self._hash_only("record", dataset, key, version)
         if not rows:
             raise self._missing(dataset, key, version)
         if len(rows) > 1:  # column groups: each row's record, merged in group order
@@ -459,6 +519,8 @@ class Lookup:
         else:
             sql, extra = self._sql("point", version)
             rows = self._query(sql, (dataset, h, key, *extra))
+        if not rows:
+            rows = self._hash_only("point", dataset, key, version)
         if not rows:
             raise self._missing(dataset, key, version)
         if len(rows) > 1:
@@ -595,6 +657,8 @@ class Lookup:
             err = self._missing(dataset, None, version)
             if isinstance(err, DatasetNotFoundError | VersionNotFoundError):
                 raise err
+        if dataset in self.hash_datasets or (rows and rows[0][4] is None):
+            rows = self._with_keys(dataset, rows)  # hash-only rows: keys from their records
         if names is None:
             # Whole records: the rows become the batch decoder's table in one
             # compiled pass (collisions and repeated keys dropped there).
@@ -657,6 +721,8 @@ class Lookup:
             err = self._missing(dataset, None, version)
             if isinstance(err, DatasetNotFoundError | VersionNotFoundError):
                 raise err
+        if dataset in self.hash_datasets or (rows and rows[0][4] is None):
+            rows = self._with_keys(dataset, rows)  # hash-only rows: keys from their records
         found = _rows_by_key(rows, dict.fromkeys(asked))
         described: dict[str, list[EntryInfo]] = {}
         plan = []
