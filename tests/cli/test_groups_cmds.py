@@ -72,20 +72,8 @@ def test_write_keys_hash_then_get_and_a_clear_error_for_keys(tmp_path):
     for name in ("a", "b", "c"):
         (src / f"{name}.bin").write_bytes(name.encode() * 10)
     catalog = f"sqlite:///{tmp_path / 'catalog.db'}"
-    ok(
-        run(
-            "write",
-            str(src),
-            str(tmp_path / "shards"),
-            "-d",
-            "pics",
-            "--keys",
-            "hash",
-            "--workers",
-            "1",
-            catalog=catalog,
-        )
-    )
+    write = ("write", str(src), str(tmp_path / "shards"), "-d", "pics", "--workers", "1")
+    ok(run(*write, "--keys", "hash", catalog=catalog))
     with Catalog(catalog) as cat:
         assert cat.info("pics").keys == "hash"
         assert cat.get("pics", "b")["bin"].data == b"b" * 10

@@ -27,16 +27,13 @@ def _bag(partitions: int, per_partition: int, prefix: str = "s") -> db.Bag:
 
 def test_write_hash_only_then_append_on_both_catalogs(client, tmp_path, catalog_url):
     root = str(tmp_path / "ds")
-    shardcat.write(
-        _bag(3, 200),
-        root,
-        catalog=catalog_url,
-        dataset="h",
-        keys="hash",
-        shard_size="100KB",
-        client=client,
-        progress=False,
-    )
+
+    def write(data, **kw):
+        return shardcat.write(
+            data, root, catalog=catalog_url, dataset="h", client=client, progress=False, **kw
+        )
+
+    write(_bag(3, 200), keys="hash", shard_size="100KB")
     samples = [s for p in range(3) for s in make_samples(p, 200)]
     with Catalog(catalog_url) as cat:
         assert cat.info("h").keys == "hash"
@@ -48,50 +45,16 @@ def test_write_hash_only_then_append_on_both_catalogs(client, tmp_path, catalog_
         assert all(r["bin"].data == s["bin"] for r, s in zip(batch.records, samples))
         assert cat.get("h", samples[123]["__key__"])["json"].decode() == samples[123]["json"]
     # An append whose keys are new passes the duplicate check; one that repeats a key is named.
-    shardcat.write(
-        _bag(2, 50, prefix="t"),
-        root,
-        catalog=catalog_url,
-        dataset="h",
-        mode="append",
-        client=client,
-        progress=False,
-    )
+    write(_bag(2, 50, prefix="t"), mode="append")
     again = [dict(samples[7], bin=b"newer")]
     with pytest.raises(DuplicateKeyError) as e:
-        shardcat.write(
-            again,
-            root,
-            catalog=catalog_url,
-            dataset="h",
-            mode="append",
-            client=client,
-            progress=False,
-        )
+        write(again, mode="append")
     assert e.value.keys == [samples[7]["__key__"]]
-    shardcat.write(
-        again,
-        root,
-        catalog=catalog_url,
-        dataset="h",
-        mode="append",
-        on_duplicate="replace",
-        client=client,
-        progress=False,
-    )
+    write(again, mode="append", on_duplicate="replace")
     with Catalog(catalog_url) as cat:
         assert cat.get("h", samples[7]["__key__"])["bin"].data == b"newer"
         assert cat.get("h", samples[8]["__key__"])["bin"].data == samples[8]["bin"]
         assert cat.count("h") == 700
     # The mode is the dataset's: asking for the other one is refused, naming it.
     with pytest.raises(DatasetExistsError, match="keeps keys='hash'"):
-        shardcat.write(
-            again,
-            root,
-            catalog=catalog_url,
-            dataset="h",
-            mode="overwrite",
-            keys="text",
-            client=client,
-            progress=False,
-        )
+        write(again, mode="overwrite", keys="text")

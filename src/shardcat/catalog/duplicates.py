@@ -17,13 +17,15 @@ The statements are SQL text that embeds :mod:`.visibility`'s rules, so
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sqlalchemy import Exists, exists, select, text
 from sqlalchemy.orm import Session
 
 from .._types import OnDuplicate
-from ..errors import KeyConflictError
+from ..errors import Hint, KeyConflictError, KeyTextUnavailableError
 from . import visibility
-from .hashkeys import HASH, KEY_READER, hash_only_duplicates, needs_key_text
+from .hashkeys import HASH, KEY_READER, KeyReader, needs_key_text
 from .models import Dataset, Job, Shard
 from .register import duplicate_error
 from .versions import remove_records
@@ -35,6 +37,7 @@ __all__ = [
     "committed_exists",
     "duplicate_keys",
     "has_committed",
+    "hash_only_duplicates",
     "resolve_duplicates",
     "resolve_rewrite",
 ]
@@ -225,3 +228,108 @@ def resolve_rewrite(
         session, f"records.dataset_id = :d AND {LIVE_ELSEWHERE} AND {_SAME_KEY_IN_JOB}", params
     )
     return stale, (removed[0] + gone[0], removed[1] + gone[1])
+
+
+# Hash-only datasets (hashkeys.py): job records (`n`, shard `ns`) and another record (`o`,
+# shard `s`) of the same hash and group, a committed live one or another of the job's.
+# Candidates: the keys their shards hold decide.
+_CANDIDATES = text(
+    "SELECT n.shard_id, n.byte_offset, n.byte_length, ns.url, "
+    "o.shard_id, o.byte_offset, o.byte_length, s.url, s.job_id = :job AND s.state = 'staged' "
+    "FROM records n JOIN shards ns ON ns.id = n.shard_id "
+    "JOIN records o ON o.dataset_id = n.dataset_id AND o.key_hash = n.key_hash "
+    "AND o.group_id = n.group_id "
+    "AND (o.shard_id <> n.shard_id OR o.byte_offset <> n.byte_offset) "
+    "JOIN shards s ON s.id = o.shard_id "
+    f"WHERE {_NEW} AND {visibility.sql(visibility.not_removed, 'records AS o')} "
+    f"AND ({_S_COMMITTED} OR (s.job_id = :job AND s.state = 'staged'))"
+)
+
+
+def _positions(pairs: Sequence[tuple[int, int]]) -> str:
+    """SQL: ``records``' row is one of ``pairs`` ((shard id, offset), integers inlined)."""
+    listed = ", ".join(f"({int(s)}, {int(o)})" for s, o in sorted(set(pairs)))
+    return f"(records.shard_id, records.byte_offset) IN (VALUES {listed})"
+
+
+def hash_only_duplicates(
+    session: Session,
+    dataset: Dataset,
+    job: Job,
+    on_duplicate: OnDuplicate,
+    params: dict[str, object],
+    removed: tuple[int, int],
+    read_keys: KeyReader | None,
+) -> tuple[tuple[int, int], int]:
+    """:func:`.duplicates.resolve_duplicates` for a hash-only dataset: equal hashes, then keys read.
+
+    One statement finds the job's records whose hash another live record (or
+    another of the job's) has; usually none. The keys of those candidates are
+    read from their shards (``read_keys``); equal keys are duplicates and follow
+    ``on_duplicate`` as in a dataset with key text, unequal keys are a collision
+    and are left alone. Costs in proportion to the candidates, not the dataset.
+
+    Raises
+    ------
+    DuplicateKeyError
+        Keys repeat within the job, or (``"error"``) are live in the dataset.
+    KeyTextUnavailableError
+        Candidates exist and no ``read_keys`` was given (a catalog opened without
+        the reading layer cannot compare them).
+    """
+    rows = session.execute(_CANDIDATES, {"job": job.id}).all()
+    if not rows:
+        return removed, 0
+    if read_keys is None:
+        raise KeyTextUnavailableError(
+            f"{len(rows)} record(s) of job {job.id} share a key hash with another record of "
+            f'dataset {dataset.name!r}, which was created with keys="hash": their keys must be '
+            "read from the shards, and this catalog was opened without a reader",
+            hint=Hint(
+                python="commit through shardcat.Catalog (it reads the keys), not SqlCatalog",
+                cli="commit with `shardcat commit`",
+            ),
+        )
+    where: dict[tuple[int, int], tuple[str, int, int]] = {}
+    for n_sid, n_off, n_len, n_url, o_sid, o_off, o_len, o_url, _ in rows:
+        where[(n_sid, n_off)] = (n_url, int(n_off), int(n_len))
+        where[(o_sid, o_off)] = (o_url, int(o_off), int(o_len))
+    at = list(where)
+    key_of = dict(zip(at, read_keys([where[p] for p in at])))
+    within: set[str] = set()
+    live: dict[str, tuple[list[tuple[int, int]], list[tuple[int, int]]]] = {}
+    for n_sid, n_off, _, _, o_sid, o_off, _, _, in_job in rows:
+        key = key_of[(n_sid, n_off)]
+        if key != key_of[(o_sid, o_off)]:
+            continue  # a collision: two keys, one hash
+        if in_job:
+            within.add(key)
+        else:
+            mine, theirs = live.setdefault(key, ([], []))
+            mine.append((n_sid, n_off))
+            theirs.append((o_sid, o_off))
+    where_job = f"in job {job.id} of dataset {dataset.name!r}"
+    if within:
+        raise duplicate_error(sorted(within), f"{where_job} (within the job)")
+    if not live:
+        return removed, 0
+    if on_duplicate == "error":
+        raise duplicate_error(sorted(live), f"{where_job} (against committed shards)", live=True)
+    if on_duplicate == "replace":
+        theirs_all = [p for _, theirs in live.values() for p in theirs]
+        gone = _remove(session, theirs_all, params)
+        return (removed[0] + gone[0], removed[1] + gone[1]), 0
+    mine_all = [p for mine, _ in live.values() for p in mine]
+    skipped, _ = _remove(session, mine_all, params)
+    return removed, skipped
+
+
+def _remove(
+    session: Session, positions: list[tuple[int, int]], params: dict[str, object]
+) -> tuple[int, int]:
+    total = [0, 0]
+    for i in range(0, len(positions), 5000):
+        got = remove_records(session, _positions(positions[i : i + 5000]), params)
+        total[0] += got[0]
+        total[1] += got[1]
+    return total[0], total[1]

@@ -184,15 +184,7 @@ def decode_record(
     if not view.readonly:  # entries must not change under the caller
         view = memoryview(bytes(view))
     size = len(view)
-    if size < _HEAD:
-        raise TruncatedError(
-            f"record head needs {_HEAD} bytes, only {size} remain", path=path, offset=offset
-        )
-    tag, head_crc, length, _, head_length, key_len, n_entries = _unpack_head(view)
-    if tag != RECORD_TAG:
-        raise FormatError(
-            f"expected a record tag {RECORD_TAG!r}, found {bytes(tag)!r}", path=path, offset=offset
-        )
+    _, head_crc, length, _, head_length, key_len, n_entries = _head(view, path, offset)
     strings_at = _HEAD + _DESC * n_entries
     if (
         head_length < strings_at + key_len
@@ -577,17 +569,25 @@ def key_span(view: memoryview | bytes, *, path: str | None, offset: int) -> tupl
     FormatError
         The bytes are not a record head.
     """
+    _, _, _, _, _, key_len, n_entries = _head(view, path, offset)
+    start = _HEAD + _DESC * n_entries
+    return start, start + key_len
+
+
+def _head(view: memoryview | bytes, path: str | None, offset: int) -> tuple[Any, ...]:
+    """A record head's fields, once its length and tag are checked."""
     if len(view) < _HEAD:
         raise TruncatedError(
             f"record head needs {_HEAD} bytes, only {len(view)} remain", path=path, offset=offset
         )
-    tag, _, _, _, _, key_len, n_entries = _unpack_head(view)
-    if tag != RECORD_TAG:
+    head = _unpack_head(view)
+    if head[0] != RECORD_TAG:
         raise FormatError(
-            f"expected a record tag {RECORD_TAG!r}, found {bytes(tag)!r}", path=path, offset=offset
+            f"expected a record tag {RECORD_TAG!r}, found {bytes(head[0])!r}",
+            path=path,
+            offset=offset,
         )
-    start = _HEAD + _DESC * n_entries
-    return start, start + key_len
+    return head
 
 
 def head_key(view: memoryview | bytes, *, path: str | None, offset: int) -> str:
