@@ -111,6 +111,18 @@ def test_operations_that_need_key_text_say_so(cat, local_root):
             call()
         assert 'keys="text"' in str(e.value)  # what to do
     assert cat.count("h") == 40  # a count needs no key text
+    # Column groups and rewrites match records by key text: their commits are refused, and
+    # the job stays open (nothing changed).
+    from shardcat.catalog.groups import GroupWrite
+
+    job = cat.begin_job("h")
+    info = write_shard(f"{local_root}/g.shard", shard_keys(0)[:2], make=lambda k: {"g": k})
+    cat.register_shard("h", info, job=job)
+    for kw in ({"group": GroupWrite("captions")}, {"rewrite": True}):
+        with pytest.raises(KeyTextUnavailableError, match='created with keys="hash"'):
+            cat.commit_job(job, **kw)
+    assert cat.job(job).state == "open"
+    assert cat.info("h").version == 1
 
 
 def test_verify_compares_hashes_and_positions(cat, local_root):
@@ -264,3 +276,32 @@ def test_reading_a_version_reads_keys_from_the_shards(cat, local_root):
     assert [r["txt"] for r in records if r["__key__"] == old] == ["new"]
     at_two = shardcat.read(cat, "h", version=2).compute(scheduler="sync")
     assert [r["txt"] for r in at_two if r["__key__"] == old] == [f"text of {old}"]
+
+
+def test_replace_conflicts_are_exact_under_collisions(cat, local_root):
+    """A key another commit changed since the job began is a conflict; a colliding key is not."""
+    from shardcat.errors import KeyConflictError
+    from shardcat.format import checksums
+
+    with colliding_key_hashes(bits=2):
+        _hash_dataset(cat, local_root, shards=1)
+        changed = shard_keys(0)[4]
+        same_hash = [
+            k
+            for k in shard_keys(0)
+            if k != changed
+            and checksums.signed_key_hash(k.encode()) == checksums.signed_key_hash(changed.encode())
+        ][0]
+        slow, slow2 = cat.begin_job("h"), cat.begin_job("h")
+        fast = cat.begin_job("h")
+        cat.register_shard("h", write_shard(f"{local_root}/f.shard", [changed]), job=fast)
+        cat.commit_job(fast, on_duplicate="replace")
+        cat.register_shard("h", write_shard(f"{local_root}/s.shard", [changed, "x/1"]), job=slow)
+        with pytest.raises(KeyConflictError) as e:
+            cat.commit_job(slow, on_duplicate="replace")
+        assert e.value.keys == [changed]
+        # The other key of that hash was not changed: replacing it goes through.
+        cat.register_shard("h", write_shard(f"{local_root}/t.shard", [same_hash]), job=slow2)
+        cat.commit_job(slow2, on_duplicate="replace")
+        assert cat.locate("h", same_hash).url.endswith("t.shard")
+        assert cat.locate("h", changed).url.endswith("f.shard")
