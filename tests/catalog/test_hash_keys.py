@@ -286,12 +286,12 @@ def test_replace_conflicts_are_exact_under_collisions(cat, local_root):
     with colliding_key_hashes(bits=2):
         _hash_dataset(cat, local_root, shards=1)
         changed = shard_keys(0)[4]
-        same_hash = [
+        same_hash = next(
             k
             for k in shard_keys(0)
             if k != changed
             and checksums.signed_key_hash(k.encode()) == checksums.signed_key_hash(changed.encode())
-        ][0]
+        )
         slow, slow2 = cat.begin_job("h"), cat.begin_job("h")
         fast = cat.begin_job("h")
         cat.register_shard("h", write_shard(f"{local_root}/f.shard", [changed]), job=fast)
