@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .._types import StorageOptions
+from .._types import ByteRange, StorageOptions
 from ..format.records import KEY_PEEK, head_key, key_span
 from ..storage import SourceCache
 
@@ -35,8 +35,32 @@ def record_key(sources: SourceCache, url: str, offset: int, length: int) -> str:
 
 
 def record_keys(sources: SourceCache, places: Sequence[tuple[str, int, int]]) -> list[str]:
-    """:func:`record_key` of each ``(url, offset, length)``, in order."""
-    return [record_key(sources, url, offset, length) for url, offset, length in places]
+    """:func:`record_key` of each ``(url, offset, length)``, in order: the heads read as one batch.
+
+    One :meth:`~shardcat.storage.SourceCache.read_batch` of every head (local: merged
+    ``pread`` calls; remote: one ``cat_ranges``), then a read of its own for a key longer
+    than the head read showed.
+
+    Raises
+    ------
+    FormatError
+        The bytes at a place are not a record head.
+    StorageError
+        A shard cannot be read.
+    """
+    if len(places) == 1:
+        return [record_key(sources, *places[0])]
+    heads = sources.read_batch(
+        [(url, ByteRange(offset, offset + min(length, KEY_PEEK))) for url, offset, length in places]
+    )
+    keys = []
+    for (url, offset, length), head in zip(places, heads):
+        _, end = key_span(head, path=url, offset=offset)
+        if end > len(head):
+            keys.append(record_key(sources, url, offset, length))
+        else:
+            keys.append(head_key(head, path=url, offset=offset))
+    return keys
 
 
 class KeyReaderOf:

@@ -55,7 +55,7 @@ from ..storage import SourceCache, is_local, local_path, redact
 from ..storage.cache import ONE_PREAD
 from . import statements
 from .decode import RowAt, decode_record, row_spans
-from .keyread import record_key
+from .keyread import record_keys
 from .misses import missing
 from .point import PointLookup, open_point
 
@@ -246,14 +246,12 @@ class Lookup:
         if not rows:
             return rows
         self.hash_datasets.add(dataset)
-        kept = []
-        for row in rows:
-            url, offset, length = row[0], int(row[2]), int(row[3])
-            try:
-                if record_key(self._sources, url, offset, length) == key:
-                    kept.append(row)
-            except (OSError, FormatError) as e:
-                raise self._read_failed(e, url, dataset) from e
+        places = [(row[0], int(row[2]), int(row[3])) for row in rows]
+        try:
+            keys = record_keys(self._sources, places)
+        except (OSError, FormatError) as e:
+            raise self._read_failed(e, getattr(e, "path", None) or places[0][0], dataset) from e
+        kept = [row for row, held in zip(rows, keys) if held == key]
         if len(kept) > 1:
             kept.sort(key=_GROUP)
         return kept
@@ -263,17 +261,19 @@ class Lookup:
 
         Batch rows: URL, offset, length first, key fifth. Rows with key text pass as they are.
         """
-        out = []
-        for row in rows:
-            if row[4] is None:
-                url, offset, length = row[0], int(row[1]), int(row[2])
-                self.hash_datasets.add(dataset)
-                try:
-                    key = record_key(self._sources, url, offset, length)
-                except (OSError, FormatError) as e:
-                    raise self._read_failed(e, url, dataset) from e
-                row = (*row[:4], key, *row[5:])
-            out.append(row)
+        at = [i for i, row in enumerate(rows) if row[4] is None]
+        if not at:
+            return rows
+        self.hash_datasets.add(dataset)
+        places = [(rows[i][0], int(rows[i][1]), int(rows[i][2])) for i in at]
+        try:
+            keys = record_keys(self._sources, places)
+        except (ShardNotFoundError, StorageError, FormatError) as e:
+            raise self._read_failed(e, getattr(e, "path", None) or places[0][0], dataset) from e
+        out = list(rows)
+        for i, key in zip(at, keys):
+            row = rows[i]
+            out[i] = (*row[:4], key, *row[5:])
         return out
 
     # --- point lookups -----------------------------------------------------
@@ -450,7 +450,10 @@ class Lookup:
         else:
             sql, extra = self._sql("record", version)
             params = (dataset, h, key, *extra)
-        rows = self._query(sql, params) or self._hash_only("record", dataset, key, version)
+        if dataset in self.hash_datasets:  # its twin first (a dataset made again may have text)
+            rows = self._hash_only("record", dataset, key, version) or self._query(sql, params)
+        else:
+            rows = self._query(sql, params) or self._hash_only("record", dataset, key, version)
         if not rows:
             raise self._missing(dataset, key, version)
         if len(rows) > 1:  # column groups: each row's record, merged in group order
