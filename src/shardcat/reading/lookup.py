@@ -29,6 +29,7 @@ from .._ranges import LOCAL_MAX_GAP, MergedReads
 from .._types import ByteRange, StorageOptions
 from ..catalog import fence
 from ..catalog.connection import RawConnection
+from ..catalog.hashkeys import HASH
 from ..catalog.history import Version
 from ..catalog.kinds import RANGES_OF_FILE
 from ..catalog.results import BatchResult, DescribedBatch, EntryInfo, Location
@@ -231,6 +232,36 @@ class Lookup:
 
     # --- hash-only datasets (docs/CATALOG.md, "Hash-only datasets") ----------
 
+    def _rows_of(
+        self, kind: str, dataset: str, key: str, version: Version, sql: str, params: Any
+    ) -> list[Any]:
+        """The ``kind`` statement's rows of ``key`` (``sql``, ``params``), or its missing error.
+
+        A dataset this lookup knows to be hash-only asks the hash-only twin first
+        (and the statement after it: a dataset made again under the name may have text).
+        """
+        if dataset in self.hash_datasets:
+            rows = self._hash_only(kind, dataset, key, version) or self._query(sql, params)
+            if not rows:
+                raise self._missing(dataset, key, version)
+            return rows
+        return self._query(sql, params) or self._empty(kind, dataset, key, version)
+
+    def _empty(self, kind: str, dataset: str, key: str, version: Version) -> list[Any]:
+        """After a statement matching key text found nothing: a hash-only dataset's rows, or raise.
+
+        The dataset's row is read once, for both questions: its key mode (``hash``: the
+        twin statement's candidates, :meth:`_hash_only`) and, when nothing is found,
+        the missing error's (:func:`.misses.missing`): a miss in a dataset with key
+        text sends no statement more than it did before hash-only datasets.
+        """
+        found = self._query(f"SELECT id, key_mode FROM datasets WHERE name = {self._p}", (dataset,))
+        if found and found[0][1] == HASH:
+            rows = self._hash_only(kind, dataset, key, version)
+            if rows:
+                return rows
+        raise missing(self._query, self._p, self._point, dataset, key, version, found=found)
+
     def _hash_only(self, kind: str, dataset: str, key: str, version: Version) -> list[Any]:
         """A hash-only dataset's rows of ``key``: its hash's candidates whose record holds ``key``.
 
@@ -323,7 +354,7 @@ class Lookup:
         handle once it has run the statement comes here with its rows.
         """
         if not rows:  # a missing key, or a hash-only dataset's (no key text to match)
-            return self._get_record(dataset, key, h, None)
+            return self._records_of(dataset, key, self._empty("record", dataset, key, None), None)
         if len(rows) > 1:  # column groups: each row's record, merged in group order
             groups = self._groups
             if any(row[0] not in groups for row in rows):
@@ -450,12 +481,11 @@ class Lookup:
         else:
             sql, extra = self._sql("record", version)
             params = (dataset, h, key, *extra)
-        if dataset in self.hash_datasets:  # its twin first (a dataset made again may have text)
-            rows = self._hash_only("record", dataset, key, version) or self._query(sql, params)
-        else:
-            rows = self._query(sql, params) or self._hash_only("record", dataset, key, version)
-        if not rows:
-            raise self._missing(dataset, key, version)
+        rows = self._rows_of("record", dataset, key, version, sql, params)
+        return self._records_of(dataset, key, rows, tar_id)
+
+    def _records_of(self, dataset: str, key: str, rows: list[Any], tar_id: int | None) -> Record:
+        """The whole record of the record statement's ``rows`` (one per column group)."""
         if len(rows) > 1:  # column groups: each row's record, merged in group order
             rows.sort(key=_GROUP)
             return _merged(key, [self._record_of(dataset, key, row, tar_id) for row in rows])
@@ -523,9 +553,7 @@ class Lookup:
             sql, extra = self._sql("point", version)
             rows = self._query(sql, (dataset, h, key, *extra))
         if not rows:
-            rows = self._hash_only("point", dataset, key, version)
-        if not rows:
-            raise self._missing(dataset, key, version)
+            rows = self._empty("point", dataset, key, version)
         if len(rows) > 1:
             rows.sort(key=_GROUP)
         return rows
