@@ -28,7 +28,7 @@ import time
 import sqlalchemy as sa
 
 import shardcat
-from shardcat.catalog.footprint import records_footprint
+from shardcat.catalog.footprint import Footprint, records_footprint
 from shardcat.testing.postgres import postgres_schema
 
 POSTGRES = os.environ.get(
@@ -49,22 +49,27 @@ def measure(url: str, root: str, infos: list[shardcat.ShardInfo], reindex: bool,
             with cat.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
                 c.execute(sa.text("VACUUM ANALYZE records"))
         name = f"{cat.engine.dialect.name} keys={keys}"
-        print(f"{name:21} {records_footprint(cat.engine).describe()}  ({keys_per_s:,.0f} keys/s)")
+        out = {name: records_footprint(cat.engine)}
+        print(f"{name:21} {out[name].describe()}  ({keys_per_s:,.0f} keys/s)")
         if pg and reindex:
             with cat.engine.begin() as c:
                 c.execute(sa.text("REINDEX TABLE records"))
-            print(f"{'  reindexed':21} {records_footprint(cat.engine).describe()}")
+            out[f"{name} reindexed"] = records_footprint(cat.engine)
+            print(f"{'  reindexed':21} {out[f'{name} reindexed'].describe()}")
+        return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict[str, Footprint]:
+    """Run the benchmark (``argv``: its arguments); the footprints by catalog and key mode."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--keys", type=int, default=200_000)
     ap.add_argument("--reindex", action="store_true")
     ap.add_argument("--key-mode", choices=["text", "hash", "both"], default="both")
     ap.add_argument("--postgres", default=POSTGRES)
     ap.add_argument("--no-postgres", action="store_true")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     modes = ["text", "hash"] if args.key_mode == "both" else [args.key_mode]
+    figures: dict[str, Footprint] = {}
     tmp = tempfile.mkdtemp(prefix="bench-footprint-")
     try:
         root = f"{tmp}/shards"
@@ -72,13 +77,18 @@ def main() -> None:
             for i in range(args.keys):
                 writer.add(f"sample/{i:09d}", {"bin": b"x" * 16, "json": b'{"l":1}'})
         for mode in modes:
-            measure(f"sqlite:///{tmp}/catalog-{mode}.db", root, writer.shards, args.reindex, mode)
+            figures.update(
+                measure(
+                    f"sqlite:///{tmp}/catalog-{mode}.db", root, writer.shards, args.reindex, mode
+                )
+            )
         if not args.no_postgres:
             for mode in modes:
                 with postgres_schema(args.postgres, "footprint") as url:
-                    measure(url, root, writer.shards, args.reindex, mode)
+                    figures.update(measure(url, root, writer.shards, args.reindex, mode))
     finally:
         shutil.rmtree(tmp)
+    return figures
 
 
 if __name__ == "__main__":
