@@ -305,3 +305,20 @@ def test_replace_conflicts_are_exact_under_collisions(cat, local_root):
         cat.commit_job(slow2, on_duplicate="replace")
         assert cat.locate("h", same_hash).url.endswith("t.shard")
         assert cat.locate("h", changed).url.endswith("f.shard")
+
+
+def test_a_catalog_without_the_reading_layer_refuses_to_guess(catalog_url, local_root):
+    """SqlCatalog reads no shard: equal hashes at commit are refused, not taken for duplicates."""
+    from shardcat.catalog.catalog import SqlCatalog
+
+    with Catalog(catalog_url) as cat:
+        _hash_dataset(cat, local_root, shards=1)
+    bare = SqlCatalog(catalog_url)
+    try:
+        fresh = write_shard(f"{local_root}/fresh.shard", ["fresh/1"])
+        bare.register_shard("h", fresh)  # no equal hash: nothing to read, the commit goes through
+        again = write_shard(f"{local_root}/again.shard", [shard_keys(0)[1]])
+        with pytest.raises(KeyTextUnavailableError, match="opened without a reader"):
+            bare.register_shard("h", again)
+    finally:
+        bare.close()
