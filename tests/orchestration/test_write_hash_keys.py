@@ -58,3 +58,17 @@ def test_write_hash_only_then_append_on_both_catalogs(client, tmp_path, catalog_
     # The mode is the dataset's: asking for the other one is refused, naming it.
     with pytest.raises(DatasetExistsError, match="keeps keys='hash'"):
         write(again, mode="overwrite", keys="text")
+
+
+def test_a_copy_of_a_hash_only_dataset_has_key_text_again(client, tmp_path, sqlite_url):
+    """What KeyTextUnavailableError's hint says: the copy registers keys from the footers."""
+    shardcat.write(
+        _bag(2, 30), str(tmp_path / "ds"), catalog=sqlite_url, dataset="h", keys="hash",
+        client=client, progress=False,
+    )  # fmt: skip
+    shardcat.copy_dataset(sqlite_url, "h", str(tmp_path / "copy"), name="t", client=client)
+    with Catalog(sqlite_url) as cat:
+        assert cat.info("t").keys == "text"
+        expected = sorted(s["__key__"] for p in range(2) for s in make_samples(p, 30))
+        assert list(cat.keys("t")) == expected
+        assert cat.get("t", expected[5]).key == expected[5]
