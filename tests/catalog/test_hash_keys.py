@@ -322,3 +322,14 @@ def test_a_catalog_without_the_reading_layer_refuses_to_guess(catalog_url, local
             bare.register_shard("h", again)
     finally:
         bare.close()
+
+
+def test_keys_longer_than_the_head_read_are_read_whole(cat, local_root):
+    """A key past the first 512 bytes of its record takes a second read; still exact."""
+    cat.create_dataset("h", local_root, keys="hash")
+    long_keys = [("k" * 700) + str(i) for i in range(3)] + ["short"]
+    cat.register_shard("h", write_shard(f"{local_root}/long.shard", long_keys))
+    for key in long_keys:
+        assert cat.get("h", key).key == key
+    batch = cat.get_many("h", [*long_keys, "k" * 701])
+    assert [None if r is None else r.key for r in batch.records] == [*long_keys, None]
