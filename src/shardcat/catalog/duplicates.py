@@ -38,7 +38,6 @@ __all__ = [
     "committed_exists",
     "duplicate_keys",
     "has_committed",
-    "hash_only_duplicates",
     "resolve_duplicates",
     "resolve_rewrite",
 ]
@@ -158,11 +157,11 @@ def resolve_duplicates(
         Keys repeat within the job, or (``"error"``) are live in the dataset.
     KeyConflictError
         (``"replace"``/``"skip"``) Another commit changed some of the keys after the job began.
+    KeyTextUnavailableError
+        A hash-only dataset's candidates, and no key reader in the session.
     """
     if dataset.key_mode == HASH:  # no key text: equal hashes, then the keys the shards hold
-        return hash_only_duplicates(
-            session, dataset, job, on_duplicate, params, removed, session.info.get(KEY_READER)
-        )
+        return _resolve_hash_only(session, dataset, job, on_duplicate, params, removed)
     dups = duplicate_keys(session, job.id)
     if not dups:
         return removed, 0
@@ -267,33 +266,25 @@ def _positions(pairs: Sequence[tuple[int, int]]) -> str:
     return f"(records.shard_id, records.byte_offset) IN (VALUES {listed})"
 
 
-def hash_only_duplicates(
+def _resolve_hash_only(
     session: Session,
     dataset: Dataset,
     job: Job,
     on_duplicate: OnDuplicate,
     params: dict[str, object],
     removed: tuple[int, int],
-    read_keys: KeyReader | None,
 ) -> tuple[tuple[int, int], int]:
-    """:func:`.duplicates.resolve_duplicates` for a hash-only dataset: equal hashes, then keys read.
+    """:func:`resolve_duplicates` for a hash-only dataset: equal hashes, then keys read.
 
     One statement finds the job's records whose hash another live record (or
     another of the job's) has; usually none. The keys of those candidates are
-    read from their shards (``read_keys``); equal keys are duplicates and follow
-    ``on_duplicate`` as in a dataset with key text, unequal keys are a collision
-    and are left alone. Costs in proportion to the candidates, not the dataset.
-
-    Raises
-    ------
-    DuplicateKeyError
-        Keys repeat within the job, or (``"error"``) are live in the dataset.
-    KeyConflictError
-        (``"replace"``/``"skip"``) Another commit changed some of the keys after the job began.
-    KeyTextUnavailableError
-        Candidates exist and no ``read_keys`` was given (a catalog opened without
-        the reading layer cannot compare them).
+    read from their shards (the session's :data:`~.hashkeys.KEY_READER`); equal
+    keys are duplicates and follow ``on_duplicate`` as in a dataset with key text,
+    unequal keys are a collision and are left alone. Costs in proportion to the
+    candidates, not the dataset. Raises what :func:`resolve_duplicates` raises, and
+    KeyTextUnavailableError if candidates exist and the session has no key reader.
     """
+    read_keys = session.info.get(KEY_READER)
     rows = session.execute(_CANDIDATES, {"job": job.id}).all()
     if not rows:
         return removed, 0

@@ -11,7 +11,7 @@ candidates, never a match and never a duplicate.
 The catalog layer reads no shard itself: the commit is handed a
 :data:`KeyReader` by the layer that reads (``shardcat.reading``), which
 reads each candidate record's head (a few hundred bytes) and returns its key
-(:func:`.duplicates.hash_only_duplicates`).
+(:func:`.duplicates.resolve_duplicates`).
 docs/CATALOG.md ("Hash-only datasets") describes the rules and their costs.
 """
 
