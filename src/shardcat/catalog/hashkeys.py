@@ -20,16 +20,23 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ..errors import Hint, KeyTextUnavailableError
-from .models import KEY_MODES
 
 __all__ = [
     "HASH",
+    "KEY_MODES",
     "KEY_READER",
     "TEXT",
     "KeyReader",
     "check_key_mode",
     "needs_key_text",
 ]
+
+KEY_MODES = ("text", "hash")
+"""What a dataset's records keep of their key (``datasets.key_mode``): text and hash, or the hash.
+
+Checked by :func:`check_key_mode`, not by a CHECK constraint: adding one to ``datasets`` on
+SQLite would rebuild the table every other table refers to. Defined here, free of SQLAlchemy,
+so that the lookup path can name the modes without loading the ORM."""
 
 TEXT, HASH = KEY_MODES
 

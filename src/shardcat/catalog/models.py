@@ -49,6 +49,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeEngine
 
+from .hashkeys import KEY_MODES
 from .keyrange import KEY_ORDER
 
 __all__ = [
@@ -112,13 +113,6 @@ class Base(DeclarativeBase):
 
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
     type_annotation_map = {dict[str, Any]: JSONType, dt.datetime: Timestamp}  # noqa: RUF012
-
-
-KEY_MODES = ("text", "hash")
-"""What a dataset's records keep of their key: its text and hash, or the hash alone.
-
-Checked by :func:`shardcat.catalog.hashkeys.key_mode`, not by a CHECK constraint: adding
-one to ``datasets`` on SQLite would rebuild the table every other table refers to."""
 
 
 class Dataset(Base):

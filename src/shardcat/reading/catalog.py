@@ -23,7 +23,6 @@ from .._lazy import lazy_module
 from .._types import StorageOptions
 from ..catalog import fence
 from ..catalog.catalog import SqlCatalog
-from ..catalog.hashkeys import KeyReader
 from ..catalog.history import Version
 from ..catalog.results import (
     BatchResult,
@@ -46,6 +45,7 @@ from .lookup import LayoutCache, Lookup
 # first use: opening a catalog and looking a key up needs none of it.
 if TYPE_CHECKING:
     from ..catalog import maintenance as _maintenance
+    from ..catalog.hashkeys import KeyReader
     from ..catalog.manifests import DatasetHistory
     from . import checks as _checks
     from . import history as _history
