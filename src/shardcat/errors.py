@@ -54,6 +54,7 @@ __all__ = [
     "JobNotFoundError",
     "KeyConflictError",
     "KeyNotFoundError",
+    "KeyTextUnavailableError",
     "NewerVersionWarning",
     "ObjectExistsError",
     "ProgressCallbackError",
@@ -724,6 +725,10 @@ class GroupsUnsupportedError(CatalogError, ValueError):
     Every operation handles them since phase 2 (docs/GROUPS.md §6); kept so that
     code catching it still imports.
     """
+
+
+class KeyTextUnavailableError(CatalogError, ValueError):
+    """An operation needs keys' text, and the dataset keeps only their hashes (``keys="hash"``)."""
 
 
 class VersionNotFoundError(CatalogError, KeyError):

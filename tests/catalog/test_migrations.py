@@ -465,3 +465,59 @@ def test_upgrade_from_0012_names_the_group_of_each_record_in_the_views(catalog_u
         engine.dispose()
     with Catalog(catalog_url) as cat:
         assert cat.get("train", key) == merged
+
+
+def _key_index_sql(url: str) -> str:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            if conn.dialect.name == "sqlite":
+                sql = "SELECT sql FROM sqlite_master WHERE name = 'ix_records_dataset_id_key'"
+            else:
+                sql = (
+                    "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_records_dataset_id_key'"
+                    " AND schemaname = current_schema()"
+                )
+            return str(conn.execute(sa.text(sql)).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def test_upgrade_from_0013_admits_hash_only_datasets_and_keeps_the_data(catalog_url, local_root):
+    """0014: datasets.key_mode, records.key nullable, a partial key index; the rows stay."""
+    from .helpers import make_dataset, shard_keys, write_shard
+
+    with Catalog(catalog_url) as cat:
+        make_dataset(cat, local_root, 2)
+        before = cat.get_many("train", shard_keys(0) + shard_keys(1)).records
+        version = cat.info("train").version
+    assert downgrade(catalog_url, "0013") == (head_revision(), "0013")
+    assert "IS NOT NULL" not in _key_index_sql(catalog_url)
+    with pytest.raises(SchemaVersionError, match="shardcat catalog upgrade"):
+        Catalog(catalog_url)
+    assert upgrade(catalog_url) == ("0013", head_revision())
+    assert check(catalog_url) == []
+    assert "key IS NOT NULL" in _key_index_sql(catalog_url)
+    with Catalog(catalog_url) as cat:
+        # Every record, its key text, the views and the versions are as they were.
+        assert cat.get_many("train", shard_keys(0) + shard_keys(1)).records == before
+        assert list(cat.keys("train")) == sorted(shard_keys(0) + shard_keys(1))
+        assert cat.info("train").keys == "text"
+        assert cat.info("train").version == version
+        assert cat.get("train", shard_keys(0)[0], version=1).key == shard_keys(0)[0]
+        with cat.engine.connect() as conn:
+            live = conn.execute(sa.text("SELECT count(*) FROM live_records")).scalar()
+            assert live == 2 * len(shard_keys(0))
+        # A hash-only dataset beside it, after the upgrade.
+        cat.create_dataset("h", local_root, keys="hash")
+        cat.register_shard("h", write_shard(f"{local_root}/h.shard", shard_keys(7)))
+        assert cat.get("h", shard_keys(7)[3]).key == shard_keys(7)[3]
+    # Down again is refused while records without key text exist, and works once they are gone.
+    with pytest.raises(RuntimeError, match="delete those datasets"):
+        downgrade(catalog_url, "0013")
+    with Catalog(catalog_url) as cat:
+        cat.delete_dataset("h")
+    assert downgrade(catalog_url, "0013") == (head_revision(), "0013")
+    assert upgrade(catalog_url) == ("0013", head_revision())
+    with Catalog(catalog_url) as cat:
+        assert cat.get_many("train", shard_keys(0) + shard_keys(1)).records == before

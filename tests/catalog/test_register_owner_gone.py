@@ -25,7 +25,8 @@ def test_a_shard_whose_job_row_is_gone_is_refused_with_a_typed_error(
     def register_under_a_missing_job() -> None:
         with cat._uow(write=True) as s:
             ds = find_dataset(s, "train")
-            insert_shard(s, ds.id, 987_654_321, prep)  # no such job: its foreign key fails
+            # No such job: its foreign key fails.
+            insert_shard(s, ds.id, 987_654_321, prep, key_mode=ds.key_mode)
 
     with pytest.raises(CatalogError, match="was removed while it was being registered") as got:
         register_under_a_missing_job()

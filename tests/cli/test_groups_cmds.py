@@ -63,3 +63,22 @@ def test_add_entries_then_get_stats_groups_and_drop(tmp_path):
     with Catalog(catalog) as cat:
         assert list(cat.get("pics", "b")) == ["bin"]
         assert cat.log("pics")[0].operation == "drop-group"
+
+
+def test_write_keys_hash_then_get_and_a_clear_error_for_keys(tmp_path):
+    """`shardcat write --keys hash`: `get` reads samples back, `keys` says what to do instead."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("a", "b", "c"):
+        (src / f"{name}.bin").write_bytes(name.encode() * 10)
+    catalog = f"sqlite:///{tmp_path / 'catalog.db'}"
+    write = ("write", str(src), str(tmp_path / "shards"), "-d", "pics", "--workers", "1")
+    ok(run(*write, "--keys", "hash", catalog=catalog))
+    with Catalog(catalog) as cat:
+        assert cat.info("pics").keys == "hash"
+        assert cat.get("pics", "b")["bin"].data == b"b" * 10
+    got = ok(run("get", "pics", "c", "--entry", "bin", catalog=catalog, binary=True))
+    assert got.stdout == b"c" * 10
+    refused = run("keys", "pics", catalog=catalog)
+    assert refused.returncode == 1
+    assert 'keys="hash"' in refused.stderr and "shardcat get" in refused.stderr

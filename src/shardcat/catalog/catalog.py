@@ -26,6 +26,7 @@ from ..errors import CatalogClosedError
 from . import fence, sqlite_file
 from .changes import changes_of, note_options, options_of
 from .deprecated import DeprecatedMethods
+from .hashkeys import KEY_READER, KeyReader, check_key_mode, needs_key_text
 from .history import Version, VersionsApi, with_retries
 from .migrate import HEAD_REVISION, ensure_schema
 from .results import (
@@ -195,6 +196,7 @@ class SqlCatalog(VersionsApi, DeprecatedMethods):
             fence.shared(),
             unit_of_work(self.engine, write=write, busy_timeout=self.busy_timeout) as s,
         ):
+            s.info[KEY_READER] = self._key_reader()
             yield s
             changed = changes_of(s) if write else None
             if changed:
@@ -202,6 +204,10 @@ class SqlCatalog(VersionsApi, DeprecatedMethods):
                 history = _manifests.build_changes(s, changed, self._keeps_history)
         if history:
             self._write_history(history, options_of(s))
+
+    def _key_reader(self) -> KeyReader | None:
+        """What reads hash-only datasets' keys from their shards (the read layer's; None here)."""
+        return None
 
     def _keeps_history(self, root: str) -> bool:
         """Whether commits write manifests beside this dataset root (the read layer decides)."""
@@ -221,16 +227,27 @@ class SqlCatalog(VersionsApi, DeprecatedMethods):
         properties: dict[str, Any] | None = None,
         *,
         exist_ok: bool = False,
+        keys: str = "text",
     ) -> DatasetInfo:
         """Create a dataset (or return the existing one with ``exist_ok``).
+
+        ``keys``: ``"text"`` (the default) keeps each key's text and hash in the
+        catalog; ``"hash"`` keeps only the hash, and every lookup compares the key
+        its shard record holds (docs/CATALOG.md, "Hash-only datasets"): fewer bytes
+        per key, no ``keys --prefix`` or ``where=`` on keys. Native shards only.
 
         Raises
         ------
         DatasetExistsError
-            If it exists and ``exist_ok`` is false.
+            If it exists and ``exist_ok`` is false (or exists with another ``keys``).
+        ValueError
+            ``keys`` is neither ``"text"`` nor ``"hash"``.
         """
+        check_key_mode(keys)
         with self._uow(write=True) as s:
-            return _datasets.create_dataset(s, name, root_url, properties, exist_ok=exist_ok)
+            return _datasets.create_dataset(
+                s, name, root_url, properties, exist_ok=exist_ok, key_mode=keys
+            )
 
     def info(self, name: str) -> DatasetInfo:
         """The dataset's row: id, root URL, format and current version, properties.
@@ -301,9 +318,12 @@ class SqlCatalog(VersionsApi, DeprecatedMethods):
             If there is no such dataset (raised at once, before iterating).
         VersionNotFoundError
             If there is no such kept version or tag (raised at once).
+        KeyTextUnavailableError
+            The dataset keeps only key hashes (``keys="hash"``; raised at once).
         """
         with self._uow() as s:
             ds = _datasets.find_dataset(s, dataset)
+            needs_key_text(ds.name, ds.key_mode, "listing keys (keys, --prefix)")
             number = None if version is None else _versions.resolve_version(s, ds, version)
             dataset_id = ds.id
         return _keys.iter_keys(

@@ -43,6 +43,7 @@ from .duplicates import (
     resolve_rewrite,
 )
 from .groups import SKIPPED_KEYS, GroupWrite, apply_group, assign_groups
+from .hashkeys import needs_key_text
 from .models import BASE_GROUP, Dataset, Job, Record, Shard
 from .retire import retire
 from .session import NO_SYNC
@@ -220,6 +221,8 @@ def commit(
     params: dict[str, object] = {"v": version, "d": dataset.id, "job": job.id}
     if hidden:
         _hide(session, dataset, job, hidden, version)
+    if groups or group is not None:  # a group's records are matched to the base's by key text
+        needs_key_text(dataset.name, dataset.key_mode, "column groups")
     if groups:
         assign_groups(session, dataset, job, groups, version)
     removed = (0, 0)

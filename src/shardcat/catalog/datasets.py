@@ -98,6 +98,7 @@ def create_dataset(
     properties: dict[str, Any] | None,
     *,
     exist_ok: bool,
+    key_mode: str = "text",
 ) -> DatasetInfo:
     """See :meth:`Catalog.create_dataset`."""
     check_name(name)
@@ -109,6 +110,7 @@ def create_dataset(
             format_major=FORMAT_VERSION[0],
             format_minor=FORMAT_VERSION[1],
             properties=dict(properties or {}),
+            key_mode=key_mode,
         )
         try:
             # Another process may create the same name at the same moment
@@ -121,6 +123,14 @@ def create_dataset(
         else:
             session.refresh(row)
             return dataset_info(row)
+    if exist_ok and existing.key_mode != key_mode:
+        raise DatasetExistsError(
+            f"dataset {name!r} exists already with keys={existing.key_mode!r}, not {key_mode!r}",
+            hint=Hint(
+                python=f"pass keys={existing.key_mode!r}, or pick another name",
+                cli=f"pass --keys {existing.key_mode}, or pick another name",
+            ),
+        )
     if exist_ok:
         return dataset_info(existing)
     raise DatasetExistsError(

@@ -17,12 +17,16 @@ The statements are SQL text that embeds :mod:`.visibility`'s rules, so
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from sqlalchemy import Exists, exists, select, text
 from sqlalchemy.orm import Session
 
 from .._types import OnDuplicate
-from ..errors import KeyConflictError
+from ..errors import Hint, KeyConflictError, KeyTextUnavailableError
 from . import visibility
+from .hashkeys import HASH, KEY_READER, KeyReader, needs_key_text
 from .models import Dataset, Job, Shard
 from .register import duplicate_error
 from .versions import remove_records
@@ -153,7 +157,11 @@ def resolve_duplicates(
         Keys repeat within the job, or (``"error"``) are live in the dataset.
     KeyConflictError
         (``"replace"``/``"skip"``) Another commit changed some of the keys after the job began.
+    KeyTextUnavailableError
+        A hash-only dataset's candidates, and no key reader in the session.
     """
+    if dataset.key_mode == HASH:  # no key text: equal hashes, then the keys the shards hold
+        return _resolve_hash_only(session, dataset, job, on_duplicate, params, removed)
     dups = duplicate_keys(session, job.id)
     if not dups:
         return removed, 0
@@ -169,15 +177,7 @@ def resolve_duplicates(
             session.execute(_CHANGED_SINCE, {"job": job.id, "base": job.base_version}).scalars()
         )
         if changed:
-            shown = ", ".join(repr(k) for k in changed[:10])
-            more = f" and {len(changed) - 10} more" if len(changed) > 10 else ""
-            raise KeyConflictError(
-                f"job {job.id} would {on_duplicate} {len(changed)} key(s) of dataset "
-                f"{dataset.name!r} that another commit changed after the job began (at version "
-                f"{job.base_version}): {shown}{more}; the job was not committed: rerun it "
-                "against the current version",
-                keys=changed[:1000],
-            )
+            raise _conflict(dataset, job, on_duplicate, changed)
     if on_duplicate == "replace":
         gone = remove_records(
             session,
@@ -188,6 +188,21 @@ def resolve_duplicates(
     # skip: the job's own records of those keys are added and removed in the same version.
     skipped, _ = remove_records(session, f"{OF_JOB} AND {_SAME_KEY_LIVE}", params)
     return removed, skipped
+
+
+def _conflict(
+    dataset: Dataset, job: Job, on_duplicate: OnDuplicate, changed: list[str]
+) -> KeyConflictError:
+    """The error of a replace or skip whose keys another commit changed after the job began."""
+    shown = ", ".join(repr(k) for k in changed[:10])
+    more = f" and {len(changed) - 10} more" if len(changed) > 10 else ""
+    return KeyConflictError(
+        f"job {job.id} would {on_duplicate} {len(changed)} key(s) of dataset "
+        f"{dataset.name!r} that another commit changed after the job began (at version "
+        f"{job.base_version}): {shown}{more}; the job was not committed: rerun it "
+        "against the current version",
+        keys=changed[:1000],
+    )
 
 
 def resolve_rewrite(
@@ -203,7 +218,10 @@ def resolve_rewrite(
     ------
     DuplicateKeyError
         A key repeats within the job.
+    KeyTextUnavailableError
+        The dataset keeps only key hashes (a rewrite matches copies to records by key text).
     """
+    needs_key_text(dataset.name, dataset.key_mode, "rewriting records (compact, rewrite=True)")
     within = sorted(session.execute(_WITHIN_JOB, {"job": job.id}).scalars())
     if within:
         raise duplicate_error(
@@ -217,3 +235,134 @@ def resolve_rewrite(
         session, f"records.dataset_id = :d AND {LIVE_ELSEWHERE} AND {_SAME_KEY_IN_JOB}", params
     )
     return stale, (removed[0] + gone[0], removed[1] + gone[1])
+
+
+# Hash-only datasets (hashkeys.py): job records (`n`, shard `ns`) and another record (`o`,
+# shard `s`) of the same hash and group, a committed live one or another of the job's.
+# Candidates: the keys their shards hold decide.
+_PAIRS = (
+    "SELECT n.shard_id, n.byte_offset, n.byte_length, ns.url, "
+    "o.shard_id, o.byte_offset, o.byte_length, s.url, s.job_id = :job AND s.state = 'staged' "
+    "FROM records n JOIN shards ns ON ns.id = n.shard_id "
+    "JOIN records o ON o.dataset_id = n.dataset_id AND o.key_hash = n.key_hash "
+    "AND o.group_id = n.group_id "
+    "AND (o.shard_id <> n.shard_id OR o.byte_offset <> n.byte_offset) "
+    f"JOIN shards s ON s.id = o.shard_id WHERE {_NEW} AND "
+)
+_CANDIDATES = text(
+    _PAIRS + f"{visibility.sql(visibility.not_removed, 'records AS o')} "
+    f"AND ({_S_COMMITTED} OR (s.job_id = :job AND s.state = 'staged'))"
+)
+# The same pairs with a committed record another commit added or removed after the job began.
+_CHANGED_CANDIDATES = text(
+    _PAIRS + f"{_S_COMMITTED} AND "
+    f"{visibility.sql(visibility.changed_since, 'records AS o', 'shards AS s', ':base')}"
+)
+
+
+def _positions(pairs: Sequence[tuple[int, int]]) -> str:
+    """SQL: ``records``' row is one of ``pairs`` ((shard id, offset), integers inlined)."""
+    listed = ", ".join(f"({int(s)}, {int(o)})" for s, o in sorted(set(pairs)))
+    return f"(records.shard_id, records.byte_offset) IN (VALUES {listed})"
+
+
+def _resolve_hash_only(
+    session: Session,
+    dataset: Dataset,
+    job: Job,
+    on_duplicate: OnDuplicate,
+    params: dict[str, object],
+    removed: tuple[int, int],
+) -> tuple[tuple[int, int], int]:
+    """:func:`resolve_duplicates` for a hash-only dataset: equal hashes, then keys read.
+
+    One statement finds the job's records whose hash another live record (or
+    another of the job's) has; usually none. The keys of those candidates are
+    read from their shards (the session's :data:`~.hashkeys.KEY_READER`); equal
+    keys are duplicates and follow ``on_duplicate`` as in a dataset with key text,
+    unequal keys are a collision and are left alone. Costs in proportion to the
+    candidates, not the dataset. Raises what :func:`resolve_duplicates` raises, and
+    KeyTextUnavailableError if candidates exist and the session has no key reader.
+    """
+    read_keys = session.info.get(KEY_READER)
+    rows = session.execute(_CANDIDATES, {"job": job.id}).all()
+    if not rows:
+        return removed, 0
+    within: set[str] = set()
+    live: dict[str, tuple[list[tuple[int, int]], list[tuple[int, int]]]] = {}
+    for key, mine, theirs, in_job in _same_keys(dataset, job, rows, read_keys):
+        if in_job:
+            within.add(key)
+        else:
+            live.setdefault(key, ([], []))[0].append(mine)
+            live[key][1].append(theirs)
+    where_job = f"in job {job.id} of dataset {dataset.name!r}"
+    if within:
+        raise duplicate_error(sorted(within), f"{where_job} (within the job)")
+    if not live:
+        return removed, 0
+    if on_duplicate == "error":
+        raise duplicate_error(sorted(live), f"{where_job} (against committed shards)", live=True)
+    if job.base_version is not None:
+        changed_rows = session.execute(
+            _CHANGED_CANDIDATES, {"job": job.id, "base": job.base_version}
+        ).all()
+        changed = sorted({k for k, *_ in _same_keys(dataset, job, changed_rows, read_keys)})
+        if changed:
+            raise _conflict(dataset, job, on_duplicate, changed)
+    if on_duplicate == "replace":
+        theirs_all = [p for _, theirs in live.values() for p in theirs]
+        gone = _remove(session, theirs_all, params)
+        return (removed[0] + gone[0], removed[1] + gone[1]), 0
+    mine_all = [p for mine, _ in live.values() for p in mine]
+    skipped, _ = _remove(session, mine_all, params)
+    return removed, skipped
+
+
+def _same_keys(
+    dataset: Dataset, job: Job, rows: Sequence[Any], read_keys: KeyReader | None
+) -> list[tuple[str, tuple[int, int], tuple[int, int], bool]]:
+    """The pairs of ``rows`` (``_PAIRS``' columns) whose two records hold one key, with that key.
+
+    Each record's key is read from its shard once; pairs of two keys (collisions) are dropped.
+
+    Raises
+    ------
+    KeyTextUnavailableError
+        There are pairs and no ``read_keys``.
+    """
+    if not rows:
+        return []
+    if read_keys is None:
+        raise KeyTextUnavailableError(
+            f"{len(rows)} record(s) of job {job.id} share a key hash with another record of "
+            f'dataset {dataset.name!r}, which was created with keys="hash": their keys must be '
+            "read from the shards, and this catalog was opened without a reader",
+            hint=Hint(
+                python="commit through shardcat.Catalog (it reads the keys), not SqlCatalog",
+                cli="commit with `shardcat commit`",
+            ),
+        )
+    where: dict[tuple[int, int], tuple[str, int, int]] = {}
+    for n_sid, n_off, n_len, n_url, o_sid, o_off, o_len, o_url, _ in rows:
+        where[(n_sid, n_off)] = (n_url, int(n_off), int(n_len))
+        where[(o_sid, o_off)] = (o_url, int(o_off), int(o_len))
+    at = list(where)
+    key_of = dict(zip(at, read_keys([where[p] for p in at])))
+    out = []
+    for n_sid, n_off, _, _, o_sid, o_off, _, _, in_job in rows:
+        key = key_of[(n_sid, n_off)]
+        if key == key_of[(o_sid, o_off)]:  # else a collision: two keys, one hash
+            out.append((key, (n_sid, n_off), (o_sid, o_off), bool(in_job)))
+    return out
+
+
+def _remove(
+    session: Session, positions: list[tuple[int, int]], params: dict[str, object]
+) -> tuple[int, int]:
+    total = [0, 0]
+    for i in range(0, len(positions), 5000):
+        got = remove_records(session, _positions(positions[i : i + 5000]), params)
+        total[0] += got[0]
+        total[1] += got[1]
+    return total[0], total[1]

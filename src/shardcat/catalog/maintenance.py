@@ -105,7 +105,7 @@ def reindex_shards(session: Session, dataset: str, preps: list[PreparedShard]) -
             created = prep.columns["created_at"]
             first_written[group] = min(first_written.get(group, created), created)
         drop_shards(session, [o.id for o in old])
-        shard_id = insert_shard(session, ds.id, job.id, prep)
+        shard_id = insert_shard(session, ds.id, job.id, prep, key_mode=ds.key_mode)
         new_ids.append(shard_id)
         if old:
             keep_job[shard_id] = old[0].job_id
@@ -158,7 +158,8 @@ def named_samples(
     for shard_id, key, offset, signature in rows:
         if signature not in names:
             names[signature] = [entry[0] for entry in json.loads(signature)]
-        out[shard_id].append((key, int(offset), names[signature]))
+        # A folder group's rows have key text: only native shards may be hash-only.
+        out[shard_id].append((str(key), int(offset), names[signature]))
     return out
 
 
@@ -245,8 +246,19 @@ def _compare(s: Session, shard: Shard, info: Summary) -> list[Problem]:
             [signatures[i] for i in prep.layout_index.tolist()],
         )
     )
+    # A hash-only dataset's rows have no key text: each takes the key the footer has at its
+    # offset, so hash, position, length, spans and layout are what is compared (a row at an
+    # offset the footer does not list keeps None, and is named by its offset).
+    at = dict(zip(prep.offsets.tolist(), prep.keys))
     catalog = {
-        (k, int(h), int(o), int(n), bytes(sp), sig)
+        (
+            at.get(int(o), f"<no key at offset {int(o)}>") if k is None else k,
+            int(h),
+            int(o),
+            int(n),
+            bytes(sp),
+            sig,
+        )
         for k, h, o, n, sp, sig in s.execute(_CATALOG_ROWS, {"shard": shard.id})
     }
     extra = sorted({row[0] for row in catalog - footer})

@@ -550,7 +550,7 @@ def rebuild(
                 f"{prep.columns['file_id']}, the manifest's {life.added.file_id}; the shard was "
                 "replaced after it was committed"
             )
-        shard_id = insert_shard(session, ds.id, jobs[life.version], prep)
+        shard_id = insert_shard(session, ds.id, jobs[life.version], prep, key_mode=ds.key_mode)
         group = _group_of(url, life, prep, plan.groups)
         if group is not None:
             shard_groups.setdefault(id(group), (group, []))[1].append(shard_id)

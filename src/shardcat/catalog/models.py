@@ -49,11 +49,13 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeEngine
 
+from .hashkeys import KEY_MODES
 from .keyrange import KEY_ORDER
 
 __all__ = [
     "BASE_GROUP",
     "JOB_STATES",
+    "KEY_MODES",
     "LIVE_STATES",
     "NAMING_CONVENTION",
     "SHARD_KINDS",
@@ -130,6 +132,9 @@ class Dataset(Base):
     """Bumped by every commit; the optimistic-concurrency token."""
     properties: Mapped[dict[str, Any]] = mapped_column(JSONType)
     created_at: Mapped[dt.datetime] = mapped_column(Timestamp, server_default=func.now())
+    key_mode: Mapped[str] = mapped_column(String(8), server_default=text("'text'"))
+    """``text``: records keep their key's text; ``hash``: only its hash (revision 0014,
+    :mod:`shardcat.catalog.hashkeys`)."""
 
 
 class Job(Base):
@@ -293,7 +298,15 @@ class Record(Base):
         # Keys in order, for listings and prefix searches (`shardcat keys --prefix`), as a
         # range on the index. PostgreSQL: in byte order (COLLATE "C"), where a prefix is a
         # range whatever the database's collation; SQLite's default collation is bytes.
-        Index(None, "dataset_id", "key", postgresql_ops={"key": KEY_ORDER}),
+        # Partial: a hash-only dataset's rows (key NULL) cost it no bytes (migration 0014).
+        Index(
+            None,
+            "dataset_id",
+            "key",
+            postgresql_ops={"key": KEY_ORDER},
+            sqlite_where=text("key IS NOT NULL"),
+            postgresql_where=text("key IS NOT NULL"),
+        ),
         # Removed records only (partial): what a version hides is a range of it, and
         # inserting live records costs it nothing (migration 0007).
         Index(
@@ -312,7 +325,8 @@ class Record(Base):
     dataset_id: Mapped[int] = mapped_column(Integer)
     key_hash: Mapped[int] = mapped_column(BigInteger)
     """xxHash64 (seed 0) of the key's UTF-8 bytes, as a signed 64-bit integer."""
-    key: Mapped[str] = mapped_column(Text)
+    key: Mapped[str | None] = mapped_column(Text)
+    """The key's text; NULL in a hash-only dataset (``keys="hash"``), whose shards hold it."""
     byte_length: Mapped[int] = mapped_column(BigInteger)
     layout_id: Mapped[int] = mapped_column(Integer)
     spans: Mapped[bytes] = mapped_column(LargeBinary)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -300,9 +301,17 @@ _COLUMNS = (
 
 
 def insert_records(
-    session: Session, shard_id: int, dataset_id: int, prep: PreparedShard, layout_ids: list[int]
+    session: Session,
+    shard_id: int,
+    dataset_id: int,
+    prep: PreparedShard,
+    layout_ids: list[int],
+    *,
+    keys: bool = True,
 ) -> None:
     """Insert the shard's records in the session's transaction, in bulk.
+
+    ``keys``: with the key text; False (a hash-only dataset) leaves ``records.key`` NULL.
 
     SQLite gets them in file order (the table is clustered by shard and
     offset: appends), PostgreSQL in key-hash order (its heap does not care,
@@ -324,7 +333,7 @@ def insert_records(
         rows = zip(
             prep.offsets.tolist(),
             prep.key_hashes.tolist(),
-            prep.keys,
+            prep.keys if keys else repeat(None, n),
             prep.lengths.tolist(),
             lids.tolist(),
             prep.spans.tolist(),
@@ -337,36 +346,25 @@ def insert_records(
         return
     order = np.argsort(prep.key_hashes, kind="stable")
     pick = order.tolist()
-    keys = [prep.keys[i] for i in pick]
     spans = prep.spans.tolist()
     spans = [spans[i] for i in pick]
     if dialect == "postgresql":
+        names = ["shard_id", "dataset_id", "byte_offset", "key_hash", "byte_length", "layout_id"]
+        types = ["int4", "int4", "int8", "int8", "int8", "int4"]
+        values: list[Any] = [
+            shard_id,
+            dataset_id,
+            prep.offsets[order],
+            prep.key_hashes[order],
+            prep.lengths[order],
+            lids[order],
+        ]
+        if keys:  # a hash-only dataset's rows leave the column out: NULL
+            names.append("key")
+            types.append("bytes")
+            values.append([prep.keys[i].encode("utf-8") for i in pick])
         with dbapi.cursor() as cur:
-            copy_binary(
-                cur,
-                "records",
-                (
-                    "shard_id",
-                    "dataset_id",
-                    "byte_offset",
-                    "key_hash",
-                    "byte_length",
-                    "layout_id",
-                    "key",
-                    "spans",
-                ),
-                ("int4", "int4", "int8", "int8", "int8", "int4", "bytes", "bytes"),
-                (
-                    shard_id,
-                    dataset_id,
-                    prep.offsets[order],
-                    prep.key_hashes[order],
-                    prep.lengths[order],
-                    lids[order],
-                    [k.encode("utf-8") for k in keys],
-                    spans,
-                ),
-            )
+            copy_binary(cur, "records", (*names, "spans"), (*types, "bytes"), (*values, spans))
         return
     # Any other SQLAlchemy backend: plain executemany through Core.
     session.execute(
@@ -378,7 +376,7 @@ def insert_records(
                 [dataset_id] * n,
                 prep.offsets[order].tolist(),
                 prep.key_hashes[order].tolist(),
-                keys,
+                [prep.keys[i] for i in pick] if keys else [None] * n,
                 prep.lengths[order].tolist(),
                 lids[order].tolist(),
                 spans,

@@ -41,6 +41,8 @@ class DatasetInfo:
     """Number of commits so far."""
     properties: dict[str, Any]
     created_at: dt.datetime
+    keys: str = "text"
+    """What the catalog keeps of each key: ``"text"`` (and its hash) or ``"hash"`` only."""
 
 
 @dataclass(frozen=True, slots=True)

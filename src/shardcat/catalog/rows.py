@@ -19,6 +19,7 @@ def dataset_info(row: Dataset) -> DatasetInfo:
         version=int(row.version),
         properties=dict(row.properties or {}),
         created_at=utc(row.created_at),
+        keys=row.key_mode,
     )
 
 

@@ -31,6 +31,7 @@ from ..errors import CatalogError, QueryLimitError, QueryTimeoutError
 from . import visibility
 from .datasets import find_dataset
 from .fields import FIELD_NAME, declared_fields
+from .hashkeys import needs_key_text
 from .readonly import compile_filter, open_read_only
 from .versions import resolve_version
 
@@ -226,8 +227,12 @@ def selection_target(
         If there is no such dataset.
     VersionNotFoundError
         If there is no such kept version or tag.
+    KeyTextUnavailableError
+        The dataset keeps only key hashes (``keys="hash"``).
     """
     ds = find_dataset(session, dataset)
+    # A selection is rows by key (its result names each record's key): key text it has not.
+    needs_key_text(ds.name, ds.key_mode, "select / where=")
     fields = declared_fields(session, ds.id)
     number = None if version is None else resolve_version(session, ds, version)
     return SelectionTarget(dataset, ds.id, fields, number)

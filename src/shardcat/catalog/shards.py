@@ -17,10 +17,17 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from .._redact import redact_url as redact
-from ..errors import CatalogError, DuplicateKeyError, ShardNotFoundError
+from ..errors import (
+    CatalogError,
+    DuplicateKeyError,
+    Hint,
+    KeyTextUnavailableError,
+    ShardNotFoundError,
+)
 from . import visibility
 from .commit import bump_version, commit
 from .datasets import find_dataset
+from .hashkeys import HASH
 from .jobs import stageable_job
 from .models import LIVE_STATES, Dataset, Job, Shard
 from .register import PreparedShard, ensure_layouts, insert_ignore, insert_records
@@ -147,7 +154,7 @@ def register_shard(
         job_row = Job(dataset_id=ds.id, state="open", description="register_shard")
         session.add(job_row)
         session.flush()
-    shard_id = insert_shard(session, ds.id, job_row.id, prep)
+    shard_id = insert_shard(session, ds.id, job_row.id, prep, key_mode=ds.key_mode)
     if state == "committed":
         # The one shard just staged: its records and bytes are known here (one query less).
         added = (prep.record_count, int(prep.lengths.sum()))
@@ -174,7 +181,14 @@ def register_shards(
     distinct = {lay.digest: lay for prep in preps for lay in prep.layouts}
     known = dict(zip(distinct, ensure_layouts(session, ds.id, list(distinct.values()))))
     ids = [
-        insert_shard(session, ds.id, job_row.id, prep, [known[lay.digest] for lay in prep.layouts])
+        insert_shard(
+            session,
+            ds.id,
+            job_row.id,
+            prep,
+            [known[lay.digest] for lay in prep.layouts],
+            key_mode=ds.key_mode,
+        )
         for prep in preps
     ]
     added = (sum(p.record_count for p in preps), sum(int(p.lengths.sum()) for p in preps))
@@ -229,17 +243,35 @@ def insert_shard(
     job_id: int,
     prep: PreparedShard,
     layout_ids: list[int] | None = None,
+    *,
+    key_mode: str,
 ) -> int:
     """Insert a staged shard row and its records in bulk; returns the shard's id.
 
     ``layout_ids`` are the ids of ``prep.layouts`` when the caller has them
     already (:func:`register_shards` looks them up once for many shards).
+    ``key_mode``: the dataset's; ``"hash"`` registers the records without key text.
 
     Raises
     ------
+    KeyTextUnavailableError
+        A hash-only dataset and a shard that is not a native one (only a native
+        record's head holds its key for a lookup to compare).
     DuplicateKeyError
         If a live row of the dataset names the same URL (another process won the race).
     """
+    hash_only = key_mode == HASH
+    if hash_only and prep.columns.get("kind", "native") != "native":
+        raise KeyTextUnavailableError(
+            f"shard {prep.url} is a {prep.columns['kind']!r} shard, and its dataset was created "
+            'with keys="hash": only a native shard\'s records hold the key a lookup compares',
+            hint=Hint(
+                python='index it into a dataset created with keys="text", or convert it to '
+                "native shards first",
+                cli="index it into a dataset created with `--keys text`, or convert it to "
+                "native shards first",
+            ),
+        )
     if layout_ids is None:
         layout_ids = ensure_layouts(session, dataset_id, prep.layouts)
     values = dict(
@@ -269,7 +301,7 @@ def insert_shard(
                 prep, _dataset_name(session, dataset_id), "staged or committed", None
             ) from e
         shard_id = row.id
-    insert_records(session, shard_id, dataset_id, prep, layout_ids)
+    insert_records(session, shard_id, dataset_id, prep, layout_ids, keys=not hash_only)
     return shard_id
 
 

@@ -21,6 +21,7 @@ from ..format.checksums import signed_key_hash
 from . import visibility
 from .changes import note
 from .datasets import find_dataset
+from .hashkeys import needs_key_text
 from .models import BASE_GROUP, Dataset, DatasetTag, DatasetVersion, Record, Shard
 from .results import VersionDiff, VersionInfo
 from .retire import retire
@@ -182,7 +183,10 @@ def delete_keys(
     ------
     KeyNotFoundError
         If a key has no live record and ``missing_ok`` is false (nothing changes).
+    KeyTextUnavailableError
+        The dataset keeps only key hashes (``keys="hash"``).
     """
+    needs_key_text(ds.name, ds.key_mode, "delete_keys")
     unique = list(dict.fromkeys(keys))
     total = (0, 0)
     # The keys' records in committed shards; remove_records keeps the live ones.
@@ -319,6 +323,7 @@ def diff_versions(
 ) -> VersionDiff:
     """See :meth:`Catalog.diff`."""
     ds = find_dataset(session, dataset)
+    needs_key_text(ds.name, ds.key_mode, "diff (keys added, removed, replaced)")
     v1 = resolve_version(session, ds, old)
     v2 = resolve_version(session, ds, new)
     lo, hi = min(v1, v2), max(v1, v2)

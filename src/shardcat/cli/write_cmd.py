@@ -42,6 +42,11 @@ class OnDuplicate(str, enum.Enum):
     skip = "skip"
 
 
+class KeyMode(str, enum.Enum):
+    text = "text"
+    hash = "hash"
+
+
 class KeyRule(str, enum.Enum):
     first_dot = "first-dot"
     last_dot = "last-dot"
@@ -180,6 +185,15 @@ def write(
             "modification times): the shards it finished keep the old files' data.",
         ),
     ] = False,
+    keys: Annotated[
+        KeyMode | None,
+        typer.Option(
+            "--keys",
+            help="What a new dataset's catalog keeps of each key: text (and its hash) or hash "
+            "only (fewer bytes per key; lookups compare the key the shard holds; no `keys "
+            "--prefix` or where= on keys). Default: text, or the existing dataset's.",
+        ),
+    ] = None,
 ) -> None:
     """Pack files into shards: `a/img1.jpg` + `a/img1.cls` become sample `a/img1` (jpg, cls).
 
@@ -252,5 +266,6 @@ def write(
             allow_changed_inputs=allow_changed_inputs,
             fields=fields,
             json_entry=field_entry,
+            keys=None if keys is None else keys.value,
         )
     out.write_summary(summary)

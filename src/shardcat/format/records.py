@@ -39,6 +39,8 @@ __all__ = [
     "decode_record",
     "decode_spanned",
     "encode_record",
+    "head_key",
+    "key_span",
 ]
 
 
@@ -182,15 +184,7 @@ def decode_record(
     if not view.readonly:  # entries must not change under the caller
         view = memoryview(bytes(view))
     size = len(view)
-    if size < _HEAD:
-        raise TruncatedError(
-            f"record head needs {_HEAD} bytes, only {size} remain", path=path, offset=offset
-        )
-    tag, head_crc, length, _, head_length, key_len, n_entries = _unpack_head(view)
-    if tag != RECORD_TAG:
-        raise FormatError(
-            f"expected a record tag {RECORD_TAG!r}, found {bytes(tag)!r}", path=path, offset=offset
-        )
+    _, head_crc, length, _, head_length, key_len, n_entries = _head(view, path, offset)
     strings_at = _HEAD + _DESC * n_entries
     if (
         head_length < strings_at + key_len
@@ -561,3 +555,58 @@ def decode_entry(
             offset=offset,
         )
     return Entry.from_stored(view, content_type, codec, name=name, path=path, offset=offset)
+
+
+KEY_PEEK = 512
+"""Bytes of a record read to find its key: the head and the key of most records."""
+
+
+def key_span(view: memoryview | bytes, *, path: str | None, offset: int) -> tuple[int, int]:
+    """Where a record's key lies in its first bytes: ``(start, end)`` (``view`` holds the head).
+
+    Raises
+    ------
+    FormatError
+        The bytes are not a record head.
+    """
+    _, _, _, _, _, key_len, n_entries = _head(view, path, offset)
+    start = _HEAD + _DESC * n_entries
+    return start, start + key_len
+
+
+def _head(view: memoryview | bytes, path: str | None, offset: int) -> tuple[Any, ...]:
+    """A record head's fields, once its length and tag are checked."""
+    if len(view) < _HEAD:
+        raise TruncatedError(
+            f"record head needs {_HEAD} bytes, only {len(view)} remain", path=path, offset=offset
+        )
+    head = _unpack_head(view)
+    if head[0] != RECORD_TAG:
+        raise FormatError(
+            f"expected a record tag {RECORD_TAG!r}, found {bytes(head[0])!r}",
+            path=path,
+            offset=offset,
+        )
+    return head
+
+
+def head_key(view: memoryview | bytes, *, path: str | None, offset: int) -> str:
+    """The key a record's head names (``view``: at least its first :func:`key_span` bytes).
+
+    What a hash-only dataset's lookup compares: the catalog keeps the key's hash,
+    the record its text (docs/CATALOG.md, "Hash-only datasets").
+
+    Raises
+    ------
+    FormatError
+        The bytes are not a record head, or its key is cut short or not UTF-8.
+    """
+    start, end = key_span(view, path=path, offset=offset)
+    if len(view) < end:
+        raise TruncatedError(
+            f"record key needs {end} bytes, only {len(view)} remain", path=path, offset=offset
+        )
+    try:
+        return str(bytes(view[start:end]), "utf-8")
+    except UnicodeDecodeError as e:
+        raise FormatError(f"record key is not valid UTF-8: {e}", path=path, offset=offset) from e

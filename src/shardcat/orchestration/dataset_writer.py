@@ -63,7 +63,7 @@ class DatasetWriter(CloseOrAbort):
     url:
         The dataset's folder: a path, ``s3://bucket/datasets/train``, ...
     mode, on_duplicate, shard_size, max_records_per_shard, compression,
-    metadata, storage_options, message, prefix:
+    metadata, storage_options, message, prefix, keys:
         As for :func:`shardcat.write`.
 
     Examples
@@ -102,6 +102,7 @@ class DatasetWriter(CloseOrAbort):
         storage_options: Mapping[str, Any] | None = None,
         message: str | None = None,
         prefix: str | None = None,
+        keys: str | None = None,
     ) -> None:
         from ..reading import Catalog
 
@@ -121,7 +122,7 @@ class DatasetWriter(CloseOrAbort):
         """What the committed job wrote (set when the writer closes without error)."""
         try:
             url = dataset_root(url, opts)
-            existing, self._created = open_dataset(self.catalog, dataset, url, mode)
+            existing, self._created = open_dataset(self.catalog, dataset, url, mode, keys=keys)
             job, self._base_version, partition_base = begin_write_job(
                 self.catalog, dataset, url, mode, existing, f"shardcat.DatasetWriter ({mode})"
             )

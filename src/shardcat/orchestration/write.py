@@ -188,6 +188,7 @@ def write(
     job_name: str | None = None,
     resume: bool = False,
     allow_changed_inputs: bool = False,
+    keys: str | None = None,
 ) -> WriteSummary:
     """Write ``data`` as numbered shards under ``url`` and register every record.
 
@@ -277,6 +278,12 @@ def write(
         refused with JobInputsChangedError. Allowed, the partitions the
         first run finished keep its data and the rest is written from this
         ``data``.
+    keys:
+        What a new dataset's catalog keeps of each key: ``"text"`` (its text
+        and hash; the default) or ``"hash"`` (the hash only: fewer bytes per
+        key, every lookup compares the key its shard record holds; no
+        ``keys --prefix`` or ``where=`` on keys; docs/CATALOG.md, "Hash-only
+        datasets"). None: the existing dataset's; given, it must be it.
 
     Returns
     -------
@@ -378,6 +385,7 @@ def _write(
     resume: bool,
     allow_changed_inputs: bool,
     group: GroupWrite | None,
+    keys: str | None = None,
 ) -> WriteSummary:
     """:func:`write`; with ``group``, :func:`~.groups.add_entries`' job (an append committed as a group's)."""
     from ..reading import Catalog
@@ -414,7 +422,9 @@ def _write(
         with client_for(client, url, small=_small(source)) as dask_client:
             refuse_unreachable(cat, dask_client)
             refuse_unreachable_stores(_folders(url, opts, source), dask_client)
-            existing, created = open_dataset(cat, dataset, url, mode, group=group is not None)
+            existing, created = open_dataset(
+                cat, dataset, url, mode, group=group is not None, keys=keys
+            )
             point = resume_point()
             if point is not None:
                 job, partition_base, base_version = (

@@ -62,7 +62,13 @@ def dataset_root(url: str, storage_options: dict[str, Any]) -> str:
 
 
 def open_dataset(
-    cat: Catalog, dataset: str, url: str, mode: str, *, group: bool = False
+    cat: Catalog,
+    dataset: str,
+    url: str,
+    mode: str,
+    *,
+    group: bool = False,
+    keys: str | None = None,
 ) -> tuple[list[ShardRow], bool]:
     """Create the dataset if it is new, refuse what the mode does not allow; its shards' rows.
 
@@ -74,6 +80,9 @@ def open_dataset(
     one dataset over two. A dataset without any shard row (created by hand,
     or a first job that failed before staging anything) takes ``url`` as
     its folder. ``group``: the job writes a column group (:func:`append_target`).
+    ``keys``: what a new dataset keeps of its keys (``"text"``, ``"hash"``:
+    :meth:`Catalog.create_dataset`); None: ``"text"`` for a new one, the
+    existing one's as it is. Given, it must be the existing dataset's.
 
     Raises
     ------
@@ -83,6 +92,8 @@ def open_dataset(
         ``mode="append"`` and there is no such dataset.
     DatasetRootError
         ``mode="append"`` into another folder than the dataset's.
+    DatasetExistsError
+        ``keys`` is not the existing dataset's.
     """
     root = redact(url)
     if mode == "append":
@@ -90,10 +101,19 @@ def open_dataset(
         info, existing = append_target(cat, dataset, root, group=group)
     else:
         try:
-            info, created = cat.create_dataset(dataset, root), True
+            info, created = cat.create_dataset(dataset, root, keys=keys or "text"), True
         except DatasetExistsError:
             created, info = False, cat.info(dataset)
         existing = cat.shards(dataset, state=None)
+    if keys is not None and info.keys != keys:
+        raise DatasetExistsError(
+            f"dataset {dataset!r} keeps keys={info.keys!r}, not {keys!r} (a dataset's key "
+            "mode is chosen when it is created)",
+            hint=Hint(
+                python=f"pass keys={info.keys!r} or leave it out, or write a new dataset",
+                cli=f"pass --keys {info.keys} or leave it out, or write a new dataset",
+            ),
+        )
     if not existing and not _same_folder(info.root_url, root):
         internal.set_dataset_root(cat, dataset, root)
     if mode == "create" and any(s.state == "committed" for s in existing):

@@ -38,12 +38,14 @@ from ..format import Record, recordcodec
 from ..storage import expand_braces, resolve_remote_max_gap
 from . import listing
 from .dataset import Dataset
+from .keyread import KeyReaderOf
 from .lookup import LayoutCache, Lookup
 
 # What reindex and verify need (the ORM models, the shard reader) loads on
 # first use: opening a catalog and looking a key up needs none of it.
 if TYPE_CHECKING:
     from ..catalog import maintenance as _maintenance
+    from ..catalog.hashkeys import KeyReader
     from ..catalog.manifests import DatasetHistory
     from . import checks as _checks
     from . import history as _history
@@ -164,6 +166,10 @@ class Catalog(SqlCatalog):
         # Every thread's lookup, to close with the catalog (a thread's own goes when it ends).
         self._lookups: set[Lookup] = set()
         self._layouts = LayoutCache()
+
+    def _key_reader(self) -> KeyReader:
+        # docstring inherited
+        return KeyReaderOf(self.storage_options)
 
     @classmethod
     @contextmanager
@@ -302,7 +308,12 @@ class Catalog(SqlCatalog):
         lookup: Lookup | None = getattr(self._local, "lookup", None)
         if lookup is None or lookup.generation != fork_generation():
             lookup = self._lookup()
-        if entries is None and version is None and dataset not in lookup.folder_datasets:
+        if (
+            entries is None
+            and version is None
+            and dataset not in lookup.folder_datasets
+            and dataset not in lookup.hash_datasets
+        ):
             # The point lookup (point.py): compiled, its Python twin (which
             # hands the rows it fetched to the Python path: a missing key
             # raises here), or none; None: not handled there, or closed. The

@@ -14,6 +14,7 @@ import datetime as dt
 
 from ..catalog import visibility_text
 from ..catalog.connection import RawConnection
+from ..catalog.hashkeys import needs_key_text
 from ..catalog.keyrange import KEY_ORDER, prefix_end
 from ..catalog.missing import unknown_dataset
 from ..catalog.results import DatasetSummary
@@ -54,6 +55,9 @@ def count_keys(raw: RawConnection, dataset: str, prefix: str | None = None) -> i
     """
     p = raw.placeholder
     params: list[object] = [_dataset_id(raw, dataset)]
+    if prefix:
+        mode = raw.query(f"SELECT key_mode FROM datasets WHERE id = {p}", params)
+        needs_key_text(dataset, mode[0][0], "counting keys by prefix")
     key = f"r.key {KEY_ORDER}" if raw.dialect == "postgresql" else "r.key"
     sql = (
         "SELECT count(*) FROM records r JOIN shards s ON s.id = r.shard_id"

@@ -29,6 +29,7 @@ from .._ranges import LOCAL_MAX_GAP, MergedReads
 from .._types import ByteRange, StorageOptions
 from ..catalog import fence
 from ..catalog.connection import RawConnection
+from ..catalog.hashkeys import HASH
 from ..catalog.history import Version
 from ..catalog.kinds import RANGES_OF_FILE
 from ..catalog.results import BatchResult, DescribedBatch, EntryInfo, Location
@@ -43,7 +44,7 @@ from ..errors import (
     StorageError,
     VersionNotFoundError,
 )
-from ..format import Entry, Record, recordcodec
+from ..format import Entry, Record, checksums, recordcodec
 from ..format import sources as _sources
 from ..format.checksums import signed_key_hash, signed_key_hashes
 from ..format.footer import EntrySpec
@@ -55,6 +56,7 @@ from ..storage import SourceCache, is_local, local_path, redact
 from ..storage.cache import ONE_PREAD
 from . import statements
 from .decode import RowAt, decode_record, row_spans
+from .keyread import record_keys
 from .misses import missing
 from .point import PointLookup, open_point
 
@@ -158,6 +160,10 @@ class Lookup:
         self._local_folders: dict[str, str | None] = {}  # _local_folder's
         # A layout's entry specs and their (name, content type) pairs, by signature.
         self._specs: dict[str, tuple[list[EntrySpec], tuple[tuple[str, str], ...]]] = {}
+        self.hash_datasets: set[str] = set()
+        """Datasets found hash-only (``keys="hash"``): their rows have no key text, so the point
+        lookup, which matches it, never finds them; :meth:`Catalog.get` comes straight here.
+        Only an order of statements: :meth:`_get_record` still asks for key text first."""
         self.folder_datasets: set[str] = set()
         """Datasets whose latest whole-record lookup read a folder's files: the point lookup
         declines such rows after running its statement, so :meth:`Catalog.get` comes straight
@@ -166,7 +172,7 @@ class Lookup:
         self._signature_sql = f"SELECT signature FROM layouts WHERE id = {p}"
         self._batch = statements.batch_sql(self.dialect)
         self._batch_entries = statements.batch_sql(self.dialect, entries=True)
-        self._versioned: dict[tuple[str, bool], str] = {}
+        self._versioned: dict[tuple[str, int], str] = {}
         self._sources = SourceCache(storage_options, max_open, remote_max_gap=remote_max_gap)
         self._files: SourceCache | None = None  # folders' files kept open (_folder_files)
         self._remote_max_gap = remote_max_gap
@@ -200,12 +206,20 @@ class Lookup:
     # --- SQL ---------------------------------------------------------------
 
     def _sql(self, kind: str, version: Version) -> tuple[str, tuple[Any, ...]]:
-        """The statement for a lookup at ``version`` (not None) and its extra parameters."""
+        """The statement for a lookup at ``version`` and its extra parameters.
+
+        ``kind``: ``point``, ``record``, their hash-only candidates (``point_hash``,
+        ``record_hash``: any version), ``batch`` or ``batch_entries``.
+        """
         visible, extra = statements.visible_at(self._p, version)
-        cache_key = (kind, len(extra) == 2)
+        cache_key = (kind, len(extra))
         sql = self._versioned.get(cache_key)
         if sql is None:
-            if kind == "point":
+            if kind == "point_hash":
+                sql = statements.point_sql(self._p, visible, keyed=False)
+            elif kind == "record_hash":
+                sql = statements.record_sql(self._p, visible, keyed=False)
+            elif kind == "point":
                 sql = statements.point_sql(self._p, visible)
             elif kind == "record":
                 sql = statements.record_sql(self._p, visible)
@@ -217,6 +231,83 @@ class Lookup:
     def _missing(self, dataset: str, key: str | None, version: Version = None) -> Exception:
         """The error for an empty result (:func:`.misses.missing`)."""
         return missing(self._query, self._p, self._point, dataset, key, version)
+
+    # --- hash-only datasets (docs/CATALOG.md, "Hash-only datasets") ----------
+
+    def _rows_of(
+        self, kind: str, dataset: str, key: str, version: Version, sql: str, params: Any
+    ) -> list[Any]:
+        """The ``kind`` statement's rows of ``key`` (``sql``, ``params``), or its missing error.
+
+        A dataset this lookup knows to be hash-only asks the hash-only twin first
+        (and the statement after it: a dataset made again under the name may have text).
+        """
+        if dataset in self.hash_datasets:
+            rows = self._hash_only(kind, dataset, key, version) or self._query(sql, params)
+            if not rows:
+                raise self._missing(dataset, key, version)
+            return rows
+        return self._query(sql, params) or self._empty(kind, dataset, key, version)
+
+    def _empty(self, kind: str, dataset: str, key: str, version: Version) -> list[Any]:
+        """After a statement matching key text found nothing: a hash-only dataset's rows, or raise.
+
+        The dataset's row is read once, for both questions: its key mode (``hash``: the
+        twin statement's candidates, :meth:`_hash_only`) and, when nothing is found,
+        the missing error's (:func:`.misses.missing`): a miss in a dataset with key
+        text sends no statement more than it did before hash-only datasets.
+        """
+        found = self._query(f"SELECT id, key_mode FROM datasets WHERE name = {self._p}", (dataset,))
+        if found and found[0][1] == HASH:
+            rows = self._hash_only(kind, dataset, key, version)
+            if rows:
+                return rows
+        raise missing(self._query, self._p, self._point, dataset, key, version, found=found)
+
+    def _hash_only(self, kind: str, dataset: str, key: str, version: Version) -> list[Any]:
+        """A hash-only dataset's rows of ``key``: its hash's candidates whose record holds ``key``.
+
+        Where a statement that matches key text found nothing. ``kind``: ``point``
+        or ``record`` (rows of that statement: URL first, offset and length third
+        and fourth). Each candidate's key is read from its record's head: two keys
+        of one hash (a collision) are two candidates, and only the key's own is kept.
+        Empty for a dataset with key text (its rows are never NULL): one index probe.
+        """
+        h = checksums.signed_key_hash(key.encode("utf-8"))  # the one definition (tests force it)
+        sql, extra = self._sql(f"{kind}_hash", version)
+        rows = self._query(sql, (dataset, h, *extra))
+        if not rows:
+            return rows
+        self.hash_datasets.add(dataset)
+        places = [(row[0], int(row[2]), int(row[3])) for row in rows]
+        try:
+            keys = record_keys(self._sources, places)
+        except (OSError, FormatError) as e:
+            raise self._read_failed(e, getattr(e, "path", None) or places[0][0], dataset) from e
+        kept = [row for row, held in zip(rows, keys) if held == key]
+        if len(kept) > 1:
+            kept.sort(key=_GROUP)
+        return kept
+
+    def _with_keys(self, dataset: str, rows: list[Any]) -> list[Any]:
+        """A batch's rows with each hash-only row's key (NULL in the catalog) read from its record.
+
+        Batch rows: URL, offset, length first, key fifth. Rows with key text pass as they are.
+        """
+        at = [i for i, row in enumerate(rows) if row[4] is None]
+        if not at:
+            return rows
+        self.hash_datasets.add(dataset)
+        places = [(rows[i][0], int(rows[i][1]), int(rows[i][2])) for i in at]
+        try:
+            keys = record_keys(self._sources, places)
+        except (ShardNotFoundError, StorageError, FormatError) as e:
+            raise self._read_failed(e, getattr(e, "path", None) or places[0][0], dataset) from e
+        out = list(rows)
+        for i, key in zip(at, keys):
+            row = rows[i]
+            out[i] = (*row[:4], key, *row[5:])
+        return out
 
     # --- point lookups -----------------------------------------------------
 
@@ -247,7 +338,7 @@ class Lookup:
             raise
         if entries is not None:
             return self._get_entries(dataset, key, h, frozenset(entries), version)
-        if version is not None:
+        if version is not None or dataset in self.hash_datasets:
             return self._get_record(dataset, key, h, version)
         # RawConnection.query without its frame: the driver's execute, and
         # only where that raised, its recovery (reconnect, or the error).
@@ -264,8 +355,8 @@ class Lookup:
         Also the Python twin's ``rest`` (pypoint.py): what it does not
         handle once it has run the statement comes here with its rows.
         """
-        if not rows:
-            raise self._missing(dataset, key, None)
+        if not rows:  # a missing key, or a hash-only dataset's (no key text to match)
+            return self._records_of(dataset, key, self._empty("record", dataset, key, None), None)
         if len(rows) > 1:  # column groups: each row's record, merged in group order
             groups = self._groups
             if any(row[0] not in groups for row in rows):
@@ -395,9 +486,11 @@ class Lookup:
         else:
             sql, extra = self._sql("record", version)
             params = (dataset, h, key, *extra)
-        rows = self._query(sql, params)
-        if not rows:
-            raise self._missing(dataset, key, version)
+        rows = self._rows_of("record", dataset, key, version, sql, params)
+        return self._records_of(dataset, key, rows, tar_id)
+
+    def _records_of(self, dataset: str, key: str, rows: list[Any], tar_id: int | None) -> Record:
+        """The whole record of the record statement's ``rows`` (one per column group)."""
         if len(rows) > 1:  # column groups: each row's record, merged in group order
             rows.sort(key=_GROUP)
             return _merged(key, [self._record_of(dataset, key, row, tar_id) for row in rows])
@@ -465,7 +558,7 @@ class Lookup:
             sql, extra = self._sql("point", version)
             rows = self._query(sql, (dataset, h, key, *extra))
         if not rows:
-            raise self._missing(dataset, key, version)
+            rows = self._empty("point", dataset, key, version)
         if len(rows) > 1:
             rows.sort(key=_GROUP)
         return rows
@@ -600,6 +693,8 @@ class Lookup:
             err = self._missing(dataset, None, version)
             if isinstance(err, DatasetNotFoundError | VersionNotFoundError):
                 raise err
+        if dataset in self.hash_datasets or (rows and rows[0][4] is None):
+            rows = self._with_keys(dataset, rows)  # hash-only rows: keys from their records
         if names is None:
             # Whole records: the rows become the batch decoder's table in one
             # compiled pass (collisions and repeated keys dropped there).
@@ -662,6 +757,8 @@ class Lookup:
             err = self._missing(dataset, None, version)
             if isinstance(err, DatasetNotFoundError | VersionNotFoundError):
                 raise err
+        if dataset in self.hash_datasets or (rows and rows[0][4] is None):
+            rows = self._with_keys(dataset, rows)  # hash-only rows: keys from their records
         found = _rows_by_key(rows, dict.fromkeys(asked))
         described: dict[str, list[EntryInfo]] = {}
         plan = []

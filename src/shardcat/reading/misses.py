@@ -28,14 +28,23 @@ __all__ = ["missing"]
 
 
 def missing(
-    query: Query, p: str, point: str, dataset: str, key: str | None, version: Version = None
+    query: Query,
+    p: str,
+    point: str,
+    dataset: str,
+    key: str | None,
+    version: Version = None,
+    *,
+    found: Sequence[Any] | None = None,
 ) -> Exception:
     """The error for an empty result: unknown dataset or version, or missing key.
 
     ``p`` is the connection's placeholder, ``point`` the lookup's point
-    statement (dataset, key hash, key) at the latest version.
+    statement (dataset, key hash, key) at the latest version. ``found``: the
+    dataset's row (id first) if the caller read it already (empty: no such dataset).
     """
-    found = query(f"SELECT id FROM datasets WHERE name = {p}", (dataset,))
+    if found is None:
+        found = query(f"SELECT id FROM datasets WHERE name = {p}", (dataset,))
     if not found:
         return unknown_dataset(
             dataset, [r[0] for r in query("SELECT name FROM datasets ORDER BY name", ())]

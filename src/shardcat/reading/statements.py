@@ -113,15 +113,21 @@ def visible_at(p: str, version: Version) -> tuple[str, tuple[Any, ...]]:
 # whole record is decoded (decode.py), the layout names a tar sample's entries.
 
 
-def point_sql(p: str, visible: str = COMMITTED, select: str = SELECT.format(extra="")) -> str:
-    return (
-        select + f" WHERE {DATASET.format(p=p)} AND r.key_hash = {p} AND r.key = {p} AND {visible}"
-    )
+def point_sql(
+    p: str, visible: str = COMMITTED, select: str = SELECT.format(extra=""), *, keyed: bool = True
+) -> str:
+    """The point statement: bound as dataset, key hash, key (``keyed``), then ``visible``'s.
+
+    ``keyed=False``: a hash-only dataset's candidates (``r.key IS NULL``, no key
+    parameter): the lookup keeps those whose record holds the key (:mod:`.keyread`).
+    """
+    key = f"r.key = {p}" if keyed else "r.key IS NULL"
+    return select + f" WHERE {DATASET.format(p=p)} AND r.key_hash = {p} AND {key} AND {visible}"
 
 
-def record_sql(p: str, visible: str = COMMITTED) -> str:
+def record_sql(p: str, visible: str = COMMITTED, *, keyed: bool = True) -> str:
     """The point lookup of a whole record: kind and layout NULL for native shards (``RECORD_SELECT``)."""
-    return point_sql(p, visible, RECORD_SELECT)
+    return point_sql(p, visible, RECORD_SELECT, keyed=keyed)
 
 
 # A batch's rows: url, offset, length, spans, key, alignment, kind, signature, group_id.

@@ -1,0 +1,85 @@
+"""Hash-only datasets (``keys="hash"``): the catalog keeps each key's hash, its shard the text.
+
+A dataset created with ``keys="hash"`` registers ``records.key`` as NULL: a
+row is its position, its key's 64-bit hash and its spans. Exactness comes
+from the shard: every record's head carries its key, and whatever finds rows
+by hash (lookups, the commit's duplicate check) reads the key of each
+candidate and keeps the rows whose key is the one asked for. Two keys with
+one hash (a collision; about one expected among 5.85 billion keys) are two
+candidates, never a match and never a duplicate.
+
+The catalog layer reads no shard itself: the commit is handed a
+:data:`KeyReader` by the layer that reads (``shardcat.reading``), which
+reads each candidate record's head (a few hundred bytes) and returns its key
+(:func:`.duplicates.resolve_duplicates`).
+docs/CATALOG.md ("Hash-only datasets") describes the rules and their costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from ..errors import Hint, KeyTextUnavailableError
+
+__all__ = [
+    "HASH",
+    "KEY_MODES",
+    "KEY_READER",
+    "TEXT",
+    "KeyReader",
+    "check_key_mode",
+    "needs_key_text",
+]
+
+KEY_MODES = ("text", "hash")
+"""What a dataset's records keep of their key (``datasets.key_mode``): text and hash, or the hash.
+
+Checked by :func:`check_key_mode`, not by a CHECK constraint: adding one to ``datasets`` on
+SQLite would rebuild the table every other table refers to. Defined here, free of SQLAlchemy,
+so that the lookup path can name the modes without loading the ORM."""
+
+TEXT, HASH = KEY_MODES
+
+KeyReader = Callable[[Sequence[tuple[str, int, int]]], list[str]]
+"""Reads the key of each record ``(shard url, byte offset, byte length)`` from its shard."""
+
+KEY_READER = "shardcat.key_reader"
+"""``Session.info`` key of the unit of work's :data:`KeyReader` (None: the catalog reads no shard)."""
+
+
+def check_key_mode(keys: str) -> str:
+    """``keys`` if it is a key mode (``"text"`` or ``"hash"``).
+
+    Raises
+    ------
+    ValueError
+        Any other value.
+    """
+    if keys not in KEY_MODES:
+        raise ValueError(f"keys must be one of {KEY_MODES}, not {keys!r}")
+    return keys
+
+
+def needs_key_text(dataset: str, key_mode: str, operation: str) -> None:
+    """Raise if ``operation`` needs keys' text and the dataset keeps only their hashes.
+
+    Raises
+    ------
+    KeyTextUnavailableError
+        ``key_mode`` is ``"hash"``.
+    """
+    if key_mode == HASH:
+        raise KeyTextUnavailableError(
+            f"{operation} needs the keys' text, and dataset {dataset!r} was created with "
+            'keys="hash" (the catalog keeps only their hashes; the shards hold the text)',
+            hint=_KEY_TEXT_HINT,
+        )
+
+
+_KEY_TEXT_HINT = Hint(
+    python="look keys up one by one (get, get_many, locate work), read the shards "
+    "(shardcat.read), or copy the dataset (shardcat.copy: the copy keeps key text, "
+    "taken from the shards' footers)",
+    cli="look keys up one by one (`shardcat get` works), read the shards, or copy the "
+    "dataset (`shardcat copy`: the copy keeps key text, taken from the shards' footers)",
+)

@@ -1,0 +1,74 @@
+"""shardcat.write(keys="hash") on a real Dask LocalCluster: workers write, the barrier registers.
+
+Hash-only datasets keep no key text in the catalog (docs/CATALOG.md, "Hash-only
+datasets"); what the workers wrote is read back exactly, appends find their
+duplicates by the keys the shards hold, and the key mode is the dataset's own.
+"""
+
+from __future__ import annotations
+
+import dask
+import dask.bag as db
+import pytest
+import sqlalchemy as sa
+
+import shardcat
+from shardcat.errors import DatasetExistsError, DuplicateKeyError
+from shardcat.reading import Catalog
+
+from .samples import make_samples
+
+
+def _bag(partitions: int, per_partition: int, prefix: str = "s") -> db.Bag:
+    return db.from_delayed(
+        [dask.delayed(make_samples)(p, per_partition, prefix) for p in range(partitions)]
+    )
+
+
+def test_write_hash_only_then_append_on_both_catalogs(client, tmp_path, catalog_url):
+    root = str(tmp_path / "ds")
+
+    def write(data, **kw):
+        return shardcat.write(
+            data, root, catalog=catalog_url, dataset="h", client=client, progress=False, **kw
+        )
+
+    write(_bag(3, 200), keys="hash", shard_size="100KB")
+    samples = [s for p in range(3) for s in make_samples(p, 200)]
+    with Catalog(catalog_url) as cat:
+        assert cat.info("h").keys == "hash"
+        with cat.engine.connect() as conn:
+            n, texts = conn.execute(sa.text("SELECT count(*), count(key) FROM records")).one()
+        assert (n, texts) == (600, 0)
+        batch = cat.get_many("h", [s["__key__"] for s in samples])
+        assert [r.key for r in batch.records] == [s["__key__"] for s in samples]
+        assert all(r["bin"].data == s["bin"] for r, s in zip(batch.records, samples))
+        assert cat.get("h", samples[123]["__key__"])["json"].decode() == samples[123]["json"]
+    # An append whose keys are new passes the duplicate check; one that repeats a key is named.
+    write(_bag(2, 50, prefix="t"), mode="append")
+    again = [dict(samples[7], bin=b"newer")]
+    with pytest.raises(DuplicateKeyError) as e:
+        write(again, mode="append")
+    assert e.value.keys == [samples[7]["__key__"]]
+    write(again, mode="append", on_duplicate="replace")
+    with Catalog(catalog_url) as cat:
+        assert cat.get("h", samples[7]["__key__"])["bin"].data == b"newer"
+        assert cat.get("h", samples[8]["__key__"])["bin"].data == samples[8]["bin"]
+        assert cat.count("h") == 700
+    # The mode is the dataset's: asking for the other one is refused, naming it.
+    with pytest.raises(DatasetExistsError, match="keeps keys='hash'"):
+        write(again, mode="overwrite", keys="text")
+
+
+def test_a_copy_of_a_hash_only_dataset_has_key_text_again(client, tmp_path, sqlite_url):
+    """What KeyTextUnavailableError's hint says: the copy registers keys from the footers."""
+    shardcat.write(
+        _bag(2, 30), str(tmp_path / "ds"), catalog=sqlite_url, dataset="h", keys="hash",
+        client=client, progress=False,
+    )  # fmt: skip
+    shardcat.copy_dataset(sqlite_url, "h", str(tmp_path / "copy"), name="t", client=client)
+    with Catalog(sqlite_url) as cat:
+        assert cat.info("t").keys == "text"
+        expected = sorted(s["__key__"] for p in range(2) for s in make_samples(p, 30))
+        assert list(cat.keys("t")) == expected
+        assert cat.get("t", expected[5]).key == expected[5]
