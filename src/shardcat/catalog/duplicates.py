@@ -340,7 +340,7 @@ def _same_keys(
             "read from the shards, and this catalog was opened without a reader",
             hint=Hint(
                 python="commit through shardcat.Catalog (it reads the keys), not SqlCatalog",
-                cli="commit with `shardcat commit`",
+                cli="run the command again: shardcat's commands commit through shardcat.Catalog",
             ),
         )
     where: dict[tuple[int, int], tuple[str, int, int]] = {}
