@@ -109,7 +109,7 @@ def test_operations_that_need_key_text_say_so(cat, local_root):
     ):
         with pytest.raises(KeyTextUnavailableError, match='created with keys="hash"') as e:
             call()
-        assert "shardcat.copy" in str(e.value)  # what to do
+        assert "shardcat.copy_dataset" in str(e.value)  # what to do
     assert cat.count("h") == 40  # a count needs no key text
     # Column groups and rewrites match records by key text: their commits are refused, and
     # the job stays open (nothing changed).

@@ -78,7 +78,7 @@ def needs_key_text(dataset: str, key_mode: str, operation: str) -> None:
 
 _KEY_TEXT_HINT = Hint(
     python="look keys up one by one (get, get_many, locate work), read the shards "
-    "(shardcat.read), or copy the dataset (shardcat.copy: the copy keeps key text, "
+    "(shardcat.read), or copy the dataset (shardcat.copy_dataset: the copy keeps key text, "
     "taken from the shards' footers)",
     cli="look keys up one by one (`shardcat get` works), read the shards, or copy the "
     "dataset (`shardcat copy`: the copy keeps key text, taken from the shards' footers)",
