@@ -282,6 +282,8 @@ def test_a_versions_state_holds_the_base_and_the_group_entries() -> None:
     ops.append(_op(30, "get", {"at": "version", "version": 7, "key": "k02"}, 16, 17,
                    {"value": "22:k02|20:k02"}))  # fmt: skip
     assert _kinds(ops, _observation(ops)) == []
+    ops[4].result["skipped"] = 0  # k03 had no base record: it was skipped
+    assert _kinds(ops, _observation(ops)) == ["wrong-count"]
 
 
 def test_a_dropped_groups_entry_still_read_is_reported() -> None:

@@ -17,7 +17,8 @@
 * A copy equals its source at a version that was the latest while it ran.
 * Column groups: every read's sample is its base and its group entry
   (:func:`~.ops.sample_value`), compared with the model's merged state; a
-  group commit the rules refuse is reported by the model; a failed
+  group commit the rules refuse is reported by the model; ``add_entries``
+  skips exactly the keys without a base record at its commit; a failed
   ``add_entries`` or ``drop_group`` is explained only by the group's state
   (none to replace entries of or to drop), a key without a base record
   (``on_missing="error"``), a key the group had (``mode="append"``), a
@@ -419,6 +420,27 @@ def _check_success(model: Model, op: Op, rep: CheckReport) -> None:
         rep.anomalies.append(Anomaly("gc-error", f"gc op {op.id}: {op.result['errors']}", (op.id,)))
     if op.kind == "expire":
         _check_expire(model, op, rep)
+    if op.kind == "add_entries":
+        _check_skipped(model, op, rep)
+
+
+def _check_skipped(model: Model, op: Op, rep: CheckReport) -> None:
+    """``add_entries`` counts as skipped exactly its keys without a base record at its commit."""
+    version = op.result.get("version")
+    if not isinstance(version, int) or not 1 <= version <= model.latest:
+        return  # reported by the model
+    missing = sorted(set(op.args["keys"]) - model.bases[version - 1].keys())
+    if op.result.get("skipped") != len(missing):
+        rep.anomalies.append(
+            Anomaly(
+                "wrong-count",
+                f"add_entries op {op.id} skipped {op.result.get('skipped')} keys; at version "
+                f"{version - 1} {len(missing)} had no base record: {missing}",
+                (op.id,),
+                tuple(missing),
+                version,
+            )
+        )
 
 
 def _check_expire(model: Model, op: Op, rep: CheckReport) -> None:
