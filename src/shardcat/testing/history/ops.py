@@ -62,7 +62,7 @@ WEIGHTS: dict[str, int] = {
     "tag": 2,
     "untag": 1,
     "add_entries": 5,  # group GROUP's entry "cap"; mode append/replace, on_missing error/skip
-    "drop_group": 1,
+    "drop_group": 2,
     # reads
     "get": 6,
     "get_many": 6,
