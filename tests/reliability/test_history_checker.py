@@ -64,7 +64,7 @@ def _observation(ops: list[Op]) -> dict[str, Any]:
                 "operation": model.made_by[v].kind,
                 "message": f"op {model.made_by[v].id}",
                 "job_id": None,
-                "total_records": len(model.states[v]),
+                "total_records": model.records(v),
                 "tags": [],
             }
             for v in range(latest, 0, -1)
@@ -252,3 +252,92 @@ def test_a_read_failing_on_a_missing_file_is_explained_only_by_a_racing_gc_or_mo
     report = check_history(ops, _observation(_history()), KEYS)
     assert report.anomalies == []
     assert sum(report.tolerated.values()) == 1
+
+
+# --- column groups: add_entries and drop_group (docs/GROUPS.md) ----------------------------
+
+
+def _group_history() -> list[Op]:
+    """``_history`` then: 5 = group g gets k01, k02 (k03 has no base record: skipped),
+    6 = -k01 (its group entry too), 7 = k02's base replaced (its entry kept), 8 = drop g."""
+    entries = {"keys": ["k01", "k02", "k03"], "mode": "append", "on_missing": "skip"}
+    return [
+        *_history(),
+        _op(20, "add_entries", entries, 8, 9, {"version": 5, "job": 20, "skipped": 1}),
+        _op(21, "delete", {"keys": ["k01"], "missing_ok": False}, 10, 11, {"version": 6}),
+        _op(22, "replace", {"keys": ["k02"]}, 12, 13, {"version": 7, "job": 22}),
+        _op(23, "drop_group", {}, 14, 15, {"version": 8}),
+    ]
+
+
+def test_a_versions_state_holds_the_base_and_the_group_entries() -> None:
+    ops = _group_history()
+    model = build_model(ops, {"latest": 8, "versions": [], "jobs": _jobs(ops)})
+    assert model.anomalies == []
+    assert model.states[5] == {"k01": "0:k01|20:k01", "k02": "1:k02|20:k02"}
+    assert model.states[6] == {"k02": "1:k02|20:k02"}
+    assert model.states[7] == {"k02": "22:k02|20:k02"}  # a base replace keeps the entry
+    assert model.states[8] == {"k02": "22:k02"}
+    assert [model.records(v) for v in (4, 5, 6, 7, 8)] == [2, 4, 2, 2, 1]
+    ops.append(_op(30, "get", {"at": "version", "version": 7, "key": "k02"}, 16, 17,
+                   {"value": "22:k02|20:k02"}))  # fmt: skip
+    assert _kinds(ops, _observation(ops)) == []
+    ops[4].result["skipped"] = 0  # k03 had no base record: it was skipped
+    assert _kinds(ops, _observation(ops)) == ["wrong-count"]
+
+
+def test_a_dropped_groups_entry_still_read_is_reported() -> None:
+    ops = _group_history()
+    obs = _observation(ops)
+    ops.append(_op(30, "get", {"at": "latest", "key": "k02"}, 16, 17, {"value": "22:k02|20:k02"}))
+    (a,) = check_history(ops, obs, KEYS).anomalies
+    assert a.kind == "wrong-read" and a.keys == ("k02",) and a.version == 8
+    assert {30, 23} <= set(a.ops)  # the read, and the drop that last changed k02
+    assert "(since version 8, op 23)" in a.detail
+    broken = copy.deepcopy(obs)
+    broken["states"]["8"]["k02"] = "22:k02|20:k02"  # the drop's version still serves it
+    broken["versions"][0]["total_records"] = 2
+    assert sorted(_kinds(_group_history(), broken)) == ["wrong-count", "wrong-version"]
+
+
+def test_a_group_commit_the_model_forbids_is_reported() -> None:
+    base = _history()  # version 4: k01, k02; no group
+    bad = [
+        # k00 was deleted at version 3: on_missing="error" must refuse it
+        {"keys": ["k00", "k01"], "mode": "append", "on_missing": "error"},
+        # no group to replace entries of
+        {"keys": ["k01"], "mode": "replace", "on_missing": "skip"},
+    ]
+    for args in bad:
+        ops = [*base, _op(20, "add_entries", args, 8, 9, {"version": 5, "job": 20})]
+        assert "commit-not-allowed" in _kinds(ops, _observation(ops)), args
+    ops = [*base, _op(20, "drop_group", {}, 8, 9, {"version": 5})]
+    assert "commit-not-allowed" in _kinds(ops, _observation(ops))
+    # append of keys the group has already (version 5 gave k01 its entry)
+    again = {"keys": ["k01"], "mode": "append", "on_missing": "error"}
+    ops = [*_group_history()[:5], _op(30, "add_entries", again, 10, 11, {"version": 6, "job": 30})]
+    assert "commit-not-allowed" in _kinds(ops, _observation(ops))
+
+
+def test_group_errors_must_be_explained_by_the_history() -> None:
+    ops = _history()  # no group; k00 not live after version 3
+    ops += [
+        _op(20, "add_entries", {"keys": ["k01"], "mode": "replace", "on_missing": "error"},
+            8, 9, None, "GroupNotFoundError"),
+        _op(21, "add_entries", {"keys": ["k00"], "mode": "append", "on_missing": "error"},
+            8, 9, None, "UnknownKeysError"),
+        _op(22, "drop_group", {}, 8, 9, None, "GroupNotFoundError"),
+        # unexplained: skip never refuses unknown keys; the group did not exist to hold k01
+        _op(23, "add_entries", {"keys": ["k00"], "mode": "append", "on_missing": "skip"},
+            8, 9, None, "UnknownKeysError"),
+        _op(24, "add_entries", {"keys": ["k01"], "mode": "append", "on_missing": "skip"},
+            8, 9, None, "DuplicateKeyError"),
+    ]  # fmt: skip
+    report = check_history(ops, _observation(_history()), KEYS)
+    assert [(a.kind, a.ops) for a in report.anomalies] == [
+        ("unexplained-error", (23,)),
+        ("unexplained-error", (24,)),
+    ]
+    # Once the group holds k01 and is live, a drop refused for "no group" is unexplained.
+    ops = [*_group_history()[:5], _op(30, "drop_group", {}, 10, 11, None, "GroupNotFoundError")]
+    assert _kinds(ops, _observation(_group_history()[:5])) == ["unexplained-error"]

@@ -9,7 +9,8 @@ observation, in the parent, are never patched):
   forgets a key, a lookup that serves the version before the latest, an
   expiry that retires shards kept versions still read, a commit that lands
   and then reports failure, a compaction whose commit no longer checks that
-  what it rewrites is still live); the checker must report each;
+  what it rewrites is still live, a ``drop_group`` whose version leaves the
+  group's records live); the checker must report each;
 * forced schedules run the real library but make a race happen every time:
   ``delete-in-compact`` and ``overwrite-in-compact`` run, inside a
   compaction and just before its commit, a ``delete_keys`` of every key the
@@ -124,6 +125,21 @@ def _compact_resurrects(journal: Any) -> None:
     duplicates._UNCHANGED_SINCE_BASE = "(1 = 1)"
 
 
+def _drop_group_stays(journal: Any) -> None:
+    """``drop_group`` commits its version and marks the group dropped, but removes none of its
+    records: they stay visible at the drop's version and after it."""
+    from ...catalog import groups, versions
+
+    real = versions.remove_records  # what groups.py imported
+
+    def remove_records(session: Any, where: str, params: dict[str, object]) -> tuple[int, int]:
+        if "records.group_id = :g" in where:  # the drop's statement (not a skip's, an OF_JOB)
+            return 0, 0
+        return real(session, where, params)
+
+    groups.remove_records = remove_records  # type: ignore[attr-defined]
+
+
 def _in_compact(inject: Callable[[Any, Any, str, list[str]], None]) -> Callable[[Any], None]:
     """A forced schedule: ``inject`` runs inside each compaction, right before its commit."""
 
@@ -193,6 +209,7 @@ PLANTED: dict[str, Callable[[Any], None]] = {
     "expire-retires-kept": _expire_retires_kept,
     "phantom-failure": _phantom_failure,
     "compact-resurrects": _compact_resurrects,
+    "drop-group-stays": _drop_group_stays,
     "delete-in-compact": _in_compact(_delete_rewritten),
     "overwrite-in-compact": _in_compact(_overwrite),
     "expire-after-compact": _after_compact(_commit_and_expire),

@@ -15,6 +15,14 @@
   was live, a conflict with a commit inside its window, ...). A successful
   one made exactly one version (none where it had nothing to do).
 * A copy equals its source at a version that was the latest while it ran.
+* Column groups: every read's sample is its base and its group entry
+  (:func:`~.ops.sample_value`), compared with the model's merged state; a
+  group commit the rules refuse is reported by the model; ``add_entries``
+  skips exactly the keys without a base record at its commit; a failed
+  ``add_entries`` or ``drop_group`` is explained only by the group's state
+  (none to replace entries of or to drop), a key without a base record
+  (``on_missing="error"``), a key the group had (``mode="append"``), a
+  commit changing its keys inside its window or a move of the folder.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .model import INF, Anomaly, Model, build_model, error_name, writer_of
-from .ops import FILE_REMOVERS, READS, WRITES, Op
+from .ops import FILE_REMOVERS, GROUP_KINDS, READS, WRITES, Op
 
 __all__ = ["CheckReport", "check_history", "summarize", "tag_candidates"]
 
@@ -316,6 +324,8 @@ def _check_failure(model: Model, op: Op, removers: list[Op], rep: CheckReport) -
         explained = not op.args["missing_ok"] and any(keys - model.states[v].keys() for v in live)
     elif op.kind == "compact" and "KeyConflictError" in names:
         explained = any(model.touched(v) for v in during)
+    elif op.kind in GROUP_KINDS:
+        explained = _group_failure_explained(model, op, names, live, during)
     elif op.kind == "tag" and "VersionNotFoundError" in names:
         explained = model.may_be_absent(int(op.args["version"]), a, b)
     elif op.kind == "untag" and "VersionNotFoundError" in names:
@@ -331,6 +341,35 @@ def _check_failure(model: Model, op: Op, removers: list[Op], rep: CheckReport) -
                 tuple(sorted(keys)),
             )
         )
+
+
+def _group_failure_explained(
+    model: Model, op: Op, names: list[str], live: list[int], during: list[int]
+) -> bool:
+    """Whether the history explains why ``add_entries`` or ``drop_group`` failed (docs/GROUPS.md):
+    no group to replace entries of or to drop, a key without a base record
+    (``on_missing="error"``), a key already in the group (``mode="append"``), a commit
+    inside its window that changed a key's group or base record, or a move of the folder."""
+    keys = set(op.args.get("keys", []))
+    if "GroupNotFoundError" in names:
+        asked = op.kind == "drop_group" or op.args["mode"] == "replace"
+        return asked and any(model.groups[v] is None for v in live)
+    if op.kind == "drop_group":
+        return False
+    if "UnknownKeysError" in names:
+        return op.args["on_missing"] == "error" and any(keys - model.bases[v].keys() for v in live)
+    if "DuplicateKeyError" in names:
+        return op.args["mode"] == "append" and any(
+            keys & (model.groups[v] or {}).keys() for v in live
+        )
+    if "KeyConflictError" in names:
+        return any(keys & (model.group_touched(v) | model.touched(v)) for v in during)
+    if "DatasetRootError" in names:
+        return any(
+            m.kind == "move" and m.ok and m.t0 <= op.end and m.end >= op.t0
+            for m in model.ops.values()
+        )
+    return False
 
 
 def _moved_since_drawn(model: Model, op: Op) -> bool:
@@ -381,6 +420,27 @@ def _check_success(model: Model, op: Op, rep: CheckReport) -> None:
         rep.anomalies.append(Anomaly("gc-error", f"gc op {op.id}: {op.result['errors']}", (op.id,)))
     if op.kind == "expire":
         _check_expire(model, op, rep)
+    if op.kind == "add_entries":
+        _check_skipped(model, op, rep)
+
+
+def _check_skipped(model: Model, op: Op, rep: CheckReport) -> None:
+    """``add_entries`` counts as skipped exactly its keys without a base record at its commit."""
+    version = op.result.get("version")
+    if not isinstance(version, int) or not 1 <= version <= model.latest:
+        return  # reported by the model
+    missing = sorted(set(op.args["keys"]) - model.bases[version - 1].keys())
+    if op.result.get("skipped") != len(missing):
+        rep.anomalies.append(
+            Anomaly(
+                "wrong-count",
+                f"add_entries op {op.id} skipped {op.result.get('skipped')} keys; at version "
+                f"{version - 1} {len(missing)} had no base record: {missing}",
+                (op.id,),
+                tuple(missing),
+                version,
+            )
+        )
 
 
 def _check_expire(model: Model, op: Op, rep: CheckReport) -> None:
@@ -433,12 +493,13 @@ def _check_final(model: Model, obs: dict[str, Any], keys: list[str], rep: CheckR
                 )
             stream = {k: val for k, val in stream}
         _compare(rep, f"read(version={n})", stream, state, keys, model, n)
-        if v["total_records"] != len(state):
+        records = model.records(n) if n <= model.latest else 0
+        if v["total_records"] != records:
             rep.anomalies.append(
                 Anomaly(
                     "wrong-count",
                     f"log: version {n} has total_records "
-                    f"{v['total_records']}, the model {len(state)}",
+                    f"{v['total_records']}, the model {records} (the base's and the group's)",
                     (),
                     (),
                     n,

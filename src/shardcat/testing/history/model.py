@@ -3,7 +3,16 @@
 Built from the committed versions in version order: a write adds or
 replaces its keys (``skip`` adds only keys not live), an overwrite replaces
 everything, a delete removes its keys; compaction and move change no
-visible data. Every version also gets the time window in which it was
+visible data. The column group :data:`~.ops.GROUP` is modelled beside the
+base, with docs/GROUPS.md's rules (those ``tests/catalog/test_group_model.py``
+checks one operation at a time): ``add_entries`` gives keys with a live base
+record the group's entry (``append``: keys new to the group; ``replace``:
+the group must exist; a key without a base record is refused under
+``on_missing="error"`` and left out under ``"skip"``), ``drop_group`` removes
+the group; a base replace (``on_duplicate="replace"``) keeps the key's group
+entry, a delete removes it, an overwrite keeps the entries of the keys the
+new base has. A version's state is the merged value of every key
+(:func:`~.ops.sample_value`). Every version also gets the time window in which it was
 committed (its operation's invocation and completion), so the checker can
 say which versions a read may have seen (linearizability against the order
 of commits), and the window in which it may have been expired.
@@ -11,12 +20,13 @@ of commits), and the window in which it may have been expired.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .ops import WRITES, Op
+from .ops import GROUP_KINDS, WRITES, Op, sample_value
 
 __all__ = ["INF", "Anomaly", "Model", "build_model", "error_name", "writer_of"]
 
@@ -61,7 +71,11 @@ class Model:
     made_by: dict[int, Op | None] = field(default_factory=dict)
     """Version -> the operation that committed it (None: not known)."""
     states: list[dict[str, str]] = field(default_factory=list)
-    """Version -> key -> value."""
+    """Version -> key -> value as a read reports it (base and group entry merged)."""
+    bases: list[dict[str, str]] = field(default_factory=list)
+    """Version -> key -> base value."""
+    groups: list[dict[str, str] | None] = field(default_factory=list)
+    """Version -> key -> the group's entry (None: the group is not live at the version)."""
     expired_by: dict[int, list[Op]] = field(default_factory=dict)
     anomalies: list[Anomaly] = field(default_factory=list)
 
@@ -107,9 +121,16 @@ class Model:
         return any(e.t0 <= b for e in self.expired_by.get(version, []))
 
     def diff(self, version: int) -> set[str]:
-        """The keys whose value ``version`` changed."""
-        before, after = self.states[version - 1], self.states[version]
-        return {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+        """The keys whose base record ``version`` changed."""
+        return _changed(self.bases[version - 1], self.bases[version])
+
+    def group_diff(self, version: int) -> set[str]:
+        """The keys whose group record ``version`` changed (a drop: every key the group had)."""
+        return _changed(self.groups[version - 1] or {}, self.groups[version] or {})
+
+    def records(self, version: int) -> int:
+        """Live records at ``version``: the base's and the group's (``total_records``)."""
+        return len(self.bases[version]) + len(self.groups[version] or {})
 
     def touched(self, version: int) -> set[str]:
         """The keys whose records ``version`` added or removed: a replace or skip that began
@@ -123,6 +144,15 @@ class Model:
         if op is None or op.kind == "compact":
             keys |= self.states[version].keys()
         elif op.kind == "skip":
+            keys |= set(op.args["keys"])
+        return keys
+
+    def group_touched(self, version: int) -> set[str]:
+        """The keys whose group records ``version`` added or removed (skipped keys too: their
+        records are added and removed at once)."""
+        op = self.made_by.get(version)
+        keys = self.group_diff(version)
+        if op is not None and op.kind == "add_entries":
             keys |= set(op.args["keys"])
         return keys
 
@@ -144,6 +174,10 @@ class Model:
             for v in range(start, version + 1)
             if (op := self.made_by.get(v)) is not None and op.kind in ("compact", "move")
         ]
+
+
+def _changed(before: dict[str, str], after: dict[str, str]) -> set[str]:
+    return {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
 
 
 def writer_of(value: str | None) -> int | None:
@@ -172,7 +206,11 @@ def build_model(ops: Iterable[Op], observation: dict[str, Any]) -> Model:
 
     # 1. What the operations themselves reported.
     for op in by_id.values():
-        if op.ok and op.kind in (*WRITES, "delete", "compact") and isinstance(op.result, dict):
+        if (
+            op.ok
+            and op.kind in (*WRITES, *GROUP_KINDS, "delete", "compact")
+            and isinstance(op.result, dict)
+        ):
             claim(op.result.get("version"), op, f"{op.kind} op {op.id} reported")
     # 2. What the kept versions' messages say.
     moves_by_dest = {op.args.get("dest"): op for op in by_id.values() if op.kind == "move"}
@@ -220,12 +258,13 @@ def build_model(ops: Iterable[Op], observation: dict[str, Any]) -> Model:
         if job["state"] != "committed" or job["version"] is None:
             continue
         owner = job_owner.get(job["id"])
-        if owner is None and job["description"] == "delete_keys":
+        shardless = _SHARDLESS.get(job["description"])
+        if owner is None and shardless is not None:
             owner = next(
                 (
                     o
                     for o in by_id.values()
-                    if o.kind == "delete" and o.ok and o.result.get("version") == job["version"]
+                    if o.kind == shardless and o.ok and o.result.get("version") == job["version"]
                 ),
                 None,
             )
@@ -299,12 +338,16 @@ def build_model(ops: Iterable[Op], observation: dict[str, Any]) -> Model:
     return model
 
 
+_SHARDLESS = {"delete_keys": "delete", "drop_group": "drop_group"}
+"""Descriptions of the jobs of versions without shards -> the kind of operation that makes them."""
+
+
 def _claims_any(claims: dict[int, list[Op]], op: Op) -> bool:
     return any(op in owners for owners in claims.values())
 
 
 def _must_commit(op: Op) -> bool:
-    if op.kind in (*WRITES, "delete", "move"):
+    if op.kind in (*WRITES, *GROUP_KINDS, "delete", "move"):
         return True
     return (
         op.kind == "compact"
@@ -319,57 +362,98 @@ def error_name(op: Op) -> str:
 
 
 def _apply_all(model: Model, add: Callable[[Anomaly], None]) -> None:
-    """``states[v]`` for every version, checking each commit was allowed on ``states[v - 1]``."""
-    model.states = [{}]
+    """``states[v]`` for every version, checking each commit was allowed on version ``v - 1``."""
+    model.bases, model.groups = [{}], [None]
     for version in range(1, model.latest + 1):
-        before = model.states[-1]
         op = model.made_by.get(version)
-        after = dict(before)
-        if op is not None and op.kind in WRITES:
-            keys = list(op.args["keys"])
-            live = sorted(k for k in keys if k in before)
-            if op.kind in ("append", "create") and live:
-                add(
-                    Anomaly(
-                        "commit-not-allowed",
-                        f"{op.kind} op {op.id} (on_duplicate=error) "
-                        f"committed version {version} though {live} were live at version "
-                        f"{version - 1}",
-                        (op.id,),
-                        tuple(live),
-                        version,
-                    )
-                )
-            if op.kind == "create" and before:
-                add(
-                    Anomaly(
-                        "commit-not-allowed",
-                        f"create op {op.id} committed version {version} on a dataset with records",
-                        (op.id,),
-                        (),
-                        version,
-                    )
-                )
-            if op.kind == "overwrite":
-                after = {}
-            for k in keys:
-                if op.kind != "skip" or k not in before:
-                    after[k] = f"{op.id}:{k}"
-        elif op is not None and op.kind == "delete":
-            missing = sorted(k for k in op.args["keys"] if k not in before)
-            if missing and not op.args.get("missing_ok"):
-                add(
-                    Anomaly(
-                        "commit-not-allowed",
-                        f"delete op {op.id} (missing_ok=False) committed "
-                        f"version {version} though {missing} were not live at version "
-                        f"{version - 1}",
-                        (op.id,),
-                        tuple(missing),
-                        version,
-                    )
-                )
-            for k in op.args["keys"]:
-                after.pop(k, None)
-        # compact, move: no visible change; an unknown operation: assumed none (reported above).
-        model.states.append(after)
+        base, group = dict(model.bases[-1]), model.groups[-1]
+        group = None if group is None else dict(group)
+        if op is not None:  # an unknown operation: assumed no change (reported above)
+            group = _apply(op, base, group, version, functools.partial(_refuse, add, op, version))
+        model.bases.append(base)
+        model.groups.append(group)
+    model.states = [
+        {k: sample_value(v, (g or {}).get(k)) for k, v in b.items()}
+        for b, g in zip(model.bases, model.groups, strict=True)
+    ]
+
+
+def _apply(
+    op: Op,
+    base: dict[str, str],
+    group: dict[str, str] | None,
+    version: int,
+    refuse: Callable[..., None],
+) -> dict[str, str] | None:
+    """Apply ``op``'s commit of ``version`` to ``base`` (in place); the group after it."""
+    v0 = version - 1
+    if op.kind in WRITES:
+        keys = list(op.args["keys"])
+        live = sorted(k for k in keys if k in base)
+        if op.kind in ("append", "create") and live:
+            refuse(f"{live} were live at version {v0} (on_duplicate=error)", live)
+        if op.kind == "create" and base:
+            refuse("the dataset had records")
+        if op.kind == "overwrite":
+            base.clear()
+        for k in keys:
+            if op.kind != "skip" or k not in base:
+                base[k] = f"{op.id}:{k}"
+        if op.kind == "overwrite" and group is not None:  # groups keep the keys it has
+            group = {k: v for k, v in group.items() if k in base}
+    elif op.kind == "delete":
+        missing = sorted(k for k in op.args["keys"] if k not in base)
+        if missing and not op.args.get("missing_ok"):
+            refuse(f"{missing} were not live at version {v0} (missing_ok=False)", missing)
+        for k in op.args["keys"]:
+            base.pop(k, None)
+            if group is not None:  # every group's record of the key goes with it
+                group.pop(k, None)
+    elif op.kind == "add_entries":
+        group = _add_entries(op, base, group, version, refuse)
+    elif op.kind == "drop_group":
+        if group is None:
+            refuse(f"the dataset had no group at version {v0}")
+        group = None
+    # compact, move: no visible change.
+    return group
+
+
+def _refuse(
+    add: Callable[[Anomaly], None], op: Op, version: int, why: str, keys: Iterable[str] = ()
+) -> None:
+    """A commit the model does not allow: ``op`` committed ``version`` though ``why``."""
+    keys = tuple(keys)
+    add(
+        Anomaly(
+            "commit-not-allowed",
+            f"{op.kind} op {op.id} committed version {version} though {why}",
+            (op.id,),
+            keys,
+            version,
+        )
+    )
+
+
+def _add_entries(
+    op: Op,
+    base: dict[str, str],
+    group: dict[str, str] | None,
+    version: int,
+    refuse: Callable[..., None],
+) -> dict[str, str]:
+    """The group after ``add_entries`` op ``op`` committed ``version`` (its refusals checked)."""
+    keys, mode = list(op.args["keys"]), op.args["mode"]
+    if mode == "replace" and group is None:
+        refuse(f"the dataset had no group at version {version - 1} (mode=replace)")
+    unknown = sorted(k for k in keys if k not in base)
+    if unknown and op.args["on_missing"] == "error":
+        refuse(f"{unknown} had no base record at version {version - 1} (on_missing=error)", unknown)
+    out = dict(group or {})
+    known = [k for k in keys if k in base]
+    dup = sorted(k for k in known if k in out)
+    if mode == "append" and dup:
+        refuse(f"{dup} were in the group at version {version - 1} (mode=append)", dup)
+    for k in known:
+        out[k] = f"{op.id}:{k}"
+    return out

@@ -7,6 +7,13 @@ message ``"op 17"``. A move's version carries the message the library gives
 it (``"moved to DEST"``), and its destination holds its id. So the checker
 maps every committed version back to the operation that made it.
 
+Besides the base entry ``txt``, samples may have an entry ``cap`` of the
+column group :data:`GROUP` (docs/GROUPS.md): ``add_entries`` (modes
+``append`` and ``replace``, ``on_missing`` ``error`` or ``skip``) writes
+``cap`` = ``value_of(op, k)`` for its keys, ``drop_group`` drops the group.
+A read reports a sample as one string, :func:`sample_value`: ``txt``, then
+``|`` and ``cap`` when the sample has one (``"17:k03|21:k03"``).
+
 Plans are seeded: :func:`plan_ops` gives the same kinds, keys and arguments
 for the same seed, process and count. What a plan cannot know in advance
 (which version number to read: versions come and go) is chosen at run time
@@ -22,6 +29,9 @@ from typing import Any
 
 __all__ = [
     "FILE_REMOVERS",
+    "GROUP",
+    "GROUP_ENTRY",
+    "GROUP_KINDS",
     "READS",
     "WEIGHTS",
     "WRITES",
@@ -31,6 +41,7 @@ __all__ = [
     "key_name",
     "op_message",
     "plan_ops",
+    "sample_value",
     "value_of",
 ]
 
@@ -50,6 +61,8 @@ WEIGHTS: dict[str, int] = {
     "move": 1,
     "tag": 2,
     "untag": 1,
+    "add_entries": 5,  # group GROUP's entry "cap"; mode append/replace, on_missing error/skip
+    "drop_group": 2,
     # reads
     "get": 6,
     "get_many": 6,
@@ -63,6 +76,10 @@ READS = frozenset({"get", "get_many", "keys", "count", "read"})
 FILE_REMOVERS = frozenset({"gc", "move"})
 """Kinds that delete files: a read racing one may find a file gone (a typed error)."""
 TAGS = ("t1", "t2", "t3")
+GROUP = "g"
+"""The column group ``add_entries`` writes (entry ``cap``) and ``drop_group`` drops."""
+GROUP_ENTRY = "cap"
+GROUP_KINDS = frozenset({"add_entries", "drop_group"})
 
 
 @dataclass(frozen=True)
@@ -172,6 +189,11 @@ def value_of(op: int, key: str) -> str:
     return f"{op}:{key}"
 
 
+def sample_value(base: str, cap: str | None) -> str:
+    """How a read reports a sample: its base value, then ``|`` and its group entry if it has one."""
+    return base if cap is None else f"{base}|{cap}"
+
+
 def op_message(op: int) -> str:
     """The message of the version operation ``op`` commits."""
     return f"op {op}"
@@ -205,6 +227,13 @@ def _args(rng: random.Random, kind: str, keys: list[str]) -> dict[str, Any]:
         return {"keys": some(1, 8)}
     if kind == "delete":
         return {"keys": some(1, 5), "missing_ok": rng.random() < 0.5}
+    if kind == "add_entries":
+        return {
+            "keys": some(1, 6),
+            "mode": rng.choice(["append", "append", "replace"]),
+            # Half the universe is live at most times: "error" mostly fails (UnknownKeysError).
+            "on_missing": rng.choice(["error", "skip", "skip"]),
+        }
     if kind == "compact":
         return {"min_live": rng.choice([0.5, 0.75, 1.0])}
     if kind == "expire":

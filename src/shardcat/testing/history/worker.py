@@ -5,6 +5,10 @@ once: when it is invoked (kind, arguments, monotonic time) and when it
 completes (time, result or typed error). A process killed mid-operation
 leaves its invocation without a completion: an operation whose outcome is
 unknown, as Jepsen calls it *indeterminate*.
+
+Reads report every sample whole: its base entry ``txt`` and, when it has
+one, the column group's entry ``cap`` (:func:`~.ops.sample_value`), from
+lookups and from the streaming reader alike.
 """
 
 from __future__ import annotations
@@ -18,7 +22,19 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import KeyNotFoundError, ShardcatError
-from .ops import WRITES, HistoryConfig, Op, OpSpec, op_id, op_message, plan_ops, value_of
+from .ops import (
+    GROUP,
+    GROUP_ENTRY,
+    WRITES,
+    HistoryConfig,
+    Op,
+    OpSpec,
+    op_id,
+    op_message,
+    plan_ops,
+    sample_value,
+    value_of,
+)
 
 __all__ = [
     "GC_GRACE",
@@ -202,6 +218,27 @@ def _execute(cat: Any, client: Any, config: HistoryConfig, op: Op) -> Any:
             progress=False,
         )
         return {"job": written.job_id, "version": cat.job(written.job_id).version}
+    if op.kind == "add_entries":
+        added = shardcat.add_entries(
+            [{"__key__": k, GROUP_ENTRY: value_of(op.id, k)} for k in a["keys"]],
+            catalog=cat,
+            dataset=ds,
+            group=GROUP,
+            mode=a["mode"],
+            on_missing=a["on_missing"],
+            message=op_message(op.id),
+            max_records_per_shard=config.shard_records,
+            storage_options=config.storage_options,
+            client=client,
+            progress=False,
+        )
+        return {
+            "job": added.job_id,
+            "version": cat.job(added.job_id).version,
+            "skipped": added.skipped_keys,
+        }
+    if op.kind == "drop_group":
+        return {"version": cat.drop_group(ds, GROUP, message=op_message(op.id))}
     if op.kind == "delete":
         version = cat.delete_keys(
             ds, a["keys"], missing_ok=a["missing_ok"], message=op_message(op.id)
@@ -244,7 +281,7 @@ def _read(cat: Any, config: HistoryConfig, op: Op) -> Any:
             record = cat.get(ds, op.args["key"], version=version)
         except KeyNotFoundError:
             return {"value": None}
-        return {"value": record["txt"].decode()}
+        return {"value": _sample(record)}
     if op.kind == "get_many":
         return {"state": read_state(cat, ds, config.keys, version)}
     if op.kind == "keys":
@@ -257,9 +294,9 @@ def _read(cat: Any, config: HistoryConfig, op: Op) -> Any:
 
 
 def read_state(cat: Any, ds: str, keys: list[str], version: int | str | None) -> dict[str, str]:
-    """``get_many`` of ``keys`` at ``version``: the value of each key found."""
+    """``get_many`` of ``keys`` at ``version``: the value of each key found (:func:`sample_value`)."""
     batch = cat.get_many(ds, keys, version=version)
-    return {k: r["txt"].decode() for k, r in batch.found().items()}
+    return {k: _sample(r) for k, r in batch.found().items()}
 
 
 def read_pairs(cat: Any, ds: str, version: int | str | None) -> list[list[str]]:
@@ -267,13 +304,20 @@ def read_pairs(cat: Any, ds: str, version: int | str | None) -> list[list[str]]:
     import shardcat
 
     samples = shardcat.read(cat, ds, version=version).compute(scheduler="sync")
-    return [[s["__key__"], _text(s["txt"])] for s in samples]
+    return [[s["__key__"], _sample(s)] for s in samples]
+
+
+def _sample(record: Any) -> str:
+    """A sample (a lookup's record or a streamed sample) as :func:`sample_value` reports it."""
+    cap = record.get(GROUP_ENTRY)
+    return sample_value(_text(record["txt"]), None if cap is None else _text(cap))
 
 
 def _text(value: Any) -> str:
-    return (
-        bytes(value).decode() if isinstance(value, (bytes, bytearray, memoryview)) else str(value)
-    )
+    """An entry as text: a lookup's ``Entry`` (``decode``), streamed bytes, or a decoded value."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode()
+    return str(value.decode()) if hasattr(value, "decode") else str(value)
 
 
 def read_log(path: Path) -> list[Op]:
