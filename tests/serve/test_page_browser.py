@@ -241,12 +241,17 @@ return Array.from(document.querySelectorAll(arguments[0])).map(img => ({
 
 
 def _rendered(driver: Any, selector: str = "#grid img") -> list[dict[str, Any]]:
-    """The images under ``selector`` once every one has loaded (or failed)."""
-    _until(
-        driver,
-        lambda d: all(i["complete"] for i in d.execute_script(_IMAGES, selector)),
-        "images still loading",
-    )
+    """The images under ``selector`` once there are some and every one has loaded (or failed).
+
+    Some, not merely all complete: a grid's cards can be drawn before their images are
+    put in them (with a token, each image is fetched with it first), and ``all`` of none
+    is true."""
+
+    def loaded(d: Any) -> bool:
+        images = d.execute_script(_IMAGES, selector)
+        return bool(images) and all(i["complete"] for i in images)
+
+    _until(driver, loaded, "images still loading")
     return list(driver.execute_script(_IMAGES, selector))
 
 
