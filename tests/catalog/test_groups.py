@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from shardcat.catalog.groups import GroupWrite
+from shardcat.catalog.groups import SKIPPED_KEYS, GroupWrite
 from shardcat.errors import DuplicateKeyError, EntryExistsError, KeyNotFoundError
 from shardcat.format import recordcodec
 from shardcat.reading import Catalog, point, pypoint
@@ -233,3 +233,24 @@ def test_an_overwrite_keeps_the_groups_entries_of_the_keys_it_still_has(cat, loc
     assert list(cat.get("train", keys[7], version=captioned)) == ["jpg", "json", "txt", "cap.txt"]
     got = cat.get_many("train", keys[5:10], version=overwritten)
     assert [r["cap.txt"].decode() for r in got.records] == [f"caption of {k}" for k in keys[5:10]]
+
+
+def test_a_key_twice_in_a_group_job_is_an_error_even_when_missing_keys_are_skipped(cat, local_root):
+    make_dataset(cat, local_root, 1)
+    keys = shard_keys(0)
+    # Without a base record and with on_missing="skip", the repeated key was left out silently.
+    for n, twice in enumerate((keys[0], "ghost")):
+        job = cat.begin_job("train")
+        for part in range(2):  # one shard each: a shard's own keys are checked as it registers
+            url = f"{local_root}/twice-{n}-{part}.shard"
+            cat.register_shard("train", write_shard(url, [twice], make=caption), job=job)
+        with pytest.raises(DuplicateKeyError, match=repr(twice)):
+            cat.commit_job(job, group=GroupWrite("captions", on_missing="skip"))
+        cat.abort_job(job)
+    # Skipped samples are counted once each.
+    job = cat.begin_job("train")
+    info = write_shard(f"{local_root}/captions-9.shard", [keys[1], "ghost", "other"], make=caption)
+    cat.register_shard("train", info, job=job)
+    done = cat.commit_job(job, group=GroupWrite("captions", on_missing="skip"))
+    assert (done.properties or {})[SKIPPED_KEYS] == 2
+    assert cat.get("train", keys[1])["cap.txt"].decode() == f"caption of {keys[1]}"

@@ -38,6 +38,7 @@ __all__ = [
     "committed_exists",
     "duplicate_keys",
     "has_committed",
+    "refuse_repeats",
     "resolve_duplicates",
     "resolve_rewrite",
 ]
@@ -138,6 +139,19 @@ def committed_exists(dataset_id: int) -> Exists:
     return exists().where(Shard.dataset_id == dataset_id, visibility.committed(Shard))
 
 
+def refuse_repeats(session: Session, dataset: Dataset, job: Job) -> None:
+    """Raise :class:`DuplicateKeyError` if a key repeats among the job's records (of one group).
+
+    Always an error, whatever ``on_duplicate`` says; checked before anything that
+    removes job records (a group's skipped keys) could hide the repeat.
+    """
+    within = sorted(session.execute(_WITHIN_JOB, {"job": job.id}).scalars())
+    if within:
+        raise duplicate_error(
+            within, f"in job {job.id} of dataset {dataset.name!r} (within the job)"
+        )
+
+
 def resolve_duplicates(
     session: Session,
     dataset: Dataset,
@@ -167,9 +181,7 @@ def resolve_duplicates(
         return removed, 0
     where = f"in job {job.id} of dataset {dataset.name!r}"
     # Keys twice within the job first: no on_duplicate policy can resolve those.
-    within = sorted(session.execute(_WITHIN_JOB, {"job": job.id}).scalars())
-    if within:
-        raise duplicate_error(within, f"{where} (within the job)")
+    refuse_repeats(session, dataset, job)
     if on_duplicate == "error":
         raise duplicate_error(dups, f"{where} (against committed shards)", live=True)
     if job.base_version is not None:
@@ -222,11 +234,7 @@ def resolve_rewrite(
         The dataset keeps only key hashes (a rewrite matches copies to records by key text).
     """
     needs_key_text(dataset.name, dataset.key_mode, "rewriting records (compact, rewrite=True)")
-    within = sorted(session.execute(_WITHIN_JOB, {"job": job.id}).scalars())
-    if within:
-        raise duplicate_error(
-            within, f"in job {job.id} of dataset {dataset.name!r} (within the job)"
-        )
+    refuse_repeats(session, dataset, job)
     at_base = {**params, "base": job.base_version}
     # First the copies of records another commit removed since the base version: they stay out.
     stale, _ = remove_records(session, f"{OF_JOB} AND NOT {_UNCHANGED_SINCE_BASE}", at_base)

@@ -21,7 +21,7 @@ from ..errors import EntryExistsError, GroupNotFoundError, Hint, UnknownKeysErro
 from . import visibility
 from .changes import note_group
 from .datasets import find_dataset
-from .duplicates import LIVE_ELSEWHERE, OF_JOB
+from .duplicates import LIVE_ELSEWHERE, OF_JOB, refuse_repeats
 from .models import BASE_GROUP, Dataset, Group, Job
 from .results import GroupInfo
 from .session import NO_SYNC
@@ -171,6 +171,8 @@ def apply_group(
             ),
         )
     if unknown:
+        # A key twice in the job is an error even where it would be skipped (and counted once).
+        refuse_repeats(session, dataset, job)
         skipped, _ = remove_records(session, f"{OF_JOB} AND NOT {_HAS_BASE}", params)
     clashes = session.execute(_SAME_NAMES, params).all()
     newer = [c for c in clashes if int(c.group_id) > gid]
