@@ -58,6 +58,9 @@ def test_write_hash_only_then_append_on_both_catalogs(client, tmp_path, catalog_
     # The mode is the dataset's: asking for the other one is refused, naming it.
     with pytest.raises(DatasetExistsError, match="keeps keys='hash'"):
         write(again, mode="overwrite", keys="text")
+    # A value that is no key mode is said as such, not as the other mode.
+    with pytest.raises(ValueError, match="keys must be one of"):
+        write(again, mode="append", keys="Hash")
 
 
 def test_a_copy_of_a_hash_only_dataset_has_key_text_again(client, tmp_path, sqlite_url):

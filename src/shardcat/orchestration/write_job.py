@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .._types import ON_DUPLICATE, OnDuplicate
 from ..catalog import internal
 from ..catalog.groups import GroupWrite
+from ..catalog.hashkeys import check_key_mode
 from ..catalog.missing import unknown_dataset
 from ..errors import DatasetExistsError, DatasetNotFoundError, DatasetRootError, Hint
 from ..storage import GROUPS_FOLDER, is_local, join, local_path, redact, resolve
@@ -94,8 +95,12 @@ def open_dataset(
         ``mode="append"`` into another folder than the dataset's.
     DatasetExistsError
         ``keys`` is not the existing dataset's.
+    ValueError
+        ``keys`` is not a key mode.
     """
     root = redact(url)
+    if keys is not None:
+        check_key_mode(keys)  # a typo is a ValueError, not "another key mode"
     if mode == "append":
         created = False
         info, existing = append_target(cat, dataset, root, group=group)
