@@ -333,3 +333,23 @@ def test_keys_longer_than_the_head_read_are_read_whole(cat, local_root):
         assert cat.get("h", key).key == key
     batch = cat.get_many("h", [*long_keys, "k" * 701])
     assert [None if r is None else r.key for r in batch.records] == [*long_keys, None]
+
+
+def test_a_key_changed_in_its_shard_stops_the_commit_not_passes_as_a_collision(cat, local_root):
+    from shardcat.errors import ChecksumError
+    from shardcat.format.records import key_span
+
+    infos = _hash_dataset(cat, local_root, shards=1)
+    key = shard_keys(0)[3]
+    path, offset, length = _offsets(infos)[key]
+    with open(path, "r+b") as f:  # one byte of the live record's key changes (its head CRC not)
+        f.seek(offset)
+        head = f.read(length)
+        start, _ = key_span(head, path=path, offset=offset)
+        f.seek(offset + start)
+        f.write(bytes([head[start] ^ 0x01]))
+    # The same key again: equal hashes, and the live record's key now reads otherwise. Read
+    # unchecked, that looked like two keys sharing a hash and the duplicate was committed.
+    with pytest.raises(ChecksumError, match="head CRC32C"):
+        cat.register_shard("h", write_shard(f"{local_root}/again.shard", [key]))
+    assert cat.count("h") == len(shard_keys(0))

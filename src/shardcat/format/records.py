@@ -39,6 +39,7 @@ __all__ = [
     "decode_record",
     "decode_spanned",
     "encode_record",
+    "head_end",
     "head_key",
     "key_span",
 ]
@@ -590,17 +591,50 @@ def _head(view: memoryview | bytes, path: str | None, offset: int) -> tuple[Any,
     return head
 
 
-def head_key(view: memoryview | bytes, *, path: str | None, offset: int) -> str:
+def head_end(view: memoryview | bytes, *, path: str | None, offset: int) -> int:
+    """Bytes from a record's start to the end of its head (what ``head_crc`` covers ends there).
+
+    Raises
+    ------
+    FormatError
+        The bytes are not a record head.
+    """
+    return int(_head(view, path, offset)[4])
+
+
+def head_key(
+    view: memoryview | bytes, *, path: str | None, offset: int, checked: bool = False
+) -> str:
     """The key a record's head names (``view``: at least its first :func:`key_span` bytes).
 
     What a hash-only dataset's lookup compares: the catalog keeps the key's hash,
-    the record its text (docs/CATALOG.md, "Hash-only datasets").
+    the record its text (docs/CATALOG.md, "Hash-only datasets"). A lookup decodes
+    and checks the whole record afterwards; ``checked``: the head's CRC is checked
+    here (``view`` then holds :func:`head_end` bytes), for a caller that decides on the
+    key alone (the commit's duplicate rule).
 
     Raises
     ------
     FormatError
         The bytes are not a record head, or its key is cut short or not UTF-8.
+    ChecksumError
+        ``checked`` and the head's bytes are not those written.
     """
+    if checked:
+        _, head_crc, _, _, length, _, _ = _head(view, path, offset)
+        if len(view) < length:
+            raise TruncatedError(
+                f"record head needs {length} bytes, only {len(view)} remain",
+                path=path,
+                offset=offset,
+            )
+        actual = crc32c(view[8:length])
+        if actual != head_crc:
+            raise ChecksumError(
+                f"record head CRC32C mismatch (stored {head_crc:#010x}, computed {actual:#010x})",
+                path=path,
+                offset=offset,
+            )
     start, end = key_span(view, path=path, offset=offset)
     if len(view) < end:
         raise TruncatedError(

@@ -11,30 +11,43 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .._types import ByteRange, StorageOptions
-from ..format.records import KEY_PEEK, head_key, key_span
+from ..format.records import KEY_PEEK, head_end, head_key, key_span
 from ..storage import SourceCache
 
 __all__ = ["KeyReaderOf", "record_key", "record_keys"]
 
 
-def record_key(sources: SourceCache, url: str, offset: int, length: int) -> str:
+def _needed(head: memoryview | bytes, url: str, offset: int, checked: bool) -> int:
+    """Bytes of the record to read for its key (``checked``: its whole head, for the CRC)."""
+    if checked:
+        return head_end(head, path=url, offset=offset)
+    return key_span(head, path=url, offset=offset)[1]
+
+
+def record_key(
+    sources: SourceCache, url: str, offset: int, length: int, *, checked: bool = False
+) -> str:
     """The key of the record at ``offset`` (``length`` bytes) of the native shard ``url``.
+
+    ``checked``: the head's CRC is checked too (:func:`~shardcat.format.records.head_key`).
 
     Raises
     ------
     FormatError
-        The bytes there are not a record head.
+        The bytes there are not a record head (ChecksumError: ``checked``, and changed).
     StorageError
         The shard cannot be read.
     """
     data = sources.read(url, offset, offset + min(length, KEY_PEEK))
-    _, end = key_span(data, path=url, offset=offset)
+    end = _needed(data, url, offset, checked)
     if end > len(data):
         data = sources.read(url, offset, offset + min(length, end))
-    return head_key(data, path=url, offset=offset)
+    return head_key(data, path=url, offset=offset, checked=checked)
 
 
-def record_keys(sources: SourceCache, places: Sequence[tuple[str, int, int]]) -> list[str]:
+def record_keys(
+    sources: SourceCache, places: Sequence[tuple[str, int, int]], *, checked: bool = False
+) -> list[str]:
     """:func:`record_key` of each ``(url, offset, length)``, in order: the heads read as one batch.
 
     One :meth:`~shardcat.storage.SourceCache.read_batch` of every head (local: merged
@@ -49,17 +62,16 @@ def record_keys(sources: SourceCache, places: Sequence[tuple[str, int, int]]) ->
         A shard cannot be read.
     """
     if len(places) == 1:
-        return [record_key(sources, *places[0])]
+        return [record_key(sources, *places[0], checked=checked)]
     heads = sources.read_batch(
         [(url, ByteRange(offset, offset + min(length, KEY_PEEK))) for url, offset, length in places]
     )
     keys = []
     for (url, offset, length), head in zip(places, heads):
-        _, end = key_span(head, path=url, offset=offset)
-        if end > len(head):
-            keys.append(record_key(sources, url, offset, length))
+        if _needed(head, url, offset, checked) > len(head):
+            keys.append(record_key(sources, url, offset, length, checked=checked))
         else:
-            keys.append(head_key(head, path=url, offset=offset))
+            keys.append(head_key(head, path=url, offset=offset, checked=checked))
     return keys
 
 
@@ -67,7 +79,8 @@ class KeyReaderOf:
     """A :data:`~shardcat.catalog.hashkeys.KeyReader` over shards read with ``storage_options``.
 
     Each call opens the shards it needs and closes them before it returns (a
-    commit's candidates are few, and its thread is not a lookup's).
+    commit's candidates are few, and its thread is not a lookup's). Each head's
+    CRC is checked: a key changed in the shard is an error, not a collision.
     """
 
     def __init__(self, storage_options: StorageOptions | None) -> None:
@@ -76,6 +89,7 @@ class KeyReaderOf:
     def __call__(self, places: Sequence[tuple[str, int, int]]) -> list[str]:
         sources = SourceCache(self.storage_options, 16)
         try:
-            return record_keys(sources, places)
+            # The commit decides on these keys alone (no record decode follows): heads checked.
+            return record_keys(sources, places, checked=True)
         finally:
             sources.close()
