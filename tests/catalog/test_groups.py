@@ -233,3 +233,23 @@ def test_an_overwrite_keeps_the_groups_entries_of_the_keys_it_still_has(cat, loc
     assert list(cat.get("train", keys[7], version=captioned)) == ["jpg", "json", "txt", "cap.txt"]
     got = cat.get_many("train", keys[5:10], version=overwritten)
     assert [r["cap.txt"].decode() for r in got.records] == [f"caption of {k}" for k in keys[5:10]]
+
+
+def test_groups_cached_while_their_shards_were_staged_merge_in_group_order(cat, local_root):
+    """A lookup that loads its shard cache while group jobs are staged (their records still
+    group 0) merges them in group order once committed, not in the order they were staged."""
+    make_dataset(cat, local_root, 2)
+    key = shard_keys(0)[3]
+    jobs = {}
+    for name in ("late", "early"):  # staged in this order, committed in the other
+        jobs[name] = cat.begin_job("train")
+        info = write_shard(
+            f"{local_root}/{name}-0.shard", [key], make=lambda k, n=name: {"cap.txt": n}
+        )
+        cat.register_shard("train", info, job=jobs[name])
+    assert list(cat.get("train", key)) == ["jpg", "json", "txt"]  # the cache holds both staged
+    cat.commit_job(jobs["early"], group=GroupWrite("early"))
+    cat.commit_job(jobs["late"], group=GroupWrite("late", replace_entries=True))
+    version = cat.info("train").version
+    assert cat.get("train", key, version=version)["cap.txt"].decode() == "late"
+    assert cat.get("train", key)["cap.txt"].decode() == "late"

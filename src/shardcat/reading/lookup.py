@@ -466,7 +466,10 @@ class Lookup:
         """
         for sid, url, alignment, kind, group in self._query(self._shards_sql, (dataset,)):
             self._shards[sid] = (url, int(alignment)) if kind == "native" else None
-            self._groups[sid] = int(group)
+            if group is None:  # not committed: its group is not known yet (statements.SHARDS)
+                self._groups.pop(sid, None)
+            else:
+                self._groups[sid] = int(group)
             if kind in RANGES_OF_FILE:  # a tar sample's, an MDS or LitData sample's range
                 self._tars[sid] = url
             elif kind == "files":
