@@ -138,3 +138,22 @@ def test_a_page_after_a_cursor_seeks_the_key_index_without_offset(cat):
                 plan
             )
             assert "TEMP B-TREE" not in plan, plan
+
+
+def test_a_first_page_walks_the_key_index_without_sorting(cat):
+    """``keys --limit`` without prefix or cursor: the key index is partial (``key IS NOT NULL``,
+    revision 0014), and the statement must say so for the planner to read it in order."""
+    dialect = cat.engine.dialect.name
+    stmt = keys_statement(dialect, 1, None, 10)
+    sql = str(stmt.compile(cat.engine, compile_kwargs={"literal_binds": True}))
+    with cat.engine.connect() as conn:
+        if dialect == "postgresql":
+            conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
+            conn.execute(sa.text("SET LOCAL enable_bitmapscan = off"))
+            plan = "\n".join(r[0] for r in conn.execute(sa.text("EXPLAIN " + sql)))
+            assert "ix_records_dataset_id_key " in plan + " ", plan
+            assert "Sort" not in plan, plan
+        else:
+            plan = "\n".join(r[-1] for r in conn.execute(sa.text("EXPLAIN QUERY PLAN " + sql)))
+            assert "ix_records_dataset_id_key " in plan + " ", plan
+            assert "TEMP B-TREE" not in plan, plan
