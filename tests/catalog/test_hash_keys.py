@@ -333,3 +333,26 @@ def test_keys_longer_than_the_head_read_are_read_whole(cat, local_root):
         assert cat.get("h", key).key == key
     batch = cat.get_many("h", [*long_keys, "k" * 701])
     assert [None if r is None else r.key for r in batch.records] == [*long_keys, None]
+
+
+def test_forced_collisions_reach_modules_first_imported_inside_the_block():
+    """A fresh interpreter: the writer and the lookup are loaded lazily (by the first write or
+    lookup), so the hook must narrow them too, or a shard written inside the block keeps its
+    real hash and a lookup that narrows it finds nothing (the tests above, run first, failed)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from shardcat.testing.collisions import colliding_key_hashes\n"
+        "assert 'shardcat.format.writer' not in sys.modules\n"
+        "with colliding_key_hashes(bits=2):\n"
+        "    from shardcat.format import writer\n"
+        "    from shardcat.reading import lookup\n"
+        "    assert writer.key_hash(b'some key') < 4, writer.key_hash(b'some key')\n"
+        "    assert lookup.signed_key_hash(b'some key') < 4\n"
+        "from shardcat.format import writer\n"
+        "assert writer.key_hash(b'some key') >= 4\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
