@@ -356,3 +356,23 @@ def test_forced_collisions_reach_modules_first_imported_inside_the_block():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_lookup_that_met_a_hash_only_dataset_asks_its_candidates_first(cat, local_root):
+    """docs/CATALOG.md: once a lookup has met a hash-only dataset it asks the hash-only twin
+    first: one statement for ``get(entries=)`` and ``locate`` too, not a miss of key text,
+    the dataset's row and then the twin."""
+    from .helpers import QueryCounter
+
+    _hash_dataset(cat, local_root, shards=1)
+    keys = shard_keys(0)
+    cat.get("h", keys[0])  # met: the lookup knows the dataset is hash-only
+    with QueryCounter(cat) as queries:
+        rec = cat.get("h", keys[1], entries=["jpg"])
+    assert rec.key == keys[1] and list(rec) == ["jpg"]
+    assert len(queries.statements) == 1, queries.statements
+    with QueryCounter(cat) as queries:
+        assert cat.locate("h", keys[2]).offset >= 0
+    assert len(queries.statements) == 1, queries.statements
+    with pytest.raises(KeyNotFoundError):
+        cat.locate("h", "absent")

@@ -556,12 +556,11 @@ class Lookup:
         One row per column group the version sees (docs/GROUPS.md), in group order.
         """
         if version is None:
-            rows = self._query(self._point, (dataset, h, key))
+            sql, params = self._point, (dataset, h, key)
         else:
             sql, extra = self._sql("point", version)
-            rows = self._query(sql, (dataset, h, key, *extra))
-        if not rows:
-            rows = self._empty("point", dataset, key, version)
+            params = (dataset, h, key, *extra)
+        rows = self._rows_of("point", dataset, key, version, sql, params)
         if len(rows) > 1:
             rows.sort(key=_GROUP)
         return rows
