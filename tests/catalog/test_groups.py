@@ -254,3 +254,23 @@ def test_a_key_twice_in_a_group_job_is_an_error_even_when_missing_keys_are_skipp
     done = cat.commit_job(job, group=GroupWrite("captions", on_missing="skip"))
     assert (done.properties or {})[SKIPPED_KEYS] == 2
     assert cat.get("train", keys[1])["cap.txt"].decode() == f"caption of {keys[1]}"
+
+
+def test_groups_cached_while_their_shards_were_staged_merge_in_group_order(cat, local_root):
+    """A lookup that loads its shard cache while group jobs are staged (their records still
+    group 0) merges them in group order once committed, not in the order they were staged."""
+    make_dataset(cat, local_root, 2)
+    key = shard_keys(0)[3]
+    jobs = {}
+    for name in ("late", "early"):  # staged in this order, committed in the other
+        jobs[name] = cat.begin_job("train")
+        info = write_shard(
+            f"{local_root}/{name}-0.shard", [key], make=lambda k, n=name: {"cap.txt": n}
+        )
+        cat.register_shard("train", info, job=jobs[name])
+    assert list(cat.get("train", key)) == ["jpg", "json", "txt"]  # the cache holds both staged
+    cat.commit_job(jobs["early"], group=GroupWrite("early"))
+    cat.commit_job(jobs["late"], group=GroupWrite("late", replace_entries=True))
+    version = cat.info("train").version
+    assert cat.get("train", key, version=version)["cap.txt"].decode() == "late"
+    assert cat.get("train", key)["cap.txt"].decode() == "late"

@@ -353,3 +353,46 @@ def test_a_key_changed_in_its_shard_stops_the_commit_not_passes_as_a_collision(c
     with pytest.raises(ChecksumError, match="head CRC32C"):
         cat.register_shard("h", write_shard(f"{local_root}/again.shard", [key]))
     assert cat.count("h") == len(shard_keys(0))
+
+
+def test_forced_collisions_reach_modules_first_imported_inside_the_block():
+    """A fresh interpreter: the writer and the lookup are loaded lazily (by the first write or
+    lookup), so the hook must narrow them too, or a shard written inside the block keeps its
+    real hash and a lookup that narrows it finds nothing (the tests above, run first, failed)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from shardcat.testing.collisions import colliding_key_hashes\n"
+        "assert 'shardcat.format.writer' not in sys.modules\n"
+        "with colliding_key_hashes(bits=2):\n"
+        "    from shardcat.format import writer\n"
+        "    from shardcat.reading import lookup\n"
+        "    assert writer.key_hash(b'some key') < 4, writer.key_hash(b'some key')\n"
+        "    assert lookup.signed_key_hash(b'some key') < 4\n"
+        "from shardcat.format import writer\n"
+        "assert writer.key_hash(b'some key') >= 4\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_lookup_that_met_a_hash_only_dataset_asks_its_candidates_first(cat, local_root):
+    """docs/CATALOG.md: once a lookup has met a hash-only dataset it asks the hash-only twin
+    first: one statement for ``get(entries=)`` and ``locate`` too, not a miss of key text,
+    the dataset's row and then the twin."""
+    from .helpers import QueryCounter
+
+    _hash_dataset(cat, local_root, shards=1)
+    keys = shard_keys(0)
+    cat.get("h", keys[0])  # met: the lookup knows the dataset is hash-only
+    with QueryCounter(cat) as queries:
+        rec = cat.get("h", keys[1], entries=["jpg"])
+    assert rec.key == keys[1] and list(rec) == ["jpg"]
+    assert len(queries.statements) == 1, queries.statements
+    with QueryCounter(cat) as queries:
+        assert cat.locate("h", keys[2]).offset >= 0
+    assert len(queries.statements) == 1, queries.statements
+    with pytest.raises(KeyNotFoundError):
+        cat.locate("h", "absent")

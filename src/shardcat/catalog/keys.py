@@ -49,8 +49,13 @@ def _where(
         else visibility.visible_at(Record, Shard, version)
     )
     # A sample is its base record (a column group's records are entries of it).
+    # `key IS NOT NULL`: the key index is partial (revision 0014, hash-only rows have no key
+    # text); a statement without a condition on key (a first page) must say so to use it.
     stmt = stmt.join(Shard, Shard.id == Record.shard_id).where(
-        Record.dataset_id == dataset_id, Record.group_id == BASE_GROUP, seen
+        Record.dataset_id == dataset_id,
+        Record.key.is_not(None),
+        Record.group_id == BASE_GROUP,
+        seen,
     )
     if after is not None:
         # A cursor: the range continues after the last key a page showed (a seek, never OFFSET).

@@ -466,7 +466,10 @@ class Lookup:
         """
         for sid, url, alignment, kind, group in self._query(self._shards_sql, (dataset,)):
             self._shards[sid] = (url, int(alignment)) if kind == "native" else None
-            self._groups[sid] = int(group)
+            if group is None:  # not committed: its group is not known yet (statements.SHARDS)
+                self._groups.pop(sid, None)
+            else:
+                self._groups[sid] = int(group)
             if kind in RANGES_OF_FILE:  # a tar sample's, an MDS or LitData sample's range
                 self._tars[sid] = url
             elif kind == "files":
@@ -553,12 +556,11 @@ class Lookup:
         One row per column group the version sees (docs/GROUPS.md), in group order.
         """
         if version is None:
-            rows = self._query(self._point, (dataset, h, key))
+            sql, params = self._point, (dataset, h, key)
         else:
             sql, extra = self._sql("point", version)
-            rows = self._query(sql, (dataset, h, key, *extra))
-        if not rows:
-            rows = self._empty("point", dataset, key, version)
+            params = (dataset, h, key, *extra)
+        rows = self._rows_of("point", dataset, key, version, sql, params)
         if len(rows) > 1:
             rows.sort(key=_GROUP)
         return rows

@@ -68,11 +68,14 @@ RECORD_BY_SHARD_SELECT = (
 # What a miss of that cache loads: every shard of the dataset, in one
 # statement, so a thread's later lookups stay one statement each (a shard
 # committed since is one more miss and load). A shard's column group is its
-# first record's (a group's shards hold its records only): one seek per shard.
+# first record's (a group's shards hold its records only): one seek per shard; NULL while
+# the shard is not committed (a group job's staged records are group 0 until its commit
+# names their group), so the cache learns it once committed.
 SHARDS = (
-    "SELECT id, url, alignment, kind,"
-    " coalesce((SELECT r.group_id FROM records r WHERE r.shard_id = shards.id LIMIT 1), 0)"
-    " FROM shards WHERE dataset_id = (SELECT id FROM datasets WHERE name = {p})"
+    "SELECT s.id, s.url, s.alignment, s.kind,"
+    f" CASE WHEN {visibility_text.sql('committed', 'shards AS s')} THEN"
+    " coalesce((SELECT r.group_id FROM records r WHERE r.shard_id = s.id LIMIT 1), 0) END"
+    " FROM shards s WHERE s.dataset_id = (SELECT id FROM datasets WHERE name = {p})"
 )
 DATASET = "r.dataset_id = (SELECT id FROM datasets WHERE name = {p})"
 # What each version sees is visibility.py's, rendered once as text: the latest

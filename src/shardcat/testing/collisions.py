@@ -17,6 +17,7 @@ hash-only datasets (which that C path never serves) and native shards.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -69,6 +70,8 @@ def colliding_key_hashes(bits: int = 3) -> Iterator[int]:
         id(checksums.signed_key_hash): checksums.signed_key_hash,
         id(checksums.signed_key_hashes): checksums.signed_key_hashes,
     }
+    for name in _HASHING:  # a module first imported inside the block would keep the real hash
+        importlib.import_module(name)
     patched: list[tuple[Any, str, Any]] = []
     for name, module in list(sys.modules.items()):
         if module is None or not (name == "shardcat" or name.startswith("shardcat.")):
@@ -85,3 +88,36 @@ def colliding_key_hashes(bits: int = 3) -> Iterator[int]:
     finally:
         for module, attr, value in reversed(patched):
             setattr(module, attr, value)
+
+
+_HASHING = tuple(
+    f"shardcat.{name}"
+    for name in (
+        "catalog.kinds",
+        "catalog.versions",
+        "format.columnar",
+        "format.folder",
+        "format.footer",
+        "format.header",
+        "format.reader",
+        "format.records",
+        "format.scatter",
+        "format.tar.convert",
+        "format.tar.read",
+        "format.tar.scan",
+        "format.tar.taridx",
+        "format.tar.walk",
+        "format.verify",
+        "format.writer",
+        "orchestration.export_tars",
+        "orchestration.index_files",
+        "orchestration.taridx_io",
+        "reading.folder",
+        "reading.lookup",
+        "reading.misses",
+        "reading.pypoint",
+    )
+)
+"""The modules that bind the key hash functions at import (``from ... import``): imported
+before patching, since only loaded modules are patched, and one a lookup or write loads
+lazily inside the block would hash keys as they are outside it."""
