@@ -38,8 +38,10 @@ __all__ = [
     "assign_groups",
     "check_group_write",
     "drop_group",
+    "group_duplicate_hint",
     "list_groups",
     "live_group",
+    "no_group_to_replace",
     "shard_groups",
 ]
 
@@ -118,6 +120,28 @@ _SAME_NAMES = text(
 )
 
 
+def no_group_to_replace(dataset: str, group: str, outcome: str) -> GroupNotFoundError:
+    """The error for ``mode="replace"`` of a group ``dataset`` does not have; ``outcome``:
+    what became of the job (checked before it starts, and again in its commit)."""
+    return GroupNotFoundError(
+        f"dataset {dataset!r} has no group {group!r} to replace entries of; {outcome}",
+        hint=Hint(
+            python="add it first: add_entries(..., mode='append')",
+            cli="add it first: shardcat add-entries ... (without --mode replace)",
+        ),
+    )
+
+
+def group_duplicate_hint(group: str) -> Hint:
+    """What to do about keys an ``append`` to ``group`` gives entries the group has already."""
+    return Hint(
+        python=f"group {group!r} has entries of these keys already: pass mode='replace' to "
+        "replace them (a new version), or leave those samples out",
+        cli=f"group {group!r} has entries of these keys already: pass --mode replace to "
+        "replace them (a new version), or leave those files out",
+    )
+
+
 def apply_group(
     session: Session, dataset: Dataset, job: Job, group: GroupWrite, version: int
 ) -> tuple[int, int]:
@@ -139,14 +163,7 @@ def apply_group(
     row = live_group(session, dataset.id, group.name)
     if row is None:
         if group.mode == "replace":
-            raise GroupNotFoundError(
-                f"dataset {dataset.name!r} has no group {group.name!r} to replace entries of; "
-                f"job {job.id} was not committed",
-                hint=Hint(
-                    python="add it first: add_entries(..., mode='append')",
-                    cli="add it first: shardcat add-entries ... (without --mode replace)",
-                ),
-            )
+            raise no_group_to_replace(dataset.name, group.name, f"job {job.id} was not committed")
         row = Group(dataset_id=dataset.id, name=group.name, added_version=version)
         session.add(row)
         session.flush()
