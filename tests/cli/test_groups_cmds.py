@@ -123,3 +123,45 @@ def test_add_entries_failures_say_what_to_do_and_write_nothing_they_refuse(tmp_p
     with Catalog(catalog) as cat:  # no job was opened for either refusal
         assert [j.state for j in cat.jobs("pics")].count("committed") == 2
         assert len(cat.jobs("hashed")) == 1
+    ok(run("drop-group", "pics", "captions", catalog=catalog))
+    again = run("drop-group", "pics", "captions", catalog=catalog)
+    assert again.returncode == 1
+    assert again.stderr.strip() == (
+        "error: dataset 'pics' has no group 'captions' (it was dropped at version 3); its live "
+        "groups: none; check the name: shardcat groups pics lists every group"
+    )
+
+
+def test_add_entries_takes_files_without_extension_as_write_does(tmp_path):
+    """Its refusal of `KEY` files names --no-ext-entry and --skip-unmatched: it has both."""
+    src, notes = tmp_path / "src", tmp_path / "notes"
+    src.mkdir()
+    notes.mkdir()
+    for name in ("a", "b"):
+        (src / f"{name}.bin").write_bytes(name.encode() * 10)
+    (notes / "a").write_text("a note on a")
+    (notes / "b.note.txt").write_text("a note on b")
+    catalog = f"sqlite:///{tmp_path / 'catalog.db'}"
+    ok(
+        run(
+            "write",
+            str(src),
+            str(tmp_path / "pics"),
+            "-d",
+            "pics",
+            "--workers",
+            "1",
+            catalog=catalog,
+        )
+    )
+    add = ("add-entries", str(notes), "pics", "-g", "notes", "--workers", "1")
+    refused = run(*add, catalog=catalog)
+    assert refused.returncode == 1
+    assert "--no-ext-entry NAME" in refused.stderr and "--skip-unmatched" in refused.stderr
+    ok(run(*add, "--skip-unmatched", catalog=catalog))
+    with Catalog(catalog) as cat:
+        assert cat.get("pics", "b")["note.txt"].decode() == "a note on b"
+        assert "note.txt" not in cat.get("pics", "a")
+    ok(run(*add, "--no-ext-entry", "note.txt", "--mode", "replace", catalog=catalog))
+    with Catalog(catalog) as cat:
+        assert cat.get("pics", "a")["note.txt"].decode() == "a note on a"

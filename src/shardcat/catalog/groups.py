@@ -293,9 +293,16 @@ def drop_group(session: Session, dataset: str, name: str, message: str | None) -
     ds = find_dataset(session, dataset)
     row = live_group(session, ds.id, name)
     if row is None:
+        groups = list_groups(session, ds.id)
+        live = ", ".join(repr(g.name) for g in groups if g.dropped_version is None) or "none"
+        dropped = [g.dropped_version for g in groups if g.name == name and g.dropped_version]
+        was = f" (it was dropped at version {max(dropped)})" if dropped else ""
         raise GroupNotFoundError(
-            f"dataset {dataset!r} has no group {name!r}; its groups are "
-            f"{[g.name for g in list_groups(session, ds.id) if g.dropped_version is None]}"
+            f"dataset {dataset!r} has no group {name!r}{was}; its live groups: {live}",
+            hint=Hint(
+                python="check the name: Catalog.groups(dataset) lists every group",
+                cli=f"check the name: shardcat groups {dataset} lists every group",
+            ),
         )
     group = row
 
