@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -58,6 +60,16 @@ def pread_file(path: str, length: int, offset: int) -> bytes:
         os.close(fd)
 
 
+def not_a_regular_file(path: str) -> OSError:
+    """The error for a path that is not a regular file: shardcat packs and indexes files only."""
+    return OSError(
+        errno.EINVAL,
+        "not a regular file (a folder, FIFO, socket or device): shardcat reads regular files "
+        "only; move it out of the folder",
+        path,
+    )
+
+
 def read_whole(path: str) -> bytes:
     """A whole file's bytes: ``os.open``, one ``fstat``, one read of its size and one more byte.
 
@@ -71,9 +83,13 @@ def read_whole(path: str) -> bytes:
     OSError
         As ``os.open`` or ``os.read`` raise it (``FileNotFoundError``, ``IsADirectoryError``...).
     """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    # O_NONBLOCK: opening a FIFO for reading would wait for a writer, for ever.
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise not_a_regular_file(path)
+        size = st.st_size
         data = os.read(fd, min(size + 1, PREAD_MAX))
         if len(data) <= size and len(data) < PREAD_MAX:
             return data  # the common case: a regular file's short read is its end

@@ -402,8 +402,10 @@ class UnmatchedFilesError(ShardcatError, ValueError):
         The files' paths relative to the source (all of them, sorted).
     """
 
-    def __init__(self, message: str, paths: list[str] | None = None) -> None:
-        super().__init__(message)
+    def __init__(
+        self, message: str, paths: list[str] | None = None, *, hint: Hint | None = None
+    ) -> None:
+        super().__init__(message, hint=hint)
         self.paths = list(paths or [])
 
 

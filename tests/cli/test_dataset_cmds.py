@@ -141,7 +141,7 @@ def test_write_refuses_unmatched_files_and_empty_sources_before_starting_a_clust
         catalog=written["catalog"],
     )
     assert unmatched.returncode == 1
-    assert "1 files under" in unmatched.stderr and ": README. Pack them" in unmatched.stderr
+    assert "1 files under" in unmatched.stderr and ": README; pack them" in unmatched.stderr
     assert "--no-ext-entry NAME" in unmatched.stderr and "--skip-unmatched" in unmatched.stderr
     assert empty.returncode == 1 and "nothing to pack at" in empty.stderr
     assert nowhere.returncode == 1 and "nothing to pack at" in nowhere.stderr

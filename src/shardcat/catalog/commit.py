@@ -30,7 +30,7 @@ from sqlalchemy import func, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from .._types import ON_DUPLICATE, OnDuplicate
-from ..errors import CommitConflictError, DatasetExistsError
+from ..errors import CommitConflictError, DatasetExistsError, DuplicateKeyError
 from . import visibility
 from .datasets import find_dataset
 from .duplicates import (
@@ -42,9 +42,10 @@ from .duplicates import (
     resolve_duplicates,
     resolve_rewrite,
 )
-from .groups import SKIPPED_KEYS, GroupWrite, apply_group, assign_groups
-from .hashkeys import needs_key_text
+from .groups import SKIPPED_KEYS, GroupWrite, apply_group, assign_groups, group_duplicate_hint
+from .hashkeys import GROUPS_OPERATION, needs_key_text
 from .models import BASE_GROUP, Dataset, Job, Record, Shard
+from .register import DUPLICATE_HINT
 from .retire import retire
 from .session import NO_SYNC
 from .versions import delete_keys, mark_fully_removed, record_version, remove_records
@@ -222,7 +223,7 @@ def commit(
     if hidden:
         _hide(session, dataset, job, hidden, version)
     if groups or group is not None:  # a group's records are matched to the base's by key text
-        needs_key_text(dataset.name, dataset.key_mode, "column groups")
+        needs_key_text(dataset.name, dataset.key_mode, GROUPS_OPERATION)
     if groups:
         assign_groups(session, dataset, job, groups, version)
     removed = (0, 0)
@@ -258,7 +259,15 @@ def commit(
             session.execute(select(or_(staged > 1, committed_exists(dataset.id)))).scalar()
         )
     if check:
-        removed, dropped = resolve_duplicates(session, dataset, job, on_duplicate, params, removed)
+        try:
+            removed, dropped = resolve_duplicates(
+                session, dataset, job, on_duplicate, params, removed
+            )
+        except DuplicateKeyError as exc:
+            if group is not None and exc.hint is DUPLICATE_HINT:
+                # Keys the group has: add_entries has no on_duplicate; its mode decides.
+                exc.hint = group_duplicate_hint(group.name)
+            raise
         skipped += dropped
     if added is None:
         counted = session.execute(

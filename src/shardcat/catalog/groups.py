@@ -38,8 +38,10 @@ __all__ = [
     "assign_groups",
     "check_group_write",
     "drop_group",
+    "group_duplicate_hint",
     "list_groups",
     "live_group",
+    "no_group_to_replace",
     "shard_groups",
 ]
 
@@ -118,6 +120,28 @@ _SAME_NAMES = text(
 )
 
 
+def no_group_to_replace(dataset: str, group: str, outcome: str) -> GroupNotFoundError:
+    """The error for ``mode="replace"`` of a group ``dataset`` does not have; ``outcome``:
+    what became of the job (checked before it starts, and again in its commit)."""
+    return GroupNotFoundError(
+        f"dataset {dataset!r} has no group {group!r} to replace entries of; {outcome}",
+        hint=Hint(
+            python="add it first: add_entries(..., mode='append')",
+            cli="add it first: shardcat add-entries ... (without --mode replace)",
+        ),
+    )
+
+
+def group_duplicate_hint(group: str) -> Hint:
+    """What to do about keys an ``append`` to ``group`` gives entries the group has already."""
+    return Hint(
+        python=f"group {group!r} has entries of these keys already: pass mode='replace' to "
+        "replace them (a new version), or leave those samples out",
+        cli=f"group {group!r} has entries of these keys already: pass --mode replace to "
+        "replace them (a new version), or leave those files out",
+    )
+
+
 def apply_group(
     session: Session, dataset: Dataset, job: Job, group: GroupWrite, version: int
 ) -> tuple[int, int]:
@@ -139,14 +163,7 @@ def apply_group(
     row = live_group(session, dataset.id, group.name)
     if row is None:
         if group.mode == "replace":
-            raise GroupNotFoundError(
-                f"dataset {dataset.name!r} has no group {group.name!r} to replace entries of; "
-                f"job {job.id} was not committed",
-                hint=Hint(
-                    python="add it first: add_entries(..., mode='append')",
-                    cli="add it first: shardcat add-entries ... (without --mode replace)",
-                ),
-            )
+            raise no_group_to_replace(dataset.name, group.name, f"job {job.id} was not committed")
         row = Group(dataset_id=dataset.id, name=group.name, added_version=version)
         session.add(row)
         session.flush()
@@ -278,9 +295,16 @@ def drop_group(session: Session, dataset: str, name: str, message: str | None) -
     ds = find_dataset(session, dataset)
     row = live_group(session, ds.id, name)
     if row is None:
+        groups = list_groups(session, ds.id)
+        live = ", ".join(repr(g.name) for g in groups if g.dropped_version is None) or "none"
+        dropped = [g.dropped_version for g in groups if g.name == name and g.dropped_version]
+        was = f" (it was dropped at version {max(dropped)})" if dropped else ""
         raise GroupNotFoundError(
-            f"dataset {dataset!r} has no group {name!r}; its groups are "
-            f"{[g.name for g in list_groups(session, ds.id) if g.dropped_version is None]}"
+            f"dataset {dataset!r} has no group {name!r}{was}; its live groups: {live}",
+            hint=Hint(
+                python="check the name: Catalog.groups(dataset) lists every group",
+                cli=f"check the name: shardcat groups {dataset} lists every group",
+            ),
         )
     group = row
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from ..errors import Hint, KeyTextUnavailableError
 
 __all__ = [
+    "GROUPS_OPERATION",
     "HASH",
     "KEY_MODES",
     "KEY_READER",
@@ -58,6 +59,10 @@ def check_key_mode(keys: str) -> str:
     if keys not in KEY_MODES:
         raise ValueError(f"keys must be one of {KEY_MODES}, not {keys!r}")
     return keys
+
+
+GROUPS_OPERATION = "a column group (its entries are matched to samples by key text)"
+"""What :func:`needs_key_text` names for ``add_entries``, checked before its job and at commit."""
 
 
 def needs_key_text(dataset: str, key_mode: str, operation: str) -> None:

@@ -25,7 +25,10 @@ from .write_cmd import (
     KeyRule,
     KeyRuleOption,
     MessageOption,
+    NoExtEntryOption,
     ShardSizeOption,
+    SkipUnmatchedOption,
+    file_source,
 )
 
 __all__ = ["register"]
@@ -89,6 +92,8 @@ def add_entries(
     compression: CompressionOption = None,
     message: MessageOption = None,
     key_rule: KeyRuleOption = KeyRule.first_dot,
+    no_ext_entry: NoExtEntryOption = None,
+    skip_unmatched: SkipUnmatchedOption = False,
     workers: WorkersOption = None,
     scheduler: SchedulerOption = None,
     progress: ProgressOption = True,
@@ -100,7 +105,6 @@ def add_entries(
     folder; the job commits them as one version. `shardcat get` then returns
     each sample's entries and its groups'; older versions read what they read.
     """
-    from ..orchestration import from_files
     from ..orchestration.files import list_source
     from ..orchestration.groups import add_entries as add
 
@@ -110,7 +114,7 @@ def add_entries(
         import distributed  # noqa: F401  (importing it sets its loggers' levels; override after)
 
         logging.getLogger("distributed").setLevel(logging.WARNING)
-    source = from_files(src, storage_options=state.storage_options, key_rule=key_rule.value)
+    source = file_source(state, src, key_rule, no_ext_entry, skip_unmatched)
     listing = list_source(source)  # an empty or unmatched source fails before a cluster starts
     out = state.out
     with open_catalog(state) as cat, out.write_progress(progress) as bar:

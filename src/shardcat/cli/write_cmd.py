@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -17,6 +17,7 @@ from .common import (
     FieldOption,
     ProgressOption,
     SchedulerOption,
+    State,
     WorkersOption,
     dask_cluster,
     open_catalog,
@@ -24,6 +25,9 @@ from .common import (
     state_of,
 )
 from .jobs import quiet_dask
+
+if TYPE_CHECKING:
+    from ..orchestration.files import FileSource
 
 __all__ = ["register"]
 
@@ -57,6 +61,21 @@ KeyRuleOption = Annotated[
     typer.Option(
         help="Where a file name splits into key and entry: at its first dot (WebDataset: "
         "x.seg.png -> key x, entry seg.png) or its last dot (pip-1.2.whl -> pip-1.2, whl)."
+    ),
+]
+NoExtEntryOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Pack files with no extension (README) as this entry of a key that is their "
+        "whole path, instead of failing.",
+        metavar="NAME",
+    ),
+]
+SkipUnmatchedOption = Annotated[
+    bool,
+    typer.Option(
+        "--skip-unmatched",
+        help="Skip files with no extension instead of failing; the summary counts them.",
     ),
 ]
 
@@ -142,21 +161,8 @@ def write(
     ] = OnDuplicate.error,
     message: MessageOption = None,
     key_rule: KeyRuleOption = KeyRule.first_dot,
-    no_ext_entry: Annotated[
-        str | None,
-        typer.Option(
-            help="Pack files with no extension (README) as this entry of a key that is their "
-            "whole path, instead of failing.",
-            metavar="NAME",
-        ),
-    ] = None,
-    skip_unmatched: Annotated[
-        bool,
-        typer.Option(
-            "--skip-unmatched",
-            help="Skip files with no extension instead of failing; the summary counts them.",
-        ),
-    ] = False,
+    no_ext_entry: NoExtEntryOption = None,
+    skip_unmatched: SkipUnmatchedOption = False,
     field: FieldOption = None,
     field_entry: FieldEntryOption = "json",
     workers: WorkersOption = None,
@@ -219,28 +225,14 @@ def write(
     (`a/img1.json`; --field-entry names another) in the catalog with its
     shard, a column of where= filters once the job commits.
     """
-    from ..orchestration import from_files
     from ..orchestration.files import list_source
     from ..orchestration.write import write as write_dataset
 
     fields = parse_fields(field)
     cluster = dask_cluster(workers, scheduler)
-    if no_ext_entry is not None and skip_unmatched:
-        raise typer.BadParameter(
-            "give --no-ext-entry or --skip-unmatched, not both", param_hint="--skip-unmatched"
-        )
     state = state_of(ctx)
     quiet_dask(state.verbose)
-    try:
-        source = from_files(
-            src,
-            storage_options=state.storage_options,
-            key_rule=key_rule.value,
-            no_ext_entry=no_ext_entry,
-            skip_unmatched=skip_unmatched,
-        )
-    except ValueError as e:
-        raise typer.BadParameter(str(e), param_hint="--no-ext-entry") from None
+    source = file_source(state, src, key_rule, no_ext_entry, skip_unmatched)
     # Listed before a cluster starts: an empty or unmatched source fails at once.
     listing = list_source(source)
     out = state.out
@@ -269,3 +261,31 @@ def write(
             keys=None if keys is None else keys.value,
         )
     out.write_summary(summary)
+
+
+def file_source(
+    state: State, src: str, key_rule: KeyRule, no_ext_entry: str | None, skip_unmatched: bool
+) -> FileSource:
+    """SRC as files to pack, with the command's --key-rule, --no-ext-entry, --skip-unmatched.
+
+    Raises
+    ------
+    typer.BadParameter
+        Both --no-ext-entry and --skip-unmatched, or an entry name that is not one.
+    """
+    from ..orchestration import from_files
+
+    if no_ext_entry is not None and skip_unmatched:
+        raise typer.BadParameter(
+            "give --no-ext-entry or --skip-unmatched, not both", param_hint="--skip-unmatched"
+        )
+    try:
+        return from_files(
+            src,
+            storage_options=state.storage_options,
+            key_rule=key_rule.value,
+            no_ext_entry=no_ext_entry,
+            skip_unmatched=skip_unmatched,
+        )
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--no-ext-entry") from None

@@ -82,9 +82,26 @@ class FileSource:
     key_rule: KeyRule = "first-dot"
     no_ext_entry: str | None = None
     skip_unmatched: bool = False
+    in_place: bool = False
+    """Listed to be indexed in place: a file must be ``KEY.ENTRY`` (``no_ext_entry`` cannot
+    apply: a lookup finds entry E of key K as the file ``K.E``)."""
 
     def __repr__(self) -> str:  # never show storage options
         return f"FileSource({redact(self.url)!r}, key_rule={self.key_rule!r})"
+
+
+_UNMATCHED = Hint(
+    python="pack them as an entry of their own key (from_files(..., no_ext_entry=NAME)), skip "
+    "them (skip_unmatched=True), or rename them",
+    cli="pack them as an entry of their own key (--no-ext-entry NAME), skip them "
+    "(--skip-unmatched), or rename them",
+)
+_IN_PLACE_UNMATCHED = Hint(
+    python="skip them (skip_unmatched=True), or rename them KEY.ENTRY (a file indexed in "
+    "place is found by its name)",
+    cli="skip them (--skip-unmatched), or rename them KEY.ENTRY (a file indexed in place is "
+    "found by its name)",
+)
 
 
 def from_files(
@@ -258,9 +275,9 @@ def list_source(source: FileSource) -> FileListing:
         )
         raise UnmatchedFilesError(
             f"{len(unmatched):,} files under {redact(source.url)} have no extension, so no entry "
-            f"name under the {source.key_rule} key rule: {shown}. Pack them as an entry of their "
-            "own key (--no-ext-entry NAME), skip them (--skip-unmatched), or rename them",
+            f"name under the {source.key_rule} key rule: {shown}",
             paths=unmatched,
+            hint=_IN_PLACE_UNMATCHED if source.in_place else _UNMATCHED,
         )
     if by_key and all(files.keys() == {"shard"} for files in by_key.values()):
         first = _rel(next(iter(by_key.values()))["shard"][0], prefix)

@@ -12,7 +12,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..catalog.groups import GroupMode, GroupWrite, OnMissing, check_group_write
+from ..catalog.groups import (
+    GroupMode,
+    GroupWrite,
+    OnMissing,
+    check_group_write,
+    no_group_to_replace,
+)
+from ..catalog.hashkeys import GROUPS_OPERATION, needs_key_text
 from ..catalog.kinds import shard_kind
 from ..storage import GROUPS_FOLDER, dataset_prefix, join
 from .cluster import ClientChoice
@@ -118,6 +125,13 @@ def add_entries(
 
     with Catalog.opened(catalog) as cat:
         root = group_root(cat, dataset)  # DatasetNotFoundError before anything starts
+        # What the commit would refuse, refused before any shard is written (the commit
+        # checks again: another client may drop the group meanwhile).
+        needs_key_text(dataset, cat.info(dataset).keys, GROUPS_OPERATION)
+        if mode == "replace" and all(
+            g.name != group or g.dropped_version is not None for g in cat.groups(dataset)
+        ):
+            raise no_group_to_replace(dataset, group, "nothing was written")
         return _write(
             samples,
             root,

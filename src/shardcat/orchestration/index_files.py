@@ -21,6 +21,7 @@ written or deleted here, and ``gc`` and ``delete`` never delete them.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -334,9 +335,10 @@ def index_files(
     if group_files < 1:
         raise ValueError(f"group_files must be at least 1, not {group_files}")
     opts = dict(storage_options or {})
-    listing = list_source(
-        from_files(source, storage_options=opts, key_rule=key_rule, skip_unmatched=skip_unmatched)
+    listed = from_files(
+        source, storage_options=opts, key_rule=key_rule, skip_unmatched=skip_unmatched
     )
+    listing = list_source(dataclasses.replace(listed, in_place=True))
     # Local folders are stored as paths, as tars are: what lookups open with os.pread.
     folder = local_path(listing.root_url) if is_local(listing.root_url) else listing.root_url
     folder = folder.rstrip("/") or "/"
