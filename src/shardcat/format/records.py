@@ -203,13 +203,7 @@ def decode_record(
         raise TruncatedError(
             f"record is {length} bytes, only {size} remain", path=path, offset=offset
         )
-    actual = crc32c(view[8:head_length])
-    if actual != head_crc:
-        raise ChecksumError(
-            f"record head CRC32C mismatch (stored {head_crc:#010x}, computed {actual:#010x})",
-            path=path,
-            offset=offset,
-        )
+    _check_head_crc(view, head_crc, head_length, path, offset)
     cache = {} if text_cache is None else text_cache
     entries: dict[str, Entry] = {}
     pos = strings_at + key_len
@@ -591,6 +585,19 @@ def _head(view: memoryview | bytes, path: str | None, offset: int) -> tuple[Any,
     return head
 
 
+def _check_head_crc(
+    view: memoryview | bytes, head_crc: int, head_length: int, path: str | None, offset: int
+) -> None:
+    """Raise ChecksumError unless ``head_crc`` is the CRC32C of the head's bytes [8, head_length)."""
+    actual = crc32c(view[8:head_length])
+    if actual != head_crc:
+        raise ChecksumError(
+            f"record head CRC32C mismatch (stored {head_crc:#010x}, computed {actual:#010x})",
+            path=path,
+            offset=offset,
+        )
+
+
 def head_end(view: memoryview | bytes, *, path: str | None, offset: int) -> int:
     """Bytes from a record's start to the end of its head (what ``head_crc`` covers ends there).
 
@@ -628,13 +635,7 @@ def head_key(
                 path=path,
                 offset=offset,
             )
-        actual = crc32c(view[8:length])
-        if actual != head_crc:
-            raise ChecksumError(
-                f"record head CRC32C mismatch (stored {head_crc:#010x}, computed {actual:#010x})",
-                path=path,
-                offset=offset,
-            )
+        _check_head_crc(view, head_crc, length, path, offset)
     start, end = key_span(view, path=path, offset=offset)
     if len(view) < end:
         raise TruncatedError(
