@@ -74,10 +74,12 @@ def test_listing_groups_files_by_key_sorted_and_counts_hidden_ones(tmp_path):
 
 def test_files_without_an_extension_are_an_error_unless_a_choice_is_made(tmp_path):
     make_tree(tmp_path, {"README": b"r", "src/ChangeLog": b"c", "src/a.py": b"a"})
-    with pytest.raises(UnmatchedFilesError, match=r"^2 files .* README, src/ChangeLog\. ") as e:
+    with pytest.raises(UnmatchedFilesError, match=r"^2 files .* README, src/ChangeLog; ") as e:
         list_source(from_files(str(tmp_path)))
     assert e.value.paths == ["README", "src/ChangeLog"]
-    assert "--no-ext-entry" in str(e.value) and "--skip-unmatched" in str(e.value)
+    # What to do, in each interface's terms: keywords in Python, flags on the command line.
+    assert "no_ext_entry=" in str(e.value) and "skip_unmatched=True" in str(e.value)
+    assert "--no-ext-entry" in e.value.hint.cli and "--skip-unmatched" in e.value.hint.cli
 
     kept = list_source(from_files(str(tmp_path), no_ext_entry="txt"))
     assert {(s.key, s.files[0][0]) for s in kept.samples} == {
