@@ -335,6 +335,33 @@ def test_keys_longer_than_the_head_read_are_read_whole(cat, local_root):
     assert [None if r is None else r.key for r in batch.records] == [*long_keys, None]
 
 
+def test_keys_holding_nul_are_found_by_hash_on_every_database(cat, local_root):
+    """PostgreSQL binds no NUL in text; a hash-only dataset never sends its keys' text.
+
+    Every lookup of such a key (the latest-version point path included, which
+    first tries the key-text statement) finds it. A miss of such a key in a dataset
+    with key text says why it cannot be there on PostgreSQL.
+    """
+    cat.create_dataset("h", local_root, keys="hash")
+    keys = ["a\x00b", "\x00", "ab", "a\x00"]
+    cat.register_shard("h", write_shard(f"{local_root}/nul.shard", keys))
+    for key in keys:
+        assert cat.get("h", key).key == key
+        assert cat.get("h", key, version=1).key == key
+        assert sorted(cat.get("h", key, entries=["txt"]).entries) == ["txt"]
+        assert cat.locate("h", key).length > 0
+    batch = cat.get_many("h", [*keys, "a\x00c"])
+    assert [None if r is None else r.key for r in batch.records] == [*keys, None]
+    with pytest.raises(KeyNotFoundError):
+        cat.get("h", "a\x00c")
+    cat.create_dataset("t", f"{local_root}/t")
+    cat.register_shard("t", write_shard(f"{local_root}/t/plain.shard", ["ab"]))
+    for lookup in (cat.get, cat.locate, cat.describe):
+        with pytest.raises(KeyNotFoundError, match="NUL character"):
+            lookup("t", "a\x00b")
+    assert cat.get_many("t", ["a\x00b", "ab"]).missing == ["a\x00b"]
+
+
 def test_a_key_changed_in_its_shard_stops_the_commit_not_passes_as_a_collision(cat, local_root):
     from shardcat.errors import ChecksumError
     from shardcat.format.records import key_span

@@ -74,6 +74,10 @@ class RawConnection:
             # resets it, so no read transaction stays open between queries.
             self.execute = conn.cursor().execute
 
+    def binds(self, text: str) -> bool:
+        """Whether ``text`` can be bound: PostgreSQL's text holds no NUL, so no row has it."""
+        return self.dialect != "postgresql" or "\x00" not in text
+
     def query(self, sql: str, params: Sequence[Any]) -> list[Any]:
         """All rows of ``sql``; a dropped connection is reopened and the query asked again, once.
 

@@ -243,11 +243,14 @@ class Lookup:
         (and the statement after it: a dataset made again under the name may have text).
         """
         if dataset in self.hash_datasets:
-            rows = self._hash_only(kind, dataset, key, version) or self._query(sql, params)
+            rows = self._hash_only(kind, dataset, key, version)
+            if not rows and self.raw.binds(key):
+                rows = self._query(sql, params)
             if not rows:
                 raise self._missing(dataset, key, version)
             return rows
-        return self._query(sql, params) or self._empty(kind, dataset, key, version)
+        rows = self._query(sql, params) if self.raw.binds(key) else []
+        return rows or self._empty(kind, dataset, key, version)
 
     def _empty(self, kind: str, dataset: str, key: str, version: Version) -> list[Any]:
         """After a statement matching key text found nothing: a hash-only dataset's rows, or raise.
@@ -346,6 +349,12 @@ class Lookup:
         try:
             rows = self.raw.execute(sql, params).fetchall()
         except Exception as e:
+            if not self.raw.binds(key):
+                # A key PostgreSQL cannot bind: a hash-only dataset's is found by its hash
+                # alone (as where the statement finds no row); with key text, the error.
+                return self._records_of(
+                    dataset, key, self._empty("record", dataset, key, None), None
+                )
             rows = self.raw.recover(e, sql, params)
         return self._from_rows(dataset, key, h, rows)
 

@@ -58,7 +58,12 @@ def missing(
     if key is None:
         return KeyNotFoundError(f"no keys found in dataset {dataset!r}{at}")
     hint = ""
-    if version is None:
+    if "\x00" in key:  # PostgreSQL binds no NUL: the hints' statements could not ask
+        hint = (
+            "; the key holds a NUL character (\\x00), which a PostgreSQL catalog stores only "
+            "in a hash-only dataset (keys='hash')"
+        )
+    elif version is None:
         hint = _removed_hint(query, p, int(found[0][0]), key) or _stem_hint(
             query, point, dataset, key
         )
