@@ -301,6 +301,24 @@ def cold_lookup(system: System, key: str, store: Store) -> float:
     return float(json.loads(out.stdout.strip().splitlines()[-1])["ms"])
 
 
+def standin_limits(
+    server: Any, store: Store, opened: list[tuple[System, Result]], seconds: float
+) -> dict[str, Any]:
+    """What this backend's stand-in (moto, and the proxy if any) serves, measured now (``standin``).
+
+    Large GETs through the proxy run as many at once as shardcat's streaming
+    kept busy at its peak (``standin.STREAMS`` if it did not stream here).
+    """
+    from benchmarks.peers import standin
+
+    peak = next((r.stream_connections for _, r in opened if r.system == "shardcat"), None)
+    limits = standin.measure(
+        server.server, server.proxy, store.fs(), seconds, peak or standin.STREAMS
+    )
+    log.info("%s/stand-in: %s", store.backend, limits.describe())
+    return limits.as_dict()
+
+
 def run(args: argparse.Namespace) -> tuple[list[Result], dict[str, Any]]:
     ds = Dataset.scaled(args.scale, args.seed)
     results: list[Result] = []
@@ -354,6 +372,10 @@ def run(args: argparse.Namespace) -> tuple[list[Result], dict[str, Any]]:
                     for later, _ in opened[at + 1 :]:
                         later.close()
                     raise
+            if server is not None and args.standin_seconds > 0:
+                started.setdefault("standin", {})[backend] = standin_limits(
+                    server, store, opened, args.standin_seconds
+                )
         finally:
             store.cleanup()
             if kind == "local":
@@ -393,6 +415,7 @@ def run(args: argparse.Namespace) -> tuple[list[Result], dict[str, Any]]:
         **started,
         "commit": git.stdout.strip() or "unknown",
         "samples": ds.count,
+        "cores": os.cpu_count(),
         "nbytes": ds.nbytes,
         "scale": args.scale,
         "versions": versions,
@@ -427,6 +450,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--batch-repeats", type=int, default=5)
     parser.add_argument("--no-cold", dest="cold", action="store_false")
+    parser.add_argument(
+        "--standin-seconds",
+        type=float,
+        default=1.5,
+        help="S3: seconds per measure of the stand-in's own limits (moto's small GETs/s, the"
+        " proxy's MB/s; benchmarks/peers/standin.py), after each S3 backend; 0 skips them",
+    )
     parser.add_argument(
         "--catalog-keys",
         type=int,
