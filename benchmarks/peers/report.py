@@ -18,11 +18,13 @@ from benchmarks.peers.runner import Result
 MEASURES: list[tuple[str, Callable[[Result], float | None], str, bool]] = [
     ("write MB/s (catalog/index included)", lambda r: r.write_mbps, "{:,.0f}", True),
     ("registration keys/s", lambda r: r.registration_kps, "{:,.0f}", True),
+    ("registration keys per CPU-second", lambda r: r.registration_cpu_kps, "{:,.0f}", True),
     ("point lookup p50 ms", lambda r: _pct(r.point_ms, 50), "{:.3f}", False),
     ("point lookup p99 ms", lambda r: _pct(r.point_ms, 99), "{:.3f}", False),
     ("point lookup bytes fetched (median)", lambda r: r.point_bytes, "{:,.0f}", False),
     ("one ranged GET of the record p50 ms", lambda r: _pct(r.ranged_get_ms, 50), "{:.3f}", False),
     ("batch keys/s", lambda r: r.batch_kps, "{:,.0f}", True),
+    ("batch keys per CPU-second", lambda r: r.batch_cpu_kps, "{:,.0f}", True),
     ("batch bytes fetched per key", lambda r: r.batch_bytes_per_key, "{:,.0f}", False),
     ("batch requests (median)", lambda r: r.batch_requests, "{:,.0f}", False),
     ("cold first lookup ms (fresh process)", lambda r: r.cold_ms, "{:,.0f}", False),
@@ -530,6 +532,10 @@ def write_report(results: list[Result], info: dict[str, Any], args: argparse.Nam
         " system alike); locally `rchar` of `/proc/self/io` (bytes of read syscalls of every thread,"
         " page-cache hits included; reads through `mmap` are not seen, so a system reading through `mmap`"
         " shows less than it touched: its cells say `mmap` instead of a number).",
+        "- **per CPU-second**: the same work over the CPU time it took (`time.process_time`, every"
+        " thread of the harness's process; moto and the latency proxy run in processes of their"
+        " own), the median batch by CPU time: what the work cost apart from the machine's load,"
+        " which on a shared machine stretches wall time far more than CPU time.",
         f"- **batch**: {info['batch_repeats']} batches of {info['batch']:,} random keys locally"
         f" ({info.get('s3_batch', info['batch']):,} on S3), the same batches for every system;"
         " keys/s of each system's median batch. Each batch starts after a full collection of the"

@@ -89,6 +89,10 @@ class Result:
     stream_connections: int | None = None
     stream_mean_connections: float | None = None
     stream_line_mbps: float | None = None
+    # Keys per CPU-second (time.process_time: every thread of this process; moto and the proxy
+    # run in processes of their own): what the work cost, apart from the machine's load.
+    registration_cpu_kps: float | None = None
+    batch_cpu_kps: float | None = None  # of the median (by CPU time) batch
 
 
 def fetched_counter(store: Store) -> Callable[[], int]:
@@ -124,6 +128,8 @@ def prepare(
     system.after_write()
     if system.registration_seconds:
         res.registration_kps = ds.count / system.registration_seconds
+    if system.registration_cpu_seconds:
+        res.registration_cpu_kps = ds.count / system.registration_cpu_seconds
     log.info("%s/%s: written at %.0f MB/s", store.backend, cls.name, res.write_mbps)
     if args.cold:
         res.cold_ms = cold_lookup(system, rng.choice(ds.keys()), store)
@@ -186,6 +192,7 @@ def batch_lookups(
     keys = ds.keys()
     size = min(args.batch if store.kind == "local" else args.s3_batch, len(keys) // 2)
     secs: dict[str, list[float]] = {res.system: [] for _, res in opened}
+    cpu: dict[str, list[float]] = {res.system: [] for _, res in opened}
     nbytes: dict[str, list[int]] = {res.system: [] for _, res in opened}
     requests: dict[str, list[int]] = {res.system: [] for _, res in opened}
     for n in range(args.batch_repeats):
@@ -199,9 +206,10 @@ def batch_lookups(
             gc.collect()
             r0 = proxy.snapshot().requests if proxy is not None else 0
             b0 = fetched()
-            t0 = time.perf_counter()
+            t0, cpu0 = time.perf_counter(), time.process_time()
             pairs = system.get_many(batch)
             secs[res.system].append(time.perf_counter() - t0)
+            cpu[res.system].append(time.process_time() - cpu0)
             nbytes[res.system].append(fetched() - b0 - overhead)
             if proxy is not None:
                 requests[res.system].append(proxy.snapshot().requests - r0)
@@ -212,6 +220,7 @@ def batch_lookups(
             del pairs  # the next system's batch runs without this one's results alive
     for _, res in opened:
         res.batch_kps = size / float(np.median(secs[res.system]))
+        res.batch_cpu_kps = size / float(np.median(cpu[res.system]))
         if not res.mmap_reads:
             res.batch_bytes_per_key = float(np.median(nbytes[res.system])) / size
         if requests[res.system]:
