@@ -101,8 +101,9 @@ def why_registration(ours: Result, floor: Result, info: dict[str, Any]) -> str:
     return (
         f"Wall time (measured): {extra * 1e3:,.0f} ms more than the bare insert for {keys:,}"
         f" keys ({extra / max(keys, 1) * 1e6:.2f} µs per key), one call each.{cpu}{_load(info)}"
-        " Structural: besides the same `executemany`, one `register_shards` checks the keys for"
-        " duplicates, compiles its statements once per catalog, commits a version and publishes"
+        " Structural: the floor's rows (hashes, packed spans) are built before its clock"
+        " starts, shardcat's from the shards' footers inside its call; and besides the same"
+        " `executemany`, one `register_shards` checks the keys for duplicates, compiles its statements once per catalog, commits a version and publishes"
         " its manifest into the dataset's folder (the file and the folder each `fsync`ed; the"
         " bare insert, WAL with `synchronous = NORMAL`, syncs nothing): a cost per call rather"
         " than per key, so the ratio rises with the keys of one call. What would close it: more"
