@@ -187,6 +187,7 @@ def test_every_s3_row_runs_direct_and_on_each_profile_side_by_side(tmp_path):
     assert "| point p50 ≤ 1.1 × one ranged GET of the record | s3 same-region (20 ms" in text
     assert "streaming ≥ 0.9 × the line rate of the connections it used" in text
     assert "The rows `s3:` reached it directly (`direct`)." in text
+    assert "(`benchmarks/latency_proxy.py`, in a process of its own (`--proxy process`" in text
     # The stand-in's own limits, measured after each S3 backend: directly, and through its proxy.
     assert set(info["standin"]) == {"s3", "s3 same-region"}
     direct, proxied = info["standin"]["s3"], info["standin"]["s3 same-region"]

@@ -385,6 +385,14 @@ def _s3_line(info: dict[str, Any]) -> str:
     )
 
 
+def _proxy_where(info: dict[str, Any]) -> str:
+    """Where the run's latency proxy ran (``--proxy``); results saved before it was kept say nothing."""
+    return {
+        "process": ", in a process of its own (`--proxy process`, the default)",
+        "in-process": ", on a thread of the benchmark's process (`--proxy in-process`)",
+    }.get(info.get("proxy") or "", "")
+
+
 def _profile_sentence(info: dict[str, Any]) -> str:
     """The latency profiles the S3 rows ran through (``--profiles``), if any."""
     names = info.get("profiles") or ([info["profile"]] if info.get("profile") else [])
@@ -399,8 +407,8 @@ def _profile_sentence(info: dict[str, Any]) -> str:
         f" `--profiles {','.join(names)}`: the S3 backend ran once per profile, each on a moto"
         " server of its own (every system wrote its dataset again), one after another."
         f"{direct}"
-        f" The rows {each} reached it through the latency proxy (`benchmarks/latency_proxy.py`,"
-        " on a thread of the benchmark's process): each response's first byte no earlier than"
+        f" The rows {each} reached it through the latency proxy (`benchmarks/latency_proxy.py`"
+        f"{_proxy_where(info)}): each response's first byte no earlier than"
         " the latency after its request's first byte, each connection's responses held to the"
         " bandwidth; uploads are not capped. moto answers `Connection: close`, so each request"
         " has a connection of its own."

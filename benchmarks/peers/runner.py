@@ -434,6 +434,7 @@ def run(args: argparse.Namespace) -> tuple[list[Result], dict[str, Any]]:
         "batch_repeats": args.batch_repeats,
         "moto": args.moto if "s3" in args.backends else None,
         "profiles": args.profiles if "s3" in args.backends else [],
+        "proxy": args.proxy if "s3" in args.backends else None,
         "docs": {
             c.name: (c.__module__, (sys.modules[c.__module__].__doc__ or "").strip())
             for c in chosen
