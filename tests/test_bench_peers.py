@@ -396,6 +396,7 @@ def test_batches_are_interleaved_the_same_batches_for_every_system(tmp_path, mon
     assert len({batches[0], batches[2], batches[4]}) == 3 and len(batches[0]) == 30
     for r in results:
         assert r.batch_kps and r.stream_mbps and r.skipped is None
+        assert r.batch_cpu_kps and r.batch_faults is not None and r.batch_faults >= 0
 
 
 def test_goals_of_issue_36_say_met_missed_and_the_floors_own_figure():
@@ -499,6 +500,7 @@ def test_local_goals_say_why_with_the_runs_figures():
     lance = Result("lance", "local", write_mbps=27.0)
     # By CPU time the batch costs less than the floor's, the registration more.
     floor.batch_cpu_kps, ours.batch_cpu_kps = 100_000.0, 125_000.0
+    floor.batch_faults, ours.batch_faults = 11_299.0, 1_476.0
     floor.registration_cpu_kps, ours.registration_cpu_kps = 200_000.0, 160_000.0
     info = {"batch": 10_000, "samples": 40_000, "load_start": [12.6, 13.0, 10.0], "cores": 2}
     rows = {line.split(" | ")[0].lstrip("| "): line for line in goals([floor, ours, lance], info)}
@@ -510,6 +512,7 @@ def test_local_goals_say_why_with_the_runs_figures():
         "By CPU time (measured): 8.0 µs per key against the floor's 10.0, a ratio of 1.25" in batch
     )
     assert "met by CPU time: the gap in wall time is the machine's load" in batch
+    assert "Minor page faults per batch (measured): 1,476 against the floor's 11,299." in batch
     assert "a load average of 12.6 on 2 cores" in batch
     write = rows["write ≥ Lance, every shard synced (Lance syncs none)"]
     assert "Structural: shardcat syncs every shard" in write and "reaches 2.07 × Lance" in write

@@ -73,10 +73,16 @@ def _by_cpu(what: str, ours: float | None, floor: float | None, bound: float) ->
 
 def why_local_batch(ours: Result, floor: Result, info: dict[str, Any]) -> str:
     us, floor_us = 1e6 / (ours.batch_kps or 1.0), 1e6 / (floor.batch_kps or 1.0)
+    faults = (
+        f" Minor page faults per batch (measured): {ours.batch_faults:,.0f} against the floor's"
+        f" {floor.batch_faults:,.0f}."
+        if ours.batch_faults is not None and floor.batch_faults is not None
+        else ""
+    )
     return (
         f"Wall time (measured): {us:.1f} µs per key against the floor's {floor_us:.1f}"
         f" ({us - floor_us:+.1f} µs).{_by_cpu('the batch', ours.batch_cpu_kps, floor.batch_cpu_kps, 1.0)}"
-        f"{_load(info)} Structural: shardcat checks each record's head against its row and hands"
+        f"{faults}{_load(info)} Structural: shardcat checks each record's head against its row and hands"
         " out a record with its entries; the floor slices a `memoryview` of each `pread`. What"
         " would close it: fewer Python objects per key in the compiled batch path; compare on"
         " an idle machine with `benchmarks/bench_catalog.py --backend local` and"

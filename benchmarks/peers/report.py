@@ -27,6 +27,7 @@ MEASURES: list[tuple[str, Callable[[Result], float | None], str, bool]] = [
     ("batch keys per CPU-second", lambda r: r.batch_cpu_kps, "{:,.0f}", True),
     ("batch bytes fetched per key", lambda r: r.batch_bytes_per_key, "{:,.0f}", False),
     ("batch requests (median)", lambda r: r.batch_requests, "{:,.0f}", False),
+    ("batch minor page faults (median)", lambda r: r.batch_faults, "{:,.0f}", False),
     ("cold first lookup ms (fresh process)", lambda r: r.cold_ms, "{:,.0f}", False),
     ("streaming MB/s", lambda r: r.stream_mbps, "{:,.0f}", True),
     ("streaming connections in flight (peak)", lambda r: r.stream_connections, "{:,.0f}", True),
@@ -50,6 +51,7 @@ MEASURES: list[tuple[str, Callable[[Result], float | None], str, bool]] = [
 # Counts that describe how a system reads rather than how well: shown without a ratio.
 NO_RATIO = {
     "batch requests (median)",
+    "batch minor page faults (median)",
     "streaming connections in flight (peak)",
     "streaming connections in flight (mean)",
     "streaming line rate MB/s (peak × bandwidth)",
@@ -543,7 +545,9 @@ def write_report(results: list[Result], info: dict[str, Any], args: argparse.Nam
         "- **per CPU-second**: the same work over the CPU time it took (`time.process_time`, every"
         " thread of the harness's process; moto and the latency proxy run in processes of their"
         " own), the median batch by CPU time: what the work cost apart from the machine's load,"
-        " which on a shared machine stretches wall time far more than CPU time.",
+        " which on a shared machine stretches wall time far more than CPU time. *Batch minor page"
+        " faults*: of the harness's process during each batch (`getrusage`), the median: memory a"
+        " batch faulted in fresh, whose kernel time its CPU time includes.",
         f"- **batch**: {info['batch_repeats']} batches of {info['batch']:,} random keys locally"
         f" ({info.get('s3_batch', info['batch']):,} on S3), the same batches for every system;"
         " keys/s of each system's median batch. Each batch starts after a full collection of the"

@@ -26,6 +26,7 @@ import logging
 import os
 import pickle
 import random
+import resource
 import subprocess
 import sys
 import tempfile
@@ -93,6 +94,7 @@ class Result:
     # run in processes of their own): what the work cost, apart from the machine's load.
     registration_cpu_kps: float | None = None
     batch_cpu_kps: float | None = None  # of the median (by CPU time) batch
+    batch_faults: float | None = None  # median minor page faults of this process per batch
 
 
 def fetched_counter(store: Store) -> Callable[[], int]:
@@ -193,6 +195,7 @@ def batch_lookups(
     size = min(args.batch if store.kind == "local" else args.s3_batch, len(keys) // 2)
     secs: dict[str, list[float]] = {res.system: [] for _, res in opened}
     cpu: dict[str, list[float]] = {res.system: [] for _, res in opened}
+    faults: dict[str, list[int]] = {res.system: [] for _, res in opened}
     nbytes: dict[str, list[int]] = {res.system: [] for _, res in opened}
     requests: dict[str, list[int]] = {res.system: [] for _, res in opened}
     for n in range(args.batch_repeats):
@@ -206,10 +209,12 @@ def batch_lookups(
             gc.collect()
             r0 = proxy.snapshot().requests if proxy is not None else 0
             b0 = fetched()
+            f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             t0, cpu0 = time.perf_counter(), time.process_time()
             pairs = system.get_many(batch)
             secs[res.system].append(time.perf_counter() - t0)
             cpu[res.system].append(time.process_time() - cpu0)
+            faults[res.system].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
             nbytes[res.system].append(fetched() - b0 - overhead)
             if proxy is not None:
                 requests[res.system].append(proxy.snapshot().requests - r0)
@@ -221,6 +226,7 @@ def batch_lookups(
     for _, res in opened:
         res.batch_kps = size / float(np.median(secs[res.system]))
         res.batch_cpu_kps = size / float(np.median(cpu[res.system]))
+        res.batch_faults = float(np.median(faults[res.system]))
         if not res.mmap_reads:
             res.batch_bytes_per_key = float(np.median(nbytes[res.system])) / size
         if requests[res.system]:
