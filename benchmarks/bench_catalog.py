@@ -142,8 +142,9 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
 
-def bench_registration(cat: Catalog, infos: list[Any]) -> dict[str, float]:
-    cat.create_dataset("train", "bench")
+def bench_registration(cat: Catalog, infos: list[Any], root: str) -> dict[str, float]:
+    # ``root``: the shards' folder, where each dataset's history goes (not the working directory).
+    cat.create_dataset("train", root)
     n = 0
     t0 = time.perf_counter()
     first_dt = 0.0
@@ -155,7 +156,7 @@ def bench_registration(cat: Catalog, infos: list[Any]) -> dict[str, float]:
         n += info.record_count
     total = time.perf_counter() - t0
     # A second dataset through a job: stage every shard, then one commit.
-    cat.create_dataset("train-job", "bench")
+    cat.create_dataset("train-job", root)
     t1 = time.perf_counter()
     job = cat.begin_job("train-job")
     for info in infos:
@@ -165,7 +166,7 @@ def bench_registration(cat: Catalog, infos: list[Any]) -> dict[str, float]:
     job_total = time.perf_counter() - t1
     cat.delete_dataset("train-job")
     # A third: every shard in one register_shards call (one transaction, one version).
-    cat.create_dataset("train-bulk", "bench")
+    cat.create_dataset("train-bulk", root)
     t2 = time.perf_counter()
     cat.register_shards("train-bulk", infos)
     bulk = time.perf_counter() - t2
@@ -640,7 +641,7 @@ def main(argv: list[str] | None = None) -> None:
         infos = write_shards(env, keys, args.per_shard, rng)
         print(f"wrote {len(infos)} shards in {time.perf_counter() - t:.1f} s", file=sys.stderr)
         with Catalog(env.catalog_url, storage_options=env.storage_options) as cat:
-            reg = bench_registration(cat, infos)
+            reg = bench_registration(cat, infos, env.root)
             reg["bare_kps"] = bench_bare_insert(env, infos)
             reg["bare_one_kps"] = bench_bare_insert(env, infos, one_transaction=True)
             cat.analyze()  # what autovacuum would do shortly after a bulk load

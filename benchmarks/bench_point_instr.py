@@ -19,11 +19,18 @@ lookup from run to run.
 * ``batch`` (only with ``--modes``): ``Catalog.get_many("train", keys)`` of
   ``--batch-keys`` keys (default 1,000), per batch: the batch path's compiled
   ``rows()`` and ``read_packed``.
+* ``batch_limit`` (only with ``--modes``): issue 36's raw limit of the same
+  batches: one raw sqlite3 query of the batch's rows (``key_hash IN`` a JSON
+  array of the hashes, precomputed as ``limit``'s are, and the key text
+  checked in Python) plus one ``os.pread`` per record, sorted by shard and
+  offset, on descriptors kept open; ``--modes batch,batch_limit`` prints the
+  ratio of the two.
 
 Usage::
 
     .venv/bin/python benchmarks/bench_point_instr.py [--lookups 2000] [--keys 20000]
     .venv/bin/python benchmarks/bench_point_instr.py --modes ours,batch --lookups 200
+    .venv/bin/python benchmarks/bench_point_instr.py --modes batch,batch_limit --lookups 2 --batch-keys 10000
 
 A single kind, for ``callgrind_annotate``::
 
@@ -52,6 +59,10 @@ import tempfile
 FLOOR_POINT_SQL = (
     "SELECT s.url, r.byte_offset, r.byte_length FROM records r JOIN shards s ON s.id = r.shard_id "
     "WHERE r.dataset_id = ? AND r.key_hash = ? AND r.key = ?"
+)
+FLOOR_BATCH_SQL = (
+    "SELECT s.url, r.byte_offset, r.byte_length, r.key FROM records r JOIN shards s"
+    " ON s.id = r.shard_id WHERE r.dataset_id = ? AND r.key_hash IN (SELECT value FROM json_each(?))"
 )
 WARM = 300
 
@@ -117,6 +128,9 @@ def run(folder: str, mode: str, count: int, batch_keys: int = 1000) -> None:
         for b in batches[3:]:
             cat.get_many("train", b)
         return
+    if mode == "batch_limit":
+        batch_limit(folder, sample, count, batch_keys)
+        return
     if mode == "miss":
         from shardcat.errors import KeyNotFoundError
         from shardcat.reading import Catalog
@@ -161,6 +175,38 @@ def run(folder: str, mode: str, count: int, batch_keys: int = 1000) -> None:
             limit(k, hashes[k])
 
 
+def batch_limit(folder: str, sample: list[str], count: int, batch_keys: int) -> None:
+    """The raw limit of ``count`` batches (after 3 to warm up), as ``batch`` reads them."""
+    import sqlite3
+
+    from shardcat.format.checksums import signed_key_hash
+
+    conn = sqlite3.connect(os.path.join(folder, "catalog.db"), isolation_level=None)
+    (dataset_id,) = conn.execute("SELECT id FROM datasets WHERE name = 'train'").fetchone()
+    hashes = {k: signed_key_hash(k.encode()) for k in sample}
+    fds: dict[str, int] = {}
+    batches = [
+        [sample[(i * batch_keys + j) % len(sample)] for j in range(batch_keys)]
+        for i in range(count + 3)
+    ]
+    for batch in batches:
+        wanted = set(batch)
+        rows = conn.execute(
+            FLOOR_BATCH_SQL, (dataset_id, json.dumps([hashes[k] for k in batch]))
+        ).fetchall()
+        rows.sort()
+        found = {}
+        for url, offset, length, key in rows:
+            if key not in wanted:
+                continue  # another key of the same hash
+            fd = fds.get(url)
+            if fd is None:
+                fd = fds[url] = os.open(url.removeprefix("file://"), os.O_RDONLY)
+            found[key] = os.pread(fd, length, offset)
+        if len(found) != len(wanted):
+            raise RuntimeError(f"batch limit: {len(found)} records for {len(wanted)} keys")
+
+
 def instructions(folder: str, mode: str, count: int, batch_keys: int = 1000) -> int:
     out = os.path.join(folder, f"cg.{mode}.{count}.out")
     subprocess.run(
@@ -203,12 +249,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prepare", metavar="DIR", help="only make the catalog and shards in DIR")
     parser.add_argument("--run", metavar="DIR", help="only run lookups on DIR (under valgrind)")
     parser.add_argument(
-        "--mode", choices=["ours", "tar", "limit", "miss", "batch", "none"], default="ours"
+        "--mode",
+        choices=["ours", "tar", "limit", "miss", "batch", "batch_limit", "none"],
+        default="ours",
     )
     parser.add_argument(
         "--modes",
         default="ours,tar,limit",
-        help="kinds measured, comma-separated (also: miss, batch)",
+        help="kinds measured, comma-separated (also: miss, batch, batch_limit)",
     )
     parser.add_argument("--batch-keys", type=int, default=1000, help="keys per get_many (batch)")
     args = parser.parse_args(argv)
@@ -228,11 +276,13 @@ def main(argv: list[str] | None = None) -> None:
             per[mode] = (
                 instructions(folder, mode, 2 * n, k) - instructions(folder, mode, n, k)
             ) / n
-            unit = f"batch of {k} keys" if mode == "batch" else "lookup"
+            unit = f"batch of {k} keys" if mode.startswith("batch") else "lookup"
             print(f"{mode:>5}: {per[mode]:,.0f} instructions per {unit}")
         if "ours" in per and "limit" in per:
             tar = f" (tar: {per['tar'] / per['limit']:.2f})" if "tar" in per else ""
             print(f"ratio: {per['ours'] / per['limit']:.2f}{tar}")
+        if "batch" in per and "batch_limit" in per:
+            print(f"batch ratio (batch / batch_limit): {per['batch'] / per['batch_limit']:.2f}")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

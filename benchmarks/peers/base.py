@@ -80,6 +80,7 @@ class System(ABC):
         self.root = store.root(self.name)
         self.notes: list[str] = []
         self.registration_seconds: float | None = None  # part of write time, where a system has it
+        self.registration_cpu_seconds: float | None = None  # its CPU time (time.process_time)
 
     @classmethod
     def available(cls) -> str | None:

@@ -121,7 +121,7 @@ class Floor(System):
             signed = h - (1 << 64) if h >= 1 << 63 else h
             spans = pack(0, plen, zlib.crc32(raw), plen, llen, 0)  # two entries, narrow
             records.append((file, 1, offset, signed, key, plen + llen, 1, spans))
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         conn.execute("BEGIN")
         conn.executemany(
             "INSERT INTO records (shard_id, dataset_id, byte_offset, key_hash, key,"
@@ -130,6 +130,7 @@ class Floor(System):
         )
         conn.execute("COMMIT")
         self.registration_seconds = time.perf_counter() - t
+        self.registration_cpu_seconds = time.process_time() - cpu
         conn.close()
         self.notes.append(
             "registration floor: one sqlite3 executemany into a copy of shardcat's records"

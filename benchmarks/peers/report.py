@@ -18,13 +18,16 @@ from benchmarks.peers.runner import Result
 MEASURES: list[tuple[str, Callable[[Result], float | None], str, bool]] = [
     ("write MB/s (catalog/index included)", lambda r: r.write_mbps, "{:,.0f}", True),
     ("registration keys/s", lambda r: r.registration_kps, "{:,.0f}", True),
+    ("registration keys per CPU-second", lambda r: r.registration_cpu_kps, "{:,.0f}", True),
     ("point lookup p50 ms", lambda r: _pct(r.point_ms, 50), "{:.3f}", False),
     ("point lookup p99 ms", lambda r: _pct(r.point_ms, 99), "{:.3f}", False),
     ("point lookup bytes fetched (median)", lambda r: r.point_bytes, "{:,.0f}", False),
     ("one ranged GET of the record p50 ms", lambda r: _pct(r.ranged_get_ms, 50), "{:.3f}", False),
     ("batch keys/s", lambda r: r.batch_kps, "{:,.0f}", True),
+    ("batch keys per CPU-second", lambda r: r.batch_cpu_kps, "{:,.0f}", True),
     ("batch bytes fetched per key", lambda r: r.batch_bytes_per_key, "{:,.0f}", False),
     ("batch requests (median)", lambda r: r.batch_requests, "{:,.0f}", False),
+    ("batch minor page faults (median)", lambda r: r.batch_faults, "{:,.0f}", False),
     ("cold first lookup ms (fresh process)", lambda r: r.cold_ms, "{:,.0f}", False),
     ("streaming MB/s", lambda r: r.stream_mbps, "{:,.0f}", True),
     ("streaming connections in flight (peak)", lambda r: r.stream_connections, "{:,.0f}", True),
@@ -48,6 +51,7 @@ MEASURES: list[tuple[str, Callable[[Result], float | None], str, bool]] = [
 # Counts that describe how a system reads rather than how well: shown without a ratio.
 NO_RATIO = {
     "batch requests (median)",
+    "batch minor page faults (median)",
     "streaming connections in flight (peak)",
     "streaming connections in flight (mean)",
     "streaming line rate MB/s (peak × bandwidth)",
@@ -72,14 +76,19 @@ def _backends(results: list[Result]) -> list[str]:
     return list(dict.fromkeys(r.backend for r in results))
 
 
-def run_notes(results: list[Result]) -> list[str]:
-    """What each system said about this run (how it was helped, the floor's other figures)."""
+def run_notes(results: list[Result], info: dict[str, Any] | None = None) -> list[str]:
+    """What each system said about this run (how it was helped, the floor's other figures), and
+    the stand-in's own limits measured after each S3 backend (``benchmarks/peers/standin.py``)."""
+    from benchmarks.peers.standin import Limits
+
     lines = [
         f"- {r.backend}/{r.system}: {note}"
         for r in results
         if not r.skipped
         for note in dict.fromkeys(r.notes)
     ]
+    for backend, saved in ((info or {}).get("standin") or {}).items():
+        lines.append(f"- {backend}/stand-in (measured): {Limits(**saved).describe()}")
     return ["## Notes from this run", "", *lines, ""] if lines else []
 
 
@@ -286,124 +295,6 @@ def _verdict(value: float, bound: float, higher: bool, floor_allows: float | Non
     return verdict
 
 
-def goals(results: list[Result], info: dict[str, Any]) -> list[str]:
-    """shardcat against issue 36's goals: at cloud latency (each S3 backend through a profile
-    that caps bandwidth), and the local gaps. Ratios of this run; the floor's own figure is the
-    floor's ratio to the same reference, where that means something."""
-    by = {(r.backend, r.system): r for r in results if not r.skipped}
-    # what, backend, measured, bound, higher is better, the floor's own figure
-    rows: list[tuple[str, str, float, float, bool, float | None]] = []
-    cold: list[tuple[str, float, float | None]] = []
-    for backend in _backends(results):
-        ours, floor = by.get((backend, "shardcat")), by.get((backend, "floor"))
-        if ours is None or floor is None:
-            continue
-
-        def add(
-            what: str,
-            value: float,
-            bound: float,
-            floor_allows: float | None = None,
-            at: str = backend,
-        ) -> None:
-            higher = "≤" not in what  # "≥": a rate; "≤": a time or bytes
-            rows.append((what, at, value, bound, higher, floor_allows))
-
-        lance = by.get((backend, "lance"))
-        peers = [r for (b, n), r in by.items() if b == backend and n not in ("floor", "shardcat")]
-        fastest = max(peers, key=lambda r: r.write_mbps or 0.0, default=None)
-        if backend == "local":
-            if ours.batch_kps and floor.batch_kps:
-                add(
-                    f"batch of {info['batch']:,} keys ≥ 1.0 × the raw limit (the floor:"
-                    " one query + sorted preads)",
-                    ours.batch_kps / floor.batch_kps,
-                    1.0,
-                )
-            if ours.write_mbps and lance and lance.write_mbps:
-                add(
-                    "write ≥ Lance, every shard synced (Lance syncs none)",
-                    ours.write_mbps / lance.write_mbps,
-                    1.0,
-                    (floor.write_mbps or 0.0) / lance.write_mbps,
-                )
-            if ours.registration_kps and floor.registration_kps:
-                add(
-                    "registration ≥ 0.9 × a bare insert into the same table",
-                    ours.registration_kps / floor.registration_kps,
-                    0.9,
-                )
-            continue
-        if not backend.startswith("s3 "):
-            continue
-        if ours.cold_ms is not None:
-            cold.append((backend, ours.cold_ms, floor.cold_ms))
-        if ours.stream_line_mbps is None:
-            continue  # no bandwidth cap (loopback): the goals are set at cloud latency
-        p50, get50 = _pct(ours.point_ms, 50), _pct(floor.ranged_get_ms, 50)
-        f50 = _pct(floor.point_ms, 50)
-        if p50 and get50:
-            add(
-                "point p50 ≤ 1.1 × one ranged GET of the record",
-                p50 / get50,
-                1.1,
-                f50 / get50 if f50 else None,
-            )
-        if ours.batch_kps and lance and lance.batch_kps:
-            add(
-                f"batch of {info.get('s3_batch', info['batch']):,} keys ≥ 2.5 × Lance's"
-                " (`key IN (...)` on its BTREE index)",
-                ours.batch_kps / lance.batch_kps,
-                2.5,
-                (floor.batch_kps or 0.0) / lance.batch_kps,
-            )
-        if ours.batch_kps and floor.batch_kps:
-            add("batch keys/s ≥ the floor's", ours.batch_kps / floor.batch_kps, 1.0)
-        if ours.batch_bytes_per_key and floor.batch_bytes_per_key:
-            add(
-                "batch bytes fetched per key ≤ 2 × the floor's",
-                ours.batch_bytes_per_key / floor.batch_bytes_per_key,
-                2.0,
-            )
-        if ours.stream_mbps:
-            # The mean in flight forgives the moments it kept fewer connections busy: shown too.
-            mean = ours.stream_mean_connections or 0.0
-            line = ours.stream_line_mbps / (ours.stream_connections or 1)
-            at_mean = f"; at the mean {mean:.1f} in flight: {ours.stream_mbps / (line * mean):.2f}"
-            add(
-                f"streaming ≥ 0.9 × the line rate of the connections it used"
-                f" ({ours.stream_connections} at once × the profile's bandwidth"
-                f"{at_mean if mean else ''})",
-                ours.stream_mbps / ours.stream_line_mbps,
-                0.9,
-                floor.stream_mbps / floor.stream_line_mbps
-                if floor.stream_mbps and floor.stream_line_mbps
-                else None,
-            )
-        if ours.write_mbps and fastest is not None and fastest.write_mbps:
-            add(
-                f"write ≥ the fastest peer ({fastest.system}), publication exclusive",
-                ours.write_mbps / fastest.write_mbps,
-                1.0,
-                (floor.write_mbps or 0.0) / fastest.write_mbps,
-            )
-    lines = [
-        "| goal | backend | measured | the floor's own figure | met? |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    for what, backend, value, bound, higher, floor_allows in rows:
-        allows = "" if floor_allows is None else f"{floor_allows:.2f}"
-        verdict = _verdict(value, bound, higher, floor_allows)
-        lines.append(f"| {what} | {backend_label(backend)} | {value:.2f} | {allows} | {verdict} |")
-    for backend, ms, floor_ms in cold:
-        allows = "" if floor_ms is None else f"{floor_ms:,.0f} ms"
-        lines.append(
-            f"| cold first lookup in a fresh process (reported, no bound) | {backend_label(backend)}"
-            f" | {ms:,.0f} ms | {allows} | reported |"
-        )
-    return lines if len(lines) > 2 else []
-
-
 def plots(results: list[Result], folder: str) -> list[str]:
     import matplotlib
 
@@ -496,6 +387,14 @@ def _s3_line(info: dict[str, Any]) -> str:
     )
 
 
+def _proxy_where(info: dict[str, Any]) -> str:
+    """Where the run's latency proxy ran (``--proxy``); results saved before it was kept say nothing."""
+    return {
+        "process": ", in a process of its own (`--proxy process`, the default)",
+        "in-process": ", on a thread of the benchmark's process (`--proxy in-process`)",
+    }.get(info.get("proxy") or "", "")
+
+
 def _profile_sentence(info: dict[str, Any]) -> str:
     """The latency profiles the S3 rows ran through (``--profiles``), if any."""
     names = info.get("profiles") or ([info["profile"]] if info.get("profile") else [])
@@ -510,8 +409,8 @@ def _profile_sentence(info: dict[str, Any]) -> str:
         f" `--profiles {','.join(names)}`: the S3 backend ran once per profile, each on a moto"
         " server of its own (every system wrote its dataset again), one after another."
         f"{direct}"
-        f" The rows {each} reached it through the latency proxy (`benchmarks/latency_proxy.py`,"
-        " on a thread of the benchmark's process): each response's first byte no earlier than"
+        f" The rows {each} reached it through the latency proxy (`benchmarks/latency_proxy.py`"
+        f"{_proxy_where(info)}): each response's first byte no earlier than"
         " the latency after its request's first byte, each connection's responses held to the"
         " bandwidth; uploads are not capped. moto answers `Connection: close`, so each request"
         " has a connection of its own."
@@ -566,29 +465,9 @@ def merge_catalog(results_json: str, catalog: dict[str, Any]) -> None:
         json.dump(saved, f, indent=1)
 
 
-def _goals_section(results: list[Result], info: dict[str, Any]) -> list[str]:
-    rows = goals(results, info)
-    if not rows:
-        return []
-    return [
-        "## shardcat against the goals of issue 36 (this run's ratios)",
-        "",
-        "At cloud latency: each S3 backend through a latency profile with a bandwidth cap"
-        " (`same-region` is the profile the issue sets its goals on). *One ranged GET of the record*"
-        " is the floor's GET alone, without its SQL query; the floor's own figure there is its whole"
-        " point lookup over that GET. Streaming is held to the *line rate of the connections it"
-        " used*: the most responses the proxy was sending to it at once (64 KiB or more each)"
-        " times the profile's bandwidth per connection; the floor's own figure is the floor's"
-        " streaming over its own line rate. Locally: the gaps the issue names, the batch against"
-        " the floor's raw query + sorted `pread`s, the write (shardcat syncs every shard, Lance"
-        " none), registration against the bare insert into the same indexed table.",
-        "",
-        *rows,
-        "",
-    ]
-
-
 def write_report(results: list[Result], info: dict[str, Any], args: argparse.Namespace) -> str:
+    from benchmarks.peers.goals import section as goals_section  # it imports this module
+
     folder = os.path.join(args.out, "benchmarks")
     images = plots(results, folder)
     info = {"machine": machine(), **info, "argv": _rerun_args(args.argv)}
@@ -624,8 +503,8 @@ def write_report(results: list[Result], info: dict[str, Any], args: argparse.Nam
         "",
         *targets(results),
         "",
-        *_goals_section(results, info),
-        *run_notes(results),
+        *goals_section(results, info),
+        *run_notes(results, info),
         "## What each column is",
         "",
     ]
@@ -663,6 +542,12 @@ def write_report(results: list[Result], info: dict[str, Any], args: argparse.Nam
         " system alike); locally `rchar` of `/proc/self/io` (bytes of read syscalls of every thread,"
         " page-cache hits included; reads through `mmap` are not seen, so a system reading through `mmap`"
         " shows less than it touched: its cells say `mmap` instead of a number).",
+        "- **per CPU-second**: the same work over the CPU time it took (`time.process_time`, every"
+        " thread of the harness's process; moto and the latency proxy run in processes of their"
+        " own), the median batch by CPU time: what the work cost apart from the machine's load,"
+        " which on a shared machine stretches wall time far more than CPU time. *Batch minor page"
+        " faults*: of the harness's process during each batch (`getrusage`), the median: memory a"
+        " batch faulted in fresh, whose kernel time its CPU time includes.",
         f"- **batch**: {info['batch_repeats']} batches of {info['batch']:,} random keys locally"
         f" ({info.get('s3_batch', info['batch']):,} on S3), the same batches for every system;"
         " keys/s of each system's median batch. Each batch starts after a full collection of the"
@@ -685,6 +570,14 @@ def write_report(results: list[Result], info: dict[str, Any], args: argparse.Nam
         " read's wall time (mean: connection-seconds / seconds); the *line rate* is the peak times"
         " the profile's bandwidth per connection, what the network gives the read with the"
         " connections it opened together.",
+        "- **the stand-in's limits** (`benchmarks/peers/standin.py`, the notes' `stand-in` lines):"
+        " right after the systems of each S3 backend, on the same moto server and proxy, for"
+        " `--standin-seconds` each: small ranged GETs (8 KiB of a public-read 1 MiB object, raw"
+        " unsigned `http.client`, the cheapest client, so that the server is what is measured)"
+        " per second with 16 at once and one at a time, directly and through the proxy; whole"
+        " 8 MiB GETs in MB/s, one at a time directly and through the proxy, and through the"
+        " proxy as many at once as shardcat's streaming kept busy at its peak. The goals'"
+        " *why* column quotes these figures.",
         "- **checked**: every payload and label returned by every measure (point, batch, cold, streaming)"
         " is compared byte for byte with the source sample; a mismatch stops the run.",
         _s3_line(info),

@@ -26,6 +26,7 @@ import logging
 import os
 import pickle
 import random
+import resource
 import subprocess
 import sys
 import tempfile
@@ -89,6 +90,11 @@ class Result:
     stream_connections: int | None = None
     stream_mean_connections: float | None = None
     stream_line_mbps: float | None = None
+    # Keys per CPU-second (time.process_time: every thread of this process; moto and the proxy
+    # run in processes of their own): what the work cost, apart from the machine's load.
+    registration_cpu_kps: float | None = None
+    batch_cpu_kps: float | None = None  # of the median (by CPU time) batch
+    batch_faults: float | None = None  # median minor page faults of this process per batch
 
 
 def fetched_counter(store: Store) -> Callable[[], int]:
@@ -124,6 +130,8 @@ def prepare(
     system.after_write()
     if system.registration_seconds:
         res.registration_kps = ds.count / system.registration_seconds
+    if system.registration_cpu_seconds:
+        res.registration_cpu_kps = ds.count / system.registration_cpu_seconds
     log.info("%s/%s: written at %.0f MB/s", store.backend, cls.name, res.write_mbps)
     if args.cold:
         res.cold_ms = cold_lookup(system, rng.choice(ds.keys()), store)
@@ -186,6 +194,8 @@ def batch_lookups(
     keys = ds.keys()
     size = min(args.batch if store.kind == "local" else args.s3_batch, len(keys) // 2)
     secs: dict[str, list[float]] = {res.system: [] for _, res in opened}
+    cpu: dict[str, list[float]] = {res.system: [] for _, res in opened}
+    faults: dict[str, list[int]] = {res.system: [] for _, res in opened}
     nbytes: dict[str, list[int]] = {res.system: [] for _, res in opened}
     requests: dict[str, list[int]] = {res.system: [] for _, res in opened}
     for n in range(args.batch_repeats):
@@ -199,9 +209,12 @@ def batch_lookups(
             gc.collect()
             r0 = proxy.snapshot().requests if proxy is not None else 0
             b0 = fetched()
-            t0 = time.perf_counter()
+            f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            t0, cpu0 = time.perf_counter(), time.process_time()
             pairs = system.get_many(batch)
             secs[res.system].append(time.perf_counter() - t0)
+            cpu[res.system].append(time.process_time() - cpu0)
+            faults[res.system].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
             nbytes[res.system].append(fetched() - b0 - overhead)
             if proxy is not None:
                 requests[res.system].append(proxy.snapshot().requests - r0)
@@ -212,6 +225,8 @@ def batch_lookups(
             del pairs  # the next system's batch runs without this one's results alive
     for _, res in opened:
         res.batch_kps = size / float(np.median(secs[res.system]))
+        res.batch_cpu_kps = size / float(np.median(cpu[res.system]))
+        res.batch_faults = float(np.median(faults[res.system]))
         if not res.mmap_reads:
             res.batch_bytes_per_key = float(np.median(nbytes[res.system])) / size
         if requests[res.system]:
@@ -301,6 +316,24 @@ def cold_lookup(system: System, key: str, store: Store) -> float:
     return float(json.loads(out.stdout.strip().splitlines()[-1])["ms"])
 
 
+def standin_limits(
+    server: Any, store: Store, opened: list[tuple[System, Result]], seconds: float
+) -> dict[str, Any]:
+    """What this backend's stand-in (moto, and the proxy if any) serves, measured now (``standin``).
+
+    Large GETs through the proxy run as many at once as shardcat's streaming
+    kept busy at its peak (``standin.STREAMS`` if it did not stream here).
+    """
+    from benchmarks.peers import standin
+
+    peak = next((r.stream_connections for _, r in opened if r.system == "shardcat"), None)
+    limits = standin.measure(
+        server.server, server.proxy, store.fs(), seconds, peak or standin.STREAMS
+    )
+    log.info("%s/stand-in: %s", store.backend, limits.describe())
+    return limits.as_dict()
+
+
 def run(args: argparse.Namespace) -> tuple[list[Result], dict[str, Any]]:
     ds = Dataset.scaled(args.scale, args.seed)
     results: list[Result] = []
@@ -354,6 +387,10 @@ def run(args: argparse.Namespace) -> tuple[list[Result], dict[str, Any]]:
                     for later, _ in opened[at + 1 :]:
                         later.close()
                     raise
+            if server is not None and args.standin_seconds > 0:
+                started.setdefault("standin", {})[backend] = standin_limits(
+                    server, store, opened, args.standin_seconds
+                )
         finally:
             store.cleanup()
             if kind == "local":
@@ -393,6 +430,7 @@ def run(args: argparse.Namespace) -> tuple[list[Result], dict[str, Any]]:
         **started,
         "commit": git.stdout.strip() or "unknown",
         "samples": ds.count,
+        "cores": os.cpu_count(),
         "nbytes": ds.nbytes,
         "scale": args.scale,
         "versions": versions,
@@ -402,6 +440,7 @@ def run(args: argparse.Namespace) -> tuple[list[Result], dict[str, Any]]:
         "batch_repeats": args.batch_repeats,
         "moto": args.moto if "s3" in args.backends else None,
         "profiles": args.profiles if "s3" in args.backends else [],
+        "proxy": args.proxy if "s3" in args.backends else None,
         "docs": {
             c.name: (c.__module__, (sys.modules[c.__module__].__doc__ or "").strip())
             for c in chosen
@@ -427,6 +466,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--batch-repeats", type=int, default=5)
     parser.add_argument("--no-cold", dest="cold", action="store_false")
+    parser.add_argument(
+        "--standin-seconds",
+        type=float,
+        default=1.5,
+        help="S3: seconds per measure of the stand-in's own limits (moto's small GETs/s, the"
+        " proxy's MB/s; benchmarks/peers/standin.py), after each S3 backend; 0 skips them",
+    )
     parser.add_argument(
         "--catalog-keys",
         type=int,

@@ -100,9 +100,10 @@ class Shardcat(System):
             # A name of its own: registered as "train", its version history would find the
             # written dataset's and set it aside (a HistoryWarning and a move, timed).
             cat.create_dataset("registered", self.root)
-            t = time.perf_counter()
+            t, cpu = time.perf_counter(), time.process_time()
             cat.register_shards("registered", infos)
             self.registration_seconds = time.perf_counter() - t
+            self.registration_cpu_seconds = time.process_time() - cpu
 
     def open(self) -> None:
         import shardcat
