@@ -11,7 +11,11 @@ the group must exist; a key without a base record is refused under
 ``on_missing="error"`` and left out under ``"skip"``), ``drop_group`` removes
 the group; a base replace (``on_duplicate="replace"``) keeps the key's group
 entry, a delete removes it, an overwrite keeps the entries of the keys the
-new base has. A version's state is the merged value of every key
+new base has; a fold (``compact(fold_groups=True)``) moves each key's group
+entry into its base record and drops the group (a base value then reads
+``txt|cap`` by itself), and ``add_entries`` of keys whose base holds the entry
+is refused (``EntryExistsError``). A fold of a dataset without a live group
+is a plain compaction. A version's state is the merged value of every key
 (:func:`~.ops.sample_value`). Every version also gets the time window in which it was
 committed (its operation's invocation and completion), so the checker can
 say which versions a read may have seen (linearizability against the order
@@ -28,9 +32,25 @@ from typing import Any
 
 from .ops import GROUP_KINDS, WRITES, Op, sample_value
 
-__all__ = ["INF", "Anomaly", "Model", "build_model", "error_name", "writer_of"]
+__all__ = [
+    "INF",
+    "REWRITES",
+    "Anomaly",
+    "Model",
+    "base_has_entry",
+    "build_model",
+    "error_name",
+    "writer_of",
+]
 
 INF = math.inf
+REWRITES = ("compact", "fold")
+"""Kinds that rewrite records: no visible change but a fold's (the group's entries into the base)."""
+
+
+def base_has_entry(value: str) -> bool:
+    """Whether a base value (the model's) holds the group's entry: a fold put it there."""
+    return "|" in value
 
 
 @dataclass(frozen=True)
@@ -141,7 +161,7 @@ class Model:
         """
         op = self.made_by.get(version)
         keys = self.diff(version)
-        if op is None or op.kind == "compact":
+        if op is None or op.kind in REWRITES:
             keys |= self.states[version].keys()
         elif op.kind == "skip":
             keys |= set(op.args["keys"])
@@ -172,7 +192,7 @@ class Model:
         return [
             (v, op.id)
             for v in range(start, version + 1)
-            if (op := self.made_by.get(v)) is not None and op.kind in ("compact", "move")
+            if (op := self.made_by.get(v)) is not None and op.kind in (*REWRITES, "move")
         ]
 
 
@@ -208,7 +228,7 @@ def build_model(ops: Iterable[Op], observation: dict[str, Any]) -> Model:
     for op in by_id.values():
         if (
             op.ok
-            and op.kind in (*WRITES, *GROUP_KINDS, "delete", "compact")
+            and op.kind in (*WRITES, *GROUP_KINDS, "delete", *REWRITES)
             and isinstance(op.result, dict)
         ):
             claim(op.result.get("version"), op, f"{op.kind} op {op.id} reported")
@@ -350,9 +370,7 @@ def _must_commit(op: Op) -> bool:
     if op.kind in (*WRITES, *GROUP_KINDS, "delete", "move"):
         return True
     return (
-        op.kind == "compact"
-        and isinstance(op.result, dict)
-        and op.result.get("version") is not None
+        op.kind in REWRITES and isinstance(op.result, dict) and op.result.get("version") is not None
     )
 
 
@@ -415,7 +433,13 @@ def _apply(
         if group is None:
             refuse(f"the dataset had no group at version {v0}")
         group = None
-    # compact, move: no visible change.
+    elif op.kind == "fold" and group is not None:
+        # Each key's entry into its base record (a key without a base keeps none), the group gone.
+        for k, cap in group.items():
+            if k in base:
+                base[k] = sample_value(base[k], cap)
+        group = None
+    # compact, move, a fold without a group: no visible change.
     return group
 
 
@@ -451,6 +475,9 @@ def _add_entries(
         refuse(f"{unknown} had no base record at version {version - 1} (on_missing=error)", unknown)
     out = dict(group or {})
     known = [k for k in keys if k in base]
+    folded = sorted(k for k in known if base_has_entry(base[k]))
+    if folded:
+        refuse(f"{folded} held the entry in their base at version {version - 1} (a fold)", folded)
     dup = sorted(k for k in known if k in out)
     if mode == "append" and dup:
         refuse(f"{dup} were in the group at version {version - 1} (mode=append)", dup)

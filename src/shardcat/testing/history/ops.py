@@ -10,7 +10,10 @@ maps every committed version back to the operation that made it.
 Besides the base entry ``txt``, samples may have an entry ``cap`` of the
 column group :data:`GROUP` (docs/GROUPS.md): ``add_entries`` (modes
 ``append`` and ``replace``, ``on_missing`` ``error`` or ``skip``) writes
-``cap`` = ``value_of(op, k)`` for its keys, ``drop_group`` drops the group.
+``cap`` = ``value_of(op, k)`` for its keys, ``drop_group`` drops the group,
+``fold`` (``compact(fold_groups=True)``) folds it into the base: the base
+records then hold ``cap`` themselves, and ``add_entries`` of ``cap`` to
+those keys is refused (``EntryExistsError``: no ``replace_entries``).
 A read reports a sample as one string, :func:`sample_value`: ``txt``, then
 ``|`` and ``cap`` when the sample has one (``"17:k03|21:k03"``).
 
@@ -63,6 +66,7 @@ WEIGHTS: dict[str, int] = {
     "untag": 1,
     "add_entries": 5,  # group GROUP's entry "cap"; mode append/replace, on_missing error/skip
     "drop_group": 2,
+    "fold": 3,  # compact(fold_groups=True): the group's entries into the base, the group dropped
     # reads
     "get": 6,
     "get_many": 6,
@@ -234,7 +238,7 @@ def _args(rng: random.Random, kind: str, keys: list[str]) -> dict[str, Any]:
             # Half the universe is live at most times: "error" mostly fails (UnknownKeysError).
             "on_missing": rng.choice(["error", "skip", "skip"]),
         }
-    if kind == "compact":
+    if kind in ("compact", "fold"):
         return {"min_live": rng.choice([0.5, 0.75, 1.0])}
     if kind == "expire":
         return {"keep_last": rng.randint(1, 4)}
