@@ -14,8 +14,9 @@ entry, a delete removes it, an overwrite keeps the entries of the keys the
 new base has; a fold (``compact(fold_groups=True)``) moves each key's group
 entry into its base record and drops the group (a base value then reads
 ``txt|cap`` by itself), and ``add_entries`` of keys whose base holds the entry
-is refused (``EntryExistsError``). A fold of a dataset without a live group
-is a plain compaction. A version's state is the merged value of every key
+is refused (``EntryExistsError``). A fold that found no live group when it
+began (its result's ``folded`` is empty) is a plain compaction, even if a
+group was added before its commit. A version's state is the merged value of every key
 (:func:`~.ops.sample_value`). Every version also gets the time window in which it was
 committed (its operation's invocation and completion), so the checker can
 say which versions a read may have seen (linearizability against the order
@@ -433,7 +434,7 @@ def _apply(
         if group is None:
             refuse(f"the dataset had no group at version {v0}")
         group = None
-    elif op.kind == "fold" and group is not None:
+    elif op.kind == "fold" and group is not None and _folded(op):
         # Each key's entry into its base record (a key without a base keeps none), the group gone.
         for k, cap in group.items():
             if k in base:
@@ -441,6 +442,14 @@ def _apply(
         group = None
     # compact, move, a fold without a group: no visible change.
     return group
+
+
+def _folded(op: Op) -> bool:
+    """Whether fold ``op`` folded the group: the groups are chosen when it begins, so a group
+    added while it ran is not folded (unknown, for an operation whose process died: assumed)."""
+    if op.ok and isinstance(op.result, dict):
+        return bool(op.result.get("folded"))
+    return True
 
 
 def _refuse(
