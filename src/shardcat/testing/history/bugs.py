@@ -124,6 +124,7 @@ def _compact_resurrects(journal: Any) -> None:
     from ...catalog import duplicates
 
     duplicates._UNCHANGED_SINCE_BASE = "(1 = 1)"
+    duplicates.STALE_COPY = f"{duplicates.OF_JOB} AND NOT (1 = 1)"  # built from it at import
 
 
 def _drop_group_stays(journal: Any) -> None:

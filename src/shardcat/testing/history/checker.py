@@ -368,7 +368,9 @@ def _group_failure_explained(
     if "UnknownKeysError" in names:
         return op.args["on_missing"] == "error" and any(keys - model.bases[v].keys() for v in live)
     if "EntryExistsError" in names:  # a fold put the entry into those keys' base records
-        return any(base_has_entry(model.bases[v].get(k, "")) for v in live for k in keys)
+        return not op.args.get("replace_entries") and any(
+            base_has_entry(model.bases[v].get(k, "")) for v in live for k in keys
+        )
     if "DuplicateKeyError" in names:
         return op.args["mode"] == "append" and any(
             keys & (model.groups[v] or {}).keys() for v in live

@@ -14,7 +14,8 @@ entry, a delete removes it, an overwrite keeps the entries of the keys the
 new base has; a fold (``compact(fold_groups=True)``) moves each key's group
 entry into its base record and drops the group (a base value then reads
 ``txt|cap`` by itself), and ``add_entries`` of keys whose base holds the entry
-is refused (``EntryExistsError``). A fold that found no live group when it
+is refused (``EntryExistsError``) unless it passes ``replace_entries=True``:
+then the group's entry is the one read (:func:`merged`). A fold that found no live group when it
 began (its result's ``folded`` is empty) is a plain compaction, even if a
 group was added before its commit. A version's state is the merged value of every key
 (:func:`~.ops.sample_value`). Every version also gets the time window in which it was
@@ -41,6 +42,7 @@ __all__ = [
     "base_has_entry",
     "build_model",
     "error_name",
+    "merged",
     "writer_of",
 ]
 
@@ -52,6 +54,13 @@ REWRITES = ("compact", "fold")
 def base_has_entry(value: str) -> bool:
     """Whether a base value (the model's) holds the group's entry: a fold put it there."""
     return "|" in value
+
+
+def merged(base: str, cap: str | None) -> str:
+    """A sample's value from its base value and its group entry: the group's entry wins over
+    one a fold put in the base (``replace_entries``), as a later group's wins (GROUPS.md)."""
+    txt, _, folded = base.partition("|")
+    return sample_value(txt, cap if cap is not None else (folded or None))
 
 
 @dataclass(frozen=True)
@@ -392,7 +401,7 @@ def _apply_all(model: Model, add: Callable[[Anomaly], None]) -> None:
         model.bases.append(base)
         model.groups.append(group)
     model.states = [
-        {k: sample_value(v, (g or {}).get(k)) for k, v in b.items()}
+        {k: merged(v, (g or {}).get(k)) for k, v in b.items()}
         for b, g in zip(model.bases, model.groups, strict=True)
     ]
 
@@ -438,7 +447,7 @@ def _apply(
         # Each key's entry into its base record (a key without a base keeps none), the group gone.
         for k, cap in group.items():
             if k in base:
-                base[k] = sample_value(base[k], cap)
+                base[k] = merged(base[k], cap)
         group = None
     # compact, move, a fold without a group: no visible change.
     return group
@@ -485,7 +494,7 @@ def _add_entries(
     out = dict(group or {})
     known = [k for k in keys if k in base]
     folded = sorted(k for k in known if base_has_entry(base[k]))
-    if folded:
+    if folded and not op.args.get("replace_entries"):
         refuse(f"{folded} held the entry in their base at version {version - 1} (a fold)", folded)
     dup = sorted(k for k in known if k in out)
     if mode == "append" and dup:

@@ -13,7 +13,8 @@ column group :data:`GROUP` (docs/GROUPS.md): ``add_entries`` (modes
 ``cap`` = ``value_of(op, k)`` for its keys, ``drop_group`` drops the group,
 ``fold`` (``compact(fold_groups=True)``) folds it into the base: the base
 records then hold ``cap`` themselves, and ``add_entries`` of ``cap`` to
-those keys is refused (``EntryExistsError``: no ``replace_entries``).
+those keys is refused (``EntryExistsError``) unless it passes
+``replace_entries=True`` (then the group's entry is read instead of the base's).
 A read reports a sample as one string, :func:`sample_value`: ``txt``, then
 ``|`` and ``cap`` when the sample has one (``"17:k03|21:k03"``).
 
@@ -217,7 +218,11 @@ def plan_ops(config: HistoryConfig, process: int) -> list[OpSpec]:
     specs = []
     for n in range(config.ops_per_process):
         kind = rng.choices(kinds, weights)[0]
-        specs.append(OpSpec(op_id(process, n), process, kind, _args(rng, kind, keys)))
+        args = _args(rng, kind, keys)
+        if kind == "add_entries":
+            # Drawn apart, so that adding it left every seed's plan as it was.
+            args["replace_entries"] = random.Random(f"{config.seed}/{process}/{n}").random() < 0.3
+        specs.append(OpSpec(op_id(process, n), process, kind, args))
     return specs
 
 

@@ -226,6 +226,7 @@ def _execute(cat: Any, client: Any, config: HistoryConfig, op: Op) -> Any:
             group=GROUP,
             mode=a["mode"],
             on_missing=a["on_missing"],
+            replace_entries=bool(a.get("replace_entries", False)),
             message=op_message(op.id),
             max_records_per_shard=config.shard_records,
             storage_options=config.storage_options,
