@@ -132,6 +132,7 @@ def main() -> None:
             f"({folded.bytes_after / 1e6:.1f} MB) in {fold_s:.2f} s ({fold_rate / 1e6:.1f} MB/s)"
         )
         print(f"fold / compact throughput: {fold_rate / compact_rate:.2f}")
+        print(f"fold / write throughput: {fold_rate / write_rate:.2f}")
 
 
 if __name__ == "__main__":
