@@ -190,6 +190,8 @@ def test_fold_refusals_change_nothing(client, tmp_path, sqlite_url):
             shardcat.compact(cat, "train", fold_groups=["captions"], client=client)
         with pytest.raises(GroupNotFoundError, match="no group 'nope'"):
             shardcat.compact(cat, "train", fold_groups=["nope"], client=client)
+        with pytest.raises(GroupNotFoundError, match="no group 'nope'"):  # one name, as a str
+            shardcat.compact(cat, "train", fold_groups="nope", client=client)
         assert cat.info("train").version == version
         # No live group: fold_groups=True is a plain compaction (nothing to compact here).
         summary = shardcat.compact(cat, "train", fold_groups=True, client=client)

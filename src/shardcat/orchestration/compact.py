@@ -329,7 +329,11 @@ def compact(
         root = cat.info(dataset).root_url
         folding: list[GroupInfo] = []
         if fold_groups is not False:
-            names = None if fold_groups is True else [str(n) for n in fold_groups]
+            names: list[str] | None = None
+            if isinstance(fold_groups, str):  # one name, not its letters
+                names = [fold_groups]
+            elif fold_groups is not True:
+                names = [str(n) for n in fold_groups]
             folding = internal.live_groups(cat, dataset, names)
         chosen, kept, tars = _choose(cat, dataset, min_live, folding)
         if tars:
