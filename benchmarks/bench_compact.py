@@ -8,10 +8,16 @@ rewritten per second) to write throughput (bytes written per second) in the
 same run, so machine load hits both alike; also the median latest-version
 point lookup before and after (their ratio should be about 1).
 
+With ``--fold``, then a caption group (``--caption`` bytes per live sample,
+written in the base's order and shard size) is added and folded into the
+base (``compact(fold_groups=True)``, which rewrites every base shard): the
+figure is the fold's throughput (bytes of new base shards per second)
+against the plain compaction's, in the same run.
+
 Usage::
 
     .venv/bin/python benchmarks/bench_compact.py [--records 40000] [--size 1000]
-        [--per-shard 2000] [--dead 0.8] [--workers 2]
+        [--per-shard 2000] [--dead 0.8] [--workers 2] [--fold] [--caption 100]
 
 Nothing here is a test: it prints measured values and ratios, never asserts.
 """
@@ -50,6 +56,8 @@ def main() -> None:
     p.add_argument("--dead", type=float, default=0.8)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--lookups", type=int, default=2000)
+    p.add_argument("--fold", action="store_true", help="also add a caption group and fold it")
+    p.add_argument("--caption", type=int, default=100, help="caption bytes (with --fold)")
     args = p.parse_args()
 
     from distributed import Client, LocalCluster
@@ -89,6 +97,20 @@ def main() -> None:
         )
         compact_s = time.perf_counter() - t0
         after = _lookups(cat, live, args.lookups)
+        if args.fold:
+            caption = "c" * args.caption
+            shardcat.add_entries(
+                [{"__key__": k, "txt": caption} for k in live],
+                catalog=cat,
+                dataset="b",
+                group="captions",
+                max_records_per_shard=args.per_shard,
+                client=client,
+                progress=False,
+            )
+            t0 = time.perf_counter()
+            folded = shardcat.compact(cat, "b", min_live=0, fold_groups=True, client=client)
+            fold_s = time.perf_counter() - t0
     write_rate = written.bytes / write_s
     compact_rate = summary.bytes_after / compact_s
     print(f"write:   {written.bytes / 1e6:.1f} MB in {write_s:.2f} s ({write_rate / 1e6:.1f} MB/s)")
@@ -102,6 +124,15 @@ def main() -> None:
         f"latest point lookup: {before * 1e6:.1f} us before, {after * 1e6:.1f} us after "
         f"(ratio {after / before:.2f})"
     )
+    if args.fold:
+        fold_rate = folded.bytes_after / fold_s
+        print(
+            f"fold:    {folded.folded} into {folded.records:,} base records, "
+            f"{len(folded.compacted)} shards -> {len(folded.written)} shards "
+            f"({folded.bytes_after / 1e6:.1f} MB) in {fold_s:.2f} s ({fold_rate / 1e6:.1f} MB/s)"
+        )
+        print(f"fold / compact throughput: {fold_rate / compact_rate:.2f}")
+        print(f"fold / write throughput: {fold_rate / write_rate:.2f}")
 
 
 if __name__ == "__main__":

@@ -724,8 +724,9 @@ class GroupNotFoundError(CatalogError, KeyError):
 class GroupsUnsupportedError(CatalogError, ValueError):
     """An operation that does not handle column groups met a dataset that has some.
 
-    Every operation handles them since phase 2 (docs/GROUPS.md §6); kept so that
-    code catching it still imports.
+    Every operation handles them since phase 2 (docs/GROUPS.md §6) but one: a fold
+    of groups (``compact(fold_groups=)``) into a base indexed in place (tars, a
+    folder, MDS/LitData), whose base is the user's files.
     """
 
 

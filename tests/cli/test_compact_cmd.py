@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 import shardcat
 from shardcat.cli.app import app
+from shardcat.errors import GroupNotFoundError
 from shardcat.reading import Catalog
 
 
@@ -62,3 +63,37 @@ def test_compact_refuses_bad_options(catalog):
     high = _cli(catalog, "compact", "train", "--min-live", "2")
     assert high.exit_code != 0
     assert Catalog(catalog).log("train")[0].number == 2
+
+
+def test_compact_fold_groups(catalog, tmp_path):
+    """--fold-group NAME folds one group (a new version, the group dropped); --fold-groups all."""
+    for group in ("depth", "mask"):
+        folder = tmp_path / group
+        folder.mkdir()
+        for k in "abc":
+            (folder / f"{k}.{group}.txt").write_text(f"{group} of {k}")
+        added = _cli(
+            catalog, "add-entries", str(folder), "train", "--group", group, "--workers", "1"
+        )
+        assert added.exit_code == 0, added.output
+    cat = Catalog(catalog)
+    before = {k: dict(cat.get("train", k).decode()) for k in "abc"}
+    both = _cli(catalog, "compact", "train", "--fold-groups", "--fold-group", "depth")
+    assert both.exit_code != 0 and "--fold-groups folds every group" in both.output
+    unknown = _cli(catalog, "compact", "train", "--fold-group", "nope", "--workers", "1")
+    assert isinstance(unknown.exception, GroupNotFoundError)  # main() prints it, exit code 1
+    assert "shardcat groups train lists every group" in unknown.exception.render("cli")
+    one = _cli(catalog, "--json", "compact", "train", "--fold-group", "depth", "--workers", "1")
+    assert one.exit_code == 0, one.output
+    out = json.loads(one.output)
+    assert out["folded"] == {"depth": 3} and out["records"] == 3
+    assert [(g.name, g.dropped_version) for g in cat.groups("train")] == [
+        ("depth", out["version"]),
+        ("mask", None),
+    ]
+    rest = _cli(catalog, "compact", "train", "--fold-groups", "--workers", "1", "--no-progress")
+    assert rest.exit_code == 0, rest.output
+    assert "folded groups 'mask' (3 records)" in rest.output
+    assert cat.log("train")[0].operation == "fold"
+    assert {k: dict(cat.get("train", k).decode()) for k in "abc"} == before
+    assert all(cat.locate("train", k).groups == () for k in "abc")

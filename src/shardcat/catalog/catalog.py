@@ -638,6 +638,7 @@ class SqlCatalog(VersionsApi, DeprecatedMethods):
         storage_options: Mapping[str, Any] | None = None,
         group: GroupWrite | None = None,
         groups: Mapping[str, Collection[str]] | None = None,
+        fold: Collection[int] | None = None,
     ) -> JobInfo:
         """Make every staged shard of the job visible, together, in one transaction.
 
@@ -692,6 +693,12 @@ class SqlCatalog(VersionsApi, DeprecatedMethods):
             group's records, in the groups' order (a copy or reindex of a
             dataset with groups, docs/GROUPS.md): they become those groups'
             records, and a group the dataset lacks is created.
+        fold:
+            With ``rewrite``: ids of the column groups whose entries the
+            job's copies carry merged into the base (``compact(fold_groups=)``,
+            docs/GROUPS.md §6): their records are removed and the groups
+            dropped in the new version, refused (KeyConflictError) if another
+            commit changed them, or the base records of their keys, meanwhile.
 
         The commit is a conditional update of the dataset's version, read
         under the dataset row's lock (concurrent commits queue for it); a
@@ -740,6 +747,7 @@ class SqlCatalog(VersionsApi, DeprecatedMethods):
                         rewrite=rewrite,
                         group=group,
                         groups=groups,
+                        fold=fold,
                     )
                 ]
 

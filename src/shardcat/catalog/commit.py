@@ -42,7 +42,15 @@ from .duplicates import (
     resolve_duplicates,
     resolve_rewrite,
 )
-from .groups import SKIPPED_KEYS, GroupWrite, apply_group, assign_groups, group_duplicate_hint
+from .groups import (
+    FOLDED,
+    SKIPPED_KEYS,
+    GroupWrite,
+    apply_group,
+    assign_groups,
+    fold_groups,
+    group_duplicate_hint,
+)
 from .hashkeys import GROUPS_OPERATION, needs_key_text
 from .models import BASE_GROUP, Dataset, Job, Record, Shard
 from .register import DUPLICATE_HINT
@@ -117,6 +125,7 @@ def commit(
     rewrite: bool = False,
     group: GroupWrite | None = None,
     groups: Mapping[str, Collection[str]] | None = None,
+    fold: Collection[int] | None = None,
 ) -> int:
     """Make the job's staged shards visible as a new dataset version; returns its number.
 
@@ -179,6 +188,12 @@ def commit(
         the groups' (:func:`.groups.assign_groups`), a group the dataset
         lacks is created at the new version, and the duplicate check then
         compares keys within each group.
+    fold:
+        With ``rewrite``: ids of column groups whose entries the job's
+        copies carry merged into the base's (``compact(fold_groups=)``,
+        :func:`.groups.fold_groups`): checked unchanged since the job's base
+        version, then their records are removed and the groups dropped in
+        the new version; the job's ``properties["folded"]`` counts them.
     added:
         The (records, bytes) the job adds, when the caller knows them without
         asking: one shard it just staged, committed without ``hidden``,
@@ -203,6 +218,8 @@ def commit(
     """
     if rewrite and job.base_version is None:
         raise ValueError(f"job {job.id} has no base version: it cannot commit a rewrite")
+    if fold and not rewrite:
+        raise ValueError("a fold of column groups is a rewrite: pass rewrite=True with fold")
     if on_duplicate not in ON_DUPLICATE:
         raise ValueError(f"on_duplicate must be one of {ON_DUPLICATE}, not {on_duplicate!r}")
     try:
@@ -237,6 +254,15 @@ def commit(
             params,
         )
     hidden_copies = skipped = 0
+    folded: dict[str, tuple[int, int]] = {}
+    if fold:
+        # Before the rewrite rule hides stale copies: a fold refuses those that carry entries.
+        needs_key_text(dataset.name, dataset.key_mode, GROUPS_OPERATION)
+        folded = fold_groups(session, dataset, job, fold, version)
+        removed = (
+            removed[0] + sum(n for n, _ in folded.values()),
+            removed[1] + sum(b for _, b in folded.values()),
+        )
     if group is not None:
         if rewrite or replace:
             raise ValueError("a group's commit cannot also rewrite or overwrite")
@@ -303,6 +329,8 @@ def commit(
     if rewrite:
         # What the commit decided stays on the job's row (a later expiry may drop the version's).
         ended["properties"] = {**(job.properties or {}), SUPERSEDED: hidden_copies}
+        if fold:
+            ended["properties"][FOLDED] = {name: n for name, (n, _) in folded.items()}
     elif group is not None:
         ended["properties"] = {**(job.properties or {}), "group": group.name, SKIPPED_KEYS: skipped}
     done = session.execute(

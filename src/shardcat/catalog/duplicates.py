@@ -35,6 +35,7 @@ __all__ = [
     "KEY_IN_JOB",
     "LIVE_ELSEWHERE",
     "OF_JOB",
+    "STALE_COPY",
     "committed_exists",
     "duplicate_keys",
     "has_committed",
@@ -107,6 +108,8 @@ _UNCHANGED_SINCE_BASE = (
     f"EXISTS (SELECT 1 {_OF_KEY} AND "
     f"{visibility.sql(visibility.live_since, 'records AS o', 'shards AS s', ':base')})"
 )
+# A rewritten record (``records``) that goes live no more: its key changed since the base version.
+STALE_COPY = f"{OF_JOB} AND NOT {_UNCHANGED_SINCE_BASE}"
 # SQLite plans this join as index probes by itself.
 _DUPLICATES = text(
     "SELECT DISTINCT n.key FROM records n JOIN shards ns ON ns.id = n.shard_id "
@@ -237,7 +240,7 @@ def resolve_rewrite(
     refuse_repeats(session, dataset, job)
     at_base = {**params, "base": job.base_version}
     # First the copies of records another commit removed since the base version: they stay out.
-    stale, _ = remove_records(session, f"{OF_JOB} AND NOT {_UNCHANGED_SINCE_BASE}", at_base)
+    stale, _ = remove_records(session, STALE_COPY, at_base)
     # Then what the remaining copies replace: exactly the records they copied.
     gone = remove_records(
         session, f"records.dataset_id = :d AND {LIVE_ELSEWHERE} AND {_SAME_KEY_IN_JOB}", params

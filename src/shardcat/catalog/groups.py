@@ -17,17 +17,25 @@ from typing import Literal, get_args
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from ..errors import EntryExistsError, GroupNotFoundError, Hint, UnknownKeysError
+from ..errors import (
+    CommitConflictError,
+    EntryExistsError,
+    GroupNotFoundError,
+    Hint,
+    KeyConflictError,
+    UnknownKeysError,
+)
 from . import visibility
 from .changes import note_group
 from .datasets import find_dataset
-from .duplicates import LIVE_ELSEWHERE, OF_JOB, refuse_repeats
+from .duplicates import LIVE_ELSEWHERE, OF_JOB, STALE_COPY, refuse_repeats
 from .models import BASE_GROUP, Dataset, Group, Job
 from .results import GroupInfo
 from .session import NO_SYNC
 from .versions import mark_fully_removed, remove_records
 
 __all__ = [
+    "FOLDED",
     "GROUP_MODES",
     "ON_MISSING",
     "GroupInfo",
@@ -38,10 +46,12 @@ __all__ = [
     "assign_groups",
     "check_group_write",
     "drop_group",
+    "fold_groups",
     "group_duplicate_hint",
     "list_groups",
     "live_group",
     "no_group_to_replace",
+    "no_such_group",
     "shard_groups",
 ]
 
@@ -52,6 +62,9 @@ ON_MISSING: tuple[str, ...] = get_args(OnMissing)
 
 SKIPPED_KEYS = "skipped_keys"
 """The job property a group's commit records: how many of its samples had no base record."""
+
+FOLDED = "folded"
+"""The job property a fold's commit records: group name -> its records folded into the base."""
 
 _SHOWN = 20
 """Keys or names an error message lists (the exception holds up to 1000)."""
@@ -295,17 +308,7 @@ def drop_group(session: Session, dataset: str, name: str, message: str | None) -
     ds = find_dataset(session, dataset)
     row = live_group(session, ds.id, name)
     if row is None:
-        groups = list_groups(session, ds.id)
-        live = ", ".join(repr(g.name) for g in groups if g.dropped_version is None) or "none"
-        dropped = [g.dropped_version for g in groups if g.name == name and g.dropped_version]
-        was = f" (it was dropped at version {max(dropped)})" if dropped else ""
-        raise GroupNotFoundError(
-            f"dataset {dataset!r} has no group {name!r}{was}; its live groups: {live}",
-            hint=Hint(
-                python="check the name: Catalog.groups(dataset) lists every group",
-                cli=f"check the name: shardcat groups {dataset} lists every group",
-            ),
-        )
+        raise no_such_group(session, ds, name)
     group = row
 
     def drop(version: int) -> tuple[int, int]:
@@ -324,6 +327,108 @@ def drop_group(session: Session, dataset: str, name: str, message: str | None) -
     return shardless_version(
         session, ds, "drop_group", "drop-group", message, drop, properties={"group": name}
     )
+
+
+def no_such_group(session: Session, ds: Dataset, name: str) -> GroupNotFoundError:
+    """The error for a group ``ds`` has no live one of: the version that dropped it, the live ones."""
+    groups = list_groups(session, ds.id)
+    live = ", ".join(repr(g.name) for g in groups if g.dropped_version is None) or "none"
+    dropped = [g.dropped_version for g in groups if g.name == name and g.dropped_version]
+    was = f" (it was dropped at version {max(dropped)})" if dropped else ""
+    return GroupNotFoundError(
+        f"dataset {ds.name!r} has no group {name!r}{was}; its live groups: {live}",
+        hint=Hint(
+            python="check the name: Catalog.groups(dataset) lists every group",
+            cli=f"check the name: shardcat groups {ds.name} lists every group",
+        ),
+    )
+
+
+def fold_groups(
+    session: Session, dataset: Dataset, job: Job, ids: Collection[int], version: int
+) -> dict[str, tuple[int, int]]:
+    """A fold's commit (``compact(fold_groups=)``): the groups' records leave, the groups are dropped.
+
+    The job's records are the base's rewritten with these groups' entries
+    merged in (docs/GROUPS.md §6). Before the rewrite rule runs (stale
+    copies hidden, the copied records replaced), this refuses what a fold
+    cannot settle by itself: a folded group changed after the job's base
+    version (its entries would be lost or come back), or a key whose group
+    entries the job folded got a new base record meanwhile (its copy would
+    be hidden and the group's entries dropped with the group). Then every
+    live record of the groups is removed at ``version`` and each group's
+    ``dropped_version`` set. Returns group name -> (records, bytes) removed.
+
+    Raises
+    ------
+    CommitConflictError
+        A group was dropped (or folded) after the job began.
+    KeyConflictError
+        Another commit changed a folded group's records, or the base record
+        of a key with entries in one, after the job began.
+    """
+    listed = ", ".join(str(int(i)) for i in sorted(set(ids)))
+    rows = session.execute(
+        select(Group).where(Group.dataset_id == dataset.id, Group.id.in_(sorted(set(ids))))
+    ).scalars()
+    groups = sorted(rows, key=lambda g: g.id)
+    gone = [g for g in groups if g.dropped_version is not None]
+    if gone or len(groups) != len(set(ids)):
+        named = ", ".join(f"{g.name!r} (version {g.dropped_version})" for g in gone) or "a group"
+        raise CommitConflictError(
+            f"job {job.id} folds groups of dataset {dataset.name!r}, but {named} was dropped "
+            "after it began; the job was not committed: run compact again"
+        )
+    params: dict[str, object] = {"job": job.id, "d": dataset.id, "v": version}
+    base = {**params, "base": job.base_version}
+    changed = list(
+        session.execute(
+            text(
+                "SELECT DISTINCT r.key FROM records r JOIN shards s ON s.id = r.shard_id "
+                f"WHERE r.dataset_id = :d AND r.group_id IN ({listed}) "
+                f"AND {visibility.sql(visibility.committed, 'shards AS s')} AND "
+                f"{visibility.sql(visibility.changed_since, 'records AS r', 'shards AS s', ':base')} "
+                "ORDER BY r.key LIMIT 1000"
+            ),
+            base,
+        ).scalars()
+    )
+    what = "entries in the groups it folds"
+    if not changed:
+        # The groups are as they were: a copy carrying their entries must go live.
+        changed = list(
+            session.execute(
+                text(
+                    f"SELECT records.key FROM records WHERE {STALE_COPY} AND EXISTS "
+                    "(SELECT 1 FROM records o JOIN shards s ON s.id = o.shard_id "
+                    "WHERE o.dataset_id = records.dataset_id AND o.key_hash = records.key_hash "
+                    f"AND o.key = records.key AND o.group_id IN ({listed}) AND "
+                    f"{visibility.sql(visibility.live, 'records AS o', 'shards AS s')}) "
+                    "ORDER BY records.key LIMIT 1000"
+                ),
+                base,
+            ).scalars()
+        )
+        what = "base records of samples with entries in the groups it folds"
+    if changed:
+        shown = ", ".join(repr(k) for k in changed[:_SHOWN])
+        raise KeyConflictError(
+            f"job {job.id} folds groups {[g.name for g in groups]} of dataset {dataset.name!r}, "
+            f"but another commit changed {what} after it began (at version {job.base_version}), "
+            f"e.g. keys {shown}; the job was not committed: run compact again",
+            keys=changed,
+        )
+    folded: dict[str, tuple[int, int]] = {}
+    for g in groups:
+        folded[g.name] = remove_records(
+            session,
+            f"records.dataset_id = :d AND records.group_id = {int(g.id)} AND {LIVE_ELSEWHERE}",
+            params,
+        )
+        g.dropped_version = version
+        note_group(session, dataset.id, version, g.name, dropped=True)
+    session.flush()  # before the version's manifest is built from the rows
+    return folded
 
 
 def list_groups(session: Session, dataset_id: int) -> list[GroupInfo]:

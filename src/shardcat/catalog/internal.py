@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .._lazy import lazy_module
 from .changes import note_options
 from .history import Version
-from .results import RecordRow, ShardRow
+from .results import GroupInfo, RecordRow, ShardRow
 
 if TYPE_CHECKING:
     from . import datasets as _datasets
@@ -39,6 +39,7 @@ __all__ = [
     "copy_fields",
     "drop_unused_dataset",
     "group_rows",
+    "live_groups",
     "move_shards",
     "purge_shards",
     "record_rows",
@@ -186,3 +187,27 @@ def group_rows(cat: SqlCatalog, dataset: str, number: int) -> _group_rows.GroupR
     with cat._uow() as s:
         ds = find_dataset(s, dataset)
         return _group_rows.group_rows(s, ds.id, dataset, number)
+
+
+def live_groups(
+    cat: SqlCatalog, dataset: str, names: Iterable[str] | None = None
+) -> list[GroupInfo]:
+    """The dataset's live column groups (those of ``names`` only), in group order.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        If there is no such dataset.
+    GroupNotFoundError
+        A name is not a live group's (the message names the version that dropped it, if one did).
+    """
+    with cat._uow() as s:
+        ds = _datasets.find_dataset(s, dataset)
+        live = [g for g in _groups.list_groups(s, ds.id) if g.dropped_version is None]
+        if names is None:
+            return live
+        wanted = list(dict.fromkeys(names))
+        for name in wanted:
+            if name not in {g.name for g in live}:
+                raise _groups.no_such_group(s, ds, name)
+        return [g for g in live if g.name in wanted]

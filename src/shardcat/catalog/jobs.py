@@ -199,6 +199,7 @@ def commit_job(
     rewrite: bool = False,
     group: GroupWrite | None = None,
     groups: Mapping[str, Collection[str]] | None = None,
+    fold: Collection[int] | None = None,
 ) -> bool:
     """See :meth:`Catalog.commit_job`: :func:`commit` unless the job is committed already.
 
@@ -221,6 +222,7 @@ def commit_job(
             rewrite=rewrite,
             group=group,
             groups=groups,
+            fold=fold,
         )
     return row is not None
 

@@ -39,6 +39,22 @@ def compact(
         str | None,
         typer.Option("--message", "-m", help="Recorded with the new version (shardcat log)."),
     ] = None,
+    fold_groups: Annotated[
+        bool,
+        typer.Option(
+            "--fold-groups",
+            help="Fold every live column group into the base shards (the same version drops "
+            "the groups; older versions keep reading them until expire and gc).",
+        ),
+    ] = False,
+    fold_group: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fold-group",
+            help="Fold only this column group into the base shards (repeatable).",
+            metavar="NAME",
+        ),
+    ] = None,
     workers: WorkersOption = None,
     scheduler: SchedulerOption = None,
     progress: ProgressOption = True,
@@ -47,9 +63,19 @@ def compact(
 
     Lookups give the same bytes before and after; older versions still read
     the old shards. Tar shards are never compacted. The old shards' bytes are
-    reclaimed by expire and gc once no kept version reads them.
+    reclaimed by expire and gc once no kept version reads them. With
+    --fold-groups (or --fold-group NAME), column groups are folded into the
+    base shards: lookups at the new version give the same samples, from the
+    base records alone.
     """
     from ..orchestration.compact import compact as compact_dataset
+
+    if fold_groups and fold_group:
+        raise typer.BadParameter(
+            "--fold-groups folds every group: leave it out to fold only the --fold-group ones",
+            param_hint="--fold-groups",
+        )
+    fold: bool | list[str] = list(fold_group) if fold_group else fold_groups
 
     with dask_job(ctx, workers, scheduler, progress, "compacting", "groups") as job:
         summary = compact_dataset(
@@ -58,6 +84,7 @@ def compact(
             min_live=min_live,
             shard_size=shard_size,
             message=message,
+            fold_groups=fold,
             **job.args,
         )
     job.out.compact_summary(summary)

@@ -10,7 +10,8 @@ observation, in the parent, are never patched):
   expiry that retires shards kept versions still read, a commit that lands
   and then reports failure, a compaction whose commit no longer checks that
   what it rewrites is still live, a ``drop_group`` whose version leaves the
-  group's records live); the checker must report each;
+  group's records live, a fold whose version drops the group but leaves its
+  records live); the checker must report each;
 * forced schedules run the real library but make a race happen every time:
   ``delete-in-compact`` and ``overwrite-in-compact`` run, inside a
   compaction and just before its commit, a ``delete_keys`` of every key the
@@ -123,6 +124,7 @@ def _compact_resurrects(journal: Any) -> None:
     from ...catalog import duplicates
 
     duplicates._UNCHANGED_SINCE_BASE = "(1 = 1)"
+    duplicates.STALE_COPY = f"{duplicates.OF_JOB} AND NOT (1 = 1)"  # built from it at import
 
 
 def _drop_group_stays(journal: Any) -> None:
@@ -134,6 +136,25 @@ def _drop_group_stays(journal: Any) -> None:
 
     def remove_records(session: Any, where: str, params: dict[str, object]) -> tuple[int, int]:
         if "records.group_id = :g" in where:  # the drop's statement (not a skip's, an OF_JOB)
+            return 0, 0
+        return real(session, where, params)
+
+    groups.remove_records = remove_records  # type: ignore[attr-defined]
+
+
+def _fold_keeps_group(journal: Any) -> None:
+    """A fold (``compact(fold_groups=)``) commits its rewritten base records and marks the group
+    dropped, but removes none of the group's records: they stay live (and counted) beside the
+    base records that now hold their entries."""
+    import re
+
+    from ...catalog import groups, versions
+
+    real = versions.remove_records  # what groups.py imported
+    folds = re.compile(r"records\.group_id = \d")  # the fold's statement names the group's id
+
+    def remove_records(session: Any, where: str, params: dict[str, object]) -> tuple[int, int]:
+        if folds.search(where):
             return 0, 0
         return real(session, where, params)
 
@@ -210,6 +231,7 @@ PLANTED: dict[str, Callable[[Any], None]] = {
     "phantom-failure": _phantom_failure,
     "compact-resurrects": _compact_resurrects,
     "drop-group-stays": _drop_group_stays,
+    "fold-keeps-group": _fold_keeps_group,
     "delete-in-compact": _in_compact(_delete_rewritten),
     "overwrite-in-compact": _in_compact(_overwrite),
     "expire-after-compact": _after_compact(_commit_and_expire),

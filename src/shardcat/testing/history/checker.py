@@ -21,8 +21,11 @@
   skips exactly the keys without a base record at its commit; a failed
   ``add_entries`` or ``drop_group`` is explained only by the group's state
   (none to replace entries of or to drop), a key without a base record
-  (``on_missing="error"``), a key the group had (``mode="append"``), a
-  commit changing its keys inside its window or a move of the folder.
+  (``on_missing="error"``), a key the group had (``mode="append"``), a key
+  whose base record holds the entry (a fold put it there), a commit changing
+  its keys inside its window or a move of the folder; a failed ``fold`` by a
+  commit changing its group or its keys' base records (KeyConflictError) or
+  dropping its group (CommitConflictError) inside its window.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from .model import INF, Anomaly, Model, build_model, error_name, writer_of
+from .model import INF, Anomaly, Model, base_has_entry, build_model, error_name, writer_of
 from .ops import FILE_REMOVERS, GROUP_KINDS, READS, WRITES, Op
 
 __all__ = ["CheckReport", "check_history", "summarize", "tag_candidates"]
@@ -324,6 +327,12 @@ def _check_failure(model: Model, op: Op, removers: list[Op], rep: CheckReport) -
         explained = not op.args["missing_ok"] and any(keys - model.states[v].keys() for v in live)
     elif op.kind == "compact" and "KeyConflictError" in names:
         explained = any(model.touched(v) for v in during)
+    elif op.kind == "fold" and "KeyConflictError" in names:
+        # Its group's records, or the base records of their keys, changed while it ran.
+        explained = any(model.touched(v) | model.group_touched(v) for v in during)
+    elif op.kind == "fold" and "CommitConflictError" in names:
+        # The group it folds was dropped (or folded) while it ran.
+        explained = any(model.groups[v - 1] is not None and model.groups[v] is None for v in during)
     elif op.kind in GROUP_KINDS:
         explained = _group_failure_explained(model, op, names, live, during)
     elif op.kind == "tag" and "VersionNotFoundError" in names:
@@ -358,6 +367,10 @@ def _group_failure_explained(
         return False
     if "UnknownKeysError" in names:
         return op.args["on_missing"] == "error" and any(keys - model.bases[v].keys() for v in live)
+    if "EntryExistsError" in names:  # a fold put the entry into those keys' base records
+        return not op.args.get("replace_entries") and any(
+            base_has_entry(model.bases[v].get(k, "")) for v in live for k in keys
+        )
     if "DuplicateKeyError" in names:
         return op.args["mode"] == "append" and any(
             keys & (model.groups[v] or {}).keys() for v in live

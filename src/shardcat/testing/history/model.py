@@ -11,7 +11,13 @@ the group must exist; a key without a base record is refused under
 ``on_missing="error"`` and left out under ``"skip"``), ``drop_group`` removes
 the group; a base replace (``on_duplicate="replace"``) keeps the key's group
 entry, a delete removes it, an overwrite keeps the entries of the keys the
-new base has. A version's state is the merged value of every key
+new base has; a fold (``compact(fold_groups=True)``) moves each key's group
+entry into its base record and drops the group (a base value then reads
+``txt|cap`` by itself), and ``add_entries`` of keys whose base holds the entry
+is refused (``EntryExistsError``) unless it passes ``replace_entries=True``:
+then the group's entry is the one read (:func:`merged`). A fold that found no live group when it
+began (its result's ``folded`` is empty) is a plain compaction, even if a
+group was added before its commit. A version's state is the merged value of every key
 (:func:`~.ops.sample_value`). Every version also gets the time window in which it was
 committed (its operation's invocation and completion), so the checker can
 say which versions a read may have seen (linearizability against the order
@@ -28,9 +34,33 @@ from typing import Any
 
 from .ops import GROUP_KINDS, WRITES, Op, sample_value
 
-__all__ = ["INF", "Anomaly", "Model", "build_model", "error_name", "writer_of"]
+__all__ = [
+    "INF",
+    "REWRITES",
+    "Anomaly",
+    "Model",
+    "base_has_entry",
+    "build_model",
+    "error_name",
+    "merged",
+    "writer_of",
+]
 
 INF = math.inf
+REWRITES = ("compact", "fold")
+"""Kinds that rewrite records: no visible change but a fold's (the group's entries into the base)."""
+
+
+def base_has_entry(value: str) -> bool:
+    """Whether a base value (the model's) holds the group's entry: a fold put it there."""
+    return "|" in value
+
+
+def merged(base: str, cap: str | None) -> str:
+    """A sample's value from its base value and its group entry: the group's entry wins over
+    one a fold put in the base (``replace_entries``), as a later group's wins (GROUPS.md)."""
+    txt, _, folded = base.partition("|")
+    return sample_value(txt, cap if cap is not None else (folded or None))
 
 
 @dataclass(frozen=True)
@@ -141,7 +171,7 @@ class Model:
         """
         op = self.made_by.get(version)
         keys = self.diff(version)
-        if op is None or op.kind == "compact":
+        if op is None or op.kind in REWRITES:
             keys |= self.states[version].keys()
         elif op.kind == "skip":
             keys |= set(op.args["keys"])
@@ -172,7 +202,7 @@ class Model:
         return [
             (v, op.id)
             for v in range(start, version + 1)
-            if (op := self.made_by.get(v)) is not None and op.kind in ("compact", "move")
+            if (op := self.made_by.get(v)) is not None and op.kind in (*REWRITES, "move")
         ]
 
 
@@ -208,7 +238,7 @@ def build_model(ops: Iterable[Op], observation: dict[str, Any]) -> Model:
     for op in by_id.values():
         if (
             op.ok
-            and op.kind in (*WRITES, *GROUP_KINDS, "delete", "compact")
+            and op.kind in (*WRITES, *GROUP_KINDS, "delete", *REWRITES)
             and isinstance(op.result, dict)
         ):
             claim(op.result.get("version"), op, f"{op.kind} op {op.id} reported")
@@ -350,9 +380,7 @@ def _must_commit(op: Op) -> bool:
     if op.kind in (*WRITES, *GROUP_KINDS, "delete", "move"):
         return True
     return (
-        op.kind == "compact"
-        and isinstance(op.result, dict)
-        and op.result.get("version") is not None
+        op.kind in REWRITES and isinstance(op.result, dict) and op.result.get("version") is not None
     )
 
 
@@ -373,7 +401,7 @@ def _apply_all(model: Model, add: Callable[[Anomaly], None]) -> None:
         model.bases.append(base)
         model.groups.append(group)
     model.states = [
-        {k: sample_value(v, (g or {}).get(k)) for k, v in b.items()}
+        {k: merged(v, (g or {}).get(k)) for k, v in b.items()}
         for b, g in zip(model.bases, model.groups, strict=True)
     ]
 
@@ -415,8 +443,22 @@ def _apply(
         if group is None:
             refuse(f"the dataset had no group at version {v0}")
         group = None
-    # compact, move: no visible change.
+    elif op.kind == "fold" and group is not None and _folded(op):
+        # Each key's entry into its base record (a key without a base keeps none), the group gone.
+        for k, cap in group.items():
+            if k in base:
+                base[k] = merged(base[k], cap)
+        group = None
+    # compact, move, a fold without a group: no visible change.
     return group
+
+
+def _folded(op: Op) -> bool:
+    """Whether fold ``op`` folded the group: the groups are chosen when it begins, so a group
+    added while it ran is not folded (unknown, for an operation whose process died: assumed)."""
+    if op.ok and isinstance(op.result, dict):
+        return bool(op.result.get("folded"))
+    return True
 
 
 def _refuse(
@@ -451,6 +493,9 @@ def _add_entries(
         refuse(f"{unknown} had no base record at version {version - 1} (on_missing=error)", unknown)
     out = dict(group or {})
     known = [k for k in keys if k in base]
+    folded = sorted(k for k in known if base_has_entry(base[k]))
+    if folded and not op.args.get("replace_entries"):
+        refuse(f"{folded} held the entry in their base at version {version - 1} (a fold)", folded)
     dup = sorted(k for k in known if k in out)
     if mode == "append" and dup:
         refuse(f"{dup} were in the group at version {version - 1} (mode=append)", dup)

@@ -10,7 +10,11 @@ maps every committed version back to the operation that made it.
 Besides the base entry ``txt``, samples may have an entry ``cap`` of the
 column group :data:`GROUP` (docs/GROUPS.md): ``add_entries`` (modes
 ``append`` and ``replace``, ``on_missing`` ``error`` or ``skip``) writes
-``cap`` = ``value_of(op, k)`` for its keys, ``drop_group`` drops the group.
+``cap`` = ``value_of(op, k)`` for its keys, ``drop_group`` drops the group,
+``fold`` (``compact(fold_groups=True)``) folds it into the base: the base
+records then hold ``cap`` themselves, and ``add_entries`` of ``cap`` to
+those keys is refused (``EntryExistsError``) unless it passes
+``replace_entries=True`` (then the group's entry is read instead of the base's).
 A read reports a sample as one string, :func:`sample_value`: ``txt``, then
 ``|`` and ``cap`` when the sample has one (``"17:k03|21:k03"``).
 
@@ -63,6 +67,7 @@ WEIGHTS: dict[str, int] = {
     "untag": 1,
     "add_entries": 5,  # group GROUP's entry "cap"; mode append/replace, on_missing error/skip
     "drop_group": 2,
+    "fold": 3,  # compact(fold_groups=True): the group's entries into the base, the group dropped
     # reads
     "get": 6,
     "get_many": 6,
@@ -213,7 +218,11 @@ def plan_ops(config: HistoryConfig, process: int) -> list[OpSpec]:
     specs = []
     for n in range(config.ops_per_process):
         kind = rng.choices(kinds, weights)[0]
-        specs.append(OpSpec(op_id(process, n), process, kind, _args(rng, kind, keys)))
+        args = _args(rng, kind, keys)
+        if kind == "add_entries":
+            # Drawn apart, so that adding it left every seed's plan as it was.
+            args["replace_entries"] = random.Random(f"{config.seed}/{process}/{n}").random() < 0.3
+        specs.append(OpSpec(op_id(process, n), process, kind, args))
     return specs
 
 
@@ -234,7 +243,7 @@ def _args(rng: random.Random, kind: str, keys: list[str]) -> dict[str, Any]:
             # Half the universe is live at most times: "error" mostly fails (UnknownKeysError).
             "on_missing": rng.choice(["error", "skip", "skip"]),
         }
-    if kind == "compact":
+    if kind in ("compact", "fold"):
         return {"min_live": rng.choice([0.5, 0.75, 1.0])}
     if kind == "expire":
         return {"keep_last": rng.randint(1, 4)}

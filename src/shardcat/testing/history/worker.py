@@ -226,6 +226,7 @@ def _execute(cat: Any, client: Any, config: HistoryConfig, op: Op) -> Any:
             group=GROUP,
             mode=a["mode"],
             on_missing=a["on_missing"],
+            replace_entries=bool(a.get("replace_entries", False)),
             message=op_message(op.id),
             max_records_per_shard=config.shard_records,
             storage_options=config.storage_options,
@@ -244,11 +245,21 @@ def _execute(cat: Any, client: Any, config: HistoryConfig, op: Op) -> Any:
             ds, a["keys"], missing_ok=a["missing_ok"], message=op_message(op.id)
         )
         return {"version": version}
-    if op.kind == "compact":
+    if op.kind in ("compact", "fold"):
         done = shardcat.compact(
-            cat, ds, min_live=a["min_live"], client=client, message=op_message(op.id)
+            cat,
+            ds,
+            min_live=a["min_live"],
+            client=client,
+            message=op_message(op.id),
+            fold_groups=op.kind == "fold",
         )
-        return {"version": done.version, "job": done.job_id, "records": done.records}
+        return {
+            "version": done.version,
+            "job": done.job_id,
+            "records": done.records,
+            "folded": done.folded,
+        }
     if op.kind == "expire":
         result = cat.expire(ds, keep_last=a["keep_last"])
         return {"expired": result.expired, "retired": len(result.retired_shards)}
