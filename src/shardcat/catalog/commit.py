@@ -17,14 +17,15 @@ transaction (the session of the caller's):
 4. The job's staged shards flip to ``committed`` and the job records the
    new version.
 
-:func:`commit_delete` is the same step for a version that only removes keys.
+:func:`commit_delete` is the same step for a version that only removes keys,
+:func:`commit_field_updates` for one that only sets declared fields' values.
 The job rows (open, stageable, ended) are :mod:`.jobs`'.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import func, or_, select, text, update
 from sqlalchemy.orm import Session
@@ -42,10 +43,12 @@ from .duplicates import (
     resolve_duplicates,
     resolve_rewrite,
 )
+from .fields import FieldValues, declared_fields, field_updates, update_field_values
 from .groups import SKIPPED_KEYS, GroupWrite, apply_group, assign_groups, group_duplicate_hint
 from .hashkeys import GROUPS_OPERATION, needs_key_text
 from .models import BASE_GROUP, Dataset, Job, Record, Shard
 from .register import DUPLICATE_HINT
+from .results import FieldsUpdate
 from .retire import retire
 from .session import NO_SYNC
 from .versions import delete_keys, mark_fully_removed, record_version, remove_records
@@ -56,6 +59,7 @@ __all__ = [
     "bump_version",
     "commit",
     "commit_delete",
+    "commit_field_updates",
     "shardless_version",
 ]
 
@@ -422,6 +426,43 @@ def commit_delete(
         message,
         lambda version: delete_keys(session, ds, keys, version, missing_ok=missing_ok),
     )
+
+
+def commit_field_updates(
+    session: Session,
+    dataset: str,
+    values: FieldValues,
+    *,
+    on_missing: Literal["error", "skip"],
+    message: str | None,
+) -> FieldsUpdate:
+    """See :meth:`Catalog.update_fields`: a job with no shards whose version sets the values."""
+    ds = find_dataset(session, dataset)
+    updates = field_updates(declared_fields(session, ds.id), ds.name, values)
+    done: list[FieldsUpdate] = []
+
+    def change(version: int) -> tuple[int, int]:
+        done.append(update_field_values(session, ds, updates, version, on_missing=on_missing))
+        return (0, 0)
+
+    shardless_version(session, ds, "update_fields", "update-fields", message, change)
+    result = done[-1]
+    # What the version changed stays on its job's row (`shardcat jobs`), as a rewrite's does.
+    session.execute(
+        update(Job)
+        .where(Job.dataset_id == ds.id, Job.version == result.version)
+        .values(
+            properties={
+                "fields": list(result.fields),
+                "keys": result.keys,
+                "values": result.values,
+                "unset": result.unset,
+                "skipped": result.skipped,
+            }
+        ),
+        execution_options=NO_SYNC,
+    )
+    return result
 
 
 def shardless_version(
