@@ -19,7 +19,7 @@ cannot change a primary key, so ``record_fields`` (``WITHOUT ROWID``) is
 rebuilt: the new table, the rows copied in key order, its indexes made again.
 
 The downgrade keeps what 0014 can express, the latest values: superseded
-rows are deleted, a value that was unset (no live row) is gone.
+rows are deleted, and so are the rows of unset values (NULL: no row in 0014).
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ _INDEXES = (
     ("ix_record_fields_dataset_id_name_num", ["dataset_id", "name", "num"]),
     ("ix_record_fields_dataset_id_name_text", ["dataset_id", "name", "text"]),
 )
+# What 0014 can hold of a versioned value: the latest, if it is set.
+_LATEST_VALUE = "removed_version IS NULL AND (num IS NOT NULL OR text IS NOT NULL)"
 _COLUMNS = ("shard_id", "byte_offset", "name", "dataset_id", "num", "text")
 
 
@@ -70,7 +72,7 @@ def _rebuild_sqlite(versioned: bool) -> None:
         sqlite_with_rowid=False,
     )
     copied = ", ".join(_COLUMNS)
-    where = "" if versioned else " WHERE removed_version IS NULL"
+    where = "" if versioned else f" WHERE {_LATEST_VALUE}"
     op.execute(
         f"INSERT INTO _record_fields_0015 ({copied}) SELECT {copied} FROM record_fields{where} "
         "ORDER BY shard_id, byte_offset, name"
@@ -100,7 +102,7 @@ def downgrade() -> None:
     if op.get_bind().dialect.name == "sqlite":
         _rebuild_sqlite(versioned=False)
         return
-    op.execute("DELETE FROM record_fields WHERE removed_version IS NOT NULL")
+    op.execute(f"DELETE FROM record_fields WHERE NOT ({_LATEST_VALUE})")
     op.drop_constraint(_PK, "record_fields", type_="primary")
     op.create_primary_key(_PK, "record_fields", ["shard_id", "byte_offset", "name"])
     op.drop_column("record_fields", "removed_version")

@@ -43,7 +43,7 @@ from .duplicates import (
     resolve_duplicates,
     resolve_rewrite,
 )
-from .fields import FieldValues, declared_fields, field_updates, update_field_values
+from .fields import FIELD_UPDATE, FieldValues, declared_fields, field_updates, update_field_values
 from .groups import SKIPPED_KEYS, GroupWrite, apply_group, assign_groups, group_duplicate_hint
 from .hashkeys import GROUPS_OPERATION, needs_key_text
 from .models import BASE_GROUP, Dataset, Job, Record, Shard
@@ -445,7 +445,7 @@ def commit_field_updates(
         done.append(update_field_values(session, ds, updates, version, on_missing=on_missing))
         return (0, 0)
 
-    shardless_version(session, ds, "update_fields", "update-fields", message, change)
+    shardless_version(session, ds, "update_fields", FIELD_UPDATE, message, change)
     result = done[-1]
     # What the version changed stays on its job's row (`shardcat jobs`), as a rewrite's does.
     session.execute(

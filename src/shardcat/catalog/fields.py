@@ -11,8 +11,8 @@ Values are versioned (revision 0015): a value stored with its record
 (:func:`store_field_values`, :func:`copy_field_values`) has
 ``added_version`` 0 and is seen wherever its record is;
 :func:`update_field_values` sets values at a new dataset version by
-superseding the current row (``removed_version``) and adding one, so older
-versions read what they read. :func:`.visibility.value_visible_at` is the rule.
+superseding the current row (``removed_version``) and adding one (NULL
+values: an unset), so older versions read what they read. :func:`.visibility.value_visible_at` is the rule.
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ from .results import FieldsUpdate
 from .session import NO_SYNC
 
 __all__ = [
+    "CARRIES_VALUES",
     "FIELD_NAME",
+    "FIELD_UPDATE",
     "ON_MISSING",
     "FieldValues",
     "copy_field_values",
@@ -45,6 +47,13 @@ __all__ = [
     "store_field_values",
     "update_field_values",
 ]
+
+FIELD_UPDATE = "update-fields"
+"""The operation of a version ``update_fields`` made (its manifest carries the values)."""
+
+CARRIES_VALUES = (FIELD_UPDATE, "compact")
+"""Operations whose versions' manifests list field values: an update's, and a compaction's
+copies' (``shardcat.compact`` commits with ``operation="compact"``)."""
 
 ON_MISSING = ("error", "skip")
 """What ``update_fields`` does with a key that has no live record."""
@@ -205,9 +214,13 @@ def copy_field_values(
 
     ``moves`` are ``(source shard id, source byte offset, byte offset in
     shard_id)`` triples; returns the values copied. The copies carry the
-    latest values (not superseded ones), stored with them (``added_version``
-    0): a copy is a new record, seen only by versions from its commit on,
-    while older versions keep reading the source records and their values.
+    latest values (not superseded ones), with the version that set each (0:
+    stored with the record; an unset is a NULL row): a copy is a new record,
+    seen only by versions from its commit on, while older versions keep
+    reading the source records and their values. Its version's manifest
+    lists the values ``update_fields`` set that the copies carry
+    (:data:`CARRIES_VALUES`): indexing the copies' shard again, which reads
+    the values the samples were written with, leaves them superseded.
 
     Raises
     ------
@@ -237,10 +250,15 @@ def copy_field_values(
                 "dataset_id": ds,
                 "num": num,
                 "text": text,
+                "added_version": added,
             }
-            for off, name, num, text in session.execute(
+            for off, name, num, text, added in session.execute(
                 select(
-                    RecordField.byte_offset, RecordField.name, RecordField.num, RecordField.text
+                    RecordField.byte_offset,
+                    RecordField.name,
+                    RecordField.num,
+                    RecordField.text,
+                    RecordField.added_version,
                 ).where(RecordField.shard_id == src, visibility.value_live(RecordField))
             )
             if int(off) in offsets
@@ -304,7 +322,7 @@ def update_field_values(
     """Set checked values (:func:`field_updates`) at ``version`` on the keys' live base records.
 
     Each value's current row is superseded (``removed_version = version``) and
-    the new one added from ``version`` on; ``None`` only supersedes (unsets).
+    the new one added from ``version`` on; ``None`` adds a row holding NULL (unset).
 
     Raises
     ------
@@ -347,23 +365,26 @@ def update_field_values(
     superseded: list[dict[str, Any]] = []
     added: list[dict[str, Any]] = []
     names: set[str] = set()
+    unset = 0
     for key, (shard_id, offset) in found.items():
         for name, value in updates[key].items():
             names.add(name)
-            where = {"s": shard_id, "o": offset, "n": name}
-            superseded.append(where)
-            if value is not None:
-                added.append(
-                    {
-                        "shard_id": shard_id,
-                        "byte_offset": offset,
-                        "name": name,
-                        "dataset_id": ds.id,
-                        "num": value[0],
-                        "text": value[1],
-                        "added_version": version,
-                    }
-                )
+            superseded.append({"s": shard_id, "o": offset, "n": name})
+            # An unset value is a row too, holding NULL: what the version reads is explicit
+            # (a stored value indexed again later stays superseded: _supersede_stored).
+            num, txt = (None, None) if value is None else value
+            unset += value is None
+            added.append(
+                {
+                    "shard_id": shard_id,
+                    "byte_offset": offset,
+                    "name": name,
+                    "dataset_id": ds.id,
+                    "num": num,
+                    "text": txt,
+                    "added_version": version,
+                }
+            )
     supersede = (
         update(RecordField)
         .where(
@@ -383,8 +404,8 @@ def update_field_values(
         dataset=ds.name,
         version=version,
         keys=len(found),
-        values=len(added),
-        unset=len(superseded) - len(added),
+        values=len(added) - unset,
+        unset=unset,
         skipped=len(missing),
         fields=tuple(sorted(names)),
     )
