@@ -16,6 +16,7 @@ import pytest
 
 import shardcat
 from shardcat import Catalog
+from shardcat.errors import KeyConflictError
 from shardcat.readers import index_fields
 
 pytestmark = pytest.mark.timeout(300)
@@ -97,4 +98,36 @@ def test_updated_values_come_back_from_the_bucket_through_compaction_and_expiry(
         assert report.ok, [str(p) for p in report.problems]
         # The rebuilt catalog goes on.
         assert cat.update_fields("ds", {"k003": {"label": 1}}).version == 7
+        assert cat.verify("ds").ok
+
+
+def test_values_updated_while_compacting_fail_the_commit_and_a_rerun_carries_them(
+    catalog_url: str, tmp_path: Any, client: Any
+) -> None:
+    root = str(tmp_path / "ds")
+    with Catalog(catalog_url) as cat:
+        kw: dict[str, Any] = dict(
+            catalog=cat, dataset="ds", progress=False, client=client, max_records_per_shard=10
+        )
+        shardcat.write(_samples(), root, fields={"label": int}, **kw)
+        cat.delete_keys("ds", ["k005"])
+        version = cat.info("ds").version
+        before = {s.id for s in cat.shards("ds")}
+        real_commit = Catalog.commit_job
+
+        def commit_after_update(self: Catalog, job: Any, **kw: Any) -> Any:
+            with Catalog(catalog_url) as other:  # staged already: the copies have label 0
+                other.update_fields("ds", {"k003": {"label": 8}})
+            return real_commit(self, job, **kw)
+
+        cat.commit_job = commit_after_update.__get__(cat)  # type: ignore[method-assign]
+        with pytest.raises(KeyConflictError, match="updated \\(update_fields\\) after its base"):
+            shardcat.compact(cat, "ds", min_live=1.0, client=client)
+        del cat.commit_job
+        assert cat.info("ds").version == version + 1  # the update, not the compaction
+        summary = shardcat.compact(cat, "ds", min_live=1.0, client=client)
+        assert summary.version == version + 2
+        chosen = cat.select("ds", "label = 8")
+        assert [k for keys in chosen.keys.values() for k in keys] == ["k003"]
+        assert not set(chosen.offsets) & before  # the copy's, in a compacted shard
         assert cat.verify("ds").ok

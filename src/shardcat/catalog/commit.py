@@ -31,7 +31,12 @@ from sqlalchemy import func, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from .._types import ON_DUPLICATE, OnDuplicate
-from ..errors import CommitConflictError, DatasetExistsError, DuplicateKeyError
+from ..errors import (
+    CommitConflictError,
+    DatasetExistsError,
+    DuplicateKeyError,
+    KeyConflictError,
+)
 from . import visibility
 from .datasets import find_dataset
 from .duplicates import (
@@ -43,7 +48,14 @@ from .duplicates import (
     resolve_duplicates,
     resolve_rewrite,
 )
-from .fields import FIELD_UPDATE, FieldValues, declared_fields, field_updates, update_field_values
+from .fields import (
+    FIELD_UPDATE,
+    FieldValues,
+    declared_fields,
+    field_updates,
+    update_field_values,
+    updated_since,
+)
 from .groups import SKIPPED_KEYS, GroupWrite, apply_group, assign_groups, group_duplicate_hint
 from .hashkeys import GROUPS_OPERATION, needs_key_text
 from .models import BASE_GROUP, Dataset, Job, Record, Shard
@@ -169,7 +181,9 @@ def commit(
         was deleted, replaced or rewritten since) are added and removed in
         the new version, so nothing deleted or replaced comes back; the
         job's ``properties["superseded"]`` counts them. Takes the place of
-        ``on_duplicate``.
+        ``on_duplicate``. A record it rewrites whose field values an
+        ``update_fields`` set after the base version fails the commit
+        (KeyConflictError): the copy took the values when it was staged.
     group:
         The job's records are a column group's (``add_entries``,
         docs/GROUPS.md): :func:`.groups.apply_group` makes them the group's
@@ -198,7 +212,8 @@ def commit(
         If another commit took the version first (retry the transaction).
     KeyConflictError
         ``on_duplicate`` is replace or skip and another commit changed some of
-        the job's keys after the job began.
+        the job's keys after the job began; or, with ``rewrite``, field values
+        of records it rewrites were updated after its base version.
     DatasetExistsError
         ``require_empty`` and the dataset has committed shards.
     DuplicateKeyError
@@ -250,6 +265,12 @@ def commit(
     if rewrite:
         hidden_copies, removed = resolve_rewrite(session, dataset, job, params, removed)
         check = False
+        if updated_since(session, dataset.id, version, int(job.base_version)):
+            raise KeyConflictError(
+                f"job {job.id} of dataset {dataset.name!r} rewrites records whose field values "
+                f"were updated (update_fields) after its base version {job.base_version}: its "
+                "copies may hold the values from before; the job was not committed: rerun it"
+            )
     elif check is None and keys_unique:
         check = has_committed(session, dataset.id)
     elif check is None:

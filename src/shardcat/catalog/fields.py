@@ -46,6 +46,7 @@ __all__ = [
     "field_updates",
     "store_field_values",
     "update_field_values",
+    "updated_since",
 ]
 
 FIELD_UPDATE = "update-fields"
@@ -416,6 +417,31 @@ _MISSING_HINT = Hint(
     python="check the keys, or pass on_missing='skip' to set the others",
     cli="check the keys, or pass --on-missing skip to set the others",
 )
+
+
+def updated_since(session: Session, dataset_id: int, version: int, base: int) -> bool:
+    """Whether an ``update_fields`` after ``base`` set a value of a record ``version`` removes.
+
+    A rewrite (compaction) copies each record's values when it stages the
+    copy; an update committed since its base version may not be on the copy,
+    so its commit refuses (``commit``'s ``rewrite``).
+    """
+    found = session.execute(
+        select(RecordField.shard_id)
+        .join(
+            Record,
+            (Record.shard_id == RecordField.shard_id)
+            & (Record.byte_offset == RecordField.byte_offset),
+        )
+        .where(
+            Record.dataset_id == dataset_id,
+            Record.removed_version == version,
+            RecordField.dataset_id == dataset_id,
+            visibility.added_after(RecordField, base),
+        )
+        .limit(1)
+    ).first()
+    return found is not None
 
 
 def drop_unseen_values(session: Session, dataset_id: int) -> int:
