@@ -265,7 +265,8 @@ def commit(
     if rewrite:
         hidden_copies, removed = resolve_rewrite(session, dataset, job, params, removed)
         check = False
-        if updated_since(session, dataset.id, version, int(job.base_version)):
+        base = job.base_version  # not None: checked on entry
+        if base is not None and updated_since(session, dataset.id, version, base):
             raise KeyConflictError(
                 f"job {job.id} of dataset {dataset.name!r} rewrites records whose field values "
                 f"were updated (update_fields) after its base version {job.base_version}: its "
