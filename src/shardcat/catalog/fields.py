@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from sqlalchemy import bindparam, delete, func, insert, select, update
+from sqlalchemy import Table, bindparam, delete, func, insert, select, update
 from sqlalchemy.orm import Session, aliased
 
 from ..errors import CatalogError, Hint, UnknownKeysError
@@ -38,6 +38,7 @@ __all__ = [
     "FIELD_NAME",
     "FIELD_UPDATE",
     "ON_MISSING",
+    "VALUE_ROWS",
     "FieldValues",
     "copy_field_values",
     "declare_fields",
@@ -69,6 +70,9 @@ _RESERVED = frozenset(
     {"key", "byte_offset", "byte_length", "shard_url", "shard_number", "job_id", "shard_id"}
 )
 _CHUNK = 5000
+VALUE_ROWS = cast(Table, RecordField.__table__)
+"""``record_fields`` as a table: values are inserted through it, not the mapped class, whose
+bulk insert would run one INSERT a row to fetch the key's server default (added_version)."""
 
 
 def kind_of(python_type: type) -> str:
@@ -174,11 +178,11 @@ def store_field_values(
                 }
             )
         if len(rows) >= _CHUNK:
-            session.execute(insert(RecordField), rows, execution_options=NO_SYNC)
+            session.execute(insert(VALUE_ROWS), rows, execution_options=NO_SYNC)
             count += len(rows)
             rows = []
     if rows:
-        session.execute(insert(RecordField), rows, execution_options=NO_SYNC)
+        session.execute(insert(VALUE_ROWS), rows, execution_options=NO_SYNC)
         count += len(rows)
     _supersede_stored(session, shard_id)
     return count
@@ -265,7 +269,7 @@ def copy_field_values(
             if int(off) in offsets
         ]
         for i in range(0, len(rows), _CHUNK):
-            session.execute(insert(RecordField), rows[i : i + _CHUNK], execution_options=NO_SYNC)
+            session.execute(insert(VALUE_ROWS), rows[i : i + _CHUNK], execution_options=NO_SYNC)
         count += len(rows)
     return count
 
@@ -400,7 +404,7 @@ def update_field_values(
     for i in range(0, len(superseded), _CHUNK):
         conn.execute(supersede, superseded[i : i + _CHUNK])
     for i in range(0, len(added), _CHUNK):
-        session.execute(insert(RecordField), added[i : i + _CHUNK], execution_options=NO_SYNC)
+        session.execute(insert(VALUE_ROWS), added[i : i + _CHUNK], execution_options=NO_SYNC)
     return FieldsUpdate(
         dataset=ds.name,
         version=version,

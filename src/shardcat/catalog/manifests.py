@@ -32,7 +32,7 @@ from ..format.manifest import (
 from . import visibility
 from .changes import HistoryChange, noted_dataset, noted_groups, noted_row
 from .datasets import find_dataset
-from .fields import CARRIES_VALUES, declared_fields
+from .fields import CARRIES_VALUES, VALUE_ROWS, declared_fields
 from .models import (
     Dataset,
     DatasetField,
@@ -816,7 +816,7 @@ def _insert_values(
                     }
                 )
     for i in range(0, len(rows), 5000):
-        session.execute(insert(RecordField), rows[i : i + 5000], execution_options=NO_SYNC)
+        session.execute(insert(VALUE_ROWS), rows[i : i + 5000], execution_options=NO_SYNC)
 
 
 def _check_totals(session: Session, ds: Dataset, latest: VersionManifest) -> None:
