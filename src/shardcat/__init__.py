@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from .orchestration.index_tar import index_tar
     from .orchestration.keys import delete_keys
     from .orchestration.read import read
+    from .orchestration.update_fields import update_fields
     from .orchestration.write import write
     from .readers import to_dask_dataframe
     from .reading import Catalog
@@ -88,6 +89,7 @@ __all__ = [
     "open_shard",
     "read",
     "to_dask_dataframe",
+    "update_fields",
     "write",
 ]
 
@@ -119,6 +121,7 @@ _LAZY = {
     "index_files": ".orchestration",
     "index_tar": ".orchestration",
     "read": ".orchestration",
+    "update_fields": ".orchestration",
     "write": ".orchestration",
     "to_dask_dataframe": ".readers",
 }

@@ -683,10 +683,11 @@ class KeyConflictError(CommitConflictError):
 
 
 class UnknownKeysError(KeyNotFoundError, CatalogError):
-    """Entries were written for keys the dataset does not have (``add_entries``).
+    """Entries or values were given for keys the dataset does not have (``add_entries``,
+    ``update_fields``).
 
-    ``keys`` names some of them (at most 1,000). Nothing of the job became
-    visible; ``on_missing="skip"`` leaves such samples out instead.
+    ``keys`` names some of them (at most 1,000). Nothing of the job (or the
+    update) became visible; ``on_missing="skip"`` leaves such samples out instead.
     """
 
     def __init__(

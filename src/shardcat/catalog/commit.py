@@ -17,20 +17,26 @@ transaction (the session of the caller's):
 4. The job's staged shards flip to ``committed`` and the job records the
    new version.
 
-:func:`commit_delete` is the same step for a version that only removes keys.
+:func:`commit_delete` is the same step for a version that only removes keys,
+:func:`commit_field_updates` for one that only sets declared fields' values.
 The job rows (open, stageable, ended) are :mod:`.jobs`'.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import func, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from .._types import ON_DUPLICATE, OnDuplicate
-from ..errors import CommitConflictError, DatasetExistsError, DuplicateKeyError
+from ..errors import (
+    CommitConflictError,
+    DatasetExistsError,
+    DuplicateKeyError,
+    KeyConflictError,
+)
 from . import visibility
 from .datasets import find_dataset
 from .duplicates import (
@@ -41,6 +47,14 @@ from .duplicates import (
     has_committed,
     resolve_duplicates,
     resolve_rewrite,
+)
+from .fields import (
+    FIELD_UPDATE,
+    FieldValues,
+    declared_fields,
+    field_updates,
+    update_field_values,
+    updated_since,
 )
 from .groups import (
     FOLDED,
@@ -54,6 +68,7 @@ from .groups import (
 from .hashkeys import GROUPS_OPERATION, needs_key_text
 from .models import BASE_GROUP, Dataset, Job, Record, Shard
 from .register import DUPLICATE_HINT
+from .results import FieldsUpdate
 from .retire import retire
 from .session import NO_SYNC
 from .versions import delete_keys, mark_fully_removed, record_version, remove_records
@@ -64,6 +79,7 @@ __all__ = [
     "bump_version",
     "commit",
     "commit_delete",
+    "commit_field_updates",
     "shardless_version",
 ]
 
@@ -174,7 +190,9 @@ def commit(
         was deleted, replaced or rewritten since) are added and removed in
         the new version, so nothing deleted or replaced comes back; the
         job's ``properties["superseded"]`` counts them. Takes the place of
-        ``on_duplicate``.
+        ``on_duplicate``. A record it rewrites whose field values an
+        ``update_fields`` set after the base version fails the commit
+        (KeyConflictError): the copy took the values when it was staged.
     group:
         The job's records are a column group's (``add_entries``,
         docs/GROUPS.md): :func:`.groups.apply_group` makes them the group's
@@ -209,7 +227,8 @@ def commit(
         If another commit took the version first (retry the transaction).
     KeyConflictError
         ``on_duplicate`` is replace or skip and another commit changed some of
-        the job's keys after the job began.
+        the job's keys after the job began; or, with ``rewrite``, field values
+        of records it rewrites were updated after its base version.
     DatasetExistsError
         ``require_empty`` and the dataset has committed shards.
     DuplicateKeyError
@@ -272,6 +291,13 @@ def commit(
     if rewrite:
         hidden_copies, removed = resolve_rewrite(session, dataset, job, params, removed)
         check = False
+        base = job.base_version  # not None: checked on entry
+        if base is not None and updated_since(session, dataset.id, version, base):
+            raise KeyConflictError(
+                f"job {job.id} of dataset {dataset.name!r} rewrites records whose field values "
+                f"were updated (update_fields) after its base version {job.base_version}: its "
+                "copies may hold the values from before; the job was not committed: rerun it"
+            )
     elif check is None and keys_unique:
         check = has_committed(session, dataset.id)
     elif check is None:
@@ -450,6 +476,43 @@ def commit_delete(
         message,
         lambda version: delete_keys(session, ds, keys, version, missing_ok=missing_ok),
     )
+
+
+def commit_field_updates(
+    session: Session,
+    dataset: str,
+    values: FieldValues,
+    *,
+    on_missing: Literal["error", "skip"],
+    message: str | None,
+) -> FieldsUpdate:
+    """See :meth:`Catalog.update_fields`: a job with no shards whose version sets the values."""
+    ds = find_dataset(session, dataset)
+    updates = field_updates(declared_fields(session, ds.id), ds.name, values)
+    done: list[FieldsUpdate] = []
+
+    def change(version: int) -> tuple[int, int]:
+        done.append(update_field_values(session, ds, updates, version, on_missing=on_missing))
+        return (0, 0)
+
+    shardless_version(session, ds, "update_fields", FIELD_UPDATE, message, change)
+    result = done[-1]
+    # What the version changed stays on its job's row (`shardcat jobs`), as a rewrite's does.
+    session.execute(
+        update(Job)
+        .where(Job.dataset_id == ds.id, Job.version == result.version)
+        .values(
+            properties={
+                "fields": list(result.fields),
+                "keys": result.keys,
+                "values": result.values,
+                "unset": result.unset,
+                "skipped": result.skipped,
+            }
+        ),
+        execution_options=NO_SYNC,
+    )
+    return result
 
 
 def shardless_version(

@@ -6,29 +6,62 @@ the record in ``record_fields`` so that ``where=`` filters on it in SQL
 hold ints, floats and booleans (as 0/1) in ``num``; ``text`` fields hold
 strings in ``text``. A record without a value for a field has no row (the
 column is NULL).
+
+Values are versioned (revision 0015): a value stored with its record
+(:func:`store_field_values`, :func:`copy_field_values`) has
+``added_version`` 0 and is seen wherever its record is;
+:func:`update_field_values` sets values at a new dataset version by
+superseding the current row (``removed_version``) and adding one (NULL
+values: an unset), so older versions read what they read. :func:`.visibility.value_visible_at` is the rule.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Literal, cast
 
-from sqlalchemy import delete, insert, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Table, bindparam, delete, func, insert, select, update
+from sqlalchemy.orm import Session, aliased
 
-from ..errors import CatalogError
+from ..errors import CatalogError, Hint, UnknownKeysError
+from ..format.checksums import signed_key_hash
+from . import visibility
 from .datasets import find_dataset
-from .models import DatasetField, RecordField, Shard
+from .hashkeys import needs_key_text
+from .models import BASE_GROUP, Dataset, DatasetField, DatasetVersion, Record, RecordField, Shard
+from .results import FieldsUpdate
 from .session import NO_SYNC
 
 __all__ = [
+    "CARRIES_VALUES",
     "FIELD_NAME",
+    "FIELD_UPDATE",
+    "ON_MISSING",
+    "VALUE_ROWS",
+    "FieldValues",
     "copy_field_values",
     "declare_fields",
     "declared_fields",
+    "drop_unseen_values",
+    "field_updates",
     "store_field_values",
+    "update_field_values",
+    "updated_since",
 ]
+
+FIELD_UPDATE = "update-fields"
+"""The operation of a version ``update_fields`` made (its manifest carries the values)."""
+
+CARRIES_VALUES = (FIELD_UPDATE, "compact")
+"""Operations whose versions' manifests list field values: an update's, and a compaction's
+copies' (``shardcat.compact`` commits with ``operation="compact"``)."""
+
+ON_MISSING = ("error", "skip")
+"""What ``update_fields`` does with a key that has no live record."""
+
+FieldValues = Mapping[str, Mapping[str, Any]] | Iterable[tuple[str, Mapping[str, Any]]]
+"""``update_fields``' values: key → {field: value}, as a mapping or ``(key, values)`` pairs."""
 
 FIELD_NAME = re.compile(r"[a-z_][a-z0-9_]{0,63}")
 """A field name is a lower-case SQL identifier: it becomes a column name of ``where=``."""
@@ -37,6 +70,9 @@ _RESERVED = frozenset(
     {"key", "byte_offset", "byte_length", "shard_url", "shard_number", "job_id", "shard_id"}
 )
 _CHUNK = 5000
+VALUE_ROWS = cast(Table, RecordField.__table__)
+"""``record_fields`` as a table: values are inserted through it, not the mapped class, whose
+bulk insert would run one INSERT a row to fetch the key's server default (added_version)."""
 
 
 def kind_of(python_type: type) -> str:
@@ -116,8 +152,10 @@ def store_field_values(
     if shard is None or shard.dataset_id != ds:
         raise CatalogError(f"shard {shard_id} is not a shard of {dataset!r}")
     kinds = declared_fields(session, ds)
+    # The values stored with the records (added_version 0); those update_fields set stay.
     session.execute(
-        delete(RecordField).where(RecordField.shard_id == shard_id), execution_options=NO_SYNC
+        delete(RecordField).where(RecordField.shard_id == shard_id, RecordField.added_version == 0),
+        execution_options=NO_SYNC,
     )
     rows: list[dict[str, Any]] = []
     count = 0
@@ -140,13 +178,35 @@ def store_field_values(
                 }
             )
         if len(rows) >= _CHUNK:
-            session.execute(insert(RecordField), rows, execution_options=NO_SYNC)
+            session.execute(insert(VALUE_ROWS), rows, execution_options=NO_SYNC)
             count += len(rows)
             rows = []
     if rows:
-        session.execute(insert(RecordField), rows, execution_options=NO_SYNC)
+        session.execute(insert(VALUE_ROWS), rows, execution_options=NO_SYNC)
         count += len(rows)
+    _supersede_stored(session, shard_id)
     return count
+
+
+def _supersede_stored(session: Session, shard_id: int) -> None:
+    """A stored value of a field some version updated is superseded by its first update."""
+    later = aliased(RecordField, name="u")
+    first_update = (
+        select(func.min(later.added_version))
+        .where(
+            later.shard_id == RecordField.shard_id,
+            later.byte_offset == RecordField.byte_offset,
+            later.name == RecordField.name,
+            later.added_version != 0,
+        )
+        .scalar_subquery()
+    )
+    session.execute(
+        update(RecordField)
+        .where(RecordField.shard_id == shard_id, RecordField.added_version == 0)
+        .values(removed_version=first_update),
+        execution_options=NO_SYNC,
+    )
 
 
 def copy_field_values(
@@ -158,7 +218,14 @@ def copy_field_values(
     """Give one shard's records the field values of the records they copy (compaction).
 
     ``moves`` are ``(source shard id, source byte offset, byte offset in
-    shard_id)`` triples; returns the values copied.
+    shard_id)`` triples; returns the values copied. The copies carry the
+    latest values (not superseded ones), with the version that set each (0:
+    stored with the record; an unset is a NULL row): a copy is a new record,
+    seen only by versions from its commit on, while older versions keep
+    reading the source records and their values. Its version's manifest
+    lists the values ``update_fields`` set that the copies carry
+    (:data:`CARRIES_VALUES`): indexing the copies' shard again, which reads
+    the values the samples were written with, leaves them superseded.
 
     Raises
     ------
@@ -188,18 +255,217 @@ def copy_field_values(
                 "dataset_id": ds,
                 "num": num,
                 "text": text,
+                "added_version": added,
             }
-            for off, name, num, text in session.execute(
+            for off, name, num, text, added in session.execute(
                 select(
-                    RecordField.byte_offset, RecordField.name, RecordField.num, RecordField.text
-                ).where(RecordField.shard_id == src)
+                    RecordField.byte_offset,
+                    RecordField.name,
+                    RecordField.num,
+                    RecordField.text,
+                    RecordField.added_version,
+                ).where(RecordField.shard_id == src, visibility.value_live(RecordField))
             )
             if int(off) in offsets
         ]
         for i in range(0, len(rows), _CHUNK):
-            session.execute(insert(RecordField), rows[i : i + _CHUNK], execution_options=NO_SYNC)
+            session.execute(insert(VALUE_ROWS), rows[i : i + _CHUNK], execution_options=NO_SYNC)
         count += len(rows)
     return count
+
+
+def field_updates(
+    kinds: Mapping[str, str], dataset: str, values: FieldValues
+) -> dict[str, dict[str, tuple[float | None, str | None] | None]]:
+    """``values`` checked against the declared fields: key → {field: (num, text) or None (unset)}.
+
+    A key given twice merges its fields, the later value winning.
+
+    Raises
+    ------
+    CatalogError
+        A field that is not declared, or a value that does not fit its field's kind.
+    """
+    pairs = values.items() if isinstance(values, Mapping) else values
+    out: dict[str, dict[str, tuple[float | None, str | None] | None]] = {}
+    for key, fields in pairs:
+        if not isinstance(key, str):
+            raise CatalogError(f"update_fields takes keys as str, not {key!r}")
+        if not isinstance(fields, Mapping):
+            raise CatalogError(
+                f"the values of key {key!r} are a mapping field -> value, not {fields!r}"
+            )
+        row = out.setdefault(key, {})
+        for name, value in fields.items():
+            kind = kinds.get(name)
+            if kind is None:
+                declared = ", ".join(f"{n} ({k})" for n, k in kinds.items()) or "none"
+                raise CatalogError(
+                    f"field {name!r} is not declared for {dataset!r} (declared: {declared}); "
+                    "nothing was changed",
+                    hint=_DECLARE_HINT,
+                )
+            row[name] = None if value is None else _split(name, kind, value)
+    return out
+
+
+_DECLARE_HINT = Hint(
+    python="declare it first with its type: Catalog.declare_fields(dataset, {name: int})",
+    cli="declare it first with its type: shardcat update-fields --field NAME:TYPE (int, "
+    "float, bool, str)",
+)
+
+
+def update_field_values(
+    session: Session,
+    ds: Dataset,
+    updates: Mapping[str, Mapping[str, tuple[float | None, str | None] | None]],
+    version: int,
+    *,
+    on_missing: Literal["error", "skip"],
+) -> FieldsUpdate:
+    """Set checked values (:func:`field_updates`) at ``version`` on the keys' live base records.
+
+    Each value's current row is superseded (``removed_version = version``) and
+    the new one added from ``version`` on; ``None`` adds a row holding NULL (unset).
+
+    Raises
+    ------
+    UnknownKeysError
+        A key has no live record and ``on_missing`` is ``"error"`` (nothing changes).
+    KeyTextUnavailableError
+        The dataset keeps only key hashes (``keys="hash"``).
+    """
+    if on_missing not in ON_MISSING:
+        raise ValueError(f"on_missing must be one of {ON_MISSING}, not {on_missing!r}")
+    needs_key_text(ds.name, ds.key_mode, "update_fields")
+    keys = list(updates)
+    found: dict[str, tuple[int, int]] = {}
+    for i in range(0, len(keys), _KEY_CHUNK):
+        chunk = keys[i : i + _KEY_CHUNK]
+        hashes = [signed_key_hash(k.encode("utf-8")) for k in chunk]
+        rows = session.execute(
+            select(Record.key, Record.shard_id, Record.byte_offset)
+            .join(Shard, Shard.id == Record.shard_id)
+            .where(
+                Record.dataset_id == ds.id,
+                Record.group_id == BASE_GROUP,
+                Record.key_hash.in_(hashes),
+                Record.key.in_(chunk),
+                visibility.live(Record, Shard),
+            )
+        )
+        for key, shard_id, offset in rows:
+            found[str(key)] = (int(shard_id), int(offset))
+    missing = [k for k in keys if k not in found]
+    if missing and on_missing == "error":
+        shown = ", ".join(repr(k) for k in missing[:10])
+        more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+        raise UnknownKeysError(
+            f"dataset {ds.name!r} has no live record for {len(missing)} key(s): {shown}{more}; "
+            "nothing was changed",
+            keys=missing[:1000],
+            hint=_MISSING_HINT,
+        )
+    superseded: list[dict[str, Any]] = []
+    added: list[dict[str, Any]] = []
+    names: set[str] = set()
+    unset = 0
+    for key, (shard_id, offset) in found.items():
+        for name, value in updates[key].items():
+            names.add(name)
+            superseded.append({"s": shard_id, "o": offset, "n": name})
+            # An unset value is a row too, holding NULL: what the version reads is explicit
+            # (a stored value indexed again later stays superseded: _supersede_stored).
+            num, txt = (None, None) if value is None else value
+            unset += value is None
+            added.append(
+                {
+                    "shard_id": shard_id,
+                    "byte_offset": offset,
+                    "name": name,
+                    "dataset_id": ds.id,
+                    "num": num,
+                    "text": txt,
+                    "added_version": version,
+                }
+            )
+    supersede = (
+        update(RecordField)
+        .where(
+            RecordField.shard_id == bindparam("s"),
+            RecordField.byte_offset == bindparam("o"),
+            RecordField.name == bindparam("n"),
+            visibility.value_live(RecordField),
+        )
+        .values(removed_version=version)
+    )
+    conn = session.connection()
+    for i in range(0, len(superseded), _CHUNK):
+        conn.execute(supersede, superseded[i : i + _CHUNK])
+    for i in range(0, len(added), _CHUNK):
+        session.execute(insert(VALUE_ROWS), added[i : i + _CHUNK], execution_options=NO_SYNC)
+    return FieldsUpdate(
+        dataset=ds.name,
+        version=version,
+        keys=len(found),
+        values=len(added) - unset,
+        unset=unset,
+        skipped=len(missing),
+        fields=tuple(sorted(names)),
+    )
+
+
+_KEY_CHUNK = 500
+_MISSING_HINT = Hint(
+    python="check the keys, or pass on_missing='skip' to set the others",
+    cli="check the keys, or pass --on-missing skip to set the others",
+)
+
+
+def updated_since(session: Session, dataset_id: int, version: int, base: int) -> bool:
+    """Whether an ``update_fields`` after ``base`` set a value of a record ``version`` removes.
+
+    A rewrite (compaction) copies each record's values when it stages the
+    copy; an update committed since its base version may not be on the copy,
+    so its commit refuses (``commit``'s ``rewrite``).
+    """
+    found = session.execute(
+        select(RecordField.shard_id)
+        .join(
+            Record,
+            (Record.shard_id == RecordField.shard_id)
+            & (Record.byte_offset == RecordField.byte_offset),
+        )
+        .where(
+            Record.dataset_id == dataset_id,
+            Record.removed_version == version,
+            RecordField.dataset_id == dataset_id,
+            visibility.added_after(RecordField, base),
+        )
+        .limit(1)
+    ).first()
+    return found is not None
+
+
+def drop_unseen_values(session: Session, dataset_id: int) -> int:
+    """Delete superseded values no kept version reads (after an expiry); returns how many."""
+    v = aliased(DatasetVersion, name="v")
+    seen = (
+        select(v.number)
+        .where(
+            v.dataset_id == RecordField.dataset_id,
+            visibility.value_visible_at(RecordField, v.number),
+        )
+        .exists()
+    )
+    done = session.execute(
+        delete(RecordField).where(
+            RecordField.dataset_id == dataset_id, ~visibility.value_live(RecordField), ~seen
+        ),
+        execution_options=NO_SYNC,
+    )
+    return int(done.rowcount)  # type: ignore[attr-defined]
 
 
 def _split(name: str, kind: str, value: Any) -> tuple[float | None, str | None]:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import datetime as dt
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
 from .._lazy import lazy_module
 from .results import VersionDiff, VersionInfo
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from . import commit as _commit
     from . import groups as _groups
     from . import versions as _versions
-    from .results import GroupInfo
+    from .results import FieldsUpdate, GroupInfo
 else:
     _commit = lazy_module("shardcat.catalog.commit")
     _groups = lazy_module("shardcat.catalog.groups")
@@ -117,6 +117,45 @@ class VersionsApi:
                 out.append(
                     _commit.commit_delete(
                         s, dataset, wanted, missing_ok=missing_ok, message=message
+                    )
+                )
+
+        with_retries(attempt)
+        return out[-1]
+
+    def update_fields(
+        self,
+        dataset: str,
+        values: Mapping[str, Mapping[str, Any]] | Iterable[tuple[str, Mapping[str, Any]]],
+        *,
+        message: str | None = None,
+        on_missing: Literal["error", "skip"] = "error",
+    ) -> FieldsUpdate:
+        """A new version with these declared fields' values; no shard is written (docs/TRAINING.md).
+
+        ``values``: key → {field: value} (or ``(key, {field: value})`` pairs);
+        a ``None`` value unsets the field. Every field must be declared
+        (:meth:`declare_fields`). Older versions keep reading the values they
+        read (``select(..., version=)``).
+
+        Raises
+        ------
+        CatalogError
+            A field that is not declared, or a value of the wrong kind (nothing changes).
+        UnknownKeysError
+            A key has no live record and ``on_missing`` is ``"error"`` (nothing changes;
+            a :class:`KeyNotFoundError`; ``.keys`` names at most 1,000 of them).
+        KeyTextUnavailableError
+            The dataset keeps only key hashes (``keys="hash"``).
+        """
+        pairs = values if isinstance(values, Mapping) else list(values)
+        out: list[FieldsUpdate] = []
+
+        def attempt() -> None:
+            with self._uow(write=True) as s:
+                out.append(
+                    _commit.commit_field_updates(
+                        s, dataset, pairs, on_missing=on_missing, message=message
                     )
                 )
 

@@ -15,12 +15,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import insert, or_, select, text, update
+from sqlalchemy import and_, insert, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from ..errors import CatalogError, DatasetExistsError
 from ..format.manifest import (
     AddedShard,
+    FieldValues,
     ManifestError,
     Refs,
     RemovedRecords,
@@ -31,7 +32,18 @@ from ..format.manifest import (
 from . import visibility
 from .changes import HistoryChange, noted_dataset, noted_groups, noted_row
 from .datasets import find_dataset
-from .models import Dataset, DatasetTag, DatasetVersion, Group, Job, Record, Shard
+from .fields import CARRIES_VALUES, VALUE_ROWS, declared_fields
+from .models import (
+    Dataset,
+    DatasetField,
+    DatasetTag,
+    DatasetVersion,
+    Group,
+    Job,
+    Record,
+    RecordField,
+    Shard,
+)
 from .register import PreparedShard
 from .session import NO_SYNC
 from .shards import insert_shard
@@ -213,13 +225,16 @@ def build_manifest(
     )
     if groups is None or checkpoint:
         groups = _group_events(session, dataset_id, number, checkpoint)
+    values: _Values = ((), ())
+    if checkpoint or row.operation in CARRIES_VALUES:
+        values = _field_values(session, dataset_id, number, checkpoint, root)
     if (
         not checkpoint
         and not row.records_removed
         and sum(a.record_count for a in added) == row.records_added
     ):
         # Every record it added is live and it removed none: nothing to ask (most writes).
-        return _manifest(row, root, added, (), checkpoint, groups)
+        return _manifest(row, root, added, (), checkpoint, groups, values)
     # Removed at exactly this version; in a checkpoint, by this version (of the shards it reads).
     at = "r.removed_version = :v"
     if checkpoint:
@@ -271,7 +286,61 @@ def build_manifest(
             key=lambda r: r.path,
         )
     )
-    return _manifest(row, root, added, removed, checkpoint, groups)
+    return _manifest(row, root, added, removed, checkpoint, groups, values)
+
+
+_Values = tuple[tuple[tuple[str, str], ...], tuple[FieldValues, ...]]
+
+
+def _field_values(
+    session: Session, dataset_id: int, number: int, checkpoint: bool, root: str
+) -> _Values:
+    """The values ``update_fields`` set at version ``number`` (a checkpoint: that it reads).
+
+    Values stored with their records (``added_version`` 0) are the shards' own
+    (indexing reads them again); only what an update set is history: set at
+    this version on records it did not add, or carried by records it added
+    (a compaction's copies).
+    """
+    f = RecordField
+    if checkpoint:
+        at = and_(
+            f.added_version != 0,
+            visibility.value_visible_at(f, number),
+            visibility.shard_visible_at(Shard, number),
+        )
+    else:
+        at = or_(
+            and_(f.added_version == number, ~visibility.added_after(Shard, number)),
+            and_(
+                f.added_version != 0,
+                Shard.added_version == number,
+                visibility.value_visible_at(f, number),
+            ),
+        )
+    rows = session.execute(
+        select(Shard.url, Shard.file_id, f.byte_offset, f.name, f.num, f.text)
+        .join(Shard, Shard.id == f.shard_id)
+        .where(f.dataset_id == dataset_id, visibility.committed(Shard), at)
+        .order_by(Shard.url, f.byte_offset, f.name)
+    ).all()
+    if not rows:
+        return (), ()
+    kinds = declared_fields(session, dataset_id)
+    by_shard: dict[tuple[str, str], list[tuple[int, str, float | str | None]]] = {}
+    for url, file_id, offset, name, num, txt in rows:
+        value = num if kinds.get(name) == "number" else txt
+        by_shard.setdefault((relative_path(url, root), file_id), []).append(
+            (int(offset), str(name), None if value is None else value)
+        )
+    named = sorted({name for *_, name, _num, _txt in rows})
+    return (
+        tuple((n, kinds[n]) for n in named if n in kinds),
+        tuple(
+            FieldValues(path, file_id, tuple(values))
+            for (path, file_id), values in sorted(by_shard.items())
+        ),
+    )
 
 
 def _group_events(
@@ -306,6 +375,7 @@ def _manifest(
     removed: tuple[RemovedRecords, ...],
     checkpoint: bool,
     groups: tuple[tuple[str, ...], tuple[str, ...]] = ((), ()),
+    values: _Values = ((), ()),
 ) -> VersionManifest:
     created = row.created_at
     if created.tzinfo is None:
@@ -327,6 +397,8 @@ def _manifest(
         checkpoint=checkpoint,
         groups_added=groups[0],
         groups_dropped=groups[1],
+        field_kinds=values[0],
+        fields=values[1],
     )
 
 
@@ -392,6 +464,10 @@ class Replay:
     """Shards only expired versions read (their files may be gone already)."""
     groups: list[_GroupLife]
     """The column groups the history created, in creation order (docs/GROUPS.md)."""
+    values: dict[str, dict[tuple[int, str], list[tuple[int, float | str | None]]]]
+    """URL -> (offset, field) -> the values ``update_fields`` set, as (version, value) in order."""
+    kinds: dict[str, str]
+    """The kind of each field the values name."""
 
 
 def replay(manifests: Sequence[VersionManifest], refs: Refs, root: str) -> Replay:
@@ -434,9 +510,12 @@ def replay(manifests: Sequence[VersionManifest], refs: Refs, root: str) -> Repla
             )
     lives: dict[str, _ShardLife] = {}
     groups: list[_GroupLife] = []
+    values: dict[str, dict[tuple[int, str], list[tuple[int, float | str | None]]]] = {}
+    kinds: dict[str, str] = {}
     for number in sorted(by_number):
         m = by_number[number]
         _replay_groups(groups, m)
+        _replay_values(values, kinds, m, root)
         if m.checkpoint:
             _merge_checkpoint(lives, m, root)
             continue
@@ -453,7 +532,33 @@ def replay(manifests: Sequence[VersionManifest], refs: Refs, root: str) -> Repla
             read[url] = life
         else:
             gone.append(url)
-    return Replay(root, latest, kept, read, sorted(gone), groups)
+    return Replay(root, latest, kept, read, sorted(gone), groups, values, kinds)
+
+
+def _replay_values(
+    values: dict[str, dict[tuple[int, str], list[tuple[int, float | str | None]]]],
+    kinds: dict[str, str],
+    m: VersionManifest,
+    root: str,
+) -> None:
+    """Apply one manifest's field values; a checkpoint's are dated at it where they changed."""
+    for name, kind in m.field_kinds:
+        if kinds.setdefault(name, kind) != kind:
+            raise ManifestError(
+                f"version {m.version}'s manifest gives field {name!r} kind {kind}, an earlier "
+                f"one {kinds[name]}; the history is inconsistent"
+            )
+    for f in m.fields:
+        shard = values.setdefault(absolute_url(f.path, root), {})
+        for offset, name, value in f.values:
+            if name not in kinds:
+                raise ManifestError(
+                    f"version {m.version}'s manifest sets field {name!r} without its kind"
+                )
+            events = shard.setdefault((offset, name), [])
+            if m.checkpoint and events and events[-1][1] == value:
+                continue  # known already: the version that set it says when
+            events.append((m.version, value))
 
 
 _NONE = VersionManifest(0, "", None, "", 0, 0, 0, 0, 0, 0)
@@ -528,6 +633,7 @@ def rebuild(
             "dataset; delete it first (`shardcat delete`) or rebuild under another name"
         )
     jobs: dict[int, int] = {}
+    shard_ids: dict[str, int] = {}
     shard_groups: dict[int, tuple[_GroupLife, list[int]]] = {}
     for number, m in manifests.items():
         if m.added:
@@ -551,6 +657,7 @@ def rebuild(
                 "replaced after it was committed"
             )
         shard_id = insert_shard(session, ds.id, jobs[life.version], prep, key_mode=ds.key_mode)
+        shard_ids[url] = shard_id
         group = _group_of(url, life, prep, plan.groups)
         if group is not None:
             shard_groups.setdefault(id(group), (group, []))[1].append(shard_id)
@@ -587,6 +694,7 @@ def rebuild(
                 execution_options=NO_SYNC,
             )
     _insert_groups(session, ds.id, plan.groups, shard_groups)
+    _insert_values(session, ds, plan, shard_ids, preps)
     for number in plan.kept:
         m = manifests[number]
         session.execute(
@@ -661,6 +769,54 @@ def _insert_groups(
             update(Record).where(Record.shard_id.in_(shard_ids)).values(group_id=ids[key]),
             execution_options=NO_SYNC,
         )
+
+
+def _insert_values(
+    session: Session,
+    ds: Dataset,
+    plan: Replay,
+    shard_ids: Mapping[str, int],
+    preps: Mapping[str, PreparedShard],
+) -> None:
+    """The values ``update_fields`` set, each from its version to the next one's (the fields
+    declared as the history says). Values of shards no kept version reads are left out."""
+    known = declared_fields(session, ds.id)
+    for name, kind in sorted(plan.kinds.items()):
+        if known.get(name, kind) != kind:
+            raise ManifestError(
+                f"dataset {ds.name!r} declares field {name!r} as {known[name]}, its history "
+                f"as {kind}; rebuild into a dataset without that declaration"
+            )
+        if name not in known:
+            session.add(DatasetField(dataset_id=ds.id, name=name, kind=kind))
+    session.flush()
+    rows: list[dict[str, Any]] = []
+    for url, shard in plan.values.items():
+        shard_id = shard_ids.get(url)
+        if shard_id is None:
+            continue
+        offsets = set(preps[url].offsets.tolist())
+        for (offset, name), events in shard.items():
+            if offset not in offsets:
+                raise ManifestError(
+                    f"{url} has no record at offset {offset}, whose field {name!r} the history sets"
+                )
+            for i, (version, value) in enumerate(events):
+                number = plan.kinds[name] == "number"
+                rows.append(
+                    {
+                        "shard_id": shard_id,
+                        "byte_offset": offset,
+                        "name": name,
+                        "dataset_id": ds.id,
+                        "num": value if number else None,
+                        "text": None if number else value,
+                        "added_version": version,
+                        "removed_version": events[i + 1][0] if i + 1 < len(events) else None,
+                    }
+                )
+    for i in range(0, len(rows), 5000):
+        session.execute(insert(VALUE_ROWS), rows[i : i + 5000], execution_options=NO_SYNC)
 
 
 def _check_totals(session: Session, ds: Dataset, latest: VersionManifest) -> None:

@@ -387,11 +387,15 @@ class DatasetField(Base):
 
 
 class RecordField(Base):
-    """One declared field's value for one record (keyed like ``records``; no foreign keys)."""
+    """One declared field's value for one record, from one version on (keyed like ``records``).
+
+    No foreign keys. Versioned like records (:func:`.visibility.value_visible_at`):
+    ``update_fields`` supersedes a value at a new version instead of overwriting it.
+    """
 
     __tablename__ = "record_fields"
     __table_args__ = (
-        PrimaryKeyConstraint("shard_id", "byte_offset", "name"),
+        PrimaryKeyConstraint("shard_id", "byte_offset", "name", "added_version"),
         Index(None, "dataset_id", "name", "num"),
         Index(None, "dataset_id", "name", "text"),
         {"sqlite_with_rowid": False},
@@ -401,6 +405,11 @@ class RecordField(Base):
     byte_offset: Mapped[int] = mapped_column(BigInteger)
     name: Mapped[str] = mapped_column(String(64))
     dataset_id: Mapped[int] = mapped_column(Integer)
+    # Before ``text``, which names the column in this class's body from there on.
+    added_version: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    """The version that set the value (``update_fields``); 0: stored with the record (revision 0015)."""
+    removed_version: Mapped[int | None] = mapped_column(BigInteger)
+    """The version that superseded it (another value, or none); NULL: the latest value."""
     num: Mapped[float | None] = mapped_column(Double)
     text: Mapped[str | None] = mapped_column(Text)
 

@@ -18,6 +18,7 @@ __all__ = [
     "DatasetSummary",
     "DescribedBatch",
     "EntryKind",
+    "FieldsUpdate",
     "GroupInfo",
     "JobInfo",
     "Location",
@@ -141,6 +142,22 @@ class EntryInfo:
     """The codec's label: ``none``, ``zstd`` or ``lz4``."""
     size: int
     crc32c: int
+
+
+@dataclass(frozen=True, slots=True)
+class FieldsUpdate:
+    """What ``update_fields`` did: the version it made, and what it changed there."""
+
+    dataset: str
+    version: int
+    keys: int
+    """Keys whose records it changed."""
+    values: int
+    """Values it set (a ``None`` value unsets one: counted in ``unset``)."""
+    unset: int
+    skipped: int
+    """Keys without a live record it left out (``on_missing="skip"``)."""
+    fields: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -154,6 +154,13 @@ def _at_version(records: Any, shards: Any, version: Any) -> Any:
 
 _AT_VERSION = visibility.sql(_at_version, "records AS r", "shards AS s", "{version}")
 
+# Which value of a record's field a version reads (revision 0015), rendered for the alias
+# shardcat_value (each field's join puts its own alias in its place).
+_VALUE_LATEST = visibility.sql(visibility.value_live, "record_fields AS shardcat_value")
+_VALUE_AT_VERSION = visibility.sql(
+    visibility.value_visible_at, "record_fields AS shardcat_value", "{version}"
+)
+
 
 @dataclass(frozen=True, slots=True)
 class SelectionTarget:
@@ -176,6 +183,11 @@ class SelectionTarget:
         field names lower-case identifiers (checked again here).
         """
         columns, joins = [], []
+        value_rule = (
+            _VALUE_LATEST
+            if self.version is None
+            else _VALUE_AT_VERSION.replace("{version}", str(int(self.version)))
+        )
         for i, (name, kind) in enumerate(self.fields.items()):
             if not FIELD_NAME.fullmatch(name):
                 raise CatalogError(
@@ -186,6 +198,7 @@ class SelectionTarget:
             joins.append(
                 f"\nLEFT JOIN record_fields {alias} ON {alias}.shard_id = r.shard_id"
                 f" AND {alias}.byte_offset = r.byte_offset AND {alias}.name = '{name}'"
+                f" AND {value_rule.replace('shardcat_value.', f'{alias}.')}"
             )
         visible = (
             _LATEST

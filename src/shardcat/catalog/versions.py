@@ -21,6 +21,7 @@ from ..format.checksums import signed_key_hash
 from . import visibility
 from .changes import note
 from .datasets import find_dataset
+from .fields import drop_unseen_values
 from .hashkeys import needs_key_text
 from .models import BASE_GROUP, Dataset, DatasetTag, DatasetVersion, Record, Shard
 from .results import VersionDiff, VersionInfo
@@ -442,6 +443,7 @@ def expire_versions(
     retired = unreferenced_shards(session, ds.id)
     retire(session, [i for i, _ in retired])
     if expired:
+        drop_unseen_values(session, ds.id)
         note(session, ds.id)
     # Rows of records no kept version sees stay while their shard is live: every lookup
     # already skips them (removed_version), and verify checks a live shard's footer against

@@ -39,6 +39,8 @@ __all__ = [
     "shard_live",
     "shard_visible_at",
     "sql",
+    "value_live",
+    "value_visible_at",
     "visible_at",
     "visible_at_kept",
 ]
@@ -145,6 +147,28 @@ def visible_at_kept(records: Columns, shards: Columns, version: Version) -> Colu
     return and_(visible_at(records, shards, version), kept(records.dataset_id, version))
 
 
+# --- declared fields' values (record_fields, revision 0015) --------------------
+#
+# A value of a record's field is itself versioned: ``added_version`` is the
+# version that set it (0: stored with the record, by indexing or a write: seen
+# wherever the record is), ``removed_version`` the version that superseded it
+# (``update_fields`` set another value, or unset it). At most one value of a
+# record's field is visible at any version.
+
+
+def value_live(values: Columns) -> ColumnElement[bool]:
+    """The latest version reads the value: nothing superseded it."""
+    return values.removed_version.is_(None)  # type: ignore[no-any-return]
+
+
+def value_visible_at(values: Columns, version: Version) -> ColumnElement[bool]:
+    """Version ``version`` reads the value: set by then, and not superseded by then."""
+    return and_(
+        values.added_version <= version,
+        or_(value_live(values), values.removed_version > version),
+    )
+
+
 # --- the same rules as SQL text ------------------------------------------------
 
 # The columns the rules read, as lightweight tables: the lookup renders its
@@ -152,8 +176,9 @@ def visible_at_kept(records: Columns, shards: Columns, version: Version) -> Colu
 _TABLES = {
     "records": table("records", column("dataset_id"), column("removed_version")),
     "shards": table("shards", column("state"), column("added_version"), column("removed_version")),
+    "record_fields": table("record_fields", column("added_version"), column("removed_version")),
 }
-_TABLE = re.compile(r"(records|shards)(?: AS (\w+))?")
+_TABLE = re.compile(r"(records|shards|record_fields)(?: AS (\w+))?")
 # Plain SQL that SQLite and PostgreSQL read alike (the expressions use nothing
 # dialect-specific), without the paramstyle escaping a driver's dialect adds: the
 # text goes into raw DB-API statements (``?``, ``%s``) and into ``text()`` alike.

@@ -71,6 +71,7 @@ def _register() -> None:
         copy_cmd,
         dataset_cmds,
         export_cmd,
+        fields_cmd,
         groups_cmds,
         maintenance_cmds,
         serve_cmd,
@@ -90,6 +91,7 @@ def _register() -> None:
     maintenance_cmds.register(app)
     version_cmds.register(app)
     groups_cmds.register(app)
+    fields_cmd.register(app)
     sql_cmd.register(app)
     shard_cmds.register(app)
     tar_cmds.register(app)

@@ -32,6 +32,7 @@ __all__ = [
     "REFS_FORMAT",
     "REFS_NAME",
     "AddedShard",
+    "FieldValues",
     "ManifestError",
     "Refs",
     "RemovedRecords",
@@ -117,6 +118,16 @@ class RemovedRecords:
 
 
 @dataclass(frozen=True, slots=True)
+class FieldValues:
+    """Declared fields' values a version set on records of one shard (``update_fields``)."""
+
+    path: str
+    file_id: str
+    values: tuple[tuple[int, str, float | str | None], ...]
+    """``(byte offset, field, value)`` in offset order; None: the version unset it."""
+
+
+@dataclass(frozen=True, slots=True)
 class VersionManifest:
     """One version of a dataset: what its commit added and removed, and its log row."""
 
@@ -144,6 +155,11 @@ class VersionManifest:
     checkpoint, every group live at the version."""
     groups_dropped: tuple[str, ...] = ()
     """Column groups the version dropped."""
+    field_kinds: tuple[tuple[str, str], ...] = ()
+    """``(field, kind)`` of each field ``fields`` names (``number`` or ``text``), by name."""
+    fields: tuple[FieldValues, ...] = ()
+    """Values of declared fields the version set (``update_fields``), by shard path; in a
+    checkpoint, every value some ``update_fields`` set that the version reads."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +245,48 @@ def encode_manifest(m: VersionManifest) -> bytes:
     }
     if m.groups_added or m.groups_dropped:
         body["groups"] = {"added": list(m.groups_added), "dropped": list(m.groups_dropped)}
+    if m.fields or m.field_kinds:
+        # Only a version that set values says so: every other manifest is as it always was.
+        body["fields"] = {
+            "kinds": dict(m.field_kinds),
+            "shards": [
+                {"path": f.path, "file_id": f.file_id, "values": [list(v) for v in f.values]}
+                for f in m.fields
+            ],
+        }
     return _seal(body)
+
+
+def _field_values(
+    body: Mapping[str, Any],
+) -> tuple[tuple[tuple[str, str], ...], tuple[FieldValues, ...]]:
+    """A manifest's ``fields``: the kinds, and each shard's values typed by their field's kind."""
+    fields = body.get("fields") or {}
+    kinds = {str(k): str(v) for k, v in fields.get("kinds", {}).items()}
+    for name, kind in kinds.items():
+        if kind not in ("number", "text"):
+            raise ValueError(f"field {name!r} has kind {kind!r}, not number or text")
+
+    def typed(name: str, value: Any) -> float | str | None:
+        if value is None:
+            return None
+        if kinds[name] == "number":
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"field {name!r} holds numbers, not {value!r}")
+            return float(value)
+        if not isinstance(value, str):
+            raise ValueError(f"field {name!r} holds text, not {value!r}")
+        return value
+
+    shards = tuple(
+        FieldValues(
+            str(f["path"]),
+            str(f["file_id"]),
+            tuple((int(o), str(n), typed(str(n), v)) for o, n, v in f["values"]),
+        )
+        for f in fields.get("shards", ())
+    )
+    return tuple(sorted(kinds.items())), shards
 
 
 def decode_manifest(data: bytes, where: str) -> VersionManifest:
@@ -242,6 +299,7 @@ def decode_manifest(data: bytes, where: str) -> VersionManifest:
     """
     b = _open(data, where, MANIFEST_FORMAT)
     try:
+        field_kinds, fields = _field_values(b)
         return VersionManifest(
             version=int(b["version"]),
             operation=str(b["operation"]),
@@ -277,6 +335,8 @@ def decode_manifest(data: bytes, where: str) -> VersionManifest:
             ),
             groups_added=tuple(str(g) for g in b.get("groups", {}).get("added", ())),
             groups_dropped=tuple(str(g) for g in b.get("groups", {}).get("dropped", ())),
+            field_kinds=field_kinds,
+            fields=fields,
         )
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ManifestError(

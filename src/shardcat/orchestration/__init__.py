@@ -24,6 +24,7 @@ from .read import (
     read,
     tar_rows,
 )
+from .update_fields import update_fields
 from .write import WriteSummary, write
 
 __all__ = [
@@ -60,5 +61,6 @@ __all__ = [
     "open_registered",
     "read",
     "tar_rows",
+    "update_fields",
     "write",
 ]

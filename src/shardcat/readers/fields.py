@@ -21,7 +21,8 @@ def index_fields(
 ) -> int:
     """Declare ``fields`` and store their values, taken from each record's JSON ``entry``.
 
-    Reads only that entry of every committed shard, in shard order (a
+    Reads only that entry of every committed shard (those only older kept
+    versions read too), in shard order (a
     native shard in one sequential read; a tar indexed in place, only that
     member of each sample, CRC-checked), and stores each shard's values in
     its own transaction (running it again replaces them). Afterwards ``where="label = 3"`` works in
@@ -44,5 +45,7 @@ def index_fields(
         opts = dict(cat.storage_options if storage_options is None else storage_options)
         return sum(
             store_shard_fields(cat, dataset, shard, tuple(fields), entry, opts)
-            for shard in cat.shards(dataset, state="committed")
+            # Every committed shard a kept version reads: older versions filter on them too.
+            for shard in cat.shards(dataset, state=None)
+            if shard.state == "committed"
         )

@@ -12,7 +12,7 @@ import datetime as dt
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..catalog.history import Version
 from ..catalog.results import (
@@ -29,6 +29,7 @@ from ..catalog.results import (
 from ..format import Record
 
 if TYPE_CHECKING:
+    from ..catalog.results import FieldsUpdate
     from ..catalog.selection import FilterLimits, Selection
     from ..catalog.versions import ExpireResult
     from .catalog import Catalog
@@ -246,6 +247,18 @@ class Dataset:
     ) -> int:
         """A new version without these keys (:meth:`Catalog.delete_keys`); returns its number."""
         return self._catalog.delete_keys(self.name, keys, missing_ok=missing_ok, message=message)
+
+    def update_fields(
+        self,
+        values: Mapping[str, Mapping[str, Any]] | Iterable[tuple[str, Mapping[str, Any]]],
+        *,
+        message: str | None = None,
+        on_missing: Literal["error", "skip"] = "error",
+    ) -> FieldsUpdate:
+        """A new version with these declared fields' values (:meth:`Catalog.update_fields`)."""
+        return self._catalog.update_fields(
+            self.name, values, message=message, on_missing=on_missing
+        )
 
     def expire(
         self,

@@ -362,6 +362,7 @@ def _still(m: VersionManifest, committed: dict[str, int], root: str | None) -> V
         root=root,
         added=tuple(a for a in m.added if added_here(a.path)),
         removed=tuple(r for r in m.removed if committed.get(r.path, m.version + 1) <= m.version),
+        fields=tuple(f for f in m.fields if committed.get(f.path, m.version + 1) <= m.version),
     )
 
 
@@ -373,6 +374,8 @@ def _difference(have: VersionManifest, want: VersionManifest) -> str:
         return "the shards it added differ"
     if have.removed != want.removed:
         return "the records it removed differ"
+    if have.fields != want.fields or have.field_kinds != want.field_kinds:
+        return "the field values it set differ"
     return "its other fields differ"
 
 
@@ -543,4 +546,5 @@ def _moved(m: VersionManifest, old: str, new: str, moves: Mapping[str, str]) -> 
         m,
         added=tuple(replace(a, path=path(a.path)) for a in m.added),
         removed=tuple(replace(r, path=path(r.path)) for r in m.removed),
+        fields=tuple(replace(f, path=path(f.path)) for f in m.fields),
     )

@@ -1,0 +1,127 @@
+"""shardcat update-fields: values from JSON lines or CSV, a version each, on a real folder."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import shardcat
+from shardcat.cli.app import app
+from shardcat.errors import CatalogError, UnknownKeysError
+from shardcat.reading import Catalog
+
+KEYS = [f"s/{i:03d}" for i in range(20)]
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    root = tmp_path / "data"
+    root.mkdir()
+    with Catalog(url) as cat:
+        cat.create_dataset("train", str(root))
+        with shardcat.ShardWriter(str(root / "part-0.shard")) as w:
+            for k in KEYS:
+                w.add(k, {"txt": k})
+        cat.register_shard("train", w.close())
+    return url
+
+
+def cli(catalog: str, *args: str, json_out: bool = False, stdin: str | None = None) -> Any:
+    return CliRunner().invoke(
+        app, ["--catalog", catalog, *(["--json"] if json_out else []), *args], input=stdin
+    )
+
+
+def chosen(catalog: str, where: str, version: int | None = None) -> list[str]:
+    with Catalog(catalog) as cat:
+        sel = cat.select("train", where, version=version)
+    return sorted(k for keys in sel.keys.values() for k in keys)
+
+
+def test_json_lines_then_csv_each_make_a_version(catalog, tmp_path):
+    lines = tmp_path / "labels.jsonl"
+    lines.write_text(
+        "\n".join(
+            json.dumps({"key": k, "quality": i / 10, "split": "val"})
+            for i, k in enumerate(KEYS[:5])
+        )
+        + "\n\n"
+    )
+    out = cli(
+        catalog,
+        "update-fields",
+        "train",
+        str(lines),
+        "--field",
+        "quality:float",
+        "--field",
+        "split:str",
+        "-m",
+        "first labels",
+    )
+    assert out.exit_code == 0, out.output
+    assert out.output.strip() == "train: version 2 sets 10 values of 5 keys (quality, split)"
+    assert chosen(catalog, "split = 'val' AND quality >= 0.2") == KEYS[2:5]
+    table = tmp_path / "fix.csv"
+    table.write_text(f"key,quality,split\n{KEYS[2]},0.9,train\n{KEYS[3]},,\nnope/1,1,val\n")
+    refused = cli(catalog, "update-fields", "train", str(table))
+    assert isinstance(refused.exception, UnknownKeysError)
+    assert "'nope/1'" in str(refused.exception)
+    out = cli(catalog, "update-fields", "train", str(table), "--on-missing", "skip", json_out=True)
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output) == {
+        "dataset": "train",
+        "version": 3,
+        "keys": 2,
+        "values": 2,
+        "unset": 2,
+        "skipped": 1,
+        "fields": ["quality", "split"],
+    }
+    assert chosen(catalog, "split = 'val'") == [KEYS[0], KEYS[1], KEYS[4]]
+    assert chosen(catalog, "split = 'val'", version=2) == KEYS[:5]
+    assert chosen(catalog, "quality = 0.9") == [KEYS[2]]
+    log = cli(catalog, "log", "train", json_out=True)
+    versions = json.loads(log.output)["versions"]
+    assert [(v["number"], v["operation"], v["message"]) for v in versions[:2]] == [
+        (3, "update-fields", None),
+        (2, "update-fields", "first labels"),
+    ]
+    # JSON lines on stdin, a field of the wrong kind: nothing changes.
+    bad = cli(
+        catalog,
+        "update-fields",
+        "train",
+        "-",
+        stdin=json.dumps({"key": KEYS[0], "quality": "high"}) + "\n",
+    )
+    assert isinstance(bad.exception, CatalogError)
+    assert "holds number values" in str(bad.exception)
+    with Catalog(catalog) as cat:
+        assert cat.info("train").version == 3
+
+
+def test_bad_files_are_named_with_their_line(catalog, tmp_path):
+    for text, name, said in (
+        ("{not json}\n", "a.jsonl", "a.jsonl line 1 is not JSON"),
+        ('{"quality": 1}\n', "b.jsonl", 'line 1 is not a JSON object with a string "key"'),
+        ("name,quality\nx,1\n", "c.csv", "has a header with a key column (found: name, quality)"),
+        (f"key,quality\n{KEYS[0]},high\n", "d.csv", "d.csv line 2: field 'quality' holds numbers"),
+    ):
+        path = tmp_path / name
+        path.write_text(text)
+        out = cli(catalog, "update-fields", "train", str(path), "--field", "quality:float")
+        assert out.exit_code == 2, out.output
+        assert said in " ".join(re.sub("[│╭╮╰╯─]", " ", out.output).split()), out.output
+    undeclared = tmp_path / "e.jsonl"
+    undeclared.write_text(json.dumps({"key": KEYS[0], "score": 1}) + "\n")
+    out = cli(catalog, "update-fields", "train", str(undeclared))
+    assert isinstance(out.exception, CatalogError)
+    assert "'score' is not declared" in str(out.exception)
+    assert "--field NAME:TYPE" in out.exception.render("cli")
