@@ -131,3 +131,44 @@ def test_values_updated_while_compacting_fail_the_commit_and_a_rerun_carries_the
         assert [k for keys in chosen.keys.values() for k in keys] == ["k003"]
         assert not set(chosen.offsets) & before  # the copy's, in a compacted shard
         assert cat.verify("ds").ok
+
+
+def test_a_fold_carries_updated_values_and_the_bucket_brings_them_back(
+    catalog_url: str, tmp_path: Any, client: Any
+) -> None:
+    """A fold rewrites base records like a compaction: its manifest lists the values they carry."""
+    root = str(tmp_path / "ds")
+    with Catalog(catalog_url) as cat:
+        shardcat.write(
+            _samples(),
+            root,
+            catalog=cat,
+            dataset="ds",
+            progress=False,
+            client=client,
+            max_records_per_shard=10,
+            fields={"label": int},
+        )  # v1
+        cat.declare_fields("ds", {"split": str})
+        cat.update_fields("ds", {"k001": {"label": 9, "split": "val"}, "k012": {"label": 7}})  # v2
+        captions = [{"__key__": f"k{i:03d}", "cap": f"caption {i}"} for i in range(0, 30, 4)]
+        shardcat.add_entries(
+            captions, catalog=cat, dataset="ds", group="captions", progress=False, client=client
+        )  # v3
+        summary = shardcat.compact(cat, "ds", fold_groups=True, client=client)  # v4
+        assert summary.version == 4 and summary.folded == {"captions": len(captions)}
+        assert {v.number: v.operation for v in cat.log("ds")}[4] == "fold"
+        before = _snapshot(cat)
+        assert before[4]["label = 9"] == ["k001"] and before[4]["label = 7"] == ["k012"]
+        assert before[4]["split = 'val'"] == ["k001"]
+        assert cat.get("ds", "k004").entries["cap"].data == b"caption 4"
+        assert cat.verify("ds").ok
+        # The catalog is lost: the bucket brings back the fold's version with its values.
+        cat.delete_dataset("ds")
+        cat.create_dataset("ds", root)
+        assert cat.rebuild_history("ds", root).versions == [1, 2, 3, 4]
+        index_fields(cat, "ds", {"label": int})
+        assert _snapshot(cat) == before
+        assert cat.get("ds", "k004").entries["cap"].data == b"caption 4"
+        report = cat.verify("ds")
+        assert report.ok, [str(p) for p in report.problems]

@@ -29,7 +29,16 @@ from ..format.checksums import signed_key_hash
 from . import visibility
 from .datasets import find_dataset
 from .hashkeys import needs_key_text
-from .models import BASE_GROUP, Dataset, DatasetField, DatasetVersion, Record, RecordField, Shard
+from .models import (
+    BASE_GROUP,
+    REWRITES,
+    Dataset,
+    DatasetField,
+    DatasetVersion,
+    Record,
+    RecordField,
+    Shard,
+)
 from .results import FieldsUpdate
 from .session import NO_SYNC
 
@@ -53,9 +62,9 @@ __all__ = [
 FIELD_UPDATE = "update-fields"
 """The operation of a version ``update_fields`` made (its manifest carries the values)."""
 
-CARRIES_VALUES = (FIELD_UPDATE, "compact")
-"""Operations whose versions' manifests list field values: an update's, and a compaction's
-copies' (``shardcat.compact`` commits with ``operation="compact"``)."""
+CARRIES_VALUES = (FIELD_UPDATE, *REWRITES)
+"""Operations whose versions' manifests list field values: an update's, and the copies' of a
+compaction (a fold included)."""
 
 ON_MISSING = ("error", "skip")
 """What ``update_fields`` does with a key that has no live record."""

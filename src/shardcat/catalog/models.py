@@ -222,6 +222,14 @@ class Shard(Base):
     """The version from which none of its records is live (NULL: some still are)."""
 
 
+COMPACT = "compact"
+"""The operation of a version ``shardcat.compact`` made: its copies replace records."""
+FOLD = "fold"
+"""A compaction that also folded column groups into the base records (docs/GROUPS.md)."""
+REWRITES = (COMPACT, FOLD)
+"""Operations whose versions copy records into new shards (their fields carried along)."""
+
+
 class DatasetVersion(Base):
     """One committed change of a dataset: what ``shardcat log`` lists."""
 

@@ -317,6 +317,7 @@ def compact(
     """
     from ..catalog.commit import SUPERSEDED
     from ..catalog.groups import FOLDED
+    from ..catalog.models import COMPACT, FOLD
     from ..reading import Catalog
 
     if not 0 <= min_live <= 1:
@@ -342,7 +343,7 @@ def compact(
             return CompactSummary(
                 dataset, None, None, [], [], 0, 0, 0, tars, time.perf_counter() - t0, kept
             )
-        operation = "fold" if folding else "compact"
+        operation = FOLD if folding else COMPACT
         # The job, then the choice again: the job's base version is what the commit's
         # key-conflict check compares to, so any change after the shards are chosen is seen.
         job = cat.begin_job(
