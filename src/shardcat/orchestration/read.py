@@ -169,7 +169,8 @@ def iter_tar_records(
 
     Rows that are close together are read in one range of at most ~8 MiB
     (whole samples); bytes between rows far apart are not read. Entries are
-    views of that range.
+    views of that range. A row none of whose entries ``entries`` names (a
+    read of a column group's entries only) is yielded empty, its bytes unread.
 
     Raises
     ------
