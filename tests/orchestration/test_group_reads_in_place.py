@@ -185,7 +185,9 @@ def test_a_fix_is_read_by_key_the_rest_streams_older_versions_read_theirs(
         first = cat.info(ds).version
         first_want = oracle(cat, ds)
         keys = sorted(first_want)
-    fixed = {keys[1]: "a cat on a mat", keys[-2]: "a dog in fog"}
+    # Each the first of its base shard's samples (not the last: a fix after the shard's
+    # other records reads forward, and streams).
+    fixed = {keys[0]: "a cat on a mat", keys[-2]: "a dog in fog"}
     add(sqlite_url, ds, client, [{"__key__": k, "cap.txt": t} for k, t in fixed.items()],
         mode="replace")  # fmt: skip
     with Catalog(sqlite_url) as cat:
