@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:
 from benchmarks.peers.base import Store  # noqa: E402
 from benchmarks.peers.data import Dataset, MismatchError  # noqa: E402
 from benchmarks.peers.floor import Floor  # noqa: E402
-from benchmarks.peers.report import regenerate, write_report  # noqa: E402
+from benchmarks.peers.report import HAND_RUN, regenerate, write_report  # noqa: E402
 from benchmarks.peers.runner import measure, parse, run  # noqa: E402
 
 
@@ -86,6 +86,11 @@ def test_harness_runs_floor_shardcat_and_wids_and_writes_the_report(tmp_path):
         Path(regenerate(str(tmp_path / "benchmarks" / "results.json"), str(again))).read_text()
         == text
     )
+    # Sections run by hand, below the marker, survive a rewrite; nothing above it does.
+    hand = f"{HAND_RUN}\n\n## Column groups vs Lance (hand-run)\n\nmeasured by hand\n"
+    path.write_text(text.replace("## Versions", "## Edited by hand\n\n## Versions") + "\n" + hand)
+    rewritten = Path(regenerate(str(tmp_path / "benchmarks" / "results.json"), str(tmp_path)))
+    assert rewritten.read_text() == text + "\n" + hand
 
 
 def _s3_args(tmp_path, *extra):

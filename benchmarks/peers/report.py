@@ -14,6 +14,25 @@ from typing import Any
 import numpy as np
 from benchmarks.peers.runner import Result
 
+HAND_RUN = (
+    "<!-- Hand-run sections: everything below this line is kept as it is when"
+    " benchmarks/peers rewrites this file. -->"
+)
+"""Below this marker docs/BENCHMARKS.md holds sections measured by hand with other scripts
+(each naming its command, date and machine load); :func:`write_report` keeps them."""
+
+
+def hand_run_sections(path: str) -> str:
+    """The marker and what follows it in the report at ``path`` ("" if none)."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return ""
+    at = text.find(HAND_RUN)
+    return "" if at < 0 else text[at:]
+
+
 # (label, value getter, format, higher is better)
 MEASURES: list[tuple[str, Callable[[Result], float | None], str, bool]] = [
     ("write MB/s (catalog/index included)", lambda r: r.write_mbps, "{:,.0f}", True),
@@ -622,8 +641,11 @@ def write_report(results: list[Result], info: dict[str, Any], args: argparse.Nam
         "",
     ]
     path = os.path.join(args.out, "BENCHMARKS.md")
+    kept = hand_run_sections(path)
     with open(path, "w") as f:
         f.write("\n".join(lines))
+        if kept:
+            f.write("\n" + kept)
     return path
 
 

@@ -169,7 +169,8 @@ def iter_tar_records(
 
     Rows that are close together are read in one range of at most ~8 MiB
     (whole samples); bytes between rows far apart are not read. Entries are
-    views of that range.
+    views of that range. A row none of whose entries ``entries`` names (a
+    read of a column group's entries only) is yielded empty, its bytes unread.
 
     Raises
     ------
@@ -179,21 +180,30 @@ def iter_tar_records(
         The tar is shorter than indexed, or gone.
     """
     names = None if entries is None else frozenset(entries)
+    picks = [
+        [k for k, e in enumerate(row.entries) if names is None or e[0] in names] for row in rows
+    ]
     source = open_source(url, dict(storage_options or {}))
     try:
         i = 0
         while i < len(rows):
+            if not picks[i]:
+                # None of its entries asked (``entries`` naming a column group's only): its
+                # record is joined to the group's, and none of its bytes are read.
+                yield Record(rows[i].key, {}, -1, rows[i].offset, rows[i].length)
+                i += 1
+                continue
             j = i + 1
             while (
                 j < len(rows)
+                and picks[j]
                 and rows[j].offset + rows[j].length - rows[i].offset <= _TAR_READ_BYTES
             ):
                 j += 1
             lo, hi = rows[i].offset, rows[j - 1].offset + rows[j - 1].length
             (data,) = source.read_ranges([ByteRange(lo, hi)])
             view = memoryview(data)
-            for row in rows[i:j]:
-                pick = [k for k, e in enumerate(row.entries) if names is None or e[0] in names]
+            for row, pick in zip(rows[i:j], picks[i:j]):
                 yield read_tar_record(
                     view[row.offset - lo : row.offset - lo + row.length],
                     row.key,
@@ -290,12 +300,15 @@ def _read_tar_partition(
     on_error: OnError,
     dataset: str,
     kind: str = "tar",
+    joins: tuple[GroupJoin, ...] = (),
 ) -> list[dict[str, Any]]:
     rows = tar_rows(catalog_for(handle), shard_id, hidden=hidden)
-    samples = iter_tar_shard(
-        url, rows, entries, storage_options, decode, on_error=on_error, dataset=dataset, kind=kind
-    )
-    return list(samples)
+    records = iter_row_records(kind, url, rows, entries, storage_options)
+    if joins:
+        # The base records' offsets are their catalog rows' (a member's, a folder
+        # group's virtual one): the offsets the join plan pairs group records with.
+        records = join_records(records, joins, storage_options, entries)
+    return list(_samples(records, url, decode, on_error, dataset))
 
 
 def _read_partition(
@@ -393,7 +406,7 @@ def read(
     # reuses a result held under the same key (another read's, in one client).
     read_token = tokenize(handle.url, dataset, number, names, opts, decode, on_error)
     parts = [
-        # A tar or a folder has no footer: its partition walks the shard's catalog rows.
+        # Data indexed in place has no footer: its partition walks the shard's catalog rows.
         delayed(_read_tar_partition)(
             handle,
             s.id,
@@ -405,7 +418,8 @@ def read(
             on_error,
             dataset,
             s.kind,
-            dask_key_name=_partition_key(read_token, i, s, hidden),
+            joins.get(s.id, ()),
+            dask_key_name=_partition_key(read_token, i, s, hidden, joins.get(s.id, ())),
         )
         if shard_kind(s.kind).from_rows
         else delayed(_read_partition)(
