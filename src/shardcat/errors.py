@@ -379,7 +379,8 @@ class EmptySourceError(ShardcatError, FileNotFoundError):
 
 
 class SourceIsShardsError(ShardcatError, ValueError):
-    """A source to pack holds only shardcat shards: most likely SRC and URL were swapped.
+    """A source to pack holds only shardcat shards (most likely SRC and URL were swapped), or a
+    folder to index in place holds shardcat's own shards (a dataset's folder, or one inside it).
 
     Attributes
     ----------
