@@ -59,10 +59,14 @@ class HandCluster:
             )
         )
 
-    def start_workers(self, n: int) -> None:
-        """Start ``n`` single-threaded workers and wait until the scheduler has them all."""
+    def start_workers(self, n: int, preload: Path | None = None) -> None:
+        """Start ``n`` single-threaded workers and wait until the scheduler has them all.
+
+        ``preload``: a module file each worker runs at start (``dask worker --preload``).
+        """
         for _ in range(n):
             self._started += 1
+            extra = ["--preload", str(preload)] if preload is not None else []
             self._workers.append(
                 self._spawn(
                     _dask(
@@ -75,6 +79,7 @@ class HandCluster:
                         "--no-dashboard",
                         "--local-directory",
                         str(self.workdir / f"worker-{self._started}"),
+                        *extra,
                     )
                 )
             )
@@ -125,13 +130,15 @@ class HandCluster:
 
 
 @contextmanager
-def hand_cluster(workdir: Path, workers: int = 2) -> Iterator[HandCluster]:
-    """A scheduler and ``workers`` workers, stopped (killed) at exit."""
+def hand_cluster(
+    workdir: Path, workers: int = 2, preload: Path | None = None
+) -> Iterator[HandCluster]:
+    """A scheduler and ``workers`` workers (each running ``preload``), stopped (killed) at exit."""
     workdir.mkdir(parents=True, exist_ok=True)
     cluster = HandCluster(workdir)
     try:
         cluster.start_scheduler()
-        cluster.start_workers(workers)
+        cluster.start_workers(workers, preload)
         yield cluster
     finally:
         cluster.stop()

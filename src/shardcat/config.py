@@ -197,7 +197,8 @@ SETTINGS: tuple[Setting, ...] = (
         60.0,
         "seconds",
         "How long a job (write, compact, copy, index-tar) waits while its Dask cluster has no "
-        "workers before it stops with WorkersLostError, which says how to resume (0: no limit).",
+        "workers before it stops with WorkersLostError, which says how to resume, or while its "
+        "tasks wait behind tasks whose client is gone (WorkersHeldError) (0: no limit).",
     ),
     Setting(
         "dask_failed_task_wait",

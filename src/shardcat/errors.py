@@ -82,6 +82,7 @@ __all__ = [
     "UnmatchedFilesError",
     "VersionError",
     "VersionNotFoundError",
+    "WorkersHeldError",
     "WorkersLostError",
     "WriterClosedError",
 ]
@@ -378,7 +379,8 @@ class EmptySourceError(ShardcatError, FileNotFoundError):
 
 
 class SourceIsShardsError(ShardcatError, ValueError):
-    """A source to pack holds only shardcat shards: most likely SRC and URL were swapped.
+    """A source to pack holds only shardcat shards (most likely SRC and URL were swapped), or a
+    folder to index in place holds shardcat's own shards (a dataset's folder, or one inside it).
 
     Attributes
     ----------
@@ -447,6 +449,25 @@ class WorkersLostError(ShardcatError, TimeoutError):
         self.job_id = job_id
         self.job_name = job_name
         self.seconds = seconds
+
+
+class WorkersHeldError(WorkersLostError):
+    """A job's tasks waited longer than ``dask_no_workers_timeout`` behind abandoned tasks.
+
+    A task whose client died (killed, or disconnected) goes on running on its
+    worker (Dask cannot interrupt it), and the scheduler sends that worker
+    new tasks, which wait behind it: for ever if it is blocked. The message
+    names each such worker and task and says to restart the worker.
+
+    Attributes
+    ----------
+    workers:
+        The held workers' addresses.
+    """
+
+    def __init__(self, message: str, *, workers: list[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.workers = list(workers or [])
 
 
 class JobInterrupted(KeyboardInterrupt):

@@ -175,3 +175,55 @@ def test_a_local_folder_record_is_checked_by_either_codec_and_names_the_bad_file
     with pytest.raises(ShardNotFoundError) as gone:
         read()
     assert gone.value.path == str(folder / "k.json")
+
+
+@pytest.mark.parametrize("form", ["relative", "path", "file-url"])
+def test_a_skipped_local_files_url_is_the_folder_as_stored_and_its_key_and_entry(
+    client, sqlite_url, tmp_path, monkeypatch, form
+):
+    root = tmp_path / "data"
+    write_sample_files(root, {"a/x": {"bin": b"1", "json": b"{}"}, "a/y": {"bin": b"2"}})
+    _unreadable(root / "a/x.json")
+    monkeypatch.chdir(tmp_path)
+    source = {"relative": "data", "path": str(root), "file-url": f"file://{root}"}[form]
+    summary = shardcat.index_files(
+        source, catalog=sqlite_url, dataset="d", client=client, on_error="skip"
+    )
+    # Whatever form the folder was given in, a local folder is stored as its absolute path
+    # (what lookups open), and a failure names the file as FOLDER/KEY.ENTRY under it.
+    assert summary.folder == str(root)
+    assert [(f.url, f.key, f.entry) for f in summary.failed] == [
+        (f"{root}/a/x.json", "a/x", "json")
+    ]
+
+
+def test_a_skipped_files_url_on_a_store_is_the_folders_url_and_its_key_and_entry(
+    sqlite_url, monkeypatch
+):
+    import importlib
+
+    import fsspec
+
+    # The module (shardcat.orchestration.index_files is the function of that name).
+    module = importlib.import_module("shardcat.orchestration.index_files")
+    fs = fsspec.filesystem("memory")
+    for name in ("a/x.bin", "a/x.json", "a/y.bin"):
+        fs.pipe_file(f"memory://idxfail/{name}", b"1")
+    read = module.read_files
+
+    def lose_one(paths, options):  # a store's read that fails for one file (memory runs here)
+        got = read(paths, options)
+        return {p: FileNotFoundError(p) if p.endswith("x.json") else v for p, v in got.items()}
+
+    monkeypatch.setattr(module, "read_files", lose_one)
+    try:
+        summary = shardcat.index_files(
+            "memory://idxfail", catalog=sqlite_url, dataset="d", on_error="skip"
+        )
+    finally:
+        fs.rm("memory://idxfail", recursive=True)
+    # A store's folder is stored as its URL, the failure named under it (as a local one is).
+    assert summary.folder == "memory:///idxfail"
+    assert [(f.url, f.key, f.entry) for f in summary.failed] == [
+        ("memory:///idxfail/a/x.json", "a/x", "json")
+    ]

@@ -5,7 +5,9 @@ Every Dask operation (write, compact, copy, index-tar) enters
 :class:`DaskCluster` (a scheduler's address, or a local cluster of N worker
 processes: the CLI's ``--scheduler`` and ``--workers``), or nothing (the
 current client, else a local cluster sized to the machine). A cluster is
-started only when the job needs one, and stopped with it.
+started only when the job needs one, and stopped with it. On a cluster it
+did not start, a job's tasks keep off workers whose every thread still runs
+a task whose client is gone (:mod:`.placement`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
+
+from .placement import avoid_held_workers
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -87,10 +91,11 @@ def client_for(
     from .scheduler import connect
 
     if choice is not None and not isinstance(choice, DaskCluster):
-        yield choice
+        with avoid_held_workers(choice):
+            yield choice
         return
     if choice is not None and choice.scheduler is not None:
-        with connect(choice.scheduler) as client:
+        with connect(choice.scheduler) as client, avoid_held_workers(client):
             yield client
         return
     workers = None if choice is None else choice.workers
@@ -101,7 +106,8 @@ def client_for(
         except ValueError:
             current = None
         if current is not None:
-            yield current
+            with avoid_held_workers(current):
+                yield current
             return
     threaded = workers is None and (in_process or small)
     if threaded:

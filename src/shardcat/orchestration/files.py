@@ -39,6 +39,7 @@ from ..errors import (
 )
 from ..format.manifest import FOLDER as HISTORY_FOLDER
 from ..format.manifest import is_history_file
+from ..format.spec import HEADER_MAGIC
 from ..storage import GROUPS_FOLDER, is_group_shard, redact, resolve
 from ..storage.local_listing import ScandirFileSystem, fast_local
 
@@ -279,6 +280,8 @@ def list_source(source: FileSource) -> FileListing:
             paths=unmatched,
             hint=_IN_PLACE_UNMATCHED if source.in_place else _UNMATCHED,
         )
+    if source.in_place:
+        _refuse_dataset_shards(fs, source.url, by_key, prefix)
     if by_key and all(files.keys() == {"shard"} for files in by_key.values()):
         first = _rel(next(iter(by_key.values()))["shard"][0], prefix)
         raise SourceIsShardsError(
@@ -316,6 +319,56 @@ def list_source(source: FileSource) -> FileListing:
         storage_options=dict(opts),
         stamps={path: f"{size}:{stamp}" for path, (size, stamp) in found.items()},
     )
+
+
+def _refuse_dataset_shards(
+    fs: Any, url: str, by_key: Mapping[str, Mapping[str, tuple[str, int]]], prefix: str
+) -> None:
+    """Refuse to index shardcat's own shards in place as files (``shardcat index-files``).
+
+    A folder of ``*.shard`` files only, as ``write`` refuses it; or one
+    holding a ``*.shard`` file that is a shardcat shard (its first bytes
+    checked, one small read): a dataset's folder, or a folder holding one.
+
+    Raises
+    ------
+    SourceIsShardsError
+        Those shards are in the listing.
+    """
+    shards = [files["shard"][0] for files in by_key.values() if "shard" in files]
+    if not shards:
+        return
+    only = all(files.keys() == {"shard"} for files in by_key.values())
+    if not only and not _is_shardcat_shard(fs, shards[0]):
+        return
+    folders = sorted({_rel(p, prefix).rpartition("/")[0] or "." for p in shards})
+    shown = ", ".join(folders[:5]) + (f" and {len(folders) - 5:,} more" if len(folders) > 5 else "")
+    raise SourceIsShardsError(
+        f"{redact(url)} holds shardcat's own shards ({count_of(len(shards), 'file')} named "
+        f"*.shard, e.g. {_rel(shards[0], prefix)}, in {shown}): a shardcat dataset's folder, "
+        "not files to index in place (their samples are records inside them, not files); "
+        "nothing was indexed",
+        hint=Hint(
+            python="to register a dataset's shards in a catalog, rebuild its rows from them: "
+            "Catalog(...).reindex(NAME, [URL, ...]) (Catalog.rebuild_history(NAME, FOLDER) with "
+            "its versions); to index only the other files, give a glob or brace pattern that "
+            "leaves the shards' folders out (shardcat.index_files('SRC/{images,labels}/', ...))",
+            cli="to register a dataset's shards in a catalog, rebuild its rows from them: "
+            "`shardcat reindex NAME FOLDER` (with the versions kept in its _versions/); to index "
+            "only the other files, give a glob or brace pattern that leaves the shards' folders "
+            "out (`shardcat index-files 'SRC/{images,labels}/' NAME`)",
+        ),
+        source=redact(url),
+    )
+
+
+def _is_shardcat_shard(fs: Any, path: str) -> bool:
+    """Whether the file starts with a shardcat shard's magic (a file that cannot be read: no)."""
+    try:
+        head = fs.cat_file(path, start=0, end=len(HEADER_MAGIC))
+    except (OSError, ValueError):
+        return False
+    return bool(head == HEADER_MAGIC)
 
 
 def _sample(key: str, files: dict[str, tuple[str, int]]) -> SampleFiles:

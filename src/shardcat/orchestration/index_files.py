@@ -62,6 +62,9 @@ class FileFailure:
     """A file left out of the job (``on_error="skip"``): which, why, and whether its sample went too."""
 
     url: str
+    """The file, ``FOLDER/KEY.ENTRY`` with FOLDER as :attr:`IndexFilesSummary.folder` (a local
+    folder's absolute path, whatever form it was given in; any other store's URL): the name
+    the dataset's rows, lookups' errors and ``verify`` give the file."""
     key: str
     error: str
     """The error's class name."""

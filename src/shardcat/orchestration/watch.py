@@ -8,8 +8,11 @@ futures as they finish and asks the scheduler about once a second how many
 workers it has; once it has had none for longer than the
 ``dask_no_workers_timeout`` setting, the wait ends with
 :class:`~shardcat.errors.WorkersLostError`, whose message says what became
-of the job and how to resume it. :func:`interrupted` words a Ctrl-C the same
-way (:class:`~shardcat.errors.JobInterrupted`).
+of the job and how to resume it. Tasks that wait as long behind tasks whose
+client is gone, on workers with no other thread (:mod:`.placement`), end
+the wait the same way (:class:`~shardcat.errors.WorkersHeldError`).
+:func:`interrupted` words a Ctrl-C the same way
+(:class:`~shardcat.errors.JobInterrupted`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import config
-from ..errors import Hint, JobInterrupted, WorkersLostError
+from ..errors import Hint, JobInterrupted, WorkersHeldError, WorkersLostError
+from .placement import HeldWorker, held_workers, stranded
 
 if TYPE_CHECKING:
     from distributed import Client, Future
@@ -50,6 +54,9 @@ _MAX_CHECK_INTERVAL = 1.0
 """The scheduler is asked for its workers at most this often (once per timeout/4 if shorter)."""
 _MAX_RESULT_WAIT = 60.0
 """Seconds one attempt to fetch a finished task's result may take, between checks."""
+_HELD_CHECK = 5.0
+"""Seconds without a finished task before the workers are asked whether the job's tasks wait
+behind abandoned ones (a ``client.run`` on every worker), and between two such questions."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,11 +143,16 @@ class Waiter:
         self._interval = max(_TICK, min(_MAX_CHECK_INTERVAL, self._timeout / 4))
         self._next_check = 0.0
         self._none_since: float | None = None
+        futures = list(futures)
+        self._keys = {str(f.key) for f in futures}
+        self._next_held_check = time.monotonic() + _HELD_CHECK
+        self._held_since: float | None = None
         with client.as_current():
-            self._finished = as_completed(list(futures))
+            self._finished = as_completed(futures)
 
     def add(self, future: Future[Any]) -> None:
         """Wait for ``future`` too."""
+        self._keys.add(str(future.key))
         self._finished.add(future)
 
     def count(self) -> int:
@@ -157,6 +169,10 @@ class Waiter:
         """
         while True:
             batch: list[Future[Any]] = self._finished.next_batch(block=False)
+            if batch:
+                self._keys.difference_update(str(f.key) for f in batch)
+                self._next_held_check = time.monotonic() + _HELD_CHECK
+                self._held_since = None
             if batch or self._finished.is_empty():
                 return batch
             self.check()
@@ -220,6 +236,22 @@ class Waiter:
             self._none_since = now
         elif now - self._none_since > self._timeout:
             raise _lost(self._job, now - self._none_since, _address(self._client))
+        if now >= self._next_held_check and self._keys:
+            self._next_held_check = now + _HELD_CHECK
+            self._check_held(now)
+
+    def _check_held(self, now: float) -> None:
+        """End the wait once tasks of the job have waited behind abandoned ones too long.
+
+        They wait on a held worker, or for the other workers they were kept to, gone since.
+        """
+        held = held_workers(self._client, self._keys)
+        if not any(h.waiting for h in held) and not (held and stranded(self._client, self._keys)):
+            self._held_since = None
+        elif self._held_since is None:
+            self._held_since = now
+        elif now - self._held_since > self._timeout:
+            raise _held(self._job, held, now - self._held_since, _address(self._client))
 
 
 def gather(
@@ -289,7 +321,44 @@ def _address(client: Client) -> str:
 
 
 def _lost(job: JobRef, seconds: float, address: str) -> WorkersLostError:
-    start = f"start workers (`dask worker {address}`) and "
+    state, hint = _outcome(job, f"start workers (`dask worker {address}`) and ")
+    return WorkersLostError(
+        f"the Dask cluster at {address} has had no workers for {seconds:.0f} s "
+        f"(all lost, or none started), so {job.what} stopped: {state}",
+        hint=hint,
+        dataset=job.dataset,
+        job_id=job.job_id,
+        job_name=job.job_name,
+        seconds=seconds,
+    )
+
+
+def _held(job: JobRef, held: list[HeldWorker], seconds: float, address: str) -> WorkersHeldError:
+    workers = [h.address for h in held]
+    named = ", ".join(repr(w) for w in workers)
+    one = len(held) == 1
+    state, hint = _outcome(
+        job,
+        f"restart {'that worker' if one else 'those workers'} "
+        f"(`Client({address!r}).restart_workers([{named}])` where a nanny runs "
+        f"{'it' if one else 'them'}, else stop {'its `dask worker` process' if one else 'their `dask worker` processes'} "
+        f"and start {'it' if one else 'them'} again), then ",
+    )
+    return WorkersHeldError(
+        f"tasks of {job.what} have waited {seconds:.0f} s on workers whose every thread runs a "
+        f"task whose client is gone (killed while it ran; Dask cannot stop a running task): "
+        f"{'; '.join(h.describe() for h in held)}, so the job stopped: {state}",
+        hint=hint,
+        workers=workers,
+        dataset=job.dataset,
+        job_id=job.job_id,
+        job_name=job.job_name,
+        seconds=seconds,
+    )
+
+
+def _outcome(job: JobRef, start: str) -> tuple[str, Hint]:
+    """What became of a job that stopped waiting, and how to run it again after ``start``."""
     if job.resumable:
         state = "it stays open"
         if job.job_name is not None:
@@ -312,15 +381,7 @@ def _lost(job: JobRef, seconds: float, address: str) -> WorkersLostError:
             "removes what it wrote",
             cli=f"{start}run the command again; `shardcat gc {job.dataset}` removes what it wrote",
         )
-    return WorkersLostError(
-        f"the Dask cluster at {address} has had no workers for {seconds:.0f} s "
-        f"(all lost, or none started), so {job.what} stopped: {state}",
-        hint=hint,
-        dataset=job.dataset,
-        job_id=job.job_id,
-        job_name=job.job_name,
-        seconds=seconds,
-    )
+    return state, hint
 
 
 def interrupted(job: JobRef, *, stays_open: bool = False) -> JobInterrupted:
