@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, cast
 
-from sqlalchemy import Table, bindparam, delete, func, insert, select, update
+from sqlalchemy import Table, delete, func, insert, select, tuple_, update
 from sqlalchemy.orm import Session, aliased
 
 from ..errors import CatalogError, Hint, UnknownKeysError
@@ -376,14 +376,14 @@ def update_field_values(
             keys=missing[:1000],
             hint=_MISSING_HINT,
         )
-    superseded: list[dict[str, Any]] = []
+    superseded: list[tuple[int, int, str]] = []
     added: list[dict[str, Any]] = []
     names: set[str] = set()
     unset = 0
     for key, (shard_id, offset) in found.items():
         for name, value in updates[key].items():
             names.add(name)
-            superseded.append({"s": shard_id, "o": offset, "n": name})
+            superseded.append((shard_id, offset, name))
             # An unset value is a row too, holding NULL: what the version reads is explicit
             # (a stored value indexed again later stays superseded: _supersede_stored).
             num, txt = (None, None) if value is None else value
@@ -399,19 +399,18 @@ def update_field_values(
                     "added_version": version,
                 }
             )
-    supersede = (
-        update(RecordField)
-        .where(
-            RecordField.shard_id == bindparam("s"),
-            RecordField.byte_offset == bindparam("o"),
-            RecordField.name == bindparam("n"),
-            visibility.value_live(RecordField),
+    # Set-based: one UPDATE per chunk of (shard, offset, name) triples, not one per value.
+    for i in range(0, len(superseded), _TRIPLES):
+        chunk = superseded[i : i + _TRIPLES]
+        session.execute(
+            update(RecordField)
+            .where(
+                tuple_(RecordField.shard_id, RecordField.byte_offset, RecordField.name).in_(chunk),
+                visibility.value_live(RecordField),
+            )
+            .values(removed_version=version),
+            execution_options=NO_SYNC,
         )
-        .values(removed_version=version)
-    )
-    conn = session.connection()
-    for i in range(0, len(superseded), _CHUNK):
-        conn.execute(supersede, superseded[i : i + _CHUNK])
     for i in range(0, len(added), _CHUNK):
         session.execute(insert(VALUE_ROWS), added[i : i + _CHUNK], execution_options=NO_SYNC)
     return FieldsUpdate(
@@ -426,6 +425,8 @@ def update_field_values(
 
 
 _KEY_CHUNK = 500
+_TRIPLES = 3000
+"""Values superseded per UPDATE (three bound parameters each: within SQLite's 32,766)."""
 _MISSING_HINT = Hint(
     python="check the keys, or pass on_missing='skip' to set the others",
     cli="check the keys, or pass --on-missing skip to set the others",
