@@ -284,3 +284,22 @@ def test_subclass_instances_are_freed_by_their_own_type() -> None:
     gc.collect()
     assert sys.getrefcount(Sub) == before
     assert [r.key for r in _many(3)] == ["k0", "k1", "k2"]  # type: ignore[attr-defined]
+
+
+def test_every_kind_of_entry_pickles_as_its_bytes() -> None:
+    """A read entry is a view of its record's buffer; another process gets its decoded bytes."""
+    import pickle
+
+    rec: Any = _decoded()
+    lazy = rec["a"]
+    assert type(lazy) is _SpanEntry
+    stored = _StoredEntry(memoryview(b"plain"), OCTET, Codec.NONE)
+    packed = Entry.from_stored(memoryview(compress(b"z" * 500, Codec.ZSTD)), OCTET, Codec.ZSTD)
+    mine = Entry(b"abc", "text/plain", codec="lz4")
+    for entry, data in ((lazy, b"AAAA"), (stored, b"plain"), (packed, b"z" * 500), (mine, b"abc")):
+        back = pickle.loads(pickle.dumps(entry))
+        assert type(back) is Entry
+        assert (back.data, back.content_type) == (data, entry.content_type)
+    # A read entry's codec said how its shard stored it; an entry made to write keeps its own.
+    assert pickle.loads(pickle.dumps(packed)).codec is None
+    assert pickle.loads(pickle.dumps(mine)).codec is Codec.LZ4

@@ -181,6 +181,11 @@ class Entry:
         # Only entries read from a shard lack raw bytes; they have both of these.
         return decompress(self._stored, self.codec)  # type: ignore[arg-type]
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # An entry read from a shard is a view of its read buffer, which does not pickle: sent
+        # to another process (a Dask task's result), any entry carries its decoded bytes.
+        return (Entry, (self.data, self.content_type, self.codec if type(self) is Entry else None))
+
     @property
     def data(self) -> bytes:
         """The decoded bytes."""
