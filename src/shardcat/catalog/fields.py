@@ -401,11 +401,11 @@ def update_field_values(
             )
     # Set-based: one UPDATE per chunk of (shard, offset, name) triples, not one per value.
     for i in range(0, len(superseded), _TRIPLES):
-        chunk = superseded[i : i + _TRIPLES]
+        triples = superseded[i : i + _TRIPLES]
         session.execute(
             update(RecordField)
             .where(
-                tuple_(RecordField.shard_id, RecordField.byte_offset, RecordField.name).in_(chunk),
+                tuple_(RecordField.shard_id, RecordField.byte_offset, RecordField.name).in_(triples),
                 visibility.value_live(RecordField),
             )
             .values(removed_version=version),
