@@ -405,7 +405,9 @@ def update_field_values(
         session.execute(
             update(RecordField)
             .where(
-                tuple_(RecordField.shard_id, RecordField.byte_offset, RecordField.name).in_(triples),
+                tuple_(RecordField.shard_id, RecordField.byte_offset, RecordField.name).in_(
+                    triples
+                ),
                 visibility.value_live(RecordField),
             )
             .values(removed_version=version),
