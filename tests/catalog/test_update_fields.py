@@ -220,3 +220,65 @@ def test_upgrade_from_0014_keeps_the_values_and_downgrade_keeps_the_latest(catal
         assert _keys(cat, "label = 9") == [keys[1]]
         assert keys[2] in _keys(cat, "label IS NULL")
         assert cat.select("train", "label IS NOT NULL").count == len(keys) - 1
+
+
+def test_storing_values_while_an_update_waits_leaves_one_live_value(catalog_url, local_root):
+    """store_fields (index_fields) and update_fields of the same records, concurrently.
+
+    On PostgreSQL (READ COMMITTED) an update that waited for a store's transaction
+    found the stored rows it meant to supersede deleted, and the store had not seen
+    the update: both rows stayed live, and ``where=`` gave the sample twice.
+    """
+    if not catalog_url.startswith("postgresql"):
+        pytest.skip("SQLite runs one write transaction at a time")
+    import threading
+    import time
+
+    from sqlalchemy.orm import Session
+
+    from shardcat.catalog.fields import store_field_values
+
+    with Catalog(catalog_url) as cat:
+        make_dataset(cat, local_root, 1)
+        keys = _labelled(cat)
+        s0 = cat.shards("train")[0]
+        offsets = _offsets(cat, s0.id)
+        errors: list[BaseException] = []
+
+        def update() -> None:
+            try:
+                cat.update_fields("train", {keys[0]: {"label": 50}})
+            except BaseException as e:  # handed to the test's thread
+                errors.append(e)
+
+        with Session(cat.engine) as store:
+            store_field_values(store, "train", s0.id, [(offsets[k], {"label": 8}) for k in keys])
+            me = store.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+            waiter = threading.Thread(target=update)
+            waiter.start()
+            with cat.engine.connect() as conn:
+                deadline = time.monotonic() + 20
+                while not conn.execute(
+                    sa.text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE :me = ANY(pg_blocking_pids(pid))"
+                    ),
+                    {"me": me},
+                ).scalar_one():
+                    assert waiter.is_alive(), "update_fields did not wait for the store"
+                    assert time.monotonic() < deadline, "update_fields never waited for the store"
+                    time.sleep(0.05)
+            store.commit()
+        waiter.join(30)
+        assert not waiter.is_alive() and not errors
+        with cat.engine.connect() as conn:
+            live = conn.execute(
+                sa.text(
+                    "SELECT count(*) FROM record_fields WHERE shard_id = :s AND byte_offset = :o "
+                    "AND name = 'label' AND removed_version IS NULL"
+                ),
+                {"s": s0.id, "o": offsets[keys[0]]},
+            ).scalar_one()
+        assert live == 1
+        assert _keys(cat, "label = 50") == [keys[0]]
+        assert _keys(cat, "label = 8") == sorted(keys[1:])
+        assert cat.select("train", "label IS NOT NULL").count == len(keys)

@@ -161,6 +161,12 @@ def store_field_values(
     if shard is None or shard.dataset_id != ds:
         raise CatalogError(f"shard {shard_id} is not a shard of {dataset!r}")
     kinds = declared_fields(session, ds)
+    # The dataset row FOR SHARE: an update_fields (whose version bump takes it FOR NO KEY
+    # UPDATE) waits for this store, or this for it. At READ COMMITTED, one that ran meanwhile
+    # would not see the rows stored here, nor this store its values: both stayed live.
+    # SQLite's write transactions are serial already.
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(select(Dataset.id).where(Dataset.id == ds).with_for_update(read=True))
     # The values stored with the records (added_version 0); those update_fields set stay.
     session.execute(
         delete(RecordField).where(RecordField.shard_id == shard_id, RecordField.added_version == 0),
