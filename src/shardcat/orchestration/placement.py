@@ -26,6 +26,7 @@ workers that left (:func:`stranded`) are found by the job's
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
@@ -35,6 +36,10 @@ if TYPE_CHECKING:
     from distributed import Client
 
 __all__ = ["HeldWorker", "avoid_held_workers", "held_workers", "stranded"]
+
+_ASK_TIMEOUT = 2.0
+"""Seconds the workers' answers are waited for; a cluster that takes longer counts as none held
+(every worker answers in milliseconds unless a task keeps its event loop from running)."""
 
 _WAITING = frozenset({"ready", "constrained", "waiting", "fetch", "flight"})
 """A worker's states of a task that it holds but has not started."""
@@ -83,11 +88,12 @@ def held_workers(client: Client, keys: Collection[str] = ()) -> list[HeldWorker]
     """The workers of ``client``'s cluster whose every thread runs an abandoned task.
 
     ``keys``: task keys to look for on them (:attr:`HeldWorker.waiting`).
-    A cluster that cannot be asked (a worker leaving) counts as none held.
+    A cluster that cannot be asked (a worker leaving), or not within
+    :data:`_ASK_TIMEOUT` (a worker whose event loop a GIL-bound task holds),
+    counts as none held.
     """
-    try:
-        answers = client.run(_on_worker, list(keys), on_error="return")
-    except Exception:  # the scheduler is gone or busy: the waits' own checks say so
+    answers = _ask_workers(client, list(keys))
+    if answers is None:
         return []
     held = []
     for address, answer in sorted(answers.items()):
@@ -97,6 +103,26 @@ def held_workers(client: Client, keys: Collection[str] = ()) -> list[HeldWorker]
         if abandoned and len(abandoned) >= threads:
             held.append(HeldWorker(address, tuple(abandoned), frozenset(waiting)))
     return held
+
+
+def _ask_workers(client: Client, keys: list[str]) -> dict[str, Any] | None:
+    """Every worker's :func:`_on_worker` answer, or None if they are not all in within
+    :data:`_ASK_TIMEOUT` seconds (or the scheduler cannot be asked).
+
+    A worker answers from its event loop, which a task holding the GIL (a C call that does not
+    release it) stops until it returns: the question is left to finish on its own thread.
+    """
+    answers: list[dict[str, Any]] = []
+
+    def ask() -> None:
+        # The scheduler gone or busy: no answer (the waits' own checks say so).
+        with contextlib.suppress(Exception):
+            answers.append(client.run(_on_worker, keys, on_error="return"))
+
+    asking = threading.Thread(target=ask, name="shardcat-held-workers", daemon=True)
+    asking.start()
+    asking.join(_ASK_TIMEOUT)
+    return answers[0] if answers else None
 
 
 @contextlib.contextmanager
