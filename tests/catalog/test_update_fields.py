@@ -282,3 +282,20 @@ def test_storing_values_while_an_update_waits_leaves_one_live_value(catalog_url,
         assert _keys(cat, "label = 50") == [keys[0]]
         assert _keys(cat, "label = 8") == sorted(keys[1:])
         assert cat.select("train", "label IS NOT NULL").count == len(keys)
+
+
+def test_a_key_holding_nul_is_an_unknown_key_on_both_databases(catalog_url, local_root):
+    """PostgreSQL cannot bind text holding NUL: no record has such a key, so it is unknown."""
+    with Catalog(catalog_url) as cat:
+        make_dataset(cat, local_root, 1)
+        keys = _labelled(cat)
+        before = cat.info("train").version
+        with pytest.raises(UnknownKeysError, match="no live record for 1 key") as e:
+            cat.update_fields("train", {"a\x00b": {"label": 1}, keys[0]: {"label": 5}})
+        assert e.value.keys == ["a\x00b"]
+        assert cat.info("train").version == before
+        done = cat.update_fields(
+            "train", {"a\x00b": {"label": 1}, keys[0]: {"label": 5}}, on_missing="skip"
+        )
+        assert (done.keys, done.skipped) == (1, 1)
+        assert _keys(cat, "label = 5") == [keys[0]]

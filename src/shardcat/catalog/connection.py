@@ -22,7 +22,13 @@ if TYPE_CHECKING:
 else:
     _sa = lazy_module("sqlalchemy")  # loaded already where an Engine is given
 
-__all__ = ["RawConnection"]
+__all__ = ["RawConnection", "binds"]
+
+
+def binds(dialect: str, text: str) -> bool:
+    """Whether ``text`` can be bound on ``dialect``: PostgreSQL's text holds no NUL, so no row
+    has it (a key holding one is found by no statement; asking would fail)."""
+    return dialect != "postgresql" or "\x00" not in text
 
 
 class RawConnection:
@@ -75,8 +81,8 @@ class RawConnection:
             self.execute = conn.cursor().execute
 
     def binds(self, text: str) -> bool:
-        """Whether ``text`` can be bound: PostgreSQL's text holds no NUL, so no row has it."""
-        return self.dialect != "postgresql" or "\x00" not in text
+        """Whether ``text`` can be bound on this connection's database (:func:`binds`)."""
+        return binds(self.dialect, text)
 
     def query(self, sql: str, params: Sequence[Any]) -> list[Any]:
         """All rows of ``sql``; a dropped connection is reopened and the query asked again, once.

@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session, aliased
 from ..errors import CatalogError, Hint, UnknownKeysError
 from ..format.checksums import signed_key_hash
 from . import visibility
+from .connection import binds
 from .datasets import find_dataset
 from .hashkeys import needs_key_text
 from .models import (
@@ -354,10 +355,13 @@ def update_field_values(
     if on_missing not in ON_MISSING:
         raise ValueError(f"on_missing must be one of {ON_MISSING}, not {on_missing!r}")
     needs_key_text(ds.name, ds.key_mode, "update_fields")
+    dialect = session.get_bind().dialect.name
     keys = list(updates)
+    # A key PostgreSQL cannot bind (NUL) is no record's: missing, as any other unknown key.
+    asked = [k for k in keys if binds(dialect, k)]
     found: dict[str, tuple[int, int]] = {}
-    for i in range(0, len(keys), _KEY_CHUNK):
-        chunk = keys[i : i + _KEY_CHUNK]
+    for i in range(0, len(asked), _KEY_CHUNK):
+        chunk = asked[i : i + _KEY_CHUNK]
         hashes = [signed_key_hash(k.encode("utf-8")) for k in chunk]
         rows = session.execute(
             select(Record.key, Record.shard_id, Record.byte_offset)
