@@ -172,6 +172,10 @@ def test_a_later_group_replacing_an_entry_folds_only_with_the_older_one(
         with pytest.raises(EntryExistsError, match="older group 'captions'") as e:
             shardcat.compact(cat, "train", fold_groups=["better"], client=client)
         assert "fold_groups=" in str(e.value) and e.value.names == ["txt"]
+        # The command line's advice is a command that runs: --fold-groups takes no names.
+        assert e.value.hint is not None
+        assert "--fold-group captions --fold-group better" in e.value.hint.cli
+        assert "--fold-groups captions" not in e.value.hint.cli
         assert cat.info("train").version == version
         assert cat.jobs("train", state="open") == []
         # Folding "captions" alone is fine ("better" is newer and still wins); so is both.

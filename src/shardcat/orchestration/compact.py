@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shlex
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -517,16 +518,18 @@ def _refuse_overtaking(dataset: str, found: GroupRows, ids: set[int]) -> None:
         return
     old, new = hit[0]
     names = sorted(found.entries[old] & found.entries[new])
-    need = sorted({found.names[o] for o, _ in hit})
+    # The groups asked for and the older ones they need, in group (creation) order.
+    fold = [found.names[i] for i in sorted(ids | {o for o, _ in hit}) if i in found.names]
     raise EntryExistsError(
         f"folding group {found.names[new]!r} of dataset {dataset!r} into the base would let the "
         f"older group {found.names[old]!r} win again for entries {names[:20]} it replaced "
         "(groups merge in the order they were created); nothing was changed",
         names=names,
         hint=Hint(
-            python=f"fold those groups too: fold_groups={[*need, *(found.names[n] for _, n in hit)]!r}, "
-            "or fold_groups=True",
-            cli=f"fold those groups too: --fold-groups {' '.join(need)} ..., or --fold-groups alone",
+            python=f"fold those groups too: fold_groups={fold!r}, or fold_groups=True",
+            cli="fold those groups too: "
+            + " ".join(f"--fold-group {shlex.quote(n)}" for n in fold)
+            + ", or --fold-groups alone (every group)",
         ),
     )
 
