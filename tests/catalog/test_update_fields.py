@@ -258,12 +258,15 @@ def test_storing_values_while_an_update_waits_leaves_one_live_value(catalog_url,
             waiter.start()
             with cat.engine.connect() as conn:
                 deadline = time.monotonic() + 20
+                # Each question in a transaction of its own: one transaction keeps reading the
+                # pg_stat_activity snapshot it first took (without the waiter's backend).
                 while not conn.execute(
                     sa.text(
                         "SELECT count(*) FROM pg_stat_activity WHERE :me = ANY(pg_blocking_pids(pid))"
                     ),
                     {"me": me},
                 ).scalar_one():
+                    conn.rollback()
                     assert waiter.is_alive(), "update_fields did not wait for the store"
                     assert time.monotonic() < deadline, "update_fields never waited for the store"
                     time.sleep(0.05)
