@@ -220,3 +220,39 @@ def test_upgrade_from_0014_keeps_the_values_and_downgrade_keeps_the_latest(catal
         assert _keys(cat, "label = 9") == [keys[1]]
         assert keys[2] in _keys(cat, "label IS NULL")
         assert cat.select("train", "label IS NOT NULL").count == len(keys) - 1
+
+
+def test_nan_is_refused_as_a_value_so_every_backend_reads_the_same(catalog_url, local_root):
+    # NaN was stored as NULL by SQLite but as NaN by PostgreSQL (where `quality > 0` is true
+    # for it), and written as non-standard JSON `NaN` into the version's manifest, which verify
+    # then reported as a history mismatch (NaN != NaN).
+    with Catalog(catalog_url) as cat:
+        make_dataset(cat, local_root, 1)
+        keys = _labelled(cat)
+        cat.declare_fields("train", {"quality": float})
+        version = cat.info("train").version
+        for nan in (float("nan"), float("-nan")):
+            with pytest.raises(CatalogError, match=r"field 'quality' holds number.*not nan.*unset"):
+                cat.update_fields("train", {keys[0]: {"quality": nan}})
+        assert cat.info("train").version == version
+        cat.update_fields("train", {keys[0]: {"quality": float("inf")}})
+        assert _keys(cat, "quality > 0") == [keys[0]]
+
+
+def test_nan_stored_with_a_shard_reads_as_missing(catalog_url, local_root):
+    # A dataframe's missing label is NaN: stored with the records it is no value (NULL), as a
+    # sample without the field is, on every backend.
+    with Catalog(catalog_url) as cat:
+        make_dataset(cat, local_root, 1)
+        cat.declare_fields("train", {"score": float})
+        s0 = cat.shards("train")[0]
+        keys = shard_keys(0)
+        offsets = _offsets(cat, s0.id)
+        stored = cat.store_fields(
+            "train",
+            s0.id,
+            [(offsets[keys[0]], {"score": float("nan")}), (offsets[keys[1]], {"score": 2.0})],
+        )
+        assert stored == 1
+        assert _keys(cat, "score IS NULL") == sorted(keys[:1] + keys[2:])
+        assert _keys(cat, "score > 0") == [keys[1]]
