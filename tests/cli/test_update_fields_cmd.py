@@ -125,3 +125,60 @@ def test_bad_files_are_named_with_their_line(catalog, tmp_path):
     assert isinstance(out.exception, CatalogError)
     assert "'score' is not declared" in str(out.exception)
     assert "--field NAME:TYPE" in out.exception.render("cli")
+
+
+def test_csv_rows_with_too_few_or_too_many_cells_are_refused(catalog, tmp_path):
+    # A short row used to unset every missing field silently; a long one was reported as
+    # "field None is not declared".
+    for text, said in (
+        (
+            f"key,split,quality\n{KEYS[0]},val,0.5\n{KEYS[1]}\n",
+            "f.csv line 3 has 1 cell, the header 3",
+        ),
+        (f"key,split,quality\n{KEYS[0]},val,0.5,x\n", "f.csv line 2 has 4 cells, the header 3"),
+    ):
+        path = tmp_path / "f.csv"
+        path.write_text(text)
+        out = cli(
+            catalog,
+            "update-fields",
+            "train",
+            str(path),
+            "--field",
+            "quality:float",
+            "--field",
+            "split:str",
+        )
+        assert out.exit_code == 2, out.output
+        assert said in " ".join(re.sub("[│╭╮╰╯─]", " ", out.output).split()), out.output
+    with Catalog(catalog) as cat:
+        assert cat.info("train").version == 1
+    # An empty cell (the row has every cell) still unsets.
+    path = tmp_path / "ok.csv"
+    path.write_text(f"key,split,quality\n{KEYS[0]},,0.5\n")
+    out = cli(
+        catalog,
+        "update-fields",
+        "train",
+        str(path),
+        "--field",
+        "quality:float",
+        "--field",
+        "split:str",
+    )
+    assert out.exit_code == 0, out.output
+    assert "unset 1" in out.output
+
+
+def test_a_missing_file_is_a_usage_error_naming_it(catalog, tmp_path):
+    out = cli(catalog, "update-fields", "train", str(tmp_path / "nope.jsonl"))
+    assert out.exit_code == 2, out.output
+    assert "nope.jsonl" in out.output and "no such file" in out.output.lower()
+
+
+def test_nan_in_a_csv_cell_is_refused(catalog, tmp_path):
+    path = tmp_path / "nan.csv"
+    path.write_text(f"key,quality\n{KEYS[0]},nan\n")
+    out = cli(catalog, "update-fields", "train", str(path), "--field", "quality:float")
+    assert isinstance(out.exception, CatalogError), out.output
+    assert "not nan" in str(out.exception)
