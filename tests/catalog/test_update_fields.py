@@ -256,3 +256,17 @@ def test_nan_stored_with_a_shard_reads_as_missing(catalog_url, local_root):
         assert stored == 1
         assert _keys(cat, "score IS NULL") == sorted(keys[:1] + keys[2:])
         assert _keys(cat, "score > 0") == [keys[1]]
+
+
+def test_declare_with_the_update_is_one_transaction(catalog_url, local_root):
+    with Catalog(catalog_url) as cat:
+        cat.create_dataset("h", local_root, keys="hash")
+        cat.register_shard("h", write_shard(f"{local_root}/h.shard", shard_keys(3)))
+        with pytest.raises(KeyTextUnavailableError):
+            cat.update_fields("h", {shard_keys(3)[0]: {"label": 1}}, declare={"label": int})
+        assert cat.fields("h") == {}
+        make_dataset(cat, local_root, 1)
+        key = shard_keys(0)[0]
+        done = shardcat.update_fields(cat, "train", {key: {"split": "val"}}, declare={"split": str})
+        assert done.values == 1 and cat.fields("train") == {"split": "text"}
+        assert _keys(cat, "split = 'val'") == [key]

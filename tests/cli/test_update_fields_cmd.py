@@ -182,3 +182,21 @@ def test_nan_in_a_csv_cell_is_refused(catalog, tmp_path):
     out = cli(catalog, "update-fields", "train", str(path), "--field", "quality:float")
     assert isinstance(out.exception, CatalogError), out.output
     assert "not nan" in str(out.exception)
+
+
+def test_a_refused_update_declares_no_field(catalog, tmp_path):
+    # --field used to be declared in its own transaction first: an update refused after it
+    # (unknown keys, a hash-only dataset) left the field declared though "nothing was changed".
+    path = tmp_path / "v.jsonl"
+    path.write_text(json.dumps({"key": "nope/1", "colour": "red"}) + "\n")
+    out = cli(catalog, "update-fields", "train", str(path), "--field", "colour:str")
+    assert isinstance(out.exception, UnknownKeysError), out.output
+    with Catalog(catalog) as cat:
+        assert cat.fields("train") == {}
+        assert cat.info("train").version == 1
+    # A field declared before keeps its kind: declaring it as another is the declaration's error.
+    path.write_text(json.dumps({"key": KEYS[0], "colour": "red"}) + "\n")
+    assert cli(catalog, "update-fields", "train", str(path), "--field", "colour:str").exit_code == 0
+    out = cli(catalog, "update-fields", "train", str(path), "--field", "colour:int")
+    assert isinstance(out.exception, CatalogError)
+    assert "declared as text, not number" in str(out.exception)

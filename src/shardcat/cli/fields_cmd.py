@@ -63,18 +63,23 @@ def update_fields(
     Older versions keep the values they had (where= with version= reads them).
     A null value (JSON) or an empty cell (CSV) unsets the field.
     """
-    declare = parse_fields(field)
+    from ..catalog.fields import kind_of
+
+    declare = parse_fields(field) or {}
     text = sys.stdin.read() if values_from == "-" else _read_file(values_from)
     as_csv = csv_format or values_from.lower().endswith(".csv")
     state = state_of(ctx)
     with open_catalog(state) as cat:
-        kinds = cat.declare_fields(dataset, declare) if declare else cat.fields(dataset)
+        # Declared with the update, in its transaction: a refused update declares nothing.
+        # A field declared before keeps its kind here; declaring it anew as another fails there.
+        kinds = {**{n: kind_of(t) for n, t in declare.items()}, **cat.fields(dataset)}
         values = read_values(text, values_from, kinds, as_csv=as_csv)
         done = cat.update_fields(
             dataset,
             values,
             message=message,
             on_missing="skip" if on_missing is OnMissing.skip else "error",
+            declare=declare or None,
         )
     skipped = f", skipped {count_of(done.skipped, 'unknown key')}" if done.skipped else ""
     unset = f", unset {done.unset}" if done.unset else ""
