@@ -200,3 +200,21 @@ def test_a_refused_update_declares_no_field(catalog, tmp_path):
     out = cli(catalog, "update-fields", "train", str(path), "--field", "colour:int")
     assert isinstance(out.exception, CatalogError)
     assert "declared as text, not number" in str(out.exception)
+
+
+def test_a_byte_order_mark_before_the_header_is_not_part_of_it(catalog, tmp_path):
+    # Spreadsheets save "CSV UTF-8" with a BOM: the header's first column read as "\ufeffkey".
+    path = tmp_path / "excel.csv"
+    path.write_bytes(f"\ufeffkey,split\r\n{KEYS[0]},val\r\n".encode())
+    out = cli(catalog, "update-fields", "train", str(path), "--field", "split:str")
+    assert out.exit_code == 0, out.output
+    assert chosen(catalog, "split = 'val'") == [KEYS[0]]
+    out = cli(
+        catalog,
+        "update-fields",
+        "train",
+        "-",
+        stdin="\ufeff" + json.dumps({"key": KEYS[1], "split": "val"}),
+    )
+    assert out.exit_code == 0, out.output
+    assert chosen(catalog, "split = 'val'") == KEYS[:2]

@@ -67,6 +67,7 @@ def update_fields(
 
     declare = parse_fields(field) or {}
     text = sys.stdin.read() if values_from == "-" else _read_file(values_from)
+    text = text.removeprefix("\ufeff")  # the byte order mark spreadsheets put before a CSV
     as_csv = csv_format or values_from.lower().endswith(".csv")
     state = state_of(ctx)
     with open_catalog(state) as cat:
