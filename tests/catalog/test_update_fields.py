@@ -302,3 +302,53 @@ def test_a_key_holding_nul_is_an_unknown_key_on_both_databases(catalog_url, loca
         )
         assert (done.keys, done.skipped) == (1, 1)
         assert _keys(cat, "label = 5") == [keys[0]]
+
+
+def test_nan_is_refused_as_a_value_so_every_backend_reads_the_same(catalog_url, local_root):
+    # NaN was stored as NULL by SQLite but as NaN by PostgreSQL (where `quality > 0` is true
+    # for it), and written as non-standard JSON `NaN` into the version's manifest, which verify
+    # then reported as a history mismatch (NaN != NaN).
+    with Catalog(catalog_url) as cat:
+        make_dataset(cat, local_root, 1)
+        keys = _labelled(cat)
+        cat.declare_fields("train", {"quality": float})
+        version = cat.info("train").version
+        for nan in (float("nan"), float("-nan")):
+            with pytest.raises(CatalogError, match=r"field 'quality' holds number.*not nan.*unset"):
+                cat.update_fields("train", {keys[0]: {"quality": nan}})
+        assert cat.info("train").version == version
+        cat.update_fields("train", {keys[0]: {"quality": float("inf")}})
+        assert _keys(cat, "quality > 0") == [keys[0]]
+
+
+def test_nan_stored_with_a_shard_reads_as_missing(catalog_url, local_root):
+    # A dataframe's missing label is NaN: stored with the records it is no value (NULL), as a
+    # sample without the field is, on every backend.
+    with Catalog(catalog_url) as cat:
+        make_dataset(cat, local_root, 1)
+        cat.declare_fields("train", {"score": float})
+        s0 = cat.shards("train")[0]
+        keys = shard_keys(0)
+        offsets = _offsets(cat, s0.id)
+        stored = cat.store_fields(
+            "train",
+            s0.id,
+            [(offsets[keys[0]], {"score": float("nan")}), (offsets[keys[1]], {"score": 2.0})],
+        )
+        assert stored == 1
+        assert _keys(cat, "score IS NULL") == sorted(keys[:1] + keys[2:])
+        assert _keys(cat, "score > 0") == [keys[1]]
+
+
+def test_declare_with_the_update_is_one_transaction(catalog_url, local_root):
+    with Catalog(catalog_url) as cat:
+        cat.create_dataset("h", local_root, keys="hash")
+        cat.register_shard("h", write_shard(f"{local_root}/h.shard", shard_keys(3)))
+        with pytest.raises(KeyTextUnavailableError):
+            cat.update_fields("h", {shard_keys(3)[0]: {"label": 1}}, declare={"label": int})
+        assert cat.fields("h") == {}
+        make_dataset(cat, local_root, 1)
+        key = shard_keys(0)[0]
+        done = shardcat.update_fields(cat, "train", {key: {"split": "val"}}, declare={"split": str})
+        assert done.values == 1 and cat.fields("train") == {"split": "text"}
+        assert _keys(cat, "split = 'val'") == [key]

@@ -125,3 +125,96 @@ def test_bad_files_are_named_with_their_line(catalog, tmp_path):
     assert isinstance(out.exception, CatalogError)
     assert "'score' is not declared" in str(out.exception)
     assert "--field NAME:TYPE" in out.exception.render("cli")
+
+
+def test_csv_rows_with_too_few_or_too_many_cells_are_refused(catalog, tmp_path):
+    # A short row used to unset every missing field silently; a long one was reported as
+    # "field None is not declared".
+    for text, said in (
+        (
+            f"key,split,quality\n{KEYS[0]},val,0.5\n{KEYS[1]}\n",
+            "f.csv line 3 has 1 cell, the header 3",
+        ),
+        (f"key,split,quality\n{KEYS[0]},val,0.5,x\n", "f.csv line 2 has 4 cells, the header 3"),
+    ):
+        path = tmp_path / "f.csv"
+        path.write_text(text)
+        out = cli(
+            catalog,
+            "update-fields",
+            "train",
+            str(path),
+            "--field",
+            "quality:float",
+            "--field",
+            "split:str",
+        )
+        assert out.exit_code == 2, out.output
+        assert said in " ".join(re.sub("[│╭╮╰╯─]", " ", out.output).split()), out.output
+    with Catalog(catalog) as cat:
+        assert cat.info("train").version == 1
+    # An empty cell (the row has every cell) still unsets.
+    path = tmp_path / "ok.csv"
+    path.write_text(f"key,split,quality\n{KEYS[0]},,0.5\n")
+    out = cli(
+        catalog,
+        "update-fields",
+        "train",
+        str(path),
+        "--field",
+        "quality:float",
+        "--field",
+        "split:str",
+    )
+    assert out.exit_code == 0, out.output
+    assert "unset 1" in out.output
+
+
+def test_a_missing_file_is_a_usage_error_naming_it(catalog, tmp_path):
+    out = cli(catalog, "update-fields", "train", str(tmp_path / "nope.jsonl"))
+    assert out.exit_code == 2, out.output
+    assert "nope.jsonl" in out.output and "no such file" in out.output.lower()
+
+
+def test_nan_in_a_csv_cell_is_refused(catalog, tmp_path):
+    path = tmp_path / "nan.csv"
+    path.write_text(f"key,quality\n{KEYS[0]},nan\n")
+    out = cli(catalog, "update-fields", "train", str(path), "--field", "quality:float")
+    assert isinstance(out.exception, CatalogError), out.output
+    assert "not nan" in str(out.exception)
+
+
+def test_a_refused_update_declares_no_field(catalog, tmp_path):
+    # --field used to be declared in its own transaction first: an update refused after it
+    # (unknown keys, a hash-only dataset) left the field declared though "nothing was changed".
+    path = tmp_path / "v.jsonl"
+    path.write_text(json.dumps({"key": "nope/1", "colour": "red"}) + "\n")
+    out = cli(catalog, "update-fields", "train", str(path), "--field", "colour:str")
+    assert isinstance(out.exception, UnknownKeysError), out.output
+    with Catalog(catalog) as cat:
+        assert cat.fields("train") == {}
+        assert cat.info("train").version == 1
+    # A field declared before keeps its kind: declaring it as another is the declaration's error.
+    path.write_text(json.dumps({"key": KEYS[0], "colour": "red"}) + "\n")
+    assert cli(catalog, "update-fields", "train", str(path), "--field", "colour:str").exit_code == 0
+    out = cli(catalog, "update-fields", "train", str(path), "--field", "colour:int")
+    assert isinstance(out.exception, CatalogError)
+    assert "declared as text, not number" in str(out.exception)
+
+
+def test_a_byte_order_mark_before_the_header_is_not_part_of_it(catalog, tmp_path):
+    # Spreadsheets save "CSV UTF-8" with a BOM: the header's first column read as "\ufeffkey".
+    path = tmp_path / "excel.csv"
+    path.write_bytes(f"\ufeffkey,split\r\n{KEYS[0]},val\r\n".encode())
+    out = cli(catalog, "update-fields", "train", str(path), "--field", "split:str")
+    assert out.exit_code == 0, out.output
+    assert chosen(catalog, "split = 'val'") == [KEYS[0]]
+    out = cli(
+        catalog,
+        "update-fields",
+        "train",
+        "-",
+        stdin="\ufeff" + json.dumps({"key": KEYS[1], "split": "val"}),
+    )
+    assert out.exit_code == 0, out.output
+    assert chosen(catalog, "split = 'val'") == KEYS[:2]

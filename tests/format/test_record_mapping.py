@@ -179,3 +179,10 @@ def test_a_merged_record_of_groups_reads_each_name_from_its_newest_part(built: b
     # Records of the same layouts share the merge of their names (one rule, made once).
     again = merge_records("k", [base, cap, plain])
     assert list(again) == list(merged) and again["txt"] is cap["txt"]
+
+
+def test_bytes_of_an_entry_are_its_decoded_bytes(record: Record) -> None:
+    # Bags read with decode=False hold entries; bytes(entry) is what a user writes first.
+    assert bytes(record["jpg"]) == record["jpg"].data == b"\xff\xd8" + bytes(300)
+    assert bytes(record["txt"]) == b"meow"
+    assert bytes(Entry(b"abc", "text/plain")) == b"abc"

@@ -51,6 +51,7 @@ from .duplicates import (
 from .fields import (
     FIELD_UPDATE,
     FieldValues,
+    declare_fields,
     declared_fields,
     field_updates,
     update_field_values,
@@ -485,9 +486,12 @@ def commit_field_updates(
     *,
     on_missing: Literal["error", "skip"],
     message: str | None,
+    declare: Mapping[str, type] | None = None,
 ) -> FieldsUpdate:
     """See :meth:`Catalog.update_fields`: a job with no shards whose version sets the values."""
     ds = find_dataset(session, dataset)
+    if declare:
+        declare_fields(session, dataset, declare)
     updates = field_updates(declared_fields(session, ds.id), ds.name, values)
     done: list[FieldsUpdate] = []
 

@@ -17,6 +17,7 @@ values: an unset), so older versions read what they read. :func:`.visibility.val
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, cast
@@ -180,7 +181,7 @@ def store_field_values(
             kind = kinds.get(name)
             if kind is None:
                 raise CatalogError(f"field {name!r} is not declared for {dataset!r}")
-            if value is None:
+            if value is None or _is_nan(value):  # NaN: a dataframe's missing value
                 continue
             num, text = _split(name, kind, value)
             rows.append(
@@ -490,8 +491,19 @@ def drop_unseen_values(session: Session, dataset_id: int) -> int:
     return int(done.rowcount)  # type: ignore[attr-defined]
 
 
+def _is_nan(value: Any) -> bool:
+    """NaN: SQLite stores it as NULL, PostgreSQL as a number above every other."""
+    return isinstance(value, float) and math.isnan(value)
+
+
 def _split(name: str, kind: str, value: Any) -> tuple[float | None, str | None]:
     if kind == "number" and isinstance(value, (int, float)):  # bool is an int: 0/1
+        if _is_nan(value):
+            raise CatalogError(
+                f"field {name!r} holds number values, not nan (SQLite would store it as NULL, "
+                "PostgreSQL as a number above all others); nothing was changed; to unset a "
+                "field give None (JSON null, an empty CSV cell)"
+            )
         return float(value), None
     if kind == "text" and isinstance(value, str):
         return None, value

@@ -130,13 +130,15 @@ class VersionsApi:
         *,
         message: str | None = None,
         on_missing: Literal["error", "skip"] = "error",
+        declare: Mapping[str, type] | None = None,
     ) -> FieldsUpdate:
         """A new version with these declared fields' values; no shard is written (docs/TRAINING.md).
 
         ``values``: key → {field: value} (or ``(key, {field: value})`` pairs);
         a ``None`` value unsets the field. Every field must be declared
-        (:meth:`declare_fields`). Older versions keep reading the values they
-        read (``select(..., version=)``).
+        (:meth:`declare_fields`, or ``declare``: name → type, declared in the
+        same transaction, so a refused update declares nothing). Older
+        versions keep reading the values they read (``select(..., version=)``).
 
         Raises
         ------
@@ -155,7 +157,7 @@ class VersionsApi:
             with self._uow(write=True) as s:
                 out.append(
                     _commit.commit_field_updates(
-                        s, dataset, pairs, on_missing=on_missing, message=message
+                        s, dataset, pairs, on_missing=on_missing, message=message, declare=declare
                     )
                 )
 

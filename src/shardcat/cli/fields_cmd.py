@@ -63,18 +63,24 @@ def update_fields(
     Older versions keep the values they had (where= with version= reads them).
     A null value (JSON) or an empty cell (CSV) unsets the field.
     """
-    declare = parse_fields(field)
-    text = sys.stdin.read() if values_from == "-" else Path(values_from).read_text(encoding="utf-8")
+    from ..catalog.fields import kind_of
+
+    declare = parse_fields(field) or {}
+    text = sys.stdin.read() if values_from == "-" else _read_file(values_from)
+    text = text.removeprefix("\ufeff")  # the byte order mark spreadsheets put before a CSV
     as_csv = csv_format or values_from.lower().endswith(".csv")
     state = state_of(ctx)
     with open_catalog(state) as cat:
-        kinds = cat.declare_fields(dataset, declare) if declare else cat.fields(dataset)
+        # Declared with the update, in its transaction: a refused update declares nothing.
+        # A field declared before keeps its kind here; declaring it anew as another fails there.
+        kinds = {**{n: kind_of(t) for n, t in declare.items()}, **cat.fields(dataset)}
         values = read_values(text, values_from, kinds, as_csv=as_csv)
         done = cat.update_fields(
             dataset,
             values,
             message=message,
             on_missing="skip" if on_missing is OnMissing.skip else "error",
+            declare=declare or None,
         )
     skipped = f", skipped {count_of(done.skipped, 'unknown key')}" if done.skipped else ""
     unset = f", unset {done.unset}" if done.unset else ""
@@ -102,8 +108,9 @@ def read_values(
     ------
     typer.BadParameter
         A line that is not a JSON object with a string ``key``, a CSV file
-        without a ``key`` column, or a CSV cell that is not a number where
-        its field holds numbers.
+        without a ``key`` column, a CSV row with fewer or more cells than
+        its header, or a CSV cell that is not a number where its field
+        holds numbers.
     """
     out: list[tuple[str, dict[str, Any]]] = []
     if as_csv:
@@ -114,7 +121,9 @@ def read_values(
                 f"(found: {', '.join(reader.fieldnames or []) or 'no header'})",
                 param_hint="FILE",
             )
-        for n, row in enumerate(reader, 2):
+        for row in reader:
+            n = reader.line_num
+            _check_cells(row, len(reader.fieldnames), source, n)
             values = {
                 name: _cell(name, cell, kinds.get(name), source, n)
                 for name, cell in row.items()
@@ -140,6 +149,26 @@ def read_values(
         key = obj.pop("key")
         out.append((key, obj))
     return out
+
+
+def _read_file(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise typer.BadParameter(f"{path}: {e.strerror or e}", param_hint="FILE") from None
+
+
+def _check_cells(row: Mapping[str | None, Any], columns: int, source: str, line: int) -> None:
+    """A row with fewer or more cells than the header: refused (a short row would unset)."""
+    extra = row.get(None) or []
+    missing = sum(1 for name, cell in row.items() if name is not None and cell is None)
+    if extra or missing:
+        cells = columns - missing + len(extra)
+        raise typer.BadParameter(
+            f"{source} line {line} has {count_of(cells, 'cell')}, the header {columns}; give "
+            "every row one cell per column (an empty cell unsets the field)",
+            param_hint="FILE",
+        )
 
 
 def _cell(name: str, cell: str | None, kind: str | None, source: str, line: int) -> Any:

@@ -194,6 +194,9 @@ class Entry:
             return raw
         return bytes(self.view)
 
+    def __bytes__(self) -> bytes:
+        return self.data
+
     def __len__(self) -> int:
         return self.view.nbytes
 

@@ -473,7 +473,8 @@ def _fold_joins(
     in_place = sorted({kinds.get(r[0], "?") for r in rows} - {"native"})
     if in_place:
         raise GroupsUnsupportedError(
-            f"dataset {dataset!r} is indexed in place ({', '.join(in_place)} files): its base is "
+            f"dataset {dataset!r} is indexed in place (base shards of kind "
+            f"{', '.join(map(repr, in_place))}): its base is "
             "the user's files, which a fold of column groups cannot rewrite; nothing was changed",
             hint=Hint(
                 python="keep the groups as groups (compact without fold_groups), or pack the "

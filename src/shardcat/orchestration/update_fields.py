@@ -19,6 +19,7 @@ def update_fields(
     *,
     message: str | None = None,
     on_missing: Literal["error", "skip"] = "error",
+    declare: Mapping[str, type] | None = None,
 ) -> FieldsUpdate:
     """Set declared fields' values of some samples in a new version; no shard is written.
 
@@ -41,6 +42,9 @@ def update_fields(
     on_missing:
         A key without a live record: ``"error"`` (KeyNotFoundError naming
         some, nothing changes) or ``"skip"`` (counted in ``skipped``).
+    declare:
+        Fields to declare first (name → int, float, bool or str), in the
+        same transaction: an update refused declares nothing.
 
     Returns
     -------
@@ -67,4 +71,6 @@ def update_fields(
     from ..reading import Catalog
 
     with Catalog.opened(catalog) as cat:
-        return cat.update_fields(dataset, values, message=message, on_missing=on_missing)
+        return cat.update_fields(
+            dataset, values, message=message, on_missing=on_missing, declare=declare
+        )
