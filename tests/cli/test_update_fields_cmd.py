@@ -33,8 +33,12 @@ def catalog(tmp_path: Path) -> str:
 
 
 def cli(catalog: str, *args: str, json_out: bool = False, stdin: str | None = None) -> Any:
+    # Wide: a usage error's panel would break a long temporary path inside a word.
     return CliRunner().invoke(
-        app, ["--catalog", catalog, *(["--json"] if json_out else []), *args], input=stdin
+        app,
+        ["--catalog", catalog, *(["--json"] if json_out else []), *args],
+        input=stdin,
+        env={"COLUMNS": "250", "NO_COLOR": "1"},
     )
 
 

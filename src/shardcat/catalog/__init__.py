@@ -31,12 +31,18 @@ from .results import (
 from .session import DEFAULT_URL, catalog_exists, create_catalog_engine, display_url
 
 if TYPE_CHECKING:
+    from .fields import kind_of
     from .selection import SAMPLE_COLUMNS, Selection
     from .versions import ExpireResult
 
 # Names whose modules load the ORM models: imported on first use, so that
 # opening a catalog for lookups does not.
-_LAZY = {"SAMPLE_COLUMNS": ".selection", "Selection": ".selection", "ExpireResult": ".versions"}
+_LAZY = {
+    "SAMPLE_COLUMNS": ".selection",
+    "Selection": ".selection",
+    "ExpireResult": ".versions",
+    "kind_of": ".fields",
+}
 
 # Names that moved up to shardcat.reading (the layers forbid importing them back here).
 _MOVED = frozenset({"Catalog", "CatalogHandle"})
@@ -84,6 +90,7 @@ __all__ = [
     "display_url",
     "downgrade",
     "head_revision",
+    "kind_of",
     "upgrade",
     "verify_schema",
 ]

@@ -429,6 +429,14 @@ def _sqlite_missing_schema(orig: BaseException, text: str) -> bool:
     )
 
 
+def nul_refused(url: str | URL) -> InvalidNameError:
+    """The error for text PostgreSQL cannot bind: a NUL character (its driver refuses it)."""
+    return InvalidNameError(
+        f"catalog {display_url(url)}: PostgreSQL cannot store the NUL character (\\x00) that a "
+        "key, dataset name or entry name here holds: remove it, or use a SQLite catalog"
+    )
+
+
 def translate_exception(
     e: BaseException,
     url: str | URL,
@@ -473,10 +481,7 @@ def translate_exception(
         if driver == "postgresql" and code is not None and code[:2] in _PG_USER_CLASSES:
             return QueryError(f"your query failed: {text}", sqlstate=code, undefined_object=missing)
     if driver == "postgresql" and (code == _PG_BAD_CHARACTER or "NUL (0x00)" in text):
-        return InvalidNameError(
-            f"catalog {where}: PostgreSQL cannot store the NUL character (\\x00) that a key, "
-            "dataset name or entry name here holds: remove it, or use a SQLite catalog"
-        )
+        return nul_refused(url)
     if isinstance(orig, UnicodeEncodeError):  # a lone surrogate, bound as a parameter
         return InvalidNameError(
             f"catalog {where}: a dataset name, key or entry name here is not valid Unicode "

@@ -63,7 +63,7 @@ def update_fields(
     Older versions keep the values they had (where= with version= reads them).
     A null value (JSON) or an empty cell (CSV) unsets the field.
     """
-    from ..catalog.fields import kind_of
+    from ..catalog import kind_of
 
     declare = parse_fields(field) or {}
     text = sys.stdin.read() if values_from == "-" else _read_file(values_from)

@@ -33,6 +33,7 @@ from ..catalog.hashkeys import HASH
 from ..catalog.history import Version
 from ..catalog.kinds import RANGES_OF_FILE
 from ..catalog.results import BatchResult, DescribedBatch, EntryInfo, Location
+from ..catalog.session import nul_refused
 from ..catalog.spans import unpack_spans
 from ..catalog.sqlite_file import SqliteFile
 from ..errors import (
@@ -265,6 +266,8 @@ class Lookup:
             rows = self._hash_only(kind, dataset, key, version)
             if rows:
                 return rows
+        elif found and not self.raw.binds(key):  # no row with key text can hold it
+            raise nul_refused(self.raw.url)
         raise missing(self._query, self._p, self._point, dataset, key, version, found=found)
 
     def _hash_only(self, kind: str, dataset: str, key: str, version: Version) -> list[Any]:

@@ -58,12 +58,7 @@ def missing(
     if key is None:
         return KeyNotFoundError(f"no keys found in dataset {dataset!r}{at}")
     hint = ""
-    if "\x00" in key:  # PostgreSQL binds no NUL: the hints' statements could not ask
-        hint = (
-            "; the key holds a NUL character (\\x00), which a PostgreSQL catalog stores only "
-            "in a hash-only dataset (keys='hash')"
-        )
-    elif version is None:
+    if version is None and "\x00" not in key:  # a hint is extra; PostgreSQL binds no NUL
         hint = _removed_hint(query, p, int(found[0][0]), key) or _stem_hint(
             query, point, dataset, key
         )
