@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from . import shards as _shards
     from . import statistics as _statistics
     from . import versions as _versions
+    from .fields import CarriedValues
     from .groups import GroupWrite
     from .kinds import Summary
     from .manifests import DatasetHistory
@@ -639,6 +640,7 @@ class SqlCatalog(VersionsApi, DeprecatedMethods):
         group: GroupWrite | None = None,
         groups: Mapping[str, Collection[str]] | None = None,
         fold: Collection[int] | None = None,
+        carried: CarriedValues | None = None,
     ) -> JobInfo:
         """Make every staged shard of the job visible, together, in one transaction.
 
@@ -693,6 +695,10 @@ class SqlCatalog(VersionsApi, DeprecatedMethods):
             group's records, in the groups' order (a copy or reindex of a
             dataset with groups, docs/GROUPS.md): they become those groups'
             records, and a group the dataset lacks is created.
+        carried:
+            A copy's (``copy_dataset``): the source's declared fields and the values its
+            latest version reads, by staged shard URL; declared and stored as set at the
+            new version, which its manifest lists.
         fold:
             With ``rewrite``: ids of the column groups whose entries the
             job's copies carry merged into the base (``compact(fold_groups=)``,
@@ -748,6 +754,7 @@ class SqlCatalog(VersionsApi, DeprecatedMethods):
                         group=group,
                         groups=groups,
                         fold=fold,
+                        carried=carried,
                     )
                 ]
 

@@ -50,7 +50,9 @@ from .duplicates import (
 )
 from .fields import (
     FIELD_UPDATE,
+    CarriedValues,
     FieldValues,
+    carry_values,
     declare_fields,
     declared_fields,
     field_updates,
@@ -143,6 +145,7 @@ def commit(
     group: GroupWrite | None = None,
     groups: Mapping[str, Collection[str]] | None = None,
     fold: Collection[int] | None = None,
+    carried: CarriedValues | None = None,
 ) -> int:
     """Make the job's staged shards visible as a new dataset version; returns its number.
 
@@ -207,6 +210,10 @@ def commit(
         the groups' (:func:`.groups.assign_groups`), a group the dataset
         lacks is created at the new version, and the duplicate check then
         compares keys within each group.
+    carried:
+        A copy's (``copy_dataset``): the source's declared fields and the values its
+        latest version reads, by the job's shard URL; declared here and stored as set
+        at the new version (:func:`.fields.carry_values`), so its manifest lists them.
     fold:
         With ``rewrite``: ids of column groups whose entries the job's
         copies carry merged into the base's (``compact(fold_groups=)``,
@@ -263,6 +270,8 @@ def commit(
         needs_key_text(dataset.name, dataset.key_mode, GROUPS_OPERATION)
     if groups:
         assign_groups(session, dataset, job, groups, version)
+    if carried is not None:  # a copy's: its records take the source's field values
+        carry_values(session, dataset, job, carried, version)
     removed = (0, 0)
     if replace:
         # Groups belong to keys (docs/GROUPS.md): the job's records are the new base; the

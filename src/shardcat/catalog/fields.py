@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 from sqlalchemy import Table, delete, func, insert, select, tuple_, update
@@ -37,6 +38,7 @@ from .models import (
     Dataset,
     DatasetField,
     DatasetVersion,
+    Job,
     Record,
     RecordField,
     Shard,
@@ -46,16 +48,20 @@ from .session import NO_SYNC
 
 __all__ = [
     "CARRIES_VALUES",
+    "COPY",
     "FIELD_NAME",
     "FIELD_UPDATE",
     "ON_MISSING",
     "VALUE_ROWS",
+    "CarriedValues",
     "FieldValues",
+    "carry_values",
     "copy_field_values",
     "declare_fields",
     "declared_fields",
     "drop_unseen_values",
     "field_updates",
+    "live_values",
     "store_field_values",
     "update_field_values",
     "updated_since",
@@ -64,7 +70,11 @@ __all__ = [
 FIELD_UPDATE = "update-fields"
 """The operation of a version ``update_fields`` made (its manifest carries the values)."""
 
-CARRIES_VALUES = (FIELD_UPDATE, *REWRITES)
+COPY = "copy"
+"""The operation of the version ``copy_dataset`` makes in the copy: its records carry the
+source's field values (their declarations too)."""
+
+CARRIES_VALUES = (FIELD_UPDATE, COPY, *REWRITES)
 """Operations whose versions' manifests list field values: an update's, and the copies' of a
 compaction (a fold included)."""
 
@@ -289,6 +299,99 @@ def copy_field_values(
             session.execute(insert(VALUE_ROWS), rows[i : i + _CHUNK], execution_options=NO_SYNC)
         count += len(rows)
     return count
+
+
+@dataclass(frozen=True, slots=True)
+class CarriedValues:
+    """A dataset's declared fields and its live records' values, to go with copies of its shards.
+
+    ``values``: shard URL (the copy's, once mapped) -> ``(byte offset, name, num, text)``
+    of each value; offsets are the same in a copy, which is the shard's bytes.
+    """
+
+    kinds: Mapping[str, str]
+    values: Mapping[str, Sequence[tuple[int, str, float | None, str | None]]]
+
+
+def live_values(session: Session, dataset: str, shard_ids: Collection[int]) -> CarriedValues:
+    """The dataset's declared fields and the values its latest version reads, per shard id.
+
+    Keyed by ``str(shard id)``: the caller maps them to the copies' URLs.
+    """
+    ds = find_dataset(session, dataset).id
+    kinds = declared_fields(session, ds)
+    values: dict[str, list[tuple[int, str, float | None, str | None]]] = {}
+    ids = list(shard_ids)
+    for i in range(0, len(ids), _KEY_CHUNK):
+        for sid, off, name, num, txt in session.execute(
+            select(
+                RecordField.shard_id,
+                RecordField.byte_offset,
+                RecordField.name,
+                RecordField.num,
+                RecordField.text,
+            )
+            .where(
+                RecordField.dataset_id == ds,
+                RecordField.shard_id.in_(ids[i : i + _KEY_CHUNK]),
+                visibility.value_live(RecordField),
+            )
+            .order_by(RecordField.shard_id, RecordField.byte_offset, RecordField.name)
+        ):
+            values.setdefault(str(sid), []).append((int(off), str(name), num, txt))
+    return CarriedValues(kinds, values)
+
+
+def carry_values(
+    session: Session, ds: Dataset, job: Job, carried: CarriedValues, version: int
+) -> int:
+    """Declare ``carried``'s fields; give the job's staged shards its values, set at ``version``.
+
+    A copy's commit (:data:`COPY`): its version's manifest lists them, so the
+    copy's history brings them back from its bucket (values written with the
+    samples included: the copy is the values as the source's latest version
+    read them). Returns the values stored.
+
+    Raises
+    ------
+    CatalogError
+        A field the dataset declares already with another kind, or a URL that is
+        not one of the job's shards.
+    """
+    known = declared_fields(session, ds.id)
+    for name, kind in carried.kinds.items():
+        if name in known and known[name] != kind:
+            raise CatalogError(
+                f"field {name!r} of {ds.name!r} is declared as {known[name]}, not {kind}"
+            )
+        if name not in known:
+            session.add(DatasetField(dataset_id=ds.id, name=name, kind=kind))
+    session.flush()
+    ids = {
+        str(url): int(sid)
+        for url, sid in session.execute(
+            select(Shard.url, Shard.id).where(Shard.job_id == job.id, Shard.dataset_id == ds.id)
+        )
+    }
+    rows: list[dict[str, Any]] = []
+    for url, values in carried.values.items():
+        if url not in ids:
+            raise CatalogError(f"{url} is not a shard of job {job.id} of {ds.name!r}")
+        rows.extend(
+            {
+                "shard_id": ids[url],
+                "byte_offset": off,
+                "name": name,
+                "dataset_id": ds.id,
+                "num": num,
+                "text": txt,
+                "added_version": version,
+            }
+            for off, name, num, txt in values
+        )
+    for i in range(0, len(rows), _CHUNK):
+        session.execute(insert(VALUE_ROWS), rows[i : i + _CHUNK], execution_options=NO_SYNC)
+    return len(rows)
 
 
 def field_updates(

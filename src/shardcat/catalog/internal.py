@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from . import shards as _shards
     from . import versions as _versions
     from .catalog import SqlCatalog
+    from .fields import CarriedValues
 else:
     _datasets = lazy_module("shardcat.catalog.datasets")
     _fields = lazy_module("shardcat.catalog.fields")
@@ -38,6 +39,7 @@ else:
 __all__ = [
     "copy_fields",
     "drop_unused_dataset",
+    "field_values",
     "group_rows",
     "live_groups",
     "move_shards",
@@ -64,6 +66,16 @@ def copy_fields(
     """
     with cat._uow(write=True) as s:
         return _fields.copy_field_values(s, dataset, shard_id, moves)
+
+
+def field_values(cat: SqlCatalog, dataset: str, shard_ids: Iterable[int]) -> CarriedValues:
+    """The dataset's declared fields and the values its latest version reads in these shards.
+
+    Keyed by ``str(shard id)``; a copy maps them to its shards' URLs and hands them to its
+    commit (``commit_job(carried=)``).
+    """
+    with cat._uow() as s:
+        return _fields.live_values(s, dataset, list(shard_ids))
 
 
 def drop_unused_dataset(cat: SqlCatalog, name: str, job_id: int) -> bool:

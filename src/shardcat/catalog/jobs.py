@@ -20,6 +20,7 @@ from .._types import OnDuplicate
 from ..errors import CommitConflictError, JobNotFoundError
 from .commit import commit
 from .datasets import find_dataset
+from .fields import CarriedValues
 from .groups import GroupWrite
 from .models import Dataset, Job, Shard
 from .results import JobInfo
@@ -200,6 +201,7 @@ def commit_job(
     group: GroupWrite | None = None,
     groups: Mapping[str, Collection[str]] | None = None,
     fold: Collection[int] | None = None,
+    carried: CarriedValues | None = None,
 ) -> bool:
     """See :meth:`Catalog.commit_job`: :func:`commit` unless the job is committed already.
 
@@ -223,6 +225,7 @@ def commit_job(
             group=group,
             groups=groups,
             fold=fold,
+            carried=carried,
         )
     return row is not None
 

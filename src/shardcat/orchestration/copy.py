@@ -36,7 +36,7 @@ import os
 import posixpath
 import time
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .._units import count_of
@@ -59,6 +59,7 @@ from .watch import JobRef, TaskProgressCallback, gather, interrupted
 
 if TYPE_CHECKING:
     from ..catalog import ShardRow
+    from ..catalog.fields import CarriedValues
     from ..format.info import ShardInfo
     from ..reading import Catalog
 
@@ -403,8 +404,22 @@ def copy_dataset(
                     len(sources_left),
                 )
         else:
+            # The fields and values the source's latest version reads go with the copies
+            # (same bytes, same offsets), read after the copies are made: one commit sets them.
+            values = internal.field_values(src_cat, dataset, [row.id for row in rows])
+            by_copy = {plan[row.url]: values.values.get(str(row.id), ()) for row in rows}
+            carried = replace(values, values={u: v for u, v in by_copy.items() if v})
             job_id = _commit_copy(
-                dst_cat, target, destination, infos, dataset, src_cat, hidden, dst_opts, groups
+                dst_cat,
+                target,
+                destination,
+                infos,
+                dataset,
+                src_cat,
+                hidden,
+                dst_opts,
+                groups,
+                carried,
             )
             sources_left = []
         return _summary(
@@ -542,11 +557,15 @@ def _commit_copy(
     hidden: Mapping[str, Collection[int]],
     options: Mapping[str, Any],
     groups: Mapping[str, Collection[str]],
+    carried: CarriedValues,
 ) -> int:
     """Register the copies under one job of a (new or empty) dataset and commit it.
 
     ``groups``: the source's live column groups, in order, and the copies of
-    their shards (those records become the copy's groups')."""
+    their shards (those records become the copy's groups'). ``carried``: the
+    source's declared fields and its values, by copy URL (its version lists them)."""
+    from ..catalog.fields import COPY
+
     cat.create_dataset(name, redact(root), exist_ok=True)
     job = cat.begin_job(
         name,
@@ -563,6 +582,8 @@ def _commit_copy(
             hidden=hidden,
             storage_options=options,
             groups=groups,
+            operation=COPY,
+            carried=carried,
         )
     except BaseException:
         with contextlib.suppress(Exception):
