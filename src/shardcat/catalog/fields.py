@@ -58,6 +58,7 @@ __all__ = [
     "carry_values",
     "copy_field_values",
     "declare_fields",
+    "declare_kinds",
     "declared_fields",
     "drop_unseen_values",
     "field_updates",
@@ -132,21 +133,31 @@ def declare_fields(session: Session, dataset: str, fields: Mapping[str, type]) -
         A name that is not a lower-case identifier, names a built-in column,
         or was declared with another kind.
     """
-    ds = find_dataset(session, dataset).id
-    known = declared_fields(session, ds)
-    for name, python_type in fields.items():
+    ds = find_dataset(session, dataset)
+    return declare_kinds(session, ds, {name: kind_of(t) for name, t in fields.items()})
+
+
+def declare_kinds(session: Session, ds: Dataset, kinds: Mapping[str, str]) -> dict[str, str]:
+    """Declare fields by kind (``number``/``text``); the dataset's declared fields after.
+
+    Raises
+    ------
+    CatalogError
+        A name that is not allowed, or a field declared with another kind.
+    """
+    known = declared_fields(session, ds.id)
+    for name, kind in kinds.items():
         if not FIELD_NAME.fullmatch(name) or name in _RESERVED:
             raise CatalogError(
                 f"field name {name!r} is not allowed: use a lower-case SQL identifier "
                 f"(letters, digits, _) other than {', '.join(sorted(_RESERVED))}"
             )
-        kind = kind_of(python_type)
         if name in known and known[name] != kind:
             raise CatalogError(
-                f"field {name!r} of {dataset!r} is declared as {known[name]}, not {kind}"
+                f"field {name!r} of {ds.name!r} is declared as {known[name]}, not {kind}"
             )
         if name not in known:
-            session.add(DatasetField(dataset_id=ds, name=name, kind=kind))
+            session.add(DatasetField(dataset_id=ds.id, name=name, kind=kind))
             known[name] = kind
     session.flush()
     return known
@@ -358,15 +369,7 @@ def carry_values(
         A field the dataset declares already with another kind, or a URL that is
         not one of the job's shards.
     """
-    known = declared_fields(session, ds.id)
-    for name, kind in carried.kinds.items():
-        if name in known and known[name] != kind:
-            raise CatalogError(
-                f"field {name!r} of {ds.name!r} is declared as {known[name]}, not {kind}"
-            )
-        if name not in known:
-            session.add(DatasetField(dataset_id=ds.id, name=name, kind=kind))
-    session.flush()
+    declare_kinds(session, ds, carried.kinds)
     ids = {
         str(url): int(sid)
         for url, sid in session.execute(

@@ -32,10 +32,9 @@ from ..format.manifest import (
 from . import visibility
 from .changes import HistoryChange, noted_dataset, noted_groups, noted_row
 from .datasets import find_dataset
-from .fields import CARRIES_VALUES, VALUE_ROWS, declared_fields
+from .fields import CARRIES_VALUES, VALUE_ROWS, declare_kinds, declared_fields
 from .models import (
     Dataset,
-    DatasetField,
     DatasetTag,
     DatasetVersion,
     Group,
@@ -787,9 +786,7 @@ def _insert_values(
                 f"dataset {ds.name!r} declares field {name!r} as {known[name]}, its history "
                 f"as {kind}; rebuild into a dataset without that declaration"
             )
-        if name not in known:
-            session.add(DatasetField(dataset_id=ds.id, name=name, kind=kind))
-    session.flush()
+    declare_kinds(session, ds, plan.kinds)
     rows: list[dict[str, Any]] = []
     for url, shard in plan.values.items():
         shard_id = shard_ids.get(url)
