@@ -68,6 +68,10 @@ def test_bench_scale_runs_on_sqlite_and_postgres(tmp_path, postgres_server, caps
         )
         assert "ix_records_dataset_id_key_hash" in sizes and "ix_records_dataset_id_key" in sizes
         assert 0 < r["point"]["p50_ms"] <= r["point"]["p99_ms"] and r["point"]["count"] == 50
+        assert r["point_before_warm"]["count"] == 50  # timed before the catalog was read once
+        # Every shard byte and the whole catalog (a file; a table and its indexes) were read.
+        assert r["warm"]["shard_bytes"] > 2000 * 8  # at least every sample's 8-byte entry
+        assert r["warm"]["catalog_bytes"] >= sizes["table"]
         assert r["batch"]["size"] == 200 and r["batch"]["keys_per_s"] > 0
         assert r["verify"]["seconds"] > 0 and r["gc"]["removed_keys"] == 10
         assert r["vs_smallest"]["point_p50"] == 1.0
