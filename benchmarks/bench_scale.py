@@ -527,8 +527,10 @@ def measure_size(
                     continue
                 cat.analyze()
                 out["bytes"] = backend.sizes(url)
-                out["floor"] = {**backend.floor(url, scratch), "load": load()}
-                log(f"  floor: {out['floor']['keys_per_s']:,.0f} keys/s")
+                out["floor"] = None
+                if args.floor_max_keys is None or keys <= args.floor_max_keys:
+                    out["floor"] = {**backend.floor(url, scratch), "load": load()}
+                    log(f"  floor: {out['floor']['keys_per_s']:,.0f} keys/s")
                 out["point_before_warm"] = {
                     **point_lookups(cat, keys, args.points, rng),
                     "load": load(),
@@ -593,16 +595,18 @@ def table(results: list[dict[str, Any]]) -> str:
     )
     lines = [head]
     for r in results:
-        floor = r["floor"]["keys_per_s"]
+        floor = r["floor"]["keys_per_s"] if r["floor"] else None
         regs = " ".join(
-            f"{r['registration'][w]['keys_per_s']:11,.0f} {r['registration'][w]['keys_per_s'] / floor:5.2f}"
+            f"{r['registration'][w]['keys_per_s']:11,.0f} "
+            + (f"{r['registration'][w]['keys_per_s'] / floor:5.2f}" if floor else f"{'-':>5}")
             for w in workers
         )
         rel = r["vs_smallest"]
         verify_s = f"{r['verify']['seconds']:8.1f}" if r["verify"] else f"{'-':>8}"
         lines.append(
             f"{r['backend']:9} {r['keys']:12,} {records_bytes(r) / r['keys']:6.1f} "
-            f"{floor:10,.0f} {regs} {r['point']['p50_ms']:7.4f} {r['point']['p99_ms']:7.4f} "
+            + (f"{floor:10,.0f}" if floor else f"{'-':>10}")
+            + f" {regs} {r['point']['p50_ms']:7.4f} {r['point']['p99_ms']:7.4f} "
             f"{rel['point_p50']:5.2f} {r['point_before_warm']['p50_ms']:8.4f} "
             f"{r['batch']['keys_per_s']:9,.0f} {rel['batch']:5.2f} "
             f"{verify_s} {r['gc']['seconds']:6.2f}"
@@ -661,6 +665,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         type=parse_count,
         default=None,
         help="run verify only at sizes up to this (it reads and compares every record)",
+    )
+    ap.add_argument(
+        "--floor-max-keys",
+        type=parse_count,
+        default=None,
+        help="measure the floor only at sizes up to this (it writes a second copy of records)",
     )
     ap.add_argument(
         "--dataset-options",

@@ -89,3 +89,25 @@ def test_bench_scale_runs_on_sqlite_and_postgres(tmp_path, postgres_server, caps
     printed = capsys.readouterr().out
     assert "sqlite           2,000" in printed and "postgres         2,000" in printed
     assert "pk_records" in printed
+
+
+def test_a_size_without_its_floor_prints_dashes_for_it():
+    from benchmarks.bench_scale import table
+
+    reg = {"keys_per_s": 5000.0, "stage_s": 1.0, "commit_s": 0.5, "footer_s": 0.1}
+    point = {"p50_ms": 0.02, "p99_ms": 0.1}
+    result = {
+        "backend": "sqlite",
+        "keys": 100_000_000,
+        "bytes": {"table": 6_000_000_000, "catalog": 11_000_000_000},
+        "floor": None,  # --floor-max-keys below this size
+        "registration": {"1": reg},
+        "point": point,
+        "point_before_warm": point,
+        "batch": {"keys_per_s": 9000.0},
+        "vs_smallest": {"point_p50": 1.0, "batch": 1.0},
+        "verify": None,
+        "gc": {"seconds": 0.2},
+    }
+    first = table([result]).splitlines()[1].split()
+    assert first[:5] == ["sqlite", "100,000,000", "60.0", "-", "5,000"] and first[5] == "-"
