@@ -122,3 +122,26 @@ def test_the_environment_is_read_when_asked_not_when_imported(tmp_path):
     subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=120)
     lazy = "import sys, shardcat.cli.app, shardcat.config; assert 'donfig' not in sys.modules"
     subprocess.run([sys.executable, "-c", lazy], env=env, check=True, timeout=120)
+
+
+def test_max_open_shards_is_one_setting_resolved_once(monkeypatch):
+    import resource
+
+    from shardcat import Catalog
+    from shardcat.storage import resolve_max_open
+    from shardcat.storage.cache import MAX_OPEN_AUTO
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    low, high = MAX_OPEN_AUTO
+    assert resolve_max_open("auto") == max(low, min(high, soft // 8))
+    assert resolve_max_open(7) == resolve_max_open("7") == 7
+    with shardcat.config.set(max_open_shards="12"):
+        assert resolve_max_open() == 12
+        with Catalog("sqlite://") as cat:
+            assert cat.max_open_shards == 12  # a catalog takes the setting when not told
+            assert cat.handle().max_open_shards == 12  # and its workers the same number
+        with Catalog("sqlite://", max_open_shards=3) as cat:
+            assert cat.max_open_shards == 3  # the argument wins
+    for bad in (0, -1, "many", 2.5, True):
+        with pytest.raises(ValueError, match="max_open_shards"):
+            resolve_max_open(bad)

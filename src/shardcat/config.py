@@ -137,6 +137,15 @@ SETTINGS: tuple[Setting, ...] = (
         "batch lookups); `Catalog(remote_max_gap=)` wins.",
     ),
     Setting(
+        "max_open_shards",
+        "auto",
+        "count, auto",
+        "Local shard files each thread's lookups keep open (the least recently used is "
+        "closed first); a point lookup in a file not open costs an `open` more, so a dataset "
+        "with more shards than this is looked up slower. `auto`: the process's limit of open "
+        "files (`ulimit -n`) / 8, within 64-4096; `Catalog(max_open_shards=)` wins.",
+    ),
+    Setting(
         "remote_in_flight",
         64,
         "count",

@@ -35,7 +35,7 @@ from ..catalog.results import (
 )
 from ..catalog.session import DEFAULT_BUSY_TIMEOUT, display_url
 from ..format import Record, recordcodec
-from ..storage import expand_braces, resolve_remote_max_gap
+from ..storage import expand_braces, resolve_max_open, resolve_remote_max_gap
 from . import listing
 from .dataset import Dataset
 from .keyread import KeyReaderOf
@@ -77,7 +77,7 @@ class CatalogHandle:
     url: str = field(repr=False)
     storage_options: dict[str, Any] = field(default_factory=dict, repr=False, hash=False)
     busy_timeout: float = DEFAULT_BUSY_TIMEOUT
-    max_open_shards: int = 64
+    max_open_shards: int | None = None
     remote_max_gap: int | None = None
 
     def open(self) -> Catalog:
@@ -120,7 +120,10 @@ class Catalog(SqlCatalog):
     create:
         Create the tables when the database is empty (else SchemaVersionError).
     max_open_shards:
-        Local shard files each thread keeps open for lookups.
+        Local shard files each thread keeps open for lookups (a lookup in a
+        file not open pays an ``open``): a count, or ``"auto"``; by default
+        the ``max_open_shards`` setting (``$SHARDCAT_MAX_OPEN_SHARDS``,
+        ``auto``: the process's open-file limit / 8, within 64-4096).
     remote_max_gap:
         Batch lookups (``get_many``) on object stores read through gaps of
         up to this many bytes between wanted records rather than send another
@@ -154,11 +157,12 @@ class Catalog(SqlCatalog):
         storage_options: StorageOptions | None = None,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
         create: bool = True,
-        max_open_shards: int = 64,
+        max_open_shards: int | str | None = None,
         remote_max_gap: int | str | None = None,
     ) -> None:
         self.storage_options = dict(storage_options or {})
-        self.max_open_shards = max_open_shards
+        # Resolved now, as remote_max_gap: a bad value fails here.
+        self.max_open_shards = resolve_max_open(max_open_shards)
         # Resolved now: a bad value fails here, and workers get the same number.
         self.remote_max_gap = resolve_remote_max_gap(remote_max_gap)
         super().__init__(url, busy_timeout=busy_timeout, create=create)

@@ -54,7 +54,7 @@ from ..format.records import BatchTable, decode_entry
 from ..format.sources import FileSource
 from ..format.spec import Codec
 from ..storage import SourceCache, is_local, local_path, redact
-from ..storage.cache import ONE_PREAD
+from ..storage.cache import DEFAULT_MAX_OPEN, ONE_PREAD
 from . import statements
 from .decode import RowAt, decode_record, row_spans
 from .keyread import record_keys
@@ -122,7 +122,7 @@ class Lookup:
         source: Engine | SqliteFile,
         storage_options: StorageOptions | None,
         layouts: LayoutCache,
-        max_open: int = 64,
+        max_open: int = DEFAULT_MAX_OPEN,
         remote_max_gap: int | str | None = None,
     ) -> None:
         self.gate = threading.RLock()

@@ -8,7 +8,13 @@ from .._lazy import lazy_names
 
 if TYPE_CHECKING:
     from .atomic import PendingFile, open_pending
-    from .cache import REMOTE_MAX_GAP_ENV, SourceCache, fetch_ranges, resolve_remote_max_gap
+    from .cache import (
+        REMOTE_MAX_GAP_ENV,
+        SourceCache,
+        fetch_ranges,
+        resolve_max_open,
+        resolve_remote_max_gap,
+    )
     from .fs import (
         brace_patterns,
         brace_range,
@@ -54,6 +60,7 @@ __all__ = [
     "open_writer",
     "redact",
     "resolve",
+    "resolve_max_open",
     "resolve_remote_max_gap",
     "retried",
     "shard_name",
@@ -68,6 +75,7 @@ _LAZY = {
     "REMOTE_MAX_GAP_ENV": ".cache",
     "SourceCache": ".cache",
     "fetch_ranges": ".cache",
+    "resolve_max_open": ".cache",
     "resolve_remote_max_gap": ".cache",
     "brace_patterns": ".fs",
     "brace_range": ".fs",

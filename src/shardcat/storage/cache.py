@@ -50,13 +50,22 @@ from .translate import is_backend_error, translate
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["REMOTE_MAX_GAP_ENV", "SourceCache", "fetch_ranges", "resolve_remote_max_gap"]
+__all__ = [
+    "REMOTE_MAX_GAP_ENV",
+    "SourceCache",
+    "fetch_ranges",
+    "resolve_max_open",
+    "resolve_remote_max_gap",
+]
 
 REMOTE_MAX_GAP_ENV = config.env_var("remote_max_gap")
 """Environment variable: the default gap merged on object stores (bytes, or e.g. ``256KiB``)."""
 
 DEFAULT_MAX_OPEN = 64
-"""Sources a cache keeps open; the least recently used is closed beyond this."""
+"""Sources a cache keeps open when not told (the least recently used is closed beyond this)."""
+
+MAX_OPEN_AUTO = (64, 4096)
+"""``max_open_shards = "auto"``: 1/8 of the process's open-file limit, within these bounds."""
 
 ONE_PREAD = 1 << 20
 """Reads up to this size try one ``os.pread`` first (a short one takes the general path)."""
@@ -74,6 +83,48 @@ def _close_inherited() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_close_inherited)
+
+
+def resolve_max_open(value: int | str | None = None) -> int:
+    """Local files a cache keeps open: ``value``, else the ``max_open_shards`` setting.
+
+    ``"auto"`` (the default) is 1/8 of the process's soft limit of open files
+    (``RLIMIT_NOFILE``) within :data:`MAX_OPEN_AUTO`: a dataset's shards stay
+    open across lookups up to thousands of files (a lookup in a file not open
+    pays an ``open``), while the rest of the process, and the other threads'
+    lookups, keep most of the limit.
+
+    Raises
+    ------
+    ValueError
+        Not a whole number of at least 1 nor ``"auto"``.
+    """
+    source = "max_open_shards"
+    if value is None:
+        value, source = config.get("max_open_shards"), config.env_var("max_open_shards")
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return _auto_max_open()
+    try:
+        count = int(value) if isinstance(value, str | int) and not isinstance(value, bool) else 0
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ValueError(
+            f"{source} must be a whole number of files (1 or more) or 'auto', not {value!r}"
+        )
+    return count
+
+
+def _auto_max_open() -> int:
+    low, high = MAX_OPEN_AUTO
+    try:
+        import resource
+    except ImportError:  # Windows: no RLIMIT_NOFILE
+        return low
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return high
+    return max(low, min(high, soft // 8))
 
 
 def resolve_remote_max_gap(value: int | str | None = None) -> int | None:
