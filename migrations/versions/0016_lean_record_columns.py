@@ -138,9 +138,19 @@ def _rebuild(order: Sequence[str]) -> None:
     gives back are run as they are (no bind-parameter parsing of their text).
     """
     cur: Any = op.get_bind().connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        _rebuild_with(cur, order)
+    finally:
+        cur.close()
+
+
+def _rebuild_with(cur: Any, order: Sequence[str]) -> None:
     cur.execute("LOCK TABLE records IN ACCESS EXCLUSIVE MODE")
-    cur.execute("SELECT 'records'::regclass::oid")
-    (table,) = cur.fetchone()
+    cur.execute(
+        "SELECT c.oid, quote_ident(n.nspname) FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = 'records'::regclass"
+    )
+    table, schema = cur.fetchone()
     cur.execute(_COLUMNS, (table,))
     columns = dict(cur.fetchall())
     if set(columns) != set(order):
@@ -209,12 +219,13 @@ def _rebuild(order: Sequence[str]) -> None:
     for name, *_ in reversed(views):
         cur.execute(f"DROP VIEW {name}")
     body = ", ".join(f"{column} {columns[column]}" for column in order)
-    cur.execute(f"CREATE TABLE {_NEW} ({body}){f' WITH ({options})' if options else ''}")
+    # Beside it (the schema records is in, whatever the search path), renamed after.
+    cur.execute(f"CREATE TABLE {schema}.{_NEW} ({body}){f' WITH ({options})' if options else ''}")
     listed = ", ".join(order)
     # One statement, in the table's physical order (a shard's rows stay together).
-    cur.execute(f"INSERT INTO {_NEW} ({listed}) SELECT {listed} FROM records")
+    cur.execute(f"INSERT INTO {schema}.{_NEW} ({listed}) SELECT {listed} FROM records")
     cur.execute("DROP TABLE records")
-    cur.execute(f"ALTER TABLE {_NEW} RENAME TO records")
+    cur.execute(f"ALTER TABLE {schema}.{_NEW} RENAME TO records")
     for name, definition in constraints:
         cur.execute(f"ALTER TABLE records ADD CONSTRAINT {name} {definition}")
     for definition in indexes:

@@ -524,8 +524,11 @@ def test_upgrade_from_0013_admits_hash_only_datasets_and_keeps_the_data(catalog_
         assert cat.get_many("train", shard_keys(0) + shard_keys(1)).records == before
 
 
-def _records_state(url: str) -> dict[str, Any]:
-    """Everything about ``records`` a rebuild must keep: rows, indexes, views, grants, order."""
+def _records_state(url: str, *, mine: bool = True) -> dict[str, Any]:
+    """Everything about ``records`` a rebuild must keep: rows, indexes, views, grants, order.
+
+    ``mine``: also what the test's own view ``my_keys`` lists.
+    """
     engine = sa.create_engine(url)
     try:
         with engine.connect() as conn:
@@ -549,8 +552,9 @@ def _records_state(url: str) -> dict[str, Any]:
                     )
                     for i in inspector.get_indexes("records")
                 ),
-                "mine": conn.execute(sa.text("SELECT key FROM my_keys ORDER BY key")).all(),
             }
+            if mine:
+                state["mine"] = conn.execute(sa.text("SELECT key FROM my_keys ORDER BY key")).all()
             if conn.dialect.name == "postgresql":
                 state["indexes"] = sorted(
                     conn.execute(
@@ -676,3 +680,40 @@ def migrate_0016() -> Any:
     import importlib
 
     return importlib.import_module("shardcat.migrations.versions.0016_lean_record_columns")
+
+
+def test_0016_refuses_what_it_would_not_rebuild_and_changes_nothing(postgres_url, local_root):
+    """A column of your own or a materialized view over records: refused, the catalog as it was."""
+    from .helpers import make_dataset
+
+    with Catalog(postgres_url) as cat:
+        make_dataset(cat, local_root, 1)
+    before = _records_state(postgres_url, mine=False)
+    for make, undo, says in (
+        (
+            "ALTER TABLE records ADD COLUMN note text",
+            "ALTER TABLE records DROP COLUMN note",
+            "drop the columns added outside",
+        ),
+        (
+            "CREATE MATERIALIZED VIEW counts AS SELECT dataset_id, count(*) FROM records "
+            "GROUP BY dataset_id",
+            "DROP MATERIALIZED VIEW counts",
+            "counts .relkind 'm'. depends on records",
+        ),
+    ):
+        _execute(postgres_url, make)
+        with pytest.raises(RuntimeError, match=says):
+            downgrade(postgres_url, "0015")
+        assert current(postgres_url) == head_revision()
+        _execute(postgres_url, undo)
+        assert _records_state(postgres_url, mine=False) == before
+
+
+def _execute(url: str, sql: str) -> None:
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text(sql))
+    finally:
+        engine.dispose()

@@ -329,7 +329,7 @@ class Record(Base):
 
     # Column order is storage order: PostgreSQL aligns 8-byte values to 8 and 4-byte ones to
     # 4, so the 8-byte columns come first, then the 4-byte ones, then the two of variable
-    # length: no padding (16 bytes a row less than before revision 0016, docs/SCALE.md §3).
+    # length: no padding (8-16 bytes a row less than before revision 0016, docs/SCALE.md §3).
     byte_offset: Mapped[int] = mapped_column(BigInteger)
     """First byte of the record in its shard."""
     key_hash: Mapped[int] = mapped_column(BigInteger)
