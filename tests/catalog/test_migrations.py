@@ -566,8 +566,9 @@ def _records_state(url: str, *, mine: bool = True) -> dict[str, Any]:
                 )
                 state["grants"] = conn.execute(
                     sa.text(
-                        "SELECT table_name, grantee, privilege_type FROM "
-                        "information_schema.role_table_grants WHERE grantee = 'PUBLIC' AND "
+                        "SELECT table_name, grantee, privilege_type, is_grantable FROM "
+                        "information_schema.role_table_grants WHERE grantee IN ('PUBLIC', "
+                        "'pg_monitor') AND "
                         "table_schema = current_schema() ORDER BY 1, 2, 3"
                     )
                 ).all()
@@ -623,6 +624,8 @@ def test_upgrade_from_0015_reorders_records_on_postgresql_and_keeps_everything(
             )
             if conn.dialect.name == "postgresql":
                 conn.execute(sa.text("GRANT SELECT ON records, live_records, my_keys TO PUBLIC"))
+                # A role that exists in every cluster (no role to create and drop).
+                conn.execute(sa.text("GRANT SELECT ON records TO pg_monitor WITH GRANT OPTION"))
     state = _records_state(catalog_url)
     lean = list(migrate_0016().LEAN)
     assert state["order"] == lean
@@ -651,7 +654,12 @@ def test_upgrade_from_0015_reorders_records_on_postgresql_and_keeps_everything(
     assert up.pop("analyzed", pg) is pg
     assert up == state
     if pg:
-        assert [g[0] for g in state["grants"]] == ["live_records", "my_keys", "records"]
+        assert [tuple(g) for g in state["grants"]] == [
+            ("live_records", "PUBLIC", "SELECT", "NO"),
+            ("my_keys", "PUBLIC", "SELECT", "NO"),
+            ("records", "PUBLIC", "SELECT", "NO"),
+            ("records", "pg_monitor", "SELECT", "YES"),
+        ]
     with Catalog(catalog_url) as cat:
         assert cat.get_many("train", keys).records == before
         assert cat.get_many("h", shard_keys(7)).records == hashed
