@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.resources
 import uuid
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -521,3 +522,206 @@ def test_upgrade_from_0013_admits_hash_only_datasets_and_keeps_the_data(catalog_
     assert upgrade(catalog_url) == ("0013", head_revision())
     with Catalog(catalog_url) as cat:
         assert cat.get_many("train", shard_keys(0) + shard_keys(1)).records == before
+
+
+def _records_state(url: str, *, mine: bool = True) -> dict[str, Any]:
+    """Everything about ``records`` a rebuild must keep: rows, indexes, views, grants, order.
+
+    ``mine``: also what the test's own view ``my_keys`` lists.
+    """
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            inspector = sa.inspect(conn)
+            names = sorted(c["name"] for c in inspector.get_columns("records"))
+            rows = conn.execute(
+                sa.text(f"SELECT {', '.join(names)} FROM records ORDER BY shard_id, byte_offset")
+            )
+            state: dict[str, Any] = {
+                "order": [c["name"] for c in inspector.get_columns("records")],
+                "rows": [r._asdict() for r in rows],
+                "fields": conn.execute(
+                    sa.text("SELECT * FROM record_fields ORDER BY shard_id, byte_offset, name")
+                ).all(),
+                "pk": inspector.get_pk_constraint("records")["constrained_columns"],
+                "indexes": sorted(
+                    (
+                        i["name"],
+                        i["column_names"],
+                        i.get("dialect_options", {}).get(f"{conn.dialect.name}_where") is not None,
+                    )
+                    for i in inspector.get_indexes("records")
+                ),
+            }
+            if mine:
+                state["mine"] = conn.execute(sa.text("SELECT key FROM my_keys ORDER BY key")).all()
+            if conn.dialect.name == "postgresql":
+                state["indexes"] = sorted(
+                    conn.execute(
+                        sa.text(
+                            "SELECT indexname, indexdef FROM pg_indexes WHERE "
+                            "schemaname = current_schema() AND tablename = 'records'"
+                        )
+                    ).all()
+                )
+                state["grants"] = conn.execute(
+                    sa.text(
+                        "SELECT table_name, grantee, privilege_type, is_grantable FROM "
+                        "information_schema.role_table_grants WHERE grantee IN ('PUBLIC', "
+                        "'pg_monitor') AND "
+                        "table_schema = current_schema() ORDER BY 1, 2, 3"
+                    )
+                ).all()
+                state["analyzed"] = (
+                    conn.execute(
+                        sa.text(
+                            "SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() "
+                            "AND tablename = 'records'"
+                        )
+                    ).scalar()
+                    > 0
+                )
+            return state
+    finally:
+        engine.dispose()
+
+
+def test_upgrade_from_0015_reorders_records_on_postgresql_and_keeps_everything(
+    catalog_url, local_root
+):
+    """0016: PostgreSQL's records rebuilt in the lean column order; rows and lookups the same."""
+    from shardcat.catalog.groups import GroupWrite
+
+    from .helpers import make_dataset, shard_keys, write_shard
+
+    with Catalog(catalog_url) as cat:
+        make_dataset(cat, local_root, 2)
+        cat.declare_fields("train", {"label": int, "split": str})
+        cat.update_fields("train", {k: {"label": i % 3} for i, k in enumerate(shard_keys(0))})
+        cat.update_fields("train", {shard_keys(0)[0]: {"split": "val"}})
+        kept = cat.info("train").version
+        cat.delete_keys("train", [shard_keys(1)[5]])
+        job = cat.begin_job("train")
+        info = write_shard(f"{local_root}/g.shard", shard_keys(0)[:3], make=lambda k: {"g": k})
+        cat.register_shard("train", info, job=job)
+        cat.commit_job(job, group=GroupWrite("captions"))
+        cat.create_dataset("h", f"{local_root}/h", keys="hash")
+        cat.register_shard("h", write_shard(f"{local_root}/h/a.shard", shard_keys(7)))
+        keys = shard_keys(0) + shard_keys(1)
+        before = cat.get_many("train", keys).records
+        hashed = cat.get_many("h", shard_keys(7)).records
+        labelled = sorted(k for ks in cat.select("train", "label = 1").keys.values() for k in ks)
+        assert len(labelled) == len(shard_keys(0)) // 3
+        version = cat.info("train").version
+        with cat.engine.begin() as conn:
+            # A view of your own over a shardcat view (rebuilt after it), with a '%' in its
+            # text, and a grant: both must survive the rebuild.
+            conn.execute(
+                sa.text(
+                    "CREATE VIEW my_keys AS SELECT key FROM live_records "
+                    "WHERE group_id = 0 AND key LIKE 'img/000/%'"
+                )
+            )
+            if conn.dialect.name == "postgresql":
+                conn.execute(sa.text("GRANT SELECT ON records, live_records, my_keys TO PUBLIC"))
+                # A role that exists in every cluster (no role to create and drop).
+                conn.execute(sa.text("GRANT SELECT ON records TO pg_monitor WITH GRANT OPTION"))
+    state = _records_state(catalog_url)
+    lean = list(migrate_0016().LEAN)
+    assert state["order"] == lean
+    assert any(r["removed_version"] is not None for r in state["rows"])
+    assert any(r["key"] is None for r in state["rows"])  # the hash-only dataset's
+    assert any(r["group_id"] != 0 for r in state["rows"])
+    assert len(state["mine"]) == len(shard_keys(0))
+
+    assert downgrade(catalog_url, "0015") == (head_revision(), "0015")
+    down = _records_state(catalog_url)
+    pg = catalog_url.startswith("postgresql")
+    # PostgreSQL rebuilds 0015's order; SQLite, where the order costs nothing, is left alone.
+    assert down["order"] == (list(migrate_0016().PREVIOUS) if pg else lean)
+    # The rebuilt table was analyzed (lookups are planned from statistics).
+    state.pop("analyzed", None)
+    assert down.pop("analyzed", pg) is pg
+    assert {k: v for k, v in down.items() if k != "order"} == {
+        k: v for k, v in state.items() if k != "order"
+    }
+    with pytest.raises(SchemaVersionError, match="shardcat catalog upgrade"):
+        Catalog(catalog_url)
+
+    assert upgrade(catalog_url) == ("0015", head_revision())
+    assert check(catalog_url) == []
+    up = _records_state(catalog_url)
+    assert up.pop("analyzed", pg) is pg
+    assert up == state
+    if pg:
+        assert [tuple(g) for g in state["grants"]] == [
+            ("live_records", "PUBLIC", "SELECT", "NO"),
+            ("my_keys", "PUBLIC", "SELECT", "NO"),
+            ("records", "PUBLIC", "SELECT", "NO"),
+            ("records", "pg_monitor", "SELECT", "YES"),
+        ]
+    with Catalog(catalog_url) as cat:
+        assert cat.get_many("train", keys).records == before
+        assert cat.get_many("h", shard_keys(7)).records == hashed
+        assert cat.get("h", shard_keys(7)[3]).key == shard_keys(7)[3]
+        assert cat.get("train", shard_keys(0)[1])["g"].decode() == shard_keys(0)[1]
+        assert cat.get("train", shard_keys(1)[5], version=kept).key == shard_keys(1)[5]
+        with pytest.raises(KeyError):
+            cat.get("train", shard_keys(1)[5])
+        assert sorted(k for ks in cat.select("train", "label = 1").keys.values() for k in ks) == (
+            labelled
+        )
+        assert [k for ks in cat.select("train", "split = 'val'").keys.values() for k in ks] == [
+            shard_keys(0)[0]
+        ]
+        assert list(cat.keys("train", prefix="img/001/")) == [
+            k for k in shard_keys(1) if k != shard_keys(1)[5]
+        ]
+        assert cat.info("train").version == version
+        # New records go into the rebuilt table as before.
+        cat.register_shard("h", write_shard(f"{local_root}/h/b.shard", shard_keys(8)))
+        assert cat.get("h", shard_keys(8)[2]).key == shard_keys(8)[2]
+
+
+def migrate_0016() -> Any:
+    """The 0016 migration module (its column orders: one definition)."""
+    import importlib
+
+    return importlib.import_module("shardcat.migrations.versions.0016_lean_record_columns")
+
+
+def test_0016_refuses_what_it_would_not_rebuild_and_changes_nothing(postgres_url, local_root):
+    """A column of your own or a materialized view over records: refused, the catalog as it was."""
+    from .helpers import make_dataset
+
+    with Catalog(postgres_url) as cat:
+        make_dataset(cat, local_root, 1)
+    before = _records_state(postgres_url, mine=False)
+    for make, undo, says in (
+        (
+            "ALTER TABLE records ADD COLUMN note text",
+            "ALTER TABLE records DROP COLUMN note",
+            "drop the columns added outside",
+        ),
+        (
+            "CREATE MATERIALIZED VIEW counts AS SELECT dataset_id, count(*) FROM records "
+            "GROUP BY dataset_id",
+            "DROP MATERIALIZED VIEW counts",
+            "counts .relkind 'm'. depends on records",
+        ),
+    ):
+        _execute(postgres_url, make)
+        with pytest.raises(RuntimeError, match=says):
+            downgrade(postgres_url, "0015")
+        assert current(postgres_url) == head_revision()
+        _execute(postgres_url, undo)
+        assert _records_state(postgres_url, mine=False) == before
+
+
+def _execute(url: str, sql: str) -> None:
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text(sql))
+    finally:
+        engine.dispose()

@@ -327,22 +327,25 @@ class Record(Base):
         {"sqlite_with_rowid": False},
     )
 
-    shard_id: Mapped[int] = mapped_column(Integer)
+    # Column order is storage order: PostgreSQL aligns 8-byte values to 8 and 4-byte ones to
+    # 4, so the 8-byte columns come first, then the 4-byte ones, then the two of variable
+    # length: no padding (8-16 bytes a row less than before revision 0016, docs/SCALE.md §3).
     byte_offset: Mapped[int] = mapped_column(BigInteger)
     """First byte of the record in its shard."""
-    dataset_id: Mapped[int] = mapped_column(Integer)
     key_hash: Mapped[int] = mapped_column(BigInteger)
     """xxHash64 (seed 0) of the key's UTF-8 bytes, as a signed 64-bit integer."""
-    key: Mapped[str | None] = mapped_column(Text)
-    """The key's text; NULL in a hash-only dataset (``keys="hash"``), whose shards hold it."""
     byte_length: Mapped[int] = mapped_column(BigInteger)
-    layout_id: Mapped[int] = mapped_column(Integer)
-    spans: Mapped[bytes] = mapped_column(LargeBinary)
-    """Per entry, in layout order: offset in the record, stored size, CRC32C (see spans.py)."""
     removed_version: Mapped[int | None] = mapped_column(BigInteger)
     """The version that removed it (replaced, deleted, skipped, overwritten); NULL: live."""
+    shard_id: Mapped[int] = mapped_column(Integer)
+    dataset_id: Mapped[int] = mapped_column(Integer)
+    layout_id: Mapped[int] = mapped_column(Integer)
     group_id: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     """The column group it belongs to (``groups.id``); 0: the base (revision 0012, docs/GROUPS.md)."""
+    key: Mapped[str | None] = mapped_column(Text)
+    """The key's text; NULL in a hash-only dataset (``keys="hash"``), whose shards hold it."""
+    spans: Mapped[bytes] = mapped_column(LargeBinary)
+    """Per entry, in layout order: offset in the record, stored size, CRC32C (see spans.py)."""
 
 
 BASE_GROUP = 0

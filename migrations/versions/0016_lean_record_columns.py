@@ -1,0 +1,257 @@
+"""Lean rows: ``records`` columns in an order PostgreSQL stores without alignment padding.
+
+Revision ID: 0016
+Revises: 0015
+Create Date: 2026-11-30
+
+PostgreSQL aligns each 8-byte column of a heap row to 8 bytes and each 4-byte
+one to 4. In 0015's order (``shard_id`` int4, ``byte_offset`` int8,
+``dataset_id`` int4, ``key_hash`` int8, ``key``, ``byte_length`` int8, ...)
+a row pays 4 + 4 bytes of padding before the second and fourth columns, up to
+7 before ``byte_length`` and up to 3 before ``group_id``: 8-16 bytes a row
+(measured: 16 with key text and two entries, 8 hash-only; docs/SCALE.md §3).
+The lean order puts the 8-byte columns first (``removed_version``, NULL
+while live, takes no bytes then and needs no padding when set), the 4-byte
+ones after them and the two variable-length ones (``key``, ``spans``, which
+need no alignment at their sizes) last.
+
+PostgreSQL cannot reorder columns, so ``records`` is rebuilt in one
+transaction, under an exclusive lock: the new table with each column's type,
+collation, NOT NULL and default read from the database, every row copied by
+one ``INSERT ... SELECT`` (in the table's physical order), then its
+constraints (the primary key ``pk_records``), its indexes (built once over
+all rows: packed, like after ``REINDEX``), foreign keys pointing at it, the
+views that read it (``live_records``, ``records_at``, and any of your own:
+each made again from its own ``pg_get_viewdef``), the owner and grants of
+each, and its statistics (``ANALYZE``). It needs free disk for a second copy of
+the table and its indexes while it runs. The downgrade rebuilds 0015's order
+the same way.
+
+SQLite stores a row's values as variable-length integers and bytes with no
+alignment: the order costs nothing there (measured with ``dbstat``), so this
+revision leaves a SQLite catalog as it is. A catalog created at 0016 has the
+lean order on both (the models declare it); SQL should name columns, never
+rely on their position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from alembic import op
+
+revision: str = "0016"
+down_revision: str | None = "0015"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+LEAN = (
+    "byte_offset",
+    "key_hash",
+    "byte_length",
+    "removed_version",
+    "shard_id",
+    "dataset_id",
+    "layout_id",
+    "group_id",
+    "key",
+    "spans",
+)
+PREVIOUS = (
+    "shard_id",
+    "byte_offset",
+    "dataset_id",
+    "key_hash",
+    "key",
+    "byte_length",
+    "layout_id",
+    "spans",
+    "removed_version",
+    "group_id",
+)
+
+_NEW = "_records_0016"
+
+_COLUMNS = """
+SELECT a.attname,
+       format_type(a.atttypid, a.atttypmod)
+       || CASE WHEN a.attcollation <> t.typcollation
+               THEN ' COLLATE ' || quote_ident(co.collname) ELSE '' END
+       || CASE WHEN a.attnotnull THEN ' NOT NULL' ELSE '' END
+       || COALESCE(' DEFAULT ' || pg_get_expr(ad.adbin, ad.adrelid), '')
+FROM pg_attribute a
+JOIN pg_type t ON t.oid = a.atttypid
+LEFT JOIN pg_collation co ON co.oid = a.attcollation
+LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
+WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped
+"""
+
+# Views reading records, directly or through another view, parents before children.
+_VIEWS = """
+WITH RECURSIVE dep(oid, depth) AS (
+    SELECT %s::oid, 0
+    UNION ALL
+    SELECT rw.ev_class, dep.depth + 1
+    FROM dep
+    JOIN pg_depend d ON d.refobjid = dep.oid AND d.classid = 'pg_rewrite'::regclass
+    JOIN pg_rewrite rw ON rw.oid = d.objid
+    WHERE rw.ev_class <> dep.oid
+)
+SELECT c.oid, c.oid::regclass::text, c.relkind
+FROM dep JOIN pg_class c ON c.oid = dep.oid
+WHERE dep.depth > 0
+GROUP BY c.oid
+ORDER BY max(dep.depth), c.oid
+"""
+
+
+def _grants(cur: Any, oid: int, name: str) -> list[str]:
+    """GRANT statements giving ``name`` what relation ``oid`` grants (its owner's own rights aside)."""
+    cur.execute(
+        "SELECT a.privilege_type, CASE WHEN a.grantee = 0 THEN 'PUBLIC' "
+        "ELSE quote_ident(pg_get_userbyid(a.grantee)) END, a.is_grantable "
+        "FROM pg_class c, aclexplode(c.relacl) a WHERE c.oid = %s AND a.grantee <> c.relowner",
+        (oid,),
+    )
+    return [
+        f"GRANT {privilege} ON {name} TO {grantee}{' WITH GRANT OPTION' if grantable else ''}"
+        for privilege, grantee, grantable in cur.fetchall()
+    ]
+
+
+def _relation(cur: Any, oid: int) -> tuple[str, str]:
+    """A relation's owner (quoted) and its storage options (``''``: none)."""
+    cur.execute(
+        "SELECT quote_ident(pg_get_userbyid(relowner)), "
+        "coalesce(array_to_string(reloptions, ', '), '') FROM pg_class WHERE oid = %s",
+        (oid,),
+    )
+    owner, options = cur.fetchone()
+    return owner, options
+
+
+def _rebuild(order: Sequence[str]) -> None:
+    """Rebuild PostgreSQL's ``records`` with its columns in ``order``; rows and all around them kept.
+
+    Through the driver's cursor: statements made of definitions the database
+    gives back are run as they are (no bind-parameter parsing of their text).
+    """
+    cur: Any = op.get_bind().connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        _rebuild_with(cur, order)
+    finally:
+        cur.close()
+
+
+def _rebuild_with(cur: Any, order: Sequence[str]) -> None:
+    cur.execute("LOCK TABLE records IN ACCESS EXCLUSIVE MODE")
+    cur.execute(
+        "SELECT c.oid, quote_ident(n.nspname) FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = 'records'::regclass"
+    )
+    table, schema = cur.fetchone()
+    cur.execute(_COLUMNS, (table,))
+    columns = dict(cur.fetchall())
+    if set(columns) != set(order):
+        raise RuntimeError(
+            f"records has the columns {sorted(columns)}, revision 0016 rebuilds exactly "
+            f"{sorted(order)}: drop the columns added outside shardcat's migrations, then "
+            "run the migration again"
+        )
+    # What DROP TABLE would take along unseen: refused rather than lost.
+    cur.execute(
+        "SELECT (SELECT count(*) FROM pg_trigger WHERE tgrelid = %(o)s AND NOT tgisinternal) "
+        "+ (SELECT count(*) FROM pg_policy WHERE polrelid = %(o)s) "
+        "+ (SELECT count(*) FROM pg_statistic_ext WHERE stxrelid = %(o)s)",
+        {"o": table},
+    )
+    if cur.fetchone()[0]:
+        raise RuntimeError(
+            "records has triggers, row security policies or extended statistics, which "
+            "revision 0016 does not rebuild with it: drop them, run the migration, and "
+            "create them again"
+        )
+    owner, options = _relation(cur, table)
+    table_grants = _grants(cur, table, "records")
+    cur.execute(
+        "SELECT quote_ident(attname), attstattarget FROM pg_attribute WHERE attrelid = %s "
+        "AND attnum > 0 AND NOT attisdropped AND attstattarget >= 0",
+        (table,),
+    )
+    targets = cur.fetchall()
+    # Its own constraints (the primary key; CHECKs and foreign keys if any).
+    cur.execute(
+        "SELECT quote_ident(conname), pg_get_constraintdef(oid) FROM pg_constraint "
+        "WHERE conrelid = %s ORDER BY contype = 'f', conname",
+        (table,),
+    )
+    constraints = cur.fetchall()
+    # Indexes that back no constraint, as CREATE INDEX statements.
+    cur.execute(
+        "SELECT pg_get_indexdef(i.indexrelid) FROM pg_index i WHERE i.indrelid = %(o)s "
+        "AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid "
+        "AND c.conrelid = %(o)s) ORDER BY i.indexrelid",
+        {"o": table},
+    )
+    indexes = [row[0] for row in cur.fetchall()]
+    # Other tables' foreign keys pointing at it (shardcat declares none: docs/CATALOG.md).
+    cur.execute(
+        "SELECT conrelid::regclass::text, quote_ident(conname), pg_get_constraintdef(oid) "
+        "FROM pg_constraint WHERE confrelid = %(o)s AND conrelid <> %(o)s AND contype = 'f'",
+        {"o": table},
+    )
+    referencing = cur.fetchall()
+    cur.execute(_VIEWS, (table,))
+    views = []
+    for oid, name, kind in cur.fetchall():
+        if kind != "v":
+            raise RuntimeError(
+                f"{name} (relkind {kind!r}) depends on records, and revision 0016 rebuilds "
+                "only the views around it: drop it, run the migration, and create it again"
+            )
+        cur.execute("SELECT pg_get_viewdef(%s)", (oid,))
+        definition = cur.fetchone()[0].rstrip().rstrip(";")
+        views.append((name, definition, *_relation(cur, oid), _grants(cur, oid, name)))
+
+    for other, name, _ in referencing:
+        cur.execute(f"ALTER TABLE {other} DROP CONSTRAINT {name}")
+    for name, *_ in reversed(views):
+        cur.execute(f"DROP VIEW {name}")
+    body = ", ".join(f"{column} {columns[column]}" for column in order)
+    # Beside it (the schema records is in, whatever the search path), renamed after.
+    cur.execute(f"CREATE TABLE {schema}.{_NEW} ({body}){f' WITH ({options})' if options else ''}")
+    listed = ", ".join(order)
+    # One statement, in the table's physical order (a shard's rows stay together).
+    cur.execute(f"INSERT INTO {schema}.{_NEW} ({listed}) SELECT {listed} FROM records")
+    cur.execute("DROP TABLE records")
+    cur.execute(f"ALTER TABLE {schema}.{_NEW} RENAME TO records")
+    for name, definition in constraints:
+        cur.execute(f"ALTER TABLE records ADD CONSTRAINT {name} {definition}")
+    for definition in indexes:
+        cur.execute(definition)
+    for other, name, definition in referencing:
+        cur.execute(f"ALTER TABLE {other} ADD CONSTRAINT {name} {definition}")
+    for column, target in targets:
+        cur.execute(f"ALTER TABLE records ALTER COLUMN {column} SET STATISTICS {target}")
+    cur.execute(f"ALTER TABLE records OWNER TO {owner}")
+    for grant in table_grants:
+        cur.execute(grant)
+    for name, definition, view_owner, view_options, grants in views:
+        with_options = f" WITH ({view_options})" if view_options else ""
+        cur.execute(f"CREATE VIEW {name}{with_options} AS {definition}")
+        cur.execute(f"ALTER VIEW {name} OWNER TO {view_owner}")
+        for grant in grants:
+            cur.execute(grant)
+    # Lookups are planned from statistics (catalog/statistics.py): the new table has none.
+    cur.execute("ANALYZE records")
+
+
+def upgrade() -> None:
+    if op.get_bind().dialect.name == "postgresql":
+        _rebuild(LEAN)
+
+
+def downgrade() -> None:
+    if op.get_bind().dialect.name == "postgresql":
+        _rebuild(PREVIOUS)
