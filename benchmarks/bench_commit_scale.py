@@ -60,7 +60,8 @@ def catalog_url(args: argparse.Namespace, scratch: str) -> str:
     base = sa.make_url(args.pg_url)
     _pg_admin(args.pg_url, f"DROP DATABASE IF EXISTS {args.pg_database}")
     _pg_admin(args.pg_url, f"CREATE DATABASE {args.pg_database}")
-    return base.set(database=args.pg_database).render_as_string(hide_password=False)
+    query = {"options": f"-c statement_timeout={args.pg_timeout}s"} if args.pg_timeout else {}
+    return base.set(database=args.pg_database, query=query).render_as_string(hide_password=False)
 
 
 def stage(
@@ -99,7 +100,11 @@ def stage(
                 if sqlite
                 else ""
             )
-            source = "g" if sqlite else "generate_series(:lo, :hi) AS g(n)"
+            source = (
+                "g"
+                if sqlite
+                else "generate_series(CAST(:lo AS bigint), CAST(:hi AS bigint)) AS g(n)"
+            )
             key = "printf('img/%09d', n)" if sqlite else "'img/' || lpad(n::text, 9, '0')"
             # Offsets past the real record's (offset 0.., under 1 GB): no primary key clash.
             c.execute(
@@ -233,6 +238,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--pg-url", default=DEFAULT_PG, help="a server database to create --pg-database from"
     )
     ap.add_argument("--pg-database", default="bench_commit_scale")
+    ap.add_argument(
+        "--pg-timeout", type=int, default=0, help="statement_timeout, seconds (0: none)"
+    )
     ap.add_argument("--scratch", default=None, help="folder for shards and the SQLite catalog")
     ap.add_argument("--keep", action="store_true", help="keep the catalog (and --scratch)")
     ap.add_argument("--analyze", action="store_true", help="refresh statistics before the commit")
