@@ -58,10 +58,25 @@ def catalog_url(args: argparse.Namespace, scratch: str) -> str:
     if args.backend == "sqlite":
         return f"sqlite:///{scratch}/catalog.db"
     base = sa.make_url(args.pg_url)
-    _pg_admin(args.pg_url, f"DROP DATABASE IF EXISTS {args.pg_database}")
-    _pg_admin(args.pg_url, f"CREATE DATABASE {args.pg_database}")
+    if not args.reuse:
+        _pg_admin(args.pg_url, f"DROP DATABASE IF EXISTS {args.pg_database}")
+        _pg_admin(args.pg_url, f"CREATE DATABASE {args.pg_database}")
     query = {"options": f"-c statement_timeout={args.pg_timeout}s"} if args.pg_timeout else {}
     return base.set(database=args.pg_database, query=query).render_as_string(hide_password=False)
+
+
+def staged_job(cat: Any) -> tuple[Any, list[str]]:
+    """The open job a ``--keep`` run left (its commit failed or was stopped), and its shard URLs."""
+    with cat.engine.connect() as c:
+        rows = c.execute(
+            sa.text(
+                "SELECT j.id, s.url FROM jobs j JOIN shards s ON s.job_id = j.id "
+                "WHERE j.state = 'open' AND s.state = 'staged' ORDER BY s.id"
+            )
+        ).all()
+    if not rows:
+        raise SystemExit("--reuse: the catalog has no open job with staged shards")
+    return cat.job(rows[0][0]), [url for _, url in rows]
 
 
 def stage(
@@ -179,12 +194,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"backend": args.backend, "keys": args.keys, "base_keys": args.base_keys}
     try:
         with shardcat.Catalog(url) as cat:
-            cat.create_dataset(DATASET, os.path.join(scratch, "data"))
             t = time.perf_counter()
-            if args.base_keys:
-                base, base_urls = stage(cat, scratch, 0, args.base_keys, args.shards, "base")
-                cat.commit_job(base, shards=base_urls)
-            job, urls = stage(cat, scratch, args.base_keys, args.keys, args.shards, "job")
+            if args.reuse:
+                job, urls = staged_job(cat)
+                args.keys = out["keys"] = job.record_count
+            else:
+                cat.create_dataset(DATASET, os.path.join(scratch, "data"))
+                if args.base_keys:
+                    base, base_urls = stage(cat, scratch, 0, args.base_keys, args.shards, "base")
+                    cat.commit_job(base, shards=base_urls)
+                job, urls = stage(cat, scratch, args.base_keys, args.keys, args.shards, "job")
             if args.analyze:  # else the planner's statistics are what autovacuum left
                 cat.analyze()
             out["build_s"] = time.perf_counter() - t
@@ -244,6 +263,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--scratch", default=None, help="folder for shards and the SQLite catalog")
     ap.add_argument("--keep", action="store_true", help="keep the catalog (and --scratch)")
     ap.add_argument("--analyze", action="store_true", help="refresh statistics before the commit")
+    ap.add_argument(
+        "--reuse",
+        action="store_true",
+        help="commit the open job a --keep run left in --scratch / --pg-database (no build)",
+    )
     ap.add_argument("--explain", action="store_true", help="print the plan of each SELECT")
     ap.add_argument("--top", type=int, default=12, help="statements to print, slowest first")
     ap.add_argument("--json", default=None, help="also write the figures here")
