@@ -51,19 +51,24 @@ _NEW = (
     "ns.job_id = :job AND ns.state = 'staged' "
     f"AND {visibility.sql(visibility.not_removed, 'records AS n')}"
 )
-# One live record per key per group (docs/GROUPS.md): a key's records in other groups are no duplicates.
-_OTHER = (
+# One live record per key per group (docs/GROUPS.md): a key's records in other groups are no
+# duplicates. `o` (shard `s`): a record of a committed shard with the key of the job's `n`.
+_LIVE_OTHER = (
     "o.dataset_id = n.dataset_id AND o.key_hash = n.key_hash AND o.key = n.key "
     "AND o.group_id = n.group_id "
-    "AND (o.shard_id <> n.shard_id OR o.byte_offset <> n.byte_offset) "
-    f"AND {visibility.sql(visibility.not_removed, 'records AS o')} "
-    f"AND ({_S_COMMITTED} OR (s.job_id = :job AND s.state = 'staged'))"
+    f"AND {visibility.sql(visibility.not_removed, 'records AS o')} AND {_S_COMMITTED}"
 )
-# Keys of the job that repeat within the job (always an error, whatever on_duplicate says).
-_WITHIN_JOB = text(
-    "SELECT n.key FROM records n JOIN shards ns ON ns.id = n.shard_id WHERE "
-    f"{_NEW} GROUP BY n.key_hash, n.key, n.group_id HAVING count(*) > 1 LIMIT 1001"
+_JOB_SHARDS = "SELECT id FROM shards WHERE job_id = :job AND state = 'staged'"
+# A key twice within the job is twice its hash: one pass over the job's records (found by
+# their shards, not by joins: costs the job, not the dataset) groups the hashes alone, an
+# int8 each; the key text is compared only for the few hashes that repeat (usually none).
+_REPEATED_HASHES = text(
+    f"SELECT DISTINCT m.key_hash FROM records m WHERE m.shard_id IN ({_JOB_SHARDS}) "
+    f"AND {visibility.sql(visibility.not_removed, 'records AS m')} "
+    "GROUP BY m.key_hash, m.group_id HAVING count(*) > 1"
 )
+# Hashes at a time in the statements of repeated hashes (inlined integers).
+_HASHES_AT_ONCE = 5000
 # Keys of the job whose record another commit added or removed after the job began.
 _CHANGED_SINCE = text(
     "SELECT DISTINCT n.key FROM records n JOIN shards ns ON ns.id = n.shard_id "
@@ -74,7 +79,7 @@ _CHANGED_SINCE = text(
     "LIMIT 1001"
 )
 # The job's staged records: `records` unaliased so remove_records can correlate on it.
-OF_JOB = "records.shard_id IN (SELECT id FROM shards WHERE job_id = :job AND state = 'staged')"
+OF_JOB = f"records.shard_id IN ({_JOB_SHARDS})"
 # The dataset's records in committed shards (remove_records keeps the live ones).
 LIVE_ELSEWHERE = (
     "records.shard_id IN (SELECT id FROM shards WHERE dataset_id = :d "
@@ -110,26 +115,43 @@ _UNCHANGED_SINCE_BASE = (
 )
 # A rewritten record (``records``) that goes live no more: its key changed since the base version.
 STALE_COPY = f"{OF_JOB} AND NOT {_UNCHANGED_SINCE_BASE}"
-# SQLite plans this join as index probes by itself.
+# SQLite plans this join as index probes by itself: one per record of the job.
 _DUPLICATES = text(
     "SELECT DISTINCT n.key FROM records n JOIN shards ns ON ns.id = n.shard_id "
     "JOIN records o ON o.dataset_id = n.dataset_id AND o.key_hash = n.key_hash "
-    f"JOIN shards s ON s.id = o.shard_id WHERE {_NEW} AND {_OTHER} LIMIT 1001"
+    f"JOIN shards s ON s.id = o.shard_id WHERE {_NEW} AND {_LIVE_OTHER} LIMIT 1001"
 )
 # PostgreSQL, right after a bulk load (no statistics yet), may hash-join the
 # whole records table instead; LATERAL ... LIMIT 1 pins one index probe per key.
 _DUPLICATES_PG = text(
     "SELECT DISTINCT n.key FROM records n JOIN shards ns ON ns.id = n.shard_id "
     "CROSS JOIN LATERAL (SELECT 1 FROM records o JOIN shards s ON s.id = o.shard_id "
-    f"WHERE {_OTHER} LIMIT 1) AS hit WHERE {_NEW} LIMIT 1001"
+    f"WHERE {_LIVE_OTHER} LIMIT 1) AS hit WHERE {_NEW} LIMIT 1001"
 )
 
 
 def duplicate_keys(session: Session, job_id: int) -> list[str]:
-    """Keys of the job's staged records that repeat in the job or among committed records."""
+    """Keys of the job's staged records that committed records of the dataset have (live).
+
+    Keys twice within the job are :func:`refuse_repeats`'.
+    """
     pg = session.get_bind().dialect.name == "postgresql"
     query = _DUPLICATES_PG if pg else _DUPLICATES
     return sorted(session.execute(query, {"job": job_id}).scalars().all())
+
+
+def repeated_hashes(session: Session, job_id: int) -> list[int]:
+    """Key hashes two or more of the job's records have in one group (usually none)."""
+    return sorted(int(h) for h in session.execute(_REPEATED_HASHES, {"job": job_id}).scalars())
+
+
+def _hash_in(hashes: Sequence[int]) -> str:
+    """SQL: ``n``'s key hash is one of ``hashes`` (integers inlined)."""
+    return f"n.key_hash IN ({', '.join(str(int(h)) for h in hashes)})"
+
+
+def _chunks(hashes: Sequence[int]) -> list[Sequence[int]]:
+    return [hashes[i : i + _HASHES_AT_ONCE] for i in range(0, len(hashes), _HASHES_AT_ONCE)]
 
 
 def has_committed(session: Session, dataset_id: int) -> bool:
@@ -148,7 +170,20 @@ def refuse_repeats(session: Session, dataset: Dataset, job: Job) -> None:
     Always an error, whatever ``on_duplicate`` says; checked before anything that
     removes job records (a group's skipped keys) could hide the repeat.
     """
-    within = sorted(session.execute(_WITHIN_JOB, {"job": job.id}).scalars())
+    params = {"job": job.id, "d": dataset.id}
+    within = sorted(
+        key
+        for chunk in _chunks(repeated_hashes(session, job.id))
+        for key in session.execute(
+            text(
+                f"SELECT n.key FROM records n WHERE n.dataset_id = :d AND {_hash_in(chunk)} "
+                f"AND n.shard_id IN ({_JOB_SHARDS}) "
+                f"AND {visibility.sql(visibility.not_removed, 'records AS n')} "
+                "GROUP BY n.key_hash, n.key, n.group_id HAVING count(*) > 1"
+            ),
+            params,
+        ).scalars()
+    )[:1001]
     if within:
         raise duplicate_error(
             within, f"in job {job.id} of dataset {dataset.name!r} (within the job)"
@@ -179,12 +214,14 @@ def resolve_duplicates(
     """
     if dataset.key_mode == HASH:  # no key text: equal hashes, then the keys the shards hold
         return _resolve_hash_only(session, dataset, job, on_duplicate, params, removed)
+    # Keys twice within the job first: no on_duplicate policy can resolve those.
+    refuse_repeats(session, dataset, job)
+    if not has_committed(session, dataset.id):  # nothing to collide with: no probe per key
+        return removed, 0
     dups = duplicate_keys(session, job.id)
     if not dups:
         return removed, 0
     where = f"in job {job.id} of dataset {dataset.name!r}"
-    # Keys twice within the job first: no on_duplicate policy can resolve those.
-    refuse_repeats(session, dataset, job)
     if on_duplicate == "error":
         raise duplicate_error(dups, f"{where} (against committed shards)", live=True)
     if job.base_version is not None:
@@ -260,10 +297,27 @@ _PAIRS = (
     "AND (o.shard_id <> n.shard_id OR o.byte_offset <> n.byte_offset) "
     f"JOIN shards s ON s.id = o.shard_id WHERE {_NEW} AND "
 )
+# Pairs with a live committed record (asked only if the dataset has committed shards).
 _CANDIDATES = text(
-    _PAIRS + f"{visibility.sql(visibility.not_removed, 'records AS o')} "
-    f"AND ({_S_COMMITTED} OR (s.job_id = :job AND s.state = 'staged'))"
+    _PAIRS + f"{visibility.sql(visibility.not_removed, 'records AS o')} AND {_S_COMMITTED}"
 )
+
+
+def _pairs_within(session: Session, dataset: Dataset, job: Job) -> list[Any]:
+    """``_PAIRS``' rows of two records of the job (of a hash that repeats in it: usually none)."""
+    rows: list[Any] = []
+    for chunk in _chunks(repeated_hashes(session, job.id)):
+        rows += session.execute(
+            text(
+                _PAIRS + f"n.dataset_id = :d AND {_hash_in(chunk)} "
+                f"AND {visibility.sql(visibility.not_removed, 'records AS o')} "
+                "AND s.job_id = :job AND s.state = 'staged'"
+            ),
+            {"job": job.id, "d": dataset.id},
+        ).all()
+    return rows
+
+
 # The same pairs with a committed record another commit added or removed after the job began.
 _CHANGED_CANDIDATES = text(
     _PAIRS + f"{_S_COMMITTED} AND "
@@ -287,8 +341,9 @@ def _resolve_hash_only(
 ) -> tuple[tuple[int, int], int]:
     """:func:`resolve_duplicates` for a hash-only dataset: equal hashes, then keys read.
 
-    One statement finds the job's records whose hash another live record (or
-    another of the job's) has; usually none. The keys of those candidates are
+    The job's records whose hash another of the job's has (the hashes that repeat
+    in the job, one pass over its records) or, if the dataset has committed shards,
+    a live committed record has (one index probe per record); usually none. The keys of those candidates are
     read from their shards (the session's :data:`~.hashkeys.KEY_READER`); equal
     keys are duplicates and follow ``on_duplicate`` as in a dataset with key text,
     unequal keys are a collision and are left alone. Costs in proportion to the
@@ -296,7 +351,9 @@ def _resolve_hash_only(
     KeyTextUnavailableError if candidates exist and the session has no key reader.
     """
     read_keys = session.info.get(KEY_READER)
-    rows = session.execute(_CANDIDATES, {"job": job.id}).all()
+    rows = _pairs_within(session, dataset, job)
+    if has_committed(session, dataset.id):
+        rows += session.execute(_CANDIDATES, {"job": job.id}).all()
     if not rows:
         return removed, 0
     within: set[str] = set()
