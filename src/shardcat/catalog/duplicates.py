@@ -51,12 +51,15 @@ _NEW = (
     "ns.job_id = :job AND ns.state = 'staged' "
     f"AND {visibility.sql(visibility.not_removed, 'records AS n')}"
 )
+_OF_JOB_OR_COMMITTED = f"({_S_COMMITTED} OR (s.job_id = :job AND s.state = 'staged'))"
 # One live record per key per group (docs/GROUPS.md): a key's records in other groups are no
-# duplicates. `o` (shard `s`): a record of a committed shard with the key of the job's `n`.
-_LIVE_OTHER = (
+# duplicates. `o` (shard `s`): another record with the key of the job's `n`, committed or the
+# job's own, so that one probe per record finds both kinds of duplicate.
+_OTHER = (
     "o.dataset_id = n.dataset_id AND o.key_hash = n.key_hash AND o.key = n.key "
     "AND o.group_id = n.group_id "
-    f"AND {visibility.sql(visibility.not_removed, 'records AS o')} AND {_S_COMMITTED}"
+    "AND (o.shard_id <> n.shard_id OR o.byte_offset <> n.byte_offset) "
+    f"AND {visibility.sql(visibility.not_removed, 'records AS o')} AND {_OF_JOB_OR_COMMITTED}"
 )
 _JOB_SHARDS = "SELECT id FROM shards WHERE job_id = :job AND state = 'staged'"
 # A key twice within the job is twice its hash: one pass over the job's records (found by
@@ -119,21 +122,22 @@ STALE_COPY = f"{OF_JOB} AND NOT {_UNCHANGED_SINCE_BASE}"
 _DUPLICATES = text(
     "SELECT DISTINCT n.key FROM records n JOIN shards ns ON ns.id = n.shard_id "
     "JOIN records o ON o.dataset_id = n.dataset_id AND o.key_hash = n.key_hash "
-    f"JOIN shards s ON s.id = o.shard_id WHERE {_NEW} AND {_LIVE_OTHER} LIMIT 1001"
+    f"JOIN shards s ON s.id = o.shard_id WHERE {_NEW} AND {_OTHER} LIMIT 1001"
 )
 # PostgreSQL, right after a bulk load (no statistics yet), may hash-join the
 # whole records table instead; LATERAL ... LIMIT 1 pins one index probe per key.
 _DUPLICATES_PG = text(
     "SELECT DISTINCT n.key FROM records n JOIN shards ns ON ns.id = n.shard_id "
     "CROSS JOIN LATERAL (SELECT 1 FROM records o JOIN shards s ON s.id = o.shard_id "
-    f"WHERE {_LIVE_OTHER} LIMIT 1) AS hit WHERE {_NEW} LIMIT 1001"
+    f"WHERE {_OTHER} LIMIT 1) AS hit WHERE {_NEW} LIMIT 1001"
 )
 
 
 def duplicate_keys(session: Session, job_id: int) -> list[str]:
-    """Keys of the job's staged records that committed records of the dataset have (live).
+    """Keys of the job's staged records that repeat in the job or among committed records.
 
-    Keys twice within the job are :func:`refuse_repeats`'.
+    One index probe per record of the job: asked only when the dataset has committed
+    shards (else :func:`refuse_repeats`' one pass over the job's hashes is the check).
     """
     pg = session.get_bind().dialect.name == "postgresql"
     query = _DUPLICATES_PG if pg else _DUPLICATES
@@ -214,14 +218,19 @@ def resolve_duplicates(
     """
     if dataset.key_mode == HASH:  # no key text: equal hashes, then the keys the shards hold
         return _resolve_hash_only(session, dataset, job, on_duplicate, params, removed)
-    # Keys twice within the job first: no on_duplicate policy can resolve those.
-    refuse_repeats(session, dataset, job)
-    if not has_committed(session, dataset.id):  # nothing to collide with: no probe per key
+    if not has_committed(session, dataset.id):
+        # Nothing to collide with: the job's own repeats are all there is to find, and one
+        # pass over its hashes finds them (at 10M keys, 26-43 s against 263 s to hours of
+        # probes: docs/SCALE.md §2).
+        refuse_repeats(session, dataset, job)
         return removed, 0
+    # One probe per record finds both kinds (an append costs what it did before the pass).
     dups = duplicate_keys(session, job.id)
     if not dups:
         return removed, 0
     where = f"in job {job.id} of dataset {dataset.name!r}"
+    # Keys twice within the job first: no on_duplicate policy can resolve those.
+    refuse_repeats(session, dataset, job)
     if on_duplicate == "error":
         raise duplicate_error(dups, f"{where} (against committed shards)", live=True)
     if job.base_version is not None:
@@ -297,9 +306,10 @@ _PAIRS = (
     "AND (o.shard_id <> n.shard_id OR o.byte_offset <> n.byte_offset) "
     f"JOIN shards s ON s.id = o.shard_id WHERE {_NEW} AND "
 )
-# Pairs with a live committed record (asked only if the dataset has committed shards).
+# Pairs with a live committed record or another of the job's (asked only if the dataset has
+# committed shards; else the job's own pairs are _pairs_within's).
 _CANDIDATES = text(
-    _PAIRS + f"{visibility.sql(visibility.not_removed, 'records AS o')} AND {_S_COMMITTED}"
+    _PAIRS + f"{visibility.sql(visibility.not_removed, 'records AS o')} AND {_OF_JOB_OR_COMMITTED}"
 )
 
 
@@ -341,9 +351,10 @@ def _resolve_hash_only(
 ) -> tuple[tuple[int, int], int]:
     """:func:`resolve_duplicates` for a hash-only dataset: equal hashes, then keys read.
 
-    The job's records whose hash another of the job's has (the hashes that repeat
-    in the job, one pass over its records) or, if the dataset has committed shards,
-    a live committed record has (one index probe per record); usually none. The keys of those candidates are
+    The job's records whose hash another live record has: if the dataset has
+    committed shards, one index probe per record of the job; else another of the
+    job's records (the hashes that repeat in the job, one pass over its records);
+    usually none. The keys of those candidates are
     read from their shards (the session's :data:`~.hashkeys.KEY_READER`); equal
     keys are duplicates and follow ``on_duplicate`` as in a dataset with key text,
     unequal keys are a collision and are left alone. Costs in proportion to the
@@ -351,9 +362,10 @@ def _resolve_hash_only(
     KeyTextUnavailableError if candidates exist and the session has no key reader.
     """
     read_keys = session.info.get(KEY_READER)
-    rows = _pairs_within(session, dataset, job)
     if has_committed(session, dataset.id):
-        rows += session.execute(_CANDIDATES, {"job": job.id}).all()
+        rows = session.execute(_CANDIDATES, {"job": job.id}).all()
+    else:
+        rows = _pairs_within(session, dataset, job)
     if not rows:
         return removed, 0
     within: set[str] = set()
