@@ -22,8 +22,6 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.peers.bigcatalog import read_info, write_tiny_shards
-
 DATASET = "big"
 
 
@@ -34,6 +32,8 @@ def load() -> str:
 
 def build(scratch: str, keys: int, per_shard: int) -> str:
     """The catalog URL of ``keys`` samples (built once per size and shard size)."""
+    from benchmarks.peers.bigcatalog import read_info, write_tiny_shards
+
     import shardcat
 
     folder = os.path.join(scratch, f"verify-{keys}-{per_shard}")
@@ -51,7 +51,7 @@ def build(scratch: str, keys: int, per_shard: int) -> str:
 
 
 def run(way: str, url: str, workers: int) -> dict[str, object]:
-    """One way of verifying, in this process (a child of the driver)."""
+    """One way of verifying, in this process (a child of the driver, which imports no more)."""
     import resource
 
     import shardcat
@@ -80,7 +80,8 @@ def run(way: str, url: str, workers: int) -> dict[str, object]:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> list[dict[str, object]]:
+    """Run each way in a child process; their figures, as printed."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--keys", type=int, default=1_000_000)
     ap.add_argument("--per-shard", type=int, default=100_000)
@@ -89,11 +90,13 @@ def main() -> None:
     ap.add_argument("--ways", default="client,dask")
     ap.add_argument("--run", help=argparse.SUPPRESS)  # the child: one way
     ap.add_argument("--url", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.run:
-        print(json.dumps(run(args.run, args.url, args.workers)), flush=True)
-        return
+        figures = run(args.run, args.url, args.workers)
+        print(json.dumps(figures), flush=True)
+        return [figures]
     url = build(args.scratch, args.keys, args.per_shard)
+    results: list[dict[str, object]] = []
     for way in args.ways.split(","):
         out = subprocess.run(
             [sys.executable, __file__, "--run", way, "--url", url, "--workers", str(args.workers)],
@@ -101,7 +104,10 @@ def main() -> None:
             capture_output=True,
             text=True,
         )
-        print(out.stdout.strip().splitlines()[-1], flush=True)
+        line = out.stdout.strip().splitlines()[-1]
+        print(line, flush=True)
+        results.append(json.loads(line))
+    return results
 
 
 if __name__ == "__main__":

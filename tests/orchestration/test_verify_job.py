@@ -103,7 +103,8 @@ def test_each_damage_is_reported_as_catalog_verify_reports_it(client, catalog_ur
     assert paths[0] not in kinds
     assert kinds[paths[1]] == ["corrupt"]
     assert "CRC32C mismatch" in report.by_shard()[paths[1]][0].message
-    assert paths[2] in kinds  # truncated: whatever reading it found, it was reported
+    assert kinds[paths[2]] == ["unreadable"]  # truncated: no trailer at its end
+    assert "no trailer" in report.by_shard()[paths[2]][0].message
     assert kinds[paths[3]] == ["missing"]
     assert [(p.kind, p.keys) for p in report.by_shard()[paths[4]]] == [
         ("record-not-in-catalog", (_keys(4)[3],))

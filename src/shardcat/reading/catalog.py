@@ -527,6 +527,11 @@ class Catalog(SqlCatalog):
         ``on_shard(url, total)`` is called as each shard's check finishes
         (from worker threads), for progress bars.
 
+        Every shard is read in this process, and every footer is kept until
+        the comparison: for a dataset too large for one process,
+        :func:`shardcat.orchestration.verify` makes the same check (the
+        same report) as a Dask job, each task comparing a few shards.
+
         Raises
         ------
         DatasetNotFoundError
