@@ -90,6 +90,10 @@ def test_a_healthy_dataset(client, catalog_url, tmp_path):
         assert report.shards_checked == SHARDS
         assert report.records_checked == SHARDS * KEYS
         _same(report, cat.verify("train"))
+        # Each shard was committed as a version: an older one reads fewer shards.
+        older = verify(cat, "train", client=client, version=3)
+        _same(older, cat.verify("train", version=3))
+        assert 0 < older.shards_checked < SHARDS
 
 
 def test_each_damage_is_reported_as_catalog_verify_reports_it(client, catalog_url, tmp_path):
