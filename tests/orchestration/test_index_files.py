@@ -27,6 +27,7 @@ from shardcat.cli.app import app
 from shardcat.errors import ChecksumError, FormatError, ShardNotFoundError
 from shardcat.format.folder import FOLDER_MARK, FolderSample, entry_path, folder_info, folder_of
 from shardcat.orchestration.gc import delete_dataset, gc
+from shardcat.orchestration.verify import verify as verify_job
 from shardcat.reading import Catalog
 from shardcat.storage import resolve
 
@@ -145,6 +146,8 @@ def test_a_file_changed_after_indexing_is_a_checksum_error_and_a_verify_problem(
         assert gone.value.path == str(root / "dogs/0002.json")
         assert _bytes(cat.get("pets", "cats/0003")) == samples["cats/0003"]
         report = cat.verify("pets")
+        # The Dask job reads a folder group's files by the rows its tasks load: the same report.
+        assert verify_job(cat, "pets", client=client).problems == report.problems
     assert not report.ok
     kinds = {(p.kind, k) for p in report.problems for k in p.keys}
     assert ("row-not-in-footer", "cats/0001") in kinds

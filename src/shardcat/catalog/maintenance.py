@@ -37,9 +37,11 @@ from .versions import resolve_version
 __all__ = [
     "FileCheck",
     "committed_shards",
+    "compare_shard",
     "compare_with_catalog",
     "named_samples",
     "reindex_shards",
+    "shards_by_id",
 ]
 
 
@@ -182,6 +184,42 @@ def committed_shards(
     return list(session.execute(q.order_by(Shard.shard_number, Shard.url, Shard.id)).scalars())
 
 
+def shards_by_id(session: Session, shard_ids: list[int]) -> list[Shard]:
+    """The shard rows of ``shard_ids`` (by primary key), in the order given; ids not found are left out."""
+    rows = {
+        r.id: r for r in session.execute(select(Shard).where(Shard.id.in_(shard_ids))).scalars()
+    }
+    return [rows[i] for i in shard_ids if i in rows]
+
+
+def compare_shard(
+    session: Session, shard: Shard, check: FileCheck
+) -> tuple[list[Problem], int, int]:
+    """One shard's problems (its file's, then its footer against its rows), records checked, bytes.
+
+    The one comparison both verify paths use: the client's (:func:`compare_with_catalog`)
+    and the Dask job's, whose tasks each compare their own shards. Only this shard's
+    catalog rows are read (``records`` by ``shard_id``, the primary key's first column).
+    """
+    info, file_problems, checked = check
+    problems = list(file_problems)
+    if info is None:
+        return problems, checked, 0
+    try:
+        problems.extend(_compare(session, shard, info))
+    except (CatalogError, SQLAlchemyError):
+        raise  # the catalog failed, not the shard
+    except Exception as e:  # as in reading.checks.check_files: report the shard, check the next
+        problems.append(
+            Problem(
+                shard.url,
+                "unreadable",
+                f"the footer cannot be compared with the catalog: {type(e).__name__}: {e}",
+            )
+        )
+    return problems, checked, info.size
+
+
 def compare_with_catalog(
     session: Session, dataset: str, shards: list[Shard], checks: list[FileCheck]
 ) -> CatalogReport:
@@ -189,24 +227,11 @@ def compare_with_catalog(
     problems: list[Problem] = []
     records = 0
     size = 0
-    for shard, (info, file_problems, checked) in zip(shards, checks):
-        problems.extend(file_problems)
+    for shard, check in zip(shards, checks):
+        found, checked, nbytes = compare_shard(session, shard, check)
+        problems.extend(found)
         records += checked
-        if info is None:
-            continue
-        size += info.size
-        try:
-            problems.extend(_compare(session, shard, info))
-        except (CatalogError, SQLAlchemyError):
-            raise  # the catalog failed, not the shard
-        except Exception as e:  # as in reading.checks.check_files: report the shard, check the next
-            problems.append(
-                Problem(
-                    shard.url,
-                    "unreadable",
-                    f"the footer cannot be compared with the catalog: {type(e).__name__}: {e}",
-                )
-            )
+        size += nbytes
     return CatalogReport(dataset, len(shards), records, size, problems)
 
 

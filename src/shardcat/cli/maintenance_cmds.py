@@ -7,13 +7,18 @@ import datetime as dt
 import enum
 import sys
 from collections.abc import Callable, Iterator
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from .._units import count_of, format_bytes
-from .common import open_catalog, parse_duration, state_of
+from .common import SchedulerOption, open_catalog, parse_duration, state_of
+from .jobs import dask_job
 from .version_cmds import VersionOption, parse_version
+
+if TYPE_CHECKING:
+    from ..reading import Catalog
+    from .output import Output
 
 __all__ = ["register"]
 
@@ -33,7 +38,11 @@ def register(app: typer.Typer) -> None:
 def verify(
     ctx: typer.Context,
     dataset: Annotated[str, typer.Argument(help="The dataset's name.", metavar="DATASET")],
-    workers: Annotated[int, typer.Option(min=1, help="Shards checked at once.")] = 4,
+    workers: Annotated[
+        int | None,
+        typer.Option(min=1, help="Shards checked at once in this process (default 4)."),
+    ] = None,
+    scheduler: SchedulerOption = None,
     version: VersionOption = None,
     write_history: Annotated[
         bool,
@@ -48,25 +57,48 @@ def verify(
 
     Also compares the version manifests in the dataset's folder
     (`_versions/`) with the catalog. Prints every problem (shard, kind,
-    detail); exits 1 if there is any.
+    detail); exits 1 if there is any. With --scheduler, the shards are
+    checked by that Dask cluster's workers (a few shards per task, each
+    compared with its own catalog rows): for datasets too large for one
+    process.
     """
-    state = state_of(ctx)
-    out = state.out
-    with open_catalog(state) as cat:
-        if write_history:
-            done = cat.write_history(dataset)
-            out.note(
-                f"wrote {count_of(len(done.written), 'version manifest')} "
-                f"({len(done.present):,} there already)"
-                + ("; updated the tags file" if done.refs_written else "")
+    at = parse_version(version)
+    if scheduler is not None:
+        if workers is not None:
+            raise typer.BadParameter(
+                "--workers counts this process's threads; with --scheduler the cluster's "
+                "workers check the shards: leave --workers out",
+                param_hint="--workers",
             )
-        at = parse_version(version)
-        n = len(cat.dataset(dataset).shards(version=at))
-        with out.verify_progress(n) as on_shard:
-            report = cat.verify(dataset, workers=workers, on_shard=on_shard, version=at)
+        from ..orchestration.verify import verify as verify_job
+
+        with dask_job(ctx, None, scheduler, True, "verifying", "tasks") as job:
+            _write_history(job.catalog, job.out, dataset, write_history)
+            report = verify_job(job.catalog, dataset, version=at, **job.args)
+        out = job.out
+    else:
+        state = state_of(ctx)
+        out = state.out
+        with open_catalog(state) as cat:
+            _write_history(cat, out, dataset, write_history)
+            n = len(cat.dataset(dataset).shards(version=at))
+            with out.verify_progress(n) as on_shard:
+                report = cat.verify(dataset, workers=workers or 4, on_shard=on_shard, version=at)
     out.verify_report(dataset, report)
     if not report.ok:
         raise typer.Exit(1)
+
+
+def _write_history(cat: Catalog, out: Output, dataset: str, wanted: bool) -> None:
+    """``--write-history``: the manifests the folder lacks, written before verify reads them."""
+    if not wanted:
+        return
+    done = cat.write_history(dataset)
+    out.note(
+        f"wrote {count_of(len(done.written), 'version manifest')} "
+        f"({len(done.present):,} there already)"
+        + ("; updated the tags file" if done.refs_written else "")
+    )
 
 
 def reindex(

@@ -25,6 +25,7 @@ from .read import (
     tar_rows,
 )
 from .update_fields import update_fields
+from .verify import verify
 from .write import WriteSummary, write
 
 __all__ = [
@@ -62,5 +63,6 @@ __all__ = [
     "read",
     "tar_rows",
     "update_fields",
+    "verify",
     "write",
 ]

@@ -66,7 +66,7 @@ class JobRef:
     Attributes
     ----------
     operation:
-        ``"write"``, ``"compact"``, ``"copy"``, ``"index-tar"`` or ``"export"``.
+        ``"write"``, ``"compact"``, ``"copy"``, ``"index-tar"``, ``"export"`` or ``"verify"``.
     dataset:
         The job's dataset.
     job_id:
@@ -84,6 +84,8 @@ class JobRef:
     resumable: bool = False
     removes_output: bool = False
     """An export: a stopped job removes the files it published (nothing to gc)."""
+    changes_nothing: bool = False
+    """A verify: it writes nothing, so a stopped one only needs running again."""
 
     @property
     def what(self) -> str:
@@ -371,6 +373,9 @@ def _outcome(job: JobRef, start: str) -> tuple[str, Hint]:
                 python=f"{start}rerun the write with resume=True to resume it",
                 cli=f"{start}rerun the command with --resume to resume it",
             )
+    elif job.changes_nothing:
+        state = "nothing was changed"
+        hint = Hint(python=f"{start}run it again", cli=f"{start}run the command again")
     elif job.removes_output:
         state = "it was aborted, and the files it had published are removed"
         hint = Hint(python=f"{start}run it again", cli=f"{start}run the command again")
@@ -402,6 +407,11 @@ def interrupted(job: JobRef, *, stays_open: bool = False) -> JobInterrupted:
                 + (f"--job-name {name}" if name else "--resume")
                 + " to finish it",
             ),
+        )
+    if job.changes_nothing:
+        return JobInterrupted(
+            f"interrupted: {job.what} stopped, nothing was changed",
+            hint=Hint(python="run it again", cli="run the command again"),
         )
     resume = " (name a write with --job-name to make it resumable)" if job.resumable else ""
     resume_py = " (name a write with job_name= to make it resumable)" if job.resumable else ""

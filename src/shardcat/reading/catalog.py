@@ -31,6 +31,7 @@ from ..catalog.results import (
     DescribedBatch,
     EntryInfo,
     Location,
+    Problem,
     ShardRow,
 )
 from ..catalog.session import DEFAULT_BUSY_TIMEOUT, display_url
@@ -55,7 +56,7 @@ else:
     _checks = lazy_module("shardcat.reading.checks")
     _history = lazy_module("shardcat.reading.history")
 
-__all__ = ["Catalog", "CatalogHandle"]
+__all__ = ["Catalog", "CatalogHandle", "shards_to_verify", "verify_shards"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -526,6 +527,11 @@ class Catalog(SqlCatalog):
         ``on_shard(url, total)`` is called as each shard's check finishes
         (from worker threads), for progress bars.
 
+        Every shard is read in this process, and every footer is kept until
+        the comparison: for a dataset too large for one process,
+        :func:`shardcat.orchestration.verify` makes the same check (the
+        same report) as a Dask job, each task comparing a few shards.
+
         Raises
         ------
         DatasetNotFoundError
@@ -533,8 +539,7 @@ class Catalog(SqlCatalog):
         """
         with self._uow() as s:
             rows = _maintenance.committed_shards(s, dataset, version)
-            named = [r.id for r in rows if r.kind in _checks.NAMED_BY_CATALOG]
-            samples = _maintenance.named_samples(s, named) if named else {}
+            samples = _named_samples(s, rows)
         # The files are read outside any transaction: that takes as long as the data.
         checks = _checks.check_files(
             rows, self.storage_options, workers=workers, on_shard=on_shard, samples=samples
@@ -654,6 +659,45 @@ def _end_of_thread(lookup: Lookup, listed: set[Lookup]) -> None:
         finally:
             lookup.gate.release()
         listed.discard(lookup)
+
+
+def shards_to_verify(cat: Catalog, dataset: str, version: Version = None) -> list[int]:
+    """The ids of the shards :meth:`Catalog.verify` checks, in the order it reports them.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        If there is no such dataset.
+    """
+    with cat._uow() as s:
+        return [r.id for r in _maintenance.committed_shards(s, dataset, version)]
+
+
+def verify_shards(
+    cat: Catalog, shard_ids: list[int], storage_options: StorageOptions | None = None
+) -> list[tuple[list[Problem], int, int]]:
+    """Verify these shards only: per shard, its problems, records and bytes checked.
+
+    What a task of the verify job (:mod:`shardcat.orchestration.verify`) runs on
+    a worker: its shards' files read again, then each compared with that
+    shard's catalog rows alone (:func:`~shardcat.catalog.maintenance.compare_shard`,
+    as :meth:`Catalog.verify` does). A shard whose row is gone meanwhile (gc) is
+    left out.
+    """
+    opts = cat.storage_options if storage_options is None else dict(storage_options)
+    with cat._uow() as s:
+        rows = _maintenance.shards_by_id(s, shard_ids)
+        samples = _named_samples(s, rows)
+    # The files are read outside any transaction, as in Catalog.verify.
+    checks = _checks.check_files(rows, opts, workers=1, samples=samples)
+    with cat._uow() as s:
+        return [_maintenance.compare_shard(s, r, c) for r, c in zip(rows, checks)]
+
+
+def _named_samples(s: Any, rows: list[Any]) -> dict[int, Any]:
+    """The records of the shards whose files the catalog names (folder groups), per shard id."""
+    named = [r.id for r in rows if r.kind in _checks.NAMED_BY_CATALOG]
+    return _maintenance.named_samples(s, named) if named else {}
 
 
 def _reopen(handle: CatalogHandle) -> Catalog:
