@@ -57,8 +57,8 @@ def test_a_key_twice_in_shards_of_two_workers_is_named_exactly(
 
 
 def test_repeated_hashes_are_compared_in_chunks(catalog_url, local_root, monkeypatch):
-    # One hash per statement: a repeat split from its other half by a chunk would be missed.
-    monkeypatch.setattr(duplicates, "_HASHES_AT_ONCE", 1)
+    # One hash per statement: a chunk not asked would miss the repeats of its hashes.
+    monkeypatch.setattr(duplicates, "_AT_ONCE", 1)
     with colliding_key_hashes(bits=3), Catalog(catalog_url) as cat:
         cat.create_dataset("d", local_root)
         job = cat.begin_job("d")
@@ -68,3 +68,28 @@ def test_repeated_hashes_are_compared_in_chunks(catalog_url, local_root, monkeyp
         with pytest.raises(DuplicateKeyError) as err:
             cat.commit_job(job)
         assert err.value.keys == sorted(keys[::7])
+
+
+def test_a_job_written_twice_stops_at_the_keys_it_reports(catalog_url, local_root, monkeypatch):
+    # The same shard's keys twice: the check stops asking once it has enough keys to report.
+    monkeypatch.setattr(duplicates, "_AT_ONCE", 1)
+    monkeypatch.setattr(duplicates, "_REPORTED", 3)
+    asked: list[str] = []
+    real = duplicates.text
+
+    def counting(sql: str):  # the statements of repeated hashes, one hash each
+        if "HAVING count(*) > 1" in sql and "n.key_hash IN" in sql:
+            asked.append(sql)
+        return real(sql)
+
+    monkeypatch.setattr(duplicates, "text", counting)
+    with Catalog(catalog_url) as cat:
+        cat.create_dataset("d", local_root)
+        job = cat.begin_job("d")
+        keys = [f"k/{i}" for i in range(20)]
+        cat.register_shard("d", write_shard(f"{local_root}/a.shard", keys), job=job)
+        cat.register_shard("d", write_shard(f"{local_root}/b.shard", keys), job=job)
+        with pytest.raises(DuplicateKeyError, match=r"3 duplicate key") as err:
+            cat.commit_job(job)
+    assert len(err.value.keys) == 3 and set(err.value.keys) <= set(keys)
+    assert len(asked) == 3  # not 20: one statement per hash until three keys were found

@@ -92,8 +92,11 @@ def test_duplicate_keys_across_shards_of_a_job(cat, local_root):
     with pytest.raises(DuplicateKeyError, match=r"2 duplicate key\(s\).*'a', 'c'") as err:
         cat.commit_job(job)
     assert err.value.keys == ["a", "c"]
-    # Within one job, on_duplicate cannot help: the advice is to write each key once.
-    assert "write each key once" in str(err.value) and "on_duplicate" not in str(err.value)
+    # Within one job, on_duplicate cannot help: the advice is to write each key once, and
+    # says why on_duplicate is no way out and what removes the job's files.
+    text = str(err.value)
+    assert "write each key once" in text and "only keys the dataset already has" in text
+    assert 'on_duplicate="replace"' not in text and "shardcat gc" in text
     # Nothing became visible; the job can still be aborted.
     assert cat.shards("train") == []
     assert cat.job(job).state == "open"

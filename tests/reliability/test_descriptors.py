@@ -138,3 +138,68 @@ def test_a_batch_over_more_shards_than_are_kept_open(
             for key, rec in zip(result.keys, result):
                 assert rec is not None and bytes(rec["jpg"].data) == sample(key)["jpg"], key
         assert len(cat._lookup()._sources) <= 2
+
+
+_MANY_THREADS = """
+import os, sys, threading
+sys.path.insert(0, sys.argv[2])
+from catalog.helpers import write_shard
+from shardcat.reading import Catalog
+root, threads, shards = sys.argv[1], int(sys.argv[3]), int(sys.argv[4])
+url = f"sqlite:///{root}/cat.db"
+with Catalog(url) as cat:
+    cat.create_dataset("d", root)
+    for i in range(shards):
+        cat.register_shard("d", write_shard(f"{root}/s{i}.shard", [f"k{i}/a"]))
+cat = Catalog(url)
+errors, peak = [], []
+barrier = threading.Barrier(threads)
+def work():
+    try:
+        for i in range(shards):
+            assert cat.get("d", f"k{i}/a") is not None
+        peak.append(len(os.listdir("/proc/self/fd")))
+        barrier.wait(240)  # every thread's files open at once
+    except Exception as e:
+        errors.append(repr(e))
+        barrier.abort()
+ts = [threading.Thread(target=work) for _ in range(threads)]
+[t.start() for t in ts]
+[t.join(270) for t in ts]
+print(cat.max_open_shards, max(peak, default=0), len(errors), errors[:1])
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
+def test_many_threads_share_the_open_file_limit(tmp_path: Path) -> None:
+    """12 threads x 120 shards under a limit of 256 open files: no EMFILE, the budget kept.
+
+    Each thread's lookups keep their own files open; before the budget was shared,
+    every thread kept up to ``max_open_shards`` (``auto``: 1/8 of the limit), so 8
+    threads took the whole limit and the next open failed with EMFILE.
+    """
+    import resource
+    import subprocess
+    import sys
+
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    limit = 256
+
+    def lower() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+
+    tests = str(Path(__file__).resolve().parents[1])
+    env = {k: v for k, v in os.environ.items() if k != "SHARDCAT_MAX_OPEN_SHARDS"}
+    done = subprocess.run(
+        [sys.executable, "-c", _MANY_THREADS, str(tmp_path), tests, "12", "120"],
+        preexec_fn=lower,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=True,
+    )
+    asked, peak, failed, _first = done.stdout.split(maxsplit=3)
+    assert int(failed) == 0, done.stdout
+    assert int(asked) == 128, done.stdout  # auto: half the limit for all caches together
+    assert int(peak) <= limit, done.stdout  # the process stayed within its limit

@@ -70,8 +70,11 @@ _REPEATED_HASHES = text(
     f"AND {visibility.sql(visibility.not_removed, 'records AS m')} "
     "GROUP BY m.key_hash, m.group_id HAVING count(*) > 1"
 )
-# Hashes at a time in the statements of repeated hashes (inlined integers).
-_HASHES_AT_ONCE = 5000
+# Integers inlined in one statement (hashes, record positions): a statement stays a few
+# hundred KB, within every driver's and server's limits.
+_AT_ONCE = 5000
+# Repeated keys worth reporting: the error lists some and counts past them up to this.
+_REPORTED = 1001
 # Keys of the job whose record another commit added or removed after the job began.
 _CHANGED_SINCE = text(
     "SELECT DISTINCT n.key FROM records n JOIN shards ns ON ns.id = n.shard_id "
@@ -155,7 +158,7 @@ def _hash_in(hashes: Sequence[int]) -> str:
 
 
 def _chunks(hashes: Sequence[int]) -> list[Sequence[int]]:
-    return [hashes[i : i + _HASHES_AT_ONCE] for i in range(0, len(hashes), _HASHES_AT_ONCE)]
+    return [hashes[i : i + _AT_ONCE] for i in range(0, len(hashes), _AT_ONCE)]
 
 
 def has_committed(session: Session, dataset_id: int) -> bool:
@@ -175,10 +178,9 @@ def refuse_repeats(session: Session, dataset: Dataset, job: Job) -> None:
     removes job records (a group's skipped keys) could hide the repeat.
     """
     params = {"job": job.id, "d": dataset.id}
-    within = sorted(
-        key
-        for chunk in _chunks(repeated_hashes(session, job.id))
-        for key in session.execute(
+    within: list[str] = []
+    for chunk in _chunks(repeated_hashes(session, job.id)):
+        within += session.execute(
             text(
                 f"SELECT n.key FROM records n WHERE n.dataset_id = :d AND {_hash_in(chunk)} "
                 f"AND n.shard_id IN ({_JOB_SHARDS}) "
@@ -187,7 +189,9 @@ def refuse_repeats(session: Session, dataset: Dataset, job: Job) -> None:
             ),
             params,
         ).scalars()
-    )[:1001]
+        if len(within) >= _REPORTED:  # a job written twice: enough to say so
+            break
+    within = sorted(within)[:_REPORTED]
     if within:
         raise duplicate_error(
             within, f"in job {job.id} of dataset {dataset.name!r} (within the job)"
@@ -441,8 +445,8 @@ def _remove(
     session: Session, positions: list[tuple[int, int]], params: dict[str, object]
 ) -> tuple[int, int]:
     total = [0, 0]
-    for i in range(0, len(positions), 5000):
-        got = remove_records(session, _positions(positions[i : i + 5000]), params)
+    for i in range(0, len(positions), _AT_ONCE):
+        got = remove_records(session, _positions(positions[i : i + _AT_ONCE]), params)
         total[0] += got[0]
         total[1] += got[1]
     return total[0], total[1]

@@ -177,8 +177,18 @@ def duplicate_error(keys: list[str], where: str, *, live: bool = False) -> Dupli
     return DuplicateKeyError(
         f"{len(keys)} duplicate key(s) {where}: {listed}{more}; keys are unique per dataset",
         keys=keys[:1000],
-        hint=DUPLICATE_HINT if live else Hint("write each key once", "write each key once"),
+        hint=DUPLICATE_HINT if live else _REPEATED_HINT,
     )
+
+
+_REPEATED_HINT = Hint(
+    python="write each key once: on_duplicate replaces or skips only keys the dataset "
+    "already has, never a key twice in the data written; the job's files stay until "
+    "gc removes them (`shardcat gc DATASET`)",
+    cli="write each key once: --on-duplicate replaces or skips only keys the dataset "
+    "already has, never a key twice in the data written; the job's files stay until "
+    "`shardcat gc DATASET` removes them",
+)
 
 
 DUPLICATE_HINT = Hint(

@@ -18,7 +18,9 @@ closes the descriptors it inherited (:func:`os.register_at_fork`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import threading
 import time
 import weakref
 from collections import OrderedDict, defaultdict
@@ -39,6 +41,7 @@ from .._ranges import (
 )
 from .._types import ByteRange, RangeSource, StorageOptions
 from .._units import parse_size
+from ..errors import StorageError
 from ..format import sources as _sources
 from ..format.sources import FileSource
 from . import gap as _gap
@@ -65,7 +68,10 @@ DEFAULT_MAX_OPEN = 64
 """Sources a cache keeps open when not told (the least recently used is closed beyond this)."""
 
 MAX_OPEN_AUTO = (64, 4096)
-"""``max_open_shards = "auto"``: 1/8 of the process's open-file limit, within these bounds."""
+"""``max_open_shards = "auto"``: the process's budget of open files, within these bounds."""
+
+MIN_SHARE = 8
+"""Files a cache may keep open however many caches share the process's budget."""
 
 ONE_PREAD = 1 << 20
 """Reads up to this size try one ``os.pread`` first (a short one takes the general path)."""
@@ -74,11 +80,31 @@ _live: weakref.WeakSet[SourceCache] = weakref.WeakSet()
 _REMOTE = (FsspecSource, ObstoreSource)
 
 
+class _OpenCount:
+    """Sources all caches of the process keep open, against :func:`open_files_budget`."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.total = 0
+
+    def add(self, n: int) -> int:
+        with self.lock:
+            self.total = max(0, self.total + n)
+            return self.total
+
+
+_opened = _OpenCount()
+
+
 def _close_inherited() -> None:
     # A forked child shares its parent's descriptors (and their file offsets'
     # owners): it closes its copies, never the parent's files, and reopens on use.
+    # Its count starts again (a parent's thread may have held the lock at the fork).
+    global _opened
+    _opened = _OpenCount()
     for cache in list(_live):
         cache.close()
+    _opened = _OpenCount()
 
 
 if hasattr(os, "register_at_fork"):
@@ -88,11 +114,12 @@ if hasattr(os, "register_at_fork"):
 def resolve_max_open(value: int | str | None = None) -> int:
     """Local files a cache keeps open: ``value``, else the ``max_open_shards`` setting.
 
-    ``"auto"`` (the default) is 1/8 of the process's soft limit of open files
-    (``RLIMIT_NOFILE``) within :data:`MAX_OPEN_AUTO`: a dataset's shards stay
-    open across lookups up to thousands of files (a lookup in a file not open
-    pays an ``open``), while the rest of the process, and the other threads'
-    lookups, keep most of the limit.
+    ``"auto"`` (the default) is the process's budget (:func:`open_files_budget`,
+    half its soft limit of open files) within :data:`MAX_OPEN_AUTO`: a dataset's
+    shards stay open across lookups up to thousands of files (a lookup in a file
+    not open pays an ``open``). Whatever this says, the caches alive at once
+    share the budget (:attr:`SourceCache.max_open`): each thread's lookups have
+    a cache, and ten threads must not open ten budgets' worth of files.
 
     Raises
     ------
@@ -101,7 +128,11 @@ def resolve_max_open(value: int | str | None = None) -> int:
     """
     source = "max_open_shards"
     if value is None:
-        value, source = config.get("max_open_shards"), config.env_var("max_open_shards")
+        value = config.get("max_open_shards")
+        source = (
+            f"the setting max_open_shards (${config.env_var('max_open_shards')}, "
+            "or the config file's max_open_shards)"
+        )
     if isinstance(value, str) and value.strip().lower() == "auto":
         return _auto_max_open()
     try:
@@ -115,16 +146,36 @@ def resolve_max_open(value: int | str | None = None) -> int:
     return count
 
 
+def _out_of_descriptors(error: BaseException) -> bool:
+    """Whether ``error`` (or what caused it) is the process or the system out of open files."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.EMFILE, errno.ENFILE):
+            return True
+        seen = seen.__cause__
+    return False
+
+
 def _auto_max_open() -> int:
     low, high = MAX_OPEN_AUTO
+    return max(low, min(high, open_files_budget()))
+
+
+def open_files_budget() -> int:
+    """Files all caches of the process may keep open together: half its soft limit.
+
+    The other half is the rest of the process's (sockets, the catalog's
+    database files, a data loader's pipes). No limit known (Windows, or
+    unlimited): :data:`MAX_OPEN_AUTO`'s upper bound.
+    """
     try:
         import resource
     except ImportError:  # Windows: no RLIMIT_NOFILE
-        return low
+        return MAX_OPEN_AUTO[1]
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
-        return high
-    return max(low, min(high, soft // 8))
+        return MAX_OPEN_AUTO[1]
+    return max(MIN_SHARE, soft // 2)
 
 
 def resolve_remote_max_gap(value: int | str | None = None) -> int | None:
@@ -177,7 +228,9 @@ class SourceCache:
     storage_options:
         fsspec options for remote URLs (credentials, endpoint, ...).
     max_open:
-        Sources kept open.
+        Sources kept open, at most: while several caches are alive (one per
+        thread's lookups), each keeps at most its share of the process's
+        budget (:attr:`max_open`).
     remote_max_gap:
         Batched reads of remote files read through gaps up to this many bytes
         rather than send another request (:func:`resolve_remote_max_gap`:
@@ -194,7 +247,11 @@ class SourceCache:
         remote_max_gap: int | str | None = None,
     ) -> None:
         self.storage_options = storage_options
-        self.max_open = max(1, max_open)
+        self.asked_open = max(1, max_open)
+        """Sources kept open at most, as asked (see :attr:`max_open`)."""
+        self._budget = open_files_budget()
+        self._evictions = 0
+        """Sources closed to keep within the limits: a batch that saw one close reopens as it reads."""
         self.remote_max_gap = resolve_remote_max_gap(remote_max_gap)
         self._open: OrderedDict[str, RangeSource] = OrderedDict()
         # The descriptors of the open local files, for point reads' one-pread path.
@@ -207,6 +264,17 @@ class SourceCache:
         self.touch: Callable[[str], None] = self._open.move_to_end
         """Mark ``url`` (open) as used now: the cache closes the least recently used first."""
         _live.add(self)
+
+    @property
+    def max_open(self) -> int:
+        """Sources kept open now: as asked, within this cache's share of the process's budget.
+
+        The share is the budget (half the open-file limit) over the caches alive,
+        at least :data:`MIN_SHARE`: one rule for the point path, the batch path
+        (which takes every file's descriptor at once only when they fit) and
+        the closing of the least recently used.
+        """
+        return min(self.asked_open, max(MIN_SHARE, self._budget // max(1, len(_live))))
 
     def source(self, url: str) -> RangeSource:
         """The open source of ``url``, opened now if it is not cached.
@@ -224,15 +292,37 @@ class SourceCache:
             return src
         if src is not None:
             self.forget(url)
-        src = open_source(url, self.storage_options)
+        try:
+            src = open_source(url, self.storage_options)
+        except StorageError as e:
+            if not _out_of_descriptors(e) or not self._open:
+                raise
+            # Out of descriptors (other code holds them): give back this cache's older half.
+            self._close_oldest(len(self._open) - len(self._open) // 2)
+            src = open_source(url, self.storage_options)
         self._open[url] = src
+        total = _opened.add(1)
         if isinstance(src, FileSource) and src.pread_fd is not None:
             self._fds[url] = src.pread_fd
-        while len(self._open) > self.max_open:
+        # Within this cache's share, and the process within its budget: a cache that finds
+        # the budget spent (by caches opened before the others came) closes its own older
+        # sources, never another thread's, and keeps the one just opened.
+        excess = max(len(self._open) - self.max_open, total - self._budget)
+        self._close_oldest(min(excess, len(self._open) - 1))
+        return src
+
+    def _close_oldest(self, count: int) -> None:
+        """Close the ``count`` least recently used sources (none if ``count`` <= 0).
+
+        A source a read holds (``FileSource.held``) closes when that read ends.
+        """
+        count = max(0, count)
+        for _ in range(count):
             old_url, old = self._open.popitem(last=False)
             self._fds.pop(old_url, None)
             _close_quietly(old)
-        return src
+        self._evictions += count
+        _opened.add(-count)
 
     def read(self, url: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of ``url`` in one request; fewer only where the file ends.
@@ -363,14 +453,15 @@ class SourceCache:
         import numpy as np
 
         sources: list[RangeSource] = []
+        evictions = self._evictions
         for url in urls:
             try:
                 sources.append(self.source(url))
             except OSError as e:
                 self._raise_failed(url, e)
-        # More files than the cache keeps open: opening the last ones closed the
-        # first, so each is asked for again (reopened) just before its reads.
-        reopen = len(urls) > self.max_open
+        # Opening the last ones closed others (more files than the cache keeps open, or
+        # the process's budget spent): each is asked for again (reopened) before its reads.
+        reopen = self._evictions != evictions
         gaps = np.array([self._gap(src, max_gap) for src in sources], dtype=np.int64)
         if max_gap is None and self.remote_max_gap is None:
             # Derived gaps are held to the batch's read budget (gap.budget_gap).
@@ -515,13 +606,16 @@ class SourceCache:
         src = self._open.pop(url, None)
         if src is not None:
             _close_quietly(src)
+            _opened.add(-1)
 
     def close(self) -> None:
         """Close every source this cache opened (idempotent; the cache stays usable)."""
         self._fds.clear()
+        closed = len(self._open)
         while self._open:
             _, src = self._open.popitem()
             _close_quietly(src)
+        _opened.add(-closed)
 
     def __len__(self) -> int:
         return len(self._open)
