@@ -17,15 +17,30 @@ need no alignment at their sizes) last.
 
 PostgreSQL cannot reorder columns, so ``records`` is rebuilt in one
 transaction, under an exclusive lock: the new table with each column's type,
-collation, NOT NULL and default read from the database, every row copied by
-one ``INSERT ... SELECT`` (in the table's physical order), then its
-constraints (the primary key ``pk_records``), its indexes (built once over
-all rows: packed, like after ``REINDEX``), foreign keys pointing at it, the
-views that read it (``live_records``, ``records_at``, and any of your own:
-each made again from its own ``pg_get_viewdef``), the owner and grants of
-each, and its statistics (``ANALYZE``). It needs free disk for a second copy of
-the table and its indexes while it runs. The downgrade rebuilds 0015's order
-the same way.
+collation, NOT NULL and default read from the database, its storage options
+(the TOAST table's too) and each column's storage, options (``n_distinct``)
+and compression where they differ from the type's, every row copied by one
+``INSERT ... SELECT`` (in the table's physical order), then its constraints
+(the primary key ``pk_records``), its indexes (built once over all rows:
+packed, like after ``REINDEX``), foreign keys pointing at it, per-column
+statistics targets, its replica identity, the views that read it
+(``live_records``, ``records_at``, and any of your own, directly or through
+another view: each made again from its own ``pg_get_viewdef``, with its
+options), the owner, grants (table and column ones) and comments (the
+table's, its columns', indexes' and constraints', the views' and their
+columns') of each, and its statistics (``ANALYZE``). It needs free disk for a
+second copy of the table and its indexes while it runs. The downgrade
+rebuilds 0015's order the same way.
+
+What the rebuild would lose unseen is refused up front, nothing changed, the
+message saying what to drop and make again after: columns the migrations did
+not make; triggers, row security policies or extended statistics on
+``records``; ``records`` in a publication (``FOR TABLE``, ``FOR ALL TABLES``, ``FOR
+TABLES IN SCHEMA``: the latter would also publish the copy as inserts into
+``_records_0016``); ``records``
+UNLOGGED, or it or an index in a tablespace of its own; relations other than
+views reading it (materialized views); triggers (``INSTEAD OF``), rules or
+column defaults on a view that reads it. Not read, and lost: security labels.
 
 SQLite stores a row's values as variable-length integers and bytes with no
 alignment: the order costs nothing there (measured with ``dbstat``), so this
@@ -203,20 +218,27 @@ def _rebuild_with(cur: Any, order: Sequence[str]) -> None:
             "revision 0016 does not rebuild with it: drop them, run the migration, and "
             "create them again"
         )
+    # Any publication with records in it (FOR TABLE, FOR ALL TABLES, FOR TABLES IN SCHEMA):
+    # the latter two would also send the copy as inserts into the new table's name.
     cur.execute(
-        "SELECT quote_ident(p.pubname) FROM pg_publication p "
-        "JOIN pg_publication_rel r ON r.prpubid = p.oid WHERE r.prrelid = %s ORDER BY 1",
-        (table,),
+        "SELECT quote_ident(p.pubname), p.puballtables OR NOT EXISTS (SELECT 1 FROM "
+        "pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = %(o)s) FROM pg_publication p "
+        "WHERE EXISTS (SELECT 1 FROM pg_publication_tables t WHERE t.pubname = p.pubname "
+        "AND t.schemaname = (SELECT nspname FROM pg_namespace n JOIN pg_class c "
+        "ON c.relnamespace = n.oid WHERE c.oid = %(o)s) AND t.tablename = 'records') ORDER BY 1",
+        {"o": table},
     )
-    publications = [row[0] for row in cur.fetchall()]
+    publications = cur.fetchall()
     if publications:
-        # FOR ALL TABLES and FOR TABLES IN SCHEMA publications take the new table in by themselves.
         raise RuntimeError(
-            f"records is in the publications {', '.join(publications)}, which revision 0016 "
-            "does not put the rebuilt table in: remove it ("
-            + "; ".join(f"ALTER PUBLICATION {p} DROP TABLE records" for p in publications)
-            + "), run the migration, and add it again (with its column list and row filter, "
-            "if any)"
+            f"records is in the publications {', '.join(p for p, _ in publications)}, which "
+            "revision 0016 does not carry over to the rebuilt table: "
+            + "; ".join(
+                f"DROP PUBLICATION {p}" if whole else f"ALTER PUBLICATION {p} DROP TABLE records"
+                for p, whole in publications
+            )
+            + ", run the migration, and make them again as they were (subscribers then "
+            "copy records anew)"
         )
     # Where and how it is stored: a new table gets the defaults.
     cur.execute(
