@@ -93,12 +93,17 @@ SELECT a.attname,
        format_type(a.atttypid, a.atttypmod)
        || CASE WHEN a.attcollation <> t.typcollation
                THEN ' COLLATE ' || quote_ident(co.collname) ELSE '' END
-       || CASE WHEN a.attnotnull THEN ' NOT NULL' ELSE '' END
+       || CASE WHEN a.attnotnull
+               THEN COALESCE(' CONSTRAINT ' || quote_ident(nn.conname), '') || ' NOT NULL'
+               ELSE '' END
        || COALESCE(' DEFAULT ' || pg_get_expr(ad.adbin, ad.adrelid), '')
 FROM pg_attribute a
 JOIN pg_type t ON t.oid = a.atttypid
 LEFT JOIN pg_collation co ON co.oid = a.attcollation
 LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
+-- PostgreSQL 18 on: NOT NULL constraints have names (else the new table's would be made)
+LEFT JOIN pg_constraint nn ON nn.conrelid = a.attrelid AND nn.contype = 'n'
+    AND nn.conkey = ARRAY[a.attnum]
 WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped
 """
 
