@@ -572,6 +572,7 @@ def _records_state(url: str, *, mine: bool = True) -> dict[str, Any]:
                         "table_schema = current_schema() ORDER BY 1, 2, 3"
                     )
                 ).all()
+                state.update(_records_settings(conn))
                 state["analyzed"] = (
                     conn.execute(
                         sa.text(
@@ -584,6 +585,39 @@ def _records_state(url: str, *, mine: bool = True) -> dict[str, Any]:
             return state
     finally:
         engine.dispose()
+
+
+# Column grants and comments of every relation in the catalog's schema (records, its indexes
+# and constraints, the views); records' per-column storage, options and compression, and its
+# replica identity: what a rebuild must set again by itself.
+_RECORDS_SETTINGS = {
+    "column_grants": "SELECT c.relname, a.attname, a.attacl::text FROM pg_attribute a "
+    "JOIN pg_class c ON c.oid = a.attrelid WHERE a.attacl IS NOT NULL "
+    "AND c.relnamespace = current_schema()::regnamespace ORDER BY 1, 2",
+    "comments": "SELECT c.relname, a.attname, d.description FROM pg_description d "
+    "JOIN pg_class c ON d.classoid = 'pg_class'::regclass AND c.oid = d.objoid "
+    "LEFT JOIN pg_attribute a ON a.attrelid = d.objoid AND a.attnum = d.objsubid "
+    "WHERE c.relnamespace = current_schema()::regnamespace "
+    "UNION ALL SELECT k.conname, NULL, d.description FROM pg_description d "
+    "JOIN pg_constraint k ON d.classoid = 'pg_constraint'::regclass AND k.oid = d.objoid "
+    "WHERE k.connamespace = current_schema()::regnamespace ORDER BY 1, 2 NULLS FIRST, 3",
+    # The attribute options one can set (some builds add a stamp of their own, new each table).
+    "column_storage": "SELECT attname, attstorage, attcompression, ARRAY(SELECT o FROM "
+    "unnest(attoptions) o WHERE o LIKE 'n\\_distinct%') FROM pg_attribute "
+    "WHERE attrelid = 'records'::regclass AND attnum > 0 AND NOT attisdropped ORDER BY 1",
+    "replica_identity": "SELECT c.relreplident, (SELECT x.relname FROM pg_index i "
+    "JOIN pg_class x ON x.oid = i.indexrelid WHERE i.indrelid = c.oid AND i.indisreplident) "
+    "FROM pg_class c WHERE c.oid = 'records'::regclass",
+}
+
+
+def _records_settings(conn: sa.Connection) -> dict[str, list[tuple[Any, ...]]]:
+    return {
+        name: [
+            tuple(row) for row in conn.execution_options(no_parameters=True).exec_driver_sql(sql)
+        ]
+        for name, sql in _RECORDS_SETTINGS.items()
+    }
 
 
 def test_upgrade_from_0015_reorders_records_on_postgresql_and_keeps_everything(
@@ -626,6 +660,24 @@ def test_upgrade_from_0015_reorders_records_on_postgresql_and_keeps_everything(
                 conn.execute(sa.text("GRANT SELECT ON records, live_records, my_keys TO PUBLIC"))
                 # A role that exists in every cluster (no role to create and drop).
                 conn.execute(sa.text("GRANT SELECT ON records TO pg_monitor WITH GRANT OPTION"))
+                for statement in (
+                    "GRANT SELECT (key, key_hash) ON records TO pg_read_all_stats "
+                    "WITH GRANT OPTION",
+                    "GRANT UPDATE (group_id) ON records TO PUBLIC",
+                    "GRANT SELECT (key) ON live_records TO pg_read_all_stats",
+                    "COMMENT ON TABLE records IS 'one row per record'",
+                    "COMMENT ON COLUMN records.key IS 'its key''s text'",
+                    "COMMENT ON INDEX pk_records IS 'the key index'",
+                    "COMMENT ON CONSTRAINT pk_records ON records IS 'the key'",
+                    "COMMENT ON VIEW live_records IS 'live rows'",
+                    "COMMENT ON COLUMN live_records.key IS 'a live key'",
+                    "COMMENT ON VIEW my_keys IS 'mine'",
+                    "ALTER TABLE records ALTER COLUMN spans SET STORAGE MAIN",
+                    "ALTER TABLE records ALTER COLUMN key_hash SET (n_distinct = -1)",
+                    "ALTER TABLE records ALTER COLUMN key SET COMPRESSION pglz",
+                    "ALTER TABLE records REPLICA IDENTITY USING INDEX pk_records",
+                ):
+                    conn.exec_driver_sql(statement)
     state = _records_state(catalog_url)
     lean = list(migrate_0016().LEAN)
     assert state["order"] == lean
@@ -649,7 +701,11 @@ def test_upgrade_from_0015_reorders_records_on_postgresql_and_keeps_everything(
         Catalog(catalog_url)
 
     assert upgrade(catalog_url) == ("0015", head_revision())
-    assert check(catalog_url) == []
+    # The models declare no comments: the test's own on records are all the check sees.
+    drift = [d[0] if isinstance(d, list) else d for d in check(catalog_url)]
+    assert sorted((d[0], d[1].name if d[0] == "remove_table_comment" else d[3]) for d in drift) == (
+        [("modify_comment", "key"), ("remove_table_comment", "records")] if pg else []
+    )
     up = _records_state(catalog_url)
     assert up.pop("analyzed", pg) is pg
     assert up == state
@@ -660,6 +716,29 @@ def test_upgrade_from_0015_reorders_records_on_postgresql_and_keeps_everything(
             ("records", "PUBLIC", "SELECT", "NO"),
             ("records", "pg_monitor", "SELECT", "YES"),
         ]
+        grants = {(t, c): acl for t, c, acl in state["column_grants"]}
+        assert grants.keys() == {
+            ("live_records", "key"),
+            ("records", "group_id"),
+            ("records", "key"),
+            ("records", "key_hash"),
+        }
+        assert "pg_read_all_stats=r*/" in grants["records", "key"]
+        assert grants["records", "group_id"].startswith("{=w/")
+        assert state["comments"] == [
+            ("live_records", None, "live rows"),
+            ("live_records", "key", "a live key"),
+            ("my_keys", None, "mine"),
+            ("pk_records", None, "the key"),  # the constraint's
+            ("pk_records", None, "the key index"),
+            ("records", None, "one row per record"),
+            ("records", "key", "its key's text"),
+        ]
+        storage = {row[0]: row[1:] for row in state["column_storage"]}
+        assert storage["spans"][0] == "m"
+        assert storage["key"][1] == "p"
+        assert storage["key_hash"][2] == ["n_distinct=-1"]
+        assert state["replica_identity"] == [("i", "pk_records")]
     with Catalog(catalog_url) as cat:
         assert cat.get_many("train", keys).records == before
         assert cat.get_many("h", shard_keys(7)).records == hashed
@@ -691,12 +770,18 @@ def migrate_0016() -> Any:
 
 
 def test_0016_refuses_what_it_would_not_rebuild_and_changes_nothing(postgres_url, local_root):
-    """A column of your own or a materialized view over records: refused, the catalog as it was."""
+    """What the rebuild would lose: refused, the catalog as it was.
+
+    A column of your own, a materialized view over records, a publication of
+    it (a database-wide name: made unique), an INSTEAD OF trigger on a view
+    that reads it.
+    """
     from .helpers import make_dataset
 
     with Catalog(postgres_url) as cat:
         make_dataset(cat, local_root, 1)
     before = _records_state(postgres_url, mine=False)
+    publication = f"shardcat_test_{uuid.uuid4().hex[:12]}"
     for make, undo, says in (
         (
             "ALTER TABLE records ADD COLUMN note text",
@@ -709,12 +794,26 @@ def test_0016_refuses_what_it_would_not_rebuild_and_changes_nothing(postgres_url
             "DROP MATERIALIZED VIEW counts",
             "counts .relkind 'm'. depends on records",
         ),
+        (
+            f"CREATE PUBLICATION {publication} FOR TABLE records",
+            f"DROP PUBLICATION {publication}",
+            f"ALTER PUBLICATION {publication} DROP TABLE records",
+        ),
+        (
+            "CREATE FUNCTION no_insert() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$BEGIN RETURN NULL; END$$; CREATE TRIGGER no_insert INSTEAD OF INSERT ON "
+            "live_records FOR EACH ROW EXECUTE FUNCTION no_insert()",
+            "DROP TRIGGER no_insert ON live_records; DROP FUNCTION no_insert()",
+            "the view live_records, which reads records, has triggers",
+        ),
     ):
         _execute(postgres_url, make)
-        with pytest.raises(RuntimeError, match=says):
-            downgrade(postgres_url, "0015")
-        assert current(postgres_url) == head_revision()
-        _execute(postgres_url, undo)
+        try:
+            with pytest.raises(RuntimeError, match=says):
+                downgrade(postgres_url, "0015")
+            assert current(postgres_url) == head_revision()
+        finally:
+            _execute(postgres_url, undo)
         assert _records_state(postgres_url, mine=False) == before
 
 
@@ -722,6 +821,7 @@ def _execute(url: str, sql: str) -> None:
     engine = sa.create_engine(url)
     try:
         with engine.begin() as conn:
-            conn.execute(sa.text(sql))
+            # As written, no parameters: it may hold several statements.
+            conn.execution_options(no_parameters=True).exec_driver_sql(sql)
     finally:
         engine.dispose()
