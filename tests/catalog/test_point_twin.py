@@ -18,6 +18,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,15 +30,16 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from shardcat.catalog import internal
 from shardcat.catalog.spans import unpack_spans
 from shardcat.errors import DatasetNotFoundError, KeyNotFoundError, ShardcatError
-from shardcat.format import recordcodec, records
+from shardcat.format import checksums, recordcodec, records
 from shardcat.format.checksums import signed_key_hashes
 from shardcat.format.tar import scan_tar
 from shardcat.format.tar.read import tar_record as reference_tar_record
-from shardcat.reading import Catalog, point
+from shardcat.reading import Catalog, point, pypoint
 from shardcat.storage.cache import ONE_PREAD
+from shardcat.testing.collisions import colliding_key_hashes
 from shardcat.testing.tars import wds_samples, write_wds_tar
 
-from .helpers import QueryCounter, machine_settings, make_dataset, shard_keys
+from .helpers import QueryCounter, machine_settings, make_dataset, shard_keys, write_shard
 
 compiled_only = pytest.mark.skipif(
     not point.available() or recordcodec.active() != "compiled",
@@ -62,6 +64,8 @@ def twin_of(lookup: Any, tar_record: Any) -> point.PyPoint:
         lookup._tars,
         finish,
         lookup._batch,
+        hash_sql=lookup._record_by_shard_hash,
+        hash_datasets=lookup.hash_datasets,
     )
 
 
@@ -314,6 +318,58 @@ def test_each_case_is_handled_by_both_or_by_neither(sqlite_url: str, local_root:
         assert points.twin.rows("train", [1]) is None
 
 
+@compiled_only
+@pytest.mark.parametrize("bits", [2, 3, 64])
+def test_hash_only_datasets_with_forced_collisions_are_handled_alike(
+    sqlite_url: str, local_root: str, bits: int
+) -> None:
+    """A hash-only dataset (keys="hash"): each candidate's record is read and its key compared.
+
+    The key hash narrowed to ``bits`` bits (64: not narrowed) for Python and
+    the compiled lookup alike: 4 or 8 hashes for 30 keys, so every lookup
+    has several candidates, and each key must still get its own record (a
+    hash with more candidates than ``MAX_ROWS`` is the Python path's); a key
+    not in the dataset, whose hash other keys have, is found by neither.
+    """
+    hook = colliding_key_hashes(bits) if bits < 64 else contextlib.nullcontext()
+    with hook, Catalog(sqlite_url) as cat:
+        cat.create_dataset("h", local_root, keys="hash")
+        for i in range(3):
+            cat.register_shard("h", write_shard(f"{local_root}/h-{i}.shard", shard_keys(i, 10)))
+        keys = shard_keys(0, 10) + shard_keys(1, 10) + shard_keys(2, 10)
+        # Candidates per hash, with the hash the lookups use (narrowed inside the hook).
+        per_hash = Counter(checksums.signed_key_hash(k.encode()) for k in keys)
+        points = Points(cat)
+        lookup = points.lookup
+        # Not yet known hash-only: the keyed statement finds no row, in both.
+        assert points.get("h", keys[0]) is None
+        assert lookup.get("h", keys[0]).key == keys[0]  # the Python path finds it hash-only
+        assert lookup.hash_datasets == {"h"}
+        handled = 0
+        for key in keys:  # each shard's file opened by the Python path, then both read it
+            expected = content(lookup.get("h", key))
+            got = points.get("h", key)
+            if per_hash[checksums.signed_key_hash(key.encode())] > pypoint.MAX_ROWS:
+                assert got is None, key
+            else:
+                assert got is not None and got == expected, key
+                handled += 1
+        assert handled >= len(keys) // 2
+        if bits < 64:  # the candidates really are several: the comparison is not vacuous
+            assert max(per_hash.values()) > 1
+        absent = ["nope", "img/000/99999", "img/001/0000", ""]
+        for key in absent:
+            assert points.get("h", key) is None
+            with pytest.raises(KeyNotFoundError):
+                cat.get("h", key)
+        # Catalog.get takes the compiled path where it handles the key: one statement
+        # each (the hash-only one, on its own connection), none of the Python path's.
+        small = [k for k in keys if per_hash[checksums.signed_key_hash(k.encode())] <= 8]
+        with QueryCounter(cat) as q:
+            assert [cat.get("h", k).key for k in small] == small
+        assert q.statements == [lookup._record_by_shard_hash] * len(small)
+
+
 @pytest.fixture(params=["sqlite-python", "sqlite-memory", "postgresql"])
 def python_catalog(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Catalog]:
     """A catalog without the compiled lookup: the switch off, in memory, PostgreSQL."""
@@ -372,7 +428,7 @@ def test_the_twin_runs_in_the_python_mode_and_never_runs_the_statement_twice(
             assert direct is None
             assert point_lookup.get("train", keys[1], recordcodec.decode_spanned) is None
             assert point_lookup.rows("train", [1, 2]) is None
-        assert q.count == 0
+        assert q.count == 0, q.statements[:3]
     batch = cat.get_many("train", [*keys, "nope"])
     assert batch.missing == ["nope"]
     assert [r.key for r in batch.records[:-1]] == keys
