@@ -547,9 +547,11 @@ done:
    compared with the asked one first (`check`), and only a record that holds
    the asked key decoded. The one such record is the answer. None, "not
    handled": no candidate holds the key (a missing key, whose hash another
-   key has: the Python path raises KeyNotFoundError), two do (a key with column
-   groups: the Python path merges them), or any candidate is not handled
-   (not cached, not native, a failed read, a record the decoder rejects).
+   key has: the Python path raises KeyNotFoundError), two do (never in a
+   consistent catalog: one live record per key, and a hash-only dataset has
+   no column groups; the Python path answers), or any candidate is not
+   handled (not cached, not native, a failed read, a record the decoder
+   rejects).
    pypoint.py's PyPoint._hashed is the twin. */
 static PyObject *get_hashed(Point *self, PyObject *key, PyObject *decode, Row *rows, int n, KeyCheck *check)
 {

@@ -36,7 +36,8 @@ key hash: every candidate row of the hash. Each candidate's record is read
 the same way (cached shard, descriptor, one ``pread``), and decoded only if
 its head names the asked key: a collision's other key is skipped, and the
 one record that holds the key is the answer. None of them (a missing key),
-two (column groups), or a candidate not handled is "not handled": the
+more than ``MAX_ROWS`` candidates, two that hold the key (never in a
+consistent catalog), or a candidate not handled is "not handled": the
 Python path asks again.
 
 The compiled one returns "not handled" (None) for: no row, a statement

@@ -29,7 +29,7 @@ compiled ``get_hashed``: each candidate's record read, its head's key
 compared with the asked one, the one that holds it decoded. What it does
 not handle returns None even with ``rest`` (whose rows are the keyed
 statement's): the Python path runs its hash-only statement again, for a
-miss, a key with column groups or a failed read only.
+miss, more than ``MAX_ROWS`` candidates or a failed read only.
 
 Two more differences, neither visible in a result: its calls hold the
 lookup's gate (the compiled code fences itself without one; a Python call
@@ -264,8 +264,9 @@ class PyPoint:
         The hash-only statement's candidates (up to ``MAX_ROWS``), each read
         by :meth:`_one` with the asked key's bytes to compare first: a record
         that holds another key (a collision) is skipped; the one that holds
-        ``key`` is the answer. None of them, two (column groups), or a
-        candidate not handled: None, and the Python path asks again.
+        ``key`` is the answer. None of them, two (never in a consistent
+        catalog: one live record per key, and no column groups in a hash-only
+        dataset), or a candidate not handled: None, and the Python path asks again.
         """
         sql = self._hash_sql
         if sql is None:  # given with hash_datasets, always: for the type checker
