@@ -50,7 +50,8 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
+    """Run, print, and return each dataset's ``p50``, ``p99`` and ``cpu_p50`` (µs)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -60,8 +61,32 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--point-lookup", choices=["compiled", "python"], default=None)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
-    if args.point_lookup is not None:
-        point.use(args.point_lookup)
+    previous = point.use(args.point_lookup) if args.point_lookup is not None else None
+    try:
+        wall, cpu = measure(args)
+    finally:
+        if previous is not None:
+            point.use(previous)
+    figures = {
+        name: {
+            "p50": percentile(wall[name], 50),
+            "p99": percentile(wall[name], 99),
+            "cpu_p50": percentile(cpu[name], 50),
+        }
+        for name in ("text", "hash")
+    }
+    mode = args.point_lookup or point.active()
+    print(f"point lookup: {mode}; {args.keys} keys, {args.lookups} lookups per dataset")
+    print(f"load average: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")
+    print(f"{'dataset':<10} {'p50 us':>8} {'p99 us':>8} {'cpu p50 us':>11}")
+    for name, f in figures.items():
+        print(f"{name:<10} {f['p50']:8.2f} {f['p99']:8.2f} {f['cpu_p50']:11.2f}")
+    print(f"hash-only / text p50: {figures['hash']['p50'] / figures['text']['p50']:.2f}")
+    return figures
+
+
+def measure(args: argparse.Namespace) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Each dataset's lookups' wall and CPU times (µs), alternating between the two."""
     rng = random.Random(args.seed)
     keys = [f"img/{i:08d}" for i in range(args.keys)]
     blob = rng.randbytes(2048)
@@ -96,16 +121,7 @@ def main(argv: list[str] | None = None) -> None:
         for i, key in enumerate(sample):
             order[i % 2](key)
             order[(i + 1) % 2](key)
-    print(f"point lookup: {point.active()}; {args.keys} keys, {args.lookups} lookups per dataset")
-    print(f"load average: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")
-    print(f"{'dataset':<10} {'p50 us':>8} {'p99 us':>8} {'cpu p50 us':>11}")
-    for name in ("text", "hash"):
-        print(
-            f"{name:<10} {percentile(wall[name], 50):8.2f} {percentile(wall[name], 99):8.2f}"
-            f" {percentile(cpu[name], 50):11.2f}"
-        )
-    ratio = percentile(wall["hash"], 50) / percentile(wall["text"], 50)
-    print(f"hash-only / text p50: {ratio:.2f}")
+    return wall, cpu
 
 
 if __name__ == "__main__":
