@@ -50,6 +50,7 @@ import xxhash
 
 from .._forks import fork_generation
 from ..catalog.connection import RawConnection
+from ..errors import FormatError
 from ..format import Record
 from ..format import sources as _sources
 from ..format.merged import MergedRecord
@@ -426,7 +427,7 @@ def _names_key(data: bytes, asked: bytes) -> bool | None:
     """
     try:
         start, end = key_span(data, path=None, offset=0)
-    except Exception:  # not a record head
+    except FormatError:  # not a record head (too short, or another tag)
         return None
     if end > len(data):
         return None
