@@ -103,8 +103,12 @@ def descriptors_of(path: str | os.PathLike[str]) -> list[int]:
 class _CountingRows:
     """The compiled lookup, its ``rows()`` and ``get()`` calls that ran a statement counted."""
 
-    def __init__(self, inner: Any, sql: str, point_sql: str, statements: list[str]) -> None:
+    def __init__(
+        self, inner: Any, sql: str, point_sql: str, statements: list[str], lookup: Any
+    ) -> None:
         self.inner, self.sql, self.point_sql, self.statements = inner, sql, point_sql, statements
+        # A hash-only dataset's get() steps the hash-only statement instead.
+        self.hash_sql, self.hash_datasets = lookup._record_by_shard_hash, lookup.hash_datasets
 
     def rows(self, dataset: str, hashes: list[int]) -> Any:
         rows = self.inner.rows(dataset, hashes)
@@ -115,7 +119,8 @@ class _CountingRows:
     def get(self, dataset: str, key: str, decode: Any) -> Any:
         record = self.inner.get(dataset, key, decode)
         if record is not None:  # it stepped its point statement (a None may not have)
-            self.statements.append(self.point_sql)
+            hashed = dataset in self.hash_datasets
+            self.statements.append(self.hash_sql if hashed else self.point_sql)
         return record
 
     def __getattr__(self, name: str) -> Any:
@@ -168,7 +173,11 @@ class QueryCounter:
         self._compiled = lookup, lookup._point_lookup, lookup.fast_get
         if point.is_compiled(lookup._point_lookup):
             counting = _CountingRows(
-                lookup._point_lookup, lookup._batch, lookup._record_by_shard, self.statements
+                lookup._point_lookup,
+                lookup._batch,
+                lookup._record_by_shard,
+                self.statements,
+                lookup,
             )
             lookup._point_lookup = counting
             lookup.fast_get = counting.get

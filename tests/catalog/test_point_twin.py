@@ -3,7 +3,8 @@
 Both run on the *same* lookup state (its connection, shard cache, open
 descriptors, LRU mark): a hypothesis state machine interleaves lookups
 with what changes that state (shards cached or not, files open or
-closed, keys deleted, shards moved, records corrupted) and checks after
+closed, keys deleted, shards moved, records corrupted, a hash-only
+dataset's rows given another key's hash: a collision) and checks after
 each lookup that the compiled ``Point``, the twin with the compiled codec
 and the twin with the reference codec give the same record, or all three
 None ("not handled"). In the Python mode the twin serves file-backed
@@ -18,6 +19,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,15 +31,16 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from shardcat.catalog import internal
 from shardcat.catalog.spans import unpack_spans
 from shardcat.errors import DatasetNotFoundError, KeyNotFoundError, ShardcatError
-from shardcat.format import recordcodec, records
+from shardcat.format import checksums, recordcodec, records
 from shardcat.format.checksums import signed_key_hashes
 from shardcat.format.tar import scan_tar
 from shardcat.format.tar.read import tar_record as reference_tar_record
-from shardcat.reading import Catalog, point
+from shardcat.reading import Catalog, point, pypoint
 from shardcat.storage.cache import ONE_PREAD
+from shardcat.testing.collisions import colliding_key_hashes
 from shardcat.testing.tars import wds_samples, write_wds_tar
 
-from .helpers import QueryCounter, machine_settings, make_dataset, shard_keys
+from .helpers import QueryCounter, machine_settings, make_dataset, shard_keys, write_shard
 
 compiled_only = pytest.mark.skipif(
     not point.available() or recordcodec.active() != "compiled",
@@ -62,6 +65,8 @@ def twin_of(lookup: Any, tar_record: Any) -> point.PyPoint:
         lookup._tars,
         finish,
         lookup._batch,
+        hash_sql=lookup._record_by_shard_hash,
+        hash_datasets=lookup.hash_datasets,
     )
 
 
@@ -109,7 +114,7 @@ class Points:
 def _live(cat: Catalog, dataset: str, key: str) -> bool:
     try:
         cat.locate(dataset, key)
-    except KeyNotFoundError:
+    except ShardcatError:  # missing; or a hash-only record whose head was flipped (read to locate)
         return False
     return True
 
@@ -133,6 +138,11 @@ class TwinModel(RuleBasedStateMachine):
         self.cat.register_shard("wds", scan_tar(tar))
         self.native = shard_keys(0, 10) + shard_keys(1, 10)
         self.tar_keys = [s["__key__"] for s in wds_samples(tar)]
+        # A hash-only dataset: each candidate's record read, its key compared.
+        (root / "hashed").mkdir()
+        self.hashed = [f"h/{i:03d}" for i in range(12)]
+        self.cat.create_dataset("h", str(root / "hashed"), keys="hash")
+        self.cat.register_shard("h", write_shard(str(root / "hashed" / "h.shard"), self.hashed))
         self.points = Points(self.cat)
         self.moves = 0
 
@@ -142,12 +152,18 @@ class TwinModel(RuleBasedStateMachine):
             self.tmp.cleanup()
 
     def _dataset(self, key: str) -> str:
+        if key.startswith("h/"):
+            return "h"
         return "wds" if key in self.tar_keys else "train"
 
     @rule(data=st.data())
     def lookup(self, data: st.DataObject) -> None:
         keys = data.draw(
-            st.lists(st.sampled_from(self.native + self.tar_keys + MISSING), min_size=1, max_size=6)
+            st.lists(
+                st.sampled_from(self.native + self.tar_keys + self.hashed + MISSING),
+                min_size=1,
+                max_size=6,
+            )
         )
         for key in keys:
             self.points.get(self._dataset(key), key)
@@ -155,20 +171,22 @@ class TwinModel(RuleBasedStateMachine):
     @rule(data=st.data())
     def warm(self, data: st.DataObject) -> None:
         """The Python path: caches the dataset's shards, opens the file; its answer is the same."""
-        key = data.draw(st.sampled_from(self.native + self.tar_keys))
+        key = data.draw(st.sampled_from(self.native + self.tar_keys + self.hashed))
         dataset = self._dataset(key)
         expected = outcome(self.points.lookup.get, dataset, key)
         got = self.points.get(dataset, key)
         assert got is None or got == expected, key
         # Others of the same dataset: most in the file just opened.
-        for other in data.draw(st.lists(st.sampled_from(self.native + self.tar_keys), max_size=6)):
+        others = st.sampled_from(self.native + self.tar_keys + self.hashed + ["h/nope"])
+        for other in data.draw(st.lists(others, max_size=6)):
             if self._dataset(other) == dataset:
                 self.points.get(dataset, other)
 
-    @rule(dataset=st.sampled_from(["train", "wds"]))
+    @rule(dataset=st.sampled_from(["train", "wds", "h"]))
     def sweep(self, dataset: str) -> None:
         """Every key of a dataset, each after the Python path's answer (which opens its file)."""
-        for key in self.native if dataset == "train" else self.tar_keys:
+        keys = {"train": self.native, "wds": self.tar_keys, "h": self.hashed}[dataset]
+        for key in keys:
             expected = outcome(self.points.lookup.get, dataset, key)
             got = self.points.get(dataset, key)
             assert got is None or got == expected, key
@@ -220,9 +238,25 @@ class TwinModel(RuleBasedStateMachine):
             os.remove(row.url)
 
     @rule(data=st.data())
+    def collide(self, data: st.DataObject) -> None:
+        """A hash-only row given another key's hash: that key has one candidate more.
+
+        The row's own key is then found by neither (its hash names no row of its own).
+        """
+        key, other = data.draw(st.lists(st.sampled_from(self.hashed), min_size=2, max_size=2))
+        with self.cat.engine.begin() as conn:
+            conn.exec_driver_sql(
+                "UPDATE records SET key_hash = ? WHERE key_hash = ? AND key IS NULL",
+                (
+                    checksums.signed_key_hash(key.encode()),
+                    checksums.signed_key_hash(other.encode()),
+                ),
+            )
+
+    @rule(data=st.data())
     def corrupt(self, data: st.DataObject) -> None:
         """A byte of a live record flipped after registration: neither may return it."""
-        key = data.draw(st.sampled_from(self.native + self.tar_keys))
+        key = data.draw(st.sampled_from(self.native + self.tar_keys + self.hashed))
         dataset = self._dataset(key)
         if not _live(self.cat, dataset, key):
             return
@@ -314,6 +348,58 @@ def test_each_case_is_handled_by_both_or_by_neither(sqlite_url: str, local_root:
         assert points.twin.rows("train", [1]) is None
 
 
+@compiled_only
+@pytest.mark.parametrize("bits", [2, 3, 64])
+def test_hash_only_datasets_with_forced_collisions_are_handled_alike(
+    sqlite_url: str, local_root: str, bits: int
+) -> None:
+    """A hash-only dataset (keys="hash"): each candidate's record is read and its key compared.
+
+    The key hash narrowed to ``bits`` bits (64: not narrowed) for Python and
+    the compiled lookup alike: 4 or 8 hashes for 30 keys, so every lookup
+    has several candidates, and each key must still get its own record (a
+    hash with more candidates than ``MAX_ROWS`` is the Python path's); a key
+    not in the dataset, whose hash other keys have, is found by neither.
+    """
+    hook = colliding_key_hashes(bits) if bits < 64 else contextlib.nullcontext()
+    with hook, Catalog(sqlite_url) as cat:
+        cat.create_dataset("h", local_root, keys="hash")
+        for i in range(3):
+            cat.register_shard("h", write_shard(f"{local_root}/h-{i}.shard", shard_keys(i, 10)))
+        keys = shard_keys(0, 10) + shard_keys(1, 10) + shard_keys(2, 10)
+        # Candidates per hash, with the hash the lookups use (narrowed inside the hook).
+        per_hash = Counter(checksums.signed_key_hash(k.encode()) for k in keys)
+        points = Points(cat)
+        lookup = points.lookup
+        # Not yet known hash-only: the keyed statement finds no row, in both.
+        assert points.get("h", keys[0]) is None
+        assert lookup.get("h", keys[0]).key == keys[0]  # the Python path finds it hash-only
+        assert lookup.hash_datasets == {"h"}
+        handled = 0
+        for key in keys:  # each shard's file opened by the Python path, then both read it
+            expected = content(lookup.get("h", key))
+            got = points.get("h", key)
+            if per_hash[checksums.signed_key_hash(key.encode())] > pypoint.MAX_ROWS:
+                assert got is None, key
+            else:
+                assert got is not None and got == expected, key
+                handled += 1
+        assert handled >= len(keys) // 2
+        if bits < 64:  # the candidates really are several: the comparison is not vacuous
+            assert max(per_hash.values()) > 1
+        absent = ["nope", "img/000/99999", "img/001/0000", ""]
+        for key in absent:
+            assert points.get("h", key) is None
+            with pytest.raises(KeyNotFoundError):
+                cat.get("h", key)
+        # Catalog.get takes the compiled path where it handles the key: one statement
+        # each (the hash-only one, on its own connection), none of the Python path's.
+        small = [k for k in keys if per_hash[checksums.signed_key_hash(k.encode())] <= 8]
+        with QueryCounter(cat) as q:
+            assert [cat.get("h", k).key for k in small] == small
+        assert q.statements == [lookup._record_by_shard_hash] * len(small)
+
+
 @pytest.fixture(params=["sqlite-python", "sqlite-memory", "postgresql"])
 def python_catalog(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Catalog]:
     """A catalog without the compiled lookup: the switch off, in memory, PostgreSQL."""
@@ -372,7 +458,7 @@ def test_the_twin_runs_in_the_python_mode_and_never_runs_the_statement_twice(
             assert direct is None
             assert point_lookup.get("train", keys[1], recordcodec.decode_spanned) is None
             assert point_lookup.rows("train", [1, 2]) is None
-        assert q.count == 0
+        assert q.count == 0, q.statements[:3]
     batch = cat.get_many("train", [*keys, "nope"])
     assert batch.missing == ["nope"]
     assert [r.key for r in batch.records[:-1]] == keys

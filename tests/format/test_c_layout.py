@@ -39,6 +39,8 @@ TAR = _defines(FORMAT / "tar" / "_ctar.h") | _defines(FORMAT / "tar" / "_samples
     ("name", "expected"),
     [
         ("HEAD_SIZE", spec.RECORD_HEAD_DTYPE.itemsize),
+        ("HEAD_KEY_LENGTH_AT", spec.RECORD_HEAD_DTYPE.fields["key_length"][1]),
+        ("HEAD_ENTRY_COUNT_AT", spec.RECORD_HEAD_DTYPE.fields["entry_count"][1]),
         ("DESC_SIZE", spec.ENTRY_DESC_DTYPE.itemsize),
         ("BATCH_ROW_SIZE", spec.BATCH_ROW_DTYPE.itemsize),
         ("MAX_ZERO_PAD", spec.ALIGNMENTS[-1]),

@@ -4,7 +4,9 @@ Each case is a seeded random catalog on a SQLite file: native shards and a
 tar indexed in place, versions made by appends, replacements
 (``on_duplicate="replace"``) and ``delete_keys``; key hashes collided on
 purpose (a row given another key's hash, as a real xxHash64 collision would
-be); column groups added over some of the live keys (none, one to three, or
+be); a hash-only dataset (``keys="hash"``, no key text: each candidate's record
+holds the key compared) with rows given another of its keys' hash, so that
+one key has two candidates, and a record's bytes flipped; column groups added over some of the live keys (none, one to three, or
 more than the compiled code merges itself), one replacing the base's ``txt``,
 one fixed in part (``mode="replace"``), one dropped; a record's bytes (a
 base's or a group's) flipped after registration. Then random keys (present,
@@ -105,7 +107,9 @@ class Case:
                 self.asked += keys + replaced
             self.groups(cat, live)
             self.tar(cat)
+            hashed = self.hash_only(cat)
         self.collide(live)
+        self.collide_hashed(hashed)
         self.flip(live)
         self.asked += [k for k in rng.sample(self.asked, min(10, len(self.asked)))]
         self.asked += [
@@ -173,6 +177,43 @@ class Case:
         cat.register_shard("tars", scan_tar_url(url, None))
         self.asked += keys
 
+    def hash_only(self, cat: Catalog) -> list[str]:
+        """A hash-only dataset ``hs`` (keys ``h/...``) of one or two shards; its keys."""
+        rng = self.rng
+        cat.create_dataset("hs", str(self.folder / "hashed"), keys="hash")
+        keys: list[str] = []
+        for i in range(rng.randrange(1, 3)):
+            new = list(dict.fromkeys("h/" + random_key(rng) for _ in range(rng.randrange(4, 20))))
+            new = [k for k in new if k not in keys]
+            url = str(self.folder / "hashed" / f"hs-{i:06d}.shard")
+            with shardcat.ShardWriter(url, shard_number=i) as w:
+                for key in new:
+                    w.add(key, payload(key, 0, rng))
+            cat.register_shard("hs", w.close())
+            keys += new
+        self.asked += keys
+        return keys
+
+    def collide_hashed(self, keys: list[str]) -> None:
+        """In ``hs``, rows of other keys given a key's hash: that key has two or three candidates.
+
+        The rows that lost their own hash are found by neither path (their key's
+        hash names no row of theirs), as a shard written with another hash would be.
+        """
+        if len(keys) < 3:
+            return
+        db = sqlite3.connect(self.url.removeprefix("sqlite:///"))
+        with db:
+            target, *others = self.rng.sample(keys, self.rng.randrange(2, min(4, len(keys)) + 1))
+            for other in others:
+                db.execute(
+                    "UPDATE records SET key_hash = ? WHERE key_hash = ? AND dataset_id ="
+                    " (SELECT id FROM datasets WHERE name = 'hs')",
+                    (signed_key_hash(target.encode()), signed_key_hash(other.encode())),
+                )
+            self.asked += [target] * 3 + others
+        db.close()
+
     def collide(self, live: list[str]) -> None:
         """Give a few rows another key's hash: their lookups must not answer for that key."""
         if len(live) < 4:
@@ -187,11 +228,16 @@ class Case:
     def flip(self, live: list[str]) -> None:
         """A byte of a few live records changed after registration: both paths must refuse them."""
         db = sqlite3.connect(self.url.removeprefix("sqlite:///"))
-        for key in self.rng.sample(live, min(len(live), self.rng.randrange(0, 4))):
+        hashed = [k for k in self.asked if k.startswith("h/")]
+        flipped = self.rng.sample(live, min(len(live), self.rng.randrange(0, 4)))
+        flipped += self.rng.sample(hashed, min(len(hashed), self.rng.randrange(0, 2)))
+        for key in flipped:
+            # A hash-only row has no key text: found by its key's hash (one of a collision's rows).
             row = db.execute(
                 "SELECT s.url, r.byte_offset, r.byte_length FROM records r JOIN shards s"
-                " ON s.id = r.shard_id WHERE r.key = ? AND r.removed_version IS NULL",
-                (key,),
+                " ON s.id = r.shard_id WHERE (r.key = ? OR (r.key IS NULL AND r.key_hash = ?))"
+                " AND r.removed_version IS NULL",
+                (key, signed_key_hash(key.encode())),
             ).fetchone()
             if row is None:
                 continue
@@ -253,16 +299,17 @@ def test_compiled_point_lookup_and_rows_match_the_python_path(seed: int, tmp_pat
         assert point.is_compiled(c_point)
         assert not point.is_compiled(python._lookup()._point_lookup)
         decode = recordcodec.decode_spanned
-        handled = grouped = 0
+        handled = grouped = hashed = 0
         rng = random.Random(seed)
         for _ in range(QUERIES):
             key = rng.choice(case.asked)
-            dataset = "tars" if key.startswith("t/") else "ds"
+            dataset = {"t/": "tars", "h/": "hs"}.get(key[:2], "ds")
             reference = outcome(python.get, dataset, key)
             # The fast path alone: None, or exactly the reference's record.
             got = outcome(fast, dataset, key, decode)
             if got is not None:
                 handled += 1
+                hashed += dataset == "hs"
                 assert got == reference, (seed, dataset, key)
                 if len(got[3]) > 2:  # a key with groups: the general path merges the same
                     grouped += 1
@@ -280,7 +327,16 @@ def test_compiled_point_lookup_and_rows_match_the_python_path(seed: int, tmp_pat
                 lookup = python._lookup()
                 expected = lookup._query(lookup._batch, (dataset, json.dumps(hashes)))
                 assert sorted(map(tuple, rows)) == sorted(map(tuple, expected)), (seed, batch)
+        # Every hash-only key once more, after the Python path's answer (its file open).
+        for key in sorted({k for k in case.asked if k.startswith("h/")}):
+            reference = outcome(python.get, "hs", key)
+            assert outcome(compiled.get, "hs", key) == reference, (seed, key)
+            got = outcome(fast, "hs", key, decode)
+            if got is not None:
+                hashed += 1
+                assert got == reference, (seed, key)
         assert handled > 0  # the compiled path answered some: the comparison is not vacuous
+        assert hashed > 0, seed  # hash-only keys among them
         if 0 < case.group_count < 9:  # and merged some keys' groups itself
             assert grouped > 0, seed
     finally:

@@ -16,6 +16,13 @@
  * row's record is read and decoded the same way, in group order (the
  * shard cache's `groups`), then merge() (MergedRecord) merges them.
  *
+ * A hash-only dataset (keys="hash": no key text in the catalog, docs/CATALOG.md
+ * "Hash-only datasets") is one in `hash_datasets` (the lookup's set of those it
+ * has found): its own statement (`hashed`, bound as dataset and hash) gives
+ * every candidate row of the key's hash, and each candidate's record is read
+ * the same way and kept only if its head names the asked key (two keys of one
+ * hash are legal: a collision). See get_hashed().
+ *
  * Anything this code does not expect (no row, more rows than MAX_ROWS or
  * no merge given, a shard whose group is not cached, any SQLite result code but a
  * row, a shard not cached or neither native nor tar, no open descriptor, a short or
@@ -62,6 +69,8 @@
 
 #define XXH_INLINE_ALL
 #include "../_vendor/xxhash/xxhash.h"
+/* The record head's layout (HEAD_SIZE, DESC_SIZE, RECORD_TAG, the key's fields), declared once. */
+#include "../format/ccodec/layout.h"
 
 /* The few SQLite constants and prototypes used (sqlite3.h's values, stable ABI). */
 #define SQLITE_OK 0
@@ -116,6 +125,8 @@ static unsigned long forks;
 /* Calls of get() and rows() in flight, and whether new ones are turned away (hold()). */
 static long inflight;
 static int holding;
+/* The key hash's bits kept (narrow_key_hashes(): forced collisions in tests; all by default). */
+static unsigned long long key_hash_mask = ~0ULL;
 static void after_fork_in_child(void)
 {
     forks++;
@@ -130,6 +141,7 @@ typedef struct {
     sqlite3 *db;
     sqlite3_stmt *stmt;
     sqlite3_stmt *batch; /* the batch statement (rows()), or NULL */
+    sqlite3_stmt *hashed; /* a hash-only dataset's candidates (bound dataset, hash), or NULL */
     unsigned long forks; /* `forks` when opened */
     unsigned long busy;  /* the thread inside get() or rows(), or 0 */
     int close_pending;   /* close() asked while busy: get() closes on its way out */
@@ -146,6 +158,7 @@ typedef struct {
     PyObject *texts;  /* the lookup's memo of entry names and types */
     PyObject *merge;  /* callable(key, parts): a key's records in group order merged (MergedRecord) */
     PyObject *groups; /* dict: shard id -> its column group (0: the base), filled with `shards` */
+    PyObject *hash_datasets; /* set: the lookup's hash-only datasets (get() takes `hashed`), or NULL */
 } Point;
 
 static void point_release(Point *self)
@@ -157,29 +170,40 @@ static void point_release(Point *self)
             self->api->finalize(self->stmt);
         if (self->batch != NULL)
             self->api->finalize(self->batch);
+        if (self->hashed != NULL)
+            self->api->finalize(self->hashed);
         if (self->db != NULL)
             self->api->close_v2(self->db);
     }
     self->stmt = NULL;
     self->batch = NULL;
+    self->hashed = NULL;
     self->db = NULL;
 }
 
 static int point_init(Point *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"path", "sql", "busy_timeout_ms", "cache_size", "shards", "fds", "touch",
-                             "unpack", "texts", "one_pread", "tars", "finish", "batch_sql", "merge", "groups", NULL};
-    const char *path, *sql, *batch_sql = NULL;
-    Py_ssize_t sql_len, batch_len = 0;
+                             "unpack", "texts", "one_pread", "tars", "finish", "batch_sql", "merge", "groups",
+                             "hash_sql", "hash_datasets", NULL};
+    const char *path, *sql, *batch_sql = NULL, *hash_sql = NULL;
+    Py_ssize_t sql_len, batch_len = 0, hash_len = 0;
     int busy_ms;
     long long cache_size;
-    PyObject *shards, *fds, *touch, *unpack, *texts, *tars, *finish, *merge = Py_None, *groups = Py_None;
+    PyObject *shards, *fds, *touch, *unpack, *texts, *tars, *finish, *merge = Py_None, *groups = Py_None,
+             *hash_datasets = Py_None;
     Py_ssize_t one_pread;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ss#iLO!O!OOO!nO!O|z#OO", kwlist, &path, &sql,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ss#iLO!O!OOO!nO!O|z#OOz#O", kwlist, &path, &sql,
                                      &sql_len, &busy_ms, &cache_size, &PyDict_Type, &shards, &PyDict_Type,
                                      &fds, &touch, &unpack, &PyDict_Type, &texts, &one_pread, &PyDict_Type,
-                                     &tars, &finish, &batch_sql, &batch_len, &merge, &groups))
+                                     &tars, &finish, &batch_sql, &batch_len, &merge, &groups, &hash_sql,
+                                     &hash_len, &hash_datasets))
         return -1;
+    if ((hash_sql == NULL) != (hash_datasets == Py_None) ||
+        (hash_datasets != Py_None && !PySet_CheckExact(hash_datasets))) {
+        PyErr_SetString(PyExc_TypeError, "hash_sql and hash_datasets (a set) are given together, or neither");
+        return -1;
+    }
     if ((merge == Py_None) != (groups == Py_None) || (groups != Py_None && !PyDict_Check(groups))) {
         PyErr_SetString(PyExc_TypeError, "merge and groups (a dict) are given together, or neither");
         return -1;
@@ -197,7 +221,7 @@ static int point_init(Point *self, PyObject *args, PyObject *kwargs)
     }
     const Api *a = api;
     sqlite3 *db = NULL;
-    sqlite3_stmt *stmt = NULL, *batch = NULL;
+    sqlite3_stmt *stmt = NULL, *batch = NULL, *hashed = NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = a->open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
@@ -215,11 +239,15 @@ static int point_init(Point *self, PyObject *args, PyObject *kwargs)
         rc = a->prepare_v2(db, sql, (int)sql_len + 1, &stmt, NULL);
     if (rc == SQLITE_OK && batch_sql != NULL)
         rc = a->prepare_v2(db, batch_sql, (int)batch_len + 1, &batch, NULL);
+    if (rc == SQLITE_OK && hash_sql != NULL)
+        rc = a->prepare_v2(db, hash_sql, (int)hash_len + 1, &hashed, NULL);
     Py_END_ALLOW_THREADS
     if (rc == SQLITE_OK && (stmt == NULL || a->column_count(stmt) != 5)) {
         PyErr_SetString(PyExc_ValueError, "the point statement must select 5 columns");
     } else if (rc == SQLITE_OK && batch_sql != NULL && (batch == NULL || a->column_count(batch) != 9)) {
         PyErr_SetString(PyExc_ValueError, "the batch statement must select 9 columns");
+    } else if (rc == SQLITE_OK && hash_sql != NULL && (hashed == NULL || a->column_count(hashed) != 5)) {
+        PyErr_SetString(PyExc_ValueError, "the hash-only point statement must select 5 columns");
     } else if (rc != SQLITE_OK) {
         PyErr_Format(PyExc_RuntimeError, "cannot open %s for point lookups: %s (SQLite code %d)", path,
                      db != NULL ? a->errmsg(db) : "out of memory", rc);
@@ -229,6 +257,8 @@ static int point_init(Point *self, PyObject *args, PyObject *kwargs)
             a->finalize(stmt);
         if (batch != NULL)
             a->finalize(batch);
+        if (hashed != NULL)
+            a->finalize(hashed);
         if (db != NULL)
             a->close_v2(db);
         return -1;
@@ -237,6 +267,7 @@ static int point_init(Point *self, PyObject *args, PyObject *kwargs)
     self->db = db;
     self->stmt = stmt;
     self->batch = batch;
+    self->hashed = hashed;
     self->forks = forks;
     self->one_pread = one_pread;
     Py_INCREF(shards), self->shards = shards;
@@ -250,6 +281,8 @@ static int point_init(Point *self, PyObject *args, PyObject *kwargs)
         Py_INCREF(merge), self->merge = merge;
         Py_INCREF(groups), self->groups = groups;
     }
+    if (hashed != NULL)
+        Py_INCREF(hash_datasets), self->hash_datasets = hash_datasets;
     self->tar_specs = PyObject_GetAttrString(finish, "specs");
     self->tar_record = self->tar_specs ? PyObject_GetAttrString(finish, "decode") : NULL;
     self->record = self->tar_record ? PyObject_GetAttrString(finish, "record") : NULL;
@@ -276,6 +309,7 @@ static int point_traverse(Point *self, visitproc visit, void *arg)
     Py_VISIT(self->record);
     Py_VISIT(self->merge);
     Py_VISIT(self->groups);
+    Py_VISIT(self->hash_datasets);
     return 0;
 }
 
@@ -293,6 +327,7 @@ static int point_clear(Point *self)
     Py_CLEAR(self->record);
     Py_CLEAR(self->merge);
     Py_CLEAR(self->groups);
+    Py_CLEAR(self->hash_datasets);
     return 0;
 }
 
@@ -317,23 +352,24 @@ typedef struct {
    a key with more is the Python path's. */
 #define MAX_ROWS 8
 
-/* Steps the statement for (dataset, hash, key) and resets it, without
-   the GIL. The number of rows (1 to MAX_ROWS), each of the expected types,
+/* Steps the statement `st` for (dataset, hash, key) and resets it, without
+   the GIL; key NULL: the hash-only statement (`hashed`, no key parameter),
+   whose rows are the hash's candidates, one per record (a collision's two
+   keys are two rows). The number of rows (1 to MAX_ROWS), each of the expected types,
    copied into rows[]; 0: anything else (no row, more than MAX_ROWS, an
    unexpected type or result code). More than one row is a key with column
    groups (docs/GROUPS.md): one row per group the version sees, merged by
    get(). Without groups the second step only finds the end of the index
    range the first one was already at. The caller frees each row's
    heap_spans (NULL where unused), whatever this returns. */
-static int fetch(Point *self, const char *dataset, Py_ssize_t dataset_len, long long hash, const char *key,
-                 Py_ssize_t key_len, Row *rows)
+static int fetch(Point *self, sqlite3_stmt *st, const char *dataset, Py_ssize_t dataset_len, long long hash,
+                 const char *key, Py_ssize_t key_len, Row *rows)
 {
     const Api *a = self->api;
-    sqlite3_stmt *st = self->stmt;
     int n = 0, rc;
     if (a->bind_text(st, 1, dataset, (int)dataset_len, SQLITE_STATIC) != SQLITE_OK ||
         a->bind_int64(st, 2, hash) != SQLITE_OK ||
-        a->bind_text(st, 3, key, (int)key_len, SQLITE_STATIC) != SQLITE_OK) {
+        (key != NULL && a->bind_text(st, 3, key, (int)key_len, SQLITE_STATIC) != SQLITE_OK)) {
         a->reset(st);
         return 0;
     }
@@ -379,8 +415,17 @@ static inline void leave(Point *self)
     }
 }
 
-static PyObject *get_found(Point *self, PyObject *key, PyObject *decode, Row *row);
+/* A hash-only candidate's check (get_found): the asked key's UTF-8 bytes, and
+   whether the record turned out to hold another key (set by get_found). */
+typedef struct {
+    const char *key;
+    Py_ssize_t len;
+    int other;
+} KeyCheck;
+
+static PyObject *get_found(Point *self, PyObject *key, PyObject *decode, Row *row, KeyCheck *check);
 static PyObject *get_merged(Point *self, PyObject *key, PyObject *decode, Row *rows, int n);
+static PyObject *get_hashed(Point *self, PyObject *key, PyObject *decode, Row *rows, int n, KeyCheck *check);
 
 /* get(dataset, key, decode) -> Record | None
 
@@ -409,18 +454,28 @@ static PyObject *point_get(Point *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if (dataset_len > INT_MAX || key_len > INT_MAX)
         Py_RETURN_NONE;
-    long long hash = (long long)XXH64(k, (size_t)key_len, 0);
+    /* A dataset the lookup has found hash-only: its candidates' statement. */
+    int hashed = self->hashed == NULL ? 0 : PySet_Contains(self->hash_datasets, dataset);
+    if (hashed < 0)
+        return NULL;
+    long long hash = (long long)(XXH64(k, (size_t)key_len, 0) & key_hash_mask);
     Row rows[MAX_ROWS];
     for (int i = 0; i < MAX_ROWS; i++)
         rows[i].heap_spans = NULL;
     int found;
     enter(self);
     Py_BEGIN_ALLOW_THREADS
-    found = fetch(self, d, dataset_len, hash, k, key_len, rows);
+    if (hashed)
+        found = fetch(self, self->hashed, d, dataset_len, hash, NULL, 0, rows);
+    else
+        found = fetch(self, self->stmt, d, dataset_len, hash, k, key_len, rows);
     Py_END_ALLOW_THREADS
     PyObject *out = NULL;
-    if (found == 1 && !self->close_pending)
-        out = get_found(self, key, decode, &rows[0]);
+    KeyCheck check = {k, key_len, 0};
+    if (hashed && found > 0 && !self->close_pending)
+        out = get_hashed(self, key, decode, rows, found, &check);
+    else if (found == 1 && !self->close_pending)
+        out = get_found(self, key, decode, &rows[0], NULL);
     else if (found > 1 && self->merge != NULL && !self->close_pending)
         out = get_merged(self, key, decode, rows, found);
     else
@@ -469,7 +524,7 @@ static PyObject *get_merged(Point *self, PyObject *key, PyObject *decode, Row *r
     if (parts == NULL)
         return NULL;
     for (int k = 0; k < n; k++) {
-        PyObject *rec = get_found(self, key, decode, &rows[order[k]]);
+        PyObject *rec = get_found(self, key, decode, &rows[order[k]], NULL);
         if (rec == NULL)
             goto done;
         PyTuple_SET_ITEM(parts, k, rec);
@@ -487,8 +542,67 @@ done:
     return out;
 }
 
-/* The rest of get() once the row is found: the shard, the pread, the decoder. */
-static PyObject *get_found(Point *self, PyObject *key, PyObject *decode, Row *row)
+/* A hash-only dataset's candidates (1 to MAX_ROWS rows of the key's hash):
+   each one's record read as get_found() reads it, with its head's key
+   compared with the asked one first (`check`), and only a record that holds
+   the asked key decoded. The one such record is the answer. None, "not
+   handled": no candidate holds the key (a missing key, whose hash another
+   key has: the Python path raises KeyNotFoundError), two do (never in a
+   consistent catalog: one live record per key, and a hash-only dataset has
+   no column groups; the Python path answers), or any candidate is not
+   handled (not cached, not native, a failed read, a record the decoder
+   rejects).
+   pypoint.py's PyPoint._hashed is the twin. */
+static PyObject *get_hashed(Point *self, PyObject *key, PyObject *decode, Row *rows, int n, KeyCheck *check)
+{
+    PyObject *match = NULL;
+    for (int i = 0; i < n; i++) {
+        check->other = 0;
+        PyObject *rec = get_found(self, key, decode, &rows[i], check);
+        if (rec == NULL) {
+            Py_XDECREF(match);
+            return NULL;
+        }
+        if (rec == Py_None && check->other && !self->close_pending) {
+            Py_DECREF(rec); /* another key of the same hash: a collision, not this key */
+            continue;
+        }
+        if (rec == Py_None || match != NULL || self->close_pending) {
+            Py_XDECREF(match);
+            Py_DECREF(rec);
+            Py_RETURN_NONE;
+        }
+        match = rec;
+    }
+    return match != NULL ? match : Py_NewRef(Py_None);
+}
+
+static inline unsigned ld16(const unsigned char *p)
+{
+    return (unsigned)p[0] | (unsigned)p[1] << 8; /* little-endian, as every field of the format */
+}
+
+/* Whether the record in buf (len bytes, read whole) names the key k (k_len
+   bytes) in its head: 1 yes, 0 another key (a collision), -1 not a record
+   head, or a key running past the bytes read (the decoder's to report: "not
+   handled"). Every length is checked before the bytes it covers are read. */
+static int head_names_key(const unsigned char *buf, size_t len, const char *k, size_t k_len)
+{
+    if (len < HEAD_SIZE || memcmp(buf, RECORD_TAG, sizeof RECORD_TAG) != 0)
+        return -1;
+    size_t held = ld16(buf + HEAD_KEY_LENGTH_AT);
+    /* The key follows the head's fixed part and its entries' descriptors. */
+    size_t start = HEAD_SIZE + DESC_SIZE * (size_t)ld16(buf + HEAD_ENTRY_COUNT_AT);
+    if (start > len || held > len - start)
+        return -1;
+    return held == k_len && memcmp(buf + start, k, k_len) == 0;
+}
+
+/* The rest of get() once the row is found: the shard, the pread, the decoder.
+   `check` (a hash-only candidate's, else NULL): only a native record whose
+   head names check->key is decoded; one that names another key sets
+   check->other and returns None (a tar sample's is not handled). */
+static PyObject *get_found(Point *self, PyObject *key, PyObject *decode, Row *row, KeyCheck *check)
 {
     PyObject *out = NULL, *data = NULL, *spans = NULL, *id = NULL, *length = NULL, *offset = NULL,
              *layout = NULL;
@@ -503,6 +617,8 @@ static PyObject *get_found(Point *self, PyObject *key, PyObject *decode, Row *ro
     PyObject *url, *alignment;
     int tar = 0;
     if (shard == Py_None) { /* another kind: a tar's URL, or not handled */
+        if (check != NULL)
+            goto not_handled; /* hash-only datasets hold native shards only */
         url = PyDict_GetItemWithError(self->tars, id); /* borrowed */
         if (url == NULL && PyErr_Occurred())
             goto done;
@@ -546,6 +662,14 @@ static PyObject *get_found(Point *self, PyObject *key, PyObject *decode, Row *ro
     Py_END_ALLOW_THREADS
     if (got != (ssize_t)row->length)
         goto not_handled_shard;
+    if (check != NULL) {
+        int names = head_names_key((const unsigned char *)PyBytes_AS_STRING(data), (size_t)got, check->key,
+                                   (size_t)check->len);
+        if (names != 1) {
+            check->other = names == 0;
+            goto not_handled_shard;
+        }
+    }
     PyObject *touched = PyObject_CallOneArg(self->touch, url);
     if (touched == NULL)
         goto done_shard;
@@ -1007,10 +1131,26 @@ static PyObject *py_inflight(PyObject *module, PyObject *unused)
     return PyLong_FromLong(inflight);
 }
 
+/* narrow_key_hashes(mask) -> the previous mask: get() keeps only these bits of a key's hash.
+   The test hook shardcat.testing.collisions narrows Python's hash the same way, so
+   that the keys a test writes collide here too (with a mask below 2**63 the
+   signed value is the low bits themselves, as in Python). */
+static PyObject *py_narrow_key_hashes(PyObject *module, PyObject *arg)
+{
+    unsigned long long mask = PyLong_AsUnsignedLongLong(arg);
+    if (mask == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    unsigned long long previous = key_hash_mask;
+    key_hash_mask = mask;
+    return PyLong_FromUnsignedLongLong(previous);
+}
+
 static PyMethodDef module_methods[] = {
     {"bind", py_bind, METH_O, "bind(library) -> SQLite version number or None."},
     {"hold", py_hold, METH_O, "hold(flag): while true, new get() and rows() calls are not handled."},
     {"inflight", py_inflight, METH_NOARGS, "inflight() -> calls of get() and rows() in flight."},
+    {"narrow_key_hashes", py_narrow_key_hashes, METH_O,
+     "narrow_key_hashes(mask) -> previous mask: get() keeps only these bits of a key's hash (tests)."},
     {NULL, NULL, 0, NULL},
 };
 

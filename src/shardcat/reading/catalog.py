@@ -313,18 +313,14 @@ class Catalog(SqlCatalog):
         lookup: Lookup | None = getattr(self._local, "lookup", None)
         if lookup is None or lookup.generation != fork_generation():
             lookup = self._lookup()
-        if (
-            entries is None
-            and version is None
-            and dataset not in lookup.folder_datasets
-            and dataset not in lookup.hash_datasets
-        ):
+        if entries is None and version is None and dataset not in lookup.folder_datasets:
             # The point lookup (point.py): compiled, its Python twin (which
             # hands the rows it fetched to the Python path: a missing key
             # raises here), or none; None: not handled there, or closed. The
             # compiled one fences itself (_cpoint.c, "Lifetimes"), the twin
             # takes the gate: none here. It never reads a folder's files:
             # a folder dataset's lookups skip it (Lookup.folder_datasets).
+            # A hash-only dataset's it reads by its candidates' statement.
             record = lookup.fast_get(dataset, key, recordcodec.decode_spanned)
             if record is not None:
                 return record

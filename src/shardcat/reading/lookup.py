@@ -148,11 +148,17 @@ class Lookup:
         self._record_by_shard = statements.point_sql(
             p, statements.COMMITTED, statements.RECORD_BY_SHARD_SELECT
         )
+        # A hash-only dataset's candidates for the point lookup (bound as dataset, key hash).
+        self._record_by_shard_hash = statements.point_sql(
+            p, statements.COMMITTED, statements.RECORD_BY_SHARD_SELECT, keyed=False
+        )
         self._shards_sql = statements.SHARDS.format(p=p)
         # Shard id -> (url, alignment) of native shards (None: another kind),
         # and the URL of each tar shard among the others (the compiled path's).
         self._shards: dict[int, tuple[str, int] | None] = {}
         self._tars: dict[int, str] = {}
+        # The URLs of the native shards cached: a hash-only dataset's rows name URLs, not ids.
+        self._shard_urls: set[str] = set()
         # Shard id -> its column group (0: the base), which orders a key's rows when merged.
         self._groups: dict[int, int] = {}
         # The URL of each folder group among the others, and layouts' signatures by id:
@@ -163,8 +169,9 @@ class Lookup:
         self._specs: dict[str, tuple[list[EntrySpec], tuple[tuple[str, str], ...]]] = {}
         self.hash_datasets: set[str] = set()
         """Datasets found hash-only (``keys="hash"``): their rows have no key text, so the point
-        lookup, which matches it, never finds them; :meth:`Catalog.get` comes straight here.
-        Only an order of statements: :meth:`_get_record` still asks for key text first."""
+        lookup takes their hash-only statement (point.py, read in place) and :meth:`get` its
+        Python twin (:meth:`_get_record`). Only an order of statements: when neither finds the
+        key, :meth:`_rows_of` still asks for key text (a dataset made again under the name)."""
         self.folder_datasets: set[str] = set()
         """Datasets whose latest whole-record lookup read a folder's files: the point lookup
         declines such rows after running its statement, so :meth:`Catalog.get` comes straight
@@ -198,6 +205,9 @@ class Lookup:
             self._batch,
             self._from_rows,  # a cycle until close() (PyPoint.close drops it)
             self._groups,  # a key's rows merged in group order
+            # A hash-only dataset's candidates, each record's key compared (read in place).
+            self._record_by_shard_hash,
+            self.hash_datasets,
         )
         self.fast_get: Callable[[str, str, Callable[..., Any]], Record | None] = (
             self._point_lookup.get
@@ -285,6 +295,9 @@ class Lookup:
         if not rows:
             return rows
         self.hash_datasets.add(dataset)
+        if version is None and not self._shard_urls.issuperset(row[0] for row in rows):
+            # The point lookup reads cached shards only: this dataset's, loaded (again).
+            self._shard_of(dataset, -1)
         places = [(row[0], int(row[2]), int(row[3])) for row in rows]
         try:
             keys = record_keys(self._sources, places)
@@ -478,6 +491,8 @@ class Lookup:
         """
         for sid, url, alignment, kind, group in self._query(self._shards_sql, (dataset,)):
             self._shards[sid] = (url, int(alignment)) if kind == "native" else None
+            if kind == "native":
+                self._shard_urls.add(url)
             if group is None:  # not committed: its group is not known yet (statements.SHARDS)
                 self._groups.pop(sid, None)
             else:

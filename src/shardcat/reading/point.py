@@ -29,6 +29,17 @@ decoded as a one-row key's, then merged in group order
 (:class:`~shardcat.format.merged.MergedRecord`; the twin's
 :func:`~.pypoint.merge_point`): one statement, one read per group.
 
+A hash-only dataset (``keys="hash"``: no key text in the catalog,
+docs/CATALOG.md "Hash-only datasets") that the lookup has found
+(``Lookup.hash_datasets``) takes its own statement, bound as dataset and
+key hash: every candidate row of the hash. Each candidate's record is read
+the same way (cached shard, descriptor, one ``pread``), and decoded only if
+its head names the asked key: a collision's other key is skipped, and the
+one record that holds the key is the answer. None of them (a missing key),
+more than ``MAX_ROWS`` candidates, two that hold the key (never in a
+consistent catalog), or a candidate not handled is "not handled": the
+Python path asks again.
+
 The compiled one returns "not handled" (None) for: no row, a statement
 that fails, a shard not cached yet, no open descriptor, a read that fails
 or comes back short, a record the decoder or the finisher rejects, a
@@ -87,6 +98,7 @@ __all__ = [
     "available",
     "is_compiled",
     "load",
+    "narrow_key_hashes",
     "open_point",
     "use",
 ]
@@ -153,6 +165,19 @@ def is_compiled(point: object) -> bool:
     return _compiled is not None and isinstance(point, _compiled.Point)
 
 
+def narrow_key_hashes(mask: int) -> int:
+    """Keep only ``mask``'s bits of a key's hash in compiled lookups; returns the previous mask.
+
+    The test hook :func:`shardcat.testing.collisions.colliding_key_hashes`
+    narrows Python's key hash, and through this the compiled lookup's, which
+    hashes keys itself: keys written inside the block collide there too. A
+    no-op returning ``mask`` where the compiled lookup was not built.
+    """
+    if _compiled is None:
+        return mask
+    return int(_compiled.narrow_key_hashes(mask))
+
+
 def active() -> Name:
     """``"compiled"`` if new lookups take the compiled path, else ``"python"``."""
     return implementations.active(COMPONENT)
@@ -185,6 +210,8 @@ def open_point(
     batch_sql: str | None = None,
     rest: Rest | None = None,
     groups: dict[int, int] | None = None,
+    hash_sql: str | None = None,
+    hash_datasets: set[str] | None = None,
 ) -> PointLookup:
     """The point lookup for a lookup's state: compiled, its Python twin, or one that declines.
 
@@ -205,7 +232,10 @@ def open_point(
     with it, a key with column groups (up to ``MAX_ROWS`` rows) is handled,
     each row read and decoded as a one-row key's, in group order, and merged
     (:class:`~shardcat.format.merged.MergedRecord`); without it such keys are
-    not handled.
+    not handled. ``hash_sql`` (bound as dataset and key hash; the same five
+    columns as ``sql``) is the hash-only candidates' statement, taken for the
+    datasets in ``hash_datasets`` (the lookup's set, read in place); without
+    them hash-only datasets are not handled.
 
     The twin serves where the compiled one would (a file-backed SQLite
     catalog) in the Python mode, as its reference; elsewhere (PostgreSQL,
@@ -219,13 +249,20 @@ def open_point(
     # The state both take, in the compiled Point's order after its own arguments.
     state = (shards, fds, touch, unpack, texts, ONE_PREAD, tars, finish, batch_sql)
     if active() == "compiled" and recordcodec.active() == "compiled":
-        compiled = _open_compiled(raw, sql, state, groups)
+        compiled = _open_compiled(raw, sql, state, groups, hash_sql, hash_datasets)
         return NoPoint() if compiled is None else compiled
-    return PyPoint(raw, gate, sql, *state, rest, groups)
+    return PyPoint(
+        raw, gate, sql, *state, rest, groups, hash_sql=hash_sql, hash_datasets=hash_datasets
+    )
 
 
 def _open_compiled(
-    raw: RawConnection, sql: str, state: tuple[Any, ...], groups: dict[int, int] | None
+    raw: RawConnection,
+    sql: str,
+    state: tuple[Any, ...],
+    groups: dict[int, int] | None,
+    hash_sql: str | None,
+    hash_datasets: set[str] | None,
 ) -> PointLookup | None:
     """The compiled ``Point`` for a file-backed SQLite lookup's state, or None if it cannot open."""
     conn = raw.conn
@@ -238,7 +275,14 @@ def _open_compiled(
         (busy_ms,) = conn.execute("PRAGMA busy_timeout").fetchone()
         (cache_size,) = conn.execute("PRAGMA cache_size").fetchone()
         return _compiled.Point(  # type: ignore[no-any-return]
-            file, sql, int(busy_ms), int(cache_size), *state, *_merging(groups)
+            file,
+            sql,
+            int(busy_ms),
+            int(cache_size),
+            *state,
+            *_merging(groups),
+            hash_sql=hash_sql,
+            hash_datasets=hash_datasets,
         )
     except Exception as e:
         # Cannot open or prepare (or a file name SQLite cannot hand back as

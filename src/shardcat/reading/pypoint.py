@@ -23,6 +23,14 @@ answers or raises its typed errors without running the statement again;
 a twin without ``rest`` (the differential tests) returns None there, as
 the compiled code does.
 
+A hash-only dataset the lookup has found (``hash_datasets``) takes the
+hash-only statement (``hash_sql``) and :meth:`PyPoint._hashed`, as the
+compiled ``get_hashed``: each candidate's record read, its head's key
+compared with the asked one, the one that holds it decoded. What it does
+not handle returns None even with ``rest`` (whose rows are the keyed
+statement's): the Python path runs its hash-only statement again, for a
+miss, more than ``MAX_ROWS`` candidates or a failed read only.
+
 Two more differences, neither visible in a result: its calls hold the
 lookup's gate (the compiled code fences itself without one; a Python call
 cannot mark itself atomically), and with no local shard open it returns
@@ -42,9 +50,11 @@ import xxhash
 
 from .._forks import fork_generation
 from ..catalog.connection import RawConnection
+from ..errors import FormatError
 from ..format import Record
 from ..format import sources as _sources
 from ..format.merged import MergedRecord
+from ..format.records import key_span
 
 __all__ = [
     "MAX_ROWS",
@@ -139,6 +149,8 @@ class PyPoint:
         "_gate",
         "_generation",
         "_groups",
+        "_hash_datasets",
+        "_hash_sql",
         "_one_pread",
         "_postgres",
         "_raw",
@@ -171,7 +183,12 @@ class PyPoint:
         batch_sql: str | None = None,
         rest: Rest | None = None,
         groups: Mapping[int, int] | None = None,
+        *,
+        hash_sql: str | None = None,
+        hash_datasets: set[str] | None = None,
     ) -> None:
+        if (hash_sql is None) != (hash_datasets is None):
+            raise TypeError("hash_sql and hash_datasets (a set) are given together, or neither")
         self._raw = raw
         self._gate = gate
         self._sql = sql
@@ -186,6 +203,8 @@ class PyPoint:
         self._batch_sql = batch_sql
         self._rest = rest
         self._groups = groups
+        self._hash_sql = hash_sql
+        self._hash_datasets = hash_datasets
         self._postgres = raw.dialect == "postgresql"
         self._generation = fork_generation()
         self.closed = False
@@ -211,6 +230,9 @@ class PyPoint:
         with self._gate:
             if self.closed or self._generation != fork_generation():
                 return None
+            hashed = self._hash_datasets
+            if hashed is not None and dataset in hashed:
+                return self._hashed(dataset, key, h, decode)
             params = (dataset, h, key)
             try:
                 rows = self._raw.execute(self._sql, params).fetchall()
@@ -219,6 +241,7 @@ class PyPoint:
                     return None
                 rows = self._raw.recover(e, self._sql, params)
             n = len(rows)
+            record: Record | None
             if n == 1:
                 record = self._one(key, rows[0], decode)
             elif 1 < n <= MAX_ROWS and self._groups is not None:
@@ -236,8 +259,45 @@ class PyPoint:
                 return self._declined(dataset, key, h, rows)
             return record
 
-    def _one(self, key: str, row: Any, decode: Callable[..., Any]) -> Record | None:
-        """One row's record (the compiled ``get_found``): its shard, one ``pread``, the decoder; or None."""
+    def _hashed(self, dataset: str, key: str, h: int, decode: Callable[..., Any]) -> Record | None:
+        """A hash-only dataset's record of ``key`` (the compiled ``get_hashed``), or None.
+
+        The hash-only statement's candidates (up to ``MAX_ROWS``), each read
+        by :meth:`_one` with the asked key's bytes to compare first: a record
+        that holds another key (a collision) is skipped; the one that holds
+        ``key`` is the answer. None of them, two (never in a consistent
+        catalog: one live record per key, and no column groups in a hash-only
+        dataset), or a candidate not handled: None, and the Python path asks again.
+        """
+        sql = self._hash_sql
+        if sql is None:  # given with hash_datasets, always: for the type checker
+            return None
+        try:
+            rows = self._raw.execute(sql, (dataset, h)).fetchall()
+        except Exception:  # the Python path asks again, and recovers or reports
+            return None
+        if not 0 < len(rows) <= MAX_ROWS:
+            return None
+        asked = key.encode("utf-8")
+        match = None
+        for row in rows:
+            record = self._one(key, row, decode, asked)
+            if record is _OTHER_KEY:
+                continue
+            if record is None or match is not None:
+                return None
+            match = record
+        return match
+
+    def _one(
+        self, key: str, row: Any, decode: Callable[..., Any], asked: bytes | None = None
+    ) -> Any:
+        """One row's record (the compiled ``get_found``): its shard, one ``pread``, the decoder; or None.
+
+        ``asked`` (a hash-only candidate's: the key's UTF-8 bytes): only a
+        native record whose head names it is decoded; one that names another
+        key is :data:`_OTHER_KEY`; a tar sample's is not handled.
+        """
         # The statement's columns are NOT NULL integers and a blob (the
         # schema): the compiled code's checks of their types are its own.
         shard_id, offset, length, spans, layout = row
@@ -246,6 +306,8 @@ class PyPoint:
         shard = self._shards.get(shard_id, _UNCACHED)
         tar = shard is None
         if tar:  # another kind: a tar's URL, or not handled
+            if asked is not None:  # hash-only datasets hold native shards only
+                return None
             url = self._tars.get(shard_id)
             if url is None:
                 return None
@@ -263,10 +325,14 @@ class PyPoint:
             data = None
         if data is None or len(data) != length:
             return None
+        if asked is not None:
+            names = _names_key(data, asked)
+            if names is not True:
+                return _OTHER_KEY if names is False else None
         self._touch(url)
         try:
             if not tar:
-                return decode(  # type: ignore[no-any-return]
+                return decode(
                     data,
                     key,
                     length,
@@ -348,3 +414,21 @@ class NoPoint:
 
 _UNCACHED: Any = object()
 """A shard id not (yet) in the shard cache."""
+
+_OTHER_KEY: Any = object()
+"""A hash-only candidate whose record holds another key of the same hash (a collision)."""
+
+
+def _names_key(data: bytes, asked: bytes) -> bool | None:
+    """Whether the record ``data`` (read whole) names the key ``asked`` in its head (``head_names_key``).
+
+    None: not a record head, or a key running past ``data`` (the decoder's to
+    report: not handled); False: another key.
+    """
+    try:
+        start, end = key_span(data, path=None, offset=0)
+    except FormatError:  # not a record head (too short, or another tag)
+        return None
+    if end > len(data):
+        return None
+    return data[start:end] == asked

@@ -10,9 +10,10 @@ registration (which takes the footer's), the lookups and the checks. With
 
 It patches the module attributes that *are* the hash functions (found by
 identity in every loaded ``shardcat`` module, so a new alias is covered too),
-and restores them on exit. Compiled code that hashes keys itself (the point
-lookup's C path, the tar scanner) is not narrowed: tests under the hook read
-hash-only datasets (which that C path never serves) and native shards.
+and restores them on exit. The compiled point lookup, which hashes keys
+itself, is narrowed too (:func:`shardcat.reading.point.narrow_key_hashes`), so
+its hash-only path meets the collisions; the tar scanner is not: tests under
+the hook read native shards.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import numpy as np
 import xxhash
 
 from ..format import checksums
+from ..reading import point
 
 __all__ = ["colliding_key_hashes"]
 
@@ -83,9 +85,11 @@ def colliding_key_hashes(bits: int = 3) -> Iterator[int]:
             if new is not None and originals[id(value)] is value:
                 patched.append((module, attr, value))
                 setattr(module, attr, new)
+    compiled = point.narrow_key_hashes(mask)
     try:
         yield mask
     finally:
+        point.narrow_key_hashes(compiled)
         for module, attr, value in reversed(patched):
             setattr(module, attr, value)
 
