@@ -131,9 +131,13 @@ def test_max_open_shards_is_one_setting_resolved_once(monkeypatch):
     from shardcat.storage import resolve_max_open
     from shardcat.storage.cache import MAX_OPEN_AUTO
 
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     low, high = MAX_OPEN_AUTO
-    assert resolve_max_open("auto") == max(low, min(high, soft // 8))
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for soft, auto in ((1024, 512), (100, low), (20_000, high), (resource.RLIM_INFINITY, high)):
+        # auto: half the process's limit of open files, within MAX_OPEN_AUTO.
+        monkeypatch.setattr(resource, "getrlimit", lambda _which, s=soft: (s, hard))
+        assert resolve_max_open("auto") == resolve_max_open(" AUTO ") == auto
+    monkeypatch.undo()
     assert resolve_max_open(7) == resolve_max_open("7") == 7
     with shardcat.config.set(max_open_shards="12"):
         assert resolve_max_open() == 12
