@@ -143,7 +143,8 @@ SETTINGS: tuple[Setting, ...] = (
         "Local shard files each thread's lookups keep open (the least recently used is "
         "closed first); a point lookup in a file not open costs an `open` more, so a dataset "
         "with more shards than this is looked up slower. `auto`: the process's limit of open "
-        "files (`ulimit -n`) / 8, within 64-4096; `Catalog(max_open_shards=)` wins.",
+        "files (`ulimit -n`) / 2, within 64-4096; whatever this says, all threads' lookups "
+        "share that half of the limit. `Catalog(max_open_shards=)` wins.",
     ),
     Setting(
         "remote_in_flight",

@@ -124,7 +124,8 @@ class Catalog(SqlCatalog):
         Local shard files each thread keeps open for lookups (a lookup in a
         file not open pays an ``open``): a count, or ``"auto"``; by default
         the ``max_open_shards`` setting (``$SHARDCAT_MAX_OPEN_SHARDS``,
-        ``auto``: the process's open-file limit / 8, within 64-4096).
+        ``auto``: half the process's open-file limit, within 64-4096); the
+        threads' lookups share half that limit whatever this says.
     remote_max_gap:
         Batch lookups (``get_many``) on object stores read through gaps of
         up to this many bytes between wanted records rather than send another
@@ -162,9 +163,8 @@ class Catalog(SqlCatalog):
         remote_max_gap: int | str | None = None,
     ) -> None:
         self.storage_options = dict(storage_options or {})
-        # Resolved now, as remote_max_gap: a bad value fails here.
+        # Resolved now: a bad value fails here, and workers get the same numbers.
         self.max_open_shards = resolve_max_open(max_open_shards)
-        # Resolved now: a bad value fails here, and workers get the same number.
         self.remote_max_gap = resolve_remote_max_gap(remote_max_gap)
         super().__init__(url, busy_timeout=busy_timeout, create=create)
         self._local = threading.local()
