@@ -71,9 +71,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     import shardcat
     import shardcat.config
 
-    os.environ["SHARDCAT_HISTORY_IN_BUCKET"] = "0"
-    shardcat.config.refresh()
-    with tempfile.TemporaryDirectory(prefix="shardcat-open-files-") as scratch:
+    with (
+        shardcat.config.set(history_in_bucket=False),
+        tempfile.TemporaryDirectory(prefix="shardcat-open-files-") as scratch,
+    ):
         t = time.perf_counter()
         url, paths = build(scratch, args.keys, args.per_shard)
         built = time.perf_counter() - t

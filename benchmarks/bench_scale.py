@@ -69,6 +69,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 import numpy as np
 
@@ -695,8 +696,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Measure every size on every backend; returns what ``--json`` writes."""
     import shardcat.config
 
-    os.environ["SHARDCAT_HISTORY_IN_BUCKET"] = "0"  # spawned workers inherit it
-    shardcat.config.refresh()
+    # Spawned workers inherit the variable; a caller's environment is left as it was.
+    with mock.patch.dict(os.environ, {"SHARDCAT_HISTORY_IN_BUCKET": "0"}):
+        shardcat.config.refresh()
+        try:
+            return _run(args)
+        finally:
+            shardcat.config.refresh()
+
+
+def _run(args: argparse.Namespace) -> dict[str, Any]:
     scratch = args.scratch or tempfile.mkdtemp(prefix="shardcat-scale-")
     os.makedirs(scratch, exist_ok=True)
     backends: list[Any] = []

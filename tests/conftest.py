@@ -69,18 +69,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # --- settings ------------------------------------------------------------------
 
 
+def _shardcat_variables() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith("SHARDCAT_")}
+
+
 @pytest.fixture(autouse=True)
 def _settings_restored() -> Iterator[None]:
     """Every test starts and ends with shardcat's settings as the environment gives them.
 
     Tests switch a setting with ``shardcat.config.set(key=value)`` (``None``: the
     default); this puts each back when the test ends (after monkeypatch's undo).
+    A test that leaves a ``SHARDCAT_*`` variable changed (code it calls set
+    ``os.environ`` and kept it) fails here, naming it, and the variables are put
+    back: else every later test in its worker process would run with that setting.
     """
+    before = _shardcat_variables()
     yield
     import sys
 
+    after = _shardcat_variables()
+    if after != before:
+        os.environ.update(before)
+        for k in after.keys() - before.keys():
+            del os.environ[k]
     if "shardcat.config" in sys.modules:
         sys.modules["shardcat.config"].refresh()
+    if after != before:
+        changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+        pytest.fail(f"the test left shardcat's environment variables changed: {changed}")
 
 
 # --- S3 through moto ---------------------------------------------------------
