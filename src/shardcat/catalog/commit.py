@@ -61,6 +61,7 @@ from .fields import (
 )
 from .groups import (
     FOLDED,
+    SKIPPED_DUPLICATES,
     SKIPPED_KEYS,
     GroupWrite,
     apply_group,
@@ -369,6 +370,8 @@ def commit(
             ended["properties"][FOLDED] = {name: n for name, (n, _) in folded.items()}
     elif group is not None:
         ended["properties"] = {**(job.properties or {}), "group": group.name, SKIPPED_KEYS: skipped}
+    elif skipped:  # on_duplicate="skip": what the write's summary reports as left out
+        ended["properties"] = {**(job.properties or {}), SKIPPED_DUPLICATES: skipped}
     done = session.execute(
         update(Job).where(Job.id == job.id, Job.state == "open").values(**ended),
         execution_options=NO_SYNC,

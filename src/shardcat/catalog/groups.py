@@ -63,6 +63,10 @@ ON_MISSING: tuple[str, ...] = get_args(OnMissing)
 SKIPPED_KEYS = "skipped_keys"
 """The job property a group's commit records: how many of its samples had no base record."""
 
+SKIPPED_DUPLICATES = "skipped_duplicates"
+"""The job property an ``on_duplicate="skip"`` commit records: its records left out, their keys
+live in the dataset already."""
+
 FOLDED = "folded"
 """The job property a fold's commit records: group name -> its records folded into the base."""
 

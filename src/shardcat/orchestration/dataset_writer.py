@@ -202,7 +202,7 @@ class DatasetWriter(CloseOrAbort):
         try:
             self._writer.close()
             infos = self._writer.shards
-            commit_write_job(
+            left_out = commit_write_job(
                 self.catalog,
                 self.job_id,
                 [i.path for i in infos],
@@ -220,13 +220,14 @@ class DatasetWriter(CloseOrAbort):
             self.summary = WriteSummary(
                 dataset=self.dataset,
                 job_id=self.job_id,
-                records=sum(i.record_count for i in infos),
+                records=sum(i.record_count for i in infos) - left_out,
                 shards=shards,
                 bytes=sum(i.size for i in infos),
                 payload_bytes=sum(i.payload_bytes() for i in infos),
                 seconds=time.perf_counter() - self._t0,
                 partitions=1,
                 shard_patterns=brace_patterns(shards),
+                skipped_duplicates=left_out,
             )
             log.info("%s", self.summary)
             return self.summary

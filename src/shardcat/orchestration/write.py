@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from .. import config
 from .._types import OnDuplicate
 from .._units import count_of, format_bytes, parse_size
-from ..catalog.groups import SKIPPED_KEYS, GroupWrite
+from ..catalog.groups import GroupWrite
 from ..errors import (
     BucketNotFoundError,
     DatasetNotFoundError,
@@ -137,6 +137,9 @@ class WriteSummary(Throughput):
     """Partitions an earlier, interrupted run of the job had finished (not written again)."""
     skipped_keys: int = 0
     """``add_entries(on_missing="skip")``: samples left out, their keys not in the dataset."""
+    skipped_duplicates: int = 0
+    """``on_duplicate="skip"``: records left out, their keys live in the dataset already
+    (their files stay in the shards; ``records`` counts what the version serves)."""
 
     def __str__(self) -> str:
         skipped = [
@@ -158,6 +161,12 @@ class WriteSummary(Throughput):
             + (
                 f"; {count_of(self.skipped_keys, 'sample')} skipped (keys not in the dataset)"
                 if self.skipped_keys
+                else ""
+            )
+            + (
+                f"; {count_of(self.skipped_duplicates, 'record')} skipped (keys the dataset "
+                "had: on_duplicate skip)"
+                if self.skipped_duplicates
                 else ""
             )
         )
@@ -486,7 +495,7 @@ def _write(
                     with contextlib.suppress(Exception):
                         running = stop_tasks(dask_client, futures)
                     raise
-                commit_write_job(
+                left_out = commit_write_job(
                     cat,
                     job.id,
                     [u for r in results for u in r.shards],
@@ -516,11 +525,10 @@ def _write(
                 raise
         results.sort(key=lambda r: r.partition)
         shards = [s for r in results for s in r.shards]
-        skipped_keys = _skipped_keys(cat, job.id) if group is not None else 0
         summary = WriteSummary(
             dataset=dataset,
             job_id=job.id,
-            records=sum(r.records for r in results) - skipped_keys,  # what the version serves
+            records=sum(r.records for r in results) - left_out,  # what the version serves
             shards=shards,
             bytes=sum(r.bytes for r in results),
             payload_bytes=sum(r.payload_bytes for r in results),
@@ -530,15 +538,11 @@ def _write(
             skipped_files=len(source.skipped) if isinstance(source, FileListing) else 0,
             hidden_files=source.hidden if isinstance(source, FileListing) else 0,
             resumed_partitions=len(finished),
-            skipped_keys=skipped_keys,
+            skipped_keys=left_out if group is not None else 0,
+            skipped_duplicates=0 if group is not None else left_out,
         )
         log.info("%s", summary)
         return summary
-
-
-def _skipped_keys(cat: Catalog, job_id: int) -> int:
-    """What a group's commit left out (keys not in the dataset), from the job's row."""
-    return int((cat.job(job_id).properties or {}).get(SKIPPED_KEYS, 0))
 
 
 def _small(source: Any) -> bool:

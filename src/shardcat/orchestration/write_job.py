@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .._types import ON_DUPLICATE, OnDuplicate
 from ..catalog import internal
-from ..catalog.groups import GroupWrite
+from ..catalog.groups import SKIPPED_DUPLICATES, SKIPPED_KEYS, GroupWrite
 from ..catalog.hashkeys import check_key_mode
 from ..catalog.missing import unknown_dataset
 from ..errors import DatasetExistsError, DatasetNotFoundError, DatasetRootError, Hint
@@ -220,10 +220,13 @@ def commit_write_job(
     message: str | None,
     storage_options: Mapping[str, Any] | None = None,
     group: GroupWrite | None = None,
-) -> None:
+) -> int:
     """Commit a write job's shards as one version, as ``mode`` says (see :func:`write`).
 
     ``group``: the job is ``add_entries``' (an append whose records become the group's).
+    Returns how many of the job's records the version left out: a group's samples whose
+    keys the dataset lacks (``on_missing="skip"``), else records whose keys it had
+    (``on_duplicate="skip"``); the commit wrote the count on the job's row.
     """
     operation = {"create": "write"}.get(mode, mode)
     if group is not None:
@@ -240,3 +243,7 @@ def commit_write_job(
         storage_options=storage_options,
         group=group,
     )
+    if group is None and on_duplicate != "skip":
+        return 0
+    properties = cat.job(job_id).properties or {}
+    return int(properties.get(SKIPPED_KEYS if group is not None else SKIPPED_DUPLICATES, 0))
