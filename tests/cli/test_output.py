@@ -125,6 +125,7 @@ def test_write_summary(text, js, capsys):
         "hidden_files": 0,
         "resumed_partitions": 0,
         "skipped_keys": 0,
+        "skipped_duplicates": 0,
         "mb_per_s": 2.0,
     }
     text.write_summary(SUMMARY)

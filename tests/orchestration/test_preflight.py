@@ -178,7 +178,7 @@ def _run(kind: str, catalog: str, options: dict[str, Any], client: Any) -> None:
             progress=False,
         )
     elif kind == "compact":
-        shardcat.compact(catalog, "ds", storage_options=options, client=client, progress=False)
+        shardcat.compact(catalog, "ds", storage_options=options, client=client, progress=None)
     else:
         shardcat.copy_dataset(
             catalog,
@@ -187,7 +187,7 @@ def _run(kind: str, catalog: str, options: dict[str, Any], client: Any) -> None:
             name="ds2",
             storage_options=options,
             client=client,
-            progress=False,
+            progress=None,
         )
 
 
