@@ -8,10 +8,13 @@ setting's P partitions), each in a schema of its own, in one job, then
 its indexes are read once into the page cache (``pg_prewarm``, mode ``read``),
 then, per layout: ``Catalog.get`` of ``--points`` random keys (p50, p99 after
 200 warm-up lookups) and ``get_many`` of ``--batch`` random keys
-``--batch-repeats`` times (median keys/s), every payload checked, with the
-batch statement shardcat runs (``IN (SELECT unnest($1))``) and with the one it
-replaced (``key_hash = ANY($1)``), alternating; and ``EXPLAIN ANALYZE`` of one
-batch of each statement (the partitions each scanned, and index probes).
+``--batch-repeats`` times (median keys/s), every payload checked, with each
+of the two batch statements (:func:`shardcat.reading.statements.batch_sql`:
+``key_hash = ANY($1)``, which shardcat runs on a plain table, and
+``IN (SELECT unnest($1))``, which it runs on a partitioned one), alternating;
+and ``EXPLAIN (ANALYZE, TIMING OFF)`` of one batch of each (the index scans
+of ``records`` and their loops: one probe per key when each is pruned to its
+partition).
 Nothing is asserted; the figures are printed (``--json``: written) with the
 load average.
 
@@ -47,33 +50,26 @@ DATASET = "scale"
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
-def any_sql() -> str:
-    """The batch statement before partitions: ``key_hash = ANY($1)`` (docs/SCALE.md §6)."""
+def batch_of(kind: str) -> str:
+    """The batch statement ``kind``: ``unnest`` (shardcat's on a partitioned records) or ``any``."""
     from shardcat.reading import statements
 
-    return (
-        statements.BATCH_SELECT
-        + f" WHERE {statements.DATASET.format(p='%s')} AND r.key_hash = ANY(%s::int8[])"
-        + f" AND {statements.COMMITTED}"
-    )
+    return statements.batch_sql("postgresql", partitioned=kind == "unnest")
 
 
 @contextlib.contextmanager
 def batch_statement(kind: str) -> Iterator[None]:
-    """Lookups opened inside run ``kind``'s batch statement: ``unnest`` (shardcat's) or ``any``."""
+    """Lookups opened inside run ``kind``'s batch statement whatever records' layout."""
     from shardcat.reading import statements
 
-    if kind == "unnest":
-        yield
-        return
     real = statements.batch_sql
 
-    def old(dialect: str, visible: str = statements.COMMITTED, entries: bool = False) -> str:
-        if dialect == "postgresql" and visible == statements.COMMITTED and not entries:
-            return any_sql()
-        return real(dialect, visible, entries)
+    def forced(
+        dialect: str, visible: str = statements.COMMITTED, entries: bool = False, **_: Any
+    ) -> str:
+        return real(dialect, visible, entries, partitioned=kind == "unnest")
 
-    statements.batch_sql = old  # type: ignore[assignment]
+    statements.batch_sql = forced  # type: ignore[assignment]
     try:
         yield
     finally:
@@ -150,16 +146,16 @@ def batch_pair(
 def explain(url: str, keys: int, size: int, rng: random.Random) -> dict[str, Any]:
     """EXPLAIN ANALYZE of one batch per statement: time, partitions scanned, index loops."""
     from shardcat.format.checksums import signed_key_hashes
-    from shardcat.reading import statements
 
     hashes = signed_key_hashes(Dataset.key(i).encode() for i in rng.sample(range(keys), size))
     out: dict[str, Any] = {}
     with connect(url) as conn:
-        for kind, sql in (("unnest", statements.batch_sql("postgresql")), ("any", any_sql())):
+        for kind in ("unnest", "any"):
+            sql = batch_of(kind)
             plan = "\n".join(
                 r[0]
                 for r in conn.execute(
-                    "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql, (DATASET, hashes)
+                    "EXPLAIN (ANALYZE, TIMING OFF, COSTS OFF) " + sql, (DATASET, hashes)
                 ).fetchall()
             )
             scans = re.findall(r"Index (?:Only )?Scan using \S+ on (\S+) .*loops=(\d+)\)", plan)
@@ -198,6 +194,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     for kind in ("unnest", "any"):
                         with batch_statement(kind):
                             cats[kind] = stack.enter_context(shardcat.Catalog(url))
+                            # This thread's lookup is made now, with this statement.
+                            if cats[kind]._lookup()._batch != batch_of(kind):
+                                raise RuntimeError(f"the {kind} catalog runs another statement")
                     before = load()
                     point = point_lookups(cats["unnest"], args.keys_count, args.points, rng)
                     batch = batch_pair(
