@@ -12,7 +12,8 @@ then, per layout: ``Catalog.get`` of ``--points`` random keys (p50, p99 after
 of the two batch statements (:func:`shardcat.reading.statements.batch_sql`:
 ``key_hash = ANY($1)``, which shardcat runs on a plain table, and
 ``IN (SELECT unnest($1))``, which it runs on a partitioned one), alternating;
-and ``EXPLAIN (ANALYZE, TIMING OFF)`` of one batch of each (the index scans
+each statement alone (``--statement-repeats``, median ms: prepared, generic
+plans, rows fetched, no shard read); and ``EXPLAIN (ANALYZE, TIMING OFF)`` of one batch of each (the index scans
 of ``records`` and their loops: one probe per key when each is pruned to its
 partition).
 Nothing is asserted; the figures are printed (``--json``: written) with the
@@ -143,6 +144,31 @@ def batch_pair(
     return {f"{kind}_keys_per_s": size / statistics.median(s) for kind, s in spent.items()}
 
 
+def statement_times(
+    url: str, keys: int, size: int, repeats: int, rng: random.Random
+) -> dict[str, float]:
+    """Median ms of each batch statement alone (its rows fetched, no shard read), alternating,
+    prepared with generic plans as the lookups run them (catalog/connection.py)."""
+    from shardcat.format.checksums import signed_key_hashes
+
+    spent: dict[str, list[float]] = {"unnest": [], "any": []}
+    with connect(url) as conn:
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        for r in range(repeats + 3):  # three rounds warm up (prepare, then plan)
+            for kind in spent:
+                hashes = signed_key_hashes(
+                    Dataset.key(i).encode() for i in rng.sample(range(keys), size)
+                )
+                t = time.perf_counter()
+                rows = conn.execute(batch_of(kind), (DATASET, hashes), prepare=True).fetchall()
+                elapsed = time.perf_counter() - t
+                if len(rows) != size:
+                    raise MismatchError(f"{kind}: {len(rows)} rows for {size} keys")
+                if r >= 3:
+                    spent[kind].append(elapsed * 1e3)
+    return {f"{kind}_ms": statistics.median(s) for kind, s in spent.items()}
+
+
 def explain(url: str, keys: int, size: int, rng: random.Random) -> dict[str, Any]:
     """EXPLAIN ANALYZE of one batch per statement: time, partitions scanned, index loops."""
     from shardcat.format.checksums import signed_key_hashes
@@ -202,12 +228,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     batch = batch_pair(
                         cats["unnest"], cats, args.keys_count, args.batch, args.batch_repeats, rng
                     )
+                    alone = statement_times(
+                        url, args.keys_count, args.batch, args.statement_repeats, rng
+                    )
                     explained = explain(url, args.keys_count, args.batch, rng)
                     figures = {
                         "registration": reg,
                         "catalog_bytes": catalog_bytes,
                         "point": point,
                         "batch": batch,
+                        "statement": alone,
                         "explain": {
                             k: {kk: vv for kk, vv in v.items() if kk != "plan"}
                             for k, v in explained.items()
@@ -248,6 +278,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--points", type=int, default=2000)
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--batch-repeats", type=int, default=7)
+    ap.add_argument("--statement-repeats", type=int, default=31)
     ap.add_argument("--write-processes", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--scratch", default=None)
     ap.add_argument("--keep", action="store_true")
