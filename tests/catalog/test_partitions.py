@@ -139,6 +139,14 @@ def test_a_catalog_created_with_partitions_has_them(partitioned_url, local_root)
         # One row per kept version and record: 40 at the first version, 80 at the second.
         assert conn.execute(sa.text("SELECT count(*) FROM records_at")).scalar() == 120
     engine.dispose()
+    # Its bytes are its partitions' (the parent stores none).
+    from shardcat.catalog.footprint import records_footprint
+
+    with Catalog(partitioned_url) as cat:
+        fp = records_footprint(cat.engine)
+    assert fp.rows == 80 and fp.table >= 4 * 8192
+    assert sorted(fp.indexes) == layout["indexes"]
+    assert all(size >= 4 * 8192 for size in fp.indexes.values())
 
 
 def test_catalog_operations_on_a_partitioned_catalog(partitioned_url, local_root):
