@@ -483,3 +483,25 @@ def test_cli_partition_refuses_sqlite_and_an_old_catalog(sqlite_url, postgres_ur
     with pytest.raises(CatalogError, match="shardcat catalog upgrade"):
         partition(postgres_url, 4)
     assert _layout(postgres_url)["kind"] == "r"
+
+
+def test_verify_reports_a_record_with_two_rows_which_no_primary_key_refuses(
+    partitioned_url, local_root
+):
+    """Uniqueness of (shard_id, byte_offset) holds by construction; verify checks it."""
+    with Catalog(partitioned_url) as cat:
+        infos = make_dataset(cat, local_root, 2)
+        assert cat.verify("train").problems == []
+        with cat.engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO records SELECT * FROM records WHERE byte_offset = "
+                    "(SELECT min(byte_offset) FROM records)"
+                )
+            )
+        problems = cat.verify("train").problems
+        assert {p.kind for p in problems} == {"duplicate-row"}
+        assert sorted(k for p in problems for k in p.keys) == [shard_keys(0)[0], shard_keys(1)[0]]
+        cat.reindex("train", [info.path for info in infos])
+        assert cat.verify("train").problems == []
+        assert cat.get("train", shard_keys(0)[0]).key == shard_keys(0)[0]
