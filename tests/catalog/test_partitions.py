@@ -474,14 +474,14 @@ def test_cli_partition_converts_a_catalog_at_head_and_back(postgres_url, local_r
 
 
 def test_cli_partition_refuses_sqlite_and_an_old_catalog(sqlite_url, postgres_url):
-    from shardcat.catalog.partitions import partition
+    from shardcat.catalog import partition_records
 
     Catalog(sqlite_url).close()
     with pytest.raises(CatalogError, match="PostgreSQL only"):
-        partition(sqlite_url, 4)
+        partition_records(sqlite_url, 4)
     upgrade(postgres_url, "0016")
     with pytest.raises(CatalogError, match="shardcat catalog upgrade"):
-        partition(postgres_url, 4)
+        partition_records(postgres_url, 4)
     assert _layout(postgres_url)["kind"] == "r"
 
 

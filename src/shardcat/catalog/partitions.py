@@ -34,6 +34,7 @@ __all__ = [
     "key_statement",
     "partition_count",
     "partition_name",
+    "partition_records",
     "set_partitions",
 ]
 
@@ -155,7 +156,7 @@ def set_partitions(cur: Any, partitions: int, *, by: str, again: str) -> bool:
     return True
 
 
-def partition(target: Any, partitions: int) -> tuple[int, int]:
+def partition_records(target: Any, partitions: int) -> tuple[int, int]:
     """``shardcat catalog partition``: set the partitions of a catalog at head; (before, after).
 
     ``target``: a URL or an engine.

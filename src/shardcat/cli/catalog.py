@@ -72,11 +72,10 @@ def partition(
     lookups and writes wait until it ends; it needs free disk for a second
     copy of records. The catalog must be at the newest revision.
     """
-    from ..catalog import display_url
-    from ..catalog.partitions import partition as set_partitions
+    from ..catalog import display_url, partition_records
 
     url = _url(ctx)
-    before, after = set_partitions(url, partitions)
+    before, after = partition_records(url, partitions)
     _output(ctx).records_partitioned(display_url(url), before, after)
 
 
