@@ -505,3 +505,38 @@ def test_verify_reports_a_record_with_two_rows_which_no_primary_key_refuses(
         cat.reindex("train", [info.path for info in infos])
         assert cat.verify("train").problems == []
         assert cat.get("train", shard_keys(0)[0]).key == shard_keys(0)[0]
+
+
+def test_the_batch_statement_probes_one_partition_per_key(partitioned_url, local_root):
+    """get_many's statement on a partitioned records: a nested loop whose index probes are
+    pruned at run time, one partition per hash (loops sum to the hashes), not the whole
+    array in every partition. The nested loop forced: the tables are tiny here."""
+    import re
+
+    from shardcat.format.checksums import signed_key_hash
+    from shardcat.reading import statements
+
+    with Catalog(partitioned_url) as cat:
+        make_dataset(cat, local_root, 3)
+        cat.analyze()
+        assert cat._lookup().raw.partitioned
+        assert cat._lookup()._batch == statements.batch_sql("postgresql", partitioned=True)
+        keys = shard_keys(0)[:10] + shard_keys(2)[:15]
+        hashes = [signed_key_hash(k.encode()) for k in keys]
+        raw = cat.engine.raw_connection()
+        try:
+            cur = raw.cursor()
+            # The plan a large catalog gets (docs/SCALE.md §6); a tiny one would hash them.
+            for setting in ("enable_seqscan", "enable_hashjoin", "enable_mergejoin"):
+                cur.execute(f"SET {setting} = off")
+            cur.execute("SET plan_cache_mode = force_generic_plan")
+            sql = statements.batch_sql("postgresql", partitioned=True)
+            cur.execute(sql, ("train", hashes))
+            assert sorted(row[4] for row in cur.fetchall()) == sorted(keys)
+            cur.execute("EXPLAIN (ANALYZE, TIMING OFF, COSTS OFF) " + sql, ("train", hashes))
+            plan = "\n".join(row[0] for row in cur.fetchall())
+        finally:
+            raw.close()
+    scans = re.findall(r"Index (?:Only )?Scan using \S+ on (records_p\d+) .*loops=(\d+)\)", plan)
+    assert {name for name, _ in scans} <= {partition_name(i) for i in range(4)}, plan
+    assert sum(int(n) for _, n in scans) == len(keys), plan
