@@ -16,6 +16,8 @@ each statement alone (``--statement-repeats``, median ms: prepared, generic
 plans, rows fetched, no shard read); and ``EXPLAIN (ANALYZE, TIMING OFF)`` of one batch of each (the index scans
 of ``records`` and their loops: one probe per key when each is pruned to its
 partition).
+``--convert P``: then the plain catalog's conversion to P partitions and back
+(``shardcat catalog partition``'s function), timed, the key count checked after.
 Nothing is asserted; the figures are printed (``--json``: written) with the
 load average.
 
@@ -193,6 +195,24 @@ def explain(url: str, keys: int, size: int, rng: random.Random) -> dict[str, Any
     return out
 
 
+def convert(url: str, partitions: int, keys: int) -> dict[str, Any]:
+    """Seconds of ``shardcat catalog partition`` (its function) to ``partitions`` and back to 0."""
+    import shardcat
+    from shardcat.catalog import partition_records
+
+    out: dict[str, Any] = {}
+    for p in (partitions, 0):
+        before = load()
+        t = time.perf_counter()
+        partition_records(url, p)
+        out[f"to_{p}_s"] = time.perf_counter() - t
+        out[f"to_{p}_load"] = [before, load()]
+    with shardcat.Catalog(url) as cat:
+        if cat.count(DATASET) != keys:
+            raise MismatchError(f"{cat.count(DATASET)} keys after the conversions, not {keys}")
+    return out
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import shardcat
     from shardcat.testing.postgres import postgres_schema
@@ -244,6 +264,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         },
                         "load": [before, load()],
                     }
+                if args.convert and not partitions:
+                    figures["convert"] = convert(url, args.convert, args.keys_count)
+                    print(f"  converted: {figures['convert']}", flush=True)
                 results["layouts"][str(partitions)] = figures
                 print(
                     json.dumps(
@@ -279,6 +302,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--batch-repeats", type=int, default=7)
     ap.add_argument("--statement-repeats", type=int, default=31)
+    ap.add_argument(
+        "--convert",
+        type=int,
+        default=0,
+        help="after the plain layout's lookups, time its conversion to this many partitions "
+        "and back (shardcat catalog partition); 0: not",
+    )
     ap.add_argument("--write-processes", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--scratch", default=None)
     ap.add_argument("--keep", action="store_true")

@@ -38,10 +38,12 @@ def test_bench_partitions_runs_on_both_layouts(tmp_path, postgres_server):
             "--pg-url", postgres_server,
             "--scratch", str(tmp_path / "scratch"),
             "--json", str(out),
+            "--convert", "3",
         ]
     )  # fmt: skip
     assert json.loads(out.read_text()) == json.loads(json.dumps(figures))
     assert set(figures["layouts"]) == {"0", "4"}
+    assert set(figures["layouts"]["0"]["convert"]) == {"to_3_s", "to_3_load", "to_0_s", "to_0_load"}
     for layout in figures["layouts"].values():
         assert layout["point"]["count"] == 50
         assert set(layout["batch"]) == {"unnest_keys_per_s", "any_keys_per_s"}
