@@ -86,22 +86,25 @@ class RawConnection:
     :mod:`.partitions`): the batch statement is chosen by it (:func:`~shardcat.reading.statements.batch_sql`)."""
 
     def _setup(self, conn: Any) -> bool:
-        """Generic plans for this connection's prepared statements; whether records is partitioned.
+        """Whether records is partitioned; if it is, generic plans for this connection.
 
-        One round trip (the setting exists from PostgreSQL 12). Under ``plan_cache_mode``
-        ``auto`` a partitioned ``records``' point lookup was planned anew on every call (the
-        generic plan's estimate counts every partition): 0.46 ms p50 against 0.09 on the
-        plain table at 1M keys in 16 partitions; the generic plan prunes to one partition at
-        executor start (0.10 ms). On a plain table ``auto`` settles on the generic point plan
-        too, and the batch's ``= ANY`` is then planned once rather than each call
-        (docs/SCALE.md §6).
+        Under ``plan_cache_mode`` ``auto`` a partitioned ``records``' point lookup was
+        planned anew on every call (the generic plan's estimate counts every partition):
+        0.46 ms p50 against 0.09 on the plain table at 1M keys in 16 partitions; the
+        generic plan prunes to one partition at executor start (0.10 ms, docs/SCALE.md §6).
+        A plain table keeps the server's setting (``auto`` settles on generic point plans
+        by itself). The setting exists from PostgreSQL 12.
         """
         row = conn.execute(
-            "SELECT CASE WHEN current_setting('server_version_num')::int >= 120000 "
-            "THEN set_config('plan_cache_mode', 'force_generic_plan', false) END, "
-            "(SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass('records'))"
+            "SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass('records')"
         ).fetchone()
-        return bool(row and row[1])
+        partitioned = bool(row and row[0])
+        if partitioned:
+            conn.execute(
+                "SELECT CASE WHEN current_setting('server_version_num')::int >= 120000 "
+                "THEN set_config('plan_cache_mode', 'force_generic_plan', false) END"
+            )
+        return partitioned
 
     def binds(self, text: str) -> bool:
         """Whether ``text`` can be bound on this connection's database (:func:`binds`)."""
