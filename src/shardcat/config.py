@@ -101,6 +101,15 @@ SETTINGS: tuple[Setting, ...] = (
         "(see `shardcat catalog create-readonly-role`); ignored on SQLite.",
     ),
     Setting(
+        "record_partitions",
+        0,
+        "count, 0-1024",
+        "PostgreSQL: a catalog created (or upgraded by migration 0017) with P > 0 has "
+        "`records` hash-partitioned by `key_hash` into P partitions (`records_p000`...), with "
+        "no primary key (docs/CATALOG.md); 0: one plain table. `shardcat catalog partition` "
+        "converts a catalog later. Ignored on SQLite.",
+    ),
+    Setting(
         "where_timeout",
         300.0,
         "seconds",

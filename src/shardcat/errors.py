@@ -64,10 +64,12 @@ __all__ = [
     "QueryTimeoutError",
     "RateLimitedError",
     "RecordTooLargeError",
+    "RecordsRebuildError",
     "RequestTooLargeError",
     "SampleDecodeError",
     "SchedulerUnreachableError",
     "SchemaVersionError",
+    "SettingError",
     "ShardNotFoundError",
     "ShardcatError",
     "SourceIsShardsError",
@@ -315,6 +317,10 @@ class NewerVersionWarning(UserWarning):
 
 
 # --- writing --------------------------------------------------------------
+
+
+class SettingError(ShardcatError, ValueError):
+    """A setting (docs/CONFIG.md) has a value it does not take; the message names it and its variable."""
 
 
 class InvalidKeyError(ShardcatError, ValueError):
@@ -603,6 +609,14 @@ class CatalogError(ShardcatError):
 
 class SchemaVersionError(CatalogError):
     """The catalog's schema is older (or newer) than this version of shardcat."""
+
+
+class RecordsRebuildError(CatalogError, RuntimeError):
+    """Rebuilding ``records`` (a migration, ``shardcat catalog partition``) would lose what it
+    cannot make again (a trigger, a publication, a column of your own): refused, nothing changed.
+
+    The message names what to drop first and make again after.
+    """
 
 
 class InvalidNameError(CatalogError, InvalidKeyError):

@@ -65,7 +65,7 @@ def test_documented_options_exist():
         "get": ["--keys-from", "--version"],
         "gc": ["--grace", "--stale-after", "--dry-run"],
         "sql": ["--limit", "--timeout", "--max-bytes", "--role"],
-        "catalog": ["upgrade", "current", "create-readonly-role"],
+        "catalog": ["upgrade", "current", "partition", "create-readonly-role"],
         "demo": ["--out", "--samples", "--workers", "--scheduler"],
         "delete": ["--delete-tars"],
         "index-tar": ["--dataset", "--on-error", "--workers", "--scheduler"],

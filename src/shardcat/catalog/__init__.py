@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from .catalog import SqlCatalog
 from .migrate import check, current, downgrade, head_revision, upgrade, verify_schema
+from .partitions import partition_records
 from .results import (
     BatchResult,
     CatalogReport,
@@ -91,6 +92,7 @@ __all__ = [
     "downgrade",
     "head_revision",
     "kind_of",
+    "partition_records",
     "upgrade",
     "verify_schema",
 ]

@@ -784,7 +784,9 @@ class SqlCatalog(VersionsApi, DeprecatedMethods):
 
         PostgreSQL plans batch lookups from them; autovacuum refreshes them
         too, but only some time after a bulk load. Runs ``ANALYZE`` there and
-        ``PRAGMA optimize`` on SQLite.
+        ``PRAGMA optimize`` on SQLite. On a hash-partitioned ``records``
+        (:mod:`.partitions`) ``ANALYZE records`` samples the parent, whose
+        statistics autovacuum never gathers, and analyzes every partition.
         """
         with self._uow(write=True) as s:
             if self.engine.dialect.name == "postgresql":

@@ -9,7 +9,7 @@ measures them, for benchmarks and for people sizing a catalog:
   the file's total only, under ``table``.
 - PostgreSQL: ``pg_table_size`` (heap, TOAST and their maps) and
   ``pg_relation_size`` of each index of ``records`` in the search path's
-  schema.
+  schema; of a partitioned ``records``, the sums over its partitions.
 
 Sizes are of the whole table (every dataset), divided by its row count.
 """
@@ -72,12 +72,21 @@ def records_footprint(bind: Engine | Connection) -> Footprint:
     return _sqlite(bind, rows)
 
 
+# A relation and, partitioned, its partitions (pg_partition_tree lists none of a plain one).
+_TREE = "(SELECT {0}::regclass AS r UNION SELECT relid FROM pg_partition_tree({0})) tree"
+
+
 def _postgresql(conn: Connection, rows: int) -> Footprint:
-    table = conn.execute(text("SELECT pg_table_size(to_regclass('records'))")).scalar_one()
+    # A partitioned records (catalog/partitions.py) stores nothing itself: its partitions
+    # do, and each of its indexes is one per partition.
+    table = conn.execute(
+        text("SELECT sum(pg_table_size(r)) FROM " + _TREE.format("to_regclass('records')"))
+    ).scalar_one()
     indexes = conn.execute(
         text(
-            "SELECT c.relname, pg_relation_size(c.oid) FROM pg_index i"
-            " JOIN pg_class c ON c.oid = i.indexrelid"
+            "SELECT c.relname, (SELECT sum(pg_relation_size(r)) FROM "
+            + _TREE.format("i.indexrelid")
+            + ") FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
             " WHERE i.indrelid = to_regclass('records') ORDER BY c.relname"
         )
     ).all()

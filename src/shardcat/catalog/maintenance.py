@@ -10,6 +10,7 @@ run SQL with what was read, in the transaction the catalog opens.
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 
 from sqlalchemy import select, text, update
 from sqlalchemy.exc import SQLAlchemyError
@@ -275,7 +276,7 @@ def _compare(s: Session, shard: Shard, info: Summary) -> list[Problem]:
     # offset, so hash, position, length, spans and layout are what is compared (a row at an
     # offset the footer does not list keeps None, and is named by its offset).
     at = dict(zip(prep.offsets.tolist(), prep.keys))
-    catalog = {
+    rows = [
         (
             at.get(int(o), f"<no key at offset {int(o)}>") if k is None else k,
             int(h),
@@ -285,7 +286,22 @@ def _compare(s: Session, shard: Shard, info: Summary) -> list[Problem]:
             sig,
         )
         for k, h, o, n, sp, sig in s.execute(_CATALOG_ROWS, {"shard": shard.id})
-    }
+    ]
+    catalog = set(rows)
+    # One row per record: a plain records' primary key (shard_id, byte_offset) refuses a
+    # second, a partitioned one has none (catalog/partitions.py), so it is checked here.
+    per_offset = Counter(row[2] for row in rows)
+    twice = sorted({row[0] for row in rows if per_offset[row[2]] > 1})
+    if twice:
+        problems.append(
+            Problem(
+                url,
+                "duplicate-row",
+                f"{len(twice)} record(s) have more than one catalog row at their offset: "
+                f"{_keys(twice)}; reindex the shard (its rows are made again from its footer)",
+                tuple(twice),
+            )
+        )
     extra = sorted({row[0] for row in catalog - footer})
     absent = sorted({row[0] for row in footer - catalog})
     if extra:

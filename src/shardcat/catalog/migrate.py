@@ -52,7 +52,7 @@ __all__ = [
 
 VERSION_TABLE = "alembic_version"
 
-HEAD_REVISION = "0016"
+HEAD_REVISION = "0017"
 """The newest revision in ``migrations/versions`` (a test checks it is Alembic's head).
 
 Opening a catalog compares the stamped revision with it, without reading the
@@ -114,7 +114,8 @@ def known_revisions() -> frozenset[str]:
 
 
 @contextmanager
-def _engine(target: str | Engine) -> Iterator[Engine]:
+def engine_of(target: str | Engine) -> Iterator[Engine]:
+    """``target`` itself, or an engine on the URL, disposed after."""
     if not isinstance(target, str):
         yield target
         return
@@ -133,7 +134,7 @@ def upgrade(target: str | Engine, revision: str = "head") -> tuple[str | None, s
     CatalogError
         If a migration fails (the transaction is rolled back where the backend can).
     """
-    with _engine(target) as engine, translate_errors(engine.url):
+    with engine_of(target) as engine, translate_errors(engine.url):
         from alembic import command
 
         with engine.begin() as conn:
@@ -152,7 +153,7 @@ def downgrade(target: str | Engine, revision: str) -> tuple[str | None, str | No
     CatalogError
         If a migration fails.
     """
-    with _engine(target) as engine, translate_errors(engine.url):
+    with engine_of(target) as engine, translate_errors(engine.url):
         from alembic import command
 
         with engine.begin() as conn:
@@ -179,7 +180,7 @@ def current(target: str | Engine) -> str | None:
             and not os.path.exists(path)
         ):
             return None  # do not create an empty file just to look
-    with _engine(target) as engine, translate_errors(engine.url), engine.connect() as conn:
+    with engine_of(target) as engine, translate_errors(engine.url), engine.connect() as conn:
         return _current(conn)
 
 
@@ -193,19 +194,46 @@ def _current(conn: Connection) -> str | None:
 def check(target: str | Engine) -> list[Any]:
     """Differences between the models and the database (empty when they agree).
 
-    Uses Alembic's autogenerate comparison, with column types compared.
+    Uses Alembic's autogenerate comparison, with column types compared. A
+    partitioned ``records`` (:mod:`.partitions`) is the models' table: its
+    partitions and its plain index in place of the primary key are not drift.
     """
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
     from .models import Base
 
-    with _engine(target) as engine, translate_errors(engine.url), engine.connect() as conn:
+    with engine_of(target) as engine, translate_errors(engine.url), engine.connect() as conn:
+        layout = _partitioned_layout(conn)
         ctx = MigrationContext.configure(
             conn,
-            opts={"compare_type": True, "render_as_batch": True, "version_table": VERSION_TABLE},
+            opts={
+                "compare_type": True,
+                "render_as_batch": True,
+                "version_table": VERSION_TABLE,
+                "include_object": lambda obj, name, kind, reflected, other: (
+                    not (reflected and other is None and name in layout)
+                ),
+            },
         )
         return list(compare_metadata(ctx, Base.metadata))
+
+
+def _partitioned_layout(conn: Connection) -> frozenset[str]:
+    """A partitioned ``records``' partitions and plain index: the layout, not drift (:mod:`.partitions`).
+
+    The models declare the plain table (its primary key Alembic does not compare).
+    """
+    if conn.dialect.name != "postgresql":
+        return frozenset()
+    from .partitions import PLAIN_INDEX
+
+    names = conn.exec_driver_sql(
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+        "WHERE i.inhparent = to_regclass('records') AND c.relkind = 'r'"
+    ).scalars()
+    found = frozenset(names)
+    return found | {PLAIN_INDEX} if found else found
 
 
 def verify_schema(engine: Engine) -> str:
@@ -248,7 +276,8 @@ def _verify(conn: Connection, engine: Engine) -> str:
 def ensure_schema(engine: Engine, *, create: bool = True) -> str:
     """Verify the schema; a catalog with no tables at all is first created at head.
 
-    Creation runs ``create_all``, creates the views (:mod:`.views`) and
+    Creation runs ``create_all``, partitions ``records`` on PostgreSQL if the
+    ``record_partitions`` setting says so (:mod:`.partitions`), creates the views (:mod:`.views`) and
     stamps the head revision in one transaction (the Alembic cookbook's
     recipe); ``test_migrations.py`` checks it yields the same schema as
     running every migration.
@@ -277,9 +306,29 @@ def ensure_schema(engine: Engine, *, create: bool = True) -> str:
                     )
                 if not _sa.inspect(conn).get_table_names():  # still empty under the write lock
                     Base.metadata.create_all(conn)
+                    _partition_records(conn)
                     create_views(conn)
                     _stamp(conn, head_revision())
         return verify_schema(engine)
+
+
+def _partition_records(conn: Connection) -> None:
+    """A new catalog's ``records`` gets the ``record_partitions`` setting's partitions.
+
+    The one layout of :mod:`.partitions` (migration 0017 and ``shardcat
+    catalog partition`` call the same function), made from the empty table
+    ``create_all`` made. PostgreSQL only; the setting is checked on SQLite too.
+    """
+    from .partitions import configured_partitions, set_partitions
+
+    partitions = configured_partitions()
+    if conn.dialect.name != "postgresql" or not partitions:
+        return
+    cur: Any = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        set_partitions(cur, partitions, by="creating the catalog", again="create it again")
+    finally:
+        cur.close()
 
 
 def _stamped(conn: Connection) -> str | None:

@@ -264,7 +264,7 @@ class Problem:
     url: str
     kind: str
     """``missing``, ``unreadable``, ``shard-mismatch``, ``row-not-in-footer``,
-    ``record-not-in-catalog`` or ``corrupt``."""
+    ``record-not-in-catalog``, ``duplicate-row`` or ``corrupt``."""
     message: str
     keys: tuple[str, ...] = ()
 

@@ -24,6 +24,9 @@ ANALYZE_MIN_ROWS = 50_000
 ANALYZE_GROWTH = 0.2
 """... nor one that adds at most this fraction of the rows the statistics know of."""
 
+# A partitioned records' (catalog/partitions.py) reltuples is its parent's, set by the
+# ANALYZE below only (autovacuum analyzes the partitions, never the parent): what the
+# statistics the batch's plan reads know of.
 _KNOWN_ROWS = "SELECT reltuples FROM pg_class WHERE oid = to_regclass('records')"
 
 

@@ -18,8 +18,8 @@ __all__ = ["catalog_app"]
 
 catalog_app = typer.Typer(
     name="catalog",
-    help="Manage the SQL catalog: apply schema migrations, show the schema revision, create a "
-    "read-only role.",
+    help="Manage the SQL catalog: apply schema migrations, show the schema revision, partition "
+    "records, create a read-only role.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -50,6 +50,33 @@ def upgrade(
     url = _url(ctx)
     before, after = upgrade_catalog(url, revision)
     _output(ctx).catalog_upgraded(display_url(url), before, after)
+
+
+@catalog_app.command()
+def partition(
+    ctx: typer.Context,
+    partitions: Annotated[
+        int,
+        typer.Option(
+            "--partitions",
+            help="Hash partitions of records, 1-1024; 0 makes it one plain table again.",
+            min=0,
+            max=1024,
+        ),
+    ],
+) -> None:
+    """PostgreSQL: rebuild records hash-partitioned by key hash (or plain again), rows kept.
+
+    The layout a catalog created with the `record_partitions` setting has
+    (docs/CATALOG.md). One transaction under an exclusive lock on records:
+    lookups and writes wait until it ends; it needs free disk for a second
+    copy of records. The catalog must be at the newest revision.
+    """
+    from ..catalog import display_url, partition_records
+
+    url = _url(ctx)
+    before, after = partition_records(url, partitions)
+    _output(ctx).records_partitioned(display_url(url), before, after)
 
 
 @catalog_app.command()

@@ -178,8 +178,13 @@ class Lookup:
         here for them (one statement, not two). A native or tar record takes a dataset out."""
         self._signatures: dict[int, str] = {}
         self._signature_sql = f"SELECT signature FROM layouts WHERE id = {p}"
-        self._batch = statements.batch_sql(self.dialect)
-        self._batch_entries = statements.batch_sql(self.dialect, entries=True)
+        # The batch statement for records' layout when this thread connected (a catalog
+        # partitioned since is still read right, by the other statement).
+        self._partitioned = self.raw.partitioned
+        self._batch = statements.batch_sql(self.dialect, partitioned=self._partitioned)
+        self._batch_entries = statements.batch_sql(
+            self.dialect, entries=True, partitioned=self._partitioned
+        )
         self._versioned: dict[tuple[str, int], str] = {}
         self._sources = SourceCache(storage_options, max_open, remote_max_gap=remote_max_gap)
         self._files: SourceCache | None = None  # folders' files kept open (_folder_files)
@@ -235,7 +240,12 @@ class Lookup:
             elif kind == "record":
                 sql = statements.record_sql(self._p, visible)
             else:
-                sql = statements.batch_sql(self.dialect, visible, entries=kind == "batch_entries")
+                sql = statements.batch_sql(
+                    self.dialect,
+                    visible,
+                    entries=kind == "batch_entries",
+                    partitioned=self._partitioned,
+                )
             self._versioned[cache_key] = sql
         return sql, extra
 

@@ -152,9 +152,24 @@ BATCH_ENTRIES_SELECT = (
 )
 
 
-def batch_sql(dialect: str, visible: str = COMMITTED, entries: bool = False) -> str:
+def batch_sql(
+    dialect: str, visible: str = COMMITTED, entries: bool = False, *, partitioned: bool = False
+) -> str:
+    """The batch statement: bound as dataset, the key hashes (one array or JSON list), ``visible``'s.
+
+    PostgreSQL: ``key_hash = ANY(...)``, one index scan over the sorted hashes;
+    on a partitioned ``records`` (``partitioned``, :mod:`shardcat.catalog.partitions`)
+    that scan runs in every partition with the whole array, so there it is
+    ``IN (SELECT unnest(...))``: a nested loop over the distinct hashes, each
+    probe pruned at run time to its hash's one partition (measured in
+    docs/SCALE.md §6: on a plain table ``ANY`` is the faster one).
+    """
     if dialect == "postgresql":
-        match = "r.key_hash = ANY(%s::int8[])"
+        match = (
+            "r.key_hash IN (SELECT unnest(%s::int8[]))"
+            if partitioned
+            else "r.key_hash = ANY(%s::int8[])"
+        )
         p = "%s"
     else:  # one JSON parameter, however many keys: no parameter limit to chunk around
         match = "r.key_hash IN (SELECT value FROM json_each(?))"

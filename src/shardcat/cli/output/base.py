@@ -304,6 +304,10 @@ class Output(ABC):
         """A schema upgrade of the catalog (displayed URL) from one revision to another."""
 
     @abstractmethod
+    def records_partitioned(self, catalog: str, before: int, after: int) -> None:
+        """``shardcat catalog partition``: records' partitions before and after (0: one plain table)."""
+
+    @abstractmethod
     def catalog_revision(self, catalog: str, revision: str | None, head: str | None) -> None:
         """The catalog's schema revision, and the newest this shardcat knows."""
 

@@ -411,6 +411,9 @@ class JsonOutput(Output):
     def catalog_upgraded(self, catalog: str, before: str | None, after: str | None) -> None:
         self._print({"catalog": catalog, "from": before, "to": after})
 
+    def records_partitioned(self, catalog: str, before: int, after: int) -> None:
+        self._print({"catalog": catalog, "partitions_before": before, "partitions": after})
+
     def catalog_revision(self, catalog: str, revision: str | None, head: str | None) -> None:
         self._print(
             {"catalog": catalog, "revision": revision, "head": head, "at_head": revision == head}

@@ -625,6 +625,17 @@ class TextOutput(Output):
         else:
             self._line(f"catalog {catalog} upgraded from {before or 'empty'} to revision {after}")
 
+    def records_partitioned(self, catalog: str, before: int, after: int) -> None:
+        def layout(n: int) -> str:
+            return f"{n} hash partitions" if n else "one plain table"
+
+        if before == after:
+            self._line(f"catalog {catalog}: records is {layout(after)} already")
+        else:
+            self._line(
+                f"catalog {catalog}: records rebuilt from {layout(before)} to {layout(after)}"
+            )
+
     def catalog_revision(self, catalog: str, revision: str | None, head: str | None) -> None:
         if revision is None:
             self._line(f"none (catalog {catalog} has no schema; run `shardcat catalog upgrade`)")
