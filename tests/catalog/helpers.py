@@ -84,6 +84,30 @@ def make_dataset(
 needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
 
 
+def fill_with_history(cat: Catalog, root: str) -> int:
+    """A catalog with something of everything a schema change must keep; returns a kept version.
+
+    Dataset ``train`` (two shards) with two declared fields and values, one key
+    deleted after the returned version, a column group ``captions`` over three
+    keys; dataset ``h`` hash-only, one shard of ``shard_keys(7)``.
+    """
+    from shardcat.catalog.groups import GroupWrite
+
+    make_dataset(cat, root, 2)
+    cat.declare_fields("train", {"label": int, "split": str})
+    cat.update_fields("train", {k: {"label": i % 3} for i, k in enumerate(shard_keys(0))})
+    cat.update_fields("train", {shard_keys(0)[0]: {"split": "val"}})
+    kept = cat.info("train").version
+    cat.delete_keys("train", [shard_keys(1)[5]])
+    job = cat.begin_job("train")
+    info = write_shard(f"{root}/g.shard", shard_keys(0)[:3], make=lambda k: {"g": k})
+    cat.register_shard("train", info, job=job)
+    cat.commit_job(job, group=GroupWrite("captions"))
+    cat.create_dataset("h", f"{root}/h", keys="hash")
+    cat.register_shard("h", write_shard(f"{root}/h/a.shard", shard_keys(7)))
+    return kept
+
+
 def descriptors_of(path: str | os.PathLike[str]) -> list[int]:
     """This process's open descriptors that name ``path`` (Linux: /proc/self/fd)."""
     target = os.path.realpath(path)

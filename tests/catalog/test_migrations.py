@@ -624,23 +624,10 @@ def test_upgrade_from_0015_reorders_records_on_postgresql_and_keeps_everything(
     catalog_url, local_root
 ):
     """0016: PostgreSQL's records rebuilt in the lean column order; rows and lookups the same."""
-    from shardcat.catalog.groups import GroupWrite
-
-    from .helpers import make_dataset, shard_keys, write_shard
+    from .helpers import fill_with_history, shard_keys, write_shard
 
     with Catalog(catalog_url) as cat:
-        make_dataset(cat, local_root, 2)
-        cat.declare_fields("train", {"label": int, "split": str})
-        cat.update_fields("train", {k: {"label": i % 3} for i, k in enumerate(shard_keys(0))})
-        cat.update_fields("train", {shard_keys(0)[0]: {"split": "val"}})
-        kept = cat.info("train").version
-        cat.delete_keys("train", [shard_keys(1)[5]])
-        job = cat.begin_job("train")
-        info = write_shard(f"{local_root}/g.shard", shard_keys(0)[:3], make=lambda k: {"g": k})
-        cat.register_shard("train", info, job=job)
-        cat.commit_job(job, group=GroupWrite("captions"))
-        cat.create_dataset("h", f"{local_root}/h", keys="hash")
-        cat.register_shard("h", write_shard(f"{local_root}/h/a.shard", shard_keys(7)))
+        kept = fill_with_history(cat, local_root)
         keys = shard_keys(0) + shard_keys(1)
         before = cat.get_many("train", keys).records
         hashed = cat.get_many("h", shard_keys(7)).records

@@ -25,7 +25,7 @@ from shardcat.errors import CatalogError, RecordsRebuildError, SettingError
 from shardcat.reading import Catalog
 from shardcat.testing.collisions import colliding_key_hashes
 
-from .helpers import make_dataset, shard_keys, write_shard
+from .helpers import fill_with_history, make_dataset, shard_keys, write_shard
 from .test_migrations import _execute, _records_state
 
 
@@ -217,20 +217,8 @@ def test_hash_only_lookups_stay_exact_under_collisions_when_partitioned(
 def _populate(url: str, root: str) -> dict[str, Any]:
     """Two datasets (one hash-only), removed records, a column group, field values, a view
     of one's own over a shardcat view, grants and comments; what lookups return."""
-    from shardcat.catalog.groups import GroupWrite
-
     with Catalog(url) as cat:
-        make_dataset(cat, root, 2)
-        cat.declare_fields("train", {"label": int})
-        cat.update_fields("train", {k: {"label": i % 3} for i, k in enumerate(shard_keys(0))})
-        kept = cat.info("train").version
-        cat.delete_keys("train", [shard_keys(1)[5]])
-        job = cat.begin_job("train")
-        info = write_shard(f"{root}/g.shard", shard_keys(0)[:3], make=lambda k: {"g": k})
-        cat.register_shard("train", info, job=job)
-        cat.commit_job(job, group=GroupWrite("captions"))
-        cat.create_dataset("h", f"{root}/h", keys="hash")
-        cat.register_shard("h", write_shard(f"{root}/h/a.shard", shard_keys(7)))
+        kept = fill_with_history(cat, root)
         seen = {
             "train": cat.get_many("train", shard_keys(0) + shard_keys(1)).records,
             "h": cat.get_many("h", shard_keys(7)).records,
