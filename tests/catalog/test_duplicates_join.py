@@ -1,7 +1,8 @@
 """The append's duplicate check: a probe per record, or one hash join for a large job (issue 33).
 
-On PostgreSQL a job of a quarter or more of the table's rows is checked by a hash
-join over ``records`` (10M keys appended to 10M: 22.6 s against 88.4 s of probes).
+On PostgreSQL a job of 100,000 records or more and a quarter or more of the table's
+rows is checked by a hash join over ``records`` (10M keys appended to 10M: 22.6 s
+against 88.4 s of probes).
 Both ways must find exactly the same keys: forced hash collisions make every key
 share its hash with others, a removed record's key is no duplicate, and a key
 twice is named. Each test runs on SQLite (one statement) and PostgreSQL (both).
@@ -20,12 +21,13 @@ from shardcat.testing.collisions import colliding_key_hashes
 
 from .helpers import write_shard
 
-# _SCAN_PER_PROBE: 0 never joins (any table is larger), 10**9 always does.
+# _SCAN_PER_PROBE: 0 never joins (any table is larger), 10**9 always does (with no minimum).
 _WAYS = {"probe": 0, "join": 10**9}
 
 
 def _joined(monkeypatch: pytest.MonkeyPatch, way: str) -> list[int]:
     monkeypatch.setattr(duplicates, "_SCAN_PER_PROBE", _WAYS[way])
+    monkeypatch.setattr(duplicates, "_JOIN_MIN_ROWS", 0)
     calls: list[int] = []
     real = duplicates._set_local
 
@@ -85,8 +87,23 @@ def test_the_join_leaves_the_transactions_planner_settings_as_they_were(
         cat.register_shard("d", write_shard(f"{local_root}/a.shard", ["k/1", "k/2"]), job=job)
         with cat._uow(write=True) as s:
             s.execute(text("SET LOCAL work_mem = '5MB'"))
-            assert duplicates.duplicate_keys(s, job.id) == ["k/1"]
+            sizes = duplicates._sizes(s, cat.info("d").id, job.id)
+            assert sizes.join and (sizes.job_rows, sizes.table_rows) == (2, 3)
+            assert duplicates.duplicate_keys(s, job.id, sizes) == ["k/1"]
             got = s.execute(
                 text("SELECT current_setting('enable_nestloop'), current_setting('work_mem')")
             ).one()
             assert tuple(got) == ("on", "5MB")
+
+
+def test_a_small_job_keeps_its_probes_and_its_round_trips(postgres_url, local_root):
+    """Under 100,000 records the probes take well under a second: no join, no statement more."""
+    with Catalog(postgres_url) as cat:
+        cat.create_dataset("d", local_root)
+        cat.register_shard("d", write_shard(f"{local_root}/old.shard", ["k/1"]))
+        job = cat.begin_job("d")
+        cat.register_shard("d", write_shard(f"{local_root}/a.shard", ["k/2", "k/3"]), job=job)
+        with cat._uow() as s:
+            sizes = duplicates._sizes(s, cat.info("d").id, job.id)
+        assert sizes.committed and (sizes.job_rows, sizes.table_rows) == (2, 3)
+        assert not sizes.join

@@ -18,6 +18,7 @@ The statements are SQL text that embeds :mod:`.visibility`'s rules, so
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Exists, exists, select, text
@@ -140,48 +141,78 @@ _DUPLICATES_PG = text(
 # PostgreSQL: a job this large against the table is checked by one hash join over `records`
 # instead of a probe per record. Measured on 10M keys appended to 10M (docs/SCALE.md §2):
 # a probe 8.8 us, a scanned row 1.1 us (two parallel workers): even at 8 rows a probe; the
-# join is chosen up to 4 (margin for a server that runs it without parallel workers).
+# join is chosen up to 4 (margin for a server that runs it without parallel workers), and
+# never for a job under _JOIN_MIN_ROWS, where the probes take well under a second.
 _SCAN_PER_PROBE = 4
-# What the choice needs: the rows a scan reads (every shard's, of every dataset: the table),
-# and the job's own. From `shards` (small), not the planner's statistics (stale after loads).
-_SIZES = text(
-    "SELECT coalesce(sum(CASE WHEN job_id = :job AND state = 'staged' THEN record_count END), 0), "
-    "coalesce(sum(record_count), 0) FROM shards WHERE state <> 'deleted'"
+_JOIN_MIN_ROWS = 100_000
+# What the check needs, in the one round trip that asks whether there is anything to collide
+# with: the rows a scan reads (every shard's, of every dataset: the table) and the job's own,
+# from `shards` (small), not the planner's statistics (stale after loads); and the planner
+# settings the join changes, to put back.
+_SIZES_PG = text(
+    f"SELECT EXISTS (SELECT 1 FROM shards s WHERE s.dataset_id = :d AND {_S_COMMITTED}), "
+    "coalesce(sum(CASE WHEN job_id = :job AND state = 'staged' THEN record_count END), 0), "
+    "coalesce(sum(record_count), 0), current_setting('enable_nestloop'), "
+    "current_setting('work_mem') FROM shards WHERE state <> 'deleted'"
 )
 # The planner settings the join runs under (a hash join, its table in memory in few batches),
 # put back right after it: the rest of the commit's transaction plans as before.
 _JOIN_SETTINGS = {"enable_nestloop": "off", "work_mem": "64MB"}
 
 
-def duplicate_keys(session: Session, job_id: int) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class _Sizes:
+    """What an append's check is chosen by (PostgreSQL)."""
+
+    committed: bool
+    job_rows: int
+    table_rows: int
+    settings: dict[str, str]
+
+    @property
+    def join(self) -> bool:
+        """Whether one hash join over the table costs less than a probe per job record."""
+        return (
+            self.job_rows >= _JOIN_MIN_ROWS and self.table_rows <= _SCAN_PER_PROBE * self.job_rows
+        )
+
+
+def _sizes(session: Session, dataset_id: int, job_id: int) -> _Sizes:
+    committed, job_rows, table_rows, nestloop, work_mem = session.execute(
+        _SIZES_PG, {"d": dataset_id, "job": job_id}
+    ).one()
+    settings = {"enable_nestloop": str(nestloop), "work_mem": str(work_mem)}
+    return _Sizes(bool(committed), int(job_rows), int(table_rows), settings)
+
+
+def duplicate_keys(session: Session, job_id: int, sizes: _Sizes | None = None) -> list[str]:
     """Keys of the job's staged records that repeat in the job or among committed records.
 
     Asked only when the dataset has committed shards (else :func:`refuse_repeats`' one
     pass over the job's hashes is the check). One index probe per record of the job, its
-    cost in proportion to the job; on PostgreSQL, a job of a quarter or more of the table's
-    rows is one hash join over the table instead (about 1 s per million rows scanned,
-    against about 9 s per million probes).
+    cost in proportion to the job; on PostgreSQL (``sizes``: :func:`_sizes`), a job of
+    100,000 records or more and a quarter or more of the table's rows is one hash join
+    over the table instead (about 1 s per million rows scanned, against about 9 s per
+    million probes).
     """
     params = {"job": job_id}
-    if session.get_bind().dialect.name != "postgresql":
-        return sorted(session.execute(_DUPLICATES, params).scalars().all())
-    job_rows, table_rows = session.execute(_SIZES, params).one()
-    if table_rows > _SCAN_PER_PROBE * job_rows:
-        return sorted(session.execute(_DUPLICATES_PG, params).scalars().all())
-    before = {
-        name: session.execute(text("SELECT current_setting(:n)"), {"n": name}).scalar_one()
-        for name in _JOIN_SETTINGS
-    }
+    if sizes is None or not sizes.join:
+        pg = session.get_bind().dialect.name == "postgresql"
+        return sorted(session.execute(_DUPLICATES_PG if pg else _DUPLICATES, params).scalars())
     _set_local(session, _JOIN_SETTINGS)
     found = sorted(session.execute(_DUPLICATES, params).scalars().all())
-    _set_local(session, before)  # (after an error the transaction rolls back, and they with it)
+    _set_local(session, sizes.settings)  # (after an error the transaction rolls back, and they)
     return found
 
 
 def _set_local(session: Session, settings: dict[str, str]) -> None:
-    """Planner settings for the rest of the transaction (``set_config(..., true)``)."""
-    for name, value in settings.items():
-        session.execute(text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
+    """Planner settings for the rest of the transaction (``set_config(..., true)``), at once."""
+    names = sorted(settings)
+    calls = ", ".join(f"set_config(:n{i}, :v{i}, true)" for i in range(len(names)))
+    values = {f"n{i}": n for i, n in enumerate(names)} | {
+        f"v{i}": settings[n] for i, n in enumerate(names)
+    }
+    session.execute(text(f"SELECT {calls}"), values)
 
 
 def repeated_hashes(session: Session, job_id: int) -> list[int]:
@@ -259,14 +290,16 @@ def resolve_duplicates(
     """
     if dataset.key_mode == HASH:  # no key text: equal hashes, then the keys the shards hold
         return _resolve_hash_only(session, dataset, job, on_duplicate, params, removed)
-    if not has_committed(session, dataset.id):
+    pg = session.get_bind().dialect.name == "postgresql"
+    sizes = _sizes(session, dataset.id, job.id) if pg else None
+    if not (sizes.committed if sizes is not None else has_committed(session, dataset.id)):
         # Nothing to collide with: the job's own repeats are all there is to find, and one
         # pass over its hashes finds them (at 10M keys, 26-43 s against 263 s to hours of
         # probes: docs/SCALE.md §2).
         refuse_repeats(session, dataset, job)
         return removed, 0
-    # One probe per record finds both kinds (an append costs what it did before the pass).
-    dups = duplicate_keys(session, job.id)
+    # One probe per record (or, a large job on PostgreSQL, one join) finds both kinds.
+    dups = duplicate_keys(session, job.id, sizes)
     if not dups:
         return removed, 0
     where = f"in job {job.id} of dataset {dataset.name!r}"
