@@ -97,7 +97,8 @@ def test_the_join_leaves_the_transactions_planner_settings_as_they_were(
 
 
 def test_a_small_job_keeps_its_probes_and_its_round_trips(postgres_url, local_root):
-    """Under 100,000 records the probes take well under a second: no join, no statement more."""
+    """Under 100,000 records the probes take well under a second: no join, no statement more,
+    and the table's rows are not even counted (0)."""
     with Catalog(postgres_url) as cat:
         cat.create_dataset("d", local_root)
         cat.register_shard("d", write_shard(f"{local_root}/old.shard", ["k/1"]))
@@ -105,5 +106,5 @@ def test_a_small_job_keeps_its_probes_and_its_round_trips(postgres_url, local_ro
         cat.register_shard("d", write_shard(f"{local_root}/a.shard", ["k/2", "k/3"]), job=job)
         with cat._uow() as s:
             sizes = duplicates._sizes(s, cat.info("d").id, job.id)
-        assert sizes.committed and (sizes.job_rows, sizes.table_rows) == (2, 3)
+        assert sizes.committed and (sizes.job_rows, sizes.table_rows) == (2, 0)
         assert not sizes.join

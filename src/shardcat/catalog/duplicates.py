@@ -146,14 +146,17 @@ _DUPLICATES_PG = text(
 _SCAN_PER_PROBE = 4
 _JOIN_MIN_ROWS = 100_000
 # What the check needs, in the one round trip that asks whether there is anything to collide
-# with: the rows a scan reads (every shard's, of every dataset: the table) and the job's own,
-# from `shards` (small), not the planner's statistics (stale after loads); and the planner
-# settings the join changes, to put back.
+# with: the job's rows (its shards, by index) and, only for a job of _JOIN_MIN_ROWS or more,
+# the rows a scan reads (every shard's, of every dataset: the table; else 0, not counted),
+# from `shards`, not the planner's statistics (stale after loads); and the planner settings
+# the join changes, to put back.
 _SIZES_PG = text(
-    f"SELECT EXISTS (SELECT 1 FROM shards s WHERE s.dataset_id = :d AND {_S_COMMITTED}), "
-    "coalesce(sum(CASE WHEN job_id = :job AND state = 'staged' THEN record_count END), 0), "
-    "coalesce(sum(record_count), 0), current_setting('enable_nestloop'), "
-    "current_setting('work_mem') FROM shards WHERE state <> 'deleted'"
+    "WITH j AS (SELECT coalesce(sum(record_count), 0) AS n FROM shards "
+    "WHERE job_id = :job AND state = 'staged') "
+    f"SELECT EXISTS (SELECT 1 FROM shards s WHERE s.dataset_id = :d AND {_S_COMMITTED}), j.n, "
+    "CASE WHEN j.n >= :least THEN (SELECT coalesce(sum(record_count), 0) FROM shards "
+    "WHERE state <> 'deleted') ELSE 0 END, current_setting('enable_nestloop'), "
+    "current_setting('work_mem') FROM j"
 )
 # The planner settings the join runs under (a hash join, its table in memory in few batches),
 # put back right after it: the rest of the commit's transaction plans as before.
@@ -179,7 +182,7 @@ class _Sizes:
 
 def _sizes(session: Session, dataset_id: int, job_id: int) -> _Sizes:
     committed, job_rows, table_rows, nestloop, work_mem = session.execute(
-        _SIZES_PG, {"d": dataset_id, "job": job_id}
+        _SIZES_PG, {"d": dataset_id, "job": job_id, "least": _JOIN_MIN_ROWS}
     ).one()
     settings = {"enable_nestloop": str(nestloop), "work_mem": str(work_mem)}
     return _Sizes(bool(committed), int(job_rows), int(table_rows), settings)
