@@ -147,5 +147,5 @@ def test_max_open_shards_is_one_setting_resolved_once(monkeypatch):
         with Catalog("sqlite://", max_open_shards=3) as cat:
             assert cat.max_open_shards == 3  # the argument wins
     for bad in (0, -1, "many", 2.5, True):
-        with pytest.raises(ValueError, match="max_open_shards"):
+        with pytest.raises(shardcat.errors.SettingError, match="max_open_shards"):
             resolve_max_open(bad)

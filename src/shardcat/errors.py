@@ -320,7 +320,8 @@ class NewerVersionWarning(UserWarning):
 
 
 class SettingError(ShardcatError, ValueError):
-    """A setting (docs/CONFIG.md) has a value it does not take; the message names it and its variable."""
+    """A setting (docs/CONFIG.md), or the argument that stands for it, has a value it does not
+    take; the message names it (and its variable)."""
 
 
 class InvalidKeyError(ShardcatError, ValueError):

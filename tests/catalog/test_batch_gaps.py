@@ -122,7 +122,7 @@ def test_resolving_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("bad", [-1, "lots", True, "-3MiB"])
 def test_a_bad_setting_is_refused_when_the_catalog_opens(sqlite_url: str, bad: Any) -> None:
-    with pytest.raises(ValueError, match="remote_max_gap"):
+    with pytest.raises(shardcat.errors.SettingError, match="remote_max_gap"):
         Catalog(sqlite_url, remote_max_gap=bad)
 
 
@@ -131,7 +131,9 @@ def test_a_bad_environment_variable_names_itself(
 ) -> None:
     monkeypatch.setenv(REMOTE_MAX_GAP_ENV, "a lot")
     shardcat.config.refresh()
-    with pytest.raises(ValueError, match=f"{REMOTE_MAX_GAP_ENV}='a lot' is not a size"):
+    with pytest.raises(
+        shardcat.errors.SettingError, match=f"{REMOTE_MAX_GAP_ENV}='a lot' is not a size"
+    ):
         Catalog(sqlite_url)
 
 

@@ -41,7 +41,7 @@ from .._ranges import (
 )
 from .._types import ByteRange, RangeSource, StorageOptions
 from .._units import parse_size
-from ..errors import StorageError
+from ..errors import SettingError, StorageError
 from ..format import sources as _sources
 from ..format.sources import FileSource
 from . import gap as _gap
@@ -140,7 +140,7 @@ def resolve_max_open(value: int | str | None = None) -> int:
     except ValueError:
         count = 0
     if count < 1:
-        raise ValueError(
+        raise SettingError(
             f"{source} must be a whole number of files (1 or more) or 'auto', not {value!r}"
         )
     return count
@@ -204,13 +204,13 @@ def resolve_remote_max_gap(value: int | str | None = None) -> int | None:
     if isinstance(value, str) and value.strip().lower() == "auto":
         return None
     if isinstance(value, bool):
-        raise ValueError(f"{source} must be a size in bytes or 'auto', not {value!r}")
+        raise SettingError(f"{source} must be a size in bytes or 'auto', not {value!r}")
     if value == 0:
         return 0
     try:
         return parse_size(value)
     except ValueError as e:
-        raise ValueError(
+        raise SettingError(
             f"{source}={value!r} is not a size: {e} (write e.g. auto, 1MiB, 262144 or 0)"
         ) from None
 
