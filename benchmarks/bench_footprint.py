@@ -9,12 +9,14 @@ TABLE records``, the indexes packed). Registration keys/s is printed for
 scale, not as a figure to compare (``bench_register.py`` measures that).
 
 ``--key-mode``: a dataset with key text (``text``, the default of
-``create_dataset``), a hash-only one (``hash``: ``records.key`` NULL, no bytes
-in the partial key index), or ``both`` (each in a catalog of its own; the
-default), so the two lines of each database compare in the same run.
+``create_dataset``), one that keeps the text out of the key-order index
+(``unsorted``: ``records.key_sorted`` false), a hash-only one (``hash``:
+``records.key`` NULL, no bytes in the partial key index), or ``all`` (each in a
+catalog of its own; the default), so the lines of each database compare in the
+same run.
 
     .venv/bin/python benchmarks/bench_footprint.py [--keys 1000000] [--reindex]
-        [--key-mode text|hash|both] [--postgres URL | --no-postgres]
+        [--key-mode text|unsorted|hash|all] [--postgres URL | --no-postgres]
 """
 
 from __future__ import annotations
@@ -59,16 +61,19 @@ def measure(url: str, root: str, infos: list[shardcat.ShardInfo], reindex: bool,
         return out
 
 
+MODES = ("text", "unsorted", "hash")
+
+
 def main(argv: list[str] | None = None) -> dict[str, Footprint]:
     """Run the benchmark (``argv``: its arguments); the footprints by catalog and key mode."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--keys", type=int, default=200_000)
     ap.add_argument("--reindex", action="store_true")
-    ap.add_argument("--key-mode", choices=["text", "hash", "both"], default="both")
+    ap.add_argument("--key-mode", choices=[*MODES, "all"], default="all")
     ap.add_argument("--postgres", default=POSTGRES)
     ap.add_argument("--no-postgres", action="store_true")
     args = ap.parse_args(argv)
-    modes = ["text", "hash"] if args.key_mode == "both" else [args.key_mode]
+    modes = list(MODES) if args.key_mode == "all" else [args.key_mode]
     figures: dict[str, Footprint] = {}
     tmp = tempfile.mkdtemp(prefix="bench-footprint-")
     try:

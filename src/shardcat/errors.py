@@ -54,6 +54,7 @@ __all__ = [
     "JobNotFoundError",
     "KeyConflictError",
     "KeyNotFoundError",
+    "KeyOrderUnavailableError",
     "KeyTextUnavailableError",
     "NewerVersionWarning",
     "ObjectExistsError",
@@ -767,7 +768,15 @@ class GroupsUnsupportedError(CatalogError, ValueError):
     """
 
 
-class KeyTextUnavailableError(CatalogError, ValueError):
+class KeyOrderUnavailableError(CatalogError, ValueError):
+    """An operation reads keys in key order (a listing, a prefix), and the dataset has no key-order index.
+
+    A dataset created with ``keys="unsorted"`` raises it; ``keys="hash"`` raises its subclass
+    :class:`KeyTextUnavailableError` (no key text, so no order either).
+    """
+
+
+class KeyTextUnavailableError(KeyOrderUnavailableError):
     """An operation needs keys' text, and the dataset keeps only their hashes (``keys="hash"``)."""
 
 

@@ -302,6 +302,20 @@ def _without_layout(state: dict[str, Any]) -> dict[str, Any]:
     return rest
 
 
+def _without_0018(state: dict[str, Any]) -> dict[str, Any]:
+    """A records state as 0016 and 0017 see it: revision 0018's column ``key_sorted`` and the
+    key index's predicate (``key_sorted`` added to it) aside."""
+    out = dict(state)
+    out["order"] = [c for c in state["order"] if c != "key_sorted"]
+    out["rows"] = [{k: v for k, v in r.items() if k != "key_sorted"} for r in state["rows"]]
+    out["column_storage"] = [r for r in state["column_storage"] if r[0] != "key_sorted"]
+    out["indexes"] = [
+        (name, sql.replace("WHERE ((key IS NOT NULL) AND key_sorted)", "WHERE (key IS NOT NULL)"))
+        for name, sql in state["indexes"]
+    ]
+    return out
+
+
 def test_0017_partitions_a_catalog_with_data_and_back(postgres_url, local_root):
     seen = _populate(postgres_url, local_root)
     assert downgrade(postgres_url, "0016") == (head_revision(), "0016")
@@ -323,7 +337,7 @@ def test_0017_partitions_a_catalog_with_data_and_back(postgres_url, local_root):
     up = _records_state(postgres_url)
     assert up.pop("analyzed") is True  # the rebuilt table's statistics, the parent's too
     # Every row, field value, grant, comment, setting and view; the layout's own changes only.
-    assert _without_layout(up) == _without_layout(plain)
+    assert _without_layout(_without_0018(up)) == _without_layout(plain)
     assert {name for name, _ in up["indexes"]} == (
         {name for name, _ in plain["indexes"]} - {"pk_records"} | {PLAIN_INDEX}
     )
@@ -366,7 +380,7 @@ def test_0017_partitions_a_catalog_with_data_and_back(postgres_url, local_root):
     again = _records_state(postgres_url)
     again.pop("analyzed")
     assert _layout(postgres_url)["kind"] == "r"
-    assert again == down
+    assert _without_0018(again) == down
     assert _seen(postgres_url) == seen
 
 

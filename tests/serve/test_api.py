@@ -8,7 +8,9 @@ from urllib.parse import quote
 
 import crc32c
 
-from .conftest import KEYS, payload
+from shardcat.reading import Catalog
+
+from .conftest import KEYS, payload, write
 
 
 def q(text: str) -> str:
@@ -81,6 +83,24 @@ def test_keys_pages_with_a_cursor_until_the_end(served):
     assert len(exact["keys"]) == 30 and exact["next"] is None
     narrow = served.get("/api/v1/datasets/train/keys", params={"prefix": "img/001"}).json()
     assert narrow["keys"] == [f"img/001{i}" for i in range(10)]
+
+
+def test_keys_of_a_dataset_without_key_order_are_a_client_error(served, root):
+    """An unsorted or hash-only dataset cannot list keys: 400 saying why and what to do."""
+    with Catalog(served.url) as cat:
+        for name, mode in (("u", "unsorted"), ("h", "hash")):
+            cat.create_dataset(name, f"{root}/{name}", keys=mode)
+            write(cat, name, f"{root}/{name}", ["a/0", "a/1"])
+    for name, error in (("u", "KeyOrderUnavailableError"), ("h", "KeyTextUnavailableError")):
+        r = served.get(f"/api/v1/datasets/{name}/keys", params={"prefix": "a/"})
+        assert r.status_code == 400, r.text
+        body = r.json()
+        assert body["error"] == error
+        assert f'keys="{"unsorted" if name == "u" else "hash"}"' in body["message"]
+        assert body["hint"]
+        # Its samples are served by key as any dataset's.
+        sample = served.get(f"/api/v1/datasets/{name}/samples/a%2F1")
+        assert sample.status_code == 200 and sample.json()["key"] == "a/1"
 
 
 def test_keys_at_a_version_are_the_ones_it_reads(served):

@@ -26,7 +26,7 @@ from ..errors import CatalogClosedError
 from . import fence, sqlite_file
 from .changes import changes_of, note_options, options_of
 from .deprecated import DeprecatedMethods
-from .hashkeys import KEY_READER, KeyReader, check_key_mode, needs_key_text
+from .hashkeys import KEY_READER, KeyReader, check_key_mode, needs_key_order
 from .history import Version, VersionsApi, with_retries
 from .migrate import HEAD_REVISION, ensure_schema
 from .results import (
@@ -233,16 +233,19 @@ class SqlCatalog(VersionsApi, DeprecatedMethods):
         """Create a dataset (or return the existing one with ``exist_ok``).
 
         ``keys``: ``"text"`` (the default) keeps each key's text and hash in the
-        catalog; ``"hash"`` keeps only the hash, and every lookup compares the key
-        its shard record holds (docs/CATALOG.md, "Hash-only datasets"): fewer bytes
-        per key, no ``keys --prefix`` or ``where=`` on keys. Native shards only.
+        catalog, the text in key order; ``"unsorted"`` keeps both but no index in
+        key order (docs/CATALOG.md, "Unsorted datasets"): 28-65 bytes a key less, no
+        listing of keys (``keys``, ``--prefix``); ``"hash"`` keeps only the hash, and
+        every lookup compares the key its shard record holds (docs/CATALOG.md,
+        "Hash-only datasets"): fewer bytes still, no ``where=`` on keys either.
+        Native shards only.
 
         Raises
         ------
         DatasetExistsError
             If it exists and ``exist_ok`` is false (or exists with another ``keys``).
         ValueError
-            ``keys`` is neither ``"text"`` nor ``"hash"``.
+            ``keys`` is none of ``"text"``, ``"unsorted"``, ``"hash"``.
         """
         check_key_mode(keys)
         with self._uow(write=True) as s:
@@ -319,12 +322,13 @@ class SqlCatalog(VersionsApi, DeprecatedMethods):
             If there is no such dataset (raised at once, before iterating).
         VersionNotFoundError
             If there is no such kept version or tag (raised at once).
-        KeyTextUnavailableError
-            The dataset keeps only key hashes (``keys="hash"``; raised at once).
+        KeyOrderUnavailableError
+            The dataset keeps no key-order index (``keys="unsorted"``; raised at once), or
+            no key text (``keys="hash"``: its subclass ``KeyTextUnavailableError``).
         """
         with self._uow() as s:
             ds = _datasets.find_dataset(s, dataset)
-            needs_key_text(ds.name, ds.key_mode, "listing keys (keys, --prefix)")
+            needs_key_order(ds.name, ds.key_mode, "listing keys (keys, --prefix)")
             number = None if version is None else _versions.resolve_version(s, ds, version)
             dataset_id = ds.id
         return _keys.iter_keys(

@@ -1,4 +1,12 @@
-"""Hash-only datasets (``keys="hash"``): the catalog keeps each key's hash, its shard the text.
+"""What a dataset's catalog keeps of its keys: text in key order, text alone, or the hash.
+
+``keys="text"`` (the default) keeps each key's text and hash, the text in the
+key-order index ``ix_records_dataset_id_key`` (listings, ``keys --prefix``);
+``keys="unsorted"`` keeps the text but leaves its rows out of that index
+(``records.key_sorted`` false: 28-39 bytes a key less, no listing in key order);
+``keys="hash"`` keeps only the hash.
+
+Hash-only datasets (``keys="hash"``): the catalog keeps each key's hash, its shard the text.
 
 A dataset created with ``keys="hash"`` registers ``records.key`` as NULL: a
 row is its position, its key's 64-bit hash and its spans. Exactness comes
@@ -19,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ..errors import Hint, KeyTextUnavailableError
+from ..errors import Hint, KeyOrderUnavailableError, KeyTextUnavailableError
 
 __all__ = [
     "GROUPS_OPERATION",
@@ -27,19 +35,24 @@ __all__ = [
     "KEY_MODES",
     "KEY_READER",
     "TEXT",
+    "UNSORTED",
     "KeyReader",
     "check_key_mode",
+    "needs_key_order",
     "needs_key_text",
 ]
 
-KEY_MODES = ("text", "hash")
-"""What a dataset's records keep of their key (``datasets.key_mode``): text and hash, or the hash.
+KEY_MODES = ("text", "hash", "unsorted")
+"""What a dataset's records keep of their key (``datasets.key_mode``, at most 8 characters).
+
+Text and hash, the text in key order (``text``); only the hash (``hash``); text and hash, the
+text in no index (``unsorted``).
 
 Checked by :func:`check_key_mode`, not by a CHECK constraint: adding one to ``datasets`` on
 SQLite would rebuild the table every other table refers to. Defined here, free of SQLAlchemy,
 so that the lookup path can name the modes without loading the ORM."""
 
-TEXT, HASH = KEY_MODES
+TEXT, HASH, UNSORTED = KEY_MODES
 
 KeyReader = Callable[[Sequence[tuple[str, int, int]]], list[str]]
 """Reads the key of each record ``(shard url, byte offset, byte length)`` from its shard."""
@@ -80,6 +93,33 @@ def needs_key_text(dataset: str, key_mode: str, operation: str) -> None:
             hint=_KEY_TEXT_HINT,
         )
 
+
+def needs_key_order(dataset: str, key_mode: str, operation: str) -> None:
+    """Raise if ``operation`` reads keys in key order and the dataset keeps no key-order index.
+
+    Raises
+    ------
+    KeyTextUnavailableError
+        ``key_mode`` is ``"hash"`` (no key text at all).
+    KeyOrderUnavailableError
+        ``key_mode`` is ``"unsorted"``.
+    """
+    needs_key_text(dataset, key_mode, operation)
+    if key_mode == UNSORTED:
+        raise KeyOrderUnavailableError(
+            f"{operation} reads keys in key order, and dataset {dataset!r} was created with "
+            'keys="unsorted" (the catalog keeps the keys\' text but no index in key order)',
+            hint=_KEY_ORDER_HINT,
+        )
+
+
+_KEY_ORDER_HINT = Hint(
+    python="select keys with where= (a scan of the dataset's rows, e.g. "
+    "\"key LIKE 'cam3/%'\"), look them up by name (get, get_many), or copy the dataset "
+    'into one created with keys="text" (shardcat.copy_dataset)',
+    cli="select keys with `shardcat sql` or where= (a scan of the dataset's rows), look them "
+    "up by name (`shardcat get`), or copy the dataset into one created with `--keys text`",
+)
 
 _KEY_TEXT_HINT = Hint(
     python="look keys up one by one (get, get_many, locate work), read the shards "

@@ -49,11 +49,12 @@ def _where(
         else visibility.visible_at(Record, Shard, version)
     )
     # A sample is its base record (a column group's records are entries of it).
-    # `key IS NOT NULL`: the key index is partial (revision 0014, hash-only rows have no key
-    # text); a statement without a condition on key (a first page) must say so to use it.
+    # The key index is partial (keyrange.SORTED_ROWS): the statement says its condition in
+    # the same words to read it (SQLAlchemy writes `key_sorted = 1` on SQLite, as the index).
     stmt = stmt.join(Shard, Shard.id == Record.shard_id).where(
         Record.dataset_id == dataset_id,
         Record.key.is_not(None),
+        Record.key_sorted,
         Record.group_id == BASE_GROUP,
         seen,
     )

@@ -29,6 +29,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     CheckConstraint,
     DateTime,
     Double,
@@ -44,13 +45,14 @@ from sqlalchemy import (
     UniqueConstraint,
     func,
     text,
+    true,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeEngine
 
 from .hashkeys import KEY_MODES
-from .keyrange import KEY_ORDER
+from .keyrange import KEY_ORDER, SORTED_ROWS
 
 __all__ = [
     "BASE_GROUP",
@@ -306,14 +308,15 @@ class Record(Base):
         # Keys in order, for listings and prefix searches (`shardcat keys --prefix`), as a
         # range on the index. PostgreSQL: in byte order (COLLATE "C"), where a prefix is a
         # range whatever the database's collation; SQLite's default collation is bytes.
-        # Partial: a hash-only dataset's rows (key NULL) cost it no bytes (migration 0014).
+        # Partial: a hash-only dataset's rows (key NULL, migration 0014) and an unsorted one's
+        # (key_sorted false, 0018) cost it no bytes.
         Index(
             None,
             "dataset_id",
             "key",
             postgresql_ops={"key": KEY_ORDER},
-            sqlite_where=text("key IS NOT NULL"),
-            postgresql_where=text("key IS NOT NULL"),
+            sqlite_where=text(SORTED_ROWS["sqlite"]),
+            postgresql_where=text(SORTED_ROWS["postgresql"]),
         ),
         # Removed records only (partial): what a version hides is a range of it, and
         # inserting live records costs it nothing (migration 0007).
@@ -346,6 +349,9 @@ class Record(Base):
     """The key's text; NULL in a hash-only dataset (``keys="hash"``), whose shards hold it."""
     spans: Mapped[bytes] = mapped_column(LargeBinary)
     """Per entry, in layout order: offset in the record, stored size, CRC32C (see spans.py)."""
+    key_sorted: Mapped[bool] = mapped_column(Boolean, server_default=true())
+    """Whether the key is in the key-order index: false in a dataset created with
+    ``keys="unsorted"`` (revision 0018). Last: where ``ALTER TABLE ... ADD COLUMN`` puts it."""
 
 
 BASE_GROUP = 0

@@ -26,7 +26,8 @@ __all__ = ["copy_binary"]
 
 _HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 _TRAILER = struct.pack(">h", -1)
-_INT = {"int2": (">i2", 2), "int4": (">i4", 4), "int8": (">i8", 8)}
+_INT = {"bool": ("|u1", 1), "int2": (">i2", 2), "int4": (">i4", 4), "int8": (">i8", 8)}
+"""Fixed-width types: numpy dtype and byte length (a binary bool is one byte, 0 or 1)."""
 _CHUNK = 65_536
 """Rows per write: the server digests one chunk while numpy builds the next."""
 
@@ -43,7 +44,7 @@ def copy_binary(
     table, names:
         Target table and columns.
     types:
-        Per column ``"int2"``, ``"int4"``, ``"int8"`` (numpy arrays or a scalar
+        Per column ``"bool"``, ``"int2"``, ``"int4"``, ``"int8"`` (numpy arrays or a scalar
         repeated on every row) or ``"bytes"`` (a list of ``bytes``; text
         columns get UTF-8).
     columns:

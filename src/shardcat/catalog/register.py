@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from .._redact import redact_url as redact
 from ..errors import DuplicateKeyError, FormatError, Hint
 from ..format.info import ShardInfo
+from .hashkeys import HASH, TEXT, UNSORTED
 from .kinds import Summary, kind_of
 from .models import Base, Layout, LayoutEntry, Record
 from .pgcopy import copy_binary
@@ -317,11 +318,12 @@ def insert_records(
     prep: PreparedShard,
     layout_ids: list[int],
     *,
-    keys: bool = True,
+    key_mode: str = TEXT,
 ) -> None:
     """Insert the shard's records in the session's transaction, in bulk.
 
-    ``keys``: with the key text; False (a hash-only dataset) leaves ``records.key`` NULL.
+    ``key_mode``: the dataset's. ``"hash"`` leaves ``records.key`` NULL; ``"unsorted"``
+    sets ``records.key_sorted`` false, which leaves the rows out of the key index.
 
     SQLite gets them in file order (the table is clustered by shard and
     offset: appends), PostgreSQL in key-hash order (its heap does not care,
@@ -330,6 +332,9 @@ def insert_records(
     n = prep.record_count
     if n == 0:
         return
+    keys = key_mode != HASH
+    # A sorted row takes the column's default: the statement names key_sorted only when false.
+    unsorted = key_mode == UNSORTED
     lids = np.asarray(layout_ids, dtype=np.int64)[prep.layout_index]
     conn = session.connection()
     dialect = conn.dialect.name
@@ -337,8 +342,8 @@ def insert_records(
     if dialect == "sqlite":
         # Integers are inlined: fewer parameters to bind per row is measurably faster.
         sql = (
-            f"INSERT INTO records ({', '.join(_COLUMNS)}) "
-            f"VALUES ({int(shard_id)}, {int(dataset_id)}, ?, ?, ?, ?, ?, ?)"
+            f"INSERT INTO records ({', '.join(_COLUMNS)}{', key_sorted' if unsorted else ''}) "
+            f"VALUES ({int(shard_id)}, {int(dataset_id)}, ?, ?, ?, ?, ?, ?{', 0' if unsorted else ''})"
         )
         rows = zip(
             prep.offsets.tolist(),
@@ -373,6 +378,10 @@ def insert_records(
             names.append("key")
             types.append("bytes")
             values.append([prep.keys[i].encode("utf-8") for i in pick])
+        if unsorted:
+            names.append("key_sorted")
+            types.append("bool")
+            values.append(False)
         with dbapi.cursor() as cur:
             copy_binary(cur, "records", (*names, "spans"), (*types, "bytes"), (*values, spans))
         return
@@ -380,7 +389,7 @@ def insert_records(
     session.execute(
         insert(Record),
         [
-            dict(zip(_COLUMNS, row))
+            dict(zip(_COLUMNS, row), key_sorted=not unsorted)
             for row in zip(
                 [shard_id] * n,
                 [dataset_id] * n,

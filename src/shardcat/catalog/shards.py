@@ -250,7 +250,8 @@ def insert_shard(
 
     ``layout_ids`` are the ids of ``prep.layouts`` when the caller has them
     already (:func:`register_shards` looks them up once for many shards).
-    ``key_mode``: the dataset's; ``"hash"`` registers the records without key text.
+    ``key_mode``: the dataset's; ``"hash"`` registers the records without key text,
+    ``"unsorted"`` out of the key index.
 
     Raises
     ------
@@ -301,7 +302,7 @@ def insert_shard(
                 prep, _dataset_name(session, dataset_id), "staged or committed", None
             ) from e
         shard_id = row.id
-    insert_records(session, shard_id, dataset_id, prep, layout_ids, keys=not hash_only)
+    insert_records(session, shard_id, dataset_id, prep, layout_ids, key_mode=key_mode)
     return shard_id
 
 

@@ -48,6 +48,7 @@ class OnDuplicate(str, enum.Enum):
 
 class KeyMode(str, enum.Enum):
     text = "text"
+    unsorted = "unsorted"
     hash = "hash"
 
 
@@ -195,9 +196,11 @@ def write(
         KeyMode | None,
         typer.Option(
             "--keys",
-            help="What a new dataset's catalog keeps of each key: text (and its hash) or hash "
-            "only (fewer bytes per key; lookups compare the key the shard holds; no `keys "
-            "--prefix` or where= on keys). Default: text, or the existing dataset's.",
+            help="What a new dataset's catalog keeps of each key: text (and its hash) in key "
+            "order; unsorted: text and hash, no key-order index (fewer bytes per key; no "
+            "`keys` listing or --prefix); or hash only (fewer still; lookups compare the key "
+            "the shard holds; no where= on keys either). Default: text, or the existing "
+            "dataset's.",
         ),
     ] = None,
 ) -> None:

@@ -14,8 +14,8 @@ import datetime as dt
 
 from ..catalog import visibility_text
 from ..catalog.connection import RawConnection
-from ..catalog.hashkeys import needs_key_text
-from ..catalog.keyrange import KEY_ORDER, prefix_end
+from ..catalog.hashkeys import needs_key_order
+from ..catalog.keyrange import KEY_ORDER, prefix_end, sorted_rows
 from ..catalog.missing import unknown_dataset
 from ..catalog.results import DatasetSummary
 
@@ -57,14 +57,14 @@ def count_keys(raw: RawConnection, dataset: str, prefix: str | None = None) -> i
     params: list[object] = [_dataset_id(raw, dataset)]
     if prefix:
         mode = raw.query(f"SELECT key_mode FROM datasets WHERE id = {p}", params)
-        needs_key_text(dataset, mode[0][0], "counting keys by prefix")
+        needs_key_order(dataset, mode[0][0], "counting keys by prefix")
     key = f"r.key {KEY_ORDER}" if raw.dialect == "postgresql" else "r.key"
     sql = (
         "SELECT count(*) FROM records r JOIN shards s ON s.id = r.shard_id"
         f" WHERE r.dataset_id = {p} AND r.group_id = 0 AND {_LIVE}"  # samples: base records
     )
-    if prefix:
-        sql += f" AND {key} >= {p}"
+    if prefix:  # a range of the key index, which the statement names its condition to read
+        sql += f" AND {sorted_rows(raw.dialect, 'r')} AND {key} >= {p}"
         params.append(prefix)
         end = prefix_end(prefix)
         if end is not None:

@@ -231,6 +231,7 @@ _STATUS: tuple[tuple[type[BaseException], int], ...] = (
     (e.KeyNotFoundError, 404),
     (e.EntryNotFoundError, 404),
     (e.TokenNotFoundError, 404),
+    (e.KeyOrderUnavailableError, 400),  # keys listed from a dataset without key order or text
     (e.InvalidKeyError, 400),  # InvalidNameError too: a NUL on PostgreSQL, a surrogate
     (e.BadRequestError, 400),
     (e.CatalogLockedError, 503),

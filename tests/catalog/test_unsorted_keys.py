@@ -1,0 +1,172 @@
+"""Unsorted datasets (``keys="unsorted"``): key text kept, the key-order index left out.
+
+Each test runs on SQLite and PostgreSQL (``catalog_url``): the rows keep their key
+text with ``key_sorted`` false, the key index gains nothing from them (measured in
+bytes), everything that reads keys by name or by SQL works, and what reads keys in
+key order says it cannot. Revision 0018 upgrades a catalog with its rows and back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from shardcat import KeyOrderUnavailableError, KeyTextUnavailableError
+from shardcat.catalog.footprint import records_footprint
+from shardcat.catalog.migrate import downgrade, head_revision, upgrade
+from shardcat.errors import DatasetExistsError
+from shardcat.reading import Catalog
+
+from .helpers import sample, shard_keys, write_shard
+
+_KEY_INDEX = "ix_records_dataset_id_key"
+
+
+def _dataset(cat: Catalog, root: str, name: str, keys: str, shards: int = 2) -> list[Any]:
+    cat.create_dataset(name, root, keys=keys)
+    infos = []
+    for i in range(shards):
+        info = write_shard(f"{root}/{name}-{i:06d}.shard", shard_keys(i), shard_number=i)
+        cat.register_shard(name, info)
+        infos.append(info)
+    return infos
+
+
+def _rows(cat: Catalog, dataset: str) -> list[tuple[Any, ...]]:
+    """(key, key_sorted) of the dataset's rows."""
+    with cat.engine.connect() as conn:
+        return [
+            (key, bool(flag))
+            for key, flag in conn.execute(
+                sa.text(
+                    "SELECT r.key, r.key_sorted FROM records r JOIN datasets d "
+                    "ON d.id = r.dataset_id WHERE d.name = :n ORDER BY r.shard_id, r.byte_offset"
+                ),
+                {"n": dataset},
+            )
+        ]
+
+
+def test_rows_keep_their_key_text_out_of_the_key_index(cat, local_root):
+    _dataset(cat, local_root, "u", "unsorted")
+    assert cat.info("u").keys == "unsorted"
+    assert _rows(cat, "u") == [(k, False) for k in shard_keys(0) + shard_keys(1)]
+    # A text dataset's rows take the column's default.
+    _dataset(cat, local_root, "t", "text", shards=1)
+    assert _rows(cat, "t") == [(k, True) for k in shard_keys(0)]
+
+
+def test_the_key_index_gains_no_bytes_from_an_unsorted_dataset(cat, local_root):
+    """5,000 keys a dataset: the text one grows the key index by pages, the unsorted one not."""
+
+    def index_bytes() -> int:
+        if cat.engine.dialect.name == "postgresql":
+            with cat.engine.begin() as conn:
+                conn.execute(sa.text("CHECKPOINT"))
+        return records_footprint(cat.engine).indexes[_KEY_INDEX]
+
+    keys = [f"sample/{i:07d}" for i in range(5000)]
+    for name in ("u", "t"):
+        cat.create_dataset(name, local_root, keys="unsorted" if name == "u" else "text")
+    empty = index_bytes()
+    cat.register_shard("u", write_shard(f"{local_root}/u.shard", keys, make=_tiny))
+    after_unsorted = index_bytes()
+    cat.register_shard("t", write_shard(f"{local_root}/t.shard", keys, make=_tiny))
+    after_text = index_bytes()
+    assert after_unsorted == empty
+    # 5,000 keys of 14 characters: at least 14 bytes each in the index's pages.
+    assert after_text - after_unsorted >= 5000 * 14
+    footprint = records_footprint(cat.engine)
+    assert footprint.rows == 10_000
+
+
+def _tiny(key: str) -> dict[str, Any]:
+    return {"txt": key}
+
+
+def test_lookups_sql_and_version_operations_work(cat, local_root):
+    infos = _dataset(cat, local_root, "u", "unsorted")
+    for key in shard_keys(0)[:3] + shard_keys(1)[-3:]:
+        record = cat.get("u", key)
+        assert record.key == key
+        assert record.entries["txt"].data == sample(key)["txt"].encode()
+        assert cat.locate("u", key).url == infos[int(key[4:7])].path
+    batch = cat.get_many("u", [*shard_keys(1)[:10], "absent"])
+    assert [r.key for r in batch.records if r is not None] == shard_keys(1)[:10]
+    assert batch.missing == ["absent"]
+    # where= reads key text (a scan of the dataset's rows, not a range of the key index).
+    chosen = cat.select("u", "key LIKE 'img/001/0001%'")
+    assert sorted(k for ks in chosen.keys.values() for k in ks) == [
+        k for k in shard_keys(1) if k.startswith("img/001/0001")
+    ]
+    assert cat.count("u") == len(shard_keys(0)) * 2  # a count needs no order
+    removed = shard_keys(0)[:4]
+    cat.delete_keys("u", removed)
+    assert cat.get_many("u", removed).missing == removed
+    version = cat.info("u").version
+    assert cat.diff("u", version - 1, version, keys=True).removed_keys == removed
+    # A column group matches entries to samples by key text.
+    from shardcat.catalog.groups import GroupWrite
+
+    job = cat.begin_job("u")
+    info = write_shard(f"{local_root}/g.shard", shard_keys(1)[:2], make=lambda k: {"g": k})
+    cat.register_shard("u", info, job=job)
+    cat.commit_job(job, group=GroupWrite("captions"))
+    assert cat.get("u", shard_keys(1)[1])["g"].decode() == shard_keys(1)[1]
+    # The group's rows are the dataset's: out of the key index too.
+    assert {flag for _, flag in _rows(cat, "u")} == {False}
+
+
+def test_listing_in_key_order_says_what_to_do(cat, local_root):
+    _dataset(cat, local_root, "u", "unsorted", shards=1)
+    for call in (
+        lambda: list(cat.keys("u")),
+        lambda: list(cat.keys("u", prefix="img/")),
+        lambda: cat.count("u", prefix="img/"),
+    ):
+        with pytest.raises(KeyOrderUnavailableError, match='created with keys="unsorted"') as e:
+            call()
+        assert not isinstance(e.value, KeyTextUnavailableError)
+        assert "where=" in str(e.value) and "copy" in str(e.value)  # what to do
+    # A hash-only dataset's refusal is the subclass: one except clause catches both.
+    cat.create_dataset("h", local_root, keys="hash")
+    with pytest.raises(KeyOrderUnavailableError):
+        list(cat.keys("h"))
+
+
+def test_the_mode_is_the_datasets_own(cat, local_root):
+    cat.create_dataset("u", local_root, keys="unsorted")
+    assert cat.create_dataset("u", local_root, keys="unsorted", exist_ok=True).keys == "unsorted"
+    with pytest.raises(DatasetExistsError, match="keys='unsorted'"):
+        cat.create_dataset("u", local_root, exist_ok=True)
+
+
+def test_0018_upgrades_a_catalog_with_its_rows_and_back(catalog_url, local_root):
+    with Catalog(catalog_url) as cat:
+        _dataset(cat, local_root, "t", "text")
+        _dataset(cat, local_root, "u", "unsorted", shards=1)
+        before = {name: cat.get_many(name, shard_keys(0)).records for name in ("t", "u")}
+    # Down: the column is gone, the unsorted dataset is a text one, its rows in the index.
+    assert downgrade(catalog_url, "0017") == (head_revision(), "0017")
+    engine = sa.create_engine(catalog_url)
+    try:
+        with engine.connect() as conn:
+            columns = {c["name"] for c in sa.inspect(conn).get_columns("records")}
+            assert "key_sorted" not in columns
+            modes = dict(conn.execute(sa.text("SELECT name, key_mode FROM datasets")).all())
+            assert modes == {"t": "text", "u": "text"}
+    finally:
+        engine.dispose()
+    # Up again, with every row: they were all sorted at 0017, and are listed in key order.
+    assert upgrade(catalog_url) == ("0017", head_revision())
+    with Catalog(catalog_url) as cat:
+        assert {flag for _, flag in _rows(cat, "t") + _rows(cat, "u")} == {True}
+        assert list(cat.keys("u")) == shard_keys(0)
+        assert list(cat.keys("t", prefix="img/001/")) == shard_keys(1)
+        assert {name: cat.get_many(name, shard_keys(0)).records for name in ("t", "u")} == before
+        # A new unsorted dataset after the upgrade keeps its rows out again.
+        _dataset(cat, local_root, "v", "unsorted", shards=1)
+        assert {flag for _, flag in _rows(cat, "v")} == {False}
+        assert cat.get("v", shard_keys(0)[9]).key == shard_keys(0)[9]
