@@ -38,8 +38,10 @@ lookups
     the cache as registration and the floor left it).
 verify, gc
     ``Catalog.verify`` (every shard read back, every CRC checked, every
-    footer compared with its catalog rows; ``history=False``) and ``gc`` of
-    the dataset after an aborted job left one shard of ``--gc-keys`` keys.
+    footer compared with its catalog rows; ``history=False``), at every size
+    the quick verify too (``quick=True``: each shard's header and trailer,
+    its rows counted in one query), and ``gc`` of the dataset after an
+    aborted job left one shard of ``--gc-keys`` keys.
 
 ``--dataset-options`` (JSON) are passed to ``create_dataset``: the axis for
 dataset-level choices of how rows are kept. The settings ``history_in_bucket``
@@ -454,9 +456,9 @@ def batch_lookups(
     return {"size": size, "repeats": repeats, "keys_per_s": size / statistics.median(spent)}
 
 
-def verify(cat: Any, keys: int) -> dict[str, Any]:
+def verify(cat: Any, keys: int, *, quick: bool = False) -> dict[str, Any]:
     t = time.perf_counter()
-    report = cat.verify(DATASET, history=False)
+    report = cat.verify(DATASET, history=False, quick=quick)
     seconds = time.perf_counter() - t
     if report.problems or report.records_checked != keys:
         raise MismatchError(
@@ -555,6 +557,7 @@ def measure_size(
                     args.verify_max_keys is None or keys <= args.verify_max_keys
                 )
                 out["verify"] = verify(cat, keys) if checks else None
+                out["verify_quick"] = verify(cat, keys, quick=True)
                 out["gc"] = gc_after_abort(cat, root, len(paths), args.gc_keys)
                 log("  verify, gc done")
             finally:
@@ -592,7 +595,7 @@ def table(results: list[dict[str, Any]]) -> str:
         f"{'catalog':9} {'keys':>12} {'B/key':>6} {'floor k/s':>10} "
         + " ".join(f"{w + ' wkr k/s':>11} {'ratio':>5}" for w in workers)
         + f" {'p50 ms':>7} {'p99 ms':>7} {'x':>5} {'cold p50':>8} {'batch k/s':>9} {'x':>5}"
-        f" {'verify s':>8} {'gc s':>6}"
+        f" {'verify s':>8} {'quick s':>7} {'gc s':>6}"
     )
     lines = [head]
     for r in results:
@@ -610,7 +613,7 @@ def table(results: list[dict[str, Any]]) -> str:
             + f" {regs} {r['point']['p50_ms']:7.4f} {r['point']['p99_ms']:7.4f} "
             f"{rel['point_p50']:5.2f} {r['point_before_warm']['p50_ms']:8.4f} "
             f"{r['batch']['keys_per_s']:9,.0f} {rel['batch']:5.2f} "
-            f"{verify_s} {r['gc']['seconds']:6.2f}"
+            f"{verify_s} {r['verify_quick']['seconds']:7.2f} {r['gc']['seconds']:6.2f}"
         )
     lines.append("")
     lines.append("B/key: records and its indexes; each of them; registration parts (s):")

@@ -74,6 +74,7 @@ def test_bench_scale_runs_on_sqlite_and_postgres(tmp_path, postgres_server, caps
         assert r["warm"]["catalog_bytes"] >= sizes["table"]
         assert r["batch"]["size"] == 200 and r["batch"]["keys_per_s"] > 0
         assert r["verify"]["seconds"] > 0 and r["gc"]["removed_keys"] == 10
+        assert r["verify_quick"]["seconds"] > 0  # the quick one found every row too
         assert r["vs_smallest"]["point_p50"] == 1.0
     assert "pk_records" in results[1]["bytes"]  # PostgreSQL's primary key is an index of its own
     assert not (tmp_path / "scratch").exists()  # removed without --keep
@@ -107,6 +108,7 @@ def test_a_size_without_its_floor_prints_dashes_for_it():
         "batch": {"keys_per_s": 9000.0},
         "vs_smallest": {"point_p50": 1.0, "batch": 1.0},
         "verify": None,
+        "verify_quick": {"seconds": 1.5},
         "gc": {"seconds": 0.2},
     }
     first = table([result]).splitlines()[1].split()

@@ -40,11 +40,14 @@ if TYPE_CHECKING:
     from ..format import ShardInfo
     from ..format.columnar import ColumnShardInfo
     from ..format.folder import FolderShardInfo
+    from ..format.header import Header, Trailer
     from ..format.tar import TarShardInfo
 
 __all__ = [
     "KINDS",
     "RANGES_OF_FILE",
+    "Ends",
+    "EndsCheck",
     "FileCheck",
     "ShardKind",
     "Summary",
@@ -63,6 +66,20 @@ InPlaceInfo = Union["TarShardInfo", "FolderShardInfo", "ColumnShardInfo"]
 
 FileCheck = tuple[Summary | None, list[Problem], int]
 """What reading one file found: its summary (if readable), problems, records checked."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ends:
+    """What the quick verify read of a file: its size; a native shard's header and trailer."""
+
+    size: int
+    header: Header | None = None
+    trailer: Trailer | None = None
+    bytes_read: int = 0
+
+
+EndsCheck = tuple[Ends | None, list[Problem]]
+"""What reading one file's ends found (None: unreadable, or a kind whose ends are not read)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,8 @@ class DatasetInfo:
     properties: dict[str, Any]
     created_at: dt.datetime
     keys: str = "text"
-    """What the catalog keeps of each key: ``"text"`` (and its hash) or ``"hash"`` only."""
+    """What the catalog keeps of each key: ``"text"`` (and its hash, in key order),
+    ``"unsorted"`` (both, no key-order index) or ``"hash"`` only."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +265,8 @@ class Problem:
     url: str
     kind: str
     """``missing``, ``unreadable``, ``shard-mismatch``, ``row-not-in-footer``,
-    ``record-not-in-catalog``, ``duplicate-row`` or ``corrupt``."""
+    ``record-not-in-catalog``, ``duplicate-row`` or ``corrupt``; the quick verify's
+    ``row-count`` and ``row-out-of-range``; the history's ``history-*``."""
     message: str
     keys: tuple[str, ...] = ()
 
@@ -279,8 +281,12 @@ class CatalogReport:
     dataset: str
     shards_checked: int
     records_checked: int
+    """Records read back and compared; quick: catalog rows counted."""
     bytes_checked: int
+    """Bytes read back; quick: the bytes of the shards' ends read."""
     problems: list[Problem]
+    quick: bool = False
+    """The quick verify: the shards' ends and their rows' counts, no record read."""
 
     @property
     def ok(self) -> bool:
@@ -296,7 +302,9 @@ class CatalogReport:
         head = (
             f"dataset {self.dataset!r}: {count_of(self.shards_checked, 'shard')}, "
             f"{count_of(self.records_checked, 'record')}, "
-            f"{self.bytes_checked} bytes checked; "
+            f"{self.bytes_checked} bytes checked"
+            + (" (quick: headers, trailers and row counts; no record read)" if self.quick else "")
+            + "; "
         )
         if self.ok:
             return head + "no problems"

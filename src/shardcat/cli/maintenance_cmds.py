@@ -52,6 +52,15 @@ def verify(
             "from the catalog.",
         ),
     ] = False,
+    quick: Annotated[
+        bool,
+        typer.Option(
+            "--quick",
+            help="Read no record: compare each shard's size, header and trailer with its "
+            "catalog row, and its rows' count and span (one SQL query) with its records. "
+            "Minutes where the full check takes hours; no CRC of the data is checked.",
+        ),
+    ] = False,
 ) -> None:
     """Read every committed shard, check every CRC and compare it with the catalog.
 
@@ -64,6 +73,12 @@ def verify(
     """
     at = parse_version(version)
     if scheduler is not None:
+        if quick:
+            raise typer.BadParameter(
+                "--quick reads two small ranges a shard, in this process: leave --scheduler "
+                "out (it is for the full check of datasets too large for one process)",
+                param_hint="--quick",
+            )
         if workers is not None:
             raise typer.BadParameter(
                 "--workers counts this process's threads; with --scheduler the cluster's "
@@ -83,7 +98,9 @@ def verify(
             _write_history(cat, out, dataset, write_history)
             n = len(cat.dataset(dataset).shards(version=at))
             with out.verify_progress(n) as on_shard:
-                report = cat.verify(dataset, workers=workers or 4, on_shard=on_shard, version=at)
+                report = cat.verify(
+                    dataset, workers=workers or 4, on_shard=on_shard, version=at, quick=quick
+                )
     out.verify_report(dataset, report)
     if not report.ok:
         raise typer.Exit(1)

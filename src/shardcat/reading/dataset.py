@@ -220,9 +220,13 @@ class Dataset:
         workers: int = 4,
         on_shard: Callable[[str, int], None] | None = None,
         version: Version = None,
+        quick: bool = False,
     ) -> CatalogReport:
-        """Check every shard against the catalog, and every CRC (:meth:`Catalog.verify`)."""
-        return self._catalog.verify(self.name, workers=workers, on_shard=on_shard, version=version)
+        """Check every shard against the catalog, and every CRC (:meth:`Catalog.verify`;
+        ``quick``: each shard's ends and its rows' count, no record read)."""
+        return self._catalog.verify(
+            self.name, workers=workers, on_shard=on_shard, version=version, quick=quick
+        )
 
     # --- versions --------------------------------------------------------
 
