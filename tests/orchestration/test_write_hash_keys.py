@@ -75,3 +75,40 @@ def test_a_copy_of_a_hash_only_dataset_has_key_text_again(client, tmp_path, sqli
         expected = sorted(s["__key__"] for p in range(2) for s in make_samples(p, 30))
         assert list(cat.keys("t")) == expected
         assert cat.get("t", expected[5]).key == expected[5]
+
+
+def test_a_copy_changes_the_key_mode(client, tmp_path, sqlite_url):
+    """copy_dataset(keys=) is how a dataset becomes unsorted or hash-only: rows from footers."""
+    from shardcat import KeyOrderUnavailableError
+
+    shardcat.write(
+        _bag(2, 30), str(tmp_path / "ds"), catalog=sqlite_url, dataset="t", client=client,
+        progress=False,
+    )  # fmt: skip
+    expected = sorted(s["__key__"] for p in range(2) for s in make_samples(p, 30))
+    for mode in ("unsorted", "hash"):
+        shardcat.copy_dataset(
+            sqlite_url, "t", str(tmp_path / mode), name=mode, client=client, keys=mode
+        )
+    with Catalog(sqlite_url) as cat:
+        assert [cat.info(n).keys for n in ("t", "unsorted", "hash")] == ["text", "unsorted", "hash"]
+        with cat.engine.connect() as conn:
+            rows = dict(
+                conn.execute(
+                    sa.text(
+                        "SELECT d.name, count(r.key) FROM records r JOIN datasets d "
+                        "ON d.id = r.dataset_id WHERE NOT r.key_sorted GROUP BY d.name"
+                    )
+                ).all()
+            )
+        assert rows == {"unsorted": 60}  # key text kept, out of the key index
+        for name in ("unsorted", "hash"):
+            assert [r.key for r in cat.get_many(name, expected).records] == expected
+            with pytest.raises(KeyOrderUnavailableError):
+                list(cat.keys(name))
+    # A move keeps the mode; a value that is no mode is refused before any shard is copied.
+    with pytest.raises(ValueError, match="key mode"):
+        shardcat.copy_dataset(sqlite_url, "t", str(tmp_path / "m"), move=True, keys="hash")
+    with pytest.raises(ValueError, match="keys must be one of"):
+        shardcat.copy_dataset(sqlite_url, "t", str(tmp_path / "x"), name="x", keys="sorted")
+    assert not (tmp_path / "x").exists()

@@ -116,9 +116,10 @@ def needs_key_order(dataset: str, key_mode: str, operation: str) -> None:
 _KEY_ORDER_HINT = Hint(
     python="select keys with where= (a scan of the dataset's rows, e.g. "
     "\"key LIKE 'cam3/%'\"), look them up by name (get, get_many), or copy the dataset "
-    'into one created with keys="text" (shardcat.copy_dataset)',
+    'with its keys in order (shardcat.copy_dataset(..., keys="text"))',
     cli="select keys with `shardcat sql` or where= (a scan of the dataset's rows), look them "
-    "up by name (`shardcat get`), or copy the dataset into one created with `--keys text`",
+    "up by name (`shardcat get`), or copy the dataset with its keys in order (`shardcat copy "
+    "... --keys text`)",
 )
 
 _KEY_TEXT_HINT = Hint(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import os
 import re
 from collections.abc import Mapping
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from .. import config as cfg
+from ..catalog.hashkeys import KEY_MODES
 from ..errors import CatalogError
 from .output import Output, output_for
 
@@ -132,6 +134,10 @@ CONFIG_ENV = cfg.CONFIG_ENV
 CATALOG_ENV = cfg.env_var("catalog")
 SQL_ROLE_ENV = cfg.env_var("sql_role")
 DEFAULT_CATALOG = "sqlite:///shardcat.db"
+
+
+KeyMode = enum.Enum("KeyMode", {mode: mode for mode in KEY_MODES}, type=str)  # type: ignore[misc]
+"""``--keys``: what a dataset's catalog keeps of its keys, the catalog's own list of modes."""
 
 
 class State:

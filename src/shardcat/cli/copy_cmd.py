@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from .common import DestOption, ProgressOption, SchedulerOption, WorkersOption
+from .common import DestOption, KeyMode, ProgressOption, SchedulerOption, WorkersOption
 from .jobs import dask_job
 from .storage_options import parse_storage_options
 
@@ -53,6 +53,15 @@ def copy(
             "its old shards are removed.",
         ),
     ] = False,
+    keys: Annotated[
+        KeyMode | None,
+        typer.Option(
+            "--keys",
+            help="What the copy's catalog keeps of each key (as `shardcat write --keys`): text "
+            "in key order (the default), unsorted (no key-order index) or hash only; a copy is "
+            "how a dataset changes its key mode.",
+        ),
+    ] = None,
     dest_option: DestOption = None,
     workers: WorkersOption = None,
     scheduler: SchedulerOption = None,
@@ -78,6 +87,7 @@ def copy(
             name=as_name,
             move=move,
             destination_options=dest_options,
+            keys=keys.value if keys is not None else None,
             **job.args,
         )
     job.out.copy_summary(summary)

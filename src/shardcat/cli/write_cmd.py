@@ -15,6 +15,7 @@ import typer
 from .common import (
     FieldEntryOption,
     FieldOption,
+    KeyMode,
     ProgressOption,
     SchedulerOption,
     State,
@@ -44,12 +45,6 @@ class OnDuplicate(str, enum.Enum):
     error = "error"
     replace_it = "replace"  # not `replace`: a str method's name
     skip = "skip"
-
-
-class KeyMode(str, enum.Enum):
-    text = "text"
-    unsorted = "unsorted"
-    hash = "hash"
 
 
 class KeyRule(str, enum.Enum):

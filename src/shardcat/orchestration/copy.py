@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._units import count_of
 from ..catalog import internal
+from ..catalog.hashkeys import TEXT, check_key_mode
 from ..errors import (
     ChecksumError,
     DatasetExistsError,
@@ -205,6 +206,7 @@ def copy_dataset(
     client: ClientChoice = None,
     retries: int = 2,
     progress: TaskProgressCallback | None = None,
+    keys: str | None = None,
 ) -> CopySummary:
     """Copy a dataset's committed shards to ``destination`` and register the copy in one commit.
 
@@ -237,6 +239,11 @@ def copy_dataset(
     progress:
         Called as ``progress(done, total)`` with the shards copied so far, in
         the calling thread, as the tasks finish (the CLI draws a bar with it).
+    keys:
+        What the copy's catalog keeps of its keys (:meth:`Catalog.create_dataset`):
+        ``"text"`` (the default), ``"unsorted"`` or ``"hash"``, whatever the
+        source's: a copy is how a dataset changes its key mode (the copy's rows
+        are made from the shards' footers).
 
     Returns
     -------
@@ -252,8 +259,9 @@ def copy_dataset(
     DestinationNotEmptyError
         ``destination`` holds objects that are not this copy's shards.
     ValueError
-        ``move`` with ``to_catalog`` or ``name`` (a move keeps both), or the
-        dataset has tar shards registered in place (not copied yet).
+        ``move`` with ``to_catalog``, ``name`` or ``keys`` (a move keeps all three), the
+        dataset has tar shards registered in place (not copied yet), or ``keys`` is
+        no key mode.
     ChecksumError
         A copy did not verify (nothing was committed; rerun).
     CommitConflictError
@@ -263,11 +271,13 @@ def copy_dataset(
 
     with contextlib.ExitStack() as opened:
         src_cat = opened.enter_context(Catalog.opened(catalog))
-        if move and (to_catalog is not None or name not in (None, dataset)):
+        if move and (to_catalog is not None or name not in (None, dataset) or keys is not None):
             raise ValueError(
-                "a move keeps the dataset's name and catalog: leave out to_catalog/name "
-                "(--to-catalog/--as), or copy instead"
+                "a move keeps the dataset's name, catalog and key mode: leave out "
+                "to_catalog/name/keys (--to-catalog/--as/--keys), or copy instead"
             )
+        if keys is not None:
+            check_key_mode(keys)  # before any shard is copied
         dst_cat = (
             src_cat if to_catalog is None else opened.enter_context(Catalog.opened(to_catalog))
         )
@@ -420,6 +430,7 @@ def copy_dataset(
                 dst_opts,
                 groups,
                 carried,
+                keys or TEXT,
             )
             sources_left = []
         return _summary(
@@ -558,6 +569,7 @@ def _commit_copy(
     options: Mapping[str, Any],
     groups: Mapping[str, Collection[str]],
     carried: CarriedValues,
+    keys: str,
 ) -> int:
     """Register the copies under one job of a (new or empty) dataset and commit it.
 
@@ -566,7 +578,7 @@ def _commit_copy(
     source's declared fields and its values, by copy URL (its version lists them)."""
     from ..catalog.fields import COPY
 
-    cat.create_dataset(name, redact(root), exist_ok=True)
+    cat.create_dataset(name, redact(root), exist_ok=True, keys=keys)
     job = cat.begin_job(
         name,
         description="shardcat.copy",
