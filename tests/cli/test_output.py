@@ -311,6 +311,14 @@ def test_verify_reports(text, js, capsys):
     assert capsys.readouterr().out == (
         "ok: dataset 'pics': 2 shards, 1,234 records, 4.0 KiB checked, no problems\n"
     )
+    quick = CatalogReport("pics", 2, 1234, 256, [], quick=True)
+    text.verify_report("pics", quick)
+    assert capsys.readouterr().out == (
+        "ok: dataset 'pics': 2 shards, 1,234 records, 256 B checked (quick: headers, trailers "
+        "and row counts; no record read), no problems\n"
+    )
+    js.verify_report("pics", quick)
+    assert doc(capsys)["quick"] is True
     problem = Problem("/d/a.shard", "corrupt", "CRC32C [mismatch]", ("k1",))
     bad = CatalogReport("pics", 2, 1000, 4096, [problem])
     js.verify_report("pics", bad)
@@ -320,6 +328,7 @@ def test_verify_reports(text, js, capsys):
         "shards_checked": 2,
         "records_checked": 1000,
         "bytes_checked": 4096,
+        "quick": False,
         "problems": [
             {
                 "shard": "/d/a.shard",

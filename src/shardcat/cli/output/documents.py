@@ -287,6 +287,7 @@ class JsonOutput(Output):
                 "shards_checked": report.shards_checked,
                 "records_checked": report.records_checked,
                 "bytes_checked": report.bytes_checked,
+                "quick": report.quick,
                 "problems": [
                     {"shard": p.url, "kind": p.kind, "detail": p.message, "keys": list(p.keys)}
                     for p in report.problems

@@ -398,6 +398,7 @@ class TextOutput(Output):
         summary = (
             f"{count_of(report.shards_checked, 'shard')}, {count_of(report.records_checked, 'record')}, "
             f"{format_bytes(report.bytes_checked)} checked"
+            + (" (quick: headers, trailers and row counts; no record read)" if report.quick else "")
         )
         if report.ok:
             self._line(
