@@ -459,3 +459,23 @@ class CatalogMachine(RuleBasedStateMachine):
         if hasattr(self, "cat"):
             self.cat.close()
             self.tmp.cleanup()
+
+
+def flip_byte(path: str, offset: int, mask: int = 0x40) -> None:
+    """Change one byte of a file in place (XOR with ``mask``): a damaged shard."""
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        b = f.read(1)
+        f.seek(offset)
+        f.write(bytes([b[0] ^ mask]))
+
+
+def keyed_dataset(cat: Catalog, root: str, name: str, keys: str, shards: int = 2) -> list[Any]:
+    """A dataset created with ``keys=`` (a key mode), ``shards`` shards of ``shard_keys(i)``."""
+    cat.create_dataset(name, root, keys=keys)
+    infos = []
+    for i in range(shards):
+        info = write_shard(f"{root}/{name}-{i:06d}.shard", shard_keys(i), shard_number=i)
+        cat.register_shard(name, info)
+        infos.append(info)
+    return infos

@@ -22,17 +22,11 @@ from shardcat.errors import DatasetExistsError, DuplicateKeyError
 from shardcat.reading import Catalog
 from shardcat.testing.collisions import colliding_key_hashes
 
-from .helpers import sample, shard_keys, write_shard
+from .helpers import keyed_dataset, sample, shard_keys, write_shard
 
 
 def _hash_dataset(cat: Catalog, root: str, shards: int = 2, name: str = "h") -> list[Any]:
-    cat.create_dataset(name, root, keys="hash")
-    infos = []
-    for i in range(shards):
-        info = write_shard(f"{root}/{name}-{i:06d}.shard", shard_keys(i), shard_number=i)
-        cat.register_shard(name, info)
-        infos.append(info)
-    return infos
+    return keyed_dataset(cat, root, name, "hash", shards)
 
 
 def _rows(cat: Catalog, dataset: str) -> tuple[int, int]:

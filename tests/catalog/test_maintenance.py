@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from shardcat.errors import ChecksumError, FormatError, ShardNotFoundError
 
-from .helpers import make_dataset, sample, shard_keys, write_shard
+from .helpers import flip_byte, make_dataset, sample, shard_keys, write_shard
 
 _SHARD_COLUMNS = (
     "url, shard_number, state, job_id, file_id, format_major, format_minor, flags, created_at, alignment, "
@@ -54,14 +54,6 @@ def _payload_byte(info, key, name="jpg"):
     raise KeyError(name)
 
 
-def _flip(path, offset):
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        b = f.read(1)
-        f.seek(offset)
-        f.write(bytes([b[0] ^ 0x40]))
-
-
 def test_reindex_from_footers_gives_identical_rows(cat, local_root):
     infos = make_dataset(cat, local_root, 3)
     before = _snapshot(cat)
@@ -98,7 +90,7 @@ def test_verify_reports_each_disagreement(cat, local_root):
     # 0: deleted.  1: a payload byte flipped.  2: a catalog row the footer does not have.
     # 3: a footer record the catalog lost.
     os.remove(infos[0].path)
-    _flip(infos[1].path, _payload_byte(infos[1], shard_keys(1)[5]))
+    flip_byte(infos[1].path, _payload_byte(infos[1], shard_keys(1)[5]))
     with cat.engine.begin() as conn:
         shard2 = conn.execute(
             sa.text("SELECT id FROM shards WHERE url = :u"), {"u": infos[2].path}
@@ -167,7 +159,7 @@ def test_get_from_a_shard_that_changed(cat, local_root):
     infos = make_dataset(cat, local_root, 1)
     key = shard_keys(0)[4]
     cat.get("train", key)
-    _flip(infos[0].path, _payload_byte(infos[0], key))
+    flip_byte(infos[0].path, _payload_byte(infos[0], key))
     with pytest.raises(ChecksumError, match=r"CRC32C mismatch.*shardcat verify") as err:
         cat.get("train", key)
     assert infos[0].path in str(err.value)

@@ -19,19 +19,9 @@ from shardcat.catalog.migrate import downgrade, head_revision, upgrade
 from shardcat.errors import DatasetExistsError
 from shardcat.reading import Catalog
 
-from .helpers import sample, shard_keys, write_shard
+from .helpers import keyed_dataset, sample, shard_keys, write_shard
 
 _KEY_INDEX = "ix_records_dataset_id_key"
-
-
-def _dataset(cat: Catalog, root: str, name: str, keys: str, shards: int = 2) -> list[Any]:
-    cat.create_dataset(name, root, keys=keys)
-    infos = []
-    for i in range(shards):
-        info = write_shard(f"{root}/{name}-{i:06d}.shard", shard_keys(i), shard_number=i)
-        cat.register_shard(name, info)
-        infos.append(info)
-    return infos
 
 
 def _rows(cat: Catalog, dataset: str) -> list[tuple[Any, ...]]:
@@ -50,11 +40,11 @@ def _rows(cat: Catalog, dataset: str) -> list[tuple[Any, ...]]:
 
 
 def test_rows_keep_their_key_text_out_of_the_key_index(cat, local_root):
-    _dataset(cat, local_root, "u", "unsorted")
+    keyed_dataset(cat, local_root, "u", "unsorted")
     assert cat.info("u").keys == "unsorted"
     assert _rows(cat, "u") == [(k, False) for k in shard_keys(0) + shard_keys(1)]
     # A text dataset's rows take the column's default.
-    _dataset(cat, local_root, "t", "text", shards=1)
+    keyed_dataset(cat, local_root, "t", "text", shards=1)
     assert _rows(cat, "t") == [(k, True) for k in shard_keys(0)]
 
 
@@ -87,7 +77,7 @@ def _tiny(key: str) -> dict[str, Any]:
 
 
 def test_lookups_sql_and_version_operations_work(cat, local_root):
-    infos = _dataset(cat, local_root, "u", "unsorted")
+    infos = keyed_dataset(cat, local_root, "u", "unsorted")
     for key in shard_keys(0)[:3] + shard_keys(1)[-3:]:
         record = cat.get("u", key)
         assert record.key == key
@@ -120,7 +110,7 @@ def test_lookups_sql_and_version_operations_work(cat, local_root):
 
 
 def test_listing_in_key_order_says_what_to_do(cat, local_root):
-    _dataset(cat, local_root, "u", "unsorted", shards=1)
+    keyed_dataset(cat, local_root, "u", "unsorted", shards=1)
     for call in (
         lambda: list(cat.keys("u")),
         lambda: list(cat.keys("u", prefix="img/")),
@@ -145,8 +135,8 @@ def test_the_mode_is_the_datasets_own(cat, local_root):
 
 def test_0018_upgrades_a_catalog_with_its_rows_and_back(catalog_url, local_root):
     with Catalog(catalog_url) as cat:
-        _dataset(cat, local_root, "t", "text")
-        _dataset(cat, local_root, "u", "unsorted", shards=1)
+        keyed_dataset(cat, local_root, "t", "text")
+        keyed_dataset(cat, local_root, "u", "unsorted", shards=1)
         before = {name: cat.get_many(name, shard_keys(0)).records for name in ("t", "u")}
     # Down: the column is gone, the unsorted dataset is a text one, its rows in the index.
     assert downgrade(catalog_url, "0017") == (head_revision(), "0017")
@@ -167,6 +157,6 @@ def test_0018_upgrades_a_catalog_with_its_rows_and_back(catalog_url, local_root)
         assert list(cat.keys("t", prefix="img/001/")) == shard_keys(1)
         assert {name: cat.get_many(name, shard_keys(0)).records for name in ("t", "u")} == before
         # A new unsorted dataset after the upgrade keeps its rows out again.
-        _dataset(cat, local_root, "v", "unsorted", shards=1)
+        keyed_dataset(cat, local_root, "v", "unsorted", shards=1)
         assert {flag for _, flag in _rows(cat, "v")} == {False}
         assert cat.get("v", shard_keys(0)[9]).key == shard_keys(0)[9]

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from shardcat.cli.app import app
 from shardcat.format.spec import HEADER_SIZE, TRAILER_SIZE
 
-from .helpers import fill_with_history, make_dataset, shard_keys, write_shard
+from .helpers import fill_with_history, flip_byte, make_dataset, shard_keys, write_shard
 
 
 def _shard_id(cat, path: str) -> int:
@@ -24,14 +24,6 @@ def _shard_id(cat, path: str) -> int:
         return int(
             conn.execute(sa.text("SELECT id FROM shards WHERE url = :u"), {"u": path}).scalar_one()
         )
-
-
-def _flip(path: str, offset: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        b = f.read(1)
-        f.seek(offset)
-        f.write(bytes([b[0] ^ 0xFF]))
 
 
 def test_a_catalog_with_history_has_no_problems(cat, local_root):
@@ -57,7 +49,7 @@ def test_each_problem_it_promises_is_found(cat, local_root):
     write_shard(infos[1].path, shard_keys(1))
     with open(infos[2].path, "r+b") as f:
         f.truncate(os.path.getsize(infos[2].path) - 10)
-    _flip(infos[3].path, os.path.getsize(infos[3].path) - TRAILER_SIZE + 20)
+    flip_byte(infos[3].path, os.path.getsize(infos[3].path) - TRAILER_SIZE + 20)
     with cat.engine.begin() as conn:
         conn.execute(
             sa.text("DELETE FROM records WHERE shard_id = :s AND key = :k"),
@@ -94,7 +86,7 @@ def test_each_problem_it_promises_is_found(cat, local_root):
 def test_a_payload_byte_is_the_full_checks_to_find(cat, local_root):
     """What the quick check does not read it does not claim: the full verify finds it."""
     infos = make_dataset(cat, local_root, 1)
-    _flip(infos[0].path, int(infos[0].records["offset"][5]) + 40)
+    flip_byte(infos[0].path, int(infos[0].records["offset"][5]) + 40)
     assert cat.verify("train", quick=True).ok
     assert [p.kind for p in cat.verify("train").problems] == ["corrupt"]
 

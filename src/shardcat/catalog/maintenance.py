@@ -42,6 +42,7 @@ __all__ = [
     "compare_with_catalog",
     "named_samples",
     "reindex_shards",
+    "shard_mismatch",
     "shards_by_id",
 ]
 
@@ -252,15 +253,7 @@ def _compare(s: Session, shard: Shard, info: Summary) -> list[Problem]:
         and not (name == "shard_number" and shard.kind == "tar")
     ]
     if diffs:
-        problems.append(
-            Problem(
-                url,
-                "shard-mismatch",
-                "the shard's row disagrees with its file: "
-                + ", ".join(diffs)
-                + "; the file was replaced or rewritten: reindex it",
-            )
-        )
+        problems.append(shard_mismatch(url, diffs))
     signatures = [lay.signature for lay in prep.layouts]
     footer = set(
         zip(
@@ -325,6 +318,17 @@ def _compare(s: Session, shard: Shard, info: Summary) -> list[Problem]:
             )
         )
     return problems
+
+
+def shard_mismatch(url: str, diffs: list[str]) -> Problem:
+    """The problem of a shard row that disagrees with its file (``diffs``: each column's)."""
+    return Problem(
+        url,
+        "shard-mismatch",
+        "the shard's row disagrees with its file: "
+        + ", ".join(diffs)
+        + "; the file was replaced or rewritten: reindex it",
+    )
 
 
 def _keys(keys: list[str]) -> str:

@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 
 from ..format.spec import HEADER_SIZE
 from .kinds import Ends, EndsCheck
+from .maintenance import shard_mismatch
 from .models import Shard
 from .results import CatalogReport, Problem
 
@@ -85,15 +86,7 @@ def _compare(shard: Shard, ends: Ends | None, span: RowSpan, *, file_read: bool)
         if getattr(shard, name) != value
     ]
     if diffs:
-        problems.append(
-            Problem(
-                url,
-                "shard-mismatch",
-                "the shard's row disagrees with its file: "
-                + ", ".join(diffs)
-                + "; the file was replaced or rewritten: reindex it",
-            )
-        )
+        problems.append(shard_mismatch(url, diffs))
     # Where records may lie: between a native shard's header and its footer, inside a tar.
     low, high = (HEADER_SIZE, ends.trailer.footer_offset) if ends.trailer else (0, ends.size)
     if count and (first < low or end > high):
