@@ -237,12 +237,19 @@ class PostgresBackend:
         return out
 
     def warm(self, url: str) -> int:
-        """``pg_prewarm`` (mode ``read``: into the OS page cache) of ``records`` and its indexes.
+        """``pg_prewarm`` of ``records`` and its indexes; returns the bytes read.
 
-        Into the OS cache rather than shared buffers: at 10M keys and more the indexes
-        outgrow the server's default 128 MB of buffers. Returns the bytes read.
+        Into shared buffers (mode ``buffer``) when they hold the table and its indexes with a
+        tenth to spare, else into the OS page cache (mode ``read``): at 10M keys and more they
+        outgrow the server's default 128 MB of buffers.
         """
         with self._connect(url) as conn:
+            buffers, relations = conn.execute(
+                "SELECT (SELECT setting::bigint * 8192 FROM pg_settings"
+                " WHERE name = 'shared_buffers'), pg_total_relation_size('records')"
+            ).fetchone()
+            mode = "buffer" if relations * 1.1 <= buffers else "read"
+            self.warm_mode = mode
             # In the catalog's schema (dropped with it) unless the database has it already.
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
             where = conn.execute(
@@ -256,7 +263,7 @@ class PostgresBackend:
             ).fetchall():
                 blocks += int(
                     conn.execute(
-                        f'SELECT "{where}".pg_prewarm(%s::oid::regclass, %s)', (oid, "read")
+                        f'SELECT "{where}".pg_prewarm(%s::oid::regclass, %s)', (oid, mode)
                     ).fetchone()[0]
                 )
             block_size = int(conn.execute("SHOW block_size").fetchone()[0])
@@ -297,7 +304,11 @@ class PostgresBackend:
 
         conninfo = psycopg_conninfo(self.url)
         with psycopg.connect(conninfo) as conn:
-            return f"PostgreSQL {conn.execute('SHOW server_version').fetchone()[0]}"
+            version, buffers, work_mem = conn.execute(
+                "SELECT current_setting('server_version'), current_setting('shared_buffers'),"
+                " current_setting('work_mem')"
+            ).fetchone()
+            return f"PostgreSQL {version} (shared_buffers {buffers}, work_mem {work_mem})"
 
 
 def read_through(path: str) -> int:
@@ -320,6 +331,8 @@ def warm(backend: Any, url: str, paths: list[str]) -> dict[str, Any]:
         "shards_s": c - t,
         "catalog_bytes": catalog_bytes,
         "catalog_s": time.perf_counter() - c,
+        # PostgreSQL: into shared buffers ("buffer") or the OS page cache ("read").
+        "catalog_mode": getattr(backend, "warm_mode", "read"),
         "load": load(),
     }
 
@@ -543,6 +556,7 @@ def measure_size(
                     f"  warmed: shards {out['warm']['shard_bytes'] / 1e9:.2f} GB in "
                     f"{out['warm']['shards_s']:.1f} s, catalog "
                     f"{out['warm']['catalog_bytes'] / 1e9:.2f} GB in {out['warm']['catalog_s']:.1f} s"
+                    f" ({out['warm']['catalog_mode']})"
                 )
                 out["point"] = {**point_lookups(cat, keys, args.points, rng), "load": load()}
                 out["batch"] = {
