@@ -3,7 +3,7 @@
 ``keys="text"`` (the default) keeps each key's text and hash, the text in the
 key-order index ``ix_records_dataset_id_key`` (listings, ``keys --prefix``);
 ``keys="unsorted"`` keeps the text but leaves its rows out of that index
-(``records.key_sorted`` false: 28-39 bytes a key less, no listing in key order);
+(``records.key_sorted`` false: 28-65 bytes a key less, no listing in key order);
 ``keys="hash"`` keeps only the hash.
 
 Hash-only datasets (``keys="hash"``): the catalog keeps each key's hash, its shard the text.

@@ -79,7 +79,7 @@ def _compare(shard: Shard, ends: Ends | None, span: RowSpan, *, file_read: bool)
         )
     if ends is None or not file_read:
         return problems  # not read (its kind), or its read problem is reported already
-    said = _what_the_file_says(shard, ends)
+    said = _what_the_file_says(ends)
     diffs = [
         f"{name} (catalog {getattr(shard, name)!r}, file {value!r})"
         for name, value in said.items()
@@ -101,7 +101,7 @@ def _compare(shard: Shard, ends: Ends | None, span: RowSpan, *, file_read: bool)
     return problems
 
 
-def _what_the_file_says(shard: Shard, ends: Ends) -> dict[str, object]:
+def _what_the_file_says(ends: Ends) -> dict[str, object]:
     said: dict[str, object] = {"size_bytes": ends.size}
     if ends.header is not None:
         said.update(file_id=ends.header.file_id.hex(), header_crc=int(ends.header.crc))

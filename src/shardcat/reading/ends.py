@@ -5,7 +5,7 @@ shard, its first and last 64 bytes (two ranged reads, or one request each on
 an object store). The header names the file (its random ``file_id``) and its
 CRC; the trailer, whose own CRC32C is checked as it is decoded, holds the
 record and entry counts, the CRCs of the data and the footer, and where the
-footer starts. :func:`shardcat.catalog.maintenance.compare_ends` then compares
+footer starts. :func:`shardcat.catalog.quickcheck.compare_ends` then compares
 them, and the rows' counts and spans, with the catalog. A tar's size is read;
 a folder group or a columnar file is checked by the full verify only.
 """
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ENDS_READ", "read_ends"]
 
-ENDS_READ = {"native", "tar"}
+ENDS_READ = frozenset({"native", "tar"})
 """Kinds whose files the quick verify reads (their size; a native shard's header and trailer)."""
 
 
