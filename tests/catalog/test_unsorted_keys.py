@@ -160,3 +160,25 @@ def test_0018_upgrades_a_catalog_with_its_rows_and_back(catalog_url, local_root)
         keyed_dataset(cat, local_root, "v", "unsorted", shards=1)
         assert {flag for _, flag in _rows(cat, "v")} == {False}
         assert cat.get("v", shard_keys(0)[9]).key == shard_keys(0)[9]
+
+
+def test_a_key_range_in_where_reads_the_key_index_of_a_text_dataset(sqlite_url, local_root):
+    """where= on a text dataset says the index's condition (key_sorted), so SQLite ranges it."""
+    from shardcat.catalog.selection import SelectionTarget
+
+    with Catalog(sqlite_url) as cat:
+        keyed_dataset(cat, local_root, "t", "text")
+        keyed_dataset(cat, local_root, "u", "unsorted")
+        ids = {name: cat.info(name).id for name in ("t", "u")}
+        key_range = "key >= 'img/001/' AND key < 'img/0010'"
+        for name in ("t", "u"):
+            chosen = cat.select(name, key_range)
+            assert sorted(k for ks in chosen.keys.values() for k in ks) == shard_keys(1)
+        with cat.engine.connect() as conn:
+            for name, indexed in (("t", True), ("u", False)):
+                target = SelectionTarget(name, ids[name], {}, None, key_sorted=indexed)
+                statement = target.template("sqlite").replace("{where}", key_range)
+                plan = " ".join(
+                    str(row[-1]) for row in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement)
+                )
+                assert (f"INDEX {_KEY_INDEX} (" in plan) is indexed, plan

@@ -41,46 +41,78 @@ def test_a_catalog_with_history_has_no_problems(cat, local_root):
 
 
 def test_each_problem_it_promises_is_found(cat, local_root):
-    infos = make_dataset(cat, local_root, 6)
+    infos = make_dataset(cat, local_root, 9)
     assert cat.verify("train", quick=True).ok
     # 0: deleted.  1: replaced by another shard (same keys, new file id).  2: cut short.
-    # 3: its trailer damaged.  4: a row lost.  5: a row moved past the footer.
+    # 3: its trailer damaged.  4: its header damaged.  5: the header of another shard (the
+    # two ends of two files).  6: a row lost.  7: a row moved past the footer.  8: one moved
+    # into the header.
     os.remove(infos[0].path)
     write_shard(infos[1].path, shard_keys(1))
     with open(infos[2].path, "r+b") as f:
         f.truncate(os.path.getsize(infos[2].path) - 10)
     flip_byte(infos[3].path, os.path.getsize(infos[3].path) - TRAILER_SIZE + 20)
+    flip_byte(infos[4].path, 20)
+    other = write_shard(f"{local_root}/other.shard", shard_keys(5))
+    with open(other.path, "rb") as f, open(infos[5].path, "r+b") as g:
+        g.write(f.read(HEADER_SIZE))
     with cat.engine.begin() as conn:
         conn.execute(
             sa.text("DELETE FROM records WHERE shard_id = :s AND key = :k"),
-            {"s": _shard_id(cat, infos[4].path), "k": shard_keys(4)[0]},
+            {"s": _shard_id(cat, infos[6].path), "k": shard_keys(6)[0]},
         )
-        conn.execute(
-            sa.text("UPDATE records SET byte_offset = :o WHERE shard_id = :s AND key = :k"),
-            {"o": infos[5].size, "s": _shard_id(cat, infos[5].path), "k": shard_keys(5)[3]},
-        )
+        for i, offset in ((7, infos[7].size), (8, HEADER_SIZE - 8)):
+            conn.execute(
+                sa.text("UPDATE records SET byte_offset = :o WHERE shard_id = :s AND key = :k"),
+                {"o": offset, "s": _shard_id(cat, infos[i].path), "k": shard_keys(i)[3]},
+            )
     report = cat.verify("train", quick=True)
     kinds = {url: sorted(p.kind for p in ps) for url, ps in report.by_shard().items()}
     assert kinds == {
         infos[0].path: ["missing"],
         infos[1].path: ["shard-mismatch"],
-        infos[2].path: ["corrupt"],  # its last 64 bytes are no trailer now
-        infos[3].path: ["corrupt"],
-        infos[4].path: ["row-count"],
-        infos[5].path: ["row-out-of-range"],
+        infos[2].path: ["unreadable"],  # its last 64 bytes are no trailer now
+        infos[3].path: ["unreadable"],
+        infos[4].path: ["unreadable"],
+        infos[5].path: ["shard-mismatch"],
+        infos[6].path: ["row-count"],
+        infos[7].path: ["row-out-of-range"],
+        infos[8].path: ["row-out-of-range"],
     }
     problems = {p.url: p for p in report.problems}
     assert "file_id" in problems[infos[1].path].message
     assert "reindex" in problems[infos[1].path].message
-    assert f"{len(shard_keys(4)) - 1} row(s)" in problems[infos[4].path].message
     assert "CRC32C" in problems[infos[3].path].message
+    assert "CRC32C" in problems[infos[4].path].message
+    # Another file's header: its id and CRC differ from the row, and from the trailer's record.
+    assert "file_id" in problems[infos[5].path].message
+    assert "header_crc (header" in problems[infos[5].path].message
+    assert f"{len(shard_keys(6)) - 1} row(s)" in problems[infos[6].path].message
+    assert f"outside its records' {HEADER_SIZE}-" in problems[infos[8].path].message
     # The shards are the source of truth: reindexing the intact ones repairs their rows.
-    cat.reindex("train", [infos[4].path, infos[5].path, infos[1].path])
+    cat.reindex("train", [infos[i].path for i in (1, 6, 7, 8)])
     assert set(cat.verify("train", quick=True).by_shard()) == {
-        infos[0].path,
-        infos[2].path,
-        infos[3].path,
+        infos[i].path for i in (0, 2, 3, 4, 5)
     }
+
+
+def test_a_store_that_fails_is_one_shards_problem(cat, local_root, monkeypatch):
+    """Whatever one shard's store raises, it is reported and the other shards are checked."""
+    import shardcat.reading.ends as ends
+
+    infos = make_dataset(cat, local_root, 3)
+    real = ends.open_source
+
+    def failing(url, storage_options=None):
+        if url == infos[1].path:
+            raise RuntimeError("the backend is not installed")
+        return real(url, storage_options)
+
+    monkeypatch.setattr(ends, "open_source", failing)
+    report = cat.verify("train", quick=True)
+    assert [(p.url, p.kind) for p in report.problems] == [(infos[1].path, "unreadable")]
+    assert "RuntimeError: the backend is not installed" in report.problems[0].message
+    assert report.shards_checked == 3
 
 
 def test_a_payload_byte_is_the_full_checks_to_find(cat, local_root):

@@ -328,3 +328,22 @@ def test_the_cli_indexes_an_mds_and_a_litdata_directory(client, sqlite_url, data
     with Catalog(sqlite_url) as cat:
         assert cat.get("mds", "sample-001")["caption"].decode() == "caption 1 \u00e9"
         assert np.isclose(cat.get("lit", "9")["score"].decode(), 9 / 8)
+
+
+def test_the_quick_verify_reads_the_size_of_each_file(client, sqlite_url, data):
+    """verify(quick=True) of files indexed in place: each file's size against its row."""
+    for kind in ("mds", "litdata"):
+        shardcat.index_directory(
+            data / kind, format=kind, catalog=sqlite_url, dataset=kind, client=client
+        )
+    with Catalog(sqlite_url) as cat:
+        for kind in ("mds", "litdata"):
+            report = cat.verify(kind, quick=True)
+            assert report.ok and report.quick, report
+            assert report.records_checked == cat.count(kind)
+        grown = cat.dataset("mds").shards()[0].url
+        with open(grown, "ab") as f:
+            f.write(b"\0")
+        problems = cat.verify("mds", quick=True).problems
+    assert [(p.url, p.kind) for p in problems] == [(grown, "shard-mismatch")]
+    assert "size_bytes" in problems[0].message

@@ -11,8 +11,10 @@ import dask
 import dask.bag as db
 import pytest
 import sqlalchemy as sa
+from typer.testing import CliRunner
 
 import shardcat
+from shardcat.cli.app import app
 from shardcat.errors import DatasetExistsError, DuplicateKeyError
 from shardcat.reading import Catalog
 
@@ -112,3 +114,21 @@ def test_a_copy_changes_the_key_mode(client, tmp_path, sqlite_url):
     with pytest.raises(ValueError, match="keys must be one of"):
         shardcat.copy_dataset(sqlite_url, "t", str(tmp_path / "x"), name="x", keys="sorted")
     assert not (tmp_path / "x").exists()
+    # An empty dataset of the copy's name (an interrupted copy's) that keeps keys otherwise
+    # is named before any shard is copied; the command passes --keys through.
+    with Catalog(sqlite_url) as cat:
+        cat.create_dataset("y", str(tmp_path / "y"), keys="hash")
+    with pytest.raises(DatasetExistsError, match=r"keeps keys='hash'.*asks for keys='unsorted'"):
+        shardcat.copy_dataset(
+            sqlite_url, "t", str(tmp_path / "y"), name="y", client=client, keys="unsorted"
+        )
+    assert not (tmp_path / "y").exists()
+    out = CliRunner().invoke(
+        app,
+        ["--catalog", sqlite_url, "copy", "t", str(tmp_path / "z"), "--as", "z", "--keys",
+         "unsorted", "--scheduler", client.scheduler.address, "--no-progress"],
+        env={"COLUMNS": "250", "NO_COLOR": "1"},
+    )  # fmt: skip
+    assert out.exit_code == 0, out.output
+    with Catalog(sqlite_url) as cat:
+        assert cat.info("z").keys == "unsorted" and cat.count("z") == 60

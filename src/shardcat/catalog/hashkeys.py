@@ -62,7 +62,7 @@ KEY_READER = "shardcat.key_reader"
 
 
 def check_key_mode(keys: str) -> str:
-    """``keys`` if it is a key mode (``"text"`` or ``"hash"``).
+    """``keys`` if it is a key mode (``"text"``, ``"hash"`` or ``"unsorted"``).
 
     Raises
     ------

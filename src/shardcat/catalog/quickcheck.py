@@ -9,11 +9,12 @@ row count and the span its rows cover, and both are compared with the shard's
 catalog row and its trailer:
 
 - the file's size, its ``file_id`` and header CRC, and the trailer's record and
-  entry counts and its data, footer and header CRCs, against the ``shards`` row
-  (``shard-mismatch``: the file was replaced or rewritten);
+  entry counts and its data and footer CRCs, against the ``shards`` row, and the
+  header's CRC against the trailer's record of it (``shard-mismatch``: the file
+  was replaced or rewritten);
 - the rows of the shard against its record count (``row-count``);
 - every row inside the file's records: after the header and before the footer
-  (a tar: before its end; ``row-out-of-range``).
+  (a file indexed in place: before its end; ``row-out-of-range``).
 
 What it cannot see, the full verify does: a changed payload byte, a row whose
 offset, length, key or spans differ from the footer's while the count stays.
@@ -85,9 +86,14 @@ def _compare(shard: Shard, ends: Ends | None, span: RowSpan, *, file_read: bool)
         for name, value in said.items()
         if getattr(shard, name) != value
     ]
+    if ends.header is not None and ends.trailer is not None:
+        header, trailer = int(ends.header.crc), int(ends.trailer.header_crc)
+        if header != trailer:  # the two ends are not of one file, whatever the row says
+            diffs.append(f"header_crc (header {header!r}, trailer {trailer!r})")
     if diffs:
         problems.append(shard_mismatch(url, diffs))
-    # Where records may lie: between a native shard's header and its footer, inside a tar.
+    # Where records may lie: between a native shard's header and its footer, inside a file
+    # indexed in place.
     low, high = (HEADER_SIZE, ends.trailer.footer_offset) if ends.trailer else (0, ends.size)
     if count and (first < low or end > high):
         problems.append(
@@ -113,6 +119,4 @@ def _what_the_file_says(ends: Ends) -> dict[str, object]:
             data_crc=int(t.data_crc),
             footer_crc=int(t.footer_crc),
         )
-        if ends.header is not None and t.header_crc != ends.header.crc:
-            said["header_crc"] = int(t.header_crc)  # the two ends disagree: not one file
     return said

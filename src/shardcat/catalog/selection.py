@@ -31,7 +31,8 @@ from ..errors import CatalogError, QueryLimitError, QueryTimeoutError
 from . import visibility
 from .datasets import find_dataset
 from .fields import FIELD_NAME, declared_fields
-from .hashkeys import needs_key_text
+from .hashkeys import TEXT, needs_key_text
+from .keyrange import sorted_rows
 from .readonly import compile_filter, open_read_only
 from .versions import resolve_version
 
@@ -137,7 +138,7 @@ SELECT r.shard_id AS shard_id, r.key AS key, r.byte_offset AS byte_offset,
        r.byte_length AS byte_length, s.url AS shard_url, s.shard_number AS shard_number,
        s.job_id AS job_id{fields}
 FROM records r JOIN shards s ON s.id = r.shard_id{joins}
-WHERE r.dataset_id = {dataset_id} AND r.group_id = 0
+WHERE r.dataset_id = {dataset_id} AND r.group_id = 0{sorted}
   AND {visible}
 """
 
@@ -170,14 +171,17 @@ class SelectionTarget:
     dataset_id: int
     fields: dict[str, str]
     version: int | None
+    key_sorted: bool = False
+    """Whether the dataset's rows are in the key index (``keys="text"``): the statement then
+    says so, and a filter on a key range reads the index (keyrange.sorted_rows)."""
 
     @property
     def columns(self) -> tuple[str, ...]:
         """The columns of ``sample``."""
         return (*SAMPLE_COLUMNS, *self.fields)
 
-    def template(self) -> str:
-        """The selection's statement, with ``{where}`` where the filter goes.
+    def template(self, dialect: str) -> str:
+        """The selection's statement on ``dialect``, with ``{where}`` where the filter goes.
 
         Every value in it is the catalog's own: ids and versions are ints,
         field names lower-case identifiers (checked again here).
@@ -209,6 +213,7 @@ class SelectionTarget:
             _SAMPLE.replace("{fields}", "".join(columns))
             .replace("{joins}", "".join(joins))
             .replace("{dataset_id}", str(int(self.dataset_id)))
+            .replace("{sorted}", f" AND {sorted_rows(dialect, 'r')}" if self.key_sorted else "")
             .replace("{visible}", visible)
         )
         return (
@@ -248,7 +253,7 @@ def selection_target(
     needs_key_text(ds.name, ds.key_mode, "select / where=")
     fields = declared_fields(session, ds.id)
     number = None if version is None else resolve_version(session, ds, version)
-    return SelectionTarget(dataset, ds.id, fields, number)
+    return SelectionTarget(dataset, ds.id, fields, number, key_sorted=ds.key_mode == TEXT)
 
 
 def run_selection(
@@ -275,7 +280,7 @@ def run_selection(
     limits = FilterLimits.from_env() if limits is None else limits
     dialect = engine.dialect.name
     checked = compile_filter(where, columns=target.columns, dialect=dialect, params=params)
-    statement = checked.statement(target.template())
+    statement = checked.statement(target.template(dialect))
     role = (config.get("sql_role") or "").strip() or None if dialect == "postgresql" else None
     offsets: dict[int, list[int]] = {}
     keys: dict[int, list[str]] = {}

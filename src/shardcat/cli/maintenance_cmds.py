@@ -62,7 +62,8 @@ def verify(
         ),
     ] = False,
 ) -> None:
-    """Read every committed shard, check every CRC and compare it with the catalog.
+    """Read every committed shard, check every CRC and compare it with the catalog (--quick:
+    each shard's header and trailer and its rows' count, no record read).
 
     Also compares the version manifests in the dataset's folder
     (`_versions/`) with the catalog. Prints every problem (shard, kind,

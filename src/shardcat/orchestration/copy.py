@@ -357,7 +357,7 @@ def copy_dataset(
                 "copy into another folder"
             )
         if not move:
-            _refuse_taken(dst_cat, target)
+            _refuse_taken(dst_cat, target, keys or TEXT)
         _refuse_foreign(destination, set(plan.values()), dst_opts)
         _refuse_missing(dataset, [row.url for row in rows], src_opts)
         with client_for(client, destination) as dask_client:
@@ -485,18 +485,25 @@ def _relative(url: str, root: str) -> str:
     return url.rsplit("/", 1)[-1]
 
 
-def _refuse_taken(cat: Catalog, name: str) -> None:
-    """A copy may reuse a dataset of its name only if it has no records (an interrupted copy's)."""
+def _refuse_taken(cat: Catalog, name: str, keys: str) -> None:
+    """A copy may reuse a dataset of its name only if it has no records (an interrupted copy's)
+    and keeps keys as the copy asks (``keys``), checked before any shard is copied."""
     from ..errors import DatasetNotFoundError
 
     try:
-        cat.info(name)
+        info = cat.info(name)
     except DatasetNotFoundError:
         return
     if cat.shards(name):
         raise DatasetExistsError(
             f"catalog {cat.url} has a dataset {name!r} with records already: name the copy "
             "(name=, --as NAME) or delete that dataset first"
+        )
+    if info.keys != keys:
+        raise DatasetExistsError(
+            f"catalog {cat.url} has an empty dataset {name!r} that keeps keys={info.keys!r}, "
+            f"and the copy asks for keys={keys!r}: pass keys={info.keys!r} (--keys "
+            f"{info.keys}), name the copy (name=, --as NAME) or delete that dataset first"
         )
 
 

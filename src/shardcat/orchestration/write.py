@@ -289,9 +289,11 @@ def write(
         ``data``.
     keys:
         What a new dataset's catalog keeps of each key: ``"text"`` (its text
-        and hash; the default) or ``"hash"`` (the hash only: fewer bytes per
-        key, every lookup compares the key its shard record holds; no
-        ``keys --prefix`` or ``where=`` on keys; docs/CATALOG.md, "Hash-only
+        and hash, the text in key order; the default), ``"unsorted"`` (text and
+        hash, no key-order index: fewer bytes per key, no listing of keys in
+        key order; docs/CATALOG.md, "Unsorted datasets") or ``"hash"`` (the
+        hash only: fewer bytes still, every lookup compares the key its shard
+        record holds; no ``where=`` on keys either; docs/CATALOG.md, "Hash-only
         datasets"). None: the existing dataset's; given, it must be it.
 
     Returns

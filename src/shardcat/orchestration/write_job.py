@@ -81,7 +81,7 @@ def open_dataset(
     one dataset over two. A dataset without any shard row (created by hand,
     or a first job that failed before staging anything) takes ``url`` as
     its folder. ``group``: the job writes a column group (:func:`append_target`).
-    ``keys``: what a new dataset keeps of its keys (``"text"``, ``"hash"``:
+    ``keys``: what a new dataset keeps of its keys (``"text"``, ``"unsorted"``, ``"hash"``:
     :meth:`Catalog.create_dataset`); None: ``"text"`` for a new one, the
     existing one's as it is. Given, it must be the existing dataset's.
 

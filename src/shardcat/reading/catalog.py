@@ -337,6 +337,9 @@ class Catalog(SqlCatalog):
         ------
         DatasetNotFoundError
             If there is no such dataset.
+        KeyOrderUnavailableError
+            ``prefix`` and a dataset without a key-order index (``keys="unsorted"``; its
+            subclass ``KeyTextUnavailableError`` for ``keys="hash"``).
         """
         lookup = self._lookup()
         with lookup.gate:

@@ -6,8 +6,9 @@ an object store). The header names the file (its random ``file_id``) and its
 CRC; the trailer, whose own CRC32C is checked as it is decoded, holds the
 record and entry counts, the CRCs of the data and the footer, and where the
 footer starts. :func:`shardcat.catalog.quickcheck.compare_ends` then compares
-them, and the rows' counts and spans, with the catalog. A tar's size is read;
-a folder group or a columnar file is checked by the full verify only.
+them, and the rows' counts and spans, with the catalog. A file indexed in place
+(a tar, an MDS shard, a LitData chunk) has its size read; a folder group's
+files are checked by the full verify only.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from .._types import ByteRange
-from ..catalog.kinds import Ends, EndsCheck
+from ..catalog.kinds import RANGES_OF_FILE, Ends, EndsCheck
 from ..catalog.results import Problem
 from ..errors import FormatError, ShardcatError, ShardNotFoundError
 from ..format.header import Header, Trailer
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ENDS_READ", "read_ends"]
 
-ENDS_READ = frozenset({"native", "tar"})
+ENDS_READ = frozenset({"native"}) | RANGES_OF_FILE
 """Kinds whose files the quick verify reads (their size; a native shard's header and trailer)."""
 
 
@@ -55,8 +56,10 @@ def _check(shard: Shard, storage_options: Any) -> EndsCheck:
         return _ends(shard, storage_options), []
     except ShardNotFoundError as e:
         return None, [Problem(url, "missing", f"the shard file does not exist: {e}")]
-    except FormatError as e:  # a bad magic, version or CRC at either end
-        return None, [Problem(url, "corrupt", f"an end of the shard is damaged: {e}")]
+    except FormatError as e:  # a bad magic, a newer format, a CRC at either end
+        return None, [
+            Problem(url, "unreadable", f"the shard's header or trailer cannot be decoded: {e}")
+        ]
     except (ShardcatError, OSError) as e:
         return None, [Problem(url, "unreadable", str(e))]
 
@@ -78,6 +81,10 @@ def read_ends(
             if shard.kind not in ENDS_READ:
                 return None, []
             return _check(shard, storage_options)
+        except Exception as e:
+            # As the full check's last line of defence: whatever one shard's store does (an
+            # unknown protocol, a backend not installed), it is reported, the others checked.
+            return None, [Problem(shard.url, "unreadable", f"{type(e).__name__}: {e}")]
         finally:
             if on_shard is not None:
                 on_shard(shard.url, len(shards))
