@@ -13,13 +13,16 @@ Two changes:
 - ``records.key_sorted`` BOOLEAN NOT NULL DEFAULT true, the last column: no
   table rewrite on either database (PostgreSQL keeps the default in the
   catalog for existing rows, SQLite reads it for rows stored without it);
-- the key index's predicate becomes ``key IS NOT NULL AND key_sorted``
-  (SQLite: ``key_sorted = 1``, as SQLAlchemy writes the condition): the index
-  is built again, a pass over the table (about a second a million rows).
+- the key index's predicate becomes ``key IS NOT NULL AND key_sorted`` (a
+  bare boolean on both databases, so that one WHERE clause reads it on both):
+  the index is built again, a pass over the table (about a second a million
+  rows).
 
 A statement reads the index only if its WHERE clause also says ``key_sorted``
-(docs/CATALOG.md, "Unsorted datasets"). The downgrade turns unsorted datasets
-into text ones, their rows entering the rebuilt index, and drops the column.
+(docs/CATALOG.md, "Unsorted datasets"); the views of 0008 and 0013 do not have the
+column, so a key range asked of them scans (docs/CATALOG.md §12.1). The downgrade
+turns unsorted datasets into text ones, their rows entering the rebuilt index, and
+drops the column.
 """
 
 from __future__ import annotations
@@ -36,22 +39,19 @@ depends_on: str | Sequence[str] | None = None
 
 _KEY_INDEX = "ix_records_dataset_id_key"
 # Written out, not imported: a revision's DDL stays what it was when later code changes.
-_SORTED = {
-    "sqlite": sa.text("key IS NOT NULL AND key_sorted = 1"),
-    "postgresql": sa.text("key IS NOT NULL AND key_sorted"),
-}
+_SORTED = sa.text("key IS NOT NULL AND key_sorted")
 _HAS_KEY = sa.text("key IS NOT NULL")
 
 
-def _key_index(where: dict[str, sa.TextClause]) -> None:
+def _key_index(where: sa.TextClause) -> None:
     op.drop_index(_KEY_INDEX, table_name="records")
     op.create_index(
         _KEY_INDEX,
         "records",
         ["dataset_id", "key"],
         postgresql_ops={"key": 'COLLATE "C"'},
-        sqlite_where=where["sqlite"],
-        postgresql_where=where["postgresql"],
+        sqlite_where=where,
+        postgresql_where=where,
     )
 
 
@@ -64,5 +64,5 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.execute("UPDATE datasets SET key_mode = 'text' WHERE key_mode = 'unsorted'")
-    _key_index({"sqlite": _HAS_KEY, "postgresql": _HAS_KEY})
+    _key_index(_HAS_KEY)
     op.drop_column("records", "key_sorted")

@@ -12,7 +12,8 @@ The index is partial (:data:`SORTED_ROWS`): it holds the rows that have key
 text and whose dataset keeps keys in order (``records.key_sorted``; false in a
 dataset created with ``keys="unsorted"``). A statement reads it only if its
 WHERE clause says so in the same words (SQLite proves a partial index usable
-term by term): :func:`sorted_rows` is that condition.
+term by term, and a bare ``key_sorted`` is not ``key_sorted = 1`` to it):
+:func:`sorted_rows` is that condition.
 """
 
 from __future__ import annotations
@@ -24,17 +25,14 @@ __all__ = ["KEY_ORDER", "SORTED_ROWS", "prefix_end", "sorted_rows"]
 KEY_ORDER = 'COLLATE "C"'
 """PostgreSQL: how ``ix_records_dataset_id_key`` orders keys (bytes, like SQLite)."""
 
-SORTED_ROWS = {
-    "sqlite": "key IS NOT NULL AND key_sorted = 1",
-    "postgresql": "key IS NOT NULL AND key_sorted",
-}
-"""The key index's predicate (revision 0018), per database, as SQLAlchemy renders the
-same condition (``key_sorted`` is a BOOLEAN: SQLite stores 0 or 1, SQLAlchemy writes ``= 1``)."""
+SORTED_ROWS = "key IS NOT NULL AND key_sorted"
+"""The key index's predicate (revision 0018). ``key_sorted`` is a BOOLEAN named bare, which
+both databases read alike (SQLite stores 0 or 1): the same words work in anyone's SQL."""
 
 
-def sorted_rows(dialect: str, alias: str) -> str:
+def sorted_rows(alias: str) -> str:
     """The WHERE condition under which a statement over ``records AS alias`` may read the key index."""
-    return " AND ".join(f"{alias}.{term}" for term in SORTED_ROWS[dialect].split(" AND "))
+    return f"{alias}.key IS NOT NULL AND {alias}.key_sorted"
 
 
 _SURROGATES = range(0xD800, 0xE000)  # not characters: UTF-8 cannot encode them

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, Select, collate, select
+from sqlalchemy import ColumnElement, Engine, Select, collate, select, text
 
 from . import fence, visibility
-from .keyrange import KEY_ORDER, prefix_end
+from .keyrange import KEY_ORDER, prefix_end, sorted_rows
 from .models import BASE_GROUP, Record, Shard
 from .session import translate_errors
 
@@ -50,11 +50,10 @@ def _where(
     )
     # A sample is its base record (a column group's records are entries of it).
     # The key index is partial (keyrange.SORTED_ROWS): the statement says its condition in
-    # the same words to read it (SQLAlchemy writes `key_sorted = 1` on SQLite, as the index).
+    # the same words to read it (as text: SQLAlchemy would write `key_sorted = 1` on SQLite).
     stmt = stmt.join(Shard, Shard.id == Record.shard_id).where(
         Record.dataset_id == dataset_id,
-        Record.key.is_not(None),
-        Record.key_sorted,
+        text(sorted_rows(Record.__tablename__)),
         Record.group_id == BASE_GROUP,
         seen,
     )

@@ -315,8 +315,8 @@ class Record(Base):
             "dataset_id",
             "key",
             postgresql_ops={"key": KEY_ORDER},
-            sqlite_where=text(SORTED_ROWS["sqlite"]),
-            postgresql_where=text(SORTED_ROWS["postgresql"]),
+            sqlite_where=text(SORTED_ROWS),
+            postgresql_where=text(SORTED_ROWS),
         ),
         # Removed records only (partial): what a version hides is a range of it, and
         # inserting live records costs it nothing (migration 0007).

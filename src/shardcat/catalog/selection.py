@@ -213,7 +213,7 @@ class SelectionTarget:
             _SAMPLE.replace("{fields}", "".join(columns))
             .replace("{joins}", "".join(joins))
             .replace("{dataset_id}", str(int(self.dataset_id)))
-            .replace("{sorted}", f" AND {sorted_rows(dialect, 'r')}" if self.key_sorted else "")
+            .replace("{sorted}", f" AND {sorted_rows('r')}" if self.key_sorted else "")
             .replace("{visible}", visible)
         )
         return (

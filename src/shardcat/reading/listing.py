@@ -64,7 +64,7 @@ def count_keys(raw: RawConnection, dataset: str, prefix: str | None = None) -> i
         f" WHERE r.dataset_id = {p} AND r.group_id = 0 AND {_LIVE}"  # samples: base records
     )
     if prefix:  # a range of the key index, which the statement names its condition to read
-        sql += f" AND {sorted_rows(raw.dialect, 'r')} AND {key} >= {p}"
+        sql += f" AND {sorted_rows('r')} AND {key} >= {p}"
         params.append(prefix)
         end = prefix_end(prefix)
         if end is not None:
