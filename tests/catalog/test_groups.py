@@ -274,3 +274,31 @@ def test_groups_cached_while_their_shards_were_staged_merge_in_group_order(cat, 
     version = cat.info("train").version
     assert cat.get("train", key, version=version)["cap.txt"].decode() == "late"
     assert cat.get("train", key)["cap.txt"].decode() == "late"
+
+
+def test_two_drops_of_one_group_racing_commit_once(postgres_url, local_root, monkeypatch):
+    """The history checker's anomaly (PostgreSQL, seed 14): a drop that read the group live
+    while another drop committed must find it gone under the dataset's lock, not drop it twice.
+    (SQLite reads it under the write lock already: the race cannot happen there.)"""
+    import shardcat.catalog.groups as groups
+    from shardcat.errors import GroupNotFoundError
+
+    with Catalog(postgres_url) as first, Catalog(postgres_url) as second:
+        make_dataset(first, local_root, 1)
+        add_group(first, local_root, shard_keys(0)[:3])
+        before = first.info("train").version
+        real = groups.live_group
+        raced: list[int] = []
+
+        def read_then_race(session, dataset_id, name):
+            row = real(session, dataset_id, name)
+            if not raced:  # the other drop commits between this read and the lock
+                raced.append(0)  # once: the other drop reads through this too
+                raced[0] = second.drop_group("train", name)
+            return row
+
+        monkeypatch.setattr(groups, "live_group", read_then_race)
+        with pytest.raises(GroupNotFoundError, match="dropped at version"):
+            first.drop_group("train", "captions")
+        assert raced == [before + 1]
+        assert first.info("train").version == before + 1  # one drop, one version

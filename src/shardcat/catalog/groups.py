@@ -316,6 +316,11 @@ def drop_group(session: Session, dataset: str, name: str, message: str | None) -
     group = row
 
     def drop(version: int) -> tuple[int, int]:
+        # Read again under the dataset's lock (its version row, taken before this runs): on
+        # PostgreSQL (READ COMMITTED) another drop may have committed since the read above.
+        session.refresh(group)
+        if group.dropped_version is not None:
+            raise no_such_group(session, ds, name)
         params: dict[str, object] = {"d": ds.id, "v": version, "g": group.id}
         removed = remove_records(
             session,

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from .._keymodes import KEY_MODES
 from ..errors import Hint, KeyOrderUnavailableError, KeyTextUnavailableError
 
 __all__ = [
@@ -42,16 +43,11 @@ __all__ = [
     "needs_key_text",
 ]
 
-KEY_MODES = ("text", "hash", "unsorted")
-"""What a dataset's records keep of their key (``datasets.key_mode``, at most 8 characters).
-
-Text and hash, the text in key order (``text``); only the hash (``hash``); text and hash, the
-text in no index (``unsorted``).
-
-Checked by :func:`check_key_mode`, not by a CHECK constraint: adding one to ``datasets`` on
-SQLite would rebuild the table every other table refers to. Defined here, free of SQLAlchemy,
-so that the lookup path can name the modes without loading the ORM."""
-
+# What a dataset's records keep of their key (``datasets.key_mode``): defined in
+# shardcat._keymodes, free of every import, so that the command line and the lookup path
+# name the modes without loading the catalog or the ORM. Checked by check_key_mode, not by
+# a CHECK constraint: adding one to ``datasets`` on SQLite would rebuild the table every
+# other table refers to.
 TEXT, HASH, UNSORTED = KEY_MODES
 
 KeyReader = Callable[[Sequence[tuple[str, int, int]]], list[str]]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from .. import config as cfg
-from ..catalog.hashkeys import KEY_MODES
+from .._keymodes import KEY_MODES
 from ..errors import CatalogError
 from .output import Output, output_for
 
