@@ -76,8 +76,8 @@ def _child(mode: str, reps: int) -> None:
     import numpy as np
 
     import shardcat.format  # noqa: F401  (sets the codec up)
-    from shardcat.catalog.spans import unpack_spans
     from shardcat.format import _ccodec as c
+    from shardcat.format.spans import unpack_spans
     from shardcat.format.spec import BATCH_ROW_DTYPE
 
     count = 10_000 if mode in ("batch", "stream", "spans", "gather") else 1

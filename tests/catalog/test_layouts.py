@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from shardcat.catalog.spans import NARROW, WIDE, pack_spans, unpack_spans
+from shardcat.format.spans import NARROW, WIDE, pack_spans, unpack_spans
 
 from .helpers import write_shard
 
@@ -85,17 +85,30 @@ def _entries(rows):
     return e
 
 
-def test_spans_narrow_wide_and_uneven():
-    rows = [(64, 10, 1), (128, 20, 2), (64, 30, 3), (192, 5, 4), (256, 6, 5)]
-    packed = pack_spans(_entries(rows), np.array([2, 0, 3]))
-    values = packed.tolist()
-    assert [len(v) for v in values] == [2 * NARROW.itemsize, 0, 3 * NARROW.itemsize]
+def test_spans_compact_in_order_fixed_otherwise():
+    # Entries back to back (a gap of 64 before the first, 54 between): the compact packing,
+    # 1-byte varints and the CRC, 6 bytes an entry.
+    rows = [(64, 10, 1), (128, 20, 2), (64, 30, 3), (94, 5, 4), (99, 6, 5)]
+    values = pack_spans(_entries(rows), np.array([2, 0, 3])).tolist()
+    assert [len(v) for v in values] == [12, 0, 18]
     assert unpack_spans(values[0], 2) == rows[:2]
     assert unpack_spans(values[1], 0) == []
     assert unpack_spans(values[2], 3) == rows[2:]
+    # Varints of 4 bytes each: 12 bytes for one entry, the narrow length: a pad byte.
+    padded = pack_spans(_entries([(1 << 21, 1 << 21, 6)]), np.array([1])).tolist()[0]
+    assert len(padded) == 13 and padded[-1] == 0
+    assert unpack_spans(padded, 1) == [(1 << 21, 1 << 21, 6)]
+    # An entry before its predecessor's end: the shard keeps the fixed packings.
+    rows = [(64, 10, 1), (128, 20, 2), (64, 30, 3), (32, 5, 4), (256, 6, 5)]
+    values = pack_spans(_entries(rows), np.array([2, 0, 3])).tolist()
+    assert [len(v) for v in values] == [2 * NARROW.itemsize, 0, 3 * NARROW.itemsize]
+    assert unpack_spans(values[2], 3) == rows[2:]
     huge = [(64, 5 << 30, 7), ((5 << 30) + 64, 10, 8)]  # a 5 GiB entry: offsets need 64 bits
-    values = pack_spans(_entries(huge), np.array([2])).tolist()
-    assert len(values[0]) == 2 * WIDE.itemsize
-    assert unpack_spans(values[0], 2) == huge
+    # gap 64 and a 33-bit size, then gap 0 and size 10: 1 + 5 + 4 + 1 + 1 + 4 bytes.
+    assert len(pack_spans(_entries(huge), np.array([2])).tolist()[0]) == 16
+    backwards = [*huge, (0, 1, 9)]
+    values = pack_spans(_entries(backwards), np.array([3])).tolist()
+    assert len(values[0]) == 3 * WIDE.itemsize
+    assert unpack_spans(values[0], 3) == backwards
     with pytest.raises(ValueError, match="do not describe"):
         unpack_spans(b"\0" * 13, 1)

@@ -29,10 +29,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from shardcat.catalog import internal
-from shardcat.catalog.spans import unpack_spans
 from shardcat.errors import DatasetNotFoundError, KeyNotFoundError, ShardcatError
 from shardcat.format import checksums, recordcodec, records
 from shardcat.format.checksums import signed_key_hashes
+from shardcat.format.spans import unpack_spans
 from shardcat.format.tar import scan_tar
 from shardcat.format.tar.read import tar_record as reference_tar_record
 from shardcat.reading import Catalog, point, pypoint

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from shardcat.catalog.register import check_unique
-from shardcat.catalog.spans import pack_spans, unpack_spans
 from shardcat.errors import DuplicateKeyError
 from shardcat.format.checksums import crc32c
+from shardcat.format.spans import pack_spans, unpack_spans
 from shardcat.format.tar import scan_tar
 
 

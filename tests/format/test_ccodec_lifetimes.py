@@ -30,10 +30,10 @@ import numpy as np
 import pytest
 import xxhash
 
-from shardcat.catalog.spans import unpack_spans
 from shardcat.format import lazy, recordcodec, records, scatter
 from shardcat.format.checksums import crc32c
 from shardcat.format.records import PreparedEntry
+from shardcat.format.spans import unpack_spans
 from shardcat.format.spec import BATCH_ROW_DTYPE, Codec
 
 if "compiled" not in recordcodec.available():
@@ -344,7 +344,7 @@ _CHILD_PRELUDE = """
 import struct, sys, threading
 import numpy as np, xxhash
 import shardcat.format
-from shardcat.catalog.spans import unpack_spans
+from shardcat.format.spans import unpack_spans
 from shardcat.format import _ccodec as c, records
 from shardcat.format.checksums import crc32c
 from shardcat.format.records import PreparedEntry

@@ -28,7 +28,7 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 
 
 def narrow(offsets: list[int], sizes: list[int], crcs: list[int]) -> bytes:
-    """A catalog's packed spans (catalog/spans.py, the narrow form)."""
+    """A catalog's packed spans (format/spans.py, the narrow form)."""
     return b"".join(struct.pack("<III", *t) for t in zip(offsets, sizes, crcs))
 
 

@@ -22,11 +22,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from shardcat import config
-from shardcat.catalog.spans import unpack_spans
 from shardcat.errors import FormatError
 from shardcat.format import lazy, recordcodec, records
 from shardcat.format.entries import Record, _StoredEntry
 from shardcat.format.records import PreparedEntry
+from shardcat.format.spans import unpack_spans
 from shardcat.format.spec import (
     ALIGNMENTS,
     BATCH_ROW_DTYPE,
@@ -387,7 +387,7 @@ def test_registered_errors_that_are_not_value_errors_propagate():
 
 
 def _packed(data: bytes, count: int, wide: bool) -> bytes:
-    """The record's spans packed as the catalog stores them (catalog/spans.py)."""
+    """The record's spans packed as the catalog stores them (format/spans.py)."""
     rows = [ENTRY_DESC_STRUCT.unpack_from(data, 32 + 32 * i)[:3] for i in range(count)]
     fmt = struct.Struct("<QQI" if wide else "<III")
     return b"".join(fmt.pack(*r) for r in rows)

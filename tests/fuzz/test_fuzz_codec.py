@@ -35,10 +35,10 @@ import pytest
 import xxhash
 
 from shardcat import _pread
-from shardcat.catalog.spans import unpack_spans
 from shardcat.format import Record, ShardWriter, entries, lazy, recordcodec, records, runs, scatter
 from shardcat.format import sources as format_sources
 from shardcat.format.footer import EntrySpec
+from shardcat.format.spans import pack_record_spans, unpack_spans
 from shardcat.format.spec import BATCH_ROW_DTYPE, Codec
 from shardcat.format.tar import read as tar_read
 from shardcat.format.tar import read_tar_record
@@ -66,6 +66,7 @@ FUZZERS = {
     "encode_record": "test_encode_record",
     "add_plain": "test_add_plain",
     "tar_record": "test_tar_record",
+    "unpack_spans": "test_unpack_spans",
     "crc32c_spans": "test_crc32c_spans",
     "scatter_copy": "test_scatter_copy",
     "gather_copy": "test_gather_copy",
@@ -303,23 +304,35 @@ def test_decode_indexed(tally: Tally[str]) -> None:
         tally[f"{how}-{same(ours, ref, case)[0]}"] += 1
 
 
+def _packed(case: Case, rows: list[tuple[int, int, int]]) -> bytes:
+    """``rows`` packed as the catalog packs them (compact where it can), or in a fixed packing."""
+    r = case.random()
+    if r < 0.6:
+        try:
+            return pack_record_spans(rows)
+        except ValueError:
+            return b""
+    wide = r < 0.75 or any(o + s >= 1 << 32 for o, s, _ in rows)
+    try:
+        return b"".join(struct.pack("<QQI" if wide else "<III", *row) for row in rows)
+    except struct.error:
+        return b""
+
+
 def _spans(case: Case, data: bytes, damage: bool = True) -> bytes:
     """The record's registered spans as the catalog packs them; with ``damage`` sometimes not."""
     n = int.from_bytes(data[30:32], "little") if len(data) >= 32 else 0
     rows = [
         struct.unpack_from("<QQI", data, 32 + 32 * i) for i in range(n) if 64 + 32 * i <= len(data)
     ]
-    wide = case.random() < 0.2 or any(o + s >= 1 << 32 for o, s, _ in rows)
-    packing = struct.Struct("<QQI" if wide else "<III")
-    try:
-        packed = b"".join(packing.pack(*r) for r in rows)
-    except struct.error:
-        packed = b""
+    packed = _packed(case, rows)
     r = case.random() if damage else 1.0
     if r < 0.1 and packed:
         packed = packed[:-1] + bytes([packed[-1] ^ 1])
     elif r < 0.15:
         packed += b"\0" * 12
+    elif r < 0.18:
+        packed += b"\0"
     return packed
 
 
@@ -750,8 +763,7 @@ def test_tar_record(tally: Tally[str]) -> None:
                 crc ^= 1
             layout.append(EntrySpec(case.choice(["jpg", "cls", text(case)]), "x/y", Codec.NONE))
             spans.append((at, size, crc))
-        wide = case.random() < 0.3
-        packed = b"".join(struct.pack("<QQI" if wide else "<III", *s) for s in spans)
+        packed = _packed(case, spans)
         if case.random() < 0.05:
             packed += b"\0"
         specs = tuple((s.name, s.content_type) for s in layout)
@@ -760,15 +772,74 @@ def test_tar_record(tally: Tally[str]) -> None:
         ref = outcome(read_tar_record, data, key, layout, spans, path="t.tar", offset=offset)
         # The Python twin answers exactly as the reference: the record, or None where it raises.
         twin = tar_read.tar_record(data, key, specs, packed, offset, Record)
-        if len(packed) in (12 * len(spans), 20 * len(spans)):
+        readable = _unpacked(packed, len(spans)) == spans
+        if readable:
             assert (twin is not None) == (ref[0] == "ok"), case
         if twin is not None:
             same(("ok", twin), ref, case)
         if ours is not None:  # accepted: the reference accepts the same record
             same(("ok", ours), ref, case)
-        elif ref[0] == "ok" and len(packed) in (12 * len(spans), 20 * len(spans)):
+        elif ref[0] == "ok" and readable:
             pytest.fail(f"{case}: the compiled tar_record refused a sound sample")
         tally[f"{ref[0]}-{'compiled' if ours is not None else 'reference'}"] += 1
+
+
+def _unpacked(value: bytes, count: int) -> list[tuple[int, int, int]] | None:
+    """format/spans.py's reading of a value: None where it raises."""
+    try:
+        return unpack_spans(value, count)
+    except ValueError:
+        return None
+
+
+def _varint_bytes(case: Case) -> bytes:
+    """A varint, sometimes one the packing forbids: overlong, past 64 bits, unterminated."""
+    value = case.randint(0, (1 << case.choice([7, 14, 21, 35, 63, 64])) - 1)
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    r = case.random()
+    if r < 0.1:
+        out[-1] |= 0x80
+        out.append(0)  # overlong: a trailing zero group
+    elif r < 0.15:
+        out = bytearray(b"\xff" * 9 + bytes([case.randint(1, 127)]))  # 10 bytes, past 64 bits
+    elif r < 0.2:
+        out[-1] |= 0x80  # unterminated
+    return bytes(out)
+
+
+def test_unpack_spans(tally: Tally[str]) -> None:
+    for case in cases("unpack_spans", 20000, tally):
+        count = case.randint(0, 5)
+        r = case.random()
+        if r < 0.4:  # sound spans, in any packing
+            rows, end = [], 0
+            for _ in range(count):
+                offset = end + case.choice([0, 0, 0, case.randint(0, 1 << case.randint(1, 63))])
+                size = case.randint(0, 1 << case.randint(0, 40))
+                rows.append((offset, size, case.randint(0, (1 << 32) - 1)))
+                end = offset + size
+            value = _packed(case, rows)
+            if case.random() < 0.3 and value:
+                value = mutate(case, value)
+        elif r < 0.7:  # compact-shaped: varints and CRCs, some of them broken
+            value = b"".join(
+                _varint_bytes(case)
+                + _varint_bytes(case)
+                + case.randbytes(case.choice([4, 4, 4, 3]))
+                for _ in range(count)
+            )
+            if case.random() < 0.2:
+                value += case.choice([b"\0", b"\1", b"\0\0"])
+        else:
+            value = case.randbytes(case.randint(0, 24 * count + 3))
+        ref = _unpacked(value, count)
+        ours = ccodec.unpack_spans(value, count)
+        assert ours == ref, (case, value.hex(), count, ours, ref)
+        tally["ok" if ref is not None else "refused"] += 1
 
 
 # --- the scatter family --------------------------------------------------------------

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 import shardcat
-from shardcat.catalog.spans import pack_spans
 from shardcat.errors import ChecksumError, ShardNotFoundError, TruncatedError
 from shardcat.format import recordcodec
 from shardcat.format.checksums import crc32c
 from shardcat.format.folder import FolderSample, folder_info
+from shardcat.format.spans import pack_spans
 from shardcat.orchestration.files import from_files, list_source
 from shardcat.orchestration.index_files import _READ_FILES
 from shardcat.reading import Catalog

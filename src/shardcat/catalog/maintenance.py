@@ -21,6 +21,7 @@ from ..errors import (
     DuplicateKeyError,
     FormatError,
 )
+from ..format.spans import unpack_spans
 from . import visibility
 from .commit import commit
 from .datasets import find_dataset
@@ -255,14 +256,21 @@ def _compare(s: Session, shard: Shard, info: Summary) -> list[Problem]:
     if diffs:
         problems.append(shard_mismatch(url, diffs))
     signatures = [lay.signature for lay in prep.layouts]
+    # Spans are compared by what they say, not by their bytes: a catalog written before
+    # the compact packing holds the fixed ones (format/spans.py).
+    counts = {lay.signature: len(lay.entries) for lay in prep.layouts}
+    footer_signatures = [signatures[i] for i in prep.layout_index.tolist()]
     footer = set(
         zip(
             prep.keys,
             prep.key_hashes.tolist(),
             prep.offsets.tolist(),
             prep.lengths.tolist(),
-            prep.spans.tolist(),
-            [signatures[i] for i in prep.layout_index.tolist()],
+            [
+                _located(sp, counts[sig])
+                for sp, sig in zip(prep.spans.tolist(), footer_signatures, strict=True)
+            ],
+            footer_signatures,
         )
     )
     # A hash-only dataset's rows have no key text: each takes the key the footer has at its
@@ -275,7 +283,7 @@ def _compare(s: Session, shard: Shard, info: Summary) -> list[Problem]:
             int(h),
             int(o),
             int(n),
-            bytes(sp),
+            _located(bytes(sp), counts.get(sig)),
             sig,
         )
         for k, h, o, n, sp, sig in s.execute(_CATALOG_ROWS, {"shard": shard.id})
@@ -318,6 +326,16 @@ def _compare(s: Session, shard: Shard, info: Summary) -> list[Problem]:
             )
         )
     return problems
+
+
+def _located(spans: bytes, count: int | None) -> tuple[tuple[int, int, int], ...] | bytes:
+    """A row's spans unpacked for ``count`` entries; its bytes where they are not that."""
+    if count is None:
+        return spans
+    try:
+        return tuple(unpack_spans(spans, count))
+    except ValueError:
+        return spans
 
 
 def shard_mismatch(url: str, diffs: list[str]) -> Problem:

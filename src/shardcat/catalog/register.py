@@ -22,11 +22,11 @@ from sqlalchemy.orm import Session
 from .._redact import redact_url as redact
 from ..errors import DuplicateKeyError, FormatError, Hint
 from ..format.info import ShardInfo
+from ..format.spans import PackedSpans, pack_spans
 from .hashkeys import HASH, TEXT, UNSORTED
 from .kinds import Summary, kind_of
 from .models import Base, Layout, LayoutEntry, Record
 from .pgcopy import copy_binary
-from .spans import PackedSpans, pack_spans
 
 __all__ = [
     "LayoutSpec",

@@ -24,6 +24,7 @@ from ..errors import (
     KeyTextUnavailableError,
     ShardNotFoundError,
 )
+from ..format.spans import unpack_spans
 from . import visibility
 from .commit import bump_version, commit
 from .datasets import find_dataset
@@ -34,7 +35,6 @@ from .register import PreparedShard, ensure_layouts, insert_ignore, insert_recor
 from .results import RecordRow, ShardRow
 from .retire import drop_shards, retire
 from .rows import shard_row
-from .spans import unpack_spans
 from .versions import mark_fully_removed, record_version, remove_records
 
 __all__ = [

@@ -16,10 +16,10 @@ from functools import partial
 from typing import Any, TypeAlias
 
 from ..catalog.kinds import shard_kind
-from ..catalog.spans import unpack_spans
 from ..errors import FormatError
 from ..format import Record, recordcodec
 from ..format.footer import EntrySpec
+from ..format.spans import unpack_spans
 from ..format.spec import Codec
 
 __all__ = [

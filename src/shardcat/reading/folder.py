@@ -18,13 +18,13 @@ from .._pread import pread_file, read_whole
 from .._types import ByteRange
 from ..catalog.kinds import FileCheck
 from ..catalog.results import Problem
-from ..catalog.spans import unpack_spans
 from ..errors import ChecksumError, ShardNotFoundError, StorageError, TruncatedError
 from ..format import recordcodec
 from ..format.checksums import crc32c
 from ..format.entries import Record
 from ..format.folder import checked_file, entry_path, folder_of
 from ..format.footer import EntrySpec
+from ..format.spans import unpack_spans
 from ..format.tar.read import read_tar_record
 from ..storage import is_local, local_path, redact, resolve
 from .decode import inconsistent_row, row_spans

@@ -34,7 +34,6 @@ from ..catalog.history import Version
 from ..catalog.kinds import RANGES_OF_FILE
 from ..catalog.results import BatchResult, DescribedBatch, EntryInfo, Location
 from ..catalog.session import nul_refused
-from ..catalog.spans import unpack_spans
 from ..catalog.sqlite_file import SqliteFile
 from ..errors import (
     DatasetNotFoundError,
@@ -52,6 +51,7 @@ from ..format.footer import EntrySpec
 from ..format.merged import merge_records as _merged
 from ..format.records import BatchTable, decode_entry
 from ..format.sources import FileSource
+from ..format.spans import unpack_spans
 from ..format.spec import Codec
 from ..storage import SourceCache, is_local, local_path, redact
 from ..storage.cache import DEFAULT_MAX_OPEN, ONE_PREAD

@@ -96,6 +96,7 @@ extern int cpython_tricks;
 #include "../_crc32c.h"
 
 #include "layout.h"
+#include "spans.h"
 
 /* ------------------------------------------------------------------------ */
 /* little-endian loads and stores                                            */
@@ -202,6 +203,7 @@ int decode_one(const unsigned char *buf, Py_ssize_t size, PyObject *shared, Py_s
                PyObject *offset, PyObject *index, PyObject **out);
 int key_matches(PyObject *key, const unsigned char *raw, Py_ssize_t raw_len);
 int spans_match(const unsigned char *buf, PyObject *spans);
+PyObject *py_unpack_spans(PyObject *self, PyObject *args); /* decode.c */
 int is_layout(PyObject *layout);
 
 /* lazy.c: lazy records and their entries, sealed entries, the record free list. */

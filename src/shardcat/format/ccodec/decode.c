@@ -518,37 +518,66 @@ reference:
 }
 
 
-/* The catalog's packed spans of a record (catalog/spans.py: per entry
-   offset u32 | size u32 | crc u32, or offset u64 | size u64 | crc u32 when
-   any end passes 4 GiB; the length tells which) equal its descriptors:
-   1 yes, 0 no or not sure (the reference decides). */
+/* The catalog's spans of a record (spans.h) equal its descriptors: 1 yes,
+   0 no or not sure (the reference decides). */
 int spans_match(const unsigned char *buf, PyObject *spans)
 {
     if (!PyBytes_CheckExact(spans))
         return 0;
-    unsigned n = ld16(buf + 30);
-    Py_ssize_t len = PyBytes_GET_SIZE(spans);
-    const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(spans);
-    int wide;
-    if (len == (Py_ssize_t)12 * n)
-        wide = 0;
-    else if (len == (Py_ssize_t)20 * n)
-        wide = 1;
-    else
-        return 0;
+    unsigned n = ld16(buf + HEAD_ENTRY_COUNT_AT);
+    SpanReader r;
+    span_reader_start(&r, (const unsigned char *)PyBytes_AS_STRING(spans), (uint64_t)PyBytes_GET_SIZE(spans), n);
     for (unsigned i = 0; i < n; i++) {
         const unsigned char *d = buf + HEAD_SIZE + DESC_SIZE * i;
-        uint64_t off, size;
-        uint32_t crc;
-        if (wide) {
-            off = ld64(s + 20 * i), size = ld64(s + 20 * i + 8), crc = ld32(s + 20 * i + 16);
-        } else {
-            off = ld32(s + 12 * i), size = ld32(s + 12 * i + 4), crc = ld32(s + 12 * i + 8);
-        }
-        if (off != ld64(d) || size != ld64(d + 8) || crc != ld32(d + 16))
+        Span sp;
+        if (!span_next(&r, &sp) || sp.offset != ld64(d) || sp.size != ld64(d + 8) || sp.crc != ld32(d + 16))
             return 0;
     }
-    return 1;
+    return span_reader_finished(&r);
+}
+
+/* unpack_spans(value, count) -> [(offset, size, crc), ...] | None
+
+   spans.h's reading of a value, for the fuzzers to compare with
+   format/spans.py's unpack_spans: None where that raises. */
+PyObject *py_unpack_spans(PyObject *self, PyObject *args)
+{
+    Py_buffer value;
+    Py_ssize_t count;
+    if (!PyArg_ParseTuple(args, "y*n", &value, &count))
+        return NULL;
+    PyObject *out = count >= 0 && count <= 0xFFFF ? PyList_New(0) : NULL;
+    if (out == NULL) {
+        PyBuffer_Release(&value);
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "count must be 0-65535");
+        return NULL;
+    }
+    SpanReader r;
+    span_reader_start(&r, value.buf, (uint64_t)value.len, (uint64_t)count);
+    for (Py_ssize_t i = 0; i < count && out != NULL; i++) {
+        Span sp;
+        if (!span_next(&r, &sp)) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyObject *item = Py_BuildValue("(KKI)", (unsigned long long)sp.offset, (unsigned long long)sp.size,
+                                       (unsigned)sp.crc);
+        if (item == NULL || PyList_Append(out, item) < 0) {
+            Py_XDECREF(item);
+            PyBuffer_Release(&value);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(item);
+    }
+    int finished = out != NULL && span_reader_finished(&r);
+    PyBuffer_Release(&value);
+    if (!finished) {
+        Py_XDECREF(out);
+        Py_RETURN_NONE;
+    }
+    return out;
 }
 
 /* decode_spanned(view, key, length, path, offset, alignment, spans, unpack,

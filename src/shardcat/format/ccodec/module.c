@@ -191,6 +191,8 @@ static PyMethodDef methods[] = {
      "gather_copy(sources, which, offsets, counts, dest, positions, lengths): runs of several buffers laid out in pieces."},
     {"tar_record", (PyCFunction)(void (*)(void))py_tar_record, METH_FASTCALL,
      "tar_record(data, key, specs, spans, offset, record): a tar sample's record, CRC-checked, or None."},
+    {"unpack_spans", py_unpack_spans, METH_VARARGS,
+     "unpack_spans(value, count): a row's spans read as the lookups read them, or None if malformed."},
     {"crc32c_spans", py_crc32c_spans, METH_VARARGS, "crc32c_spans(buf, starts, lengths): the CRC32C of each span."},
     {"decode_run", py_decode_run, METH_VARARGS, "The whole, sound records of a stream buffer."},
     {"decode_batch", py_decode_batch, METH_VARARGS, "Every record of a batch of indexed reads, in one call."},

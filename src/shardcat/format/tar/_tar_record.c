@@ -9,7 +9,7 @@
    tar sample (reading/point.py's TarFinisher calls it): `data` the
    sample's bytes (bytes), `specs` a tuple of (name, content_type) per entry
    (the layout's), `spans` the catalog row's packed (offset in the sample,
-   size, CRC32C) per entry (catalog/spans.py: <III or <QQI + <I each),
+   size, CRC32C) per entry (format/spans.py, read by spans.h),
    `record` the Record class. The same record as the Python function: each
    entry a _StoredEntry whose view is a slice of one memoryview of `data`,
    index -1, the sample's offset and length.
@@ -30,34 +30,32 @@ PyObject *py_tar_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     if (!PyBytes_CheckExact(data) || !PyTuple_CheckExact(specs) || !PyBytes_CheckExact(spans))
         Py_RETURN_NONE;
-    Py_ssize_t n = PyTuple_GET_SIZE(specs), packed = PyBytes_GET_SIZE(spans), width;
-    /* As spans.unpack_spans: the narrow packing first. */
-    if (packed == 12 * n)
-        width = 12;
-    else if (packed == 20 * n)
-        width = 20;
-    else
-        Py_RETURN_NONE;
+    Py_ssize_t n = PyTuple_GET_SIZE(specs);
     const unsigned char *sp = (const unsigned char *)PyBytes_AS_STRING(spans);
+    uint64_t packed = (uint64_t)PyBytes_GET_SIZE(spans);
     const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data);
     uint64_t len = (uint64_t)PyBytes_GET_SIZE(data);
+    SpanReader r;
+    span_reader_start(&r, sp, packed, (uint64_t)n);
     for (Py_ssize_t i = 0; i < n; i++) {
-        const unsigned char *d = sp + width * i;
-        uint64_t at = width == 12 ? ld32(d) : ld64(d), size = width == 12 ? ld32(d + 4) : ld64(d + 8);
-        uint32_t crc = ld32(d + width - 4);
+        Span s;
         PyObject *spec = PyTuple_GET_ITEM(specs, i);
-        if (at > len || size > len - at || !PyTuple_CheckExact(spec) || PyTuple_GET_SIZE(spec) != 2 ||
-            !PyUnicode_CheckExact(PyTuple_GET_ITEM(spec, 0)) || crc32c(0, buf + at, (size_t)size) != crc)
+        if (!span_next(&r, &s) || s.offset > len || s.size > len - s.offset || !PyTuple_CheckExact(spec) ||
+            PyTuple_GET_SIZE(spec) != 2 || !PyUnicode_CheckExact(PyTuple_GET_ITEM(spec, 0)) ||
+            crc32c(0, buf + s.offset, (size_t)s.size) != s.crc)
             Py_RETURN_NONE;
     }
+    if (!span_reader_finished(&r))
+        Py_RETURN_NONE;
     PyObject *view = PyMemoryView_FromObject(data), *entries = PyDict_New(), *out = NULL, *length = NULL,
              *minus_one = NULL;
     if (view == NULL || entries == NULL)
         goto done;
+    span_reader_start(&r, sp, packed, (uint64_t)n); /* read again: every entry was checked above */
     for (Py_ssize_t i = 0; i < n; i++) {
-        const unsigned char *d = sp + width * i;
-        Py_ssize_t at = (Py_ssize_t)(width == 12 ? ld32(d) : ld64(d));
-        Py_ssize_t size = (Py_ssize_t)(width == 12 ? ld32(d + 4) : ld64(d + 8));
+        Span s = {0, 0, 0};
+        span_next(&r, &s);
+        Py_ssize_t at = (Py_ssize_t)s.offset, size = (Py_ssize_t)s.size;
         PyObject *spec = PyTuple_GET_ITEM(specs, i);
         PyObject *payload = subview(view, at, size);
         PyObject *entry = NULL;

@@ -16,7 +16,6 @@ arguments (``tests/format/tar/test_ctar_record.py`` and
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 
 from ..._types import ByteRange, RangeSource
@@ -24,14 +23,11 @@ from ...errors import ChecksumError, ShardcatError, TruncatedError
 from ..checksums import crc32c
 from ..entries import Entry, Record
 from ..footer import EntrySpec
+from ..spans import unpack_spans
 from ..spec import Codec
 from .info import TarShardInfo
 
 __all__ = ["read_tar_record", "read_tar_sample", "tar_record"]
-
-# catalog/spans.py's packings of (offset in the sample, size, CRC32C) per entry: narrow first.
-_NARROW = struct.Struct("<III")
-_WIDE = struct.Struct("<QQI")
 
 
 def read_tar_record(
@@ -120,14 +116,9 @@ def tar_record(
     """
     if type(data) is not bytes or type(specs) is not tuple or type(spans) is not bytes:
         return None
-    for packing in (_NARROW, _WIDE):
-        if len(spans) == packing.size * len(specs):
-            break
-    else:
-        return None
     try:
         layout = [EntrySpec(name, ctype, Codec.NONE) for name, ctype in specs]
-        rec = read_tar_record(data, key, layout, list(packing.iter_unpack(spans)), offset=offset)
+        rec = read_tar_record(data, key, layout, unpack_spans(spans, len(specs)), offset=offset)
     except (ShardcatError, ValueError, TypeError):
         return None
     if record is Record:
