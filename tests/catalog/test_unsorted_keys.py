@@ -204,3 +204,112 @@ def test_one_where_clause_reads_the_key_index_on_both_databases(cat, local_root)
             explain = "EXPLAIN " if postgres else "EXPLAIN QUERY PLAN "
             plan = " ".join(str(r[-1]) for r in conn.exec_driver_sql(explain + sql))
             assert f"{_KEY_INDEX} " in plan + " " and "key_hash" not in plan, (what, plan)
+
+
+def test_a_key_range_over_the_views_reads_the_key_index(cat, local_root):
+    """Revision 0019: the record views have key_sorted, so the same clause ranges the index."""
+    keyed_dataset(cat, local_root, "t", "text")
+    keyed_dataset(cat, local_root, "u", "unsorted")
+    version = cat.info("t").version
+    key_range = "key_sorted AND key >= 'img/001/' AND key < 'img/0010'"
+    with cat.engine.connect() as conn:
+        postgres = conn.dialect.name == "postgresql"
+        if postgres:
+            conn.exec_driver_sql("SET enable_seqscan = off")
+        explain = "EXPLAIN " if postgres else "EXPLAIN QUERY PLAN "
+        for sql in (
+            f"SELECT key FROM live_records WHERE dataset = 't' AND {key_range} ORDER BY key",
+            f"SELECT key FROM records_at WHERE dataset = 't' AND version = {version} "
+            f"AND {key_range} "
+            "ORDER BY key",
+        ):
+            assert [r[0] for r in conn.exec_driver_sql(sql)] == shard_keys(1)
+            plan = " ".join(str(r[-1]) for r in conn.exec_driver_sql(explain + sql))
+            assert f"{_KEY_INDEX} " in plan + " ", plan
+        # An unsorted dataset's rows are not in the index: the clause finds none of them,
+        # and without key_sorted the view lists them as any other.
+        unsorted = "SELECT count(*) FROM live_records WHERE dataset = 'u' AND {}"
+        assert conn.exec_driver_sql(unsorted.format(key_range)).scalar() == 0
+        assert conn.exec_driver_sql(unsorted.format("NOT key_sorted")).scalar() == 2 * len(
+            shard_keys(0)
+        )
+
+
+def test_0019_adds_key_sorted_to_the_views_and_keeps_what_users_built_on_them(
+    catalog_url, local_root
+):
+    """A view built on live_records and a trigger on it stay through the upgrade and back."""
+    with Catalog(catalog_url) as cat:
+        keyed_dataset(cat, local_root, "t", "text")
+        keyed_dataset(cat, local_root, "u", "unsorted", shards=1)
+    assert downgrade(catalog_url, "0018") == (head_revision(), "0018")
+    mine = sa.text("SELECT dataset, key FROM my_keys ORDER BY dataset, key")
+    engine = sa.create_engine(catalog_url)
+
+    def columns(view: str) -> list[str]:
+        with engine.connect() as conn:
+            return [c["name"] for c in sa.inspect(conn).get_columns(view)]
+
+    def triggers() -> list[str]:
+        with engine.connect() as conn:
+            if conn.dialect.name == "sqlite":
+                sql = "SELECT name FROM sqlite_master WHERE type = 'trigger'"
+            else:
+                sql = "SELECT tgname FROM pg_trigger WHERE tgrelid = 'live_records'::regclass"
+            return [r[0] for r in conn.exec_driver_sql(sql)]
+
+    try:
+        # At 0018 the views are 0013's, without key_sorted.
+        assert "key_sorted" not in columns("live_records")
+        with engine.begin() as conn:
+            conn.exec_driver_sql("CREATE VIEW my_keys AS SELECT dataset, key FROM live_records")
+            if conn.dialect.name == "sqlite":
+                conn.exec_driver_sql(
+                    "CREATE TRIGGER no_insert INSTEAD OF INSERT ON live_records BEGIN SELECT 1; END"
+                )
+            else:
+                conn.exec_driver_sql(
+                    "CREATE FUNCTION no_insert() RETURNS trigger LANGUAGE plpgsql AS "
+                    "$$BEGIN RETURN NULL; END$$"
+                )
+                conn.exec_driver_sql(
+                    "CREATE TRIGGER no_insert INSTEAD OF INSERT ON live_records "
+                    "FOR EACH ROW EXECUTE FUNCTION no_insert()"
+                )
+            before = conn.execute(mine).all()
+        assert upgrade(catalog_url) == ("0018", head_revision())
+        for view in ("live_records", "records_at"):
+            assert columns(view)[-1] == "key_sorted"
+        assert triggers() == ["no_insert"]
+        with engine.connect() as conn:
+            assert conn.execute(mine).all() == before
+            flags = conn.execute(
+                sa.text("SELECT dataset, key_sorted FROM live_records GROUP BY dataset, key_sorted")
+            ).all()
+            assert sorted((d, bool(f)) for d, f in flags) == [("t", True), ("u", False)]
+        # Down: 0013's views again. On PostgreSQL the user's view is made again around them
+        # (a trigger on them stops the downgrade, which says what to do); on SQLite the
+        # trigger is made again and the user's view resolved when read.
+        postgres = engine.dialect.name == "postgresql"
+        if postgres:
+            with pytest.raises(RuntimeError, match="has triggers, rules or column defaults"):
+                downgrade(catalog_url, "0018")
+            with engine.begin() as conn:
+                conn.exec_driver_sql("DROP TRIGGER no_insert ON live_records")
+        assert downgrade(catalog_url, "0018") == (head_revision(), "0018")
+        assert "key_sorted" not in columns("live_records")
+        assert triggers() == ([] if postgres else ["no_insert"])
+        with engine.connect() as conn:
+            assert conn.execute(mine).all() == before
+        assert upgrade(catalog_url) == ("0018", head_revision())
+        with engine.connect() as conn:
+            assert conn.execute(mine).all() == before
+            # Below 0018 the column goes from records too: nothing reads it any more.
+        assert downgrade(catalog_url, "0017") == (head_revision(), "0017")
+        with engine.connect() as conn:
+            assert conn.execute(mine).all() == before
+        assert upgrade(catalog_url) == ("0017", head_revision())
+    finally:
+        engine.dispose()
+    with Catalog(catalog_url) as cat:
+        assert list(cat.keys("t", prefix="img/001/")) == shard_keys(1)

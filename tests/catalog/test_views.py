@@ -35,8 +35,11 @@ def _migration(name: str) -> Any:
 
 
 def _frozen_views() -> dict[str, str]:
-    """The views as the migrations leave them: 0008's, with 0013's record views."""
-    return {**_migration("0008_version_views.py").VIEWS, **_migration("0013_group_views.py").VIEWS}
+    """The views as the migrations leave them: 0008's, with 0019's record views."""
+    return {
+        **_migration("0008_version_views.py").VIEWS,
+        **_migration("0019_views_key_sorted.py").VIEWS,
+    }
 
 
 def _view_definitions(url: str) -> dict[str, str]:
@@ -57,6 +60,10 @@ def test_the_migration_holds_the_text_generated_from_the_rule():
     # 0013's downgrade puts back the record views of 0008.
     previous = _migration("0013_group_views.py").PREVIOUS
     assert previous == {k: _migration("0008_version_views.py").VIEWS[k] for k in previous}
+    # 0019's downgrade puts back 0013's.
+    assert (
+        _migration("0019_views_key_sorted.py").PREVIOUS == _migration("0013_group_views.py").VIEWS
+    )
     assert list(views.definitions()) == list(views.VIEW_NAMES)
 
 

@@ -52,7 +52,7 @@ __all__ = [
 
 VERSION_TABLE = "alembic_version"
 
-HEAD_REVISION = "0018"
+HEAD_REVISION = "0019"
 """The newest revision in ``migrations/versions`` (a test checks it is Alembic's head).
 
 Opening a catalog compares the stamped revision with it, without reading the

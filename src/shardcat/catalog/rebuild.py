@@ -49,7 +49,7 @@ from .partitions import (
     partition_name,
 )
 
-__all__ = ["rebuild_records"]
+__all__ = ["rebuild_records", "replace_record_views"]
 
 _NEW = "_records_new"
 
@@ -337,14 +337,39 @@ def rebuild_records(
         cur.execute(f"ALTER TABLE {relation} OWNER TO {owner}")
     for statement in table_grants + comments:
         cur.execute(statement)
+    _create_views(cur, views, {})
+    # Lookups are planned from statistics (catalog/statistics.py): the new table has none.
+    cur.execute("ANALYZE records")
+
+
+def replace_record_views(cur: Any, definitions: dict[str, str], *, by: str, again: str) -> None:
+    """Make every view reading ``records`` again, those in ``definitions`` from that ``SELECT``.
+
+    The views users built on shardcat's come back from their own definitions,
+    with their owners, options, grants and comments, as :func:`rebuild_records`
+    makes them. Through the driver's cursor, in the caller's transaction.
+
+    Raises
+    ------
+    RecordsRebuildError
+        A view has what this would not make again (triggers, rules, column
+        defaults), or a materialized view reads records; nothing changed.
+    """
+    cur.execute("SELECT 'records'::regclass::oid")
+    views = _views(cur, cur.fetchone()[0], by, again)
+    for name, *_ in reversed(views):
+        cur.execute(f"DROP VIEW {name}")
+    _create_views(cur, views, definitions)
+
+
+def _create_views(cur: Any, views: list[tuple[Any, ...]], definitions: dict[str, str]) -> None:
+    """Create ``views`` (from :func:`_views`) again, parents first; ``definitions`` override theirs."""
     for name, definition, view_owner, view_options, extra in views:
         with_options = f" WITH ({view_options})" if view_options else ""
-        cur.execute(f"CREATE VIEW {name}{with_options} AS {definition}")
+        cur.execute(f"CREATE VIEW {name}{with_options} AS {definitions.get(name, definition)}")
         cur.execute(f"ALTER VIEW {name} OWNER TO {view_owner}")
         for statement in extra:
             cur.execute(statement)
-    # Lookups are planned from statistics (catalog/statistics.py): the new table has none.
-    cur.execute("ANALYZE records")
 
 
 def _refuse_what_is_lost(

@@ -13,9 +13,10 @@ Their SQL is generated here, from the expressions of :mod:`.visibility`
 rendered as plain SQL that SQLite and PostgreSQL read alike. A new catalog
 gets them with its tables (``models.Base.metadata`` creates them after the
 tables, drops them before); migration 0008 created them in catalogs made
-before, from a frozen copy of the same text, and 0013 replaced the record
+before, from a frozen copy of the same text, 0013 replaced the record
 views with ones that name each record's column group (``group_id``, 0: the
-base; ``group_name``, NULL for the base: docs/GROUPS.md)
+base; ``group_name``, NULL for the base: docs/GROUPS.md), and 0019 added
+``key_sorted`` to them (a key range over a view can then read the key index)
 (``tests/catalog/test_views.py`` checks the copies are this text, and that
 the views agree with the rule on random histories). A change of the rule therefore needs a migration that
 replaces the views (drop, then :func:`create_statements`).
@@ -49,7 +50,9 @@ def _tables() -> tuple[Any, Any, Any, Any, Any]:
 
 
 def _record_columns(r: Any, s: Any, d: Any, g: Any) -> list[Any]:
-    # group_id and group_name last (revision 0013): columns a query names by position stay.
+    # Columns are only ever added, last (group_id and group_name: revision 0013; key_sorted:
+    # 0019): a query that names columns by position keeps working, and PostgreSQL's
+    # CREATE OR REPLACE VIEW takes the new view over the views users built on it.
     return [
         r.c.dataset_id,
         d.c.name.label("dataset"),
@@ -64,6 +67,8 @@ def _record_columns(r: Any, s: Any, d: Any, g: Any) -> list[Any]:
         r.c.layout_id,
         r.c.group_id,
         g.c.name.label("group_name"),
+        # A key range reads the key-order index only when the query also says key_sorted.
+        r.c.key_sorted,
     ]
 
 
