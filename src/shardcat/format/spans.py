@@ -11,9 +11,10 @@ layout order, little-endian, in one of three packings::
     compact (6-24 bytes per entry): gap varint | size varint | crc u32
 
 The catalog writes the compact packing (catalogs written before it hold the
-fixed ones, which every reader still takes). An entry's offset is the previous entry's end (0 for the first)
-plus ``gap``: a native record's entries lie back to back after its head, so
-a gap is nearly always 0 and costs one byte. A varint is LEB128 (7 bits a
+fixed ones, which every reader still takes). An entry's offset is the
+previous entry's end (0 for the first) plus ``gap``: a native record's
+entries lie back to back after its head, so a gap is nearly always 0 and
+costs one byte. A varint is LEB128 (7 bits a
 byte, low first, the high bit set on every byte but the last), at most 10
 bytes, never longer than needed; every entry must end below 2**64.
 
