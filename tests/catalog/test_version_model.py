@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -37,18 +38,25 @@ _dask: list[Any] = []
 def _client() -> Any:
     """One in-process Dask client for every compaction of the module (started on first use)."""
     if not _dask:
-        import atexit
-
         from distributed import Client, LocalCluster
 
         cluster = LocalCluster(
             processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None
         )
-        client = Client(cluster)
-        atexit.register(cluster.close)
-        atexit.register(client.close)
-        _dask.append(client)
+        _dask.append(Client(cluster))
     return _dask[0]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _dask_closed() -> Iterator[None]:
+    """Close the module's cluster after its tests: its threads would outlive them in this
+    process (a later test that counts objects or threads would see them)."""
+    yield
+    while _dask:
+        client = _dask.pop()
+        cluster = client.cluster
+        client.close()
+        cluster.close()
 
 
 keys_st = st.lists(st.sampled_from(UNIVERSE), min_size=1, max_size=5, unique=True)
