@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from shardcat.errors import ShardcatError
-from shardcat.format.spans import unpack_spans
+from shardcat.format.spans import pack_record_spans, unpack_spans
 from shardcat.reading.checks import scan_tar_url
 from shardcat.testing.tars import write_wds_tar
 
@@ -122,3 +122,32 @@ def test_a_compact_value_that_does_not_fit_its_layout_is_a_typed_error(cat, loca
     assert not report.ok
     assert {p.kind for p in report.problems} == {"row-not-in-footer", "record-not-in-catalog"}
     assert all(keys[5] in p.keys for p in report.problems)
+
+
+@pytest.mark.parametrize("packing", ["compact", "<III", "<QQI"])
+@pytest.mark.parametrize("field", [1, 2])  # an entry's size, its CRC
+def test_spans_that_say_something_else_are_reported_for_their_key(
+    cat, local_root, tmp_path, packing, field
+):
+    """verify compares what a row's spans say with the footer's entries, in any packing."""
+    keys, _ = _dataset(cat, local_root, tmp_path)
+    with cat.engine.connect() as conn:
+        shard, at, spans, signature = conn.execute(
+            sa.text(
+                "SELECT r.shard_id, r.byte_offset, r.spans, l.signature FROM records r "
+                "JOIN layouts l ON l.id = r.layout_id "
+                "JOIN datasets d ON d.id = r.dataset_id WHERE d.name = 'native' AND r.key = :k"
+            ),
+            {"k": keys[7]},
+        ).one()
+    entries = [list(e) for e in unpack_spans(bytes(spans), len(json.loads(signature)))]
+    entries[-1][field] += 1
+    if packing == "compact":
+        changed = pack_record_spans([(o, n, c) for o, n, c in entries])
+    else:
+        changed = b"".join(struct.pack(packing, *e) for e in entries)
+    _set_spans(cat, [(shard, at, changed)])
+    report = cat.verify("native")
+    assert {p.kind for p in report.problems} == {"row-not-in-footer", "record-not-in-catalog"}
+    assert all(p.keys == (keys[7],) for p in report.problems)
+    assert cat.verify("wds").ok

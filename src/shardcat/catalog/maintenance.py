@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter
 
+import numpy as np
 from sqlalchemy import select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -257,7 +258,8 @@ def _compare(s: Session, shard: Shard, info: Summary) -> list[Problem]:
         problems.append(shard_mismatch(url, diffs))
     signatures = [lay.signature for lay in prep.layouts]
     # Spans are compared by what they say, not by their bytes: a catalog written before
-    # the compact packing holds the fixed ones (format/spans.py).
+    # the compact packing holds the fixed ones (format/spans.py). The footer's side is its
+    # own entries, each record's run of (offset, size, crc), unpacked from nothing.
     counts = {lay.signature: len(lay.entries) for lay in prep.layouts}
     footer_signatures = [signatures[i] for i in prep.layout_index.tolist()]
     footer = set(
@@ -266,10 +268,7 @@ def _compare(s: Session, shard: Shard, info: Summary) -> list[Problem]:
             prep.key_hashes.tolist(),
             prep.offsets.tolist(),
             prep.lengths.tolist(),
-            [
-                _located(sp, counts[sig])
-                for sp, sig in zip(prep.spans.tolist(), footer_signatures, strict=True)
-            ],
+            _footer_spans(info),
             footer_signatures,
         )
     )
@@ -326,6 +325,20 @@ def _compare(s: Session, shard: Shard, info: Summary) -> list[Problem]:
             )
         )
     return problems
+
+
+def _footer_spans(info: Summary) -> list[tuple[tuple[int, int, int], ...]]:
+    """Each footer record's entries as ``(offset, size, crc)`` triples, in record order."""
+    entries = info.entries
+    triples = list(
+        zip(
+            entries["offset"].tolist(),
+            entries["size"].tolist(),
+            entries["crc"].tolist(),
+        )
+    )
+    ends = np.cumsum(info.records["entry_count"], dtype=np.int64).tolist()
+    return [tuple(triples[start:end]) for start, end in zip([0, *ends[:-1]], ends)]
 
 
 def _located(spans: bytes, count: int | None) -> tuple[tuple[int, int, int], ...] | bytes:
