@@ -1,4 +1,4 @@
-"""Point lookups of a hash-only dataset (``keys="hash"``) against one with key text, same run.
+"""Lookups of a hash-only dataset (``keys="hash"``) against one with key text, same run.
 
 One SQLite catalog, two datasets over the same samples (each its own shards,
 written once): ``text`` keeps each key's text (the default), ``hash`` keeps
@@ -8,12 +8,14 @@ lookups alternate between the two datasets (which goes first rotates), all
 on one thread's warm lookup; it prints each one's wall and CPU time p50/p99
 per ``Catalog.get`` and the hash-only/text ratio, and which point lookup ran
 (``--point-lookup``: ``compiled``, the default where it is built, or
-``python``, the twin).
+``python``, the twin). ``--batch N`` times ``Catalog.get_many`` of N random
+keys instead (``--lookups`` batches per dataset) and adds keys/s at the p50.
 
 Usage::
 
     .venv/bin/python benchmarks/bench_point_hash.py [--keys 20000] [--lookups 5000]
                                                     [--point-lookup compiled|python]
+                                                    [--batch 1000]
 
 Nothing here is a test: it prints measured values and ratios, never asserts.
 """
@@ -26,6 +28,7 @@ import random
 import tempfile
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -59,6 +62,9 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser.add_argument("--per-shard", type=int, default=5_000, help="records per shard")
     parser.add_argument("--lookups", type=int, default=5_000, help="lookups per dataset")
     parser.add_argument("--point-lookup", choices=["compiled", "python"], default=None)
+    parser.add_argument(
+        "--batch", type=int, default=0, help="keys per get_many (0: point lookups, get)"
+    )
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     previous = point.use(args.point_lookup) if args.point_lookup is not None else None
@@ -75,12 +81,17 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         }
         for name in ("text", "hash")
     }
+    for f in figures.values():
+        if args.batch:
+            f["keys_per_s"] = args.batch / (f["p50"] / 1e6)
     mode = args.point_lookup or point.active()
-    print(f"point lookup: {mode}; {args.keys} keys, {args.lookups} lookups per dataset")
+    what = f"batches of {args.batch}" if args.batch else "lookups"
+    print(f"point lookup: {mode}; {args.keys} keys, {args.lookups} {what} per dataset")
     print(f"load average: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")
-    print(f"{'dataset':<10} {'p50 us':>8} {'p99 us':>8} {'cpu p50 us':>11}")
+    print(f"{'dataset':<10} {'p50 us':>8} {'p99 us':>8} {'cpu p50 us':>11} {'keys/s':>9}")
     for name, f in figures.items():
-        print(f"{name:<10} {f['p50']:8.2f} {f['p99']:8.2f} {f['cpu_p50']:11.2f}")
+        rate = f"{f['keys_per_s']:9.0f}" if args.batch else f"{'':>9}"
+        print(f"{name:<10} {f['p50']:8.2f} {f['p99']:8.2f} {f['cpu_p50']:11.2f} {rate}")
     print(f"hash-only / text p50: {figures['hash']['p50'] / figures['text']['p50']:.2f}")
     return figures
 
@@ -100,21 +111,26 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, list[float]], dict[str,
             cat.create_dataset(name, root, keys=mode)
             cat.register_shards(name, write_shards(root, keys, args.per_shard, blob))
         cat.analyze()
-        sample = [rng.choice(keys) for _ in range(args.lookups)]
-        for key in sample[:200]:  # the lookup, its statements, descriptors, page cache
-            cat.get("text", key)
-            cat.get("hash", key)
+        sample: list[Any] = (
+            [rng.sample(keys, args.batch) for _ in range(args.lookups)]
+            if args.batch
+            else [rng.choice(keys) for _ in range(args.lookups)]
+        )
+        lookup = cat.get_many if args.batch else cat.get
+        for key in sample[: 5 if args.batch else 200]:  # statements, descriptors, page cache
+            lookup("text", key)
+            lookup("hash", key)
         wall: dict[str, list[float]] = {"text": [], "hash": []}
         cpu: dict[str, list[float]] = {"text": [], "hash": []}
         clock, cpu_clock = time.perf_counter_ns, time.process_time_ns
 
-        def timed(name: str, key: str) -> None:
+        def timed(name: str, key: Any) -> None:
             c, t = cpu_clock(), clock()
-            cat.get(name, key)
+            lookup(name, key)
             wall[name].append((clock() - t) / 1e3)
             cpu[name].append((cpu_clock() - c) / 1e3)
 
-        order: list[Callable[[str], None]] = [
+        order: list[Callable[[Any], None]] = [
             lambda k: timed("text", k),
             lambda k: timed("hash", k),
         ]

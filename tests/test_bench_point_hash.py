@@ -36,3 +36,11 @@ def test_bench_point_hash_measures_both_key_modes(mode: str, capsys) -> None:
         assert 0 < f["p50"] <= f["p99"], name
     out = capsys.readouterr().out
     assert f"point lookup: {mode}" in out and "hash-only / text p50:" in out
+
+
+def test_bench_point_hash_measures_batches(capsys) -> None:
+    figures = main(["--keys", "400", "--per-shard", "150", "--lookups", "20", "--batch", "50"])
+    for name, f in figures.items():
+        assert 0 < f["p50"] <= f["p99"] and f["keys_per_s"] > 0, name
+    out = capsys.readouterr().out
+    assert "20 batches of 50 per dataset" in out and "keys/s" in out

@@ -195,10 +195,11 @@ def test_catalog_operations_on_a_partitioned_catalog(partitioned_url, local_root
     engine.dispose()
 
 
+@pytest.mark.parametrize("bits", [2, 12])  # every hash shared; nearly every one a key's own
 def test_hash_only_lookups_stay_exact_under_collisions_when_partitioned(
-    partitioned_url, local_root
+    partitioned_url, local_root, bits
 ):
-    with Catalog(partitioned_url) as cat, colliding_key_hashes(bits=2):
+    with Catalog(partitioned_url) as cat, colliding_key_hashes(bits=bits):
         cat.create_dataset("h", local_root, keys="hash")
         for i in range(3):
             cat.register_shard("h", write_shard(f"{local_root}/h-{i}.shard", shard_keys(i)))

@@ -16,6 +16,7 @@ import copy
 import json
 import operator
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
 from functools import partial
@@ -225,7 +226,8 @@ class Lookup:
         """The statement for a lookup at ``version`` and its extra parameters.
 
         ``kind``: ``point``, ``record``, their hash-only candidates (``point_hash``,
-        ``record_hash``: any version), ``batch`` or ``batch_entries``.
+        ``record_hash``: any version), ``batch`` or ``batch_entries``, or one of those two
+        with ``_hashed`` (rows end with their key hash: a hash-only dataset's batch).
         """
         visible, extra = statements.visible_at(self._p, version)
         cache_key = (kind, len(extra))
@@ -243,8 +245,9 @@ class Lookup:
                 sql = statements.batch_sql(
                     self.dialect,
                     visible,
-                    entries=kind == "batch_entries",
+                    entries=kind.startswith("batch_entries"),
                     partitioned=self._partitioned,
+                    hashes=kind.endswith("_hashed"),
                 )
             self._versioned[cache_key] = sql
         return sql, extra
@@ -718,11 +721,15 @@ class Lookup:
                 _hash(k)  # raises InvalidKeyError naming the key
             raise
         names = None if entries is None else frozenset(entries)
+        # A hash-only dataset's whole records: rows with their key hash, so that each
+        # row's key is the asked key of its hash, and its record's read checks it.
+        hashed = names is None and dataset in self.hash_datasets
+        kind = ("batch" if names is None else "batch_entries") + ("_hashed" if hashed else "")
         sql, extra = (self._batch, ()) if names is None else (self._batch_entries, ())
-        if version is not None:
-            sql, extra = self._sql("batch" if names is None else "batch_entries", version)
+        if version is not None or hashed:
+            sql, extra = self._sql(kind, version)
         rows = None
-        if names is None and version is None and hashes:
+        if names is None and version is None and hashes and not hashed:
             # The same statement, through the point lookup (point.py: rows()); None: not handled there.
             rows = self._point_lookup.rows(dataset, hashes)
         if rows is None:
@@ -732,24 +739,65 @@ class Lookup:
             err = self._missing(dataset, None, version)
             if isinstance(err, DatasetNotFoundError | VersionNotFoundError):
                 raise err
+        if hashed and rows:
+            return self._many_hashed(dataset, asked, unique, hashes, rows)
         if dataset in self.hash_datasets or (rows and rows[0][4] is None):
             rows = self._with_keys(dataset, rows)  # hash-only rows: keys from their records
         if names is None:
-            # Whole records: the rows become the batch decoder's table in one
-            # compiled pass (collisions and repeated keys dropped there).
-            batch = recordcodec.batch_table(rows, unique)
-            if len(batch.keys) < len(rows):  # a key's several rows: column groups (or collisions)
-                return self._many_grouped(dataset, asked, unique, rows)
-            # 10,000 tuples fewer for the cyclic GC to walk while the reads run.
-            del rows
-            missing = [k for k in unique if k not in batch.seen]
-            records = self._read_records(dataset, batch)
-            return BatchResult(asked, [records.get(k) for k in asked], missing)
+            return self._many_records(dataset, asked, unique, rows)
         found = _rows_by_key(rows, unique)
         missing = [k for k in unique if k not in found]
         del rows
         records = self._read_batch(dataset, found, names)
         return BatchResult(asked, [records.get(k) for k in asked], missing)
+
+    def _many_records(
+        self, dataset: str, asked: list[str], unique: dict[str, Any], rows: list[Any]
+    ) -> BatchResult:
+        """Whole records of the batch's rows, each with its key (its own or read)."""
+        # The rows become the batch decoder's table in one compiled pass
+        # (collisions and repeated keys dropped there).
+        batch = recordcodec.batch_table(rows, unique)
+        if len(batch.keys) < len(rows):  # a key's several rows: column groups (or collisions)
+            return self._many_grouped(dataset, asked, unique, rows)
+        # 10,000 tuples fewer for the cyclic GC to walk while the reads run.
+        del rows
+        missing = [k for k in unique if k not in batch.seen]
+        records = self._read_records(dataset, batch)
+        return BatchResult(asked, [records.get(k) for k in asked], missing)
+
+    def _many_hashed(
+        self,
+        dataset: str,
+        asked: list[str],
+        unique: dict[str, Any],
+        hashes: list[int],
+        rows: list[Any],
+    ) -> BatchResult:
+        """Whole records of a hash-only dataset's batch: one round of reads, not two.
+
+        A row whose hash is the only row's of that hash and one asked key's takes that key
+        without reading it: the record's decoder compares the key the record holds with it,
+        so a row of another key (a collision with a key not asked) or a changed shard fails
+        that check, and the batch is then answered by reading every row's key first (the
+        path of :meth:`_with_keys`, which drops collisions and reports damage). Only rows of
+        an ambiguous hash (two rows, or two asked keys) have their keys read up front.
+        """
+        by_hash: dict[int, str | None] = {}
+        for asked_key, h in zip(unique, hashes):
+            by_hash[h] = None if h in by_hash else asked_key  # two asked keys, one hash: read
+        rows_of = Counter(row[statements.BATCH_KEY_HASH] for row in rows)
+        assumed = []
+        for row in rows:
+            h = row[statements.BATCH_KEY_HASH]
+            key = by_hash.get(h) if row[4] is None and rows_of[h] == 1 else None
+            assumed.append(row if key is None else (*row[:4], key, *row[5:]))
+        try:
+            return self._many_records(dataset, asked, unique, self._with_keys(dataset, assumed))
+        except FormatError:
+            # A row's record holds another key than the one assumed (or is damaged):
+            # every key read from its record decides, as for a first batch.
+            return self._many_records(dataset, asked, unique, self._with_keys(dataset, rows))
 
     def _many_grouped(
         self, dataset: str, asked: list[str], unique: dict[str, Any], rows: list[Any]

@@ -17,6 +17,7 @@ from ..catalog.history import Version
 
 __all__ = [
     "BATCH_GROUP",
+    "BATCH_KEY_HASH",
     "COMMITTED",
     "DATASET",
     "GROUP",
@@ -133,29 +134,41 @@ def record_sql(p: str, visible: str = COMMITTED, *, keyed: bool = True) -> str:
     return point_sql(p, visible, RECORD_SELECT, keyed=keyed)
 
 
-# A batch's rows: url, offset, length, spans, key, alignment, kind, signature, group_id.
+# A batch's rows: url, offset, length, spans, key, alignment, kind, signature, group_id
+# (and key_hash, for a hash-only dataset: batch_sql's ``hashes``).
 # Whole records (no entries=) select kind and layout as NULL for native shards,
 # as the point lookup does: no string per row and no layouts join.
+_BATCH_FROM = " FROM records r JOIN shards s ON s.id = r.shard_id"
 BATCH_SELECT = (
     "SELECT s.url, r.byte_offset, r.byte_length, r.spans, r.key, s.alignment,"
     " CASE WHEN s.kind = 'native' THEN NULL ELSE s.kind END,"
     " CASE WHEN s.kind = 'native' THEN NULL"
     " ELSE (SELECT l.signature FROM layouts l WHERE l.id = r.layout_id) END, r.group_id"
-    " FROM records r JOIN shards s ON s.id = r.shard_id"
+    + _BATCH_FROM
 )
 BATCH_GROUP = 8
 """The column of ``group_id`` in a batch's rows."""
+BATCH_KEY_HASH = 9
+"""The column of ``key_hash`` in a batch's rows where ``batch_sql(..., hashes=True)`` made it."""
 # Some entries of each record: every row's layout names them.
 BATCH_ENTRIES_SELECT = (
     "SELECT s.url, r.byte_offset, r.byte_length, r.spans, r.key, s.alignment, s.kind, l.signature,"
-    " r.group_id FROM records r JOIN shards s ON s.id = r.shard_id JOIN layouts l ON l.id = r.layout_id"
+    " r.group_id" + _BATCH_FROM + " JOIN layouts l ON l.id = r.layout_id"
 )
 
 
 def batch_sql(
-    dialect: str, visible: str = COMMITTED, entries: bool = False, *, partitioned: bool = False
+    dialect: str,
+    visible: str = COMMITTED,
+    entries: bool = False,
+    *,
+    partitioned: bool = False,
+    hashes: bool = False,
 ) -> str:
     """The batch statement: bound as dataset, the key hashes (one array or JSON list), ``visible``'s.
+
+    ``hashes``: each row also ends with its ``key_hash`` (:data:`BATCH_KEY_HASH`), which
+    a hash-only dataset's batch matches to the asked keys (``Lookup._with_keys``).
 
     PostgreSQL: ``key_hash = ANY(...)``, one index scan over the sorted hashes;
     on a partitioned ``records`` (``partitioned``, :mod:`shardcat.catalog.partitions`)
@@ -175,4 +188,6 @@ def batch_sql(
         match = "r.key_hash IN (SELECT value FROM json_each(?))"
         p = "?"
     select = BATCH_ENTRIES_SELECT if entries else BATCH_SELECT
+    if hashes:
+        select = select.replace(_BATCH_FROM, ", r.key_hash" + _BATCH_FROM, 1)
     return select + f" WHERE {DATASET.format(p=p)} AND {match} AND {visible}"
