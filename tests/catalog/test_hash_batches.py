@@ -54,6 +54,32 @@ def test_a_met_dataset_batches_with_as_many_reads_as_one_with_key_text(cat, stor
     assert reads["h"] == reads["t"] > 0, reads
 
 
+def test_the_first_batch_of_a_new_catalog_reads_one_round_too(catalog_url, local_root, monkeypatch):
+    """The batch that meets a hash-only dataset asks for its rows again with their hashes
+    (one statement more), not for every head (a round of reads more)."""
+    from shardcat.reading import Catalog
+
+    from .helpers import QueryCounter
+
+    with Catalog(catalog_url) as cat:
+        keyed_dataset(cat, local_root, "t", "text", shards=2)
+        keyed_dataset(cat, local_root, "h", "hash", shards=2)
+    keys = shard_keys(0) + shard_keys(1)
+    asked = [*keys[1::4], "absent"]
+    reads, statements = {}, {}
+    for name in ("t", "h"):
+        with Catalog(catalog_url) as cat:
+            counter = ReadCounter(monkeypatch)
+            with QueryCounter(cat) as queries:
+                batch = cat.get_many(name, asked)
+            reads[name], statements[name] = len(counter.reads), len(queries.statements)
+            monkeypatch.undo()
+            assert _records(batch) == [*keys[1::4], None]
+            assert cat._lookup().hash_datasets == ({"h"} if name == "h" else set())
+    assert reads["h"] == reads["t"] > 0, reads
+    assert statements["h"] == statements["t"] + 1, statements
+
+
 def test_an_absent_key_whose_hash_one_record_holds_is_missing(cat, local_root):
     """The collision the one-round path must catch: one row of the hash, another key's."""
     with colliding_key_hashes(bits=12):  # 4,096 hashes for 80 keys: nearly all one row each

@@ -724,17 +724,13 @@ class Lookup:
         # A hash-only dataset's whole records: rows with their key hash, so that each
         # row's key is the asked key of its hash, and its record's read checks it.
         hashed = names is None and dataset in self.hash_datasets
-        kind = ("batch" if names is None else "batch_entries") + ("_hashed" if hashed else "")
-        sql, extra = (self._batch, ()) if names is None else (self._batch_entries, ())
-        if version is not None or hashed:
-            sql, extra = self._sql(kind, version)
-        rows = None
-        if names is None and version is None and hashes and not hashed:
-            # The same statement, through the point lookup (point.py: rows()); None: not handled there.
-            rows = self._point_lookup.rows(dataset, hashes)
-        if rows is None:
-            param: Any = hashes if self.dialect == "postgresql" else json.dumps(hashes)
-            rows = self._query(sql, (dataset, param, *extra)) if hashes else []
+        rows = self._batch_rows(dataset, hashes, names, version, hashed)
+        if names is None and not hashed and rows and rows[0][4] is None:
+            # A hash-only dataset this lookup meets now: its rows again, with their hashes
+            # (one statement more, once; a round of reads less, this batch and every next).
+            self.hash_datasets.add(dataset)
+            hashed = True
+            rows = self._batch_rows(dataset, hashes, names, version, hashed)
         if not rows and (hashes or not asked):
             err = self._missing(dataset, None, version)
             if isinstance(err, DatasetNotFoundError | VersionNotFoundError):
@@ -750,6 +746,29 @@ class Lookup:
         del rows
         records = self._read_batch(dataset, found, names)
         return BatchResult(asked, [records.get(k) for k in asked], missing)
+
+    def _batch_rows(
+        self,
+        dataset: str,
+        hashes: list[int],
+        names: frozenset[str] | None,
+        version: Version,
+        hashed: bool,
+    ) -> list[Any]:
+        """The batch statement's rows for ``hashes`` (``hashed``: each ending with its key hash)."""
+        if not hashes:
+            return []
+        if names is None and version is None and not hashed:
+            # The same statement, through the point lookup (point.py: rows()); None: not handled there.
+            rows = self._point_lookup.rows(dataset, hashes)
+            if rows is not None:
+                return rows
+        kind = ("batch" if names is None else "batch_entries") + ("_hashed" if hashed else "")
+        sql, extra = (self._batch, ()) if names is None else (self._batch_entries, ())
+        if version is not None or hashed:
+            sql, extra = self._sql(kind, version)
+        param: Any = hashes if self.dialect == "postgresql" else json.dumps(hashes)
+        return self._query(sql, (dataset, param, *extra))
 
     def _many_records(
         self, dataset: str, asked: list[str], unique: dict[str, Any], rows: list[Any]
