@@ -115,7 +115,15 @@ def test_a_changed_record_is_still_an_error_that_says_what_to_do(cat, local_root
         f.write(bytes([byte[0] ^ 0xFF]))
     with pytest.raises(ShardcatError, match="reindex"):
         cat.get_many("h", keys[3:8])
+    with pytest.raises(ShardcatError, match="reindex"):
+        cat.get_many("h", keys[3:8], entries=["jpg"])
+    described = cat.describe_many("h", keys[3:8], want=lambda info: info.name == "jpg")
+    assert list(described.errors) == [keys[5]] and "reindex" in str(described.errors[keys[5]])
+    assert sorted(described.records) == sorted(k for k in keys[3:8] if k != keys[5])
     assert _records(cat.get_many("h", keys[:5] + keys[6:9])) == keys[:5] + keys[6:9]
+    assert (
+        cat.get_many("h", [keys[5]], entries=["txt"])[0]["txt"].decode() == sample(keys[5])["txt"]
+    )
 
 
 def test_two_asked_keys_of_one_hash_are_both_found(cat, local_root):
@@ -129,3 +137,86 @@ def test_two_asked_keys_of_one_hash_are_both_found(cat, local_root):
             assert (
                 conn.execute(sa.text("SELECT count(DISTINCT key_hash) FROM records")).scalar() <= 8
             )
+
+
+def _rounds(monkeypatch) -> list[int]:
+    """The batches of reads a lookup sends (``SourceCache.read_batch`` calls and their size)."""
+    from shardcat.storage import SourceCache
+
+    calls: list[int] = []
+    real = SourceCache.read_batch
+
+    def counted(self, requests, *args, **kwargs):
+        calls.append(len(requests))
+        return real(self, requests, *args, **kwargs)
+
+    monkeypatch.setattr(SourceCache, "read_batch", counted)
+    return calls
+
+
+def test_entries_and_descriptions_take_one_round_of_reads(cat, store, monkeypatch):
+    """get_many(entries=) and describe_many of a hash-only dataset: the assumed keys' heads
+    are read in the batch of the entries' reads, as many rounds as with key text."""
+    root, options = store["root"], store["storage_options"]
+    cat.storage_options = options
+    for name, mode in (("t", "text"), ("h", "hash")):
+        cat.create_dataset(name, f"{root}/{name}", keys=mode)
+        url = f"{root}/{name}/{name}-000000.shard"
+        cat.register_shard(name, write_shard(url, shard_keys(0), storage_options=options))
+    keys = shard_keys(0)
+    asked = [*keys[::3], "absent"]
+    want = {"txt", "json"}
+    for name in ("t", "h"):
+        cat.get_many(name, asked[:2])  # met, shards open
+    rounds = {}
+    for name in ("t", "h"):
+        calls = _rounds(monkeypatch)
+        batch = cat.get_many(name, asked, entries=["txt"])
+        described = cat.describe_many(name, asked, want=lambda info: info.name in want)
+        rounds[name] = len(calls)
+        monkeypatch.undo()
+        assert _records(batch) == [*keys[::3], None]
+        assert [r["txt"].decode() for r in batch.records if r] == [
+            sample(k)["txt"] for k in keys[::3]
+        ]
+        assert all(list(r.entries) == ["txt"] for r in batch.records if r)
+        assert described.missing == ["absent"] and not described.errors
+        assert sorted(described.records) == sorted(keys[::3])
+        for key, record in described.records.items():
+            assert sorted(record.entries) == ["json", "txt"]
+            assert record["txt"].decode() == sample(key)["txt"]
+            assert [e.name for e in described.described[key]] == ["jpg", "json", "txt"]
+    assert rounds["h"] == rounds["t"] == 2, rounds
+
+
+def test_entries_and_descriptions_stay_exact_under_collisions(cat, local_root):
+    with colliding_key_hashes(bits=12):
+        keyed_dataset(cat, local_root, "h", "hash", shards=2)
+        keys = shard_keys(0) + shard_keys(1)
+        hashes = [checksums.signed_key_hash(k.encode()) for k in keys]
+        single = {h: k for h, k in zip(hashes, keys) if hashes.count(h) == 1}
+        absent = next(
+            f"absent/{i}"
+            for i in range(100_000)
+            if checksums.signed_key_hash(f"absent/{i}".encode()) in single
+        )
+        holder = single[checksums.signed_key_hash(absent.encode())]
+        cat.get_many("h", keys[:2])  # met
+        for asked in ([absent], [absent, *keys[1::9]], [holder, absent]):
+            batch = cat.get_many("h", asked, entries=["txt"])
+            assert _records(batch) == [None if k == absent else k for k in asked], asked
+            assert [r["txt"].decode() for r in batch.records if r] == [
+                sample(k)["txt"] for k in asked if k != absent
+            ]
+            described = cat.describe_many("h", asked, want=lambda info: info.name == "txt")
+            assert described.missing == [absent] and not described.errors
+            assert sorted(described.records) == sorted(k for k in asked if k != absent)
+    with colliding_key_hashes(bits=3):  # every hash asked twice or more: keys read first
+        keyed_dataset(cat, local_root, "h3", "hash", shards=1)
+        keys = shard_keys(0)
+        cat.get_many("h3", keys[:1])
+        batch = cat.get_many("h3", [*reversed(keys), "absent"], entries=["txt"])
+        assert [r["txt"].decode() if r else None for r in batch.records] == [
+            *(sample(k)["txt"] for k in reversed(keys)),
+            None,
+        ]

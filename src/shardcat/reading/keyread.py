@@ -14,7 +14,7 @@ from .._types import ByteRange, StorageOptions
 from ..format.records import KEY_PEEK, head_end, head_key, key_span
 from ..storage import SourceCache
 
-__all__ = ["KeyReaderOf", "record_key", "record_keys"]
+__all__ = ["KeyReaderOf", "head_key_of", "head_request", "record_key", "record_keys"]
 
 
 def _needed(head: memoryview | bytes, url: str, offset: int, checked: bool) -> int:
@@ -45,6 +45,26 @@ def record_key(
     return head_key(data, path=url, offset=offset, checked=checked)
 
 
+def head_request(url: str, offset: int, length: int) -> tuple[str, ByteRange]:
+    """The read of a record's head that most keys fit in (:data:`KEY_PEEK` bytes at most)."""
+    return url, ByteRange(offset, offset + min(length, KEY_PEEK))
+
+
+def head_key_of(
+    sources: SourceCache,
+    head: memoryview | bytes,
+    place: tuple[str, int, int],
+    *,
+    checked: bool = False,
+) -> str:
+    """The key of the record at ``place`` (url, offset, length) whose :func:`head_request` read
+    ``head``: a read of its own for a key longer than the head read showed."""
+    url, offset, length = place
+    if _needed(head, url, offset, checked) > len(head):
+        return record_key(sources, url, offset, length, checked=checked)
+    return head_key(head, path=url, offset=offset, checked=checked)
+
+
 def record_keys(
     sources: SourceCache, places: Sequence[tuple[str, int, int]], *, checked: bool = False
 ) -> list[str]:
@@ -63,16 +83,10 @@ def record_keys(
     """
     if len(places) == 1:
         return [record_key(sources, *places[0], checked=checked)]
-    heads = sources.read_batch(
-        [(url, ByteRange(offset, offset + min(length, KEY_PEEK))) for url, offset, length in places]
-    )
-    keys = []
-    for (url, offset, length), head in zip(places, heads):
-        if _needed(head, url, offset, checked) > len(head):
-            keys.append(record_key(sources, url, offset, length, checked=checked))
-        else:
-            keys.append(head_key(head, path=url, offset=offset, checked=checked))
-    return keys
+    heads = sources.read_batch([head_request(*place) for place in places])
+    return [
+        head_key_of(sources, head, place, checked=checked) for place, head in zip(places, heads)
+    ]
 
 
 class KeyReaderOf:

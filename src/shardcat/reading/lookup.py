@@ -58,7 +58,7 @@ from ..storage import SourceCache, is_local, local_path, redact
 from ..storage.cache import DEFAULT_MAX_OPEN, ONE_PREAD
 from . import statements
 from .decode import RowAt, decode_record, row_spans
-from .keyread import record_keys
+from .keyread import head_key_of, head_request, record_keys
 from .misses import missing
 from .point import PointLookup, open_point
 
@@ -721,24 +721,15 @@ class Lookup:
                 _hash(k)  # raises InvalidKeyError naming the key
             raise
         names = None if entries is None else frozenset(entries)
-        # A hash-only dataset's whole records: rows with their key hash, so that each
-        # row's key is the asked key of its hash, and its record's read checks it.
-        hashed = names is None and dataset in self.hash_datasets
-        rows = self._batch_rows(dataset, hashes, names, version, hashed)
-        if names is None and not hashed and rows and rows[0][4] is None:
-            # A hash-only dataset this lookup meets now: its rows again, with their hashes
-            # (one statement more, once; a round of reads less, this batch and every next).
-            self.hash_datasets.add(dataset)
-            hashed = True
-            rows = self._batch_rows(dataset, hashes, names, version, hashed)
+        rows, hashed = self._hashed_rows(dataset, hashes, names, version)
         if not rows and (hashes or not asked):
             err = self._missing(dataset, None, version)
             if isinstance(err, DatasetNotFoundError | VersionNotFoundError):
                 raise err
         if hashed and rows:
-            return self._many_hashed(dataset, asked, unique, hashes, rows)
-        if dataset in self.hash_datasets or (rows and rows[0][4] is None):
-            rows = self._with_keys(dataset, rows)  # hash-only rows: keys from their records
+            if names is None:
+                return self._many_hashed(dataset, asked, unique, hashes, rows)
+            return self._entries_hashed(dataset, asked, unique, hashes, rows, names)
         if names is None:
             return self._many_records(dataset, asked, unique, rows)
         found = _rows_by_key(rows, unique)
@@ -746,6 +737,23 @@ class Lookup:
         del rows
         records = self._read_batch(dataset, found, names)
         return BatchResult(asked, [records.get(k) for k in asked], missing)
+
+    def _hashed_rows(
+        self, dataset: str, hashes: list[int], names: frozenset[str] | None, version: Version
+    ) -> tuple[list[Any], bool]:
+        """A batch's rows, and whether they are a hash-only dataset's, each ending with its hash.
+
+        A hash-only dataset's rows come with their key hash, so that each row's key can be
+        the asked key of its hash, checked by the read that follows (one round of reads,
+        not the heads' and then the records'). The batch that meets such a dataset finds
+        NULL keys and sends its statement once more: one statement, once per lookup.
+        """
+        hashed = dataset in self.hash_datasets
+        rows = self._batch_rows(dataset, hashes, names, version, hashed)
+        if not hashed and rows and rows[0][4] is None:
+            self.hash_datasets.add(dataset)
+            return self._batch_rows(dataset, hashes, names, version, True), True
+        return rows, hashed
 
     def _batch_rows(
         self,
@@ -802,21 +810,34 @@ class Lookup:
         path of :meth:`_with_keys`, which drops collisions and reports damage). Only rows of
         an ambiguous hash (two rows, or two asked keys) have their keys read up front.
         """
-        by_hash: dict[int, str | None] = {}
-        for asked_key, h in zip(unique, hashes):
-            by_hash[h] = None if h in by_hash else asked_key  # two asked keys, one hash: read
-        rows_of = Counter(row[statements.BATCH_KEY_HASH] for row in rows)
-        assumed = []
-        for row in rows:
-            h = row[statements.BATCH_KEY_HASH]
-            key = by_hash.get(h) if row[4] is None and rows_of[h] == 1 else None
-            assumed.append(row if key is None else (*row[:4], key, *row[5:]))
+        assumed, _ = _assumed_keys(unique, hashes, rows)
         try:
             return self._many_records(dataset, asked, unique, self._with_keys(dataset, assumed))
         except FormatError:
             # A row's record holds another key than the one assumed (or is damaged):
             # every key read from its record decides, as for a first batch.
             return self._many_records(dataset, asked, unique, self._with_keys(dataset, rows))
+
+    def _entries_hashed(
+        self,
+        dataset: str,
+        asked: list[str],
+        unique: dict[str, Any],
+        hashes: list[int],
+        rows: list[Any],
+        names: frozenset[str],
+    ) -> BatchResult:
+        """Some entries of a hash-only dataset's records: each assumed key's head read in the
+        same batch as the entries, and compared before they are decoded (:meth:`_many_hashed`)."""
+        assumed, check = _assumed_keys(unique, hashes, rows)
+        try:
+            found = _rows_by_key(self._with_keys(dataset, assumed), unique)
+            records = self._read_batch(dataset, found, names, check)
+        except _NotTheKey:
+            found = _rows_by_key(self._with_keys(dataset, rows), unique)
+            records = self._read_batch(dataset, found, names)
+        missing = [k for k in unique if k not in found]
+        return BatchResult(asked, [records.get(k) for k in asked], missing)
 
     def _many_grouped(
         self, dataset: str, asked: list[str], unique: dict[str, Any], rows: list[Any]
@@ -854,17 +875,30 @@ class Lookup:
             for k in asked:
                 _hash(k)  # raises InvalidKeyError naming the key
             raise
-        sql, extra = (
-            (self._batch_entries, ()) if version is None else self._sql("batch_entries", version)
-        )
-        param: Any = hashes if self.dialect == "postgresql" else json.dumps(hashes)
-        rows = self._query(sql, (dataset, param, *extra)) if hashes else []
+        rows, hashed = self._hashed_rows(dataset, hashes, frozenset(), version)
         if not rows and hashes:
             err = self._missing(dataset, None, version)
             if isinstance(err, DatasetNotFoundError | VersionNotFoundError):
                 raise err
-        if dataset in self.hash_datasets or (rows and rows[0][4] is None):
-            rows = self._with_keys(dataset, rows)  # hash-only rows: keys from their records
+        if hashed and rows:
+            assumed, check = _assumed_keys(dict.fromkeys(asked), hashes, rows)
+            try:
+                return self._described(
+                    dataset, asked, self._with_keys(dataset, assumed), want, check
+                )
+            except _NotTheKey:
+                rows = self._with_keys(dataset, rows)  # every key read from its record
+        return self._described(dataset, asked, rows, want)
+
+    def _described(
+        self,
+        dataset: str,
+        asked: list[str],
+        rows: list[Any],
+        want: Callable[[EntryInfo], bool],
+        check: frozenset[tuple[str, int]] = frozenset(),
+    ) -> DescribedBatch:
+        """:meth:`describe_many` of rows that each have their key (``check``: assumed ones)."""
         found = _rows_by_key(rows, dict.fromkeys(asked))
         described: dict[str, list[EntryInfo]] = {}
         plan = []
@@ -885,34 +919,56 @@ class Lookup:
                 plan.append((key, row, chosen))
             described[key] = list(infos.values())
         # A record whose bytes do not match its row is its key's error, not the batch's.
-        records, errors = self._read_plan(dataset, plan, isolate=True)
+        records, errors = self._read_plan(dataset, plan, isolate=True, check=check)
         return DescribedBatch(described, records, errors, [k for k in asked if k not in found])
 
     def _read_batch(
-        self, dataset: str, found: dict[str, list[Any]], names: frozenset[str]
+        self,
+        dataset: str,
+        found: dict[str, list[Any]],
+        names: frozenset[str],
+        check: frozenset[tuple[str, int]] = frozenset(),
     ) -> dict[str, Record]:
         plan = []
         for key, key_rows in found.items():
             for row in key_rows:  # base first, then each group (only those holding a name are read)
                 url, offset = row[:2]
                 plan.append((key, row, self._wanted(url, offset, bytes(row[3]), row[7], names)))
-        records, _ = self._read_plan(dataset, plan, isolate=False)
+        records, _ = self._read_plan(dataset, plan, isolate=False, check=check)
         return records
 
     def _read_plan(
-        self, dataset: str, plan: list[tuple[str, Any, list[Any]]], *, isolate: bool
+        self,
+        dataset: str,
+        plan: list[tuple[str, Any, list[Any]]],
+        *,
+        isolate: bool,
+        check: frozenset[tuple[str, int]] = frozenset(),
     ) -> tuple[dict[str, Record], dict[str, Exception]]:
         """Each planned record's chosen entries, read in one coalesced batch and checked.
 
         ``plan``: ``(key, row, chosen entries)`` per record. A record whose bytes
         do not match its row raises, or with ``isolate`` is that key's error.
+        ``check``: the ``(url, offset)`` of rows whose key was assumed (a hash-only
+        dataset's): their heads are read in the same batch and must name the key, or
+        :class:`_NotTheKey` is raised before any entry is decoded.
         """
         requests = [_entry_request(key, row, w) for key, row, chosen in plan for w in chosen]
+        heads = [(key, row[:3]) for key, row, _ in plan if (row[0], row[1]) in check]
         in_folder = any(row[6] == "files" for _, row, _ in plan)
         try:
-            views = self._sources.read_batch(requests)
+            views = self._sources.read_batch(requests + [head_request(*at) for _, at in heads])
         except (ShardNotFoundError, StorageError) as e:
             raise self._read_failed(e, e.path, dataset, folder=in_folder) from e
+        for (key, at), head in zip(heads, views[len(requests) :]):
+            try:
+                held = head_key_of(self._sources, head, at)
+            except FormatError:
+                raise _NotTheKey from None  # read again the two-round way, which reports it
+            except (ShardNotFoundError, StorageError) as e:
+                raise self._read_failed(e, e.path, dataset) from e
+            if held != key:
+                raise _NotTheKey
         records: dict[str, Record] = {}
         errors: dict[str, Exception] = {}
         at = 0
@@ -1142,6 +1198,35 @@ class Lookup:
 
 _GROUP = operator.itemgetter(statements.GROUP)
 _BATCH_GROUP = operator.itemgetter(statements.BATCH_GROUP)
+
+
+class _NotTheKey(Exception):
+    """A row's record holds another key than the one a hash-only batch assumed for it."""
+
+
+def _assumed_keys(
+    unique: dict[str, Any], hashes: list[int], rows: list[Any]
+) -> tuple[list[Any], frozenset[tuple[str, int]]]:
+    """A hash-only batch's rows, each alone on its hash given the asked key of that hash.
+
+    ``rows`` end with their key hash (``batch_sql(..., hashes=True)``). A hash two rows
+    share, or two asked keys, gives no key (the row's is read from its record). Returns
+    the rows and the ``(url, offset)`` of those given one: a read must check those.
+    """
+    by_hash: dict[int, str | None] = {}
+    for asked, h in zip(unique, hashes):
+        by_hash[h] = None if h in by_hash else asked
+    rows_of = Counter(row[statements.BATCH_KEY_HASH] for row in rows)
+    out, given = [], []
+    for row in rows:
+        h = row[statements.BATCH_KEY_HASH]
+        key = by_hash.get(h) if row[4] is None and rows_of[h] == 1 else None
+        if key is None:
+            out.append(row)
+        else:
+            out.append((*row[:4], key, *row[5:]))
+            given.append((row[0], row[1]))
+    return out, frozenset(given)
 
 
 _JOIN_BYTES = 1 << 20
