@@ -44,3 +44,13 @@ def test_bench_point_hash_measures_batches(capsys) -> None:
         assert 0 < f["p50"] <= f["p99"] and f["keys_per_s"] > 0, name
     out = capsys.readouterr().out
     assert "20 batches of 50 per dataset" in out and "keys/s" in out
+
+
+def test_bench_point_hash_measures_entries_on_s3_behind_the_latency_proxy(capsys) -> None:
+    argv = ["--keys", "200", "--per-shard", "100", "--lookups", "6", "--batch", "20"]
+    figures = main([*argv, "--entries", "json", "--profile", "loopback"])
+    assert set(figures) == {"text", "hash"}
+    for name, f in figures.items():
+        assert 0 < f["p50"] <= f["p99"] and f["keys_per_s"] > 0, name
+    out = capsys.readouterr().out
+    assert "shards: S3 behind the latency proxy (loopback), entries json" in out
