@@ -330,6 +330,21 @@ def test_keys_longer_than_the_head_read_are_read_whole(cat, local_root):
         assert cat.get("h", key).key == key
     batch = cat.get_many("h", [*long_keys, "k" * 701])
     assert [None if r is None else r.key for r in batch.records] == [*long_keys, None]
+    # Heads read beside the entries (a key given by its hash, checked) and heads read first
+    # (two keys of one hash under a 1-bit hash): each long key's whole head read once more.
+    batch = cat.get_many("h", [*long_keys, "k" * 701], entries=["txt"])
+    assert [r["txt"].decode() if r else None for r in batch.records] == [
+        *(sample(k)["txt"] for k in long_keys),
+        None,
+    ]
+    described = cat.describe_many("h", long_keys, want=lambda info: info.name == "txt")
+    assert sorted(described.records) == sorted(long_keys) and not described.errors
+    with colliding_key_hashes(bits=1):
+        cat.create_dataset("h1", local_root + "/h1", keys="hash")
+        cat.register_shard("h1", write_shard(f"{local_root}/h1/long.shard", long_keys))
+        for entries in (None, ["txt"]):
+            batch = cat.get_many("h1", [*long_keys, "k" * 701], entries=entries)
+            assert [None if r is None else r.key for r in batch.records] == [*long_keys, None]
 
 
 def test_keys_holding_nul_are_found_by_hash_on_every_database(cat, local_root):

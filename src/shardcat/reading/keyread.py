@@ -60,8 +60,9 @@ def head_key_of(
     """The key of the record at ``place`` (url, offset, length) whose :func:`head_request` read
     ``head``: a read of its own for a key longer than the head read showed."""
     url, offset, length = place
-    if _needed(head, url, offset, checked) > len(head):
-        return record_key(sources, url, offset, length, checked=checked)
+    end = _needed(head, url, offset, checked)
+    if end > len(head):  # the head names the key's length: read up to its end at once
+        head = sources.read(url, offset, offset + min(length, end))
     return head_key(head, path=url, offset=offset, checked=checked)
 
 
