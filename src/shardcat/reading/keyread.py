@@ -38,11 +38,8 @@ def record_key(
     StorageError
         The shard cannot be read.
     """
-    data = sources.read(url, offset, offset + min(length, KEY_PEEK))
-    end = _needed(data, url, offset, checked)
-    if end > len(data):
-        data = sources.read(url, offset, offset + min(length, end))
-    return head_key(data, path=url, offset=offset, checked=checked)
+    head = sources.read(url, offset, offset + min(length, KEY_PEEK))
+    return head_key_of(sources, head, (url, offset, length), checked=checked)
 
 
 def head_request(url: str, offset: int, length: int) -> tuple[str, ByteRange]:
