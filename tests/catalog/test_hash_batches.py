@@ -25,6 +25,18 @@ def _records(batch) -> list[str | None]:
     return [None if r is None else r.key for r in batch.records]
 
 
+def _absent_colliding_with_a_lone_row(keys: list[str]) -> tuple[str, str]:
+    """A key not among ``keys`` whose (narrowed) hash exactly one of them has, and that one."""
+    hashes = [checksums.signed_key_hash(k.encode()) for k in keys]
+    single = {h: k for h, k in zip(hashes, keys) if hashes.count(h) == 1}
+    absent = next(
+        f"absent/{i}"
+        for i in range(100_000)
+        if checksums.signed_key_hash(f"absent/{i}".encode()) in single
+    )
+    return absent, single[checksums.signed_key_hash(absent.encode())]
+
+
 def test_a_met_dataset_batches_with_as_many_reads_as_one_with_key_text(cat, store, monkeypatch):
     """Locally merged ``pread`` runs, in memory and on S3 (moto) ranged requests: the same
     count for a hash-only dataset as for one with key text, where two rounds took twice."""
@@ -85,14 +97,7 @@ def test_an_absent_key_whose_hash_one_record_holds_is_missing(cat, local_root):
     with colliding_key_hashes(bits=12):  # 4,096 hashes for 80 keys: nearly all one row each
         keyed_dataset(cat, local_root, "h", "hash", shards=2)
         keys = shard_keys(0) + shard_keys(1)
-        hashes = [checksums.signed_key_hash(k.encode()) for k in keys]
-        single = {h: k for h, k in zip(hashes, keys) if hashes.count(h) == 1}
-        absent = next(
-            f"absent/{i}"
-            for i in range(100_000)
-            if checksums.signed_key_hash(f"absent/{i}".encode()) in single
-        )
-        holder = single[checksums.signed_key_hash(absent.encode())]
+        absent, holder = _absent_colliding_with_a_lone_row(keys)
         others = [k for k in keys[::7] if k != holder]
         cat.get_many("h", keys[:2])  # met: the next batches take the one-round path
         for asked in ([absent], [absent, *others], [holder, absent, *others], [absent, holder]):
@@ -193,14 +198,7 @@ def test_entries_and_descriptions_stay_exact_under_collisions(cat, local_root):
     with colliding_key_hashes(bits=12):
         keyed_dataset(cat, local_root, "h", "hash", shards=2)
         keys = shard_keys(0) + shard_keys(1)
-        hashes = [checksums.signed_key_hash(k.encode()) for k in keys]
-        single = {h: k for h, k in zip(hashes, keys) if hashes.count(h) == 1}
-        absent = next(
-            f"absent/{i}"
-            for i in range(100_000)
-            if checksums.signed_key_hash(f"absent/{i}".encode()) in single
-        )
-        holder = single[checksums.signed_key_hash(absent.encode())]
+        absent, holder = _absent_colliding_with_a_lone_row(keys)
         cat.get_many("h", keys[:2])  # met
         for asked in ([absent], [absent, *keys[1::9]], [holder, absent]):
             batch = cat.get_many("h", asked, entries=["txt"])

@@ -727,9 +727,7 @@ class Lookup:
             if isinstance(err, DatasetNotFoundError | VersionNotFoundError):
                 raise err
         if hashed and rows:
-            if names is None:
-                return self._many_hashed(dataset, asked, unique, hashes, rows)
-            return self._entries_hashed(dataset, asked, unique, hashes, rows, names)
+            return self._many_hashed(dataset, asked, unique, hashes, rows, names)
         if names is None:
             return self._many_records(dataset, asked, unique, rows)
         found = _rows_by_key(rows, unique)
@@ -800,36 +798,26 @@ class Lookup:
         unique: dict[str, Any],
         hashes: list[int],
         rows: list[Any],
+        names: frozenset[str] | None,
     ) -> BatchResult:
-        """Whole records of a hash-only dataset's batch: one round of reads, not two.
+        """A hash-only dataset's batch in one round of reads, not two.
 
         A row whose hash is the only row's of that hash and one asked key's takes that key
-        without reading it: the record's decoder compares the key the record holds with it,
-        so a row of another key (a collision with a key not asked) or a changed shard fails
-        that check, and the batch is then answered by reading every row's key first (the
-        path of :meth:`_with_keys`, which drops collisions and reports damage). Only rows of
-        an ambiguous hash (two rows, or two asked keys) have their keys read up front.
+        without reading it. Whole records (``names`` None): the record's decoder compares
+        the key the record holds with it. Some entries: the row's head is read in the batch
+        of the entries' reads and compared before any entry is decoded. A row of another
+        key (a collision with a key not asked) or a changed shard fails that check, and the
+        batch is then answered by reading every row's key first (the path of
+        :meth:`_with_keys`, which drops collisions and reports damage). Only rows of an
+        ambiguous hash (two rows, or two asked keys) have their keys read up front.
         """
-        assumed, _ = _assumed_keys(unique, hashes, rows)
-        try:
-            return self._many_records(dataset, asked, unique, self._with_keys(dataset, assumed))
-        except FormatError:
-            # A row's record holds another key than the one assumed (or is damaged):
-            # every key read from its record decides, as for a first batch.
-            return self._many_records(dataset, asked, unique, self._with_keys(dataset, rows))
-
-    def _entries_hashed(
-        self,
-        dataset: str,
-        asked: list[str],
-        unique: dict[str, Any],
-        hashes: list[int],
-        rows: list[Any],
-        names: frozenset[str],
-    ) -> BatchResult:
-        """Some entries of a hash-only dataset's records: each assumed key's head read in the
-        same batch as the entries, and compared before they are decoded (:meth:`_many_hashed`)."""
         assumed, check = _assumed_keys(unique, hashes, rows)
+        if names is None:
+            try:
+                keyed = self._with_keys(dataset, assumed)
+                return self._many_records(dataset, asked, unique, keyed)
+            except FormatError:  # another key than the one assumed, or a damaged record
+                return self._many_records(dataset, asked, unique, self._with_keys(dataset, rows))
         try:
             found = _rows_by_key(self._with_keys(dataset, assumed), unique)
             records = self._read_batch(dataset, found, names, check)
