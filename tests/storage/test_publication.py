@@ -63,7 +63,9 @@ def test_exclusive_publication_never_replaces_an_existing_object(target):
 def test_exclusive_multipart_upload_is_refused_at_completion(s3, monkeypatch):
     """Through s3fs large objects go up in parts; S3 checks If-None-Match when the upload
     completes. (obstore's one exclusive PUT: tests/storage/test_s3_upload.py.)"""
-    shardcat.config.set(s3_transport="fsspec")
+    # What is checked is the refusal, not the speed: an 18 MiB upload to moto on a loaded
+    # machine can take longer than the suite's 3-s deadline (tests/conftest.py).
+    shardcat.config.set(s3_transport="fsspec", storage_retry_deadline=60)
     url, opts = f"{s3['url']}/big/x.bin", s3["storage_options"]
     fs, path = fsspec.core.url_to_fs(url, **opts)
     fs.pipe_file(path, b"original")

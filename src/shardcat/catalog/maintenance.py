@@ -259,7 +259,7 @@ def _compare(s: Session, shard: Shard, info: Summary) -> list[Problem]:
     signatures = [lay.signature for lay in prep.layouts]
     # Spans are compared by what they say, not by their bytes: a catalog written before
     # the compact packing holds the fixed ones (format/spans.py). The footer's side is its
-    # own entries, each record's run of (offset, size, crc), unpacked from nothing.
+    # own entries: each record's run of (offset, size, crc) as the footer holds it.
     counts = {lay.signature: len(lay.entries) for lay in prep.layouts}
     footer_signatures = [signatures[i] for i in prep.layout_index.tolist()]
     footer = set(
