@@ -35,7 +35,10 @@ lookups
     indexes, read by ``pg_prewarm``) are read once first, so that the curve
     measures the index, not what the floor's copy of the table evicted. The
     point lookups are also timed once before that read (``point_before_warm``:
-    the cache as registration and the floor left it).
+    the cache as registration and the floor left it), and on SQLite once more
+    after the batches through connections without a memory map
+    (``point_unmapped``: ``sqlite_mmap_size`` 0, pages copied into SQLite's
+    own 64 MiB cache).
 verify, gc
     ``Catalog.verify`` (every shard read back, every CRC checked, every
     footer compared with its catalog rows; ``history=False``), at every size
@@ -449,6 +452,21 @@ def point_lookups(cat: Any, keys: int, count: int, rng: random.Random) -> dict[s
     }
 
 
+def unmapped_point_lookups(url: str, keys: int, count: int, rng: random.Random) -> dict[str, Any]:
+    """:func:`point_lookups` through a second catalog whose connections copy pages, not map them.
+
+    ``sqlite_mmap_size`` 0: the same warm catalog and shards, SQLite's own page cache alone.
+    """
+    import shardcat
+
+    with shardcat.config.set(sqlite_mmap_size=0):
+        other = shardcat.Catalog(url)
+        try:
+            return {**point_lookups(other, keys, count, rng), "load": load()}
+        finally:
+            other.close()
+
+
 def batch_lookups(
     cat: Any, keys: int, size: int, repeats: int, rng: random.Random
 ) -> dict[str, float]:
@@ -563,9 +581,17 @@ def measure_size(
                     **batch_lookups(cat, keys, args.batch, args.batch_repeats, rng),
                     "load": load(),
                 }
+                if backend.name == "sqlite":
+                    out["point_unmapped"] = unmapped_point_lookups(url, keys, args.points, rng)
                 log(
                     f"  lookups: p50 {out['point']['p50_ms']:.4f} ms (before warm-up "
-                    f"{out['point_before_warm']['p50_ms']:.4f})"
+                    f"{out['point_before_warm']['p50_ms']:.4f}"
+                    + (
+                        f", without the memory map {out['point_unmapped']['p50_ms']:.4f}"
+                        if "point_unmapped" in out
+                        else ""
+                    )
+                    + ")"
                 )
                 checks = args.verify and (
                     args.verify_max_keys is None or keys <= args.verify_max_keys

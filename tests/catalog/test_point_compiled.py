@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+import shardcat
 from shardcat.catalog import internal
 from shardcat.errors import (
     CodecUnavailableError,
@@ -112,6 +113,32 @@ def test_both_paths_return_identical_records_for_every_key(sqlite_url, local_roo
     finally:
         fast_cat.close()
         slow_cat.close()
+
+
+def _maps_of(path: str) -> int:
+    """How many memory maps of ``path`` this process holds (SQLite maps a file once per connection)."""
+    with open("/proc/self/maps") as f:
+        return sum(line.rstrip("\n").endswith(" " + path) for line in f)
+
+
+@needs_proc
+@pytest.mark.parametrize("size", ["2GiB", "0"])
+def test_its_connection_maps_the_catalog_as_the_lookups_own_does(sqlite_url, local_root, size):
+    """``sqlite_mmap_size`` reaches the compiled lookup's connection: the catalog file is
+    mapped by it and by the lookup's Python connection, or (0) by neither."""
+    path = sqlite_url.removeprefix("sqlite:///")
+    with shardcat.config.set(sqlite_mmap_size=size):
+        with Catalog(sqlite_url) as cat:
+            make_dataset(cat, local_root, 1)
+        assert _maps_of(path) == 0
+        with Catalog(sqlite_url) as cat:
+            key = shard_keys(0)[0]
+            _warm(cat, "train", key)
+            assert _fast(cat, "train", key) is not None
+            (own,) = cat._lookup().raw.conn.execute("PRAGMA mmap_size").fetchone()
+            assert own == (0 if size == "0" else 2**31 - 2**16)  # SQLite's build caps it
+            assert _maps_of(path) == (0 if size == "0" else 2)
+        assert _maps_of(path) == 0  # closed with the catalog
 
 
 def test_missing_keys_datasets_and_invalid_keys_go_to_the_python_path(cat, local_root):

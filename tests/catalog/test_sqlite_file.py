@@ -61,7 +61,14 @@ def test_everything_else_is_left_to_sqlalchemy(url):
     assert sqlite_file.absolute(url) is None
 
 
-_PRAGMAS = ("busy_timeout", "journal_mode", "foreign_keys", "synchronous", "cache_size")
+_PRAGMAS = (
+    "busy_timeout",
+    "journal_mode",
+    "foreign_keys",
+    "synchronous",
+    "cache_size",
+    "mmap_size",
+)
 
 
 def test_the_lookups_connection_has_the_engines_settings(tmp_path):
@@ -76,7 +83,26 @@ def test_the_lookups_connection_has_the_engines_settings(tmp_path):
             assert own.isolation_level is None  # autocommit: no read transaction left open
         finally:
             own.close()
-    assert own_side == engine_side == [7000, "wal", 1, 1, -65536]
+    # mmap_size: the sqlite_mmap_size setting (2 GiB), as SQLite's build caps it.
+    assert own_side == engine_side == [7000, "wal", 1, 1, -65536, 2**31 - 2**16]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("0", 0), (0, 0), ("64MiB", 64 << 20), ("1048576", 1 << 20), (4096, 4096)],
+)
+def test_the_memory_map_setting_takes_sizes_and_zero(value, expected):
+    with shardcat.config.set(sqlite_mmap_size=value):
+        assert sqlite_file.mmap_size() == expected
+
+
+@pytest.mark.parametrize("value", ["lots", "-1GiB", -5])
+def test_a_memory_map_setting_that_is_not_a_size_says_what_to_write(tmp_path, value):
+    with (
+        shardcat.config.set(sqlite_mmap_size=value),
+        pytest.raises(shardcat.errors.SettingError, match=r"SHARDCAT_SQLITE_MMAP_SIZE=.*2GiB"),
+    ):
+        shardcat.Catalog(f"sqlite:///{tmp_path / 'c.db'}")
 
 
 def test_a_catalog_at_head_opens_without_an_engine_and_makes_one_for_its_first_unit_of_work(

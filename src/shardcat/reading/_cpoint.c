@@ -185,19 +185,19 @@ static int point_init(Point *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"path", "sql", "busy_timeout_ms", "cache_size", "shards", "fds", "touch",
                              "unpack", "texts", "one_pread", "tars", "finish", "batch_sql", "merge", "groups",
-                             "hash_sql", "hash_datasets", NULL};
+                             "hash_sql", "hash_datasets", "mmap_size", NULL};
     const char *path, *sql, *batch_sql = NULL, *hash_sql = NULL;
     Py_ssize_t sql_len, batch_len = 0, hash_len = 0;
     int busy_ms;
-    long long cache_size;
+    long long cache_size, mmap_size = 0;
     PyObject *shards, *fds, *touch, *unpack, *texts, *tars, *finish, *merge = Py_None, *groups = Py_None,
              *hash_datasets = Py_None;
     Py_ssize_t one_pread;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ss#iLO!O!OOO!nO!O|z#OOz#O", kwlist, &path, &sql,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ss#iLO!O!OOO!nO!O|z#OOz#OL", kwlist, &path, &sql,
                                      &sql_len, &busy_ms, &cache_size, &PyDict_Type, &shards, &PyDict_Type,
                                      &fds, &touch, &unpack, &PyDict_Type, &texts, &one_pread, &PyDict_Type,
                                      &tars, &finish, &batch_sql, &batch_len, &merge, &groups, &hash_sql,
-                                     &hash_len, &hash_datasets))
+                                     &hash_len, &hash_datasets, &mmap_size))
         return -1;
     if ((hash_sql == NULL) != (hash_datasets == Py_None) ||
         (hash_datasets != Py_None && !PySet_CheckExact(hash_datasets))) {
@@ -208,9 +208,11 @@ static int point_init(Point *self, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_TypeError, "merge and groups (a dict) are given together, or neither");
         return -1;
     }
-    /* The Python connection's page cache size (PRAGMA cache_size: pages, or KiB if negative). */
-    char pragma[64];
-    snprintf(pragma, sizeof pragma, "PRAGMA cache_size = %lld", cache_size);
+    /* The Python connection's page cache size (PRAGMA cache_size: pages, or KiB if negative)
+       and memory map (PRAGMA mmap_size: bytes, 0 for none). */
+    char pragmas[2][64];
+    snprintf(pragmas[0], sizeof pragmas[0], "PRAGMA cache_size = %lld", cache_size);
+    snprintf(pragmas[1], sizeof pragmas[1], "PRAGMA mmap_size = %lld", mmap_size);
     if (self->db != NULL || self->shards != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Point is already open");
         return -1;
@@ -227,8 +229,8 @@ static int point_init(Point *self, PyObject *args, PyObject *kwargs)
     rc = a->open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc == SQLITE_OK)
         rc = a->busy_timeout(db, busy_ms);
-    if (rc == SQLITE_OK) {
-        rc = a->prepare_v2(db, pragma, -1, &stmt, NULL);
+    for (int i = 0; i < 2 && rc == SQLITE_OK; i++) {
+        rc = a->prepare_v2(db, pragmas[i], -1, &stmt, NULL);
         if (rc == SQLITE_OK && stmt != NULL) {
             a->step(stmt); /* sets it; its result row, if any, is not needed */
             rc = a->finalize(stmt);
@@ -1063,7 +1065,8 @@ static PyTypeObject PointType = {
     .tp_basicsize = sizeof(Point),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "Point(path, sql, busy_timeout_ms, cache_size, shards, fds, touch, unpack, texts, one_pread, "
-              "tars, finish, batch_sql=None): "
+              "tars, finish, batch_sql=None, merge=None, groups=None, hash_sql=None, hash_datasets=None, "
+              "mmap_size=0): "
               "a read-only SQLite connection and the point statement, prepared.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)point_init,

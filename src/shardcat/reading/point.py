@@ -271,9 +271,10 @@ def _open_compiled(
         file = next((row[2] for row in rows if row[1] == "main"), "")
         if not file:  # in memory or temporary: another connection cannot see it
             return None
-        # The same busy timeout and page cache as the lookup's Python connection.
+        # The same busy timeout, page cache and memory map as the lookup's Python connection.
         (busy_ms,) = conn.execute("PRAGMA busy_timeout").fetchone()
         (cache_size,) = conn.execute("PRAGMA cache_size").fetchone()
+        (mmap_size,) = conn.execute("PRAGMA mmap_size").fetchone()
         return _compiled.Point(  # type: ignore[no-any-return]
             file,
             sql,
@@ -283,6 +284,7 @@ def _open_compiled(
             *_merging(groups),
             hash_sql=hash_sql,
             hash_datasets=hash_datasets,
+            mmap_size=int(mmap_size),
         )
     except Exception as e:
         # Cannot open or prepare (or a file name SQLite cannot hand back as
