@@ -131,13 +131,15 @@ class _CountingRows:
         self, inner: Any, sql: str, point_sql: str, statements: list[str], lookup: Any
     ) -> None:
         self.inner, self.sql, self.point_sql, self.statements = inner, sql, point_sql, statements
-        # A hash-only dataset's get() steps the hash-only statement instead.
+        # A hash-only dataset's get() steps the hash-only statement instead, and its
+        # batch the statement whose rows end with their key hash.
         self.hash_sql, self.hash_datasets = lookup._record_by_shard_hash, lookup.hash_datasets
+        self.hash_batch_sql = lookup._sql("batch_hashed", None)[0]
 
-    def rows(self, dataset: str, hashes: list[int]) -> Any:
-        rows = self.inner.rows(dataset, hashes)
+    def rows(self, dataset: str, hashes: list[int], hashed: bool = False) -> Any:
+        rows = self.inner.rows(dataset, hashes, hashed)
         if rows is not None:
-            self.statements.append(self.sql)
+            self.statements.append(self.hash_batch_sql if hashed else self.sql)
         return rows
 
     def get(self, dataset: str, key: str, decode: Any) -> Any:

@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 
 from shardcat.errors import DatasetNotFoundError
-from shardcat.format import recordcodec
+from shardcat.format import checksums, recordcodec
 from shardcat.format.checksums import signed_key_hashes
 from shardcat.format.tar import scan_tar
 from shardcat.reading import Catalog, point
+from shardcat.testing.collisions import colliding_key_hashes
 from shardcat.testing.tars import wds_samples, write_wds_tar
 
 from . import test_point_compiled as point_tests
@@ -127,6 +128,65 @@ def test_rows_equal_the_drivers_in_every_state_the_statement_decides(cat, local_
         cat.get_many("other", live)
 
 
+def _hashed_rows_both(cat: Catalog, dataset: str, keys: list[str]) -> tuple[Any, list[Any]]:
+    """The compiled rows of the statement whose rows end with their key hash, and the driver's."""
+    lookup = cat._lookup()
+    # Looked up at the call: colliding_key_hashes narrows the module's function.
+    hashes = checksums.signed_key_hashes(k.encode() for k in keys)
+    fast = lookup._point_lookup.rows(dataset, hashes, True)
+    sql = lookup._sql("batch_hashed", None)[0]
+    return fast, [tuple(r) for r in lookup._query(sql, (dataset, json.dumps(hashes)))]
+
+
+def test_a_hash_only_datasets_rows_come_with_their_hashes_as_the_drivers_do(cat, local_root):
+    """A hash-only dataset's batch (keys NULL, each row ending with its key hash) is
+    stepped on the compiled lookup's connection too, collisions and all."""
+    cat.create_dataset("h", f"{local_root}/h", keys="hash")
+    cat.register_shard("h", write_shard(f"{local_root}/h/0.shard", shard_keys(0)))
+    cat.register_shard("h", write_shard(f"{local_root}/h/1.shard", shard_keys(1)))
+    keys = shard_keys(0) + shard_keys(1)
+    fast, slow = _hashed_rows_both(cat, "h", [*keys, "nope"])
+    assert fast is not None and sorted(fast) == sorted(slow)
+    assert len(fast) == len(keys)
+    for row in fast:
+        # url, offset, length, spans, key (NULL), alignment, kind and layout (NULL:
+        # native), group, key hash.
+        none = type(None)
+        assert [type(v) for v in row] == [str, int, int, bytes, none, int, none, none, int, int]
+    assert sorted(r[9] for r in fast) == sorted(_hashes(keys))
+    # The statement without hashes: the same rows, keys None, as the driver returns them
+    # (the batch that meets a hash-only dataset reads that, then asks with hashes).
+    plain, driver = _both(cat, "h", keys)
+    assert plain is not None and sorted(plain) == sorted(tuple(r) for r in driver)
+    assert {r[4] for r in plain} == {None}
+    # Under 3-bit hashes most keys share theirs: every row of an asked hash comes back.
+    with colliding_key_hashes(bits=3):
+        cat.create_dataset("c", f"{local_root}/c", keys="hash")
+        cat.register_shard("c", write_shard(f"{local_root}/c/0.shard", keys))
+        fast, slow = _hashed_rows_both(cat, "c", keys[:5])
+        assert fast is not None and sorted(fast) == sorted(slow) and len(fast) > 5
+        batch = cat.get_many("c", [*keys[:5], "nope"])
+        assert [r.key if r else None for r in batch] == [*keys[:5], None]
+
+
+def test_a_met_hash_only_datasets_batch_sends_nothing_through_the_python_connection(
+    cat, local_root
+):
+    cat.create_dataset("h", f"{local_root}/h", keys="hash")
+    cat.register_shard("h", write_shard(f"{local_root}/h/0.shard", shard_keys(0)))
+    keys = shard_keys(0)
+    assert [r.key for r in cat.get_many("h", keys[:3])] == keys[:3]  # met now
+    lookup = cat._lookup()
+    sent: list[str] = []
+    lookup.raw.conn.set_trace_callback(sent.append)
+    try:
+        batch = cat.get_many("h", [*keys[3:], "nope"])
+    finally:
+        lookup.raw.conn.set_trace_callback(None)
+    assert [r.key if r else None for r in batch] == [*keys[3:], None]
+    assert not [s for s in sent if "json_each" in s], sent  # the batch statement ran in C
+
+
 def test_colliding_hashes_come_back_as_rows_and_never_as_the_wrong_record(cat, local_root):
     make_dataset(cat, local_root, 1)
     keys = shard_keys(0)
@@ -181,7 +241,7 @@ def test_unusual_cases_go_back_to_the_python_path(cat, local_root, sqlite_url):
         c.rows("train", ["1"])  # type: ignore[list-item]
     with pytest.raises(OverflowError):
         c.rows("train", [2**64])
-    with pytest.raises(TypeError, match="2 arguments"):
+    with pytest.raises(TypeError, match="2 or 3 arguments"):
         c.rows("train")  # type: ignore[call-arg]
     # A key SQLite holds as text that is not UTF-8: the driver's decoding (and
     # its error) is the Python path's.

@@ -142,6 +142,7 @@ typedef struct {
     sqlite3_stmt *stmt;
     sqlite3_stmt *batch; /* the batch statement (rows()), or NULL */
     sqlite3_stmt *hashed; /* a hash-only dataset's candidates (bound dataset, hash), or NULL */
+    sqlite3_stmt *hash_batch; /* the batch statement with each row's key hash (rows(..., 1)), or NULL */
     unsigned long forks; /* `forks` when opened */
     unsigned long busy;  /* the thread inside get() or rows(), or 0 */
     int close_pending;   /* close() asked while busy: get() closes on its way out */
@@ -172,12 +173,15 @@ static void point_release(Point *self)
             self->api->finalize(self->batch);
         if (self->hashed != NULL)
             self->api->finalize(self->hashed);
+        if (self->hash_batch != NULL)
+            self->api->finalize(self->hash_batch);
         if (self->db != NULL)
             self->api->close_v2(self->db);
     }
     self->stmt = NULL;
     self->batch = NULL;
     self->hashed = NULL;
+    self->hash_batch = NULL;
     self->db = NULL;
 }
 
@@ -185,19 +189,20 @@ static int point_init(Point *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"path", "sql", "busy_timeout_ms", "cache_size", "shards", "fds", "touch",
                              "unpack", "texts", "one_pread", "tars", "finish", "batch_sql", "merge", "groups",
-                             "hash_sql", "hash_datasets", "mmap_size", NULL};
-    const char *path, *sql, *batch_sql = NULL, *hash_sql = NULL;
-    Py_ssize_t sql_len, batch_len = 0, hash_len = 0;
+                             "hash_sql", "hash_datasets", "mmap_size", "hash_batch_sql", NULL};
+    const char *path, *sql, *batch_sql = NULL, *hash_sql = NULL, *hash_batch_sql = NULL;
+    Py_ssize_t sql_len, batch_len = 0, hash_len = 0, hash_batch_len = 0;
     int busy_ms;
     long long cache_size, mmap_size = 0;
     PyObject *shards, *fds, *touch, *unpack, *texts, *tars, *finish, *merge = Py_None, *groups = Py_None,
              *hash_datasets = Py_None;
     Py_ssize_t one_pread;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ss#iLO!O!OOO!nO!O|z#OOz#OL", kwlist, &path, &sql,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ss#iLO!O!OOO!nO!O|z#OOz#OLz#", kwlist, &path, &sql,
                                      &sql_len, &busy_ms, &cache_size, &PyDict_Type, &shards, &PyDict_Type,
                                      &fds, &touch, &unpack, &PyDict_Type, &texts, &one_pread, &PyDict_Type,
                                      &tars, &finish, &batch_sql, &batch_len, &merge, &groups, &hash_sql,
-                                     &hash_len, &hash_datasets, &mmap_size))
+                                     &hash_len, &hash_datasets, &mmap_size, &hash_batch_sql,
+                                     &hash_batch_len))
         return -1;
     if ((hash_sql == NULL) != (hash_datasets == Py_None) ||
         (hash_datasets != Py_None && !PySet_CheckExact(hash_datasets))) {
@@ -223,7 +228,7 @@ static int point_init(Point *self, PyObject *args, PyObject *kwargs)
     }
     const Api *a = api;
     sqlite3 *db = NULL;
-    sqlite3_stmt *stmt = NULL, *batch = NULL, *hashed = NULL;
+    sqlite3_stmt *stmt = NULL, *batch = NULL, *hashed = NULL, *hash_batch = NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = a->open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
@@ -243,6 +248,8 @@ static int point_init(Point *self, PyObject *args, PyObject *kwargs)
         rc = a->prepare_v2(db, batch_sql, (int)batch_len + 1, &batch, NULL);
     if (rc == SQLITE_OK && hash_sql != NULL)
         rc = a->prepare_v2(db, hash_sql, (int)hash_len + 1, &hashed, NULL);
+    if (rc == SQLITE_OK && hash_batch_sql != NULL)
+        rc = a->prepare_v2(db, hash_batch_sql, (int)hash_batch_len + 1, &hash_batch, NULL);
     Py_END_ALLOW_THREADS
     if (rc == SQLITE_OK && (stmt == NULL || a->column_count(stmt) != 5)) {
         PyErr_SetString(PyExc_ValueError, "the point statement must select 5 columns");
@@ -250,6 +257,9 @@ static int point_init(Point *self, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_ValueError, "the batch statement must select 9 columns");
     } else if (rc == SQLITE_OK && hash_sql != NULL && (hashed == NULL || a->column_count(hashed) != 5)) {
         PyErr_SetString(PyExc_ValueError, "the hash-only point statement must select 5 columns");
+    } else if (rc == SQLITE_OK && hash_batch_sql != NULL &&
+               (hash_batch == NULL || a->column_count(hash_batch) != 10)) {
+        PyErr_SetString(PyExc_ValueError, "the batch statement with key hashes must select 10 columns");
     } else if (rc != SQLITE_OK) {
         PyErr_Format(PyExc_RuntimeError, "cannot open %s for point lookups: %s (SQLite code %d)", path,
                      db != NULL ? a->errmsg(db) : "out of memory", rc);
@@ -261,6 +271,8 @@ static int point_init(Point *self, PyObject *args, PyObject *kwargs)
             a->finalize(batch);
         if (hashed != NULL)
             a->finalize(hashed);
+        if (hash_batch != NULL)
+            a->finalize(hash_batch);
         if (db != NULL)
             a->close_v2(db);
         return -1;
@@ -270,6 +282,7 @@ static int point_init(Point *self, PyObject *args, PyObject *kwargs)
     self->stmt = stmt;
     self->batch = batch;
     self->hashed = hashed;
+    self->hash_batch = hash_batch;
     self->forks = forks;
     self->one_pread = one_pread;
     Py_INCREF(shards), self->shards = shards;
@@ -740,8 +753,9 @@ not_handled:
 /* --- rows(): the batch statement's rows ------------------------
 
    Catalog.get_many's whole records at the latest version: the lookup's own
-   batch statement (lookup.py's _batch_sql, bound as dataset and a JSON array
-   of key hashes), stepped here on this connection without the GIL, then
+   batch statement (statements.py's batch_sql, bound as dataset and a JSON array
+   of key hashes; with `hashed`, its twin whose rows end with their key hash,
+   a hash-only dataset's), stepped here on this connection without the GIL, then
    made into the tuples Python's sqlite3 module would return. What that
    saves per batch: the JSON text of the hashes made
    in Python; a mutex per column value (Python's connection is SQLite's
@@ -750,9 +764,9 @@ not_handled:
    object). Anything unexpected returns None and the Python path asks again. */
 
 typedef struct {
-    long long offset, length, alignment;
+    long long offset, length, alignment, key_hash; /* key_hash: the hashed statement's */
     size_t url, spans, key, kind, sig; /* into the arena */
-    int url_len, spans_len, key_len, kind_len, sig_len; /* kind_len, sig_len -1: NULL */
+    int url_len, spans_len, key_len, kind_len, sig_len; /* key_len, kind_len, sig_len -1: NULL */
 } BatchRow;
 
 typedef struct {
@@ -802,13 +816,13 @@ static int column_put(const Api *a, sqlite3_stmt *st, int col, int type, int nul
     return arena_put(b, p, *len, at);
 }
 
-/* Steps the batch statement to its end and resets it (no GIL held).
-   1: every row had the expected types and is in *b; 0: anything else. */
-static int batch_fetch(Point *self, const char *dataset, Py_ssize_t dataset_len, const char *json,
-                       size_t json_len, Batch *b)
+/* Steps a batch statement (`st`: the batch or the hashed batch) to its end and
+   resets it (no GIL held). 1: every row had the expected types and is in *b;
+   0: anything else. A key is NULL in a hash-only dataset's rows. */
+static int batch_fetch(Point *self, sqlite3_stmt *st, int hashed, const char *dataset,
+                       Py_ssize_t dataset_len, const char *json, size_t json_len, Batch *b)
 {
     const Api *a = self->api;
-    sqlite3_stmt *st = self->batch;
     int ok = 0, rc;
     if (a->bind_text(st, 1, dataset, (int)dataset_len, SQLITE_STATIC) != SQLITE_OK ||
         a->bind_text(st, 2, json, (int)json_len, SQLITE_STATIC) != SQLITE_OK) {
@@ -827,14 +841,16 @@ static int batch_fetch(Point *self, const char *dataset, Py_ssize_t dataset_len,
         BatchRow *r = &b->rows[b->n];
         /* A column group's row (group_id != 0): the Python path merges a key's rows. */
         if (a->column_type(st, 1) != SQLITE_INTEGER || a->column_type(st, 2) != SQLITE_INTEGER ||
-            a->column_type(st, 5) != SQLITE_INTEGER || a->column_int64(st, 8) != 0)
+            a->column_type(st, 5) != SQLITE_INTEGER || a->column_int64(st, 8) != 0 ||
+            (hashed && a->column_type(st, 9) != SQLITE_INTEGER))
             break;
         r->offset = a->column_int64(st, 1);
         r->length = a->column_int64(st, 2);
         r->alignment = a->column_int64(st, 5);
+        r->key_hash = hashed ? a->column_int64(st, 9) : 0;
         if (!column_put(a, st, 0, SQLITE_TEXT, 0, b, &r->url, &r->url_len) ||
             !column_put(a, st, 3, SQLITE_BLOB, 0, b, &r->spans, &r->spans_len) ||
-            !column_put(a, st, 4, SQLITE_TEXT, 0, b, &r->key, &r->key_len) ||
+            !column_put(a, st, 4, SQLITE_TEXT, 1, b, &r->key, &r->key_len) ||
             !column_put(a, st, 6, SQLITE_TEXT, 1, b, &r->kind, &r->kind_len) ||
             !column_put(a, st, 7, SQLITE_TEXT, 1, b, &r->sig, &r->sig_len))
             break;
@@ -894,21 +910,27 @@ static PyObject *text_or_none(const char *p, int len)
 
 #define URLS_SHARED 64
 
-/* rows(dataset, hashes) -> list[tuple] | None
+/* rows(dataset, hashes, hashed=False) -> list[tuple] | None
 
    hashes: a list of the keys' signed xxHash64 values. Each tuple is the
    batch statement's row (url, offset, length, spans, key, alignment, kind,
-   signature), as the Python driver would return it. None: not handled here
-   (no batch statement, busy, closed, a forked child, a lock, or a row of
-   another shape); the caller runs the statement through Python. */
+   signature, group_id; with `hashed`, the hashed statement's, then key_hash),
+   as the Python driver would return it. None: not handled here (no such
+   statement, busy, closed, a forked child, a lock, or a row of another
+   shape); the caller runs the statement through Python. */
 static PyObject *point_rows(Point *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_Format(PyExc_TypeError, "rows() takes 2 arguments (dataset, hashes), %zd given", nargs);
+    if (nargs != 2 && nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "rows() takes 2 or 3 arguments (dataset, hashes, hashed), %zd given",
+                     nargs);
         return NULL;
     }
     PyObject *dataset = args[0], *hashes = args[1];
-    if (self->db == NULL || self->batch == NULL || self->busy || self->forks != forks || holding ||
+    int hashed = nargs == 3 ? PyObject_IsTrue(args[2]) : 0;
+    if (hashed < 0)
+        return NULL;
+    sqlite3_stmt *st = hashed ? self->hash_batch : self->batch;
+    if (self->db == NULL || st == NULL || self->busy || self->forks != forks || holding ||
         !PyUnicode_CheckExact(dataset) || !PyList_CheckExact(hashes))
         Py_RETURN_NONE;
     Py_ssize_t dataset_len;
@@ -931,7 +953,7 @@ static PyObject *point_rows(Point *self, PyObject *const *args, Py_ssize_t nargs
     int ok;
     enter(self);
     Py_BEGIN_ALLOW_THREADS
-    ok = batch_fetch(self, d, dataset_len, json, json_len, &b);
+    ok = batch_fetch(self, st, hashed, d, dataset_len, json, json_len, &b);
     Py_END_ALLOW_THREADS
     if (self->close_pending) /* closed meanwhile: not handled (leave() clears the mark) */
         ok = 0;
@@ -972,7 +994,7 @@ static PyObject *point_rows(Point *self, PyObject *const *args, Py_ssize_t nargs
                 urls[shared++] = url;
             }
         }
-        PyObject *row = PyTuple_New(9);
+        PyObject *row = PyTuple_New(hashed ? 10 : 9);
         if (row == NULL) {
             Py_DECREF(url);
             goto fail;
@@ -989,7 +1011,7 @@ static PyObject *point_rows(Point *self, PyObject *const *args, Py_ssize_t nargs
         if ((v = PyBytes_FromStringAndSize(b.bytes + r->spans, r->spans_len)) == NULL)
             goto fail;
         PyTuple_SET_ITEM(row, 3, v);
-        if ((v = PyUnicode_DecodeUTF8(b.bytes + r->key, r->key_len, NULL)) == NULL)
+        if ((v = text_or_none(b.bytes + r->key, r->key_len)) == NULL)
             goto fail;
         PyTuple_SET_ITEM(row, 4, v);
         if ((v = PyLong_FromLongLong(r->alignment)) == NULL)
@@ -1005,6 +1027,11 @@ static PyObject *point_rows(Point *self, PyObject *const *args, Py_ssize_t nargs
         if ((v = PyLong_FromLong(0)) == NULL)
             goto fail;
         PyTuple_SET_ITEM(row, 8, v);
+        if (hashed) {
+            if ((v = PyLong_FromLongLong(r->key_hash)) == NULL)
+                goto fail;
+            PyTuple_SET_ITEM(row, 9, v);
+        }
     }
     goto done;
 fail:
@@ -1066,7 +1093,7 @@ static PyTypeObject PointType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "Point(path, sql, busy_timeout_ms, cache_size, shards, fds, touch, unpack, texts, one_pread, "
               "tars, finish, batch_sql=None, merge=None, groups=None, hash_sql=None, hash_datasets=None, "
-              "mmap_size=0): "
+              "mmap_size=0, hash_batch_sql=None): "
               "a read-only SQLite connection and the point statement, prepared.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)point_init,

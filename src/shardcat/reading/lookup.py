@@ -214,6 +214,7 @@ class Lookup:
             # A hash-only dataset's candidates, each record's key compared (read in place).
             self._record_by_shard_hash,
             self.hash_datasets,
+            self._sql("batch_hashed", None)[0],  # a hash-only dataset's batch rows
         )
         self.fast_get: Callable[[str, str, Callable[..., Any]], Record | None] = (
             self._point_lookup.get
@@ -764,9 +765,9 @@ class Lookup:
         """The batch statement's rows for ``hashes`` (``hashed``: each ending with its key hash)."""
         if not hashes:
             return []
-        if names is None and version is None and not hashed:
+        if names is None and version is None:
             # The same statement, through the point lookup (point.py: rows()); None: not handled there.
-            rows = self._point_lookup.rows(dataset, hashes)
+            rows = self._point_lookup.rows(dataset, hashes, hashed)
             if rows is not None:
                 return rows
         kind = ("batch" if names is None else "batch_entries") + ("_hashed" if hashed else "")

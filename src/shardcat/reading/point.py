@@ -212,6 +212,7 @@ def open_point(
     groups: dict[int, int] | None = None,
     hash_sql: str | None = None,
     hash_datasets: set[str] | None = None,
+    hash_batch_sql: str | None = None,
 ) -> PointLookup:
     """The point lookup for a lookup's state: compiled, its Python twin, or one that declines.
 
@@ -235,7 +236,9 @@ def open_point(
     not handled. ``hash_sql`` (bound as dataset and key hash; the same five
     columns as ``sql``) is the hash-only candidates' statement, taken for the
     datasets in ``hash_datasets`` (the lookup's set, read in place); without
-    them hash-only datasets are not handled.
+    them hash-only datasets are not handled. ``hash_batch_sql`` is the batch
+    statement whose rows end with their key hash (a hash-only dataset's batch):
+    ``rows(dataset, hashes, True)`` runs it.
 
     The twin serves where the compiled one would (a file-backed SQLite
     catalog) in the Python mode, as its reference; elsewhere (PostgreSQL,
@@ -249,10 +252,18 @@ def open_point(
     # The state both take, in the compiled Point's order after its own arguments.
     state = (shards, fds, touch, unpack, texts, ONE_PREAD, tars, finish, batch_sql)
     if active() == "compiled" and recordcodec.active() == "compiled":
-        compiled = _open_compiled(raw, sql, state, groups, hash_sql, hash_datasets)
+        compiled = _open_compiled(raw, sql, state, groups, hash_sql, hash_datasets, hash_batch_sql)
         return NoPoint() if compiled is None else compiled
     return PyPoint(
-        raw, gate, sql, *state, rest, groups, hash_sql=hash_sql, hash_datasets=hash_datasets
+        raw,
+        gate,
+        sql,
+        *state,
+        rest,
+        groups,
+        hash_sql=hash_sql,
+        hash_datasets=hash_datasets,
+        hash_batch_sql=hash_batch_sql,
     )
 
 
@@ -263,6 +274,7 @@ def _open_compiled(
     groups: dict[int, int] | None,
     hash_sql: str | None,
     hash_datasets: set[str] | None,
+    hash_batch_sql: str | None,
 ) -> PointLookup | None:
     """The compiled ``Point`` for a file-backed SQLite lookup's state, or None if it cannot open."""
     conn = raw.conn
@@ -285,6 +297,7 @@ def _open_compiled(
             hash_sql=hash_sql,
             hash_datasets=hash_datasets,
             mmap_size=int(mmap_size),
+            hash_batch_sql=hash_batch_sql,
         )
     except Exception as e:
         # Cannot open or prepare (or a file name SQLite cannot hand back as

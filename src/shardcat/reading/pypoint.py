@@ -124,8 +124,9 @@ class PointLookup(Protocol):
     def get(self, dataset: str, key: str, decode: Callable[..., Any]) -> Record | None:
         """The latest version's whole record, or None if not handled here."""
 
-    def rows(self, dataset: str, hashes: list[int]) -> list[Any] | None:
-        """The batch statement's rows for these key hashes, or None if not handled here."""
+    def rows(self, dataset: str, hashes: list[int], hashed: bool = False) -> list[Any] | None:
+        """The batch statement's rows for these key hashes (``hashed``: the statement whose
+        rows end with their key hash), or None if not handled here."""
 
     def close(self) -> None: ...
 
@@ -149,6 +150,7 @@ class PyPoint:
         "_gate",
         "_generation",
         "_groups",
+        "_hash_batch_sql",
         "_hash_datasets",
         "_hash_sql",
         "_one_pread",
@@ -186,6 +188,7 @@ class PyPoint:
         *,
         hash_sql: str | None = None,
         hash_datasets: set[str] | None = None,
+        hash_batch_sql: str | None = None,
     ) -> None:
         if (hash_sql is None) != (hash_datasets is None):
             raise TypeError("hash_sql and hash_datasets (a set) are given together, or neither")
@@ -205,6 +208,7 @@ class PyPoint:
         self._groups = groups
         self._hash_sql = hash_sql
         self._hash_datasets = hash_datasets
+        self._hash_batch_sql = hash_batch_sql
         self._postgres = raw.dialect == "postgresql"
         self._generation = fork_generation()
         self.closed = False
@@ -360,19 +364,21 @@ class PyPoint:
         rest = self._rest
         return None if rest is None else rest(dataset, key, h, rows)
 
-    def rows(self, dataset: str, hashes: list[int]) -> list[Any] | None:
+    def rows(self, dataset: str, hashes: list[int], hashed: bool = False) -> list[Any] | None:
         """The batch statement's rows for ``hashes`` (signed xxHash64 values), or None if not handled.
 
-        The rows are the driver's, as the Python path would fetch them.
+        ``hashed``: the statement whose rows end with their key hash (``hash_batch_sql``, a
+        hash-only dataset's batch). The rows are the driver's, as the Python path would fetch them.
         """
-        if self._batch_sql is None or type(dataset) is not str or type(hashes) is not list:
+        sql = self._hash_batch_sql if hashed else self._batch_sql
+        if sql is None or type(dataset) is not str or type(hashes) is not list:
             return None
         param: Any = hashes if self._postgres else json.dumps(hashes)
         with self._gate:
             if self.closed or self._generation != fork_generation():
                 return None
             try:
-                return self._raw.execute(self._batch_sql, (dataset, param)).fetchall()  # type: ignore[no-any-return]
+                return self._raw.execute(sql, (dataset, param)).fetchall()  # type: ignore[no-any-return]
             except Exception:  # the Python path asks again, and recovers or reports
                 return None
 
@@ -404,7 +410,7 @@ class NoPoint:
         """Not handled here: always None."""
         return None
 
-    def rows(self, dataset: str, hashes: list[int]) -> list[Any] | None:
+    def rows(self, dataset: str, hashes: list[int], hashed: bool = False) -> list[Any] | None:
         """Not handled here: always None."""
         return None
 

@@ -168,7 +168,7 @@ def batch_sql(
     """The batch statement: bound as dataset, the key hashes (one array or JSON list), ``visible``'s.
 
     ``hashes``: each row also ends with its ``key_hash`` (:data:`BATCH_KEY_HASH`), which
-    a hash-only dataset's batch matches to the asked keys (``Lookup._with_keys``).
+    a hash-only dataset's batch matches to the asked keys (``lookup._assumed_keys``).
 
     PostgreSQL: ``key_hash = ANY(...)``, one index scan over the sorted hashes;
     on a partitioned ``records`` (``partitioned``, :mod:`shardcat.catalog.partitions`)
