@@ -36,9 +36,9 @@ lookups
     measures the index, not what the floor's copy of the table evicted. The
     point lookups are also timed once before that read (``point_before_warm``:
     the cache as registration and the floor left it), and on SQLite once more
-    after the batches through connections without a memory map
-    (``point_unmapped``: ``sqlite_mmap_size`` 0, pages copied into SQLite's
-    own 64 MiB cache).
+    after the batches, the same keys through new connections without a memory
+    map (``point_unmapped``: ``sqlite_mmap_size`` 0, pages copied into SQLite's
+    own 64 MiB cache, empty at the start).
 verify, gc
     ``Catalog.verify`` (every shard read back, every CRC checked, every
     footer compared with its catalog rows; ``history=False``), at every size
@@ -455,7 +455,10 @@ def point_lookups(cat: Any, keys: int, count: int, rng: random.Random) -> dict[s
 def unmapped_point_lookups(url: str, keys: int, count: int, rng: random.Random) -> dict[str, Any]:
     """:func:`point_lookups` through a second catalog whose connections copy pages, not map them.
 
-    ``sqlite_mmap_size`` 0: the same warm catalog and shards, SQLite's own page cache alone.
+    ``sqlite_mmap_size`` 0: the same warm catalog and shards and (``rng`` in the state
+    ``point``'s was) the same keys, SQLite's own page cache alone, which starts empty on
+    these new connections (what a new process meets) and is filled by the warm-up only
+    in part.
     """
     import shardcat
 
@@ -576,13 +579,17 @@ def measure_size(
                     f"{out['warm']['catalog_bytes'] / 1e9:.2f} GB in {out['warm']['catalog_s']:.1f} s"
                     f" ({out['warm']['catalog_mode']})"
                 )
+                same_keys = random.Random()
+                same_keys.setstate(rng.getstate())  # point_unmapped looks up the same keys
                 out["point"] = {**point_lookups(cat, keys, args.points, rng), "load": load()}
                 out["batch"] = {
                     **batch_lookups(cat, keys, args.batch, args.batch_repeats, rng),
                     "load": load(),
                 }
                 if backend.name == "sqlite":
-                    out["point_unmapped"] = unmapped_point_lookups(url, keys, args.points, rng)
+                    out["point_unmapped"] = unmapped_point_lookups(
+                        url, keys, args.points, same_keys
+                    )
                 log(
                     f"  lookups: p50 {out['point']['p50_ms']:.4f} ms (before warm-up "
                     f"{out['point_before_warm']['p50_ms']:.4f}"

@@ -67,6 +67,7 @@ def twin_of(lookup: Any, tar_record: Any) -> point.PyPoint:
         lookup._batch,
         hash_sql=lookup._record_by_shard_hash,
         hash_datasets=lookup.hash_datasets,
+        hash_batch_sql=lookup._sql("batch_hashed", None)[0],
     )
 
 
@@ -104,11 +105,13 @@ class Points:
         return got
 
     def rows(self, dataset: str, keys: list[str]) -> None:
+        """Both statements' rows (and the hashed one's, each ending with its key hash), checked equal."""
         hashes = signed_key_hashes(k.encode() for k in keys)
-        got = self.compiled.rows(dataset, hashes)
-        twin = self.twin.rows(dataset, hashes)
-        assert got is not None and twin is not None
-        assert sorted(map(tuple, got)) == sorted(map(tuple, twin)), (dataset, keys)
+        for hashed in (False, True):
+            got = self.compiled.rows(dataset, hashes, hashed)
+            twin = self.twin.rows(dataset, hashes, hashed)
+            assert got is not None and twin is not None
+            assert sorted(map(tuple, got)) == sorted(map(tuple, twin)), (dataset, keys, hashed)
 
 
 def _live(cat: Catalog, dataset: str, key: str) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import tempfile
 import threading
 
 import pytest
@@ -83,8 +84,20 @@ def test_the_lookups_connection_has_the_engines_settings(tmp_path):
             assert own.isolation_level is None  # autocommit: no read transaction left open
         finally:
             own.close()
-    # mmap_size: the sqlite_mmap_size setting (2 GiB), as SQLite's build caps it.
-    assert own_side == engine_side == [7000, "wal", 1, 1, -65536, 2**31 - 2**16]
+    # mmap_size: the sqlite_mmap_size setting (2 GiB), as the linked SQLite's build caps it.
+    assert own_side == engine_side == [7000, "wal", 1, 1, -65536, mapped_at_most(2 << 30)]
+
+
+def mapped_at_most(size: int) -> int:
+    """What ``PRAGMA mmap_size = size`` leaves on a connection of the linked SQLite (its cap)."""
+    with tempfile.TemporaryDirectory() as folder:  # a file's: in memory nothing is mapped
+        conn = sqlite3.connect(os.path.join(folder, "probe.db"))
+        try:
+            conn.execute(f"PRAGMA mmap_size = {size}")
+            (got,) = conn.execute("PRAGMA mmap_size").fetchone()
+        finally:
+            conn.close()
+    return int(got)
 
 
 @pytest.mark.parametrize(
@@ -96,13 +109,36 @@ def test_the_memory_map_setting_takes_sizes_and_zero(value, expected):
         assert sqlite_file.mmap_size() == expected
 
 
-@pytest.mark.parametrize("value", ["lots", "-1GiB", -5])
-def test_a_memory_map_setting_that_is_not_a_size_says_what_to_write(tmp_path, value):
+_NOT_A_SIZE = r"SHARDCAT_SQLITE_MMAP_SIZE=.*2GiB"
+
+
+@pytest.mark.parametrize("value", ["lots", "-1GiB", -5, True, "\u00b2"])
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_memory_map_setting_that_is_not_a_size_says_what_to_write(tmp_path, value, existing):
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    if existing:  # opened without an engine (at head): still refused when it opens
+        shardcat.Catalog(url).close()
     with (
         shardcat.config.set(sqlite_mmap_size=value),
-        pytest.raises(shardcat.errors.SettingError, match=r"SHARDCAT_SQLITE_MMAP_SIZE=.*2GiB"),
+        pytest.raises(shardcat.errors.SettingError, match=_NOT_A_SIZE),
     ):
-        shardcat.Catalog(f"sqlite:///{tmp_path / 'c.db'}")
+        shardcat.Catalog(url)
+
+
+def test_a_memory_map_setting_changed_after_opening_is_named_at_the_next_connection(tmp_path):
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    with shardcat.Catalog(url) as cat:
+        cat.create_dataset("d", str(tmp_path / "d"))
+    with shardcat.Catalog(url) as cat:
+        # The lookup's connection is made at the first get: the setting's own error then,
+        # not a catalog error wrapping it.
+        with (
+            shardcat.config.set(sqlite_mmap_size="lots"),
+            pytest.raises(shardcat.errors.SettingError, match=_NOT_A_SIZE),
+        ):
+            cat.get("d", "k")
+        with pytest.raises(shardcat.errors.KeyNotFoundError):
+            cat.get("d", "k")
 
 
 def test_a_catalog_at_head_opens_without_an_engine_and_makes_one_for_its_first_unit_of_work(

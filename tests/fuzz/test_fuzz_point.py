@@ -299,7 +299,7 @@ def test_compiled_point_lookup_and_rows_match_the_python_path(seed: int, tmp_pat
         assert point.is_compiled(c_point)
         assert not point.is_compiled(python._lookup()._point_lookup)
         decode = recordcodec.decode_spanned
-        handled = grouped = hashed = rows_seen = 0
+        handled = grouped = hashed = rows_seen = hashed_rows_seen = 0
         rng = random.Random(seed)
         for _ in range(QUERIES):
             key = rng.choice(case.asked)
@@ -330,6 +330,7 @@ def test_compiled_point_lookup_and_rows_match_the_python_path(seed: int, tmp_pat
                     expected = lookup._query(sql, (dataset, json.dumps(hashes)))
                     assert sorted(map(tuple, rows)) == sorted(map(tuple, expected)), (seed, batch)
                     rows_seen += 1
+                    hashed_rows_seen += hashed
         # Every hash-only key once more, after the Python path's answer (its file open).
         for key in sorted({k for k in case.asked if k.startswith("h/")}):
             reference = outcome(python.get, "hs", key)
@@ -339,7 +340,7 @@ def test_compiled_point_lookup_and_rows_match_the_python_path(seed: int, tmp_pat
                 hashed += 1
                 assert got == reference, (seed, key)
         assert handled > 0  # the compiled path answered some: the comparison is not vacuous
-        assert rows_seen > 0, seed  # and returned some batches' rows
+        assert rows_seen > 0 and hashed_rows_seen > 0, seed  # and some batches' rows, each way
         assert hashed > 0, seed  # hash-only keys among them
         if 0 < case.group_count < 9:  # and merged some keys' groups itself
             assert grouped > 0, seed

@@ -127,6 +127,8 @@ class SqlCatalog(VersionsApi, DeprecatedMethods):
         self._engine: Engine | None = None
         path = sqlite_file.file_path(self._url)
         self._file = None if path is None else sqlite_file.SqliteFile(self._url, path, busy_timeout)
+        if path is not None:
+            sqlite_file.mmap_size()  # a bad setting is reported now, not at the first lookup
         with fence.shared():
             # A SQLite file at head needs no engine to be opened: one row read
             # through sqlite3 (SQLAlchemy loads with the first unit of work).

@@ -13,6 +13,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .._lazy import lazy_module
+from ..errors import ShardcatError
 from .session import translate_exception
 from .sqlite_file import SqliteFile
 
@@ -64,6 +65,8 @@ class RawConnection:
         try:
             fairy = None if isinstance(source, SqliteFile) else source.raw_connection()
             conn: Any = source.connect() if fairy is None else fairy.driver_connection
+        except ShardcatError:  # already says what happened and what to do (a bad setting)
+            raise
         except Exception as e:
             raise translate_exception(e, self.url) from e
         self.conn = conn

@@ -126,11 +126,11 @@ def mmap_size() -> int:
         The value is not a size.
     """
     raw = config.get("sqlite_mmap_size")
-    value = int(raw) if isinstance(raw, str) and raw.strip().isdigit() else raw
-    if value == 0:
-        return 0
     try:
-        return parse_size(value)
+        if isinstance(raw, bool):  # TOML's true is no size
+            raise TypeError
+        value = int(raw) if isinstance(raw, str) and raw.strip().isdecimal() else raw
+        return 0 if value == 0 else parse_size(value)
     except (TypeError, ValueError):
         raise SettingError(
             f"{config.env_var('sqlite_mmap_size')}={raw!r} is not a size: write e.g. 2GiB, "

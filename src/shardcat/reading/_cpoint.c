@@ -1073,8 +1073,8 @@ static PyMethodDef point_methods[] = {
      "get(dataset, key, decode) -> Record | None: the latest version's whole record, or None if "
      "not handled here."},
     {"rows", (PyCFunction)(void (*)(void))point_rows, METH_FASTCALL,
-     "rows(dataset, hashes) -> list[tuple] | None: the batch statement's rows, or None if not "
-     "handled here."},
+     "rows(dataset, hashes, hashed=False, /) -> list[tuple] | None: the batch statement's rows "
+     "(hashed: the one whose rows end with their key hash), or None if not handled here."},
     {"close", (PyCFunction)point_close, METH_NOARGS,
      "Finalize the statement and close the connection (idempotent)."},
     {NULL, NULL, 0, NULL},

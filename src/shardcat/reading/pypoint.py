@@ -124,7 +124,7 @@ class PointLookup(Protocol):
     def get(self, dataset: str, key: str, decode: Callable[..., Any]) -> Record | None:
         """The latest version's whole record, or None if not handled here."""
 
-    def rows(self, dataset: str, hashes: list[int], hashed: bool = False) -> list[Any] | None:
+    def rows(self, dataset: str, hashes: list[int], hashed: bool = False, /) -> list[Any] | None:
         """The batch statement's rows for these key hashes (``hashed``: the statement whose
         rows end with their key hash), or None if not handled here."""
 
@@ -364,7 +364,7 @@ class PyPoint:
         rest = self._rest
         return None if rest is None else rest(dataset, key, h, rows)
 
-    def rows(self, dataset: str, hashes: list[int], hashed: bool = False) -> list[Any] | None:
+    def rows(self, dataset: str, hashes: list[int], hashed: bool = False, /) -> list[Any] | None:
         """The batch statement's rows for ``hashes`` (signed xxHash64 values), or None if not handled.
 
         ``hashed``: the statement whose rows end with their key hash (``hash_batch_sql``, a
@@ -410,7 +410,7 @@ class NoPoint:
         """Not handled here: always None."""
         return None
 
-    def rows(self, dataset: str, hashes: list[int], hashed: bool = False) -> list[Any] | None:
+    def rows(self, dataset: str, hashes: list[int], hashed: bool = False, /) -> list[Any] | None:
         """Not handled here: always None."""
         return None
 
