@@ -336,8 +336,24 @@ def warm(backend: Any, url: str, paths: list[str]) -> dict[str, Any]:
         "catalog_s": time.perf_counter() - c,
         # PostgreSQL: into shared buffers ("buffer") or the OS page cache ("read").
         "catalog_mode": getattr(backend, "warm_mode", "read"),
+        # Whether it all fits: the page cache's size after the warm-up (None off Linux).
+        "page_cache_bytes": page_cache_bytes(),
+        "memory_bytes": page_cache_bytes("MemTotal"),
         "load": load(),
     }
+
+
+def page_cache_bytes(field: str = "Cached") -> int | None:
+    """``field`` of /proc/meminfo in bytes (the page cache, by default); None where there is none."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                name, _, rest = line.partition(":")
+                if name == field:
+                    return int(rest.split()[0]) * 1024
+    except OSError:
+        pass
+    return None
 
 
 def _remove_sqlite(path: str) -> None:
@@ -573,11 +589,13 @@ def measure_size(
                     "load": load(),
                 }
                 out["warm"] = warm(backend, url, paths)
+                cached = out["warm"]["page_cache_bytes"]
                 log(
                     f"  warmed: shards {out['warm']['shard_bytes'] / 1e9:.2f} GB in "
                     f"{out['warm']['shards_s']:.1f} s, catalog "
                     f"{out['warm']['catalog_bytes'] / 1e9:.2f} GB in {out['warm']['catalog_s']:.1f} s"
                     f" ({out['warm']['catalog_mode']})"
+                    + (f"; page cache {cached / 1e9:.2f} GB" if cached is not None else "")
                 )
                 same_keys = random.Random()
                 same_keys.setstate(rng.getstate())  # point_unmapped looks up the same keys

@@ -76,6 +76,8 @@ def test_bench_scale_runs_on_sqlite_and_postgres(tmp_path, postgres_server, caps
         # Every shard byte and the whole catalog (a file; a table and its indexes) were read.
         assert r["warm"]["shard_bytes"] > 2000 * 8  # at least every sample's 8-byte entry
         assert r["warm"]["catalog_bytes"] >= sizes["table"]
+        # How much the page cache held after the warm-up, and of how much memory (Linux).
+        assert 0 < r["warm"]["page_cache_bytes"] <= r["warm"]["memory_bytes"]
         # A 2,000-key catalog fits any server's buffers: warmed into them, not the page cache.
         assert r["warm"]["catalog_mode"] == ("buffer" if r["backend"] == "postgres" else "read")
         assert r["batch"]["size"] == 200 and r["batch"]["keys_per_s"] > 0
