@@ -106,8 +106,8 @@ def configure(conn: sqlite3.Connection, busy_timeout: float, *, memory: bool = F
         # 64 MiB of page cache: bulk registration touches many index pages.
         cur.execute("PRAGMA cache_size = -65536")
         if not memory:
-            # Pages read through a map, not copied into that cache: what keeps a point
-            # lookup's query near its small-catalog time once the catalog outgrows it.
+            # Pages read in place through a map, not copied into that cache: a point
+            # lookup in 0.6-0.76 x the time (docs/SCALE.md §3).
             cur.execute(f"PRAGMA mmap_size = {mmap_size()}")
             # Checkpoint the WAL every ~64 MiB instead of every 4 MiB (bulk
             # registration: ~20 % faster here), and trim it back afterwards.
