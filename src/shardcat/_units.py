@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["count_of", "format_bytes", "parse_size"]
+__all__ = ["count_of", "format_bytes", "parse_size", "size_or_zero"]
 
 _UNITS = {
     "": 1,
@@ -45,6 +45,18 @@ def parse_size(value: int | str) -> int:
     if size <= 0:
         raise ValueError(f"size must be positive, not {value!r}")
     return size
+
+
+def size_or_zero(value: int | str) -> int:
+    """A size setting where 0 means none or off: 0, or :func:`parse_size` of an int, a string
+    of digits or a size such as ``"2GiB"``. Raises TypeError or ValueError otherwise."""
+    if isinstance(value, bool):  # TOML's true is no size
+        raise TypeError(f"not a size: {value!r}")
+    if isinstance(value, str):
+        value = value.strip()
+        if value.isdecimal():
+            value = int(value)
+    return 0 if value == 0 else parse_size(value)
 
 
 def format_bytes(n: float) -> str:

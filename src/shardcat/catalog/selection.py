@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import and_
 
 from .. import config
-from .._units import format_bytes, parse_size
+from .._units import format_bytes, size_or_zero
 from ..errors import CatalogError, QueryLimitError, QueryTimeoutError
 from . import visibility
 from .datasets import find_dataset
@@ -112,7 +112,7 @@ class FilterLimits:
         for key, attr, read in (
             ("where_timeout", "timeout", float),
             ("where_max_rows", "max_rows", int),
-            ("where_max_bytes", "max_bytes", _size),
+            ("where_max_bytes", "max_bytes", size_or_zero),
         ):
             raw = config.get(key)
             if isinstance(raw, str):
@@ -125,12 +125,6 @@ class FilterLimits:
             except (TypeError, ValueError) as e:
                 raise ValueError(f"${config.env_var(key)}={raw!r}: {e} (0 = no limit)") from None
         return cls(**values)
-
-
-def _size(raw: int | str) -> int:
-    if isinstance(raw, int):
-        return 0 if raw == 0 else parse_size(raw)
-    return 0 if raw == "0" else parse_size(int(raw) if raw.isdigit() else raw)
 
 
 _SAMPLE = """

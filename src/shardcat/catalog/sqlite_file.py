@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from .. import config
-from .._units import parse_size
+from .._units import size_or_zero
 from ..errors import SettingError
 
 __all__ = ["SqliteFile", "absolute", "configure", "file_path", "is_locked", "stamped_revision"]
@@ -127,10 +127,7 @@ def mmap_size() -> int:
     """
     raw = config.get("sqlite_mmap_size")
     try:
-        if isinstance(raw, bool):  # TOML's true is no size
-            raise TypeError
-        value = int(raw) if isinstance(raw, str) and raw.strip().isdecimal() else raw
-        return 0 if value == 0 else parse_size(value)
+        return size_or_zero(raw)
     except (TypeError, ValueError):
         raise SettingError(
             f"{config.env_var('sqlite_mmap_size')}={raw!r} is not a size: write e.g. 2GiB, "
