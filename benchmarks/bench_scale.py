@@ -46,6 +46,11 @@ verify, gc
     its rows counted in one query), and ``gc`` of the dataset after an
     aborted job left one shard of ``--gc-keys`` keys.
 
+``--shuffle`` writes the keys in shuffled order (each shard's keys spread over
+the whole key range, as in data not written sorted: the key-text index then
+splits pages at random instead of growing at one end); by default they are in
+order, the kindest case for that index.
+
 ``--dataset-options`` (JSON) are passed to ``create_dataset``: the axis for
 dataset-level choices of how rows are kept. The settings ``history_in_bucket``
 is off (every catalog of the run registers the same shard files, and a
@@ -539,15 +544,19 @@ def gc_after_abort(cat: Any, root: str, number: int, gc_keys: int) -> dict[str, 
 # --- the run ----------------------------------------------------------------------
 
 
-def shards_for(scratch: str, keys: int, per_shard: int, processes: int) -> list[str]:
+def shards_for(
+    scratch: str, keys: int, per_shard: int, processes: int, *, shuffle: bool = False
+) -> list[str]:
     """The size's shard files, written once (kept in ``scratch`` between runs with --keep)."""
-    folder = os.path.join(scratch, f"shards-{keys}-{per_shard}")
+    folder = os.path.join(scratch, f"shards-{keys}-{per_shard}{'-shuffled' if shuffle else ''}")
     done = os.path.join(folder, "_complete")
     if os.path.exists(done):
         with open(done) as f:
             return json.load(f)  # type: ignore[no-any-return]
     shutil.rmtree(folder, ignore_errors=True)
-    paths = write_tiny_shards(folder, keys, per_shard, processes=processes, alignment=ALIGNMENT)
+    paths = write_tiny_shards(
+        folder, keys, per_shard, processes=processes, alignment=ALIGNMENT, shuffle=shuffle
+    )
     with open(done, "w") as f:
         json.dump(paths, f)
     return paths
@@ -558,7 +567,7 @@ def measure_size(
 ) -> dict[str, Any]:
     per_shard = min(args.per_shard, max(1, -(-keys // 8)))  # at least 8 shards for 4 workers
     t = time.perf_counter()
-    paths = shards_for(scratch, keys, per_shard, args.write_processes)
+    paths = shards_for(scratch, keys, per_shard, args.write_processes, shuffle=args.shuffle)
     root = os.path.dirname(paths[0])
     out: dict[str, Any] = {
         "backend": backend.name,
@@ -566,6 +575,7 @@ def measure_size(
         "shards": len(paths),
         "per_shard": per_shard,
         "dataset_options": args.dataset_options,
+        "shuffled": args.shuffle,
         "shards_ready_s": time.perf_counter() - t,
         "registration": {},
     }
@@ -746,6 +756,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         type=json.loads,
         default={},
         help='JSON keyword arguments of create_dataset, e.g. \'{"keys": "hash"}\'',
+    )
+    ap.add_argument(
+        "--shuffle",
+        action="store_true",
+        help="write each size's keys in shuffled order, not in order (the key index's worst case)",
     )
     ap.add_argument("--write-processes", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--scratch", default=None, help="folder for shards and SQLite catalogs")

@@ -35,16 +35,73 @@ def payload(i: int) -> bytes:
     return i.to_bytes(8, "little")
 
 
-def write_tiny_shard(folder: str, number: int, start: int, stop: int, alignment: int = 64) -> str:
-    """Shard ``number`` of samples ``start`` to ``stop - 1`` (key ``Dataset.key(i)``, ``payload(i)``)."""
+SHUFFLE_STEP = 2_654_435_761
+"""A prime: ``i * SHUFFLE_STEP % n`` visits every number below ``n`` once (any ``n`` it does not divide)."""
+
+
+def shuffled(i: int, keys: int) -> int:
+    """The number of the sample at position ``i`` of ``keys`` written in shuffled order.
+
+    A permutation, so every key is written once; consecutive positions land far
+    apart in key order, so each shard's keys spread over the whole key range,
+    as a dataset's keys do when they were not written sorted (the peers' data).
+    """
+    return i * SHUFFLE_STEP % keys
+
+
+def write_tiny_shard(
+    folder: str,
+    number: int,
+    start: int,
+    stop: int,
+    alignment: int = 64,
+    shuffle_keys: int | None = None,
+) -> str:
+    """Shard ``number`` of samples ``start`` to ``stop - 1`` (key ``Dataset.key(i)``, ``payload(i)``).
+
+    ``shuffle_keys``: the dataset's key count; position ``i`` then holds sample
+    :func:`shuffled` ``(i, shuffle_keys)``, its key and its payload.
+    """
     import shardcat
 
     path = os.path.join(folder, SHARD_NAME.format(number=number))
     with shardcat.ShardWriter(path, shard_number=number, alignment=alignment) as w:
         add = w.add
         for i in range(start, stop):
-            add(Dataset.key(i), {"bin": payload(i)})
+            j = i if shuffle_keys is None else shuffled(i, shuffle_keys)
+            add(Dataset.key(j), {"bin": payload(j)})
     return path
+
+
+def write_tiny_shards(
+    folder: str,
+    keys: int,
+    per_shard: int,
+    *,
+    processes: int = 1,
+    alignment: int = 64,
+    shuffle: bool = False,
+) -> list[str]:
+    """Shards of ``keys`` tiny samples, ``per_shard`` each, written by ``processes`` processes.
+
+    What a catalog of many keys needs, at the writer's speed for tiny records
+    (~10 µs each): one 8-byte entry per sample, so the files stay small
+    (~180 bytes per sample at ``alignment=8``). Returns the paths in shard order.
+    ``shuffle``: the keys in shuffled order (:func:`shuffled`), not in order.
+    """
+    if shuffle and keys % SHUFFLE_STEP == 0:
+        raise ValueError(f"cannot shuffle {keys} keys: a multiple of {SHUFFLE_STEP}")
+    os.makedirs(folder, exist_ok=True)
+    order = keys if shuffle else None
+    bounds = [(n, lo, min(keys, lo + per_shard)) for n, lo in enumerate(range(0, keys, per_shard))]
+    if processes <= 1 or len(bounds) == 1:
+        return [write_tiny_shard(folder, n, lo, hi, alignment, order) for n, lo, hi in bounds]
+    with ProcessPoolExecutor(processes) as pool:
+        futures = [
+            pool.submit(write_tiny_shard, folder, n, lo, hi, alignment, order)
+            for n, lo, hi in bounds
+        ]
+        return [f.result() for f in futures]
 
 
 def read_info(path: str) -> Any:
@@ -53,26 +110,6 @@ def read_info(path: str) -> Any:
 
     with shardcat.ShardReader(path) as reader:
         return reader.info
-
-
-def write_tiny_shards(
-    folder: str, keys: int, per_shard: int, *, processes: int = 1, alignment: int = 64
-) -> list[str]:
-    """Shards of ``keys`` tiny samples, ``per_shard`` each, written by ``processes`` processes.
-
-    What a catalog of many keys needs, at the writer's speed for tiny records
-    (~10 µs each): one 8-byte entry per sample, so the files stay small
-    (~180 bytes per sample at ``alignment=8``). Returns the paths in shard order.
-    """
-    os.makedirs(folder, exist_ok=True)
-    bounds = [(n, lo, min(keys, lo + per_shard)) for n, lo in enumerate(range(0, keys, per_shard))]
-    if processes <= 1 or len(bounds) == 1:
-        return [write_tiny_shard(folder, n, lo, hi, alignment) for n, lo, hi in bounds]
-    with ProcessPoolExecutor(processes) as pool:
-        futures = [
-            pool.submit(write_tiny_shard, folder, n, lo, hi, alignment) for n, lo, hi in bounds
-        ]
-        return [f.result() for f in futures]
 
 
 @dataclass
