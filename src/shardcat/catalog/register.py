@@ -325,9 +325,15 @@ def insert_records(
     ``key_mode``: the dataset's. ``"hash"`` leaves ``records.key`` NULL; ``"unsorted"``
     sets ``records.key_sorted`` false, which leaves the rows out of the key index.
 
-    SQLite gets them in file order (the table is clustered by shard and
-    offset: appends), PostgreSQL in key-hash order (its heap does not care,
-    and the hash index then grows at one end of each page run).
+    PostgreSQL gets them in key-hash order (its heap does not care, and the
+    hash index then grows at one end of each page run). So does SQLite for a
+    hash-only dataset, whose one index of keys is the hash index: swept from
+    one end to the other instead of hit at random pages, while the table,
+    clustered by shard and offset, takes the shard's rows in a key range of
+    its own that stays in the writer's cache whatever their order (at 10M
+    keys: 1.24 x the keys/s of file order, 1.1 bytes a key less). With key
+    text SQLite keeps file order: hash order did not register faster there
+    and its lookups measured slower (docs/SCALE.md §3).
     """
     n = prep.record_count
     if n == 0:
@@ -339,6 +345,11 @@ def insert_records(
     conn = session.connection()
     dialect = conn.dialect.name
     dbapi: Any = conn.connection.driver_connection
+    in_file_order = dialect == "sqlite" and keys
+    order = np.arange(n) if in_file_order else np.argsort(prep.key_hashes, kind="stable")
+    pick = order.tolist()
+    spans = prep.spans.tolist()
+    spans = spans if in_file_order else [spans[i] for i in pick]
     if dialect == "sqlite":
         # Integers are inlined: fewer parameters to bind per row is measurably faster.
         sql = (
@@ -346,12 +357,12 @@ def insert_records(
             f"VALUES ({int(shard_id)}, {int(dataset_id)}, ?, ?, ?, ?, ?, ?{', 0' if unsorted else ''})"
         )
         rows = zip(
-            prep.offsets.tolist(),
-            prep.key_hashes.tolist(),
-            prep.keys if keys else repeat(None, n),
-            prep.lengths.tolist(),
-            lids.tolist(),
-            prep.spans.tolist(),
+            prep.offsets[order].tolist(),
+            prep.key_hashes[order].tolist(),
+            prep.keys if keys else repeat(None, n),  # with keys: in file order (order is arange)
+            prep.lengths[order].tolist(),
+            lids[order].tolist(),
+            spans,
         )
         cur = dbapi.cursor()
         try:
@@ -359,10 +370,6 @@ def insert_records(
         finally:
             cur.close()
         return
-    order = np.argsort(prep.key_hashes, kind="stable")
-    pick = order.tolist()
-    spans = prep.spans.tolist()
-    spans = [spans[i] for i in pick]
     if dialect == "postgresql":
         names = ["shard_id", "dataset_id", "byte_offset", "key_hash", "byte_length", "layout_id"]
         types = ["int4", "int4", "int8", "int8", "int8", "int4"]
