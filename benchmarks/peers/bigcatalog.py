@@ -73,6 +73,14 @@ def write_tiny_shard(
     return path
 
 
+def read_info(path: str) -> Any:
+    """A written shard's ShardInfo, rebuilt from its header and footer."""
+    import shardcat
+
+    with shardcat.ShardReader(path) as reader:
+        return reader.info
+
+
 def write_tiny_shards(
     folder: str,
     keys: int,
@@ -102,14 +110,6 @@ def write_tiny_shards(
             for n, lo, hi in bounds
         ]
         return [f.result() for f in futures]
-
-
-def read_info(path: str) -> Any:
-    """A written shard's ShardInfo, rebuilt from its header and footer."""
-    import shardcat
-
-    with shardcat.ShardReader(path) as reader:
-        return reader.info
 
 
 @dataclass

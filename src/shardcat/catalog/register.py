@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
@@ -345,9 +346,10 @@ def insert_records(
     conn = session.connection()
     dialect = conn.dialect.name
     dbapi: Any = conn.connection.driver_connection
+    # File order is the whole slice: indexing with it gives views, no copies.
     in_file_order = dialect == "sqlite" and keys
-    order = np.arange(n) if in_file_order else np.argsort(prep.key_hashes, kind="stable")
-    pick = order.tolist()
+    order: Any = slice(None) if in_file_order else np.argsort(prep.key_hashes, kind="stable")
+    pick: Sequence[int] = range(n) if in_file_order else order.tolist()
     spans = prep.spans.tolist()
     spans = spans if in_file_order else [spans[i] for i in pick]
     if dialect == "sqlite":
@@ -359,7 +361,7 @@ def insert_records(
         rows = zip(
             prep.offsets[order].tolist(),
             prep.key_hashes[order].tolist(),
-            prep.keys if keys else repeat(None, n),  # with keys: in file order (order is arange)
+            prep.keys if keys else repeat(None, n),  # with keys: in file order
             prep.lengths[order].tolist(),
             lids[order].tolist(),
             spans,
