@@ -15,9 +15,11 @@ import warnings
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 import shardcat
 from shardcat import Catalog
+from shardcat.catalog import deferred_indexes
 from shardcat.errors import DatasetExistsError, HistoryWarning
 from shardcat.format.manifest import ManifestError
 from shardcat.orchestration.gc import delete_dataset
@@ -113,6 +115,35 @@ def test_every_kept_version_and_tag_comes_back_from_the_bucket_alone(
         )
         assert cat.log("ds")[0].number == 10
         assert cat.verify("ds").ok
+
+
+def test_a_history_rebuilt_in_bulk_builds_its_key_indexes_after_its_rows(
+    sqlite_url: str, tmp_path: Any, client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite drops records' key indexes for a large rebuild (catalog/deferred_indexes.py):
+    every version reads what it read, and the indexes come back as they were."""
+    root = str(tmp_path / "ds")
+    with Catalog(sqlite_url) as cat:
+        _history(cat, root, None, client)
+        before = _snapshot(cat)
+        cat.delete_dataset("ds")
+        cat.create_dataset("ds", root)
+        indexes = "SELECT name, sql FROM sqlite_master WHERE tbl_name = 'records' ORDER BY name"
+        with cat._uow() as s:
+            schema = s.execute(text(indexes)).all()
+        dropped: list[int] = []
+        real = deferred_indexes._key_indexes
+        monkeypatch.setattr(deferred_indexes, "DEFER_MIN_ROWS", 1)
+        monkeypatch.setattr(
+            deferred_indexes, "_key_indexes", lambda cur: dropped.append(1) or real(cur)
+        )
+        cat.rebuild_history("ds", root)
+        assert dropped == [1]
+        with cat._uow() as s:
+            assert s.execute(text(indexes)).all() == schema
+        assert _snapshot(cat) == before
+        report = cat.verify("ds")
+        assert report.ok, [str(p) for p in report.problems]
 
 
 def test_verify_finds_a_missing_or_altered_manifest_and_write_history_restores_it(

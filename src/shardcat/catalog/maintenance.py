@@ -26,6 +26,7 @@ from ..format.spans import unpack_spans
 from . import visibility
 from .commit import commit
 from .datasets import find_dataset
+from .deferred_indexes import key_indexes_deferred
 from .groups import GroupWrite, check_group_write, list_groups
 from .kinds import FileCheck, Summary
 from .models import Group, Job, Layout, Record, Shard
@@ -86,43 +87,45 @@ def reindex_shards(session: Session, dataset: str, preps: list[PreparedShard]) -
     new_ids: list[int] = []
     groups: dict[str, list[str]] = {}
     first_written: dict[str, dt.datetime] = {}
-    for prep in preps:
-        old = session.execute(
-            select(Shard.id, Shard.job_id, Shard.shard_number).where(
-                Shard.dataset_id == ds.id, Shard.url == prep.url, visibility.committed(Shard)
-            )
-        ).all()
-        group = prep.group
-        if group is None and old:
-            group = session.execute(
-                select(Group.name)
-                .join(Record, Record.group_id == Group.id)
-                .where(Record.shard_id == old[0].id)
-                .limit(1)
-            ).scalar_one_or_none()
-        if group is not None:
-            try:
-                check_group_write(GroupWrite(group))
-            except ValueError as e:
-                raise FormatError(
-                    f"{prep.url} names column group {group!r}: {e}", path=prep.url
-                ) from None
-            groups.setdefault(group, []).append(prep.url)
-            created = prep.columns["created_at"]
-            first_written[group] = min(first_written.get(group, created), created)
-        drop_shards(session, [o.id for o in old])
-        shard_id = insert_shard(session, ds.id, job.id, prep, key_mode=ds.key_mode)
-        new_ids.append(shard_id)
-        if old:
-            keep_job[shard_id] = old[0].job_id
-            if prep.columns["kind"] == "tar" and old[0].shard_number is not None:
-                # A tar's number came from its URL when it was indexed: it stays.
-                session.execute(
-                    update(Shard)
-                    .where(Shard.id == shard_id)
-                    .values(shard_number=old[0].shard_number),
-                    execution_options=NO_SYNC,
+    # One sort per key index instead of an entry at a time, if the reindex is large.
+    with key_indexes_deferred(session, sum(p.record_count for p in preps)):
+        for prep in preps:
+            old = session.execute(
+                select(Shard.id, Shard.job_id, Shard.shard_number).where(
+                    Shard.dataset_id == ds.id, Shard.url == prep.url, visibility.committed(Shard)
                 )
+            ).all()
+            group = prep.group
+            if group is None and old:
+                group = session.execute(
+                    select(Group.name)
+                    .join(Record, Record.group_id == Group.id)
+                    .where(Record.shard_id == old[0].id)
+                    .limit(1)
+                ).scalar_one_or_none()
+            if group is not None:
+                try:
+                    check_group_write(GroupWrite(group))
+                except ValueError as e:
+                    raise FormatError(
+                        f"{prep.url} names column group {group!r}: {e}", path=prep.url
+                    ) from None
+                groups.setdefault(group, []).append(prep.url)
+                created = prep.columns["created_at"]
+                first_written[group] = min(first_written.get(group, created), created)
+            drop_shards(session, [o.id for o in old])
+            shard_id = insert_shard(session, ds.id, job.id, prep, key_mode=ds.key_mode)
+            new_ids.append(shard_id)
+            if old:
+                keep_job[shard_id] = old[0].job_id
+                if prep.columns["kind"] == "tar" and old[0].shard_number is not None:
+                    # A tar's number came from its URL when it was indexed: it stays.
+                    session.execute(
+                        update(Shard)
+                        .where(Shard.id == shard_id)
+                        .values(shard_number=old[0].shard_number),
+                        execution_options=NO_SYNC,
+                    )
     live = [g.name for g in list_groups(session, ds.id) if g.dropped_version is None]
     known = {g: i for i, g in enumerate(live)}
     order = sorted(groups, key=lambda g: (known.get(g, len(known)), first_written[g], g))

@@ -32,6 +32,7 @@ from ..format.manifest import (
 from . import visibility
 from .changes import HistoryChange, noted_dataset, noted_groups, noted_row
 from .datasets import find_dataset
+from .deferred_indexes import key_indexes_deferred
 from .fields import CARRIES_VALUES, VALUE_ROWS, declare_kinds, declared_fields
 from .models import (
     Dataset,
@@ -647,51 +648,53 @@ def rebuild(
             session.add(job)
             session.flush()
             jobs[number] = job.id
-    for url, life in plan.shards.items():
-        prep = preps[url]
-        if prep.columns["file_id"] != life.added.file_id:
-            raise ManifestError(
-                f"{url} is not the file version {life.version} added: its file id is "
-                f"{prep.columns['file_id']}, the manifest's {life.added.file_id}; the shard was "
-                "replaced after it was committed"
-            )
-        shard_id = insert_shard(session, ds.id, jobs[life.version], prep, key_mode=ds.key_mode)
-        shard_ids[url] = shard_id
-        group = _group_of(url, life, prep, plan.groups)
-        if group is not None:
-            shard_groups.setdefault(id(group), (group, []))[1].append(shard_id)
-        hidden = dict(life.removed)
-        for v in life.all_removed:
-            for o in prep.offsets.tolist():
-                hidden.setdefault(int(o), v)
-        unknown = set(hidden) - set(prep.offsets.tolist())
-        if unknown:
-            raise ManifestError(
-                f"{url} has no record at offset(s) {sorted(unknown)[:5]} that the history removes"
-            )
-        end = max(hidden.values()) if len(hidden) == len(prep.offsets) and hidden else None
-        session.execute(
-            update(Shard)
-            .where(Shard.id == shard_id)
-            .values(
-                state="committed",
-                committed_at=dt.datetime.now(dt.UTC),
-                added_version=life.version,
-                removed_version=end,
-                shard_number=life.added.shard_number,
-            ),
-            execution_options=NO_SYNC,
-        )
-        rows = [{"s": shard_id, "o": o, "v": v} for o, v in hidden.items()]
-        if rows:
+    # One sort per key index instead of an entry at a time, if the history is large.
+    with key_indexes_deferred(session, sum(preps[url].record_count for url in plan.shards)):
+        for url, life in plan.shards.items():
+            prep = preps[url]
+            if prep.columns["file_id"] != life.added.file_id:
+                raise ManifestError(
+                    f"{url} is not the file version {life.version} added: its file id is "
+                    f"{prep.columns['file_id']}, the manifest's {life.added.file_id}; the shard was "
+                    "replaced after it was committed"
+                )
+            shard_id = insert_shard(session, ds.id, jobs[life.version], prep, key_mode=ds.key_mode)
+            shard_ids[url] = shard_id
+            group = _group_of(url, life, prep, plan.groups)
+            if group is not None:
+                shard_groups.setdefault(id(group), (group, []))[1].append(shard_id)
+            hidden = dict(life.removed)
+            for v in life.all_removed:
+                for o in prep.offsets.tolist():
+                    hidden.setdefault(int(o), v)
+            unknown = set(hidden) - set(prep.offsets.tolist())
+            if unknown:
+                raise ManifestError(
+                    f"{url} has no record at offset(s) {sorted(unknown)[:5]} that the history removes"
+                )
+            end = max(hidden.values()) if len(hidden) == len(prep.offsets) and hidden else None
             session.execute(
-                text(
-                    "UPDATE records SET removed_version = :v "
-                    "WHERE shard_id = :s AND byte_offset = :o"
+                update(Shard)
+                .where(Shard.id == shard_id)
+                .values(
+                    state="committed",
+                    committed_at=dt.datetime.now(dt.UTC),
+                    added_version=life.version,
+                    removed_version=end,
+                    shard_number=life.added.shard_number,
                 ),
-                rows,
                 execution_options=NO_SYNC,
             )
+            rows = [{"s": shard_id, "o": o, "v": v} for o, v in hidden.items()]
+            if rows:
+                session.execute(
+                    text(
+                        "UPDATE records SET removed_version = :v "
+                        "WHERE shard_id = :s AND byte_offset = :o"
+                    ),
+                    rows,
+                    execution_options=NO_SYNC,
+                )
     _insert_groups(session, ds.id, plan.groups, shard_groups)
     _insert_values(session, ds, plan, shard_ids, preps)
     for number in plan.kept:

@@ -28,6 +28,7 @@ from ..format.spans import unpack_spans
 from . import visibility
 from .commit import bump_version, commit
 from .datasets import find_dataset
+from .deferred_indexes import key_indexes_deferred
 from .hashkeys import HASH
 from .jobs import stageable_job
 from .models import LIVE_STATES, Dataset, Job, Shard
@@ -180,18 +181,19 @@ def register_shards(
     # The distinct layouts of all the shards: one lookup, not one per shard.
     distinct = {lay.digest: lay for prep in preps for lay in prep.layouts}
     known = dict(zip(distinct, ensure_layouts(session, ds.id, list(distinct.values()))))
-    ids = [
-        insert_shard(
-            session,
-            ds.id,
-            job_row.id,
-            prep,
-            [known[lay.digest] for lay in prep.layouts],
-            key_mode=ds.key_mode,
-        )
-        for prep in preps
-    ]
     added = (sum(p.record_count for p in preps), sum(int(p.lengths.sum()) for p in preps))
+    with key_indexes_deferred(session, added[0]):
+        ids = [
+            insert_shard(
+                session,
+                ds.id,
+                job_row.id,
+                prep,
+                [known[lay.digest] for lay in prep.layouts],
+                key_mode=ds.key_mode,
+            )
+            for prep in preps
+        ]
     commit(session, ds, job_row, operation="register", added=added, keys_unique=True)
     query = select(Shard).where(Shard.job_id == job_row.id)
     loaded = session.execute(query.execution_options(populate_existing=True)).scalars()
