@@ -51,6 +51,11 @@ the whole key range, as in data not written sorted: the key-text index then
 splits pages at random instead of growing at one end); by default they are in
 order, the kindest case for that index.
 
+``--bulk`` registers each size in one ``Catalog.register_shards`` call in this
+process instead (one transaction, one version, every footer in memory: a first
+load as ``register_shards``, ``reindex`` and ``rebuild_history`` make it; on
+SQLite the key indexes are then built after the rows); ``--workers`` is unused.
+
 ``--dataset-options`` (JSON) are passed to ``create_dataset``: the axis for
 dataset-level choices of how rows are kept. The settings ``history_in_bucket``
 is off (every catalog of the run registers the same shard files, and a
@@ -447,6 +452,42 @@ def register(
     }
 
 
+def register_bulk(
+    url: str, root: str, paths: list[str], keys: int, dataset_options: dict[str, Any]
+) -> tuple[Any, dict[str, Any]]:
+    """``--bulk``: every shard in one ``Catalog.register_shards`` call, in this process.
+
+    One transaction and one version, as ``register_shards``, ``reindex`` and
+    ``rebuild_history`` register a first load: on SQLite large enough to build
+    the key indexes after the rows (catalog/deferred_indexes.py). Holds every
+    shard's footer in memory at once. Returns (open catalog, figures).
+    """
+    import shardcat
+
+    cat = shardcat.Catalog(url)
+    try:
+        cat.create_dataset(DATASET, root, **dataset_options)
+        before = load()
+        t = time.perf_counter()
+        infos = [read_info(path) for path in paths]
+        footer = time.perf_counter() - t
+        cat.register_shards(DATASET, infos)
+        total = time.perf_counter() - t
+    except BaseException:
+        cat.close()
+        raise
+    return cat, {
+        "workers": 1,
+        "bulk": True,
+        "keys_per_s": keys / total,
+        "seconds": total,
+        "stage_s": total,
+        "commit_s": 0.0,
+        "footer_s": footer,
+        "load": [before, load()],
+    }
+
+
 # --- lookups, verify, gc ----------------------------------------------------------
 
 
@@ -576,13 +617,17 @@ def measure_size(
         "per_shard": per_shard,
         "dataset_options": args.dataset_options,
         "shuffled": args.shuffle,
+        "bulk": args.bulk,
         "shards_ready_s": time.perf_counter() - t,
         "registration": {},
     }
     log(f"{backend.name} {keys:,} keys: {len(paths)} shards ready")
-    for n, workers in enumerate(args.workers):
+    for n, workers in enumerate([1] if args.bulk else args.workers):
         with backend.fresh(f"{keys}_w{workers}") as url:
-            cat, reg = register(url, root, paths, keys, workers, args.dataset_options)
+            if args.bulk:
+                cat, reg = register_bulk(url, root, paths, keys, args.dataset_options)
+            else:
+                cat, reg = register(url, root, paths, keys, workers, args.dataset_options)
             try:
                 out["registration"][str(workers)] = reg
                 log(f"  {workers} worker(s): {reg['keys_per_s']:,.0f} keys/s")
@@ -761,6 +806,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--shuffle",
         action="store_true",
         help="write each size's keys in shuffled order, not in order (the key index's worst case)",
+    )
+    ap.add_argument(
+        "--bulk",
+        action="store_true",
+        help="register each size in one register_shards call (one transaction, one process) "
+        "instead of a job staged by --workers processes",
     )
     ap.add_argument("--write-processes", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--scratch", default=None, help="folder for shards and SQLite catalogs")

@@ -170,3 +170,45 @@ def test_bench_scale_looks_up_shuffled_keys(tmp_path):
     # Each looked-up payload was checked against its key; the shards were written shuffled.
     assert result["point"]["count"] == 50 and result["batch"]["keys_per_s"] > 0
     assert (tmp_path / "scratch" / "shards-2000-250-shuffled" / "_complete").exists()
+
+
+def test_bench_scale_bulk_registers_in_one_call_and_builds_the_indexes_after(
+    tmp_path, monkeypatch, postgres_server
+):
+    from shardcat.catalog import deferred_indexes
+
+    # 2,000 keys take the bulk path on SQLite here; PostgreSQL keeps its indexes.
+    monkeypatch.setattr(deferred_indexes, "DEFER_MIN_ROWS", 1000)
+    dropped = []
+    real = deferred_indexes._key_indexes
+    monkeypatch.setattr(
+        deferred_indexes, "_key_indexes", lambda cur: dropped.append(1) or real(cur)
+    )
+    figures = main(
+        [
+            "--keys-count", "2000",
+            "--backends", "sqlite,postgres",
+            "--pg-url", postgres_server,
+            "--bulk",
+            "--workers", "1,2",
+            "--points", "50",
+            "--batch", "200",
+            "--batch-repeats", "1",
+            "--gc-keys", "10",
+            "--scratch", str(tmp_path / "scratch"),
+        ]
+    )  # fmt: skip
+    assert dropped == [1]  # SQLite's one registration
+    assert [r["backend"] for r in figures["results"]] == ["sqlite", "postgres"]
+    for result in figures["results"]:
+        assert result["bulk"] is True
+        # One registration, in one call: --workers is unused.
+        assert list(result["registration"]) == ["1"]
+        reg = result["registration"]["1"]
+        assert reg["bulk"] is True and reg["commit_s"] == 0.0 and reg["keys_per_s"] > 0
+        # Every looked-up payload checked; verify found every record (it raises otherwise).
+        assert result["point"]["count"] == 50 and result["verify"]["seconds"] > 0
+        assert (
+            result["floor"]["keys"] == 2000
+            and result["bytes"]["ix_records_dataset_id_key_hash"] > 0
+        )
