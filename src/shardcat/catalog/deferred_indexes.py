@@ -27,7 +27,8 @@ from sqlalchemy.orm import Session
 __all__ = ["DEFER_MIN_ROWS", "DEFER_SHARE", "key_indexes_deferred"]
 
 DEFER_MIN_ROWS = 1_000_000
-"""A transaction bringing fewer rows keeps the indexes (at 1M on an empty catalog: 1.09 x)."""
+"""A transaction bringing fewer rows keeps the indexes (at 1M into an empty catalog the two
+paths are even: 0.86-1.26 x in docs/SCALE.md's runs; 3M: 1.4 x)."""
 DEFER_SHARE = 0.25
 """... and so does one that brings fewer than this fraction of the rows ``records`` holds: the
 sort then rebuilds every entry the catalog has (10M on 10M: 2.9 x the keys/s; the time an
