@@ -181,9 +181,7 @@ def test_bench_scale_bulk_registers_in_one_call_and_builds_the_indexes_after(
     monkeypatch.setattr(deferred_indexes, "DEFER_MIN_ROWS", 1000)
     dropped = []
     real = deferred_indexes._key_indexes
-    monkeypatch.setattr(
-        deferred_indexes, "_key_indexes", lambda cur: dropped.append(1) or real(cur)
-    )
+    monkeypatch.setattr(deferred_indexes, "_key_indexes", lambda *a: dropped.append(1) or real(*a))
     figures = main(
         [
             "--keys-count", "2000",

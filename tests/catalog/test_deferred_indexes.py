@@ -35,8 +35,8 @@ def dropped(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     seen: list[list[str]] = []
     real = deferred_indexes._key_indexes
 
-    def spy(cur: Any) -> list[tuple[str, str]]:
-        found = real(cur)
+    def spy(*args: Any) -> list[tuple[str, str]]:
+        found = real(*args)
         seen.append([name for name, _ in found])
         return found
 

@@ -135,7 +135,7 @@ def test_a_history_rebuilt_in_bulk_builds_its_key_indexes_after_its_rows(
         real = deferred_indexes._key_indexes
         monkeypatch.setattr(deferred_indexes, "DEFER_MIN_ROWS", 1)
         monkeypatch.setattr(
-            deferred_indexes, "_key_indexes", lambda cur: dropped.append(1) or real(cur)
+            deferred_indexes, "_key_indexes", lambda *a: dropped.append(1) or real(*a)
         )
         cat.rebuild_history("ds", root)
         assert dropped == [1]

@@ -18,7 +18,7 @@ their planner statistics (``sqlite_stat1``, which ``DROP INDEX`` deletes).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -59,10 +59,11 @@ def key_indexes_deferred(session: Session, rows: int) -> Iterator[bool]:
         if rows < DEFER_SHARE * held:
             yield False
             return
-        indexes = _key_indexes(cur)
+        quote = conn.dialect.identifier_preparer.quote_identifier
+        indexes = _key_indexes(cur, quote)
         stats = _stats(cur, [name for name, _ in indexes])
         for name, _ in indexes:
-            cur.execute(f"DROP INDEX {_quoted(name)}")
+            cur.execute(f"DROP INDEX {quote(name)}")
         yield bool(indexes)
         for _, sql in indexes:
             cur.execute(sql)
@@ -72,7 +73,7 @@ def key_indexes_deferred(session: Session, rows: int) -> Iterator[bool]:
         cur.close()
 
 
-def _key_indexes(cur: Any) -> list[tuple[str, str]]:
+def _key_indexes(cur: Any, quote: Callable[[str], str]) -> list[tuple[str, str]]:
     """Name and ``CREATE INDEX`` text of each index of ``records`` over a key column."""
     found = cur.execute(
         "SELECT name, sql FROM sqlite_master "
@@ -80,7 +81,7 @@ def _key_indexes(cur: Any) -> list[tuple[str, str]]:
     ).fetchall()
     out = []
     for name, sql in found:
-        columns = {row[2] for row in cur.execute(f"PRAGMA index_info({_quoted(name)})").fetchall()}
+        columns = {row[2] for row in cur.execute(f"PRAGMA index_info({quote(name)})").fetchall()}
         if columns & _KEY_COLUMNS:
             out.append((name, sql))
     return out
@@ -101,7 +102,3 @@ def _stats(cur: Any, names: list[str]) -> list[tuple[str, str, str]]:
         names,
     ).fetchall()
     return rows
-
-
-def _quoted(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
